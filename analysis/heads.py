@@ -1,0 +1,108 @@
+"""All statistics of every head of one checkpoint, batched per layer, on CPU or CUDA.
+
+Input is the one per-head layout used everywhere after extraction:
+``W_Q, W_K: (n_layers, n_heads, d_head, d_model)``. The spectrum of all heads
+goes through one batched QR-core call (`analysis.spectrum`); the element-wise
+statistics need the dense d_model x d_model product, which is built one layer
+at a time (all heads of the layer in one batched matmul) so memory stays at
+one layer's worth: n_heads * d_model^2 floats.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+
+from analysis.elementwise import elementwise_statistics
+from analysis.schema import HIST_Z_EDGES
+from analysis.spectrum import singular_values, spectral_statistics
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU.
+
+    Raises:
+        ValueError: unknown name, or ``cuda`` requested where none is available.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but torch sees no CUDA device; use --device cpu or auto")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
+    return torch.device(device)
+
+
+# Element budget of one dense work buffer: 2**26 floats (256 MiB in float32)
+# holds all 16 heads of a Pythia-1.4B layer (16 x 2048^2); larger layers are
+# processed a few heads at a time. Four such buffers are live at once.
+DEFAULT_CHUNK_ELEMENTS = 2**26
+
+
+def checkpoint_statistics(
+    w_q: torch.Tensor | np.ndarray,
+    w_k: torch.Tensor | np.ndarray,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    spectrum_dtype: torch.dtype = torch.float64,
+    edges: np.ndarray = HIST_Z_EDGES,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> dict[str, np.ndarray]:
+    """Element-wise and spectral statistics of W_QK = W_Q^T W_K for every head.
+
+    Args:
+        w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights.
+        w_k: the same shape; for grouped-query models, K repeated per query head.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        dtype: precision of the dense product and the element-wise statistics.
+        spectrum_dtype: precision of the QR core (`analysis.spectrum.singular_values`).
+        edges: standardized histogram edges.
+        chunk_elements: at most this many dense entries are held per work
+            buffer; a layer's heads are processed in chunks that fit.
+
+    Returns:
+        numpy arrays: every scalar statistic as ``(n_layers, n_heads)`` float64,
+        ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
+        ``(n_layers, n_heads, len(edges) + 1)``, both float64.
+
+    Raises:
+        ValueError: shapes disagree or are not 4-D.
+    """
+    w_q = torch.as_tensor(w_q)
+    w_k = torch.as_tensor(w_k)
+    if w_q.ndim != 4 or w_q.shape != w_k.shape:
+        raise ValueError(
+            f"expected W_Q and W_K of one shape (n_layers, n_heads, d_head, d_model), "
+            f"got {tuple(w_q.shape)} and {tuple(w_k.shape)}"
+        )
+    dev = resolve_device(device)
+    n_layers, n_heads, d_head, d_model = w_q.shape
+    n = d_model * d_model
+    chunk = max(1, min(n_heads, chunk_elements // n))
+    dense = torch.empty(chunk, d_model, d_model, dtype=dtype, device=dev)
+    scratch = (
+        torch.empty(chunk, n, dtype=dtype, device=dev),
+        torch.empty(chunk, n, dtype=dtype, device=dev),
+        torch.empty(chunk, n, dtype=torch.int32, device=dev),
+    )
+    layers: list[dict[str, torch.Tensor]] = []
+    for layer in range(n_layers):
+        q = w_q[layer].to(dev, dtype)  # (n_heads, d_head, d_model)
+        k = w_k[layer].to(dev, dtype)  # (n_heads, d_head, d_model)
+        parts: list[dict[str, torch.Tensor]] = []
+        for h0 in range(0, n_heads, chunk):
+            h1 = min(h0 + chunk, n_heads)
+            out = dense[: h1 - h0]
+            torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
+            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=scratch))
+        stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+        sv = singular_values(q, k, dtype=spectrum_dtype)  # (n_heads, d_head)
+        stats.update(spectral_statistics(sv, d_model=d_model))
+        stats["sv"] = sv
+        layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
+    return {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}

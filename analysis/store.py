@@ -1,0 +1,239 @@
+"""Read a statistics store: ``meta.json`` plus ``heads.parquet`` in one directory.
+
+A store is a public format (README "The statistics store"); this reader checks
+its version and its internal consistency, then hands out the table and dense
+arrays indexed ``[step, layer, head]`` (``[step, layer, head, k]`` for the list
+columns). It imports neither torch nor streamlit. Writing lives in
+``precompute/store_writer.py``; the writer commits both files in one atomic step,
+so the reader never has to guess which of the two is newer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analysis.errors import SchemaVersionError, StoreError
+from analysis.schema import (
+    HEADS_COLUMNS,
+    KEY_COLUMNS,
+    LIST_COLUMNS,
+    SCALAR_COLUMNS,
+    SCHEMA_VERSION,
+)
+
+META_FILE = "meta.json"
+HEADS_FILE = "heads.parquet"
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """Read and version-check a store's ``meta.json``.
+
+    Args:
+        path: the store directory.
+
+    Returns:
+        The parsed metadata.
+
+    Raises:
+        StoreError: the directory or its ``meta.json`` is missing or unreadable.
+        SchemaVersionError: the store was written by a newer schema version.
+    """
+    path = Path(path)
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        raise StoreError(
+            f"{str(path)!r} is not a statistics store: it has no {META_FILE}. "
+            "Point at a directory written by `python -m precompute`."
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StoreError(f"cannot read {str(meta_path)!r}: {exc}") from exc
+    version = meta.get("schema_version")
+    if not isinstance(version, int):
+        raise StoreError(f"{str(meta_path)!r} has no integer schema_version (found {version!r}).")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"store {str(path)!r} has schema_version {version}, newer than the {SCHEMA_VERSION} "
+            "this code reads; upgrade this tool (git pull) to open it."
+        )
+    if version < 1:
+        raise SchemaVersionError(f"store {str(path)!r} has invalid schema_version {version}.")
+    return meta
+
+
+def done_steps(meta: dict[str, Any]) -> list[int]:
+    """Steps whose rows are in ``heads.parquet``: every listed checkpoint that is not a duplicate."""
+    return sorted(c["step"] for c in meta.get("checkpoints", []) if c.get("duplicate_of") is None)
+
+
+@dataclass(frozen=True)
+class Store:
+    """An opened store. Cheap to create; arrays are built on first use and cached.
+
+    Attributes:
+        path: the store directory.
+        meta: the parsed ``meta.json``.
+        arrow: ``heads.parquet`` as a pyarrow table, sorted by (step, layer, head, matrix).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    arrow: pa.Table
+    _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return self.meta["model"]
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.model["n_layers"])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.model["n_heads"])
+
+    @property
+    def d_head(self) -> int:
+        return int(self.model["d_head"])
+
+    @cached_property
+    def steps(self) -> np.ndarray:
+        """Steps with statistics, ascending (duplicates excluded): axis 0 of every array."""
+        return np.asarray(done_steps(self.meta), dtype=np.int64)
+
+    @cached_property
+    def checkpoints(self) -> pd.DataFrame:
+        """Every checkpoint in ``meta.json`` (duplicates included) as a table."""
+        return pd.DataFrame(self.meta.get("checkpoints", []))
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """``heads.parquet`` as pandas; index columns by name (``df["head"]``, not ``df.head``)."""
+        return self.arrow.to_pandas()
+
+    def array(self, column: str, *, matrix: str = "qk") -> np.ndarray:
+        """Dense array of one column for one matrix kind.
+
+        Args:
+            column: a scalar column (returns ``[step, layer, head]``) or a list column,
+                ``sv`` or ``hist_z`` (returns ``[step, layer, head, k]``).
+            matrix: which product, ``"qk"``.
+
+        Returns:
+            float64 for scalars, float32 for list columns; axis 0 follows ``self.steps``.
+
+        Raises:
+            KeyError: unknown column or matrix.
+        """
+        key = (column, matrix)
+        if key in self._cache:
+            return self._cache[key]
+        if column not in SCALAR_COLUMNS and column not in LIST_COLUMNS:
+            raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + LIST_COLUMNS}")
+        mask = pc.equal(self.arrow["matrix"], matrix)
+        sub = self.arrow.filter(mask)
+        shape = (len(self.steps), self.n_layers, self.n_heads)
+        if sub.num_rows != int(np.prod(shape)):
+            raise KeyError(f"store {str(self.path)!r} has no complete {matrix!r} rows")
+        col = sub[column].combine_chunks()
+        if column in LIST_COLUMNS:
+            values = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+            out = values.reshape(shape + (-1,))
+        else:
+            out = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(shape)
+        out.setflags(write=False)
+        self._cache[key] = out
+        return out
+
+
+def open_store(path: str | Path) -> Store:
+    """Open a store and check that its two files agree.
+
+    Args:
+        path: the store directory (holding ``meta.json`` and ``heads.parquet``).
+
+    Returns:
+        The opened `Store`.
+
+    Raises:
+        StoreError: missing files, missing columns, or rows that disagree with
+            ``meta.json`` about which checkpoints are done.
+        SchemaVersionError: the store is from a newer schema version.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    for key in ("model", "checkpoints", "hist_edges"):
+        if key not in meta:
+            raise StoreError(f"{str(path / META_FILE)!r} lacks the required key {key!r}.")
+    heads_path = path / HEADS_FILE
+    if not heads_path.is_file():
+        if done_steps(meta):
+            raise StoreError(f"{str(heads_path)!r} is missing but meta.json lists finished checkpoints.")
+        arrow = empty_heads_table()
+    else:
+        try:
+            arrow = pq.read_table(heads_path)
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(heads_path)!r}: {exc}") from exc
+    missing = [c for c in HEADS_COLUMNS if c not in arrow.column_names]
+    if missing:
+        raise StoreError(f"{str(heads_path)!r} lacks columns {missing}; rewrite it with `python -m precompute`.")
+    check_consistent(meta, arrow, where=str(path))
+    return Store(path=path, meta=meta, arrow=arrow)
+
+
+def check_consistent(meta: dict[str, Any], arrow: pa.Table, *, where: str) -> None:
+    """Raise `StoreError` unless the table holds exactly one full set of rows per done step."""
+    model = meta["model"]
+    per_step = int(model["n_layers"]) * int(model["n_heads"]) * len(meta.get("matrices", ["qk"]))
+    steps = arrow["step"].to_numpy() if arrow.num_rows else np.zeros(0, dtype=np.int64)
+    uniq, counts = np.unique(steps, return_counts=True)
+    expected = done_steps(meta)
+    if uniq.tolist() != expected:
+        extra = sorted(set(uniq.tolist()) - set(expected))
+        lacking = sorted(set(expected) - set(uniq.tolist()))
+        raise StoreError(
+            f"store {where!r}: heads.parquet and meta.json disagree (rows for steps not in meta: "
+            f"{extra[:5]}; meta steps without rows: {lacking[:5]}). Re-run `python -m precompute` "
+            "on it to repair, or recompute the store."
+        )
+    bad = uniq[counts != per_step]
+    if len(bad):
+        raise StoreError(
+            f"store {where!r}: step {int(bad[0])} has {int(counts[counts != per_step][0])} rows, "
+            f"expected {per_step} (layers x heads x matrices)."
+        )
+
+
+def heads_arrow_schema() -> pa.Schema:
+    """The pyarrow schema of ``heads.parquet``."""
+    fields = [
+        pa.field("step", pa.int64()),
+        pa.field("layer", pa.int32()),
+        pa.field("head", pa.int32()),
+        pa.field("matrix", pa.string()),
+    ]
+    fields += [pa.field(c, pa.float64()) for c in SCALAR_COLUMNS]
+    fields += [pa.field(c, pa.list_(pa.float32())) for c in LIST_COLUMNS]
+    return pa.schema(fields)
+
+
+def empty_heads_table() -> pa.Table:
+    return heads_arrow_schema().empty_table()
+
+
+def sort_heads(table: pa.Table) -> pa.Table:
+    """Rows in canonical order (step, layer, head, matrix)."""
+    return table.sort_by([(c, "ascending") for c in KEY_COLUMNS])

@@ -1,0 +1,1 @@
+"""The dashboard's shared pieces: the cached store loader and the figure builders."""

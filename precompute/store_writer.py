@@ -1,0 +1,128 @@
+"""Atomic commits of a statistics store: both files change together or not at all.
+
+A commit writes the complete new store (the new ``heads.parquet`` and
+``meta.json``, plus hard links to any other unchanged file) into a hidden
+staging directory beside it, flushes it to disk, then swaps the staging
+directory and the store in one ``renameat2(RENAME_EXCHANGE)`` call. A process
+killed at any instant leaves either the old store or the new one, never a mix;
+the leftover staging directory is cleared by the next commit.
+
+Where the kernel or filesystem has no atomic exchange (non-Linux, some network
+filesystems) the fallback replaces ``heads.parquet`` and then ``meta.json``,
+each atomically; ``meta.json`` is the commit record, and a reader that finds
+rows for a step meta does not list reports it and the next run repairs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.store import HEADS_FILE, META_FILE
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def staging_dir(store: Path) -> Path:
+    """Hidden sibling where a commit is assembled (``.NAME.staging``)."""
+    return store.parent / f".{store.name}.staging"
+
+
+def commit_store(
+    store: str | Path,
+    meta: dict[str, Any],
+    heads: pa.Table | None,
+    *,
+    tables: dict[str, pa.Table] | None = None,
+) -> None:
+    """Atomically replace the store's ``meta.json``, ``heads.parquet`` and any further tables.
+
+    Args:
+        store: the store directory; created if missing.
+        meta: the full metadata to write.
+        heads: the full heads table to write (already sorted); None keeps the current one.
+        tables: further tables by file name (``"embeddings.parquet"``) to write or replace;
+            files not named here are carried over unchanged.
+    """
+    tables = dict(tables or {})
+    if heads is not None:
+        tables[HEADS_FILE] = heads
+    store = Path(store)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    stage = staging_dir(store)
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    if store.is_dir():
+        for item in store.iterdir():
+            if item.name not in tables and item.name != META_FILE and item.is_file():
+                os.link(item, stage / item.name)
+    for name, table in tables.items():
+        _write_parquet(stage / name, table)
+    _write_json(stage / META_FILE, meta)
+    _fsync_dir(stage)
+    if not store.exists():
+        os.rename(stage, store)
+        _fsync_dir(store.parent)
+        return
+    if _exchange(stage, store):
+        _fsync_dir(store.parent)
+        shutil.rmtree(stage)  # now holds the previous version
+        return
+    # Fallback: one atomic rename per file, meta.json (the commit record) last.
+    for name in tables:
+        os.replace(stage / name, store / name)
+    os.replace(stage / META_FILE, store / META_FILE)
+    _fsync_dir(store)
+    shutil.rmtree(stage)
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    pq.write_table(table, path, compression="zstd")
+    _fsync_file(path)
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.write_text(json.dumps(obj, indent=1, allow_nan=True) + "\n")
+    _fsync_file(path)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        _fsync_file(path)
+    except OSError:  # some filesystems refuse fsync on directories; the data is already flushed
+        pass
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically with renameat2; False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+        return False
+    raise OSError(err, f"renameat2 exchange of {a} and {b} failed: {os.strerror(err)}")

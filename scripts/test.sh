@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up the test environment (app + precompute + test requirements, Chromium for
+# the browser tests) and run the whole test suite. Extra arguments go to pytest.
+# Usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+[ -x .venv/dev/bin/python ] || "$PY" -m venv .venv/dev
+.venv/dev/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Debian's chromium for the browser tests" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: /usr/bin/chromium is missing; browser tests will be skipped (apt-get install chromium)" >&2
+  fi
+fi
+exec .venv/dev/bin/python -m pytest "$@"
