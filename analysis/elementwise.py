@@ -29,13 +29,23 @@ ELEMENTWISE_STATS = ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss"
 
 
 def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
-    """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (float64, n+2 values)."""
-    cdf = np.array([0.5 * math.erfc(-e / math.sqrt(2.0)) for e in edges])
-    mass = np.empty(len(edges) + 1)
-    mass[0] = cdf[0]
-    mass[1:-1] = np.diff(cdf)
-    mass[-1] = 0.5 * math.erfc(edges[-1] / math.sqrt(2.0))
-    return mass
+    """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (float64, n+2 values).
+
+    A bin ``[a, b)`` with ``a >= 0`` gets ``sf(a) - sf(b)`` (upper-tail masses),
+    any other ``cdf(b) - cdf(a)``: each difference is of two small numbers, so every
+    bin keeps full relative precision. (Differences of the CDF alone cancel to 0
+    right of z ~ 8.3, where Phi(z) rounds to 1 in float64, and would make D_KL
+    infinite for any head with an entry there.)
+    """
+    outer = np.concatenate([[-np.inf], np.asarray(edges, dtype=np.float64), [np.inf]])
+
+    def cdf(x: float) -> float:
+        return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+    def sf(x: float) -> float:
+        return 0.5 * math.erfc(x / math.sqrt(2.0))
+
+    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])
 
 
 def kl_from_hist(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -81,7 +91,11 @@ def elementwise_statistics(
         scratch = (torch.empty_like(w), torch.empty_like(w), torch.empty(w.shape, dtype=torch.int32, device=w.device))
     z, tmp, idx = (buf.view(-1)[: batch * n].view(batch, n) for buf in scratch)
 
-    mean = w.mean(dim=1)
+    w_min, w_max = w.amin(dim=1), w.amax(dim=1)
+    # A float mean of n equal values can miss them by an ulp (0.1 -> 0.10000001),
+    # which would turn a constant matrix into one with tiny sigma and skew +-1:
+    # take a constant row's mean as its value, so w - mu is exactly 0 there.
+    mean = torch.where(w_min == w_max, w_min, w.mean(dim=1))
     torch.sub(w, mean[:, None], out=z)  # w - mu
     std = torch.linalg.vector_norm(z, 2, dim=1) / math.sqrt(n)
     constant = std == 0
@@ -110,8 +124,8 @@ def elementwise_statistics(
         "std": std,
         "skew": skew,
         "kurtosis": kurt,
-        "min": w.amin(dim=1),
-        "max": w.amax(dim=1),
+        "min": w_min,
+        "max": w_max,
         "kl_gauss": kl_from_hist(hist, q),
         "hist_z": hist,
     }

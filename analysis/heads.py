@@ -22,7 +22,7 @@ from analysis.spectrum import singular_values, spectral_statistics
 Device = Literal["auto", "cpu", "cuda"]
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: Device) -> torch.device:
     """``auto`` picks CUDA when available, else CPU.
 
     Raises:
@@ -31,7 +31,7 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but torch sees no CUDA device; use --device cpu or auto")
+        raise ValueError("device 'cuda' was requested but torch sees no CUDA device; use 'cpu' or 'auto'")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
     return torch.device(device)
@@ -47,7 +47,7 @@ def checkpoint_statistics(
     w_q: torch.Tensor | np.ndarray,
     w_k: torch.Tensor | np.ndarray,
     *,
-    device: str = "cpu",
+    device: Device = "cpu",
     dtype: torch.dtype = torch.float32,
     spectrum_dtype: torch.dtype = torch.float64,
     edges: np.ndarray = HIST_Z_EDGES,
@@ -60,7 +60,8 @@ def checkpoint_statistics(
         w_k: the same shape; for grouped-query models, K repeated per query head.
         device: ``cpu``, ``cuda`` or ``auto``.
         dtype: precision of the dense product and the element-wise statistics.
-        spectrum_dtype: precision of the QR core (`analysis.spectrum.singular_values`).
+        spectrum_dtype: precision of the QR core (`analysis.spectrum.singular_values`),
+            applied to the weights as given (not to their ``dtype`` copy).
         edges: standardized histogram edges.
         chunk_elements: at most this many dense entries are held per work
             buffer; a layer's heads are processed in chunks that fit.
@@ -92,8 +93,9 @@ def checkpoint_statistics(
     )
     layers: list[dict[str, torch.Tensor]] = []
     for layer in range(n_layers):
-        q = w_q[layer].to(dev, dtype)  # (n_heads, d_head, d_model)
-        k = w_k[layer].to(dev, dtype)  # (n_heads, d_head, d_model)
+        q_given = w_q[layer].to(dev)  # (n_heads, d_head, d_model), in the caller's precision
+        k_given = w_k[layer].to(dev)  # (n_heads, d_head, d_model)
+        q, k = q_given.to(dtype), k_given.to(dtype)
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
             h1 = min(h0 + chunk, n_heads)
@@ -101,7 +103,9 @@ def checkpoint_statistics(
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
             parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=scratch))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-        sv = singular_values(q, k, dtype=spectrum_dtype)  # (n_heads, d_head)
+        # From the weights as given, not from their `dtype` copy: rounding float64
+        # weights to float32 first would bury small singular values.
+        sv = singular_values(q_given, k_given, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})

@@ -1,0 +1,145 @@
+"""analysis.heads.checkpoint_statistics against a brute-force NumPy loop over heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.heads import checkpoint_statistics
+from analysis.schema import HIST_Z_EDGES, SCALAR_COLUMNS
+
+N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
+N = D_MODEL * D_MODEL
+
+
+@pytest.fixture(scope="module")
+def weights() -> tuple[np.ndarray, np.ndarray]:
+    """float64 (n_layers, n_heads, d_head, d_model) weights; heads differ in scale and shape."""
+    rng = np.random.default_rng(0)
+    w_q = rng.normal(0.0, 0.05, (N_LAYERS, N_HEADS, D_HEAD, D_MODEL))
+    w_k = rng.normal(0.0, 0.05, (N_LAYERS, N_HEADS, D_HEAD, D_MODEL))
+    w_q[0, 1] *= 10.0
+    w_k[1, 2] = rng.laplace(0.01, 0.05, (D_HEAD, D_MODEL))
+    w_q[1, 0, :, :4] += 1.0  # a few outlier features: heavy tails, non-zero mean
+    return w_q, w_k
+
+
+@pytest.fixture(scope="module")
+def brute_force(weights, reference) -> dict[str, np.ndarray]:
+    """Every statistic by a plain per-head loop over dense float64 W_QK = W_Q^T W_K."""
+    w_q, w_k = weights
+    out: dict[str, list] = {}
+    for layer in range(N_LAYERS):
+        for head in range(N_HEADS):
+            dense = w_q[layer, head].T @ w_k[layer, head]  # (d_model, d_model)
+            row = {**reference.elementwise(dense, HIST_Z_EDGES), **reference.spectral(dense, D_HEAD)}
+            for name, value in row.items():
+                out.setdefault(name, []).append(value)
+    arrays = {name: np.array(values).reshape(N_LAYERS, N_HEADS, -1) for name, values in out.items()}
+    return {name: a if name in ("sv", "hist_z") else a[..., 0] for name, a in arrays.items()}
+
+
+def _check_shapes(got: dict[str, np.ndarray]) -> None:
+    assert set(got) == set(SCALAR_COLUMNS) | {"sv", "hist_z"}
+    for name in SCALAR_COLUMNS:
+        assert got[name].shape == (N_LAYERS, N_HEADS), name
+        assert got[name].dtype == np.float64, name
+    assert got["sv"].shape == (N_LAYERS, N_HEADS, D_HEAD)
+    assert got["hist_z"].shape == (N_LAYERS, N_HEADS, len(HIST_Z_EDGES) + 1)
+
+
+@pytest.mark.parametrize(
+    "chunk_elements",
+    [2**26, 2 * N, N, 1],  # all heads at once; chunks of 2 + 1 heads; one head per chunk; below one head
+)
+def test_float64_matches_brute_force(weights, brute_force, chunk_elements: int) -> None:
+    w_q, w_k = weights
+    got = checkpoint_statistics(w_q, w_k, dtype=torch.float64, chunk_elements=chunk_elements)
+
+    _check_shapes(got)
+    for name in ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss", "stable_rank",
+                 "spectral_entropy", "participation_ratio", "condition_number", "frob_norm", "spectral_norm"):
+        np.testing.assert_allclose(got[name], brute_force[name], rtol=1e-9, atol=0, err_msg=name)
+    np.testing.assert_allclose(got["sv"], brute_force["sv"], rtol=1e-9)
+    np.testing.assert_array_equal(got["hist_z"], brute_force["hist_z"])
+
+
+def test_float32_default_within_tolerances_of_float64_reference(weights, brute_force) -> None:
+    """The default: dense product and element-wise statistics in float32, spectrum in float64."""
+    w_q, w_k = weights
+    got = checkpoint_statistics(w_q.astype(np.float32), w_k.astype(np.float32), chunk_elements=2 * N)
+    ref = brute_force
+
+    _check_shapes(got)
+    sigma = ref["std"]
+    np.testing.assert_array_less(np.abs(got["mean"] - ref["mean"]) / sigma, 1e-5)
+    for name in ("std", "min", "max"):
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(got["skew"], ref["skew"], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got["kurtosis"], ref["kurtosis"], rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(got["hist_z"], ref["hist_z"], rtol=0, atol=3.0 / N)  # <= 3 entries per bin
+    np.testing.assert_allclose(got["kl_gauss"], ref["kl_gauss"], rtol=0, atol=1e-3)
+    for name in ("sv", "stable_rank", "spectral_entropy", "participation_ratio", "condition_number",
+                 "frob_norm", "spectral_norm"):
+        # the weights themselves were rounded to float32: relative error ~1e-7 * conditioning
+        np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, err_msg=name)
+
+
+def test_float64_weights_keep_float64_spectrum_with_float32_dense_product() -> None:
+    """spectrum_dtype is the precision of the spectrum of the given weights, whatever `dtype` is."""
+    scales = np.logspace(0, -9, D_HEAD)  # exact singular values 1 .. 1e-9
+    rng = np.random.default_rng(1)
+    u, _ = np.linalg.qr(rng.standard_normal((D_HEAD, D_HEAD)))
+    v, _ = np.linalg.qr(rng.standard_normal((D_MODEL, D_HEAD)))
+    k, _ = np.linalg.qr(rng.standard_normal((D_MODEL, D_HEAD)))
+    # W_Q = U S V^T mixes the scales in every entry, so rounding W_Q to float32 would
+    # bury the small singular values; W_K has orthonormal rows: the s_k of W_QK are S.
+    w_q = (u @ np.diag(scales) @ v.T)[None, None]  # (1, 1, d_head, d_model)
+    w_k = k.T[None, None].copy()
+    got = checkpoint_statistics(w_q, w_k, dtype=torch.float32)
+    np.testing.assert_allclose(got["sv"][0, 0], scales, rtol=1e-5)
+    assert got["condition_number"][0, 0] == pytest.approx(1e9, rel=1e-4)
+
+
+def test_inputs_not_modified_and_torch_inputs_accepted(weights, brute_force) -> None:
+    w_q, w_k = (torch.from_numpy(w.copy()) for w in weights)
+    got = checkpoint_statistics(w_q, w_k, dtype=torch.float64)
+    assert torch.equal(w_q, torch.from_numpy(weights[0]))
+    assert torch.equal(w_k, torch.from_numpy(weights[1]))
+    np.testing.assert_allclose(got["stable_rank"], brute_force["stable_rank"], rtol=1e-9)
+
+
+def test_rejects_mismatched_or_wrong_rank_shapes(weights) -> None:
+    w_q, w_k = weights
+    with pytest.raises(ValueError, match="n_layers, n_heads, d_head, d_model"):
+        checkpoint_statistics(w_q, w_k[:, :2])
+    with pytest.raises(ValueError, match="n_layers, n_heads, d_head, d_model"):
+        checkpoint_statistics(w_q[0], w_k[0])
+
+
+def test_unknown_device_is_refused(weights) -> None:
+    with pytest.raises(ValueError, match="tpu"):
+        checkpoint_statistics(*weights, device="tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error(weights) -> None:
+    with pytest.raises(ValueError, match="cuda"):
+        checkpoint_statistics(*weights, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu(weights, brute_force) -> None:
+    w_q, w_k = (w.astype(np.float32) for w in weights)
+    cpu = checkpoint_statistics(w_q, w_k, device="cpu", chunk_elements=2 * N)
+    cuda = checkpoint_statistics(w_q, w_k, device="cuda", chunk_elements=2 * N)
+    auto = checkpoint_statistics(w_q, w_k, device="auto", chunk_elements=2 * N)
+
+    _check_shapes(cuda)
+    for name in SCALAR_COLUMNS + ("sv",):
+        np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-5, atol=1e-9, err_msg=name)
+        np.testing.assert_array_equal(auto[name], cuda[name], err_msg=name)
+    # float32 rounding of z may move a few entries across a bin edge
+    np.testing.assert_allclose(cuda["hist_z"], cpu["hist_z"], rtol=0, atol=3.0 / N)
+    np.testing.assert_allclose(cuda["kl_gauss"], brute_force["kl_gauss"], rtol=0, atol=1e-3)
