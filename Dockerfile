@@ -1,0 +1,24 @@
+# The dashboard image (a Hugging Face Docker Space serves it on port 7860).
+# Only requirements.txt is installed: no torch, no transformers.
+FROM python:3.11-slim
+
+RUN useradd --create-home --uid 1000 user
+USER user
+ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH PYTHONUNBUFFERED=1
+WORKDIR /home/user/app
+
+COPY --chown=user requirements.txt .
+RUN pip install --no-cache-dir --user -r requirements.txt
+
+COPY --chown=user app.py ./
+COPY --chown=user .streamlit ./.streamlit
+COPY --chown=user pages ./pages
+COPY --chown=user dashboard ./dashboard
+COPY --chown=user analysis ./analysis
+COPY --chown=user data ./data
+
+EXPOSE 7860
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/_stcore/health', timeout=4)"
+CMD ["streamlit", "run", "app.py", "--server.port=7860", "--server.address=0.0.0.0", \
+     "--server.headless=true", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]

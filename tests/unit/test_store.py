@@ -1,0 +1,153 @@
+"""The store format: reader checks, dense-array indexing, atomic commits, documented columns."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.errors import SchemaVersionError, StoreError
+from analysis.schema import COLUMN_DOCS, HEADS_COLUMNS, HIST_Z_EDGES, LIST_COLUMNS, SCALAR_COLUMNS
+from analysis.store import open_store, sort_heads
+from precompute import store_writer
+from precompute.store_writer import commit_store, staging_dir
+from precompute.tables import heads_rows, new_meta
+
+REPO = Path(__file__).resolve().parents[2]
+L, H, D = 3, 4, 5
+
+
+def coded_stats(step: int) -> dict[str, np.ndarray]:
+    """Statistics whose values encode their own (step, layer, head), to check indexing."""
+    code = step * 100 + np.arange(L)[:, None] * 10 + np.arange(H)[None, :]  # (L, H)
+    stats = {name: code + i / 100 for i, name in enumerate(SCALAR_COLUMNS)}
+    stats["sv"] = code[..., None] + np.arange(D)[::-1] / 10  # descending
+    hist = np.zeros((L, H, len(HIST_Z_EDGES) + 1))
+    hist[..., 100] = 1.0
+    stats["hist_z"] = hist
+    return stats
+
+
+def write_store(path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None) -> dict:
+    meta = new_meta(model={"id": "t", "family": "gpt_neox", "n_layers": L, "n_heads": H, "d_model": 16, "d_head": D}, settings={}, software={})
+    tables = []
+    for step in steps:
+        tables.append(heads_rows(step, coded_stats(step)))
+        meta["checkpoints"].append({"step": step, "revision": f"step{step}", "tokens": None, "sha256": str(step), "duplicate_of": None})
+    for step, of in (duplicate or {}).items():
+        meta["checkpoints"].append({"step": step, "revision": f"step{step}", "tokens": None, "sha256": str(of), "duplicate_of": of})
+    commit_store(path, meta, sort_heads(pa.concat_tables(tables[::-1])))  # unsorted input, sorted by writer call
+    return meta
+
+
+def test_dense_arrays_are_indexed_step_layer_head(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", [0, 2, 1], duplicate={3: 2})
+    store = open_store(tmp_path / "s")
+    assert store.steps.tolist() == [0, 1, 2]  # duplicate step 3 has no rows
+    assert len(store.checkpoints) == 4
+    for col_i, col in enumerate(SCALAR_COLUMNS):
+        arr = store.array(col)
+        assert arr.shape == (3, L, H) and arr.dtype == np.float64
+        for si, step in enumerate((0, 1, 2)):
+            for layer in range(L):
+                for head in range(H):
+                    assert arr[si, layer, head] == pytest.approx(step * 100 + layer * 10 + head + col_i / 100)
+    sv = store.array("sv")
+    assert sv.shape == (3, L, H, D) and sv[2, 1, 3, 0] == pytest.approx(213.4)
+    assert store.array("hist_z").shape == (3, L, H, 202)
+    assert not store.array("std").flags.writeable
+    df = store.table
+    assert list(df.columns) == list(HEADS_COLUMNS)
+    assert df["head"].max() == H - 1  # column access by name, never df.head
+
+
+def test_missing_or_foreign_directories_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no meta.json"):
+        open_store(tmp_path)
+    (tmp_path / "meta.json").write_text("{not json")
+    with pytest.raises(StoreError, match="cannot read"):
+        open_store(tmp_path)
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", [0])
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    meta["schema_version"] = 7
+    (tmp_path / "s" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(SchemaVersionError, match="schema_version 7"):
+        open_store(tmp_path / "s")
+
+
+def test_rows_and_meta_must_agree(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", [0, 1])
+    meta_path = tmp_path / "s" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["checkpoints"] = meta["checkpoints"][:1]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="disagree"):
+        open_store(tmp_path / "s")
+    # a step with a missing head
+    write_store(tmp_path / "t", [0])
+    table = pq.read_table(tmp_path / "t" / "heads.parquet")
+    pq.write_table(table.slice(0, table.num_rows - 1), tmp_path / "t" / "heads.parquet")
+    with pytest.raises(StoreError, match="expected 12"):
+        open_store(tmp_path / "t")
+    # a column dropped
+    write_store(tmp_path / "u", [0])
+    table = pq.read_table(tmp_path / "u" / "heads.parquet")
+    pq.write_table(table.drop_columns(["kl_gauss"]), tmp_path / "u" / "heads.parquet")
+    with pytest.raises(StoreError, match="kl_gauss"):
+        open_store(tmp_path / "u")
+
+
+def test_commit_replaces_both_files_and_keeps_other_tables(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    write_store(store, [0])
+    extra = pa.table({"x": [1, 2]})
+    commit_store(store, json.loads((store / "meta.json").read_text()), None, tables={"extra.parquet": extra})
+    write_store(store, [0, 1])  # a later commit without the extra table carries it over
+    assert pq.read_table(store / "extra.parquet").equals(extra)
+    assert open_store(store).steps.tolist() == [0, 1]
+    assert not staging_dir(store).exists()
+
+
+def test_leftover_staging_from_a_killed_commit_is_cleared(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    write_store(store, [0])
+    stage = staging_dir(store)
+    stage.mkdir()
+    (stage / "heads.parquet").write_bytes(b"half-written")
+    assert open_store(store).steps.tolist() == [0]  # the store itself is untouched
+    write_store(store, [0, 1])
+    assert open_store(store).steps.tolist() == [0, 1]
+    assert not stage.exists()
+
+
+def test_commit_without_atomic_exchange_falls_back_to_ordered_renames(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(store_writer, "_exchange", lambda a, b: False)
+    store = tmp_path / "s"
+    write_store(store, [0])
+    write_store(store, [0, 1])
+    assert open_store(store).steps.tolist() == [0, 1]
+    assert not staging_dir(store).exists()
+
+
+def test_readme_documents_every_column() -> None:
+    readme = (REPO / "README.md").read_text()
+    for column in COLUMN_DOCS:
+        assert re.search(rf"^\| `{column}` \|", readme, re.M), f"README's store section lacks column {column!r}"
+    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens"):
+        assert f"`{key}`" in readme, f"README does not document meta.json key {key!r}"
+
+
+def test_list_columns_are_float32_lists() -> None:
+    from analysis.store import heads_arrow_schema
+
+    schema = heads_arrow_schema()
+    for col in LIST_COLUMNS:
+        assert schema.field(col).type == pa.list_(pa.float32())
