@@ -99,3 +99,32 @@ def spectral_statistics(sv: torch.Tensor, *, d_model: int) -> dict[str, torch.Te
         "frob_norm": total.sqrt(),
         "spectral_norm": s_max,
     }
+
+
+def top_singular_vectors(
+    w_q: torch.Tensor, w_k: torch.Tensor, k: int, *, dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Leading ``k`` singular triplets of W_Q^T W_K from the QR core, batched.
+
+    With A = W_Q^T = Q_a R_a, B = W_K^T = Q_b R_b and the core's SVD
+    R_a R_b^T = U_c S V_c^T, W_QK = (Q_a U_c) S (Q_b V_c)^T is an SVD of the
+    product: its left singular vectors are Q_a U_c and its right ones Q_b V_c.
+
+    Args:
+        w_q, w_k: ``(..., d_head, d_model)``.
+        k: how many leading triplets, ``1 <= k <= d_head``.
+        dtype: precision of the factorizations.
+
+    Returns:
+        ``(s, u, v)``: ``(..., k)`` singular values (descending), ``(..., d_model, k)``
+        left and ``(..., d_model, k)`` right singular vectors (unit columns).
+    """
+    d_head = w_q.shape[-2]
+    if not 1 <= k <= d_head:
+        raise ValueError(f"k={k} must be between 1 and d_head={d_head}")
+    q_a, r_a = torch.linalg.qr(w_q.to(dtype).transpose(-1, -2), mode="reduced")  # (..., d_model, d_head), (..., d_head, d_head)
+    q_b, r_b = torch.linalg.qr(w_k.to(dtype).transpose(-1, -2), mode="reduced")
+    u_c, s, v_ch = torch.linalg.svd(r_a @ r_b.transpose(-1, -2))  # core (..., d_head, d_head)
+    u = q_a @ u_c[..., :k]  # (..., d_model, k)
+    v = q_b @ v_ch.transpose(-1, -2)[..., :k]  # (..., d_model, k)
+    return s[..., :k], u, v

@@ -1,0 +1,93 @@
+"""Level crossings vs repulsion on planted sequences, end to end through the QR-core vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from analysis.crossings import classify_approaches, overlap_matrix
+from analysis.spectrum import top_singular_vectors
+
+D_MODEL, D_HEAD, K = 24, 6, 4
+
+
+def factors(w: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_Q, W_K (d_head x d_model) with W_Q^T W_K = w, for a w of rank <= d_head."""
+    u, s, vt = np.linalg.svd(w)
+    root = np.sqrt(s[:D_HEAD])
+    w_q = (u[:, :D_HEAD] * root).T
+    w_k = (vt[:D_HEAD].T * root).T
+    return torch.from_numpy(w_q), torch.from_numpy(w_k)
+
+
+def run(sequence: list[np.ndarray]):
+    lams, us, vs = [], [], []
+    for w in sequence:
+        s, u, v = top_singular_vectors(*factors(w), K)
+        lams.append(s.numpy() ** 2)
+        us.append(u.numpy())
+        vs.append(v.numpy())
+    overlaps = np.stack([overlap_matrix(us[t], vs[t], us[t + 1], vs[t + 1]) for t in range(len(sequence) - 1)])
+    return np.stack(lams), overlaps
+
+
+def bases(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    e, _ = np.linalg.qr(rng.standard_normal((D_MODEL, D_MODEL)))
+    f, _ = np.linalg.qr(rng.standard_normal((D_MODEL, D_MODEL)))
+    return e, f
+
+
+def test_vectors_from_the_core_match_numpy_svd() -> None:
+    rng = np.random.default_rng(1)
+    w_q, w_k = rng.standard_normal((2, D_HEAD, D_MODEL))
+    s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
+    U, S, Vt = np.linalg.svd(w_q.T @ w_k)
+    np.testing.assert_allclose(s.numpy(), S[:K], rtol=1e-10)
+    for j in range(K):  # equal up to a shared sign
+        sign = np.sign(U[:, j] @ u[:, j].numpy())
+        np.testing.assert_allclose(u[:, j].numpy() * sign, U[:, j], atol=1e-10)
+        np.testing.assert_allclose(v[:, j].numpy() * sign, Vt[j], atol=1e-10)
+
+
+def test_planted_crossing_is_a_crossing() -> None:
+    e, f = bases()
+    seq = []
+    for t in np.linspace(0, 1, 20):  # levels 0 and 1 exchange order at t = 0.5; directions fixed
+        s = [3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.8, 0.5]
+        w = sum(s[a] * np.outer(e[:, a], f[:, a]) for a in range(4))
+        seq.append(w)
+    lam, ov = run(seq)
+    found = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    assert len(found) == 1
+    assert found[0].kind == "crossing" and found[0].swap_score > 0.5
+    assert 9 <= found[0].t <= 11
+
+
+def test_planted_avoided_crossing_is_a_repulsion() -> None:
+    e, f = bases(2)
+    seq = []
+    for t in np.linspace(0, 1, 80):  # diabatic levels cross, coupling 0.15 keeps them apart
+        a, b, delta = 3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.15
+        block = np.array([[a, delta], [delta, b]])
+        w = e[:, :2] @ block @ f[:, :2].T + 0.7 * np.outer(e[:, 2], f[:, 2]) + 0.3 * np.outer(e[:, 3], f[:, 3])
+        seq.append(w)
+    lam, ov = run(seq)
+    found = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    assert len(found) == 1
+    assert found[0].kind == "repulsion" and found[0].swap_score < -0.5
+    # and the minimum gap is the coupling's: 2 delta splitting at the centre
+    assert np.sqrt(lam[found[0].t, 0]) - np.sqrt(lam[found[0].t, 1]) == pytest.approx(0.3, abs=0.02)
+
+
+def test_well_separated_levels_have_no_approach() -> None:
+    e, f = bases(3)
+    seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([4.0 + t, 2.0, 1.0, 0.5])) for t in np.linspace(0, 1, 10)]
+    lam, ov = run(seq)
+    assert classify_approaches(lam, ov) == []
+
+
+def test_shapes_are_checked() -> None:
+    with pytest.raises(ValueError, match="T-1"):
+        classify_approaches(np.ones((5, 4)), np.ones((5, 4, 4)))
