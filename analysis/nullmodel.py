@@ -182,3 +182,27 @@ def null_expectations(d_model: int, d_head: int, n_samples: int = 64, seed: int 
 def _check_ratio(c: float) -> None:
     if not 0 < c <= 1:
         raise ValueError(f"ratio c = d_head / d_model must be in (0, 1], got {c!r}")
+
+
+NULL_RATIO_STATS = ("stable_rank", "spectral_entropy", "participation_ratio")
+
+
+def null_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_model: int) -> dict[str, np.ndarray]:
+    """The store's null-model columns for a batch of heads (`analysis.schema.NULL_COLUMNS`).
+
+    Args:
+        sv: ``(..., d_head)`` singular values.
+        spectral: ``stable_rank``, ``spectral_entropy``, ``participation_ratio``
+            arrays of shape ``(...)`` (as in the store).
+        d_model: the side of W_QK.
+
+    Returns:
+        ``kl_null`` and ``<stat>_over_null`` for each of `NULL_RATIO_STATS`, each ``(...)``.
+    """
+    sv = np.asarray(sv, dtype=np.float64)
+    d_head = sv.shape[-1]
+    expected = null_expectations(int(d_model), int(d_head))
+    out = {"kl_null": kl_null(sv * sv, d_head / d_model)}
+    for name in NULL_RATIO_STATS:
+        out[f"{name}_over_null"] = np.asarray(spectral[name], dtype=np.float64) / expected[name]
+    return out

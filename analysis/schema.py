@@ -45,6 +45,16 @@ LIST_COLUMNS = ("hist_z", "sv")
 
 HEADS_COLUMNS = KEY_COLUMNS + SCALAR_COLUMNS + LIST_COLUMNS
 
+# Departure from the random-matrix null model (analysis/nullmodel.py), float64.
+# Added after the first stores: precompute writes them, and the reader derives
+# them from `sv` for a store that lacks them, so older stores still open.
+NULL_COLUMNS = (
+    "kl_null",
+    "stable_rank_over_null",
+    "spectral_entropy_over_null",
+    "participation_ratio_over_null",
+)
+
 # One-line meaning of every column, used in the README and the dataset card.
 COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
@@ -66,8 +76,12 @@ COLUMN_DOCS: dict[str, str] = {
     "condition_number": "s_max / s_min over the d_head values; inf when rank-deficient",
     "frob_norm": "Frobenius norm ||W_QK||_F = sqrt(sum lambda) = sqrt(sum of squared entries)",
     "spectral_norm": "largest singular value s_max",
+    "kl_null": "D_KL(P(lambda) || free-product Marchenko-Pastur law) at matched scale, on 8 null-quantile bins",
+    "stable_rank_over_null": "stable_rank / its expectation for a Gaussian head of the same shape",
+    "spectral_entropy_over_null": "spectral_entropy / its expectation for a Gaussian head of the same shape",
+    "participation_ratio_over_null": "participation_ratio / its expectation for a Gaussian head of the same shape",
 }
-assert set(COLUMN_DOCS) == set(HEADS_COLUMNS)
+assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS)
 
 
 def hist_z_centers() -> np.ndarray:

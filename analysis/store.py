@@ -27,6 +27,7 @@ from analysis.schema import (
     HEADS_COLUMNS,
     KEY_COLUMNS,
     LIST_COLUMNS,
+    NULL_COLUMNS,
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -128,7 +129,8 @@ class Store:
 
         Args:
             column: a scalar column (returns ``[step, layer, head]``) or a list column,
-                ``sv`` or ``hist_z`` (returns ``[step, layer, head, k]``).
+                ``sv`` or ``hist_z`` (returns ``[step, layer, head, k]``). The
+                null-model columns are derived from ``sv`` when the store lacks them.
             matrix: which product, ``"qk"``.
 
         Returns:
@@ -140,8 +142,17 @@ class Store:
         key = (column, matrix)
         if key in self._cache:
             return self._cache[key]
-        if column not in SCALAR_COLUMNS and column not in LIST_COLUMNS:
-            raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + LIST_COLUMNS}")
+        if column not in SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS:
+            raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS}")
+        if column in NULL_COLUMNS and column not in self.arrow.column_names:
+            from analysis.nullmodel import NULL_RATIO_STATS, null_columns
+
+            spectral = {name: self.array(name, matrix=matrix) for name in NULL_RATIO_STATS}
+            derived = null_columns(self.array("sv", matrix=matrix), spectral, d_model=int(self.model["d_model"]))
+            for name, values in derived.items():
+                values.setflags(write=False)
+                self._cache[(name, matrix)] = values
+            return self._cache[key]
         mask = pc.equal(self.arrow["matrix"], matrix)
         sub = self.arrow.filter(mask)
         shape = (len(self.steps), self.n_layers, self.n_heads)

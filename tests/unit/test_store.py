@@ -151,3 +151,17 @@ def test_list_columns_are_float32_lists() -> None:
     schema = heads_arrow_schema()
     for col in LIST_COLUMNS:
         assert schema.field(col).type == pa.list_(pa.float32())
+
+
+def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> None:
+    from analysis.nullmodel import kl_null, null_expectations
+    from analysis.schema import NULL_COLUMNS
+
+    write_store(tmp_path / "s", [0, 1])
+    store = open_store(tmp_path / "s")
+    assert not set(NULL_COLUMNS) & set(store.arrow.column_names)
+    sv = store.array("sv").astype(np.float64)
+    np.testing.assert_allclose(store.array("kl_null"), kl_null(sv**2, D / 16))
+    expected = null_expectations(16, D)
+    np.testing.assert_allclose(store.array("stable_rank_over_null"), store.array("stable_rank") / expected["stable_rank"])
+    assert store.array("participation_ratio_over_null").shape == (2, L, H)
