@@ -3,7 +3,7 @@
 FROM python:3.11-slim
 
 RUN useradd --create-home --uid 1000 user
-USER user
+USER 1000
 ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH PYTHONUNBUFFERED=1
 WORKDIR /home/user/app
 
@@ -19,6 +19,5 @@ COPY --chown=user data ./data
 
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/_stcore/health', timeout=4)"
-CMD ["streamlit", "run", "app.py", "--server.port=7860", "--server.address=0.0.0.0", \
-     "--server.headless=true", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/_stcore/health', timeout=4)"]
+CMD ["streamlit", "run", "app.py", "--server.port=7860", "--server.address=0.0.0.0", "--server.headless=true", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
