@@ -25,3 +25,7 @@ class CheckpointError(ValueError):
 
 class CheckpointNotFoundError(FileNotFoundError):
     """A checkpoint, or the weight files inside it, does not exist."""
+
+
+class HubUnreachableError(ConnectionError):
+    """The network failed on every retry; the run stops, and the same command resumes it."""

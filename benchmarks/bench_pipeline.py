@@ -121,7 +121,7 @@ def main() -> None:
     # (a) the whole pipeline, end to end, as the CLI runs it
     out = work / "store"
     shutil.rmtree(out, ignore_errors=True)
-    _, t_pipeline = timed(lambda: run_precompute(src, out, device="cpu", progress=False))
+    _, t_pipeline = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False))
 
     # breakdown of (a), stage by stage
     files = weight_files(ckpt)

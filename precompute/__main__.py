@@ -1,9 +1,15 @@
-"""Command line: ``python -m precompute --source DIR --out STORE [--device auto|cpu|cuda]``.
+"""Command line: ``python -m precompute --source DIR_OR_REPO --out STORE [options]``.
 
-Exit status: 0 when every checkpoint is in the store, 1 when some checkpoints
-failed (listed on stderr and in meta.json; the rest were processed), 2 when the
-run could not start (bad source, unknown architecture, incompatible store),
-130 when interrupted (the store keeps every committed checkpoint; rerun to resume).
+``--source`` is a local folder of ``step<N>/`` checkpoint folders or a Hub model id
+(``EleutherAI/pythia-1.4b-deduped``): its branches are the checkpoints, and only the
+Q/K bytes of each are fetched.
+
+Exit status: 0 when every selected checkpoint is in the store, 1 when some are
+missing or failed (listed on stderr and in meta.json; the rest were processed),
+2 when the run could not start (bad source, unknown architecture, incompatible
+store, bad options), 3 when the network failed after retries (the store keeps
+every committed checkpoint; rerun to resume) or the push to the Hub failed,
+130 when interrupted (likewise).
 """
 
 from __future__ import annotations
@@ -13,19 +19,42 @@ import logging
 import sys
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.settings import DEFAULT_DEVICE
+from precompute.settings import DEFAULT_DEVICE, default_embeddings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m precompute",
-        description="Compute per-head W_QK statistics for every checkpoint under a folder and write a store.",
+        description="Compute per-head W_QK statistics for every checkpoint of a suite and write a store.",
     )
-    p.add_argument("--source", required=True, help="folder with one step<N>/ or checkpoint-<N>/ sub-folder per checkpoint")
+    p.add_argument(
+        "--source",
+        required=True,
+        help="folder with one step<N>/ (or checkpoint-<N>/, ...) sub-folder per checkpoint, "
+        "or a Hub model id whose branches are the checkpoints (EleutherAI/pythia-70m)",
+    )
     p.add_argument("--out", required=True, help="store directory to create, or to resume")
+    p.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000); "
+                   "required with HF_HUB_OFFLINE=1, which reads them from the local Hub cache")
+    p.add_argument("--every", type=_positive, default=None, help="only steps that are multiples of N")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=DEFAULT_DEVICE, help="default: auto ($HEADWATCH_DEVICE)")
-    p.add_argument("--model-id", default=None, help="model name recorded in the store (default: the source folder name)")
-    p.add_argument("--tokens-per-step", type=int, default=None, help="tokens per training step, to record tokens seen")
+    p.add_argument("--model-id", default=None, help="model name recorded in the store (default: the folder name or repo id)")
+    p.add_argument("--tokens-per-step", type=int, default=None, help="tokens per training step, to record tokens seen "
+                   "(Pythia: 2097152, set automatically)")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
+                   help="afterwards, upload the store as a Hub dataset repo with a dataset card")
+    p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
+    p.add_argument("--no-embeddings", dest="embeddings", action="store_false", default=default_embeddings(),
+                   help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -33,8 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per HTTP request otherwise
+    from analysis.errors import HubUnreachableError
     from precompute.run import run_precompute  # imports torch; keep --help fast
 
+    resume = f"{args.out} keeps every finished checkpoint; run the same command to resume"
     try:
         report = run_precompute(
             args.source,
@@ -42,25 +74,44 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             model_id=args.model_id,
             tokens_per_step=args.tokens_per_step,
+            revisions=args.revisions,
+            every=args.every,
             progress=not args.no_progress,
+            embeddings=args.embeddings,
         )
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except HubUnreachableError as exc:
+        print(f"error: network failure: {exc}\n{resume}", file=sys.stderr)
+        return EXIT_NETWORK
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {args.out} keeps every finished checkpoint; run the same command to resume", file=sys.stderr)
-        return 130
+        print(f"\ninterrupted: {resume}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(
         f"{args.out}: {len(report.computed)} computed, {len(report.already_done)} already done, "
         f"{len(report.duplicates)} duplicates, {len(report.failed)} failed",
         file=sys.stderr,
     )
+    if report.bytes_fetched or report.peak_disk:
+        print(report.transfer_summary(), file=sys.stderr)
+    status = EXIT_OK
     if report.failed:
-        print("failed checkpoints (rerun to retry them):", file=sys.stderr)
+        print("failed or missing checkpoints (rerun to retry them):", file=sys.stderr)
         for f in report.failed:
             print(f"  {f['revision']}: {f['error']}", file=sys.stderr)
-        return 1
-    return 0
+        status = EXIT_FAILED
+    if args.push_to_hub:
+        from precompute.publish import push_store
+
+        try:
+            url = push_store(args.out, args.push_to_hub, private=args.private or None)
+        except (OSError, ValueError) as exc:  # Hub errors are OSErrors; StoreError is a ValueError
+            print(f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
+                  f"python -m precompute.publish {args.out} {args.push_to_hub}", file=sys.stderr)
+            return EXIT_NETWORK
+        print(f"pushed {args.out} to {url}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,23 +1,31 @@
-"""Find checkpoints in a local folder and fingerprint their weight files.
+"""Checkpoints in a local folder: find them, fingerprint their weight files, read them.
 
 A source folder holds one sub-folder per checkpoint in transformers'
-``save_pretrained`` format, named ``step<N>`` (Pythia's branch names) or
-``checkpoint-<N>`` (transformers Trainer). Each checkpoint's weight files are
-``model.safetensors`` / ``pytorch_model.bin`` or their sharded forms with an
-``*.index.json``; when both formats are present, safetensors wins.
+``save_pretrained`` format, named like a Hub branch: ``step<N>`` (Pythia),
+``checkpoint-<N>`` (transformers Trainer), ``step<N>-tokens<M>`` (OLMo) or
+``ckpt_<N>`` (LLM360); see `precompute.revisions`. Each checkpoint's weight files
+are ``model.safetensors`` / ``pytorch_model.bin`` or their sharded forms with an
+``*.index.json``; when both formats are present, safetensors wins. `LocalSource`
+is the `precompute.source.CheckpointSource` over such a folder; `read_folder`
+also serves checkpoints found in the local Hub cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, Literal
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.extract import ModelShape, attention_tensor_names
+from precompute.revisions import CheckpointRef, refs_from_names
+from precompute.source import Fetched, SkipFn, check_shape
+from precompute.weights import read_tensors, tensor_names
 
-CHECKPOINT_DIR = re.compile(r"^(?:step(\d+)|checkpoint-(\d+))$")
+RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
 
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -27,16 +35,65 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 _HASH_CHUNK = 8 << 20
 
 
-@dataclass(frozen=True)
-class LocalCheckpoint:
-    """One checkpoint folder: its training step, its name (the revision) and path."""
+class LocalSource:
+    """The checkpoints of a local folder (see the module docstring)."""
 
-    step: int
-    revision: str
-    path: Path
+    kind: Literal["local"] = "local"
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.name = str(self.folder.resolve())
+        self.model_id = self.folder.resolve().name
+
+    def list(self) -> tuple[list[CheckpointRef], list[str]]:
+        return find_checkpoints(self.folder)
+
+    def config(self, ref: CheckpointRef) -> dict[str, Any]:
+        return read_config(self._path(ref))
+
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
+        return read_folder(self._path(ref), ref, shape, skip=skip)
+
+    def run_info(self) -> dict[str, Any] | None:
+        path = self.folder / RUN_INFO_FILE
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+
+    def _path(self, ref: CheckpointRef) -> Path:
+        path = self.folder / ref.revision
+        if not path.is_dir():
+            raise CheckpointNotFoundError(f"no checkpoint folder {ref.revision!r} in {str(self.folder)!r}")
+        return path
 
 
-def find_checkpoints(source: str | Path) -> tuple[list[LocalCheckpoint], list[str]]:
+def read_folder(
+    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None
+) -> Fetched:
+    """Hash one checkpoint folder's weight files and, unless ``skip(sha256)``, read its
+    config and attention tensors.
+
+    Raises:
+        CheckpointNotFoundError: no weights or no config.json.
+        CheckpointError: corrupt files, or a config describing another model.
+    """
+    files = weight_files(folder)
+    digests = {f.name: file_sha256(f) for f in files}
+    sha = weights_fingerprint(digests)
+    fetched = Fetched(ref, sha, "file", digests, commit=commit)
+    if skip(sha):
+        return fetched
+    fetched.config = read_config(folder)
+    check_shape(fetched.config, shape)
+    where = tensor_names(files)
+    fetched.tensors = read_tensors(where, attention_tensor_names(shape, where))
+    return fetched
+
+
+def find_checkpoints(source: str | Path) -> tuple[list[CheckpointRef], list[str]]:
     """Checkpoint folders under ``source``, sorted by step, and the names that were ignored.
 
     Raises:
@@ -46,49 +103,52 @@ def find_checkpoints(source: str | Path) -> tuple[list[LocalCheckpoint], list[st
     source = Path(source)
     if not source.is_dir():
         raise CheckpointNotFoundError(f"--source {str(source)!r} is not a directory")
-    found: dict[int, LocalCheckpoint] = {}
-    ignored = []
-    for child in sorted(source.iterdir()):
-        m = CHECKPOINT_DIR.match(child.name)
-        if not child.is_dir() or not m:
-            if child.is_dir():
-                ignored.append(child.name)
-            continue
-        step = int(m.group(1) or m.group(2))
-        if step in found:
-            raise CheckpointError(f"{found[step].revision!r} and {child.name!r} in {str(source)!r} both name step {step}")
-        found[step] = LocalCheckpoint(step, child.name, child)
-    if not found:
+    folders = [child.name for child in source.iterdir() if child.is_dir()]
+    refs, ignored = refs_from_names(folders, where=repr(str(source)))
+    if not refs:
         raise CheckpointNotFoundError(
             f"no checkpoint folders in {str(source)!r}: expected sub-folders named step<N> or checkpoint-<N> "
             f"holding save_pretrained output (found: {ignored[:5] or 'nothing'})"
         )
-    return [found[s] for s in sorted(found)], ignored
+    return refs, ignored
 
 
-def weight_files(folder: Path) -> list[Path]:
-    """The weight files of one checkpoint folder, in a stable order.
+def select_weight_files(names: Iterable[str], read_index: Callable[[str], dict], *, where: str) -> list[str]:
+    """Which of a checkpoint's files hold its weights, in a stable order.
+
+    Args:
+        names: every file of the checkpoint.
+        read_index: reads a shard index (``*.index.json``) by file name.
+        where: the checkpoint, for error messages.
 
     Raises:
         CheckpointNotFoundError: no weight files, or an index names a missing shard.
         CheckpointError: an index file is unreadable.
     """
+    names = set(names)
     for single, index in ((SAFETENSORS_SINGLE, SAFETENSORS_INDEX), (BIN_SINGLE, BIN_INDEX)):
-        if (folder / index).is_file():
+        if index in names:
             try:
-                weight_map = json.loads((folder / index).read_text())["weight_map"]
-            except (OSError, ValueError, KeyError) as exc:
-                raise CheckpointError(f"{str(folder / index)!r} is not a valid shard index: {exc}") from exc
-            shards = sorted({folder / name for name in weight_map.values()})
-            missing = [p.name for p in shards if not p.is_file()]
+                weight_map = read_index(index)["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointError(f"{where}: {index} is not a valid shard index: {exc}") from exc
+            missing = [s for s in shards if s not in names]
             if missing:
-                raise CheckpointNotFoundError(f"{str(folder)!r}: shard index names missing files {missing}")
+                raise CheckpointNotFoundError(f"{where}: shard index names missing files {missing}")
             return shards
-        if (folder / single).is_file():
-            return [folder / single]
+        if single in names:
+            return [single]
     raise CheckpointNotFoundError(
-        f"{str(folder)!r} holds no weights: expected {SAFETENSORS_SINGLE}, {BIN_SINGLE} or a sharded index"
+        f"{where} holds no weights: expected {SAFETENSORS_SINGLE}, {BIN_SINGLE} or a sharded index"
     )
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files of one checkpoint folder, in a stable order (see `select_weight_files`)."""
+    names = [f for f in os.listdir(folder) if (folder / f).is_file()]
+    chosen = select_weight_files(names, lambda n: json.loads((folder / n).read_text()), where=repr(str(folder)))
+    return [folder / n for n in chosen]
 
 
 def file_sha256(path: Path) -> str:

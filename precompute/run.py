@@ -1,26 +1,34 @@
-"""The precompute loop over local checkpoint folders: resumable, atomic, loud about bad input.
+"""The precompute loop: resumable, atomic, loud about bad input, for any checkpoint source.
 
-For each checkpoint not yet in the store, in step order:
+For each selected checkpoint not yet in the store, in step order:
 
-1. hash its weight files (sha256); identical weights to a checkpoint already in
-   the store make it a duplicate: listed with ``duplicate_of`` and no rows;
-2. otherwise read only the attention tensors, extract per-head W_Q/W_K,
-   compute every statistic and append its rows;
+1. fetch it (`precompute.source`): fingerprint its weights (sha256); identical
+   weights to a checkpoint already in the store make it a duplicate, listed with
+   ``duplicate_of`` and no rows (its tensors are not even read);
+2. otherwise extract per-head W_Q/W_K from its attention tensors, compute every
+   statistic and append its rows;
 3. commit ``heads.parquet`` and ``meta.json`` together (`store_writer.commit_store`).
 
-A checkpoint that fails (no weights, truncated file, wrong shapes, non-finite
-values) is logged with its name and reason, listed under ``failed`` in
-meta.json, and skipped; the others go on. A run killed at any moment resumes
-from the last commit and ends with the store an uninterrupted run writes.
+Checkpoint t+1 is fetched in a background thread while t is computed
+(`precompute.prefetch`), so at most two are held at once.
+
+A checkpoint that fails (missing, no weights, truncated file, wrong shapes,
+non-finite values) is logged with its name and reason, listed under ``failed`` in
+meta.json (``reason``: ``missing`` or ``error``), and skipped; the others go on.
+A network failure that outlasts the retries stops the run with
+`analysis.errors.HubUnreachableError`. Either way, and after Ctrl-C or a kill at
+any moment, the store holds every committed checkpoint and a rerun resumes to the
+store an uninterrupted run writes. A run that computed rows ends by refreshing the
+trajectory-map embeddings (`precompute.embeddings`), if that module is present.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+import shutil
+import sys
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,36 +39,45 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError
-from analysis.extract import ModelShape, attention_tensor_names, extract_qk, model_shape
+from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
+from analysis.extract import ModelShape, extract_qk, model_shape
 from analysis.heads import checkpoint_statistics, resolve_device
 from analysis.store import HEADS_FILE, META_FILE, done_steps, empty_heads_table, read_meta, sort_heads
-from precompute.checkpoints import (
-    LocalCheckpoint,
-    file_sha256,
-    find_checkpoints,
-    read_config,
-    weight_files,
-    weights_fingerprint,
-)
-from precompute.settings import Settings, software_versions
+from precompute.fetch import Meter, human_bytes
+from precompute.lock import store_lock
+from precompute.prefetch import Prefetcher
+from precompute.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef, is_pythia, parse_revisions, schedule_gaps, select
+from precompute.settings import FetchSettings, Settings, software_versions
+from precompute.source import CheckpointSource, Fetched, open_source
 from precompute.store_writer import commit_store
 from precompute.tables import heads_rows, new_meta
-from precompute.weights import read_tensors, tensor_names
 
 log = logging.getLogger("precompute")
 
-RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
+# Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
+CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
 
 
 @dataclass
 class RunReport:
-    """What one invocation did."""
+    """What one invocation did, and what it moved."""
 
     computed: list[int] = field(default_factory=list)
     already_done: list[int] = field(default_factory=list)
     duplicates: dict[int, int] = field(default_factory=dict)  # step -> duplicate_of
     failed: list[dict[str, Any]] = field(default_factory=list)
+    bytes_fetched: int = 0
+    requests: int = 0
+    peak_disk: int = 0  # most scratch-disk bytes held at once
+    seconds: float = 0.0
+    embeddings: str = "not needed"  # "written", "skipped", or why they failed
+
+    def transfer_summary(self) -> str:
+        rate = self.bytes_fetched / max(self.seconds, 1e-9)
+        return (
+            f"fetched {human_bytes(self.bytes_fetched)} in {self.requests} requests over {self.seconds:.1f} s "
+            f"({human_bytes(rate)}/s); peak scratch disk {human_bytes(self.peak_disk)}"
+        )
 
 
 def run_precompute(
@@ -70,103 +87,187 @@ def run_precompute(
     device: str = "auto",
     model_id: str | None = None,
     tokens_per_step: int | None = None,
+    revisions: str | Sequence[str] | None = None,
+    every: int | None = None,
     progress: bool = True,
+    embeddings: bool = True,
+    fetch: FetchSettings | None = None,
+    token: str | bool | None = None,
 ) -> RunReport:
-    """Compute (or resume) the statistics store of every checkpoint under ``source``.
+    """Compute (or resume) the statistics store of a checkpoint suite.
 
     Args:
-        source: folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders.
+        source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model
+            id (``EleutherAI/pythia-1.4b-deduped``) whose branches are the checkpoints.
         out: the store directory (created, or resumed if it exists).
         device: ``auto``, ``cpu`` or ``cuda``.
-        model_id: name recorded in meta.json (default: the source folder's name).
-        tokens_per_step: tokens per optimizer step, for the ``tokens`` field
-            (default: ``run.json``'s value if the source has one, else unknown).
+        model_id: name recorded in meta.json (default: the folder name or repo id).
+        tokens_per_step: tokens per optimizer step, for the ``tokens`` field (default:
+            ``run.json``'s value for a local run, 2,097,152 for Pythia, else unknown;
+            OLMo-style branch names carry their own token counts).
+        revisions: only these checkpoints (names or one comma-separated string). Named
+            ones that the source lacks are listed as failed (``reason: missing``).
+        every: only steps that are multiples of this.
         progress: show a progress bar on stderr.
+        embeddings: refresh the trajectory-map embeddings after computing rows.
+        fetch: Hub fetch settings (default: `FetchSettings()`, from the environment).
+        token: Hub token (default: the logged-in user's, if any).
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
 
     Raises:
-        CheckpointNotFoundError: no source folder or no checkpoints in it.
+        CheckpointNotFoundError: no such source, nothing selected, or no readable config.
         UnknownArchitectureError: the model type has no adapter.
+        ValueError: bad ``revisions`` or ``every``.
         SchemaVersionError: ``out`` was written by a newer schema (left untouched).
         StoreError: ``out`` holds a different model, or is locked by another run.
+        analysis.errors.HubUnreachableError: the network failed on every retry; the
+            store keeps every committed checkpoint.
     """
-    source, out = Path(source), Path(out)
-    checkpoints, ignored = find_checkpoints(source)
-    if ignored:
-        log.info("ignoring folders that are not step<N>/checkpoint-<N>: %s", ", ".join(ignored[:10]))
-    shape, config = _model_shape(checkpoints)
-    run_info = _read_run_info(source)
+    started = time.monotonic()
+    out = Path(out)
+    meter = Meter()
+    fetch = fetch or FetchSettings()
+    scratch = out.parent / f".{out.name}.fetch"
+    if isinstance(revisions, str):
+        requested = parse_revisions(revisions)
+    else:
+        requested = parse_revisions(",".join(revisions)) if revisions else None
+    src = open_source(source, scratch=scratch, fetch=fetch, meter=meter, token=token)
+    todo_all, missing = _select(src, requested, every)
+    shape, config = _model_shape(src, todo_all)
+    run_info = src.run_info()
     if tokens_per_step is None and run_info is not None:
         tokens_per_step = run_info.get("tokens_per_step")
+    if tokens_per_step is None and src.kind == "hub" and is_pythia(src.name):
+        tokens_per_step = PYTHIA_TOKENS_PER_STEP
     dev = resolve_device(device)
-    settings = Settings(source=str(source.resolve()), device=dev.type, tokens_per_step=tokens_per_step)
-    model = {"id": model_id or source.resolve().name, **shape.as_meta(), "config": config}
+    settings = Settings(
+        source=src.name,
+        device=dev.type,
+        tokens_per_step=tokens_per_step,
+        source_kind=src.kind,
+        revisions=tuple(r.revision for r in requested) if requested else None,
+        every=every,
+        fetch=fetch if src.kind == "hub" else None,
+    )
+    model = {"id": model_id or src.model_id, **shape.as_meta(), "config": config}
 
-    with _store_lock(out):
-        meta, heads = _open_or_create(out, model, settings)
-        meta["settings"] = settings.as_meta()
-        meta["software"] = software_versions()
-        if run_info is not None:
-            meta["training"] = run_info
-        report = RunReport()
-        listed = {c["step"] for c in meta["checkpoints"]}
-        report.already_done = sorted(listed & {c.step for c in checkpoints})
-        todo = [c for c in checkpoints if c.step not in listed]
-        known = {c["sha256"]: c["step"] for c in meta["checkpoints"] if c.get("duplicate_of") is None}
-        failed = {f["step"]: f for f in meta.get("failed", [])}
-        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-        for ck in bar:
-            bar.set_postfix_str(ck.revision)
-            try:
-                entry, rows = _process(ck, shape, known, settings)
-            except (CheckpointError, CheckpointNotFoundError) as exc:
-                message = f"{ck.revision}: {exc}"
-                tqdm.write(f"error: {message}")
-                failed[ck.step] = {"step": ck.step, "revision": ck.revision, "error": str(exc)}
-                report.failed.append(failed[ck.step])
-            else:
-                failed.pop(ck.step, None)
-                meta["checkpoints"] = sorted(meta["checkpoints"] + [entry], key=lambda c: c["step"])
-                if rows is None:
-                    report.duplicates[ck.step] = entry["duplicate_of"]
-                    tqdm.write(f"note: {ck.revision} has weights identical to step {entry['duplicate_of']}; marked duplicate_of")
-                else:
-                    known[entry["sha256"]] = ck.step
-                    heads = sort_heads(pa.concat_tables([heads, rows]))
-                    report.computed.append(ck.step)
+    report = RunReport()
+    with store_lock(out):
+        _clear(scratch)
+        try:
+            meta, heads = _open_or_create(out, model, settings)
+            meta["settings"] = settings.as_meta()
+            meta["software"] = software_versions()
+            if run_info is not None:
+                meta["training"] = run_info
+            listed = {c["step"] for c in meta["checkpoints"]}
+            report.already_done = sorted(listed & {r.step for r in todo_all})
+            known = {c["sha256"]: c["step"] for c in meta["checkpoints"] if c.get("duplicate_of") is None}
+            failed = {f["step"]: f for f in meta.get("failed", [])}
+            for ref in missing:
+                if ref.step not in listed:
+                    failed[ref.step] = _failure(ref, f"revision {ref.revision!r} not found in {src.name}", "missing")
+                    report.failed.append(failed[ref.step])
+                    log.error("%s: not found in %s; skipped", ref.revision, src.name)
             meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
-            commit_store(out, meta, heads)
-        if not out.exists():  # nothing to do and nothing listed: still leave a valid empty store
-            commit_store(out, meta, heads)
+            if missing or not out.exists():
+                commit_store(out, meta, heads)
+            todo = [r for r in todo_all if r.step not in listed]
+            heads = _loop(src, todo, shape, settings, out, meta, heads, known, failed, report, meter, progress)
+        finally:
+            _clear(scratch)
+            report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
+            report.seconds = time.monotonic() - started
+        if embeddings and (report.computed or _embeddings_stale(meta)):
+            report.embeddings = _add_embeddings(out)
+        elif not embeddings:
+            report.embeddings = "skipped"
     return report
 
 
+def _loop(
+    src: CheckpointSource,
+    todo: list[CheckpointRef],
+    shape: ModelShape,
+    settings: Settings,
+    out: Path,
+    meta: dict[str, Any],
+    heads: pa.Table,
+    known: dict[str, int],
+    failed: dict[int, dict[str, Any]],
+    report: RunReport,
+    meter: Meter,
+    progress: bool,
+) -> pa.Table:
+    """Fetch (one ahead), compute and commit every checkpoint of ``todo``; the final heads table."""
+    seen = dict(known)  # the fetch thread's view: known weights plus those it read this run
+
+    def fetch_one(ref: CheckpointRef) -> Fetched:
+        fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen)
+        if fetched.tensors is not None:
+            seen.setdefault(fetched.sha256, ref.step)
+        return fetched
+
+    bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
+    with Prefetcher(fetch_one, todo, stop=getattr(src, "stop", None)) as prefetched:
+        for ref, result in prefetched:
+            try:
+                fetched = result()
+                if fetched.tensors is None and fetched.sha256 not in known:
+                    # skipped as a copy of a checkpoint that then failed: read it after all
+                    fetched = src.fetch(ref, shape, skip=lambda sha: False)
+                entry, rows = _process(fetched, shape, known, settings)
+            except CHECKPOINT_ERRORS as exc:
+                tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
+                failed[ref.step] = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
+                report.failed.append(failed[ref.step])
+            else:
+                failed.pop(ref.step, None)
+                meta["checkpoints"] = sorted(meta["checkpoints"] + [entry], key=lambda c: c["step"])
+                if rows is None:
+                    report.duplicates[ref.step] = entry["duplicate_of"]
+                    tqdm.write(f"note: {ref.revision} has weights identical to step {entry['duplicate_of']}; marked duplicate_of", file=sys.stderr)
+                else:
+                    known[entry["sha256"]] = ref.step
+                    heads = sort_heads(pa.concat_tables([heads, rows]))
+                    report.computed.append(ref.step)
+            meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
+            commit_store(out, meta, heads)
+            bar.update(1)
+            if src.kind == "hub":
+                bar.set_postfix_str(f"{ref.revision}, {human_bytes(meter.fetched)} fetched at {human_bytes(meter.rate())}/s")
+            else:
+                bar.set_postfix_str(ref.revision)
+    bar.close()
+    return heads
+
+
 def _process(
-    ck: LocalCheckpoint, shape: ModelShape, known: dict[str, int], settings: Settings
+    fetched: Fetched, shape: ModelShape, known: dict[str, int], settings: Settings
 ) -> tuple[dict[str, Any], pa.Table | None]:
-    """Hash one checkpoint and, unless it duplicates a known one, compute its rows."""
-    files = weight_files(ck.path)
-    digests = {f.name: file_sha256(f) for f in files}
-    sha = weights_fingerprint(digests)
-    tokens = ck.step * settings.tokens_per_step if settings.tokens_per_step else None
+    """The checkpoint's meta.json entry and, unless it duplicates a known one, its rows."""
+    ref = fetched.ref
+    if ref.tokens is not None:
+        tokens = ref.tokens
+    else:
+        tokens = ref.step * settings.tokens_per_step if settings.tokens_per_step else None
     entry = {
-        "step": ck.step,
-        "revision": ck.revision,
+        "step": ref.step,
+        "revision": ref.revision,
         "tokens": tokens,
-        "sha256": sha,
-        "files": digests,
-        "duplicate_of": known.get(sha),
+        "sha256": fetched.sha256,
+        "sha256_source": fetched.sha256_source,
+        "files": fetched.files,
+        "commit": fetched.commit,
+        "duplicate_of": known.get(fetched.sha256),
     }
     if entry["duplicate_of"] is not None:
         return entry, None
-    this_shape = model_shape(read_config(ck.path))
-    if this_shape != shape:
-        raise CheckpointError(f"config.json describes {this_shape.as_meta()}, but the run's model is {shape.as_meta()}")
-    where = tensor_names(files)
-    tensors = read_tensors(where, attention_tensor_names(shape, where))
-    w_q, w_k = extract_qk(shape, tensors)
+    assert fetched.tensors is not None
+    w_q, w_k = extract_qk(shape, fetched.tensors)
     for name, w in (("W_Q", w_q), ("W_K", w_k)):
         finite = torch.isfinite(w).flatten(1).all(dim=1)
         if not bool(finite.all()):
@@ -180,15 +281,43 @@ def _process(
         spectrum_dtype=getattr(torch, settings.spectrum_dtype),
         chunk_elements=settings.chunk_elements,
     )
-    return entry, heads_rows(ck.step, stats)
+    return entry, heads_rows(ref.step, stats)
 
 
-def _model_shape(checkpoints: list[LocalCheckpoint]) -> tuple[ModelShape, dict[str, Any]]:
+def _select(
+    src: CheckpointSource, requested: list[CheckpointRef] | None, every: int | None
+) -> tuple[list[CheckpointRef], list[CheckpointRef]]:
+    """The checkpoints to take and the requested ones the source lacks."""
+    listing = src.list()
+    if listing is None and requested is None:
+        raise ValueError(
+            f"HF_HUB_OFFLINE is set, so the branches of {src.name} cannot be listed; "
+            "pass --revisions step0,step1000,... to read those revisions from the local Hub cache"
+        )
+    available, ignored = listing if listing is not None else (None, [])
+    if ignored:
+        log.info("ignoring names that carry no step: %s", ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else ""))
+    if available is not None and src.kind == "hub" and is_pythia(src.name):
+        absent, extra = schedule_gaps(available)
+        if absent:
+            log.warning("%s lacks %d branches of the Pythia schedule: %s", src.name, len(absent), ", ".join(f"step{s}" for s in absent[:10]))
+        if extra:
+            log.info("%s has branches outside the Pythia schedule: %s", src.name, ", ".join(f"step{s}" for s in extra[:10]))
+    todo, missing = select(available, revisions=requested, every=every)
+    if not todo and not missing:
+        raise CheckpointNotFoundError(
+            f"no checkpoint of {src.name} is selected"
+            + (f" (--every {every} keeps none of steps {[r.step for r in available or []][:10]})" if every else "")
+        )
+    return todo, missing
+
+
+def _model_shape(src: CheckpointSource, refs: list[CheckpointRef]) -> tuple[ModelShape, dict[str, Any]]:
     """The run's model, from the first checkpoint with a readable config.json."""
     errors = []
-    for ck in checkpoints:
+    for ref in refs:
         try:
-            config = read_config(ck.path)
+            config = src.config(ref)
         except (CheckpointError, CheckpointNotFoundError) as exc:
             errors.append(str(exc))
             continue
@@ -196,14 +325,8 @@ def _model_shape(checkpoints: list[LocalCheckpoint]) -> tuple[ModelShape, dict[s
     raise CheckpointNotFoundError("no checkpoint has a readable config.json: " + "; ".join(errors[:3]))
 
 
-def _read_run_info(source: Path) -> dict[str, Any] | None:
-    path = source / RUN_INFO_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+def _failure(ref: CheckpointRef, error: str, reason: str) -> dict[str, Any]:
+    return {"step": ref.step, "revision": ref.revision, "error": error, "reason": reason}
 
 
 def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tuple[dict[str, Any], pa.Table]:
@@ -221,6 +344,11 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
             f"store {str(out)!r} holds a different model ({theirs}) than {settings.source!r} ({ours}); "
             "write to a new --out"
         )
+    before = meta.get("settings", {})
+    if settings.source_kind == "hub" and before.get("source_kind") == "hub" and before.get("source") != settings.source:
+        raise StoreError(
+            f"store {str(out)!r} was computed from {before.get('source')!r}, not {settings.source!r}; write to a new --out"
+        )
     steps = done_steps(meta)
     if (out / HEADS_FILE).is_file():
         heads = pq.read_table(out / HEADS_FILE)
@@ -230,14 +358,34 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
     return meta, sort_heads(heads)
 
 
-@contextmanager
-def _store_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock so two runs never write one store."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = out.parent / f".{out.name}.lock"
-    with open(lock_path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise StoreError(f"another precompute run is writing {str(out)!r} (lock {str(lock_path)!r} is held)") from exc
-        yield
+def _embeddings_stale(meta: dict[str, Any]) -> bool:
+    """Whether the store's embeddings (if any) were made from other checkpoints than it now holds."""
+    steps = done_steps(meta)
+    return bool(steps) and (meta.get("embeddings") or {}).get("steps") != steps
+
+
+def _add_embeddings(out: Path) -> str:
+    """Refresh the trajectory-map embeddings; a failure is logged and leaves the store as it is."""
+    try:
+        from precompute.embeddings import add_embeddings
+    except ImportError as exc:
+        log.info("no trajectory-map embeddings: %s", exc)
+        return f"unavailable ({exc})"
+    try:
+        add_embeddings(out)
+    except Exception as exc:  # the store is complete without them; never lose it over a map
+        log.warning(
+            "trajectory-map embeddings failed (%s: %s); the store is complete without them. "
+            "Retry with `python -m precompute.embeddings %s`",
+            type(exc).__name__,
+            exc,
+            out,
+        )
+        return f"failed ({type(exc).__name__}: {exc})"
+    return "written"
+
+
+def _clear(scratch: Path) -> None:
+    """Remove the scratch folder (downloads of a run that was killed, or this one's)."""
+    if scratch.exists():
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
 
@@ -16,6 +16,44 @@ DeviceName = Literal["auto", "cpu", "cuda"]
 
 # HEADWATCH_DEVICE sets the default of --device.
 DEFAULT_DEVICE: DeviceName = os.environ.get("HEADWATCH_DEVICE", "auto")  # type: ignore[assignment]
+
+
+def default_embeddings() -> bool:
+    """Whether a run ends by refreshing the trajectory-map embeddings: HEADWATCH_EMBEDDINGS=0
+    turns it off (they need umap-learn and take tens of seconds to compile on first use)."""
+    return os.environ.get("HEADWATCH_EMBEDDINGS", "1") != "0"
+
+
+def _env_number(name: str, default: str, kind: type) -> Any:
+    value = os.environ.get(name, default)
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"${name}={value!r} is not a {kind.__name__}") from None
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """How checkpoints are fetched from the Hub; defaults from the environment variables in brackets,
+    read when the settings are made.
+
+    Attributes:
+        retries: attempts per request before the run stops [HEADWATCH_HUB_RETRIES, 5].
+        backoff_s: wait before the first retry, doubling after each [HEADWATCH_HUB_BACKOFF, 1.0].
+        timeout_s: seconds without progress before a request counts as failed.
+        range_merge_gap: two byte ranges closer than this many bytes are fetched as one
+            [HEADWATCH_RANGE_MERGE_GAP, 4 MiB]. Reading through a gap beats a round trip when
+            the gap transfers faster than a request's latency (4 MiB at 100 MB/s is ~40 ms).
+            The default merges Pythia's interleaved V rows: one range per layer. 0 fetches
+            exactly the Q and K rows.
+        concurrency: byte ranges fetched in parallel [HEADWATCH_FETCH_CONCURRENCY, 4].
+    """
+
+    retries: int = field(default_factory=lambda: _env_number("HEADWATCH_HUB_RETRIES", "5", int))
+    backoff_s: float = field(default_factory=lambda: _env_number("HEADWATCH_HUB_BACKOFF", "1.0", float))
+    timeout_s: float = 60.0
+    range_merge_gap: int = field(default_factory=lambda: _env_number("HEADWATCH_RANGE_MERGE_GAP", str(4 << 20), int))
+    concurrency: int = field(default_factory=lambda: _env_number("HEADWATCH_FETCH_CONCURRENCY", "4", int))
 
 
 @dataclass(frozen=True)
@@ -28,6 +66,10 @@ class Settings:
     spectrum_dtype: str = "float64"  # QR core and its SVD
     chunk_elements: int = 2**26  # dense entries per work buffer
     tokens_per_step: int | None = None
+    source_kind: Literal["local", "hub"] = "local"
+    revisions: tuple[str, ...] | None = None  # --revisions, as given
+    every: int | None = None  # --every
+    fetch: FetchSettings | None = None  # Hub sources only
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)

@@ -42,7 +42,7 @@ def test_killed_runs_resume_to_the_uninterrupted_store(tmp_path: Path) -> None:
     assert run_cli("--source", str(src), "--out", str(reference)).returncode == 1
 
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
     rng = random.Random(0)
     kills = 0
     for _attempt in range(40):

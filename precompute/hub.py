@@ -1,0 +1,295 @@
+"""Checkpoints from a Hugging Face Hub model repo: one branch per checkpoint.
+
+Online, per revision: one ``model_info`` call (the commit the branch points to,
+its files and their LFS sha256), small GETs for ``config.json`` and shard indexes,
+then only the attention bytes:
+
+- safetensors: the header and the Q/K byte ranges (`precompute.ranges`), read
+  into memory; nothing is written to disk;
+- ``pytorch_model.bin``: the shards holding attention tensors are downloaded to a
+  scratch folder, loaded with ``weights_only=True`` and deleted at once;
+- files already in the local Hub cache for that commit are read from there.
+
+The fingerprint is the Hub's LFS sha256 (``sha256_source: hub``): a duplicate of a
+known checkpoint costs one API call and no download.
+
+Offline (``HF_HUB_OFFLINE=1``), branches cannot be listed, so ``--revisions`` is
+required; each revision is read from the local Hub cache
+(``models--ORG--NAME/{refs,snapshots,blobs}``) like a local folder and its files
+hashed (``sha256_source: file``, the same digest the Hub reports).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from huggingface_hub import HfApi, constants, hf_hub_url, try_to_load_from_cache
+from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.extract import ModelShape, attention_tensor_names
+from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, read_config, read_folder, select_weight_files, weights_fingerprint
+from precompute.fetch import HubHttp, Meter
+from precompute.ranges import SafetensorsHeader, qk_element_masks, read_header, read_tensors
+from precompute.revisions import CheckpointRef, refs_from_names
+from precompute.settings import FetchSettings
+from precompute.source import Fetched, SkipFn, check_shape
+from precompute.weights import read_tensors as read_local_tensors
+from precompute.weights import tensor_names
+
+log = logging.getLogger("precompute")
+
+
+class HubSource:
+    """The checkpoints (branches) of a Hub model repo.
+
+    Args:
+        repo_id: ``ORG/NAME``.
+        scratch: folder for temporary ``pytorch_model.bin`` downloads.
+        fetch: retries, range merging, concurrency.
+        meter: counts bytes fetched and scratch disk.
+        token: Hub token (None: the logged-in user's, if any).
+        endpoint: the Hub (default: ``HF_ENDPOINT`` or https://huggingface.co).
+        cache_dir: the Hub cache (default: ``HF_HUB_CACHE``).
+        offline: default: ``HF_HUB_OFFLINE``.
+    """
+
+    kind: Literal["hub"] = "hub"
+
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        scratch: Path,
+        fetch: FetchSettings,
+        meter: Meter,
+        token: str | bool | None = None,
+        endpoint: str | None = None,
+        cache_dir: str | Path | None = None,
+        offline: bool | None = None,
+    ):
+        self.repo_id = self.name = self.model_id = repo_id
+        self.scratch = scratch
+        self.settings = fetch
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.cache_dir = str(cache_dir or constants.HF_HUB_CACHE)
+        self.offline = constants.is_offline_mode() if offline is None else offline
+        self.http = HubHttp(fetch, meter, token=token)
+        self.api = HfApi(endpoint=self.endpoint, token=token, library_name="headwatch")
+        self._masks: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._infos: dict[str, Any] = {}
+        self._said_bin = False
+        if self.offline and not (Path(self.cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model")).is_dir():
+            raise CheckpointNotFoundError(
+                f"{repo_id!r} is not in the local Hub cache {self.cache_dir!r} and HF_HUB_OFFLINE is set; "
+                "unset HF_HUB_OFFLINE to read it from the Hub, or check the repo id"
+            )
+
+    @property
+    def stop(self) -> threading.Event:
+        """Set to abandon transfers in flight."""
+        return self.http.stop
+
+    def list(self) -> tuple[list[CheckpointRef], list[str]] | None:
+        if self.offline:
+            return None
+        refs = self._api(lambda: self.api.list_repo_refs(self.repo_id), what=f"list the branches of {self.repo_id}")
+        return refs_from_names([b.name for b in refs.branches], where=f"the branches of {self.repo_id}")
+
+    def config(self, ref: CheckpointRef) -> dict[str, Any]:
+        if self.offline:
+            return read_config(self._cached_folder(ref))
+        info = self._info(ref)
+        return self._json(info.sha, "config.json", ref)
+
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
+        if self.offline:
+            folder = self._cached_folder(ref)
+            return read_folder(folder, ref, shape, skip=skip, commit=folder.name)
+        info = self._info(ref)
+        self._infos.pop(ref.revision, None)  # fetched once; later calls ask again
+        commit = info.sha
+        siblings = {s.rfilename: s for s in info.siblings or []}
+        files = select_weight_files(siblings, lambda name: self._json(commit, name, ref), where=f"{self.repo_id}@{ref.revision}")
+        lfs = {f: siblings[f].lfs.sha256 for f in files if siblings[f].lfs is not None}
+        fetched = Fetched(ref, "", "hub", {}, commit=commit)
+        if len(lfs) == len(files):
+            fetched.files = dict(sorted(lfs.items()))
+            fetched.sha256 = weights_fingerprint(lfs)
+            if skip(fetched.sha256):
+                return fetched
+        fetched.config = self._json(commit, "config.json", ref)
+        check_shape(fetched.config, shape)
+        cached = {f: try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit) for f in files}
+        if all(isinstance(p, str) for p in cached.values()):
+            where = tensor_names(Path(p) for p in cached.values())
+            fetched.tensors = read_local_tensors(where, attention_tensor_names(shape, where))
+        elif files[0].endswith(".safetensors"):
+            fetched.tensors = self._read_safetensors(commit, files, shape, ref)
+        else:
+            fetched.tensors = self._read_bin(commit, files, shape, ref)
+        if not fetched.sha256:  # no LFS digest: fingerprint the attention tensors as read
+            fetched.sha256, fetched.sha256_source = tensors_fingerprint(fetched.tensors), "read"
+        return fetched
+
+    def run_info(self) -> None:
+        return None
+
+    # -- online reading ---------------------------------------------------------------
+
+    def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef) -> dict[str, torch.Tensor]:
+        if len(files) > 1:  # sharded: the index says which shards hold attention tensors
+            weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
+            wanted = attention_tensor_names(shape, weight_map)
+            files = sorted({weight_map[n] for n in wanted})
+        headers: dict[str, SafetensorsHeader] = {}
+        for f in files:
+            headers[f] = read_header(self._getter(commit, f, ref), where=self._where(ref, f))
+        shapes = {n: s.shape for h in headers.values() for n, s in h.tensors.items()}
+        masks = self._qk_masks(shape, shapes)
+        out: dict[str, torch.Tensor] = {}
+        for f, header in headers.items():
+            mine = {n: m for n, m in masks.items() if n in header.tensors}
+            out.update(
+                read_tensors(
+                    self._getter(commit, f, ref),
+                    header,
+                    mine,
+                    merge_gap=self.settings.range_merge_gap,
+                    concurrency=self.settings.concurrency,
+                    where=self._where(ref, f),
+                )
+            )
+        return out
+
+    def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef) -> dict[str, torch.Tensor]:
+        if len(files) > 1:
+            weight_map = self._json(commit, BIN_INDEX, ref)["weight_map"]
+            files = sorted({weight_map[n] for n in attention_tensor_names(shape, weight_map)})
+        if not self._said_bin:
+            log.info("%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
+                     "attention tensors, one checkpoint at a time, into %s", self.repo_id, ref.revision, self.scratch)
+            self._said_bin = True
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        paths: dict[Path, int] = {}
+        try:
+            for f in files:  # every shard holding attention tensors: at most one checkpoint's worth on disk
+                dest = self.scratch / f"{commit[:12]}-{f}"
+                url = hf_hub_url(self.repo_id, f, revision=commit, endpoint=self.endpoint)
+                paths[dest] = self.http.download(url, dest, what=f"download {self._where(ref, f)}")
+            where = tensor_names(paths)
+            tensors = read_local_tensors(where, attention_tensor_names(shape, where))
+            return {n: t.clone() for n, t in tensors.items()}  # off the mmap, so the files can go
+        finally:
+            for dest, size in paths.items():
+                self.http.release(dest, size)
+
+    def _qk_masks(self, shape: ModelShape, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        """Element masks of the attention tensors, computed once per model geometry."""
+        names = attention_tensor_names(shape, shapes)
+        key = (shape, tuple((n, shapes[n]) for n in names))
+        if key not in self._masks:
+            self._masks = {key: qk_element_masks(shape, {n: shapes[n] for n in names})}
+        return self._masks[key]
+
+    def _getter(self, commit: str, filename: str, ref: CheckpointRef):
+        url = hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint)
+        what = f"read {self._where(ref, filename)}"
+
+        def get(start: int, end: int) -> tuple[bytes, int | None]:
+            try:
+                return self.http.get_range(url, start, end, what=what)
+            except EntryNotFoundError as exc:
+                raise CheckpointNotFoundError(f"{self._where(ref, filename)} is listed but cannot be downloaded") from exc
+            except HfHubHTTPError as exc:
+                raise CheckpointError(f"{self._where(ref, filename)}: {_first_line(exc)}") from exc
+
+        return get
+
+    def _json(self, commit: str, filename: str, ref: CheckpointRef) -> dict[str, Any]:
+        cached = try_to_load_from_cache(self.repo_id, filename, cache_dir=self.cache_dir, revision=commit)
+        where = self._where(ref, filename)
+        try:
+            if isinstance(cached, str):
+                text = Path(cached).read_bytes()
+            else:
+                text = self.http.get(hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint), what=f"read {where}")
+        except EntryNotFoundError:
+            raise CheckpointNotFoundError(f"{where} does not exist (save_pretrained writes one)") from None
+        except HfHubHTTPError as exc:
+            raise CheckpointError(f"{where}: {_first_line(exc)}") from exc
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise CheckpointError(f"{where} is not valid JSON: {exc}") from exc
+
+    def _info(self, ref: CheckpointRef):
+        if ref.revision not in self._infos:
+            self._infos[ref.revision] = self._api(
+                lambda: self.api.model_info(
+                    self.repo_id, revision=ref.revision, files_metadata=True, timeout=self.settings.timeout_s
+                ),
+                what=f"look up {self.repo_id}@{ref.revision}",
+                revision=ref.revision,
+            )
+        return self._infos[ref.revision]
+
+    def _api(self, fn, *, what: str, revision: str | None = None):
+        """An HfApi call with retries; Hub errors become one-line checkpoint errors."""
+        try:
+            return self.http.call(fn, what=what)
+        except RevisionNotFoundError:
+            raise CheckpointNotFoundError(f"revision {revision!r} does not exist in {self.repo_id}") from None
+        except GatedRepoError:
+            raise CheckpointNotFoundError(
+                f"{self.repo_id} is gated: accept its terms on {self.endpoint}/{self.repo_id} and log in (`hf auth login`)"
+            ) from None
+        except RepositoryNotFoundError:
+            raise CheckpointNotFoundError(
+                f"no model repo {self.repo_id!r} on {self.endpoint} (nor a local directory of that name); "
+                "check the id, or log in (`hf auth login`) if it is private"
+            ) from None
+        except HfHubHTTPError as exc:
+            raise CheckpointError(f"{what}: {_first_line(exc)}") from exc
+
+    # -- offline ------------------------------------------------------------------------
+
+    def _cached_folder(self, ref: CheckpointRef) -> Path:
+        """The snapshot folder of a revision in the local Hub cache."""
+        path = try_to_load_from_cache(self.repo_id, "config.json", cache_dir=self.cache_dir, revision=ref.revision)
+        if not isinstance(path, str):
+            raise CheckpointNotFoundError(
+                f"revision {ref.revision!r} of {self.repo_id} is not in the local Hub cache {self.cache_dir!r} "
+                "(HF_HUB_OFFLINE is set, so only cached revisions can be read)"
+            )
+        return Path(path).parent
+
+    def _where(self, ref: CheckpointRef, filename: str) -> str:
+        return f"{self.repo_id}@{ref.revision}/{filename}"
+
+
+def tensors_fingerprint(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over the attention tensors as read (name, dtype, shape and raw bytes, by name)."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}\n".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

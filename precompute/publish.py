@@ -1,0 +1,263 @@
+"""Publish a store as a Hugging Face Hub dataset repo, with a dataset card.
+
+The card (``README.md``) says what every column means (from
+`analysis.schema.COLUMN_DOCS` and the files' own Arrow schemas) and how the store
+was made: model, checkpoints and revisions, duplicates, failures, settings and
+software versions, all read from the store's ``meta.json``. Its YAML header
+declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.
+
+The upload is one commit holding every file of the store plus the card, made
+under the store's lock so no run changes the store mid-upload::
+
+    python -m precompute.publish STORE REPO_ID [--private]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.schema import COLUMN_DOCS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO
+from analysis.store import HEADS_FILE, META_FILE, open_store
+from precompute.lock import store_lock
+
+CARD_FILE = "README.md"
+
+# Columns of embeddings.parquet (written by precompute.embeddings), for the card.
+EMBEDDINGS_COLUMN_DOCS: dict[str, str] = {
+    "statistic": "the heads.parquet column whose per-head trajectories were embedded",
+    "normalisation": "how each trajectory was normalised before embedding (see meta.json embeddings)",
+    "layer": "layer index, 0-based",
+    "head": "head index within the layer, 0-based",
+    "x": "UMAP coordinate 1 (arbitrary units)",
+    "y": "UMAP coordinate 2 (arbitrary units)",
+    "neighbors": "layer-major indices (layer * n_heads + head) of the head's nearest trajectories, nearest first",
+}
+
+
+def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
+    """The ``README.md`` of a store's dataset repo.
+
+    Args:
+        store: the store directory.
+        repo_id: the dataset repo, for the loading examples (default: a placeholder).
+
+    Raises:
+        StoreError: the store cannot be opened or is inconsistent.
+    """
+    store = Path(store)
+    opened = open_store(store)
+    meta = opened.meta
+    model = meta["model"]
+    repo = repo_id or "ORG/NAME"
+    checkpoints = meta.get("checkpoints", [])
+    real = [c for c in checkpoints if c.get("duplicate_of") is None]
+    dups = [c for c in checkpoints if c.get("duplicate_of") is not None]
+    failed = meta.get("failed", [])
+    settings = meta.get("settings", {})
+    parquet = sorted(p.name for p in store.glob("*.parquet"))
+
+    yaml = ["---", f"pretty_name: {json.dumps('W_QK statistics of ' + str(model.get('id')))}",
+            "tags:", "- interpretability", "- attention-heads", "- training-dynamics", "- headwatch", "configs:"]
+    for name in parquet:
+        yaml += [f"- config_name: {Path(name).stem}", f"  data_files: {name}"]
+        if name == HEADS_FILE:
+            yaml.append("  default: true")
+    yaml.append("---")
+
+    out = yaml + [
+        "",
+        f"# W_QK statistics of `{model.get('id')}` across training",
+        "",
+        f"For every attention head h of every layer, at every checkpoint, the statistics of "
+        f"W_QK,h = W_Q,h^T W_K,h (a {model.get('d_model')} x {model.get('d_model')} matrix of rank at most "
+        f"{model.get('d_head')}): the distribution of its entries and its singular values. "
+        f"Made with headwatch's `python -m precompute`.",
+        "",
+        "Conventions: raw weights as stored in the checkpoint; no 1/sqrt(d_head) factor; no biases; "
+        "no LayerNorm folding; rotary position encoding ignored. Natural logarithms.",
+        "",
+        "## How it was made",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| model | `{model.get('id')}` ({model.get('model_type')}, family `{model.get('family')}`) |",
+        f"| geometry | {model.get('n_layers')} layers x {model.get('n_heads')} heads "
+        f"({model.get('n_kv_heads')} K/V heads), d_model {model.get('d_model')}, d_head {model.get('d_head')} |",
+        f"| source | `{settings.get('source')}` ({settings.get('source_kind', 'local')}) |",
+        f"| checkpoints | {len(checkpoints)} listed: {len(real)} with statistics, {len(dups)} duplicates, "
+        f"{len(failed)} missing or failed |",
+        f"| steps | {_steps_summary([c['step'] for c in real])} |",
+        f"| rows | {opened.arrow.num_rows} in `{HEADS_FILE}` |",
+        f"| schema version | {meta.get('schema_version')} |",
+        "",
+        "Settings (`meta.json` `settings`):",
+        "",
+        "```json",
+        json.dumps(settings, indent=1, sort_keys=True),
+        "```",
+        "",
+        "Software versions (`meta.json` `software`):",
+        "",
+        "| package | version |",
+        "| --- | --- |",
+        *[f"| {k} | {v} |" for k, v in sorted(meta.get("software", {}).items())],
+        "",
+        "### Checkpoints",
+        "",
+        "Every checkpoint's weights are fingerprinted with sha256; revisions whose weights are identical to an "
+        "earlier one are listed with `duplicate_of` and have no rows: never read them as a training state. "
+        "Source of the sha256: `file` = the weight files hashed here, `hub` = the Hub's LFS metadata (the same "
+        "digest, without downloading), `read` = the attention tensors as read (comparable only with each other); "
+        "a sharded checkpoint's digest is the sha256 of its sorted `name sha256` lines.",
+        "",
+        "| step | revision | tokens | sha256 | source of sha256 | duplicate of |",
+        "| ---: | --- | ---: | --- | --- | ---: |",
+        *[
+            f"| {c['step']} | {c['revision']} | {c.get('tokens') if c.get('tokens') is not None else ''} | "
+            f"`{str(c.get('sha256'))[:12]}` | {c.get('sha256_source', 'file')} | "
+            f"{c['duplicate_of'] if c.get('duplicate_of') is not None else ''} |"
+            for c in checkpoints
+        ],
+    ]
+    if failed:
+        out += ["", "Missing or failed checkpoints (no rows):", "", "| step | revision | reason | error |",
+                "| ---: | --- | --- | --- |"]
+        out += [f"| {f['step']} | {f['revision']} | {f.get('reason', 'error')} | {_cell(f['error'])} |" for f in failed]
+    out += [
+        "",
+        "## Files",
+        "",
+        f"- `{META_FILE}`: the model, the checkpoint list above, the histogram edges, settings and versions.",
+        *[f"- `{name}`" for name in parquet],
+        "",
+        f"### `{HEADS_FILE}`: one row per (step, layer, head, matrix)",
+        "",
+        "| column | type | meaning |",
+        "| --- | --- | --- |",
+        *_column_rows(store / HEADS_FILE, COLUMN_DOCS),
+        "",
+        f"`hist_z` bins: z = (w - mu) / sigma on {HIST_Z_BINS} fixed bins from {HIST_Z_LO:g} to {HIST_Z_HI:g} "
+        "(`meta.json` `hist_edges`), plus an underflow bin first and an overflow bin last; the "
+        f"{HIST_Z_BINS + 2} probabilities sum to 1. Raw-unit densities: p(w) = p_z((w - mu)/sigma) / sigma. "
+        "Singular values: lambda_k = s_k^2.",
+    ]
+    if "embeddings.parquet" in parquet:
+        out += ["", "### `embeddings.parquet`: trajectory maps, one row per (statistic, normalisation, head)", "",
+                "| column | type | meaning |", "| --- | --- | --- |",
+                *_column_rows(store / "embeddings.parquet", EMBEDDINGS_COLUMN_DOCS),
+                "", "How they were made: `meta.json` `embeddings`."]
+    out += [
+        "",
+        "## Loading",
+        "",
+        "```python",
+        "import pandas as pd",
+        "from huggingface_hub import hf_hub_download",
+        "",
+        f'df = pd.read_parquet(hf_hub_download("{repo}", "{HEADS_FILE}", repo_type="dataset"))',
+        'df[df["head"] == 3]  # index columns by name: df.head is a pandas method',
+        "```",
+        "",
+        f'or `datasets.load_dataset("{repo}")`.',
+        "",
+    ]
+    return "\n".join(out)
+
+
+def push_store(
+    store: str | Path,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    api: Any = None,
+) -> str:
+    """Upload a store and its dataset card as one commit to a Hub dataset repo (created if needed).
+
+    Args:
+        store: the store directory.
+        repo_id: the dataset repo, ``ORG/NAME``.
+        private: create the repo private (an existing repo keeps its visibility).
+        token: Hub token (default: the logged-in user's).
+        api: an ``HfApi`` (tests pass a recording stand-in).
+
+    Returns:
+        The URL of the commit.
+
+    Raises:
+        StoreError: the store cannot be opened, or another run holds its lock.
+        huggingface_hub errors (``HfHubHTTPError``, an ``OSError``): the Hub refused or failed.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    store = Path(store)
+    api = api or HfApi(token=token, library_name="headwatch")
+    with store_lock(store):
+        card = dataset_card(store, repo_id=repo_id)
+        files = sorted(p for p in store.iterdir() if p.is_file() and p.name != CARD_FILE)
+        operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
+        operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode()))
+        model = open_store(store).meta["model"].get("id")
+        try:
+            api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private)
+            info = api.create_commit(
+                repo_id,
+                operations=operations,
+                repo_type="dataset",
+                commit_message=f"headwatch store of {model}: {', '.join(p.name for p in files)} and dataset card",
+            )
+        except httpx2.TransportError as exc:
+            raise ConnectionError(f"cannot reach the Hub to push {repo_id}: {type(exc).__name__}: {exc}") from exc
+    return str(getattr(info, "commit_url", None) or f"https://huggingface.co/datasets/{repo_id}")
+
+
+def _column_rows(path: Path, docs: dict[str, str]) -> list[str]:
+    """Markdown rows ``| column | type | meaning |`` for every column of a Parquet file."""
+    schema = pq.read_schema(path)
+    rows = []
+    for name in schema.names:
+        meaning = docs.get(name, "see meta.json")
+        rows.append(f"| `{name}` | {_type(schema.field(name).type)} | {_cell(meaning)} |")
+    return rows
+
+
+def _type(t: pa.DataType) -> str:
+    return f"list&lt;{t.value_type}&gt;" if pa.types.is_list(t) else str(t)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _steps_summary(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{len(steps)} from {min(steps)} to {max(steps)}: " + ", ".join(map(str, steps[:12])) + (", ..." if len(steps) > 12 else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card.")
+    p.add_argument("store", help="store directory (meta.json + heads.parquet)")
+    p.add_argument("repo_id", help="dataset repo to create or update, ORG/NAME")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    args = p.parse_args(argv)
+    try:
+        url = push_store(args.store, args.repo_id, private=args.private or None)
+    except (OSError, ValueError) as exc:  # StoreError is a ValueError; Hub errors are OSErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"pushed {args.store} to {url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

