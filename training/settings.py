@@ -1,0 +1,83 @@
+"""Every hyperparameter of a training run in one place; the defaults are the reference run.
+
+`RunSettings` is what ``python -m training`` builds from its command line and what
+``run.json["config"]`` records, so a store can always be traced back to the exact
+run that produced it. Defaults follow Pythia (AdamW betas 0.9/0.95, weight decay
+0.01, gradient clipping 1.0, 1% warmup, cosine decay to 10% of the peak rate)
+scaled down to a run of about 40 minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Shape of the GPT-NeoX model (vocabulary fixed at 256 bytes)."""
+
+    n_layers: int = 6
+    n_heads: int = 8
+    d_model: int = 256
+    d_mlp: int = 1024
+    context: int = 256  # tokens per training sequence, also max_position_embeddings
+    rotary_pct: float = 0.25
+    rotary_base: float = 10000.0
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW with linear warmup and cosine decay (see `training.schedule`)."""
+
+    steps: int = 1536
+    batch_size: int = 8
+    max_lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # the rate decays to max_lr * min_lr_ratio at the last step
+    warmup_frac: float = 0.01  # warmup steps = max(1, round(warmup_frac * steps))
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.01  # on weight matrices and embeddings; not on biases or LayerNorms
+    grad_clip: float = 1.0
+
+    @property
+    def warmup(self) -> int:
+        return max(1, round(self.warmup_frac * self.steps))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """A whole run: model, optimiser, checkpoints, evaluation and corpus split.
+
+    Attributes:
+        checkpoint_every: spacing of checkpoints after step 512 (`training.schedule`).
+        eval_batches: batches of ``batch_size`` sequences, at fixed positions, on which
+            train and validation loss are measured at every checkpoint.
+        val_fraction: share of every work held out for validation.
+        seed: fixes the initial weights and the order of training batches.
+    """
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    checkpoint_every: int = 32  # 0, 1, 2, ..., 512, then 544, 576, ..., 1536: 43 checkpoints
+    eval_batches: int = 4
+    val_fraction: float = 0.05
+    seed: int = 1234
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.optim.batch_size * self.model.context
+
+    def as_record(self) -> dict[str, Any]:
+        """JSON-ready dict of every setting, derived sizes included."""
+        record = asdict(self)
+        record["model"]["d_head"] = self.model.d_head
+        record["model"]["vocab_size"] = 256
+        record["optim"]["warmup_steps"] = self.optim.warmup
+        record["tokens_per_step"] = self.tokens_per_step
+        return record
