@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from analysis.elementwise import elementwise_statistics
+from analysis.nullmodel import null_columns
 from analysis.schema import HIST_Z_EDGES
 from analysis.spectrum import singular_values, spectral_statistics
 
@@ -67,7 +68,8 @@ def checkpoint_statistics(
             buffer; a layer's heads are processed in chunks that fit.
 
     Returns:
-        numpy arrays: every scalar statistic as ``(n_layers, n_heads)`` float64,
+        numpy arrays: every scalar statistic (the null-model columns of
+        `analysis.nullmodel.null_columns` included) as ``(n_layers, n_heads)`` float64,
         ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
         ``(n_layers, n_heads, len(edges) + 1)``, both float64.
 
@@ -109,4 +111,6 @@ def checkpoint_statistics(
         stats.update(spectral_statistics(sv, d_model=d_model))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
-    return {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
+    out = {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
+    out.update(null_columns(out["sv"], out, d_model=d_model))
+    return out

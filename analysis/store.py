@@ -228,8 +228,8 @@ def check_consistent(meta: dict[str, Any], arrow: pa.Table, *, where: str) -> No
         )
 
 
-def heads_arrow_schema() -> pa.Schema:
-    """The pyarrow schema of ``heads.parquet``."""
+def heads_arrow_schema(*, null_columns: bool = False) -> pa.Schema:
+    """The pyarrow schema of ``heads.parquet``, optionally with the null-model columns."""
     fields = [
         pa.field("step", pa.int64()),
         pa.field("layer", pa.int32()),
@@ -238,11 +238,34 @@ def heads_arrow_schema() -> pa.Schema:
     ]
     fields += [pa.field(c, pa.float64()) for c in SCALAR_COLUMNS]
     fields += [pa.field(c, pa.list_(pa.float32())) for c in LIST_COLUMNS]
+    if null_columns:
+        fields += [pa.field(c, pa.float64()) for c in NULL_COLUMNS]
     return pa.schema(fields)
 
 
-def empty_heads_table() -> pa.Table:
-    return heads_arrow_schema().empty_table()
+def empty_heads_table(*, null_columns: bool = False) -> pa.Table:
+    return heads_arrow_schema(null_columns=null_columns).empty_table()
+
+
+def add_null_columns(table: pa.Table, *, d_model: int) -> pa.Table:
+    """The table with the null-model columns, derived from ``sv`` where it lacks them.
+
+    Lets a precompute run resume a store written before those columns existed.
+    """
+    if all(c in table.column_names for c in NULL_COLUMNS):
+        return table
+    from analysis.nullmodel import NULL_RATIO_STATS, null_columns
+
+    table = table.drop_columns([c for c in NULL_COLUMNS if c in table.column_names])
+    if table.num_rows == 0:
+        return empty_heads_table(null_columns=True)
+    sv = table["sv"].combine_chunks()
+    values = sv.flatten().to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
+    spectral = {name: table[name].to_numpy() for name in NULL_RATIO_STATS}
+    derived = null_columns(values, spectral, d_model=d_model)
+    for name in NULL_COLUMNS:
+        table = table.append_column(pa.field(name, pa.float64()), pa.array(derived[name]))
+    return table
 
 
 def sort_heads(table: pa.Table) -> pa.Table:

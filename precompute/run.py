@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from analysis.extract import ModelShape, extract_qk, model_shape
 from analysis.heads import checkpoint_statistics, resolve_device
-from analysis.store import HEADS_FILE, META_FILE, done_steps, empty_heads_table, read_meta, sort_heads
+from analysis.store import HEADS_FILE, META_FILE, add_null_columns, done_steps, empty_heads_table, read_meta, sort_heads
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
 from precompute.prefetch import Prefetcher
@@ -334,7 +334,7 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
     if not (out / META_FILE).is_file():
         if out.exists() and any(out.iterdir()):
             raise StoreError(f"--out {str(out)!r} exists, is not empty and is not a store; choose a new path")
-        return new_meta(model=model, settings=settings.as_meta(), software=software_versions()), empty_heads_table()
+        return new_meta(model=model, settings=settings.as_meta(), software=software_versions()), empty_heads_table(null_columns=True)
     meta = read_meta(out)  # refuses newer schema versions before anything is written
     keys = ("family", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_head")
     theirs = {k: meta["model"].get(k) for k in keys}
@@ -355,7 +355,8 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
         heads = heads.filter(pc.is_in(heads["step"], pa.array(steps, pa.int64())))
     else:
         heads = empty_heads_table()
-    return meta, sort_heads(heads)
+    # stores written before the null-model columns existed get them derived from `sv`
+    return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"])))
 
 
 def _embeddings_stale(meta: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.schema import HIST_Z_EDGES, LIST_COLUMNS, SCALAR_COLUMNS, SCHEMA_VERSION
+from analysis.schema import HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, SCHEMA_VERSION
 from analysis.store import heads_arrow_schema
 
 
@@ -25,7 +25,8 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, matrix: str = "qk") -
         matrix: which product the statistics describe.
 
     Returns:
-        A table with the schema of `analysis.store.heads_arrow_schema`.
+        A table with the schema of `analysis.store.heads_arrow_schema`, including
+        the null-model columns when ``stats`` has them.
     """
     n_layers, n_heads = stats["std"].shape
     n = n_layers * n_heads
@@ -42,7 +43,11 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, matrix: str = "qk") -
         width = values.shape[1]
         offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
         cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.reshape(-1)))
-    return pa.table(cols, schema=heads_arrow_schema())
+    with_null = all(name in stats for name in NULL_COLUMNS)
+    if with_null:
+        for name in NULL_COLUMNS:
+            cols[name] = pa.array(np.asarray(stats[name], dtype=np.float64).reshape(n))
+    return pa.table(cols, schema=heads_arrow_schema(null_columns=with_null))
 
 
 def new_meta(*, model: dict[str, Any], settings: dict[str, Any], software: dict[str, str]) -> dict[str, Any]:

@@ -177,3 +177,29 @@ def test_missing_source_and_empty_source_give_clear_errors(tmp_path: Path) -> No
     (tmp_path / "empty" / "final").mkdir(parents=True)
     res = run_cli("--source", str(tmp_path / "empty"), "--out", str(tmp_path / "s"))
     assert res.returncode == 2 and "step<N>" in res.stderr and "final" in res.stderr
+
+
+def test_null_model_columns_are_stored_and_old_stores_resume(suite: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from analysis.nullmodel import kl_null, null_expectations
+    from analysis.schema import NULL_COLUMNS
+
+    out = tmp_path / "store"
+    assert run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1").returncode == 0
+    store = open_store(out)
+    assert set(NULL_COLUMNS) <= set(store.arrow.column_names)
+    sv = store.array("sv").astype(np.float64)
+    np.testing.assert_allclose(store.array("kl_null"), kl_null(sv**2, 16 / 64), atol=1e-12)
+    expected = null_expectations(64, 16)
+    np.testing.assert_allclose(store.array("stable_rank_over_null"), store.array("stable_rank") / expected["stable_rank"])
+    # a store written before these columns existed: drop them, then resume it
+    table = pq.read_table(out / "heads.parquet")
+    pq.write_table(table.drop_columns(list(NULL_COLUMNS)), out / "heads.parquet")
+    assert open_store(out).array("kl_null").shape == (2, 2, 4)  # the reader derives them
+    res = run_cli("--source", str(suite), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    resumed = open_store(out)
+    assert resumed.steps.tolist() == [0, 1, 4]
+    assert set(NULL_COLUMNS) <= set(resumed.arrow.column_names)
+    np.testing.assert_allclose(resumed.array("kl_null")[:2], store.array("kl_null"), atol=1e-12)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from analysis.heads import checkpoint_statistics
-from analysis.schema import HIST_Z_EDGES, SCALAR_COLUMNS
+from analysis.schema import HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
 
 N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
 N = D_MODEL * D_MODEL
@@ -41,8 +41,8 @@ def brute_force(weights, reference) -> dict[str, np.ndarray]:
 
 
 def _check_shapes(got: dict[str, np.ndarray]) -> None:
-    assert set(got) == set(SCALAR_COLUMNS) | {"sv", "hist_z"}
-    for name in SCALAR_COLUMNS:
+    assert set(got) == set(SCALAR_COLUMNS) | set(NULL_COLUMNS) | {"sv", "hist_z"}
+    for name in SCALAR_COLUMNS + NULL_COLUMNS:
         assert got[name].shape == (N_LAYERS, N_HEADS), name
         assert got[name].dtype == np.float64, name
     assert got["sv"].shape == (N_LAYERS, N_HEADS, D_HEAD)
@@ -143,3 +143,13 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
     # float32 rounding of z may move a few entries across a bin edge
     np.testing.assert_allclose(cuda["hist_z"], cpu["hist_z"], rtol=0, atol=3.0 / N)
     np.testing.assert_allclose(cuda["kl_gauss"], brute_force["kl_gauss"], rtol=0, atol=1e-3)
+
+
+def test_null_columns_follow_the_null_model_of_the_reference_spectrum(weights, brute_force) -> None:
+    from analysis.nullmodel import kl_null, null_expectations
+
+    got = checkpoint_statistics(*weights, dtype=torch.float64)
+    np.testing.assert_allclose(got["kl_null"], kl_null(brute_force["sv"] ** 2, D_HEAD / D_MODEL), atol=1e-12)
+    expected = null_expectations(D_MODEL, D_HEAD)
+    for name in ("stable_rank", "spectral_entropy", "participation_ratio"):
+        np.testing.assert_allclose(got[f"{name}_over_null"], brute_force[name] / expected[name], rtol=1e-9)
