@@ -1,8 +1,88 @@
-"""Dashboard frame: navigation over the pages in ``pages/``; nothing else runs here."""
+"""Dashboard frame: navigation over the pages, the shared sidebar (run picker, model card, time axis), the URL.
+
+Run with ``streamlit run app.py``. Each page reads the run chosen here through
+`dashboard.controls.frame`; after the page has run, its view state is written
+to the query string, so the address bar (and the sidebar's link) reproduces it.
+"""
 
 import streamlit as st
 
-st.set_page_config(page_title="headwatch: attention heads over training", layout="wide")
+from analysis.errors import StoreError
+from dashboard import controls
+from dashboard.card import loss_series, model_card_lines
+from dashboard.data import checkpoint_tokens
+from dashboard.figures.card import loss_curve
+from dashboard.loader import find_stores, store_names, try_load_store
 
-pages = [st.Page("pages/stores.py", title="Stores", icon=":material/folder:", default=True)]
-st.navigation(pages).run()
+st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
+
+# Each url_path differs from its file's name on purpose: Streamlit also indexes files in pages/ by
+# name, and a URL that equals a file name can run that file without this frame (no sidebar).
+PAGES = [
+    st.Page("pages/index.py", title="Overview", icon=":material/home:", url_path="overview", default=True),
+    st.Page("pages/head_explorer.py", title="Head explorer", icon=":material/center_focus_strong:", url_path="head"),
+    st.Page("pages/layer_view.py", title="Layer view", icon=":material/stacked_line_chart:", url_path="layers"),
+    st.Page("pages/architecture_heatmaps.py", title="Architecture heatmaps", icon=":material/grid_on:", url_path="architecture"),
+    st.Page("pages/animated_heatmap.py", title="Animation", icon=":material/play_circle:", url_path="animation"),
+    st.Page("pages/trajectory_map.py", title="Trajectory map", icon=":material/scatter_plot:", url_path="trajectories"),
+]
+
+controls.begin_run()
+page = st.navigation(PAGES)
+notice_slot = st.container()
+
+# --- sidebar: run picker ---
+runs = store_names(find_stores())
+store = None
+run = None
+with st.sidebar:
+    if runs:
+        run = controls.select(
+            "run", "Run", list(runs), next(iter(runs)), where=st.sidebar,
+            help="Statistics stores under data/ (and $HEADWATCH_STORE)",
+        )
+        opened = try_load_store(runs[run])
+        if isinstance(opened, StoreError):
+            st.error(str(opened))
+        else:
+            store = opened
+    else:
+        st.info("No statistics stores found under data/. Make one with `python -m precompute`, "
+                "or point HEADWATCH_STORE at one.")
+
+    # --- sidebar: model card ---
+    if store is not None:
+        with st.container(border=True):
+            for line in model_card_lines(store.meta):
+                st.markdown(line)
+            loss = loss_series(store)
+            if loss is not None:
+                st.plotly_chart(loss_curve(*loss), key="loss_curve", config={"displayModeBar": False})
+                st.caption("Loss over training as recorded by the run (nats per token).")
+
+    # --- sidebar: training-time axis ---
+    unit, scale = "step", "linear"
+    if store is not None:
+        has_tokens = checkpoint_tokens(store, store.steps) is not None
+        unit = controls.select(
+            "xunit", "Time axis", ["step", "tokens"] if has_tokens else ["step"], "step", kind="radio",
+            fmt={"step": "steps", "tokens": "tokens seen"}.get, where=st.sidebar,
+        )
+        scale = controls.select(
+            "xscale", "Time scale", ["linear", "log"], "linear", kind="radio", where=st.sidebar,
+            help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
+        )
+    link_slot = st.container()
+    st.caption(
+        "W_QK = W_Qᵀ W_K per head, from the raw checkpoint weights: no 1/√d_head factor, "
+        "rotary position encoding ignored, no biases."
+    )
+
+controls.set_frame(controls.Frame(store=store, run=run, unit=unit, scale=scale))
+page.run()
+
+# --- sidebar: link to this view ---
+with link_slot:
+    st.markdown("**Link to this view**")
+    st.code(controls.share_link(page.url_path), language=None, wrap_lines=True)
+controls.publish(notice_slot)

@@ -1,8 +1,13 @@
 """The one cached entry point from the app to statistics stores.
 
-Only this module (besides ``app.py`` and ``pages/``) imports streamlit. Stores
-are found under ``data/`` (hidden and staging directories skipped) plus the one
-named by the ``HEADWATCH_STORE`` environment variable.
+Stores are found under ``data/`` (or the folder named by ``HEADWATCH_DATA``;
+hidden and staging directories skipped) plus the one named by the
+``HEADWATCH_STORE`` environment variable, which comes first. An opened store
+is cached per server process, keyed by its path and the modification time of
+its ``meta.json``: a commit (precompute adding checkpoints, embeddings being
+written) replaces ``meta.json``, so the next rerun opens the new version.
+Derived data that costs more than a slice (trajectory embeddings) is cached with
+``st.cache_data`` here, at the edge; the functions it calls stay pure.
 """
 
 from __future__ import annotations
@@ -10,35 +15,154 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.store import META_FILE, Store, open_store
+from analysis.schema import NULL_COLUMNS
+from analysis.store import HEADS_FILE, META_FILE, Store, open_store
+from dashboard import data
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-STORE_ENV = "HEADWATCH_STORE"
+DATA_ENV = "HEADWATCH_DATA"  # folder of stores (default: the repository's data/)
+STORE_ENV = "HEADWATCH_STORE"  # one more store, listed first
+EMBEDDINGS_FILE = "embeddings.parquet"  # as written by precompute.embeddings
 
 
-def find_stores(data_dir: Path = DATA_DIR) -> list[Path]:
-    """Store directories: every non-hidden folder under ``data_dir`` with a meta.json, plus $HEADWATCH_STORE."""
+def find_stores(data_dir: Path | None = None) -> list[Path]:
+    """Store directories: every non-hidden folder of ``data_dir`` with a meta.json, plus $HEADWATCH_STORE (first).
+
+    ``data_dir`` defaults to $HEADWATCH_DATA, else the repository's ``data/``.
+    """
+    data_dir = data_dir or Path(os.environ.get(DATA_ENV) or DATA_DIR)
     found = []
     if data_dir.is_dir():
-        found = sorted(p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / META_FILE).is_file())
+        found = sorted(
+            p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / META_FILE).is_file()
+        )
     extra = os.environ.get(STORE_ENV)
-    if extra and Path(extra) not in found:
+    if extra:
+        extra_path = Path(extra).resolve()
+        found = [p for p in found if p.resolve() != extra_path]
         found.insert(0, Path(extra))
     return found
 
 
-@st.cache_resource(show_spinner="Opening store ...")
-def load_store(path: str) -> Store:
-    """Open a store once per server process (keyed by its path)."""
+def store_names(paths: list[Path]) -> dict[str, Path]:
+    """A unique short name (the folder name, suffixed on clashes) for each store: the ``run`` URL value."""
+    names: dict[str, Path] = {}
+    for p in paths:
+        name, i = p.name or "store", 2
+        while name in names:
+            name, i = f"{p.name}-{i}", i + 1
+        names[name] = p
+    return names
+
+
+def _version(path: Path) -> int:
+    try:
+        return (path / META_FILE).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+@st.cache_resource(show_spinner="Opening store ...", max_entries=2)
+def _open(path: str, version: int) -> Store:
+    del version  # part of the cache key only
     return open_store(path)
+
+
+def load_store(path: str | Path) -> Store:
+    """The opened store at ``path``, opened once per version of it per server process.
+
+    Raises:
+        StoreError: the store is missing or malformed (see `analysis.store.open_store`).
+    """
+    path = Path(path)
+    return _open(str(path), _version(path))
 
 
 def try_load_store(path: Path) -> Store | StoreError:
     """The opened store, or the error that says what is wrong with it (for display)."""
     try:
-        return load_store(str(path))
+        return load_store(path)
     except StoreError as exc:
         return exc
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _read_embeddings(path: str, version: int) -> pd.DataFrame | None:
+    del version
+    file = Path(path) / EMBEDDINGS_FILE
+    if not file.is_file():
+        return None
+    return pd.read_parquet(file)
+
+
+def read_embeddings(store: Store) -> pd.DataFrame | None:
+    """The store's precomputed ``embeddings.parquet`` as pandas, or None when it has none."""
+    return _read_embeddings(str(store.path), _version(store.path))
+
+
+# Settings embedded in this server process (the cache below holds their results): a
+# page can show them at once instead of asking before it waits for numba.
+_EMBEDDED: set[tuple] = set()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _embed(path: str, version: int, statistic: str, normalisation: str, n_neighbors: int, min_dist: float,
+           knn_k: int, seed: int) -> pd.DataFrame:
+    from analysis.trajectories import EmbeddingSettings, embed
+
+    store = _open(path, version)
+    settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
+    xy, neighbors = embed(store.array(statistic), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
+    _EMBEDDED.add((path, version, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
+    n_layers, n_heads = store.n_layers, store.n_heads
+    return pd.DataFrame({
+        "statistic": statistic,
+        "normalisation": normalisation,
+        "layer": np.repeat(np.arange(n_layers, dtype=np.int32), n_heads),
+        "head": np.tile(np.arange(n_heads, dtype=np.int32), n_layers),
+        "x": xy[:, 0],
+        "y": xy[:, 1],
+        "neighbors": list(neighbors),
+    })
+
+
+def embedding_cached(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
+                     knn_k: int, seed: int) -> bool:
+    """Whether `compute_embedding` with these settings already ran in this server process (returns at once)."""
+    key = (str(store.path), _version(store.path), statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+    return key in _EMBEDDED
+
+
+def compute_embedding(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
+                      knn_k: int, seed: int) -> pd.DataFrame:
+    """A trajectory map with settings the store has no precomputed rows for (UMAP; cached per settings).
+
+    Same columns as ``embeddings.parquet``. The first call in a server process compiles numba (~30 s).
+    """
+    return _embed(str(store.path), _version(store.path), statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _stored_columns(path: str, version: int) -> list[str]:
+    """Columns of a store's ``heads.parquet``, from its footer (no data read)."""
+    del version
+    heads = Path(path) / HEADS_FILE
+    return pq.read_schema(heads).names if heads.is_file() else []
+
+
+def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
+    """`dashboard.data.stat_values`, with a spinner while the store derives a column it lacks.
+
+    Stores written before the null-model columns existed derive them from ``sv`` on first
+    use (tens of seconds at Pythia size, once per server process; see `analysis.store`).
+    """
+    if stat in NULL_COLUMNS and stat not in _stored_columns(str(store.path), _version(store.path)):
+        with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):
+            return data.stat_values(store, stat, k=k)
+    return data.stat_values(store, stat, k=k)

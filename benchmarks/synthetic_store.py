@@ -1,0 +1,245 @@
+"""Synthetic statistics stores with realistic shapes, for the dashboard's tests and benchmark.
+
+The numbers are made up but internally consistent, so every view has something
+real-looking to draw and every identity the app relies on holds:
+
+- singular values descend, one row of ``d_head`` per head, never padded; every
+  spectral column (stable rank, entropy, ...) is computed from them by its
+  DESIGN.md definition;
+- ``hist_z`` is the bin mass of a unit-variance two-Gaussian mixture over the
+  fixed edges (underflow and overflow included), so it sums to 1, and
+  ``kl_gauss`` is computed from it against the Gaussian bin masses;
+- ``std`` grows over training with a head-specific time scale, and each head's
+  tail weight (its kurtosis) rises and relaxes at a head-specific step;
+- checkpoints follow the Pythia schedule (0, 1, 2, 4, ..., 512, then every
+  1000); one entry duplicates an earlier checkpoint's weights, like Pythia's
+  steps 0 and 2, and has no rows;
+- ``meta.training`` carries a loss curve.
+
+Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
+(Pythia-1.4B and 12B dimensions). Needs numpy, pyarrow and scipy (``ndtr``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from scipy.special import ndtr
+
+from analysis.schema import HIST_Z_EDGES
+from analysis.store import sort_heads
+from precompute.store_writer import commit_store
+from precompute.tables import heads_rows, new_meta
+
+# Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
+# 1000 steps up to 143000 (154 revisions).
+PYTHIA_STEPS = (0, *(2**i for i in range(10)), *range(1000, 143001, 1000))
+PYTHIA_TOKENS_PER_STEP = 2_097_152
+
+
+def schedule(n_checkpoints: int) -> list[int]:
+    """The first few log-spaced Pythia steps, then evenly thinned later ones: ``n_checkpoints`` steps.
+
+    Raises:
+        ValueError: fewer than 4 or more than 154 checkpoints asked for.
+    """
+    if not 4 <= n_checkpoints <= len(PYTHIA_STEPS):
+        raise ValueError(f"n_checkpoints must be in [4, {len(PYTHIA_STEPS)}], got {n_checkpoints}")
+    if n_checkpoints == len(PYTHIA_STEPS):
+        return list(PYTHIA_STEPS)
+    early = [s for s in PYTHIA_STEPS if s < 1000][: max(3, n_checkpoints // 3)]
+    late = np.array([s for s in PYTHIA_STEPS if s >= 1000])
+    pick = np.unique(np.linspace(0, len(late) - 1, n_checkpoints - len(early)).round().astype(int))
+    return early + late[pick].tolist()
+
+
+def _bin_mass(edges: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Mass of N(0, scale^2) in each bin between consecutive edges, accurate in both tails."""
+    lo, hi = edges[:-1] / scale, edges[1:] / scale
+    upper = lo >= 0  # right half: subtract survival functions so tiny masses do not round to 0
+    return np.where(upper, ndtr(-lo) - ndtr(-hi), ndtr(hi) - ndtr(lo))
+
+
+def synthetic_statistics(
+    steps: np.ndarray, *, n_layers: int, n_heads: int, d_head: int, d_model: int, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Statistics for every (step, layer, head), shaped ``(n_steps, n_layers, n_heads, ...)``."""
+    rng = np.random.default_rng(seed)
+    t = np.asarray(steps, dtype=np.float64)[:, None, None]  # (S, 1, 1)
+    shape_lh = (1, n_layers, n_heads)
+    layer_frac = (np.arange(n_layers) / max(n_layers - 1, 1))[None, :, None]
+
+    # sigma(t): grows on a head-specific time scale (earlier layers faster), then saturates.
+    # entries of W_QK at Pythia's small init: sqrt(d_head) * sigma0^2 with sigma0^2 = 2 / (5 d_model)
+    sigma0 = np.sqrt(d_head) * 2.0 / (5 * d_model)
+    tau = 10 ** rng.uniform(2.0, 4.0, shape_lh) * (0.3 + layer_frac)
+    growth = 10 ** rng.uniform(0.5, 1.5, shape_lh)
+    std = sigma0 * (1 + growth * (1 - np.exp(-t / tau)))
+
+    # tail weight: a bump at a head-specific step (outliers that grow and partly relax).
+    t_peak = 10 ** rng.uniform(2.0, 4.8, shape_lh)
+    width = rng.uniform(0.3, 0.8, shape_lh)
+    bump = np.exp(-((np.log10(t + 1) - np.log10(t_peak)) ** 2) / (2 * width**2))
+    eps = 0.02 + 0.15 * bump * rng.uniform(0.3, 1.0, shape_lh) + 0.05 * (1 - np.exp(-t / 5e4))
+    ratio = 2.0 + 3.0 * rng.uniform(0, 1, shape_lh) * (1 - np.exp(-t / tau))  # s2 / s1 > 1
+    # unit variance: (1 - eps) s1^2 + eps s2^2 = 1 with s2 = ratio * s1
+    s1 = 1.0 / np.sqrt((1 - eps) + eps * ratio**2)
+    s2 = ratio * s1
+    s1, s2, eps = (np.broadcast_to(a, std.shape) for a in (s1, s2, eps))
+
+    ext = np.concatenate([[-np.inf], HIST_Z_EDGES, [np.inf]])  # 203 edges -> 202 bins
+    hist = (1 - eps[..., None]) * _bin_mass(ext, s1[..., None]) + eps[..., None] * _bin_mass(ext, s2[..., None])
+    hist /= hist.sum(axis=-1, keepdims=True)
+    gauss = _bin_mass(ext, np.float64(1.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(hist > 0, hist * np.log(hist / gauss), 0.0).sum(axis=-1)
+    fourth = 3 * ((1 - eps) * s1**4 + eps * s2**4)
+    kurtosis = fourth - 3.0
+    skew = rng.normal(0, 0.02, std.shape)
+    mean = rng.normal(0, 0.01, std.shape) * std
+    min_ = mean - std * (6 + 4 * eps * ratio)
+    max_ = mean + std * (6 + 4 * eps * ratio)
+
+    # singular values: W_QK Frobenius norm^2 = d_model^2 * std^2 (mean ~ 0), spread over d_head
+    # values whose decay sharpens early (collapse onto a few directions), then partly relaxes.
+    k = np.arange(d_head, dtype=np.float64)
+    collapse = np.exp(-((np.log10(t + 1) - np.log10(t_peak / 3)) ** 2) / 0.8)
+    decay = d_head * (0.5 + 0.4 * rng.uniform(0, 1, shape_lh)) / (1 + 12 * collapse)
+    lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, std.shape + (d_head,))
+    lam = -np.sort(-lam, axis=-1)
+    frob2 = (d_model * std) ** 2 + (d_model * mean) ** 2
+    lam *= (frob2 / lam.sum(axis=-1))[..., None]
+    sv = np.sqrt(lam)
+    total = lam.sum(axis=-1)
+    p = lam / total[..., None]
+    return {
+        "mean": mean,
+        "std": std,
+        "skew": skew,
+        "kurtosis": kurtosis,
+        "min": min_,
+        "max": max_,
+        "kl_gauss": kl,
+        "stable_rank": total / lam[..., 0],
+        "spectral_entropy": -(p * np.log(p)).sum(axis=-1),
+        "participation_ratio": total**2 / (lam**2).sum(axis=-1),
+        "condition_number": sv[..., 0] / sv[..., -1],
+        "frob_norm": np.sqrt(total),
+        "spectral_norm": sv[..., 0],
+        "sv": sv,
+        "hist_z": hist,
+    }
+
+
+def write_synthetic_store(
+    path: str | Path,
+    *,
+    n_layers: int = 4,
+    n_heads: int = 4,
+    d_head: int = 16,
+    d_model: int = 64,
+    n_checkpoints: int = 12,
+    duplicate: bool = True,
+    training: bool = True,
+    model_id: str = "synthetic/tiny",
+    seed: int = 0,
+) -> Path:
+    """Write a synthetic store (``meta.json`` + ``heads.parquet``) at ``path`` and return it.
+
+    Args:
+        path: the store directory (created or replaced).
+        n_layers, n_heads, d_head, d_model: model dimensions.
+        n_checkpoints: checkpoints with statistics (see `schedule`).
+        duplicate: add one checkpoint entry whose weights duplicate step 0 (no rows).
+        training: record ``meta.training`` with tokens per step and a loss curve.
+        model_id: the ``model.id`` written into meta.
+        seed: random seed of the made-up dynamics.
+    """
+    steps = schedule(n_checkpoints)
+    stats = synthetic_statistics(
+        np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed
+    )
+    model = {
+        "id": model_id,
+        "family": "gpt_neox",
+        "model_type": "gpt_neox",
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "n_kv_heads": n_heads,
+        "d_model": d_model,
+        "d_head": d_head,
+    }
+    meta = new_meta(model=model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__})
+    tokens_per_step = PYTHIA_TOKENS_PER_STEP
+    checkpoints: list[dict[str, Any]] = [
+        {"step": s, "revision": f"step{s}", "tokens": s * tokens_per_step, "sha256": f"{i:064x}", "duplicate_of": None}
+        for i, s in enumerate(steps)
+    ]
+    if duplicate:
+        # A revision that serves step 0's weights again, between two real checkpoints.
+        dup_step = next(s for s in range(1, steps[-1]) if s not in steps)
+        checkpoints.append(
+            {"step": dup_step, "revision": f"step{dup_step}", "tokens": dup_step * tokens_per_step,
+             "sha256": checkpoints[0]["sha256"], "duplicate_of": steps[0]}
+        )
+        checkpoints.sort(key=lambda c: c["step"])
+    meta["checkpoints"] = checkpoints
+    if training:
+        loss_steps = sorted(set(steps))
+        meta["training"] = {
+            "tokens_per_step": tokens_per_step,
+            "config": {"note": "synthetic"},
+            "seed": seed,
+            "corpus": "synthetic",
+            "wall_time_s": 1.0,
+            "device": "cpu",
+            "losses": [
+                {"step": s, "train_loss": 2.2 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000),
+                 "val_loss": (2.35 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000)) if i % 2 == 0 else None}
+                for i, s in enumerate(loss_steps)
+            ],
+        }
+    tables = [heads_rows(s, {name: a[i] for name, a in stats.items()}) for i, s in enumerate(steps)]
+    heads = sort_heads(pa.concat_tables(tables))
+    commit_store(path, meta, heads)
+    return Path(path)
+
+
+if __name__ == "__main__":  # python -m benchmarks.synthetic_store OUT [n_layers n_heads d_head d_model n_ckpt]
+    import sys
+
+    out = sys.argv[1]
+    dims = [int(a) for a in sys.argv[2:7]] or [24, 16, 128, 2048, 154]
+    write_synthetic_store(out, n_layers=dims[0], n_heads=dims[1], d_head=dims[2], d_model=dims[3], n_checkpoints=dims[4])
+    print(out)
+
+
+def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | None = None) -> Path:
+    """Write ``embeddings.parquet`` like `precompute.embeddings.add_embeddings`, placing heads by PCA instead of UMAP.
+
+    Same table, same ``meta["embeddings"]`` (method says ``pca``) and exact kNN edges, in
+    milliseconds instead of UMAP's numba compilation: for tests of the pages that read it.
+    """
+    from analysis.store import open_store
+    from analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
+    from precompute.embeddings import DEFAULT_STATISTICS, EMBEDDINGS_FILE, embedding_rows, embeddings_meta
+
+    statistics = statistics or DEFAULT_STATISTICS
+    store = open_store(path)
+    settings = EmbeddingSettings()
+    parts = []
+    for stat in statistics:
+        x = normalise(trajectories(store.array(stat)), "zscore")
+        centred = x - x.mean(axis=0)
+        u, s, _ = np.linalg.svd(centred, full_matrices=False)
+        xy = u[:, :2] * s[:2]
+        parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
+                                    n_layers=store.n_layers, n_heads=store.n_heads))
+    meta = dict(store.meta)
+    meta["embeddings"] = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
+    meta["embeddings"]["method"] = "pca (test stand-in for umap)"
+    commit_store(path, meta, None, tables={EMBEDDINGS_FILE: pa.concat_tables(parts)})
+    return Path(path)

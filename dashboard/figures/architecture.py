@@ -1,0 +1,105 @@
+"""Figures of the whole model at once: statistic over (layer-major head index x step), layer means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard import style
+from dashboard.data import StepAxis
+from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
+from dashboard.stats import Stat
+
+
+def head_labels(n_layers: int, n_heads: int) -> list[str]:
+    """``L{layer} H{head}`` for every head in layer-major order (the heatmap's categories)."""
+    return [f"L{layer} H{head}" for layer in range(n_layers) for head in range(n_heads)]
+
+
+def layer_boundaries(n_layers: int, n_heads: int, *, xref: str = "x", yref: str = "y") -> list[dict[str, Any]]:
+    """One vertical line between consecutive layers (at category index layer * n_heads - 0.5), any number of layers."""
+    line = dict(color=style.BOUNDARY_COLOUR, width=1.2 if n_layers < 40 else 0.8)
+    return [
+        dict(type="line", xref=xref, yref=f"{yref} domain", x0=b * n_heads - 0.5, x1=b * n_heads - 0.5, y0=0, y1=1,
+             line=line, layer="above")
+        for b in range(1, n_layers)
+    ]
+
+
+def layer_ticks(n_layers: int, n_heads: int, *, max_labels: int = 40) -> tuple[list[str], list[str]]:
+    """Tick categories at each layer's middle head, labelled ``L{layer}`` (every other layer past ``max_labels``)."""
+    every = max(1, -(-n_layers // max_labels))
+    mid = n_heads // 2
+    layers = range(0, n_layers, every)
+    return [f"L{layer} H{mid}" for layer in layers], [f"L{layer}" for layer in layers]
+
+
+def architecture_heatmap(
+    axis: StepAxis, values: np.ndarray, *, stat: Stat, k: int | None = None, log_colour: bool = False,
+    signed: bool = False,
+) -> go.Figure:
+    """A statistic for every head (x, layer-major) at every checkpoint (y), with layer boundaries drawn.
+
+    Args:
+        axis: the step axis (vertical here).
+        values: ``(S, n_layers, n_heads)``.
+        log_colour: colour by log10 (non-positive values become gaps).
+        signed: diverging colours centred on 0 (linear colour only).
+    """
+    s, n_layers, n_heads = values.shape
+    flat = values.reshape(s, n_layers * n_heads)
+    colour = colour_layer(flat, log=log_colour, title=stat.title(k), signed=signed)
+    sym = stat.short(k)
+    # hover reads [step, raw value] per cell (float32: steps are exact below 2**24)
+    custom = np.empty((s, n_layers * n_heads, 2), dtype=np.float32)
+    custom[..., 0] = axis.steps[:, None]
+    custom[..., 1] = flat
+    heat: dict[str, Any] = dict(
+        type="heatmap", x=head_labels(n_layers, n_heads), y=axis.edges, z=colour.pop("z"), customdata=custom,
+        hovertemplate=f"%{{x}}<br>step %{{customdata[0]:,}}<br>{sym} = %{{customdata[1]:.4g}}<extra></extra>", **colour,
+    )
+    tickvals, ticktext = layer_ticks(n_layers, n_heads)
+    yaxis = step_xaxis(axis)  # the step axis, standing vertically
+    return figure([heat], layout(
+        height=max(style.HEIGHT, 520),
+        xaxis=dict(type="category", title=dict(text="head, layer-major (layer boundaries in white)"),
+                   tickvals=tickvals, ticktext=ticktext, tickangle=0 if n_layers <= 24 else -90,
+                   tickfont=dict(size=11 if n_layers <= 24 else 9), range=[-0.5, n_layers * n_heads - 0.5]),
+        yaxis=yaxis,
+        shapes=layer_boundaries(n_layers, n_heads) + duplicate_shapes(axis, vertical=False),
+    ))
+
+
+def layer_means(
+    axis: StepAxis, values: np.ndarray, *, stat: Stat, k: int | None = None, y_range: tuple[float, float],
+    log_y: bool = False,
+) -> go.Figure:
+    """The mean over heads of every layer over training, one line per layer coloured by depth.
+
+    Args:
+        values: ``(S, n_layers, n_heads)``; y_range: fixed range (log10 units if ``log_y``).
+    """
+    means = np.nanmean(values, axis=2)  # (S, n_layers)
+    n_layers = means.shape[1]
+    colours = style.scale_colours(style.LAYER_SCALE, n_layers)
+    sym = stat.short(k)
+    traces = [
+        dict(type="scatter", x=axis.x, y=means[:, layer], mode="lines", name=f"L{layer}",
+             line=dict(color=colours[layer], width=1.6), customdata=axis.steps,
+             hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>")
+        for layer in range(n_layers)
+    ]
+    # a colour bar for depth, carried by an invisible marker trace
+    traces.append(dict(
+        type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+        marker=dict(color=[0], cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, showscale=True,
+                    colorbar=dict(title=dict(text="layer", side="right"), thickness=14, dtick=max(1, n_layers // 8))),
+    ))
+    return figure(traces, layout(
+        showlegend=False,
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
+        shapes=duplicate_shapes(axis),
+    ))

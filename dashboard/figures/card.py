@@ -1,0 +1,27 @@
+"""The sidebar's small loss-curve figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard import style
+from dashboard.data import fixed_range
+from dashboard.figures.common import layout
+
+
+def loss_curve(steps: np.ndarray, train: np.ndarray, val: np.ndarray) -> go.Figure:
+    """Training and validation loss over training steps (validation drawn only where recorded)."""
+    traces = [go.Scatter(x=steps, y=train, mode="lines", name="train", line=dict(color=style.TRAIN_COLOUR, width=1.8),
+                         hovertemplate="step %{x}<br>train loss %{y:.3f}<extra></extra>")]
+    ok = np.isfinite(val)
+    if ok.any():
+        traces.append(go.Scatter(x=steps[ok], y=val[ok], mode="lines+markers", name="validation", marker=dict(size=4),
+                                 line=dict(color=style.VAL_COLOUR, width=1.5),
+                                 hovertemplate="step %{x}<br>val loss %{y:.3f}<extra></extra>"))
+    return go.Figure(traces, layout=layout(
+        height=200, margin=dict(l=44, r=8, t=8, b=36), font=dict(size=11),
+        xaxis=dict(title=dict(text="training step"), range=list(fixed_range(steps, pad=0.02))),
+        yaxis=dict(title=dict(text="loss (nats/token)"), range=list(fixed_range(np.concatenate([train, val])))),
+        legend=dict(orientation="h", yanchor="top", y=0.98, xanchor="right", x=1),
+    ))

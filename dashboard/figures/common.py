@@ -1,0 +1,149 @@
+"""Helpers every figure uses: the step axis, duplicate-checkpoint marks, log colour bars, layout."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard import style
+from dashboard.data import StepAxis, fixed_range, log10_or_nan
+
+
+# Arrays up to this many values go to plotly as lists: plotly's base64 path costs a fixed
+# ~0.2 ms per array (a dataframe-library probe), more than JSON takes for a couple of hundred numbers.
+SMALL_ARRAY = 256
+
+
+def _light(obj: Any) -> Any:
+    """``obj`` with small numeric numpy arrays turned into lists, recursively through dicts and lists."""
+    if isinstance(obj, np.ndarray):
+        return obj.tolist() if obj.size <= SMALL_ARRAY and obj.dtype.kind in "fiub" else obj
+    if isinstance(obj, dict):
+        return {k: _light(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_light(v) for v in obj]
+    return obj
+
+
+def figure(data: list[dict[str, Any]], layout: dict[str, Any], frames: list[dict[str, Any]] | None = None) -> go.Figure:
+    """A figure from plain trace, layout (and animation frame) dicts, without plotly's per-property validation.
+
+    Validation triples the cost of building a figure, which is most of a rerun, and costs
+    half a second for an animation's frames at 12B size; the figure tests
+    (tests/app/test_figures.py) re-validate every builder's output instead. Plotly has no
+    public switch for frames, so they are set on the private ``_frame_objs``.
+    """
+    fig = go.Figure(data=_light(data), layout=layout, _validate=False)
+    if frames:
+        fig._frame_objs = tuple(go.Frame(_light(f), _validate=False) for f in frames)
+    return fig
+
+
+def layout(**overrides: Any) -> dict[str, Any]:
+    """Base layout: margins, font, hover mode, white plot; ``overrides`` win."""
+    base: dict[str, Any] = dict(
+        height=style.HEIGHT,
+        margin=style.MARGIN,
+        font=dict(size=style.FONT_SIZE),
+        hovermode="closest",
+        legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="left", x=0, font=dict(size=11)),
+    )
+    base.update(overrides)
+    return base
+
+
+def step_xaxis(axis: StepAxis, **extra: Any) -> dict[str, Any]:
+    """An x-axis dict for training time: linear or log, fixed range, titled with its unit."""
+    out = dict(type="log" if axis.log else "linear", range=list(axis.range), title=dict(text=axis.title))
+    if axis.log:
+        out["dtick"] = 1 if axis.range[1] - axis.range[0] < 9 else 2  # labels at decades only
+    out.update(extra)
+    return out
+
+
+def value_axis(title: str, rng: tuple[float, float], *, log: bool = False, **extra: Any) -> dict[str, Any]:
+    """A value axis with a fixed range (``rng`` in log10 units when ``log``; ticks at decades when it spans several)."""
+    out = dict(type="log" if log else "linear", range=list(rng), title=dict(text=title))
+    if log:
+        span = rng[1] - rng[0]
+        if span >= 2:
+            out.update(dtick=1 if span < 10 else 2, exponentformat="power")
+        else:
+            out.update(dtick="D2")  # 1, 2, 5 per decade
+    out.update(extra)
+    return out
+
+
+def duplicate_shapes(axis: StepAxis, *, xref: str = "x", yref: str = "y", vertical: bool = True) -> list[dict]:
+    """Grey dotted lines at duplicate checkpoints, spanning the panel (never a data point)."""
+    shapes = []
+    line = dict(color=style.DUPLICATE_COLOUR, width=1, dash="dot")
+    for x in axis.dup_x:
+        if vertical:
+            shapes.append(dict(type="line", xref=xref, yref=f"{yref} domain", x0=x, x1=x, y0=0, y1=1, line=line, layer="above"))
+        else:
+            shapes.append(dict(type="line", yref=yref, xref=f"{xref} domain", y0=x, y1=x, x0=0, x1=1, line=line, layer="above"))
+    return shapes
+
+
+def step_marks(xs: list[float], colours: list[str], *, xref: str = "x", yref: str = "y", full: bool = True) -> list[dict]:
+    """Vertical lines at the chosen steps in their colours (``full=False``: a short tick at the top)."""
+    y0 = 0.0 if full else 0.93
+    return [
+        dict(type="line", xref=xref, yref=f"{yref} domain", x0=x, x1=x, y0=y0, y1=1,
+             line=dict(color=c, width=1.2 if full else 3, dash="dash" if full else "solid"), opacity=0.85, layer="above")
+        for x, c in zip(xs, colours)
+    ]
+
+
+def decade_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Colour-bar ticks for log10 values in [lo, hi]: 1, 2, 5 x 10^n, or only 10^n when that is many."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [], []
+    n0, n1 = math.floor(lo), math.ceil(hi)
+    fine = [(n + math.log10(m), m, n) for n in range(n0, n1 + 1) for m in (1, 2, 5)]
+    fine = [t for t in fine if lo <= t[0] <= hi]
+    if len(fine) > 9 or len(fine) < 2:
+        step = max(1, (n1 - n0) // 6)
+        coarse = [(float(n), 1, n) for n in range(n0, n1 + 1, step) if lo <= n <= hi]
+        fine = coarse if len(coarse) >= 2 else fine
+    return [t[0] for t in fine], [f"10<sup>{n}</sup>" if m == 1 else f"{m}·10<sup>{n}</sup>" for _, m, n in fine]
+
+
+def colour_layer(values: np.ndarray, *, log: bool, title: str, signed: bool = False,
+                 rng: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Heatmap colour settings: ``z`` (log10 when ``log``), fixed zmin/zmax and a labelled colour bar.
+
+    Args:
+        values: the raw values (any shape).
+        log: colour by log10 (non-positive values become gaps).
+        title: colour-bar title (statistic and unit).
+        signed: a diverging scale centred on 0 (ignored for log colour).
+        rng: a fixed range to use instead of this array's own (keeps colours fixed while sliding).
+    """
+    if log:
+        z = log10_or_nan(values)
+        lo, hi = rng if rng is not None else fixed_range(values, log=True, pad=0.0)
+        tickvals, ticktext = decade_ticks(lo, hi)
+        bar = dict(title=dict(text=f"{title}<br>(log colour)", side="right"), tickvals=tickvals, ticktext=ticktext)
+        return dict(z=z, zmin=lo, zmax=hi, colorscale=style.HEATMAP_SCALE, colorbar=bar)
+    z = np.asarray(values, dtype=np.float64)
+    lo, hi = rng if rng is not None else fixed_range(values, pad=0.0)
+    out: dict[str, Any] = dict(z=z, zmin=lo, zmax=hi, colorbar=dict(title=dict(text=title, side="right")))
+    if signed and lo < 0 < hi:
+        m = max(-lo, hi)
+        out.update(zmin=-m, zmax=m, colorscale=style.SIGNED_SCALE)
+    else:
+        out.update(colorscale=style.HEATMAP_SCALE)
+    return out
+
+
+def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Several series on one x as a single trace: ``ys`` ``(n, S)`` -> x, y of length n (S + 1), NaN between."""
+    n, s = ys.shape
+    xx = np.tile(np.append(np.asarray(x, dtype=np.float64), np.nan), n)
+    yy = np.concatenate([ys, np.full((n, 1), np.nan)], axis=1).reshape(-1)
+    return xx, yy

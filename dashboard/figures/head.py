@@ -1,0 +1,228 @@
+"""Figures of one head over training: its weight density, its spectrum, one statistic in context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard import style
+from dashboard.data import StepAxis, fixed_range, log10_or_nan
+from dashboard.figures.common import (
+    colour_layer,
+    duplicate_shapes,
+    figure,
+    layout,
+    step_marks,
+    step_xaxis,
+    value_axis,
+    with_gaps,
+)
+from dashboard.stats import Stat
+
+K_TITLE = "singular-value index k (0 = largest)"
+W_TITLE = "w: entry of W_QK (raw units)"
+
+
+def _step_custom(axis: StepAxis, rows: int) -> np.ndarray:
+    return np.broadcast_to(axis.steps, (rows, len(axis.steps)))
+
+
+def density_map(
+    axis: StepAxis, w: np.ndarray, density: np.ndarray, *, chosen_x: Sequence[float] = (), colours: Sequence[str] = ()
+) -> go.Figure:
+    """P(w) of one head as a map over (training time, w), log colour.
+
+    Args:
+        axis: the step axis (its ``x`` matches the rows of ``density``).
+        w: ``(W,)`` grid of entry values in raw units.
+        density: ``(S, W)`` p(w) in 1/raw unit; NaN where no entry falls.
+        chosen_x, colours: chosen steps (axis coordinates), marked by ticks along the top.
+    """
+    colour = colour_layer(density, log=True, title="p(w) (1 / raw unit)")
+    heat = dict(
+        type="heatmap", x=axis.edges, y=w, z=colour.pop("z").T, customdata=_step_custom(axis, len(w)),
+        hovertemplate="step %{customdata}<br>w = %{y:.3g}<br>log10 p(w) = %{z:.2f}<extra></extra>", **colour,
+    )
+    return figure([heat], layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(W_TITLE, (float(w[0]), float(w[-1]))),
+        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours), full=False),
+    ))
+
+
+def _slices_layout(axis: StepAxis, left_x: dict, left_y: dict, right: tuple[tuple[Stat, np.ndarray], ...],
+                   chosen_idx: Sequence[int], colours: Sequence[str]) -> dict[str, Any]:
+    """A wide left panel (x, y) and two stacked right panels (x2/y2 top, x3/y3 bottom) over training time."""
+    lay = layout(
+        height=style.HEIGHT + 20,
+        xaxis=dict(left_x, domain=[0.0, 0.55], anchor="y"),
+        yaxis=dict(left_y, domain=[0.0, 1.0], anchor="x"),
+        shapes=[],
+    )
+    for i, ((stat, values), dom) in enumerate(zip(right, ([0.57, 1.0], [0.0, 0.43])), start=2):
+        lay[f"xaxis{i}"] = step_xaxis(axis, domain=[0.68, 1.0], anchor=f"y{i}",
+                                      title=dict(text=axis.title if i == 3 else ""), showticklabels=i == 3)
+        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(values), domain=dom, anchor=f"x{i}")
+        lay["shapes"] += step_marks([axis.x[j] for j in chosen_idx], list(colours), xref=f"x{i}", yref=f"y{i}")
+        lay["shapes"] += duplicate_shapes(axis, xref=f"x{i}", yref=f"y{i}")
+    lay["xaxis2"]["matches"] = "x3"
+    return lay
+
+
+def _time_traces(axis: StepAxis, right: tuple[tuple[Stat, np.ndarray], ...], chosen_idx: Sequence[int],
+                 colours: Sequence[str]) -> list[dict]:
+    """Each right-panel statistic over training, with the chosen steps as coloured markers."""
+    traces = []
+    idx = list(chosen_idx)
+    for i, (stat, values) in enumerate(right, start=2):
+        ax = dict(xaxis=f"x{i}", yaxis=f"y{i}", showlegend=False)
+        traces.append(dict(
+            type="scatter", x=axis.x, y=values, mode="lines", line=dict(color="#555", width=1.8), name=stat.symbol,
+            customdata=axis.steps, hovertemplate=f"step %{{customdata}}<br>{stat.symbol} = %{{y:.4g}}<extra></extra>", **ax,
+        ))
+        traces.append(dict(
+            type="scatter", x=axis.x[idx], y=values[idx], mode="markers", name=stat.symbol,
+            marker=dict(color=list(colours), size=9, line=dict(color="white", width=1)),
+            customdata=axis.steps[idx], hovertemplate=f"step %{{customdata}}: {stat.symbol} = %{{y:.4g}}<extra></extra>", **ax,
+        ))
+    return traces
+
+
+def density_slices(
+    w: np.ndarray, p: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis,
+    chosen_idx: Sequence[int], sigma: np.ndarray, kl: np.ndarray, stats: tuple[Stat, Stat],
+    w_range: tuple[float, float], p_range: tuple[float, float], log_p: bool = True,
+) -> go.Figure:
+    """P(w) at the chosen steps overlaid (left); sigma(t) and D_KL(t) with those steps marked (right).
+
+    Args:
+        w, p: ``(n, B)`` bin centres (raw units) and densities of the n chosen steps.
+        labels, colours: one per chosen step.
+        axis: the step axis; ``chosen_idx`` indexes its checkpoints.
+        sigma, kl: ``(S,)`` the head's sigma and D_KL over training.
+        stats: the `Stat` entries of sigma and D_KL (axis titles).
+        w_range: fixed w range (raw units); p_range: fixed density range (log10 units if ``log_p``).
+        log_p: logarithmic density axis.
+    """
+    traces = [
+        dict(type="scatter", x=w[i], y=p[i], mode="lines", name=label, line=dict(color=colour, width=1.8),
+             hovertemplate=f"{label}<br>w = %{{x:.3g}}<br>p(w) = %{{y:.3g}}<extra></extra>")
+        for i, (label, colour) in enumerate(zip(labels, colours))
+    ]
+    right = ((stats[0], sigma), (stats[1], kl))
+    traces += _time_traces(axis, right, chosen_idx, colours)
+    return figure(traces, _slices_layout(
+        axis, value_axis(W_TITLE, w_range), value_axis("p(w) (1 / raw unit)", p_range, log=log_p),
+        right, chosen_idx, colours,
+    ))
+
+
+def spectrum_map(axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] = (), colours: Sequence[str] = ()) -> go.Figure:
+    """lambda_k = s_k^2 of one head over (training time, k), log colour.
+
+    Args:
+        axis: the step axis; lam: ``(S, d_head)`` descending per row.
+    """
+    k = np.arange(lam.shape[1])
+    colour = colour_layer(lam, log=True, title="λ_k (raw units²)")
+    heat = dict(
+        type="heatmap", x=axis.edges, y=k, z=colour.pop("z").T, customdata=_step_custom(axis, len(k)),
+        hovertemplate="step %{customdata}<br>k = %{y}<br>log10 λ_k = %{z:.3f}<extra></extra>", **colour,
+    )
+    return figure([heat], layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)),
+        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours), full=False),
+    ))
+
+
+def spectrum_slices(
+    lam: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis, chosen_idx: Sequence[int],
+    stable_rank: np.ndarray, entropy: np.ndarray, stats: tuple[Stat, Stat], lam_range: tuple[float, float],
+) -> go.Figure:
+    """lambda_k versus k at the chosen steps (left, log scale); stable rank and spectral entropy over training (right).
+
+    Args:
+        lam: ``(n, d_head)`` spectra at the n chosen steps.
+        lam_range: fixed log10 range of lambda over the whole run.
+        stable_rank, entropy: ``(S,)`` over training.
+    """
+    k = np.arange(lam.shape[1])
+    traces = [
+        dict(type="scatter", x=k, y=lam[i], mode="lines+markers", name=label, line=dict(color=colour, width=1.6),
+             marker=dict(size=3), hovertemplate=f"{label}<br>k = %{{x}}<br>λ_k = %{{y:.4g}}<extra></extra>")
+        for i, (label, colour) in enumerate(zip(labels, colours))
+    ]
+    right = ((stats[0], stable_rank), (stats[1], entropy))
+    traces += _time_traces(axis, right, chosen_idx, colours)
+    return figure(traces, _slices_layout(
+        axis, value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)), value_axis("λ_k = s_k² (raw units²)", lam_range, log=True),
+        right, chosen_idx, colours,
+    ))
+
+
+def leading_lambdas(
+    axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] = (), colours: Sequence[str] = (), log_y: bool = False
+) -> go.Figure:
+    """lambda_0 .. lambda_3 of one head over training.
+
+    Args:
+        lam: ``(S, m)``, m >= 1 leading values per step (at most 4 are drawn).
+    """
+    n = min(4, lam.shape[1])
+    traces = [
+        dict(type="scatter", x=axis.x, y=lam[:, j], mode="lines", name=f"λ_{j}",
+             line=dict(color=style.LEADING_COLOURS[j], width=2), customdata=axis.steps,
+             hovertemplate=f"step %{{customdata}}<br>λ_{j} = %{{y:.4g}}<extra></extra>")
+        for j in range(n)
+    ]
+    return figure(traces, layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis("λ_k = s_k² (raw units²)", fixed_range(lam[:, :n], log=log_y), log=log_y),
+        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
+    ))
+
+
+def head_in_layer(
+    axis: StepAxis, values: np.ndarray, *, head: int, stat: Stat, k: int | None = None,
+    y_range: tuple[float, float], log_y: bool = False, chosen_x: Sequence[float] = (), colours: Sequence[str] = (),
+) -> go.Figure:
+    """One statistic of the chosen head over training, its layer's other heads behind it and the layer mean.
+
+    Args:
+        values: ``(S, n_heads)`` the statistic for every head of the layer.
+        head: the head drawn in front.
+        y_range: fixed range (log10 units if ``log_y``), shared by every layer and head.
+    """
+    others = np.delete(values, head, axis=1).T  # (n_heads - 1, S)
+    gx, gy = with_gaps(axis.x, others)
+    sym = stat.short(k)
+    traces = [
+        dict(type="scatter", x=gx, y=gy, mode="lines", name="other heads of the layer",
+             line=dict(color=style.CONTEXT_COLOUR, width=1), hoverinfo="skip"),
+        dict(type="scatter", x=axis.x, y=np.nanmean(values, axis=1), mode="lines", name="layer mean",
+             line=dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH),
+             customdata=axis.steps, hovertemplate=f"step %{{customdata}}<br>layer mean {sym} = %{{y:.4g}}<extra></extra>"),
+        dict(type="scatter", x=axis.x, y=values[:, head], mode="lines", name=f"head {head}",
+             line=dict(color="#1f3b73", width=style.FOCUS_WIDTH), customdata=axis.steps,
+             hovertemplate=f"step %{{customdata}}<br>head {head}: {sym} = %{{y:.4g}}<extra></extra>"),
+    ]
+    return figure(traces, layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(stat.title(k), y_range, log=log_y),
+        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
+    ))
+
+
+def log_density_range(p: np.ndarray, *, floor_decades: float = 8.0) -> tuple[float, float]:
+    """Fixed log10 range for densities: the peak down to its smallest value, at most ``floor_decades`` below."""
+    lp = log10_or_nan(p)
+    if not np.isfinite(lp).any():
+        return (-1.0, 1.0)
+    hi = float(np.nanmax(lp))
+    lo = max(float(np.nanmin(lp)), hi - floor_decades)
+    pad = 0.04 * (hi - lo if hi > lo else 1.0)
+    return (lo - pad, hi + pad)

@@ -1,0 +1,83 @@
+"""The trajectory map: one point per head, placed by UMAP of its training trajectory, with kNN edges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analysis.trajectories import edge_pairs
+from dashboard import style
+from dashboard.data import fixed_range
+from dashboard.figures.common import figure, layout, value_axis
+
+
+def _segments(x: np.ndarray, y: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges as one polyline: x0, x1, NaN, x0, x1, NaN, ..."""
+    n = len(pairs)
+    sx = np.full(3 * n, np.nan)
+    sy = np.full(3 * n, np.nan)
+    sx[0::3], sx[1::3] = x[pairs[:, 0]], x[pairs[:, 1]]
+    sy[0::3], sy[1::3] = y[pairs[:, 0]], y[pairs[:, 1]]
+    return sx, sy
+
+
+def trajectory_map(
+    x: np.ndarray, y: np.ndarray, layer: np.ndarray, head: np.ndarray, neighbors: np.ndarray, *,
+    n_layers: int, highlight: int | None = None, method: str = "UMAP",
+) -> go.Figure:
+    """Heads as points coloured by layer, joined to their nearest trajectories by grey edges.
+
+    Args:
+        x, y: ``(N,)`` map coordinates, heads in layer-major order.
+        layer, head: ``(N,)`` each point's layer and head (hover names it).
+        neighbors: ``(N, k)`` layer-major indices of each head's nearest trajectories.
+        n_layers: number of layers (colour scale range).
+        highlight: layer-major index of a head to ring, the edges to its own k nearest drawn darker.
+        method: how the map was made (axis titles).
+    """
+    pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
+    ex, ey = _segments(x, y, pairs)
+    traces = [
+        dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=style.EDGE_COLOUR, width=0.8),
+             hoverinfo="skip", name="k nearest trajectories"),
+        dict(type="scatter", x=x, y=y, mode="markers", name="heads",
+             customdata=np.stack([layer, head], axis=1).tolist(),  # plain lists: a click returns them as such
+             marker=dict(color=layer, cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, size=10,
+                         line=dict(color="rgba(40,40,40,0.6)", width=0.6), showscale=True,
+                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14,
+                                       dtick=max(1, n_layers // 8))),
+             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<extra>click to open</extra>"),
+    ]
+    if highlight is not None and 0 <= highlight < len(x):
+        nearest = np.asarray(neighbors[highlight] if len(neighbors) > highlight else [], dtype=np.int64)
+        hx, hy = _segments(x, y, np.stack([np.full(len(nearest), highlight), nearest], axis=1))
+        traces.insert(1, dict(type="scatter", x=hx, y=hy, mode="lines", line=dict(color="#333", width=1.6),
+                              hoverinfo="skip", name="its nearest trajectories"))
+        traces.append(dict(
+            type="scatter", x=[x[highlight]], y=[y[highlight]], mode="markers", name="highlighted head",
+            marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color="#111", width=2.5)),
+            hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
+        ))
+    return figure(traces, layout(
+        height=620, showlegend=False,
+        xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
+        yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+    ))
+
+
+def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] | None:
+    """(layer, head) of the first clicked point of the map, or None (nothing picked, or not a head point)."""
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        custom = point.get("customdata")
+        if isinstance(custom, dict):  # a typed array comes back keyed "0", "1"
+            custom = [custom.get("0"), custom.get("1")]
+        try:
+            layer, head = int(custom[0]), int(custom[1])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+        if 0 <= layer < n_layers and 0 <= head < n_heads:
+            return layer, head
+    return None

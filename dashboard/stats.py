@@ -1,0 +1,82 @@
+"""The statistics a view can show: URL name, widget label, axis symbol and unit.
+
+One table for every page. Names are the store's column names (``stat=std``),
+plus ``lambda``: lambda_k = s_k^2 for the singular-value index picked with the
+``k`` parameter. Definitions live in ``analysis/schema.py`` (COLUMN_DOCS) and
+DESIGN.md section 3; this module only says how to label them.
+
+"raw units" are the units of W_QK = W_Q^T W_K built from the checkpoint's
+weights as stored: no 1/sqrt(d_head) factor, rotary position encoding ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.schema import COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
+
+LAMBDA = "lambda"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """How one statistic is named and labelled.
+
+    Attributes:
+        name: URL value and store column (``lambda``: s_k^2 from the ``sv`` column).
+        label: what a select box shows.
+        symbol: short symbol for axis titles and hover.
+        unit: unit for axis titles.
+        positive: values are >= 0, so a log axis or log colour makes sense.
+        doc: one-line meaning.
+    """
+
+    name: str
+    label: str
+    symbol: str
+    unit: str
+    positive: bool
+    doc: str
+
+    def title(self, k: int | None = None) -> str:
+        """Axis title with unit: ``σ (raw units)``; ``λ_3 (raw units²)`` for lambda with k=3."""
+        sym = self.symbol.replace("_k", f"_{k}") if k is not None else self.symbol
+        return f"{sym} ({self.unit})"
+
+    def short(self, k: int | None = None) -> str:
+        return self.symbol.replace("_k", f"_{k}") if k is not None else self.symbol
+
+
+RAW = "raw units"
+_STATS = [
+    Stat("std", "σ: standard deviation of entries", "σ", RAW, True, COLUMN_DOCS["std"]),
+    Stat("kl_gauss", "D_KL(P‖N): distance from a Gaussian", "D_KL(P‖N(μ,σ))", "nats", True, COLUMN_DOCS["kl_gauss"]),
+    Stat("kurtosis", "excess kurtosis of entries", "excess kurtosis", "dimensionless", False, COLUMN_DOCS["kurtosis"]),
+    Stat("skew", "skewness of entries", "skewness", "dimensionless", False, COLUMN_DOCS["skew"]),
+    Stat("mean", "μ: mean of entries", "μ", RAW, False, COLUMN_DOCS["mean"]),
+    Stat("min", "smallest entry", "min w", RAW, False, COLUMN_DOCS["min"]),
+    Stat("max", "largest entry", "max w", RAW, False, COLUMN_DOCS["max"]),
+    Stat("stable_rank", "stable rank r_s", "r_s", "dimensionless", True, COLUMN_DOCS["stable_rank"]),
+    Stat("spectral_entropy", "spectral entropy S", "S", "nats", True, COLUMN_DOCS["spectral_entropy"]),
+    Stat("participation_ratio", "participation ratio", "PR", "dimensionless", True, COLUMN_DOCS["participation_ratio"]),
+    Stat("condition_number", "condition number s_max/s_min", "s_max/s_min", "dimensionless", True,
+         COLUMN_DOCS["condition_number"]),
+    Stat("frob_norm", "Frobenius norm ‖W_QK‖_F", "‖W_QK‖_F", RAW, True, COLUMN_DOCS["frob_norm"]),
+    Stat("spectral_norm", "spectral norm s_max", "s_max", RAW, True, COLUMN_DOCS["spectral_norm"]),
+    Stat(LAMBDA, "λ_k = s_k²: k-th squared singular value", "λ_k", "raw units²", True,
+         "the k-th largest squared singular value of W_QK (pick k with the slider)"),
+    # departures from the random-matrix null model (analysis/nullmodel.py)
+    Stat("kl_null", "D_KL(P(λ)‖null): spectrum vs random heads", "D_KL(P(λ)‖null)", "nats", True, COLUMN_DOCS["kl_null"]),
+    Stat("stable_rank_over_null", "stable rank / random-head value", "r_s / r_s,null", "dimensionless", True,
+         COLUMN_DOCS["stable_rank_over_null"]),
+    Stat("spectral_entropy_over_null", "spectral entropy / random-head value", "S / S_null", "dimensionless", True,
+         COLUMN_DOCS["spectral_entropy_over_null"]),
+    Stat("participation_ratio_over_null", "participation ratio / random-head value", "PR / PR_null", "dimensionless",
+         True, COLUMN_DOCS["participation_ratio_over_null"]),
+]
+STATS: dict[str, Stat] = {s.name: s for s in _STATS}
+assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS)
+
+# Statistics offered for trajectory embeddings: finite, smooth, one number per head.
+TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",
+                    "spectral_norm", "kl_null")

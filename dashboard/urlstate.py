@@ -1,0 +1,106 @@
+"""View state <-> query string: parse raw URL values against the allowed options, and encode back.
+
+Pure functions, no streamlit: `dashboard.controls` feeds them ``st.query_params``
+and shows the notices they return. Every parameter is matched by its string
+form, so an option may be an int (``layer=3``), a string (``stat=std``) or a
+bool (``logc=1``); anything not among the options falls back to the default
+with a notice that quotes the bad value and says what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The parameter names shared by every page (page-specific toggles add their own).
+LAYER, HEAD, K, STEP, STAT, RUN = "layer", "head", "k", "step", "stat", "run"
+
+
+def encode(value: Any) -> str:
+    """One option's URL form: ``True`` -> ``"1"``, ``3`` -> ``"3"``, ``"std"`` -> ``"std"``."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _lookup(options: Sequence[Any]) -> dict[str, Any]:
+    table = {encode(o): o for o in options}
+    if all(isinstance(o, bool) for o in options):
+        table.update({"true": True, "false": False, "on": True, "off": False})
+    return table
+
+
+def describe_options(options: Sequence[Any], *, limit: int = 8) -> str:
+    """Short human list of the allowed values: ``0-23`` for a run of ints, else the first few."""
+    if not options:
+        return "nothing"
+    if all(isinstance(o, int) and not isinstance(o, bool) for o in options):
+        ints = list(options)
+        if ints == list(range(ints[0], ints[0] + len(ints))) and len(ints) > 2:
+            return f"{ints[0]}-{ints[-1]}"
+    shown = ", ".join(encode(o) for o in options[:limit])
+    return shown + (f", ... ({len(options)} in all)" if len(options) > limit else "")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parameter's resolved value and, when the URL asked for something invalid, why it was ignored."""
+
+    value: Any
+    notice: str | None = None
+
+
+def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: Any) -> Parsed:
+    """Resolve a single-valued parameter.
+
+    Args:
+        name: the parameter name (quoted in the notice).
+        raw: every value the URL gives for it (the last one counts).
+        options: allowed values.
+        default: used when the URL has none or an invalid one; must be in ``options``.
+
+    Returns:
+        The value and a notice when the URL's value was not allowed.
+    """
+    assert default in options or not options, (name, default)
+    if not raw:
+        return Parsed(default)
+    table = _lookup(options)
+    text = raw[-1].strip()
+    if text in table:
+        return Parsed(table[text])
+    return Parsed(
+        default,
+        f"`{name}={raw[-1]}` is not valid here (allowed: {describe_options(options)}); "
+        f"showing {name}={encode(default)}.",
+    )
+
+
+def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: Sequence[Any]) -> Parsed:
+    """Resolve a repeatable parameter (``step=64&step=1000``): keep the valid values, in option order.
+
+    Invalid values are dropped with a notice; if none is valid the default list is used.
+    """
+    if not raw:
+        return Parsed(list(default))
+    table = _lookup(options)
+    good = {table[r.strip()] for r in raw if r.strip() in table}
+    bad = [r for r in raw if r.strip() not in table]
+    value = [o for o in options if o in good] or list(default)
+    if not bad:
+        return Parsed(value)
+    what = ", ".join(f"`{name}={b}`" for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
+    tail = "ignored" if good else f"showing the default {name}s"
+    return Parsed(value, f"{what} not valid here (allowed: {describe_options(options)}); {tail}.")
+
+
+def query_string(params: dict[str, Any]) -> str:
+    """``{"layer": 3, "step": [0, 64]}`` -> ``layer=3&step=0&step=64`` (values URL-quoted)."""
+    from urllib.parse import quote
+
+    parts = []
+    for name, value in params.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        parts += [f"{quote(name)}={quote(encode(v), safe='')}" for v in values]
+    return "&".join(parts)

@@ -1,0 +1,49 @@
+"""Animation: the layer x head heatmap of a statistic played through every checkpoint."""
+
+import streamlit as st
+
+from dashboard import controls, loader
+from dashboard.data import duplicates
+from dashboard.figures.animation import animation
+from dashboard.stats import LAMBDA, STATS
+from dashboard.style import SIGNED_STATS
+
+
+def main() -> None:
+    st.title("Animation")
+    frame = controls.frame()
+    # --- empty case ---
+    if frame.store is None:
+        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+        return
+    store = frame.store
+    if len(store.steps) == 0:
+        st.info("This run has no checkpoints with statistics yet.")
+        return
+    steps = [int(s) for s in store.steps]
+
+    # --- widgets ---
+    c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
+    stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
+    k = None
+    if stat == LAMBDA:
+        k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
+    log_colour = controls.toggle("logc", "log colour", False, where=c_log) if STATS[stat].positive else False
+    step = controls.select(
+        "step", "Opening step (what a link to this page shows first)", steps, steps[0], kind="select_slider",
+        fmt=lambda s: f"{s:,}",
+    )
+    values = loader.stat_values(store, stat, k=k or 0)
+
+    # --- panel: animated layer x head heatmap with marginals ---
+    st.plotly_chart(animation(values, steps=steps, start=steps.index(step), stat=STATS[stat], k=k,
+                              log_colour=log_colour, signed=stat in SIGNED_STATS), key="animation")
+    dups = duplicates(store)
+    listed = ", ".join(f"step {d} = step {o}" for d, o in dups[:3])
+    dup_note = f" Duplicate checkpoints ({listed}) are not frames." if dups else ""
+    st.caption(f"{STATS[stat].short(k)} of every head (columns) in every layer (rows) at one checkpoint; right: mean "
+               "over the heads of each layer; bottom: mean over layers for each head index. Colours and marginal "
+               f"axes are fixed over the whole run. Play and the slider run in the browser.{dup_note}")
+
+
+main()

@@ -1,0 +1,50 @@
+"""Architecture heatmaps: one statistic for every head at every checkpoint, layer boundaries drawn."""
+
+import streamlit as st
+
+from dashboard import controls, loader
+from dashboard.data import fixed_range
+from dashboard.figures import architecture as figs
+from dashboard.stats import LAMBDA, STATS
+from dashboard.style import SIGNED_STATS
+
+
+def main() -> None:
+    st.title("Architecture heatmaps")
+    frame = controls.frame()
+    # --- empty case ---
+    if frame.store is None:
+        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+        return
+    store = frame.store
+    if len(store.steps) == 0:
+        st.info("This run has no checkpoints with statistics yet.")
+        return
+    axis = frame.axis()
+
+    # --- widgets ---
+    c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
+    stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
+    k = None
+    if stat == LAMBDA:
+        k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
+    log_colour = controls.toggle("logc", "log colour", False, where=c_log) if STATS[stat].positive else False
+    values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
+    label = STATS[stat].short(k)
+
+    # --- panel: every head x every checkpoint ---
+    st.plotly_chart(figs.architecture_heatmap(axis, values, stat=STATS[stat], k=k, log_colour=log_colour,
+                                              signed=stat in SIGNED_STATS), key="architecture")
+    st.caption(f"{label} of all {store.n_layers * store.n_heads} heads (columns, layer by layer; white lines separate "
+               f"layers) at every checkpoint (rows){', log colour' if log_colour else ''}. Hover names the head.")
+
+    # --- panel: layer means over training ---
+    st.subheader("Layer means over training")
+    means = values.mean(axis=2)
+    st.plotly_chart(figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour),
+                                     log_y=log_colour), key="layer_means")
+    st.caption(f"{label} averaged over the heads of each layer, one line per layer coloured from first (blue) to "
+               "last (red) layer; log y axis when log colour is on.")
+
+
+main()

@@ -1,0 +1,51 @@
+"""Layer view: every head of a layer over training for any statistic, and a grid of all layers."""
+
+import streamlit as st
+
+from dashboard import controls, loader
+from dashboard.data import fixed_range
+from dashboard.figures import layers as figs
+from dashboard.stats import LAMBDA, STATS
+
+
+def main() -> None:
+    st.title("Layer view")
+    frame = controls.frame()
+    # --- empty case ---
+    if frame.store is None:
+        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+        return
+    store = frame.store
+    if len(store.steps) == 0:
+        st.info("This run has no checkpoints with statistics yet.")
+        return
+    axis = frame.axis()
+
+    # --- widgets ---
+    c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
+    stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
+    layer = controls.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
+    k = None
+    if stat == LAMBDA:
+        k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
+    log_y = controls.toggle("logy", "log y axis", False, where=c_log) if STATS[stat].positive else False
+    values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
+    y_range = fixed_range(values, log=log_y)
+    label = STATS[stat].short(k)
+
+    # --- panel: every head of the chosen layer ---
+    st.subheader(f"Layer {layer}: every head over training")
+    st.plotly_chart(figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k,
+                                     y_range=y_range, log_y=log_y), key="layer_lines")
+    st.caption(f"{label} of each of the {store.n_heads} heads of layer {layer} over training (one colour per head), "
+               "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like.")
+
+    # --- panel: all layers ---
+    st.subheader("All layers")
+    st.plotly_chart(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer),
+                    key="layer_grid")
+    st.caption(f"{label} over training, one panel per layer (heads thin blue, layer mean red dashed), all panels on "
+               f"the same axes; layer {layer} is framed.")
+
+
+main()

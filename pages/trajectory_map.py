@@ -1,0 +1,109 @@
+"""Trajectory map: every head placed by a UMAP embedding of its training trajectory of one statistic."""
+
+import numpy as np
+import streamlit as st
+
+from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
+from dashboard import controls, loader
+from dashboard.stats import STATS, TRAJECTORY_STATS
+from dashboard.figures.trajectory import picked_head, trajectory_map
+
+NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
+NEIGHBOURS = [5, 10, 15, 30, 50]
+MIN_DISTS = [0.0, 0.05, 0.1, 0.25, 0.5]
+EDGES = [3, 5, 10]
+
+
+def _with(options: list, value) -> list:
+    return sorted(set(options) | {value})
+
+
+def main() -> None:
+    st.title("Trajectory map")
+    frame = controls.frame()
+    # --- empty case ---
+    if frame.store is None:
+        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+        return
+    store = frame.store
+    if len(store.steps) < 2:
+        st.info("A trajectory needs at least two checkpoints; this run has fewer.")
+        return
+    stored = loader.read_embeddings(store)
+    info = store.meta.get("embeddings") or {}
+    defaults = EmbeddingSettings(**{k: v for k, v in (info.get("settings") or {}).items()
+                                    if k in EmbeddingSettings.__dataclass_fields__})
+
+    # --- widgets ---
+    c_stat, c_norm = st.columns([3, 4])
+    stat = controls.select("stat", "Statistic", list(TRAJECTORY_STATS), "kl_gauss", fmt=lambda s: STATS[s].label,
+                           where=c_stat)
+    norm = controls.select("norm", "Trajectory normalisation", list(NORMALISATIONS), "zscore", kind="radio",
+                           fmt=NORM_LABELS.get, where=c_norm, help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()))
+    c_layer, c_head, c_settings = st.columns([1, 1, 4])
+    layer = controls.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
+    head = controls.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
+    with c_settings.expander("Embedding settings"):
+        nn = controls.select("nn", "UMAP neighbours", _with(NEIGHBOURS, defaults.n_neighbors), defaults.n_neighbors,
+                             kind="select_slider")
+        md = controls.select("md", "UMAP minimum distance", _with(MIN_DISTS, defaults.min_dist), defaults.min_dist,
+                             kind="select_slider")
+        kk = controls.select("knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k),
+                             defaults.knn_k, kind="select_slider")
+    settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
+
+    # --- data: the precomputed map when it matches, else computed here (cached) ---
+    fresh = info.get("steps") == [int(s) for s in store.steps]
+    rows, method, source = None, "UMAP", "precomputed with the store"
+    if stored is not None and fresh and settings == defaults:
+        sel = stored[(stored["statistic"] == stat) & (stored["normalisation"] == norm)]
+        rows = sel if len(sel) else None
+        method = "UMAP" if info.get("method", "umap") == "umap" else str(info["method"])
+    if rows is None:
+        method = "UMAP"
+        if stored is not None and not fresh:
+            st.caption(f"The stored maps were made from {len(info.get('steps') or [])} checkpoints; this run now has "
+                       f"{len(store.steps)}, so maps are computed here.")
+        kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed)
+        if not loader.embedding_cached(store, stat, **kwargs):
+            st.info(f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
+                    "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
+                    "store with `python -m precompute.embeddings STORE --statistics ...`.")
+            if not st.button("Compute this map", type="primary"):
+                return
+        with st.spinner("Embedding trajectories with UMAP ..."):
+            rows = loader.compute_embedding(store, stat, **kwargs)
+        source = "computed in this server (cached)"
+    rows = rows.sort_values(["layer", "head"])
+    neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
+
+    # --- panel: the map ---
+    fig = trajectory_map(rows["x"].to_numpy(), rows["y"].to_numpy(), rows["layer"].to_numpy(), rows["head"].to_numpy(),
+                         neighbors, n_layers=store.n_layers, highlight=layer * store.n_heads + head, method=method)
+    event = st.plotly_chart(fig, key="trajectory_map", on_select="rerun", selection_mode="points")
+    st.caption(
+        f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} at all "
+        f"{len(store.steps)} checkpoints (one coordinate each), normalised {NORMALISATIONS[norm]}. Grey edges join "
+        f"each head to its {kk} nearest trajectories before embedding, so long edges show where the map tears "
+        f"neighbours apart. Ringed: layer {layer}, head {head}. Click a point to open that head in the head explorer. "
+        f"Map {source}; UMAP neighbours {nn}, minimum distance {md}, seed {settings.seed}."
+    )
+
+    # --- the highlighted head: its nearest trajectories, and a link to it ---
+    own = layer * store.n_heads + head
+    if len(neighbors):
+        names = ", ".join(f"L{i // store.n_heads} H{i % store.n_heads}" for i in neighbors[own])
+        st.markdown(f"Nearest trajectories to layer {layer}, head {head}: {names}.")
+    st.page_link("pages/head_explorer.py", label=f"Open layer {layer}, head {head} in the head explorer",
+                 icon=":material/center_focus_strong:",
+                 query_params={"run": frame.run or "", "layer": str(layer), "head": str(head)})
+
+    # --- picking a head opens it in the head explorer ---
+    picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
+    if picked is not None:
+        st.switch_page("pages/head_explorer.py",
+                       query_params={"run": frame.run or "", "layer": str(picked[0]), "head": str(picked[1])})
+
+
+
+main()

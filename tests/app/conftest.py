@@ -1,0 +1,78 @@
+"""Fixtures for the dashboard tests: a synthetic store made here, and helpers to run pages.
+
+The store (4 layers x 4 heads, d_head 16, 12 checkpoints plus one duplicate, a loss
+curve, stand-in embeddings) is written once per session under pytest's tmp dir. Every
+page test points the app at it through $HEADWATCH_STORE and at an empty $HEADWATCH_DATA,
+so nothing under data/ changes what the tests see.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from benchmarks.synthetic_store import add_stand_in_embeddings, write_synthetic_store
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+DIMS = dict(n_layers=4, n_heads=4, d_head=16, d_model=64, n_checkpoints=12)
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="session")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("stores") / "tiny-run"
+    write_synthetic_store(path, **DIMS, model_id="synthetic/tiny")
+    add_stand_in_embeddings(path)
+    return path
+
+
+@pytest.fixture()
+def app_env(store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the app at the test store only."""
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("HEADWATCH_STORE", str(store_path))
+    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
+    return store_path
+
+
+def open_page(page: str | None, query: dict[str, Any] | None = None) -> AppTest:
+    """Run the app like a fresh browser opening ``page`` with ``query`` in its URL."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params = dict(query or {})
+    at.run()
+    if page:
+        at.switch_page(page)
+        at.query_params = dict(query or {})
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def chart(at: AppTest, key: str) -> dict[str, Any]:
+    """The plotly figure (as a dict) of the chart with widget key ``key``."""
+    for el in at.get("plotly_chart"):
+        if el.proto.id.endswith(f"-{key}"):
+            return json.loads(el.proto.spec)
+    raise KeyError(f"no chart with key {key!r}; have {[e.proto.id.rsplit('-', 1)[-1] for e in at.get('plotly_chart')]}")
+
+
+def arr(value: Any) -> np.ndarray:
+    """A figure array, decoded from plotly's base64 typed-array form where needed."""
+    if isinstance(value, dict) and "bdata" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<"))
+        if "shape" in value:
+            out = out.reshape([int(d) for d in str(value["shape"]).split(",")])
+        return out
+    return np.asarray(value, dtype=np.float64)
+
+
+def notices(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning]

@@ -1,0 +1,195 @@
+"""Figure builders: valid plotly figures (they are built unvalidated, so checked here), fixed ranges, marks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from analysis.store import open_store
+from dashboard.data import density_curves, density_extent, density_grid, fixed_range, stat_values, step_axis
+from dashboard.figures import animation as anim
+from dashboard.figures import architecture as arch
+from dashboard.figures import head, layers, trajectory
+from dashboard.figures.card import loss_curve
+from dashboard.stats import STATS
+from dashboard.style import step_colours
+from tests.app.conftest import arr
+
+
+@pytest.fixture(scope="module")
+def store(store_path):
+    return open_store(store_path)
+
+
+def head_figures(store, axis, idx):
+    hist = store.array("hist_z")[:, 1, 2].astype(np.float64)
+    mu, sigma = store.array("mean")[:, 1, 2], store.array("std")[:, 1, 2]
+    lo, hi = density_extent(hist, mu, sigma)
+    w = np.linspace(lo, hi, 50)
+    wc, pc = density_curves(hist, mu, sigma)
+    lam = store.array("sv")[:, 1, 2].astype(np.float64) ** 2
+    cols = step_colours(len(idx))
+    labels = [f"step {store.steps[i]}" for i in idx]
+    xs = [axis.x[i] for i in idx]
+    return [
+        head.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=xs, colours=cols),
+        head.density_slices(wc[idx], pc[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx, sigma=sigma,
+                            kl=store.array("kl_gauss")[:, 1, 2], stats=(STATS["std"], STATS["kl_gauss"]),
+                            w_range=(lo, hi), p_range=head.log_density_range(pc)),
+        head.spectrum_map(axis, lam, chosen_x=xs, colours=cols),
+        head.spectrum_slices(lam[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx,
+                             stable_rank=store.array("stable_rank")[:, 1, 2],
+                             entropy=store.array("spectral_entropy")[:, 1, 2],
+                             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True)),
+        head.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
+        head.head_in_layer(axis, store.array("std")[:, 1], head=2, stat=STATS["std"], y_range=(0, 1), chosen_x=xs, colours=cols),
+    ]
+
+
+def all_figures(store) -> list[go.Figure]:
+    figs = []
+    for scale in ("linear", "log"):
+        axis = step_axis(store, scale=scale)
+        figs += head_figures(store, axis, [0, 3, len(store.steps) - 1])
+        v = stat_values(store, "lambda", k=1)
+        figs += [
+            layers.layer_lines(axis, v[:, 0], layer=0, stat=STATS["lambda"], k=1, y_range=fixed_range(v, log=True), log_y=True),
+            layers.layer_grid(axis, v, stat=STATS["lambda"], k=1, y_range=fixed_range(v), highlight=1),
+            arch.architecture_heatmap(axis, v, stat=STATS["lambda"], k=1, log_colour=True),
+            arch.architecture_heatmap(axis, store.array("skew"), stat=STATS["skew"], signed=True),
+            arch.layer_means(axis, v, stat=STATS["lambda"], k=1, y_range=fixed_range(v.mean(2))),
+        ]
+    steps = [int(s) for s in store.steps]
+    figs.append(anim.animation(store.array("std"), steps=steps, start=2, stat=STATS["std"], log_colour=True))
+    figs.append(anim.animation(store.array("skew"), steps=steps, start=0, stat=STATS["skew"], signed=True))
+    n = store.n_layers * store.n_heads
+    rng = np.random.default_rng(0)
+    layer = np.repeat(np.arange(store.n_layers), store.n_heads)
+    head = np.tile(np.arange(store.n_heads), store.n_layers)
+    figs.append(trajectory.trajectory_map(rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)),
+                                          n_layers=store.n_layers, highlight=5))
+    figs.append(loss_curve(np.arange(5.0), np.linspace(5, 2, 5), np.array([np.nan, 4, np.nan, 3, np.nan])))
+    return figs
+
+
+def walk(obj: Any, key: str):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                yield v
+            yield from walk(v, key)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from walk(v, key)
+
+
+def test_every_builder_makes_a_figure_plotly_validates(store):
+    for fig in all_figures(store):
+        spec = fig.to_dict()
+        go.Figure(spec)  # full validation: raises ValueError on any invalid property
+        for scale in walk(spec, "colorscale"):
+            assert not isinstance(scale, str), f"named colour scale {scale!r} reaches plotly.js unresolved"
+        for ax_name, ax in spec["layout"].items():
+            if ax_name.startswith(("xaxis", "yaxis")) and "title" in ax and ax["title"].get("text"):
+                assert ax.get("range") is not None or ax.get("type") == "category", ax_name
+
+
+def test_slices_keep_their_axes_whatever_steps_are_chosen(store):
+    axis = step_axis(store)
+    a = head_figures(store, axis, [0, 1])
+    b = head_figures(store, axis, [5, 8, 11])
+    for fa, fb in zip(a, b):
+        la, lb = fa.to_dict()["layout"], fb.to_dict()["layout"]
+        for name in la:
+            if name.startswith(("xaxis", "yaxis")):
+                assert la[name].get("range") == lb[name].get("range"), name
+        za, zb = list(walk(fa.to_dict()["data"], "zmin")), list(walk(fb.to_dict()["data"], "zmin"))
+        assert za == zb
+
+
+def test_head_in_layer_mean_is_the_mean_over_heads(store):
+    axis = step_axis(store)
+    values = store.array("kurtosis")[:, 2]
+    fig = head.head_in_layer(axis, values, head=1, stat=STATS["kurtosis"], y_range=(0, 20))
+    mean = next(t for t in fig.data if t.name == "layer mean")
+    assert np.allclose(mean.y, values.sum(axis=1) / values.shape[1])
+    assert mean.line.dash == "dash" and mean.line.color == "#d62728"
+
+
+@pytest.mark.parametrize("n_layers", [2, 16, 24, 36, 48])
+def test_layer_boundaries_drawn_for_any_number_of_layers(store, n_layers):
+    n_heads, s = 5, len(store.steps)
+    values = np.random.default_rng(n_layers).uniform(1, 2, (s, n_layers, n_heads))
+    fig = arch.architecture_heatmap(step_axis(store), values, stat=STATS["std"])
+    lines = [sh for sh in fig.layout.shapes if sh.line.color == "white"]
+    assert sorted(sh.x0 for sh in lines) == [b * n_heads - 0.5 for b in range(1, n_layers)]
+    heat = fig.data[0]
+    assert len(heat.x) == n_layers * n_heads and heat.x[n_heads] == "L1 H0"
+    assert np.array_equal(np.asarray(heat.z), values.reshape(s, -1))
+
+
+def test_animation_has_a_frame_per_checkpoint_and_a_fixed_colour_scale(store):
+    values = store.array("std")
+    steps = [int(s) for s in store.steps]
+    fig = anim.animation(values, steps=steps, start=4, stat=STATS["std"])
+    spec = go.Figure(fig.to_dict()).to_dict()  # through validation, as the browser would get it
+    frames = spec["frames"]
+    assert [f["name"] for f in frames] == [str(s) for s in steps]
+    assert spec["layout"]["sliders"][0]["active"] == 4
+    heat = spec["data"][0]
+    assert np.allclose(arr(heat["z"]).reshape(values[4].shape), values[4], rtol=1e-6)
+    assert heat["zmin"] == pytest.approx(values.min()) and heat["zmax"] == pytest.approx(values.max())
+    assert all("zmin" not in f["data"][0] for f in frames)  # frames change data, never the colour scale
+    assert np.allclose(arr(frames[7]["data"][1]["x"]), values[7].mean(axis=1))  # right: mean over the heads of each layer
+    assert np.allclose(arr(frames[7]["data"][2]["y"]), values[7].mean(axis=0))  # bottom: mean over layers per head
+    play, pause = spec["layout"]["updatemenus"][0]["buttons"]
+    assert (play["label"], pause["label"]) == ("▶ Play", "❚❚ Pause")
+    assert play["args"][0] == [str(s) for s in steps[4:]]  # plays on from the opening step
+    assert play["args"][1]["fromcurrent"] is True
+
+
+def test_layer_grid_shares_axes_and_draws_every_layer(store):
+    v = store.array("std")
+    fig = layers.layer_grid(step_axis(store), v, stat=STATS["std"], y_range=(0.0, 1.0), highlight=2)
+    assert len(fig.data) == 2 * store.n_layers
+    spec = fig.to_dict()["layout"]
+    ranges = {tuple(ax["range"]) for name, ax in spec.items() if name.startswith("yaxis")}
+    assert ranges == {(0.0, 1.0)}
+    heads = fig.data[2]  # layer 1's heads, joined with gaps
+    assert np.count_nonzero(np.isnan(np.asarray(heads.y, dtype=float))) == store.n_heads
+
+
+def test_trajectory_map_draws_each_knn_edge_once(store):
+    x = np.array([0.0, 1.0, 2.0, 3.0])
+    nb = np.array([[1], [0], [3], [2]])  # two mutual pairs -> two edges
+    fig = trajectory.trajectory_map(x, x, np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]), nb, n_layers=2)
+    edges = np.asarray(fig.data[0].x, dtype=float)
+    assert np.count_nonzero(np.isnan(edges)) == 2
+    assert list(fig.data[1].customdata[3]) == [1, 1]
+
+
+def test_picked_head_reads_a_click_on_the_map():
+    def event(*custom):
+        return {"selection": {"points": [{"customdata": c} for c in custom]}}
+
+    assert trajectory.picked_head(event([2, 3]), n_layers=4, n_heads=4) == (2, 3)
+    assert trajectory.picked_head(event({"0": 1, "1": 0}), n_layers=4, n_heads=4) == (1, 0)
+    assert trajectory.picked_head(event(None, [9, 9], [0, 2]), n_layers=4, n_heads=4) == (0, 2)
+    assert trajectory.picked_head({"selection": {"points": []}}, n_layers=4, n_heads=4) is None
+    assert trajectory.picked_head(None, n_layers=4, n_heads=4) is None
+
+
+@pytest.mark.parametrize("stat", list(STATS))
+def test_every_statistic_draws_with_a_unit_and_finite_fixed_ranges(store, stat):
+    values = stat_values(store, stat, k=2)
+    assert values.shape == (len(store.steps), store.n_layers, store.n_heads)
+    axis = step_axis(store)
+    log = STATS[stat].positive
+    fig = arch.architecture_heatmap(axis, values, stat=STATS[stat], k=2, log_colour=log)
+    heat = fig.to_dict()["data"][0]
+    assert np.isfinite([heat["zmin"], heat["zmax"]]).all() and heat["zmin"] < heat["zmax"]
+    assert "(" in STATS[stat].title(2) and STATS[stat].unit  # every axis names its unit
+    go.Figure(fig.to_dict())

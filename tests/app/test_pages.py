@@ -1,0 +1,242 @@
+"""Every page through Streamlit's AppTest against the test store: renders, reacts, follows and writes the URL."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.store import open_store
+from tests.app.conftest import arr, chart, notices, open_page
+
+HEAD = "pages/head_explorer.py"
+LAYERS = "pages/layer_view.py"
+ARCH = "pages/architecture_heatmaps.py"
+ANIM = "pages/animated_heatmap.py"
+TRAJ = "pages/trajectory_map.py"
+VIEW_PAGES = [HEAD, LAYERS, ARCH, ANIM, TRAJ]
+
+
+def data_of(at, key: str, trace: int | str = 0, field: str = "z") -> np.ndarray:
+    """A field of one trace (by index, or by name) of the chart with widget key ``key``."""
+    traces = chart(at, key)["data"]
+    t = traces[trace] if isinstance(trace, int) else next(t for t in traces if t.get("name") == trace)
+    return arr(t[field])
+
+
+@pytest.mark.parametrize("page", [None, *VIEW_PAGES])
+def test_page_renders_with_captions_and_no_notice(app_env, page):
+    at = open_page(page)
+    charts = at.get("plotly_chart")
+    if page is not None:
+        assert len(charts) >= 2  # the page's figures plus the sidebar's loss curve
+        assert len(at.caption) >= len(charts)  # one line saying what each plot shows
+    assert not notices(at)
+    assert not at.error
+    assert "synthetic/tiny" in " ".join(m.value for m in at.markdown)
+
+
+# --- a widget change changes the figure's data -------------------------------------------------------------------
+
+
+def test_head_explorer_layer_head_and_steps_change_the_figures(app_env):
+    at = open_page(HEAD)
+    before = data_of(at, "density_map")
+    at.selectbox(key="layer").set_value(2).run()
+    at.selectbox(key="head").set_value(3).run()
+    assert not at.exception
+    assert not np.array_equal(before, data_of(at, "density_map"))
+    store = open_store(app_env)
+    focus = chart(at, "head_in_layer")["data"][2]
+    assert np.allclose(arr(focus["y"]), store.array("std")[:, 2, 3])
+    n_before = len(chart(at, "density_slices")["data"])
+    at.multiselect(key="step").set_value([0, 1000]).run()
+    slices = chart(at, "density_slices")["data"]
+    assert len(slices) == n_before - 3  # 5 default steps -> 2 density curves
+    assert [t["name"] for t in slices[:2]] == ["step 0", "step 1,000"]
+
+
+def test_layer_view_statistic_and_layer_change_the_lines(app_env):
+    at = open_page(LAYERS)
+    before = data_of(at, "layer_lines", 0, "y")
+    at.selectbox(key="stat").set_value("kl_gauss").run()
+    kl = data_of(at, "layer_lines", 0, "y")
+    assert not np.array_equal(before, kl)
+    at.selectbox(key="layer").set_value(3).run()
+    store = open_store(app_env)
+    assert np.allclose(data_of(at, "layer_lines", 0, "y"), store.array("kl_gauss")[:, 3, 0])
+    mean = chart(at, "layer_lines")["data"][-1]
+    assert mean["name"] == "layer mean" and mean["line"]["dash"] == "dash"
+    assert np.allclose(arr(mean["y"]), store.array("kl_gauss")[:, 3].mean(axis=1))
+
+
+def test_architecture_lambda_k_slider_and_log_colour(app_env):
+    at = open_page(ARCH, {"stat": "lambda"})
+    store = open_store(app_env)
+    sv = store.array("sv").astype(np.float64)
+    assert np.allclose(data_of(at, "architecture"), (sv[..., 0] ** 2).reshape(len(store.steps), -1), rtol=1e-6)
+    at.slider(key="k").set_value(5).run()
+    assert np.allclose(data_of(at, "architecture"), (sv[..., 5] ** 2).reshape(len(store.steps), -1), rtol=1e-6)
+    at.toggle(key="logc").set_value(True).run()
+    assert np.allclose(data_of(at, "architecture"), np.log10(sv[..., 5] ** 2).reshape(len(store.steps), -1), rtol=1e-6)
+    assert at.query_params["k"] == "5" and at.query_params["logc"] == "1"
+
+
+def test_animation_opening_step_moves_the_first_frame(app_env):
+    at = open_page(ANIM)
+    store = open_store(app_env)
+    std = store.array("std")
+    assert np.allclose(data_of(at, "animation").reshape(std[0].shape), std[0], rtol=1e-6)
+    at.select_slider(key="step").set_value(int(store.steps[6])).run()
+    spec = chart(at, "animation")
+    assert np.allclose(arr(spec["data"][0]["z"]).reshape(std[6].shape), std[6], rtol=1e-6)
+    assert spec["layout"]["sliders"][0]["active"] == 6
+    assert len(spec["frames"]) == len(store.steps)
+
+
+def test_trajectory_map_reads_the_stored_embedding(app_env):
+    at = open_page(TRAJ)
+    assert not at.button  # precomputed: nothing to compute, no wait
+    xy = data_of(at, "trajectory_map", "heads", "x")
+    at.selectbox(key="stat").set_value("spectral_entropy").run()
+    assert not np.array_equal(xy, data_of(at, "trajectory_map", "heads", "x"))
+    assert "precomputed" in " ".join(c.value for c in at.caption)
+
+
+def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
+    import analysis.trajectories as trajectories
+
+    def pca(x, settings):  # stands in for UMAP: same shapes, no numba compilation
+        u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+        return u[:, :2] * s[:2]
+
+    monkeypatch.setattr(trajectories, "umap_embed", pca)
+    at = open_page(TRAJ, {"nn": "5", "norm": "global"})
+    assert at.button and "no precomputed map" in at.info[0].value
+    at.button[0].click().run()
+    assert not at.exception
+    assert "computed in this server" in " ".join(c.value for c in at.caption)
+    assert len(data_of(at, "trajectory_map", "heads", "x")) == 16
+
+
+# --- query parameters set the widgets; bad ones give a notice ----------------------------------------------------
+
+GOOD = {
+    HEAD: ({"layer": "2", "head": "3", "step": ["1", "1000"], "stat": "kurtosis", "logp": "0"},
+           {"layer": 2, "head": 3, "step": [1, 1000], "stat": "kurtosis", "logp": False}),
+    LAYERS: ({"layer": "1", "stat": "lambda", "k": "7", "logy": "1"}, {"layer": 1, "stat": "lambda", "k": 7, "logy": True}),
+    ARCH: ({"stat": "stable_rank", "logc": "1"}, {"stat": "stable_rank", "logc": True}),
+    ANIM: ({"stat": "spectral_entropy", "step": "21000"}, {"stat": "spectral_entropy", "step": 21000}),
+    TRAJ: ({"stat": "std", "layer": "3", "head": "1"}, {"stat": "std", "layer": 3, "head": 1}),
+}
+
+
+@pytest.mark.parametrize("page", VIEW_PAGES)
+def test_query_parameters_set_the_widgets(app_env, page):
+    query, expected = GOOD[page]
+    at = open_page(page, dict(query, xscale="log"))
+    assert not notices(at)
+    for key, value in expected.items():
+        assert at.session_state[key] == value, key
+    assert at.session_state["xscale"] == "log"
+    for key, value in query.items():  # the URL keeps them (it is what the browser shows)
+        assert at.query_params[key] == value
+    link = at.code[0].value
+    assert all(f"{k}={v}" in link for k, v in query.items() if not isinstance(v, list))
+
+
+@pytest.mark.parametrize("page", VIEW_PAGES)
+def test_invalid_parameters_fall_back_with_a_notice(app_env, page):
+    at = open_page(page, {"layer": "99", "head": "x", "stat": "bogus", "step": "7", "k": "-1", "xscale": "sideways",
+                          "run": "nope"})
+    text = " ".join(notices(at))
+    assert "xscale=sideways" in text and "run=nope" in text and "stat=bogus" in text
+    assert at.session_state["stat"] == ("kl_gauss" if page == TRAJ else "std")
+    if page in (HEAD, LAYERS, TRAJ):
+        assert "layer=99" in text and at.session_state["layer"] == 0
+    if page in (HEAD, TRAJ):
+        assert "head=x" in text and at.session_state["head"] == 0
+    if page in (HEAD, ANIM):
+        assert "step=7" in text
+    assert at.query_params["stat"] != "bogus" and at.query_params.get("layer") != "99"  # the URL is repaired
+
+
+def test_layer_and_head_carry_over_to_another_page(app_env):
+    at = open_page(HEAD, {"layer": "2", "head": "1"})
+    at.switch_page(LAYERS).run()
+    assert at.session_state["layer"] == 2
+    at.switch_page(TRAJ).run()
+    assert (at.session_state["layer"], at.session_state["head"]) == (2, 1)
+
+
+# --- the shared sidebar ------------------------------------------------------------------------------------------
+
+
+def test_sidebar_model_card_flags_the_duplicate_and_draws_the_loss(app_env):
+    at = open_page(HEAD)
+    card = " ".join(m.value for m in at.sidebar.markdown)
+    assert "4 layers × 4 heads" in card and "d_head 16" in card
+    assert "1 duplicate checkpoint" in card and "3 = 0" in card
+    loss = chart(at, "loss_curve")
+    assert [t["name"] for t in loss["data"]] == ["train", "validation"]
+    assert "1/√d_head" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_time_axis_log_and_tokens(app_env):
+    at = open_page(HEAD)
+    at.radio(key="xscale").set_value("log").run()
+    layout = chart(at, "leading")["layout"]
+    assert layout["xaxis"]["type"] == "log" and "+ 1" in layout["xaxis"]["title"]["text"]
+    assert arr(chart(at, "leading")["data"][0]["x"])[0] == 1.0  # step 0 sits at 1
+    at.radio(key="xunit").set_value("tokens").run()
+    assert "tokens" in chart(at, "leading")["layout"]["xaxis"]["title"]["text"]
+    assert at.query_params["xunit"] == "tokens"
+
+
+def test_duplicate_checkpoint_is_marked_never_plotted(app_env):
+    at = open_page(HEAD)
+    spec = chart(at, "leading")
+    assert 3 not in arr(spec["data"][0]["customdata"]).tolist()  # step 3 repeats step 0: not a state
+    dotted = [s for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot"]
+    assert [s["x0"] for s in dotted] == [3.0]
+
+
+def test_no_store_and_broken_store_explain_themselves(tmp_path, monkeypatch):
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(tmp_path))
+    for page in (None, HEAD, TRAJ):
+        at = open_page(page)
+        assert at.info and not at.get("plotly_chart")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "meta.json").write_text(json.dumps({"schema_version": 1}))
+    at = open_page(HEAD)
+    assert any("lacks the required key" in e.value for e in at.error)
+
+
+def test_switching_runs_keeps_valid_state_and_resets_the_rest(app_env, tmp_path, monkeypatch):
+    from benchmarks.synthetic_store import write_synthetic_store
+
+    data = tmp_path / "data"
+    write_synthetic_store(data / "small-run", n_layers=2, n_heads=3, d_head=8, d_model=32, n_checkpoints=6,
+                          duplicate=False, training=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(data))
+    at = open_page(HEAD, {"layer": "3", "head": "2"})
+    assert at.selectbox(key="run").options == ["tiny-run", "small-run"]  # $HEADWATCH_STORE first
+    at.selectbox(key="run").set_value("small-run").run()
+    assert not at.exception and not notices(at)
+    assert at.session_state["layer"] == 0 and at.session_state["head"] == 2  # layer 3 does not exist there
+    assert "2 layers × 3 heads" in " ".join(m.value for m in at.sidebar.markdown)
+    assert "loss_curve" not in [e.proto.id.rsplit("-", 1)[-1] for e in at.get("plotly_chart")]  # no training record
+    assert at.query_params["run"] == "small-run"
+
+
+def test_trajectory_map_lists_the_neighbours_of_the_highlighted_head(app_env):
+    import pandas as pd
+
+    at = open_page(TRAJ, {"layer": "1", "head": "2"})
+    table = pd.read_parquet(app_env / "embeddings.parquet")
+    row = table[(table["statistic"] == "kl_gauss") & (table["layer"] == 1) & (table["head"] == 2)].iloc[0]
+    expected = ", ".join(f"L{i // 4} H{i % 4}" for i in row["neighbors"])
+    assert any(expected in m.value for m in at.markdown)

@@ -1,0 +1,48 @@
+"""URL parameter parsing: valid values pass, invalid ones fall back to the default with a notice."""
+
+from dashboard.urlstate import describe_options, encode, parse_many, parse_one, query_string
+
+
+def test_parse_one_valid_int_and_string():
+    assert parse_one("layer", ["3"], list(range(24)), 0).value == 3
+    assert parse_one("layer", ["3"], list(range(24)), 0).notice is None
+    assert parse_one("stat", ["kl_gauss"], ["std", "kl_gauss"], "std").value == "kl_gauss"
+    assert parse_one("layer", [], list(range(24)), 5).value == 5  # absent: default, no notice
+    assert parse_one("layer", ["1", "7"], list(range(24)), 0).value == 7  # the last one counts
+
+
+def test_parse_one_invalid_falls_back_with_notice_quoting_the_value():
+    for raw, options, default in ((["99"], list(range(24)), 0), (["x"], list(range(16)), 0),
+                                  (["bogus"], ["std", "kl_gauss"], "std"), (["1.5"], list(range(4)), 0)):
+        got = parse_one("p", raw, options, default)
+        assert got.value == default
+        assert got.notice is not None and f"p={raw[0]}" in got.notice
+
+
+def test_describe_options_names_the_allowed_range():
+    assert describe_options(list(range(24))) == "0-23"
+    assert "std" in describe_options(["std", "kl_gauss"])
+    assert "(30 in all)" in describe_options([f"s{i}" for i in range(30)])
+
+
+def test_bools_accept_common_spellings():
+    assert parse_one("logc", ["1"], [False, True], False).value is True
+    assert parse_one("logc", ["true"], [False, True], False).value is True
+    assert parse_one("logc", ["off"], [False, True], True).value is False
+    assert parse_one("logc", ["maybe"], [False, True], False).notice
+
+
+def test_parse_many_keeps_valid_values_in_option_order():
+    steps = [0, 1, 2, 4, 1000, 2000]
+    got = parse_many("step", ["1000", "1", "7"], steps, [0])
+    assert got.value == [1, 1000]
+    assert "step=7" in got.notice
+    assert parse_many("step", ["7", "x"], steps, [0, 2000]).value == [0, 2000]
+    assert parse_many("step", [], steps, [0]).value == [0]
+    assert parse_many("step", ["2", "2"], steps, [0]).value == [2]
+
+
+def test_query_string_repeats_lists_and_quotes():
+    assert query_string({"layer": 3, "step": [0, 64], "logc": True}) == "layer=3&step=0&step=64&logc=1"
+    assert query_string({"run": "a b/c"}) == "run=a%20b%2Fc"
+    assert encode(False) == "0" and encode(0.1) == "0.1"
