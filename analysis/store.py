@@ -80,18 +80,56 @@ def done_steps(meta: dict[str, Any]) -> list[int]:
 
 @dataclass(frozen=True)
 class Store:
-    """An opened store. Cheap to create; arrays are built on first use and cached.
+    """An opened store. Cheap to create: only the row keys are read at open; each column is
+    read from ``heads.parquet`` on first use (list columns in batches, straight into one
+    float32 array) and cached.
 
     Attributes:
         path: the store directory.
         meta: the parsed ``meta.json``.
-        arrow: ``heads.parquet`` as a pyarrow table, sorted by (step, layer, head, matrix).
+        keys: the key columns (step, layer, head, matrix) of ``heads.parquet``, in file order,
+            which is sorted by (step, layer, head, matrix).
     """
 
     path: Path
     meta: dict[str, Any]
-    arrow: pa.Table
+    keys: pa.Table
+    # heads.parquet as opened by `open_store`: later column reads come from this same file
+    # even if a precompute commit swaps the store directory meanwhile (None: no rows yet)
+    file: pq.ParquetFile | None = field(default=None, repr=False, compare=False)
     _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def arrow(self) -> pa.Table:
+        """The whole ``heads.parquet`` as a pyarrow table (read on first access)."""
+        return self.file.read() if self.file is not None else empty_heads_table()
+
+    @cached_property
+    def column_names(self) -> list[str]:
+        """Columns of ``heads.parquet`` (from its schema, without reading data)."""
+        return self.file.schema_arrow.names if self.file is not None else heads_arrow_schema().names
+
+    def _read(self, column: str) -> np.ndarray:
+        """One column, all rows in file order: ``(rows,)`` float64 or ``(rows, k)`` float32 for list columns."""
+        rows = self.keys.num_rows
+        if "arrow" in self.__dict__ or rows == 0:
+            col = self.arrow[column].combine_chunks()
+            if column in LIST_COLUMNS:
+                return col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(rows, -1)
+            return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        batches = self.file.iter_batches(batch_size=16384, columns=[column])
+        if column not in LIST_COLUMNS:
+            return np.concatenate([b.column(0).to_numpy(zero_copy_only=False) for b in batches]).astype(np.float64, copy=False)
+        out = None
+        start = 0
+        for b in batches:  # decode a batch at a time: never two full copies of the column in memory
+            values = b.column(0).flatten().to_numpy(zero_copy_only=False)
+            width = len(values) // max(b.num_rows, 1)
+            if out is None:
+                out = np.empty((rows, width), dtype=np.float32)
+            out[start : start + b.num_rows] = values.reshape(b.num_rows, width)
+            start += b.num_rows
+        return out
 
     @property
     def model(self) -> dict[str, Any]:
@@ -144,7 +182,7 @@ class Store:
             return self._cache[key]
         if column not in SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS:
             raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS}")
-        if column in NULL_COLUMNS and column not in self.arrow.column_names:
+        if column in NULL_COLUMNS and column not in self.column_names:
             from analysis.nullmodel import NULL_RATIO_STATS, null_columns
 
             spectral = {name: self.array(name, matrix=matrix) for name in NULL_RATIO_STATS}
@@ -153,17 +191,14 @@ class Store:
                 values.setflags(write=False)
                 self._cache[(name, matrix)] = values
             return self._cache[key]
-        mask = pc.equal(self.arrow["matrix"], matrix)
-        sub = self.arrow.filter(mask)
+        mask = pc.equal(self.keys["matrix"], matrix).to_numpy(zero_copy_only=False)
         shape = (len(self.steps), self.n_layers, self.n_heads)
-        if sub.num_rows != int(np.prod(shape)):
+        if int(mask.sum()) != int(np.prod(shape)):
             raise KeyError(f"store {str(self.path)!r} has no complete {matrix!r} rows")
-        col = sub[column].combine_chunks()
-        if column in LIST_COLUMNS:
-            values = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-            out = values.reshape(shape + (-1,))
-        else:
-            out = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(shape)
+        values = self._read(column)
+        if not mask.all():
+            values = values[mask]
+        out = values.reshape(shape + values.shape[1:])
         out.setflags(write=False)
         self._cache[key] = out
         return out
@@ -192,17 +227,21 @@ def open_store(path: str | Path) -> Store:
     if not heads_path.is_file():
         if done_steps(meta):
             raise StoreError(f"{str(heads_path)!r} is missing but meta.json lists finished checkpoints.")
-        arrow = empty_heads_table()
+        arrow = empty_heads_table().select(list(KEY_COLUMNS))
+        names = heads_arrow_schema().names
+        parquet = None
     else:
         try:
-            arrow = pq.read_table(heads_path)
+            parquet = pq.ParquetFile(heads_path)
+            arrow = parquet.read(columns=list(KEY_COLUMNS))
+            names = parquet.schema_arrow.names
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {str(heads_path)!r}: {exc}") from exc
-    missing = [c for c in HEADS_COLUMNS if c not in arrow.column_names]
+    missing = [c for c in HEADS_COLUMNS if c not in names]
     if missing:
         raise StoreError(f"{str(heads_path)!r} lacks columns {missing}; rewrite it with `python -m precompute`.")
     check_consistent(meta, arrow, where=str(path))
-    return Store(path=path, meta=meta, arrow=arrow)
+    return Store(path=path, meta=meta, keys=arrow, file=parquet)
 
 
 def check_consistent(meta: dict[str, Any], arrow: pa.Table, *, where: str) -> None:

@@ -165,3 +165,14 @@ def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> Non
     expected = null_expectations(16, D)
     np.testing.assert_allclose(store.array("stable_rank_over_null"), store.array("stable_rank") / expected["stable_rank"])
     assert store.array("participation_ratio_over_null").shape == (2, L, H)
+
+
+def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", [0])
+    store = open_store(tmp_path / "s")  # columns are read lazily, after this point
+    write_store(tmp_path / "s", [0, 1])  # a precompute commit swaps the directory meanwhile
+    std = store.array("std")
+    assert std.shape == (1, L, H)
+    assert std[0, 2, 3] == pytest.approx(23 + SCALAR_COLUMNS.index("std") / 100)
+    assert store.array("sv").shape == (1, L, H, D)
+    assert open_store(tmp_path / "s").array("std").shape == (2, L, H)
