@@ -3,6 +3,8 @@
 Run with ``streamlit run app.py``. Each page reads the run chosen here through
 `dashboard.controls.frame`; after the page has run, its view state is written
 to the query string, so the address bar (and the sidebar's link) reproduces it.
+With $STORE_REPO set, the run picker also offers the stores of that Hugging Face
+dataset repo; on a Space ($SPACE_ID), links name the Space page (`dashboard.space`).
 """
 
 import streamlit as st
@@ -12,7 +14,7 @@ from dashboard import controls
 from dashboard.card import loss_series, model_card_lines
 from dashboard.data import checkpoint_tokens
 from dashboard.figures.card import loss_curve
-from dashboard.loader import find_stores, store_names, try_load_store
+from dashboard.loader import find_stores, hub_stores, store_names, try_load_store
 
 st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
 
@@ -29,17 +31,26 @@ PAGES = [
 
 controls.begin_run()
 page = st.navigation(PAGES)
+requested = controls.requested_page(PAGES, page)
+if requested is not None:  # a Space link names its page as ?page=... on the root URL
+    st.switch_page(requested[0], query_params=requested[1])
 notice_slot = st.container()
 
+# --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
+hub = hub_stores()
+if hub is not None and hub.error:
+    with notice_slot:
+        st.error(f"**Statistics store from the Hub unavailable.** {hub.error}", icon=":material/cloud_off:")
+
 # --- sidebar: run picker ---
-runs = store_names(find_stores())
+runs = store_names([*(hub.stores if hub else []), *find_stores()])
 store = None
 run = None
 with st.sidebar:
     if runs:
         run = controls.select(
             "run", "Run", list(runs), next(iter(runs)), where=st.sidebar,
-            help="Statistics stores under data/ (and $HEADWATCH_STORE)",
+            help="Statistics stores from $STORE_REPO on the Hub, under data/ and $HEADWATCH_STORE",
         )
         opened = try_load_store(runs[run])
         if isinstance(opened, StoreError):
@@ -85,4 +96,4 @@ page.run()
 with link_slot:
     st.markdown("**Link to this view**")
     st.code(controls.share_link(page.url_path), language=None, wrap_lines=True)
-controls.publish(notice_slot)
+controls.publish(notice_slot, page.url_path)

@@ -13,6 +13,11 @@ toggles). On each rerun:
 3. after the page has run, `publish` writes the complete view state back to the
    query string and shows the notices at the top of the page.
 
+On a Hugging Face Space (``SPACE_ID`` set) the share link is the Space page's
+URL with the page as ``page=`` and, after every rerun, the view's query string
+is posted to the Space page so its address bar follows the app; ``page=`` on
+the root URL opens that page (`requested_page`). See `dashboard.space`.
+
 Streamlit's native ``bind="query-params"`` is not used: it drops an invalid
 value silently (the issue asks for a visible notice) and stores a select box's
 *formatted label* in the URL, where links need ``stat=std``.
@@ -24,11 +29,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import os
+
 import streamlit as st
 
 from analysis.store import Store
 from dashboard.data import Scale, StepAxis, Unit, step_axis
+from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
 from dashboard.urlstate import encode, parse_many, parse_one, query_string
+
+SPACE_ENV = "SPACE_ID"  # OWNER/NAME, set by Hugging Face on a Space
 
 _PARAMS = "_hw_params"  # this run's view state: name -> list of URL strings, in widget order
 _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of URL strings
@@ -195,15 +205,47 @@ def current_params() -> dict[str, list[str]]:
     return dict(st.session_state.get(_PARAMS, {}))
 
 
+def _space_id() -> str | None:
+    return (os.environ.get(SPACE_ENV) or "").strip() or None
+
+
+def requested_page(pages: Sequence[Any], current: Any) -> tuple[Any, dict[str, list[str]]] | None:
+    """The page a ``page=<url_path>`` on the root URL asks for (how Space links name the page), else None.
+
+    Only the default page honours it (a path wins over ``page=``). Returns the page and
+    the remaining query parameters, for ``st.switch_page(page, query_params=...)``.
+    """
+    wanted = st.query_params.get(PAGE_PARAM)
+    if not wanted or current.url_path:
+        return None
+    target = next((p for p in pages if p.url_path == wanted), None)
+    if target is None:
+        notice(f"`{PAGE_PARAM}={wanted}` is not a page here (allowed: "
+               f"{', '.join(p.url_path for p in pages if p.url_path)}); showing {current.title}.")
+        return None
+    rest = {k: st.query_params.get_all(k) for k in st.query_params if k != PAGE_PARAM}
+    return target, rest
+
+
 def share_link(url_path: str = "") -> str:
-    """The link that reproduces the current view: the app's URL (or the page path) plus the query string."""
+    """The link that reproduces the current view: the app's URL (or the page path) plus the query string.
+
+    On a Space it is the Space page's URL, with the page as ``page=`` (the Space forwards
+    only its query string, to the app's root URL).
+    """
     qs = query_string(current_params())
+    space = _space_id()
+    if space:
+        return space_url(space, url_path, qs)
     base = st.context.url or f"/{url_path}"
     return f"{base}?{qs}" if qs else base
 
 
-def publish(notice_slot: Where) -> None:
-    """Write this run's view state into the URL and show the notices (app.py calls this last)."""
+def publish(notice_slot: Where, url_path: str = "") -> None:
+    """Write this run's view state into the URL and show the notices (app.py calls this last).
+
+    On a Space, also post the view (``?page=...&...``) to the Space page so its address bar carries it.
+    """
     params = current_params()
     current = {k: st.query_params.get_all(k) for k in st.query_params}
     if current != params:
@@ -211,3 +253,5 @@ def publish(notice_slot: Where) -> None:
     st.session_state[_WRITTEN] = params
     for text in st.session_state.get(_NOTICES, []):
         notice_slot.warning(text, icon=":material/link_off:")
+    if _space_id():
+        st.iframe(parent_sync_script(parent_query(url_path, query_string(params))), height="content")

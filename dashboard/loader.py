@@ -2,7 +2,10 @@
 
 Stores are found under ``data/`` (or the folder named by ``HEADWATCH_DATA``;
 hidden and staging directories skipped) plus the one named by the
-``HEADWATCH_STORE`` environment variable, which comes first. An opened store
+``HEADWATCH_STORE`` environment variable, which comes first. When ``STORE_REPO``
+names a Hugging Face dataset repo (optionally ``STORE_REVISION``), its stores are
+downloaded once per server process (into the Hub cache) and listed before all of
+them; a failed download is reported, never raised. An opened store
 is cached per server process, keyed by its path and the modification time of
 its ``meta.json``: a commit (precompute adding checkpoints, embeddings being
 written) replaces ``meta.json``, so the next rerun opens the new version.
@@ -13,6 +16,7 @@ Derived data that costs more than a slice (trajectory embeddings) is cached with
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +28,14 @@ from analysis.errors import StoreError
 from analysis.schema import NULL_COLUMNS
 from analysis.store import HEADS_FILE, META_FILE, Store, open_store
 from dashboard import data
+from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DATA_ENV = "HEADWATCH_DATA"  # folder of stores (default: the repository's data/)
 STORE_ENV = "HEADWATCH_STORE"  # one more store, listed first
 EMBEDDINGS_FILE = "embeddings.parquet"  # as written by precompute.embeddings
+REPO_ENV = "STORE_REPO"  # a Hugging Face dataset repo (owner/name) holding one or more stores
+REVISION_ENV = "STORE_REVISION"  # its branch, tag or commit (default: the default branch)
 
 
 def find_stores(data_dir: Path | None = None) -> list[Path]:
@@ -50,15 +57,50 @@ def find_stores(data_dir: Path | None = None) -> list[Path]:
     return found
 
 
-def store_names(paths: list[Path]) -> dict[str, Path]:
-    """A unique short name (the folder name, suffixed on clashes) for each store: the ``run`` URL value."""
+def store_names(paths: list[Path | tuple[str, Path]]) -> dict[str, Path]:
+    """A unique short name (the folder name, or the one given, suffixed on clashes) for each store: the ``run`` URL value."""
     names: dict[str, Path] = {}
-    for p in paths:
-        name, i = p.name or "store", 2
+    for entry in paths:
+        base, p = entry if isinstance(entry, tuple) else (entry.name, entry)
+        name, i = base or "store", 2
         while name in names:
-            name, i = f"{p.name}-{i}", i + 1
+            name, i = f"{base}-{i}", i + 1
         names[name] = p
     return names
+
+
+@dataclass(frozen=True)
+class HubStores:
+    """The outcome of fetching ``STORE_REPO``: its stores as ``(name, path)`` pairs, or why there are none."""
+
+    repo_id: str
+    revision: str | None
+    stores: list[tuple[str, Path]]
+    error: str | None = None
+
+
+@st.cache_resource(show_spinner="Downloading the statistics store from the Hugging Face Hub ...")
+def _download(repo_id: str, revision: str | None) -> HubStores:
+    from huggingface_hub import snapshot_download  # imported only when a store repo is configured
+
+    try:
+        snapshot = snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=STORE_PATTERNS)
+    except Exception as exc:  # offline, no such repo or revision, no access: all shown, none raised
+        return HubStores(repo_id, revision, [], download_error_message(repo_id, revision, exc))
+    stores = snapshot_stores(Path(snapshot), repo_id)
+    return HubStores(repo_id, revision, stores, None if stores else download_error_message(repo_id, revision, None))
+
+
+def hub_stores() -> HubStores | None:
+    """The stores of the dataset repo named by $STORE_REPO (at $STORE_REVISION), fetched once per server process.
+
+    Returns:
+        None when $STORE_REPO is unset; otherwise the stores found, or the message saying why there are none.
+    """
+    repo_id = (os.environ.get(REPO_ENV) or "").strip()
+    if not repo_id:
+        return None
+    return _download(repo_id, (os.environ.get(REVISION_ENV) or "").strip() or None)
 
 
 def _version(path: Path) -> int:
