@@ -23,9 +23,9 @@ import math
 import numpy as np
 import torch
 
-from analysis.schema import HIST_Z_EDGES
+from analysis.schema import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
 
-ELEMENTWISE_STATS = ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss")
+ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/schema.py)
 
 
 def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:

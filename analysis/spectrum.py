@@ -17,14 +17,9 @@ from __future__ import annotations
 
 import torch
 
-SPECTRAL_STATS = (
-    "stable_rank",
-    "spectral_entropy",
-    "participation_ratio",
-    "condition_number",
-    "frob_norm",
-    "spectral_norm",
-)
+from analysis.schema import SPECTRAL_COLUMNS
+
+SPECTRAL_STATS = SPECTRAL_COLUMNS  # the store's column names (analysis/schema.py)
 
 
 def singular_values(w_q: torch.Tensor, w_k: torch.Tensor, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:

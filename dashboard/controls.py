@@ -85,6 +85,21 @@ def frame() -> Frame:
     return st.session_state.get(_FRAME) or Frame(store=None, run=None)
 
 
+def run_frame() -> Frame | None:
+    """The frame of a run with statistics, or None after telling the user why there is nothing to show.
+
+    Every page's empty case: no store chosen (or none found), or a store with no checkpoints yet.
+    """
+    current = frame()
+    if current.store is None:
+        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+        return None
+    if len(current.store.steps) == 0:
+        st.info("This run has no checkpoints with statistics yet.")
+        return None
+    return current
+
+
 def notice(text: str) -> None:
     """Queue a notice shown at the top of the page."""
     st.session_state.setdefault(_NOTICES, []).append(text)

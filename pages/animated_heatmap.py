@@ -11,15 +11,11 @@ from dashboard.style import SIGNED_STATS
 
 def main() -> None:
     st.title("Animation")
-    frame = controls.frame()
     # --- empty case ---
-    if frame.store is None:
-        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+    frame = controls.run_frame()
+    if frame is None:
         return
     store = frame.store
-    if len(store.steps) == 0:
-        st.info("This run has no checkpoints with statistics yet.")
-        return
     steps = [int(s) for s in store.steps]
 
     # --- widgets ---

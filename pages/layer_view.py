@@ -10,15 +10,11 @@ from dashboard.stats import LAMBDA, STATS
 
 def main() -> None:
     st.title("Layer view")
-    frame = controls.frame()
     # --- empty case ---
-    if frame.store is None:
-        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+    frame = controls.run_frame()
+    if frame is None:
         return
     store = frame.store
-    if len(store.steps) == 0:
-        st.info("This run has no checkpoints with statistics yet.")
-        return
     axis = frame.axis()
 
     # --- widgets ---

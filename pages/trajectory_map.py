@@ -20,10 +20,9 @@ def _with(options: list, value) -> list:
 
 def main() -> None:
     st.title("Trajectory map")
-    frame = controls.frame()
     # --- empty case ---
-    if frame.store is None:
-        st.info("No run to show: pick or create a statistics store (see the sidebar).")
+    frame = controls.run_frame()
+    if frame is None:
         return
     store = frame.store
     if len(store.steps) < 2:
