@@ -27,6 +27,7 @@ PAGES = [
     st.Page("pages/architecture_heatmaps.py", title="Architecture heatmaps", icon=":material/grid_on:", url_path="architecture"),
     st.Page("pages/animated_heatmap.py", title="Animation", icon=":material/play_circle:", url_path="animation"),
     st.Page("pages/trajectory_map.py", title="Trajectory map", icon=":material/scatter_plot:", url_path="trajectories"),
+    st.Page("pages/rmt_lab.py", title="Random-matrix lab", icon=":material/casino:", url_path="lab"),
 ]
 
 controls.begin_run()

@@ -208,3 +208,11 @@ def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
         with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):
             return data.stat_values(store, stat, k=k)
     return data.stat_values(store, stat, k=k)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_rank: bool, seed: int):
+    """One random W_QK for the random-matrix lab (`analysis.rmt_lab.lab_sample`), cached per setting."""
+    from analysis.rmt_lab import lab_sample
+
+    return lab_sample(d_model, n_heads, sigma_q, sigma_k, low_rank=low_rank, seed=seed)

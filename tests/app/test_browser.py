@@ -37,6 +37,7 @@ VIEWS = [
     ("architecture", "/architecture?stat=lambda&k=3&logc=1", 3, "λ_3 of all 16 heads"),
     ("animation", "/animation?stat=std&step=21000", 2, "Opening step"),
     ("trajectories", "/trajectories?stat=kl_gauss&layer=1&head=2", 2, "One point per head"),
+    ("lab", "/lab?dmodel=1024&nheads=8&sq=0.02&sk=0.02", 3, "Spectrum against the null laws"),
 ]
 
 
