@@ -206,3 +206,16 @@ def null_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_model: in
     for name in NULL_RATIO_STATS:
         out[f"{name}_over_null"] = np.asarray(spectral[name], dtype=np.float64) / expected[name]
     return out
+
+
+def null_ordered_spectrum(mean_lambda: np.ndarray, d_head: int, d_model: int) -> np.ndarray:
+    """Typical ordered lambda_k of a random head at matched scale: ``(..., d_head)``, descending.
+
+    The k-th largest of d_head values drawn from the null law sits near its
+    quantile 1 - (k + 1/2)/d_head; multiplied by a spectrum's own mean lambda
+    (the null has mean 1) this is the spectrum a Gaussian head of the same
+    Frobenius norm would have.
+    """
+    q = 1 - (np.arange(d_head) + 0.5) / d_head
+    x = free_mp_quantile(q, d_head / d_model)
+    return np.asarray(mean_lambda, dtype=np.float64)[..., None] * x

@@ -263,3 +263,10 @@ def density_curves(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple
 def tail_mass(hist: np.ndarray) -> np.ndarray:
     """Probability beyond |z| >= 10 at each step (the underflow and overflow bins)."""
     return hist[:, 0] + hist[:, -1]
+
+
+def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
+    """Typical spectra of a random head with the same Frobenius norm as each row of ``lam`` ``(n, d_head)``."""
+    from analysis.nullmodel import null_ordered_spectrum
+
+    return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.model["d_model"]))

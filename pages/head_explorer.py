@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from dashboard import controls, loader
-from dashboard.data import default_steps, density_curves, density_extent, density_grid, fixed_range
+from dashboard.data import default_steps, density_curves, density_extent, density_grid, fixed_range, null_spectra
 from dashboard.figures import head as figs
 from dashboard.stats import LAMBDA, STATS
 from dashboard.style import step_colours
@@ -81,14 +81,19 @@ def main() -> None:
     # --- panel: lambda_k vs k at the chosen steps, stable rank and entropy over training ---
     with right:
         st.subheader("Spectrum at the chosen steps")
+        show_null = controls.toggle("null", "random-head reference", True,
+                                    help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm")
+        null_lam = null_spectra(lam[idx], store) if show_null else None
         st.plotly_chart(figs.spectrum_slices(
             lam[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx,
             stable_rank=store.array("stable_rank")[:, layer, head],
             entropy=store.array("spectral_entropy")[:, layer, head],
             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True),
+            null_lam=null_lam,
         ), key="spectrum_slices")
-        st.caption("Left: λ_k versus k at each chosen step (log scale, fixed over the run). Right: stable rank "
-                   "Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked.")
+        st.caption("Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
+                   "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
+                   "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked.")
 
     # --- panel: lambda_0 .. lambda_3 over training ---
     left, right = st.columns([5, 6])

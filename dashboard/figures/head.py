@@ -142,6 +142,7 @@ def spectrum_map(axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] =
 def spectrum_slices(
     lam: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis, chosen_idx: Sequence[int],
     stable_rank: np.ndarray, entropy: np.ndarray, stats: tuple[Stat, Stat], lam_range: tuple[float, float],
+    null_lam: np.ndarray | None = None,
 ) -> go.Figure:
     """lambda_k versus k at the chosen steps (left, log scale); stable rank and spectral entropy over training (right).
 
@@ -149,6 +150,8 @@ def spectrum_slices(
         lam: ``(n, d_head)`` spectra at the n chosen steps.
         lam_range: fixed log10 range of lambda over the whole run.
         stable_rank, entropy: ``(S,)`` over training.
+        null_lam: ``(n, d_head)`` typical spectra of a random head at matched scale, drawn
+            dotted in the matching colours (`analysis.nullmodel.null_ordered_spectrum`).
     """
     k = np.arange(lam.shape[1])
     traces = [
@@ -156,6 +159,13 @@ def spectrum_slices(
              marker=dict(size=3), hovertemplate=f"{label}<br>k = %{{x}}<br>λ_k = %{{y:.4g}}<extra></extra>")
         for i, (label, colour) in enumerate(zip(labels, colours))
     ]
+    if null_lam is not None:
+        traces += [
+            dict(type="scatter", x=k, y=null_lam[i], mode="lines", name="random head, same norm" if i == 0 else label,
+                 showlegend=i == 0, legendgroup="null", line=dict(color=colour, width=1.2, dash="dot"),
+                 hovertemplate=f"null at {label}<br>k = %{{x}}<br>λ_k = %{{y:.4g}}<extra></extra>")
+            for i, (label, colour) in enumerate(zip(labels, colours))
+        ]
     right = ((stats[0], stable_rank), (stats[1], entropy))
     traces += _time_traces(axis, right, chosen_idx, colours)
     return figure(traces, _slices_layout(

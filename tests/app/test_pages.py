@@ -240,3 +240,19 @@ def test_trajectory_map_lists_the_neighbours_of_the_highlighted_head(app_env):
     row = table[(table["statistic"] == "kl_gauss") & (table["layer"] == 1) & (table["head"] == 2)].iloc[0]
     expected = ", ".join(f"L{i // 4} H{i % 4}" for i in row["neighbors"])
     assert any(expected in m.value for m in at.markdown)
+
+
+def test_head_explorer_draws_the_random_head_reference_and_it_can_be_hidden(app_env):
+    from analysis.nullmodel import free_mp_quantile
+
+    at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"]})
+    fig = chart(at, "spectrum_slices")
+    null = [t for t in fig["data"] if t.get("legendgroup") == "null"]
+    assert len(null) == 2  # one per chosen step
+    lam = [arr(t["y"]) for t in fig["data"][:2]]
+    d_head = len(lam[0])
+    x = free_mp_quantile(1 - (np.arange(d_head) + 0.5) / d_head, d_head / 64)
+    np.testing.assert_allclose(arr(null[0]["y"]), lam[0].mean() * x, rtol=1e-6)
+    at.toggle(key="null").set_value(False).run()
+    assert not [t for t in chart(at, "spectrum_slices")["data"] if t.get("legendgroup") == "null"]
+    assert at.query_params["null"] == "0"

@@ -106,3 +106,14 @@ def test_null_expectations_match_large_size_limits() -> None:
 def test_ratio_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="d_head / d_model"):
         free_mp_support(2.0)
+
+
+def test_null_ordered_spectrum_matches_simulated_order_statistics() -> None:
+    from analysis.nullmodel import null_ordered_spectrum
+
+    lam = sample_null_spectra(512, 64, 40, seed=5)  # descending per draw
+    scaled = lam / lam.mean(axis=1, keepdims=True)
+    typical = null_ordered_spectrum(np.array(1.0), 64, 512)
+    assert typical.shape == (64,) and np.all(np.diff(typical) < 0)
+    np.testing.assert_allclose(np.median(scaled, axis=0)[2:-2], typical[2:-2], rtol=0.05)
+    np.testing.assert_allclose(null_ordered_spectrum(np.array([2.0, 3.0]), 64, 512), np.outer([2.0, 3.0], typical))
