@@ -22,7 +22,7 @@ import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,27 +34,12 @@ from training.corpus import Corpus
 from training.model import VOCAB_SIZE, build_model
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import RunSettings
+from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 LOG_EVERY = 50  # updates between progress lines (batch loss, throughput)
-Device = Literal["auto", "cpu", "cuda"]
-
-
-def resolve_device(name: Device) -> torch.device:
-    """``auto`` picks CUDA when available, else the CPU.
-
-    Raises:
-        ValueError: ``cuda`` was asked for but torch sees no GPU, or an unknown name.
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was given but torch sees no CUDA GPU; use --device cpu or auto")
-    if name not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {name!r}; choose auto, cpu or cuda")
-    return torch.device(name)
 
 
 def describe_device(device: torch.device) -> str:
