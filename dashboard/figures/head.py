@@ -41,14 +41,21 @@ def density_map(
         density: ``(S, W)`` p(w) in 1/raw unit; NaN where no entry falls.
         chosen_x, colours: chosen steps (axis coordinates), marked by ticks along the top.
     """
-    colour = colour_layer(density, log=True, title="p(w) (1 / raw unit)")
+    return _step_map(axis, w, density, colour_title="p(w) (1 / raw unit)",
+                     y_axis=value_axis(W_TITLE, (float(w[0]), float(w[-1]))),
+                     hover="w = %{y:.3g}<br>log10 p(w) = %{z:.2f}", chosen_x=chosen_x, colours=colours)
+
+
+def _step_map(axis: StepAxis, y: np.ndarray, values: np.ndarray, *, colour_title: str, y_axis: dict, hover: str,
+              chosen_x: Sequence[float], colours: Sequence[str]) -> go.Figure:
+    """A log-colour heatmap over (training time, y) of ``values`` ``(S, len(y))``, chosen steps ticked on top."""
+    colour = colour_layer(values, log=True, title=colour_title)
     heat = dict(
-        type="heatmap", x=axis.edges, y=w, z=colour.pop("z").T, customdata=_step_custom(axis, len(w)),
-        hovertemplate="step %{customdata}<br>w = %{y:.3g}<br>log10 p(w) = %{z:.2f}<extra></extra>", **colour,
+        type="heatmap", x=axis.edges, y=y, z=colour.pop("z").T, customdata=_step_custom(axis, len(y)),
+        hovertemplate=f"step %{{customdata}}<br>{hover}<extra></extra>", **colour,
     )
     return figure([heat], layout(
-        xaxis=step_xaxis(axis),
-        yaxis=value_axis(W_TITLE, (float(w[0]), float(w[-1]))),
+        xaxis=step_xaxis(axis), yaxis=y_axis,
         shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours), full=False),
     ))
 
@@ -126,17 +133,9 @@ def spectrum_map(axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] =
     Args:
         axis: the step axis; lam: ``(S, d_head)`` descending per row.
     """
-    k = np.arange(lam.shape[1])
-    colour = colour_layer(lam, log=True, title="λ_k (raw units²)")
-    heat = dict(
-        type="heatmap", x=axis.edges, y=k, z=colour.pop("z").T, customdata=_step_custom(axis, len(k)),
-        hovertemplate="step %{customdata}<br>k = %{y}<br>log10 λ_k = %{z:.3f}<extra></extra>", **colour,
-    )
-    return figure([heat], layout(
-        xaxis=step_xaxis(axis),
-        yaxis=value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)),
-        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours), full=False),
-    ))
+    return _step_map(axis, np.arange(lam.shape[1]), lam, colour_title="λ_k (raw units²)",
+                     y_axis=value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)),
+                     hover="k = %{y}<br>log10 λ_k = %{z:.3f}", chosen_x=chosen_x, colours=colours)
 
 
 def spectrum_slices(
