@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard import style
 from dashboard.data import fixed_range
 from dashboard.figures.common import colour_layer, figure, layout, value_axis
 from dashboard.stats import Stat
