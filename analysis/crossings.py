@@ -18,10 +18,16 @@ Rule (documented in the README):
    of the singular values, g(t) = (s_i - s_(i+1)) / (s_i + s_(i+1)) with
    s = sqrt(lambda), has a local minimum (over its neighbours) with
    g(t*) < ``gap_threshold`` (default 0.1: the two within about 20% of each other).
-2. It is a **crossing** if, at either step into or out of t* (t*-1 -> t* or
-   t* -> t*+1), the pair's directions swap: O_(i,i+1) * O_(i+1,i) >
-   O_(i,i) * O_(i+1,i+1). Otherwise it is a **repulsion**: each sorted level kept
-   its direction through the approach.
+2. At each of the two steps into and out of t* (t*-1 -> t*, t* -> t*+1) compare
+   keep = O_(i,i) * O_(i+1,i+1) with swap = O_(i,i+1) * O_(i+1,i). A step is
+   *informative* when max(keep, swap) >= ``min_evidence`` (default 0.25: the
+   directions of the pair, as a whole, overlap their own or each other's by at
+   least 0.5 on average); otherwise the pair's plane turned too far between
+   those checkpoints for either reading.
+3. It is a **crossing** if at an informative step swap > keep (the directions
+   swapped places in the sorted order), a **repulsion** if at every informative
+   step keep >= swap (each sorted level kept its direction), and **unresolved**
+   when no step is informative (or the store has no overlaps for them).
 
 A narrow avoided crossing swept faster than the checkpoint spacing looks like a
 crossing at that resolution (its vectors do swap between two checkpoints); the
@@ -36,6 +42,24 @@ from typing import Literal
 import numpy as np
 
 GAP_THRESHOLD = 0.1
+MIN_EVIDENCE = 0.25
+
+
+OVERLAP_K = 8  # leading singular vectors whose overlaps the store keeps
+
+
+def vector_overlaps(
+    u0: np.ndarray, v0: np.ndarray, u1: np.ndarray, v1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two stored factors of `overlap_matrix`: ``|<u0_a, u1_b>|`` and ``|<v0_a, v1_b>|``.
+
+    Args:
+        u0, v0, u1, v1: as for `overlap_matrix`.
+
+    Returns:
+        ``(o_u, o_v)``, each ``(..., K, K)`` in [0, 1] (row a: vector a at t; column b: at t+1).
+    """
+    return np.abs(np.swapaxes(u0, -1, -2) @ u1), np.abs(np.swapaxes(v0, -1, -2) @ v1)
 
 
 def overlap_matrix(u0: np.ndarray, v0: np.ndarray, u1: np.ndarray, v1: np.ndarray) -> np.ndarray:
@@ -48,7 +72,8 @@ def overlap_matrix(u0: np.ndarray, v0: np.ndarray, u1: np.ndarray, v1: np.ndarra
     Returns:
         ``(..., K, K)`` overlaps in [0, 1].
     """
-    return np.abs(np.swapaxes(u0, -1, -2) @ u1) * np.abs(np.swapaxes(v0, -1, -2) @ v1)
+    o_u, o_v = vector_overlaps(u0, v0, u1, v1)
+    return o_u * o_v
 
 
 @dataclass(frozen=True)
@@ -58,8 +83,8 @@ class Approach:
     level: int
     t: int
     gap: float
-    kind: Literal["crossing", "repulsion"]
-    swap_score: float  # max over the two steps of O_(i,i+1) O_(i+1,i) - O_(i,i) O_(i+1,i+1)
+    kind: Literal["crossing", "repulsion", "unresolved"]
+    swap_score: float  # max over the informative steps of swap - keep (rule 2); NaN if unresolved
 
 
 def classify_approaches(
@@ -68,14 +93,17 @@ def classify_approaches(
     *,
     levels: int = 3,
     gap_threshold: float = GAP_THRESHOLD,
+    min_evidence: float = MIN_EVIDENCE,
 ) -> list[Approach]:
     """Find and classify close approaches of adjacent leading levels of one head.
 
     Args:
         lam: ``(T, >= levels + 1)`` lambda_k per checkpoint, descending.
-        overlaps: ``(T - 1, K, K)`` with ``overlaps[t]`` between checkpoints t and t+1.
+        overlaps: ``(T - 1, K, K)`` with ``overlaps[t]`` between checkpoints t and t+1
+            (`overlap_matrix`); NaN where that pair's overlaps are unknown.
         levels: pairs (0,1) .. (levels-1, levels) are examined.
         gap_threshold: relative-gap threshold of a close approach.
+        min_evidence: a step informs the verdict when max(keep, swap) reaches this.
 
     Returns:
         Approaches in time order, then level order.
@@ -101,8 +129,11 @@ def classify_approaches(
             for step in (t - 1, t):
                 if 0 <= step < n_t - 1:
                     o = overlaps[step]
-                    scores.append(o[i, i + 1] * o[i + 1, i] - o[i, i] * o[i + 1, i + 1])
+                    keep, swap = o[i, i] * o[i + 1, i + 1], o[i, i + 1] * o[i + 1, i]
+                    if np.isfinite(keep) and np.isfinite(swap) and max(keep, swap) >= min_evidence:
+                        scores.append(swap - keep)
             score = max(scores) if scores else float("nan")
-            kind: Literal["crossing", "repulsion"] = "crossing" if score > 0 else "repulsion"
+            kind: Literal["crossing", "repulsion", "unresolved"]
+            kind = "unresolved" if not scores else "crossing" if score > 0 else "repulsion"
             found.append(Approach(level=i, t=t, gap=float(gap[t]), kind=kind, swap_score=float(score)))
     return sorted(found, key=lambda a: (a.t, a.level))

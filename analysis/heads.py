@@ -18,7 +18,7 @@ import torch
 from analysis.elementwise import elementwise_statistics
 from analysis.nullmodel import null_columns
 from analysis.schema import HIST_Z_EDGES
-from analysis.spectrum import singular_values, spectral_statistics
+from analysis.spectrum import singular_values, spectral_statistics, top_singular_vectors
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -53,6 +53,7 @@ def checkpoint_statistics(
     spectrum_dtype: torch.dtype = torch.float64,
     edges: np.ndarray = HIST_Z_EDGES,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    vectors: int = 0,
 ) -> dict[str, np.ndarray]:
     """Element-wise and spectral statistics of W_QK = W_Q^T W_K for every head.
 
@@ -66,12 +67,16 @@ def checkpoint_statistics(
         edges: standardized histogram edges.
         chunk_elements: at most this many dense entries are held per work
             buffer; a layer's heads are processed in chunks that fit.
+        vectors: also return the left and right singular vectors of this many
+            leading singular values (0: none), from the same factorization as ``sv``
+            (`_layer_spectrum`), for the level-crossing overlaps.
 
     Returns:
         numpy arrays: every scalar statistic (the null-model columns of
         `analysis.nullmodel.null_columns` included) as ``(n_layers, n_heads)`` float64,
         ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
-        ``(n_layers, n_heads, len(edges) + 1)``, both float64.
+        ``(n_layers, n_heads, len(edges) + 1)``, both float64. With ``vectors``, also
+        ``u`` and ``v`` as ``(n_layers, n_heads, d_model, vectors)`` float32.
 
     Raises:
         ValueError: shapes disagree or are not 4-D.
@@ -107,10 +112,47 @@ def checkpoint_statistics(
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         # From the weights as given, not from their `dtype` copy: rounding float64
         # weights to float32 first would bury small singular values.
-        sv = singular_values(q_given, k_given, dtype=spectrum_dtype)  # (n_heads, d_head)
+        sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
+        if vectors:
+            layers[-1].update(u=u.detach().to("cpu", torch.float32), v=v.detach().to("cpu", torch.float32))
     out = {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
     out.update(null_columns(out["sv"], out, d_model=d_model))
     return out
+
+
+def checkpoint_vectors(
+    w_q: torch.Tensor | np.ndarray,
+    w_k: torch.Tensor | np.ndarray,
+    k: int,
+    *,
+    device: Device = "cpu",
+    spectrum_dtype: torch.dtype = torch.float64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Only the leading singular vectors of every head: what `checkpoint_statistics` returns
+    as ``u`` and ``v`` with ``vectors=k``, bit for bit (same factorization, same layers).
+
+    Returns:
+        ``(u, v)``, each ``(n_layers, n_heads, d_model, k)`` float32.
+    """
+    w_q = torch.as_tensor(w_q)
+    w_k = torch.as_tensor(w_k)
+    dev = resolve_device(device)
+    us, vs = [], []
+    for layer in range(w_q.shape[0]):
+        _, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
+        us.append(u.detach().to("cpu", torch.float32))
+        vs.append(v.detach().to("cpu", torch.float32))
+    return torch.stack(us).numpy(), torch.stack(vs).numpy()
+
+
+def _layer_spectrum(
+    q: torch.Tensor, k: torch.Tensor, vectors: int, *, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Singular values of one layer's heads and, when ``vectors`` > 0, that many leading
+    left/right singular vectors (one factorization for both)."""
+    if not vectors:
+        return singular_values(q, k, dtype=dtype), None, None
+    return top_singular_vectors(q, k, vectors, dtype=dtype)

@@ -83,6 +83,24 @@ COLUMN_DOCS: dict[str, str] = {
 }
 assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS)
 
+# overlaps.parquet: how the leading singular directions of each head move between
+# consecutive checkpoints with statistics (analysis/crossings.py uses them to tell a
+# level crossing from a level repulsion). One row per (layer, head, pair of checkpoints),
+# sorted by (layer, head, step) and written one row group per layer, so one head's rows
+# are read without decoding the others'. K = meta.json ``overlaps.k`` (8, or d_head if smaller).
+OVERLAPS_FILE = "overlaps.parquet"
+OVERLAP_KEY_COLUMNS = ("layer", "head", "step")
+OVERLAP_COLUMNS = ("layer", "head", "prev_step", "step", "overlap_u", "overlap_v")
+OVERLAP_COLUMN_DOCS: dict[str, str] = {
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "prev_step": "the earlier checkpoint t (int64)",
+    "step": "the next checkpoint with statistics after prev_step, t+1 (int64)",
+    "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of W_QK (float32)",
+    "overlap_v": "the same for the right singular vectors v (float32)",
+}
+assert tuple(OVERLAP_COLUMN_DOCS) == OVERLAP_COLUMNS
+
 
 def hist_z_centers() -> np.ndarray:
     """Centres of the 200 interior bins of the standardized histogram (tails excluded)."""

@@ -111,9 +111,12 @@ def top_singular_vectors(
         dtype: precision of the factorizations.
 
     Returns:
-        ``(s, u, v)``: ``(..., k)`` singular values (descending), ``(..., d_model, k)``
-        left and ``(..., d_model, k)`` right singular vectors (unit columns).
+        ``(s, u, v)``: ``(..., d_head)`` singular values, all of them, descending (the same
+        values as `singular_values` up to rounding), and ``(..., d_model, k)`` left and
+        ``(..., d_model, k)`` right singular vectors of the ``k`` largest (unit columns).
     """
+    if w_q.shape != w_k.shape:
+        raise ValueError(f"W_Q shape {tuple(w_q.shape)} != W_K shape {tuple(w_k.shape)}")
     d_head = w_q.shape[-2]
     if not 1 <= k <= d_head:
         raise ValueError(f"k={k} must be between 1 and d_head={d_head}")
@@ -122,4 +125,4 @@ def top_singular_vectors(
     u_c, s, v_ch = torch.linalg.svd(r_a @ r_b.transpose(-1, -2))  # core (..., d_head, d_head)
     u = q_a @ u_c[..., :k]  # (..., d_model, k)
     v = q_b @ v_ch.transpose(-1, -2)[..., :k]  # (..., d_model, k)
-    return s[..., :k], u, v
+    return s, u, v

@@ -28,6 +28,7 @@ from analysis.schema import (
     KEY_COLUMNS,
     LIST_COLUMNS,
     NULL_COLUMNS,
+    OVERLAPS_FILE,
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
 )
@@ -204,6 +205,47 @@ class Store:
         return out
 
 
+    def overlaps(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """One head's singular-vector overlaps between consecutive checkpoints (``overlaps.parquet``).
+
+        Only that head's layer is decoded (the file has one row group per layer).
+
+        Args:
+            layer, head: the head.
+
+        Returns:
+            ``(o_u, o_v)``, each ``(len(steps) - 1, K, K)`` float64, where entry ``[t]`` holds
+            ``|<u_a(steps[t]), u_b(steps[t+1])>|`` at ``[a, b]``; NaN for a pair the file
+            lacks. None when the store has no overlaps.
+
+        Raises:
+            StoreError: the file is unreadable.
+        """
+        k = int((self.meta.get("overlaps") or {}).get("k") or 0)
+        path = self.path / OVERLAPS_FILE
+        if not k or not path.is_file():
+            return None
+        try:
+            table = pq.read_table(path, filters=[("layer", "=", int(layer)), ("head", "=", int(head))])
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+        n_pairs = max(len(self.steps) - 1, 0)
+        o_u = np.full((n_pairs, k, k), np.nan)
+        o_v = np.full((n_pairs, k, k), np.nan)
+        if n_pairs == 0 or table.num_rows == 0:
+            return o_u, o_v
+        position = {int(s): i for i, s in enumerate(self.steps[:-1])}
+        prev = table["prev_step"].to_numpy()
+        nxt = table["step"].to_numpy()
+        values_u = table["overlap_u"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
+        values_v = table["overlap_v"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
+        for row, (a, b) in enumerate(zip(prev.tolist(), nxt.tolist())):
+            t = position.get(a)
+            if t is not None and int(self.steps[t + 1]) == b:  # only pairs of consecutive steps of this store
+                o_u[t], o_v[t] = values_u[row], values_v[row]
+        return o_u, o_v
+
+
 def open_store(path: str | Path) -> Store:
     """Open a store and check that its two files agree.
 
@@ -280,6 +322,18 @@ def heads_arrow_schema(*, null_columns: bool = False) -> pa.Schema:
     if null_columns:
         fields += [pa.field(c, pa.float64()) for c in NULL_COLUMNS]
     return pa.schema(fields)
+
+
+def overlaps_arrow_schema() -> pa.Schema:
+    """The pyarrow schema of ``overlaps.parquet`` (`analysis.schema.OVERLAP_COLUMN_DOCS`)."""
+    return pa.schema([
+        pa.field("layer", pa.int32()),
+        pa.field("head", pa.int32()),
+        pa.field("prev_step", pa.int64()),
+        pa.field("step", pa.int64()),
+        pa.field("overlap_u", pa.list_(pa.float32())),
+        pa.field("overlap_v", pa.list_(pa.float32())),
+    ])
 
 
 def empty_heads_table(*, null_columns: bool = False) -> pa.Table:

@@ -14,7 +14,11 @@ real-looking to draw and every identity the app relies on holds:
 - checkpoints follow the Pythia schedule (0, 1, 2, 4, ..., 512, then every
   1000); one entry duplicates an earlier checkpoint's weights, like Pythia's
   steps 0 and 2, and has no rows;
-- ``meta.training`` carries a loss curve.
+- ``meta.training`` carries a loss curve;
+- ``overlaps.parquet`` (`add_synthetic_overlaps`) holds orthogonal near-identity
+  overlap matrices in which, at each close approach of two leading levels, heads
+  with even ``layer + head`` swap the pair's directions (a crossing) and the others
+  keep them (a repulsion).
 
 Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
 (Pythia-1.4B and 12B dimensions). Needs numpy, pyarrow and scipy (``ndtr``).
@@ -146,6 +150,7 @@ def write_synthetic_store(
     training: bool = True,
     model_id: str = "synthetic/tiny",
     seed: int = 0,
+    overlaps: bool = True,
 ) -> Path:
     """Write a synthetic store (``meta.json`` + ``heads.parquet``) at ``path`` and return it.
 
@@ -157,6 +162,7 @@ def write_synthetic_store(
         training: record ``meta.training`` with tokens per step and a loss curve.
         model_id: the ``model.id`` written into meta.
         seed: random seed of the made-up dynamics.
+        overlaps: also write ``overlaps.parquet`` (`add_synthetic_overlaps`).
     """
     steps = schedule(n_checkpoints)
     stats = synthetic_statistics(
@@ -205,6 +211,48 @@ def write_synthetic_store(
     tables = [heads_rows(s, {name: a[i] for name, a in stats.items()}) for i, s in enumerate(steps)]
     heads = sort_heads(pa.concat_tables(tables))
     commit_store(path, meta, heads)
+    if overlaps:
+        add_synthetic_overlaps(path, seed=seed)
+    return Path(path)
+
+
+def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Path:
+    """Write ``overlaps.parquet`` for a synthetic store (see the module docstring).
+
+    Between consecutive checkpoints each head's K directions turn a little: the overlaps
+    are |R| for a random orthogonal R near the identity. At a close approach of levels
+    (i, i+1) (`analysis.crossings` rule 1 on the stored ``sv``), columns i and i+1 of R are
+    exchanged on the step into it for heads with even ``layer + head``.
+    """
+    from analysis.crossings import GAP_THRESHOLD
+    from analysis.store import open_store
+    from precompute.overlaps import empty_overlaps, matrix_rows, overlaps_meta, row_group_size, update
+
+    store = open_store(path)
+    k = min(k, store.d_head)
+    steps = [int(s) for s in store.steps]
+    n_pairs, n_layers, n_heads = len(steps) - 1, store.n_layers, store.n_heads
+    rng = np.random.default_rng(seed + 1)
+    mats = []
+    for _ in range(2):  # u and v
+        noise = np.eye(k) + 0.08 * rng.standard_normal((n_pairs, n_layers, n_heads, k, k))
+        q, r = np.linalg.qr(noise)
+        mats.append(q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :])  # the rotation nearest I
+    s = store.array("sv")[..., : min(k, 4)].astype(np.float64)  # (S, L, H, m)
+    gap = (s[..., :-1] - s[..., 1:]) / np.maximum(s[..., :-1] + s[..., 1:], 1e-300)  # (S, L, H, m-1)
+    left = np.concatenate([np.full_like(gap[:1], np.inf), gap[:-1]])
+    right = np.concatenate([gap[1:], np.full_like(gap[:1], np.inf)])
+    t_idx, layer, head, level = np.nonzero((gap < GAP_THRESHOLD) & (gap <= left) & (gap < right))
+    for t, lay, hd, i in zip(t_idx, layer, head, level):
+        if t > 0 and (lay + hd) % 2 == 0:
+            for m in mats:
+                m[t - 1, lay, hd][:, [i, i + 1]] = m[t - 1, lay, hd][:, [i + 1, i]]
+    o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
+    table = update(empty_overlaps(), steps, [matrix_rows(a, b, o_u[t], o_v[t]) for t, (a, b) in
+                                                          enumerate(zip(steps[:-1], steps[1:]))])
+    meta = dict(store.meta, overlaps=overlaps_meta(k))
+    commit_store(path, meta, None, tables={"overlaps.parquet": table},
+                 row_group_sizes={"overlaps.parquet": row_group_size(n_heads, len(steps))})
     return Path(path)
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
+from analysis.crossings import Approach, classify_approaches
 from analysis.schema import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
 from analysis.store import Store
 from dashboard.stats import LAMBDA
@@ -270,3 +272,52 @@ def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
     from analysis.nullmodel import null_ordered_spectrum
 
     return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.model["d_model"]))
+
+
+# --------------------------------------------------------------------------- level crossings
+
+CROSSING_LEVELS = 4  # lambda_0 .. lambda_3
+
+
+@dataclass(frozen=True)
+class Crossings:
+    """One head's leading levels over training with what their singular vectors did.
+
+    Attributes:
+        kept: ``(S - 1, m)`` O_ii between consecutive checkpoints, how much level i kept its
+            direction from one to the next (1: the same u and v; NaN: no overlaps for that pair).
+        swapped: ``(S - 1, m - 1)`` O_(i,i+1) O_(i+1,i), the evidence that levels i and i+1 swapped.
+        approaches: close approaches of adjacent levels, classified (`analysis.crossings`).
+    """
+
+    kept: np.ndarray
+    swapped: np.ndarray
+    approaches: list[Approach]
+
+
+def level_crossings(lam: np.ndarray, overlaps: tuple[np.ndarray, np.ndarray], *, gap_threshold: float) -> Crossings:
+    """Classify one head's close approaches of lambda_0 .. lambda_3.
+
+    Args:
+        lam: ``(S, d_head)`` lambda_k per step, descending.
+        overlaps: ``(o_u, o_v)`` from `analysis.store.Store.overlaps`, each ``(S - 1, K, K)``.
+        gap_threshold: relative singular-value gap below which two levels count as close.
+    """
+    o_u, o_v = overlaps
+    o = o_u * o_v
+    m = min(CROSSING_LEVELS, lam.shape[1], o.shape[-1])
+    kept = np.diagonal(o, axis1=1, axis2=2)[:, :m]
+    swapped = np.stack([o[:, i, i + 1] * o[:, i + 1, i] for i in range(m - 1)], axis=1) if m > 1 else np.zeros((len(o), 0))
+    approaches = classify_approaches(lam, o, levels=m - 1, gap_threshold=gap_threshold) if m > 1 else []
+    return Crossings(kept=kept, swapped=swapped, approaches=approaches)
+
+
+def approach_table(approaches: list[Approach], steps: np.ndarray) -> pd.DataFrame:
+    """The approaches as a table for display: step, levels, gap, verdict, swap score."""
+    return pd.DataFrame({
+        "step": [int(steps[a.t]) for a in approaches],
+        "levels": [f"λ_{a.level}, λ_{a.level + 1}" for a in approaches],
+        "gap": [round(a.gap, 4) for a in approaches],
+        "verdict": [a.kind for a in approaches],
+        "swap score": [round(a.swap_score, 3) for a in approaches],
+    })

@@ -210,6 +210,20 @@ def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
     return data.stat_values(store, stat, k=k)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _overlaps(path: str, version: int, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+    return _open(path, version).overlaps(layer, head)
+
+
+def head_overlaps(store: Store, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """One head's singular-vector overlaps (`analysis.store.Store.overlaps`), cached per head.
+
+    Raises:
+        StoreError: ``overlaps.parquet`` is unreadable.
+    """
+    return _overlaps(str(store.path), _version(store.path), int(layer), int(head))
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_rank: bool, seed: int):
     """One random W_QK for the random-matrix lab (`analysis.rmt_lab.lab_sample`), cached per setting."""

@@ -3,14 +3,26 @@
 import numpy as np
 import streamlit as st
 
+from analysis.crossings import GAP_THRESHOLD
+from analysis.errors import StoreError
 from dashboard import controls, loader
-from dashboard.data import default_steps, density_curves, density_extent, density_grid, fixed_range, null_spectra
+from dashboard.data import (
+    approach_table,
+    default_steps,
+    density_curves,
+    density_extent,
+    density_grid,
+    fixed_range,
+    level_crossings,
+    null_spectra,
+)
 from dashboard.figures import head as figs
 from dashboard.stats import LAMBDA, STATS
 from dashboard.style import step_colours
 
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
+GAP_PERCENT = [2, 5, 10, 20]  # choices of the close-approach threshold, percent relative gap
 
 
 def main() -> None:
@@ -95,17 +107,50 @@ def main() -> None:
                    "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
                    "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked.")
 
-    # --- panel: lambda_0 .. lambda_3 over training ---
-    left, right = st.columns([5, 6])
+    # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
+    st.subheader("Leading eigenvalues: crossings and repulsions")
+    left, right = st.columns([7, 4])
+    with right:
+        c_log, c_gap = st.columns(2, vertical_alignment="bottom")
+        log_lam = controls.toggle("loglam", "log λ axis", False, where=c_log)
+        gap_pct = controls.select(
+            "gap", "Close approach: gap below", GAP_PERCENT, round(100 * GAP_THRESHOLD), fmt=lambda g: f"{g}%", where=c_gap,
+            help="Two adjacent levels approach closely where (s_i − s_i+1)/(s_i + s_i+1) has a local minimum below this",
+        )
+        try:
+            overlaps = loader.head_overlaps(store, layer, head)
+        except StoreError as exc:
+            st.error(str(exc))
+            overlaps = None
+        crossings = level_crossings(lam, overlaps, gap_threshold=gap_pct / 100) if overlaps is not None else None
+        if crossings is None:
+            st.info("This store has no singular-vector overlaps, so approaches cannot be told apart. "
+                    "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
+                    icon=":material/info:")
+        else:
+            kinds = [a.kind for a in crossings.approaches]
+            st.markdown(f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
+                        + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
+                        + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}")
+            st.dataframe(approach_table(crossings.approaches, store.steps), hide_index=True, height=260,
+                         key="approaches")
+            st.caption("A close approach is a **crossing** when the two levels' singular vectors swap places between "
+                       "neighbouring checkpoints (O_i,i+1·O_i+1,i > O_ii·O_i+1,i+1) and a **repulsion** when each keeps "
+                       "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. Rule: README, \"Crossing or repulsion?\"")
     with left:
-        st.subheader("Leading eigenvalues")
-        log_lam = controls.toggle("loglam", "log λ axis", False)
-        st.plotly_chart(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam),
-                        key="leading")
-        st.caption(f"λ_0 … λ_3, the four largest squared singular values of W_QK for {name}, over training.")
+        if crossings is None:
+            st.plotly_chart(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam),
+                            key="leading")
+            st.caption(f"λ_0 … λ_3, the four largest squared singular values of W_QK for {name}, over training.")
+        else:
+            st.plotly_chart(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam),
+                            key="leading")
+            st.caption(f"Top: λ_0 … λ_3 of W_QK for {name} over training; ✕ a crossing, ○ a repulsion, at the "
+                       "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
+                       "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped).")
 
     # --- panel: any statistic of this head against its layer ---
-    with right:
+    with st.container():
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)

@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
     p.add_argument("--no-embeddings", dest="embeddings", action="store_false", default=default_embeddings(),
                    help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
+    p.add_argument("--overlap-k", type=int, default=8, metavar="K",
+                   help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
+                   "stored, for the level-crossing view (default 8, capped at d_head; 0: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             every=args.every,
             progress=not args.no_progress,
             embeddings=args.embeddings,
+            overlap_k=args.overlap_k,
         )
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -95,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if report.bytes_fetched or report.peak_disk:
         print(report.transfer_summary(), file=sys.stderr)
+    if report.overlaps_left_out:
+        pairs = ", ".join(f"{a}->{b}" for a, b in report.overlaps_left_out[:5])
+        print(f"note: {len(report.overlaps_left_out)} checkpoint pairs have no singular-vector overlaps "
+              f"({pairs}{', ...' if len(report.overlaps_left_out) > 5 else ''}): their checkpoints could not be "
+              "re-read (see the warnings above); the level-crossing view marks those approaches unresolved",
+              file=sys.stderr)
     status = EXIT_OK
     if report.failed:
         print("failed or missing checkpoints (rerun to retry them):", file=sys.stderr)

@@ -24,7 +24,7 @@ import httpx2
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.schema import COLUMN_DOCS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO
+from analysis.schema import COLUMN_DOCS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, OVERLAP_COLUMN_DOCS, OVERLAPS_FILE
 from analysis.store import HEADS_FILE, META_FILE, open_store
 from precompute.lock import store_lock
 
@@ -154,6 +154,13 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
                 "| column | type | meaning |", "| --- | --- | --- |",
                 *_column_rows(store / "embeddings.parquet", EMBEDDINGS_COLUMN_DOCS),
                 "", "How they were made: `meta.json` `embeddings`."]
+    if OVERLAPS_FILE in parquet:
+        k = (meta.get("overlaps") or {}).get("k")
+        out += ["", f"### `{OVERLAPS_FILE}`: singular-vector overlaps, one row per (layer, head, consecutive checkpoint pair)", "",
+                f"K = {k} leading left (u) and right (v) singular vectors of W_QK per head. Used to tell level "
+                "crossings (the vectors swap) from level repulsions (they keep their identity).", "",
+                "| column | type | meaning |", "| --- | --- | --- |",
+                *_column_rows(store / OVERLAPS_FILE, OVERLAP_COLUMN_DOCS)]
     out += [
         "",
         "## Loading",

@@ -7,7 +7,14 @@ For each selected checkpoint not yet in the store, in step order:
    ``duplicate_of`` and no rows (its tensors are not even read);
 2. otherwise extract per-head W_Q/W_K from its attention tensors, compute every
    statistic and append its rows;
-3. commit ``heads.parquet`` and ``meta.json`` together (`store_writer.commit_store`).
+3. keep the checkpoint's K leading singular vectors per head just long enough to
+   compute their overlaps with the previous checkpoint's (`precompute.overlaps`);
+4. commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json`` together
+   (`store_writer.commit_store`).
+
+Overlaps whose vectors were not in memory (a resumed run, a checkpoint filled in
+between two others, a store from before overlaps existed) are filled at the end
+by re-reading the checkpoints concerned.
 
 Checkpoint t+1 is fetched in a background thread while t is computed
 (`precompute.prefetch`), so at most two are held at once.
@@ -41,11 +48,14 @@ from tqdm.auto import tqdm
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from analysis.extract import ModelShape, extract_qk, model_shape
-from analysis.heads import checkpoint_statistics, resolve_device
+from analysis.heads import checkpoint_statistics, checkpoint_vectors, resolve_device
+from analysis.schema import OVERLAPS_FILE
 from analysis.store import HEADS_FILE, META_FILE, add_null_columns, done_steps, empty_heads_table, read_meta, sort_heads
+from precompute import overlaps as ovl
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
 from precompute.prefetch import Prefetcher
+from analysis.crossings import OVERLAP_K
 from precompute.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef, is_pythia, parse_revisions, schedule_gaps, select
 from precompute.settings import FetchSettings, Settings, software_versions
 from precompute.source import CheckpointSource, Fetched, open_source
@@ -71,6 +81,7 @@ class RunReport:
     peak_disk: int = 0  # most scratch-disk bytes held at once
     seconds: float = 0.0
     embeddings: str = "not needed"  # "written", "skipped", or why they failed
+    overlaps_left_out: list[tuple[int, int]] = field(default_factory=list)  # pairs whose checkpoints could not be re-read
 
     def transfer_summary(self) -> str:
         rate = self.bytes_fetched / max(self.seconds, 1e-9)
@@ -93,6 +104,7 @@ def run_precompute(
     embeddings: bool = True,
     fetch: FetchSettings | None = None,
     token: str | bool | None = None,
+    overlap_k: int = OVERLAP_K,
 ) -> RunReport:
     """Compute (or resume) the statistics store of a checkpoint suite.
 
@@ -112,6 +124,8 @@ def run_precompute(
         embeddings: refresh the trajectory-map embeddings after computing rows.
         fetch: Hub fetch settings (default: `FetchSettings()`, from the environment).
         token: Hub token (default: the logged-in user's, if any).
+        overlap_k: leading singular vectors per head whose overlaps between consecutive
+            checkpoints are stored (capped at d_head); 0 computes none.
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
@@ -151,6 +165,7 @@ def run_precompute(
         revisions=tuple(r.revision for r in requested) if requested else None,
         every=every,
         fetch=fetch if src.kind == "hub" else None,
+        overlap_k=min(max(overlap_k, 0), shape.d_head),
     )
     model = {"id": model_id or src.model_id, **shape.as_meta(), "config": config}
 
@@ -158,8 +173,10 @@ def run_precompute(
     with store_lock(out):
         _clear(scratch)
         try:
-            meta, heads = _open_or_create(out, model, settings)
+            meta, heads, overlaps = _open_or_create(out, model, settings)
             meta["settings"] = settings.as_meta()
+            if settings.overlap_k:
+                meta["overlaps"] = ovl.overlaps_meta(settings.overlap_k)
             meta["software"] = software_versions()
             if run_info is not None:
                 meta["training"] = run_info
@@ -174,9 +191,12 @@ def run_precompute(
                     log.error("%s: not found in %s; skipped", ref.revision, src.name)
             meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
             if missing or not out.exists():
-                commit_store(out, meta, heads)
+                _commit(out, meta, heads, overlaps, settings)
             todo = [r for r in todo_all if r.step not in listed]
-            heads = _loop(src, todo, shape, settings, out, meta, heads, known, failed, report, meter, progress)
+            heads, overlaps, held = _loop(src, todo, shape, settings, out, meta, heads, overlaps, known, failed, report,
+                                          meter, progress)
+            if settings.overlap_k:
+                report.overlaps_left_out = _fill_overlaps(src, shape, settings, out, meta, overlaps, held)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
@@ -196,13 +216,22 @@ def _loop(
     out: Path,
     meta: dict[str, Any],
     heads: pa.Table,
+    overlaps: pa.Table,
     known: dict[str, int],
     failed: dict[int, dict[str, Any]],
     report: RunReport,
     meter: Meter,
     progress: bool,
-) -> pa.Table:
-    """Fetch (one ahead), compute and commit every checkpoint of ``todo``; the final heads table."""
+) -> tuple[pa.Table, pa.Table, dict[int, ovl.Vectors]]:
+    """Fetch (one ahead), compute and commit every checkpoint of ``todo``.
+
+    Returns:
+        The final heads and overlaps tables, and the singular vectors still held: those
+        of the first checkpoint whose pair with its predecessor could not be made (the
+        usual case of a resumed run), and the last one's, to spare `_fill_overlaps` re-reading them.
+    """
+    last: tuple[int, ovl.Vectors] | None = None  # the latest computed checkpoint's singular vectors
+    held: dict[int, ovl.Vectors] = {}
     seen = dict(known)  # the fetch thread's view: known weights plus those it read this run
 
     def fetch_one(ref: CheckpointRef) -> Fetched:
@@ -219,7 +248,7 @@ def _loop(
                 if fetched.tensors is None and fetched.sha256 not in known:
                     # skipped as a copy of a checkpoint that then failed: read it after all
                     fetched = src.fetch(ref, shape, skip=lambda sha: False)
-                entry, rows = _process(fetched, shape, known, settings)
+                entry, rows, vectors = _process(fetched, shape, known, settings)
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
                 failed[ref.step] = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
@@ -234,21 +263,76 @@ def _loop(
                     known[entry["sha256"]] = ref.step
                     heads = sort_heads(pa.concat_tables([heads, rows]))
                     report.computed.append(ref.step)
+                    if vectors is not None:
+                        steps = done_steps(meta)
+                        before = steps[steps.index(ref.step) - 1] if steps.index(ref.step) else None
+                        new = [ovl.pair_rows(before, ref.step, last[1], vectors)] if last and last[0] == before else []
+                        if before is not None and not new and not held:
+                            held[ref.step] = vectors
+                        overlaps = ovl.update(overlaps, steps, new)  # also drops a pair this step now splits
+                        last = (ref.step, vectors)
             meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
-            commit_store(out, meta, heads)
+            _commit(out, meta, heads, overlaps, settings)
             bar.update(1)
             if src.kind == "hub":
                 bar.set_postfix_str(f"{ref.revision}, {human_bytes(meter.fetched)} fetched at {human_bytes(meter.rate())}/s")
             else:
                 bar.set_postfix_str(ref.revision)
     bar.close()
-    return heads
+    if last is not None:
+        held[last[0]] = last[1]
+    return heads, overlaps, held
+
+
+def _commit(out: Path, meta: dict[str, Any], heads: pa.Table | None, overlaps: pa.Table, settings: Settings) -> None:
+    """Commit the store; ``overlaps.parquet`` too when this run computes overlaps."""
+    if not settings.overlap_k:
+        commit_store(out, meta, heads)
+        return
+    n_heads = int(meta["model"]["n_heads"])
+    commit_store(out, meta, heads, tables={OVERLAPS_FILE: overlaps},
+                 row_group_sizes={OVERLAPS_FILE: ovl.row_group_size(n_heads, len(done_steps(meta)))})
+
+
+def _fill_overlaps(
+    src: CheckpointSource, shape: ModelShape, settings: Settings, out: Path, meta: dict[str, Any],
+    overlaps: pa.Table, held: dict[int, ovl.Vectors],
+) -> list[tuple[int, int]]:
+    """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
+    ``held``; the pairs left out."""
+    stop = getattr(src, "stop", None)
+    if stop is not None:
+        stop.clear()  # set when the prefetcher closed; these reads are wanted
+    entries = {c["step"]: c for c in meta["checkpoints"] if c.get("duplicate_of") is None}
+
+    def load(step: int) -> ovl.Vectors | None:
+        entry = entries[step]
+        ref = CheckpointRef(step, entry["revision"], entry.get("tokens"))
+        try:
+            fetched = src.fetch(ref, shape, skip=lambda sha: False)
+            if fetched.sha256_source == entry.get("sha256_source") and fetched.sha256 != entry.get("sha256"):
+                raise CheckpointError(
+                    f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
+                    f"!= {str(entry.get('sha256'))[:12]}); recompute the store to get its overlaps"
+                )
+            assert fetched.tensors is not None
+            w_q, w_k = extract_qk(shape, fetched.tensors)
+            return checkpoint_vectors(w_q, w_k, settings.overlap_k, device=settings.device,
+                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype))
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out", ref.revision, exc)
+            return None
+
+    filler = ovl.OverlapFiller(load, lambda table: _commit(out, meta, None, table, settings), held=held)
+    _, left_out = filler.fill(overlaps, done_steps(meta))
+    return left_out
 
 
 def _process(
     fetched: Fetched, shape: ModelShape, known: dict[str, int], settings: Settings
-) -> tuple[dict[str, Any], pa.Table | None]:
-    """The checkpoint's meta.json entry and, unless it duplicates a known one, its rows."""
+) -> tuple[dict[str, Any], pa.Table | None, ovl.Vectors | None]:
+    """The checkpoint's meta.json entry and, unless it duplicates a known one, its rows and
+    (when the run computes overlaps) its leading singular vectors."""
     ref = fetched.ref
     if ref.tokens is not None:
         tokens = ref.tokens
@@ -265,7 +349,7 @@ def _process(
         "duplicate_of": known.get(fetched.sha256),
     }
     if entry["duplicate_of"] is not None:
-        return entry, None
+        return entry, None, None
     assert fetched.tensors is not None
     w_q, w_k = extract_qk(shape, fetched.tensors)
     for name, w in (("W_Q", w_q), ("W_K", w_k)):
@@ -280,8 +364,10 @@ def _process(
         dtype=getattr(torch, settings.dtype),
         spectrum_dtype=getattr(torch, settings.spectrum_dtype),
         chunk_elements=settings.chunk_elements,
+        vectors=settings.overlap_k,
     )
-    return entry, heads_rows(ref.step, stats)
+    vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
+    return entry, heads_rows(ref.step, stats), vectors
 
 
 def _select(
@@ -329,12 +415,14 @@ def _failure(ref: CheckpointRef, error: str, reason: str) -> dict[str, Any]:
     return {"step": ref.step, "revision": ref.revision, "error": error, "reason": reason}
 
 
-def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tuple[dict[str, Any], pa.Table]:
-    """Resume an existing store (checking it is the same model) or start a new one."""
+def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tuple[dict[str, Any], pa.Table, pa.Table]:
+    """Resume an existing store (checking it is the same model) or start a new one: its meta,
+    heads table and overlaps table (empty when it has none, or has them for another K)."""
     if not (out / META_FILE).is_file():
         if out.exists() and any(out.iterdir()):
             raise StoreError(f"--out {str(out)!r} exists, is not empty and is not a store; choose a new path")
-        return new_meta(model=model, settings=settings.as_meta(), software=software_versions()), empty_heads_table(null_columns=True)
+        meta = new_meta(model=model, settings=settings.as_meta(), software=software_versions())
+        return meta, empty_heads_table(null_columns=True), ovl.empty_overlaps()
     meta = read_meta(out)  # refuses newer schema versions before anything is written
     keys = ("family", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_head")
     theirs = {k: meta["model"].get(k) for k in keys}
@@ -355,8 +443,16 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
         heads = heads.filter(pc.is_in(heads["step"], pa.array(steps, pa.int64())))
     else:
         heads = empty_heads_table()
+    overlaps = ovl.empty_overlaps()
+    stored_k = (meta.get("overlaps") or {}).get("k")
+    if (out / OVERLAPS_FILE).is_file() and stored_k == settings.overlap_k:
+        overlaps = ovl.update(pq.read_table(out / OVERLAPS_FILE), steps)
+    elif (out / OVERLAPS_FILE).is_file() and not settings.overlap_k:
+        return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps  # left as it is
+    elif stored_k is not None:
+        log.info("the store's overlaps are for K=%s, this run's for K=%s: recomputing them", stored_k, settings.overlap_k)
     # stores written before the null-model columns existed get them derived from `sv`
-    return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"])))
+    return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps
 
 
 def _embeddings_stale(meta: dict[str, Any]) -> bool:

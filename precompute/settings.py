@@ -70,6 +70,7 @@ class Settings:
     revisions: tuple[str, ...] | None = None  # --revisions, as given
     every: int | None = None  # --every
     fetch: FetchSettings | None = None  # Hub sources only
+    overlap_k: int = 8  # leading singular vectors per head for the overlaps (0: none); capped at d_head
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)

@@ -43,6 +43,7 @@ def commit_store(
     heads: pa.Table | None,
     *,
     tables: dict[str, pa.Table] | None = None,
+    row_group_sizes: dict[str, int] | None = None,
 ) -> None:
     """Atomically replace the store's ``meta.json``, ``heads.parquet`` and any further tables.
 
@@ -52,6 +53,7 @@ def commit_store(
         heads: the full heads table to write (already sorted); None keeps the current one.
         tables: further tables by file name (``"embeddings.parquet"``) to write or replace;
             files not named here are carried over unchanged.
+        row_group_sizes: rows per Parquet row group for some of those tables (default: pyarrow's).
     """
     tables = dict(tables or {})
     if heads is not None:
@@ -67,7 +69,7 @@ def commit_store(
             if item.name not in tables and item.name != META_FILE and item.is_file():
                 os.link(item, stage / item.name)
     for name, table in tables.items():
-        _write_parquet(stage / name, table)
+        _write_parquet(stage / name, table, row_group_size=(row_group_sizes or {}).get(name))
     _write_json(stage / META_FILE, meta)
     _fsync_dir(stage)
     if not store.exists():
@@ -86,8 +88,8 @@ def commit_store(
     shutil.rmtree(stage)
 
 
-def _write_parquet(path: Path, table: pa.Table) -> None:
-    pq.write_table(table, path, compression="zstd")
+def _write_parquet(path: Path, table: pa.Table, *, row_group_size: int | None = None) -> None:
+    pq.write_table(table, path, compression="zstd", row_group_size=row_group_size)
     _fsync_file(path)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard import style
-from dashboard.data import StepAxis, fixed_range, log10_or_nan
+from dashboard.data import Crossings, StepAxis, fixed_range, log10_or_nan
 from dashboard.figures.common import (
     colour_layer,
     duplicate_shapes,
@@ -192,6 +192,68 @@ def leading_lambdas(
         xaxis=step_xaxis(axis),
         yaxis=value_axis("λ_k = s_k² (raw units²)", fixed_range(lam[:, :n], log=log_y), log=log_y),
         shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
+    ))
+
+
+APPROACH_MARKERS = {  # how each verdict of `analysis.crossings` is drawn
+    "crossing": dict(symbol="x-thin", color="#c0392b", size=13, line=dict(color="#c0392b", width=3)),
+    "repulsion": dict(symbol="circle-open", color="#1f3b73", size=12, line=dict(color="#1f3b73", width=2.5)),
+    "unresolved": dict(symbol="diamond-open", color="#888888", size=11, line=dict(color="#888888", width=2)),
+}
+
+
+def level_crossings(
+    axis: StepAxis, lam: np.ndarray, crossings: Crossings, *, chosen_x: Sequence[float] = (),
+    colours: Sequence[str] = (), log_y: bool = False,
+) -> go.Figure:
+    """lambda_0 .. lambda_3 over training with each close approach marked as a crossing or a repulsion
+    (top), and how much each level kept its singular directions between consecutive checkpoints (bottom).
+
+    Args:
+        lam: ``(S, >= m)`` lambda_k per step; the first ``m = crossings.kept.shape[1]`` are drawn.
+        crossings: from `dashboard.data.level_crossings`.
+        log_y: log lambda axis.
+    """
+    m = crossings.kept.shape[1]
+    top = dict(xaxis="x", yaxis="y")
+    bottom = dict(xaxis="x2", yaxis="y2", showlegend=False)
+    traces: list[dict] = [
+        dict(type="scatter", x=axis.x, y=lam[:, j], mode="lines", name=f"λ_{j}", legendgroup=f"l{j}",
+             line=dict(color=style.LEADING_COLOURS[j], width=2), customdata=axis.steps,
+             hovertemplate=f"step %{{customdata}}<br>λ_{j} = %{{y:.4g}}<extra></extra>", **top)
+        for j in range(m)
+    ]
+    for kind, marker in APPROACH_MARKERS.items():
+        found = [a for a in crossings.approaches if a.kind == kind]
+        t = np.array([a.t for a in found], dtype=int)
+        lvl = np.array([a.level for a in found], dtype=int)
+        traces.append(dict(
+            type="scatter", mode="markers", name=kind, marker=marker,
+            x=axis.x[t], y=np.sqrt(lam[t, lvl] * lam[t, lvl + 1]),
+            customdata=np.column_stack([axis.steps[t], lvl, lvl + 1, [a.gap for a in found], [a.swap_score for a in found]])
+            if found else np.zeros((0, 5)),
+            hovertemplate=(f"step %{{customdata[0]}}: λ_%{{customdata[1]}} and λ_%{{customdata[2]}}, {kind}<br>"
+                           "relative gap of s: %{customdata[3]:.3f}<br>swap score: %{customdata[4]:.2f}<extra></extra>"),
+            **top,
+        ))
+    pair_steps = np.column_stack([axis.steps[:-1], axis.steps[1:]])
+    for j in range(m):
+        traces.append(dict(
+            type="scatter", x=axis.x[1:], y=crossings.kept[:, j], mode="lines+markers", name=f"λ_{j} kept",
+            legendgroup=f"l{j}", line=dict(color=style.LEADING_COLOURS[j], width=1.5), marker=dict(size=4),
+            customdata=pair_steps, hovertemplate=(f"step %{{customdata[0]}} → %{{customdata[1]}}<br>"
+                                                  f"O_{j}{j} = %{{y:.3f}}<extra></extra>"),
+            **bottom,
+        ))
+    marks = list(chosen_x), list(colours)
+    return figure(traces, layout(
+        height=style.HEIGHT + 140,
+        xaxis=step_xaxis(axis, anchor="y", matches="x2", showticklabels=False, title=dict(text="")),
+        yaxis=value_axis("λ_k = s_k² (raw units²)", fixed_range(lam[:, :m], log=log_y), log=log_y, domain=[0.34, 1.0]),
+        xaxis2=step_xaxis(axis, anchor="y2"),
+        yaxis2=value_axis("direction kept O_kk", (-0.04, 1.04), domain=[0.0, 0.26]),
+        shapes=duplicate_shapes(axis) + step_marks(*marks) + duplicate_shapes(axis, xref="x2", yref="y2")
+        + step_marks(*marks, xref="x2", yref="y2"),
     ))
 
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.store import open_store
-from dashboard.data import density_curves, density_extent, density_grid, fixed_range, stat_values, step_axis
+from dashboard.data import density_curves, density_extent, density_grid, fixed_range, level_crossings, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import head, layers, trajectory
@@ -45,6 +45,8 @@ def head_figures(store, axis, idx):
                              entropy=store.array("spectral_entropy")[:, 1, 2],
                              stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True)),
         head.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
+        head.level_crossings(axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1),
+                             chosen_x=xs, colours=cols, log_y=True),
         head.head_in_layer(axis, store.array("std")[:, 1], head=2, stat=STATS["std"], y_range=(0, 1), chosen_x=xs, colours=cols),
     ]
 

@@ -186,11 +186,11 @@ def test_sidebar_model_card_flags_the_duplicate_and_draws_the_loss(app_env):
 def test_time_axis_log_and_tokens(app_env):
     at = open_page(HEAD)
     at.radio(key="xscale").set_value("log").run()
-    layout = chart(at, "leading")["layout"]
-    assert layout["xaxis"]["type"] == "log" and "+ 1" in layout["xaxis"]["title"]["text"]
+    layout = chart(at, "leading")["layout"]  # two stacked panels: the time axis is titled at the bottom
+    assert layout["xaxis"]["type"] == layout["xaxis2"]["type"] == "log" and "+ 1" in layout["xaxis2"]["title"]["text"]
     assert arr(chart(at, "leading")["data"][0]["x"])[0] == 1.0  # step 0 sits at 1
     at.radio(key="xunit").set_value("tokens").run()
-    assert "tokens" in chart(at, "leading")["layout"]["xaxis"]["title"]["text"]
+    assert "tokens" in chart(at, "leading")["layout"]["xaxis2"]["title"]["text"]
     assert at.query_params["xunit"] == "tokens"
 
 
@@ -199,7 +199,8 @@ def test_duplicate_checkpoint_is_marked_never_plotted(app_env):
     spec = chart(at, "leading")
     assert 3 not in arr(spec["data"][0]["customdata"]).tolist()  # step 3 repeats step 0: not a state
     dotted = [s for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot"]
-    assert [s["x0"] for s in dotted] == [3.0]
+    assert [s["x0"] for s in dotted] == [3.0, 3.0]  # in both panels
+    assert [s["xref"] for s in dotted] == ["x", "x2"]
 
 
 def test_no_store_and_broken_store_explain_themselves(tmp_path, monkeypatch):
@@ -256,3 +257,48 @@ def test_head_explorer_draws_the_random_head_reference_and_it_can_be_hidden(app_
     at.toggle(key="null").set_value(False).run()
     assert not [t for t in chart(at, "spectrum_slices")["data"] if t.get("legendgroup") == "null"]
     assert at.query_params["null"] == "0"
+
+
+def _markers(at, kind: str) -> np.ndarray:
+    return data_of(at, "leading", kind, "x")
+
+
+def test_head_explorer_marks_planted_crossings_and_repulsions(app_env):
+    # the synthetic store swaps the directions of approaching levels for heads with even layer + head
+    # (benchmarks/synthetic_store.add_synthetic_overlaps) and keeps them for the others
+    odd = open_page(HEAD, {"layer": "0", "head": "1"})
+    assert len(_markers(odd, "repulsion")) >= 1 and len(_markers(odd, "crossing")) == 0
+    even = open_page(HEAD, {"layer": "1", "head": "1"})
+    assert len(_markers(even, "crossing")) >= 1
+    table = even.dataframe[0].value
+    assert set(table["verdict"]) <= {"crossing", "repulsion", "unresolved"} and "crossing" in set(table["verdict"])
+    store = open_store(app_env)
+    assert set(table["step"]) <= set(store.steps.tolist())
+    # the crossing markers sit at the table's crossing steps, between the two levels
+    lam = store.array("sv")[:, 1, 1].astype(np.float64) ** 2
+    crossing = table[table["verdict"] == "crossing"]
+    t = [store.steps.tolist().index(s) for s in crossing["step"]]
+    lvl = [int(x.split(",")[0].removeprefix("λ_")) for x in crossing["levels"]]
+    np.testing.assert_allclose(data_of(even, "leading", "crossing", "y"), np.sqrt(lam[t, lvl] * lam[t, np.add(lvl, 1)]), rtol=1e-5)
+    # the bottom panel: O_kk between consecutive checkpoints, from overlaps.parquet
+    o_u, o_v = store.overlaps(1, 1)
+    np.testing.assert_allclose(data_of(even, "leading", "λ_0 kept", "y"), o_u[:, 0, 0] * o_v[:, 0, 0], rtol=1e-6)
+    # a stricter threshold keeps fewer approaches, and it is in the URL
+    n = len(table)
+    even.selectbox(key="gap").set_value(2).run()
+    assert len(even.dataframe[0].value) < n
+    assert even.query_params["gap"] == "2"
+
+
+def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, monkeypatch):
+    from benchmarks.synthetic_store import write_synthetic_store
+
+    old = write_synthetic_store(tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6,
+                                overlaps=False)
+    monkeypatch.setenv("HEADWATCH_STORE", str(old))
+    at = open_page(HEAD, {"gap": "7"})
+    assert any("no singular-vector overlaps" in i.value for i in at.info)
+    names = [t["name"] for t in chart(at, "leading")["data"]]
+    assert names == ["λ_0", "λ_1", "λ_2", "λ_3"]  # the plain leading-eigenvalue plot
+    assert "gap=7" in " ".join(notices(at))  # not one of the offered thresholds: a notice, the default kept
+    assert at.session_state["gap"] == 10

@@ -44,7 +44,8 @@ def test_vectors_from_the_core_match_numpy_svd() -> None:
     w_q, w_k = rng.standard_normal((2, D_HEAD, D_MODEL))
     s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
     U, S, Vt = np.linalg.svd(w_q.T @ w_k)
-    np.testing.assert_allclose(s.numpy(), S[:K], rtol=1e-10)
+    np.testing.assert_allclose(s.numpy(), S[:D_HEAD], rtol=1e-10)
+    assert u.shape == v.shape == (D_MODEL, K)
     for j in range(K):  # equal up to a shared sign
         sign = np.sign(U[:, j] @ u[:, j].numpy())
         np.testing.assert_allclose(u[:, j].numpy() * sign, U[:, j], atol=1e-10)
@@ -91,3 +92,36 @@ def test_well_separated_levels_have_no_approach() -> None:
 def test_shapes_are_checked() -> None:
     with pytest.raises(ValueError, match="T-1"):
         classify_approaches(np.ones((5, 4)), np.ones((5, 4, 4)))
+
+
+def test_a_plane_that_turns_too_far_between_checkpoints_is_unresolved() -> None:
+    # levels 0 and 1 approach at index 4, but every checkpoint puts them on fresh directions
+    # orthogonal to the previous ones: the overlaps cannot say which level went where
+    e, f = bases(4)
+    seq = []
+    for n in range(8):
+        s0, s1 = 2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4)
+        w = (s0 * np.outer(e[:, 4 + 2 * n], f[:, 4 + 2 * n]) + s1 * np.outer(e[:, 5 + 2 * n], f[:, 5 + 2 * n])
+             + 0.5 * np.outer(e[:, 0], f[:, 0]) + 0.3 * np.outer(e[:, 1], f[:, 1]))
+        seq.append(w)
+    lam, ov = run(seq)
+    found = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    assert [(a.t, a.kind) for a in found] == [(4, "unresolved")]
+    assert np.isnan(found[0].swap_score)
+    # the same approach with the directions held fixed is a repulsion
+    fixed = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate(
+        [2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4), 0.5, 0.3])) for n in range(8)]
+    lam, ov = run(fixed)
+    assert [(a.t, a.kind) for a in classify_approaches(lam, ov) if a.level == 0] == [(4, "repulsion")]
+
+
+def test_missing_overlaps_leave_an_approach_unresolved() -> None:
+    e, f = bases()
+    seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.8, 0.5]))
+           for t in np.linspace(0, 1, 20)]
+    lam, ov = run(seq)
+    (approach,) = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    ov[approach.t - 1] = np.nan
+    ov[approach.t] = np.nan
+    (again,) = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    assert again.kind == "unresolved" and again.t == approach.t

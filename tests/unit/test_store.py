@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.errors import SchemaVersionError, StoreError
-from analysis.schema import COLUMN_DOCS, HEADS_COLUMNS, HIST_Z_EDGES, LIST_COLUMNS, SCALAR_COLUMNS
+from analysis.schema import COLUMN_DOCS, HEADS_COLUMNS, HIST_Z_EDGES, LIST_COLUMNS, OVERLAP_COLUMN_DOCS, SCALAR_COLUMNS
 from analysis.store import open_store, sort_heads
 from precompute import store_writer
 from precompute.store_writer import commit_store, staging_dir
@@ -141,7 +141,10 @@ def test_readme_documents_every_column() -> None:
     readme = (REPO / "README.md").read_text()
     for column in COLUMN_DOCS:
         assert re.search(rf"^\| `{column}` \|", readme, re.M), f"README's store section lacks column {column!r}"
-    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens"):
+    section = readme.split("### `overlaps.parquet`", 1)[1].split("\n### ", 1)[0]
+    for column in OVERLAP_COLUMN_DOCS:
+        assert re.search(rf"^\| `{column}` \|", section, re.M), f"README's overlaps.parquet section lacks column {column!r}"
+    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps"):
         assert f"`{key}`" in readme, f"README does not document meta.json key {key!r}"
 
 
