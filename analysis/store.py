@@ -11,6 +11,8 @@ so the reader never has to guess which of the two is newer.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +37,7 @@ from analysis.schema import (
 
 META_FILE = "meta.json"
 HEADS_FILE = "heads.parquet"
+READ_THREADS = max(1, min(4, os.cpu_count() or 1))  # row groups of a list column decoded at once
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -98,6 +101,7 @@ class Store:
     # heads.parquet as opened by `open_store`: later column reads come from this same file
     # even if a precompute commit swaps the store directory meanwhile (None: no rows yet)
     file: pq.ParquetFile | None = field(default=None, repr=False, compare=False)
+    handle: pa.NativeFile | None = field(default=None, repr=False, compare=False)  # the open heads.parquet under `file`
     _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -118,18 +122,34 @@ class Store:
             if column in LIST_COLUMNS:
                 return col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(rows, -1)
             return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        batches = self.file.iter_batches(batch_size=16384, columns=[column])
         if column not in LIST_COLUMNS:
-            return np.concatenate([b.column(0).to_numpy(zero_copy_only=False) for b in batches]).astype(np.float64, copy=False)
-        out = None
-        start = 0
-        for b in batches:  # decode a batch at a time: never two full copies of the column in memory
-            values = b.column(0).flatten().to_numpy(zero_copy_only=False)
-            width = len(values) // max(b.num_rows, 1)
-            if out is None:
-                out = np.empty((rows, width), dtype=np.float32)
-            out[start : start + b.num_rows] = values.reshape(b.num_rows, width)
-            start += b.num_rows
+            return self.file.read(columns=[column]).column(0).to_numpy().astype(np.float64, copy=False)
+        # List columns: one row group at a time, READ_THREADS at once, each decoded straight into
+        # its rows of one float32 array (never two full copies of the column in memory).
+        meta = self.file.metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        first = self.file.read_row_group(0, columns=[column]).column(0).combine_chunks()
+        width = len(first.flatten()) // max(sizes[0], 1)
+        out = np.empty((rows, width), dtype=np.float32)
+
+        def decode(i: int, col: pa.Array | None = None) -> None:
+            if col is None:  # a reader of its own over the same open file: safe across threads
+                reader = pq.ParquetFile(self.handle, metadata=meta) if self.handle is not None else self.file
+                col = reader.read_row_group(i, columns=[column], use_threads=False).column(0).combine_chunks()
+            values = col.flatten().to_numpy(zero_copy_only=False)
+            if len(values) != sizes[i] * width:
+                raise StoreError(f"{str(self.path / HEADS_FILE)!r}: lists of {column!r} differ in length; the file is corrupt")
+            out[starts[i] : starts[i + 1]] = values.reshape(sizes[i], width)
+
+        decode(0, first)
+        rest = range(1, len(sizes))
+        if self.handle is not None and len(rest) > 1:
+            with ThreadPoolExecutor(READ_THREADS) as pool:
+                list(pool.map(decode, rest))
+        else:
+            for i in rest:
+                decode(i)
         return out
 
     @property
@@ -271,10 +291,11 @@ def open_store(path: str | Path) -> Store:
             raise StoreError(f"{str(heads_path)!r} is missing but meta.json lists finished checkpoints.")
         arrow = empty_heads_table().select(list(KEY_COLUMNS))
         names = heads_arrow_schema().names
-        parquet = None
+        parquet = handle = None
     else:
         try:
-            parquet = pq.ParquetFile(heads_path)
+            handle = pa.OSFile(str(heads_path))  # positional reads: several threads may decode at once
+            parquet = pq.ParquetFile(handle)
             arrow = parquet.read(columns=list(KEY_COLUMNS))
             names = parquet.schema_arrow.names
         except (OSError, pa.ArrowException) as exc:
@@ -283,7 +304,7 @@ def open_store(path: str | Path) -> Store:
     if missing:
         raise StoreError(f"{str(heads_path)!r} lacks columns {missing}; rewrite it with `python -m precompute`.")
     check_consistent(meta, arrow, where=str(path))
-    return Store(path=path, meta=meta, keys=arrow, file=parquet)
+    return Store(path=path, meta=meta, keys=arrow, file=parquet, handle=handle)
 
 
 def check_consistent(meta: dict[str, Any], arrow: pa.Table, *, where: str) -> None:

@@ -50,7 +50,7 @@ HEAD, LAYERS, ARCH, ANIM, TRAJ = (
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.synthetic_store import write_synthetic_store
+    from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
     from precompute.embeddings import add_embeddings
 
     path = RESULTS / "stores" / f"pythia-{size}-synthetic"
@@ -61,6 +61,8 @@ def make_store(size: str) -> Path:
         t = time.perf_counter()
         add_embeddings(path)
         print(f"[{size}] embeddings (UMAP, 4 statistics) in {time.perf_counter() - t:.1f} s", flush=True)
+    if not (path / "overlaps.parquet").is_file():  # stores cached before overlaps existed
+        add_synthetic_overlaps(path)
     return path
 
 
@@ -75,7 +77,7 @@ def page_changes(n_layers: int, n_heads: int, steps: list[int]) -> dict[str, lis
     return {
         HEAD: [("selectbox", "layer", [n_layers // 2, n_layers - 1]), ("selectbox", "head", [3, n_heads - 1]),
                ("multiselect", "step", [a, b]), ("selectbox", "stat", ["kl_gauss", "stable_rank"]),
-               ("toggle", "logp", [False, True]), ("toggle", "loglam", [True, False])],
+               ("toggle", "logp", [False, True]), ("toggle", "loglam", [True, False]), ("selectbox", "gap", [5, 20])],
         LAYERS: [("selectbox", "stat", ["kl_gauss", "lambda"]), ("selectbox", "layer", [n_layers // 2, n_layers - 1]),
                  ("toggle", "logy", [True, False]), ("selectbox", "stat", ["stable_rank", "std"])],
         ARCH: [("selectbox", "stat", ["lambda", "kl_gauss"]), ("toggle", "logc", [True, False]),

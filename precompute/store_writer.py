@@ -28,6 +28,10 @@ import pyarrow.parquet as pq
 
 from analysis.store import HEADS_FILE, META_FILE
 
+# Rows per row group of heads.parquet: a reader decodes row groups in parallel, and one
+# row group of the two list columns (16,384 x 330 float32) is about 20 MB in memory.
+HEADS_ROW_GROUP_ROWS = 16384
+
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -53,9 +57,10 @@ def commit_store(
         heads: the full heads table to write (already sorted); None keeps the current one.
         tables: further tables by file name (``"embeddings.parquet"``) to write or replace;
             files not named here are carried over unchanged.
-        row_group_sizes: rows per Parquet row group for some of those tables (default: pyarrow's).
+        row_group_sizes: rows per Parquet row group for some of those tables (heads.parquet: HEADS_ROW_GROUP_ROWS; others: pyarrow's default).
     """
     tables = dict(tables or {})
+    row_group_sizes = {HEADS_FILE: HEADS_ROW_GROUP_ROWS, **(row_group_sizes or {})}
     if heads is not None:
         tables[HEADS_FILE] = heads
     store = Path(store)
@@ -69,7 +74,7 @@ def commit_store(
             if item.name not in tables and item.name != META_FILE and item.is_file():
                 os.link(item, stage / item.name)
     for name, table in tables.items():
-        _write_parquet(stage / name, table, row_group_size=(row_group_sizes or {}).get(name))
+        _write_parquet(stage / name, table, row_group_size=row_group_sizes.get(name))
     _write_json(stage / META_FILE, meta)
     _fsync_dir(stage)
     if not store.exists():

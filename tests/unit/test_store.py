@@ -179,3 +179,17 @@ def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path:
     assert std[0, 2, 3] == pytest.approx(23 + SCALAR_COLUMNS.index("std") / 100)
     assert store.array("sv").shape == (1, L, H, D)
     assert open_store(tmp_path / "s").array("std").shape == (2, L, H)
+
+
+def test_list_columns_read_across_many_row_groups_in_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # row groups of 5 rows (12 rows per step): list columns are decoded row group by row group,
+    # several at once, into one array; every row must land where its (step, layer, head) says
+    monkeypatch.setattr(store_writer, "HEADS_ROW_GROUP_ROWS", 5)
+    write_store(tmp_path / "s", [0, 1, 2, 3])
+    assert pq.ParquetFile(tmp_path / "s" / "heads.parquet").num_row_groups == 10
+    store = open_store(tmp_path / "s")
+    sv = store.array("sv")
+    code = np.arange(4)[:, None, None] * 100 + np.arange(L)[None, :, None] * 10 + np.arange(H)[None, None, :]
+    np.testing.assert_allclose(sv, code[..., None] + np.arange(D)[::-1] / 10, rtol=1e-6)
+    np.testing.assert_array_equal(store.array("hist_z").argmax(axis=-1), 100)
+    np.testing.assert_array_equal(store.array("std"), code + SCALAR_COLUMNS.index("std") / 100)
