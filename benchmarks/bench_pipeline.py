@@ -32,8 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.elementwise import elementwise_statistics  # noqa: E402
 from analysis.extract import attention_tensor_names, extract_qk, model_shape  # noqa: E402
+from analysis.heads import checkpoint_vectors  # noqa: E402
 from analysis.spectrum import singular_values  # noqa: E402
 from precompute.checkpoints import file_sha256, weight_files  # noqa: E402
+from precompute.overlaps import pair_rows  # noqa: E402
 from precompute.run import run_precompute  # noqa: E402
 from precompute.weights import read_tensors, tensor_names  # noqa: E402
 
@@ -139,6 +141,9 @@ def main() -> None:
     (w_q, w_k), t_read = timed(read)
     # (b) the spectrum as the pipeline computes it: one batched call per layer (16 heads)
     sv_core, t_spectrum = timed(lambda: torch.stack([singular_values(w_q[i], w_k[i]) for i in range(shape.n_layers)]))
+    # (b') the same with the 8 leading singular vectors, as the pipeline runs it for the overlaps
+    vectors, t_vectors = timed(lambda: checkpoint_vectors(w_q, w_k, 8))
+    _, t_pair = timed(lambda: pair_rows(0, 1, vectors, vectors))
 
     def elementwise():
         n = shape.d_model**2
@@ -176,6 +181,8 @@ def main() -> None:
         ("    of which: read attention tensors + extract per head", t_read),
         ("    of which: element-wise (dense W_QK per layer, moments, histogram, D_KL)", t_elem),
         ("(b) spectrum: QR core, all 384 heads (one batched call per layer), float64", t_spectrum),
+        ("(b') spectrum and the 8 leading u, v per head (what (a) runs in place of (b))", t_vectors),
+        ("    overlap matrices with the previous checkpoint's vectors, all heads", t_pair),
         (f"(c) dense svdvals of 2048x2048 W_QK per head, float32 (timed on {len(sample)}, x384)", t_dense),
         ("(d) per-head thin SVD of W_Q and W_K, then core (reference dashboard)", t_thin),
     ]

@@ -143,6 +143,33 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
     # float32 rounding of z may move a few entries across a bin edge
     np.testing.assert_allclose(cuda["hist_z"], cpu["hist_z"], rtol=0, atol=3.0 / N)
     np.testing.assert_allclose(cuda["kl_gauss"], brute_force["kl_gauss"], rtol=0, atol=1e-3)
+    # leading vectors on CUDA span the same directions as on CPU (signs are arbitrary)
+    cpu_v = checkpoint_statistics(w_q, w_k, device="cpu", vectors=4)
+    cuda_v = checkpoint_statistics(w_q, w_k, device="cuda", vectors=4)
+    for name in ("u", "v"):
+        overlap = np.abs(np.einsum("lhdk,lhdk->lhk", cpu_v[name].astype(np.float64), cuda_v[name].astype(np.float64)))
+        np.testing.assert_allclose(overlap, 1.0, atol=1e-4, err_msg=name)
+
+
+def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
+    from analysis.heads import checkpoint_vectors
+
+    w_q, w_k = weights
+    plain = checkpoint_statistics(w_q, w_k)
+    got = checkpoint_statistics(w_q, w_k, vectors=4)
+    assert got["u"].shape == got["v"].shape == (N_LAYERS, N_HEADS, D_MODEL, 4) and got["u"].dtype == np.float32
+    np.testing.assert_allclose(got["sv"], plain["sv"], rtol=1e-12)  # one factorization for values and vectors
+    for layer in range(N_LAYERS):
+        for head in range(N_HEADS):
+            u, s, vt = np.linalg.svd(w_q[layer, head].T @ w_k[layer, head])
+            for j in range(4):  # each triplet up to a shared sign
+                sign = np.sign(u[:, j] @ got["u"][layer, head, :, j])
+                np.testing.assert_allclose(got["u"][layer, head, :, j] * sign, u[:, j], atol=1e-6)
+                np.testing.assert_allclose(got["v"][layer, head, :, j] * sign, vt[j], atol=1e-6)
+    # the re-read path of a resumed precompute gives the same vectors bit for bit
+    u, v = checkpoint_vectors(w_q, w_k, 4)
+    np.testing.assert_array_equal(u, got["u"])
+    np.testing.assert_array_equal(v, got["v"])
 
 
 def test_null_columns_follow_the_null_model_of_the_reference_spectrum(weights, brute_force) -> None:
