@@ -1,6 +1,7 @@
 """Dashboard frame: navigation over the pages, the shared sidebar (run picker, model card, time axis), the URL.
 
-Run with ``streamlit run app.py``. Each page reads the run chosen here through
+Run with ``python -m dashboard.serve`` (``streamlit run app.py`` plus one setting, see
+`dashboard.serve`). Each page reads the run chosen here through
 `dashboard.controls.frame`; after the page has run, its view state is written
 to the query string, so the address bar (and the sidebar's link) reproduces it.
 With $STORE_REPO set, the run picker also offers the stores of that Hugging Face
@@ -18,8 +19,10 @@ from dashboard.loader import find_stores, hub_stores, store_names, try_load_stor
 
 st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
 
-# Each url_path differs from its file's name on purpose: Streamlit also indexes files in pages/ by
-# name, and a URL that equals a file name can run that file without this frame (no sidebar).
+# Each url_path differs from its file's name on purpose: under plain `streamlit run app.py` Streamlit
+# also indexes files in pages/ by name for the first run after a server start, and a URL that equals
+# a file name could run that file without this frame (no sidebar). `python -m dashboard.serve` turns
+# that legacy mode off before the server starts (see dashboard/serve.py).
 PAGES = [
     st.Page("pages/index.py", title="Overview", icon=":material/home:", url_path="overview", default=True),
     st.Page("pages/head_explorer.py", title="Head explorer", icon=":material/center_focus_strong:", url_path="head"),
@@ -89,6 +92,8 @@ with st.sidebar:
         "W_QK = W_Qᵀ W_K per head, from the raw checkpoint weights: no 1/√d_head factor, "
         "rotary position encoding ignored, no biases."
     )
+    history_slot = st.empty()  # the browser-history guard: one history entry per view (dashboard.history)
+    controls.guard_history(history_slot)
 
 controls.set_frame(controls.Frame(store=store, run=run, unit=unit, scale=scale))
 page.run()
@@ -97,4 +102,4 @@ page.run()
 with link_slot:
     st.markdown("**Link to this view**")
     st.code(controls.share_link(page.url_path), language=None, wrap_lines=True)
-controls.publish(notice_slot, page.url_path)
+controls.publish(notice_slot, page.url_path, history_slot)

@@ -11,7 +11,9 @@ toggles). On each rerun:
    that parameter (so ``layer`` carries over when you switch pages), as long as
    it is valid here, else its default;
 3. after the page has run, `publish` writes the complete view state back to the
-   query string and shows the notices at the top of the page.
+   query string and shows the notices at the top of the page. The browser records
+   a page switch and the write that completes its view as one history entry
+   (`dashboard.history`), so Back returns to the previous view in one press.
 
 On a Hugging Face Space (``SPACE_ID`` set) the share link is the Space page's
 URL with the page as ``page=`` and, after every rerun, the view's query string
@@ -30,11 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import os
+from urllib.parse import urlencode
 
 import streamlit as st
 
 from analysis.store import Store
 from dashboard.data import Scale, StepAxis, Unit, step_axis
+from dashboard.history import guard_script
 from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
 from dashboard.urlstate import encode, parse_many, parse_one, query_string
 
@@ -45,6 +49,7 @@ _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of
 _NOTICES = "_hw_notices"  # notices raised during this run
 _FRAME = "_hw_frame"  # the Frame app.py chose for this run
 _LAST = "_hw_last"  # last value of every parameter; plain session state, so it survives page switches
+_NEXT = "_hw_next"  # values `switch_page` hands to the next page's widgets, used once
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
@@ -123,6 +128,10 @@ def _from_url(name: str) -> list[str] | None:
 
 def _seed(name: str, options: Sequence[Any], default: Any, *, multi: bool) -> None:
     """Put the value the widget should show into session state before it is created."""
+    handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
+    if _valid(handed, options, multi=multi):
+        st.session_state[name] = handed
+        return
     raw = _from_url(name)
     if raw is not None:
         parsed = parse_many(name, raw, options, default) if multi else parse_one(name, raw, options, default)
@@ -215,6 +224,20 @@ def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: 
     return value
 
 
+def switch_page(page: Any, **values: Any) -> None:
+    """Open ``page`` with some of its widgets set to ``values`` (``layer=2, head=3``), as one browser-history entry.
+
+    ``st.switch_page(page, query_params=...)`` would first write those parameters into
+    the *current* page's URL, which the browser records as an extra entry (Back then
+    shows this page with the next page's parameters). Here the values go through
+    session state and the query string is passed on unchanged, which adds no entry;
+    the next page writes its complete view state when it has run (`publish`).
+    Values that are not valid options on the next page are ignored.
+    """
+    st.session_state[_NEXT] = dict(values)
+    st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})
+
+
 def current_params() -> dict[str, list[str]]:
     """The view state collected so far in this run (URL parameter -> values)."""
     return dict(st.session_state.get(_PARAMS, {}))
@@ -256,9 +279,21 @@ def share_link(url_path: str = "") -> str:
     return f"{base}?{qs}" if qs else base
 
 
-def publish(notice_slot: Where, url_path: str = "") -> None:
+def guard_history(slot: Where) -> None:
+    """Put the browser-history guard in ``slot`` (an ``st.empty()``) before the page runs (`dashboard.history`).
+
+    The guard installs itself once per browser tab; from then on the `publish` that
+    completes a page switch replaces the switch's history entry instead of adding one.
+    (The first run of a tab usually finishes before the guard has loaded, so a link
+    opened without every parameter still leaves one extra entry.)
+    """
+    slot.html(guard_script(), unsafe_allow_javascript=True)
+
+
+def publish(notice_slot: Where, url_path: str = "", history_slot: Where | None = None) -> None:
     """Write this run's view state into the URL and show the notices (app.py calls this last).
 
+    ``history_slot`` is the slot given to `guard_history`: the guard is told what was written.
     On a Space, also post the view (``?page=...&...``) to the Space page so its address bar carries it.
     """
     params = current_params()
@@ -266,6 +301,9 @@ def publish(notice_slot: Where, url_path: str = "") -> None:
     if current != params:
         st.query_params.from_dict(params)
     st.session_state[_WRITTEN] = params
+    st.session_state.pop(_NEXT, None)  # handed values not used by this page expire
+    if history_slot is not None:
+        history_slot.html(guard_script(urlencode(params, doseq=True)), unsafe_allow_javascript=True)
     for text in st.session_state.get(_NOTICES, []):
         notice_slot.warning(text, icon=":material/link_off:")
     if _space_id():

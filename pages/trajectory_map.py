@@ -100,8 +100,7 @@ def main() -> None:
     # --- picking a head opens it in the head explorer ---
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
-        st.switch_page("pages/head_explorer.py",
-                       query_params={"run": frame.run or "", "layer": str(picked[0]), "head": str(picked[1])})
+        controls.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]))
 
 
 

@@ -3,7 +3,10 @@
 Opens every page by URL with parameters, waits for its plots, checks that no error
 element is shown and that the address bar keeps the view, clicks a head on the
 trajectory map and the animation's Play button, and saves screenshots under
-test-artifacts/. Skipped only where /usr/bin/chromium is missing outside CI.
+test-artifacts/. The server is started the way the Dockerfile starts it
+(``python -m dashboard.serve``); a deep link opened in the very first session of a
+fresh server shows no "Page not found" dialog, and after a page switch one press of
+Back returns to the previous view. Skipped only where /usr/bin/chromium is missing outside CI.
 """
 
 from __future__ import annotations
@@ -47,18 +50,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(store_path, tmp_path_factory):
+def _require_chromium() -> None:
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail("/usr/bin/chromium is missing in CI: scripts/test.sh installs it with apt-get install chromium")
         pytest.skip("/usr/bin/chromium is not installed (apt-get install chromium); CI fails instead of skipping")
+
+
+def _serve(store_path: Path, tmp_path_factory):
+    """Start the app on a free port as the Dockerfile does; yields its base URL, stops it afterwards."""
+    _require_chromium()
     port = _free_port()
     empty = tmp_path_factory.mktemp("no-data")
     env = dict(os.environ, HEADWATCH_STORE=str(store_path), HEADWATCH_DATA=str(empty))
     log = (tmp_path_factory.mktemp("server") / "streamlit.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.address", "127.0.0.1",
+        [sys.executable, "-m", "dashboard.serve", "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -86,16 +93,25 @@ def server(store_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(server):
+def server(store_path, tmp_path_factory):
+    yield from _serve(store_path, tmp_path_factory)
+
+
+@pytest.fixture()
+def fresh_server(store_path, tmp_path_factory):
+    """A server of its own, so that the test using it opens the server's first session."""
+    yield from _serve(store_path, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module; it needs no server, so a test with its own server starts no other."""
     from playwright.sync_api import sync_playwright
 
+    _require_chromium()
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        # Streamlit's first session in a fresh server resolves pages the legacy pages/ way
-        # and pops a spurious "Page not found" for a deep link (the right page still runs);
-        # open the front page once so every test sees the server as users mostly do.
-        _open(b, server + "/", 1).close()
         yield b
         b.close()
 
@@ -117,6 +133,30 @@ def _errors(page) -> list[str]:
     return page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all_inner_texts()
 
 
+def _dialogs(page) -> list[str]:
+    """Streamlit's modal dialogs (such as "Page not found") open over the page."""
+    return page.locator('[data-testid="stDialog"]').all_inner_texts()
+
+
+def _link(page) -> str:
+    return page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text().strip()
+
+
+def _wait_view(page, path: str, title: str, plots: int) -> None:
+    """Wait until the page at ``path`` titled ``title`` has run and published its view (link == address bar)."""
+    page.wait_for_function(
+        """([path, title, plots]) => {
+            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const h1 = document.querySelector('h1');
+            return location.pathname.endsWith(path) && h1 && h1.textContent.trim() === title && link
+                && link.textContent.trim().endsWith(location.search)
+                && document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length >= plots;
+        }""", arg=[path, title, plots], timeout=LOAD_TIMEOUT_MS,
+    )
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_timeout(500)
+
+
 def _click_head(page, layer: int, head: int) -> None:
     """Click the point of head (layer, head) on the trajectory map."""
     xy = page.evaluate("""([layer, head]) => {
@@ -130,12 +170,31 @@ def _click_head(page, layer: int, head: int) -> None:
     page.mouse.click(*xy)
 
 
+# First in the module on purpose: it runs before the module's shared server starts, so only one server runs at a time.
+def test_first_session_of_a_fresh_server_opens_a_deep_link_without_page_not_found(browser, fresh_server):
+    """The first session after a server start used to get Streamlit's "Page not found" dialog over the right page
+    (Streamlit resolved that one run against the files in pages/; see dashboard/serve.py)."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1900})
+    try:
+        page.goto(fresh_server + "/head?layer=2&head=3")  # the first page this server serves
+        _wait_view(page, "/head", "Head explorer", 7)
+        page.screenshot(path=str(ARTIFACTS / "first-session-deep-link.png"), full_page=True)
+        assert _dialogs(page) == []
+        assert _errors(page) == []
+        assert "layer=2" in page.url and "head=3" in page.url
+        nav = page.locator('[data-testid="stSidebarNav"]')
+        assert nav.get_by_text("Head explorer", exact=True).is_visible()  # the frame's navigation and sidebar
+        assert _link(page).split("?")[1] == page.url.split("?")[1]
+    finally:
+        page.close()
+
+
 @pytest.mark.parametrize("name,path,plots,text", VIEWS, ids=[v[0] for v in VIEWS])
 def test_page_opens_by_url(browser, server, name, path, plots, text):
     page = _open(browser, server + path, plots)
     try:
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-        assert _errors(page) == []
+        assert _errors(page) == [] and _dialogs(page) == []
         assert page.get_by_text(text).first.is_visible()
         # the address bar keeps every parameter of the link (and gains the rest of the view state)
         for param in re.findall(r"[?&]([^&]+)", path):
@@ -144,14 +203,17 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
         assert link.strip().split("?")[1] == page.url.split("?")[1]
 
         if name == "trajectories":  # picking a head opens it in the head explorer
+            before, entries = page.url, page.evaluate("history.length")
             _click_head(page, 2, 3)
-            page.wait_for_function("() => location.pathname.endsWith('/head')", timeout=LOAD_TIMEOUT_MS)
-            page.wait_for_function(
-                "() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 7",
-                timeout=LOAD_TIMEOUT_MS,
-            )
+            _wait_view(page, "/head", "Head explorer", 7)
             assert "layer=2" in page.url and "head=3" in page.url
             assert _errors(page) == []
+            # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed)
+            assert page.evaluate("history.length") == entries + 1
+            page.go_back()
+            _wait_view(page, "/trajectories", "Trajectory map", 2)
+            assert page.url == before
+            assert page.locator(".st-key-layer input").input_value() == "1"
         if name == "animation":  # plays in the browser from the linked step
             title = page.locator(".st-key-animation .gtitle")
             assert title.text_content() == "step 21,000"
@@ -175,5 +237,26 @@ def test_bad_parameters_show_a_notice_not_a_traceback(browser, server):
         assert "stat=bogus" in warnings and "logc=maybe" in warnings and "xscale=sideways" in warnings
         assert _errors(page) == []
         assert "stat=std" in page.url and "bogus" not in page.url
+    finally:
+        page.close()
+
+
+def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
+    page = _open(browser, server + "/head?layer=1&head=2&xscale=log", 7)
+    try:
+        head_url, entries = page.url, page.evaluate("history.length")
+        assert "layer=1" in head_url and "head=2" in head_url and "xscale=log" in head_url
+        page.locator('[data-testid="stSidebarNav"]').get_by_text("Layer view", exact=True).click()
+        _wait_view(page, "/layers", "Layer view", 3)
+        assert "layer=1" in page.url and "xscale=log" in page.url  # layer and the time axis carry over
+        assert page.evaluate("history.length") == entries + 1  # the switch and the view state: one entry
+        page.go_back()
+        _wait_view(page, "/head", "Head explorer", 7)
+        assert page.url == head_url  # the head explorer as it was, every parameter included
+        assert _link(page).split("?")[1] == page.url.split("?")[1]
+        assert _errors(page) == [] and _dialogs(page) == []
+        page.go_forward()
+        _wait_view(page, "/layers", "Layer view", 3)
+        assert "layer=1" in page.url
     finally:
         page.close()
