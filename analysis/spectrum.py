@@ -99,15 +99,23 @@ def spectral_statistics(sv: torch.Tensor, *, d_model: int) -> dict[str, torch.Te
 def top_singular_vectors(
     w_q: torch.Tensor, w_k: torch.Tensor, k: int, *, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Leading ``k`` singular triplets of W_Q^T W_K from the QR core, batched.
+    """All singular values and the leading ``k`` singular vectors of W_Q^T W_K, from the QR core, batched.
 
     With A = W_Q^T = Q_a R_a, B = W_K^T = Q_b R_b and the core's SVD
-    R_a R_b^T = U_c S V_c^T, W_QK = (Q_a U_c) S (Q_b V_c)^T is an SVD of the
-    product: its left singular vectors are Q_a U_c and its right ones Q_b V_c.
+    C = R_a R_b^T = U_c S V_c^T, W_QK = (Q_a U_c) S (Q_b V_c)^T is an SVD of the
+    product. Q_a is never formed: Q_a U_c = A R_a^{-1} U_c and R_a^{-1} U_c =
+    R_a^{-1} C V_c S^{-1} = R_b^T V_c S^{-1}, so
+
+        u_j = A R_b^T v_c,j / s_j,    v_j = B R_a^T u_c,j / s_j,
+
+    two thin products per head on top of the R-only factorizations that
+    `singular_values` does (forming Q_a and Q_b would triple the cost). Columns are
+    renormalised against rounding. A direction whose s_j is zero by NumPy's rank
+    rule (``s_j <= s_max * d_model * eps``) is undefined and returned as zeros.
 
     Args:
         w_q, w_k: ``(..., d_head, d_model)``.
-        k: how many leading triplets, ``1 <= k <= d_head``.
+        k: how many leading vectors, ``1 <= k <= d_head``.
         dtype: precision of the factorizations.
 
     Returns:
@@ -117,12 +125,19 @@ def top_singular_vectors(
     """
     if w_q.shape != w_k.shape:
         raise ValueError(f"W_Q shape {tuple(w_q.shape)} != W_K shape {tuple(w_k.shape)}")
-    d_head = w_q.shape[-2]
+    d_head, d_model = w_q.shape[-2:]
     if not 1 <= k <= d_head:
         raise ValueError(f"k={k} must be between 1 and d_head={d_head}")
-    q_a, r_a = torch.linalg.qr(w_q.to(dtype).transpose(-1, -2), mode="reduced")  # (..., d_model, d_head), (..., d_head, d_head)
-    q_b, r_b = torch.linalg.qr(w_k.to(dtype).transpose(-1, -2), mode="reduced")
+    a = w_q.to(dtype).transpose(-1, -2)  # (..., d_model, d_head)
+    b = w_k.to(dtype).transpose(-1, -2)
+    r_a = torch.linalg.qr(a, mode="r").R  # (..., d_head, d_head)
+    r_b = torch.linalg.qr(b, mode="r").R
     u_c, s, v_ch = torch.linalg.svd(r_a @ r_b.transpose(-1, -2))  # core (..., d_head, d_head)
-    u = q_a @ u_c[..., :k]  # (..., d_model, k)
-    v = q_b @ v_ch.transpose(-1, -2)[..., :k]  # (..., d_model, k)
+    s_k = s[..., None, :k]  # (..., 1, k)
+    defined = s_k > s[..., None, :1] * d_model * torch.finfo(dtype).eps
+    scale = torch.where(defined, 1.0 / torch.where(defined, s_k, 1.0), 0.0)
+    u = a @ (r_b.transpose(-1, -2) @ v_ch.transpose(-1, -2)[..., :k]) * scale  # (..., d_model, k)
+    v = b @ (r_a.transpose(-1, -2) @ u_c[..., :k]) * scale
+    u = u / torch.linalg.vector_norm(u, dim=-2, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+    v = v / torch.linalg.vector_norm(v, dim=-2, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
     return s, u, v

@@ -449,7 +449,7 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
         overlaps = ovl.update(pq.read_table(out / OVERLAPS_FILE), steps)
     elif (out / OVERLAPS_FILE).is_file() and not settings.overlap_k:
         return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps  # left as it is
-    elif stored_k is not None:
+    elif stored_k is not None and stored_k != settings.overlap_k:
         log.info("the store's overlaps are for K=%s, this run's for K=%s: recomputing them", stored_k, settings.overlap_k)
     # stores written before the null-model columns existed get them derived from `sv`
     return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps

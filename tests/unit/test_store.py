@@ -181,9 +181,9 @@ def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path:
     assert open_store(tmp_path / "s").array("std").shape == (2, L, H)
 
 
-def test_list_columns_read_across_many_row_groups_in_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # row groups of 5 rows (12 rows per step): list columns are decoded row group by row group,
-    # several at once, into one array; every row must land where its (step, layer, head) says
+def test_list_columns_read_across_many_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # row groups of 5 rows (12 rows per step): list columns are decoded row group by row group
+    # into one array; every row must land where its (step, layer, head) says
     monkeypatch.setattr(store_writer, "HEADS_ROW_GROUP_ROWS", 5)
     write_store(tmp_path / "s", [0, 1, 2, 3])
     assert pq.ParquetFile(tmp_path / "s" / "heads.parquet").num_row_groups == 10
