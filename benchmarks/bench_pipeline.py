@@ -128,6 +128,8 @@ def main() -> None:
     out = work / "store"
     shutil.rmtree(out, ignore_errors=True)
     _, t_pipeline = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False))
+    shutil.rmtree(out, ignore_errors=True)
+    _, t_no_vectors = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False, overlap_k=0))
 
     # breakdown of (a), stage by stage
     files = weight_files(ckpt)
@@ -177,6 +179,7 @@ def main() -> None:
 
     rows = [
         ("(a) whole pipeline, per checkpoint (hash + read + extract + all statistics + commit)", t_pipeline),
+        ("    the same without the singular vectors for the level-crossing overlaps (--overlap-k 0)", t_no_vectors),
         ("    of which: sha256 of the 2.8 GB weight file", t_hash),
         ("    of which: read attention tensors + extract per head", t_read),
         ("    of which: element-wise (dense W_QK per layer, moments, histogram, D_KL)", t_elem),

@@ -303,7 +303,7 @@ def publish(notice_slot: Where, url_path: str = "", history_slot: Where | None =
     st.session_state[_WRITTEN] = params
     st.session_state.pop(_NEXT, None)  # handed values not used by this page expire
     if history_slot is not None:
-        history_slot.html(guard_script(urlencode(params, doseq=True)), unsafe_allow_javascript=True)
+        history_slot.html(guard_script(urlencode(params, doseq=True), url_path or None), unsafe_allow_javascript=True)
     for text in st.session_state.get(_NOTICES, []):
         notice_slot.warning(text, icon=":material/link_off:")
     if _space_id():

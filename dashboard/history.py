@@ -20,9 +20,13 @@ entry was created (a page switch or the page load) replaces that entry. Later
 query-only pushes (the user changed a widget) still add entries, so Back keeps
 undoing widget changes one at a time as before.
 
-`settle` is called after every run with the query string the app wrote: when the
-address bar already holds it (a link that carried the whole view, a page switch whose
-URL happened to be complete), nothing more is coming for this entry.
+`settle` is called after every run with the page and the query string the app wrote:
+when the address bar already holds it (a link that carried the whole view, a page
+switch whose URL happened to be complete), nothing more is coming for this entry. A
+settle for another page than the one in the address bar is ignored: during a page
+switch the previous page's script element can run once more, and the new page's
+address still carries the previous page's query string, which would end the
+new entry's wait before the new page has written its state.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ GUARD = """
     hw = w.__headwatchHistory = {
       pending: true,  // the current entry still waits for the app to write its view state
       replaced: 0,  // how many pushes became replaces (read by the browser tests)
-      settle(written) { if (query() === written) hw.pending = false; },
+      settle(written, path) {
+        const here = w.location.pathname.replace(/\/+$/, "");
+        if (path !== null && !here.endsWith("/" + path) && here !== "") return;  // another page's late settle
+        if (query() === written) hw.pending = false;
+      },
     };
     h.pushState = function (data, unused, url) {
       const path = url == null ? w.location.pathname : new URL(String(url), w.location.href).pathname;
@@ -61,12 +69,13 @@ GUARD = """
 """
 
 
-def guard_script(written: str | None = None) -> str:
+def guard_script(written: str | None = None, url_path: str | None = None) -> str:
     """The ``<script>`` that installs the history guard once per browser tab (idempotent).
 
     Args:
         written: the query string (no ``?``) the app has just written to the URL, as
             Streamlit encodes it; None before the page has run.
+        url_path: the page that wrote it (its ``url_path``); None accepts any page.
     """
-    settle = "" if written is None else f"hw.settle({json.dumps(written)});".replace("<", "\\u003c")
+    settle = "" if written is None else f"hw.settle({json.dumps(written)}, {json.dumps(url_path)});".replace("<", "\\u003c")
     return f"<script>{GUARD.replace('SETTLE', settle)}</script>"  # no "</script>" inside: written is escaped

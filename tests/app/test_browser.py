@@ -241,6 +241,25 @@ def test_bad_parameters_show_a_notice_not_a_traceback(browser, server):
         page.close()
 
 
+def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, server):
+    # What a page switch looks like to the guard when the previous page's script element runs once
+    # more: Streamlit pushes the new path with the old query string, the old page's settle arrives
+    # (its query string now matches the address bar), then the new page writes its own state.
+    page = _open(browser, server + "/head?layer=1&head=2", 7)
+    try:
+        old_query = page.url.split("?")[1]
+        entries = page.evaluate("history.length")
+        page.evaluate("""q => {
+            history.pushState(null, "", "/layers?" + q);
+            window.__headwatchHistory.settle(q, "head");
+            history.pushState(null, "", "/layers?layer=1&stat=std");
+        }""", old_query)
+        assert page.evaluate("history.length") == entries + 1  # the switch and its view state: one entry
+        assert page.url.endswith("/layers?layer=1&stat=std")
+    finally:
+        page.close()
+
+
 def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
     page = _open(browser, server + "/head?layer=1&head=2&xscale=log", 7)
     try:
