@@ -124,16 +124,21 @@ def main() -> None:
 
     _, t_null = timed(lambda: null_expectations(2048, 128))
 
-    # (a) the whole pipeline, end to end, as the CLI runs it
-    out = work / "store"
-    shutil.rmtree(out, ignore_errors=True)
-    _, t_pipeline = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False))
-    shutil.rmtree(out, ignore_errors=True)
-    _, t_no_vectors = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False, overlap_k=0))
-
-    # breakdown of (a), stage by stage
+    # hashing reads the whole file: the pipeline runs below then find it in the page cache alike
     files = weight_files(ckpt)
     _, t_hash = timed(lambda: [file_sha256(f) for f in files])
+
+    # (a) the whole pipeline, end to end, as the CLI runs it; with and without the singular
+    # vectors, alternating, best of two each (the first run in a process pays a warm-up of a few s)
+    out = work / "store"
+    runs: dict[int, list[float]] = {8: [], 0: []}
+    for k in (8, 0, 8, 0):
+        shutil.rmtree(out, ignore_errors=True)
+        _, t = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False, overlap_k=k))
+        runs[k].append(t)
+    t_pipeline, t_no_vectors = min(runs[8]), min(runs[0])
+
+    # breakdown of (a), stage by stage
     shape = model_shape(CONFIG)
 
     def read():
@@ -178,7 +183,7 @@ def main() -> None:
     assert rel_thin < 1e-8, f"QR core and thin-SVD core disagree: {rel_thin}"
 
     rows = [
-        ("(a) whole pipeline, per checkpoint (hash + read + extract + all statistics + commit)", t_pipeline),
+        ("(a) whole pipeline, per checkpoint (hash + read + extract + all statistics + commit), best of 2", t_pipeline),
         ("    the same without the singular vectors for the level-crossing overlaps (--overlap-k 0)", t_no_vectors),
         ("    of which: sha256 of the 2.8 GB weight file", t_hash),
         ("    of which: read attention tensors + extract per head", t_read),
