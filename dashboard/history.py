@@ -44,7 +44,7 @@ GUARD = """
       pending: true,  // the current entry still waits for the app to write its view state
       replaced: 0,  // how many pushes became replaces (read by the browser tests)
       settle(written, path) {
-        const here = w.location.pathname.replace(/\/+$/, "");
+        const here = w.location.pathname.replace(/\\/+$/, "");
         if (path !== null && !here.endsWith("/" + path) && here !== "") return;  // another page's late settle
         if (query() === written) hw.pending = false;
       },
