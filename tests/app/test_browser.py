@@ -125,6 +125,8 @@ def _open(browser, url: str, plots: int):
     )
     # the script has finished when Streamlit's running indicator is gone
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+    # the history guard (dashboard/history.py) arrives a few seconds after the first run
+    page.wait_for_function("window.__headwatchHistory !== undefined", timeout=LOAD_TIMEOUT_MS)
     page.wait_for_timeout(800)  # let plotly finish drawing before the screenshot
     return page
 
@@ -143,14 +145,17 @@ def _link(page) -> str:
 
 
 def _wait_view(page, path: str, title: str, plots: int) -> None:
-    """Wait until the page at ``path`` titled ``title`` has run and published its view (link == address bar)."""
+    """Wait until the page at ``path`` titled ``title`` has run and published its view (link == address bar)
+    and the history guard is installed (its script reaches the page a few seconds after the first run; a page
+    switch before that still adds two history entries)."""
     page.wait_for_function(
         """([path, title, plots]) => {
             const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
             const h1 = document.querySelector('h1');
             return location.pathname.endsWith(path) && h1 && h1.textContent.trim() === title && link
                 && link.textContent.trim().endsWith(location.search)
-                && document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length >= plots;
+                && document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length >= plots
+                && window.__headwatchHistory !== undefined;
         }""", arg=[path, title, plots], timeout=LOAD_TIMEOUT_MS,
     )
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
