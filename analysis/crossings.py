@@ -14,11 +14,15 @@ when every sorted level keeps its direction.
 
 Rule (documented in the README):
 
-1. A close approach of levels (i, i+1) is a checkpoint t* where the relative gap
-   of the singular values, g(t) = (s_i - s_(i+1)) / (s_i + s_(i+1)) with
-   s = sqrt(lambda), has a local minimum (over its neighbours) with
-   g(t*) < ``gap_threshold`` (default 0.1: the two within about 20% of each other).
-2. At each of the two steps into and out of t* (t*-1 -> t*, t* -> t*+1) compare
+1. A close approach of levels (i, i+1) is a maximal run of consecutive
+   checkpoints a..b where the relative gap of the singular values,
+   g(t) = (s_i - s_(i+1)) / (s_i + s_(i+1)) with s = sqrt(lambda), stays below
+   ``gap_threshold`` (default 0.1: the two within about 20% of each other), with
+   a checkpoint on each side (a > 0, b < T-1) where it does not: the levels
+   approach and part again. Its checkpoint t* is the run's smallest gap. Levels
+   that start close (at initialisation) or are still close at the last checkpoint
+   make no approach.
+2. At each step through the approach, a-1 -> a, ..., b -> b+1, compare
    keep = O_(i,i) * O_(i+1,i+1) with swap = O_(i,i+1) * O_(i+1,i). A step is
    *informative* when max(keep, swap) >= ``min_evidence`` (default 0.25: the
    directions of the pair, as a whole, overlap their own or each other's by at
@@ -26,8 +30,9 @@ Rule (documented in the README):
    those checkpoints for either reading.
 3. It is a **crossing** if at an informative step swap > keep (the directions
    swapped places in the sorted order), a **repulsion** if at every informative
-   step keep >= swap (each sorted level kept its direction), and **unresolved**
-   when no step is informative (or the store has no overlaps for them).
+   step keep >= swap (each sorted level kept its direction; a smooth rotation
+   through an avoided crossing is this), and **unresolved** when no step is
+   informative (or the store has no overlaps for them).
 
 A narrow avoided crossing swept faster than the checkpoint spacing looks like a
 crossing at that resolution (its vectors do swap between two checkpoints); the
@@ -118,22 +123,34 @@ def classify_approaches(
     found = []
     s = np.sqrt(np.clip(lam, 0, None))
     for i in range(levels):
-        total = s[:, i] + s[:, i + 1]
-        gap = np.where(total > 0, (s[:, i] - s[:, i + 1]) / np.where(total > 0, total, 1), 1.0)
-        for t in range(n_t):
-            left = gap[t - 1] if t > 0 else np.inf
-            right = gap[t + 1] if t < n_t - 1 else np.inf
-            if not (gap[t] < gap_threshold and gap[t] <= left and gap[t] < right):
-                continue
+        gap = relative_gap(s[:, i], s[:, i + 1])
+        for a, b, t in close_approaches(gap, gap_threshold):
             scores = []
-            for step in (t - 1, t):
-                if 0 <= step < n_t - 1:
-                    o = overlaps[step]
-                    keep, swap = o[i, i] * o[i + 1, i + 1], o[i, i + 1] * o[i + 1, i]
-                    if np.isfinite(keep) and np.isfinite(swap) and max(keep, swap) >= min_evidence:
-                        scores.append(swap - keep)
+            for step in range(a - 1, b + 1):  # overlaps[step]: checkpoint step -> step + 1
+                o = overlaps[step]
+                keep, swap = o[i, i] * o[i + 1, i + 1], o[i, i + 1] * o[i + 1, i]
+                if np.isfinite(keep) and np.isfinite(swap) and max(keep, swap) >= min_evidence:
+                    scores.append(swap - keep)
             score = max(scores) if scores else float("nan")
             kind: Literal["crossing", "repulsion", "unresolved"]
             kind = "unresolved" if not scores else "crossing" if score > 0 else "repulsion"
             found.append(Approach(level=i, t=t, gap=float(gap[t]), kind=kind, swap_score=float(score)))
     return sorted(found, key=lambda a: (a.t, a.level))
+
+
+def relative_gap(s_i: np.ndarray, s_next: np.ndarray) -> np.ndarray:
+    """g = (s_i - s_(i+1)) / (s_i + s_(i+1)); 1 where both are 0."""
+    total = s_i + s_next
+    return np.where(total > 0, (s_i - s_next) / np.where(total > 0, total, 1), 1.0)
+
+
+def close_approaches(gap: np.ndarray, gap_threshold: float = GAP_THRESHOLD) -> list[tuple[int, int, int]]:
+    """Rule 1: the close approaches in one level pair's gap series ``(T,)``.
+
+    Returns:
+        ``(a, b, t_star)`` per approach: the run a..b (inclusive) of checkpoints with
+        ``gap < gap_threshold``, not touching the first or last checkpoint, and its smallest gap.
+    """
+    edges = np.diff(np.concatenate([[0], (np.asarray(gap) < gap_threshold).astype(np.int8), [0]]))
+    runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist())
+    return [(a, b, a + int(np.argmin(gap[a : b + 1]))) for a, b in runs if a > 0 and b < len(gap) - 1]

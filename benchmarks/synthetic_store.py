@@ -11,6 +11,8 @@ real-looking to draw and every identity the app relies on holds:
   ``kl_gauss`` is computed from it against the Gaussian bin masses;
 - ``std`` grows over training with a head-specific time scale, and each head's
   tail weight (its kurtosis) rises and relaxes at a head-specific step;
+- lambda_0 stands apart from lambda_1 except around a head-specific step where the
+  two approach and part again;
 - checkpoints follow the Pythia schedule (0, 1, 2, 4, ..., 512, then every
   1000); one entry duplicates an earlier checkpoint's weights, like Pythia's
   steps 0 and 2, and has no rows;
@@ -114,6 +116,11 @@ def synthetic_statistics(
     decay = d_head * (0.5 + 0.4 * rng.uniform(0, 1, shape_lh)) / (1 + 12 * collapse)
     lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, std.shape + (d_head,))
     lam = -np.sort(-lam, axis=-1)
+    # lambda_0 stands well apart (x 2.5) except around a head-specific step, where it comes down
+    # to lambda_1 and parts again: a close approach of the two leading levels in every head
+    t_meet = t[rng.integers(2, max(len(t) - 2, 3), shape_lh), 0, 0]  # at an interior checkpoint
+    meet = np.exp(-((np.log10(t + 1) - np.log10(t_meet + 1)) ** 2) / (2 * 0.25**2))
+    lam[..., 0] = lam[..., 1] * (1.03 + 1.5 * (1 - meet)) + (lam[..., 0] - lam[..., 1]) * (1 - meet)
     frob2 = (d_model * std) ** 2 + (d_model * mean) ** 2
     lam *= (frob2 / lam.sum(axis=-1))[..., None]
     sv = np.sqrt(lam)
@@ -221,10 +228,11 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
 
     Between consecutive checkpoints each head's K directions turn a little: the overlaps
     are |R| for a random orthogonal R near the identity. At a close approach of levels
-    (i, i+1) (`analysis.crossings` rule 1 on the stored ``sv``), columns i and i+1 of R are
-    exchanged on the step into it for heads with even ``layer + head``.
+    (i, i+1) (`analysis.crossings.close_approaches` on the stored ``sv``), columns i and
+    i+1 of R are exchanged on the step into its closest checkpoint for heads with even
+    ``layer + head``.
     """
-    from analysis.crossings import GAP_THRESHOLD
+    from analysis.crossings import close_approaches, relative_gap
     from analysis.store import open_store
     from precompute.overlaps import empty_overlaps, matrix_rows, overlaps_meta, row_group_size, update
 
@@ -239,14 +247,14 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
         q, r = np.linalg.qr(noise)
         mats.append(q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :])  # the rotation nearest I
     s = store.array("sv")[..., : min(k, 4)].astype(np.float64)  # (S, L, H, m)
-    gap = (s[..., :-1] - s[..., 1:]) / np.maximum(s[..., :-1] + s[..., 1:], 1e-300)  # (S, L, H, m-1)
-    left = np.concatenate([np.full_like(gap[:1], np.inf), gap[:-1]])
-    right = np.concatenate([gap[1:], np.full_like(gap[:1], np.inf)])
-    t_idx, layer, head, level = np.nonzero((gap < GAP_THRESHOLD) & (gap <= left) & (gap < right))
-    for t, lay, hd, i in zip(t_idx, layer, head, level):
-        if t > 0 and (lay + hd) % 2 == 0:
-            for m in mats:
-                m[t - 1, lay, hd][:, [i, i + 1]] = m[t - 1, lay, hd][:, [i + 1, i]]
+    for lay in range(n_layers):
+        for hd in range(n_heads):
+            if (lay + hd) % 2:
+                continue
+            for i in range(s.shape[-1] - 1):
+                for _, _, t in close_approaches(relative_gap(s[:, lay, hd, i], s[:, lay, hd, i + 1])):
+                    for m in mats:  # the step into the approach's closest checkpoint swaps the pair
+                        m[t - 1, lay, hd][:, [i, i + 1]] = m[t - 1, lay, hd][:, [i + 1, i]]
     o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
     table = update(empty_overlaps(), steps, [matrix_rows(a, b, o_u[t], o_v[t]) for t, (a, b) in
                                                           enumerate(zip(steps[:-1], steps[1:]))])

@@ -317,7 +317,7 @@ def approach_table(approaches: list[Approach], steps: np.ndarray) -> pd.DataFram
     return pd.DataFrame({
         "step": [int(steps[a.t]) for a in approaches],
         "levels": [f"λ_{a.level}, λ_{a.level + 1}" for a in approaches],
-        "gap": [round(a.gap, 4) for a in approaches],
+        "gap of s, %": [round(100 * a.gap, 2) for a in approaches],
         "verdict": [a.kind for a in approaches],
         "swap score": [round(a.swap_score, 3) for a in approaches],
     })

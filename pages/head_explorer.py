@@ -113,16 +113,20 @@ def main() -> None:
     with right:
         c_log, c_gap = st.columns(2, vertical_alignment="bottom")
         log_lam = controls.toggle("loglam", "log λ axis", False, where=c_log)
-        gap_pct = controls.select(
-            "gap", "Close approach: gap below", GAP_PERCENT, round(100 * GAP_THRESHOLD), fmt=lambda g: f"{g}%", where=c_gap,
-            help="Two adjacent levels approach closely where (s_i − s_i+1)/(s_i + s_i+1) has a local minimum below this",
-        )
         try:
             overlaps = loader.head_overlaps(store, layer, head)
         except StoreError as exc:
             st.error(str(exc))
             overlaps = None
-        crossings = level_crossings(lam, overlaps, gap_threshold=gap_pct / 100) if overlaps is not None else None
+        crossings = None
+        if overlaps is not None:
+            gap_pct = controls.select(
+                "gap", "Close when the gap of s is below", GAP_PERCENT, round(100 * GAP_THRESHOLD),
+                fmt=lambda g: f"{g}%", where=c_gap,
+                help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
+                     "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
+            )
+            crossings = level_crossings(lam, overlaps, gap_threshold=gap_pct / 100)
         if crossings is None:
             st.info("This store has no singular-vector overlaps, so approaches cannot be told apart. "
                     "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",

@@ -55,9 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
     p.add_argument("--no-embeddings", dest="embeddings", action="store_false", default=default_embeddings(),
                    help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
-    p.add_argument("--overlap-k", type=int, default=8, metavar="K",
+    p.add_argument("--overlap-k", type=int, default=None, metavar="K",
                    help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
-                   "stored, for the level-crossing view (default 8, capped at d_head; 0: none)")
+                   "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
+                   "0: compute none and keep what the store has)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 

@@ -153,7 +153,8 @@ class OverlapFiller:
 
     def fill(self, table: pa.Table, steps: list[int]) -> tuple[pa.Table, list[Pair]]:
         """The table with every missing consecutive pair it can compute, and the pairs left out."""
-        missing = [p for p in required_pairs(steps) if p not in present_pairs(table)]
+        present = present_pairs(table)
+        missing = [p for p in required_pairs(steps) if p not in present]
         if not missing:
             return table, []
         reread = sorted({s for p in missing for s in p} - set(self.held))

@@ -104,7 +104,7 @@ def run_precompute(
     embeddings: bool = True,
     fetch: FetchSettings | None = None,
     token: str | bool | None = None,
-    overlap_k: int = OVERLAP_K,
+    overlap_k: int | None = None,
 ) -> RunReport:
     """Compute (or resume) the statistics store of a checkpoint suite.
 
@@ -125,7 +125,9 @@ def run_precompute(
         fetch: Hub fetch settings (default: `FetchSettings()`, from the environment).
         token: Hub token (default: the logged-in user's, if any).
         overlap_k: leading singular vectors per head whose overlaps between consecutive
-            checkpoints are stored (capped at d_head); 0 computes none.
+            checkpoints are stored (capped at d_head); 0 computes none (a store's existing
+            overlaps are kept). Default: the store's K when it has overlaps, else 8. A K
+            other than the store's recomputes every pair, re-reading every checkpoint.
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
@@ -165,7 +167,7 @@ def run_precompute(
         revisions=tuple(r.revision for r in requested) if requested else None,
         every=every,
         fetch=fetch if src.kind == "hub" else None,
-        overlap_k=min(max(overlap_k, 0), shape.d_head),
+        overlap_k=min(max(_overlap_k(out, overlap_k), 0), shape.d_head),
     )
     model = {"id": model_id or src.model_id, **shape.as_meta(), "config": config}
 
@@ -310,7 +312,9 @@ def _fill_overlaps(
         ref = CheckpointRef(step, entry["revision"], entry.get("tokens"))
         try:
             fetched = src.fetch(ref, shape, skip=lambda sha: False)
-            if fetched.sha256_source == entry.get("sha256_source") and fetched.sha256 != entry.get("sha256"):
+            comparable = fetched.sha256_source == entry.get("sha256_source") or {
+                fetched.sha256_source, entry.get("sha256_source")} <= {"hub", "file"}  # the same digest (README)
+            if comparable and fetched.sha256 != entry.get("sha256"):
                 raise CheckpointError(
                     f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
                     f"!= {str(entry.get('sha256'))[:12]}); recompute the store to get its overlaps"
@@ -450,9 +454,24 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
     elif (out / OVERLAPS_FILE).is_file() and not settings.overlap_k:
         return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps  # left as it is
     elif stored_k is not None and stored_k != settings.overlap_k:
-        log.info("the store's overlaps are for K=%s, this run's for K=%s: recomputing them", stored_k, settings.overlap_k)
+        log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
+                    "(every checkpoint is read again)", stored_k, settings.overlap_k)
     # stores written before the null-model columns existed get them derived from `sv`
     return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps
+
+
+def _overlap_k(out: Path, requested: int | None) -> int:
+    """The K of this run: as requested, else the store's, else `OVERLAP_K`."""
+    if requested is not None:
+        return requested
+    if (out / META_FILE).is_file():
+        try:
+            stored = (read_meta(out).get("overlaps") or {}).get("k")
+        except StoreError:
+            stored = None  # _open_or_create reports what is wrong with the store
+        if stored:
+            return int(stored)
+    return OVERLAP_K
 
 
 def _embeddings_stale(meta: dict[str, Any]) -> bool:

@@ -283,11 +283,10 @@ def test_head_explorer_marks_planted_crossings_and_repulsions(app_env):
     # the bottom panel: O_kk between consecutive checkpoints, from overlaps.parquet
     o_u, o_v = store.overlaps(1, 1)
     np.testing.assert_allclose(data_of(even, "leading", "λ_0 kept", "y"), o_u[:, 0, 0] * o_v[:, 0, 0], rtol=1e-6)
-    # a stricter threshold keeps fewer approaches, and it is in the URL
-    n = len(table)
-    even.selectbox(key="gap").set_value(2).run()
-    assert len(even.dataframe[0].value) < n
-    assert even.query_params["gap"] == "2"
+    # at 20% this head's levels are close from the first checkpoint on: no approach; the threshold is in the URL
+    even.selectbox(key="gap").set_value(20).run()
+    assert len(even.dataframe[0].value) == 0 and len(_markers(even, "crossing")) == 0
+    assert even.query_params["gap"] == "20"
 
 
 def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, monkeypatch):
@@ -296,9 +295,14 @@ def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, 
     old = write_synthetic_store(tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6,
                                 overlaps=False)
     monkeypatch.setenv("HEADWATCH_STORE", str(old))
-    at = open_page(HEAD, {"gap": "7"})
+    at = open_page(HEAD, {"gap": "5"})
     assert any("no singular-vector overlaps" in i.value for i in at.info)
     names = [t["name"] for t in chart(at, "leading")["data"]]
     assert names == ["λ_0", "λ_1", "λ_2", "λ_3"]  # the plain leading-eigenvalue plot
+    assert "gap" not in at.session_state and "gap" not in at.query_params  # no threshold to set without overlaps
+
+
+def test_head_explorer_bad_gap_parameter_falls_back_with_a_notice(app_env):
+    at = open_page(HEAD, {"gap": "7"})
     assert "gap=7" in " ".join(notices(at))  # not one of the offered thresholds: a notice, the default kept
     assert at.session_state["gap"] == 10

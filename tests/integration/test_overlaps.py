@@ -141,3 +141,25 @@ def test_overlap_k_is_capped_at_d_head(tmp_path: Path) -> None:
     assert o_u.shape == (1, 16, 16)
     # each row of |U0^T U1| holds the components of u_a(t) in the column space at t+1: squared norm <= 1
     assert ((o_u[0] ** 2).sum(axis=1) <= 1 + 1e-5).all() and ((o_v[0] ** 2).sum(axis=1) <= 1 + 1e-5).all()
+
+
+def test_a_later_run_keeps_the_stores_k_and_overlap_k_0_keeps_the_overlaps(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", [0, 1, 2, 4])
+    out = tmp_path / "store"
+    assert run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "4", "--revisions", "step0,step1").returncode == 0
+    # a plain rerun continues with the store's K = 4 and re-reads only what the new pairs need
+    res = run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1,step2")
+    assert res.returncode == 0, res.stderr
+    assert open_store(out).meta["overlaps"]["k"] == 4 and "recomputing every pair" not in res.stderr
+    assert open_store(out).overlaps(0, 0)[0].shape == (2, 4, 4)
+    # --overlap-k 0 computes nothing new and keeps what is there
+    before = pq.read_table(out / "overlaps.parquet")
+    assert run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "0").returncode == 0
+    assert pq.read_table(out / "overlaps.parquet").equals(before)
+    o_u, _ = open_store(out).overlaps(0, 0)
+    assert np.isfinite(o_u[:2]).all() and np.isnan(o_u[2]).all()  # pair (2, 4) left for a later run
+    # an explicit other K recomputes every pair, and says so
+    res = run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "2")
+    assert res.returncode == 0 and "recomputing every pair" in res.stderr
+    o_u, _ = open_store(out).overlaps(0, 0)
+    assert o_u.shape == (3, 2, 2) and np.isfinite(o_u).all()

@@ -121,10 +121,30 @@ def test_missing_overlaps_leave_an_approach_unresolved() -> None:
            for t in np.linspace(0, 1, 20)]
     lam, ov = run(seq)
     (approach,) = [a for a in classify_approaches(lam, ov) if a.level == 0]
-    ov[approach.t - 1] = np.nan
-    ov[approach.t] = np.nan
-    (again,) = [a for a in classify_approaches(lam, ov) if a.level == 0]
-    assert again.kind == "unresolved" and again.t == approach.t
+    assert approach.kind == "crossing"
+    (again,) = [a for a in classify_approaches(lam, np.full_like(ov, np.nan)) if a.level == 0]
+    assert again.kind == "unresolved" and again.t == approach.t and np.isnan(again.swap_score)
+
+
+def test_a_long_close_stretch_with_jitter_is_one_approach() -> None:
+    # levels 0 and 1 within a few percent for 12 checkpoints, the gap jittering up and down
+    # (many local minima), apart before and after: one approach, at the smallest gap
+    e, f = bases(6)
+    rng = np.random.default_rng(0)
+    gaps = np.concatenate([[0.5, 0.3], 0.02 + 0.03 * rng.random(12), [0.3, 0.5]])
+    gaps[7] = 0.005
+    seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 + g, 2.0 - g, 0.5, 0.3])) for g in gaps]
+    lam, ov = run(seq)
+    found = [a for a in classify_approaches(lam, ov) if a.level == 0]
+    assert [(a.t, a.kind) for a in found] == [(7, "repulsion")]
+
+
+def test_levels_close_at_the_start_or_the_end_make_no_approach() -> None:
+    e, f = bases(7)
+    for gaps in ([0.01, 0.02, 0.2, 0.4, 0.5], [0.5, 0.4, 0.2, 0.02, 0.01]):  # part after init; meet at the end
+        seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 + g, 2.0 - g, 0.5, 0.3])) for g in gaps]
+        lam, ov = run(seq)
+        assert [a for a in classify_approaches(lam, ov) if a.level == 0] == []
 
 
 def test_vectors_of_a_rank_deficient_head_are_zero_where_undefined() -> None:
