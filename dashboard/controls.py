@@ -40,6 +40,7 @@ from analysis.store import Store
 from dashboard.data import Scale, StepAxis, Unit, step_axis
 from dashboard.history import guard_script
 from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
+from dashboard.stats import LAMBDA, STATS
 from dashboard.urlstate import encode, parse_many, parse_one, query_string
 
 SPACE_ENV = "SPACE_ID"  # OWNER/NAME, set by Hugging Face on a Space
@@ -222,6 +223,22 @@ def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: 
         value = int(where.slider(label, min_value=lo, max_value=hi, step=1, key=name, help=help))
     _register(name, value)
     return value
+
+
+def statistic(
+    d_head: int, *, where_stat: Where, where_k: Where, where_log: Where, log: tuple[str, str],
+    options: Sequence[str] | None = None, default: str = "std",
+) -> tuple[str, int | None, bool]:
+    """The statistic picker the views share: ``stat``; ``k`` while the statistic is lambda_k;
+    a log toggle (URL name and label in ``log``) for statistics that are positive.
+
+    Returns:
+        ``(stat, k, log_on)``; ``k`` is None unless ``stat`` is lambda_k.
+    """
+    stat = select("stat", "Statistic", list(options or STATS), default, fmt=lambda s: STATS[s].label, where=where_stat)
+    k = int_slider("k", "k (singular-value index)", 0, d_head - 1, 0, where=where_k) if stat == LAMBDA else None
+    log_on = toggle(log[0], log[1], False, where=where_log) if STATS[stat].positive else False
+    return stat, k, log_on
 
 
 def switch_page(page: Any, **values: Any) -> None:

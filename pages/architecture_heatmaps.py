@@ -5,7 +5,7 @@ import streamlit as st
 from dashboard import controls, loader
 from dashboard.data import fixed_range
 from dashboard.figures import architecture as figs
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import STATS
 from dashboard.style import SIGNED_STATS
 
 
@@ -20,11 +20,8 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
-    stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
-    k = None
-    if stat == LAMBDA:
-        k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
-    log_colour = controls.toggle("logc", "log colour", False, where=c_log) if STATS[stat].positive else False
+    stat, k, log_colour = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                             log=("logc", "log colour"))
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     label = STATS[stat].short(k)
 

@@ -17,7 +17,7 @@ from dashboard.data import (
     null_spectra,
 )
 from dashboard.figures import head as figs
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import STATS
 from dashboard.style import step_colours
 
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
@@ -157,11 +157,8 @@ def main() -> None:
     with st.container():
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
-        stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
-        k = None
-        if stat == LAMBDA:
-            k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
-        log_y = controls.toggle("logy", "log y axis", False, where=c_log) if STATS[stat].positive else False
+        stat, k, log_y = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                            log=("logy", "log y axis"))
         values = loader.stat_values(store, stat, k=k or 0)
         st.plotly_chart(figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,

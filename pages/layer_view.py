@@ -5,7 +5,7 @@ import streamlit as st
 from dashboard import controls, loader
 from dashboard.data import fixed_range
 from dashboard.figures import layers as figs
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import STATS
 
 
 def main() -> None:
@@ -19,12 +19,9 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
-    stat = controls.select("stat", "Statistic", list(STATS), "std", fmt=lambda s: STATS[s].label, where=c_stat)
+    stat, k, log_y = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                        log=("logy", "log y axis"))
     layer = controls.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
-    k = None
-    if stat == LAMBDA:
-        k = controls.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k)
-    log_y = controls.toggle("logy", "log y axis", False, where=c_log) if STATS[stat].positive else False
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)
