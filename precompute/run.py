@@ -46,17 +46,37 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
+from analysis.crossings import OVERLAP_K
+from analysis.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    StoreError,
+    UnknownArchitectureError,
+)
 from analysis.extract import ModelShape, extract_qk, model_shape
 from analysis.heads import checkpoint_statistics, checkpoint_vectors, resolve_device
 from analysis.schema import OVERLAPS_FILE
-from analysis.store import HEADS_FILE, META_FILE, add_null_columns, done_steps, empty_heads_table, read_meta, sort_heads
+from analysis.store import (
+    HEADS_FILE,
+    META_FILE,
+    add_null_columns,
+    done_steps,
+    empty_heads_table,
+    read_meta,
+    sort_heads,
+)
 from precompute import overlaps as ovl
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
 from precompute.prefetch import Prefetcher
-from analysis.crossings import OVERLAP_K
-from precompute.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef, is_pythia, parse_revisions, schedule_gaps, select
+from precompute.revisions import (
+    PYTHIA_TOKENS_PER_STEP,
+    CheckpointRef,
+    is_pythia,
+    parse_revisions,
+    schedule_gaps,
+    select,
+)
 from precompute.settings import FetchSettings, Settings, software_versions
 from precompute.source import CheckpointSource, Fetched, open_source
 from precompute.store_writer import commit_store
@@ -450,10 +470,12 @@ def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tup
     overlaps = ovl.empty_overlaps()
     stored_k = (meta.get("overlaps") or {}).get("k")
     if (out / OVERLAPS_FILE).is_file() and stored_k == settings.overlap_k:
-        overlaps = ovl.update(pq.read_table(out / OVERLAPS_FILE), steps)
-    elif (out / OVERLAPS_FILE).is_file() and not settings.overlap_k:
-        return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps  # left as it is
-    elif stored_k is not None and stored_k != settings.overlap_k:
+        try:
+            overlaps = ovl.update(pq.read_table(out / OVERLAPS_FILE), steps)
+        except (OSError, pa.ArrowException) as exc:  # derived data: rebuilt from the checkpoints
+            log.warning("cannot read %s (%s): recomputing the overlaps (every checkpoint is read again)",
+                        out / OVERLAPS_FILE, exc)
+    elif settings.overlap_k and stored_k not in (None, settings.overlap_k):  # (K = 0 leaves the file as it is)
         log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
                     "(every checkpoint is read again)", stored_k, settings.overlap_k)
     # stores written before the null-model columns existed get them derived from `sv`

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
 
+from analysis.crossings import OVERLAP_K
+
 DeviceName = Literal["auto", "cpu", "cuda"]
 
 # HEADWATCH_DEVICE sets the default of --device.
@@ -70,7 +72,7 @@ class Settings:
     revisions: tuple[str, ...] | None = None  # --revisions, as given
     every: int | None = None  # --every
     fetch: FetchSettings | None = None  # Hub sources only
-    overlap_k: int = 8  # leading singular vectors per head for the overlaps (0: none); capped at d_head
+    overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)

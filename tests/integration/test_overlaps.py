@@ -163,3 +163,17 @@ def test_a_later_run_keeps_the_stores_k_and_overlap_k_0_keeps_the_overlaps(tmp_p
     assert res.returncode == 0 and "recomputing every pair" in res.stderr
     o_u, _ = open_store(out).overlaps(0, 0)
     assert o_u.shape == (3, 2, 2) and np.isfinite(o_u).all()
+
+
+def test_a_corrupt_overlaps_file_is_rebuilt_from_the_checkpoints(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", [0, 1, 2])
+    out = tmp_path / "store"
+    assert run_cli("--source", str(suite), "--out", str(out)).returncode == 0
+    expected = pq.read_table(out / "overlaps.parquet")
+    heads = (out / "heads.parquet").read_bytes()
+    (out / "overlaps.parquet").write_bytes(b"not parquet")
+    res = run_cli("--source", str(suite), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "cannot read" in res.stderr and "recomputing the overlaps" in res.stderr
+    assert pq.read_table(out / "overlaps.parquet").equals(expected)
+    assert (out / "heads.parquet").read_bytes() == heads  # the statistics untouched
