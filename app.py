@@ -13,7 +13,6 @@ import streamlit as st
 from analysis.errors import StoreError
 from dashboard import controls
 from dashboard.card import loss_series, model_card_lines
-from dashboard.data import checkpoint_tokens
 from dashboard.figures.card import loss_curve
 from dashboard.loader import find_stores, hub_stores, store_names, try_load_store
 
@@ -70,6 +69,13 @@ with st.sidebar:
         with st.container(border=True):
             for line in model_card_lines(store.meta):
                 st.markdown(line)
+            if store.meta.mixed:  # partial duplicates: shown as training states only when asked
+                mixed = controls.toggle(
+                    "mixed", "Show checkpoints with mixed weights", False, where=st.sidebar,
+                    help="Checkpoints with a weight file identical to a later checkpoint's (two revisions' "
+                         "weights mixed) are left out of every plot; this plots them as training states.",
+                )
+                store = store.view(include_mixed=mixed)
             loss = loss_series(store)
             if loss is not None:
                 st.plotly_chart(loss_curve(*loss), key="loss_curve", config={"displayModeBar": False})
@@ -78,7 +84,7 @@ with st.sidebar:
     # --- sidebar: training-time axis ---
     unit, scale = "step", "linear"
     if store is not None:
-        has_tokens = checkpoint_tokens(store, store.steps) is not None
+        has_tokens = store.meta.tokens_at(store.steps) is not None
         unit = controls.select(
             "xunit", "Time axis", ["step", "tokens"] if has_tokens else ["step"], "step", kind="radio",
             fmt={"step": "steps", "tokens": "tokens seen"}.get, where=st.sidebar,

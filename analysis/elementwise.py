@@ -5,7 +5,7 @@ For each matrix in a batch, over its N entries w:
 - ``mean`` mu, population ``std`` sigma, ``skew`` E[(w-mu)^3]/sigma^3, excess
   ``kurtosis`` E[(w-mu)^4]/sigma^4 - 3, ``min``, ``max``;
 - ``hist_z``: probabilities of z = (w - mu)/sigma over the fixed edges of
-  `analysis.schema.HIST_Z_EDGES`, plus an underflow bin (first) and an
+  `analysis.store.format.HIST_Z_EDGES`, plus an underflow bin (first) and an
   overflow bin (last), so nothing is dropped. Bins are half-open [e_i, e_i+1);
 - ``kl_gauss`` = sum_b P_b ln(P_b / Q_b) over all bins including the two tails,
   where Q_b is the standard-normal probability mass of bin b (differences of the
@@ -23,9 +23,9 @@ import math
 import numpy as np
 import torch
 
-from analysis.schema import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
+from analysis.store.format import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
 
-ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/schema.py)
+ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/store/format.py)
 
 
 def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:

@@ -17,7 +17,7 @@ import torch
 
 from analysis.elementwise import elementwise_statistics
 from analysis.nullmodel import null_columns
-from analysis.schema import HIST_Z_EDGES
+from analysis.store.format import HIST_Z_EDGES
 from analysis.spectrum import singular_values, spectral_statistics, top_singular_vectors
 
 Device = Literal["auto", "cpu", "cuda"]

@@ -188,7 +188,7 @@ NULL_RATIO_STATS = ("stable_rank", "spectral_entropy", "participation_ratio")
 
 
 def null_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_model: int) -> dict[str, np.ndarray]:
-    """The store's null-model columns for a batch of heads (`analysis.schema.NULL_COLUMNS`).
+    """The store's null-model columns for a batch of heads (`analysis.store.format.NULL_COLUMNS`).
 
     Args:
         sv: ``(..., d_head)`` singular values.

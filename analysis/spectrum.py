@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from analysis.schema import SPECTRAL_COLUMNS
+from analysis.store.format import SPECTRAL_COLUMNS
 
-SPECTRAL_STATS = SPECTRAL_COLUMNS  # the store's column names (analysis/schema.py)
+SPECTRAL_STATS = SPECTRAL_COLUMNS  # the store's column names (analysis/store/format.py)
 
 
 def singular_values(w_q: torch.Tensor, w_k: torch.Tensor, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -118,6 +118,7 @@ def main() -> None:
     from precompute.fetch import HubHttp, Meter, human_bytes
     from precompute.ranges import qk_element_masks, read_header, read_tensors
     from precompute.run import run_precompute
+    from precompute.settings import RunOptions
     from precompute.settings import FetchSettings
     from tests.integration.fakehub import FakeHub, Repo
 
@@ -185,7 +186,7 @@ def main() -> None:
         out = work / "store"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        report = run_precompute(REPO_ID, out, device="cpu", progress=False, embeddings=False)
+        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False))
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions

@@ -37,6 +37,7 @@ from analysis.spectrum import singular_values  # noqa: E402
 from precompute.checkpoints import file_sha256, weight_files  # noqa: E402
 from precompute.overlaps import pair_rows  # noqa: E402
 from precompute.run import run_precompute  # noqa: E402
+from precompute.settings import RunOptions  # noqa: E402
 from precompute.weights import read_tensors, tensor_names  # noqa: E402
 
 # Pythia-1.4B: 24 layers, 16 heads, d_model 2048, d_head 128, vocab 50304, MLP 8192.
@@ -134,7 +135,7 @@ def main() -> None:
     runs: dict[int, list[float]] = {8: [], 0: []}
     for k in (8, 0, 8, 0):
         shutil.rmtree(out, ignore_errors=True)
-        _, t = timed(lambda: run_precompute(src, out, device="cpu", progress=False, embeddings=False, overlap_k=k))
+        _, t = timed(lambda: run_precompute(src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k)))
         runs[k].append(t)
     t_pipeline, t_no_vectors = min(runs[8]), min(runs[0])
 

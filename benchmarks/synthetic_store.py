@@ -28,17 +28,19 @@ Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from scipy.special import ndtr
 
-from analysis.schema import HIST_Z_EDGES
-from analysis.store import sort_heads
+
+from analysis.store import CheckpointEntry, ModelInfo
+from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
+from analysis.store.meta import new_meta
 from precompute.store_writer import commit_store
-from precompute.tables import heads_rows, new_meta
+from precompute.tables import heads_rows
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -175,34 +177,21 @@ def write_synthetic_store(
     stats = synthetic_statistics(
         np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed
     )
-    model = {
-        "id": model_id,
-        "family": "gpt_neox",
-        "model_type": "gpt_neox",
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "n_kv_heads": n_heads,
-        "d_model": d_model,
-        "d_head": d_head,
-    }
-    meta = new_meta(model=model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__})
+    model = ModelInfo(id=model_id, family="gpt_neox", model_type="gpt_neox", n_layers=n_layers, n_heads=n_heads,
+                      n_kv_heads=n_heads, d_model=d_model, d_head=d_head)
+    meta = new_meta(model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__},
+                    hist_edges=HIST_Z_EDGES.tolist())
     tokens_per_step = PYTHIA_TOKENS_PER_STEP
-    checkpoints: list[dict[str, Any]] = [
-        {"step": s, "revision": f"step{s}", "tokens": s * tokens_per_step, "sha256": f"{i:064x}", "duplicate_of": None}
-        for i, s in enumerate(steps)
-    ]
+    for i, s in enumerate(steps):
+        meta.add_checkpoint(CheckpointEntry(step=s, revision=f"step{s}", tokens=s * tokens_per_step, sha256=f"{i:064x}"))
     if duplicate:
         # A revision that serves step 0's weights again, between two real checkpoints.
         dup_step = next(s for s in range(1, steps[-1]) if s not in steps)
-        checkpoints.append(
-            {"step": dup_step, "revision": f"step{dup_step}", "tokens": dup_step * tokens_per_step,
-             "sha256": checkpoints[0]["sha256"], "duplicate_of": steps[0]}
-        )
-        checkpoints.sort(key=lambda c: c["step"])
-    meta["checkpoints"] = checkpoints
+        meta.add_checkpoint(CheckpointEntry(step=dup_step, revision=f"step{dup_step}", tokens=dup_step * tokens_per_step,
+                                            sha256=f"{0:064x}", duplicate_of=steps[0]))
     if training:
         loss_steps = sorted(set(steps))
-        meta["training"] = {
+        meta.training = {
             "tokens_per_step": tokens_per_step,
             "config": {"note": "synthetic"},
             "seed": seed,
@@ -215,9 +204,8 @@ def write_synthetic_store(
                 for i, s in enumerate(loss_steps)
             ],
         }
-    tables = [heads_rows(s, {name: a[i] for name, a in stats.items()}) for i, s in enumerate(steps)]
-    heads = sort_heads(pa.concat_tables(tables))
-    commit_store(path, meta, heads)
+    tables = [heads_rows(s, {name: a[i] for name, a in stats.items()}, d_model=d_model) for i, s in enumerate(steps)]
+    commit_store(path, meta, {HEADS.name: HEADS.sorted(pa.concat_tables(tables))})
     if overlaps:
         add_synthetic_overlaps(path, seed=seed)
     return Path(path)
@@ -234,7 +222,7 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     """
     from analysis.crossings import close_approaches, relative_gap
     from analysis.store import open_store
-    from precompute.overlaps import empty_overlaps, matrix_rows, overlaps_meta, row_group_size, update
+    from precompute.overlaps import matrix_rows, overlaps_meta, update
 
     store = open_store(path)
     k = min(k, store.d_head)
@@ -256,11 +244,9 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
                     for m in mats:  # the step into the approach's closest checkpoint swaps the pair
                         m[t - 1, lay, hd][:, [i, i + 1]] = m[t - 1, lay, hd][:, [i + 1, i]]
     o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
-    table = update(empty_overlaps(), steps, [matrix_rows(a, b, o_u[t], o_v[t]) for t, (a, b) in
-                                                          enumerate(zip(steps[:-1], steps[1:]))])
-    meta = dict(store.meta, overlaps=overlaps_meta(k))
-    commit_store(path, meta, None, tables={"overlaps.parquet": table},
-                 row_group_sizes={"overlaps.parquet": row_group_size(n_heads, len(steps))})
+    table = update(OVERLAPS.empty(), steps, [matrix_rows(a, b, o_u[t], o_v[t]) for t, (a, b) in
+                                             enumerate(zip(steps[:-1], steps[1:]))])
+    commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
     return Path(path)
 
 
@@ -281,7 +267,7 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     """
     from analysis.store import open_store
     from analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
-    from precompute.embeddings import DEFAULT_STATISTICS, EMBEDDINGS_FILE, embedding_rows, embeddings_meta
+    from precompute.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
 
     statistics = statistics or DEFAULT_STATISTICS
     store = open_store(path)
@@ -294,8 +280,7 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
         xy = u[:, :2] * s[:2]
         parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
                                     n_layers=store.n_layers, n_heads=store.n_heads))
-    meta = dict(store.meta)
-    meta["embeddings"] = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
-    meta["embeddings"]["method"] = "pca (test stand-in for umap)"
-    commit_store(path, meta, None, tables={EMBEDDINGS_FILE: pa.concat_tables(parts)})
+    info = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
+    info["method"] = "pca (test stand-in for umap)"
+    commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})
     return Path(path)

@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from analysis.store import Store, done_steps
-from dashboard.data import duplicates_in
+from analysis.store import Meta, Store
 
 
-def model_card_lines(meta: dict[str, Any]) -> list[str]:
+def model_card_lines(meta: Meta) -> list[str]:
     """Markdown lines describing a run from its ``meta.json``: model, shape, checkpoints, flagged duplicates.
 
     Needs only the metadata, so the overview can describe every run without reading its table.
     """
-    m = meta["model"]
-    kv = m.get("n_kv_heads")
-    kv_text = f" ({kv} key/value heads)" if kv and kv != m["n_heads"] else ""
-    steps = done_steps(meta)
+    m = meta.model
+    kv = m.n_kv_heads
+    kv_text = f" ({kv} key/value heads)" if kv and kv != m.n_heads else ""
+    steps = meta.done_steps
     lines = [
-        f"**{m.get('id', '?')}** · {m.get('family', '?')}",
-        f"{m['n_layers']} layers × {m['n_heads']} heads{kv_text} · d_model {m['d_model']} · d_head {m['d_head']}",
+        f"**{m.id or '?'}** · {m.family}",
+        f"{m.n_layers} layers × {m.n_heads} heads{kv_text} · d_model {m.d_model} · d_head {m.d_head}",
     ]
     if len(steps):
         lines.append(f"{len(steps)} checkpoints with statistics, steps {steps[0]:,}–{steps[-1]:,}")
     else:
         lines.append("no checkpoints with statistics yet")
-    dups = duplicates_in(meta)
+    dups = meta.duplicates
     if dups:
         shown = ", ".join(f"{d} = {o}" for d, o in dups[:4]) + (" ..." if len(dups) > 4 else "")
         lines.append(
             f":orange[**{len(dups)} duplicate checkpoint{'s' if len(dups) > 1 else ''}**] "
             f"(same weights as an earlier step; flagged, never plotted): step {shown}"
         )
-    failed = meta.get("failed") or []
+    for c in meta.mixed:
+        files = ", ".join(f"{s.file} = step {s.step:,}'s {s.other_file}" for s in c.shared_files[:2])
+        more = " ..." if len(c.shared_files) > 2 else ""
+        lines.append(
+            f":orange[**step {c.step:,} mixes weights of two revisions**] ({files}{more}): "
+            "not a training state, left out of the plots unless shown"
+        )
+    failed = meta.failed
     if failed:
         lines.append(f":red[{len(failed)} checkpoint(s) failed in precompute]")
     return lines
@@ -42,7 +46,7 @@ def model_card_lines(meta: dict[str, Any]) -> list[str]:
 
 def loss_series(store: Store) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(steps, train loss, validation loss) from ``meta.training.losses``; NaN where missing; None if absent."""
-    losses = (store.meta.get("training") or {}).get("losses") or []
+    losses = (store.meta.training or {}).get("losses") or []
     if not losses:
         return None
     rows = sorted(losses, key=lambda r: r["step"])

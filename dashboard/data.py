@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.crossings import Approach, classify_approaches
-from analysis.schema import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
+from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
 from analysis.store import Store
 from dashboard.stats import LAMBDA
 
@@ -27,41 +27,6 @@ BIN_WIDTH = (HIST_Z_HI - HIST_Z_LO) / HIST_Z_BINS
 # --------------------------------------------------------------------------- step axes
 
 
-def _checkpoints(store: Store) -> list[dict]:
-    return store.meta.get("checkpoints") or []
-
-
-def tokens_per_step(store: Store) -> float | None:
-    """Tokens per optimizer step: from ``meta.training`` or the checkpoints' token counts; None if unknown."""
-    tps = (store.meta.get("training") or {}).get("tokens_per_step")
-    if tps:
-        return float(tps)
-    for c in _checkpoints(store):
-        if c.get("tokens") is not None and c["step"] > 0:
-            return float(c["tokens"]) / float(c["step"])
-    return None
-
-
-def checkpoint_tokens(store: Store, steps: np.ndarray) -> np.ndarray | None:
-    """Tokens seen at each of ``steps``: recorded counts where given, else step x tokens per step; None if unknown."""
-    recorded = {int(c["step"]): float(c["tokens"]) for c in _checkpoints(store) if c.get("tokens") is not None}
-    tps = tokens_per_step(store)
-    if tps is None and not all(int(s) in recorded for s in steps):
-        return None
-    return np.array([recorded.get(int(s), s * (tps or 0.0)) for s in steps], dtype=np.float64)
-
-
-def duplicates_in(meta: dict) -> list[tuple[int, int]]:
-    """(step, step whose weights it repeats) for every duplicate checkpoint listed in ``meta``, by step."""
-    return sorted((int(c["step"]), int(c["duplicate_of"])) for c in meta.get("checkpoints") or []
-                  if c.get("duplicate_of") is not None)
-
-
-def duplicates(store: Store) -> list[tuple[int, int]]:
-    """`duplicates_in` of the store's metadata."""
-    return duplicates_in(store.meta)
-
-
 @dataclass(frozen=True)
 class StepAxis:
     """Where each checkpoint sits on a plot's training-time axis.
@@ -69,8 +34,9 @@ class StepAxis:
     Attributes:
         x: coordinate of each real checkpoint (aligned with ``store.steps``).
         steps: the real checkpoints' steps (for hover text).
-        dup_x: coordinates of duplicate checkpoints (flagged, never plotted as states).
-        dup_text: one label per duplicate, ``step 3 repeats step 0's weights``.
+        dup_x: coordinates of listed checkpoints that are not training states: whole duplicates, and
+            partial ones unless the view includes them (flagged, never plotted as states).
+        dup_text: one label per such checkpoint, ``step 3 repeats step 0's weights (not plotted)``.
         title: axis title with unit, saying how step 0 is placed on a log axis.
         log: whether the axis is logarithmic.
         range: fixed axis range in plotly's units (log10 of the coordinate on a log axis).
@@ -111,16 +77,16 @@ def step_axis(store: Store, *, unit: Unit = "step", scale: Scale = "linear") -> 
         ValueError: ``unit="tokens"`` for a store without token counts.
     """
     steps = store.steps
-    dups = duplicates(store)
-    dup_steps = np.array([d for d, _ in dups], dtype=np.int64)
-    dup_text = tuple(f"step {d} repeats step {o}'s weights (not plotted)" for d, o in dups)
+    hidden = store.hidden_steps
+    dup_steps = np.array([d for d, _ in hidden], dtype=np.int64)
+    dup_text = tuple(f"{text} (not plotted)" for _, text in hidden)
     log = scale == "log"
     if unit == "tokens":
-        tok = checkpoint_tokens(store, steps)
-        dup_tok = checkpoint_tokens(store, dup_steps)
+        tok = store.meta.tokens_at(steps)
+        dup_tok = store.meta.tokens_at(dup_steps)
         if tok is None or dup_tok is None:
             raise ValueError("this store records no token counts; use unit='step'")
-        shift = tokens_per_step(store) or 1.0
+        shift = store.meta.tokens_per_step or 1.0
         x, dup_x = (tok + shift, dup_tok + shift) if log else (tok, dup_tok)
         title = f"tokens seen + {_si(shift)} (log scale)" if log else "tokens seen"
         hover = f"tokens + {_si(shift)}" if log else "tokens"
@@ -271,7 +237,7 @@ def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
     """Typical spectra of a random head with the same Frobenius norm as each row of ``lam`` ``(n, d_head)``."""
     from analysis.nullmodel import null_ordered_spectrum
 
-    return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.model["d_model"]))
+    return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.d_model))
 
 
 # --------------------------------------------------------------------------- level crossings

@@ -21,19 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.schema import NULL_COLUMNS
-from analysis.store import HEADS_FILE, META_FILE, Store, open_store
+from analysis.store import Store, is_store, open_store, store_version
+from analysis.store.format import NULL_COLUMNS
 from dashboard import data
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DATA_ENV = "HEADWATCH_DATA"  # folder of stores (default: the repository's data/)
 STORE_ENV = "HEADWATCH_STORE"  # one more store, listed first
-EMBEDDINGS_FILE = "embeddings.parquet"  # as written by precompute.embeddings
 REPO_ENV = "STORE_REPO"  # a Hugging Face dataset repo (owner/name) holding one or more stores
 REVISION_ENV = "STORE_REVISION"  # its branch, tag or commit (default: the default branch)
 
@@ -47,7 +45,7 @@ def find_stores(data_dir: Path | None = None) -> list[Path]:
     found = []
     if data_dir.is_dir():
         found = sorted(
-            p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / META_FILE).is_file()
+            p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and is_store(p)
         )
     extra = os.environ.get(STORE_ENV)
     if extra:
@@ -104,10 +102,7 @@ def hub_stores() -> HubStores | None:
 
 
 def _version(path: Path) -> int:
-    try:
-        return (path / META_FILE).stat().st_mtime_ns
-    except OSError:
-        return 0
+    return store_version(path)
 
 
 @st.cache_resource(show_spinner="Opening store ...", max_entries=2)
@@ -136,11 +131,7 @@ def try_load_store(path: Path) -> Store | StoreError:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _read_embeddings(path: str, version: int) -> pd.DataFrame | None:
-    del version
-    file = Path(path) / EMBEDDINGS_FILE
-    if not file.is_file():
-        return None
-    return pd.read_parquet(file)
+    return _open(path, version).embeddings()
 
 
 def read_embeddings(store: Store) -> pd.DataFrame | None:
@@ -190,21 +181,13 @@ def compute_embedding(store: Store, statistic: str, *, normalisation: str, n_nei
     return _embed(str(store.path), _version(store.path), statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def _stored_columns(path: str, version: int) -> list[str]:
-    """Columns of a store's ``heads.parquet``, from its footer (no data read)."""
-    del version
-    heads = Path(path) / HEADS_FILE
-    return pq.read_schema(heads).names if heads.is_file() else []
-
-
 def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
     """`dashboard.data.stat_values`, with a spinner while the store derives a column it lacks.
 
     Stores written before the null-model columns existed derive them from ``sv`` on first
     use (tens of seconds at Pythia size, once per server process; see `analysis.store`).
     """
-    if stat in NULL_COLUMNS and stat not in _stored_columns(str(store.path), _version(store.path)):
+    if stat in NULL_COLUMNS and not store.has_column(stat):
         with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):
             return data.stat_values(store, stat, k=k)
     return data.stat_values(store, stat, k=k)

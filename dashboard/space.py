@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.store import META_FILE
+from analysis.store import is_store
+from analysis.store.format import META_FILE
 
 SPACES_ORIGIN = "https://huggingface.co"
 PAGE_PARAM = "page"  # the page's url_path, in links meant for the Space page
@@ -38,13 +39,13 @@ def snapshot_stores(snapshot: Path, repo_id: str) -> list[tuple[str, Path]]:
     Returns:
         ``(name, path)`` pairs, sub-folders in name order; empty when the snapshot holds no store.
     """
-    if (snapshot / META_FILE).is_file():
+    if is_store(snapshot):
         return [(repo_id.rsplit("/", 1)[-1], snapshot)]
     if not snapshot.is_dir():
         return []
     return [
         (p.name, p) for p in sorted(snapshot.iterdir())
-        if p.is_dir() and not p.name.startswith(".") and (p / META_FILE).is_file()
+        if p.is_dir() and not p.name.startswith(".") and is_store(p)
     ]
 
 

@@ -2,7 +2,7 @@
 
 One table for every page. Names are the store's column names (``stat=std``),
 plus ``lambda``: lambda_k = s_k^2 for the singular-value index picked with the
-``k`` parameter. Definitions live in ``analysis/schema.py`` (COLUMN_DOCS) and
+``k`` parameter. Definitions live in ``analysis/store/format.py`` (COLUMN_DOCS) and
 DESIGN.md section 3; this module only says how to label them.
 
 "raw units" are the units of W_QK = W_Q^T W_K built from the checkpoint's
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.schema import COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
 
 LAMBDA = "lambda"
 

@@ -3,7 +3,6 @@
 import streamlit as st
 
 from dashboard import controls, loader
-from dashboard.data import duplicates
 from dashboard.figures.animation import animation
 from dashboard.stats import STATS
 from dashboard.style import SIGNED_STATS
@@ -31,9 +30,9 @@ def main() -> None:
     # --- panel: animated layer x head heatmap with marginals ---
     st.plotly_chart(animation(values, steps=steps, start=steps.index(step), stat=STATS[stat], k=k,
                               log_colour=log_colour, signed=stat in SIGNED_STATS), key="animation")
-    dups = duplicates(store)
-    listed = ", ".join(f"step {d} = step {o}" for d, o in dups[:3])
-    dup_note = f" Duplicate checkpoints ({listed}) are not frames." if dups else ""
+    hidden = store.hidden_steps
+    listed = "; ".join(text for _, text in hidden[:3]) + ("; ..." if len(hidden) > 3 else "")
+    dup_note = f" Checkpoints that are not training states ({listed}) are not frames." if hidden else ""
     st.caption(f"{STATS[stat].short(k)} of every head (columns) in every layer (rows) at one checkpoint; right: mean "
                "over the heads of each layer; bottom: mean over layers for each head index. Colours and marginal "
                f"axes are fixed over the whole run. Play and the slider run in the browser.{dup_note}")

@@ -29,7 +29,7 @@ def main() -> None:
         st.info("A trajectory needs at least two checkpoints; this run has fewer.")
         return
     stored = loader.read_embeddings(store)
-    info = store.meta.get("embeddings") or {}
+    info = store.meta.embeddings or {}
     defaults = EmbeddingSettings(**{k: v for k, v in (info.get("settings") or {}).items()
                                     if k in EmbeddingSettings.__dataclass_fields__})
 

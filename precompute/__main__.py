@@ -19,7 +19,7 @@ import logging
 import sys
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.settings import DEFAULT_DEVICE, default_embeddings
+from precompute.settings import RunOptions, default_device, default_embeddings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000); "
                    "required with HF_HUB_OFFLINE=1, which reads them from the local Hub cache")
     p.add_argument("--every", type=_positive, default=None, help="only steps that are multiples of N")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=DEFAULT_DEVICE, help="default: auto ($HEADWATCH_DEVICE)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default_device(), help="default: auto ($HEADWATCH_DEVICE)")
     p.add_argument("--model-id", default=None, help="model name recorded in the store (default: the folder name or repo id)")
     p.add_argument("--tokens-per-step", type=int, default=None, help="tokens per training step, to record tokens seen "
                    "(Pythia: 2097152, set automatically)")
@@ -72,18 +72,17 @@ def main(argv: list[str] | None = None) -> int:
 
     resume = f"{args.out} keeps every finished checkpoint; run the same command to resume"
     try:
-        report = run_precompute(
-            args.source,
-            args.out,
+        options = RunOptions(
             device=args.device,
             model_id=args.model_id,
             tokens_per_step=args.tokens_per_step,
             revisions=args.revisions,
             every=args.every,
+            overlap_k=args.overlap_k,
             progress=not args.no_progress,
             embeddings=args.embeddings,
-            overlap_k=args.overlap_k,
         )
+        report = run_precompute(args.source, args.out, options)
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -106,11 +105,15 @@ def main(argv: list[str] | None = None) -> int:
               f"({pairs}{', ...' if len(report.overlaps_left_out) > 5 else ''}): their checkpoints could not be "
               "re-read (see the warnings above); the level-crossing view marks those approaches unresolved",
               file=sys.stderr)
+    for c in report.mixed:
+        files = ", ".join(f"{s.file} = step {s.step}'s {s.other_file}" for s in c.shared_files)
+        print(f"note: step {c.step} ({c.revision}) mixes weights of two revisions ({files}): its statistics are "
+              "stored, but the views leave it out of the training states unless asked", file=sys.stderr)
     status = EXIT_OK
     if report.failed:
         print("failed or missing checkpoints (rerun to retry them):", file=sys.stderr)
         for f in report.failed:
-            print(f"  {f['revision']}: {f['error']}", file=sys.stderr)
+            print(f"  {f.revision}: {f.error}", file=sys.stderr)
         status = EXIT_FAILED
     if args.push_to_hub:
         from precompute.publish import push_store

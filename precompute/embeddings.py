@@ -1,4 +1,4 @@
-"""Default trajectory maps of a store, written into it as ``embeddings.parquet``.
+"""Default trajectory maps of a store, written into it as its ``embeddings`` table.
 
 The dashboard's trajectory map must open without waiting for numba to compile
 UMAP, so the precompute job embeds the default statistics once and stores the
@@ -7,18 +7,15 @@ result beside ``heads.parquet`` (one atomic commit, settings recorded in
 
     python -m precompute.embeddings STORE [--statistics kl_gauss std ...]
 
-Table columns (one row per statistic, normalisation and head):
-``statistic``, ``normalisation`` (strings), ``layer``, ``head`` (int32),
-``x``, ``y`` (float64: UMAP coordinates, arbitrary units), ``neighbors``
-(list<int32>: layer-major indices ``layer * n_heads + head`` of the head's
-``knn_k`` nearest trajectories in normalised trajectory space, nearest first).
-The maths is in `analysis.trajectories`.
+The table's columns are registered in `analysis.store.format.EMBEDDINGS` (one row
+per statistic, normalisation and head). The maths is in `analysis.trajectories`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -26,29 +23,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.schema import NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.store import Store, open_store
+from analysis.store.format import EMBEDDINGS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
 from precompute.store_writer import commit_store
 
-EMBEDDINGS_FILE = "embeddings.parquet"
 EMBEDDABLE = SCALAR_COLUMNS + NULL_COLUMNS  # one number per head and step
 # The reference study maps D_KL and spectral entropy; sigma and stable rank are the other two headline statistics.
 DEFAULT_STATISTICS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
 DEFAULT_NORMALISATION: Normalisation = "zscore"
-
-
-def embeddings_schema() -> pa.Schema:
-    """The pyarrow schema of ``embeddings.parquet``."""
-    return pa.schema([
-        pa.field("statistic", pa.string()),
-        pa.field("normalisation", pa.string()),
-        pa.field("layer", pa.int32()),
-        pa.field("head", pa.int32()),
-        pa.field("x", pa.float64()),
-        pa.field("y", pa.float64()),
-        pa.field("neighbors", pa.list_(pa.int32())),
-    ])
 
 
 def embedding_rows(
@@ -67,7 +51,7 @@ def embedding_rows(
         "x": pa.array(xy[:, 0].astype(np.float64)),
         "y": pa.array(xy[:, 1].astype(np.float64)),
         "neighbors": pa.ListArray.from_arrays(pa.array(offsets), pa.array(neighbors.reshape(-1).astype(np.int32))),
-    }, schema=embeddings_schema())
+    }, schema=EMBEDDINGS.schema)
 
 
 def embed_statistic(
@@ -97,7 +81,7 @@ def embeddings_table(
 ) -> pa.Table:
     """Default embeddings of a store: one map per statistic (empty when it has fewer than 2 checkpoints)."""
     if len(store.steps) < 2:
-        return embeddings_schema().empty_table()
+        return EMBEDDINGS.empty()
     parts = [embed_statistic(store, s, normalisation=normalisation, settings=settings) for s in statistics]
     return pa.concat_tables(parts)
 
@@ -111,7 +95,7 @@ def embeddings_meta(
     except PackageNotFoundError:  # pragma: no cover - umap-learn is a requirement
         umap_version = None
     return {
-        "file": EMBEDDINGS_FILE,
+        "file": EMBEDDINGS.file,
         "method": "umap",
         "statistics": list(statistics),
         "normalisation": normalisation,
@@ -144,9 +128,9 @@ def add_embeddings(
     """
     store = open_store(store_path)
     table = embeddings_table(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    meta = dict(store.meta)
-    meta["embeddings"] = embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    commit_store(store_path, meta, None, tables={EMBEDDINGS_FILE: table})
+    meta = replace(store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation,
+                                                          settings=settings))
+    commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)
 
 
@@ -163,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = EmbeddingSettings(n_neighbors=args.n_neighbors, min_dist=args.min_dist, knn_k=args.knn_k, seed=args.seed)
     add_embeddings(args.store, statistics=tuple(args.statistics), normalisation=args.normalisation, settings=settings)
-    print(f"wrote {Path(args.store) / EMBEDDINGS_FILE}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")
+    print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")
     return 0
 
 

@@ -28,8 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.crossings import vector_overlaps
-from analysis.schema import OVERLAP_KEY_COLUMNS, OVERLAPS_FILE
-from analysis.store import overlaps_arrow_schema
+from analysis.store.format import OVERLAPS
 
 log = logging.getLogger("precompute")
 
@@ -40,7 +39,7 @@ Pair = tuple[int, int]
 def overlaps_meta(k: int) -> dict[str, Any]:
     """The ``overlaps`` entry of meta.json."""
     return {
-        "file": OVERLAPS_FILE,
+        "file": OVERLAPS.file,
         "k": k,
         "vectors": "leading K left (u) and right (v) singular vectors of W_QK from the QR core (analysis/spectrum.py)",
         "pairs": "consecutive checkpoints with statistics, in step order",
@@ -48,7 +47,7 @@ def overlaps_meta(k: int) -> dict[str, Any]:
 
 
 def empty_overlaps() -> pa.Table:
-    return overlaps_arrow_schema().empty_table()
+    return OVERLAPS.empty()
 
 
 def pair_rows(prev_step: int, step: int, first: Vectors, second: Vectors) -> pa.Table:
@@ -85,7 +84,7 @@ def matrix_rows(prev_step: int, step: int, o_u: np.ndarray, o_v: np.ndarray) -> 
             "overlap_u": pa.ListArray.from_arrays(offsets, pa.array(np.asarray(o_u, np.float32).reshape(-1))),
             "overlap_v": pa.ListArray.from_arrays(offsets, pa.array(np.asarray(o_v, np.float32).reshape(-1))),
         },
-        schema=overlaps_arrow_schema(),
+        schema=OVERLAPS.schema,
     )
 
 
@@ -110,12 +109,7 @@ def update(table: pa.Table, steps: Iterable[int], new: Iterable[pa.Table] = ()) 
         keys = pc.add(pc.multiply(table["prev_step"], pa.scalar(1 << 32, pa.int64())), table["step"])
         wanted = pa.array([a * (1 << 32) + b for a, b in pairs], pa.int64())
         table = table.filter(pc.is_in(keys, wanted))
-    return table.sort_by([(c, "ascending") for c in OVERLAP_KEY_COLUMNS])
-
-
-def row_group_size(n_heads: int, n_steps: int) -> int:
-    """Rows per Parquet row group: one layer's rows (all its heads and pairs)."""
-    return max(1, n_heads * max(n_steps - 1, 1))
+    return OVERLAPS.sorted(table)
 
 
 class OverlapFiller:

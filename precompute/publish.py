@@ -1,7 +1,7 @@
 """Publish a store as a Hugging Face Hub dataset repo, with a dataset card.
 
-The card (``README.md``) says what every column means (from
-`analysis.schema.COLUMN_DOCS` and the files' own Arrow schemas) and how the store
+The card (``README.md``) says what every table and column means (from the store
+format's registry, `analysis.store.format.TABLES`, and the files' own Arrow schemas) and how the store
 was made: model, checkpoints and revisions, duplicates, failures, settings and
 software versions, all read from the store's ``meta.json``. Its YAML header
 declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.
@@ -24,23 +24,11 @@ import httpx2
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.schema import COLUMN_DOCS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, OVERLAP_COLUMN_DOCS, OVERLAPS_FILE
-from analysis.store import HEADS_FILE, META_FILE, open_store
+from analysis.store import TABLES, open_store
+from analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
 from precompute.lock import store_lock
 
 CARD_FILE = "README.md"
-
-# Columns of embeddings.parquet (written by precompute.embeddings), for the card.
-EMBEDDINGS_COLUMN_DOCS: dict[str, str] = {
-    "statistic": "the heads.parquet column whose per-head trajectories were embedded",
-    "normalisation": "how each trajectory was normalised before embedding (see meta.json embeddings)",
-    "layer": "layer index, 0-based",
-    "head": "head index within the layer, 0-based",
-    "x": "UMAP coordinate 1 (arbitrary units)",
-    "y": "UMAP coordinate 2 (arbitrary units)",
-    "neighbors": "layer-major indices (layer * n_heads + head) of the head's nearest trajectories, nearest first",
-}
-
 
 def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
     """The ``README.md`` of a store's dataset repo.
@@ -55,30 +43,27 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
     store = Path(store)
     opened = open_store(store)
     meta = opened.meta
-    model = meta["model"]
+    model = meta.model
     repo = repo_id or "ORG/NAME"
-    checkpoints = meta.get("checkpoints", [])
-    real = [c for c in checkpoints if c.get("duplicate_of") is None]
-    dups = [c for c in checkpoints if c.get("duplicate_of") is not None]
-    failed = meta.get("failed", [])
-    settings = meta.get("settings", {})
-    parquet = sorted(p.name for p in store.glob("*.parquet"))
+    checkpoints = meta.checkpoints
+    settings = meta.settings
+    present = [spec for spec in TABLES.values() if (store / spec.file).is_file()]
 
-    yaml = ["---", f"pretty_name: {json.dumps('W_QK statistics of ' + str(model.get('id')))}",
+    yaml = ["---", f"pretty_name: {json.dumps('W_QK statistics of ' + str(model.id))}",
             "tags:", "- interpretability", "- attention-heads", "- training-dynamics", "- headwatch", "configs:"]
-    for name in parquet:
-        yaml += [f"- config_name: {Path(name).stem}", f"  data_files: {name}"]
-        if name == HEADS_FILE:
+    for spec in present:
+        yaml += [f"- config_name: {spec.name}", f"  data_files: {spec.file}"]
+        if spec is HEADS:
             yaml.append("  default: true")
     yaml.append("---")
 
     out = yaml + [
         "",
-        f"# W_QK statistics of `{model.get('id')}` across training",
+        f"# W_QK statistics of `{model.id}` across training",
         "",
         f"For every attention head h of every layer, at every checkpoint, the statistics of "
-        f"W_QK,h = W_Q,h^T W_K,h (a {model.get('d_model')} x {model.get('d_model')} matrix of rank at most "
-        f"{model.get('d_head')}): the distribution of its entries and its singular values. "
+        f"W_QK,h = W_Q,h^T W_K,h (a {model.d_model} x {model.d_model} matrix of rank at most "
+        f"{model.d_head}): the distribution of its entries and its singular values. "
         f"Made with headwatch's `python -m precompute`.",
         "",
         "Conventions: raw weights as stored in the checkpoint; no 1/sqrt(d_head) factor; no biases; "
@@ -88,15 +73,16 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         "",
         "| | |",
         "| --- | --- |",
-        f"| model | `{model.get('id')}` ({model.get('model_type')}, family `{model.get('family')}`) |",
-        f"| geometry | {model.get('n_layers')} layers x {model.get('n_heads')} heads "
-        f"({model.get('n_kv_heads')} K/V heads), d_model {model.get('d_model')}, d_head {model.get('d_head')} |",
+        f"| model | `{model.id}` ({model.model_type}, family `{model.family}`) |",
+        f"| geometry | {model.n_layers} layers x {model.n_heads} heads "
+        f"({model.n_kv_heads} K/V heads), d_model {model.d_model}, d_head {model.d_head} |",
         f"| source | `{settings.get('source')}` ({settings.get('source_kind', 'local')}) |",
-        f"| checkpoints | {len(checkpoints)} listed: {len(real)} with statistics, {len(dups)} duplicates, "
-        f"{len(failed)} missing or failed |",
-        f"| steps | {_steps_summary([c['step'] for c in real])} |",
-        f"| rows | {opened.arrow.num_rows} in `{HEADS_FILE}` |",
-        f"| schema version | {meta.get('schema_version')} |",
+        f"| checkpoints | {len(checkpoints)} listed: {len(meta.done_steps)} with statistics "
+        f"({len(meta.mixed)} of them with mixed weights), {len(meta.duplicates)} duplicates, "
+        f"{len(meta.failed)} missing or failed |",
+        f"| steps | {_steps_summary(meta.done_steps)} |",
+        f"| rows | {opened.keys.num_rows} in `{HEADS.file}` |",
+        f"| schema version | {meta.schema_version} |",
         "",
         "Settings (`meta.json` `settings`):",
         "",
@@ -108,7 +94,7 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         "",
         "| package | version |",
         "| --- | --- |",
-        *[f"| {k} | {v} |" for k, v in sorted(meta.get("software", {}).items())],
+        *[f"| {k} | {v} |" for k, v in sorted(meta.software.items())],
         "",
         "### Checkpoints",
         "",
@@ -116,51 +102,41 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         "earlier one are listed with `duplicate_of` and have no rows: never read them as a training state. "
         "Source of the sha256: `file` = the weight files hashed here, `hub` = the Hub's LFS metadata (the same "
         "digest, without downloading), `read` = the attention tensors as read (comparable only with each other); "
-        "a sharded checkpoint's digest is the sha256 of its sorted `name sha256` lines.",
+        "a sharded checkpoint's digest is the sha256 of its sorted `name sha256` lines. A checkpoint with a weight "
+        "file identical to a later checkpoint's while the whole differs mixes two revisions' weights "
+        "(`shared_files` in `meta.json`; the column *mixed with* below): it has rows, but is not a training state.",
         "",
-        "| step | revision | tokens | sha256 | source of sha256 | duplicate of |",
-        "| ---: | --- | ---: | --- | --- | ---: |",
+        "| step | revision | tokens | sha256 | source of sha256 | mixed with | duplicate of |",
+        "| ---: | --- | ---: | --- | --- | --- | ---: |",
         *[
-            f"| {c['step']} | {c['revision']} | {c.get('tokens') if c.get('tokens') is not None else ''} | "
-            f"`{str(c.get('sha256'))[:12]}` | {c.get('sha256_source', 'file')} | "
-            f"{c['duplicate_of'] if c.get('duplicate_of') is not None else ''} |"
+            f"| {c.step} | {c.revision} | {c.tokens if c.tokens is not None else ''} | "
+            f"`{str(c.sha256)[:12]}` | {c.sha256_source} | "
+            f"{'; '.join(f'{s.file} = step {s.step} {s.other_file}' for s in c.shared_files)} | "
+            f"{c.duplicate_of if c.duplicate_of is not None else ''} |"
             for c in checkpoints
         ],
     ]
-    if failed:
+    if meta.failed:
         out += ["", "Missing or failed checkpoints (no rows):", "", "| step | revision | reason | error |",
                 "| ---: | --- | --- | --- |"]
-        out += [f"| {f['step']} | {f['revision']} | {f.get('reason', 'error')} | {_cell(f['error'])} |" for f in failed]
+        out += [f"| {f.step} | {f.revision} | {f.reason} | {_cell(f.error)} |" for f in meta.failed]
     out += [
         "",
         "## Files",
         "",
         f"- `{META_FILE}`: the model, the checkpoint list above, the histogram edges, settings and versions.",
-        *[f"- `{name}`" for name in parquet],
-        "",
-        f"### `{HEADS_FILE}`: one row per (step, layer, head, matrix)",
-        "",
-        "| column | type | meaning |",
-        "| --- | --- | --- |",
-        *_column_rows(store / HEADS_FILE, COLUMN_DOCS),
-        "",
-        f"`hist_z` bins: z = (w - mu) / sigma on {HIST_Z_BINS} fixed bins from {HIST_Z_LO:g} to {HIST_Z_HI:g} "
-        "(`meta.json` `hist_edges`), plus an underflow bin first and an overflow bin last; the "
-        f"{HIST_Z_BINS + 2} probabilities sum to 1. Raw-unit densities: p(w) = p_z((w - mu)/sigma) / sigma. "
-        "Singular values: lambda_k = s_k^2.",
+        *[f"- `{spec.file}`: {spec.row}" for spec in present],
     ]
-    if "embeddings.parquet" in parquet:
-        out += ["", "### `embeddings.parquet`: trajectory maps, one row per (statistic, normalisation, head)", "",
-                "| column | type | meaning |", "| --- | --- | --- |",
-                *_column_rows(store / "embeddings.parquet", EMBEDDINGS_COLUMN_DOCS),
-                "", "How they were made: `meta.json` `embeddings`."]
-    if OVERLAPS_FILE in parquet:
-        k = (meta.get("overlaps") or {}).get("k")
-        out += ["", f"### `{OVERLAPS_FILE}`: singular-vector overlaps, one row per (layer, head, consecutive checkpoint pair)", "",
-                f"K = {k} leading left (u) and right (v) singular vectors of W_QK per head. Used to tell level "
-                "crossings (the vectors swap) from level repulsions (they keep their identity).", "",
-                "| column | type | meaning |", "| --- | --- | --- |",
-                *_column_rows(store / OVERLAPS_FILE, OVERLAP_COLUMN_DOCS)]
+    for spec in present:
+        out += ["", f"### `{spec.file}`: {spec.row}", "", spec.about, "",
+                "| column | type | meaning |", "| --- | --- | --- |", *_column_rows(store / spec.file, spec.docs)]
+        if spec is HEADS:
+            out += ["", f"`hist_z` bins: z = (w - mu) / sigma on {HIST_Z_BINS} fixed bins from {HIST_Z_LO:g} to "
+                    f"{HIST_Z_HI:g} (`meta.json` `hist_edges`), plus an underflow bin first and an overflow bin last; "
+                    f"the {HIST_Z_BINS + 2} probabilities sum to 1. Raw-unit densities: p(w) = p_z((w - mu)/sigma) / "
+                    "sigma. Singular values: lambda_k = s_k^2."]
+        if spec is OVERLAPS:
+            out += ["", f"K = {meta.overlap_k} (`meta.json` `overlaps`)."]
     out += [
         "",
         "## Loading",
@@ -169,7 +145,7 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         "import pandas as pd",
         "from huggingface_hub import hf_hub_download",
         "",
-        f'df = pd.read_parquet(hf_hub_download("{repo}", "{HEADS_FILE}", repo_type="dataset"))',
+        f'df = pd.read_parquet(hf_hub_download("{repo}", "{HEADS.file}", repo_type="dataset"))',
         'df[df["head"] == 3]  # index columns by name: df.head is a pandas method',
         "```",
         "",
@@ -212,7 +188,7 @@ def push_store(
         files = sorted(p for p in store.iterdir() if p.is_file() and p.name != CARD_FILE)
         operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
         operations.append(CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode()))
-        model = open_store(store).meta["model"].get("id")
+        model = open_store(store).meta.model.id
         try:
             api.create_repo(repo_id, repo_type="dataset", exist_ok=True, private=private)
             info = api.create_commit(

@@ -9,8 +9,10 @@ For each selected checkpoint not yet in the store, in step order:
    statistic and append its rows;
 3. keep the checkpoint's K leading singular vectors per head just long enough to
    compute their overlaps with the previous checkpoint's (`precompute.overlaps`);
-4. commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json`` together
-   (`store_writer.commit_store`).
+4. record it in the run state (`precompute.state.RunState`: meta, rows, overlaps,
+   failures; a weight file identical to another checkpoint's marks a partial
+   duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
+   together (`precompute.store_writer.commit_store`).
 
 Overlaps whose vectors were not in memory (a resumed run, a checkpoint filled in
 between two others, a store from before overlaps existed) are filled at the end
@@ -35,36 +37,22 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from analysis.crossings import OVERLAP_K
 from analysis.errors import (
     CheckpointError,
     CheckpointNotFoundError,
-    StoreError,
     UnknownArchitectureError,
 )
 from analysis.extract import ModelShape, extract_qk, model_shape
 from analysis.heads import checkpoint_statistics, checkpoint_vectors, resolve_device
-from analysis.schema import OVERLAPS_FILE
-from analysis.store import (
-    HEADS_FILE,
-    META_FILE,
-    add_null_columns,
-    done_steps,
-    empty_heads_table,
-    read_meta,
-    sort_heads,
-)
+from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute import overlaps as ovl
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
@@ -77,10 +65,10 @@ from precompute.revisions import (
     schedule_gaps,
     select,
 )
-from precompute.settings import FetchSettings, Settings, software_versions
+from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.source import CheckpointSource, Fetched, open_source
-from precompute.store_writer import commit_store
-from precompute.tables import heads_rows, new_meta
+from precompute.state import RunState, open_state, stored_meta
+from precompute.tables import heads_rows
 
 log = logging.getLogger("precompute")
 
@@ -95,7 +83,8 @@ class RunReport:
     computed: list[int] = field(default_factory=list)
     already_done: list[int] = field(default_factory=list)
     duplicates: dict[int, int] = field(default_factory=dict)  # step -> duplicate_of
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+    mixed: list[CheckpointEntry] = field(default_factory=list)  # partial duplicates in the store after the run
     bytes_fetched: int = 0
     requests: int = 0
     peak_disk: int = 0  # most scratch-disk bytes held at once
@@ -111,43 +100,31 @@ class RunReport:
         )
 
 
-def run_precompute(
-    source: str | Path,
-    out: str | Path,
-    *,
-    device: str = "auto",
-    model_id: str | None = None,
-    tokens_per_step: int | None = None,
-    revisions: str | Sequence[str] | None = None,
-    every: int | None = None,
-    progress: bool = True,
-    embeddings: bool = True,
-    fetch: FetchSettings | None = None,
-    token: str | bool | None = None,
-    overlap_k: int | None = None,
-) -> RunReport:
+@dataclass(frozen=True)
+class Plan:
+    """What a run will read: the source, the checkpoints to take, the requested ones it lacks, the model."""
+
+    src: CheckpointSource
+    todo: list[CheckpointRef]
+    missing: list[CheckpointRef]
+    shape: ModelShape
+    model: ModelInfo
+    requested: tuple[str, ...] | None
+
+
+def run_precompute(source: str | Path, out: str | Path, options: RunOptions | None = None) -> RunReport:
     """Compute (or resume) the statistics store of a checkpoint suite.
 
+    Stages: plan (list and select the checkpoints, read the model), open the store under its
+    lock and resolve the settings, record the requested checkpoints the source lacks, compute
+    every new checkpoint (committing each), fill the overlap pairs still missing, refresh
+    the trajectory-map embeddings.
+
     Args:
-        source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model
-            id (``EleutherAI/pythia-1.4b-deduped``) whose branches are the checkpoints.
+        source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model id
+            (``EleutherAI/pythia-1.4b-deduped``) whose branches are the checkpoints.
         out: the store directory (created, or resumed if it exists).
-        device: ``auto``, ``cpu`` or ``cuda``.
-        model_id: name recorded in meta.json (default: the folder name or repo id).
-        tokens_per_step: tokens per optimizer step, for the ``tokens`` field (default:
-            ``run.json``'s value for a local run, 2,097,152 for Pythia, else unknown;
-            OLMo-style branch names carry their own token counts).
-        revisions: only these checkpoints (names or one comma-separated string). Named
-            ones that the source lacks are listed as failed (``reason: missing``).
-        every: only steps that are multiples of this.
-        progress: show a progress bar on stderr.
-        embeddings: refresh the trajectory-map embeddings after computing rows.
-        fetch: Hub fetch settings (default: `FetchSettings()`, from the environment).
-        token: Hub token (default: the logged-in user's, if any).
-        overlap_k: leading singular vectors per head whose overlaps between consecutive
-            checkpoints are stored (capped at d_head); 0 computes none (a store's existing
-            overlaps are kept). Default: the store's K when it has overlaps, else 8. A K
-            other than the store's recomputes every pair, re-reading every checkpoint.
+        options: what to compute (`precompute.settings.RunOptions`; default: its defaults).
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
@@ -161,100 +138,86 @@ def run_precompute(
         analysis.errors.HubUnreachableError: the network failed on every retry; the
             store keeps every committed checkpoint.
     """
+    options = options or RunOptions()
     started = time.monotonic()
     out = Path(out)
     meter = Meter()
-    fetch = fetch or FetchSettings()
     scratch = out.parent / f".{out.name}.fetch"
-    if isinstance(revisions, str):
-        requested = parse_revisions(revisions)
-    else:
-        requested = parse_revisions(",".join(revisions)) if revisions else None
-    src = open_source(source, scratch=scratch, fetch=fetch, meter=meter, token=token)
-    todo_all, missing = _select(src, requested, every)
-    shape, config = _model_shape(src, todo_all)
-    run_info = src.run_info()
-    if tokens_per_step is None and run_info is not None:
-        tokens_per_step = run_info.get("tokens_per_step")
-    if tokens_per_step is None and src.kind == "hub" and is_pythia(src.name):
-        tokens_per_step = PYTHIA_TOKENS_PER_STEP
-    dev = resolve_device(device)
-    settings = Settings(
-        source=src.name,
-        device=dev.type,
-        tokens_per_step=tokens_per_step,
-        source_kind=src.kind,
-        revisions=tuple(r.revision for r in requested) if requested else None,
-        every=every,
-        fetch=fetch if src.kind == "hub" else None,
-        overlap_k=min(max(_overlap_k(out, overlap_k), 0), shape.d_head),
-    )
-    model = {"id": model_id or src.model_id, **shape.as_meta(), "config": config}
-
+    plan = _plan(source, options, scratch=scratch, meter=meter)
     report = RunReport()
     with store_lock(out):
+        stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
+        settings = _settings(plan, options, stored)
+        state = open_state(out, stored, plan.model, settings)
+        if settings.overlap_k:
+            state.meta.overlaps = ovl.overlaps_meta(settings.overlap_k)
+        run_info = plan.src.run_info()
+        if run_info is not None:
+            state.meta.training = run_info
+        report.already_done = sorted(state.meta.listed_steps & {r.step for r in plan.todo})
         _clear(scratch)
         try:
-            meta, heads, overlaps = _open_or_create(out, model, settings)
-            meta["settings"] = settings.as_meta()
+            _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
+            todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
+            _compute(plan, todo, settings, state, report, progress=options.progress, meter=meter)
             if settings.overlap_k:
-                meta["overlaps"] = ovl.overlaps_meta(settings.overlap_k)
-            meta["software"] = software_versions()
-            if run_info is not None:
-                meta["training"] = run_info
-            listed = {c["step"] for c in meta["checkpoints"]}
-            report.already_done = sorted(listed & {r.step for r in todo_all})
-            known = {c["sha256"]: c["step"] for c in meta["checkpoints"] if c.get("duplicate_of") is None}
-            failed = {f["step"]: f for f in meta.get("failed", [])}
-            for ref in missing:
-                if ref.step not in listed:
-                    failed[ref.step] = _failure(ref, f"revision {ref.revision!r} not found in {src.name}", "missing")
-                    report.failed.append(failed[ref.step])
-                    log.error("%s: not found in %s; skipped", ref.revision, src.name)
-            meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
-            if missing or not out.exists():
-                _commit(out, meta, heads, overlaps, settings)
-            todo = [r for r in todo_all if r.step not in listed]
-            heads, overlaps, held = _loop(src, todo, shape, settings, out, meta, heads, overlaps, known, failed, report,
-                                          meter, progress)
-            if settings.overlap_k:
-                report.overlaps_left_out = _fill_overlaps(src, shape, settings, out, meta, overlaps, held)
+                report.overlaps_left_out = _fill_overlaps(plan, settings, state)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
             report.seconds = time.monotonic() - started
-        if embeddings and (report.computed or _embeddings_stale(meta)):
+        report.mixed = state.meta.mixed
+        if options.embeddings and (report.computed or _embeddings_stale(state.meta)):
             report.embeddings = _add_embeddings(out)
-        elif not embeddings:
+        elif not options.embeddings:
             report.embeddings = "skipped"
     return report
 
 
-def _loop(
-    src: CheckpointSource,
-    todo: list[CheckpointRef],
-    shape: ModelShape,
-    settings: Settings,
-    out: Path,
-    meta: dict[str, Any],
-    heads: pa.Table,
-    overlaps: pa.Table,
-    known: dict[str, int],
-    failed: dict[int, dict[str, Any]],
-    report: RunReport,
-    meter: Meter,
-    progress: bool,
-) -> tuple[pa.Table, pa.Table, dict[int, ovl.Vectors]]:
-    """Fetch (one ahead), compute and commit every checkpoint of ``todo``.
+def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
+    """Open the source, select the checkpoints and read the model's geometry (nothing is written)."""
+    requested = parse_revisions(options.revisions) if options.revisions else None
+    src = open_source(source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token)
+    todo, missing = _select(src, requested, options.every)
+    shape, config = _model_shape(src, todo)
+    model = ModelInfo(id=options.model_id or src.model_id, **shape.as_meta(), config=config)
+    return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
 
-    Returns:
-        The final heads and overlaps tables, and the singular vectors still held: those
-        of the first checkpoint whose pair with its predecessor could not be made (the
-        usual case of a resumed run), and the last one's, to spare `_fill_overlaps` re-reading them.
-    """
-    last: tuple[int, ovl.Vectors] | None = None  # the latest computed checkpoint's singular vectors
-    held: dict[int, ovl.Vectors] = {}
-    seen = dict(known)  # the fetch thread's view: known weights plus those it read this run
+
+def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
+    """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
+    src = plan.src
+    run_info = src.run_info() or {}
+    tokens_per_step = options.tokens_per_step or run_info.get("tokens_per_step")
+    if tokens_per_step is None and src.kind == "hub" and is_pythia(src.name):
+        tokens_per_step = PYTHIA_TOKENS_PER_STEP
+    return resolve_settings(
+        options, source=src.name, source_kind=src.kind, device=resolve_device(options.device).type,
+        d_head=plan.shape.d_head, tokens_per_step=tokens_per_step,
+        stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,
+    )
+
+
+def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_commit: bool) -> None:
+    """List the requested checkpoints the source lacks as failed; commit when that (or a new or
+    upgraded store) changes what is on disk."""
+    for ref in plan.missing:
+        if ref.step not in state.meta.listed_steps:
+            failure = _failure(ref, f"revision {ref.revision!r} not found in {plan.src.name}", "missing")
+            state.fail(failure)
+            report.failed.append(failure)
+            log.error("%s: not found in %s; skipped", ref.revision, plan.src.name)
+    if plan.missing or first_commit:
+        state.commit()
+
+
+def _compute(
+    plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport, *,
+    progress: bool, meter: Meter,
+) -> None:
+    """Fetch (one ahead), compute and commit every checkpoint of ``todo``, in step order."""
+    src, shape = plan.src, plan.shape
+    seen = dict(state.meta.fingerprints)  # the fetch thread's view: known weights plus those it read this run
 
     def fetch_one(ref: CheckpointRef) -> Fetched:
         fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen)
@@ -265,6 +228,7 @@ def _loop(
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
     with Prefetcher(fetch_one, todo, stop=getattr(src, "stop", None)) as prefetched:
         for ref, result in prefetched:
+            known = state.meta.fingerprints
             try:
                 fetched = result()
                 if fetched.tensors is None and fetched.sha256 not in known:
@@ -273,71 +237,44 @@ def _loop(
                 entry, rows, vectors = _process(fetched, shape, known, settings)
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
-                failed[ref.step] = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
-                report.failed.append(failed[ref.step])
+                failure = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
+                state.fail(failure)
+                report.failed.append(failure)
             else:
-                failed.pop(ref.step, None)
-                meta["checkpoints"] = sorted(meta["checkpoints"] + [entry], key=lambda c: c["step"])
+                state.add(entry, rows, vectors)
                 if rows is None:
-                    report.duplicates[ref.step] = entry["duplicate_of"]
-                    tqdm.write(f"note: {ref.revision} has weights identical to step {entry['duplicate_of']}; marked duplicate_of", file=sys.stderr)
+                    report.duplicates[ref.step] = entry.duplicate_of
+                    tqdm.write(f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of", file=sys.stderr)
                 else:
-                    known[entry["sha256"]] = ref.step
-                    heads = sort_heads(pa.concat_tables([heads, rows]))
                     report.computed.append(ref.step)
-                    if vectors is not None:
-                        steps = done_steps(meta)
-                        before = steps[steps.index(ref.step) - 1] if steps.index(ref.step) else None
-                        new = [ovl.pair_rows(before, ref.step, last[1], vectors)] if last and last[0] == before else []
-                        if before is not None and not new and not held:
-                            held[ref.step] = vectors
-                        overlaps = ovl.update(overlaps, steps, new)  # also drops a pair this step now splits
-                        last = (ref.step, vectors)
-            meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
-            _commit(out, meta, heads, overlaps, settings)
+            state.commit()
             bar.update(1)
             if src.kind == "hub":
                 bar.set_postfix_str(f"{ref.revision}, {human_bytes(meter.fetched)} fetched at {human_bytes(meter.rate())}/s")
             else:
                 bar.set_postfix_str(ref.revision)
     bar.close()
-    if last is not None:
-        held[last[0]] = last[1]
-    return heads, overlaps, held
 
 
-def _commit(out: Path, meta: dict[str, Any], heads: pa.Table | None, overlaps: pa.Table, settings: Settings) -> None:
-    """Commit the store; ``overlaps.parquet`` too when this run computes overlaps."""
-    if not settings.overlap_k:
-        commit_store(out, meta, heads)
-        return
-    n_heads = int(meta["model"]["n_heads"])
-    commit_store(out, meta, heads, tables={OVERLAPS_FILE: overlaps},
-                 row_group_sizes={OVERLAPS_FILE: ovl.row_group_size(n_heads, len(done_steps(meta)))})
-
-
-def _fill_overlaps(
-    src: CheckpointSource, shape: ModelShape, settings: Settings, out: Path, meta: dict[str, Any],
-    overlaps: pa.Table, held: dict[int, ovl.Vectors],
-) -> list[tuple[int, int]]:
+def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tuple[int, int]]:
     """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
-    ``held``; the pairs left out."""
+    held; the pairs left out."""
+    src, shape = plan.src, plan.shape
     stop = getattr(src, "stop", None)
     if stop is not None:
         stop.clear()  # set when the prefetcher closed; these reads are wanted
-    entries = {c["step"]: c for c in meta["checkpoints"] if c.get("duplicate_of") is None}
 
     def load(step: int) -> ovl.Vectors | None:
-        entry = entries[step]
-        ref = CheckpointRef(step, entry["revision"], entry.get("tokens"))
+        entry = state.meta.entry(step)
+        ref = CheckpointRef(step, entry.revision, entry.tokens)
         try:
             fetched = src.fetch(ref, shape, skip=lambda sha: False)
-            comparable = fetched.sha256_source == entry.get("sha256_source") or {
-                fetched.sha256_source, entry.get("sha256_source")} <= {"hub", "file"}  # the same digest (README)
-            if comparable and fetched.sha256 != entry.get("sha256"):
+            comparable = fetched.sha256_source == entry.sha256_source or {
+                fetched.sha256_source, entry.sha256_source} <= {"hub", "file"}  # the same digest (README)
+            if comparable and fetched.sha256 != entry.sha256:
                 raise CheckpointError(
                     f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                    f"!= {str(entry.get('sha256'))[:12]}); recompute the store to get its overlaps"
+                    f"!= {str(entry.sha256)[:12]}); recompute the store to get its overlaps"
                 )
             assert fetched.tensors is not None
             w_q, w_k = extract_qk(shape, fetched.tensors)
@@ -347,14 +284,18 @@ def _fill_overlaps(
             log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out", ref.revision, exc)
             return None
 
-    filler = ovl.OverlapFiller(load, lambda table: _commit(out, meta, None, table, settings), held=held)
-    _, left_out = filler.fill(overlaps, done_steps(meta))
+    def commit(table: pa.Table) -> None:
+        state.overlaps = table
+        state.commit(heads=False)
+
+    filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
+    _, left_out = filler.fill(state.overlaps, state.meta.done_steps)
     return left_out
 
 
 def _process(
     fetched: Fetched, shape: ModelShape, known: dict[str, int], settings: Settings
-) -> tuple[dict[str, Any], pa.Table | None, ovl.Vectors | None]:
+) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
     """The checkpoint's meta.json entry and, unless it duplicates a known one, its rows and
     (when the run computes overlaps) its leading singular vectors."""
     ref = fetched.ref
@@ -362,17 +303,17 @@ def _process(
         tokens = ref.tokens
     else:
         tokens = ref.step * settings.tokens_per_step if settings.tokens_per_step else None
-    entry = {
-        "step": ref.step,
-        "revision": ref.revision,
-        "tokens": tokens,
-        "sha256": fetched.sha256,
-        "sha256_source": fetched.sha256_source,
-        "files": fetched.files,
-        "commit": fetched.commit,
-        "duplicate_of": known.get(fetched.sha256),
-    }
-    if entry["duplicate_of"] is not None:
+    entry = CheckpointEntry(
+        step=ref.step,
+        revision=ref.revision,
+        tokens=tokens,
+        sha256=fetched.sha256,
+        sha256_source=fetched.sha256_source,
+        files=dict(fetched.files),
+        commit=fetched.commit,
+        duplicate_of=known.get(fetched.sha256),
+    )
+    if entry.duplicate_of is not None:
         return entry, None, None
     assert fetched.tensors is not None
     w_q, w_k = extract_qk(shape, fetched.tensors)
@@ -391,7 +332,7 @@ def _process(
         vectors=settings.overlap_k,
     )
     vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
-    return entry, heads_rows(ref.step, stats), vectors
+    return entry, heads_rows(ref.step, stats, d_model=shape.d_model), vectors
 
 
 def _select(
@@ -435,71 +376,14 @@ def _model_shape(src: CheckpointSource, refs: list[CheckpointRef]) -> tuple[Mode
     raise CheckpointNotFoundError("no checkpoint has a readable config.json: " + "; ".join(errors[:3]))
 
 
-def _failure(ref: CheckpointRef, error: str, reason: str) -> dict[str, Any]:
-    return {"step": ref.step, "revision": ref.revision, "error": error, "reason": reason}
+def _failure(ref: CheckpointRef, error: str, reason: str) -> Failure:
+    return Failure(step=ref.step, revision=ref.revision, error=error, reason=reason)
 
 
-def _open_or_create(out: Path, model: dict[str, Any], settings: Settings) -> tuple[dict[str, Any], pa.Table, pa.Table]:
-    """Resume an existing store (checking it is the same model) or start a new one: its meta,
-    heads table and overlaps table (empty when it has none, or has them for another K)."""
-    if not (out / META_FILE).is_file():
-        if out.exists() and any(out.iterdir()):
-            raise StoreError(f"--out {str(out)!r} exists, is not empty and is not a store; choose a new path")
-        meta = new_meta(model=model, settings=settings.as_meta(), software=software_versions())
-        return meta, empty_heads_table(null_columns=True), ovl.empty_overlaps()
-    meta = read_meta(out)  # refuses newer schema versions before anything is written
-    keys = ("family", "n_layers", "n_heads", "n_kv_heads", "d_model", "d_head")
-    theirs = {k: meta["model"].get(k) for k in keys}
-    ours = {k: model[k] for k in keys}
-    if theirs != ours:
-        raise StoreError(
-            f"store {str(out)!r} holds a different model ({theirs}) than {settings.source!r} ({ours}); "
-            "write to a new --out"
-        )
-    before = meta.get("settings", {})
-    if settings.source_kind == "hub" and before.get("source_kind") == "hub" and before.get("source") != settings.source:
-        raise StoreError(
-            f"store {str(out)!r} was computed from {before.get('source')!r}, not {settings.source!r}; write to a new --out"
-        )
-    steps = done_steps(meta)
-    if (out / HEADS_FILE).is_file():
-        heads = pq.read_table(out / HEADS_FILE)
-        heads = heads.filter(pc.is_in(heads["step"], pa.array(steps, pa.int64())))
-    else:
-        heads = empty_heads_table()
-    overlaps = ovl.empty_overlaps()
-    stored_k = (meta.get("overlaps") or {}).get("k")
-    if (out / OVERLAPS_FILE).is_file() and stored_k == settings.overlap_k:
-        try:
-            overlaps = ovl.update(pq.read_table(out / OVERLAPS_FILE), steps)
-        except (OSError, pa.ArrowException) as exc:  # derived data: rebuilt from the checkpoints
-            log.warning("cannot read %s (%s): recomputing the overlaps (every checkpoint is read again)",
-                        out / OVERLAPS_FILE, exc)
-    elif settings.overlap_k and stored_k not in (None, settings.overlap_k):  # (K = 0 leaves the file as it is)
-        log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
-                    "(every checkpoint is read again)", stored_k, settings.overlap_k)
-    # stores written before the null-model columns existed get them derived from `sv`
-    return meta, sort_heads(add_null_columns(heads, d_model=int(model["d_model"]))), overlaps
-
-
-def _overlap_k(out: Path, requested: int | None) -> int:
-    """The K of this run: as requested, else the store's, else `OVERLAP_K`."""
-    if requested is not None:
-        return requested
-    if (out / META_FILE).is_file():
-        try:
-            stored = (read_meta(out).get("overlaps") or {}).get("k")
-        except StoreError:
-            stored = None  # _open_or_create reports what is wrong with the store
-        if stored:
-            return int(stored)
-    return OVERLAP_K
-
-
-def _embeddings_stale(meta: dict[str, Any]) -> bool:
-    """Whether the store's embeddings (if any) were made from other checkpoints than it now holds."""
-    steps = done_steps(meta)
-    return bool(steps) and (meta.get("embeddings") or {}).get("steps") != steps
+def _embeddings_stale(meta: Meta) -> bool:
+    """Whether the store's embeddings (if any) were made from other checkpoints than its training states."""
+    steps = meta.state_steps
+    return bool(steps) and meta.embedding_steps != steps
 
 
 def _add_embeddings(out: Path) -> str:

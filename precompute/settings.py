@@ -1,7 +1,10 @@
 """Precompute settings: defaults and environment variables are read here and nowhere else.
 
-The resolved settings are written into every store's ``meta.json`` under
-``settings`` so each figure can be traced to how it was made.
+`RunOptions` is what the user asked for (the command line, or a caller of
+`precompute.run.run_precompute`); `resolve_settings` turns it, the source and the
+store into the `Settings` a run computes with. The resolved settings are written
+into every store's ``meta.json`` under ``settings`` so each figure can be traced
+to how it was made.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from analysis.crossings import OVERLAP_K
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 
-# HEADWATCH_DEVICE sets the default of --device.
-DEFAULT_DEVICE: DeviceName = os.environ.get("HEADWATCH_DEVICE", "auto")  # type: ignore[assignment]
+
+
+def default_device() -> DeviceName:
+    """The default of --device: HEADWATCH_DEVICE, else ``auto``."""
+    return os.environ.get("HEADWATCH_DEVICE", "auto")  # type: ignore[return-value]
 
 
 def default_embeddings() -> bool:
@@ -76,6 +82,65 @@ class Settings:
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a precompute run is asked to do (the command line's options).
+
+    Attributes:
+        device: ``auto``, ``cpu`` or ``cuda`` [HEADWATCH_DEVICE, auto].
+        model_id: name recorded in meta.json (default: the folder name or repo id).
+        tokens_per_step: tokens per optimizer step, for ``tokens`` (default: ``run.json``'s value
+            for a run trained here, the source's own default (Pythia: 2,097,152), else unknown).
+        revisions: only these checkpoints, comma-separated (named ones the source lacks fail as ``missing``).
+        every: only steps that are multiples of this.
+        overlap_k: leading singular vectors per head whose overlaps are stored (capped at d_head);
+            0 computes none and keeps the store's. Default: the store's K, else `OVERLAP_K`.
+        progress: a progress bar on stderr.
+        embeddings: refresh the trajectory-map embeddings after computing rows [HEADWATCH_EMBEDDINGS].
+        fetch: Hub fetch settings (default: from the environment).
+        token: Hub token (default: the logged-in user's, if any).
+    """
+
+    device: DeviceName = field(default_factory=default_device)
+    model_id: str | None = None
+    tokens_per_step: int | None = None
+    revisions: str | None = None
+    every: int | None = None
+    overlap_k: int | None = None
+    progress: bool = True
+    embeddings: bool = field(default_factory=default_embeddings)
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+    token: str | bool | None = None
+
+
+def resolve_settings(
+    options: RunOptions, *, source: str, source_kind: str, device: str, d_head: int,
+    tokens_per_step: int | None, stored_overlap_k: int, revisions: tuple[str, ...] | None,
+) -> Settings:
+    """The settings of a run, from its options and what the source and the store say.
+
+    Args:
+        options: what was asked.
+        source, source_kind: the source's name and kind, as recorded.
+        device: the resolved device (``cpu`` or ``cuda``).
+        d_head: the model's head width (caps K).
+        tokens_per_step: the first known of: the option, the run's ``run.json``, the source's default.
+        stored_overlap_k: K of the store's overlaps (0 when it has none).
+        revisions: the requested revisions as parsed (None: all).
+    """
+    k = options.overlap_k if options.overlap_k is not None else (stored_overlap_k or OVERLAP_K)
+    return Settings(
+        source=source,
+        device=device,
+        tokens_per_step=tokens_per_step,
+        source_kind=source_kind,  # type: ignore[arg-type]
+        revisions=revisions,
+        every=options.every,
+        fetch=options.fetch if source_kind == "hub" else None,
+        overlap_k=min(max(k, 0), d_head),
+    )
 
 
 def software_versions() -> dict[str, str]:

@@ -1,14 +1,14 @@
-"""Atomic commits of a statistics store: both files change together or not at all.
+"""Atomic commits of a statistics store: every changed file changes together or not at all.
 
-A commit writes the complete new store (the new ``heads.parquet`` and
-``meta.json``, plus hard links to any other unchanged file) into a hidden
+A commit writes the complete new store (the new ``meta.json`` and the tables that
+changed, named by `analysis.store.format.TABLES`, plus hard links to every other file) into a hidden
 staging directory beside it, flushes it to disk, then swaps the staging
 directory and the store in one ``renameat2(RENAME_EXCHANGE)`` call. A process
 killed at any instant leaves either the old store or the new one, never a mix;
 the leftover staging directory is cleared by the next commit.
 
 Where the kernel or filesystem has no atomic exchange (non-Linux, some network
-filesystems) the fallback replaces ``heads.parquet`` and then ``meta.json``,
+filesystems) the fallback replaces each changed table and then ``meta.json``,
 each atomically; ``meta.json`` is the commit record, and a reader that finds
 rows for a step meta does not list reports it and the next run repairs it.
 """
@@ -20,17 +20,15 @@ import errno
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.store import HEADS_FILE, META_FILE
-
-# Rows per row group of heads.parquet: a reader decodes row groups in parallel, and one
-# row group of the two list columns (16,384 x 330 float32) is about 20 MB in memory.
-HEADS_ROW_GROUP_ROWS = 16384
+from analysis.store.format import META_FILE, TABLES
+from analysis.store.meta import Meta
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -41,41 +39,41 @@ def staging_dir(store: Path) -> Path:
     return store.parent / f".{store.name}.staging"
 
 
-def commit_store(
-    store: str | Path,
-    meta: dict[str, Any],
-    heads: pa.Table | None,
-    *,
-    tables: dict[str, pa.Table] | None = None,
-    row_group_sizes: dict[str, int] | None = None,
-) -> None:
-    """Atomically replace the store's ``meta.json``, ``heads.parquet`` and any further tables.
+def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] | None = None) -> None:
+    """Atomically replace the store's ``meta.json`` and the given tables.
 
     Args:
         store: the store directory; created if missing.
-        meta: the full metadata to write.
-        heads: the full heads table to write (already sorted); None keeps the current one.
-        tables: further tables by file name (``"embeddings.parquet"``) to write or replace;
-            files not named here are carried over unchanged.
-        row_group_sizes: rows per Parquet row group for some of those tables (heads.parquet: HEADS_ROW_GROUP_ROWS; others: pyarrow's default).
+        meta: the full metadata to write (always at the current schema version).
+        tables: whole tables by registry name (``"heads"``, ``"overlaps"``; `analysis.store.format.TABLES`),
+            each with the registry's schema, in its sort order; their row groups follow the registry.
+            Files not named here are carried over unchanged.
+
+    Raises:
+        ValueError: a table is not in the registry or does not have its schema (a bug, not bad input).
     """
     tables = dict(tables or {})
-    row_group_sizes = {HEADS_FILE: HEADS_ROW_GROUP_ROWS, **(row_group_sizes or {})}
-    if heads is not None:
-        tables[HEADS_FILE] = heads
+    n_steps = len(meta.done_steps)
+    for name, table in tables.items():
+        spec = TABLES.get(name)
+        if spec is None or not table.schema.equals(spec.schema):
+            raise ValueError(f"table {name!r} is not registered with this schema: {table.schema}")
     store = Path(store)
     store.parent.mkdir(parents=True, exist_ok=True)
     stage = staging_dir(store)
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
+    files = {TABLES[name].file: table for name, table in tables.items()}
     if store.is_dir():
         for item in store.iterdir():
-            if item.name not in tables and item.name != META_FILE and item.is_file():
+            if item.name not in files and item.name != META_FILE and item.is_file():
                 os.link(item, stage / item.name)
     for name, table in tables.items():
-        _write_parquet(stage / name, table, row_group_size=row_group_sizes.get(name))
-    _write_json(stage / META_FILE, meta)
+        spec = TABLES[name]
+        rows = spec.row_group_rows(meta.model.n_layers, meta.model.n_heads, n_steps)
+        _write_parquet(stage / spec.file, table, row_group_size=rows)
+    _write_json(stage / META_FILE, meta.to_dict())
     _fsync_dir(stage)
     if not store.exists():
         os.rename(stage, store)
@@ -86,7 +84,7 @@ def commit_store(
         shutil.rmtree(stage)  # now holds the previous version
         return
     # Fallback: one atomic rename per file, meta.json (the commit record) last.
-    for name in tables:
+    for name in files:
         os.replace(stage / name, store / name)
     os.replace(stage / META_FILE, store / META_FILE)
     _fsync_dir(store)

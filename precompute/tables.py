@@ -1,8 +1,8 @@
-"""Turn one checkpoint's statistics arrays into ``heads.parquet`` rows, and build store metadata.
+"""Turn one checkpoint's statistics arrays into ``heads.parquet`` rows.
 
 `analysis.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
-column types of `analysis.store.heads_arrow_schema`.
+registry's schema (`analysis.store.format.HEADS`).
 """
 
 from __future__ import annotations
@@ -12,21 +12,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.schema import HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, SCHEMA_VERSION
-from analysis.store import heads_arrow_schema
+from analysis.store.format import LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
+from analysis.store.upgrade import complete_heads
 
 
-def heads_rows(step: int, stats: dict[str, np.ndarray], *, matrix: str = "qk") -> pa.Table:
+def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix: str = "qk") -> pa.Table:
     """Rows for one checkpoint, in (layer, head) order.
 
     Args:
         step: the checkpoint's training step.
         stats: arrays from `analysis.heads.checkpoint_statistics`.
+        d_model: the model width (for the null-model columns, when ``stats`` lacks them).
         matrix: which product the statistics describe.
 
     Returns:
-        A table with the schema of `analysis.store.heads_arrow_schema`, including
-        the null-model columns when ``stats`` has them.
+        A table with the schema of `analysis.store.format.HEADS`; the null-model columns
+        are derived from ``sv`` when ``stats`` lacks them (`analysis.store.upgrade.complete_heads`).
     """
     n_layers, n_heads = stats["std"].shape
     n = n_layers * n_heads
@@ -47,18 +48,5 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, matrix: str = "qk") -
     if with_null:
         for name in NULL_COLUMNS:
             cols[name] = pa.array(np.asarray(stats[name], dtype=np.float64).reshape(n))
-    return pa.table(cols, schema=heads_arrow_schema(null_columns=with_null))
-
-
-def new_meta(*, model: dict[str, Any], settings: dict[str, Any], software: dict[str, str]) -> dict[str, Any]:
-    """Metadata of an empty store: no checkpoints done yet."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "model": model,
-        "matrices": ["qk"],
-        "checkpoints": [],
-        "failed": [],
-        "hist_edges": HIST_Z_EDGES.tolist(),
-        "settings": settings,
-        "software": software,
-    }
+    table = pa.table(cols, schema=heads_arrow_schema(null_columns=with_null))
+    return table if with_null else complete_heads(table, d_model=d_model)

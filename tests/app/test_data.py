@@ -6,16 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from analysis.schema import HIST_Z_EDGES
+from analysis.store.format import HIST_Z_EDGES
 from analysis.store import open_store
 from dashboard.data import (
     cell_edges,
-    checkpoint_tokens,
     default_steps,
     density_curves,
     density_extent,
     density_grid,
-    duplicates,
     fixed_range,
     stat_values,
     step_axis,
@@ -72,7 +70,7 @@ def test_step_axis_log_places_step_zero_at_one_and_tokens(store_path):
     tok = step_axis(store, unit="tokens")
     assert np.array_equal(tok.x, store.steps * 2_097_152.0)
     assert len(lin.dup_x) == 1 and "repeats step 0" in lin.dup_text[0]
-    assert duplicates(store) == [(3, 0)]
+    assert store.meta.duplicates == [(3, 0)]
 
 
 def test_step_axis_without_token_counts_refuses_tokens(tmp_path):
@@ -84,7 +82,7 @@ def test_step_axis_without_token_counts_refuses_tokens(tmp_path):
     meta["checkpoints"] = [dict(c, tokens=None) for c in meta["checkpoints"]]
     (path / "meta.json").write_text(json.dumps(meta))
     bare = open_store(path)
-    assert checkpoint_tokens(bare, bare.steps) is None
+    assert bare.meta.tokens_at(bare.steps) is None
     with pytest.raises(ValueError, match="token"):
         step_axis(bare, unit="tokens")
 

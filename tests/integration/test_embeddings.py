@@ -14,7 +14,8 @@ import pytest
 from analysis.store import open_store
 from analysis.trajectories import EmbeddingSettings, embed
 from benchmarks.synthetic_store import write_synthetic_store
-from precompute.embeddings import DEFAULT_STATISTICS, EMBEDDINGS_FILE, main
+from analysis.store.format import EMBEDDINGS
+from precompute.embeddings import DEFAULT_STATISTICS, main
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     assert main([str(path), "--knn-k", "3"]) == 0
     after = open_store(path)
     assert after.arrow.equals(before.arrow)  # heads.parquet untouched
-    table = pd.read_parquet(path / EMBEDDINGS_FILE)
+    table = pd.read_parquet(path / EMBEDDINGS.file)
     assert len(table) == len(DEFAULT_STATISTICS) * 12
     assert set(table["statistic"]) == set(DEFAULT_STATISTICS) and set(table["normalisation"]) == {"zscore"}
     info = json.loads((path / "meta.json").read_text())["embeddings"]
@@ -63,4 +64,4 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     again = tmp_path / "again"
     write_synthetic_store(again, n_layers=3, n_heads=4, d_head=8, d_model=32, n_checkpoints=10)
     main([str(again), "--knn-k", "3"])
-    assert np.allclose(pd.read_parquet(again / EMBEDDINGS_FILE)[["x", "y"]], table[["x", "y"]])
+    assert np.allclose(pd.read_parquet(again / EMBEDDINGS.file)[["x", "y"]], table[["x", "y"]])

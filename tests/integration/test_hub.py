@@ -25,11 +25,12 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import constants
 
-from analysis.schema import LIST_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
 from precompute.__main__ import main
 from precompute.revisions import PYTHIA_TOKENS_PER_STEP
 from precompute.run import run_precompute
+from precompute.settings import RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
 from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 
@@ -71,7 +72,7 @@ def world(tmp_path_factory):
     repo.add("main", folder_files(suite / "step8"))  # not a step: ignored
     write_hub_cache(root / "home" / "hub", REPO_ID, repo)
     reference = root / "reference"
-    report = run_precompute(suite, reference, device="cpu", progress=False, embeddings=False)
+    report = run_precompute(suite, reference, RunOptions(device="cpu", progress=False, embeddings=False))
     assert not report.failed
     return {"root": root, "suite": suite, "repo": repo, "reference": reference}
 
@@ -181,7 +182,7 @@ def test_offline_errors_are_one_line_and_lose_nothing(world, cli: InProcess, tmp
     assert "step3" in err and "not in the local Hub cache" in err
     store = open_store(out)
     assert store.steps.tolist() == [0, 4]
-    assert [(f["revision"], f["reason"]) for f in store.meta["failed"]] == [("step3", "missing")]
+    assert [(f.revision, f.reason) for f in store.meta.failed] == [("step3", "missing")]
 
 
 # -- online: the fake Hub ---------------------------------------------------------------
@@ -218,7 +219,7 @@ def test_online_missing_revision_bad_repo_and_dead_network(world, hub: FakeHub, 
     assert "step3" in err and "not found" in err
     store = open_store(out)
     assert store.steps.tolist() == [0]
-    assert [(f["revision"], f["reason"]) for f in store.meta["failed"]] == [("step3", "missing")]
+    assert [(f.revision, f.reason) for f in store.meta.failed] == [("step3", "missing")]
 
     status, err = cli("--source", "EleutherAI/no-such-model", "--out", str(tmp_path / "other"))
     assert status == 2 and "no model repo 'EleutherAI/no-such-model'" in err
@@ -242,15 +243,15 @@ def test_network_failure_mid_run_stops_and_resumes(world, hub: FakeHub, cli: InP
     assert status == 3, err
     assert "network failure" in err and "run the same command to resume" in err
     kept = open_store(out)
-    assert [c["step"] for c in kept.meta["checkpoints"]] == [0, 1, 2]
-    assert kept.meta["failed"] == []  # not the checkpoint's fault: not listed as failed
+    assert [c.step for c in kept.meta.checkpoints] == [0, 1, 2]
+    assert kept.meta.failed == []  # not the checkpoint's fault: not listed as failed
 
     hub.fail_matching = None
     status, err = cli("--source", REPO_ID, "--out", str(out))
     assert status == 0, err
     assert "3 already done" in err
     a, b = open_store(reference), open_store(out)
-    assert a.meta["checkpoints"] == b.meta["checkpoints"]
+    assert a.meta.checkpoints == b.meta.checkpoints
     assert a.arrow.equals(b.arrow)
     # the pair (2, 4) that the failure split: step 2 re-read from the Hub, step 4's vectors still held
     assert pq.read_table(reference / "overlaps.parquet").equals(pq.read_table(out / "overlaps.parquet"))
@@ -273,7 +274,7 @@ def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess,
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "resume" in stderr
-    done = len(open_store(out).meta["checkpoints"])
+    done = len(open_store(out).meta.checkpoints)
     assert 1 <= done < len(STEPS)
     assert not (out.parent / f".{out.name}.fetch").exists()
 
@@ -313,13 +314,13 @@ def test_other_formats_read_only_attention_files_with_bounded_disk(fmt: str, cli
     for step in (1, 2, 3):
         repo.add(f"step{step}", folder_files(suite / f"step{step}"))
     local = tmp_path / "local"
-    assert not run_precompute(suite, local, device="cpu", progress=False, embeddings=False).failed
+    assert not run_precompute(suite, local, RunOptions(device="cpu", progress=False, embeddings=False)).failed
 
     with FakeHub() as hub:
         hub.repos["org/formats"] = repo
         cli.hub(endpoint=hub.url)
         out = tmp_path / "hub"
-        report = run_precompute("org/formats", out, device="cpu", progress=False, embeddings=False)
+        report = run_precompute("org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False))
     assert not report.failed and report.computed == [1, 2, 3]
     assert_same_statistics(local, out)
     needed = {s: attention_files(suite / f"step{s}") for s in (1, 2, 3)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import httpx2
@@ -17,11 +18,12 @@ import pytest
 import yaml
 
 import precompute.embeddings
-from analysis.schema import COLUMN_DOCS, HEADS_COLUMNS, OVERLAP_COLUMN_DOCS
-from analysis.store import done_steps, open_store
+from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, OVERLAP_COLUMN_DOCS
+from analysis.store import open_store
 from precompute.__main__ import main
 from precompute.publish import dataset_card, push_store
 from precompute.run import run_precompute
+from precompute.settings import RunOptions
 from precompute.store_writer import commit_store
 from tests.integration.conftest import make_suite
 
@@ -33,8 +35,8 @@ def store(tmp_path_factory) -> Path:
     suite = make_suite(root / "suite", [0, 1, 4], duplicate={4: 1})
     (suite / "step9").mkdir()
     out = root / "store"
-    report = run_precompute(suite, out, device="cpu", progress=False, embeddings=False, model_id="tiny-neox")
-    assert [f["step"] for f in report.failed] == [9]
+    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, embeddings=False, model_id="tiny-neox"))
+    assert [f.step for f in report.failed] == [9]
     return out
 
 
@@ -122,8 +124,8 @@ def fake_embeddings(calls: list[Path]):
     def add_embeddings(path) -> Path:
         calls.append(Path(path))
         opened = open_store(path)
-        meta = dict(opened.meta, embeddings={"steps": done_steps(opened.meta)})
-        commit_store(path, meta, None)
+        meta = replace(opened.meta, embeddings={"steps": opened.meta.state_steps})
+        commit_store(path, meta)
         return Path(path)
 
     return add_embeddings
@@ -134,19 +136,19 @@ def test_embeddings_follow_new_rows_and_resume(store: Path, tmp_path: Path, monk
     monkeypatch.setattr(precompute.embeddings, "add_embeddings", fake_embeddings(calls))
     suite = store.parent / "suite"
     out = tmp_path / "store"
-    report = run_precompute(suite, out, device="cpu", progress=False, revisions="step0")
+    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0"))
     assert calls == [out] and report.embeddings == "written"
-    run_precompute(suite, out, device="cpu", progress=False, revisions="step0")  # nothing new: not called
+    run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0"))  # nothing new: not called
     assert calls == [out]
-    run_precompute(suite, out, device="cpu", progress=False, revisions="step0,step1")  # new rows: called
+    run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))  # new rows: called
     assert calls == [out, out]
     # a run killed after its last checkpoint but before the embeddings: the next run makes them
     meta = json.loads((out / "meta.json").read_text())
     meta["embeddings"]["steps"] = [0]
     (out / "meta.json").write_text(json.dumps(meta))
-    run_precompute(suite, out, device="cpu", progress=False, revisions="step0,step1")
+    run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))
     assert calls == [out, out, out]
-    report = run_precompute(suite, out, device="cpu", progress=False, revisions="step0,step1,step4", embeddings=False)
+    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1,step4", embeddings=False))
     assert calls == [out, out, out] and report.embeddings == "skipped"
 
 
@@ -157,7 +159,7 @@ def test_failing_embeddings_never_lose_the_store(store: Path, tmp_path: Path, mo
     monkeypatch.setattr(precompute.embeddings, "add_embeddings", broken)
     out = tmp_path / "store"
     with caplog.at_level(logging.WARNING, logger="precompute"):
-        report = run_precompute(store.parent / "suite", out, device="cpu", progress=False, revisions="step0,step1")
+        report = run_precompute(store.parent / "suite", out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))
     assert report.embeddings == "failed (RuntimeError: umap exploded)"
     assert "trajectory-map embeddings failed" in caplog.text and "python -m precompute.embeddings" in caplog.text
     assert open_store(out).steps.tolist() == [0, 1]

@@ -44,7 +44,7 @@ def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path
     res = run_cli("--source", str(six), "--out", str(out))
     assert res.returncode == 0, res.stderr
     store = open_store(out)
-    assert store.meta["overlaps"]["k"] == K
+    assert store.meta.overlap_k == K
     table = pq.read_table(out / "overlaps.parquet")
     assert table.num_rows == (len(STEPS) - 1) * N_LAYERS * N_HEADS
     assert pq.ParquetFile(out / "overlaps.parquet").metadata.num_row_groups == N_LAYERS  # one per layer
@@ -98,13 +98,13 @@ def test_filling_in_and_resuming_give_the_uninterrupted_overlaps(six: Path, tmp_
     # a store written without overlaps gets them on its next run, re-reading its checkpoints
     old = tmp_path / "old"
     assert run_cli("--source", str(six), "--out", str(old), "--overlap-k", "0").returncode == 0
-    assert not (old / "overlaps.parquet").exists() and "overlaps" not in open_store(old).meta
+    assert not (old / "overlaps.parquet").exists() and open_store(old).meta.overlaps is None
     assert open_store(old).overlaps(0, 0) is None
     res = run_cli("--source", str(six), "--out", str(old))
     assert res.returncode == 0, res.stderr
     assert "re-reading 6 checkpoints" in res.stderr
     assert pq.read_table(old / "overlaps.parquet").equals(expected)
-    assert open_store(old).meta["overlaps"] == open_store(reference).meta["overlaps"]
+    assert open_store(old).meta.overlaps == open_store(reference).meta.overlaps
 
 
 def test_a_checkpoint_that_cannot_be_reread_leaves_its_pairs_out(six: Path, tmp_path: Path) -> None:
@@ -136,7 +136,7 @@ def test_overlap_k_is_capped_at_d_head(tmp_path: Path) -> None:
     out = tmp_path / "store"
     assert run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "40").returncode == 0
     store = open_store(out)
-    assert store.meta["overlaps"]["k"] == 16
+    assert store.meta.overlap_k == 16
     o_u, o_v = store.overlaps(0, 0)
     assert o_u.shape == (1, 16, 16)
     # each row of |U0^T U1| holds the components of u_a(t) in the column space at t+1: squared norm <= 1
@@ -150,7 +150,7 @@ def test_a_later_run_keeps_the_stores_k_and_overlap_k_0_keeps_the_overlaps(tmp_p
     # a plain rerun continues with the store's K = 4 and re-reads only what the new pairs need
     res = run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1,step2")
     assert res.returncode == 0, res.stderr
-    assert open_store(out).meta["overlaps"]["k"] == 4 and "recomputing every pair" not in res.stderr
+    assert open_store(out).meta.overlap_k == 4 and "recomputing every pair" not in res.stderr
     assert open_store(out).overlaps(0, 0)[0].shape == (2, 4, 4)
     # --overlap-k 0 computes nothing new and keeps what is there
     before = pq.read_table(out / "overlaps.parquet")

@@ -116,7 +116,7 @@ def test_bad_checkpoints_are_reported_skipped_and_retried(suite: Path, tmp_path:
     assert "step1" in res.stderr and "truncated" in res.stderr
     store = open_store(out)  # consistent, no partial record
     assert store.steps.tolist() == [0, 4]
-    assert [f["step"] for f in store.meta["failed"]] == [1, 2]
+    assert [f.step for f in store.meta.failed] == [1, 2]
     # repair the download and drop the empty folder: the next run picks step 1 up
     weights.write_bytes(good)
     shutil.rmtree(suite / "step2")
@@ -124,7 +124,7 @@ def test_bad_checkpoints_are_reported_skipped_and_retried(suite: Path, tmp_path:
     assert res.returncode == 0, res.stderr
     store = open_store(out)
     assert store.steps.tolist() == [0, 1, 4]
-    assert store.meta["failed"] == [] or [f["step"] for f in store.meta["failed"]] == [2]
+    assert store.meta.failed == [] or [f.step for f in store.meta.failed] == [2]
 
 
 def test_non_finite_weights_are_refused(tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ def test_null_model_columns_are_stored_and_old_stores_resume(suite: Path, tmp_pa
     import pyarrow.parquet as pq
 
     from analysis.nullmodel import kl_null, null_expectations
-    from analysis.schema import NULL_COLUMNS
+    from analysis.store.format import NULL_COLUMNS
 
     out = tmp_path / "store"
     assert run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1").returncode == 0

@@ -69,26 +69,26 @@ def test_size_and_schedule(store):
 
 
 def test_no_duplicate_checkpoints(store):
-    ckpts = store.meta["checkpoints"]
-    assert [c["step"] for c in ckpts] == store.steps.tolist()
-    assert all(c.get("duplicate_of") is None for c in ckpts)
-    assert len({c["sha256"] for c in ckpts}) == len(ckpts)
+    ckpts = store.meta.checkpoints
+    assert [c.step for c in ckpts] == store.steps.tolist()
+    assert all(c.duplicate_of is None and not c.shared_files for c in ckpts)
+    assert len({c.sha256 for c in ckpts}) == len(ckpts)
 
 
 def test_training_record(store):
-    training = store.meta["training"]
+    training = store.meta.training
     assert set(training) == TRAINING_KEYS
     assert len(training["corpus"]["sha256"]) == 64
     assert training["corpus"]["n_train_tokens"] > 4_000_000 and training["corpus"]["n_val_tokens"] > 100_000
     assert training["config"]["model"]["n_layers"] == store.n_layers
     assert training["config"]["model"]["d_head"] == store.d_head
     assert 0 < training["wall_time_s"] < 90 * 60
-    tokens = [c["tokens"] for c in store.meta["checkpoints"]]
+    tokens = [c.tokens for c in store.meta.checkpoints]
     assert tokens == [s * training["tokens_per_step"] for s in store.steps.tolist()]
 
 
 def test_validation_loss_at_least_halved(store):
-    losses = store.meta["training"]["losses"]
+    losses = store.meta.training["losses"]
     assert [row["step"] for row in losses] == store.steps.tolist()
     first, last = losses[0], losses[-1]
     # the untrained model predicts bytes almost uniformly: about ln 256 = 5.55 nats
@@ -99,17 +99,17 @@ def test_validation_loss_at_least_halved(store):
 
 def test_step0_matches_the_random_matrix_reference(store):
     sv0 = store.array("sv")[0]  # (layer, head, k) at step 0
-    c = store.d_head / store.model["d_model"]
+    c = store.d_head / store.d_model
     assert pooled_second_moment(sv0) == pytest.approx(1 + 2 * c, abs=STEP0_TOLERANCE)
     # first moment, which does depend on the init scale s0^2 = 2 / (5 d_model)
-    d_model = store.model["d_model"]
+    d_model = store.d_model
     scale = (d_model * 2 / (5 * d_model)) ** 2
     assert float((sv0.astype(np.float64) ** 2).mean()) / scale == pytest.approx(1.0, abs=0.03)
 
 
 def test_final_checkpoint_departs_from_the_reference(store):
     sv = store.array("sv")
-    c = store.d_head / store.model["d_model"]
+    c = store.d_head / store.d_model
     final = pooled_second_moment(sv[-1])
     assert final - (1 + 2 * c) >= FINAL_MIN_EXCESS, f"pooled E[x^2] at the last step is only {final:.3f}"
     # and not through a few outliers: most heads left the step-0 range

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.schema import LIST_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
 from tests.integration.conftest import REPO, neox_model, perturb, run_cli
 
@@ -79,12 +79,12 @@ def test_killed_runs_resume_to_the_uninterrupted_store(tmp_path: Path) -> None:
 
     a, b = open_store(reference), open_store(out)
     assert a.steps.tolist() == b.steps.tolist() == steps
-    assert a.meta["checkpoints"] == b.meta["checkpoints"]
-    assert a.meta["failed"] == b.meta["failed"]
+    assert a.meta.checkpoints == b.meta.checkpoints
+    assert a.meta.failed == b.meta.failed
     for col in SCALAR_COLUMNS + LIST_COLUMNS:
         np.testing.assert_array_equal(a.array(col), b.array(col), err_msg=col)
     assert a.arrow.equals(b.arrow), "resumed heads.parquet differs from the uninterrupted one"
     # the overlaps of pairs split by a kill were recomputed by re-reading checkpoints, bit for bit
-    assert a.meta["overlaps"] == b.meta["overlaps"]
+    assert a.meta.overlaps == b.meta.overlaps
     assert pq.read_table(reference / "overlaps.parquet").equals(pq.read_table(out / "overlaps.parquet"))
     assert not (tmp_path / ".killed.staging").exists() or n_listed(out) == len(steps)

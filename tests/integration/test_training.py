@@ -267,7 +267,7 @@ def test_precompute_reads_the_tiny_run(tiny_run, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     store = open_store(store_dir)
     record = json.loads((tiny_run / RUN_FILE).read_text())
-    assert store.meta["training"] == record
+    assert store.meta.training == record
     assert store.steps.tolist() == TINY_STEPS
     assert (store.n_layers, store.n_heads, store.d_head) == (2, 4, 16)
     ckpts = store.checkpoints.set_index("step")

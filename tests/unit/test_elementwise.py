@@ -10,7 +10,7 @@ import scipy.stats
 import torch
 
 from analysis.elementwise import ELEMENTWISE_STATS, elementwise_statistics, gaussian_bin_mass, kl_from_hist
-from analysis.schema import HIST_Z_BINS, HIST_Z_EDGES
+from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES
 
 N_BINS = HIST_Z_BINS + 2  # with the underflow and overflow bins
 MOMENTS = ("mean", "std", "skew", "kurtosis", "min", "max")

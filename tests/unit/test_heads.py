@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from analysis.heads import checkpoint_statistics
-from analysis.schema import HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
 
 N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
 N = D_MODEL * D_MODEL

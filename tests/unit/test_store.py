@@ -12,11 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.errors import SchemaVersionError, StoreError
-from analysis.schema import COLUMN_DOCS, HEADS_COLUMNS, HIST_Z_EDGES, LIST_COLUMNS, OVERLAP_COLUMN_DOCS, SCALAR_COLUMNS
-from analysis.store import open_store, sort_heads
+from analysis.store import CheckpointEntry, ModelInfo, open_store, read_meta
+from analysis.store import format as store_format
+from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
+from analysis.store.meta import new_meta
 from precompute import store_writer
 from precompute.store_writer import commit_store, staging_dir
-from precompute.tables import heads_rows, new_meta
+from precompute.tables import heads_rows
 
 REPO = Path(__file__).resolve().parents[2]
 L, H, D = 3, 4, 5
@@ -33,15 +35,18 @@ def coded_stats(step: int) -> dict[str, np.ndarray]:
     return stats
 
 
-def write_store(path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None) -> dict:
-    meta = new_meta(model={"id": "t", "family": "gpt_neox", "n_layers": L, "n_heads": H, "d_model": 16, "d_head": D}, settings={}, software={})
+def write_store(path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None,
+                files: dict[int, dict[str, str]] | None = None):
+    model = ModelInfo(id="t", family="gpt_neox", n_layers=L, n_heads=H, d_model=16, d_head=D)
+    meta = new_meta(model, settings={}, software={}, hist_edges=HIST_Z_EDGES.tolist())
     tables = []
     for step in steps:
-        tables.append(heads_rows(step, coded_stats(step)))
-        meta["checkpoints"].append({"step": step, "revision": f"step{step}", "tokens": None, "sha256": str(step), "duplicate_of": None})
+        tables.append(heads_rows(step, coded_stats(step), d_model=16))
+        meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(step),
+                                            files=(files or {}).get(step, {})))
     for step, of in (duplicate or {}).items():
-        meta["checkpoints"].append({"step": step, "revision": f"step{step}", "tokens": None, "sha256": str(of), "duplicate_of": of})
-    commit_store(path, meta, sort_heads(pa.concat_tables(tables[::-1])))  # unsorted input, sorted by writer call
+        meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(of), duplicate_of=of))
+    commit_store(path, meta, {"heads": HEADS.sorted(pa.concat_tables(tables[::-1]))})  # unsorted input, sorted here
     return meta
 
 
@@ -62,7 +67,7 @@ def test_dense_arrays_are_indexed_step_layer_head(tmp_path: Path) -> None:
     assert store.array("hist_z").shape == (3, L, H, 202)
     assert not store.array("std").flags.writeable
     df = store.table
-    assert list(df.columns) == list(HEADS_COLUMNS)
+    assert list(df.columns) == list(HEADS.schema.names)
     assert df["head"].max() == H - 1  # column access by name, never df.head
 
 
@@ -108,10 +113,10 @@ def test_rows_and_meta_must_agree(tmp_path: Path) -> None:
 def test_commit_replaces_both_files_and_keeps_other_tables(tmp_path: Path) -> None:
     store = tmp_path / "s"
     write_store(store, [0])
-    extra = pa.table({"x": [1, 2]})
-    commit_store(store, json.loads((store / "meta.json").read_text()), None, tables={"extra.parquet": extra})
+    extra = EMBEDDINGS.empty()
+    commit_store(store, read_meta(store), {"embeddings": extra})
     write_store(store, [0, 1])  # a later commit without the extra table carries it over
-    assert pq.read_table(store / "extra.parquet").equals(extra)
+    assert pq.read_table(store / "embeddings.parquet").equals(extra)
     assert open_store(store).steps.tolist() == [0, 1]
     assert not staging_dir(store).exists()
 
@@ -137,30 +142,30 @@ def test_commit_without_atomic_exchange_falls_back_to_ordered_renames(tmp_path: 
     assert not staging_dir(store).exists()
 
 
-def test_readme_documents_every_column() -> None:
+def test_readme_documents_every_registered_table_and_column() -> None:
     readme = (REPO / "README.md").read_text()
-    for column in COLUMN_DOCS:
-        assert re.search(rf"^\| `{column}` \|", readme, re.M), f"README's store section lacks column {column!r}"
-    section = readme.split("### `overlaps.parquet`", 1)[1].split("\n### ", 1)[0]
-    for column in OVERLAP_COLUMN_DOCS:
-        assert re.search(rf"^\| `{column}` \|", section, re.M), f"README's overlaps.parquet section lacks column {column!r}"
-    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps"):
+    for spec in TABLES.values():  # one section per table of the registry, listing each of its columns
+        assert f"### `{spec.file}`" in readme, f"README's store section lacks a section for {spec.file}"
+        section = readme.split(f"### `{spec.file}`", 1)[1].split("\n### ", 1)[0]
+        for column in spec.schema.names:
+            assert re.search(rf"^\| `{column}` \|", section, re.M), f"README's {spec.file} section lacks column {column!r}"
+    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps",
+                "shared_files", "embeddings", "failed"):
         assert f"`{key}`" in readme, f"README does not document meta.json key {key!r}"
 
 
 def test_list_columns_are_float32_lists() -> None:
-    from analysis.store import heads_arrow_schema
-
-    schema = heads_arrow_schema()
+    schema = HEADS.schema
     for col in LIST_COLUMNS:
         assert schema.field(col).type == pa.list_(pa.float32())
 
 
 def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> None:
     from analysis.nullmodel import kl_null, null_expectations
-    from analysis.schema import NULL_COLUMNS
 
-    write_store(tmp_path / "s", [0, 1])
+    write_store(tmp_path / "s", [0, 1])  # then as a version-1 store without the null-model columns
+    heads = pq.read_table(tmp_path / "s" / "heads.parquet")
+    pq.write_table(heads.drop_columns(list(NULL_COLUMNS)), tmp_path / "s" / "heads.parquet")
     store = open_store(tmp_path / "s")
     assert not set(NULL_COLUMNS) & set(store.arrow.column_names)
     sv = store.array("sv").astype(np.float64)
@@ -184,7 +189,7 @@ def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path:
 def test_list_columns_read_across_many_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # row groups of 5 rows (12 rows per step): list columns are decoded row group by row group
     # into one array; every row must land where its (step, layer, head) says
-    monkeypatch.setattr(store_writer, "HEADS_ROW_GROUP_ROWS", 5)
+    monkeypatch.setattr(store_format, "HEADS_ROW_GROUP_ROWS", 5)
     write_store(tmp_path / "s", [0, 1, 2, 3])
     assert pq.ParquetFile(tmp_path / "s" / "heads.parquet").num_row_groups == 10
     store = open_store(tmp_path / "s")

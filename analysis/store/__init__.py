@@ -1,0 +1,18 @@
+"""The statistics store: its format, its typed metadata, its reader and its upgrade path.
+
+- `analysis.store.format`: schema version, file names, columns, Arrow schemas, the table registry;
+- `analysis.store.meta`: typed ``meta.json`` records (`Meta`, `CheckpointEntry`, ...);
+- `analysis.store.reader`: `open_store` and `Store` (dense arrays, overlaps, embeddings);
+- `analysis.store.upgrade`: how stores of older schema versions are read.
+
+Writing is the precompute job's (`precompute.store_writer`), through the same registry.
+"""
+
+from analysis.store.format import TABLES, TableSpec
+from analysis.store.meta import CheckpointEntry, Failure, Meta, ModelInfo, SharedFile, read_meta
+from analysis.store.reader import Store, is_store, open_store, read_table, store_version
+
+__all__ = [
+    "TABLES", "TableSpec", "CheckpointEntry", "Failure", "Meta", "ModelInfo", "SharedFile", "read_meta",
+    "Store", "is_store", "open_store", "read_table", "store_version",
+]

@@ -1,0 +1,238 @@
+"""The statistics store's format: schema version, file names, columns, Arrow schemas and the table registry.
+
+This module is the single definition of what a store directory holds. Every
+table is one `TableSpec` in `TABLES` (file name, Arrow schema, row key and sort
+order, row-group layout, what each column means); readers (`analysis.store.reader`),
+the writer (`precompute.store_writer`), the dataset card (`precompute.publish`)
+and the README's store section (checked by ``tests/unit/test_store.py``) all go
+through it. A later table is one more entry here. It imports neither torch nor
+streamlit, so the dashboard, the precompute job and anyone reading a store with
+pandas agree on one description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+# Bumped whenever a reader of the previous version would misread a new store.
+# 1: the first stores (heads.parquet without the null-model columns in the earliest ones).
+# 2: checkpoints carry `shared_files` (weight files identical to another checkpoint's while the
+#    whole differs); heads.parquet always has the null-model columns. `analysis.store.upgrade`
+#    reads version 1 as version 2.
+SCHEMA_VERSION = 2
+
+META_FILE = "meta.json"
+
+# Fixed standardized-histogram edges, shared by every head, step and model:
+# z = (w - mu) / sigma in [-10, 10] with bin width 0.1 (200 bins). Two more
+# bins catch z < -10 (underflow, first) and z >= 10 (overflow, last), so
+# `hist_z` has 202 probabilities that sum to 1 and nothing is dropped.
+HIST_Z_LO = -10.0
+HIST_Z_HI = 10.0
+HIST_Z_BINS = 200
+HIST_Z_EDGES = np.linspace(HIST_Z_LO, HIST_Z_HI, HIST_Z_BINS + 1)
+
+# Which product a row describes; only W_QK = W_Q^T W_K for now.
+MATRICES = ("qk",)
+
+# Row key of heads.parquet, in sort order.
+KEY_COLUMNS = ("step", "layer", "head", "matrix")
+
+# Scalar statistics (float64 columns), in the order written. Definitions: DESIGN.md s.3.
+ELEMENTWISE_COLUMNS = ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss")
+SPECTRAL_COLUMNS = (
+    "stable_rank",
+    "spectral_entropy",
+    "participation_ratio",
+    "condition_number",
+    "frob_norm",
+    "spectral_norm",
+)
+SCALAR_COLUMNS = ELEMENTWISE_COLUMNS + SPECTRAL_COLUMNS
+
+# List columns (float32 lists): the standardized histogram and the singular values.
+LIST_COLUMNS = ("hist_z", "sv")
+
+# Departure from the random-matrix null model (analysis/nullmodel.py), float64. Stores of
+# schema version 1 may lack them; `analysis.store.upgrade` derives them from `sv`.
+NULL_COLUMNS = (
+    "kl_null",
+    "stable_rank_over_null",
+    "spectral_entropy_over_null",
+    "participation_ratio_over_null",
+)
+
+# The columns every heads.parquet has (version 1 included).
+HEADS_COLUMNS = KEY_COLUMNS + SCALAR_COLUMNS + LIST_COLUMNS
+
+# One-line meaning of every column, used in the README and the dataset card.
+COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "matrix": 'which product the row describes; "qk" is W_QK = W_Q^T W_K',
+    "mean": "mean of the d_model^2 entries",
+    "std": "population standard deviation sigma of the entries",
+    "skew": "skewness E[(w-mu)^3]/sigma^3 (NaN for a constant matrix)",
+    "kurtosis": "excess kurtosis E[(w-mu)^4]/sigma^4 - 3 (NaN for a constant matrix)",
+    "min": "smallest entry",
+    "max": "largest entry",
+    "kl_gauss": "D_KL(P || N(mu, sigma)) in nats over the hist_z bins, tails included",
+    "hist_z": "probabilities of z = (w-mu)/sigma over hist_edges, underflow first, overflow last",
+    "sv": "the d_head singular values s_k of W_QK, descending, never padded",
+    "stable_rank": "sum(lambda) / lambda_max with lambda_k = s_k^2",
+    "spectral_entropy": "-sum p_k ln p_k with p_k = lambda_k / sum(lambda), in nats",
+    "participation_ratio": "(sum lambda)^2 / sum(lambda^2)",
+    "condition_number": "s_max / s_min over the d_head values; inf when rank-deficient",
+    "frob_norm": "Frobenius norm ||W_QK||_F = sqrt(sum lambda) = sqrt(sum of squared entries)",
+    "spectral_norm": "largest singular value s_max",
+    "kl_null": "D_KL(P(lambda) || free-product Marchenko-Pastur law) at matched scale, on 8 null-quantile bins",
+    "stable_rank_over_null": "stable_rank / its expectation for a Gaussian head of the same shape",
+    "spectral_entropy_over_null": "spectral_entropy / its expectation for a Gaussian head of the same shape",
+    "participation_ratio_over_null": "participation_ratio / its expectation for a Gaussian head of the same shape",
+}
+assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS)
+
+# overlaps.parquet: how the leading singular directions of each head move between
+# consecutive checkpoints with statistics (analysis/crossings.py uses them to tell a
+# level crossing from a level repulsion). K = meta.json ``overlaps.k`` (8, or d_head if smaller).
+OVERLAP_KEY_COLUMNS = ("layer", "head", "step")
+OVERLAP_COLUMN_DOCS: dict[str, str] = {
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "prev_step": "the earlier checkpoint t (int64)",
+    "step": "the next checkpoint with statistics after prev_step, t+1 (int64)",
+    "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of W_QK (float32)",
+    "overlap_v": "the same for the right singular vectors v (float32)",
+}
+OVERLAP_COLUMNS = tuple(OVERLAP_COLUMN_DOCS)
+
+# embeddings.parquet: the trajectory maps precompute embeds (precompute/embeddings.py).
+EMBEDDING_COLUMN_DOCS: dict[str, str] = {
+    "statistic": "the heads.parquet column whose per-head trajectories were embedded (string)",
+    "normalisation": "`zscore` or `global`: how each trajectory was normalised before embedding (string)",
+    "layer": "layer index, 0-based (int32)",
+    "head": "head index within the layer, 0-based (int32)",
+    "x": "map coordinate 1 (float64, UMAP units: only distances on the map mean anything)",
+    "y": "map coordinate 2 (float64)",
+    "neighbors": "list<int32>: layer-major indices (layer * n_heads + head) of the head's k nearest "
+                 "trajectories in normalised space, nearest first",
+}
+
+# Rows per row group of heads.parquet: readers decode list columns one row group at a time, and
+# one row group of the two list columns (16,384 x 330 float32) is about 20 MB in memory.
+HEADS_ROW_GROUP_ROWS = 16384
+
+
+def _fields(types: dict[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, t) for name, t in types.items()])
+
+
+def heads_arrow_schema(*, null_columns: bool = True) -> pa.Schema:
+    """The pyarrow schema of ``heads.parquet`` (version 1 stores may lack the null-model columns)."""
+    types = {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "matrix": pa.string()}
+    types |= {c: pa.float64() for c in SCALAR_COLUMNS}
+    types |= {c: pa.list_(pa.float32()) for c in LIST_COLUMNS}
+    if null_columns:
+        types |= {c: pa.float64() for c in NULL_COLUMNS}
+    return _fields(types)
+
+
+OVERLAPS_SCHEMA = _fields({
+    "layer": pa.int32(), "head": pa.int32(), "prev_step": pa.int64(), "step": pa.int64(),
+    "overlap_u": pa.list_(pa.float32()), "overlap_v": pa.list_(pa.float32()),
+})
+EMBEDDINGS_SCHEMA = _fields({
+    "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
+    "x": pa.float64(), "y": pa.float64(), "neighbors": pa.list_(pa.int32()),
+})
+assert tuple(OVERLAPS_SCHEMA.names) == OVERLAP_COLUMNS
+assert tuple(EMBEDDINGS_SCHEMA.names) == tuple(EMBEDDING_COLUMN_DOCS)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One Parquet table of a store.
+
+    Attributes:
+        name: the registry key (``heads``).
+        file: its file name in the store directory.
+        row: what one row is, for documentation (``one row per (step, layer, head, matrix)``).
+        about: one paragraph on what the table is for.
+        schema: its Arrow schema.
+        docs: column -> one-line meaning (every column of ``schema``).
+        sort: the row key, in sort order.
+        required: every store with statistics has it (the others are optional).
+        row_group_rows: rows per Parquet row group given (n_layers, n_heads, number of steps with
+            rows), or None for pyarrow's default.
+    """
+
+    name: str
+    file: str
+    row: str
+    about: str
+    schema: pa.Schema
+    docs: dict[str, str]
+    sort: tuple[str, ...]
+    required: bool = False
+    row_group_rows: Callable[[int, int, int], int | None] = lambda n_layers, n_heads, n_steps: None
+
+    def __post_init__(self) -> None:
+        assert set(self.docs) == set(self.schema.names), (self.name, set(self.docs) ^ set(self.schema.names))
+
+    def empty(self) -> pa.Table:
+        return self.schema.empty_table()
+
+    def sorted(self, table: pa.Table) -> pa.Table:
+        """Rows in the table's canonical order."""
+        return table.sort_by([(c, "ascending") for c in self.sort])
+
+
+HEADS = TableSpec(
+    name="heads",
+    file="heads.parquet",
+    row="one row per (step, layer, head, matrix)",
+    about="The statistics of every head at every checkpoint with statistics: element-wise, spectral, "
+          "null-model departures, and the standardized histogram and singular values as list columns.",
+    schema=heads_arrow_schema(),
+    docs={c: COLUMN_DOCS[c] for c in heads_arrow_schema().names},
+    sort=KEY_COLUMNS,
+    required=True,
+    row_group_rows=lambda n_layers, n_heads, n_steps: HEADS_ROW_GROUP_ROWS,
+)
+OVERLAPS = TableSpec(
+    name="overlaps",
+    file="overlaps.parquet",
+    row="one row per (layer, head, consecutive pair of checkpoints with statistics)",
+    about="The K x K overlaps of each head's K leading singular vectors between consecutive checkpoints, "
+          "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity). "
+          "Sorted by (layer, head, step) and written one row group per layer, so one head is read without "
+          "decoding the others.",
+    schema=OVERLAPS_SCHEMA,
+    docs=OVERLAP_COLUMN_DOCS,
+    sort=OVERLAP_KEY_COLUMNS,
+    row_group_rows=lambda n_layers, n_heads, n_steps: max(1, n_heads * max(n_steps - 1, 1)),
+)
+EMBEDDINGS = TableSpec(
+    name="embeddings",
+    file="embeddings.parquet",
+    row="one row per (statistic, normalisation, head)",
+    about="Precomputed trajectory maps (UMAP of each head's statistic over training) and each head's "
+          "nearest trajectories; how they were made is in `meta.json` `embeddings`.",
+    schema=EMBEDDINGS_SCHEMA,
+    docs=EMBEDDING_COLUMN_DOCS,
+    sort=("statistic", "normalisation", "layer", "head"),
+)
+
+# Every table a store may hold, by name. A new table is one more entry.
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS)}
+FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
+
+
+def hist_z_centers() -> np.ndarray:
+    """Centres of the 200 interior bins of the standardized histogram (tails excluded)."""
+    return 0.5 * (HIST_Z_EDGES[1:] + HIST_Z_EDGES[:-1])

@@ -1,0 +1,338 @@
+"""Read a statistics store: ``meta.json`` plus the Parquet tables of `analysis.store.format.TABLES`.
+
+A store is a public format (README "The statistics store"); this reader checks its
+version and its internal consistency, then hands out dense arrays indexed
+``[step, layer, head]`` (``[step, layer, head, k]`` for the list columns) and the
+optional tables. It imports neither torch nor streamlit. The writer
+(`precompute.store_writer`) commits every file in one atomic step, so the reader
+never has to guess which file is newer. Stores of older schema versions are read
+through `analysis.store.upgrade`.
+
+The steps a `Store` shows are its training states: checkpoints with rows, less the
+partial duplicates (`analysis.store.meta`), which `Store.view(include_mixed=True)` adds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analysis.errors import StoreError
+from analysis.nullmodel import NULL_RATIO_STATS
+from analysis.store.format import EMBEDDINGS, HEADS, HEADS_COLUMNS, META_FILE, LIST_COLUMNS, NULL_COLUMNS, OVERLAPS, SCALAR_COLUMNS, TableSpec
+from analysis.store.meta import Meta, read_meta
+from analysis.store.upgrade import null_model_columns
+
+
+@dataclass(frozen=True)
+class Store:
+    """An opened store. Cheap to create: only the row keys are read at open; each column is
+    read from ``heads.parquet`` on first use (list columns a row group at a time, straight into
+    one float32 array) and cached, shared by every `view` of the store.
+
+    Attributes:
+        path: the store directory.
+        meta: the typed ``meta.json``.
+        keys: the key columns (step, layer, head, matrix) of ``heads.parquet``, in file order,
+            which is sorted by (step, layer, head, matrix).
+        include_mixed: whether `steps` includes partial duplicates.
+    """
+
+    path: Path
+    meta: Meta
+    keys: pa.Table
+    include_mixed: bool = False
+    # heads.parquet as opened by `open_store`: later column reads come from this same file
+    # even if a precompute commit swaps the store directory meanwhile (None: no rows yet)
+    file: pq.ParquetFile | None = field(default=None, repr=False, compare=False)
+    _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    def view(self, *, include_mixed: bool) -> Store:
+        """The same store showing (or hiding) the partial duplicates; shares the column cache."""
+        if include_mixed == self.include_mixed:
+            return self
+        return replace(self, include_mixed=include_mixed)
+
+    @property
+    def model(self):
+        return self.meta.model
+
+    @property
+    def n_layers(self) -> int:
+        return self.meta.model.n_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.meta.model.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.meta.model.d_head
+
+    @property
+    def d_model(self) -> int:
+        return self.meta.model.d_model
+
+    @cached_property
+    def steps(self) -> np.ndarray:
+        """Steps shown, ascending: axis 0 of every array (whole duplicates never; partial ones if ``include_mixed``)."""
+        steps = self.meta.done_steps if self.include_mixed else self.meta.state_steps
+        return np.asarray(steps, dtype=np.int64)
+
+    @cached_property
+    def hidden_steps(self) -> list[tuple[int, str]]:
+        """Checkpoints listed but not in `steps`, with why: (step, text), by step."""
+        out = [(d, f"step {d} repeats step {o}'s weights") for d, o in self.meta.duplicates]
+        if not self.include_mixed:
+            for c in self.meta.mixed:
+                s = c.shared_files[0]
+                more = f" and {len(c.shared_files) - 1} more file(s)" if len(c.shared_files) > 1 else ""
+                out.append((c.step, f"step {c.step} carries step {s.step}'s {s.other_file}{more}"))
+        return sorted(out)
+
+    @cached_property
+    def checkpoints(self) -> pd.DataFrame:
+        """Every checkpoint in ``meta.json`` (duplicates included) as a table."""
+        return pd.DataFrame([c.as_dict() for c in self.meta.checkpoints])
+
+    @cached_property
+    def column_names(self) -> list[str]:
+        """Columns of ``heads.parquet`` (from its footer, without reading data)."""
+        return self.file.schema_arrow.names if self.file is not None else HEADS.schema.names
+
+    def has_column(self, column: str) -> bool:
+        """Whether ``heads.parquet`` stores ``column`` (a null-model column of an old store is derived instead)."""
+        return column in self.column_names
+
+    @cached_property
+    def arrow(self) -> pa.Table:
+        """The whole ``heads.parquet`` as a pyarrow table (read on first access; mixed checkpoints included)."""
+        return self.file.read() if self.file is not None else HEADS.empty()
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """``heads.parquet`` as pandas; index columns by name (``df["head"]``, not ``df.head``)."""
+        return self.arrow.to_pandas()
+
+    def _read(self, column: str) -> np.ndarray:
+        """One column, all rows in file order: ``(rows,)`` float64 or ``(rows, k)`` float32 for list columns."""
+        rows = self.keys.num_rows
+        if rows == 0:
+            return np.zeros((0,) if column not in LIST_COLUMNS else (0, 0), np.float64)
+        if column not in LIST_COLUMNS:
+            return self.file.read(columns=[column]).column(0).to_numpy().astype(np.float64, copy=False)
+        # List columns: one row group at a time (16,384 rows as precompute writes them), each
+        # decoded straight into its rows of one float32 array. Faster than iter_batches (which
+        # also buffers ahead) and never two full copies of the column in memory.
+        out = None
+        start = 0
+        for i in range(self.file.metadata.num_row_groups):
+            col = self.file.read_row_group(i, columns=[column]).column(0).combine_chunks()
+            values = col.flatten().to_numpy(zero_copy_only=False)
+            n = len(col)
+            if out is None:
+                out = np.empty((rows, len(values) // max(n, 1)), dtype=np.float32)
+            if len(values) != n * out.shape[1]:
+                raise StoreError(f"{str(self.path / HEADS.file)!r}: the lists of {column!r} differ in length; "
+                                 "the file is corrupt: recompute the store")
+            out[start : start + n] = values.reshape(n, -1)
+            start += n
+        return out
+
+    def _full(self, column: str, matrix: str) -> np.ndarray:
+        """``[done step, layer, head(, k)]`` over every checkpoint with rows, cached."""
+        key = (column, matrix)
+        if key in self._cache:
+            return self._cache[key]
+        if column in NULL_COLUMNS and not self.has_column(column):
+            spectral = {name: self._full(name, matrix) for name in NULL_RATIO_STATS}
+            derived = null_model_columns(self._full("sv", matrix), spectral, d_model=self.d_model)
+            for name, values in derived.items():
+                values.setflags(write=False)
+                self._cache[(name, matrix)] = values
+            return self._cache[key]
+        mask = pc.equal(self.keys["matrix"], matrix).to_numpy(zero_copy_only=False)
+        shape = (len(self.meta.done_steps), self.n_layers, self.n_heads)
+        if int(mask.sum()) != int(np.prod(shape)):
+            raise KeyError(f"store {str(self.path)!r} has no complete {matrix!r} rows")
+        values = self._read(column)
+        if not mask.all():
+            values = values[mask]
+        out = values.reshape(shape + values.shape[1:])
+        out.setflags(write=False)
+        self._cache[key] = out
+        return out
+
+    def array(self, column: str, *, matrix: str = "qk") -> np.ndarray:
+        """Dense array of one column for one matrix kind, over `steps`.
+
+        Args:
+            column: a scalar column (returns ``[step, layer, head]``) or a list column,
+                ``sv`` or ``hist_z`` (returns ``[step, layer, head, k]``). The
+                null-model columns are derived from ``sv`` when the store lacks them.
+            matrix: which product, ``"qk"``.
+
+        Returns:
+            float64 for scalars, float32 for list columns, read-only; axis 0 follows ``self.steps``.
+
+        Raises:
+            KeyError: unknown column or matrix.
+        """
+        if column not in SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS:
+            raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS}")
+        full = self._full(column, matrix)
+        if len(self.steps) == len(self.meta.done_steps):
+            return full
+        key = (column, f"{matrix}:states")
+        if key not in self._cache:
+            rows = np.searchsorted(np.asarray(self.meta.done_steps, dtype=np.int64), self.steps)
+            part = full[rows]
+            part.setflags(write=False)
+            self._cache[key] = part
+        return self._cache[key]
+
+    def overlaps(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """One head's singular-vector overlaps between consecutive `steps` (``overlaps.parquet``).
+
+        Only that head's layer is decoded (the file has one row group per layer).
+
+        Args:
+            layer, head: the head.
+
+        Returns:
+            ``(o_u, o_v)``, each ``(len(steps) - 1, K, K)`` float64, where entry ``[t]`` holds
+            ``|<u_a(steps[t]), u_b(steps[t+1])>|`` at ``[a, b]``; NaN for a pair the file
+            lacks. None when the store has no overlaps.
+
+        Raises:
+            StoreError: the file is unreadable.
+        """
+        k = self.meta.overlap_k
+        path = self.path / OVERLAPS.file
+        if not k or not path.is_file():
+            return None
+        try:
+            table = pq.read_table(path, filters=[("layer", "=", int(layer)), ("head", "=", int(head))])
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+        n_pairs = max(len(self.steps) - 1, 0)
+        o_u = np.full((n_pairs, k, k), np.nan)
+        o_v = np.full((n_pairs, k, k), np.nan)
+        if n_pairs == 0 or table.num_rows == 0:
+            return o_u, o_v
+        position = {int(s): i for i, s in enumerate(self.steps[:-1])}
+        prev = table["prev_step"].to_numpy()
+        nxt = table["step"].to_numpy()
+        values_u = table["overlap_u"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
+        values_v = table["overlap_v"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
+        for row, (a, b) in enumerate(zip(prev.tolist(), nxt.tolist())):
+            t = position.get(a)
+            if t is not None and int(self.steps[t + 1]) == b:  # only pairs of consecutive steps of this view
+                o_u[t], o_v[t] = values_u[row], values_v[row]
+        return o_u, o_v
+
+    def embeddings(self) -> pd.DataFrame | None:
+        """The precomputed trajectory maps (``embeddings.parquet``) as pandas, or None when the store has none.
+
+        Raises:
+            StoreError: the file is unreadable.
+        """
+        table = read_table(self.path, EMBEDDINGS)
+        return None if table is None else table.to_pandas()
+
+
+def is_store(path: str | Path) -> bool:
+    """Whether ``path`` is a store directory (it has a ``meta.json``; `open_store` checks the rest)."""
+    return (Path(path) / META_FILE).is_file()
+
+
+def store_version(path: str | Path) -> int:
+    """A number that changes with every commit to the store (its ``meta.json``'s mtime in ns; 0 if absent).
+
+    Every commit replaces ``meta.json``, so a cache keyed by this opens the new version after a commit.
+    """
+    try:
+        return (Path(path) / META_FILE).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def read_table(path: str | Path, spec: TableSpec) -> pa.Table | None:
+    """A whole table of the store at ``path``, or None when the store does not have it.
+
+    Raises:
+        StoreError: the file exists but cannot be read.
+    """
+    file = Path(path) / spec.file
+    if not file.is_file():
+        return None
+    try:
+        return pq.read_table(file)
+    except (OSError, pa.ArrowException) as exc:
+        raise StoreError(f"cannot read {str(file)!r}: {exc}") from exc
+
+
+def open_store(path: str | Path) -> Store:
+    """Open a store and check that its files agree.
+
+    Args:
+        path: the store directory (holding ``meta.json`` and ``heads.parquet``).
+
+    Returns:
+        The opened `Store` (partial duplicates hidden; see `Store.view`).
+
+    Raises:
+        StoreError: missing files, missing columns, or rows that disagree with
+            ``meta.json`` about which checkpoints are done.
+        SchemaVersionError: the store is from a newer schema version.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    heads_path = path / HEADS.file
+    if not heads_path.is_file():
+        if meta.done_steps:
+            raise StoreError(f"{str(heads_path)!r} is missing but meta.json lists finished checkpoints.")
+        keys = HEADS.empty().select(["step", "layer", "head", "matrix"])
+        names = HEADS.schema.names
+        parquet = None
+    else:
+        try:
+            parquet = pq.ParquetFile(heads_path)
+            keys = parquet.read(columns=["step", "layer", "head", "matrix"])
+            names = parquet.schema_arrow.names
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(heads_path)!r}: {exc}") from exc
+    missing = [c for c in HEADS_COLUMNS if c not in names]
+    if missing:
+        raise StoreError(f"{str(heads_path)!r} lacks columns {missing}; rewrite it with `python -m precompute`.")
+    check_consistent(meta, keys, where=str(path))
+    return Store(path=path, meta=meta, keys=keys, file=parquet)
+
+
+def check_consistent(meta: Meta, keys: pa.Table, *, where: str) -> None:
+    """Raise `StoreError` unless the table holds exactly one full set of rows per done step."""
+    per_step = meta.model.n_layers * meta.model.n_heads * len(meta.matrices)
+    steps = keys["step"].to_numpy() if keys.num_rows else np.zeros(0, dtype=np.int64)
+    uniq, counts = np.unique(steps, return_counts=True)
+    expected = meta.done_steps
+    if uniq.tolist() != expected:
+        extra = sorted(set(uniq.tolist()) - set(expected))
+        lacking = sorted(set(expected) - set(uniq.tolist()))
+        raise StoreError(
+            f"store {where!r}: heads.parquet and meta.json disagree (rows for steps not in meta: "
+            f"{extra[:5]}; meta steps without rows: {lacking[:5]}). Re-run `python -m precompute` "
+            "on it to repair, or recompute the store."
+        )
+    bad = uniq[counts != per_step]
+    if len(bad):
+        raise StoreError(
+            f"store {where!r}: step {int(bad[0])} has {int(counts[counts != per_step][0])} rows, "
+            f"expected {per_step} (layers x heads x matrices)."
+        )

@@ -1,0 +1,64 @@
+"""The one upgrade path for stores written by older schema versions.
+
+Older stores keep opening: the reader reads them as the current version, deriving
+what they lack here and nowhere else, and a precompute run on such a store writes
+the upgraded files in its first atomic commit (`precompute.run`).
+
+- version 1 -> 2: ``meta.json`` checkpoints gain ``shared_files`` (derived from the
+  weight-file digests every version recorded, by `analysis.store.meta.Meta`);
+  ``heads.parquet`` may lack the null-model columns, derived from ``sv``
+  (`null_model_columns`), by the reader per column and by precompute for the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from analysis.nullmodel import NULL_RATIO_STATS, null_columns
+from analysis.store.format import HEADS, NULL_COLUMNS
+
+
+def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``meta.json`` dict of any version <= current, with what later versions added filled in.
+
+    ``schema_version`` is left as the file has it, so the reader can tell an upgraded store.
+    Does not modify ``raw``.
+    """
+    out = dict(raw)
+    out.setdefault("matrices", ["qk"])
+    out.setdefault("failed", [])
+    out.setdefault("settings", {})
+    out.setdefault("software", {})
+    return out
+
+
+def null_model_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_model: int) -> dict[str, np.ndarray]:
+    """The null-model columns of rows that lack them, from their singular values.
+
+    Args:
+        sv: ``(..., d_head)`` singular values.
+        spectral: the spectral columns the ratios divide (`analysis.nullmodel.NULL_RATIO_STATS`), each ``sv.shape[:-1]``.
+        d_model: the model width (the null model's shape).
+
+    Returns:
+        Every column of `NULL_COLUMNS`, float64, shaped like ``sv.shape[:-1]``.
+    """
+    return null_columns(sv, spectral, d_model=d_model)
+
+
+def complete_heads(table: pa.Table, *, d_model: int) -> pa.Table:
+    """``heads.parquet`` rows with the null-model columns, derived from ``sv`` where the table lacks them."""
+    if all(c in table.column_names for c in NULL_COLUMNS):
+        return table
+    table = table.drop_columns([c for c in NULL_COLUMNS if c in table.column_names])
+    if table.num_rows == 0:
+        return HEADS.empty()
+    values = table["sv"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
+    spectral = {name: table[name].to_numpy() for name in NULL_RATIO_STATS}
+    derived = null_model_columns(values, spectral, d_model=d_model)
+    for name in NULL_COLUMNS:
+        table = table.append_column(pa.field(name, pa.float64()), pa.array(derived[name]))
+    return table

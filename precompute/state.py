@@ -1,0 +1,151 @@
+"""The state of one precompute run: the store's metadata and tables as they will be committed.
+
+`RunState` holds ``meta`` (`analysis.store.Meta`), the heads and overlaps tables and
+the singular vectors the next overlap pair needs; a run changes it only through
+`RunState.add` (a checkpoint read), `RunState.fail` (a checkpoint that could not be)
+and `RunState.commit` (everything, atomically). `open_state` resumes an existing
+store (refusing another model's) or starts a new one, and upgrades a store of an
+older schema version in its first commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analysis.errors import StoreError
+from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
+from analysis.store.format import HEADS, HIST_Z_EDGES, META_FILE, OVERLAPS
+from analysis.store.meta import new_meta
+from analysis.store.upgrade import complete_heads
+from precompute import overlaps as ovl
+from precompute.settings import Settings, software_versions
+from precompute.store_writer import commit_store
+
+log = logging.getLogger("precompute")
+
+
+@dataclass
+class RunState:
+    """What a run has made so far, committed together by `commit`.
+
+    Attributes:
+        out: the store directory.
+        meta: the metadata to write.
+        heads: every ``heads.parquet`` row, sorted.
+        overlaps: every ``overlaps.parquet`` row, sorted (empty when the run computes none).
+        overlap_k: K of the overlaps this run computes (0: none; the store's file is kept as it is).
+        last: the latest checkpoint computed this run and its singular vectors.
+        held: vectors kept for `precompute.overlaps.OverlapFiller`: the first checkpoint whose pair
+            with its predecessor could not be made here (a resumed run), and the last one's.
+    """
+
+    out: Path
+    meta: Meta
+    heads: pa.Table
+    overlaps: pa.Table
+    overlap_k: int
+    last: tuple[int, ovl.Vectors] | None = None
+    held: dict[int, ovl.Vectors] = field(default_factory=dict)
+
+    def add(self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None) -> None:
+        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), and the overlaps of
+        its vectors with the previous checkpoint's when those are in memory."""
+        self.meta.add_checkpoint(entry)
+        if rows is None:
+            return
+        self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
+        if vectors is None:
+            return
+        steps = self.meta.done_steps
+        i = steps.index(entry.step)
+        before = steps[i - 1] if i else None
+        new = [ovl.pair_rows(before, entry.step, self.last[1], vectors)] if self.last and self.last[0] == before else []
+        if before is not None and not new and not self.held:
+            self.held[entry.step] = vectors
+        self.overlaps = ovl.update(self.overlaps, steps, new)  # also drops a pair this step now splits
+        self.last = (entry.step, vectors)
+
+    def fail(self, failure: Failure) -> None:
+        """Record a checkpoint that could not be read (a later success replaces it)."""
+        self.meta.add_failure(failure)
+
+    def finish_vectors(self) -> dict[int, ovl.Vectors]:
+        """The vectors held for filling the overlaps, the last computed checkpoint's included."""
+        if self.last is not None:
+            self.held[self.last[0]] = self.last[1]
+        return self.held
+
+    def commit(self, *, heads: bool = True) -> None:
+        """Write the store atomically: meta.json, heads.parquet (unless ``heads=False``, when it has not
+        changed) and overlaps.parquet when this run computes overlaps."""
+        tables = {HEADS.name: self.heads} if heads else {}
+        if self.overlap_k:
+            tables[OVERLAPS.name] = self.overlaps
+        commit_store(self.out, self.meta, tables)
+
+
+def stored_meta(out: Path) -> Meta | None:
+    """The metadata of the store at ``out`` (None when there is none yet).
+
+    Raises:
+        SchemaVersionError: a newer schema version (nothing is written then).
+        StoreError: ``out`` is unreadable, or a non-empty directory that is not a store.
+    """
+    if (out / META_FILE).is_file():
+        return read_meta(out)
+    if out.exists() and any(out.iterdir()):
+        raise StoreError(f"--out {str(out)!r} exists, is not empty and is not a store; choose a new path")
+    return None
+
+
+def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Settings) -> RunState:
+    """Resume the store at ``out`` (its metadata ``stored``) or start a new one, under the run's settings.
+
+    Raises:
+        StoreError: the store holds a different model, or comes from another Hub repo.
+    """
+    software = software_versions()
+    if stored is None:
+        meta = new_meta(model, settings=settings.as_meta(), software=software, hist_edges=HIST_Z_EDGES.tolist())
+        return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k)
+    if stored.model.geometry() != model.geometry():
+        raise StoreError(
+            f"store {str(out)!r} holds a different model ({stored.model.geometry()}) than {settings.source!r} "
+            f"({model.geometry()}); write to a new --out"
+        )
+    before = stored.settings
+    if settings.source_kind == "hub" and before.get("source_kind") == "hub" and before.get("source") != settings.source:
+        raise StoreError(
+            f"store {str(out)!r} was computed from {before.get('source')!r}, not {settings.source!r}; write to a new --out"
+        )
+    heads = read_table(out, HEADS)
+    if heads is None:
+        heads = HEADS.empty()
+    else:  # rows of steps meta does not list (a fallback commit cut short) are dropped
+        heads = heads.filter(pc.is_in(heads["step"], pa.array(stored.done_steps, pa.int64())))
+    heads = HEADS.sorted(complete_heads(heads, d_model=model.d_model))  # version 1: derive the null-model columns
+    overlaps = _stored_overlaps(out, stored, settings.overlap_k)
+    meta = stored
+    meta.settings, meta.software = settings.as_meta(), software
+    return RunState(out, meta, heads, overlaps, settings.overlap_k)
+
+
+def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:
+    """The store's overlaps for this run's K (empty when it has none, or has them for another K)."""
+    stored_k = meta.overlap_k
+    if stored_k and stored_k == k:
+        try:
+            table = read_table(out, OVERLAPS)
+        except StoreError as exc:  # derived data: rebuilt from the checkpoints
+            log.warning("%s: recomputing the overlaps (every checkpoint is read again)", exc)
+            return OVERLAPS.empty()
+        return ovl.update(table, meta.done_steps) if table is not None else OVERLAPS.empty()
+    if k and stored_k not in (0, k):  # (K = 0 leaves the file as it is)
+        log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
+                    "(every checkpoint is read again)", stored_k, k)
+    return OVERLAPS.empty()
