@@ -145,14 +145,14 @@ _EMBEDDED: set[tuple] = set()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _embed(path: str, version: int, statistic: str, normalisation: str, n_neighbors: int, min_dist: float,
+def _embed(path: str, version: int, include_mixed: bool, statistic: str, normalisation: str, n_neighbors: int, min_dist: float,
            knn_k: int, seed: int) -> pd.DataFrame:
     from analysis.trajectories import EmbeddingSettings, embed
 
-    store = _open(path, version)
+    store = _open(path, version).view(include_mixed=include_mixed)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
     xy, neighbors = embed(store.array(statistic), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
-    _EMBEDDED.add((path, version, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
+    _EMBEDDED.add((path, version, include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
     n_layers, n_heads = store.n_layers, store.n_heads
     return pd.DataFrame({
         "statistic": statistic,
@@ -168,7 +168,7 @@ def _embed(path: str, version: int, statistic: str, normalisation: str, n_neighb
 def embedding_cached(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
                      knn_k: int, seed: int) -> bool:
     """Whether `compute_embedding` with these settings already ran in this server process (returns at once)."""
-    key = (str(store.path), _version(store.path), statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+    key = (str(store.path), _version(store.path), store.include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
     return key in _EMBEDDED
 
 
@@ -178,7 +178,7 @@ def compute_embedding(store: Store, statistic: str, *, normalisation: str, n_nei
 
     Same columns as ``embeddings.parquet``. The first call in a server process compiles numba (~30 s).
     """
-    return _embed(str(store.path), _version(store.path), statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+    return _embed(str(store.path), _version(store.path), store.include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
 
 
 def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
@@ -194,8 +194,8 @@ def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _overlaps(path: str, version: int, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
-    return _open(path, version).overlaps(layer, head)
+def _overlaps(path: str, version: int, include_mixed: bool, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+    return _open(path, version).view(include_mixed=include_mixed).overlaps(layer, head)
 
 
 def head_overlaps(store: Store, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -204,7 +204,7 @@ def head_overlaps(store: Store, layer: int, head: int) -> tuple[np.ndarray, np.n
     Raises:
         StoreError: ``overlaps.parquet`` is unreadable.
     """
-    return _overlaps(str(store.path), _version(store.path), int(layer), int(head))
+    return _overlaps(str(store.path), _version(store.path), store.include_mixed, int(layer), int(head))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

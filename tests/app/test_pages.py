@@ -306,3 +306,31 @@ def test_head_explorer_bad_gap_parameter_falls_back_with_a_notice(app_env):
     at = open_page(HEAD, {"gap": "7"})
     assert "gap=7" in " ".join(notices(at))  # not one of the offered thresholds: a notice, the default kept
     assert at.session_state["gap"] == 10
+
+
+def test_mixed_checkpoint_is_left_out_until_shown(app_env, tmp_path, monkeypatch):
+    """A checkpoint with another step's weight file (pythia issue 206) is flagged in the card, drawn as a
+    dotted line, and becomes a plotted state only with the sidebar toggle (``mixed=1`` in the URL)."""
+    from benchmarks.synthetic_store import write_synthetic_store
+
+    path = write_synthetic_store(tmp_path / "mixed-run", n_layers=2, n_heads=2, d_head=4, d_model=16, n_checkpoints=6,
+                                 duplicate=False, training=False)
+    meta = json.loads((path / "meta.json").read_text())
+    for c in meta["checkpoints"]:
+        c["files"] = {"model-00001.safetensors": f"first{c['step']}", "model-00002.safetensors": f"second{c['step']}"}
+    mixed, owner = meta["checkpoints"][2]["step"], meta["checkpoints"][-1]["step"]
+    meta["checkpoints"][2]["files"]["model-00001.safetensors"] = f"first{owner}"
+    (path / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setenv("HEADWATCH_STORE", str(path))
+    at = open_page(HEAD)
+    card = " ".join(m.value for m in at.sidebar.markdown)
+    assert f"step {mixed:,} mixes weights of two revisions" in card and f"step {owner:,}'s model-00001" in card
+    spec = chart(at, "leading")
+    assert mixed not in arr(spec["data"][0]["customdata"]).tolist()
+    assert {s["x0"] for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot"} == {float(mixed)}
+    at.toggle(key="mixed").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert mixed in arr(chart(at, "leading")["data"][0]["customdata"]).tolist()
+    assert at.query_params["mixed"] == "1"
+    at = open_page(HEAD, {"mixed": "1"})  # a link that shows them
+    assert mixed in arr(chart(at, "leading")["data"][0]["customdata"]).tolist()

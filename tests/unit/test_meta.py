@@ -1,0 +1,94 @@
+"""Typed meta.json records: partial duplicates from file digests, round trips, the version-1 upgrade, views."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.errors import StoreError
+from analysis.store import CheckpointEntry, ModelInfo, SharedFile, open_store, read_meta
+from analysis.store.format import SCHEMA_VERSION
+from analysis.store.meta import Meta, new_meta
+from tests.unit.test_store import write_store
+
+MODEL = ModelInfo(id="t", family="gpt_neox", n_layers=1, n_heads=1, d_model=4, d_head=2)
+
+
+def entry(step: int, files: dict[str, str], **kw) -> CheckpointEntry:
+    return CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=f"whole{step}", files=files, **kw)
+
+
+def test_a_file_shared_with_a_later_checkpoint_marks_the_earlier_one_mixed() -> None:
+    meta = new_meta(MODEL, settings={}, software={}, hist_edges=[])
+    # Pythia-12B's pattern (EleutherAI/pythia issue 206): steps 50 and 58 carry the final model's first shard
+    meta.add_checkpoint(entry(0, {"a": "a0", "b": "b0"}))
+    meta.add_checkpoint(entry(50, {"a": "FINAL", "b": "b50"}))
+    meta.add_checkpoint(entry(58, {"a": "FINAL", "b": "b58"}))
+    assert meta.mixed == [meta.entry(50)]  # until the owner arrives, 58 is the latest holder of the file
+    meta.add_checkpoint(entry(143, {"a": "FINAL", "b": "b143"}))
+    assert [c.step for c in meta.mixed] == [50, 58]
+    assert meta.entry(50).shared_files == (SharedFile(file="a", step=143, other_file="a", sha256="FINAL"),)
+    assert meta.state_steps == [0, 143] and meta.done_steps == [0, 50, 58, 143]
+    # a whole duplicate shares every file but is not "mixed": it has no rows at all
+    meta.add_checkpoint(entry(144, {"a": "FINAL", "b": "b143"}, duplicate_of=143))
+    assert not meta.entry(144).shared_files and meta.entry(143).shared_files == ()
+    assert meta.duplicates == [(144, 143)]
+    # checkpoints without per-file digests (sha256_source "read") never match anything
+    meta.add_checkpoint(entry(200, {}))
+    assert not meta.entry(200).shared_files
+
+
+def test_meta_round_trips_and_keeps_keys_it_does_not_know(tmp_path: Path) -> None:
+    meta = new_meta(MODEL, settings={"device": "cpu"}, software={"numpy": "2"}, hist_edges=[0.0, 1.0])
+    meta.add_checkpoint(entry(0, {"a": "x"}))
+    meta.add_checkpoint(entry(5, {"a": "x"}))
+    raw = meta.to_dict() | {"from_a_newer_tool": {"kept": True}}
+    again = Meta.from_dict(json.loads(json.dumps(raw)))
+    assert again.to_dict() == raw
+    assert raw["checkpoints"][0]["shared_files"] == [{"file": "a", "step": 5, "other_file": "a", "sha256": "x"}]
+
+
+def test_a_version_1_store_opens_upgraded(tmp_path: Path) -> None:
+    files = {0: {"model-1.safetensors": "s0", "model-2.safetensors": "t0"},
+             1: {"model-1.safetensors": "S", "model-2.safetensors": "t1"},
+             2: {"model-1.safetensors": "S", "model-2.safetensors": "t2"}}
+    write_store(tmp_path / "s", [0, 1, 2], files=files)
+    path = tmp_path / "s" / "meta.json"
+    raw = json.loads(path.read_text())
+    raw["schema_version"] = 1
+    for c in raw["checkpoints"]:
+        del c["shared_files"]
+    del raw["failed"], raw["matrices"]
+    path.write_text(json.dumps(raw))
+    meta = read_meta(tmp_path / "s")
+    assert meta.schema_version == 1 and meta.upgraded and meta.to_dict()["schema_version"] == SCHEMA_VERSION
+    assert [c.step for c in meta.mixed] == [1] and meta.failed == [] and meta.matrices == ["qk"]
+    store = open_store(tmp_path / "s")
+    assert store.steps.tolist() == [0, 2]
+    assert store.hidden_steps == [(1, "step 1 carries step 2's model-1.safetensors")]
+
+
+def test_views_with_and_without_mixed_checkpoints_slice_the_same_rows(tmp_path: Path) -> None:
+    files = {0: {"f": "a"}, 1: {"f": "z"}, 2: {"f": "b"}, 3: {"f": "z"}}
+    write_store(tmp_path / "s", [0, 1, 2, 3], files=files)
+    store = open_store(tmp_path / "s")
+    everything = store.view(include_mixed=True)
+    assert store.steps.tolist() == [0, 2, 3] and everything.steps.tolist() == [0, 1, 2, 3]
+    std_all, std = everything.array("std"), store.array("std")
+    assert std_all.shape[0] == 4 and std.shape[0] == 3
+    assert (std == std_all[[0, 2, 3]]).all()
+    # values encode their own step (test_store.coded_stats): the hidden step's row is 1xx
+    assert int(std_all[1, 0, 0]) // 100 == 1 and int(std[1, 0, 0]) // 100 == 2
+    assert everything.hidden_steps == [] and store.view(include_mixed=False) is store
+
+
+def test_malformed_checkpoint_records_are_refused(tmp_path: Path) -> None:
+    write_store(tmp_path / "s", [0])
+    path = tmp_path / "s" / "meta.json"
+    raw = json.loads(path.read_text())
+    raw["checkpoints"] = [{"revision": "step0"}]  # no step
+    path.write_text(json.dumps(raw))
+    with pytest.raises(StoreError, match="malformed"):
+        read_meta(tmp_path / "s")
