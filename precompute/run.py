@@ -69,16 +69,10 @@ from precompute import overlaps as ovl
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
 from precompute.prefetch import Prefetcher
-from precompute.revisions import (
-    PYTHIA_TOKENS_PER_STEP,
-    CheckpointRef,
-    is_pythia,
-    parse_revisions,
-    schedule_gaps,
-    select,
-)
+from precompute.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import FetchSettings, Settings, software_versions
-from precompute.source import CheckpointSource, Fetched, open_source
+from precompute.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.sources import open_source
 from precompute.store_writer import commit_store
 from precompute.tables import heads_rows, new_meta
 
@@ -176,8 +170,8 @@ def run_precompute(
     run_info = src.run_info()
     if tokens_per_step is None and run_info is not None:
         tokens_per_step = run_info.get("tokens_per_step")
-    if tokens_per_step is None and src.kind == "hub" and is_pythia(src.name):
-        tokens_per_step = PYTHIA_TOKENS_PER_STEP
+    if tokens_per_step is None:
+        tokens_per_step = src.default_tokens_per_step()
     dev = resolve_device(device)
     settings = Settings(
         source=src.name,
@@ -186,7 +180,7 @@ def run_precompute(
         source_kind=src.kind,
         revisions=tuple(r.revision for r in requested) if requested else None,
         every=every,
-        fetch=fetch if src.kind == "hub" else None,
+        fetch=src.fetch_settings,
         overlap_k=min(max(_overlap_k(out, overlap_k), 0), shape.d_head),
     )
     model = {"id": model_id or src.model_id, **shape.as_meta(), "config": config}
@@ -216,7 +210,7 @@ def run_precompute(
                 _commit(out, meta, heads, overlaps, settings)
             todo = [r for r in todo_all if r.step not in listed]
             heads, overlaps, held = _loop(src, todo, shape, settings, out, meta, heads, overlaps, known, failed, report,
-                                          meter, progress)
+                                          progress)
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(src, shape, settings, out, meta, overlaps, held)
         finally:
@@ -242,7 +236,6 @@ def _loop(
     known: dict[str, int],
     failed: dict[int, dict[str, Any]],
     report: RunReport,
-    meter: Meter,
     progress: bool,
 ) -> tuple[pa.Table, pa.Table, dict[int, ovl.Vectors]]:
     """Fetch (one ahead), compute and commit every checkpoint of ``todo``.
@@ -263,7 +256,7 @@ def _loop(
         return fetched
 
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-    with Prefetcher(fetch_one, todo, stop=getattr(src, "stop", None)) as prefetched:
+    with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
         for ref, result in prefetched:
             try:
                 fetched = result()
@@ -296,10 +289,7 @@ def _loop(
             meta["failed"] = sorted(failed.values(), key=lambda f: f["step"])
             _commit(out, meta, heads, overlaps, settings)
             bar.update(1)
-            if src.kind == "hub":
-                bar.set_postfix_str(f"{ref.revision}, {human_bytes(meter.fetched)} fetched at {human_bytes(meter.rate())}/s")
-            else:
-                bar.set_postfix_str(ref.revision)
+            bar.set_postfix_str(src.progress_note(ref))
     bar.close()
     if last is not None:
         held[last[0]] = last[1]
@@ -322,9 +312,7 @@ def _fill_overlaps(
 ) -> list[tuple[int, int]]:
     """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
     ``held``; the pairs left out."""
-    stop = getattr(src, "stop", None)
-    if stop is not None:
-        stop.clear()  # set when the prefetcher closed; these reads are wanted
+    src.stop.clear()  # set when the prefetcher closed; these reads are wanted
     entries = {c["step"]: c for c in meta["checkpoints"] if c.get("duplicate_of") is None}
 
     def load(step: int) -> ovl.Vectors | None:
@@ -332,8 +320,7 @@ def _fill_overlaps(
         ref = CheckpointRef(step, entry["revision"], entry.get("tokens"))
         try:
             fetched = src.fetch(ref, shape, skip=lambda sha: False)
-            comparable = fetched.sha256_source == entry.get("sha256_source") or {
-                fetched.sha256_source, entry.get("sha256_source")} <= {"hub", "file"}  # the same digest (README)
+            comparable = fingerprints_comparable(fetched.sha256_source, entry.get("sha256_source"))
             if comparable and fetched.sha256 != entry.get("sha256"):
                 raise CheckpointError(
                     f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
@@ -407,12 +394,8 @@ def _select(
     available, ignored = listing if listing is not None else (None, [])
     if ignored:
         log.info("ignoring names that carry no step: %s", ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else ""))
-    if available is not None and src.kind == "hub" and is_pythia(src.name):
-        absent, extra = schedule_gaps(available)
-        if absent:
-            log.warning("%s lacks %d branches of the Pythia schedule: %s", src.name, len(absent), ", ".join(f"step{s}" for s in absent[:10]))
-        if extra:
-            log.info("%s has branches outside the Pythia schedule: %s", src.name, ", ".join(f"step{s}" for s in extra[:10]))
+    if available is not None:
+        src.check_schedule(available)
     todo, missing = select(available, revisions=requested, every=every)
     if not todo and not missing:
         raise CheckpointNotFoundError(
