@@ -1,13 +1,16 @@
-"""Checkpoints in a local folder: find them, fingerprint their weight files, read them.
+"""Checkpoint folders in transformers' ``save_pretrained`` format: find them, choose their
+weight files, fingerprint them, read them.
 
-A source folder holds one sub-folder per checkpoint in transformers'
-``save_pretrained`` format, named like a Hub branch: ``step<N>`` (Pythia),
-``checkpoint-<N>`` (transformers Trainer), ``step<N>-tokens<M>`` (OLMo) or
-``ckpt_<N>`` (LLM360); see `precompute.revisions`. Each checkpoint's weight files
-are ``model.safetensors`` / ``pytorch_model.bin`` or their sharded forms with an
-``*.index.json``; when both formats are present, safetensors wins. `LocalSource`
-is the `precompute.source.CheckpointSource` over such a folder; `read_folder`
-also serves checkpoints found in the local Hub cache.
+A source folder holds one sub-folder per checkpoint, named like a Hub branch:
+``step<N>`` (Pythia), ``checkpoint-<N>`` (transformers Trainer), ``step<N>-tokens<M>``
+(OLMo) or ``ckpt_<N>`` (LLM360); see `precompute.revisions`. Each checkpoint's weight
+files are ``model.safetensors`` / ``pytorch_model.bin`` or their sharded forms with an
+``*.index.json``; when both formats are present, safetensors wins.
+
+Shared by every source: `precompute.local` reads such folders, `precompute.hubcache`
+reads Hub cache snapshots (laid out the same way), and `precompute.hub` chooses weight
+files and fingerprints them the same way from a repo's file list. This module imports
+none of them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
@@ -25,49 +27,12 @@ from precompute.revisions import CheckpointRef, refs_from_names
 from precompute.source import Fetched, SkipFn, check_shape
 from precompute.weights import read_tensors, tensor_names
 
-RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
-
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 
 _HASH_CHUNK = 8 << 20
-
-
-class LocalSource:
-    """The checkpoints of a local folder (see the module docstring)."""
-
-    kind: Literal["local"] = "local"
-
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.name = str(self.folder.resolve())
-        self.model_id = self.folder.resolve().name
-
-    def list(self) -> tuple[list[CheckpointRef], list[str]]:
-        return find_checkpoints(self.folder)
-
-    def config(self, ref: CheckpointRef) -> dict[str, Any]:
-        return read_config(self._path(ref))
-
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
-        return read_folder(self._path(ref), ref, shape, skip=skip)
-
-    def run_info(self) -> dict[str, Any] | None:
-        path = self.folder / RUN_INFO_FILE
-        if not path.is_file():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{str(path)!r} is not valid JSON: {exc}") from exc
-
-    def _path(self, ref: CheckpointRef) -> Path:
-        path = self.folder / ref.revision
-        if not path.is_dir():
-            raise CheckpointNotFoundError(f"no checkpoint folder {ref.revision!r} in {str(self.folder)!r}")
-        return path
 
 
 def read_folder(

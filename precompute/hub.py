@@ -1,8 +1,8 @@
-"""Checkpoints from a Hugging Face Hub model repo: one branch per checkpoint.
+"""Checkpoints from a Hugging Face Hub model repo, online: one branch per checkpoint.
 
-Online, per revision: one ``model_info`` call (the commit the branch points to,
-its files and their LFS sha256), small GETs for ``config.json`` and shard indexes,
-then only the attention bytes:
+Per revision: one ``model_info`` call (the commit the branch points to, its files
+and their LFS sha256), small GETs for ``config.json`` and shard indexes, then only
+the attention bytes:
 
 - safetensors: the header and the Q/K byte ranges (`precompute.ranges`), read
   into memory; nothing is written to disk;
@@ -11,12 +11,8 @@ then only the attention bytes:
 - files already in the local Hub cache for that commit are read from there.
 
 The fingerprint is the Hub's LFS sha256 (``sha256_source: hub``): a duplicate of a
-known checkpoint costs one API call and no download.
-
-Offline (``HF_HUB_OFFLINE=1``), branches cannot be listed, so ``--revisions`` is
-required; each revision is read from the local Hub cache
-(``models--ORG--NAME/{refs,snapshots,blobs}``) like a local folder and its files
-hashed (``sha256_source: file``, the same digest the Hub reports).
+known checkpoint costs one API call and no download. Offline (``HF_HUB_OFFLINE=1``)
+the repo is read from the local Hub cache instead, by `precompute.hubcache`.
 """
 
 from __future__ import annotations
@@ -25,12 +21,12 @@ import hashlib
 import json
 import logging
 import threading
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 import torch
 from huggingface_hub import HfApi, constants, hf_hub_url, try_to_load_from_cache
-from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -41,20 +37,25 @@ from huggingface_hub.errors import (
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
-from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, read_config, read_folder, select_weight_files, weights_fingerprint
-from precompute.fetch import HubHttp, Meter
+from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, weights_fingerprint
+from precompute.fetch import HubHttp, Meter, human_bytes
 from precompute.ranges import SafetensorsHeader, qk_element_masks, read_header, read_tensors
-from precompute.revisions import CheckpointRef, refs_from_names
+from precompute.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
 from precompute.settings import FetchSettings
-from precompute.source import Fetched, SkipFn, check_shape
+from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
 from precompute.weights import read_tensors as read_local_tensors
 from precompute.weights import tensor_names
 
 log = logging.getLogger("precompute")
 
+# `model_info` answers kept, by revision, so that `HubSource.config` and `HubSource.fetch`
+# share one API call per revision whichever comes first: the run reads the config of
+# its first checkpoint(s) before fetching, and fetches one checkpoint ahead.
+_INFOS_KEPT = 4
 
-class HubSource:
-    """The checkpoints (branches) of a Hub model repo.
+
+class HubSource(CheckpointSource):
+    """The checkpoints (branches) of a Hub model repo, read over the network.
 
     Args:
         repo_id: ``ORG/NAME``.
@@ -63,11 +64,12 @@ class HubSource:
         meter: counts bytes fetched and scratch disk.
         token: Hub token (None: the logged-in user's, if any).
         endpoint: the Hub (default: ``HF_ENDPOINT`` or https://huggingface.co).
-        cache_dir: the Hub cache (default: ``HF_HUB_CACHE``).
-        offline: default: ``HF_HUB_OFFLINE``.
+        cache_dir: the Hub cache, where files already downloaded are read (default:
+            ``HF_HUB_CACHE``).
     """
 
-    kind: Literal["hub"] = "hub"
+    kind: ClassVar[SourceKind] = "hub"
+    fetch_settings: FetchSettings
 
     def __init__(
         self,
@@ -79,48 +81,31 @@ class HubSource:
         token: str | bool | None = None,
         endpoint: str | None = None,
         cache_dir: str | Path | None = None,
-        offline: bool | None = None,
     ):
-        self.repo_id = self.name = self.model_id = repo_id
+        super().__init__(name=repo_id, model_id=repo_id)
+        self.repo_id = repo_id
         self.scratch = scratch
-        self.settings = fetch
+        self.fetch_settings = fetch
+        self.meter = meter
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         self.cache_dir = str(cache_dir or constants.HF_HUB_CACHE)
-        self.offline = constants.is_offline_mode() if offline is None else offline
-        self.http = HubHttp(fetch, meter, token=token)
+        self.http = HubHttp(fetch, meter, token=token, stop=self.stop)
         self.api = HfApi(endpoint=self.endpoint, token=token, library_name="headwatch")
         self._masks: dict[tuple, dict[str, torch.Tensor]] = {}
-        self._infos: dict[str, Any] = {}
+        self._infos: OrderedDict[str, Any] = OrderedDict()  # revision -> model_info, the latest _INFOS_KEPT
+        self._infos_lock = threading.Lock()
         self._said_bin = False
-        if self.offline and not (Path(self.cache_dir) / repo_folder_name(repo_id=repo_id, repo_type="model")).is_dir():
-            raise CheckpointNotFoundError(
-                f"{repo_id!r} is not in the local Hub cache {self.cache_dir!r} and HF_HUB_OFFLINE is set; "
-                "unset HF_HUB_OFFLINE to read it from the Hub, or check the repo id"
-            )
 
-    @property
-    def stop(self) -> threading.Event:
-        """Set to abandon transfers in flight."""
-        return self.http.stop
-
-    def list(self) -> tuple[list[CheckpointRef], list[str]] | None:
-        if self.offline:
-            return None
+    def list(self) -> tuple[list[CheckpointRef], list[str]]:
         refs = self._api(lambda: self.api.list_repo_refs(self.repo_id), what=f"list the branches of {self.repo_id}")
         return refs_from_names([b.name for b in refs.branches], where=f"the branches of {self.repo_id}")
 
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
-        if self.offline:
-            return read_config(self._cached_folder(ref))
         info = self._info(ref)
         return self._json(info.sha, "config.json", ref)
 
     def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
-        if self.offline:
-            folder = self._cached_folder(ref)
-            return read_folder(folder, ref, shape, skip=skip, commit=folder.name)
         info = self._info(ref)
-        self._infos.pop(ref.revision, None)  # fetched once; later calls ask again
         commit = info.sha
         siblings = {s.rfilename: s for s in info.siblings or []}
         files = select_weight_files(siblings, lambda name: self._json(commit, name, ref), where=f"{self.repo_id}@{ref.revision}")
@@ -145,10 +130,24 @@ class HubSource:
             fetched.sha256, fetched.sha256_source = tensors_fingerprint(fetched.tensors), "read"
         return fetched
 
-    def run_info(self) -> None:
-        return None
+    def default_tokens_per_step(self) -> int | None:
+        return known_tokens_per_step(self.repo_id)
 
-    # -- online reading ---------------------------------------------------------------
+    def check_schedule(self, available: list[CheckpointRef]) -> None:
+        if not is_pythia(self.repo_id):
+            return
+        absent, extra = schedule_gaps(available)
+        if absent:
+            log.warning("%s lacks %d branches of the Pythia schedule: %s", self.repo_id, len(absent),
+                        ", ".join(f"step{s}" for s in absent[:10]))
+        if extra:
+            log.info("%s has branches outside the Pythia schedule: %s", self.repo_id,
+                     ", ".join(f"step{s}" for s in extra[:10]))
+
+    def progress_note(self, ref: CheckpointRef) -> str:
+        return f"{ref.revision}, {human_bytes(self.meter.fetched)} fetched at {human_bytes(self.meter.rate())}/s"
+
+    # -- reading ----------------------------------------------------------------------
 
     def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef) -> dict[str, torch.Tensor]:
         if len(files) > 1:  # sharded: the index says which shards hold attention tensors
@@ -168,8 +167,8 @@ class HubSource:
                     self._getter(commit, f, ref),
                     header,
                     mine,
-                    merge_gap=self.settings.range_merge_gap,
-                    concurrency=self.settings.concurrency,
+                    merge_gap=self.fetch_settings.range_merge_gap,
+                    concurrency=self.fetch_settings.concurrency,
                     where=self._where(ref, f),
                 )
             )
@@ -237,15 +236,24 @@ class HubSource:
             raise CheckpointError(f"{where} is not valid JSON: {exc}") from exc
 
     def _info(self, ref: CheckpointRef):
-        if ref.revision not in self._infos:
-            self._infos[ref.revision] = self._api(
-                lambda: self.api.model_info(
-                    self.repo_id, revision=ref.revision, files_metadata=True, timeout=self.settings.timeout_s
-                ),
-                what=f"look up {self.repo_id}@{ref.revision}",
-                revision=ref.revision,
-            )
-        return self._infos[ref.revision]
+        """The revision's ``model_info`` (its commit, files and LFS digests): asked once, then
+        kept for the next calls about the same revision (`_INFOS_KEPT`)."""
+        with self._infos_lock:
+            if ref.revision in self._infos:
+                self._infos.move_to_end(ref.revision)
+                return self._infos[ref.revision]
+        info = self._api(
+            lambda: self.api.model_info(
+                self.repo_id, revision=ref.revision, files_metadata=True, timeout=self.fetch_settings.timeout_s
+            ),
+            what=f"look up {self.repo_id}@{ref.revision}",
+            revision=ref.revision,
+        )
+        with self._infos_lock:
+            self._infos[ref.revision] = info
+            while len(self._infos) > _INFOS_KEPT:
+                self._infos.popitem(last=False)
+        return info
 
     def _api(self, fn, *, what: str, revision: str | None = None):
         """An HfApi call with retries; Hub errors become one-line checkpoint errors."""
@@ -264,18 +272,6 @@ class HubSource:
             ) from None
         except HfHubHTTPError as exc:
             raise CheckpointError(f"{what}: {_first_line(exc)}") from exc
-
-    # -- offline ------------------------------------------------------------------------
-
-    def _cached_folder(self, ref: CheckpointRef) -> Path:
-        """The snapshot folder of a revision in the local Hub cache."""
-        path = try_to_load_from_cache(self.repo_id, "config.json", cache_dir=self.cache_dir, revision=ref.revision)
-        if not isinstance(path, str):
-            raise CheckpointNotFoundError(
-                f"revision {ref.revision!r} of {self.repo_id} is not in the local Hub cache {self.cache_dir!r} "
-                "(HF_HUB_OFFLINE is set, so only cached revisions can be read)"
-            )
-        return Path(path).parent
 
     def _where(self, ref: CheckpointRef, filename: str) -> str:
         return f"{self.repo_id}@{ref.revision}/{filename}"

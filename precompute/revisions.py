@@ -152,6 +152,11 @@ def is_pythia(repo_id: str) -> bool:
     return repo_id.lower().startswith("eleutherai/pythia-")
 
 
+def known_tokens_per_step(repo_id: str) -> int | None:
+    """Tokens per optimizer step of a Hub suite that is known to have a fixed one (Pythia), else None."""
+    return PYTHIA_TOKENS_PER_STEP if is_pythia(repo_id) else None
+
+
 def schedule_gaps(available: list[CheckpointRef], schedule: tuple[int, ...] = PYTHIA_STEPS) -> tuple[list[int], list[int]]:
     """Steps of ``schedule`` with no checkpoint, and checkpoints whose step is not in it."""
     steps = {r.step for r in available}

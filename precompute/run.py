@@ -57,16 +57,10 @@ from precompute import overlaps as ovl
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
 from precompute.prefetch import Prefetcher
-from precompute.revisions import (
-    PYTHIA_TOKENS_PER_STEP,
-    CheckpointRef,
-    is_pythia,
-    parse_revisions,
-    schedule_gaps,
-    select,
-)
+from precompute.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import RunOptions, Settings, resolve_settings
-from precompute.source import CheckpointSource, Fetched, open_source
+from precompute.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.sources import open_source
 from precompute.state import RunState, open_state, stored_meta
 from precompute.tables import heads_rows
 
@@ -159,7 +153,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
-            _compute(plan, todo, settings, state, report, progress=options.progress, meter=meter)
+            _compute(plan, todo, settings, state, report, progress=options.progress)
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(plan, settings, state)
         finally:
@@ -188,11 +182,9 @@ def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
     """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
     src = plan.src
     run_info = src.run_info() or {}
-    tokens_per_step = options.tokens_per_step or run_info.get("tokens_per_step")
-    if tokens_per_step is None and src.kind == "hub" and is_pythia(src.name):
-        tokens_per_step = PYTHIA_TOKENS_PER_STEP
+    tokens_per_step = options.tokens_per_step or run_info.get("tokens_per_step") or src.default_tokens_per_step()
     return resolve_settings(
-        options, source=src.name, source_kind=src.kind, device=resolve_device(options.device).type,
+        options, source=src.name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
         d_head=plan.shape.d_head, tokens_per_step=tokens_per_step,
         stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,
     )
@@ -213,7 +205,7 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
 
 def _compute(
     plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport, *,
-    progress: bool, meter: Meter,
+    progress: bool,
 ) -> None:
     """Fetch (one ahead), compute and commit every checkpoint of ``todo``, in step order."""
     src, shape = plan.src, plan.shape
@@ -226,7 +218,7 @@ def _compute(
         return fetched
 
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-    with Prefetcher(fetch_one, todo, stop=getattr(src, "stop", None)) as prefetched:
+    with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
         for ref, result in prefetched:
             known = state.meta.fingerprints
             try:
@@ -249,10 +241,7 @@ def _compute(
                     report.computed.append(ref.step)
             state.commit()
             bar.update(1)
-            if src.kind == "hub":
-                bar.set_postfix_str(f"{ref.revision}, {human_bytes(meter.fetched)} fetched at {human_bytes(meter.rate())}/s")
-            else:
-                bar.set_postfix_str(ref.revision)
+            bar.set_postfix_str(src.progress_note(ref))
     bar.close()
 
 
@@ -260,17 +249,14 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
     """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
     held; the pairs left out."""
     src, shape = plan.src, plan.shape
-    stop = getattr(src, "stop", None)
-    if stop is not None:
-        stop.clear()  # set when the prefetcher closed; these reads are wanted
+    src.stop.clear()  # set when the prefetcher closed; these reads are wanted
 
     def load(step: int) -> ovl.Vectors | None:
         entry = state.meta.entry(step)
         ref = CheckpointRef(step, entry.revision, entry.tokens)
         try:
             fetched = src.fetch(ref, shape, skip=lambda sha: False)
-            comparable = fetched.sha256_source == entry.sha256_source or {
-                fetched.sha256_source, entry.sha256_source} <= {"hub", "file"}  # the same digest (README)
+            comparable = fingerprints_comparable(fetched.sha256_source, entry.sha256_source)
             if comparable and fetched.sha256 != entry.sha256:
                 raise CheckpointError(
                     f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
@@ -348,12 +334,8 @@ def _select(
     available, ignored = listing if listing is not None else (None, [])
     if ignored:
         log.info("ignoring names that carry no step: %s", ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else ""))
-    if available is not None and src.kind == "hub" and is_pythia(src.name):
-        absent, extra = schedule_gaps(available)
-        if absent:
-            log.warning("%s lacks %d branches of the Pythia schedule: %s", src.name, len(absent), ", ".join(f"step{s}" for s in absent[:10]))
-        if extra:
-            log.info("%s has branches outside the Pythia schedule: %s", src.name, ", ".join(f"step{s}" for s in extra[:10]))
+    if available is not None:
+        src.check_schedule(available)
     todo, missing = select(available, revisions=requested, every=every)
     if not todo and not missing:
         raise CheckpointNotFoundError(

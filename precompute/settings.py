@@ -116,7 +116,7 @@ class RunOptions:
 
 
 def resolve_settings(
-    options: RunOptions, *, source: str, source_kind: str, device: str, d_head: int,
+    options: RunOptions, *, source: str, source_kind: str, fetch: FetchSettings | None, device: str, d_head: int,
     tokens_per_step: int | None, stored_overlap_k: int, revisions: tuple[str, ...] | None,
 ) -> Settings:
     """The settings of a run, from its options and what the source and the store say.
@@ -124,6 +124,7 @@ def resolve_settings(
     Args:
         options: what was asked.
         source, source_kind: the source's name and kind, as recorded.
+        fetch: the network settings the source uses (None for sources that fetch nothing).
         device: the resolved device (``cpu`` or ``cuda``).
         d_head: the model's head width (caps K).
         tokens_per_step: the first known of: the option, the run's ``run.json``, the source's default.
@@ -138,7 +139,7 @@ def resolve_settings(
         source_kind=source_kind,  # type: ignore[arg-type]
         revisions=revisions,
         every=options.every,
-        fetch=options.fetch if source_kind == "hub" else None,
+        fetch=fetch,
         overlap_k=min(max(k, 0), d_head),
     )
 

@@ -1,25 +1,32 @@
-"""Where checkpoints come from: one interface, two implementations.
+"""Where checkpoints come from: the interface the precompute run sees, and its records.
 
-- `precompute.checkpoints.LocalSource`: a folder of ``step<N>/`` (or ``checkpoint-<N>/``, ...)
+Three implementations, each in its own module; `precompute.sources.open_source`
+chooses one from ``--source``:
+
+- `precompute.local.LocalSource`: a folder of ``step<N>/`` (or ``checkpoint-<N>/``, ...)
   sub-folders in transformers' ``save_pretrained`` format;
 - `precompute.hub.HubSource`: a Hugging Face Hub model repo whose branches are the
-  checkpoints (online: only the Q/K bytes are fetched; offline: the local Hub cache).
+  checkpoints; only the Q/K bytes are fetched;
+- `precompute.hubcache.HubCacheSource`: the same repo read from the local Hub cache
+  (``HF_HUB_OFFLINE=1``).
 
-The precompute loop (`precompute.run`) sees only `CheckpointSource` and `Fetched`.
+The run (`precompute.run`) sees only `CheckpointSource`, `Fetched` and
+`fingerprints_comparable`; it never asks which implementation it holds. This module
+imports none of them.
 """
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import torch
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
-from precompute.fetch import Meter
 from precompute.revisions import CheckpointRef
 from precompute.settings import FetchSettings
 
@@ -29,6 +36,18 @@ from precompute.settings import FetchSettings
 #   read: the attention tensors as read (the Hub reported no LFS digest); equal only
 #         to other `read` fingerprints.
 Sha256Source = Literal["file", "hub", "read"]
+
+# What meta.json records as ``settings.source_kind``: a local folder, or a Hub repo
+# (read online or from the Hub cache).
+SourceKind = Literal["local", "hub"]
+
+
+def fingerprints_comparable(a: str | None, b: str | None) -> bool:
+    """Whether two fingerprints obtained as ``a`` and ``b`` (`Sha256Source` values, None
+    for a store entry that predates them) are digests of the same thing, so that unequal
+    digests mean different weights: `file` and `hub` are both the weight files' digest;
+    `read` compares only with `read`."""
+    return a == b or {a, b} <= {"file", "hub"}
 
 
 @dataclass
@@ -49,37 +68,51 @@ class Fetched:
 SkipFn = Callable[[str], bool]
 
 
-class CheckpointSource(Protocol):
-    """A suite of checkpoints.
+class CheckpointSource(ABC):
+    """A suite of checkpoints: what the precompute run asks of one.
+
+    `list`, `config` and `fetch` are each self-sufficient: none relies on another
+    having been called first. `fetch` may run in a background thread while the run's
+    thread calls the others.
 
     Attributes:
-        kind: ``local`` or ``hub``.
+        kind: recorded in meta.json as ``settings.source_kind``; data, not a switch.
         name: what the store records as its source (a resolved path, or a repo id).
         model_id: the default model name in meta.json.
+        stop: set to abandon reads in flight (they raise `precompute.fetch.Cancelled`);
+            the run sets it when it stops prefetching and clears it before reads it
+            still wants. Sources whose reads cannot be abandoned never look at it.
+        fetch_settings: the network settings its reads depend on, recorded in
+            meta.json; None for a source that reads no network.
     """
 
-    kind: Literal["local", "hub"]
-    name: str
-    model_id: str
+    kind: ClassVar[SourceKind]
+    fetch_settings: FetchSettings | None = None
 
+    def __init__(self, *, name: str, model_id: str):
+        self.name = name
+        self.model_id = model_id
+        self.stop = threading.Event()
+
+    @abstractmethod
     def list(self) -> tuple[list[CheckpointRef], list[str]] | None:
         """Every checkpoint in step order and the names ignored, or None where the source
-        cannot be listed (the Hub in offline mode).
+        cannot be listed (the Hub cache offline: ``--revisions`` names them).
 
         Raises:
             CheckpointNotFoundError: the source does not exist.
             CheckpointError: two names denote one step.
         """
-        ...
 
+    @abstractmethod
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         """A checkpoint's ``config.json``.
 
         Raises:
             CheckpointNotFoundError, CheckpointError: missing or unreadable.
         """
-        ...
 
+    @abstractmethod
     def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
         """Fingerprint a checkpoint and, unless ``skip(sha256)``, read its attention tensors.
 
@@ -88,11 +121,24 @@ class CheckpointSource(Protocol):
             CheckpointError: corrupt, truncated, or a different model.
             analysis.errors.HubUnreachableError: the network failed on every retry.
         """
-        ...
 
     def run_info(self) -> dict[str, Any] | None:
         """Training metadata stored beside the checkpoints (``run.json``), if any."""
-        ...
+        return None
+
+    def default_tokens_per_step(self) -> int | None:
+        """Tokens per optimizer step when the suite's schedule is known (Pythia: 2,097,152),
+        else None."""
+        return None
+
+    def check_schedule(self, available: list[CheckpointRef]) -> None:
+        """Log where `list`'s checkpoints depart from the suite's known schedule (Pythia's
+        154 steps: a branch missing is a warning); nothing for suites without one."""
+
+    def progress_note(self, ref: CheckpointRef) -> str:
+        """The progress bar's note after ``ref`` is done: its name, and what the source
+        has transferred so far if it transfers anything."""
+        return ref.revision
 
 
 def check_shape(config: dict[str, Any], shape: ModelShape) -> None:
@@ -105,41 +151,3 @@ def check_shape(config: dict[str, Any], shape: ModelShape) -> None:
     this = model_shape(config)
     if this != shape:
         raise CheckpointError(f"config.json describes {this.as_meta()}, but the run's model is {shape.as_meta()}")
-
-
-def open_source(
-    spec: str | Path,
-    *,
-    scratch: Path,
-    fetch: FetchSettings,
-    meter: Meter,
-    token: str | bool | None = None,
-) -> CheckpointSource:
-    """A local folder if ``spec`` is a directory, else a Hub model repo id.
-
-    Args:
-        spec: ``--source``.
-        scratch: a folder for temporary downloads (``pytorch_model.bin`` files).
-        fetch: Hub fetch settings.
-        meter: counts bytes fetched and scratch disk in use.
-        token: Hub token (None: the logged-in user's, if any).
-
-    Raises:
-        CheckpointNotFoundError: neither an existing directory nor a valid repo id.
-    """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    from precompute.checkpoints import LocalSource
-
-    path = Path(spec)
-    if path.is_dir():
-        return LocalSource(path)
-    try:
-        validate_repo_id(str(spec))
-    except HFValidationError:
-        raise CheckpointNotFoundError(
-            f"--source {str(spec)!r} is not a directory, nor a Hub model id like EleutherAI/pythia-70m"
-        ) from None
-    from precompute.hub import HubSource
-
-    return HubSource(str(spec), scratch=scratch, fetch=fetch, meter=meter, token=token)

@@ -25,12 +25,19 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import constants
 
+from analysis.extract import extract_qk, model_shape
 from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
 from precompute.__main__ import main
-from precompute.revisions import PYTHIA_TOKENS_PER_STEP
+from precompute.checkpoints import read_folder
+from precompute.fetch import Meter
+from precompute.hub import HubSource
+from precompute.hubcache import HubCacheSource
+from precompute.local import LocalSource
+from precompute.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from precompute.run import run_precompute
-from precompute.settings import RunOptions
+from precompute.settings import FetchSettings, RunOptions
+from precompute.sources import open_source
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
 from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 
@@ -165,6 +172,7 @@ def test_offline_cache_gives_the_local_store(world, tmp_path: Path) -> None:
     meta = json.loads((out / "meta.json").read_text())
     check_checkpoints(meta, world, source="file")
     assert meta["settings"]["source"] == REPO_ID and meta["settings"]["source_kind"] == "hub"
+    assert meta["settings"]["fetch"] is None  # nothing fetched: the cache is read like a folder
     assert meta["model"]["id"] == REPO_ID
 
 
@@ -284,6 +292,55 @@ def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess,
     assert status == 0, err
     assert_same_statistics(world["reference"], out)
     check_checkpoints(json.loads((out / "meta.json").read_text()), world, source="hub")
+
+
+# -- the sources themselves --------------------------------------------------------------
+
+
+def test_open_source_reads_folders_the_hub_cache_offline_and_the_hub_online(world, cli: InProcess, tmp_path: Path) -> None:
+    def opened(spec):
+        return open_source(spec, scratch=tmp_path / "scratch", fetch=FetchSettings(), meter=Meter())
+
+    assert type(opened(world["suite"])) is LocalSource
+    cli.hub(cache=world["root"] / "home" / "hub", offline=True)
+    cached = opened(REPO_ID)
+    assert type(cached) is HubCacheSource and cached.list() is None and cached.kind == "hub"
+    assert cached.fetch_settings is None and cached.default_tokens_per_step() == PYTHIA_TOKENS_PER_STEP
+    cli.hub(endpoint="http://127.0.0.1:9")
+    online = opened(REPO_ID)
+    assert type(online) is HubSource and online.kind == "hub" and online.fetch_settings is not None
+
+
+def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(world, hub: FakeHub, cli: InProcess,
+                                                                          tmp_path: Path, caplog) -> None:
+    cli.hub(endpoint=hub.url)
+    src = HubSource(REPO_ID, scratch=tmp_path / "scratch", fetch=FetchSettings(range_merge_gap=8192), meter=Meter())
+    folder = {s: world["suite"] / f"step{s}" for s in STEPS}
+    config = {s: json.loads((folder[s] / "config.json").read_text()) for s in STEPS}
+    shape = model_shape(config[0])
+    ref = {s: CheckpointRef(s, f"step{s}") for s in STEPS}
+
+    def check(step: int, fetched) -> None:  # the same digest, W_Q and W_K as the folder read from disk
+        local = read_folder(folder[step], ref[step], shape, skip=lambda sha: False)
+        assert fetched.sha256 == local.sha256 and fetched.commit == world["repo"].branches[f"step{step}"]
+        for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors)):
+            assert ours.equal(theirs)
+
+    assert src.config(ref[1]) == config[1]  # config, then fetch (the run's first checkpoint)
+    check(1, src.fetch(ref[1], shape, skip=lambda sha: False))
+    check(4, src.fetch(ref[4], shape, skip=lambda sha: False))  # fetch, then config
+    assert src.config(ref[4]) == config[4]
+    check(8, src.fetch(ref[8], shape, skip=lambda sha: False))  # fetch alone
+    skipped = src.fetch(ref[2], shape, skip=lambda sha: True)  # a known fingerprint: nothing read
+    assert skipped.tensors is None and skipped.sha256 == read_folder(folder[2], ref[2], shape, skip=lambda sha: True).sha256
+    for step in (1, 4, 8, 2):
+        asked = [e for e in hub.log if e.path == f"/api/models/{REPO_ID}/revision/step{step}"]
+        assert len(asked) == 1, f"step{step}: model_info asked {len(asked)} times"
+
+    assert "step8" in src.progress_note(ref[8]) and "fetched" in src.progress_note(ref[8])
+    caplog.set_level("INFO", logger="precompute")
+    src.check_schedule([ref[s] for s in STEPS] + [CheckpointRef(3, "step3")])
+    assert "lacks 149 branches of the Pythia schedule" in caplog.text and "outside the Pythia schedule: step3" in caplog.text
 
 
 # -- other weight formats ---------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""Checkpoints in a local folder: one ``save_pretrained`` sub-folder per checkpoint
+(`precompute.checkpoints` finds, fingerprints and reads them), plus the ``run.json``
+that `training` writes beside the checkpoints of a run trained here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.extract import ModelShape
+from precompute.checkpoints import find_checkpoints, read_config, read_folder
+from precompute.revisions import CheckpointRef
+from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind
+
+RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
+
+
+class LocalSource(CheckpointSource):
+    """The checkpoints of a local folder: ``folder/step<N>/``, ``folder/checkpoint-<N>/``, ..."""
+
+    kind: ClassVar[SourceKind] = "local"
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        super().__init__(name=str(self.folder.resolve()), model_id=self.folder.resolve().name)
+
+    def list(self) -> tuple[list[CheckpointRef], list[str]]:
+        return find_checkpoints(self.folder)
+
+    def config(self, ref: CheckpointRef) -> dict[str, Any]:
+        return read_config(self._path(ref))
+
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
+        return read_folder(self._path(ref), ref, shape, skip=skip)
+
+    def run_info(self) -> dict[str, Any] | None:
+        path = self.folder / RUN_INFO_FILE
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+
+    def _path(self, ref: CheckpointRef) -> Path:
+        path = self.folder / ref.revision
+        if not path.is_dir():
+            raise CheckpointNotFoundError(f"no checkpoint folder {ref.revision!r} in {str(self.folder)!r}")
+        return path

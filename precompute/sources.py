@@ -1,0 +1,56 @@
+"""Which checkpoint source ``--source`` names: `open_source`.
+
+The one module that imports the `precompute.source.CheckpointSource`
+implementations; the run opens its source here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub import constants
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from analysis.errors import CheckpointNotFoundError
+from precompute.fetch import Meter
+from precompute.hub import HubSource
+from precompute.hubcache import HubCacheSource
+from precompute.local import LocalSource
+from precompute.settings import FetchSettings
+from precompute.source import CheckpointSource
+
+
+def open_source(
+    spec: str | Path,
+    *,
+    scratch: Path,
+    fetch: FetchSettings,
+    meter: Meter,
+    token: str | bool | None = None,
+) -> CheckpointSource:
+    """A local folder if ``spec`` is a directory; else a Hub model repo id, read from the
+    local Hub cache when ``HF_HUB_OFFLINE`` is set and from the Hub otherwise.
+
+    Args:
+        spec: ``--source``.
+        scratch: a folder for temporary downloads (``pytorch_model.bin`` files).
+        fetch: Hub fetch settings.
+        meter: counts bytes fetched and scratch disk in use.
+        token: Hub token (None: the logged-in user's, if any).
+
+    Raises:
+        CheckpointNotFoundError: neither an existing directory nor a valid repo id, or
+            (offline) a repo the Hub cache does not hold.
+    """
+    path = Path(spec)
+    if path.is_dir():
+        return LocalSource(path)
+    try:
+        validate_repo_id(str(spec))
+    except HFValidationError:
+        raise CheckpointNotFoundError(
+            f"--source {str(spec)!r} is not a directory, nor a Hub model id like EleutherAI/pythia-70m"
+        ) from None
+    if constants.is_offline_mode():
+        return HubCacheSource(str(spec))
+    return HubSource(str(spec), scratch=scratch, fetch=fetch, meter=meter, token=token)
