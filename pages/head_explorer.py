@@ -3,19 +3,11 @@
 import numpy as np
 import streamlit as st
 
-from analysis.crossings import GAP_THRESHOLD
+from analysis.crossings import GAP_THRESHOLD, level_crossings
+from analysis.density import density_curves, density_extent, density_grid
 from analysis.errors import StoreError
 from dashboard import controls, loader
-from dashboard.data import (
-    approach_table,
-    default_steps,
-    density_curves,
-    density_extent,
-    density_grid,
-    fixed_range,
-    level_crossings,
-    null_spectra,
-)
+from dashboard.data import approach_table, default_steps, fixed_range, null_spectra
 from dashboard.figures import head as figs
 from dashboard.stats import STATS
 from dashboard.style import step_colours
