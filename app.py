@@ -15,7 +15,8 @@ from dashboard import controls
 from dashboard.card import loss_series, model_card_lines
 from dashboard.data import checkpoint_tokens
 from dashboard.figures.card import loss_curve
-from dashboard.loader import find_stores, hub_stores, store_names, try_load_store
+from dashboard.loader import runs as find_runs, try_load_store
+from dashboard.settings import read_settings
 
 st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
 
@@ -33,7 +34,8 @@ PAGES = [
     st.Page("pages/rmt_lab.py", title="Random-matrix lab", icon=":material/casino:", url_path="lab"),
 ]
 
-controls.begin_run()
+settings = read_settings()  # the environment, read once per run
+controls.begin_run(settings)
 page = st.navigation(PAGES)
 requested = controls.requested_page(PAGES, page)
 if requested is not None:  # a Space link names its page as ?page=... on the root URL
@@ -41,13 +43,13 @@ if requested is not None:  # a Space link names its page as ?page=... on the roo
 notice_slot = st.container()
 
 # --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
-hub = hub_stores()
-if hub is not None and hub.error:
+offered = find_runs(settings)
+if offered.hub_error:
     with notice_slot:
-        st.error(f"**Statistics store from the Hub unavailable.** {hub.error}", icon=":material/cloud_off:")
+        st.error(f"**Statistics store from the Hub unavailable.** {offered.hub_error}", icon=":material/cloud_off:")
 
 # --- sidebar: run picker ---
-runs = store_names([*(hub.stores if hub else []), *find_stores()])
+runs = offered.paths
 store = None
 run = None
 with st.sidebar:
@@ -95,7 +97,7 @@ with st.sidebar:
     history_slot = st.empty()  # the browser-history guard: one history entry per view (dashboard.history)
     controls.guard_history(history_slot)
 
-controls.set_frame(controls.Frame(store=store, run=run, unit=unit, scale=scale))
+controls.set_frame(controls.Frame(store=store, run=run, unit=unit, scale=scale, runs=runs))
 page.run()
 
 # --- sidebar: link to this view ---

@@ -28,10 +28,10 @@ value silently (the issue asks for a visible notice) and stores a select box's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import os
+from pathlib import Path
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -39,11 +39,10 @@ import streamlit as st
 from analysis.store import Store
 from dashboard.data import Scale, StepAxis, Unit, step_axis
 from dashboard.history import guard_script
+from dashboard.settings import Settings
 from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
 from dashboard.stats import LAMBDA, STATS
 from dashboard.urlstate import encode, parse_many, parse_one, query_string
-
-SPACE_ENV = "SPACE_ID"  # OWNER/NAME, set by Hugging Face on a Space
 
 _PARAMS = "_hw_params"  # this run's view state: name -> list of URL strings, in widget order
 _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of URL strings
@@ -51,6 +50,7 @@ _NOTICES = "_hw_notices"  # notices raised during this run
 _FRAME = "_hw_frame"  # the Frame app.py chose for this run
 _LAST = "_hw_last"  # last value of every parameter; plain session state, so it survives page switches
 _NEXT = "_hw_next"  # values `switch_page` hands to the next page's widgets, used once
+_SETTINGS = "_hw_settings"  # this run's Settings
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
@@ -64,20 +64,23 @@ class Frame:
         store: the opened store, or None when none is available.
         run: its ``run`` name (URL value).
         unit: ``step`` or ``tokens``; scale: ``linear`` or ``log``.
+        runs: every run the sidebar offers, name -> store folder (`dashboard.loader.runs`).
     """
 
     store: Store | None
     run: str | None
     unit: Unit = "step"
     scale: Scale = "linear"
+    runs: dict[str, Path] = field(default_factory=dict)
 
     def axis(self) -> StepAxis:
         assert self.store is not None
         return step_axis(self.store, unit=self.unit, scale=self.scale)
 
 
-def begin_run() -> None:
+def begin_run(settings: Settings) -> None:
     """Start collecting this run's view state and notices (app.py calls this first)."""
+    st.session_state[_SETTINGS] = settings
     st.session_state[_PARAMS] = {}
     st.session_state[_NOTICES] = []
 
@@ -261,7 +264,7 @@ def current_params() -> dict[str, list[str]]:
 
 
 def _space_id() -> str | None:
-    return (os.environ.get(SPACE_ENV) or "").strip() or None
+    return st.session_state[_SETTINGS].space_id
 
 
 def requested_page(pages: Sequence[Any], current: Any) -> tuple[Any, dict[str, list[str]]] | None:

@@ -6,7 +6,6 @@ from analysis.errors import StoreError
 from analysis.store import read_meta
 from dashboard import controls
 from dashboard.card import model_card_lines
-from dashboard.loader import find_stores, store_names
 
 VIEWS = [
     ("pages/head_explorer.py", "Head explorer", ":material/center_focus_strong:",
@@ -31,7 +30,8 @@ def main() -> None:
     )
     st.caption("Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
                "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it.")
-    run = controls.frame().run
+    frame = controls.frame()
+    run = frame.run
 
     # --- panel: the views ---
     st.subheader("Views")
@@ -42,12 +42,11 @@ def main() -> None:
 
     # --- panel: the runs ---
     st.subheader("Runs")
-    stores = store_names(find_stores())
-    if not stores:
+    if not frame.runs:
         st.info("No stores found under data/. Make one with `python -m precompute --source DIR --out data/NAME`, "
                 "or set HEADWATCH_STORE to a store directory.")
         return
-    for name, path in stores.items():
+    for name, path in frame.runs.items():
         with st.container(border=True):
             st.markdown(f"**{name}** · `{path}`")
             try:  # meta.json only: describing a run must not read its whole table
