@@ -4,7 +4,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store import read_meta
-from dashboard import controls
+from dashboard import widgets
 from dashboard.card import model_card_lines
 
 VIEWS = [
@@ -30,7 +30,7 @@ def main() -> None:
     )
     st.caption("Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
                "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it.")
-    frame = controls.frame()
+    frame = widgets.frame()
     run = frame.run
 
     # --- panel: the views ---
