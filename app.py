@@ -18,23 +18,13 @@ from dashboard.card import loss_series, model_card_lines
 from dashboard.data import checkpoint_tokens
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
+from dashboard.navigation import PAGES as PAGE_SPECS
 from dashboard.settings import read_settings
 
 st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
 
-# Each url_path differs from its file's name on purpose: under plain `streamlit run app.py` Streamlit
-# also indexes files in pages/ by name for the first run after a server start, and a URL that equals
-# a file name could run that file without this frame (no sidebar). `python -m dashboard.serve` turns
-# that legacy mode off before the server starts (see dashboard/serve.py).
-PAGES = [
-    st.Page("pages/index.py", title="Overview", icon=":material/home:", url_path="overview", default=True),
-    st.Page("pages/head_explorer.py", title="Head explorer", icon=":material/center_focus_strong:", url_path="head"),
-    st.Page("pages/layer_view.py", title="Layer view", icon=":material/stacked_line_chart:", url_path="layers"),
-    st.Page("pages/architecture_heatmaps.py", title="Architecture heatmaps", icon=":material/grid_on:", url_path="architecture"),
-    st.Page("pages/animated_heatmap.py", title="Animation", icon=":material/play_circle:", url_path="animation"),
-    st.Page("pages/trajectory_map.py", title="Trajectory map", icon=":material/scatter_plot:", url_path="trajectories"),
-    st.Page("pages/rmt_lab.py", title="Random-matrix lab", icon=":material/casino:", url_path="lab"),
-]
+# The one page list (dashboard.navigation, which says why each url_path differs from its file's name).
+PAGES = [st.Page(p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGE_SPECS]
 
 settings = read_settings()  # the environment, read once per run
 with widgets.view_state(settings) as view:
