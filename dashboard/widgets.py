@@ -116,7 +116,7 @@ class View:
         slot.html(sharing.history_guard(), unsafe_allow_javascript=True)
         return slot
 
-    def publish(self) -> None:
+    def _publish(self) -> None:
         """Write the view state into the URL and show what goes with it (`view_state` calls this on exit)."""
         if self.page is None:
             raise RuntimeError("the view was never told its page: call view.open(page, pages) after st.navigation")
@@ -149,7 +149,7 @@ def view_state(settings: Settings) -> Iterator[View]:
     st.session_state[_VIEW] = view
     try:
         yield view
-        view.publish()
+        view._publish()
     finally:
         st.session_state.pop(_VIEW, None)
 
