@@ -1,111 +1,98 @@
 """Dashboard frame: navigation over the pages, the shared sidebar (run picker, model card, time axis), the URL.
 
 Run with ``python -m dashboard.serve`` (``streamlit run app.py`` plus one setting, see
-`dashboard.serve`). Each page reads the run chosen here through
-`dashboard.controls.frame`; after the page has run, its view state is written
-to the query string, so the address bar (and the sidebar's link) reproduces it.
-With $STORE_REPO set, the run picker also offers the stores of that Hugging Face
-dataset repo; on a Space ($SPACE_ID), links name the Space page (`dashboard.space`).
+`dashboard.serve`). The environment is read once per run (`dashboard.settings`). The
+whole run happens inside one view (`dashboard.widgets.view_state`): each page reads
+the run chosen here through ``widgets.frame()`` and makes its widgets there; leaving
+the block publishes the view, so its state is written to the query string and the
+address bar (and the sidebar's link) reproduces it. With $STORE_REPO set, the run
+picker also offers the stores of that Hugging Face dataset repo; on a Space
+($SPACE_ID), links name the Space page (`dashboard.sharing`).
 """
 
 import streamlit as st
 
 from analysis.errors import StoreError
-from dashboard import controls
+from dashboard import loader, widgets
 from dashboard.card import loss_series, model_card_lines
 from dashboard.figures.card import loss_curve
-from dashboard.loader import find_stores, hub_stores, store_names, try_load_store
+from dashboard.frame import Frame
+from dashboard.navigation import PAGES as PAGE_SPECS
+from dashboard.settings import read_settings
 
 st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
 
-# Each url_path differs from its file's name on purpose: under plain `streamlit run app.py` Streamlit
-# also indexes files in pages/ by name for the first run after a server start, and a URL that equals
-# a file name could run that file without this frame (no sidebar). `python -m dashboard.serve` turns
-# that legacy mode off before the server starts (see dashboard/serve.py).
-PAGES = [
-    st.Page("pages/index.py", title="Overview", icon=":material/home:", url_path="overview", default=True),
-    st.Page("pages/head_explorer.py", title="Head explorer", icon=":material/center_focus_strong:", url_path="head"),
-    st.Page("pages/layer_view.py", title="Layer view", icon=":material/stacked_line_chart:", url_path="layers"),
-    st.Page("pages/architecture_heatmaps.py", title="Architecture heatmaps", icon=":material/grid_on:", url_path="architecture"),
-    st.Page("pages/animated_heatmap.py", title="Animation", icon=":material/play_circle:", url_path="animation"),
-    st.Page("pages/trajectory_map.py", title="Trajectory map", icon=":material/scatter_plot:", url_path="trajectories"),
-    st.Page("pages/rmt_lab.py", title="Random-matrix lab", icon=":material/casino:", url_path="lab"),
-]
+# The one page list (dashboard.navigation, which says why each url_path differs from its file's name).
+PAGES = [st.Page(p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGE_SPECS]
 
-controls.begin_run()
-page = st.navigation(PAGES)
-requested = controls.requested_page(PAGES, page)
-if requested is not None:  # a Space link names its page as ?page=... on the root URL
-    st.switch_page(requested[0], query_params=requested[1])
-notice_slot = st.container()
+settings = read_settings()  # the environment, read once per run
+with widgets.view_state(settings) as view:
+    page = st.navigation(PAGES)
+    view.open(page, PAGES)  # a Space link names its page as ?page=... on the root URL
+    notice_slot = view.notices_in(st.container())
 
-# --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
-hub = hub_stores()
-if hub is not None and hub.error:
-    with notice_slot:
-        st.error(f"**Statistics store from the Hub unavailable.** {hub.error}", icon=":material/cloud_off:")
+    # --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
+    offered = loader.runs(settings)
+    if offered.hub_error:
+        with notice_slot:
+            st.error(f"**Statistics store from the Hub unavailable.** {offered.hub_error}", icon=":material/cloud_off:")
 
-# --- sidebar: run picker ---
-runs = store_names([*(hub.stores if hub else []), *find_stores()])
-store = None
-run = None
-with st.sidebar:
-    if runs:
-        run = controls.select(
-            "run", "Run", list(runs), next(iter(runs)), where=st.sidebar,
-            help="Statistics stores from $STORE_REPO on the Hub, under data/ and $HEADWATCH_STORE",
-        )
-        opened = try_load_store(runs[run])
-        if isinstance(opened, StoreError):
-            st.error(str(opened))
+    # --- sidebar: run picker ---
+    runs = offered.paths
+    store = None
+    run = None
+    with st.sidebar:
+        if runs:
+            run = widgets.select(
+                "run", "Run", list(runs), next(iter(runs)), where=st.sidebar,
+                help="Statistics stores from $STORE_REPO on the Hub, under data/ and $HEADWATCH_STORE",
+            )
+            opened = loader.try_load_store(runs[run])
+            if isinstance(opened, StoreError):
+                st.error(str(opened))
+            else:
+                store = opened
         else:
-            store = opened
-    else:
-        st.info("No statistics stores found under data/. Make one with `python -m precompute`, "
-                "or point HEADWATCH_STORE at one.")
+            st.info("No statistics stores found under data/. Make one with `python -m precompute`, "
+                    "or point HEADWATCH_STORE at one.")
 
-    # --- sidebar: model card ---
-    if store is not None:
-        with st.container(border=True):
-            for line in model_card_lines(store.meta):
-                st.markdown(line)
-            if store.meta.mixed:  # partial duplicates: shown as training states only when asked
-                mixed = controls.toggle(
-                    "mixed", "Show checkpoints with mixed weights", False, where=st.sidebar,
-                    help="Checkpoints with a weight file identical to a later checkpoint's (two revisions' "
-                         "weights mixed) are left out of every plot; this plots them as training states.",
-                )
-                store = store.view(include_mixed=mixed)
-            loss = loss_series(store)
-            if loss is not None:
-                st.plotly_chart(loss_curve(*loss), key="loss_curve", config={"displayModeBar": False})
-                st.caption("Loss over training as recorded by the run (nats per token).")
+        # --- sidebar: model card ---
+        if store is not None:
+            with st.container(border=True):
+                for line in model_card_lines(store.meta):
+                    st.markdown(line)
+                if store.meta.mixed:  # partial duplicates: shown as training states only when asked
+                    mixed = widgets.toggle(
+                        "mixed", "Show checkpoints with mixed weights", False, where=st.sidebar,
+                        help="Checkpoints with a weight file identical to a later checkpoint's (two revisions' "
+                             "weights mixed) are left out of every plot; this plots them as training states.",
+                    )
+                    store = store.view(include_mixed=mixed)
+                loss = loss_series(store)
+                if loss is not None:
+                    st.plotly_chart(loss_curve(*loss), key="loss_curve", config={"displayModeBar": False})
+                    st.caption("Loss over training as recorded by the run (nats per token).")
 
-    # --- sidebar: training-time axis ---
-    unit, scale = "step", "linear"
-    if store is not None:
-        has_tokens = store.meta.tokens_at(store.steps) is not None
-        unit = controls.select(
-            "xunit", "Time axis", ["step", "tokens"] if has_tokens else ["step"], "step", kind="radio",
-            fmt={"step": "steps", "tokens": "tokens seen"}.get, where=st.sidebar,
+        # --- sidebar: training-time axis ---
+        unit, scale = "step", "linear"
+        if store is not None:
+            has_tokens = store.meta.tokens_at(store.steps) is not None
+            unit = widgets.select(
+                "xunit", "Time axis", ["step", "tokens"] if has_tokens else ["step"], "step", kind="radio",
+                fmt={"step": "steps", "tokens": "tokens seen"}.get, where=st.sidebar,
+            )
+            scale = widgets.select(
+                "xscale", "Time scale", ["linear", "log"], "linear", kind="radio", where=st.sidebar,
+                help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
+            )
+
+        # --- sidebar: link to this view (drawn when the view is published) ---
+        view.link_in(st.container())
+        st.caption(
+            "W_QK = W_Qᵀ W_K per head, from the raw checkpoint weights: no 1/√d_head factor, "
+            "rotary position encoding ignored, no biases."
         )
-        scale = controls.select(
-            "xscale", "Time scale", ["linear", "log"], "linear", kind="radio", where=st.sidebar,
-            help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
-        )
-    link_slot = st.container()
-    st.caption(
-        "W_QK = W_Qᵀ W_K per head, from the raw checkpoint weights: no 1/√d_head factor, "
-        "rotary position encoding ignored, no biases."
-    )
-    history_slot = st.empty()  # the browser-history guard: one history entry per view (dashboard.history)
-    controls.guard_history(history_slot)
+        view.history_in(st.empty())  # the browser-history guard: one history entry per view (dashboard.history)
 
-controls.set_frame(controls.Frame(store=store, run=run, unit=unit, scale=scale))
-page.run()
-
-# --- sidebar: link to this view ---
-with link_slot:
-    st.markdown("**Link to this view**")
-    st.code(controls.share_link(page.url_path), language=None, wrap_lines=True)
-controls.publish(notice_slot, page.url_path, history_slot)
+    view.set_frame(Frame(store=store, run=run, unit=unit, scale=scale, runs=runs))
+    page.run()

@@ -154,3 +154,46 @@ def close_approaches(gap: np.ndarray, gap_threshold: float = GAP_THRESHOLD) -> l
     edges = np.diff(np.concatenate([[0], (np.asarray(gap) < gap_threshold).astype(np.int8), [0]]))
     runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist())
     return [(a, b, a + int(np.argmin(gap[a : b + 1]))) for a, b in runs if a > 0 and b < len(gap) - 1]
+
+
+# --------------------------------------------------------------------------- one head's leading levels
+
+CROSSING_LEVELS = 4  # lambda_0 .. lambda_3
+
+
+@dataclass(frozen=True)
+class Crossings:
+    """One head's leading levels over training with what their singular vectors did.
+
+    Attributes:
+        kept: ``(S - 1, m)`` O_ii between consecutive checkpoints, how much level i kept its
+            direction from one to the next (1: the same u and v; NaN: no overlaps for that pair).
+        swapped: ``(S - 1, m - 1)`` O_(i,i+1) O_(i+1,i), the evidence that levels i and i+1 swapped.
+        approaches: close approaches of adjacent levels, classified by `classify_approaches`.
+    """
+
+    kept: np.ndarray
+    swapped: np.ndarray
+    approaches: list[Approach]
+
+
+def level_crossings(lam: np.ndarray, overlaps: tuple[np.ndarray, np.ndarray], *, gap_threshold: float) -> Crossings:
+    """Classify one head's close approaches of lambda_0 .. lambda_3 (m = min(4, d_head, K) levels).
+
+    The stored factors multiply to O = o_u * o_v (`vector_overlaps`, `overlap_matrix`).
+
+    Args:
+        lam: ``(S, d_head)`` lambda_k per step, descending.
+        overlaps: ``(o_u, o_v)`` as the store gives them (`analysis.store.Store.overlaps`), each ``(S - 1, K, K)``.
+        gap_threshold: relative singular-value gap below which two levels count as close.
+
+    Returns:
+        The levels' kept and swapped overlaps and their classified approaches.
+    """
+    o_u, o_v = overlaps
+    o = o_u * o_v  # (S - 1, K, K)
+    m = min(CROSSING_LEVELS, lam.shape[1], o.shape[-1])
+    kept = np.diagonal(o, axis1=1, axis2=2)[:, :m]  # (S - 1, m)
+    swapped = np.stack([o[:, i, i + 1] * o[:, i + 1, i] for i in range(m - 1)], axis=1) if m > 1 else np.zeros((len(o), 0))
+    approaches = classify_approaches(lam, o, levels=m - 1, gap_threshold=gap_threshold) if m > 1 else []
+    return Crossings(kept=kept, swapped=swapped, approaches=approaches)

@@ -1,1 +1,1 @@
-"""The dashboard's shared pieces: the cached store loader and the figure builders."""
+"""The dashboard's shared pieces: settings, the page list, the cached loader, the URL-bound widgets, the figure builders."""

@@ -1,8 +1,10 @@
-"""Derived slices for the views: step axes, statistic arrays, densities, fixed ranges.
+"""Display-side slices for the views: step axes, statistic arrays, fixed ranges, the approach table.
 
 Pure numpy on an opened `analysis.store.Store` (no streamlit); `dashboard.loader`
 caches what is worth caching. Everything is vectorised over steps, layers and
-heads: a rerun slices arrays, it never loops over table rows.
+heads: a rerun slices arrays, it never loops over table rows. The math the views
+show lives in `analysis/` (p(w): `analysis.density`; level crossings:
+`analysis.crossings`); this module only places and formats it.
 """
 
 from __future__ import annotations
@@ -13,15 +15,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analysis.crossings import Approach, classify_approaches
-from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
+from analysis.crossings import Approach
 from analysis.store import Store
 from dashboard.stats import LAMBDA
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log"]
-
-BIN_WIDTH = (HIST_Z_HI - HIST_Z_LO) / HIST_Z_BINS
 
 
 # --------------------------------------------------------------------------- step axes
@@ -168,71 +167,6 @@ def log10_or_nan(values: np.ndarray) -> np.ndarray:
     return out
 
 
-# --------------------------------------------------------------------------- densities
-
-
-def density_extent(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple[float, float]:
-    """Raw-unit interval [w_lo, w_hi] covering every occupied interior bin at every step.
-
-    Args:
-        hist: ``(S, 202)`` hist_z probabilities of one head (underflow first, overflow last).
-        mu, sigma: ``(S,)`` mean and standard deviation of its entries.
-    """
-    interior = hist[:, 1:-1] > 0  # (S, 200)
-    any_bin = interior.any(axis=1)
-    if not any_bin.any():
-        return (-1.0, 1.0)
-    first = np.argmax(interior, axis=1)
-    last = HIST_Z_BINS - 1 - np.argmax(interior[:, ::-1], axis=1)
-    lo = mu + sigma * HIST_Z_EDGES[first]
-    hi = mu + sigma * HIST_Z_EDGES[last + 1]
-    ok = any_bin & np.isfinite(lo) & np.isfinite(hi) & (sigma > 0)
-    if not ok.any():
-        return (-1.0, 1.0)
-    return float(lo[ok].min()), float(hi[ok].max())
-
-
-def density_grid(
-    hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray, w: np.ndarray
-) -> np.ndarray:
-    """Raw-unit density p(w) = p_z((w - mu) / sigma) / sigma on a common grid, for every step.
-
-    p_z is the piecewise-constant standardized density hist_z / bin width; grid points
-    outside [-10, 10] sigma (the tail bins, whose shape is unknown) get NaN, and so
-    do empty bins (shown as gaps on a log colour scale).
-
-    Args:
-        hist: ``(S, 202)`` hist_z of one head.
-        mu, sigma: ``(S,)``.
-        w: ``(W,)`` grid in raw units.
-
-    Returns:
-        ``(S, W)`` densities in 1 / raw unit.
-    """
-    safe_sigma = np.where(sigma > 0, sigma, np.nan)
-    z = (w[None, :] - mu[:, None]) / safe_sigma[:, None]  # (S, W)
-    idx = np.floor((z - HIST_Z_LO) / BIN_WIDTH)
-    inside = np.isfinite(idx) & (idx >= 0) & (idx < HIST_Z_BINS)
-    idx = np.where(inside, idx, 0).astype(np.int64) + 1  # +1: skip the underflow bin
-    p = np.take_along_axis(hist, idx, axis=1) / BIN_WIDTH / safe_sigma[:, None]
-    p = np.where(inside & (p > 0), p, np.nan)
-    return p
-
-
-def density_curves(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each step's density at its own bin centres: w ``(S, 200)`` and p(w) ``(S, 200)`` (0 -> NaN)."""
-    centres = 0.5 * (HIST_Z_EDGES[1:] + HIST_Z_EDGES[:-1])
-    w = mu[:, None] + sigma[:, None] * centres[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = hist[:, 1:-1] / BIN_WIDTH / sigma[:, None]
-    return w, np.where(p > 0, p, np.nan)
-
-
-def tail_mass(hist: np.ndarray) -> np.ndarray:
-    """Probability beyond |z| >= 10 at each step (the underflow and overflow bins)."""
-    return hist[:, 0] + hist[:, -1]
-
-
 def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
     """Typical spectra of a random head with the same Frobenius norm as each row of ``lam`` ``(n, d_head)``."""
     from analysis.nullmodel import null_ordered_spectrum
@@ -240,42 +174,7 @@ def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
     return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.d_model))
 
 
-# --------------------------------------------------------------------------- level crossings
-
-CROSSING_LEVELS = 4  # lambda_0 .. lambda_3
-
-
-@dataclass(frozen=True)
-class Crossings:
-    """One head's leading levels over training with what their singular vectors did.
-
-    Attributes:
-        kept: ``(S - 1, m)`` O_ii between consecutive checkpoints, how much level i kept its
-            direction from one to the next (1: the same u and v; NaN: no overlaps for that pair).
-        swapped: ``(S - 1, m - 1)`` O_(i,i+1) O_(i+1,i), the evidence that levels i and i+1 swapped.
-        approaches: close approaches of adjacent levels, classified (`analysis.crossings`).
-    """
-
-    kept: np.ndarray
-    swapped: np.ndarray
-    approaches: list[Approach]
-
-
-def level_crossings(lam: np.ndarray, overlaps: tuple[np.ndarray, np.ndarray], *, gap_threshold: float) -> Crossings:
-    """Classify one head's close approaches of lambda_0 .. lambda_3.
-
-    Args:
-        lam: ``(S, d_head)`` lambda_k per step, descending.
-        overlaps: ``(o_u, o_v)`` from `analysis.store.Store.overlaps`, each ``(S - 1, K, K)``.
-        gap_threshold: relative singular-value gap below which two levels count as close.
-    """
-    o_u, o_v = overlaps
-    o = o_u * o_v
-    m = min(CROSSING_LEVELS, lam.shape[1], o.shape[-1])
-    kept = np.diagonal(o, axis1=1, axis2=2)[:, :m]
-    swapped = np.stack([o[:, i, i + 1] * o[:, i + 1, i] for i in range(m - 1)], axis=1) if m > 1 else np.zeros((len(o), 0))
-    approaches = classify_approaches(lam, o, levels=m - 1, gap_threshold=gap_threshold) if m > 1 else []
-    return Crossings(kept=kept, swapped=swapped, approaches=approaches)
+# --------------------------------------------------------------------------- level crossings (display)
 
 
 def approach_table(approaches: list[Approach], steps: np.ndarray) -> pd.DataFrame:

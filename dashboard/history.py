@@ -1,6 +1,6 @@
 """One browser-history entry per view: the script that keeps the app's own URL rewrite from adding a second one.
 
-Pure helper, no streamlit: `dashboard.controls` puts the script on the page with
+Pure helper, no streamlit: `dashboard.widgets` puts the script on the page with
 ``st.html(..., unsafe_allow_javascript=True)`` (it runs in the app's own document).
 
 Why it is needed. Streamlit's frontend adds a history entry in two places:
@@ -12,8 +12,9 @@ Why it is needed. Streamlit's frontend adds a history entry in two places:
   where it replaces the entry instead.
 
 The app writes the complete view state to the query string at the end of every run
-(`dashboard.controls.publish`), so opening a page gave two entries, the bare page
-and the same page with its parameters, and Back had to be pressed twice to leave it.
+(when `dashboard.widgets.view_state` publishes the view), so opening a page gave two
+entries, the bare page and the same page with its parameters, and Back had to be
+pressed twice to leave it.
 Streamlit has no way for a script to ask for a replace, so this script does it in the
 browser: it wraps ``history.pushState`` so that the first query-only push after the
 entry was created (a page switch or the page load) replaces that entry. Later

@@ -1,11 +1,13 @@
 """The one cached entry point from the app to statistics stores.
 
 Stores are found under ``data/`` (or the folder named by ``HEADWATCH_DATA``;
-hidden and staging directories skipped) plus the one named by the
-``HEADWATCH_STORE`` environment variable, which comes first. When ``STORE_REPO``
-names a Hugging Face dataset repo (optionally ``STORE_REVISION``), its stores are
-downloaded once per server process (into the Hub cache) and listed before all of
-them; a failed download is reported, never raised. An opened store
+hidden and staging directories skipped) plus the one named by
+``HEADWATCH_STORE``, which comes first. When ``STORE_REPO`` names a Hugging Face
+dataset repo (optionally ``STORE_REVISION``), its stores are downloaded once per
+server process (into the Hub cache) and listed before all of them; a failed
+download is reported, never raised. `runs` is that whole list, the one the
+sidebar's run picker and the Overview both show. The variables are read by
+`dashboard.settings`; the functions here take its `Settings`. An opened store
 is cached per server process, keyed by its path and the modification time of
 its ``meta.json``: a commit (precompute adding checkpoints, embeddings being
 written) replaces ``meta.json``, so the next rerun opens the new version.
@@ -15,7 +17,6 @@ Derived data that costs more than a slice (trajectory embeddings) is cached with
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,31 +28,25 @@ from analysis.errors import StoreError
 from analysis.store import Store, is_store, open_store, store_version
 from analysis.store.format import NULL_COLUMNS
 from dashboard import data
+from dashboard.settings import Settings
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DATA_ENV = "HEADWATCH_DATA"  # folder of stores (default: the repository's data/)
-STORE_ENV = "HEADWATCH_STORE"  # one more store, listed first
-REPO_ENV = "STORE_REPO"  # a Hugging Face dataset repo (owner/name) holding one or more stores
-REVISION_ENV = "STORE_REVISION"  # its branch, tag or commit (default: the default branch)
 
 
-def find_stores(data_dir: Path | None = None) -> list[Path]:
-    """Store directories: every non-hidden folder of ``data_dir`` with a meta.json, plus $HEADWATCH_STORE (first).
-
-    ``data_dir`` defaults to $HEADWATCH_DATA, else the repository's ``data/``.
-    """
-    data_dir = data_dir or Path(os.environ.get(DATA_ENV) or DATA_DIR)
+def find_stores(settings: Settings) -> list[Path]:
+    """Local store directories: every non-hidden folder of ``settings.data_dir`` with a meta.json,
+    plus ``settings.extra_store`` ($HEADWATCH_STORE), first."""
+    data_dir = settings.data_dir
     found = []
     if data_dir.is_dir():
         found = sorted(
             p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and is_store(p)
         )
-    extra = os.environ.get(STORE_ENV)
-    if extra:
-        extra_path = Path(extra).resolve()
+    extra = settings.extra_store
+    if extra is not None:
+        extra_path = extra.resolve()
         found = [p for p in found if p.resolve() != extra_path]
-        found.insert(0, Path(extra))
+        found.insert(0, extra)
     return found
 
 
@@ -89,16 +84,34 @@ def _download(repo_id: str, revision: str | None) -> HubStores:
     return HubStores(repo_id, revision, stores, None if stores else download_error_message(repo_id, revision, None))
 
 
-def hub_stores() -> HubStores | None:
+def hub_stores(settings: Settings) -> HubStores | None:
     """The stores of the dataset repo named by $STORE_REPO (at $STORE_REVISION), fetched once per server process.
 
     Returns:
         None when $STORE_REPO is unset; otherwise the stores found, or the message saying why there are none.
     """
-    repo_id = (os.environ.get(REPO_ENV) or "").strip()
-    if not repo_id:
+    if settings.store_repo is None:
         return None
-    return _download(repo_id, (os.environ.get(REVISION_ENV) or "").strip() or None)
+    return _download(settings.store_repo, settings.store_revision)
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Every run the app offers, by ``run`` name (its URL value), and what went wrong on the Hub.
+
+    Attributes:
+        paths: run name -> store folder; the $STORE_REPO stores first, then $HEADWATCH_STORE, then ``data/``.
+        hub_error: why $STORE_REPO gave no store (shown above every page); None when it did or is unset.
+    """
+
+    paths: dict[str, Path]
+    hub_error: str | None = None
+
+
+def runs(settings: Settings) -> Runs:
+    """The runs the app can open: the sidebar's run picker offers exactly these and the Overview lists them."""
+    hub = hub_stores(settings)
+    return Runs(store_names([*(hub.stores if hub else []), *find_stores(settings)]), hub.error if hub else None)
 
 
 def _version(path: Path) -> int:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import controls, loader
+from dashboard import loader, widgets
 from dashboard.figures.animation import animation
 from dashboard.stats import STATS
 from dashboard.style import SIGNED_STATS
@@ -11,7 +11,7 @@ from dashboard.style import SIGNED_STATS
 def main() -> None:
     st.title("Animation")
     # --- empty case ---
-    frame = controls.run_frame()
+    frame = widgets.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -19,9 +19,9 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
-    stat, k, log_colour = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                             log=("logc", "log colour"))
-    step = controls.select(
+    stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                            log=("logc", "log colour"))
+    step = widgets.select(
         "step", "Opening step (what a link to this page shows first)", steps, steps[0], kind="select_slider",
         fmt=lambda s: f"{s:,}",
     )

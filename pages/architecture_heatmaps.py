@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import controls, loader
+from dashboard import loader, widgets
 from dashboard.data import fixed_range
 from dashboard.figures import architecture as figs
 from dashboard.stats import STATS
@@ -12,7 +12,7 @@ from dashboard.style import SIGNED_STATS
 def main() -> None:
     st.title("Architecture heatmaps")
     # --- empty case ---
-    frame = controls.run_frame()
+    frame = widgets.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -20,8 +20,8 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
-    stat, k, log_colour = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                             log=("logc", "log colour"))
+    stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                            log=("logc", "log colour"))
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     label = STATS[stat].short(k)
 

@@ -3,19 +3,11 @@
 import numpy as np
 import streamlit as st
 
-from analysis.crossings import GAP_THRESHOLD
+from analysis.crossings import GAP_THRESHOLD, level_crossings
+from analysis.density import density_curves, density_extent, density_grid
 from analysis.errors import StoreError
-from dashboard import controls, loader
-from dashboard.data import (
-    approach_table,
-    default_steps,
-    density_curves,
-    density_extent,
-    density_grid,
-    fixed_range,
-    level_crossings,
-    null_spectra,
-)
+from dashboard import loader, widgets
+from dashboard.data import approach_table, default_steps, fixed_range, null_spectra
 from dashboard.figures import head as figs
 from dashboard.stats import STATS
 from dashboard.style import step_colours
@@ -28,7 +20,7 @@ GAP_PERCENT = [2, 5, 10, 20]  # choices of the close-approach threshold, percent
 def main() -> None:
     st.title("Head explorer")
     # --- empty case ---
-    frame = controls.run_frame()
+    frame = widgets.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -37,9 +29,9 @@ def main() -> None:
 
     # --- widgets ---
     c_layer, c_head, c_steps = st.columns([1, 1, 4])
-    layer = controls.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
-    head = controls.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
-    chosen = controls.multiselect(
+    layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
+    head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
+    chosen = widgets.multiselect(
         "step", "Chosen steps (marked in every panel)", steps, default_steps(store.steps), fmt=lambda s: f"{s:,}",
         where=c_steps, max_selections=MAX_CHOSEN_STEPS,
     )
@@ -73,7 +65,7 @@ def main() -> None:
     # --- panel: P(w) at the chosen steps, sigma(t), D_KL(t) ---
     with right:
         st.subheader("Distribution at the chosen steps")
-        log_p = controls.toggle("logp", "log density axis", True)
+        log_p = widgets.toggle("logp", "log density axis", True)
         w_all, p_all = density_curves(hist, mu, sigma)
         p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
         st.plotly_chart(figs.density_slices(
@@ -93,8 +85,8 @@ def main() -> None:
     # --- panel: lambda_k vs k at the chosen steps, stable rank and entropy over training ---
     with right:
         st.subheader("Spectrum at the chosen steps")
-        show_null = controls.toggle("null", "random-head reference", True,
-                                    help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm")
+        show_null = widgets.toggle("null", "random-head reference", True,
+                                   help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm")
         null_lam = null_spectra(lam[idx], store) if show_null else None
         st.plotly_chart(figs.spectrum_slices(
             lam[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx,
@@ -112,7 +104,7 @@ def main() -> None:
     left, right = st.columns([7, 4])
     with right:
         c_log, c_gap = st.columns(2, vertical_alignment="bottom")
-        log_lam = controls.toggle("loglam", "log λ axis", False, where=c_log)
+        log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
         try:
             overlaps = loader.head_overlaps(store, layer, head)
         except StoreError as exc:
@@ -120,7 +112,7 @@ def main() -> None:
             overlaps = None
         crossings = None
         if overlaps is not None:
-            gap_pct = controls.select(
+            gap_pct = widgets.select(
                 "gap", "Close when the gap of s is below", GAP_PERCENT, round(100 * GAP_THRESHOLD),
                 fmt=lambda g: f"{g}%", where=c_gap,
                 help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
@@ -157,8 +149,8 @@ def main() -> None:
     with st.container():
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
-        stat, k, log_y = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                            log=("logy", "log y axis"))
+        stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                           log=("logy", "log y axis"))
         values = loader.stat_values(store, stat, k=k or 0)
         st.plotly_chart(figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,

@@ -1,25 +1,16 @@
-"""Overview (the app's front page): what headwatch shows, links to every view, every run it can open."""
+"""Overview (the app's front page): what headwatch shows, links to every view, every run it can open.
+
+The views are `dashboard.navigation.VIEWS` (the list the sidebar's navigation is built from); the runs
+are the frame's (`dashboard.loader.runs`, what the sidebar's run picker offers, Hub stores included).
+"""
 
 import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store import read_meta
-from dashboard import controls
+from dashboard import widgets
 from dashboard.card import model_card_lines
-from dashboard.loader import find_stores, store_names
-
-VIEWS = [
-    ("pages/head_explorer.py", "Head explorer", ":material/center_focus_strong:",
-     "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, against its layer"),
-    ("pages/layer_view.py", "Layer view", ":material/stacked_line_chart:",
-     "every head of a layer over training for any statistic, the layer mean red dashed; all layers in a grid"),
-    ("pages/architecture_heatmaps.py", "Architecture heatmaps", ":material/grid_on:",
-     "any statistic (λ_k with a k slider too) for every head at every checkpoint, layer boundaries drawn"),
-    ("pages/animated_heatmap.py", "Animation", ":material/play_circle:",
-     "the layer × head heatmap played through every checkpoint, with layer and head marginals"),
-    ("pages/trajectory_map.py", "Trajectory map", ":material/scatter_plot:",
-     "UMAP of each head's training trajectory: heads that change alike sit together"),
-]
+from dashboard.navigation import VIEWS
 
 
 def main() -> None:
@@ -31,23 +22,23 @@ def main() -> None:
     )
     st.caption("Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
                "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it.")
-    run = controls.frame().run
+    frame = widgets.frame()
+    run = frame.run
 
     # --- panel: the views ---
     st.subheader("Views")
-    for path, title, icon, what in VIEWS:
+    for view in VIEWS:
         c_link, c_what = st.columns([1, 3])
-        c_link.page_link(path, label=title, icon=icon, query_params={"run": run} if run else None)
-        c_what.markdown(what)
+        c_link.page_link(view.file, label=view.title, icon=view.icon, query_params={"run": run} if run else None)
+        c_what.markdown(view.description)
 
     # --- panel: the runs ---
     st.subheader("Runs")
-    stores = store_names(find_stores())
-    if not stores:
+    if not frame.runs:
         st.info("No stores found under data/. Make one with `python -m precompute --source DIR --out data/NAME`, "
                 "or set HEADWATCH_STORE to a store directory.")
         return
-    for name, path in stores.items():
+    for name, path in frame.runs.items():
         with st.container(border=True):
             st.markdown(f"**{name}** · `{path}`")
             try:  # meta.json only: describing a run must not read its whole table

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import controls, loader
+from dashboard import loader, widgets
 from dashboard.data import fixed_range
 from dashboard.figures import layers as figs
 from dashboard.stats import STATS
@@ -11,7 +11,7 @@ from dashboard.stats import STATS
 def main() -> None:
     st.title("Layer view")
     # --- empty case ---
-    frame = controls.run_frame()
+    frame = widgets.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -19,9 +19,9 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
-    stat, k, log_y = controls.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                        log=("logy", "log y axis"))
-    layer = controls.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
+    stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
+                                       log=("logy", "log y axis"))
+    layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import controls, loader
+from dashboard import loader, widgets
 from dashboard.figures import rmt as figs
 
 D_MODELS = [128, 256, 512, 768, 1024]
@@ -18,19 +18,19 @@ def main() -> None:
     )
     # --- widgets ---
     c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 2, 1], vertical_alignment="bottom")
-    d_model = controls.select("dmodel", "d_model", D_MODELS, 512, where=c1)
-    n_heads = controls.select("nheads", "heads (d_head = d_model / heads)", N_HEADS, 8, where=c2)
-    sigma_q = controls.select("sq", "σ of W_Q entries", SIGMAS, 0.02, where=c3)
-    sigma_k = controls.select("sk", "σ of W_K entries", SIGMAS, 0.02, where=c4)
-    full = controls.toggle("full", "full rank", False, where=c5,
-                           help="d_model x d_model factors instead of d_head x d_model (one head)")
+    d_model = widgets.select("dmodel", "d_model", D_MODELS, 512, where=c1)
+    n_heads = widgets.select("nheads", "heads (d_head = d_model / heads)", N_HEADS, 8, where=c2)
+    sigma_q = widgets.select("sq", "σ of W_Q entries", SIGMAS, 0.02, where=c3)
+    sigma_k = widgets.select("sk", "σ of W_K entries", SIGMAS, 0.02, where=c4)
+    full = widgets.toggle("full", "full rank", False, where=c5,
+                          help="d_model x d_model factors instead of d_head x d_model (one head)")
     sample = loader.rmt_sample(d_model, n_heads, sigma_q, sigma_k, not full, 0)
 
     # --- panel: element distribution ---
     left, right = st.columns(2)
     with left:
         st.subheader("Entries of W_QK")
-        log_p = controls.toggle("logp", "log density axis", False)
+        log_p = widgets.toggle("logp", "log density axis", False)
         st.plotly_chart(figs.entries_figure(sample, log_density=log_p), key="rmt_entries")
         st.caption(
             f"Histogram of the {d_model}² entries; red: the Gaussian of the predicted width σ_Q σ_K √r "

@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
-from dashboard import controls, loader
+from dashboard import loader, widgets
 from dashboard.stats import STATS, TRAJECTORY_STATS
 from dashboard.figures.trajectory import picked_head, trajectory_map
 
@@ -21,7 +21,7 @@ def _with(options: list, value) -> list:
 def main() -> None:
     st.title("Trajectory map")
     # --- empty case ---
-    frame = controls.run_frame()
+    frame = widgets.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -35,20 +35,20 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_norm = st.columns([3, 4])
-    stat = controls.select("stat", "Statistic", list(TRAJECTORY_STATS), "kl_gauss", fmt=lambda s: STATS[s].label,
-                           where=c_stat)
-    norm = controls.select("norm", "Trajectory normalisation", list(NORMALISATIONS), "zscore", kind="radio",
-                           fmt=NORM_LABELS.get, where=c_norm, help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()))
+    stat = widgets.select("stat", "Statistic", list(TRAJECTORY_STATS), "kl_gauss", fmt=lambda s: STATS[s].label,
+                          where=c_stat)
+    norm = widgets.select("norm", "Trajectory normalisation", list(NORMALISATIONS), "zscore", kind="radio",
+                          fmt=NORM_LABELS.get, where=c_norm, help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()))
     c_layer, c_head, c_settings = st.columns([1, 1, 4])
-    layer = controls.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
-    head = controls.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
+    layer = widgets.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
+    head = widgets.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
     with c_settings.expander("Embedding settings"):
-        nn = controls.select("nn", "UMAP neighbours", _with(NEIGHBOURS, defaults.n_neighbors), defaults.n_neighbors,
-                             kind="select_slider")
-        md = controls.select("md", "UMAP minimum distance", _with(MIN_DISTS, defaults.min_dist), defaults.min_dist,
-                             kind="select_slider")
-        kk = controls.select("knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k),
-                             defaults.knn_k, kind="select_slider")
+        nn = widgets.select("nn", "UMAP neighbours", _with(NEIGHBOURS, defaults.n_neighbors), defaults.n_neighbors,
+                            kind="select_slider")
+        md = widgets.select("md", "UMAP minimum distance", _with(MIN_DISTS, defaults.min_dist), defaults.min_dist,
+                            kind="select_slider")
+        kk = widgets.select("knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k),
+                            defaults.knn_k, kind="select_slider")
     settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
 
     # --- data: the precomputed map when it matches, else computed here (cached) ---
@@ -100,7 +100,7 @@ def main() -> None:
     # --- picking a head opens it in the head explorer ---
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
-        controls.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]))
+        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]))
 
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from analysis.crossings import Crossings
 from dashboard import style
-from dashboard.data import Crossings, StepAxis, fixed_range, log10_or_nan
+from dashboard.data import StepAxis, fixed_range, log10_or_nan
 from dashboard.figures.common import (
     colour_layer,
     duplicate_shapes,
@@ -211,7 +212,7 @@ def level_crossings(
 
     Args:
         lam: ``(S, >= m)`` lambda_k per step; the first ``m = crossings.kept.shape[1]`` are drawn.
-        crossings: from `dashboard.data.level_crossings`.
+        crossings: from `analysis.crossings.level_crossings`.
         log_y: log lambda axis.
     """
     m = crossings.kept.shape[1]

@@ -9,7 +9,9 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.store import open_store
-from dashboard.data import density_curves, density_extent, density_grid, fixed_range, level_crossings, stat_values, step_axis
+from analysis.crossings import level_crossings
+from analysis.density import density_curves, density_extent, density_grid
+from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import head, layers, trajectory

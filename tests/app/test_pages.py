@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
-from tests.app.conftest import arr, chart, notices, open_page
+from dashboard.navigation import PAGES
+from tests.app.conftest import ROOT, arr, chart, notices, open_page
 
 HEAD = "pages/head_explorer.py"
 LAYERS = "pages/layer_view.py"
@@ -168,6 +169,19 @@ def test_layer_and_head_carry_over_to_another_page(app_env):
     assert at.session_state["layer"] == 2
     at.switch_page(TRAJ).run()
     assert (at.session_state["layer"], at.session_state["head"]) == (2, 1)
+
+
+# --- the Overview -------------------------------------------------------------------------------------------------
+
+
+def test_overview_links_to_every_page_of_the_navigation(app_env):
+    at = open_page(None)
+    links = [(link.proto.page, link.value, link.proto.icon) for link in at.get("page_link")]
+    assert links == [(p.url_path, p.title, p.icon) for p in PAGES if not p.default]  # the random-matrix lab too
+    assert ("lab", "Random-matrix lab") in [(u, t) for u, t, _ in links]
+    assert all(link.proto.query_string == f"run={app_env.name}" for link in at.get("page_link"))
+    assert {p.file for p in PAGES} == {f"pages/{f.name}" for f in (ROOT / "pages").glob("*.py")}  # no page left out
+    assert [p.default for p in PAGES].count(True) == 1
 
 
 # --- the shared sidebar ------------------------------------------------------------------------------------------

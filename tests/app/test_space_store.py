@@ -76,6 +76,21 @@ def test_store_repo_from_the_hub_cache_is_offered_and_renders(offline_hub, tmp_p
     assert len(at.get("plotly_chart")) >= 2
 
 
+def test_overview_lists_the_hub_store_the_sidebar_offers(offline_hub, tmp_path, monkeypatch):
+    hub_cache(offline_hub, "someone/tiny-store", small_store(tmp_path / "made"))
+    data = tmp_path / "data"
+    write_synthetic_store(data / "local-run", n_layers=2, n_heads=2, d_head=8, d_model=16, n_checkpoints=4)
+    monkeypatch.setenv("HEADWATCH_DATA", str(data))
+    monkeypatch.setenv("STORE_REPO", "someone/tiny-store")
+    at = open_page(None)
+    offered = list(at.sidebar.selectbox(key="run").options)
+    assert offered == ["tiny-store", "local-run"]
+    cards = [m.value for m in at.main.markdown if m.value.startswith("**") and " · `" in m.value]
+    assert [c.split("**")[1] for c in cards] == offered  # one card per run, in the sidebar's order
+    assert str(offline_hub) in cards[0]  # the Hub store, from the Hub cache
+    assert not any("No stores" in i.value for i in at.info)
+
+
 def test_store_repo_with_stores_in_sub_folders_offers_each(offline_hub, tmp_path, monkeypatch):
     files = {f"{run}/{name}": p for run in ("run-b", "run-a") for name, p in small_store(tmp_path / run).items()}
     hub_cache(offline_hub, "someone/many-stores", files)

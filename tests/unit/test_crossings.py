@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.crossings import classify_approaches, overlap_matrix
+from analysis.crossings import classify_approaches, level_crossings, overlap_matrix, vector_overlaps
 from analysis.spectrum import top_singular_vectors
 
 D_MODEL, D_HEAD, K = 24, 6, 4
@@ -160,3 +160,25 @@ def test_vectors_of_a_rank_deficient_head_are_zero_where_undefined() -> None:
         np.testing.assert_allclose(u[:, j].numpy() * sign, U[:, j], atol=1e-10)
         np.testing.assert_allclose(v[:, j].numpy() * sign, Vt[j], atol=1e-10)
     assert (u[:, 2:] == 0).all() and (v[:, 2:] == 0).all()
+
+
+def test_level_crossings_of_a_planted_swap_keep_every_level_but_the_two_that_cross() -> None:
+    # directions fixed, levels 0 and 1 exchange order between checkpoints 9 and 10: in sorted order
+    # their vectors swap there (O_01 O_10 = 1, O_00 = O_11 = 0); every other step and level keeps its own
+    e, f = bases()
+    lams, factors_ = [], []
+    for t in np.linspace(0, 1, 20):
+        w = sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.8, 0.5]))
+        s, u, v = top_singular_vectors(*factors(w), K)
+        lams.append(s.numpy() ** 2)
+        factors_.append((u.numpy(), v.numpy()))
+    pairs = [vector_overlaps(*factors_[t], *factors_[t + 1]) for t in range(19)]
+    o_u, o_v = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    crossings = level_crossings(np.stack(lams), (o_u, o_v), gap_threshold=0.1)
+    expected_kept = np.ones((19, 4))
+    expected_kept[9, :2] = 0.0
+    np.testing.assert_allclose(crossings.kept, expected_kept, atol=1e-8)
+    expected_swapped = np.zeros((19, 3))
+    expected_swapped[9, 0] = 1.0
+    np.testing.assert_allclose(crossings.swapped, expected_swapped, atol=1e-8)
+    assert [(a.level, a.kind) for a in crossings.approaches] == [(0, "crossing")]

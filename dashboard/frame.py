@@ -1,0 +1,45 @@
+"""The frame of one app run: what the shared sidebar chose (store, run, time axis) and offered (every run).
+
+app.py builds one `Frame` per run and hands it to the view (`dashboard.widgets`), where
+every page reads it with ``widgets.frame()`` or ``widgets.run_frame()``. Pure: no
+streamlit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.store import Store
+from dashboard.data import Scale, StepAxis, Unit, step_axis
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the shared sidebar chose for this run: the store and the training-time axis.
+
+    Attributes:
+        store: the opened store, or None when none is available.
+        run: its ``run`` name (URL value).
+        unit: ``step`` or ``tokens``; scale: ``linear`` or ``log``.
+        runs: every run the sidebar offers, name -> store folder (`dashboard.loader.runs`).
+    """
+
+    store: Store | None
+    run: str | None
+    unit: Unit = "step"
+    scale: Scale = "linear"
+    runs: dict[str, Path] = field(default_factory=dict)
+
+    def axis(self) -> StepAxis:
+        """The training-time axis of the chosen store (`dashboard.data.step_axis`)."""
+        assert self.store is not None
+        return step_axis(self.store, unit=self.unit, scale=self.scale)
+
+    def empty_reason(self) -> str | None:
+        """Why a page that shows statistics has nothing to show, or None when the store has checkpoints."""
+        if self.store is None:
+            return "No run to show: pick or create a statistics store (see the sidebar)."
+        if len(self.store.steps) == 0:
+            return "This run has no checkpoints with statistics yet."
+        return None

@@ -1,0 +1,56 @@
+"""The dashboard's pages, listed once: app.py turns them into ``st.Page`` objects, the Overview links to them.
+
+Pure, no streamlit. Adding a view is one `PageSpec` here (and its file in ``pages/``):
+the sidebar's navigation and the Overview's list of views both follow.
+
+Each url_path differs from its file's name on purpose: under plain ``streamlit run app.py``
+Streamlit also indexes files in ``pages/`` by name for the first run after a server start,
+and a URL that equals a file name could run that file without app.py's frame (no sidebar).
+``python -m dashboard.serve`` turns that legacy mode off before the server starts (see
+`dashboard.serve`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """One page of the dashboard.
+
+    Attributes:
+        file: its script, relative to the repository root (``pages/head_explorer.py``).
+        title: navigation label and link text.
+        icon: Material icon (``:material/home:``).
+        url_path: its URL (``/head``); the default page is served at ``/`` whatever this says.
+        description: one line for the Overview: what the view shows.
+        default: the page at ``/`` (the Overview).
+    """
+
+    file: str
+    title: str
+    icon: str
+    url_path: str
+    description: str
+    default: bool = False
+
+
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec("pages/index.py", "Overview", ":material/home:", "overview",
+             "what headwatch measures, a link to every view, a card per run", default=True),
+    PageSpec("pages/head_explorer.py", "Head explorer", ":material/center_focus_strong:", "head",
+             "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, "
+             "against its layer"),
+    PageSpec("pages/layer_view.py", "Layer view", ":material/stacked_line_chart:", "layers",
+             "every head of a layer over training for any statistic, the layer mean red dashed; all layers in a grid"),
+    PageSpec("pages/architecture_heatmaps.py", "Architecture heatmaps", ":material/grid_on:", "architecture",
+             "any statistic (λ_k with a k slider too) for every head at every checkpoint, layer boundaries drawn"),
+    PageSpec("pages/animated_heatmap.py", "Animation", ":material/play_circle:", "animation",
+             "the layer × head heatmap played through every checkpoint, with layer and head marginals"),
+    PageSpec("pages/trajectory_map.py", "Trajectory map", ":material/scatter_plot:", "trajectories",
+             "UMAP of each head's training trajectory: heads that change alike sit together"),
+    PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
+             "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
+)
+VIEWS: tuple[PageSpec, ...] = tuple(p for p in PAGES if not p.default)  # what the Overview links to
