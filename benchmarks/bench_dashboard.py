@@ -50,18 +50,19 @@ HEAD, LAYERS, ARCH, ANIM, TRAJ = (
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
     sys.path.insert(0, str(ROOT))
+    from analysis.store.format import EMBEDDINGS, OVERLAPS
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
     from precompute.embeddings import add_embeddings
 
     path = RESULTS / "stores" / f"pythia-{size}-synthetic"
-    if not (path / "embeddings.parquet").is_file():
+    if not (path / EMBEDDINGS.file).is_file():
         t = time.perf_counter()
         write_synthetic_store(path, **SIZES[size], n_checkpoints=154, model_id=f"synthetic/pythia-{size}")
         print(f"[{size}] wrote store in {time.perf_counter() - t:.1f} s", flush=True)
         t = time.perf_counter()
         add_embeddings(path)
         print(f"[{size}] embeddings (UMAP, 4 statistics) in {time.perf_counter() - t:.1f} s", flush=True)
-    if not (path / "overlaps.parquet").is_file():  # stores cached before overlaps existed
+    if not (path / OVERLAPS.file).is_file():  # stores cached before overlaps existed
         add_synthetic_overlaps(path)
     return path
 
