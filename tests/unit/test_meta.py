@@ -92,3 +92,28 @@ def test_malformed_checkpoint_records_are_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(raw))
     with pytest.raises(StoreError, match="malformed"):
         read_meta(tmp_path / "s")
+
+
+def test_upgrade_command_rewrites_a_version_1_store_and_keeps_its_values(tmp_path: Path) -> None:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from analysis.store.format import HEADS, NULL_COLUMNS
+    from precompute.upgrade import main, upgrade_store
+
+    write_store(tmp_path / "s", [0, 1], files={0: {"f": "a"}, 1: {"f": "b"}})
+    heads = pq.read_table(tmp_path / "s" / "heads.parquet")
+    expected_std = open_store(tmp_path / "s").array("std").copy()
+    pq.write_table(heads.drop_columns(list(NULL_COLUMNS)), tmp_path / "s" / "heads.parquet")
+    raw = json.loads((tmp_path / "s" / "meta.json").read_text())
+    raw["schema_version"] = 1
+    (tmp_path / "s" / "meta.json").write_text(json.dumps(raw))
+    assert main([str(tmp_path / "s")]) == 0
+    assert json.loads((tmp_path / "s" / "meta.json").read_text())["schema_version"] == SCHEMA_VERSION
+    assert pq.read_schema(tmp_path / "s" / "heads.parquet").equals(HEADS.schema)
+    np.testing.assert_array_equal(open_store(tmp_path / "s").array("std"), expected_std)
+    assert upgrade_store(tmp_path / "s") is False  # nothing left to do
+    newer = json.loads((tmp_path / "s" / "meta.json").read_text()) | {"schema_version": SCHEMA_VERSION + 1}
+    (tmp_path / "s" / "meta.json").write_text(json.dumps(newer))
+    assert main([str(tmp_path / "s")]) == 1  # refused with a message, untouched
+    assert json.loads((tmp_path / "s" / "meta.json").read_text())["schema_version"] == SCHEMA_VERSION + 1
