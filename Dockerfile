@@ -20,4 +20,5 @@ COPY --chown=user data ./data
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/_stcore/health', timeout=4)"]
-CMD ["python", "-m", "dashboard.serve", "--server.port=7860", "--server.address=0.0.0.0", "--server.headless=true", "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+# dashboard.serve turns Streamlit's file watcher off (see dashboard/serve.py)
+CMD ["python", "-m", "dashboard.serve", "--server.port=7860", "--server.address=0.0.0.0", "--server.headless=true", "--browser.gatherUsageStats=false"]

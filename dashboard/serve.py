@@ -1,10 +1,35 @@
-"""Serve the dashboard: ``python -m dashboard.serve [options of streamlit run]``.
+"""Serve the dashboard: ``python -m dashboard.serve [--dev] [options of streamlit run]``.
 
-The same as ``streamlit run app.py [options]``, except that Streamlit is told, before
-the server starts, that the app declares its pages with ``st.navigation`` and does not
-use the legacy ``pages/`` directory.
+The same as ``streamlit run app.py [options]``, except for two things:
 
-Why this is needed. Streamlit keeps one process-wide flag,
+- Streamlit's file watcher is off (``--server.fileWatcherType none``) unless the
+  caller chooses a watcher, with that option or its environment variable
+  ``STREAMLIT_SERVER_FILE_WATCHER_TYPE``; ``--dev`` chooses ``poll`` (see below);
+- Streamlit is told, before the server starts, that the app declares its pages with
+  ``st.navigation`` and does not use the legacy ``pages/`` directory.
+
+Every way of serving goes through here (``scripts/dashboard.sh``, the Dockerfile's
+CMD, the browser tests), so both hold for all of them.
+
+Why the watcher is off. Streamlit's default watcher ("auto": watchdog's inotify
+observer) puts a recursive watch on the folder of every watched source file, the
+repository root included, so it adds an inotify watch on every directory of the tree,
+a ``.venv/`` too (``server.folderWatchBlacklist`` filters which modules are watched,
+not which directories are walked). Its mask includes IN_OPEN and IN_CLOSE_NOWRITE,
+so walking the tree queues two events per directory: past 8,192 directories the
+kernel's queue (``fs.inotify.max_queued_events``, 16,384) overflows, watchdog drops
+its watches and walks the tree again to re-add them, which overflows the queue again.
+One core stays busy for as long as a browser tab is open (``.venv/dev`` from
+``scripts/test.sh`` holds ~69,000 files; 9,000 empty directories are enough). A
+served dashboard has nothing to reload, so it watches nothing.
+
+Development. ``--dev`` (``bash scripts/dashboard.sh --dev``) serves with
+``--server.fileWatcherType poll``: the app's own source files are polled for changes
+every 0.2 s, so an edited page offers "Rerun" (or reruns, with
+``--server.runOnSave true``), without walking the tree. An explicit
+``--server.fileWatcherType auto`` gets Streamlit's own default back, inotify and all.
+
+Why the pages must be declared. Streamlit keeps one process-wide flag,
 ``PagesManager.uses_pages_directory`` (``streamlit/runtime/pages_manager.py``). It is
 None until the first browser session starts, which sets it to "a ``pages/`` folder
 exists next to the main script"; only ``st.navigation`` sets it back to False. While
@@ -25,10 +50,15 @@ first session instead of during it. The page files stay in ``pages/``.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
+DEV_FLAG = "--dev"
+WATCHER_OPTION = "--server.fileWatcherType"
+WATCHER_ENV = "STREAMLIT_SERVER_FILE_WATCHER_TYPE"
 
 
 def declare_navigation_pages() -> bool:
@@ -47,12 +77,35 @@ def declare_navigation_pages() -> bool:
     return True
 
 
+def streamlit_options(args: list[str], *, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The options for ``streamlit run app.py``: ``args`` with a file watcher chosen.
+
+    Args:
+        args: this module's command line after the module name. ``--dev`` is taken out
+            and stands for ``--server.fileWatcherType poll``; arguments after ``--`` are
+            the script's and left alone.
+        environ: the environment, where ``STREAMLIT_SERVER_FILE_WATCHER_TYPE`` is a choice too.
+
+    Returns:
+        ``args`` without ``--dev``, followed by ``--server.fileWatcherType poll`` (with
+        ``--dev``) or ``none``, unless the caller chose a watcher: then ``args`` as given.
+    """
+    cut = args.index("--") if "--" in args else len(args)
+    options, script_args = args[:cut], args[cut:]
+    dev = DEV_FLAG in options
+    options = [a for a in options if a != DEV_FLAG]
+    chosen = WATCHER_ENV in environ or any(a == WATCHER_OPTION or a.startswith(WATCHER_OPTION + "=") for a in options)
+    if not chosen:
+        options += [WATCHER_OPTION, "poll" if dev else "none"]
+    return options + script_args
+
+
 def main(argv: list[str] | None = None) -> None:
     """``streamlit run app.py`` with ``argv`` (default: this process's arguments) as its options."""
     from streamlit.web import cli
 
     declare_navigation_pages()
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = streamlit_options(list(sys.argv[1:] if argv is None else argv))
     cli.main(args=["run", str(APP), *args], prog_name="streamlit")
 
 

@@ -6,13 +6,16 @@ trajectory map and the animation's Play button, and saves screenshots under
 test-artifacts/. The server is started the way the Dockerfile starts it
 (``python -m dashboard.serve``); a deep link opened in the very first session of a
 fresh server shows no "Page not found" dialog, and after a page switch one press of
-Back returns to the previous view. Skipped only where /usr/bin/chromium is missing outside CI.
+Back returns to the previous view. With a large ``.venv`` in the served tree, an idle open tab
+costs the server almost no CPU (Streamlit's file watcher used to keep a core busy; see
+dashboard/serve.py). Skipped only where /usr/bin/chromium is missing outside CI.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.conftest import ROOT
+from tests.app.test_space import dockerfile_cmd
 
 pytestmark = pytest.mark.browser
 
@@ -31,6 +35,11 @@ ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 LOAD_TIMEOUT_MS = 90_000
+# Past 8,192 directories the file watcher's walk (two inotify events per directory) overflows the
+# kernel's 16,384-event queue, and every overflow starts the walk again (dashboard/serve.py).
+VENV_DIRS = 9_000
+IDLE_S = 10
+IDLE_CPU_SHARE = 0.25  # the watcher's loop took ~100% of a core; an idle server ~1%
 
 # (screenshot name, URL path and query, plots the page must show, a text the page must show)
 VIEWS = [
@@ -66,30 +75,55 @@ def _serve(store_path: Path, tmp_path_factory):
     log = (tmp_path_factory.mktemp("server") / "streamlit.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dashboard.serve", "--server.address", "127.0.0.1",
-         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
+         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, base, log.name)
+        yield base
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _wait_healthy(proc: subprocess.Popen, base: str, log_name: str) -> None:
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
             urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
-            break
+            return
         except OSError:
             if proc.poll() is not None:
-                pytest.fail(f"streamlit exited early; see {log.name}")
+                pytest.fail(f"streamlit exited early; see {log_name}")
             time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not become healthy within 60 s")
-    yield base
+    pytest.fail("streamlit did not become healthy within 60 s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
+        proc.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid``, all its threads (``utime``, ``stime`` of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _image_tree(dest: Path) -> Path:
+    """A copy of what the Dockerfile copies into the image (the sources of its COPY lines) in ``dest``."""
+    dest.mkdir()
+    for source in re.findall(r"^COPY (?:--\S+ )*(\S+) \S+$", (ROOT / "Dockerfile").read_text(), re.M):
+        if (ROOT / source).is_dir():
+            shutil.copytree(ROOT / source, dest / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / source, dest / source)
+    return dest
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +226,47 @@ def test_first_session_of_a_fresh_server_opens_a_deep_link_without_page_not_foun
         assert _link(page).split("?")[1] == page.url.split("?")[1]
     finally:
         page.close()
+
+
+# Second on purpose, for the same reason: it starts a server of its own.
+def test_an_idle_tab_costs_the_server_no_cpu_with_a_large_venv_in_the_served_tree(browser, store_path, tmp_path):
+    """Streamlit's file watcher, on by default, walked a tree with a big ``.venv/`` in a loop of inotify queue
+    overflows: one core at 100% while a tab was open. dashboard.serve now turns the watcher off by default.
+
+    The server runs the Dockerfile's CMD (only the port and address changed; no watcher option, so the default
+    is what is tested) in a copy of what the Dockerfile copies, next to a ``.venv/`` of 9,000 empty directories.
+    A copy rather than the checkout itself: a checkout's ``.venv`` may be a symlink to a shared environment
+    (watchdog does not follow symlinks, so it would not reproduce the defect), and directories made inside the
+    checkout would be left behind by an interrupted run.
+    """
+    tree = _image_tree(tmp_path / "app")
+    for i in range(VENV_DIRS):
+        (tree / ".venv" / "lib" / f"d{i:05d}").mkdir(parents=True)
+    port, empty = _free_port(), tmp_path / "no-data"
+    empty.mkdir()
+    served = {"python": sys.executable, "--server.port=7860": f"--server.port={port}",
+              "--server.address=0.0.0.0": "--server.address=127.0.0.1"}
+    cmd = [served.get(arg, arg) for arg in dockerfile_cmd()]
+    assert f"--server.port={port}" in cmd and not any("fileWatcherType" in arg for arg in cmd), cmd
+    env = dict(os.environ, HEADWATCH_STORE=str(store_path), HEADWATCH_DATA=str(empty))
+    log = tmp_path / "streamlit.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}", str(log))
+        page = _open(browser, f"http://127.0.0.1:{port}/layers?stat=kl_gauss&layer=1", 3)
+        try:
+            before, start = _cpu_seconds(proc.pid), time.monotonic()
+            page.wait_for_timeout(IDLE_S * 1000)
+            used, window = _cpu_seconds(proc.pid) - before, time.monotonic() - start
+            assert _errors(page) == []
+        finally:
+            page.close()
+    finally:
+        _stop(proc)
+    assert used < IDLE_CPU_SHARE * window, (
+        f"the server used {used:.1f} s of CPU in {window:.1f} s with one idle tab; its log ends: "
+        + log.read_text()[-600:])
 
 
 @pytest.mark.parametrize("name,path,plots,text", VIEWS, ids=[v[0] for v in VIEWS])

@@ -1,0 +1,372 @@
+"""Browser benchmark: what a user waits for on each dashboard page, next to a bare Streamlit page.
+
+    python benchmarks/bench_browser.py                       # both stores, 3 repetitions
+    python benchmarks/bench_browser.py --stores shakespeare --pages "layer view" --repeats 5
+
+Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
+does) and opened in Debian's Chromium through Playwright. For every page:
+
+- load: a new tab opens the page's URL; the time from the navigation's start until
+  the page's Plotly charts are all drawn (every ``.js-plotly-plot`` has its SVG and
+  its ``_fullLayout``, the expected number of them) and Streamlit's running
+  indicator is gone, or later, if a chart was still changing after that, the last
+  change (the charts are watched until nothing changes for 1 s);
+- change: one widget change (a select box or a radio, alternating between two
+  values) in an open tab; the time from the pointer going down on the choice until
+  the last DOM change inside a chart (or, where no chart depends on the widget, the
+  rerun's last WebSocket message).
+
+Next to them, the same two times for a bare page: a generated one-file Streamlit app
+in a temporary folder, served by ``streamlit run`` with the same options, with the
+same number of charts at the same heights and widths (one 200-point line each) and
+one select box (a radio for the overview, whose only chart, the sidebar's loss
+curve, does not depend on its widget: there the bare charts stay the same too). The
+ratio is page / bare page. Caches are warm: every timed load and change was done
+once first.
+
+To say where the time goes, each operation also records: the server process's CPU
+time (``/proc/PID/stat``: the rerun's Python work and the figures' serialisation),
+when the page sent its first WebSocket message (the widget's new value), when the
+first and the last reply arrived and how many bytes came, how many times Plotly drew
+a chart (``plotly_afterplot`` events), Chromium's main-thread busy time (CDP
+``Performance.getMetrics``: ``TaskDuration``, of which ``ScriptDuration``,
+``RecalcStyleDuration`` and ``LayoutDuration``; painting and the like are the rest)
+and the charts' sizes (traces, data points, subplots, animation frames). Medians of
+``--repeats``. Prints tables and writes benchmarks/results/browser.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from dashboard.stats import STATS  # noqa: E402  (needs ROOT on sys.path)
+
+RESULTS = ROOT / "benchmarks" / "results"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+VIEWPORT = {"width": 1500, "height": 1900}
+SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
+TIMEOUT_MS = 180_000
+STORES = {"pythia-1.4b-synthetic": None, "shakespeare": ROOT / "data" / "shakespeare-pythia-6x8"}
+KL, SIGMA = STATS["kl_gauss"].label, STATS["std"].label  # what the statistic select boxes show
+
+# (name, URL path and query, widget change: (kind, widget key, the two values' labels))
+PAGES = [
+    ("overview", "/", ("radio", "xscale", ["log", "linear"])),
+    ("head explorer", "/head?layer=2&head=1", ("select", "layer", ["3", "2"])),
+    ("layer view", "/layers?stat=kl_gauss&layer=3", ("select", "layer", ["4", "3"])),
+    ("architecture heatmaps", "/architecture?stat=std", ("select", "stat", [KL, SIGMA])),
+    ("animation", "/animation?stat=std", ("select", "stat", [KL, SIGMA])),
+    ("trajectory map", "/trajectories?stat=kl_gauss", ("select", "stat", [SIGMA, KL])),
+    ("random-matrix lab", "/lab?dmodel=1024&nheads=8", ("select", "nheads", ["16", "8"])),
+]
+
+# Installed in every tab before the page's own scripts: counts WebSocket traffic, records when a chart's DOM
+# last changed and when the pointer went down on the armed control.
+INSTRUMENT = """
+(() => {
+  const B = window.__bench = {bytes: 0, msgs: 0, sent: 0, firstMsg: 0, lastMsg: 0, lastChart: 0, draws: 0,
+                               armed: false, tChange: null};
+  const WS = window.WebSocket;
+  const Wrapped = function (...args) {
+    const ws = new WS(...args);
+    const send = ws.send.bind(ws);
+    ws.send = (data) => { if (!B.sent) B.sent = performance.now(); return send(data); };
+    ws.addEventListener("message", (e) => {
+      const now = performance.now();
+      B.bytes += e.data.byteLength ?? e.data.size ?? e.data.length ?? 0;
+      B.msgs += 1;
+      if (!B.firstMsg) B.firstMsg = now;
+      B.lastMsg = now;
+    });
+    return ws;
+  };
+  Wrapped.prototype = WS.prototype;
+  Object.assign(Wrapped, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+  window.WebSocket = Wrapped;
+  const arm = () => { if (B.armed) { B.tChange = performance.now(); B.armed = false; } };
+  window.addEventListener("pointerdown", arm, true);
+  const hooked = new WeakSet();  // charts whose draws are counted (Plotly's plotly_afterplot event)
+  new MutationObserver((records) => {
+    for (const gd of document.getElementsByClassName("js-plotly-plot")) {
+      if (!hooked.has(gd) && gd.on) { hooked.add(gd); gd.on("plotly_afterplot", () => { B.draws += 1; }); }
+    }
+    for (const r of records) {
+      const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+      if (el && el.closest && el.closest(".js-plotly-plot")) { B.lastChart = performance.now(); return; }
+    }
+  }).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+})();
+"""
+DRAWN = """() => [...document.querySelectorAll('.js-plotly-plot')]
+  .filter(gd => gd._fullLayout && gd.querySelector('.main-svg')).length"""
+RUNNING = "document.querySelector('[data-testid=\"stStatusWidget\"]')"
+# all expected charts drawn, the run over: record when that was first seen
+LOADED = f"""n => {{
+  const B = window.__bench;
+  if (!B.loaded && ({DRAWN})() >= n && !{RUNNING}) B.loaded = performance.now();
+  return B.loaded && !{RUNNING} && performance.now() - Math.max(B.lastChart, B.lastMsg, B.loaded) > {QUIET_MS};
+}}"""
+CHANGED = f"""() => {{
+  const B = window.__bench;
+  return B.tChange !== null && B.lastMsg > B.tChange && !{RUNNING}
+    && performance.now() - Math.max(B.lastChart, B.lastMsg) > {QUIET_MS};
+}}"""
+SIZES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+  const len = a => (a && a.length) || 0;
+  const points = gd._fullData.reduce(
+    (n, t) => n + (t.z ? len(t.z) * (len(t.z[0]) || 1) : Math.max(len(t.x), len(t.y))), 0);
+  return {height: gd._fullLayout.height, width: gd._fullLayout.width, traces: gd._fullData.length, points,
+          subplots: (gd._fullLayout._subplots.cartesian || []).length,
+          frames: len(gd._transitionData && gd._transitionData._frames)};
+})"""
+
+BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...) and one widget; nothing else."""
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+st.set_page_config(layout="wide")
+charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")] or [(450, 700)]
+if st.query_params.get("w") == "radio":  # the widget does not change the charts
+    value = st.radio("v", ["a", "b"], key="v", horizontal=True)
+    seed = 0
+else:
+    value = st.selectbox("v", ["a", "b"], key="v")
+    seed = ["a", "b"].index(value)
+rng = np.random.default_rng(seed)
+for i, (height, width) in enumerate(charts):
+    fig = go.Figure(go.Scatter(y=rng.standard_normal(200).cumsum(), mode="lines"), layout=dict(height=height))
+    st.plotly_chart(fig, width=width, key=f"chart{i}")
+'''
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def serve(cmd: list[str], *, cwd: Path, env: dict[str, str]):
+    """Start a Streamlit server (``cmd`` plus a free port) and yield (base URL, pid); stop it afterwards."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tempfile.NamedTemporaryFile("w", prefix="bench-browser-", suffix=".log", delete=False)
+    proc = subprocess.Popen([*cmd, *SERVER_OPTIONS, "--server.port", str(port)], cwd=cwd, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"server exited; see {log.name}") from None
+                time.sleep(0.5)
+        else:
+            raise RuntimeError(f"server not healthy after 120 s; see {log.name}")
+        yield base, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        os.unlink(log.name)
+
+
+def browser_metrics(cdp) -> dict[str, float]:
+    """Chromium's cumulative main-thread times for the tab, in ms."""
+    got = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return {k: 1000 * got[k] for k in ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration")}
+
+
+def load(context, url: str, pid: int, charts: int):
+    """Open ``url`` in a new tab and wait until ``charts`` charts are drawn; returns (tab, CDP session, record)."""
+    page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    cpu = cpu_seconds(pid)
+    page.goto(url)
+    page.wait_for_function(LOADED, arg=charts, timeout=TIMEOUT_MS)
+    b = page.evaluate("window.__bench")
+    m = browser_metrics(cdp)
+    return page, cdp, {
+        "ms": max(b["loaded"], b["lastChart"]), "drawn_ms": b["loaded"],
+        "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu), "bytes": b["bytes"], "draws": b["draws"],
+        "sent_ms": b["sent"], "first_msg_ms": b["firstMsg"], "last_msg_ms": b["lastMsg"],
+        "busy_ms": m["TaskDuration"], "script_ms": m["ScriptDuration"], "layout_ms": m["LayoutDuration"],
+        "style_ms": m["RecalcStyleDuration"],
+    }
+
+
+def change(page, cdp, pid: int, kind: str, key: str, label: str) -> dict:
+    """Change widget ``key`` to ``label`` and wait until the page is quiet again."""
+    if kind == "select":
+        page.locator(f".st-key-{key} [role='combobox']").click()
+        target = page.get_by_role("option", name=label, exact=True)
+        target.wait_for()
+    else:
+        target = page.locator(f".st-key-{key}").get_by_text(label, exact=True)
+    page.wait_for_timeout(300)
+    before, cpu = browser_metrics(cdp), cpu_seconds(pid)
+    page.evaluate("() => Object.assign(window.__bench, {bytes: 0, msgs: 0, sent: 0, firstMsg: 0, lastMsg: 0, "
+                  "lastChart: 0, draws: 0, tChange: null, armed: true})")
+    target.click()
+    page.wait_for_function(CHANGED, timeout=TIMEOUT_MS)
+    b = page.evaluate("window.__bench")
+    after, t0 = browser_metrics(cdp), b["tChange"]
+    redrawn = b["lastChart"] > t0
+    return {
+        "ms": (b["lastChart"] if redrawn else b["lastMsg"]) - t0, "redrawn": redrawn,
+        "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu), "bytes": b["bytes"], "draws": b["draws"],
+        "sent_ms": b["sent"] - t0, "first_msg_ms": b["firstMsg"] - t0, "last_msg_ms": b["lastMsg"] - t0,
+        "busy_ms": after["TaskDuration"] - before["TaskDuration"],
+        "script_ms": after["ScriptDuration"] - before["ScriptDuration"],
+        "layout_ms": after["LayoutDuration"] - before["LayoutDuration"],
+        "style_ms": after["RecalcStyleDuration"] - before["RecalcStyleDuration"],
+    }
+
+
+def median(records: list[dict]) -> dict:
+    """Per field, the median over the repetitions (booleans: all of them)."""
+    return {k: all(r[k] for r in records) if isinstance(v, bool) else statistics.median(r[k] for r in records)
+            for k, v in records[0].items()}
+
+
+def measure(context, base: str, pid: int, path: str, widget: tuple[str, str, list[str]], repeats: int,
+            charts: int | None = None) -> dict:
+    """Loads and changes of one page, medians of ``repeats`` after one untimed round of each."""
+    kind, key, labels = widget
+    if charts is None:  # how many charts the page draws: count them once it is quiet
+        page, _, _ = load(context, base + path, pid, 1)
+        charts = page.evaluate(DRAWN)
+        page.close()
+    loads = []
+    for r in range(repeats + 1):
+        page, cdp, rec = load(context, base + path, pid, charts)
+        sizes = page.evaluate(SIZES)
+        if r:
+            loads.append(rec)
+        if r < repeats:
+            page.close()
+    changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
+    page.close()
+    return {"charts": charts, "sizes": sizes, "load": median(loads), "change": median(changes),
+            "loads_ms": [r["ms"] for r in loads], "changes_ms": [r["ms"] for r in changes]}
+
+
+def bare_path(sizes: list[dict], kind: str) -> str:
+    """The bare page's URL: charts of the sizes in ``sizes``, widget ``kind``."""
+    return "/?" + "".join(f"c={round(s['height'])}x{round(s['width'])}&" for s in sizes) + f"w={kind}"
+
+
+def _ms(values: list[float]) -> str:
+    return "/".join(f"{v:.0f}" for v in values) + " ms"
+
+
+def run(store: Path, name: str, pages: list[str], repeats: int, context, bare_base: str, bare_pid: int) -> list[dict]:
+    env = dict(os.environ, HEADWATCH_STORE=str(store), HEADWATCH_DATA=str(RESULTS / "no-data"))
+    rows = []
+    with serve([sys.executable, "-m", "dashboard.serve"], cwd=ROOT, env=env) as (base, pid):
+        for page_name, path, widget in (p for p in PAGES if p[0] in pages):
+            t = time.perf_counter()
+            app = measure(context, base, pid, path, widget, repeats)
+            kind = "radio" if widget[0] == "radio" else "select"
+            bare = measure(context, bare_base, bare_pid, bare_path(app["sizes"], kind),
+                           (kind, "v", ["b", "a"]), repeats, charts=app["charts"])
+            rows.append({"store": name, "page": page_name, "path": path, "app": app, "bare": bare})
+            print(f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
+                  f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
+                  flush=True)
+    return rows
+
+
+def tables(rows: list[dict]) -> str:
+    out = ["| store | page | charts | points | load, ms | bare | ratio | change, ms | bare | ratio |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        a, b = r["app"], r["bare"]
+        points = sum(s["points"] for s in a["sizes"])
+        mark = "" if a["change"]["redrawn"] else "*"
+        out.append(f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
+                   f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
+                   f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |")
+    out += ["", "Where the time goes (page / bare page; ms unless said; load: from the navigation's start, change: "
+            "from the pointer down):", "",
+            "| store | page | op | server CPU | sent | first msg | last msg | KB received | chart draws | "
+            "browser busy | of it script | of it style | of it layout | done |", "| --- | --- | --- |" + " ---: |" * 11]
+    for r in rows:
+        for op in ("load", "change"):
+            a, b = r["app"][op], r["bare"][op]
+            cells = [f"{a[k] / (1024 if k == 'bytes' else 1):.0f} / {b[k] / (1024 if k == 'bytes' else 1):.0f}"
+                     for k in ("server_cpu_ms", "sent_ms", "first_msg_ms", "last_msg_ms", "bytes", "draws", "busy_ms",
+                               "script_ms", "style_ms", "layout_ms", "ms")]
+            out.append(f"| {r['store']} | {r['page']} | {op} | " + " | ".join(cells) + " |")
+    out += ["", "Chart sizes: (height x width px, traces, points, subplots, frames) per chart", ""]
+    for r in rows:
+        sizes = "; ".join(f"({s['height']:.0f}x{s['width']:.0f}, {s['traces']}, {s['points']:,}, {s['subplots']}, "
+                          f"{s['frames']})" for s in r["app"]["sizes"])
+        out.append(f"- {r['store']} / {r['page']}: {sizes}")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", nargs="+", default=list(STORES), choices=list(STORES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pages", nargs="+", default=[p[0] for p in PAGES], choices=[p[0] for p in PAGES])
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from benchmarks.bench_dashboard import make_store
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "no-data").mkdir(exist_ok=True)
+    stores = {name: STORES[name] or make_store("1.4b") for name in args.stores}
+    load_before = os.getloadavg()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp, sync_playwright() as p:
+        (Path(tmp) / "bare.py").write_text(BARE_APP)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport=VIEWPORT)
+        context.add_init_script(INSTRUMENT)
+        bare_cmd = [sys.executable, "-m", "streamlit", "run", "bare.py", "--server.fileWatcherType", "none"]
+        with serve(bare_cmd, cwd=Path(tmp), env=dict(os.environ)) as (bare_base, bare_pid):
+            for name, store in stores.items():
+                rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid)
+        browser.close()
+    load_after = os.getloadavg()
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before and "
+               f"{load_after[0]:.1f} after, Python {platform.python_version()}")
+    print(f"\nbrowser benchmark, {date.today().isoformat()}, {machine}, median of {args.repeats}\n")
+    print(tables(rows))
+    print("\n* no chart depends on this widget: the time until the rerun's last message")
+    (RESULTS / "browser.json").write_text(json.dumps({"date": date.today().isoformat(), "machine": machine,
+                                                      "repeats": args.repeats, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
