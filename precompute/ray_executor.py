@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,6 +100,23 @@ def _die_once() -> None:
     os._exit(1)
 
 
+def _check_reachable(address: str | None, *, timeout_s: float = 10.0) -> None:
+    """Refuse a ``HOST:PORT`` address nothing answers at, at once (``ray.init`` would retry for
+    minutes); ``auto``, ``ray://`` and a new local cluster are left to Ray.
+
+    Raises:
+        ClusterError: no connection to ``HOST:PORT`` within ``timeout_s``.
+    """
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"nothing answers at --ray-address {address!r} ({exc}); start the cluster "
+                           "(ray start --head) or fix the address") from None
+
+
 class RayExecutor:
     """Run each checkpoint as a Ray task; yield the results in step order.
 
@@ -117,6 +135,7 @@ class RayExecutor:
 
     def __init__(self, source: str, options: RayOptions, *, fetch: FetchSettings, token: str | bool | None, meter: Meter):
         if not ray.is_initialized():
+            _check_reachable(options.address)
             try:
                 ray.init(address=options.address, include_dashboard=False, logging_level="WARNING")
             except (ConnectionError, RuntimeError, TimeoutError) as exc:
