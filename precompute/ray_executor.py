@@ -25,6 +25,7 @@ is lost (or a task still dying after its retries) raises
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import shutil
@@ -45,6 +46,10 @@ from precompute.revisions import CheckpointRef
 from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
 from precompute.sources import open_source
 from precompute.work import CHECKPOINT_ERRORS, Results, Work, checkpoint_work
+
+# Seconds between looks at the cluster's head while the driver waits for a result (Ray itself
+# ends a driver whose head is gone only after gcs_rpc_server_reconnect_timeout_s, 60 s).
+_POLL_S = 2.0
 
 # Errors a task hands back as its result: per-checkpoint failures, and the network's.
 _RETURNED_ERRORS = (*CHECKPOINT_ERRORS, HubUnreachableError)
@@ -148,6 +153,7 @@ class RayExecutor:
             raise ValueError(f"{self.threads} CPUs per task, but the Ray cluster has {cluster_cpus}; "
                              "lower --ray-cpus-per-task")
         self.max_in_flight = options.max_in_flight or max(2, 2 * (cluster_cpus // self.threads))
+        self.lost = False  # the head stopped answering: nothing more is asked of the cluster
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
@@ -176,23 +182,38 @@ class RayExecutor:
                 submit()  # before the driver commits this one: the cluster stays busy meanwhile
                 yield ref, lambda value=value: self._unwrap(value)
         finally:
-            for _, pending in in_flight:  # closed early (an error, Ctrl-C): abandon the rest
+            for _, pending in [] if self.lost else in_flight:  # closed early (an error, Ctrl-C): abandon the rest
                 try:
                     ray.cancel(pending)
                 except Exception:  # a cluster already gone; nothing to cancel
                     pass
 
     def _get(self, ref: CheckpointRef, pending: ray.ObjectRef) -> Work | _Failed:
+        """The task's result; between waits of `_POLL_S`, a look at the head node, so that a lost
+        cluster stops the run with our error before Ray ends the process with its own."""
+        while True:
+            try:
+                return ray.get(pending, timeout=_POLL_S)
+            except rx.GetTimeoutError:
+                self._check_head()
+            except rx.RayTaskError:
+                raise  # a bug in the task, not a fault of the cluster: as a local run would
+            except (rx.RayError, ConnectionError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise ClusterError(
+                    f"Ray failed on {ref.revision} after {self.options.max_retries} retries "
+                    f"({type(exc).__name__}: {first})"
+                ) from exc
+
+    def _check_head(self) -> None:
+        """Raise `ClusterError` when the cluster's head (its GCS) no longer accepts connections."""
+        address = ray.get_runtime_context().gcs_address
         try:
-            return ray.get(pending)
-        except rx.RayTaskError:
-            raise  # a bug in the task, not a fault of the cluster: as a local run would
-        except (rx.RayError, ConnectionError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ClusterError(
-                f"Ray failed on {ref.revision} after {self.options.max_retries} retries "
-                f"({type(exc).__name__}: {first})"
-            ) from exc
+            _check_reachable(address, timeout_s=5.0)
+        except ClusterError:
+            self.lost = True
+            atexit.unregister(ray.shutdown)  # a shutdown that finds no head ends the process with status 1
+            raise ClusterError(f"lost the Ray cluster: its head at {address} no longer answers") from None
 
     def _unwrap(self, value: Work | _Failed) -> Work:
         if isinstance(value, _Failed):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.errors import ClusterError
 from precompute.__main__ import main
 from precompute.run import run_precompute
 from precompute.settings import RayOptions, RunOptions
@@ -47,7 +49,7 @@ def cluster() -> str:
     """A 2-CPU Ray cluster on 127.0.0.1 that this process is connected to; its GCS address, for
     drivers in other processes."""
     ray = _require_ray()
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=200 << 20, logging_level="WARNING")
     try:
         yield ray.get_runtime_context().gcs_address
@@ -103,6 +105,19 @@ def test_worker_killed_mid_task_is_retried(
     report = run_precompute(series, out, options("ray", max_retries=2))
     assert marker.exists(), "no worker died: the hook did not run"
     assert report.computed == [0, 1, 2, 4, 16]
+    assert_identical(local_store, out)
+
+
+def test_worker_dying_past_its_retries_stops_the_run_and_keeps_the_store(
+    cluster: str, series: Path, local_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HEADWATCH_RAY_DIE_ONCE", str(tmp_path / "died"))
+    out = tmp_path / "store"
+    with pytest.raises(ClusterError, match="after 0 retries"):
+        run_precompute(series, out, options("ray", max_retries=0))
+    assert n_listed(out) < 7  # stopped at the dead task; what was committed before it is a store
+    monkeypatch.delenv("HEADWATCH_RAY_DIE_ONCE")
+    run_precompute(series, out, options("ray"))
     assert_identical(local_store, out)
 
 
@@ -188,3 +203,77 @@ def test_unreachable_cluster_is_one_line_and_writes_nothing(series: Path, tmp_pa
     assert res.returncode == 3, res.stderr
     assert "nothing answers at --ray-address '127.0.0.1:1'" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def gcs_server_pid(root: int) -> int:
+    """The pid of the `gcs_server` process among `root`'s descendants (read from /proc)."""
+    parent: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            names[int(entry.name)] = name
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+    found = [pid for pid, name in names.items() if name.startswith("gcs_server") and descends(pid)]
+    assert len(found) == 1, f"expected one gcs_server under {root}, found {found}"
+    return found[0]
+
+
+def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_path: Path) -> None:
+    """A cluster of its own (`ray.init` in a subprocess), whose head process is killed once the
+    driver has committed two checkpoints: the driver ends with exit status 3 and one clear line, the
+    store holds what was committed, and the same command with the local executor completes it."""
+    _require_ray()
+    src = tmp_path / "src"
+    model = neox_model(hidden=256, layers=4, heads=8)
+    steps = [0, 1, 2, 4, 8, 16, 32, 64]
+    for step in steps:
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    reference = tmp_path / "local"
+    run_precompute(src, reference, options("local"))
+
+    # The cluster's head runs in a process group of its own (killed whole at the end). The driver runs
+    # beside it as on a node of its own: its raylet outlives the head's GCS server, which is killed.
+    head = subprocess.Popen(
+        [sys.executable, "-c", "import ray, sys, time; ray.init(address='local', num_cpus=2, include_dashboard=False, "
+         "_node_ip_address='127.0.0.1', object_store_memory=100 << 20, logging_level='ERROR'); "
+         "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "token"})  # Ray's default for a new local cluster, said aloud
+    out = tmp_path / "store"
+    try:
+        address = head.stdout.readline().strip()
+        assert address, "the cluster's head did not start"
+        args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", address]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0", "RAY_AUTH_MODE": "token"}
+        driver = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        while n_listed(out) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert driver.poll() is None, f"the run ended before the cluster could be lost: {driver.communicate()[1]}"
+        os.kill(gcs_server_pid(head.pid), signal.SIGKILL)  # the head's control store: the cluster is gone
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        head.wait()
+    assert driver.returncode == 3, stderr
+    assert "lost the Ray cluster" in stderr and "Traceback" not in stderr
+    done = n_listed(out)
+    assert 2 <= done < len(steps)
+    run_precompute(src, out, options("local"))  # resumes from the committed checkpoints
+    assert_identical(reference, out)
