@@ -29,3 +29,8 @@ class CheckpointNotFoundError(FileNotFoundError):
 
 class HubUnreachableError(ConnectionError):
     """The network failed on every retry; the run stops, and the same command resumes it."""
+
+
+class ClusterError(ConnectionError):
+    """The Ray cluster could not be reached or was lost, or a task's worker kept dying; the run
+    stops, the store keeps every committed checkpoint, and the same command resumes it."""

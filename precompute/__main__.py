@@ -2,24 +2,30 @@
 
 ``--source`` is a local folder of ``step<N>/`` checkpoint folders or a Hub model id
 (``EleutherAI/pythia-1.4b-deduped``): its branches are the checkpoints, and only the
-Q/K bytes of each are fetched.
+Q/K bytes of each are fetched. Repeated, it runs several models one after the other,
+each into its own store ``OUT/<name>`` (the folder's or the repo's name).
+``--executor ray`` computes each checkpoint as a task on a Ray cluster
+(`precompute.ray_executor`); the stores are the local executor's, bit for bit.
 
 Exit status: 0 when every selected checkpoint is in the store, 1 when some are
 missing or failed (listed on stderr and in meta.json; the rest were processed),
 2 when the run could not start (bad source, unknown architecture, incompatible
-store, bad options), 3 when the network failed after retries (the store keeps
-every committed checkpoint; rerun to resume) or the push to the Hub failed,
-130 when interrupted (likewise).
+store, bad options), 3 when the network failed after retries or the Ray cluster
+was lost (the store keeps every committed checkpoint; rerun to resume) or the
+push to the Hub failed, 130 when interrupted (likewise). With several sources:
+the worst status of their runs; a network or cluster failure stops them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.settings import RunOptions, default_device, default_embeddings
+from precompute.settings import RayOptions, RunOptions, default_device, default_embeddings, default_ray_address
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -39,10 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--source",
         required=True,
+        action="append",
         help="folder with one step<N>/ (or checkpoint-<N>/, ...) sub-folder per checkpoint, "
-        "or a Hub model id whose branches are the checkpoints (EleutherAI/pythia-70m)",
+        "or a Hub model id whose branches are the checkpoints (EleutherAI/pythia-70m); "
+        "repeat it to run several models, each into OUT/<its name>",
     )
-    p.add_argument("--out", required=True, help="store directory to create, or to resume")
+    p.add_argument("--out", required=True, help="store directory to create, or to resume "
+                   "(with several --source: the folder that holds their stores)")
     p.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000); "
                    "required with HF_HUB_OFFLINE=1, which reads them from the local Hub cache")
     p.add_argument("--every", type=_positive, default=None, help="only steps that are multiples of N")
@@ -59,41 +68,92 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
                    "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
                    "0: compute none and keep what the store has)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where each checkpoint is computed: local (default; one fetched ahead) or ray "
+                   "(one task per checkpoint on a Ray cluster; the store is the same)")
+    p.add_argument("--ray-address", default=default_ray_address(), metavar="ADDRESS",
+                   help="with --executor ray: the cluster to join (auto, HOST:6379, ray://HOST:10001); "
+                   "default $RAY_ADDRESS, else a cluster started on this machine")
+    p.add_argument("--ray-cpus-per-task", type=_positive, default=None, metavar="N",
+                   help="CPUs (and torch threads) per task; default: this machine's torch threads, as a local "
+                   "run computes with (other values change the spectral columns in their last bits)")
+    p.add_argument("--max-in-flight", type=_positive, default=None, metavar="N",
+                   help="most checkpoints submitted and not yet committed (default: twice the tasks the "
+                   "cluster runs at once)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
+
+
+def store_paths(sources: list[str], out: str) -> list[tuple[str, str]]:
+    """``(source, store)`` pairs: one source writes ``out`` itself; several write ``out/<name>``,
+    named after the folder or the repo.
+
+    Raises:
+        ValueError: two sources have the same name.
+    """
+    if len(sources) == 1:
+        return [(sources[0], out)]
+    names = [Path(s.rstrip("/")).name for s in sources]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"several --source are named {twice[0]!r}: their stores would collide under {out!r}; "
+                         "run them separately with their own --out")
+    return [(s, str(Path(out) / n)) for s, n in zip(sources, names)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per HTTP request otherwise
-    from analysis.errors import HubUnreachableError
+    try:
+        runs = store_paths(args.source, args.out)
+        if len(runs) > 1 and (args.model_id or args.push_to_hub):
+            raise ValueError("--model-id and --push-to-hub name one model; give them with a single --source")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    options = RunOptions(
+        device=args.device,
+        model_id=args.model_id,
+        tokens_per_step=args.tokens_per_step,
+        revisions=args.revisions,
+        every=args.every,
+        overlap_k=args.overlap_k,
+        progress=not args.no_progress,
+        embeddings=args.embeddings,
+        executor=args.executor,
+        ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
+    )
+    status = EXIT_OK
+    for source, out in runs:
+        status = max(status, run_one(source, out, options, args))
+        if status in (EXIT_NETWORK, EXIT_INTERRUPTED):
+            return status
+    return status
+
+
+def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:
+    """One model's run, reported on stderr; its exit status."""
+    from analysis.errors import ClusterError, HubUnreachableError
     from precompute.run import run_precompute  # imports torch; keep --help fast
 
-    resume = f"{args.out} keeps every finished checkpoint; run the same command to resume"
+    resume = f"{out} keeps every finished checkpoint; run the same command to resume"
     try:
-        options = RunOptions(
-            device=args.device,
-            model_id=args.model_id,
-            tokens_per_step=args.tokens_per_step,
-            revisions=args.revisions,
-            every=args.every,
-            overlap_k=args.overlap_k,
-            progress=not args.no_progress,
-            embeddings=args.embeddings,
-        )
-        report = run_precompute(args.source, args.out, options)
+        report = run_precompute(source, out, options)
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except HubUnreachableError as exc:
         print(f"error: network failure: {exc}\n{resume}", file=sys.stderr)
         return EXIT_NETWORK
+    except ClusterError as exc:
+        print(f"error: Ray cluster failure: {exc}\n{resume}", file=sys.stderr)
+        return EXIT_NETWORK
     except KeyboardInterrupt:
         print(f"\ninterrupted: {resume}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(
-        f"{args.out}: {len(report.computed)} computed, {len(report.already_done)} already done, "
+        f"{out}: {len(report.computed)} computed, {len(report.already_done)} already done, "
         f"{len(report.duplicates)} duplicates, {len(report.failed)} failed",
         file=sys.stderr,
     )
@@ -119,14 +179,21 @@ def main(argv: list[str] | None = None) -> int:
         from precompute.publish import push_store
 
         try:
-            url = push_store(args.out, args.push_to_hub, private=args.private or None)
+            url = push_store(out, args.push_to_hub, private=args.private or None)
         except (OSError, ValueError) as exc:  # Hub errors are OSErrors; StoreError is a ValueError
             print(f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
-                  f"python -m precompute.publish {args.out} {args.push_to_hub}", file=sys.stderr)
+                  f"python -m precompute.publish {out} {args.push_to_hub}", file=sys.stderr)
             return EXIT_NETWORK
-        print(f"pushed {args.out} to {url}", file=sys.stderr)
+        print(f"pushed {out} to {url}", file=sys.stderr)
     return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == EXIT_NETWORK and "ray" in sys.modules:
+        # Ray's core worker, finding the cluster's head gone at interpreter exit, would end the
+        # process with status 1; the store is committed and the message printed, so leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

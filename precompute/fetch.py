@@ -74,6 +74,13 @@ class Meter:
             self.disk += n
             self.peak_disk = max(self.peak_disk, self.disk)
 
+    def merge(self, fetched: int, requests: int, peak_disk: int) -> None:
+        """Add what another meter counted (a Ray task's); its peak disk was on another scratch folder."""
+        with self._lock:
+            self.fetched += fetched
+            self.requests += requests
+            self.peak_disk = max(self.peak_disk, peak_disk)
+
     def rate(self) -> float:
         """Bytes fetched per second since the run started."""
         return self.fetched / max(time.monotonic() - self.started, 1e-9)

@@ -18,8 +18,11 @@ Overlaps whose vectors were not in memory (a resumed run, a checkpoint filled in
 between two others, a store from before overlaps existed) are filled at the end
 by re-reading the checkpoints concerned.
 
-Checkpoint t+1 is fetched in a background thread while t is computed
-(`precompute.prefetch`), so at most two are held at once.
+Steps 1 and 2 run where the executor runs them (`precompute.executor`): here, with
+checkpoint t+1 fetched in a background thread while t is computed, so at most two
+are held at once; or as Ray tasks, a bounded number in flight
+(`precompute.ray_executor`). Either way this module alone decides ``duplicate_of``
+(`precompute.work.Work.settle`) and writes the store, in step order.
 
 A checkpoint that fails (missing, no weights, truncated file, wrong shapes,
 non-finite values) is logged with its name and reason, listed under ``failed`` in
@@ -33,6 +36,7 @@ trajectory-map embeddings (`precompute.embeddings`), if that module is present.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import sys
@@ -45,30 +49,22 @@ import pyarrow as pa
 import torch
 from tqdm.auto import tqdm
 
-from analysis.errors import (
-    CheckpointError,
-    CheckpointNotFoundError,
-    UnknownArchitectureError,
-)
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, extract_qk, model_shape
-from analysis.heads import checkpoint_statistics, checkpoint_vectors, resolve_device
+from analysis.heads import checkpoint_vectors, resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute import overlaps as ovl
+from precompute.executor import open_executor
 from precompute.fetch import Meter, human_bytes
 from precompute.lock import store_lock
-from precompute.prefetch import Prefetcher
 from precompute.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import RunOptions, Settings, resolve_settings
-from precompute.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.source import CheckpointSource, fingerprints_comparable
 from precompute.sources import open_source
 from precompute.state import RunState, open_state, stored_meta
-from precompute.tables import heads_rows
+from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work
 
 log = logging.getLogger("precompute")
-
-# Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
-CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
-
 
 @dataclass
 class RunReport:
@@ -138,6 +134,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
     plan = _plan(source, options, scratch=scratch, meter=meter)
+    executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
         stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
@@ -153,7 +150,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
-            _compute(plan, todo, settings, state, report, progress=options.progress)
+            _compute(plan, todo, settings, state, report, executor, progress=options.progress)
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(plan, settings, state)
         finally:
@@ -176,6 +173,12 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     shape, config = _model_shape(src, todo)
     model = ModelInfo(id=options.model_id or src.model_id, **shape.as_meta(), config=config)
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
+
+
+def _task_source(source: str | Path) -> str:
+    """``--source`` as a task elsewhere opens it: a local folder by its absolute path."""
+    path = Path(source)
+    return str(path.resolve()) if path.is_dir() else str(source)
 
 
 def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
@@ -204,29 +207,22 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
 
 
 def _compute(
-    plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport, *,
-    progress: bool,
+    plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport,
+    executor: Executor, *, progress: bool,
 ) -> None:
-    """Fetch (one ahead), compute and commit every checkpoint of ``todo``, in step order."""
+    """Compute every checkpoint of ``todo`` through the executor, then settle and commit each, in step order."""
     src, shape = plan.src, plan.shape
-    seen = dict(state.meta.fingerprints)  # the fetch thread's view: known weights plus those it read this run
-
-    def fetch_one(ref: CheckpointRef) -> Fetched:
-        fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen)
-        if fetched.tensors is not None:
-            seen.setdefault(fetched.sha256, ref.step)
-        return fetched
-
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-    with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
-        for ref, result in prefetched:
+    results = executor.results(todo, shape=shape, settings=settings, known=lambda: state.meta.fingerprints)
+    with contextlib.closing(results):
+        for ref, result in results:
             known = state.meta.fingerprints
             try:
-                fetched = result()
-                if fetched.tensors is None and fetched.sha256 not in known:
+                work = result()
+                if work.rows is None and work.entry.sha256 not in known:
                     # skipped as a copy of a checkpoint that then failed: read it after all
-                    fetched = src.fetch(ref, shape, skip=lambda sha: False)
-                entry, rows, vectors = _process(fetched, shape, known, settings)
+                    work = checkpoint_work(src.fetch(ref, shape, skip=lambda sha: False), shape, settings, known=known)
+                entry, rows, vectors = work.settle(known)
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
                 failure = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
@@ -277,48 +273,6 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
     filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
     _, left_out = filler.fill(state.overlaps, state.meta.done_steps)
     return left_out
-
-
-def _process(
-    fetched: Fetched, shape: ModelShape, known: dict[str, int], settings: Settings
-) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
-    """The checkpoint's meta.json entry and, unless it duplicates a known one, its rows and
-    (when the run computes overlaps) its leading singular vectors."""
-    ref = fetched.ref
-    if ref.tokens is not None:
-        tokens = ref.tokens
-    else:
-        tokens = ref.step * settings.tokens_per_step if settings.tokens_per_step else None
-    entry = CheckpointEntry(
-        step=ref.step,
-        revision=ref.revision,
-        tokens=tokens,
-        sha256=fetched.sha256,
-        sha256_source=fetched.sha256_source,
-        files=dict(fetched.files),
-        commit=fetched.commit,
-        duplicate_of=known.get(fetched.sha256),
-    )
-    if entry.duplicate_of is not None:
-        return entry, None, None
-    assert fetched.tensors is not None
-    w_q, w_k = extract_qk(shape, fetched.tensors)
-    for name, w in (("W_Q", w_q), ("W_K", w_k)):
-        finite = torch.isfinite(w).flatten(1).all(dim=1)
-        if not bool(finite.all()):
-            layer = int((~finite).nonzero()[0])
-            raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")
-    stats = checkpoint_statistics(
-        w_q,
-        w_k,
-        device=settings.device,
-        dtype=getattr(torch, settings.dtype),
-        spectrum_dtype=getattr(torch, settings.spectrum_dtype),
-        chunk_elements=settings.chunk_elements,
-        vectors=settings.overlap_k,
-    )
-    vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
-    return entry, heads_rows(ref.step, stats, d_model=shape.d_model), vectors
 
 
 def _select(

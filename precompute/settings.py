@@ -18,7 +18,11 @@ from typing import Any, Literal
 from analysis.crossings import OVERLAP_K
 
 DeviceName = Literal["auto", "cpu", "cuda"]
+ExecutorName = Literal["local", "ray"]
 
+# Environment variables a Ray task needs as the driver has them: where the Hub is, how to
+# reach it (token, offline mode, cache) and the job's own knobs.
+FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
 
 
 def default_device() -> DeviceName:
@@ -30,6 +34,23 @@ def default_embeddings() -> bool:
     """Whether a run ends by refreshing the trajectory-map embeddings: HEADWATCH_EMBEDDINGS=0
     turns it off (they need umap-learn and take tens of seconds to compile on first use)."""
     return os.environ.get("HEADWATCH_EMBEDDINGS", "1") != "0"
+
+
+def default_ray_address() -> str | None:
+    """The default of --ray-address: RAY_ADDRESS (``auto`` finds a cluster running on this
+    machine), else None: start a local cluster."""
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def forwarded_environment() -> dict[str, str]:
+    """The driver's environment variables a Ray task is given (`FORWARDED_ENV_PREFIXES`)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
+
+
+def ray_die_once_marker() -> str | None:
+    """A test hook, HEADWATCH_RAY_DIE_ONCE=PATH: the first Ray task to find PATH absent creates it
+    and kills its own worker process mid-task (so that Ray retries the task)."""
+    return os.environ.get("HEADWATCH_RAY_DIE_ONCE") or None
 
 
 def _env_number(name: str, default: str, kind: type) -> Any:
@@ -62,6 +83,30 @@ class FetchSettings:
     timeout_s: float = 60.0
     range_merge_gap: int = field(default_factory=lambda: _env_number("HEADWATCH_RANGE_MERGE_GAP", str(4 << 20), int))
     concurrency: int = field(default_factory=lambda: _env_number("HEADWATCH_FETCH_CONCURRENCY", "4", int))
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How checkpoints are computed on a Ray cluster (``--executor ray``).
+
+    Attributes:
+        address: the cluster to join (``auto``, ``ray://HOST:10001`` or ``HOST:6379``)
+            [RAY_ADDRESS]; None starts a cluster on this machine. A process already
+            connected (``ray.init`` called) uses its cluster.
+        cpus_per_task: CPUs a task declares and the torch threads it computes with. Default:
+            the driver's torch threads, what the local executor computes with; the spectral
+            columns depend on the thread count in their last bits, so another value gives a
+            store that is not bit-identical to a local run's.
+        max_in_flight: most tasks submitted and not yet committed (each result the driver
+            holds is one checkpoint's rows and singular vectors). Default: twice the tasks
+            the cluster can run at once, at least 2.
+        max_retries: attempts after a task's worker process dies, before the run stops.
+    """
+
+    address: str | None = field(default_factory=default_ray_address)
+    cpus_per_task: int | None = None
+    max_in_flight: int | None = None
+    max_retries: int = 3
 
 
 @dataclass(frozen=True)
@@ -101,6 +146,9 @@ class RunOptions:
         embeddings: refresh the trajectory-map embeddings after computing rows [HEADWATCH_EMBEDDINGS].
         fetch: Hub fetch settings (default: from the environment).
         token: Hub token (default: the logged-in user's, if any).
+        executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
+            ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
+        ray: the Ray executor's options.
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -113,6 +161,8 @@ class RunOptions:
     embeddings: bool = field(default_factory=default_embeddings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
     token: str | bool | None = None
+    executor: ExecutorName = "local"
+    ray: RayOptions = field(default_factory=RayOptions)
 
 
 def resolve_settings(

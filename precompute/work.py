@@ -1,0 +1,136 @@
+"""One checkpoint's work, the same under every executor, and how the driver settles it.
+
+`checkpoint_work` turns a fetched checkpoint into its `Work`: the meta.json entry
+(without ``duplicate_of``), its ``heads.parquet`` rows and, when the run computes
+overlaps, its leading singular vectors. It runs wherever the executor runs it: in
+the run's own thread (`precompute.executor.LocalExecutor`) or in a Ray task
+(`precompute.ray_executor`). `Work.settle` is the driver's half: only the driver
+knows which fingerprints are committed, so only it decides ``duplicate_of``; rows a
+task computed for a checkpoint that turns out to duplicate an earlier one are
+dropped there. Both executors share these two functions, which is why their stores
+are identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+import torch
+
+from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+from analysis.extract import ModelShape, extract_qk
+from analysis.heads import checkpoint_statistics
+from analysis.store import CheckpointEntry
+from precompute import overlaps as ovl
+from precompute.revisions import CheckpointRef
+from precompute.settings import Settings
+from precompute.source import Fetched
+from precompute.tables import heads_rows
+
+# Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
+CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
+
+
+@dataclass
+class Work:
+    """What computing one checkpoint produced.
+
+    Attributes:
+        entry: its meta.json entry, ``duplicate_of`` unset (the driver sets it).
+        rows: its ``heads.parquet`` rows; None when its tensors were not read or not computed
+            (its fingerprint was known where it ran).
+        vectors: its leading singular vectors (None when the run computes no overlaps, or no rows).
+        fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
+            (a Ray task); zero when the run's meter counted it.
+    """
+
+    entry: CheckpointEntry
+    rows: pa.Table | None
+    vectors: ovl.Vectors | None
+    fetched: int = 0
+    requests: int = 0
+    peak_disk: int = 0
+
+    def settle(self, known: Mapping[str, int]) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
+        """The entry, rows and vectors to record, given the fingerprints committed so far: a
+        checkpoint whose weights equal a committed one's gets ``duplicate_of`` and no rows.
+
+        Raises:
+            AssertionError: no rows although the checkpoint duplicates nothing (recompute it first).
+        """
+        duplicate_of = known.get(self.entry.sha256)
+        if duplicate_of is not None:
+            return dataclasses.replace(self.entry, duplicate_of=duplicate_of), None, None
+        assert self.rows is not None, f"step {self.entry.step}: no rows and no duplicate"
+        return self.entry, self.rows, self.vectors
+
+
+def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int]) -> Work:
+    """Extract per-head W_Q/W_K, check them and compute every statistic, unless the checkpoint's
+    fingerprint is in ``known`` or its tensors were not read (then ``rows`` is None).
+
+    Args:
+        fetched: the checkpoint as fetched (`precompute.source.CheckpointSource.fetch`).
+        shape: the run's model.
+        settings: the run's settings (device, dtypes, chunking, K).
+        known: fingerprints whose statistics need not be computed again.
+
+    Raises:
+        CheckpointError: non-finite weights, or shapes the extraction refuses.
+    """
+    ref = fetched.ref
+    if ref.tokens is not None:
+        tokens = ref.tokens
+    else:
+        tokens = ref.step * settings.tokens_per_step if settings.tokens_per_step else None
+    entry = CheckpointEntry(
+        step=ref.step,
+        revision=ref.revision,
+        tokens=tokens,
+        sha256=fetched.sha256,
+        sha256_source=fetched.sha256_source,
+        files=dict(fetched.files),
+        commit=fetched.commit,
+    )
+    if fetched.tensors is None or fetched.sha256 in known:
+        return Work(entry, None, None)
+    w_q, w_k = extract_qk(shape, fetched.tensors)  # (n_layers, n_heads, d_head, d_model) each
+    for name, w in (("W_Q", w_q), ("W_K", w_k)):
+        finite = torch.isfinite(w).flatten(1).all(dim=1)
+        if not bool(finite.all()):
+            layer = int((~finite).nonzero()[0])
+            raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")
+    stats = checkpoint_statistics(
+        w_q,
+        w_k,
+        device=settings.device,
+        dtype=getattr(torch, settings.dtype),
+        spectrum_dtype=getattr(torch, settings.spectrum_dtype),
+        chunk_elements=settings.chunk_elements,
+        vectors=settings.overlap_k,
+    )
+    vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
+    return Work(entry, heads_rows(ref.step, stats, d_model=shape.d_model), vectors)
+
+
+# What an executor hands the driver per checkpoint, in step order: the checkpoint and a
+# call that returns its `Work` or raises its per-checkpoint error (`CHECKPOINT_ERRORS`).
+Results = Iterator[tuple[CheckpointRef, Callable[[], Work]]]
+
+
+class Executor(Protocol):
+    """Runs `checkpoint_work` for a list of checkpoints and yields the results in step order
+    (`precompute.executor.LocalExecutor`, `precompute.ray_executor.RayExecutor`)."""
+
+    def results(
+        self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
+        known: Callable[[], Mapping[str, int]],
+    ) -> Results:
+        """One ``(ref, result)`` per checkpoint of ``todo``, in order; ``known()`` gives the
+        fingerprints committed so far (a hint: `Work.settle` decides). Closing the iterator
+        abandons the work still in flight."""
+        ...

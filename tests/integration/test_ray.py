@@ -1,0 +1,279 @@
+"""``--executor ray``: the store a Ray cluster computes is the local executor's, bit for bit.
+
+One local Ray cluster (2 CPUs, 127.0.0.1, no dashboard) serves the whole module; it is
+started by the first test that needs it and shut down at the module's end. The local
+executor's stores, which the tests compare against, are themselves checked against
+numpy in test_precompute.py. Faults: a worker process killed mid-task (Ray retries the
+task), a driver killed mid-run (the same command resumes), and a Hub source on the
+fake Hub, whose address reaches the tasks through the forwarded environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.errors import ClusterError
+from precompute.__main__ import main
+from precompute.run import run_precompute
+from precompute.settings import RayOptions, RunOptions
+from tests.integration.conftest import REPO, make_suite, neox_model, perturb
+from tests.integration.fakehub import FakeHub, Repo, folder_files
+
+pytestmark = pytest.mark.slow
+
+REPO_ID = "EleutherAI/pythia-tiny"
+
+
+def _require_ray():
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("ray is missing in CI: requirements-precompute.txt pins it (pip install -r requirements-dev.txt)")
+        pytest.skip("ray is not installed (pip install -r requirements-precompute.txt); CI fails instead of skipping")
+    return ray
+
+
+@pytest.fixture(scope="module")
+def cluster() -> str:
+    """A 2-CPU Ray cluster on 127.0.0.1 that this process is connected to; its GCS address, for
+    drivers in other processes."""
+    ray = _require_ray()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             object_store_memory=200 << 20, logging_level="WARNING")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def options(executor: str, **ray: object) -> RunOptions:
+    return RunOptions(device="cpu", progress=False, embeddings=False, executor=executor, ray=RayOptions(**ray))
+
+
+def assert_identical(a: Path, b: Path) -> None:
+    """The two stores' tables are equal value for value (types and row groups included) and their
+    meta.json agree (the executor is not recorded)."""
+    for name in ("heads.parquet", "overlaps.parquet"):
+        ta, tb = pq.read_table(a / name), pq.read_table(b / name)
+        assert ta.num_rows > 0
+        assert ta.equals(tb), name
+    assert json.loads((a / "meta.json").read_text()) == json.loads((b / "meta.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory) -> Path:
+    """Seven checkpoints: step 8 carries step 4's weights byte for byte, step 32 has no weights."""
+    root = make_suite(tmp_path_factory.mktemp("ray") / "suite", [0, 1, 2, 4, 8, 16], duplicate={8: 4})
+    (root / "step32").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_store(series: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("local") / "store"
+    report = run_precompute(series, out, options("local"))
+    assert report.duplicates == {8: 4} and [f.step for f in report.failed] == [32]
+    return out
+
+
+def test_ray_store_is_the_local_store(cluster: str, series: Path, local_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "store"
+    report = run_precompute(series, out, options("ray"))
+    # step 8 was submitted before step 4 was committed, so its task computed rows the driver dropped
+    assert report.computed == [0, 1, 2, 4, 16] and report.duplicates == {8: 4}
+    assert [(f.step, f.reason) for f in report.failed] == [(32, "missing")]
+    assert_identical(local_store, out)
+
+
+def test_worker_killed_mid_task_is_retried(
+    cluster: str, series: Path, local_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = tmp_path / "died"
+    monkeypatch.setenv("HEADWATCH_RAY_DIE_ONCE", str(marker))  # forwarded to the tasks
+    out = tmp_path / "store"
+    report = run_precompute(series, out, options("ray", max_retries=2))
+    assert marker.exists(), "no worker died: the hook did not run"
+    assert report.computed == [0, 1, 2, 4, 16]
+    assert_identical(local_store, out)
+
+
+def test_worker_dying_past_its_retries_stops_the_run_and_keeps_the_store(
+    cluster: str, series: Path, local_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HEADWATCH_RAY_DIE_ONCE", str(tmp_path / "died"))
+    out = tmp_path / "store"
+    with pytest.raises(ClusterError, match="after 0 retries"):
+        run_precompute(series, out, options("ray", max_retries=0))
+    assert n_listed(out) < 7  # stopped at the dead task; what was committed before it is a store
+    monkeypatch.delenv("HEADWATCH_RAY_DIE_ONCE")
+    run_precompute(series, out, options("ray"))
+    assert_identical(local_store, out)
+
+
+def test_several_sources_in_one_command(cluster: str, series: Path, local_store: Path, tmp_path: Path) -> None:
+    other = make_suite(tmp_path / "other", [0, 3])
+    status = main(["--no-progress", "--no-embeddings", "--device", "cpu", "--executor", "ray",
+                   "--source", str(series), "--source", str(other), "--out", str(tmp_path / "stores")])
+    assert status == 1  # step 32 of the first suite has no weights
+    assert_identical(local_store, tmp_path / "stores" / "suite")
+    assert [c["step"] for c in json.loads((tmp_path / "stores" / "other" / "meta.json").read_text())["checkpoints"]] == [0, 3]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**(env or os.environ), "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
+    return subprocess.run([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def n_listed(store: Path) -> int:
+    try:
+        return len(json.loads((store / "meta.json").read_text())["checkpoints"])
+    except (OSError, ValueError):
+        return 0
+
+
+def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    model = neox_model(hidden=256, layers=4, heads=8)
+    steps = [0, 1, 2, 4, 8, 16, 32, 64]
+    for step in steps:
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    reference = tmp_path / "local"
+    run_precompute(src, reference, options("local"))
+
+    out = tmp_path / "ray"
+    args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", cluster]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while n_listed(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed; make checkpoints larger"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = n_listed(out)
+    assert 2 <= done < len(steps)
+
+    res = cli(*args)
+    assert res.returncode == 0, res.stderr
+    assert f"{done} already done" in res.stderr
+    assert_identical(reference, out)
+
+
+def test_hub_source_through_the_fake_hub(cluster: str, tmp_path: Path) -> None:
+    steps = [0, 1, 2, 4]
+    suite = make_suite(tmp_path / "suite", steps, duplicate={2: 0})
+    repo = Repo()
+    for step in steps:
+        repo.add(f"step{step}", folder_files(suite / f"step{step}"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE"))}
+    with FakeHub() as hub:
+        hub.repos[REPO_ID] = repo
+        env.update(HF_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_TELEMETRY="1", HF_ENDPOINT=hub.url,
+                   HEADWATCH_HUB_RETRIES="3", HEADWATCH_HUB_BACKOFF="0.01")
+        local = cli("--source", REPO_ID, "--out", str(tmp_path / "local"), env=env)
+        assert local.returncode == 0, local.stderr
+        served = len(hub.log)
+        ray = cli("--source", REPO_ID, "--out", str(tmp_path / "ray"), "--executor", "ray", "--ray-address", cluster, env=env)
+        assert ray.returncode == 0, ray.stderr
+        assert len(hub.log) > served  # the tasks fetched from this Hub (HF_ENDPOINT was forwarded to them)
+    assert_identical(tmp_path / "local", tmp_path / "ray")
+    meta = json.loads((tmp_path / "ray" / "meta.json").read_text())
+    assert [c["duplicate_of"] for c in meta["checkpoints"]] == [None, None, 0, None]
+    assert "bytes" in ray.stderr or "fetched" in ray.stderr  # the tasks' transfers reach the driver's report
+
+
+def test_unreachable_cluster_is_one_line_and_writes_nothing(series: Path, tmp_path: Path) -> None:
+    _require_ray()
+    out = tmp_path / "store"
+    res = cli("--source", str(series), "--out", str(out), "--executor", "ray", "--ray-address", "127.0.0.1:1", timeout=120)
+    assert res.returncode == 3, res.stderr
+    assert "nothing answers at --ray-address '127.0.0.1:1'" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def gcs_server_pid(root: int) -> int:
+    """The pid of the `gcs_server` process among `root`'s descendants (read from /proc)."""
+    parent: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            names[int(entry.name)] = name
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+    found = [pid for pid, name in names.items() if name.startswith("gcs_server") and descends(pid)]
+    assert len(found) == 1, f"expected one gcs_server under {root}, found {found}"
+    return found[0]
+
+
+def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_path: Path) -> None:
+    """A cluster of its own (`ray.init` in a subprocess), whose head process is killed once the
+    driver has committed two checkpoints: the driver ends with exit status 3 and one clear line, the
+    store holds what was committed, and the same command with the local executor completes it."""
+    _require_ray()
+    src = tmp_path / "src"
+    model = neox_model(hidden=256, layers=4, heads=8)
+    steps = [0, 1, 2, 4, 8, 16, 32, 64]
+    for step in steps:
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    reference = tmp_path / "local"
+    run_precompute(src, reference, options("local"))
+
+    # The cluster's head runs in a process group of its own (killed whole at the end). The driver runs
+    # beside it as on a node of its own: its raylet outlives the head's GCS server, which is killed.
+    head = subprocess.Popen(
+        [sys.executable, "-c", "import ray, sys, time; ray.init(address='local', num_cpus=2, include_dashboard=False, "
+         "_node_ip_address='127.0.0.1', object_store_memory=100 << 20, logging_level='ERROR'); "
+         "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "token"})  # Ray's default for a new local cluster, said aloud
+    out = tmp_path / "store"
+    try:
+        address = head.stdout.readline().strip()
+        assert address, "the cluster's head did not start"
+        args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", address]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0", "RAY_AUTH_MODE": "token"}
+        driver = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 180
+        while n_listed(out) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert driver.poll() is None, f"the run ended before the cluster could be lost: {driver.communicate()[1]}"
+        os.kill(gcs_server_pid(head.pid), signal.SIGKILL)  # the head's control store: the cluster is gone
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        head.wait()
+    assert driver.returncode == 3, stderr
+    assert "lost the Ray cluster" in stderr and "Traceback" not in stderr
+    done = n_listed(out)
+    assert 2 <= done < len(steps)
+    run_precompute(src, out, options("local"))  # resumes from the committed checkpoints
+    assert_identical(reference, out)
