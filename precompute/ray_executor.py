@@ -145,7 +145,11 @@ class RayExecutor:
                 ray.init(address=options.address, include_dashboard=False, logging_level="WARNING")
             except (ConnectionError, RuntimeError, TimeoutError) as exc:
                 where = options.address or "a new local cluster"
-                raise ClusterError(f"cannot reach the Ray cluster at {where!r} ({exc}); check --ray-address / RAY_ADDRESS") from exc
+                raise ClusterError(
+                    f"cannot reach the Ray cluster at {where!r} ({exc}); check --ray-address / RAY_ADDRESS, and for a "
+                    "cluster with token authentication (Ray's default) set RAY_AUTH_MODE=token and the cluster's "
+                    "token (RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+                ) from exc
         self.source, self.options, self.fetch, self.token, self.meter = source, options, fetch, token, meter
         self.threads = options.cpus_per_task or torch.get_num_threads()
         cluster_cpus = int(ray.cluster_resources().get("CPU", 0))
