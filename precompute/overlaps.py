@@ -88,10 +88,16 @@ def matrix_rows(prev_step: int, step: int, o_u: np.ndarray, o_v: np.ndarray) -> 
     )
 
 
-def required_pairs(steps: Iterable[int]) -> list[Pair]:
-    """Consecutive pairs of the steps with statistics, in order."""
+def required_pairs(steps: Iterable[int], states: Iterable[int] | None = None) -> list[Pair]:
+    """Consecutive pairs of the steps with statistics, and of the training states among them (the
+    steps without mixed checkpoints, which the views show by default: a pair spans each hidden
+    mixed checkpoint), in order."""
     steps = sorted(steps)
-    return list(zip(steps[:-1], steps[1:]))
+    pairs = set(zip(steps[:-1], steps[1:]))
+    if states is not None:
+        states = sorted(states)
+        pairs |= set(zip(states[:-1], states[1:]))
+    return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
 def present_pairs(table: pa.Table) -> set[Pair]:
@@ -100,11 +106,12 @@ def present_pairs(table: pa.Table) -> set[Pair]:
     return set(zip(table["prev_step"].to_pylist(), table["step"].to_pylist()))
 
 
-def update(table: pa.Table, steps: Iterable[int], new: Iterable[pa.Table] = ()) -> pa.Table:
-    """``table`` plus ``new`` rows, keeping only pairs of consecutive ``steps``, sorted by
+def update(table: pa.Table, steps: Iterable[int], new: Iterable[pa.Table] = (),
+           states: Iterable[int] | None = None) -> pa.Table:
+    """``table`` plus ``new`` rows, keeping only the pairs `required_pairs` names, sorted by
     (layer, head, step): the order `analysis.store.Store.overlaps` reads one head from."""
     table = pa.concat_tables([table, *new]) if new else table
-    pairs = required_pairs(steps)
+    pairs = required_pairs(steps, states)
     if table.num_rows:
         keys = pc.add(pc.multiply(table["prev_step"], pa.scalar(1 << 32, pa.int64())), table["step"])
         wanted = pa.array([a * (1 << 32) + b for a, b in pairs], pa.int64())
@@ -145,10 +152,11 @@ class OverlapFiller:
                 self.cache.popitem(last=False)
         return self.cache[step]
 
-    def fill(self, table: pa.Table, steps: list[int]) -> tuple[pa.Table, list[Pair]]:
-        """The table with every missing consecutive pair it can compute, and the pairs left out."""
+    def fill(self, table: pa.Table, steps: list[int], states: list[int] | None = None) -> tuple[pa.Table, list[Pair]]:
+        """The table with every missing pair `required_pairs` names that it can compute, and the
+        pairs left out."""
         present = present_pairs(table)
-        missing = [p for p in required_pairs(steps) if p not in present]
+        missing = [p for p in required_pairs(steps, states) if p not in present]
         if not missing:
             return table, []
         reread = sorted({s for p in missing for s in p} - set(self.held))
@@ -165,10 +173,10 @@ class OverlapFiller:
                 continue
             pending.append(pair_rows(a, b, first, second))
             if time.monotonic() - last_commit > self.commit_every_s:
-                table, pending = update(table, steps, pending), []
+                table, pending = update(table, steps, pending, states), []
                 self.commit(table)
                 last_commit = time.monotonic()
         if pending:
-            table = update(table, steps, pending)
+            table = update(table, steps, pending, states)
             self.commit(table)
         return table, left_out

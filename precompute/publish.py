@@ -24,7 +24,8 @@ import httpx2
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.store import TABLES, open_store
+from analysis.errors import StoreError
+from analysis.store import TABLES, open_store, read_meta
 from analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
 from precompute.lock import store_lock
 
@@ -184,6 +185,11 @@ def push_store(
     store = Path(store)
     api = api or HfApi(token=token, library_name="headwatch")
     with store_lock(store):
+        if read_meta(store).upgraded:
+            raise StoreError(
+                f"{store} was written by an older schema version; upgrade it before publishing "
+                f"(python -m precompute.upgrade {store}) so that its files say what its card says"
+            )
         card = dataset_card(store, repo_id=repo_id)
         files = sorted(p for p in store.iterdir() if p.is_file() and p.name != CARD_FILE)
         operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]

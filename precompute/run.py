@@ -271,7 +271,7 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
         state.commit(heads=False)
 
     filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
-    _, left_out = filler.fill(state.overlaps, state.meta.done_steps)
+    _, left_out = filler.fill(state.overlaps, state.meta.done_steps, state.meta.state_steps)
     return left_out
 
 

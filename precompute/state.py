@@ -67,7 +67,7 @@ class RunState:
         new = [ovl.pair_rows(before, entry.step, self.last[1], vectors)] if self.last and self.last[0] == before else []
         if before is not None and not new and not self.held:
             self.held[entry.step] = vectors
-        self.overlaps = ovl.update(self.overlaps, steps, new)  # also drops a pair this step now splits
+        self.overlaps = ovl.update(self.overlaps, steps, new, self.meta.state_steps)  # also drops a pair this step now splits
         self.last = (entry.step, vectors)
 
     def fail(self, failure: Failure) -> None:
@@ -144,7 +144,7 @@ def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:
         except StoreError as exc:  # derived data: rebuilt from the checkpoints
             log.warning("%s: recomputing the overlaps (every checkpoint is read again)", exc)
             return OVERLAPS.empty()
-        return ovl.update(table, meta.done_steps) if table is not None else OVERLAPS.empty()
+        return ovl.update(table, meta.done_steps, states=meta.state_steps) if table is not None else OVERLAPS.empty()
     if k and stored_k not in (0, k):  # (K = 0 leaves the file as it is)
         log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
                     "(every checkpoint is read again)", stored_k, k)

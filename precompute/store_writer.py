@@ -27,7 +27,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.store.format import META_FILE, TABLES
+from analysis.errors import StoreError
+from analysis.store.format import META_FILE, SCHEMA_VERSION, TABLES
 from analysis.store.meta import Meta
 
 _AT_FDCWD = -100
@@ -51,6 +52,8 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
 
     Raises:
         ValueError: a table is not in the registry or does not have its schema (a bug, not bad input).
+        StoreError: a registered table that would be carried over has another schema (a store of an
+            older version, not upgraded): the commit would label it as the current version.
     """
     tables = dict(tables or {})
     n_steps = len(meta.done_steps)
@@ -66,6 +69,7 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
     stage.mkdir()
     files = {TABLES[name].file: table for name, table in tables.items()}
     if store.is_dir():
+        _check_carried_over(store, set(files))
         for item in store.iterdir():
             if item.name not in files and item.name != META_FILE and item.is_file():
                 os.link(item, stage / item.name)
@@ -89,6 +93,23 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
     os.replace(stage / META_FILE, store / META_FILE)
     _fsync_dir(store)
     shutil.rmtree(stage)
+
+
+def _check_carried_over(store: Path, replaced: set[str]) -> None:
+    """Refuse to carry a registered table over when its schema is not the registry's."""
+    for spec in TABLES.values():
+        path = store / spec.file
+        if spec.file in replaced or not path.is_file():
+            continue
+        try:
+            schema = pq.read_schema(path)
+        except (OSError, pa.ArrowException):
+            continue  # an unreadable file is the reader's to report; the commit does not touch it
+        if not schema.equals(spec.schema, check_metadata=False):
+            raise StoreError(
+                f"{str(path)!r} is not in the current schema (version {SCHEMA_VERSION}); nothing was written. "
+                f"Upgrade the store first: python -m precompute.upgrade {store}"
+            )
 
 
 def _write_parquet(path: Path, table: pa.Table, *, row_group_size: int | None = None) -> None:

@@ -55,6 +55,10 @@ def check_store(out: Path, suite: Path, first: str, *, sha256_source: str) -> No
     assert shown.steps.tolist() == STEPS  # ... unless asked for; its rows are there
     np.testing.assert_array_equal(shown.array("std")[[0, 2, 3]], store.array("std"))
     assert store.hidden_steps == [(1, f"step 1 carries step 8's {first}")]
+    # singular-vector overlaps exist between consecutive steps in both views: 0->4 spans hidden step 1
+    for view in (store, shown):
+        o_u, o_v = view.overlaps(0, 0)
+        assert o_u.shape[0] == len(view.steps) - 1 and np.isfinite(o_u).all() and np.isfinite(o_v).all()
     card = dataset_card(out)
     assert f"{first} = step 8 {first}" in card and "mixed weights" in card
 

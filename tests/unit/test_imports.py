@@ -7,7 +7,9 @@ import hides a circle from Python's import machinery, not from the reader. An im
 names one project module: ``import a.b``, ``from a.b import c`` and ``from .b import c``
 name ``a.b``, or ``a.b.c`` when that is itself a module. The package ``__init__``
 an import makes Python run on the way (``a/__init__.py`` for ``a.b``) is not counted
-as imported (the ``__init__`` files here hold only docstrings).
+as imported: most ``__init__`` files here hold only docstrings, and ``analysis/store/__init__.py``
+re-exports its own modules' public names (an edge from a package to its own modules, which
+Python resolves; counting it would report ``analysis.store`` <-> ``analysis.store.meta``).
 
 A circle is a strongly connected component of that graph with more than one module
 (or a module importing itself). The ones in `KNOWN_CYCLES` are owned by other work

@@ -117,3 +117,42 @@ def test_upgrade_command_rewrites_a_version_1_store_and_keeps_its_values(tmp_pat
     (tmp_path / "s" / "meta.json").write_text(json.dumps(newer))
     assert main([str(tmp_path / "s")]) == 1  # refused with a message, untouched
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["schema_version"] == SCHEMA_VERSION + 1
+
+
+def _version_1_store(path: Path) -> None:
+    """A store as version 1 wrote it: no null-model columns, schema_version 1."""
+    import pyarrow.parquet as pq
+
+    from analysis.store.format import NULL_COLUMNS
+
+    write_store(path, [0, 1], files={0: {"f": "a"}, 1: {"f": "b"}})
+    heads = pq.read_table(path / "heads.parquet")
+    pq.write_table(heads.drop_columns(list(NULL_COLUMNS)), path / "heads.parquet")
+    raw = json.loads((path / "meta.json").read_text())
+    raw["schema_version"] = 1
+    (path / "meta.json").write_text(json.dumps(raw))
+
+
+def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) -> None:
+    """A commit of other tables (the embeddings command's) must not label a version-1 heads table as
+    the current version: it is refused, naming the upgrade command, and the store is untouched."""
+    from analysis.store.format import EMBEDDINGS
+    from precompute.store_writer import commit_store
+
+    _version_1_store(tmp_path / "s")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
+    with pytest.raises(StoreError, match="python -m precompute.upgrade"):
+        commit_store(tmp_path / "s", read_meta(tmp_path / "s"), {EMBEDDINGS.name: EMBEDDINGS.empty()})
+    assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
+
+
+def test_publishing_a_version_1_store_is_refused(tmp_path: Path) -> None:
+    from precompute.publish import push_store
+
+    class NoHub:  # nothing may be uploaded
+        def __getattr__(self, name):
+            raise AssertionError(f"the Hub was called ({name})")
+
+    _version_1_store(tmp_path / "s")
+    with pytest.raises(StoreError, match="upgrade it before publishing"):
+        push_store(tmp_path / "s", "me/store", api=NoHub())

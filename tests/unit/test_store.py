@@ -117,7 +117,11 @@ def test_commit_replaces_both_files_and_keeps_other_tables(tmp_path: Path) -> No
     commit_store(store, read_meta(store), {"embeddings": extra})
     write_store(store, [0, 1])  # a later commit without the extra table carries it over
     assert pq.read_table(store / "embeddings.parquet").equals(extra)
-    assert open_store(store).steps.tolist() == [0, 1]
+    unregistered = pa.table({"x": [1, 2]})  # a file the registry does not know (a user's) is carried over too
+    pq.write_table(unregistered, store / "notes.parquet")
+    write_store(store, [0, 1, 2])
+    assert pq.read_table(store / "notes.parquet").equals(unregistered)
+    assert open_store(store).steps.tolist() == [0, 1, 2]
     assert not staging_dir(store).exists()
 
 
