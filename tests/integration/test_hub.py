@@ -267,7 +267,7 @@ def test_network_failure_mid_run_stops_and_resumes(world, hub: FakeHub, cli: InP
 
 def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess, tmp_path: Path) -> None:
     out = tmp_path / "store"
-    hub.delay_s = 0.4  # a slow link, so the run is mid-fetch when interrupted
+    hub.delay_s = 1.0  # a slow link, so the run is mid-fetch when interrupted (4 s and more to go, even under load)
     proc = subprocess.Popen(
         [sys.executable, "-m", "precompute", "--no-progress", "--source", REPO_ID, "--out", str(out)],
         cwd=REPO, env=online_env(hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
