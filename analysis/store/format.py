@@ -207,7 +207,7 @@ HEADS = TableSpec(
 OVERLAPS = TableSpec(
     name="overlaps",
     file="overlaps.parquet",
-    row="one row per (layer, head, consecutive pair of checkpoints with statistics)",
+    row="one row per (layer, head, consecutive pair of checkpoints with statistics; also of training states, around a mixed checkpoint)",
     about="The K x K overlaps of each head's K leading singular vectors between consecutive checkpoints, "
           "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity). "
           "Sorted by (layer, head, step) and written one row group per layer, so one head is read without "
