@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from analysis.circuits import circuit_statistics
 from analysis.elementwise import elementwise_statistics
 from analysis.nullmodel import null_columns
 from analysis.store.format import HIST_Z_EDGES
@@ -55,10 +56,13 @@ def checkpoint_statistics(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     vectors: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Element-wise and spectral statistics of W_QK = W_Q^T W_K for every head.
+    """Element-wise, spectral and circuit statistics of W_QK = W_Q^T W_K for every head.
+
+    Any per-head product ``left^T right`` goes the same way: pass ``(W_O^T, W_V)`` from
+    `analysis.extract.extract_ov` for W_OV.
 
     Args:
-        w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights.
+        w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights (the left factor).
         w_k: the same shape; for grouped-query models, K repeated per query head.
         device: ``cpu``, ``cuda`` or ``auto``.
         dtype: precision of the dense product and the element-wise statistics.
@@ -73,7 +77,8 @@ def checkpoint_statistics(
 
     Returns:
         numpy arrays: every scalar statistic (the null-model columns of
-        `analysis.nullmodel.null_columns` included) as ``(n_layers, n_heads)`` float64,
+        `analysis.nullmodel.null_columns` and the ``sym_frac`` / ``eig_positivity`` of
+        `analysis.circuits.circuit_statistics` included) as ``(n_layers, n_heads)`` float64,
         ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
         ``(n_layers, n_heads, len(edges) + 1)``, both float64. With ``vectors``, also
         ``u`` and ``v`` as ``(n_layers, n_heads, d_model, vectors)`` float32.
@@ -114,6 +119,7 @@ def checkpoint_statistics(
         # weights to float32 first would bury small singular values.
         sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
+        stats.update(circuit_statistics(q_given, k_given))  # from d_head x d_head cores, float64
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
         if vectors:

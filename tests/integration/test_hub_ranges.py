@@ -19,7 +19,7 @@ from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
 from precompute import ranges
 from precompute.fetch import HubHttp, HubUnreachableError, Meter
-from precompute.ranges import plan_ranges, qk_element_masks, read_header, read_tensors
+from precompute.ranges import plan_ranges, element_masks, read_header, read_tensors
 from precompute.settings import FetchSettings
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
@@ -67,7 +67,7 @@ def read_all(url: str, http: HubHttp, shape: ModelShape, merge_gap: int) -> dict
         return http.get_range(url, a, b, what="test")
 
     header = read_header(get, where=url)
-    masks = qk_element_masks(shape, {n: s.shape for n, s in header.tensors.items()})
+    masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()})
     return read_tensors(get, header, masks, merge_gap=merge_gap, concurrency=3, where=url)
 
 
@@ -172,7 +172,7 @@ def test_masks_follow_each_architectures_adapter() -> None:
     gpt2 = ModelShape("gpt2", "gpt2", 2, 4, 4, 32, 8)
     shapes = {f"transformer.h.{i}.attn.c_attn.weight": (32, 96) for i in range(2)}
     shapes["transformer.h.0.mlp.c_fc.weight"] = (32, 128)
-    masks = qk_element_masks(gpt2, shapes)
+    masks = element_masks(gpt2, shapes)
     assert sorted(masks) == sorted(n for n in shapes if "c_attn" in n)
     for mask in masks.values():
         assert mask[:, :64].all() and not mask[:, 64:].any()
@@ -183,12 +183,12 @@ def test_masks_follow_each_architectures_adapter() -> None:
         "model.layers.0.self_attn.k_proj.weight": (16, 32),
         "model.layers.0.self_attn.v_proj.weight": (16, 32),
     }
-    masks = qk_element_masks(llama, shapes)
+    masks = element_masks(llama, shapes)
     assert sorted(masks) == sorted(n for n in shapes if "q_proj" in n or "k_proj" in n)
     assert all(m.all() for m in masks.values())
     # GPT-NeoX: rows (head, 0|1, :) of the fused weight, never (head, 2, :)
     neox = ModelShape("gpt_neox", "gpt_neox", 1, 4, 4, 32, 8)
-    (mask,) = qk_element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32)}).values()
+    (mask,) = element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32)}).values()
     rows = mask.all(dim=1)
     assert mask.any(dim=1).equal(rows)  # whole rows
     assert rows.tolist() == [(r // 8) % 3 != 2 for r in range(96)]
