@@ -130,6 +130,7 @@ OVERLAP_COLUMNS = tuple(OVERLAP_COLUMN_DOCS)
 
 # embeddings.parquet: the trajectory maps precompute embeds (precompute/embeddings.py).
 EMBEDDING_COLUMN_DOCS: dict[str, str] = {
+    "matrix": 'which per-head product\'s trajectories, "qk" or "ov" (string; version 3: older files are "qk")',
     "statistic": "the heads.parquet column whose per-head trajectories were embedded (string)",
     "normalisation": "`zscore` or `global`: how each trajectory was normalised before embedding (string)",
     "layer": "layer index, 0-based (int32)",
@@ -167,7 +168,7 @@ OVERLAPS_SCHEMA = _fields({
     "overlap_u": pa.list_(pa.float32()), "overlap_v": pa.list_(pa.float32()), "rel_change": pa.float64(),
 })
 EMBEDDINGS_SCHEMA = _fields({
-    "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
+    "matrix": pa.string(), "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
     "x": pa.float64(), "y": pa.float64(), "neighbors": pa.list_(pa.int32()),
 })
 assert tuple(OVERLAPS_SCHEMA.names) == OVERLAP_COLUMNS
@@ -241,12 +242,12 @@ OVERLAPS = TableSpec(
 EMBEDDINGS = TableSpec(
     name="embeddings",
     file="embeddings.parquet",
-    row="one row per (statistic, normalisation, head)",
+    row="one row per (matrix, statistic, normalisation, head)",
     about="Precomputed trajectory maps (UMAP of each head's statistic over training) and each head's "
           "nearest trajectories; how they were made is in `meta.json` `embeddings`.",
     schema=EMBEDDINGS_SCHEMA,
     docs=EMBEDDING_COLUMN_DOCS,
-    sort=("statistic", "normalisation", "layer", "head"),
+    sort=("matrix", "statistic", "normalisation", "layer", "head"),
 )
 
 # Every table a store may hold, by name. A new table is one more entry.

@@ -303,7 +303,12 @@ class Store:
             StoreError: the file is unreadable.
         """
         table = read_table(self.path, EMBEDDINGS)
-        return None if table is None else table.to_pandas()
+        if table is None:
+            return None
+        frame = table.to_pandas()
+        if "matrix" not in frame.columns:  # before schema version 3: qk maps only
+            frame.insert(0, "matrix", "qk")
+        return frame
 
 
 def is_store(path: str | Path) -> bool:
