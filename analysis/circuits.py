@@ -37,11 +37,15 @@ def _frob_sq(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return (g_left * g_right).sum((-1, -2))
 
 
-def circuit_statistics(left: torch.Tensor, right: torch.Tensor) -> dict[str, torch.Tensor]:
+def circuit_statistics(
+    left: torch.Tensor, right: torch.Tensor, *, frob_sq: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """Symmetric fraction and eigenvalue positivity of ``W = left^T right`` for a batch of heads.
 
     Args:
         left, right: ``(..., d_head, d_model)`` factors (any float dtype; computed in float64).
+        frob_sq: ``||W||_F^2`` per head when the caller has it (the sum of the squared singular
+            values: saves two d_head x d_head Gram products per head); else computed here.
 
     Returns:
         ``sym_frac`` and ``eig_positivity``, each ``(...)`` float64; NaN for a head whose W is zero.
@@ -54,7 +58,7 @@ def circuit_statistics(left: torch.Tensor, right: torch.Tensor) -> dict[str, tor
     a_t = left.to(torch.float64)
     b_t = right.to(torch.float64)
     core = b_t @ a_t.transpose(-1, -2)  # (..., d_head, d_head): M = B^T A
-    frob_sq = _frob_sq(a_t, b_t)
+    frob_sq = _frob_sq(a_t, b_t) if frob_sq is None else frob_sq.to(torch.float64)
     tr_ww = (core * core.transpose(-1, -2)).sum((-1, -2))  # tr(M M)
     zero = frob_sq <= 0
     safe = torch.where(zero, torch.ones_like(frob_sq), frob_sq)
@@ -66,13 +70,16 @@ def circuit_statistics(left: torch.Tensor, right: torch.Tensor) -> dict[str, tor
 
 
 def relative_change(
-    before: tuple[torch.Tensor, torch.Tensor], after: tuple[torch.Tensor, torch.Tensor]
+    before: tuple[torch.Tensor, torch.Tensor], after: tuple[torch.Tensor, torch.Tensor], *,
+    frob_sq: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``||W' - W||_F / ||W||_F`` per head, with ``W = before[0]^T before[1]`` and ``W'`` from ``after``.
 
     Args:
         before: ``(left, right)`` at checkpoint t, each ``(..., d_head, d_model)``.
         after: the same at checkpoint t'.
+        frob_sq: ``(||W||_F^2, ||W'||_F^2)`` per head when the caller has them (from the singular
+            values); else computed here (four more Gram products per head).
 
     Returns:
         ``(...)`` float64; NaN where ``W`` is zero (inf would say nothing more).
@@ -85,8 +92,10 @@ def relative_change(
         raise ValueError(f"relative_change needs four factors of one shape, got {sorted(shapes)}")
     l0, r0 = (t.to(torch.float64) for t in before)
     l1, r1 = (t.to(torch.float64) for t in after)
-    n0 = _frob_sq(l0, r0)
-    n1 = _frob_sq(l1, r1)
+    if frob_sq is None:
+        n0, n1 = _frob_sq(l0, r0), _frob_sq(l1, r1)
+    else:
+        n0, n1 = (torch.as_tensor(n, dtype=torch.float64) for n in frob_sq)
     cross = ((l1 @ l0.transpose(-1, -2)) * (r1 @ r0.transpose(-1, -2))).sum((-1, -2))  # <W', W>
     diff = (n1 + n0 - 2.0 * cross).clamp_min(0.0)
     return torch.where(n0 > 0, diff.sqrt() / torch.where(n0 > 0, n0, torch.ones_like(n0)).sqrt(), torch.nan)

@@ -119,7 +119,8 @@ def checkpoint_statistics(
         # weights to float32 first would bury small singular values.
         sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
-        stats.update(circuit_statistics(q_given, k_given))  # from d_head x d_head cores, float64
+        # from d_head x d_head cores in float64; ||W||_F^2 from the singular values
+        stats.update(circuit_statistics(q_given, k_given, frob_sq=(sv.to(torch.float64) ** 2).sum(-1)))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
         if vectors:
@@ -136,22 +137,26 @@ def checkpoint_vectors(
     *,
     device: Device = "cpu",
     spectrum_dtype: torch.dtype = torch.float64,
-) -> tuple[np.ndarray, np.ndarray]:
+    values: bool = False,
+) -> tuple[np.ndarray, ...]:
     """Only the leading singular vectors of every head: what `checkpoint_statistics` returns
     as ``u`` and ``v`` with ``vectors=k``, bit for bit (same factorization, same layers).
 
     Returns:
-        ``(u, v)``, each ``(n_layers, n_heads, d_model, k)`` float32.
+        ``(u, v)``, each ``(n_layers, n_heads, d_model, k)`` float32; with ``values``, also the
+        singular values ``(n_layers, n_heads, d_head)`` float64, as ``sv`` of `checkpoint_statistics`.
     """
     w_q = torch.as_tensor(w_q)
     w_k = torch.as_tensor(w_k)
     dev = resolve_device(device)
-    us, vs = [], []
+    us, vs, ss = [], [], []
     for layer in range(w_q.shape[0]):
-        _, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
+        s, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
         us.append(u.detach().to("cpu", torch.float32))
         vs.append(v.detach().to("cpu", torch.float32))
-    return torch.stack(us).numpy(), torch.stack(vs).numpy()
+        ss.append(s.detach().to("cpu", torch.float64))
+    out = (torch.stack(us).numpy(), torch.stack(vs).numpy())
+    return (*out, torch.stack(ss).numpy()) if values else out
 
 
 def _layer_spectrum(

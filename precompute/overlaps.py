@@ -49,12 +49,20 @@ class HeadVectors:
         u, v: the K leading left and right singular vectors, ``(n_layers, n_heads, d_model, K)`` float32.
         left, right: the factors, ``(n_layers, n_heads, d_head, d_model)`` (W = left^T right), in the
             narrowest float type that holds them exactly (`compact`).
+        frob_sq: ``||W||_F^2`` per head, ``(n_layers, n_heads)`` float64: the sum of the squared
+            singular values (``sv``).
     """
 
     u: np.ndarray
     v: np.ndarray
     left: torch.Tensor
     right: torch.Tensor
+    frob_sq: np.ndarray
+
+    @classmethod
+    def of(cls, u: np.ndarray, v: np.ndarray, left: torch.Tensor, right: torch.Tensor, sv: np.ndarray) -> HeadVectors:
+        """From the vectors, the factors as extracted and the singular values."""
+        return cls(u, v, compact(left), compact(right), (np.asarray(sv, np.float64) ** 2).sum(-1))
 
 
 Vectors = dict[str, HeadVectors]  # matrix ("qk", "ov") -> its vectors and factors
@@ -108,7 +116,9 @@ def pair_rows(prev_step: int, step: int, first: Vectors, second: Vectors, *, mat
                 a.u[layer].astype(np.float64), a.v[layer].astype(np.float64),
                 b.u[layer].astype(np.float64), b.v[layer].astype(np.float64),
             )
-            change[layer] = relative_change((a.left[layer], a.right[layer]), (b.left[layer], b.right[layer])).numpy()
+            change[layer] = relative_change((a.left[layer], a.right[layer]), (b.left[layer], b.right[layer]),
+                                            frob_sq=(torch.from_numpy(a.frob_sq[layer]),
+                                                     torch.from_numpy(b.frob_sq[layer]))).numpy()
         tables.append(matrix_rows(prev_step, step, o_u, o_v, matrix=matrix, rel_change=change))
     return pa.concat_tables(tables) if tables else OVERLAPS.empty()
 

@@ -116,7 +116,7 @@ def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, 
             vectors=settings.overlap_k,
         )
         if settings.overlap_k:
-            vectors[matrix] = ovl.HeadVectors(stats.pop("u"), stats.pop("v"), ovl.compact(left), ovl.compact(right))
+            vectors[matrix] = ovl.HeadVectors.of(stats.pop("u"), stats.pop("v"), left, right, stats["sv"])
         tables.append(heads_rows(ref.step, stats, d_model=shape.d_model, matrix=matrix))
     return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None)
 
@@ -149,9 +149,9 @@ def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], setting
     """
     out: ovl.Vectors = {}
     for matrix, (left, right) in checked_factors(shape, tensors, settings.head_matrices).items():
-        u, v = checkpoint_vectors(left, right, settings.overlap_k, device=settings.device,
-                                  spectrum_dtype=getattr(torch, settings.spectrum_dtype))
-        out[matrix] = ovl.HeadVectors(u, v, ovl.compact(left), ovl.compact(right))
+        u, v, sv = checkpoint_vectors(left, right, settings.overlap_k, device=settings.device,
+                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype), values=True)
+        out[matrix] = ovl.HeadVectors.of(u, v, left, right, sv)
     return out
 
 
