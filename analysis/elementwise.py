@@ -91,7 +91,7 @@ def elementwise_statistics(
         scratch = (torch.empty_like(w), torch.empty_like(w), torch.empty(w.shape, dtype=torch.int32, device=w.device))
     z, tmp, idx = (buf.view(-1)[: batch * n].view(batch, n) for buf in scratch)
 
-    w_min, w_max = w.amin(dim=1), w.amax(dim=1)
+    w_min, w_max = torch.aminmax(w, dim=1)  # one pass for both
     # A float mean of n equal values can miss them by an ulp (0.1 -> 0.10000001),
     # which would turn a constant matrix into one with tiny sigma and skew +-1:
     # take a constant row's mean as its value, so w - mu is exactly 0 there.

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from analysis.circuits import circuit_statistics
 from analysis.elementwise import elementwise_statistics
 from analysis.nullmodel import null_columns
 from analysis.store.format import HIST_Z_EDGES
@@ -55,10 +56,13 @@ def checkpoint_statistics(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     vectors: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Element-wise and spectral statistics of W_QK = W_Q^T W_K for every head.
+    """Element-wise, spectral and circuit statistics of W_QK = W_Q^T W_K for every head.
+
+    Any per-head product ``left^T right`` goes the same way: pass ``(W_O^T, W_V)`` from
+    `analysis.extract.extract_ov` for W_OV.
 
     Args:
-        w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights.
+        w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights (the left factor).
         w_k: the same shape; for grouped-query models, K repeated per query head.
         device: ``cpu``, ``cuda`` or ``auto``.
         dtype: precision of the dense product and the element-wise statistics.
@@ -73,7 +77,8 @@ def checkpoint_statistics(
 
     Returns:
         numpy arrays: every scalar statistic (the null-model columns of
-        `analysis.nullmodel.null_columns` included) as ``(n_layers, n_heads)`` float64,
+        `analysis.nullmodel.null_columns` and the ``sym_frac`` / ``eig_positivity`` of
+        `analysis.circuits.circuit_statistics` included) as ``(n_layers, n_heads)`` float64,
         ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
         ``(n_layers, n_heads, len(edges) + 1)``, both float64. With ``vectors``, also
         ``u`` and ``v`` as ``(n_layers, n_heads, d_model, vectors)`` float32.
@@ -114,6 +119,8 @@ def checkpoint_statistics(
         # weights to float32 first would bury small singular values.
         sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
+        # from d_head x d_head cores in float64; ||W||_F^2 from the singular values
+        stats.update(circuit_statistics(q_given, k_given, frob_sq=(sv.to(torch.float64) ** 2).sum(-1)))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
         if vectors:
@@ -130,22 +137,26 @@ def checkpoint_vectors(
     *,
     device: Device = "cpu",
     spectrum_dtype: torch.dtype = torch.float64,
-) -> tuple[np.ndarray, np.ndarray]:
+    values: bool = False,
+) -> tuple[np.ndarray, ...]:
     """Only the leading singular vectors of every head: what `checkpoint_statistics` returns
     as ``u`` and ``v`` with ``vectors=k``, bit for bit (same factorization, same layers).
 
     Returns:
-        ``(u, v)``, each ``(n_layers, n_heads, d_model, k)`` float32.
+        ``(u, v)``, each ``(n_layers, n_heads, d_model, k)`` float32; with ``values``, also the
+        singular values ``(n_layers, n_heads, d_head)`` float64, as ``sv`` of `checkpoint_statistics`.
     """
     w_q = torch.as_tensor(w_q)
     w_k = torch.as_tensor(w_k)
     dev = resolve_device(device)
-    us, vs = [], []
+    us, vs, ss = [], [], []
     for layer in range(w_q.shape[0]):
-        _, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
+        s, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
         us.append(u.detach().to("cpu", torch.float32))
         vs.append(v.detach().to("cpu", torch.float32))
-    return torch.stack(us).numpy(), torch.stack(vs).numpy()
+        ss.append(s.detach().to("cpu", torch.float64))
+    out = (torch.stack(us).numpy(), torch.stack(vs).numpy())
+    return (*out, torch.stack(ss).numpy()) if values else out
 
 
 def _layer_spectrum(

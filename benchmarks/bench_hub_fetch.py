@@ -8,18 +8,21 @@ parameters, ~2.8 GB), random values, written once under ``--workdir``. A fake Hu
 
 Measures, and prints as Markdown for the README:
 
-(a) the range reader alone (header, then the Q/K ranges), for the default merge
-    gap (one range per layer) and for a merge gap of 0 (exact Q/K rows): bytes
-    fetched against the file, against the fused ``query_key_value`` tensors (Q, K and
-    V rows: 24 x 6144 x 2048 x 2 B) and against the Q and K rows alone (2/3 of those);
-    requests; seconds; counted by the client and, independently, by the server;
+(a) the range reader alone (header, then the ranges), for ``qk`` and for ``qk`` + ``ov``,
+    each for the default merge gap and for a merge gap of 0: bytes fetched against the
+    file, against the fused ``query_key_value`` tensors (Q, K and V rows: 24 x 6144 x
+    2048 x 2 B), against the Q and K rows alone (2/3 of those) and against what the
+    matrices need (Q and K rows; for ``ov`` also the V rows and ``attention.dense``);
+    requests; seconds; counted by the client and, independently, by the server; the
+    factors read over HTTP are checked equal to the file's;
 (b) the whole job, ``run_precompute`` on the Hub source, over ``--revisions``
     branches served from the same bytes under distinct LFS digests (so each is
     computed, not skipped as a duplicate): seconds per checkpoint, with checkpoint
     t+1 fetched while t is computed; and the compute alone (extract + statistics)
     of one checkpoint, for comparison.
 
-Usage: python benchmarks/bench_hub_fetch.py [--workdir /tmp/headwatch-hub-bench] [--revisions 3]
+Usage: python benchmarks/bench_hub_fetch.py [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
+       [--no-job] (skip (b))
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "headwatch-hub-bench"))
     ap.add_argument("--revisions", type=int, default=3, help="checkpoints for the end-to-end run")
+    ap.add_argument("--matrices", default="qk,ov", help="per-head matrices of the end-to-end run (b)")
+    ap.add_argument("--no-job", action="store_true", help="measure (a) only")
     args = ap.parse_args()
     work = Path(args.workdir)
     port = free_port()
@@ -113,10 +118,10 @@ def main() -> None:
     import torch
     from safetensors import safe_open
 
-    from analysis.extract import attention_tensor_names, extract_qk, model_shape
+    from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
     from precompute.fetch import HubHttp, Meter, human_bytes
-    from precompute.ranges import qk_element_masks, read_header, read_tensors
+    from precompute.ranges import element_masks, read_header, read_tensors
     from precompute.run import run_precompute
     from precompute.settings import RunOptions
     from precompute.settings import FetchSettings
@@ -131,11 +136,15 @@ def main() -> None:
 
     shape = model_shape(CONFIG)
     with safe_open(str(ckpt), framework="pt") as f:
-        names = attention_tensor_names(shape, f.keys())
+        names = attention_tensor_names(shape, f.keys(), matrices=("qk", "ov"))
         local = {n: f.get_tensor(n) for n in names}
-    fused = sum(t.numel() * t.element_size() for t in local.values())  # Q, K and V rows
+    fused = sum(t.numel() * t.element_size() for n, t in local.items() if "query_key_value" in n)  # Q, K and V rows
+    dense = sum(t.numel() * t.element_size() for n, t in local.items() if "attention.dense" in n)
     qk_rows = fused * 2 // 3  # the Q and K rows alone
-    print(f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; file: {size:,} B\n")
+    needed = {"qk": qk_rows, "qk,ov": fused + dense}  # what each set of matrices reads at the least
+    print(f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; attention.dense: {dense:,} B; "
+          f"file: {size:,} B\n")
+    reference = extract_heads(shape, local)
 
     repo = Repo()
     commits = []
@@ -150,47 +159,56 @@ def main() -> None:
 
         # (a) the range reader alone
         rows = []
-        for label, gap in (("default merge gap (4 MiB): one range per layer", FetchSettings().range_merge_gap),
-                           ("merge gap 0: exactly the Q and K rows", 0)):
+        for label, gap, matrices in (
+            ("qk, default merge gap (4 MiB): one range per layer", FetchSettings().range_merge_gap, "qk"),
+            ("qk, merge gap 0: exactly the Q and K rows", 0, "qk"),
+            ("qk + ov, default merge gap (4 MiB)", FetchSettings().range_merge_gap, "qk,ov"),
+            ("qk + ov, merge gap 0: exactly the QKV and dense tensors", 0, "qk,ov"),
+        ):
             meter = Meter()
             http = HubHttp(FetchSettings(range_merge_gap=gap), meter)
             sent_before = hub.sent
             t0 = time.perf_counter()
             get = lambda a, b: http.get_range(url, a, b, what="bench")  # noqa: E731
             header = read_header(get, where="bench")
-            masks = qk_element_masks(shape, {n: s.shape for n, s in header.tensors.items()})
+            wanted = tuple(matrices.split(","))
+            masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=wanted)
             tensors = read_tensors(get, header, masks, merge_gap=gap, concurrency=4, where="bench")
             seconds = time.perf_counter() - t0
-            w_q, w_k = extract_qk(shape, tensors)
-            ref_q, ref_k = extract_qk(shape, local)
-            assert torch.equal(w_q, ref_q) and torch.equal(w_k, ref_k), "Q/K read over HTTP differ from the file's"
+            for matrix, pair in extract_heads(shape, tensors, matrices=wanted).items():
+                assert all(torch.equal(a, b) for a, b in zip(pair, reference[matrix])), f"{matrix} over HTTP differs"
             served = hub.sent - sent_before
             assert served == meter.fetched
-            rows.append((label, meter.fetched, meter.requests, seconds))
-            del tensors, w_q, w_k
+            rows.append((label, meter.fetched, meter.requests, seconds, needed[matrices]))
+            del tensors
 
         print("(a) range reader, one checkpoint, loopback HTTP")
-        print("\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | requests | seconds |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for label, n, req, sec in rows:
-            print(f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {req} | {sec:.2f} |")
+        print("\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | / what the matrices need "
+              "| requests | seconds |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for label, n, req, sec, need in rows:
+            print(f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} "
+                  f"| {sec:.2f} |")
+        if args.no_job:
+            return
 
         # compute alone, one checkpoint, from tensors in memory
+        job_matrices = tuple(args.matrices.split(","))
         t0 = time.perf_counter()
-        w_q, w_k = extract_qk(shape, local)
-        checkpoint_statistics(w_q, w_k, device="cpu")
+        for left, right in extract_heads(shape, local, matrices=job_matrices).values():
+            checkpoint_statistics(left, right, device="cpu")
         t_compute = time.perf_counter() - t0
-        del w_q, w_k
 
         # (b) the whole job over N revisions
         out = work / "store"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False))
+        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False,
+                                                         matrices=job_matrices))
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions
-    print(f"\n(b) whole job, {n} checkpoints (python -m precompute --source {REPO_ID}), CPU")
+    print(f"\n(b) whole job, {n} checkpoints (python -m precompute --source {REPO_ID} --matrices {args.matrices}), CPU")
     print("\n| measurement | value |\n| --- | ---: |")
     print(f"| seconds per checkpoint, end to end (fetch overlapped with compute) | {t_total / n:.1f} |")
     print(f"| seconds per checkpoint, compute alone (extract + every statistic) | {t_compute:.1f} |")

@@ -17,8 +17,10 @@ real-looking to draw and every identity the app relies on holds:
   1000); one entry duplicates an earlier checkpoint's weights, like Pythia's
   steps 0 and 2, and has no rows;
 - ``meta.training`` carries a loss curve;
-- ``overlaps.parquet`` (`add_synthetic_overlaps`) holds orthogonal near-identity
-  overlap matrices in which, at each close approach of two leading levels, heads
+- every per-head matrix (``qk`` and ``ov`` by default) has rows of its own dynamics, with a
+  symmetric fraction drifting from 1/2 and an eigenvalue positivity in [-1, 1];
+- ``overlaps.parquet`` (`add_synthetic_overlaps`) holds, per matrix, orthogonal near-identity
+  overlap matrices and a relative change |std(t+1) - std(t)| / std(t), in which, at each close approach of two leading levels, heads
   with even ``layer + head`` swap the pair's directions (a crossing) and the others
   keep them (a repulsion).
 
@@ -144,6 +146,10 @@ def synthetic_statistics(
         "spectral_norm": sv[..., 0],
         "sv": sv,
         "hist_z": hist,
+        # circuit columns: symmetric fraction drifts from 1/2 (random) towards a head's own value,
+        # eigenvalue positivity from 0 towards a head-specific sign
+        "sym_frac": 0.5 + (rng.uniform(-0.45, 0.45, shape_lh)) * (1 - np.exp(-t / tau)),
+        "eig_positivity": rng.uniform(-0.9, 0.9, shape_lh) * (1 - np.exp(-t / tau)) + rng.normal(0, 0.02, std.shape),
     }
 
 
@@ -160,6 +166,7 @@ def write_synthetic_store(
     model_id: str = "synthetic/tiny",
     seed: int = 0,
     overlaps: bool = True,
+    matrices: tuple[str, ...] = ("qk", "ov"),
 ) -> Path:
     """Write a synthetic store (``meta.json`` + ``heads.parquet``) at ``path`` and return it.
 
@@ -172,15 +179,17 @@ def write_synthetic_store(
         model_id: the ``model.id`` written into meta.
         seed: random seed of the made-up dynamics.
         overlaps: also write ``overlaps.parquet`` (`add_synthetic_overlaps`).
+        matrices: the per-head products with rows (``meta.json`` ``matrices``), each its own dynamics.
     """
     steps = schedule(n_checkpoints)
-    stats = synthetic_statistics(
-        np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed
-    )
+    stats = {m: synthetic_statistics(
+        np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
+    ) for i, m in enumerate(matrices)}
     model = ModelInfo(id=model_id, family="gpt_neox", model_type="gpt_neox", n_layers=n_layers, n_heads=n_heads,
                       n_kv_heads=n_heads, d_model=d_model, d_head=d_head)
     meta = new_meta(model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__},
                     hist_edges=HIST_Z_EDGES.tolist())
+    meta.matrices = list(matrices)
     tokens_per_step = PYTHIA_TOKENS_PER_STEP
     for i, s in enumerate(steps):
         meta.add_checkpoint(CheckpointEntry(step=s, revision=f"step{s}", tokens=s * tokens_per_step, sha256=f"{i:064x}"))
@@ -204,7 +213,8 @@ def write_synthetic_store(
                 for i, s in enumerate(loss_steps)
             ],
         }
-    tables = [heads_rows(s, {name: a[i] for name, a in stats.items()}, d_model=d_model) for i, s in enumerate(steps)]
+    tables = [heads_rows(s, {name: a[i] for name, a in stats[m].items()}, d_model=d_model, matrix=m)
+              for m in matrices for i, s in enumerate(steps)]
     commit_store(path, meta, {HEADS.name: HEADS.sorted(pa.concat_tables(tables))})
     if overlaps:
         add_synthetic_overlaps(path, seed=seed)
@@ -220,21 +230,29 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     i+1 of R are exchanged on the step into its closest checkpoint for heads with even
     ``layer + head``.
     """
-    from analysis.crossings import close_approaches, relative_gap
     from analysis.store import open_store
     from precompute.overlaps import matrix_rows, overlaps_meta, update
 
     store = open_store(path)
     k = min(k, store.d_head)
     steps = [int(s) for s in store.steps]
+    tables = [_matrix_overlaps(store, steps, k, np.random.default_rng(seed + 1 + i), matrix, matrix_rows)
+              for i, matrix in enumerate(store.meta.matrices)]
+    table = update(OVERLAPS.empty(), steps, tables)
+    commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
+    return Path(path)
+
+
+def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, matrix: str, matrix_rows) -> pa.Table:
+    from analysis.crossings import close_approaches, relative_gap
+
     n_pairs, n_layers, n_heads = len(steps) - 1, store.n_layers, store.n_heads
-    rng = np.random.default_rng(seed + 1)
     mats = []
     for _ in range(2):  # u and v
         noise = np.eye(k) + 0.08 * rng.standard_normal((n_pairs, n_layers, n_heads, k, k))
         q, r = np.linalg.qr(noise)
         mats.append(q * np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :])  # the rotation nearest I
-    s = store.array("sv")[..., : min(k, 4)].astype(np.float64)  # (S, L, H, m)
+    s = store.array("sv", matrix=matrix)[..., : min(k, 4)].astype(np.float64)  # (S, L, H, m)
     for lay in range(n_layers):
         for hd in range(n_heads):
             if (lay + hd) % 2:
@@ -244,10 +262,10 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
                     for m in mats:  # the step into the approach's closest checkpoint swaps the pair
                         m[t - 1, lay, hd][:, [i, i + 1]] = m[t - 1, lay, hd][:, [i + 1, i]]
     o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
-    table = update(OVERLAPS.empty(), steps, [matrix_rows(a, b, o_u[t], o_v[t]) for t, (a, b) in
-                                             enumerate(zip(steps[:-1], steps[1:]))])
-    commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
-    return Path(path)
+    std = store.array("std", matrix=matrix)
+    change = np.abs(np.diff(std, axis=0)) / std[:-1] + 0.01 * rng.uniform(0, 1, std[:-1].shape)
+    return pa.concat_tables([matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
+                             for t, (a, b) in enumerate(zip(steps[:-1], steps[1:]))])
 
 
 if __name__ == "__main__":  # python -m benchmarks.synthetic_store OUT [n_layers n_heads d_head d_model n_ckpt]
@@ -273,13 +291,14 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     store = open_store(path)
     settings = EmbeddingSettings()
     parts = []
-    for stat in statistics:
-        x = normalise(trajectories(store.array(stat)), "zscore")
-        centred = x - x.mean(axis=0)
-        u, s, _ = np.linalg.svd(centred, full_matrices=False)
-        xy = u[:, :2] * s[:2]
-        parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
-                                    n_layers=store.n_layers, n_heads=store.n_heads))
+    for matrix in store.meta.matrices:
+        for stat in statistics:
+            x = normalise(trajectories(store.array(stat, matrix=matrix)), "zscore")
+            centred = x - x.mean(axis=0)
+            u, s, _ = np.linalg.svd(centred, full_matrices=False)
+            xy = u[:, :2] * s[:2]
+            parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
+                                        n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix))
     info = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
     info["method"] = "pca (test stand-in for umap)"
     commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})

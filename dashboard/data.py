@@ -135,12 +135,12 @@ def default_steps(steps: np.ndarray, n: int = 5) -> list[int]:
 # --------------------------------------------------------------------------- statistics
 
 
-def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
-    """``[step, layer, head]`` values of a statistic; ``lambda`` is s_k^2 (float64)."""
+def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
+    """``[step, layer, head]`` values of a statistic of one per-head matrix; ``lambda`` is s_k^2 (float64)."""
     if stat == LAMBDA:
-        sv = store.array("sv")[..., k].astype(np.float64)
+        sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
         return sv * sv
-    return store.array(stat)
+    return store.array(stat, matrix=matrix)
 
 
 def fixed_range(values: np.ndarray, *, log: bool = False, pad: float = 0.04) -> tuple[float, float]:

@@ -158,16 +158,17 @@ _EMBEDDED: set[tuple] = set()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _embed(path: str, version: int, include_mixed: bool, statistic: str, normalisation: str, n_neighbors: int, min_dist: float,
-           knn_k: int, seed: int) -> pd.DataFrame:
+def _embed(path: str, version: int, include_mixed: bool, matrix: str, statistic: str, normalisation: str, n_neighbors: int,
+           min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
     from analysis.trajectories import EmbeddingSettings, embed
 
     store = _open(path, version).view(include_mixed=include_mixed)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
-    xy, neighbors = embed(store.array(statistic), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
-    _EMBEDDED.add((path, version, include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
+    xy, neighbors = embed(store.array(statistic, matrix=matrix), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
+    _EMBEDDED.add((path, version, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
     n_layers, n_heads = store.n_layers, store.n_heads
     return pd.DataFrame({
+        "matrix": matrix,
         "statistic": statistic,
         "normalisation": normalisation,
         "layer": np.repeat(np.arange(n_layers, dtype=np.int32), n_heads),
@@ -179,22 +180,24 @@ def _embed(path: str, version: int, include_mixed: bool, statistic: str, normali
 
 
 def embedding_cached(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
-                     knn_k: int, seed: int) -> bool:
+                     knn_k: int, seed: int, matrix: str = "qk") -> bool:
     """Whether `compute_embedding` with these settings already ran in this server process (returns at once)."""
-    key = (str(store.path), _version(store.path), store.include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+    key = (str(store.path), _version(store.path), store.include_mixed, matrix, statistic, normalisation, n_neighbors,
+           min_dist, knn_k, seed)
     return key in _EMBEDDED
 
 
 def compute_embedding(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
-                      knn_k: int, seed: int) -> pd.DataFrame:
+                      knn_k: int, seed: int, matrix: str = "qk") -> pd.DataFrame:
     """A trajectory map with settings the store has no precomputed rows for (UMAP; cached per settings).
 
     Same columns as ``embeddings.parquet``. The first call in a server process compiles numba (~30 s).
     """
-    return _embed(str(store.path), _version(store.path), store.include_mixed, statistic, normalisation, n_neighbors, min_dist, knn_k, seed)
+    return _embed(str(store.path), _version(store.path), store.include_mixed, matrix, statistic, normalisation, n_neighbors,
+                  min_dist, knn_k, seed)
 
 
-def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
+def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
     """`dashboard.data.stat_values`, with a spinner while the store derives a column it lacks.
 
     Stores written before the null-model columns existed derive them from ``sv`` on first
@@ -202,22 +205,23 @@ def stat_values(store: Store, stat: str, *, k: int = 0) -> np.ndarray:
     """
     if stat in NULL_COLUMNS and not store.has_column(stat):
         with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):
-            return data.stat_values(store, stat, k=k)
-    return data.stat_values(store, stat, k=k)
+            return data.stat_values(store, stat, k=k, matrix=matrix)
+    return data.stat_values(store, stat, k=k, matrix=matrix)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _overlaps(path: str, version: int, include_mixed: bool, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
-    return _open(path, version).view(include_mixed=include_mixed).overlaps(layer, head)
+def _overlaps(path: str, version: int, include_mixed: bool, layer: int, head: int,
+              matrix: str) -> tuple[np.ndarray, np.ndarray] | None:
+    return _open(path, version).view(include_mixed=include_mixed).overlaps(layer, head, matrix=matrix)
 
 
-def head_overlaps(store: Store, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+def head_overlaps(store: Store, layer: int, head: int, *, matrix: str = "qk") -> tuple[np.ndarray, np.ndarray] | None:
     """One head's singular-vector overlaps (`analysis.store.Store.overlaps`), cached per head.
 
     Raises:
         StoreError: ``overlaps.parquet`` is unreadable.
     """
-    return _overlaps(str(store.path), _version(store.path), store.include_mixed, int(layer), int(head))
+    return _overlaps(str(store.path), _version(store.path), store.include_mixed, int(layer), int(head), matrix)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

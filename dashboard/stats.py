@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.store.format import COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import CIRCUIT_COLUMNS, COLUMN_DOCS, NULL_COLUMNS, OVERLAP_COLUMN_DOCS, SCALAR_COLUMNS
 
 LAMBDA = "lambda"
+REL_CHANGE = "rel_change"  # from overlaps.parquet, laid out per checkpoint by analysis.store.Store.array
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,19 @@ _STATS = [
          COLUMN_DOCS["spectral_entropy_over_null"]),
     Stat("participation_ratio_over_null", "participation ratio / random-head value", "PR / PR_null", "dimensionless",
          True, COLUMN_DOCS["participation_ratio_over_null"]),
+    # the circuit's symmetry, eigenvalue signs and movement (analysis/circuits.py)
+    Stat("sym_frac", "symmetric fraction ‖(W+Wᵀ)/2‖²/‖W‖²", "sym. fraction", "dimensionless, 0 to 1", True,
+         COLUMN_DOCS["sym_frac"]),
+    Stat("eig_positivity", "eigenvalue positivity Σ Re μ / Σ |μ|", "Σ Re μ / Σ |μ|", "dimensionless, -1 to 1", False,
+         COLUMN_DOCS["eig_positivity"]),
+    Stat(REL_CHANGE, "relative change to the next checkpoint ‖W(t′)−W(t)‖/‖W(t)‖", "‖ΔW‖_F/‖W‖_F",
+         "dimensionless", True, OVERLAP_COLUMN_DOCS["rel_change"]),
 ]
 STATS: dict[str, Stat] = {s.name: s for s in _STATS}
-assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS)
+assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,))
+
+# The per-head products a store can hold, as the matrix choice (URL ``matrix=qk|ov``) names them.
+MATRIX_LABELS = {"qk": "W_QK = W_Qᵀ W_K (where a head looks)", "ov": "W_OV = W_O,h W_V,h (what a head writes)"}
 
 # Statistics offered for trajectory embeddings: finite, smooth, one number per head.
 TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",

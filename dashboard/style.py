@@ -9,7 +9,7 @@ from plotly.colors import get_colorscale, sample_colorscale
 # Sequential scale for densities and statistic heatmaps; diverging for signed statistics.
 HEATMAP_SCALE = get_colorscale("Viridis")
 SIGNED_SCALE = get_colorscale("RdBu_r")
-SIGNED_STATS = ("mean", "skew")
+SIGNED_STATS = ("mean", "skew", "eig_positivity")
 
 # Chosen steps: sampled from early (dark) to late (bright) so order reads at a glance.
 STEP_SCALE = get_colorscale("Plasma")

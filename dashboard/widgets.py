@@ -17,7 +17,7 @@ the block normally is what publishes. A run that ends by an exception (a page
 switch, a rerun, an error) publishes nothing, as before.
 
 Every view-defining widget is made here, keyed by its URL parameter name
-(``layer``, ``head``, ``k``, ``step``, ``stat``, ``run``, page toggles). On each run:
+(``layer``, ``head``, ``k``, ``step``, ``stat``, ``matrix``, ``run``, page toggles). On each run:
 
 1. the URL wins when it carries a value the app did not write itself (a shared
    link, ``st.switch_page(..., query_params=...)``, browser history); invalid
@@ -46,7 +46,7 @@ import streamlit as st
 from dashboard import sharing
 from dashboard.frame import Frame
 from dashboard.settings import Settings
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import LAMBDA, MATRIX_LABELS, STATS
 from dashboard.urlstate import encode, parse_many, parse_one
 
 _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_state(...)` block runs
@@ -185,6 +185,19 @@ def run_frame() -> Frame | None:
         st.info(why)
         return None
     return current
+
+
+def no_values(values: Any, label: str, matrix: str) -> bool:
+    """Whether ``values`` hold no finite number; if so, say why on the page (every page's second empty case:
+    a statistic a store from before schema version 3 lacks, or the change after the last checkpoint)."""
+    import numpy as np
+
+    if np.isfinite(np.asarray(values, dtype=np.float64)).any():
+        return False
+    st.info(f"This store has no values of {label} for {matrix}: the circuit columns and the relative change "
+            "came with schema version 3 (rerun `python -m precompute` on the store with its checkpoints to add "
+            "them); the relative change also needs two checkpoints and overlaps (`--overlap-k` > 0).")
+    return True
 
 
 def notice(text: str) -> None:
@@ -338,6 +351,26 @@ def statistic(
     k = int_slider("k", "k (singular-value index)", 0, d_head - 1, 0, where=where_k) if stat == LAMBDA else None
     log_on = toggle(log[0], log[1], False, where=where_log) if STATS[stat].positive else False
     return stat, k, log_on
+
+
+def matrix(matrices: Sequence[str], *, where: Where = st, store_path: str | None = None) -> str:
+    """The per-head product a view shows (URL ``matrix=qk|ov``), among those the store has rows for
+    (``meta.json`` ``matrices``); carried across pages like ``layer``. A store with W_QK alone
+    (made before OV rows existed, or with ``--matrices qk``) shows which and says how to add W_OV.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    options = [m for m in matrices if m in MATRIX_LABELS] or ["qk"]
+    value = select("matrix", "Matrix", options, options[0], fmt=lambda m: MATRIX_LABELS[m], kind="radio", where=where,
+                   help="W_QK: which tokens a head attends to; W_OV: what it writes into the residual stream "
+                        "(W_O's d_head input columns of the head times its value rows)")
+    if "ov" not in options:
+        rerun = f"`python -m precompute --source SOURCE --out {store_path}`" if store_path else "`python -m precompute`"
+        where.caption(f"This store has W_QK rows only. A rerun of {rerun} on it, with its checkpoints, adds W_OV "
+                      "for every checkpoint, the symmetric fraction and eigenvalue positivity of both, and the "
+                      "relative change between checkpoints.")
+    return value
 
 
 def switch_page(page: Any, **values: Any) -> None:

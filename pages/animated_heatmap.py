@@ -18,6 +18,7 @@ def main() -> None:
     steps = [int(s) for s in store.steps]
 
     # --- widgets ---
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                             log=("logc", "log colour"))
@@ -25,7 +26,9 @@ def main() -> None:
         "step", "Opening step (what a link to this page shows first)", steps, steps[0], kind="select_slider",
         fmt=lambda s: f"{s:,}",
     )
-    values = loader.stat_values(store, stat, k=k or 0)
+    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
+    if widgets.no_values(values, STATS[stat].label, matrix):
+        return
 
     # --- panel: animated layer x head heatmap with marginals ---
     st.plotly_chart(animation(values, steps=steps, start=steps.index(step), stat=STATS[stat], k=k,

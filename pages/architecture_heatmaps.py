@@ -19,10 +19,13 @@ def main() -> None:
     axis = frame.axis()
 
     # --- widgets ---
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                             log=("logc", "log colour"))
-    values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
+    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
+    if widgets.no_values(values, STATS[stat].label, matrix):
+        return
     label = STATS[stat].short(k)
 
     # --- panel: every head x every checkpoint ---

@@ -28,6 +28,8 @@ def main() -> None:
     steps = [int(s) for s in store.steps]
 
     # --- widgets ---
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
+    w_name = "W_QK" if matrix == "qk" else "W_OV"
     c_layer, c_head, c_steps = st.columns([1, 1, 4])
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
@@ -43,11 +45,11 @@ def main() -> None:
     chosen_x = [float(axis.x[i]) for i in idx]
 
     # --- slices (views of cached arrays) ---
-    hist = store.array("hist_z")[:, layer, head, :].astype(np.float64)  # (S, 202)
-    mu = store.array("mean")[:, layer, head]
-    sigma = store.array("std")[:, layer, head]
-    kl = store.array("kl_gauss")[:, layer, head]
-    sv = store.array("sv")[:, layer, head, :].astype(np.float64)  # (S, d_head)
+    hist = store.array("hist_z", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, 202)
+    mu = store.array("mean", matrix=matrix)[:, layer, head]
+    sigma = store.array("std", matrix=matrix)[:, layer, head]
+    kl = store.array("kl_gauss", matrix=matrix)[:, layer, head]
+    sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
     lam = sv * sv
     name = f"layer {layer}, head {head}"
 
@@ -59,7 +61,7 @@ def main() -> None:
         w = np.linspace(w_lo, w_hi, DENSITY_GRID_POINTS)
         st.plotly_chart(figs.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=chosen_x, colours=colours),
                         key="density_map")
-        st.caption(f"p(w) of the d_model² entries of W_QK for {name} at every checkpoint (log colour); "
+        st.caption(f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
                    "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps.")
 
     # --- panel: P(w) at the chosen steps, sigma(t), D_KL(t) ---
@@ -80,7 +82,7 @@ def main() -> None:
     with left:
         st.subheader("Spectrum over training")
         st.plotly_chart(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours), key="spectrum_map")
-        st.caption(f"λ_k = s_k² of W_QK for {name}, every singular-value index k at every checkpoint (log colour).")
+        st.caption(f"λ_k = s_k² of {w_name} for {name}, every singular-value index k at every checkpoint (log colour).")
 
     # --- panel: lambda_k vs k at the chosen steps, stable rank and entropy over training ---
     with right:
@@ -90,8 +92,8 @@ def main() -> None:
         null_lam = null_spectra(lam[idx], store) if show_null else None
         st.plotly_chart(figs.spectrum_slices(
             lam[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx,
-            stable_rank=store.array("stable_rank")[:, layer, head],
-            entropy=store.array("spectral_entropy")[:, layer, head],
+            stable_rank=store.array("stable_rank", matrix=matrix)[:, layer, head],
+            entropy=store.array("spectral_entropy", matrix=matrix)[:, layer, head],
             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True),
             null_lam=null_lam,
         ), key="spectrum_slices")
@@ -106,7 +108,7 @@ def main() -> None:
         c_log, c_gap = st.columns(2, vertical_alignment="bottom")
         log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
         try:
-            overlaps = loader.head_overlaps(store, layer, head)
+            overlaps = loader.head_overlaps(store, layer, head, matrix=matrix)
         except StoreError as exc:
             st.error(str(exc))
             overlaps = None
@@ -137,11 +139,11 @@ def main() -> None:
         if crossings is None:
             st.plotly_chart(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam),
                             key="leading")
-            st.caption(f"λ_0 … λ_3, the four largest squared singular values of W_QK for {name}, over training.")
+            st.caption(f"λ_0 … λ_3, the four largest squared singular values of {w_name} for {name}, over training.")
         else:
             st.plotly_chart(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam),
                             key="leading")
-            st.caption(f"Top: λ_0 … λ_3 of W_QK for {name} over training; ✕ a crossing, ○ a repulsion, at the "
+            st.caption(f"Top: λ_0 … λ_3 of {w_name} for {name} over training; ✕ a crossing, ○ a repulsion, at the "
                        "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
                        "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped).")
 
@@ -151,7 +153,9 @@ def main() -> None:
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                            log=("logy", "log y axis"))
-        values = loader.stat_values(store, stat, k=k or 0)
+        values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
+        if widgets.no_values(values, STATS[stat].label, matrix):
+            return
         st.plotly_chart(figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
             y_range=fixed_range(values, log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,

@@ -18,11 +18,14 @@ def main() -> None:
     axis = frame.axis()
 
     # --- widgets ---
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
     stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                        log=("logy", "log y axis"))
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
-    values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
+    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
+    if widgets.no_values(values, STATS[stat].label, matrix):
+        return
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)
 

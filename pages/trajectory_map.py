@@ -34,6 +34,7 @@ def main() -> None:
                                     if k in EmbeddingSettings.__dataclass_fields__})
 
     # --- widgets ---
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_norm = st.columns([3, 4])
     stat = widgets.select("stat", "Statistic", list(TRAJECTORY_STATS), "kl_gauss", fmt=lambda s: STATS[s].label,
                           where=c_stat)
@@ -55,7 +56,7 @@ def main() -> None:
     fresh = info.get("steps") == [int(s) for s in store.steps]
     rows, method, source = None, "UMAP", "precomputed with the store"
     if stored is not None and fresh and settings == defaults:
-        sel = stored[(stored["statistic"] == stat) & (stored["normalisation"] == norm)]
+        sel = stored[(stored["matrix"] == matrix) & (stored["statistic"] == stat) & (stored["normalisation"] == norm)]
         rows = sel if len(sel) else None
         method = "UMAP" if info.get("method", "umap") == "umap" else str(info["method"])
     if rows is None:
@@ -63,7 +64,7 @@ def main() -> None:
         if stored is not None and not fresh:
             st.caption(f"The stored maps were made from {len(info.get('steps') or [])} checkpoints; this run now has "
                        f"{len(store.steps)}, so maps are computed here.")
-        kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed)
+        kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed, matrix=matrix)
         if not loader.embedding_cached(store, stat, **kwargs):
             st.info(f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
                     "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
@@ -81,7 +82,8 @@ def main() -> None:
                          neighbors, n_layers=store.n_layers, highlight=layer * store.n_heads + head, method=method)
     event = st.plotly_chart(fig, key="trajectory_map", on_select="rerun", selection_mode="points")
     st.caption(
-        f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} at all "
+        f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} of "
+        f"{'W_QK' if matrix == 'qk' else 'W_OV'} at all "
         f"{len(store.steps)} checkpoints (one coordinate each), normalised {NORMALISATIONS[norm]}. Grey edges join "
         f"each head to its {kk} nearest trajectories before embedding, so long edges show where the map tears "
         f"neighbours apart. Ringed: layer {layer}, head {head}. Click a point to open that head in the head explorer. "
@@ -95,12 +97,12 @@ def main() -> None:
         st.markdown(f"Nearest trajectories to layer {layer}, head {head}: {names}.")
     st.page_link("pages/head_explorer.py", label=f"Open layer {layer}, head {head} in the head explorer",
                  icon=":material/center_focus_strong:",
-                 query_params={"run": frame.run or "", "layer": str(layer), "head": str(head)})
+                 query_params={"run": frame.run or "", "layer": str(layer), "head": str(head), "matrix": matrix})
 
     # --- picking a head opens it in the head explorer ---
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
-        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]))
+        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), matrix=matrix)
 
 
 

@@ -25,10 +25,26 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.settings import RayOptions, RunOptions, default_device, default_embeddings, default_ray_address
+from precompute.settings import (
+    DEFAULT_MATRICES,
+    RayOptions,
+    RunOptions,
+    default_device,
+    default_embeddings,
+    default_ray_address,
+    matrices_option,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
+
+
+def parse_matrices(value: str) -> tuple[str, ...]:
+    """``--matrices``: `precompute.settings.matrices_option`, its error as argparse's."""
+    try:
+        return matrices_option(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 def _positive(text: str) -> int:
     value = int(text)
@@ -64,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
     p.add_argument("--no-embeddings", dest="embeddings", action="store_false", default=default_embeddings(),
                    help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
+    p.add_argument("--matrices", type=parse_matrices, default=DEFAULT_MATRICES, metavar="LIST",
+                   help="what to compute, comma-separated: qk (per-head W_QK), ov (per-head W_OV), layers "
+                   f"(whole-layer weight matrices); default {','.join(DEFAULT_MATRICES)}. A store keeps the "
+                   "per-head matrices it has: a later run computes them too")
     p.add_argument("--overlap-k", type=int, default=None, metavar="K",
                    help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
                    "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
@@ -119,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         revisions=args.revisions,
         every=args.every,
         overlap_k=args.overlap_k,
+        matrices=args.matrices,
         progress=not args.no_progress,
         embeddings=args.embeddings,
         executor=args.executor,
@@ -159,6 +180,14 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
     )
     if report.bytes_fetched or report.peak_disk:
         print(report.transfer_summary(), file=sys.stderr)
+    if report.completed:
+        print(f"note: {len(report.completed)} checkpoints already in the store were read again for the rows "
+              "they lacked (a matrix the store gained, or the circuit columns of schema version 3)", file=sys.stderr)
+    if report.incomplete:
+        print(f"note: {len(report.incomplete)} checkpoints could not be read again (see the warnings above): their "
+              f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
+              f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
+              file=sys.stderr)
     if report.overlaps_left_out:
         pairs = ", ".join(f"{a}->{b}" for a, b in report.overlaps_left_out[:5])
         print(f"note: {len(report.overlaps_left_out)} checkpoint pairs have no singular-vector overlaps "

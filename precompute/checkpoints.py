@@ -36,10 +36,11 @@ _HASH_CHUNK = 8 << 20
 
 
 def read_folder(
-    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None
+    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None,
+    matrices: tuple[str, ...] = ("qk",),
 ) -> Fetched:
     """Hash one checkpoint folder's weight files and, unless ``skip(sha256)``, read its
-    config and attention tensors.
+    config and the attention tensors of ``matrices``.
 
     Raises:
         CheckpointNotFoundError: no weights or no config.json.
@@ -54,7 +55,7 @@ def read_folder(
     fetched.config = read_config(folder)
     check_shape(fetched.config, shape)
     where = tensor_names(files)
-    fetched.tensors = read_tensors(where, attention_tensor_names(shape, where))
+    fetched.tensors = read_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
     return fetched
 
 

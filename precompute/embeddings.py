@@ -36,7 +36,8 @@ DEFAULT_NORMALISATION: Normalisation = "zscore"
 
 
 def embedding_rows(
-    xy: np.ndarray, neighbors: np.ndarray, *, statistic: str, normalisation: str, n_layers: int, n_heads: int
+    xy: np.ndarray, neighbors: np.ndarray, *, statistic: str, normalisation: str, n_layers: int, n_heads: int,
+    matrix: str = "qk",
 ) -> pa.Table:
     """Rows of one map: ``xy`` ``(N, 2)`` and ``neighbors`` ``(N, k)`` in layer-major head order."""
     n = n_layers * n_heads
@@ -44,6 +45,7 @@ def embedding_rows(
     k = neighbors.shape[1]
     offsets = np.arange(0, (n + 1) * k, k, dtype=np.int32)
     return pa.table({
+        "matrix": pa.array([matrix] * n, type=pa.string()),
         "statistic": pa.array([statistic] * n, type=pa.string()),
         "normalisation": pa.array([normalisation] * n, type=pa.string()),
         "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
@@ -56,9 +58,9 @@ def embedding_rows(
 
 def embed_statistic(
     store: Store, statistic: str, *, normalisation: Normalisation = DEFAULT_NORMALISATION,
-    settings: EmbeddingSettings = EmbeddingSettings(),
+    settings: EmbeddingSettings = EmbeddingSettings(), matrix: str = "qk",
 ) -> pa.Table:
-    """The trajectory map of one scalar statistic of the store, as embedding rows.
+    """The trajectory map of one scalar statistic of one per-head matrix of the store, as embedding rows.
 
     Raises:
         KeyError: ``statistic`` is not a scalar (or null-model) column.
@@ -70,19 +72,21 @@ def embed_statistic(
         raise ValueError(f"unknown normalisation {normalisation!r}; choose from {sorted(NORMALISATIONS)}")
     if len(store.steps) < 2:
         raise ValueError(f"store {str(store.path)!r} has {len(store.steps)} checkpoints; a trajectory needs at least 2")
-    xy, neighbors = embed(store.array(statistic), normalisation=normalisation, settings=settings)
+    xy, neighbors = embed(store.array(statistic, matrix=matrix), normalisation=normalisation, settings=settings)
     return embedding_rows(xy, neighbors, statistic=statistic, normalisation=normalisation,
-                          n_layers=store.n_layers, n_heads=store.n_heads)
+                          n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix)
 
 
 def embeddings_table(
     store: Store, *, statistics: tuple[str, ...] = DEFAULT_STATISTICS,
     normalisation: Normalisation = DEFAULT_NORMALISATION, settings: EmbeddingSettings = EmbeddingSettings(),
 ) -> pa.Table:
-    """Default embeddings of a store: one map per statistic (empty when it has fewer than 2 checkpoints)."""
+    """Default embeddings of a store: one map per per-head matrix of the store (``meta.json`` ``matrices``)
+    and statistic (empty when it has fewer than 2 checkpoints)."""
     if len(store.steps) < 2:
         return EMBEDDINGS.empty()
-    parts = [embed_statistic(store, s, normalisation=normalisation, settings=settings) for s in statistics]
+    parts = [embed_statistic(store, s, normalisation=normalisation, settings=settings, matrix=m)
+             for m in store.meta.matrices for s in statistics]
     return pa.concat_tables(parts)
 
 
@@ -98,6 +102,7 @@ def embeddings_meta(
         "file": EMBEDDINGS.file,
         "method": "umap",
         "statistics": list(statistics),
+        "matrices": list(store.meta.matrices),
         "normalisation": normalisation,
         "normalisation_doc": NORMALISATIONS[normalisation],
         "knn_space": "normalised trajectories (Euclidean), before embedding",

@@ -39,7 +39,7 @@ from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, weights_fingerprint
 from precompute.fetch import HubHttp, Meter, human_bytes
-from precompute.ranges import SafetensorsHeader, qk_element_masks, read_header, read_tensors
+from precompute.ranges import SafetensorsHeader, element_masks, read_header, read_tensors
 from precompute.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
 from precompute.settings import FetchSettings
 from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
@@ -104,7 +104,7 @@ class HubSource(CheckpointSource):
         info = self._info(ref)
         return self._json(info.sha, "config.json", ref)
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",)) -> Fetched:
         info = self._info(ref)
         commit = info.sha
         siblings = {s.rfilename: s for s in info.siblings or []}
@@ -121,11 +121,11 @@ class HubSource(CheckpointSource):
         cached = {f: try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit) for f in files}
         if all(isinstance(p, str) for p in cached.values()):
             where = tensor_names(Path(p) for p in cached.values())
-            fetched.tensors = read_local_tensors(where, attention_tensor_names(shape, where))
+            fetched.tensors = read_local_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
         elif files[0].endswith(".safetensors"):
-            fetched.tensors = self._read_safetensors(commit, files, shape, ref)
+            fetched.tensors = self._read_safetensors(commit, files, shape, ref, matrices)
         else:
-            fetched.tensors = self._read_bin(commit, files, shape, ref)
+            fetched.tensors = self._read_bin(commit, files, shape, ref, matrices)
         if not fetched.sha256:  # no LFS digest: fingerprint the attention tensors as read
             fetched.sha256, fetched.sha256_source = tensors_fingerprint(fetched.tensors), "read"
         return fetched
@@ -149,16 +149,17 @@ class HubSource(CheckpointSource):
 
     # -- reading ----------------------------------------------------------------------
 
-    def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef) -> dict[str, torch.Tensor]:
+    def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
+                          matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
         if len(files) > 1:  # sharded: the index says which shards hold attention tensors
             weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
-            wanted = attention_tensor_names(shape, weight_map)
+            wanted = attention_tensor_names(shape, weight_map, matrices=matrices)
             files = sorted({weight_map[n] for n in wanted})
         headers: dict[str, SafetensorsHeader] = {}
         for f in files:
             headers[f] = read_header(self._getter(commit, f, ref), where=self._where(ref, f))
         shapes = {n: s.shape for h in headers.values() for n, s in h.tensors.items()}
-        masks = self._qk_masks(shape, shapes)
+        masks = self._element_masks(shape, shapes, matrices)
         out: dict[str, torch.Tensor] = {}
         for f, header in headers.items():
             mine = {n: m for n, m in masks.items() if n in header.tensors}
@@ -174,10 +175,11 @@ class HubSource(CheckpointSource):
             )
         return out
 
-    def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef) -> dict[str, torch.Tensor]:
+    def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
+                  matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
         if len(files) > 1:
             weight_map = self._json(commit, BIN_INDEX, ref)["weight_map"]
-            files = sorted({weight_map[n] for n in attention_tensor_names(shape, weight_map)})
+            files = sorted({weight_map[n] for n in attention_tensor_names(shape, weight_map, matrices=matrices)})
         if not self._said_bin:
             log.info("%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
                      "attention tensors, one checkpoint at a time, into %s", self.repo_id, ref.revision, self.scratch)
@@ -190,18 +192,19 @@ class HubSource(CheckpointSource):
                 url = hf_hub_url(self.repo_id, f, revision=commit, endpoint=self.endpoint)
                 paths[dest] = self.http.download(url, dest, what=f"download {self._where(ref, f)}")
             where = tensor_names(paths)
-            tensors = read_local_tensors(where, attention_tensor_names(shape, where))
+            tensors = read_local_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
             return {n: t.clone() for n, t in tensors.items()}  # off the mmap, so the files can go
         finally:
             for dest, size in paths.items():
                 self.http.release(dest, size)
 
-    def _qk_masks(self, shape: ModelShape, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-        """Element masks of the attention tensors, computed once per model geometry."""
-        names = attention_tensor_names(shape, shapes)
-        key = (shape, tuple((n, shapes[n]) for n in names))
+    def _element_masks(self, shape: ModelShape, shapes: dict[str, tuple[int, ...]],
+                       matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """Element masks of the attention tensors ``matrices`` need, computed once per model geometry."""
+        names = attention_tensor_names(shape, shapes, matrices=matrices)
+        key = (shape, matrices, tuple((n, shapes[n]) for n in names))
         if key not in self._masks:
-            self._masks = {key: qk_element_masks(shape, {n: shapes[n] for n in names})}
+            self._masks = {key: element_masks(shape, {n: shapes[n] for n in names}, matrices=matrices)}
         return self._masks[key]
 
     def _getter(self, commit: str, filename: str, ref: CheckpointRef):

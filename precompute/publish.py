@@ -50,7 +50,8 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
     settings = meta.settings
     present = [spec for spec in TABLES.values() if (store / spec.file).is_file()]
 
-    yaml = ["---", f"pretty_name: {json.dumps('W_QK statistics of ' + str(model.id))}",
+    products = " and ".join({"qk": "W_QK", "ov": "W_OV"}.get(m, m) for m in meta.matrices)
+    yaml = ["---", f"pretty_name: {json.dumps(products + ' statistics of ' + str(model.id))}",
             "tags:", "- interpretability", "- attention-heads", "- training-dynamics", "- headwatch", "configs:"]
     for spec in present:
         yaml += [f"- config_name: {spec.name}", f"  data_files: {spec.file}"]
@@ -60,11 +61,14 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
 
     out = yaml + [
         "",
-        f"# W_QK statistics of `{model.id}` across training",
+        f"# {products} statistics of `{model.id}` across training",
         "",
-        f"For every attention head h of every layer, at every checkpoint, the statistics of "
-        f"W_QK,h = W_Q,h^T W_K,h (a {model.d_model} x {model.d_model} matrix of rank at most "
-        f"{model.d_head}): the distribution of its entries and its singular values. "
+        "For every attention head h of every layer, at every checkpoint, the statistics of "
+        "W_QK,h = W_Q,h^T W_K,h" + (" and of its OV circuit W_OV,h = W_O[:, h] W_V,h (`matrix` \"ov\")"
+                                      if "ov" in meta.matrices else "")
+        + f" (each a {model.d_model} x {model.d_model} matrix of rank at most "
+        f"{model.d_head}): the distribution of its entries, its singular values, its symmetric fraction and "
+        f"eigenvalue positivity, and how far it moves between checkpoints. "
         f"Made with headwatch's `python -m precompute`.",
         "",
         "Conventions: raw weights as stored in the checkpoint; no 1/sqrt(d_head) factor; no biases; "

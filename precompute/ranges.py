@@ -6,8 +6,9 @@ the end of the header) and the raw C-order tensor data. So:
 
 1. one request reads the file's first `HEADER_PROBE_BYTES` (a second one the rest
    of the header if it is longer) and parses the header;
-2. `qk_element_masks` finds which elements of each attention tensor extraction
-   reads, by running the architecture's own adapter (`analysis.extract.extract_qk`)
+2. `element_masks` finds which elements of each attention tensor extraction
+   reads, by running the architecture's own adapters (`analysis.extract.extract_heads`,
+   for the per-head matrices the run computes)
    on probe tensors whose values are their row and column indices; no layout
    knowledge is repeated here. For GPT-NeoX's fused ``query_key_value`` these are
    the Q and K rows of every head; the V rows sit between them;
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 from analysis.errors import CheckpointError
-from analysis.extract import ModelShape, attention_tensor_names, extract_qk
+from analysis.extract import ModelShape, attention_tensor_names, extract_heads
 
 # First read of a file: enough for the header of models up to tens of billions of
 # parameters (Pythia-12B's header is ~60 kB); a longer header costs one more request.
@@ -124,17 +125,22 @@ def parse_header(raw: bytes, *, file_size: int | None, where: str) -> Safetensor
     return SafetensorsHeader(tensors, metadata, bytes(raw), file_size)
 
 
-def qk_element_masks(shape: ModelShape, tensor_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """For every attention tensor, a bool mask of the elements `extract_qk` reads.
+def element_masks(
+    shape: ModelShape, tensor_shapes: Mapping[str, tuple[int, ...]], *, matrices: tuple[str, ...] = ("qk",)
+) -> dict[str, torch.Tensor]:
+    """For every attention tensor ``matrices`` need, a bool mask of the elements `extract_heads` reads.
 
-    The masks are found once, on layer 0, by running `extract_qk` on probe tensors:
+    The masks are found once, on layer 0, by running `extract_heads` on probe tensors:
     probe A holds ``tensor_index * R + row`` and probe B the column index, so each
-    element of the returned W_Q / W_K says where it came from (float32 holds these
+    element of the returned factors says where it came from (float32 holds these
     integers exactly). Every other layer shares layer 0's layout, tensor by tensor.
+    For ``ov`` of GPT-NeoX that is the V rows of the fused QKV weight and every element
+    of ``attention.dense``; for ``qk`` alone only the Q and K rows.
 
     Args:
         shape: the model.
         tensor_shapes: name -> shape of every tensor in the checkpoint.
+        matrices: the per-head matrices to extract (``qk``, ``ov``).
 
     Returns:
         name -> bool tensor of that tensor's shape, for every attention tensor.
@@ -143,7 +149,7 @@ def qk_element_masks(shape: ModelShape, tensor_shapes: Mapping[str, tuple[int, .
         CheckpointError: an attention tensor is not 2-D, or a layer's tensor shapes
             differ from layer 0's.
     """
-    names = attention_tensor_names(shape, tensor_shapes)
+    names = attention_tensor_names(shape, tensor_shapes, matrices=matrices)
     per_layer = len(names) // shape.n_layers
     first = names[:per_layer]
     for name in names:
@@ -157,10 +163,11 @@ def qk_element_masks(shape: ModelShape, tensor_shapes: Mapping[str, tuple[int, .
         probe_a[name] = (j * rows + torch.arange(r, dtype=torch.float32))[:, None].expand(r, c)
         probe_b[name] = torch.arange(c, dtype=torch.float32)[None, :].expand(r, c)
     one_layer = dataclasses.replace(shape, n_layers=1)
-    src_q, src_k = extract_qk(one_layer, probe_a)  # (1, n_heads, d_head, d_model) each
-    col_q, col_k = extract_qk(one_layer, probe_b)
+    sources = extract_heads(one_layer, probe_a, matrices=matrices)  # matrix -> factors (1, n_heads, d_head, d_model)
+    columns = extract_heads(one_layer, probe_b, matrices=matrices)
     masks0 = {name: torch.zeros(tensor_shapes[name], dtype=torch.bool) for name in first}
-    for src, col in ((src_q, col_q), (src_k, col_k)):
+    pairs = [(src, col) for m in matrices for src, col in zip(sources[m], columns[m])]
+    for src, col in pairs:
         for h in range(src.shape[1]):  # one head at a time keeps the index arrays small
             a = src[0, h].reshape(-1).to(torch.int64)
             b = col[0, h].reshape(-1).to(torch.int64)
@@ -212,7 +219,7 @@ def read_tensors(
     Args:
         get: fetches ``[start, end)`` of the file.
         header: from `read_header`.
-        masks: name -> bool mask of the elements needed (`qk_element_masks`).
+        masks: name -> bool mask of the elements needed (`element_masks`).
         merge_gap: see `plan_ranges`.
         concurrency: ranges fetched at once.
         where: the file, for error messages.

@@ -46,12 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import torch
 from tqdm.auto import tqdm
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
-from analysis.extract import ModelShape, extract_qk, model_shape
-from analysis.heads import checkpoint_vectors, resolve_device
+from analysis.extract import ModelShape, model_shape
+from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute import overlaps as ovl
 from precompute.executor import open_executor
@@ -62,7 +61,7 @@ from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.source import CheckpointSource, fingerprints_comparable
 from precompute.sources import open_source
 from precompute.state import RunState, open_state, stored_meta
-from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work
+from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, pair_vectors
 
 log = logging.getLogger("precompute")
 
@@ -81,6 +80,8 @@ class RunReport:
     seconds: float = 0.0
     embeddings: str = "not needed"  # "written", "skipped", or why they failed
     overlaps_left_out: list[tuple[int, int]] = field(default_factory=list)  # pairs whose checkpoints could not be re-read
+    completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
+    incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
 
     def transfer_summary(self) -> str:
         rate = self.bytes_fetched / max(self.seconds, 1e-9)
@@ -149,6 +150,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         _clear(scratch)
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
+            _complete(plan, settings, state, report, executor, progress=options.progress)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
             _compute(plan, todo, settings, state, report, executor, progress=options.progress)
             if settings.overlap_k:
@@ -190,6 +192,7 @@ def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
         options, source=src.name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
         d_head=plan.shape.d_head, tokens_per_step=tokens_per_step,
         stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,
+        stored_matrices=tuple(stored.matrices) if stored else (),
     )
 
 
@@ -221,7 +224,8 @@ def _compute(
                 work = result()
                 if work.rows is None and work.entry.sha256 not in known:
                     # skipped as a copy of a checkpoint that then failed: read it after all
-                    work = checkpoint_work(src.fetch(ref, shape, skip=lambda sha: False), shape, settings, known=known)
+                    fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices)
+                    work = checkpoint_work(fetched, shape, settings, known=known)
                 entry, rows, vectors = work.settle(known)
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
@@ -241,6 +245,44 @@ def _compute(
     bar.close()
 
 
+def _complete(
+    plan: Plan, settings: Settings, state: RunState, report: RunReport, executor: Executor, *, progress: bool
+) -> None:
+    """Read again, through the executor, every checkpoint of the store whose rows are incomplete (a matrix
+    the store gained, or circuit columns a store older than schema version 3 lacks), and replace its
+    rows, one commit each. One that cannot be read, or whose weights changed, keeps its rows as they are."""
+    steps = state.incomplete()
+    if not steps:
+        return
+    refs = [CheckpointRef(s, state.meta.entry(s).revision, state.meta.entry(s).tokens) for s in steps]
+    log.info("%d checkpoints of the store lack rows of %s or circuit columns: reading them again",
+             len(refs), ", ".join(settings.head_matrices))
+    bar = tqdm(total=len(refs), desc="completing", unit="ckpt", disable=not progress, dynamic_ncols=True)
+    results = executor.results(refs, shape=plan.shape, settings=settings, known=lambda: {})
+    with contextlib.closing(results):
+        for ref, result in results:
+            entry = state.meta.entry(ref.step)
+            try:
+                work = result()
+                if work.rows is None:
+                    raise CheckpointError("its weights were not read")
+                if fingerprints_comparable(work.entry.sha256_source, entry.sha256_source) and work.entry.sha256 != entry.sha256:
+                    raise CheckpointError(
+                        f"its weights changed since its statistics were computed (sha256 {work.entry.sha256[:12]} "
+                        f"!= {str(entry.sha256)[:12]}); recompute the store into a new --out"
+                    )
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: cannot read it again to complete its rows (%s); they stay as they are", ref.revision, exc)
+                report.incomplete.append(ref.step)
+            else:
+                state.redo(entry, work.rows, work.vectors)
+                state.commit()
+                report.completed.append(ref.step)
+            bar.update(1)
+    bar.close()
+    plan.src.stop.clear()  # set when the prefetcher closed; the run's next reads are wanted
+
+
 def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tuple[int, int]]:
     """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
     held; the pairs left out."""
@@ -251,7 +293,7 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
         entry = state.meta.entry(step)
         ref = CheckpointRef(step, entry.revision, entry.tokens)
         try:
-            fetched = src.fetch(ref, shape, skip=lambda sha: False)
+            fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices)
             comparable = fingerprints_comparable(fetched.sha256_source, entry.sha256_source)
             if comparable and fetched.sha256 != entry.sha256:
                 raise CheckpointError(
@@ -259,9 +301,7 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
                     f"!= {str(entry.sha256)[:12]}); recompute the store to get its overlaps"
                 )
             assert fetched.tensors is not None
-            w_q, w_k = extract_qk(shape, fetched.tensors)
-            return checkpoint_vectors(w_q, w_k, settings.overlap_k, device=settings.device,
-                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype))
+            return pair_vectors(shape, fetched.tensors, settings)
         except CHECKPOINT_ERRORS as exc:
             log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out", ref.revision, exc)
             return None
@@ -271,7 +311,7 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
         state.commit(heads=False)
 
     filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
-    _, left_out = filler.fill(state.overlaps, state.meta.done_steps, state.meta.state_steps)
+    _, left_out = filler.fill(state.overlaps, state.meta.done_steps, settings.head_matrices, state.meta.state_steps)
     return left_out
 
 

@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, Literal
 
 from analysis.crossings import OVERLAP_K
+from analysis.extract import HEAD_MATRICES
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
@@ -23,6 +24,26 @@ ExecutorName = Literal["local", "ray"]
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
 FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
+
+
+# What `--matrices` may name: the per-head products (heads.parquet rows, `analysis.extract.HEAD_MATRICES`)
+# and the whole-layer weight matrices. Default: all of them.
+MATRIX_CHOICES = (*HEAD_MATRICES, "layers")
+DEFAULT_MATRICES = MATRIX_CHOICES
+
+
+def matrices_option(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``--matrices`` as given (``"qk,ov"`` or a sequence) -> the names, in `MATRIX_CHOICES` order.
+
+    Raises:
+        ValueError: an unknown or empty name, or nothing named.
+    """
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else [str(n) for n in value]
+    unknown = [n for n in names if n not in MATRIX_CHOICES]
+    if unknown or not names:
+        raise ValueError(f"--matrices {','.join(names)!r}: unknown {unknown or 'empty list'}; "
+                         f"give a comma-separated subset of {','.join(MATRIX_CHOICES)}")
+    return tuple(m for m in MATRIX_CHOICES if m in names)
 
 
 def default_device() -> DeviceName:
@@ -124,9 +145,15 @@ class Settings:
     every: int | None = None  # --every
     fetch: FetchSettings | None = None  # Hub sources only
     overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
+    matrices: tuple[str, ...] = DEFAULT_MATRICES  # --matrices, plus the per-head matrices the store already had
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def head_matrices(self) -> tuple[str, ...]:
+        """The per-head products this run computes (``qk``, ``ov``): heads.parquet rows of every checkpoint."""
+        return tuple(m for m in self.matrices if m in HEAD_MATRICES)
 
 
 @dataclass(frozen=True)
@@ -142,6 +169,9 @@ class RunOptions:
         every: only steps that are multiples of this.
         overlap_k: leading singular vectors per head whose overlaps are stored (capped at d_head);
             0 computes none and keeps the store's. Default: the store's K, else `OVERLAP_K`.
+        matrices: what to compute (`MATRIX_CHOICES`; ``--matrices``): ``qk`` and ``ov`` per head,
+            ``layers`` the whole-layer weight matrices. The per-head matrices a store already has are
+            computed as well, so that every checkpoint has rows for each.
         progress: a progress bar on stderr.
         embeddings: refresh the trajectory-map embeddings after computing rows [HEADWATCH_EMBEDDINGS].
         fetch: Hub fetch settings (default: from the environment).
@@ -157,6 +187,7 @@ class RunOptions:
     revisions: str | None = None
     every: int | None = None
     overlap_k: int | None = None
+    matrices: tuple[str, ...] = DEFAULT_MATRICES
     progress: bool = True
     embeddings: bool = field(default_factory=default_embeddings)
     fetch: FetchSettings = field(default_factory=FetchSettings)
@@ -168,6 +199,7 @@ class RunOptions:
 def resolve_settings(
     options: RunOptions, *, source: str, source_kind: str, fetch: FetchSettings | None, device: str, d_head: int,
     tokens_per_step: int | None, stored_overlap_k: int, revisions: tuple[str, ...] | None,
+    stored_matrices: tuple[str, ...] = (),
 ) -> Settings:
     """The settings of a run, from its options and what the source and the store say.
 
@@ -180,8 +212,17 @@ def resolve_settings(
         tokens_per_step: the first known of: the option, the run's ``run.json``, the source's default.
         stored_overlap_k: K of the store's overlaps (0 when it has none).
         revisions: the requested revisions as parsed (None: all).
+        stored_matrices: the per-head matrices the store has rows for (empty for a new store).
+
+    Raises:
+        ValueError: ``options.matrices`` names an unknown matrix, or no per-head matrix for a store
+            that has none yet (heads.parquet needs qk or ov).
     """
     k = options.overlap_k if options.overlap_k is not None else (stored_overlap_k or OVERLAP_K)
+    matrices = matrices_option(tuple(options.matrices) + tuple(m for m in stored_matrices if m in HEAD_MATRICES))
+    if not any(m in HEAD_MATRICES for m in matrices):
+        raise ValueError(f"--matrices {','.join(options.matrices)}: a store needs a per-head matrix "
+                         f"({' or '.join(HEAD_MATRICES)}); add one")
     return Settings(
         source=source,
         device=device,
@@ -191,6 +232,7 @@ def resolve_settings(
         every=options.every,
         fetch=fetch,
         overlap_k=min(max(k, 0), d_head),
+        matrices=matrices,
     )
 
 

@@ -113,8 +113,10 @@ class CheckpointSource(ABC):
         """
 
     @abstractmethod
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
-        """Fingerprint a checkpoint and, unless ``skip(sha256)``, read its attention tensors.
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",)) -> Fetched:
+        """Fingerprint a checkpoint and, unless ``skip(sha256)``, read the attention tensors that the
+        per-head ``matrices`` need (`analysis.extract.attention_tensor_names`; for ``ov`` the value
+        weights and the output projection as well), and no others.
 
         Raises:
             CheckpointNotFoundError: the checkpoint or its weights are missing.

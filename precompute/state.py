@@ -19,12 +19,13 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import HEADS, HIST_Z_EDGES, META_FILE, OVERLAPS
+from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
-from analysis.store.upgrade import complete_heads
+from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
 from precompute import overlaps as ovl
 from precompute.settings import Settings, software_versions
 from precompute.store_writer import commit_store
+from precompute.tables import placeholder_rows
 
 log = logging.getLogger("precompute")
 
@@ -59,8 +60,22 @@ class RunState:
         if rows is None:
             return
         self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
-        if vectors is None:
-            return
+        if vectors is not None:
+            self._pair(entry, vectors)
+
+    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None) -> None:
+        """Replace the rows of a checkpoint already in the store (`incomplete`) by ``rows``, which hold
+        every matrix of the store; its entry stays as it is."""
+        keep = pc.invert(pc.equal(self.heads["step"], pa.scalar(entry.step, pa.int64())))
+        self.heads = HEADS.sorted(pa.concat_tables([self.heads.filter(keep), rows]))
+        if vectors is not None:
+            self._pair(entry, vectors)
+
+    def incomplete(self) -> list[int]:
+        """Checkpoints whose rows are still to compute (`analysis.store.upgrade.incomplete_steps`)."""
+        return incomplete_steps(self.heads)
+
+    def _pair(self, entry: CheckpointEntry, vectors: ovl.Vectors) -> None:
         steps = self.meta.done_steps
         i = steps.index(entry.step)
         before = steps[i - 1] if i else None
@@ -112,6 +127,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     software = software_versions()
     if stored is None:
         meta = new_meta(model, settings=settings.as_meta(), software=software, hist_edges=HIST_Z_EDGES.tolist())
+        meta.matrices = list(settings.head_matrices)
         return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k)
     if stored.model.geometry() != model.geometry():
         raise StoreError(
@@ -128,9 +144,19 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
         heads = HEADS.empty()
     else:  # rows of steps meta does not list (a fallback commit cut short) are dropped
         heads = heads.filter(pc.is_in(heads["step"], pa.array(stored.done_steps, pa.int64())))
-    heads = HEADS.sorted(complete_heads(heads, d_model=model.d_model))  # version 1: derive the null-model columns
+    heads = complete_heads(heads, d_model=model.d_model)  # version 1: null-model columns; 2: circuit columns NaN
+    gained = [m for m in settings.head_matrices if m not in stored.matrices]
+    if gained and stored.done_steps:  # rows to compute, one checkpoint per commit (`RunState.incomplete`)
+        log.info("the store gains %s: every one of its %d checkpoints is read again for it",
+                 ", ".join(gained), len(stored.done_steps))
+    for matrix in gained:
+        heads = pa.concat_tables([heads, placeholder_rows(
+            stored.done_steps, n_layers=model.n_layers, n_heads=model.n_heads, d_head=model.d_head,
+            n_hist=len(HIST_Z_EDGES) + 1, matrix=matrix)])
+    heads = HEADS.sorted(heads)
     overlaps = _stored_overlaps(out, stored, settings.overlap_k)
     meta = stored
+    meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
     return RunState(out, meta, heads, overlaps, settings.overlap_k)
 
@@ -144,7 +170,7 @@ def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:
         except StoreError as exc:  # derived data: rebuilt from the checkpoints
             log.warning("%s: recomputing the overlaps (every checkpoint is read again)", exc)
             return OVERLAPS.empty()
-        return ovl.update(table, meta.done_steps, states=meta.state_steps) if table is not None else OVERLAPS.empty()
+        return ovl.update(complete_overlaps(table), meta.done_steps, states=meta.state_steps) if table is not None else OVERLAPS.empty()
     if k and stored_k not in (0, k):  # (K = 0 leaves the file as it is)
         log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
                     "(every checkpoint is read again)", stored_k, k)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.store.format import LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
+from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
 from analysis.store.upgrade import complete_heads
 
 
@@ -27,7 +27,8 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix:
 
     Returns:
         A table with the schema of `analysis.store.format.HEADS`; the null-model columns
-        are derived from ``sv`` when ``stats`` lacks them (`analysis.store.upgrade.complete_heads`).
+        are derived from ``sv`` when ``stats`` lacks them, the circuit columns NaN
+        (`analysis.store.upgrade.complete_heads`).
     """
     n_layers, n_heads = stats["std"].shape
     n = n_layers * n_heads
@@ -45,8 +46,30 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix:
         offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
         cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.reshape(-1)))
     with_null = all(name in stats for name in NULL_COLUMNS)
-    if with_null:
-        for name in NULL_COLUMNS:
-            cols[name] = pa.array(np.asarray(stats[name], dtype=np.float64).reshape(n))
-    table = pa.table(cols, schema=heads_arrow_schema(null_columns=with_null))
-    return table if with_null else complete_heads(table, d_model=d_model)
+    with_circuits = all(name in stats for name in CIRCUIT_COLUMNS)
+    for present, names in ((with_null, NULL_COLUMNS), (with_circuits, CIRCUIT_COLUMNS)):
+        if present:
+            for name in names:
+                cols[name] = pa.array(np.asarray(stats[name], dtype=np.float64).reshape(n))
+    table = pa.table(cols, schema=heads_arrow_schema(null_columns=with_null, circuit_columns=with_circuits))
+    return table if with_null and with_circuits else complete_heads(table, d_model=d_model)
+
+
+def placeholder_rows(steps: list[int], *, n_layers: int, n_heads: int, d_head: int, n_hist: int, matrix: str) -> pa.Table:
+    """Rows of ``matrix`` for checkpoints that have none yet, every statistic NaN (``std`` NaN marks them;
+    `analysis.store.upgrade.incomplete_steps`): a store that gains a matrix stays consistent (every
+    checkpoint has rows for each of ``meta.json`` ``matrices``) while the run computes them, one
+    checkpoint per commit, and one whose checkpoint cannot be read again keeps them.
+
+    Args:
+        steps: the checkpoints.
+        n_layers, n_heads, d_head: the model.
+        n_hist: entries of ``hist_z`` (len(edges) + 1).
+        matrix: which product.
+    """
+    nan = np.full((n_layers, n_heads), np.nan)
+    stats = {name: nan for name in SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS}
+    stats["sv"] = np.full((n_layers, n_heads, d_head), np.nan)
+    stats["hist_z"] = np.full((n_layers, n_heads, n_hist), np.nan)
+    tables = [heads_rows(step, stats, d_model=1, matrix=matrix) for step in steps]
+    return pa.concat_tables(tables) if tables else heads_arrow_schema().empty_table()

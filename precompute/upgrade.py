@@ -5,9 +5,10 @@
 A precompute run upgrades a store in its first commit, but that needs the checkpoints;
 this needs only the store. It reads the store through `analysis.store` (which fills in
 what later versions added, `analysis.store.upgrade`), derives the null-model columns of
-``heads.parquet`` when it lacks them, and commits ``meta.json`` and ``heads.parquet``
-under the store's lock. Other tables are carried over unchanged. A current store is
-left as it is.
+``heads.parquet`` when it lacks them, gives it NaN circuit columns and ``overlaps.parquet``
+its ``matrix`` and NaN ``rel_change`` columns (version 3: values that need the weights;
+a precompute run with the checkpoints fills them), and commits under the store's lock.
+Other tables are carried over unchanged. A current store is left as it is.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import sys
 from pathlib import Path
 
 from analysis.store import read_meta, read_table
-from analysis.store.format import HEADS, SCHEMA_VERSION
-from analysis.store.upgrade import complete_heads
+from analysis.store.format import HEADS, OVERLAPS, SCHEMA_VERSION
+from analysis.store.upgrade import complete_heads, complete_overlaps
 from precompute.lock import store_lock
 from precompute.store_writer import commit_store
 
@@ -34,10 +35,14 @@ def upgrade_store(path: str | Path) -> bool:
     with store_lock(path):
         meta = read_meta(path)
         heads = read_table(path, HEADS)
+        overlaps = read_table(path, OVERLAPS)
         complete = heads is None or heads.schema.equals(HEADS.schema)
-        if not meta.upgraded and complete:
+        overlaps_complete = overlaps is None or overlaps.schema.equals(OVERLAPS.schema)
+        if not meta.upgraded and complete and overlaps_complete:
             return False
         tables = {} if complete else {HEADS.name: HEADS.sorted(complete_heads(heads, d_model=meta.model.d_model))}
+        if not overlaps_complete:
+            tables[OVERLAPS.name] = OVERLAPS.sorted(complete_overlaps(overlaps))
         commit_store(path, meta, tables)
     return True
 

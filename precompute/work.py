@@ -1,8 +1,9 @@
 """One checkpoint's work, the same under every executor, and how the driver settles it.
 
 `checkpoint_work` turns a fetched checkpoint into its `Work`: the meta.json entry
-(without ``duplicate_of``), its ``heads.parquet`` rows and, when the run computes
-overlaps, its leading singular vectors. It runs wherever the executor runs it: in
+(without ``duplicate_of``), its ``heads.parquet`` rows (one set per per-head matrix the
+run computes, ``qk`` and/or ``ov``) and, when the run computes overlaps, what the
+checkpoint's pairs need: each matrix's leading singular vectors and its factors. It runs wherever the executor runs it: in
 the run's own thread (`precompute.executor.LocalExecutor`) or in a Ray task
 (`precompute.ray_executor`). `Work.settle` is the driver's half: only the driver
 knows which fingerprints are committed, so only it decides ``duplicate_of``; rows a
@@ -22,9 +23,10 @@ import pyarrow as pa
 import torch
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
-from analysis.extract import ModelShape, extract_qk
-from analysis.heads import checkpoint_statistics
+from analysis.extract import ModelShape, extract_heads
+from analysis.heads import checkpoint_statistics, checkpoint_vectors
 from analysis.store import CheckpointEntry
+from analysis.store.format import HEADS
 from precompute import overlaps as ovl
 from precompute.revisions import CheckpointRef
 from precompute.settings import Settings
@@ -43,7 +45,8 @@ class Work:
         entry: its meta.json entry, ``duplicate_of`` unset (the driver sets it).
         rows: its ``heads.parquet`` rows; None when its tensors were not read or not computed
             (its fingerprint was known where it ran).
-        vectors: its leading singular vectors (None when the run computes no overlaps, or no rows).
+        vectors: its leading singular vectors and factors by matrix (None when the run computes no
+            overlaps, or no rows).
         fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
             (a Ray task); zero when the run's meter counted it.
     """
@@ -70,8 +73,9 @@ class Work:
 
 
 def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int]) -> Work:
-    """Extract per-head W_Q/W_K, check them and compute every statistic, unless the checkpoint's
-    fingerprint is in ``known`` or its tensors were not read (then ``rows`` is None).
+    """Extract the factors of every per-head matrix of the run (``settings.head_matrices``), check
+    them and compute every statistic, unless the checkpoint's fingerprint is in ``known`` or its
+    tensors were not read (then ``rows`` is None).
 
     Args:
         fetched: the checkpoint as fetched (`precompute.source.CheckpointSource.fetch`).
@@ -98,23 +102,57 @@ def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, 
     )
     if fetched.tensors is None or fetched.sha256 in known:
         return Work(entry, None, None)
-    w_q, w_k = extract_qk(shape, fetched.tensors)  # (n_layers, n_heads, d_head, d_model) each
-    for name, w in (("W_Q", w_q), ("W_K", w_k)):
-        finite = torch.isfinite(w).flatten(1).all(dim=1)
-        if not bool(finite.all()):
-            layer = int((~finite).nonzero()[0])
-            raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")
-    stats = checkpoint_statistics(
-        w_q,
-        w_k,
-        device=settings.device,
-        dtype=getattr(torch, settings.dtype),
-        spectrum_dtype=getattr(torch, settings.spectrum_dtype),
-        chunk_elements=settings.chunk_elements,
-        vectors=settings.overlap_k,
-    )
-    vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
-    return Work(entry, heads_rows(ref.step, stats, d_model=shape.d_model), vectors)
+    factors = checked_factors(shape, fetched.tensors, settings.head_matrices)
+    tables = []
+    vectors: ovl.Vectors = {}
+    for matrix, (left, right) in factors.items():
+        stats = checkpoint_statistics(
+            left,
+            right,
+            device=settings.device,
+            dtype=getattr(torch, settings.dtype),
+            spectrum_dtype=getattr(torch, settings.spectrum_dtype),
+            chunk_elements=settings.chunk_elements,
+            vectors=settings.overlap_k,
+        )
+        if settings.overlap_k:
+            vectors[matrix] = ovl.HeadVectors.of(stats.pop("u"), stats.pop("v"), left, right, stats["sv"])
+        tables.append(heads_rows(ref.step, stats, d_model=shape.d_model, matrix=matrix))
+    return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None)
+
+
+def checked_factors(
+    shape: ModelShape, tensors: Mapping[str, torch.Tensor], matrices: tuple[str, ...]
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Every per-head factor pair of ``matrices`` (`analysis.extract.extract_heads`), all finite.
+
+    Raises:
+        CheckpointError: non-finite values, or shapes the extraction refuses.
+    """
+    factors = extract_heads(shape, tensors, matrices=matrices)  # (n_layers, n_heads, d_head, d_model) each
+    names = {"qk": ("W_Q", "W_K"), "ov": ("W_O", "W_V")}
+    for matrix, pair in factors.items():
+        for name, w in zip(names[matrix], pair):
+            finite = torch.isfinite(w).flatten(1).all(dim=1)
+            if not bool(finite.all()):
+                layer = int((~finite).nonzero()[0])
+                raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")
+    return factors
+
+
+def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], settings: Settings) -> ovl.Vectors:
+    """What a checkpoint's overlap pairs need, for a checkpoint read again (`precompute.run`): the same
+    vectors, bit for bit, as `checkpoint_work` returns, without the other statistics.
+
+    Raises:
+        CheckpointError: as `checked_factors`.
+    """
+    out: ovl.Vectors = {}
+    for matrix, (left, right) in checked_factors(shape, tensors, settings.head_matrices).items():
+        u, v, sv = checkpoint_vectors(left, right, settings.overlap_k, device=settings.device,
+                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype), values=True)
+        out[matrix] = ovl.HeadVectors.of(u, v, left, right, sv)
+    return out
 
 
 # What an executor hands the driver per checkpoint, in step order: the checkpoint and a

@@ -23,7 +23,10 @@ import pyarrow as pa
 # 2: checkpoints carry `shared_files` (weight files identical to another checkpoint's while the
 #    whole differs); heads.parquet always has the null-model columns. `analysis.store.upgrade`
 #    reads version 1 as version 2.
-SCHEMA_VERSION = 2
+# 3: heads.parquet may hold "ov" rows beside "qk" and has the circuit columns (`CIRCUIT_COLUMNS`);
+#    overlaps.parquet has a `matrix` column and the pair's `rel_change`. `analysis.store.upgrade`
+#    reads versions 1 and 2 as 3 (the circuit columns and `rel_change` NaN until a rerun).
+SCHEMA_VERSION = 3
 
 META_FILE = "meta.json"
 
@@ -36,8 +39,8 @@ HIST_Z_HI = 10.0
 HIST_Z_BINS = 200
 HIST_Z_EDGES = np.linspace(HIST_Z_LO, HIST_Z_HI, HIST_Z_BINS + 1)
 
-# Which product a row describes; only W_QK = W_Q^T W_K for now.
-MATRICES = ("qk",)
+# Which product a row describes: W_QK = W_Q^T W_K per query head, W_OV = W_O[:, h] W_V,h.
+MATRICES = ("qk", "ov")
 
 # Row key of heads.parquet, in sort order.
 KEY_COLUMNS = ("step", "layer", "head", "matrix")
@@ -66,6 +69,10 @@ NULL_COLUMNS = (
     "participation_ratio_over_null",
 )
 
+# Symmetry and eigenvalue signs of each head's circuit, from d_head x d_head cores
+# (analysis/circuits.py), float64. Stores before schema version 3 lack them (NaN when read).
+CIRCUIT_COLUMNS = ("sym_frac", "eig_positivity")
+
 # The columns every heads.parquet has (version 1 included).
 HEADS_COLUMNS = KEY_COLUMNS + SCALAR_COLUMNS + LIST_COLUMNS
 
@@ -74,7 +81,8 @@ COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
-    "matrix": 'which product the row describes; "qk" is W_QK = W_Q^T W_K',
+    "matrix": 'which product the row describes: "qk" is W_QK = W_Q^T W_K, "ov" is W_OV = W_O[:, h] W_V,h '
+              "(W_V,h the value rows of head h, W_O[:, h] the output projection's d_head input columns that read it)",
     "mean": "mean of the d_model^2 entries",
     "std": "population standard deviation sigma of the entries",
     "skew": "skewness E[(w-mu)^3]/sigma^3 (NaN for a constant matrix)",
@@ -83,7 +91,7 @@ COLUMN_DOCS: dict[str, str] = {
     "max": "largest entry",
     "kl_gauss": "D_KL(P || N(mu, sigma)) in nats over the hist_z bins, tails included",
     "hist_z": "probabilities of z = (w-mu)/sigma over hist_edges, underflow first, overflow last",
-    "sv": "the d_head singular values s_k of W_QK, descending, never padded",
+    "sv": "the d_head singular values s_k of the row's matrix (W_QK or W_OV), descending, never padded",
     "stable_rank": "sum(lambda) / lambda_max with lambda_k = s_k^2",
     "spectral_entropy": "-sum p_k ln p_k with p_k = lambda_k / sum(lambda), in nats",
     "participation_ratio": "(sum lambda)^2 / sum(lambda^2)",
@@ -94,25 +102,35 @@ COLUMN_DOCS: dict[str, str] = {
     "stable_rank_over_null": "stable_rank / its expectation for a Gaussian head of the same shape",
     "spectral_entropy_over_null": "spectral_entropy / its expectation for a Gaussian head of the same shape",
     "participation_ratio_over_null": "participation_ratio / its expectation for a Gaussian head of the same shape",
+    "sym_frac": "symmetric fraction ||(W+W^T)/2||_F^2 / ||W||_F^2 in [0, 1] = (1 + tr(M M)/||W||_F^2)/2 from the "
+                "d_head x d_head core M = B^T A of W = A B^T (1: symmetric, 0: antisymmetric, about 1/2: random); "
+                "NaN in stores made before schema version 3",
+    "eig_positivity": "sum(Re mu_i) / sum(|mu_i|) over the non-zero eigenvalues mu_i of W (those of M), in [-1, 1]: "
+                      "for ov a copying score, for qk a preference for tokens like the query; NaN before schema version 3",
 }
-assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS)
+assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS)
 
 # overlaps.parquet: how the leading singular directions of each head move between
 # consecutive checkpoints with statistics (analysis/crossings.py uses them to tell a
-# level crossing from a level repulsion). K = meta.json ``overlaps.k`` (8, or d_head if smaller).
-OVERLAP_KEY_COLUMNS = ("layer", "head", "step")
+# level crossing from a level repulsion), and how far the whole matrix moved.
+# K = meta.json ``overlaps.k`` (8, or d_head if smaller).
+OVERLAP_KEY_COLUMNS = ("matrix", "layer", "head", "step")
 OVERLAP_COLUMN_DOCS: dict[str, str] = {
+    "matrix": 'which product, "qk" or "ov", as in heads.parquet (string; version 3)',
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
     "prev_step": "the earlier checkpoint t (int64)",
     "step": "the next checkpoint with statistics after prev_step, t+1 (int64)",
-    "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of W_QK (float32)",
+    "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of the matrix (float32)",
     "overlap_v": "the same for the right singular vectors v (float32)",
+    "rel_change": "relative change ||W(t+1) - W(t)||_F / ||W(t)||_F of the matrix, from the factors "
+                  "(analysis/circuits.py; float64, absolute error about 1e-8; version 3)",
 }
 OVERLAP_COLUMNS = tuple(OVERLAP_COLUMN_DOCS)
 
 # embeddings.parquet: the trajectory maps precompute embeds (precompute/embeddings.py).
 EMBEDDING_COLUMN_DOCS: dict[str, str] = {
+    "matrix": 'which per-head product\'s trajectories, "qk" or "ov" (string; version 3: older files are "qk")',
     "statistic": "the heads.parquet column whose per-head trajectories were embedded (string)",
     "normalisation": "`zscore` or `global`: how each trajectory was normalised before embedding (string)",
     "layer": "layer index, 0-based (int32)",
@@ -132,22 +150,25 @@ def _fields(types: dict[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(name, t) for name, t in types.items()])
 
 
-def heads_arrow_schema(*, null_columns: bool = True) -> pa.Schema:
-    """The pyarrow schema of ``heads.parquet`` (version 1 stores may lack the null-model columns)."""
+def heads_arrow_schema(*, null_columns: bool = True, circuit_columns: bool = True) -> pa.Schema:
+    """The pyarrow schema of ``heads.parquet`` (version 1 stores may lack the null-model columns,
+    versions 1 and 2 the circuit columns)."""
     types = {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "matrix": pa.string()}
     types |= {c: pa.float64() for c in SCALAR_COLUMNS}
     types |= {c: pa.list_(pa.float32()) for c in LIST_COLUMNS}
     if null_columns:
         types |= {c: pa.float64() for c in NULL_COLUMNS}
+    if circuit_columns:
+        types |= {c: pa.float64() for c in CIRCUIT_COLUMNS}
     return _fields(types)
 
 
 OVERLAPS_SCHEMA = _fields({
-    "layer": pa.int32(), "head": pa.int32(), "prev_step": pa.int64(), "step": pa.int64(),
-    "overlap_u": pa.list_(pa.float32()), "overlap_v": pa.list_(pa.float32()),
+    "matrix": pa.string(), "layer": pa.int32(), "head": pa.int32(), "prev_step": pa.int64(), "step": pa.int64(),
+    "overlap_u": pa.list_(pa.float32()), "overlap_v": pa.list_(pa.float32()), "rel_change": pa.float64(),
 })
 EMBEDDINGS_SCHEMA = _fields({
-    "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
+    "matrix": pa.string(), "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
     "x": pa.float64(), "y": pa.float64(), "neighbors": pa.list_(pa.int32()),
 })
 assert tuple(OVERLAPS_SCHEMA.names) == OVERLAP_COLUMNS
@@ -207,11 +228,12 @@ HEADS = TableSpec(
 OVERLAPS = TableSpec(
     name="overlaps",
     file="overlaps.parquet",
-    row="one row per (layer, head, consecutive pair of checkpoints with statistics; also of training states, around a mixed checkpoint)",
+    row="one row per (matrix, layer, head, consecutive pair of checkpoints with statistics; also of training states, around a mixed checkpoint)",
     about="The K x K overlaps of each head's K leading singular vectors between consecutive checkpoints, "
-          "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity). "
-          "Sorted by (layer, head, step) and written one row group per layer, so one head is read without "
-          "decoding the others.",
+          "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity), "
+          "and the relative change of the head's matrix between the two. "
+          "Sorted by (matrix, layer, head, step) and written one row group per (matrix, layer), so one head "
+          "is read without decoding the others.",
     schema=OVERLAPS_SCHEMA,
     docs=OVERLAP_COLUMN_DOCS,
     sort=OVERLAP_KEY_COLUMNS,
@@ -220,12 +242,12 @@ OVERLAPS = TableSpec(
 EMBEDDINGS = TableSpec(
     name="embeddings",
     file="embeddings.parquet",
-    row="one row per (statistic, normalisation, head)",
+    row="one row per (matrix, statistic, normalisation, head)",
     about="Precomputed trajectory maps (UMAP of each head's statistic over training) and each head's "
           "nearest trajectories; how they were made is in `meta.json` `embeddings`.",
     schema=EMBEDDINGS_SCHEMA,
     docs=EMBEDDING_COLUMN_DOCS,
-    sort=("statistic", "normalisation", "layer", "head"),
+    sort=("matrix", "statistic", "normalisation", "layer", "head"),
 )
 
 # Every table a store may hold, by name. A new table is one more entry.

@@ -26,9 +26,26 @@ import pyarrow.parquet as pq
 
 from analysis.errors import StoreError
 from analysis.nullmodel import NULL_RATIO_STATS
-from analysis.store.format import EMBEDDINGS, HEADS, HEADS_COLUMNS, META_FILE, LIST_COLUMNS, NULL_COLUMNS, OVERLAPS, SCALAR_COLUMNS, TableSpec
+from analysis.store.format import (
+    CIRCUIT_COLUMNS,
+    EMBEDDINGS,
+    HEADS,
+    HEADS_COLUMNS,
+    LIST_COLUMNS,
+    META_FILE,
+    NULL_COLUMNS,
+    OVERLAPS,
+    SCALAR_COLUMNS,
+    TableSpec,
+)
 from analysis.store.meta import Meta, read_meta
 from analysis.store.upgrade import null_model_columns
+
+
+# The per-checkpoint relative change of a head's matrix, kept with the pairs in overlaps.parquet.
+REL_CHANGE = "rel_change"
+# Every column `Store.array` hands out.
+ARRAY_COLUMNS = SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + LIST_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -162,12 +179,44 @@ class Store:
         shape = (len(self.meta.done_steps), self.n_layers, self.n_heads)
         if int(mask.sum()) != int(np.prod(shape)):
             raise KeyError(f"store {str(self.path)!r} has no complete {matrix!r} rows")
-        values = self._read(column)
+        if column in CIRCUIT_COLUMNS and not self.has_column(column):  # before version 3: needs the weights
+            values = np.full(int(mask.size), np.nan)
+        elif column == REL_CHANGE:
+            values = self._rel_change_rows(matrix, mask)
+        else:
+            values = self._read(column)
         if not mask.all():
             values = values[mask]
         out = values.reshape(shape + values.shape[1:])
         out.setflags(write=False)
         self._cache[key] = out
+        return out
+
+    def _rel_change_rows(self, matrix: str, mask: np.ndarray) -> np.ndarray:
+        """``rel_change`` laid out like the rows of ``heads.parquet`` (all of them, file order): the change
+        from each row's checkpoint to the next done checkpoint (``overlaps.parquet``), NaN where the file
+        has no such pair (the last checkpoint, a store without overlaps or from before version 3)."""
+        out = np.full(int(mask.size), np.nan)
+        path = self.path / OVERLAPS.file
+        if not path.is_file():
+            return out
+        try:
+            names = pq.ParquetFile(path).schema_arrow.names
+            if "rel_change" not in names:
+                return out
+            table = pq.read_table(path, columns=["matrix", "layer", "head", "prev_step", "step", "rel_change"],
+                                  filters=[("matrix", "=", matrix)])
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+        done = np.asarray(self.meta.done_steps, dtype=np.int64)
+        prev = table["prev_step"].to_numpy()
+        t = np.searchsorted(done, prev).clip(0, max(len(done) - 1, 0))
+        ok = (len(done) > 1) & (t + 1 < len(done))
+        ok &= (done[t] == prev) & (done[np.minimum(t + 1, len(done) - 1)] == table["step"].to_numpy())
+        rows = (t * self.n_layers + table["layer"].to_numpy()) * self.n_heads + table["head"].to_numpy()
+        dense = np.full(len(done) * self.n_layers * self.n_heads, np.nan)
+        dense[rows[ok]] = table["rel_change"].to_numpy(zero_copy_only=False)[ok]
+        out[mask] = dense  # the matrix's rows, in file order = (step, layer, head) order
         return out
 
     def array(self, column: str, *, matrix: str = "qk") -> np.ndarray:
@@ -176,8 +225,11 @@ class Store:
         Args:
             column: a scalar column (returns ``[step, layer, head]``) or a list column,
                 ``sv`` or ``hist_z`` (returns ``[step, layer, head, k]``). The
-                null-model columns are derived from ``sv`` when the store lacks them.
-            matrix: which product, ``"qk"``.
+                null-model columns are derived from ``sv`` when the store lacks them; the
+                circuit columns of a store before schema version 3 are NaN. ``rel_change``
+                is the relative change to the next checkpoint with rows, from
+                ``overlaps.parquet`` (NaN at the last one, and where the file lacks the pair).
+            matrix: which product, ``"qk"`` or ``"ov"`` (`meta.matrices`).
 
         Returns:
             float64 for scalars, float32 for list columns, read-only; axis 0 follows ``self.steps``.
@@ -185,8 +237,8 @@ class Store:
         Raises:
             KeyError: unknown column or matrix.
         """
-        if column not in SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS:
-            raise KeyError(f"unknown column {column!r}; choose from {SCALAR_COLUMNS + NULL_COLUMNS + LIST_COLUMNS}")
+        if column not in ARRAY_COLUMNS:
+            raise KeyError(f"unknown column {column!r}; choose from {ARRAY_COLUMNS}")
         full = self._full(column, matrix)
         if len(self.steps) == len(self.meta.done_steps):
             return full
@@ -198,13 +250,14 @@ class Store:
             self._cache[key] = part
         return self._cache[key]
 
-    def overlaps(self, layer: int, head: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def overlaps(self, layer: int, head: int, *, matrix: str = "qk") -> tuple[np.ndarray, np.ndarray] | None:
         """One head's singular-vector overlaps between consecutive `steps` (``overlaps.parquet``).
 
-        Only that head's layer is decoded (the file has one row group per layer).
+        Only that head's layer is decoded (the file has one row group per matrix and layer).
 
         Args:
             layer, head: the head.
+            matrix: which product (a file from before schema version 3 holds ``qk`` only).
 
         Returns:
             ``(o_u, o_v)``, each ``(len(steps) - 1, K, K)`` float64, where entry ``[t]`` holds
@@ -219,7 +272,12 @@ class Store:
         if not k or not path.is_file():
             return None
         try:
-            table = pq.read_table(path, filters=[("layer", "=", int(layer)), ("head", "=", int(head))])
+            filters = [("layer", "=", int(layer)), ("head", "=", int(head))]
+            if "matrix" in pq.ParquetFile(path).schema_arrow.names:
+                filters.append(("matrix", "=", matrix))
+            elif matrix != "qk":
+                filters = [("layer", "=", -1)]  # version 2: no rows of other matrices
+            table = pq.read_table(path, filters=filters)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
         n_pairs = max(len(self.steps) - 1, 0)
@@ -245,7 +303,12 @@ class Store:
             StoreError: the file is unreadable.
         """
         table = read_table(self.path, EMBEDDINGS)
-        return None if table is None else table.to_pandas()
+        if table is None:
+            return None
+        frame = table.to_pandas()
+        if "matrix" not in frame.columns:  # before schema version 3: qk maps only
+            frame.insert(0, "matrix", "qk")
+        return frame
 
 
 def is_store(path: str | Path) -> bool:

@@ -8,6 +8,11 @@ the upgraded files in its first atomic commit (`precompute.run`).
   weight-file digests every version recorded, by `analysis.store.meta.Meta`);
   ``heads.parquet`` may lack the null-model columns, derived from ``sv``
   (`null_model_columns`), by the reader per column and by precompute for the table.
+- version 2 -> 3: ``heads.parquet`` lacks the circuit columns (`CIRCUIT_COLUMNS`), which need
+  the weights: they read as NaN (`complete_heads`) and a precompute run recomputes the
+  checkpoints whose rows lack them (`incomplete_steps`); ``overlaps.parquet`` lacks
+  ``matrix`` (its rows are all ``qk``) and ``rel_change`` (NaN: `complete_overlaps`), and a
+  precompute run refills those pairs. ``meta.json`` is unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.nullmodel import NULL_RATIO_STATS, null_columns
-from analysis.store.format import HEADS, NULL_COLUMNS
+from analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, OVERLAPS
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:
@@ -50,15 +55,44 @@ def null_model_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_mod
 
 
 def complete_heads(table: pa.Table, *, d_model: int) -> pa.Table:
-    """``heads.parquet`` rows with the null-model columns, derived from ``sv`` where the table lacks them."""
-    if all(c in table.column_names for c in NULL_COLUMNS):
-        return table
-    table = table.drop_columns([c for c in NULL_COLUMNS if c in table.column_names])
+    """``heads.parquet`` rows with every current column: the null-model columns derived from ``sv``
+    where the table lacks them, the circuit columns NaN where it lacks them (they need the weights)."""
     if table.num_rows == 0:
         return HEADS.empty()
-    values = table["sv"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
-    spectral = {name: table[name].to_numpy() for name in NULL_RATIO_STATS}
-    derived = null_model_columns(values, spectral, d_model=d_model)
-    for name in NULL_COLUMNS:
-        table = table.append_column(pa.field(name, pa.float64()), pa.array(derived[name]))
-    return table
+    if not all(c in table.column_names for c in NULL_COLUMNS):
+        table = table.drop_columns([c for c in NULL_COLUMNS if c in table.column_names])
+        values = table["sv"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
+        spectral = {name: table[name].to_numpy() for name in NULL_RATIO_STATS}
+        derived = null_model_columns(values, spectral, d_model=d_model)
+        for name in NULL_COLUMNS:
+            table = table.append_column(pa.field(name, pa.float64()), pa.array(derived[name]))
+    for name in CIRCUIT_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(pa.field(name, pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
+    return table.select(HEADS.schema.names).cast(HEADS.schema)
+
+
+def incomplete_steps(table: pa.Table) -> list[int]:
+    """Steps of a completed ``heads.parquet`` table (`complete_heads`) with rows still to compute: rows of
+    a matrix the store gained after the checkpoint was computed (``std`` NaN: placeholders), and rows
+    written before schema version 3, whose circuit columns are NaN although the matrix is not zero.
+    A precompute run reads those checkpoints again."""
+    if table.num_rows == 0:
+        return []
+    std = table["std"].to_numpy(zero_copy_only=False)
+    sym = table["sym_frac"].to_numpy(zero_copy_only=False)
+    frob = table["frob_norm"].to_numpy(zero_copy_only=False)
+    todo = np.isnan(std) | (np.isnan(sym) & (frob > 0))
+    return sorted(set(table["step"].to_numpy()[todo].tolist()))
+
+
+def complete_overlaps(table: pa.Table) -> pa.Table:
+    """``overlaps.parquet`` rows with every current column: a version-2 file's rows are ``qk`` and
+    have no ``rel_change`` (NaN: a precompute run refills those pairs)."""
+    if table.num_rows == 0:
+        return OVERLAPS.empty()
+    if "matrix" not in table.column_names:
+        table = table.append_column(pa.field("matrix", pa.string()), pa.array(["qk"] * table.num_rows, pa.string()))
+    if "rel_change" not in table.column_names:
+        table = table.append_column(pa.field("rel_change", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
+    return table.select(OVERLAPS.schema.names).cast(OVERLAPS.schema)

@@ -26,7 +26,7 @@ import pytest
 from huggingface_hub import constants
 
 from analysis.extract import extract_qk, model_shape
-from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
 from precompute.__main__ import main
 from precompute.checkpoints import read_folder
@@ -128,10 +128,27 @@ def online_env(hub: FakeHub, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def assert_same_statistics(a: Path, b: Path) -> None:
+    """Equal statistics of every per-head matrix the two stores share."""
     sa, sb = open_store(a), open_store(b)
     assert sa.steps.tolist() == sb.steps.tolist()
-    for col in SCALAR_COLUMNS + LIST_COLUMNS:
-        np.testing.assert_array_equal(sa.array(col), sb.array(col), err_msg=col)
+    shared = [m for m in sa.meta.matrices if m in sb.meta.matrices]
+    assert shared
+    for matrix in shared:
+        for col in SCALAR_COLUMNS + LIST_COLUMNS + CIRCUIT_COLUMNS:
+            np.testing.assert_array_equal(sa.array(col, matrix=matrix), sb.array(col, matrix=matrix),
+                                          err_msg=f"{matrix} {col}")
+
+
+def test_online_ov_gives_the_local_store_without_whole_files(world, hub: FakeHub, tmp_path: Path) -> None:
+    out = tmp_path / "store"
+    res = run("--source", REPO_ID, "--out", str(out), env=online_env(hub, tmp_path))  # default: qk and ov
+    assert res.returncode == 0, res.stderr
+    assert open_store(out).meta.matrices == ["qk", "ov"]
+    assert_same_statistics(world["reference"], out)  # the local run's qk and ov, bit for bit
+    for step in STEPS:
+        commit = world["repo"].branches[f"step{step}"]
+        requests = [e for e in hub.resolves("model.safetensors") if f"/{commit}/" in e.path]
+        assert all(e.range for e in requests), "a weight file was downloaded whole"
 
 
 def check_checkpoints(meta: dict, world, *, source: str) -> None:
@@ -199,7 +216,7 @@ def test_offline_errors_are_one_line_and_lose_nothing(world, cli: InProcess, tmp
 def test_online_fetches_only_header_and_qk_ranges(world, hub: FakeHub, tmp_path: Path) -> None:
     out = tmp_path / "store"
     hub.fail_next = 2  # the first two requests get 503: retried
-    res = run("--source", REPO_ID, "--out", str(out), env=online_env(hub, tmp_path))
+    res = run("--source", REPO_ID, "--out", str(out), "--matrices", "qk", env=online_env(hub, tmp_path))
     assert res.returncode == 0, res.stderr
     assert "fetched" in res.stderr and "peak scratch disk 0 B" in res.stderr
     assert_same_statistics(world["reference"], out)

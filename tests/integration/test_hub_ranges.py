@@ -19,7 +19,7 @@ from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
 from precompute import ranges
 from precompute.fetch import HubHttp, HubUnreachableError, Meter
-from precompute.ranges import plan_ranges, qk_element_masks, read_header, read_tensors
+from precompute.ranges import plan_ranges, element_masks, read_header, read_tensors
 from precompute.settings import FetchSettings
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
@@ -62,12 +62,13 @@ def qkv_names(n_layers: int) -> list[str]:
     return [f"gpt_neox.layers.{i}.attention.query_key_value.weight" for i in range(n_layers)]
 
 
-def read_all(url: str, http: HubHttp, shape: ModelShape, merge_gap: int) -> dict[str, torch.Tensor]:
+def read_all(url: str, http: HubHttp, shape: ModelShape, merge_gap: int,
+             matrices: tuple[str, ...] = ("qk",)) -> dict[str, torch.Tensor]:
     def get(a: int, b: int):
         return http.get_range(url, a, b, what="test")
 
     header = read_header(get, where=url)
-    masks = qk_element_masks(shape, {n: s.shape for n, s in header.tensors.items()})
+    masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=matrices)
     return read_tensors(get, header, masks, merge_gap=merge_gap, concurrency=3, where=url)
 
 
@@ -125,6 +126,45 @@ def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Pat
         assert torch.isnan(got[:, 2].float()).all(), "V rows were not fetched and must not pass as numbers"
 
 
+def dense_names(n_layers: int) -> list[str]:
+    return [f"gpt_neox.layers.{i}.attention.dense.weight" for i in range(n_layers)]
+
+
+@pytest.mark.parametrize("matrices", [("ov",), ("qk", "ov")])
+def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served, checkpoint: Path, matrices) -> None:
+    hub, url, http, meter = served
+    shape = model_shape(json.loads((checkpoint / "config.json").read_text()))
+    h, d, m = shape.n_heads, shape.d_head, shape.d_model
+    base, doc = header_of(checkpoint / "model.safetensors")
+    expected_ranges = []
+    for layer in range(3):
+        start, end = (base + x for x in doc[qkv_names(3)[layer]]["data_offsets"])
+        row_bytes = (end - start) // (3 * h * d)
+        if matrices == ("ov",):  # rows (head, 2, :, :) are V: one range per head
+            expected_ranges += [(start + (head * 3 + 2) * d * row_bytes, start + (head * 3 + 3) * d * row_bytes)
+                                for head in range(h)]
+        else:  # Q, K and V rows of every head: the whole fused weight, one range
+            expected_ranges.append((start, end))
+        expected_ranges.append(tuple(base + x for x in doc[dense_names(3)[layer]]["data_offsets"]))
+
+    tensors = read_all(url, http, shape, merge_gap=0, matrices=matrices)
+
+    assert sorted(hub.ranges("model.safetensors")[1:]) == sorted(expected_ranges)
+    size = (checkpoint / "model.safetensors").stat().st_size
+    assert meter.fetched == min(ranges.HEADER_PROBE_BYTES, size) + sum(b - a for a, b in expected_ranges)
+    expected = load_file(checkpoint / "model.safetensors")
+    assert sorted(tensors) == sorted(qkv_names(3) + dense_names(3))
+    for name in dense_names(3):
+        assert torch.equal(tensors[name], expected[name]), name
+    for name in qkv_names(3):
+        got, want = tensors[name].view(h, 3, d, m), expected[name].view(h, 3, d, m)
+        assert torch.equal(got[:, 2], want[:, 2]), name  # every V row
+        if matrices == ("ov",):
+            assert torch.isnan(got[:, :2].float()).all(), name  # Q and K rows never fetched
+        else:
+            assert torch.equal(got, want), name
+
+
 def test_long_header_takes_a_second_request(served, checkpoint: Path, monkeypatch) -> None:
     hub, url, http, _ = served
     monkeypatch.setattr(ranges, "HEADER_PROBE_BYTES", 64)
@@ -172,7 +212,7 @@ def test_masks_follow_each_architectures_adapter() -> None:
     gpt2 = ModelShape("gpt2", "gpt2", 2, 4, 4, 32, 8)
     shapes = {f"transformer.h.{i}.attn.c_attn.weight": (32, 96) for i in range(2)}
     shapes["transformer.h.0.mlp.c_fc.weight"] = (32, 128)
-    masks = qk_element_masks(gpt2, shapes)
+    masks = element_masks(gpt2, shapes)
     assert sorted(masks) == sorted(n for n in shapes if "c_attn" in n)
     for mask in masks.values():
         assert mask[:, :64].all() and not mask[:, 64:].any()
@@ -183,15 +223,41 @@ def test_masks_follow_each_architectures_adapter() -> None:
         "model.layers.0.self_attn.k_proj.weight": (16, 32),
         "model.layers.0.self_attn.v_proj.weight": (16, 32),
     }
-    masks = qk_element_masks(llama, shapes)
+    masks = element_masks(llama, shapes)
     assert sorted(masks) == sorted(n for n in shapes if "q_proj" in n or "k_proj" in n)
     assert all(m.all() for m in masks.values())
     # GPT-NeoX: rows (head, 0|1, :) of the fused weight, never (head, 2, :)
     neox = ModelShape("gpt_neox", "gpt_neox", 1, 4, 4, 32, 8)
-    (mask,) = qk_element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32)}).values()
+    (mask,) = element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32)}).values()
     rows = mask.all(dim=1)
     assert mask.any(dim=1).equal(rows)  # whole rows
     assert rows.tolist() == [(r // 8) % 3 != 2 for r in range(96)]
+
+
+def test_ov_masks_follow_each_architectures_adapter() -> None:
+    # GPT-2: V is the last d_model columns of c_attn (Conv1D); attn.c_proj is read whole, mlp.c_proj never
+    gpt2 = ModelShape("gpt2", "gpt2", 1, 4, 4, 32, 8)
+    shapes = {"transformer.h.0.attn.c_attn.weight": (32, 96), "transformer.h.0.attn.c_proj.weight": (32, 32),
+              "transformer.h.0.mlp.c_proj.weight": (128, 32)}
+    masks = element_masks(gpt2, shapes, matrices=("ov",))
+    assert sorted(masks) == ["transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight"]
+    c_attn = masks["transformer.h.0.attn.c_attn.weight"]
+    assert c_attn[:, 64:].all() and not c_attn[:, :64].any()
+    assert masks["transformer.h.0.attn.c_proj.weight"].all()
+    # Llama with grouped-query attention: all of v_proj and o_proj, no q_proj or k_proj
+    llama = ModelShape("llama", "llama", 1, 4, 2, 32, 8)
+    shapes = {"model.layers.0.self_attn.q_proj.weight": (32, 32), "model.layers.0.self_attn.k_proj.weight": (16, 32),
+              "model.layers.0.self_attn.v_proj.weight": (16, 32), "model.layers.0.self_attn.o_proj.weight": (32, 32)}
+    masks = element_masks(llama, shapes, matrices=("ov",))
+    assert sorted(masks) == sorted(n for n in shapes if "v_proj" in n or "o_proj" in n)
+    assert all(mask.all() for mask in masks.values())
+    # GPT-NeoX: rows (head, 2, :) of the fused weight, and all of attention.dense
+    neox = ModelShape("gpt_neox", "gpt_neox", 1, 4, 4, 32, 8)
+    masks = element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32),
+                                 "gpt_neox.layers.0.attention.dense.weight": (32, 32)}, matrices=("ov",))
+    rows = masks["gpt_neox.layers.0.attention.query_key_value.weight"].all(dim=1)
+    assert rows.tolist() == [(r // 8) % 3 == 2 for r in range(96)]
+    assert masks["gpt_neox.layers.0.attention.dense.weight"].all()
 
 
 def test_plan_ranges_merges_overlaps_and_short_gaps() -> None:

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 
 from analysis.store import open_store
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.test_precompute import reference_heads
+from tests.integration.test_precompute import reference_heads, reference_ov_heads
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS, N_HEADS, K = 2, 4, 8
@@ -28,10 +28,14 @@ def six(tmp_path: Path) -> Path:
     return make_suite(tmp_path / "six", STEPS)
 
 
-def dense_vectors(suite: Path, step: int) -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+def dense_matrices(suite: Path, step: int, matrix: str = "qk") -> list[list[np.ndarray]]:
     state = load_file(suite / f"step{step}" / "model.safetensors")
+    return (reference_heads if matrix == "qk" else reference_ov_heads)(state, N_LAYERS, N_HEADS)
+
+
+def dense_vectors(suite: Path, step: int, matrix: str = "qk") -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     out = []
-    for row in reference_heads(state, N_LAYERS, N_HEADS):
+    for row in dense_matrices(suite, step, matrix):
         out.append([])
         for w in row:
             u, s, vt = np.linalg.svd(w)
@@ -39,19 +43,29 @@ def dense_vectors(suite: Path, step: int) -> list[list[tuple[np.ndarray, np.ndar
     return out
 
 
-def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("matrix", ["qk", "ov"])
+def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path: Path, matrix: str) -> None:
     out = tmp_path / "store"
     res = run_cli("--source", str(six), "--out", str(out))
     assert res.returncode == 0, res.stderr
     store = open_store(out)
-    assert store.meta.overlap_k == K
+    assert store.meta.overlap_k == K and store.meta.matrices == ["qk", "ov"]
     table = pq.read_table(out / "overlaps.parquet")
-    assert table.num_rows == (len(STEPS) - 1) * N_LAYERS * N_HEADS
-    assert pq.ParquetFile(out / "overlaps.parquet").metadata.num_row_groups == N_LAYERS  # one per layer
-    dense = {step: dense_vectors(six, step) for step in STEPS}
+    assert table.num_rows == 2 * (len(STEPS) - 1) * N_LAYERS * N_HEADS
+    assert pq.ParquetFile(out / "overlaps.parquet").metadata.num_row_groups == 2 * N_LAYERS  # one per matrix and layer
+    dense = {step: dense_vectors(six, step, matrix) for step in STEPS}
+    # the relative change to the next checkpoint against dense numpy
+    change = store.array("rel_change", matrix=matrix)
+    assert np.isnan(change[-1]).all()
+    for t, (a, b) in enumerate(zip(STEPS[:-1], STEPS[1:])):
+        w0, w1 = dense_matrices(six, a, matrix), dense_matrices(six, b, matrix)
+        want = [[np.linalg.norm(w1[i][j] - w0[i][j]) / np.linalg.norm(w0[i][j]) for j in range(N_HEADS)]
+                for i in range(N_LAYERS)]
+        np.testing.assert_allclose(change[t], want, rtol=1e-5, atol=1e-7)
+        assert np.min(want) > 1e-3  # the checkpoints differ: a zero change would not pass
     for layer in range(N_LAYERS):
         for head in range(N_HEADS):
-            o_u, o_v = store.overlaps(layer, head)
+            o_u, o_v = store.overlaps(layer, head, matrix=matrix)
             assert o_u.shape == o_v.shape == (len(STEPS) - 1, K, K)
             for t, (a, b) in enumerate(zip(STEPS[:-1], STEPS[1:])):
                 s0, u0, v0 = dense[a][layer][head]

@@ -34,6 +34,20 @@ def reference_heads(state: dict[str, np.ndarray], n_layers: int, n_heads: int) -
     return out
 
 
+def reference_ov_heads(state: dict[str, np.ndarray], n_layers: int, n_heads: int) -> list[list[np.ndarray]]:
+    """Dense W_OV = W_O[:, h] W_V,h per (layer, head) in float64: V rows of the fused NeoX weight split
+    per head, W_O[:, h] the head's input columns of attention.dense (an nn.Linear, (out, in))."""
+    out = []
+    for layer in range(n_layers):
+        qkv = state[f"gpt_neox.layers.{layer}.attention.query_key_value.weight"].astype(np.float64)
+        w_o = state[f"gpt_neox.layers.{layer}.attention.dense.weight"].astype(np.float64)
+        d_model = qkv.shape[1]
+        d_head = d_model // n_heads
+        v = qkv.reshape(n_heads, 3, d_head, d_model)[:, 2]
+        out.append([w_o[:, h * d_head : (h + 1) * d_head] @ v[h] for h in range(n_heads)])
+    return out
+
+
 def test_store_matches_numpy_reference(suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "store"
     res = run_cli("--source", str(suite), "--out", str(out))
@@ -56,7 +70,7 @@ def test_store_matches_numpy_reference(suite: Path, tmp_path: Path) -> None:
                 np.testing.assert_allclose(store.array("frob_norm")[i, layer, head], np.linalg.norm(w), rtol=1e-5)
     # the table and the dense arrays index the same rows
     df = store.table
-    row = df[(df["step"] == 4) & (df["layer"] == 1) & (df["head"] == 3)].iloc[0]
+    row = df[(df["step"] == 4) & (df["layer"] == 1) & (df["head"] == 3) & (df["matrix"] == "qk")].iloc[0]
     assert row["std"] == store.array("std")[2, 1, 3]
     np.testing.assert_array_equal(row["sv"], store.array("sv")[2, 1, 3])
     assert len(row["hist_z"]) == 202 and abs(sum(row["hist_z"]) - 1) < 1e-6

@@ -26,7 +26,7 @@ from transformers.models.olmo import modeling_olmo
 from transformers.models.qwen2 import modeling_qwen2
 
 from analysis.errors import CheckpointError, UnknownArchitectureError
-from analysis.extract import ModelShape, attention_tensor_names, extract_qk, model_shape
+from analysis.extract import ModelShape, attention_tensor_names, extract_heads, extract_ov, extract_qk, model_shape
 
 TOL = 1e-5  # max abs error, float32
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # the defaults exceed vocab_size
@@ -274,3 +274,128 @@ def test_missing_and_misshapen_tensors_are_checkpoint_errors() -> None:
         )
     with pytest.raises(CheckpointError, match="head_dim"):
         model_shape({"model_type": "gpt2", "n_layer": 1, "n_head": 3, "n_embd": 32})
+
+
+# --- OV circuits: W_OV,h x against the model's own value path and output projection ---------------
+
+def _output_projection(attention: torch.nn.Module) -> torch.nn.Module:
+    """The module that maps the concatenated heads to d_model: GPT-NeoX ``dense``, GPT-2 ``c_proj``
+    (Conv1D), Llama-style ``o_proj``."""
+    for name in ("dense", "c_proj", "o_proj"):
+        if hasattr(attention, name):
+            return getattr(attention, name)
+    raise AssertionError(f"no output projection on {type(attention).__name__}")
+
+
+def _head_contributions(model: torch.nn.Module, n_tokens: int = 5) -> list[dict[str, torch.Tensor]]:
+    """Per layer, the attention input x ``(n_tokens, d_model)`` and each head's contribution to the
+    attention output before the output bias, ``(n_heads, n_tokens, d_model)``, computed by the model.
+
+    Each token is a sequence of its own (length 1), so its attention pattern is one-hot on itself and
+    the input of the output projection is exactly the heads' values. Head h's contribution is the
+    real output projection applied to that input with every other head's slice zeroed, minus the
+    projection of zeros (its bias); the slice of head h is the one the model's own head split fills.
+    """
+    layers = _attention_modules(model)
+    captured: list[dict[str, torch.Tensor]] = []
+
+    def attention_hook(module, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]
+        captured.append({"x": x.detach().clone()})
+
+    def projection_hook(module, args):
+        captured[-1]["z"] = args[0].detach().clone()
+
+    handles = [m.register_forward_pre_hook(attention_hook, with_kwargs=True) for m in layers]
+    handles += [_output_projection(m).register_forward_pre_hook(projection_hook) for m in layers]
+    try:
+        ids = torch.randint(0, model.config.vocab_size, (n_tokens, 1), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    out = []
+    for attention, rec in zip(layers, captured):
+        proj = _output_projection(attention)
+        z = rec["z"][:, 0]  # (n_tokens, n_heads * d_head)
+        n_heads = model.config.num_attention_heads
+        d_head = z.shape[-1] // n_heads
+        contributions = []
+        with torch.no_grad():
+            zero = proj(torch.zeros_like(z))
+            for h in range(n_heads):
+                only = torch.zeros_like(z)
+                only[:, h * d_head : (h + 1) * d_head] = z[:, h * d_head : (h + 1) * d_head]
+                contributions.append(proj(only) - zero)
+        out.append({"x": rec["x"][:, 0], "c": torch.stack(contributions)})
+    return out
+
+
+def _with_output_bias(model: torch.nn.Module) -> None:
+    """Give every output projection a non-zero bias, so "before the output bias" is tested."""
+    with torch.no_grad():
+        for attention in _attention_modules(model):
+            bias = getattr(_output_projection(attention), "bias", None)
+            if bias is not None:
+                bias.normal_(0.0, 1.0)
+
+
+def _ov_error(records, o_t: torch.Tensor, v: torch.Tensor) -> float:
+    err = 0.0
+    for layer, rec in enumerate(records):
+        w_ov = o_t[layer].transpose(-1, -2) @ v[layer]  # (n_heads, d_model, d_model), W_O[:, h] W_V,h
+        mine = torch.einsum("hij,tj->hti", w_ov, rec["x"])  # (n_heads, n_tokens, d_model)
+        assert mine.shape == rec["c"].shape
+        err = max(err, (mine - rec["c"]).abs().max().item())
+    return err
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_extracted_ov_circuits_reproduce_each_heads_contribution(case: str, tmp_path: Path) -> None:
+    make_config, _ = CASES[case]
+    config = make_config()
+    model = _saved_random_model(config, tmp_path, seed=10 + len(case))
+    shape, tensors = _load_saved(tmp_path)
+    o_t, v = extract_ov(shape, tensors)
+    assert o_t.shape == v.shape == (shape.n_layers, shape.n_heads, shape.d_head, shape.d_model)
+    assert o_t.dtype == v.dtype == torch.float32
+
+    _with_output_bias(model)
+    records = _head_contributions(model)
+    scale = max(rec["c"].abs().max().item() for rec in records)
+    assert scale > 0.5
+    err = _ov_error(records, o_t, v)
+    assert err < TOL, err
+    # both products from one call agree with the single-product extractors
+    both = extract_heads(shape, tensors)
+    assert torch.equal(both["ov"][0], o_t) and torch.equal(both["qk"][0], extract_qk(shape, tensors)[0])
+
+
+def test_ov_with_flat_chunk_values_or_wrong_head_columns_fails_the_comparison(tmp_path: Path) -> None:
+    """Reading V as the third flat chunk of the fused weight, or W_O's head columns from the wrong
+    side (rows instead of input columns), must not pass."""
+    make_config, _ = CASES["gpt_neox"]
+    model = _saved_random_model(make_config(), tmp_path, seed=5)
+    shape, tensors = _load_saved(tmp_path)
+    h, d, m = shape.n_heads, shape.d_head, shape.d_model
+    o_t, v = extract_ov(shape, tensors)
+    records = _head_contributions(model)
+    names = attention_tensor_names(shape, tensors)
+    flat_v = torch.stack([tensors[n].chunk(3, dim=0)[2].reshape(h, d, m) for n in names])
+    assert _ov_error(records, o_t, flat_v) > 1000 * TOL
+    dense = [n for n in tensors if n.endswith("attention.dense.weight")]
+    rows = torch.stack([tensors[n].reshape(h, d, m) for n in sorted(dense)])  # output rows, not input columns
+    assert _ov_error(records, rows, v) > 1000 * TOL
+
+
+def test_ov_tensor_names_and_misshapen_output_projection() -> None:
+    shape = ModelShape("gpt2", "gpt2", 1, 2, 2, 8, 4)
+    names = ["transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight", "transformer.h.0.mlp.c_proj.weight"]
+    assert attention_tensor_names(shape, names) == names[:1]
+    assert attention_tensor_names(shape, names, matrices=("ov",)) == names[:2]
+    with pytest.raises(ValueError, match="unknown per-head matrices"):
+        attention_tensor_names(shape, names, matrices=("layers",))
+    tensors = {names[0]: torch.zeros(8, 24), names[1]: torch.zeros(8, 9)}
+    with pytest.raises(CheckpointError, match=r"c_proj.weight .*shape \(8, 9\)"):
+        extract_ov(shape, tensors)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from analysis.heads import checkpoint_statistics
-from analysis.store.format import HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store.format import CIRCUIT_COLUMNS, HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
 
 N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
 N = D_MODEL * D_MODEL
@@ -41,8 +41,8 @@ def brute_force(weights, reference) -> dict[str, np.ndarray]:
 
 
 def _check_shapes(got: dict[str, np.ndarray]) -> None:
-    assert set(got) == set(SCALAR_COLUMNS) | set(NULL_COLUMNS) | {"sv", "hist_z"}
-    for name in SCALAR_COLUMNS + NULL_COLUMNS:
+    assert set(got) == set(SCALAR_COLUMNS) | set(NULL_COLUMNS) | set(CIRCUIT_COLUMNS) | {"sv", "hist_z"}
+    for name in SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS:
         assert got[name].shape == (N_LAYERS, N_HEADS), name
         assert got[name].dtype == np.float64, name
     assert got["sv"].shape == (N_LAYERS, N_HEADS, D_HEAD)

@@ -1,0 +1,131 @@
+"""Benchmark: what OV circuits and the circuit statistics cost per checkpoint, at Pythia-1.4B shape.
+
+Writes two full-size fp16 GPT-NeoX checkpoints (24 layers, 16 heads, d_model 2048,
+d_head 128; random Q/K/V and attention-output weights at Pythia's init scale, zeros
+elsewhere; 2.64 GiB each) and runs the whole precompute job on them (hash, read,
+extract, every statistic, the overlap pair with its relative change, commit), each
+run in a fresh process whose peak resident memory is read from the kernel
+(``wait4``): alternating
+
+  - ``today``: the qk-only pipeline as it was before OV existed (a copy of that
+    commit's code, ``--baseline DIR``: ``git archive e801fe0 | tar -x -C DIR``), if given;
+  - ``qk``: this code with ``--matrices qk`` (W_QK plus its circuit columns and change);
+  - ``qk+ov``: this code with ``--matrices qk,ov``;
+
+best of ``--rounds`` each, seconds per checkpoint = wall time / 2. Prints a Markdown table.
+
+Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_pipeline import CONFIG  # noqa: E402
+
+STEPS = (1000, 2000)
+
+
+def write_checkpoint(folder: Path, seed: int) -> None:
+    """A full-size fp16 GPT-NeoX state dict: random attention weights (QKV at small init, the output
+    projection at Pythia's 2/(n_layers sqrt(d_model))), zeros elsewhere."""
+    from safetensors.torch import save_file
+
+    if (folder / "model.safetensors").is_file():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    d, layers, ff, vocab = 2048, 24, 8192, 50304
+    gen = torch.Generator().manual_seed(seed)
+    sigma_in, sigma_out = (2 / (5 * d)) ** 0.5, 2 / (layers * d**0.5)
+    state = {"gpt_neox.embed_in.weight": torch.zeros(vocab, d, dtype=torch.float16)}
+    for i in range(layers):
+        p = f"gpt_neox.layers.{i}."
+        state[p + "attention.query_key_value.weight"] = (torch.randn(3 * d, d, generator=gen) * sigma_in).half()
+        state[p + "attention.query_key_value.bias"] = torch.zeros(3 * d, dtype=torch.float16)
+        state[p + "attention.dense.weight"] = (torch.randn(d, d, generator=gen) * sigma_out).half()
+        state[p + "attention.dense.bias"] = torch.zeros(d, dtype=torch.float16)
+        state[p + "mlp.dense_h_to_4h.weight"] = torch.zeros(ff, d, dtype=torch.float16)
+        state[p + "mlp.dense_h_to_4h.bias"] = torch.zeros(ff, dtype=torch.float16)
+        state[p + "mlp.dense_4h_to_h.weight"] = torch.zeros(d, ff, dtype=torch.float16)
+        state[p + "mlp.dense_4h_to_h.bias"] = torch.zeros(d, dtype=torch.float16)
+        for ln in ("input_layernorm", "post_attention_layernorm"):
+            state[p + ln + ".weight"] = torch.ones(d, dtype=torch.float16)
+            state[p + ln + ".bias"] = torch.zeros(d, dtype=torch.float16)
+    state["gpt_neox.final_layer_norm.weight"] = torch.ones(d, dtype=torch.float16)
+    state["gpt_neox.final_layer_norm.bias"] = torch.zeros(d, dtype=torch.float16)
+    state["embed_out.weight"] = torch.zeros(vocab, d, dtype=torch.float16)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+
+
+RUN = """
+import sys
+from precompute.run import run_precompute
+from precompute.settings import RunOptions
+kw = dict(device="cpu", progress=False, embeddings=False, overlap_k=8)
+if sys.argv[3]:
+    kw["matrices"] = tuple(sys.argv[3].split(","))
+run_precompute(sys.argv[1], sys.argv[2], RunOptions(**kw))
+"""
+
+
+def timed_run(code_root: Path, src: Path, out: Path, matrices: str) -> tuple[float, int]:
+    """Seconds and peak resident bytes of one precompute run in a fresh process."""
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(code_root), "HEADWATCH_EMBEDDINGS": "0"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", RUN, str(src), str(out), matrices], cwd=code_root, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"precompute run ({code_root}, {matrices or 'defaults'}) failed")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "headwatch-bench-ov"))
+    ap.add_argument("--baseline", default=None, help="a copy of the qk-only code (before OV) to time as 'today'")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    src = work / "src"
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}", flush=True)
+    for i, step in enumerate(STEPS):
+        write_checkpoint(src / f"step{step}", seed=i)
+    configs = [("qk", REPO, "qk"), ("qk+ov", REPO, "qk,ov")]
+    if args.baseline:
+        configs.insert(0, ("today (qk only, before OV)", Path(args.baseline).resolve(), ""))
+    best: dict[str, tuple[float, int]] = {}
+    for r in range(args.rounds):
+        for name, root, matrices in configs:
+            t, rss = timed_run(root, src, work / "store", matrices)
+            print(f"round {r}: {name}: {t:.1f} s for {len(STEPS)} checkpoints, peak RSS {rss / 2**30:.2f} GiB; "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+            old = best.get(name)
+            best[name] = (min(t, old[0]) if old else t, max(rss, old[1]) if old else rss)
+    base = best[configs[0][0]][0]
+    print(f"\n| pipeline, {len(STEPS)} checkpoints, best of {args.rounds} | seconds per checkpoint | x {configs[0][0]} "
+          f"| peak RSS |\n| --- | ---: | ---: | ---: |")
+    for name, _, _ in configs:
+        t, rss = best[name]
+        print(f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {rss / 2**30:.2f} GiB |")
+
+
+if __name__ == "__main__":
+    main()
