@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.settings import RayOptions, RunOptions, default_device, default_embeddings, default_ray_address
+from precompute.settings import RayOptions, RunOptions, default_device, default_embeddings, default_ray_address, parse_matrices
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -35,6 +35,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _matrices(text: str) -> tuple[str, ...]:
+    try:
+        return parse_matrices(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
                    "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
                    "0: compute none and keep what the store has)")
+    p.add_argument("--matrices", type=_matrices, default=None, metavar="LIST",
+                   help="what to compute, a comma-separated subset of qk,ov,layers (default: all). layers: every "
+                   "2-D weight of every block (layers.parquet); a rerun with it adds the layer table to a store")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where each checkpoint is computed: local (default; one fetched ahead) or ray "
                    "(one task per checkpoint on a Ray cluster; the store is the same)")
@@ -123,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         embeddings=args.embeddings,
         executor=args.executor,
         ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
+        **({"matrices": args.matrices} if args.matrices else {}),
     )
     status = EXIT_OK
     for source, out in runs:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.revisions import CheckpointRef, refs_from_names
 from precompute.source import Fetched, SkipFn, check_shape
@@ -35,11 +36,25 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 _HASH_CHUNK = 8 << 20
 
 
+def tensors_to_read(shape: ModelShape, names: Iterable[str], *, layers: bool) -> list[str]:
+    """The tensors a run reads: the attention tensors, and with ``layers`` every 2-D weight of
+    every block too (`analysis.blocks.block_tensor_names`), each named once.
+
+    Raises:
+        CheckpointError: a layer lacks one of them.
+    """
+    names = list(names)
+    wanted = attention_tensor_names(shape, names)
+    if layers:
+        wanted += block_tensor_names(shape, names).values()
+    return list(dict.fromkeys(wanted))
+
+
 def read_folder(
-    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None
+    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None, layers: bool = False
 ) -> Fetched:
     """Hash one checkpoint folder's weight files and, unless ``skip(sha256)``, read its
-    config and attention tensors.
+    config and attention tensors (with ``layers``, every block weight too).
 
     Raises:
         CheckpointNotFoundError: no weights or no config.json.
@@ -54,7 +69,7 @@ def read_folder(
     fetched.config = read_config(folder)
     check_shape(fetched.config, shape)
     where = tensor_names(files)
-    fetched.tensors = read_tensors(where, attention_tensor_names(shape, where))
+    fetched.tensors = read_tensors(where, tensors_to_read(shape, where, layers=layers))
     return fetched
 
 

@@ -53,9 +53,9 @@ class HubCacheSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._snapshot(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, layers: bool = False) -> Fetched:
         folder = self._snapshot(ref)
-        return read_folder(folder, ref, shape, skip=skip, commit=folder.name)
+        return read_folder(folder, ref, shape, skip=skip, commit=folder.name, layers=layers)
 
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)

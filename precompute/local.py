@@ -32,8 +32,8 @@ class LocalSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._path(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
-        return read_folder(self._path(ref), ref, shape, skip=skip)
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, layers: bool = False) -> Fetched:
+        return read_folder(self._path(ref), ref, shape, skip=skip, layers=layers)
 
     def run_info(self) -> dict[str, Any] | None:
         path = self.folder / RUN_INFO_FILE

@@ -20,6 +20,25 @@ from analysis.crossings import OVERLAP_K
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
 
+# What a run can compute (--matrices): "qk" and "ov" per-head rows in heads.parquet, "layers" the
+# whole-layer weight matrices in layers.parquet. The default computes all of them.
+MATRIX_CHOICES: tuple[str, ...] = ("qk", "ov", "layers")
+DEFAULT_MATRICES: tuple[str, ...] = MATRIX_CHOICES
+
+
+def parse_matrices(text: str) -> tuple[str, ...]:
+    """``--matrices`` as a tuple in `MATRIX_CHOICES` order: a comma-separated, non-empty subset.
+
+    Raises:
+        ValueError: an unknown name, or nothing named.
+    """
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in MATRIX_CHOICES]
+    if unknown or not names:
+        raise ValueError(f"--matrices {text!r}: expected a comma-separated subset of {','.join(MATRIX_CHOICES)}"
+                         + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else ""))
+    return tuple(n for n in MATRIX_CHOICES if n in names)
+
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
 FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
@@ -124,6 +143,12 @@ class Settings:
     every: int | None = None  # --every
     fetch: FetchSettings | None = None  # Hub sources only
     overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
+    matrices: tuple[str, ...] = DEFAULT_MATRICES  # --matrices: what the run computes (`MATRIX_CHOICES`)
+
+    @property
+    def layers(self) -> bool:
+        """Whether the run computes the whole-layer matrices (``layers.parquet``)."""
+        return "layers" in self.matrices
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +174,7 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
+        matrices: what to compute, a subset of `MATRIX_CHOICES` (`parse_matrices` reads ``--matrices``).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -163,6 +189,7 @@ class RunOptions:
     token: str | bool | None = None
     executor: ExecutorName = "local"
     ray: RayOptions = field(default_factory=RayOptions)
+    matrices: tuple[str, ...] = DEFAULT_MATRICES
 
 
 def resolve_settings(
@@ -191,6 +218,7 @@ def resolve_settings(
         every=options.every,
         fetch=fetch,
         overlap_k=min(max(k, 0), d_head),
+        matrices=parse_matrices(",".join(options.matrices)),
     )
 
 

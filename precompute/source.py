@@ -113,8 +113,9 @@ class CheckpointSource(ABC):
         """
 
     @abstractmethod
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn) -> Fetched:
-        """Fingerprint a checkpoint and, unless ``skip(sha256)``, read its attention tensors.
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, layers: bool = False) -> Fetched:
+        """Fingerprint a checkpoint and, unless ``skip(sha256)``, read its attention tensors; with
+        ``layers``, every 2-D weight of every block too, whole (`precompute.checkpoints.tensors_to_read`).
 
         Raises:
             CheckpointNotFoundError: the checkpoint or its weights are missing.
