@@ -55,6 +55,8 @@ def twelve_b(device: str) -> None:
     t0 = time.perf_counter()
     layer_matrix_statistics({"mlp_in": [w]}, device=device)
     dt = time.perf_counter() - t0
+    if device == "cuda":
+        print(f"cuda peak allocated: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     extra = vm_hwm_bytes() - base
     print(f"12b mlp_in {rows}x{cols}: {dt:.1f} s, peak resident memory above the fp16 weight "
           f"({w.numel() * 2 / 2**30:.2f} GiB): {extra / 2**30:.2f} GiB")
@@ -65,6 +67,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--twelve-b", action="store_true")
     ap.add_argument("--skip-dense", action="store_true")
+    ap.add_argument("--layers", type=int, default=PYTHIA_1_4B["n_layers"],
+                    help="layers per role to time (fewer on a loaded machine: the per-matrix time is extrapolated to 24)")
     ap.add_argument("--only-12b", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only_12b:
@@ -74,8 +78,11 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     gen = torch.Generator().manual_seed(0)
     shapes = roles(PYTHIA_1_4B["d_model"], PYTHIA_1_4B["d_mlp"])
-    blocks = {role: [(torch.randn(r, c, generator=gen) * 0.02).half() for _ in range(PYTHIA_1_4B["n_layers"])]
+    blocks = {role: [(torch.randn(r, c, generator=gen) * 0.02).half() for _ in range(args.layers)]
               for role, (r, c) in shapes.items()}
+    scale = PYTHIA_1_4B["n_layers"] / args.layers
+    held = sum(t.numel() * t.element_size() for mats in blocks.values() for t in mats)
+    base = vm_hwm_bytes()
     total = 0.0
     for role, mats in blocks.items():
         t0 = time.perf_counter()
@@ -84,8 +91,12 @@ def main() -> None:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         total += dt
-        print(f"| {role} {shapes[role][0]} x {shapes[role][1]}, 24 layers | {dt:.1f} s |", flush=True)
-    print(f"| all 96 matrices | {total:.1f} s | (load average now {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"| {role} {shapes[role][0]} x {shapes[role][1]}, {args.layers} layers | {dt:.1f} s | "
+              f"24 layers: {dt * scale:.1f} s |", flush=True)
+    print(f"| all {4 * args.layers} matrices | {total:.1f} s | all 96: {total * scale:.1f} s | "
+          f"(load average now {os.getloadavg()[0]:.1f})", flush=True)
+    print(f"peak resident memory above the {held / 2**30:.2f} GiB of fp16 weights held: "
+          f"{(vm_hwm_bytes() - base) / 2**30:.2f} GiB", flush=True)
     if not args.skip_dense:
         w = blocks["mlp_in"][0]
         t0 = time.perf_counter()
