@@ -303,3 +303,41 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     info["method"] = "pca (test stand-in for umap)"
     commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})
     return Path(path)
+
+
+def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, seed: int = 0) -> Path:
+    """Write ``layers.parquet`` for every checkpoint with statistics: GPT-NeoX-shaped block weights
+    (attn_qkv, attn_out, mlp_in, mlp_out) that start Gaussian and grow a few spikes and a wider
+    bulk over training, through the job's own statistics (`analysis.layer_matrices`); for tests
+    and benchmarks of the Weight matrices page. Needs torch.
+    """
+    import torch
+
+    from analysis.layer_matrices import layer_matrix_statistics
+    from analysis.store import open_store
+    from analysis.store.format import LAYERS
+    from precompute.tables import layers_rows
+
+    store = open_store(path)
+    d = store.d_model
+    d_mlp = d_mlp or 4 * d
+    shapes = {"attn_qkv": (3 * d, d), "attn_out": (d, d), "mlp_in": (d_mlp, d), "mlp_out": (d, d_mlp)}
+    rng = np.random.default_rng(seed)
+    steps = store.meta.done_steps
+    parts = []
+    for i, step in enumerate(steps):
+        t = i / max(len(steps) - 1, 1)
+        blocks = {}
+        for role, (r, c) in shapes.items():
+            mats = []
+            for layer in range(store.n_layers):
+                w = rng.standard_normal((r, c)) * 0.02 * (1 + 0.5 * t)
+                k = 1 + layer % 3
+                u, _ = np.linalg.qr(rng.standard_normal((r, k)))
+                v, _ = np.linalg.qr(rng.standard_normal((c, k)))
+                w += t * 4 * 0.02 * (np.sqrt(r) + np.sqrt(c)) * (u @ v.T)  # k spikes, growing
+                mats.append(torch.tensor(w, dtype=torch.float32))
+            blocks[role] = mats
+        parts.append(layers_rows(step, layer_matrix_statistics(blocks)))
+    commit_store(path, store.meta, {LAYERS.name: LAYERS.sorted(pa.concat_tables(parts))})
+    return Path(path)

@@ -230,3 +230,19 @@ def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_r
     from analysis.rmt_lab import lab_sample
 
     return lab_sample(d_model, n_heads, sigma_q, sigma_k, low_rank=low_rank, seed=seed)
+
+
+@st.cache_data(show_spinner="Reading the layer matrices ...", max_entries=8)
+def _layers(path: str, version: int, include_mixed: bool) -> pd.DataFrame | None:
+    return _open(path, version).view(include_mixed=include_mixed).layers(
+        columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
+
+
+def layer_matrices(store: Store) -> pd.DataFrame | None:
+    """The store's whole-layer matrices (`analysis.store.Store.layers`, the columns the Weight matrices
+    page draws), cached per store version; None when the store has none.
+
+    Raises:
+        StoreError: ``layers.parquet`` is unreadable.
+    """
+    return _layers(str(store.path), _version(store.path), store.include_mixed)

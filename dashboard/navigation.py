@@ -50,6 +50,9 @@ PAGES: tuple[PageSpec, ...] = (
              "the layer × head heatmap played through every checkpoint, with layer and head marginals"),
     PageSpec("pages/trajectory_map.py", "Trajectory map", ":material/scatter_plot:", "trajectories",
              "UMAP of each head's training trajectory: heads that change alike sit together"),
+    PageSpec("pages/weight_matrices.py", "Weight matrices", ":material/bar_chart:", "weights",
+             "every block weight (QKV, attention out, MLP in/out): its singular values against Marchenko-Pastur over "
+             "training and depth, and the Frobenius norm of every layer's"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )

@@ -38,13 +38,13 @@ from precompute.settings import (
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
-
 def parse_matrices(value: str) -> tuple[str, ...]:
     """``--matrices``: `precompute.settings.matrices_option`, its error as argparse's."""
     try:
         return matrices_option(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def _positive(text: str) -> int:
     value = int(text)
@@ -82,8 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
     p.add_argument("--matrices", type=parse_matrices, default=DEFAULT_MATRICES, metavar="LIST",
                    help="what to compute, comma-separated: qk (per-head W_QK), ov (per-head W_OV), layers "
-                   f"(whole-layer weight matrices); default {','.join(DEFAULT_MATRICES)}. A store keeps the "
-                   "per-head matrices it has: a later run computes them too")
+                   f"(every 2-D weight of every block, layers.parquet); default {','.join(DEFAULT_MATRICES)}. "
+                   "A store keeps the per-head matrices it has: a later run computes them too; a rerun with "
+                   "layers adds the layer table to a store")
     p.add_argument("--overlap-k", type=int, default=None, metavar="K",
                    help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
                    "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         embeddings=args.embeddings,
         executor=args.executor,
         ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
+        **({"matrices": args.matrices} if args.matrices else {}),
     )
     status = EXIT_OK
     for source, out in runs:

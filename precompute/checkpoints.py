@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.revisions import CheckpointRef, refs_from_names
 from precompute.source import Fetched, SkipFn, check_shape
@@ -35,12 +36,29 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 _HASH_CHUNK = 8 << 20
 
 
+def tensors_to_read(
+    shape: ModelShape, names: Iterable[str], *, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+) -> list[str]:
+    """The tensors a run reads: the attention tensors the per-head ``matrices`` need, and with
+    ``layers`` every 2-D weight of every block too (`analysis.blocks.block_tensor_names`), each
+    named once.
+
+    Raises:
+        CheckpointError: a layer lacks one of them.
+    """
+    names = list(names)
+    wanted = attention_tensor_names(shape, names, matrices=matrices)
+    if layers:
+        wanted += block_tensor_names(shape, names).values()
+    return list(dict.fromkeys(wanted))
+
+
 def read_folder(
     folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None,
-    matrices: tuple[str, ...] = ("qk",),
+    matrices: tuple[str, ...] = ("qk",), layers: bool = False,
 ) -> Fetched:
     """Hash one checkpoint folder's weight files and, unless ``skip(sha256)``, read its
-    config and the attention tensors of ``matrices``.
+    config and the attention tensors of ``matrices`` (with ``layers``, every block weight too).
 
     Raises:
         CheckpointNotFoundError: no weights or no config.json.
@@ -55,7 +73,7 @@ def read_folder(
     fetched.config = read_config(folder)
     check_shape(fetched.config, shape)
     where = tensor_names(files)
-    fetched.tensors = read_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
+    fetched.tensors = read_tensors(where, tensors_to_read(shape, where, matrices=matrices, layers=layers))
     return fetched
 
 

@@ -43,7 +43,8 @@ class LocalExecutor:
         seen = dict(known())  # the fetch thread's view: known weights plus those it read this run
 
         def fetch_one(ref: CheckpointRef) -> Fetched:
-            fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen, matrices=settings.head_matrices)
+            fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen, matrices=settings.head_matrices,
+                                layers=settings.layers)
             if fetched.tensors is not None:
                 seen.setdefault(fetched.sha256, ref.step)
             return fetched

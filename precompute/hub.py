@@ -36,8 +36,9 @@ from huggingface_hub.errors import (
 )
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
-from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, weights_fingerprint
+from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
 from precompute.fetch import HubHttp, Meter, human_bytes
 from precompute.ranges import SafetensorsHeader, element_masks, read_header, read_tensors
 from precompute.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
@@ -104,7 +105,8 @@ class HubSource(CheckpointSource):
         info = self._info(ref)
         return self._json(info.sha, "config.json", ref)
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",)) -> Fetched:
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
+              layers: bool = False) -> Fetched:
         info = self._info(ref)
         commit = info.sha
         siblings = {s.rfilename: s for s in info.siblings or []}
@@ -121,11 +123,11 @@ class HubSource(CheckpointSource):
         cached = {f: try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit) for f in files}
         if all(isinstance(p, str) for p in cached.values()):
             where = tensor_names(Path(p) for p in cached.values())
-            fetched.tensors = read_local_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
+            fetched.tensors = read_local_tensors(where, tensors_to_read(shape, where, matrices=matrices, layers=layers))
         elif files[0].endswith(".safetensors"):
-            fetched.tensors = self._read_safetensors(commit, files, shape, ref, matrices)
+            fetched.tensors = self._read_safetensors(commit, files, shape, ref, matrices, layers=layers)
         else:
-            fetched.tensors = self._read_bin(commit, files, shape, ref, matrices)
+            fetched.tensors = self._read_bin(commit, files, shape, ref, matrices, layers=layers)
         if not fetched.sha256:  # no LFS digest: fingerprint the attention tensors as read
             fetched.sha256, fetched.sha256_source = tensors_fingerprint(fetched.tensors), "read"
         return fetched
@@ -150,16 +152,19 @@ class HubSource(CheckpointSource):
     # -- reading ----------------------------------------------------------------------
 
     def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                          matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        if len(files) > 1:  # sharded: the index says which shards hold attention tensors
+                          matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
+        if len(files) > 1:  # sharded: the index says which shards hold the tensors wanted
             weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
-            wanted = attention_tensor_names(shape, weight_map, matrices=matrices)
+            wanted = tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)
             files = sorted({weight_map[n] for n in wanted})
         headers: dict[str, SafetensorsHeader] = {}
         for f in files:
             headers[f] = read_header(self._getter(commit, f, ref), where=self._where(ref, f))
         shapes = {n: s.shape for h in headers.values() for n, s in h.tensors.items()}
-        masks = self._element_masks(shape, shapes, matrices)
+        masks = dict(self._element_masks(shape, shapes, matrices))
+        if layers:  # the whole-layer matrices need every element of every block weight
+            for name in block_tensor_names(shape, shapes).values():
+                masks[name] = torch.ones(shapes[name], dtype=torch.bool)
         out: dict[str, torch.Tensor] = {}
         for f, header in headers.items():
             mine = {n: m for n, m in masks.items() if n in header.tensors}
@@ -176,10 +181,10 @@ class HubSource(CheckpointSource):
         return out
 
     def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                  matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
+                  matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
         if len(files) > 1:
             weight_map = self._json(commit, BIN_INDEX, ref)["weight_map"]
-            files = sorted({weight_map[n] for n in attention_tensor_names(shape, weight_map, matrices=matrices)})
+            files = sorted({weight_map[n] for n in tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)})
         if not self._said_bin:
             log.info("%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
                      "attention tensors, one checkpoint at a time, into %s", self.repo_id, ref.revision, self.scratch)
@@ -192,7 +197,7 @@ class HubSource(CheckpointSource):
                 url = hf_hub_url(self.repo_id, f, revision=commit, endpoint=self.endpoint)
                 paths[dest] = self.http.download(url, dest, what=f"download {self._where(ref, f)}")
             where = tensor_names(paths)
-            tensors = read_local_tensors(where, attention_tensor_names(shape, where, matrices=matrices))
+            tensors = read_local_tensors(where, tensors_to_read(shape, where, matrices=matrices, layers=layers))
             return {n: t.clone() for n, t in tensors.items()}  # off the mmap, so the files can go
         finally:
             for dest, size in paths.items():

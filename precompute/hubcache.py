@@ -53,9 +53,10 @@ class HubCacheSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._snapshot(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",)) -> Fetched:
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
+              layers: bool = False) -> Fetched:
         folder = self._snapshot(ref)
-        return read_folder(folder, ref, shape, skip=skip, commit=folder.name, matrices=matrices)
+        return read_folder(folder, ref, shape, skip=skip, commit=folder.name, matrices=matrices, layers=layers)
 
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)

@@ -32,8 +32,9 @@ class LocalSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._path(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",)) -> Fetched:
-        return read_folder(self._path(ref), ref, shape, skip=skip, matrices=matrices)
+    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
+              layers: bool = False) -> Fetched:
+        return read_folder(self._path(ref), ref, shape, skip=skip, matrices=matrices, layers=layers)
 
     def run_info(self) -> dict[str, Any] | None:
         path = self.folder / RUN_INFO_FILE

@@ -81,7 +81,8 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
     scratch = Path(tempfile.mkdtemp(prefix="headwatch-fetch-"))  # .bin downloads of this task only
     try:
         src = open_source(job.source, scratch=scratch, fetch=job.fetch, meter=meter, token=job.token)
-        fetched = src.fetch(ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices)
+        fetched = src.fetch(ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices,
+                            layers=job.settings.layers)
         _die_once()
         work = checkpoint_work(fetched, job.shape, job.settings, known=known)
     except _RETURNED_ERRORS as exc:

@@ -61,7 +61,7 @@ from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.source import CheckpointSource, fingerprints_comparable
 from precompute.sources import open_source
 from precompute.state import RunState, open_state, stored_meta
-from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, pair_vectors
+from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, layer_work, pair_vectors
 
 log = logging.getLogger("precompute")
 
@@ -82,6 +82,7 @@ class RunReport:
     overlaps_left_out: list[tuple[int, int]] = field(default_factory=list)  # pairs whose checkpoints could not be re-read
     completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
     incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
+    layers_left_out: list[int] = field(default_factory=list)  # checkpoints whose layer rows could not be made
 
     def transfer_summary(self) -> str:
         rate = self.bytes_fetched / max(self.seconds, 1e-9)
@@ -155,6 +156,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             _compute(plan, todo, settings, state, report, executor, progress=options.progress)
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(plan, settings, state)
+            if settings.layers:
+                report.layers_left_out = _fill_layers(plan, settings, state, progress=options.progress)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
@@ -224,16 +227,18 @@ def _compute(
                 work = result()
                 if work.rows is None and work.entry.sha256 not in known:
                     # skipped as a copy of a checkpoint that then failed: read it after all
-                    fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices)
+                    fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices,
+                                        layers=settings.layers)
                     work = checkpoint_work(fetched, shape, settings, known=known)
                 entry, rows, vectors = work.settle(known)
+                layer_rows = work.layer_rows if rows is not None else None
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
                 failure = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
                 state.fail(failure)
                 report.failed.append(failure)
             else:
-                state.add(entry, rows, vectors)
+                state.add(entry, rows, vectors, layer_rows=layer_rows)
                 if rows is None:
                     report.duplicates[ref.step] = entry.duplicate_of
                     tqdm.write(f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of", file=sys.stderr)
@@ -275,7 +280,7 @@ def _complete(
                 log.warning("%s: cannot read it again to complete its rows (%s); they stay as they are", ref.revision, exc)
                 report.incomplete.append(ref.step)
             else:
-                state.redo(entry, work.rows, work.vectors)
+                state.redo(entry, work.rows, work.vectors, layer_rows=work.layer_rows)
                 state.commit()
                 report.completed.append(ref.step)
             bar.update(1)
@@ -312,6 +317,36 @@ def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tupl
 
     filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
     _, left_out = filler.fill(state.overlaps, state.meta.done_steps, settings.head_matrices, state.meta.state_steps)
+    return left_out
+
+
+def _fill_layers(plan: Plan, settings: Settings, state: RunState, *, progress: bool) -> list[int]:
+    """Give the store's checkpoints that have statistics but no layer rows (a store computed
+    without ``--matrices layers``) their ``layers.parquet`` rows, re-reading each one and
+    committing after each; the steps left out (the checkpoint is gone or changed)."""
+    src, shape = plan.src, plan.shape
+    src.stop.clear()
+    missing = state.layer_steps_missing()
+    left_out = []
+    bar = tqdm(total=len(missing), desc="layer matrices", unit="ckpt", disable=not progress or not missing, dynamic_ncols=True)
+    for step in missing:
+        entry = state.meta.entry(step)
+        ref = CheckpointRef(step, entry.revision, entry.tokens)
+        try:
+            fetched = src.fetch(ref, shape, skip=lambda sha: False, layers=True)
+            if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
+                raise CheckpointError(
+                    f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
+                    f"!= {str(entry.sha256)[:12]}); recompute the store to get its layer matrices"
+                )
+            state.add_layers(layer_work(fetched, shape, settings))
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: cannot re-read it for the layer matrices (%s); left out", ref.revision, exc)
+            left_out.append(step)
+        else:
+            state.commit(heads=False)
+        bar.update(1)
+    bar.close()
     return left_out
 
 

@@ -147,6 +147,11 @@ class Settings:
     overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
     matrices: tuple[str, ...] = DEFAULT_MATRICES  # --matrices, plus the per-head matrices the store already had
 
+    @property
+    def layers(self) -> bool:
+        """Whether the run computes the whole-layer matrices (``layers.parquet``)."""
+        return "layers" in self.matrices
+
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
 

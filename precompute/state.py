@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS
+from analysis.store.format import HEADS, HIST_Z_EDGES, LAYERS, MATRICES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
 from precompute import overlaps as ovl
@@ -43,6 +43,9 @@ class RunState:
         last: the latest checkpoint computed this run and its singular vectors.
         held: vectors kept for `precompute.overlaps.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
+        layers: every ``layers.parquet`` row, sorted (the store's, plus this run's).
+        layer_run: whether this run computes the whole-layer matrices (``--matrices`` with ``layers``);
+            the file is written only then (otherwise the store's is kept as it is).
     """
 
     out: Path
@@ -52,22 +55,32 @@ class RunState:
     overlap_k: int
     last: tuple[int, ovl.Vectors] | None = None
     held: dict[int, ovl.Vectors] = field(default_factory=dict)
+    layers: pa.Table = field(default_factory=LAYERS.empty)
+    layer_run: bool = False
 
-    def add(self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None) -> None:
+    def add(
+        self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None, *, layer_rows: pa.Table | None = None
+    ) -> None:
         """Record a checkpoint read: its entry, its rows (None for a whole duplicate), and the overlaps of
-        its vectors with the previous checkpoint's when those are in memory."""
+        its vectors with the previous checkpoint's when those are in memory; its ``layers.parquet`` rows
+        when the run computes them."""
         self.meta.add_checkpoint(entry)
         if rows is None:
             return
         self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
+        if layer_rows is not None:
+            self.add_layers(layer_rows)
         if vectors is not None:
             self._pair(entry, vectors)
 
-    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None) -> None:
+    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None, *,
+             layer_rows: pa.Table | None = None) -> None:
         """Replace the rows of a checkpoint already in the store (`incomplete`) by ``rows``, which hold
         every matrix of the store; its entry stays as it is."""
         keep = pc.invert(pc.equal(self.heads["step"], pa.scalar(entry.step, pa.int64())))
         self.heads = HEADS.sorted(pa.concat_tables([self.heads.filter(keep), rows]))
+        if layer_rows is not None:
+            self.add_layers(layer_rows)
         if vectors is not None:
             self._pair(entry, vectors)
 
@@ -85,6 +98,17 @@ class RunState:
         self.overlaps = ovl.update(self.overlaps, steps, new, self.meta.state_steps)  # also drops a pair this step now splits
         self.last = (entry.step, vectors)
 
+    def add_layers(self, layer_rows: pa.Table) -> None:
+        """Add (or replace) one checkpoint's ``layers.parquet`` rows."""
+        steps = pa.array(sorted(set(layer_rows["step"].to_pylist())), pa.int64())
+        kept = self.layers.filter(pc.invert(pc.is_in(self.layers["step"], steps)))
+        self.layers = LAYERS.sorted(pa.concat_tables([kept, layer_rows]))
+
+    def layer_steps_missing(self) -> list[int]:
+        """Checkpoints with statistics but no ``layers.parquet`` rows (a store from a run without ``layers``)."""
+        have = set(self.layers["step"].to_pylist())
+        return [s for s in self.meta.done_steps if s not in have]
+
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
         self.meta.add_failure(failure)
@@ -101,6 +125,8 @@ class RunState:
         tables = {HEADS.name: self.heads} if heads else {}
         if self.overlap_k:
             tables[OVERLAPS.name] = self.overlaps
+        if self.layer_run:
+            tables[LAYERS.name] = self.layers
         commit_store(self.out, self.meta, tables)
 
 
@@ -128,7 +154,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     if stored is None:
         meta = new_meta(model, settings=settings.as_meta(), software=software, hist_edges=HIST_Z_EDGES.tolist())
         meta.matrices = list(settings.head_matrices)
-        return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k)
+        return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k, layer_run=settings.layers)
     if stored.model.geometry() != model.geometry():
         raise StoreError(
             f"store {str(out)!r} holds a different model ({stored.model.geometry()}) than {settings.source!r} "
@@ -155,10 +181,27 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
             n_hist=len(HIST_Z_EDGES) + 1, matrix=matrix)])
     heads = HEADS.sorted(heads)
     overlaps = _stored_overlaps(out, stored, settings.overlap_k)
+    layers = _stored_layers(out, stored) if settings.layers else LAYERS.empty()
     meta = stored
     meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
-    return RunState(out, meta, heads, overlaps, settings.overlap_k)
+    return RunState(out, meta, heads, overlaps, settings.overlap_k, layers=layers, layer_run=settings.layers)
+
+
+def _stored_layers(out: Path, meta: Meta) -> pa.Table:
+    """The store's ``layers.parquet`` rows of checkpoints meta lists as done (empty when it has none;
+    an unreadable file is recomputed)."""
+    try:
+        table = read_table(out, LAYERS)
+    except StoreError as exc:
+        log.warning("%s: recomputing the layer matrices (every checkpoint is read again)", exc)
+        return LAYERS.empty()
+    if table is None:
+        return LAYERS.empty()
+    if not table.schema.equals(LAYERS.schema):
+        log.warning("%s has another schema than this version writes: recomputing it", LAYERS.file)
+        return LAYERS.empty()
+    return LAYERS.sorted(table.filter(pc.is_in(table["step"], pa.array(meta.done_steps, pa.int64()))))
 
 
 def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:

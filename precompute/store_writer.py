@@ -96,8 +96,9 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
 
 
 def _check_carried_over(store: Path, replaced: set[str]) -> None:
-    """Refuse to carry a registered table over when its schema is not the registry's."""
-    for spec in TABLES.values():
+    """Refuse to carry ``heads.parquet`` over when its schema is not the registry's: its columns are what
+    the schema version promises (the other tables' older layouts are read as they are)."""
+    for spec in (TABLES["heads"],):
         path = store / spec.file
         if spec.file in replaced or not path.is_file():
             continue

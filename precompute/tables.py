@@ -1,4 +1,4 @@
-"""Turn one checkpoint's statistics arrays into ``heads.parquet`` rows.
+"""Turn one checkpoint's statistics into ``heads.parquet`` and ``layers.parquet`` rows.
 
 `analysis.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
+from analysis.store.format import CIRCUIT_COLUMNS, LAYERS, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
 from analysis.store.upgrade import complete_heads
 
 
@@ -73,3 +73,20 @@ def placeholder_rows(steps: list[int], *, n_layers: int, n_heads: int, d_head: i
     stats["hist_z"] = np.full((n_layers, n_heads, n_hist), np.nan)
     tables = [heads_rows(step, stats, d_model=1, matrix=matrix) for step in steps]
     return pa.concat_tables(tables) if tables else heads_arrow_schema().empty_table()
+
+
+def layers_rows(step: int, records: list[dict[str, Any]]) -> pa.Table:
+    """``layers.parquet`` rows for one checkpoint, sorted, from `analysis.layer_matrices.layer_matrix_statistics`.
+
+    Returns:
+        A table with the schema of `analysis.store.format.LAYERS`.
+    """
+    cols: dict[str, Any] = {"step": [step] * len(records)}
+    for field in LAYERS.schema:
+        if field.name == "step":
+            continue
+        if pa.types.is_list(field.type):
+            cols[field.name] = [np.asarray(r[field.name], dtype=np.float32) for r in records]
+        else:
+            cols[field.name] = [r[field.name] for r in records]
+    return LAYERS.sorted(pa.table(cols, schema=LAYERS.schema))

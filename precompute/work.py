@@ -23,15 +23,17 @@ import pyarrow as pa
 import torch
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+from analysis.blocks import extract_blocks
 from analysis.extract import ModelShape, extract_heads
 from analysis.heads import checkpoint_statistics, checkpoint_vectors
+from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
 from precompute import overlaps as ovl
 from precompute.revisions import CheckpointRef
 from precompute.settings import Settings
 from precompute.source import Fetched
-from precompute.tables import heads_rows
+from precompute.tables import heads_rows, layers_rows
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
 CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
@@ -49,6 +51,8 @@ class Work:
             overlaps, or no rows).
         fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
             (a Ray task); zero when the run's meter counted it.
+        layer_rows: its ``layers.parquet`` rows when the run computes the whole-layer matrices
+            (``--matrices`` with ``layers``), else None; dropped with ``rows`` for a duplicate.
     """
 
     entry: CheckpointEntry
@@ -57,6 +61,7 @@ class Work:
     fetched: int = 0
     requests: int = 0
     peak_disk: int = 0
+    layer_rows: pa.Table | None = None
 
     def settle(self, known: Mapping[str, int]) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
         """The entry, rows and vectors to record, given the fingerprints committed so far: a
@@ -118,7 +123,9 @@ def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, 
         if settings.overlap_k:
             vectors[matrix] = ovl.HeadVectors.of(stats.pop("u"), stats.pop("v"), left, right, stats["sv"])
         tables.append(heads_rows(ref.step, stats, d_model=shape.d_model, matrix=matrix))
-    return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None)
+    layer_rows = layer_work(fetched, shape, settings) if settings.layers else None
+    return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None,
+                layer_rows=layer_rows)
 
 
 def checked_factors(
@@ -153,6 +160,23 @@ def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], setting
                                       spectrum_dtype=getattr(torch, settings.spectrum_dtype), values=True)
         out[matrix] = ovl.HeadVectors.of(u, v, left, right, sv)
     return out
+
+
+def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Table:
+    """The ``layers.parquet`` rows of a fetched checkpoint (read with ``layers=True``): every 2-D
+    weight of every block (`analysis.blocks`), checked finite, with its statistics.
+
+    Raises:
+        CheckpointError: a block weight is missing, misshapen or non-finite.
+    """
+    assert fetched.tensors is not None
+    blocks = extract_blocks(shape, fetched.tensors)  # role -> n_layers x (rows, cols)
+    for role, mats in blocks.items():
+        for layer, w in enumerate(mats):
+            if not bool(torch.isfinite(w).all()):
+                raise CheckpointError(f"non-finite values in the {role} weight of layer {layer}; the checkpoint is corrupt or diverged")
+    records = layer_matrix_statistics(blocks, device=settings.device)
+    return layers_rows(fetched.ref.step, records)
 
 
 # What an executor hands the driver per checkpoint, in step order: the checkpoint and a

@@ -31,6 +31,7 @@ from analysis.store.format import (
     EMBEDDINGS,
     HEADS,
     HEADS_COLUMNS,
+    LAYERS,
     LIST_COLUMNS,
     META_FILE,
     NULL_COLUMNS,
@@ -309,6 +310,37 @@ class Store:
         if "matrix" not in frame.columns:  # before schema version 3: qk maps only
             frame.insert(0, "matrix", "qk")
         return frame
+
+
+    @property
+    def has_layers(self) -> bool:
+        """Whether the store has the whole-layer matrices (``layers.parquet``)."""
+        return (self.path / LAYERS.file).is_file()
+
+    def layers(self, *, columns: list[str] | None = None) -> pd.DataFrame | None:
+        """The whole-layer matrices (``layers.parquet``) at this view's `steps`, as pandas, sorted by
+        (step, layer, role); None when the store has none.
+
+        Args:
+            columns: the columns to read (the key columns are always included); None reads all.
+
+        Raises:
+            StoreError: the file is unreadable, or a requested column is not in it.
+        """
+        path = self.path / LAYERS.file
+        if not path.is_file():
+            return None
+        wanted = None
+        if columns is not None:
+            unknown = [c for c in columns if c not in LAYERS.schema.names]
+            if unknown:
+                raise StoreError(f"layers.parquet has no columns {unknown}; columns: {', '.join(LAYERS.schema.names)}")
+            wanted = list(dict.fromkeys([*LAYERS.sort, *columns]))
+        try:
+            table = pq.read_table(path, columns=wanted, filters=[("step", "in", [int(s) for s in self.steps])])
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+        return table.to_pandas().sort_values(list(LAYERS.sort), kind="stable").reset_index(drop=True)
 
 
 def is_store(path: str | Path) -> bool:

@@ -216,6 +216,7 @@ def test_offline_errors_are_one_line_and_lose_nothing(world, cli: InProcess, tmp
 def test_online_fetches_only_header_and_qk_ranges(world, hub: FakeHub, tmp_path: Path) -> None:
     out = tmp_path / "store"
     hub.fail_next = 2  # the first two requests get 503: retried
+    # the per-head W_QK only (test_online_ov_... reads ov; tests/integration/test_layer_fetch.py the layer matrices)
     res = run("--source", REPO_ID, "--out", str(out), "--matrices", "qk", env=online_env(hub, tmp_path))
     assert res.returncode == 0, res.stderr
     assert "fetched" in res.stderr and "peak scratch disk 0 B" in res.stderr
@@ -394,7 +395,8 @@ def test_other_formats_read_only_attention_files_with_bounded_disk(fmt: str, cli
         hub.repos["org/formats"] = repo
         cli.hub(endpoint=hub.url)
         out = tmp_path / "hub"
-        report = run_precompute("org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False))
+        report = run_precompute("org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False,
+                                                               matrices=("qk", "ov")))  # no layer matrices
     assert not report.failed and report.computed == [1, 2, 3]
     assert_same_statistics(local, out)
     needed = {s: attention_files(suite / f"step{s}") for s in (1, 2, 3)}

@@ -63,7 +63,7 @@ def options(executor: str, **ray: object) -> RunOptions:
 def assert_identical(a: Path, b: Path) -> None:
     """The two stores' tables are equal value for value (types and row groups included) and their
     meta.json agree (the executor is not recorded)."""
-    for name in ("heads.parquet", "overlaps.parquet"):
+    for name in ("heads.parquet", "overlaps.parquet", "layers.parquet"):
         ta, tb = pq.read_table(a / name), pq.read_table(b / name)
         assert ta.num_rows > 0
         assert ta.equals(tb), name

@@ -1,0 +1,143 @@
+"""Whole-layer weight matrices: singular-value histograms against Marchenko-Pastur, over training and depth,
+and the Frobenius norm of every block over training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from analysis.marchenko_pastur import mp_density, mp_edges
+from dashboard import style
+from dashboard.data import StepAxis
+from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis
+
+FRAME_MS = 200  # playback: one checkpoint per FRAME_MS milliseconds
+N_BINS = 60
+MP_COLOUR = "#d62728"
+HIST_COLOUR = "rgba(31,119,180,0.75)"
+
+
+def mp_sv_density(s: np.ndarray, *, rows: int, cols: int, std: float) -> np.ndarray:
+    """Density in s of the singular values of a random rows x cols matrix with entry s.d. ``std``:
+    x = s^2 / (n std^2) follows MP_(m/n), so p(s) = rho(x) 2 s / (n std^2)."""
+    m, n = min(rows, cols), max(rows, cols)
+    scale = n * std * std
+    if not scale > 0:
+        return np.zeros_like(s, dtype=np.float64)
+    return mp_density(s * s / scale, m / n) * 2 * s / scale
+
+
+def sv_animation(
+    sv: Sequence[np.ndarray], std: Sequence[float], *, steps: Sequence[int], start: int, rows: int, cols: int,
+    title: str, frame_ms: int = FRAME_MS,
+) -> go.Figure:
+    """Histogram of one weight's singular values at each checkpoint against the Marchenko-Pastur law of a
+    random matrix of its shape and entry variance, animated over training; both axes fixed over the run.
+
+    Args:
+        sv: per checkpoint, the weight's singular values.
+        std: per checkpoint, its entry standard deviation (sets the law's scale).
+        steps: the checkpoints' steps (frame names, slider labels).
+        start: index of the frame shown first.
+        rows, cols: the weight's shape.
+        title: what the weight is (``layer 3 mlp_in``).
+    """
+    s_max = max(float(np.max(v)) for v in sv) if sv else 1.0
+    upper = [np.sqrt(max(rows, cols)) * sd * (1 + np.sqrt(min(rows, cols) / max(rows, cols))) for sd in std]
+    hi = 1.04 * max(s_max, max(upper, default=0.0))
+    edges = np.linspace(0.0, hi, N_BINS + 1)
+    centres = 0.5 * (edges[1:] + edges[:-1])
+    grid = np.linspace(0.0, hi, 400)
+    hists = [np.histogram(v, bins=edges, density=True)[0] for v in sv]
+    laws = [mp_sv_density(grid, rows=rows, cols=cols, std=sd) for sd in std]
+    y_hi = 1.08 * max(max(float(h.max()) for h in hists), max(float(np.max(d)) for d in laws))
+    m = min(rows, cols)
+
+    def frame_data(i: int) -> list[dict]:
+        return [dict(type="bar", y=hists[i]), dict(type="scatter", y=laws[i])]
+
+    first = frame_data(start)
+    first[0].update(x=centres, width=(edges[1] - edges[0]) * 0.95, marker=dict(color=HIST_COLOUR), name=f"the {m} singular values",
+                    hovertemplate="s ≈ %{x:.3g}: density %{y:.3g}<extra></extra>")
+    first[1].update(x=grid, mode="lines", line=dict(color=MP_COLOUR, width=2), name="Marchenko-Pastur (random, same shape and variance)",
+                    hovertemplate="s = %{x:.3g}: MP density %{y:.3g}<extra></extra>")
+    frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1], layout=dict(title=dict(text=f"{title}, step {step:,}")))
+              for i, step in enumerate(steps)]
+    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
+    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
+    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
+    lay = layout(
+        height=520, margin=dict(l=70, r=24, t=56, b=130), bargap=0,
+        title=dict(text=f"{title}, step {steps[start]:,}", x=0.01, xanchor="left"),
+        xaxis=value_axis("singular value s (weight units)", (0.0, hi)),
+        yaxis=value_axis("density (per unit of s)", (0.0, y_hi)),
+        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=-0.16, xanchor="left", yanchor="top", showactive=False,
+                          buttons=[dict(label="▶ Play", method="animate",
+                                        args=[[str(x) for x in steps[start:]] if start else None, play]),
+                                   dict(label="❚❚ Pause", method="animate", args=[[None], pause])])],
+        sliders=[dict(active=start, x=0.16, len=0.84, y=-0.14, yanchor="top", pad=dict(t=0, b=0),
+                      currentvalue=dict(prefix="step ", visible=True, xanchor="right"), transition=dict(duration=0),
+                      steps=[dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps])],
+    )
+    return figure(first, lay, frames)
+
+
+def sv_depth(sv: Sequence[np.ndarray], std: Sequence[float], *, layers: Sequence[int], rows: int, cols: int,
+             x_max: float, title: str) -> go.Figure:
+    """At one checkpoint, each layer's histogram of x = s / (std sqrt(n)) (one line per layer), against the
+    Marchenko-Pastur law of the shape, which in these units is the same for every layer.
+
+    Args:
+        sv, std: per layer, the weight's singular values and entry s.d.
+        layers: the layer indices.
+        x_max: the x-axis maximum (fixed over the run by the caller).
+    """
+    m, n = min(rows, cols), max(rows, cols)
+    edges = np.linspace(0.0, x_max, N_BINS + 1)
+    centres = 0.5 * (edges[1:] + edges[:-1])
+    colours = style.scale_colours(style.LAYER_SCALE, len(layers))
+    data = []
+    for layer, v, sd, colour in zip(layers, sv, std, colours):
+        x = np.asarray(v, dtype=np.float64) / (sd * np.sqrt(n)) if sd > 0 else np.zeros(len(v))
+        h = np.histogram(x, bins=edges, density=True)[0]
+        data.append(dict(type="scatter", x=centres, y=h, mode="lines", line=dict(color=colour, width=1.6, shape="hvh"),
+                         name=f"layer {layer}",
+                         hovertemplate=f"layer {layer}: s/(σ√n) ≈ %{{x:.3g}}, density %{{y:.3g}}<extra></extra>"))
+    grid = np.linspace(0.0, x_max, 400)
+    law = mp_density(grid * grid, m / n) * 2 * grid
+    lo, hi = mp_edges(m / n)
+    data.append(dict(type="scatter", x=grid, y=law, mode="lines", line=dict(color="black", width=2.5, dash="dash"),
+                     name="Marchenko-Pastur", hovertemplate="MP density %{y:.3g}<extra></extra>"))
+    y_hi = 1.08 * max([float(np.max(d["y"])) for d in data] + [1e-12])
+    lay = layout(height=480, title=dict(text=title, x=0.01, xanchor="left"),
+                 xaxis=value_axis("s / (σ √n)  (dimensionless; the law's bulk is "
+                                  f"[{np.sqrt(lo):.2f}, {np.sqrt(hi):.2f}])", (0.0, x_max)),
+                 yaxis=value_axis("density (per unit of s/(σ√n))", (0.0, y_hi)),
+                 legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
+                 margin=dict(l=70, r=150, t=56, b=60))
+    return figure(data, lay)
+
+
+def frob_lines(axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str,
+               log_y: bool = False) -> go.Figure:
+    """The Frobenius norm of one role's weight in every layer over training (one line per layer).
+
+    Args:
+        axis: the training-time axis.
+        x: ``(S,)`` coordinates of the checkpoints with layer rows (on ``axis``).
+        frob: ``(S, n_layers)``.
+    """
+    colours = style.scale_colours(style.LAYER_SCALE, len(layers))
+    data = [dict(type="scatter", x=x, y=frob[:, i], mode="lines+markers", marker=dict(size=4),
+                 line=dict(color=colours[i], width=1.6), name=f"layer {layer}",
+                 hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: ‖W‖_F = %{{y:.4g}}<extra></extra>")
+            for i, layer in enumerate(layers)]
+    finite = frob[np.isfinite(frob) & ((frob > 0) if log_y else True)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    rng = (np.log10(lo) - 0.05, np.log10(hi) + 0.05) if log_y else (0.0, hi * 1.05)
+    lay = layout(height=440, xaxis=step_xaxis(axis), yaxis=value_axis(f"‖W‖_F of {role} (weight units)", rng, log=log_y),
+                 legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
+                 margin=dict(l=70, r=150, t=36, b=52), shapes=duplicate_shapes(axis))
+    return figure(data, lay)

@@ -1,0 +1,86 @@
+"""Weight matrices: every block weight's singular values against Marchenko-Pastur, over training and depth,
+and the Frobenius norm of every block over training."""
+
+import numpy as np
+import streamlit as st
+
+from analysis.blocks import ROLES
+from dashboard import loader, widgets
+from dashboard.figures import weights as figs
+
+ROLE_TEXT = {
+    "attn_qkv": "attention QKV (fused)", "attn_q": "attention Q", "attn_k": "attention K", "attn_v": "attention V",
+    "attn_out": "attention output", "mlp_gate": "MLP gate", "mlp_in": "MLP in", "mlp_out": "MLP out",
+}
+
+
+def main() -> None:
+    st.title("Weight matrices")
+    # --- empty case ---
+    frame = widgets.run_frame()
+    if frame is None:
+        return
+    store = frame.store
+    table = loader.layer_matrices(store)
+    if table is None or table.empty:
+        st.info("This store has no whole-layer weight matrices (`layers.parquet`). Rerun the precompute job on it "
+                "with `--matrices layers` (included in the default `qk,ov,layers`) to add them: "
+                "`python -m precompute --source SOURCE --out STORE --matrices layers`; the checkpoints it already "
+                "has are read again for their block weights, nothing else changes.")
+        return
+    roles = [r for r in ROLES if r in set(table["role"])]
+    steps = sorted(int(s) for s in table["step"].unique())
+    layers = sorted(int(x) for x in table["layer"].unique())
+
+    # --- widgets ---
+    c_role, c_layer, c_log = st.columns([2, 1, 1], vertical_alignment="bottom")
+    role = widgets.select("role", "Weight", roles, roles[0], fmt=lambda r: f"{ROLE_TEXT.get(r, r)} ({r})", where=c_role)
+    layer = widgets.select("layer", "Layer", layers, layers[0], where=c_layer)
+    log_y = widgets.toggle("logy", "log y (norms)", where=c_log)
+    step = widgets.select("step", "Step (the histogram's opening frame; the depth panel's step)", steps, steps[-1],
+                          kind="select_slider", fmt=lambda s: f"{s:,}")
+    rows_role = table[table["role"] == role]
+    n_rows, n_cols = int(rows_role["rows"].iloc[0]), int(rows_role["cols"].iloc[0])
+    shape = f"{n_rows:,} x {n_cols:,}"
+
+    # --- panel: one weight's singular values over training ---
+    st.subheader(f"Layer {layer} {role}: singular values over training")
+    one = rows_role[rows_role["layer"] == layer].sort_values("step")
+    st.plotly_chart(figs.sv_animation(list(one["sv"]), list(one["std"]), steps=steps, start=steps.index(step),
+                                      rows=n_rows, cols=n_cols, title=f"layer {layer} {role} ({shape})"),
+                    key="sv_animation")
+    last = one.iloc[-1]
+    st.caption(f"Histogram of the {min(n_rows, n_cols):,} singular values of layer {layer}'s {ROLE_TEXT.get(role, role)} "
+               f"weight ({shape}, as stored) at each checkpoint; red: the Marchenko-Pastur law of a random matrix of "
+               "the same shape and entry variance (a Gaussian and a logistic give the same). Axes are fixed over the "
+               f"run; play and the slider run in the browser. At step {int(last['step']):,}: "
+               f"{int(last['mp_spikes'])} values above the law's upper edge, tail exponent alpha = {last['alpha']:.2f}.")
+
+    # --- panel: every layer at one step ---
+    st.subheader(f"{role} across depth at step {step:,}")
+    at = rows_role[rows_role["step"] == step].sort_values("layer")
+    n = max(n_rows, n_cols)
+    x_all = [np.asarray(v) / (sd * np.sqrt(n)) for v, sd in zip(rows_role["sv"], rows_role["std"]) if sd > 0]
+    x_max = 1.04 * max(float(np.max(x)) for x in x_all) if x_all else 2.0
+    st.plotly_chart(figs.sv_depth(list(at["sv"]), list(at["std"]), layers=list(at["layer"]), rows=n_rows, cols=n_cols,
+                                  x_max=x_max, title=f"{role} ({shape}), step {step:,}"), key="sv_depth")
+    st.caption("Each layer's singular values in the law's units, s / (σ √n) with σ the weight's entry standard "
+               "deviation and n its longer side: the Marchenko-Pastur law (black dashed) is then the same for every "
+               "layer. x range fixed over the run.")
+
+    # --- panel: Frobenius norms over training ---
+    st.subheader(f"Frobenius norm of every layer's {role} over training")
+    axis = frame.axis()
+    known = [s for s in steps if s in set(int(x) for x in store.steps)]
+    frob = np.full((len(known), len(layers)), np.nan)
+    pos = {s: i for i, s in enumerate(known)}
+    for s, lay, value in zip(rows_role["step"], rows_role["layer"], rows_role["frob_norm"]):
+        if int(s) in pos:
+            frob[pos[int(s)], layers.index(int(lay))] = value
+    st.plotly_chart(figs.frob_lines(axis, np.array([axis.at(s) for s in known]), frob, layers=layers, role=role,
+                                    log_y=log_y), key="frob_lines")
+    st.caption(f"‖W‖_F = sqrt(sum of squared entries) of the {role} weight of each layer (one line per layer) at "
+               "every checkpoint with layer matrices.")
+
+
+main()

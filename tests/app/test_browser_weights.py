@@ -1,0 +1,51 @@
+"""The Weight matrices page in a real browser (Chromium via Playwright, the server as the Dockerfile starts it):
+opened by a link with its parameters, it shows its three plots, keeps the view in the address bar and plays the
+singular-value histogram on from the linked step. Skipped only where /usr/bin/chromium is missing outside CI."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from analysis.store import open_store
+from benchmarks.synthetic_store import add_synthetic_layer_matrices
+from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, browser  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def layered_server(store_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("layered-browser") / "tiny-run"
+    shutil.copytree(store_path, path)
+    add_synthetic_layer_matrices(path)
+    yield from _serve(path, tmp_path_factory)
+
+
+def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, store_path):  # noqa: F811
+    steps = [int(s) for s in open_store(store_path).steps]
+    start = steps[2]
+    path = f"/weights?role=mlp_in&layer=1&step={start}"
+    page = _open(browser, layered_server + path, 3)
+    try:
+        page.screenshot(path=str(ARTIFACTS / "weights.png"), full_page=True)
+        assert _errors(page) == [] and _dialogs(page) == []
+        for param in ("role=mlp_in", "layer=1", f"step={start}"):
+            assert param in page.url
+        link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
+        assert link.strip().split("?")[1] == page.url.split("?")[1]
+        for key in ("sv_animation", "sv_depth", "frob_lines"):
+            assert page.locator(f".st-key-{key} .main-svg").count() >= 1, key
+        title = page.locator(".st-key-sv_animation .gtitle")
+        opening = f"layer 1 mlp_in (256 x 64), step {start:,}"
+        assert title.text_content() == opening
+        page.get_by_text("▶ Play").click()
+        page.wait_for_function(
+            "t => document.querySelector('.st-key-sv_animation .gtitle').textContent !== t", arg=opening, timeout=30_000)
+        page.get_by_text("❚❚ Pause").click()
+        shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
+        assert shown > start  # it played on from the linked step
+        page.screenshot(path=str(ARTIFACTS / "weights-playing.png"))
+    finally:
+        page.close()

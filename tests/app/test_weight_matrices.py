@@ -1,0 +1,95 @@
+"""The Weight matrices page through AppTest: its three views, URL parameters (good and bad), and a store
+without the layer table."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.store import open_store
+from benchmarks.synthetic_store import add_synthetic_layer_matrices
+from tests.app.conftest import arr, chart, notices, open_page
+
+PAGE = "pages/weight_matrices.py"
+
+
+@pytest.fixture(scope="module")
+def layered_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("layered") / "tiny-run"
+    shutil.copytree(store_path, path)
+    return add_synthetic_layer_matrices(path)
+
+
+@pytest.fixture()
+def layered_env(layered_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("HEADWATCH_STORE", str(layered_store))
+    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
+    return layered_store
+
+
+def test_three_views_with_fixed_axes_and_units(layered_env):
+    at = open_page(PAGE)
+    assert not notices(at) and not at.error
+    store = open_store(layered_env)
+    table = store.layers()
+    steps = sorted(table["step"].unique().tolist())
+    anim = chart(at, "sv_animation")
+    assert [f["name"] for f in anim["frames"]] == [str(s) for s in steps]
+    assert "layout" not in anim["frames"][0] or "xaxis" not in anim["frames"][0]["layout"]  # axes fixed over the run
+    x_range = anim["layout"]["xaxis"]["range"]
+    y_range = anim["layout"]["yaxis"]["range"]
+    sv_all = np.concatenate(table[(table.role == "attn_qkv") & (table.layer == 0)]["sv"].to_list())
+    assert x_range[0] == 0 and x_range[1] >= sv_all.max()
+    for f in anim["frames"]:  # every frame's histogram and law fit the fixed y range
+        assert arr(f["data"][0]["y"]).max() <= y_range[1] and arr(f["data"][1]["y"]).max() <= y_range[1]
+    # the opening frame (the last step by default) is that step's histogram, a density over the fixed bins
+    last = table[(table.role == "attn_qkv") & (table.layer == 0) & (table.step == steps[-1])].iloc[0]
+    bars = chart(at, "sv_animation")["data"][0]
+    width = arr(bars["x"])[1] - arr(bars["x"])[0]
+    assert np.sum(arr(bars["y"])) * width == pytest.approx(1.0, rel=1e-6)
+    assert len(last["sv"]) == min(last["rows"], last["cols"])
+    depth = chart(at, "sv_depth")
+    assert [t["name"] for t in depth["data"]] == [f"layer {i}" for i in range(store.n_layers)] + ["Marchenko-Pastur"]
+    frob = chart(at, "frob_lines")
+    got = arr(frob["data"][1]["y"])
+    want = table[(table.role == "attn_qkv") & (table.layer == 1)].sort_values("step")["frob_norm"].to_numpy()
+    np.testing.assert_allclose(got, want)
+    for fig in (anim, depth, frob):  # every axis titled, with its unit
+        for ax in ("xaxis", "yaxis"):
+            title = fig["layout"][ax]["title"]["text"]
+            assert title and ("(" in title or title.startswith("training step")), (ax, title)  # steps are the unit
+    assert len(at.caption) >= 3
+
+
+def test_url_parameters_choose_role_layer_and_opening_step(layered_env):
+    steps = sorted(open_store(layered_env).layers()["step"].unique().tolist())
+    at = open_page(PAGE, {"role": "mlp_out", "layer": "2", "step": str(steps[3])})
+    assert not notices(at)
+    assert (at.session_state["role"], at.session_state["layer"], at.session_state["step"]) == ("mlp_out", 2, steps[3])
+    anim = chart(at, "sv_animation")
+    assert anim["layout"]["sliders"][0]["active"] == 3
+    assert "layer 2 mlp_out" in anim["layout"]["title"]["text"]
+    assert "mlp_out" in chart(at, "frob_lines")["layout"]["yaxis"]["title"]["text"]
+    link = at.code[0].value
+    assert "role=mlp_out" in link and "layer=2" in link and f"step={steps[3]}" in link
+
+
+def test_bad_parameters_fall_back_with_a_notice(layered_env):
+    at = open_page(PAGE, {"role": "mlp_gate", "layer": "99", "step": "7"})
+    text = " ".join(notices(at))
+    assert "role=mlp_gate" in text and "layer=99" in text and "step=7" in text
+    assert at.session_state["role"] == "attn_qkv" and at.session_state["layer"] == 0
+    assert at.query_params["role"] == "attn_qkv"  # the URL is repaired
+
+
+def test_store_without_layer_table_says_how_to_add_it(app_env):
+    at = open_page(PAGE)
+    assert not at.error
+    text = " ".join(i.value for i in at.info)
+    assert "--matrices layers" in text
+    assert not at.get("plotly_chart") or all("sv_animation" not in c.proto.id for c in at.get("plotly_chart"))
