@@ -258,9 +258,13 @@ def level_crossings(
     ))
 
 
+COMPARE_COLOURS = ("#e377c2", "#17becf", "#bcbd22", "#8c564b", "#ff7f0e", "#2ca02c")  # overlaid other heads
+
+
 def head_in_layer(
     axis: StepAxis, values: np.ndarray, *, head: int, stat: Stat, k: int | None = None,
     y_range: tuple[float, float], log_y: bool = False, chosen_x: Sequence[float] = (), colours: Sequence[str] = (),
+    layer: int = 0, compare: Sequence[tuple[int, int, np.ndarray]] = (),
 ) -> go.Figure:
     """One statistic of the chosen head over training, its layer's other heads behind it and the layer mean.
 
@@ -268,13 +272,20 @@ def head_in_layer(
         values: ``(S, n_heads)`` the statistic for every head of the layer.
         head: the head drawn in front.
         y_range: fixed range (log10 units if ``log_y``), shared by every layer and head.
+        layer: the head's layer (hover, and a click on another head of the layer opens it).
+        compare: other heads to overlay, from any layer: ``(layer, head, values (S,))`` each.
     """
+    n_heads = values.shape[1]
+    other_heads = np.delete(np.arange(n_heads), head)
     others = np.delete(values, head, axis=1).T  # (n_heads - 1, S)
     gx, gy = with_gaps(axis.x, others)
     sym = stat.short(k)
+    hx = np.repeat(other_heads, len(axis.x) + 1)
     traces = [
         dict(type="scatter", x=gx, y=gy, mode="lines", name="other heads of the layer",
-             line=dict(color=style.CONTEXT_COLOUR, width=1), hoverinfo="skip"),
+             line=dict(color=style.CONTEXT_COLOUR, width=1),
+             customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens it
+             hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>"),
         dict(type="scatter", x=axis.x, y=np.nanmean(values, axis=1), mode="lines", name="layer mean",
              line=dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH),
              customdata=axis.steps, hovertemplate=f"step %{{customdata}}<br>layer mean {sym} = %{{y:.4g}}<extra></extra>"),
@@ -282,6 +293,13 @@ def head_in_layer(
              line=dict(color="#1f3b73", width=style.FOCUS_WIDTH), customdata=axis.steps,
              hovertemplate=f"step %{{customdata}}<br>head {head}: {sym} = %{{y:.4g}}<extra></extra>"),
     ]
+    for i, (c_layer, c_head, c_values) in enumerate(compare):
+        traces.append(dict(
+            type="scatter", x=axis.x, y=c_values, mode="lines", name=f"L{c_layer} H{c_head}",
+            line=dict(color=COMPARE_COLOURS[i % len(COMPARE_COLOURS)], width=2, dash="dot"),
+            customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
+            hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+        ))
     return figure(traces, layout(
         xaxis=step_xaxis(axis),
         yaxis=value_axis(stat.title(k), y_range, log=log_y),
