@@ -50,11 +50,13 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
     A figure that already has a title (the animation's current step) gets ``title`` in front of it.
     """
     own = fig.layout.title.text if fig.layout.title and fig.layout.title.text else ""
+    if own.startswith(title):  # the builder wrote it already (the animation's frames carry it)
+        own, title = "", own
     top = (fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else style.MARGIN["t"])
     fig.update_layout(
         title=dict(text=f"{title} · {own}" if own else title, x=0.01, xanchor="left", y=0.995, yanchor="top",
                    yref="container", font=dict(size=13)),
-        margin=dict(t=top + 26),
+        margin=dict(t=top + 30),
     )
     return fig
 

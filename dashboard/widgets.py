@@ -413,15 +413,21 @@ def chart(
     return event
 
 
-def open_head_on_click(event: Any, *, n_layers: int, n_heads: int, **values: Any) -> None:
+def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
     """When ``event`` (a chart's selection) picked a point of a head, open that head in the head explorer.
 
-    The point's ``customdata`` starts with ``[layer, head]`` (`dashboard.figures.trajectory.picked_head`);
-    ``values`` (``stat``, ``k``, ``step``) go with it.
+    The point's ``customdata`` starts with ``[layer, head]`` (`dashboard.figures.trajectory.picked_head`); a
+    third entry that is one of the run's steps (a heatmap cell) is added to the head explorer's chosen steps.
+    ``values`` (``stat``, ``k``) go with it; None values are left out.
     """
-    from dashboard.figures.trajectory import picked_head
+    from dashboard.data import default_steps
+    from dashboard.figures.trajectory import picked_head, picked_step
 
-    picked = picked_head(event, n_layers=n_layers, n_heads=n_heads)
-    if picked is not None:
-        switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]),
-                    **{k: v for k, v in values.items() if v is not None})
+    picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
+    if picked is None:
+        return
+    handed = {k: v for k, v in values.items() if v is not None}
+    step = picked_step(event, [int(s) for s in store.steps])
+    if step is not None and "step" not in handed:
+        handed["step"] = sorted(set(default_steps(store.steps)) | {step})
+    switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), **handed)

@@ -25,7 +25,7 @@ def _marginal_range(means: np.ndarray, log: bool) -> tuple[float, float]:
 
 def animation(
     values: np.ndarray, *, steps: Sequence[int], start: int, stat: Stat, k: int | None = None,
-    log_colour: bool = False, signed: bool = False, frame_ms: int = FRAME_MS,
+    log_colour: bool = False, signed: bool = False, frame_ms: int = FRAME_MS, title: str = "",
 ) -> go.Figure:
     """Layer x head heatmap of a statistic, animated over every checkpoint.
 
@@ -43,6 +43,7 @@ def animation(
         start: index of the frame shown first (a link's ``step``).
         log_colour: colour (and marginals) on a log scale.
         signed: diverging colours centred on 0 (linear colour only).
+        title: put before each frame's ``step N`` title (run and statistic, for an exported image).
     """
     s, n_layers, n_heads = values.shape
     sym = stat.short(k)
@@ -82,14 +83,14 @@ def animation(
                     marker=dict(size=5), name="head mean",
                     hovertemplate=f"head %{{x}}: mean over layers {sym} = %{{y:.4g}}<extra></extra>")
     frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1, 2, 3],
-                   layout=dict(title=dict(text=f"step {step:,}")))
+                   layout=dict(title=dict(text=f"{title} · step {step:,}" if title else f"step {step:,}")))
               for i, step in enumerate(steps)]
 
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
         height=640, showlegend=False, margin=dict(l=64, r=90, t=56, b=100), hoverdistance=-1,
-        title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
+        title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(domain=_MAIN_X, anchor="y", range=[-0.5, n_heads - 0.5], title=dict(text=""), showticklabels=False),
         yaxis=dict(domain=_MAIN_Y, anchor="x", range=[n_layers - 0.5, -0.5], title=dict(text="layer"),
                    dtick=1 if n_layers <= 24 else 2),

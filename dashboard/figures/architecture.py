@@ -116,22 +116,20 @@ def layer_means(
     """
     means = np.nanmean(values, axis=2)  # (S, n_layers)
     n_layers = means.shape[1]
-    colours = style.scale_colours(style.LAYER_SCALE, n_layers)
+    colours = style.layer_colours(n_layers)
     sym = stat.short(k)
     traces = [
         dict(type="scatter", x=axis.x, y=means[:, layer], mode="lines", name=f"L{layer}",
-             line=dict(color=colours[layer], width=1.6), customdata=axis.steps,
+             line=dict(color=colours[layer], width=1.8), customdata=axis.steps,
              hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>")
         for layer in range(n_layers)
     ]
-    # a colour bar for depth, carried by an invisible marker trace
-    traces.append(dict(
-        type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-        marker=dict(color=[0], cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, showscale=True,
-                    colorbar=dict(title=dict(text="layer", side="right"), thickness=14, dtick=max(1, n_layers // 8))),
-    ))
+    # layers are discrete: a legend entry per layer (a vertical legend right of the plot, clear of the toolbar)
     return figure(traces, layout(
-        showlegend=False,
+        showlegend=True,
+        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=10),
+                    title=dict(text="layer")),
+        margin=dict(style.MARGIN, r=90),
         xaxis=step_xaxis(axis),
         yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
         shapes=duplicate_shapes(axis),

@@ -81,3 +81,19 @@ def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] |
         if 0 <= layer < n_layers and 0 <= head < n_heads:
             return layer, head
     return None
+
+
+def picked_step(event: Any, steps: list[int]) -> int | None:
+    """The step of the first clicked point whose ``customdata`` carries one (third entry: a heatmap cell), or None."""
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        custom = point.get("customdata")
+        if isinstance(custom, dict):
+            custom = [custom.get(str(i)) for i in range(3)]
+        try:
+            step = int(custom[2])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+        if step in steps:
+            return step
+    return None
