@@ -126,8 +126,10 @@ def animation_gif(values: np.ndarray, steps: list[int], *, title: str, zmin: flo
     for i in range(s):
         rgb = np.where(np.isfinite(idx[i])[..., None], lut[np.nan_to_num(idx[i]).astype(np.int64)], 200).astype(np.uint8)
         big = np.kron(rgb, np.ones((cell, cell, 1), dtype=np.uint8))
-        canvas = np.full((big.shape[0] + band, big.shape[1], 3), 255, dtype=np.uint8)
-        canvas[band:] = big
+        # at least 420 px wide, so the title and the step always show (and no two frames are identical:
+        # Pillow would merge them, and the GIF would lose a checkpoint)
+        canvas = np.full((big.shape[0] + band, max(big.shape[1], 420), 3), 255, dtype=np.uint8)
+        canvas[band:, : big.shape[1]] = big
         img = Image.fromarray(canvas)
         ImageDraw.Draw(img).text((4, 8), f"{title} · step {steps[i]:,}", fill=(0, 0, 0))
         frames.append(img.convert("P", palette=Image.Palette.ADAPTIVE, colors=255))
