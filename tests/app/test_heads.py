@@ -3,8 +3,6 @@ the animation's frame in the URL, head comparison. Every expected value is compu
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 import pytest
