@@ -40,7 +40,7 @@ def main() -> None:
     step = widgets.select("step", "At step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step)
     since = widgets.select("since", "Change since step", steps, steps[0], kind="select_slider", fmt=lambda s: f"{s:,}",
                            where=c_since)
-    c_layers, c_sort, c_desc, c_gap = st.columns([3, 3, 1, 2], vertical_alignment="bottom")
+    c_layers, c_sort, c_desc, c_gap = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
     layers = widgets.multiselect("layers", "Layers (none: all)", list(range(store.n_layers)), [], where=c_layers)
     sort = widgets.select("sort", "Sort by", SORTS, "rank", where=c_sort)
     desc = widgets.toggle("desc", "descending", False, where=c_desc)
@@ -96,7 +96,7 @@ def main() -> None:
                                             help="Open the head in the head explorer"),
     }
     event = st.dataframe(table, hide_index=True, key="heads_table", on_select="rerun", selection_mode="single-row",
-                         column_config=config, height=min(38 + 35 * len(table), 560))
+                         column_config=config, height=min(40 + 35 * len(table), 640))
     st.download_button("Table (CSV)", lambda: export.to_csv(table.drop(columns=["open"]).assign(
                            run=frame.run, statistic=stat, k=k, step=step, since=since)),
                        file_name=f"{export.safe_name(frame.run, 'heads', label, 'step', step)}.csv", mime="text/csv",
