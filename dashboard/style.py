@@ -58,6 +58,15 @@ def layer_colours(n: int) -> list[str]:
     return sample_colorscale(LAYER_SCALE, [lo + (hi - lo) * i / max(n - 1, 1) for i in range(n)]) if n > 0 else []
 
 
+def layer_steps(n: int) -> list:
+    """A stepped colour scale for ``n`` discrete layers (one flat band per layer, `layer_colours`), for cmin -0.5, cmax n - 0.5."""
+    colours = layer_colours(max(n, 1))
+    out = []
+    for i, c in enumerate(colours):
+        out += [[i / len(colours), c], [(i + 1) / len(colours), c]]
+    return out
+
+
 def scale_colours(scale: list, n: int) -> list[str]:
     """``n`` colours evenly along a named continuous scale."""
     return sample_colorscale(scale, [i / max(n - 1, 1) for i in range(n)]) if n > 0 else []

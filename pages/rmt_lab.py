@@ -39,7 +39,7 @@ def main() -> None:
     n_heads = widgets.select("nheads", "heads (d_head = d_model / heads)", n_heads_opts, heads0, where=c2)
     sigma_q = widgets.select("sq", "σ of W_Q entries", sigmas, sigma0, where=c3)
     sigma_k = widgets.select("sk", "σ of W_K entries", sigmas, sigma0, where=c4)
-    full = widgets.toggle("full", "full rank (d_model × d_model)", False, where=c5,
+    full = widgets.toggle("full", "full rank", False, where=c5,
                           help="d_model x d_model factors instead of d_head x d_model (one head)")
     if d_model % n_heads:
         st.info(f"{n_heads} heads do not divide d_model {d_model}: pick another number of heads.")

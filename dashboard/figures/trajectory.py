@@ -45,9 +45,9 @@ def trajectory_map(
              hoverinfo="skip", name="k nearest trajectories"),
         dict(type="scatter", x=x, y=y, mode="markers", name="heads",
              customdata=np.stack([layer, head], axis=1).tolist(),  # plain lists: a click returns them as such
-             marker=dict(color=layer, cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, size=10,
+             marker=dict(color=layer, cmin=-0.5, cmax=n_layers - 0.5, colorscale=style.layer_steps(n_layers), size=10,
                          line=dict(color="rgba(40,40,40,0.6)", width=0.6), showscale=True,
-                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14,
+                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0,
                                        dtick=max(1, n_layers // 8))),
              **({"text": sparks} if sparks is not None else {}),
              hovertemplate="layer %{customdata[0]}, head %{customdata[1]}" + ("<br>%{text}" if sparks is not None else "")
