@@ -22,7 +22,7 @@ def main() -> None:
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                             log=("logc", "log colour"))
     step = widgets.select(
-        "step", "Step (the frame shown; ▶ Play runs on from it in the browser)", steps, steps[0], kind="select_slider",
+        "step", "Step (the frame shown and linked; Play runs on from it in the browser)", steps, steps[0], kind="select_slider",
         fmt=lambda s: f"{s:,}",
     )
     values = loader.stat_values(store, stat, k=k or 0)
@@ -40,7 +40,7 @@ def main() -> None:
     dup_note = f" Checkpoints that are not training states ({listed}) are not frames." if hidden else ""
     st.caption(f"{label} of every head (columns) in every layer (rows) at step {step:,}; right: mean over the heads of "
                "each layer; bottom: mean over layers for each head index. Colours and marginal axes are fixed over the "
-               "whole run. The step control above is the frame (and the link); ▶ Play runs the following frames in the "
+               "whole run. The step control above is the frame (and the link); Play runs the following frames in the "
                f"browser. Click a cell to open that head at this step.{dup_note}")
 
     # --- the animation as a GIF ---

@@ -52,7 +52,9 @@ def main() -> None:
 
     # --- panel: the head pages' statistics of this draw, against many draws ---
     st.subheader("Statistics of this W_QK")
-    st.dataframe(_stats_table(sample, d_model, n_heads, sigma_q, sigma_k, full), hide_index=True, key="rmt_stats")
+    with_ref = not full and sigma_q == sigma_k and (d_model <= REFERENCE_AT_ONCE or st.button(
+        f"Add the random-head reference (32 draws at d_model {d_model}: some seconds, once per shape)"))
+    st.dataframe(_stats_table(sample, d_model, n_heads, sigma_q, with_ref), hide_index=True, key="rmt_stats")
     st.caption("The statistics the head pages show, of this one draw; for a low-rank product with σ_Q = σ_K, the "
                "random-head reference of the Heads page and head explorer (mean and 5-95% over 32 seeded draws of "
                "this shape). An entry of W_QK is a sum of d_head products of Gaussians: excess kurtosis 6/d_head, and "
@@ -87,11 +89,14 @@ def main() -> None:
 LAB_STATS = ("std", "kurtosis", "skew", "kl_gauss", "stable_rank", "spectral_entropy", "participation_ratio")
 
 
-def _stats_table(sample, d_model: int, n_heads: int, sigma_q: float, sigma_k: float, full: bool) -> pd.DataFrame:
-    """This draw's statistics, with the Gaussian-factor reference where it applies (low rank, equal widths)."""
+REFERENCE_AT_ONCE = 512  # up to this d_model the reference is drawn at once; above it, on request
+
+
+def _stats_table(sample, d_model: int, n_heads: int, sigma: float, with_reference: bool) -> pd.DataFrame:
+    """This draw's statistics, with the Gaussian-factor reference when asked (it applies to low rank, equal widths)."""
     from analysis.references import gaussian_references
 
-    refs = gaussian_references(d_model, d_model // n_heads, sigma_q)[0] if not full and sigma_q == sigma_k else {}
+    refs = gaussian_references(d_model, d_model // n_heads, sigma)[0] if with_reference else {}
     rows = []
     for name in LAB_STATS:
         ref = refs.get(name)
