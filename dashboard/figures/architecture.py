@@ -77,10 +77,10 @@ def cell_picker(x: Any, y: Any, values: np.ndarray, steps: np.ndarray | None, *,
     xs = np.tile(np.asarray(x, dtype=object), s)
     ys = np.repeat(np.asarray(y, dtype=np.float64), n)
     head_idx = np.tile(np.arange(n), s)
-    custom = np.empty((s * n, 4), dtype=np.float64)
+    custom = np.empty((s * n, 4), dtype=np.float32)  # float32 halves the payload; steps are exact below 2**24
     custom[:, 0], custom[:, 1] = head_idx // n_heads, head_idx % n_heads
     custom[:, 2] = np.repeat(steps, n) if steps is not None else np.nan
-    custom[:, 3] = np.asarray(values, dtype=np.float64).ravel()
+    custom[:, 3] = np.asarray(values, dtype=np.float32).ravel()
     step_text = "<br>step %{customdata[2]:,}" if steps is not None else ""
     return dict(
         type="scattergl" if s * n > 20000 else "scatter", x=xs.tolist(), y=ys, mode="markers", xaxis=xaxis,

@@ -95,9 +95,19 @@ def test_heatmap_cells_carry_layer_head_step_and_value(store):
     custom = np.asarray(cells.customdata)
     s, n_layers, n_heads = values.shape
     assert custom.shape == (s * n_layers * n_heads, 4)
-    np.testing.assert_array_equal(custom[:, 3], values.reshape(-1))
+    np.testing.assert_allclose(custom[:, 3], values.reshape(-1), rtol=1e-6)
     np.testing.assert_array_equal(custom[:, 2], np.repeat(store.steps, n_layers * n_heads))
     assert list(cells.x[:n_heads + 1]) == arch.head_labels(n_layers, n_heads)[: n_heads + 1]
     assert fig.layout.hoverdistance == -1
     event = {"selection": {"points": [{"customdata": custom[9].tolist()}]}}
     assert picked_step(event, store.steps.tolist()) == int(store.steps[0])
+
+
+def test_streamlits_developer_items_are_hidden_in_the_served_config():
+    import tomllib
+
+    from tests.app.conftest import ROOT
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer"
+    assert "COPY --chown=user .streamlit ./.streamlit" in (ROOT / "Dockerfile").read_text()  # the image uses it
