@@ -15,6 +15,7 @@ import streamlit as st
 from analysis.errors import StoreError
 from dashboard import loader, widgets
 from dashboard.card import loss_series, model_card_lines
+from dashboard.export import loss_csv
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
 from dashboard.navigation import PAGES as PAGE_SPECS
@@ -90,6 +91,9 @@ with widgets.view_state(settings) as view:
                     st.plotly_chart(loss_curve(*loss, log_x=scale == "log"), key="loss_curve",
                                     config={"displayModeBar": False})
                     st.caption("Loss over training as recorded by the run (nats per token).")
+                    st.download_button(
+                        "Loss (CSV)", lambda: loss_csv(run, *loss), file_name=f"{run}_loss.csv", mime="text/csv",
+                        key="loss_csv", on_click="ignore", icon=":material/download:", type="tertiary")
 
         # --- sidebar: how the figures' camera button saves (not part of a view's link) ---
         st.radio("Figure downloads (camera icon)", ["png", "svg"], key=widgets.IMAGE_FORMAT, horizontal=True,

@@ -82,6 +82,14 @@ def tidy(values: np.ndarray, steps: np.ndarray, *, run: str, statistic: str, k: 
     })
 
 
+def loss_csv(run: str | None, steps: np.ndarray, train: np.ndarray, val: np.ndarray) -> bytes:
+    """The sidebar's loss curve as tidy CSV: run, split, step, value (validation only where recorded)."""
+    rows = [pd.DataFrame({"run": run, "split": split, "step": np.asarray(steps, dtype=np.int64), "value": v})
+            for split, v in (("train", train), ("validation", val))]
+    frame = pd.concat(rows, ignore_index=True)
+    return to_csv(frame[np.isfinite(frame["value"])])
+
+
 def to_csv(frame: pd.DataFrame) -> bytes:
     """CSV bytes (float64 written with full precision, so it reads back equal)."""
     return frame.to_csv(index=False, float_format="%.17g").encode()

@@ -4,7 +4,7 @@ import streamlit as st
 
 import pandas as pd
 
-from dashboard import loader, widgets
+from dashboard import export, loader, widgets
 from dashboard.figures import rmt as figs
 from dashboard.stats import STATS
 from dashboard.tables import init_scale
@@ -45,6 +45,7 @@ def main() -> None:
         st.info(f"{n_heads} heads do not divide d_model {d_model}: pick another number of heads.")
         return
     sample = loader.rmt_sample(d_model, n_heads, sigma_q, sigma_k, not full, 0)
+    tag = f"d_model {d_model}, {n_heads} heads, σ_Q {sigma_q:g}, σ_K {sigma_k:g}{', full rank' if full else ''}"
     if store is not None:
         st.caption(f"Opened at the run *{frame.run}*: d_model {store.d_model}, d_head {store.d_head}, init σ₀ "
                    f"{sigma0:.3g} (from its step-0 heads: σ_QK = σ₀² √d_head)." if init_scale(store) else
@@ -65,7 +66,8 @@ def main() -> None:
     with left:
         st.subheader("Entries of W_QK")
         log_p = widgets.toggle("logp", "log density axis", False)
-        st.plotly_chart(figs.entries_figure(sample, log_density=log_p), key="rmt_entries")
+        widgets.chart(figs.entries_figure(sample, log_density=log_p), "rmt_entries", title=f"random W_QK · {tag} · entries",
+                      filename=export.safe_name("random", tag, "entries"), csv=lambda: _trace_csv(figs.entries_figure(sample), tag))
         st.caption(
             f"Histogram of the {d_model}² entries; red: the Gaussian of the predicted width σ_Q σ_K √r "
             f"= {sample.predicted_std:.3g} (r = {sample.rank}); measured σ = {sample.entry_std:.3g}."
@@ -73,12 +75,14 @@ def main() -> None:
     # --- panel: ordered singular values ---
     with right:
         st.subheader("Ordered singular values")
-        st.plotly_chart(figs.singular_values_figure(sample), key="rmt_sv")
+        widgets.chart(figs.singular_values_figure(sample), "rmt_sv", title=f"random W_QK · {tag} · singular values",
+                      filename=export.safe_name("random", tag, "sv"), csv=lambda: _trace_csv(figs.singular_values_figure(sample), tag))
         cut = f"only the first {sample.rank} are non-zero (dashed line: the cut at d_head)" if not full else "all non-zero"
         st.caption(f"All {d_model} singular values of W_QK, largest first, log scale: {cut}; the rest are rounding noise.")
     # --- panel: P(lambda) with the free-product and plain Marchenko-Pastur laws ---
     st.subheader("Spectrum against the null laws")
-    st.plotly_chart(figs.spectrum_law_figure(sample), key="rmt_law")
+    widgets.chart(figs.spectrum_law_figure(sample), "rmt_law", title=f"random W_QK · {tag} · spectrum against the null laws",
+                  filename=export.safe_name("random", tag, "law"), csv=lambda: _trace_csv(figs.spectrum_law_figure(sample), tag))
     st.caption(
         f"The {sample.rank} non-zero λ_k = s_k², rescaled by (d_model σ_Q σ_K)²; red: the free product of two "
         f"Marchenko-Pastur laws with c = {sample.c:.3g} (the null model of `analysis/nullmodel.py`); grey dotted: one "
@@ -104,6 +108,13 @@ def _stats_table(sample, d_model: int, n_heads: int, sigma: float, with_referenc
                      "random heads, mean": ref.mean if ref else None,
                      "5%": ref.lo if ref else None, "95%": ref.hi if ref else None})
     return pd.DataFrame(rows)
+
+
+def _trace_csv(fig, tag: str) -> pd.DataFrame:
+    """Every trace of a lab figure as tidy rows: setting, series, x, value."""
+    parts = [pd.DataFrame({"setting": tag, "series": t.name, "x": list(t.x), "value": list(t.y)})
+             for t in fig.data if t.x is not None and t.y is not None]
+    return pd.concat(parts, ignore_index=True)
 
 
 main()
