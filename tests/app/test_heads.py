@@ -36,6 +36,13 @@ def test_heads_table_has_every_head_at_the_chosen_step_sorted_by_rank(app_env):
     assert table["rank"].tolist() == sorted(table["rank"].tolist())  # sorted by rank: 1 = the largest value
     assert table["value"].iloc[0] == pytest.approx(v[5].max())
     assert (table["value"].diff().dropna() <= 1e-12).all()
+    # the random-head reference, computed here from analysis.references for the run's shape and init scale
+    from analysis.references import gaussian_references, init_sigma
+
+    ref = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))[0]
+    ref = ref["stable_rank"]
+    np.testing.assert_allclose(table["over reference"], table["value"] / ref.mean)
+    assert (table["in 5-95% band"] == ((table["value"] >= ref.lo) & (table["value"] <= ref.hi))).all()
     # links open the head with the page's statistic and step
     first = table.iloc[0]
     assert first["open"].startswith(f"head?run={app_env.name}&layer={first['layer']}&head={first['head']}&stat=stable_rank")
