@@ -38,6 +38,12 @@ def main() -> None:
         "step", "Chosen steps (marked in every panel)", steps, default_steps(store.steps), fmt=lambda s: f"{s:,}",
         where=c_steps, max_selections=MAX_CHOSEN_STEPS,
     )
+    heads_all = [(lay, hd) for lay in range(store.n_layers) for hd in range(store.n_heads) if (lay, hd) != (layer, head)]
+    compared = widgets.multiselect(
+        "cmp", "Overlay other heads, from any layer (dotted on every panel over training)",
+        [f"L{lay}H{hd}" for lay, hd in heads_all], [], max_selections=MAX_COMPARED,
+        help="In the link as cmp=L2H3 (repeatable)")
+    pairs = [(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared]
     if not chosen:
         st.caption("No step chosen: pick at least one to draw the distribution and spectrum at fixed steps.")
     idx = [steps.index(s) for s in chosen]
@@ -87,13 +93,15 @@ def main() -> None:
             x_range = (w_lo, w_hi)
         p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
         gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
-        widgets.chart(figs.density_slices(
+        picked_d = widgets.chart(figs.density_slices(
             w_all[idx], p_all[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx, sigma=sigma, kl=kl,
             stats=(STATS["std"], STATS["kl_gauss"]), w_range=x_range, p_range=p_range, log_p=log_p, gauss=gauss,
             bands=(reference_of(refs, "std", None), reference_of(refs, "kl_gauss", None)), standardized=standardized,
+            compare=[(lay, hd, (store.array("std")[:, lay, hd], store.array("kl_gauss")[:, lay, hd])) for lay, hd in pairs],
         ), "density_slices", title=f"{frame.run} · {name} · P(w) at chosen steps, σ, D_KL",
             filename=export.safe_name(frame.run, tag, "Pw-sigma-DKL"),
-            csv=lambda: _slices_csv(frame.run, layer, head, store.steps, idx, w_all, p_all, standardized, sigma, kl))
+            csv=lambda: _slices_csv(frame.run, layer, head, store.steps, idx, w_all, p_all, standardized, sigma, kl),
+            select=bool(pairs))
         band = reference_of(refs, "kl_gauss", None)
         ref = (f" Grey bands: 5-95% of σ and D_KL over random heads (Gaussian W_Q, W_K of this run's shape and init "
                f"σ₀; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] nats: W_QK of Gaussian factors is not itself "
@@ -117,15 +125,17 @@ def main() -> None:
         show_null = widgets.toggle("null", "random-head reference", True,
                                    help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm")
         null_lam = null_spectra(lam[idx], store) if show_null else None
-        widgets.chart(figs.spectrum_slices(
+        picked_s = widgets.chart(figs.spectrum_slices(
             lam[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx,
             stable_rank=store.array("stable_rank")[:, layer, head],
             entropy=store.array("spectral_entropy")[:, layer, head],
             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True),
             null_lam=null_lam,
+            compare=[(lay, hd, (store.array("stable_rank")[:, lay, hd], store.array("spectral_entropy")[:, lay, hd]))
+                     for lay, hd in pairs],
         ), "spectrum_slices", title=f"{frame.run} · {name} · λ_k at chosen steps, stable rank, entropy",
             filename=export.safe_name(frame.run, tag, "spectrum"),
-            csv=lambda: _lam_csv(frame.run, layer, head, store.steps, lam, idx))
+            csv=lambda: _lam_csv(frame.run, layer, head, store.steps, lam, idx), select=bool(pairs))
         st.caption("Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
                    "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
                    "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked.")
@@ -193,12 +203,7 @@ def main() -> None:
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                            log=("logy", "log y axis"))
-        heads_all = [(lay, hd) for lay in range(store.n_layers) for hd in range(store.n_heads) if (lay, hd) != (layer, head)]
-        compared = widgets.multiselect(
-            "cmp", "Overlay other heads (any layer)", [f"L{lay}H{hd}" for lay, hd in heads_all], [],
-            max_selections=MAX_COMPARED, help="Drawn dotted on this panel; in the link as cmp=L2H3")
         values = loader.stat_values(store, stat, k=k or 0)
-        pairs = [(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared]
         band = reference_of(refs, stat, k)
         event = widgets.chart(figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
@@ -214,7 +219,8 @@ def main() -> None:
         st.caption(f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
                    "in grey (click one to open it) and the layer mean red dashed"
                    f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}")
-        widgets.open_head_on_click(event, store, stat=stat, k=k)
+        for picked in (event, picked_d, picked_s):  # a click on another head's line opens it
+            widgets.open_head_on_click(picked, store, stat=stat, k=k)
 
 
 def _long(run, layer, head, steps, what, x, grid, x_name) -> pd.DataFrame:

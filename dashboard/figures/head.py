@@ -62,7 +62,8 @@ def _step_map(axis: StepAxis, y: np.ndarray, values: np.ndarray, *, colour_title
 
 
 def _slices_layout(axis: StepAxis, left_x: dict, left_y: dict, right: tuple[tuple[Stat, np.ndarray], ...],
-                   chosen_idx: Sequence[int], colours: Sequence[str], bands: Sequence[Any] = ()) -> dict[str, Any]:
+                   chosen_idx: Sequence[int], colours: Sequence[str], bands: Sequence[Any] = (),
+                   compare: Sequence[tuple[int, int, tuple[np.ndarray, ...]]] = ()) -> dict[str, Any]:
     """A wide left panel (x, y) and two stacked right panels (x2/y2 top, x3/y3 bottom) over training time."""
     lay = layout(
         height=style.HEIGHT + 20,
@@ -74,7 +75,8 @@ def _slices_layout(axis: StepAxis, left_x: dict, left_y: dict, right: tuple[tupl
         lay[f"xaxis{i}"] = step_xaxis(axis, domain=[0.68, 1.0], anchor=f"y{i}",
                                       title=dict(text=axis.title if i == 3 else ""), showticklabels=i == 3)
         band = bands[i - 2] if len(bands) > i - 2 else None
-        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(with_band(values, band)), domain=dom, anchor=f"x{i}")
+        shown = np.concatenate([with_band(values, band)] + [np.ravel(c[2][i - 2]) for c in compare])
+        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(shown), domain=dom, anchor=f"x{i}")
         lay["shapes"] += band_shapes(band, xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += step_marks([axis.x[j] for j in chosen_idx], list(colours), xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += duplicate_shapes(axis, xref=f"x{i}", yref=f"y{i}")
@@ -111,9 +113,17 @@ def with_band(values: np.ndarray, band: Any) -> np.ndarray:
 
 
 def _time_traces(axis: StepAxis, right: tuple[tuple[Stat, np.ndarray], ...], chosen_idx: Sequence[int],
-                 colours: Sequence[str]) -> list[dict]:
-    """Each right-panel statistic over training, with the chosen steps as coloured markers."""
+                 colours: Sequence[str], compare: Sequence[tuple[int, int, tuple[np.ndarray, ...]]] = ()) -> list[dict]:
+    """Each right-panel statistic over training, with the chosen steps as coloured markers, and compared heads
+    (``(layer, head, (values of panel 1, values of panel 2))``) dotted."""
     traces = []
+    for j, (c_layer, c_head, series) in enumerate(compare):
+        for i, values in enumerate(series, start=2):
+            traces.append(dict(
+                type="scatter", x=axis.x, y=values, mode="lines", xaxis=f"x{i}", yaxis=f"y{i}", showlegend=False,
+                name=f"L{c_layer} H{c_head}", line=dict(color=COMPARE_COLOURS[j % len(COMPARE_COLOURS)], width=1.4, dash="dot"),
+                customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
+                hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>%{{y:.4g}}<extra>click to open</extra>"))
     idx = list(chosen_idx)
     for i, (stat, values) in enumerate(right, start=2):
         ax = dict(xaxis=f"x{i}", yaxis=f"y{i}", showlegend=False)
@@ -134,6 +144,7 @@ def density_slices(
     chosen_idx: Sequence[int], sigma: np.ndarray, kl: np.ndarray, stats: tuple[Stat, Stat],
     w_range: tuple[float, float], p_range: tuple[float, float], log_p: bool = True,
     gauss: Sequence[tuple[float, float]] = (), bands: Sequence[Any] = (), standardized: bool = False,
+    compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (),
 ) -> go.Figure:
     """P(w) at the chosen steps overlaid (left); sigma(t) and D_KL(t) with those steps marked (right).
 
@@ -148,6 +159,7 @@ def density_slices(
         gauss: ``(mu, sigma)`` per chosen step: the Gaussian of the same mean and sigma, dashed in the step's colour.
         bands: the random-head references of sigma and D_KL (`analysis.references.Reference`), drawn as grey bands.
         standardized: ``w`` and ``p`` are z = (w - mu)/sigma and p_z (the x axis says so).
+        compare: other heads' ``(layer, head, (sigma, kl))`` over training, dotted on the right panels.
     """
     var, dens = ("z", "p(z)") if standardized else ("w", "p(w)")
     traces = [
@@ -162,12 +174,12 @@ def density_slices(
                            legendgroup="gauss", showlegend=i == 0, line=dict(color=colour, width=1, dash="dash"),
                            hovertemplate=f"N(μ, σ) of {label}<br>{var} = %{{x:.3g}}<br>{dens} = %{{y:.3g}}<extra></extra>"))
     right = ((stats[0], sigma), (stats[1], kl))
-    traces += _time_traces(axis, right, chosen_idx, colours)
+    traces += _time_traces(axis, right, chosen_idx, colours, compare)
     x_title = "z = (w − μ)/σ (standardized)" if standardized else W_TITLE
     y_title = "p(z)" if standardized else "p(w) (1 / raw unit)"
     return figure(traces, _slices_layout(
         axis, value_axis(x_title, w_range), value_axis(y_title, p_range, log=log_p),
-        right, chosen_idx, colours, bands,
+        right, chosen_idx, colours, bands, compare,
     ))
 
 
@@ -185,7 +197,7 @@ def spectrum_map(axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] =
 def spectrum_slices(
     lam: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis, chosen_idx: Sequence[int],
     stable_rank: np.ndarray, entropy: np.ndarray, stats: tuple[Stat, Stat], lam_range: tuple[float, float],
-    null_lam: np.ndarray | None = None,
+    null_lam: np.ndarray | None = None, compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (),
 ) -> go.Figure:
     """lambda_k versus k at the chosen steps (left, log scale); stable rank and spectral entropy over training (right).
 
@@ -210,10 +222,10 @@ def spectrum_slices(
             for i, (label, colour) in enumerate(zip(labels, colours))
         ]
     right = ((stats[0], stable_rank), (stats[1], entropy))
-    traces += _time_traces(axis, right, chosen_idx, colours)
+    traces += _time_traces(axis, right, chosen_idx, colours, compare)
     return figure(traces, _slices_layout(
         axis, value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)), value_axis("λ_k = s_k² (raw units²)", lam_range, log=True),
-        right, chosen_idx, colours,
+        right, chosen_idx, colours, (), compare,
     ))
 
 

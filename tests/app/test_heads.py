@@ -186,6 +186,12 @@ def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
     np.testing.assert_allclose(arr(traces["L3 H0"]["y"]), store.array("std")[:, 3, 0])
     link = at.code[0].value
     assert "cmp=L2H3&cmp=L3H0" in link  # the overlay is part of the link
+    # and on the other panels over training: sigma and D_KL, stable rank and spectral entropy
+    for key, (top, bottom) in (("density_slices", ("std", "kl_gauss")), ("spectrum_slices", ("stable_rank", "spectral_entropy"))):
+        lines = [t for t in chart(at, key)["data"] if t.get("name") == "L2 H3"]
+        assert [t["yaxis"] for t in lines] == ["y2", "y3"]
+        np.testing.assert_allclose(arr(lines[0]["y"]), store.array(top)[:, 2, 3])
+        np.testing.assert_allclose(arr(lines[1]["y"]), store.array(bottom)[:, 2, 3])
     bad = open_page(HEAD, {"cmp": "L9H9"})
     assert any("cmp" in n for n in notices(bad))
 
