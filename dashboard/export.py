@@ -110,6 +110,8 @@ def animation_gif(values: np.ndarray, steps: list[int], *, title: str, zmin: flo
                   signed: bool = False, frame_ms: int = 180, cell: int | None = None) -> bytes:
     """The layer x head heatmap at every checkpoint as an animated GIF (Pillow), colours fixed over the run.
 
+    Layers are rows (layer 0 on top), heads columns; a colour bar with its two ends labelled stands to the right.
+
     Args:
         values: ``(S, n_layers, n_heads)``; colour by log10 when ``log`` (non-positive cells grey).
         steps: frame labels.
@@ -136,10 +138,18 @@ def animation_gif(values: np.ndarray, steps: list[int], *, title: str, zmin: flo
         big = np.kron(rgb, np.ones((cell, cell, 1), dtype=np.uint8))
         # at least 420 px wide, so the title and the step always show (and no two frames are identical:
         # Pillow would merge them, and the GIF would lose a checkpoint)
-        canvas = np.full((big.shape[0] + band, max(big.shape[1], 420), 3), 255, dtype=np.uint8)
-        canvas[band:, : big.shape[1]] = big
+        width = big.shape[1]
+        canvas = np.full((big.shape[0] + band, max(width + 90, 420), 3), 255, dtype=np.uint8)
+        canvas[band:, :width] = big
+        # the colour bar: the scale from zmax (top) to zmin (bottom) beside the heatmap, its ends labelled
+        rows = np.linspace(255, 0, big.shape[0]).round().astype(np.int64)
+        canvas[band:, width + 8 : width + 20] = lut[rows][:, None, :]
         img = Image.fromarray(canvas)
-        ImageDraw.Draw(img).text((4, 8), f"{title} · step {steps[i]:,}", fill=(0, 0, 0))
+        draw = ImageDraw.Draw(img)
+        draw.text((4, 8), f"{title} · step {steps[i]:,}", fill=(0, 0, 0))
+        hi_text, lo_text = (f"1e{zmax:.2f}", f"1e{zmin:.2f}") if log else (f"{zmax:.3g}", f"{zmin:.3g}")
+        draw.text((width + 24, band), hi_text, fill=(0, 0, 0))
+        draw.text((width + 24, band + big.shape[0] - 12), lo_text, fill=(0, 0, 0))
         frames.append(img.convert("P", palette=Image.Palette.ADAPTIVE, colors=255))
     buf = io.BytesIO()
     frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:], duration=frame_ms, loop=0)
