@@ -3,11 +3,12 @@
 A row opens its head in the head explorer (with this page's statistic and step).
 """
 
+import pandas as pd
 import streamlit as st
 
 from analysis.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
-from dashboard import export, loader, widgets
+from dashboard import data, export, loader, widgets
 from dashboard.data import default_steps
 from dashboard.stats import LAMBDA, STATS
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_of
@@ -65,6 +66,13 @@ def main() -> None:
             st.error(str(exc))
     counts = approach_counts(approaches, store.n_layers, store.n_heads) if approaches is not None else None
     table = heads_table(values, at=steps.index(step), since=steps.index(since), reference=reference, counts=counts)
+    for matrix in [m for m in store.meta.matrices if m != "qk"]:  # other products, where the store has their rows
+        try:
+            other = data.stat_values_of(store, stat, k=k or 0, matrix=matrix)
+        except KeyError:
+            continue
+        table = pd.concat([table, heads_table(other, at=steps.index(step), since=steps.index(since), reference=None,
+                                              counts=None, matrix=matrix)], ignore_index=True)
     if layers:
         table = table[table["layer"].isin(layers)]
     if sort in table.columns:
@@ -105,7 +113,8 @@ def main() -> None:
                 f"scale; 32 seeded draws): mean {reference.mean:.4g}, 5-95% band [{reference.lo:.4g}, {reference.hi:.4g}]."
                 if reference is not None else "No random-head reference for this statistic (the run has no step 0 to "
                 "read its init scale from).")
-    st.caption(f"One row per head{' of the chosen layers' if layers else ''}: {label} at step {step:,}, its change "
+    st.caption(f"One row per head{' of the chosen layers' if layers else ''} (and per matrix kind the store has; rank "
+               f"within each kind): {label} at step {step:,}, its change "
                f"since step {since:,}, its rank among all heads (1 = largest), the value divided by the random-head mean "
                f"and whether it lies in the random heads' 5-95% band, and its close approaches of λ_0 … λ_3 at the "
                f"chosen gap. Click a column header to sort, tick a row (or its *open* link) to open the head. {ref_text}")
