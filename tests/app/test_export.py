@@ -97,7 +97,8 @@ def test_heatmap_cells_carry_layer_head_step_and_value(store):
     assert custom.shape == (s * n_layers * n_heads, 4)
     np.testing.assert_allclose(custom[:, 3], values.reshape(-1), rtol=1e-6)
     np.testing.assert_array_equal(custom[:, 2], np.repeat(store.steps, n_layers * n_heads))
-    assert list(cells.x[:n_heads + 1]) == arch.head_labels(n_layers, n_heads)[: n_heads + 1]
+    np.testing.assert_array_equal(np.asarray(cells.x), np.tile(np.arange(n_layers * n_heads), s))  # column i at i
+    assert cells.xaxis == "x2" and fig.layout.xaxis2.overlaying == "x" and fig.layout.xaxis2.matches == "x"
     assert fig.layout.hoverdistance == -1
     event = {"selection": {"points": [{"customdata": custom[9].tolist()}]}}
     assert picked_step(event, store.steps.tolist()) == int(store.steps[0])
