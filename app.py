@@ -15,6 +15,7 @@ import streamlit as st
 from analysis.errors import StoreError
 from dashboard import loader, widgets
 from dashboard.card import loss_series, model_card_lines
+from dashboard.export import loss_csv
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
 from dashboard.navigation import PAGES as PAGE_SPECS
@@ -57,6 +58,7 @@ with widgets.view_state(settings) as view:
                     "or point HEADWATCH_STORE at one.")
 
         # --- sidebar: model card ---
+        loss = None
         if store is not None:
             with st.container(border=True):
                 for line in model_card_lines(store.meta):
@@ -69,9 +71,7 @@ with widgets.view_state(settings) as view:
                     )
                     store = store.view(include_mixed=mixed)
                 loss = loss_series(store)
-                if loss is not None:
-                    st.plotly_chart(loss_curve(*loss), key="loss_curve", config={"displayModeBar": False})
-                    st.caption("Loss over training as recorded by the run (nats per token).")
+                loss_slot = st.container()  # drawn once the time axis below is known (its log scale applies)
 
         # --- sidebar: training-time axis ---
         unit, scale = "step", "linear"
@@ -85,6 +85,20 @@ with widgets.view_state(settings) as view:
                 "xscale", "Time scale", ["linear", "log"], "linear", kind="radio", where=st.sidebar,
                 help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
             )
+
+            if loss is not None:
+                with loss_slot:
+                    st.plotly_chart(loss_curve(*loss, log_x=scale == "log"), key="loss_curve",
+                                    config={"displayModeBar": False})
+                    st.caption("Loss over training as recorded by the run (nats per token).")
+                    st.download_button(
+                        "Loss (CSV)", lambda: loss_csv(run, *loss), file_name=f"{run}_loss.csv", mime="text/csv",
+                        key="loss_csv", on_click="ignore", icon=":material/download:", type="tertiary")
+
+        # --- sidebar: how the figures' camera button saves (not part of a view's link) ---
+        st.radio("Figure downloads (camera icon)", ["png", "svg"], key=widgets.IMAGE_FORMAT, horizontal=True,
+                 format_func=str.upper, help="PNG (1600 × 1000 at 2×) or SVG, named after the run, head and statistic. "
+                                             "Each chart's data: its CSV button.")
 
         # --- sidebar: link to this view (drawn when the view is published) ---
         view.link_in(st.container())

@@ -21,7 +21,10 @@ Rule (documented in the README):
    a checkpoint on each side (a > 0, b < T-1) where it does not: the levels
    approach and part again. Its checkpoint t* is the run's smallest gap. Levels
    that start close (at initialisation) or are still close at the last checkpoint
-   make no approach.
+   make no approach. A run must also go *deep*: its smallest gap must fall below
+   ``(1 - min_depth) * gap_threshold`` (default ``min_depth`` 0.2: below 8% at a 10%
+   threshold); a gap that only grazes the threshold (wobbles just under it for a
+   checkpoint or two) is noise around the threshold, not an approach.
 2. At each step through the approach, a-1 -> a, ..., b -> b+1, compare
    keep = O_(i,i) * O_(i+1,i+1) with swap = O_(i,i+1) * O_(i+1,i). A step is
    *informative* when max(keep, swap) >= ``min_evidence`` (default 0.25: the
@@ -48,6 +51,7 @@ import numpy as np
 
 GAP_THRESHOLD = 0.1
 MIN_EVIDENCE = 0.25
+MIN_DEPTH = 0.2  # an approach's smallest gap must be below (1 - MIN_DEPTH) * gap_threshold
 
 
 OVERLAP_K = 8  # leading singular vectors whose overlaps the store keeps
@@ -99,6 +103,7 @@ def classify_approaches(
     levels: int = 3,
     gap_threshold: float = GAP_THRESHOLD,
     min_evidence: float = MIN_EVIDENCE,
+    min_depth: float = MIN_DEPTH,
 ) -> list[Approach]:
     """Find and classify close approaches of adjacent leading levels of one head.
 
@@ -109,6 +114,7 @@ def classify_approaches(
         levels: pairs (0,1) .. (levels-1, levels) are examined.
         gap_threshold: relative-gap threshold of a close approach.
         min_evidence: a step informs the verdict when max(keep, swap) reaches this.
+        min_depth: a close run counts only when its smallest gap is below ``(1 - min_depth) * gap_threshold``.
 
     Returns:
         Approaches in time order, then level order.
@@ -124,7 +130,7 @@ def classify_approaches(
     s = np.sqrt(np.clip(lam, 0, None))
     for i in range(levels):
         gap = relative_gap(s[:, i], s[:, i + 1])
-        for a, b, t in close_approaches(gap, gap_threshold):
+        for a, b, t in close_approaches(gap, gap_threshold, min_depth=min_depth):
             scores = []
             for step in range(a - 1, b + 1):  # overlaps[step]: checkpoint step -> step + 1
                 o = overlaps[step]
@@ -144,16 +150,26 @@ def relative_gap(s_i: np.ndarray, s_next: np.ndarray) -> np.ndarray:
     return np.where(total > 0, (s_i - s_next) / np.where(total > 0, total, 1), 1.0)
 
 
-def close_approaches(gap: np.ndarray, gap_threshold: float = GAP_THRESHOLD) -> list[tuple[int, int, int]]:
+def close_approaches(
+    gap: np.ndarray, gap_threshold: float = GAP_THRESHOLD, *, min_depth: float = MIN_DEPTH,
+) -> list[tuple[int, int, int]]:
     """Rule 1: the close approaches in one level pair's gap series ``(T,)``.
 
     Returns:
         ``(a, b, t_star)`` per approach: the run a..b (inclusive) of checkpoints with
-        ``gap < gap_threshold``, not touching the first or last checkpoint, and its smallest gap.
+        ``gap < gap_threshold``, not touching the first or last checkpoint, whose smallest
+        gap (at t_star) is below ``(1 - min_depth) * gap_threshold``.
     """
-    edges = np.diff(np.concatenate([[0], (np.asarray(gap) < gap_threshold).astype(np.int8), [0]]))
+    gap = np.asarray(gap)
+    edges = np.diff(np.concatenate([[0], (gap < gap_threshold).astype(np.int8), [0]]))
     runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist())
-    return [(a, b, a + int(np.argmin(gap[a : b + 1]))) for a, b in runs if a > 0 and b < len(gap) - 1]
+    deep = (1.0 - min_depth) * gap_threshold
+    out = []
+    for a, b in runs:
+        t = a + int(np.argmin(gap[a : b + 1]))
+        if a > 0 and b < len(gap) - 1 and gap[t] < deep:
+            out.append((a, b, t))
+    return out
 
 
 # --------------------------------------------------------------------------- one head's leading levels

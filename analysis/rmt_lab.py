@@ -15,7 +15,7 @@ numpy only; one dense d_model x d_model SVD (about half a second at d_model 1024
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class LabSample:
     entry_density: np.ndarray  # (ENTRY_HIST_BINS,) normalized histogram of the d_model^2 entries
     sv: np.ndarray  # (d_model,) all singular values, descending (zeros past `rank`, to rounding)
     x: np.ndarray  # (rank,) lambda / (d_model sigma_Q sigma_K)^2 of the non-zero values
+    stats: dict[str, float] = field(default_factory=dict)  # the head pages' statistics of this W_QK (`stats_of`)
 
     @property
     def c(self) -> float:
@@ -85,4 +86,18 @@ def lab_sample(
         entry_density=density,
         sv=sv,
         x=x,
+        stats=stats_of(w, sv[:rank]),
     )
+
+
+def stats_of(w: np.ndarray, sv: np.ndarray) -> dict[str, float]:
+    """The statistics the head pages show, for one W_QK: element-wise (`analysis.references.elementwise`:
+    sigma, skew, excess kurtosis, D_KL from the Gaussian of the same mean and sigma, ...) and spectral
+    (stable rank, spectral entropy, participation ratio, from its non-zero singular values ``sv``)."""
+    from analysis.references import elementwise
+
+    lam = np.asarray(sv, dtype=np.float64) ** 2
+    total = lam.sum()
+    p = lam[lam > 0] / total
+    return {**elementwise(w), "stable_rank": float(total / lam[0]), "spectral_entropy": float(-(p * np.log(p)).sum()),
+            "participation_ratio": float(total**2 / (lam**2).sum())}

@@ -143,6 +143,18 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
     return store.array(stat, matrix=matrix)
 
 
+def stat_values_of(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
+    """`stat_values` for one matrix kind of the store's rows (``matrix`` of ``heads.parquet``).
+
+    Raises:
+        KeyError: the store has no such column or no complete rows of that matrix kind.
+    """
+    if stat == LAMBDA:
+        sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
+        return sv * sv
+    return store.array(stat, matrix=matrix)
+
+
 def fixed_range(values: np.ndarray, *, log: bool = False, pad: float = 0.04) -> tuple[float, float]:
     """A range that holds every finite value (positive ones on a log axis), padded; in log10 units if ``log``."""
     v = np.asarray(values, dtype=np.float64)

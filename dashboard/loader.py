@@ -246,3 +246,37 @@ def layer_matrices(store: Store) -> pd.DataFrame | None:
         StoreError: ``layers.parquet`` is unreadable.
     """
     return _layers(str(store.path), _version(store.path), store.include_mixed)
+
+
+@st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...",
+                   max_entries=16)
+def _references(d_model: int, d_head: int, sigma0: float | None):
+    from analysis.references import gaussian_references
+
+    return gaussian_references(d_model, d_head, sigma0)
+
+
+def references(store: Store):
+    """`dashboard.tables.references`: the Gaussian-factor reference of every statistic, cached per shape and scale."""
+    from dashboard.tables import init_scale
+
+    sigma0 = init_scale(store)
+    return _references(int(store.d_model), int(store.d_head), None if sigma0 is None else round(sigma0, 12))
+
+
+@st.cache_data(show_spinner="Finding every head's close approaches ...", max_entries=16)
+def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int) -> pd.DataFrame | None:
+    from dashboard.tables import model_approaches as find
+
+    store = _open(path, version).view(include_mixed=include_mixed)
+    return find(store, gap_pct / 100,
+                overlaps_of=lambda layer, head: _overlaps(path, version, include_mixed, layer, head))
+
+
+def model_approaches(store: Store, gap_pct: int) -> pd.DataFrame | None:
+    """`dashboard.tables.model_approaches` at a threshold of ``gap_pct`` percent, cached per store and threshold.
+
+    Raises:
+        StoreError: ``overlaps.parquet`` is unreadable.
+    """
+    return _model_approaches(str(store.path), _version(store.path), store.include_mixed, int(gap_pct))

@@ -39,6 +39,9 @@ class PageSpec:
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/index.py", "Overview", ":material/home:", "overview",
              "what headwatch measures, a link to every view, a card per run", default=True),
+    PageSpec("pages/heads_table.py", "Heads", ":material/table_rows:", "heads",
+             "every head in one sortable table: a statistic at a step, its change, rank, against random heads, "
+             "its level crossings; the model's close approaches"),
     PageSpec("pages/head_explorer.py", "Head explorer", ":material/center_focus_strong:", "head",
              "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, "
              "against its layer"),

@@ -11,14 +11,17 @@ HEATMAP_SCALE = get_colorscale("Viridis")
 SIGNED_SCALE = get_colorscale("RdBu_r")
 SIGNED_STATS = ("mean", "skew", "eig_positivity")
 
-# Chosen steps: sampled from early (dark) to late (bright) so order reads at a glance.
-STEP_SCALE = get_colorscale("Plasma")
-STEP_SCALE_SPAN = (0.0, 0.85)  # the top of Plasma is too pale on white
+# Chosen steps: early to late along navy, purple, magenta, orange, brown: every hue dark enough on white and
+# neighbours far apart (Plasma put the first two steps in two near-identical dark blues and the last in pale yellow).
+STEP_SCALE = [[0.0, "#08306b"], [0.25, "#6a3d9a"], [0.5, "#d01c8b"], [0.75, "#e6550d"], [1.0, "#7f2704"]]
+STEP_SCALE_SPAN = (0.0, 1.0)
 
 # Layers (trajectory map, layer means) and heads (layer view) are coloured along continuous scales.
 LAYER_SCALE = get_colorscale("Turbo")
 HEAD_SCALE = get_colorscale("Turbo")
 
+REFERENCE_FILL = "rgba(120,120,120,0.16)"  # the random-head 5-95% band
+REFERENCE_LINE = "rgba(80,80,80,0.7)"  # its mean, dotted
 LAYER_MEAN_COLOUR = "#d62728"  # the layer mean: red, dashed
 LAYER_MEAN_DASH = "dash"
 LAYER_MEAN_WIDTH = 2.5
@@ -44,6 +47,24 @@ def step_colours(n: int) -> list[str]:
     lo, hi = STEP_SCALE_SPAN
     points = [lo + (hi - lo) * i / max(n - 1, 1) for i in range(n)]
     return sample_colorscale(STEP_SCALE, points)
+
+
+LAYER_SPAN = (0.08, 0.92)  # Turbo's ends are near black and dark red: layer 0 reads blue, the last red
+
+
+def layer_colours(n: int) -> list[str]:
+    """``n`` layer colours along `LAYER_SCALE`, from blue (layer 0) to red (the last)."""
+    lo, hi = LAYER_SPAN
+    return sample_colorscale(LAYER_SCALE, [lo + (hi - lo) * i / max(n - 1, 1) for i in range(n)]) if n > 0 else []
+
+
+def layer_steps(n: int) -> list:
+    """A stepped colour scale for ``n`` discrete layers (one flat band per layer, `layer_colours`), for cmin -0.5, cmax n - 0.5."""
+    colours = layer_colours(max(n, 1))
+    out = []
+    for i, c in enumerate(colours):
+        out += [[i / len(colours), c], [(i + 1) / len(colours), c]]
+    return out
 
 
 def scale_colours(scale: list, n: int) -> list[str]:

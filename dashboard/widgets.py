@@ -53,6 +53,10 @@ _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_st
 _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of URL strings
 _LAST = "_hw_last"  # last value of every parameter; plain session state, so it survives page switches
 _NEXT = "_hw_next"  # values `switch_page` hands to the next page's widgets, used once
+_PAGE_LAST = "_hw_page_last"  # (page url_path, name) -> last value, for the parameters in PAGE_SCOPED
+_PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view showed
+PAGE_SCOPED = ("stat", "k")  # each page keeps its own: never carried to another page (a link or a click hands them)
+IMAGE_FORMAT = "_hw_image_format"  # the sidebar's choice of figure-export format (png or svg), not part of a view
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
@@ -130,6 +134,7 @@ class View:
         if {k: st.query_params.get_all(k) for k in st.query_params} != params:
             st.query_params.from_dict(params)
         st.session_state[_WRITTEN] = params
+        st.session_state[_PREV_PAGE] = url_path
         st.session_state.pop(_NEXT, None)  # handed values not used by this page expire
         if self._history_slot is not None:
             self._history_slot.html(out.history_script, unsafe_allow_javascript=True)
@@ -208,7 +213,14 @@ def notice(text: str) -> None:
 def _register(view: View, name: str, value: Any) -> None:
     values = value if isinstance(value, (list, tuple)) else [value]
     view.params[name] = [encode(v) for v in values]
-    st.session_state.setdefault(_LAST, {})[name] = value
+    if name in PAGE_SCOPED:
+        st.session_state.setdefault(_PAGE_LAST, {})[(_page_of(view), name)] = value
+    else:
+        st.session_state.setdefault(_LAST, {})[name] = value
+
+
+def _page_of(view: View) -> str:
+    return getattr(view.page, "url_path", "") or ""
 
 
 def _from_url(name: str) -> list[str] | None:
@@ -234,7 +246,13 @@ def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
         return
-    for candidate in (st.session_state.get(name, _MISSING), st.session_state.get(_LAST, {}).get(name, _MISSING)):
+    if name in PAGE_SCOPED:  # this page's own last value; the widget's session value only if this page set it
+        page = _page_of(view)
+        own = st.session_state.get(name, _MISSING) if st.session_state.get(_PREV_PAGE) == page else _MISSING
+        candidates = (own, st.session_state.get(_PAGE_LAST, {}).get((page, name), _MISSING))
+    else:
+        candidates = (st.session_state.get(name, _MISSING), st.session_state.get(_LAST, {}).get(name, _MISSING))
+    for candidate in candidates:
         if _valid(candidate, options, multi=multi):
             st.session_state[name] = candidate
             return
@@ -389,3 +407,60 @@ def switch_page(page: Any, **values: Any) -> None:
     _active("switch_page")
     st.session_state[_NEXT] = dict(values)
     st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})
+
+
+def chart(
+    fig: Any, key: str, *, title: str, filename: str, csv: Callable[[], Any] | None = None, select: bool = False,
+    where: Where = st, config: dict[str, Any] | None = None,
+) -> Any:
+    """A Plotly chart with its exports: the figure titled ``title`` (run, head, statistic), the camera button
+    saving ``filename`` as PNG or SVG (the sidebar's choice) at publication size, and a CSV button under it.
+
+    Args:
+        fig: the figure (its title is set here).
+        key: widget key (the CSV button's is ``{key}_csv``).
+        title: what the figure is: run, layer, head, statistic.
+        filename: file name without extension (`dashboard.export.safe_name`).
+        csv: a function returning the chart's data as a tidy DataFrame, called only when the button is clicked.
+        select: clicking a point reruns the page with the selection (``on_select="rerun"``, points only).
+        config: more Plotly config (``displayModeBar``), merged over the export settings.
+
+    Returns:
+        The selection event when ``select``, else None.
+    """
+    from dashboard import export
+
+    _active("chart")
+    export.titled(fig, title)
+    cfg = {**export.chart_config(filename, st.session_state.get(IMAGE_FORMAT, "png")), **(config or {})}
+    if select:
+        event = where.plotly_chart(fig, key=key, config=cfg, on_select="rerun", selection_mode="points")
+    else:
+        event = None
+        where.plotly_chart(fig, key=key, config=cfg)
+    if csv is not None:
+        where.download_button("Data (CSV)", lambda: export.to_csv(csv()), file_name=f"{filename}.csv", mime="text/csv",
+                              key=f"{key}_csv", on_click="ignore", icon=":material/download:", type="tertiary",
+                              help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, "
+                                   "k, step, value")
+    return event
+
+
+def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
+    """When ``event`` (a chart's selection) picked a point of a head, open that head in the head explorer.
+
+    The point's ``customdata`` starts with ``[layer, head]`` (`dashboard.figures.trajectory.picked_head`); a
+    third entry that is one of the run's steps (a heatmap cell) is added to the head explorer's chosen steps.
+    ``values`` (``stat``, ``k``) go with it; None values are left out.
+    """
+    from dashboard.data import default_steps
+    from dashboard.figures.trajectory import picked_head, picked_step
+
+    picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
+    if picked is None:
+        return
+    handed = {k: v for k, v in values.items() if v is not None}
+    step = picked_step(event, [int(s) for s in store.steps])
+    if step is not None and "step" not in handed:
+        handed["step"] = sorted(set(default_steps(store.steps)) | {step})
+    switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), **handed)

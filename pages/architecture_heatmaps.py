@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import loader, widgets
+from dashboard import export, loader, widgets
 from dashboard.data import fixed_range
 from dashboard.figures import architecture as figs
 from dashboard.stats import STATS
@@ -27,20 +27,30 @@ def main() -> None:
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
     label = STATS[stat].short(k)
+    name = STATS[stat].name if k is None else f"lambda_{k}"
 
     # --- panel: every head x every checkpoint ---
-    st.plotly_chart(figs.architecture_heatmap(axis, values, stat=STATS[stat], k=k, log_colour=log_colour,
-                                              signed=stat in SIGNED_STATS), key="architecture")
+    event = widgets.chart(
+        figs.architecture_heatmap(axis, values, stat=STATS[stat], k=k, log_colour=log_colour, signed=stat in SIGNED_STATS),
+        "architecture", title=f"{frame.run} · every head · {label}", filename=export.safe_name(frame.run, "all-heads", name),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix), select=True)
     st.caption(f"{label} of all {store.n_layers * store.n_heads} heads (columns, layer by layer; white lines separate "
-               f"layers) at every checkpoint (rows){', log colour' if log_colour else ''}. Hover names the head.")
+               f"layers) at every checkpoint (rows){', log colour' if log_colour else ''}. Hover names the head; "
+               "click a cell to open that head in the head explorer at that step.")
 
     # --- panel: layer means over training ---
     st.subheader("Layer means over training")
     means = values.mean(axis=2)
-    st.plotly_chart(figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour),
-                                     log_y=log_colour), key="layer_means")
-    st.caption(f"{label} averaged over the heads of each layer, one line per layer coloured from first (blue) to "
-               "last (red) layer; log y axis when log colour is on.")
+    widgets.chart(
+        figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour),
+        "layer_means", title=f"{frame.run} · layer means · {label}", filename=export.safe_name(frame.run, "layer-means", name),
+        csv=lambda: export.tidy(means[:, :, None], store.steps, run=frame.run, statistic=f"{stat} (layer mean)", k=k, matrix=matrix)
+        .assign(head="layer mean"))
+    st.caption(f"{label} averaged over the heads of each layer, one line per layer coloured from blue (layer 0) to "
+               "red (last layer); log y axis when log colour is on.")
+
+    # --- a clicked cell opens its head at that step ---
+    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
 
 
 main()

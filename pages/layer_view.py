@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import loader, widgets
+from dashboard import export, loader, widgets
 from dashboard.data import fixed_range
 from dashboard.figures import layers as figs
 from dashboard.stats import STATS
@@ -29,19 +29,30 @@ def main() -> None:
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)
 
+    name = stat if k is None else f"lambda_{k}"
+
     # --- panel: every head of the chosen layer ---
     st.subheader(f"Layer {layer}: every head over training")
-    st.plotly_chart(figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k,
-                                     y_range=y_range, log_y=log_y), key="layer_lines")
+    event = widgets.chart(
+        figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y),
+        "layer_lines", title=f"{frame.run} · layer {layer}, every head · {label}",
+        filename=export.safe_name(frame.run, f"L{layer}", "all-heads", name),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]), select=True)
     st.caption(f"{label} of each of the {store.n_heads} heads of layer {layer} over training (one colour per head), "
-               "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like.")
+               "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like. "
+               "Click a head's line to open it in the head explorer.")
 
     # --- panel: all layers ---
     st.subheader("All layers")
-    st.plotly_chart(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer),
-                    key="layer_grid")
+    grid = widgets.chart(
+        figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer),
+        "layer_grid", title=f"{frame.run} · every layer · {label}", filename=export.safe_name(frame.run, "all-layers", name),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix), select=True)
     st.caption(f"{label} over training, one panel per layer (heads thin blue, layer mean red dashed), all panels on "
-               f"the same axes; layer {layer} is framed.")
+               f"the same axes; layer {layer} is framed. Click a line to open that head.")
 
+    # --- a clicked line opens its head ---
+    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
+    widgets.open_head_on_click(grid, store, stat=stat, k=k, matrix=matrix)
 
 main()

@@ -4,9 +4,9 @@ import numpy as np
 import streamlit as st
 
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
-from dashboard import loader, widgets
+from dashboard import export, loader, widgets
 from dashboard.stats import STATS, TRAJECTORY_STATS
-from dashboard.figures.trajectory import picked_head, trajectory_map
+from dashboard.figures.trajectory import picked_head, sparkline, trajectory_map
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
@@ -78,15 +78,22 @@ def main() -> None:
     neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
 
     # --- panel: the map ---
+    traj = store.array(stat, matrix=matrix)  # (S, n_layers, n_heads): the hover's miniature trajectory of each head
+    sparks = [sparkline(traj[:, int(lay), int(hd)]) for lay, hd in zip(rows["layer"], rows["head"])]
     fig = trajectory_map(rows["x"].to_numpy(), rows["y"].to_numpy(), rows["layer"].to_numpy(), rows["head"].to_numpy(),
-                         neighbors, n_layers=store.n_layers, highlight=layer * store.n_heads + head, method=method)
-    event = st.plotly_chart(fig, key="trajectory_map", on_select="rerun", selection_mode="points")
+                         neighbors, n_layers=store.n_layers, highlight=layer * store.n_heads + head, method=method,
+                         sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks])
+    event = widgets.chart(
+        fig, "trajectory_map", title=f"{frame.run} · trajectory map of {STATS[stat].short()} ({norm})",
+        filename=export.safe_name(frame.run, "trajectory-map", stat, norm),
+        csv=lambda: rows.drop(columns=["neighbors"]).assign(run=frame.run, matrix=matrix), select=True)
     st.caption(
         f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} of "
         f"{'W_QK' if matrix == 'qk' else 'W_OV'} at all "
         f"{len(store.steps)} checkpoints (one coordinate each), normalised {NORMALISATIONS[norm]}. Grey edges join "
         f"each head to its {kk} nearest trajectories before embedding, so long edges show where the map tears "
-        f"neighbours apart. Ringed: layer {layer}, head {head}. Click a point to open that head in the head explorer. "
+        f"neighbours apart. Ringed: layer {layer}, head {head}. Hover shows a head's trajectory in miniature (its own "
+        f"minimum to maximum, first and last value beside it); click a point to open that head in the head explorer. "
         f"Map {source}; UMAP neighbours {nn}, minimum distance {md}, seed {settings.seed}."
     )
 
@@ -102,7 +109,7 @@ def main() -> None:
     # --- picking a head opens it in the head explorer ---
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
-        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), matrix=matrix)
+        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
 
 
 

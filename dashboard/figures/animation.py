@@ -25,21 +25,25 @@ def _marginal_range(means: np.ndarray, log: bool) -> tuple[float, float]:
 
 def animation(
     values: np.ndarray, *, steps: Sequence[int], start: int, stat: Stat, k: int | None = None,
-    log_colour: bool = False, signed: bool = False, frame_ms: int = FRAME_MS,
+    log_colour: bool = False, signed: bool = False, frame_ms: int = FRAME_MS, title: str = "",
 ) -> go.Figure:
     """Layer x head heatmap of a statistic, animated over every checkpoint.
 
     The right marginal is the mean over the heads of each layer, the bottom one the mean
     over layers of each head index. Colour scale and marginal ranges are fixed over the
-    whole run, so what moves is the data, not the scale. Play/pause and the step slider
-    run in the browser.
+    whole run, so what moves is the data, not the scale. The frame shown is ``start``, which
+    the page's one step control (in the URL) sets; Play runs the frames from there in the
+    browser and Pause stops. Plotly's own slider is left out: a second step control that
+    the URL could not follow. An invisible marker per cell carries the hover and makes a
+    click open the head (`dashboard.figures.architecture.cell_picker`).
 
     Args:
         values: ``(S, n_layers, n_heads)``.
-        steps: the S checkpoints' steps (frame names and slider labels).
+        steps: the S checkpoints' steps (frame names and titles).
         start: index of the frame shown first (a link's ``step``).
         log_colour: colour (and marginals) on a log scale.
         signed: diverging colours centred on 0 (linear colour only).
+        title: put before each frame's ``step N`` title (run and statistic, for an exported image).
     """
     s, n_layers, n_heads = values.shape
     sym = stat.short(k)
@@ -49,18 +53,26 @@ def animation(
     layer_mean = np.nanmean(values, axis=2)  # (S, L): right marginal
     head_mean = np.nanmean(values, axis=1)  # (S, H): bottom marginal
     layers, heads = np.arange(n_layers), np.arange(n_heads)
-    # hover shows the raw value: z itself on a linear scale, customdata (float32) under log colour
-    hover = f"layer %{{y}}, head %{{x}}<br>{sym} = %{{{'customdata' if log_colour else 'z'}:.4g}}<extra></extra>"
+
+    cell_layer, cell_head = np.repeat(layers, n_heads), np.tile(heads, n_layers)
 
     def frame_data(i: int) -> list[dict[str, Any]]:
-        """What changes from one checkpoint to the next: colours and the two marginals."""
+        """What changes from one checkpoint to the next: colours, the two marginals, the cells' hover values."""
         heat = dict(type="heatmap", z=z_all[i])
-        if log_colour:
-            heat["customdata"] = raw[i]
-        return [heat, dict(type="scatter", x=layer_mean[i]), dict(type="scatter", y=head_mean[i])]
+        # the invisible cell markers: [layer, head, step, value] (a click opens the head at this step)
+        cells = np.stack([cell_layer, cell_head, np.full(n_layers * n_heads, steps[i]), raw[i].ravel()], axis=1)
+        return [heat, dict(type="scatter", x=layer_mean[i]), dict(type="scatter", y=head_mean[i]),
+                dict(type="scatter", customdata=cells.astype(np.float64))]
 
     first = frame_data(start)
-    first[0].update(x=heads, y=layers, hovertemplate=hover, xaxis="x", yaxis="y",
+    first[3].update(
+        x=cell_head, y=cell_layer, mode="markers", xaxis="x", yaxis="y", showlegend=False, name="cells",
+        marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
+        unselected=dict(marker=dict(opacity=0)),
+        hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}<br>step %{{customdata[2]:,}}<br>{sym} = "
+                      "%{customdata[3]:.4g}<extra>click to open</extra>",
+    )
+    first[0].update(x=heads, y=layers, hoverinfo="skip", xaxis="x", yaxis="y",
                     colorbar=dict(colour["colorbar"], x=1.0, xanchor="left", len=0.7, y=_MAIN_Y[1], yanchor="top",
                                   thickness=14),
                     **{key: val for key, val in colour.items() if key != "colorbar"})
@@ -70,17 +82,15 @@ def animation(
     first[2].update(x=heads, mode="lines+markers", xaxis="x3", yaxis="y3", line=dict(color="#444", width=1.5),
                     marker=dict(size=5), name="head mean",
                     hovertemplate=f"head %{{x}}: mean over layers {sym} = %{{y:.4g}}<extra></extra>")
-    frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1, 2],
-                   layout=dict(title=dict(text=f"step {step:,}")))
+    frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1, 2, 3],
+                   layout=dict(title=dict(text=f"{title} · step {step:,}" if title else f"step {step:,}")))
               for i, step in enumerate(steps)]
 
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
-    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
-    slider_steps = [dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps]
     lay = layout(
-        height=640, showlegend=False, margin=dict(l=64, r=90, t=56, b=120),
-        title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
+        height=640, showlegend=False, margin=dict(l=64, r=90, t=56, b=100), hoverdistance=-1,
+        title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(domain=_MAIN_X, anchor="y", range=[-0.5, n_heads - 0.5], title=dict(text=""), showticklabels=False),
         yaxis=dict(domain=_MAIN_Y, anchor="x", range=[n_layers - 0.5, -0.5], title=dict(text="layer"),
                    dtick=1 if n_layers <= 24 else 2),
@@ -96,10 +106,6 @@ def animation(
             # from the opening step on (plotly otherwise starts at frame 0 until something has played)
             buttons=[dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
                      dict(label="❚❚ Pause", method="animate", args=[[None], pause])],
-        )],
-        sliders=[dict(
-            active=start, steps=slider_steps, x=0.16, len=0.84, y=-0.08, yanchor="top", pad=dict(t=0, b=0),
-            currentvalue=dict(prefix="step ", visible=True, xanchor="right"), transition=dict(duration=0),
         )],
     )
     return figure(first, lay, frames)

@@ -52,24 +52,65 @@ def architecture_heatmap(
     flat = values.reshape(s, n_layers * n_heads)
     colour = colour_layer(flat, log=log_colour, title=stat.title(k), signed=signed)
     sym = stat.short(k)
-    # hover reads [step, raw value] per cell (float32: steps are exact below 2**24)
-    custom = np.empty((s, n_layers * n_heads, 2), dtype=np.float32)
-    custom[..., 0] = axis.steps[:, None]
-    custom[..., 1] = flat
+    labels = head_labels(n_layers, n_heads)
     heat: dict[str, Any] = dict(
-        type="heatmap", x=head_labels(n_layers, n_heads), y=axis.edges, z=colour.pop("z"), customdata=custom,
-        hovertemplate=f"%{{x}}<br>step %{{customdata[0]:,}}<br>{sym} = %{{customdata[1]:.4g}}<extra></extra>", **colour,
+        type="heatmap", x=labels, y=axis.edges, z=colour.pop("z"), hoverinfo="skip", **colour,
     )
+    # the cell markers sit on a hidden numeric axis over the category one (column i at i): numbers travel as a
+    # typed array, where 221,760 category names (a 36 x 40 model, 154 checkpoints) would be megabytes of JSON
+    picker = cell_picker(np.arange(n_layers * n_heads, dtype=np.float32), axis.x, flat, axis.steps, n_heads=n_heads,
+                         sym=sym, xaxis="x2")
+    lay = _heatmap_layout(axis, n_layers, n_heads)
+    lay["xaxis2"] = dict(overlaying="x", range=[-0.5, n_layers * n_heads - 0.5], visible=False, fixedrange=False,
+                         anchor="y", matches="x")
+    return figure([heat, picker], lay)
+
+
+def cell_picker(x: Any, y: Any, values: np.ndarray, steps: np.ndarray | None, *, n_heads: int, sym: str,
+                xaxis: str = "x", yaxis: str = "y") -> dict[str, Any]:
+    """An invisible marker at the centre of every heatmap cell that carries its hover and makes a click open the head.
+
+    Plotly cannot select a heatmap cell (Streamlit's ``on_select`` sees only selectable traces), so each
+    cell gets a transparent scatter point with ``customdata`` ``[layer, head, step, value]`` (heads in
+    layer-major order along the columns). With ``hoverdistance=-1`` the nearest cell always answers.
+
+    Args:
+        x: ``(N,)`` column coordinates (one per head, layer-major: category names, or numbers on a numeric axis);
+            y: ``(S,)`` row coordinates.
+        values: ``(S, N)`` the raw values (hover).
+        steps: ``(S,)`` the rows' steps, or None when the rows are not steps (then step is omitted).
+    """
+    s, n = values.shape
+    x = np.asarray(x)
+    xs = np.tile(x, s) if x.dtype.kind in "fiu" else np.tile(x.astype(object), s).tolist()
+    ys = np.repeat(np.asarray(y, dtype=np.float32), n)
+    head_idx = np.tile(np.arange(n), s)
+    custom = np.empty((s * n, 4), dtype=np.float32)  # float32 halves the payload; steps are exact below 2**24
+    custom[:, 0], custom[:, 1] = head_idx // n_heads, head_idx % n_heads
+    custom[:, 2] = np.repeat(steps, n) if steps is not None else np.nan
+    custom[:, 3] = np.asarray(values, dtype=np.float32).ravel()
+    step_text = "<br>step %{customdata[2]:,}" if steps is not None else ""
+    return dict(
+        type="scattergl" if s * n > 20000 else "scatter", x=xs, y=ys, mode="markers", xaxis=xaxis,
+        yaxis=yaxis, customdata=custom, showlegend=False, name="cells",
+        marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
+        unselected=dict(marker=dict(opacity=0)),
+        hovertemplate=(f"layer %{{customdata[0]}}, head %{{customdata[1]}}{step_text}<br>{sym} = "
+                       "%{customdata[3]:.4g}<extra>click to open</extra>"),
+    )
+
+
+def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, Any]:
     tickvals, ticktext = layer_ticks(n_layers, n_heads)
     yaxis = step_xaxis(axis)  # the step axis, standing vertically
-    return figure([heat], layout(
-        height=max(style.HEIGHT, 520),
+    return layout(
+        height=max(style.HEIGHT, 520), hoverdistance=-1,
         xaxis=dict(type="category", title=dict(text="head, layer-major (layer boundaries in white)"),
                    tickvals=tickvals, ticktext=ticktext, tickangle=0 if n_layers <= 24 else -90,
                    tickfont=dict(size=11 if n_layers <= 24 else 9), range=[-0.5, n_layers * n_heads - 0.5]),
         yaxis=yaxis,
         shapes=layer_boundaries(n_layers, n_heads) + duplicate_shapes(axis, vertical=False),
-    ))
+    )
 
 
 def layer_means(
@@ -83,22 +124,20 @@ def layer_means(
     """
     means = np.nanmean(values, axis=2)  # (S, n_layers)
     n_layers = means.shape[1]
-    colours = style.scale_colours(style.LAYER_SCALE, n_layers)
+    colours = style.layer_colours(n_layers)
     sym = stat.short(k)
     traces = [
         dict(type="scatter", x=axis.x, y=means[:, layer], mode="lines", name=f"L{layer}",
-             line=dict(color=colours[layer], width=1.6), customdata=axis.steps,
+             line=dict(color=colours[layer], width=1.8), customdata=axis.steps,
              hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>")
         for layer in range(n_layers)
     ]
-    # a colour bar for depth, carried by an invisible marker trace
-    traces.append(dict(
-        type="scatter", x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
-        marker=dict(color=[0], cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, showscale=True,
-                    colorbar=dict(title=dict(text="layer", side="right"), thickness=14, dtick=max(1, n_layers // 8))),
-    ))
+    # layers are discrete: a legend entry per layer (a vertical legend right of the plot, clear of the toolbar)
     return figure(traces, layout(
-        showlegend=False,
+        showlegend=True,
+        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=10),
+                    title=dict(text="layer")),
+        margin=dict(style.MARGIN, r=90),
         xaxis=step_xaxis(axis),
         yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
         shapes=duplicate_shapes(axis),

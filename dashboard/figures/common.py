@@ -71,10 +71,21 @@ def value_axis(title: str, rng: tuple[float, float], *, log: bool = False, **ext
         span = rng[1] - rng[0]
         if span >= 2:
             out.update(dtick=1 if span < 10 else 2, exponentformat="power")
-        else:
-            out.update(dtick="D2")  # 1, 2, 5 per decade
+        else:  # 1, 2, 5 per decade, each labelled in full (Plotly's "D2" labels 2 and 5 as bare digits: "2, 1, 5, 0.1")
+            out.update(log_ticks(rng))
     out.update(extra)
     return out
+
+
+def log_ticks(rng: tuple[float, float]) -> dict[str, Any]:
+    """Tick values 1, 2, 5 x 10^n inside a log10 range, labelled in full (``0.02``, ``5``, ``2e+04``)."""
+    lo, hi = rng
+    vals = [m * 10.0**n for n in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in (1, 2, 5)]
+    vals = [v for v in vals if lo <= math.log10(v) <= hi]
+    if len(vals) < 2:  # a narrow range: every integer multiple
+        vals = [m * 10.0**n for n in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in range(1, 10)]
+        vals = [v for v in vals if lo <= math.log10(v) <= hi]
+    return dict(tickvals=vals, ticktext=[f"{v:.3g}" for v in vals])
 
 
 def duplicate_shapes(axis: StepAxis, *, xref: str = "x", yref: str = "y", vertical: bool = True) -> list[dict]:

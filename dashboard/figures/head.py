@@ -62,7 +62,8 @@ def _step_map(axis: StepAxis, y: np.ndarray, values: np.ndarray, *, colour_title
 
 
 def _slices_layout(axis: StepAxis, left_x: dict, left_y: dict, right: tuple[tuple[Stat, np.ndarray], ...],
-                   chosen_idx: Sequence[int], colours: Sequence[str]) -> dict[str, Any]:
+                   chosen_idx: Sequence[int], colours: Sequence[str], bands: Sequence[Any] = (),
+                   compare: Sequence[tuple[int, int, tuple[np.ndarray, ...]]] = ()) -> dict[str, Any]:
     """A wide left panel (x, y) and two stacked right panels (x2/y2 top, x3/y3 bottom) over training time."""
     lay = layout(
         height=style.HEIGHT + 20,
@@ -73,17 +74,56 @@ def _slices_layout(axis: StepAxis, left_x: dict, left_y: dict, right: tuple[tupl
     for i, ((stat, values), dom) in enumerate(zip(right, ([0.57, 1.0], [0.0, 0.43])), start=2):
         lay[f"xaxis{i}"] = step_xaxis(axis, domain=[0.68, 1.0], anchor=f"y{i}",
                                       title=dict(text=axis.title if i == 3 else ""), showticklabels=i == 3)
-        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(values), domain=dom, anchor=f"x{i}")
+        band = bands[i - 2] if len(bands) > i - 2 else None
+        shown = np.concatenate([with_band(values, band)] + [np.ravel(c[2][i - 2]) for c in compare])
+        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(shown), domain=dom, anchor=f"x{i}")
+        lay["shapes"] += band_shapes(band, xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += step_marks([axis.x[j] for j in chosen_idx], list(colours), xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += duplicate_shapes(axis, xref=f"x{i}", yref=f"y{i}")
     lay["xaxis2"]["matches"] = "x3"
     return lay
 
 
+def band_shapes(band: Any, *, xref: str = "x", yref: str = "y", log: bool = False) -> list[dict]:
+    """A grey band (the random-head 5-95% range, ``band.lo`` .. ``band.hi``) across a panel, its mean dotted.
+
+    On a log axis (``log``) Plotly places shapes in log10 units.
+    """
+    if band is None or not (np.isfinite(band.lo) and np.isfinite(band.hi)):
+        return []
+    lo, hi, mean = band.lo, band.hi, band.mean
+    if log:
+        if min(lo, hi, mean) <= 0:
+            return []
+        lo, hi, mean = np.log10(lo), np.log10(hi), np.log10(mean)
+    return [
+        dict(type="rect", xref=f"{xref} domain", yref=yref, x0=0, x1=1, y0=lo, y1=hi, layer="below",
+             line=dict(width=0), fillcolor=style.REFERENCE_FILL),
+        dict(type="line", xref=f"{xref} domain", yref=yref, x0=0, x1=1, y0=mean, y1=mean, layer="below",
+             line=dict(color=style.REFERENCE_LINE, width=1, dash="dot")),
+    ]
+
+
+def with_band(values: np.ndarray, band: Any) -> np.ndarray:
+    """``values`` and the band's ends, so a fixed range computed from them shows the band too."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if band is None or not (np.isfinite(band.lo) and np.isfinite(band.hi)):
+        return v
+    return np.append(v, [band.lo, band.hi])
+
+
 def _time_traces(axis: StepAxis, right: tuple[tuple[Stat, np.ndarray], ...], chosen_idx: Sequence[int],
-                 colours: Sequence[str]) -> list[dict]:
-    """Each right-panel statistic over training, with the chosen steps as coloured markers."""
+                 colours: Sequence[str], compare: Sequence[tuple[int, int, tuple[np.ndarray, ...]]] = ()) -> list[dict]:
+    """Each right-panel statistic over training, with the chosen steps as coloured markers, and compared heads
+    (``(layer, head, (values of panel 1, values of panel 2))``) dotted."""
     traces = []
+    for j, (c_layer, c_head, series) in enumerate(compare):
+        for i, values in enumerate(series, start=2):
+            traces.append(dict(
+                type="scatter", x=axis.x, y=values, mode="lines", xaxis=f"x{i}", yaxis=f"y{i}", showlegend=False,
+                name=f"L{c_layer} H{c_head}", line=dict(color=COMPARE_COLOURS[j % len(COMPARE_COLOURS)], width=1.4, dash="dot"),
+                customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
+                hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>%{{y:.4g}}<extra>click to open</extra>"))
     idx = list(chosen_idx)
     for i, (stat, values) in enumerate(right, start=2):
         ax = dict(xaxis=f"x{i}", yaxis=f"y{i}", showlegend=False)
@@ -103,6 +143,8 @@ def density_slices(
     w: np.ndarray, p: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis,
     chosen_idx: Sequence[int], sigma: np.ndarray, kl: np.ndarray, stats: tuple[Stat, Stat],
     w_range: tuple[float, float], p_range: tuple[float, float], log_p: bool = True,
+    gauss: Sequence[tuple[float, float]] = (), bands: Sequence[Any] = (), standardized: bool = False,
+    compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (),
 ) -> go.Figure:
     """P(w) at the chosen steps overlaid (left); sigma(t) and D_KL(t) with those steps marked (right).
 
@@ -114,17 +156,30 @@ def density_slices(
         stats: the `Stat` entries of sigma and D_KL (axis titles).
         w_range: fixed w range (raw units); p_range: fixed density range (log10 units if ``log_p``).
         log_p: logarithmic density axis.
+        gauss: ``(mu, sigma)`` per chosen step: the Gaussian of the same mean and sigma, dashed in the step's colour.
+        bands: the random-head references of sigma and D_KL (`analysis.references.Reference`), drawn as grey bands.
+        standardized: ``w`` and ``p`` are z = (w - mu)/sigma and p_z (the x axis says so).
+        compare: other heads' ``(layer, head, (sigma, kl))`` over training, dotted on the right panels.
     """
+    var, dens = ("z", "p(z)") if standardized else ("w", "p(w)")
     traces = [
         dict(type="scatter", x=w[i], y=p[i], mode="lines", name=label, line=dict(color=colour, width=1.8),
-             hovertemplate=f"{label}<br>w = %{{x:.3g}}<br>p(w) = %{{y:.3g}}<extra></extra>")
+             hovertemplate=f"{label}<br>{var} = %{{x:.3g}}<br>{dens} = %{{y:.3g}}<extra></extra>")
         for i, (label, colour) in enumerate(zip(labels, colours))
     ]
+    for i, ((mu, sd), label, colour) in enumerate(zip(gauss, labels, colours)):
+        x = np.linspace(w_range[0], w_range[1], 241)
+        g = np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)) if sd > 0 else np.full_like(x, np.nan)
+        traces.append(dict(type="scatter", x=x, y=np.where(g > 0, g, np.nan), mode="lines", name=f"Gaussian, {label}",
+                           legendgroup="gauss", showlegend=i == 0, line=dict(color=colour, width=1, dash="dash"),
+                           hovertemplate=f"N(μ, σ) of {label}<br>{var} = %{{x:.3g}}<br>{dens} = %{{y:.3g}}<extra></extra>"))
     right = ((stats[0], sigma), (stats[1], kl))
-    traces += _time_traces(axis, right, chosen_idx, colours)
+    traces += _time_traces(axis, right, chosen_idx, colours, compare)
+    x_title = "z = (w − μ)/σ (standardized)" if standardized else W_TITLE
+    y_title = "p(z)" if standardized else "p(w) (1 / raw unit)"
     return figure(traces, _slices_layout(
-        axis, value_axis(W_TITLE, w_range), value_axis("p(w) (1 / raw unit)", p_range, log=log_p),
-        right, chosen_idx, colours,
+        axis, value_axis(x_title, w_range), value_axis(y_title, p_range, log=log_p),
+        right, chosen_idx, colours, bands, compare,
     ))
 
 
@@ -142,7 +197,7 @@ def spectrum_map(axis: StepAxis, lam: np.ndarray, *, chosen_x: Sequence[float] =
 def spectrum_slices(
     lam: np.ndarray, *, labels: Sequence[str], colours: Sequence[str], axis: StepAxis, chosen_idx: Sequence[int],
     stable_rank: np.ndarray, entropy: np.ndarray, stats: tuple[Stat, Stat], lam_range: tuple[float, float],
-    null_lam: np.ndarray | None = None,
+    null_lam: np.ndarray | None = None, compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (),
 ) -> go.Figure:
     """lambda_k versus k at the chosen steps (left, log scale); stable rank and spectral entropy over training (right).
 
@@ -167,10 +222,10 @@ def spectrum_slices(
             for i, (label, colour) in enumerate(zip(labels, colours))
         ]
     right = ((stats[0], stable_rank), (stats[1], entropy))
-    traces += _time_traces(axis, right, chosen_idx, colours)
+    traces += _time_traces(axis, right, chosen_idx, colours, compare)
     return figure(traces, _slices_layout(
         axis, value_axis(K_TITLE, (-0.5, lam.shape[1] - 0.5)), value_axis("λ_k = s_k² (raw units²)", lam_range, log=True),
-        right, chosen_idx, colours,
+        right, chosen_idx, colours, (), compare,
     ))
 
 
@@ -258,9 +313,13 @@ def level_crossings(
     ))
 
 
+COMPARE_COLOURS = ("#e377c2", "#17becf", "#bcbd22", "#8c564b", "#ff7f0e", "#2ca02c")  # overlaid other heads
+
+
 def head_in_layer(
     axis: StepAxis, values: np.ndarray, *, head: int, stat: Stat, k: int | None = None,
     y_range: tuple[float, float], log_y: bool = False, chosen_x: Sequence[float] = (), colours: Sequence[str] = (),
+    layer: int = 0, compare: Sequence[tuple[int, int, np.ndarray]] = (), band: Any = None,
 ) -> go.Figure:
     """One statistic of the chosen head over training, its layer's other heads behind it and the layer mean.
 
@@ -268,13 +327,21 @@ def head_in_layer(
         values: ``(S, n_heads)`` the statistic for every head of the layer.
         head: the head drawn in front.
         y_range: fixed range (log10 units if ``log_y``), shared by every layer and head.
+        layer: the head's layer (hover, and a click on another head of the layer opens it).
+        compare: other heads to overlay, from any layer: ``(layer, head, values (S,))`` each.
+        band: the statistic's random-head reference, a grey band (`analysis.references.Reference`), or None.
     """
+    n_heads = values.shape[1]
+    other_heads = np.delete(np.arange(n_heads), head)
     others = np.delete(values, head, axis=1).T  # (n_heads - 1, S)
     gx, gy = with_gaps(axis.x, others)
     sym = stat.short(k)
+    hx = np.repeat(other_heads, len(axis.x) + 1)
     traces = [
         dict(type="scatter", x=gx, y=gy, mode="lines", name="other heads of the layer",
-             line=dict(color=style.CONTEXT_COLOUR, width=1), hoverinfo="skip"),
+             line=dict(color=style.CONTEXT_COLOUR, width=1),
+             customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens it
+             hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>"),
         dict(type="scatter", x=axis.x, y=np.nanmean(values, axis=1), mode="lines", name="layer mean",
              line=dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH),
              customdata=axis.steps, hovertemplate=f"step %{{customdata}}<br>layer mean {sym} = %{{y:.4g}}<extra></extra>"),
@@ -282,10 +349,17 @@ def head_in_layer(
              line=dict(color="#1f3b73", width=style.FOCUS_WIDTH), customdata=axis.steps,
              hovertemplate=f"step %{{customdata}}<br>head {head}: {sym} = %{{y:.4g}}<extra></extra>"),
     ]
+    for i, (c_layer, c_head, c_values) in enumerate(compare):
+        traces.append(dict(
+            type="scatter", x=axis.x, y=c_values, mode="lines", name=f"L{c_layer} H{c_head}",
+            line=dict(color=COMPARE_COLOURS[i % len(COMPARE_COLOURS)], width=2, dash="dot"),
+            customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
+            hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+        ))
     return figure(traces, layout(
         xaxis=step_xaxis(axis),
         yaxis=value_axis(stat.title(k), y_range, log=log_y),
-        shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
+        shapes=band_shapes(band, log=log_y) + duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
     ))
 
 
@@ -298,3 +372,14 @@ def log_density_range(p: np.ndarray, *, floor_decades: float = 8.0) -> tuple[flo
     lo = max(float(np.nanmin(lp)), hi - floor_decades)
     pad = 0.04 * (hi - lo if hi > lo else 1.0)
     return (lo - pad, hi + pad)
+
+
+def z_range(hist: np.ndarray) -> tuple[float, float]:
+    """A fixed z range holding every occupied histogram bin of the run (``hist`` ``(S, 202)``, tails excluded)."""
+    from analysis.store.format import HIST_Z_EDGES
+
+    occupied = np.flatnonzero(np.asarray(hist)[:, 1:-1].sum(axis=0) > 0)
+    if occupied.size == 0:
+        return (-4.0, 4.0)
+    lo, hi = float(HIST_Z_EDGES[occupied[0]]), float(HIST_Z_EDGES[occupied[-1] + 1])
+    return (lo - 0.2, hi + 0.2)

@@ -31,8 +31,9 @@ def layer_lines(
     sym = stat.short(k)
     traces: list[dict[str, Any]] = [
         dict(type="scatter", x=axis.x, y=values[:, h], mode="lines", name=f"H{h}", legendgroup="heads",
-             line=dict(color=colours[h], width=style.THIN_WIDTH + 0.3), customdata=axis.steps,
-             hovertemplate=f"L{layer} H{h}<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>")
+             line=dict(color=colours[h], width=style.THIN_WIDTH + 0.3),
+             customdata=np.stack([np.full(len(axis.steps), layer), np.full(len(axis.steps), h), axis.steps], axis=1),
+             hovertemplate=f"L{layer} H{h}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>")
         for h in range(n_heads)
     ]
     traces.append(dict(
@@ -71,11 +72,11 @@ def layer_grid(
     s, n_layers, n_heads = values.shape
     cols = cols or grid_columns(n_layers)
     rows = math.ceil(n_layers / cols)
-    gap_x, gap_y = 0.012, 0.045
+    gap_x, gap_y = 0.012, 0.07
     width = (1 - gap_x * (cols - 1)) / cols
     height = (1 - gap_y * (rows - 1)) / rows
     lay = layout(
-        height=max(260, 150 * rows + 60), showlegend=False, margin=dict(l=64, r=16, t=28, b=56),
+        height=max(260, 160 * rows + 60), showlegend=False, margin=dict(l=64, r=16, t=36, b=56),
         annotations=[], shapes=[],
     )
     traces: list[dict[str, Any]] = []
@@ -95,9 +96,10 @@ def layer_grid(
         gx, gy = with_gaps(axis.x, values[:, layer, :].T)
         hx = np.repeat(heads, s + 1)  # the head of each point of the joined trace
         traces.append(dict(
-            type="scatter", x=gx, y=gy, xaxis=xa, yaxis=ya, mode="lines", customdata=hx,
+            type="scatter", x=gx, y=gy, xaxis=xa, yaxis=ya, mode="lines",
+            customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens the head
             line=dict(color="rgba(31,59,115,0.45)", width=style.THIN_WIDTH),
-            hovertemplate=f"L{layer} H%{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>",
+            hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
         ))
         traces.append(dict(
             type="scatter", x=axis.x, y=np.nanmean(values[:, layer, :], axis=1), xaxis=xa, yaxis=ya, mode="lines",
@@ -105,7 +107,7 @@ def layer_grid(
         ))
         lay["annotations"].append(dict(
             text=f"<b>L{layer}</b>" if layer == highlight else f"L{layer}", xref=f"{xa} domain", yref=f"{ya} domain",
-            x=0.03, y=0.97, xanchor="left", yanchor="top", showarrow=False, font=dict(size=11),
+            x=0.0, y=1.0, xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11),  # above the panel
         ))
         if layer == highlight:
             lay["shapes"].append(dict(type="rect", xref=f"{xa} domain", yref=f"{ya} domain", x0=0, x1=1, y0=0, y1=1,

@@ -25,7 +25,7 @@ def _segments(x: np.ndarray, y: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarr
 
 def trajectory_map(
     x: np.ndarray, y: np.ndarray, layer: np.ndarray, head: np.ndarray, neighbors: np.ndarray, *,
-    n_layers: int, highlight: int | None = None, method: str = "UMAP",
+    n_layers: int, highlight: int | None = None, method: str = "UMAP", sparks: list[str] | None = None,
 ) -> go.Figure:
     """Heads as points coloured by layer, joined to their nearest trajectories by grey edges.
 
@@ -36,6 +36,7 @@ def trajectory_map(
         n_layers: number of layers (colour scale range).
         highlight: layer-major index of a head to ring, the edges to its own k nearest drawn darker.
         method: how the map was made (axis titles).
+        sparks: one line of text per head shown in its hover (`sparkline`: its trajectory in miniature).
     """
     pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
     ex, ey = _segments(x, y, pairs)
@@ -44,11 +45,13 @@ def trajectory_map(
              hoverinfo="skip", name="k nearest trajectories"),
         dict(type="scatter", x=x, y=y, mode="markers", name="heads",
              customdata=np.stack([layer, head], axis=1).tolist(),  # plain lists: a click returns them as such
-             marker=dict(color=layer, cmin=0, cmax=max(n_layers - 1, 1), colorscale=style.LAYER_SCALE, size=10,
+             marker=dict(color=layer, cmin=-0.5, cmax=n_layers - 0.5, colorscale=style.layer_steps(n_layers), size=10,
                          line=dict(color="rgba(40,40,40,0.6)", width=0.6), showscale=True,
-                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14,
+                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0,
                                        dtick=max(1, n_layers // 8))),
-             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<extra>click to open</extra>"),
+             **({"text": sparks} if sparks is not None else {}),
+             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}" + ("<br>%{text}" if sparks is not None else "")
+             + "<extra>click to open</extra>"),
     ]
     if highlight is not None and 0 <= highlight < len(x):
         nearest = np.asarray(neighbors[highlight] if len(neighbors) > highlight else [], dtype=np.int64)
@@ -81,3 +84,42 @@ def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] |
         if 0 <= layer < n_layers and 0 <= head < n_heads:
             return layer, head
     return None
+
+
+def picked_step(event: Any, steps: list[int]) -> int | None:
+    """The step of the first clicked point whose ``customdata`` carries one (third entry: a heatmap cell), or None."""
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        custom = point.get("customdata")
+        if isinstance(custom, dict):
+            custom = [custom.get(str(i)) for i in range(3)]
+        try:
+            step = int(custom[2])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+        if step in steps:
+            return step
+    return None
+
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: np.ndarray, *, width: int = 32) -> str:
+    """A head's trajectory in one line of block characters (its own min to max), first and last value beside it.
+
+    Args:
+        values: ``(S,)`` the statistic at every checkpoint; resampled to at most ``width`` characters.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    if not ok.any():
+        return "(no finite values)"
+    if len(v) > width:
+        v = v[np.linspace(0, len(v) - 1, width).round().astype(int)]
+    lo, hi = np.nanmin(v[np.isfinite(v)]), np.nanmax(v[np.isfinite(v)])
+    span = hi - lo if hi > lo else 1.0
+    chars = "".join(" " if not np.isfinite(x) else SPARK_CHARS[int(round((x - lo) / span * (len(SPARK_CHARS) - 1)))]
+                    for x in v)
+    first, last = values[ok][0], values[ok][-1]
+    return f"{first:.3g} {chars} {last:.3g}"

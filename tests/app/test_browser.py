@@ -57,7 +57,7 @@ VIEWS = [
     ("head", "/head?layer=2&head=1&step=0&step=4&step=1000&step=143000&xscale=log", 7, "Weight distribution"),
     ("layers", "/layers?stat=kl_gauss&layer=3", 3, "Layer 3: every head"),
     ("architecture", "/architecture?stat=lambda&k=3&logc=1", 3, "λ_3 of all 16 heads"),
-    ("animation", "/animation?stat=std&step=21000", 2, "Opening step"),
+    ("animation", "/animation?stat=std&step=21000", 2, "the frame shown"),
     ("trajectories", "/trajectories?stat=kl_gauss&layer=1&head=2", 2, "One point per head"),
     ("lab", "/lab?dmodel=1024&nheads=8&sq=0.02&sk=0.02", 3, "Spectrum against the null laws"),
 ]
@@ -306,13 +306,14 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
             assert page.locator(".st-key-layer input").input_value() == "1"
         if name == "animation":  # plays in the browser from the linked step
             title = page.locator(".st-key-animation .gtitle")
-            assert title.text_content() == "step 21,000"
+            assert title.text_content().endswith("step 21,000")  # run · every head · statistic · step
             page.get_by_text("▶ Play").click()
             page.wait_for_function(
-                "() => document.querySelector('.st-key-animation .gtitle').textContent !== 'step 21,000'", timeout=30_000
+                "() => !document.querySelector('.st-key-animation .gtitle').textContent.endsWith('step 21,000')",
+                timeout=30_000,
             )
             page.get_by_text("❚❚ Pause").click()
-            shown = int(title.text_content().removeprefix("step ").replace(",", ""))
+            shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
             assert shown > 21_000  # it played on from the linked step, not from step 0
             page.screenshot(path=str(ARTIFACTS / "animation-playing.png"))
     finally:

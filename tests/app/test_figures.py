@@ -142,13 +142,19 @@ def test_animation_has_a_frame_per_checkpoint_and_a_fixed_colour_scale(store):
     spec = go.Figure(fig.to_dict()).to_dict()  # through validation, as the browser would get it
     frames = spec["frames"]
     assert [f["name"] for f in frames] == [str(s) for s in steps]
-    assert spec["layout"]["sliders"][0]["active"] == 4
+    assert "sliders" not in spec["layout"]  # one step control: the page's, in the URL
+    assert spec["layout"]["title"]["text"] == f"step {steps[4]:,}"
     heat = spec["data"][0]
     assert np.allclose(arr(heat["z"]).reshape(values[4].shape), values[4], rtol=1e-6)
     assert heat["zmin"] == pytest.approx(values.min()) and heat["zmax"] == pytest.approx(values.max())
     assert all("zmin" not in f["data"][0] for f in frames)  # frames change data, never the colour scale
     assert np.allclose(arr(frames[7]["data"][1]["x"]), values[7].mean(axis=1))  # right: mean over the heads of each layer
     assert np.allclose(arr(frames[7]["data"][2]["y"]), values[7].mean(axis=0))  # bottom: mean over layers per head
+    cells = arr(frames[7]["data"][3]["customdata"]).reshape(-1, 4)  # the click targets: [layer, head, step, value]
+    n_layers, n_heads = values.shape[1:]
+    assert np.array_equal(cells[:, 0], np.repeat(np.arange(n_layers), n_heads))
+    assert np.array_equal(cells[:, 1], np.tile(np.arange(n_heads), n_layers))
+    assert (cells[:, 2] == steps[7]).all() and np.allclose(cells[:, 3], values[7].ravel(), rtol=1e-6)
     play, pause = spec["layout"]["updatemenus"][0]["buttons"]
     assert (play["label"], pause["label"]) == ("▶ Play", "❚❚ Pause")
     assert play["args"][0] == [str(s) for s in steps[4:]]  # plays on from the opening step

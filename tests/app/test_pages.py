@@ -54,7 +54,7 @@ def test_head_explorer_layer_head_and_steps_change_the_figures(app_env):
     n_before = len(chart(at, "density_slices")["data"])
     at.multiselect(key="step").set_value([0, 1000]).run()
     slices = chart(at, "density_slices")["data"]
-    assert len(slices) == n_before - 3  # 5 default steps -> 2 density curves
+    assert len(slices) == n_before - 6  # 5 default steps -> 2 density curves (and 2 Gaussians of the same mu, sigma)
     assert [t["name"] for t in slices[:2]] == ["step 0", "step 1,000"]
 
 
@@ -92,7 +92,8 @@ def test_animation_opening_step_moves_the_first_frame(app_env):
     at.select_slider(key="step").set_value(int(store.steps[6])).run()
     spec = chart(at, "animation")
     assert np.allclose(arr(spec["data"][0]["z"]).reshape(std[6].shape), std[6], rtol=1e-6)
-    assert spec["layout"]["sliders"][0]["active"] == 6
+    assert spec["layout"]["title"]["text"].endswith(f"step {int(store.steps[6]):,}")
+    assert at.query_params["step"] == str(int(store.steps[6]))  # the frame shown is in the link
     assert len(spec["frames"]) == len(store.steps)
 
 

@@ -182,3 +182,24 @@ def test_level_crossings_of_a_planted_swap_keep_every_level_but_the_two_that_cro
     expected_swapped[9, 0] = 1.0
     np.testing.assert_allclose(crossings.swapped, expected_swapped, atol=1e-8)
     assert [(a.level, a.kind) for a in crossings.approaches] == [(0, "crossing")]
+
+
+def test_a_gap_that_only_grazes_the_threshold_is_no_approach() -> None:
+    # levels 0 and 1 stay about 10.5% apart and dip to 9.7% for two checkpoints, one before the end: with the
+    # 10% threshold that is a close run, but it never goes deep below the threshold (8%), so it is no approach;
+    # the same levels dipping to 3% are one. Without the depth rule (min_depth 0) the graze counted.
+    from analysis.crossings import MIN_DEPTH, close_approaches, relative_gap
+
+    e, f = bases(8)
+    for dip, expected in ((0.097, []), (0.03, [(10, "repulsion")])):
+        gaps = np.full(13, 0.105)
+        gaps[10] = dip
+        gaps[9] = 0.099
+        seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 * (1 + g), 2.0 * (1 - g), 0.5, 0.3]))
+               for g in gaps]
+        lam, ov = run(seq)
+        found = [(a.t, a.kind) for a in classify_approaches(lam, ov, gap_threshold=0.1) if a.level == 0]
+        assert found == expected
+        s = np.sqrt(lam)
+        assert len(close_approaches(relative_gap(s[:, 0], s[:, 1]), 0.1, min_depth=0.0)) == 1  # a graze, without depth
+    assert MIN_DEPTH == 0.2

@@ -1,0 +1,117 @@
+"""Tables of the whole model: every head's value of a statistic (the Heads page), every close approach.
+
+Pure (no streamlit): `dashboard.loader` caches what is worth caching. The math is in `analysis/`
+(`analysis.crossings`: the approaches; `analysis.references`: the Gaussian-factor reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.crossings import level_crossings
+from analysis.references import Reference, gaussian_references, init_sigma
+from analysis.store import Store
+from dashboard.stats import LAMBDA
+
+SWAP_SCORE_HELP = ("swap score = max over the informative steps through the approach of swap − keep, with "
+                   "keep = O_ii·O_i+1,i+1 and swap = O_i,i+1·O_i+1,i (O: overlaps of the singular vectors between "
+                   "neighbouring checkpoints). > 0: the two levels' directions swapped places (a crossing); ≤ 0: each "
+                   "level kept its own (a repulsion); empty: no step was informative (unresolved).")
+
+
+def init_scale(store: Store) -> float | None:
+    """The factors' init sigma0 from the run's step-0 heads (`analysis.references.init_sigma`); None without step 0."""
+    if len(store.steps) == 0 or int(store.steps[0]) != 0:
+        return None
+    return init_sigma(store.array("std")[0].ravel(), store.d_head)
+
+
+def references(store: Store) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
+    """Gaussian-factor references for the run's shape and init scale (`analysis.references.gaussian_references`)."""
+    return gaussian_references(int(store.d_model), int(store.d_head), init_scale(store))
+
+
+def reference_of(refs: tuple[dict[str, Reference], tuple[Reference, ...]], stat: str, k: int | None) -> Reference | None:
+    """The reference of ``stat`` (lambda_k with ``k``), or None when there is none (no init scale)."""
+    by_stat, by_k = refs
+    if stat == LAMBDA:
+        return by_k[k or 0] if by_k and (k or 0) < len(by_k) else None
+    return by_stat.get(stat)
+
+
+# --------------------------------------------------------------------------- close approaches, model-wide
+
+
+def model_approaches(store: Store, gap_threshold: float,
+                     overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None) -> pd.DataFrame | None:
+    """Every head's close approaches of lambda_0..lambda_3 at ``gap_threshold``, one row each.
+
+    Columns: layer, head, step, levels, gap of s %, verdict, swap score. None when the store has no overlaps.
+    """
+    overlaps_of = overlaps_of or store.overlaps
+    sv = store.array("sv").astype(np.float64)
+    lam = sv * sv
+    rows = []
+    for layer in range(store.n_layers):
+        for head in range(store.n_heads):
+            ov = overlaps_of(layer, head)
+            if ov is None:
+                return None
+            for a in level_crossings(lam[:, layer, head], ov, gap_threshold=gap_threshold).approaches:
+                rows.append((layer, head, int(store.steps[a.t]), f"λ_{a.level}, λ_{a.level + 1}", round(100 * a.gap, 2),
+                             a.kind, round(a.swap_score, 3)))
+    return pd.DataFrame(rows, columns=["layer", "head", "step", "levels", "gap of s, %", "verdict", "swap score"]).astype(
+        {"layer": "int64", "head": "int64", "step": "int64"})
+
+
+def approach_counts(approaches: pd.DataFrame | None, n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
+    """``(n_layers, n_heads)`` counts of approaches, crossings and repulsions per head."""
+    out = {name: np.zeros((n_layers, n_heads), dtype=np.int64) for name in ("approaches", "crossings", "repulsions")}
+    if approaches is None:
+        return out
+    for (layer, head, kind) in approaches[["layer", "head", "verdict"]].itertuples(index=False):
+        out["approaches"][layer, head] += 1
+        if kind == "crossing":
+            out["crossings"][layer, head] += 1
+        elif kind == "repulsion":
+            out["repulsions"][layer, head] += 1
+    return out
+
+
+# --------------------------------------------------------------------------- the Heads table
+
+
+def heads_table(values: np.ndarray, *, at: int, since: int, reference: Reference | None,
+                counts: dict[str, np.ndarray] | None, matrix: str = "qk") -> pd.DataFrame:
+    """One row per head: its value at checkpoint index ``at``, the change since index ``since``, rank, vs reference.
+
+    Args:
+        values: ``(S, n_layers, n_heads)`` the statistic.
+        at, since: checkpoint indices into ``values``.
+        reference: the Gaussian-factor reference of the statistic, or None.
+        counts: `approach_counts`, or None (no overlaps: the columns are left out).
+        matrix: the matrix kind of the rows.
+
+    Columns: layer, head, matrix, value, change, rank (1 = largest value; ties share the lowest rank),
+    over reference (value / the reference mean), in 5-95% band, and the approach counts.
+    """
+    _, n_layers, n_heads = values.shape
+    v = np.asarray(values[at], dtype=np.float64).ravel()
+    table = pd.DataFrame({
+        "layer": np.repeat(np.arange(n_layers), n_heads),
+        "head": np.tile(np.arange(n_heads), n_layers),
+        "matrix": matrix,
+        "value": v,
+        "change": v - np.asarray(values[since], dtype=np.float64).ravel(),
+        "rank": pd.Series(-v).rank(method="min", na_option="bottom").astype("int64").to_numpy(),
+    })
+    if reference is not None and np.isfinite(reference.mean):
+        table["over reference"] = v / reference.mean if reference.mean != 0 else np.nan
+        table["in 5-95% band"] = (v >= reference.lo) & (v <= reference.hi)
+    if counts is not None:
+        for name, c in counts.items():
+            table[name] = c.ravel()
+    return table

@@ -1,0 +1,114 @@
+"""Exports (dashboard/export.py) and the small display helpers of issue 17, against the store's own tables."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from analysis.store import open_store
+from dashboard import export
+from dashboard.data import step_axis
+from dashboard.figures import architecture as arch
+from dashboard.figures.card import loss_curve
+from dashboard.figures.common import log_ticks
+from dashboard.figures.trajectory import SPARK_CHARS, picked_step, sparkline
+from dashboard.stats import STATS
+
+
+@pytest.fixture(scope="module")
+def store(store_path):
+    return open_store(store_path)
+
+
+def test_tidy_csv_has_one_row_per_point_equal_to_the_store(store, store_path):
+    values = store.array("kl_gauss")
+    frame = export.tidy(values, store.steps, run="tiny-run", statistic="kl_gauss", layers=[1, 3])
+    back = pd.read_csv(io.BytesIO(export.to_csv(frame)))
+    assert list(back.columns) == export.TIDY_COLUMNS
+    assert len(back) == len(store.steps) * 2 * store.n_heads
+    heads = pd.read_parquet(store_path / "heads.parquet")  # the store's table itself, not the reader's arrays
+    heads = heads[heads["step"].isin(store.steps) & heads["layer"].isin([1, 3])]
+    merged = back.merge(heads[["step", "layer", "head", "matrix", "kl_gauss"]], on=["step", "layer", "head", "matrix"])
+    assert len(merged) == len(back)
+    assert (merged["value"] == merged["kl_gauss"]).all()  # exact: written with 17 significant digits
+    assert set(back["run"]) == {"tiny-run"} and set(back["statistic"]) == {"kl_gauss"} and back["k"].isna().all()
+
+
+def test_chart_config_and_title_name_the_run_head_and_statistic():
+    cfg = export.chart_config(export.safe_name("my run", "L4H5", "stable_rank"), "svg")
+    assert cfg["toImageButtonOptions"]["filename"] == "my-run_L4H5_stable_rank"
+    assert cfg["toImageButtonOptions"]["format"] == "svg"
+    assert cfg["toImageButtonOptions"]["width"] >= 1200 and cfg["displaylogo"] is False
+    assert export.chart_config("x", "bogus")["toImageButtonOptions"]["format"] == "png"
+    fig = export.titled(go.Figure(layout=dict(margin=dict(t=36))), "run · layer 4, head 5 · r_s")
+    assert fig.layout.title.text == "run · layer 4, head 5 · r_s" and fig.layout.margin.t > 36
+
+
+def test_animation_gif_has_a_frame_per_checkpoint_coloured_by_value(store):
+    from PIL import Image
+
+    values = store.array("std")
+    steps = [int(s) for s in store.steps]
+    lo, hi = float(values.min()), float(values.max())
+    data = export.animation_gif(values, steps, title="tiny · σ", zmin=lo, zmax=hi, cell=10)
+    img = Image.open(io.BytesIO(data))
+    assert img.format == "GIF" and img.n_frames == len(steps)
+    lut = export._lut(arch.style.HEATMAP_SCALE)
+    for frame_i in (0, len(steps) - 1):
+        img.seek(frame_i)
+        rgb = np.asarray(img.convert("RGB"))
+        for layer, head in ((0, 0), (3, 2)):
+            px = rgb[28 + layer * 10 + 5, head * 10 + 5].astype(int)  # the middle of the cell, under the title band
+            want = lut[int(round((values[frame_i, layer, head] - lo) / (hi - lo) * 255))].astype(int)
+            assert np.abs(px - want).max() <= 12  # the GIF palette quantises a little
+
+
+def test_sparkline_draws_the_trajectory_from_its_minimum_to_its_maximum():
+    line = sparkline(np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]))
+    assert line == f"0 {SPARK_CHARS} 7"
+    assert len(sparkline(np.arange(100.0), width=20).split()[1]) == 20
+    assert sparkline(np.array([np.nan, np.nan])) == "(no finite values)"
+
+
+def test_log_ticks_are_labelled_in_full():
+    ticks = log_ticks((np.log10(0.08), np.log10(3.0)))
+    assert ticks["tickvals"] == pytest.approx([0.1, 0.2, 0.5, 1.0, 2.0])
+    assert ticks["ticktext"] == ["0.1", "0.2", "0.5", "1", "2"]
+
+
+def test_loss_curve_follows_the_log_time_axis():
+    steps = np.array([0.0, 1, 2, 4, 1000])
+    fig = loss_curve(steps, np.linspace(5, 2, 5), np.linspace(5, 2, 5), log_x=True)
+    assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [1, 2, 3, 5, 1001]
+    assert list(fig.data[0].customdata) == [0, 1, 2, 4, 1000]  # hover still says the step
+    assert loss_curve(steps, steps, steps).layout.xaxis.type in (None, "-", "linear")
+
+
+def test_heatmap_cells_carry_layer_head_step_and_value(store):
+    values = store.array("std")
+    fig = arch.architecture_heatmap(step_axis(store), values, stat=STATS["std"])
+    cells = fig.data[1]
+    custom = np.asarray(cells.customdata)
+    s, n_layers, n_heads = values.shape
+    assert custom.shape == (s * n_layers * n_heads, 4)
+    np.testing.assert_allclose(custom[:, 3], values.reshape(-1), rtol=1e-6)
+    np.testing.assert_array_equal(custom[:, 2], np.repeat(store.steps, n_layers * n_heads))
+    np.testing.assert_array_equal(np.asarray(cells.x), np.tile(np.arange(n_layers * n_heads), s))  # column i at i
+    assert cells.xaxis == "x2" and fig.layout.xaxis2.overlaying == "x" and fig.layout.xaxis2.matches == "x"
+    assert fig.layout.hoverdistance == -1
+    event = {"selection": {"points": [{"customdata": custom[9].tolist()}]}}
+    assert picked_step(event, store.steps.tolist()) == int(store.steps[0])
+
+
+def test_streamlits_developer_items_are_hidden_in_the_served_config():
+    import tomllib
+
+    from tests.app.conftest import ROOT
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer"
+    assert "COPY --chown=user .streamlit ./.streamlit" in (ROOT / "Dockerfile").read_text()  # the image uses it
