@@ -265,18 +265,19 @@ def references(store: Store):
 
 
 @st.cache_data(show_spinner="Finding every head's close approaches ...", max_entries=16)
-def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int) -> pd.DataFrame | None:
+def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int, matrix: str) -> pd.DataFrame | None:
     from dashboard.tables import model_approaches as find
 
     store = _open(path, version).view(include_mixed=include_mixed)
-    return find(store, gap_pct / 100,
-                overlaps_of=lambda layer, head: _overlaps(path, version, include_mixed, layer, head))
+    return find(store, gap_pct / 100, matrix=matrix,
+                overlaps_of=lambda layer, head: _overlaps(path, version, include_mixed, layer, head, matrix))
 
 
-def model_approaches(store: Store, gap_pct: int) -> pd.DataFrame | None:
-    """`dashboard.tables.model_approaches` at a threshold of ``gap_pct`` percent, cached per store and threshold.
+def model_approaches(store: Store, gap_pct: int, *, matrix: str = "qk") -> pd.DataFrame | None:
+    """`dashboard.tables.model_approaches` of ``matrix`` at a threshold of ``gap_pct`` percent, cached per
+    store, threshold and matrix.
 
     Raises:
         StoreError: ``overlaps.parquet`` is unreadable.
     """
-    return _model_approaches(str(store.path), _version(store.path), store.include_mixed, int(gap_pct))
+    return _model_approaches(str(store.path), _version(store.path), store.include_mixed, int(gap_pct), matrix)

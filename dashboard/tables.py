@@ -46,13 +46,14 @@ def reference_of(refs: tuple[dict[str, Reference], tuple[Reference, ...]], stat:
 
 
 def model_approaches(store: Store, gap_threshold: float,
-                     overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None) -> pd.DataFrame | None:
-    """Every head's close approaches of lambda_0..lambda_3 at ``gap_threshold``, one row each.
+                     overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None,
+                     *, matrix: str = "qk") -> pd.DataFrame | None:
+    """Every head's close approaches of lambda_0..lambda_3 of ``matrix`` at ``gap_threshold``, one row each.
 
     Columns: layer, head, step, levels, gap of s %, verdict, swap score. None when the store has no overlaps.
     """
-    overlaps_of = overlaps_of or store.overlaps
-    sv = store.array("sv").astype(np.float64)
+    overlaps_of = overlaps_of or (lambda layer, head: store.overlaps(layer, head, matrix=matrix))
+    sv = store.array("sv", matrix=matrix).astype(np.float64)
     lam = sv * sv
     rows = []
     for layer in range(store.n_layers):

@@ -71,8 +71,16 @@ def main() -> None:
             other = data.stat_values_of(store, stat, k=k or 0, matrix=matrix)
         except KeyError:
             continue
+        other_counts = None
+        if gap_pct is not None:
+            try:
+                found = loader.model_approaches(store, gap_pct, matrix=matrix)
+            except StoreError as exc:
+                st.error(str(exc))
+                found = None
+            other_counts = approach_counts(found, store.n_layers, store.n_heads) if found is not None else None
         table = pd.concat([table, heads_table(other, at=steps.index(step), since=steps.index(since), reference=None,
-                                              counts=None, matrix=matrix)], ignore_index=True)
+                                              counts=other_counts, matrix=matrix)], ignore_index=True)
     if layers:
         table = table[table["layer"].isin(layers)]
     if sort in table.columns:

@@ -18,8 +18,10 @@ ANIM = "pages/animated_heatmap.py"
 TRAJ = "pages/trajectory_map.py"
 
 
-def _table(at) -> pd.DataFrame:
-    return next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))
+def _table(at, matrix: str | None = "qk") -> pd.DataFrame:
+    """The Heads table (its rows of ``matrix``; None: every row)."""
+    table = next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))
+    return table if matrix is None else table[table["matrix"] == matrix].reset_index(drop=True)
 
 
 def test_heads_table_has_every_head_at_the_chosen_step_sorted_by_rank(app_env):
@@ -30,6 +32,7 @@ def test_heads_table_has_every_head_at_the_chosen_step_sorted_by_rank(app_env):
     table = _table(at)
     v = store.array("stable_rank")
     assert len(table) == store.n_layers * store.n_heads
+    assert len(_table(at, None)) == len(store.meta.matrices) * store.n_layers * store.n_heads  # a row per kind too
     for row in table.itertuples(index=False):
         assert row.value == pytest.approx(v[5, row.layer, row.head])
         assert row.change == pytest.approx(v[5, row.layer, row.head] - v[1, row.layer, row.head])
@@ -81,7 +84,7 @@ def test_heads_table_row_opens_the_head_in_the_head_explorer(app_env):
     store = open_store(app_env)
     steps = store.steps.tolist()
     at = open_page(HEADS, {"stat": "kurtosis", "step": str(steps[4])})
-    table = _table(at)
+    table = _table(at, None)  # the rows as shown (every matrix kind): the selection indexes them
     layer, head = int(table.iloc[2]["layer"]), int(table.iloc[2]["head"])
     at.session_state["heads_table"] = {"selection": {"rows": [2], "columns": [], "cells": []}}
     at.run()  # the selection reruns the page, which switches to the head explorer
@@ -89,6 +92,7 @@ def test_heads_table_row_opens_the_head_in_the_head_explorer(app_env):
     assert (at.session_state["layer"], at.session_state["head"]) == (layer, head)
     assert at.session_state["stat"] == "kurtosis" and steps[4] in at.session_state["step"]
     assert at.query_params["layer"] == str(layer)
+    assert at.query_params["matrix"] == table.iloc[2]["matrix"]  # the row's kind of matrix goes with it
 
 
 # --- a click on a heatmap cell or a head's line opens that head ------------------------------------------------
