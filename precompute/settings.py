@@ -124,6 +124,7 @@ class Settings:
     every: int | None = None  # --every
     fetch: FetchSettings | None = None  # Hub sources only
     overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
+    lenses: tuple[str, ...] = ()  # forward-pass lenses (--lenses); what they ran on is meta.json ``forward``
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +150,10 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
+        lenses: forward-pass lenses to compute per checkpoint (``("attention",)``; default none).
+        eval_text: the lens's evaluation text, a UTF-8 file (default: the held-out split of a run
+            trained here).
+        eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -163,6 +168,10 @@ class RunOptions:
     token: str | bool | None = None
     executor: ExecutorName = "local"
     ray: RayOptions = field(default_factory=RayOptions)
+    lenses: tuple[Literal["attention"], ...] = ()
+    eval_text: str | None = None
+    eval_sequences: int = 32
+    eval_length: int = 256
 
 
 def resolve_settings(
@@ -191,6 +200,7 @@ def resolve_settings(
         every=options.every,
         fetch=fetch,
         overlap_k=min(max(k, 0), d_head),
+        lenses=tuple(options.lenses),
     )
 
 

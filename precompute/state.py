@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import HEADS, HIST_Z_EDGES, META_FILE, OVERLAPS
+from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads
 from precompute import overlaps as ovl
@@ -42,6 +42,8 @@ class RunState:
         last: the latest checkpoint computed this run and its singular vectors.
         held: vectors kept for `precompute.overlaps.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
+        forward: the forward tables (`analysis.store.format.FORWARD_TABLES`) by name, sorted; written
+            whenever ``meta.forward`` is set (a store computed with a lens).
     """
 
     out: Path
@@ -51,13 +53,18 @@ class RunState:
     overlap_k: int
     last: tuple[int, ovl.Vectors] | None = None
     held: dict[int, ovl.Vectors] = field(default_factory=dict)
+    forward: dict[str, pa.Table] = field(default_factory=lambda: {spec.name: spec.empty() for spec in FORWARD_TABLES})
 
-    def add(self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None) -> None:
-        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), and the overlaps of
-        its vectors with the previous checkpoint's when those are in memory."""
+    def add(self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None,
+            forward: dict[str, pa.Table] | None = None) -> None:
+        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), its forward-table
+        rows (if the run computes a lens), and the overlaps of its vectors with the previous
+        checkpoint's when those are in memory."""
         self.meta.add_checkpoint(entry)
         if rows is None:
             return
+        if forward is not None:
+            self.add_forward(forward)
         self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
         if vectors is None:
             return
@@ -69,6 +76,20 @@ class RunState:
             self.held[entry.step] = vectors
         self.overlaps = ovl.update(self.overlaps, steps, new)  # also drops a pair this step now splits
         self.last = (entry.step, vectors)
+
+    def add_forward(self, forward: dict[str, pa.Table]) -> None:
+        """Add one checkpoint's forward-table rows (replacing any the tables hold for its step)."""
+        for spec in FORWARD_TABLES:
+            new = forward[spec.name]
+            old = self.forward[spec.name]
+            steps = pa.array(pc.unique(new["step"]).to_pylist(), pa.int64())
+            kept = old.filter(pc.invert(pc.is_in(old["step"], steps)))
+            self.forward[spec.name] = spec.sorted(pa.concat_tables([kept, new]))
+
+    def forward_missing(self) -> list[int]:
+        """Steps with weight statistics but no forward rows (computed before the lens was asked for)."""
+        have = set(self.forward[FORWARD_TABLES[0].name]["step"].to_pylist())
+        return [s for s in self.meta.done_steps if s not in have]
 
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
@@ -86,6 +107,8 @@ class RunState:
         tables = {HEADS.name: self.heads} if heads else {}
         if self.overlap_k:
             tables[OVERLAPS.name] = self.overlaps
+        if self.meta.forward is not None:
+            tables |= self.forward
         commit_store(self.out, self.meta, tables)
 
 
@@ -132,7 +155,28 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     overlaps = _stored_overlaps(out, stored, settings.overlap_k)
     meta = stored
     meta.settings, meta.software = settings.as_meta(), software
-    return RunState(out, meta, heads, overlaps, settings.overlap_k)
+    state = RunState(out, meta, heads, overlaps, settings.overlap_k)
+    if stored.forward is not None:
+        state.forward = _stored_forward(out, stored)
+    return state
+
+
+def _stored_forward(out: Path, meta: Meta) -> dict[str, pa.Table]:
+    """The store's forward tables, less rows of steps meta does not list as done (a missing or
+    unreadable table is recomputed: its steps then count as missing)."""
+    done = pa.array(meta.done_steps, pa.int64())
+    tables = {}
+    for spec in FORWARD_TABLES:
+        try:
+            table = read_table(out, spec)
+        except StoreError as exc:
+            log.warning("%s: its forward rows are recomputed", exc)
+            table = None
+        tables[spec.name] = spec.empty() if table is None else spec.sorted(table.filter(pc.is_in(table["step"], done)))
+    steps = [set(t["step"].to_pylist()) for t in tables.values()]
+    if not all(s == steps[0] for s in steps):  # tables disagree (a file lost): recompute every step's
+        tables = {spec.name: spec.empty() for spec in FORWARD_TABLES}
+    return tables
 
 
 def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:

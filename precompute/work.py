@@ -26,9 +26,10 @@ from analysis.extract import ModelShape, extract_qk
 from analysis.heads import checkpoint_statistics
 from analysis.store import CheckpointEntry
 from precompute import overlaps as ovl
+from precompute.forward import ForwardJob, forward_lens
 from precompute.revisions import CheckpointRef
 from precompute.settings import Settings
-from precompute.source import Fetched
+from precompute.source import CheckpointSource, Fetched
 from precompute.tables import heads_rows
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
@@ -46,6 +47,8 @@ class Work:
         vectors: its leading singular vectors (None when the run computes no overlaps, or no rows).
         fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
             (a Ray task); zero when the run's meter counted it.
+        forward: its rows of the forward tables by registry name (`precompute.forward`), when the
+            run computes a lens and ``rows`` were computed; dropped with them for a duplicate.
     """
 
     entry: CheckpointEntry
@@ -54,6 +57,7 @@ class Work:
     fetched: int = 0
     requests: int = 0
     peak_disk: int = 0
+    forward: dict[str, pa.Table] | None = None
 
     def settle(self, known: Mapping[str, int]) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
         """The entry, rows and vectors to record, given the fingerprints committed so far: a
@@ -69,18 +73,25 @@ class Work:
         return self.entry, self.rows, self.vectors
 
 
-def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int]) -> Work:
+def checkpoint_work(
+    fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int],
+    forward: ForwardJob | None = None, src: CheckpointSource | None = None,
+) -> Work:
     """Extract per-head W_Q/W_K, check them and compute every statistic, unless the checkpoint's
-    fingerprint is in ``known`` or its tensors were not read (then ``rows`` is None).
+    fingerprint is in ``known`` or its tensors were not read (then ``rows`` is None); with a
+    ``forward`` job, also load the whole checkpoint from ``src`` and compute its forward tables.
 
     Args:
         fetched: the checkpoint as fetched (`precompute.source.CheckpointSource.fetch`).
         shape: the run's model.
         settings: the run's settings (device, dtypes, chunking, K).
         known: fingerprints whose statistics need not be computed again.
+        forward: the forward-pass lens's job (None: no lens).
+        src: the source, which provides the whole checkpoint for the lens.
 
     Raises:
-        CheckpointError: non-finite weights, or shapes the extraction refuses.
+        CheckpointError: non-finite weights, shapes the extraction refuses, or a checkpoint
+            transformers cannot load for the lens.
     """
     ref = fetched.ref
     if ref.tokens is not None:
@@ -114,7 +125,19 @@ def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, 
         vectors=settings.overlap_k,
     )
     vectors = (stats.pop("u"), stats.pop("v")) if settings.overlap_k else None
-    return Work(entry, heads_rows(ref.step, stats, d_model=shape.d_model), vectors)
+    rows = heads_rows(ref.step, stats, d_model=shape.d_model)
+    return Work(entry, rows, vectors, forward=forward_work(src, ref, shape, forward) if forward else None)
+
+
+def forward_work(src: CheckpointSource | None, ref: CheckpointRef, shape: ModelShape, forward: ForwardJob) -> dict[str, pa.Table]:
+    """One checkpoint's forward-table rows: the whole checkpoint, held only while it is evaluated.
+
+    Raises:
+        CheckpointError: it cannot be loaded or evaluated.
+    """
+    assert src is not None, "the forward lens needs the source"
+    with src.checkpoint_folder(ref) as folder:
+        return forward_lens(folder, ref.step, forward, n_layers=shape.n_layers, n_heads=shape.n_heads)
 
 
 # What an executor hands the driver per checkpoint, in step order: the checkpoint and a
@@ -128,9 +151,9 @@ class Executor(Protocol):
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]],
+        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
     ) -> Results:
         """One ``(ref, result)`` per checkpoint of ``todo``, in order; ``known()`` gives the
-        fingerprints committed so far (a hint: `Work.settle` decides). Closing the iterator
-        abandons the work still in flight."""
+        fingerprints committed so far (a hint: `Work.settle` decides); ``forward``, the lens's
+        job for every checkpoint computed. Closing the iterator abandons the work still in flight."""
         ...
