@@ -118,7 +118,12 @@ def _load_tokenizer(location: str, kwargs: dict[str, Any]) -> Callable[[str], np
     try:
         tok = AutoTokenizer.from_pretrained(location, **kwargs)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.info("no tokenizer at %s: %s", location, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        log.debug("no tokenizer at %s: %s", location, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return None
+    # transformers builds an empty tokenizer of the model's class where no vocabulary files are
+    # saved; one that turns a plain sentence into no ids is no tokenizer
+    if len(tok) < 8 or not len(tok("The quick brown fox.", add_special_tokens=False)["input_ids"]):
+        log.debug("the tokenizer at %s has no vocabulary (%d entries)", location, len(tok))
         return None
 
     def encode(text: str) -> np.ndarray:
