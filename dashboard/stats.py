@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.store.format import COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
+from analysis.store import Store
+from analysis.store.format import ATTENTION_COLUMN_DOCS, ATTENTION_STATISTICS, COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
 
 LAMBDA = "lambda"
 
@@ -29,6 +30,7 @@ class Stat:
         unit: unit for axis titles.
         positive: values are >= 0, so a log axis or log colour makes sense.
         doc: one-line meaning.
+        forward: a forward-lens statistic (``attention.parquet``), offered only for stores that have it.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Stat:
     unit: str
     positive: bool
     doc: str
+    forward: bool = False
 
     def title(self, k: int | None = None) -> str:
         """Axis title with unit: ``σ (raw units)``; ``λ_3 (raw units²)`` for lambda with k=3."""
@@ -74,9 +77,30 @@ _STATS = [
     Stat("participation_ratio_over_null", "participation ratio / random-head value", "PR / PR_null", "dimensionless",
          True, COLUMN_DOCS["participation_ratio_over_null"]),
 ]
+# forward-pass lenses (attention.parquet; analysis/attention.py): what the head does on text
+_A = ATTENTION_COLUMN_DOCS
+_STATS += [
+    Stat("entropy", "attention entropy H (forward)", "H_attn", "bits", True, _A["entropy"], forward=True),
+    Stat("entropy_std", "spread of attention entropy (forward)", "sd(H_attn)", "bits", True, _A["entropy_std"], forward=True),
+    Stat("span", "attention span (forward)", "span", "positions", True, _A["span"], forward=True),
+    Stat("sink", "sink mass: attention on position 1 (forward)", "sink", "attention", True, _A["sink"], forward=True),
+    Stat("prev_token", "previous-token score (forward)", "prev", "attention", True, _A["prev_token"], forward=True),
+    Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
+]
 STATS: dict[str, Stat] = {s.name: s for s in _STATS}
-assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS)
+assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + ATTENTION_STATISTICS)
+FORWARD_STATS = ATTENTION_STATISTICS
+
+
+def stats_for(store: Store) -> list[str]:
+    """The statistics a picker offers for ``store``: the forward ones only when it has the lens."""
+    return [name for name, s in STATS.items() if not s.forward or store.has_forward]
 
 # Statistics offered for trajectory embeddings: finite, smooth, one number per head.
 TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",
-                    "spectral_norm", "kl_null")
+                    "spectral_norm", "kl_null", "entropy", "span", "prev_token", "induction")
+
+
+def trajectory_stats_for(store: Store) -> list[str]:
+    """`TRAJECTORY_STATS` less the forward ones for a store without the lens."""
+    return [name for name in TRAJECTORY_STATS if not STATS[name].forward or store.has_forward]

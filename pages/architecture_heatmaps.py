@@ -3,9 +3,10 @@
 import streamlit as st
 
 from dashboard import loader, widgets
-from dashboard.data import fixed_range
+from dashboard.data import fixed_range, loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import architecture as figs
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
 
@@ -21,7 +22,7 @@ def main() -> None:
     # --- widgets ---
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                            log=("logc", "log colour"))
+                                            log=("logc", "log colour"), options=stats_for(store))
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     label = STATS[stat].short(k)
 
@@ -34,8 +35,10 @@ def main() -> None:
     # --- panel: layer means over training ---
     st.subheader("Layer means over training")
     means = values.mean(axis=2)
-    st.plotly_chart(figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour),
-                                     log_y=log_colour), key="layer_means")
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None)
+    fig = figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour)
+    st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key="layer_means")
     st.caption(f"{label} averaged over the heads of each layer, one line per layer coloured from first (blue) to "
                "last (red) layer; log y axis when log colour is on.")
 

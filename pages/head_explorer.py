@@ -7,9 +7,10 @@ from analysis.crossings import GAP_THRESHOLD, level_crossings
 from analysis.density import density_curves, density_extent, density_grid
 from analysis.errors import StoreError
 from dashboard import loader, widgets
-from dashboard.data import approach_table, default_steps, fixed_range, null_spectra
+from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import head as figs
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 from dashboard.style import step_colours
 
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
@@ -150,12 +151,15 @@ def main() -> None:
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                           log=("logy", "log y axis"))
+                                           log=("logy", "log y axis"), options=stats_for(store))
+        curve = loss_curve(store)
+        show_loss = widgets.loss_toggle(curve is not None, where=c_log)
         values = loader.stat_values(store, stat, k=k or 0)
-        st.plotly_chart(figs.head_in_layer(
+        fig = figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
             y_range=fixed_range(values, log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,
-        ), key="head_in_layer")
+        )
+        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key="head_in_layer")
         st.caption(f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
                    "in grey and the layer mean red dashed; y range fixed over all layers and heads.")
 

@@ -3,9 +3,10 @@
 import streamlit as st
 
 from dashboard import loader, widgets
-from dashboard.data import fixed_range
+from dashboard.data import fixed_range, loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import layers as figs
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 
 
 def main() -> None:
@@ -18,18 +19,20 @@ def main() -> None:
     axis = frame.axis()
 
     # --- widgets ---
-    c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
+    c_stat, c_layer, c_k, c_log, c_loss = st.columns([3, 1, 2, 1, 1], vertical_alignment="bottom")
     stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                       log=("logy", "log y axis"))
+                                       log=("logy", "log y axis"), options=stats_for(store))
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
     values = loader.stat_values(store, stat, k=k or 0)  # (S, n_layers, n_heads)
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)
 
     # --- panel: every head of the chosen layer ---
     st.subheader(f"Layer {layer}: every head over training")
-    st.plotly_chart(figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k,
-                                     y_range=y_range, log_y=log_y), key="layer_lines")
+    fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
+    st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key="layer_lines")
     st.caption(f"{label} of each of the {store.n_heads} heads of layer {layer} over training (one colour per head), "
                "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like.")
 
