@@ -50,6 +50,9 @@ PAGES: tuple[PageSpec, ...] = (
              "the layer × head heatmap played through every checkpoint, with layer and head marginals"),
     PageSpec("pages/trajectory_map.py", "Trajectory map", ":material/scatter_plot:", "trajectories",
              "UMAP of each head's training trajectory: heads that change alike sit together"),
+    PageSpec("pages/forward_lenses.py", "Forward lenses", ":material/visibility:", "lenses",
+             "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
+             "previous-token / induction / sink heads over training, with the loss"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )
