@@ -157,6 +157,6 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
         hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>", showlegend=True,
     ))
     fig.update_layout(yaxis99=dict(overlaying="y", side="right", title=dict(text=label), showgrid=False,
-                                   zeroline=False, anchor=xaxis),
+                                   zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
                       margin=dict(r=max(int(fig.layout.margin.r or 0), 80)))
     return fig
