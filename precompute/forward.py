@@ -72,7 +72,9 @@ def load_model(folder: Path, *, device: str) -> torch.nn.Module:
         CheckpointError: transformers cannot load it.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint is noise in the job's log
     dtype = torch.float32 if device == "cpu" else "auto"
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
