@@ -54,6 +54,7 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[str,
                        text_sha256="", tokenizer="bytes")
     model = info["config"]["model"]
     job = ForwardJob(es, device=device)
+    load_model(run / steps[0], device=device)  # warm-up: the first load imports transformers' model code
     out = []
     for step in steps:
         load, evaluate, loss = time_checkpoint(run / step, job, n_layers=model["n_layers"], n_heads=model["n_heads"])
