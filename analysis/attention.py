@@ -57,11 +57,15 @@ def query_span(alpha: torch.Tensor) -> torch.Tensor:
 def offset_sums(alpha: torch.Tensor) -> torch.Tensor:
     """Attention summed over heads, queries and sequences at each offset ``d = i - j``: ``(T,)``.
 
-    Uses ``sum_{b,h,i} alpha[b,h,i,i-d] = trace of the summed (T, T) matrix's d-th lower diagonal``.
+    Uses ``sum_{b,h,i} alpha[b,h,i,i-d]`` = the sum of the d-th lower diagonal of the (T, T) matrix summed
+    over sequences and heads, taken for every d at once by scattering each entry to its offset.
     """
     total = alpha.sum(dim=(0, 1))  # (T, T)
     t = total.shape[0]
-    return torch.stack([torch.diagonal(total, offset=-d).sum() for d in range(t)])
+    pos = torch.arange(t, device=total.device)
+    offset = pos[:, None] - pos[None, :]  # (T, T): d = i - j
+    causal = offset >= 0
+    return torch.zeros(t, dtype=total.dtype, device=total.device).index_add_(0, offset[causal], total[causal])
 
 
 @dataclass

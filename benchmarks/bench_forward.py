@@ -34,20 +34,23 @@ from precompute.evalset import held_out_bytes, make_eval_set  # noqa: E402
 from precompute.forward import ForwardJob, forward_statistics, load_model  # noqa: E402
 
 
-def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float]:
-    """(load seconds, evaluate seconds, loss) for one checkpoint, as the stage runs it."""
-    t0 = time.perf_counter()
+def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:
+    """(load seconds, evaluate seconds, CPU seconds of both, loss) for one checkpoint, as the stage runs it.
+
+    CPU seconds (this process, all threads) say what the work costs on a machine that others share;
+    wall seconds are what a run takes here."""
+    c0, t0 = time.process_time(), time.perf_counter()
     model = load_model(folder, device=job.device)
     t1 = time.perf_counter()
     stats = forward_statistics(model, job, n_layers=n_layers, n_heads=n_heads)
     if job.device == "cuda":
         torch.cuda.synchronize()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     del model
-    return t1 - t0, t2 - t1, float(stats["loss"])
+    return t1 - t0, t2 - t1, c2 - c0, float(stats["loss"])
 
 
-def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[str, float, float]]:
+def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[float, float, float]]:
     info = json.loads((run / "run.json").read_text())
     data, name = held_out_bytes(info, run)
     es = make_eval_set(np.frombuffer(data, np.uint8).astype(np.int64), n=32, t=256, vocab_size=256, text=name,
@@ -57,13 +60,13 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[str,
     load_model(run / steps[0], device=device)  # warm-up: the first load imports transformers' model code
     out = []
     for step in steps:
-        load, evaluate, loss = time_checkpoint(run / step, job, n_layers=model["n_layers"], n_heads=model["n_heads"])
-        print(f"reference {step}: load {load:.2f} s, evaluate {evaluate:.2f} s, loss {loss:.3f}", flush=True)
-        out.append((step, load, evaluate))
+        load, evaluate, cpu, loss = time_checkpoint(run / step, job, n_layers=model["n_layers"], n_heads=model["n_heads"])
+        print(f"reference {step}: load {load:.2f} s, evaluate {evaluate:.2f} s, CPU {cpu:.1f} s, loss {loss:.3f}", flush=True)
+        out.append((load, evaluate, cpu))
     return out
 
 
-def bench_160m(device: str, repeats: int) -> list[tuple[float, float]]:
+def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -81,9 +84,10 @@ def bench_160m(device: str, repeats: int) -> list[tuple[float, float]]:
         job = ForwardJob(es, device=device)
         out = []
         for r in range(repeats):
-            load, evaluate, loss = time_checkpoint(Path(tmp), job, n_layers=12, n_heads=12)
-            print(f"pythia-160m-shaped run {r}: load {load:.2f} s, evaluate {evaluate:.2f} s, loss {loss:.3f}", flush=True)
-            out.append((load, evaluate))
+            load, evaluate, cpu, loss = time_checkpoint(Path(tmp), job, n_layers=12, n_heads=12)
+            print(f"pythia-160m-shaped run {r}: load {load:.2f} s, evaluate {evaluate:.2f} s, CPU {cpu:.1f} s, "
+                  f"loss {loss:.3f}", flush=True)
+            out.append((load, evaluate, cpu))
     return out
 
 
@@ -100,14 +104,13 @@ def main() -> int:
     rows = []
     if args.reference.is_dir():
         ref = bench_reference(args.reference, args.device, args.steps.split(","))
-        load, ev = np.mean([r[1] for r in ref]), np.mean([r[2] for r in ref])
-        rows.append(("reference run (6 x 8, d_model 256)", load, ev))
+        rows.append(("reference run (6 x 8, d_model 256)", *np.mean(ref, axis=0)))
     if not args.skip_160m:
-        big = bench_160m(args.device, args.repeats)
-        rows.append(("Pythia-160M-shaped, random weights", np.mean([b[0] for b in big]), np.mean([b[1] for b in big])))
-    print("\n| model | load (s) | evaluate (s) | seconds per checkpoint |\n| --- | ---: | ---: | ---: |")
-    for name, load, ev in rows:
-        print(f"| {name} | {load:.2f} | {ev:.2f} | {load + ev:.2f} |")
+        rows.append(("Pythia-160M-shaped, random weights", *np.mean(bench_160m(args.device, args.repeats), axis=0)))
+    print("\n| model | load (s) | evaluate (s) | seconds per checkpoint | CPU seconds per checkpoint |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
+    for name, load, ev, cpu in rows:
+        print(f"| {name} | {load:.2f} | {ev:.2f} | {load + ev:.2f} | {cpu:.1f} |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
