@@ -128,8 +128,7 @@ def test_a_hand_built_induction_circuit_scores_near_one_and_a_random_model_near_
     t, vocab = 32, 200
     tok_block, pos_block = 256, 64
     d = 2 * tok_block + pos_block  # residual: [token | position | previous token]
-    heads = 2
-    d_head = d // heads
+    heads = 2  # d_head 288: head 0 has room for a 256-dimensional token code
     model = gpt2(2, d, heads, vocab, t)
     tok = zero_mean_codes(vocab, tok_block, seed=2)  # (V, 256)
     pos = zero_mean_codes(t, pos_block, seed=3)  # (T, 64)
