@@ -29,9 +29,14 @@ def main() -> None:
     steps = [int(s) for s in store.steps]
 
     # --- widgets ---
-    c_layer, c_head, c_steps = st.columns([1, 1, 4])
+    c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 4, 1], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on the line charts over training
+
+    def with_loss(fig):
+        return overlay_loss(fig, axis, *curve) if show_loss else fig
     chosen = widgets.multiselect(
         "step", "Chosen steps (marked in every panel)", steps, default_steps(store.steps), fmt=lambda s: f"{s:,}",
         where=c_steps, max_selections=MAX_CHOSEN_STEPS,
@@ -136,12 +141,12 @@ def main() -> None:
                        "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. Rule: README, \"Crossing or repulsion?\"")
     with left:
         if crossings is None:
-            st.plotly_chart(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam),
-                            key="leading")
+            st.plotly_chart(with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours,
+                                                           log_y=log_lam)), key="leading")
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of W_QK for {name}, over training.")
         else:
-            st.plotly_chart(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam),
-                            key="leading")
+            st.plotly_chart(with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours,
+                                                           log_y=log_lam)), key="leading")
             st.caption(f"Top: λ_0 … λ_3 of W_QK for {name} over training; ✕ a crossing, ○ a repulsion, at the "
                        "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
                        "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped).")
@@ -152,14 +157,12 @@ def main() -> None:
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
                                            log=("logy", "log y axis"), options=stats_for(store))
-        curve = loss_curve(store)
-        show_loss = widgets.loss_toggle(curve is not None, where=c_log)
         values = loader.stat_values(store, stat, k=k or 0)
         fig = figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
             y_range=fixed_range(values, log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,
         )
-        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key="head_in_layer")
+        st.plotly_chart(with_loss(fig), key="head_in_layer")
         st.caption(f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
                    "in grey and the layer mean red dashed; y range fixed over all layers and heads.")
 

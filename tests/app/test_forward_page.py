@@ -103,6 +103,18 @@ def test_forward_statistics_are_offered_in_the_other_views(forward_env: Path) ->
     assert "attention entropy H (forward)" in traj.selectbox(key="stat").options
 
 
+def test_the_loss_overlays_the_head_explorers_and_layer_views_time_axes(forward_env: Path) -> None:
+    loss = table(forward_env, "eval_loss.parquet").sort_values("step")["loss"].to_numpy()
+    at = open_page("pages/head_explorer.py", {"loss": "1", "layer": "1", "head": "2"})
+    for key in ("leading", "head_in_layer"):
+        overlay = [t for t in chart(at, key)["data"] if t.get("yaxis") == "y99"]
+        assert len(overlay) == 1 and np.allclose(arr(overlay[0]["y"]), loss), key
+    layers = open_page("pages/layer_view.py", {"loss": "1"})
+    assert [t for t in chart(layers, "layer_lines")["data"] if t.get("yaxis") == "y99"]
+    off = open_page("pages/layer_view.py", {"loss": "0"})
+    assert not [t for t in chart(off, "layer_lines")["data"] if t.get("yaxis") == "y99"]
+
+
 def test_a_store_without_the_lens_says_what_rerun_adds_it(app_env: Path) -> None:
     at = open_page(LENSES, {"step": "0"})
     assert any("--lenses attention" in i.value for i in at.info)
