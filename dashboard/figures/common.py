@@ -156,7 +156,12 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
         line=dict(color=style.LOSS_COLOUR, width=2, dash="dot"), marker=dict(size=4), customdata=axis.steps,
         hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>", showlegend=True,
     ))
+    right = 80
+    for trace in fig.data:  # a colour bar moves right of the loss axis
+        if getattr(trace, "colorbar", None) is not None and trace.type == "heatmap":
+            trace.colorbar.x, trace.colorbar.xanchor = 1.09, "left"
+            right = 150
     fig.update_layout(yaxis99=dict(overlaying="y", side="right", title=dict(text=label), showgrid=False,
                                    zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
-                      margin=dict(r=max(int(fig.layout.margin.r or 0), 80)))
+                      margin=dict(r=max(int(fig.layout.margin.r or 0), right)))
     return fig

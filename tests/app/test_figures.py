@@ -87,7 +87,8 @@ def all_figures(store) -> list[go.Figure]:
     figs += [fwd.layer_bands(axis, store.forward_array("entropy"), stat=STATS["entropy"], reference=5.0,
                              reference_label="uniform"),
              fwd.divergence_animation(store.layer_divergence(), steps=steps, start=2),
-             fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"], baseline=0.02),
+             overlay_loss(fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"],
+                                                baseline=0.02), axis, store.eval_loss(), "eval loss"),
              overlay_loss(layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"],
                                              y_range=(0.0, 1.0)), axis, store.eval_loss(), "eval loss")]
     return figs
