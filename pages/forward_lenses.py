@@ -40,7 +40,7 @@ def main() -> None:
     uniform = uniform_values(info.seq_len, info.induction_repeat)
 
     # --- widgets ---
-    c_step, c_loss = st.columns([5, 1], vertical_alignment="bottom")
+    c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")
     step = widgets.select("step", "Divergence heatmap: opening step", steps, steps[-1], kind="select_slider",
                           fmt=lambda s: f"{s:,}", where=c_step)
     curve = loss_curve(store)

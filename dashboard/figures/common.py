@@ -161,6 +161,10 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
         if getattr(trace, "colorbar", None) is not None and trace.type == "heatmap":
             trace.colorbar.x, trace.colorbar.xanchor = 1.09, "left"
             right = 150
+    legend_x = fig.layout.legend.x
+    if legend_x is not None and legend_x >= 1:  # a legend at the right moves past the loss axis's title
+        fig.update_layout(legend=dict(x=legend_x + 0.09))
+        right = max(right, int(fig.layout.margin.r or 0) + 70)
     fig.update_layout(yaxis99=dict(overlaying="y", side="right", title=dict(text=label), showgrid=False,
                                    zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
                       margin=dict(r=max(int(fig.layout.margin.r or 0), right)))
