@@ -341,3 +341,45 @@ def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, 
         parts.append(layers_rows(step, layer_matrix_statistics(blocks)))
     commit_store(path, store.meta, {LAYERS.name: LAYERS.sorted(pa.concat_tables(parts))})
     return Path(path)
+
+
+def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
+    """Give a store forward-lens tables (`analysis.store.format.FORWARD_TABLES`) with stand-in values:
+    entropy and span falling from the uniform value as a head sharpens, head-type scores rising for a
+    few heads, a falling loss. For dashboard tests and benchmarks; no model is run."""
+    from analysis.store import ForwardInfo, open_store
+    from precompute.forward import forward_rows
+
+    path = Path(path)
+    store = open_store(path)
+    n_layers, n_heads, steps = store.n_layers, store.n_heads, store.meta.done_steps
+    t, repeat = 64, 32
+    rng = np.random.default_rng(seed)
+    i = np.arange(1, t + 1, dtype=np.float64)
+    sharp = rng.uniform(0.2, 1.0, size=(n_layers, n_heads))  # how far each head gets from uniform
+    kind = rng.integers(0, 3, size=(n_layers, n_heads))  # 0 previous-token, 1 induction, 2 sink
+    tables: dict[str, list[pa.Table]] = {}
+    for n, step in enumerate(steps):
+        progress = n / max(len(steps) - 1, 1)
+        ramp = sharp * progress  # (L, H) in [0, 1)
+        stats = {
+            "entropy": np.mean(np.log2(i)) * (1 - 0.9 * ramp),
+            "entropy_std": 0.5 + ramp,
+            "span": np.mean((i - 1) / 2) * (1 - 0.8 * ramp),
+            "sink": np.mean(1 / i) + (kind == 2) * 0.7 * ramp,
+            "prev_token": np.mean(1 / i[1:]) + (kind == 0) * 0.8 * ramp,
+            "induction": np.mean(1 / (repeat + np.arange(1, repeat))) + (kind == 1) * 0.6 * ramp,
+        }
+        offsets = np.exp(-np.arange(t)[None, :] / (1 + 30 * (1 - progress) * np.arange(1, n_layers + 1)[:, None]))
+        p = offsets / offsets.sum(axis=1, keepdims=True)
+        m = (p[:, None] + p[None]) / 2
+        stats["jsd"] = 0.5 * (np.sum(p[:, None] * np.log2(p[:, None] / m), -1) + np.sum(p[None] * np.log2(p[None] / m), -1))
+        stats["loss"] = 1.5 + 4.0 * np.exp(-6 * progress)
+        stats["tokens"] = 8 * (t - 1)
+        for name, table in forward_rows(step, stats).items():
+            tables.setdefault(name, []).append(table)
+    info = ForwardInfo(lenses=("attention",), n_sequences=8, seq_len=t, seed=0, text="synthetic", text_sha256="0" * 64,
+                       tokens_sha256="0" * 64, tokenizer="bytes (vocabulary 256)", induction_repeat=repeat,
+                       induction_sequences=8, induction_seed=1)
+    commit_store(path, replace(store.meta, forward=info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
+    return path

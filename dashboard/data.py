@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.crossings import Approach
 from analysis.store import Store
-from dashboard.stats import LAMBDA
+from dashboard.stats import FORWARD_STATS, LAMBDA
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log"]
@@ -140,6 +140,11 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
     if stat == LAMBDA:
         sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
         return sv * sv
+    if stat in FORWARD_STATS:  # attention.parquet (per head, whatever the matrix); NaN at steps without forward rows
+        values = store.forward_array(stat)
+        if values is None:
+            raise KeyError(f"{stat!r} needs the forward lens: rerun precompute with --lenses attention")
+        return values
     return store.array(stat, matrix=matrix)
 
 
@@ -149,10 +154,22 @@ def stat_values_of(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -
     Raises:
         KeyError: the store has no such column or no complete rows of that matrix kind.
     """
-    if stat == LAMBDA:
-        sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
-        return sv * sv
-    return store.array(stat, matrix=matrix)
+    return stat_values(store, stat, k=k, matrix=matrix)
+
+
+def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
+    """The loss at each of ``store.steps`` for the loss overlay, and its label: the forward lens's loss on
+    its evaluation sequences when the store has it, else the validation loss ``run.json`` recorded for a
+    run trained here (NaN at steps it lacks); None when the store has neither."""
+    loss = store.eval_loss()
+    if loss is not None and np.isfinite(loss).any():
+        return loss, "eval loss (nats/token)"
+    losses = (store.meta.training or {}).get("losses") or []
+    by_step = {int(r["step"]): r.get("val_loss") for r in losses}
+    values = np.array([by_step.get(int(s)) if by_step.get(int(s)) is not None else np.nan for s in store.steps], dtype=np.float64)
+    if not np.isfinite(values).any():
+        return None
+    return values, "validation loss (nats/token)"
 
 
 def fixed_range(values: np.ndarray, *, log: bool = False, pad: float = 0.04) -> tuple[float, float]:

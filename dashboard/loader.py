@@ -164,7 +164,7 @@ def _embed(path: str, version: int, include_mixed: bool, matrix: str, statistic:
 
     store = _open(path, version).view(include_mixed=include_mixed)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
-    xy, neighbors = embed(store.array(statistic, matrix=matrix), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
+    xy, neighbors = embed(data.stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
     _EMBEDDED.add((path, version, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
     n_layers, n_heads = store.n_layers, store.n_heads
     return pd.DataFrame({

@@ -56,6 +56,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/weight_matrices.py", "Weight matrices", ":material/bar_chart:", "weights",
              "every block weight (QKV, attention out, MLP in/out): its singular values against Marchenko-Pastur over "
              "training and depth, and the Frobenius norm of every layer's"),
+    PageSpec("pages/forward_lenses.py", "Forward lenses", ":material/visibility:", "lenses",
+             "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
+             "previous-token / induction / sink heads over training, with the loss"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.store.format import CIRCUIT_COLUMNS, COLUMN_DOCS, NULL_COLUMNS, OVERLAP_COLUMN_DOCS, SCALAR_COLUMNS
+from analysis.store import Store
+from analysis.store.format import (
+    ATTENTION_COLUMN_DOCS,
+    ATTENTION_STATISTICS,
+    CIRCUIT_COLUMNS,
+    COLUMN_DOCS,
+    NULL_COLUMNS,
+    OVERLAP_COLUMN_DOCS,
+    SCALAR_COLUMNS,
+)
 
 LAMBDA = "lambda"
 REL_CHANGE = "rel_change"  # from overlaps.parquet, laid out per checkpoint by analysis.store.Store.array
@@ -30,6 +39,7 @@ class Stat:
         unit: unit for axis titles.
         positive: values are >= 0, so a log axis or log colour makes sense.
         doc: one-line meaning.
+        forward: a forward-lens statistic (``attention.parquet``), offered only for stores that have it.
     """
 
     name: str
@@ -38,6 +48,7 @@ class Stat:
     unit: str
     positive: bool
     doc: str
+    forward: bool = False
 
     def title(self, k: int | None = None) -> str:
         """Axis title with unit: ``σ (raw units)``; ``λ_3 (raw units²)`` for lambda with k=3."""
@@ -82,12 +93,33 @@ _STATS = [
     Stat(REL_CHANGE, "relative change to the next checkpoint ‖W(t′)−W(t)‖/‖W(t)‖", "‖ΔW‖_F/‖W‖_F",
          "dimensionless", True, OVERLAP_COLUMN_DOCS["rel_change"]),
 ]
+# forward-pass lenses (attention.parquet; analysis/attention.py): what the head does on text
+_A = ATTENTION_COLUMN_DOCS
+_STATS += [
+    Stat("entropy", "attention entropy H (forward)", "H_attn", "bits", True, _A["entropy"], forward=True),
+    Stat("entropy_std", "spread of attention entropy (forward)", "sd(H_attn)", "bits", True, _A["entropy_std"], forward=True),
+    Stat("span", "attention span (forward)", "span", "positions", True, _A["span"], forward=True),
+    Stat("sink", "sink mass: attention on position 1 (forward)", "sink", "attention", True, _A["sink"], forward=True),
+    Stat("prev_token", "previous-token score (forward)", "prev", "attention", True, _A["prev_token"], forward=True),
+    Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
+]
 STATS: dict[str, Stat] = {s.name: s for s in _STATS}
-assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,))
+assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS)
+FORWARD_STATS = ATTENTION_STATISTICS
 
 # The per-head products a store can hold, as the matrix choice (URL ``matrix=qk|ov``) names them.
 MATRIX_LABELS = {"qk": "W_QK = W_Qᵀ W_K (where a head looks)", "ov": "W_OV = W_O,h W_V,h (what a head writes)"}
 
+
+def stats_for(store: Store) -> list[str]:
+    """The statistics a picker offers for ``store``: the forward ones only when it has the lens."""
+    return [name for name, s in STATS.items() if not s.forward or store.has_forward]
+
 # Statistics offered for trajectory embeddings: finite, smooth, one number per head.
 TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",
-                    "spectral_norm", "kl_null")
+                    "spectral_norm", "kl_null", "entropy", "span", "prev_token", "induction")
+
+
+def trajectory_stats_for(store: Store) -> list[str]:
+    """`TRAJECTORY_STATS` less the forward ones for a store without the lens."""
+    return [name for name in TRAJECTORY_STATS if not STATS[name].forward or store.has_forward]

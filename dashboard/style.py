@@ -33,6 +33,7 @@ BOUNDARY_COLOUR = "white"  # layer boundaries on architecture heatmaps
 EDGE_COLOUR = "rgba(140,140,140,0.35)"  # kNN edges of the trajectory map
 LEADING_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")  # lambda_0 .. lambda_3
 TRAIN_COLOUR, VAL_COLOUR = "#1f77b4", "#ff7f0e"
+LOSS_COLOUR = "#222222"  # the loss curve overlaid on time axes: black, dotted
 
 HEIGHT = 440
 SMALL_HEIGHT = 260

@@ -338,6 +338,15 @@ def toggle(name: str, label: str, default: bool = False, *, where: Where = st, h
     return value
 
 
+def loss_toggle(available: bool, *, where: Where = st) -> bool:
+    """The switch that overlays the loss curve on a page's time axes (URL ``loss``); off and hidden
+    when the store has no loss curve (`dashboard.data.loss_curve`)."""
+    if not available:
+        return False
+    return toggle("loss", "Overlay the loss curve", False, where=where,
+                  help="the forward lens's loss on its evaluation sequences, or a run's validation loss, on a right-hand axis")
+
+
 def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: Where = st, help: str | None = None) -> int:
     """An integer slider over [lo, hi] bound to the URL parameter ``name``.
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from dashboard import export, loader, widgets
 from dashboard.figures.animation import animation
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                            log=("logc", "log colour"))
+                                            log=("logc", "log colour"), options=stats_for(store))
     step = widgets.select(
         "step", "Step (the frame shown and linked; Play runs on from it in the browser)", steps, steps[0], kind="select_slider",
         fmt=lambda s: f"{s:,}",

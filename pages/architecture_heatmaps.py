@@ -3,9 +3,10 @@
 import streamlit as st
 
 from dashboard import export, loader, widgets
-from dashboard.data import fixed_range
+from dashboard.data import fixed_range, loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import architecture as figs
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
 
@@ -22,7 +23,7 @@ def main() -> None:
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                            log=("logc", "log colour"))
+                                            log=("logc", "log colour"), options=stats_for(store))
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
@@ -41,8 +42,11 @@ def main() -> None:
     # --- panel: layer means over training ---
     st.subheader("Layer means over training")
     means = values.mean(axis=2)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None)
+    fig = figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour)
     widgets.chart(
-        figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour),
+        overlay_loss(fig, axis, *curve) if show_loss else fig,
         "layer_means", title=f"{frame.run} · layer means · {label}", filename=export.safe_name(frame.run, "layer-means", name),
         csv=lambda: export.tidy(means[:, :, None], store.steps, run=frame.run, statistic=f"{stat} (layer mean)", k=k, matrix=matrix)
         .assign(head="layer mean"))

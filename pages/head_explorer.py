@@ -8,9 +8,10 @@ from analysis.crossings import GAP_THRESHOLD, level_crossings
 from analysis.density import density_curves, density_extent, density_grid
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
-from dashboard.data import approach_table, default_steps, fixed_range, null_spectra
+from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import head as figs
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
 from dashboard.tables import SWAP_SCORE_HELP, reference_of
 
@@ -33,9 +34,14 @@ def main() -> None:
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     w_name = "W_QK" if matrix == "qk" else "W_OV"
-    c_layer, c_head, c_steps = st.columns([1, 1, 4])
+    c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 4, 1], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on the line charts over training
+
+    def with_loss(fig):
+        return overlay_loss(fig, axis, *curve) if show_loss else fig
     chosen = widgets.multiselect(
         "step", "Chosen steps (marked in every panel)", steps, default_steps(store.steps), fmt=lambda s: f"{s:,}",
         where=c_steps, max_selections=MAX_CHOSEN_STEPS,
@@ -186,12 +192,12 @@ def main() -> None:
                        "head's approaches: the Heads page.")
     with left:
         if crossings is None:
-            widgets.chart(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam),
+            widgets.chart(with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam)),
                           "leading", title=f"{frame.run} · {name} · λ_0 … λ_3", filename=export.safe_name(frame.run, tag, "leading"),
                           csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {w_name} for {name}, over training.")
         else:
-            widgets.chart(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam),
+            widgets.chart(with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam)),
                           "leading", title=f"{frame.run} · {name} · λ_0 … λ_3, crossings and repulsions",
                           filename=export.safe_name(frame.run, tag, "crossings"),
                           csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
@@ -204,16 +210,16 @@ def main() -> None:
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
         stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                           log=("logy", "log y axis"))
+                                           log=("logy", "log y axis"), options=stats_for(store))
         values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
         if widgets.no_values(values, STATS[stat].label, matrix):
             return
         band = reference_of(refs, stat, k)
-        event = widgets.chart(figs.head_in_layer(
+        event = widgets.chart(with_loss(figs.head_in_layer(
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
             y_range=fixed_range(figs.with_band(values, band), log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,
             layer=layer, compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs], band=band,
-        ), "head_in_layer", title=f"{frame.run} · {name} · {STATS[stat].short(k)} against its layer",
+        )), "head_in_layer", title=f"{frame.run} · {name} · {STATS[stat].short(k)} against its layer",
             filename=export.safe_name(frame.run, tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
             csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
                 lambda t: t if not pairs else _with_pairs(t, values, store.steps, frame.run, stat, k, matrix, pairs)),

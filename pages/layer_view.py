@@ -3,9 +3,10 @@
 import streamlit as st
 
 from dashboard import export, loader, widgets
-from dashboard.data import fixed_range
+from dashboard.data import fixed_range, loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.figures import layers as figs
-from dashboard.stats import STATS
+from dashboard.stats import STATS, stats_for
 
 
 def main() -> None:
@@ -19,10 +20,12 @@ def main() -> None:
 
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_stat, c_layer, c_k, c_log = st.columns([3, 1, 2, 1], vertical_alignment="bottom")
+    c_stat, c_layer, c_k, c_log, c_loss = st.columns([3, 1, 2, 1, 1], vertical_alignment="bottom")
     stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                       log=("logy", "log y axis"))
+                                       log=("logy", "log y axis"), options=stats_for(store))
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
@@ -33,8 +36,9 @@ def main() -> None:
 
     # --- panel: every head of the chosen layer ---
     st.subheader(f"Layer {layer}: every head over training")
+    fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
     event = widgets.chart(
-        figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y),
+        overlay_loss(fig, axis, *curve) if show_loss else fig,
         "layer_lines", title=f"{frame.run} · layer {layer}, every head · {label}",
         filename=export.safe_name(frame.run, f"L{layer}", "all-heads", name),
         csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]), select=True)

@@ -5,7 +5,7 @@ import streamlit as st
 
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
 from dashboard import export, loader, widgets
-from dashboard.stats import STATS, TRAJECTORY_STATS
+from dashboard.stats import STATS, trajectory_stats_for
 from dashboard.figures.trajectory import picked_head, sparkline, trajectory_map
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
@@ -36,7 +36,7 @@ def main() -> None:
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_norm = st.columns([3, 4])
-    stat = widgets.select("stat", "Statistic", list(TRAJECTORY_STATS), "kl_gauss", fmt=lambda s: STATS[s].label,
+    stat = widgets.select("stat", "Statistic", trajectory_stats_for(store), "kl_gauss", fmt=lambda s: STATS[s].label,
                           where=c_stat)
     norm = widgets.select("norm", "Trajectory normalisation", list(NORMALISATIONS), "zscore", kind="radio",
                           fmt=NORM_LABELS.get, where=c_norm, help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()))

@@ -101,6 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-in-flight", type=_positive, default=None, metavar="N",
                    help="most checkpoints submitted and not yet committed (default: twice the tasks the "
                    "cluster runs at once)")
+    p.add_argument("--lenses", choices=("attention",), action="append", default=None,
+                   help="forward-pass lenses per checkpoint: attention (loss, attention entropy/span/sink/"
+                   "previous-token/induction per head, layer divergence); loads each whole checkpoint")
+    p.add_argument("--eval-text", default=None, metavar="FILE",
+                   help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)")
+    p.add_argument("--eval-sequences", type=_positive, default=32, metavar="N", help="with --lenses: N sequences (32)")
+    p.add_argument("--eval-length", type=_positive, default=256, metavar="T", help="with --lenses: T tokens each (256)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -145,8 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         embeddings=args.embeddings,
         executor=args.executor,
         ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
-        **({"matrices": args.matrices} if args.matrices else {}),
+        lenses=tuple(dict.fromkeys(args.lenses or ())),
+        eval_text=args.eval_text,
+        eval_sequences=args.eval_sequences,
+        eval_length=args.eval_length,
     )
+    if options.eval_text and not options.lenses:
+        print("error: --eval-text is for the forward lens: add --lenses attention", file=sys.stderr)
+        return EXIT_USAGE
     status = EXIT_OK
     for source, out in runs:
         status = max(status, run_one(source, out, options, args))
@@ -190,6 +203,9 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
               f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
               f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
               file=sys.stderr)
+    if report.forward_left_out:
+        print(f"note: {len(report.forward_left_out)} checkpoints have no forward-lens rows (steps "
+              f"{report.forward_left_out[:5]}): see the warnings above; rerun to retry them", file=sys.stderr)
     if report.overlaps_left_out:
         pairs = ", ".join(f"{a}->{b}" for a, b in report.overlaps_left_out[:5])
         print(f"note: {len(report.overlaps_left_out)} checkpoint pairs have no singular-vector overlaps "

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from analysis.extract import ModelShape
 from precompute.fetch import Meter
+from precompute.forward import ForwardJob
 from precompute.prefetch import Prefetcher
 from precompute.revisions import CheckpointRef
 from precompute.settings import RunOptions, Settings
@@ -37,7 +38,7 @@ class LocalExecutor:
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]],
+        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
     ) -> Results:
         src = self.src
         seen = dict(known())  # the fetch thread's view: known weights plus those it read this run
@@ -51,7 +52,7 @@ class LocalExecutor:
 
         with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
             for ref, fetch in prefetched:
-                yield ref, lambda fetch=fetch: checkpoint_work(fetch(), shape, settings, known=known())
+                yield ref, lambda fetch=fetch: checkpoint_work(fetch(), shape, settings, known=known(), forward=forward, src=src)
 
 
 def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, meter: Meter) -> Executor:

@@ -17,10 +17,13 @@ the repo is read from the local Hub cache instead, by `precompute.hubcache`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import shutil
 import threading
+from collections.abc import Iterator
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -131,6 +134,36 @@ class HubSource(CheckpointSource):
         if not fetched.sha256:  # no LFS digest: fingerprint the attention tensors as read
             fetched.sha256, fetched.sha256_source = tensors_fingerprint(fetched.tensors), "read"
         return fetched
+
+    @contextlib.contextmanager
+    def checkpoint_folder(self, ref: CheckpointRef) -> Iterator[Path]:
+        """The revision's config and weight files in ``scratch/<commit>/`` (files already in the
+        Hub cache are linked, not downloaded), deleted when the block ends: one checkpoint at a time."""
+        info = self._info(ref)
+        commit = info.sha
+        siblings = {s.rfilename: s for s in info.siblings or []}
+        files = select_weight_files(siblings, lambda name: self._json(commit, name, ref), where=f"{self.repo_id}@{ref.revision}")
+        wanted = ["config.json", *files] + [f for f in (SAFETENSORS_INDEX, BIN_INDEX, "generation_config.json") if f in siblings]
+        folder = self.scratch / f"model-{commit[:12]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        downloaded: dict[Path, int] = {}
+        try:
+            for f in dict.fromkeys(wanted):
+                dest = folder / f
+                cached = try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit)
+                if isinstance(cached, str):
+                    dest.symlink_to(Path(cached).resolve())
+                    continue
+                url = hf_hub_url(self.repo_id, f, revision=commit, endpoint=self.endpoint)
+                downloaded[dest] = self.http.download(url, dest, what=f"download {self._where(ref, f)}")
+            yield folder
+        finally:
+            for dest, size in downloaded.items():
+                self.http.release(dest, size)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def tokenizer_location(self, ref: CheckpointRef) -> tuple[str, dict[str, Any]]:
+        return self.repo_id, {"revision": "main", "cache_dir": self.cache_dir}
 
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)

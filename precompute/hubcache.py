@@ -11,6 +11,8 @@ same weights.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,6 +59,13 @@ class HubCacheSource(CheckpointSource):
               layers: bool = False) -> Fetched:
         folder = self._snapshot(ref)
         return read_folder(folder, ref, shape, skip=skip, commit=folder.name, matrices=matrices, layers=layers)
+
+    @contextlib.contextmanager
+    def checkpoint_folder(self, ref: CheckpointRef) -> Iterator[Path]:
+        yield self._snapshot(ref)
+
+    def tokenizer_location(self, ref: CheckpointRef) -> tuple[str, dict[str, Any]]:
+        return self.repo_id, {"cache_dir": self.cache_dir}
 
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)

@@ -5,6 +5,8 @@ that `training` writes beside the checkpoints of a run trained here."""
 from __future__ import annotations
 
 import json
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +37,13 @@ class LocalSource(CheckpointSource):
     def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
               layers: bool = False) -> Fetched:
         return read_folder(self._path(ref), ref, shape, skip=skip, matrices=matrices, layers=layers)
+
+    @contextlib.contextmanager
+    def checkpoint_folder(self, ref: CheckpointRef) -> Iterator[Path]:
+        yield self._path(ref)
+
+    def tokenizer_location(self, ref: CheckpointRef) -> tuple[str, dict[str, Any]]:
+        return str(self._path(ref)), {}
 
     def run_info(self) -> dict[str, Any] | None:
         path = self.folder / RUN_INFO_FILE

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from analysis.errors import StoreError
 from analysis.store import TABLES, open_store, read_meta
-from analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
+from analysis.store.format import ATTENTION, HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
 from precompute.lock import store_lock
 
 CARD_FILE = "README.md"
@@ -142,6 +142,14 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
                     "sigma. Singular values: lambda_k = s_k^2."]
         if spec is OVERLAPS:
             out += ["", f"K = {meta.overlap_k} (`meta.json` `overlaps`)."]
+        if spec is ATTENTION and meta.forward is not None:
+            f = meta.forward
+            out += ["", f"Evaluation set (`meta.json` `forward`): {f.n_sequences} sequences of {f.seq_len} tokens of "
+                    f"{f.text} (text sha256 `{f.text_sha256[:12]}`, token ids sha256 `{f.tokens_sha256[:12]}`), "
+                    f"tokenizer {f.tokenizer}, windows drawn with seed {f.seed}; the induction score on "
+                    f"{f.induction_sequences} sequences of {f.induction_repeat} random tokens repeated twice (seed "
+                    f"{f.induction_seed}); forward pass in {f.dtype}. Uniform causal attention over T positions "
+                    "gives entropy mean_i log2 i, span (T - 1)/4."]
     out += [
         "",
         "## Loading",

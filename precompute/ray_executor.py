@@ -42,6 +42,7 @@ from ray import exceptions as rx
 from analysis.errors import ClusterError, HubUnreachableError
 from analysis.extract import ModelShape
 from precompute.fetch import Meter
+from precompute.forward import ForwardJob
 from precompute.revisions import CheckpointRef
 from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
 from precompute.sources import open_source
@@ -72,6 +73,7 @@ class _Job:
     shape: ModelShape
     settings: Settings
     threads: int
+    forward: ForwardJob | None = None
 
 
 def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Work | _Failed:
@@ -84,7 +86,7 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
         fetched = src.fetch(ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices,
                             layers=job.settings.layers)
         _die_once()
-        work = checkpoint_work(fetched, job.shape, job.settings, known=known)
+        work = checkpoint_work(fetched, job.shape, job.settings, known=known, forward=job.forward, src=src)
     except _RETURNED_ERRORS as exc:
         return _Failed(exc)
     finally:
@@ -162,9 +164,9 @@ class RayExecutor:
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]],
+        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
     ) -> Results:
-        job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads))
+        job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads, forward))
         task = ray.remote(_checkpoint_task).options(
             num_cpus=self.threads,
             num_gpus=1 if settings.device == "cuda" else 0,

@@ -48,20 +48,22 @@ from typing import Any
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
+from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError
 from analysis.extract import ModelShape, model_shape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute import overlaps as ovl
 from precompute.executor import open_executor
+from precompute.evalset import resolve_eval_set
 from precompute.fetch import Meter, human_bytes
+from precompute.forward import ForwardJob, check_loadable
 from precompute.lock import store_lock
 from precompute.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.source import CheckpointSource, fingerprints_comparable
 from precompute.sources import open_source
 from precompute.state import RunState, open_state, stored_meta
-from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, layer_work, pair_vectors
+from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, forward_work, layer_work, pair_vectors
 
 log = logging.getLogger("precompute")
 
@@ -83,6 +85,7 @@ class RunReport:
     completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
     incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
     layers_left_out: list[int] = field(default_factory=list)  # checkpoints whose layer rows could not be made
+    forward_left_out: list[int] = field(default_factory=list)  # steps the lens asked for whose forward rows are missing
 
     def transfer_summary(self) -> str:
         rate = self.bytes_fetched / max(self.seconds, 1e-9)
@@ -136,12 +139,17 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
     plan = _plan(source, options, scratch=scratch, meter=meter)
+    forward = _forward_job(plan, options, source) if options.lenses else None  # refusals: before anything is written
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
         stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
         settings = _settings(plan, options, stored)
+        if forward is not None:
+            _check_same_evaluation(out, stored, forward)
         state = open_state(out, stored, plan.model, settings)
+        if forward is not None:
+            state.meta.forward = forward.eval_set.info
         if settings.overlap_k:
             state.meta.overlaps = ovl.overlaps_meta(settings.overlap_k)
         run_info = plan.src.run_info()
@@ -153,7 +161,12 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
             _complete(plan, settings, state, report, executor, progress=options.progress)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
-            _compute(plan, todo, settings, state, report, executor, progress=options.progress)
+            _compute(plan, todo, settings, state, report, executor, progress=options.progress, forward=forward)
+            if forward is not None:
+                report.forward_left_out = _fill_forward(plan, state, forward, report)
+            elif state.meta.forward is not None and state.forward_missing():
+                log.warning("the store has forward-lens tables but %d checkpoints lack their rows; rerun with "
+                            "--lenses attention (and the same --eval-text) to add them", len(state.forward_missing()))
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(plan, settings, state)
             if settings.layers:
@@ -178,6 +191,66 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     shape, config = _model_shape(src, todo)
     model = ModelInfo(id=options.model_id or src.model_id, **shape.as_meta(), config=config)
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
+
+
+def _forward_job(plan: Plan, options: RunOptions, source: str | Path) -> ForwardJob:
+    """The forward-pass lens's job: its evaluation sequences, checked against the model.
+
+    Raises:
+        UnknownArchitectureError: transformers cannot load the model.
+        EvalTextError: no text, no usable tokenizer, or too few tokens (`precompute.evalset`).
+    """
+    check_loadable(plan.model.config)
+    config = plan.model.config
+    device = resolve_device(options.device).type
+    dtype = "float32" if device == "cpu" else str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    local = Path(source) if Path(source).is_dir() else None
+    eval_set = resolve_eval_set(
+        eval_text=options.eval_text, run_info=plan.src.run_info(), run_folder=local,
+        tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
+        vocab_size=int(config.get("vocab_size") or 0), n=options.eval_sequences, t=options.eval_length,
+        max_positions=config.get("max_position_embeddings") or config.get("n_positions"), dtype=dtype,
+    )
+    return ForwardJob(eval_set, device=device)
+
+
+def _check_same_evaluation(out: Path, stored: Meta | None, forward: ForwardJob) -> None:
+    """Refuse to add forward rows made on other sequences than the store's.
+
+    Raises:
+        StoreError: the store's lens ran on another text, tokenizer, N or T.
+    """
+    if stored is None or stored.forward is None or stored.forward.same_evaluation(forward.eval_set.info):
+        return
+    was, now = stored.forward, forward.eval_set.info
+    raise StoreError(
+        f"store {str(out)!r} has forward lenses on {was.n_sequences} x {was.seq_len} tokens of {was.text!r} "
+        f"(sha256 {was.text_sha256[:12]}, tokenizer {was.tokenizer!r}), not {now.n_sequences} x {now.seq_len} of "
+        f"{now.text!r} (sha256 {now.text_sha256[:12]}, {now.tokenizer!r}); pass the same --eval-text and sizes, "
+        "or write to a new --out"
+    )
+
+
+def _fill_forward(plan: Plan, state: RunState, forward: ForwardJob, report: RunReport) -> list[int]:
+    """Compute the forward rows of checkpoints whose weight statistics were computed without the lens,
+    one commit each; the steps that could not be read."""
+    missing = state.forward_missing()
+    left_out = []
+    if missing:
+        log.info("forward lens: %d checkpoints computed earlier without it", len(missing))
+    plan.src.stop.clear()
+    for step in missing:
+        entry = state.meta.entry(step)
+        ref = CheckpointRef(step, entry.revision, entry.tokens)
+        try:
+            rows = forward_work(plan.src, ref, plan.shape, forward)
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: forward lens failed (%s); its forward rows are left out", ref.revision, exc)
+            left_out.append(step)
+            continue
+        state.add_forward(rows)
+        state.commit(heads=False)
+    return left_out
 
 
 def _task_source(source: str | Path) -> str:
@@ -214,12 +287,13 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
 
 def _compute(
     plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport,
-    executor: Executor, *, progress: bool,
+    executor: Executor, *, progress: bool, forward: ForwardJob | None = None,
 ) -> None:
     """Compute every checkpoint of ``todo`` through the executor, then settle and commit each, in step order."""
     src, shape = plan.src, plan.shape
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-    results = executor.results(todo, shape=shape, settings=settings, known=lambda: state.meta.fingerprints)
+    kwargs = {"forward": forward} if forward is not None else {}  # executors without the lens keep their signature
+    results = executor.results(todo, shape=shape, settings=settings, known=lambda: state.meta.fingerprints, **kwargs)
     with contextlib.closing(results):
         for ref, result in results:
             known = state.meta.fingerprints
@@ -229,7 +303,7 @@ def _compute(
                     # skipped as a copy of a checkpoint that then failed: read it after all
                     fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices,
                                         layers=settings.layers)
-                    work = checkpoint_work(fetched, shape, settings, known=known)
+                    work = checkpoint_work(fetched, shape, settings, known=known, forward=forward, src=src)
                 entry, rows, vectors = work.settle(known)
                 layer_rows = work.layer_rows if rows is not None else None
             except CHECKPOINT_ERRORS as exc:
@@ -238,7 +312,7 @@ def _compute(
                 state.fail(failure)
                 report.failed.append(failure)
             else:
-                state.add(entry, rows, vectors, layer_rows=layer_rows)
+                state.add(entry, rows, vectors, work.forward if rows is not None else None, layer_rows=layer_rows)
                 if rows is None:
                     report.duplicates[ref.step] = entry.duplicate_of
                     tqdm.write(f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of", file=sys.stderr)

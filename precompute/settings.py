@@ -146,6 +146,7 @@ class Settings:
     fetch: FetchSettings | None = None  # Hub sources only
     overlap_k: int = OVERLAP_K  # leading singular vectors per head for the overlaps (0: none); capped at d_head
     matrices: tuple[str, ...] = DEFAULT_MATRICES  # --matrices, plus the per-head matrices the store already had
+    lenses: tuple[str, ...] = ()  # forward-pass lenses (--lenses); what they ran on is meta.json ``forward``
 
     @property
     def layers(self) -> bool:
@@ -184,6 +185,10 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
+        lenses: forward-pass lenses to compute per checkpoint (``("attention",)``; default none).
+        eval_text: the lens's evaluation text, a UTF-8 file (default: the held-out split of a run
+            trained here).
+        eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -199,6 +204,10 @@ class RunOptions:
     token: str | bool | None = None
     executor: ExecutorName = "local"
     ray: RayOptions = field(default_factory=RayOptions)
+    lenses: tuple[Literal["attention"], ...] = ()
+    eval_text: str | None = None
+    eval_sequences: int = 32
+    eval_length: int = 256
 
 
 def resolve_settings(
@@ -238,6 +247,7 @@ def resolve_settings(
         fetch=fetch,
         overlap_k=min(max(k, 0), d_head),
         matrices=matrices,
+        lenses=tuple(options.lenses),
     )
 
 

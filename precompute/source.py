@@ -17,10 +17,12 @@ imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -138,6 +140,22 @@ class CheckpointSource(ABC):
     def check_schedule(self, available: list[CheckpointRef]) -> None:
         """Log where `list`'s checkpoints depart from the suite's known schedule (Pythia's
         154 steps: a branch missing is a warning); nothing for suites without one."""
+
+    @contextlib.contextmanager
+    def checkpoint_folder(self, ref: CheckpointRef) -> Iterator[Path]:
+        """The whole checkpoint as a ``save_pretrained`` folder, for the forward-pass lens, held
+        only inside the ``with`` block (a download is deleted when it ends).
+
+        Raises:
+            CheckpointNotFoundError, CheckpointError: as `fetch`.
+        """
+        raise CheckpointError(f"{self.name}: this source cannot provide whole checkpoints for the forward lens")
+        yield Path()  # pragma: no cover
+
+    def tokenizer_location(self, ref: CheckpointRef) -> tuple[str, dict[str, Any]]:
+        """Where the checkpoints' tokenizer is (a folder or a repo id) and the keyword arguments
+        ``AutoTokenizer.from_pretrained`` needs to load it from there."""
+        return self.name, {}
 
     def progress_note(self, ref: CheckpointRef) -> str:
         """The progress bar's note after ``ref`` is done: its name, and what the source

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import HEADS, HIST_Z_EDGES, LAYERS, MATRICES, META_FILE, OVERLAPS
+from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, LAYERS, MATRICES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
 from precompute import overlaps as ovl
@@ -46,6 +46,8 @@ class RunState:
         layers: every ``layers.parquet`` row, sorted (the store's, plus this run's).
         layer_run: whether this run computes the whole-layer matrices (``--matrices`` with ``layers``);
             the file is written only then (otherwise the store's is kept as it is).
+        forward: the forward tables (`analysis.store.format.FORWARD_TABLES`) by name, sorted; written
+            whenever ``meta.forward`` is set (a store computed with a lens).
     """
 
     out: Path
@@ -57,16 +59,20 @@ class RunState:
     held: dict[int, ovl.Vectors] = field(default_factory=dict)
     layers: pa.Table = field(default_factory=LAYERS.empty)
     layer_run: bool = False
+    forward: dict[str, pa.Table] = field(default_factory=lambda: {spec.name: spec.empty() for spec in FORWARD_TABLES})
 
     def add(
-        self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None, *, layer_rows: pa.Table | None = None
+        self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None,
+        forward: dict[str, pa.Table] | None = None, *, layer_rows: pa.Table | None = None,
     ) -> None:
-        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), and the overlaps of
-        its vectors with the previous checkpoint's when those are in memory; its ``layers.parquet`` rows
-        when the run computes them."""
+        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), its forward-table
+        rows (if the run computes a lens), its ``layers.parquet`` rows (when the run computes them),
+        and the overlaps of its vectors with the previous checkpoint's when those are in memory."""
         self.meta.add_checkpoint(entry)
         if rows is None:
             return
+        if forward is not None:
+            self.add_forward(forward)
         self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
         if layer_rows is not None:
             self.add_layers(layer_rows)
@@ -109,6 +115,20 @@ class RunState:
         have = set(self.layers["step"].to_pylist())
         return [s for s in self.meta.done_steps if s not in have]
 
+    def add_forward(self, forward: dict[str, pa.Table]) -> None:
+        """Add one checkpoint's forward-table rows (replacing any the tables hold for its step)."""
+        for spec in FORWARD_TABLES:
+            new = forward[spec.name]
+            old = self.forward[spec.name]
+            steps = pa.array(pc.unique(new["step"]).to_pylist(), pa.int64())
+            kept = old.filter(pc.invert(pc.is_in(old["step"], steps)))
+            self.forward[spec.name] = spec.sorted(pa.concat_tables([kept, new]))
+
+    def forward_missing(self) -> list[int]:
+        """Steps with weight statistics but no forward rows (computed before the lens was asked for)."""
+        have = set(self.forward[FORWARD_TABLES[0].name]["step"].to_pylist())
+        return [s for s in self.meta.done_steps if s not in have]
+
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
         self.meta.add_failure(failure)
@@ -127,6 +147,8 @@ class RunState:
             tables[OVERLAPS.name] = self.overlaps
         if self.layer_run:
             tables[LAYERS.name] = self.layers
+        if self.meta.forward is not None:
+            tables |= self.forward
         commit_store(self.out, self.meta, tables)
 
 
@@ -185,7 +207,10 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     meta = stored
     meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
-    return RunState(out, meta, heads, overlaps, settings.overlap_k, layers=layers, layer_run=settings.layers)
+    state = RunState(out, meta, heads, overlaps, settings.overlap_k, layers=layers, layer_run=settings.layers)
+    if stored.forward is not None:
+        state.forward = _stored_forward(out, stored)
+    return state
 
 
 def _stored_layers(out: Path, meta: Meta) -> pa.Table:
@@ -202,6 +227,24 @@ def _stored_layers(out: Path, meta: Meta) -> pa.Table:
         log.warning("%s has another schema than this version writes: recomputing it", LAYERS.file)
         return LAYERS.empty()
     return LAYERS.sorted(table.filter(pc.is_in(table["step"], pa.array(meta.done_steps, pa.int64()))))
+
+
+def _stored_forward(out: Path, meta: Meta) -> dict[str, pa.Table]:
+    """The store's forward tables, less rows of steps meta does not list as done (a missing or
+    unreadable table is recomputed: its steps then count as missing)."""
+    done = pa.array(meta.done_steps, pa.int64())
+    tables = {}
+    for spec in FORWARD_TABLES:
+        try:
+            table = read_table(out, spec)
+        except StoreError as exc:
+            log.warning("%s: its forward rows are recomputed", exc)
+            table = None
+        tables[spec.name] = spec.empty() if table is None else spec.sorted(table.filter(pc.is_in(table["step"], done)))
+    steps = [set(t["step"].to_pylist()) for t in tables.values()]
+    if not all(s == steps[0] for s in steps):  # tables disagree (a file lost): recompute every step's
+        tables = {spec.name: spec.empty() for spec in FORWARD_TABLES}
+    return tables
 
 
 def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:

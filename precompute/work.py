@@ -30,9 +30,10 @@ from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
 from precompute import overlaps as ovl
+from precompute.forward import ForwardJob, forward_lens
 from precompute.revisions import CheckpointRef
 from precompute.settings import Settings
-from precompute.source import Fetched
+from precompute.source import CheckpointSource, Fetched
 from precompute.tables import heads_rows, layers_rows
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
@@ -53,6 +54,8 @@ class Work:
             (a Ray task); zero when the run's meter counted it.
         layer_rows: its ``layers.parquet`` rows when the run computes the whole-layer matrices
             (``--matrices`` with ``layers``), else None; dropped with ``rows`` for a duplicate.
+        forward: its rows of the forward tables by registry name (`precompute.forward`), when the
+            run computes a lens and ``rows`` were computed; dropped with them for a duplicate.
     """
 
     entry: CheckpointEntry
@@ -62,6 +65,7 @@ class Work:
     requests: int = 0
     peak_disk: int = 0
     layer_rows: pa.Table | None = None
+    forward: dict[str, pa.Table] | None = None
 
     def settle(self, known: Mapping[str, int]) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
         """The entry, rows and vectors to record, given the fingerprints committed so far: a
@@ -77,19 +81,26 @@ class Work:
         return self.entry, self.rows, self.vectors
 
 
-def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int]) -> Work:
+def checkpoint_work(
+    fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int],
+    forward: ForwardJob | None = None, src: CheckpointSource | None = None,
+) -> Work:
     """Extract the factors of every per-head matrix of the run (``settings.head_matrices``), check
     them and compute every statistic, unless the checkpoint's fingerprint is in ``known`` or its
-    tensors were not read (then ``rows`` is None).
+    tensors were not read (then ``rows`` is None); with a ``forward`` job, also load the whole
+    checkpoint from ``src`` and compute its forward tables.
 
     Args:
         fetched: the checkpoint as fetched (`precompute.source.CheckpointSource.fetch`).
         shape: the run's model.
         settings: the run's settings (device, dtypes, chunking, K).
         known: fingerprints whose statistics need not be computed again.
+        forward: the forward-pass lens's job (None: no lens).
+        src: the source, which provides the whole checkpoint for the lens.
 
     Raises:
-        CheckpointError: non-finite weights, or shapes the extraction refuses.
+        CheckpointError: non-finite weights, shapes the extraction refuses, or a checkpoint
+            transformers cannot load for the lens.
     """
     ref = fetched.ref
     if ref.tokens is not None:
@@ -125,7 +136,7 @@ def checkpoint_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, 
         tables.append(heads_rows(ref.step, stats, d_model=shape.d_model, matrix=matrix))
     layer_rows = layer_work(fetched, shape, settings) if settings.layers else None
     return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None,
-                layer_rows=layer_rows)
+                layer_rows=layer_rows, forward=forward_work(src, ref, shape, forward) if forward else None)
 
 
 def checked_factors(
@@ -179,6 +190,17 @@ def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Ta
     return layers_rows(fetched.ref.step, records)
 
 
+def forward_work(src: CheckpointSource | None, ref: CheckpointRef, shape: ModelShape, forward: ForwardJob) -> dict[str, pa.Table]:
+    """One checkpoint's forward-table rows: the whole checkpoint, held only while it is evaluated.
+
+    Raises:
+        CheckpointError: it cannot be loaded or evaluated.
+    """
+    assert src is not None, "the forward lens needs the source"
+    with src.checkpoint_folder(ref) as folder:
+        return forward_lens(folder, ref.step, forward, n_layers=shape.n_layers, n_heads=shape.n_heads)
+
+
 # What an executor hands the driver per checkpoint, in step order: the checkpoint and a
 # call that returns its `Work` or raises its per-checkpoint error (`CHECKPOINT_ERRORS`).
 Results = Iterator[tuple[CheckpointRef, Callable[[], Work]]]
@@ -190,9 +212,9 @@ class Executor(Protocol):
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]],
+        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
     ) -> Results:
         """One ``(ref, result)`` per checkpoint of ``todo``, in order; ``known()`` gives the
-        fingerprints committed so far (a hint: `Work.settle` decides). Closing the iterator
-        abandons the work still in flight."""
+        fingerprints committed so far (a hint: `Work.settle` decides); ``forward``, the lens's
+        job for every checkpoint computed. Closing the iterator abandons the work still in flight."""
         ...

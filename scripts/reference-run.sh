@@ -35,7 +35,8 @@ else
 fi
 trained=$SECONDS
 rm -rf "$STAGE"
-"$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress
+"$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
+  --lenses attention   # forward lens on the run's held-out split (its corpus archive is in runs/.cache)
 rm -rf "$STORE"
 mv "$STAGE" "$STORE"
 echo "training $((trained - start)) s, precompute $((SECONDS - trained)) s; store: $STORE ($(du -sh "$STORE" | cut -f1))" >&2

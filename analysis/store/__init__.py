@@ -9,10 +9,10 @@ Writing is the precompute job's (`precompute.store_writer`), through the same re
 """
 
 from analysis.store.format import TABLES, TableSpec
-from analysis.store.meta import CheckpointEntry, Failure, Meta, ModelInfo, SharedFile, read_meta
+from analysis.store.meta import CheckpointEntry, Failure, ForwardInfo, Meta, ModelInfo, SharedFile, read_meta
 from analysis.store.reader import Store, is_store, open_store, read_table, store_version
 
 __all__ = [
-    "TABLES", "TableSpec", "CheckpointEntry", "Failure", "Meta", "ModelInfo", "SharedFile", "read_meta",
+    "TABLES", "TableSpec", "CheckpointEntry", "Failure", "ForwardInfo", "Meta", "ModelInfo", "SharedFile", "read_meta",
     "Store", "is_store", "open_store", "read_table", "store_version",
 ]

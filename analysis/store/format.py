@@ -306,8 +306,76 @@ LAYERS = TableSpec(
     row_group_rows=lambda n_layers, n_heads, n_steps: LAYERS_ROW_GROUP_ROWS,
 )
 
+# Forward-pass lenses (DESIGN.md section 8; `python -m precompute --lenses attention`): what the
+# heads do on a fixed evaluation set, per checkpoint with statistics. meta.json ``forward``
+# (`analysis.store.meta.ForwardInfo`) says which sequences; ``analysis/attention.py`` holds the math.
+ATTENTION_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "entropy": "attention entropy H_i = -sum_j a_ij log2 a_ij in bits, mean over query positions i and sequences "
+               "(uniform causal attention: mean_i log2 i)",
+    "entropy_std": "standard deviation of H_i over query positions and sequences (bits)",
+    "span": "attention-weighted distance sum_j a_ij (i - j), mean over queries and sequences (uniform: mean_i (i-1)/2)",
+    "sink": "attention on the first position a_i1, mean over queries (all i) and sequences",
+    "prev_token": "attention on the previous position a_i,i-1, mean over queries i > 1 and sequences",
+    "induction": "on R random tokens repeated twice, mean attention from position R+k to k+1 (the token after "
+                 "the first occurrence), k = 1..R-1",
+}
+ATTENTION_STATISTICS = tuple(ATTENTION_COLUMN_DOCS)[3:]  # the per-head forward statistics
+LAYER_DIVERGENCE_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer_a": "first layer, 0-based (int32)",
+    "layer_b": "second layer, 0-based (int32); every ordered pair, a == b included (0)",
+    "jsd": "Jensen-Shannon divergence in bits (0..1) between the layers' mean attention distributions over "
+           "relative offset d = i - j (mean over heads, queries and sequences)",
+}
+EVAL_LOSS_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "loss": "mean next-token cross-entropy on the evaluation sequences, nats per token (float64)",
+    "tokens": "predicted tokens it averages over: sequences x (T - 1) (int64)",
+}
+ATTENTION_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32()}
+                           | {c: pa.float64() for c in ATTENTION_STATISTICS})
+LAYER_DIVERGENCE_SCHEMA = _fields({"step": pa.int64(), "layer_a": pa.int32(), "layer_b": pa.int32(), "jsd": pa.float64()})
+EVAL_LOSS_SCHEMA = _fields({"step": pa.int64(), "loss": pa.float64(), "tokens": pa.int64()})
+
+ATTENTION = TableSpec(
+    name="attention",
+    file="attention.parquet",
+    row="one row per (step, layer, head)",
+    about="Forward-pass statistics of every head on the store's evaluation sequences (meta.json `forward`): "
+          "attention entropy and its spread, span, sink mass, previous-token score, and the induction score "
+          "on repeated random tokens. Present when the store was computed with `--lenses attention`.",
+    schema=ATTENTION_SCHEMA,
+    docs=ATTENTION_COLUMN_DOCS,
+    sort=("step", "layer", "head"),
+)
+LAYER_DIVERGENCE = TableSpec(
+    name="layer_divergence",
+    file="layer_divergence.parquet",
+    row="one row per (step, layer_a, layer_b)",
+    about="How differently the layers attend: the Jensen-Shannon divergence between two layers' mean "
+          "attention over relative offset, on the evaluation sequences. Written with `attention`.",
+    schema=LAYER_DIVERGENCE_SCHEMA,
+    docs=LAYER_DIVERGENCE_COLUMN_DOCS,
+    sort=("step", "layer_a", "layer_b"),
+)
+EVAL_LOSS = TableSpec(
+    name="eval_loss",
+    file="eval_loss.parquet",
+    row="one row per step",
+    about="The model's loss on the evaluation sequences at each checkpoint with statistics, the curve "
+          "the dashboard overlays on its time axes. Written with `attention`.",
+    schema=EVAL_LOSS_SCHEMA,
+    docs=EVAL_LOSS_COLUMN_DOCS,
+    sort=("step",),
+)
+# The tables the attention lens writes, committed together with heads.parquet.
+FORWARD_TABLES = (ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS)
+
 # Every table a store may hold, by name. A new table is one more entry.
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS)}
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES)}
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 
 

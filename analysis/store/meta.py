@@ -126,6 +126,59 @@ class ModelInfo:
         return {k: getattr(self, k) for k in self.GEOMETRY}
 
 
+@dataclass(frozen=True)
+class ForwardInfo:
+    """How the forward-pass tables were made (``meta.json`` ``forward``; README "attention.parquet").
+
+    Every checkpoint of a store is evaluated on the same sequences; a run asked for other
+    ones is refused (`same_evaluation`).
+
+    Attributes:
+        lenses: the lenses computed (``["attention"]``).
+        n_sequences, seq_len: N sequences of T tokens.
+        seed: the seed that chose the N windows of the tokenized text.
+        text: where the text came from (a file name, or a run's held-out split).
+        text_sha256: sha256 of the text's bytes.
+        tokens_sha256: sha256 of the (N, T) int64 token ids, row-major little-endian.
+        tokenizer: the tokenizer (a name or path, or ``bytes (vocabulary 256)``).
+        induction_repeat: R, the length of the random sequence repeated twice for the induction score.
+        induction_sequences: how many such sequences.
+        induction_seed: the seed of their tokens.
+        dtype: the dtype the forward pass ran in.
+    """
+
+    lenses: tuple[str, ...]
+    n_sequences: int
+    seq_len: int
+    seed: int
+    text: str
+    text_sha256: str
+    tokens_sha256: str
+    tokenizer: str
+    induction_repeat: int
+    induction_sequences: int
+    induction_seed: int
+    dtype: str = "float32"
+
+    # what must match for two runs' rows to describe the same evaluation
+    IDENTITY = ("n_sequences", "seq_len", "seed", "text_sha256", "tokens_sha256", "tokenizer",
+                "induction_repeat", "induction_sequences", "induction_seed")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["lenses"] = list(self.lenses)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ForwardInfo:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known})
+
+    def same_evaluation(self, other: ForwardInfo) -> bool:
+        """Whether ``other`` evaluates on exactly the same sequences (its rows are comparable)."""
+        return all(getattr(self, k) == getattr(other, k) for k in self.IDENTITY)
+
+
 @dataclass
 class Meta:
     """A store's ``meta.json``, typed. Mutable: a precompute run adds checkpoints and failures to it.
@@ -141,6 +194,7 @@ class Meta:
         training: metadata of a run trained here (``run.json``: tokens per step, losses), else None.
         overlaps: how ``overlaps.parquet`` was made (``k``, ...), else None.
         embeddings: how ``embeddings.parquet`` was made (``steps``, settings, ...), else None.
+        forward: how the forward-pass tables were made (`ForwardInfo`), else None.
         schema_version: the version the file was written with (`to_dict` always writes
             `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
         extra: keys this version does not know, written back unchanged.
@@ -156,6 +210,7 @@ class Meta:
     training: dict[str, Any] | None = None
     overlaps: dict[str, Any] | None = None
     embeddings: dict[str, Any] | None = None
+    forward: ForwardInfo | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -178,13 +233,18 @@ class Meta:
             failed = sorted((Failure(**f) for f in d.get("failed") or []), key=lambda f: f.step)
         except (TypeError, AttributeError) as exc:
             raise StoreError(f"{where!r} is malformed ({exc}); recompute the store with `python -m precompute`") from exc
-        known = {f.name for f in fields(cls)} - {"model", "checkpoints", "failed", "extra"}
+        try:
+            forward = ForwardInfo.from_dict(d["forward"]) if d.get("forward") is not None else None
+        except (TypeError, AttributeError) as exc:
+            raise StoreError(f"{where!r} has a malformed 'forward' record ({exc}); recompute the store") from exc
+        known = {f.name for f in fields(cls)} - {"model", "checkpoints", "failed", "extra", "forward"}
         meta = cls(
             model=model,
             checkpoints=checkpoints,
             failed=failed,
+            forward=forward,
             **{k: d[k] for k in known if k in d and d[k] is not None},
-            extra={k: v for k, v in d.items() if k not in known | {"model", "checkpoints", "failed"}},
+            extra={k: v for k, v in d.items() if k not in known | {"model", "checkpoints", "failed", "forward"}},
         )
         meta.mark_shared_files()  # derived from the digests: the same whatever the file says
         return meta
@@ -204,6 +264,8 @@ class Meta:
         for key in ("training", "embeddings", "overlaps"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.forward is not None:
+            out["forward"] = self.forward.as_dict()
         out.update(self.extra)
         return out
 

@@ -27,10 +27,14 @@ import pyarrow.parquet as pq
 from analysis.errors import StoreError
 from analysis.nullmodel import NULL_RATIO_STATS
 from analysis.store.format import (
+    ATTENTION,
+    ATTENTION_STATISTICS,
     CIRCUIT_COLUMNS,
     EMBEDDINGS,
+    EVAL_LOSS,
     HEADS,
     HEADS_COLUMNS,
+    LAYER_DIVERGENCE,
     LAYERS,
     LIST_COLUMNS,
     META_FILE,
@@ -341,6 +345,78 @@ class Store:
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
         return table.to_pandas().sort_values(list(LAYERS.sort), kind="stable").reset_index(drop=True)
+
+
+    # ------------------------------------------------------------------ forward-pass lenses
+
+    @property
+    def has_forward(self) -> bool:
+        """Whether the store has the forward-lens tables (computed with ``--lenses attention``)."""
+        return self.meta.forward is not None and (self.path / ATTENTION.file).is_file()
+
+    def _forward_table(self, spec: TableSpec) -> pa.Table | None:
+        key = ("forward-table", spec.name)
+        if key not in self._cache:
+            self._cache[key] = read_table(self.path, spec) if self.meta.forward is not None else None  # type: ignore[assignment]
+        return self._cache[key]  # type: ignore[return-value]
+
+    def _step_rows(self, steps: np.ndarray) -> np.ndarray:
+        """Position of each of ``steps`` in `steps` (-1 for a step not shown)."""
+        index = {int(s): i for i, s in enumerate(self.steps)}
+        return np.array([index.get(int(s), -1) for s in steps], dtype=np.int64)
+
+    def forward_array(self, column: str) -> np.ndarray | None:
+        """A per-head forward statistic (``attention.parquet``) as ``[step, layer, head]`` over `steps`.
+
+        Args:
+            column: one of `analysis.store.format.ATTENTION_STATISTICS`.
+
+        Returns:
+            float64, read-only; NaN at steps without forward rows; None when the store has no lens.
+
+        Raises:
+            KeyError: unknown column.
+            StoreError: the file is unreadable.
+        """
+        if column not in ATTENTION_STATISTICS:
+            raise KeyError(f"unknown forward statistic {column!r}; choose from {ATTENTION_STATISTICS}")
+        key = (column, "forward")
+        if key in self._cache:
+            return self._cache[key]
+        table = self._forward_table(ATTENTION)
+        if table is None:
+            return None
+        out = np.full((len(self.steps), self.n_layers, self.n_heads), np.nan)
+        rows = self._step_rows(table["step"].to_numpy())
+        keep = rows >= 0
+        layer, head = table["layer"].to_numpy()[keep], table["head"].to_numpy()[keep]
+        out[rows[keep], layer, head] = table[column].to_numpy()[keep]
+        out.setflags(write=False)
+        self._cache[key] = out
+        return out
+
+    def eval_loss(self) -> np.ndarray | None:
+        """The loss on the evaluation sequences (nats/token) at each of `steps`, NaN where not computed;
+        None when the store has no lens."""
+        table = self._forward_table(EVAL_LOSS)
+        if table is None:
+            return None
+        out = np.full(len(self.steps), np.nan)
+        rows = self._step_rows(table["step"].to_numpy())
+        out[rows[rows >= 0]] = table["loss"].to_numpy()[rows >= 0]
+        return out
+
+    def layer_divergence(self) -> np.ndarray | None:
+        """Jensen-Shannon divergence between layers' offset distributions, ``[step, layer_a, layer_b]``
+        over `steps` (bits; NaN where not computed); None when the store has no lens."""
+        table = self._forward_table(LAYER_DIVERGENCE)
+        if table is None:
+            return None
+        out = np.full((len(self.steps), self.n_layers, self.n_layers), np.nan)
+        rows = self._step_rows(table["step"].to_numpy())
+        keep = rows >= 0
+        out[rows[keep], table["layer_a"].to_numpy()[keep], table["layer_b"].to_numpy()[keep]] = table["jsd"].to_numpy()[keep]
+        return out
 
 
 def is_store(path: str | Path) -> bool:

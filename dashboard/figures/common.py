@@ -158,3 +158,25 @@ def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     xx = np.tile(np.append(np.asarray(x, dtype=np.float64), np.nan), n)
     yy = np.concatenate([ys, np.full((n, 1), np.nan)], axis=1).reshape(-1)
     return xx, yy
+
+
+def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *, xaxis: str = "x") -> go.Figure:
+    """``fig`` with the loss curve drawn over its time axis ``xaxis``, on a value axis of its own at the right."""
+    fig.add_trace(go.Scatter(
+        x=axis.x, y=np.asarray(loss, dtype=np.float64), mode="lines+markers", name=label, xaxis=xaxis, yaxis="y99",
+        line=dict(color=style.LOSS_COLOUR, width=2, dash="dot"), marker=dict(size=4), customdata=axis.steps,
+        hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>", showlegend=True,
+    ))
+    right = 80
+    for trace in fig.data:  # a colour bar moves right of the loss axis
+        if getattr(trace, "colorbar", None) is not None and trace.type == "heatmap":
+            trace.colorbar.x, trace.colorbar.xanchor = 1.09, "left"
+            right = 150
+    legend_x = fig.layout.legend.x
+    if legend_x is not None and legend_x >= 1:  # a legend at the right moves past the loss axis's title
+        fig.update_layout(legend=dict(x=legend_x + 0.09))
+        right = max(right, int(fig.layout.margin.r or 0) + 70)
+    fig.update_layout(yaxis99=dict(overlaying="y", side="right", title=dict(text=label), showgrid=False,
+                                   zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
+                      margin=dict(r=max(int(fig.layout.margin.r or 0), right)))
+    return fig

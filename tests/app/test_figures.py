@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,13 @@ import pytest
 from analysis.store import open_store
 from analysis.crossings import level_crossings
 from analysis.density import density_curves, density_extent, density_grid
+from benchmarks.synthetic_store import add_synthetic_forward
 from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
+from dashboard.figures import forward as fwd
 from dashboard.figures import head, layers, trajectory
+from dashboard.figures.common import overlay_loss
 from dashboard.figures.card import loss_curve
 from dashboard.stats import STATS
 from dashboard.style import step_colours
@@ -22,8 +26,10 @@ from tests.app.conftest import arr
 
 
 @pytest.fixture(scope="module")
-def store(store_path):
-    return open_store(store_path)
+def store(store_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("figures") / "tiny-run"
+    shutil.copytree(store_path, path)
+    return open_store(add_synthetic_forward(path))  # with forward-lens tables, so every statistic draws
 
 
 def head_figures(store, axis, idx):
@@ -76,6 +82,15 @@ def all_figures(store) -> list[go.Figure]:
     figs.append(trajectory.trajectory_map(rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)),
                                           n_layers=store.n_layers, highlight=5))
     figs.append(loss_curve(np.arange(5.0), np.linspace(5, 2, 5), np.array([np.nan, 4, np.nan, 3, np.nan])))
+    axis = step_axis(store)  # the forward lens's figures and the loss overlay
+    steps = [int(x) for x in store.steps]
+    figs += [fwd.layer_bands(axis, store.forward_array("entropy"), stat=STATS["entropy"], reference=5.0,
+                             reference_label="uniform"),
+             fwd.divergence_animation(store.layer_divergence(), steps=steps, start=2),
+             overlay_loss(fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"],
+                                                baseline=0.02), axis, store.eval_loss(), "eval loss"),
+             overlay_loss(layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"],
+                                             y_range=(0.0, 1.0)), axis, store.eval_loss(), "eval loss")]
     return figs
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -93,6 +94,23 @@ def test_ray_store_is_the_local_store(cluster: str, series: Path, local_store: P
     assert report.computed == [0, 1, 2, 4, 16] and report.duplicates == {8: 4}
     assert [(f.step, f.reason) for f in report.failed] == [(32, "missing")]
     assert_identical(local_store, out)
+
+
+def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_path: Path) -> None:
+    from analysis.store.format import FORWARD_TABLES
+    from tests.integration.test_forward_lens import byte_run
+
+    run = byte_run(tmp_path, [0, 1, 2, 4])
+    lens = dict(lenses=("attention",), eval_sequences=4, eval_length=32)
+    stores = {}
+    for executor in ("local", "ray"):
+        stores[executor] = tmp_path / executor
+        report = run_precompute(run, stores[executor], replace(options(executor), **lens))
+        assert report.computed == [0, 1, 2, 4] and not report.failed
+    for name in ("heads.parquet", *(spec.file for spec in FORWARD_TABLES)):
+        ta, tb = pq.read_table(stores["local"] / name), pq.read_table(stores["ray"] / name)
+        assert ta.num_rows > 0 and ta.equals(tb), name
+    assert json.loads((stores["local"] / "meta.json").read_text()) == json.loads((stores["ray"] / "meta.json").read_text())
 
 
 def test_worker_killed_mid_task_is_retried(

@@ -1,0 +1,77 @@
+"""Forward lenses: what the heads do on text over training (attention entropy, span, layer divergence, head types)."""
+
+import numpy as np
+import streamlit as st
+
+from dashboard import widgets
+from dashboard.data import loss_curve
+from dashboard.figures import forward as figs
+from dashboard.figures.common import overlay_loss
+from dashboard.stats import STATS
+
+# Head types shown as heatmaps over training, with the score uniform causal attention gives.
+HEAD_TYPES = ("prev_token", "induction", "sink")
+
+
+def uniform_values(t: int, repeat: int) -> dict[str, float]:
+    """What uniform causal attention over T positions scores (DESIGN.md section 8)."""
+    i = np.arange(1, t + 1, dtype=np.float64)
+    k = np.arange(1, repeat, dtype=np.float64)
+    return {"entropy": float(np.mean(np.log2(i))), "span": float(np.mean((i - 1) / 2)), "sink": float(np.mean(1 / i)),
+            "prev_token": float(np.mean(1 / i[1:])), "induction": float(np.mean(1 / (repeat + k)))}
+
+
+def main() -> None:
+    st.title("Forward lenses")
+    # --- empty case ---
+    frame = widgets.run_frame()
+    if frame is None:
+        return
+    store = frame.store
+    info = store.meta.forward
+    if not store.has_forward or info is None:
+        st.info("This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
+                "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
+                "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
+                "the store get their forward rows, the weight statistics stay as they are.")
+        return
+    axis = frame.axis()
+    steps = [int(s) for s in store.steps]
+    uniform = uniform_values(info.seq_len, info.induction_repeat)
+
+    # --- widgets ---
+    c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")
+    step = widgets.select("step", "Divergence heatmap: opening step", steps, steps[-1], kind="select_slider",
+                          fmt=lambda s: f"{s:,}", where=c_step)
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
+    st.caption(f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
+               f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
+               f"{info.induction_repeat} random tokens repeated twice.")
+
+    # --- panel: entropy and span per layer over training ---
+    st.subheader("Attention entropy and span per layer")
+    for name in ("entropy", "span"):
+        fig = figs.layer_bands(axis, store.forward_array(name), stat=STATS[name], reference=uniform[name],
+                               reference_label=f"uniform attention: {uniform[name]:.3g}")
+        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key=f"bands_{name}")
+    st.caption("One line per layer (the mean over its heads), the band spanning its heads' smallest to largest value; "
+               "the dotted line is what uniform causal attention gives.")
+
+    # --- panel: layer-pair divergence, animated ---
+    st.subheader("How differently the layers attend")
+    jsd = store.layer_divergence()
+    st.plotly_chart(figs.divergence_animation(jsd, steps=steps, start=steps.index(step)), key="divergence")
+    st.caption("Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
+               "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
+               "Colours are fixed over training; Play and the slider run in the browser.")
+
+    # --- panel: head types over training ---
+    st.subheader("Head types over training")
+    for name in HEAD_TYPES:
+        fig = figs.head_type_heatmap(axis, store.forward_array(name), stat=STATS[name], baseline=uniform[name])
+        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key=f"type_{name}")
+        st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
+
+
+main()

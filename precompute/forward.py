@@ -1,0 +1,174 @@
+"""The forward-pass stage: load one whole checkpoint with transformers and measure its attention.
+
+`check_loadable` refuses, before anything is written, an architecture transformers has
+no causal-LM class for. `forward_lens` loads a checkpoint folder with
+``AutoModelForCausalLM`` (``attn_implementation="eager"``, so the attention
+probabilities are returned), float32 on CPU or the checkpoint's own dtype on CUDA,
+runs the evaluation sequences through it a batch at a time and returns the
+checkpoint's rows of the three forward tables (`analysis.store.format.FORWARD_TABLES`):
+the loss, the per-head statistics of `analysis.attention` (plus the induction score on
+the repeated random tokens) and the layer-pair divergences. One model is held at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+
+from analysis.attention import AttentionSums, induction_scores, js_divergence
+from analysis.errors import CheckpointError, UnknownArchitectureError
+from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
+from precompute.evalset import EvalSet
+
+BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors held at once
+
+
+@dataclass(frozen=True)
+class ForwardJob:
+    """What the forward stage needs besides the checkpoint (the same for every checkpoint of a run)."""
+
+    eval_set: EvalSet
+    device: str = "cpu"
+    batch: int = BATCH_SEQUENCES
+
+
+def check_loadable(config: dict[str, Any]) -> None:
+    """Refuse a config transformers cannot build a causal LM from.
+
+    Raises:
+        UnknownArchitectureError: its ``model_type`` has no causal-LM class in transformers.
+    """
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = config.get("model_type")
+    try:
+        AutoConfig.for_model(model_type)
+    except (ValueError, KeyError) as exc:
+        raise UnknownArchitectureError(
+            f"transformers {_version()} cannot load model_type {model_type!r} for the forward lens; "
+            "upgrade transformers or run without --lenses") from exc
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UnknownArchitectureError(
+            f"transformers {_version()} has no causal-LM class for model_type {model_type!r}; run without --lenses")
+
+
+def _version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def load_model(folder: Path, *, device: str) -> torch.nn.Module:
+    """The checkpoint as a causal LM in eval mode: float32 on CPU, its own dtype on CUDA.
+
+    Raises:
+        CheckpointError: transformers cannot load it.
+    """
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint is noise in the job's log
+    dtype = torch.float32 if device == "cpu" else "auto"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"transformers cannot load {str(folder)!r} as a causal LM: {str(exc).splitlines()[0]}") from exc
+    return model.to(device).eval()
+
+
+@torch.no_grad()
+def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, Any]:
+    """Loss, per-head statistics and layer divergences of one model on the job's sequences.
+
+    Returns:
+        ``loss`` (float, nats/token), ``tokens`` (int), every `ATTENTION_STATISTICS` name ->
+        ``(n_layers, n_heads)`` float64 array, ``jsd`` ``(n_layers, n_layers)`` float64.
+
+    Raises:
+        CheckpointError: the model returns another number of layers or heads than the run's.
+    """
+    device = job.device
+    tokens = torch.from_numpy(job.eval_set.tokens)
+    n, t = tokens.shape
+    sums = AttentionSums(n_layers, n_heads, t)
+    loss_sum, count = 0.0, 0
+    for start in range(0, n, job.batch):
+        ids = tokens[start : start + job.batch].to(device)
+        out = model(input_ids=ids, output_attentions=True, use_cache=False)
+        _check_attentions(out.attentions, n_layers, n_heads)
+        logits = out.logits[:, :-1].float()  # (B, T-1, V)
+        loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"))
+        count += ids.shape[0] * (t - 1)
+        for layer, alpha in enumerate(out.attentions):  # (B, H, T, T) each
+            sums.add(layer, alpha)
+        sums.next_batch(ids.shape[0])
+    stats: dict[str, Any] = {k: v.numpy() for k, v in sums.head_statistics().items()}
+    probe = torch.from_numpy(job.eval_set.induction).to(device)
+    induction = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    for start in range(0, len(probe), job.batch):
+        ids = probe[start : start + job.batch]
+        out = model(input_ids=ids, output_attentions=True, use_cache=False)
+        _check_attentions(out.attentions, n_layers, n_heads)
+        for layer, alpha in enumerate(out.attentions):
+            induction[layer] += induction_scores(alpha, job.eval_set.info.induction_repeat) * ids.shape[0]
+    stats["induction"] = (induction / len(probe)).numpy()
+    stats["jsd"] = js_divergence(sums.offset_distributions()).numpy()
+    stats["loss"] = loss_sum / count
+    stats["tokens"] = count
+    return stats
+
+
+def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
+    if attentions is None or len(attentions) != n_layers or any(a is None or a.shape[1] != n_heads for a in attentions):
+        got = "none" if attentions is None else [None if a is None else tuple(a.shape) for a in attentions]
+        raise CheckpointError(f"the model returned attention weights {got}, expected {n_layers} layers of {n_heads} "
+                              "heads; is attn_implementation='eager' supported for it?")
+
+
+def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
+    """One checkpoint's rows of the forward tables, by registry name, each in its sort order."""
+    n_layers, n_heads = stats["entropy"].shape
+    n = n_layers * n_heads
+    attention = {
+        "step": pa.array(np.full(n, step, dtype=np.int64)),
+        "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+        "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+    } | {c: pa.array(np.asarray(stats[c], dtype=np.float64).reshape(n)) for c in ATTENTION_STATISTICS}
+    pairs = n_layers * n_layers
+    divergence = {
+        "step": pa.array(np.full(pairs, step, dtype=np.int64)),
+        "layer_a": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_layers)),
+        "layer_b": pa.array(np.tile(np.arange(n_layers, dtype=np.int32), n_layers)),
+        "jsd": pa.array(np.asarray(stats["jsd"], dtype=np.float64).reshape(pairs)),
+    }
+    loss = {"step": pa.array([step], pa.int64()), "loss": pa.array([float(stats["loss"])], pa.float64()),
+            "tokens": pa.array([int(stats["tokens"])], pa.int64())}
+    return {
+        ATTENTION.name: pa.table(attention, schema=ATTENTION.schema),
+        LAYER_DIVERGENCE.name: pa.table(divergence, schema=LAYER_DIVERGENCE.schema),
+        EVAL_LOSS.name: pa.table(loss, schema=EVAL_LOSS.schema),
+    }
+
+
+def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, pa.Table]:
+    """Load the checkpoint in ``folder``, evaluate it, and return its forward-table rows.
+
+    Raises:
+        CheckpointError: it cannot be loaded, returns no attention weights of the run's shape,
+            or gives a non-finite loss.
+    """
+    model = load_model(folder, device=job.device)
+    try:
+        stats = forward_statistics(model, job, n_layers=n_layers, n_heads=n_heads)
+    finally:
+        del model
+    if not np.isfinite(stats["loss"]):
+        raise CheckpointError(f"the loss on the evaluation sequences is {stats['loss']}; the checkpoint diverged")
+    return forward_rows(step, stats)
