@@ -83,32 +83,34 @@ def main() -> None:
     scale = PYTHIA_1_4B["n_layers"] / args.layers
     held = sum(t.numel() * t.element_size() for mats in blocks.values() for t in mats)
     base = vm_hwm_bytes()
-    total = 0.0
+    total = cpu_total = 0.0
     for role, mats in blocks.items():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         layer_matrix_statistics({role: mats}, device=args.device)
         if args.device == "cuda":
             torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         total += dt
-        print(f"| {role} {shapes[role][0]} x {shapes[role][1]}, {args.layers} layers | {dt:.1f} s | "
-              f"24 layers: {dt * scale:.1f} s |", flush=True)
-    print(f"| all {4 * args.layers} matrices | {total:.1f} s | all 96: {total * scale:.1f} s | "
+        cpu_total += cpu
+        print(f"| {role} {shapes[role][0]} x {shapes[role][1]}, {args.layers} layers | wall {dt:.1f} s | "
+              f"CPU {cpu:.1f} s | 24 layers: wall {dt * scale:.1f} s, CPU {cpu * scale:.1f} s |", flush=True)
+    print(f"| all {4 * args.layers} matrices | wall {total:.1f} s | CPU {cpu_total:.1f} s | all 96: wall "
+          f"{total * scale:.1f} s, CPU {cpu_total * scale:.1f} s (process CPU time, all threads) | "
           f"(load average now {os.getloadavg()[0]:.1f})", flush=True)
     print(f"peak resident memory above the {held / 2**30:.2f} GiB of fp16 weights held: "
           f"{(vm_hwm_bytes() - base) / 2**30:.2f} GiB", flush=True)
     if not args.skip_dense:
         w = blocks["mlp_in"][0]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         dense = torch.linalg.svdvals(w.float())
-        dt = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         gram = gram_eigenvalues(w[None])[0].sqrt()
-        dg = time.perf_counter() - t0
+        dg, cg = time.perf_counter() - t0, time.process_time() - c0
         ref = np.linalg.svd(w.double().numpy(), compute_uv=False)
-        print(f"| one mlp_in: dense float32 svdvals | {dt:.1f} s | max |s - s_float64 SVD| / s_max = "
+        print(f"| one mlp_in: dense float32 svdvals | wall {dt:.1f} s, CPU {ct:.1f} s | max |s - s_float64 SVD| / s_max = "
               f"{float(np.abs(dense.double().numpy() - ref).max() / ref[0]):.1e} |")
-        print(f"| one mlp_in: float64 Gram eigensolve | {dg:.1f} s | max |s - s_float64 SVD| / s_max = "
+        print(f"| one mlp_in: float64 Gram eigensolve | wall {dg:.1f} s, CPU {cg:.1f} s | max |s - s_float64 SVD| / s_max = "
               f"{float(np.abs(gram.numpy() - ref).max() / ref[0]):.1e} |", flush=True)
     if args.twelve_b:
         del blocks

@@ -10,7 +10,10 @@ import pytest
 
 from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
-from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, browser  # noqa: F401 (fixture)
+from tests.app import test_browser
+from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve
+
+browser = test_browser.browser  # the module-scoped Chromium fixture, shared with test_browser.py's helpers
 
 pytestmark = pytest.mark.browser
 
@@ -23,7 +26,7 @@ def layered_server(store_path, tmp_path_factory):
     yield from _serve(path, tmp_path_factory)
 
 
-def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, store_path):  # noqa: F811
+def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, store_path):
     steps = [int(s) for s in open_store(store_path).steps]
     start = steps[2]
     path = f"/weights?role=mlp_in&layer=1&step={start}"

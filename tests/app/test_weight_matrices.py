@@ -93,3 +93,38 @@ def test_store_without_layer_table_says_how_to_add_it(app_env):
     text = " ".join(i.value for i in at.info)
     assert "--matrices layers" in text
     assert not at.get("plotly_chart") or all("sv_animation" not in c.proto.id for c in at.get("plotly_chart"))
+
+
+def test_builders_make_figures_plotly_validates():
+    import plotly.graph_objects as go
+    import scipy.integrate
+
+    from dashboard.figures import weights as figs
+
+    rng = np.random.default_rng(0)
+    sv = [np.linalg.svd(rng.standard_normal((40, 120)) * s, compute_uv=False) for s in (0.02, 0.03, 0.05)]
+    std = [0.02, 0.03, 0.05]
+    anim = figs.sv_animation(sv, std, steps=[0, 10, 100], start=1, rows=40, cols=120, title="layer 0 mlp_in")
+    depth = figs.sv_depth(sv, std, layers=[0, 1, 2], rows=40, cols=120, x_max=2.0, title="mlp_in")
+    for fig in (anim, depth):
+        go.Figure(fig.to_dict())  # full validation
+    # the law drawn in s is a density: it integrates to 1 (scipy), with its edge at sqrt(n) std (1 + sqrt(m/n))
+    total, _ = scipy.integrate.quad(lambda s: figs.mp_sv_density(np.array([s]), rows=40, cols=120, std=0.03)[0],
+                                    0, 1, limit=200, points=[0.03 * np.sqrt(120) * (1 - np.sqrt(1 / 3)),
+                                                            0.03 * np.sqrt(120) * (1 + np.sqrt(1 / 3))])
+    assert total == pytest.approx(1.0, abs=1e-6)
+    edge = 0.03 * np.sqrt(120) * (1 + np.sqrt(1 / 3))
+    assert figs.mp_sv_density(np.array([edge * 1.001]), rows=40, cols=120, std=0.03)[0] == 0
+
+
+def test_frobenius_builder_validates(layered_store):
+    import plotly.graph_objects as go
+
+    from dashboard.data import step_axis
+    from dashboard.figures import weights as figs
+
+    store = open_store(layered_store)
+    axis = step_axis(store)
+    frob = np.abs(np.random.default_rng(1).normal(size=(len(store.steps), 4))) + 1
+    for log_y in (False, True):
+        go.Figure(figs.frob_lines(axis, axis.x, frob, layers=[0, 1, 2, 3], role="mlp_in", log_y=log_y).to_dict())

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import precompute.embeddings
-from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, OVERLAP_COLUMN_DOCS
+from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from analysis.store import open_store
 from precompute.__main__ import main
 from precompute.publish import dataset_card, push_store
@@ -69,6 +69,9 @@ def test_dataset_card_explains_every_column_and_how_the_store_was_made(store: Pa
     assert {"config_name": "overlaps", "data_files": "overlaps.parquet"} in header["configs"]
     for column, doc in OVERLAP_COLUMN_DOCS.items():
         assert f"| `{column}` |" in card.split("### `overlaps.parquet`")[1] and doc.replace("|", "\\|") in card, column
+    assert {"config_name": "layers", "data_files": "layers.parquet"} in header["configs"]  # the default --matrices
+    for column, doc in LAYERS.docs.items():
+        assert f"| `{column}` |" in card.split("### `layers.parquet`")[1] and doc.replace("|", "\\|") in card, column
     for checkpoint in meta["checkpoints"]:
         assert f"| {checkpoint['step']} | {checkpoint['revision']} |" in card
         assert checkpoint["sha256"][:12] in card
