@@ -26,6 +26,7 @@ import torch
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape
+from analysis.store.format import LAYER_ROLES
 
 _L = r"^(?:.*\.)?"
 
@@ -54,8 +55,8 @@ BLOCK_PATTERNS: dict[str, dict[str, re.Pattern[str]]] = {
     },
 }
 
-# Every role any family has, in display order (a store's roles are a subset).
-ROLES: tuple[str, ...] = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_out", "mlp_gate", "mlp_in", "mlp_out")
+# Every role any family has, in display order (a store's roles are a subset): the store format's list.
+ROLES: tuple[str, ...] = LAYER_ROLES
 
 
 def block_roles(family: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ and the Frobenius norm of every block over training."""
 import numpy as np
 import streamlit as st
 
-from analysis.blocks import ROLES
+from analysis.store.format import LAYER_ROLES as ROLES
 from dashboard import loader, widgets
 from dashboard.figures import weights as figs
 
