@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "headwatch-bench-ov"))
     ap.add_argument("--baseline", default=None, help="a copy of the qk-only code (before OV) to time as 'today'")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default=None, help="comma-separated configurations to run: today, qk, qk+ov")
     args = ap.parse_args()
     work = Path(args.workdir)
     src = work / "src"
@@ -111,6 +112,8 @@ def main() -> None:
     configs = [("qk", REPO, "qk"), ("qk+ov", REPO, "qk,ov")]
     if args.baseline:
         configs.insert(0, ("today (qk only, before OV)", Path(args.baseline).resolve(), ""))
+    if args.only:
+        configs = [c for c in configs if c[0].split(" ")[0] in args.only.split(",")]
     best: dict[str, tuple[float, int]] = {}
     for r in range(args.rounds):
         for name, root, matrices in configs:
