@@ -38,7 +38,7 @@ def main() -> None:
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
     curve = loss_curve(store)
-    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on the line charts over training
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on every chart over training
 
     def with_loss(fig):
         return overlay_loss(fig, axis, *curve) if show_loss else fig
@@ -77,7 +77,7 @@ def main() -> None:
         w_lo, w_hi = density_extent(hist, mu, sigma)
         w = np.linspace(w_lo, w_hi, DENSITY_GRID_POINTS)
         grid = density_grid(hist, mu, sigma, w)
-        widgets.chart(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours), "density_map",
+        widgets.chart(with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours)), "density_map",
                       title=f"{frame.run} · {name} · P(w) over training", filename=export.safe_name(frame.run, tag, "Pw-map"),
                       csv=lambda: _long(frame.run, layer, head, matrix, store.steps, "p(w)", w, grid, "w"))
         st.caption(f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
@@ -122,7 +122,7 @@ def main() -> None:
     left, right = st.columns([5, 6])
     with left:
         st.subheader("Spectrum over training")
-        widgets.chart(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours), "spectrum_map",
+        widgets.chart(with_loss(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours)), "spectrum_map",
                       title=f"{frame.run} · {name} · λ_k over training", filename=export.safe_name(frame.run, tag, "lambda-map"),
                       csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, range(len(steps))))
         st.caption(f"λ_k = s_k² of {w_name} for {name}, every singular-value index k at every checkpoint (log colour).")

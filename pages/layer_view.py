@@ -4,7 +4,7 @@ import streamlit as st
 
 from dashboard import export, loader, widgets
 from dashboard.data import fixed_range, loss_curve
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import overlay_loss, overlay_loss_grid
 from dashboard.figures import layers as figs
 from dashboard.stats import STATS, stats_for
 
@@ -26,6 +26,9 @@ def main() -> None:
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
+
+    def with_loss_grid(fig):
+        return overlay_loss_grid(fig, axis, *curve) if show_loss else fig
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
@@ -49,7 +52,7 @@ def main() -> None:
     # --- panel: all layers ---
     st.subheader("All layers")
     grid = widgets.chart(
-        figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer),
+        with_loss_grid(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer)),
         "layer_grid", title=f"{frame.run} · every layer · {label}", filename=export.safe_name(frame.run, "all-layers", name),
         csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix), select=True)
     st.caption(f"{label} over training, one panel per layer (heads thin blue, layer mean red dashed), all panels on "

@@ -180,3 +180,30 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
                                    zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
                       margin=dict(r=max(int(fig.layout.margin.r or 0), right)))
     return fig
+
+
+def overlay_loss_grid(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str) -> go.Figure:
+    """``fig``, a grid of panels over training, with the loss curve drawn in every panel on a value axis of
+    that panel's own (fixed over the panels; ticks only at the right of the last column)."""
+    loss = np.asarray(loss, dtype=np.float64)
+    rng = list(fixed_range(loss))
+    xaxes = sorted((k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")),
+                   key=lambda k: int(k[5:] or 1))
+    right_edges = [round(fig.layout[k].domain[1], 6) if fig.layout[k].domain else 1.0 for k in xaxes]
+    last = max(right_edges, default=1.0)
+    for key in xaxes:
+        n = int(key[5:] or 1)
+        xname = "x" if n == 1 else f"x{n}"
+        yref = fig.layout[key].anchor or ("y" if n == 1 else f"y{n}")
+        over = f"y{100 + n}"
+        fig.add_trace(go.Scatter(
+            x=axis.x, y=loss, mode="lines", name=label, xaxis=xname, yaxis=over, showlegend=n == 1,
+            line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"), customdata=axis.steps, legendgroup="loss",
+            hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>",
+        ))
+        dom = fig.layout[key].domain
+        at_right = (round(dom[1], 6) if dom else 1.0) == last
+        fig.update_layout({f"yaxis{100 + n}": dict(overlaying=yref, side="right", anchor=xname, range=rng,
+                                                   showgrid=False, zeroline=False, showticklabels=at_right)})
+    fig.update_layout(margin=dict(r=max(int(fig.layout.margin.r or 0), 60)))
+    return fig

@@ -106,11 +106,16 @@ def test_forward_statistics_are_offered_in_the_other_views(forward_env: Path) ->
 def test_the_loss_overlays_the_head_explorers_and_layer_views_time_axes(forward_env: Path) -> None:
     loss = table(forward_env, "eval_loss.parquet").sort_values("step")["loss"].to_numpy()
     at = open_page("pages/head_explorer.py", {"loss": "1", "layer": "1", "head": "2"})
-    for key in ("leading", "head_in_layer"):
+    for key in ("leading", "head_in_layer", "density_map", "spectrum_map"):
         overlay = [t for t in chart(at, key)["data"] if t.get("yaxis") == "y99"]
         assert len(overlay) == 1 and np.allclose(arr(overlay[0]["y"]), loss), key
     layers = open_page("pages/layer_view.py", {"loss": "1"})
     assert [t for t in chart(layers, "layer_lines")["data"] if t.get("yaxis") == "y99"]
+    grid = chart(layers, "layer_grid")
+    panels = [k for k in grid["layout"] if k.startswith("xaxis")]
+    on_grid = [t for t in grid["data"] if str(t.get("yaxis", "")).startswith("y1") and len(str(t.get("yaxis"))) >= 4]
+    assert len(on_grid) == len(panels)  # one loss curve per panel, each on its panel's own right axis
+    assert all(np.allclose(arr(t["y"]), loss) for t in on_grid)
     off = open_page("pages/layer_view.py", {"loss": "0"})
     assert not [t for t in chart(off, "layer_lines")["data"] if t.get("yaxis") == "y99"]
 
