@@ -45,7 +45,8 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     after = open_store(path)
     assert after.arrow.equals(before.arrow)  # heads.parquet untouched
     table = pd.read_parquet(path / EMBEDDINGS.file)
-    assert len(table) == len(DEFAULT_STATISTICS) * 12
+    assert len(table) == len(before.meta.matrices) * len(DEFAULT_STATISTICS) * 12  # every per-head matrix kind
+    assert set(table["matrix"]) == set(before.meta.matrices)
     assert set(table["statistic"]) == set(DEFAULT_STATISTICS) and set(table["normalisation"]) == {"zscore"}
     info = json.loads((path / "meta.json").read_text())["embeddings"]
     assert info["settings"]["knn_k"] == 3 and info["method"] == "umap" and info["steps"] == before.steps.tolist()
@@ -54,7 +55,7 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     std = before.array("std")
     traj = std.reshape(len(before.steps), -1).T
     z = (traj - traj.mean(1, keepdims=True)) / traj.std(1, keepdims=True)
-    rows = table[table["statistic"] == "std"].sort_values(["layer", "head"])
+    rows = table[(table["statistic"] == "std") & (table["matrix"] == "qk")].sort_values(["layer", "head"])
     for i, nb in enumerate(rows["neighbors"]):
         d = ((z - z[i]) ** 2).sum(1)
         d[i] = np.inf
