@@ -1,9 +1,10 @@
 """Forward lenses: what the heads do on text over training (attention entropy, span, layer divergence, head types)."""
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
-from dashboard import widgets
+from dashboard import export, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss
@@ -54,14 +55,22 @@ def main() -> None:
     for name in ("entropy", "span"):
         fig = figs.layer_bands(axis, store.forward_array(name), stat=STATS[name], reference=uniform[name],
                                reference_label=f"uniform attention: {uniform[name]:.3g}")
-        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key=f"bands_{name}")
+        values = store.forward_array(name)
+        widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"bands_{name}",
+                      title=f"{frame.run} · {STATS[name].short()} per layer over training",
+                      filename=export.safe_name(frame.run, "layers", name),
+                      csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run, statistic=name,
+                                                                        matrix="forward"))
     st.caption("One line per layer (the mean over its heads), the band spanning its heads' smallest to largest value; "
                "the dotted line is what uniform causal attention gives.")
 
     # --- panel: layer-pair divergence, animated ---
     st.subheader("How differently the layers attend")
     jsd = store.layer_divergence()
-    st.plotly_chart(figs.divergence_animation(jsd, steps=steps, start=steps.index(step)), key="divergence")
+    widgets.chart(figs.divergence_animation(jsd, steps=steps, start=steps.index(step)), "divergence",
+                  title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
+                  filename=export.safe_name(frame.run, "layer-divergence", "step", step),
+                  csv=lambda: _pairs_csv(frame.run, jsd, steps))
     st.caption("Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
                "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
                "Colours are fixed over training; Play and the slider run in the browser.")
@@ -70,8 +79,22 @@ def main() -> None:
     st.subheader("Head types over training")
     for name in HEAD_TYPES:
         fig = figs.head_type_heatmap(axis, store.forward_array(name), stat=STATS[name], baseline=uniform[name])
-        st.plotly_chart(overlay_loss(fig, axis, *curve) if show_loss else fig, key=f"type_{name}")
+        values = store.forward_array(name)
+        widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"type_{name}",
+                      title=f"{frame.run} · every head · {STATS[name].short()}",
+                      filename=export.safe_name(frame.run, "all-heads", name),
+                      csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run, statistic=name,
+                                                                        matrix="forward"))
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
+
+
+def _pairs_csv(run: str, jsd: np.ndarray, steps: list[int]) -> pd.DataFrame:
+    """The layer-pair divergences ``jsd[step, a, b]`` as tidy rows (run, step, layer, other_layer, value)."""
+    s, n, _ = jsd.shape
+    a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return pd.DataFrame({"run": run, "statistic": "jsd_bits", "step": np.repeat(np.asarray(steps, dtype=np.int64), n * n),
+                         "layer": np.tile(a.ravel(), s), "other_layer": np.tile(b.ravel(), s),
+                         "value": np.asarray(jsd, dtype=np.float64).ravel()})
 
 
 main()

@@ -2,11 +2,14 @@
 and the Frobenius norm of every block over training."""
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from analysis.store.format import LAYER_ROLES as ROLES
-from dashboard import loader, widgets
+from dashboard import export, loader, widgets
+from dashboard.data import loss_curve
 from dashboard.figures import weights as figs
+from dashboard.figures.common import overlay_loss
 
 ROLE_TEXT = {
     "attn_qkv": "attention QKV (fused)", "attn_q": "attention Q", "attn_k": "attention K", "attn_v": "attention V",
@@ -33,7 +36,7 @@ def main() -> None:
     layers = sorted(int(x) for x in table["layer"].unique())
 
     # --- widgets ---
-    c_role, c_layer, c_log = st.columns([2, 1, 1], vertical_alignment="bottom")
+    c_role, c_layer, c_log, c_loss = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
     role = widgets.select("role", "Weight", roles, roles[0], fmt=lambda r: f"{ROLE_TEXT.get(r, r)} ({r})", where=c_role)
     layer = widgets.select("layer", "Layer", layers, layers[0], where=c_layer)
     log_y = widgets.toggle("logy", "log y (norms)", where=c_log)
@@ -46,9 +49,11 @@ def main() -> None:
     # --- panel: one weight's singular values over training ---
     st.subheader(f"Layer {layer} {role}: singular values over training")
     one = rows_role[rows_role["layer"] == layer].sort_values("step")
-    st.plotly_chart(figs.sv_animation(list(one["sv"]), list(one["std"]), steps=steps, start=steps.index(step),
-                                      rows=n_rows, cols=n_cols, title=f"layer {layer} {role} ({shape})"),
-                    key="sv_animation")
+    widgets.chart(figs.sv_animation(list(one["sv"]), list(one["std"]), steps=steps, start=steps.index(step),
+                                    rows=n_rows, cols=n_cols, title=f"layer {layer} {role} ({shape})"),
+                  "sv_animation", title=f"{frame.run} · layer {layer} {role} ({shape}) · singular values",
+                  filename=export.safe_name(frame.run, f"L{layer}", role, "sv"),
+                  csv=lambda: _sv_csv(frame.run, role, one))
     last = one.iloc[-1]
     st.caption(f"Histogram of the {min(n_rows, n_cols):,} singular values of layer {layer}'s {ROLE_TEXT.get(role, role)} "
                f"weight ({shape}, as stored) at each checkpoint; red: the Marchenko-Pastur law of a random matrix of "
@@ -62,8 +67,11 @@ def main() -> None:
     n = max(n_rows, n_cols)
     x_all = [np.asarray(v) / (sd * np.sqrt(n)) for v, sd in zip(rows_role["sv"], rows_role["std"]) if sd > 0]
     x_max = 1.04 * max(float(np.max(x)) for x in x_all) if x_all else 2.0
-    st.plotly_chart(figs.sv_depth(list(at["sv"]), list(at["std"]), layers=list(at["layer"]), rows=n_rows, cols=n_cols,
-                                  x_max=x_max, title=f"{role} ({shape}), step {step:,}"), key="sv_depth")
+    widgets.chart(figs.sv_depth(list(at["sv"]), list(at["std"]), layers=list(at["layer"]), rows=n_rows, cols=n_cols,
+                                x_max=x_max, title=f"{role} ({shape}), step {step:,}"),
+                  "sv_depth", title=f"{frame.run} · {role} ({shape}) across depth · step {step:,}",
+                  filename=export.safe_name(frame.run, role, "depth", "step", step),
+                  csv=lambda: _sv_csv(frame.run, role, at))
     st.caption("Each layer's singular values in the law's units, s / (σ √n) with σ the weight's entry standard "
                "deviation and n its longer side: the Marchenko-Pastur law (black dashed) is then the same for every "
                "layer. x range fixed over the run.")
@@ -77,10 +85,26 @@ def main() -> None:
     for s, lay, value in zip(rows_role["step"], rows_role["layer"], rows_role["frob_norm"]):
         if int(s) in pos:
             frob[pos[int(s)], layers.index(int(lay))] = value
-    st.plotly_chart(figs.frob_lines(axis, np.array([axis.at(s) for s in known]), frob, layers=layers, role=role,
-                                    log_y=log_y), key="frob_lines")
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
+    fig = figs.frob_lines(axis, np.array([axis.at(s) for s in known]), frob, layers=layers, role=role, log_y=log_y)
+    widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, "frob_lines",
+                  title=f"{frame.run} · {role} · Frobenius norm of every layer",
+                  filename=export.safe_name(frame.run, role, "frobenius"),
+                  csv=lambda: pd.DataFrame({"run": frame.run, "role": role, "statistic": "frob_norm",
+                                            "step": np.repeat(np.asarray(known, dtype=np.int64), len(layers)),
+                                            "layer": np.tile(np.asarray(layers, dtype=np.int64), len(known)),
+                                            "value": frob.ravel()}))
     st.caption(f"‖W‖_F = sqrt(sum of squared entries) of the {role} weight of each layer (one line per layer) at "
                "every checkpoint with layer matrices.")
+
+
+def _sv_csv(run: str, role: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """Every singular value of the given ``layers.parquet`` rows as tidy rows (run, role, layer, step, index, value)."""
+    parts = [pd.DataFrame({"run": run, "role": role, "layer": int(r.layer), "step": int(r.step), "statistic": "sv",
+                           "index": np.arange(len(r.sv)), "value": np.asarray(r.sv, dtype=np.float64)})
+             for r in rows.itertuples(index=False)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 main()

@@ -157,3 +157,10 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
         server.close()
 
 
+
+
+def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
+    at = open_page(LENSES, {})
+    charts = at.get("plotly_chart")
+    buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
+    assert len(charts) == 7 and len(buttons) == len(charts)  # six panels and the sidebar loss curve

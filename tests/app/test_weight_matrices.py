@@ -128,3 +128,15 @@ def test_frobenius_builder_validates(layered_store):
     frob = np.abs(np.random.default_rng(1).normal(size=(len(store.steps), 4))) + 1
     for log_y in (False, True):
         go.Figure(figs.frob_lines(axis, axis.x, frob, layers=[0, 1, 2, 3], role="mlp_in", log_y=log_y).to_dict())
+
+
+def test_every_chart_has_its_data_as_csv_and_the_norms_take_the_loss(layered_env):
+    at = open_page("pages/weight_matrices.py", {"loss": "1"})
+    charts = at.get("plotly_chart")
+    buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
+    assert len(charts) == 4 and len(buttons) == len(charts)  # three panels and the sidebar loss curve
+    frob = chart(at, "frob_lines")
+    assert frob["layout"]["title"]["text"]  # titled for export: run, role
+    store = open_store(layered_env)
+    if store.meta.training and store.meta.training.get("losses"):  # a loss curve to overlay
+        assert [t for t in frob["data"] if t.get("yaxis") == "y99"]
