@@ -1,6 +1,6 @@
 """Benchmark: one Pythia-1.4B-shaped checkpoint through the whole precompute pipeline.
 
-Measures, in one run on one machine:
+Measures, in one run on one machine, for W_QK alone (``--matrices qk``; OV: benchmarks/bench_ov.py):
   (a) the whole per-checkpoint pipeline (hash, read attention tensors, extract,
       every statistic, commit), on a full-size fp16 safetensors file on disk;
   (b) its spectrum part alone (QR core, all 384 heads);
@@ -35,7 +35,7 @@ from analysis.extract import attention_tensor_names, extract_qk, model_shape  # 
 from analysis.heads import checkpoint_vectors  # noqa: E402
 from analysis.spectrum import singular_values  # noqa: E402
 from precompute.checkpoints import file_sha256, weight_files  # noqa: E402
-from precompute.overlaps import pair_rows  # noqa: E402
+from precompute.overlaps import HeadVectors, pair_rows  # noqa: E402
 from precompute.run import run_precompute  # noqa: E402
 from precompute.settings import RunOptions  # noqa: E402
 from precompute.weights import read_tensors, tensor_names  # noqa: E402
@@ -135,7 +135,8 @@ def main() -> None:
     runs: dict[int, list[float]] = {8: [], 0: []}
     for k in (8, 0, 8, 0):
         shutil.rmtree(out, ignore_errors=True)
-        _, t = timed(lambda: run_precompute(src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k)))
+        _, t = timed(lambda: run_precompute(src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k,
+                                                                 matrices=("qk",))))
         runs[k].append(t)
     t_pipeline, t_no_vectors = min(runs[8]), min(runs[0])
 
@@ -150,8 +151,9 @@ def main() -> None:
     # (b) the spectrum as the pipeline computes it: one batched call per layer (16 heads)
     sv_core, t_spectrum = timed(lambda: torch.stack([singular_values(w_q[i], w_k[i]) for i in range(shape.n_layers)]))
     # (b') the same with the 8 leading singular vectors, as the pipeline runs it for the overlaps
-    vectors, t_vectors = timed(lambda: checkpoint_vectors(w_q, w_k, 8))
-    _, t_pair = timed(lambda: pair_rows(0, 1, vectors, vectors))
+    (u, v, sv), t_vectors = timed(lambda: checkpoint_vectors(w_q, w_k, 8, values=True))
+    held = {"qk": HeadVectors.of(u, v, w_q, w_k, sv)}
+    _, t_pair = timed(lambda: pair_rows(0, 1, held, held))
 
     def elementwise():
         n = shape.d_model**2

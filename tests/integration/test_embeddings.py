@@ -45,22 +45,23 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     after = open_store(path)
     assert after.arrow.equals(before.arrow)  # heads.parquet untouched
     table = pd.read_parquet(path / EMBEDDINGS.file)
-    assert len(table) == len(before.meta.matrices) * len(DEFAULT_STATISTICS) * 12  # every per-head matrix kind
-    assert set(table["matrix"]) == set(before.meta.matrices)
+    assert len(table) == len(DEFAULT_STATISTICS) * 12 * 2  # one map per statistic for each of qk and ov
     assert set(table["statistic"]) == set(DEFAULT_STATISTICS) and set(table["normalisation"]) == {"zscore"}
+    assert set(table["matrix"]) == {"qk", "ov"}
     info = json.loads((path / "meta.json").read_text())["embeddings"]
     assert info["settings"]["knn_k"] == 3 and info["method"] == "umap" and info["steps"] == before.steps.tolist()
     assert info["statistics"] == list(DEFAULT_STATISTICS) and info["software"]["umap-learn"]
-    # neighbours: exact kNN of the per-head z-scored trajectories, computed here by brute force
-    std = before.array("std")
-    traj = std.reshape(len(before.steps), -1).T
-    z = (traj - traj.mean(1, keepdims=True)) / traj.std(1, keepdims=True)
-    rows = table[(table["statistic"] == "std") & (table["matrix"] == "qk")].sort_values(["layer", "head"])
-    for i, nb in enumerate(rows["neighbors"]):
-        d = ((z - z[i]) ** 2).sum(1)
-        d[i] = np.inf
-        assert list(nb) == list(np.argsort(d, kind="stable")[:3])
-    assert np.isfinite(rows[["x", "y"]].to_numpy()).all()
+    # neighbours: exact kNN of the per-head z-scored trajectories of each matrix, computed here by brute force
+    for matrix in ("qk", "ov"):
+        std = before.array("std", matrix=matrix)
+        traj = std.reshape(len(before.steps), -1).T
+        z = (traj - traj.mean(1, keepdims=True)) / traj.std(1, keepdims=True)
+        rows = table[(table["statistic"] == "std") & (table["matrix"] == matrix)].sort_values(["layer", "head"])
+        for i, nb in enumerate(rows["neighbors"]):
+            d = ((z - z[i]) ** 2).sum(1)
+            d[i] = np.inf
+            assert list(nb) == list(np.argsort(d, kind="stable")[:3])
+        assert np.isfinite(rows[["x", "y"]].to_numpy()).all()
     # same settings, same map (UMAP with a seed is deterministic)
     again = tmp_path / "again"
     write_synthetic_store(again, n_layers=3, n_heads=4, d_head=8, d_model=32, n_checkpoints=10)

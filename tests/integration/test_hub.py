@@ -365,13 +365,14 @@ def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(world, h
 
 
 def attention_files(folder: Path) -> dict[str, int]:
-    """Weight files holding a query_key_value tensor, and their sizes (from the index, or the single file)."""
+    """Weight files holding a query_key_value or attention.dense weight (what qk and ov, the default
+    matrices, need), and their sizes (from the index, or the single file)."""
     index = next(folder.glob("*.index.json"), None)
     if index is None:
         single = next(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
         return {single.name: single.stat().st_size}
     weight_map = json.loads(index.read_text())["weight_map"]
-    names = {f for t, f in weight_map.items() if "query_key_value.weight" in t}
+    names = {f for t, f in weight_map.items() if "query_key_value.weight" in t or "attention.dense.weight" in t}
     return {n: (folder / n).stat().st_size for n in names}
 
 
