@@ -289,6 +289,9 @@ def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess,
     proc = subprocess.Popen(
         [sys.executable, "-m", "precompute", "--no-progress", "--source", REPO_ID, "--out", str(out)],
         cwd=REPO, env=online_env(hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a test suite started in the background (`cmd &` in a script) ignores SIGINT, and the child would
+        # inherit that; Ctrl-C at a terminal is what is simulated here
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:

@@ -60,7 +60,7 @@ def served(tmp_path: Path, monkeypatch):
         yield hub, repo, suite
 
 
-@pytest.mark.parametrize("matrices", [("qk", "ov", "layers"), ("qk", "ov")])
+@pytest.mark.parametrize("matrices", [("qk", "ov", "layers"), ("qk",)])  # qk alone: the Q and K rows only
 def test_block_weights_are_read_whole_only_with_layers(served, tmp_path: Path, matrices) -> None:
     hub, repo, suite = served
     options = RunOptions(device="cpu", progress=False, embeddings=False, matrices=matrices)

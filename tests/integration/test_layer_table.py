@@ -83,4 +83,4 @@ def test_bad_matrices_option_is_refused(suite: Path, tmp_path: Path) -> None:
         matrices_option(" , ")
     result = run_cli("--source", str(suite), "--out", str(tmp_path / "s"), "--matrices", "qk,bogus")
     assert result.returncode == 2
-    assert "'bogus' unknown" in result.stderr
+    assert "unknown ['bogus']" in result.stderr
