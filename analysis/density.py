@@ -17,6 +17,8 @@ Pure numpy, batched over steps (one row per step); inputs are never modified.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
@@ -95,3 +97,23 @@ def density_curves(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple
 def tail_mass(hist: np.ndarray) -> np.ndarray:
     """Probability beyond |z| >= 10 at each step (the underflow and overflow bins): ``(S, 202)`` -> ``(S,)``."""
     return hist[:, 0] + hist[:, -1]
+
+
+def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
+    """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (float64, n+2 values).
+
+    A bin ``[a, b)`` with ``a >= 0`` gets ``sf(a) - sf(b)`` (upper-tail masses),
+    any other ``cdf(b) - cdf(a)``: each difference is of two small numbers, so every
+    bin keeps full relative precision. (Differences of the CDF alone cancel to 0
+    right of z ~ 8.3, where Phi(z) rounds to 1 in float64, and would make D_KL
+    infinite for any head with an entry there.)
+    """
+    outer = np.concatenate([[-np.inf], np.asarray(edges, dtype=np.float64), [np.inf]])
+
+    def cdf(x: float) -> float:
+        return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+    def sf(x: float) -> float:
+        return 0.5 * math.erfc(x / math.sqrt(2.0))
+
+    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])

@@ -23,29 +23,10 @@ import math
 import numpy as np
 import torch
 
+from analysis.density import gaussian_bin_mass  # numpy only: the dashboard (analysis.references) uses it too
 from analysis.store.format import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
 
 ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/store/format.py)
-
-
-def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
-    """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (float64, n+2 values).
-
-    A bin ``[a, b)`` with ``a >= 0`` gets ``sf(a) - sf(b)`` (upper-tail masses),
-    any other ``cdf(b) - cdf(a)``: each difference is of two small numbers, so every
-    bin keeps full relative precision. (Differences of the CDF alone cancel to 0
-    right of z ~ 8.3, where Phi(z) rounds to 1 in float64, and would make D_KL
-    infinite for any head with an entry there.)
-    """
-    outer = np.concatenate([[-np.inf], np.asarray(edges, dtype=np.float64), [np.inf]])
-
-    def cdf(x: float) -> float:
-        return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-    def sf(x: float) -> float:
-        return 0.5 * math.erfc(x / math.sqrt(2.0))
-
-    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])
 
 
 def kl_from_hist(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

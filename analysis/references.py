@@ -27,6 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from analysis.density import gaussian_bin_mass
 from analysis.nullmodel import kl_null
 from analysis.store.format import HIST_Z_EDGES
 
@@ -48,19 +49,6 @@ class Reference:
         return Reference(self.mean * factor, self.lo * factor, self.hi * factor)
 
 
-def _bin_mass(edges: np.ndarray) -> np.ndarray:
-    """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (as `analysis.elementwise.gaussian_bin_mass`)."""
-    outer = np.concatenate([[-np.inf], np.asarray(edges, dtype=np.float64), [np.inf]])
-
-    def cdf(x: float) -> float:
-        return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-    def sf(x: float) -> float:
-        return 0.5 * math.erfc(x / math.sqrt(2.0))
-
-    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])
-
-
 def elementwise(w: np.ndarray) -> dict[str, float]:
     """mean, std, skew, excess kurtosis, min, max and D_KL(P || N(mu, sigma)) of one matrix's entries.
 
@@ -71,7 +59,7 @@ def elementwise(w: np.ndarray) -> dict[str, float]:
     z = (x - mu) / sigma
     counts = np.bincount(np.searchsorted(HIST_Z_EDGES, z, side="right"), minlength=len(HIST_Z_EDGES) + 1)
     p = counts / counts.sum()
-    q = _bin_mass(HIST_Z_EDGES)
+    q = gaussian_bin_mass(HIST_Z_EDGES)
     nz = p > 0
     return {
         "mean": mu, "std": sigma, "skew": float((z**3).mean()), "kurtosis": float((z**4).mean() - 3.0),
