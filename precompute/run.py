@@ -263,10 +263,10 @@ def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
     """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
     src = plan.src
     run_info = src.run_info() or {}
-    tokens_per_step = options.tokens_per_step or run_info.get("tokens_per_step") or src.default_tokens_per_step()
     return resolve_settings(
         options, source=src.name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
-        d_head=plan.shape.d_head, tokens_per_step=tokens_per_step,
+        d_head=plan.shape.d_head, run_tokens_per_step=run_info.get("tokens_per_step"),
+        source_tokens_per_step=src.default_tokens_per_step(),
         stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,
         stored_matrices=tuple(stored.matrices) if stored else (),
     )

@@ -212,8 +212,8 @@ class RunOptions:
 
 def resolve_settings(
     options: RunOptions, *, source: str, source_kind: str, fetch: FetchSettings | None, device: str, d_head: int,
-    tokens_per_step: int | None, stored_overlap_k: int, revisions: tuple[str, ...] | None,
-    stored_matrices: tuple[str, ...] = (),
+    run_tokens_per_step: int | None, source_tokens_per_step: int | None, stored_overlap_k: int,
+    revisions: tuple[str, ...] | None, stored_matrices: tuple[str, ...] = (),
 ) -> Settings:
     """The settings of a run, from its options and what the source and the store say.
 
@@ -223,7 +223,8 @@ def resolve_settings(
         fetch: the network settings the source uses (None for sources that fetch nothing).
         device: the resolved device (``cpu`` or ``cuda``).
         d_head: the model's head width (caps K).
-        tokens_per_step: the first known of: the option, the run's ``run.json``, the source's default.
+        run_tokens_per_step: what the run's ``run.json`` says (a run trained here), else None.
+        source_tokens_per_step: the source's own default (Pythia: 2,097,152), else None.
         stored_overlap_k: K of the store's overlaps (0 when it has none).
         revisions: the requested revisions as parsed (None: all).
         stored_matrices: the per-head matrices the store has rows for (empty for a new store).
@@ -240,7 +241,7 @@ def resolve_settings(
     return Settings(
         source=source,
         device=device,
-        tokens_per_step=tokens_per_step,
+        tokens_per_step=options.tokens_per_step or run_tokens_per_step or source_tokens_per_step,
         source_kind=source_kind,  # type: ignore[arg-type]
         revisions=revisions,
         every=options.every,
