@@ -46,7 +46,7 @@ def model_card_lines(meta: Meta) -> list[str]:
 
 def loss_series(store: Store) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(steps, train loss, validation loss) from ``meta.training.losses``; NaN where missing; None if absent."""
-    losses = (store.meta.training or {}).get("losses") or []
+    losses = store.meta.training_losses
     if not losses:
         return None
     rows = sorted(losses, key=lambda r: r["step"])

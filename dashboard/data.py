@@ -164,7 +164,7 @@ def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
     loss = store.eval_loss()
     if loss is not None and np.isfinite(loss).any():
         return loss, "eval loss (nats/token)"
-    losses = (store.meta.training or {}).get("losses") or []
+    losses = store.meta.training_losses
     by_step = {int(r["step"]): r.get("val_loss") for r in losses}
     values = np.array([by_step.get(int(s)) if by_step.get(int(s)) is not None else np.nan for s in store.steps], dtype=np.float64)
     if not np.isfinite(values).any():

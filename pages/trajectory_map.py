@@ -29,8 +29,7 @@ def main() -> None:
         st.info("A trajectory needs at least two checkpoints; this run has fewer.")
         return
     stored = loader.read_embeddings(store)
-    info = store.meta.embeddings or {}
-    defaults = EmbeddingSettings(**{k: v for k, v in (info.get("settings") or {}).items()
+    defaults = EmbeddingSettings(**{k: v for k, v in store.meta.embedding_settings.items()
                                     if k in EmbeddingSettings.__dataclass_fields__})
 
     # --- widgets ---
@@ -53,16 +52,16 @@ def main() -> None:
     settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
 
     # --- data: the precomputed map when it matches, else computed here (cached) ---
-    fresh = info.get("steps") == [int(s) for s in store.steps]
+    fresh = store.meta.embedding_steps == [int(s) for s in store.steps]
     rows, method, source = None, "UMAP", "precomputed with the store"
     if stored is not None and fresh and settings == defaults:
         sel = stored[(stored["matrix"] == matrix) & (stored["statistic"] == stat) & (stored["normalisation"] == norm)]
         rows = sel if len(sel) else None
-        method = "UMAP" if info.get("method", "umap") == "umap" else str(info["method"])
+        method = "UMAP" if store.meta.embedding_method == "umap" else store.meta.embedding_method
     if rows is None:
         method = "UMAP"
         if stored is not None and not fresh:
-            st.caption(f"The stored maps were made from {len(info.get('steps') or [])} checkpoints; this run now has "
+            st.caption(f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
                        f"{len(store.steps)}, so maps are computed here.")
         kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed, matrix=matrix)
         if not loader.embedding_cached(store, stat, **kwargs):

@@ -81,7 +81,7 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         f"| model | `{model.id}` ({model.model_type}, family `{model.family}`) |",
         f"| geometry | {model.n_layers} layers x {model.n_heads} heads "
         f"({model.n_kv_heads} K/V heads), d_model {model.d_model}, d_head {model.d_head} |",
-        f"| source | `{settings.get('source')}` ({settings.get('source_kind', 'local')}) |",
+        "| source | `{}` ({}) |".format(*meta.source),
         f"| checkpoints | {len(checkpoints)} listed: {len(meta.done_steps)} with statistics "
         f"({len(meta.mixed)} of them with mixed weights), {len(meta.duplicates)} duplicates, "
         f"{len(meta.failed)} missing or failed |",

@@ -182,10 +182,10 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
             f"store {str(out)!r} holds a different model ({stored.model.geometry()}) than {settings.source!r} "
             f"({model.geometry()}); write to a new --out"
         )
-    before = stored.settings
-    if settings.source_kind == "hub" and before.get("source_kind") == "hub" and before.get("source") != settings.source:
+    before, before_kind = stored.source
+    if settings.source_kind == "hub" and before_kind == "hub" and before != settings.source:
         raise StoreError(
-            f"store {str(out)!r} was computed from {before.get('source')!r}, not {settings.source!r}; write to a new --out"
+            f"store {str(out)!r} was computed from {before!r}, not {settings.source!r}; write to a new --out"
         )
     heads = read_table(out, HEADS)
     if heads is None:

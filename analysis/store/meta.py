@@ -315,6 +315,27 @@ class Meta:
         """The steps the stored embeddings were made from (None without embeddings)."""
         return (self.embeddings or {}).get("steps")
 
+    @property
+    def embedding_settings(self) -> dict[str, Any]:
+        """The settings the stored embeddings were made with (UMAP neighbours, ...; empty without)."""
+        return dict((self.embeddings or {}).get("settings") or {})
+
+    @property
+    def embedding_method(self) -> str:
+        """How the stored embeddings were made (``umap`` unless recorded otherwise)."""
+        return str((self.embeddings or {}).get("method") or "umap")
+
+    @property
+    def training_losses(self) -> list[dict[str, Any]]:
+        """The train and validation losses a run trained here recorded at its checkpoints (``run.json``
+        ``losses``: ``step``, ``train_loss``, ``val_loss``); empty for other runs."""
+        return list((self.training or {}).get("losses") or [])
+
+    @property
+    def source(self) -> tuple[str | None, str]:
+        """Where the statistics were computed from: the source's name and kind (``local``, ``hub``, ...)."""
+        return self.settings.get("source"), str(self.settings.get("source_kind") or "local")
+
     def entry(self, step: int) -> CheckpointEntry:
         """The checkpoint of ``step``.
 
