@@ -101,8 +101,8 @@ def test_a_charts_csv_download_equals_the_stores_values(browser, server, store_p
         page.close()
     heads = pd.read_parquet(store_path / "heads.parquet")
     store = open_store(store_path)
-    want = heads[(heads["layer"] == 2) & heads["step"].isin(store.steps)]
+    want = heads[(heads["layer"] == 2) & heads["step"].isin(store.steps) & (heads["matrix"] == "qk")]  # the page's matrix
     merged = got.merge(want[["step", "layer", "head", "matrix", "kl_gauss"]], on=["step", "layer", "head", "matrix"])
     assert len(got) == len(want) == len(merged) == len(store.steps) * store.n_heads
     assert (merged["value"] == merged["kl_gauss"]).all()
-    assert set(got["run"]) == {store_path.name} and set(got["statistic"]) == {"kl_gauss"}
+    assert set(got["run"]) == {store_path.name} and set(got["statistic"]) == {"kl_gauss"} and set(got["matrix"]) == {"qk"}
