@@ -51,7 +51,7 @@ def main() -> None:
     one = rows_role[rows_role["layer"] == layer].sort_values("step")
     widgets.chart(figs.sv_animation(list(one["sv"]), list(one["std"]), steps=steps, start=steps.index(step),
                                     rows=n_rows, cols=n_cols, title=f"layer {layer} {role} ({shape})"),
-                  "sv_animation", title=f"{frame.run} · layer {layer} {role} ({shape}) · singular values",
+                  "sv_animation", title=frame.run,  # the figure's own title names the weight, its shape and the step
                   filename=export.safe_name(frame.run, f"L{layer}", role, "sv"),
                   csv=lambda: _sv_csv(frame.run, role, one))
     last = one.iloc[-1]
@@ -69,7 +69,7 @@ def main() -> None:
     x_max = 1.04 * max(float(np.max(x)) for x in x_all) if x_all else 2.0
     widgets.chart(figs.sv_depth(list(at["sv"]), list(at["std"]), layers=list(at["layer"]), rows=n_rows, cols=n_cols,
                                 x_max=x_max, title=f"{role} ({shape}), step {step:,}"),
-                  "sv_depth", title=f"{frame.run} · {role} ({shape}) across depth · step {step:,}",
+                  "sv_depth", title=frame.run,  # the figure's own title names the weight, its shape and the step
                   filename=export.safe_name(frame.run, role, "depth", "step", step),
                   csv=lambda: _sv_csv(frame.run, role, at))
     st.caption("Each layer's singular values in the law's units, s / (σ √n) with σ the weight's entry standard "
