@@ -160,7 +160,9 @@ def n_listed(store: Path) -> int:
         return 0
 
 
-def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
+def slow_series(tmp_path: Path) -> tuple[Path, list[int], Path]:
+    """Eight checkpoints large enough that a run can be stopped between commits, and the local store
+    of them (what an interrupted Ray run must end as)."""
     src = tmp_path / "src"
     model = neox_model(hidden=256, layers=4, heads=8)
     steps = [0, 1, 2, 4, 8, 16, 32, 64]
@@ -169,6 +171,11 @@ def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
         model.save_pretrained(src / f"step{step}")
     reference = tmp_path / "local"
     run_precompute(src, reference, options("local"))
+    return src, steps, reference
+
+
+def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
+    src, steps, reference = slow_series(tmp_path)
 
     out = tmp_path / "ray"
     args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", cluster]
@@ -251,14 +258,7 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
     driver has committed two checkpoints: the driver ends with exit status 3 and one clear line, the
     store holds what was committed, and the same command with the local executor completes it."""
     _require_ray()
-    src = tmp_path / "src"
-    model = neox_model(hidden=256, layers=4, heads=8)
-    steps = [0, 1, 2, 4, 8, 16, 32, 64]
-    for step in steps:
-        perturb(model, step)
-        model.save_pretrained(src / f"step{step}")
-    reference = tmp_path / "local"
-    run_precompute(src, reference, options("local"))
+    src, steps, reference = slow_series(tmp_path)
 
     # The cluster's head runs in a process group of its own (killed whole at the end). The driver runs
     # beside it as on a node of its own: its raylet outlives the head's GCS server, which is killed.
