@@ -33,14 +33,19 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def serve_only(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the app at ``store`` only (an empty data folder beside it)."""
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("HEADWATCH_STORE", str(store))
+    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
+    return store
+
+
 @pytest.fixture()
 def app_env(store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point the app at the test store only."""
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    monkeypatch.setenv("HEADWATCH_STORE", str(store_path))
-    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
-    return store_path
+    return serve_only(store_path, tmp_path, monkeypatch)
 
 
 def open_page(page: str | None, query: dict[str, Any] | None = None) -> AppTest:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import add_synthetic_forward
-from tests.app.conftest import arr, chart, open_page
+from tests.app.conftest import serve_only, arr, chart, open_page
 
 LENSES = "pages/forward_lenses.py"
 
@@ -29,11 +29,7 @@ def forward_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture()
 def forward_env(forward_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    monkeypatch.setenv("HEADWATCH_STORE", str(forward_store))
-    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
-    return forward_store
+    return serve_only(forward_store, tmp_path, monkeypatch)
 
 
 def table(store: Path, name: str):

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
-from tests.app.conftest import arr, chart, notices, open_page
+from tests.app.conftest import serve_only, arr, chart, notices, open_page
 
 PAGE = "pages/weight_matrices.py"
 
@@ -25,11 +25,7 @@ def layered_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture()
 def layered_env(layered_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    monkeypatch.setenv("HEADWATCH_STORE", str(layered_store))
-    monkeypatch.setenv("HEADWATCH_DATA", str(empty))
-    return layered_store
+    return serve_only(layered_store, tmp_path, monkeypatch)
 
 
 def test_three_views_with_fixed_axes_and_units(layered_env):
