@@ -148,15 +148,6 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
     return store.array(stat, matrix=matrix)
 
 
-def stat_values_of(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
-    """`stat_values` for one matrix kind of the store's rows (``matrix`` of ``heads.parquet``).
-
-    Raises:
-        KeyError: the store has no such column or no complete rows of that matrix kind.
-    """
-    return stat_values(store, stat, k=k, matrix=matrix)
-
-
 def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
     """The loss at each of ``store.steps`` for the loss overlay, and its label: the forward lens's loss on
     its evaluation sequences when the store has it, else the validation loss ``run.json`` recorded for a

@@ -8,7 +8,7 @@ import streamlit as st
 
 from analysis.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
-from dashboard import data, export, loader, widgets
+from dashboard import export, loader, widgets
 from dashboard.data import default_steps
 from dashboard.stats import LAMBDA, STATS
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_of
@@ -68,7 +68,7 @@ def main() -> None:
     table = heads_table(values, at=steps.index(step), since=steps.index(since), reference=reference, counts=counts)
     for matrix in [m for m in store.meta.matrices if m != "qk"]:  # other products, where the store has their rows
         try:
-            other = data.stat_values_of(store, stat, k=k or 0, matrix=matrix)
+            other = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
         except KeyError:
             continue
         other_counts = None
