@@ -10,7 +10,7 @@ from analysis.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps
-from dashboard.stats import LAMBDA, STATS
+from dashboard.stats import FORWARD_STATS, LAMBDA, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_of
 
 GAP_PERCENT = [2, 5, 10, 20]
@@ -36,7 +36,7 @@ def main() -> None:
 
     # --- widgets ---
     c_stat, c_k, c_step, c_since = st.columns([3, 2, 3, 3], vertical_alignment="bottom")
-    stat = widgets.select("stat", "Statistic", list(STATS), "stable_rank", fmt=lambda s: STATS[s].label, where=c_stat)
+    stat = widgets.select("stat", "Statistic", stats_for(store), "stable_rank", fmt=lambda s: STATS[s].label, where=c_stat)
     k = widgets.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k) if stat == LAMBDA else None
     step = widgets.select("step", "At step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step)
     since = widgets.select("since", "Change since step", steps, steps[0], kind="select_slider", fmt=lambda s: f"{s:,}",
@@ -66,7 +66,8 @@ def main() -> None:
             st.error(str(exc))
     counts = approach_counts(approaches, store.n_layers, store.n_heads) if approaches is not None else None
     table = heads_table(values, at=steps.index(step), since=steps.index(since), reference=reference, counts=counts)
-    for matrix in [m for m in store.meta.matrices if m != "qk"]:  # other products, where the store has their rows
+    others = [] if stat in FORWARD_STATS else [m for m in store.meta.matrices if m != "qk"]  # forward ones: per head only
+    for matrix in others:  # other products, where the store has their rows
         try:
             other = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
         except KeyError:

@@ -160,3 +160,24 @@ def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
     charts = at.get("plotly_chart")
     buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
     assert len(charts) == 7 and len(buttons) == len(charts)  # six panels and the sidebar loss curve
+
+
+
+def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:
+    at = open_page("pages/heads_table.py", {"stat": "induction", "step": str(sorted(table(forward_env, "attention.parquet")["step"])[-1])})
+    assert not at.exception and at.session_state["stat"] == "induction"
+    shown = next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))
+    rows = table(forward_env, "attention.parquet")
+    last = rows[rows["step"] == rows["step"].max()]
+    assert len(shown) == len(last)  # one row per head, not one per matrix kind
+    merged = shown.merge(last, on=["layer", "head"])
+    assert np.allclose(merged["value"], merged["induction"])
+
+
+def test_the_heads_page_does_not_offer_forward_statistics_without_the_lens(app_env: Path) -> None:
+    at = open_page("pages/heads_table.py", {"stat": "induction"})
+    assert not at.exception and at.session_state["stat"] != "induction"
+    from dashboard.stats import STATS
+
+    offered = at.selectbox(key="stat").options
+    assert STATS["stable_rank"].label in offered and STATS["induction"].label not in offered
