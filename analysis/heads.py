@@ -107,20 +107,25 @@ def checkpoint_statistics(
     for layer in range(n_layers):
         q_given = w_q[layer].to(dev)  # (n_heads, d_head, d_model), in the caller's precision
         k_given = w_k[layer].to(dev)  # (n_heads, d_head, d_model)
+        # From the weights as given, not from their `dtype` copy: rounding float64
+        # weights to float32 first would bury small singular values.
+        sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
+        frob_sq = (sv.to(torch.float64) ** 2).sum(-1)  # ||W||_F^2
+        # The mean of W = Q^T K is (Q 1) . (K 1) / n and E[w^2] = ||W||_F^2 / n, both exact
+        # in float64 from the factors: the element-wise pass needs neither from the dense W.
+        mean = (q_given.to(torch.float64).sum(-1) * k_given.to(torch.float64).sum(-1)).sum(-1) / n
         q, k = q_given.to(dtype), k_given.to(dtype)
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
             h1 = min(h0 + chunk, n_heads)
             out = dense[: h1 - h0]
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
-            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=scratch))
+            moments = (mean[h0:h1], frob_sq[h0:h1] / n)
+            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=scratch, moments=moments))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-        # From the weights as given, not from their `dtype` copy: rounding float64
-        # weights to float32 first would bury small singular values.
-        sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         stats.update(spectral_statistics(sv, d_model=d_model))
         # from d_head x d_head cores in float64; ||W||_F^2 from the singular values
-        stats.update(circuit_statistics(q_given, k_given, frob_sq=(sv.to(torch.float64) ** 2).sum(-1)))
+        stats.update(circuit_statistics(q_given, k_given, frob_sq=frob_sq))
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
         if vectors:

@@ -180,3 +180,25 @@ def test_null_columns_follow_the_null_model_of_the_reference_spectrum(weights, b
     expected = null_expectations(D_MODEL, D_HEAD)
     for name in ("stable_rank", "spectral_entropy", "participation_ratio"):
         np.testing.assert_allclose(got[f"{name}_over_null"], brute_force[name] / expected[name], rtol=1e-9)
+
+
+def test_constant_and_nearly_constant_products_fall_back_to_the_dense_moments(reference) -> None:
+    """The mean and E[w^2] come from the factors; where sigma^2 = E[w^2] - mean^2 cancels
+    (a constant product, or one whose spread is 1e-6 of its mean) the dense pass decides."""
+    rng = np.random.default_rng(3)
+    w_q = np.zeros((1, 3, D_HEAD, D_MODEL))
+    w_k = np.zeros((1, 3, D_HEAD, D_MODEL))
+    w_q[0, :, 0] = 0.5  # rank one, every entry 0.5 * 0.2 = 0.1
+    w_k[0, :, 0] = 0.2
+    w_k[0, 1, 0] += rng.normal(0.0, 1e-6, D_MODEL)  # nearly constant
+    w_q[0, 2] = rng.normal(0.0, 0.05, (D_HEAD, D_MODEL))  # an ordinary head beside them
+    w_k[0, 2] = rng.normal(0.0, 0.05, (D_HEAD, D_MODEL))
+    got = checkpoint_statistics(w_q, w_k, dtype=torch.float64)
+    assert got["std"][0, 0] == 0.0 and np.isnan(got["skew"][0, 0]) and np.isnan(got["kurtosis"][0, 0])
+    assert got["mean"][0, 0] == pytest.approx(0.1, rel=1e-15)
+    for head in (1, 2):
+        dense = w_q[0, head].T @ w_k[0, head]
+        ref = reference.elementwise(dense, HIST_Z_EDGES)
+        for name in ("mean", "std", "skew", "kurtosis"):
+            np.testing.assert_allclose(got[name][0, head], ref[name], rtol=1e-6, err_msg=f"{head} {name}")
+        np.testing.assert_allclose(got["hist_z"][0, head], ref["hist_z"], atol=1.5 / N)

@@ -102,7 +102,8 @@ def test_bad_ratio_is_refused():
 # ----------------------------------------------------------------------------- spectrum
 
 
-@pytest.mark.parametrize("shape", [(64, 200), (200, 64), (96, 96)])
+# (70, 2100) and (2100, 70): several slices of the long side and row blocks of uneven size
+@pytest.mark.parametrize("shape", [(64, 200), (200, 64), (96, 96), (70, 2100), (2100, 70)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
 def test_gram_eigenvalues_match_a_dense_svd(shape, dtype):
     rng = np.random.default_rng(1)
@@ -115,6 +116,24 @@ def test_gram_eigenvalues_match_a_dense_svd(shape, dtype):
     # absolute error ~ eps64 * s_max^2 / s_k; every value here is above 1e-3 s_max
     assert np.abs(s - ref).max() <= 1e-11 * ref[0]
     assert np.all(np.diff(s) <= 0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layers_of_a_role_split_over_threads_match_a_dense_svd(threads):
+    """On CPU the matrices of a chunk go to one Python thread per torch thread; each
+    layer keeps its own spectrum, and the caller's torch thread count is restored."""
+    rng = np.random.default_rng(4)
+    mats = [rng.standard_normal((90, 150)) * (0.01 * (i + 1)) for i in range(5)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        recs = layer_matrix_statistics({"attn_out": [torch.tensor(m) for m in mats]})
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    for rec, m in zip(recs, mats, strict=True):
+        ref = np.linalg.svd(m, compute_uv=False)
+        assert np.abs(rec["sv"] - ref).max() <= 1e-11 * ref[0]
 
 
 def _records(w: np.ndarray, role: str = "mlp_in") -> dict:
