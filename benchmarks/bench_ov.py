@@ -20,7 +20,6 @@ Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--base
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -35,41 +34,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_pipeline import CONFIG  # noqa: E402
+from benchmarks.bench_pipeline import write_checkpoint  # noqa: E402
 
 STEPS = (1000, 2000)
-
-
-def write_checkpoint(folder: Path, seed: int) -> None:
-    """A full-size fp16 GPT-NeoX state dict: random attention weights (QKV at small init, the output
-    projection at Pythia's 2/(n_layers sqrt(d_model))), zeros elsewhere."""
-    from safetensors.torch import save_file
-
-    if (folder / "model.safetensors").is_file():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    d, layers, ff, vocab = 2048, 24, 8192, 50304
-    gen = torch.Generator().manual_seed(seed)
-    sigma_in, sigma_out = (2 / (5 * d)) ** 0.5, 2 / (layers * d**0.5)
-    state = {"gpt_neox.embed_in.weight": torch.zeros(vocab, d, dtype=torch.float16)}
-    for i in range(layers):
-        p = f"gpt_neox.layers.{i}."
-        state[p + "attention.query_key_value.weight"] = (torch.randn(3 * d, d, generator=gen) * sigma_in).half()
-        state[p + "attention.query_key_value.bias"] = torch.zeros(3 * d, dtype=torch.float16)
-        state[p + "attention.dense.weight"] = (torch.randn(d, d, generator=gen) * sigma_out).half()
-        state[p + "attention.dense.bias"] = torch.zeros(d, dtype=torch.float16)
-        state[p + "mlp.dense_h_to_4h.weight"] = torch.zeros(ff, d, dtype=torch.float16)
-        state[p + "mlp.dense_h_to_4h.bias"] = torch.zeros(ff, dtype=torch.float16)
-        state[p + "mlp.dense_4h_to_h.weight"] = torch.zeros(d, ff, dtype=torch.float16)
-        state[p + "mlp.dense_4h_to_h.bias"] = torch.zeros(d, dtype=torch.float16)
-        for ln in ("input_layernorm", "post_attention_layernorm"):
-            state[p + ln + ".weight"] = torch.ones(d, dtype=torch.float16)
-            state[p + ln + ".bias"] = torch.zeros(d, dtype=torch.float16)
-    state["gpt_neox.final_layer_norm.weight"] = torch.ones(d, dtype=torch.float16)
-    state["gpt_neox.final_layer_norm.bias"] = torch.zeros(d, dtype=torch.float16)
-    state["embed_out.weight"] = torch.zeros(vocab, d, dtype=torch.float16)
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(CONFIG))
 
 
 RUN = """
@@ -108,7 +75,8 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}", flush=True)
     for i, step in enumerate(STEPS):
-        write_checkpoint(src / f"step{step}", seed=i)
+        # the output projection at Pythia's init scale 2 / (n_layers sqrt(d_model))
+        write_checkpoint(src / f"step{step}", seed=i, attn_out_std=2 / (24 * 2048**0.5))
     configs = [("qk", REPO, "qk"), ("qk+ov", REPO, "qk,ov")]
     if args.baseline:
         configs.insert(0, ("today (qk only, before OV)", Path(args.baseline).resolve(), ""))

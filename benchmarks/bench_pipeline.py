@@ -55,8 +55,10 @@ CONFIG = {
 }
 
 
-def write_checkpoint(folder: Path) -> None:
-    """A full-size fp16 GPT-NeoX state dict: random attention weights, zeros elsewhere."""
+def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0) -> None:
+    """A full-size fp16 GPT-NeoX state dict (`CONFIG`): random QKV weights at Pythia's small init
+    scale, the attention output projection random with ``attn_out_std`` (0: zeros), zeros elsewhere.
+    Kept if the folder already holds one."""
     import json
 
     from safetensors.torch import save_file
@@ -65,7 +67,7 @@ def write_checkpoint(folder: Path) -> None:
         return
     folder.mkdir(parents=True, exist_ok=True)
     d, layers, ff, vocab = 2048, 24, 8192, 50304
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     sigma0 = (2 / (5 * d)) ** 0.5
     state = {"gpt_neox.embed_in.weight": torch.zeros(vocab, d, dtype=torch.float16)}
     for i in range(layers):
@@ -73,7 +75,8 @@ def write_checkpoint(folder: Path) -> None:
         qkv = torch.randn(3 * d, d, generator=gen) * sigma0
         state[p + "attention.query_key_value.weight"] = qkv.half()
         state[p + "attention.query_key_value.bias"] = torch.zeros(3 * d, dtype=torch.float16)
-        state[p + "attention.dense.weight"] = torch.zeros(d, d, dtype=torch.float16)
+        dense = torch.randn(d, d, generator=gen) * attn_out_std if attn_out_std else torch.zeros(d, d)
+        state[p + "attention.dense.weight"] = dense.half()
         state[p + "attention.dense.bias"] = torch.zeros(d, dtype=torch.float16)
         state[p + "mlp.dense_h_to_4h.weight"] = torch.zeros(ff, d, dtype=torch.float16)
         state[p + "mlp.dense_h_to_4h.bias"] = torch.zeros(ff, dtype=torch.float16)
