@@ -109,11 +109,13 @@ def checkpoint_statistics(
         k_given = w_k[layer].to(dev)  # (n_heads, d_head, d_model)
         # From the weights as given, not from their `dtype` copy: rounding float64
         # weights to float32 first would bury small singular values.
-        sv, u, v = _layer_spectrum(q_given, k_given, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
+        # One float64 copy of the factors serves the spectrum and the circuit statistics.
+        q64, k64 = q_given.to(torch.float64), k_given.to(torch.float64)
+        sv, u, v = _layer_spectrum(q64, k64, vectors, dtype=spectrum_dtype)  # (n_heads, d_head)
         frob_sq = (sv.to(torch.float64) ** 2).sum(-1)  # ||W||_F^2
         # The mean of W = Q^T K is (Q 1) . (K 1) / n and E[w^2] = ||W||_F^2 / n, both exact
         # in float64 from the factors: the element-wise pass needs neither from the dense W.
-        mean = (q_given.to(torch.float64).sum(-1) * k_given.to(torch.float64).sum(-1)).sum(-1) / n
+        mean = (q64.sum(-1) * k64.sum(-1)).sum(-1) / n
         q, k = q_given.to(dtype), k_given.to(dtype)
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
@@ -125,7 +127,8 @@ def checkpoint_statistics(
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         stats.update(spectral_statistics(sv, d_model=d_model))
         # from d_head x d_head cores in float64; ||W||_F^2 from the singular values
-        stats.update(circuit_statistics(q_given, k_given, frob_sq=frob_sq))
+        stats.update(circuit_statistics(q64, k64, frob_sq=frob_sq))
+        del q64, k64
         stats["sv"] = sv
         layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
         if vectors:

@@ -14,7 +14,10 @@ run in a fresh process whose peak resident memory is read from the kernel
 
 best of ``--rounds`` each, seconds per checkpoint = wall time / 2. Prints a Markdown table.
 
-Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2]
+Each run's CPU time (user + system, from ``wait4``) is printed beside its wall time: with
+``--threads 1`` it is the figure a shared machine disturbs least.
+
+Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
 """
 
 from __future__ import annotations
@@ -50,17 +53,20 @@ run_precompute(sys.argv[1], sys.argv[2], RunOptions(**kw))
 """
 
 
-def timed_run(code_root: Path, src: Path, out: Path, matrices: str) -> tuple[float, int]:
-    """Seconds and peak resident bytes of one precompute run in a fresh process."""
+def timed_run(code_root: Path, src: Path, out: Path, matrices: str, threads: int | None = None) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system, all threads) and peak resident bytes of one
+    precompute run in a fresh process. On a shared machine the CPU time is the steadier figure."""
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(code_root), "HEADWATCH_EMBEDDINGS": "0"}
+    if threads:  # torch's intra-op threads and the BLAS / LAPACK behind it
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", RUN, str(src), str(out), matrices], cwd=code_root, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"precompute run ({code_root}, {matrices or 'defaults'}) failed")
-    return seconds, usage.ru_maxrss * 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
 
 def main() -> None:
@@ -68,6 +74,8 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "headwatch-bench-ov"))
     ap.add_argument("--baseline", default=None, help="a copy of the qk-only code (before OV) to time as 'today'")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads of each run (default: torch's own); 1 gives CPU times that a shared machine barely disturbs")
     ap.add_argument("--only", default=None, help="comma-separated configurations to run: today, qk, qk+ov")
     args = ap.parse_args()
     work = Path(args.workdir)
@@ -82,20 +90,21 @@ def main() -> None:
         configs.insert(0, ("today (qk only, before OV)", Path(args.baseline).resolve(), ""))
     if args.only:
         configs = [c for c in configs if c[0].split(" ")[0] in args.only.split(",")]
-    best: dict[str, tuple[float, int]] = {}
+    best: dict[str, tuple[float, float, int]] = {}
     for r in range(args.rounds):
         for name, root, matrices in configs:
-            t, rss = timed_run(root, src, work / "store", matrices)
-            print(f"round {r}: {name}: {t:.1f} s for {len(STEPS)} checkpoints, peak RSS {rss / 2**30:.2f} GiB; "
-                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+            t, cpu, rss = timed_run(root, src, work / "store", matrices, args.threads)
+            print(f"round {r}: {name}: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, peak RSS "
+                  f"{rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}", flush=True)
             old = best.get(name)
-            best[name] = (min(t, old[0]) if old else t, max(rss, old[1]) if old else rss)
-    base = best[configs[0][0]][0]
+            best[name] = (min(t, old[0]), min(cpu, old[1]), max(rss, old[2])) if old else (t, cpu, rss)
+    base, base_cpu = best[configs[0][0]][:2]
     print(f"\n| pipeline, {len(STEPS)} checkpoints, best of {args.rounds} | seconds per checkpoint | x {configs[0][0]} "
-          f"| peak RSS |\n| --- | ---: | ---: | ---: |")
+          f"| CPU-s per checkpoint | x (CPU) | peak RSS |\n| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, _, _ in configs:
-        t, rss = best[name]
-        print(f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {rss / 2**30:.2f} GiB |")
+        t, cpu, rss = best[name]
+        print(f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {cpu / len(STEPS):.1f} | {cpu / base_cpu:.2f} "
+              f"| {rss / 2**30:.2f} GiB |")
 
 
 if __name__ == "__main__":
