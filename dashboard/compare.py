@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 Align = Literal["step", "tokens", "fraction"]
 ALIGNMENTS: dict[str, str] = {
@@ -191,3 +192,21 @@ def default_point(options: list, xs: list[np.ndarray]) -> int | float:
     reach = min(float(np.asarray(x)[-1]) for x in xs)
     fit = [o for o in options if o <= reach + 1e-9 * max(1.0, abs(reach))]
     return fit[-1] if fit else options[0]
+
+
+def layer_values(table: pd.DataFrame, steps: np.ndarray, *, n_layers: int, role: str, column: str) -> np.ndarray:
+    """A whole-layer statistic laid out like a per-head one with one unit per layer: ``(S, n_layers, 1)``.
+
+    Args:
+        table: rows of ``layers.parquet`` with ``step``, ``layer``, ``role`` and ``column``.
+        steps: the run's steps (axis 0); a step or layer without a row is NaN.
+        role: the weight (``attn_out``, ``mlp_in``, ...).
+    """
+    out = np.full((len(steps), n_layers, 1), np.nan)
+    rows = table[table["role"] == role]
+    index = {int(s): i for i, s in enumerate(steps)}
+    t = np.array([index.get(int(s), -1) for s in rows["step"]], dtype=np.int64)
+    layer = rows["layer"].to_numpy(dtype=np.int64)
+    keep = (t >= 0) & (layer >= 0) & (layer < n_layers)
+    out[t[keep], layer[keep], 0] = rows[column].to_numpy(dtype=np.float64)[keep]
+    return out

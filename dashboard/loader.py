@@ -248,6 +248,21 @@ def layer_matrices(store: Store) -> pd.DataFrame | None:
     return _layers(str(store.path), _version(store.path), store.include_mixed)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _layer_column(path: str, version: int, include_mixed: bool, column: str) -> pd.DataFrame | None:
+    return _open(path, version).view(include_mixed=include_mixed).layers(columns=[column])
+
+
+def layer_column(store: Store, column: str) -> pd.DataFrame | None:
+    """One column of the store's whole-layer matrices (step, layer, role and ``column``), cached per store
+    version; None when the store has no ``layers.parquet``.
+
+    Raises:
+        StoreError: ``layers.parquet`` is unreadable or lacks ``column``.
+    """
+    return _layer_column(str(store.path), _version(store.path), store.include_mixed, column)
+
+
 @st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...",
                    max_entries=16)
 def _references(d_model: int, d_head: int, sigma0: float | None):

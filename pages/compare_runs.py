@@ -12,7 +12,8 @@ from analysis.errors import StoreError
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
-from dashboard.stats import LAMBDA, MATRIX_LABELS, STATS, stats_for
+from analysis.store.format import LAYER_ROLES
+from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
 UNKNOWN_RUN = ("A run is a statistics store the run picker offers (a folder under data/, $HEADWATCH_STORE or a store "
@@ -62,21 +63,46 @@ def main() -> None:
         return
 
     # --- widgets: statistic and matrix (every statistic some run has; a run without it is named below) ---
-    have = {r: set(stats_for(s)) - {LAMBDA} for r, s in stores.items()}
-    options = [n for n in STATS if any(n in h for h in have.values())]
+    have = {r: (set(stats_for(s)) - {LAMBDA}) | (set(LAYER_STATS) if s.has_layers else set()) for r, s in stores.items()}
+    options = [n for n in (*STATS, *LAYER_STATS) if any(n in h for h in have.values())]
     c_stat, c_matrix, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat = widgets.select(
         "stat", "Statistic", options, "std", where=c_stat,
-        fmt=lambda n: STATS[n].label + ("" if all(n in h for h in have.values()) else " (not in every run)"))
-    info = STATS[stat]
+        fmt=lambda n: _info(n).label + ("" if all(n in h for h in have.values()) else " (not in every run)"))
+    info = _info(stat)
+    per_layer = stat in LAYER_STATS
+    tables = {}
     matrix = "forward"
-    if not info.forward:
+    if per_layer:  # whole-layer matrices: one value per layer of the weight chosen as `role`
+        for r, s in stores.items():
+            try:
+                tables[r] = loader.layer_column(s, layer_column(stat)) if s.has_layers else None
+            except StoreError as exc:
+                st.warning(f"Run **{r}**: {exc}", icon=":material/error:")
+                tables[r] = None
+        roles = [x for x in LAYER_ROLES if any(t is not None and x in set(t["role"]) for t in tables.values())] or ["attn_out"]
+        matrix = widgets.select("role", "Weight", roles, "attn_out" if "attn_out" in roles else roles[0], where=c_matrix)
+    elif not info.forward:
         kinds = [m for m in MATRIX_LABELS if any(m in s.meta.matrices for s in stores.values())] or ["qk"]
         matrix = widgets.select("matrix", "Matrix", kinds, kinds[0], fmt=MATRIX_LABELS.get, kind="radio", where=c_matrix)
     log_y = widgets.toggle("logy", "log y", False, where=c_log) if info.positive else False
+    unit = "layer" if per_layer else "head"
 
     shown = {}
     for r, s in stores.items():
+        if per_layer:
+            if tables[r] is None:
+                st.warning(f"Run **{r}** has no whole-layer matrices (`layers.parquet`), so no {info.short()}; it is "
+                           f"left out. Add them with `python -m precompute --source SOURCE --out {s.path} --matrices "
+                           "layers`.", icon=":material/visibility_off:")
+                continue
+            if matrix not in set(tables[r]["role"]):
+                st.warning(f"Run **{r}** has no {matrix} weight (its weights: {', '.join(sorted(set(tables[r]['role'])))}) "
+                           "and is left out; choose another weight.", icon=":material/visibility_off:")
+                continue
+            values = compare.layer_values(tables[r], s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
+            shown[r] = (s, values)
+            continue
         if info.forward and not s.has_forward:
             st.warning(f"Run **{r}** has no forward-lens tables, so no {info.short()}; it is left out. Add them with "
                        f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
@@ -122,7 +148,8 @@ def main() -> None:
     x_title = ALIGN_TEXT[align]
     label = info.short()
     title_runs = " vs ".join(s.run for s in series)
-    what = f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}" if not info.forward else f"{label} (forward lens)"
+    what = (f"{label} of {matrix}" if per_layer else f"{label} (forward lens)" if info.forward
+            else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}")
 
     # --- panel (a): mean and spread per relative-depth bin over training ---
     st.subheader("Mean over the heads of each depth bin, over training")
@@ -139,35 +166,36 @@ def main() -> None:
             for i in range(n_bins))
         for s in series)
     st.caption(f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
-               f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every head of the "
-               "bin's layers; band: ±1 standard deviation over the same heads (population). Each run is drawn at its "
+               f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every {unit} of the "
+               f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
                f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[align]}; nothing is interpolated. "
                f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}")
 
     # --- panel (b): one depth bin's heads, run by run on shared axes ---
-    st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every head, run by run")
+    st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
     widgets.chart(
         figs.bin_heads(series, b=b, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y,
-                       colours=colours),
+                       colours=colours, unit="" if per_layer else "H"),
         "compare_bin", title=f"{title_runs} · {what}, depth {compare.bin_label(b, n_bins)}",
         filename=export.safe_name("compare", *[s.run for s in series], stat, matrix, "bin", b),
         csv=lambda: _bin_csv(series, n_bins, b, stat, matrix))
-    st.caption("One panel per run, all on the same axes: each head of the bin's layers is a thin line with a marker "
+    st.caption(f"One panel per run, all on the same axes: each {unit} of the bin's layers is a thin line with a marker "
                "at each of its run's checkpoints, the bin's mean dashed black.")
 
-    # --- panel (c): the distribution over all heads at one point of training ---
-    st.subheader(f"Distribution over heads at {_point_text(point, align)}")
+    # --- panel (c): the distribution over all heads (layers) at one point of training ---
+    st.subheader(f"Distribution over {unit}s at {_point_text(point, align)}")
     indices = [compare.checkpoint_at(s.x, point) for s in series]
     widgets.chart(
-        figs.distributions(series, indices, stat_title=info.title(), x_label=x_title, colours=colours, log_x=log_y),
-        "compare_dist", title=f"{title_runs} · {what} over heads at {_point_text(point, align)}",
+        figs.distributions(series, indices, stat_title=info.title(), x_label=x_title, colours=colours, log_x=log_y,
+                           unit=unit),
+        "compare_dist", title=f"{title_runs} · {what} over {unit}s at {_point_text(point, align)}",
         filename=export.safe_name("compare", *[s.run for s in series], stat, matrix, "at", point),
         csv=lambda: _dist_csv(series, indices, stat, matrix))
     used = "; ".join(
         f"{s.run}: step {int(s.steps[i]):,}" + ("" if align == "step" else f" ({x_title} {s.x[i]:.4g})")
         if i is not None else f"{s.run}: no checkpoint at or before this point (left out)"
         for s, i in zip(series, indices))
-    st.caption(f"Empirical cumulative distribution of {what} over all heads of each run. Each run at its last "
+    st.caption(f"Empirical cumulative distribution of {what} over all {unit}s of each run. Each run at its last "
                f"checkpoint at or before {_point_text(point, align)}: {used}.")
 
     # --- panel (d): the runs' losses on the same time axis ---
@@ -182,6 +210,11 @@ def main() -> None:
                                              for s, loss, lab in curves], ignore_index=True))
         st.caption("Each run's loss as recorded with it (the forward lens's eval loss, else the validation loss of a "
                    "run trained here), at its own checkpoints; runs without either are not drawn.")
+
+
+def _info(name: str):
+    """The label record of a per-head, forward or per-layer statistic."""
+    return STATS[name] if name in STATS else LAYER_STATS[name]
 
 
 def _ends(layers: list[int]) -> list[int]:

@@ -132,7 +132,7 @@ def bin_heads(series: list[RunSeries], *, b: int, n_bins: int, stat_title: str, 
                 type="scatter", x=gx, y=gy, xaxis=xa, yaxis=ya, mode="lines+markers", name=f"{s.run} L{layer}",
                 line=dict(color=style.run_colour(c, 0.45), width=style.THIN_WIDTH), marker=dict(size=3),
                 customdata=np.stack([units, steps], axis=1), meta=dict(run=s.run, kind="heads", layer=layer),
-                hovertemplate=f"{s.run} L{layer} {unit}%{{customdata[0]}}<br>step %{{customdata[1]:,}}<br>"
+                hovertemplate=f"{s.run} L{layer}" + (f" {unit}%{{customdata[0]}}" if unit else "") + "<br>step %{customdata[1]:,}<br>"
                               "%{y:.4g}<extra></extra>",
             ))
         if layers:
@@ -148,8 +148,8 @@ def bin_heads(series: list[RunSeries], *, b: int, n_bins: int, stat_title: str, 
 
 
 def distributions(series: list[RunSeries], indices: list[int | None], *, stat_title: str, x_label: str,
-                  colours: list[int] | None = None, log_x: bool = False) -> go.Figure:
-    """The empirical cumulative distribution of the statistic over all heads of each run at one checkpoint.
+                  colours: list[int] | None = None, log_x: bool = False, unit: str = "head") -> go.Figure:
+    """The empirical cumulative distribution of the statistic over all heads (``unit``s) of each run at one checkpoint.
 
     Args:
         indices: each run's checkpoint (an index into its ``steps``), or None to leave the run out.
@@ -170,13 +170,13 @@ def distributions(series: list[RunSeries], indices: list[int | None], *, stat_ti
             type="scatter", x=v, y=np.arange(1, n + 1) / max(n, 1), mode="lines+markers", line_shape="hv",
             name=f"{s.run} · step {int(s.steps[i]):,}{at}", line=dict(color=style.run_colour(c), width=2),
             marker=dict(size=4), meta=dict(run=s.run, kind="ecdf", step=int(s.steps[i]), index=int(i)),
-            hovertemplate=f"{s.run}, step {int(s.steps[i]):,}<br>%{{x:.4g}}: %{{y:.3f}} of {n} heads at or below"
+            hovertemplate=f"{s.run}, step {int(s.steps[i]):,}<br>%{{x:.4g}}: %{{y:.3f}} of {n} {unit}s at or below"
                           "<extra></extra>",
         ))
     return figure(traces, layout(
         height=style.HEIGHT,
         xaxis=value_axis(stat_title, _finite_range(all_values, log=log_x), log=log_x),
-        yaxis=value_axis("fraction of heads at or below", (0.0, 1.02)),
+        yaxis=value_axis(f"fraction of {unit}s at or below", (0.0, 1.02)),
     ))
 
 

@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.synthetic_store import add_synthetic_forward, write_synthetic_store
+from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_layer_matrices, write_synthetic_store
 from dashboard import compare
 from tests.app.conftest import arr, chart, notices, open_page
 
 PAGE = "pages/compare_runs.py"
 DEEP, SHALLOW = "deep-run", "shallow-run"
 RUNS = {
-    # 6 layers x 4 heads, qk and ov, the forward lens, 1,000 tokens per step
+    # 6 layers x 4 heads, qk and ov, the forward lens, whole-layer matrices, 1,000 tokens per step
     DEEP: dict(n_layers=6, n_heads=4, steps=[0, 10, 20, 40, 80, 160, 320, 640], tokens_per_step=1000,
                matrices=("qk", "ov"), forward=True),
     # 4 layers x 3 heads, qk only, no forward lens, 4,096 tokens per step, another schedule
@@ -37,6 +37,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                               seed=3 + i, model_id=f"synthetic/{name}", overlaps=False)
         if spec["forward"]:
             add_synthetic_forward(root / name, seed=i)
+            add_synthetic_layer_matrices(root / name, seed=i)
     return root
 
 
@@ -218,6 +219,21 @@ def test_a_run_without_ov_is_named_and_the_others_are_shown(two_runs):
     df = table(two_runs, DEEP, "std", "ov")
     assert t["meta"]["run"] == DEEP
     assert np.allclose(arr(t["y"]), df[df["layer"].isin([0, 1])].groupby("step")["value"].mean().to_numpy())
+
+
+def test_a_per_layer_statistic_bins_layers_and_names_a_run_without_them(two_runs):
+    at = open_page(PAGE, link(stat="layer_frob_norm", role="mlp_out", nbins="4"))
+    (warning,) = [w.value for w in at.warning if SHALLOW in w.value]
+    assert "no whole-layer matrices" in warning and "--matrices layers" in warning
+    df = pd.read_parquet(two_runs / DEEP / "layers.parquet")
+    df = df[df["role"] == "mlp_out"]
+    df["bin"] = df["layer"].map(bin_of(6, 4))
+    drawn = traces(at, "compare_bands", kind="mean")
+    assert {t["meta"]["run"] for t in drawn} == {DEEP} and len(drawn) == 4
+    for t in drawn:
+        want = df[df["bin"] == t["meta"]["bin"]].groupby("step")["frob_norm"].mean()
+        assert np.allclose(arr(t["y"]), want.to_numpy())
+    assert at.query_params["role"] == "mlp_out"
 
 
 def test_bad_url_values_give_notices_never_an_exception(two_runs):
