@@ -210,3 +210,52 @@ def layer_values(table: pd.DataFrame, steps: np.ndarray, *, n_layers: int, role:
     keep = (t >= 0) & (layer >= 0) & (layer < n_layers)
     out[t[keep], layer[keep], 0] = rows[column].to_numpy(dtype=np.float64)[keep]
     return out
+
+
+def common_grid(steps: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    """The checkpoints several runs' trajectories are compared at (the joint trajectory map).
+
+    Runs with the same steps use them as they are. Otherwise the grid is the fractions of the run
+    (`aligned_time`) of the run with the fewest checkpoints, and every run contributes, at each grid
+    point, its last checkpoint at or before it (`checkpoint_at`; its first one where it has none so
+    early): values are picked, never interpolated.
+
+    Args:
+        steps: each run's ascending steps.
+
+    Returns:
+        ``grid`` ``(G,)`` (steps when all runs share them, else fractions of the run), one index array
+        ``(G,)`` per run into its steps, and whether the runs shared their steps.
+    """
+    assert steps and all(len(s) for s in steps)
+    first = np.asarray(steps[0], dtype=np.int64)
+    if all(len(s) == len(first) and np.array_equal(np.asarray(s, dtype=np.int64), first) for s in steps):
+        return first.astype(np.float64), [np.arange(len(first)) for _ in steps], True
+    ref = min(range(len(steps)), key=lambda i: len(steps[i]))
+    grid = aligned_time(np.asarray(steps[ref]), align="fraction")
+    picks = []
+    for s in steps:
+        x = aligned_time(np.asarray(s), align="fraction")
+        picks.append(np.array([max(checkpoint_at(x, g) or 0, 0) for g in grid], dtype=np.int64))
+    return grid, picks, False
+
+
+def joint_trajectories(values: list[np.ndarray], steps: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every head of several runs as one set of trajectories on their `common_grid`.
+
+    Args:
+        values: each run's ``(S_i, n_layers_i, n_heads_i)`` statistic.
+        steps: each run's ``(S_i,)`` steps.
+
+    Returns:
+        ``traj`` ``(sum_i n_layers_i n_heads_i, G)``, runs in order, each run's heads layer-major;
+        ``index`` ``(N, 3)`` int: run, layer, head of each row; whether the runs shared their steps.
+    """
+    _, picks, same = common_grid(steps)
+    rows, index = [], []
+    for i, (v, pick) in enumerate(zip(values, picks)):
+        g, n_layers, n_heads = np.asarray(v)[pick].shape  # (G, n_layers, n_heads)
+        rows.append(np.asarray(v, dtype=np.float64)[pick].reshape(g, n_layers * n_heads).T)
+        index.append(np.stack([np.full(n_layers * n_heads, i), np.repeat(np.arange(n_layers), n_heads),
+                               np.tile(np.arange(n_heads), n_layers)], axis=1))
+    return np.concatenate(rows), np.concatenate(index).astype(np.int64), same

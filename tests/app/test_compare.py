@@ -293,3 +293,73 @@ def test_compare_figures_are_valid_plotly(data_dir):
                  figs.losses([(s, np.linspace(5, 2, len(s.steps)), "loss") for s in series], x_title="tokens", log_x=log)]
         for fig in built:
             go.Figure(fig.to_dict())  # raises ValueError on any invalid property
+
+
+# --- the joint trajectory map --------------------------------------------------------------------------------------
+
+TRAJ = "pages/trajectory_map.py"
+
+
+def _pca(x, settings):  # stands in for UMAP: deterministic, no numba compilation
+    u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+    return u[:, :2] * s[:2]
+
+
+def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
+    import analysis.trajectories as trajectories
+
+    monkeypatch.setattr(trajectories, "umap_embed", _pca)
+    at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std", "norm": "zscore"})
+    assert at.button and "computed here" in " ".join(i.value for i in at.info)
+    at.button[0].click().run()
+    assert not at.exception and not notices(at)
+    drawn = traces(at, "trajectory_map", kind="heads")
+    assert [t["meta"]["run"] for t in drawn] == [DEEP, SHALLOW]
+    assert drawn[0]["marker"]["symbol"] != drawn[1]["marker"]["symbol"]
+    for t, (run, spec) in zip(drawn, RUNS.items()):
+        cd = np.asarray(t["customdata"])
+        assert len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 2] == list(RUNS).index(run)).all()
+        assert run in t["hovertemplate"] and "layer %{customdata[0]}" in t["hovertemplate"]
+        depth = arr(t["marker"]["color"])
+        assert np.allclose(depth, cd[:, 0] / spec["n_layers"])  # coloured by relative depth
+    # the trajectories: the shallow run's 7 checkpoints (the fewest) as fractions of the run; the deep run's
+    # last checkpoint at or before each; z-scored per head, then the stand-in's PCA (up to each axis's sign)
+    grid = aligned(two_runs, SHALLOW, "fraction")
+    deep_x = aligned(two_runs, DEEP, "fraction")
+    pick = {SHALLOW: list(grid.index), DEEP: [int(deep_x[deep_x <= f].index.max()) for f in grid.to_numpy()]}
+    rows = []
+    for run in RUNS:
+        wide = table(two_runs, run).pivot(index=["layer", "head"], columns="step", values="value")
+        rows.append(wide[pick[run]].to_numpy())
+    traj = np.concatenate(rows)
+    z = (traj - traj.mean(axis=1, keepdims=True)) / traj.std(axis=1, keepdims=True)
+    want = _pca(z, None)
+    got = np.concatenate([np.stack([arr(t["x"]), arr(t["y"])], axis=1) for t in drawn])
+    assert np.allclose(np.abs(got), np.abs(want), atol=1e-9)
+    caption = " ".join(c.value for c in at.caption)
+    assert "shallow-run, the run with the fewest (7)" in caption and "not interpolated" in caption
+    assert at.query_params["joint"] in (SHALLOW, [SHALLOW])
+
+
+def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch):
+    import analysis.trajectories as trajectories
+
+    monkeypatch.setattr(trajectories, "umap_embed", _pca)
+    at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
+    at.button[0].click().run()
+    at.session_state["trajectory_map"] = {"selection": {"points": [{"customdata": [3, 2, 1]}], "point_indices": [0],
+                                                        "box": [], "lasso": []}}
+    at.run()
+    assert not at.exception and at.title[0].value == "Head explorer"
+    assert (at.session_state["run"], at.session_state["layer"], at.session_state["head"]) == (SHALLOW, 3, 2)
+
+
+def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monkeypatch):
+    import analysis.trajectories as trajectories
+
+    monkeypatch.setattr(trajectories, "umap_embed", _pca)
+    at = open_page(TRAJ, {"run": DEEP, "stat": "std"})
+    at.button[0].click().run()
+    spec = chart(at, "trajectory_map")
+    assert [t.get("name") for t in spec["data"]][-2:] == ["heads", "highlighted head"]
+    assert "joint" not in at.query_params
