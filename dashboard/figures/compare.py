@@ -62,7 +62,8 @@ def depth_bands(series: list[RunSeries], *, n_bins: int, stat_title: str, x_titl
     domains = _panels(n_bins)
     summaries = [bin_summary(s.values, n_bins) for s in series]
     y_range = _finite_range([m - sd for m, sd, _ in summaries] + [m + sd for m, sd, _ in summaries], log=log_y)
-    lay = layout(height=style.HEIGHT, annotations=[], margin=dict(style.MARGIN, t=60))
+    lay = layout(height=style.HEIGHT, annotations=[], margin=dict(style.MARGIN, t=84),
+                 legend=dict(orientation="h", yanchor="bottom", y=1.09, xanchor="left", x=0, font=dict(size=11)))
     traces: list[dict[str, Any]] = []
     for b, dom in enumerate(domains):
         xa, ya, n = _axis_names(b)
