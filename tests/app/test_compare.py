@@ -346,7 +346,8 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
-    at.button[0].click().run()
+    if at.button:  # not yet computed in this process (the map is cached per server process)
+        at.button[0].click().run()
     at.session_state["trajectory_map"] = {"selection": {"points": [{"customdata": [3, 2, 1]}], "point_indices": [0],
                                                         "box": [], "lasso": []}}
     at.run()
@@ -359,7 +360,8 @@ def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monke
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "stat": "std"})
-    at.button[0].click().run()
+    if at.button:
+        at.button[0].click().run()
     spec = chart(at, "trajectory_map")
     assert [t.get("name") for t in spec["data"]][-2:] == ["heads", "highlighted head"]
     assert "joint" not in at.query_params
