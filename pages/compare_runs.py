@@ -117,7 +117,8 @@ def main() -> None:
         if not np.isfinite(values).any():
             st.warning(f"Run **{r}** has no values of {info.short()} for {matrix.upper()} and is left out: the circuit "
                        "columns and the relative change came with schema version 3 (rerun `python -m precompute` on "
-                       "the store with its checkpoints to add them).", icon=":material/visibility_off:")
+                       "the store with its checkpoints to add them; the relative change also needs overlaps, "
+                       "`--overlap-k` > 0).", icon=":material/visibility_off:")
             continue
         shown[r] = (s, values)
     if not shown:
@@ -152,7 +153,7 @@ def main() -> None:
             else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}")
 
     # --- panel (a): mean and spread per relative-depth bin over training ---
-    st.subheader("Mean over the heads of each depth bin, over training")
+    st.subheader(f"Mean over the {unit}s of each depth bin, over training")
     widgets.chart(
         figs.depth_bands(series, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y,
                          colours=colours),
@@ -169,7 +170,8 @@ def main() -> None:
                f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every {unit} of the "
                f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
                f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[align]}; nothing is interpolated. "
-               f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}")
+               f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}The sidebar's time-axis unit does "
+               "not apply here: this page's alignment does.")
 
     # --- panel (b): one depth bin's heads, run by run on shared axes ---
     st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
