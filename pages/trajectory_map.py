@@ -176,7 +176,8 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
     st.caption(
         f"One point per head of each run, the run shown by the marker (legend) and its outline colour, the fill by "
         f"relative depth (layer / n_layers, so layers of models of different depth compare). Trajectories of "
-        f"{STATS[stat].short()} of {'W_QK' if matrix == 'qk' else 'W_OV'} {when}, normalised {NORMALISATIONS[norm]} "
+        f"{STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} {when}, "
+        f"normalised {NORMALISATIONS[norm]} "
         f"over all the runs' heads together, embedded by UMAP (neighbours {settings.n_neighbors}, minimum distance "
         f"{settings.min_dist}, seed {settings.seed}); grey edges join each head to its {settings.knn_k} nearest "
         "trajectories, from any run. Hover names run, layer and head; click a point to open that head of its run in "
