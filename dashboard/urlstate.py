@@ -93,7 +93,7 @@ def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: S
     if not bad:
         return Parsed(value)
     what = ", ".join(f"`{name}={b}`" for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-    tail = "ignored" if good else f"showing the default {name}s"
+    tail = "ignored" if good else f"showing the default {name if name.endswith('s') else name + 's'}"
     return Parsed(value, f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
 
 

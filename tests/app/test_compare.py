@@ -199,6 +199,13 @@ def test_a_missing_run_is_named_and_the_others_are_shown(two_runs):
     assert not at.exception
 
 
+def test_only_unknown_runs_fall_back_to_the_default_pair(two_runs):
+    at = open_page(PAGE, {"runs": ["nope", "nada"]})
+    text = " ".join(notices(at))
+    assert "`runs=nope`, `runs=nada` not valid here" in text and "showing the default runs." in text
+    assert at.multiselect(key="runs").value == [DEEP, SHALLOW]  # the sidebar's run and the next one
+
+
 def test_a_run_without_the_forward_lens_is_named_and_the_others_are_shown(two_runs):
     at = open_page(PAGE, link(stat="entropy"))
     (warning,) = [w.value for w in at.warning if SHALLOW in w.value]
