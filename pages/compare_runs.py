@@ -108,6 +108,11 @@ def main() -> None:
                        f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
                        icon=":material/visibility_off:")
             continue
+        if stat not in have[r]:  # any other statistic read from a table this store lacks
+            st.warning(f"Run **{r}** has no {info.label} (its store lacks the table it is read from) and is left out; "
+                       "see README \"The statistics store\" for the precompute option that adds it.",
+                       icon=":material/visibility_off:")
+            continue
         if not info.forward and matrix not in s.meta.matrices:
             st.warning(f"Run **{r}** has no {matrix.upper()} rows (only {', '.join(m.upper() for m in s.meta.matrices)}), "
                        f"so it is left out here. A rerun of `python -m precompute --source SOURCE --out {s.path}` with "

@@ -138,6 +138,8 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
             st.warning(f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
                        f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
                        icon=":material/visibility_off:")
+        elif stat not in trajectory_stats_for(other):  # read from a table this store lacks
+            st.warning(f"Run **{r}** has no {STATS[stat].label} and is left off the map.", icon=":material/visibility_off:")
         elif not forward and matrix not in other.meta.matrices:
             st.warning(f"Run **{r}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
                        f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
