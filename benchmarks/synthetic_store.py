@@ -167,6 +167,8 @@ def write_synthetic_store(
     seed: int = 0,
     overlaps: bool = True,
     matrices: tuple[str, ...] = ("qk", "ov"),
+    steps: list[int] | None = None,
+    tokens_per_step: int = PYTHIA_TOKENS_PER_STEP,
 ) -> Path:
     """Write a synthetic store (``meta.json`` + ``heads.parquet``) at ``path`` and return it.
 
@@ -180,8 +182,10 @@ def write_synthetic_store(
         seed: random seed of the made-up dynamics.
         overlaps: also write ``overlaps.parquet`` (`add_synthetic_overlaps`).
         matrices: the per-head products with rows (``meta.json`` ``matrices``), each its own dynamics.
+        steps: the checkpoint steps, ascending (default: `schedule` of ``n_checkpoints``).
+        tokens_per_step: tokens per optimizer step (each checkpoint's ``tokens`` and ``meta.training``).
     """
-    steps = schedule(n_checkpoints)
+    steps = schedule(n_checkpoints) if steps is None else [int(s) for s in steps]
     stats = {m: synthetic_statistics(
         np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
     ) for i, m in enumerate(matrices)}
@@ -190,7 +194,6 @@ def write_synthetic_store(
     meta = new_meta(model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__},
                     hist_edges=HIST_Z_EDGES.tolist())
     meta.matrices = list(matrices)
-    tokens_per_step = PYTHIA_TOKENS_PER_STEP
     for i, s in enumerate(steps):
         meta.add_checkpoint(CheckpointEntry(step=s, revision=f"step{s}", tokens=s * tokens_per_step, sha256=f"{i:064x}"))
     if duplicate:

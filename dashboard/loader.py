@@ -118,7 +118,7 @@ def _version(path: Path) -> int:
     return store_version(path)
 
 
-@st.cache_resource(show_spinner="Opening store ...", max_entries=2)
+@st.cache_resource(show_spinner="Opening store ...", max_entries=4)  # 4: the Compare page opens several runs at once
 def _open(path: str, version: int) -> Store:
     del version  # part of the cache key only
     return open_store(path)
@@ -177,6 +177,44 @@ def _embed(path: str, version: int, include_mixed: bool, matrix: str, statistic:
         "y": xy[:, 1],
         "neighbors": list(neighbors),
     })
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _joint_embed(stores: tuple[tuple[str, int], ...], include_mixed: bool, matrix: str, statistic: str,
+                 normalisation: str, n_neighbors: int, min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
+    from analysis.trajectories import EmbeddingSettings, knn, normalise, umap_embed
+    from dashboard.compare import joint_trajectories
+
+    opened = [_open(path, version).view(include_mixed=include_mixed) for path, version in stores]
+    traj, index, same = joint_trajectories([data.stat_values(s, statistic, matrix=matrix) for s in opened],
+                                           [s.steps for s in opened])
+    x = normalise(traj, normalisation)  # type: ignore[arg-type]
+    settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
+    xy, neighbors = umap_embed(x, settings), knn(x, knn_k)
+    _EMBEDDED.add(("joint", stores, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
+    return pd.DataFrame({"run_index": index[:, 0], "layer": index[:, 1], "head": index[:, 2], "x": xy[:, 0],
+                         "y": xy[:, 1], "neighbors": list(neighbors), "same_steps": same})
+
+
+def _joint_key(stores: list[Store]) -> tuple[tuple[str, int], ...]:
+    return tuple((str(s.path), _version(s.path)) for s in stores)
+
+
+def joint_embedding_cached(stores: list[Store], statistic: str, *, matrix: str, normalisation: str, n_neighbors: int,
+                           min_dist: float, knn_k: int, seed: int) -> bool:
+    """Whether `compute_joint_embedding` with these settings already ran in this server process."""
+    return ("joint", _joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors,
+            min_dist, knn_k, seed) in _EMBEDDED
+
+
+def compute_joint_embedding(stores: list[Store], statistic: str, *, matrix: str, normalisation: str, n_neighbors: int,
+                            min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
+    """One trajectory map of every head of several runs (`dashboard.compare.joint_trajectories`; UMAP,
+    cached per stores and settings): columns ``run_index`` (position in ``stores``), ``layer``, ``head``,
+    ``x``, ``y``, ``neighbors`` (row indices of the nearest trajectories in the joint set) and ``same_steps``.
+    """
+    return _joint_embed(_joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors,
+                        min_dist, knn_k, seed)
 
 
 def embedding_cached(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
@@ -246,6 +284,21 @@ def layer_matrices(store: Store) -> pd.DataFrame | None:
         StoreError: ``layers.parquet`` is unreadable.
     """
     return _layers(str(store.path), _version(store.path), store.include_mixed)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _layer_column(path: str, version: int, include_mixed: bool, column: str) -> pd.DataFrame | None:
+    return _open(path, version).view(include_mixed=include_mixed).layers(columns=[column])
+
+
+def layer_column(store: Store, column: str) -> pd.DataFrame | None:
+    """One column of the store's whole-layer matrices (step, layer, role and ``column``), cached per store
+    version; None when the store has no ``layers.parquet``.
+
+    Raises:
+        StoreError: ``layers.parquet`` is unreadable or lacks ``column``.
+    """
+    return _layer_column(str(store.path), _version(store.path), store.include_mixed, column)
 
 
 @st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...",

@@ -59,6 +59,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/forward_lenses.py", "Forward lenses", ":material/visibility:", "lenses",
              "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
              "previous-token / induction / sink heads over training, with the loss"),
+    PageSpec("pages/compare_runs.py", "Compare runs", ":material/compare:", "compare",
+             "two or more runs side by side: a statistic per relative-depth bin over training (aligned by step, tokens "
+             "or fraction of the run), one bin's heads run by run, the distribution over heads at a point of training"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )

@@ -19,6 +19,7 @@ from analysis.store.format import (
     ATTENTION_STATISTICS,
     CIRCUIT_COLUMNS,
     COLUMN_DOCS,
+    LAYER_COLUMN_DOCS,
     NULL_COLUMNS,
     OVERLAP_COLUMN_DOCS,
     SCALAR_COLUMNS,
@@ -123,3 +124,28 @@ TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurto
 def trajectory_stats_for(store: Store) -> list[str]:
     """`TRAJECTORY_STATS` less the forward ones for a store without the lens."""
     return [name for name in TRAJECTORY_STATS if not STATS[name].forward or store.has_forward]
+
+
+# Whole-layer weight matrices (layers.parquet, one value per (step, layer, role)), as the Compare runs page
+# offers them: URL ``stat=layer_<column>`` with the weight chosen as ``role``. Not per head, so not in STATS.
+_L = LAYER_COLUMN_DOCS
+LAYER_STATS: dict[str, Stat] = {s.name: s for s in (
+    Stat("layer_frob_norm", "Frobenius norm of a layer weight (per layer)", "‖W‖_F", RAW, True, _L["frob_norm"]),
+    Stat("layer_spectral_norm", "spectral norm of a layer weight (per layer)", "s_max(W)", RAW, True, _L["spectral_norm"]),
+    Stat("layer_stable_rank", "stable rank of a layer weight (per layer)", "r_s(W)", "dimensionless", True,
+         _L["stable_rank"]),
+    Stat("layer_std", "σ of a layer weight's entries (per layer)", "σ(W)", RAW, True, _L["std"]),
+    Stat("layer_kurtosis", "excess kurtosis of a layer weight (per layer)", "excess kurtosis (W)", "dimensionless",
+         False, _L["kurtosis"]),
+    Stat("layer_mp_kl", "D_KL from Marchenko-Pastur of a layer weight (per layer)", "D_KL(P‖MP)", "nats", True,
+         _L["mp_kl"]),
+    Stat("layer_mp_spikes", "spikes above Marchenko-Pastur of a layer weight (per layer)", "MP spikes", "count", True,
+         _L["mp_spikes"]),
+    Stat("layer_alpha", "power-law tail exponent α of a layer weight (per layer)", "α", "dimensionless", True,
+         _L["alpha"]),
+)}
+
+
+def layer_column(name: str) -> str:
+    """The layers.parquet column of a `LAYER_STATS` name (``layer_alpha`` -> ``alpha``)."""
+    return name.removeprefix("layer_")

@@ -33,6 +33,9 @@ BOUNDARY_COLOUR = "white"  # layer boundaries on architecture heatmaps
 EDGE_COLOUR = "rgba(140,140,140,0.35)"  # kNN edges of the trajectory map
 LEADING_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")  # lambda_0 .. lambda_3
 TRAIN_COLOUR, VAL_COLOUR = "#1f77b4", "#ff7f0e"
+# Runs compared side by side (Compare runs page, joint trajectory map): one colour and one marker symbol each.
+RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+RUN_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "x", "star", "cross", "pentagon")
 LOSS_COLOUR = "#222222"  # the loss curve overlaid on time axes: black, dotted
 
 HEIGHT = 440
@@ -71,3 +74,12 @@ def layer_steps(n: int) -> list:
 def scale_colours(scale: list, n: int) -> list[str]:
     """``n`` colours evenly along a named continuous scale."""
     return sample_colorscale(scale, [i / max(n - 1, 1) for i in range(n)]) if n > 0 else []
+
+
+def run_colour(i: int, alpha: float | None = None) -> str:
+    """The colour of the ``i``-th compared run (cycling), as ``rgba(...)`` when ``alpha`` is given."""
+    c = RUN_COLOURS[i % len(RUN_COLOURS)]
+    if alpha is None:
+        return c
+    r, g, b = (int(c[j:j + 2], 16) for j in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

@@ -77,10 +77,12 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
     )
 
 
-def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: Sequence[Any]) -> Parsed:
+def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: Sequence[Any], *,
+               hint: str | None = None) -> Parsed:
     """Resolve a repeatable parameter (``step=64&step=1000``): keep the valid values, in option order.
 
-    Invalid values are dropped with a notice; if none is valid the default list is used.
+    Invalid values are dropped with a notice (``hint``, what to do about them, appended); if none is
+    valid the default list is used.
     """
     if not raw:
         return Parsed(list(default))
@@ -91,8 +93,8 @@ def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: S
     if not bad:
         return Parsed(value)
     what = ", ".join(f"`{name}={b}`" for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-    tail = "ignored" if good else f"showing the default {name}s"
-    return Parsed(value, f"{what} not valid here (allowed: {describe_options(options)}); {tail}.")
+    tail = "ignored" if good else f"showing the default {name if name.endswith('s') else name + 's'}"
+    return Parsed(value, f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
 
 
 def query_string(params: dict[str, Any]) -> str:

@@ -233,7 +233,7 @@ def _from_url(name: str) -> list[str] | None:
     return raw
 
 
-def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool) -> None:
+def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None) -> None:
     """Put the value the widget should show into session state before it is created."""
     handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
     if _valid(handed, options, multi=multi):
@@ -241,7 +241,7 @@ def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi:
         return
     raw = _from_url(name)
     if raw is not None:
-        parsed = parse_many(name, raw, options, default) if multi else parse_one(name, raw, options, default)
+        parsed = parse_many(name, raw, options, default, hint=hint) if multi else parse_one(name, raw, options, default)
         if parsed.notice:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
@@ -307,18 +307,19 @@ def select(
 
 def multiselect(
     name: str, label: str, options: Sequence[Any], default: Sequence[Any], *, fmt: Callable[[Any], str] | None = None,
-    where: Where = st, help: str | None = None, max_selections: int | None = None,
+    where: Where = st, help: str | None = None, max_selections: int | None = None, hint: str | None = None,
 ) -> list[Any]:
     """A several-choice widget bound to the repeatable URL parameter ``name`` (``step=0&step=64``).
 
-    Values come back in option order whatever order they were picked in.
+    Values come back in option order whatever order they were picked in. ``hint`` is added to the
+    notice about values a link asked for that are not options (what to do about them).
 
     Raises:
         RuntimeError: outside an active view.
     """
     view = _active("multiselect")
     options = list(options)
-    _seed(view, name, options, default, multi=True)
+    _seed(view, name, options, default, multi=True, hint=hint)
     picked = where.multiselect(label, options, key=name, format_func=fmt or str, help=help, max_selections=max_selections)
     value = [o for o in options if o in picked]
     _register(view, name, value)

@@ -3,10 +3,11 @@
 import numpy as np
 import streamlit as st
 
+from analysis.errors import StoreError
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
 from dashboard import export, loader, widgets
 from dashboard.stats import STATS, trajectory_stats_for
-from dashboard.figures.trajectory import picked_head, sparkline, trajectory_map
+from dashboard.figures.trajectory import joint_trajectory_map, picked_head, picked_run_head, sparkline, trajectory_map
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
@@ -50,6 +51,16 @@ def main() -> None:
         kk = widgets.select("knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k),
                             defaults.knn_k, kind="select_slider")
     settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
+
+    # --- several runs on one map (URL ``joint``, repeatable): the other runs' heads embedded with this run's ---
+    others = [r for r in frame.runs if r != frame.run]
+    joint = widgets.multiselect(
+        "joint", "Embed together with other runs", others, [],
+        help="Every head of these runs on the same map as this run's, each run with its own marker: do head types "
+             "of one run have counterparts in another?") if others else []
+    if joint:
+        _joint_map(frame, store, joint, stat=stat, matrix=matrix, norm=norm, settings=settings)
+        return
 
     # --- data: the precomputed map when it matches, else computed here (cached) ---
     fresh = store.meta.embedding_steps == [int(s) for s in store.steps]
@@ -110,6 +121,73 @@ def main() -> None:
     if picked is not None:
         widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
 
+
+
+def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: str, settings: EmbeddingSettings) -> None:
+    """The map of this run's heads and those of the ``joint`` runs, embedded together (computed here, cached)."""
+    stores, names = [store], [frame.run]
+    forward = STATS[stat].forward
+    for r in joint:
+        other = loader.try_load_store(frame.runs[r])
+        if isinstance(other, StoreError):
+            st.warning(f"Run **{r}** cannot be opened and is left off the map: {other}", icon=":material/error:")
+        elif len(other.steps) < 2:
+            st.warning(f"Run **{r}** has fewer than two checkpoints (no trajectory) and is left off the map.",
+                       icon=":material/error:")
+        elif forward and not other.has_forward:
+            st.warning(f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
+                       f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
+                       icon=":material/visibility_off:")
+        elif stat not in trajectory_stats_for(other):  # read from a table this store lacks
+            st.warning(f"Run **{r}** has no {STATS[stat].label} and is left off the map.", icon=":material/visibility_off:")
+        elif not forward and matrix not in other.meta.matrices:
+            st.warning(f"Run **{r}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
+                       f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
+                       icon=":material/visibility_off:")
+        else:
+            stores.append(other)
+            names.append(r)
+    if len(stores) < 2:
+        st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
+        return
+    kwargs = dict(matrix=matrix, normalisation=norm, n_neighbors=settings.n_neighbors, min_dist=settings.min_dist,
+                  knn_k=settings.knn_k, seed=settings.seed)
+    if not loader.joint_embedding_cached(stores, stat, **kwargs):
+        st.info(f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
+                "~30 s while numba compiles it) and cached.")
+        if not st.button("Compute the joint map", type="primary"):
+            return
+    with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
+        rows = loader.compute_joint_embedding(stores, stat, **kwargs)
+    neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
+    fig = joint_trajectory_map(rows["x"].to_numpy(), rows["y"].to_numpy(), rows["run_index"].to_numpy(),
+                               rows["layer"].to_numpy(), rows["head"].to_numpy(), neighbors, runs=names,
+                               n_layers=[s.n_layers for s in stores])
+    event = widgets.chart(
+        fig, "trajectory_map", title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
+        filename=export.safe_name(*names, "joint-trajectory-map", stat, norm),
+        csv=lambda: rows.drop(columns=["neighbors", "same_steps"]).assign(
+            run=[names[i] for i in rows["run_index"]], matrix=matrix, statistic=stat), select=True)
+    if bool(rows["same_steps"].iloc[0]):
+        when = f"at their {len(store.steps)} shared checkpoints"
+    else:
+        fewest = min(stores, key=lambda s: len(s.steps))
+        when = (f"at the fractions of the run (step / last step) of the checkpoints of {names[stores.index(fewest)]}, "
+                f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
+                "checkpoint at or before it (picked, not interpolated)")
+    st.caption(
+        f"One point per head of each run, the run shown by the marker (legend) and its outline colour, the fill by "
+        f"relative depth (layer / n_layers, so layers of models of different depth compare). Trajectories of "
+        f"{STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} {when}, "
+        f"normalised {NORMALISATIONS[norm]} "
+        f"over all the runs' heads together, embedded by UMAP (neighbours {settings.n_neighbors}, minimum distance "
+        f"{settings.min_dist}, seed {settings.seed}); grey edges join each head to its {settings.knn_k} nearest "
+        "trajectories, from any run. Hover names run, layer and head; click a point to open that head of its run in "
+        "the head explorer.")
+    picked = picked_run_head(event)
+    if picked is not None and 0 <= picked[0] < len(names):
+        i, lay, hd = picked
+        widgets.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
 
 
 main()

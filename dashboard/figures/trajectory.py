@@ -70,6 +70,60 @@ def trajectory_map(
     ))
 
 
+def joint_trajectory_map(
+    x: np.ndarray, y: np.ndarray, run: np.ndarray, layer: np.ndarray, head: np.ndarray, neighbors: np.ndarray, *,
+    runs: list[str], n_layers: list[int], method: str = "UMAP",
+) -> go.Figure:
+    """The heads of several runs on one map: one marker symbol (and legend entry) per run, every head
+    coloured by its relative depth (layer / n_layers of its run), grey edges to its nearest trajectories.
+
+    Args:
+        x, y: ``(N,)`` map coordinates.
+        run, layer, head: ``(N,)`` each point's run (an index into ``runs``), layer and head.
+        neighbors: ``(N, k)`` row indices of each point's nearest trajectories in the joint set.
+        runs: the runs' names; n_layers: each run's number of layers.
+    """
+    run, layer, head = (np.asarray(a, dtype=np.int64) for a in (run, layer, head))
+    depth = layer / np.asarray(n_layers, dtype=np.float64)[run]
+    pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
+    ex, ey = _segments(x, y, pairs)
+    traces: list[dict[str, Any]] = [
+        dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=style.EDGE_COLOUR, width=0.8),
+             hoverinfo="skip", name="k nearest trajectories", showlegend=False),
+    ]
+    for i, name in enumerate(runs):
+        on = run == i
+        traces.append(dict(
+            type="scatter", x=x[on], y=y[on], mode="markers", name=f"{name} ({int(on.sum())} heads)",
+            customdata=np.stack([layer[on], head[on], run[on]], axis=1).tolist(), meta=dict(run=name, kind="heads"),
+            marker=dict(symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)], size=10, color=depth[on], cmin=0, cmax=1,
+                        colorscale=style.LAYER_SCALE, line=dict(color=style.run_colour(i), width=1.5),
+                        showscale=i == 0, colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)",
+                                                                   side="right"), thickness=14)),
+            hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}"
+                          "<extra>click to open</extra>",
+        ))
+    return figure(traces, layout(
+        height=620, showlegend=True,
+        xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
+        yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+    ))
+
+
+def picked_run_head(event: Any) -> tuple[int, int, int] | None:
+    """(run index, layer, head) of the first clicked point of a joint map (`joint_trajectory_map`), or None."""
+    points = ((event or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        custom = point.get("customdata")
+        if isinstance(custom, dict):
+            custom = [custom.get(str(i)) for i in range(3)]
+        try:
+            return int(custom[2]), int(custom[0]), int(custom[1])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+    return None
+
+
 def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] | None:
     """(layer, head) of the first clicked point of the map, or None (nothing picked, or not a head point)."""
     points = ((event or {}).get("selection") or {}).get("points") or []

@@ -76,11 +76,12 @@ def _require_chromium() -> None:
         pytest.skip("/usr/bin/chromium is not installed (apt-get install chromium); CI fails instead of skipping")
 
 
-def _serve(store_path: Path, tmp_path_factory):
-    """Start the app on a free port as the Dockerfile does; yields its base URL, stops it afterwards."""
+def _serve(store_path: Path, tmp_path_factory, *, data_dir: Path | None = None):
+    """Start the app on a free port as the Dockerfile does; yields its base URL, stops it afterwards.
+    ``data_dir``: the folder of stores the app lists besides ``store_path`` (default: an empty one)."""
     _require_chromium()
     port = _free_port()
-    empty = tmp_path_factory.mktemp("no-data")
+    empty = data_dir or tmp_path_factory.mktemp("no-data")
     env = dict(os.environ, HEADWATCH_STORE=str(store_path), HEADWATCH_DATA=str(empty))
     log = (tmp_path_factory.mktemp("server") / "streamlit.log").open("w")
     proc = subprocess.Popen(

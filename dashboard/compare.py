@@ -1,0 +1,261 @@
+"""Comparing runs: relative-depth bins, time alignment, and which checkpoint of each run stands for a point.
+
+Pure numpy, no streamlit: the Compare runs page (``pages/compare_runs.py``) and the joint trajectory
+map call it; ``tests/app/test_compare.py`` checks it against computations of its own.
+
+Relative depth. Layer ``l`` (0-based) of a model with ``L`` layers sits at relative depth ``l / L``
+in [0, 1). With ``B`` bins of equal width ``1 / B`` (bin ``b`` is ``[b / B, (b + 1) / B)``) it falls
+in bin ``floor(B * l / L)``, computed in integers as ``(B * l) // L`` so no rounding moves a layer. A
+4-layer model fills 4 bins with one layer each; a 6-layer one puts layers 0-1, 2, 3-4, 5 into bins
+0-3. A bin can hold no layer of a shallow model (8 bins of a 4-layer model): it is empty for that run.
+
+Time alignment (``align``):
+
+- ``step``: the training step;
+- ``tokens``: tokens seen at the checkpoint (``meta.json``: recorded counts, else step x tokens per step);
+- ``fraction``: the step divided by the run's last checkpoint's step (the last checkpoint is 1).
+
+Every run is drawn at its own checkpoints; nothing is interpolated. A chosen point ``p`` of training
+stands, in each run, for its last checkpoint at or before ``p`` (`checkpoint_at`); a run with no
+checkpoint at or before ``p`` has none. On a log axis each run plots ``x`` plus one step in the
+alignment's unit (1 step; that run's tokens per step; ``1 / last step``), so step 0 sits at one step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+Align = Literal["step", "tokens", "fraction"]
+ALIGNMENTS: dict[str, str] = {
+    "step": "training step",
+    "tokens": "tokens seen",
+    "fraction": "fraction of the run (step / the run's last step)",
+}
+BIN_COUNTS = (2, 3, 4, 6, 8)  # relative-depth bins on offer (URL ``nbins``)
+DEFAULT_BINS = 4
+FRACTION_DIGITS = 4  # a fraction point in the URL has at most this many decimals
+FRACTION_GRID = tuple(i / 10 for i in range(11))  # fraction points on offer whatever the runs' checkpoints
+
+
+def depth_bins(n_layers: int, n_bins: int) -> np.ndarray:
+    """The relative-depth bin of each layer, ``(n_layers,)`` int: ``floor(n_bins * layer / n_layers)``.
+
+    Raises:
+        ValueError: ``n_layers`` or ``n_bins`` below 1.
+    """
+    if n_layers < 1 or n_bins < 1:
+        raise ValueError(f"need n_layers >= 1 and n_bins >= 1, got {n_layers}, {n_bins}")
+    return (np.arange(n_layers) * n_bins) // n_layers
+
+
+def bin_label(b: int, n_bins: int) -> str:
+    """The relative-depth interval of bin ``b``: ``[0.25, 0.5)``."""
+    return f"[{b / n_bins:.3g}, {(b + 1) / n_bins:.3g})"
+
+
+def bin_layers(n_layers: int, n_bins: int, b: int) -> list[int]:
+    """The layers of a model with ``n_layers`` layers that fall in bin ``b`` (empty when none do)."""
+    return [int(layer) for layer in np.flatnonzero(depth_bins(n_layers, n_bins) == b)]
+
+
+def aligned_time(steps: np.ndarray, *, align: Align, tokens: np.ndarray | None = None) -> np.ndarray:
+    """Each checkpoint's position on the common time axis, ``(S,)`` float64 (see the module docstring).
+
+    Args:
+        steps: ``(S,)`` ascending steps of the run's checkpoints.
+        align: ``step``, ``tokens`` or ``fraction``.
+        tokens: ``(S,)`` tokens seen at each of ``steps`` (needed for ``tokens``).
+
+    Raises:
+        ValueError: ``tokens`` asked for without token counts, or an unknown ``align``.
+    """
+    s = np.asarray(steps, dtype=np.float64)
+    if align == "step":
+        return s
+    if align == "tokens":
+        if tokens is None:
+            raise ValueError("align='tokens' needs the token counts of the run's checkpoints")
+        return np.asarray(tokens, dtype=np.float64)
+    if align == "fraction":
+        last = s[-1] if len(s) else 0.0
+        return s / last if last > 0 else np.zeros_like(s)
+    raise ValueError(f"unknown align {align!r}; choose from {sorted(ALIGNMENTS)}")
+
+
+def log_shift(steps: np.ndarray, *, align: Align, tokens_per_step: float | None = None) -> float:
+    """One training step in the alignment's unit: what a log time axis adds to ``x`` (step 0 sits there)."""
+    if align == "tokens":
+        return float(tokens_per_step or 1.0)
+    if align == "fraction":
+        last = float(steps[-1]) if len(steps) else 0.0
+        return 1.0 / last if last > 0 else 1.0
+    return 1.0
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    """One run's statistic on the common time axis.
+
+    Attributes:
+        run: the run's name (URL value).
+        steps: ``(S,)`` its checkpoints' steps.
+        x: ``(S,)`` their aligned times (`aligned_time`).
+        values: ``(S, n_layers, n_units)``: per head (units are heads) or per layer (one unit).
+        shift: what a log axis adds to ``x`` (`log_shift`).
+    """
+
+    run: str
+    steps: np.ndarray
+    x: np.ndarray
+    values: np.ndarray
+    shift: float = 1.0
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.values.shape[1])
+
+    def plot_x(self, *, log: bool) -> np.ndarray:
+        """The x coordinates to draw: ``x``, or ``x + shift`` on a log axis."""
+        return self.x + self.shift if log else self.x
+
+
+def run_series(run: str, steps: np.ndarray, values: np.ndarray, *, align: Align, tokens: np.ndarray | None = None,
+               tokens_per_step: float | None = None) -> RunSeries:
+    """A `RunSeries` of ``values`` ``(S, n_layers, n_units)`` at ``steps``, aligned by ``align``."""
+    steps = np.asarray(steps, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    assert values.ndim == 3 and values.shape[0] == len(steps), (values.shape, len(steps))
+    return RunSeries(run=run, steps=steps, x=aligned_time(steps, align=align, tokens=tokens), values=values,
+                     shift=log_shift(steps, align=align, tokens_per_step=tokens_per_step))
+
+
+def bin_summary(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and population standard deviation over every unit (head) of the layers in each depth bin.
+
+    Args:
+        values: ``(S, n_layers, n_units)``.
+        n_bins: relative-depth bins (`depth_bins`).
+
+    Returns:
+        ``mean`` and ``sd``, each ``(S, n_bins)`` (NaN for an empty bin, or where no value is finite),
+        and ``count`` ``(n_bins,)``: the units in each bin.
+    """
+    s, n_layers, n_units = values.shape
+    bins = depth_bins(n_layers, n_bins)
+    mean = np.full((s, n_bins), np.nan)
+    sd = np.full((s, n_bins), np.nan)
+    count = np.zeros(n_bins, dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows (a step without forward rows)
+        for b in range(n_bins):
+            part = values[:, bins == b, :].reshape(s, -1)  # (S, units in bin b)
+            count[b] = part.shape[1]
+            if part.shape[1]:
+                mean[:, b] = np.nanmean(part, axis=1)
+                sd[:, b] = np.nanstd(part, axis=1)
+    return mean, sd, count
+
+
+def checkpoint_at(x: np.ndarray, point: float) -> int | None:
+    """Index of the last of the ascending times ``x`` at or before ``point``; None when every one is later."""
+    tol = 1e-9 * max(1.0, abs(float(point)))
+    i = int(np.searchsorted(np.asarray(x, dtype=np.float64), float(point) + tol, side="right")) - 1
+    return i if i >= 0 else None
+
+
+def _fraction_up(v: float) -> float:
+    """``v`` rounded up to `FRACTION_DIGITS` decimals (so the checkpoint at ``v`` is at or before it)."""
+    scale = 10**FRACTION_DIGITS
+    return round(math.ceil(v * scale - 1e-6) / scale, FRACTION_DIGITS)
+
+
+def point_options(xs: list[np.ndarray], *, align: Align) -> list[int] | list[float]:
+    """The points of training a view can be opened at: every run's checkpoints on the common axis (ints for
+    steps and tokens; fractions rounded up to `FRACTION_DIGITS` decimals, plus 0, 0.1, ..., 1)."""
+    values = np.concatenate([np.asarray(x, dtype=np.float64) for x in xs]) if xs else np.zeros(0)
+    if align == "fraction":
+        return sorted({_fraction_up(float(v)) for v in values} | set(FRACTION_GRID))
+    return sorted({int(round(float(v))) for v in values})
+
+
+def default_point(options: list, xs: list[np.ndarray]) -> int | float:
+    """The latest point every run has reached: the largest option at or before the earliest last checkpoint."""
+    assert options
+    if not xs or any(len(x) == 0 for x in xs):
+        return options[-1]
+    reach = min(float(np.asarray(x)[-1]) for x in xs)
+    fit = [o for o in options if o <= reach + 1e-9 * max(1.0, abs(reach))]
+    return fit[-1] if fit else options[0]
+
+
+def layer_values(table: pd.DataFrame, steps: np.ndarray, *, n_layers: int, role: str, column: str) -> np.ndarray:
+    """A whole-layer statistic laid out like a per-head one with one unit per layer: ``(S, n_layers, 1)``.
+
+    Args:
+        table: rows of ``layers.parquet`` with ``step``, ``layer``, ``role`` and ``column``.
+        steps: the run's steps (axis 0); a step or layer without a row is NaN.
+        role: the weight (``attn_out``, ``mlp_in``, ...).
+    """
+    out = np.full((len(steps), n_layers, 1), np.nan)
+    rows = table[table["role"] == role]
+    index = {int(s): i for i, s in enumerate(steps)}
+    t = np.array([index.get(int(s), -1) for s in rows["step"]], dtype=np.int64)
+    layer = rows["layer"].to_numpy(dtype=np.int64)
+    keep = (t >= 0) & (layer >= 0) & (layer < n_layers)
+    out[t[keep], layer[keep], 0] = rows[column].to_numpy(dtype=np.float64)[keep]
+    return out
+
+
+def common_grid(steps: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    """The checkpoints several runs' trajectories are compared at (the joint trajectory map).
+
+    Runs with the same steps use them as they are. Otherwise the grid is the fractions of the run
+    (`aligned_time`) of the run with the fewest checkpoints, and every run contributes, at each grid
+    point, its last checkpoint at or before it (`checkpoint_at`; its first one where it has none so
+    early): values are picked, never interpolated.
+
+    Args:
+        steps: each run's ascending steps.
+
+    Returns:
+        ``grid`` ``(G,)`` (steps when all runs share them, else fractions of the run), one index array
+        ``(G,)`` per run into its steps, and whether the runs shared their steps.
+    """
+    assert steps and all(len(s) for s in steps)
+    first = np.asarray(steps[0], dtype=np.int64)
+    if all(len(s) == len(first) and np.array_equal(np.asarray(s, dtype=np.int64), first) for s in steps):
+        return first.astype(np.float64), [np.arange(len(first)) for _ in steps], True
+    ref = min(range(len(steps)), key=lambda i: len(steps[i]))
+    grid = aligned_time(np.asarray(steps[ref]), align="fraction")
+    picks = []
+    for s in steps:
+        x = aligned_time(np.asarray(s), align="fraction")
+        picks.append(np.array([max(checkpoint_at(x, g) or 0, 0) for g in grid], dtype=np.int64))
+    return grid, picks, False
+
+
+def joint_trajectories(values: list[np.ndarray], steps: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every head of several runs as one set of trajectories on their `common_grid`.
+
+    Args:
+        values: each run's ``(S_i, n_layers_i, n_heads_i)`` statistic.
+        steps: each run's ``(S_i,)`` steps.
+
+    Returns:
+        ``traj`` ``(sum_i n_layers_i n_heads_i, G)``, runs in order, each run's heads layer-major;
+        ``index`` ``(N, 3)`` int: run, layer, head of each row; whether the runs shared their steps.
+    """
+    _, picks, same = common_grid(steps)
+    rows, index = [], []
+    for i, (v, pick) in enumerate(zip(values, picks)):
+        g, n_layers, n_heads = np.asarray(v)[pick].shape  # (G, n_layers, n_heads)
+        rows.append(np.asarray(v, dtype=np.float64)[pick].reshape(g, n_layers * n_heads).T)
+        index.append(np.stack([np.full(n_layers * n_heads, i), np.repeat(np.arange(n_layers), n_heads),
+                               np.tile(np.arange(n_heads), n_layers)], axis=1))
+    return np.concatenate(rows), np.concatenate(index).astype(np.int64), same
