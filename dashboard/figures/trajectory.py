@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -110,13 +111,17 @@ def joint_trajectory_map(
     ))
 
 
+def _clicked(event: Any, n: int) -> Iterator[Any]:
+    """The ``customdata`` of each clicked point of a chart's selection event, as given (a typed array
+    comes back as a dict keyed "0", "1", ...: then as a list of its first ``n`` entries)."""
+    for point in ((event or {}).get("selection") or {}).get("points") or []:
+        custom = point.get("customdata")
+        yield [custom.get(str(i)) for i in range(n)] if isinstance(custom, dict) else custom
+
+
 def picked_run_head(event: Any) -> tuple[int, int, int] | None:
     """(run index, layer, head) of the first clicked point of a joint map (`joint_trajectory_map`), or None."""
-    points = ((event or {}).get("selection") or {}).get("points") or []
-    for point in points:
-        custom = point.get("customdata")
-        if isinstance(custom, dict):
-            custom = [custom.get(str(i)) for i in range(3)]
+    for custom in _clicked(event, 3):
         try:
             return int(custom[2]), int(custom[0]), int(custom[1])
         except (TypeError, ValueError, IndexError, KeyError):
@@ -126,11 +131,7 @@ def picked_run_head(event: Any) -> tuple[int, int, int] | None:
 
 def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] | None:
     """(layer, head) of the first clicked point of the map, or None (nothing picked, or not a head point)."""
-    points = ((event or {}).get("selection") or {}).get("points") or []
-    for point in points:
-        custom = point.get("customdata")
-        if isinstance(custom, dict):  # a typed array comes back keyed "0", "1"
-            custom = [custom.get("0"), custom.get("1")]
+    for custom in _clicked(event, 2):
         try:
             layer, head = int(custom[0]), int(custom[1])
         except (TypeError, ValueError, IndexError, KeyError):
@@ -142,11 +143,7 @@ def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] |
 
 def picked_step(event: Any, steps: list[int]) -> int | None:
     """The step of the first clicked point whose ``customdata`` carries one (third entry: a heatmap cell), or None."""
-    points = ((event or {}).get("selection") or {}).get("points") or []
-    for point in points:
-        custom = point.get("customdata")
-        if isinstance(custom, dict):
-            custom = [custom.get(str(i)) for i in range(3)]
+    for custom in _clicked(event, 3):
         try:
             step = int(custom[2])
         except (TypeError, ValueError, IndexError, KeyError):
