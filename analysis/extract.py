@@ -216,17 +216,18 @@ def extract_heads(
     roles = _roles(shape, matrices)
     names = attention_tensor_names(shape, tensors.keys(), matrices=matrices)
     per_layer = len(roles)
-    out: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {m: ([], []) for m in matrices}
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for layer in range(shape.n_layers):
-        by_role = {
-            role: tensors[name].to(torch.float32)
-            for role, name in zip(roles, names[layer * per_layer : (layer + 1) * per_layer])
-        }
+        by_role = dict(zip(roles, (tensors[name] for name in names[layer * per_layer : (layer + 1) * per_layer])))
         for m in matrices:
-            left, right = _ADAPTERS[m][shape.family](shape, *(by_role[r] for r in _ROLES[shape.family][m]))
-            out[m][0].append(left)
-            out[m][1].append(right)
-    return {m: (torch.stack(lefts), torch.stack(rights)) for m, (lefts, rights) in out.items()}
+            # The adapters only index and reshape, so they run on the tensors as stored; each
+            # factor is converted to float32 once, as it is copied into its place in the output.
+            pair = _ADAPTERS[m][shape.family](shape, *(by_role[r] for r in _ROLES[shape.family][m]))
+            if m not in out:
+                out[m] = tuple(torch.empty((shape.n_layers, *t.shape), dtype=torch.float32) for t in pair)
+            for dest, t in zip(out[m], pair):
+                dest[layer].copy_(t)
+    return out
 
 
 def extract_qk(shape: ModelShape, tensors: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
