@@ -99,8 +99,8 @@ def elementwise_statistics(
     # Bin index 0 = underflow, i = [e_(i-1), e_i), len(edges) = overflow: with
     # t = (z - e_0)/width + 1 clamped to [0, len(edges) + 0.5], int(t) = floor(t).
     lo, width = float(edges[0]), float(widths[0])
-    torch.mul(z, 1.0 / width, out=tmp)
-    tmp.add_(1.0 - lo / width).clamp_(0.0, len(edges) + 0.5)
+    offset = torch.tensor(1.0 - lo / width, dtype=z.dtype, device=z.device)
+    torch.add(offset, z, alpha=1.0 / width, out=tmp).clamp_(0.0, len(edges) + 0.5)  # one pass for t
     idx.copy_(tmp)  # float -> int32 truncates toward zero, = floor for t >= 0
     n_bins = len(edges) + 1
     counts = torch.stack([torch.bincount(idx[b], minlength=n_bins) for b in range(batch)])
