@@ -189,8 +189,8 @@ class SamplerSettings:
     n_beta: float = 30.0
     localization: float = 300.0
     chains: int = 2
-    draws: int = 12
-    batch_size: int = 2
+    draws: int = 8
+    batch_size: int = 1
     burnin: int = 0
     seed: int = 0
     sequences: int = 8
