@@ -59,6 +59,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/forward_lenses.py", "Forward lenses", ":material/visibility:", "lenses",
              "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
              "previous-token / induction / sink heads over training, with the loss"),
+    PageSpec("pages/refined_llc.py", "Refined LLC", ":material/landscape:", "llc",
+             "the loss landscape around each head: every head's refined local learning coefficient over training, "
+             "the whole model's with the loss, and the heads clustered by the shape of their curves"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )
