@@ -1,59 +1,31 @@
 """The refined-LLC page and the refined LLC in the other views, through AppTest.
 
 The store is the session's synthetic store copied and given a stand-in ``llc.parquet`` at three of its
-checkpoints: the heads of even layers rise over training, those of odd layers fall (two shapes the
-clustering must separate), the whole-model row is known. The figures' numbers are checked against
+checkpoints (`benchmarks.synthetic_store.add_synthetic_llc`): the heads of even layers rise over training,
+those of odd layers fall (two shapes the clustering must separate), the whole-model row is known. The figures' numbers are checked against
 that table, read with pyarrow, not through the page's code.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks.synthetic_store import add_synthetic_llc
 from tests.app.conftest import arr, chart, open_page, serve_only
 
 PAGE = "pages/refined_llc.py"
-
-
-def add_stand_in_llc(path: Path) -> Path:
-    """Write llc.parquet at the first, middle and last checkpoint and the meta.json ``llc`` record."""
-    meta = json.loads((path / "meta.json").read_text())
-    steps = sorted(c["step"] for c in meta["checkpoints"] if c.get("duplicate_of") is None)
-    chosen = [steps[0], steps[len(steps) // 2], steps[-1]]
-    n_layers, n_heads = meta["model"]["n_layers"], meta["model"]["n_heads"]
-    rows = []
-    for i, step in enumerate(chosen):
-        rows.append((step, -1, -1, 40.0 + 5 * i, 0.5, 2.0 - 0.3 * i))
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                trend = i if layer % 2 == 0 else 2 - i  # even layers rise, odd layers fall
-                rows.append((step, layer, head, 0.2 + 0.3 * trend + 0.01 * head, 0.05, 2.0 - 0.3 * i))
-    cols = list(zip(*rows))
-    table = pa.table({"step": pa.array(cols[0], pa.int64()), "layer": pa.array(cols[1], pa.int32()),
-                      "head": pa.array(cols[2], pa.int32()), "llc": pa.array(cols[3], pa.float64()),
-                      "llc_std": pa.array(cols[4], pa.float64()), "init_loss": pa.array(cols[5], pa.float64()),
-                      "params": pa.array([100] * len(rows), pa.int64())})
-    pq.write_table(table, path / "llc.parquet")
-    meta["llc"] = {"sampler": {"lr": 0.001, "n_beta": 30.0, "localization": 300.0, "chains": 2, "draws": 8,
-                               "batch_size": 1, "burnin": 0, "seed": 0, "sequences": 8},
-                   "evaluation": {"text": "stand-in", "sequences": 8, "seq_len": 16}, "devinterp": "2.0.1",
-                   "steps": chosen, "seconds": {}}
-    (path / "meta.json").write_text(json.dumps(meta))
-    return path
 
 
 @pytest.fixture(scope="module")
 def llc_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("llc") / "tiny-run"
     shutil.copytree(store_path, path)
-    return add_stand_in_llc(path)
+    return add_synthetic_llc(path)
 
 
 @pytest.fixture()
