@@ -144,7 +144,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     plan = _plan(source, options, scratch=scratch, meter=meter)
     # refusals: before anything is written
     eval_set = _eval_set(plan, options, source) if options.lenses else None
-    forward = ForwardJob(eval_set, device=eval_set_device(options)) if "attention" in options.lenses else None
+    forward = ForwardJob(eval_set, device=_lens_device(options)) if "attention" in options.lenses else None
     llc = _llc_job(plan, options, eval_set, scratch=scratch / "llc-samples") if "llc" in options.lenses else None
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
@@ -203,7 +203,8 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
 
 
-def eval_set_device(options: RunOptions) -> str:
+def _lens_device(options: RunOptions) -> str:
+    """Where the lenses run: ``cpu`` or ``cuda`` (``--device``, resolved)."""
     return resolve_device(options.device).type
 
 
@@ -216,7 +217,7 @@ def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
     """
     check_loadable(plan.model.config)
     config = plan.model.config
-    device = eval_set_device(options)
+    device = _lens_device(options)
     dtype = "float32" if device == "cpu" else str(config.get("dtype") or config.get("torch_dtype") or "float32")
     local = Path(source) if Path(source).is_dir() else None
     return resolve_eval_set(
@@ -238,7 +239,7 @@ def _llc_job(plan: Plan, options: RunOptions, eval_set: EvalSet, *, scratch: Pat
     check_family(plan.model.config)
     sampler = options.llc
     parse_llc_steps(options.llc_steps, [r.step for r in plan.todo])
-    return LlcJob(sampler_sequences(eval_set, sampler), sampler, scratch, device=eval_set_device(options))
+    return LlcJob(sampler_sequences(eval_set, sampler), sampler, scratch, device=_lens_device(options))
 
 
 def _llc_record(job: LlcJob, eval_set: EvalSet) -> dict[str, Any]:
