@@ -12,7 +12,10 @@ much as the later ones. Heads are rows in layer-major order (row = layer * n_hea
   divided by its standard deviation. Level and scale count too.
 
 Neighbours are exact k-nearest neighbours in the normalised trajectory space
-(Euclidean). The 2-D map is a UMAP embedding of the same vectors. Arrays in,
+(Euclidean). The 2-D map is a UMAP embedding of the same vectors; `kmeans` groups the same vectors
+into clusters (the refined-LLC view clusters heads by the shape of their curves, as the
+refined-LLC paper does with Euclidean k-means). Steps where no head has a value (a
+statistic estimated at a subset of the checkpoints) are left out of both. Arrays in,
 arrays out; umap-learn is imported only when an embedding is asked for.
 """
 
@@ -53,9 +56,12 @@ class EmbeddingSettings:
 
 
 def trajectories(values: np.ndarray) -> np.ndarray:
-    """``(S, n_layers, n_heads)`` statistic -> ``(n_layers * n_heads, S)`` trajectories, layer-major rows."""
+    """``(S, n_layers, n_heads)`` statistic -> ``(n_layers * n_heads, S')`` trajectories, layer-major rows, over
+    the S' steps where some head has a finite value."""
     s, n_layers, n_heads = values.shape
-    return np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(s, n_layers * n_heads).T)
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values).reshape(s, -1).any(axis=1)]  # (S', n_layers, n_heads)
+    return np.ascontiguousarray(values.reshape(len(values), n_layers * n_heads).T)
 
 
 def fill_nonfinite(traj: np.ndarray) -> np.ndarray:
@@ -167,3 +173,50 @@ def embed(
     """
     x = normalise(trajectories(values), normalisation)
     return umap_embed(x, settings), knn(x, settings.knn_k)
+
+
+def kmeans(x: np.ndarray, k: int, *, seed: int = 0, restarts: int = 10, iterations: int = 100) -> np.ndarray:
+    """Euclidean k-means (Lloyd's algorithm, k-means++ starts) of ``(N, D)`` points: the labels of the best of
+    ``restarts`` runs (least within-cluster sum of squares), renumbered in order of first appearance.
+
+    Deterministic for a given seed. A cluster that empties keeps its centre.
+
+    Returns:
+        ``(N,)`` int64 labels in ``0 .. min(k, N) - 1``.
+
+    Raises:
+        ValueError: ``k`` < 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    if k < 1:
+        raise ValueError(f"k = {k}: need at least one cluster")
+    k = min(k, n)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    best, best_cost = np.zeros(n, dtype=np.int64), np.inf
+    for _ in range(restarts):
+        centres = x[[int(rng.integers(n))]]
+        while len(centres) < k:  # k-means++: the next centre with probability ~ squared distance
+            d2 = ((x[:, None, :] - centres[None]) ** 2).sum(-1).min(axis=1)
+            total = d2.sum()
+            pick = int(rng.choice(n, p=d2 / total)) if total > 0 else int(rng.integers(n))
+            centres = np.vstack([centres, x[pick]])
+        labels = np.full(n, -1)
+        for _ in range(iterations):
+            d2 = ((x[:, None, :] - centres[None]) ** 2).sum(-1)  # (N, k)
+            new = d2.argmin(axis=1)
+            if np.array_equal(new, labels):
+                break
+            labels = new
+            for c in range(k):
+                if np.any(labels == c):
+                    centres[c] = x[labels == c].mean(axis=0)
+        cost = float(((x - centres[labels]) ** 2).sum())
+        if cost < best_cost - 1e-12:
+            best, best_cost = labels, cost
+    used, first = np.unique(best, return_index=True)
+    rank = np.zeros(k, dtype=np.int64)
+    rank[used[np.argsort(first)]] = np.arange(len(used))  # old label -> rank of its first appearance
+    return rank[best]

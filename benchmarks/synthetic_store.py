@@ -386,3 +386,34 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
                        induction_sequences=8, induction_seed=1)
     commit_store(path, replace(store.meta, forward=info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
     return path
+
+
+def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Path:
+    """Give a store a stand-in ``llc.parquet`` (and meta.json ``llc``) at ``steps`` (default: its first, middle and
+    last checkpoint with statistics): the heads of even layers rise over those steps, those of odd layers fall
+    (two curve shapes a clustering must separate), 0.01 x head apart; the whole-model row 40, 45, 50, ...
+    For dashboard tests and benchmarks; no sampler is run."""
+    from analysis.store import open_store
+    from analysis.store.format import LLC, LLC_MODEL
+
+    path = Path(path)
+    store = open_store(path)
+    done = store.meta.done_steps
+    chosen = steps if steps is not None else [done[0], done[len(done) // 2], done[-1]]
+    n_layers, n_heads = store.n_layers, store.n_heads
+    rows = []
+    for i, step in enumerate(chosen):
+        rows.append((step, LLC_MODEL, LLC_MODEL, 40.0 + 5 * i, 0.5, 2.0 - 0.3 * i, n_layers * n_heads * 100))
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                trend = i if layer % 2 == 0 else len(chosen) - 1 - i
+                rows.append((step, layer, head, 0.2 + 0.3 * trend + 0.01 * head, 0.05, 2.0 - 0.3 * i, 100))
+    cols = list(zip(*rows))
+    table = pa.table({name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)},
+                     schema=LLC.schema)
+    record = {"sampler": {"lr": 0.001, "n_beta": 30.0, "localization": 300.0, "chains": 2, "draws": 8, "batch_size": 1,
+                          "burnin": 0, "seed": 0, "sequences": 8},
+              "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
+              "devinterp": "2.0.1", "steps": list(chosen), "seconds": {}}
+    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table)})
+    return path

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.crossings import Approach
 from analysis.store import Store
-from dashboard.stats import FORWARD_STATS, LAMBDA
+from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log"]
@@ -144,6 +144,11 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
         values = store.forward_array(stat)
         if values is None:
             raise KeyError(f"{stat!r} needs the forward lens: rerun precompute with --lenses attention")
+        return values
+    if stat == LLC_STAT:  # llc.parquet (per head); NaN at the checkpoints the stage did not estimate
+        values = store.llc_array()
+        if values is None:
+            raise KeyError(f"{stat!r} needs the refined LLC: rerun precompute with --lenses llc")
         return values
     return store.array(stat, matrix=matrix)
 

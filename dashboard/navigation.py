@@ -62,6 +62,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("pages/compare_runs.py", "Compare runs", ":material/compare:", "compare",
              "two or more runs side by side: a statistic per relative-depth bin over training (aligned by step, tokens "
              "or fraction of the run), one bin's heads run by run, the distribution over heads at a point of training"),
+    PageSpec("pages/refined_llc.py", "Refined LLC", ":material/landscape:", "llc",
+             "the loss landscape around each head: every head's refined local learning coefficient over training, "
+             "the whole model's with the loss, and the heads clustered by the shape of their curves"),
     PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
              "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
 )

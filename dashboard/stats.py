@@ -20,6 +20,7 @@ from analysis.store.format import (
     CIRCUIT_COLUMNS,
     COLUMN_DOCS,
     LAYER_COLUMN_DOCS,
+    LLC_COLUMN_DOCS,
     NULL_COLUMNS,
     OVERLAP_COLUMN_DOCS,
     SCALAR_COLUMNS,
@@ -41,6 +42,8 @@ class Stat:
         positive: values are >= 0, so a log axis or log colour makes sense.
         doc: one-line meaning.
         forward: a forward-lens statistic (``attention.parquet``), offered only for stores that have it.
+        llc: the refined LLC (``llc.parquet``), offered only for stores that have it; estimated at a
+            subset of the checkpoints, so figures draw it as markers (NaN elsewhere).
     """
 
     name: str
@@ -50,6 +53,7 @@ class Stat:
     positive: bool
     doc: str
     forward: bool = False
+    llc: bool = False
 
     def title(self, k: int | None = None) -> str:
         """Axis title with unit: ``σ (raw units)``; ``λ_3 (raw units²)`` for lambda with k=3."""
@@ -104,26 +108,37 @@ _STATS += [
     Stat("prev_token", "previous-token score (forward)", "prev", "attention", True, _A["prev_token"], forward=True),
     Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
 ]
+# refined local learning coefficient (llc.parquet; precompute/llc.py): the loss landscape around the head
+LLC_STAT = "llc"
+_STATS += [Stat(LLC_STAT, "refined LLC (SGLD; a subset of checkpoints)", "rLLC", "dimensionless", False,
+                LLC_COLUMN_DOCS["llc"], llc=True)]
 STATS: dict[str, Stat] = {s.name: s for s in _STATS}
-assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS)
+assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS
+                                    + (LLC_STAT,))
 FORWARD_STATS = ATTENTION_STATISTICS
+PER_HEAD_STATS = (*FORWARD_STATS, LLC_STAT)  # one value per head, whatever the matrix (qk / ov)
 
 # The per-head products a store can hold, as the matrix choice (URL ``matrix=qk|ov``) names them.
 MATRIX_LABELS = {"qk": "W_QK = W_Qᵀ W_K (where a head looks)", "ov": "W_OV = W_O,h W_V,h (what a head writes)"}
 
 
+def _available(stat: Stat, store: Store) -> bool:
+    return (not stat.forward or store.has_forward) and (not stat.llc or store.has_llc)
+
+
 def stats_for(store: Store) -> list[str]:
-    """The statistics a picker offers for ``store``: the forward ones only when it has the lens."""
-    return [name for name, s in STATS.items() if not s.forward or store.has_forward]
+    """The statistics a picker offers for ``store``: the forward ones only when it has the lens, the
+    refined LLC only when it has ``llc.parquet``."""
+    return [name for name, s in STATS.items() if _available(s, store)]
 
 # Statistics offered for trajectory embeddings: finite, smooth, one number per head.
 TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",
-                    "spectral_norm", "kl_null", "entropy", "span", "prev_token", "induction")
+                    "spectral_norm", "kl_null", "entropy", "span", "prev_token", "induction", LLC_STAT)
 
 
 def trajectory_stats_for(store: Store) -> list[str]:
-    """`TRAJECTORY_STATS` less the forward ones for a store without the lens."""
-    return [name for name in TRAJECTORY_STATS if not STATS[name].forward or store.has_forward]
+    """`TRAJECTORY_STATS` less the forward ones (the refined LLC) for a store without the lens (the table)."""
+    return [name for name in TRAJECTORY_STATS if _available(STATS[name], store)]
 
 
 # Whole-layer weight matrices (layers.parquet, one value per (step, layer, role)), as the Compare runs page

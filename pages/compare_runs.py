@@ -82,7 +82,7 @@ def main() -> None:
                 tables[r] = None
         roles = [x for x in LAYER_ROLES if any(t is not None and x in set(t["role"]) for t in tables.values())] or ["attn_out"]
         matrix = widgets.select("role", "Weight", roles, "attn_out" if "attn_out" in roles else roles[0], where=c_matrix)
-    elif not info.forward:
+    elif not info.forward and not info.llc:  # the forward lens and the refined LLC are per head, whatever the matrix
         kinds = [m for m in MATRIX_LABELS if any(m in s.meta.matrices for s in stores.values())] or ["qk"]
         matrix = widgets.select("matrix", "Matrix", kinds, kinds[0], fmt=MATRIX_LABELS.get, kind="radio", where=c_matrix)
     log_y = widgets.toggle("logy", "log y", False, where=c_log) if info.positive else False
@@ -108,17 +108,22 @@ def main() -> None:
                        f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
                        icon=":material/visibility_off:")
             continue
+        if info.llc and not s.has_llc:
+            st.warning(f"Run **{r}** has no refined LLC (`llc.parquet`) and is left out. Add it with "
+                       f"`python -m precompute --source SOURCE --out {s.path} --lenses llc`.",
+                       icon=":material/visibility_off:")
+            continue
         if stat not in have[r]:  # any other statistic read from a table this store lacks
             st.warning(f"Run **{r}** has no {info.label} (its store lacks the table it is read from) and is left out; "
                        "see README \"The statistics store\" for the precompute option that adds it.",
                        icon=":material/visibility_off:")
             continue
-        if not info.forward and matrix not in s.meta.matrices:
+        if not info.forward and not info.llc and matrix not in s.meta.matrices:
             st.warning(f"Run **{r}** has no {matrix.upper()} rows (only {', '.join(m.upper() for m in s.meta.matrices)}), "
                        f"so it is left out here. A rerun of `python -m precompute --source SOURCE --out {s.path}` with "
                        "its checkpoints adds them; or choose another matrix.", icon=":material/visibility_off:")
             continue
-        values = loader.stat_values(s, stat, matrix=matrix if not info.forward else "qk")
+        values = loader.stat_values(s, stat, matrix=matrix if matrix in ("qk", "ov") else "qk")
         if not np.isfinite(values).any():
             st.warning(f"Run **{r}** has no values of {info.short()} for {matrix.upper()} and is left out: the circuit "
                        "columns and the relative change came with schema version 3 (rerun `python -m precompute` on "
@@ -155,7 +160,7 @@ def main() -> None:
     label = info.short()
     title_runs = " vs ".join(s.run for s in series)
     what = (f"{label} of {matrix}" if per_layer else f"{label} (forward lens)" if info.forward
-            else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}")
+            else f"{label} (per head)" if info.llc else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}")
 
     # --- panel (a): mean and spread per relative-depth bin over training ---
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")

@@ -10,7 +10,7 @@ from analysis.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps
-from dashboard.stats import FORWARD_STATS, LAMBDA, STATS, stats_for
+from dashboard.stats import LAMBDA, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_of
 
 GAP_PERCENT = [2, 5, 10, 20]
@@ -66,7 +66,7 @@ def main() -> None:
             st.error(str(exc))
     counts = approach_counts(approaches, store.n_layers, store.n_heads) if approaches is not None else None
     table = heads_table(values, at=steps.index(step), since=steps.index(since), reference=reference, counts=counts)
-    others = [] if stat in FORWARD_STATS else [m for m in store.meta.matrices if m != "qk"]  # forward ones: per head only
+    others = [] if stat in PER_HEAD_STATS else [m for m in store.meta.matrices if m != "qk"]  # forward ones, rLLC: per head only
     for matrix in others:  # other products, where the store has their rows
         try:
             other = loader.stat_values(store, stat, k=k or 0, matrix=matrix)

@@ -65,8 +65,9 @@ def _version() -> str:
     return transformers.__version__
 
 
-def load_model(folder: Path, *, device: str) -> torch.nn.Module:
-    """The checkpoint as a causal LM in eval mode: float32 on CPU, its own dtype on CUDA.
+def load_model(folder: Path, *, device: str, attn_implementation: str = "eager") -> torch.nn.Module:
+    """The checkpoint as a causal LM in eval mode: float32 on CPU, its own dtype on CUDA; ``eager``
+    attention returns the attention probabilities (the refined-LLC stage, which needs none, asks for ``sdpa``).
 
     Raises:
         CheckpointError: transformers cannot load it.
@@ -77,7 +78,7 @@ def load_model(folder: Path, *, device: str) -> torch.nn.Module:
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint is noise in the job's log
     dtype = torch.float32 if device == "cpu" else "auto"
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"transformers cannot load {str(folder)!r} as a causal LM: {str(exc).splitlines()[0]}") from exc
     return model.to(device).eval()

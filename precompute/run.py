@@ -54,9 +54,10 @@ from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute import overlaps as ovl
 from precompute.executor import open_executor
-from precompute.evalset import resolve_eval_set
+from precompute.evalset import EvalSet, resolve_eval_set
 from precompute.fetch import Meter, human_bytes
 from precompute.forward import ForwardJob, check_loadable
+from precompute.llc import LlcJob, check_family, checkpoint_llc, devinterp_version, parse_llc_steps, sampler_sequences
 from precompute.lock import store_lock
 from precompute.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import RunOptions, Settings, resolve_settings
@@ -86,6 +87,8 @@ class RunReport:
     incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
     layers_left_out: list[int] = field(default_factory=list)  # checkpoints whose layer rows could not be made
     forward_left_out: list[int] = field(default_factory=list)  # steps the lens asked for whose forward rows are missing
+    llc_computed: list[int] = field(default_factory=list)  # steps whose refined LLCs this run estimated
+    llc_left_out: list[int] = field(default_factory=list)  # steps asked for whose refined LLCs could not be estimated
 
     def transfer_summary(self) -> str:
         rate = self.bytes_fetched / max(self.seconds, 1e-9)
@@ -139,7 +142,10 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
     plan = _plan(source, options, scratch=scratch, meter=meter)
-    forward = _forward_job(plan, options, source) if options.lenses else None  # refusals: before anything is written
+    # refusals: before anything is written
+    eval_set = _eval_set(plan, options, source) if options.lenses else None
+    forward = ForwardJob(eval_set, device=_lens_device(options)) if "attention" in options.lenses else None
+    llc = _llc_job(plan, options, eval_set, scratch=scratch / "llc-samples") if "llc" in options.lenses else None
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
@@ -147,6 +153,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         settings = _settings(plan, options, stored)
         if forward is not None:
             _check_same_evaluation(out, stored, forward)
+        if llc is not None:
+            _check_same_llc(out, stored, llc)
         state = open_state(out, stored, plan.model, settings)
         if forward is not None:
             state.meta.forward = forward.eval_set.info
@@ -167,6 +175,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             elif state.meta.forward is not None and state.forward_missing():
                 log.warning("the store has forward-lens tables but %d checkpoints lack their rows; rerun with "
                             "--lenses attention (and the same --eval-text) to add them", len(state.forward_missing()))
+            if llc is not None:
+                _fill_llc(plan, state, llc, eval_set, report, steps=options.llc_steps, progress=options.progress)
             if settings.overlap_k:
                 report.overlaps_left_out = _fill_overlaps(plan, settings, state)
             if settings.layers:
@@ -193,8 +203,13 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
 
 
-def _forward_job(plan: Plan, options: RunOptions, source: str | Path) -> ForwardJob:
-    """The forward-pass lens's job: its evaluation sequences, checked against the model.
+def _lens_device(options: RunOptions) -> str:
+    """Where the lenses run: ``cpu`` or ``cuda`` (``--device``, resolved)."""
+    return resolve_device(options.device).type
+
+
+def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
+    """The lenses' evaluation sequences, checked against the model.
 
     Raises:
         UnknownArchitectureError: transformers cannot load the model.
@@ -202,16 +217,108 @@ def _forward_job(plan: Plan, options: RunOptions, source: str | Path) -> Forward
     """
     check_loadable(plan.model.config)
     config = plan.model.config
-    device = resolve_device(options.device).type
+    device = _lens_device(options)
     dtype = "float32" if device == "cpu" else str(config.get("dtype") or config.get("torch_dtype") or "float32")
     local = Path(source) if Path(source).is_dir() else None
-    eval_set = resolve_eval_set(
+    return resolve_eval_set(
         eval_text=options.eval_text, run_info=plan.src.run_info(), run_folder=local,
         tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
         vocab_size=int(config.get("vocab_size") or 0), n=options.eval_sequences, t=options.eval_length,
         max_positions=config.get("max_position_embeddings") or config.get("n_positions"), dtype=dtype,
     )
-    return ForwardJob(eval_set, device=device)
+
+
+def _llc_job(plan: Plan, options: RunOptions, eval_set: EvalSet, *, scratch: Path) -> LlcJob:
+    """The refined-LLC stage's job, checked before anything is written.
+
+    Raises:
+        UnknownArchitectureError: no per-head mask for the model's family.
+        ValueError: ``--llc-steps`` names a step the run does not have, or more sampler sequences than
+            the evaluation set holds.
+    """
+    check_family(plan.model.config)
+    sampler = options.llc
+    parse_llc_steps(options.llc_steps, [r.step for r in plan.todo])
+    return LlcJob(sampler_sequences(eval_set, sampler), sampler, scratch, device=_lens_device(options))
+
+
+def _llc_record(job: LlcJob, eval_set: EvalSet) -> dict[str, Any]:
+    """meta.json ``llc``: everything an estimate depends on (compared by `_check_same_llc`)."""
+    info = eval_set.info
+    return {
+        "sampler": job.sampler.as_meta(),
+        "evaluation": {"text": info.text, "text_sha256": info.text_sha256, "tokenizer": info.tokenizer,
+                       "n_sequences": info.n_sequences, "seq_len": info.seq_len, "seed": info.seed,
+                       "sequences": int(len(job.tokens)), "tokens_sha256": job.tokens_sha256},
+        "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
+                       "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
+                       "the whole-model row moves every parameter",
+        "estimator": "n_beta * (mean over chain steps after burn-in of devinterp's loss_trace - init_loss), "
+                     "mean and std over chains",
+        "devinterp": devinterp_version(),
+        "device": job.device,
+        "seconds": {},
+    }
+
+
+def _check_same_llc(out: Path, stored: Meta | None, job: LlcJob) -> None:
+    """Refuse to add refined LLCs estimated under other sampler settings or sequences than the store's.
+
+    Raises:
+        StoreError: the store's estimates used other settings or sequences.
+    """
+    if stored is None or stored.llc is None:
+        return
+    was = dict(stored.llc.get("sampler") or {})
+    now = job.sampler.as_meta()
+    diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
+    was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
+    if was_tokens != job.tokens_sha256:
+        diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")
+    if diffs:
+        raise StoreError(
+            f"store {str(out)!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}. Estimates "
+            "are comparable only under the same settings: pass the stored --llc-* options and --eval-text, "
+            "or write to a new --out"
+        )
+
+
+def _fill_llc(
+    plan: Plan, state: RunState, job: LlcJob, eval_set: EvalSet, report: RunReport, *, steps: str | None, progress: bool,
+) -> None:
+    """Estimate the refined LLCs of the chosen checkpoints that lack them, one commit per checkpoint."""
+    chosen = parse_llc_steps(steps, state.meta.state_steps) if state.meta.state_steps else []
+    missing = [s for s in chosen if s not in state.llc_steps()]
+    if not missing:
+        return
+    if state.meta.llc is None:
+        state.meta.llc = _llc_record(job, eval_set)
+    state.meta.llc["steps"] = sorted(set(state.meta.llc.get("steps") or []) | set(chosen))
+    per_step = plan.shape.n_layers * plan.shape.n_heads + 1
+    log.info("refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)", len(missing), per_step,
+             job.sampler.forward_backward)
+    plan.src.stop.clear()
+    bar = tqdm(total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not progress, dynamic_ncols=True)
+    for step in missing:
+        entry = state.meta.entry(step)
+        ref = CheckpointRef(step, entry.revision, entry.tokens)
+        done = bar.n
+        try:
+            with plan.src.checkpoint_folder(ref) as folder:
+                rows, seconds = checkpoint_llc(folder, step, job, n_layers=plan.shape.n_layers,
+                                               n_heads=plan.shape.n_heads, on_estimate=lambda: bar.update(1))
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
+            report.llc_left_out.append(step)
+            bar.update(done + per_step - bar.n)
+            continue
+        state.add_llc(rows)
+        state.meta.llc.setdefault("seconds", {})[str(step)] = round(seconds, 1)
+        state.commit(heads=False)
+        report.llc_computed.append(step)
+        bar.set_postfix_str(ref.revision)
+    bar.close()
+    _clear(job.scratch)
 
 
 def _check_same_evaluation(out: Path, stored: Meta | None, forward: ForwardJob) -> None:

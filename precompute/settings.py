@@ -9,6 +9,7 @@ to how it was made.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,7 @@ from analysis.extract import HEAD_MATRICES
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
+LensName = Literal["attention", "llc"]
 
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
@@ -163,6 +165,67 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class SamplerSettings:
+    """devinterp's SGLD settings for every estimate of a store (``--llc-*``; meta.json ``llc.sampler``).
+
+    The defaults follow the refined-LLC paper's practice (SGLD, step size 1e-3, n beta about 30,
+    burn-in 0, every step averaged) scaled down to what a 2-core CPU estimates for 48 heads at
+    8 checkpoints in about half an hour (README "Refined LLC").
+
+    Attributes:
+        lr: SGLD step size epsilon.
+        n_beta: n beta, the inverse temperature times the sample size.
+        localization: gamma, the pull towards w*.
+        chains: independent chains (their spread is ``llc_std``).
+        draws: SGLD steps per chain after the burn-in (devinterp's ``num_draws``, one step between draws).
+        batch_size: sequences per SGLD step.
+        burnin: SGLD steps per chain before the draws (excluded from the estimate).
+        seed: devinterp's ``init_seed`` (chain c uses seed + c; the batch order uses seed).
+        sequences: how many of the store's evaluation sequences the sampler uses (evenly spaced
+            among them); a multiple of ``batch_size``.
+    """
+
+    lr: float = 1e-3
+    n_beta: float = 30.0
+    localization: float = 300.0
+    chains: int = 2
+    draws: int = 8
+    batch_size: int = 1
+    burnin: int = 0
+    seed: int = 0
+    sequences: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "n_beta", "localization"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--llc-{name.replace('_', '')} {value!r}: expected a positive number")
+        for name in ("chains", "draws", "batch_size", "sequences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--llc-{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
+        if self.burnin < 0:
+            raise ValueError(f"--llc-burnin {self.burnin!r}: expected 0 or more")
+        if self.chains < 2:
+            raise ValueError(f"--llc-chains {self.chains}: the spread over chains needs at least 2")
+        if self.sequences % self.batch_size:
+            raise ValueError(f"--llc-sequences {self.sequences} is not a multiple of --llc-batch-size "
+                             f"{self.batch_size}; every batch must be full")
+
+    @property
+    def batches(self) -> int:
+        """Batches in one pass over the sampler's sequences (the initial loss averages over them)."""
+        return self.sequences // self.batch_size
+
+    @property
+    def forward_backward(self) -> int:
+        """Forward-backward passes per estimate (the cost): chains x (burn-in + draws)."""
+        return self.chains * (self.burnin + self.draws)
+
+    def as_meta(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RunOptions:
     """What a precompute run is asked to do (the command line's options).
 
@@ -185,10 +248,14 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
-        lenses: forward-pass lenses to compute per checkpoint (``("attention",)``; default none).
-        eval_text: the lens's evaluation text, a UTF-8 file (default: the held-out split of a run
+        lenses: forward-pass lenses to compute (``attention`` per checkpoint; ``llc``, the refined LLC
+            of every head at the ``llc_steps``); default none.
+        eval_text: the lenses' evaluation text, a UTF-8 file (default: the held-out split of a run
             trained here).
         eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
+        llc_steps: with ``llc``: ``all`` or comma-separated steps (default: about 8, log-spaced,
+            `precompute.llc.default_llc_steps`).
+        llc: with ``llc``: devinterp's SGLD settings (`SamplerSettings`).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -204,10 +271,12 @@ class RunOptions:
     token: str | bool | None = None
     executor: ExecutorName = "local"
     ray: RayOptions = field(default_factory=RayOptions)
-    lenses: tuple[Literal["attention"], ...] = ()
+    lenses: tuple[LensName, ...] = ()
     eval_text: str | None = None
     eval_sequences: int = 32
     eval_length: int = 256
+    llc_steps: str | None = None
+    llc: SamplerSettings = field(default_factory=SamplerSettings)
 
 
 def resolve_settings(
@@ -255,7 +324,7 @@ def resolve_settings(
 def software_versions() -> dict[str, str]:
     """Versions of the libraries that shape the numbers, for meta.json."""
     out = {"python": platform.python_version()}
-    for name in ("torch", "numpy", "safetensors", "pyarrow", "transformers", "huggingface_hub"):
+    for name in ("torch", "numpy", "safetensors", "pyarrow", "transformers", "huggingface_hub", "devinterp"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, LAYERS, MATRICES, META_FILE, OVERLAPS
+from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, LAYERS, LLC, MATRICES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
 from precompute import overlaps as ovl
@@ -48,6 +48,7 @@ class RunState:
             the file is written only then (otherwise the store's is kept as it is).
         forward: the forward tables (`analysis.store.format.FORWARD_TABLES`) by name, sorted; written
             whenever ``meta.forward`` is set (a store computed with a lens).
+        llc: every ``llc.parquet`` row, sorted; written whenever ``meta.llc`` is set.
     """
 
     out: Path
@@ -60,6 +61,7 @@ class RunState:
     layers: pa.Table = field(default_factory=LAYERS.empty)
     layer_run: bool = False
     forward: dict[str, pa.Table] = field(default_factory=lambda: {spec.name: spec.empty() for spec in FORWARD_TABLES})
+    llc: pa.Table = field(default_factory=LLC.empty)
 
     def add(
         self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None,
@@ -129,6 +131,16 @@ class RunState:
         have = set(self.forward[FORWARD_TABLES[0].name]["step"].to_pylist())
         return [s for s in self.meta.done_steps if s not in have]
 
+    def add_llc(self, rows: pa.Table) -> None:
+        """Add one checkpoint's ``llc.parquet`` rows (replacing any the table holds for its step)."""
+        steps = pa.array(pc.unique(rows["step"]).to_pylist(), pa.int64())
+        kept = self.llc.filter(pc.invert(pc.is_in(self.llc["step"], steps)))
+        self.llc = LLC.sorted(pa.concat_tables([kept, rows]))
+
+    def llc_steps(self) -> set[int]:
+        """Steps with ``llc.parquet`` rows."""
+        return set(self.llc["step"].to_pylist())
+
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
         self.meta.add_failure(failure)
@@ -149,6 +161,8 @@ class RunState:
             tables[LAYERS.name] = self.layers
         if self.meta.forward is not None:
             tables |= self.forward
+        if self.meta.llc is not None:
+            tables[LLC.name] = self.llc
         commit_store(self.out, self.meta, tables)
 
 
@@ -210,7 +224,22 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     state = RunState(out, meta, heads, overlaps, settings.overlap_k, layers=layers, layer_run=settings.layers)
     if stored.forward is not None:
         state.forward = _stored_forward(out, stored)
+    if stored.llc is not None:
+        state.llc = _stored_llc(out, stored)
     return state
+
+
+def _stored_llc(out: Path, meta: Meta) -> pa.Table:
+    """The store's ``llc.parquet`` rows of steps meta lists as done (empty when missing or unreadable:
+    its steps are then estimated again)."""
+    try:
+        table = read_table(out, LLC)
+    except StoreError as exc:
+        log.warning("%s: its refined-LLC rows are estimated again", exc)
+        return LLC.empty()
+    if table is None or not table.schema.equals(LLC.schema):
+        return LLC.empty()
+    return LLC.sorted(table.filter(pc.is_in(table["step"], pa.array(meta.done_steps, pa.int64()))))
 
 
 def _stored_layers(out: Path, meta: Meta) -> pa.Table:

@@ -40,7 +40,8 @@ fi
 trained=$SECONDS
 rm -rf "$STAGE"
 "$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
-  --lenses attention   # forward lens on the run's held-out split (its corpus archive is in runs/.cache)
+  --lenses attention --lenses llc   # forward lens and refined LLCs (8 log-spaced checkpoints) on the run's
+                                    # held-out split (its corpus archive is in runs/.cache)
 rm -rf "$STORE"
 mv "$STAGE" "$STORE"
 echo "training $((trained - start)) s, precompute $((SECONDS - trained)) s; store: $STORE ($(du -sh "$STORE" | cut -f1))" >&2

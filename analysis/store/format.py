@@ -377,8 +377,37 @@ EVAL_LOSS = TableSpec(
 # The tables the attention lens writes, committed together with heads.parquet.
 FORWARD_TABLES = (ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS)
 
+# Refined local learning coefficient (DESIGN.md section 9; `python -m precompute --lenses llc`): devinterp's
+# SGLD estimate n beta (E[L_n(w)] - L_n(w*)) restricted to one head's weights, and to the whole model.
+# meta.json ``llc`` says with which sampler settings and on which sequences; precompute/llc.py computes it.
+LLC_MODEL = -1  # layer and head of the whole-model row
+LLC_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32); -1 on the whole-model row",
+    "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model row",
+    "llc": "refined LLC n beta (mean SGLD loss - initial loss), averaged over chains: SGLD moves only the head's "
+           "Q, K, V rows and output-projection columns (every parameter on the whole-model row)",
+    "llc_std": "standard deviation of the per-chain estimates over the chains",
+    "init_loss": "loss at the checkpoint's own weights on the sampler's batches, nats per token",
+    "params": "number of parameters the sampler moved (int64)",
+}
+LLC_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "llc": pa.float64(),
+                      "llc_std": pa.float64(), "init_loss": pa.float64(), "params": pa.int64()})
+LLC = TableSpec(
+    name="llc",
+    file="llc.parquet",
+    row="one row per (step, layer, head), plus one whole-model row (layer = head = -1) per step",
+    about="The weight-refined local learning coefficient of every head at a subset of checkpoints (about 8, "
+          "log-spaced, unless chosen), and the whole model's LLC beside it, estimated with devinterp's SGLD on the "
+          "store's evaluation sequences under the sampler settings in meta.json `llc`. Present when the store was "
+          "computed with `--lenses llc`.",
+    schema=LLC_SCHEMA,
+    docs=LLC_COLUMN_DOCS,
+    sort=("step", "layer", "head"),
+)
+
 # Every table a store may hold, by name. A new table is one more entry.
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES)}
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC)}
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 
 

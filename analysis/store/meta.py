@@ -195,6 +195,8 @@ class Meta:
         overlaps: how ``overlaps.parquet`` was made (``k``, ...), else None.
         embeddings: how ``embeddings.parquet`` was made (``steps``, settings, ...), else None.
         forward: how the forward-pass tables were made (`ForwardInfo`), else None.
+        llc: how ``llc.parquet`` was made (``sampler`` settings, ``evaluation`` sequences, ``devinterp``
+            version, ``restriction``, ``seconds`` per step), else None (README "llc.parquet").
         schema_version: the version the file was written with (`to_dict` always writes
             `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
         extra: keys this version does not know, written back unchanged.
@@ -211,6 +213,7 @@ class Meta:
     overlaps: dict[str, Any] | None = None
     embeddings: dict[str, Any] | None = None
     forward: ForwardInfo | None = None
+    llc: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -261,7 +264,7 @@ class Meta:
             "settings": self.settings,
             "software": self.software,
         }
-        for key in ("training", "embeddings", "overlaps"):
+        for key in ("training", "embeddings", "overlaps", "llc"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.forward is not None:

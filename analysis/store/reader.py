@@ -37,6 +37,8 @@ from analysis.store.format import (
     LAYER_DIVERGENCE,
     LAYERS,
     LIST_COLUMNS,
+    LLC,
+    LLC_MODEL,
     META_FILE,
     NULL_COLUMNS,
     OVERLAPS,
@@ -417,6 +419,71 @@ class Store:
         keep = rows >= 0
         out[rows[keep], table["layer_a"].to_numpy()[keep], table["layer_b"].to_numpy()[keep]] = table["jsd"].to_numpy()[keep]
         return out
+
+
+    # ------------------------------------------------------------------ refined LLC
+
+    @property
+    def has_llc(self) -> bool:
+        """Whether the store has refined LLCs (computed with ``--lenses llc``)."""
+        return self.meta.llc is not None and (self.path / LLC.file).is_file()
+
+    def _llc_table(self) -> pa.Table | None:
+        key = ("table", LLC.name)
+        if key not in self._cache:
+            self._cache[key] = read_table(self.path, LLC) if self.meta.llc is not None else None  # type: ignore[assignment]
+        return self._cache[key]  # type: ignore[return-value]
+
+    def llc_array(self, column: str = "llc") -> np.ndarray | None:
+        """Each head's refined LLC (or ``llc_std``) as ``[step, layer, head]`` over `steps`.
+
+        Returns:
+            float64, read-only; NaN at steps without estimates (the stage estimates a subset);
+            None when the store has no refined LLCs.
+
+        Raises:
+            KeyError: a column other than ``llc`` and ``llc_std``.
+            StoreError: the file is unreadable.
+        """
+        if column not in ("llc", "llc_std"):
+            raise KeyError(f"unknown refined-LLC column {column!r}; choose llc or llc_std")
+        key = (column, "llc")
+        if key in self._cache:
+            return self._cache[key]
+        table = self._llc_table()
+        if table is None:
+            return None
+        out = np.full((len(self.steps), self.n_layers, self.n_heads), np.nan)
+        layer = table["layer"].to_numpy()
+        rows = self._step_rows(table["step"].to_numpy())
+        keep = (rows >= 0) & (layer != LLC_MODEL)
+        out[rows[keep], layer[keep], table["head"].to_numpy()[keep]] = table[column].to_numpy()[keep]
+        out.setflags(write=False)
+        self._cache[key] = out
+        return out
+
+    def llc_model(self, column: str = "llc") -> np.ndarray | None:
+        """The whole model's LLC (``llc``, ``llc_std`` or ``init_loss``) at each of `steps`, NaN where not
+        estimated; None when the store has no refined LLCs."""
+        if column not in ("llc", "llc_std", "init_loss"):
+            raise KeyError(f"unknown whole-model LLC column {column!r}; choose llc, llc_std or init_loss")
+        table = self._llc_table()
+        if table is None:
+            return None
+        out = np.full(len(self.steps), np.nan)
+        whole = table.filter(pc.equal(table["layer"], LLC_MODEL))
+        rows = self._step_rows(whole["step"].to_numpy())
+        out[rows[rows >= 0]] = whole[column].to_numpy()[rows >= 0]
+        return out
+
+    @property
+    def llc_steps(self) -> np.ndarray:
+        """The steps of `steps` with refined LLCs (empty without them)."""
+        table = self._llc_table()
+        if table is None:
+            return np.zeros(0, dtype=np.int64)
+        have = set(table["step"].to_pylist())
+        return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
 
 def is_store(path: str | Path) -> bool:

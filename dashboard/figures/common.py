@@ -36,10 +36,40 @@ def figure(data: list[dict[str, Any]], layout: dict[str, Any], frames: list[dict
     (tests/app/test_figures.py) re-validate every builder's output instead. Plotly has no
     public switch for frames, so they are set on the private ``_frame_objs``.
     """
-    fig = go.Figure(data=_light(data), layout=layout, _validate=False)
+    fig = go.Figure(data=_light([markers_where_sparse(t) for t in data]), layout=layout, _validate=False)
     if frames:
         fig._frame_objs = tuple(go.Frame(_light(f), _validate=False) for f in frames)
     return fig
+
+
+def isolated_points(y: Any) -> bool:
+    """Whether a series has a finite value whose neighbours are both missing (NaN or the ends): a line
+    cannot draw it."""
+    try:
+        v = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    if v.ndim != 1 or v.size == 0:
+        return False
+    ok = np.isfinite(v)
+    before = np.concatenate([[False], ok[:-1]])
+    after = np.concatenate([ok[1:], [False]])
+    return bool(np.any(ok & ~before & ~after))
+
+
+def markers_where_sparse(trace: dict[str, Any]) -> dict[str, Any]:
+    """A line trace whose values exist only at some checkpoints (the refined LLC, estimated at a subset) as
+    markers: plotly does not draw a line's isolated points, and joining them would draw a line through the
+    checkpoints without a value. Other traces are returned as they are."""
+    if not isinstance(trace, dict) or trace.get("type", "scatter") not in ("scatter", "scattergl"):
+        return trace
+    if trace.get("mode") != "lines" or not isolated_points(trace.get("y")):
+        return trace
+    line = trace.get("line") or {}
+    if line.get("width") == 0 or trace.get("fill"):  # an invisible edge of a band: nothing to mark
+        return trace
+    marker = dict(size=6 if (line.get("width") or 2) >= 1.5 else 4, color=line.get("color"), **(trace.get("marker") or {}))
+    return {**trace, "mode": "markers", "marker": {k: v for k, v in marker.items() if v is not None}}
 
 
 def layout(**overrides: Any) -> dict[str, Any]:

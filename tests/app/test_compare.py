@@ -12,11 +12,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_layer_matrices, write_synthetic_store
+from benchmarks.synthetic_store import (
+    add_synthetic_forward,
+    add_synthetic_layer_matrices,
+    add_synthetic_llc,
+    write_synthetic_store,
+)
 from dashboard import compare
 from tests.app.conftest import arr, chart, notices, open_page
 
 PAGE = "pages/compare_runs.py"
+LLC_STEPS = [0, 40, 640]  # the deep run's refined LLC: a subset of its checkpoints
 DEEP, SHALLOW = "deep-run", "shallow-run"
 RUNS = {
     # 6 layers x 4 heads, qk and ov, the forward lens, whole-layer matrices, 1,000 tokens per step
@@ -38,6 +44,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if spec["forward"]:
             add_synthetic_forward(root / name, seed=i)
             add_synthetic_layer_matrices(root / name, seed=i)
+            add_synthetic_llc(root / name, steps=LLC_STEPS)
     return root
 
 
@@ -216,6 +223,19 @@ def test_a_run_without_the_forward_lens_is_named_and_the_others_are_shown(two_ru
     (t,) = traces(at, "compare_bands", run=DEEP, kind="mean", bin=3)
     assert np.allclose(arr(t["y"]), df[df["layer"] == 5].groupby("step")["value"].mean().to_numpy())
     assert "(not in every run)" in " ".join(at.selectbox(key="stat").options)
+
+
+def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_named(two_runs):
+    at = open_page(PAGE, link(stat="llc"))
+    (warning,) = [w.value for w in at.warning if SHALLOW in w.value]
+    assert "no refined LLC" in warning and "--lenses llc" in warning
+    assert not [r for r in at.radio if r.key == "matrix"]  # per head whatever the matrix: no matrix choice
+    (t,) = traces(at, "compare_bands", run=DEEP, kind="mean", bin=3)
+    df = pd.read_parquet(two_runs / DEEP / "llc.parquet")
+    want = df[df["layer"] == 5].groupby("step")["llc"].mean()
+    y, steps = arr(t["y"]), RUNS[DEEP]["steps"]
+    assert [s for s, v in zip(steps, y) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
+    assert np.allclose([v for v in y if np.isfinite(v)], want.loc[LLC_STEPS].to_numpy())
 
 
 def test_a_run_without_ov_is_named_and_the_others_are_shown(two_runs):

@@ -12,7 +12,7 @@ import pytest
 from analysis.store import open_store
 from analysis.crossings import level_crossings
 from analysis.density import density_curves, density_extent, density_grid
-from benchmarks.synthetic_store import add_synthetic_forward
+from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
@@ -29,7 +29,7 @@ from tests.app.conftest import arr
 def store(store_path, tmp_path_factory):
     path = tmp_path_factory.mktemp("figures") / "tiny-run"
     shutil.copytree(store_path, path)
-    return open_store(add_synthetic_forward(path))  # with forward-lens tables, so every statistic draws
+    return open_store(add_synthetic_llc(add_synthetic_forward(path)))  # with forward-lens and rLLC tables: every statistic draws
 
 
 def head_figures(store, axis, idx):

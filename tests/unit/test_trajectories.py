@@ -63,3 +63,39 @@ def test_edge_pairs_are_unique_and_undirected():
     nb = np.array([[1, 2], [0, 2], [0, 1], [0, 1]])
     assert edge_pairs(nb).tolist() == [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3]]
     assert edge_pairs(np.zeros((3, 0), dtype=int)).shape == (0, 2)
+
+
+def test_steps_without_any_value_are_left_out():
+    from analysis.trajectories import trajectories
+
+    values = np.arange(4 * 2 * 3, dtype=np.float64).reshape(4, 2, 3)
+    values[1] = np.nan  # a step the statistic was not computed at
+    values[3, 0, 0] = np.nan  # one head missing at a step others have
+    t = trajectories(values)
+    assert t.shape == (6, 3)
+    assert np.array_equal(t[1], values[[0, 2, 3], 0, 1])
+    assert np.isnan(t[0, 2])
+
+
+def test_kmeans_finds_separated_clusters_and_is_no_worse_than_scikit_learn():
+    from sklearn.cluster import KMeans
+
+    from analysis.trajectories import kmeans
+
+    rng = np.random.default_rng(3)
+    centres = np.array([[0.0, 0, 0, 0], [10, 10, 0, 0], [0, 0, 10, -10]])
+    truth = np.repeat([2, 0, 1], 16)
+    x = centres[truth] + rng.normal(0, 0.5, size=(48, 4))
+    labels = kmeans(x, 3, seed=0)
+    assert labels[0] == 0 and set(labels) == {0, 1, 2}
+    first = [labels[np.where(truth == t)[0][0]] for t in (2, 0, 1)]
+    assert first == [0, 1, 2]  # numbered in order of first appearance
+    assert all(len(set(labels[truth == t])) == 1 for t in range(3))  # each true cluster whole
+    # on overlapping data, its within-cluster sum of squares matches scikit-learn's best of 10 starts
+    y = rng.normal(size=(60, 5))
+    ours = kmeans(y, 4, seed=1, restarts=10)
+    cost = sum(((y[ours == c] - y[ours == c].mean(0)) ** 2).sum() for c in range(4))
+    ref = KMeans(4, n_init=10, random_state=0).fit(y).inertia_
+    assert cost <= ref * 1.02
+    assert np.array_equal(kmeans(y, 4, seed=1), ours)  # deterministic
+    assert kmeans(y[:2], 5).tolist() == [0, 1]

@@ -1,0 +1,104 @@
+"""Is the refined-LLC sampler in a sensible regime? The SGLD loss trace of a few estimates, paired by batch.
+
+For a store with ``llc.parquet``, reruns devinterp's sampler (`devinterp.slt.sampling.sample`) with the
+store's settings on a few (checkpoint, head) pairs, keeping its samples, and prints per SGLD step the
+loss rise L_b(w_t) - L_b(w*) on that step's own batch (w* the checkpoint; L_b(w*) computed here with
+the model on the ids devinterp recorded), averaged over chains: a sound sampler rises and levels off,
+a step size too large shows it climbing without bound or diverging. It also recomputes the estimate
+by hand, n beta (mean of devinterp's per-token losses - its init loss), and compares it with the
+store's row (the same seeds give the same draws).
+
+    python benchmarks/llc_regime.py --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \
+        --steps 16,1536 --heads 0.0,5.7,model
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis.store import open_store, read_table  # noqa: E402
+from analysis.store.format import LLC  # noqa: E402
+from precompute.forward import load_model  # noqa: E402
+from precompute.llc import head_masks  # noqa: E402
+from precompute.settings import SamplerSettings  # noqa: E402
+
+
+def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
+    """The store's sampler sequences, rebuilt as the stage built them (and checked against meta.json)."""
+    import json
+
+    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from precompute.llc import sampler_sequences
+
+    meta = open_store(store_path).meta
+    info = json.loads((source / "run.json").read_text())
+    data, name = held_out_bytes(info, source)
+    ev = meta.llc["evaluation"]
+    es = make_eval_set(np.frombuffer(data, np.uint8).astype(np.int64), n=ev["n_sequences"], t=ev["seq_len"],
+                       vocab_size=256, text=name, text_sha256="", tokenizer="bytes", seed=ev["seed"])
+    tokens = sampler_sequences(es, sampler)
+    assert sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) == ev["tokens_sha256"], "other sequences"
+    return tokens
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--store", type=Path, default=Path("data/shakespeare-pythia-6x8"))
+    p.add_argument("--source", type=Path, default=Path("runs/shakespeare-pythia-6x8"))
+    p.add_argument("--steps", default="16,1536")
+    p.add_argument("--heads", default="0.0,5.7,model", help="layer.head pairs, or model")
+    p.add_argument("--draws", type=int, default=None, help="a longer chain than the store's (no comparison then)")
+    args = p.parse_args()
+    from datasets import Dataset
+    from devinterp.slt.llc import compute_llc
+    from devinterp.slt.lm_loss import compute_per_token_loss
+    from devinterp.slt.sampling import sample
+
+    store = open_store(args.store)
+    sampler = SamplerSettings(**store.meta.llc["sampler"])
+    if args.draws:
+        sampler = SamplerSettings(**{**sampler.as_meta(), "draws": args.draws})
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**store.meta.llc["sampler"]))
+    table = read_table(args.store, LLC).to_pandas()
+    dataset = Dataset.from_dict({"input_ids": tokens}).with_format("torch")
+    for step in (int(s) for s in args.steps.split(",")):
+        model = load_model(args.source / f"step{step}", device="cpu", attn_implementation="sdpa")
+        for which in args.heads.split(","):
+            layer, head = (-1, -1) if which == "model" else (int(v) for v in which.split("."))
+            masks = None if layer < 0 else head_masks(model, layer, head)
+            with tempfile.TemporaryDirectory(prefix="llc-regime-") as tmp:
+                tree = sample(model, dataset, {}, lr=sampler.lr, n_beta=sampler.n_beta, param_masks=masks,
+                              num_chains=sampler.chains, num_draws=sampler.draws, batch_size=sampler.batch_size,
+                              num_burnin_steps=sampler.burnin, num_init_loss_batches=sampler.batches,
+                              init_seed=sampler.seed, localization=sampler.localization, device="cpu",
+                              output_path=Path(tmp) / "s.zarr")
+                ds = tree.dataset
+                losses = ds.sampling_loss_micro.values.astype(np.float64)  # (chains, steps, batch, T-1)
+                ids = torch.from_numpy(ds.sampling_input_ids_micro.values)  # (chains, steps, batch, T)
+                init = float(ds.init_loss.values.mean())
+                with torch.no_grad():
+                    at_star = np.stack([[compute_per_token_loss(model, ids[c, t]).double().mean().item()
+                                         for t in range(ids.shape[1])] for c in range(ids.shape[0])])  # (chains, steps)
+                rise = losses.mean(axis=(2, 3)) - at_star  # (chains, steps), paired by batch
+                by_hand = sampler.n_beta * (losses.mean() - init)
+                devinterp_llc = float(compute_llc(tree).llc_mean)
+            row = table[(table["step"] == step) & (table["layer"] == layer) & (table["head"] == head)]
+            stored = float(row["llc"].iloc[0]) if len(row) and not args.draws else float("nan")
+            name = "whole model" if layer < 0 else f"L{layer} H{head}"
+            print(f"step {step}, {name}: n beta (mean loss - init) by hand {by_hand:.4f}, devinterp {devinterp_llc:.4f}, "
+                  f"store {stored:.4f}; paired rise per SGLD step (mean over chains): "
+                  + " ".join(f"{v:+.4f}" for v in rise.mean(axis=0)), flush=True)
+        del model
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

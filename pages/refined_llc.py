@@ -1,0 +1,112 @@
+"""Refined LLC: every head's local learning coefficient over training, the whole model's beside it with the
+loss, and the heads clustered by the shape of their curves."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
+from dashboard import export, style, widgets
+from dashboard.data import loss_curve
+from dashboard.figures import llc as figs
+from dashboard.stats import LLC_STAT, STATS
+
+NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
+CLUSTERS = list(range(2, 9))
+
+
+def main() -> None:
+    st.title("Refined LLC")
+    # --- empty case ---
+    frame = widgets.run_frame()
+    if frame is None:
+        return
+    store = frame.store
+    info = store.meta.llc or {}
+    if not store.has_llc or not len(store.llc_steps):
+        st.info("This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
+                "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
+                "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
+                "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
+                "chooses others); the store's other tables stay as they are.")
+        return
+    axis = frame.axis()
+    steps = [int(s) for s in store.steps]
+    idx = np.array([steps.index(int(s)) for s in store.llc_steps])
+    values = store.llc_array()[idx]  # (E, n_layers, n_heads)
+    stds = store.llc_array("llc_std")[idx]
+    n_layers, n_heads = store.n_layers, store.n_heads
+
+    # --- widgets ---
+    c_colour, c_k, c_norm = st.columns([2, 1, 3])
+    colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
+    k = widgets.select("k", "Clusters", CLUSTERS, 4, where=c_k)
+    norm = widgets.select("norm", "Cluster on", list(NORMALISATIONS), "zscore", kind="radio", fmt=NORM_LABELS.get,
+                          where=c_norm, help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()))
+    sampler = info.get("sampler") or {}
+    evaluation = info.get("evaluation") or {}
+    st.caption(
+        f"devinterp {info.get('devinterp', '?')} SGLD at {len(idx)} of the run's {len(steps)} checkpoints: step size "
+        f"{sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
+        f"{sampler.get('chains')} chains × {sampler.get('draws')} draws (burn-in {sampler.get('burnin')}), batches of "
+        f"{sampler.get('batch_size')} of {evaluation.get('sequences')} sequences of {evaluation.get('seq_len')} tokens "
+        f"of {evaluation.get('text', '?')}. Estimates compare only under these settings.")
+
+    # --- data: clusters of the heads' curves (k-means on the normalised trajectories) ---
+    traj = normalise(trajectories(values), norm)  # (n_layers * n_heads, E)
+    labels = kmeans(traj, k, seed=0)
+    cluster_names = [f"cluster {c + 1}" for c in range(int(labels.max()) + 1)]
+    cluster_colours = [figs.CLUSTER_COLOURS[c % len(figs.CLUSTER_COLOURS)] for c in range(len(cluster_names))]
+
+    # --- panel: every head over training ---
+    st.subheader("Every head's refined LLC over training")
+    if colour_by == "layer":
+        groups, names, colours = np.repeat(np.arange(n_layers), n_heads), [f"L{i}" for i in range(n_layers)], \
+            style.layer_colours(n_layers)
+    else:
+        groups, names, colours = labels, cluster_names, cluster_colours
+    fig = figs.head_curves(axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours)
+    event = widgets.chart(fig, "llc_heads", title=f"{frame.run} · every head · refined LLC",
+                          filename=export.safe_name(frame.run, "all-heads", "llc"), select=True,
+                          csv=lambda: _heads_csv(frame.run, store.llc_steps, values, stds, labels))
+    st.caption("One marker per head at each checkpoint with an estimate (thin lines join a head's consecutive "
+               "estimates; nothing is drawn at the checkpoints in between), coloured by "
+               f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
+               "rows and output columns; it measures how much the loss rises when those weights wander near the "
+               "checkpoint's. Click a head to open it in the head explorer.")
+    widgets.open_head_on_click(event, store, stat=LLC_STAT)
+
+    # --- panel: the whole model, with the loss ---
+    st.subheader("The whole model's LLC and the loss")
+    curve = loss_curve(store)
+    model, model_std = store.llc_model()[idx], store.llc_model("llc_std")[idx]
+    widgets.chart(figs.model_llc(axis, idx, model, model_std, loss=curve[0] if curve else None,
+                                 loss_label=curve[1] if curve else ""),
+                  "llc_model", title=f"{frame.run} · whole-model LLC and loss",
+                  filename=export.safe_name(frame.run, "model", "llc"),
+                  csv=lambda: pd.DataFrame({"run": frame.run, "step": store.llc_steps, "llc": model, "llc_std": model_std,
+                                            "init_loss": store.llc_model("init_loss")[idx]}))
+    st.caption("The LLC with every parameter sampled, error bars the spread over chains; dotted, the loss "
+               f"({curve[1] if curve else 'none recorded'}) at every checkpoint.")
+
+    # --- panel: clusters of heads by the shape of their curves ---
+    st.subheader("Heads clustered by their refined-LLC curves")
+    widgets.chart(figs.cluster_grid(labels, n_layers=n_layers, n_heads=n_heads, names=cluster_names), "llc_clusters",
+                  title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({norm})",
+                  filename=export.safe_name(frame.run, "llc-clusters", k, norm),
+                  csv=lambda: pd.DataFrame({"run": frame.run, "layer": np.repeat(np.arange(n_layers), n_heads),
+                                            "head": np.tile(np.arange(n_heads), n_layers), "cluster": labels + 1}))
+    sizes = ", ".join(f"{name}: {int((labels == c).sum())} heads" for c, name in enumerate(cluster_names))
+    st.caption(f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(idx)} estimated "
+               f"checkpoints, normalised {NORMALISATIONS[norm]}, as the refined-LLC paper clusters heads; {sizes}. "
+               "Colour the curves above by cluster to compare their shapes.")
+
+
+def _heads_csv(run: str, steps: np.ndarray, values: np.ndarray, stds: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
+    """Every head's estimates as tidy rows, with their spread over chains and the head's cluster."""
+    rows = export.tidy(values, steps, run=run, statistic=LLC_STAT, matrix="llc")
+    e, n_layers, n_heads = values.shape
+    return rows.assign(llc_std=stds.reshape(e, -1).ravel(), cluster=np.tile(labels + 1, e))
+
+
+main()

@@ -1,0 +1,305 @@
+"""The refined-LLC stage: devinterp's SGLD estimate of each head's local learning coefficient.
+
+For a checkpoint w* and the per-token loss L_n on the sampler's sequences, devinterp estimates
+
+    llc = n beta (E[L_n(w)] - L_n(w*))
+
+the expectation over SGLD draws from the localized tempered posterior
+``exp(-n beta L_n(w) - gamma/2 ||w - w*||^2)`` (DESIGN.md section 9). The weight-refined LLC
+of a head moves only that head's parameters (devinterp's
+``weight_restrictions.create_param_masks(model, "l{layer}h{head}")``: for GPT-NeoX the head's
+interleaved Q, K, V rows of ``query_key_value`` with their biases, and its d_head input columns of
+``attention.dense``); every other parameter stays at w*. The whole-model LLC moves every parameter.
+
+Per chain, ``llc_c = n beta (mean_t L_t - L(w*))`` with ``L_t`` the loss of SGLD step t on its batch
+(devinterp's ``loss_trace``), the steps after the burn-in, and ``L(w*)`` devinterp's ``init_loss``
+over one pass of the sequences; the row keeps the mean and standard deviation over chains. With
+burn-in 0 this is devinterp's own ``llc_per_chain``. Every chain sees the same batches, in the same
+order, so a number of draws that is a multiple of ``sequences / batch_size`` weighs every batch
+equally in both terms.
+
+`SamplerSettings` holds every setting; they are recorded in ``meta.json`` ``llc`` and must be the
+same for every checkpoint of a store (`precompute.run` refuses another set). devinterp's samples
+(per-token losses, a zarr folder per estimate) go to a scratch folder that is removed after each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from analysis.errors import CheckpointError, UnknownArchitectureError
+from analysis.store.format import LLC, LLC_MODEL
+from precompute.evalset import EvalSet, sha256_bytes
+from precompute.forward import load_model
+from precompute.settings import SamplerSettings
+
+# Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
+HEAD_MASK_FAMILIES = ("gpt_neox",)
+
+# Checkpoints estimated when --llc-steps is not given: this many (fewer if the run has fewer), log-spaced in step.
+DEFAULT_LLC_CHECKPOINTS = 8
+
+
+@dataclass(frozen=True)
+class LlcJob:
+    """What the stage needs besides the checkpoint (the same for every checkpoint of a run).
+
+    Attributes:
+        tokens: ``(sequences, T)`` int64, the sampler's sequences.
+        sampler: the SGLD settings.
+        scratch: where devinterp's samples are written (one folder per estimate, removed after it).
+        device: ``cpu`` or ``cuda``.
+    """
+
+    tokens: np.ndarray
+    sampler: SamplerSettings
+    scratch: Path
+    device: str = "cpu"
+
+    @property
+    def tokens_sha256(self) -> str:
+        return sha256_bytes(np.ascontiguousarray(self.tokens, dtype="<i8").tobytes())
+
+
+def sampler_sequences(eval_set: EvalSet, sampler: SamplerSettings) -> np.ndarray:
+    """The ``sampler.sequences`` of the store's N evaluation sequences the sampler uses, evenly spaced.
+
+    Raises:
+        ValueError: more sequences asked for than the evaluation set has.
+    """
+    n = len(eval_set.tokens)
+    if sampler.sequences > n:
+        raise ValueError(f"--llc-sequences {sampler.sequences} exceeds the {n} evaluation sequences; "
+                         f"lower it or raise --eval-sequences")
+    pick = np.arange(sampler.sequences) * n // sampler.sequences
+    return np.ascontiguousarray(eval_set.tokens[pick])
+
+
+def check_family(config: dict[str, Any]) -> None:
+    """Refuse, before anything is written, a family whose head mask is not known here.
+
+    Raises:
+        UnknownArchitectureError: ``model_type`` is not in `HEAD_MASK_FAMILIES`.
+    """
+    model_type = config.get("model_type")
+    if model_type not in HEAD_MASK_FAMILIES:
+        raise UnknownArchitectureError(
+            f"--lenses llc: no per-head weight mask for model_type {model_type!r} (known: "
+            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/llc.py")
+
+
+def head_masks(model: torch.nn.Module, layer: int, head: int) -> dict[str, torch.Tensor | None]:
+    """devinterp's parameter masks for one head (``create_param_masks(model, "l{layer}h{head}")``).
+
+    Raises:
+        UnknownArchitectureError: the family is not in `HEAD_MASK_FAMILIES`.
+    """
+    from devinterp.slt.weight_restrictions import create_param_masks
+
+    check_family({"model_type": getattr(model.config, "model_type", None)})
+    return create_param_masks(model, f"l{layer}h{head}")
+
+
+def masked_parameters(model: torch.nn.Module, masks: dict[str, torch.Tensor | None] | None) -> int:
+    """How many parameters ``masks`` lets the sampler move (all of them for None)."""
+    params = dict(model.named_parameters())
+    if masks is None:
+        return sum(p.numel() for p in params.values())
+    return sum(params[n].numel() if m is None else int(m.sum()) for n, m in masks.items())
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One LLC estimate.
+
+    Attributes:
+        llc: mean over chains of the per-chain estimates.
+        llc_std: their standard deviation over chains (population, as devinterp's ``llc_std``).
+        init_loss: the loss at w* (nats/token).
+        per_chain: ``(chains,)`` the per-chain estimates.
+        trace: ``(chains, burnin + draws)`` devinterp's per-step mean loss.
+        devinterp_llc: devinterp's own ``llc_mean`` (every step averaged, burn-in included).
+    """
+
+    llc: float
+    llc_std: float
+    init_loss: float
+    per_chain: np.ndarray
+    trace: np.ndarray
+    devinterp_llc: float
+
+
+@contextlib.contextmanager
+def _quiet_chains() -> Iterator[None]:
+    """devinterp draws a progress bar per chain and runs a full garbage collection before and after
+    each (0.3 s each in a process that has imported transformers and datasets, 12% of a small
+    estimate); the stage draws its own bar and holds one model, so both are switched off here."""
+    from devinterp.slt import sampler
+    from tqdm.auto import trange
+
+    original = sampler.trange, sampler._gc_and_empty_cache
+    sampler.trange = functools.partial(trange, disable=True)
+    sampler._gc_and_empty_cache = lambda: None
+    try:
+        yield
+    finally:
+        sampler.trange, sampler._gc_and_empty_cache = original
+
+
+def estimate_llc(
+    model: torch.nn.Module, tokens: np.ndarray, masks: dict[str, torch.Tensor | None] | None,
+    sampler: SamplerSettings, *, scratch: Path, device: str = "cpu",
+) -> Estimate:
+    """devinterp's LLC estimate at the model's weights, moving only the parameters ``masks`` selects.
+
+    Args:
+        model: the checkpoint (left as it is: devinterp samples a copy per chain).
+        tokens: ``(sequences, T)`` int64 token ids.
+        masks: devinterp ``ParamMasks`` (None: every parameter).
+        sampler: the SGLD settings.
+        scratch: a folder for devinterp's samples (a sub-folder is made and removed).
+        device: where to sample.
+
+    Raises:
+        CheckpointError: a chain diverged (non-finite loss) or the estimate is not finite.
+    """
+    from datasets import Dataset
+    from devinterp.slt.llc import llc
+
+    dataset = Dataset.from_dict({"input_ids": np.asarray(tokens, dtype=np.int64)}).with_format("torch")
+    scratch.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="llc-", dir=scratch))
+    try:
+        with warnings.catch_warnings(record=True) as caught, _quiet_chains():
+            warnings.simplefilter("always")
+            result = llc(
+                model, dataset, {}, lr=sampler.lr, n_beta=sampler.n_beta, param_masks=masks,
+                num_chains=sampler.chains, num_draws=sampler.draws, batch_size=sampler.batch_size,
+                num_burnin_steps=sampler.burnin, num_init_loss_batches=sampler.batches, init_seed=sampler.seed,
+                localization=sampler.localization, device=device, output_path=folder / "samples.zarr",
+            ).load()
+        failed = [str(w.message) for w in caught if "Chain failed" in str(w.message)]
+        trace = np.asarray(result.loss_trace.values, dtype=np.float64)  # (chains, burnin + draws)
+        init_loss = float(result.init_loss)
+        devinterp_llc = float(result.llc_mean)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if failed:
+        raise CheckpointError(f"SGLD diverged ({failed[0]}); lower --llc-lr or raise --llc-localization")
+    per_chain = sampler.n_beta * (trace[:, sampler.burnin:].mean(axis=1) - init_loss)  # (chains,)
+    if not np.all(np.isfinite(per_chain)):
+        raise CheckpointError("the LLC estimate is not finite; lower --llc-lr or raise --llc-localization")
+    return Estimate(float(per_chain.mean()), float(per_chain.std()), init_loss, per_chain, trace, devinterp_llc)
+
+
+def checkpoint_llc(
+    folder: Path, step: int, job: LlcJob, *, n_layers: int, n_heads: int,
+    on_estimate: Callable[[], None] | None = None,
+) -> tuple[pa.Table, float]:
+    """Every head's refined LLC and the whole model's at the checkpoint in ``folder``.
+
+    Args:
+        folder: a ``save_pretrained`` folder.
+        step: its training step.
+        job: the stage's sequences and settings.
+        n_layers, n_heads: the run's model.
+        on_estimate: called after each estimate (the progress bar).
+
+    Returns:
+        Its ``llc.parquet`` rows (sorted; the whole-model row has layer = head = -1) and the
+        seconds they took.
+
+    Raises:
+        CheckpointError: it cannot be loaded, or an estimate diverged.
+        UnknownArchitectureError: no head mask for its family.
+    """
+    started = time.monotonic()
+    model = load_model(folder, device=job.device, attn_implementation="sdpa")
+    rows: list[tuple[int, int, Estimate, int]] = []
+    try:
+        targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+        for layer, head in targets:
+            masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
+            est = estimate_llc(model, job.tokens, masks, job.sampler, scratch=job.scratch, device=job.device)
+            rows.append((layer, head, est, masked_parameters(model, masks)))
+            if on_estimate is not None:
+                on_estimate()
+    finally:
+        del model
+    return llc_rows(step, rows), time.monotonic() - started
+
+
+def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]]) -> pa.Table:
+    """``llc.parquet`` rows of one checkpoint from its (layer, head, estimate, parameters) tuples."""
+    table = pa.table({
+        "step": pa.array([step] * len(rows), pa.int64()),
+        "layer": pa.array([r[0] for r in rows], pa.int32()),
+        "head": pa.array([r[1] for r in rows], pa.int32()),
+        "llc": pa.array([r[2].llc for r in rows], pa.float64()),
+        "llc_std": pa.array([r[2].llc_std for r in rows], pa.float64()),
+        "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
+        "params": pa.array([r[3] for r in rows], pa.int64()),
+    }, schema=LLC.schema)
+    return LLC.sorted(table)
+
+
+def default_llc_steps(steps: list[int], count: int = DEFAULT_LLC_CHECKPOINTS) -> list[int]:
+    """About ``count`` of ``steps``, evenly spaced in log(step), the first and the last always included.
+
+    Step 0 (when present) is taken as is; the other ``count - 1`` take, for each point of an even
+    grid in log(step) between the smallest positive step and the last, the nearest step not yet
+    taken, so a schedule dense at the start (Pythia's 1, 2, 4, ..., 512, 1000, 2000, ...) still
+    gives ``count`` distinct steps.
+    """
+    steps = sorted(set(int(s) for s in steps))
+    if len(steps) <= count:
+        return steps
+    chosen = [0] if steps[0] == 0 else []
+    positive = [s for s in steps if s > 0]
+    x = np.log(np.asarray(positive, dtype=np.float64))
+    for target in np.linspace(x[0], x[-1], count - len(chosen)):
+        order = np.argsort(np.abs(x - target), kind="stable")
+        chosen.append(next(positive[i] for i in order if positive[i] not in chosen))
+    return sorted(chosen)
+
+
+def parse_llc_steps(value: str | None, available: list[int]) -> list[int]:
+    """``--llc-steps`` (``all``, or comma-separated steps; None: `default_llc_steps`) against the store's steps.
+
+    Raises:
+        ValueError: a step that is not a number, or not a checkpoint with statistics.
+    """
+    if value is None:
+        return default_llc_steps(available)
+    if value.strip() == "all":
+        return sorted(available)
+    try:
+        steps = sorted({int(s) for s in value.split(",") if s.strip()})
+    except ValueError:
+        raise ValueError(f"--llc-steps {value!r}: give 'all' or comma-separated step numbers") from None
+    missing = [s for s in steps if s not in set(available)]
+    if missing or not steps:
+        raise ValueError(f"--llc-steps {value!r}: steps {missing or 'none'} are not checkpoints with statistics "
+                         f"in this run ({', '.join(map(str, sorted(available)[:12]))}{', ...' if len(available) > 12 else ''})")
+    return steps
+
+
+def devinterp_version() -> str:
+    try:
+        return metadata.version("devinterp")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"

@@ -1,0 +1,111 @@
+"""The refined-LLC page and the refined LLC in the other views, through AppTest.
+
+The store is the session's synthetic store copied and given a stand-in ``llc.parquet`` at three of its
+checkpoints (`benchmarks.synthetic_store.add_synthetic_llc`): the heads of even layers rise over training,
+those of odd layers fall (two shapes the clustering must separate), the whole-model row is known. The figures' numbers are checked against
+that table, read with pyarrow, not through the page's code.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.synthetic_store import add_synthetic_llc
+from tests.app.conftest import arr, chart, open_page, serve_only
+
+PAGE = "pages/refined_llc.py"
+
+
+@pytest.fixture(scope="module")
+def llc_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("llc") / "tiny-run"
+    shutil.copytree(store_path, path)
+    return add_synthetic_llc(path)
+
+
+@pytest.fixture()
+def llc_env(llc_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return serve_only(llc_store, tmp_path, monkeypatch)
+
+
+def llc_table(store: Path):
+    return pq.read_table(store / "llc.parquet").to_pandas()
+
+
+def test_the_page_shows_every_head_the_whole_model_and_the_clusters(llc_env: Path) -> None:
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    df = llc_table(llc_env)
+    heads = df[df["layer"] >= 0]
+    n_layers, n_heads = heads["layer"].max() + 1, heads["head"].max() + 1
+    curves = chart(at, "llc_heads")["data"]
+    assert len(curves) == n_layers * n_heads
+    for trace in curves:
+        layer, head = int(arr(trace["customdata"])[0][1]), int(arr(trace["customdata"])[0][2])
+        own = heads[(heads["layer"] == layer) & (heads["head"] == head)].sort_values("step")
+        np.testing.assert_allclose(arr(trace["y"]), own["llc"].to_numpy())
+        assert [int(c[0]) for c in arr(trace["customdata"])] == own["step"].tolist()  # only the estimated steps
+        assert trace["name"] == f"L{layer}"  # coloured by layer by default
+    model = chart(at, "llc_model")["data"]
+    whole = df[df["layer"] == -1].sort_values("step")
+    np.testing.assert_allclose(arr(model[0]["y"]), whole["llc"].to_numpy())
+    np.testing.assert_allclose(arr(model[0]["error_y"]["array"]), whole["llc_std"].to_numpy())
+    grid = np.asarray(arr(chart(at, "llc_clusters")["data"][0]["z"])).reshape(n_layers, n_heads)
+    # k = 4 on two shapes: whatever the split, no cluster mixes a rising (even) and a falling (odd) layer
+    for c in np.unique(grid):
+        assert len({layer % 2 for layer in np.where(grid == c)[0]}) == 1
+
+
+def test_two_clusters_are_the_two_shapes_and_the_view_is_in_the_url(llc_env: Path) -> None:
+    at = open_page(PAGE, {"k": "2", "colour": "cluster", "norm": "zscore"})
+    assert not at.exception
+    assert at.query_params["k"] == "2" and at.query_params["colour"] == "cluster"
+    grid = np.asarray(arr(chart(at, "llc_clusters")["data"][0]["z"]))
+    n_heads = llc_table(llc_env)["head"].max() + 1
+    grid = grid.reshape(-1, n_heads)
+    assert np.all(grid[0::2] == 0) and np.all(grid[1::2] == 1)  # cluster 1: layer 0's shape, first seen
+    names = {t["name"] for t in chart(at, "llc_heads")["data"]}
+    assert names == {"cluster 1", "cluster 2"}
+    bad = open_page(PAGE, {"k": "99", "colour": "nope"})
+    assert not bad.exception and bad.session_state["k"] == 4 and bad.session_state["colour"] == "layer"
+
+
+def test_every_chart_has_its_data_as_csv(llc_env: Path) -> None:
+    at = open_page(PAGE)
+    charts = [c for c in at.get("plotly_chart") if c.proto.id.rsplit("-", 1)[-1].startswith("llc_")]
+    buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
+    assert len(charts) == 3 and len(buttons) >= 3
+
+
+def test_the_refined_llc_is_offered_by_the_statistic_pickers_and_drawn_as_markers(llc_env: Path) -> None:
+    df = llc_table(llc_env)
+    at = open_page("pages/layer_view.py", {"stat": "llc", "layer": "1"})
+    assert not at.exception and at.session_state["stat"] == "llc"
+    first = chart(at, "layer_lines")["data"][0]  # head 0 of layer 1, over every checkpoint
+    y = arr(first["y"])
+    own = df[(df["layer"] == 1) & (df["head"] == 0)].sort_values("step")["llc"].to_numpy()
+    np.testing.assert_allclose(y[np.isfinite(y)], own)
+    assert np.isfinite(y).sum() == 3 and first["mode"] == "markers"  # no line through the checkpoints between
+    arch = open_page("pages/architecture_heatmaps.py", {"stat": "llc"})
+    assert not arch.exception
+    head = open_page("pages/head_explorer.py", {"stat": "llc", "layer": "0", "head": "1"})
+    assert not head.exception and head.selectbox(key="stat").value == "llc"
+    table = open_page("pages/heads_table.py", {"stat": "llc", "step": str(int(df["step"].max()))})
+    assert not table.exception and table.session_state["stat"] == "llc"
+    traj = open_page("pages/trajectory_map.py")
+    assert "refined LLC (SGLD; a subset of checkpoints)" in traj.selectbox(key="stat").options
+
+
+def test_a_store_without_the_table_says_what_rerun_adds_it(app_env: Path) -> None:
+    at = open_page(PAGE)
+    assert not at.exception
+    assert any("--lenses llc" in i.value for i in at.info)
+    assert not at.get("plotly_chart") or all("llc_" not in e.proto.id for e in at.get("plotly_chart"))
+    layers = open_page("pages/layer_view.py", {"stat": "llc"})
+    assert not layers.exception and layers.selectbox(key="stat").value == "std"
+    assert "refined LLC (SGLD; a subset of checkpoints)" not in layers.selectbox(key="stat").options
