@@ -14,10 +14,16 @@ For each matrix in a batch, over its N entries w:
   with the matrix's own mu and sigma, this is D_KL(P(w) || N(mu, sigma)).
 
 A constant matrix (sigma = 0) gets z = 0 for every entry, skew and kurtosis NaN.
+
+Two implementations of the same definitions: on CPU, compiled kernels that read each row
+once or twice (`analysis.fused`, numba; rows spread over cores by `analysis.threads`);
+elsewhere (CUDA), or without numba, batched torch passes. The tests run both against the
+same NumPy / SciPy references.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -40,6 +46,7 @@ def elementwise_statistics(
     edges: np.ndarray = HIST_Z_EDGES,
     scratch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+    fused: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """Moments, standardized histogram and D_KL from a Gaussian for each row of ``w``.
 
@@ -60,6 +67,8 @@ def elementwise_statistics(
             ``w`` and are more accurate than a float32 pass; sigma^2 = E[w^2] - mean^2. Rows
             where that difference is not well conditioned (sigma^2 < 1e-8 E[w^2]: a nearly
             constant matrix) are computed from ``w`` instead.
+        fused: use the compiled CPU kernels of `analysis.fused` (None: on CPU when numba is
+            installed); False: the torch passes. ``scratch`` serves only the torch passes.
 
     Returns:
         A dict of ``(batch,)`` tensors keyed by `ELEMENTWISE_STATS`, plus
@@ -75,6 +84,10 @@ def elementwise_statistics(
     if not np.allclose(widths, widths[0], rtol=1e-9, atol=0):
         raise ValueError("histogram edges must be uniformly spaced")
     batch, n = w.shape
+    if fused is None:
+        fused = w.device.type == "cpu" and importlib.util.find_spec("numba") is not None
+    if fused:
+        return _fused_statistics(w, edges, moments)
     if scratch is None:
         scratch = (torch.empty_like(w), torch.empty_like(w), torch.empty(w.shape, dtype=torch.int32, device=w.device))
     z, tmp, idx = (buf.view(-1)[: batch * n].view(batch, n) for buf in scratch)
@@ -118,6 +131,21 @@ def elementwise_statistics(
     }
 
 
+def _given_moments(w: torch.Tensor, moments: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Each row's mean and standard deviation in ``w``'s dtype from ``moments`` (mean, E[w^2]),
+    or None where there are none or any row's variance is not well conditioned."""
+    if moments is None:
+        return None
+    batch = w.shape[0]
+    mean64, sq64 = (torch.as_tensor(t, dtype=torch.float64, device=w.device).reshape(-1) for t in moments)
+    if mean64.shape != (batch,) or sq64.shape != (batch,):
+        raise ValueError(f"moments need one mean and one E[w^2] per row ({batch}), got {tuple(mean64.shape)}")
+    var64 = sq64 - mean64**2
+    if bool((var64 >= 1e-8 * sq64).all()) and bool((sq64 > 0).all()):
+        return mean64.to(w.dtype), var64.sqrt().to(w.dtype)
+    return None
+
+
 def _mean_std(
     w: torch.Tensor,
     w_min: torch.Tensor,
@@ -127,17 +155,67 @@ def _mean_std(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's mean and population standard deviation, in ``w``'s dtype: from ``moments``
     where they are well conditioned, else from ``w`` (two passes, ``work`` overwritten)."""
-    batch, n = w.shape
-    if moments is not None:
-        mean64, sq64 = (torch.as_tensor(t, dtype=torch.float64, device=w.device).reshape(-1) for t in moments)
-        if mean64.shape != (batch,) or sq64.shape != (batch,):
-            raise ValueError(f"moments need one mean and one E[w^2] per row ({batch}), got {tuple(mean64.shape)}")
-        var64 = sq64 - mean64**2
-        if bool((var64 >= 1e-8 * sq64).all()) and bool((sq64 > 0).all()):
-            return mean64.to(w.dtype), var64.sqrt().to(w.dtype)
+    given = _given_moments(w, moments)
+    if given is not None:
+        return given
+    n = w.shape[1]
     # A float mean of n equal values can miss them by an ulp (0.1 -> 0.10000001),
     # which would turn a constant matrix into one with tiny sigma and skew +-1:
     # take a constant row's mean as its value, so w - mu is exactly 0 there.
     mean = torch.where(w_min == w_max, w_min, w.mean(dim=1))
     torch.sub(w, mean[:, None], out=work)  # w - mu
     return mean, torch.linalg.vector_norm(work, 2, dim=1) / math.sqrt(n)
+
+
+def _fused_statistics(
+    w: torch.Tensor, edges: np.ndarray, moments: tuple[torch.Tensor, torch.Tensor] | None
+) -> dict[str, torch.Tensor]:
+    """`elementwise_statistics` through the compiled kernels of `analysis.fused`, one row per
+    task (`analysis.threads.map_per_core`). The same definitions, operations and dtypes as
+    the torch path; the power sums (and, without ``moments``, the mean and variance) are
+    accumulated in float64, so they are at least as accurate."""
+    from analysis import fused  # numba: imported when first used
+    from analysis.threads import map_per_core
+
+    batch, n = w.shape
+    rows = w.detach().cpu().contiguous().numpy()  # (batch, N): a view, w is not copied
+    given = _given_moments(w, moments)
+    dt = rows.dtype.type
+    lo, width = float(edges[0]), float(edges[1] - edges[0])
+    offset, inv_width, top = dt(1.0 - lo / width), dt(1.0 / width), dt(len(edges) + 0.5)
+    n_bins = len(edges) + 1
+
+    def one(b: int) -> tuple[float, ...]:
+        row = rows[b]
+        w_min, w_max = (float(v) for v in torch.aminmax(torch.from_numpy(row)))
+        if given is not None:
+            mean, std = dt(given[0][b].item()), dt(given[1][b].item())
+        elif w_min == w_max:  # constant: the mean is the value itself, exactly (see `_mean_std`)
+            mean, std = dt(w_min), dt(0.0)
+        else:
+            mean = dt(fused.row_sums(row, 0.0)[0] / n)
+            std = dt(math.sqrt(fused.row_sums(row, float(mean))[1] / n))
+        safe = std if std != 0 else dt(1.0)
+        # z = (w - mu) / sigma as the torch path forms it: w * (1/sigma) - mu/sigma when |mu| <= sigma,
+        # else (w - mu) * (1/sigma), which is exact for w near mu
+        subtract, shift = (dt(0.0), -mean / safe) if abs(mean) <= safe else (mean, dt(0.0))
+        counts = np.zeros((4, n_bins), np.int64)
+        s3, s4 = fused.z_pass(row, subtract, dt(1.0) / safe, dt(shift), offset, inv_width, top, counts)
+        return (float(mean), float(std), w_min, w_max, s3 / n, s4 / n, *counts.sum(0))
+
+    out = torch.tensor(map_per_core(one, range(batch)), dtype=torch.float64)  # (batch, 6 + n_bins)
+    mean, std, w_min, w_max, m3, m4 = out[:, :6].T
+    hist = out[:, 6:] / n
+    constant = std == 0
+    q = torch.as_tensor(gaussian_bin_mass(edges), dtype=torch.float64)
+    cast = {"dtype": w.dtype, "device": w.device}
+    return {
+        "mean": mean.to(**cast),
+        "std": std.to(**cast),
+        "skew": torch.where(constant, torch.nan, m3).to(**cast),
+        "kurtosis": torch.where(constant, torch.nan, m4 - 3.0).to(**cast),
+        "min": w_min.to(**cast),
+        "max": w_max.to(**cast),
+        "kl_gauss": kl_from_hist(hist, q).to(w.device),
+        "hist_z": hist.to(w.device),
+    }

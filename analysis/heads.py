@@ -5,11 +5,14 @@ Input is the one per-head layout used everywhere after extraction:
 goes through one batched QR-core call (`analysis.spectrum`); the element-wise
 statistics need the dense d_model x d_model product, which is built one layer
 at a time (all heads of the layer in one batched matmul) so memory stays at
-one layer's worth: n_heads * d_model^2 floats.
+one layer's worth, n_heads * d_model^2 floats, per layer in flight: on CPU one
+layer per core (`analysis.threads`), on CUDA one.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import queue
 from typing import Literal
 
 import numpy as np
@@ -20,6 +23,7 @@ from analysis.elementwise import elementwise_statistics
 from analysis.nullmodel import null_columns
 from analysis.store.format import HIST_Z_EDGES
 from analysis.spectrum import singular_values, spectral_statistics, top_singular_vectors
+from analysis.threads import map_per_core
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -41,7 +45,9 @@ def resolve_device(device: Device) -> torch.device:
 
 # Element budget of one dense work buffer: 2**26 floats (256 MiB in float32)
 # holds all 16 heads of a Pythia-1.4B layer (16 x 2048^2); larger layers are
-# processed a few heads at a time. Four such buffers are live at once.
+# processed a few heads at a time. On CPU one such buffer is live per core (the
+# compiled element-wise kernels need no scratch); on CUDA four are (the product and
+# the torch passes' three scratch buffers).
 DEFAULT_CHUNK_ELEMENTS = 2**26
 
 
@@ -97,14 +103,20 @@ def checkpoint_statistics(
     n_layers, n_heads, d_head, d_model = w_q.shape
     n = d_model * d_model
     chunk = max(1, min(n_heads, chunk_elements // n))
-    dense = torch.empty(chunk, d_model, d_model, dtype=dtype, device=dev)
-    scratch = (
-        torch.empty(chunk, n, dtype=dtype, device=dev),
-        torch.empty(chunk, n, dtype=dtype, device=dev),
-        torch.empty(chunk, n, dtype=torch.int32, device=dev),
-    )
-    layers: list[dict[str, torch.Tensor]] = []
-    for layer in range(n_layers):
+    fused = dev.type == "cpu" and importlib.util.find_spec("numba") is not None  # `analysis.elementwise`
+    free: queue.SimpleQueue[tuple[torch.Tensor, ...]] = queue.SimpleQueue()  # work buffers of finished layers
+
+    def buffers() -> tuple[torch.Tensor, ...]:
+        """A dense product buffer (and the torch path's scratch), reused across the layers of a thread."""
+        try:
+            return free.get_nowait()
+        except queue.Empty:
+            shapes = [((chunk, d_model, d_model), dtype)]
+            if not fused:
+                shapes += [((chunk, n), dtype), ((chunk, n), dtype), ((chunk, n), torch.int32)]
+            return tuple(torch.empty(shape, dtype=dt, device=dev) for shape, dt in shapes)
+
+    def layer_statistics(layer: int) -> dict[str, torch.Tensor]:
         q_given = w_q[layer].to(dev)  # (n_heads, d_head, d_model), in the caller's precision
         k_given = w_k[layer].to(dev)  # (n_heads, d_head, d_model)
         # From the weights as given, not from their `dtype` copy: rounding float64
@@ -117,22 +129,29 @@ def checkpoint_statistics(
         # in float64 from the factors: the element-wise pass needs neither from the dense W.
         mean = (q64.sum(-1) * k64.sum(-1)).sum(-1) / n
         q, k = q_given.to(dtype), k_given.to(dtype)
+        dense, *scratch = buffers()
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
             h1 = min(h0 + chunk, n_heads)
             out = dense[: h1 - h0]
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
             moments = (mean[h0:h1], frob_sq[h0:h1] / n)
-            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=scratch, moments=moments))
+            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=tuple(scratch) or None,
+                                                moments=moments, fused=fused))
+        free.put((dense, *scratch))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         stats.update(spectral_statistics(sv, d_model=d_model))
         # from d_head x d_head cores in float64; ||W||_F^2 from the singular values
         stats.update(circuit_statistics(q64, k64, frob_sq=frob_sq))
-        del q64, k64
         stats["sv"] = sv
-        layers.append({name: t.detach().to("cpu", torch.float64) for name, t in stats.items()})
+        out_layer = {name: t.detach().to("cpu", torch.float64) for name, t in stats.items()}
         if vectors:
-            layers[-1].update(u=u.detach().to("cpu", torch.float32), v=v.detach().to("cpu", torch.float32))
+            out_layer.update(u=u.detach().to("cpu", torch.float32), v=v.detach().to("cpu", torch.float32))
+        return out_layer
+
+    # On CPU one layer per core (`analysis.threads`): each layer's small LAPACK calls and
+    # single-threaded passes then keep every core busy. On CUDA, one layer after another.
+    layers = map_per_core(layer_statistics, range(n_layers)) if dev.type == "cpu" else list(map(layer_statistics, range(n_layers)))
     out = {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
     out.update(null_columns(out["sv"], out, d_model=d_model))
     return out
@@ -157,12 +176,14 @@ def checkpoint_vectors(
     w_q = torch.as_tensor(w_q)
     w_k = torch.as_tensor(w_k)
     dev = resolve_device(device)
-    us, vs, ss = [], [], []
-    for layer in range(w_q.shape[0]):
+
+    def layer_vectors(layer: int) -> tuple[torch.Tensor, ...]:
         s, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
-        us.append(u.detach().to("cpu", torch.float32))
-        vs.append(v.detach().to("cpu", torch.float32))
-        ss.append(s.detach().to("cpu", torch.float64))
+        return u.detach().to("cpu", torch.float32), v.detach().to("cpu", torch.float32), s.detach().to("cpu", torch.float64)
+
+    # split as `checkpoint_statistics` splits it, so that every product has the same thread count
+    layers = range(w_q.shape[0])
+    us, vs, ss = zip(*(map_per_core(layer_vectors, layers) if dev.type == "cpu" else map(layer_vectors, layers)), strict=True)
     out = (torch.stack(us).numpy(), torch.stack(vs).numpy())
     return (*out, torch.stack(ss).numpy()) if values else out
 

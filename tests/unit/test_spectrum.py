@@ -174,3 +174,58 @@ def test_all_zero_head_gives_no_nan(dtype: torch.dtype) -> None:
     assert stats["spectral_norm"][0].item() == 0.0
     assert stats["condition_number"][0].item() == math.inf
     assert stats["stable_rank"][1].item() > 1.0  # the other head in the batch is untouched
+
+
+def _factor_with_singular_values(seed: int, scales: torch.Tensor) -> torch.Tensor:
+    """(d_head, D_MODEL) rows whose singular values are exactly ``scales``."""
+    g = torch.Generator().manual_seed(seed)
+    left, _ = torch.linalg.qr(torch.randn(len(scales), len(scales), generator=g, dtype=torch.float64))
+    return left @ (scales[:, None] * _orthonormal_rows(seed + 1, len(scales)))
+
+
+def test_r_factor_is_the_r_of_a_thin_qr_on_either_path(monkeypatch) -> None:
+    """Cholesky-QR where the factor is well conditioned, Householder QR for the others
+    (ill-conditioned, rank-deficient, zero): R upper triangular with R^T R = w w^T, and
+    |diag R| equal to NumPy's Householder R (R is unique up to row signs)."""
+    from analysis import spectrum
+
+    d_head = 8
+    w = torch.stack([
+        _factor_with_singular_values(1, torch.linspace(1.0, 0.5, d_head, dtype=torch.float64)),  # cond 2
+        _factor_with_singular_values(3, torch.logspace(0, -3, d_head, dtype=torch.float64)),  # cond 1e3
+        _factor_with_singular_values(5, torch.logspace(0, -6, d_head, dtype=torch.float64)),  # cond 1e6
+        torch.cat([_random_heads(7, (), d_head)[0][:5], torch.zeros(3, D_MODEL, dtype=torch.float64)]),  # rank 5
+        torch.zeros(d_head, D_MODEL, dtype=torch.float64),
+    ])  # (5, d_head, D_MODEL)
+    householder: list[int] = []
+    qr = torch.linalg.qr
+    monkeypatch.setattr(torch.linalg, "qr", lambda a, mode: householder.append(a.shape[0]) or qr(a, mode=mode))
+    r = spectrum.r_factor(w)
+
+    assert householder == [3]  # only the last three went through Householder QR
+    assert torch.equal(r, torch.triu(r))
+    gram = w @ w.transpose(-1, -2)
+    scale = gram.abs().amax((-1, -2), keepdim=True).clamp_min(1e-300)
+    np.testing.assert_array_less(((r.transpose(-1, -2) @ r - gram).abs() / scale).numpy(), 1e-14)
+    ref = np.abs(np.diagonal(np.linalg.qr(np.swapaxes(w.numpy(), -1, -2), mode="r"), axis1=-2, axis2=-1))
+    diag = np.abs(np.diagonal(r.numpy(), axis1=-2, axis2=-1))
+    np.testing.assert_allclose(diag[:2], ref[:2], rtol=1e-9)  # the two Cholesky-QR factors
+    np.testing.assert_allclose(diag[2:], ref[2:], rtol=0, atol=1e-14)  # Householder: to eps * ||w||
+
+
+@pytest.mark.parametrize("cond", [1.0, 1e2, 1e3, 1e6])
+def test_cholesky_qr_spectrum_within_its_stated_error(cond: float) -> None:
+    """Factors inside `CHOLESKY_MAX_COND` take Cholesky-QR, the others Householder QR: every
+    singular value of W, the smallest included, within 1e-8 relative of a dense float64 SVD
+    (eps * cond^2 bounds Cholesky-QR's error; at cond 1e6 it would be about 1e-4)."""
+    from analysis.spectrum import CHOLESKY_MAX_COND, r_factor
+
+    d_head = 16
+    w_q = _factor_with_singular_values(11, torch.logspace(0, -math.log10(cond), d_head, dtype=torch.float64))
+    w_k = _factor_with_singular_values(13, torch.linspace(2.0, 1.0, d_head, dtype=torch.float64))
+    low = r_factor(w_q).transpose(-1, -2)
+    bound = float(torch.linalg.matrix_norm(low) * torch.linalg.matrix_norm(torch.linalg.inv(low)))
+    assert (bound <= CHOLESKY_MAX_COND) == (cond <= 1e3)
+    sv = singular_values(w_q, w_k).numpy()
+    ref = np.linalg.svd(_dense(w_q, w_k), compute_uv=False)[:d_head]
+    np.testing.assert_array_less(np.abs(sv - ref) / ref, 1e-8)

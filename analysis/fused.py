@@ -1,0 +1,72 @@
+"""Fused CPU kernels of the element-wise statistics: one read of a row for its moments and histogram.
+
+`analysis.elementwise` defines the statistics; on CPU it runs them through these kernels
+when numba is installed (it is pinned in both requirements files). The torch path there
+reads a 2048 x 2048 product about ten times (z, z^2, z^3, the bin coordinate, its clamp,
+its integer copy, the bincount); these compiled loops read it once for z's power sums
+and bin indices, once to count the bins, and twice more only where the mean and standard
+deviation are not given. Power sums accumulate in float64; z and the bin coordinate are
+formed in the row's own dtype with the same operations as the torch path (no fused
+multiply-add), so both paths bin alike.
+
+Each kernel takes one 1-D row, releases the GIL and runs on the calling thread:
+`analysis.heads` spreads layers over threads, `analysis.elementwise` spreads rows.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Reassociation lets the power sums vectorize (several partial sums, added at the end).
+# No "contract": a fused multiply-add would round z and the bin coordinate differently
+# from the torch path. No "nnan": the kernels see only finite rows, but keep IEEE compares.
+_FAST = {"reassoc", "nsz"}
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def row_sums(w: np.ndarray, center: float) -> tuple[float, float]:
+    """``(sum(w), sum((w - center)^2))`` of a 1-D row, accumulated in float64."""
+    s1 = 0.0
+    s2 = 0.0
+    for i in range(w.size):
+        x = np.float64(w[i])
+        s1 += x
+        d = x - center
+        s2 += d * d
+    return s1, s2
+
+
+# Entries per block of bin indices: 16 KiB of int32, which stays in L1 between the two loops.
+BLOCK = 4096
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def z_pass(w: np.ndarray, subtract, scale, shift, offset, inv_width, top, counts: np.ndarray) -> tuple[float, float]:
+    """With z = (w - subtract) * scale + shift in ``w``'s dtype: ``(sum z^3, sum z^4)`` in
+    float64, and every entry counted in its bin int(clamp(offset + z * inv_width, 0, top)).
+
+    The scalars must have ``w``'s dtype. ``counts`` is ``(4, n_bins)`` int64 and is added to:
+    four interleaved tallies (summed by the caller), so that runs of entries in one bin do
+    not wait on one counter. Per block of `BLOCK` entries, a vectorized loop forms z, its
+    powers and the bin indices, and a second loop counts them.
+    """
+    s3 = 0.0
+    s4 = 0.0
+    zero = offset - offset
+    idx = np.empty(BLOCK, np.int32)
+    for start in range(0, w.size, BLOCK):
+        m = min(BLOCK, w.size - start)
+        block = w[start : start + m]
+        for i in range(m):
+            z = (block[i] - subtract) * scale + shift
+            z64 = np.float64(z)
+            z2 = z64 * z64
+            s3 += z2 * z64
+            s4 += z2 * z2
+            t = offset + z * inv_width
+            t = min(max(t, zero), top)
+            idx[i] = np.int32(t)
+        for j in range(m):
+            counts[j & 3, idx[j]] += 1
+    return s3, s4
