@@ -40,6 +40,13 @@ def kl_from_hist(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
 
 
+def fused_available(device: torch.device) -> bool:
+    """Whether `elementwise_statistics` runs the compiled kernels for tensors on ``device`` by
+    default: on CPU, when numba is installed. Callers allocate the torch path's scratch only
+    where it does not."""
+    return device.type == "cpu" and importlib.util.find_spec("numba") is not None
+
+
 def elementwise_statistics(
     w: torch.Tensor,
     *,
@@ -85,7 +92,7 @@ def elementwise_statistics(
         raise ValueError("histogram edges must be uniformly spaced")
     batch, n = w.shape
     if fused is None:
-        fused = w.device.type == "cpu" and importlib.util.find_spec("numba") is not None
+        fused = fused_available(w.device)
     if fused:
         return _fused_statistics(w, edges, moments)
     if scratch is None:

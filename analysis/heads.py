@@ -11,7 +11,6 @@ layer per core (`analysis.threads`), on CUDA one.
 
 from __future__ import annotations
 
-import importlib.util
 import queue
 from typing import Literal
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from analysis.circuits import circuit_statistics
-from analysis.elementwise import elementwise_statistics
+from analysis.elementwise import elementwise_statistics, fused_available
 from analysis.nullmodel import null_columns
 from analysis.store.format import HIST_Z_EDGES
 from analysis.spectrum import singular_values, spectral_statistics, top_singular_vectors
@@ -103,7 +102,7 @@ def checkpoint_statistics(
     n_layers, n_heads, d_head, d_model = w_q.shape
     n = d_model * d_model
     chunk = max(1, min(n_heads, chunk_elements // n))
-    fused = dev.type == "cpu" and importlib.util.find_spec("numba") is not None  # `analysis.elementwise`
+    fused = fused_available(dev)  # the compiled element-wise kernels, which need no scratch
     free: queue.SimpleQueue[tuple[torch.Tensor, ...]] = queue.SimpleQueue()  # work buffers of finished layers
 
     def buffers() -> tuple[torch.Tensor, ...]:

@@ -27,15 +27,15 @@ least 1), the float32 copy and the element-wise statistics' three work buffers
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
-from analysis.elementwise import elementwise_statistics
+from analysis.elementwise import elementwise_statistics, fused_available
 from analysis.heads import Device, resolve_device
 from analysis.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
 from analysis.store.format import HIST_Z_EDGES
+from analysis.threads import map_per_core
 
 # Dense entries per chunk of one role's layers (as for heads: 2**26 floats, 256 MiB in float32).
 LAYER_CHUNK_ELEMENTS = 2**26
@@ -76,24 +76,17 @@ def gram_eigenvalues(w: torch.Tensor) -> torch.Tensor:
 
 
 def _gram_eigenvalues_batch(w: torch.Tensor) -> torch.Tensor:
-    """`gram_eigenvalues` of a ``(b, rows, cols)`` batch: batched on CUDA; on a CPU with t > 1
-    torch threads, the b matrices go to t Python threads of one torch thread each.
+    """`gram_eigenvalues` of a ``(b, rows, cols)`` batch: batched on CUDA; on CPU one matrix per
+    core (`analysis.threads.map_per_core`).
 
     The symmetric eigensolve is memory-bound and gains little from threads within one
     solve (and loses much when the machine is shared: idle threads spin), so one matrix
     per core is the faster split; LAPACK releases the GIL. Results equal the batched call's
     to rounding (the eigensolver's thread count changes the order of its sums).
     """
-    threads = torch.get_num_threads()
-    workers = min(w.shape[0], threads)
-    if w.device.type != "cpu" or workers < 2:
+    if w.device.type != "cpu":
         return gram_eigenvalues(w)
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            return torch.cat(list(pool.map(lambda i: gram_eigenvalues(w[i : i + 1]), range(w.shape[0]))))
-    finally:
-        torch.set_num_threads(threads)
+    return torch.cat(map_per_core(lambda i: gram_eigenvalues(w[i : i + 1]), range(w.shape[0])))
 
 
 def layer_matrix_statistics(
@@ -132,7 +125,7 @@ def layer_matrix_statistics(
         m, n = min(rows, cols), max(rows, cols)
         size = rows * cols
         chunk = max(1, min(len(mats), chunk_elements // size))
-        scratch = (
+        scratch = None if fused_available(dev) else (  # the torch passes' work buffers
             torch.empty(chunk, size, dtype=torch.float32, device=dev),
             torch.empty(chunk, size, dtype=torch.float32, device=dev),
             torch.empty(chunk, size, dtype=torch.int32, device=dev),
