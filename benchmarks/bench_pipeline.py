@@ -196,7 +196,7 @@ def main() -> None:
         ("    of which: element-wise (dense W_QK per layer, moments, histogram, D_KL)", t_elem),
         ("(b) spectrum: QR core, all 384 heads (one batched call per layer), float64", t_spectrum),
         ("(b') spectrum and the 8 leading u, v per head (what (a) runs in place of (b))", t_vectors),
-        ("    overlap matrices with the previous checkpoint's vectors, all heads", t_pair),
+        ("    overlap matrices and relative change with the previous checkpoint, all heads", t_pair),
         (f"(c) dense svdvals of 2048x2048 W_QK per head, float32 (timed on {len(sample)}, x384)", t_dense),
         ("(d) per-head thin SVD of W_Q and W_K, then core (reference dashboard)", t_thin),
     ]
