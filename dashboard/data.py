@@ -183,6 +183,18 @@ def fixed_range(values: np.ndarray, *, log: bool = False, pad: float = 0.04) -> 
     return (lo - pad * span, hi + pad * span)
 
 
+def nan_mean(values: np.ndarray, axis: int) -> np.ndarray:
+    """The mean over ``axis`` of the values that are not NaN; NaN, without numpy's "Mean of empty
+    slice" warning, where there are none (a sparse statistic such as the refined LLC, estimated
+    at a few steps, or a change that ends at the last checkpoint)."""
+    v = np.asarray(values, dtype=np.float64)
+    present = ~np.isnan(v)
+    count = present.sum(axis=axis)
+    total = np.where(present, v, 0.0).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
+
+
 def log10_or_nan(values: np.ndarray) -> np.ndarray:
     """log10 where positive and finite, NaN elsewhere (a gap in a heatmap)."""
     v = np.asarray(values, dtype=np.float64)

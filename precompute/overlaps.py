@@ -117,8 +117,8 @@ def pair_rows(prev_step: int, step: int, first: Vectors, second: Vectors, *, mat
                 b.u[layer].astype(np.float64), b.v[layer].astype(np.float64),
             )
             change[layer] = relative_change((a.left[layer], a.right[layer]), (b.left[layer], b.right[layer]),
-                                            frob_sq=(torch.from_numpy(a.frob_sq[layer]),
-                                                     torch.from_numpy(b.frob_sq[layer]))).numpy()
+                                            frob_sq=(torch.tensor(a.frob_sq[layer]),  # (n_heads,): a copy, the
+                                                     torch.tensor(b.frob_sq[layer]))).numpy()  # held arrays are read-only
         tables.append(matrix_rows(prev_step, step, o_u, o_v, matrix=matrix, rel_change=change))
     return pa.concat_tables(tables) if tables else OVERLAPS.empty()
 

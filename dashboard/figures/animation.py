@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.data import fixed_range
+from dashboard.data import fixed_range, nan_mean
 from dashboard.figures.common import colour_layer, figure, layout, value_axis
 from dashboard.stats import Stat
 
@@ -50,8 +50,8 @@ def animation(
     colour = colour_layer(values, log=log_colour, title=stat.title(k), signed=signed)
     z_all = colour.pop("z").astype(np.float32)  # (S, L, H), log10 when log_colour; float32 halves the payload
     raw = values.astype(np.float32)
-    layer_mean = np.nanmean(values, axis=2)  # (S, L): right marginal
-    head_mean = np.nanmean(values, axis=1)  # (S, H): bottom marginal
+    layer_mean = nan_mean(values, axis=2)  # (S, L): right marginal
+    head_mean = nan_mean(values, axis=1)  # (S, H): bottom marginal
     layers, heads = np.arange(n_layers), np.arange(n_heads)
 
     cell_layer, cell_head = np.repeat(layers, n_heads), np.tile(heads, n_layers)

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard import style
-from dashboard.data import StepAxis
+from dashboard.data import StepAxis, nan_mean
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.stats import Stat
 
@@ -122,7 +122,7 @@ def layer_means(
     Args:
         values: ``(S, n_layers, n_heads)``; y_range: fixed range (log10 units if ``log_y``).
     """
-    means = np.nanmean(values, axis=2)  # (S, n_layers)
+    means = nan_mean(values, axis=2)  # (S, n_layers)
     n_layers = means.shape[1]
     colours = style.layer_colours(n_layers)
     sym = stat.short(k)

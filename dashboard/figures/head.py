@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from analysis.crossings import Crossings
 from dashboard import style
-from dashboard.data import StepAxis, fixed_range, log10_or_nan
+from dashboard.data import StepAxis, fixed_range, log10_or_nan, nan_mean
 from dashboard.figures.common import (
     colour_layer,
     duplicate_shapes,
@@ -342,7 +342,7 @@ def head_in_layer(
              line=dict(color=style.CONTEXT_COLOUR, width=1),
              customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens it
              hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>"),
-        dict(type="scatter", x=axis.x, y=np.nanmean(values, axis=1), mode="lines", name="layer mean",
+        dict(type="scatter", x=axis.x, y=nan_mean(values, axis=1), mode="lines", name="layer mean",
              line=dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH),
              customdata=axis.steps, hovertemplate=f"step %{{customdata}}<br>layer mean {sym} = %{{y:.4g}}<extra></extra>"),
         dict(type="scatter", x=axis.x, y=values[:, head], mode="lines", name=f"head {head}",

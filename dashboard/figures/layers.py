@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard import style
-from dashboard.data import StepAxis
+from dashboard.data import StepAxis, nan_mean
 from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis, with_gaps
 from dashboard.stats import Stat
 
@@ -37,7 +37,7 @@ def layer_lines(
         for h in range(n_heads)
     ]
     traces.append(dict(
-        type="scatter", x=axis.x, y=np.nanmean(values, axis=1), mode="lines", name="layer mean", line=_MEAN_LINE,
+        type="scatter", x=axis.x, y=nan_mean(values, axis=1), mode="lines", name="layer mean", line=_MEAN_LINE,
         customdata=axis.steps, hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>",
     ))
     return figure(traces, layout(
@@ -102,7 +102,7 @@ def layer_grid(
             hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
         ))
         traces.append(dict(
-            type="scatter", x=axis.x, y=np.nanmean(values[:, layer, :], axis=1), xaxis=xa, yaxis=ya, mode="lines",
+            type="scatter", x=axis.x, y=nan_mean(values[:, layer, :], axis=1), xaxis=xa, yaxis=ya, mode="lines",
             line=dict(_MEAN_LINE, width=1.8), hovertemplate=f"layer {layer} mean<br>{sym} = %{{y:.4g}}<extra></extra>",
         ))
         lay["annotations"].append(dict(

@@ -61,3 +61,24 @@ def test_lambda_is_squared_singular_value(store_path):
     sv = store.array("sv")
     assert np.allclose(stat_values(store, "lambda", k=3), sv[..., 3].astype(np.float64) ** 2)
     assert stat_values(store, "std", k=3) is store.array("std")
+
+
+def test_nan_mean_is_numpys_nanmean_and_silent_where_a_slice_is_empty() -> None:
+    import warnings
+
+    from dashboard.data import nan_mean
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(5, 4, 3))
+    v[rng.random(v.shape) < 0.3] = np.nan
+    v[:, 2, :] = np.nan  # one layer never estimated
+    v[1, 0, 0] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" would raise here
+        for axis in range(3):
+            got = nan_mean(v, axis=axis)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ref = np.nanmean(v, axis=axis)
+            np.testing.assert_allclose(got, ref, rtol=1e-15)  # NaN where numpy gives NaN, inf where it gives inf
+    assert np.isnan(nan_mean(v, axis=2)[:, 2]).all()
