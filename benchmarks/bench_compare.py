@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS  # noqa: E402
+from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS, peak_rss_mb  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = "pages/compare_runs.py"
@@ -109,17 +109,6 @@ def worker(a: Path, b: Path, repeats: int) -> dict:
             assert not at.exception, (key, [e.value for e in at.exception])
     return {"first_render_s": first, "median_ms": 1000 * statistics.median(times), "max_ms": 1000 * max(times),
             "n": len(times), "peak_rss_mb": peak_rss_mb()}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory since its exec (VmHWM). Not ``getrusage``'s ru_maxrss: on Linux a
-    child started by fork + exec inherits the parent's peak at the fork, which here is the store writer's."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> int:
