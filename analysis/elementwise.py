@@ -187,28 +187,10 @@ def _fused_statistics(
     batch, n = w.shape
     rows = w.detach().cpu().contiguous().numpy()  # (batch, N): a view, w is not copied
     given = _given_moments(w, moments)
-    dt = rows.dtype.type
-    lo, width = float(edges[0]), float(edges[1] - edges[0])
-    offset, inv_width, top = dt(1.0 - lo / width), dt(1.0 / width), dt(len(edges) + 0.5)
-    n_bins = len(edges) + 1
 
     def one(b: int) -> tuple[float, ...]:
-        row = rows[b]
-        w_min, w_max = (float(v) for v in torch.aminmax(torch.from_numpy(row)))
-        if given is not None:
-            mean, std = dt(given[0][b].item()), dt(given[1][b].item())
-        elif w_min == w_max:  # constant: the mean is the value itself, exactly (see `_mean_std`)
-            mean, std = dt(w_min), dt(0.0)
-        else:
-            mean = dt(fused.row_sums(row, 0.0)[0] / n)
-            std = dt(math.sqrt(fused.row_sums(row, float(mean))[1] / n))
-        safe = std if std != 0 else dt(1.0)
-        # z = (w - mu) / sigma as the torch path forms it: w * (1/sigma) - mu/sigma when |mu| <= sigma,
-        # else (w - mu) * (1/sigma), which is exact for w near mu
-        subtract, shift = (dt(0.0), -mean / safe) if abs(mean) <= safe else (mean, dt(0.0))
-        counts = np.zeros((4, n_bins), np.int64)
-        s3, s4 = fused.z_pass(row, subtract, dt(1.0) / safe, dt(shift), offset, inv_width, top, counts)
-        return (float(mean), float(std), w_min, w_max, s3 / n, s4 / n, *counts.sum(0))
+        *scalars, counts = fused.row_statistics(rows[b], edges, None if given is None else (given[0][b].item(), given[1][b].item()))
+        return (*scalars, *counts.tolist())
 
     out = torch.tensor(map_per_core(one, range(batch)), dtype=torch.float64)  # (batch, 6 + n_bins)
     mean, std, w_min, w_max, m3, m4 = out[:, :6].T

@@ -11,9 +11,13 @@ multiply-add), so both paths bin alike.
 
 Each kernel takes one 1-D row, releases the GIL and runs on the calling thread:
 `analysis.heads` spreads layers over threads, `analysis.elementwise` spreads rows.
+`row_statistics` puts them together for one row; numpy only, so the dashboard's
+random-head references (`analysis.references`) run the same code as the precompute job.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -70,3 +74,36 @@ def z_pass(w: np.ndarray, subtract, scale, shift, offset, inv_width, top, counts
         for j in range(m):
             counts[j & 3, idx[j]] += 1
     return s3, s4
+
+
+def row_statistics(
+    row: np.ndarray, edges: np.ndarray, given: tuple[float, float] | None = None
+) -> tuple[float, float, float, float, float, float, np.ndarray]:
+    """``(mean, std, min, max, E[z^3], E[z^4], counts)`` of one row's entries, as
+    `analysis.elementwise` defines them (``counts``: int64 per bin, underflow first, overflow last).
+
+    Args:
+        row: 1-D float32 or float64 entries, contiguous; z and the bin coordinate are formed
+            in its dtype.
+        edges: uniformly spaced standardized bin edges.
+        given: the row's mean and standard deviation when known from elsewhere; else two
+            float64 passes (a constant row's mean is its value, exactly).
+    """
+    dt = row.dtype.type
+    n = row.size
+    w_min, w_max = float(row.min()), float(row.max())
+    if given is not None:
+        mean, std = dt(given[0]), dt(given[1])
+    elif w_min == w_max:
+        mean, std = dt(w_min), dt(0.0)
+    else:
+        mean = dt(row_sums(row, 0.0)[0] / n)
+        std = dt(math.sqrt(row_sums(row, float(mean))[1] / n))
+    safe = std if std != 0 else dt(1.0)
+    # z = (w - mu) / sigma as the torch path forms it: w * (1/sigma) - mu/sigma when |mu| <= sigma,
+    # else (w - mu) * (1/sigma), which is exact for w near mu
+    subtract, shift = (dt(0.0), dt(-mean / safe)) if abs(mean) <= safe else (mean, dt(0.0))
+    lo, width = float(edges[0]), float(edges[1] - edges[0])
+    counts = np.zeros((4, len(edges) + 1), np.int64)
+    s3, s4 = z_pass(row, subtract, dt(1.0) / safe, shift, dt(1.0 - lo / width), dt(1.0 / width), dt(len(edges) + 0.5), counts)
+    return float(mean), float(std), w_min, w_max, s3 / n, s4 / n, counts.sum(axis=0)

@@ -5,9 +5,9 @@ and W_QK = W_Q^T W_K is *not* a Gaussian matrix: each entry is a sum of d_head p
 of two Gaussians, with excess kurtosis 6/d_head, so D_KL(P || N(mu, sigma)) is not 0 at
 step 0 either. To judge a trained head's value of any statistic, this module draws
 ``n_draws`` such heads (seeded Monte Carlo, exactly the computation the precompute job
-does: element-wise moments, the standardized histogram over the store's ``hist_z`` bins
-and D_KL against standard-normal bin masses, the spectrum from the d_head x d_head QR
-core) and reports, per statistic, the mean and the 5% and 95% quantiles over the draws.
+does: the dense product in float32, element-wise moments and the standardized histogram
+over the store's ``hist_z`` bins through its compiled kernels (`analysis.fused`), D_KL
+against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports, per statistic, the mean and the 5% and 95% quantiles over the draws.
 
 The draws are made once per (d_model, d_head, n_draws, seed) with sigma0 = 1 and cached
 (like `analysis.nullmodel.null_expectations`); a statistic with units is then scaled to
@@ -16,7 +16,7 @@ the run's sigma0: entries (``mean``, ``std``, ``min``, ``max``), ``frob_norm`` a
 The run's sigma0 is taken from its step-0 heads (`init_sigma`): sigma_QK = sigma0^2
 sqrt(d_head), so sigma0 = (median over heads of sigma_QK(0) / sqrt(d_head))^(1/2).
 
-numpy only (no torch): the dashboard uses it directly.
+numpy and numba only (no torch): the dashboard uses it directly.
 """
 
 from __future__ import annotations
@@ -53,17 +53,20 @@ def elementwise(w: np.ndarray) -> dict[str, float]:
     """mean, std, skew, excess kurtosis, min, max and D_KL(P || N(mu, sigma)) of one matrix's entries.
 
     Binned as the store's ``hist_z``: 0.1-wide bins on z in [-10, 10) plus an underflow and an overflow bin.
+    The precompute job's compiled kernels (`analysis.fused`, numba), in ``w``'s dtype (float32 or float64).
     """
-    x = np.asarray(w, dtype=np.float64).ravel()
-    mu, sigma = float(x.mean()), float(x.std())
-    z = (x - mu) / sigma
-    counts = np.bincount(np.searchsorted(HIST_Z_EDGES, z, side="right"), minlength=len(HIST_Z_EDGES) + 1)
+    from analysis.fused import row_statistics  # numba: compiled on first use, not at import
+
+    x = np.ascontiguousarray(w).ravel()
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float64)
+    mu, sigma, lo, hi, m3, m4, counts = row_statistics(x, HIST_Z_EDGES)
     p = counts / counts.sum()
     q = gaussian_bin_mass(HIST_Z_EDGES)
     nz = p > 0
     return {
-        "mean": mu, "std": sigma, "skew": float((z**3).mean()), "kurtosis": float((z**4).mean() - 3.0),
-        "min": float(x.min()), "max": float(x.max()), "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
+        "mean": mu, "std": sigma, "skew": m3, "kurtosis": m4 - 3.0,
+        "min": lo, "max": hi, "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
     }
 
 
@@ -95,10 +98,14 @@ def draw_statistics(d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS
     for _ in range(n_draws):
         w_q = rng.standard_normal((d_head, d_model))
         w_k = rng.standard_normal((d_head, d_model))
-        r_a = np.linalg.qr(w_q.T, mode="r")
-        r_b = np.linalg.qr(w_k.T, mode="r")
+        # R factors by Cholesky-QR, as the job's `analysis.spectrum.r_factor` takes them for well-conditioned
+        # factors: a Gaussian d_head x d_model factor has cond near (1 + sqrt c) / (1 - sqrt c) with c = d_head /
+        # d_model (2.1 at c = 1/8, 5.8 at c = 1/2), so the error, about eps * cond^2, stays near 1e-14
+        r_a = np.linalg.cholesky(w_q @ w_q.T).T  # (d_head, d_head), R^T R = A^T A with A = w_q^T
+        r_b = np.linalg.cholesky(w_k @ w_k.T).T
         sv = np.linalg.svd(r_a @ r_b.T, compute_uv=False)
-        rows.append({**elementwise(w_q.T @ w_k), **spectral(sv, d_model)})
+        # the dense product in float32, as the precompute job forms it (`analysis.heads`)
+        rows.append({**elementwise(w_q.T.astype(np.float32) @ w_k.astype(np.float32)), **spectral(sv, d_model)})
         lams.append(sv**2)
     values = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     # the store's *_over_null columns divide by the Monte Carlo mean of the statistic over Gaussian heads of this

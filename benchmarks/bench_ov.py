@@ -17,7 +17,15 @@ best of ``--rounds`` each, seconds per checkpoint = wall time / 2. Prints a Mark
 Each run's CPU time (user + system, from ``wait4``) is printed beside its wall time: with
 ``--threads 1`` it is the figure a shared machine disturbs least.
 
+With ``--twelve-b A,B`` it instead measures the peak memory of a qk+ov run at Pythia-12B
+shape (d_model 5120, 40 heads, MLP 20480), whose 36 layers do not fit this machine's disk and
+memory twice over: checkpoints of A and of B layers, one run each, and the peak extrapolated
+linearly to 36 layers (everything that grows with the model, the weights read, the factors,
+the previous checkpoint's factors and the next one fetched ahead, is per layer; the work
+buffers are per core).
+
 Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
+       python benchmarks/bench_ov.py --twelve-b 2,4
 """
 
 from __future__ import annotations
@@ -37,9 +45,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_pipeline import write_checkpoint  # noqa: E402
+from benchmarks.bench_pipeline import CONFIG, write_checkpoint  # noqa: E402
 
 STEPS = (1000, 2000)
+# Pythia-12B: 36 layers, 40 heads, d_model 5120, d_head 128, MLP 20480, vocab 50688.
+CONFIG_12B = {**CONFIG, "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 36,
+              "intermediate_size": 20480, "vocab_size": 50688}
 
 
 RUN = """
@@ -77,7 +88,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads of each run (default: torch's own); 1 gives CPU times that a shared machine barely disturbs")
     ap.add_argument("--only", default=None, help="comma-separated configurations to run: today, qk, qk+ov")
+    ap.add_argument("--twelve-b", default=None, metavar="A,B",
+                    help="peak memory of qk+ov at Pythia-12B shape from checkpoints of A and B layers, extrapolated to 36")
     args = ap.parse_args()
+    if args.twelve_b:
+        twelve_b_memory(Path(args.workdir), [int(n) for n in args.twelve_b.split(",")], args.threads)
+        return
     work = Path(args.workdir)
     src = work / "src"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
@@ -105,6 +121,32 @@ def main() -> None:
         t, cpu, rss = best[name]
         print(f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {cpu / len(STEPS):.1f} | {cpu / base_cpu:.2f} "
               f"| {rss / 2**30:.2f} GiB |")
+
+
+def twelve_b_memory(work: Path, layer_counts: list[int], threads: int | None) -> None:
+    """Peak resident memory of a qk+ov run at Pythia-12B shape with each number of layers, and
+    the line through the two extrapolated to the full 36. Each count's checkpoints are removed
+    after its run (about 3 GB each at 4 layers)."""
+    if len(layer_counts) != 2 or layer_counts[0] == layer_counts[1]:
+        raise SystemExit("--twelve-b takes two different layer counts, e.g. 2,4")
+    peaks = {}
+    for n in layer_counts:
+        src = work / f"src-12b-{n}"
+        config = {**CONFIG_12B, "num_hidden_layers": n}
+        d = config["hidden_size"]
+        for i, step in enumerate(STEPS):
+            write_checkpoint(src / f"step{step}", seed=i, attn_out_std=2 / (36 * d**0.5), config=config)
+        t, cpu, rss = timed_run(REPO, src, work / "store-12b", "qk,ov", threads)
+        peaks[n] = rss
+        print(f"12B shape, {n} layers, qk+ov: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, "
+              f"peak RSS {rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}", flush=True)
+        shutil.rmtree(src)
+    (a, pa), (b, pb) = sorted(peaks.items())
+    per_layer = (pb - pa) / (b - a)
+    full = pa + (CONFIG_12B["num_hidden_layers"] - a) * per_layer
+    print(f"\n| Pythia-12B shape, qk+ov | peak RSS |\n| --- | ---: |\n| {a} layers | {pa / 2**30:.2f} GiB |\n"
+          f"| {b} layers | {pb / 2**30:.2f} GiB |\n| per layer | {per_layer / 2**30:.3f} GiB |\n"
+          f"| 36 layers (extrapolated) | {full / 2**30:.1f} GiB |")
 
 
 if __name__ == "__main__":

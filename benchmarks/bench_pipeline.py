@@ -55,10 +55,10 @@ CONFIG = {
 }
 
 
-def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0) -> None:
-    """A full-size fp16 GPT-NeoX state dict (`CONFIG`): random QKV weights at Pythia's small init
-    scale, the attention output projection random with ``attn_out_std`` (0: zeros), zeros elsewhere.
-    Kept if the folder already holds one."""
+def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0, config: dict | None = None) -> None:
+    """A full-size fp16 GPT-NeoX state dict (``config``, default `CONFIG`: Pythia-1.4B): random QKV
+    weights at Pythia's small init scale, the attention output projection random with
+    ``attn_out_std`` (0: zeros), zeros elsewhere. Kept if the folder already holds one."""
     import json
 
     from safetensors.torch import save_file
@@ -66,7 +66,9 @@ def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0) 
     if (folder / "model.safetensors").is_file():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    d, layers, ff, vocab = 2048, 24, 8192, 50304
+    config = config or CONFIG
+    d, layers = config["hidden_size"], config["num_hidden_layers"]
+    ff, vocab = config["intermediate_size"], config["vocab_size"]
     gen = torch.Generator().manual_seed(seed)
     sigma0 = (2 / (5 * d)) ** 0.5
     state = {"gpt_neox.embed_in.weight": torch.zeros(vocab, d, dtype=torch.float16)}
@@ -89,7 +91,7 @@ def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0) 
     state["gpt_neox.final_layer_norm.bias"] = torch.zeros(d, dtype=torch.float16)
     state["embed_out.weight"] = torch.zeros(vocab, d, dtype=torch.float16)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / "config.json").write_text(json.dumps(config))
 
 
 def timed(fn):
