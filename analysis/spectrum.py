@@ -48,10 +48,11 @@ def r_factor(w: torch.Tensor, *, dtype: torch.dtype = torch.float64) -> torch.Te
         ``(..., d_head, d_head)`` in ``dtype``. R is unique up to the signs of its rows, and
         every use here (singular values, `top_singular_vectors`) is invariant to them.
     """
-    a = w.to(dtype).transpose(-1, -2)  # (..., d_model, d_head)
+    w = w.to(dtype)  # one conversion (none for factors already in dtype)
+    a = w.transpose(-1, -2)  # (..., d_model, d_head)
     if dtype != torch.float64:
         return torch.linalg.qr(a, mode="r").R
-    gram = w.to(dtype) @ w.to(dtype).transpose(-1, -2)  # (..., d_head, d_head) = A^T A
+    gram = w @ a  # (..., d_head, d_head) = A^T A
     low, info = torch.linalg.cholesky_ex(gram)
     eye = torch.eye(gram.shape[-1], dtype=dtype, device=gram.device).expand_as(gram)
     inv = torch.linalg.solve_triangular(low, eye, upper=False)
@@ -168,6 +169,7 @@ def top_singular_vectors(
     d_head, d_model = w_q.shape[-2:]
     if not 1 <= k <= d_head:
         raise ValueError(f"k={k} must be between 1 and d_head={d_head}")
+    w_q, w_k = w_q.to(dtype), w_k.to(dtype)  # converted once for the R factors and the vectors
     r_a = r_factor(w_q, dtype=dtype)  # (..., d_head, d_head)
     r_b = r_factor(w_k, dtype=dtype)
     u_c, s, v_ch = torch.linalg.svd(r_a @ r_b.transpose(-1, -2))  # core (..., d_head, d_head)
@@ -175,8 +177,8 @@ def top_singular_vectors(
     defined = s_k > s[..., None, :1] * d_model * torch.finfo(dtype).eps
     scale = torch.where(defined, 1.0 / torch.where(defined, s_k, 1.0), 0.0)
     # u^T = (v_c^T R_b) A^T: the product with the (d_head, d_model) rows as stored runs at matmul speed
-    u = ((v_ch[..., :k, :] @ r_b) @ w_q.to(dtype)).transpose(-1, -2) * scale  # (..., d_model, k)
-    v = ((u_c[..., :k].transpose(-1, -2) @ r_a) @ w_k.to(dtype)).transpose(-1, -2) * scale
+    u = ((v_ch[..., :k, :] @ r_b) @ w_q).transpose(-1, -2) * scale  # (..., d_model, k)
+    v = ((u_c[..., :k].transpose(-1, -2) @ r_a) @ w_k).transpose(-1, -2) * scale
     u = u / torch.linalg.vector_norm(u, dim=-2, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
     v = v / torch.linalg.vector_norm(v, dim=-2, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
     return s, u, v
