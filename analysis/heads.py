@@ -2,7 +2,7 @@
 
 Input is the one per-head layout used everywhere after extraction:
 ``W_Q, W_K: (n_layers, n_heads, d_head, d_model)``. The spectrum of all heads
-goes through one batched QR-core call (`analysis.spectrum`); the element-wise
+goes through one batched QR-core call (`analysis.stats.spectrum`); the element-wise
 statistics need the dense d_model x d_model product, which is built one layer
 at a time (all heads of the layer in one batched matmul) so memory stays at
 one layer's worth, n_heads * d_model^2 floats, per layer in flight: on CPU one
@@ -17,11 +17,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from analysis.circuits import circuit_statistics
-from analysis.elementwise import elementwise_statistics, fused_available
-from analysis.nullmodel import null_columns
+from analysis.stats.circuits import circuit_statistics
+from analysis.stats.elementwise import elementwise_statistics, fused_available
+from analysis.rmt.nullmodel import null_columns
 from analysis.store.format import HIST_Z_EDGES
-from analysis.spectrum import singular_values, spectral_statistics, top_singular_vectors
+from analysis.stats.spectrum import singular_values, spectral_statistics, top_singular_vectors
 from analysis.threads import map_per_core
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -71,7 +71,7 @@ def checkpoint_statistics(
         w_k: the same shape; for grouped-query models, K repeated per query head.
         device: ``cpu``, ``cuda`` or ``auto``.
         dtype: precision of the dense product and the element-wise statistics.
-        spectrum_dtype: precision of the QR core (`analysis.spectrum.singular_values`),
+        spectrum_dtype: precision of the QR core (`analysis.stats.spectrum.singular_values`),
             applied to the weights as given (not to their ``dtype`` copy).
         edges: standardized histogram edges.
         chunk_elements: at most this many dense entries are held per work
@@ -82,8 +82,8 @@ def checkpoint_statistics(
 
     Returns:
         numpy arrays: every scalar statistic (the null-model columns of
-        `analysis.nullmodel.null_columns` and the ``sym_frac`` / ``eig_positivity`` of
-        `analysis.circuits.circuit_statistics` included) as ``(n_layers, n_heads)`` float64,
+        `analysis.rmt.nullmodel.null_columns` and the ``sym_frac`` / ``eig_positivity`` of
+        `analysis.stats.circuits.circuit_statistics` included) as ``(n_layers, n_heads)`` float64,
         ``sv`` as ``(n_layers, n_heads, d_head)`` and ``hist_z`` as
         ``(n_layers, n_heads, len(edges) + 1)``, both float64. With ``vectors``, also
         ``u`` and ``v`` as ``(n_layers, n_heads, d_model, vectors)`` float32.

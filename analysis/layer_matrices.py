@@ -3,7 +3,7 @@
 Input: `analysis.blocks.extract_blocks`' role -> one ``(rows, cols)`` tensor per layer.
 Per matrix W (m = min(rows, cols), n = max(rows, cols)):
 
-- the element-wise statistics of the heads (`analysis.elementwise`: moments, the
+- the element-wise statistics of the heads (`analysis.stats.elementwise`: moments, the
   standardized histogram, ``kl_gauss``), in float32;
 - all m singular values, from the eigenvalues of the m x m Gram matrix G = W W^T (or
   W^T W when rows > cols) in float64: lambda_k = s_k^2 = eig_k(G). G is accumulated in
@@ -15,7 +15,7 @@ Per matrix W (m = min(rows, cols), n = max(rows, cols)):
   1e-16 .. 1e-12 for any s_k above 1e-4 s_max (the tests bound it against numpy's SVD).
   Values below ~1e-8 s_max are not resolved (they come out as noise of that size, or 0);
 - ``frob_norm`` sqrt(sum lambda), ``spectral_norm`` s_max, ``stable_rank`` sum(lambda)/lambda_max;
-- the departure from Marchenko-Pastur (`analysis.marchenko_pastur`): ``mp_kl``,
+- the departure from Marchenko-Pastur (`analysis.rmt.marchenko_pastur`): ``mp_kl``,
   ``mp_spikes``, ``mp_below`` with the matrix's own entry variance (``std``^2), and the
   power-law tail fit of the lambda_k (``alpha``, ``alpha_xmin``, ``alpha_ks``).
 
@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from analysis.elementwise import elementwise_statistics, fused_available
+from analysis.stats.elementwise import elementwise_statistics, fused_available
 from analysis.heads import Device, resolve_device
-from analysis.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
+from analysis.rmt.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
 from analysis.store.format import HIST_Z_EDGES
 from analysis.threads import map_per_core
 

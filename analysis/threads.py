@@ -1,6 +1,6 @@
 """One task per core: CPU work split across Python threads of one torch thread each.
 
-Small LAPACK calls, memory-bound passes and single-threaded kernels (`analysis.fused`) gain
+Small LAPACK calls, memory-bound passes and single-threaded kernels (`analysis.stats.fused`) gain
 little from threads inside one call, and lose much on a shared machine, where idle
 intra-op threads spin. Independent tasks, one per core, keep every core busy instead:
 torch, LAPACK and the numba kernels release the GIL.

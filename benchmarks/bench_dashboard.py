@@ -5,7 +5,7 @@
 
 For each size a synthetic store with the model's dimensions (154 checkpoints plus a
 duplicate, 128 singular values, 202 histogram bins per head; `synthetic_store`) is
-written once, with trajectory embeddings from `precompute.embeddings.add_embeddings`
+written once, with trajectory embeddings from `precompute.lenses.embeddings.add_embeddings`
 (real UMAP). Then a fresh Python process, through Streamlit's AppTest, measures:
 
 - cold start: from the process's start (before importing streamlit) until the head
@@ -52,7 +52,7 @@ def make_store(size: str) -> Path:
     sys.path.insert(0, str(ROOT))
     from analysis.store.format import EMBEDDINGS, OVERLAPS
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
-    from precompute.embeddings import add_embeddings
+    from precompute.lenses.embeddings import add_embeddings
 
     path = RESULTS / "stores" / f"pythia-{size}-synthetic"
     if not (path / EMBEDDINGS.file).is_file():

@@ -1,4 +1,4 @@
-"""Seconds per checkpoint of the forward-pass lens (`precompute.forward`), on this machine.
+"""Seconds per checkpoint of the forward-pass lens (`precompute.lenses.forward`), on this machine.
 
 Two models, each timed as the precompute job runs the stage: load the whole checkpoint with
 transformers from its folder (float32 on CPU), then evaluate N x T = 32 x 256 tokens plus the
@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from precompute.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.forward import ForwardJob, forward_statistics, load_model  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
+from precompute.lenses.forward import ForwardJob, forward_statistics, load_model  # noqa: E402
 
 
 def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:

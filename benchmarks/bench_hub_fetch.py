@@ -120,8 +120,8 @@ def main() -> None:
 
     from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
-    from precompute.fetch import HubHttp, Meter, human_bytes
-    from precompute.ranges import element_masks, read_header, read_tensors
+    from precompute.sources.fetch import HubHttp, Meter, human_bytes
+    from precompute.sources.ranges import element_masks, read_header, read_tensors
     from precompute.run import run_precompute
     from precompute.settings import RunOptions
     from precompute.settings import FetchSettings

@@ -1,4 +1,4 @@
-"""Seconds per refined-LLC estimate (`precompute.llc`, devinterp SGLD), on this machine.
+"""Seconds per refined-LLC estimate (`precompute.lenses.llc`, devinterp SGLD), on this machine.
 
 Timed as the stage runs an estimate (the model loaded once per checkpoint, then one
 `estimate_llc` per head and one for the whole model) under the default sampler settings
@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from precompute.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.forward import load_model  # noqa: E402
-from precompute.llc import estimate_llc, head_masks, sampler_sequences  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
+from precompute.lenses.forward import load_model  # noqa: E402
+from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences  # noqa: E402
 from precompute.settings import SamplerSettings  # noqa: E402
 
 

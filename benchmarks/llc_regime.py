@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.store import open_store, read_table  # noqa: E402
 from analysis.store.format import LLC  # noqa: E402
-from precompute.forward import load_model  # noqa: E402
-from precompute.llc import head_masks  # noqa: E402
+from precompute.lenses.forward import load_model  # noqa: E402
+from precompute.lenses.llc import head_masks  # noqa: E402
 from precompute.settings import SamplerSettings  # noqa: E402
 
 
@@ -35,8 +35,8 @@ def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> 
     """The store's sampler sequences, rebuilt as the stage built them (and checked against meta.json)."""
     import json
 
-    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
-    from precompute.llc import sampler_sequences
+    from precompute.lenses.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store_path).meta
     info = json.loads((source / "run.json").read_text())

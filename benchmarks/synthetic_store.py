@@ -41,8 +41,8 @@ from scipy.special import ndtr
 from analysis.store import CheckpointEntry, ModelInfo
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
 from analysis.store.meta import new_meta
-from precompute.store_writer import commit_store
-from precompute.tables import heads_rows
+from precompute.store.writer import commit_store
+from precompute.store.tables import heads_rows
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -229,12 +229,12 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
 
     Between consecutive checkpoints each head's K directions turn a little: the overlaps
     are |R| for a random orthogonal R near the identity. At a close approach of levels
-    (i, i+1) (`analysis.crossings.close_approaches` on the stored ``sv``), columns i and
+    (i, i+1) (`analysis.stats.crossings.close_approaches` on the stored ``sv``), columns i and
     i+1 of R are exchanged on the step into its closest checkpoint for heads with even
     ``layer + head``.
     """
     from analysis.store import open_store
-    from precompute.overlaps import matrix_rows, overlaps_meta, update
+    from precompute.lenses.overlaps import matrix_rows, overlaps_meta, update
 
     store = open_store(path)
     k = min(k, store.d_head)
@@ -247,7 +247,7 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
 
 
 def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, matrix: str, matrix_rows) -> pa.Table:
-    from analysis.crossings import close_approaches, relative_gap
+    from analysis.stats.crossings import close_approaches, relative_gap
 
     n_pairs, n_layers, n_heads = len(steps) - 1, store.n_layers, store.n_heads
     mats = []
@@ -281,14 +281,14 @@ if __name__ == "__main__":  # python -m benchmarks.synthetic_store OUT [n_layers
 
 
 def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | None = None) -> Path:
-    """Write ``embeddings.parquet`` like `precompute.embeddings.add_embeddings`, placing heads by PCA instead of UMAP.
+    """Write ``embeddings.parquet`` like `precompute.lenses.embeddings.add_embeddings`, placing heads by PCA instead of UMAP.
 
     Same table, same ``meta["embeddings"]`` (method says ``pca``) and exact kNN edges, in
     milliseconds instead of UMAP's numba compilation: for tests of the pages that read it.
     """
     from analysis.store import open_store
     from analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
-    from precompute.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
+    from precompute.lenses.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
 
     statistics = statistics or DEFAULT_STATISTICS
     store = open_store(path)
@@ -319,7 +319,7 @@ def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, 
     from analysis.layer_matrices import layer_matrix_statistics
     from analysis.store import open_store
     from analysis.store.format import LAYERS
-    from precompute.tables import layers_rows
+    from precompute.store.tables import layers_rows
 
     store = open_store(path)
     d = store.d_model
@@ -351,7 +351,7 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
     entropy and span falling from the uniform value as a head sharpens, head-type scores rising for a
     few heads, a falling loss. For dashboard tests and benchmarks; no model is run."""
     from analysis.store import ForwardInfo, open_store
-    from precompute.forward import forward_rows
+    from precompute.lenses.forward import forward_rows
 
     path = Path(path)
     store = open_store(path)

@@ -3,8 +3,8 @@
 Pure numpy on an opened `analysis.store.Store` (no streamlit); `dashboard.loader`
 caches what is worth caching. Everything is vectorised over steps, layers and
 heads: a rerun slices arrays, it never loops over table rows. The math the views
-show lives in `analysis/` (p(w): `analysis.density`; level crossings:
-`analysis.crossings`); this module only places and formats it.
+show lives in `analysis/` (p(w): `analysis.stats.density`; level crossings:
+`analysis.stats.crossings`); this module only places and formats it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analysis.crossings import Approach
+from analysis.stats.crossings import Approach
 from analysis.store import Store
 from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
@@ -206,7 +206,7 @@ def log10_or_nan(values: np.ndarray) -> np.ndarray:
 
 def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
     """Typical spectra of a random head with the same Frobenius norm as each row of ``lam`` ``(n, d_head)``."""
-    from analysis.nullmodel import null_ordered_spectrum
+    from analysis.rmt.nullmodel import null_ordered_spectrum
 
     return null_ordered_spectrum(lam.mean(axis=1), store.d_head, int(store.d_model))
 

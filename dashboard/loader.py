@@ -264,8 +264,8 @@ def head_overlaps(store: Store, layer: int, head: int, *, matrix: str = "qk") ->
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_rank: bool, seed: int):
-    """One random W_QK for the random-matrix lab (`analysis.rmt_lab.lab_sample`), cached per setting."""
-    from analysis.rmt_lab import lab_sample
+    """One random W_QK for the random-matrix lab (`analysis.rmt.rmt_lab.lab_sample`), cached per setting."""
+    from analysis.rmt.rmt_lab import lab_sample
 
     return lab_sample(d_model, n_heads, sigma_q, sigma_k, low_rank=low_rank, seed=seed)
 
@@ -304,7 +304,7 @@ def layer_column(store: Store, column: str) -> pd.DataFrame | None:
 @st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...",
                    max_entries=16)
 def _references(d_model: int, d_head: int, sigma0: float | None):
-    from analysis.references import gaussian_references
+    from analysis.rmt.references import gaussian_references
 
     return gaussian_references(d_model, d_head, sigma0)
 

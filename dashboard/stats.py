@@ -82,7 +82,7 @@ _STATS = [
     Stat("spectral_norm", "spectral norm s_max", "s_max", RAW, True, COLUMN_DOCS["spectral_norm"]),
     Stat(LAMBDA, "λ_k = s_k²: k-th squared singular value", "λ_k", "raw units²", True,
          "the k-th largest squared singular value of W_QK (pick k with the slider)"),
-    # departures from the random-matrix null model (analysis/nullmodel.py)
+    # departures from the random-matrix null model (analysis/rmt/nullmodel.py)
     Stat("kl_null", "D_KL(P(λ)‖null): spectrum vs random heads", "D_KL(P(λ)‖null)", "nats", True, COLUMN_DOCS["kl_null"]),
     Stat("stable_rank_over_null", "stable rank / random-head value", "r_s / r_s,null", "dimensionless", True,
          COLUMN_DOCS["stable_rank_over_null"]),
@@ -90,7 +90,7 @@ _STATS = [
          COLUMN_DOCS["spectral_entropy_over_null"]),
     Stat("participation_ratio_over_null", "participation ratio / random-head value", "PR / PR_null", "dimensionless",
          True, COLUMN_DOCS["participation_ratio_over_null"]),
-    # the circuit's symmetry, eigenvalue signs and movement (analysis/circuits.py)
+    # the circuit's symmetry, eigenvalue signs and movement (analysis/stats/circuits.py)
     Stat("sym_frac", "symmetric fraction ‖(W+Wᵀ)/2‖²/‖W‖²", "sym. fraction", "dimensionless, 0 to 1", True,
          COLUMN_DOCS["sym_frac"]),
     Stat("eig_positivity", "eigenvalue positivity Σ Re μ / Σ |μ|", "Σ Re μ / Σ |μ|", "dimensionless, -1 to 1", False,
@@ -108,7 +108,7 @@ _STATS += [
     Stat("prev_token", "previous-token score (forward)", "prev", "attention", True, _A["prev_token"], forward=True),
     Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
 ]
-# refined local learning coefficient (llc.parquet; precompute/llc.py): the loss landscape around the head
+# refined local learning coefficient (llc.parquet; precompute/lenses/llc.py): the loss landscape around the head
 LLC_STAT = "llc"
 _STATS += [Stat(LLC_STAT, "refined LLC (SGLD; a subset of checkpoints)", "rLLC", "dimensionless", False,
                 LLC_COLUMN_DOCS["llc"], llc=True)]

@@ -1,7 +1,7 @@
 """Tables of the whole model: every head's value of a statistic (the Heads page), every close approach.
 
 Pure (no streamlit): `dashboard.loader` caches what is worth caching. The math is in `analysis/`
-(`analysis.crossings`: the approaches; `analysis.references`: the Gaussian-factor reference).
+(`analysis.stats.crossings`: the approaches; `analysis.rmt.references`: the Gaussian-factor reference).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.crossings import level_crossings
-from analysis.references import Reference, gaussian_references, init_sigma
+from analysis.stats.crossings import level_crossings
+from analysis.rmt.references import Reference, gaussian_references, init_sigma
 from analysis.store import Store
 from dashboard.stats import LAMBDA
 
@@ -23,14 +23,14 @@ SWAP_SCORE_HELP = ("swap score = max over the informative steps through the appr
 
 
 def init_scale(store: Store) -> float | None:
-    """The factors' init sigma0 from the run's step-0 heads (`analysis.references.init_sigma`); None without step 0."""
+    """The factors' init sigma0 from the run's step-0 heads (`analysis.rmt.references.init_sigma`); None without step 0."""
     if len(store.steps) == 0 or int(store.steps[0]) != 0:
         return None
     return init_sigma(store.array("std")[0].ravel(), store.d_head)
 
 
 def references(store: Store) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
-    """Gaussian-factor references for the run's shape and init scale (`analysis.references.gaussian_references`)."""
+    """Gaussian-factor references for the run's shape and init scale (`analysis.rmt.references.gaussian_references`)."""
     return gaussian_references(int(store.d_model), int(store.d_head), init_scale(store))
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.crossings import GAP_THRESHOLD, level_crossings
-from analysis.density import density_curves, density_extent, density_grid
+from analysis.stats.crossings import GAP_THRESHOLD, level_crossings
+from analysis.stats.density import density_curves, density_extent, density_grid
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra

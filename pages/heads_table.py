@@ -6,7 +6,7 @@ A row opens its head in the head explorer (with this page's statistic and step).
 import pandas as pd
 import streamlit as st
 
-from analysis.crossings import GAP_THRESHOLD
+from analysis.stats.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps

@@ -85,7 +85,7 @@ def main() -> None:
                   filename=export.safe_name("random", tag, "law"), csv=lambda: _trace_csv(figs.spectrum_law_figure(sample), tag))
     st.caption(
         f"The {sample.rank} non-zero λ_k = s_k², rescaled by (d_model σ_Q σ_K)²; red: the free product of two "
-        f"Marchenko-Pastur laws with c = {sample.c:.3g} (the null model of `analysis/nullmodel.py`); grey dotted: one "
+        f"Marchenko-Pastur laws with c = {sample.c:.3g} (the null model of `analysis/rmt/nullmodel.py`); grey dotted: one "
         "factor's plain Marchenko-Pastur law, which a product of two does not follow."
     )
 
@@ -98,7 +98,7 @@ REFERENCE_AT_ONCE = 512  # up to this d_model the reference is drawn at once; ab
 
 def _stats_table(sample, d_model: int, n_heads: int, sigma: float, with_reference: bool) -> pd.DataFrame:
     """This draw's statistics, with the Gaussian-factor reference when asked (it applies to low rank, equal widths)."""
-    from analysis.references import gaussian_references
+    from analysis.rmt.references import gaussian_references
 
     refs = gaussian_references(d_model, d_model // n_heads, sigma)[0] if with_reference else {}
     rows = []

@@ -78,7 +78,7 @@ def main() -> None:
         if not loader.embedding_cached(store, stat, **kwargs):
             st.info(f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
                     "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
-                    "store with `python -m precompute.embeddings STORE --statistics ...`.")
+                    "store with `python -m precompute.lenses.embeddings STORE --statistics ...`.")
             if not st.button("Compute this map", type="primary"):
                 return
         with st.spinner("Embedding trajectories with UMAP ..."):

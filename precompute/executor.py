@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from analysis.extract import ModelShape
-from precompute.fetch import Meter
-from precompute.forward import ForwardJob
+from precompute.sources.fetch import Meter
+from precompute.lenses.forward import ForwardJob
 from precompute.prefetch import Prefetcher
-from precompute.revisions import CheckpointRef
+from precompute.sources.revisions import CheckpointRef
 from precompute.settings import RunOptions, Settings
-from precompute.source import CheckpointSource, Fetched
+from precompute.sources.source import CheckpointSource, Fetched
 from precompute.work import Executor, Results, checkpoint_work
 
 

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from analysis.errors import StoreError
 from analysis.store import TABLES, open_store, read_meta
 from analysis.store.format import ATTENTION, HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
-from precompute.lock import store_lock
+from precompute.store.lock import store_lock
 
 CARD_FILE = "README.md"
 
@@ -200,7 +200,7 @@ def push_store(
         if read_meta(store).upgraded:
             raise StoreError(
                 f"{store} was written by an older schema version; upgrade it before publishing "
-                f"(python -m precompute.upgrade {store}) so that its files say what its card says"
+                f"(python -m precompute.store.upgrade {store}) so that its files say what its card says"
             )
         card = dataset_card(store, repo_id=repo_id)
         files = sorted(p for p in store.iterdir() if p.is_file() and p.name != CARD_FILE)

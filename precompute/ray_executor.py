@@ -41,11 +41,11 @@ from ray import exceptions as rx
 
 from analysis.errors import ClusterError, HubUnreachableError
 from analysis.extract import ModelShape
-from precompute.fetch import Meter
-from precompute.forward import ForwardJob
-from precompute.revisions import CheckpointRef
+from precompute.sources.fetch import Meter
+from precompute.lenses.forward import ForwardJob
+from precompute.sources.revisions import CheckpointRef
 from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
-from precompute.sources import open_source
+from precompute.sources.resolve import open_source
 from precompute.work import CHECKPOINT_ERRORS, Results, Work, checkpoint_work
 
 # Seconds between looks at the cluster's head while the driver waits for a result (Ray itself

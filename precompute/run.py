@@ -2,17 +2,17 @@
 
 For each selected checkpoint not yet in the store, in step order:
 
-1. fetch it (`precompute.source`): fingerprint its weights (sha256); identical
+1. fetch it (`precompute.sources.source`): fingerprint its weights (sha256); identical
    weights to a checkpoint already in the store make it a duplicate, listed with
    ``duplicate_of`` and no rows (its tensors are not even read);
 2. otherwise extract per-head W_Q/W_K from its attention tensors, compute every
    statistic and append its rows;
 3. keep the checkpoint's K leading singular vectors per head just long enough to
-   compute their overlaps with the previous checkpoint's (`precompute.overlaps`);
+   compute their overlaps with the previous checkpoint's (`precompute.lenses.overlaps`);
 4. record it in the run state (`precompute.state.RunState`: meta, rows, overlaps,
    failures; a weight file identical to another checkpoint's marks a partial
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
-   together (`precompute.store_writer.commit_store`).
+   together (`precompute.store.writer.commit_store`).
 
 Overlaps whose vectors were not in memory (a resumed run, a checkpoint filled in
 between two others, a store from before overlaps existed) are filled at the end
@@ -31,7 +31,7 @@ A network failure that outlasts the retries stops the run with
 `analysis.errors.HubUnreachableError`. Either way, and after Ctrl-C or a kill at
 any moment, the store holds every committed checkpoint and a rerun resumes to the
 store an uninterrupted run writes. A run that computed rows ends by refreshing the
-trajectory-map embeddings (`precompute.embeddings`), if that module is present.
+trajectory-map embeddings (`precompute.lenses.embeddings`), if that module is present.
 """
 
 from __future__ import annotations
@@ -52,17 +52,17 @@ from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError
 from analysis.extract import ModelShape, model_shape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
-from precompute import overlaps as ovl
+from precompute.lenses import overlaps as ovl
 from precompute.executor import open_executor
-from precompute.evalset import EvalSet, resolve_eval_set
-from precompute.fetch import Meter, human_bytes
-from precompute.forward import ForwardJob, check_loadable
-from precompute.llc import LlcJob, check_family, checkpoint_llc, devinterp_version, parse_llc_steps, sampler_sequences
-from precompute.lock import store_lock
-from precompute.revisions import CheckpointRef, parse_revisions, select
+from precompute.lenses.evalset import EvalSet, resolve_eval_set
+from precompute.sources.fetch import Meter, human_bytes
+from precompute.lenses.forward import ForwardJob, check_loadable
+from precompute.lenses.llc import LlcJob, check_family, checkpoint_llc, devinterp_version, parse_llc_steps, sampler_sequences
+from precompute.store.lock import store_lock
+from precompute.sources.revisions import CheckpointRef, parse_revisions, select
 from precompute.settings import RunOptions, Settings, resolve_settings
-from precompute.source import CheckpointSource, fingerprints_comparable
-from precompute.sources import open_source
+from precompute.sources.source import CheckpointSource, fingerprints_comparable
+from precompute.sources.resolve import open_source
 from precompute.state import RunState, open_state, stored_meta
 from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, forward_work, layer_work, pair_vectors
 
@@ -213,7 +213,7 @@ def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
 
     Raises:
         UnknownArchitectureError: transformers cannot load the model.
-        EvalTextError: no text, no usable tokenizer, or too few tokens (`precompute.evalset`).
+        EvalTextError: no text, no usable tokenizer, or too few tokens (`precompute.lenses.evalset`).
     """
     check_loadable(plan.model.config)
     config = plan.model.config
@@ -581,7 +581,7 @@ def _embeddings_stale(meta: Meta) -> bool:
 def _add_embeddings(out: Path) -> str:
     """Refresh the trajectory-map embeddings; a failure is logged and leaves the store as it is."""
     try:
-        from precompute.embeddings import add_embeddings
+        from precompute.lenses.embeddings import add_embeddings
     except ImportError as exc:
         log.info("no trajectory-map embeddings: %s", exc)
         return f"unavailable ({exc})"
@@ -590,7 +590,7 @@ def _add_embeddings(out: Path) -> str:
     except Exception as exc:  # the store is complete without them; never lose it over a map
         log.warning(
             "trajectory-map embeddings failed (%s: %s); the store is complete without them. "
-            "Retry with `python -m precompute.embeddings %s`",
+            "Retry with `python -m precompute.lenses.embeddings %s`",
             type(exc).__name__,
             exc,
             out,

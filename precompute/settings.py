@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Literal
 
-from analysis.crossings import OVERLAP_K
+from analysis.stats.crossings import OVERLAP_K
 from analysis.extract import HEAD_MATRICES
 
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -254,7 +254,7 @@ class RunOptions:
             trained here).
         eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
         llc_steps: with ``llc``: ``all`` or comma-separated steps (default: about 8, log-spaced,
-            `precompute.llc.default_llc_steps`).
+            `precompute.lenses.llc.default_llc_steps`).
         llc: with ``llc``: devinterp's SGLD settings (`SamplerSettings`).
     """
 

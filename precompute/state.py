@@ -22,10 +22,10 @@ from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta,
 from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, LAYERS, LLC, MATRICES, META_FILE, OVERLAPS
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
-from precompute import overlaps as ovl
+from precompute.lenses import overlaps as ovl
 from precompute.settings import Settings, software_versions
-from precompute.store_writer import commit_store
-from precompute.tables import placeholder_rows
+from precompute.store.writer import commit_store
+from precompute.store.tables import placeholder_rows
 
 log = logging.getLogger("precompute")
 
@@ -41,7 +41,7 @@ class RunState:
         overlaps: every ``overlaps.parquet`` row, sorted (empty when the run computes none).
         overlap_k: K of the overlaps this run computes (0: none; the store's file is kept as it is).
         last: the latest checkpoint computed this run and its singular vectors.
-        held: vectors kept for `precompute.overlaps.OverlapFiller`: the first checkpoint whose pair
+        held: vectors kept for `precompute.lenses.overlaps.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
         layers: every ``layers.parquet`` row, sorted (the store's, plus this run's).
         layer_run: whether this run computes the whole-layer matrices (``--matrices`` with ``layers``);

@@ -29,12 +29,12 @@ from analysis.heads import checkpoint_statistics, checkpoint_vectors
 from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
-from precompute import overlaps as ovl
-from precompute.forward import ForwardJob, forward_lens
-from precompute.revisions import CheckpointRef
+from precompute.lenses import overlaps as ovl
+from precompute.lenses.forward import ForwardJob, forward_lens
+from precompute.sources.revisions import CheckpointRef
 from precompute.settings import Settings
-from precompute.source import CheckpointSource, Fetched
-from precompute.tables import heads_rows, layers_rows
+from precompute.sources.source import CheckpointSource, Fetched
+from precompute.store.tables import heads_rows, layers_rows
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` and the run goes on.
 CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
@@ -54,7 +54,7 @@ class Work:
             (a Ray task); zero when the run's meter counted it.
         layer_rows: its ``layers.parquet`` rows when the run computes the whole-layer matrices
             (``--matrices`` with ``layers``), else None; dropped with ``rows`` for a duplicate.
-        forward: its rows of the forward tables by registry name (`precompute.forward`), when the
+        forward: its rows of the forward tables by registry name (`precompute.lenses.forward`), when the
             run computes a lens and ``rows`` were computed; dropped with them for a duplicate.
     """
 
@@ -91,7 +91,7 @@ def checkpoint_work(
     checkpoint from ``src`` and compute its forward tables.
 
     Args:
-        fetched: the checkpoint as fetched (`precompute.source.CheckpointSource.fetch`).
+        fetched: the checkpoint as fetched (`precompute.sources.source.CheckpointSource.fetch`).
         shape: the run's model.
         settings: the run's settings (device, dtypes, chunking, K).
         known: fingerprints whose statistics need not be computed again.

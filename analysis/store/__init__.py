@@ -5,7 +5,7 @@
 - `analysis.store.reader`: `open_store` and `Store` (dense arrays, overlaps, embeddings);
 - `analysis.store.upgrade`: how stores of older schema versions are read.
 
-Writing is the precompute job's (`precompute.store_writer`), through the same registry.
+Writing is the precompute job's (`precompute.store.writer`), through the same registry.
 """
 
 from analysis.store.format import TABLES, TableSpec

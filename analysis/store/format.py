@@ -3,7 +3,7 @@
 This module is the single definition of what a store directory holds. Every
 table is one `TableSpec` in `TABLES` (file name, Arrow schema, row key and sort
 order, row-group layout, what each column means); readers (`analysis.store.reader`),
-the writer (`precompute.store_writer`), the dataset card (`precompute.publish`)
+the writer (`precompute.store.writer`), the dataset card (`precompute.publish`)
 and the README's store section (checked by ``tests/unit/test_store.py``) all go
 through it. A later table is one more entry here. It imports neither torch nor
 streamlit, so the dashboard, the precompute job and anyone reading a store with
@@ -60,7 +60,7 @@ SCALAR_COLUMNS = ELEMENTWISE_COLUMNS + SPECTRAL_COLUMNS
 # List columns (float32 lists): the standardized histogram and the singular values.
 LIST_COLUMNS = ("hist_z", "sv")
 
-# Departure from the random-matrix null model (analysis/nullmodel.py), float64. Stores of
+# Departure from the random-matrix null model (analysis/rmt/nullmodel.py), float64. Stores of
 # schema version 1 may lack them; `analysis.store.upgrade` derives them from `sv`.
 NULL_COLUMNS = (
     "kl_null",
@@ -70,7 +70,7 @@ NULL_COLUMNS = (
 )
 
 # Symmetry and eigenvalue signs of each head's circuit, from d_head x d_head cores
-# (analysis/circuits.py), float64. Stores before schema version 3 lack them (NaN when read).
+# (analysis/stats/circuits.py), float64. Stores before schema version 3 lack them (NaN when read).
 CIRCUIT_COLUMNS = ("sym_frac", "eig_positivity")
 
 # The columns every heads.parquet has (version 1 included).
@@ -111,7 +111,7 @@ COLUMN_DOCS: dict[str, str] = {
 assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS)
 
 # overlaps.parquet: how the leading singular directions of each head move between
-# consecutive checkpoints with statistics (analysis/crossings.py uses them to tell a
+# consecutive checkpoints with statistics (analysis/stats/crossings.py uses them to tell a
 # level crossing from a level repulsion), and how far the whole matrix moved.
 # K = meta.json ``overlaps.k`` (8, or d_head if smaller).
 OVERLAP_KEY_COLUMNS = ("matrix", "layer", "head", "step")
@@ -124,11 +124,11 @@ OVERLAP_COLUMN_DOCS: dict[str, str] = {
     "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of the matrix (float32)",
     "overlap_v": "the same for the right singular vectors v (float32)",
     "rel_change": "relative change ||W(t+1) - W(t)||_F / ||W(t)||_F of the matrix, from the factors "
-                  "(analysis/circuits.py; float64, absolute error about 1e-8; version 3)",
+                  "(analysis/stats/circuits.py; float64, absolute error about 1e-8; version 3)",
 }
 OVERLAP_COLUMNS = tuple(OVERLAP_COLUMN_DOCS)
 
-# embeddings.parquet: the trajectory maps precompute embeds (precompute/embeddings.py).
+# embeddings.parquet: the trajectory maps precompute embeds (precompute/lenses/embeddings.py).
 EMBEDDING_COLUMN_DOCS: dict[str, str] = {
     "matrix": 'which per-head product\'s trajectories, "qk" or "ov" (string; version 3: older files are "qk")',
     "statistic": "the heads.parquet column whose per-head trajectories were embedded (string)",
@@ -379,7 +379,7 @@ FORWARD_TABLES = (ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS)
 
 # Refined local learning coefficient (DESIGN.md section 9; `python -m precompute --lenses llc`): devinterp's
 # SGLD estimate n beta (E[L_n(w)] - L_n(w*)) restricted to one head's weights, and to the whole model.
-# meta.json ``llc`` says with which sampler settings and on which sequences; precompute/llc.py computes it.
+# meta.json ``llc`` says with which sampler settings and on which sequences; precompute/lenses/llc.py computes it.
 LLC_MODEL = -1  # layer and head of the whole-model row
 LLC_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",

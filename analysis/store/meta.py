@@ -56,7 +56,7 @@ class CheckpointEntry:
     Attributes:
         step, revision: the training step and the folder or branch it was read from.
         tokens: tokens seen at this step, when known.
-        sha256: fingerprint of its weights (`precompute.source`); ``sha256_source`` says how it was made.
+        sha256: fingerprint of its weights (`precompute.sources.source`); ``sha256_source`` says how it was made.
         files: weight file -> sha256 (empty when the source gave no per-file digests).
         commit: the Hub commit the branch pointed to (None for local folders).
         duplicate_of: the earlier step whose weights are identical (no rows then), else None.

@@ -4,7 +4,7 @@ A store is a public format (README "The statistics store"); this reader checks i
 version and its internal consistency, then hands out dense arrays indexed
 ``[step, layer, head]`` (``[step, layer, head, k]`` for the list columns) and the
 optional tables. It imports neither torch nor streamlit. The writer
-(`precompute.store_writer`) commits every file in one atomic step, so the reader
+(`precompute.store.writer`) commits every file in one atomic step, so the reader
 never has to guess which file is newer. Stores of older schema versions are read
 through `analysis.store.upgrade`.
 
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.errors import StoreError
-from analysis.nullmodel import NULL_RATIO_STATS
+from analysis.rmt.nullmodel import NULL_RATIO_STATS
 from analysis.store.format import (
     ATTENTION,
     ATTENTION_STATISTICS,

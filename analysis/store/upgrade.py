@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.nullmodel import NULL_RATIO_STATS, null_columns
+from analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
 from analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, OVERLAPS
 
 
@@ -45,7 +45,7 @@ def null_model_columns(sv: np.ndarray, spectral: dict[str, np.ndarray], *, d_mod
 
     Args:
         sv: ``(..., d_head)`` singular values.
-        spectral: the spectral columns the ratios divide (`analysis.nullmodel.NULL_RATIO_STATS`), each ``sv.shape[:-1]``.
+        spectral: the spectral columns the ratios divide (`analysis.rmt.nullmodel.NULL_RATIO_STATS`), each ``sv.shape[:-1]``.
         d_model: the model width (the null model's shape).
 
     Returns:

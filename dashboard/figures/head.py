@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.crossings import Crossings
+from analysis.stats.crossings import Crossings
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range, log10_or_nan, nan_mean
 from dashboard.figures.common import (
@@ -157,7 +157,7 @@ def density_slices(
         w_range: fixed w range (raw units); p_range: fixed density range (log10 units if ``log_p``).
         log_p: logarithmic density axis.
         gauss: ``(mu, sigma)`` per chosen step: the Gaussian of the same mean and sigma, dashed in the step's colour.
-        bands: the random-head references of sigma and D_KL (`analysis.references.Reference`), drawn as grey bands.
+        bands: the random-head references of sigma and D_KL (`analysis.rmt.references.Reference`), drawn as grey bands.
         standardized: ``w`` and ``p`` are z = (w - mu)/sigma and p_z (the x axis says so).
         compare: other heads' ``(layer, head, (sigma, kl))`` over training, dotted on the right panels.
     """
@@ -206,7 +206,7 @@ def spectrum_slices(
         lam_range: fixed log10 range of lambda over the whole run.
         stable_rank, entropy: ``(S,)`` over training.
         null_lam: ``(n, d_head)`` typical spectra of a random head at matched scale, drawn
-            dotted in the matching colours (`analysis.nullmodel.null_ordered_spectrum`).
+            dotted in the matching colours (`analysis.rmt.nullmodel.null_ordered_spectrum`).
     """
     k = np.arange(lam.shape[1])
     traces = [
@@ -251,7 +251,7 @@ def leading_lambdas(
     ))
 
 
-APPROACH_MARKERS = {  # how each verdict of `analysis.crossings` is drawn
+APPROACH_MARKERS = {  # how each verdict of `analysis.stats.crossings` is drawn
     "crossing": dict(symbol="x-thin", color="#c0392b", size=13, line=dict(color="#c0392b", width=3)),
     "repulsion": dict(symbol="circle-open", color="#1f3b73", size=12, line=dict(color="#1f3b73", width=2.5)),
     "unresolved": dict(symbol="diamond-open", color="#888888", size=11, line=dict(color="#888888", width=2)),
@@ -267,7 +267,7 @@ def level_crossings(
 
     Args:
         lam: ``(S, >= m)`` lambda_k per step; the first ``m = crossings.kept.shape[1]`` are drawn.
-        crossings: from `analysis.crossings.level_crossings`.
+        crossings: from `analysis.stats.crossings.level_crossings`.
         log_y: log lambda axis.
     """
     m = crossings.kept.shape[1]
@@ -329,7 +329,7 @@ def head_in_layer(
         y_range: fixed range (log10 units if ``log_y``), shared by every layer and head.
         layer: the head's layer (hover, and a click on another head of the layer opens it).
         compare: other heads to overlay, from any layer: ``(layer, head, values (S,))`` each.
-        band: the statistic's random-head reference, a grey band (`analysis.references.Reference`), or None.
+        band: the statistic's random-head reference, a grey band (`analysis.rmt.references.Reference`), or None.
     """
     n_heads = values.shape[1]
     other_heads = np.delete(np.arange(n_heads), head)

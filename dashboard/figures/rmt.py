@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.nullmodel import free_mp_density, free_mp_support, mp_density
-from analysis.rmt_lab import LabSample
+from analysis.rmt.nullmodel import free_mp_density, free_mp_support, mp_density
+from analysis.rmt.rmt_lab import LabSample
 from dashboard import style
 from dashboard.figures.common import figure, layout, value_axis
 

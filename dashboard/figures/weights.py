@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.marchenko_pastur import mp_density, mp_edges
+from analysis.rmt.marchenko_pastur import mp_density, mp_edges
 from dashboard import style
 from dashboard.data import StepAxis
 from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.store import open_store
-from analysis.crossings import level_crossings
-from analysis.density import density_curves, density_extent, density_grid
+from analysis.stats.crossings import level_crossings
+from analysis.stats.density import density_curves, density_extent, density_grid
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim

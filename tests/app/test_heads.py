@@ -39,8 +39,8 @@ def test_heads_table_has_every_head_at_the_chosen_step_sorted_by_rank(app_env):
     assert table["rank"].tolist() == sorted(table["rank"].tolist())  # sorted by rank: 1 = the largest value
     assert table["value"].iloc[0] == pytest.approx(v[5].max())
     assert (table["value"].diff().dropna() <= 1e-12).all()
-    # the random-head reference, computed here from analysis.references for the run's shape and init scale
-    from analysis.references import gaussian_references, init_sigma
+    # the random-head reference, computed here from analysis.rmt.references for the run's shape and init scale
+    from analysis.rmt.references import gaussian_references, init_sigma
 
     ref = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))[0]
     ref = ref["stable_rank"]
@@ -204,7 +204,7 @@ def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
 
 
 def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
-    from analysis.references import gaussian_references, init_sigma
+    from analysis.rmt.references import gaussian_references, init_sigma
 
     store = open_store(app_env)
     at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"], "stat": "kurtosis"})
@@ -232,7 +232,7 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
 
 
 def test_lab_opens_at_the_runs_shape_and_init_scale_and_reports_the_statistics(app_env):
-    from analysis.references import init_sigma
+    from analysis.rmt.references import init_sigma
 
     store = open_store(app_env)
     at = open_page("pages/rmt_lab.py")

@@ -259,7 +259,7 @@ def test_trajectory_map_lists_the_neighbours_of_the_highlighted_head(app_env):
 
 
 def test_head_explorer_draws_the_random_head_reference_and_it_can_be_hidden(app_env):
-    from analysis.nullmodel import free_mp_quantile
+    from analysis.rmt.nullmodel import free_mp_quantile
 
     at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"]})
     fig = chart(at, "spectrum_slices")

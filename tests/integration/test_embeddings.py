@@ -1,4 +1,4 @@
-"""precompute.embeddings end to end: real UMAP into a synthetic store, and UMAP on planted trajectory types.
+"""precompute.lenses.embeddings end to end: real UMAP into a synthetic store, and UMAP on planted trajectory types.
 
 The first UMAP call in a process compiles numba code (~20-30 s); both tests share it.
 """
@@ -15,7 +15,7 @@ from analysis.store import open_store
 from analysis.trajectories import EmbeddingSettings, embed
 from benchmarks.synthetic_store import write_synthetic_store
 from analysis.store.format import EMBEDDINGS
-from precompute.embeddings import DEFAULT_STATISTICS, main
+from precompute.lenses.embeddings import DEFAULT_STATISTICS, main
 
 pytestmark = pytest.mark.slow
 

@@ -30,8 +30,8 @@ import torch
 from analysis.errors import UnknownArchitectureError
 from analysis.store import open_store, read_meta
 from analysis.store.format import ATTENTION_STATISTICS, FORWARD_TABLES
-from precompute.evalset import held_out_bytes, make_eval_set
-from precompute.forward import check_loadable
+from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.lenses.forward import check_loadable
 from tests.integration.conftest import REPO, perturb, run_cli
 
 EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")

@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
-from precompute import ranges
-from precompute.fetch import HubHttp, HubUnreachableError, Meter
-from precompute.ranges import plan_ranges, element_masks, read_header, read_tensors
+from precompute.sources import ranges
+from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
+from precompute.sources.ranges import plan_ranges, element_masks, read_header, read_tensors
 from precompute.settings import FetchSettings
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.errors import CheckpointError
 from precompute.prefetch import Prefetcher
-from precompute.revisions import (
+from precompute.sources.revisions import (
     PYTHIA_STEPS,
     CheckpointRef,
     is_pythia,

@@ -1,4 +1,4 @@
-"""The refined-LLC stage (`precompute.llc`, ``--lenses llc``) on tiny GPT-NeoX models made here.
+"""The refined-LLC stage (`precompute.lenses.llc`, ``--lenses llc``) on tiny GPT-NeoX models made here.
 
 In process, on a model trained a little on its own sequences (so that it sits near a minimum):
 the estimate is finite and reproducible with the same seed, its initial loss is the model's own
@@ -29,7 +29,7 @@ import torch
 from analysis.errors import UnknownArchitectureError
 from analysis.store import open_store, read_meta
 from analysis.store.format import LLC
-from precompute.llc import check_family, default_llc_steps, estimate_llc, head_masks, masked_parameters, parse_llc_steps
+from precompute.lenses.llc import check_family, default_llc_steps, estimate_llc, head_masks, masked_parameters, parse_llc_steps
 from precompute.settings import SamplerSettings
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import byte_run

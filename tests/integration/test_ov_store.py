@@ -92,7 +92,7 @@ def test_a_version_2_store_opens_and_a_rerun_completes_it_to_a_fresh_runs_store(
     # the upgrade command without checkpoints: version 3 files, NaN where weights are needed
     copy = tmp_path / "copy"
     shutil.copytree(old, copy)
-    from precompute.upgrade import upgrade_store
+    from precompute.store.upgrade import upgrade_store
 
     assert upgrade_store(copy) is True
     assert pq.read_schema(copy / "heads.parquet").equals(HEADS.schema)

@@ -196,7 +196,7 @@ def test_missing_source_and_empty_source_give_clear_errors(tmp_path: Path) -> No
 def test_null_model_columns_are_stored_and_old_stores_resume(suite: Path, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from analysis.nullmodel import kl_null, null_expectations
+    from analysis.rmt.nullmodel import kl_null, null_expectations
     from analysis.store.format import NULL_COLUMNS
 
     out = tmp_path / "store"

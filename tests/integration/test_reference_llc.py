@@ -1,7 +1,7 @@
 """The reference store's refined LLCs (``data/shakespeare-pythia-6x8``, ``--lenses llc``).
 
 The shipped table must be what `scripts/reference-run.sh` makes: the default checkpoints
-(`precompute.llc.default_llc_steps` of the store's steps), every head and the whole model at each,
+(`precompute.lenses.llc.default_llc_steps` of the store's steps), every head and the whole model at each,
 under the default sampler settings on the store's own evaluation sequences. The whole-model row moves
 every one of the model's parameters (counted here from its config) and a head's row its
 3 d_head (d_model + 1) + d_model d_head; the
@@ -19,7 +19,7 @@ import pytest
 
 from analysis.store import open_store, read_table
 from analysis.store.format import LLC
-from precompute.llc import default_llc_steps
+from precompute.lenses.llc import default_llc_steps
 from precompute.settings import SamplerSettings
 
 STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")

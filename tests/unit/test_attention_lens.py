@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from analysis.attention import AttentionSums, induction_scores, js_divergence
-from precompute.evalset import EvalTextError, make_eval_set
-from precompute.forward import ForwardJob, forward_statistics
+from precompute.lenses.evalset import EvalTextError, make_eval_set
+from precompute.lenses.forward import ForwardJob, forward_statistics
 
 
 def eval_set(vocab: int, n: int, t: int, seed: int = 0):

@@ -1,4 +1,4 @@
-"""analysis.circuits against dense numpy and analytic cases."""
+"""analysis.stats.circuits against dense numpy and analytic cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.circuits import circuit_statistics, relative_change
+from analysis.stats.circuits import circuit_statistics, relative_change
 
 
 def _dense(left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.density import density_curves, density_extent, density_grid
+from analysis.stats.density import density_curves, density_extent, density_grid
 from analysis.store.format import HIST_Z_EDGES
 
 

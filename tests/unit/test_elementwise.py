@@ -1,4 +1,4 @@
-"""analysis.elementwise against NumPy/SciPy references and analytic values of D_KL."""
+"""analysis.stats.elementwise against NumPy/SciPy references and analytic values of D_KL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 import torch
 
-from analysis.elementwise import ELEMENTWISE_STATS, elementwise_statistics, gaussian_bin_mass, kl_from_hist
+from analysis.stats.elementwise import ELEMENTWISE_STATS, elementwise_statistics, gaussian_bin_mass, kl_from_hist
 from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES
 
 N_BINS = HIST_Z_BINS + 2  # with the underflow and overflow bins

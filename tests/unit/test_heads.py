@@ -173,7 +173,7 @@ def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
 
 
 def test_null_columns_follow_the_null_model_of_the_reference_spectrum(weights, brute_force) -> None:
-    from analysis.nullmodel import kl_null, null_expectations
+    from analysis.rmt.nullmodel import kl_null, null_expectations
 
     got = checkpoint_statistics(*weights, dtype=torch.float64)
     np.testing.assert_allclose(got["kl_null"], kl_null(brute_force["sv"] ** 2, D_HEAD / D_MODEL), atol=1e-12)

@@ -99,7 +99,7 @@ def test_upgrade_command_rewrites_a_version_1_store_and_keeps_its_values(tmp_pat
     import pyarrow.parquet as pq
 
     from analysis.store.format import HEADS, NULL_COLUMNS
-    from precompute.upgrade import main, upgrade_store
+    from precompute.store.upgrade import main, upgrade_store
 
     write_store(tmp_path / "s", [0, 1], files={0: {"f": "a"}, 1: {"f": "b"}})
     heads = pq.read_table(tmp_path / "s" / "heads.parquet")
@@ -137,11 +137,11 @@ def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) 
     """A commit of other tables (the embeddings command's) must not label a version-1 heads table as
     the current version: it is refused, naming the upgrade command, and the store is untouched."""
     from analysis.store.format import EMBEDDINGS
-    from precompute.store_writer import commit_store
+    from precompute.store.writer import commit_store
 
     _version_1_store(tmp_path / "s")
     before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
-    with pytest.raises(StoreError, match="python -m precompute.upgrade"):
+    with pytest.raises(StoreError, match="python -m precompute.store.upgrade"):
         commit_store(tmp_path / "s", read_meta(tmp_path / "s"), {EMBEDDINGS.name: EMBEDDINGS.empty()})
     assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
 

@@ -1,5 +1,5 @@
-"""The Gaussian-factor reference (analysis/references.py) against a direct simulation made here with the precompute
-job's own code (torch: analysis.elementwise, analysis.spectrum) on other random draws, and against theory."""
+"""The Gaussian-factor reference (analysis/rmt/references.py) against a direct simulation made here with the precompute
+job's own code (torch: analysis.stats.elementwise, analysis.stats.spectrum) on other random draws, and against theory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.elementwise import elementwise_statistics
-from analysis.references import BAND, elementwise, gaussian_references, init_sigma
-from analysis.spectrum import singular_values, spectral_statistics
+from analysis.stats.elementwise import elementwise_statistics
+from analysis.rmt.references import BAND, elementwise, gaussian_references, init_sigma
+from analysis.stats.spectrum import singular_values, spectral_statistics
 
 D_MODEL, D_HEAD, SIGMA0 = 128, 16, 0.03
 

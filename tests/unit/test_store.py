@@ -16,9 +16,9 @@ from analysis.store import CheckpointEntry, ModelInfo, open_store, read_meta
 from analysis.store import format as store_format
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
 from analysis.store.meta import new_meta
-from precompute import store_writer
-from precompute.store_writer import commit_store, staging_dir
-from precompute.tables import heads_rows
+from precompute.store import writer as store_writer
+from precompute.store.writer import commit_store, staging_dir
+from precompute.store.tables import heads_rows
 
 REPO = Path(__file__).resolve().parents[2]
 L, H, D = 3, 4, 5
@@ -165,7 +165,7 @@ def test_list_columns_are_float32_lists() -> None:
 
 
 def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> None:
-    from analysis.nullmodel import kl_null, null_expectations
+    from analysis.rmt.nullmodel import kl_null, null_expectations
 
     write_store(tmp_path / "s", [0, 1])  # then as a version-1 store without the null-model columns
     heads = pq.read_table(tmp_path / "s" / "heads.parquet")

@@ -6,11 +6,11 @@ of two Gaussians, with excess kurtosis 6/d_head, so D_KL(P || N(mu, sigma)) is n
 step 0 either. To judge a trained head's value of any statistic, this module draws
 ``n_draws`` such heads (seeded Monte Carlo, exactly the computation the precompute job
 does: the dense product in float32, element-wise moments and the standardized histogram
-over the store's ``hist_z`` bins through its compiled kernels (`analysis.fused`), D_KL
+over the store's ``hist_z`` bins through its compiled kernels (`analysis.stats.fused`), D_KL
 against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports, per statistic, the mean and the 5% and 95% quantiles over the draws.
 
 The draws are made once per (d_model, d_head, n_draws, seed) with sigma0 = 1 and cached
-(like `analysis.nullmodel.null_expectations`); a statistic with units is then scaled to
+(like `analysis.rmt.nullmodel.null_expectations`); a statistic with units is then scaled to
 the run's sigma0: entries (``mean``, ``std``, ``min``, ``max``), ``frob_norm`` and
 ``spectral_norm`` scale as sigma0^2, lambda_k as sigma0^4; the rest are scale-free.
 The run's sigma0 is taken from its step-0 heads (`init_sigma`): sigma_QK = sigma0^2
@@ -27,8 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from analysis.density import gaussian_bin_mass
-from analysis.nullmodel import kl_null
+from analysis.stats.density import gaussian_bin_mass
+from analysis.rmt.nullmodel import kl_null
 from analysis.store.format import HIST_Z_EDGES
 
 REFERENCE_DRAWS = 32  # heads drawn per shape
@@ -53,9 +53,9 @@ def elementwise(w: np.ndarray) -> dict[str, float]:
     """mean, std, skew, excess kurtosis, min, max and D_KL(P || N(mu, sigma)) of one matrix's entries.
 
     Binned as the store's ``hist_z``: 0.1-wide bins on z in [-10, 10) plus an underflow and an overflow bin.
-    The precompute job's compiled kernels (`analysis.fused`, numba), in ``w``'s dtype (float32 or float64).
+    The precompute job's compiled kernels (`analysis.stats.fused`, numba), in ``w``'s dtype (float32 or float64).
     """
-    from analysis.fused import row_statistics  # numba: compiled on first use, not at import
+    from analysis.stats.fused import row_statistics  # numba: compiled on first use, not at import
 
     x = np.ascontiguousarray(w).ravel()
     if x.dtype not in (np.float32, np.float64):
@@ -98,7 +98,7 @@ def draw_statistics(d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS
     for _ in range(n_draws):
         w_q = rng.standard_normal((d_head, d_model))
         w_k = rng.standard_normal((d_head, d_model))
-        # R factors by Cholesky-QR, as the job's `analysis.spectrum.r_factor` takes them for well-conditioned
+        # R factors by Cholesky-QR, as the job's `analysis.stats.spectrum.r_factor` takes them for well-conditioned
         # factors: a Gaussian d_head x d_model factor has cond near (1 + sqrt c) / (1 - sqrt c) with c = d_head /
         # d_model (2.1 at c = 1/8, 5.8 at c = 1/2), so the error, about eps * cond^2, stays near 1e-14
         r_a = np.linalg.cholesky(w_q @ w_q.T).T  # (d_head, d_head), R^T R = A^T A with A = w_q^T
@@ -109,7 +109,7 @@ def draw_statistics(d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS
         lams.append(sv**2)
     values = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     # the store's *_over_null columns divide by the Monte Carlo mean of the statistic over Gaussian heads of this
-    # shape (`analysis.nullmodel.null_expectations`, 64 draws); the draws' own mean is that estimate here
+    # shape (`analysis.rmt.nullmodel.null_expectations`, 64 draws); the draws' own mean is that estimate here
     for name in ("stable_rank", "spectral_entropy", "participation_ratio"):
         values[f"{name}_over_null"] = values[name] / values[name].mean()
     return values, np.stack(lams)

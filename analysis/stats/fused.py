@@ -1,6 +1,6 @@
 """Fused CPU kernels of the element-wise statistics: one read of a row for its moments and histogram.
 
-`analysis.elementwise` defines the statistics; on CPU it runs them through these kernels
+`analysis.stats.elementwise` defines the statistics; on CPU it runs them through these kernels
 when numba is installed (it is pinned in both requirements files). The torch path there
 reads a 2048 x 2048 product about ten times (z, z^2, z^3, the bin coordinate, its clamp,
 its integer copy, the bincount); here one compiled pass forms z's power sums and bin
@@ -10,9 +10,9 @@ formed in the row's own dtype with the same operations as the torch path (no fus
 multiply-add), so both paths bin alike.
 
 Each kernel takes one 1-D row, releases the GIL and runs on the calling thread:
-`analysis.heads` spreads layers over threads, `analysis.elementwise` spreads rows.
+`analysis.heads` spreads layers over threads, `analysis.stats.elementwise` spreads rows.
 `row_statistics` puts them together for one row; numpy only, so the dashboard's
-random-head references (`analysis.references`) run the same code as the precompute job.
+random-head references (`analysis.rmt.references`) run the same code as the precompute job.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def row_statistics(
     row: np.ndarray, edges: np.ndarray, given: tuple[float, float] | None = None
 ) -> tuple[float, float, float, float, float, float, np.ndarray]:
     """``(mean, std, min, max, E[z^3], E[z^4], counts)`` of one row's entries, as
-    `analysis.elementwise` defines them (``counts``: int64 per bin, underflow first, overflow last).
+    `analysis.stats.elementwise` defines them (``counts``: int64 per bin, underflow first, overflow last).
 
     Args:
         row: 1-D float32 or float64 entries, contiguous; z and the bin coordinate are formed

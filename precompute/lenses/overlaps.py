@@ -3,8 +3,8 @@
 For every head, every per-head matrix the run computes (``qk``, ``ov``) and every pair of
 consecutive checkpoints with statistics (t, t+1), the store keeps the K x K matrices
 |<u_a(t), u_b(t+1)>| and |<v_a(t), v_b(t+1)>| of the K leading left and right singular
-vectors (`analysis.crossings`) and the relative change ||W(t+1) - W(t)||_F / ||W(t)||_F
-(`analysis.circuits.relative_change`, from the factors). The vectors and factors
+vectors (`analysis.stats.crossings`) and the relative change ||W(t+1) - W(t)||_F / ||W(t)||_F
+(`analysis.stats.circuits.relative_change`, from the factors). The vectors and factors
 themselves are never stored: a checkpoint's are held only until the next checkpoint's
 pair with them is computed. The factors are held in the narrowest float type that
 holds them exactly (float16 for a float16 checkpoint: half the memory of float32).
@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from analysis.circuits import relative_change
-from analysis.crossings import vector_overlaps
+from analysis.stats.circuits import relative_change
+from analysis.stats.crossings import vector_overlaps
 from analysis.store.format import OVERLAPS
 
 log = logging.getLogger("precompute")
@@ -84,8 +84,8 @@ def overlaps_meta(k: int) -> dict[str, Any]:
         "file": OVERLAPS.file,
         "k": k,
         "vectors": "leading K left (u) and right (v) singular vectors of each head's matrix from the QR core "
-                   "(analysis/spectrum.py)",
-        "rel_change": "||W(t+1) - W(t)||_F / ||W(t)||_F from the factors (analysis/circuits.py)",
+                   "(analysis/stats/spectrum.py)",
+        "rel_change": "||W(t+1) - W(t)||_F / ||W(t)||_F from the factors (analysis/stats/circuits.py)",
         "pairs": "consecutive checkpoints with statistics, in step order",
     }
 

@@ -1,6 +1,6 @@
 """Rewrite a store of an older schema version as the current one, atomically, without its checkpoints.
 
-    python -m precompute.upgrade STORE [STORE ...]
+    python -m precompute.store.upgrade STORE [STORE ...]
 
 A precompute run upgrades a store in its first commit, but that needs the checkpoints;
 this needs only the store. It reads the store through `analysis.store` (which fills in
@@ -20,8 +20,8 @@ from pathlib import Path
 from analysis.store import read_meta, read_table
 from analysis.store.format import HEADS, OVERLAPS, SCHEMA_VERSION
 from analysis.store.upgrade import complete_heads, complete_overlaps
-from precompute.lock import store_lock
-from precompute.store_writer import commit_store
+from precompute.store.lock import store_lock
+from precompute.store.writer import commit_store
 
 
 def upgrade_store(path: str | Path) -> bool:
@@ -48,7 +48,7 @@ def upgrade_store(path: str | Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m precompute.upgrade", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m precompute.store.upgrade", description=__doc__.splitlines()[0])
     parser.add_argument("stores", nargs="+", help="store directories")
     args = parser.parse_args(argv)
     status = 0

@@ -1,5 +1,5 @@
 """Checkpoints in a local folder: one ``save_pretrained`` sub-folder per checkpoint
-(`precompute.checkpoints` finds, fingerprints and reads them), plus the ``run.json``
+(`precompute.sources.checkpoints` finds, fingerprints and reads them), plus the ``run.json``
 that `training` writes beside the checkpoints of a run trained here."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape
-from precompute.checkpoints import find_checkpoints, read_config, read_folder
-from precompute.revisions import CheckpointRef
-from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind
+from precompute.sources.checkpoints import find_checkpoints, read_config, read_folder
+from precompute.sources.revisions import CheckpointRef
+from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind
 
 RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
 

@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-# Quantile bins of `mp_kl`, as for the heads' kl_null (analysis/nullmodel.py).
+# Quantile bins of `mp_kl`, as for the heads' kl_null (analysis/rmt/nullmodel.py).
 MP_KL_BINS = 8
 
 

@@ -3,12 +3,12 @@ weight files, fingerprint them, read them.
 
 A source folder holds one sub-folder per checkpoint, named like a Hub branch:
 ``step<N>`` (Pythia), ``checkpoint-<N>`` (transformers Trainer), ``step<N>-tokens<M>``
-(OLMo) or ``ckpt_<N>`` (LLM360); see `precompute.revisions`. Each checkpoint's weight
+(OLMo) or ``ckpt_<N>`` (LLM360); see `precompute.sources.revisions`. Each checkpoint's weight
 files are ``model.safetensors`` / ``pytorch_model.bin`` or their sharded forms with an
 ``*.index.json``; when both formats are present, safetensors wins.
 
-Shared by every source: `precompute.local` reads such folders, `precompute.hubcache`
-reads Hub cache snapshots (laid out the same way), and `precompute.hub` chooses weight
+Shared by every source: `precompute.sources.local` reads such folders, `precompute.sources.hubcache`
+reads Hub cache snapshots (laid out the same way), and `precompute.sources.hub` chooses weight
 files and fingerprints them the same way from a repo's file list. This module imports
 none of them.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
-from precompute.revisions import CheckpointRef, refs_from_names
-from precompute.source import Fetched, SkipFn, check_shape
-from precompute.weights import read_tensors, tensor_names
+from precompute.sources.revisions import CheckpointRef, refs_from_names
+from precompute.sources.source import Fetched, SkipFn, check_shape
+from precompute.sources.weights import read_tensors, tensor_names
 
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

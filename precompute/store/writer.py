@@ -109,7 +109,7 @@ def _check_carried_over(store: Path, replaced: set[str]) -> None:
         if not schema.equals(spec.schema, check_metadata=False):
             raise StoreError(
                 f"{str(path)!r} is not in the current schema (version {SCHEMA_VERSION}); nothing was written. "
-                f"Upgrade the store first: python -m precompute.upgrade {store}"
+                f"Upgrade the store first: python -m precompute.store.upgrade {store}"
             )
 
 

@@ -144,7 +144,7 @@ def kl_null(lam: np.ndarray, c: float, n_bins: int = KL_NULL_BINS) -> np.ndarray
 def sample_null_spectra(d_model: int, d_head: int, n_samples: int, *, seed: int = 0) -> np.ndarray:
     """Monte Carlo lambda_k of W_Q^T W_K with i.i.d. N(0, 1) factors, ``(n_samples, d_head)``, descending.
 
-    Uses the QR core (exact, no dense d_model x d_model matrix); see `analysis.spectrum`.
+    Uses the QR core (exact, no dense d_model x d_model matrix); see `analysis.stats.spectrum`.
     """
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((n_samples, d_model, d_head))

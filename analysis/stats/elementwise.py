@@ -16,7 +16,7 @@ For each matrix in a batch, over its N entries w:
 A constant matrix (sigma = 0) gets z = 0 for every entry, skew and kurtosis NaN.
 
 Two implementations of the same definitions: on CPU, compiled kernels that read each row
-once or twice (`analysis.fused`, numba; rows spread over cores by `analysis.threads`);
+once or twice (`analysis.stats.fused`, numba; rows spread over cores by `analysis.threads`);
 elsewhere (CUDA), or without numba, batched torch passes. The tests run both against the
 same NumPy / SciPy references.
 """
@@ -29,7 +29,7 @@ import math
 import numpy as np
 import torch
 
-from analysis.density import gaussian_bin_mass  # numpy only: the dashboard (analysis.references) uses it too
+from analysis.stats.density import gaussian_bin_mass  # numpy only: the dashboard (analysis.rmt.references) uses it too
 from analysis.store.format import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
 
 ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/store/format.py)
@@ -74,7 +74,7 @@ def elementwise_statistics(
             ``w`` and are more accurate than a float32 pass; sigma^2 = E[w^2] - mean^2. Rows
             where that difference is not well conditioned (sigma^2 < 1e-8 E[w^2]: a nearly
             constant matrix) are computed from ``w`` instead.
-        fused: use the compiled CPU kernels of `analysis.fused` (None: on CPU when numba is
+        fused: use the compiled CPU kernels of `analysis.stats.fused` (None: on CPU when numba is
             installed); False: the torch passes. ``scratch`` serves only the torch passes.
 
     Returns:
@@ -177,11 +177,11 @@ def _mean_std(
 def _fused_statistics(
     w: torch.Tensor, edges: np.ndarray, moments: tuple[torch.Tensor, torch.Tensor] | None
 ) -> dict[str, torch.Tensor]:
-    """`elementwise_statistics` through the compiled kernels of `analysis.fused`, one row per
+    """`elementwise_statistics` through the compiled kernels of `analysis.stats.fused`, one row per
     task (`analysis.threads.map_per_core`). The same definitions, operations and dtypes as
     the torch path; the power sums (and, without ``moments``, the mean and variance) are
     accumulated in float64, so they are at least as accurate."""
-    from analysis import fused  # numba: imported when first used
+    from analysis.stats import fused  # numba: imported when first used
     from analysis.threads import map_per_core
 
     batch, n = w.shape

@@ -4,7 +4,7 @@ Per revision: one ``model_info`` call (the commit the branch points to, its file
 and their LFS sha256), small GETs for ``config.json`` and shard indexes, then only
 the attention bytes:
 
-- safetensors: the header and the Q/K byte ranges (`precompute.ranges`), read
+- safetensors: the header and the Q/K byte ranges (`precompute.sources.ranges`), read
   into memory; nothing is written to disk;
 - ``pytorch_model.bin``: the shards holding attention tensors are downloaded to a
   scratch folder, loaded with ``weights_only=True`` and deleted at once;
@@ -12,7 +12,7 @@ the attention bytes:
 
 The fingerprint is the Hub's LFS sha256 (``sha256_source: hub``): a duplicate of a
 known checkpoint costs one API call and no download. Offline (``HF_HUB_OFFLINE=1``)
-the repo is read from the local Hub cache instead, by `precompute.hubcache`.
+the repo is read from the local Hub cache instead, by `precompute.sources.hubcache`.
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ from huggingface_hub.errors import (
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
-from precompute.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
-from precompute.fetch import HubHttp, Meter, human_bytes
-from precompute.ranges import SafetensorsHeader, element_masks, read_header, read_tensors
-from precompute.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
+from precompute.sources.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
+from precompute.sources.fetch import HubHttp, Meter, human_bytes
+from precompute.sources.ranges import SafetensorsHeader, element_masks, read_header, read_tensors
+from precompute.sources.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
 from precompute.settings import FetchSettings
-from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
-from precompute.weights import read_tensors as read_local_tensors
-from precompute.weights import tensor_names
+from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
+from precompute.sources.weights import read_tensors as read_local_tensors
+from precompute.sources.weights import tensor_names
 
 log = logging.getLogger("precompute")
 

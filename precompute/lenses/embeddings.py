@@ -5,7 +5,7 @@ UMAP, so the precompute job embeds the default statistics once and stores the
 result beside ``heads.parquet`` (one atomic commit, settings recorded in
 ``meta["embeddings"]``). Run it on an existing store with
 
-    python -m precompute.embeddings STORE [--statistics kl_gauss std ...]
+    python -m precompute.lenses.embeddings STORE [--statistics kl_gauss std ...]
 
 The table's columns are registered in `analysis.store.format.EMBEDDINGS` (one row
 per statistic, normalisation and head). The maths is in `analysis.trajectories`.
@@ -27,7 +27,7 @@ from analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.store import Store, open_store
 from analysis.store.format import EMBEDDINGS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
-from precompute.store_writer import commit_store
+from precompute.store.writer import commit_store
 
 EMBEDDABLE = SCALAR_COLUMNS + NULL_COLUMNS  # one number per head and step
 # The reference study maps D_KL and spectral entropy; sigma and stable rank are the other two headline statistics.
@@ -140,7 +140,7 @@ def add_embeddings(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m precompute.embeddings", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m precompute.lenses.embeddings", description=__doc__.splitlines()[0])
     parser.add_argument("store", help="store directory (meta.json + heads.parquet)")
     parser.add_argument("--statistics", nargs="+", default=list(DEFAULT_STATISTICS), choices=EMBEDDABLE,
                         metavar="COLUMN", help=f"scalar columns to embed (default: {' '.join(DEFAULT_STATISTICS)})")

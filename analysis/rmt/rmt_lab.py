@@ -8,7 +8,7 @@ W_Q and W_K have i.i.d. N(0, sigma_Q^2) and N(0, sigma_K^2) entries, each
   deviation sigma_Q sigma_K sqrt(r) (r = d_head, or d_model when full rank);
 - W_QK has r non-zero singular values; the other d_model - r vanish (the cut at d_head);
 - x = lambda / (d_model sigma_Q sigma_K)^2 follows MP_c (x) MP_c with c = r / d_model
-  (`analysis.nullmodel`), while each factor alone follows the plain MP_c.
+  (`analysis.rmt.nullmodel`), while each factor alone follows the plain MP_c.
 
 numpy only; one dense d_model x d_model SVD (about half a second at d_model 1024).
 """
@@ -91,10 +91,10 @@ def lab_sample(
 
 
 def stats_of(w: np.ndarray, sv: np.ndarray) -> dict[str, float]:
-    """The statistics the head pages show, for one W_QK: element-wise (`analysis.references.elementwise`:
+    """The statistics the head pages show, for one W_QK: element-wise (`analysis.rmt.references.elementwise`:
     sigma, skew, excess kurtosis, D_KL from the Gaussian of the same mean and sigma, ...) and spectral
     (stable rank, spectral entropy, participation ratio, from its non-zero singular values ``sv``)."""
-    from analysis.references import elementwise
+    from analysis.rmt.references import elementwise
 
     lam = np.asarray(sv, dtype=np.float64) ** 2
     total = lam.sum()

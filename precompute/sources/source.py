@@ -1,13 +1,13 @@
 """Where checkpoints come from: the interface the precompute run sees, and its records.
 
-Three implementations, each in its own module; `precompute.sources.open_source`
+Three implementations, each in its own module; `precompute.sources.resolve.open_source`
 chooses one from ``--source``:
 
-- `precompute.local.LocalSource`: a folder of ``step<N>/`` (or ``checkpoint-<N>/``, ...)
+- `precompute.sources.local.LocalSource`: a folder of ``step<N>/`` (or ``checkpoint-<N>/``, ...)
   sub-folders in transformers' ``save_pretrained`` format;
-- `precompute.hub.HubSource`: a Hugging Face Hub model repo whose branches are the
+- `precompute.sources.hub.HubSource`: a Hugging Face Hub model repo whose branches are the
   checkpoints; only the Q/K bytes are fetched;
-- `precompute.hubcache.HubCacheSource`: the same repo read from the local Hub cache
+- `precompute.sources.hubcache.HubCacheSource`: the same repo read from the local Hub cache
   (``HF_HUB_OFFLINE=1``).
 
 The run (`precompute.run`) sees only `CheckpointSource`, `Fetched` and
@@ -29,7 +29,7 @@ import torch
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
-from precompute.revisions import CheckpointRef
+from precompute.sources.revisions import CheckpointRef
 from precompute.settings import FetchSettings
 
 # How a checkpoint's sha256 was obtained (meta.json ``sha256_source``):
@@ -81,7 +81,7 @@ class CheckpointSource(ABC):
         kind: recorded in meta.json as ``settings.source_kind``; data, not a switch.
         name: what the store records as its source (a resolved path, or a repo id).
         model_id: the default model name in meta.json.
-        stop: set to abandon reads in flight (they raise `precompute.fetch.Cancelled`);
+        stop: set to abandon reads in flight (they raise `precompute.sources.fetch.Cancelled`);
             the run sets it when it stops prefetching and clears it before reads it
             still wants. Sources whose reads cannot be abandoned never look at it.
         fetch_settings: the network settings its reads depend on, recorded in
@@ -120,7 +120,7 @@ class CheckpointSource(ABC):
         """Fingerprint a checkpoint and, unless ``skip(sha256)``, read the attention tensors that the
         per-head ``matrices`` need (`analysis.extract.attention_tensor_names`; for ``ov`` the value
         weights and the output projection as well), and no others; with ``layers``, every 2-D weight
-        of every block too, whole (`precompute.checkpoints.tensors_to_read`).
+        of every block too, whole (`precompute.sources.checkpoints.tensors_to_read`).
 
         Raises:
             CheckpointNotFoundError: the checkpoint or its weights are missing.

@@ -1,6 +1,6 @@
 """Which checkpoint source ``--source`` names: `open_source`.
 
-The one module that imports the `precompute.source.CheckpointSource`
+The one module that imports the `precompute.sources.source.CheckpointSource`
 implementations; the run opens its source here.
 """
 
@@ -12,12 +12,12 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from analysis.errors import CheckpointNotFoundError
-from precompute.fetch import Meter
-from precompute.hub import HubSource
-from precompute.hubcache import HubCacheSource
-from precompute.local import LocalSource
+from precompute.sources.fetch import Meter
+from precompute.sources.hub import HubSource
+from precompute.sources.hubcache import HubCacheSource
+from precompute.sources.local import LocalSource
 from precompute.settings import FetchSettings
-from precompute.source import CheckpointSource
+from precompute.sources.source import CheckpointSource
 
 
 def open_source(

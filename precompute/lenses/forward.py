@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from analysis.attention import AttentionSums, induction_scores, js_divergence
 from analysis.errors import CheckpointError, UnknownArchitectureError
 from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
-from precompute.evalset import EvalSet
+from precompute.lenses.evalset import EvalSet
 
 BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors held at once
 

@@ -21,9 +21,9 @@ from huggingface_hub.file_download import repo_folder_name
 
 from analysis.errors import CheckpointNotFoundError
 from analysis.extract import ModelShape
-from precompute.checkpoints import read_config, read_folder
-from precompute.revisions import CheckpointRef, known_tokens_per_step
-from precompute.source import CheckpointSource, Fetched, SkipFn, SourceKind
+from precompute.sources.checkpoints import read_config, read_folder
+from precompute.sources.revisions import CheckpointRef, known_tokens_per_step
+from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind
 
 
 class HubCacheSource(CheckpointSource):

@@ -43,8 +43,8 @@ import torch
 
 from analysis.errors import CheckpointError, UnknownArchitectureError
 from analysis.store.format import LLC, LLC_MODEL
-from precompute.evalset import EvalSet, sha256_bytes
-from precompute.forward import load_model
+from precompute.lenses.evalset import EvalSet, sha256_bytes
+from precompute.lenses.forward import load_model
 from precompute.settings import SamplerSettings
 
 # Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
@@ -99,7 +99,7 @@ def check_family(config: dict[str, Any]) -> None:
     if model_type not in HEAD_MASK_FAMILIES:
         raise UnknownArchitectureError(
             f"--lenses llc: no per-head weight mask for model_type {model_type!r} (known: "
-            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/llc.py")
+            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py")
 
 
 def head_masks(model: torch.nn.Module, layer: int, head: int) -> dict[str, torch.Tensor | None]:
