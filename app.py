@@ -21,7 +21,9 @@ from dashboard.frame import Frame
 from dashboard.navigation import PAGES as PAGE_SPECS
 from dashboard.settings import read_settings
 
-st.set_page_config(page_title="headwatch: attention heads over training", page_icon=":material/visibility:", layout="wide")
+# An emoji favicon: Streamlit draws it as an inline SVG. A ":material/...:" page_icon would be fetched from a
+# font CDN (fonts.gstatic.com) and be missing offline; the sidebar's Material icons use the font Streamlit ships.
+st.set_page_config(page_title="headwatch: attention heads over training", page_icon="🔭", layout="wide")
 
 # The one page list (dashboard.navigation, which says why each url_path differs from its file's name).
 PAGES = [st.Page(p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGE_SPECS]

@@ -371,7 +371,7 @@ def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
     src = plan.src
     run_info = src.run_info() or {}
     return resolve_settings(
-        options, source=src.name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
+        options, source=src.recorded_name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
         d_head=plan.shape.d_head, run_tokens_per_step=run_info.get("tokens_per_step"),
         source_tokens_per_step=src.default_tokens_per_step(),
         stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,

@@ -28,6 +28,13 @@ class LocalSource(CheckpointSource):
         self.folder = Path(folder)
         super().__init__(name=str(self.folder.resolve()), model_id=self.folder.resolve().name)
 
+    @property
+    def recorded_name(self) -> str:
+        """The folder relative to the working directory when it lies under it (as the user
+        would type it), else its name alone: a store must not carry a path of the machine
+        that made it (``/home/me/runs/x`` means nothing to a collaborator)."""
+        return recorded_folder(self.folder)
+
     def list(self) -> tuple[list[CheckpointRef], list[str]]:
         return find_checkpoints(self.folder)
 
@@ -59,3 +66,21 @@ class LocalSource(CheckpointSource):
         if not path.is_dir():
             raise CheckpointNotFoundError(f"no checkpoint folder {ref.revision!r} in {str(self.folder)!r}")
         return path
+
+
+def recorded_folder(folder: str | Path, *, cwd: Path | None = None) -> str:
+    """A local folder as a store records it: relative to ``cwd`` (default: the working
+    directory) in POSIX form when it lies under it, else its own name.
+
+    Args:
+        folder: the folder as given (relative or absolute).
+        cwd: the directory to be relative to.
+
+    Returns:
+        ``runs/pythia-6x8`` for a folder under ``cwd``; ``pythia-6x8`` for one elsewhere.
+    """
+    resolved = Path(folder).resolve()
+    base = (cwd or Path.cwd()).resolve()
+    if resolved.is_relative_to(base) and resolved != base:
+        return resolved.relative_to(base).as_posix()
+    return resolved.name

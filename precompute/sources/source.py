@@ -79,7 +79,8 @@ class CheckpointSource(ABC):
 
     Attributes:
         kind: recorded in meta.json as ``settings.source_kind``; data, not a switch.
-        name: what the store records as its source (a resolved path, or a repo id).
+        name: the source as this process opens it (a resolved path, or a repo id); see
+            `recorded_name` for what the store records.
         model_id: the default model name in meta.json.
         stop: set to abandon reads in flight (they raise `precompute.sources.fetch.Cancelled`);
             the run sets it when it stops prefetching and clears it before reads it
@@ -95,6 +96,12 @@ class CheckpointSource(ABC):
         self.name = name
         self.model_id = model_id
         self.stop = threading.Event()
+
+    @property
+    def recorded_name(self) -> str:
+        """What meta.json records as ``settings.source``: what the user gave, never a path
+        of this machine (a Hub id as given; a local source overrides this)."""
+        return self.name
 
     @abstractmethod
     def list(self) -> tuple[list[CheckpointRef], list[str]] | None:

@@ -207,6 +207,20 @@ def _wait_view(page, path: str, title: str, plots: int) -> None:
     page.wait_for_timeout(500)
 
 
+def _settled_history_length(page, *, quiet_ms: int = 1500) -> int:
+    """``history.length`` once no entry has been added for ``quiet_ms``: the app writes its view state to
+    the address bar at the end of a run, and a page's first runs can still be pushing when its plots are
+    drawn, so a count read at once may precede an entry that belongs to the view before it."""
+    page.wait_for_function(
+        """quiet => {
+            const now = Date.now(), n = history.length;
+            if (window.__hwLen !== n) { window.__hwLen = n; window.__hwSince = now; }
+            return now - window.__hwSince >= quiet;
+        }""", arg=quiet_ms, polling=100, timeout=LOAD_TIMEOUT_MS,
+    )
+    return page.evaluate("history.length")
+
+
 def _click_head(page, layer: int, head: int) -> None:
     """Click the point of head (layer, head) on the trajectory map."""
     xy = page.evaluate("""([layer, head]) => {
@@ -355,12 +369,14 @@ def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, ser
 def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
     page = _open(browser, server + "/head?layer=1&head=2&xscale=log", 7)
     try:
-        head_url, entries = page.url, page.evaluate("history.length")
+        entries = _settled_history_length(page)  # the head explorer's own entries, every one of them
+        head_url = page.url
         assert "layer=1" in head_url and "head=2" in head_url and "xscale=log" in head_url
         page.locator('[data-testid="stSidebarNav"]').get_by_text("Layer view", exact=True).click()
         _wait_view(page, "/layers", "Layer view", 3)
         assert "layer=1" in page.url and "xscale=log" in page.url  # layer and the time axis carry over
-        assert page.evaluate("history.length") == entries + 1  # the switch and the view state: one entry
+        # the switch and the view state: one entry, counted once the layer view has stopped writing
+        assert _settled_history_length(page) == entries + 1
         page.go_back()
         _wait_view(page, "/head", "Head explorer", 7)
         assert page.url == head_url  # the head explorer as it was, every parameter included

@@ -1,0 +1,66 @@
+"""Offline, every page is whole: the app asks no host but its own server for anything.
+
+A Space or a laptop without a network must show the same pages. Each page of the
+navigation is opened on the shipped run in Chromium while every request the page makes
+is recorded; any request to another host than the app's (a font CDN for an icon, say:
+Streamlit draws a ``:material/...:`` page icon as a favicon fetched from fonts.gstatic.com)
+fails the test, with the URLs it asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from dashboard.navigation import PAGES
+from tests.app.conftest import ROOT
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _require_chromium, _serve
+
+pytestmark = pytest.mark.browser
+
+SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not (SHIPPED / "meta.json").is_file():
+        pytest.fail(f"the shipped run {SHIPPED} is missing")
+    yield from _serve(SHIPPED, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    _require_chromium()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _foreign(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in ("127.0.0.1", "localhost")
+
+
+@pytest.mark.parametrize("spec", PAGES, ids=[p.url_path for p in PAGES])
+def test_every_page_asks_no_other_host(spec, browser, server) -> None:
+    asked: list[str] = []
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("request", lambda request: asked.append(request.url))
+    try:
+        page.goto(server + ("/" if spec.default else f"/{spec.url_path}"))
+        page.wait_for_selector('[data-testid="stSidebarNav"]', timeout=LOAD_TIMEOUT_MS)
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+        page.wait_for_timeout(1500)  # favicons and fonts are requested after the first render
+        assert _errors(page) == []
+        # the sidebar's icons are drawn with the font Streamlit ships: one glyph per page link
+        icons = page.locator('[data-testid="stSidebarNav"] [data-testid="stIconMaterial"]').count()
+        assert icons == len(PAGES)
+    finally:
+        page.close()
+    foreign = [url for url in asked if _foreign(url)]
+    assert foreign == [], f"{spec.title} asked other hosts: {foreign}"
