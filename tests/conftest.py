@@ -7,6 +7,7 @@ can fail. Definitions: DESIGN.md section 3.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -67,3 +68,18 @@ def spectral(dense: np.ndarray, d_head: int) -> dict[str, object]:
 def reference() -> SimpleNamespace:
     """NumPy/SciPy reference implementations: ``gaussian_masses``, ``elementwise``, ``spectral``."""
     return SimpleNamespace(gaussian_masses=gaussian_masses, elementwise=elementwise, spectral=spectral)
+
+
+SHIPPED_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def require_table(present: bool, store: object, message: str) -> None:
+    """A table a reference test reads must be there: a shipped store (under ``data/``, in git)
+    without it is a defect and fails the test; a store named by ``HEADWATCH_REFERENCE_STORE``
+    (a user's own, perhaps made before the table existed) skips it with ``message``."""
+    if present:
+        return
+
+    if Path(str(store)).resolve().is_relative_to(SHIPPED_DATA):
+        pytest.fail(f"the shipped store {store} lacks it: {message}")
+    pytest.skip(message)

@@ -130,7 +130,6 @@ def test_a_store_without_the_lens_says_what_rerun_adds_it(app_env: Path) -> None
 def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     from tests.app.test_browser import _errors, _serve
 
-    pytest.importorskip("playwright")
     from playwright.sync_api import sync_playwright
 
     steps = sorted(table(forward_store, "eval_loss.parquet")["step"])

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from tests.conftest import require_table
 
 STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
              or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
@@ -31,8 +32,7 @@ STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    if not opened.has_forward:
-        pytest.skip(f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`")
+    require_table(opened.has_forward, STORE, f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`")
     return opened
 
 

@@ -21,6 +21,7 @@ from analysis.store import open_store, read_table
 from analysis.store.format import LLC
 from precompute.lenses.llc import default_llc_steps
 from precompute.settings import SamplerSettings
+from tests.conftest import require_table
 
 STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
              or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
@@ -38,8 +39,7 @@ def whole_model_parameters(config: dict) -> int:
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    if not opened.has_llc:
-        pytest.skip(f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
+    require_table(opened.has_llc, STORE, f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
     return opened
 
 
