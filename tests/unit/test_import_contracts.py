@@ -1,0 +1,53 @@
+"""The architecture's import rules, checked: import-linter's contracts (``.importlinter``) and the app's scripts.
+
+``.importlinter`` says what each package may import, indirect imports included (a dashboard
+module that reaches torch through an analysis module breaks the slim-app contract as if it
+imported torch itself). ``app.py`` and ``pages/`` are scripts, not packages, so import-linter
+does not see them: their imports are read with `ast` here (module level and inside functions).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# What the dashboard's scripts may not import (the Space image has none of it; DESIGN.md, the data flow).
+APP_FORBIDDEN = ("precompute", "training", "torch", "transformers", "ray", "devinterp")
+
+
+def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(lint), "--config", str(REPO / ".importlinter"), "--no-cache"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "4 kept, 0 broken" in done.stdout
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_the_apps_scripts_import_neither_the_job_nor_torch() -> None:
+    scripts = [REPO / "app.py", *sorted((REPO / "pages").glob("*.py"))]
+    assert len(scripts) > 10
+    offending = {str(p.relative_to(REPO)): sorted(_imported_roots(p) & set(APP_FORBIDDEN)) for p in scripts}
+    assert {k: v for k, v in offending.items() if v} == {}
+
+
+def test_the_script_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "page.py"
+    bad.write_text("def main():\n    from precompute.run import run_precompute\n    import torch.nn\n")
+    assert _imported_roots(bad) & set(APP_FORBIDDEN) == {"precompute", "torch"}
