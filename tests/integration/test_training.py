@@ -176,7 +176,7 @@ def test_pythia_init_stds():
     assert torch.equal(params[name], again[name]) and not torch.equal(params[name], other[name])
 
 
-def test_device_cuda_without_a_gpu_is_refused():
+def test_device_cuda_resolves_to_the_gpu_or_is_refused_without_one():
     if torch.cuda.is_available():
         assert resolve_device("cuda").type == "cuda"
     else:

@@ -129,6 +129,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(weights) -> None:
         checkpoint_statistics(*weights, device="cuda")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu(weights, brute_force) -> None:
     w_q, w_k = (w.astype(np.float32) for w in weights)
