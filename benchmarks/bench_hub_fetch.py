@@ -121,7 +121,8 @@ def main() -> None:
     from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
     from precompute.sources.fetch import HubHttp, Meter, human_bytes
-    from precompute.sources.ranges import element_masks, read_header, read_tensors
+    from huggingface_hub import HfApi
+    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
     from precompute.run import run_precompute
     from precompute.settings import RunOptions
     from precompute.settings import FetchSettings
@@ -170,7 +171,13 @@ def main() -> None:
             sent_before = hub.sent
             t0 = time.perf_counter()
             get = lambda a, b: http.get_range(url, a, b, what="bench")  # noqa: E731
-            header = read_header(get, where="bench")
+            meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
+                REPO_ID, "model.safetensors", revision=commits[0])  # the header, read by huggingface_hub
+            header = header_from_metadata(meta, file_size=size, where="bench")
+            header_fetched, header_requests = header_read_cost(header.header_bytes, size)
+            meter.add_fetched(header_fetched)
+            for _ in range(header_requests):
+                meter.add_request()
             wanted = tuple(matrices.split(","))
             masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=wanted)
             tensors = read_tensors(get, header, masks, merge_gap=gap, concurrency=4, where="bench")

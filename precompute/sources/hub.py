@@ -4,8 +4,9 @@ Per revision: one ``model_info`` call (the commit the branch points to, its file
 and their LFS sha256), small GETs for ``config.json`` and shard indexes, then only
 the attention bytes:
 
-- safetensors: the header and the Q/K byte ranges (`precompute.sources.ranges`), read
-  into memory; nothing is written to disk;
+- safetensors: the header (huggingface_hub's ``parse_safetensors_file_metadata``) and
+  the Q/K byte ranges (`precompute.sources.ranges`), read into memory; nothing is
+  written to disk;
 - ``pytorch_model.bin``: the shards holding attention tensors are downloaded to a
   scratch folder, loaded with ``weights_only=True`` and deleted at once;
 - files already in the local Hub cache for that commit are read from there.
@@ -36,6 +37,7 @@ from huggingface_hub.errors import (
     HfHubHTTPError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
+    SafetensorsParsingError,
 )
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
@@ -43,7 +45,7 @@ from analysis.blocks import block_tensor_names
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.sources.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
 from precompute.sources.fetch import HubHttp, Meter, human_bytes
-from precompute.sources.ranges import SafetensorsHeader, element_masks, read_header, read_tensors
+from precompute.sources.ranges import SafetensorsHeader, element_masks, header_from_metadata, header_read_cost, read_tensors
 from precompute.sources.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
 from precompute.settings import FetchSettings
 from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
@@ -190,9 +192,8 @@ class HubSource(CheckpointSource):
             weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
             wanted = tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)
             files = sorted({weight_map[n] for n in wanted})
-        headers: dict[str, SafetensorsHeader] = {}
-        for f in files:
-            headers[f] = read_header(self._getter(commit, f, ref), where=self._where(ref, f))
+        sizes = {s.rfilename: s.size for s in self._info(ref).siblings or []}
+        headers = {f: self._header(commit, f, sizes.get(f), ref) for f in files}
         shapes = {n: s.shape for h in headers.values() for n, s in h.tensors.items()}
         masks = dict(self._element_masks(shape, shapes, matrices))
         if layers:  # the whole-layer matrices need every element of every block weight
@@ -244,6 +245,30 @@ class HubSource(CheckpointSource):
         if key not in self._masks:
             self._masks = {key: element_masks(shape, {n: shapes[n] for n in names}, matrices=matrices)}
         return self._masks[key]
+
+    def _header(self, commit: str, filename: str, size: int | None, ref: CheckpointRef) -> SafetensorsHeader:
+        """The file's header, read and parsed by huggingface_hub (with retries); counted on the meter."""
+        where = self._where(ref, filename)
+        try:
+            meta = self.http.call(
+                lambda: self.api.parse_safetensors_file_metadata(
+                    self.repo_id, filename, revision=commit, timeout=self.fetch_settings.timeout_s
+                ),
+                what=f"read the header of {where}",
+            )
+        except EntryNotFoundError as exc:
+            raise CheckpointNotFoundError(f"{where} is listed but cannot be downloaded") from exc
+        except SafetensorsParsingError as exc:
+            raise CheckpointError(f"{where}: {_first_line(exc)}; truncated or not a safetensors file") from exc
+        except HfHubHTTPError as exc:
+            raise CheckpointError(f"{where}: {_first_line(exc)}") from exc
+        header = header_from_metadata(meta, file_size=size, where=where)
+        # the library's session reports no byte counts: count what its requests carried
+        fetched, requests = header_read_cost(header.header_bytes, header.file_size)
+        self.meter.add_fetched(fetched)
+        for _ in range(requests):
+            self.meter.add_request()
+        return header
 
     def _getter(self, commit: str, filename: str, ref: CheckpointRef):
         url = hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint)

@@ -4,8 +4,9 @@ A safetensors file is an 8-byte little-endian header length ``n``, ``n`` bytes o
 JSON (``name -> {dtype, shape, data_offsets: [begin, end]}``, offsets relative to
 the end of the header) and the raw C-order tensor data. So:
 
-1. one request reads the file's first `HEADER_PROBE_BYTES` (a second one the rest
-   of the header if it is longer) and parses the header;
+1. huggingface_hub's ``parse_safetensors_file_metadata`` reads and parses the header
+   (one range request, two for a header over 100 kB); `header_from_metadata` turns
+   its relative offsets into absolute ones;
 2. `element_masks` finds which elements of each attention tensor extraction
    reads, by running the architecture's own adapters (`analysis.extract.extract_heads`,
    for the per-head matrices the run computes)
@@ -24,22 +25,16 @@ the end of the header) and the raw C-order tensor data. So:
 from __future__ import annotations
 
 import dataclasses
-import json
-import struct
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from huggingface_hub.utils import SafetensorsFileMetadata
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, attention_tensor_names, extract_heads
-
-# First read of a file: enough for the header of models up to tens of billions of
-# parameters (Pythia-12B's header is ~60 kB); a longer header costs one more request.
-HEADER_PROBE_BYTES = 1 << 17
-_MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 
 DTYPES: dict[str, torch.dtype] = {
     "F16": torch.float16,
@@ -50,6 +45,21 @@ DTYPES: dict[str, torch.dtype] = {
 
 # get(start, end) -> (bytes [start, end), total file size or None)
 RangeGetter = Callable[[int, int], tuple[bytes, "int | None"]]
+
+# huggingface_hub's `parse_safetensors_file_metadata` reads the header: one GET of
+# bytes 0..HEADER_PROBE_BYTES-1 (its "first 100 kB"), a second one for the rest of a
+# longer header. Written here only so the Meter can count those bytes (the library
+# reports none) and tests can check the requests.
+HEADER_PROBE_BYTES = 100_001
+
+
+def header_read_cost(header_bytes: int, file_size: int) -> tuple[int, int]:
+    """``(bytes, requests)`` `parse_safetensors_file_metadata` spends on a header of
+    ``header_bytes`` (the 8-byte length plus the JSON) in a file of ``file_size`` bytes."""
+    first = min(HEADER_PROBE_BYTES, file_size)
+    if header_bytes <= first:
+        return first, 1
+    return first + header_bytes - 8, 2
 
 
 @dataclass(frozen=True)
@@ -69,60 +79,47 @@ class TensorSpan:
 
 @dataclass(frozen=True)
 class SafetensorsHeader:
-    """A parsed header: the tensors, the ``__metadata__`` and the bytes it was read from."""
+    """A parsed header: the tensors, the ``__metadata__``, the header's length and the file's."""
 
     tensors: dict[str, TensorSpan]
     metadata: dict[str, str]
-    raw: bytes  # the 8-byte length and the JSON
-    file_size: int | None
+    header_bytes: int  # the 8-byte length and the JSON
+    file_size: int
 
 
-def read_header(get: RangeGetter, *, where: str) -> SafetensorsHeader:
-    """Fetch and parse a remote file's header with one request (two if it is long).
+def header_from_metadata(meta: SafetensorsFileMetadata, *, file_size: int | None, where: str) -> SafetensorsHeader:
+    """Absolute byte spans of a file's tensors, from huggingface_hub's parse of its header.
 
-    Raises:
-        CheckpointError: not a safetensors file, a malformed header, or offsets past the end.
-    """
-    head, size = get(0, HEADER_PROBE_BYTES)
-    if len(head) < 8:
-        raise CheckpointError(f"{where}: only {len(head)} bytes; truncated or not a safetensors file")
-    (n,) = struct.unpack("<Q", head[:8])
-    if n > _MAX_HEADER_BYTES or (size is not None and 8 + n > size):
-        raise CheckpointError(f"{where}: header length {n} does not fit the file; truncated or not a safetensors file")
-    if len(head) < 8 + n:
-        rest, _ = get(len(head), 8 + n)
-        head += rest
-    return parse_header(head[: 8 + n], file_size=size, where=where)
+    The library gives each tensor's ``data_offsets`` relative to the end of the header
+    but not the header's length (what it lacks), so it is found from the file size:
+    safetensors requires the data to be indexed entirely, without holes, so the file
+    ends where the last tensor ends and the header is ``file_size - max(end)`` bytes
+    (the 8-byte length included).
 
-
-def parse_header(raw: bytes, *, file_size: int | None, where: str) -> SafetensorsHeader:
-    """Parse ``raw`` = the 8-byte length and the JSON header.
+    Args:
+        meta: from ``HfApi.parse_safetensors_file_metadata``.
+        file_size: the file's size in bytes (``model_info(..., files_metadata=True)``).
+        where: the file, for error messages.
 
     Raises:
-        CheckpointError: malformed JSON, inconsistent sizes, or data past the end of the file.
+        CheckpointError: the size is unknown or too small for the tensors, or a tensor's
+            span does not match its shape.
     """
-    (n,) = struct.unpack("<Q", raw[:8])
-    try:
-        doc = json.loads(raw[8 : 8 + n])
-    except ValueError as exc:
-        raise CheckpointError(f"{where}: the safetensors header is not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise CheckpointError(f"{where}: the safetensors header is not a JSON object")
-    metadata = doc.pop("__metadata__", None) or {}
+    if file_size is None:
+        raise CheckpointError(f"{where}: the Hub did not report the file's size; cannot place its tensors")
+    data_end = max((int(info.data_offsets[1]) for info in meta.tensors.values()), default=0)
+    base = file_size - data_end
+    if base < 8 + 2:  # the length and at least "{}"
+        raise CheckpointError(f"{where}: its tensors need {data_end} bytes after the header but the file has "
+                              f"{file_size}; it is truncated or not a safetensors file")
     tensors = {}
-    base = 8 + n
-    for name, info in doc.items():
-        try:
-            begin, end = (int(x) for x in info["data_offsets"])
-            span = TensorSpan(name, str(info["dtype"]), tuple(int(d) for d in info["shape"]), base + begin, base + end)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: malformed header entry for {name!r}: {info!r}") from exc
+    for name, info in meta.tensors.items():
+        begin, end = (int(x) for x in info.data_offsets)
+        span = TensorSpan(name, str(info.dtype), tuple(int(d) for d in info.shape), base + begin, base + end)
         if span.dtype in DTYPES and span.end - span.start != int(np.prod(span.shape, dtype=np.int64)) * span.itemsize:
             raise CheckpointError(f"{where}: {name!r} spans {span.end - span.start} bytes, its shape {span.shape} needs more or less")
-        if file_size is not None and span.end > file_size:
-            raise CheckpointError(f"{where}: {name!r} ends at byte {span.end} but the file has {file_size}; it is truncated")
         tensors[name] = span
-    return SafetensorsHeader(tensors, metadata, bytes(raw), file_size)
+    return SafetensorsHeader(tensors, dict(meta.metadata or {}), base, file_size)
 
 
 def element_masks(
@@ -218,7 +215,7 @@ def read_tensors(
 
     Args:
         get: fetches ``[start, end)`` of the file.
-        header: from `read_header`.
+        header: from `header_from_metadata`.
         masks: name -> bool mask of the elements needed (`element_masks`).
         merge_gap: see `plan_ranges`.
         concurrency: ranges fetched at once.

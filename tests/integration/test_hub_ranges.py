@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from urllib.request import Request, urlopen
 
 import pytest
 import torch
+from huggingface_hub import HfApi
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
 from precompute.sources import ranges
 from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
-from precompute.sources.ranges import plan_ranges, element_masks, read_header, read_tensors
+from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from precompute.settings import FetchSettings
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
@@ -50,6 +53,14 @@ def served(checkpoint: Path):
         yield hub, f"{hub.url}/{REPO_ID}/resolve/{commit}/model.safetensors", HubHttp(FAST, meter), meter
 
 
+def remote_header(url: str, size: int):
+    """The header as huggingface_hub parses it over HTTP, placed by `header_from_metadata`."""
+    endpoint, rest = url.split(f"/{REPO_ID}/resolve/")
+    commit, filename = rest.split("/", 1)
+    meta = HfApi(endpoint=endpoint, token=False).parse_safetensors_file_metadata(REPO_ID, filename, revision=commit)
+    return header_from_metadata(meta, file_size=size, where=url)
+
+
 def header_of(path: Path) -> tuple[int, dict]:
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
@@ -67,7 +78,8 @@ def read_all(url: str, http: HubHttp, shape: ModelShape, merge_gap: int,
     def get(a: int, b: int):
         return http.get_range(url, a, b, what="test")
 
-    header = read_header(get, where=url)
+    size = int(urlopen(Request(url, method="HEAD")).headers["Content-Length"])
+    header = remote_header(url, size)
     masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=matrices)
     return read_tensors(get, header, masks, merge_gap=merge_gap, concurrency=3, where=url)
 
@@ -84,7 +96,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
     tensors = read_all(url, http, shape, merge_gap=v_gap)
 
     requested = hub.ranges("model.safetensors")
-    assert requested[0] == (0, ranges.HEADER_PROBE_BYTES)  # the header, in one request
+    assert requested[0] == (0, ranges.HEADER_PROBE_BYTES)  # the header, in one request (huggingface_hub's)
     # then exactly one contiguous range per layer: its first Q row to its last K row (the
     # last head's V rows end the tensor and are not needed)
     assert sorted(requested[1:]) == [(a, b - v_gap) for a, b in spans]
@@ -98,7 +110,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
         assert torch.equal(got[:-1, 2], want[:-1, 2]), name  # V rows read through inside the range
         assert torch.isnan(got[-1, 2].float()).all(), name  # outside every range: NaN, never numbers
     size = (checkpoint / "model.safetensors").stat().st_size
-    assert meter.fetched == min(ranges.HEADER_PROBE_BYTES, size) + sum(b - a - v_gap for a, b in spans)
+    assert meter.fetched == sum(b - a - v_gap for a, b in spans)  # the header was read by huggingface_hub
 
 
 def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Path) -> None:
@@ -151,7 +163,7 @@ def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served
 
     assert sorted(hub.ranges("model.safetensors")[1:]) == sorted(expected_ranges)
     size = (checkpoint / "model.safetensors").stat().st_size
-    assert meter.fetched == min(ranges.HEADER_PROBE_BYTES, size) + sum(b - a for a, b in expected_ranges)
+    assert meter.fetched == sum(b - a for a, b in expected_ranges)
     expected = load_file(checkpoint / "model.safetensors")
     assert sorted(tensors) == sorted(qkv_names(3) + dense_names(3))
     for name in dense_names(3):
@@ -165,13 +177,46 @@ def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served
             assert torch.equal(got, want), name
 
 
-def test_long_header_takes_a_second_request(served, checkpoint: Path, monkeypatch) -> None:
-    hub, url, http, _ = served
-    monkeypatch.setattr(ranges, "HEADER_PROBE_BYTES", 64)
-    header = read_header(lambda a, b: http.get_range(url, a, b, what="test"), where=url)
-    base, doc = header_of(checkpoint / "model.safetensors")
-    assert hub.ranges("model.safetensors") == [(0, 64), (64, base)]
+def test_header_spans_match_safetensors_own_parse(served, checkpoint: Path) -> None:
+    """Absolute offsets from huggingface_hub's parse + the file size equal those from the
+    file's own header (struct/json) and the bytes there are the tensors safetensors loads."""
+    hub, url, _, _ = served
+    path = checkpoint / "model.safetensors"
+    header = remote_header(url, path.stat().st_size)
+    base, doc = header_of(path)
+    assert header.header_bytes == base
+    assert {n: (s.start, s.end) for n, s in header.tensors.items()} == {
+        n: (base + v["data_offsets"][0], base + v["data_offsets"][1]) for n, v in doc.items()}
+    raw = path.read_bytes()
+    with safe_open(str(path), framework="pt") as f:
+        assert sorted(f.keys()) == sorted(header.tensors)
+        for name, span in header.tensors.items():
+            want = f.get_tensor(name)
+            assert list(want.shape) == list(span.shape)
+            got = torch.frombuffer(bytearray(raw[span.start:span.end]), dtype=want.dtype).view(want.shape)
+            assert torch.equal(got, want), name
+
+
+def test_long_header_takes_a_second_request(served, checkpoint: Path) -> None:
+    """A header over huggingface_hub's 100 kB probe: two requests, as `header_read_cost` counts."""
+    path = checkpoint / "model.safetensors"
+    state = load_file(path)
+    state.update({f"pad.{i:05d}.{'x' * 40}": torch.zeros(1) for i in range(2000)})  # ~130 kB of header
+    big = path.parent / "big.safetensors"
+    from safetensors.torch import save_file
+    save_file(state, big)
+    base, doc = header_of(big)
+    assert base > ranges.HEADER_PROBE_BYTES
+    hub, url, _, _ = served
+    repo = Repo()
+    commit = repo.add("big", {"model.safetensors": big})
+    hub.repos["org/big"] = repo
+    meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata("org/big", "model.safetensors", revision=commit)
+    header = header_from_metadata(meta, file_size=big.stat().st_size, where="big")
+    assert hub.ranges("model.safetensors")[-2:] == [(0, ranges.HEADER_PROBE_BYTES), (8, base)]
+    assert ranges.header_read_cost(header.header_bytes, big.stat().st_size) == (ranges.HEADER_PROBE_BYTES + base - 8, 2)
     assert {n: list(s.shape) for n, s in header.tensors.items()} == {n: v["shape"] for n, v in doc.items()}
+    big.unlink()
 
 
 def test_server_that_ignores_range_still_gives_the_right_bytes(served, checkpoint: Path) -> None:
@@ -201,10 +246,10 @@ def test_truncated_file_is_refused_by_name(checkpoint: Path) -> None:
     commit = repo.add("step7", {"model.safetensors": data[: len(data) // 2]})
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
-        url = f"{hub.url}/{REPO_ID}/resolve/{commit}/model.safetensors"
-        http = HubHttp(FAST, Meter())
+        meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
+            REPO_ID, "model.safetensors", revision=commit)
         with pytest.raises(CheckpointError, match="truncated"):
-            read_header(lambda a, b: http.get_range(url, a, b, what="test"), where="model.safetensors")
+            header_from_metadata(meta, file_size=len(data) // 2, where="model.safetensors")
 
 
 def test_masks_follow_each_architectures_adapter() -> None:
