@@ -33,7 +33,20 @@ from analysis.errors import HubUnreachableError
 T = TypeVar("T")
 log = logging.getLogger("precompute")
 
+# The statuses huggingface_hub's `http_backoff` retries (its _DEFAULT_RETRY_ON_STATUS_CODES).
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+# Why `HubHttp.call` keeps its own retry loop instead of ``huggingface_hub.utils.http_backoff``
+# / ``http_stream_backoff`` (2.4.0), which retry the same statuses and network errors:
+# - they wrap one HTTP request; most calls here are HfApi calls (``model_info``,
+#   ``list_repo_refs``, ``parse_safetensors_file_metadata``) that make their own
+#   requests without retrying, so a loop around the call is needed anyway;
+# - their waits are ``time.sleep``: a run stopping (Ctrl-C, an error in another
+#   fetch thread) could not cancel a worker mid-backoff (waits here are ``stop.wait``);
+# - ``http_stream_backoff`` retries only until the response starts: a body cut short
+#   while it is read (a dropped range) is thrown back into its generator, which cannot
+#   yield a second response;
+# - the attempts they make are invisible to the `Meter`.
 _MAX_WAIT_S = 30.0
 _CHUNK = 1 << 20
 
