@@ -21,6 +21,9 @@ Measures, and prints as Markdown for the README:
     t+1 fetched while t is computed; and the compute alone (extract + statistics)
     of one checkpoint, for comparison.
 
+(c) the same ranges through huggingface_hub's ``HfFileSystem.cat_ranges`` (default
+    settings and ``cache_type="none"``): bytes the server sent, requests, seconds.
+
 Usage: python benchmarks/bench_hub_fetch.py [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
        [--no-job] (skip (b))
 """
@@ -196,6 +199,33 @@ def main() -> None:
         for label, n, req, sec, need in rows:
             print(f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} "
                   f"| {sec:.2f} |")
+
+        # (c) the same byte ranges through huggingface_hub's HfFileSystem.cat_ranges, as
+        # configured by default and with cache_type="none" (block_size=0 cannot seek)
+        from huggingface_hub import HfFileSystem
+        from precompute.sources.ranges import needed_spans, plan_ranges
+
+        masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=("qk",))
+        gap = FetchSettings().range_merge_gap
+        plan = plan_ranges([r for n, m in masks.items() for r in needed_spans(header.tensors[n], m)], merge_gap=gap)
+        asked = sum(b - a for a, b in plan)
+        fs_rows = []
+        for label, kw in (("HfFileSystem.cat_ranges, defaults", {}),
+                          ('HfFileSystem.cat_ranges, cache_type="none"', {"cache_type": "none"})):
+            fs = HfFileSystem(endpoint=hub.url, token=False, skip_instance_cache=True)
+            sent_before, logged_before = hub.sent, len(hub.log)
+            t0 = time.perf_counter()
+            blobs = fs.cat_ranges([f"{REPO_ID}@{commits[0]}/model.safetensors"] * len(plan),
+                                  [a for a, _ in plan], [b for _, b in plan], **kw)
+            seconds = time.perf_counter() - t0
+            assert [len(x) for x in blobs] == [b - a for a, b in plan]
+            fs_rows.append((label, hub.sent - sent_before, len(hub.log) - logged_before, seconds))
+            del blobs
+        print(f"\n(c) the qk ranges of (a) (default merge gap: {len(plan)} ranges, {asked:,} B) through HfFileSystem")
+        print("\n| fetch | bytes served | / bytes asked | requests (API + ranges) | seconds |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for label, n, req, sec in fs_rows:
+            print(f"| {label} | {n:,} | {n / asked:.3f} | {req} | {sec:.2f} |")
         if args.no_job:
             return
 

@@ -165,6 +165,16 @@ class HubHttp:
     def get_range(self, url: str, start: int, end: int, *, what: str) -> tuple[bytes, int | None]:
         """Bytes ``[start, end)`` of a remote file and the file's total size (None if not reported).
 
+        Not ``HfFileSystem.cat_file`` / ``cat_ranges`` (huggingface_hub 2.4.0), measured on a
+        Pythia-1.4B-shaped checkpoint (benchmarks/bench_hub_fetch.py, part (c)): with its
+        defaults it reads a 5 MiB block past every range (1.21x the bytes asked);
+        ``block_size=0`` gives a stream that cannot seek; ``cache_type="none"`` reads exactly
+        the bytes asked but adds two API requests per commit (revision, tree listing) and
+        lacks what this method does: retries bounded by `FetchSettings` and cancellable
+        (its ``http_backoff`` retries 5 times with ``time.sleep``), the run's timeout, the
+        `Meter`, and a server that ignores ``Range`` (its ``r.content`` would hold the whole
+        file for every range).
+
         A range past the end of the file comes back shortened, as HTTP specifies.
         A server that ignores ``Range`` is tolerated: the body is read up to ``end``
         and the part before ``start`` discarded.

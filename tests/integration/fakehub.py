@@ -5,6 +5,7 @@ memory (branch -> commit -> files):
 
 - ``GET /api/models/ORG/NAME/refs``                 (``HfApi.list_repo_refs``)
 - ``GET /api/models/ORG/NAME/revision/REV?blobs=1``  (``HfApi.model_info(files_metadata=True)``)
+- ``GET /api/models/ORG/NAME/tree/REV[/PATH]``       (``HfApi.list_repo_tree``, ``HfFileSystem``; one level)
 - ``GET|HEAD /ORG/NAME/resolve/REV/FILE``            with ``Range: bytes=a-b`` answered 206
 
 Errors carry the Hub's ``X-Error-Code`` header, so huggingface_hub raises its own
@@ -177,6 +178,32 @@ class FakeHub:
                     siblings.append(s)
                 body = {"id": m.group(1), "modelId": m.group(1), "sha": commit, "private": False, "siblings": siblings}
                 self._send(h, 200, json.dumps(body).encode(), head=head, ctype="application/json")
+            return
+        m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", path)
+        if m:  # one folder level (recursive=false), the shape the Hub gives: type, oid, size, path, lfs
+            repo = self._repo(h, m.group(1), head)
+            commit = repo and self._commit(h, repo, m.group(2), head)
+            if commit:
+                prefix = (m.group(3) or "").strip("/")
+                entries, folders = [], set()
+                for name, value in sorted(repo.commits[commit].items()):
+                    if prefix and not name.startswith(prefix + "/"):
+                        continue
+                    rest = name[len(prefix) + 1 :] if prefix else name
+                    if "/" in rest:
+                        folders.add(name[: len(name) - len(rest)] + rest.split("/", 1)[0])
+                        continue
+                    size = _size(value)
+                    e = {"type": "file", "oid": hashlib.sha1(f"{commit}/{name}".encode()).hexdigest(), "size": size, "path": name}
+                    if name.endswith(LFS_SUFFIXES):
+                        e["lfs"] = {"oid": repo.sha256(commit, name), "size": size, "pointerSize": 134}
+                    entries.append(e)
+                if prefix and not entries and not folders:
+                    self._send(h, 404, b"entry not found", head=head, error="EntryNotFound")
+                    return
+                entries += [{"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": f}
+                            for f in sorted(folders)]
+                self._send(h, 200, json.dumps(entries).encode(), head=head, ctype="application/json")
             return
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
