@@ -52,7 +52,7 @@ def test_sharded_fetch_reads_the_headers_and_exactly_the_attention_tensors(tmp_p
                                     for n in wanted if weight_map[n] == f)
 
     repo = Repo()
-    commit = repo.add("step3", folder_files(folder))
+    repo.add("step3", folder_files(folder))
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
         meter = Meter()

@@ -109,7 +109,6 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
         assert torch.equal(got[:, :2], want[:, :2]), name  # every Q and K row
         assert torch.equal(got[:-1, 2], want[:-1, 2]), name  # V rows read through inside the range
         assert torch.isnan(got[-1, 2].float()).all(), name  # outside every range: NaN, never numbers
-    size = (checkpoint / "model.safetensors").stat().st_size
     assert meter.fetched == sum(b - a - v_gap for a, b in spans)  # the header was read by huggingface_hub
 
 
@@ -162,7 +161,6 @@ def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served
     tensors = read_all(url, http, shape, merge_gap=0, matrices=matrices)
 
     assert sorted(hub.ranges("model.safetensors")[1:]) == sorted(expected_ranges)
-    size = (checkpoint / "model.safetensors").stat().st_size
     assert meter.fetched == sum(b - a for a, b in expected_ranges)
     expected = load_file(checkpoint / "model.safetensors")
     assert sorted(tensors) == sorted(qkv_names(3) + dense_names(3))
@@ -180,7 +178,7 @@ def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served
 def test_header_spans_match_safetensors_own_parse(served, checkpoint: Path) -> None:
     """Absolute offsets from huggingface_hub's parse + the file size equal those from the
     file's own header (struct/json) and the bytes there are the tensors safetensors loads."""
-    hub, url, _, _ = served
+    _, url, _, _ = served
     path = checkpoint / "model.safetensors"
     header = remote_header(url, path.stat().st_size)
     base, doc = header_of(path)
@@ -207,7 +205,7 @@ def test_long_header_takes_a_second_request(served, checkpoint: Path) -> None:
     save_file(state, big)
     base, doc = header_of(big)
     assert base > ranges.HEADER_PROBE_BYTES
-    hub, url, _, _ = served
+    hub, _, _, _ = served
     repo = Repo()
     commit = repo.add("big", {"model.safetensors": big})
     hub.repos["org/big"] = repo
