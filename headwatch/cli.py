@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])
-    parser = _parser()
     if argv and argv[0] == "serve" and not {"-h", "--help"} & set(argv[1:argv.index("--") if "--" in argv else None]):
         # DATA_DIR_OR_STORE comes first; everything after it is streamlit's (its values may not start with -)
         target = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
         return _serve(target, argv[2:] if target is not None else argv[1:])
+    parser = _parser()
     try:
         args, rest = parser.parse_known_args(argv)
     except SystemExit as exc:
