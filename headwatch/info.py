@@ -15,19 +15,11 @@ from analysis.store.format import (
     ATTENTION, EMBEDDINGS, EVAL_LOSS, HEADS, LAYER_DIVERGENCE, LAYERS, LLC, OVERLAPS, TableSpec,
 )
 from analysis.store.reader import open_store
+from headwatch.units import human_bytes
 from precompute.settings import DEFAULT_MATRICES
 
 TABLES: tuple[TableSpec, ...] = (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS, LLC)
 EXIT_OK, EXIT_USAGE = 0, 2
-
-
-def human_bytes(n: float) -> str:
-    """``1234567`` -> ``1.2 MB`` (decimal units, as ``du --si``)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def store_bytes(path: Path) -> int:

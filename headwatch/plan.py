@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headwatch import benchmarks as bench
-from headwatch.info import human_bytes
+from headwatch.units import human_bytes
 
 EXIT_OK, EXIT_USAGE, EXIT_NETWORK = 0, 2, 3
 LENS_CHOICES = ("attention", "llc")
