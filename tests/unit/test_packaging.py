@@ -137,3 +137,14 @@ def test_wheel_declares_the_console_script(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert re.search(r"^\[console_scripts\]\s*\nheadwatch\s*=\s*headwatch\.cli:main\s*$", text, re.M)
+
+
+def test_an_installed_copy_serves_the_shipped_app(wheel, tmp_path):
+    """Unpacked as pip would install it, away from the clone: dashboard.serve finds headwatch/app/app.py."""
+    site = tmp_path / "site"
+    wheel.extractall(site)
+    code = "import dashboard.serve as s; print(s.APP); print(sorted(p.name for p in (s.APP.parent / 'pages').glob('*.py')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}).stdout.splitlines()
+    assert out[0] == str(site / "headwatch" / "app" / "app.py")
+    assert out[1] == str(sorted(p.name for p in (ROOT / "pages").glob("*.py")))
