@@ -14,7 +14,7 @@ from analysis.errors import StoreError
 from analysis.store.format import (
     ATTENTION, EMBEDDINGS, EVAL_LOSS, HEADS, LAYER_DIVERGENCE, LAYERS, LLC, OVERLAPS, TableSpec,
 )
-from analysis.store.reader import open_store
+from analysis.store.reader import open_store, read_table
 from headwatch.units import human_bytes
 from precompute.settings import DEFAULT_MATRICES
 
@@ -75,6 +75,10 @@ def describe(path: str | Path) -> list[str]:
     if meta.forward is not None:
         lines.append(f"forward lenses: {', '.join(meta.forward.lenses)} on {meta.forward.n_sequences} x "
                      f"{meta.forward.seq_len} tokens of {meta.forward.text}")
+    if meta.llc is not None:
+        llc = read_table(path, LLC)
+        n = len(set(llc["step"].to_pylist())) if llc is not None else 0
+        lines.append(f"refined LLC: {n} checkpoints estimated")
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")
     lines.append("a rerun with the default options would add:")
     lines += [f"  - {a}" for a in rerun_adds(path, meta)]

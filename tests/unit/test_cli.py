@@ -122,6 +122,11 @@ def test_info_on_the_shipped_stores(store, capsys):
     total = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
     assert f"size on disk: {total / 1e6:.1f} MB" in out
     assert f"source={meta['settings']['source']}" in out
+    if (store / "llc.parquet").is_file():
+        import pyarrow.parquet as pq
+
+        steps = set(pq.read_table(store / "llc.parquet", columns=["step"])["step"].to_pylist())
+        assert f"refined LLC: {len(steps)} checkpoints estimated" in out
 
 
 def test_info_says_what_a_rerun_adds(tmp_path, capsys):
