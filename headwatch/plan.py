@@ -234,11 +234,16 @@ def describe(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print `describe`; bad options or sources are one error line, exit 2; an unreachable Hub exit 3."""
+    """Print `describe`; bad options, sources or a missing extra are one error line, exit 2; an
+    unreachable Hub exit 3."""
     from analysis.errors import CheckpointError, HubUnreachableError, UnknownArchitectureError, StoreError
 
     try:
         lines = describe(args)
+    except ModuleNotFoundError as exc:
+        print(f"headwatch plan: error: plan reads checkpoints as the job does and needs {exc.name!r}, which this "
+              "install lacks: pip install 'headwatch[precompute]' (torch==2.13.0 first for the CPU build)", file=sys.stderr)
+        return EXIT_USAGE
     except HubUnreachableError as exc:
         print(f"headwatch plan: error: {exc}", file=sys.stderr)
         return EXIT_NETWORK

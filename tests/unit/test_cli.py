@@ -139,3 +139,11 @@ def test_info_says_what_a_rerun_adds(tmp_path, capsys):
     assert main(["info", str(store)]) == 0
     out = capsys.readouterr().out.split("would add:")[1]
     assert "layers.parquet" in out and "embeddings.parquet" in out and "overlaps" not in out
+
+
+def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "analysis.extract", raising=False)
+    assert main(["plan", str(ROOT / "data")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "headwatch[precompute]" in err[0]
