@@ -174,6 +174,7 @@ def describe(args: argparse.Namespace) -> list[str]:
         config = src.config(todo[0])
         shape = model_shape(config)
         done: set[int] = set()
+        lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
         store_lines: list[str] = []
         if args.out and (Path(args.out) / "meta.json").is_file():
             meta = read_meta(args.out)
@@ -187,6 +188,10 @@ def describe(args: argparse.Namespace) -> list[str]:
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
                 store_lines.append(f"  the run adds {','.join(new_matrices)} rows for the checkpoints it already has")
+            for lens, table in (("attention", "attention.parquet"), ("llc", "llc.parquet")):
+                if lens in lenses and not (Path(args.out) / table).is_file():
+                    lens_all.add(lens)
+                    store_lines.append(f"  the run adds the {lens} lens ({table}) for the checkpoints it already has")
             if "layers" in matrices and not (Path(args.out) / "layers.parquet").is_file():
                 store_lines.append("  the run adds the layer table (layers.parquet) for the checkpoints it already has")
         new = [r for r in todo if r.step not in done]
@@ -226,7 +231,8 @@ def describe(args: argparse.Namespace) -> list[str]:
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, "
                  "README 'Benchmarks'):")
     for stage, seconds, how in stages:
-        count = min(bench.LLC_DEFAULT_CHECKPOINTS, len(new)) if stage == "llc" else len(new)
+        count = len(todo) if stage in lens_all else len(new)
+        count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage == "llc" else count
         total += seconds * count
         lines.append(f"  {stage:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
     lines.append(f"  total     {_duration(total)}")

@@ -77,6 +77,7 @@ def test_plan_against_an_existing_store(suite, tmp_path, capsys):
     assert "to compute: 3 checkpoints (2 already in the store)" in out
     assert "adds ov rows" in out and "adds the layer table" in out
     assert "FORWARD_SECONDS_160M" in out
+    assert "adds the attention lens" in out and re.search(r"attention .* per checkpoint x 5 =", out)  # old ones too
     assert main(["info", str(store)]) == 0
     assert "checkpoints: 2, steps 0 to 1" in capsys.readouterr().out
 
