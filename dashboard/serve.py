@@ -55,7 +55,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
+_ROOT = Path(__file__).resolve().parents[1]
+# app.py: at the root of a clone; in an installed copy, headwatch/app/ (pyproject.toml ships the app,
+# pages/ and .streamlit/ there as package data)
+APP = next((p for p in (_ROOT / "app.py", _ROOT / "headwatch" / "app" / "app.py") if p.is_file()), _ROOT / "app.py")
 DEV_FLAG = "--dev"
 WATCHER_OPTION = "--server.fileWatcherType"
 WATCHER_ENV = "STREAMLIT_SERVER_FILE_WATCHER_TYPE"
@@ -100,12 +103,36 @@ def streamlit_options(args: list[str], *, environ: Mapping[str, str] = os.enviro
     return options + script_args
 
 
+def config_options(config: Path, args: list[str]) -> list[str]:
+    """The scalar settings of the app's ``.streamlit/config.toml`` as options, those in ``args`` left out.
+
+    Streamlit reads ``.streamlit/config.toml`` from the working directory only; served from an
+    installed copy (or from another folder), the app's own settings (viewer toolbar, no usage
+    statistics) come as options instead. List settings (the watch blacklist) matter only with
+    a file watcher and are left out.
+    """
+    import tomllib
+
+    if not config.is_file():
+        return []
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    options = []
+    for section, values in tomllib.loads(config.read_text()).items():
+        for key, value in values.items():
+            flag = f"--{section}.{key}"
+            if flag not in given and isinstance(value, (str, bool, int, float)):
+                options += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+    return options
+
+
 def main(argv: list[str] | None = None) -> None:
     """``streamlit run app.py`` with ``argv`` (default: this process's arguments) as its options."""
     from streamlit.web import cli
 
     declare_navigation_pages()
     args = streamlit_options(list(sys.argv[1:] if argv is None else argv))
+    cut = args.index("--") if "--" in args else len(args)
+    args = args[:cut] + config_options(APP.parent / ".streamlit" / "config.toml", args[:cut]) + args[cut:]
     cli.main(args=["run", str(APP), *args], prog_name="streamlit")
 
 

@@ -17,7 +17,9 @@ from importlib import metadata
 from typing import Any, Literal
 
 from analysis.stats.crossings import OVERLAP_K
-from analysis.extract import HEAD_MATRICES
+# the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
+# format: `headwatch info` reads these defaults with only the dashboard's requirements installed
+from analysis.store.format import MATRICES as HEAD_MATRICES
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]

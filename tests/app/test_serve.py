@@ -27,3 +27,22 @@ def test_a_watcher_the_caller_chooses_is_passed_on_as_given() -> None:
 def test_the_scripts_own_arguments_are_left_alone() -> None:
     assert streamlit_options(["--", "--dev", "--server.fileWatcherType=auto"], environ={}) == [
         *NONE, "--", "--dev", "--server.fileWatcherType=auto"]
+
+
+def test_the_apps_config_comes_as_options_unless_given(tmp_path):
+    """Streamlit reads .streamlit/config.toml only from the working directory: served from an
+    installed copy, the app's scalar settings are passed as options; the caller's win."""
+    from dashboard.serve import config_options
+
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nfolderWatchBlacklist = [".venv"]\nheadless = true\n'
+                      '[client]\ntoolbarMode = "viewer"\n[browser]\ngatherUsageStats = false\n')
+    assert config_options(config, ["--browser.gatherUsageStats=true"]) == [
+        "--server.headless", "true", "--client.toolbarMode", "viewer"]
+    assert config_options(tmp_path / "missing.toml", []) == []
+
+
+def test_the_app_is_found_in_a_clone_or_an_installed_copy():
+    from dashboard.serve import APP
+
+    assert APP.is_file() and APP.name == "app.py" and (APP.parent / "pages").is_dir()

@@ -1,0 +1,139 @@
+"""The ``headwatch`` command: one entry point for the dashboard, the job and the tools around it.
+
+    headwatch serve [DATA_DIR_OR_STORE] [streamlit options]   the dashboard (python -m dashboard.serve)
+    headwatch precompute --source ... --out STORE [options]    the job (python -m precompute)
+    headwatch train [options]                                  a reference run (python -m training)
+    headwatch publish STORE REPO_ID [options]                  upload a store (python -m precompute.publish)
+    headwatch info STORE                                       what a store holds
+    headwatch plan SOURCE [options]                            what a run would do, before it runs
+
+Each subcommand imports its module only when chosen: ``serve`` and ``info`` work with the core
+install (no torch), the others need the ``precompute`` (or ``train``) extra. Exit statuses are
+those of ``python -m precompute``: 0 done, 1 some checkpoints failed, 2 bad arguments or a run
+that could not start, 3 network failure, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from headwatch import __version__
+
+EXIT_OK, EXIT_USAGE = 0, 2
+DELEGATED = {  # subcommand -> (module whose main() takes the remaining arguments, help)
+    "precompute": ("precompute.__main__", "compute the statistics of a suite of checkpoints into a store "
+                   "(python -m precompute; needs the precompute extra)"),
+    "train": ("training.__main__", "train a small reference run (python -m training; needs the train extra)"),
+    "publish": ("precompute.publish", "upload a store as a Hub dataset repo with a dataset card "
+                "(python -m precompute.publish)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``headwatch: error: ...``, exit status 2, no usage dump."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="headwatch",
+        description="Watch attention heads learn over training: precompute per-head statistics of every "
+        "checkpoint into a store, and read them in a dashboard.",
+        epilog="Run 'headwatch COMMAND --help' for a command's options. Exit status: 0 done, 1 some "
+        "checkpoints failed, 2 bad arguments, 3 network failure (rerun to resume), 130 interrupted.",
+    )
+    p.add_argument("--version", action="version", version=f"headwatch {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("serve", help="serve the dashboard", add_help=False,
+                       description="Serve the dashboard (streamlit). Without DATA_DIR_OR_STORE: the stores in "
+                       "$HEADWATCH_DATA, else ./data when it exists (a clone's shipped runs). Other options "
+                       "(--server.port 8501, --dev, ...) go to `python -m dashboard.serve`.")
+    s.add_argument("-h", "--help", action="help", help="show this help message and exit")
+    s.add_argument("target", nargs="?", metavar="DATA_DIR_OR_STORE",
+                   help="a folder of stores, or one store (a folder with meta.json)")
+
+    for name, (_, text) in DELEGATED.items():
+        sub.add_parser(name, help=text, add_help=False, description=text)
+
+    i = sub.add_parser("info", help="describe a store: model, checkpoints, tables, settings, size, what a "
+                       "rerun would add", description="Describe a store without torch: the model, its "
+                       "checkpoints, the tables present, the settings it was made with, its size on disk, "
+                       "and what `headwatch precompute` with the default options would add.")
+    i.add_argument("store", metavar="STORE")
+
+    from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
+
+    add_arguments(sub.add_parser(
+        "plan", help="say what a precompute run would do, before it runs",
+        description="List the checkpoints a run would take, the bytes it would read, the disk and store "
+        "size it needs and an estimated time on this machine (from the recorded benchmarks); with --out, "
+        "what the store already holds and what the run would add. Needs the precompute extra."))
+    return p
+
+
+def _serve(target: str | None, rest: list[str]) -> int:
+    """Point the dashboard's settings (HEADWATCH_DATA / HEADWATCH_STORE) at ``target`` and serve."""
+    from dashboard.settings import DATA_ENV, STORE_ENV
+
+    if target is not None:
+        path = Path(target).resolve()
+        if not path.is_dir():
+            return _usage(f"serve: {target!r} is not a folder of stores nor a store")
+        os.environ[STORE_ENV if (path / "meta.json").is_file() else DATA_ENV] = str(path)
+    elif not os.environ.get(DATA_ENV) and Path("data").is_dir():
+        os.environ[DATA_ENV] = str(Path("data").resolve())
+    from dashboard.serve import main as serve
+
+    serve(rest)
+    return EXIT_OK
+
+
+def _delegate(command: str, args: list[str]) -> int:
+    """``main(args)`` of the subcommand's module; a missing extra is a usage error."""
+    import importlib
+
+    module_name = DELEGATED[command][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        extra = "train" if command == "train" else "precompute"
+        return _usage(f"{command} needs {exc.name!r}, which this install lacks: pip install 'headwatch[{extra}]' "
+                      "(with torch==2.13.0 installed first for the CPU build)")
+    return int(module.main(args) or 0)
+
+
+def _usage(message: str) -> int:
+    print(f"headwatch: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``headwatch`` command with ``argv`` (default: this process's arguments); the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    if argv and argv[0] == "serve" and not {"-h", "--help"} & set(argv[1:argv.index("--") if "--" in argv else None]):
+        # DATA_DIR_OR_STORE comes first; everything after it is streamlit's (its values may not start with -)
+        target = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
+        return _serve(target, argv[2:] if target is not None else argv[1:])
+    parser = _parser()
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if rest:
+        return _usage(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "info":
+        from headwatch.info import run as info
+
+        return info(args.store)
+    from headwatch.plan import run as plan
+
+    return plan(args)

@@ -1,0 +1,96 @@
+"""``headwatch info STORE``: what a store holds, read from its meta.json and files (no torch).
+
+Reads through `analysis.store` (`open_store`, the typed `Meta`, the table registry) and
+compares the recorded settings with the job's defaults (`precompute.settings`) to say what a
+rerun with the default options would add.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from analysis.errors import StoreError
+from analysis.store.format import (
+    ATTENTION, EMBEDDINGS, EVAL_LOSS, HEADS, LAYER_DIVERGENCE, LAYERS, LLC, OVERLAPS, TableSpec,
+)
+from analysis.store.reader import open_store, read_table
+from headwatch.units import human_bytes
+from precompute.settings import DEFAULT_MATRICES
+
+TABLES: tuple[TableSpec, ...] = (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS, LLC)
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def store_bytes(path: Path) -> int:
+    """Bytes of every file under ``path`` (hidden lock files included)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def rerun_adds(path: Path, meta) -> list[str]:
+    """What ``headwatch precompute --source <its source> --out STORE`` with default options would add."""
+    adds = []
+    head = [m for m in DEFAULT_MATRICES if m != "layers"]
+    missing = [m for m in head if m not in meta.matrices]
+    if missing:
+        adds.append(f"per-head {','.join(missing)} rows for all {len(meta.done_steps)} checkpoints")
+    if "layers" in DEFAULT_MATRICES and not (path / LAYERS.file).is_file():
+        adds.append(f"the layer table ({LAYERS.file}) for every checkpoint")
+    if not (path / OVERLAPS.file).is_file() and len(meta.done_steps) > 1:
+        adds.append(f"the singular-vector overlaps ({OVERLAPS.file})")
+    if not (path / EMBEDDINGS.file).is_file():
+        adds.append(f"the trajectory-map embeddings ({EMBEDDINGS.file})")
+    if meta.failed:
+        adds.append(f"a retry of the {len(meta.failed)} failed checkpoints")
+    adds.append(f"any checkpoint of {meta.settings.get('source') or 'its source'!r} not yet in the store")
+    return adds
+
+
+def describe(path: str | Path) -> list[str]:
+    """The lines ``headwatch info`` prints for the store at ``path``.
+
+    Raises:
+        StoreError: not a store, or its files disagree.
+    """
+    path = Path(path)
+    store = open_store(path)
+    meta, model = store.meta, store.meta.model
+    steps = meta.done_steps
+    lines = [
+        f"store: {path}",
+        f"model: {model.id or '(unnamed)'} ({model.model_type or model.family})",
+        f"architecture: {model.family}, {model.n_layers} layers x {model.n_heads} heads"
+        + (f" ({model.n_kv_heads} key/value heads)" if model.n_kv_heads not in (None, model.n_heads) else "")
+        + f", d_model {model.d_model}, d_head {model.d_head}",
+        f"checkpoints: {len(steps)}" + (f", steps {steps[0]} to {steps[-1]}" if steps else "")
+        + (f" ({len(meta.duplicates)} duplicates, {len(meta.failed)} failed)" if meta.duplicates or meta.failed else ""),
+        f"matrices: {', '.join(meta.matrices)}",
+        "tables:",
+    ]
+    for spec in TABLES:
+        file = path / spec.file
+        lines.append(f"  {spec.file:<26} {human_bytes(file.stat().st_size) if file.is_file() else 'absent'}")
+    settings = dict(meta.settings)
+    lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "fetch"))
+    if meta.forward is not None:
+        lines.append(f"forward lenses: {', '.join(meta.forward.lenses)} on {meta.forward.n_sequences} x "
+                     f"{meta.forward.seq_len} tokens of {meta.forward.text}")
+    if meta.llc is not None:
+        llc = read_table(path, LLC)
+        n = len(set(llc["step"].to_pylist())) if llc is not None else 0
+        lines.append(f"refined LLC: {n} checkpoints estimated")
+    lines.append(f"size on disk: {human_bytes(store_bytes(path))}")
+    lines.append("a rerun with the default options would add:")
+    lines += [f"  - {a}" for a in rerun_adds(path, meta)]
+    return lines
+
+
+def run(store: str) -> int:
+    """Print `describe` for ``store``; a path that is no store is a usage error (exit 2)."""
+    try:
+        lines = describe(store)
+    except (StoreError, FileNotFoundError, OSError) as exc:
+        print(f"headwatch: error: {store!r} is not a readable store: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print("\n".join(lines))
+    return EXIT_OK

@@ -1,0 +1,94 @@
+"""``headwatch plan`` on a small local suite made in tmp_path: the checkpoints it lists, and the
+bytes it reports against a count made here from the safetensors headers (read by hand: an 8-byte
+little-endian length, then the JSON header with each tensor's data_offsets)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from headwatch.cli import main
+from tests.integration.conftest import make_suite, run_cli
+
+STEPS = [0, 1, 2, 4, 8]
+
+
+def header_bytes(file: Path) -> dict[str, tuple[int, int]]:
+    """Tensor name -> (bytes, number of dimensions), from the raw safetensors header."""
+    with file.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    return {k: (v["data_offsets"][1] - v["data_offsets"][0], len(v["shape"])) for k, v in header.items()
+            if k != "__metadata__"}
+
+
+def plan_numbers(out: str) -> dict[str, int]:
+    per = re.search(r"bytes to read per checkpoint: .*\(([\d,]+) B", out)
+    total = re.search(r"bytes to read in all: .*\(([\d,]+) B of tensors(?:, ([\d,]+) B hashed)?\)", out)
+    return {"per": int(per.group(1).replace(",", "")), "tensors": int(total.group(1).replace(",", "")),
+            "hashed": int((total.group(2) or "0").replace(",", ""))}
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> Path:
+    return make_suite(tmp_path_factory.mktemp("plan") / "tiny", STEPS)
+
+
+def test_plan_lists_the_checkpoints_and_the_geometry(suite, capsys):
+    assert main(["plan", str(suite), "--every", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints: 4 selected, steps 0 to 8" in out  # 0, 2, 4, 8
+    assert "gpt_neox, 2 layers x 4 heads, d_model 64, d_head 16" in out
+    for name in ("QK_SECONDS_1_4B", "OV_SECONDS_1_4B", "LAYERS_SECONDS_1_4B"):
+        assert name in out
+
+
+@pytest.mark.parametrize("matrices, wanted", [
+    ("qk", lambda name, ndim: name.endswith("attention.query_key_value.weight")),
+    ("qk,ov", lambda name, ndim: re.search(r"attention\.(query_key_value|dense)\.weight$", name) is not None),
+    ("qk,ov,layers", lambda name, ndim: re.match(r"gpt_neox\.layers\.\d+\.", name) is not None and ndim == 2),
+])
+def test_plan_bytes_match_the_safetensors_headers(suite, matrices, wanted, capsys):
+    assert main(["plan", str(suite), "--matrices", matrices]) == 0
+    got = plan_numbers(capsys.readouterr().out)
+    per_checkpoint = []
+    hashed = 0
+    for step in STEPS:
+        files = sorted((suite / f"step{step}").glob("*.safetensors"))
+        sizes = {k: v for f in files for k, v in header_bytes(f).items()}
+        per_checkpoint.append(sum(b for name, (b, ndim) in sizes.items() if wanted(name, ndim)))
+        hashed += sum(f.stat().st_size for f in files)
+    assert per_checkpoint[0] > 0
+    assert got == {"per": per_checkpoint[0], "tensors": sum(per_checkpoint), "hashed": hashed}
+
+
+def test_plan_against_an_existing_store(suite, tmp_path, capsys):
+    store = tmp_path / "store"
+    done = run_cli("--source", str(suite), "--out", str(store), "--revisions", "step0,step1", "--matrices", "qk")
+    assert done.returncode == 0, done.stderr
+    assert main(["plan", str(suite), "--out", str(store), "--lenses", "attention"]) == 0
+    out = capsys.readouterr().out
+    assert f"store {store}: 2 checkpoints, matrices qk" in out
+    assert "to compute: 3 checkpoints (2 already in the store)" in out
+    assert "adds ov rows" in out and "adds the layer table" in out
+    assert "FORWARD_SECONDS_160M" in out
+    assert "adds the attention lens" in out and re.search(r"attention .* per checkpoint x 5 =", out)  # old ones too
+    assert main(["info", str(store)]) == 0
+    assert "checkpoints: 2, steps 0 to 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--matrices", "xx"], ["--every", "0"], ["--revisions", "nostep"]])
+def test_plan_bad_options_exit_2(suite, argv, capsys):
+    assert main(["plan", str(suite), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0]
+
+
+def test_plan_missing_source_exits_2(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nothing here")]) == 2
+    assert "not a directory" in capsys.readouterr().err

@@ -1,0 +1,149 @@
+"""The ``headwatch`` command: help, dispatch to the existing entry points, serve's data settings, info.
+
+``info`` is checked against the shipped stores read independently (meta.json with json, sizes with
+os.stat); dispatch against stand-in ``main`` functions that record what they were given.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dashboard.serve
+import precompute.__main__
+import precompute.publish
+import training.__main__
+from headwatch import __version__
+from headwatch.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+STORES = sorted(p for p in (ROOT / "data").iterdir() if (p / "meta.json").is_file())
+
+
+def test_help_lists_every_subcommand(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("serve", "precompute", "train", "publish", "info", "plan"):
+        assert f"    {command}" in out
+    assert "Exit status" in out
+
+
+@pytest.mark.parametrize("command", ["serve", "info", "plan"])
+def test_subcommand_help(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: headwatch {command}")
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"headwatch {__version__}"
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["info"], ["info", "a", "b"], ["plan"]])
+def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("headwatch") and "error:" in err[0]
+
+
+@pytest.mark.parametrize("command, module", [("precompute", precompute.__main__), ("train", training.__main__),
+                                             ("publish", precompute.publish)])
+def test_delegates_the_remaining_arguments(command, module, monkeypatch):
+    seen = []
+    monkeypatch.setattr(module, "main", lambda argv: seen.append(argv) or 3)
+    assert main([command, "--source", "x", "--help"]) == 3
+    assert seen == [["--source", "x", "--help"]]
+
+
+@pytest.fixture
+def served(monkeypatch):
+    seen = []
+    monkeypatch.delenv("HEADWATCH_DATA", raising=False)
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setattr(dashboard.serve, "main", lambda argv: seen.append(argv))
+    return seen
+
+
+def test_serve_without_argument_serves_data_of_the_working_directory(served, monkeypatch):
+    import os
+
+    monkeypatch.chdir(ROOT)
+    assert main(["serve", "--server.port", "8600"]) == 0
+    assert served == [["--server.port", "8600"]]
+    assert os.environ["HEADWATCH_DATA"] == str(ROOT / "data") and "HEADWATCH_STORE" not in os.environ
+
+
+def test_serve_a_folder_of_stores_or_one_store(served, tmp_path):
+    import os
+
+    assert main(["serve", str(ROOT / "data"), "--dev"]) == 0
+    assert os.environ["HEADWATCH_DATA"] == str(ROOT / "data")
+    assert main(["serve", str(STORES[0])]) == 0
+    assert os.environ["HEADWATCH_STORE"] == str(STORES[0])
+    assert served == [["--dev"], []]
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+
+
+def test_serve_imports_nothing_heavy():
+    code = ("import sys, dashboard.serve as s; s.main = lambda a: None; from headwatch.cli import main; "
+            "main(['serve']); print(sorted(m for m in ('torch', 'transformers', 'precompute', 'training') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_info_imports_no_torch():
+    code = (f"import sys; from headwatch.cli import main; main(['info', {str(STORES[0])!r}]); "
+            "print(sorted(m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("store", STORES, ids=lambda p: p.name)
+def test_info_on_the_shipped_stores(store, capsys):
+    assert main(["info", str(store)]) == 0
+    out = capsys.readouterr().out
+    meta = json.loads((store / "meta.json").read_text())
+    model = meta["model"]
+    steps = sorted(c["step"] for c in meta["checkpoints"])
+    assert f"model: {model['id']}" in out
+    assert f"{model['n_layers']} layers x {model['n_heads']} heads" in out
+    assert f"checkpoints: {len(steps)}, steps {steps[0]} to {steps[-1]}" in out
+    for file in store.glob("*.parquet"):
+        size = file.stat().st_size
+        assert any(line.split()[0] == file.name and line.split()[1] != "absent" for line in out.splitlines()
+                   if line.startswith("  ")), file.name
+        assert size > 0
+    total = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+    assert f"size on disk: {total / 1e6:.1f} MB" in out
+    assert f"source={meta['settings']['source']}" in out
+    if (store / "llc.parquet").is_file():
+        import pyarrow.parquet as pq
+
+        steps = set(pq.read_table(store / "llc.parquet", columns=["step"])["step"].to_pylist())
+        assert f"refined LLC: {len(steps)} checkpoints estimated" in out
+
+
+def test_info_says_what_a_rerun_adds(tmp_path, capsys):
+    import shutil
+
+    store = tmp_path / "s"
+    shutil.copytree(STORES[0], store)
+    (store / "layers.parquet").unlink()
+    (store / "embeddings.parquet").unlink()
+    assert main(["info", str(store)]) == 0
+    out = capsys.readouterr().out.split("would add:")[1]
+    assert "layers.parquet" in out and "embeddings.parquet" in out and "overlaps" not in out
+
+
+def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "analysis.extract", raising=False)
+    assert main(["plan", str(ROOT / "data")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "headwatch[precompute]" in err[0]
