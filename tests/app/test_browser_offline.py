@@ -5,10 +5,14 @@ navigation is opened on the shipped run in Chromium while every request the page
 is recorded; any request to another host than the app's (a font CDN for an icon, say:
 Streamlit draws a ``:material/...:`` page icon as a favicon fetched from fonts.gstatic.com)
 fails the test, with the URLs it asked for.
+
+With ``HEADWATCH_SCREENSHOTS=1`` each page is also saved as ``docs/images/<url path>.png``, the
+pictures of the documentation's view pages (1280 x 900, the shipped run).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,6 +25,7 @@ from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _er
 pytestmark = pytest.mark.browser
 
 SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
+SCREENSHOTS = ROOT / "docs" / "images"
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +65,9 @@ def test_every_page_asks_no_other_host(spec, browser, server) -> None:
         # the sidebar's icons are drawn with the font Streamlit ships: one glyph per page link
         icons = page.locator('[data-testid="stSidebarNav"] [data-testid="stIconMaterial"]').count()
         assert icons == len(PAGES)
+        if os.environ.get("HEADWATCH_SCREENSHOTS") == "1":
+            page.wait_for_timeout(1500)  # plotly's transitions
+            page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"))
     finally:
         page.close()
     foreign = [url for url in asked if _foreign(url)]

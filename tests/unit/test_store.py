@@ -146,16 +146,20 @@ def test_commit_without_atomic_exchange_falls_back_to_ordered_renames(tmp_path: 
     assert not staging_dir(store).exists()
 
 
-def test_readme_documents_every_registered_table_and_column() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_store_reference_documents_every_registered_table_and_column() -> None:
+    """docs/store.md and the registry of analysis/store/format.py cannot drift: every table and column
+    of the registry has its section and row, and every table section of the page is a registered table."""
+    doc = (REPO / "docs" / "store.md").read_text()
     for spec in TABLES.values():  # one section per table of the registry, listing each of its columns
-        assert f"### `{spec.file}`" in readme, f"README's store section lacks a section for {spec.file}"
-        section = readme.split(f"### `{spec.file}`", 1)[1].split("\n### ", 1)[0]
+        assert f"## `{spec.file}`" in doc, f"docs/store.md lacks a section for {spec.file}"
+        section = doc.split(f"## `{spec.file}`", 1)[1].split("\n## ", 1)[0]
         for column in spec.schema.names:
-            assert re.search(rf"^\| `{column}` \|", section, re.M), f"README's {spec.file} section lacks column {column!r}"
+            assert re.search(rf"^\| `{column}` \|", section, re.M), f"docs/store.md's {spec.file} section lacks column {column!r}"
+    documented = set(re.findall(r"^## `([a-z_]+\.parquet)`", doc, re.M))
+    assert documented == {spec.file for spec in TABLES.values()}, "docs/store.md documents a table the registry lacks"
     for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps",
                 "shared_files", "embeddings", "failed"):
-        assert f"`{key}`" in readme, f"README does not document meta.json key {key!r}"
+        assert f"`{key}`" in doc, f"docs/store.md does not document meta.json key {key!r}"
 
 
 def test_list_columns_are_float32_lists() -> None:
