@@ -1,7 +1,7 @@
 """The recorded benchmark figures `headwatch plan` estimates run time and store size from.
 
 Every figure was measured on the 2-core development machine (AMD EPYC, torch 2.13.0 CPU,
-2 threads) and is recorded in README.md, section "Benchmarks"; each constant cites its
+2 threads) and is recorded in docs/benchmarks.md; each constant cites its
 table. `headwatch.plan` scales them to the model planned for and prints which it used.
 """
 
@@ -9,28 +9,28 @@ from __future__ import annotations
 
 # ------------------------------------------------------------------ the shapes measured at
 
-# Pythia-1.4B: 24 layers x 16 heads, d_model 2048 (README "Statistics pipeline, one Pythia-1.4B-shaped checkpoint")
+# Pythia-1.4B: 24 layers x 16 heads, d_model 2048 (docs/benchmarks.md "Statistics pipeline, one Pythia-1.4B-shaped checkpoint")
 PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_model": 2048}
 # Pythia-160M-shaped GPT-NeoX with random weights: 162,322,944 parameters
-# (README "Performance: the forward-pass lens" and "Performance: the refined LLC")
+# (docs/benchmarks.md "Performance: the forward-pass lens" and "Performance: the refined LLC")
 PYTHIA_160M_PARAMETERS = 162_322_944
 
 # ------------------------------------------------------------------ seconds per checkpoint
 
 # qk: whole pipeline per checkpoint (hash + read + extract + statistics + 8 singular vectors + commit),
-# best of 2, machine idle; README "Statistics pipeline, one Pythia-1.4B-shaped checkpoint", row (a).
+# best of 2, machine idle; docs/benchmarks.md "Statistics pipeline, one Pythia-1.4B-shaped checkpoint", row (a).
 QK_SECONDS_1_4B = 10.62
 # ov: "qk and ov each cost one set of heads.parquet rows per checkpoint and about the same time"
-# (README, --matrices; 154 checkpoints: about 27 min of qk, about 55 with ov): the qk figure again.
+# (docs/precompute.md, --matrices; 154 checkpoints: about 27 min of qk, about 55 with ov): the qk figure again.
 OV_SECONDS_1_4B = QK_SECONDS_1_4B
 # layers: all 96 block matrices of a checkpoint, wall, machine idle;
-# README "Whole-layer matrices, one Pythia-1.4B-shaped checkpoint", bold row.
+# docs/benchmarks.md "Whole-layer matrices, one Pythia-1.4B-shaped checkpoint", bold row.
 LAYERS_SECONDS_1_4B = 88.6
 # the forward-pass lens (--lenses attention), wall, first run (machine shared, load 11 to 18);
-# README "Performance: the forward-pass lens, seconds per checkpoint", Pythia-160M-shaped row.
+# docs/benchmarks.md "Performance: the forward-pass lens, seconds per checkpoint", Pythia-160M-shaped row.
 FORWARD_SECONDS_160M = 113.6
 # the refined LLC (--lenses llc): implied seconds per estimated checkpoint (every head plus the whole
-# model); README "Performance: the refined LLC, seconds per estimate", Pythia-160M-shaped row.
+# model); docs/benchmarks.md "Performance: the refined LLC, seconds per estimate", Pythia-160M-shaped row.
 LLC_SECONDS_PER_CHECKPOINT_160M = 5582.0
 # checkpoints the LLC estimates by default: "about 8, log-spaced" (python -m precompute --help, --llc-steps)
 LLC_DEFAULT_CHECKPOINTS = 8

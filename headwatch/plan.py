@@ -229,7 +229,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     stages = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, "
-                 "README 'Benchmarks'):")
+                 "docs/benchmarks.md):")
     for stage, seconds, how in stages:
         count = len(todo) if stage in lens_all else len(new)
         count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage == "llc" else count
