@@ -1,4 +1,4 @@
-"""Statistics of attention patterns (DESIGN.md section 8): what a head does on real text.
+"""Statistics of attention patterns (docs/design-notes.md section 8): what a head does on real text.
 
 Inputs are attention probabilities ``alpha`` of one layer, ``(B, H, T, T)``, row ``i``
 (query) a distribution over keys ``j <= i`` (causal: ``alpha[..., i, j] = 0`` for

@@ -1,6 +1,6 @@
 """Every 2-D weight of each transformer block, by role, as the checkpoint stores it.
 
-The whole-layer matrices (DESIGN.md section 7) are taken as stored: no splitting
+The whole-layer matrices (docs/design-notes.md section 7) are taken as stored: no splitting
 into heads, no transposing of GPT-2's Conv1D weights (singular values do not depend
 on the orientation), biases and norms left out. One role table per family, the same
 families as `analysis.extract`:

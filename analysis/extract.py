@@ -5,7 +5,7 @@ Every adapter returns the one layout used everywhere after extraction:
 model's own per-head query (before rotary embedding, without bias) is
 ``q_h = x @ W_Q[layer, h].T`` for the attention block's (normalized) input x.
 
-The OV circuit of head h, ``W_OV,h = W_O[:, h] W_V,h`` (DESIGN.md section 7), comes in
+The OV circuit of head h, ``W_OV,h = W_O[:, h] W_V,h`` (docs/design-notes.md section 7), comes in
 the same layout as the pair ``(W_O^T, W_V)``: ``W_O^T[layer, h]`` is the transpose of the
 output projection's d_head input columns that read head h, ``W_V[layer, h]`` the
 value rows of head h, so ``W_OV,h = W_O^T[layer, h].T @ W_V[layer, h]`` exactly as

@@ -5,7 +5,7 @@ real-looking to draw and every identity the app relies on holds:
 
 - singular values descend, one row of ``d_head`` per head, never padded; every
   spectral column (stable rank, entropy, ...) is computed from them by its
-  DESIGN.md definition;
+  docs/design-notes.md definition;
 - ``hist_z`` is the bin mass of a unit-variance two-Gaussian mixture over the
   fixed edges (underflow and overflow included), so it sums to 1, and
   ``kl_gauss`` is computed from it against the Gaussian bin masses;

@@ -3,7 +3,7 @@
 One table for every page. Names are the store's column names (``stat=std``),
 plus ``lambda``: lambda_k = s_k^2 for the singular-value index picked with the
 ``k`` parameter. Definitions live in ``analysis/store/format.py`` (COLUMN_DOCS) and
-DESIGN.md section 3; this module only says how to label them.
+docs/design-notes.md section 3; this module only says how to label them.
 
 "raw units" are the units of W_QK = W_Q^T W_K built from the checkpoint's
 weights as stored: no 1/sqrt(d_head) factor, rotary position encoding ignored.

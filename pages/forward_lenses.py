@@ -15,7 +15,7 @@ HEAD_TYPES = ("prev_token", "induction", "sink")
 
 
 def uniform_values(t: int, repeat: int) -> dict[str, float]:
-    """What uniform causal attention over T positions scores (DESIGN.md section 8)."""
+    """What uniform causal attention over T positions scores (docs/design-notes.md section 8)."""
     i = np.arange(1, t + 1, dtype=np.float64)
     k = np.arange(1, repeat, dtype=np.float64)
     return {"entropy": float(np.mean(np.log2(i))), "span": float(np.mean((i - 1) / 2)), "sink": float(np.mean(1 / i)),

@@ -2,7 +2,7 @@
 
 The references are deliberately naive (dense matrices, dense SVD, scipy.stats,
 np.histogram) and share no code with `analysis/`, so a test comparing the two
-can fail. Definitions: DESIGN.md section 3.
+can fail. Definitions: docs/design-notes.md section 3.
 """
 
 from __future__ import annotations

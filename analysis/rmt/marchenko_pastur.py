@@ -7,7 +7,7 @@ m, n grow: density
 
     rho(x) = sqrt((x_+ - x)(x - x_-)) / (2 pi c x)  on  [x_-, x_+],  x_+- = (1 +- sqrt(c))^2,
 
-mean 1 and second moment 1 + c (DESIGN.md section 7). By universality the law holds
+mean 1 and second moment 1 + c (docs/design-notes.md section 7). By universality the law holds
 for any entry distribution with that variance (a Gaussian and a logistic give the
 same), so no sampling is needed. The departures the store records, per matrix, with
 s^2 the matrix's own entry variance (about its mean):

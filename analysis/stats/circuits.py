@@ -4,7 +4,7 @@ A head's circuit is ``W = A B^T`` (d_model x d_model, rank <= d_head) with ``A =
 ``B = right^T``, given in the layout used everywhere after extraction
 (`analysis.extract`): ``left, right: (..., d_head, d_model)``, so ``W = left^T @ right``
 (``qk``: ``(W_Q, W_K)``; ``ov``: ``(W_O^T, W_V)``). Nothing here forms W; everything
-comes from d_head x d_head matrices (DESIGN.md section 7):
+comes from d_head x d_head matrices (docs/design-notes.md section 7):
 
 - the core ``M = B^T A = right @ left^T``: ``W`` and ``M`` have the same non-zero
   eigenvalues (``AB^T`` and ``B^T A`` share them), and ``tr(W W) = tr(M M)``;

@@ -45,7 +45,7 @@ MATRICES = ("qk", "ov")
 # Row key of heads.parquet, in sort order.
 KEY_COLUMNS = ("step", "layer", "head", "matrix")
 
-# Scalar statistics (float64 columns), in the order written. Definitions: DESIGN.md s.3.
+# Scalar statistics (float64 columns), in the order written. Definitions: docs/design-notes.md section 3.
 ELEMENTWISE_COLUMNS = ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss")
 SPECTRAL_COLUMNS = (
     "stable_rank",
@@ -141,7 +141,7 @@ EMBEDDING_COLUMN_DOCS: dict[str, str] = {
                  "trajectories in normalised space, nearest first",
 }
 
-# layers.parquet: every whole-layer weight matrix (analysis/layer_matrices.py, DESIGN.md section 7).
+# layers.parquet: every whole-layer weight matrix (analysis/layer_matrices.py, docs/design-notes.md section 7).
 LAYER_KEY_COLUMNS = ("step", "layer", "role")
 # Every role a block weight can have, in display order (a store's roles are a subset;
 # `analysis.blocks` says which tensors of which family play each).
@@ -309,7 +309,7 @@ LAYERS = TableSpec(
     row_group_rows=lambda n_layers, n_heads, n_steps: LAYERS_ROW_GROUP_ROWS,
 )
 
-# Forward-pass lenses (DESIGN.md section 8; `python -m precompute --lenses attention`): what the
+# Forward-pass lenses (docs/design-notes.md section 8; `python -m precompute --lenses attention`): what the
 # heads do on a fixed evaluation set, per checkpoint with statistics. meta.json ``forward``
 # (`analysis.store.meta.ForwardInfo`) says which sequences; ``analysis/attention.py`` holds the math.
 ATTENTION_COLUMN_DOCS: dict[str, str] = {
@@ -377,7 +377,7 @@ EVAL_LOSS = TableSpec(
 # The tables the attention lens writes, committed together with heads.parquet.
 FORWARD_TABLES = (ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS)
 
-# Refined local learning coefficient (DESIGN.md section 9; `python -m precompute --lenses llc`): devinterp's
+# Refined local learning coefficient (docs/design-notes.md section 9; `python -m precompute --lenses llc`): devinterp's
 # SGLD estimate n beta (E[L_n(w)] - L_n(w*)) restricted to one head's weights, and to the whole model.
 # meta.json ``llc`` says with which sampler settings and on which sequences; precompute/lenses/llc.py computes it.
 LLC_MODEL = -1  # layer and head of the whole-model row

@@ -8,7 +8,7 @@ one typed view: code asks ``meta.done_steps``, ``meta.duplicates``,
 `Meta.to_dict` writes it back with every key it was read with (keys this version
 does not know are kept, so a newer tool's additions survive a round trip).
 
-Partial duplicates (DESIGN.md section 5, EleutherAI/pythia issue 206): a checkpoint
+Partial duplicates (docs/design-notes.md section 5, EleutherAI/pythia issue 206): a checkpoint
 with a weight file byte-identical to another checkpoint's file, while the whole
 differs, mixes two revisions' weights. Within every group of checkpoints sharing a
 file, the latest is taken as the file's owner (a branch serving another revision's

@@ -5,7 +5,7 @@ For a checkpoint w* and the per-token loss L_n on the sampler's sequences, devin
     llc = n beta (E[L_n(w)] - L_n(w*))
 
 the expectation over SGLD draws from the localized tempered posterior
-``exp(-n beta L_n(w) - gamma/2 ||w - w*||^2)`` (DESIGN.md section 9). The weight-refined LLC
+``exp(-n beta L_n(w) - gamma/2 ||w - w*||^2)`` (docs/design-notes.md section 9). The weight-refined LLC
 of a head moves only that head's parameters (devinterp's
 ``weight_restrictions.create_param_masks(model, "l{layer}h{head}")``: for GPT-NeoX the head's
 interleaved Q, K, V rows of ``query_key_value`` with their biases, and its d_head input columns of

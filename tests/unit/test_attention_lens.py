@@ -3,7 +3,7 @@
 Every model is made here with transformers (offline): a GPT-NeoX whose query projections
 are zero (uniform causal attention), a GPT-2 whose head is wired to attend to the previous
 position, a two-layer GPT-2 with an induction circuit built by hand, and random ones. The
-expected numbers are computed in the tests from their definitions (DESIGN.md section 8),
+expected numbers are computed in the tests from their definitions (docs/design-notes.md section 8),
 never by the code under test.
 """
 

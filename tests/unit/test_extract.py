@@ -188,7 +188,7 @@ def test_extracted_heads_reproduce_the_models_own_q_and_k(case: str, tmp_path: P
 
 
 def test_flat_chunk_split_of_the_neox_fused_weight_fails_the_comparison(tmp_path: Path, monkeypatch) -> None:
-    """The bug DESIGN.md warns of: chunk(3) on (3 d_model, d_model) mixes heads. The test must catch it."""
+    """The bug docs/design-notes.md section 3 warns of: chunk(3) on (3 d_model, d_model) mixes heads. The test must catch it."""
     make_config, rotary_module = CASES["gpt_neox"]
     model = _saved_random_model(make_config(), tmp_path, seed=1)
     shape, tensors = _load_saved(tmp_path)

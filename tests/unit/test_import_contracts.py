@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# What the dashboard's scripts may not import (the Space image has none of it; DESIGN.md, the data flow).
+# What the dashboard's scripts may not import (the Space image has none of it; docs/design-notes.md section 2).
 APP_FORBIDDEN = ("precompute", "training", "torch", "transformers", "ray", "devinterp")
 
 
