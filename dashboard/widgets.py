@@ -459,12 +459,12 @@ def chart(
 def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
     """When ``event`` (a chart's selection) picked a point of a head, open that head in the head explorer.
 
-    The point's ``customdata`` starts with ``[layer, head]`` (`dashboard.figures.trajectory.picked_head`); a
+    The point's ``customdata`` is ``[layer, head, step, ...]`` (`dashboard.figures.points`, the one format); a
     third entry that is one of the run's steps (a heatmap cell) is added to the head explorer's chosen steps.
     ``values`` (``stat``, ``k``) go with it; None values are left out.
     """
     from dashboard.data import default_steps
-    from dashboard.figures.trajectory import picked_head, picked_step
+    from dashboard.figures.points import picked_head, picked_step
 
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is None:

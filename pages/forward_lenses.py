@@ -80,11 +80,13 @@ def main() -> None:
     for name in HEAD_TYPES:
         fig = figs.head_type_heatmap(axis, store.forward_array(name), stat=STATS[name], baseline=uniform[name])
         values = store.forward_array(name)
-        widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"type_{name}",
-                      title=f"{frame.run} · every head · {STATS[name].short()}",
-                      filename=export.safe_name(frame.run, "all-heads", name),
-                      csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run, statistic=name,
-                                                                        matrix="forward"))
+        event = widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"type_{name}",
+                              title=f"{frame.run} · every head · {STATS[name].short()}",
+                              filename=export.safe_name(frame.run, "all-heads", name),
+                              csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run,
+                                                                                statistic=name, matrix="forward"),
+                              select=True)
+        widgets.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
 
 

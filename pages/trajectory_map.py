@@ -7,7 +7,8 @@ from analysis.errors import StoreError
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
 from dashboard import export, loader, widgets
 from dashboard.stats import STATS, trajectory_stats_for
-from dashboard.figures.trajectory import joint_trajectory_map, picked_head, picked_run_head, sparkline, trajectory_map
+from dashboard.figures.points import picked_head, picked_run_head
+from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]

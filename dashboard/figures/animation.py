@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from dashboard.data import fixed_range, nan_mean
 from dashboard.figures.common import colour_layer, figure, layout, value_axis
+from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
 from dashboard.stats import Stat
 
 FRAME_MS = 180  # playback speed: one checkpoint per FRAME_MS milliseconds
@@ -35,7 +36,7 @@ def animation(
     the page's one step control (in the URL) sets; Play runs the frames from there in the
     browser and Pause stops. Plotly's own slider is left out: a second step control that
     the URL could not follow. An invisible marker per cell carries the hover and makes a
-    click open the head (`dashboard.figures.architecture.cell_picker`).
+    click open the head (`dashboard.figures.points.cell_picker`).
 
     Args:
         values: ``(S, n_layers, n_heads)``.
@@ -60,16 +61,16 @@ def animation(
         """What changes from one checkpoint to the next: colours, the two marginals, the cells' hover values."""
         heat = dict(type="heatmap", z=z_all[i])
         # the invisible cell markers: [layer, head, step, value] (a click opens the head at this step)
-        cells = np.stack([cell_layer, cell_head, np.full(n_layers * n_heads, steps[i]), raw[i].ravel()], axis=1)
+        cells = head_points(cell_layer, cell_head, steps[i], raw[i].ravel())
         return [heat, dict(type="scatter", x=layer_mean[i]), dict(type="scatter", y=head_mean[i]),
-                dict(type="scatter", customdata=cells.astype(np.float64))]
+                dict(type="scatter", customdata=cells)]
 
     first = frame_data(start)
     first[3].update(
         x=cell_head, y=cell_layer, mode="markers", xaxis="x", yaxis="y", showlegend=False, name="cells",
         marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
         unselected=dict(marker=dict(opacity=0)),
-        hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}<br>step %{{customdata[2]:,}}<br>{sym} = "
+        hovertemplate=f"{HOVER_HEAD}<br>{HOVER_STEP}<br>{sym} = "
                       "%{customdata[3]:.4g}<extra>click to open</extra>",
     )
     first[0].update(x=heads, y=layers, hoverinfo="skip", xaxis="x", yaxis="y",

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from dashboard import style
 from dashboard.data import StepAxis, nan_mean
+from dashboard.figures.points import cell_picker
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.stats import Stat
 
@@ -64,40 +65,6 @@ def architecture_heatmap(
     lay["xaxis2"] = dict(overlaying="x", range=[-0.5, n_layers * n_heads - 0.5], visible=False, fixedrange=False,
                          anchor="y", matches="x")
     return figure([heat, picker], lay)
-
-
-def cell_picker(x: Any, y: Any, values: np.ndarray, steps: np.ndarray | None, *, n_heads: int, sym: str,
-                xaxis: str = "x", yaxis: str = "y") -> dict[str, Any]:
-    """An invisible marker at the centre of every heatmap cell that carries its hover and makes a click open the head.
-
-    Plotly cannot select a heatmap cell (Streamlit's ``on_select`` sees only selectable traces), so each
-    cell gets a transparent scatter point with ``customdata`` ``[layer, head, step, value]`` (heads in
-    layer-major order along the columns). With ``hoverdistance=-1`` the nearest cell always answers.
-
-    Args:
-        x: ``(N,)`` column coordinates (one per head, layer-major: category names, or numbers on a numeric axis);
-            y: ``(S,)`` row coordinates.
-        values: ``(S, N)`` the raw values (hover).
-        steps: ``(S,)`` the rows' steps, or None when the rows are not steps (then step is omitted).
-    """
-    s, n = values.shape
-    x = np.asarray(x)
-    xs = np.tile(x, s) if x.dtype.kind in "fiu" else np.tile(x.astype(object), s).tolist()
-    ys = np.repeat(np.asarray(y, dtype=np.float32), n)
-    head_idx = np.tile(np.arange(n), s)
-    custom = np.empty((s * n, 4), dtype=np.float32)  # float32 halves the payload; steps are exact below 2**24
-    custom[:, 0], custom[:, 1] = head_idx // n_heads, head_idx % n_heads
-    custom[:, 2] = np.repeat(steps, n) if steps is not None else np.nan
-    custom[:, 3] = np.asarray(values, dtype=np.float32).ravel()
-    step_text = "<br>step %{customdata[2]:,}" if steps is not None else ""
-    return dict(
-        type="scattergl" if s * n > 20000 else "scatter", x=xs, y=ys, mode="markers", xaxis=xaxis,
-        yaxis=yaxis, customdata=custom, showlegend=False, name="cells",
-        marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
-        unselected=dict(marker=dict(opacity=0)),
-        hovertemplate=(f"layer %{{customdata[0]}}, head %{{customdata[1]}}{step_text}<br>{sym} = "
-                       "%{customdata[3]:.4g}<extra>click to open</extra>"),
-    )
 
 
 def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, layer_boundaries, layer_ticks
+from dashboard.figures.points import cell_picker
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.stats import Stat
 
@@ -116,15 +117,16 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     flat = values.reshape(s, n_layers * n_heads).T  # (heads, S)
     title = stat.title() + (f"<br>uniform: {baseline:.3g}" if baseline is not None else "")
     colour = colour_layer(flat, log=False, title=title, rng=(0.0, max(1e-6, float(np.nanmax(flat)) if np.isfinite(flat).any() else 1.0)))
-    custom = np.empty((n_layers * n_heads, s), dtype=np.float64)
-    custom[:] = axis.steps[None, :]
     tickvals, ticktext = layer_ticks(n_layers, n_heads)
-    heat = dict(type="heatmap", x=axis.edges, y=head_labels(n_layers, n_heads), z=colour.pop("z"), customdata=custom,
-                hovertemplate=f"%{{y}}<br>step %{{customdata:,}}<br>{stat.symbol} = %{{z:.3f}}<extra></extra>", **colour)
+    labels = head_labels(n_layers, n_heads)
+    # hover and clicks through invisible cell markers ([layer, head, step, value]: a click opens the head)
+    heat = dict(type="heatmap", x=axis.edges, y=labels, z=colour.pop("z"), hoverinfo="skip", **colour)
+    picker = cell_picker(labels, axis.x, values.reshape(s, n_layers * n_heads), axis.steps, n_heads=n_heads,
+                         sym=stat.symbol, heads_on="y")
     shapes = [dict(line, x0=line["y0"], x1=line["y1"], y0=line["x0"], y1=line["x1"], xref="x domain", yref="y")
               for line in layer_boundaries(n_layers, n_heads)]
-    return figure([heat], layout(
-        height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)),
+    return figure([heat, picker], layout(
+        height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)), hovermode="closest", hoverdistance=-1,
         xaxis=step_xaxis(axis),
         yaxis=dict(type="category", tickvals=tickvals, ticktext=ticktext, autorange="reversed",
                    title=dict(text="head (layer-major)")),

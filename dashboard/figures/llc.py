@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.common import figure, layout, step_xaxis, value_axis
+from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
 from dashboard.stats import Stat
 
 CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
@@ -40,8 +41,8 @@ def head_curves(axis: StepAxis, idx: np.ndarray, values: np.ndarray, *, stat: St
                 type="scatter", x=x, y=values[:, layer, head], mode="lines+markers", name=group_names[g],
                 legendgroup=f"g{g}", showlegend=g not in shown, line=dict(color=colours[g], width=1),
                 marker=dict(color=colours[g], size=6), opacity=0.8,
-                customdata=np.stack([steps, np.full(e, layer), np.full(e, head)], axis=1),
-                hovertemplate=f"L%{{customdata[1]}} H%{{customdata[2]}} ({group_names[g]})<br>step %{{customdata[0]:,}}"
+                customdata=head_points(layer, head, steps),
+                hovertemplate=f"{HOVER_HEAD} ({group_names[g]})<br>{HOVER_STEP}"
                               f"<br>{stat.symbol} = %{{y:.4g}}<extra></extra>",
             ))
             shown.add(g)

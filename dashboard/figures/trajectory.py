@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from analysis.trajectories import edge_pairs
 from dashboard import style
 from dashboard.data import fixed_range
 from dashboard.figures.common import figure, layout, value_axis
+from dashboard.figures.points import head_points
 
 
 def _segments(x: np.ndarray, y: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +45,7 @@ def trajectory_map(
         dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=style.EDGE_COLOUR, width=0.8),
              hoverinfo="skip", name="k nearest trajectories"),
         dict(type="scatter", x=x, y=y, mode="markers", name="heads",
-             customdata=np.stack([layer, head], axis=1).tolist(),  # plain lists: a click returns them as such
+             customdata=head_points(layer, head).tolist(),  # plain lists: a click returns them as such
              marker=dict(color=layer, cmin=-0.5, cmax=n_layers - 0.5, colorscale=style.layer_steps(n_layers), size=10,
                          line=dict(color="rgba(40,40,40,0.6)", width=0.6), showscale=True,
                          colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0,
@@ -96,7 +96,7 @@ def joint_trajectory_map(
         on = run == i
         traces.append(dict(
             type="scatter", x=x[on], y=y[on], mode="markers", name=f"{name} ({int(on.sum())} heads)",
-            customdata=np.stack([layer[on], head[on], run[on]], axis=1).tolist(), meta=dict(run=name, kind="heads"),
+            customdata=head_points(layer[on], head[on], None, run[on]).tolist(), meta=dict(run=name, kind="heads"),
             marker=dict(symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)], size=10, color=depth[on], cmin=0, cmax=1,
                         colorscale=style.LAYER_SCALE, line=dict(color=style.run_colour(i), width=1.5),
                         showscale=i == 0, colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)",
@@ -109,48 +109,6 @@ def joint_trajectory_map(
         xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
         yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
     ))
-
-
-def _clicked(event: Any, n: int) -> Iterator[Any]:
-    """The ``customdata`` of each clicked point of a chart's selection event, as given (a typed array
-    comes back as a dict keyed "0", "1", ...: then as a list of its first ``n`` entries)."""
-    for point in ((event or {}).get("selection") or {}).get("points") or []:
-        custom = point.get("customdata")
-        yield [custom.get(str(i)) for i in range(n)] if isinstance(custom, dict) else custom
-
-
-def picked_run_head(event: Any) -> tuple[int, int, int] | None:
-    """(run index, layer, head) of the first clicked point of a joint map (`joint_trajectory_map`), or None."""
-    for custom in _clicked(event, 3):
-        try:
-            return int(custom[2]), int(custom[0]), int(custom[1])
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
-    return None
-
-
-def picked_head(event: Any, *, n_layers: int, n_heads: int) -> tuple[int, int] | None:
-    """(layer, head) of the first clicked point of the map, or None (nothing picked, or not a head point)."""
-    for custom in _clicked(event, 2):
-        try:
-            layer, head = int(custom[0]), int(custom[1])
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
-        if 0 <= layer < n_layers and 0 <= head < n_heads:
-            return layer, head
-    return None
-
-
-def picked_step(event: Any, steps: list[int]) -> int | None:
-    """The step of the first clicked point whose ``customdata`` carries one (third entry: a heatmap cell), or None."""
-    for custom in _clicked(event, 3):
-        try:
-            step = int(custom[2])
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
-        if step in steps:
-            return step
-    return None
 
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"

@@ -344,8 +344,8 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
     assert [t["meta"]["run"] for t in drawn] == [DEEP, SHALLOW]
     assert drawn[0]["marker"]["symbol"] != drawn[1]["marker"]["symbol"]
     for t, (run, spec) in zip(drawn, RUNS.items()):
-        cd = np.asarray(t["customdata"])
-        assert len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 2] == list(RUNS).index(run)).all()
+        cd = np.asarray(t["customdata"], dtype=float)  # [layer, head, step (null: none), run]
+        assert len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 3] == list(RUNS).index(run)).all()  # the run after the step
         assert run in t["hovertemplate"] and "layer %{customdata[0]}" in t["hovertemplate"]
         depth = arr(t["marker"]["color"])
         assert np.allclose(depth, cd[:, 0] / spec["n_layers"])  # coloured by relative depth
@@ -375,7 +375,7 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
     if at.button:  # not yet computed in this process (the map is cached per server process)
         at.button[0].click().run()
-    at.session_state["trajectory_map"] = {"selection": {"points": [{"customdata": [3, 2, 1]}], "point_indices": [0],
+    at.session_state["trajectory_map"] = {"selection": {"points": [{"customdata": [3, 2, None, 1]}], "point_indices": [0],
                                                         "box": [], "lasso": []}}
     at.run()
     assert not at.exception and at.title[0].value == "Head explorer"

@@ -15,7 +15,8 @@ from dashboard.data import step_axis
 from dashboard.figures import architecture as arch
 from dashboard.figures.card import loss_curve
 from dashboard.figures.common import log_ticks
-from dashboard.figures.trajectory import SPARK_CHARS, picked_step, sparkline
+from dashboard.figures.points import picked_step
+from dashboard.figures.trajectory import SPARK_CHARS, sparkline
 from dashboard.stats import STATS
 
 

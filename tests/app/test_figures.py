@@ -17,7 +17,7 @@ from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import forward as fwd
-from dashboard.figures import head, layers, trajectory
+from dashboard.figures import head, layers, points, trajectory
 from dashboard.figures.common import overlay_loss
 from dashboard.figures.card import loss_curve
 from dashboard.stats import STATS
@@ -193,18 +193,43 @@ def test_trajectory_map_draws_each_knn_edge_once(store):
     fig = trajectory.trajectory_map(x, x, np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]), nb, n_layers=2)
     edges = np.asarray(fig.data[0].x, dtype=float)
     assert np.count_nonzero(np.isnan(edges)) == 2
-    assert list(fig.data[1].customdata[3]) == [1, 1]
+    assert list(fig.data[1].customdata[3])[:2] == [1, 1]  # [layer, head, step (none: a trajectory)]
 
 
 def test_picked_head_reads_a_click_on_the_map():
     def event(*custom):
         return {"selection": {"points": [{"customdata": c} for c in custom]}}
 
-    assert trajectory.picked_head(event([2, 3]), n_layers=4, n_heads=4) == (2, 3)
-    assert trajectory.picked_head(event({"0": 1, "1": 0}), n_layers=4, n_heads=4) == (1, 0)
-    assert trajectory.picked_head(event(None, [9, 9], [0, 2]), n_layers=4, n_heads=4) == (0, 2)
-    assert trajectory.picked_head({"selection": {"points": []}}, n_layers=4, n_heads=4) is None
-    assert trajectory.picked_head(None, n_layers=4, n_heads=4) is None
+    assert points.picked_head(event([2, 3]), n_layers=4, n_heads=4) == (2, 3)
+    assert points.picked_head(event({"0": 1, "1": 0}), n_layers=4, n_heads=4) == (1, 0)
+    assert points.picked_head(event(None, [9, 9], [0, 2]), n_layers=4, n_heads=4) == (0, 2)
+    assert points.picked_head({"selection": {"points": []}}, n_layers=4, n_heads=4) is None
+    assert points.picked_head(None, n_layers=4, n_heads=4) is None
+
+
+def test_every_click_target_writes_layer_head_step_in_that_order(store):
+    """The one point format (`dashboard.figures.points`): the refined LLC's curves, the heatmap cells and the
+    animation's cells all put layer, head and step first, and the readers take them back."""
+    from dashboard.figures import llc
+
+    axis = step_axis(store)
+    e, n_layers, n_heads = 3, store.n_layers, store.n_heads
+    idx = np.array([0, 2, 4])
+    fig = llc.head_curves(axis, idx, np.ones((e, n_layers, n_heads)), stat=STATS["llc"],
+                          groups=np.zeros(n_layers * n_heads, dtype=int), group_names=["all"], colours=["#000"])
+    trace = fig.data[n_heads * 1 + 2]  # layer 1, head 2
+    custom = np.asarray(trace.customdata)
+    assert custom[:, 0].tolist() == [1] * e and custom[:, 1].tolist() == [2] * e
+    assert custom[:, 2].tolist() == [int(axis.steps[i]) for i in idx]
+    event = {"selection": {"points": [{"customdata": custom[1].tolist()}]}}
+    assert points.picked_head(event, n_layers=n_layers, n_heads=n_heads) == (1, 2)
+    assert points.picked_step(event, [int(s) for s in store.steps]) == int(axis.steps[idx[1]])
+    values = np.arange(len(store.steps) * n_layers * n_heads, dtype=float).reshape(len(store.steps), n_layers, n_heads)
+    forward = fwd.head_type_heatmap(axis, values / values.max(), stat=STATS["prev_token"])
+    cells = next(t for t in forward.data if t.name == "cells")
+    c = np.asarray(cells.customdata)
+    row = int(np.flatnonzero((c[:, 0] == 1) & (c[:, 1] == 2) & (c[:, 2] == store.steps[3]))[0])
+    assert c[row, 3] == pytest.approx(values[3, 1, 2] / values.max(), rel=1e-6)
 
 
 @pytest.mark.parametrize("stat", list(STATS))

@@ -46,10 +46,10 @@ def test_the_page_shows_every_head_the_whole_model_and_the_clusters(llc_env: Pat
     curves = chart(at, "llc_heads")["data"]
     assert len(curves) == n_layers * n_heads
     for trace in curves:
-        layer, head = int(arr(trace["customdata"])[0][1]), int(arr(trace["customdata"])[0][2])
+        layer, head = int(arr(trace["customdata"])[0][0]), int(arr(trace["customdata"])[0][1])  # [layer, head, step]
         own = heads[(heads["layer"] == layer) & (heads["head"] == head)].sort_values("step")
         np.testing.assert_allclose(arr(trace["y"]), own["llc"].to_numpy())
-        assert [int(c[0]) for c in arr(trace["customdata"])] == own["step"].tolist()  # only the estimated steps
+        assert [int(c[2]) for c in arr(trace["customdata"])] == own["step"].tolist()  # only the estimated steps
         assert trace["name"] == f"L{layer}"  # coloured by layer by default
     model = chart(at, "llc_model")["data"]
     whole = df[df["layer"] == -1].sort_values("step")

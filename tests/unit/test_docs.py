@@ -7,6 +7,7 @@ checked against the format registry in `tests/unit/test_store.py`.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,14 @@ def test_every_view_has_a_page_and_a_screenshot() -> None:
         assert page.is_file(), page
         assert f"../images/{spec.url_path}.png" in page.read_text()
         assert (REPO / "docs" / "images" / f"{spec.url_path}.png").stat().st_size > 10_000
+
+
+def test_the_readme_links_resolve_and_the_space_card_fits() -> None:
+    readme = (REPO / "README.md").read_text()
+    targets = re.findall(r"\]\(((?:docs/)[^)#]+)", readme)
+    assert targets, "the README links into docs/"
+    for target in targets:
+        assert (REPO / target).is_file(), f"README links to {target}, which does not exist"
+    card = readme.split("---")[1]
+    description = re.search(r"^short_description: (.+)$", card, re.M).group(1)
+    assert len(description) <= 60  # the Hub's limit for a Space card

@@ -1,0 +1,103 @@
+"""A click on a head opens that head, on the pages whose click-through lived only in the browser.
+
+On the shipped run, in Chromium: a click on head L2 H3's refined-LLC estimate at step 1,536 opens the head
+explorer at layer 2, head 3 with step 1,536 among its chosen steps (the curves once wrote
+``[step, layer, head]`` while the click was read as ``[layer, head, ...]``: the click did nothing, or
+opened another head at a step the run lacks); a click on a cell of a Forward lenses head-type heatmap
+opens that head at that step (the heatmaps only hovered). The points are located from the figures'
+own coordinates (trace order, data positions), not from their customdata, so a wrong customdata
+cannot hide itself.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tests.app.conftest import ROOT
+from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _require_chromium, _serve
+
+pytestmark = pytest.mark.browser
+
+SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
+N_HEADS = 8
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from _serve(SHIPPED, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    _require_chromium()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _ready(page, key: str) -> None:
+    page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_timeout(1000)
+
+
+def _click(page, xy: list[float]) -> None:
+    page.mouse.move(*xy)
+    page.wait_for_timeout(300)
+    page.mouse.click(*xy)
+
+
+def _opened(page) -> dict[str, list[str]]:
+    page.wait_for_function("() => location.pathname.endsWith('/head')", timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_function("() => /[?&]layer=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
+    return parse_qs(urlsplit(page.url).query)
+
+
+def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(browser, server) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(server + "/llc")
+        _ready(page, "llc_heads")
+        layer, head = 2, 3
+        xy = page.evaluate("""([trace]) => {
+            const gd = document.querySelector('.st-key-llc_heads .js-plotly-plot');
+            const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate: step 1,536
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
+        }""", [layer * N_HEADS + head])
+        _click(page, xy)
+        query = _opened(page)
+        assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
+        assert "1536" in query.get("step", []), page.url
+        assert _errors(page) == []
+    finally:
+        page.close()
+
+
+def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(browser, server) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(server + "/lenses")
+        _ready(page, "type_induction")
+        page.locator(".st-key-type_induction").scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        layer, head = 2, 3
+        xy = page.evaluate("""([row]) => {
+            const gd = document.querySelector('.st-key-type_induction .js-plotly-plot');
+            const t = gd._fullData.find(t => t.type === 'heatmap');
+            const j = t.x.length - 2;  // the last column (step 1,536): between its two edges
+            const x = (t.x[j] + t.x[j + 1]) / 2;
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(row)];
+        }""", [layer * N_HEADS + head])
+        _click(page, xy)
+        query = _opened(page)
+        assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
+        assert "1536" in query.get("step", []), page.url
+    finally:
+        page.close()
