@@ -81,3 +81,30 @@ def arr(value: Any) -> np.ndarray:
 
 def notices(at: AppTest) -> list[str]:
     return [w.value for w in at.warning]
+
+
+SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
+
+
+@pytest.fixture(scope="module")
+def shipped_server(tmp_path_factory):
+    """The app served as the Dockerfile serves it, on the shipped run (the browser tests' real data)."""
+    from tests.app.test_browser import _serve
+
+    if not (SHIPPED / "meta.json").is_file():
+        pytest.fail(f"the shipped run {SHIPPED} is missing")
+    yield from _serve(SHIPPED, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for a module (`tests.app.test_browser`'s launch settings)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_chromium
+
+    _require_chromium()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -15,29 +15,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.app.conftest import ROOT
-from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _require_chromium, _serve
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
 
 pytestmark = pytest.mark.browser
 
-SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
 N_HEADS = 8
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    yield from _serve(SHIPPED, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _ready(page, key: str) -> None:
@@ -58,10 +40,10 @@ def _opened(page) -> dict[str, list[str]]:
     return parse_qs(urlsplit(page.url).query)
 
 
-def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(browser, server) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium, shipped_server) -> None:
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
-        page.goto(server + "/llc")
+        page.goto(shipped_server + "/llc")
         _ready(page, "llc_heads")
         layer, head = 2, 3
         xy = page.evaluate("""([trace]) => {
@@ -79,10 +61,10 @@ def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(browser,
         page.close()
 
 
-def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(browser, server) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, shipped_server) -> None:
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
-        page.goto(server + "/lenses")
+        page.goto(shipped_server + "/lenses")
         _ready(page, "type_induction")
         page.locator(".st-key-type_induction").scroll_into_view_if_needed()
         page.wait_for_timeout(500)

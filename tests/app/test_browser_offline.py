@@ -13,37 +13,17 @@ pictures of the documentation's view pages (1280 x 900, the shipped run).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from dashboard.navigation import PAGES
 from tests.app.conftest import ROOT
-from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _require_chromium, _serve
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
 
 pytestmark = pytest.mark.browser
 
-SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
 SCREENSHOTS = ROOT / "docs" / "images"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    if not (SHIPPED / "meta.json").is_file():
-        pytest.fail(f"the shipped run {SHIPPED} is missing")
-    yield from _serve(SHIPPED, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _foreign(url: str) -> bool:
@@ -52,12 +32,12 @@ def _foreign(url: str) -> bool:
 
 
 @pytest.mark.parametrize("spec", PAGES, ids=[p.url_path for p in PAGES])
-def test_every_page_asks_no_other_host(spec, browser, server) -> None:
+def test_every_page_asks_no_other_host(spec, chromium, shipped_server) -> None:
     asked: list[str] = []
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
     page.on("request", lambda request: asked.append(request.url))
     try:
-        page.goto(server + ("/" if spec.default else f"/{spec.url_path}"))
+        page.goto(shipped_server + ("/" if spec.default else f"/{spec.url_path}"))
         page.wait_for_selector('[data-testid="stSidebarNav"]', timeout=LOAD_TIMEOUT_MS)
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
         page.wait_for_timeout(1500)  # favicons and fonts are requested after the first render
