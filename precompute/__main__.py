@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
+from precompute.lenses.registry import LENS_CHOICES, LENSES, Lens
 from precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
     RunOptions,
-    SamplerSettings,
     default_device,
     default_embeddings,
     default_ray_address,
@@ -38,7 +38,6 @@ from precompute.settings import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-_SAMPLER = SamplerSettings()  # the --llc-* defaults
 
 
 def parse_matrices(value: str) -> tuple[str, ...]:
@@ -104,34 +103,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-in-flight", type=_positive, default=None, metavar="N",
                    help="most checkpoints submitted and not yet committed (default: twice the tasks the "
                    "cluster runs at once)")
-    p.add_argument("--lenses", choices=("attention", "llc"), action="append", default=None,
-                   help="lenses: attention (per checkpoint: loss, attention entropy/span/sink/prev-token/induction, "
-                   "layer divergence); llc (the refined local learning coefficient of every head and the whole "
-                   "model, with devinterp, at --llc-steps). Repeat to combine.")
+    p.add_argument("--lenses", choices=LENS_CHOICES, action="append", default=None,
+                   help="lenses: " + "; ".join(f"{lens.name} ({lens.summary})" for lens in LENSES
+                                              if lens.asked_by == "--lenses") + ". Repeat to combine.")
     p.add_argument("--eval-text", default=None, metavar="FILE",
                    help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)")
     p.add_argument("--eval-sequences", type=_positive, default=32, metavar="N", help="with --lenses: N sequences (32)")
     p.add_argument("--eval-length", type=_positive, default=256, metavar="T", help="with --lenses: T tokens each (256)")
-    llc = p.add_argument_group("refined LLC (--lenses llc; devinterp SGLD, the same for every checkpoint of a store)")
-    llc.add_argument("--llc-steps", default=None, metavar="STEPS",
-                     help="checkpoints to estimate: 'all' or comma-separated steps (default: about 8, log-spaced, "
-                     "first and last included)")
-    llc.add_argument("--llc-lr", type=float, default=_SAMPLER.lr, metavar="EPS", help=f"SGLD step size ({_SAMPLER.lr:g})")
-    llc.add_argument("--llc-nbeta", type=float, default=_SAMPLER.n_beta, metavar="NB",
-                     help=f"n beta, inverse temperature times sample size ({_SAMPLER.n_beta:g})")
-    llc.add_argument("--llc-localization", type=float, default=_SAMPLER.localization, metavar="GAMMA",
-                     help=f"localization strength gamma ({_SAMPLER.localization:g})")
-    llc.add_argument("--llc-chains", type=int, default=_SAMPLER.chains, metavar="C", help=f"chains ({_SAMPLER.chains})")
-    llc.add_argument("--llc-draws", type=int, default=_SAMPLER.draws, metavar="D", help=f"draws per chain ({_SAMPLER.draws})")
-    llc.add_argument("--llc-batch-size", type=int, default=_SAMPLER.batch_size, metavar="B",
-                     help=f"sequences per SGLD step ({_SAMPLER.batch_size})")
-    llc.add_argument("--llc-burnin", type=int, default=_SAMPLER.burnin, metavar="S",
-                     help=f"burn-in steps per chain, left out of the estimate ({_SAMPLER.burnin})")
-    llc.add_argument("--llc-seed", type=int, default=_SAMPLER.seed, metavar="SEED", help=f"sampler seed ({_SAMPLER.seed})")
-    llc.add_argument("--llc-sequences", type=int, default=_SAMPLER.sequences, metavar="S",
-                     help=f"evaluation sequences the sampler uses, evenly spaced among the N ({_SAMPLER.sequences})")
+    add_lens_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
+
+
+def add_lens_options(parser: argparse.ArgumentParser) -> None:
+    """One argument group per lens with options (`precompute.lenses.registry.Lens.options`)."""
+    for lens in LENSES:
+        if not lens.options:
+            continue
+        group = parser.add_argument_group(f"{lens.title} ({lens.asked_by} {lens.name}; the same for every checkpoint of a store)")
+        for option in lens.options:
+            default = f" ({option.default:g})" if isinstance(option.default, float) else (
+                f" ({option.default})" if option.default is not None else "")
+            group.add_argument(option.flag, dest=_dest(lens, option.field), type=option.type, default=None,
+                               metavar=option.metavar, help=option.help + default)
+
+
+def _dest(lens: Lens, field: str) -> str:
+    return f"lens_{lens.name}_{field}"
+
+
+def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str, object]:
+    """Each asked lens's options from the parsed ``--<lens>-*`` flags (a flag not given: its default).
+
+    Raises:
+        ValueError: a flag given for a lens not asked for, or a value the lens refuses.
+    """
+    out: dict[str, object] = {}
+    for lens in LENSES:
+        given = {o.field: getattr(args, _dest(lens, o.field)) for o in lens.options
+                 if getattr(args, _dest(lens, o.field), None) is not None}
+        if given and lens.name not in lenses:
+            flags = [o.flag for o in lens.options if o.field in given]
+            raise ValueError(f"{', '.join(flags)} are for the {lens.title}: add {lens.asked_by} {lens.name}")
+        if lens.name in lenses and lens.make_options is not None:
+            out[lens.name] = lens.make_options({o.field: given.get(o.field, o.default) for o in lens.options})
+    return out
 
 
 def store_paths(sources: list[str], out: str) -> list[tuple[str, str]]:
@@ -181,22 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         eval_length=args.eval_length,
     )
     if options.eval_text and not options.lenses:
-        print("error: --eval-text is for the lenses: add --lenses attention and/or --lenses llc", file=sys.stderr)
+        print(f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in LENS_CHOICES)}",
+              file=sys.stderr)
         return EXIT_USAGE
-    llc_given = [f"--llc-{k.replace('_', '-')}" for k, v in vars(args).items()
-                 if k.startswith("llc_") and v != (None if k == "llc_steps" else getattr(_SAMPLER, k[4:].replace("nbeta", "n_beta")))]
-    if llc_given and "llc" not in options.lenses:
-        print(f"error: {', '.join(llc_given)} are for the refined LLC: add --lenses llc", file=sys.stderr)
+    try:
+        options = dataclasses.replace(options, lens_options=lens_options(args, options.lenses))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if "llc" in options.lenses:
-        try:
-            sampler = SamplerSettings(lr=args.llc_lr, n_beta=args.llc_nbeta, localization=args.llc_localization,
-                                      chains=args.llc_chains, draws=args.llc_draws, batch_size=args.llc_batch_size,
-                                      burnin=args.llc_burnin, seed=args.llc_seed, sequences=args.llc_sequences)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        options = dataclasses.replace(options, llc_steps=args.llc_steps, llc=sampler)
     status = EXIT_OK
     for source, out in runs:
         status = max(status, run_one(source, out, options, args))
@@ -240,20 +248,12 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
               f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
               f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
               file=sys.stderr)
-    if report.forward_left_out:
-        print(f"note: {len(report.forward_left_out)} checkpoints have no forward-lens rows (steps "
-              f"{report.forward_left_out[:5]}): see the warnings above; rerun to retry them", file=sys.stderr)
-    if report.llc_computed:
-        print(f"refined LLC: estimated at steps {', '.join(map(str, report.llc_computed))}", file=sys.stderr)
-    if report.llc_left_out:
-        print(f"note: {len(report.llc_left_out)} checkpoints have no refined LLC (steps {report.llc_left_out[:5]}): "
-              "see the warnings above; rerun to retry them", file=sys.stderr)
-    if report.overlaps_left_out:
-        pairs = ", ".join(f"{a}->{b}" for a, b in report.overlaps_left_out[:5])
-        print(f"note: {len(report.overlaps_left_out)} checkpoint pairs have no singular-vector overlaps "
-              f"({pairs}{', ...' if len(report.overlaps_left_out) > 5 else ''}): their checkpoints could not be "
-              "re-read (see the warnings above); the level-crossing view marks those approaches unresolved",
-              file=sys.stderr)
+    for lens in LENSES:
+        steps = report.lenses.get(lens.name)
+        if steps:
+            print(f"{lens.title}: computed at steps {', '.join(map(str, steps))}", file=sys.stderr)
+    for note in report.notes:
+        print(note, file=sys.stderr)
     for c in report.mixed:
         files = ", ".join(f"{s.file} = step {s.step}'s {s.other_file}" for s in c.shared_files)
         print(f"note: step {c.step} ({c.revision}) mixes weights of two revisions ({files}): its statistics are "

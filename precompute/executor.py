@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from analysis.extract import ModelShape
 from precompute.sources.fetch import Meter
-from precompute.lenses.forward import ForwardJob
+from precompute.context import PassJob
 from precompute.prefetch import Prefetcher
 from precompute.sources.revisions import CheckpointRef
 from precompute.settings import RunOptions, Settings
@@ -38,7 +38,7 @@ class LocalExecutor:
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
+        known: Callable[[], Mapping[str, int]], jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
         src = self.src
         seen = dict(known())  # the fetch thread's view: known weights plus those it read this run
@@ -52,7 +52,7 @@ class LocalExecutor:
 
         with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
             for ref, fetch in prefetched:
-                yield ref, lambda fetch=fetch: checkpoint_work(fetch(), shape, settings, known=known(), forward=forward, src=src)
+                yield ref, lambda fetch=fetch: checkpoint_work(fetch(), shape, settings, known=known(), jobs=jobs, src=src)
 
 
 def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, meter: Meter) -> Executor:

@@ -42,7 +42,7 @@ from ray import exceptions as rx
 from analysis.errors import ClusterError, HubUnreachableError
 from analysis.extract import ModelShape
 from precompute.sources.fetch import Meter
-from precompute.lenses.forward import ForwardJob
+from precompute.context import PassJob
 from precompute.sources.revisions import CheckpointRef
 from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
 from precompute.sources.resolve import open_source
@@ -73,7 +73,7 @@ class _Job:
     shape: ModelShape
     settings: Settings
     threads: int
-    forward: ForwardJob | None = None
+    jobs: Mapping[str, PassJob] | None = None  # the lens pass jobs (`precompute.context.PassJob`)
 
 
 def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Work | _Failed:
@@ -86,7 +86,7 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
         fetched = src.fetch(ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices,
                             layers=job.settings.layers)
         _die_once()
-        work = checkpoint_work(fetched, job.shape, job.settings, known=known, forward=job.forward, src=src)
+        work = checkpoint_work(fetched, job.shape, job.settings, known=known, jobs=job.jobs, src=src)
     except _RETURNED_ERRORS as exc:
         return _Failed(exc)
     finally:
@@ -164,9 +164,9 @@ class RayExecutor:
 
     def results(
         self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]], forward: ForwardJob | None = None,
+        known: Callable[[], Mapping[str, int]], jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
-        job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads, forward))
+        job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads, jobs))
         task = ray.remote(_checkpoint_task).options(
             num_cpus=self.threads,
             num_gpus=1 if settings.device == "cuda" else 0,

@@ -14,9 +14,14 @@ For each selected checkpoint not yet in the store, in step order:
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
    together (`precompute.store.writer.commit_store`).
 
-Overlaps whose vectors were not in memory (a resumed run, a checkpoint filled in
-between two others, a store from before overlaps existed) are filled at the end
-by re-reading the checkpoints concerned.
+Every lens the run computes (`precompute.lenses.registry.LENSES`) has a stage
+(`precompute.context.Stage`): built before anything is written (its refusals come
+first), it checks the store under its lock, records how it is made in meta.json,
+adds its rows in the pass over each checkpoint (the whole-layer matrices and the
+forward lens do, through their `precompute.context.PassJob`), and then fills what
+the store still lacks (overlaps whose vectors were not in memory, layer or forward
+rows of checkpoints computed without them, the refined LLC at its chosen steps,
+the trajectory-map embeddings), one commit at a time. This module names no lens.
 
 Steps 1 and 2 run where the executor runs them (`precompute.executor`): here, with
 checkpoint t+1 fetched in a background thread while t is computed, so at most two
@@ -30,8 +35,7 @@ meta.json (``reason``: ``missing`` or ``error``), and skipped; the others go on.
 A network failure that outlasts the retries stops the run with
 `analysis.errors.HubUnreachableError`. Either way, and after Ctrl-C or a kill at
 any moment, the store holds every committed checkpoint and a rerun resumes to the
-store an uninterrupted run writes. A run that computed rows ends by refreshing the
-trajectory-map embeddings (`precompute.lenses.embeddings`), if that module is present.
+store an uninterrupted run writes.
 """
 
 from __future__ import annotations
@@ -41,82 +45,41 @@ import logging
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from tqdm.auto import tqdm
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, model_shape
 from analysis.heads import resolve_device
-from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
-from precompute.lenses import overlaps as ovl
+from analysis.store import Failure, Meta, ModelInfo
+from precompute.context import CHECKPOINT_ERRORS, PassJob, Plan, RunContext, RunReport, Stage, StageSetup, lens_device
 from precompute.executor import open_executor
 from precompute.lenses.evalset import EvalSet, resolve_eval_set
-from precompute.sources.fetch import Meter, human_bytes
-from precompute.lenses.forward import ForwardJob, check_loadable
-from precompute.lenses.llc import LlcJob, check_family, checkpoint_llc, devinterp_version, parse_llc_steps, sampler_sequences
-from precompute.store.lock import store_lock
-from precompute.sources.revisions import CheckpointRef, parse_revisions, select
+from precompute.lenses.forward import check_loadable
+from precompute.lenses.registry import BY_NAME, LENSES, STEPWISE
 from precompute.settings import RunOptions, Settings, resolve_settings
-from precompute.sources.source import CheckpointSource, fingerprints_comparable
+from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
+from precompute.sources.revisions import CheckpointRef, parse_revisions, select
+from precompute.sources.source import CheckpointSource, fingerprints_comparable
 from precompute.state import RunState, open_state, stored_meta
-from precompute.work import CHECKPOINT_ERRORS, Executor, checkpoint_work, forward_work, layer_work, pair_vectors
+from precompute.store.lock import store_lock
+from precompute.work import Executor, checkpoint_work
+
+__all__ = ["Plan", "RunReport", "run_precompute"]
 
 log = logging.getLogger("precompute")
-
-@dataclass
-class RunReport:
-    """What one invocation did, and what it moved."""
-
-    computed: list[int] = field(default_factory=list)
-    already_done: list[int] = field(default_factory=list)
-    duplicates: dict[int, int] = field(default_factory=dict)  # step -> duplicate_of
-    failed: list[Failure] = field(default_factory=list)
-    mixed: list[CheckpointEntry] = field(default_factory=list)  # partial duplicates in the store after the run
-    bytes_fetched: int = 0
-    requests: int = 0
-    peak_disk: int = 0  # most scratch-disk bytes held at once
-    seconds: float = 0.0
-    embeddings: str = "not needed"  # "written", "skipped", or why they failed
-    overlaps_left_out: list[tuple[int, int]] = field(default_factory=list)  # pairs whose checkpoints could not be re-read
-    completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
-    incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
-    layers_left_out: list[int] = field(default_factory=list)  # checkpoints whose layer rows could not be made
-    forward_left_out: list[int] = field(default_factory=list)  # steps the lens asked for whose forward rows are missing
-    llc_computed: list[int] = field(default_factory=list)  # steps whose refined LLCs this run estimated
-    llc_left_out: list[int] = field(default_factory=list)  # steps asked for whose refined LLCs could not be estimated
-
-    def transfer_summary(self) -> str:
-        rate = self.bytes_fetched / max(self.seconds, 1e-9)
-        return (
-            f"fetched {human_bytes(self.bytes_fetched)} in {self.requests} requests over {self.seconds:.1f} s "
-            f"({human_bytes(rate)}/s); peak scratch disk {human_bytes(self.peak_disk)}"
-        )
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run will read: the source, the checkpoints to take, the requested ones it lacks, the model."""
-
-    src: CheckpointSource
-    todo: list[CheckpointRef]
-    missing: list[CheckpointRef]
-    shape: ModelShape
-    model: ModelInfo
-    requested: tuple[str, ...] | None
 
 
 def run_precompute(source: str | Path, out: str | Path, options: RunOptions | None = None) -> RunReport:
     """Compute (or resume) the statistics store of a checkpoint suite.
 
-    Stages: plan (list and select the checkpoints, read the model), open the store under its
-    lock and resolve the settings, record the requested checkpoints the source lacks, compute
-    every new checkpoint (committing each), fill the overlap pairs still missing, refresh
-    the trajectory-map embeddings.
+    Stages: plan (list and select the checkpoints, read the model), build the stage of every lens
+    asked for (refusing bad options before anything is written), open the store under its lock and
+    resolve the settings, record the requested checkpoints the source lacks, compute every new
+    checkpoint (committing each), then let each lens fill what the store still lacks.
 
     Args:
         source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model id
@@ -133,8 +96,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         ValueError: bad ``revisions`` or ``every``.
         SchemaVersionError: ``out`` was written by a newer schema (left untouched).
         StoreError: ``out`` holds a different model, or is locked by another run.
-        analysis.errors.HubUnreachableError: the network failed on every retry; the
-            store keeps every committed checkpoint.
+        analysis.errors.HubUnreachableError: the network failed on every retry; the store keeps
+            every committed checkpoint.
     """
     options = options or RunOptions()
     started = time.monotonic()
@@ -142,55 +105,66 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
     plan = _plan(source, options, scratch=scratch, meter=meter)
-    # refusals: before anything is written
-    eval_set = _eval_set(plan, options, source) if options.lenses else None
-    forward = ForwardJob(eval_set, device=_lens_device(options)) if "attention" in options.lenses else None
-    llc = _llc_job(plan, options, eval_set, scratch=scratch / "llc-samples") if "llc" in options.lenses else None
+    stages = _stages(plan, options, source, scratch)  # refusals: before anything is written
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
         stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
         settings = _settings(plan, options, stored)
-        if forward is not None:
-            _check_same_evaluation(out, stored, forward)
-        if llc is not None:
-            _check_same_llc(out, stored, llc)
-        state = open_state(out, stored, plan.model, settings)
-        if forward is not None:
-            state.meta.forward = forward.eval_set.info
-        if settings.overlap_k:
-            state.meta.overlaps = ovl.overlaps_meta(settings.overlap_k)
+        for stage in stages:
+            stage.check_store(out, stored)
+        state = open_state(out, stored, plan.model, settings, asked=frozenset(s.lens.name for s in stages))
+        for stage in stages:
+            stage.begin(state, settings)
         run_info = plan.src.run_info()
         if run_info is not None:
             state.meta.training = run_info
         report.already_done = sorted(state.meta.listed_steps & {r.step for r in plan.todo})
         _clear(scratch)
+        jobs = {s.lens.name: s.pass_job for s in stages if s.pass_job is not None}
+        run = RunContext(plan, settings, state, report, progress=options.progress)
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
-            _complete(plan, settings, state, report, executor, progress=options.progress)
+            _complete(plan, settings, state, report, executor, jobs=jobs, progress=options.progress)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
-            _compute(plan, todo, settings, state, report, executor, progress=options.progress, forward=forward)
-            if forward is not None:
-                report.forward_left_out = _fill_forward(plan, state, forward, report)
-            elif state.meta.forward is not None and state.forward_missing():
-                log.warning("the store has forward-lens tables but %d checkpoints lack their rows; rerun with "
-                            "--lenses attention (and the same --eval-text) to add them", len(state.forward_missing()))
-            if llc is not None:
-                _fill_llc(plan, state, llc, eval_set, report, steps=options.llc_steps, progress=options.progress)
-            if settings.overlap_k:
-                report.overlaps_left_out = _fill_overlaps(plan, settings, state)
-            if settings.layers:
-                report.layers_left_out = _fill_layers(plan, settings, state, progress=options.progress)
+            _compute(plan, todo, settings, state, report, executor, jobs=jobs, progress=options.progress)
+            _warn_unasked(state, stages)
+            for stage in stages:
+                stage.fill(run)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
             report.seconds = time.monotonic() - started
         report.mixed = state.meta.mixed
-        if options.embeddings and (report.computed or _embeddings_stale(state.meta)):
-            report.embeddings = _add_embeddings(out)
-        elif not options.embeddings:
-            report.embeddings = "skipped"
     return report
+
+
+def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) -> list[Stage]:
+    """The stage of every lens the run computes, in registry order (each refuses bad options or an
+    unsupported model as it is built); the evaluation sequences are made once, if a lens needs them.
+
+    Raises:
+        UnknownArchitectureError: a lens cannot handle the model.
+        ValueError, EvalTextError: bad options.
+    """
+    asked = [lens for lens in LENSES if lens.asked(options)]
+    needs_eval = any("evaluation" in lens.needs for lens in asked)
+    eval_set = _eval_set(plan, options, source) if needs_eval else None
+    setup = StageSetup(plan, options, source, scratch, eval_set)
+    return [lens.load_stage()(setup) for lens in asked]
+
+
+def _warn_unasked(state: RunState, stages: list[Stage]) -> None:
+    """Say when the store records a lens the run does not compute and some checkpoints lack its rows."""
+    asked = {s.lens.name for s in stages}
+    for lens in STEPWISE:
+        if lens.name in asked or not lens.recorded(state.meta) or not lens.every_checkpoint:
+            continue
+        have = state.steps_with(lens.tables[0].name)
+        lacking = [s for s in state.meta.done_steps if s not in have]
+        if lacking:
+            log.warning("the store has %s tables but %d checkpoints lack their rows; rerun with %s %s (and the same "
+                        "options) to add them", lens.title, len(lacking), lens.asked_by, lens.name)
 
 
 def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
@@ -203,11 +177,6 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
 
 
-def _lens_device(options: RunOptions) -> str:
-    """Where the lenses run: ``cpu`` or ``cuda`` (``--device``, resolved)."""
-    return resolve_device(options.device).type
-
-
 def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
     """The lenses' evaluation sequences, checked against the model.
 
@@ -217,7 +186,7 @@ def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
     """
     check_loadable(plan.model.config)
     config = plan.model.config
-    device = _lens_device(options)
+    device = lens_device(options)
     dtype = "float32" if device == "cpu" else str(config.get("dtype") or config.get("torch_dtype") or "float32")
     local = Path(source) if Path(source).is_dir() else None
     return resolve_eval_set(
@@ -226,138 +195,6 @@ def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
         vocab_size=int(config.get("vocab_size") or 0), n=options.eval_sequences, t=options.eval_length,
         max_positions=config.get("max_position_embeddings") or config.get("n_positions"), dtype=dtype,
     )
-
-
-def _llc_job(plan: Plan, options: RunOptions, eval_set: EvalSet, *, scratch: Path) -> LlcJob:
-    """The refined-LLC stage's job, checked before anything is written.
-
-    Raises:
-        UnknownArchitectureError: no per-head mask for the model's family.
-        ValueError: ``--llc-steps`` names a step the run does not have, or more sampler sequences than
-            the evaluation set holds.
-    """
-    check_family(plan.model.config)
-    sampler = options.llc
-    parse_llc_steps(options.llc_steps, [r.step for r in plan.todo])
-    return LlcJob(sampler_sequences(eval_set, sampler), sampler, scratch, device=_lens_device(options))
-
-
-def _llc_record(job: LlcJob, eval_set: EvalSet) -> dict[str, Any]:
-    """meta.json ``llc``: everything an estimate depends on (compared by `_check_same_llc`)."""
-    info = eval_set.info
-    return {
-        "sampler": job.sampler.as_meta(),
-        "evaluation": {"text": info.text, "text_sha256": info.text_sha256, "tokenizer": info.tokenizer,
-                       "n_sequences": info.n_sequences, "seq_len": info.seq_len, "seed": info.seed,
-                       "sequences": int(len(job.tokens)), "tokens_sha256": job.tokens_sha256},
-        "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
-                       "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
-                       "the whole-model row moves every parameter",
-        "estimator": "n_beta * (mean over chain steps after burn-in of devinterp's loss_trace - init_loss), "
-                     "mean and std over chains",
-        "devinterp": devinterp_version(),
-        "device": job.device,
-        "seconds": {},
-    }
-
-
-def _check_same_llc(out: Path, stored: Meta | None, job: LlcJob) -> None:
-    """Refuse to add refined LLCs estimated under other sampler settings or sequences than the store's.
-
-    Raises:
-        StoreError: the store's estimates used other settings or sequences.
-    """
-    if stored is None or stored.llc is None:
-        return
-    was = dict(stored.llc.get("sampler") or {})
-    now = job.sampler.as_meta()
-    diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
-    was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
-    if was_tokens != job.tokens_sha256:
-        diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")
-    if diffs:
-        raise StoreError(
-            f"store {str(out)!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}. Estimates "
-            "are comparable only under the same settings: pass the stored --llc-* options and --eval-text, "
-            "or write to a new --out"
-        )
-
-
-def _fill_llc(
-    plan: Plan, state: RunState, job: LlcJob, eval_set: EvalSet, report: RunReport, *, steps: str | None, progress: bool,
-) -> None:
-    """Estimate the refined LLCs of the chosen checkpoints that lack them, one commit per checkpoint."""
-    chosen = parse_llc_steps(steps, state.meta.state_steps) if state.meta.state_steps else []
-    missing = [s for s in chosen if s not in state.llc_steps()]
-    if not missing:
-        return
-    if state.meta.llc is None:
-        state.meta.llc = _llc_record(job, eval_set)
-    state.meta.llc["steps"] = sorted(set(state.meta.llc.get("steps") or []) | set(chosen))
-    per_step = plan.shape.n_layers * plan.shape.n_heads + 1
-    log.info("refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)", len(missing), per_step,
-             job.sampler.forward_backward)
-    plan.src.stop.clear()
-    bar = tqdm(total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not progress, dynamic_ncols=True)
-    for step in missing:
-        entry = state.meta.entry(step)
-        ref = CheckpointRef(step, entry.revision, entry.tokens)
-        done = bar.n
-        try:
-            with plan.src.checkpoint_folder(ref) as folder:
-                rows, seconds = checkpoint_llc(folder, step, job, n_layers=plan.shape.n_layers,
-                                               n_heads=plan.shape.n_heads, on_estimate=lambda: bar.update(1))
-        except CHECKPOINT_ERRORS as exc:
-            log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
-            report.llc_left_out.append(step)
-            bar.update(done + per_step - bar.n)
-            continue
-        state.add_llc(rows)
-        state.meta.llc.setdefault("seconds", {})[str(step)] = round(seconds, 1)
-        state.commit(heads=False)
-        report.llc_computed.append(step)
-        bar.set_postfix_str(ref.revision)
-    bar.close()
-    _clear(job.scratch)
-
-
-def _check_same_evaluation(out: Path, stored: Meta | None, forward: ForwardJob) -> None:
-    """Refuse to add forward rows made on other sequences than the store's.
-
-    Raises:
-        StoreError: the store's lens ran on another text, tokenizer, N or T.
-    """
-    if stored is None or stored.forward is None or stored.forward.same_evaluation(forward.eval_set.info):
-        return
-    was, now = stored.forward, forward.eval_set.info
-    raise StoreError(
-        f"store {str(out)!r} has forward lenses on {was.n_sequences} x {was.seq_len} tokens of {was.text!r} "
-        f"(sha256 {was.text_sha256[:12]}, tokenizer {was.tokenizer!r}), not {now.n_sequences} x {now.seq_len} of "
-        f"{now.text!r} (sha256 {now.text_sha256[:12]}, {now.tokenizer!r}); pass the same --eval-text and sizes, "
-        "or write to a new --out"
-    )
-
-
-def _fill_forward(plan: Plan, state: RunState, forward: ForwardJob, report: RunReport) -> list[int]:
-    """Compute the forward rows of checkpoints whose weight statistics were computed without the lens,
-    one commit each; the steps that could not be read."""
-    missing = state.forward_missing()
-    left_out = []
-    if missing:
-        log.info("forward lens: %d checkpoints computed earlier without it", len(missing))
-    plan.src.stop.clear()
-    for step in missing:
-        entry = state.meta.entry(step)
-        ref = CheckpointRef(step, entry.revision, entry.tokens)
-        try:
-            rows = forward_work(plan.src, ref, plan.shape, forward)
-        except CHECKPOINT_ERRORS as exc:
-            log.warning("%s: forward lens failed (%s); its forward rows are left out", ref.revision, exc)
-            left_out.append(step)
-            continue
-        state.add_forward(rows)
-        state.commit(heads=False)
-    return left_out
 
 
 def _task_source(source: str | Path) -> str:
@@ -394,12 +231,13 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
 
 def _compute(
     plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport,
-    executor: Executor, *, progress: bool, forward: ForwardJob | None = None,
+    executor: Executor, *, jobs: dict[str, PassJob], progress: bool,
 ) -> None:
-    """Compute every checkpoint of ``todo`` through the executor, then settle and commit each, in step order."""
+    """Compute every checkpoint of ``todo`` through the executor, with the lenses' pass ``jobs``, then
+    settle and commit each, in step order."""
     src, shape = plan.src, plan.shape
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
-    kwargs = {"forward": forward} if forward is not None else {}  # executors without the lens keep their signature
+    kwargs = {"jobs": jobs} if jobs else {}  # executors without a lens keep their signature
     results = executor.results(todo, shape=shape, settings=settings, known=lambda: state.meta.fingerprints, **kwargs)
     with contextlib.closing(results):
         for ref, result in results:
@@ -410,16 +248,15 @@ def _compute(
                     # skipped as a copy of a checkpoint that then failed: read it after all
                     fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices,
                                         layers=settings.layers)
-                    work = checkpoint_work(fetched, shape, settings, known=known, forward=forward, src=src)
+                    work = checkpoint_work(fetched, shape, settings, known=known, jobs=jobs, src=src)
                 entry, rows, vectors = work.settle(known)
-                layer_rows = work.layer_rows if rows is not None else None
             except CHECKPOINT_ERRORS as exc:
                 tqdm.write(f"error: {ref.revision}: {exc}", file=sys.stderr)
                 failure = _failure(ref, str(exc), "missing" if isinstance(exc, CheckpointNotFoundError) else "error")
                 state.fail(failure)
                 report.failed.append(failure)
             else:
-                state.add(entry, rows, vectors, work.forward if rows is not None else None, layer_rows=layer_rows)
+                state.add(entry, rows, vectors, work.lens_rows if rows is not None else None)
                 if rows is None:
                     report.duplicates[ref.step] = entry.duplicate_of
                     tqdm.write(f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of", file=sys.stderr)
@@ -432,19 +269,24 @@ def _compute(
 
 
 def _complete(
-    plan: Plan, settings: Settings, state: RunState, report: RunReport, executor: Executor, *, progress: bool
+    plan: Plan, settings: Settings, state: RunState, report: RunReport, executor: Executor, *,
+    jobs: dict[str, PassJob], progress: bool,
 ) -> None:
     """Read again, through the executor, every checkpoint of the store whose rows are incomplete (a matrix
     the store gained, or circuit columns a store older than schema version 3 lacks), and replace its
-    rows, one commit each. One that cannot be read, or whose weights changed, keeps its rows as they are."""
+    rows, one commit each, with the rows of the lenses in ``jobs`` that some of those checkpoints lack.
+    One that cannot be read, or whose weights changed, keeps its rows as they are."""
     steps = state.incomplete()
     if not steps:
         return
-    refs = [CheckpointRef(s, state.meta.entry(s).revision, state.meta.entry(s).tokens) for s in steps]
+    lacking = {name: job for name, job in jobs.items()
+               if any(s not in state.steps_with(BY_NAME[name].tables[0].name) for s in steps)}
+    refs = [plan.ref(state.meta.entry(s)) for s in steps]
     log.info("%d checkpoints of the store lack rows of %s or circuit columns: reading them again",
              len(refs), ", ".join(settings.head_matrices))
     bar = tqdm(total=len(refs), desc="completing", unit="ckpt", disable=not progress, dynamic_ncols=True)
-    results = executor.results(refs, shape=plan.shape, settings=settings, known=lambda: {})
+    kwargs = {"jobs": lacking} if lacking else {}
+    results = executor.results(refs, shape=plan.shape, settings=settings, known=lambda: {}, **kwargs)
     with contextlib.closing(results):
         for ref, result in results:
             entry = state.meta.entry(ref.step)
@@ -461,74 +303,12 @@ def _complete(
                 log.warning("%s: cannot read it again to complete its rows (%s); they stay as they are", ref.revision, exc)
                 report.incomplete.append(ref.step)
             else:
-                state.redo(entry, work.rows, work.vectors, layer_rows=work.layer_rows)
+                state.redo(entry, work.rows, work.vectors, work.lens_rows)
                 state.commit()
                 report.completed.append(ref.step)
             bar.update(1)
     bar.close()
     plan.src.stop.clear()  # set when the prefetcher closed; the run's next reads are wanted
-
-
-def _fill_overlaps(plan: Plan, settings: Settings, state: RunState) -> list[tuple[int, int]]:
-    """Compute the overlaps the store still lacks, re-reading checkpoints whose vectors are not
-    held; the pairs left out."""
-    src, shape = plan.src, plan.shape
-    src.stop.clear()  # set when the prefetcher closed; these reads are wanted
-
-    def load(step: int) -> ovl.Vectors | None:
-        entry = state.meta.entry(step)
-        ref = CheckpointRef(step, entry.revision, entry.tokens)
-        try:
-            fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices)
-            comparable = fingerprints_comparable(fetched.sha256_source, entry.sha256_source)
-            if comparable and fetched.sha256 != entry.sha256:
-                raise CheckpointError(
-                    f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                    f"!= {str(entry.sha256)[:12]}); recompute the store to get its overlaps"
-                )
-            assert fetched.tensors is not None
-            return pair_vectors(shape, fetched.tensors, settings)
-        except CHECKPOINT_ERRORS as exc:
-            log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out", ref.revision, exc)
-            return None
-
-    def commit(table: pa.Table) -> None:
-        state.overlaps = table
-        state.commit(heads=False)
-
-    filler = ovl.OverlapFiller(load, commit, held=state.finish_vectors())
-    _, left_out = filler.fill(state.overlaps, state.meta.done_steps, settings.head_matrices, state.meta.state_steps)
-    return left_out
-
-
-def _fill_layers(plan: Plan, settings: Settings, state: RunState, *, progress: bool) -> list[int]:
-    """Give the store's checkpoints that have statistics but no layer rows (a store computed
-    without ``--matrices layers``) their ``layers.parquet`` rows, re-reading each one and
-    committing after each; the steps left out (the checkpoint is gone or changed)."""
-    src, shape = plan.src, plan.shape
-    src.stop.clear()
-    missing = state.layer_steps_missing()
-    left_out = []
-    bar = tqdm(total=len(missing), desc="layer matrices", unit="ckpt", disable=not progress or not missing, dynamic_ncols=True)
-    for step in missing:
-        entry = state.meta.entry(step)
-        ref = CheckpointRef(step, entry.revision, entry.tokens)
-        try:
-            fetched = src.fetch(ref, shape, skip=lambda sha: False, layers=True)
-            if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
-                raise CheckpointError(
-                    f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                    f"!= {str(entry.sha256)[:12]}); recompute the store to get its layer matrices"
-                )
-            state.add_layers(layer_work(fetched, shape, settings))
-        except CHECKPOINT_ERRORS as exc:
-            log.warning("%s: cannot re-read it for the layer matrices (%s); left out", ref.revision, exc)
-            left_out.append(step)
-        else:
-            state.commit(heads=False)
-        bar.update(1)
-    bar.close()
-    return left_out
 
 
 def _select(
@@ -570,33 +350,6 @@ def _model_shape(src: CheckpointSource, refs: list[CheckpointRef]) -> tuple[Mode
 
 def _failure(ref: CheckpointRef, error: str, reason: str) -> Failure:
     return Failure(step=ref.step, revision=ref.revision, error=error, reason=reason)
-
-
-def _embeddings_stale(meta: Meta) -> bool:
-    """Whether the store's embeddings (if any) were made from other checkpoints than its training states."""
-    steps = meta.state_steps
-    return bool(steps) and meta.embedding_steps != steps
-
-
-def _add_embeddings(out: Path) -> str:
-    """Refresh the trajectory-map embeddings; a failure is logged and leaves the store as it is."""
-    try:
-        from precompute.lenses.embeddings import add_embeddings
-    except ImportError as exc:
-        log.info("no trajectory-map embeddings: %s", exc)
-        return f"unavailable ({exc})"
-    try:
-        add_embeddings(out)
-    except Exception as exc:  # the store is complete without them; never lose it over a map
-        log.warning(
-            "trajectory-map embeddings failed (%s: %s); the store is complete without them. "
-            "Retry with `python -m precompute.lenses.embeddings %s`",
-            type(exc).__name__,
-            exc,
-            out,
-        )
-        return f"failed ({type(exc).__name__}: {exc})"
-    return "written"
 
 
 def _clear(scratch: Path) -> None:

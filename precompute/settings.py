@@ -9,21 +9,24 @@ to how it was made.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from analysis.stats.crossings import OVERLAP_K
 # the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
+from precompute.lenses.registry import BY_NAME, MATRIX_LENSES, LlcOptions, SamplerSettings
+
+__all__ = ["SamplerSettings", "LlcOptions"]  # re-exported: the refined LLC's options live in its registry entry
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
-LensName = Literal["attention", "llc"]
+LensName = str  # one of `precompute.lenses.registry.LENS_CHOICES`
 
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
@@ -31,8 +34,8 @@ FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
 
 
 # What `--matrices` may name: the per-head products (heads.parquet rows, `analysis.extract.HEAD_MATRICES`)
-# and the whole-layer weight matrices. Default: all of them.
-MATRIX_CHOICES = (*HEAD_MATRICES, "layers")
+# and the lenses asked for by --matrices (the whole-layer weight matrices). Default: all of them.
+MATRIX_CHOICES = (*HEAD_MATRICES, *MATRIX_LENSES)
 DEFAULT_MATRICES = MATRIX_CHOICES
 
 
@@ -167,67 +170,6 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class SamplerSettings:
-    """devinterp's SGLD settings for every estimate of a store (``--llc-*``; meta.json ``llc.sampler``).
-
-    The defaults follow the refined-LLC paper's practice (SGLD, step size 1e-3, n beta about 30,
-    burn-in 0, every step averaged) scaled down to what a 2-core CPU estimates for 48 heads at
-    8 checkpoints in about half an hour (README "Refined LLC").
-
-    Attributes:
-        lr: SGLD step size epsilon.
-        n_beta: n beta, the inverse temperature times the sample size.
-        localization: gamma, the pull towards w*.
-        chains: independent chains (their spread is ``llc_std``).
-        draws: SGLD steps per chain after the burn-in (devinterp's ``num_draws``, one step between draws).
-        batch_size: sequences per SGLD step.
-        burnin: SGLD steps per chain before the draws (excluded from the estimate).
-        seed: devinterp's ``init_seed`` (chain c uses seed + c; the batch order uses seed).
-        sequences: how many of the store's evaluation sequences the sampler uses (evenly spaced
-            among them); a multiple of ``batch_size``.
-    """
-
-    lr: float = 1e-3
-    n_beta: float = 30.0
-    localization: float = 300.0
-    chains: int = 2
-    draws: int = 8
-    batch_size: int = 1
-    burnin: int = 0
-    seed: int = 0
-    sequences: int = 8
-
-    def __post_init__(self) -> None:
-        for name in ("lr", "n_beta", "localization"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--llc-{name.replace('_', '')} {value!r}: expected a positive number")
-        for name in ("chains", "draws", "batch_size", "sequences"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--llc-{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
-        if self.burnin < 0:
-            raise ValueError(f"--llc-burnin {self.burnin!r}: expected 0 or more")
-        if self.chains < 2:
-            raise ValueError(f"--llc-chains {self.chains}: the spread over chains needs at least 2")
-        if self.sequences % self.batch_size:
-            raise ValueError(f"--llc-sequences {self.sequences} is not a multiple of --llc-batch-size "
-                             f"{self.batch_size}; every batch must be full")
-
-    @property
-    def batches(self) -> int:
-        """Batches in one pass over the sampler's sequences (the initial loss averages over them)."""
-        return self.sequences // self.batch_size
-
-    @property
-    def forward_backward(self) -> int:
-        """Forward-backward passes per estimate (the cost): chains x (burn-in + draws)."""
-        return self.chains * (self.burnin + self.draws)
-
-    def as_meta(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class RunOptions:
     """What a precompute run is asked to do (the command line's options).
 
@@ -250,14 +192,13 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
-        lenses: forward-pass lenses to compute (``attention`` per checkpoint; ``llc``, the refined LLC
-            of every head at the ``llc_steps``); default none.
+        lenses: lenses to compute by name (`precompute.lenses.registry.LENS_CHOICES`: ``attention`` per
+            checkpoint; ``llc``, the refined LLC of every head at chosen checkpoints); default none.
         eval_text: the lenses' evaluation text, a UTF-8 file (default: the held-out split of a run
             trained here).
         eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
-        llc_steps: with ``llc``: ``all`` or comma-separated steps (default: about 8, log-spaced,
-            `precompute.lenses.llc.default_llc_steps`).
-        llc: with ``llc``: devinterp's SGLD settings (`SamplerSettings`).
+        lens_options: each lens's options by lens name (``{"llc": LlcOptions(...)}``; a lens not named
+            here takes its defaults: `lens_options_for`).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -277,8 +218,13 @@ class RunOptions:
     eval_text: str | None = None
     eval_sequences: int = 32
     eval_length: int = 256
-    llc_steps: str | None = None
-    llc: SamplerSettings = field(default_factory=SamplerSettings)
+    lens_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def lens_options_for(self, name: str) -> Any:
+        """The options of the lens ``name``: as given in `lens_options`, else its defaults."""
+        if name in self.lens_options:
+            return self.lens_options[name]
+        return BY_NAME[name].default_options()
 
 
 def resolve_settings(

@@ -19,10 +19,11 @@ import pyarrow.compute as pc
 
 from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from analysis.store.format import FORWARD_TABLES, HEADS, HIST_Z_EDGES, LAYERS, LLC, MATRICES, META_FILE, OVERLAPS
+from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
 from precompute.lenses import overlaps as ovl
+from precompute.lenses.registry import STEPWISE, Lens
 from precompute.settings import Settings, software_versions
 from precompute.store.writer import commit_store
 from precompute.store.tables import placeholder_rows
@@ -43,12 +44,11 @@ class RunState:
         last: the latest checkpoint computed this run and its singular vectors.
         held: vectors kept for `precompute.lenses.overlaps.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
-        layers: every ``layers.parquet`` row, sorted (the store's, plus this run's).
-        layer_run: whether this run computes the whole-layer matrices (``--matrices`` with ``layers``);
-            the file is written only then (otherwise the store's is kept as it is).
-        forward: the forward tables (`analysis.store.format.FORWARD_TABLES`) by name, sorted; written
-            whenever ``meta.forward`` is set (a store computed with a lens).
-        llc: every ``llc.parquet`` row, sorted; written whenever ``meta.llc`` is set.
+        tables: the tables of the stepwise lenses (`precompute.lenses.registry.STEPWISE`) the run
+            holds, by table name, sorted: the store's rows plus this run's. A lens's tables are held
+            (and written by every commit) when the run computes the lens or the store's meta records
+            it; otherwise the store's files are kept as they are.
+        asked: the names of the lenses this run computes.
     """
 
     out: Path
@@ -58,37 +58,31 @@ class RunState:
     overlap_k: int
     last: tuple[int, ovl.Vectors] | None = None
     held: dict[int, ovl.Vectors] = field(default_factory=dict)
-    layers: pa.Table = field(default_factory=LAYERS.empty)
-    layer_run: bool = False
-    forward: dict[str, pa.Table] = field(default_factory=lambda: {spec.name: spec.empty() for spec in FORWARD_TABLES})
-    llc: pa.Table = field(default_factory=LLC.empty)
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    asked: frozenset[str] = frozenset()
 
     def add(
         self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None,
-        forward: dict[str, pa.Table] | None = None, *, layer_rows: pa.Table | None = None,
+        lens_rows: dict[str, pa.Table] | None = None,
     ) -> None:
-        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), its forward-table
-        rows (if the run computes a lens), its ``layers.parquet`` rows (when the run computes them),
-        and the overlaps of its vectors with the previous checkpoint's when those are in memory."""
+        """Record a checkpoint read: its entry, its rows (None for a whole duplicate), its rows of the
+        lenses computed in the same pass (`put`), and the overlaps of its vectors with the previous
+        checkpoint's when those are in memory."""
         self.meta.add_checkpoint(entry)
         if rows is None:
             return
-        if forward is not None:
-            self.add_forward(forward)
+        self.put(lens_rows or {})
         self.heads = HEADS.sorted(pa.concat_tables([self.heads, rows]))
-        if layer_rows is not None:
-            self.add_layers(layer_rows)
         if vectors is not None:
             self._pair(entry, vectors)
 
-    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None, *,
-             layer_rows: pa.Table | None = None) -> None:
+    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None,
+             lens_rows: dict[str, pa.Table] | None = None) -> None:
         """Replace the rows of a checkpoint already in the store (`incomplete`) by ``rows``, which hold
-        every matrix of the store; its entry stays as it is."""
+        every matrix of the store, and its lens rows by ``lens_rows``; its entry stays as it is."""
         keep = pc.invert(pc.equal(self.heads["step"], pa.scalar(entry.step, pa.int64())))
         self.heads = HEADS.sorted(pa.concat_tables([self.heads.filter(keep), rows]))
-        if layer_rows is not None:
-            self.add_layers(layer_rows)
+        self.put(lens_rows or {})
         if vectors is not None:
             self._pair(entry, vectors)
 
@@ -106,40 +100,24 @@ class RunState:
         self.overlaps = ovl.update(self.overlaps, steps, new, self.meta.state_steps)  # also drops a pair this step now splits
         self.last = (entry.step, vectors)
 
-    def add_layers(self, layer_rows: pa.Table) -> None:
-        """Add (or replace) one checkpoint's ``layers.parquet`` rows."""
-        steps = pa.array(sorted(set(layer_rows["step"].to_pylist())), pa.int64())
-        kept = self.layers.filter(pc.invert(pc.is_in(self.layers["step"], steps)))
-        self.layers = LAYERS.sorted(pa.concat_tables([kept, layer_rows]))
-
-    def layer_steps_missing(self) -> list[int]:
-        """Checkpoints with statistics but no ``layers.parquet`` rows (a store from a run without ``layers``)."""
-        have = set(self.layers["step"].to_pylist())
-        return [s for s in self.meta.done_steps if s not in have]
-
-    def add_forward(self, forward: dict[str, pa.Table]) -> None:
-        """Add one checkpoint's forward-table rows (replacing any the tables hold for its step)."""
-        for spec in FORWARD_TABLES:
-            new = forward[spec.name]
-            old = self.forward[spec.name]
+    def put(self, rows: dict[str, pa.Table]) -> None:
+        """Add rows of held tables by name, replacing the rows those tables hold for the same steps."""
+        for name, new in rows.items():
+            spec = TABLES[name]
+            old = self.tables.get(name, spec.empty())
             steps = pa.array(pc.unique(new["step"]).to_pylist(), pa.int64())
             kept = old.filter(pc.invert(pc.is_in(old["step"], steps)))
-            self.forward[spec.name] = spec.sorted(pa.concat_tables([kept, new]))
+            self.tables[name] = spec.sorted(pa.concat_tables([kept, new]))
 
-    def forward_missing(self) -> list[int]:
-        """Steps with weight statistics but no forward rows (computed before the lens was asked for)."""
-        have = set(self.forward[FORWARD_TABLES[0].name]["step"].to_pylist())
-        return [s for s in self.meta.done_steps if s not in have]
+    def steps_with(self, name: str) -> set[int]:
+        """Steps with rows in the held table ``name`` (none when it is not held)."""
+        table = self.tables.get(name)
+        return set(table["step"].to_pylist()) if table is not None else set()
 
-    def add_llc(self, rows: pa.Table) -> None:
-        """Add one checkpoint's ``llc.parquet`` rows (replacing any the table holds for its step)."""
-        steps = pa.array(pc.unique(rows["step"]).to_pylist(), pa.int64())
-        kept = self.llc.filter(pc.invert(pc.is_in(self.llc["step"], steps)))
-        self.llc = LLC.sorted(pa.concat_tables([kept, rows]))
-
-    def llc_steps(self) -> set[int]:
-        """Steps with ``llc.parquet`` rows."""
-        return set(self.llc["step"].to_pylist())
+    def holds(self, lens: Lens) -> bool:
+        """Whether the run computes ``lens`` or the store's meta records it: its tables are then held
+        and written by every commit."""
+        return lens.name in self.asked or lens.recorded(self.meta)
 
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
@@ -153,16 +131,14 @@ class RunState:
 
     def commit(self, *, heads: bool = True) -> None:
         """Write the store atomically: meta.json, heads.parquet (unless ``heads=False``, when it has not
-        changed) and overlaps.parquet when this run computes overlaps."""
+        changed), overlaps.parquet when this run computes overlaps, and the held tables of every lens
+        the run computes or the store records (`holds`)."""
         tables = {HEADS.name: self.heads} if heads else {}
         if self.overlap_k:
             tables[OVERLAPS.name] = self.overlaps
-        if self.layer_run:
-            tables[LAYERS.name] = self.layers
-        if self.meta.forward is not None:
-            tables |= self.forward
-        if self.meta.llc is not None:
-            tables[LLC.name] = self.llc
+        for lens in STEPWISE:
+            if self.holds(lens):
+                tables |= {spec.name: self.tables.get(spec.name, spec.empty()) for spec in lens.tables}
         commit_store(self.out, self.meta, tables)
 
 
@@ -180,8 +156,9 @@ def stored_meta(out: Path) -> Meta | None:
     return None
 
 
-def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Settings) -> RunState:
-    """Resume the store at ``out`` (its metadata ``stored``) or start a new one, under the run's settings.
+def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Settings, asked: frozenset[str]) -> RunState:
+    """Resume the store at ``out`` (its metadata ``stored``) or start a new one, under the run's settings,
+    for a run computing the lenses named in ``asked``.
 
     Raises:
         StoreError: the store holds a different model, or comes from another Hub repo.
@@ -190,7 +167,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     if stored is None:
         meta = new_meta(model, settings=settings.as_meta(), software=software, hist_edges=HIST_Z_EDGES.tolist())
         meta.matrices = list(settings.head_matrices)
-        return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k, layer_run=settings.layers)
+        return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k, asked=asked)
     if stored.model.geometry() != model.geometry():
         raise StoreError(
             f"store {str(out)!r} holds a different model ({stored.model.geometry()}) than {settings.source!r} "
@@ -217,63 +194,44 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
             n_hist=len(HIST_Z_EDGES) + 1, matrix=matrix)])
     heads = HEADS.sorted(heads)
     overlaps = _stored_overlaps(out, stored, settings.overlap_k)
-    layers = _stored_layers(out, stored) if settings.layers else LAYERS.empty()
     meta = stored
     meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
-    state = RunState(out, meta, heads, overlaps, settings.overlap_k, layers=layers, layer_run=settings.layers)
-    if stored.forward is not None:
-        state.forward = _stored_forward(out, stored)
-    if stored.llc is not None:
-        state.llc = _stored_llc(out, stored)
+    state = RunState(out, meta, heads, overlaps, settings.overlap_k, asked=asked)
+    for lens in STEPWISE:
+        if state.holds(lens):
+            state.tables |= _stored_lens(out, stored, lens)
     return state
 
 
-def _stored_llc(out: Path, meta: Meta) -> pa.Table:
-    """The store's ``llc.parquet`` rows of steps meta lists as done (empty when missing or unreadable:
-    its steps are then estimated again)."""
-    try:
-        table = read_table(out, LLC)
-    except StoreError as exc:
-        log.warning("%s: its refined-LLC rows are estimated again", exc)
-        return LLC.empty()
-    if table is None or not table.schema.equals(LLC.schema):
-        return LLC.empty()
-    return LLC.sorted(table.filter(pc.is_in(table["step"], pa.array(meta.done_steps, pa.int64()))))
-
-
-def _stored_layers(out: Path, meta: Meta) -> pa.Table:
-    """The store's ``layers.parquet`` rows of checkpoints meta lists as done (empty when it has none;
-    an unreadable file is recomputed)."""
-    try:
-        table = read_table(out, LAYERS)
-    except StoreError as exc:
-        log.warning("%s: recomputing the layer matrices (every checkpoint is read again)", exc)
-        return LAYERS.empty()
-    if table is None:
-        return LAYERS.empty()
-    if not table.schema.equals(LAYERS.schema):
-        log.warning("%s has another schema than this version writes: recomputing it", LAYERS.file)
-        return LAYERS.empty()
-    return LAYERS.sorted(table.filter(pc.is_in(table["step"], pa.array(meta.done_steps, pa.int64()))))
-
-
-def _stored_forward(out: Path, meta: Meta) -> dict[str, pa.Table]:
-    """The store's forward tables, less rows of steps meta does not list as done (a missing or
-    unreadable table is recomputed: its steps then count as missing)."""
+def _stored_lens(out: Path, meta: Meta, lens: Lens) -> dict[str, pa.Table]:
+    """The store's tables of ``lens`` by name, less rows of steps meta does not list as done. A table
+    that is missing, unreadable or of another schema comes back empty, and so do all of the lens's
+    tables when they disagree on their steps (a file lost): its steps then count as missing and are
+    computed again."""
     done = pa.array(meta.done_steps, pa.int64())
-    tables = {}
-    for spec in FORWARD_TABLES:
-        try:
-            table = read_table(out, spec)
-        except StoreError as exc:
-            log.warning("%s: its forward rows are recomputed", exc)
-            table = None
-        tables[spec.name] = spec.empty() if table is None else spec.sorted(table.filter(pc.is_in(table["step"], done)))
+    tables = {spec.name: _stored_rows(out, spec, done, lens) for spec in lens.tables}
     steps = [set(t["step"].to_pylist()) for t in tables.values()]
-    if not all(s == steps[0] for s in steps):  # tables disagree (a file lost): recompute every step's
-        tables = {spec.name: spec.empty() for spec in FORWARD_TABLES}
+    if not all(s == steps[0] for s in steps):
+        log.warning("the store's %s tables disagree on their checkpoints: computing them again", lens.title)
+        return {spec.name: spec.empty() for spec in lens.tables}
     return tables
+
+
+def _stored_rows(out: Path, spec: TableSpec, done: pa.Array, lens: Lens) -> pa.Table:
+    """One stored table of a stepwise lens, its rows of the ``done`` steps, sorted (empty when it
+    cannot be used as it is)."""
+    try:
+        table = read_table(out, spec)
+    except StoreError as exc:
+        log.warning("%s: its %s rows are computed again", exc, lens.title)
+        return spec.empty()
+    if table is None:
+        return spec.empty()
+    if not table.schema.equals(spec.schema):
+        log.warning("%s has another schema than this version writes: computing it again", spec.file)
+        return spec.empty()
+    return spec.sorted(table.filter(pc.is_in(table["step"], done)))
 
 
 def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:

@@ -14,6 +14,7 @@ per statistic, normalisation and head). The maths is in `analysis.trajectories`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
@@ -27,7 +28,11 @@ from analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.store import Store, open_store
 from analysis.store.format import EMBEDDINGS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
+from precompute.context import BaseStage, RunContext
+from precompute.lenses.registry import EMBEDDINGS_LENS
 from precompute.store.writer import commit_store
+
+log = logging.getLogger("precompute")
 
 EMBEDDABLE = SCALAR_COLUMNS + NULL_COLUMNS  # one number per head and step
 # The reference study maps D_KL and spectral entropy; sigma and stable rank are the other two headline statistics.
@@ -137,6 +142,31 @@ def add_embeddings(
                                                           settings=settings))
     commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)
+
+
+class EmbeddingsStage(BaseStage):
+    """The trajectory-map embeddings: after a run that computed rows, or when the store's maps were made
+    from other checkpoints, refreshed from the store (`add_embeddings`). A failure is logged and leaves
+    the store as it is: it is complete without them."""
+
+    lens = EMBEDDINGS_LENS
+
+    def fill(self, run: RunContext) -> None:
+        meta = run.state.meta
+        stale = bool(meta.state_steps) and meta.embedding_steps != meta.state_steps
+        if not (run.report.computed or stale):
+            run.report.embeddings = "not needed"
+            return
+        out = run.state.out
+        try:
+            add_embeddings(out)
+        except Exception as exc:  # the store is complete without them; never lose it over a map
+            log.warning(
+                "trajectory-map embeddings failed (%s: %s); the store is complete without them. "
+                "Retry with `python -m precompute.lenses.embeddings %s`", type(exc).__name__, exc, out)
+            run.report.embeddings = f"failed ({type(exc).__name__}: {exc})"
+        else:
+            run.report.embeddings = "written"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ the repeated random tokens) and the layer-pair divergences. One model is held at
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,20 +24,35 @@ import torch
 import torch.nn.functional as F
 
 from analysis.attention import AttentionSums, induction_scores, js_divergence
-from analysis.errors import CheckpointError, UnknownArchitectureError
+from analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
+from analysis.extract import ModelShape
+from analysis.store import Meta
 from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device, missing_steps
 from precompute.lenses.evalset import EvalSet
+from precompute.lenses.registry import ATTENTION_LENS
+from precompute.settings import Settings
+from precompute.sources.revisions import CheckpointRef
+from precompute.sources.source import CheckpointSource, Fetched
+
+log = logging.getLogger("precompute")
 
 BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors held at once
 
 
 @dataclass(frozen=True)
 class ForwardJob:
-    """What the forward stage needs besides the checkpoint (the same for every checkpoint of a run)."""
+    """What the forward stage needs besides the checkpoint (the same for every checkpoint of a run);
+    its share of the pass over each checkpoint (`precompute.context.PassJob`)."""
 
     eval_set: EvalSet
     device: str = "cpu"
     batch: int = BATCH_SEQUENCES
+
+    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
+                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+        assert src is not None, "the forward lens needs the source"
+        return forward_work(src, fetched.ref, shape, self)
 
 
 def check_loadable(config: dict[str, Any]) -> None:
@@ -173,3 +190,65 @@ def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_h
     if not np.isfinite(stats["loss"]):
         raise CheckpointError(f"the loss on the evaluation sequences is {stats['loss']}; the checkpoint diverged")
     return forward_rows(step, stats)
+
+
+def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, job: ForwardJob) -> dict[str, pa.Table]:
+    """One checkpoint's forward-table rows: the whole checkpoint, held only while it is evaluated.
+
+    Raises:
+        CheckpointError: it cannot be loaded or evaluated.
+    """
+    with src.checkpoint_folder(ref) as folder:
+        return forward_lens(folder, ref.step, job, n_layers=shape.n_layers, n_heads=shape.n_heads)
+
+
+class AttentionStage(BaseStage):
+    """The forward lens: computed in the pass over each new checkpoint, and afterwards for the store's
+    checkpoints computed without it. Refuses a model transformers cannot load, and a store whose
+    forward tables were made on other sequences."""
+
+    lens = ATTENTION_LENS
+
+    def __init__(self, setup: StageSetup) -> None:
+        super().__init__(setup)
+        assert setup.eval_set is not None, "the forward lens needs the evaluation sequences"
+        self.pass_job = self.job = ForwardJob(setup.eval_set, device=lens_device(setup.options))
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        if stored is None or stored.forward is None or stored.forward.same_evaluation(self.job.eval_set.info):
+            return
+        was, now = stored.forward, self.job.eval_set.info
+        raise StoreError(
+            f"store {str(out)!r} has forward lenses on {was.n_sequences} x {was.seq_len} tokens of {was.text!r} "
+            f"(sha256 {was.text_sha256[:12]}, tokenizer {was.tokenizer!r}), not {now.n_sequences} x {now.seq_len} of "
+            f"{now.text!r} (sha256 {now.text_sha256[:12]}, {now.tokenizer!r}); pass the same --eval-text and sizes, "
+            "or write to a new --out"
+        )
+
+    def begin(self, state, settings: Settings) -> None:
+        state.meta.forward = self.job.eval_set.info
+
+    def fill(self, run: RunContext) -> None:
+        """The forward rows of checkpoints whose weight statistics were computed without the lens, one
+        commit each."""
+        plan, state = run.plan, run.state
+        missing = missing_steps(state, self.lens)
+        left_out = []
+        if missing:
+            log.info("forward lens: %d checkpoints computed earlier without it", len(missing))
+        plan.src.stop.clear()
+        for step in missing:
+            ref = plan.ref(state.meta.entry(step))
+            try:
+                rows = forward_work(plan.src, ref, plan.shape, self.job)
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: forward lens failed (%s); its forward rows are left out", ref.revision, exc)
+                left_out.append(step)
+                continue
+            state.put(rows)
+            state.commit(heads=False)
+            run.report.lenses.setdefault(self.lens.name, []).append(step)
+        if left_out:
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoints have no forward-lens rows (steps {left_out[:5]}): see the "
+                "warnings above; rerun to retry them")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import shutil
 import tempfile
 import time
@@ -40,12 +41,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
+from tqdm.auto import tqdm
 
-from analysis.errors import CheckpointError, UnknownArchitectureError
+from analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
+from analysis.store import Meta
 from analysis.store.format import LLC, LLC_MODEL
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device
 from precompute.lenses.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
-from precompute.settings import SamplerSettings
+from precompute.lenses.registry import LLC_LENS, LlcOptions, SamplerSettings
+
+log = logging.getLogger("precompute")
 
 # Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
 HEAD_MASK_FAMILIES = ("gpt_neox",)
@@ -303,3 +309,103 @@ def devinterp_version() -> str:
         return metadata.version("devinterp")
     except metadata.PackageNotFoundError:  # pragma: no cover
         return "unknown"
+
+
+class LlcStage(BaseStage):
+    """The refined-LLC lens: after the pass over the checkpoints, estimates every head's refined LLC
+    (and the whole model's) at the checkpoints ``--llc-steps`` chooses that lack them, one commit per
+    checkpoint. Refuses, before anything is written, a family without a known head mask, steps the
+    run does not have, or more sampler sequences than the evaluation set holds; and a store whose
+    estimates were made under other sampler settings or sequences."""
+
+    lens = LLC_LENS
+
+    def __init__(self, setup: StageSetup) -> None:
+        super().__init__(setup)
+        plan, eval_set = setup.plan, setup.eval_set
+        assert eval_set is not None, "the refined LLC needs the evaluation sequences"
+        check_family(plan.model.config)
+        self.options: LlcOptions = setup.options.lens_options_for(self.lens.name)
+        parse_llc_steps(self.options.steps, [r.step for r in plan.todo])
+        sampler = self.options.sampler
+        self.eval_set = eval_set
+        self.job = LlcJob(sampler_sequences(eval_set, sampler), sampler, setup.scratch / "llc-samples",
+                          device=lens_device(setup.options))
+
+    def record(self) -> dict[str, Any]:
+        """meta.json ``llc``: everything an estimate depends on (compared by `check_store`)."""
+        info, job = self.eval_set.info, self.job
+        return {
+            "sampler": job.sampler.as_meta(),
+            "evaluation": {"text": info.text, "text_sha256": info.text_sha256, "tokenizer": info.tokenizer,
+                           "n_sequences": info.n_sequences, "seq_len": info.seq_len, "seed": info.seed,
+                           "sequences": int(len(job.tokens)), "tokens_sha256": job.tokens_sha256},
+            "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
+                           "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
+                           "the whole-model row moves every parameter",
+            "estimator": "n_beta * (mean over chain steps after burn-in of devinterp's loss_trace - init_loss), "
+                         "mean and std over chains",
+            "devinterp": devinterp_version(),
+            "device": job.device,
+            "seconds": {},
+        }
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        """Refuse to add refined LLCs estimated under other sampler settings or sequences than the store's."""
+        job = self.job
+        if stored is None or stored.llc is None:
+            return
+        was = dict(stored.llc.get("sampler") or {})
+        now = job.sampler.as_meta()
+        diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
+        was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
+        if was_tokens != job.tokens_sha256:
+            diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")
+        if diffs:
+            raise StoreError(
+                f"store {str(out)!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}. Estimates "
+                "are comparable only under the same settings: pass the stored --llc-* options and --eval-text, "
+                "or write to a new --out"
+            )
+
+    def fill(self, run: RunContext) -> None:
+        """Estimate the refined LLCs of the chosen checkpoints that lack them, one commit per checkpoint."""
+        plan, state, job = run.plan, run.state, self.job
+        chosen = parse_llc_steps(self.options.steps, state.meta.state_steps) if state.meta.state_steps else []
+        missing = [s for s in chosen if s not in state.steps_with(LLC.name)]
+        if not missing:
+            return
+        if state.meta.llc is None:
+            state.meta.llc = self.record()
+        state.meta.llc["steps"] = sorted(set(state.meta.llc.get("steps") or []) | set(chosen))
+        per_step = plan.shape.n_layers * plan.shape.n_heads + 1
+        log.info("refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)", len(missing), per_step,
+                 job.sampler.forward_backward)
+        plan.src.stop.clear()
+        bar = tqdm(total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not run.progress,
+                   dynamic_ncols=True)
+        left_out = []
+        for step in missing:
+            ref = plan.ref(state.meta.entry(step))
+            done = bar.n
+            try:
+                with plan.src.checkpoint_folder(ref) as folder:
+                    rows, seconds = checkpoint_llc(folder, step, job, n_layers=plan.shape.n_layers,
+                                                   n_heads=plan.shape.n_heads, on_estimate=lambda: bar.update(1))
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
+                left_out.append(step)
+                bar.update(done + per_step - bar.n)
+                continue
+            state.put({LLC.name: rows})
+            state.meta.llc.setdefault("seconds", {})[str(step)] = round(seconds, 1)
+            state.commit(heads=False)
+            run.report.lenses.setdefault(self.lens.name, []).append(step)
+            bar.set_postfix_str(ref.revision)
+        bar.close()
+        if job.scratch.exists():
+            shutil.rmtree(job.scratch, ignore_errors=True)
+        if left_out:
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoints have no refined LLC (steps {left_out[:5]}): see the warnings "
+                "above; rerun to retry them")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,15 @@ import torch
 
 from analysis.stats.circuits import relative_change
 from analysis.stats.crossings import vector_overlaps
+from analysis.errors import CheckpointError
+from analysis.extract import ModelShape
+from analysis.heads import checkpoint_vectors
 from analysis.store.format import OVERLAPS
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext
+from precompute.factors import checked_factors
+from precompute.lenses.registry import OVERLAPS_LENS
+from precompute.settings import Settings
+from precompute.sources.source import fingerprints_comparable
 
 log = logging.getLogger("precompute")
 
@@ -261,3 +269,68 @@ class OverlapFiller:
             table = update(table, steps, pending, states)
             self.commit(table)
         return table, left_out
+
+
+def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], settings: Settings) -> Vectors:
+    """What a checkpoint's overlap pairs need, for a checkpoint read again: the same vectors, bit for
+    bit, as `precompute.work.checkpoint_work` returns, without the other statistics.
+
+    Raises:
+        CheckpointError: as `precompute.factors.checked_factors`.
+    """
+    out: Vectors = {}
+    for matrix, (left, right) in checked_factors(shape, tensors, settings.head_matrices).items():
+        u, v, sv = checkpoint_vectors(left, right, settings.overlap_k, device=settings.device,
+                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype), values=True)
+        out[matrix] = HeadVectors.of(u, v, left, right, sv)
+    return out
+
+
+class OverlapsStage(BaseStage):
+    """The overlaps lens: the pass over each checkpoint keeps its vectors (`precompute.state.RunState.add`
+    pairs them with the previous checkpoint's); `fill` computes the pairs still missing (a resumed run,
+    a checkpoint filled in between two others, a store from before overlaps existed) by re-reading the
+    checkpoints concerned."""
+
+    lens = OVERLAPS_LENS
+
+    def begin(self, state, settings: Settings) -> None:
+        if settings.overlap_k:
+            state.meta.overlaps = overlaps_meta(settings.overlap_k)
+
+    def fill(self, run: RunContext) -> None:
+        plan, settings, state = run.plan, run.settings, run.state
+        if not settings.overlap_k:
+            return
+        src, shape = plan.src, plan.shape
+        src.stop.clear()  # set when the prefetcher closed; these reads are wanted
+
+        def load(step: int) -> Vectors | None:
+            entry = state.meta.entry(step)
+            try:
+                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, matrices=settings.head_matrices)
+                comparable = fingerprints_comparable(fetched.sha256_source, entry.sha256_source)
+                if comparable and fetched.sha256 != entry.sha256:
+                    raise CheckpointError(
+                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
+                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its overlaps"
+                    )
+                assert fetched.tensors is not None
+                return pair_vectors(shape, fetched.tensors, settings)
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out",
+                            entry.revision, exc)
+                return None
+
+        def commit(table: pa.Table) -> None:
+            state.overlaps = table
+            state.commit(heads=False)
+
+        filler = OverlapFiller(load, commit, held=state.finish_vectors())
+        _, left_out = filler.fill(state.overlaps, state.meta.done_steps, settings.head_matrices, state.meta.state_steps)
+        if left_out:
+            pairs = ", ".join(f"{a}->{b}" for a, b in left_out[:5])
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoint pairs have no singular-vector overlaps ({pairs}"
+                f"{', ...' if len(left_out) > 5 else ''}): their checkpoints could not be re-read (see the warnings "
+                "above); the level-crossing view marks those approaches unresolved")

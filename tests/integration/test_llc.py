@@ -252,9 +252,9 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert sorted(set(partial["step"].to_pylist())) == [0]
     again = run_cli("--source", str(run), "--out", str(out), *LLC_CLI, *chosen)
     assert again.returncode == 0, again.stderr
-    assert "refined LLC: estimated at steps 2, 16" in again.stderr
+    assert "refined LLC: computed at steps 2, 16" in again.stderr
     assert pq.read_table(out / LLC.file).equals(table)
-    assert "refined LLC: estimated" not in run_cli("--source", str(run), "--out", str(out), *LLC_CLI, *chosen).stderr
+    assert "refined LLC: computed" not in run_cli("--source", str(run), "--out", str(out), *LLC_CLI, *chosen).stderr
 
     refused = run_cli("--source", str(run), "--out", str(out), *LLC_CLI, "--llc-lr", "0.002", *chosen)
     assert refused.returncode == 2

@@ -1,0 +1,192 @@
+"""What a run's stages share: its plan, its report, and the protocol every lens's stage follows.
+
+`precompute.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
+builds one `Stage` per lens the run computes (`precompute.lenses.registry.LENSES`) and drives
+them: `Stage.check_store` before anything is written, `Stage.begin` when the run state is
+open, the stage's `PassJob` inside the pass over each new checkpoint, and `Stage.fill` after
+it for what the store still lacks. The stages live in their lens modules
+(``precompute/lenses/*.py``) and import this module, never `precompute.run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import pyarrow as pa
+
+from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+from analysis.extract import ModelShape
+from analysis.heads import resolve_device
+from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
+from precompute.lenses.registry import Lens
+from precompute.settings import RunOptions, Settings
+from precompute.sources.fetch import human_bytes
+from precompute.sources.revisions import CheckpointRef
+from precompute.sources.source import CheckpointSource, Fetched
+
+if TYPE_CHECKING:  # the state imports the overlaps lens, whose stage imports this module
+    from precompute.lenses.evalset import EvalSet
+    from precompute.state import RunState
+
+# Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
+CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run will read: the source, the checkpoints to take, the requested ones it lacks, the model."""
+
+    src: CheckpointSource
+    todo: list[CheckpointRef]
+    missing: list[CheckpointRef]
+    shape: ModelShape
+    model: ModelInfo
+    requested: tuple[str, ...] | None
+
+    def ref(self, entry: CheckpointEntry) -> CheckpointRef:
+        """The checkpoint of a store entry, to read it again."""
+        return CheckpointRef(entry.step, entry.revision, entry.tokens)
+
+
+@dataclass
+class RunReport:
+    """What one invocation did, and what it moved.
+
+    Attributes:
+        lenses: per lens that ran (`precompute.lenses.registry.Lens.name`), the steps it computed
+            rows for after the pass over the checkpoints (`Stage.fill`).
+        notes: what the stages could not do and what to do about it, one line each, for stderr.
+    """
+
+    computed: list[int] = field(default_factory=list)
+    already_done: list[int] = field(default_factory=list)
+    duplicates: dict[int, int] = field(default_factory=dict)  # step -> duplicate_of
+    failed: list[Failure] = field(default_factory=list)
+    mixed: list[CheckpointEntry] = field(default_factory=list)  # partial duplicates in the store after the run
+    bytes_fetched: int = 0
+    requests: int = 0
+    peak_disk: int = 0  # most scratch-disk bytes held at once
+    seconds: float = 0.0
+    embeddings: str = "not needed"  # "written", "skipped", or why they failed
+    completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
+    incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
+    lenses: dict[str, list[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def transfer_summary(self) -> str:
+        rate = self.bytes_fetched / max(self.seconds, 1e-9)
+        return (
+            f"fetched {human_bytes(self.bytes_fetched)} in {self.requests} requests over {self.seconds:.1f} s "
+            f"({human_bytes(rate)}/s); peak scratch disk {human_bytes(self.peak_disk)}"
+        )
+
+
+def lens_device(options: RunOptions) -> str:
+    """Where the lenses run: ``cpu`` or ``cuda`` (``--device``, resolved)."""
+    return resolve_device(options.device).type
+
+
+@dataclass(frozen=True)
+class StageSetup:
+    """What a stage is built from, before anything is written.
+
+    Attributes:
+        plan: the run's plan.
+        options: what was asked (the lens's own options: ``options.lens_options_for(name)``).
+        source: ``--source`` as given.
+        scratch: the run's scratch folder (removed at the end of the run).
+        eval_set: the evaluation sequences, when a lens the run computes needs them.
+    """
+
+    plan: Plan
+    options: RunOptions
+    source: str | Path
+    scratch: Path
+    eval_set: EvalSet | None = None
+
+
+@dataclass
+class RunContext:
+    """What a stage's fill works on: the plan, the settings, the state it adds to and commits, the report."""
+
+    plan: Plan
+    settings: Settings
+    state: RunState
+    report: RunReport
+    progress: bool
+
+
+class PassJob(Protocol):
+    """A lens's share of the pass over each new checkpoint (`precompute.work.checkpoint_work`), run
+    wherever the executor runs it (a Ray task included: it must pickle)."""
+
+    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
+                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+        """The checkpoint's rows of the lens's tables, by table name.
+
+        Raises:
+            CheckpointError: the checkpoint cannot be read or evaluated.
+        """
+        ...
+
+
+class Stage(Protocol):
+    """The compute side of one lens (`precompute.lenses.registry.Lens.stage`).
+
+    Built by ``Stage(setup)``, which refuses bad options or an unsupported model before anything
+    is written (raising `ValueError`, `analysis.errors.UnknownArchitectureError`, ...).
+    """
+
+    lens: Lens
+    pass_job: PassJob | None  # rows computed in the pass over each new checkpoint (None: fill only)
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        """Refuse, under the store's lock and before any commit, a store whose tables of this lens
+        were made otherwise (other evaluation sequences, other sampler settings).
+
+        Raises:
+            StoreError: with what differs and what to pass instead.
+        """
+        ...
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        """Record in ``state.meta`` how the lens is made, before the run's first commit."""
+        ...
+
+    def fill(self, run: RunContext) -> None:
+        """Compute what the store still lacks of the lens, committing as it goes; record the steps
+        computed in ``run.report.lenses`` and what was left out in ``run.report.notes``."""
+        ...
+
+
+class BaseStage:
+    """The protocol's defaults: no pass job, no store check, nothing to record."""
+
+    lens: Lens
+    pass_job: PassJob | None = None
+
+    def __init__(self, setup: StageSetup) -> None:
+        self.setup = setup
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        return None
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        return None
+
+    def fill(self, run: RunContext) -> None:
+        return None
+
+
+def missing_steps(state: RunState, lens: Lens) -> list[int]:
+    """Checkpoints with statistics but no rows of the lens's first table."""
+    have = state.steps_with(lens.tables[0].name)
+    return [s for s in state.meta.done_steps if s not in have]
+
+
+def read_again(plan: Plan, state: RunState, step: int) -> CheckpointRef:
+    """The checkpoint of a step of the store, to read it again."""
+    return plan.ref(state.meta.entry(step))

@@ -1,0 +1,99 @@
+"""The whole-layer matrices lens (``--matrices layers``): every 2-D weight of every block.
+
+In the pass over each new checkpoint, `LayersJob` turns the block weights the fetch read
+(``layers=True``) into the checkpoint's ``layers.parquet`` rows (`analysis.layer_matrices`:
+element-wise statistics, all singular values, their Marchenko-Pastur departure and
+weightwatcher's alpha). `LayersStage.fill` gives the store's checkpoints that have statistics
+but no layer rows (a store computed without ``layers``) theirs, reading each again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+from tqdm.auto import tqdm
+
+from analysis.blocks import extract_blocks
+from analysis.errors import CheckpointError
+from analysis.extract import ModelShape
+from analysis.layer_matrices import layer_matrix_statistics
+from analysis.store.format import LAYERS
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, missing_steps
+from precompute.lenses.registry import LAYERS_LENS
+from precompute.settings import Settings
+from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.store.tables import layers_rows
+
+log = logging.getLogger("precompute")
+
+
+def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Table:
+    """The ``layers.parquet`` rows of a fetched checkpoint (read with ``layers=True``): every 2-D
+    weight of every block (`analysis.blocks`), checked finite, with its statistics.
+
+    Raises:
+        CheckpointError: a block weight is missing, misshapen or non-finite.
+    """
+    assert fetched.tensors is not None
+    blocks = extract_blocks(shape, fetched.tensors)  # role -> n_layers x (rows, cols)
+    for role, mats in blocks.items():
+        for layer, w in enumerate(mats):
+            if not bool(torch.isfinite(w).all()):
+                raise CheckpointError(f"non-finite values in the {role} weight of layer {layer}; the checkpoint is corrupt or diverged")
+    records = layer_matrix_statistics(blocks, device=settings.device)
+    return layers_rows(fetched.ref.step, records)
+
+
+@dataclass(frozen=True)
+class LayersJob:
+    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+
+    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
+                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+        return {LAYERS.name: layer_work(fetched, shape, settings)}
+
+
+class LayersStage(BaseStage):
+    """The whole-layer matrices: computed in the pass over each new checkpoint (the fetch reads the
+    block weights when the settings ask for ``layers``), filled afterwards for the store's others."""
+
+    lens = LAYERS_LENS
+
+    def __init__(self, setup: StageSetup) -> None:
+        super().__init__(setup)
+        self.pass_job = LayersJob()
+
+    def fill(self, run: RunContext) -> None:
+        plan, state = run.plan, run.state
+        src, shape = plan.src, plan.shape
+        src.stop.clear()
+        missing = missing_steps(state, self.lens)
+        left_out = []
+        bar = tqdm(total=len(missing), desc="layer matrices", unit="ckpt", disable=not run.progress or not missing,
+                   dynamic_ncols=True)
+        for step in missing:
+            entry = state.meta.entry(step)
+            try:
+                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, layers=True)
+                if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
+                    raise CheckpointError(
+                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
+                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its layer matrices"
+                    )
+                state.put({LAYERS.name: layer_work(fetched, shape, run.settings)})
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: cannot re-read it for the layer matrices (%s); left out", entry.revision, exc)
+                left_out.append(step)
+            else:
+                state.commit(heads=False)
+                run.report.lenses.setdefault(self.lens.name, []).append(step)
+            bar.update(1)
+        bar.close()
+        if left_out:
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoints have no layer-matrix rows (steps {left_out[:5]}): see the "
+                "warnings above; rerun to retry them")

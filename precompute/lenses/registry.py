@@ -1,0 +1,311 @@
+"""The lens registry: every lens of the precompute job, declared once.
+
+A lens is a set of store tables computed from checkpoints. Each `Lens` here says, in one
+place, what it is called, which tables it writes (`analysis.store.format.TABLES`), how a
+run asks for it (``--matrices layers``, ``--lenses attention``, on by default), which
+command-line options it takes (``--llc-*``), what it needs from a checkpoint, where
+``meta.json`` records how it was made, what a checkpoint of it cost on the benchmark
+machine, and where its compute side lives (``stage``: a class implementing
+`precompute.context.Stage`, imported only when a run computes the lens).
+
+Everything that used to name lenses one by one iterates over `LENSES` instead: the run
+loop (`precompute.run`), the run state and its commits (`precompute.state`), the command
+line (`precompute.__main__`, ``headwatch precompute``), ``headwatch info`` and ``headwatch
+plan``. This module imports neither torch nor transformers, so ``headwatch info`` reads it
+with the dashboard's requirements alone. Adding a lens: docs/precompute.md "Adding a lens".
+
+The per-head matrices (``qk``, ``ov``: ``heads.parquet``) are not a lens: they are what
+every store has, computed in the pass over each checkpoint that the lenses join.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from analysis.store.format import EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, OVERLAPS, TableSpec
+
+AskedBy = Literal["--matrices", "--lenses", "default"]
+# What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
+# whole checkpoint folder, loaded with transformers), "store" (the store's own tables), and
+# "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
+Need = Literal["tensors", "checkpoint", "store", "evaluation"]
+# What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`).
+CostScale = Literal["heads", "layers", "parameters"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of a lens: ``flag`` sets the field ``field`` of the lens's options.
+
+    Attributes:
+        flag: the option (``--llc-lr``); it must start with ``--<lens name>-``.
+        field: the attribute of the lens's options it sets (``lr``).
+        type: parses the option's text (``float``).
+        metavar: its placeholder in ``--help``.
+        help: what it sets; the default is appended.
+        default: its value when not given.
+    """
+
+    flag: str
+    field: str
+    type: Callable[[str], Any]
+    metavar: str
+    help: str
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Lens:
+    """One lens of the precompute job.
+
+    Attributes:
+        name: what a run asks for it by (``--lenses attention``, ``--matrices layers``).
+        title: how messages and pages name it (``refined LLC``).
+        summary: one line on what it computes, for ``--help``, ``headwatch info`` and the docs.
+        tables: the store tables it writes, all together.
+        asked_by: ``--lenses`` or ``--matrices`` (asked for by name), ``default`` (computed unless
+            turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``).
+        stage: ``module:Class`` of its compute side (`precompute.context.Stage`).
+        needs: what it reads from a checkpoint.
+        meta_key: the ``meta.json`` section that records how it was made (None: none). A store
+            whose meta has it keeps the lens's tables in every commit, asked for or not.
+        options: its ``--<name>-*`` command-line options.
+        make_options: builds its options object from the options' values by field (raising
+            ValueError for a value it refuses); None when it has no options.
+        every_checkpoint: whether it has rows for every checkpoint with statistics (False: for
+            the checkpoints chosen by its options, such as ``--llc-steps``).
+        cost_scale: what its seconds per checkpoint scale with, from the model of its recorded
+            figure (`headwatch.benchmarks.SECONDS_PER_CHECKPOINT`); None: not measured.
+        off: for a lens computed by default, whether the run's options turn it off.
+        stepwise: whether the run state holds its tables and replaces them a checkpoint at a
+            time (`precompute.state.RunState.put`); False for tables with their own bookkeeping
+            (the overlaps, kept pair by pair; the embeddings, made from the finished store).
+    """
+
+    name: str
+    title: str
+    summary: str
+    tables: tuple[TableSpec, ...]
+    asked_by: AskedBy
+    stage: str
+    needs: tuple[Need, ...] = ()
+    meta_key: str | None = None
+    options: tuple[Option, ...] = ()
+    make_options: Callable[[Mapping[str, Any]], Any] | None = None
+    every_checkpoint: bool = True
+    cost_scale: CostScale | None = None
+    off: Callable[[Any], bool] | None = None
+    stepwise: bool = True
+
+    def __post_init__(self) -> None:
+        for option in self.options:
+            assert option.flag.startswith(f"--{self.name}-"), (self.name, option.flag)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(spec.file for spec in self.tables)
+
+    def in_store(self, path: str | Path) -> bool:
+        """Whether the store at ``path`` has every table of the lens."""
+        return all((Path(path) / spec.file).is_file() for spec in self.tables)
+
+    def recorded(self, meta: Any) -> bool:
+        """Whether ``meta`` (`analysis.store.Meta`) records the lens (its ``meta_key`` section is set)."""
+        return self.meta_key is not None and getattr(meta, self.meta_key, None) is not None
+
+    def asked(self, options: Any) -> bool:
+        """Whether a run with ``options`` (`precompute.settings.RunOptions`) computes the lens."""
+        if self.asked_by == "--lenses":
+            return self.name in options.lenses
+        if self.asked_by == "--matrices":
+            return self.name in options.matrices
+        return not (self.off is not None and self.off(options))
+
+    def default_options(self) -> Any:
+        """Its options with every default (None when it has none)."""
+        if self.make_options is None:
+            return None
+        return self.make_options({o.field: o.default for o in self.options})
+
+    def load_stage(self) -> type:
+        """The class of its compute side (imports the module, and with it torch)."""
+        module, name = self.stage.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """devinterp's SGLD settings for every estimate of a store (``--llc-*``; meta.json ``llc.sampler``).
+
+    The defaults follow the refined-LLC paper's practice (SGLD, step size 1e-3, n beta about 30,
+    burn-in 0, every step averaged) scaled down to what a 2-core CPU estimates for 48 heads at
+    8 checkpoints in about half an hour (README "Refined LLC").
+
+    Attributes:
+        lr: SGLD step size epsilon.
+        n_beta: n beta, the inverse temperature times the sample size.
+        localization: gamma, the pull towards w*.
+        chains: independent chains (their spread is ``llc_std``).
+        draws: SGLD steps per chain after the burn-in (devinterp's ``num_draws``, one step between draws).
+        batch_size: sequences per SGLD step.
+        burnin: SGLD steps per chain before the draws (excluded from the estimate).
+        seed: devinterp's ``init_seed`` (chain c uses seed + c; the batch order uses seed).
+        sequences: how many of the store's evaluation sequences the sampler uses (evenly spaced
+            among them); a multiple of ``batch_size``.
+    """
+
+    lr: float = 1e-3
+    n_beta: float = 30.0
+    localization: float = 300.0
+    chains: int = 2
+    draws: int = 8
+    batch_size: int = 1
+    burnin: int = 0
+    seed: int = 0
+    sequences: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "n_beta", "localization"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--llc-{name.replace('_', '')} {value!r}: expected a positive number")
+        for name in ("chains", "draws", "batch_size", "sequences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--llc-{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
+        if self.burnin < 0:
+            raise ValueError(f"--llc-burnin {self.burnin!r}: expected 0 or more")
+        if self.chains < 2:
+            raise ValueError(f"--llc-chains {self.chains}: the spread over chains needs at least 2")
+        if self.sequences % self.batch_size:
+            raise ValueError(f"--llc-sequences {self.sequences} is not a multiple of --llc-batch-size "
+                             f"{self.batch_size}; every batch must be full")
+
+    @property
+    def batches(self) -> int:
+        """Batches in one pass over the sampler's sequences (the initial loss averages over them)."""
+        return self.sequences // self.batch_size
+
+    @property
+    def forward_backward(self) -> int:
+        """Forward-backward passes per estimate (the cost): chains x (burn-in + draws)."""
+        return self.chains * (self.burnin + self.draws)
+
+    def as_meta(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LlcOptions:
+    """The refined-LLC lens's options (``--llc-*``).
+
+    Attributes:
+        steps: ``all`` or comma-separated steps to estimate (None: about 8, log-spaced,
+            `precompute.lenses.llc.default_llc_steps`).
+        sampler: devinterp's SGLD settings.
+    """
+
+    steps: str | None = None
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+
+
+def llc_options(values: Mapping[str, Any]) -> LlcOptions:
+    """`LlcOptions` from the ``--llc-*`` values by field (absent: the default).
+
+    Raises:
+        ValueError: a sampler setting `SamplerSettings` refuses.
+    """
+    names = {f for f in SamplerSettings.__dataclass_fields__}
+    return LlcOptions(steps=values.get("steps"), sampler=SamplerSettings(**{k: v for k, v in values.items() if k in names}))
+
+
+_SAMPLER = SamplerSettings()
+
+LAYERS_LENS = Lens(
+    name="layers",
+    title="layer matrices",
+    summary="every 2-D weight of every block (attention QKV, output, MLP in, gate, out) against its "
+            "Marchenko-Pastur law, with weightwatcher's alpha",
+    tables=(LAYERS,),
+    asked_by="--matrices",
+    stage="precompute.lenses.layers:LayersStage",
+    needs=("tensors",),
+    cost_scale="layers",
+)
+ATTENTION_LENS = Lens(
+    name="attention",
+    title="forward lens",
+    summary="per checkpoint: loss, attention entropy/span/sink/prev-token/induction, layer divergence",
+    tables=FORWARD_TABLES,
+    asked_by="--lenses",
+    stage="precompute.lenses.forward:AttentionStage",
+    needs=("checkpoint", "evaluation"),
+    meta_key="forward",
+    cost_scale="parameters",
+)
+LLC_LENS = Lens(
+    name="llc",
+    title="refined LLC",
+    summary="the refined local learning coefficient of every head and the whole model, with devinterp, "
+            "at --llc-steps",
+    tables=(LLC,),
+    asked_by="--lenses",
+    stage="precompute.lenses.llc:LlcStage",
+    needs=("checkpoint", "evaluation"),
+    meta_key="llc",
+    options=(
+        Option("--llc-steps", "steps", str, "STEPS", "checkpoints to estimate: 'all' or comma-separated steps "
+               "(default: about 8, log-spaced, first and last included)"),
+        Option("--llc-lr", "lr", float, "EPS", "SGLD step size", _SAMPLER.lr),
+        Option("--llc-nbeta", "n_beta", float, "NB", "n beta, inverse temperature times sample size", _SAMPLER.n_beta),
+        Option("--llc-localization", "localization", float, "GAMMA", "localization strength gamma", _SAMPLER.localization),
+        Option("--llc-chains", "chains", int, "C", "chains", _SAMPLER.chains),
+        Option("--llc-draws", "draws", int, "D", "draws per chain", _SAMPLER.draws),
+        Option("--llc-batch-size", "batch_size", int, "B", "sequences per SGLD step", _SAMPLER.batch_size),
+        Option("--llc-burnin", "burnin", int, "S", "burn-in steps per chain, left out of the estimate", _SAMPLER.burnin),
+        Option("--llc-seed", "seed", int, "SEED", "sampler seed", _SAMPLER.seed),
+        Option("--llc-sequences", "sequences", int, "S", "evaluation sequences the sampler uses, evenly spaced "
+               "among the N", _SAMPLER.sequences),
+    ),
+    make_options=llc_options,
+    every_checkpoint=False,
+    cost_scale="parameters",
+)
+OVERLAPS_LENS = Lens(
+    name="overlaps",
+    title="singular-vector overlaps",
+    summary="the overlaps of each head's K leading singular vectors between consecutive checkpoints, "
+            "for the level-crossing view (--overlap-k)",
+    tables=(OVERLAPS,),
+    asked_by="default",
+    stage="precompute.lenses.overlaps:OverlapsStage",
+    needs=("tensors",),
+    meta_key="overlaps",
+    off=lambda options: options.overlap_k == 0,
+    stepwise=False,
+)
+EMBEDDINGS_LENS = Lens(
+    name="embeddings",
+    title="trajectory-map embeddings",
+    summary="UMAP maps of the heads' trajectories, made from the store after a run (--no-embeddings: none)",
+    tables=(EMBEDDINGS,),
+    asked_by="default",
+    stage="precompute.lenses.embeddings:EmbeddingsStage",
+    needs=("store",),
+    meta_key="embeddings",
+    off=lambda options: not options.embeddings,
+    stepwise=False,
+)
+
+# Every lens, in the order a run fills them after its pass over the checkpoints.
+LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, EMBEDDINGS_LENS)
+BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
+# The lenses whose tables the run state replaces a checkpoint at a time.
+STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)
+# What --lenses may name, and the lenses --matrices may name beside the per-head matrices.
+LENS_CHOICES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--lenses")
+MATRIX_LENSES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--matrices")
