@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis.stats.crossings import Approach
 from analysis.store import Store
+from analysis.store.format import ATTENTION, EVAL_LOSS, LLC
 from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
 Unit = Literal["step", "tokens"]
@@ -141,12 +142,12 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
         sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
         return sv * sv
     if stat in FORWARD_STATS:  # attention.parquet (per head, whatever the matrix); NaN at steps without forward rows
-        values = store.forward_array(stat)
+        values = store.dense(ATTENTION, stat)
         if values is None:
             raise KeyError(f"{stat!r} needs the forward lens: rerun precompute with --lenses attention")
         return values
     if stat == LLC_STAT:  # llc.parquet (per head); NaN at the checkpoints the stage did not estimate
-        values = store.llc_array()
+        values = store.dense(LLC, "llc")
         if values is None:
             raise KeyError(f"{stat!r} needs the refined LLC: rerun precompute with --lenses llc")
         return values
@@ -157,7 +158,7 @@ def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
     """The loss at each of ``store.steps`` for the loss overlay, and its label: the forward lens's loss on
     its evaluation sequences when the store has it, else the validation loss ``run.json`` recorded for a
     run trained here (NaN at steps it lacks); None when the store has neither."""
-    loss = store.eval_loss()
+    loss = store.dense(EVAL_LOSS, "loss")
     if loss is not None and np.isfinite(loss).any():
         return loss, "eval loss (nats/token)"
     losses = store.meta.training_losses

@@ -26,7 +26,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store import Store, is_store, open_store, store_version
-from analysis.store.format import NULL_COLUMNS
+from analysis.store.format import EMBEDDINGS, LAYERS, NULL_COLUMNS
 from dashboard import data
 from dashboard.settings import Settings
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
@@ -144,7 +144,7 @@ def try_load_store(path: Path) -> Store | StoreError:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _read_embeddings(path: str, version: int) -> pd.DataFrame | None:
-    return _open(path, version).embeddings()
+    return _open(path, version).frame(EMBEDDINGS)
 
 
 def read_embeddings(store: Store) -> pd.DataFrame | None:
@@ -272,12 +272,12 @@ def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_r
 
 @st.cache_data(show_spinner="Reading the layer matrices ...", max_entries=8)
 def _layers(path: str, version: int, include_mixed: bool) -> pd.DataFrame | None:
-    return _open(path, version).view(include_mixed=include_mixed).layers(
-        columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
+    return _open(path, version).view(include_mixed=include_mixed).frame(
+        LAYERS, columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
 
 
 def layer_matrices(store: Store) -> pd.DataFrame | None:
-    """The store's whole-layer matrices (`analysis.store.Store.layers`, the columns the Weight matrices
+    """The store's whole-layer matrices (`analysis.store.Store.frame` of ``layers.parquet``, the columns the Weight matrices
     page draws), cached per store version; None when the store has none.
 
     Raises:
@@ -288,7 +288,7 @@ def layer_matrices(store: Store) -> pd.DataFrame | None:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _layer_column(path: str, version: int, include_mixed: bool, column: str) -> pd.DataFrame | None:
-    return _open(path, version).view(include_mixed=include_mixed).layers(columns=[column])
+    return _open(path, version).view(include_mixed=include_mixed).frame(LAYERS, columns=[column])
 
 
 def layer_column(store: Store, column: str) -> pd.DataFrame | None:

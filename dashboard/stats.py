@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 from analysis.store import Store
 from analysis.store.format import (
+    ATTENTION,
     ATTENTION_COLUMN_DOCS,
     ATTENTION_STATISTICS,
     CIRCUIT_COLUMNS,
     COLUMN_DOCS,
     LAYER_COLUMN_DOCS,
+    LLC,
     LLC_COLUMN_DOCS,
     NULL_COLUMNS,
     OVERLAP_COLUMN_DOCS,
@@ -123,7 +125,7 @@ MATRIX_LABELS = {"qk": "W_QK = W_Qᵀ W_K (where a head looks)", "ov": "W_OV = W
 
 
 def _available(stat: Stat, store: Store) -> bool:
-    return (not stat.forward or store.has_forward) and (not stat.llc or store.has_llc)
+    return (not stat.forward or store.has(ATTENTION)) and (not stat.llc or store.has(LLC))
 
 
 def stats_for(store: Store) -> list[str]:

@@ -35,6 +35,15 @@ LLC_SECONDS_PER_CHECKPOINT_160M = 5582.0
 # checkpoints the LLC estimates by default: "about 8, log-spaced" (python -m precompute --help, --llc-steps)
 LLC_DEFAULT_CHECKPOINTS = 8
 
+# Seconds per checkpoint of each lens (`precompute.lenses.registry.Lens.cost_scale` says what the figure
+# scales with: "heads" and "layers" from Pythia-1.4B, "parameters" from the Pythia-160M shape). A lens
+# missing here has no recorded figure; `headwatch plan` says so.
+SECONDS_PER_CHECKPOINT: dict[str, tuple[str, float]] = {
+    "layers": ("LAYERS_SECONDS_1_4B", LAYERS_SECONDS_1_4B),
+    "attention": ("FORWARD_SECONDS_160M", FORWARD_SECONDS_160M),
+    "llc": ("LLC_SECONDS_PER_CHECKPOINT_160M", LLC_SECONDS_PER_CHECKPOINT_160M),
+}
+
 # ------------------------------------------------------------------ bytes in a store
 
 # Measured on the shipped store data/shakespeare-pythia-6x8 (6 x 8 heads, d_head 32, 43 checkpoints,

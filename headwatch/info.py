@@ -11,14 +11,12 @@ import sys
 from pathlib import Path
 
 from analysis.errors import StoreError
-from analysis.store.format import (
-    ATTENTION, EMBEDDINGS, EVAL_LOSS, HEADS, LAYER_DIVERGENCE, LAYERS, LLC, OVERLAPS, TableSpec,
-)
+from analysis.store.format import MATRICES, TABLES
 from analysis.store.reader import open_store, read_table
 from headwatch.units import human_bytes
-from precompute.settings import DEFAULT_MATRICES
+from precompute.lenses.registry import LENSES
+from precompute.settings import DEFAULT_MATRICES, RunOptions
 
-TABLES: tuple[TableSpec, ...] = (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS, LLC)
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -30,16 +28,14 @@ def store_bytes(path: Path) -> int:
 def rerun_adds(path: Path, meta) -> list[str]:
     """What ``headwatch precompute --source <its source> --out STORE`` with default options would add."""
     adds = []
-    head = [m for m in DEFAULT_MATRICES if m != "layers"]
+    head = [m for m in DEFAULT_MATRICES if m in MATRICES]
     missing = [m for m in head if m not in meta.matrices]
     if missing:
         adds.append(f"per-head {','.join(missing)} rows for all {len(meta.done_steps)} checkpoints")
-    if "layers" in DEFAULT_MATRICES and not (path / LAYERS.file).is_file():
-        adds.append(f"the layer table ({LAYERS.file}) for every checkpoint")
-    if not (path / OVERLAPS.file).is_file() and len(meta.done_steps) > 1:
-        adds.append(f"the singular-vector overlaps ({OVERLAPS.file})")
-    if not (path / EMBEDDINGS.file).is_file():
-        adds.append(f"the trajectory-map embeddings ({EMBEDDINGS.file})")
+    for lens in LENSES:
+        enough = len(meta.done_steps) >= lens.min_checkpoints
+        if lens.asked(RunOptions()) and not lens.in_store(path) and enough:
+            adds.append(f"the {lens.title} ({', '.join(lens.files)})" + (" for every checkpoint" if lens.stepwise else ""))
     if meta.failed:
         adds.append(f"a retry of the {len(meta.failed)} failed checkpoints")
     adds.append(f"any checkpoint of {meta.settings.get('source') or 'its source'!r} not yet in the store")
@@ -67,18 +63,24 @@ def describe(path: str | Path) -> list[str]:
         f"matrices: {', '.join(meta.matrices)}",
         "tables:",
     ]
-    for spec in TABLES:
+    for spec in TABLES.values():
         file = path / spec.file
         lines.append(f"  {spec.file:<26} {human_bytes(file.stat().st_size) if file.is_file() else 'absent'}")
     settings = dict(meta.settings)
     lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "fetch"))
+    lines.append("lenses:")
+    for lens in LENSES:
+        if not lens.in_store(path):
+            lines.append(f"  {lens.name:<11} absent ({lens.summary})")
+            continue
+        rows = read_table(path, lens.tables[0])
+        steps = len(set(rows["step"].to_pylist())) if rows is not None and "step" in rows.column_names else None
+        unit = "pairs of consecutive checkpoints" if lens.min_checkpoints > 1 else "checkpoints"
+        at = f"{steps} {unit}" if steps is not None else "present"
+        lines.append(f"  {lens.name:<11} {at}" + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else ""))
     if meta.forward is not None:
-        lines.append(f"forward lenses: {', '.join(meta.forward.lenses)} on {meta.forward.n_sequences} x "
-                     f"{meta.forward.seq_len} tokens of {meta.forward.text}")
-    if meta.llc is not None:
-        llc = read_table(path, LLC)
-        n = len(set(llc["step"].to_pylist())) if llc is not None else 0
-        lines.append(f"refined LLC: {n} checkpoints estimated")
+        lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of "
+                     f"{meta.forward.text}")
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")
     lines.append("a rerun with the default options would add:")
     lines += [f"  - {a}" for a in rerun_adds(path, meta)]

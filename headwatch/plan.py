@@ -21,19 +21,19 @@ from headwatch import benchmarks as bench
 from headwatch.units import human_bytes
 
 EXIT_OK, EXIT_USAGE, EXIT_NETWORK = 0, 2, 3
-LENS_CHOICES = ("attention", "llc")
 # bytes per element of a config's torch_dtype / dtype
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m precompute`` that change what a run does."""
+    from precompute.lenses.registry import LENS_CHOICES
     from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument("--matrices", default=",".join(DEFAULT_MATRICES), metavar="LIST",
                    help=f"comma-separated subset of {','.join(MATRIX_CHOICES)} (default: all)")
-    p.add_argument("--lenses", choices=LENS_CHOICES, action="append", default=None, help="attention and/or llc; repeat")
+    p.add_argument("--lenses", choices=LENS_CHOICES, action="append", default=None, help=f"{' and/or '.join(LENS_CHOICES)}; repeat")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000)")
     which.add_argument("--every", type=int, default=None, metavar="N", help="only steps that are multiples of N")
@@ -103,28 +103,34 @@ def parameters(shape, config: dict) -> int:
 
 
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
-    """(stage, seconds per checkpoint, how it was scaled) for every stage the run computes."""
+    """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
+    recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
+    from precompute.lenses.registry import LENSES
+
     ref = bench.PYTHIA_1_4B
     heads_scale = (shape.n_layers * shape.n_heads * shape.d_model ** 2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
     layers_scale = (shape.n_layers * shape.d_model ** 2) / (ref["n_layers"] * ref["d_model"] ** 2)
     params_scale = parameters(shape, config) / bench.PYTHIA_160M_PARAMETERS
     heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
+    scales = {
+        "heads": (heads_scale, heads_how),
+        "layers": (layers_scale, f"x {layers_scale:.3g} (layers x d_model^2)"),
+        "parameters": (params_scale, f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against "
+                                     f"{bench.PYTHIA_160M_PARAMETERS:,})"),
+    }
     out = []
     if "qk" in matrices:
         out.append(("qk", bench.QK_SECONDS_1_4B * heads_scale, f"QK_SECONDS_1_4B = {bench.QK_SECONDS_1_4B} s {heads_how}"))
     if "ov" in matrices:
         out.append(("ov", bench.OV_SECONDS_1_4B * heads_scale, f"OV_SECONDS_1_4B = {bench.OV_SECONDS_1_4B} s {heads_how}"))
-    if "layers" in matrices:
-        out.append(("layers", bench.LAYERS_SECONDS_1_4B * layers_scale,
-                    f"LAYERS_SECONDS_1_4B = {bench.LAYERS_SECONDS_1_4B} s x {layers_scale:.3g} (layers x d_model^2)"))
-    params_how = f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})"
-    if "attention" in lenses:
-        out.append(("attention", bench.FORWARD_SECONDS_160M * params_scale,
-                    f"FORWARD_SECONDS_160M = {bench.FORWARD_SECONDS_160M} s {params_how}"))
-    if "llc" in lenses:
-        out.append(("llc", bench.LLC_SECONDS_PER_CHECKPOINT_160M * params_scale,
-                    f"LLC_SECONDS_PER_CHECKPOINT_160M = {bench.LLC_SECONDS_PER_CHECKPOINT_160M} s {params_how}, "
-                    f"on {bench.LLC_DEFAULT_CHECKPOINTS} checkpoints"))
+    for lens in LENSES:
+        asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
+        if not asked or lens.cost_scale is None or lens.name not in bench.SECONDS_PER_CHECKPOINT:
+            continue
+        name, seconds = bench.SECONDS_PER_CHECKPOINT[lens.name]
+        scale, how = scales[lens.cost_scale]
+        subset = "" if lens.every_checkpoint else f", on {bench.LLC_DEFAULT_CHECKPOINTS} checkpoints"
+        out.append((lens.name, seconds * scale, f"{name} = {seconds} s {how}{subset}"))
     return out
 
 
@@ -153,6 +159,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     """
     from analysis.extract import model_shape
     from analysis.store.meta import read_meta
+    from precompute.lenses.registry import LENSES
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
     from precompute.sources.resolve import open_source
@@ -188,12 +195,12 @@ def describe(args: argparse.Namespace) -> list[str]:
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
                 store_lines.append(f"  the run adds {','.join(new_matrices)} rows for the checkpoints it already has")
-            for lens, table in (("attention", "attention.parquet"), ("llc", "llc.parquet")):
-                if lens in lenses and not (Path(args.out) / table).is_file():
-                    lens_all.add(lens)
-                    store_lines.append(f"  the run adds the {lens} lens ({table}) for the checkpoints it already has")
-            if "layers" in matrices and not (Path(args.out) / "layers.parquet").is_file():
-                store_lines.append("  the run adds the layer table (layers.parquet) for the checkpoints it already has")
+            for lens in LENSES:
+                asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
+                if asked and not lens.in_store(args.out):
+                    lens_all.add(lens.name)
+                    store_lines.append(f"  the run adds the {lens.title} ({', '.join(lens.files)}) for the "
+                                       "checkpoints it already has")
         new = [r for r in todo if r.step not in done]
         if src.kind == "local":
             per = [local_bytes(src.folder / r.revision, shape, matrices=head_matrices or ("qk",),
@@ -227,12 +234,13 @@ def describe(args: argparse.Namespace) -> list[str]:
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
     stages = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
+    subset_lenses = {lens.name for lens in LENSES if not lens.every_checkpoint}
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, "
                  "docs/benchmarks.md):")
     for stage, seconds, how in stages:
         count = len(todo) if stage in lens_all else len(new)
-        count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage == "llc" else count
+        count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage in subset_lenses else count
         total += seconds * count
         lines.append(f"  {stage:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
     lines.append(f"  total     {_duration(total)}")

@@ -12,7 +12,7 @@ from analysis.errors import StoreError
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
-from analysis.store.format import LAYER_ROLES
+from analysis.store.format import ATTENTION, LAYERS, LAYER_ROLES, LLC
 from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
@@ -63,7 +63,7 @@ def main() -> None:
         return
 
     # --- widgets: statistic and matrix (every statistic some run has; a run without it is named below) ---
-    have = {r: (set(stats_for(s)) - {LAMBDA}) | (set(LAYER_STATS) if s.has_layers else set()) for r, s in stores.items()}
+    have = {r: (set(stats_for(s)) - {LAMBDA}) | (set(LAYER_STATS) if s.has(LAYERS) else set()) for r, s in stores.items()}
     options = [n for n in (*STATS, *LAYER_STATS) if any(n in h for h in have.values())]
     c_stat, c_matrix, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat = widgets.select(
@@ -76,7 +76,7 @@ def main() -> None:
     if per_layer:  # whole-layer matrices: one value per layer of the weight chosen as `role`
         for r, s in stores.items():
             try:
-                tables[r] = loader.layer_column(s, layer_column(stat)) if s.has_layers else None
+                tables[r] = loader.layer_column(s, layer_column(stat)) if s.has(LAYERS) else None
             except StoreError as exc:
                 st.warning(f"Run **{r}**: {exc}", icon=":material/error:")
                 tables[r] = None
@@ -103,12 +103,12 @@ def main() -> None:
             values = compare.layer_values(tables[r], s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
             shown[r] = (s, values)
             continue
-        if info.forward and not s.has_forward:
+        if info.forward and not s.has(ATTENTION):
             st.warning(f"Run **{r}** has no forward-lens tables, so no {info.short()}; it is left out. Add them with "
                        f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
                        icon=":material/visibility_off:")
             continue
-        if info.llc and not s.has_llc:
+        if info.llc and not s.has(LLC):
             st.warning(f"Run **{r}** has no refined LLC (`llc.parquet`) and is left out. Add it with "
                        f"`python -m precompute --source SOURCE --out {s.path} --lenses llc`.",
                        icon=":material/visibility_off:")

@@ -9,6 +9,7 @@ from dashboard.data import loss_curve
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS
+from analysis.store.format import ATTENTION, LAYER_DIVERGENCE
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
@@ -30,7 +31,7 @@ def main() -> None:
         return
     store = frame.store
     info = store.meta.forward
-    if not store.has_forward or info is None:
+    if not store.has(ATTENTION) or info is None:
         st.info("This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
                 "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
                 "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
@@ -53,9 +54,9 @@ def main() -> None:
     # --- panel: entropy and span per layer over training ---
     st.subheader("Attention entropy and span per layer")
     for name in ("entropy", "span"):
-        fig = figs.layer_bands(axis, store.forward_array(name), stat=STATS[name], reference=uniform[name],
+        fig = figs.layer_bands(axis, store.dense(ATTENTION, name), stat=STATS[name], reference=uniform[name],
                                reference_label=f"uniform attention: {uniform[name]:.3g}")
-        values = store.forward_array(name)
+        values = store.dense(ATTENTION, name)
         widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"bands_{name}",
                       title=f"{frame.run} · {STATS[name].short()} per layer over training",
                       filename=export.safe_name(frame.run, "layers", name),
@@ -66,7 +67,7 @@ def main() -> None:
 
     # --- panel: layer-pair divergence, animated ---
     st.subheader("How differently the layers attend")
-    jsd = store.layer_divergence()
+    jsd = store.dense(LAYER_DIVERGENCE, "jsd")
     widgets.chart(figs.divergence_animation(jsd, steps=steps, start=steps.index(step)), "divergence",
                   title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
                   filename=export.safe_name(frame.run, "layer-divergence", "step", step),
@@ -78,8 +79,8 @@ def main() -> None:
     # --- panel: head types over training ---
     st.subheader("Head types over training")
     for name in HEAD_TYPES:
-        fig = figs.head_type_heatmap(axis, store.forward_array(name), stat=STATS[name], baseline=uniform[name])
-        values = store.forward_array(name)
+        fig = figs.head_type_heatmap(axis, store.dense(ATTENTION, name), stat=STATS[name], baseline=uniform[name])
+        values = store.dense(ATTENTION, name)
         event = widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"type_{name}",
                               title=f"{frame.run} · every head · {STATS[name].short()}",
                               filename=export.safe_name(frame.run, "all-heads", name),

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
+from analysis.store.format import LLC, LLC_WHOLE_MODEL
 from dashboard import export, style, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
@@ -23,7 +24,7 @@ def main() -> None:
         return
     store = frame.store
     info = store.meta.llc or {}
-    if not store.has_llc or not len(store.llc_steps):
+    if not store.has(LLC) or not len(store.steps_with(LLC)):
         st.info("This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
                 "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
                 "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
@@ -32,9 +33,9 @@ def main() -> None:
         return
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    idx = np.array([steps.index(int(s)) for s in store.llc_steps])
-    values = store.llc_array()[idx]  # (E, n_layers, n_heads)
-    stds = store.llc_array("llc_std")[idx]
+    idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC)])
+    values = store.dense(LLC, "llc")[idx]  # (E, n_layers, n_heads)
+    stds = store.dense(LLC, "llc_std")[idx]
     n_layers, n_heads = store.n_layers, store.n_heads
 
     # --- widgets ---
@@ -68,7 +69,7 @@ def main() -> None:
     fig = figs.head_curves(axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours)
     event = widgets.chart(fig, "llc_heads", title=f"{frame.run} · every head · refined LLC",
                           filename=export.safe_name(frame.run, "all-heads", "llc"), select=True,
-                          csv=lambda: _heads_csv(frame.run, store.llc_steps, values, stds, labels))
+                          csv=lambda: _heads_csv(frame.run, store.steps_with(LLC), values, stds, labels))
     st.caption("One marker per head at each checkpoint with an estimate (thin lines join a head's consecutive "
                "estimates; nothing is drawn at the checkpoints in between), coloured by "
                f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
@@ -79,13 +80,13 @@ def main() -> None:
     # --- panel: the whole model, with the loss ---
     st.subheader("The whole model's LLC and the loss")
     curve = loss_curve(store)
-    model, model_std = store.llc_model()[idx], store.llc_model("llc_std")[idx]
+    model, model_std = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.dense(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
     widgets.chart(figs.model_llc(axis, idx, model, model_std, loss=curve[0] if curve else None,
                                  loss_label=curve[1] if curve else ""),
                   "llc_model", title=f"{frame.run} · whole-model LLC and loss",
                   filename=export.safe_name(frame.run, "model", "llc"),
-                  csv=lambda: pd.DataFrame({"run": frame.run, "step": store.llc_steps, "llc": model, "llc_std": model_std,
-                                            "init_loss": store.llc_model("init_loss")[idx]}))
+                  csv=lambda: pd.DataFrame({"run": frame.run, "step": store.steps_with(LLC), "llc": model, "llc_std": model_std,
+                                            "init_loss": store.dense(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx]}))
     st.caption("The LLC with every parameter sampled, error bars the spread over chains; dotted, the loss "
                f"({curve[1] if curve else 'none recorded'}) at every checkpoint.")
 

@@ -5,6 +5,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
+from analysis.store.format import ATTENTION
 from dashboard import export, loader, widgets
 from dashboard.stats import STATS, trajectory_stats_for
 from dashboard.figures.points import picked_head, picked_run_head
@@ -135,7 +136,7 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
         elif len(other.steps) < 2:
             st.warning(f"Run **{r}** has fewer than two checkpoints (no trajectory) and is left off the map.",
                        icon=":material/error:")
-        elif forward and not other.has_forward:
+        elif forward and not other.has(ATTENTION):
             st.warning(f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
                        f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
                        icon=":material/visibility_off:")

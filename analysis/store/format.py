@@ -381,6 +381,7 @@ FORWARD_TABLES = (ATTENTION, LAYER_DIVERGENCE, EVAL_LOSS)
 # SGLD estimate n beta (E[L_n(w)] - L_n(w*)) restricted to one head's weights, and to the whole model.
 # meta.json ``llc`` says with which sampler settings and on which sequences; precompute/lenses/llc.py computes it.
 LLC_MODEL = -1  # layer and head of the whole-model row
+LLC_WHOLE_MODEL = {"layer": LLC_MODEL, "head": LLC_MODEL}  # the row's key, for `analysis.store.reader.Store.dense`
 LLC_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "layer": "layer index, 0-based (int32); -1 on the whole-model row",

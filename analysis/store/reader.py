@@ -1,9 +1,11 @@
 """Read a statistics store: ``meta.json`` plus the Parquet tables of `analysis.store.format.TABLES`.
 
 A store is a public format (README "The statistics store"); this reader checks its
-version and its internal consistency, then hands out dense arrays indexed
-``[step, layer, head]`` (``[step, layer, head, k]`` for the list columns) and the
-optional tables. It imports neither torch nor streamlit. The writer
+version and its internal consistency, then hands out the per-head statistics as dense
+arrays indexed ``[step, layer, head]`` (``[step, layer, head, k]`` for the list columns:
+`Store.array`, `Store.overlaps`) and every other registered table through one accessor:
+`Store.read` (any table, as Arrow; `Store.frame` as pandas), `Store.dense` (a table keyed
+by step, layer and head, as an array), `Store.steps_with` and `Store.has`. It imports neither torch nor streamlit. The writer
 (`precompute.store.writer`) commits every file in one atomic step, so the reader
 never has to guess which file is newer. Stores of older schema versions are read
 through `analysis.store.upgrade`.
@@ -27,18 +29,10 @@ import pyarrow.parquet as pq
 from analysis.errors import StoreError
 from analysis.rmt.nullmodel import NULL_RATIO_STATS
 from analysis.store.format import (
-    ATTENTION,
-    ATTENTION_STATISTICS,
     CIRCUIT_COLUMNS,
-    EMBEDDINGS,
-    EVAL_LOSS,
     HEADS,
     HEADS_COLUMNS,
-    LAYER_DIVERGENCE,
-    LAYERS,
     LIST_COLUMNS,
-    LLC,
-    LLC_MODEL,
     META_FILE,
     NULL_COLUMNS,
     OVERLAPS,
@@ -46,7 +40,7 @@ from analysis.store.format import (
     TableSpec,
 )
 from analysis.store.meta import Meta, read_meta
-from analysis.store.upgrade import null_model_columns
+from analysis.store.upgrade import null_model_columns, upgrade_table
 
 
 # The per-checkpoint relative change of a head's matrix, kept with the pairs in overlaps.parquet.
@@ -303,187 +297,114 @@ class Store:
                 o_u[t], o_v[t] = values_u[row], values_v[row]
         return o_u, o_v
 
-    def embeddings(self) -> pd.DataFrame | None:
-        """The precomputed trajectory maps (``embeddings.parquet``) as pandas, or None when the store has none.
+    # ------------------------------------------------------------------ every other table
 
-        Raises:
-            StoreError: the file is unreadable.
-        """
-        table = read_table(self.path, EMBEDDINGS)
-        if table is None:
-            return None
-        frame = table.to_pandas()
-        if "matrix" not in frame.columns:  # before schema version 3: qk maps only
-            frame.insert(0, "matrix", "qk")
-        return frame
+    def has(self, spec: TableSpec) -> bool:
+        """Whether the store has the table ``spec`` (`analysis.store.format.TABLES`)."""
+        return (self.path / spec.file).is_file()
 
-
-    @property
-    def has_layers(self) -> bool:
-        """Whether the store has the whole-layer matrices (``layers.parquet``)."""
-        return (self.path / LAYERS.file).is_file()
-
-    def layers(self, *, columns: list[str] | None = None) -> pd.DataFrame | None:
-        """The whole-layer matrices (``layers.parquet``) at this view's `steps`, as pandas, sorted by
-        (step, layer, role); None when the store has none.
+    def read(self, spec: TableSpec, *, columns: list[str] | None = None) -> pa.Table | None:
+        """Any registered table, read through `analysis.store.upgrade.upgrade_table` (an older store's
+        table as this version writes it), in its sort order; a table keyed by step holds the rows of
+        this view's `steps` only. Cached.
 
         Args:
-            columns: the columns to read (the key columns are always included); None reads all.
+            spec: the table (`analysis.store.format.TABLES`); the per-head statistics are `array`'s.
+            columns: the columns to read (its key columns are always read); None reads all.
+
+        Returns:
+            The table, or None when the store does not have it.
 
         Raises:
-            StoreError: the file is unreadable, or a requested column is not in it.
+            KeyError: a column the table does not have.
+            StoreError: the file is unreadable.
         """
-        path = self.path / LAYERS.file
+        if columns is not None:
+            unknown = [c for c in columns if c not in spec.schema.names]
+            if unknown:
+                raise KeyError(f"{spec.file} has no columns {unknown}; columns: {', '.join(spec.schema.names)}")
+            columns = list(dict.fromkeys([*spec.sort, *columns]))
+        key = ("table", f"{spec.name}:{','.join(columns or [])}:{self.include_mixed}")
+        if key in self._cache:
+            return self._cache[key]  # type: ignore[return-value]
+        path = self.path / spec.file
         if not path.is_file():
             return None
-        wanted = None
-        if columns is not None:
-            unknown = [c for c in columns if c not in LAYERS.schema.names]
-            if unknown:
-                raise StoreError(f"layers.parquet has no columns {unknown}; columns: {', '.join(LAYERS.schema.names)}")
-            wanted = list(dict.fromkeys([*LAYERS.sort, *columns]))
+        filters = [("step", "in", [int(s) for s in self.steps])] if "step" in spec.sort else None
         try:
-            table = pq.read_table(path, columns=wanted, filters=[("step", "in", [int(s) for s in self.steps])])
+            names = pq.ParquetFile(path).schema_arrow.names
+            wanted = [c for c in columns if c in names] if columns is not None else None
+            table = pq.read_table(path, columns=wanted, filters=filters)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
-        return table.to_pandas().sort_values(list(LAYERS.sort), kind="stable").reset_index(drop=True)
+        table = upgrade_table(spec, table)
+        table = spec.sorted(table) if all(c in table.column_names for c in spec.sort) else table
+        self._cache[key] = table  # type: ignore[assignment]
+        return table
 
+    def frame(self, spec: TableSpec, *, columns: list[str] | None = None) -> pd.DataFrame | None:
+        """`read` as pandas (index columns by name: ``df["head"]``), or None."""
+        table = self.read(spec, columns=columns)
+        return None if table is None else table.to_pandas()
 
-    # ------------------------------------------------------------------ forward-pass lenses
+    def steps_with(self, spec: TableSpec) -> np.ndarray:
+        """The steps of this view's `steps` with rows in ``spec`` (empty when the store lacks it)."""
+        table = self.read(spec, columns=[])
+        if table is None:
+            return np.zeros(0, dtype=np.int64)
+        have = set(table["step"].to_pylist())
+        return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
-    @property
-    def has_forward(self) -> bool:
-        """Whether the store has the forward-lens tables (computed with ``--lenses attention``)."""
-        return self.meta.forward is not None and (self.path / ATTENTION.file).is_file()
+    def dense(self, spec: TableSpec, column: str, *, at: dict[str, int] | None = None) -> np.ndarray | None:
+        """One column of a table keyed by step and layer/head indices, as a dense array over its keys.
 
-    def _forward_table(self, spec: TableSpec) -> pa.Table | None:
-        key = ("forward-table", spec.name)
-        if key not in self._cache:
-            self._cache[key] = read_table(self.path, spec) if self.meta.forward is not None else None  # type: ignore[assignment]
-        return self._cache[key]  # type: ignore[return-value]
+        Axis 0 follows `steps`; the other axes are the table's other key columns in order
+        (``layer`` and ``layer_a``/``layer_b`` over the model's layers, ``head`` over its heads).
+        ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
+        whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`).
+        Rows outside the axes (such a whole-model row, without ``at``) are left out.
+
+        Returns:
+            float64, read-only; NaN where the table has no row (a step without the lens, a step
+            the lens skipped); None when the store does not have the table.
+
+        Raises:
+            KeyError: a column that is not a numeric column of the table, or a table not keyed this way.
+            StoreError: the file is unreadable.
+        """
+        at = dict(at or {})
+        sizes = {"layer": self.n_layers, "layer_a": self.n_layers, "layer_b": self.n_layers, "head": self.n_heads}
+        axes = [c for c in spec.sort if c != "step" and c not in at]
+        if spec.sort[:1] != ("step",) or any(c not in sizes for c in axes) or any(c not in spec.sort for c in at):
+            raise KeyError(f"{spec.file} is keyed by {spec.sort}: not a dense (step, layer/head) table")
+        if column in spec.sort or column not in spec.schema.names:
+            raise KeyError(f"{spec.file} has no value column {column!r}; columns: {', '.join(spec.schema.names)}")
+        cache = ("dense", f"{spec.name}:{column}:{sorted(at.items())}:{self.include_mixed}")
+        if cache in self._cache:
+            return self._cache[cache]
+        table = self.read(spec)
+        if table is None:
+            return None
+        shape = (len(self.steps), *(sizes[c] for c in axes))
+        out = np.full(shape, np.nan)
+        rows = self._step_rows(table["step"].to_numpy())
+        keep = rows >= 0
+        for name, value in at.items():
+            keep &= table[name].to_numpy() == value
+        index = [rows]
+        for name, size in zip(axes, shape[1:]):
+            values = table[name].to_numpy()
+            keep &= (values >= 0) & (values < size)
+            index.append(values)
+        out[tuple(i[keep] for i in index)] = table[column].to_numpy(zero_copy_only=False).astype(np.float64)[keep]
+        out.setflags(write=False)
+        self._cache[cache] = out
+        return out
 
     def _step_rows(self, steps: np.ndarray) -> np.ndarray:
         """Position of each of ``steps`` in `steps` (-1 for a step not shown)."""
         index = {int(s): i for i, s in enumerate(self.steps)}
         return np.array([index.get(int(s), -1) for s in steps], dtype=np.int64)
-
-    def forward_array(self, column: str) -> np.ndarray | None:
-        """A per-head forward statistic (``attention.parquet``) as ``[step, layer, head]`` over `steps`.
-
-        Args:
-            column: one of `analysis.store.format.ATTENTION_STATISTICS`.
-
-        Returns:
-            float64, read-only; NaN at steps without forward rows; None when the store has no lens.
-
-        Raises:
-            KeyError: unknown column.
-            StoreError: the file is unreadable.
-        """
-        if column not in ATTENTION_STATISTICS:
-            raise KeyError(f"unknown forward statistic {column!r}; choose from {ATTENTION_STATISTICS}")
-        key = (column, "forward")
-        if key in self._cache:
-            return self._cache[key]
-        table = self._forward_table(ATTENTION)
-        if table is None:
-            return None
-        out = np.full((len(self.steps), self.n_layers, self.n_heads), np.nan)
-        rows = self._step_rows(table["step"].to_numpy())
-        keep = rows >= 0
-        layer, head = table["layer"].to_numpy()[keep], table["head"].to_numpy()[keep]
-        out[rows[keep], layer, head] = table[column].to_numpy()[keep]
-        out.setflags(write=False)
-        self._cache[key] = out
-        return out
-
-    def eval_loss(self) -> np.ndarray | None:
-        """The loss on the evaluation sequences (nats/token) at each of `steps`, NaN where not computed;
-        None when the store has no lens."""
-        table = self._forward_table(EVAL_LOSS)
-        if table is None:
-            return None
-        out = np.full(len(self.steps), np.nan)
-        rows = self._step_rows(table["step"].to_numpy())
-        out[rows[rows >= 0]] = table["loss"].to_numpy()[rows >= 0]
-        return out
-
-    def layer_divergence(self) -> np.ndarray | None:
-        """Jensen-Shannon divergence between layers' offset distributions, ``[step, layer_a, layer_b]``
-        over `steps` (bits; NaN where not computed); None when the store has no lens."""
-        table = self._forward_table(LAYER_DIVERGENCE)
-        if table is None:
-            return None
-        out = np.full((len(self.steps), self.n_layers, self.n_layers), np.nan)
-        rows = self._step_rows(table["step"].to_numpy())
-        keep = rows >= 0
-        out[rows[keep], table["layer_a"].to_numpy()[keep], table["layer_b"].to_numpy()[keep]] = table["jsd"].to_numpy()[keep]
-        return out
-
-
-    # ------------------------------------------------------------------ refined LLC
-
-    @property
-    def has_llc(self) -> bool:
-        """Whether the store has refined LLCs (computed with ``--lenses llc``)."""
-        return self.meta.llc is not None and (self.path / LLC.file).is_file()
-
-    def _llc_table(self) -> pa.Table | None:
-        key = ("table", LLC.name)
-        if key not in self._cache:
-            self._cache[key] = read_table(self.path, LLC) if self.meta.llc is not None else None  # type: ignore[assignment]
-        return self._cache[key]  # type: ignore[return-value]
-
-    def llc_array(self, column: str = "llc") -> np.ndarray | None:
-        """Each head's refined LLC (or ``llc_std``) as ``[step, layer, head]`` over `steps`.
-
-        Returns:
-            float64, read-only; NaN at steps without estimates (the stage estimates a subset);
-            None when the store has no refined LLCs.
-
-        Raises:
-            KeyError: a column other than ``llc`` and ``llc_std``.
-            StoreError: the file is unreadable.
-        """
-        if column not in ("llc", "llc_std"):
-            raise KeyError(f"unknown refined-LLC column {column!r}; choose llc or llc_std")
-        key = (column, "llc")
-        if key in self._cache:
-            return self._cache[key]
-        table = self._llc_table()
-        if table is None:
-            return None
-        out = np.full((len(self.steps), self.n_layers, self.n_heads), np.nan)
-        layer = table["layer"].to_numpy()
-        rows = self._step_rows(table["step"].to_numpy())
-        keep = (rows >= 0) & (layer != LLC_MODEL)
-        out[rows[keep], layer[keep], table["head"].to_numpy()[keep]] = table[column].to_numpy()[keep]
-        out.setflags(write=False)
-        self._cache[key] = out
-        return out
-
-    def llc_model(self, column: str = "llc") -> np.ndarray | None:
-        """The whole model's LLC (``llc``, ``llc_std`` or ``init_loss``) at each of `steps`, NaN where not
-        estimated; None when the store has no refined LLCs."""
-        if column not in ("llc", "llc_std", "init_loss"):
-            raise KeyError(f"unknown whole-model LLC column {column!r}; choose llc, llc_std or init_loss")
-        table = self._llc_table()
-        if table is None:
-            return None
-        out = np.full(len(self.steps), np.nan)
-        whole = table.filter(pc.equal(table["layer"], LLC_MODEL))
-        rows = self._step_rows(whole["step"].to_numpy())
-        out[rows[rows >= 0]] = whole[column].to_numpy()[rows >= 0]
-        return out
-
-    @property
-    def llc_steps(self) -> np.ndarray:
-        """The steps of `steps` with refined LLCs (empty without them)."""
-        table = self._llc_table()
-        if table is None:
-            return np.zeros(0, dtype=np.int64)
-        have = set(table["step"].to_pylist())
-        return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
 
 def is_store(path: str | Path) -> bool:

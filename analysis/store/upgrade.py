@@ -12,7 +12,8 @@ the upgraded files in its first atomic commit (`precompute.run`).
   the weights: they read as NaN (`complete_heads`) and a precompute run recomputes the
   checkpoints whose rows lack them (`incomplete_steps`); ``overlaps.parquet`` lacks
   ``matrix`` (its rows are all ``qk``) and ``rel_change`` (NaN: `complete_overlaps`), and a
-  precompute run refills those pairs. ``meta.json`` is unchanged.
+  precompute run refills those pairs; ``embeddings.parquet`` lacks ``matrix`` (its maps are
+  all ``qk``: `upgrade_table`). ``meta.json`` is unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
-from analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, OVERLAPS
+from analysis.store.format import CIRCUIT_COLUMNS, EMBEDDINGS, HEADS, NULL_COLUMNS, OVERLAPS, TableSpec
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:
@@ -96,3 +97,13 @@ def complete_overlaps(table: pa.Table) -> pa.Table:
     if "rel_change" not in table.column_names:
         table = table.append_column(pa.field("rel_change", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     return table.select(OVERLAPS.schema.names).cast(OVERLAPS.schema)
+
+
+def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
+    """A table as read from a store of any version, with the columns later versions added where it can
+    have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
+    absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``)."""
+    if spec.name in (EMBEDDINGS.name, OVERLAPS.name) and "matrix" not in table.column_names and "matrix" in spec.schema.names:
+        column = pa.array(["qk"] * table.num_rows, pa.string())
+        table = table.add_column(spec.schema.names.index("matrix"), pa.field("matrix", pa.string()), column)
+    return table

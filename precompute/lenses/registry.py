@@ -82,6 +82,8 @@ class Lens:
         cost_scale: what its seconds per checkpoint scale with, from the model of its recorded
             figure (`headwatch.benchmarks.SECONDS_PER_CHECKPOINT`); None: not measured.
         off: for a lens computed by default, whether the run's options turn it off.
+        min_checkpoints: checkpoints with statistics a store needs before the lens has rows (2 for
+            what compares consecutive checkpoints).
         stepwise: whether the run state holds its tables and replaces them a checkpoint at a
             time (`precompute.state.RunState.put`); False for tables with their own bookkeeping
             (the overlaps, kept pair by pair; the embeddings, made from the finished store).
@@ -100,6 +102,7 @@ class Lens:
     every_checkpoint: bool = True
     cost_scale: CostScale | None = None
     off: Callable[[Any], bool] | None = None
+    min_checkpoints: int = 1
     stepwise: bool = True
 
     def __post_init__(self) -> None:
@@ -286,6 +289,7 @@ OVERLAPS_LENS = Lens(
     needs=("tensors",),
     meta_key="overlaps",
     off=lambda options: options.overlap_k == 0,
+    min_checkpoints=2,
     stepwise=False,
 )
 EMBEDDINGS_LENS = Lens(

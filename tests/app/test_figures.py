@@ -12,6 +12,7 @@ import pytest
 from analysis.store import open_store
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
+from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
@@ -84,13 +85,13 @@ def all_figures(store) -> list[go.Figure]:
     figs.append(loss_curve(np.arange(5.0), np.linspace(5, 2, 5), np.array([np.nan, 4, np.nan, 3, np.nan])))
     axis = step_axis(store)  # the forward lens's figures and the loss overlay
     steps = [int(x) for x in store.steps]
-    figs += [fwd.layer_bands(axis, store.forward_array("entropy"), stat=STATS["entropy"], reference=5.0,
+    figs += [fwd.layer_bands(axis, store.dense(ATTENTION, "entropy"), stat=STATS["entropy"], reference=5.0,
                              reference_label="uniform"),
-             fwd.divergence_animation(store.layer_divergence(), steps=steps, start=2),
-             overlay_loss(fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"],
-                                                baseline=0.02), axis, store.eval_loss(), "eval loss"),
+             fwd.divergence_animation(store.dense(LAYER_DIVERGENCE, "jsd"), steps=steps, start=2),
+             overlay_loss(fwd.head_type_heatmap(axis, store.dense(ATTENTION, "induction"), stat=STATS["induction"],
+                                                baseline=0.02), axis, store.dense(EVAL_LOSS, "loss"), "eval loss"),
              overlay_loss(layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"],
-                                             y_range=(0.0, 1.0)), axis, store.eval_loss(), "eval loss")]
+                                             y_range=(0.0, 1.0)), axis, store.dense(EVAL_LOSS, "loss"), "eval loss")]
     return figs
 
 

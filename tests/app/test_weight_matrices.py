@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
 from tests.app.conftest import serve_only, arr, chart, notices, open_page
 
@@ -32,7 +33,7 @@ def test_three_views_with_fixed_axes_and_units(layered_env):
     at = open_page(PAGE)
     assert not notices(at) and not at.error
     store = open_store(layered_env)
-    table = store.layers()
+    table = store.frame(LAYERS)
     steps = sorted(table["step"].unique().tolist())
     anim = chart(at, "sv_animation")
     assert [f["name"] for f in anim["frames"]] == [str(s) for s in steps]
@@ -63,7 +64,7 @@ def test_three_views_with_fixed_axes_and_units(layered_env):
 
 
 def test_url_parameters_choose_role_layer_and_opening_step(layered_env):
-    steps = sorted(open_store(layered_env).layers()["step"].unique().tolist())
+    steps = sorted(open_store(layered_env).frame(LAYERS)["step"].unique().tolist())
     at = open_page(PAGE, {"role": "mlp_out", "layer": "2", "step": str(steps[3])})
     assert not notices(at)
     assert (at.session_state["role"], at.session_state["layer"], at.session_state["step"]) == ("mlp_out", 2, steps[3])

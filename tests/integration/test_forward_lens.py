@@ -29,7 +29,7 @@ import torch
 
 from analysis.errors import UnknownArchitectureError
 from analysis.store import open_store, read_meta
-from analysis.store.format import ATTENTION_STATISTICS, FORWARD_TABLES
+from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, FORWARD_TABLES, LAYER_DIVERGENCE
 from precompute.lenses.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import check_loadable
 from tests.integration.conftest import REPO, perturb, run_cli
@@ -105,16 +105,16 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
         assert table.schema.equals(spec.schema)
         assert sorted(set(table["step"].to_pylist())) == [0, 1, 4]
     for name in ATTENTION_STATISTICS:
-        values = store.forward_array(name)
+        values = store.dense(ATTENTION, name)
         assert values.shape == (3, 2, 4) and np.isfinite(values).all(), name
-    jsd = store.layer_divergence()
+    jsd = store.dense(LAYER_DIVERGENCE, "jsd")
     assert jsd.shape == (3, 2, 2) and np.allclose(jsd, jsd.transpose(0, 2, 1)) and np.allclose(jsd[:, [0, 1], [0, 1]], 0)
     # the loss is the model's own on the recorded sequences (rebuilt here from the same text and seed)
     es = make_eval_set(np.frombuffer(held, np.uint8).astype(np.int64), n=4, t=32, vocab_size=256,
                        text=info.text, text_sha256=info.text_sha256, tokenizer=info.tokenizer)
     assert es.info.tokens_sha256 == info.tokens_sha256
     ids = torch.from_numpy(es.tokens)
-    loss = store.eval_loss()
+    loss = store.dense(EVAL_LOSS, "loss")
     for i, step in enumerate(store.steps):
         model = AutoModelForCausalLM.from_pretrained(run / f"step{step}", dtype=torch.float32).eval()
         with torch.no_grad():
@@ -215,8 +215,8 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
         proc.wait()
         store = open_store(out)
         n = len(store.steps)
-        if store.has_forward:  # every committed step has its forward rows: they commit together
-            assert np.isfinite(store.eval_loss()).sum() == n
+        if store.has(ATTENTION):  # every committed step has its forward rows: they commit together
+            assert np.isfinite(store.dense(EVAL_LOSS, "loss")).sum() == n
     assert kills >= 2
     assert run_cli("--source", str(run), "--out", str(out), *EVAL).returncode == 0
     assert read_meta(reference).forward == read_meta(out).forward

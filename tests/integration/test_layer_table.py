@@ -54,8 +54,8 @@ def test_layer_rows_match_numpy_on_the_saved_weights(suite: Path, tmp_path: Path
                 assert row.mp_spikes == int((x > (1 + np.sqrt(c)) ** 2).sum())
     # the reader hands out the same rows, at the store's training states
     store = open_store(out)
-    assert store.has_layers
-    got = store.layers(columns=["frob_norm"])
+    assert store.has(LAYERS)
+    got = store.frame(LAYERS, columns=["frob_norm"])
     assert list(got.columns) == ["step", "layer", "role", "frob_norm"]
     np.testing.assert_array_equal(got["frob_norm"].to_numpy(), table["frob_norm"].to_numpy())
 
@@ -65,7 +65,7 @@ def test_without_layers_no_table_and_a_rerun_adds_it(suite: Path, tmp_path: Path
     run_precompute(suite, out, _options("qk"))
     assert not (out / LAYERS.file).exists()
     store = open_store(out)
-    assert not store.has_layers and store.layers() is None
+    assert not store.has(LAYERS) and store.frame(LAYERS) is None
     heads_before = (out / "heads.parquet").read_bytes()
     run_precompute(suite, out, _options("qk,layers"))
     added = pd.read_parquet(out / LAYERS.file)

@@ -28,7 +28,7 @@ import torch
 
 from analysis.errors import UnknownArchitectureError
 from analysis.store import open_store, read_meta
-from analysis.store.format import LLC
+from analysis.store.format import LLC, LLC_WHOLE_MODEL
 from precompute.lenses.llc import check_family, default_llc_steps, estimate_llc, head_masks, masked_parameters, parse_llc_steps
 from precompute.settings import SamplerSettings
 from tests.integration.conftest import REPO, run_cli
@@ -226,10 +226,10 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert meta.llc["steps"] == [0, 2, 16] and set(meta.llc["seconds"]) == {"0", "2", "16"}
     assert not any(p.name.startswith(".uninterrupted.") and p.is_dir() for p in tmp_path.iterdir())  # scratch removed
     store = open_store(reference)
-    rllc = store.llc_array()
+    rllc = store.dense(LLC, "llc")
     assert rllc.shape == (len(steps), 2, 2)
     assert np.isnan(rllc[[1, 3, 4]]).all() and np.isfinite(rllc[[0, 2, 5]]).all()
-    assert np.isfinite(store.llc_model()[[0, 2, 5]]).all()
+    assert np.isfinite(store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[[0, 2, 5]]).all()
 
     # killed after its first checkpoint's estimates are committed: the rerun computes only the others
     out = tmp_path / "killed"

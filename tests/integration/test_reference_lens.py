@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from tests.conftest import require_table
 
 STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
@@ -32,7 +33,7 @@ STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    require_table(opened.has_forward, STORE, f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`")
+    require_table(opened.has(ATTENTION), STORE, f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`")
     return opened
 
 
@@ -46,20 +47,20 @@ def test_step0_attends_almost_uniformly(store) -> None:
         "sink": np.mean(1 / i), "prev_token": np.mean(1 / i[1:]), "induction": np.mean(1 / (r + np.arange(1, r))),
     }
     assert store.steps[0] == 0
-    entropy = store.forward_array("entropy")[0]
+    entropy = store.dense(ATTENTION, "entropy")[0]
     assert (entropy <= uniform["entropy"] + 1e-9).all()  # uniform is the maximum
     assert (entropy > uniform["entropy"] - 0.2).all()
     for name in ("entropy_std", "span"):
-        np.testing.assert_allclose(store.forward_array(name)[0], uniform[name], rtol=0.05, err_msg=name)
+        np.testing.assert_allclose(store.dense(ATTENTION, name)[0], uniform[name], rtol=0.05, err_msg=name)
     for name in ("sink", "prev_token", "induction"):
-        np.testing.assert_allclose(store.forward_array(name)[0], uniform[name], rtol=0.2, err_msg=name)
-    assert np.nanmax(store.layer_divergence()[0]) < 0.005
-    assert abs(store.eval_loss()[0] - math.log(256)) < 0.15
+        np.testing.assert_allclose(store.dense(ATTENTION, name)[0], uniform[name], rtol=0.2, err_msg=name)
+    assert np.nanmax(store.dense(LAYER_DIVERGENCE, "jsd")[0]) < 0.005
+    assert abs(store.dense(EVAL_LOSS, "loss")[0] - math.log(256)) < 0.15
 
 
 def test_training_sharpens_attention_and_lowers_the_loss(store) -> None:
-    loss = store.eval_loss()
+    loss = store.dense(EVAL_LOSS, "loss")
     assert np.isfinite(loss).all() and loss[-1] < 0.5 * loss[0]
-    entropy = store.forward_array("entropy")
+    entropy = store.dense(ATTENTION, "entropy")
     assert np.nanmean(entropy[-1]) < np.nanmean(entropy[0]) - 1.0  # at least a bit sharper on average
-    assert np.nanmax(store.forward_array("prev_token")[-1]) > 0.5  # some head attends mostly to i - 1
+    assert np.nanmax(store.dense(ATTENTION, "prev_token")[-1]) > 0.5  # some head attends mostly to i - 1

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store, read_table
-from analysis.store.format import LLC
+from analysis.store.format import EVAL_LOSS, LLC
 from precompute.lenses.llc import default_llc_steps
 from precompute.settings import SamplerSettings
 from tests.conftest import require_table
@@ -39,7 +39,7 @@ def whole_model_parameters(config: dict) -> int:
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    require_table(opened.has_llc, STORE, f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
+    require_table(opened.has(LLC), STORE, f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
     return opened
 
 
@@ -60,13 +60,13 @@ def test_the_shipped_estimates_are_the_default_run(store) -> None:
 
 def test_the_initial_loss_is_near_the_forward_lenss_loss(store) -> None:
     table = read_table(store.path, LLC).to_pandas()
-    loss = dict(zip((int(s) for s in store.steps), store.eval_loss()))
+    loss = dict(zip((int(s) for s in store.steps), store.dense(EVAL_LOSS, "loss")))
     for step, rows in table.groupby("step"):
         assert abs(rows["init_loss"].iloc[0] - loss[int(step)]) < 0.15 * loss[int(step)], step
 
 
 def test_trained_heads_have_positive_refined_llcs(store) -> None:
-    rllc = store.llc_array()
+    rllc = store.dense(LLC, "llc")
     last = rllc[-1]
     assert np.isfinite(last).all()
     assert (last > 0).mean() > 0.9  # at the end of training the checkpoint is near a minimum: the loss rises

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from analysis.store.format import LAYERS
 from tests.conftest import require_table
 
 STORE = Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"
@@ -125,8 +126,8 @@ def test_block_weights_start_on_marchenko_pastur_and_leave_it():
     weight has several values above the edge (measured on the regenerated run: 10 to 29 each).
     Stores made before the table existed skip this: `bash scripts/reference-run.sh` adds it."""
     store = open_store(STORE)
-    require_table(store.has_layers, STORE, "no layers.parquet; regenerate the store with bash scripts/reference-run.sh")
-    table = store.layers(columns=["mp_kl", "mp_spikes", "alpha"])
+    require_table(store.has(LAYERS), STORE, "no layers.parquet; regenerate the store with bash scripts/reference-run.sh")
+    table = store.frame(LAYERS, columns=["mp_kl", "mp_spikes", "alpha"])
     assert set(table["role"]) == {"attn_qkv", "attn_out", "mlp_in", "mlp_out"}
     first = table[table["step"] == store.steps[0]]
     last = table[table["step"] == store.steps[-1]]

@@ -1,4 +1,4 @@
-"""precompute.work.first_non_finite against an entry-by-entry test."""
+"""precompute.factors.first_non_finite against an entry-by-entry test."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from precompute.work import first_non_finite
+from precompute.factors import first_non_finite
 
 
 def _brute_force(w: torch.Tensor) -> int | None:
