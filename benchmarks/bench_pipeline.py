@@ -35,7 +35,7 @@ from analysis.extract import attention_tensor_names, extract_qk, model_shape  # 
 from analysis.heads import checkpoint_vectors  # noqa: E402
 from analysis.stats.spectrum import singular_values  # noqa: E402
 from precompute.sources.checkpoints import file_sha256, weight_files  # noqa: E402
-from precompute.lenses.overlaps import HeadVectors, pair_rows  # noqa: E402
+from precompute.store.pairs import HeadVectors, pair_rows  # noqa: E402
 from precompute.run import run_precompute  # noqa: E402
 from precompute.settings import RunOptions  # noqa: E402
 from precompute.sources.weights import read_tensors, tensor_names  # noqa: E402

@@ -234,7 +234,7 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     ``layer + head``.
     """
     from analysis.store import open_store
-    from precompute.lenses.overlaps import matrix_rows, overlaps_meta, update
+    from precompute.store.pairs import matrix_rows, overlaps_meta, update
 
     store = open_store(path)
     k = min(k, store.d_head)

@@ -14,7 +14,7 @@ from analysis.errors import StoreError
 from analysis.store.format import MATRICES, TABLES
 from analysis.store.reader import open_store, read_table
 from headwatch.units import human_bytes
-from precompute.lenses.registry import LENSES
+from precompute.lenses import registry
 from precompute.settings import DEFAULT_MATRICES, RunOptions
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -32,7 +32,7 @@ def rerun_adds(path: Path, meta) -> list[str]:
     missing = [m for m in head if m not in meta.matrices]
     if missing:
         adds.append(f"per-head {','.join(missing)} rows for all {len(meta.done_steps)} checkpoints")
-    for lens in LENSES:
+    for lens in registry.LENSES:
         enough = len(meta.done_steps) >= lens.min_checkpoints
         if lens.asked(RunOptions()) and not lens.in_store(path) and enough:
             adds.append(f"the {lens.title} ({', '.join(lens.files)})" + (" for every checkpoint" if lens.stepwise else ""))
@@ -69,7 +69,7 @@ def describe(path: str | Path) -> list[str]:
     settings = dict(meta.settings)
     lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "fetch"))
     lines.append("lenses:")
-    for lens in LENSES:
+    for lens in registry.LENSES:
         if not lens.in_store(path):
             lines.append(f"  {lens.name:<11} absent ({lens.summary})")
             continue

@@ -27,13 +27,13 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m precompute`` that change what a run does."""
-    from precompute.lenses.registry import LENS_CHOICES
+    from precompute.lenses import registry
     from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument("--matrices", default=",".join(DEFAULT_MATRICES), metavar="LIST",
                    help=f"comma-separated subset of {','.join(MATRIX_CHOICES)} (default: all)")
-    p.add_argument("--lenses", choices=LENS_CHOICES, action="append", default=None, help=f"{' and/or '.join(LENS_CHOICES)}; repeat")
+    p.add_argument("--lenses", choices=registry.LENS_CHOICES, action="append", default=None, help=f"{' and/or '.join(registry.LENS_CHOICES)}; repeat")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000)")
     which.add_argument("--every", type=int, default=None, metavar="N", help="only steps that are multiples of N")
@@ -105,7 +105,7 @@ def parameters(shape, config: dict) -> int:
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
     """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
-    from precompute.lenses.registry import LENSES
+    from precompute.lenses import registry
 
     ref = bench.PYTHIA_1_4B
     heads_scale = (shape.n_layers * shape.n_heads * shape.d_model ** 2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
@@ -123,7 +123,7 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
         out.append(("qk", bench.QK_SECONDS_1_4B * heads_scale, f"QK_SECONDS_1_4B = {bench.QK_SECONDS_1_4B} s {heads_how}"))
     if "ov" in matrices:
         out.append(("ov", bench.OV_SECONDS_1_4B * heads_scale, f"OV_SECONDS_1_4B = {bench.OV_SECONDS_1_4B} s {heads_how}"))
-    for lens in LENSES:
+    for lens in registry.LENSES:
         asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
         if not asked or lens.cost_scale is None or lens.name not in bench.SECONDS_PER_CHECKPOINT:
             continue
@@ -159,7 +159,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     """
     from analysis.extract import model_shape
     from analysis.store.meta import read_meta
-    from precompute.lenses.registry import LENSES
+    from precompute.lenses import registry
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
     from precompute.sources.resolve import open_source
@@ -195,7 +195,7 @@ def describe(args: argparse.Namespace) -> list[str]:
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
                 store_lines.append(f"  the run adds {','.join(new_matrices)} rows for the checkpoints it already has")
-            for lens in LENSES:
+            for lens in registry.LENSES:
                 asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
                 if asked and not lens.in_store(args.out):
                     lens_all.add(lens.name)
@@ -234,7 +234,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
     stages = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
-    subset_lenses = {lens.name for lens in LENSES if not lens.every_checkpoint}
+    subset_lenses = {lens.name for lens in registry.LENSES if not lens.every_checkpoint}
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, "
                  "docs/benchmarks.md):")

@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.lenses.registry import LENS_CHOICES, LENSES, Lens
+from precompute.lenses import registry
+from precompute.lenses.registry import Lens
 from precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
@@ -103,8 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-in-flight", type=_positive, default=None, metavar="N",
                    help="most checkpoints submitted and not yet committed (default: twice the tasks the "
                    "cluster runs at once)")
-    p.add_argument("--lenses", choices=LENS_CHOICES, action="append", default=None,
-                   help="lenses: " + "; ".join(f"{lens.name} ({lens.summary})" for lens in LENSES
+    p.add_argument("--lenses", choices=registry.LENS_CHOICES, action="append", default=None,
+                   help="lenses: " + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES
                                               if lens.asked_by == "--lenses") + ". Repeat to combine.")
     p.add_argument("--eval-text", default=None, metavar="FILE",
                    help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)")
@@ -117,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def add_lens_options(parser: argparse.ArgumentParser) -> None:
     """One argument group per lens with options (`precompute.lenses.registry.Lens.options`)."""
-    for lens in LENSES:
+    for lens in registry.LENSES:
         if not lens.options:
             continue
         group = parser.add_argument_group(f"{lens.title} ({lens.asked_by} {lens.name}; the same for every checkpoint of a store)")
@@ -139,7 +140,7 @@ def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str,
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.
     """
     out: dict[str, object] = {}
-    for lens in LENSES:
+    for lens in registry.LENSES:
         given = {o.field: getattr(args, _dest(lens, o.field)) for o in lens.options
                  if getattr(args, _dest(lens, o.field), None) is not None}
         if given and lens.name not in lenses:
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_length=args.eval_length,
     )
     if options.eval_text and not options.lenses:
-        print(f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in LENS_CHOICES)}",
+        print(f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in registry.LENS_CHOICES)}",
               file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -248,7 +249,7 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
               f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
               f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
               file=sys.stderr)
-    for lens in LENSES:
+    for lens in registry.LENSES:
         steps = report.lenses.get(lens.name)
         if steps:
             print(f"{lens.title}: computed at steps {', '.join(map(str, steps))}", file=sys.stderr)

@@ -8,7 +8,7 @@ For each selected checkpoint not yet in the store, in step order:
 2. otherwise extract per-head W_Q/W_K from its attention tensors, compute every
    statistic and append its rows;
 3. keep the checkpoint's K leading singular vectors per head just long enough to
-   compute their overlaps with the previous checkpoint's (`precompute.lenses.overlaps`);
+   compute their overlaps with the previous checkpoint's (`precompute.store.pairs`);
 4. record it in the run state (`precompute.state.RunState`: meta, rows, overlaps,
    failures; a weight file identical to another checkpoint's marks a partial
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
@@ -58,7 +58,7 @@ from precompute.context import CHECKPOINT_ERRORS, PassJob, Plan, RunContext, Run
 from precompute.executor import open_executor
 from precompute.lenses.evalset import EvalSet, resolve_eval_set
 from precompute.lenses.forward import check_loadable
-from precompute.lenses.registry import BY_NAME, LENSES, STEPWISE
+from precompute.lenses import registry
 from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
@@ -147,7 +147,7 @@ def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) 
         UnknownArchitectureError: a lens cannot handle the model.
         ValueError, EvalTextError: bad options.
     """
-    asked = [lens for lens in LENSES if lens.asked(options)]
+    asked = [lens for lens in registry.LENSES if lens.asked(options)]
     needs_eval = any("evaluation" in lens.needs for lens in asked)
     eval_set = _eval_set(plan, options, source) if needs_eval else None
     setup = StageSetup(plan, options, source, scratch, eval_set)
@@ -157,7 +157,7 @@ def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) 
 def _warn_unasked(state: RunState, stages: list[Stage]) -> None:
     """Say when the store records a lens the run does not compute and some checkpoints lack its rows."""
     asked = {s.lens.name for s in stages}
-    for lens in STEPWISE:
+    for lens in registry.STEPWISE:
         if lens.name in asked or not lens.recorded(state.meta) or not lens.every_checkpoint:
             continue
         have = state.steps_with(lens.tables[0].name)
@@ -280,7 +280,7 @@ def _complete(
     if not steps:
         return
     lacking = {name: job for name, job in jobs.items()
-               if any(s not in state.steps_with(BY_NAME[name].tables[0].name) for s in steps)}
+               if any(s not in state.steps_with(registry.BY_NAME[name].tables[0].name) for s in steps)}
     refs = [plan.ref(state.meta.entry(s)) for s in steps]
     log.info("%d checkpoints of the store lack rows of %s or circuit columns: reading them again",
              len(refs), ", ".join(settings.head_matrices))

@@ -20,7 +20,8 @@ from analysis.stats.crossings import OVERLAP_K
 # the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
-from precompute.lenses.registry import BY_NAME, MATRIX_LENSES, LlcOptions, SamplerSettings
+from precompute.lenses import registry
+from precompute.lenses.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
 
 __all__ = ["SamplerSettings", "LlcOptions"]  # re-exported: the refined LLC's options live in its registry entry
 
@@ -224,7 +225,7 @@ class RunOptions:
         """The options of the lens ``name``: as given in `lens_options`, else its defaults."""
         if name in self.lens_options:
             return self.lens_options[name]
-        return BY_NAME[name].default_options()
+        return registry.BY_NAME[name].default_options()
 
 
 def resolve_settings(

@@ -22,8 +22,9 @@ from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta,
 from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
-from precompute.lenses import overlaps as ovl
-from precompute.lenses.registry import STEPWISE, Lens
+from precompute.store import pairs as ovl
+from precompute.lenses import registry
+from precompute.lenses.registry import Lens
 from precompute.settings import Settings, software_versions
 from precompute.store.writer import commit_store
 from precompute.store.tables import placeholder_rows
@@ -42,7 +43,7 @@ class RunState:
         overlaps: every ``overlaps.parquet`` row, sorted (empty when the run computes none).
         overlap_k: K of the overlaps this run computes (0: none; the store's file is kept as it is).
         last: the latest checkpoint computed this run and its singular vectors.
-        held: vectors kept for `precompute.lenses.overlaps.OverlapFiller`: the first checkpoint whose pair
+        held: vectors kept for `precompute.store.pairs.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
         tables: the tables of the stepwise lenses (`precompute.lenses.registry.STEPWISE`) the run
             holds, by table name, sorted: the store's rows plus this run's. A lens's tables are held
@@ -136,7 +137,7 @@ class RunState:
         tables = {HEADS.name: self.heads} if heads else {}
         if self.overlap_k:
             tables[OVERLAPS.name] = self.overlaps
-        for lens in STEPWISE:
+        for lens in registry.STEPWISE:
             if self.holds(lens):
                 tables |= {spec.name: self.tables.get(spec.name, spec.empty()) for spec in lens.tables}
         commit_store(self.out, self.meta, tables)
@@ -198,7 +199,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
     state = RunState(out, meta, heads, overlaps, settings.overlap_k, asked=asked)
-    for lens in STEPWISE:
+    for lens in registry.STEPWISE:
         if state.holds(lens):
             state.tables |= _stored_lens(out, stored, lens)
     return state

@@ -26,7 +26,7 @@ from analysis.extract import ModelShape, extract_heads
 from analysis.heads import checkpoint_statistics, checkpoint_vectors
 from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
-from precompute.lenses import overlaps as ovl
+from precompute.store import pairs as ovl
 from precompute.context import CHECKPOINT_ERRORS, PassJob
 from precompute.factors import checked_factors
 from precompute.sources.revisions import CheckpointRef

@@ -1,0 +1,212 @@
+"""The lens registry (`precompute.lenses.registry`): one place per lens, and a run loop that names none.
+
+Three checks:
+- the registry covers every table of the store format, and the command line, ``headwatch info``
+  and ``headwatch plan`` offer exactly its lenses and options;
+- a lens written here, in this test module alone (a `Lens` entry, its `TableSpec`, a stage with a
+  pass job and a fill), is computed by the run loop, committed, resumed, added to a store made
+  without it and read back through the store's one accessor; its numbers are checked against the
+  checkpoints' own safetensors files, read with numpy;
+- a store made in one run and one made in stages (weights first, every lens added later) hold the
+  same tables, byte for byte, and the same meta.json (timings aside).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from safetensors.numpy import load_file
+
+from analysis.extract import ModelShape
+from analysis.store import open_store
+from analysis.store.format import HEADS, TABLES, TableSpec, _fields
+from precompute.context import BaseStage, RunContext, StageSetup, missing_steps
+from precompute.factors import checked_factors
+from precompute.lenses import registry
+from precompute.run import run_precompute
+from precompute.settings import RunOptions, Settings
+from precompute.sources.source import CheckpointSource, Fetched
+from tests.integration.conftest import REPO, make_suite, run_cli
+from tests.integration.test_forward_lens import byte_run
+
+# ------------------------------------------------------------------ the registry and its readers
+
+
+def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -> None:
+    owned = [spec.name for lens in registry.LENSES for spec in lens.tables]
+    assert len(owned) == len(set(owned)), "a table belongs to two lenses"
+    assert set(owned) | {HEADS.name} == set(TABLES), "a table of the store format has no lens"
+    for lens in registry.LENSES:
+        stage = lens.load_stage()
+        assert issubclass(stage, BaseStage) and stage.lens is lens, lens.name
+        if lens.options:
+            defaults = lens.default_options()
+            assert defaults == lens.make_options({}), lens.name
+            assert lens.asked_by == "--lenses", "options are given with the lens asked for by name"
+    from headwatch import benchmarks
+
+    assert set(benchmarks.SECONDS_PER_CHECKPOINT) <= {lens.name for lens in registry.LENSES if lens.cost_scale}
+
+
+def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
+    help_text = subprocess.run([sys.executable, "-m", "precompute", "--help"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout
+    squashed = " ".join(help_text.split())
+    assert "--lenses {" + ",".join(registry.LENS_CHOICES) + "}" in squashed
+    for lens in registry.LENSES:
+        for option in lens.options:
+            assert option.flag in help_text, option.flag
+    plan_help = subprocess.run([sys.executable, "-m", "headwatch", "plan", "--help"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout
+    assert "{" + ",".join(registry.LENS_CHOICES) + "}" in " ".join(plan_help.split())
+    info = subprocess.run([sys.executable, "-m", "headwatch", "info", str(REPO / "data" / "shakespeare-pythia-6x8")],
+                          cwd=REPO, capture_output=True, text=True, check=True).stdout
+    lens_lines = info.split("lenses:\n", 1)[1].splitlines()[: len(registry.LENSES)]
+    assert [line.split()[0] for line in lens_lines] == [lens.name for lens in registry.LENSES]
+    # a lens option without its lens is refused with what to add, before anything is read
+    given = run_cli("--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"), "--llc-draws", "3")
+    assert given.returncode == 2 and "--llc-draws are for the refined LLC: add --lenses llc" in given.stderr
+
+
+# ------------------------------------------------------------------ a lens added in one module
+
+NORMS = TableSpec(
+    name="q_norms",
+    file="q_norms.parquet",
+    row="one row per (step, layer, head)",
+    about="A test lens: the Frobenius norm of each head's W_Q.",
+    schema=_fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "q_frob": pa.float64()}),
+    docs={"step": "step", "layer": "layer", "head": "head", "q_frob": "||W_Q,h||_F"},
+    sort=("step", "layer", "head"),
+)
+
+
+def norm_rows(step: int, shape: ModelShape, tensors: Mapping) -> pa.Table:
+    w_q = checked_factors(shape, tensors, ("qk",))["qk"][0]  # (n_layers, n_heads, d_head, d_model)
+    norms = w_q.double().flatten(2).norm(dim=2).numpy()
+    n_layers, n_heads = norms.shape
+    return pa.table({
+        "step": pa.array(np.full(n_layers * n_heads, step, dtype=np.int64)),
+        "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+        "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+        "q_frob": pa.array(norms.reshape(-1)),
+    }, schema=NORMS.schema)
+
+
+@dataclass(frozen=True)
+class NormsJob:
+    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
+                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+        return {NORMS.name: norm_rows(fetched.ref.step, shape, fetched.tensors)}
+
+
+class NormsStage(BaseStage):
+    def __init__(self, setup: StageSetup) -> None:
+        super().__init__(setup)
+        self.pass_job = NormsJob()
+
+    def fill(self, run: RunContext) -> None:
+        for step in missing_steps(run.state, self.lens):
+            entry = run.state.meta.entry(step)
+            fetched = run.plan.src.fetch(run.plan.ref(entry), run.plan.shape, skip=lambda sha: False, matrices=("qk",))
+            run.state.put({NORMS.name: norm_rows(step, run.plan.shape, fetched.tensors)})
+            run.state.commit(heads=False)
+            run.report.lenses.setdefault(self.lens.name, []).append(step)
+
+
+NORMS_LENS = registry.Lens(name="norms", title="W_Q norms", summary="||W_Q,h||_F per head", tables=(NORMS,),
+                           asked_by="--lenses", stage=f"{__name__}:NormsStage", needs=("tensors",))
+NormsStage.lens = NORMS_LENS
+
+
+@pytest.fixture
+def norms_lens(monkeypatch: pytest.MonkeyPatch) -> registry.Lens:
+    """The test lens registered as a lens module would register it: its table and its entry."""
+    monkeypatch.setitem(TABLES, NORMS.name, NORMS)
+    lenses = (*registry.LENSES, NORMS_LENS)
+    monkeypatch.setattr(registry, "LENSES", lenses)
+    monkeypatch.setattr(registry, "BY_NAME", {lens.name: lens for lens in lenses})
+    monkeypatch.setattr(registry, "STEPWISE", tuple(lens for lens in lenses if lens.stepwise))
+    monkeypatch.setattr(registry, "LENS_CHOICES", (*registry.LENS_CHOICES, NORMS_LENS.name))
+    return NORMS_LENS
+
+
+def brute_force_norms(folder: Path, n_heads: int) -> np.ndarray:
+    """||W_Q,h||_F from the checkpoint's safetensors file: GPT-NeoX interleaves Q, K, V per head in
+    ``query_key_value`` (rows h*3*d_head .. h*3*d_head + d_head are head h's queries)."""
+    weights = load_file(folder / "model.safetensors")
+    names = sorted(k for k in weights if k.endswith("attention.query_key_value.weight"))
+    out = []
+    for name in sorted(names, key=lambda k: int(k.split(".layers.")[1].split(".")[0])):
+        qkv = weights[name].astype(np.float64)
+        d_head = qkv.shape[0] // (3 * n_heads)
+        out.append([np.linalg.norm(qkv[h * 3 * d_head : h * 3 * d_head + d_head]) for h in range(n_heads)])
+    return np.array(out)
+
+
+def test_a_lens_in_one_module_is_computed_committed_resumed_and_read_back(norms_lens, tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite", [0, 1, 4])
+    options = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("norms",), matrices=("qk",))
+    out = tmp_path / "store"
+    report = run_precompute(suite, out, options)
+    assert report.computed == [0, 1, 4]
+    store = open_store(out)
+    values = store.dense(NORMS, "q_frob")
+    assert values.shape == (3, 2, 4)
+    for i, step in enumerate([0, 1, 4]):
+        np.testing.assert_allclose(values[i], brute_force_norms(suite / f"step{step}", 4), rtol=1e-6)
+    assert store.steps_with(NORMS).tolist() == [0, 1, 4]
+    first = pq.read_table(out / NORMS.file)
+
+    # a rerun computes nothing; a run without the lens keeps its table as it is
+    assert run_precompute(suite, out, options).computed == []
+    run_precompute(suite, out, replace(options, lenses=()))
+    assert pq.read_table(out / NORMS.file).equals(first)
+
+    # a store made without the lens gains it for every checkpoint it has
+    later = tmp_path / "later"
+    run_precompute(suite, later, replace(options, lenses=()))
+    assert not (later / NORMS.file).exists()
+    report = run_precompute(suite, later, options)
+    assert report.computed == [] and report.lenses == {"norms": [0, 1, 4]}
+    assert pq.read_table(later / NORMS.file).equals(first)
+
+
+# ------------------------------------------------------------------ every lens, one shot against staged
+
+LENS_OPTIONS = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "attention", "--lenses", "llc",
+                "--llc-draws", "2", "--llc-sequences", "4", "--llc-batch-size", "2", "--llc-steps", "0,2,16")
+
+
+def test_one_shot_and_staged_stores_hold_the_same_tables_byte_for_byte(tmp_path: Path) -> None:
+    run = byte_run(tmp_path, [0, 1, 2, 4, 8, 16], duplicate={8: 4}, hidden=32, layers=2, heads=2)
+    one = tmp_path / "oneshot"
+    done = run_cli("--source", str(run), "--out", str(one), *LENS_OPTIONS)
+    assert done.returncode == 0, done.stderr
+    staged = tmp_path / "staged"
+    assert run_cli("--source", str(run), "--out", str(staged), "--matrices", "qk").returncode == 0
+    done = run_cli("--source", str(run), "--out", str(staged), *LENS_OPTIONS)
+    assert done.returncode == 0, done.stderr
+    assert "refined LLC: computed at steps 0, 2, 16" in done.stderr
+    files = sorted(p.name for p in one.iterdir())
+    assert files == sorted(p.name for p in staged.iterdir())
+    lens_files = {spec.file for lens in registry.LENSES for spec in lens.tables if lens.name != "embeddings"}
+    assert lens_files | {HEADS.file, "meta.json"} == set(files)
+    for name in files:
+        assert (one / name).read_bytes() == (staged / name).read_bytes() or name == "meta.json", name
+
+    def scrubbed(path: Path) -> dict:
+        meta = json.loads((path / "meta.json").read_text())
+        meta["llc"].pop("seconds")
+        return meta
+
+    assert scrubbed(one) == scrubbed(staged)
