@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from dashboard.history import guard_script
 from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
-from dashboard.urlstate import query_string
+from dashboard.urlstate import query_string, quote_value
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,6 @@ def page_request(query: Mapping[str, list[str]], *, current: str, title: str,
     if not wanted or current:
         return None, rest, None
     if wanted not in url_paths:
-        return None, rest, (f"`{PAGE_PARAM}={wanted}` is not a page here (allowed: "
+        return None, rest, (f"{quote_value(PAGE_PARAM, wanted)} is not a page here (allowed: "
                             f"{', '.join(p for p in url_paths if p)}); showing {title}.")
     return wanted, rest, None
