@@ -20,12 +20,19 @@ LAYER, HEAD, K, STEP, STAT, RUN = "layer", "head", "k", "step", "stat", "run"
 MAX_QUOTED = 60  # characters of a bad value a notice quotes; a longer one is cut and its length given
 
 
-def quote_value(name: str, raw: str) -> str:
-    """``name=raw`` as a notice quotes it: in backticks, a value longer than `MAX_QUOTED` cut with its length.
+def quote(text: str) -> str:
+    """``text`` as a notice quotes it: in backticks, cut to `MAX_QUOTED` characters with its length when longer.
 
-    ``quote_value("stat", "x" * 8000)`` -> ``"`stat=xxx…` (8,000 characters)"``: a link with a huge bad
-    value must not turn its notice into several screens of text.
+    ``quote("x" * 8000)`` -> ``"`xxx…` (8,000 characters)"``: a link with a huge bad value must not
+    turn its notice into several screens of text.
     """
+    if len(text) <= MAX_QUOTED:
+        return f"`{text}`"
+    return f"`{text[:MAX_QUOTED]}…` ({len(text):,} characters)"
+
+
+def quote_value(name: str, raw: str) -> str:
+    """``name=raw`` as a notice quotes it (`quote`; the value is what gets cut)."""
     if len(raw) <= MAX_QUOTED:
         return f"`{name}={raw}`"
     return f"`{name}={raw[:MAX_QUOTED]}…` ({len(raw):,} characters)"

@@ -83,9 +83,15 @@ class View:
         """Record ``page`` (from ``st.navigation(pages)``) as the page shown; follow ``?page=`` on the root URL.
 
         A Space link names its page as ``?page=<url_path>`` on the app's root URL; this switches to
-        that page (``st.switch_page`` ends the run) or, for an unknown one, leaves a notice.
+        that page (``st.switch_page`` ends the run) or, for an unknown one, leaves a notice; so does a
+        path that names no page (Streamlit shows the default page for it).
         """
         self.page = page
+        if not page.url_path:  # the default page: asked for at the root, or for a path that names no page
+            missing = sharing.unknown_page(st.context.url, base_path=str(st.get_option("server.baseUrlPath") or ""),
+                                           url_paths=[p.url_path for p in pages])
+            if missing:
+                self.notices.append(missing)
         query = {k: st.query_params.get_all(k) for k in st.query_params}
         target, rest, why = sharing.page_request(query, current=page.url_path, title=page.title,
                                                  url_paths=[p.url_path for p in pages])

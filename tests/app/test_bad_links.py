@@ -53,3 +53,16 @@ def test_parse_quotes_a_short_cut_of_a_long_value():
         assert notice is not None and len(notice) < MAX_QUOTED + 300
         assert "5,000 characters" in notice
     assert "`stat=short` is not valid" in parse_one("stat", ["short"], ["std"], "std").notice  # short values whole
+
+
+def test_unknown_page_names_the_path_and_the_pages():
+    from dashboard.sharing import unknown_page
+
+    paths = ["", "heads", "head"]
+    assert unknown_page("http://h:1/", base_path="", url_paths=paths) is None
+    assert unknown_page("http://h:1/head", base_path="", url_paths=paths) is None
+    assert unknown_page("http://h:1/app/head", base_path="app", url_paths=paths) is None
+    assert unknown_page("http://h:1/app", base_path="/app/", url_paths=paths) is None
+    notice = unknown_page("http://h:1/app/nope", base_path="app", url_paths=paths)
+    assert "`/nope` does not exist" in notice and "/heads, /head" in notice
+    assert "`/a b`" in unknown_page("http://h:1/a%20b", base_path="", url_paths=paths)
