@@ -9,8 +9,7 @@ import streamlit as st
 from analysis.stats.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
-from dashboard.data import default_steps
-from dashboard.data import uniform_attention
+from dashboard.data import default_steps, uniform_attention
 from dashboard.stats import LAMBDA, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
