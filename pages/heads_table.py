@@ -3,7 +3,6 @@
 A row opens its head in the head explorer (with this page's statistic and step).
 """
 
-import pandas as pd
 import streamlit as st
 
 from analysis.stats.crossings import GAP_THRESHOLD
