@@ -154,6 +154,20 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
     return store.array(stat, matrix=matrix)
 
 
+def uniform_attention(seq_len: int, repeat: int) -> dict[str, float]:
+    """What uniform causal attention scores on each forward statistic (analysis/store/format.py
+    ATTENTION_COLUMN_DOCS; docs/design-notes.md section 8): query i (1-based, of T = ``seq_len``) spreads 1/i
+    over keys 1..i, so its entropy is log2 i, its span (i - 1)/2, its sink and previous-token mass 1/i; the
+    induction score on R = ``repeat`` tokens repeated twice is the mean over k = 1..R-1 of 1/(R + k).
+    """
+    i = np.arange(1, seq_len + 1, dtype=np.float64)
+    k = np.arange(1, repeat, dtype=np.float64)
+    h = np.log2(i)
+    return {"entropy": float(h.mean()), "entropy_std": float(h.std()), "span": float(np.mean((i - 1) / 2)),
+            "sink": float(np.mean(1 / i)), "prev_token": float(np.mean(1 / i[1:])),
+            "induction": float(np.mean(1 / (repeat + k)))}
+
+
 def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
     """The loss at each of ``store.steps`` for the loss overlay, and its label: the forward lens's loss on
     its evaluation sequences when the store has it, else the validation loss ``run.json`` recorded for a

@@ -309,11 +309,12 @@ def _references(d_model: int, d_head: int, sigma0: float | None):
     return gaussian_references(d_model, d_head, sigma0)
 
 
-def references(store: Store):
-    """`dashboard.tables.references`: the Gaussian-factor reference of every statistic, cached per shape and scale."""
+def references(store: Store, *, matrix: str = "qk"):
+    """`dashboard.tables.references`: the Gaussian-factor reference of every statistic of ``matrix`` (its
+    init scale from its own step-0 heads), cached per shape and scale."""
     from dashboard.tables import init_scale
 
-    sigma0 = init_scale(store)
+    sigma0 = init_scale(store, matrix=matrix)
     return _references(int(store.d_model), int(store.d_head), None if sigma0 is None else round(sigma0, 12))
 
 

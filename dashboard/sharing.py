@@ -9,18 +9,19 @@ history entry per view).
 On a Hugging Face Space (``SPACE_ID`` set) the share link is the Space page's URL
 with the page as ``page=``, and after every run the view's query string is posted to
 the Space page so its address bar follows the app; ``page=`` on the root URL opens
-that page. Off a Space the link is the app's own URL and nothing is posted.
+that page. Off a Space the link is the app's own URL and nothing is posted. A path that
+names no page is answered with the Overview and a notice that says so (`unknown_page`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode, urlsplit
 
 from dashboard.history import guard_script
 from dashboard.space import PAGE_PARAM, parent_query, parent_sync_script, space_url
-from dashboard.urlstate import query_string
+from dashboard.urlstate import query_string, quote, quote_value
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,30 @@ def page_request(query: Mapping[str, list[str]], *, current: str, title: str,
     if not wanted or current:
         return None, rest, None
     if wanted not in url_paths:
-        return None, rest, (f"`{PAGE_PARAM}={wanted}` is not a page here (allowed: "
+        return None, rest, (f"{quote_value(PAGE_PARAM, wanted)} is not a page here (allowed: "
                             f"{', '.join(p for p in url_paths if p)}); showing {title}.")
     return wanted, rest, None
+
+
+def unknown_page(url: str | None, *, base_path: str, url_paths: Sequence[str]) -> str | None:
+    """The notice for a URL whose path names no page, or None when it names one (or none: the root URL).
+
+    Streamlit runs the default page for such a path, rewrites the address bar to the root and shows a
+    dialog that the first click closes; this notice stays at the top of the page.
+
+    Args:
+        url: the page's URL as the browser asked for it, without the query (``st.context.url``).
+        base_path: the server's ``server.baseUrlPath`` (the app's root below the host), possibly empty.
+        url_paths: every page's url_path (the default page's is empty: it lives at the root).
+    """
+    if not url:
+        return None
+    path = unquote(urlsplit(url).path).strip("/")
+    base = base_path.strip("/")
+    if base and (path == base or path.startswith(base + "/")):
+        path = path[len(base):].strip("/")
+    if not path or path in url_paths:
+        return None
+    pages = ", ".join(f"/{p}" for p in url_paths if p)
+    return (f"The page {quote('/' + path)} does not exist: showing the Overview. The pages are "
+            f"/ (the Overview), {pages}.")

@@ -4,7 +4,9 @@ Pure functions, no streamlit: `dashboard.widgets` feeds them ``st.query_params``
 and shows the notices they return. Every parameter is matched by its string
 form, so an option may be an int (``layer=3``), a string (``stat=std``) or a
 bool (``logc=1``); anything not among the options falls back to the default
-with a notice that quotes the bad value and says what is allowed.
+with a notice that quotes the bad value (cut to `MAX_QUOTED` characters) and says
+what is allowed. A repeatable parameter keeps at most the number of values its
+widget allows, the first ones of the link.
 """
 
 from __future__ import annotations
@@ -15,6 +17,25 @@ from typing import Any
 
 # The parameter names shared by every page (page-specific toggles add their own).
 LAYER, HEAD, K, STEP, STAT, RUN = "layer", "head", "k", "step", "stat", "run"
+MAX_QUOTED = 60  # characters of a bad value a notice quotes; a longer one is cut and its length given
+
+
+def quote(text: str) -> str:
+    """``text`` as a notice quotes it: in backticks, cut to `MAX_QUOTED` characters with its length when longer.
+
+    ``quote("x" * 8000)`` -> ``"`xxx…` (8,000 characters)"``: a link with a huge bad value must not
+    turn its notice into several screens of text.
+    """
+    if len(text) <= MAX_QUOTED:
+        return f"`{text}`"
+    return f"`{text[:MAX_QUOTED]}…` ({len(text):,} characters)"
+
+
+def quote_value(name: str, raw: str) -> str:
+    """``name=raw`` as a notice quotes it (`quote`; the value is what gets cut)."""
+    if len(raw) <= MAX_QUOTED:
+        return f"`{name}={raw}`"
+    return f"`{name}={raw[:MAX_QUOTED]}…` ({len(raw):,} characters)"
 
 
 def encode(value: Any) -> str:
@@ -72,29 +93,40 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
         return Parsed(table[text])
     return Parsed(
         default,
-        f"`{name}={raw[-1]}` is not valid here (allowed: {describe_options(options)}); "
+        f"{quote_value(name, raw[-1])} is not valid here (allowed: {describe_options(options)}); "
         f"showing {name}={encode(default)}.",
     )
 
 
 def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: Sequence[Any], *,
-               hint: str | None = None) -> Parsed:
+               hint: str | None = None, most: int | None = None) -> Parsed:
     """Resolve a repeatable parameter (``step=64&step=1000``): keep the valid values, in option order.
 
     Invalid values are dropped with a notice (``hint``, what to do about them, appended); if none is
-    valid the default list is used.
+    valid the default list is used. With ``most``, only the first ``most`` valid values of the link
+    are kept (a widget's ``max_selections``) and the notice names the rest.
     """
     if not raw:
         return Parsed(list(default))
     table = _lookup(options)
-    good = {table[r.strip()] for r in raw if r.strip() in table}
+    good: list[Any] = []
+    for r in raw:
+        if r.strip() in table and table[r.strip()] not in good:
+            good.append(table[r.strip()])
+    dropped = good[most:] if most is not None else []
+    good = good[:most] if most is not None else good
     bad = [r for r in raw if r.strip() not in table]
     value = [o for o in options if o in good] or list(default)
-    if not bad:
-        return Parsed(value)
-    what = ", ".join(f"`{name}={b}`" for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-    tail = "ignored" if good else f"showing the default {name if name.endswith('s') else name + 's'}"
-    return Parsed(value, f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
+    notes = []
+    if bad:
+        what = ", ".join(quote_value(name, b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        tail = "ignored" if good else f"showing the default {name if name.endswith('s') else name + 's'}"
+        notes.append(f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
+    if dropped:
+        what = ", ".join(quote_value(name, encode(d)) for d in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
+        notes.append(f"At most {most} values of `{name}` fit here: keeping the link's first {most}, "
+                     f"leaving out {what}.")
+    return Parsed(value, " ".join(notes) or None)
 
 
 def query_string(params: dict[str, Any]) -> str:

@@ -83,9 +83,15 @@ class View:
         """Record ``page`` (from ``st.navigation(pages)``) as the page shown; follow ``?page=`` on the root URL.
 
         A Space link names its page as ``?page=<url_path>`` on the app's root URL; this switches to
-        that page (``st.switch_page`` ends the run) or, for an unknown one, leaves a notice.
+        that page (``st.switch_page`` ends the run) or, for an unknown one, leaves a notice; so does a
+        path that names no page (Streamlit shows the default page for it).
         """
         self.page = page
+        if not page.url_path:  # the default page: asked for at the root, or for a path that names no page
+            missing = sharing.unknown_page(st.context.url, base_path=str(st.get_option("server.baseUrlPath") or ""),
+                                           url_paths=[p.url_path for p in pages])
+            if missing:
+                self.notices.append(missing)
         query = {k: st.query_params.get_all(k) for k in st.query_params}
         target, rest, why = sharing.page_request(query, current=page.url_path, title=page.title,
                                                  url_paths=[p.url_path for p in pages])
@@ -233,15 +239,18 @@ def _from_url(name: str) -> list[str] | None:
     return raw
 
 
-def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None) -> None:
-    """Put the value the widget should show into session state before it is created."""
+def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None,
+          most: int | None = None) -> None:
+    """Put the value the widget should show into session state before it is created (a list of at most
+    ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``)."""
     handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
-    if _valid(handed, options, multi=multi):
+    if _valid(handed, options, multi=multi, most=most):
         st.session_state[name] = handed
         return
     raw = _from_url(name)
     if raw is not None:
-        parsed = parse_many(name, raw, options, default, hint=hint) if multi else parse_one(name, raw, options, default)
+        parsed = (parse_many(name, raw, options, default, hint=hint, most=most) if multi
+                  else parse_one(name, raw, options, default))
         if parsed.notice:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
@@ -253,17 +262,18 @@ def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi:
     else:
         candidates = (st.session_state.get(name, _MISSING), st.session_state.get(_LAST, {}).get(name, _MISSING))
     for candidate in candidates:
-        if _valid(candidate, options, multi=multi):
+        if _valid(candidate, options, multi=multi, most=most):
             st.session_state[name] = candidate
             return
     st.session_state[name] = list(default) if multi else default
 
 
-def _valid(value: Any, options: Sequence[Any], *, multi: bool) -> bool:
+def _valid(value: Any, options: Sequence[Any], *, multi: bool, most: int | None = None) -> bool:
     if value is _MISSING:
         return False
     if multi:
-        return isinstance(value, list) and all(_member(v, options) for v in value)
+        return (isinstance(value, list) and all(_member(v, options) for v in value)
+                and (most is None or len(value) <= most))
     return not isinstance(value, list) and _member(value, options)
 
 
@@ -312,14 +322,15 @@ def multiselect(
     """A several-choice widget bound to the repeatable URL parameter ``name`` (``step=0&step=64``).
 
     Values come back in option order whatever order they were picked in. ``hint`` is added to the
-    notice about values a link asked for that are not options (what to do about them).
+    notice about values a link asked for that are not options (what to do about them). A link with
+    more than ``max_selections`` values keeps its first ``max_selections`` and says so in a notice.
 
     Raises:
         RuntimeError: outside an active view.
     """
     view = _active("multiselect")
     options = list(options)
-    _seed(view, name, options, default, multi=True, hint=hint)
+    _seed(view, name, options, default, multi=True, hint=hint, most=max_selections)
     picked = where.multiselect(label, options, key=name, format_func=fmt or str, help=help, max_selections=max_selections)
     value = [o for o in options if o in picked]
     _register(view, name, value)

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import export, widgets
-from dashboard.data import loss_curve
+from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS
@@ -13,14 +13,6 @@ from analysis.store.format import ATTENTION, LAYER_DIVERGENCE
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
-
-
-def uniform_values(t: int, repeat: int) -> dict[str, float]:
-    """What uniform causal attention over T positions scores (docs/design-notes.md section 8)."""
-    i = np.arange(1, t + 1, dtype=np.float64)
-    k = np.arange(1, repeat, dtype=np.float64)
-    return {"entropy": float(np.mean(np.log2(i))), "span": float(np.mean((i - 1) / 2)), "sink": float(np.mean(1 / i)),
-            "prev_token": float(np.mean(1 / i[1:])), "induction": float(np.mean(1 / (repeat + k)))}
 
 
 def main() -> None:
@@ -39,7 +31,7 @@ def main() -> None:
         return
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    uniform = uniform_values(info.seq_len, info.induction_repeat)
+    uniform = uniform_attention(info.seq_len, info.induction_repeat)
 
     # --- widgets ---
     c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")

@@ -13,7 +13,7 @@ from dashboard.figures.common import overlay_loss
 from dashboard.figures import head as figs
 from dashboard.stats import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
-from dashboard.tables import SWAP_SCORE_HELP, reference_of
+from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
@@ -67,8 +67,10 @@ def main() -> None:
     sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
     lam = sv * sv
     name = f"layer {layer}, head {head}"
-    tag = f"L{layer}H{head}"
-    refs = loader.references(store)
+    shown = f"{name} · {w_name}"  # every chart's title names the matrix: an exported OV figure says it is one
+    tag = f"L{layer}H{head}" + ("" if matrix == "qk" else f"-{matrix.upper()}")
+    refs = loader.references(store, matrix=matrix)  # the random heads of this matrix (its own init scale)
+    factors = REFERENCE_FACTORS[matrix]
 
     # --- panel: P(w) over training ---
     left, right = st.columns([5, 6])
@@ -77,8 +79,9 @@ def main() -> None:
         w_lo, w_hi = density_extent(hist, mu, sigma)
         w = np.linspace(w_lo, w_hi, DENSITY_GRID_POINTS)
         grid = density_grid(hist, mu, sigma, w)
-        widgets.chart(with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours)), "density_map",
-                      title=f"{frame.run} · {name} · P(w) over training", filename=export.safe_name(frame.run, tag, "Pw-map"),
+        widgets.chart(with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours,
+                                                     matrix_name=w_name)), "density_map",
+                      title=f"{frame.run} · {shown} · P(w) over training", filename=export.safe_name(frame.run, tag, "Pw-map"),
                       csv=lambda: _long(frame.run, layer, head, matrix, store.steps, "p(w)", w, grid, "w"))
         st.caption(f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
                    "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps.")
@@ -106,14 +109,15 @@ def main() -> None:
             stats=(STATS["std"], STATS["kl_gauss"]), w_range=x_range, p_range=p_range, log_p=log_p, gauss=gauss,
             bands=(reference_of(refs, "std", None), reference_of(refs, "kl_gauss", None)), standardized=standardized,
             compare=[(lay, hd, (store.array("std", matrix=matrix)[:, lay, hd], store.array("kl_gauss", matrix=matrix)[:, lay, hd])) for lay, hd in pairs],
-        ), "density_slices", title=f"{frame.run} · {name} · P(w) at chosen steps, σ, D_KL",
+            matrix_name=w_name,
+        ), "density_slices", title=f"{frame.run} · {shown} · P(w) at chosen steps, σ, D_KL",
             filename=export.safe_name(frame.run, tag, "Pw-sigma-DKL"),
             csv=lambda: _slices_csv(frame.run, layer, head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
             select=bool(pairs))
         band = reference_of(refs, "kl_gauss", None)
-        ref = (f" Grey bands: 5-95% of σ and D_KL over random heads (Gaussian W_Q, W_K of this run's shape and init "
-               f"σ₀; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] nats: W_QK of Gaussian factors is not itself "
-               "Gaussian), mean dotted." if band is not None else "")
+        ref = (f" Grey bands: 5-95% of σ and D_KL over random heads of {w_name} (Gaussian {factors} of this run's "
+               f"shape and the init σ₀ of its step-0 {w_name} heads; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] "
+               f"nats: a product of Gaussian factors is not itself Gaussian), mean dotted." if band is not None else "")
         st.caption(f"Left: p{'(z) of z = (w − μ)/σ' if standardized else '(w)'} at each chosen step (axes fixed over the "
                    "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
                    f"same head over training, chosen steps marked in matching colours.{ref}")
@@ -123,7 +127,7 @@ def main() -> None:
     with left:
         st.subheader("Spectrum over training")
         widgets.chart(with_loss(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours)), "spectrum_map",
-                      title=f"{frame.run} · {name} · λ_k over training", filename=export.safe_name(frame.run, tag, "lambda-map"),
+                      title=f"{frame.run} · {shown} · λ_k over training", filename=export.safe_name(frame.run, tag, "lambda-map"),
                       csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, range(len(steps))))
         st.caption(f"λ_k = s_k² of {w_name} for {name}, every singular-value index k at every checkpoint (log colour).")
 
@@ -141,7 +145,7 @@ def main() -> None:
             null_lam=null_lam,
             compare=[(lay, hd, (store.array("stable_rank", matrix=matrix)[:, lay, hd], store.array("spectral_entropy", matrix=matrix)[:, lay, hd]))
                      for lay, hd in pairs],
-        ), "spectrum_slices", title=f"{frame.run} · {name} · λ_k at chosen steps, stable rank, entropy",
+        ), "spectrum_slices", title=f"{frame.run} · {shown} · λ_k at chosen steps, stable rank, entropy",
             filename=export.safe_name(frame.run, tag, "spectrum"),
             csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, idx), select=bool(pairs))
         st.caption("Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
@@ -193,12 +197,12 @@ def main() -> None:
     with left:
         if crossings is None:
             widgets.chart(with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam)),
-                          "leading", title=f"{frame.run} · {name} · λ_0 … λ_3", filename=export.safe_name(frame.run, tag, "leading"),
+                          "leading", title=f"{frame.run} · {shown} · λ_0 … λ_3", filename=export.safe_name(frame.run, tag, "leading"),
                           csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {w_name} for {name}, over training.")
         else:
             widgets.chart(with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam)),
-                          "leading", title=f"{frame.run} · {name} · λ_0 … λ_3, crossings and repulsions",
+                          "leading", title=f"{frame.run} · {shown} · λ_0 … λ_3, crossings and repulsions",
                           filename=export.safe_name(frame.run, tag, "crossings"),
                           csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
             st.caption(f"Top: λ_0 … λ_3 of {w_name} for {name} over training; ✕ a crossing, ○ a repulsion, at the "
@@ -219,13 +223,13 @@ def main() -> None:
             axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
             y_range=fixed_range(figs.with_band(values, band), log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,
             layer=layer, compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs], band=band,
-        )), "head_in_layer", title=f"{frame.run} · {name} · {STATS[stat].short(k)} against its layer",
+        )), "head_in_layer", title=f"{frame.run} · {shown} · {STATS[stat].short(k)} against its layer",
             filename=export.safe_name(frame.run, tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
             csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
                 lambda t: t if not pairs else _with_pairs(t, values, store.steps, frame.run, stat, k, matrix, pairs)),
             select=True)
-        ref = (f" Grey band: 5-95% over random heads of this shape and init scale ({band.mean:.3g} on average)."
-               if band is not None else "")
+        ref = (f" Grey band: 5-95% over random heads of {w_name} (Gaussian {factors} of this shape and init scale; "
+               f"{band.mean:.3g} on average)." if band is not None else "")
         st.caption(f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
                    "in grey (click one to open it) and the layer mean red dashed"
                    f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}")

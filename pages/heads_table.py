@@ -3,24 +3,25 @@
 A row opens its head in the head explorer (with this page's statistic and step).
 """
 
-import pandas as pd
 import streamlit as st
 
 from analysis.stats.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
 from dashboard import export, loader, widgets
-from dashboard.data import default_steps
-from dashboard.stats import LAMBDA, PER_HEAD_STATS, STATS, stats_for
-from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_of
+from dashboard.data import default_steps, uniform_attention
+from dashboard.stats import LAMBDA, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
+from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
 GAP_PERCENT = [2, 5, 10, 20]
 SORTS = ["rank", "value", "change", "over reference", "approaches", "crossings", "repulsions", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
 
 
-def _head_link(run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int]) -> str:
+def _head_link(run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int],
+               matrix: str | None = None) -> str:
     """A relative link to the head explorer showing this head (opens in the same app)."""
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
+    query += [("matrix", matrix)] if matrix is not None else []
     query += [("step", s) for s in steps]
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
@@ -41,6 +42,8 @@ def main() -> None:
     step = widgets.select("step", "At step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step)
     since = widgets.select("since", "Change since step", steps, steps[0], kind="select_slider", fmt=lambda s: f"{s:,}",
                            where=c_since)
+    # a statistic of the weights is of one matrix at a time; the forward ones and the rLLC are of the head itself
+    matrix = None if stat in PER_HEAD_STATS else widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_layers, c_sort, c_desc, c_gap = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
     layers = widgets.multiselect("layers", "Layers (none: all)", list(range(store.n_layers)), [], where=c_layers)
     sort = widgets.select("sort", "Sort by", SORTS, "rank", where=c_sort)
@@ -56,77 +59,21 @@ def main() -> None:
                                   "must also dip 20% below it (README, \"Crossing or repulsion?\")") if overlaps_ok else None
 
     # --- data ---
-    values = loader.stat_values(store, stat, k=k or 0)
-    reference = reference_of(loader.references(store), stat, k)
-    approaches = None
-    if gap_pct is not None:
-        try:
-            approaches = loader.model_approaches(store, gap_pct)
-        except StoreError as exc:
-            st.error(str(exc))
-    counts = approach_counts(approaches, store.n_layers, store.n_heads) if approaches is not None else None
-    table = heads_table(values, at=steps.index(step), since=steps.index(since), reference=reference, counts=counts)
-    others = [] if stat in PER_HEAD_STATS else [m for m in store.meta.matrices if m != "qk"]  # forward ones, rLLC: per head only
-    for matrix in others:  # other products, where the store has their rows
-        try:
-            other = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-        except KeyError:
-            continue
-        other_counts = None
-        if gap_pct is not None:
-            try:
-                found = loader.model_approaches(store, gap_pct, matrix=matrix)
-            except StoreError as exc:
-                st.error(str(exc))
-                found = None
-            other_counts = approach_counts(found, store.n_layers, store.n_heads) if found is not None else None
-        table = pd.concat([table, heads_table(other, at=steps.index(step), since=steps.index(since), reference=None,
-                                              counts=other_counts, matrix=matrix)], ignore_index=True)
+    approaches = _approaches(store, gap_pct, matrix or "qk")
+    table, note = _table(store, stat, k, matrix, at=steps.index(step), since=steps.index(since),
+                         counts=None if matrix is None or approaches is None else
+                         approach_counts(approaches, store.n_layers, store.n_heads))
     if layers:
         table = table[table["layer"].isin(layers)]
     if sort in table.columns:
         table = table.sort_values([sort, "layer", "head"], ascending=[not desc, True, True], kind="stable")
     table = table.reset_index(drop=True)
     open_steps = sorted(set(default_steps(store.steps)) | {step})[-8:]
-    table["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, open_steps)
+    table["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, open_steps, matrix)
                      for r in table[["layer", "head"]].itertuples(index=False)]
-    label = STATS[stat].short(k)
 
     # --- panel: the table ---
-    st.subheader(f"{label} of every head at step {step:,}")
-    config = {
-        "layer": st.column_config.NumberColumn("layer", width="small"),
-        "head": st.column_config.NumberColumn("head", width="small"),
-        "matrix": st.column_config.TextColumn("matrix", width="small"),
-        "value": st.column_config.NumberColumn(label, format="%.5g", help=STATS[stat].doc),
-        "change": st.column_config.NumberColumn(f"change since {since:,}", format="%+.4g"),
-        "rank": st.column_config.NumberColumn("rank", width="small", help="1 = the largest value at this step"),
-        "over reference": st.column_config.NumberColumn(
-            "÷ random head", format="%.3g",
-            help="The value divided by its mean over random heads (Gaussian W_Q, W_K of this run's shape and init σ)"),
-        "in 5-95% band": st.column_config.CheckboxColumn(
-            "in random band", help="Within the 5-95% band of the same statistic over random heads"),
-        "approaches": st.column_config.NumberColumn("approaches", width="small"),
-        "crossings": st.column_config.NumberColumn("crossings", width="small"),
-        "repulsions": st.column_config.NumberColumn("repulsions", width="small"),
-        "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small",
-                                            help="Open the head in the head explorer"),
-    }
-    event = st.dataframe(table, hide_index=True, key="heads_table", on_select="rerun", selection_mode="single-row",
-                         column_config=config, height=min(40 + 35 * len(table), 640))
-    st.download_button("Table (CSV)", lambda: export.to_csv(table.drop(columns=["open"]).assign(
-                           run=frame.run, statistic=stat, k=k, step=step, since=since)),
-                       file_name=f"{export.safe_name(frame.run, 'heads', label, 'step', step)}.csv", mime="text/csv",
-                       key="heads_table_csv", on_click="ignore", icon=":material/download:", type="tertiary")
-    ref_text = (f"Random heads (Gaussian W_Q, W_K of this run's d_model {store.d_model}, d_head {store.d_head} and init "
-                f"scale; 32 seeded draws): mean {reference.mean:.4g}, 5-95% band [{reference.lo:.4g}, {reference.hi:.4g}]."
-                if reference is not None else "No random-head reference for this statistic (the run has no step 0 to "
-                "read its init scale from).")
-    st.caption(f"One row per head{' of the chosen layers' if layers else ''} (and per matrix kind the store has; rank "
-               f"within each kind): {label} at step {step:,}, its change "
-               f"since step {since:,}, its rank among all heads (1 = largest), the value divided by the random-head mean "
-               f"and whether it lies in the random heads' 5-95% band, and its close approaches of λ_0 … λ_3 at the "
-               f"chosen gap. Click a column header to sort, tick a row (or its *open* link) to open the head. {ref_text}")
+    event = _table_panel(table, frame.run, stat, k, matrix, step, since, layers, note)
 
     # --- a picked row opens the head ---
     rows = ((event or {}).get("selection") or {}).get("rows") or []
@@ -134,10 +81,11 @@ def main() -> None:
         picked = table.iloc[rows[0]]
         widgets.switch_page(HEAD_PAGE, layer=int(picked["layer"]), head=int(picked["head"]), stat=stat,
                             **({"k": k} if k is not None else {}), step=open_steps,
-                            **({"matrix": str(picked["matrix"])} if "matrix" in table.columns else {}))
+                            **({"matrix": matrix} if matrix is not None else {}))
 
     # --- panel: every close approach of the model ---
-    st.subheader("Close approaches of λ_0 … λ_3, model-wide")
+    st.subheader(f"Close approaches of λ_0 … λ_3 of {(matrix or 'qk').upper().replace('QK', 'W_QK').replace('OV', 'W_OV')}, "
+                 "model-wide")
     if gap_pct is None:
         st.info("This store has no singular-vector overlaps, so approaches cannot be told apart. Run "
                 "`python -m precompute` on it again to add them.", icon=":material/info:")
@@ -150,7 +98,8 @@ def main() -> None:
                 f"{gap_pct}%: {int(kinds.get('crossing', 0))} crossings, {int(kinds.get('repulsion', 0))} repulsions, "
                 f"{int(kinds.get('unresolved', 0))} unresolved.")
     shown = approaches.copy()
-    shown["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, sorted({steps[0], int(r.step), steps[-1]}))
+    shown["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, sorted({steps[0], int(r.step), steps[-1]}),
+                                matrix)
                      + f"&gap={gap_pct}" for r in shown[["layer", "head", "step"]].itertuples(index=False)]
     st.dataframe(shown, hide_index=True, key="model_approaches", height=min(38 + 35 * max(len(shown), 1), 420),
                  column_config={
@@ -166,6 +115,79 @@ def main() -> None:
     st.caption("Every close approach of two adjacent leading levels in every head: the checkpoint of the smallest gap, "
                "the two levels, that gap, and the verdict by the rule in README \"Crossing or repulsion?\". "
                f"**Swap score**: {SWAP_SCORE_HELP}")
+
+
+
+def _approaches(store, gap_pct: int | None, matrix: str):
+    """Every close approach of ``matrix`` at ``gap_pct`` (`dashboard.loader.model_approaches`), or None."""
+    if gap_pct is None:
+        return None
+    try:
+        return loader.model_approaches(store, gap_pct, matrix=matrix)
+    except StoreError as exc:
+        st.error(str(exc))
+        return None
+
+
+def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, since: int, counts):
+    """The table of one kind of row and the sentence saying what its "÷" column divides by.
+
+    A statistic of the weights is measured against random heads of ``matrix`` (its own init scale); a
+    forward statistic against uniform causal attention; the refined LLC against nothing.
+    """
+    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix or "qk")
+    reference = reference_of(loader.references(store, matrix=matrix), stat, k) if matrix is not None else None
+    info = store.meta.forward
+    uniform = (uniform_attention(info.seq_len, info.induction_repeat).get(stat)
+               if stat in PER_HEAD_STATS and info is not None else None)
+    table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
+    note = reference_note(stat, reference, matrix=matrix, d_model=int(store.d_model), d_head=int(store.d_head),
+                          has_step0=len(store.steps) > 0 and int(store.steps[0]) == 0, uniform=uniform)
+    return table, note
+
+
+def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step: int, since: int, layers, note: str):
+    """The table, its CSV button and its caption; returns the row selection."""
+    label = STATS[stat].short(k)
+    of = f" of {MATRIX_LABELS[matrix].split(' ')[0]}" if matrix is not None else ""
+    st.subheader(f"{label}{of} of every head at step {step:,}")
+    by_uniform = matrix is None and "over reference" in table.columns
+    config = {
+        "layer": st.column_config.NumberColumn("layer", width="small"),
+        "head": st.column_config.NumberColumn("head", width="small"),
+        "matrix": st.column_config.TextColumn("matrix", width="small"),
+        "value": st.column_config.NumberColumn(label, format="%.5g", help=STATS[stat].doc),
+        "change": st.column_config.NumberColumn(f"change since {since:,}", format="%+.4g"),
+        "rank": st.column_config.NumberColumn("rank", width="small", help="1 = the largest value at this step"),
+        "over reference": st.column_config.NumberColumn(
+            "÷ uniform" if by_uniform else "÷ random head", format="%.3g",
+            help="The value divided by what uniform causal attention scores on the same sequences" if by_uniform else
+                 "The value divided by its mean over random heads (Gaussian factors of this run's shape and init σ)"),
+        "in 5-95% band": st.column_config.CheckboxColumn(
+            "in random band", help="Within the 5-95% band of the same statistic over random heads"),
+        "approaches": st.column_config.NumberColumn("approaches", width="small"),
+        "crossings": st.column_config.NumberColumn("crossings", width="small"),
+        "repulsions": st.column_config.NumberColumn("repulsions", width="small"),
+        "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small",
+                                            help="Open the head in the head explorer"),
+    }
+    event = st.dataframe(table, hide_index=True, key="heads_table", on_select="rerun", selection_mode="single-row",
+                         column_config=config, height=min(40 + 35 * len(table), 640))
+    st.download_button("Table (CSV)", lambda: export.to_csv(table.drop(columns=["open"]).assign(
+                           run=run, statistic=stat, k=k, step=step, since=since)),
+                       file_name=f"{export.safe_name(run, 'heads', label, 'step', step)}.csv", mime="text/csv",
+                       key="heads_table_csv", on_click="ignore", icon=":material/download:", type="tertiary")
+    parts = [f"One row per head{' of the chosen layers' if layers else ''}: {label}{of} at step {step:,}, its change "
+             f"since step {since:,}, its rank among all heads (1 = largest)"]
+    if "in 5-95% band" in table.columns:
+        parts.append("the value divided by the random-head mean and whether it lies in the random heads' 5-95% band")
+    elif by_uniform:
+        parts.append("the value divided by uniform attention's")
+    if "approaches" in table.columns:
+        parts.append("and its close approaches of λ_0 … λ_3 at the chosen gap")
+    st.caption(", ".join(parts) + ". Click a column header to sort, tick a row (or its *open* link) to open the head. "
+               + note)
+    return event
 
 
 main()

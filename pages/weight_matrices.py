@@ -1,5 +1,9 @@
 """Weight matrices: every block weight's singular values against Marchenko-Pastur, over training and depth,
-and the Frobenius norm of every block over training."""
+and the Frobenius norm and tail exponent alpha of every block over training.
+
+One step control: the page's ``step`` sets the histogram's frame, its caption and the depth panel
+(and the link); Plotly's own slider is left out (`dashboard.figures.weights.sv_animation`).
+"""
 
 import numpy as np
 import pandas as pd
@@ -40,8 +44,8 @@ def main() -> None:
     role = widgets.select("role", "Weight", roles, roles[0], fmt=lambda r: f"{ROLE_TEXT.get(r, r)} ({r})", where=c_role)
     layer = widgets.select("layer", "Layer", layers, layers[0], where=c_layer)
     log_y = widgets.toggle("logy", "log y (norms)", where=c_log)
-    step = widgets.select("step", "Step (the histogram's opening frame; the depth panel's step)", steps, steps[-1],
-                          kind="select_slider", fmt=lambda s: f"{s:,}")
+    step = widgets.select("step", "Step (the histogram's frame and the depth panel's; Play runs on from it in the "
+                          "browser)", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}")
     rows_role = table[table["role"] == role]
     n_rows, n_cols = int(rows_role["rows"].iloc[0]), int(rows_role["cols"].iloc[0])
     shape = f"{n_rows:,} x {n_cols:,}"
@@ -54,12 +58,15 @@ def main() -> None:
                   "sv_animation", title=frame.run,  # the figure's own title names the weight, its shape and the step
                   filename=export.safe_name(frame.run, f"L{layer}", role, "sv"),
                   csv=lambda: _sv_csv(frame.run, role, one))
-    last = one.iloc[-1]
+    shown = one[one["step"] == step]
+    at_step = (f" At step {step:,}: {int(shown['mp_spikes'].iloc[0])} values above the law's upper edge, tail "
+               f"exponent alpha = {shown['alpha'].iloc[0]:.2f} (over training: the last panel)." if len(shown) else
+               f" This weight has no row at step {step:,}.")
     st.caption(f"Histogram of the {min(n_rows, n_cols):,} singular values of layer {layer}'s {ROLE_TEXT.get(role, role)} "
                f"weight ({shape}, as stored) at each checkpoint; red: the Marchenko-Pastur law of a random matrix of "
                "the same shape and entry variance (a Gaussian and a logistic give the same). Axes are fixed over the "
-               f"run; play and the slider run in the browser. At step {int(last['step']):,}: "
-               f"{int(last['mp_spikes'])} values above the law's upper edge, tail exponent alpha = {last['alpha']:.2f}.")
+               "run. The step control above is the frame shown (and the link); Play runs the following checkpoints "
+               f"in the browser and Pause stops there, without moving the step control.{at_step}")
 
     # --- panel: every layer at one step ---
     st.subheader(f"{role} across depth at step {step:,}")
@@ -80,23 +87,50 @@ def main() -> None:
     st.subheader(f"Frobenius norm of every layer's {role} over training")
     axis = frame.axis()
     known = [s for s in steps if s in set(int(x) for x in store.steps)]
-    frob = np.full((len(known), len(layers)), np.nan)
-    pos = {s: i for i, s in enumerate(known)}
-    for s, lay, value in zip(rows_role["step"], rows_role["layer"], rows_role["frob_norm"]):
-        if int(s) in pos:
-            frob[pos[int(s)], layers.index(int(lay))] = value
+    x_known = np.array([axis.at(s) for s in known])
+    frob = _per_layer(rows_role, known, layers, "frob_norm")
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    fig = figs.frob_lines(axis, np.array([axis.at(s) for s in known]), frob, layers=layers, role=role, log_y=log_y)
+    fig = figs.frob_lines(axis, x_known, frob, layers=layers, role=role, log_y=log_y)
     widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, "frob_lines",
                   title=f"{frame.run} · {role} · Frobenius norm of every layer",
                   filename=export.safe_name(frame.run, role, "frobenius"),
-                  csv=lambda: pd.DataFrame({"run": frame.run, "role": role, "statistic": "frob_norm",
-                                            "step": np.repeat(np.asarray(known, dtype=np.int64), len(layers)),
-                                            "layer": np.tile(np.asarray(layers, dtype=np.int64), len(known)),
-                                            "value": frob.ravel()}))
+                  csv=lambda: _per_layer_csv(frame.run, role, "frob_norm", known, layers, frob))
     st.caption(f"‖W‖_F = sqrt(sum of squared entries) of the {role} weight of each layer (one line per layer) at "
                "every checkpoint with layer matrices.")
+
+    # --- panel: the tail exponent alpha over training ---
+    st.subheader(f"Tail exponent α of every layer's {role} over training")
+    alpha = _per_layer(rows_role, known, layers, "alpha")
+    fig = figs.alpha_lines(axis, x_known, alpha, layers=layers, role=role)
+    widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, "alpha_lines",
+                  title=f"{frame.run} · {role} · tail exponent α of every layer",
+                  filename=export.safe_name(frame.run, role, "alpha"),
+                  csv=lambda: _per_layer_csv(frame.run, role, "alpha", known, layers, alpha))
+    st.caption(f"α of the {role} weight of each layer at every checkpoint with layer matrices: the exponent of a "
+               "power law p(λ) ∝ λ^(−α) fitted to the tail λ ≥ x_min of its eigenvalues λ = s² (weightwatcher's "
+               "alpha; analysis/rmt/marchenko_pastur.py `powerlaw_fit`, the method of the `powerlaw` package): for "
+               "each candidate x_min, the continuous maximum-likelihood exponent α = 1 + n_tail / Σ ln(λ / x_min) "
+               "over the tail, and the x_min whose fitted law is closest to the tail by the Kolmogorov-Smirnov "
+               "distance wins. The smaller α, the heavier the tail; a gap: fewer than 4 distinct values.")
+
+
+def _per_layer(rows: pd.DataFrame, steps: list[int], layers: list[int], column: str) -> np.ndarray:
+    """``(len(steps), len(layers))`` values of ``column`` of one role's rows; NaN where a (step, layer) has none."""
+    out = np.full((len(steps), len(layers)), np.nan)
+    pos = {s: i for i, s in enumerate(steps)}
+    for s, lay, value in zip(rows["step"], rows["layer"], rows[column]):
+        if int(s) in pos:
+            out[pos[int(s)], layers.index(int(lay))] = value
+    return out
+
+
+def _per_layer_csv(run: str, role: str, statistic: str, steps: list[int], layers: list[int],
+                   values: np.ndarray) -> pd.DataFrame:
+    """A (step, layer) table of one role's values as tidy rows."""
+    return pd.DataFrame({"run": run, "role": role, "statistic": statistic,
+                         "step": np.repeat(np.asarray(steps, dtype=np.int64), len(layers)),
+                         "layer": np.tile(np.asarray(layers, dtype=np.int64), len(steps)), "value": values.ravel()})
 
 
 def _sv_csv(run: str, role: str, rows: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,11 @@ the run's sigma0: entries (``mean``, ``std``, ``min``, ``max``), ``frob_norm`` a
 The run's sigma0 is taken from its step-0 heads (`init_sigma`): sigma_QK = sigma0^2
 sqrt(d_head), so sigma0 = (median over heads of sigma_QK(0) / sqrt(d_head))^(1/2).
 
+W_OV = W_O,h W_V,h has the same form (a d_model x d_head factor times a d_head x d_model one),
+so the same draws are its reference when W_O,h and W_V,h start i.i.d. Gaussian: with scales
+sigma_O and sigma_V the product is distributed as with sigma0 = sqrt(sigma_O sigma_V), which
+`init_sigma` reads from the OV heads' step-0 sigma_OV = sigma_O sigma_V sqrt(d_head).
+
 numpy and numba only (no torch): the dashboard uses it directly.
 """
 
@@ -35,6 +40,7 @@ REFERENCE_DRAWS = 32  # heads drawn per shape
 REFERENCE_SEED = 0
 BAND = (0.05, 0.95)  # the reference band's quantiles
 _SCALE_POWER = {"mean": 2, "std": 2, "min": 2, "max": 2, "frob_norm": 2, "spectral_norm": 2, "lambda": 4}
+SCALED = frozenset(_SCALE_POWER)  # the statistics with units: their reference needs the init scale sigma0
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,11 @@ from dashboard.figures.common import (
 from dashboard.stats import Stat
 
 K_TITLE = "singular-value index k (0 = largest)"
-W_TITLE = "w: entry of W_QK (raw units)"
+
+
+def w_title(matrix_name: str = "W_QK") -> str:
+    """The P(w) axes' title: ``w: entry of W_OV (raw units)`` for the matrix shown."""
+    return f"w: entry of {matrix_name} (raw units)"
 
 
 def _step_custom(axis: StepAxis, rows: int) -> np.ndarray:
@@ -32,7 +36,8 @@ def _step_custom(axis: StepAxis, rows: int) -> np.ndarray:
 
 
 def density_map(
-    axis: StepAxis, w: np.ndarray, density: np.ndarray, *, chosen_x: Sequence[float] = (), colours: Sequence[str] = ()
+    axis: StepAxis, w: np.ndarray, density: np.ndarray, *, chosen_x: Sequence[float] = (), colours: Sequence[str] = (),
+    matrix_name: str = "W_QK",
 ) -> go.Figure:
     """P(w) of one head as a map over (training time, w), log colour.
 
@@ -41,9 +46,10 @@ def density_map(
         w: ``(W,)`` grid of entry values in raw units.
         density: ``(S, W)`` p(w) in 1/raw unit; NaN where no entry falls.
         chosen_x, colours: chosen steps (axis coordinates), marked by ticks along the top.
+        matrix_name: the matrix whose entries ``w`` are (``W_QK``, ``W_OV``), named on the w axis.
     """
     return _step_map(axis, w, density, colour_title="p(w) (1 / raw unit)",
-                     y_axis=value_axis(W_TITLE, (float(w[0]), float(w[-1]))),
+                     y_axis=value_axis(w_title(matrix_name), (float(w[0]), float(w[-1]))),
                      hover="w = %{y:.3g}<br>log10 p(w) = %{z:.2f}", chosen_x=chosen_x, colours=colours)
 
 
@@ -144,7 +150,7 @@ def density_slices(
     chosen_idx: Sequence[int], sigma: np.ndarray, kl: np.ndarray, stats: tuple[Stat, Stat],
     w_range: tuple[float, float], p_range: tuple[float, float], log_p: bool = True,
     gauss: Sequence[tuple[float, float]] = (), bands: Sequence[Any] = (), standardized: bool = False,
-    compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (),
+    compare: Sequence[tuple[int, int, tuple[np.ndarray, np.ndarray]]] = (), matrix_name: str = "W_QK",
 ) -> go.Figure:
     """P(w) at the chosen steps overlaid (left); sigma(t) and D_KL(t) with those steps marked (right).
 
@@ -160,6 +166,7 @@ def density_slices(
         bands: the random-head references of sigma and D_KL (`analysis.rmt.references.Reference`), drawn as grey bands.
         standardized: ``w`` and ``p`` are z = (w - mu)/sigma and p_z (the x axis says so).
         compare: other heads' ``(layer, head, (sigma, kl))`` over training, dotted on the right panels.
+        matrix_name: the matrix whose entries ``w`` are (``W_QK``, ``W_OV``), named on the w axis.
     """
     var, dens = ("z", "p(z)") if standardized else ("w", "p(w)")
     traces = [
@@ -175,7 +182,7 @@ def density_slices(
                            hovertemplate=f"N(μ, σ) of {label}<br>{var} = %{{x:.3g}}<br>{dens} = %{{y:.3g}}<extra></extra>"))
     right = ((stats[0], sigma), (stats[1], kl))
     traces += _time_traces(axis, right, chosen_idx, colours, compare)
-    x_title = "z = (w − μ)/σ (standardized)" if standardized else W_TITLE
+    x_title = "z = (w − μ)/σ (standardized)" if standardized else w_title(matrix_name)
     y_title = "p(z)" if standardized else "p(w) (1 / raw unit)"
     return figure(traces, _slices_layout(
         axis, value_axis(x_title, w_range), value_axis(y_title, p_range, log=log_p),

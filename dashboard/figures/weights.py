@@ -1,5 +1,5 @@
 """Whole-layer weight matrices: singular-value histograms against Marchenko-Pastur, over training and depth,
-and the Frobenius norm of every block over training."""
+and one value per layer over training (the Frobenius norm, the tail exponent alpha)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ def sv_animation(
     """Histogram of one weight's singular values at each checkpoint against the Marchenko-Pastur law of a
     random matrix of its shape and entry variance, animated over training; both axes fixed over the run.
 
+    The frame shown is ``start``, which the page's one step control (in the URL) sets; Play runs the
+    following frames in the browser and Pause stops. Plotly's own slider is left out: a second step
+    control that the page (its link, caption and depth panel) could not follow.
+
     Args:
         sv: per checkpoint, the weight's singular values.
         std: per checkpoint, its entry standard deviation (sets the law's scale).
@@ -67,9 +71,8 @@ def sv_animation(
               for i, step in enumerate(steps)]
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
-    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
     lay = layout(
-        height=520, margin=dict(l=70, r=24, t=56, b=130), bargap=0,
+        height=480, margin=dict(l=70, r=24, t=56, b=96), bargap=0,
         title=dict(text=f"{title}, step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=value_axis("singular value s (weight units)", (0.0, hi)),
         yaxis=value_axis("density (per unit of s)", (0.0, y_hi)),
@@ -77,9 +80,6 @@ def sv_animation(
                           buttons=[dict(label="▶ Play", method="animate",
                                         args=[[str(x) for x in steps[start:]] if start else None, play]),
                                    dict(label="❚❚ Pause", method="animate", args=[[None], pause])])],
-        sliders=[dict(active=start, x=0.16, len=0.84, y=-0.14, yanchor="top", pad=dict(t=0, b=0),
-                      currentvalue=dict(prefix="step ", visible=True, xanchor="right"), transition=dict(duration=0),
-                      steps=[dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps])],
     )
     return figure(first, lay, frames)
 
@@ -120,24 +120,38 @@ def sv_depth(sv: Sequence[np.ndarray], std: Sequence[float], *, layers: Sequence
     return figure(data, lay)
 
 
-def frob_lines(axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str,
-               log_y: bool = False) -> go.Figure:
-    """The Frobenius norm of one role's weight in every layer over training (one line per layer).
+def layer_lines(axis: StepAxis, x: np.ndarray, values: np.ndarray, *, layers: Sequence[int], y_title: str,
+                symbol: str, log_y: bool = False) -> go.Figure:
+    """One value of one role's weight in every layer over training (one line per layer, gaps where NaN).
 
     Args:
         axis: the training-time axis.
         x: ``(S,)`` coordinates of the checkpoints with layer rows (on ``axis``).
-        frob: ``(S, n_layers)``.
+        values: ``(S, n_layers)``.
+        y_title: the y axis's title with its unit; symbol: the value's name in the hover text.
     """
     colours = style.scale_colours(style.LAYER_SCALE, len(layers))
-    data = [dict(type="scatter", x=x, y=frob[:, i], mode="lines+markers", marker=dict(size=4),
+    data = [dict(type="scatter", x=x, y=values[:, i], mode="lines+markers", marker=dict(size=4),
                  line=dict(color=colours[i], width=1.6), name=f"layer {layer}",
-                 hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: ‖W‖_F = %{{y:.4g}}<extra></extra>")
+                 hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: {symbol} = %{{y:.4g}}<extra></extra>")
             for i, layer in enumerate(layers)]
-    finite = frob[np.isfinite(frob) & ((frob > 0) if log_y else True)]
+    finite = values[np.isfinite(values) & ((values > 0) if log_y else True)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    rng = (np.log10(lo) - 0.05, np.log10(hi) + 0.05) if log_y else (0.0, hi * 1.05)
-    lay = layout(height=440, xaxis=step_xaxis(axis), yaxis=value_axis(f"‖W‖_F of {role} (weight units)", rng, log=log_y),
+    rng = (np.log10(lo) - 0.05, np.log10(hi) + 0.05) if log_y else (min(0.0, lo), hi * 1.05 if hi > 0 else 1.0)
+    lay = layout(height=440, xaxis=step_xaxis(axis), yaxis=value_axis(y_title, rng, log=log_y),
                  legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
                  margin=dict(l=70, r=150, t=36, b=52), shapes=duplicate_shapes(axis))
     return figure(data, lay)
+
+
+def frob_lines(axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str,
+               log_y: bool = False) -> go.Figure:
+    """The Frobenius norm of one role's weight in every layer over training (`layer_lines`)."""
+    return layer_lines(axis, x, frob, layers=layers, y_title=f"‖W‖_F of {role} (weight units)", symbol="‖W‖_F",
+                       log_y=log_y)
+
+
+def alpha_lines(axis: StepAxis, x: np.ndarray, alpha: np.ndarray, *, layers: Sequence[int], role: str) -> go.Figure:
+    """The power-law tail exponent alpha of one role's weight in every layer over training (`layer_lines`)."""
+    return layer_lines(axis, x, alpha, layers=layers, y_title=f"α of {role} (tail exponent of s², dimensionless)",
+                       symbol="α")

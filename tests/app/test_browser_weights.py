@@ -1,5 +1,5 @@
 """The Weight matrices page in a real browser (Chromium via Playwright, the server as the Dockerfile starts it):
-opened by a link with its parameters, it shows its three plots, keeps the view in the address bar and plays the
+opened by a link with its parameters, it shows its four plots (no second step slider), keeps the view in the address bar and plays the
 singular-value histogram on from the linked step. Skipped only where /usr/bin/chromium is missing outside CI."""
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
             assert param in page.url
         link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
         assert link.strip().split("?")[1] == page.url.split("?")[1]
-        for key in ("sv_animation", "sv_depth", "frob_lines"):
+        for key in ("sv_animation", "sv_depth", "frob_lines", "alpha_lines"):
             assert page.locator(f".st-key-{key} .main-svg").count() >= 1, key
+        # one step control, the page's: Plotly's own slider (which the link, caption and depth panel could not
+        # follow) is gone; Play and Pause stay
+        assert page.locator(".st-key-sv_animation .slider-container").count() == 0
+        assert page.locator(".st-key-sv_animation .updatemenu-container").count() == 1
         title = page.locator(".st-key-sv_animation .gtitle")
         opening = f"layer 1 mlp_in (256 x 64), step {start:,}"
         assert title.text_content().endswith(opening)  # after the export title (run, weight)

@@ -69,7 +69,7 @@ def test_url_parameters_choose_role_layer_and_opening_step(layered_env):
     assert not notices(at)
     assert (at.session_state["role"], at.session_state["layer"], at.session_state["step"]) == ("mlp_out", 2, steps[3])
     anim = chart(at, "sv_animation")
-    assert anim["layout"]["sliders"][0]["active"] == 3
+    assert anim["layout"]["title"]["text"].endswith(f"step {steps[3]:,}")  # the frame shown (no Plotly slider)
     assert "layer 2 mlp_out" in anim["layout"]["title"]["text"]
     assert "mlp_out" in chart(at, "frob_lines")["layout"]["yaxis"]["title"]["text"]
     link = at.code[0].value
@@ -131,7 +131,7 @@ def test_every_chart_has_its_data_as_csv_and_the_norms_take_the_loss(layered_env
     at = open_page("pages/weight_matrices.py", {"loss": "1"})
     charts = at.get("plotly_chart")
     buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
-    assert len(charts) == 4 and len(buttons) == len(charts)  # three panels and the sidebar loss curve
+    assert len(charts) == 5 and len(buttons) == len(charts)  # four panels and the sidebar loss curve
     frob = chart(at, "frob_lines")
     assert frob["layout"]["title"]["text"]  # titled for export: run, role
     store = open_store(layered_env)

@@ -1,0 +1,59 @@
+"""The head explorer with W_OV chosen says so everywhere and draws W_OV's own random-head reference (issue 25).
+
+Through AppTest on the test store (which has W_QK and W_OV rows with their own dynamics) and, for the bands,
+on the shipped run (whose W_O, W_V start at another scale than W_Q, W_K: sigma0 0.0287 against 0.0396). Before: the P(w)
+axes read "w: entry of W_QK (raw units)", the grey bands of sigma and D_KL (and of the head-against-layer
+panel) were W_QK's reference, and no chart title named the matrix, so an exported OV figure could not be
+told from a QK one. The expected bands are computed here from `analysis.rmt.references` with the init
+scale of the OV heads at step 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.store import open_store
+from tests.app.conftest import SHIPPED, chart, open_page, serve_only
+
+HEAD = "pages/head_explorer.py"
+CHARTS = ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading", "head_in_layer")
+
+
+def _bands(fig: dict, yref: str) -> list[tuple[float, float]]:
+    return [(s["y0"], s["y1"]) for s in fig["layout"].get("shapes", [])
+            if s.get("type") == "rect" and s.get("yref") == yref and s.get("xref", "").endswith("domain")]
+
+
+def _reference(store, matrix: str):
+    from analysis.rmt.references import gaussian_references, init_sigma
+
+    return gaussian_references(store.d_model, store.d_head,
+                               init_sigma(store.array("std", matrix=matrix)[0].ravel(), store.d_head))[0]
+
+
+@pytest.mark.parametrize("matrix, name, other", [("ov", "W_OV", "W_QK"), ("qk", "W_QK", "W_OV")])
+def test_every_chart_names_the_matrix_and_the_axes_follow_it(app_env, matrix, name, other):
+    at = open_page(HEAD, {"matrix": matrix, "layer": "1", "head": "2", "stat": "std"})
+    for key in CHARTS:
+        title = chart(at, key)["layout"]["title"]["text"]
+        assert name in title and other not in title, (key, title)
+    assert name in chart(at, "density_map")["layout"]["yaxis"]["title"]["text"]
+    assert chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"] == f"w: entry of {name} (raw units)"
+    caption = " ".join(c.value for c in at.caption)
+    assert other not in caption.replace(f"{other} = ", ""), caption  # no caption speaks of the other matrix
+
+
+def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
+    store = open_store(serve_only(SHIPPED, tmp_path, monkeypatch))
+    ref_ov, ref_qk = _reference(store, "ov"), _reference(store, "qk")
+    assert abs(ref_ov["std"].mean / ref_qk["std"].mean - 1) > 0.05  # the two references differ in this store
+    at = open_page(HEAD, {"matrix": "ov", "layer": "1", "head": "2", "stat": "std"})
+    fig = chart(at, "density_slices")
+    (lo, hi), = _bands(fig, "y2")  # sigma(t)
+    assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
+    (lo, hi), = _bands(fig, "y3")  # D_KL(t): scale-free, the same draws
+    assert (lo, hi) == pytest.approx((ref_ov["kl_gauss"].lo, ref_ov["kl_gauss"].hi))
+    (lo, hi), = _bands(chart(at, "head_in_layer"), "y")
+    assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
+    caption = " ".join(c.value for c in at.caption)
+    assert "W_O,h, W_V,h" in caption, caption  # says what the reference is
