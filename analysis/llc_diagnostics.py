@@ -20,10 +20,11 @@ that grows with the number of draws, and one that runs away has left the neighbo
    coefficient of a model with d parameters is at most d/2 (the regular case), and the refined
    LLC of a head at most half the parameters it moves; an estimate above that bound measures a
    sampler that left w*, not the geometry.
-2. ``still rising``: the loss rose from the first half to the second by more than `RISING_Z`
-   standard errors, pooled over chains: ``z = mean_c(d_c) / (sqrt(sum_c se_c^2) / C)`` with
-   ``d_c = second_half_c - first_half_c``. The estimate would grow with more draws.
-3. ``too few draws``: fewer than 2 draws per half after the burn-in, so a rise cannot be judged.
+2. ``too few draws``: fewer than 2 draws per half after the burn-in, so a trend cannot be judged.
+3. ``still rising`` (``still falling``): the loss rose (fell) from the first half to the second by
+   more than `RISING_Z` standard errors, pooled over chains: ``z = mean_c(d_c) / (sqrt(sum_c
+   se_c^2) / C)`` with ``d_c = second_half_c - first_half_c``. The estimate would grow (shrink)
+   with more draws: the chains have not reached their stationary level.
 4. ``converged`` otherwise.
 
 A negative estimate is a separate fact, not a flag (`below_minimum`): the sampled loss fell below
@@ -41,14 +42,16 @@ import numpy as np
 from analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from analysis.store.reader import Store
 
-FLAGS = ("converged", "still rising", "diverged", "too few draws")
+FLAGS = ("converged", "still rising", "still falling", "diverged", "too few draws")
 RISING_Z = 2.0  # standard errors of the rise between the halves that flag a trace as still rising
 NEGATIVE_NOTE = ("negative: the sampled loss fell below the loss at the checkpoint, so the checkpoint is not a local "
                  "minimum of the loss on the sampler's sequences and SGLD descends from it; the number measures that "
                  "descent, not a learning coefficient")
 FLAG_NOTES = {
-    "converged": "every chain's loss trace flattened: its second half is within "
+    "converged": "the chains' loss traces flattened: their second half is within "
                  f"{RISING_Z:g} standard errors of its first",
+    "still falling": f"the chains' loss fell from the first half of the draws to the second by more than {RISING_Z:g} "
+                     "standard errors: more draws would give a smaller estimate",
     "still rising": f"the chains' loss rose from the first half of the draws to the second by more than {RISING_Z:g} "
                     "standard errors: more draws would give a larger estimate",
     "too few draws": "fewer than 4 draws after the burn-in: whether the loss still rises cannot be judged",
@@ -124,7 +127,9 @@ def flag(per_chain: np.ndarray, first_half: np.ndarray, second_half: np.ndarray,
     z = rise_z(first_half, second_half, half_se)
     if np.isnan(z):
         return "too few draws"
-    return "still rising" if z > RISING_Z else "converged"
+    if z > RISING_Z:
+        return "still rising"
+    return "still falling" if z < -RISING_Z else "converged"
 
 
 def below_minimum(llc: float | np.ndarray) -> bool | np.ndarray:

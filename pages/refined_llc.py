@@ -78,8 +78,8 @@ def main() -> None:
                "estimates; nothing is drawn at the checkpoints in between), coloured by "
                f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
                "rows and output columns; it measures how much the loss rises when those weights wander near the "
-               "checkpoint's. A flagged estimate has a larger marker: triangle still rising, cross diverged, open "
-               "circle too few draws to judge (the diagnostics below). Click a head to open it in the head explorer.")
+               "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
+               "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Click a head to open it in the head explorer.")
     widgets.open_head_on_click(event, store, stat=LLC_STAT)
     _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
 

@@ -21,6 +21,7 @@ CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c56
 
 # Marker of an estimate by its flag (analysis/llc_diagnostics.py); "" is an estimate without diagnostics.
 FLAG_SYMBOLS = {"converged": "circle", "": "circle", "too few draws": "circle-open", "still rising": "triangle-up",
+                "still falling": "triangle-down",
                 "diverged": "x"}
 
 

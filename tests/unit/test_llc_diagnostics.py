@@ -95,8 +95,11 @@ def test_too_few_draws_cannot_be_judged_as_rising() -> None:
     assert judged(flat(draws=3)) == "too few draws" and judged(flat(draws=4), burnin=0) in ("converged", "still rising")
 
 
-def test_a_negative_estimate_is_below_the_minimum() -> None:
+def test_a_negative_estimate_is_below_the_minimum_and_a_falling_trace_is_still_falling() -> None:
     assert below_minimum(-0.5) and not below_minimum(0.5)
-    falling = INIT - 0.05 * (1 - np.exp(-np.arange(50) / 3.0))[None, :].repeat(2, axis=0)
-    assert (estimates(falling) < 0).all()
-    assert judged(falling + 0.001 * np.random.default_rng(0).standard_normal((2, 50))) in ("converged", "still rising")
+    rng = np.random.default_rng(0)
+    settled = INIT - 0.05 * (1 - np.exp(-np.arange(200) / 3.0))[None, :].repeat(2, axis=0)
+    settled = settled + 0.01 * rng.standard_normal((2, 200))
+    assert (estimates(settled) < 0).all() and judged(settled, burnin=20) == "converged"  # below w*, but flat
+    falling = INIT - 0.002 * np.arange(200)[None, :].repeat(2, axis=0) + 0.01 * rng.standard_normal((2, 200))
+    assert judged(falling) == "still falling"
