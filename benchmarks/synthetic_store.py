@@ -388,13 +388,21 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
+# The stand-in estimates `add_synthetic_llc` makes unusual, as (layer, head, position among the chosen steps).
+SYNTHETIC_NEGATIVE = (0, 0, 0)  # estimate -0.1: below the loss at w*
+SYNTHETIC_RISING = (0, 1, -1)  # its chains' traces climb linearly: "still rising"
+
+
 def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Path:
-    """Give a store a stand-in ``llc.parquet`` (and meta.json ``llc``) at ``steps`` (default: its first, middle and
-    last checkpoint with statistics): the heads of even layers rise over those steps, those of odd layers fall
-    (two curve shapes a clustering must separate), 0.01 x head apart; the whole-model row 40, 45, 50, ...
-    For dashboard tests and benchmarks; no sampler is run."""
+    """Give a store a stand-in ``llc.parquet`` and ``llc_chains.parquet`` (and meta.json ``llc``) at ``steps``
+    (default: its first, middle and last checkpoint with statistics): the heads of even layers rise over those
+    steps, those of odd layers fall (two curve shapes a clustering must separate), 0.01 x head apart; the
+    whole-model row 40, 45, 50, ... Two chains per estimate at llc -/+ llc_std, 8 draws each: flat traces
+    (alternating +-0.002 nats around the plateau) except `SYNTHETIC_RISING`'s, which climb 0.1 nats;
+    `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
+    from analysis.llc_diagnostics import chain_diagnostics
     from analysis.store import open_store
-    from analysis.store.format import LLC, LLC_MODEL
+    from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 
     path = Path(path)
     store = open_store(path)
@@ -407,13 +415,32 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
         for layer in range(n_layers):
             for head in range(n_heads):
                 trend = i if layer % 2 == 0 else len(chosen) - 1 - i
-                rows.append((step, layer, head, 0.2 + 0.3 * trend + 0.01 * head, 0.05, 2.0 - 0.3 * i, 100))
+                value = 0.2 + 0.3 * trend + 0.01 * head
+                if (layer, head) == SYNTHETIC_NEGATIVE[:2] and i == range(len(chosen))[SYNTHETIC_NEGATIVE[2]]:
+                    value = -0.1
+                rows.append((step, layer, head, value, 0.05, 2.0 - 0.3 * i, 100))
     cols = list(zip(*rows))
     table = pa.table({name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)},
                      schema=LLC.schema)
+    n_beta, draws = 30.0, 8
+    wiggle = 0.002 * np.array([1, -1, 1, -1, -1, 1, -1, 1])  # zero mean in each half
+    climb = np.linspace(-0.05, 0.05, draws)
+    chain_rows = []
+    for step, layer, head, value, std, init, _ in rows:
+        i = chosen.index(step)
+        rising = (layer, head) == SYNTHETIC_RISING[:2] and i == range(len(chosen))[SYNTHETIC_RISING[2]]
+        for c, estimate in enumerate((value - std, value + std)):
+            trace = init + estimate / n_beta + wiggle + (climb if rising else 0.0)
+            d = chain_diagnostics(trace[None, :])
+            chain_rows.append((step, layer, head, c, float(n_beta * (trace.mean() - init)), float(d.first_half[0]),
+                               float(d.second_half[0]), float(d.slope[0]), float(d.half_se[0]), trace.astype(np.float32)))
+    chain_cols = list(zip(*chain_rows))
+    chains = pa.table({name: pa.array(col, LLC_CHAINS.schema.field(name).type)
+                       for name, col in zip(LLC_CHAINS.schema.names, chain_cols)}, schema=LLC_CHAINS.schema)
     record = {"sampler": {"lr": 0.001, "n_beta": 30.0, "localization": 300.0, "chains": 2, "draws": 8, "batch_size": 1,
                           "burnin": 0, "seed": 0, "sequences": 8},
               "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
               "devinterp": "2.0.1", "steps": list(chosen), "seconds": {}}
-    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table)})
+    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table),
+                                                          LLC_CHAINS.name: LLC_CHAINS.sorted(chains)})
     return path

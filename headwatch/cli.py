@@ -27,6 +27,8 @@ DELEGATED = {  # subcommand -> (module whose main() takes the remaining argument
     "precompute": ("precompute.__main__", "compute the statistics of a suite of checkpoints into a store "
                    "(python -m precompute; needs the precompute extra)"),
     "train": ("training.__main__", "train a small reference run (python -m training; needs the train extra)"),
+    "llc-calibrate": ("precompute.lenses.llc_calibrate", "sweep the refined LLC's sampler settings on one checkpoint, "
+                      "draw the chains' loss traces and recommend settings (needs the precompute extra)"),
     "publish": ("precompute.publish", "upload a store as a Hub dataset repo with a dataset card "
                 "(python -m precompute.publish)"),
 }

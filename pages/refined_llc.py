@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
+from analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
-from analysis.store.format import LLC, LLC_WHOLE_MODEL
 from dashboard import export, style, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
@@ -37,6 +38,8 @@ def main() -> None:
     values = store.dense(LLC, "llc")[idx]  # (E, n_layers, n_heads)
     stds = store.dense(LLC, "llc_std")[idx]
     n_layers, n_heads = store.n_layers, store.n_heads
+    flagged = store_flags(store)
+    flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
 
     # --- widgets ---
     c_colour, c_k, c_norm = st.columns([2, 1, 3])
@@ -66,7 +69,8 @@ def main() -> None:
             style.layer_colours(n_layers)
     else:
         groups, names, colours = labels, cluster_names, cluster_colours
-    fig = figs.head_curves(axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours)
+    fig = figs.head_curves(axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours,
+                           stds=stds, flags=flags)
     event = widgets.chart(fig, "llc_heads", title=f"{frame.run} · every head · refined LLC",
                           filename=export.safe_name(frame.run, "all-heads", "llc"), select=True,
                           csv=lambda: _heads_csv(frame.run, store.steps_with(LLC), values, stds, labels))
@@ -74,15 +78,17 @@ def main() -> None:
                "estimates; nothing is drawn at the checkpoints in between), coloured by "
                f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
                "rows and output columns; it measures how much the loss rises when those weights wander near the "
-               "checkpoint's. Click a head to open it in the head explorer.")
+               "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
+               "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Click a head to open it in the head explorer.")
     widgets.open_head_on_click(event, store, stat=LLC_STAT)
+    _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
 
     # --- panel: the whole model, with the loss ---
     st.subheader("The whole model's LLC and the loss")
     curve = loss_curve(store)
     model, model_std = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.dense(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
     widgets.chart(figs.model_llc(axis, idx, model, model_std, loss=curve[0] if curve else None,
-                                 loss_label=curve[1] if curve else ""),
+                                 loss_label=curve[1] if curve else "", flags=model_flags),
                   "llc_model", title=f"{frame.run} · whole-model LLC and loss",
                   filename=export.safe_name(frame.run, "model", "llc"),
                   csv=lambda: pd.DataFrame({"run": frame.run, "step": store.steps_with(LLC), "llc": model, "llc_std": model_std,
@@ -101,6 +107,61 @@ def main() -> None:
     st.caption(f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(idx)} estimated "
                f"checkpoints, normalised {NORMALISATIONS[norm]}, as the refined-LLC paper clusters heads; {sizes}. "
                "Colour the curves above by cluster to compare their shapes.")
+
+
+def _diagnostics(run: str, store, idx: np.ndarray, values: np.ndarray, flags: np.ndarray | None,
+                 model_flags: np.ndarray | None, sampler: dict) -> None:
+    """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and
+    the chains' loss traces of one estimate."""
+    st.subheader("Can these estimates be trusted? The chains' diagnostics")
+    steps = store.steps[idx]
+    negative = np.argwhere(values < 0)
+    if len(negative):
+        where = ", ".join(f"L{l} H{h} at step {int(steps[t]):,}" for t, l, h in negative[:6])
+        more = f" and {len(negative) - 6} more" if len(negative) > 6 else ""
+        st.warning(f"{len(negative)} head estimates are negative ({where}{more}): {NEGATIVE_NOTE}.")
+    model = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx]
+    if np.any(model < 0):
+        st.warning(f"The whole-model estimate is negative at step(s) "
+                   f"{', '.join(f'{int(s):,}' for s in steps[model < 0])}: {NEGATIVE_NOTE}.")
+    if flags is None:
+        st.info("This store has no chain diagnostics (llc_chains.parquet): its estimates were made before they were "
+                "stored. Rerun the precompute job with the same `--lenses llc` options to add them (the estimates "
+                "are made again, the same under the same settings and seed).")
+        return
+    counts = pd.DataFrame({"step": steps} | {f: [(flags[t] == f).sum() + (model_flags[t] == f) for t in range(len(idx))]
+                                             for f in FLAGS} | {"negative": (values < 0).reshape(len(idx), -1).sum(axis=1)
+                                                                + (model < 0)})
+    st.dataframe(counts, hide_index=True, column_config={"step": st.column_config.NumberColumn(format="%d")})
+    st.caption(f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "
+               + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
+               + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover.")
+    targets = ["whole model"] + [f"L{l}H{h}" for l in range(store.n_layers) for h in range(store.n_heads)]
+    c_target, c_step = st.columns([1, 1])
+    target = widgets.select("trace", "Loss traces of", targets, "whole model", where=c_target)
+    at_step = widgets.select("trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step,
+                             fmt=lambda s: f"{s:,}")
+    layer, head = (-1, -1) if target == "whole model" else (int(target[1:].split("H")[0]), int(target.split("H")[1]))
+    chains = store.frame(LLC_CHAINS)
+    rows = chains[(chains["step"] == at_step) & (chains["layer"] == layer) & (chains["head"] == head)].sort_values("chain")
+    trace = np.array([np.asarray(t, dtype=np.float64) for t in rows["trace"]])
+    estimates = store.frame(LLC)
+    init = estimates[(estimates["step"] == at_step) & (estimates["layer"] == layer) & (estimates["head"] == head)]["init_loss"]
+    if not len(trace) or not len(init):
+        st.info(f"No chains stored for {target} at step {at_step:,}.")
+        return
+    label = f"{'whole model' if layer < 0 else f'L{layer} H{head}'}, step {at_step:,}"
+    widgets.chart(figs.chain_traces(trace, float(init.iloc[0]), burnin=int(sampler.get("burnin") or 0),
+                                    n_beta=float(sampler.get("n_beta") or 0), label=label),
+                  "llc_traces", title=f"{run} · {label} · SGLD loss traces",
+                  filename=export.safe_name(run, "llc-traces", target, at_step),
+                  csv=lambda: pd.DataFrame([{"run": run, "step": at_step, "layer": layer, "head": head, "chain": c,
+                                             "sgld_step": k, "loss": v} for c, tr in enumerate(trace)
+                                            for k, v in enumerate(tr)]))
+    st.caption("Each chain's sampled loss at every SGLD step; dashed, the loss at the checkpoint's weights w*. An "
+               "estimate is n β times the mean rise of the loss after the burn-in: it means something when the "
+               "traces rose and flattened, not when they keep climbing or run away, and a trace below the dashed "
+               "line is a checkpoint that is not a local minimum of this loss.")
 
 
 def _heads_csv(run: str, steps: np.ndarray, values: np.ndarray, stds: np.ndarray, labels: np.ndarray) -> pd.DataFrame:

@@ -68,7 +68,7 @@ from precompute.state import RunState, open_state, stored_meta
 from precompute.store.lock import store_lock
 from precompute.work import Executor, checkpoint_work
 
-__all__ = ["Plan", "RunReport", "run_precompute"]
+__all__ = ["Plan", "RunReport", "evaluation_set", "make_plan", "run_precompute"]
 
 log = logging.getLogger("precompute")
 
@@ -104,7 +104,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     out = Path(out)
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
-    plan = _plan(source, options, scratch=scratch, meter=meter)
+    plan = make_plan(source, options, scratch=scratch, meter=meter)
     stages = _stages(plan, options, source, scratch)  # refusals: before anything is written
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
@@ -149,7 +149,7 @@ def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) 
     """
     asked = [lens for lens in registry.LENSES if lens.asked(options)]
     needs_eval = any("evaluation" in lens.needs for lens in asked)
-    eval_set = _eval_set(plan, options, source) if needs_eval else None
+    eval_set = evaluation_set(plan, options, source) if needs_eval else None
     setup = StageSetup(plan, options, source, scratch, eval_set)
     return [lens.load_stage()(setup) for lens in asked]
 
@@ -167,7 +167,7 @@ def _warn_unasked(state: RunState, stages: list[Stage]) -> None:
                         "options) to add them", lens.title, len(lacking), lens.asked_by, lens.name)
 
 
-def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
+def make_plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
     """Open the source, select the checkpoints and read the model's geometry (nothing is written)."""
     requested = parse_revisions(options.revisions) if options.revisions else None
     src = open_source(source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token)
@@ -177,7 +177,7 @@ def _plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Mete
     return Plan(src, todo, missing, shape, model, tuple(r.revision for r in requested) if requested else None)
 
 
-def _eval_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
+def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalSet:
     """The lenses' evaluation sequences, checked against the model.
 
     Raises:

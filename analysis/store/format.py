@@ -407,8 +407,38 @@ LLC = TableSpec(
     sort=("step", "layer", "head"),
 )
 
+# Convergence diagnostics of every refined-LLC estimate (analysis/llc_diagnostics.py states the rule that
+# flags an estimate from them), one row per chain, written with llc.parquet.
+LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32); -1 on the whole-model rows",
+    "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model rows",
+    "chain": "chain index, 0-based (int32)",
+    "llc": "this chain's estimate n beta (mean sampled loss after the burn-in - initial loss)",
+    "first_half": "mean sampled loss over the first half of the draws after the burn-in, nats per token",
+    "second_half": "mean sampled loss over the second half of the draws, nats per token",
+    "slope": "least-squares slope of the sampled loss over the second half of the draws, nats per token per draw",
+    "half_se": "standard error of second_half - first_half from the spread of the draws within each half, nats per token",
+    "trace": "the sampled loss of every SGLD step, burn-in included, nats per token (float32)",
+}
+LLC_CHAINS_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "chain": pa.int32(),
+                             "llc": pa.float64(), "first_half": pa.float64(), "second_half": pa.float64(),
+                             "slope": pa.float64(), "half_se": pa.float64(), "trace": pa.list_(pa.float32())})
+LLC_CHAINS = TableSpec(
+    name="llc_chains",
+    file="llc_chains.parquet",
+    row="one row per (step, layer, head, chain), the whole-model rows (layer = head = -1) included",
+    about="The chains behind every estimate of llc.parquet: each chain's estimate, the mean sampled loss over the "
+          "first and second half of its draws, the slope over the second half and the whole loss trace. The flag "
+          "of an estimate (converged, still rising, diverged) follows from them by the rule in "
+          "analysis/llc_diagnostics.py. Written with llc.parquet.",
+    schema=LLC_CHAINS_SCHEMA,
+    docs=LLC_CHAINS_COLUMN_DOCS,
+    sort=("step", "layer", "head", "chain"),
+)
+
 # Every table a store may hold, by name. A new table is one more entry.
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC)}
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS)}
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 
 

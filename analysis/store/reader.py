@@ -359,7 +359,8 @@ class Store:
         """One column of a table keyed by step and layer/head indices, as a dense array over its keys.
 
         Axis 0 follows `steps`; the other axes are the table's other key columns in order
-        (``layer`` and ``layer_a``/``layer_b`` over the model's layers, ``head`` over its heads).
+        (``layer`` and ``layer_a``/``layer_b`` over the model's layers, ``head`` over its heads,
+        ``chain`` over the refined LLC's chains).
         ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
         whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`).
         Rows outside the axes (such a whole-model row, without ``at``) are left out.
@@ -373,7 +374,9 @@ class Store:
             StoreError: the file is unreadable.
         """
         at = dict(at or {})
-        sizes = {"layer": self.n_layers, "layer_a": self.n_layers, "layer_b": self.n_layers, "head": self.n_heads}
+        chains = int(((self.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
+        sizes = {"layer": self.n_layers, "layer_a": self.n_layers, "layer_b": self.n_layers, "head": self.n_heads,
+                 "chain": chains}
         axes = [c for c in spec.sort if c != "step" and c not in at]
         if spec.sort[:1] != ("step",) or any(c not in sizes for c in axes) or any(c not in spec.sort for c in at):
             raise KeyError(f"{spec.file} is keyed by {spec.sort}: not a dense (step, layer/head) table")

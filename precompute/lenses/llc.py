@@ -45,7 +45,8 @@ from tqdm.auto import tqdm
 
 from analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from analysis.store import Meta
-from analysis.store.format import LLC, LLC_MODEL
+from analysis.llc_diagnostics import chain_diagnostics
+from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device
 from precompute.lenses.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
@@ -215,7 +216,7 @@ def estimate_llc(
 def checkpoint_llc(
     folder: Path, step: int, job: LlcJob, *, n_layers: int, n_heads: int,
     on_estimate: Callable[[], None] | None = None,
-) -> tuple[pa.Table, float]:
+) -> tuple[dict[str, pa.Table], float]:
     """Every head's refined LLC and the whole model's at the checkpoint in ``folder``.
 
     Args:
@@ -246,11 +247,12 @@ def checkpoint_llc(
                 on_estimate()
     finally:
         del model
-    return llc_rows(step, rows), time.monotonic() - started
+    return llc_rows(step, rows, burnin=job.sampler.burnin), time.monotonic() - started
 
 
-def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]]) -> pa.Table:
-    """``llc.parquet`` rows of one checkpoint from its (layer, head, estimate, parameters) tuples."""
+def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0) -> dict[str, pa.Table]:
+    """One checkpoint's ``llc.parquet`` and ``llc_chains.parquet`` rows, by table name, from its
+    (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the diagnostics."""
     table = pa.table({
         "step": pa.array([step] * len(rows), pa.int64()),
         "layer": pa.array([r[0] for r in rows], pa.int32()),
@@ -260,7 +262,18 @@ def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]]) -> pa.Table:
         "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
         "params": pa.array([r[3] for r in rows], pa.int64()),
     }, schema=LLC.schema)
-    return LLC.sorted(table)
+    chains: dict[str, list] = {name: [] for name in LLC_CHAINS.schema.names}
+    for layer, head, est, _ in rows:
+        diag = chain_diagnostics(est.trace, burnin)
+        for c in range(len(est.per_chain)):
+            for name, value in (("step", step), ("layer", layer), ("head", head), ("chain", c),
+                                ("llc", float(est.per_chain[c])), ("first_half", float(diag.first_half[c])),
+                                ("second_half", float(diag.second_half[c])), ("slope", float(diag.slope[c])),
+                                ("half_se", float(diag.half_se[c])), ("trace", est.trace[c].astype(np.float32))):
+                chains[name].append(value)
+    chain_table = pa.table({name: pa.array(values, LLC_CHAINS.schema.field(name).type)
+                            for name, values in chains.items()}, schema=LLC_CHAINS.schema)
+    return {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chain_table)}
 
 
 def default_llc_steps(steps: list[int], count: int = DEFAULT_LLC_CHECKPOINTS) -> list[int]:
@@ -397,7 +410,7 @@ class LlcStage(BaseStage):
                 left_out.append(step)
                 bar.update(done + per_step - bar.n)
                 continue
-            state.put({LLC.name: rows})
+            state.put(rows)
             state.meta.llc.setdefault("seconds", {})[str(step)] = round(seconds, 1)
             state.commit(heads=False)
             run.report.lenses.setdefault(self.lens.name, []).append(step)

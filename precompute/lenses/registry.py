@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from analysis.store.format import EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, OVERLAPS, TableSpec
+from analysis.store.format import EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
@@ -255,7 +255,7 @@ LLC_LENS = Lens(
     title="refined LLC",
     summary="the refined local learning coefficient of every head and the whole model, with devinterp, "
             "at --llc-steps",
-    tables=(LLC,),
+    tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
     stage="precompute.lenses.llc:LlcStage",
     needs=("checkpoint", "evaluation"),

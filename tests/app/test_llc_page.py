@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic_store import add_synthetic_llc
+from benchmarks.synthetic_store import SYNTHETIC_NEGATIVE, SYNTHETIC_RISING, add_synthetic_llc
 from tests.app.conftest import arr, chart, open_page, serve_only
 
 PAGE = "pages/refined_llc.py"
@@ -75,11 +75,50 @@ def test_two_clusters_are_the_two_shapes_and_the_view_is_in_the_url(llc_env: Pat
     assert not bad.exception and bad.session_state["k"] == 4 and bad.session_state["colour"] == "layer"
 
 
+def test_flagged_and_negative_estimates_are_marked_explained_and_counted(llc_env: Path) -> None:
+    """The synthetic store's rising chains (`SYNTHETIC_RISING`) and negative estimate (`SYNTHETIC_NEGATIVE`),
+    known by construction, against what the page draws and counts."""
+    at = open_page(PAGE)
+    assert not at.exception
+    df = llc_table(llc_env)
+    steps = sorted(df["step"].unique().tolist())
+    curves = {(int(arr(t["customdata"])[0][0]), int(arr(t["customdata"])[0][1])): t for t in chart(at, "llc_heads")["data"]}
+    layer, head, pos = SYNTHETIC_RISING
+    rising = curves[(layer, head)]
+    assert list(rising["marker"]["symbol"]) == ["circle"] * (len(steps) - 1) + ["triangle-up"]
+    assert "still rising" in rising["text"][pos]
+    spread = [c[3] for c in arr(rising["customdata"])]
+    np.testing.assert_allclose(spread, df[(df["layer"] == layer) & (df["head"] == head)].sort_values("step")["llc_std"])
+    layer, head, pos = SYNTHETIC_NEGATIVE
+    assert "negative" in curves[(layer, head)]["text"][pos]
+    assert any("1 head estimates are negative (L0 H0 at step" in w.value and "not a local minimum" in w.value
+               for w in at.warning)
+    counts = at.dataframe[0].value
+    assert counts["step"].tolist() == steps
+    n_estimates = df[df["step"] == steps[-1]].shape[0]  # heads and the whole model
+    last = counts[counts["step"] == steps[-1]].iloc[0]
+    assert last["still rising"] == 1 and last["converged"] == n_estimates - 1 and last["diverged"] == 0
+    assert counts["negative"].tolist() == [1] + [0] * (len(steps) - 1)
+
+
+def test_the_chains_loss_traces_are_the_stored_ones(llc_env: Path) -> None:
+    step = int(llc_table(llc_env)["step"].max())
+    at = open_page(PAGE, {"trace": "L0H1", "trace_step": str(step)})
+    assert not at.exception and at.query_params["trace"] == "L0H1"
+    chains = pq.read_table(llc_env / "llc_chains.parquet").to_pandas()
+    own = chains[(chains["step"] == step) & (chains["layer"] == 0) & (chains["head"] == 1)].sort_values("chain")
+    drawn = chart(at, "llc_traces")["data"]
+    for trace, stored in zip(drawn, own["trace"]):
+        np.testing.assert_allclose(arr(trace["y"]), np.asarray(stored, dtype=np.float64), rtol=1e-6)
+    init = llc_table(llc_env).query("step == @step and layer == 0 and head == 1")["init_loss"].iloc[0]
+    assert arr(drawn[-1]["y"]).tolist() == [init, init] and "loss at w*" in drawn[-1]["name"]
+
+
 def test_every_chart_has_its_data_as_csv(llc_env: Path) -> None:
     at = open_page(PAGE)
     charts = [c for c in at.get("plotly_chart") if c.proto.id.rsplit("-", 1)[-1].startswith("llc_")]
     buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
-    assert len(charts) == 3 and len(buttons) >= 3
+    assert len(charts) == 4 and len(buttons) >= 4
 
 
 def test_the_refined_llc_is_offered_by_the_statistic_pickers_and_drawn_as_markers(llc_env: Path) -> None:

@@ -1,0 +1,64 @@
+"""``headwatch llc-calibrate`` on a small byte-level GPT-NeoX run made here.
+
+The command's tables are checked against each other and against the rule's arithmetic redone
+here: each setting's estimate is n beta times the mean rise of its chains' stored traces over the
+loss at w*, a step size large enough to blow up the chains is reported as diverged (not as a
+failure of the sweep), and a bad head or step is one error line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.integration.conftest import REPO
+from tests.integration.test_forward_lens import byte_run
+
+SMALL = ("--chains", "2", "--draws", "8", "--sequences", "4", "--batch-size", "2", "--eval-sequences", "4",
+         "--eval-length", "32")
+
+
+def calibrate(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "headwatch", "llc-calibrate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return byte_run(tmp_path_factory.mktemp("calibrate"), [0, 4], hidden=32, layers=2, heads=2)
+
+
+def test_the_sweep_writes_traces_figure_and_flags_by_the_rule(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    done = calibrate(str(run), "--step", "4", "--head", "1.0", "--out", str(out), "--lr", "1e-4,1e-3,1e3",
+                     "--nbeta", "10,30", *SMALL)
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out / "calibration.csv")
+    assert len(table) == 3 * 2 and set(table["lr"]) == {1e-4, 1e-3, 1e3} and set(table["n_beta"]) == {10.0, 30.0}
+    traces = pd.read_csv(out / "traces.csv")
+    assert len(traces) == 6 * 2 * 8
+    for _, row in table[table["lr"] < 1].iterrows():
+        mine = traces[(traces["lr"] == row["lr"]) & (traces["n_beta"] == row["n_beta"])]
+        per_chain = [row["n_beta"] * (g["loss"].mean() - row["init_loss"]) for _, g in mine.groupby("chain")]
+        assert row["llc"] == pytest.approx(np.mean(per_chain), rel=1e-5)
+        assert row["llc_std"] == pytest.approx(np.std(per_chain), rel=1e-4, abs=1e-9)
+        assert row["flag"] in ("converged", "still rising", "still falling")
+    assert set(table[table["lr"] == 1e3]["flag"]) == {"diverged"}
+    assert (out / "calibration.png").stat().st_size > 10_000 and (out / "calibration.svg").read_text().startswith("<?xml")
+    assert "recommended: --llc-lr" in done.stdout or "no setting converged with a positive estimate" in done.stdout
+
+
+def test_bad_heads_and_steps_are_one_error_line(run: Path, tmp_path: Path) -> None:
+    head = calibrate(str(run), "--step", "4", "--head", "5.0", "--out", str(tmp_path / "a"), *SMALL)
+    assert head.returncode == 2 and "--head 5.0: the model has 2 layers x 2 heads" in head.stderr
+    step = calibrate(str(run), "--step", "3", "--out", str(tmp_path / "b"), *SMALL)
+    assert step.returncode == 2 and "no checkpoint at step 3 (its steps: 0, 4)" in step.stderr
+    assert "Traceback" not in step.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
