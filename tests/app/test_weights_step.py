@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
 from tests.app.conftest import arr, chart, open_page, serve_only
 
@@ -41,7 +42,7 @@ def _caption(at) -> str:
 
 
 def test_the_caption_gives_alpha_and_spikes_at_the_step_shown(layered_env):
-    table = open_store(layered_env).layers()
+    table = open_store(layered_env).frame(LAYERS)
     steps = sorted(table["step"].unique().tolist())
     rows = table[(table.role == "mlp_in") & (table.layer == 1)].set_index("step")
     at = open_page(PAGE, {"role": "mlp_in", "layer": "1", "step": str(steps[2])})
@@ -55,7 +56,7 @@ def test_the_caption_gives_alpha_and_spikes_at_the_step_shown(layered_env):
 
 
 def test_the_page_step_is_the_only_step_control(layered_env):
-    steps = sorted(open_store(layered_env).layers()["step"].unique().tolist())
+    steps = sorted(open_store(layered_env).frame(LAYERS)["step"].unique().tolist())
     at = open_page(PAGE, {"role": "mlp_in", "layer": "1", "step": str(steps[3])})
     anim = chart(at, "sv_animation")
     assert "sliders" not in anim["layout"] or not anim["layout"]["sliders"]  # no second step control
@@ -68,7 +69,7 @@ def test_the_page_step_is_the_only_step_control(layered_env):
 
 
 def test_alpha_over_training_per_layer_and_how_it_is_fitted(layered_env):
-    table = open_store(layered_env).layers()
+    table = open_store(layered_env).frame(LAYERS)
     at = open_page(PAGE, {"role": "mlp_out"})
     fig = chart(at, "alpha_lines")
     lines = [t for t in fig["data"] if str(t.get("name", "")).startswith("layer ")]
