@@ -135,8 +135,11 @@ def checkpoint_statistics(
             out = dense[: h1 - h0]
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
             moments = (mean[h0:h1], frob_sq[h0:h1] / n)
-            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=tuple(scratch) or None,
-                                                moments=moments, fused=fused))
+            parts.append(
+                elementwise_statistics(
+                    out.view(h1 - h0, n), edges=edges, scratch=tuple(scratch) or None, moments=moments, fused=fused
+                )
+            )
         free.put((dense, *scratch))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         stats.update(spectral_statistics(sv, d_model=d_model))
@@ -150,7 +153,9 @@ def checkpoint_statistics(
 
     # On CPU one layer per core (`analysis.threads`): each layer's small LAPACK calls and
     # single-threaded passes then keep every core busy. On CUDA, one layer after another.
-    layers = map_per_core(layer_statistics, range(n_layers)) if dev.type == "cpu" else list(map(layer_statistics, range(n_layers)))
+    layers = (
+        map_per_core(layer_statistics, range(n_layers)) if dev.type == "cpu" else list(map(layer_statistics, range(n_layers)))
+    )
     out = {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
     out.update(null_columns(out["sv"], out, d_model=d_model))
     return out

@@ -125,10 +125,14 @@ def layer_matrix_statistics(
         m, n = min(rows, cols), max(rows, cols)
         size = rows * cols
         chunk = max(1, min(len(mats), chunk_elements // size))
-        scratch = None if fused_available(dev) else (  # the torch passes' work buffers
-            torch.empty(chunk, size, dtype=torch.float32, device=dev),
-            torch.empty(chunk, size, dtype=torch.float32, device=dev),
-            torch.empty(chunk, size, dtype=torch.int32, device=dev),
+        scratch = (
+            None
+            if fused_available(dev)
+            else (  # the torch passes' work buffers
+                torch.empty(chunk, size, dtype=torch.float32, device=dev),
+                torch.empty(chunk, size, dtype=torch.float32, device=dev),
+                torch.empty(chunk, size, dtype=torch.int32, device=dev),
+            )
         )
         for l0 in range(0, len(mats), chunk):
             given = torch.stack([t.to(dev) for t in mats[l0 : l0 + chunk]])  # (b, rows, cols), as stored

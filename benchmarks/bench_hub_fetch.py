@@ -134,8 +134,10 @@ def main() -> None:
     ckpt = work / "model.safetensors"
     t_write = write_checkpoint(ckpt)
     size = ckpt.stat().st_size
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"checkpoint: {size / 1e9:.3f} GB fp16 safetensors" + (f" (written in {t_write:.0f} s)" if t_write else " (reused)"))
 
     shape = model_shape(CONFIG)
@@ -146,8 +148,10 @@ def main() -> None:
     dense = sum(t.numel() * t.element_size() for n, t in local.items() if "attention.dense" in n)
     qk_rows = fused * 2 // 3  # the Q and K rows alone
     needed = {"qk": qk_rows, "qk,ov": fused + dense}  # what each set of matrices reads at the least
-    print(f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; attention.dense: {dense:,} B; "
-          f"file: {size:,} B\n")
+    print(
+        f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; attention.dense: {dense:,} B; "
+        f"file: {size:,} B\n"
+    )
     reference = extract_heads(shape, local)
 
     repo = Repo()
@@ -175,7 +179,8 @@ def main() -> None:
             t0 = time.perf_counter()
             get = lambda a, b: http.get_range(url, a, b, what="bench")  # noqa: E731
             meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
-                REPO_ID, "model.safetensors", revision=commits[0])  # the header, read by huggingface_hub
+                REPO_ID, "model.safetensors", revision=commits[0]
+            )  # the header, read by huggingface_hub
             header = header_from_metadata(meta, file_size=size, where="bench")
             header_fetched, header_requests = header_read_cost(header.header_bytes, size)
             meter.add_fetched(header_fetched)
@@ -193,12 +198,15 @@ def main() -> None:
             del tensors
 
         print("(a) range reader, one checkpoint, loopback HTTP")
-        print("\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | / what the matrices need "
-              "| requests | seconds |")
+        print(
+            "\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | / what the matrices need "
+            "| requests | seconds |"
+        )
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for label, n, req, sec, need in rows:
-            print(f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} "
-                  f"| {sec:.2f} |")
+            print(
+                f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} | {sec:.2f} |"
+            )
 
         # (c) the same byte ranges through huggingface_hub's HfFileSystem.cat_ranges, as
         # configured by default and with cache_type="none" (block_size=0 cannot seek)
@@ -210,13 +218,16 @@ def main() -> None:
         plan = plan_ranges([r for n, m in masks.items() for r in needed_spans(header.tensors[n], m)], merge_gap=gap)
         asked = sum(b - a for a, b in plan)
         fs_rows = []
-        for label, kw in (("HfFileSystem.cat_ranges, defaults", {}),
-                          ('HfFileSystem.cat_ranges, cache_type="none"', {"cache_type": "none"})):
+        for label, kw in (
+            ("HfFileSystem.cat_ranges, defaults", {}),
+            ('HfFileSystem.cat_ranges, cache_type="none"', {"cache_type": "none"}),
+        ):
             fs = HfFileSystem(endpoint=hub.url, token=False, skip_instance_cache=True)
             sent_before, logged_before = hub.sent, len(hub.log)
             t0 = time.perf_counter()
-            blobs = fs.cat_ranges([f"{REPO_ID}@{commits[0]}/model.safetensors"] * len(plan),
-                                  [a for a, _ in plan], [b for _, b in plan], **kw)
+            blobs = fs.cat_ranges(
+                [f"{REPO_ID}@{commits[0]}/model.safetensors"] * len(plan), [a for a, _ in plan], [b for _, b in plan], **kw
+            )
             seconds = time.perf_counter() - t0
             assert [len(x) for x in blobs] == [b - a for a, b in plan]
             fs_rows.append((label, hub.sent - sent_before, len(hub.log) - logged_before, seconds))
@@ -240,8 +251,7 @@ def main() -> None:
         out = work / "store"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False,
-                                                         matrices=job_matrices))
+        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=job_matrices))
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions
@@ -253,8 +263,10 @@ def main() -> None:
     print(f"| HTTP GETs per checkpoint (config.json, header, ranges; plus one model_info API call) | {report.requests / n:.0f} |")
     print(f"| peak scratch disk | {report.peak_disk:,} B |")
     best = min(r[1] for r in rows)
-    print(f"\ntarget fetched <= 1.2 x Q/K: default gap vs fused QKV tensors {rows[0][1] / fused:.3f}; "
-          f"gap 0 vs Q and K rows {best / qk_rows:.3f}")
+    print(
+        f"\ntarget fetched <= 1.2 x Q/K: default gap vs fused QKV tensors {rows[0][1] / fused:.3f}; "
+        f"gap 0 vs Q and K rows {best / qk_rows:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -119,8 +119,10 @@ def main() -> None:
     work = Path(args.workdir)
     src = work / "src"
     ckpt = src / "step1000"
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}"
+    )
     _, t_write = timed(lambda: write_checkpoint(ckpt))
     size = (ckpt / "model.safetensors").stat().st_size
     print(f"checkpoint: {size / 2**30:.2f} GiB fp16 safetensors (written in {t_write:.1f} s)")
@@ -140,8 +142,11 @@ def main() -> None:
     runs: dict[int, list[float]] = {8: [], 0: []}
     for k in (8, 0, 8, 0):
         shutil.rmtree(out, ignore_errors=True)
-        _, t = timed(lambda: run_precompute(src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k,
-                                                                 matrices=("qk",))))
+        _, t = timed(
+            lambda: run_precompute(
+                src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k, matrices=("qk",))
+            )
+        )
         runs[k].append(t)
     t_pipeline, t_no_vectors = min(runs[8]), min(runs[0])
 
@@ -183,9 +188,7 @@ def main() -> None:
     sv_thin, t_thin = timed(lambda: thin_svd_then_core(w_q, w_k))
 
     # agreement
-    rel_dense = max(
-        float(((sv_core[lh] - dense_sv[lh].double()).abs() / sv_core[lh]).max()) for lh in dense_sv
-    )
+    rel_dense = max(float(((sv_core[lh] - dense_sv[lh].double()).abs() / sv_core[lh]).max()) for lh in dense_sv)
     rel_thin = float(((sv_core - sv_thin).abs() / sv_core).max())
     assert rel_dense < 1e-3, f"QR core and dense SVD disagree: {rel_dense}"
     assert rel_thin < 1e-8, f"QR core and thin-SVD core disagree: {rel_thin}"
@@ -208,8 +211,10 @@ def main() -> None:
     print(f"| once per run, not per checkpoint: null-model Monte Carlo expectations (64 draws) | {t_null:.2f} |")
     print(f"\nratios: (c)/(b) = {t_dense / t_spectrum:.0f}x, (d)/(b) = {t_thin / t_spectrum:.1f}x")
     print(f"spectra agree: QR core vs dense (float32) max rel err {rel_dense:.1e}; vs thin-SVD core {rel_thin:.1e}")
-    print(f"targets: (b) >= 100x faster than (c): {t_dense / t_spectrum >= 100}; (b) faster than (d): {t_spectrum < t_thin}; "
-          f"(a) < 30 s: {t_pipeline < 30}")
+    print(
+        f"targets: (b) >= 100x faster than (c): {t_dense / t_spectrum >= 100}; (b) faster than (d): {t_spectrum < t_thin}; "
+        f"(a) < 30 s: {t_pipeline < 30}"
+    )
 
 
 if __name__ == "__main__":

@@ -186,21 +186,40 @@ def write_synthetic_store(
         tokens_per_step: tokens per optimizer step (each checkpoint's ``tokens`` and ``meta.training``).
     """
     steps = schedule(n_checkpoints) if steps is None else [int(s) for s in steps]
-    stats = {m: synthetic_statistics(
-        np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
-    ) for i, m in enumerate(matrices)}
-    model = ModelInfo(id=model_id, family="gpt_neox", model_type="gpt_neox", n_layers=n_layers, n_heads=n_heads,
-                      n_kv_heads=n_heads, d_model=d_model, d_head=d_head)
-    meta = new_meta(model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__},
-                    hist_edges=HIST_Z_EDGES.tolist())
+    stats = {
+        m: synthetic_statistics(
+            np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
+        )
+        for i, m in enumerate(matrices)
+    }
+    model = ModelInfo(
+        id=model_id,
+        family="gpt_neox",
+        model_type="gpt_neox",
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_heads,
+        d_model=d_model,
+        d_head=d_head,
+    )
+    meta = new_meta(
+        model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__}, hist_edges=HIST_Z_EDGES.tolist()
+    )
     meta.matrices = list(matrices)
     for i, s in enumerate(steps):
         meta.add_checkpoint(CheckpointEntry(step=s, revision=f"step{s}", tokens=s * tokens_per_step, sha256=f"{i:064x}"))
     if duplicate:
         # A revision that serves step 0's weights again, between two real checkpoints.
         dup_step = next(s for s in range(1, steps[-1]) if s not in steps)
-        meta.add_checkpoint(CheckpointEntry(step=dup_step, revision=f"step{dup_step}", tokens=dup_step * tokens_per_step,
-                                            sha256=f"{0:064x}", duplicate_of=steps[0]))
+        meta.add_checkpoint(
+            CheckpointEntry(
+                step=dup_step,
+                revision=f"step{dup_step}",
+                tokens=dup_step * tokens_per_step,
+                sha256=f"{0:064x}",
+                duplicate_of=steps[0],
+            )
+        )
     if training:
         loss_steps = sorted(set(steps))
         meta.training = {
@@ -211,13 +230,19 @@ def write_synthetic_store(
             "wall_time_s": 1.0,
             "device": "cpu",
             "losses": [
-                {"step": s, "train_loss": 2.2 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000),
-                 "val_loss": (2.35 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000)) if i % 2 == 0 else None}
+                {
+                    "step": s,
+                    "train_loss": 2.2 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000),
+                    "val_loss": (2.35 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000)) if i % 2 == 0 else None,
+                }
                 for i, s in enumerate(loss_steps)
             ],
         }
-    tables = [heads_rows(s, {name: a[i] for name, a in stats[m].items()}, d_model=d_model, matrix=m)
-              for m in matrices for i, s in enumerate(steps)]
+    tables = [
+        heads_rows(s, {name: a[i] for name, a in stats[m].items()}, d_model=d_model, matrix=m)
+        for m in matrices
+        for i, s in enumerate(steps)
+    ]
     commit_store(path, meta, {HEADS.name: HEADS.sorted(pa.concat_tables(tables))})
     if overlaps:
         add_synthetic_overlaps(path, seed=seed)
@@ -239,8 +264,10 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     store = open_store(path)
     k = min(k, store.d_head)
     steps = [int(s) for s in store.steps]
-    tables = [_matrix_overlaps(store, steps, k, np.random.default_rng(seed + 1 + i), matrix, matrix_rows)
-              for i, matrix in enumerate(store.meta.matrices)]
+    tables = [
+        _matrix_overlaps(store, steps, k, np.random.default_rng(seed + 1 + i), matrix, matrix_rows)
+        for i, matrix in enumerate(store.meta.matrices)
+    ]
     table = update(OVERLAPS.empty(), steps, tables)
     commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
     return Path(path)
@@ -267,8 +294,12 @@ def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, 
     o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
     std = store.array("std", matrix=matrix)
     change = np.abs(np.diff(std, axis=0)) / std[:-1] + 0.01 * rng.uniform(0, 1, std[:-1].shape)
-    return pa.concat_tables([matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
-                             for t, (a, b) in enumerate(zip(steps[:-1], steps[1:]))])
+    return pa.concat_tables(
+        [
+            matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
+            for t, (a, b) in enumerate(zip(steps[:-1], steps[1:]))
+        ]
+    )
 
 
 if __name__ == "__main__":  # python -m benchmarks.synthetic_store OUT [n_layers n_heads d_head d_model n_ckpt]
@@ -300,8 +331,17 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
             centred = x - x.mean(axis=0)
             u, s, _ = np.linalg.svd(centred, full_matrices=False)
             xy = u[:, :2] * s[:2]
-            parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
-                                        n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix))
+            parts.append(
+                embedding_rows(
+                    xy,
+                    knn(x, settings.knn_k),
+                    statistic=stat,
+                    normalisation="zscore",
+                    n_layers=store.n_layers,
+                    n_heads=store.n_heads,
+                    matrix=matrix,
+                )
+            )
     info = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
     info["method"] = "pca (test stand-in for umap)"
     commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})
@@ -381,9 +421,19 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
         stats["tokens"] = 8 * (t - 1)
         for name, table in forward_rows(step, stats).items():
             tables.setdefault(name, []).append(table)
-    info = ForwardInfo(lenses=("attention",), n_sequences=8, seq_len=t, seed=0, text="synthetic", text_sha256="0" * 64,
-                       tokens_sha256="0" * 64, tokenizer="bytes (vocabulary 256)", induction_repeat=repeat,
-                       induction_sequences=8, induction_seed=1)
+    info = ForwardInfo(
+        lenses=("attention",),
+        n_sequences=8,
+        seq_len=t,
+        seed=0,
+        text="synthetic",
+        text_sha256="0" * 64,
+        tokens_sha256="0" * 64,
+        tokenizer="bytes (vocabulary 256)",
+        induction_repeat=repeat,
+        induction_sequences=8,
+        induction_seed=1,
+    )
     commit_store(path, replace(store.meta, forward=info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
     return path
 
@@ -409,11 +459,25 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
                 trend = i if layer % 2 == 0 else len(chosen) - 1 - i
                 rows.append((step, layer, head, 0.2 + 0.3 * trend + 0.01 * head, 0.05, 2.0 - 0.3 * i, 100))
     cols = list(zip(*rows))
-    table = pa.table({name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)},
-                     schema=LLC.schema)
-    record = {"sampler": {"lr": 0.001, "n_beta": 30.0, "localization": 300.0, "chains": 2, "draws": 8, "batch_size": 1,
-                          "burnin": 0, "seed": 0, "sequences": 8},
-              "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
-              "devinterp": "2.0.1", "steps": list(chosen), "seconds": {}}
+    table = pa.table(
+        {name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)}, schema=LLC.schema
+    )
+    record = {
+        "sampler": {
+            "lr": 0.001,
+            "n_beta": 30.0,
+            "localization": 300.0,
+            "chains": 2,
+            "draws": 8,
+            "batch_size": 1,
+            "burnin": 0,
+            "seed": 0,
+            "sequences": 8,
+        },
+        "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
+        "devinterp": "2.0.1",
+        "steps": list(chosen),
+        "seconds": {},
+    }
     commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table)})
     return path

@@ -65,8 +65,13 @@ def elementwise(w: np.ndarray) -> dict[str, float]:
     q = gaussian_bin_mass(HIST_Z_EDGES)
     nz = p > 0
     return {
-        "mean": mu, "std": sigma, "skew": m3, "kurtosis": m4 - 3.0,
-        "min": lo, "max": hi, "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
+        "mean": mu,
+        "std": sigma,
+        "skew": m3,
+        "kurtosis": m4 - 3.0,
+        "min": lo,
+        "max": hi,
+        "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
     }
 
 
@@ -89,8 +94,9 @@ def spectral(sv: np.ndarray, d_model: int) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-def draw_statistics(d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS,
-                    seed: int = REFERENCE_SEED) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def draw_statistics(
+    d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS, seed: int = REFERENCE_SEED
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every statistic of ``n_draws`` heads with N(0, 1) factors: ``({stat: (n_draws,)}, lambda (n_draws, d_head))``."""
     rng = np.random.default_rng(seed)
     rows: list[dict[str, float]] = []
@@ -128,8 +134,9 @@ def _unit_references(d_model: int, d_head: int, n_draws: int, seed: int) -> tupl
     return {k: ref(v) for k, v in values.items()}, tuple(ref(lam[:, k]) for k in range(d_head))
 
 
-def gaussian_references(d_model: int, d_head: int, sigma0: float | None, *, n_draws: int = REFERENCE_DRAWS,
-                        seed: int = REFERENCE_SEED) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
+def gaussian_references(
+    d_model: int, d_head: int, sigma0: float | None, *, n_draws: int = REFERENCE_DRAWS, seed: int = REFERENCE_SEED
+) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
     """References of every store statistic and of each lambda_k for factors with N(0, sigma0^2) entries.
 
     Args:

@@ -50,9 +50,7 @@ def density_extent(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple
     return float(lo[ok].min()), float(hi[ok].max())
 
 
-def density_grid(
-    hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray, w: np.ndarray
-) -> np.ndarray:
+def density_grid(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Raw-unit density p(w) = p_z((w - mu) / sigma) / sigma on a common grid, for every step.
 
     p_z is the piecewise-constant standardized density hist_z / bin width; grid points

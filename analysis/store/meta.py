@@ -161,8 +161,17 @@ class ForwardInfo:
     dtype: str = "float32"
 
     # what must match for two runs' rows to describe the same evaluation
-    IDENTITY = ("n_sequences", "seq_len", "seed", "text_sha256", "tokens_sha256", "tokenizer",
-                "induction_repeat", "induction_sequences", "induction_seed")
+    IDENTITY = (
+        "n_sequences",
+        "seq_len",
+        "seed",
+        "text_sha256",
+        "tokens_sha256",
+        "tokenizer",
+        "induction_repeat",
+        "induction_sequences",
+        "induction_seed",
+    )
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

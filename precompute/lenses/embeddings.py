@@ -36,7 +36,13 @@ DEFAULT_NORMALISATION: Normalisation = "zscore"
 
 
 def embedding_rows(
-    xy: np.ndarray, neighbors: np.ndarray, *, statistic: str, normalisation: str, n_layers: int, n_heads: int,
+    xy: np.ndarray,
+    neighbors: np.ndarray,
+    *,
+    statistic: str,
+    normalisation: str,
+    n_layers: int,
+    n_heads: int,
     matrix: str = "qk",
 ) -> pa.Table:
     """Rows of one map: ``xy`` ``(N, 2)`` and ``neighbors`` ``(N, k)`` in layer-major head order."""
@@ -44,21 +50,28 @@ def embedding_rows(
     assert xy.shape == (n, 2) and neighbors.shape[0] == n, (xy.shape, neighbors.shape, n)
     k = neighbors.shape[1]
     offsets = np.arange(0, (n + 1) * k, k, dtype=np.int32)
-    return pa.table({
-        "matrix": pa.array([matrix] * n, type=pa.string()),
-        "statistic": pa.array([statistic] * n, type=pa.string()),
-        "normalisation": pa.array([normalisation] * n, type=pa.string()),
-        "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
-        "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
-        "x": pa.array(xy[:, 0].astype(np.float64)),
-        "y": pa.array(xy[:, 1].astype(np.float64)),
-        "neighbors": pa.ListArray.from_arrays(pa.array(offsets), pa.array(neighbors.reshape(-1).astype(np.int32))),
-    }, schema=EMBEDDINGS.schema)
+    return pa.table(
+        {
+            "matrix": pa.array([matrix] * n, type=pa.string()),
+            "statistic": pa.array([statistic] * n, type=pa.string()),
+            "normalisation": pa.array([normalisation] * n, type=pa.string()),
+            "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+            "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+            "x": pa.array(xy[:, 0].astype(np.float64)),
+            "y": pa.array(xy[:, 1].astype(np.float64)),
+            "neighbors": pa.ListArray.from_arrays(pa.array(offsets), pa.array(neighbors.reshape(-1).astype(np.int32))),
+        },
+        schema=EMBEDDINGS.schema,
+    )
 
 
 def embed_statistic(
-    store: Store, statistic: str, *, normalisation: Normalisation = DEFAULT_NORMALISATION,
-    settings: EmbeddingSettings = EmbeddingSettings(), matrix: str = "qk",
+    store: Store,
+    statistic: str,
+    *,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
+    matrix: str = "qk",
 ) -> pa.Table:
     """The trajectory map of one scalar statistic of one per-head matrix of the store, as embedding rows.
 
@@ -73,20 +86,33 @@ def embed_statistic(
     if len(store.steps) < 2:
         raise ValueError(f"store {str(store.path)!r} has {len(store.steps)} checkpoints; a trajectory needs at least 2")
     xy, neighbors = embed(store.array(statistic, matrix=matrix), normalisation=normalisation, settings=settings)
-    return embedding_rows(xy, neighbors, statistic=statistic, normalisation=normalisation,
-                          n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix)
+    return embedding_rows(
+        xy,
+        neighbors,
+        statistic=statistic,
+        normalisation=normalisation,
+        n_layers=store.n_layers,
+        n_heads=store.n_heads,
+        matrix=matrix,
+    )
 
 
 def embeddings_table(
-    store: Store, *, statistics: tuple[str, ...] = DEFAULT_STATISTICS,
-    normalisation: Normalisation = DEFAULT_NORMALISATION, settings: EmbeddingSettings = EmbeddingSettings(),
+    store: Store,
+    *,
+    statistics: tuple[str, ...] = DEFAULT_STATISTICS,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
 ) -> pa.Table:
     """Default embeddings of a store: one map per per-head matrix of the store (``meta.json`` ``matrices``)
     and statistic (empty when it has fewer than 2 checkpoints)."""
     if len(store.steps) < 2:
         return EMBEDDINGS.empty()
-    parts = [embed_statistic(store, s, normalisation=normalisation, settings=settings, matrix=m)
-             for m in store.meta.matrices for s in statistics]
+    parts = [
+        embed_statistic(store, s, normalisation=normalisation, settings=settings, matrix=m)
+        for m in store.meta.matrices
+        for s in statistics
+    ]
     return pa.concat_tables(parts)
 
 
@@ -113,8 +139,11 @@ def embeddings_meta(
 
 
 def add_embeddings(
-    store_path: str | Path, *, statistics: tuple[str, ...] = DEFAULT_STATISTICS,
-    normalisation: Normalisation = DEFAULT_NORMALISATION, settings: EmbeddingSettings = EmbeddingSettings(),
+    store_path: str | Path,
+    *,
+    statistics: tuple[str, ...] = DEFAULT_STATISTICS,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
 ) -> Path:
     """Compute the default embeddings of an existing store and commit them into it atomically.
 
@@ -133,8 +162,9 @@ def add_embeddings(
     """
     store = open_store(store_path)
     table = embeddings_table(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    meta = replace(store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation,
-                                                          settings=settings))
+    meta = replace(
+        store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
+    )
     commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)
 
@@ -142,8 +172,14 @@ def add_embeddings(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m precompute.lenses.embeddings", description=__doc__.splitlines()[0])
     parser.add_argument("store", help="store directory (meta.json + heads.parquet)")
-    parser.add_argument("--statistics", nargs="+", default=list(DEFAULT_STATISTICS), choices=EMBEDDABLE,
-                        metavar="COLUMN", help=f"scalar columns to embed (default: {' '.join(DEFAULT_STATISTICS)})")
+    parser.add_argument(
+        "--statistics",
+        nargs="+",
+        default=list(DEFAULT_STATISTICS),
+        choices=EMBEDDABLE,
+        metavar="COLUMN",
+        help=f"scalar columns to embed (default: {' '.join(DEFAULT_STATISTICS)})",
+    )
     parser.add_argument("--normalisation", default=DEFAULT_NORMALISATION, choices=sorted(NORMALISATIONS))
     parser.add_argument("--n-neighbors", type=int, default=EmbeddingSettings.n_neighbors)
     parser.add_argument("--min-dist", type=float, default=EmbeddingSettings.min_dist)

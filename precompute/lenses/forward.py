@@ -53,10 +53,12 @@ def check_loadable(config: dict[str, Any]) -> None:
     except (ValueError, KeyError) as exc:
         raise UnknownArchitectureError(
             f"transformers {_version()} cannot load model_type {model_type!r} for the forward lens; "
-            "upgrade transformers or run without --lenses") from exc
+            "upgrade transformers or run without --lenses"
+        ) from exc
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise UnknownArchitectureError(
-            f"transformers {_version()} has no causal-LM class for model_type {model_type!r}; run without --lenses")
+            f"transformers {_version()} has no causal-LM class for model_type {model_type!r}; run without --lenses"
+        )
 
 
 def _version() -> str:
@@ -129,8 +131,10 @@ def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int
 def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
     if attentions is None or len(attentions) != n_layers or any(a is None or a.shape[1] != n_heads for a in attentions):
         got = "none" if attentions is None else [None if a is None else tuple(a.shape) for a in attentions]
-        raise CheckpointError(f"the model returned attention weights {got}, expected {n_layers} layers of {n_heads} "
-                              "heads; is attn_implementation='eager' supported for it?")
+        raise CheckpointError(
+            f"the model returned attention weights {got}, expected {n_layers} layers of {n_heads} "
+            "heads; is attn_implementation='eager' supported for it?"
+        )
 
 
 def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
@@ -149,8 +153,11 @@ def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
         "layer_b": pa.array(np.tile(np.arange(n_layers, dtype=np.int32), n_layers)),
         "jsd": pa.array(np.asarray(stats["jsd"], dtype=np.float64).reshape(pairs)),
     }
-    loss = {"step": pa.array([step], pa.int64()), "loss": pa.array([float(stats["loss"])], pa.float64()),
-            "tokens": pa.array([int(stats["tokens"])], pa.int64())}
+    loss = {
+        "step": pa.array([step], pa.int64()),
+        "loss": pa.array([float(stats["loss"])], pa.float64()),
+        "tokens": pa.array([int(stats["tokens"])], pa.int64()),
+    }
     return {
         ATTENTION.name: pa.table(attention, schema=ATTENTION.schema),
         LAYER_DIVERGENCE.name: pa.table(divergence, schema=LAYER_DIVERGENCE.schema),

@@ -83,8 +83,9 @@ def sampler_sequences(eval_set: EvalSet, sampler: SamplerSettings) -> np.ndarray
     """
     n = len(eval_set.tokens)
     if sampler.sequences > n:
-        raise ValueError(f"--llc-sequences {sampler.sequences} exceeds the {n} evaluation sequences; "
-                         f"lower it or raise --eval-sequences")
+        raise ValueError(
+            f"--llc-sequences {sampler.sequences} exceeds the {n} evaluation sequences; lower it or raise --eval-sequences"
+        )
     pick = np.arange(sampler.sequences) * n // sampler.sequences
     return np.ascontiguousarray(eval_set.tokens[pick])
 
@@ -99,7 +100,8 @@ def check_family(config: dict[str, Any]) -> None:
     if model_type not in HEAD_MASK_FAMILIES:
         raise UnknownArchitectureError(
             f"--lenses llc: no per-head weight mask for model_type {model_type!r} (known: "
-            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py")
+            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py"
+        )
 
 
 def head_masks(model: torch.nn.Module, layer: int, head: int) -> dict[str, torch.Tensor | None]:
@@ -161,8 +163,13 @@ def _quiet_chains() -> Iterator[None]:
 
 
 def estimate_llc(
-    model: torch.nn.Module, tokens: np.ndarray, masks: dict[str, torch.Tensor | None] | None,
-    sampler: SamplerSettings, *, scratch: Path, device: str = "cpu",
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    masks: dict[str, torch.Tensor | None] | None,
+    sampler: SamplerSettings,
+    *,
+    scratch: Path,
+    device: str = "cpu",
 ) -> Estimate:
     """devinterp's LLC estimate at the model's weights, moving only the parameters ``masks`` selects.
 
@@ -187,10 +194,21 @@ def estimate_llc(
         with warnings.catch_warnings(record=True) as caught, _quiet_chains():
             warnings.simplefilter("always")
             result = llc(
-                model, dataset, {}, lr=sampler.lr, n_beta=sampler.n_beta, param_masks=masks,
-                num_chains=sampler.chains, num_draws=sampler.draws, batch_size=sampler.batch_size,
-                num_burnin_steps=sampler.burnin, num_init_loss_batches=sampler.batches, init_seed=sampler.seed,
-                localization=sampler.localization, device=device, output_path=folder / "samples.zarr",
+                model,
+                dataset,
+                {},
+                lr=sampler.lr,
+                n_beta=sampler.n_beta,
+                param_masks=masks,
+                num_chains=sampler.chains,
+                num_draws=sampler.draws,
+                batch_size=sampler.batch_size,
+                num_burnin_steps=sampler.burnin,
+                num_init_loss_batches=sampler.batches,
+                init_seed=sampler.seed,
+                localization=sampler.localization,
+                device=device,
+                output_path=folder / "samples.zarr",
             ).load()
         failed = [str(w.message) for w in caught if "Chain failed" in str(w.message)]
         trace = np.asarray(result.loss_trace.values, dtype=np.float64)  # (chains, burnin + draws)
@@ -200,14 +218,19 @@ def estimate_llc(
         shutil.rmtree(folder, ignore_errors=True)
     if failed:
         raise CheckpointError(f"SGLD diverged ({failed[0]}); lower --llc-lr or raise --llc-localization")
-    per_chain = sampler.n_beta * (trace[:, sampler.burnin:].mean(axis=1) - init_loss)  # (chains,)
+    per_chain = sampler.n_beta * (trace[:, sampler.burnin :].mean(axis=1) - init_loss)  # (chains,)
     if not np.all(np.isfinite(per_chain)):
         raise CheckpointError("the LLC estimate is not finite; lower --llc-lr or raise --llc-localization")
     return Estimate(float(per_chain.mean()), float(per_chain.std()), init_loss, per_chain, trace, devinterp_llc)
 
 
 def checkpoint_llc(
-    folder: Path, step: int, job: LlcJob, *, n_layers: int, n_heads: int,
+    folder: Path,
+    step: int,
+    job: LlcJob,
+    *,
+    n_layers: int,
+    n_heads: int,
     on_estimate: Callable[[], None] | None = None,
 ) -> tuple[pa.Table, float]:
     """Every head's refined LLC and the whole model's at the checkpoint in ``folder``.
@@ -245,15 +268,18 @@ def checkpoint_llc(
 
 def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]]) -> pa.Table:
     """``llc.parquet`` rows of one checkpoint from its (layer, head, estimate, parameters) tuples."""
-    table = pa.table({
-        "step": pa.array([step] * len(rows), pa.int64()),
-        "layer": pa.array([r[0] for r in rows], pa.int32()),
-        "head": pa.array([r[1] for r in rows], pa.int32()),
-        "llc": pa.array([r[2].llc for r in rows], pa.float64()),
-        "llc_std": pa.array([r[2].llc_std for r in rows], pa.float64()),
-        "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
-        "params": pa.array([r[3] for r in rows], pa.int64()),
-    }, schema=LLC.schema)
+    table = pa.table(
+        {
+            "step": pa.array([step] * len(rows), pa.int64()),
+            "layer": pa.array([r[0] for r in rows], pa.int32()),
+            "head": pa.array([r[1] for r in rows], pa.int32()),
+            "llc": pa.array([r[2].llc for r in rows], pa.float64()),
+            "llc_std": pa.array([r[2].llc_std for r in rows], pa.float64()),
+            "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
+            "params": pa.array([r[3] for r in rows], pa.int64()),
+        },
+        schema=LLC.schema,
+    )
     return LLC.sorted(table)
 
 
@@ -293,8 +319,10 @@ def parse_llc_steps(value: str | None, available: list[int]) -> list[int]:
         raise ValueError(f"--llc-steps {value!r}: give 'all' or comma-separated step numbers") from None
     missing = [s for s in steps if s not in set(available)]
     if missing or not steps:
-        raise ValueError(f"--llc-steps {value!r}: steps {missing or 'none'} are not checkpoints with statistics "
-                         f"in this run ({', '.join(map(str, sorted(available)[:12]))}{', ...' if len(available) > 12 else ''})")
+        raise ValueError(
+            f"--llc-steps {value!r}: steps {missing or 'none'} are not checkpoints with statistics "
+            f"in this run ({', '.join(map(str, sorted(available)[:12]))}{', ...' if len(available) > 12 else ''})"
+        )
     return steps
 
 

@@ -118,7 +118,9 @@ class HubHttp:
         stop: set to abandon transfers in flight (they raise `Cancelled`).
     """
 
-    def __init__(self, settings: FetchSettings, meter: Meter, *, token: str | bool | None = None, stop: threading.Event | None = None):
+    def __init__(
+        self, settings: FetchSettings, meter: Meter, *, token: str | bool | None = None, stop: threading.Event | None = None
+    ):
         self.settings = settings
         self.meter = meter
         self.stop = stop or threading.Event()

@@ -110,8 +110,9 @@ class HubSource(CheckpointSource):
         info = self._info(ref)
         return self._json(info.sha, "config.json", ref)
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         info = self._info(ref)
         commit = info.sha
         siblings = {s.rfilename: s for s in info.siblings or []}
@@ -175,19 +176,30 @@ class HubSource(CheckpointSource):
             return
         absent, extra = schedule_gaps(available)
         if absent:
-            log.warning("%s lacks %d branches of the Pythia schedule: %s", self.repo_id, len(absent),
-                        ", ".join(f"step{s}" for s in absent[:10]))
+            log.warning(
+                "%s lacks %d branches of the Pythia schedule: %s",
+                self.repo_id,
+                len(absent),
+                ", ".join(f"step{s}" for s in absent[:10]),
+            )
         if extra:
-            log.info("%s has branches outside the Pythia schedule: %s", self.repo_id,
-                     ", ".join(f"step{s}" for s in extra[:10]))
+            log.info("%s has branches outside the Pythia schedule: %s", self.repo_id, ", ".join(f"step{s}" for s in extra[:10]))
 
     def progress_note(self, ref: CheckpointRef) -> str:
         return f"{ref.revision}, {human_bytes(self.meter.fetched)} fetched at {human_bytes(self.meter.rate())}/s"
 
     # -- reading ----------------------------------------------------------------------
 
-    def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                          matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
+    def _read_safetensors(
+        self,
+        commit: str,
+        files: list[str],
+        shape: ModelShape,
+        ref: CheckpointRef,
+        matrices: tuple[str, ...],
+        *,
+        layers: bool = False,
+    ) -> dict[str, torch.Tensor]:
         if len(files) > 1:  # sharded: the index says which shards hold the tensors wanted
             weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
             wanted = tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)
@@ -214,14 +226,27 @@ class HubSource(CheckpointSource):
             )
         return out
 
-    def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                  matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
+    def _read_bin(
+        self,
+        commit: str,
+        files: list[str],
+        shape: ModelShape,
+        ref: CheckpointRef,
+        matrices: tuple[str, ...],
+        *,
+        layers: bool = False,
+    ) -> dict[str, torch.Tensor]:
         if len(files) > 1:
             weight_map = self._json(commit, BIN_INDEX, ref)["weight_map"]
             files = sorted({weight_map[n] for n in tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)})
         if not self._said_bin:
-            log.info("%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
-                     "attention tensors, one checkpoint at a time, into %s", self.repo_id, ref.revision, self.scratch)
+            log.info(
+                "%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
+                "attention tensors, one checkpoint at a time, into %s",
+                self.repo_id,
+                ref.revision,
+                self.scratch,
+            )
             self._said_bin = True
         self.scratch.mkdir(parents=True, exist_ok=True)
         paths: dict[Path, int] = {}
@@ -237,8 +262,9 @@ class HubSource(CheckpointSource):
             for dest, size in paths.items():
                 self.http.release(dest, size)
 
-    def _element_masks(self, shape: ModelShape, shapes: dict[str, tuple[int, ...]],
-                       matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    def _element_masks(
+        self, shape: ModelShape, shapes: dict[str, tuple[int, ...]], matrices: tuple[str, ...]
+    ) -> dict[str, torch.Tensor]:
         """Element masks of the attention tensors ``matrices`` need, computed once per model geometry."""
         names = attention_tensor_names(shape, shapes, matrices=matrices)
         key = (shape, matrices, tuple((n, shapes[n]) for n in names))
@@ -291,7 +317,9 @@ class HubSource(CheckpointSource):
             if isinstance(cached, str):
                 text = Path(cached).read_bytes()
             else:
-                text = self.http.get(hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint), what=f"read {where}")
+                text = self.http.get(
+                    hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint), what=f"read {where}"
+                )
         except EntryNotFoundError:
             raise CheckpointNotFoundError(f"{where} does not exist (save_pretrained writes one)") from None
         except HfHubHTTPError as exc:

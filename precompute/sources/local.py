@@ -41,8 +41,9 @@ class LocalSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._path(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         return read_folder(self._path(ref), ref, shape, skip=skip, matrices=matrices, layers=layers)
 
     @contextlib.contextmanager

@@ -110,14 +110,18 @@ def header_from_metadata(meta: SafetensorsFileMetadata, *, file_size: int | None
     data_end = max((int(info.data_offsets[1]) for info in meta.tensors.values()), default=0)
     base = file_size - data_end
     if base < 8 + 2:  # the length and at least "{}"
-        raise CheckpointError(f"{where}: its tensors need {data_end} bytes after the header but the file has "
-                              f"{file_size}; it is truncated or not a safetensors file")
+        raise CheckpointError(
+            f"{where}: its tensors need {data_end} bytes after the header but the file has "
+            f"{file_size}; it is truncated or not a safetensors file"
+        )
     tensors = {}
     for name, info in meta.tensors.items():
         begin, end = (int(x) for x in info.data_offsets)
         span = TensorSpan(name, str(info.dtype), tuple(int(d) for d in info.shape), base + begin, base + end)
         if span.dtype in DTYPES and span.end - span.start != int(np.prod(span.shape, dtype=np.int64)) * span.itemsize:
-            raise CheckpointError(f"{where}: {name!r} spans {span.end - span.start} bytes, its shape {span.shape} needs more or less")
+            raise CheckpointError(
+                f"{where}: {name!r} spans {span.end - span.start} bytes, its shape {span.shape} needs more or less"
+            )
         tensors[name] = span
     return SafetensorsHeader(tensors, dict(meta.metadata or {}), base, file_size)
 

@@ -122,8 +122,9 @@ class CheckpointSource(ABC):
         """
 
     @abstractmethod
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         """Fingerprint a checkpoint and, unless ``skip(sha256)``, read the attention tensors that the
         per-head ``matrices`` need (`analysis.extract.attention_tensor_names`; for ``ov`` the value
         weights and the output projection as well), and no others; with ``layers``, every 2-D weight

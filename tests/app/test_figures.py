@@ -44,17 +44,35 @@ def head_figures(store, axis, idx):
     xs = [axis.x[i] for i in idx]
     return [
         head.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=xs, colours=cols),
-        head.density_slices(wc[idx], pc[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx, sigma=sigma,
-                            kl=store.array("kl_gauss")[:, 1, 2], stats=(STATS["std"], STATS["kl_gauss"]),
-                            w_range=(lo, hi), p_range=head.log_density_range(pc)),
+        head.density_slices(
+            wc[idx],
+            pc[idx],
+            labels=labels,
+            colours=cols,
+            axis=axis,
+            chosen_idx=idx,
+            sigma=sigma,
+            kl=store.array("kl_gauss")[:, 1, 2],
+            stats=(STATS["std"], STATS["kl_gauss"]),
+            w_range=(lo, hi),
+            p_range=head.log_density_range(pc),
+        ),
         head.spectrum_map(axis, lam, chosen_x=xs, colours=cols),
-        head.spectrum_slices(lam[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx,
-                             stable_rank=store.array("stable_rank")[:, 1, 2],
-                             entropy=store.array("spectral_entropy")[:, 1, 2],
-                             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True)),
+        head.spectrum_slices(
+            lam[idx],
+            labels=labels,
+            colours=cols,
+            axis=axis,
+            chosen_idx=idx,
+            stable_rank=store.array("stable_rank")[:, 1, 2],
+            entropy=store.array("spectral_entropy")[:, 1, 2],
+            stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
+            lam_range=fixed_range(lam, log=True),
+        ),
         head.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
-        head.level_crossings(axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1),
-                             chosen_x=xs, colours=cols, log_y=True),
+        head.level_crossings(
+            axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1), chosen_x=xs, colours=cols, log_y=True
+        ),
         head.head_in_layer(axis, store.array("std")[:, 1], head=2, stat=STATS["std"], y_range=(0, 1), chosen_x=xs, colours=cols),
     ]
 
@@ -79,18 +97,30 @@ def all_figures(store) -> list[go.Figure]:
     rng = np.random.default_rng(0)
     layer = np.repeat(np.arange(store.n_layers), store.n_heads)
     head = np.tile(np.arange(store.n_heads), store.n_layers)
-    figs.append(trajectory.trajectory_map(rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)),
-                                          n_layers=store.n_layers, highlight=5))
+    figs.append(
+        trajectory.trajectory_map(
+            rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)), n_layers=store.n_layers, highlight=5
+        )
+    )
     figs.append(loss_curve(np.arange(5.0), np.linspace(5, 2, 5), np.array([np.nan, 4, np.nan, 3, np.nan])))
     axis = step_axis(store)  # the forward lens's figures and the loss overlay
     steps = [int(x) for x in store.steps]
-    figs += [fwd.layer_bands(axis, store.forward_array("entropy"), stat=STATS["entropy"], reference=5.0,
-                             reference_label="uniform"),
-             fwd.divergence_animation(store.layer_divergence(), steps=steps, start=2),
-             overlay_loss(fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"],
-                                                baseline=0.02), axis, store.eval_loss(), "eval loss"),
-             overlay_loss(layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"],
-                                             y_range=(0.0, 1.0)), axis, store.eval_loss(), "eval loss")]
+    figs += [
+        fwd.layer_bands(axis, store.forward_array("entropy"), stat=STATS["entropy"], reference=5.0, reference_label="uniform"),
+        fwd.divergence_animation(store.layer_divergence(), steps=steps, start=2),
+        overlay_loss(
+            fwd.head_type_heatmap(axis, store.forward_array("induction"), stat=STATS["induction"], baseline=0.02),
+            axis,
+            store.eval_loss(),
+            "eval loss",
+        ),
+        overlay_loss(
+            layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"], y_range=(0.0, 1.0)),
+            axis,
+            store.eval_loss(),
+            "eval loss",
+        ),
+    ]
     return figs
 
 
@@ -215,8 +245,15 @@ def test_every_click_target_writes_layer_head_step_in_that_order(store):
     axis = step_axis(store)
     e, n_layers, n_heads = 3, store.n_layers, store.n_heads
     idx = np.array([0, 2, 4])
-    fig = llc.head_curves(axis, idx, np.ones((e, n_layers, n_heads)), stat=STATS["llc"],
-                          groups=np.zeros(n_layers * n_heads, dtype=int), group_names=["all"], colours=["#000"])
+    fig = llc.head_curves(
+        axis,
+        idx,
+        np.ones((e, n_layers, n_heads)),
+        stat=STATS["llc"],
+        groups=np.zeros(n_layers * n_heads, dtype=int),
+        group_names=["all"],
+        colours=["#000"],
+    )
     trace = fig.data[n_heads * 1 + 2]  # layer 1, head 2
     custom = np.asarray(trace.customdata)
     assert custom[:, 0].tolist() == [1] * e and custom[:, 1].tolist() == [2] * e

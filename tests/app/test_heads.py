@@ -100,8 +100,7 @@ def test_heads_table_row_opens_the_head_in_the_head_explorer(app_env):
 
 def _click(at, key: str, custom: list) -> None:
     """What Streamlit's Plotly component sends when the user clicks a point carrying ``custom``."""
-    at.session_state[key] = {"selection": {"points": [{"customdata": custom}], "point_indices": [0], "box": [],
-                                           "lasso": []}}
+    at.session_state[key] = {"selection": {"points": [{"customdata": custom}], "point_indices": [0], "box": [], "lasso": []}}
     at.run()
 
 
@@ -121,12 +120,15 @@ def test_a_heatmap_cell_click_opens_that_head_at_that_step(app_env):
     assert at.query_params["layer"] == "2" and "kurtosis" == at.query_params["stat"]
 
 
-@pytest.mark.parametrize("page, key, custom, expected", [
-    (LAYERS, "layer_lines", [1, 2, 0], (1, 2)),  # a head's line in the layer panel: [layer, head, step]
-    (LAYERS, "layer_grid", [3, 1], (3, 1)),  # a line of the all-layers grid: [layer, head]
-    (ANIM, "animation", [2, 0, 0, 0.5], (2, 0)),  # a cell of the animation: [layer, head, step, value]
-    (HEAD, "head_in_layer", [0, 3], (0, 3)),  # another head of the layer, grey behind the chosen one
-])
+@pytest.mark.parametrize(
+    "page, key, custom, expected",
+    [
+        (LAYERS, "layer_lines", [1, 2, 0], (1, 2)),  # a head's line in the layer panel: [layer, head, step]
+        (LAYERS, "layer_grid", [3, 1], (3, 1)),  # a line of the all-layers grid: [layer, head]
+        (ANIM, "animation", [2, 0, 0, 0.5], (2, 0)),  # a cell of the animation: [layer, head, step, value]
+        (HEAD, "head_in_layer", [0, 3], (0, 3)),  # another head of the layer, grey behind the chosen one
+    ],
+)
 def test_a_click_on_a_head_opens_it_from_every_page(app_env, page, key, custom, expected):
     at = open_page(page, {"stat": "std"})
     _click(at, key, custom)
@@ -177,8 +179,9 @@ def test_the_animation_frame_round_trips_through_a_link(app_env):
     assert f"step={steps[9]}" in link and at.query_params["step"] == str(steps[9])
     again = open_page(ANIM, {k: v for k, v in (p.split("=") for p in link.split("?")[1].split("&"))})
     assert again.session_state["step"] == steps[9] and again.session_state["stat"] == "kl_gauss"
-    np.testing.assert_allclose(arr(chart(again, "animation")["data"][0]["z"]).reshape(4, 4),
-                               store.array("kl_gauss")[9], rtol=1e-6)
+    np.testing.assert_allclose(
+        arr(chart(again, "animation")["data"][0]["z"]).reshape(4, 4), store.array("kl_gauss")[9], rtol=1e-6
+    )
 
 
 def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):

@@ -101,8 +101,20 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
     suite = store.parent / "suite"
     out = tmp_path / "store"
-    status = main(["--no-progress", "--no-embeddings", "--source", str(suite), "--out", str(out),
-                   "--revisions", "step0,step1", "--push-to-hub", "me/stats"])
+    status = main(
+        [
+            "--no-progress",
+            "--no-embeddings",
+            "--source",
+            str(suite),
+            "--out",
+            str(out),
+            "--revisions",
+            "step0,step1",
+            "--push-to-hub",
+            "me/stats",
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     assert [c[0] for c in RecordingApi.calls] == ["create_repo", "create_commit"]
     assert "pushed" in capsys.readouterr().err
@@ -114,8 +126,20 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
             raise huggingface_hub.errors.HfHubHTTPError("403 Forbidden: you cannot write to me/stats", response=response)
 
     monkeypatch.setattr(huggingface_hub, "HfApi", Refusing)
-    status = main(["--no-progress", "--no-embeddings", "--source", str(suite), "--out", str(out),
-                   "--revisions", "step0,step1", "--push-to-hub", "me/stats"])
+    status = main(
+        [
+            "--no-progress",
+            "--no-embeddings",
+            "--source",
+            str(suite),
+            "--out",
+            str(out),
+            "--revisions",
+            "step0,step1",
+            "--push-to-hub",
+            "me/stats",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 3 and "403 Forbidden" in err and "python -m precompute.publish" in err
     assert open_store(out).steps.tolist() == [0, 1]

@@ -59,8 +59,7 @@ def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path
     assert np.isnan(change[-1]).all()
     for t, (a, b) in enumerate(zip(STEPS[:-1], STEPS[1:])):
         w0, w1 = dense_matrices(six, a, matrix), dense_matrices(six, b, matrix)
-        want = [[np.linalg.norm(w1[i][j] - w0[i][j]) / np.linalg.norm(w0[i][j]) for j in range(N_HEADS)]
-                for i in range(N_LAYERS)]
+        want = [[np.linalg.norm(w1[i][j] - w0[i][j]) / np.linalg.norm(w0[i][j]) for j in range(N_HEADS)] for i in range(N_LAYERS)]
         np.testing.assert_allclose(change[t], want, rtol=1e-5, atol=1e-7)
         assert np.min(want) > 1e-3  # the checkpoints differ: a zero change would not pass
     for layer in range(N_LAYERS):

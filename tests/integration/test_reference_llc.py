@@ -23,8 +23,9 @@ from precompute.lenses.llc import default_llc_steps
 from precompute.settings import SamplerSettings
 from tests.conftest import require_table
 
-STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
-             or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
+STORE = Path(
+    os.environ.get("HEADWATCH_REFERENCE_STORE") or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"
+)
 
 
 def whole_model_parameters(config: dict) -> int:
@@ -39,7 +40,11 @@ def whole_model_parameters(config: dict) -> int:
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    require_table(opened.has_llc, STORE, f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
+    require_table(
+        opened.has_llc,
+        STORE,
+        f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`",
+    )
     return opened
 
 

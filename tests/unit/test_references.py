@@ -30,8 +30,21 @@ def direct() -> dict[str, np.ndarray]:
     return simulate(400, seed=123)
 
 
-@pytest.mark.parametrize("name", ["std", "kurtosis", "kl_gauss", "skew", "max", "stable_rank", "spectral_entropy",
-                                  "participation_ratio", "frob_norm", "spectral_norm"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "std",
+        "kurtosis",
+        "kl_gauss",
+        "skew",
+        "max",
+        "stable_rank",
+        "spectral_entropy",
+        "participation_ratio",
+        "frob_norm",
+        "spectral_norm",
+    ],
+)
 def test_reference_band_matches_a_direct_simulation(direct, name):
     refs, _ = gaussian_references(D_MODEL, D_HEAD, SIGMA0)
     ref, v = refs[name], direct[name]

@@ -35,15 +35,17 @@ def coded_stats(step: int) -> dict[str, np.ndarray]:
     return stats
 
 
-def write_store(path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None,
-                files: dict[int, dict[str, str]] | None = None):
+def write_store(
+    path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None, files: dict[int, dict[str, str]] | None = None
+):
     model = ModelInfo(id="t", family="gpt_neox", n_layers=L, n_heads=H, d_model=16, d_head=D)
     meta = new_meta(model, settings={}, software={}, hist_edges=HIST_Z_EDGES.tolist())
     tables = []
     for step in steps:
         tables.append(heads_rows(step, coded_stats(step), d_model=16))
-        meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(step),
-                                            files=(files or {}).get(step, {})))
+        meta.add_checkpoint(
+            CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(step), files=(files or {}).get(step, {}))
+        )
     for step, of in (duplicate or {}).items():
         meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(of), duplicate_of=of))
     commit_store(path, meta, {"heads": HEADS.sorted(pa.concat_tables(tables[::-1]))})  # unsorted input, sorted here
@@ -157,8 +159,19 @@ def test_the_store_reference_documents_every_registered_table_and_column() -> No
             assert re.search(rf"^\| `{column}` \|", section, re.M), f"docs/store.md's {spec.file} section lacks column {column!r}"
     documented = set(re.findall(r"^## `([a-z_]+\.parquet)`", doc, re.M))
     assert documented == {spec.file for spec in TABLES.values()}, "docs/store.md documents a table the registry lacks"
-    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps",
-                "shared_files", "embeddings", "failed"):
+    for key in (
+        "schema_version",
+        "model",
+        "checkpoints",
+        "hist_edges",
+        "duplicate_of",
+        "sha256",
+        "tokens",
+        "overlaps",
+        "shared_files",
+        "embeddings",
+        "failed",
+    ):
         assert f"`{key}`" in doc, f"docs/store.md does not document meta.json key {key!r}"
 
 
