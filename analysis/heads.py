@@ -17,11 +17,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from analysis.rmt.nullmodel import null_columns
 from analysis.stats.circuits import circuit_statistics
 from analysis.stats.elementwise import elementwise_statistics, fused_available
-from analysis.rmt.nullmodel import null_columns
-from analysis.store.format import HIST_Z_EDGES
 from analysis.stats.spectrum import singular_values, spectral_statistics, top_singular_vectors
+from analysis.store.format import HIST_Z_EDGES
 from analysis.threads import map_per_core
 
 Device = Literal["auto", "cpu", "cuda"]

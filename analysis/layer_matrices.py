@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from analysis.stats.elementwise import elementwise_statistics, fused_available
 from analysis.heads import Device, resolve_device
 from analysis.rmt.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
+from analysis.stats.elementwise import elementwise_statistics, fused_available
 from analysis.store.format import HIST_Z_EDGES
 from analysis.threads import map_per_core
 

@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.lenses.forward import ForwardJob, forward_statistics, load_model  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.lenses.forward import ForwardJob, forward_statistics, load_model
 
 
 def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:

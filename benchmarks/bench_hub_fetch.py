@@ -119,16 +119,15 @@ def main() -> None:
     os.environ.pop("HF_HUB_OFFLINE", None)
 
     import torch
+    from huggingface_hub import HfApi
     from safetensors import safe_open
 
     from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
-    from precompute.sources.fetch import HubHttp, Meter, human_bytes
-    from huggingface_hub import HfApi
-    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
     from precompute.run import run_precompute
-    from precompute.settings import RunOptions
-    from precompute.settings import FetchSettings
+    from precompute.settings import FetchSettings, RunOptions
+    from precompute.sources.fetch import HubHttp, Meter, human_bytes
+    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
     from tests.integration.fakehub import FakeHub, Repo
 
     ckpt = work / "model.safetensors"
@@ -211,6 +210,7 @@ def main() -> None:
         # (c) the same byte ranges through huggingface_hub's HfFileSystem.cat_ranges, as
         # configured by default and with cache_type="none" (block_size=0 cannot seek)
         from huggingface_hub import HfFileSystem
+
         from precompute.sources.ranges import needed_spans, plan_ranges
 
         masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=("qk",))

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics  # noqa: E402
+from analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 
 PYTHIA_1_4B = {"n_layers": 24, "d_model": 2048, "d_mlp": 8192}
 PYTHIA_12B = {"n_layers": 36, "d_model": 5120, "d_mlp": 20480}

@@ -33,10 +33,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.lenses.forward import load_model  # noqa: E402
-from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences  # noqa: E402
-from precompute.settings import SamplerSettings  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.lenses.forward import load_model
+from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
+from precompute.settings import SamplerSettings
 
 
 def time_estimates(

@@ -30,15 +30,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.stats.elementwise import elementwise_statistics  # noqa: E402
-from analysis.extract import attention_tensor_names, extract_qk, model_shape  # noqa: E402
-from analysis.heads import checkpoint_vectors  # noqa: E402
-from analysis.stats.spectrum import singular_values  # noqa: E402
-from precompute.sources.checkpoints import file_sha256, weight_files  # noqa: E402
-from precompute.lenses.overlaps import HeadVectors, pair_rows  # noqa: E402
-from precompute.run import run_precompute  # noqa: E402
-from precompute.settings import RunOptions  # noqa: E402
-from precompute.sources.weights import read_tensors, tensor_names  # noqa: E402
+from analysis.extract import attention_tensor_names, extract_qk, model_shape
+from analysis.heads import checkpoint_vectors
+from analysis.stats.elementwise import elementwise_statistics
+from analysis.stats.spectrum import singular_values
+from precompute.lenses.overlaps import HeadVectors, pair_rows
+from precompute.run import run_precompute
+from precompute.settings import RunOptions
+from precompute.sources.checkpoints import file_sha256, weight_files
+from precompute.sources.weights import read_tensors, tensor_names
 
 # Pythia-1.4B: 24 layers, 16 heads, d_model 2048, d_head 128, vocab 50304, MLP 8192.
 CONFIG = {

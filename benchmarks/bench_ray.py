@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from precompute.run import run_precompute  # noqa: E402
-from precompute.settings import RayOptions, RunOptions  # noqa: E402
+from precompute.run import run_precompute
+from precompute.settings import RayOptions, RunOptions
 
 # A small-to-medium GPT-NeoX: 8 layers, 16 heads, d_model 1024 (d_head 64), MLP 2048, vocab 512.
 SHAPE = {

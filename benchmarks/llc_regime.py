@@ -24,11 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.store import open_store, read_table  # noqa: E402
-from analysis.store.format import LLC  # noqa: E402
-from precompute.lenses.forward import load_model  # noqa: E402
-from precompute.lenses.llc import head_masks  # noqa: E402
-from precompute.settings import SamplerSettings  # noqa: E402
+from analysis.store import open_store, read_table
+from analysis.store.format import LLC
+from precompute.lenses.forward import load_model
+from precompute.lenses.llc import head_masks
+from precompute.settings import SamplerSettings
 
 
 def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:

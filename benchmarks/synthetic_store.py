@@ -37,12 +37,11 @@ import numpy as np
 import pyarrow as pa
 from scipy.special import ndtr
 
-
 from analysis.store import CheckpointEntry, ModelInfo
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
 from analysis.store.meta import new_meta
-from precompute.store.writer import commit_store
 from precompute.store.tables import heads_rows
+from precompute.store.writer import commit_store
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).

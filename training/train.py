@@ -30,11 +30,11 @@ import torch.nn.functional as F
 import transformers
 from transformers import GPTNeoXForCausalLM
 
+from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 from training.corpus import Corpus
 from training.model import VOCAB_SIZE, build_model
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import RunSettings
-from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 
 log = logging.getLogger(__name__)
 

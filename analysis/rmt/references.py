@@ -27,8 +27,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from analysis.stats.density import gaussian_bin_mass
 from analysis.rmt.nullmodel import kl_null
+from analysis.stats.density import gaussian_bin_mass
 from analysis.store.format import HIST_Z_EDGES
 
 REFERENCE_DRAWS = 32  # heads drawn per shape
@@ -45,7 +45,7 @@ class Reference:
     lo: float
     hi: float
 
-    def scaled(self, factor: float) -> "Reference":
+    def scaled(self, factor: float) -> Reference:
         return Reference(self.mean * factor, self.lo * factor, self.hi * factor)
 
 

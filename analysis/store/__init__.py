@@ -14,17 +14,17 @@ from analysis.store.reader import Store, is_store, open_store, read_table, store
 
 __all__ = [
     "TABLES",
-    "TableSpec",
     "CheckpointEntry",
     "Failure",
     "ForwardInfo",
     "Meta",
     "ModelInfo",
     "SharedFile",
-    "read_meta",
     "Store",
+    "TableSpec",
     "is_store",
     "open_store",
+    "read_meta",
     "read_table",
     "store_version",
 ]

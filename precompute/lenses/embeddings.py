@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.store import Store, open_store
-from analysis.store.format import EMBEDDINGS
+from analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
 from precompute.store.writer import commit_store
 

@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.sources.revisions import CheckpointRef, refs_from_names
 from precompute.sources.source import Fetched, SkipFn, check_shape

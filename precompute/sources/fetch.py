@@ -26,9 +26,8 @@ from huggingface_hub import get_session
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
-from analysis.errors import CheckpointError
+from analysis.errors import CheckpointError, HubUnreachableError
 from precompute.settings import FetchSettings
-from analysis.errors import HubUnreachableError
 
 T = TypeVar("T")
 log = logging.getLogger("precompute")

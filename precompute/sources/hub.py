@@ -24,8 +24,8 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Iterator
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,14 +40,14 @@ from huggingface_hub.errors import (
     SafetensorsParsingError,
 )
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
+from precompute.settings import FetchSettings
 from precompute.sources.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
 from precompute.sources.fetch import HubHttp, Meter, human_bytes
 from precompute.sources.ranges import SafetensorsHeader, element_masks, header_from_metadata, header_read_cost, read_tensors
 from precompute.sources.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
-from precompute.settings import FetchSettings
 from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
 from precompute.sources.weights import read_tensors as read_local_tensors
 from precompute.sources.weights import tensor_names

@@ -4,8 +4,8 @@ that `training` writes beside the checkpoints of a run trained here."""
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar

@@ -29,8 +29,8 @@ import torch
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
-from precompute.sources.revisions import CheckpointRef
 from precompute.settings import FetchSettings
+from precompute.sources.revisions import CheckpointRef
 
 # How a checkpoint's sha256 was obtained (meta.json ``sha256_source``):
 #   file: hashed every weight file here (local folders, the Hub cache);

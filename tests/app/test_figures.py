@@ -9,17 +9,17 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from analysis.store import open_store
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
+from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, stat_values, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import forward as fwd
 from dashboard.figures import head, layers, points, trajectory
-from dashboard.figures.common import overlay_loss
 from dashboard.figures.card import loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS
 from dashboard.style import step_colours
 from tests.app.conftest import arr

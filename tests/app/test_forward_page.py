@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import add_synthetic_forward
-from tests.app.conftest import serve_only, arr, chart, open_page
+from tests.app.conftest import arr, chart, open_page, serve_only
 
 LENSES = "pages/forward_lenses.py"
 
@@ -129,9 +129,9 @@ def test_a_store_without_the_lens_says_what_rerun_adds_it(app_env: Path) -> None
 
 @pytest.mark.browser
 def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from tests.app.test_browser import _errors, _serve
-
     from playwright.sync_api import sync_playwright
+
+    from tests.app.test_browser import _errors, _serve
 
     steps = sorted(table(forward_store, "eval_loss.parquet")["step"])
     server = _serve(forward_store, tmp_path_factory)

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
-from tests.app.conftest import serve_only, arr, chart, notices, open_page
+from tests.app.conftest import arr, chart, notices, open_page, serve_only
 
 PAGE = "pages/weight_matrices.py"
 

@@ -26,18 +26,18 @@ import pytest
 from huggingface_hub import constants
 
 from analysis.extract import extract_qk, model_shape
-from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
+from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from precompute.__main__ import main
+from precompute.run import run_precompute
+from precompute.settings import FetchSettings, RunOptions
 from precompute.sources.checkpoints import read_folder
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource
 from precompute.sources.hubcache import HubCacheSource
 from precompute.sources.local import LocalSource
-from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
-from precompute.run import run_precompute
-from precompute.settings import FetchSettings, RunOptions
 from precompute.sources.resolve import open_source
+from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
 from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 

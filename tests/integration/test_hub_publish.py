@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 import precompute.lenses.embeddings
-from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from analysis.store import open_store
+from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from precompute.__main__ import main
 from precompute.publish import dataset_card, push_store
 from precompute.run import run_precompute

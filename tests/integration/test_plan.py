@@ -4,7 +4,6 @@ little-endian length, then the JSON header with each tensor's data_offsets)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import struct

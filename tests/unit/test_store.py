@@ -17,8 +17,8 @@ from analysis.store import format as store_format
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
 from analysis.store.meta import new_meta
 from precompute.store import writer as store_writer
-from precompute.store.writer import commit_store, staging_dir
 from precompute.store.tables import heads_rows
+from precompute.store.writer import commit_store, staging_dir
 
 REPO = Path(__file__).resolve().parents[2]
 L, H, D = 3, 4, 5
