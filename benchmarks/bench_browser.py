@@ -1,7 +1,7 @@
 """Browser benchmark: what a user waits for on each dashboard page, next to a bare Streamlit page.
 
-    python benchmarks/bench_browser.py                       # both stores, 3 repetitions
-    python benchmarks/bench_browser.py --stores shakespeare --pages "layer view" --repeats 5
+    python -m benchmarks.bench_browser                       # both stores, 3 repetitions
+    python -m benchmarks.bench_browser --stores shakespeare --pages "layer view" --repeats 5
 
 Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
 does) and opened in Debian's Chromium through Playwright. For every page:
@@ -52,9 +52,9 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
+from dashboard.stats import STATS
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from dashboard.stats import STATS  # noqa: E402  (needs ROOT on sys.path)
 
 RESULTS = ROOT / "benchmarks" / "results"
 CHROMIUM = "/usr/bin/chromium"

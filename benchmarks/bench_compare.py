@@ -1,7 +1,7 @@
 """Compare runs benchmark: the page's rerun time comparing two runs of Pythia-1.4B and of Pythia-12B dimensions.
 
-    python benchmarks/bench_compare.py                 # both sizes; stores cached in benchmarks/results/
-    python benchmarks/bench_compare.py --sizes 1.4b --repeats 5
+    python -m benchmarks.bench_compare                 # both sizes; stores cached in benchmarks/results/
+    python -m benchmarks.bench_compare --sizes 1.4b --repeats 5
 
 For each size two synthetic stores with the model's dimensions (`bench_dashboard.SIZES`: 24 x 16 and
 36 x 40 heads, d_head 128; 154 checkpoints plus a duplicate; W_QK rows, no overlaps, which the page does
@@ -32,7 +32,6 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS, peak_rss_mb  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Dashboard benchmark: rerun time per page, cold start and peak memory at Pythia-1.4B and -12B size.
 
-    python benchmarks/bench_dashboard.py              # both sizes; stores cached in benchmarks/results/
-    python benchmarks/bench_dashboard.py --sizes 1.4b --repeats 5
+    python -m benchmarks.bench_dashboard              # both sizes; stores cached in benchmarks/results/
+    python -m benchmarks.bench_dashboard --sizes 1.4b --repeats 5
 
 For each size a synthetic store with the model's dimensions (154 checkpoints plus a
 duplicate, 128 singular values, 202 histogram bins per head; `synthetic_store`) is
@@ -52,7 +52,6 @@ HEAD, LAYERS, ARCH, ANIM, TRAJ = (
 
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
-    sys.path.insert(0, str(ROOT))
     from analysis.store.format import EMBEDDINGS, OVERLAPS
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
     from precompute.lenses.embeddings import add_embeddings

@@ -12,7 +12,7 @@ induction probe (8 x 256) with attention weights returned, batch of 8 sequences:
 On CUDA (``--device cuda``) the model is moved there in its checkpoint's dtype. Prints one
 table; nothing is written outside a temporary folder.
 
-    python benchmarks/bench_forward.py --reference runs/shakespeare-pythia-6x8 [--device cpu] [--repeats 2]
+    python -m benchmarks.bench_forward --reference runs/shakespeare-pythia-6x8 [--device cpu] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from precompute.lenses.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import ForwardJob, forward_statistics, load_model

@@ -24,7 +24,7 @@ Measures, and prints as Markdown for the README:
 (c) the same ranges through huggingface_hub's ``HfFileSystem.cat_ranges`` (default
     settings and ``cache_type="none"``): bytes the server sent, requests, seconds.
 
-Usage: python benchmarks/bench_hub_fetch.py [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
+Usage: python -m benchmarks.bench_hub_fetch [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
        [--no-job] (skip (b))
 """
 
@@ -36,13 +36,11 @@ import os
 import platform
 import shutil
 import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 REPO_ID = "bench/pythia-1.4b-shaped"
 D, LAYERS, HEADS, FF, VOCAB = 2048, 24, 16, 8192, 50304

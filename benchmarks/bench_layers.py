@@ -11,7 +11,7 @@ Measures, on this machine:
       memory of the weight itself.
 Prints Markdown rows for the README.
 
-Usage: python benchmarks/bench_layers.py [--device cpu|cuda] [--twelve-b] [--skip-dense]
+Usage: python -m benchmarks.bench_layers [--device cpu|cuda] [--twelve-b] [--skip-dense]
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 

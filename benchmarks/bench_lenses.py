@@ -1,6 +1,6 @@
 """Every lens on one device: seconds per checkpoint and peak memory, stage by stage.
 
-The command a session lent a GPU runs first (``python benchmarks/bench_lenses.py --device cuda``,
+The command a session lent a GPU runs first (``python -m benchmarks.bench_lenses --device cuda``,
 with ``PYTHONPATH=.`` from the repository root), beside ``pytest -m cuda``. It writes a
 byte-level GPT-NeoX run of the chosen shape (random weights at Pythia's small init, two
 checkpoints, the second a perturbed copy of the first, saved by transformers as float32

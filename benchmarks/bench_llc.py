@@ -14,7 +14,7 @@ Prints a table of wall and CPU seconds per estimate and the implied seconds per 
 (n_layers x n_heads head estimates, the average of the first and last layer's, plus the whole model).
 Nothing is written outside a temporary folder.
 
-    python benchmarks/bench_llc.py --reference runs/shakespeare-pythia-6x8 [--device cpu] [--skip-160m]
+    python -m benchmarks.bench_llc --reference runs/shakespeare-pythia-6x8 [--device cpu] [--skip-160m]
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from precompute.lenses.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import load_model

@@ -24,8 +24,8 @@ linearly to 36 layers (everything that grows with the model, the weights read, t
 the previous checkpoint's factors and the next one fetched ahead, is per layer; the work
 buffers are per core).
 
-Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
-       python benchmarks/bench_ov.py --twelve-b 2,4
+Usage: python -m benchmarks.bench_ov [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
+       python -m benchmarks.bench_ov --twelve-b 2,4
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_pipeline import CONFIG, write_checkpoint  # noqa: E402
 

@@ -11,7 +11,7 @@ Measures, in one run on one machine, for W_QK alone (``--matrices qk``; OV: benc
 checks that the spectra agree, and breaks (a) down into reading, spectrum and
 element-wise time. Prints a Markdown table for the README.
 
-Usage: python benchmarks/bench_pipeline.py [--workdir /tmp/headwatch-bench] [--dense-sample 3]
+Usage: python -m benchmarks.bench_pipeline [--workdir /tmp/headwatch-bench] [--dense-sample 3]
 The checkpoint (~2.8 GB) is written once and reused.
 """
 
@@ -21,14 +21,11 @@ import argparse
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.extract import attention_tensor_names, extract_qk, model_shape
 from analysis.heads import checkpoint_vectors

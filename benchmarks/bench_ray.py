@@ -10,7 +10,7 @@ and the workers' warm-up (a two-checkpoint run that makes them import torch) are
 reported apart; the per-checkpoint times are end to end (hash, read, extract,
 every statistic, overlaps, commit). Prints a Markdown table for the README.
 
-Usage: python benchmarks/bench_ray.py [--workdir /tmp/headwatch-bench-ray] [--checkpoints 8] [--cpus 2]
+Usage: python -m benchmarks.bench_ray [--workdir /tmp/headwatch-bench-ray] [--checkpoints 8] [--cpus 2]
 """
 
 from __future__ import annotations
@@ -19,14 +19,11 @@ import argparse
 import os
 import platform
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from precompute.run import run_precompute
 from precompute.settings import RayOptions, RunOptions

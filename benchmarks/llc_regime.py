@@ -8,7 +8,7 @@ a step size too large shows it climbing without bound or diverging. It also reco
 by hand, n beta (mean of devinterp's per-token losses - its init loss), and compares it with the
 store's row (the same seeds give the same draws).
 
-    python benchmarks/llc_regime.py --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \
+    python -m benchmarks.llc_regime --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \
         --steps 16,1536 --heads 0.0,5.7,model
 """
 
@@ -21,8 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.store import open_store, read_table
 from analysis.store.format import LLC
