@@ -218,14 +218,14 @@ def extract_heads(
     per_layer = len(roles)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for layer in range(shape.n_layers):
-        by_role = dict(zip(roles, (tensors[name] for name in names[layer * per_layer : (layer + 1) * per_layer])))
+        by_role = dict(zip(roles, (tensors[name] for name in names[layer * per_layer : (layer + 1) * per_layer]), strict=True))
         for m in matrices:
             # The adapters only index and reshape, so they run on the tensors as stored; each
             # factor is converted to float32 once, as it is copied into its place in the output.
             pair = _ADAPTERS[m][shape.family](shape, *(by_role[r] for r in _ROLES[shape.family][m]))
             if m not in out:
                 out[m] = tuple(torch.empty((shape.n_layers, *t.shape), dtype=torch.float32) for t in pair)
-            for dest, t in zip(out[m], pair):
+            for dest, t in zip(out[m], pair, strict=True):
                 dest[layer].copy_(t)
     return out
 

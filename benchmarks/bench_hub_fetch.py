@@ -188,7 +188,7 @@ def main() -> None:
             tensors = read_tensors(get, header, masks, merge_gap=gap, concurrency=4, where="bench")
             seconds = time.perf_counter() - t0
             for matrix, pair in extract_heads(shape, tensors, matrices=wanted).items():
-                assert all(torch.equal(a, b) for a, b in zip(pair, reference[matrix])), f"{matrix} over HTTP differs"
+                assert all(torch.equal(a, b) for a, b in zip(pair, reference[matrix], strict=True)), f"{matrix} over HTTP differs"
             served = hub.sent - sent_before
             assert served == meter.fetched
             rows.append((label, meter.fetched, meter.requests, seconds, needed[matrices]))

@@ -100,7 +100,7 @@ def timed(fn):
 def thin_svd_then_core(w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     """Per head: W_Q = U_q S_q V_q^T, W_K = U_k S_k V_k^T, then svdvals(S_q U_q^T U_k S_k)."""
     out = []
-    for q, k in zip(w_q.reshape(-1, *w_q.shape[-2:]), w_k.reshape(-1, *w_k.shape[-2:])):
+    for q, k in zip(w_q.reshape(-1, *w_q.shape[-2:]), w_k.reshape(-1, *w_k.shape[-2:]), strict=True):
         u_q, s_q, _ = torch.linalg.svd(q.double(), full_matrices=False)
         u_k, s_k, _ = torch.linalg.svd(k.double(), full_matrices=False)
         core = (s_q[:, None] * (u_q.T @ u_k)) * s_k[None, :]

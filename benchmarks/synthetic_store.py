@@ -42,6 +42,7 @@ from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
 from analysis.store.meta import new_meta
 from precompute.store.tables import heads_rows
 from precompute.store.writer import commit_store
+import itertools
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -296,7 +297,7 @@ def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, 
     return pa.concat_tables(
         [
             matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
-            for t, (a, b) in enumerate(zip(steps[:-1], steps[1:]))
+            for t, (a, b) in enumerate(itertools.pairwise(steps))
         ]
     )
 
@@ -457,9 +458,10 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
             for head in range(n_heads):
                 trend = i if layer % 2 == 0 else len(chosen) - 1 - i
                 rows.append((step, layer, head, 0.2 + 0.3 * trend + 0.01 * head, 0.05, 2.0 - 0.3 * i, 100))
-    cols = list(zip(*rows))
+    cols = list(zip(*rows, strict=True))
     table = pa.table(
-        {name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)}, schema=LLC.schema
+        {name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols, strict=True)},
+        schema=LLC.schema,
     )
     record = {
         "sampler": {

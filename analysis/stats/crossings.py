@@ -163,7 +163,7 @@ def close_approaches(
     """
     gap = np.asarray(gap)
     edges = np.diff(np.concatenate([[0], (gap < gap_threshold).astype(np.int8), [0]]))
-    runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist())
+    runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True)
     deep = (1.0 - min_depth) * gap_threshold
     out = []
     for a, b in runs:

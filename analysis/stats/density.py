@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
+import itertools
 
 BIN_WIDTH = (HIST_Z_HI - HIST_Z_LO) / HIST_Z_BINS  # 0.1 in z
 
@@ -114,4 +115,4 @@ def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
     def sf(x: float) -> float:
         return 0.5 * math.erfc(x / math.sqrt(2.0))
 
-    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])
+    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in itertools.pairwise(outer)])

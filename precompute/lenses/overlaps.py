@@ -35,6 +35,7 @@ import torch
 from analysis.stats.circuits import relative_change
 from analysis.stats.crossings import vector_overlaps
 from analysis.store.format import OVERLAPS
+import itertools
 
 log = logging.getLogger("precompute")
 
@@ -159,10 +160,10 @@ def required_pairs(steps: Iterable[int], states: Iterable[int] | None = None) ->
     steps without mixed checkpoints, which the views show by default: a pair spans each hidden
     mixed checkpoint), in order."""
     steps = sorted(steps)
-    pairs = set(zip(steps[:-1], steps[1:]))
+    pairs = set(itertools.pairwise(steps))
     if states is not None:
         states = sorted(states)
-        pairs |= set(zip(states[:-1], states[1:]))
+        pairs |= set(itertools.pairwise(states))
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
@@ -175,7 +176,7 @@ def present_pairs(table: pa.Table, matrices: Iterable[str] = ("qk",)) -> set[Pai
     out: set[Pair] | None = None
     for matrix in matrices:
         rows = done.filter(pc.equal(done["matrix"], matrix))
-        pairs = set(zip(rows["prev_step"].to_pylist(), rows["step"].to_pylist()))
+        pairs = set(zip(rows["prev_step"].to_pylist(), rows["step"].to_pylist(), strict=True))
         out = pairs if out is None else out & pairs
     return out or set()
 

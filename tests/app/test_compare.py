@@ -258,7 +258,7 @@ def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_na
     df = pd.read_parquet(two_runs / DEEP / "llc.parquet")
     want = df[df["layer"] == 5].groupby("step")["llc"].mean()
     y, steps = arr(t["y"]), RUNS[DEEP]["steps"]
-    assert [s for s, v in zip(steps, y) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
+    assert [s for s, v in zip(steps, y, strict=True) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
     assert np.allclose([v for v in y if np.isfinite(v)], want.loc[LLC_STEPS].to_numpy())
 
 
@@ -377,7 +377,7 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
     drawn = traces(at, "trajectory_map", kind="heads")
     assert [t["meta"]["run"] for t in drawn] == [DEEP, SHALLOW]
     assert drawn[0]["marker"]["symbol"] != drawn[1]["marker"]["symbol"]
-    for t, (run, spec) in zip(drawn, RUNS.items()):
+    for t, (run, spec) in zip(drawn, RUNS.items(), strict=True):
         cd = np.asarray(t["customdata"], dtype=float)  # [layer, head, step (null: none), run]
         assert (
             len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 3] == list(RUNS).index(run)).all()

@@ -150,7 +150,7 @@ def test_slices_keep_their_axes_whatever_steps_are_chosen(store):
     axis = step_axis(store)
     a = head_figures(store, axis, [0, 1])
     b = head_figures(store, axis, [5, 8, 11])
-    for fa, fb in zip(a, b):
+    for fa, fb in zip(a, b, strict=True):
         la, lb = fa.to_dict()["layout"], fb.to_dict()["layout"]
         for name in la:
             if name.startswith(("xaxis", "yaxis")):

@@ -352,7 +352,7 @@ def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(
     def check(step: int, fetched) -> None:  # the same digest, W_Q and W_K as the folder read from disk
         local = read_folder(folder[step], ref[step], shape, skip=lambda sha: False)
         assert fetched.sha256 == local.sha256 and fetched.commit == world["repo"].branches[f"step{step}"]
-        for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors)):
+        for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors), strict=True):
             assert ours.equal(theirs)
 
     assert src.config(ref[1]) == config[1]  # config, then fetch (the run's first checkpoint)

@@ -26,6 +26,7 @@ from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
+import itertools
 
 REPO_ID = "org/tiny"
 FAST = FetchSettings(retries=3, backoff_s=0.001, timeout_s=10, concurrency=3)
@@ -92,7 +93,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
     spans = [(base + doc[n]["data_offsets"][0], base + doc[n]["data_offsets"][1]) for n in qkv_names(3)]
     itemsize = (spans[0][1] - spans[0][0]) // (3 * 64 * 64)
     v_gap = shape.d_head * shape.d_model * itemsize  # V rows of one head, between two heads' Q/K rows
-    assert min(b[0] - a[1] for a, b in zip(spans, spans[1:])) > v_gap  # layers are further apart than that
+    assert min(b[0] - a[1] for a, b in itertools.pairwise(spans)) > v_gap  # layers are further apart than that
 
     tensors = read_all(url, http, shape, merge_gap=v_gap)
 

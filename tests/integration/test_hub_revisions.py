@@ -19,6 +19,7 @@ from precompute.sources.revisions import (
     schedule_gaps,
     select,
 )
+import itertools
 
 
 def test_names_of_every_suite_parse_to_steps_and_tokens() -> None:
@@ -35,7 +36,7 @@ def test_pythia_schedule_is_154_log_then_linear_steps() -> None:
     assert len(PYTHIA_STEPS) == 154
     assert PYTHIA_STEPS[:12] == (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
     assert PYTHIA_STEPS[-1] == 143000
-    assert all(b - a == 1000 for a, b in zip(PYTHIA_STEPS[11:], PYTHIA_STEPS[12:]))
+    assert all(b - a == 1000 for a, b in itertools.pairwise(PYTHIA_STEPS[11:]))
     assert is_pythia("EleutherAI/pythia-1.4b-deduped") and not is_pythia("allenai/OLMo-1B")
     refs, _ = refs_from_names([f"step{s}" for s in PYTHIA_STEPS if s != 4000] + ["step7", "main"], where="test")
     assert schedule_gaps(refs) == ([4000], [7])

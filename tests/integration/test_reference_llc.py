@@ -65,7 +65,7 @@ def test_the_shipped_estimates_are_the_default_run(store) -> None:
 
 def test_the_initial_loss_is_near_the_forward_lenss_loss(store) -> None:
     table = read_table(store.path, LLC).to_pandas()
-    loss = dict(zip((int(s) for s in store.steps), store.eval_loss()))
+    loss = dict(zip((int(s) for s in store.steps), store.eval_loss(), strict=True))
     for step, rows in table.groupby("step"):
         assert abs(rows["init_loss"].iloc[0] - loss[int(step)]) < 0.15 * loss[int(step)], step
 

@@ -243,7 +243,7 @@ def test_js_divergence_matches_its_definition() -> None:
     got = js_divergence(torch.tensor(p)).numpy()
 
     def kl(x, y):
-        return sum(a * math.log2(a / b) for a, b in zip(x, y) if a > 0)
+        return sum(a * math.log2(a / b) for a, b in zip(x, y, strict=True) if a > 0)
 
     for a in range(3):
         for b in range(3):

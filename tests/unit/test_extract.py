@@ -327,7 +327,7 @@ def _head_contributions(model: torch.nn.Module, n_tokens: int = 5) -> list[dict[
         for h in handles:
             h.remove()
     out = []
-    for attention, rec in zip(layers, captured):
+    for attention, rec in zip(layers, captured, strict=True):
         proj = _output_projection(attention)
         z = rec["z"][:, 0]  # (n_tokens, n_heads * d_head)
         n_heads = model.config.num_attention_heads

@@ -17,6 +17,7 @@ from analysis.rmt.nullmodel import (
     null_expectations,
     sample_null_spectra,
 )
+import itertools
 
 
 def moment(density, k: int, lo: float, hi: float) -> float:
@@ -74,7 +75,7 @@ def test_kl_null_bins_hold_equal_null_mass() -> None:
     lo, hi = free_mp_support(c)
     edges = np.concatenate([[lo], kl_null_edges(c), [hi]])
     masses = [
-        integrate.quad(lambda x: free_mp_density(np.array([x]), c)[0], a, b, limit=200)[0] for a, b in zip(edges[:-1], edges[1:])
+        integrate.quad(lambda x: free_mp_density(np.array([x]), c)[0], a, b, limit=200)[0] for a, b in itertools.pairwise(edges)
     ]
     np.testing.assert_allclose(masses, 1 / KL_NULL_BINS, atol=2e-4)
 
