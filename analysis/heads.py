@@ -99,7 +99,7 @@ def checkpoint_statistics(
             f"got {tuple(w_q.shape)} and {tuple(w_k.shape)}"
         )
     dev = resolve_device(device)
-    n_layers, n_heads, d_head, d_model = w_q.shape
+    n_layers, n_heads, _d_head, d_model = w_q.shape
     n = d_model * d_model
     chunk = max(1, min(n_heads, chunk_elements // n))
     fused = fused_available(dev)  # the compiled element-wise kernels, which need no scratch

@@ -175,7 +175,7 @@ def serve(cmd: list[str], *, cwd: Path, env: dict[str, str]):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = tempfile.NamedTemporaryFile("w", prefix="bench-browser-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile("w", prefix="bench-browser-", suffix=".log", delete=False)  # noqa: SIM115 (closed in the finally below)
     proc = subprocess.Popen(
         [*cmd, *SERVER_OPTIONS, "--server.port", str(port)], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
     )

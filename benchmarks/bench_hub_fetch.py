@@ -31,6 +31,7 @@ Usage: python -m benchmarks.bench_hub_fetch [--workdir /tmp/headwatch-hub-bench]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -174,7 +175,7 @@ def main() -> None:
             http = HubHttp(FetchSettings(range_merge_gap=gap), meter)
             sent_before = hub.sent
             t0 = time.perf_counter()
-            get = lambda a, b: http.get_range(url, a, b, what="bench")  # noqa: E731
+            get = functools.partial(http.get_range, url, what="bench")
             meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
                 REPO_ID, "model.safetensors", revision=commits[0]
             )  # the header, read by huggingface_hub

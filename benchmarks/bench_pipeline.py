@@ -18,6 +18,7 @@ The checkpoint (~2.8 GB) is written once and reused.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shutil
@@ -140,8 +141,11 @@ def main() -> None:
     for k in (8, 0, 8, 0):
         shutil.rmtree(out, ignore_errors=True)
         _, t = timed(
-            lambda: run_precompute(
-                src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k, matrices=("qk",))
+            functools.partial(
+                run_precompute,
+                src,
+                out,
+                RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k, matrices=("qk",)),
             )
         )
         runs[k].append(t)

@@ -20,7 +20,8 @@ real-looking to draw and every identity the app relies on holds:
 - every per-head matrix (``qk`` and ``ov`` by default) has rows of its own dynamics, with a
   symmetric fraction drifting from 1/2 and an eigenvalue positivity in [-1, 1];
 - ``overlaps.parquet`` (`add_synthetic_overlaps`) holds, per matrix, orthogonal near-identity
-  overlap matrices and a relative change |std(t+1) - std(t)| / std(t), in which, at each close approach of two leading levels, heads
+  overlap matrices and a relative change |std(t+1) - std(t)| / std(t), in which, at each close
+  approach of two leading levels, heads
   with even ``layer + head`` swap the pair's directions (a crossing) and the others
   keep them (a repulsion).
 
@@ -30,6 +31,7 @@ Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +44,6 @@ from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
 from analysis.store.meta import new_meta
 from precompute.store.tables import heads_rows
 from precompute.store.writer import commit_store
-import itertools
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -118,7 +119,7 @@ def synthetic_statistics(
     k = np.arange(d_head, dtype=np.float64)
     collapse = np.exp(-((np.log10(t + 1) - np.log10(t_peak / 3)) ** 2) / 0.8)
     decay = d_head * (0.5 + 0.4 * rng.uniform(0, 1, shape_lh)) / (1 + 12 * collapse)
-    lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, std.shape + (d_head,))
+    lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, (*std.shape, d_head))
     lam = -np.sort(-lam, axis=-1)
     # lambda_0 stands well apart (x 2.5) except around a head-specific step, where it comes down
     # to lambda_1 and parts again: a close approach of the two leading levels in every head

@@ -68,7 +68,8 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
             yaml.append("  default: true")
     yaml.append("---")
 
-    out = yaml + [
+    out = [
+        *yaml,
         "",
         f"# {products} statistics of `{model.id}` across training",
         "",
@@ -287,9 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = push_store(args.store, args.repo_id, private=args.private or None)
     except (OSError, ValueError) as exc:  # StoreError is a ValueError; Hub errors are OSErrors
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # noqa: T201 (the command's output)
         return 1
-    print(f"pushed {args.store} to {url}")
+    print(f"pushed {args.store} to {url}")  # noqa: T201 (the command's output)
     return 0
 
 

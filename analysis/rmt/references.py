@@ -7,7 +7,8 @@ step 0 either. To judge a trained head's value of any statistic, this module dra
 ``n_draws`` such heads (seeded Monte Carlo, exactly the computation the precompute job
 does: the dense product in float32, element-wise moments and the standardized histogram
 over the store's ``hist_z`` bins through its compiled kernels (`analysis.stats.fused`), D_KL
-against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports, per statistic, the mean and the 5% and 95% quantiles over the draws.
+against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports,
+per statistic, the mean and the 5% and 95% quantiles over the draws.
 
 The draws are made once per (d_model, d_head, n_draws, seed) with sigma0 = 1 and cached
 (like `analysis.rmt.nullmodel.null_expectations`); a statistic with units is then scaled to

@@ -17,12 +17,12 @@ Pure numpy, batched over steps (one row per step); inputs are never modified.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
-import itertools
 
 BIN_WIDTH = (HIST_Z_HI - HIST_Z_LO) / HIST_Z_BINS  # 0.1 in z
 

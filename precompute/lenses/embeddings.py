@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = EmbeddingSettings(n_neighbors=args.n_neighbors, min_dist=args.min_dist, knn_k=args.knn_k, seed=args.seed)
     add_embeddings(args.store, statistics=tuple(args.statistics), normalisation=args.normalisation, settings=settings)
-    print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")
+    print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")  # noqa: T201 (the command's output)
     return 0
 
 

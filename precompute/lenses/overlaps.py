@@ -20,6 +20,7 @@ shows those approaches as unresolved) and is reported.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -35,7 +36,6 @@ import torch
 from analysis.stats.circuits import relative_change
 from analysis.stats.crossings import vector_overlaps
 from analysis.store.format import OVERLAPS
-import itertools
 
 log = logging.getLogger("precompute")
 

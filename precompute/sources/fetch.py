@@ -197,17 +197,19 @@ class HubHttp:
         def attempt() -> int:
             written = 0
             try:
-                with open(dest, "wb") as f:
-                    with get_session().stream("GET", url, headers=self._headers, timeout=self._timeout) as response:
-                        self.meter.add_request()
-                        self._check(response, url)
-                        for chunk in response.iter_bytes(_CHUNK):
-                            if self.stop.is_set():
-                                raise Cancelled(what)
-                            f.write(chunk)
-                            written += len(chunk)
-                            self.meter.add_fetched(len(chunk))
-                            self.meter.add_disk(len(chunk))
+                with (
+                    open(dest, "wb") as f,
+                    get_session().stream("GET", url, headers=self._headers, timeout=self._timeout) as response,
+                ):
+                    self.meter.add_request()
+                    self._check(response, url)
+                    for chunk in response.iter_bytes(_CHUNK):
+                        if self.stop.is_set():
+                            raise Cancelled(what)
+                        f.write(chunk)
+                        written += len(chunk)
+                        self.meter.add_fetched(len(chunk))
+                        self.meter.add_disk(len(chunk))
             except BaseException:
                 self.release(dest, written)
                 raise
@@ -269,7 +271,7 @@ class HubHttp:
 def _content_range(value: str) -> tuple[int, int | None]:
     """``'bytes 0-99/1234'`` -> ``(0, 1234)``."""
     try:
-        unit, rest = value.split(" ", 1)
+        _unit, rest = value.split(" ", 1)
         span, total = rest.split("/", 1)
         first = int(span.split("-", 1)[0])
         return first, None if total.strip() == "*" else int(total)

@@ -145,7 +145,7 @@ class CheckpointSource(ABC):
         else None."""
         return None
 
-    def check_schedule(self, available: list[CheckpointRef]) -> None:
+    def check_schedule(self, available: list[CheckpointRef]) -> None:  # noqa: B027 (an optional hook: the default checks nothing)
         """Log where `list`'s checkpoints depart from the suite's known schedule (Pythia's
         154 steps: a branch missing is a warning); nothing for suites without one."""
 

@@ -99,7 +99,7 @@ def test_a_charts_csv_download_equals_the_stores_values(browser, server, store_p
     try:
         with page.expect_download(timeout=60_000) as info:
             page.locator(".st-key-layer_lines_csv button").first.click()
-        got = pd.read_csv(io.BytesIO(open(info.value.path(), "rb").read()))
+        got = pd.read_csv(io.BytesIO(info.value.path().read_bytes()))
     finally:
         page.close()
     heads = pd.read_parquet(store_path / "heads.parquet")

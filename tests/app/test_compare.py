@@ -157,7 +157,7 @@ def test_log_time_axis_plots_one_step_more(two_runs):
 def test_bin_panel_draws_the_bins_heads_of_each_run_on_shared_axes(two_runs):
     at = open_page(PAGE, link(stat="kl_gauss", align="fraction", nbins="4", bin="2"))
     for run, spec in RUNS.items():
-        layers = [int(l) for l, b in bin_of(spec["n_layers"], 4).items() if b == 2]
+        layers = [int(layer) for layer, b in bin_of(spec["n_layers"], 4).items() if b == 2]
         drawn = traces(at, "compare_bin", run=run, kind="heads")
         assert [t["meta"]["layer"] for t in drawn] == layers
         df = table(two_runs, run, "kl_gauss")

@@ -58,7 +58,7 @@ def test_heads_table_sorts_filters_and_is_in_the_url(app_env):
     table = _table(at)
     assert set(table["layer"]) == {1, 3} and len(table) == 2 * store.n_heads
     v = store.array("std")
-    expected = sorted(((v[-1, l, h] - v[0, l, h]) for l in (1, 3) for h in range(store.n_heads)), reverse=True)
+    expected = sorted(((v[-1, layer, h] - v[0, layer, h]) for layer in (1, 3) for h in range(store.n_heads)), reverse=True)
     np.testing.assert_allclose(table["change"].to_numpy(), expected)
     at.selectbox(key="sort").set_value("layer").run()
     assert at.query_params["sort"] == "layer" and at.query_params["desc"] == "1"
@@ -220,14 +220,14 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)), rtol=1e-6)
     refs, _ = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
-    kl_band = [r for r in rects if r["yref"] == "y3"][0]
+    kl_band = next(r for r in rects if r["yref"] == "y3")
     assert (kl_band["y0"], kl_band["y1"]) == pytest.approx((refs["kl_gauss"].lo, refs["kl_gauss"].hi))
-    band = [s for s in chart(at, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect"][0]
+    band = next(s for s in chart(at, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect")
     assert (band["y0"], band["y1"]) == pytest.approx((refs["kurtosis"].lo, refs["kurtosis"].hi))
     # standardized z: the curves are p_z of z = (w - mu)/sigma against the standard normal
     at.toggle(key="zview").set_value(True).run()
     fig = chart(at, "density_slices")
-    g = [t for t in fig["data"] if t.get("legendgroup") == "gauss"][0]
+    g = next(t for t in fig["data"] if t.get("legendgroup") == "gauss")
     np.testing.assert_allclose(arr(g["y"]), np.exp(-0.5 * arr(g["x"]) ** 2) / np.sqrt(2 * np.pi), rtol=1e-6)
     assert at.query_params["zview"] == "1"
     z0 = arr(fig["data"][0]["x"])

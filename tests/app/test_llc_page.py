@@ -2,7 +2,8 @@
 
 The store is the session's synthetic store copied and given a stand-in ``llc.parquet`` at three of its
 checkpoints (`benchmarks.synthetic_store.add_synthetic_llc`): the heads of even layers rise over training,
-those of odd layers fall (two shapes the clustering must separate), the whole-model row is known. The figures' numbers are checked against
+those of odd layers fall (two shapes the clustering must separate), the whole-model row is known.
+The figures' numbers are checked against
 that table, read with pyarrow, not through the page's code.
 """
 

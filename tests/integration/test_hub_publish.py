@@ -11,6 +11,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import httpx2
 import huggingface_hub
@@ -43,7 +44,7 @@ def store(tmp_path_factory) -> Path:
 class RecordingApi:
     """Records ``create_repo`` and ``create_commit`` as HfApi would receive them."""
 
-    calls: list[tuple[str, tuple, dict]] = []
+    calls: ClassVar[list[tuple[str, tuple, dict]]] = []
 
     def __init__(self, *args, **kwargs) -> None:
         RecordingApi.calls = []

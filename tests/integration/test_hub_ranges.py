@@ -7,6 +7,7 @@ come from ``safetensors.torch.load_file``. Neither shares code with the reader.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from pathlib import Path
@@ -26,7 +27,6 @@ from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
-import itertools
 
 REPO_ID = "org/tiny"
 FAST = FetchSettings(retries=3, backoff_s=0.001, timeout_s=10, concurrency=3)
@@ -115,7 +115,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
 
 
 def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Path) -> None:
-    hub, url, http, meter = served
+    hub, url, http, _meter = served
     shape = model_shape(json.loads((checkpoint / "config.json").read_text()))
     h, d, m = shape.n_heads, shape.d_head, shape.d_model
     base, doc = header_of(checkpoint / "model.safetensors")
@@ -239,7 +239,7 @@ def test_transient_errors_are_retried_then_give_up(served) -> None:
     data, total = http.get_range(url, 0, 8, what="test")
     assert len(data) == 8 and total is not None
     hub.fail_next = 3
-    with pytest.raises(HubUnreachableError, match="503.*gave up after 3 attempts"):
+    with pytest.raises(HubUnreachableError, match=r"503.*gave up after 3 attempts"):
         http.get_range(url, 0, 8, what="read the header")
 
 

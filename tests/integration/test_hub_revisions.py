@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -19,7 +20,6 @@ from precompute.sources.revisions import (
     schedule_gaps,
     select,
 )
-import itertools
 
 
 def test_names_of_every_suite_parse_to_steps_and_tokens() -> None:
@@ -45,7 +45,7 @@ def test_pythia_schedule_is_154_log_then_linear_steps() -> None:
 def test_refs_from_names_sorts_by_step_and_refuses_two_names_for_one_step() -> None:
     refs, ignored = refs_from_names(["step10", "main", "step2", "step1000"], where="repo")
     assert [r.step for r in refs] == [2, 10, 1000] and ignored == ["main"]
-    with pytest.raises(CheckpointError, match="'checkpoint-10' and 'step10' .* both name step 10"):
+    with pytest.raises(CheckpointError, match=r"'checkpoint-10' and 'step10' .* both name step 10"):
         refs_from_names(["step10", "checkpoint-10"], where="repo")
 
 

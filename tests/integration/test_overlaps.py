@@ -7,6 +7,7 @@ own QR-core vectors.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from safetensors.numpy import load_file
 from analysis.store import open_store
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_precompute import reference_heads, reference_ov_heads
-import itertools
 
 STEPS = [0, 1, 2, 4, 8, 16]
 N_LAYERS, N_HEADS, K = 2, 4, 8

@@ -10,6 +10,7 @@ fake Hub, whose address reaches the tasks through the forwarded environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -343,10 +344,8 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
         os.kill(gcs_server_pid(head.pid), signal.SIGKILL)  # the head's control store: the cluster is gone
         _, stderr = driver.communicate(timeout=120)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         head.wait()
     assert driver.returncode == 3, stderr
     assert "lost the Ray cluster" in stderr and "Traceback" not in stderr

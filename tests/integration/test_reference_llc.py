@@ -54,7 +54,7 @@ def test_the_shipped_estimates_are_the_default_run(store) -> None:
     assert sorted(table["step"].unique()) == steps == store.meta.llc["steps"]
     assert store.meta.llc["sampler"] == SamplerSettings().as_meta()
     n_layers, n_heads, d_model, d_head = store.n_layers, store.n_heads, int(store.d_model), store.d_head
-    for step, rows in table.groupby("step"):
+    for _step, rows in table.groupby("step"):
         assert len(rows) == n_layers * n_heads + 1
         whole = rows[rows["layer"] == -1]
         assert len(whole) == 1 and int(whole["params"].iloc[0]) == whole_model_parameters(store.meta.model.config)

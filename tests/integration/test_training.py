@@ -115,7 +115,7 @@ def test_corpus_rejects_an_archive_without_texts(tmp_path):
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("pkg/README.txt")
         tar.addfile(info, io.BytesIO(b""))
-    with pytest.raises(ValueError, match="_gut.txt"):
+    with pytest.raises(ValueError, match=r"_gut\.txt"):
         build_corpus(path, val_fraction=0.05, source="test")
 
 

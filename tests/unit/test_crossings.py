@@ -160,9 +160,9 @@ def test_vectors_of_a_rank_deficient_head_are_zero_where_undefined() -> None:
     w_q = rng.standard_normal((D_HEAD, D_MODEL))
     w_q[2:] = 0.0  # rank 2: only two directions exist
     w_k = rng.standard_normal((D_HEAD, D_MODEL))
-    s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
+    _s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
     assert torch.isfinite(u).all() and torch.isfinite(v).all()
-    U, S, Vt = np.linalg.svd(w_q.T @ w_k)
+    U, _S, Vt = np.linalg.svd(w_q.T @ w_k)
     for j in range(2):
         sign = np.sign(U[:, j] @ u[:, j].numpy())
         np.testing.assert_allclose(u[:, j].numpy() * sign, U[:, j], atol=1e-10)

@@ -158,7 +158,7 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
     auto = checkpoint_statistics(w_q, w_k, device="auto", chunk_elements=2 * N)
 
     _check_shapes(cuda)
-    for name in SCALAR_COLUMNS + ("sv",):
+    for name in (*SCALAR_COLUMNS, "sv"):
         np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-5, atol=1e-9, err_msg=name)
         np.testing.assert_array_equal(auto[name], cuda[name], err_msg=name)
     # float32 rounding of z may move a few entries across a bin edge
@@ -182,7 +182,7 @@ def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
     np.testing.assert_allclose(got["sv"], plain["sv"], rtol=1e-12)  # one factorization for values and vectors
     for layer in range(N_LAYERS):
         for head in range(N_HEADS):
-            u, s, vt = np.linalg.svd(w_q[layer, head].T @ w_k[layer, head])
+            u, _s, vt = np.linalg.svd(w_q[layer, head].T @ w_k[layer, head])
             for j in range(4):  # each triplet up to a shared sign
                 sign = np.sign(u[:, j] @ got["u"][layer, head, :, j])
                 np.testing.assert_allclose(got["u"][layer, head, :, j] * sign, u[:, j], atol=1e-6)

@@ -85,7 +85,7 @@ def test_mp_law_against_its_analytic_moments_and_cdf(c):
     assert (lo, hi) == pytest.approx(((1 - np.sqrt(c)) ** 2, (1 + np.sqrt(c)) ** 2), abs=0)
     dens = lambda x: mp_density(np.array([x]), c)[0]  # noqa: E731
     for k, expected in ((0, 1.0), (1, 1.0), (2, 1.0 + c)):  # mass, mean, second moment
-        value, _ = scipy.integrate.quad(lambda x: x**k * dens(x), lo, hi, limit=200)
+        value, _ = scipy.integrate.quad(lambda x, k=k: x**k * dens(x), lo, hi, limit=200)
         assert value == pytest.approx(expected, rel=1e-6)
     for x in (lo + 0.1 * (hi - lo), 1.0, lo + 0.9 * (hi - lo)):
         ref, _ = scipy.integrate.quad(dens, lo, x, limit=200)

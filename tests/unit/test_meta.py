@@ -143,7 +143,7 @@ def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) 
 
     _version_1_store(tmp_path / "s")
     before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
-    with pytest.raises(StoreError, match="python -m precompute.store.upgrade"):
+    with pytest.raises(StoreError, match=r"python -m precompute\.store\.upgrade"):
         commit_store(tmp_path / "s", read_meta(tmp_path / "s"), {EMBEDDINGS.name: EMBEDDINGS.empty()})
     assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -17,7 +19,6 @@ from analysis.rmt.nullmodel import (
     null_expectations,
     sample_null_spectra,
 )
-import itertools
 
 
 def moment(density, k: int, lo: float, hi: float) -> float:

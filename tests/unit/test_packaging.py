@@ -39,10 +39,7 @@ def requirement_file(name: str) -> dict[str, str]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if line.startswith("-r "):
-            included = requirement_file(line[3:].strip())
-        else:
-            included = dict([_pin(line)])
+        included = requirement_file(line[3:].strip()) if line.startswith("-r ") else dict([_pin(line)])
         for pkg, version in included.items():
             assert pins.setdefault(pkg, version) == version, f"{name}: {pkg} pinned twice, differently"
     return pins

@@ -74,7 +74,7 @@ def test_dense_arrays_are_indexed_step_layer_head(tmp_path: Path) -> None:
 
 
 def test_missing_or_foreign_directories_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="no meta.json"):
+    with pytest.raises(StoreError, match=r"no meta\.json"):
         open_store(tmp_path)
     (tmp_path / "meta.json").write_text("{not json")
     with pytest.raises(StoreError, match="cannot read"):
