@@ -110,7 +110,7 @@ def checkpoint_statistics(
         try:
             return free.get_nowait()
         except queue.Empty:
-            shapes = [((chunk, d_model, d_model), dtype)]
+            shapes: list[tuple[tuple[int, ...], torch.dtype]] = [((chunk, d_model, d_model), dtype)]
             if not fused:
                 shapes += [((chunk, n), dtype), ((chunk, n), dtype), ((chunk, n), torch.int32)]
             return tuple(torch.empty(shape, dtype=dt, device=dev) for shape, dt in shapes)
@@ -129,6 +129,7 @@ def checkpoint_statistics(
         mean = (q64.sum(-1) * k64.sum(-1)).sum(-1) / n
         q, k = q_given.to(dtype), k_given.to(dtype)
         dense, *scratch = buffers()
+        torch_scratch = (scratch[0], scratch[1], scratch[2]) if scratch else None  # None: the compiled kernels
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
             h1 = min(h0 + chunk, n_heads)
@@ -136,9 +137,7 @@ def checkpoint_statistics(
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
             moments = (mean[h0:h1], frob_sq[h0:h1] / n)
             parts.append(
-                elementwise_statistics(
-                    out.view(h1 - h0, n), edges=edges, scratch=tuple(scratch) or None, moments=moments, fused=fused
-                )
+                elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=torch_scratch, moments=moments, fused=fused)
             )
         free.put((dense, *scratch))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
@@ -148,6 +147,7 @@ def checkpoint_statistics(
         stats["sv"] = sv
         out_layer = {name: t.detach().to("cpu", torch.float64) for name, t in stats.items()}
         if vectors:
+            assert u is not None and v is not None  # _layer_spectrum gives vectors when asked for them
             out_layer.update(u=u.detach().to("cpu", torch.float32), v=v.detach().to("cpu", torch.float32))
         return out_layer
 
@@ -183,6 +183,7 @@ def checkpoint_vectors(
 
     def layer_vectors(layer: int) -> tuple[torch.Tensor, ...]:
         s, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
+        assert u is not None and v is not None  # k > 0 vectors asked for
         return u.detach().to("cpu", torch.float32), v.detach().to("cpu", torch.float32), s.detach().to("cpu", torch.float64)
 
     # split as `checkpoint_statistics` splits it, so that every product has the same thread count

@@ -137,9 +137,9 @@ def layer_matrix_statistics(
         for l0 in range(0, len(mats), chunk):
             given = torch.stack([t.to(dev) for t in mats[l0 : l0 + chunk]])  # (b, rows, cols), as stored
             b = given.shape[0]
-            elem = elementwise_statistics(given.to(torch.float32).view(b, size), edges=edges, scratch=scratch)
+            stats = elementwise_statistics(given.to(torch.float32).view(b, size), edges=edges, scratch=scratch)
             lam = _gram_eigenvalues_batch(given).cpu().numpy()  # (b, m), descending
-            elem = {k: v.detach().to("cpu", torch.float64).numpy() for k, v in elem.items()}
+            elem = {k: v.detach().to("cpu", torch.float64).numpy() for k, v in stats.items()}
             del given
             x = mp_scaled(lam, n=n, variance=elem["std"] ** 2)  # (b, m)
             kl, spikes, below = mp_kl(x, m / n), mp_spikes(x, m / n), mp_below(x, m / n)

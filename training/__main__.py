@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import transformers
 
@@ -61,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """`RunSettings` with every option applied to its field."""
-    values: dict[str | None, dict[str, object]] = {"model": {}, "optim": {}, None: {}}
+    values: dict[str | None, dict[str, Any]] = {"model": {}, "optim": {}, None: {}}  # argparse values: Any
     for option, (section, name, _) in OPTIONS.items():
         values[section][name] = getattr(args, option.lstrip("-").replace("-", "_"))
     return dataclasses.replace(

@@ -127,7 +127,9 @@ def read_works(archive: str | Path) -> dict[str, bytes]:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 if member.isfile() and is_text_member(member.name):
-                    works[PurePosixPath(member.name).name] = tar.extractfile(member).read()
+                    data = tar.extractfile(member)
+                    assert data is not None  # a regular file (isfile above)
+                    works[PurePosixPath(member.name).name] = data.read()
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             for name in zf.namelist():

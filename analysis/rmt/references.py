@@ -154,7 +154,7 @@ def gaussian_references(
         power = _SCALE_POWER.get(name, 0)
         if power and sigma0 is None:
             continue
-        out[name] = r.scaled(sigma0**power) if power else r
+        out[name] = r.scaled(sigma0**power) if power and sigma0 is not None else r
     by_k = tuple(r.scaled(sigma0 ** _SCALE_POWER["lambda"]) for r in lam) if sigma0 is not None else ()
     return out, by_k
 

@@ -201,14 +201,13 @@ def _fused_statistics(
     hist = out[:, 6:] / n
     constant = std == 0
     q = torch.as_tensor(gaussian_bin_mass(edges), dtype=torch.float64)
-    cast = {"dtype": w.dtype, "device": w.device}
     return {
-        "mean": mean.to(**cast),
-        "std": std.to(**cast),
-        "skew": torch.where(constant, torch.nan, m3).to(**cast),
-        "kurtosis": torch.where(constant, torch.nan, m4 - 3.0).to(**cast),
-        "min": w_min.to(**cast),
-        "max": w_max.to(**cast),
+        "mean": mean.to(w.device, w.dtype),
+        "std": std.to(w.device, w.dtype),
+        "skew": torch.where(constant, torch.nan, m3).to(w.device, w.dtype),
+        "kurtosis": torch.where(constant, torch.nan, m4 - 3.0).to(w.device, w.dtype),
+        "min": w_min.to(w.device, w.dtype),
+        "max": w_max.to(w.device, w.dtype),
         "kl_gauss": kl_from_hist(hist, q).to(w.device),
         "hist_z": hist.to(w.device),
     }

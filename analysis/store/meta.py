@@ -181,7 +181,8 @@ class ForwardInfo:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ForwardInfo:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known})
+        kwargs: dict[str, Any] = {k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known}
+        return cls(**kwargs)
 
     def same_evaluation(self, other: ForwardInfo) -> bool:
         """Whether ``other`` evaluates on exactly the same sequences (its rows are comparable)."""

@@ -219,7 +219,7 @@ def resolve_eval_set(
         )
     trained_here = run_info is not None and "corpus" in run_info
     if eval_text is None:
-        if not trained_here or run_folder is None:
+        if not trained_here or run_info is None or run_folder is None:
             raise EvalTextError(
                 "--lenses attention needs an evaluation text for a model not trained here: pass --eval-text FILE (UTF-8)"
             )
@@ -247,7 +247,7 @@ def resolve_eval_set(
     encode = _load_tokenizer(*tokenizer_at)
     if encode is not None:
         ids, tokenizer = encode(text), tokenizer_at[0]
-    elif trained_here and (run_info.get("corpus") or {}).get("tokenizer") == BYTE_TOKENIZER:
+    elif trained_here and run_info is not None and (run_info.get("corpus") or {}).get("tokenizer") == BYTE_TOKENIZER:
         ids, tokenizer = _byte_ids(data), BYTE_TOKENIZER
     else:
         raise EvalTextError(

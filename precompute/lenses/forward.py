@@ -49,6 +49,8 @@ def check_loadable(config: dict[str, Any]) -> None:
 
     model_type = config.get("model_type")
     try:
+        if not isinstance(model_type, str):
+            raise KeyError(model_type)  # a config.json without a model_type names no architecture
         AutoConfig.for_model(model_type)
     except (ValueError, KeyError) as exc:
         raise UnknownArchitectureError(
@@ -83,7 +85,7 @@ def load_model(folder: Path, *, device: str, attn_implementation: str = "eager")
         model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"transformers cannot load {str(folder)!r} as a causal LM: {str(exc).splitlines()[0]}") from exc
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
 
 
 @torch.no_grad()

@@ -161,7 +161,7 @@ class HubHttp:
             huggingface_hub errors: 404 and other non-transient statuses.
             HubUnreachableError, Cancelled: as `call`.
         """
-        return self.call(lambda: self._get(url, None, None)[0], what=what)
+        return self.call(lambda: self._get(url, None)[0], what=what)
 
     def get_range(self, url: str, start: int, end: int, *, what: str) -> tuple[bytes, int | None]:
         """Bytes ``[start, end)`` of a remote file and the file's total size (None if not reported).
@@ -185,7 +185,7 @@ class HubHttp:
             huggingface_hub errors, HubUnreachableError, Cancelled: as `get`.
         """
         assert 0 <= start < end
-        return self.call(lambda: self._get(url, start, end), what=what)
+        return self.call(lambda: self._get(url, (start, end)), what=what)
 
     def download(self, url: str, dest: Path, *, what: str) -> int:
         """Stream a file to ``dest`` (its bytes counted as scratch disk until `release`); its size.
@@ -222,9 +222,11 @@ class HubHttp:
         path.unlink(missing_ok=True)
         self.meter.add_disk(-size)
 
-    def _get(self, url: str, start: int | None, end: int | None) -> tuple[bytes, int | None]:
+    def _get(self, url: str, span: tuple[int, int] | None) -> tuple[bytes, int | None]:
+        """The bytes [start, end) of ``span`` (None: the whole file) and the file's size when the server said it."""
         headers = dict(self._headers)
-        if start is not None:
+        if span is not None:
+            start, end = span
             headers["Range"] = f"bytes={start}-{end - 1}"
         body = bytearray()
         with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as response:
@@ -233,7 +235,8 @@ class HubHttp:
             total = None
             skip = 0
             limit = None
-            if start is not None:
+            if span is not None:
+                start, end = span
                 if response.status_code == 206:
                     got_start, total = _content_range(response.headers.get("Content-Range", ""))
                     if got_start != start:
@@ -256,8 +259,8 @@ class HubHttp:
                 if limit is not None and len(body) >= limit:
                     del body[limit:]
                     break
-        if start is not None and total is not None and len(body) < min(end, total) - start:
-            raise _Transient(f"the connection dropped after {len(body)} of {min(end, total) - start} bytes from {url}")
+        if span is not None and total is not None and len(body) < min(span[1], total) - span[0]:
+            raise _Transient(f"the connection dropped after {len(body)} of {min(span[1], total) - span[0]} bytes from {url}")
         return bytes(body), total
 
     def _check(self, response: httpx2.Response, url: str) -> None:

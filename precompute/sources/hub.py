@@ -18,6 +18,7 @@ the repo is read from the local Hub cache instead, by `precompute.sources.hubcac
 
 from __future__ import annotations
 
+import builtins  # the sources have a `list` method, which hides the builtin in their class bodies
 import contextlib
 import hashlib
 import json
@@ -127,8 +128,9 @@ class HubSource(CheckpointSource):
         fetched.config = self._json(commit, "config.json", ref)
         check_shape(fetched.config, shape)
         cached = {f: try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit) for f in files}
-        if all(isinstance(p, str) for p in cached.values()):
-            where = tensor_names(Path(p) for p in cached.values())
+        paths = [Path(p) for p in cached.values() if isinstance(p, str)]  # str: in the cache
+        if len(paths) == len(cached):
+            where = tensor_names(paths)
             fetched.tensors = read_local_tensors(where, tensors_to_read(shape, where, matrices=matrices, layers=layers))
         elif files[0].endswith(".safetensors"):
             fetched.tensors = self._read_safetensors(commit, files, shape, ref, matrices, layers=layers)
@@ -171,7 +173,7 @@ class HubSource(CheckpointSource):
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)
 
-    def check_schedule(self, available: list[CheckpointRef]) -> None:
+    def check_schedule(self, available: builtins.list[CheckpointRef]) -> None:
         if not is_pythia(self.repo_id):
             return
         absent, extra = schedule_gaps(available)
@@ -193,7 +195,7 @@ class HubSource(CheckpointSource):
     def _read_safetensors(
         self,
         commit: str,
-        files: list[str],
+        files: builtins.list[str],
         shape: ModelShape,
         ref: CheckpointRef,
         matrices: tuple[str, ...],
@@ -229,7 +231,7 @@ class HubSource(CheckpointSource):
     def _read_bin(
         self,
         commit: str,
-        files: list[str],
+        files: builtins.list[str],
         shape: ModelShape,
         ref: CheckpointRef,
         matrices: tuple[str, ...],

@@ -130,6 +130,7 @@ def select(
     """
     if every is not None and every < 1:
         raise ValueError(f"--every {every}: expected a positive number of steps")
+    missing: list[CheckpointRef]
     if revisions is None:
         if available is None:
             raise ValueError("the checkpoints of this source cannot be listed; pass --revisions")

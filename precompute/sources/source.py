@@ -17,6 +17,7 @@ imports none of them.
 
 from __future__ import annotations
 
+import builtins  # the sources have a `list` method, which hides the builtin in their class bodies
 import contextlib
 import threading
 from abc import ABC, abstractmethod
@@ -145,7 +146,7 @@ class CheckpointSource(ABC):
         else None."""
         return None
 
-    def check_schedule(self, available: list[CheckpointRef]) -> None:  # noqa: B027 (an optional hook: the default checks nothing)
+    def check_schedule(self, available: builtins.list[CheckpointRef]) -> None:  # noqa: B027 (an optional hook: the default checks nothing)
         """Log where `list`'s checkpoints depart from the suite's known schedule (Pythia's
         154 steps: a branch missing is a warning); nothing for suites without one."""
 
