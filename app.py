@@ -47,7 +47,11 @@ with widgets.view_state(settings) as view:
     with st.sidebar:
         if runs:
             run = widgets.select(
-                "run", "Run", list(runs), next(iter(runs)), where=st.sidebar,
+                "run",
+                "Run",
+                list(runs),
+                next(iter(runs)),
+                where=st.sidebar,
                 help="Statistics stores from $STORE_REPO on the Hub, under data/ and $HEADWATCH_STORE",
             )
             opened = loader.try_load_store(runs[run])
@@ -56,8 +60,9 @@ with widgets.view_state(settings) as view:
             else:
                 store = opened
         else:
-            st.info("No statistics stores found under data/. Make one with `python -m precompute`, "
-                    "or point HEADWATCH_STORE at one.")
+            st.info(
+                "No statistics stores found under data/. Make one with `python -m precompute`, or point HEADWATCH_STORE at one."
+            )
 
         # --- sidebar: model card ---
         loss = None
@@ -67,9 +72,12 @@ with widgets.view_state(settings) as view:
                     st.markdown(line)
                 if store.meta.mixed:  # partial duplicates: shown as training states only when asked
                     mixed = widgets.toggle(
-                        "mixed", "Show checkpoints with mixed weights", False, where=st.sidebar,
+                        "mixed",
+                        "Show checkpoints with mixed weights",
+                        False,
+                        where=st.sidebar,
                         help="Checkpoints with a weight file identical to a later checkpoint's (two revisions' "
-                             "weights mixed) are left out of every plot; this plots them as training states.",
+                        "weights mixed) are left out of every plot; this plots them as training states.",
                     )
                     store = store.view(include_mixed=mixed)
                 loss = loss_series(store)
@@ -80,27 +88,48 @@ with widgets.view_state(settings) as view:
         if store is not None:
             has_tokens = store.meta.tokens_at(store.steps) is not None
             unit = widgets.select(
-                "xunit", "Time axis", ["step", "tokens"] if has_tokens else ["step"], "step", kind="radio",
-                fmt={"step": "steps", "tokens": "tokens seen"}.get, where=st.sidebar,
+                "xunit",
+                "Time axis",
+                ["step", "tokens"] if has_tokens else ["step"],
+                "step",
+                kind="radio",
+                fmt={"step": "steps", "tokens": "tokens seen"}.get,
+                where=st.sidebar,
             )
             scale = widgets.select(
-                "xscale", "Time scale", ["linear", "log"], "linear", kind="radio", where=st.sidebar,
+                "xscale",
+                "Time scale",
+                ["linear", "log"],
+                "linear",
+                kind="radio",
+                where=st.sidebar,
                 help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
             )
 
             if loss is not None:
                 with loss_slot:
-                    st.plotly_chart(loss_curve(*loss, log_x=scale == "log"), key="loss_curve",
-                                    config={"displayModeBar": False})
+                    st.plotly_chart(loss_curve(*loss, log_x=scale == "log"), key="loss_curve", config={"displayModeBar": False})
                     st.caption("Loss over training as recorded by the run (nats per token).")
                     st.download_button(
-                        "Loss (CSV)", lambda: loss_csv(run, *loss), file_name=f"{run}_loss.csv", mime="text/csv",
-                        key="loss_csv", on_click="ignore", icon=":material/download:", type="tertiary")
+                        "Loss (CSV)",
+                        lambda: loss_csv(run, *loss),
+                        file_name=f"{run}_loss.csv",
+                        mime="text/csv",
+                        key="loss_csv",
+                        on_click="ignore",
+                        icon=":material/download:",
+                        type="tertiary",
+                    )
 
         # --- sidebar: how the figures' camera button saves (not part of a view's link) ---
-        st.radio("Figure downloads (camera icon)", ["png", "svg"], key=widgets.IMAGE_FORMAT, horizontal=True,
-                 format_func=str.upper, help="PNG (1600 × 1000 at 2×) or SVG, named after the run, head and statistic. "
-                                             "Each chart's data: its CSV button.")
+        st.radio(
+            "Figure downloads (camera icon)",
+            ["png", "svg"],
+            key=widgets.IMAGE_FORMAT,
+            horizontal=True,
+            format_func=str.upper,
+            help="PNG (1600 × 1000 at 2×) or SVG, named after the run, head and statistic. Each chart's data: its CSV button.",
+        )
 
         # --- sidebar: link to this view (drawn when the view is published) ---
         view.link_in(st.container())

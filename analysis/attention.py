@@ -86,7 +86,7 @@ class AttentionSums:
     def add(self, layer: int, alpha: torch.Tensor) -> None:
         """Add one layer's attention on a batch, ``(B, H, T, T)``; call for every layer of a batch,
         then `next_batch`."""
-        b, h, t = _check(alpha)
+        _b, h, t = _check(alpha)
         assert h == self.n_heads and t == self.seq_len, (alpha.shape, self.n_heads, self.seq_len)
         a = alpha.double()
         ent = query_entropy(a)  # (B, H, T)
@@ -156,7 +156,7 @@ def induction_scores(alpha: torch.Tensor, repeat: int) -> torch.Tensor:
     Returns:
         ``(H,)`` float64.
     """
-    b, h, t = _check(alpha)
+    _b, _h, t = _check(alpha)
     assert t == 2 * repeat and repeat >= 2, (t, repeat)
     k = torch.arange(1, repeat, device=alpha.device)  # 1-based k = 1 .. R-1
     rows, cols = repeat + k - 1, k  # 0-based positions of R + k and k + 1

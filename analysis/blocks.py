@@ -89,8 +89,7 @@ def block_tensor_names(shape: ModelShape, names: Iterable[str]) -> dict[tuple[in
         for role, pattern in patterns.items():
             if (layer, role) not in found:
                 raise CheckpointError(
-                    f"no {role} weight for layer {layer} of a {shape.model_type} model "
-                    f"(expected a name like {pattern.pattern!r})"
+                    f"no {role} weight for layer {layer} of a {shape.model_type} model (expected a name like {pattern.pattern!r})"
                 )
             out[(layer, role)] = found[(layer, role)]
     return out

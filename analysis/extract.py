@@ -38,7 +38,7 @@ Tensor names are matched with any module prefix (``gpt_neox.``, ``transformer.``
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,14 +218,18 @@ def extract_heads(
     per_layer = len(roles)
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for layer in range(shape.n_layers):
-        by_role = dict(zip(roles, (tensors[name] for name in names[layer * per_layer : (layer + 1) * per_layer])))
+        by_role = dict(zip(roles, (tensors[name] for name in names[layer * per_layer : (layer + 1) * per_layer]), strict=True))
         for m in matrices:
             # The adapters only index and reshape, so they run on the tensors as stored; each
             # factor is converted to float32 once, as it is copied into its place in the output.
             pair = _ADAPTERS[m][shape.family](shape, *(by_role[r] for r in _ROLES[shape.family][m]))
             if m not in out:
-                out[m] = tuple(torch.empty((shape.n_layers, *t.shape), dtype=torch.float32) for t in pair)
-            for dest, t in zip(out[m], pair):
+                left, right = pair
+                out[m] = (
+                    torch.empty((shape.n_layers, *left.shape), dtype=torch.float32),
+                    torch.empty((shape.n_layers, *right.shape), dtype=torch.float32),
+                )
+            for dest, t in zip(out[m], pair, strict=True):
                 dest[layer].copy_(t)
     return out
 
@@ -315,7 +319,7 @@ def _llama_ov(shape: ModelShape, v_proj: torch.Tensor, o_proj: torch.Tensor) -> 
 
 
 # matrix -> family -> adapter
-_ADAPTERS = {
+_ADAPTERS: dict[str, dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]]] = {
     "qk": {"gpt_neox": _neox, "gpt2": _gpt2, "llama": _llama},
     "ov": {"gpt_neox": _neox_ov, "gpt2": _gpt2_ov, "llama": _llama_ov},
 }

@@ -17,11 +17,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from analysis.rmt.nullmodel import null_columns
 from analysis.stats.circuits import circuit_statistics
 from analysis.stats.elementwise import elementwise_statistics, fused_available
-from analysis.rmt.nullmodel import null_columns
-from analysis.store.format import HIST_Z_EDGES
 from analysis.stats.spectrum import singular_values, spectral_statistics, top_singular_vectors
+from analysis.store.format import HIST_Z_EDGES
 from analysis.threads import map_per_core
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -99,7 +99,7 @@ def checkpoint_statistics(
             f"got {tuple(w_q.shape)} and {tuple(w_k.shape)}"
         )
     dev = resolve_device(device)
-    n_layers, n_heads, d_head, d_model = w_q.shape
+    n_layers, n_heads, _d_head, d_model = w_q.shape
     n = d_model * d_model
     chunk = max(1, min(n_heads, chunk_elements // n))
     fused = fused_available(dev)  # the compiled element-wise kernels, which need no scratch
@@ -110,7 +110,7 @@ def checkpoint_statistics(
         try:
             return free.get_nowait()
         except queue.Empty:
-            shapes = [((chunk, d_model, d_model), dtype)]
+            shapes: list[tuple[tuple[int, ...], torch.dtype]] = [((chunk, d_model, d_model), dtype)]
             if not fused:
                 shapes += [((chunk, n), dtype), ((chunk, n), dtype), ((chunk, n), torch.int32)]
             return tuple(torch.empty(shape, dtype=dt, device=dev) for shape, dt in shapes)
@@ -129,14 +129,16 @@ def checkpoint_statistics(
         mean = (q64.sum(-1) * k64.sum(-1)).sum(-1) / n
         q, k = q_given.to(dtype), k_given.to(dtype)
         dense, *scratch = buffers()
+        torch_scratch = (scratch[0], scratch[1], scratch[2]) if scratch else None  # None: the compiled kernels
         parts: list[dict[str, torch.Tensor]] = []
         for h0 in range(0, n_heads, chunk):
             h1 = min(h0 + chunk, n_heads)
             out = dense[: h1 - h0]
             torch.matmul(q[h0:h1].transpose(-1, -2), k[h0:h1], out=out)  # (heads, d_model, d_model)
             moments = (mean[h0:h1], frob_sq[h0:h1] / n)
-            parts.append(elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=tuple(scratch) or None,
-                                                moments=moments, fused=fused))
+            parts.append(
+                elementwise_statistics(out.view(h1 - h0, n), edges=edges, scratch=torch_scratch, moments=moments, fused=fused)
+            )
         free.put((dense, *scratch))
         stats = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
         stats.update(spectral_statistics(sv, d_model=d_model))
@@ -145,12 +147,15 @@ def checkpoint_statistics(
         stats["sv"] = sv
         out_layer = {name: t.detach().to("cpu", torch.float64) for name, t in stats.items()}
         if vectors:
+            assert u is not None and v is not None  # _layer_spectrum gives vectors when asked for them
             out_layer.update(u=u.detach().to("cpu", torch.float32), v=v.detach().to("cpu", torch.float32))
         return out_layer
 
     # On CPU one layer per core (`analysis.threads`): each layer's small LAPACK calls and
     # single-threaded passes then keep every core busy. On CUDA, one layer after another.
-    layers = map_per_core(layer_statistics, range(n_layers)) if dev.type == "cpu" else list(map(layer_statistics, range(n_layers)))
+    layers = (
+        map_per_core(layer_statistics, range(n_layers)) if dev.type == "cpu" else list(map(layer_statistics, range(n_layers)))
+    )
     out = {name: torch.stack([lay[name] for lay in layers]).numpy() for name in layers[0]}
     out.update(null_columns(out["sv"], out, d_model=d_model))
     return out
@@ -178,6 +183,7 @@ def checkpoint_vectors(
 
     def layer_vectors(layer: int) -> tuple[torch.Tensor, ...]:
         s, u, v = _layer_spectrum(w_q[layer].to(dev), w_k[layer].to(dev), k, dtype=spectrum_dtype)
+        assert u is not None and v is not None  # k > 0 vectors asked for
         return u.detach().to("cpu", torch.float32), v.detach().to("cpu", torch.float32), s.detach().to("cpu", torch.float64)
 
     # split as `checkpoint_statistics` splits it, so that every product has the same thread count

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from analysis.stats.elementwise import elementwise_statistics, fused_available
 from analysis.heads import Device, resolve_device
 from analysis.rmt.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
+from analysis.stats.elementwise import elementwise_statistics, fused_available
 from analysis.store.format import HIST_Z_EDGES
 from analysis.threads import map_per_core
 
@@ -125,17 +125,21 @@ def layer_matrix_statistics(
         m, n = min(rows, cols), max(rows, cols)
         size = rows * cols
         chunk = max(1, min(len(mats), chunk_elements // size))
-        scratch = None if fused_available(dev) else (  # the torch passes' work buffers
-            torch.empty(chunk, size, dtype=torch.float32, device=dev),
-            torch.empty(chunk, size, dtype=torch.float32, device=dev),
-            torch.empty(chunk, size, dtype=torch.int32, device=dev),
+        scratch = (
+            None
+            if fused_available(dev)
+            else (  # the torch passes' work buffers
+                torch.empty(chunk, size, dtype=torch.float32, device=dev),
+                torch.empty(chunk, size, dtype=torch.float32, device=dev),
+                torch.empty(chunk, size, dtype=torch.int32, device=dev),
+            )
         )
         for l0 in range(0, len(mats), chunk):
             given = torch.stack([t.to(dev) for t in mats[l0 : l0 + chunk]])  # (b, rows, cols), as stored
             b = given.shape[0]
-            elem = elementwise_statistics(given.to(torch.float32).view(b, size), edges=edges, scratch=scratch)
+            stats = elementwise_statistics(given.to(torch.float32).view(b, size), edges=edges, scratch=scratch)
             lam = _gram_eigenvalues_batch(given).cpu().numpy()  # (b, m), descending
-            elem = {k: v.detach().to("cpu", torch.float64).numpy() for k, v in elem.items()}
+            elem = {k: v.detach().to("cpu", torch.float64).numpy() for k, v in stats.items()}
             del given
             x = mp_scaled(lam, n=n, variance=elem["std"] ** 2)  # (b, m)
             kl, spikes, below = mp_kl(x, m / n), mp_spikes(x, m / n), mp_below(x, m / n)

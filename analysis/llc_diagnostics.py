@@ -44,19 +44,20 @@ from analysis.store.reader import Store
 
 FLAGS = ("converged", "still rising", "still falling", "diverged", "too few draws")
 RISING_Z = 2.0  # standard errors of the rise between the halves that flag a trace as still rising
-NEGATIVE_NOTE = ("negative: the sampled loss fell below the loss at the checkpoint, so the checkpoint is not a local "
-                 "minimum of the loss on the sampler's sequences and SGLD descends from it; the number measures that "
-                 "descent, not a learning coefficient")
+NEGATIVE_NOTE = (
+    "negative: the sampled loss fell below the loss at the checkpoint, so the checkpoint is not a local "
+    "minimum of the loss on the sampler's sequences and SGLD descends from it; the number measures that "
+    "descent, not a learning coefficient"
+)
 FLAG_NOTES = {
-    "converged": "the chains' loss traces flattened: their second half is within "
-                 f"{RISING_Z:g} standard errors of its first",
+    "converged": f"the chains' loss traces flattened: their second half is within {RISING_Z:g} standard errors of its first",
     "still falling": f"the chains' loss fell from the first half of the draws to the second by more than {RISING_Z:g} "
-                     "standard errors: more draws would give a smaller estimate",
+    "standard errors: more draws would give a smaller estimate",
     "still rising": f"the chains' loss rose from the first half of the draws to the second by more than {RISING_Z:g} "
-                    "standard errors: more draws would give a larger estimate",
+    "standard errors: more draws would give a larger estimate",
     "too few draws": "fewer than 4 draws after the burn-in: whether the loss still rises cannot be judged",
     "diverged": "a chain's estimate is not finite or exceeds half the parameters it moved (the largest a learning "
-                "coefficient can be): the sampler left the checkpoint's neighbourhood",
+    "coefficient can be): the sampler left the checkpoint's neighbourhood",
 }
 
 
@@ -84,7 +85,7 @@ def chain_diagnostics(trace: np.ndarray, burnin: int = 0) -> ChainDiagnostics:
     draws = np.asarray(trace, dtype=np.float64)[:, burnin:]
     chains, n = draws.shape
     half = n // 2
-    first, second = draws[:, :half], draws[:, n - half:]
+    first, second = draws[:, :half], draws[:, n - half :]
     nan = np.full(chains, np.nan)
     if half == 0:
         return ChainDiagnostics(nan, nan, nan, nan)
@@ -105,15 +106,14 @@ def rise_z(first_half: np.ndarray, second_half: np.ndarray, half_se: np.ndarray)
     se = np.asarray(half_se, dtype=np.float64)
     if d.size == 0 or not np.all(np.isfinite(se)):
         return float("nan")
-    pooled = np.sqrt(np.sum(se ** 2)) / d.size
+    pooled = np.sqrt(np.sum(se**2)) / d.size
     mean = float(d.mean())
     if pooled == 0:
         return 0.0 if mean == 0 else float(np.copysign(np.inf, mean))
     return mean / pooled
 
 
-def flag(per_chain: np.ndarray, first_half: np.ndarray, second_half: np.ndarray, half_se: np.ndarray,
-         params: int) -> str:
+def flag(per_chain: np.ndarray, first_half: np.ndarray, second_half: np.ndarray, half_se: np.ndarray, params: int) -> str:
     """The flag of one estimate from its chains (`FLAGS`; the rule is the module docstring's).
 
     Args:
@@ -147,14 +147,22 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
     """
     if not store.has(LLC_CHAINS) or not store.has(LLC):
         return None
-    columns = {c: store.dense(LLC_CHAINS, c) for c in ("llc", "first_half", "second_half", "half_se")}
-    whole = {c: store.dense(LLC_CHAINS, c, at=LLC_WHOLE_MODEL) for c in columns}
-    params = store.dense(LLC, "params")
-    model_params = store.dense(LLC, "params", at=LLC_WHOLE_MODEL)
+    names = ("llc", "first_half", "second_half", "half_se")
+    columns = [_present(store.dense(LLC_CHAINS, c)) for c in names]
+    whole = [_present(store.dense(LLC_CHAINS, c, at=LLC_WHOLE_MODEL)) for c in names]
+    params = _present(store.dense(LLC, "params"))
+    model_params = _present(store.dense(LLC, "params", at=LLC_WHOLE_MODEL))
     heads = np.full(params.shape, "", dtype=object)
     model = np.full(model_params.shape, "", dtype=object)
-    for index in zip(*np.nonzero(np.isfinite(params))):
-        heads[index] = flag(*(columns[c][index] for c in columns), params=int(params[index]))
+    for index in zip(*np.nonzero(np.isfinite(params)), strict=True):
+        llc, first, second, se = (c[index] for c in columns)
+        heads[index] = flag(llc, first, second, se, params=int(params[index]))
     for t in np.nonzero(np.isfinite(model_params))[0]:
-        model[t] = flag(*(whole[c][t] for c in whole), params=int(model_params[t]))
+        llc, first, second, se = (c[t] for c in whole)
+        model[t] = flag(llc, first, second, se, params=int(model_params[t]))
     return heads, model
+
+
+def _present(values: np.ndarray | None) -> np.ndarray:
+    assert values is not None, "checked by store.has"
+    return values

@@ -71,8 +71,8 @@ def fill_nonfinite(traj: np.ndarray) -> np.ndarray:
     if finite.all():
         return out
     masked = np.where(finite, out, np.nan)
-    any_ok = finite.any(axis=1)
-    safe = np.where(any_ok[:, None], masked, 0.0)  # all-bad rows: 0 (avoids empty-slice warnings)
+    any_ok = np.any(finite, axis=1, keepdims=True)  # (n, 1)
+    safe = np.where(any_ok, masked, 0.0)  # all-bad rows: 0 (avoids empty-slice warnings)
     row_mean, row_max, row_min = np.nanmean(safe, axis=1), np.nanmax(safe, axis=1), np.nanmin(safe, axis=1)
     rows = np.broadcast_to(np.arange(out.shape[0])[:, None], out.shape)
     out = np.where(np.isnan(traj), row_mean[rows], out)

@@ -1,7 +1,7 @@
 """Browser benchmark: what a user waits for on each dashboard page, next to a bare Streamlit page.
 
-    python benchmarks/bench_browser.py                       # both stores, 3 repetitions
-    python benchmarks/bench_browser.py --stores shakespeare --pages "layer view" --repeats 5
+    python -m benchmarks.bench_browser                       # both stores, 3 repetitions
+    python -m benchmarks.bench_browser --stores shakespeare --pages "layer view" --repeats 5
 
 Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
 does) and opened in Debian's Chromium through Playwright. For every page:
@@ -52,14 +52,19 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
+from dashboard.stats import STATS
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from dashboard.stats import STATS  # noqa: E402  (needs ROOT on sys.path)
 
 RESULTS = ROOT / "benchmarks" / "results"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 VIEWPORT = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
@@ -170,9 +175,10 @@ def serve(cmd: list[str], *, cwd: Path, env: dict[str, str]):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = tempfile.NamedTemporaryFile("w", prefix="bench-browser-", suffix=".log", delete=False)
-    proc = subprocess.Popen([*cmd, *SERVER_OPTIONS, "--server.port", str(port)], cwd=cwd, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    log = tempfile.NamedTemporaryFile("w", prefix="bench-browser-", suffix=".log", delete=False)  # noqa: SIM115 (closed in the finally below)
+    proc = subprocess.Popen(
+        [*cmd, *SERVER_OPTIONS, "--server.port", str(port)], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
@@ -212,13 +218,24 @@ def load(context, url: str, pid: int, charts: int):
     page.wait_for_function(LOADED, arg=charts, timeout=TIMEOUT_MS)
     b = page.evaluate("window.__bench")
     m = browser_metrics(cdp)
-    return page, cdp, {
-        "ms": max(b["loaded"], b["lastChart"]), "drawn_ms": b["loaded"],
-        "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu), "bytes": b["bytes"], "draws": b["draws"],
-        "sent_ms": b["sent"], "first_msg_ms": b["firstMsg"], "last_msg_ms": b["lastMsg"],
-        "busy_ms": m["TaskDuration"], "script_ms": m["ScriptDuration"], "layout_ms": m["LayoutDuration"],
-        "style_ms": m["RecalcStyleDuration"],
-    }
+    return (
+        page,
+        cdp,
+        {
+            "ms": max(b["loaded"], b["lastChart"]),
+            "drawn_ms": b["loaded"],
+            "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu),
+            "bytes": b["bytes"],
+            "draws": b["draws"],
+            "sent_ms": b["sent"],
+            "first_msg_ms": b["firstMsg"],
+            "last_msg_ms": b["lastMsg"],
+            "busy_ms": m["TaskDuration"],
+            "script_ms": m["ScriptDuration"],
+            "layout_ms": m["LayoutDuration"],
+            "style_ms": m["RecalcStyleDuration"],
+        },
+    )
 
 
 def change(page, cdp, pid: int, kind: str, key: str, label: str) -> dict:
@@ -231,17 +248,24 @@ def change(page, cdp, pid: int, kind: str, key: str, label: str) -> dict:
         target = page.locator(f".st-key-{key}").get_by_text(label, exact=True)
     page.wait_for_timeout(300)
     before, cpu = browser_metrics(cdp), cpu_seconds(pid)
-    page.evaluate("() => Object.assign(window.__bench, {bytes: 0, msgs: 0, sent: 0, firstMsg: 0, lastMsg: 0, "
-                  "lastChart: 0, draws: 0, tChange: null, armed: true})")
+    page.evaluate(
+        "() => Object.assign(window.__bench, {bytes: 0, msgs: 0, sent: 0, firstMsg: 0, lastMsg: 0, "
+        "lastChart: 0, draws: 0, tChange: null, armed: true})"
+    )
     target.click()
     page.wait_for_function(CHANGED, timeout=TIMEOUT_MS)
     b = page.evaluate("window.__bench")
     after, t0 = browser_metrics(cdp), b["tChange"]
     redrawn = b["lastChart"] > t0
     return {
-        "ms": (b["lastChart"] if redrawn else b["lastMsg"]) - t0, "redrawn": redrawn,
-        "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu), "bytes": b["bytes"], "draws": b["draws"],
-        "sent_ms": b["sent"] - t0, "first_msg_ms": b["firstMsg"] - t0, "last_msg_ms": b["lastMsg"] - t0,
+        "ms": (b["lastChart"] if redrawn else b["lastMsg"]) - t0,
+        "redrawn": redrawn,
+        "server_cpu_ms": 1000 * (cpu_seconds(pid) - cpu),
+        "bytes": b["bytes"],
+        "draws": b["draws"],
+        "sent_ms": b["sent"] - t0,
+        "first_msg_ms": b["firstMsg"] - t0,
+        "last_msg_ms": b["lastMsg"] - t0,
         "busy_ms": after["TaskDuration"] - before["TaskDuration"],
         "script_ms": after["ScriptDuration"] - before["ScriptDuration"],
         "layout_ms": after["LayoutDuration"] - before["LayoutDuration"],
@@ -251,12 +275,15 @@ def change(page, cdp, pid: int, kind: str, key: str, label: str) -> dict:
 
 def median(records: list[dict]) -> dict:
     """Per field, the median over the repetitions (booleans: all of them)."""
-    return {k: all(r[k] for r in records) if isinstance(v, bool) else statistics.median(r[k] for r in records)
-            for k, v in records[0].items()}
+    return {
+        k: all(r[k] for r in records) if isinstance(v, bool) else statistics.median(r[k] for r in records)
+        for k, v in records[0].items()
+    }
 
 
-def measure(context, base: str, pid: int, path: str, widget: tuple[str, str, list[str]], repeats: int,
-            charts: int | None = None) -> dict:
+def measure(
+    context, base: str, pid: int, path: str, widget: tuple[str, str, list[str]], repeats: int, charts: int | None = None
+) -> dict:
     """Loads and changes of one page, medians of ``repeats`` after one untimed round of each."""
     kind, key, labels = widget
     if charts is None:  # how many charts the page draws: count them once it is quiet
@@ -273,8 +300,14 @@ def measure(context, base: str, pid: int, path: str, widget: tuple[str, str, lis
             page.close()
     changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
     page.close()
-    return {"charts": charts, "sizes": sizes, "load": median(loads), "change": median(changes),
-            "loads_ms": [r["ms"] for r in loads], "changes_ms": [r["ms"] for r in changes]}
+    return {
+        "charts": charts,
+        "sizes": sizes,
+        "load": median(loads),
+        "change": median(changes),
+        "loads_ms": [r["ms"] for r in loads],
+        "changes_ms": [r["ms"] for r in changes],
+    }
 
 
 def bare_path(sizes: list[dict], kind: str) -> str:
@@ -294,40 +327,73 @@ def run(store: Path, name: str, pages: list[str], repeats: int, context, bare_ba
             t = time.perf_counter()
             app = measure(context, base, pid, path, widget, repeats)
             kind = "radio" if widget[0] == "radio" else "select"
-            bare = measure(context, bare_base, bare_pid, bare_path(app["sizes"], kind),
-                           (kind, "v", ["b", "a"]), repeats, charts=app["charts"])
+            bare = measure(
+                context,
+                bare_base,
+                bare_pid,
+                bare_path(app["sizes"], kind),
+                (kind, "v", ["b", "a"]),
+                repeats,
+                charts=app["charts"],
+            )
             rows.append({"store": name, "page": page_name, "path": path, "app": app, "bare": bare})
-            print(f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
-                  f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
-                  flush=True)
+            print(
+                f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
+                f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
+                flush=True,
+            )
     return rows
 
 
 def tables(rows: list[dict]) -> str:
-    out = ["| store | page | charts | points | load, ms | bare | ratio | change, ms | bare | ratio |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = [
+        "| store | page | charts | points | load, ms | bare | ratio | change, ms | bare | ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         a, b = r["app"], r["bare"]
         points = sum(s["points"] for s in a["sizes"])
         mark = "" if a["change"]["redrawn"] else "*"
-        out.append(f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
-                   f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
-                   f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |")
-    out += ["", "Where the time goes (page / bare page; ms unless said; load: from the navigation's start, change: "
-            "from the pointer down):", "",
-            "| store | page | op | server CPU | sent | first msg | last msg | KB received | chart draws | "
-            "browser busy | of it script | of it style | of it layout | done |", "| --- | --- | --- |" + " ---: |" * 11]
+        out.append(
+            f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
+            f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
+            f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
+        )
+    out += [
+        "",
+        "Where the time goes (page / bare page; ms unless said; load: from the navigation's start, change: "
+        "from the pointer down):",
+        "",
+        "| store | page | op | server CPU | sent | first msg | last msg | KB received | chart draws | "
+        "browser busy | of it script | of it style | of it layout | done |",
+        "| --- | --- | --- |" + " ---: |" * 11,
+    ]
     for r in rows:
         for op in ("load", "change"):
             a, b = r["app"][op], r["bare"][op]
-            cells = [f"{a[k] / (1024 if k == 'bytes' else 1):.0f} / {b[k] / (1024 if k == 'bytes' else 1):.0f}"
-                     for k in ("server_cpu_ms", "sent_ms", "first_msg_ms", "last_msg_ms", "bytes", "draws", "busy_ms",
-                               "script_ms", "style_ms", "layout_ms", "ms")]
+            cells = [
+                f"{a[k] / (1024 if k == 'bytes' else 1):.0f} / {b[k] / (1024 if k == 'bytes' else 1):.0f}"
+                for k in (
+                    "server_cpu_ms",
+                    "sent_ms",
+                    "first_msg_ms",
+                    "last_msg_ms",
+                    "bytes",
+                    "draws",
+                    "busy_ms",
+                    "script_ms",
+                    "style_ms",
+                    "layout_ms",
+                    "ms",
+                )
+            ]
             out.append(f"| {r['store']} | {r['page']} | {op} | " + " | ".join(cells) + " |")
     out += ["", "Chart sizes: (height x width px, traces, points, subplots, frames) per chart", ""]
     for r in rows:
-        sizes = "; ".join(f"({s['height']:.0f}x{s['width']:.0f}, {s['traces']}, {s['points']:,}, {s['subplots']}, "
-                          f"{s['frames']})" for s in r["app"]["sizes"])
+        sizes = "; ".join(
+            f"({s['height']:.0f}x{s['width']:.0f}, {s['traces']}, {s['points']:,}, {s['subplots']}, {s['frames']})"
+            for s in r["app"]["sizes"]
+        )
         out.append(f"- {r['store']} / {r['page']}: {sizes}")
     return "\n".join(out)
 
@@ -358,13 +424,16 @@ def main() -> int:
                 rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid)
         browser.close()
     load_after = os.getloadavg()
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before and "
-               f"{load_after[0]:.1f} after, Python {platform.python_version()}")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before and "
+        f"{load_after[0]:.1f} after, Python {platform.python_version()}"
+    )
     print(f"\nbrowser benchmark, {date.today().isoformat()}, {machine}, median of {args.repeats}\n")
     print(tables(rows))
     print("\n* no chart depends on this widget: the time until the rerun's last message")
-    (RESULTS / "browser.json").write_text(json.dumps({"date": date.today().isoformat(), "machine": machine,
-                                                      "repeats": args.repeats, "rows": rows}, indent=1))
+    (RESULTS / "browser.json").write_text(
+        json.dumps({"date": date.today().isoformat(), "machine": machine, "repeats": args.repeats, "rows": rows}, indent=1)
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 """Compare runs benchmark: the page's rerun time comparing two runs of Pythia-1.4B and of Pythia-12B dimensions.
 
-    python benchmarks/bench_compare.py                 # both sizes; stores cached in benchmarks/results/
-    python benchmarks/bench_compare.py --sizes 1.4b --repeats 5
+    python -m benchmarks.bench_compare                 # both sizes; stores cached in benchmarks/results/
+    python -m benchmarks.bench_compare --sizes 1.4b --repeats 5
 
 For each size two synthetic stores with the model's dimensions (`bench_dashboard.SIZES`: 24 x 16 and
 36 x 40 heads, d_head 128; 154 checkpoints plus a duplicate; W_QK rows, no overlaps, which the page does
@@ -32,7 +32,6 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS, peak_rss_mb  # noqa: E402
 
@@ -51,8 +50,15 @@ def make_stores(size: str) -> list[Path]:
         path = RESULTS / "stores" / f"compare-{size}-seed{seed}"
         if not (path / HEADS.file).is_file():
             t = time.perf_counter()
-            write_synthetic_store(path, **SIZES[size], n_checkpoints=154, model_id=f"synthetic/pythia-{size}",
-                                  seed=seed, matrices=("qk",), overlaps=False)
+            write_synthetic_store(
+                path,
+                **SIZES[size],
+                n_checkpoints=154,
+                model_id=f"synthetic/pythia-{size}",
+                seed=seed,
+                matrices=("qk",),
+                overlaps=False,
+            )
             print(f"[{size}] wrote {path.name} in {time.perf_counter() - t:.1f} s", flush=True)
         paths.append(path)
     return paths
@@ -107,8 +113,13 @@ def worker(a: Path, b: Path, repeats: int) -> dict:
             at.run()
             times.append(time.perf_counter() - t)
             assert not at.exception, (key, [e.value for e in at.exception])
-    return {"first_render_s": first, "median_ms": 1000 * statistics.median(times), "max_ms": 1000 * max(times),
-            "n": len(times), "peak_rss_mb": peak_rss_mb()}
+    return {
+        "first_render_s": first,
+        "median_ms": 1000 * statistics.median(times),
+        "max_ms": 1000 * max(times),
+        "n": len(times),
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def main() -> int:
@@ -125,26 +136,35 @@ def main() -> int:
     results = {}
     for size in args.sizes:
         a, b = make_stores(size)
-        proc = subprocess.run([sys.executable, __file__, "--worker", str(a), str(b), "--repeats", str(args.repeats)],
-                              cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", str(a), str(b), "--repeats", str(args.repeats)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             print(proc.stderr[-4000:], file=sys.stderr)
             return proc.returncode
         results[size] = json.loads(proc.stdout.strip().splitlines()[-1])
 
     load = os.getloadavg()
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / "
-               f"{load[2]:.1f} (1 / 5 / 15 min) at the end, Python {platform.python_version()}")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f} (1 / 5 / 15 min) at the end, Python {platform.python_version()}"
+    )
     print(f"Compare runs benchmark, {date.today().isoformat()}, {machine}\n")
     print("| two runs of | rerun, median ms (max) | target | first render, s | peak memory, MB |")
     print("| --- | --- | --- | --- | --- |")
     for size, r in results.items():
         verdict = "ok" if r["median_ms"] < TARGET_RERUN_MS[size] else "OVER"
-        print(f"| Pythia-{size} dims ({SIZES[size]['n_layers']} x {SIZES[size]['n_heads']}, 154 checkpoints) | "
-              f"{r['median_ms']:.0f} ({r['max_ms']:.0f}) | < {TARGET_RERUN_MS[size]} ms: {verdict} | "
-              f"{r['first_render_s']:.1f} | {r['peak_rss_mb']:.0f} |")
-    (RESULTS / "compare.json").write_text(json.dumps({"date": date.today().isoformat(), "machine": machine,
-                                                      "results": results}, indent=1))
+        print(
+            f"| Pythia-{size} dims ({SIZES[size]['n_layers']} x {SIZES[size]['n_heads']}, 154 checkpoints) | "
+            f"{r['median_ms']:.0f} ({r['max_ms']:.0f}) | < {TARGET_RERUN_MS[size]} ms: {verdict} | "
+            f"{r['first_render_s']:.1f} | {r['peak_rss_mb']:.0f} |"
+        )
+    (RESULTS / "compare.json").write_text(
+        json.dumps({"date": date.today().isoformat(), "machine": machine, "results": results}, indent=1)
+    )
     return 0
 
 

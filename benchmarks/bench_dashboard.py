@@ -1,7 +1,7 @@
 """Dashboard benchmark: rerun time per page, cold start and peak memory at Pythia-1.4B and -12B size.
 
-    python benchmarks/bench_dashboard.py              # both sizes; stores cached in benchmarks/results/
-    python benchmarks/bench_dashboard.py --sizes 1.4b --repeats 5
+    python -m benchmarks.bench_dashboard              # both sizes; stores cached in benchmarks/results/
+    python -m benchmarks.bench_dashboard --sizes 1.4b --repeats 5
 
 For each size a synthetic store with the model's dimensions (154 checkpoints plus a
 duplicate, 128 singular values, 202 histogram bins per head; `synthetic_store`) is
@@ -42,14 +42,16 @@ TARGET_RERUN_MS = {"1.4b": 300, "12b": 800}
 TARGET_COLD_S, TARGET_MEMORY_MB = 5.0, 1536
 
 HEAD, LAYERS, ARCH, ANIM, TRAJ = (
-    "pages/head_explorer.py", "pages/layer_view.py", "pages/architecture_heatmaps.py",
-    "pages/animated_heatmap.py", "pages/trajectory_map.py",
+    "pages/head_explorer.py",
+    "pages/layer_view.py",
+    "pages/architecture_heatmaps.py",
+    "pages/animated_heatmap.py",
+    "pages/trajectory_map.py",
 )
 
 
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
-    sys.path.insert(0, str(ROOT))
     from analysis.store.format import EMBEDDINGS, OVERLAPS
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
     from precompute.lenses.embeddings import add_embeddings
@@ -76,17 +78,39 @@ def page_changes(n_layers: int, n_heads: int, steps: list[int]) -> dict[str, lis
     a = [steps[i] for i in (0, 10, 40)]
     b = [steps[i] for i in (20, 80, 153)]
     return {
-        HEAD: [("selectbox", "layer", [n_layers // 2, n_layers - 1]), ("selectbox", "head", [3, n_heads - 1]),
-               ("multiselect", "step", [a, b]), ("selectbox", "stat", ["kl_gauss", "stable_rank"]),
-               ("toggle", "logp", [False, True]), ("toggle", "loglam", [True, False]), ("selectbox", "gap", [5, 20])],
-        LAYERS: [("selectbox", "stat", ["kl_gauss", "lambda"]), ("selectbox", "layer", [n_layers // 2, n_layers - 1]),
-                 ("toggle", "logy", [True, False]), ("selectbox", "stat", ["stable_rank", "std"])],
-        ARCH: [("selectbox", "stat", ["lambda", "kl_gauss"]), ("toggle", "logc", [True, False]),
-               ("selectbox", "stat", ["lambda", "std"]), ("slider", "k", [5, 20])],
-        ANIM: [("select_slider", "step", [steps[10], steps[120]]), ("selectbox", "stat", ["stable_rank", "std"]),
-               ("toggle", "logc", [True, False]), ("select_slider", "step", [steps[153], steps[40]])],
-        TRAJ: [("selectbox", "stat", ["spectral_entropy", "std"]), ("selectbox", "layer", [3, n_layers - 1]),
-               ("selectbox", "head", [5, 1]), ("selectbox", "stat", ["stable_rank", "kl_gauss"])],
+        HEAD: [
+            ("selectbox", "layer", [n_layers // 2, n_layers - 1]),
+            ("selectbox", "head", [3, n_heads - 1]),
+            ("multiselect", "step", [a, b]),
+            ("selectbox", "stat", ["kl_gauss", "stable_rank"]),
+            ("toggle", "logp", [False, True]),
+            ("toggle", "loglam", [True, False]),
+            ("selectbox", "gap", [5, 20]),
+        ],
+        LAYERS: [
+            ("selectbox", "stat", ["kl_gauss", "lambda"]),
+            ("selectbox", "layer", [n_layers // 2, n_layers - 1]),
+            ("toggle", "logy", [True, False]),
+            ("selectbox", "stat", ["stable_rank", "std"]),
+        ],
+        ARCH: [
+            ("selectbox", "stat", ["lambda", "kl_gauss"]),
+            ("toggle", "logc", [True, False]),
+            ("selectbox", "stat", ["lambda", "std"]),
+            ("slider", "k", [5, 20]),
+        ],
+        ANIM: [
+            ("select_slider", "step", [steps[10], steps[120]]),
+            ("selectbox", "stat", ["stable_rank", "std"]),
+            ("toggle", "logc", [True, False]),
+            ("select_slider", "step", [steps[153], steps[40]]),
+        ],
+        TRAJ: [
+            ("selectbox", "stat", ["spectral_entropy", "std"]),
+            ("selectbox", "layer", [3, n_layers - 1]),
+            ("selectbox", "head", [5, 1]),
+            ("selectbox", "stat", ["stable_rank", "kl_gauss"]),
+        ],
     }
 
 
@@ -150,16 +174,19 @@ def main() -> int:
     results = {}
     for size in args.sizes:
         store = make_store(size)
-        proc = subprocess.run([sys.executable, __file__, "--worker", str(store), "--repeats", str(args.repeats)],
-                              cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", str(store), "--repeats", str(args.repeats)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             print(proc.stderr[-4000:], file=sys.stderr)
             return proc.returncode
         results[size] = json.loads(proc.stdout.strip().splitlines()[-1])
 
     names = {HEAD: "head explorer", LAYERS: "layer view", ARCH: "architecture", ANIM: "animation", TRAJ: "trajectory map"}
-    lines = [f"| page | {' | '.join(f'{s} median ms (max)' for s in results)} |",
-             f"| --- |{' --- |' * len(results)}"]
+    lines = [f"| page | {' | '.join(f'{s} median ms (max)' for s in results)} |", f"| --- |{' --- |' * len(results)}"]
     for page, name in names.items():
         cells = [f"{r['pages'][page]['median_ms']:.0f} ({r['pages'][page]['max_ms']:.0f})" for r in results.values()]
         lines.append(f"| {name} | {' | '.join(cells)} |")
@@ -170,17 +197,21 @@ def main() -> int:
     verdicts = []
     for size, r in results.items():
         worst = max(p["median_ms"] for p in r["pages"].values())
-        verdicts.append(f"{size}: rerun {'ok' if worst < TARGET_RERUN_MS[size] else 'OVER'} (< {TARGET_RERUN_MS[size]} ms), "
-                        f"cold start {'ok' if r['cold_start_s'] < TARGET_COLD_S else 'OVER'} (< {TARGET_COLD_S:.0f} s), "
-                        f"memory {'ok' if r['peak_rss_mb'] < TARGET_MEMORY_MB else 'OVER'} (< {TARGET_MEMORY_MB} MB)")
+        verdicts.append(
+            f"{size}: rerun {'ok' if worst < TARGET_RERUN_MS[size] else 'OVER'} (< {TARGET_RERUN_MS[size]} ms), "
+            f"cold start {'ok' if r['cold_start_s'] < TARGET_COLD_S else 'OVER'} (< {TARGET_COLD_S:.0f} s), "
+            f"memory {'ok' if r['peak_rss_mb'] < TARGET_MEMORY_MB else 'OVER'} (< {TARGET_MEMORY_MB} MB)"
+        )
     load = os.getloadavg()
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end, "
-               f"Python {platform.python_version()}")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end, Python {platform.python_version()}"
+    )
     print(f"dashboard benchmark, {date.today().isoformat()}, {machine}")
     print("\n".join(lines))
     print("\n".join(verdicts))
-    (RESULTS / "dashboard.json").write_text(json.dumps({"date": date.today().isoformat(), "machine": machine,
-                                                        "results": results}, indent=1))
+    (RESULTS / "dashboard.json").write_text(
+        json.dumps({"date": date.today().isoformat(), "machine": machine, "results": results}, indent=1)
+    )
     return 0
 
 

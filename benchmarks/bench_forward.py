@@ -12,7 +12,7 @@ induction probe (8 x 256) with attention weights returned, batch of 8 sequences:
 On CUDA (``--device cuda``) the model is moved there in its checkpoint's dtype. Prints one
 table; nothing is written outside a temporary folder.
 
-    python benchmarks/bench_forward.py --reference runs/shakespeare-pythia-6x8 [--device cpu] [--repeats 2]
+    python -m benchmarks.bench_forward --reference runs/shakespeare-pythia-6x8 [--device cpu] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.lenses.forward import ForwardJob, forward_statistics, load_model  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.lenses.forward import ForwardJob, forward_statistics, load_model
 
 
 def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:
@@ -53,8 +51,9 @@ def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: in
 def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[float, float, float]]:
     info = json.loads((run / "run.json").read_text())
     data, name = held_out_bytes(info, run)
-    es = make_eval_set(np.frombuffer(data, np.uint8).astype(np.int64), n=32, t=256, vocab_size=256, text=name,
-                       text_sha256="", tokenizer="bytes")
+    es = make_eval_set(
+        np.frombuffer(data, np.uint8).astype(np.int64), n=32, t=256, vocab_size=256, text=name, text_sha256="", tokenizer="bytes"
+    )
     model = info["config"]["model"]
     job = ForwardJob(es, device=device)
     load_model(run / steps[0], device=device)  # warm-up: the first load imports transformers' model code
@@ -69,8 +68,15 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[floa
 def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                           intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25)
+    config = GPTNeoXConfig(
+        vocab_size=50304,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=2048,
+        rotary_pct=0.25,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-forward-") as tmp:
         torch.manual_seed(0)
         model = GPTNeoXForCausalLM(config)
@@ -85,8 +91,10 @@ def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
         out = []
         for r in range(repeats):
             load, evaluate, cpu, loss = time_checkpoint(Path(tmp), job, n_layers=12, n_heads=12)
-            print(f"pythia-160m-shaped run {r}: load {load:.2f} s, evaluate {evaluate:.2f} s, CPU {cpu:.1f} s, "
-                  f"loss {loss:.3f}", flush=True)
+            print(
+                f"pythia-160m-shaped run {r}: load {load:.2f} s, evaluate {evaluate:.2f} s, CPU {cpu:.1f} s, loss {loss:.3f}",
+                flush=True,
+            )
             out.append((load, evaluate, cpu))
     return out
 
@@ -99,16 +107,21 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="timed runs of the 160M-shaped model")
     p.add_argument("--skip-160m", action="store_true")
     args = p.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}, device {args.device}", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}, device {args.device}",
+        flush=True,
+    )
     rows = []
     if args.reference.is_dir():
         ref = bench_reference(args.reference, args.device, args.steps.split(","))
         rows.append(("reference run (6 x 8, d_model 256)", *np.mean(ref, axis=0)))
     if not args.skip_160m:
         rows.append(("Pythia-160M-shaped, random weights", *np.mean(bench_160m(args.device, args.repeats), axis=0)))
-    print("\n| model | load (s) | evaluate (s) | seconds per checkpoint | CPU seconds per checkpoint |\n"
-          "| --- | ---: | ---: | ---: | ---: |")
+    print(
+        "\n| model | load (s) | evaluate (s) | seconds per checkpoint | CPU seconds per checkpoint |\n"
+        "| --- | ---: | ---: | ---: | ---: |"
+    )
     for name, load, ev, cpu in rows:
         print(f"| {name} | {load:.2f} | {ev:.2f} | {load + ev:.2f} | {cpu:.1f} |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -24,25 +24,24 @@ Measures, and prints as Markdown for the README:
 (c) the same ranges through huggingface_hub's ``HfFileSystem.cat_ranges`` (default
     settings and ``cache_type="none"``): bytes the server sent, requests, seconds.
 
-Usage: python benchmarks/bench_hub_fetch.py [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
+Usage: python -m benchmarks.bench_hub_fetch [--workdir /tmp/headwatch-hub-bench] [--revisions 3] [--matrices qk,ov]
        [--no-job] (skip (b))
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import shutil
 import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 REPO_ID = "bench/pythia-1.4b-shaped"
 D, LAYERS, HEADS, FF, VOCAB = 2048, 24, 16, 8192, 50304
@@ -119,23 +118,24 @@ def main() -> None:
     os.environ.pop("HF_HUB_OFFLINE", None)
 
     import torch
+    from huggingface_hub import HfApi
     from safetensors import safe_open
 
     from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
-    from precompute.sources.fetch import HubHttp, Meter, human_bytes
-    from huggingface_hub import HfApi
-    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
     from precompute.run import run_precompute
-    from precompute.settings import RunOptions
-    from precompute.settings import FetchSettings
+    from precompute.settings import FetchSettings, RunOptions
+    from precompute.sources.fetch import HubHttp, Meter, human_bytes
+    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
     from tests.integration.fakehub import FakeHub, Repo
 
     ckpt = work / "model.safetensors"
     t_write = write_checkpoint(ckpt)
     size = ckpt.stat().st_size
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"checkpoint: {size / 1e9:.3f} GB fp16 safetensors" + (f" (written in {t_write:.0f} s)" if t_write else " (reused)"))
 
     shape = model_shape(CONFIG)
@@ -146,8 +146,10 @@ def main() -> None:
     dense = sum(t.numel() * t.element_size() for n, t in local.items() if "attention.dense" in n)
     qk_rows = fused * 2 // 3  # the Q and K rows alone
     needed = {"qk": qk_rows, "qk,ov": fused + dense}  # what each set of matrices reads at the least
-    print(f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; attention.dense: {dense:,} B; "
-          f"file: {size:,} B\n")
+    print(
+        f"fused query_key_value tensors: {fused:,} B; their Q and K rows: {qk_rows:,} B; attention.dense: {dense:,} B; "
+        f"file: {size:,} B\n"
+    )
     reference = extract_heads(shape, local)
 
     repo = Repo()
@@ -173,9 +175,10 @@ def main() -> None:
             http = HubHttp(FetchSettings(range_merge_gap=gap), meter)
             sent_before = hub.sent
             t0 = time.perf_counter()
-            get = lambda a, b: http.get_range(url, a, b, what="bench")  # noqa: E731
+            get = functools.partial(http.get_range, url, what="bench")
             meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
-                REPO_ID, "model.safetensors", revision=commits[0])  # the header, read by huggingface_hub
+                REPO_ID, "model.safetensors", revision=commits[0]
+            )  # the header, read by huggingface_hub
             header = header_from_metadata(meta, file_size=size, where="bench")
             header_fetched, header_requests = header_read_cost(header.header_bytes, size)
             meter.add_fetched(header_fetched)
@@ -186,23 +189,27 @@ def main() -> None:
             tensors = read_tensors(get, header, masks, merge_gap=gap, concurrency=4, where="bench")
             seconds = time.perf_counter() - t0
             for matrix, pair in extract_heads(shape, tensors, matrices=wanted).items():
-                assert all(torch.equal(a, b) for a, b in zip(pair, reference[matrix])), f"{matrix} over HTTP differs"
+                assert all(torch.equal(a, b) for a, b in zip(pair, reference[matrix], strict=True)), f"{matrix} over HTTP differs"
             served = hub.sent - sent_before
             assert served == meter.fetched
             rows.append((label, meter.fetched, meter.requests, seconds, needed[matrices]))
             del tensors
 
         print("(a) range reader, one checkpoint, loopback HTTP")
-        print("\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | / what the matrices need "
-              "| requests | seconds |")
+        print(
+            "\n| fetch | bytes fetched | / file | / fused QKV tensors | / Q and K rows | / what the matrices need "
+            "| requests | seconds |"
+        )
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for label, n, req, sec, need in rows:
-            print(f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} "
-                  f"| {sec:.2f} |")
+            print(
+                f"| {label} | {n:,} | {n / size:.3f} | {n / fused:.3f} | {n / qk_rows:.3f} | {n / need:.3f} | {req} | {sec:.2f} |"
+            )
 
         # (c) the same byte ranges through huggingface_hub's HfFileSystem.cat_ranges, as
         # configured by default and with cache_type="none" (block_size=0 cannot seek)
         from huggingface_hub import HfFileSystem
+
         from precompute.sources.ranges import needed_spans, plan_ranges
 
         masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=("qk",))
@@ -210,13 +217,16 @@ def main() -> None:
         plan = plan_ranges([r for n, m in masks.items() for r in needed_spans(header.tensors[n], m)], merge_gap=gap)
         asked = sum(b - a for a, b in plan)
         fs_rows = []
-        for label, kw in (("HfFileSystem.cat_ranges, defaults", {}),
-                          ('HfFileSystem.cat_ranges, cache_type="none"', {"cache_type": "none"})):
+        for label, kw in (
+            ("HfFileSystem.cat_ranges, defaults", {}),
+            ('HfFileSystem.cat_ranges, cache_type="none"', {"cache_type": "none"}),
+        ):
             fs = HfFileSystem(endpoint=hub.url, token=False, skip_instance_cache=True)
             sent_before, logged_before = hub.sent, len(hub.log)
             t0 = time.perf_counter()
-            blobs = fs.cat_ranges([f"{REPO_ID}@{commits[0]}/model.safetensors"] * len(plan),
-                                  [a for a, _ in plan], [b for _, b in plan], **kw)
+            blobs = fs.cat_ranges(
+                [f"{REPO_ID}@{commits[0]}/model.safetensors"] * len(plan), [a for a, _ in plan], [b for _, b in plan], **kw
+            )
             seconds = time.perf_counter() - t0
             assert [len(x) for x in blobs] == [b - a for a, b in plan]
             fs_rows.append((label, hub.sent - sent_before, len(hub.log) - logged_before, seconds))
@@ -240,8 +250,7 @@ def main() -> None:
         out = work / "store"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False,
-                                                         matrices=job_matrices))
+        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=job_matrices))
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions
@@ -253,8 +262,10 @@ def main() -> None:
     print(f"| HTTP GETs per checkpoint (config.json, header, ranges; plus one model_info API call) | {report.requests / n:.0f} |")
     print(f"| peak scratch disk | {report.peak_disk:,} B |")
     best = min(r[1] for r in rows)
-    print(f"\ntarget fetched <= 1.2 x Q/K: default gap vs fused QKV tensors {rows[0][1] / fused:.3f}; "
-          f"gap 0 vs Q and K rows {best / qk_rows:.3f}")
+    print(
+        f"\ntarget fetched <= 1.2 x Q/K: default gap vs fused QKV tensors {rows[0][1] / fused:.3f}; "
+        f"gap 0 vs Q and K rows {best / qk_rows:.3f}"
+    )
 
 
 if __name__ == "__main__":

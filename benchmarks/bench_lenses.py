@@ -1,6 +1,6 @@
 """Every lens on one device: seconds per checkpoint and peak memory, stage by stage.
 
-The command a session lent a GPU runs first (``python benchmarks/bench_lenses.py --device cuda``,
+The command a session lent a GPU runs first (``python -m benchmarks.bench_lenses --device cuda``,
 with ``PYTHONPATH=.`` from the repository root), beside ``pytest -m cuda``. It writes a
 byte-level GPT-NeoX run of the chosen shape (random weights at Pythia's small init, two
 checkpoints, the second a perturbed copy of the first, saved by transformers as float32
@@ -56,9 +56,16 @@ def write_run(root: Path, shape: str) -> Path:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     layers, heads, d_model, d_mlp, context = SHAPES[shape]
-    config = GPTNeoXConfig(vocab_size=256, hidden_size=d_model, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=d_mlp, max_position_embeddings=context, rotary_pct=0.25,
-                           initializer_range=(2 / (5 * d_model)) ** 0.5)
+    config = GPTNeoXConfig(
+        vocab_size=256,
+        hidden_size=d_model,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=d_mlp,
+        max_position_embeddings=context,
+        rotary_pct=0.25,
+        initializer_range=(2 / (5 * d_model)) ** 0.5,
+    )
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(config)
     run = root / "run"
@@ -67,8 +74,14 @@ def write_run(root: Path, shape: str) -> Path:
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 1e-3)
     model.save_pretrained(run / "step1")
-    (run / "run.json").write_text(json.dumps({"tokens_per_step": 2048, "corpus": {
-        "name": "generated words", "source": "bench_lenses", "tokenizer": "bytes (vocabulary 256)"}}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "tokens_per_step": 2048,
+                "corpus": {"name": "generated words", "source": "bench_lenses", "tokenizer": "bytes (vocabulary 256)"},
+            }
+        )
+    )
     rng = random.Random(0)
     words = ["thou", "art", "the", "king", "and", "I", "shall", "speak", "no", "more", "of", "this", "night"]
     (root / "eval.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(6000)))
@@ -106,16 +119,26 @@ def main() -> None:
     t = args.eval_length or min(SHAPES[args.shape][4], 256)
     sampler = SamplerSettings() if args.llc_draws is None else SamplerSettings(draws=args.llc_draws)
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {os.cpu_count()} cores"
-    print(f"shape {args.shape} {SHAPES[args.shape]}, device {device_name}, torch {torch.__version__}, "
-          f"eval {args.eval_sequences} x {t} tokens")
+    print(
+        f"shape {args.shape} {SHAPES[args.shape]}, device {device_name}, torch {torch.__version__}, "
+        f"eval {args.eval_sequences} x {t} tokens"
+    )
     print("| stage | checkpoints | s per checkpoint | peak memory (GiB) |\n|---|---|---|---|")
     for stage in stages:
         spec = STAGES[stage]
         llc = "llc" in spec.get("lenses", ())
-        options = RunOptions(device=args.device, progress=False, embeddings=False, matrices=spec["matrices"],
-                             lenses=spec.get("lenses", ()), eval_text=str(root / "eval.txt"),
-                             eval_sequences=args.eval_sequences, eval_length=t,
-                             llc_steps="1" if llc else None, llc=sampler)
+        options = RunOptions(
+            device=args.device,
+            progress=False,
+            embeddings=False,
+            matrices=spec["matrices"],
+            lenses=spec.get("lenses", ()),
+            eval_text=str(root / "eval.txt"),
+            eval_sequences=args.eval_sequences,
+            eval_length=t,
+            llc_steps="1" if llc else None,
+            llc=sampler,
+        )
         if args.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

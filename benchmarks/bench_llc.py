@@ -14,7 +14,7 @@ Prints a table of wall and CPU seconds per estimate and the implied seconds per 
 (n_layers x n_heads head estimates, the average of the first and last layer's, plus the whole model).
 Nothing is written outside a temporary folder.
 
-    python benchmarks/bench_llc.py --reference runs/shakespeare-pythia-6x8 [--device cpu] [--skip-160m]
+    python -m benchmarks.bench_llc --reference runs/shakespeare-pythia-6x8 [--device cpu] [--skip-160m]
 """
 
 from __future__ import annotations
@@ -31,27 +31,32 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from precompute.lenses.evalset import held_out_bytes, make_eval_set  # noqa: E402
-from precompute.lenses.forward import load_model  # noqa: E402
-from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences  # noqa: E402
-from precompute.settings import SamplerSettings  # noqa: E402
+from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.lenses.forward import load_model
+from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
+from precompute.settings import SamplerSettings
 
 
-def time_estimates(model: torch.nn.Module, tokens: np.ndarray, sampler: SamplerSettings, *, n_layers: int,
-                   device: str, scratch: Path, label: str) -> dict[str, tuple[float, float]]:
+def time_estimates(
+    model: torch.nn.Module, tokens: np.ndarray, sampler: SamplerSettings, *, n_layers: int, device: str, scratch: Path, label: str
+) -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds of a first-layer head, a last-layer head and the whole model."""
     out = {}
-    for name, masks in (("first-layer head", head_masks(model, 0, 0)), ("last-layer head", head_masks(model, n_layers - 1, 0)),
-                        ("whole model", None)):
+    for name, masks in (
+        ("first-layer head", head_masks(model, 0, 0)),
+        ("last-layer head", head_masks(model, n_layers - 1, 0)),
+        ("whole model", None),
+    ):
         c0, t0 = time.process_time(), time.perf_counter()
         est = estimate_llc(model, tokens, masks, sampler, scratch=scratch, device=device)
         if device == "cuda":
             torch.cuda.synchronize()
         out[name] = (time.perf_counter() - t0, time.process_time() - c0)
-        print(f"{label} {name}: {out[name][0]:.2f} s wall, {out[name][1]:.1f} CPU s, llc {est.llc:.4g} "
-              f"+- {est.llc_std:.2g}, init loss {est.init_loss:.4f}", flush=True)
+        print(
+            f"{label} {name}: {out[name][0]:.2f} s wall, {out[name][1]:.1f} CPU s, llc {est.llc:.4g} "
+            f"+- {est.llc_std:.2g}, init loss {est.init_loss:.4f}",
+            flush=True,
+        )
     return out
 
 
@@ -69,44 +74,85 @@ def main() -> int:
     for name in ("draws", "batch_size", "sequences"):
         if getattr(args, name) is not None:
             sampler = replace(sampler, **{name: getattr(args, name)})
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}, device {args.device}; sampler {sampler.as_meta()}", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}, device {args.device}; sampler {sampler.as_meta()}",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-llc-") as tmp:
         scratch = Path(tmp) / "scratch"
         if args.reference.is_dir():
             info = json.loads((args.reference / "run.json").read_text())
             data, name = held_out_bytes(info, args.reference)
-            es = make_eval_set(np.frombuffer(data, np.uint8).astype(np.int64), n=32, t=256, vocab_size=256, text=name,
-                               text_sha256="", tokenizer="bytes")
+            es = make_eval_set(
+                np.frombuffer(data, np.uint8).astype(np.int64),
+                n=32,
+                t=256,
+                vocab_size=256,
+                text=name,
+                text_sha256="",
+                tokenizer="bytes",
+            )
             model = load_model(args.reference / args.step, device=args.device, attn_implementation="sdpa")
             cfg = info["config"]["model"]
-            estimate_llc(model, sampler_sequences(es, sampler), head_masks(model, 0, 0),
-                         replace(sampler, draws=1), scratch=scratch, device=args.device)  # warm-up
-            times = time_estimates(model, sampler_sequences(es, sampler), sampler, n_layers=cfg["n_layers"],
-                                   device=args.device, scratch=scratch, label=f"reference {args.step}")
+            estimate_llc(
+                model,
+                sampler_sequences(es, sampler),
+                head_masks(model, 0, 0),
+                replace(sampler, draws=1),
+                scratch=scratch,
+                device=args.device,
+            )  # warm-up
+            times = time_estimates(
+                model,
+                sampler_sequences(es, sampler),
+                sampler,
+                n_layers=cfg["n_layers"],
+                device=args.device,
+                scratch=scratch,
+                label=f"reference {args.step}",
+            )
             rows.append(("reference run (6 x 8, d_model 256)", cfg["n_layers"] * cfg["n_heads"], times))
             del model
         if not args.skip_160m:
             from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-            config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                   intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25)
+            config = GPTNeoXConfig(
+                vocab_size=50304,
+                hidden_size=768,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                intermediate_size=3072,
+                max_position_embeddings=2048,
+                rotary_pct=0.25,
+            )
             torch.manual_seed(0)
             GPTNeoXForCausalLM(config).save_pretrained(Path(tmp) / "p160m")
             model = load_model(Path(tmp) / "p160m", device=args.device, attn_implementation="sdpa")
             ids = np.random.default_rng(0).integers(0, 50304, size=32 * 256 * 2)
             es = make_eval_set(ids, n=32, t=256, vocab_size=50304, text="random ids", text_sha256="", tokenizer="none")
-            times = time_estimates(model, sampler_sequences(es, sampler), sampler, n_layers=12, device=args.device,
-                                   scratch=scratch, label="pythia-160m-shaped")
+            times = time_estimates(
+                model,
+                sampler_sequences(es, sampler),
+                sampler,
+                n_layers=12,
+                device=args.device,
+                scratch=scratch,
+                label="pythia-160m-shaped",
+            )
             rows.append(("Pythia-160M-shaped, random weights", 144, times))
-    print("\n| model | first-layer head (s) | last-layer head (s) | whole model (s) | CPU s per head estimate "
-          "| implied s per checkpoint |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "\n| model | first-layer head (s) | last-layer head (s) | whole model (s) | CPU s per head estimate "
+        "| implied s per checkpoint |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
     for name, heads, t in rows:
         head_mean = (t["first-layer head"][0] + t["last-layer head"][0]) / 2
         cpu = (t["first-layer head"][1] + t["last-layer head"][1]) / 2
-        print(f"| {name} | {t['first-layer head'][0]:.2f} | {t['last-layer head'][0]:.2f} | {t['whole model'][0]:.2f} "
-              f"| {cpu:.1f} | {heads * head_mean + t['whole model'][0]:.0f} |")
+        print(
+            f"| {name} | {t['first-layer head'][0]:.2f} | {t['last-layer head'][0]:.2f} | {t['whole model'][0]:.2f} "
+            f"| {cpu:.1f} | {heads * head_mean + t['whole model'][0]:.0f} |"
+        )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 

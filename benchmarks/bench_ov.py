@@ -24,8 +24,8 @@ linearly to 36 layers (everything that grows with the model, the weights read, t
 the previous checkpoint's factors and the next one fetched ahead, is per layer; the work
 buffers are per core).
 
-Usage: python benchmarks/bench_ov.py [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
-       python benchmarks/bench_ov.py --twelve-b 2,4
+Usage: python -m benchmarks.bench_ov [--workdir /tmp/headwatch-bench-ov] [--baseline DIR] [--rounds 2] [--threads N]
+       python -m benchmarks.bench_ov --twelve-b 2,4
 """
 
 from __future__ import annotations
@@ -43,14 +43,19 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_pipeline import CONFIG, write_checkpoint  # noqa: E402
 
 STEPS = (1000, 2000)
 # Pythia-12B: 36 layers, 40 heads, d_model 5120, d_head 128, MLP 20480, vocab 50688.
-CONFIG_12B = {**CONFIG, "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 36,
-              "intermediate_size": 20480, "vocab_size": 50688}
+CONFIG_12B = {
+    **CONFIG,
+    "hidden_size": 5120,
+    "num_attention_heads": 40,
+    "num_hidden_layers": 36,
+    "intermediate_size": 20480,
+    "vocab_size": 50688,
+}
 
 
 RUN = """
@@ -85,19 +90,30 @@ def main() -> None:
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "headwatch-bench-ov"))
     ap.add_argument("--baseline", default=None, help="a copy of the qk-only code (before OV) to time as 'today'")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads of each run (default: torch's own); 1 gives CPU times that a shared machine barely disturbs")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of each run (default: torch's own); 1 gives CPU times that a shared machine barely disturbs",
+    )
     ap.add_argument("--only", default=None, help="comma-separated configurations to run: today, qk, qk+ov")
-    ap.add_argument("--twelve-b", default=None, metavar="A,B",
-                    help="peak memory of qk+ov at Pythia-12B shape from checkpoints of A and B layers, extrapolated to 36")
+    ap.add_argument(
+        "--twelve-b",
+        default=None,
+        metavar="A,B",
+        help="peak memory of qk+ov at Pythia-12B shape from checkpoints of A and B layers, extrapolated to 36",
+    )
     args = ap.parse_args()
     if args.twelve_b:
         twelve_b_memory(Path(args.workdir), [int(n) for n in args.twelve_b.split(",")], args.threads)
         return
     work = Path(args.workdir)
     src = work / "src"
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     for i, step in enumerate(STEPS):
         # the output projection at Pythia's init scale 2 / (n_layers sqrt(d_model))
         write_checkpoint(src / f"step{step}", seed=i, attn_out_std=2 / (24 * 2048**0.5))
@@ -110,17 +126,24 @@ def main() -> None:
     for r in range(args.rounds):
         for name, root, matrices in configs:
             t, cpu, rss = timed_run(root, src, work / "store", matrices, args.threads)
-            print(f"round {r}: {name}: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, peak RSS "
-                  f"{rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"round {r}: {name}: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, peak RSS "
+                f"{rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
             old = best.get(name)
             best[name] = (min(t, old[0]), min(cpu, old[1]), max(rss, old[2])) if old else (t, cpu, rss)
     base, base_cpu = best[configs[0][0]][:2]
-    print(f"\n| pipeline, {len(STEPS)} checkpoints, best of {args.rounds} | seconds per checkpoint | x {configs[0][0]} "
-          f"| CPU-s per checkpoint | x (CPU) | peak RSS |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"\n| pipeline, {len(STEPS)} checkpoints, best of {args.rounds} | seconds per checkpoint | x {configs[0][0]} "
+        f"| CPU-s per checkpoint | x (CPU) | peak RSS |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
     for name, _, _ in configs:
         t, cpu, rss = best[name]
-        print(f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {cpu / len(STEPS):.1f} | {cpu / base_cpu:.2f} "
-              f"| {rss / 2**30:.2f} GiB |")
+        print(
+            f"| {name} | {t / len(STEPS):.1f} | {t / base:.2f} | {cpu / len(STEPS):.1f} | {cpu / base_cpu:.2f} "
+            f"| {rss / 2**30:.2f} GiB |"
+        )
 
 
 def twelve_b_memory(work: Path, layer_counts: list[int], threads: int | None) -> None:
@@ -138,15 +161,20 @@ def twelve_b_memory(work: Path, layer_counts: list[int], threads: int | None) ->
             write_checkpoint(src / f"step{step}", seed=i, attn_out_std=2 / (36 * d**0.5), config=config)
         t, cpu, rss = timed_run(REPO, src, work / "store-12b", "qk,ov", threads)
         peaks[n] = rss
-        print(f"12B shape, {n} layers, qk+ov: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, "
-              f"peak RSS {rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"12B shape, {n} layers, qk+ov: {t:.1f} s ({cpu:.1f} CPU-s) for {len(STEPS)} checkpoints, "
+            f"peak RSS {rss / 2**30:.2f} GiB; load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         shutil.rmtree(src)
     (a, pa), (b, pb) = sorted(peaks.items())
     per_layer = (pb - pa) / (b - a)
     full = pa + (CONFIG_12B["num_hidden_layers"] - a) * per_layer
-    print(f"\n| Pythia-12B shape, qk+ov | peak RSS |\n| --- | ---: |\n| {a} layers | {pa / 2**30:.2f} GiB |\n"
-          f"| {b} layers | {pb / 2**30:.2f} GiB |\n| per layer | {per_layer / 2**30:.3f} GiB |\n"
-          f"| 36 layers (extrapolated) | {full / 2**30:.1f} GiB |")
+    print(
+        f"\n| Pythia-12B shape, qk+ov | peak RSS |\n| --- | ---: |\n| {a} layers | {pa / 2**30:.2f} GiB |\n"
+        f"| {b} layers | {pb / 2**30:.2f} GiB |\n| per layer | {per_layer / 2**30:.3f} GiB |\n"
+        f"| 36 layers (extrapolated) | {full / 2**30:.1f} GiB |"
+    )
 
 
 if __name__ == "__main__":

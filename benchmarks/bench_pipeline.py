@@ -11,34 +11,32 @@ Measures, in one run on one machine, for W_QK alone (``--matrices qk``; OV: benc
 checks that the spectra agree, and breaks (a) down into reading, spectrum and
 element-wise time. Prints a Markdown table for the README.
 
-Usage: python benchmarks/bench_pipeline.py [--workdir /tmp/headwatch-bench] [--dense-sample 3]
+Usage: python -m benchmarks.bench_pipeline [--workdir /tmp/headwatch-bench] [--dense-sample 3]
 The checkpoint (~2.8 GB) is written once and reused.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from analysis.stats.elementwise import elementwise_statistics  # noqa: E402
-from analysis.extract import attention_tensor_names, extract_qk, model_shape  # noqa: E402
-from analysis.heads import checkpoint_vectors  # noqa: E402
-from analysis.stats.spectrum import singular_values  # noqa: E402
-from precompute.sources.checkpoints import file_sha256, weight_files  # noqa: E402
-from precompute.store.pairs import HeadVectors, pair_rows  # noqa: E402
-from precompute.run import run_precompute  # noqa: E402
-from precompute.settings import RunOptions  # noqa: E402
-from precompute.sources.weights import read_tensors, tensor_names  # noqa: E402
+from analysis.extract import attention_tensor_names, extract_qk, model_shape
+from analysis.heads import checkpoint_vectors
+from analysis.stats.elementwise import elementwise_statistics
+from analysis.stats.spectrum import singular_values
+from precompute.run import run_precompute
+from precompute.settings import RunOptions
+from precompute.sources.checkpoints import file_sha256, weight_files
+from precompute.sources.weights import read_tensors, tensor_names
+from precompute.store.pairs import HeadVectors, pair_rows
 
 # Pythia-1.4B: 24 layers, 16 heads, d_model 2048, d_head 128, vocab 50304, MLP 8192.
 CONFIG = {
@@ -103,7 +101,7 @@ def timed(fn):
 def thin_svd_then_core(w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
     """Per head: W_Q = U_q S_q V_q^T, W_K = U_k S_k V_k^T, then svdvals(S_q U_q^T U_k S_k)."""
     out = []
-    for q, k in zip(w_q.reshape(-1, *w_q.shape[-2:]), w_k.reshape(-1, *w_k.shape[-2:])):
+    for q, k in zip(w_q.reshape(-1, *w_q.shape[-2:]), w_k.reshape(-1, *w_k.shape[-2:]), strict=True):
         u_q, s_q, _ = torch.linalg.svd(q.double(), full_matrices=False)
         u_k, s_k, _ = torch.linalg.svd(k.double(), full_matrices=False)
         core = (s_q[:, None] * (u_q.T @ u_k)) * s_k[None, :]
@@ -119,8 +117,10 @@ def main() -> None:
     work = Path(args.workdir)
     src = work / "src"
     ckpt = src / "step1000"
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}"
+    )
     _, t_write = timed(lambda: write_checkpoint(ckpt))
     size = (ckpt / "model.safetensors").stat().st_size
     print(f"checkpoint: {size / 2**30:.2f} GiB fp16 safetensors (written in {t_write:.1f} s)")
@@ -140,8 +140,14 @@ def main() -> None:
     runs: dict[int, list[float]] = {8: [], 0: []}
     for k in (8, 0, 8, 0):
         shutil.rmtree(out, ignore_errors=True)
-        _, t = timed(lambda: run_precompute(src, out, RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k,
-                                                                 matrices=("qk",))))
+        _, t = timed(
+            functools.partial(
+                run_precompute,
+                src,
+                out,
+                RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k, matrices=("qk",)),
+            )
+        )
         runs[k].append(t)
     t_pipeline, t_no_vectors = min(runs[8]), min(runs[0])
 
@@ -183,9 +189,7 @@ def main() -> None:
     sv_thin, t_thin = timed(lambda: thin_svd_then_core(w_q, w_k))
 
     # agreement
-    rel_dense = max(
-        float(((sv_core[lh] - dense_sv[lh].double()).abs() / sv_core[lh]).max()) for lh in dense_sv
-    )
+    rel_dense = max(float(((sv_core[lh] - dense_sv[lh].double()).abs() / sv_core[lh]).max()) for lh in dense_sv)
     rel_thin = float(((sv_core - sv_thin).abs() / sv_core).max())
     assert rel_dense < 1e-3, f"QR core and dense SVD disagree: {rel_dense}"
     assert rel_thin < 1e-8, f"QR core and thin-SVD core disagree: {rel_thin}"
@@ -208,8 +212,10 @@ def main() -> None:
     print(f"| once per run, not per checkpoint: null-model Monte Carlo expectations (64 draws) | {t_null:.2f} |")
     print(f"\nratios: (c)/(b) = {t_dense / t_spectrum:.0f}x, (d)/(b) = {t_thin / t_spectrum:.1f}x")
     print(f"spectra agree: QR core vs dense (float32) max rel err {rel_dense:.1e}; vs thin-SVD core {rel_thin:.1e}")
-    print(f"targets: (b) >= 100x faster than (c): {t_dense / t_spectrum >= 100}; (b) faster than (d): {t_spectrum < t_thin}; "
-          f"(a) < 30 s: {t_pipeline < 30}")
+    print(
+        f"targets: (b) >= 100x faster than (c): {t_dense / t_spectrum >= 100}; (b) faster than (d): {t_spectrum < t_thin}; "
+        f"(a) < 30 s: {t_pipeline < 30}"
+    )
 
 
 if __name__ == "__main__":

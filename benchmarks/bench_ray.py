@@ -10,7 +10,7 @@ and the workers' warm-up (a two-checkpoint run that makes them import torch) are
 reported apart; the per-checkpoint times are end to end (hash, read, extract,
 every statistic, overlaps, commit). Prints a Markdown table for the README.
 
-Usage: python benchmarks/bench_ray.py [--workdir /tmp/headwatch-bench-ray] [--checkpoints 8] [--cpus 2]
+Usage: python -m benchmarks.bench_ray [--workdir /tmp/headwatch-bench-ray] [--checkpoints 8] [--cpus 2]
 """
 
 from __future__ import annotations
@@ -19,21 +19,25 @@ import argparse
 import os
 import platform
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from precompute.run import run_precompute  # noqa: E402
-from precompute.settings import RayOptions, RunOptions  # noqa: E402
+from precompute.run import run_precompute
+from precompute.settings import RayOptions, RunOptions
 
 # A small-to-medium GPT-NeoX: 8 layers, 16 heads, d_model 1024 (d_head 64), MLP 2048, vocab 512.
-SHAPE = {"hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16, "intermediate_size": 2048,
-         "vocab_size": 512, "max_position_embeddings": 128, "rotary_pct": 0.25}
+SHAPE = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "intermediate_size": 2048,
+    "vocab_size": 512,
+    "max_position_embeddings": 128,
+    "rotary_pct": 0.25,
+}
 
 
 def write_suite(root: Path, n: int) -> list[int]:
@@ -81,12 +85,21 @@ def main() -> None:
     started = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="WARNING")
     # warm the workers (each imports torch once): two checkpoints at 1 CPU each start two of them
-    timed_run(suite, args.workdir / "warmup", RunOptions(**base, executor="ray", revisions=f"step{steps[0]},step{steps[1]}",
-                                                          ray=RayOptions(cpus_per_task=1)))
+    timed_run(
+        suite,
+        args.workdir / "warmup",
+        RunOptions(**base, executor="ray", revisions=f"step{steps[0]},step{steps[1]}", ray=RayOptions(cpus_per_task=1)),
+    )
     startup = time.perf_counter() - started
     same = timed_run(suite, args.workdir / "ray", RunOptions(**base, executor="ray"))
-    rows.append((f"Ray, local {args.cpus}-CPU cluster, default CPUs per task", torch.get_num_threads(),
-                 max(1, args.cpus // torch.get_num_threads()), same))
+    rows.append(
+        (
+            f"Ray, local {args.cpus}-CPU cluster, default CPUs per task",
+            torch.get_num_threads(),
+            max(1, args.cpus // torch.get_num_threads()),
+            same,
+        )
+    )
     one = timed_run(suite, args.workdir / "ray1", RunOptions(**base, executor="ray", ray=RayOptions(cpus_per_task=1)))
     rows.append((f"Ray, local {args.cpus}-CPU cluster, 1 CPU per task", 1, args.cpus, one))
     ray.shutdown()
@@ -95,11 +108,15 @@ def main() -> None:
         pq.read_table(args.workdir / "local" / name).equals(pq.read_table(args.workdir / "ray" / name))
         for name in ("heads.parquet", "overlaps.parquet")
     )
-    print(f"{n} checkpoints, GPT-NeoX {SHAPE['num_hidden_layers']} layers x {SHAPE['num_attention_heads']} heads, "
-          f"d_model {SHAPE['hidden_size']}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f} at the end; torch {torch.__version__}, ray {ray.__version__}")
-    print(f"Ray cluster start-up and worker warm-up (not in the times below): {startup:.1f} s; "
-          f"default-CPUs store identical to the local one: {identical}\n")
+    print(
+        f"{n} checkpoints, GPT-NeoX {SHAPE['num_hidden_layers']} layers x {SHAPE['num_attention_heads']} heads, "
+        f"d_model {SHAPE['hidden_size']}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f} at the end; torch {torch.__version__}, ray {ray.__version__}"
+    )
+    print(
+        f"Ray cluster start-up and worker warm-up (not in the times below): {startup:.1f} s; "
+        f"default-CPUs store identical to the local one: {identical}\n"
+    )
     print("| executor | torch threads per checkpoint | checkpoints at once | seconds, whole run | seconds per checkpoint |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, threads, at_once, seconds in rows:

@@ -8,7 +8,7 @@ a step size too large shows it climbing without bound or diverging. It also reco
 by hand, n beta (mean of devinterp's per-token losses - its init loss), and compares it with the
 store's row (the same seeds give the same draws).
 
-    python benchmarks/llc_regime.py --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \
+    python -m benchmarks.llc_regime --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \
         --steps 16,1536 --heads 0.0,5.7,model
 """
 
@@ -22,13 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from analysis.store import open_store, read_table  # noqa: E402
-from analysis.store.format import LLC  # noqa: E402
-from precompute.lenses.forward import load_model  # noqa: E402
-from precompute.lenses.llc import head_masks  # noqa: E402
-from precompute.settings import SamplerSettings  # noqa: E402
+from analysis.store import open_store, read_table
+from analysis.store.format import LLC
+from precompute.lenses.forward import load_model
+from precompute.lenses.llc import head_masks
+from precompute.settings import SamplerSettings
 
 
 def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
@@ -42,8 +40,16 @@ def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> 
     info = json.loads((source / "run.json").read_text())
     data, name = held_out_bytes(info, source)
     ev = meta.llc["evaluation"]
-    es = make_eval_set(np.frombuffer(data, np.uint8).astype(np.int64), n=ev["n_sequences"], t=ev["seq_len"],
-                       vocab_size=256, text=name, text_sha256="", tokenizer="bytes", seed=ev["seed"])
+    es = make_eval_set(
+        np.frombuffer(data, np.uint8).astype(np.int64),
+        n=ev["n_sequences"],
+        t=ev["seq_len"],
+        vocab_size=256,
+        text=name,
+        text_sha256="",
+        tokenizer="bytes",
+        seed=ev["seed"],
+    )
     tokens = sampler_sequences(es, sampler)
     assert sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) == ev["tokens_sha256"], "other sequences"
     return tokens
@@ -75,27 +81,46 @@ def main() -> int:
             layer, head = (-1, -1) if which == "model" else (int(v) for v in which.split("."))
             masks = None if layer < 0 else head_masks(model, layer, head)
             with tempfile.TemporaryDirectory(prefix="llc-regime-") as tmp:
-                tree = sample(model, dataset, {}, lr=sampler.lr, n_beta=sampler.n_beta, param_masks=masks,
-                              num_chains=sampler.chains, num_draws=sampler.draws, batch_size=sampler.batch_size,
-                              num_burnin_steps=sampler.burnin, num_init_loss_batches=sampler.batches,
-                              init_seed=sampler.seed, localization=sampler.localization, device="cpu",
-                              output_path=Path(tmp) / "s.zarr")
+                tree = sample(
+                    model,
+                    dataset,
+                    {},
+                    lr=sampler.lr,
+                    n_beta=sampler.n_beta,
+                    param_masks=masks,
+                    num_chains=sampler.chains,
+                    num_draws=sampler.draws,
+                    batch_size=sampler.batch_size,
+                    num_burnin_steps=sampler.burnin,
+                    num_init_loss_batches=sampler.batches,
+                    init_seed=sampler.seed,
+                    localization=sampler.localization,
+                    device="cpu",
+                    output_path=Path(tmp) / "s.zarr",
+                )
                 ds = tree.dataset
                 losses = ds.sampling_loss_micro.values.astype(np.float64)  # (chains, steps, batch, T-1)
                 ids = torch.from_numpy(ds.sampling_input_ids_micro.values)  # (chains, steps, batch, T)
                 init = float(ds.init_loss.values.mean())
                 with torch.no_grad():
-                    at_star = np.stack([[compute_per_token_loss(model, ids[c, t]).double().mean().item()
-                                         for t in range(ids.shape[1])] for c in range(ids.shape[0])])  # (chains, steps)
+                    at_star = np.stack(
+                        [
+                            [compute_per_token_loss(model, ids[c, t]).double().mean().item() for t in range(ids.shape[1])]
+                            for c in range(ids.shape[0])
+                        ]
+                    )  # (chains, steps)
                 rise = losses.mean(axis=(2, 3)) - at_star  # (chains, steps), paired by batch
                 by_hand = sampler.n_beta * (losses.mean() - init)
                 devinterp_llc = float(compute_llc(tree).llc_mean)
             row = table[(table["step"] == step) & (table["layer"] == layer) & (table["head"] == head)]
             stored = float(row["llc"].iloc[0]) if len(row) and not args.draws else float("nan")
             name = "whole model" if layer < 0 else f"L{layer} H{head}"
-            print(f"step {step}, {name}: n beta (mean loss - init) by hand {by_hand:.4f}, devinterp {devinterp_llc:.4f}, "
-                  f"store {stored:.4f}; paired rise per SGLD step (mean over chains): "
-                  + " ".join(f"{v:+.4f}" for v in rise.mean(axis=0)), flush=True)
+            print(
+                f"step {step}, {name}: n beta (mean loss - init) by hand {by_hand:.4f}, devinterp {devinterp_llc:.4f}, "
+                f"store {stored:.4f}; paired rise per SGLD step (mean over chains): "
+                + " ".join(f"{v:+.4f}" for v in rise.mean(axis=0)),
+                flush=True,
+            )
         del model
     return 0
 

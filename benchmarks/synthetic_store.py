@@ -20,7 +20,8 @@ real-looking to draw and every identity the app relies on holds:
 - every per-head matrix (``qk`` and ``ov`` by default) has rows of its own dynamics, with a
   symmetric fraction drifting from 1/2 and an eigenvalue positivity in [-1, 1];
 - ``overlaps.parquet`` (`add_synthetic_overlaps`) holds, per matrix, orthogonal near-identity
-  overlap matrices and a relative change |std(t+1) - std(t)| / std(t), in which, at each close approach of two leading levels, heads
+  overlap matrices and a relative change |std(t+1) - std(t)| / std(t), in which, at each close
+  approach of two leading levels, heads
   with even ``layer + head`` swap the pair's directions (a crossing) and the others
   keep them (a repulsion).
 
@@ -30,6 +31,7 @@ Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,12 +39,11 @@ import numpy as np
 import pyarrow as pa
 from scipy.special import ndtr
 
-
 from analysis.store import CheckpointEntry, ModelInfo
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
 from analysis.store.meta import new_meta
-from precompute.store.writer import commit_store
 from precompute.store.tables import heads_rows
+from precompute.store.writer import commit_store
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -118,7 +119,7 @@ def synthetic_statistics(
     k = np.arange(d_head, dtype=np.float64)
     collapse = np.exp(-((np.log10(t + 1) - np.log10(t_peak / 3)) ** 2) / 0.8)
     decay = d_head * (0.5 + 0.4 * rng.uniform(0, 1, shape_lh)) / (1 + 12 * collapse)
-    lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, std.shape + (d_head,))
+    lam = np.exp(-k / decay[..., None]) + 0.02 * rng.uniform(0, 1, (*std.shape, d_head))
     lam = -np.sort(-lam, axis=-1)
     # lambda_0 stands well apart (x 2.5) except around a head-specific step, where it comes down
     # to lambda_1 and parts again: a close approach of the two leading levels in every head
@@ -186,21 +187,40 @@ def write_synthetic_store(
         tokens_per_step: tokens per optimizer step (each checkpoint's ``tokens`` and ``meta.training``).
     """
     steps = schedule(n_checkpoints) if steps is None else [int(s) for s in steps]
-    stats = {m: synthetic_statistics(
-        np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
-    ) for i, m in enumerate(matrices)}
-    model = ModelInfo(id=model_id, family="gpt_neox", model_type="gpt_neox", n_layers=n_layers, n_heads=n_heads,
-                      n_kv_heads=n_heads, d_model=d_model, d_head=d_head)
-    meta = new_meta(model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__},
-                    hist_edges=HIST_Z_EDGES.tolist())
+    stats = {
+        m: synthetic_statistics(
+            np.asarray(steps), n_layers=n_layers, n_heads=n_heads, d_head=d_head, d_model=d_model, seed=seed + 17 * i
+        )
+        for i, m in enumerate(matrices)
+    }
+    model = ModelInfo(
+        id=model_id,
+        family="gpt_neox",
+        model_type="gpt_neox",
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_heads,
+        d_model=d_model,
+        d_head=d_head,
+    )
+    meta = new_meta(
+        model, settings={"synthetic": True, "seed": seed}, software={"generator": __name__}, hist_edges=HIST_Z_EDGES.tolist()
+    )
     meta.matrices = list(matrices)
     for i, s in enumerate(steps):
         meta.add_checkpoint(CheckpointEntry(step=s, revision=f"step{s}", tokens=s * tokens_per_step, sha256=f"{i:064x}"))
     if duplicate:
         # A revision that serves step 0's weights again, between two real checkpoints.
         dup_step = next(s for s in range(1, steps[-1]) if s not in steps)
-        meta.add_checkpoint(CheckpointEntry(step=dup_step, revision=f"step{dup_step}", tokens=dup_step * tokens_per_step,
-                                            sha256=f"{0:064x}", duplicate_of=steps[0]))
+        meta.add_checkpoint(
+            CheckpointEntry(
+                step=dup_step,
+                revision=f"step{dup_step}",
+                tokens=dup_step * tokens_per_step,
+                sha256=f"{0:064x}",
+                duplicate_of=steps[0],
+            )
+        )
     if training:
         loss_steps = sorted(set(steps))
         meta.training = {
@@ -211,13 +231,19 @@ def write_synthetic_store(
             "wall_time_s": 1.0,
             "device": "cpu",
             "losses": [
-                {"step": s, "train_loss": 2.2 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000),
-                 "val_loss": (2.35 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000)) if i % 2 == 0 else None}
+                {
+                    "step": s,
+                    "train_loss": 2.2 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000),
+                    "val_loss": (2.35 + 8.6 * np.exp(-s / 300) + 0.3 * np.exp(-s / 20000)) if i % 2 == 0 else None,
+                }
                 for i, s in enumerate(loss_steps)
             ],
         }
-    tables = [heads_rows(s, {name: a[i] for name, a in stats[m].items()}, d_model=d_model, matrix=m)
-              for m in matrices for i, s in enumerate(steps)]
+    tables = [
+        heads_rows(s, {name: a[i] for name, a in stats[m].items()}, d_model=d_model, matrix=m)
+        for m in matrices
+        for i, s in enumerate(steps)
+    ]
     commit_store(path, meta, {HEADS.name: HEADS.sorted(pa.concat_tables(tables))})
     if overlaps:
         add_synthetic_overlaps(path, seed=seed)
@@ -239,8 +265,10 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     store = open_store(path)
     k = min(k, store.d_head)
     steps = [int(s) for s in store.steps]
-    tables = [_matrix_overlaps(store, steps, k, np.random.default_rng(seed + 1 + i), matrix, matrix_rows)
-              for i, matrix in enumerate(store.meta.matrices)]
+    tables = [
+        _matrix_overlaps(store, steps, k, np.random.default_rng(seed + 1 + i), matrix, matrix_rows)
+        for i, matrix in enumerate(store.meta.matrices)
+    ]
     table = update(OVERLAPS.empty(), steps, tables)
     commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
     return Path(path)
@@ -267,17 +295,12 @@ def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, 
     o_u, o_v = np.abs(mats[0]), np.abs(mats[1])
     std = store.array("std", matrix=matrix)
     change = np.abs(np.diff(std, axis=0)) / std[:-1] + 0.01 * rng.uniform(0, 1, std[:-1].shape)
-    return pa.concat_tables([matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
-                             for t, (a, b) in enumerate(zip(steps[:-1], steps[1:]))])
-
-
-if __name__ == "__main__":  # python -m benchmarks.synthetic_store OUT [n_layers n_heads d_head d_model n_ckpt]
-    import sys
-
-    out = sys.argv[1]
-    dims = [int(a) for a in sys.argv[2:7]] or [24, 16, 128, 2048, 154]
-    write_synthetic_store(out, n_layers=dims[0], n_heads=dims[1], d_head=dims[2], d_model=dims[3], n_checkpoints=dims[4])
-    print(out)
+    return pa.concat_tables(
+        [
+            matrix_rows(a, b, o_u[t], o_v[t], matrix=matrix, rel_change=change[t])
+            for t, (a, b) in enumerate(itertools.pairwise(steps))
+        ]
+    )
 
 
 def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | None = None) -> Path:
@@ -300,8 +323,17 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
             centred = x - x.mean(axis=0)
             u, s, _ = np.linalg.svd(centred, full_matrices=False)
             xy = u[:, :2] * s[:2]
-            parts.append(embedding_rows(xy, knn(x, settings.knn_k), statistic=stat, normalisation="zscore",
-                                        n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix))
+            parts.append(
+                embedding_rows(
+                    xy,
+                    knn(x, settings.knn_k),
+                    statistic=stat,
+                    normalisation="zscore",
+                    n_layers=store.n_layers,
+                    n_heads=store.n_heads,
+                    matrix=matrix,
+                )
+            )
     info = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
     info["method"] = "pca (test stand-in for umap)"
     commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})
@@ -381,9 +413,19 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
         stats["tokens"] = 8 * (t - 1)
         for name, table in forward_rows(step, stats).items():
             tables.setdefault(name, []).append(table)
-    info = ForwardInfo(lenses=("attention",), n_sequences=8, seq_len=t, seed=0, text="synthetic", text_sha256="0" * 64,
-                       tokens_sha256="0" * 64, tokenizer="bytes (vocabulary 256)", induction_repeat=repeat,
-                       induction_sequences=8, induction_seed=1)
+    info = ForwardInfo(
+        lenses=("attention",),
+        n_sequences=8,
+        seq_len=t,
+        seed=0,
+        text="synthetic",
+        text_sha256="0" * 64,
+        tokens_sha256="0" * 64,
+        tokenizer="bytes (vocabulary 256)",
+        induction_repeat=repeat,
+        induction_sequences=8,
+        induction_seed=1,
+    )
     commit_store(path, replace(store.meta, forward=info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
     return path
 
@@ -419,9 +461,11 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
                 if (layer, head) == SYNTHETIC_NEGATIVE[:2] and i == range(len(chosen))[SYNTHETIC_NEGATIVE[2]]:
                     value = -0.1
                 rows.append((step, layer, head, value, 0.05, 2.0 - 0.3 * i, 100))
-    cols = list(zip(*rows))
-    table = pa.table({name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols)},
-                     schema=LLC.schema)
+    cols = list(zip(*rows, strict=True))
+    table = pa.table(
+        {name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols, strict=True)},
+        schema=LLC.schema,
+    )
     n_beta, draws = 30.0, 8
     wiggle = 0.002 * np.array([1, -1, 1, -1, -1, 1, -1, 1])  # zero mean in each half
     climb = np.linspace(-0.05, 0.05, draws)
@@ -432,15 +476,66 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
         for c, estimate in enumerate((value - std, value + std)):
             trace = init + estimate / n_beta + wiggle + (climb if rising else 0.0)
             d = chain_diagnostics(trace[None, :])
-            chain_rows.append((step, layer, head, c, float(n_beta * (trace.mean() - init)), float(d.first_half[0]),
-                               float(d.second_half[0]), float(d.slope[0]), float(d.half_se[0]), trace.astype(np.float32)))
-    chain_cols = list(zip(*chain_rows))
-    chains = pa.table({name: pa.array(col, LLC_CHAINS.schema.field(name).type)
-                       for name, col in zip(LLC_CHAINS.schema.names, chain_cols)}, schema=LLC_CHAINS.schema)
-    record = {"sampler": {"lr": 0.001, "n_beta": 30.0, "localization": 300.0, "chains": 2, "draws": 8, "batch_size": 1,
-                          "burnin": 0, "seed": 0, "sequences": 8},
-              "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
-              "devinterp": "2.0.1", "steps": list(chosen), "seconds": {}}
-    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table),
-                                                          LLC_CHAINS.name: LLC_CHAINS.sorted(chains)})
+            chain_rows.append(
+                (
+                    step,
+                    layer,
+                    head,
+                    c,
+                    float(n_beta * (trace.mean() - init)),
+                    float(d.first_half[0]),
+                    float(d.second_half[0]),
+                    float(d.slope[0]),
+                    float(d.half_se[0]),
+                    trace.astype(np.float32),
+                )
+            )
+    chain_cols = list(zip(*chain_rows, strict=True))
+    chains = pa.table(
+        {
+            name: pa.array(col, LLC_CHAINS.schema.field(name).type)
+            for name, col in zip(LLC_CHAINS.schema.names, chain_cols, strict=True)
+        },
+        schema=LLC_CHAINS.schema,
+    )
+    record = {
+        "sampler": {
+            "lr": 0.001,
+            "n_beta": 30.0,
+            "localization": 300.0,
+            "chains": 2,
+            "draws": 8,
+            "batch_size": 1,
+            "burnin": 0,
+            "seed": 0,
+            "sequences": 8,
+        },
+        "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
+        "devinterp": "2.0.1",
+        "steps": list(chosen),
+        "seconds": {},
+    }
+    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chains)})
     return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.synthetic_store", description="Write a synthetic store.")
+    p.add_argument("out", help="the store directory to write")
+    p.add_argument(
+        "dims",
+        nargs="*",
+        type=int,
+        metavar="N",
+        help="n_layers n_heads d_head d_model n_checkpoints (default: Pythia-1.4B's, 154 checkpoints)",
+    )
+    args = p.parse_args(argv)
+    dims = args.dims[:5] or [24, 16, 128, 2048, 154]
+    write_synthetic_store(args.out, n_layers=dims[0], n_heads=dims[1], d_head=dims[2], d_model=dims[3], n_checkpoints=dims[4])
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -125,14 +125,26 @@ class RunSeries:
         return self.x + self.shift if log else self.x
 
 
-def run_series(run: str, steps: np.ndarray, values: np.ndarray, *, align: Align, tokens: np.ndarray | None = None,
-               tokens_per_step: float | None = None) -> RunSeries:
+def run_series(
+    run: str,
+    steps: np.ndarray,
+    values: np.ndarray,
+    *,
+    align: Align,
+    tokens: np.ndarray | None = None,
+    tokens_per_step: float | None = None,
+) -> RunSeries:
     """A `RunSeries` of ``values`` ``(S, n_layers, n_units)`` at ``steps``, aligned by ``align``."""
     steps = np.asarray(steps, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
     assert values.ndim == 3 and values.shape[0] == len(steps), (values.shape, len(steps))
-    return RunSeries(run=run, steps=steps, x=aligned_time(steps, align=align, tokens=tokens), values=values,
-                     shift=log_shift(steps, align=align, tokens_per_step=tokens_per_step))
+    return RunSeries(
+        run=run,
+        steps=steps,
+        x=aligned_time(steps, align=align, tokens=tokens),
+        values=values,
+        shift=log_shift(steps, align=align, tokens_per_step=tokens_per_step),
+    )
 
 
 def bin_summary(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,7 +158,7 @@ def bin_summary(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray
         ``mean`` and ``sd``, each ``(S, n_bins)`` (NaN for an empty bin, or where no value is finite),
         and ``count`` ``(n_bins,)``: the units in each bin.
     """
-    s, n_layers, n_units = values.shape
+    s, n_layers, _n_units = values.shape
     bins = depth_bins(n_layers, n_bins)
     mean = np.full((s, n_bins), np.nan)
     sd = np.full((s, n_bins), np.nan)
@@ -181,7 +193,7 @@ def point_options(xs: list[np.ndarray], *, align: Align) -> list[int] | list[flo
     values = np.concatenate([np.asarray(x, dtype=np.float64) for x in xs]) if xs else np.zeros(0)
     if align == "fraction":
         return sorted({_fraction_up(float(v)) for v in values} | set(FRACTION_GRID))
-    return sorted({int(round(float(v))) for v in values})
+    return sorted({round(float(v)) for v in values})
 
 
 def default_point(options: list, xs: list[np.ndarray]) -> int | float:
@@ -253,9 +265,13 @@ def joint_trajectories(values: list[np.ndarray], steps: list[np.ndarray]) -> tup
     """
     _, picks, same = common_grid(steps)
     rows, index = [], []
-    for i, (v, pick) in enumerate(zip(values, picks)):
+    for i, (v, pick) in enumerate(zip(values, picks, strict=True)):
         g, n_layers, n_heads = np.asarray(v)[pick].shape  # (G, n_layers, n_heads)
         rows.append(np.asarray(v, dtype=np.float64)[pick].reshape(g, n_layers * n_heads).T)
-        index.append(np.stack([np.full(n_layers * n_heads, i), np.repeat(np.arange(n_layers), n_heads),
-                               np.tile(np.arange(n_heads), n_layers)], axis=1))
+        index.append(
+            np.stack(
+                [np.full(n_layers * n_heads, i), np.repeat(np.arange(n_layers), n_heads), np.tile(np.arange(n_heads), n_layers)],
+                axis=1,
+            )
+        )
     return np.concatenate(rows), np.concatenate(index).astype(np.int64), same

@@ -105,8 +105,17 @@ def step_axis(store: Store, *, unit: Unit = "step", scale: Scale = "linear") -> 
         lo, hi = float(x.min()), float(max(x.max(), x.min() + 1))
         pad = 0.02 * (hi - lo)
         rng = (lo - pad, hi + pad)
-    return StepAxis(x=x, steps=steps, dup_x=dup_x, dup_text=dup_text, title=title, log=log, range=rng,
-                    hover_label=hover, edges=cell_edges(x, log=log))
+    return StepAxis(
+        x=x,
+        steps=steps,
+        dup_x=dup_x,
+        dup_text=dup_text,
+        title=title,
+        log=log,
+        range=rng,
+        hover_label=hover,
+        edges=cell_edges(x, log=log),
+    )
 
 
 def cell_edges(x: np.ndarray, *, log: bool) -> np.ndarray:
@@ -163,9 +172,14 @@ def uniform_attention(seq_len: int, repeat: int) -> dict[str, float]:
     i = np.arange(1, seq_len + 1, dtype=np.float64)
     k = np.arange(1, repeat, dtype=np.float64)
     h = np.log2(i)
-    return {"entropy": float(h.mean()), "entropy_std": float(h.std()), "span": float(np.mean((i - 1) / 2)),
-            "sink": float(np.mean(1 / i)), "prev_token": float(np.mean(1 / i[1:])),
-            "induction": float(np.mean(1 / (repeat + k)))}
+    return {
+        "entropy": float(h.mean()),
+        "entropy_std": float(h.std()),
+        "span": float(np.mean((i - 1) / 2)),
+        "sink": float(np.mean(1 / i)),
+        "prev_token": float(np.mean(1 / i[1:])),
+        "induction": float(np.mean(1 / (repeat + k))),
+    }
 
 
 def loss_curve(store: Store) -> tuple[np.ndarray, str] | None:
@@ -231,10 +245,12 @@ def null_spectra(lam: np.ndarray, store: Store) -> np.ndarray:
 
 def approach_table(approaches: list[Approach], steps: np.ndarray) -> pd.DataFrame:
     """The approaches as a table for display: step, levels, gap, verdict, swap score."""
-    return pd.DataFrame({
-        "step": [int(steps[a.t]) for a in approaches],
-        "levels": [f"λ_{a.level}, λ_{a.level + 1}" for a in approaches],
-        "gap of s, %": [round(100 * a.gap, 2) for a in approaches],
-        "verdict": [a.kind for a in approaches],
-        "swap score": [round(a.swap_score, 3) for a in approaches],
-    })
+    return pd.DataFrame(
+        {
+            "step": [int(steps[a.t]) for a in approaches],
+            "levels": [f"λ_{a.level}, λ_{a.level + 1}" for a in approaches],
+            "gap of s, %": [round(100 * a.gap, 2) for a in approaches],
+            "verdict": [a.kind for a in approaches],
+            "swap score": [round(a.swap_score, 3) for a in approaches],
+        }
+    )

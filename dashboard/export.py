@@ -39,8 +39,13 @@ def chart_config(filename: str, image_format: str = "png") -> dict[str, Any]:
     fmt = image_format if image_format in IMAGE_FORMATS else "png"
     return {
         "displaylogo": False,
-        "toImageButtonOptions": {"format": fmt, "filename": filename, "width": EXPORT_WIDTH, "height": EXPORT_HEIGHT,
-                                 "scale": EXPORT_SCALE if fmt == "png" else 1},
+        "toImageButtonOptions": {
+            "format": fmt,
+            "filename": filename,
+            "width": EXPORT_WIDTH,
+            "height": EXPORT_HEIGHT,
+            "scale": EXPORT_SCALE if fmt == "png" else 1,
+        },
     }
 
 
@@ -52,17 +57,33 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
     own = fig.layout.title.text if fig.layout.title and fig.layout.title.text else ""
     if own.startswith(title):  # the builder wrote it already (the animation's frames carry it)
         own, title = "", own
-    top = (fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else style.MARGIN["t"])
+    top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else style.MARGIN["t"]
     fig.update_layout(
-        title=dict(text=f"{title} · {own}" if own else title, x=0.01, xanchor="left", y=0.995, yanchor="top",
-                   yref="container", font=dict(size=13)),
+        title=dict(
+            text=f"{title} · {own}" if own else title,
+            x=0.01,
+            xanchor="left",
+            y=0.995,
+            yanchor="top",
+            yref="container",
+            font=dict(size=13),
+        ),
         margin=dict(t=top + 30),
     )
     return fig
 
 
-def tidy(values: np.ndarray, steps: np.ndarray, *, run: str, statistic: str, k: int | None = None,
-         matrix: str = "qk", layers: list[int] | None = None, heads: list[int] | None = None) -> pd.DataFrame:
+def tidy(
+    values: np.ndarray,
+    steps: np.ndarray,
+    *,
+    run: str,
+    statistic: str,
+    k: int | None = None,
+    matrix: str = "qk",
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+) -> pd.DataFrame:
     """``values[step, layer, head]`` as tidy rows (only the given layers and heads, all by default)."""
     values = np.asarray(values)
     s, n_layers, n_heads = values.shape
@@ -70,22 +91,26 @@ def tidy(values: np.ndarray, steps: np.ndarray, *, run: str, statistic: str, k: 
     heads = list(range(n_heads)) if heads is None else list(heads)
     sub = values[:, layers][:, :, heads]  # (S, len(layers), len(heads))
     li, hi = np.meshgrid(layers, heads, indexing="ij")
-    return pd.DataFrame({
-        "run": run,
-        "layer": np.tile(li.ravel(), s).astype(np.int64),
-        "head": np.tile(hi.ravel(), s).astype(np.int64),
-        "matrix": matrix,
-        "statistic": statistic,
-        "k": pd.array([k] * (s * len(layers) * len(heads)), dtype="Int64"),
-        "step": np.repeat(np.asarray(steps, dtype=np.int64), len(layers) * len(heads)),
-        "value": sub.reshape(s, -1).ravel().astype(np.float64),
-    })
+    return pd.DataFrame(
+        {
+            "run": run,
+            "layer": np.tile(li.ravel(), s).astype(np.int64),
+            "head": np.tile(hi.ravel(), s).astype(np.int64),
+            "matrix": matrix,
+            "statistic": statistic,
+            "k": pd.array([k] * (s * len(layers) * len(heads)), dtype="Int64"),
+            "step": np.repeat(np.asarray(steps, dtype=np.int64), len(layers) * len(heads)),
+            "value": sub.reshape(s, -1).ravel().astype(np.float64),
+        }
+    )
 
 
 def loss_csv(run: str | None, steps: np.ndarray, train: np.ndarray, val: np.ndarray) -> bytes:
     """The sidebar's loss curve as tidy CSV: run, split, step, value (validation only where recorded)."""
-    rows = [pd.DataFrame({"run": run, "split": split, "step": np.asarray(steps, dtype=np.int64), "value": v})
-            for split, v in (("train", train), ("validation", val))]
+    rows = [
+        pd.DataFrame({"run": run, "split": split, "step": np.asarray(steps, dtype=np.int64), "value": v})
+        for split, v in (("train", train), ("validation", val))
+    ]
     frame = pd.concat(rows, ignore_index=True)
     return to_csv(frame[np.isfinite(frame["value"])])
 
@@ -106,8 +131,18 @@ def _lut(scale: list) -> np.ndarray:
     return np.array(out, dtype=np.uint8)
 
 
-def animation_gif(values: np.ndarray, steps: list[int], *, title: str, zmin: float, zmax: float, log: bool = False,
-                  signed: bool = False, frame_ms: int = 180, cell: int | None = None) -> bytes:
+def animation_gif(
+    values: np.ndarray,
+    steps: list[int],
+    *,
+    title: str,
+    zmin: float,
+    zmax: float,
+    log: bool = False,
+    signed: bool = False,
+    frame_ms: int = 180,
+    cell: int | None = None,
+) -> bytes:
     """The layer x head heatmap at every checkpoint as an animated GIF (Pillow), colours fixed over the run.
 
     Layers are rows (layer 0 on top), heads columns; a colour bar with its two ends labelled stands to the right.
@@ -122,7 +157,7 @@ def animation_gif(values: np.ndarray, steps: list[int], *, title: str, zmin: flo
     """
     from PIL import Image, ImageDraw
 
-    s, n_layers, n_heads = values.shape
+    s, _n_layers, n_heads = values.shape
     cell = cell or max(4, min(48, 640 // max(n_heads, 1)))
     lut = _lut(style.SIGNED_SCALE if signed else style.HEATMAP_SCALE)
     v = np.asarray(values, dtype=np.float64)

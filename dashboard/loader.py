@@ -27,10 +27,10 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.store import Store, is_store, open_store, store_version
 from analysis.store.format import EMBEDDINGS, LAYERS, NULL_COLUMNS
+from analysis.trajectories import Normalisation
 from dashboard import data
 from dashboard.settings import Settings
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
-
 
 
 def find_stores(settings: Settings) -> list[Path]:
@@ -39,9 +39,7 @@ def find_stores(settings: Settings) -> list[Path]:
     data_dir = settings.data_dir
     found = []
     if data_dir.is_dir():
-        found = sorted(
-            p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and is_store(p)
-        )
+        found = sorted(p for p in data_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and is_store(p))
     extra = settings.extra_store
     if extra is not None:
         extra_path = extra.resolve()
@@ -158,81 +156,179 @@ _EMBEDDED: set[tuple] = set()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _embed(path: str, version: int, include_mixed: bool, matrix: str, statistic: str, normalisation: str, n_neighbors: int,
-           min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
+def _embed(
+    path: str,
+    version: int,
+    include_mixed: bool,
+    matrix: str,
+    statistic: str,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+) -> pd.DataFrame:
     from analysis.trajectories import EmbeddingSettings, embed
 
     store = _open(path, version).view(include_mixed=include_mixed)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
-    xy, neighbors = embed(data.stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)  # type: ignore[arg-type]
+    xy, neighbors = embed(data.stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
     _EMBEDDED.add((path, version, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
     n_layers, n_heads = store.n_layers, store.n_heads
-    return pd.DataFrame({
-        "matrix": matrix,
-        "statistic": statistic,
-        "normalisation": normalisation,
-        "layer": np.repeat(np.arange(n_layers, dtype=np.int32), n_heads),
-        "head": np.tile(np.arange(n_heads, dtype=np.int32), n_layers),
-        "x": xy[:, 0],
-        "y": xy[:, 1],
-        "neighbors": list(neighbors),
-    })
+    return pd.DataFrame(
+        {
+            "matrix": matrix,
+            "statistic": statistic,
+            "normalisation": normalisation,
+            "layer": np.repeat(np.arange(n_layers, dtype=np.int32), n_heads),
+            "head": np.tile(np.arange(n_heads, dtype=np.int32), n_layers),
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "neighbors": list(neighbors),
+        }
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _joint_embed(stores: tuple[tuple[str, int], ...], include_mixed: bool, matrix: str, statistic: str,
-                 normalisation: str, n_neighbors: int, min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
+def _joint_embed(
+    stores: tuple[tuple[str, int], ...],
+    include_mixed: bool,
+    matrix: str,
+    statistic: str,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+) -> pd.DataFrame:
     from analysis.trajectories import EmbeddingSettings, knn, normalise, umap_embed
     from dashboard.compare import joint_trajectories
 
     opened = [_open(path, version).view(include_mixed=include_mixed) for path, version in stores]
-    traj, index, same = joint_trajectories([data.stat_values(s, statistic, matrix=matrix) for s in opened],
-                                           [s.steps for s in opened])
-    x = normalise(traj, normalisation)  # type: ignore[arg-type]
+    traj, index, same = joint_trajectories(
+        [data.stat_values(s, statistic, matrix=matrix) for s in opened], [s.steps for s in opened]
+    )
+    x = normalise(traj, normalisation)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
     xy, neighbors = umap_embed(x, settings), knn(x, knn_k)
     _EMBEDDED.add(("joint", stores, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
-    return pd.DataFrame({"run_index": index[:, 0], "layer": index[:, 1], "head": index[:, 2], "x": xy[:, 0],
-                         "y": xy[:, 1], "neighbors": list(neighbors), "same_steps": same})
+    return pd.DataFrame(
+        {
+            "run_index": index[:, 0],
+            "layer": index[:, 1],
+            "head": index[:, 2],
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "neighbors": list(neighbors),
+            "same_steps": same,
+        }
+    )
 
 
 def _joint_key(stores: list[Store]) -> tuple[tuple[str, int], ...]:
     return tuple((str(s.path), _version(s.path)) for s in stores)
 
 
-def joint_embedding_cached(stores: list[Store], statistic: str, *, matrix: str, normalisation: str, n_neighbors: int,
-                           min_dist: float, knn_k: int, seed: int) -> bool:
+def joint_embedding_cached(
+    stores: list[Store],
+    statistic: str,
+    *,
+    matrix: str,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+) -> bool:
     """Whether `compute_joint_embedding` with these settings already ran in this server process."""
-    return ("joint", _joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors,
-            min_dist, knn_k, seed) in _EMBEDDED
+    return (
+        "joint",
+        _joint_key(stores),
+        stores[0].include_mixed,
+        matrix,
+        statistic,
+        normalisation,
+        n_neighbors,
+        min_dist,
+        knn_k,
+        seed,
+    ) in _EMBEDDED
 
 
-def compute_joint_embedding(stores: list[Store], statistic: str, *, matrix: str, normalisation: str, n_neighbors: int,
-                            min_dist: float, knn_k: int, seed: int) -> pd.DataFrame:
+def compute_joint_embedding(
+    stores: list[Store],
+    statistic: str,
+    *,
+    matrix: str,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+) -> pd.DataFrame:
     """One trajectory map of every head of several runs (`dashboard.compare.joint_trajectories`; UMAP,
     cached per stores and settings): columns ``run_index`` (position in ``stores``), ``layer``, ``head``,
     ``x``, ``y``, ``neighbors`` (row indices of the nearest trajectories in the joint set) and ``same_steps``.
     """
-    return _joint_embed(_joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors,
-                        min_dist, knn_k, seed)
+    return _joint_embed(
+        _joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed
+    )
 
 
-def embedding_cached(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
-                     knn_k: int, seed: int, matrix: str = "qk") -> bool:
+def embedding_cached(
+    store: Store,
+    statistic: str,
+    *,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+    matrix: str = "qk",
+) -> bool:
     """Whether `compute_embedding` with these settings already ran in this server process (returns at once)."""
-    key = (str(store.path), _version(store.path), store.include_mixed, matrix, statistic, normalisation, n_neighbors,
-           min_dist, knn_k, seed)
+    key = (
+        str(store.path),
+        _version(store.path),
+        store.include_mixed,
+        matrix,
+        statistic,
+        normalisation,
+        n_neighbors,
+        min_dist,
+        knn_k,
+        seed,
+    )
     return key in _EMBEDDED
 
 
-def compute_embedding(store: Store, statistic: str, *, normalisation: str, n_neighbors: int, min_dist: float,
-                      knn_k: int, seed: int, matrix: str = "qk") -> pd.DataFrame:
+def compute_embedding(
+    store: Store,
+    statistic: str,
+    *,
+    normalisation: Normalisation,
+    n_neighbors: int,
+    min_dist: float,
+    knn_k: int,
+    seed: int,
+    matrix: str = "qk",
+) -> pd.DataFrame:
     """A trajectory map with settings the store has no precomputed rows for (UMAP; cached per settings).
 
     Same columns as ``embeddings.parquet``. The first call in a server process compiles numba (~30 s).
     """
-    return _embed(str(store.path), _version(store.path), store.include_mixed, matrix, statistic, normalisation, n_neighbors,
-                  min_dist, knn_k, seed)
+    return _embed(
+        str(store.path),
+        _version(store.path),
+        store.include_mixed,
+        matrix,
+        statistic,
+        normalisation,
+        n_neighbors,
+        min_dist,
+        knn_k,
+        seed,
+    )
 
 
 def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
@@ -248,8 +344,9 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _overlaps(path: str, version: int, include_mixed: bool, layer: int, head: int,
-              matrix: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _overlaps(
+    path: str, version: int, include_mixed: bool, layer: int, head: int, matrix: str
+) -> tuple[np.ndarray, np.ndarray] | None:
     return _open(path, version).view(include_mixed=include_mixed).overlaps(layer, head, matrix=matrix)
 
 
@@ -272,8 +369,11 @@ def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_r
 
 @st.cache_data(show_spinner="Reading the layer matrices ...", max_entries=8)
 def _layers(path: str, version: int, include_mixed: bool) -> pd.DataFrame | None:
-    return _open(path, version).view(include_mixed=include_mixed).frame(
-        LAYERS, columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
+    return (
+        _open(path, version)
+        .view(include_mixed=include_mixed)
+        .frame(LAYERS, columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
+    )
 
 
 def layer_matrices(store: Store) -> pd.DataFrame | None:
@@ -301,8 +401,7 @@ def layer_column(store: Store, column: str) -> pd.DataFrame | None:
     return _layer_column(str(store.path), _version(store.path), store.include_mixed, column)
 
 
-@st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...",
-                   max_entries=16)
+@st.cache_resource(show_spinner="Drawing random heads of this shape for the reference (once per shape) ...", max_entries=16)
 def _references(d_model: int, d_head: int, sigma0: float | None):
     from analysis.rmt.references import gaussian_references
 
@@ -323,8 +422,12 @@ def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int
     from dashboard.tables import model_approaches as find
 
     store = _open(path, version).view(include_mixed=include_mixed)
-    return find(store, gap_pct / 100, matrix=matrix,
-                overlaps_of=lambda layer, head: _overlaps(path, version, include_mixed, layer, head, matrix))
+    return find(
+        store,
+        gap_pct / 100,
+        matrix=matrix,
+        overlaps_of=lambda layer, head: _overlaps(path, version, include_mixed, layer, head, matrix),
+    )
 
 
 def model_approaches(store: Store, gap_pct: int, *, matrix: str = "qk") -> pd.DataFrame | None:

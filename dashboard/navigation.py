@@ -37,35 +37,95 @@ class PageSpec:
 
 
 PAGES: tuple[PageSpec, ...] = (
-    PageSpec("pages/index.py", "Overview", ":material/home:", "overview",
-             "what headwatch measures, a link to every view, a card per run", default=True),
-    PageSpec("pages/heads_table.py", "Heads", ":material/table_rows:", "heads",
-             "every head in one sortable table: a statistic at a step, its change, rank, against random heads, "
-             "its level crossings; the model's close approaches"),
-    PageSpec("pages/head_explorer.py", "Head explorer", ":material/center_focus_strong:", "head",
-             "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, "
-             "against its layer"),
-    PageSpec("pages/layer_view.py", "Layer view", ":material/stacked_line_chart:", "layers",
-             "every head of a layer over training for any statistic, the layer mean red dashed; all layers in a grid"),
-    PageSpec("pages/architecture_heatmaps.py", "Architecture heatmaps", ":material/grid_on:", "architecture",
-             "any statistic (λ_k with a k slider too) for every head at every checkpoint, layer boundaries drawn"),
-    PageSpec("pages/animated_heatmap.py", "Animation", ":material/play_circle:", "animation",
-             "the layer × head heatmap played through every checkpoint, with layer and head marginals"),
-    PageSpec("pages/trajectory_map.py", "Trajectory map", ":material/scatter_plot:", "trajectories",
-             "UMAP of each head's training trajectory: heads that change alike sit together"),
-    PageSpec("pages/weight_matrices.py", "Weight matrices", ":material/bar_chart:", "weights",
-             "every block weight (QKV, attention out, MLP in/out): its singular values against Marchenko-Pastur over "
-             "training and depth, and the Frobenius norm of every layer's"),
-    PageSpec("pages/forward_lenses.py", "Forward lenses", ":material/visibility:", "lenses",
-             "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
-             "previous-token / induction / sink heads over training, with the loss"),
-    PageSpec("pages/compare_runs.py", "Compare runs", ":material/compare:", "compare",
-             "two or more runs side by side: a statistic per relative-depth bin over training (aligned by step, tokens "
-             "or fraction of the run), one bin's heads run by run, the distribution over heads at a point of training"),
-    PageSpec("pages/refined_llc.py", "Refined LLC", ":material/landscape:", "llc",
-             "the loss landscape around each head: every head's refined local learning coefficient over training, "
-             "the whole model's with the loss, and the heads clustered by the shape of their curves"),
-    PageSpec("pages/rmt_lab.py", "Random-matrix lab", ":material/casino:", "lab",
-             "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws"),
+    PageSpec(
+        "pages/index.py",
+        "Overview",
+        ":material/home:",
+        "overview",
+        "what headwatch measures, a link to every view, a card per run",
+        default=True,
+    ),
+    PageSpec(
+        "pages/heads_table.py",
+        "Heads",
+        ":material/table_rows:",
+        "heads",
+        "every head in one sortable table: a statistic at a step, its change, rank, against random heads, "
+        "its level crossings; the model's close approaches",
+    ),
+    PageSpec(
+        "pages/head_explorer.py",
+        "Head explorer",
+        ":material/center_focus_strong:",
+        "head",
+        "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, against its layer",
+    ),
+    PageSpec(
+        "pages/layer_view.py",
+        "Layer view",
+        ":material/stacked_line_chart:",
+        "layers",
+        "every head of a layer over training for any statistic, the layer mean red dashed; all layers in a grid",
+    ),
+    PageSpec(
+        "pages/architecture_heatmaps.py",
+        "Architecture heatmaps",
+        ":material/grid_on:",
+        "architecture",
+        "any statistic (λ_k with a k slider too) for every head at every checkpoint, layer boundaries drawn",
+    ),
+    PageSpec(
+        "pages/animated_heatmap.py",
+        "Animation",
+        ":material/play_circle:",
+        "animation",
+        "the layer × head heatmap played through every checkpoint, with layer and head marginals",
+    ),
+    PageSpec(
+        "pages/trajectory_map.py",
+        "Trajectory map",
+        ":material/scatter_plot:",
+        "trajectories",
+        "UMAP of each head's training trajectory: heads that change alike sit together",
+    ),
+    PageSpec(
+        "pages/weight_matrices.py",
+        "Weight matrices",
+        ":material/bar_chart:",
+        "weights",
+        "every block weight (QKV, attention out, MLP in/out): its singular values against Marchenko-Pastur over "
+        "training and depth, and the Frobenius norm of every layer's",
+    ),
+    PageSpec(
+        "pages/forward_lenses.py",
+        "Forward lenses",
+        ":material/visibility:",
+        "lenses",
+        "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
+        "previous-token / induction / sink heads over training, with the loss",
+    ),
+    PageSpec(
+        "pages/compare_runs.py",
+        "Compare runs",
+        ":material/compare:",
+        "compare",
+        "two or more runs side by side: a statistic per relative-depth bin over training (aligned by step, tokens "
+        "or fraction of the run), one bin's heads run by run, the distribution over heads at a point of training",
+    ),
+    PageSpec(
+        "pages/refined_llc.py",
+        "Refined LLC",
+        ":material/landscape:",
+        "llc",
+        "the loss landscape around each head: every head's refined local learning coefficient over training, "
+        "the whole model's with the loss, and the heads clustered by the shape of their curves",
+    ),
+    PageSpec(
+        "pages/rmt_lab.py",
+        "Random-matrix lab",
+        ":material/casino:",
+        "lab",
+        "no store needed: W_QK of random W_Q and W_K, its entries and spectrum against the null laws",
+    ),
 )
 VIEWS: tuple[PageSpec, ...] = tuple(p for p in PAGES if not p.default)  # what the Overview links to

@@ -73,8 +73,10 @@ def declare_navigation_pages() -> bool:
     from streamlit.runtime.pages_manager import PagesManager
 
     if not hasattr(PagesManager, "uses_pages_directory"):
-        print("dashboard.serve: this Streamlit has no PagesManager.uses_pages_directory; serving as "
-              "`streamlit run app.py` would", file=sys.stderr)
+        print(
+            "dashboard.serve: this Streamlit has no PagesManager.uses_pages_directory; serving as `streamlit run app.py` would",
+            file=sys.stderr,
+        )
         return False
     PagesManager.uses_pages_directory = False
     return True

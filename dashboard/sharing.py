@@ -62,8 +62,7 @@ def share_link(query: str, *, url_path: str, space_id: str | None, base_url: str
     return f"{base}?{query}" if query else base
 
 
-def publication(params: Mapping[str, list[str]], *, url_path: str, space_id: str | None,
-                base_url: str | None) -> Publication:
+def publication(params: Mapping[str, list[str]], *, url_path: str, space_id: str | None, base_url: str | None) -> Publication:
     """Everything a view publishes once its page has run.
 
     Args:
@@ -80,8 +79,9 @@ def publication(params: Mapping[str, list[str]], *, url_path: str, space_id: str
     )
 
 
-def page_request(query: Mapping[str, list[str]], *, current: str, title: str,
-                 url_paths: Sequence[str]) -> tuple[str | None, dict[str, list[str]], str | None]:
+def page_request(
+    query: Mapping[str, list[str]], *, current: str, title: str, url_paths: Sequence[str]
+) -> tuple[str | None, dict[str, list[str]], str | None]:
     """The page a ``page=<url_path>`` on the root URL asks for (how Space links name the page).
 
     Only the default page honours it (a path wins over ``page=``).
@@ -96,13 +96,20 @@ def page_request(query: Mapping[str, list[str]], *, current: str, title: str,
         ``(url_path to open or None, the other query parameters, notice or None)``; the notice says
         that ``page=`` names no page here.
     """
-    wanted = (query.get(PAGE_PARAM) or [None])[-1]
+    given = query.get(PAGE_PARAM)
+    wanted = given[-1] if given else None
     rest = {k: list(v) for k, v in query.items() if k != PAGE_PARAM}
     if not wanted or current:
         return None, rest, None
     if wanted not in url_paths:
-        return None, rest, (f"{quote_value(PAGE_PARAM, wanted)} is not a page here (allowed: "
-                            f"{', '.join(p for p in url_paths if p)}); showing {title}.")
+        return (
+            None,
+            rest,
+            (
+                f"{quote_value(PAGE_PARAM, wanted)} is not a page here (allowed: "
+                f"{', '.join(p for p in url_paths if p)}); showing {title}."
+            ),
+        )
     return wanted, rest, None
 
 
@@ -122,9 +129,8 @@ def unknown_page(url: str | None, *, base_path: str, url_paths: Sequence[str]) -
     path = unquote(urlsplit(url).path).strip("/")
     base = base_path.strip("/")
     if base and (path == base or path.startswith(base + "/")):
-        path = path[len(base):].strip("/")
+        path = path[len(base) :].strip("/")
     if not path or path in url_paths:
         return None
     pages = ", ".join(f"/{p}" for p in url_paths if p)
-    return (f"The page {quote('/' + path)} does not exist: showing the Overview. The pages are "
-            f"/ (the Overview), {pages}.")
+    return f"The page {quote('/' + path)} does not exist: showing the Overview. The pages are / (the Overview), {pages}."

@@ -43,10 +43,7 @@ def snapshot_stores(snapshot: Path, repo_id: str) -> list[tuple[str, Path]]:
         return [(repo_id.rsplit("/", 1)[-1], snapshot)]
     if not snapshot.is_dir():
         return []
-    return [
-        (p.name, p) for p in sorted(snapshot.iterdir())
-        if p.is_dir() and not p.name.startswith(".") and is_store(p)
-    ]
+    return [(p.name, p) for p in sorted(snapshot.iterdir()) if p.is_dir() and not p.name.startswith(".") and is_store(p)]
 
 
 def download_error_message(repo_id: str, revision: str | None, error: BaseException | None) -> str:
@@ -59,16 +56,22 @@ def download_error_message(repo_id: str, revision: str | None, error: BaseExcept
     """
     where = f"`{repo_id}`" + (f" at revision `{revision}`" if revision else " (default branch)")
     if error is None:
-        what = (f"The dataset repo {where} was downloaded but holds no statistics store "
-                f"(no `{META_FILE}` at its root or in a sub-folder).")
+        what = (
+            f"The dataset repo {where} was downloaded but holds no statistics store "
+            f"(no `{META_FILE}` at its root or in a sub-folder)."
+        )
         todo = "Upload a store made by `python -m precompute` to the repo, or point `STORE_REPO` at another one."
     else:
         first = (str(error).strip().splitlines() or [""])[0][:300]
-        what = f"Could not download the statistics store from the Hugging Face dataset repo {where}: " \
-               f"{type(error).__name__}" + (f" ({first})" if first else "") + "."
-        todo = ("Check that `STORE_REPO` names an existing dataset repo (`owner/name`), that `STORE_REVISION` "
-                "is a branch, tag or commit in it, and that the Space can reach the Hub (a private repo needs "
-                "an `HF_TOKEN` secret); then restart the Space. Unset `STORE_REPO` to use the stores under `data/`.")
+        what = (
+            f"Could not download the statistics store from the Hugging Face dataset repo {where}: "
+            f"{type(error).__name__}" + (f" ({first})" if first else "") + "."
+        )
+        todo = (
+            "Check that `STORE_REPO` names an existing dataset repo (`owner/name`), that `STORE_REVISION` "
+            "is a branch, tag or commit in it, and that the Space can reach the Hub (a private repo needs "
+            "an `HF_TOKEN` secret); then restart the Space. Unset `STORE_REPO` to use the stores under `data/`."
+        )
     return f"{what}\n\n{todo}"
 
 
@@ -96,8 +99,4 @@ def parent_sync_script(query_string: str) -> str:
     ``window.parent.parent``; the target origin keeps the message from going anywhere else.
     """
     message = json.dumps({"queryString": query_string, "hash": ""}).replace("<", "\\u003c")  # no "</script>" inside
-    return (
-        "<script>\n"
-        f"(window.parent.parent || window.top).postMessage({message}, {json.dumps(SPACES_ORIGIN)});\n"
-        "</script>"
-    )
+    return f"<script>\n(window.parent.parent || window.top).postMessage({message}, {json.dumps(SPACES_ORIGIN)});\n</script>"

@@ -78,27 +78,65 @@ _STATS = [
     Stat("stable_rank", "stable rank r_s", "r_s", "dimensionless", True, COLUMN_DOCS["stable_rank"]),
     Stat("spectral_entropy", "spectral entropy S", "S", "nats", True, COLUMN_DOCS["spectral_entropy"]),
     Stat("participation_ratio", "participation ratio", "PR", "dimensionless", True, COLUMN_DOCS["participation_ratio"]),
-    Stat("condition_number", "condition number s_max/s_min", "s_max/s_min", "dimensionless", True,
-         COLUMN_DOCS["condition_number"]),
+    Stat(
+        "condition_number", "condition number s_max/s_min", "s_max/s_min", "dimensionless", True, COLUMN_DOCS["condition_number"]
+    ),
     Stat("frob_norm", "Frobenius norm ‖W_QK‖_F", "‖W_QK‖_F", RAW, True, COLUMN_DOCS["frob_norm"]),
     Stat("spectral_norm", "spectral norm s_max", "s_max", RAW, True, COLUMN_DOCS["spectral_norm"]),
-    Stat(LAMBDA, "λ_k = s_k²: k-th squared singular value", "λ_k", "raw units²", True,
-         "the k-th largest squared singular value of W_QK (pick k with the slider)"),
+    Stat(
+        LAMBDA,
+        "λ_k = s_k²: k-th squared singular value",
+        "λ_k",
+        "raw units²",
+        True,
+        "the k-th largest squared singular value of W_QK (pick k with the slider)",
+    ),
     # departures from the random-matrix null model (analysis/rmt/nullmodel.py)
     Stat("kl_null", "D_KL(P(λ)‖null): spectrum vs random heads", "D_KL(P(λ)‖null)", "nats", True, COLUMN_DOCS["kl_null"]),
-    Stat("stable_rank_over_null", "stable rank / random-head value", "r_s / r_s,null", "dimensionless", True,
-         COLUMN_DOCS["stable_rank_over_null"]),
-    Stat("spectral_entropy_over_null", "spectral entropy / random-head value", "S / S_null", "dimensionless", True,
-         COLUMN_DOCS["spectral_entropy_over_null"]),
-    Stat("participation_ratio_over_null", "participation ratio / random-head value", "PR / PR_null", "dimensionless",
-         True, COLUMN_DOCS["participation_ratio_over_null"]),
+    Stat(
+        "stable_rank_over_null",
+        "stable rank / random-head value",
+        "r_s / r_s,null",
+        "dimensionless",
+        True,
+        COLUMN_DOCS["stable_rank_over_null"],
+    ),
+    Stat(
+        "spectral_entropy_over_null",
+        "spectral entropy / random-head value",
+        "S / S_null",
+        "dimensionless",
+        True,
+        COLUMN_DOCS["spectral_entropy_over_null"],
+    ),
+    Stat(
+        "participation_ratio_over_null",
+        "participation ratio / random-head value",
+        "PR / PR_null",
+        "dimensionless",
+        True,
+        COLUMN_DOCS["participation_ratio_over_null"],
+    ),
     # the circuit's symmetry, eigenvalue signs and movement (analysis/stats/circuits.py)
-    Stat("sym_frac", "symmetric fraction ‖(W+Wᵀ)/2‖²/‖W‖²", "sym. fraction", "dimensionless, 0 to 1", True,
-         COLUMN_DOCS["sym_frac"]),
-    Stat("eig_positivity", "eigenvalue positivity Σ Re μ / Σ |μ|", "Σ Re μ / Σ |μ|", "dimensionless, -1 to 1", False,
-         COLUMN_DOCS["eig_positivity"]),
-    Stat(REL_CHANGE, "relative change to the next checkpoint ‖W(t′)−W(t)‖/‖W(t)‖", "‖ΔW‖_F/‖W‖_F",
-         "dimensionless", True, OVERLAP_COLUMN_DOCS["rel_change"]),
+    Stat(
+        "sym_frac", "symmetric fraction ‖(W+Wᵀ)/2‖²/‖W‖²", "sym. fraction", "dimensionless, 0 to 1", True, COLUMN_DOCS["sym_frac"]
+    ),
+    Stat(
+        "eig_positivity",
+        "eigenvalue positivity Σ Re μ / Σ |μ|",
+        "Σ Re μ / Σ |μ|",
+        "dimensionless, -1 to 1",
+        False,
+        COLUMN_DOCS["eig_positivity"],
+    ),
+    Stat(
+        REL_CHANGE,
+        "relative change to the next checkpoint ‖W(t′)−W(t)‖/‖W(t)‖",
+        "‖ΔW‖_F/‖W‖_F",
+        "dimensionless",
+        True,
+        OVERLAP_COLUMN_DOCS["rel_change"],
+    ),
 ]
 # forward-pass lenses (attention.parquet; analysis/attention.py): what the head does on text
 _A = ATTENTION_COLUMN_DOCS
@@ -112,11 +150,15 @@ _STATS += [
 ]
 # refined local learning coefficient (llc.parquet; precompute/lenses/llc.py): the loss landscape around the head
 LLC_STAT = "llc"
-_STATS += [Stat(LLC_STAT, "refined LLC (SGLD; a subset of checkpoints)", "rLLC", "dimensionless", False,
-                LLC_COLUMN_DOCS["llc"], llc=True)]
+_STATS += [
+    Stat(
+        LLC_STAT, "refined LLC (SGLD; a subset of checkpoints)", "rLLC", "dimensionless", False, LLC_COLUMN_DOCS["llc"], llc=True
+    )
+]
 STATS: dict[str, Stat] = {s.name: s for s in _STATS}
-assert set(STATS) - {LAMBDA} == set(SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS
-                                    + (LLC_STAT,))
+assert set(STATS) - {LAMBDA} == set(
+    SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS + (LLC_STAT,)
+)
 FORWARD_STATS = ATTENTION_STATISTICS
 PER_HEAD_STATS = (*FORWARD_STATS, LLC_STAT)  # one value per head, whatever the matrix (qk / ov)
 
@@ -133,9 +175,23 @@ def stats_for(store: Store) -> list[str]:
     refined LLC only when it has ``llc.parquet``."""
     return [name for name, s in STATS.items() if _available(s, store)]
 
+
 # Statistics offered for trajectory embeddings: finite, smooth, one number per head.
-TRAJECTORY_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank", "kurtosis", "participation_ratio",
-                    "spectral_norm", "kl_null", "entropy", "span", "prev_token", "induction", LLC_STAT)
+TRAJECTORY_STATS = (
+    "kl_gauss",
+    "spectral_entropy",
+    "std",
+    "stable_rank",
+    "kurtosis",
+    "participation_ratio",
+    "spectral_norm",
+    "kl_null",
+    "entropy",
+    "span",
+    "prev_token",
+    "induction",
+    LLC_STAT,
+)
 
 
 def trajectory_stats_for(store: Store) -> list[str]:
@@ -146,21 +202,35 @@ def trajectory_stats_for(store: Store) -> list[str]:
 # Whole-layer weight matrices (layers.parquet, one value per (step, layer, role)), as the Compare runs page
 # offers them: URL ``stat=layer_<column>`` with the weight chosen as ``role``. Not per head, so not in STATS.
 _L = LAYER_COLUMN_DOCS
-LAYER_STATS: dict[str, Stat] = {s.name: s for s in (
-    Stat("layer_frob_norm", "Frobenius norm of a layer weight (per layer)", "‖W‖_F", RAW, True, _L["frob_norm"]),
-    Stat("layer_spectral_norm", "spectral norm of a layer weight (per layer)", "s_max(W)", RAW, True, _L["spectral_norm"]),
-    Stat("layer_stable_rank", "stable rank of a layer weight (per layer)", "r_s(W)", "dimensionless", True,
-         _L["stable_rank"]),
-    Stat("layer_std", "σ of a layer weight's entries (per layer)", "σ(W)", RAW, True, _L["std"]),
-    Stat("layer_kurtosis", "excess kurtosis of a layer weight (per layer)", "excess kurtosis (W)", "dimensionless",
-         False, _L["kurtosis"]),
-    Stat("layer_mp_kl", "D_KL from Marchenko-Pastur of a layer weight (per layer)", "D_KL(P‖MP)", "nats", True,
-         _L["mp_kl"]),
-    Stat("layer_mp_spikes", "spikes above Marchenko-Pastur of a layer weight (per layer)", "MP spikes", "count", True,
-         _L["mp_spikes"]),
-    Stat("layer_alpha", "power-law tail exponent α of a layer weight (per layer)", "α", "dimensionless", True,
-         _L["alpha"]),
-)}
+LAYER_STATS: dict[str, Stat] = {
+    s.name: s
+    for s in (
+        Stat("layer_frob_norm", "Frobenius norm of a layer weight (per layer)", "‖W‖_F", RAW, True, _L["frob_norm"]),
+        Stat("layer_spectral_norm", "spectral norm of a layer weight (per layer)", "s_max(W)", RAW, True, _L["spectral_norm"]),
+        Stat(
+            "layer_stable_rank", "stable rank of a layer weight (per layer)", "r_s(W)", "dimensionless", True, _L["stable_rank"]
+        ),
+        Stat("layer_std", "σ of a layer weight's entries (per layer)", "σ(W)", RAW, True, _L["std"]),
+        Stat(
+            "layer_kurtosis",
+            "excess kurtosis of a layer weight (per layer)",
+            "excess kurtosis (W)",
+            "dimensionless",
+            False,
+            _L["kurtosis"],
+        ),
+        Stat("layer_mp_kl", "D_KL from Marchenko-Pastur of a layer weight (per layer)", "D_KL(P‖MP)", "nats", True, _L["mp_kl"]),
+        Stat(
+            "layer_mp_spikes",
+            "spikes above Marchenko-Pastur of a layer weight (per layer)",
+            "MP spikes",
+            "count",
+            True,
+            _L["mp_spikes"],
+        ),
+        Stat("layer_alpha", "power-law tail exponent α of a layer weight (per layer)", "α", "dimensionless", True, _L["alpha"]),
+    )
+}
 
 
 def layer_column(name: str) -> str:

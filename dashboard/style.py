@@ -63,7 +63,8 @@ def layer_colours(n: int) -> list[str]:
 
 
 def layer_steps(n: int) -> list:
-    """A stepped colour scale for ``n`` discrete layers (one flat band per layer, `layer_colours`), for cmin -0.5, cmax n - 0.5."""
+    """A stepped colour scale for ``n`` discrete layers (one flat band per layer, `layer_colours`), for cmin -0.5,
+    cmax n - 0.5."""
     colours = layer_colours(max(n, 1))
     out = []
     for i, c in enumerate(colours):
@@ -81,5 +82,5 @@ def run_colour(i: int, alpha: float | None = None) -> str:
     c = RUN_COLOURS[i % len(RUN_COLOURS)]
     if alpha is None:
         return c
-    r, g, b = (int(c[j:j + 2], 16) for j in (1, 3, 5))
+    r, g, b = (int(c[j : j + 2], 16) for j in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"

@@ -11,15 +11,17 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.stats.crossings import level_crossings
 from analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference, gaussian_references, init_sigma
+from analysis.stats.crossings import level_crossings
 from analysis.store import Store
 from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
-SWAP_SCORE_HELP = ("swap score = max over the informative steps through the approach of swap − keep, with "
-                   "keep = O_ii·O_i+1,i+1 and swap = O_i,i+1·O_i+1,i (O: overlaps of the singular vectors between "
-                   "neighbouring checkpoints). > 0: the two levels' directions swapped places (a crossing); ≤ 0: each "
-                   "level kept its own (a repulsion); empty: no step was informative (unresolved).")
+SWAP_SCORE_HELP = (
+    "swap score = max over the informative steps through the approach of swap − keep, with "
+    "keep = O_ii·O_i+1,i+1 and swap = O_i,i+1·O_i+1,i (O: overlaps of the singular vectors between "
+    "neighbouring checkpoints). > 0: the two levels' directions swapped places (a crossing); ≤ 0: each "
+    "level kept its own (a repulsion); empty: no step was informative (unresolved)."
+)
 
 
 # The two Gaussian factors whose product is a random head of each matrix kind (`analysis.rmt.references`).
@@ -40,8 +42,16 @@ def references(store: Store, *, matrix: str = "qk") -> tuple[dict[str, Reference
     return gaussian_references(int(store.d_model), int(store.d_head), init_scale(store, matrix=matrix))
 
 
-def reference_note(stat: str, reference: Reference | None, *, matrix: str | None, d_model: int, d_head: int,
-                   has_step0: bool, uniform: float | None = None) -> str:
+def reference_note(
+    stat: str,
+    reference: Reference | None,
+    *,
+    matrix: str | None,
+    d_model: int,
+    d_head: int,
+    has_step0: bool,
+    uniform: float | None = None,
+) -> str:
     """What the Heads table's "÷" column divides by, or why it has none, in one or two sentences.
 
     Args:
@@ -55,18 +65,24 @@ def reference_note(stat: str, reference: Reference | None, *, matrix: str | None
     if stat in FORWARD_STATS:
         if uniform is None:
             return "Forward statistics have no random-head reference (they measure the heads on text)."
-        return (f"Forward statistics have no random-head reference (they measure the heads on text); "
-                f"\"÷ uniform\" divides by what uniform causal attention on the same sequences scores: {uniform:.4g}.")
+        return (
+            f"Forward statistics have no random-head reference (they measure the heads on text); "
+            f'"÷ uniform" divides by what uniform causal attention on the same sequences scores: {uniform:.4g}.'
+        )
     if stat == LLC_STAT:
         return "The refined LLC has no random-head reference (it measures the loss landscape, not the weights alone)."
     factors = REFERENCE_FACTORS.get(matrix or "qk", "the two factors")
     if reference is not None:
-        return (f"Random heads (Gaussian {factors} of this run's d_model {d_model}, d_head {d_head} and the init "
-                f"scale of its step-0 heads; {REFERENCE_DRAWS} seeded draws): mean {reference.mean:.4g}, 5-95% band "
-                f"[{reference.lo:.4g}, {reference.hi:.4g}].")
+        return (
+            f"Random heads (Gaussian {factors} of this run's d_model {d_model}, d_head {d_head} and the init "
+            f"scale of its step-0 heads; {REFERENCE_DRAWS} seeded draws): mean {reference.mean:.4g}, 5-95% band "
+            f"[{reference.lo:.4g}, {reference.hi:.4g}]."
+        )
     if (stat in SCALED or stat == LAMBDA) and not has_step0:
-        return (f"No random-head reference: this statistic has units, and the run has no step 0 to read the init "
-                f"scale of {factors} from.")
+        return (
+            f"No random-head reference: this statistic has units, and the run has no step 0 to read the init "
+            f"scale of {factors} from."
+        )
     return "This statistic has no random-head reference (none is computed for it)."
 
 
@@ -81,9 +97,13 @@ def reference_of(refs: tuple[dict[str, Reference], tuple[Reference, ...]], stat:
 # --------------------------------------------------------------------------- close approaches, model-wide
 
 
-def model_approaches(store: Store, gap_threshold: float,
-                     overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None,
-                     *, matrix: str = "qk") -> pd.DataFrame | None:
+def model_approaches(
+    store: Store,
+    gap_threshold: float,
+    overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None,
+    *,
+    matrix: str = "qk",
+) -> pd.DataFrame | None:
     """Every head's close approaches of lambda_0..lambda_3 of ``matrix`` at ``gap_threshold``, one row each.
 
     Columns: layer, head, step, levels, gap of s %, verdict, swap score. None when the store has no overlaps.
@@ -98,10 +118,20 @@ def model_approaches(store: Store, gap_threshold: float,
             if ov is None:
                 return None
             for a in level_crossings(lam[:, layer, head], ov, gap_threshold=gap_threshold).approaches:
-                rows.append((layer, head, int(store.steps[a.t]), f"λ_{a.level}, λ_{a.level + 1}", round(100 * a.gap, 2),
-                             a.kind, round(a.swap_score, 3)))
+                rows.append(
+                    (
+                        layer,
+                        head,
+                        int(store.steps[a.t]),
+                        f"λ_{a.level}, λ_{a.level + 1}",
+                        round(100 * a.gap, 2),
+                        a.kind,
+                        round(a.swap_score, 3),
+                    )
+                )
     return pd.DataFrame(rows, columns=["layer", "head", "step", "levels", "gap of s, %", "verdict", "swap score"]).astype(
-        {"layer": "int64", "head": "int64", "step": "int64"})
+        {"layer": "int64", "head": "int64", "step": "int64"}
+    )
 
 
 def approach_counts(approaches: pd.DataFrame | None, n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
@@ -109,7 +139,7 @@ def approach_counts(approaches: pd.DataFrame | None, n_layers: int, n_heads: int
     out = {name: np.zeros((n_layers, n_heads), dtype=np.int64) for name in ("approaches", "crossings", "repulsions")}
     if approaches is None:
         return out
-    for (layer, head, kind) in approaches[["layer", "head", "verdict"]].itertuples(index=False):
+    for layer, head, kind in approaches[["layer", "head", "verdict"]].itertuples(index=False):
         out["approaches"][layer, head] += 1
         if kind == "crossing":
             out["crossings"][layer, head] += 1
@@ -121,9 +151,16 @@ def approach_counts(approaches: pd.DataFrame | None, n_layers: int, n_heads: int
 # --------------------------------------------------------------------------- the Heads table
 
 
-def heads_table(values: np.ndarray, *, at: int, since: int, reference: Reference | None,
-                counts: dict[str, np.ndarray] | None, matrix: str | None = "qk",
-                baseline: float | None = None) -> pd.DataFrame:
+def heads_table(
+    values: np.ndarray,
+    *,
+    at: int,
+    since: int,
+    reference: Reference | None,
+    counts: dict[str, np.ndarray] | None,
+    matrix: str | None = "qk",
+    baseline: float | None = None,
+) -> pd.DataFrame:
     """One row per head: its value at checkpoint index ``at``, the change since index ``since``, rank, vs reference.
 
     Args:
@@ -141,14 +178,16 @@ def heads_table(values: np.ndarray, *, at: int, since: int, reference: Reference
     """
     _, n_layers, n_heads = values.shape
     v = np.asarray(values[at], dtype=np.float64).ravel()
-    table = pd.DataFrame({
-        "layer": np.repeat(np.arange(n_layers), n_heads),
-        "head": np.tile(np.arange(n_heads), n_layers),
-        **({"matrix": matrix} if matrix is not None else {}),
-        "value": v,
-        "change": v - np.asarray(values[since], dtype=np.float64).ravel(),
-        "rank": pd.Series(-v).rank(method="min", na_option="bottom").astype("int64").to_numpy(),
-    })
+    table = pd.DataFrame(
+        {
+            "layer": np.repeat(np.arange(n_layers), n_heads),
+            "head": np.tile(np.arange(n_heads), n_layers),
+            **({"matrix": matrix} if matrix is not None else {}),
+            "value": v,
+            "change": v - np.asarray(values[since], dtype=np.float64).ravel(),
+            "rank": pd.Series(-v).rank(method="min", na_option="bottom").astype("int64").to_numpy(),
+        }
+    )
     if reference is not None and np.isfinite(reference.mean):
         table["over reference"] = v / reference.mean if reference.mean != 0 else np.nan
         table["in 5-95% band"] = (v >= reference.lo) & (v <= reference.hi)

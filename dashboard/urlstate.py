@@ -98,8 +98,15 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
     )
 
 
-def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: Sequence[Any], *,
-               hint: str | None = None, most: int | None = None) -> Parsed:
+def parse_many(
+    name: str,
+    raw: Sequence[str],
+    options: Sequence[Any],
+    default: Sequence[Any],
+    *,
+    hint: str | None = None,
+    most: int | None = None,
+) -> Parsed:
     """Resolve a repeatable parameter (``step=64&step=1000``): keep the valid values, in option order.
 
     Invalid values are dropped with a notice (``hint``, what to do about them, appended); if none is
@@ -124,8 +131,7 @@ def parse_many(name: str, raw: Sequence[str], options: Sequence[Any], default: S
         notes.append(f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
     if dropped:
         what = ", ".join(quote_value(name, encode(d)) for d in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
-        notes.append(f"At most {most} values of `{name}` fit here: keeping the link's first {most}, "
-                     f"leaving out {what}.")
+        notes.append(f"At most {most} values of `{name}` fit here: keeping the link's first {most}, leaving out {what}.")
     return Parsed(value, " ".join(notes) or None)
 
 

@@ -88,13 +88,15 @@ class View:
         """
         self.page = page
         if not page.url_path:  # the default page: asked for at the root, or for a path that names no page
-            missing = sharing.unknown_page(st.context.url, base_path=str(st.get_option("server.baseUrlPath") or ""),
-                                           url_paths=[p.url_path for p in pages])
+            missing = sharing.unknown_page(
+                st.context.url, base_path=str(st.get_option("server.baseUrlPath") or ""), url_paths=[p.url_path for p in pages]
+            )
             if missing:
                 self.notices.append(missing)
         query = {k: st.query_params.get_all(k) for k in st.query_params}
-        target, rest, why = sharing.page_request(query, current=page.url_path, title=page.title,
-                                                 url_paths=[p.url_path for p in pages])
+        target, rest, why = sharing.page_request(
+            query, current=page.url_path, title=page.title, url_paths=[p.url_path for p in pages]
+        )
         if why:
             self.notices.append(why)
         if target is not None:
@@ -168,8 +170,10 @@ def view_state(settings: Settings) -> Iterator[View]:
 def _active(what: str) -> View:
     view = st.session_state.get(_VIEW)
     if not isinstance(view, View):
-        raise RuntimeError(f"dashboard.widgets.{what} needs an active view: pages run inside app.py's "
-                           "`with widgets.view_state(settings)` block (run the app, not a page file on its own)")
+        raise RuntimeError(
+            f"dashboard.widgets.{what} needs an active view: pages run inside app.py's "
+            "`with widgets.view_state(settings)` block (run the app, not a page file on its own)"
+        )
     return view
 
 
@@ -205,9 +209,11 @@ def no_values(values: Any, label: str, matrix: str) -> bool:
 
     if np.isfinite(np.asarray(values, dtype=np.float64)).any():
         return False
-    st.info(f"This store has no values of {label} for {matrix}: the circuit columns and the relative change "
-            "came with schema version 3 (rerun `python -m precompute` on the store with its checkpoints to add "
-            "them); the relative change also needs two checkpoints and overlaps (`--overlap-k` > 0).")
+    st.info(
+        f"This store has no values of {label} for {matrix}: the circuit columns and the relative change "
+        "came with schema version 3 (rerun `python -m precompute` on the store with its checkpoints to add "
+        "them); the relative change also needs two checkpoints and overlaps (`--overlap-k` > 0)."
+    )
     return True
 
 
@@ -239,8 +245,9 @@ def _from_url(name: str) -> list[str] | None:
     return raw
 
 
-def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None,
-          most: int | None = None) -> None:
+def _seed(
+    view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None, most: int | None = None
+) -> None:
     """Put the value the widget should show into session state before it is created (a list of at most
     ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``)."""
     handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
@@ -249,8 +256,9 @@ def _seed(view: View, name: str, options: Sequence[Any], default: Any, *, multi:
         return
     raw = _from_url(name)
     if raw is not None:
-        parsed = (parse_many(name, raw, options, default, hint=hint, most=most) if multi
-                  else parse_one(name, raw, options, default))
+        parsed = (
+            parse_many(name, raw, options, default, hint=hint, most=most) if multi else parse_one(name, raw, options, default)
+        )
         if parsed.notice:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
@@ -272,8 +280,7 @@ def _valid(value: Any, options: Sequence[Any], *, multi: bool, most: int | None 
     if value is _MISSING:
         return False
     if multi:
-        return (isinstance(value, list) and all(_member(v, options) for v in value)
-                and (most is None or len(value) <= most))
+        return isinstance(value, list) and all(_member(v, options) for v in value) and (most is None or len(value) <= most)
     return not isinstance(value, list) and _member(value, options)
 
 
@@ -283,8 +290,15 @@ def _member(value: Any, options: Sequence[Any]) -> bool:
 
 
 def select(
-    name: str, label: str, options: Sequence[Any], default: Any, *, fmt: Callable[[Any], str] | None = None,
-    kind: Literal["selectbox", "radio", "select_slider"] = "selectbox", where: Where = st, help: str | None = None,
+    name: str,
+    label: str,
+    options: Sequence[Any],
+    default: Any,
+    *,
+    fmt: Callable[[Any], str] | None = None,
+    kind: Literal["selectbox", "radio", "select_slider"] = "selectbox",
+    where: Where = st,
+    help: str | None = None,
 ) -> Any:
     """A single-choice widget bound to the URL parameter ``name``.
 
@@ -316,8 +330,16 @@ def select(
 
 
 def multiselect(
-    name: str, label: str, options: Sequence[Any], default: Sequence[Any], *, fmt: Callable[[Any], str] | None = None,
-    where: Where = st, help: str | None = None, max_selections: int | None = None, hint: str | None = None,
+    name: str,
+    label: str,
+    options: Sequence[Any],
+    default: Sequence[Any],
+    *,
+    fmt: Callable[[Any], str] | None = None,
+    where: Where = st,
+    help: str | None = None,
+    max_selections: int | None = None,
+    hint: str | None = None,
 ) -> list[Any]:
     """A several-choice widget bound to the repeatable URL parameter ``name`` (``step=0&step=64``).
 
@@ -355,8 +377,13 @@ def loss_toggle(available: bool, *, where: Where = st) -> bool:
     when the store has no loss curve (`dashboard.data.loss_curve`)."""
     if not available:
         return False
-    return toggle("loss", "Overlay the loss curve", False, where=where,
-                  help="the forward lens's loss on its evaluation sequences, or a run's validation loss, on a right-hand axis")
+    return toggle(
+        "loss",
+        "Overlay the loss curve",
+        False,
+        where=where,
+        help="the forward lens's loss on its evaluation sequences, or a run's validation loss, on a right-hand axis",
+    )
 
 
 def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: Where = st, help: str | None = None) -> int:
@@ -377,8 +404,14 @@ def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: 
 
 
 def statistic(
-    d_head: int, *, where_stat: Where, where_k: Where, where_log: Where, log: tuple[str, str],
-    options: Sequence[str] | None = None, default: str = "std",
+    d_head: int,
+    *,
+    where_stat: Where,
+    where_k: Where,
+    where_log: Where,
+    log: tuple[str, str],
+    options: Sequence[str] | None = None,
+    default: str = "std",
 ) -> tuple[str, int | None, bool]:
     """The statistic picker the views share: ``stat``; ``k`` while the statistic is lambda_k;
     a log toggle (URL name and label in ``log``) for statistics that are positive.
@@ -401,14 +434,24 @@ def matrix(matrices: Sequence[str], *, where: Where = st, store_path: str | None
         RuntimeError: outside an active view.
     """
     options = [m for m in matrices if m in MATRIX_LABELS] or ["qk"]
-    value = select("matrix", "Matrix", options, options[0], fmt=lambda m: MATRIX_LABELS[m], kind="radio", where=where,
-                   help="W_QK: which tokens a head attends to; W_OV: what it writes into the residual stream "
-                        "(W_O's d_head input columns of the head times its value rows)")
+    value = select(
+        "matrix",
+        "Matrix",
+        options,
+        options[0],
+        fmt=lambda m: MATRIX_LABELS[m],
+        kind="radio",
+        where=where,
+        help="W_QK: which tokens a head attends to; W_OV: what it writes into the residual stream "
+        "(W_O's d_head input columns of the head times its value rows)",
+    )
     if "ov" not in options:
         rerun = f"`python -m precompute --source SOURCE --out {store_path}`" if store_path else "`python -m precompute`"
-        where.caption(f"This store has W_QK rows only. A rerun of {rerun} on it, with its checkpoints, adds W_OV "
-                      "for every checkpoint, the symmetric fraction and eigenvalue positivity of both, and the "
-                      "relative change between checkpoints.")
+        where.caption(
+            f"This store has W_QK rows only. A rerun of {rerun} on it, with its checkpoints, adds W_OV "
+            "for every checkpoint, the symmetric fraction and eigenvalue positivity of both, and the "
+            "relative change between checkpoints."
+        )
     return value
 
 
@@ -431,8 +474,15 @@ def switch_page(page: Any, **values: Any) -> None:
 
 
 def chart(
-    fig: Any, key: str, *, title: str, filename: str, csv: Callable[[], Any] | None = None, select: bool = False,
-    where: Where = st, config: dict[str, Any] | None = None,
+    fig: Any,
+    key: str,
+    *,
+    title: str,
+    filename: str,
+    csv: Callable[[], Any] | None = None,
+    select: bool = False,
+    where: Where = st,
+    config: dict[str, Any] | None = None,
 ) -> Any:
     """A Plotly chart with its exports: the figure titled ``title`` (run, head, statistic), the camera button
     saving ``filename`` as PNG or SVG (the sidebar's choice) at publication size, and a CSV button under it.
@@ -460,10 +510,17 @@ def chart(
         event = None
         where.plotly_chart(fig, key=key, config=cfg)
     if csv is not None:
-        where.download_button("Data (CSV)", lambda: export.to_csv(csv()), file_name=f"{filename}.csv", mime="text/csv",
-                              key=f"{key}_csv", on_click="ignore", icon=":material/download:", type="tertiary",
-                              help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, "
-                                   "k, step, value")
+        where.download_button(
+            "Data (CSV)",
+            lambda: export.to_csv(csv()),
+            file_name=f"{filename}.csv",
+            mime="text/csv",
+            key=f"{key}_csv",
+            on_click="ignore",
+            icon=":material/download:",
+            type="tertiary",
+            help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, k, step, value",
+        )
     return event
 
 

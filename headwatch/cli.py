@@ -24,13 +24,17 @@ from headwatch import __version__
 
 EXIT_OK, EXIT_USAGE = 0, 2
 DELEGATED = {  # subcommand -> (module whose main() takes the remaining arguments, help)
-    "precompute": ("precompute.__main__", "compute the statistics of a suite of checkpoints into a store "
-                   "(python -m precompute; needs the precompute extra)"),
+    "precompute": (
+        "precompute.__main__",
+        "compute the statistics of a suite of checkpoints into a store (python -m precompute; needs the precompute extra)",
+    ),
     "train": ("training.__main__", "train a small reference run (python -m training; needs the train extra)"),
-    "llc-calibrate": ("precompute.lenses.llc_calibrate", "sweep the refined LLC's sampler settings on one checkpoint, "
-                      "draw the chains' loss traces and recommend settings (needs the precompute extra)"),
-    "publish": ("precompute.publish", "upload a store as a Hub dataset repo with a dataset card "
-                "(python -m precompute.publish)"),
+    "llc-calibrate": (
+        "precompute.lenses.llc_calibrate",
+        "sweep the refined LLC's sampler settings on one checkpoint, "
+        "draw the chains' loss traces and recommend settings (needs the precompute extra)",
+    ),
+    "publish": ("precompute.publish", "upload a store as a Hub dataset repo with a dataset card (python -m precompute.publish)"),
 }
 
 
@@ -53,30 +57,42 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"headwatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("serve", help="serve the dashboard", add_help=False,
-                       description="Serve the dashboard (streamlit). Without DATA_DIR_OR_STORE: the stores in "
-                       "$HEADWATCH_DATA, else ./data when it exists (a clone's shipped runs). Other options "
-                       "(--server.port 8501, --dev, ...) go to `python -m dashboard.serve`.")
+    s = sub.add_parser(
+        "serve",
+        help="serve the dashboard",
+        add_help=False,
+        description="Serve the dashboard (streamlit). Without DATA_DIR_OR_STORE: the stores in "
+        "$HEADWATCH_DATA, else ./data when it exists (a clone's shipped runs). Other options "
+        "(--server.port 8501, --dev, ...) go to `python -m dashboard.serve`.",
+    )
     s.add_argument("-h", "--help", action="help", help="show this help message and exit")
-    s.add_argument("target", nargs="?", metavar="DATA_DIR_OR_STORE",
-                   help="a folder of stores, or one store (a folder with meta.json)")
+    s.add_argument(
+        "target", nargs="?", metavar="DATA_DIR_OR_STORE", help="a folder of stores, or one store (a folder with meta.json)"
+    )
 
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False, description=text)
 
-    i = sub.add_parser("info", help="describe a store: model, checkpoints, tables, settings, size, what a "
-                       "rerun would add", description="Describe a store without torch: the model, its "
-                       "checkpoints, the tables present, the settings it was made with, its size on disk, "
-                       "and what `headwatch precompute` with the default options would add.")
+    i = sub.add_parser(
+        "info",
+        help="describe a store: model, checkpoints, tables, settings, size, what a rerun would add",
+        description="Describe a store without torch: the model, its "
+        "checkpoints, the tables present, the settings it was made with, its size on disk, "
+        "and what `headwatch precompute` with the default options would add.",
+    )
     i.add_argument("store", metavar="STORE")
 
     from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
 
-    add_arguments(sub.add_parser(
-        "plan", help="say what a precompute run would do, before it runs",
-        description="List the checkpoints a run would take, the bytes it would read, the disk and store "
-        "size it needs and an estimated time on this machine (from the recorded benchmarks); with --out, "
-        "what the store already holds and what the run would add. Needs the precompute extra."))
+    add_arguments(
+        sub.add_parser(
+            "plan",
+            help="say what a precompute run would do, before it runs",
+            description="List the checkpoints a run would take, the bytes it would read, the disk and store "
+            "size it needs and an estimated time on this machine (from the recorded benchmarks); with --out, "
+            "what the store already holds and what the run would add. Needs the precompute extra.",
+        )
+    )
     return p
 
 
@@ -106,8 +122,10 @@ def _delegate(command: str, args: list[str]) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         extra = "train" if command == "train" else "precompute"
-        return _usage(f"{command} needs {exc.name!r}, which this install lacks: pip install 'headwatch[{extra}]' "
-                      "(with torch==2.13.0 installed first for the CPU build)")
+        return _usage(
+            f"{command} needs {exc.name!r}, which this install lacks: pip install 'headwatch[{extra}]' "
+            "(with torch==2.13.0 installed first for the CPU build)"
+        )
     return int(module.main(args) or 0)
 
 
@@ -121,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         return _delegate(argv[0], argv[1:])
-    if argv and argv[0] == "serve" and not {"-h", "--help"} & set(argv[1:argv.index("--") if "--" in argv else None]):
+    if argv and argv[0] == "serve" and not {"-h", "--help"} & set(argv[1 : argv.index("--") if "--" in argv else None]):
         # DATA_DIR_OR_STORE comes first; everything after it is streamlit's (its values may not start with -)
         target = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
         return _serve(target, argv[2:] if target is not None else argv[1:])

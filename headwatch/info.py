@@ -58,7 +58,8 @@ def describe(path: str | Path) -> list[str]:
         f"architecture: {model.family}, {model.n_layers} layers x {model.n_heads} heads"
         + (f" ({model.n_kv_heads} key/value heads)" if model.n_kv_heads not in (None, model.n_heads) else "")
         + f", d_model {model.d_model}, d_head {model.d_head}",
-        f"checkpoints: {len(steps)}" + (f", steps {steps[0]} to {steps[-1]}" if steps else "")
+        f"checkpoints: {len(steps)}"
+        + (f", steps {steps[0]} to {steps[-1]}" if steps else "")
         + (f" ({len(meta.duplicates)} duplicates, {len(meta.failed)} failed)" if meta.duplicates or meta.failed else ""),
         f"matrices: {', '.join(meta.matrices)}",
         "tables:",
@@ -74,13 +75,12 @@ def describe(path: str | Path) -> list[str]:
             lines.append(f"  {lens.name:<11} absent ({lens.summary})")
             continue
         rows = read_table(path, lens.tables[0])
-        steps = len(set(rows["step"].to_pylist())) if rows is not None and "step" in rows.column_names else None
+        count = len(set(rows["step"].to_pylist())) if rows is not None and "step" in rows.column_names else None
         unit = "pairs of consecutive checkpoints" if lens.min_checkpoints > 1 else "checkpoints"
-        at = f"{steps} {unit}" if steps is not None else "present"
+        at = f"{count} {unit}" if count is not None else "present"
         lines.append(f"  {lens.name:<11} {at}" + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else ""))
     if meta.forward is not None:
-        lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of "
-                     f"{meta.forward.text}")
+        lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of {meta.forward.text}")
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")
     lines.append("a rerun with the default options would add:")
     lines += [f"  - {a}" for a in rerun_adds(path, meta)]

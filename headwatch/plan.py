@@ -31,9 +31,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
-    p.add_argument("--matrices", default=",".join(DEFAULT_MATRICES), metavar="LIST",
-                   help=f"comma-separated subset of {','.join(MATRIX_CHOICES)} (default: all)")
-    p.add_argument("--lenses", choices=registry.LENS_CHOICES, action="append", default=None, help=f"{' and/or '.join(registry.LENS_CHOICES)}; repeat")
+    p.add_argument(
+        "--matrices",
+        default=",".join(DEFAULT_MATRICES),
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(MATRIX_CHOICES)} (default: all)",
+    )
+    p.add_argument(
+        "--lenses",
+        choices=registry.LENS_CHOICES,
+        action="append",
+        default=None,
+        help=f"{' and/or '.join(registry.LENS_CHOICES)}; repeat",
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000)")
     which.add_argument("--every", type=int, default=None, metavar="N", help="only steps that are multiples of N")
@@ -59,8 +69,7 @@ def local_bytes(folder: Path, shape, *, matrices: tuple[str, ...], layers: bool)
     files = weight_files(folder)
     where = tensor_names(files)
     names = tensors_to_read(shape, where, matrices=matrices, layers=layers)
-    return CheckpointBytes(tensors=sum(tensor_nbytes(where[n], n) for n in names),
-                           hashed=sum(f.stat().st_size for f in files))
+    return CheckpointBytes(tensors=sum(tensor_nbytes(where[n], n) for n in names), hashed=sum(f.stat().st_size for f in files))
 
 
 def tensor_nbytes(path: Path, name: str) -> int:
@@ -99,7 +108,7 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
 def parameters(shape, config: dict) -> int:
     """Parameters of a decoder: 12 L d^2 for the blocks plus the embedding and unembedding."""
     vocab = int(config.get("vocab_size") or 0)
-    return 12 * shape.n_layers * shape.d_model ** 2 + 2 * vocab * shape.d_model
+    return 12 * shape.n_layers * shape.d_model**2 + 2 * vocab * shape.d_model
 
 
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
@@ -108,15 +117,17 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     from precompute.lenses import registry
 
     ref = bench.PYTHIA_1_4B
-    heads_scale = (shape.n_layers * shape.n_heads * shape.d_model ** 2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
-    layers_scale = (shape.n_layers * shape.d_model ** 2) / (ref["n_layers"] * ref["d_model"] ** 2)
+    heads_scale = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
+    layers_scale = (shape.n_layers * shape.d_model**2) / (ref["n_layers"] * ref["d_model"] ** 2)
     params_scale = parameters(shape, config) / bench.PYTHIA_160M_PARAMETERS
     heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
     scales = {
         "heads": (heads_scale, heads_how),
         "layers": (layers_scale, f"x {layers_scale:.3g} (layers x d_model^2)"),
-        "parameters": (params_scale, f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against "
-                                     f"{bench.PYTHIA_160M_PARAMETERS:,})"),
+        "parameters": (
+            params_scale,
+            f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})",
+        ),
     }
     out = []
     if "qk" in matrices:
@@ -162,6 +173,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     from precompute.lenses import registry
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
+    from precompute.sources.local import LocalSource
     from precompute.sources.resolve import open_source
     from precompute.sources.revisions import parse_revisions, select
 
@@ -187,11 +199,12 @@ def describe(args: argparse.Namespace) -> list[str]:
             meta = read_meta(args.out)
             theirs = {k: getattr(meta.model, k) for k in ("n_layers", "n_heads", "d_model", "d_head")}
             if theirs != {k: getattr(shape, k) for k in theirs}:
-                raise ValueError(f"--out {args.out!r} holds another model ({theirs}); the run would refuse it: "
-                                 "give a new --out")
+                raise ValueError(f"--out {args.out!r} holds another model ({theirs}); the run would refuse it: give a new --out")
             done = set(meta.done_steps) | {c.step for c in meta.checkpoints}
-            store_lines = [f"store {args.out}: {len(meta.done_steps)} checkpoints, matrices {','.join(meta.matrices)}"
-                           + (", layers" if (Path(args.out) / "layers.parquet").is_file() else "")]
+            store_lines = [
+                f"store {args.out}: {len(meta.done_steps)} checkpoints, matrices {','.join(meta.matrices)}"
+                + (", layers" if (Path(args.out) / "layers.parquet").is_file() else "")
+            ]
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
                 store_lines.append(f"  the run adds {','.join(new_matrices)} rows for the checkpoints it already has")
@@ -199,12 +212,15 @@ def describe(args: argparse.Namespace) -> list[str]:
                 asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
                 if asked and not lens.in_store(args.out):
                     lens_all.add(lens.name)
-                    store_lines.append(f"  the run adds the {lens.title} ({', '.join(lens.files)}) for the "
-                                       "checkpoints it already has")
+                    store_lines.append(
+                        f"  the run adds the {lens.title} ({', '.join(lens.files)}) for the checkpoints it already has"
+                    )
         new = [r for r in todo if r.step not in done]
-        if src.kind == "local":
-            per = [local_bytes(src.folder / r.revision, shape, matrices=head_matrices or ("qk",),
-                               layers="layers" in matrices) for r in new]
+        if isinstance(src, LocalSource):
+            per = [
+                local_bytes(src.folder / r.revision, shape, matrices=head_matrices or ("qk",), layers="layers" in matrices)
+                for r in new
+            ]
         else:
             one = geometry_bytes(shape, config, matrices=head_matrices, layers="layers" in matrices)
             per = [one] * len(new)
@@ -212,8 +228,8 @@ def describe(args: argparse.Namespace) -> list[str]:
         f"source: {args.source} ({src.kind}), model {src.model_id}",
         f"architecture: {shape.family}, {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, "
         f"d_head {shape.d_head}; {parameters(shape, config):,} parameters (12 L d_model^2 + 2 vocab d_model)",
-        f"checkpoints: {len(todo)} selected" + (f" ({len(missing)} requested ones missing: "
-                                                f"{', '.join(r.revision for r in missing)})" if missing else "")
+        f"checkpoints: {len(todo)} selected"
+        + (f" ({len(missing)} requested ones missing: {', '.join(r.revision for r in missing)})" if missing else "")
         + (f", steps {todo[0].step} to {todo[-1].step}" if todo else ""),
         *store_lines,
         f"to compute: {len(new)} checkpoints ({len(todo) - len(new)} already in the store); matrices "
@@ -223,21 +239,27 @@ def describe(args: argparse.Namespace) -> list[str]:
         tensors = sum(b.tensors for b in per)
         hashed = sum(b.hashed for b in per)
         how = "from the config's geometry" if per[0].estimated else "from the safetensors headers"
-        lines.append(f"bytes to read per checkpoint: {human_bytes(per[0].tensors)} of tensors ({per[0].tensors:,} B, {how})"
-                     + (f" + {human_bytes(per[0].hashed)} of weight files hashed" if per[0].hashed else ""))
-        lines.append(f"bytes to read in all: {human_bytes(tensors + hashed)} ({tensors:,} B of tensors"
-                     + (f", {hashed:,} B hashed" if hashed else "") + ")")
+        lines.append(
+            f"bytes to read per checkpoint: {human_bytes(per[0].tensors)} of tensors ({per[0].tensors:,} B, {how})"
+            + (f" + {human_bytes(per[0].hashed)} of weight files hashed" if per[0].hashed else "")
+        )
+        lines.append(
+            f"bytes to read in all: {human_bytes(tensors + hashed)} ({tensors:,} B of tensors"
+            + (f", {hashed:,} B hashed" if hashed else "")
+            + ")"
+        )
     store = store_bytes_per_checkpoint(shape, matrices=matrices) * len(new)
-    lines.append(f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
-                 f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "
-                 f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes)")
+    lines.append(
+        f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
+        f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "
+        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes)"
+    )
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
     stages = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
     subset_lenses = {lens.name for lens in registry.LENSES if not lens.every_checkpoint}
     total = 0.0
-    lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, "
-                 "docs/benchmarks.md):")
+    lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
     for stage, seconds, how in stages:
         count = len(todo) if stage in lens_all else len(new)
         count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage in subset_lenses else count
@@ -250,13 +272,16 @@ def describe(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print `describe`; bad options, sources or a missing extra are one error line, exit 2; an
     unreachable Hub exit 3."""
-    from analysis.errors import CheckpointError, HubUnreachableError, UnknownArchitectureError, StoreError
+    from analysis.errors import CheckpointError, HubUnreachableError, StoreError, UnknownArchitectureError
 
     try:
         lines = describe(args)
     except ModuleNotFoundError as exc:
-        print(f"headwatch plan: error: plan reads checkpoints as the job does and needs {exc.name!r}, which this "
-              "install lacks: pip install 'headwatch[precompute]' (torch==2.13.0 first for the CPU build)", file=sys.stderr)
+        print(
+            f"headwatch plan: error: plan reads checkpoints as the job does and needs {exc.name!r}, which this "
+            "install lacks: pip install 'headwatch[precompute]' (torch==2.13.0 first for the CPU build)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     except HubUnreachableError as exc:
         print(f"headwatch plan: error: {exc}", file=sys.stderr)

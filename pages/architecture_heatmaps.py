@@ -4,8 +4,8 @@ import streamlit as st
 
 from dashboard import export, loader, widgets
 from dashboard.data import fixed_range, loss_curve
-from dashboard.figures.common import overlay_loss
 from dashboard.figures import architecture as figs
+from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
@@ -22,8 +22,9 @@ def main() -> None:
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
-    stat, k, log_colour = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                            log=("logc", "log colour"), options=stats_for(store))
+    stat, k, log_colour = widgets.statistic(
+        store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logc", "log colour"), options=stats_for(store)
+    )
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
@@ -33,11 +34,17 @@ def main() -> None:
     # --- panel: every head x every checkpoint ---
     event = widgets.chart(
         figs.architecture_heatmap(axis, values, stat=STATS[stat], k=k, log_colour=log_colour, signed=stat in SIGNED_STATS),
-        "architecture", title=f"{frame.run} · every head · {label}", filename=export.safe_name(frame.run, "all-heads", name),
-        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix), select=True)
-    st.caption(f"{label} of all {store.n_layers * store.n_heads} heads (columns, layer by layer; white lines separate "
-               f"layers) at every checkpoint (rows){', log colour' if log_colour else ''}. Hover names the head; "
-               "click a cell to open that head in the head explorer at that step.")
+        "architecture",
+        title=f"{frame.run} · every head · {label}",
+        filename=export.safe_name(frame.run, "all-heads", name),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix),
+        select=True,
+    )
+    st.caption(
+        f"{label} of all {store.n_layers * store.n_heads} heads (columns, layer by layer; white lines separate "
+        f"layers) at every checkpoint (rows){', log colour' if log_colour else ''}. Hover names the head; "
+        "click a cell to open that head in the head explorer at that step."
+    )
 
     # --- panel: layer means over training ---
     st.subheader("Layer means over training")
@@ -47,11 +54,17 @@ def main() -> None:
     fig = figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour)
     widgets.chart(
         overlay_loss(fig, axis, *curve) if show_loss else fig,
-        "layer_means", title=f"{frame.run} · layer means · {label}", filename=export.safe_name(frame.run, "layer-means", name),
-        csv=lambda: export.tidy(means[:, :, None], store.steps, run=frame.run, statistic=f"{stat} (layer mean)", k=k, matrix=matrix)
-        .assign(head="layer mean"))
-    st.caption(f"{label} averaged over the heads of each layer, one line per layer coloured from blue (layer 0) to "
-               "red (last layer); log y axis when log colour is on.")
+        "layer_means",
+        title=f"{frame.run} · layer means · {label}",
+        filename=export.safe_name(frame.run, "layer-means", name),
+        csv=lambda: export.tidy(
+            means[:, :, None], store.steps, run=frame.run, statistic=f"{stat} (layer mean)", k=k, matrix=matrix
+        ).assign(head="layer mean"),
+    )
+    st.caption(
+        f"{label} averaged over the heads of each layer, one line per layer coloured from blue (layer 0) to "
+        "red (last layer); log y axis when log colour is on."
+    )
 
     # --- a clicked cell opens its head at that step ---
     widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)

@@ -9,15 +9,17 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.store.format import ATTENTION, LAYER_ROLES, LAYERS, LLC
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
-from analysis.store.format import ATTENTION, LAYERS, LAYER_ROLES, LLC
 from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
-UNKNOWN_RUN = ("A run is a statistics store the run picker offers (a folder under data/, $HEADWATCH_STORE or a store "
-               "of $STORE_REPO): pick it from the list above, or put its store there and reload.")
+UNKNOWN_RUN = (
+    "A run is a statistics store the run picker offers (a folder under data/, $HEADWATCH_STORE or a store "
+    "of $STORE_REPO): pick it from the list above, or put its store there and reload."
+)
 
 
 def _point_text(value, align: str) -> str:
@@ -34,14 +36,17 @@ def main() -> None:
     frame = widgets.frame()
     names = list(frame.runs)
     if not names:
-        st.info("No runs to compare: put statistics stores under data/ (`python -m precompute --out data/NAME`), "
-                "or point HEADWATCH_STORE at one.")
+        st.info(
+            "No runs to compare: put statistics stores under data/ (`python -m precompute --out data/NAME`), "
+            "or point HEADWATCH_STORE at one."
+        )
         return
 
     # --- widgets: the runs ---
     default = ([frame.run] if frame.run in frame.runs else []) + [n for n in names if n != frame.run][:1]
-    runs = widgets.multiselect("runs", "Runs", names, default, hint=UNKNOWN_RUN,
-                               help="Two or more runs; every run the sidebar's run picker offers.")
+    runs = widgets.multiselect(
+        "runs", "Runs", names, default, hint=UNKNOWN_RUN, help="Two or more runs; every run the sidebar's run picker offers."
+    )
     if len(runs) < 2:
         st.info("Choose two or more runs to compare (every run the sidebar's run picker offers is in the list).")
         if not runs:
@@ -55,8 +60,10 @@ def main() -> None:
         if isinstance(opened, StoreError):
             st.warning(f"Run **{r}** cannot be opened and is left out: {opened}", icon=":material/error:")
         elif len(opened.steps) == 0:
-            st.warning(f"Run **{r}** has no checkpoints with statistics yet and is left out; run "
-                       f"`python -m precompute` on it first.", icon=":material/error:")
+            st.warning(
+                f"Run **{r}** has no checkpoints with statistics yet and is left out; run `python -m precompute` on it first.",
+                icon=":material/error:",
+            )
         else:
             stores[r] = opened
     if not stores:
@@ -67,8 +74,13 @@ def main() -> None:
     options = [n for n in (*STATS, *LAYER_STATS) if any(n in h for h in have.values())]
     c_stat, c_matrix, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
     stat = widgets.select(
-        "stat", "Statistic", options, "std", where=c_stat,
-        fmt=lambda n: _info(n).label + ("" if all(n in h for h in have.values()) else " (not in every run)"))
+        "stat",
+        "Statistic",
+        options,
+        "std",
+        where=c_stat,
+        fmt=lambda n: _info(n).label + ("" if all(n in h for h in have.values()) else " (not in every run)"),
+    )
     info = _info(stat)
     per_layer = stat in LAYER_STATS
     tables = {}
@@ -92,43 +104,61 @@ def main() -> None:
     for r, s in stores.items():
         if per_layer:
             if tables[r] is None:
-                st.warning(f"Run **{r}** has no whole-layer matrices (`layers.parquet`), so no {info.short()}; it is "
-                           f"left out. Add them with `python -m precompute --source SOURCE --out {s.path} --matrices "
-                           "layers`.", icon=":material/visibility_off:")
+                st.warning(
+                    f"Run **{r}** has no whole-layer matrices (`layers.parquet`), so no {info.short()}; it is "
+                    f"left out. Add them with `python -m precompute --source SOURCE --out {s.path} --matrices "
+                    "layers`.",
+                    icon=":material/visibility_off:",
+                )
                 continue
             if matrix not in set(tables[r]["role"]):
-                st.warning(f"Run **{r}** has no {matrix} weight (its weights: {', '.join(sorted(set(tables[r]['role'])))}) "
-                           "and is left out; choose another weight.", icon=":material/visibility_off:")
+                st.warning(
+                    f"Run **{r}** has no {matrix} weight (its weights: {', '.join(sorted(set(tables[r]['role'])))}) "
+                    "and is left out; choose another weight.",
+                    icon=":material/visibility_off:",
+                )
                 continue
             values = compare.layer_values(tables[r], s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
             shown[r] = (s, values)
             continue
         if info.forward and not s.has(ATTENTION):
-            st.warning(f"Run **{r}** has no forward-lens tables, so no {info.short()}; it is left out. Add them with "
-                       f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
-                       icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no forward-lens tables, so no {info.short()}; it is left out. Add them with "
+                f"`python -m precompute --source SOURCE --out {s.path} --lenses attention`.",
+                icon=":material/visibility_off:",
+            )
             continue
         if info.llc and not s.has(LLC):
-            st.warning(f"Run **{r}** has no refined LLC (`llc.parquet`) and is left out. Add it with "
-                       f"`python -m precompute --source SOURCE --out {s.path} --lenses llc`.",
-                       icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no refined LLC (`llc.parquet`) and is left out. Add it with "
+                f"`python -m precompute --source SOURCE --out {s.path} --lenses llc`.",
+                icon=":material/visibility_off:",
+            )
             continue
         if stat not in have[r]:  # any other statistic read from a table this store lacks
-            st.warning(f"Run **{r}** has no {info.label} (its store lacks the table it is read from) and is left out; "
-                       "see README \"The statistics store\" for the precompute option that adds it.",
-                       icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no {info.label} (its store lacks the table it is read from) and is left out; "
+                'see README "The statistics store" for the precompute option that adds it.',
+                icon=":material/visibility_off:",
+            )
             continue
         if not info.forward and not info.llc and matrix not in s.meta.matrices:
-            st.warning(f"Run **{r}** has no {matrix.upper()} rows (only {', '.join(m.upper() for m in s.meta.matrices)}), "
-                       f"so it is left out here. A rerun of `python -m precompute --source SOURCE --out {s.path}` with "
-                       "its checkpoints adds them; or choose another matrix.", icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no {matrix.upper()} rows (only {', '.join(m.upper() for m in s.meta.matrices)}), "
+                f"so it is left out here. A rerun of `python -m precompute --source SOURCE --out {s.path}` with "
+                "its checkpoints adds them; or choose another matrix.",
+                icon=":material/visibility_off:",
+            )
             continue
         values = loader.stat_values(s, stat, matrix=matrix if matrix in ("qk", "ov") else "qk")
         if not np.isfinite(values).any():
-            st.warning(f"Run **{r}** has no values of {info.short()} for {matrix.upper()} and is left out: the circuit "
-                       "columns and the relative change came with schema version 3 (rerun `python -m precompute` on "
-                       "the store with its checkpoints to add them; the relative change also needs overlaps, "
-                       "`--overlap-k` > 0).", icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no values of {info.short()} for {matrix.upper()} and is left out: the circuit "
+                "columns and the relative change came with schema version 3 (rerun `python -m precompute` on "
+                "the store with its checkpoints to add them; the relative change also needs overlaps, "
+                "`--overlap-k` > 0).",
+                icon=":material/visibility_off:",
+            )
             continue
         shown[r] = (s, values)
     if not shown:
@@ -140,88 +170,173 @@ def main() -> None:
     no_tokens = [r for r, t in tokens.items() if t is None]
     c_align, c_bins, c_bin = st.columns([3, 2, 2])
     aligns = [a for a in compare.ALIGNMENTS if a != "tokens" or not no_tokens]
-    align = widgets.select("align", "Align runs by", aligns, "fraction", kind="radio", fmt=ALIGN_TEXT.get, where=c_align,
-                           help="; ".join(f"{k}: {v}" for k, v in compare.ALIGNMENTS.items()))
+    align = widgets.select(
+        "align",
+        "Align runs by",
+        aligns,
+        "fraction",
+        kind="radio",
+        fmt=ALIGN_TEXT.get,
+        where=c_align,
+        help="; ".join(f"{k}: {v}" for k, v in compare.ALIGNMENTS.items()),
+    )
     if no_tokens:
         c_align.caption(f"Tokens seen are not recorded for {', '.join(no_tokens)}, so runs align by step or fraction.")
-    n_bins = widgets.select("nbins", "Depth bins", list(compare.BIN_COUNTS), compare.DEFAULT_BINS, where=c_bins,
-                            help="relative depth = layer / n_layers, cut into this many bins of equal width")
-    b = widgets.select("bin", "Depth bin shown head by head", list(range(n_bins)), n_bins - 1, where=c_bin,
-                       fmt=lambda i: compare.bin_label(i, n_bins))
-    series = [compare.run_series(r, s.steps, values, align=align, tokens=tokens[r] if align == "tokens" else None,
-                                 tokens_per_step=s.meta.tokens_per_step) for r, (s, values) in shown.items()]
+    n_bins = widgets.select(
+        "nbins",
+        "Depth bins",
+        list(compare.BIN_COUNTS),
+        compare.DEFAULT_BINS,
+        where=c_bins,
+        help="relative depth = layer / n_layers, cut into this many bins of equal width",
+    )
+    b = widgets.select(
+        "bin",
+        "Depth bin shown head by head",
+        list(range(n_bins)),
+        n_bins - 1,
+        where=c_bin,
+        fmt=lambda i: compare.bin_label(i, n_bins),
+    )
+    series = [
+        compare.run_series(
+            r,
+            s.steps,
+            values,
+            align=align,
+            tokens=tokens[r] if align == "tokens" else None,
+            tokens_per_step=s.meta.tokens_per_step,
+        )
+        for r, (s, values) in shown.items()
+    ]
     colours = [colour[s.run] for s in series]
     points = compare.point_options([s.x for s in series], align=align)
-    point = widgets.select("point", "Point of training (distribution over heads)", points,
-                           compare.default_point(points, [s.x for s in series]), kind="select_slider",
-                           fmt=lambda v: _point_text(v, align))
+    point = widgets.select(
+        "point",
+        "Point of training (distribution over heads)",
+        points,
+        compare.default_point(points, [s.x for s in series]),
+        kind="select_slider",
+        fmt=lambda v: _point_text(v, align),
+    )
     log_x = frame.scale == "log"
     x_title = ALIGN_TEXT[align]
     label = info.short()
     title_runs = " vs ".join(s.run for s in series)
-    what = (f"{label} of {matrix}" if per_layer else f"{label} (forward lens)" if info.forward
-            else f"{label} (per head)" if info.llc else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}")
+    what = (
+        f"{label} of {matrix}"
+        if per_layer
+        else f"{label} (forward lens)"
+        if info.forward
+        else f"{label} (per head)"
+        if info.llc
+        else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}"
+    )
 
     # --- panel (a): mean and spread per relative-depth bin over training ---
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
     widgets.chart(
-        figs.depth_bands(series, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y,
-                         colours=colours),
-        "compare_bands", title=f"{title_runs} · {what} by relative depth",
+        figs.depth_bands(
+            series, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y, colours=colours
+        ),
+        "compare_bands",
+        title=f"{title_runs} · {what} by relative depth",
         filename=export.safe_name("compare", *[s.run for s in series], stat, matrix, "depth"),
-        csv=lambda: _bands_csv(series, n_bins, stat, matrix))
+        csv=lambda: _bands_csv(series, n_bins, stat, matrix),
+    )
     layers_text = "; ".join(
-        f"{s.run} ({s.n_layers} layers): " + ", ".join(
+        f"{s.run} ({s.n_layers} layers): "
+        + ", ".join(
             f"{compare.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(compare.bin_layers(s.n_layers, n_bins, i))))}"
-            if compare.bin_layers(s.n_layers, n_bins, i) else f"{compare.bin_label(i, n_bins)} none"
-            for i in range(n_bins))
-        for s in series)
-    st.caption(f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
-               f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every {unit} of the "
-               f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
-               f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[align]}; nothing is interpolated. "
-               f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}The sidebar's time-axis unit does "
-               "not apply here: this page's alignment does.")
+            if compare.bin_layers(s.n_layers, n_bins, i)
+            else f"{compare.bin_label(i, n_bins)} none"
+            for i in range(n_bins)
+        )
+        for s in series
+    )
+    st.caption(
+        f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
+        f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every {unit} of the "
+        f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
+        f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[align]}; nothing is interpolated. "
+        f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}The sidebar's time-axis unit does "
+        "not apply here: this page's alignment does."
+    )
 
     # --- panel (b): one depth bin's heads, run by run on shared axes ---
     st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
     widgets.chart(
-        figs.bin_heads(series, b=b, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y,
-                       colours=colours, unit="" if per_layer else "H"),
-        "compare_bin", title=f"{title_runs} · {what}, depth {compare.bin_label(b, n_bins)}",
+        figs.bin_heads(
+            series,
+            b=b,
+            n_bins=n_bins,
+            stat_title=info.title(),
+            x_title=x_title,
+            log_x=log_x,
+            log_y=log_y,
+            colours=colours,
+            unit="" if per_layer else "H",
+        ),
+        "compare_bin",
+        title=f"{title_runs} · {what}, depth {compare.bin_label(b, n_bins)}",
         filename=export.safe_name("compare", *[s.run for s in series], stat, matrix, "bin", b),
-        csv=lambda: _bin_csv(series, n_bins, b, stat, matrix))
-    st.caption(f"One panel per run, all on the same axes: each {unit} of the bin's layers is a thin line with a marker "
-               "at each of its run's checkpoints, the bin's mean dashed black.")
+        csv=lambda: _bin_csv(series, n_bins, b, stat, matrix),
+    )
+    st.caption(
+        f"One panel per run, all on the same axes: each {unit} of the bin's layers is a thin line with a marker "
+        "at each of its run's checkpoints, the bin's mean dashed black."
+    )
 
     # --- panel (c): the distribution over all heads (layers) at one point of training ---
     st.subheader(f"Distribution over {unit}s at {_point_text(point, align)}")
     indices = [compare.checkpoint_at(s.x, point) for s in series]
     widgets.chart(
-        figs.distributions(series, indices, stat_title=info.title(), x_label=x_title, colours=colours, log_x=log_y,
-                           unit=unit),
-        "compare_dist", title=f"{title_runs} · {what} over {unit}s at {_point_text(point, align)}",
+        figs.distributions(series, indices, stat_title=info.title(), x_label=x_title, colours=colours, log_x=log_y, unit=unit),
+        "compare_dist",
+        title=f"{title_runs} · {what} over {unit}s at {_point_text(point, align)}",
         filename=export.safe_name("compare", *[s.run for s in series], stat, matrix, "at", point),
-        csv=lambda: _dist_csv(series, indices, stat, matrix))
+        csv=lambda: _dist_csv(series, indices, stat, matrix),
+    )
     used = "; ".join(
         f"{s.run}: step {int(s.steps[i]):,}" + ("" if align == "step" else f" ({x_title} {s.x[i]:.4g})")
-        if i is not None else f"{s.run}: no checkpoint at or before this point (left out)"
-        for s, i in zip(series, indices))
-    st.caption(f"Empirical cumulative distribution of {what} over all {unit}s of each run. Each run at its last "
-               f"checkpoint at or before {_point_text(point, align)}: {used}.")
+        if i is not None
+        else f"{s.run}: no checkpoint at or before this point (left out)"
+        for s, i in zip(series, indices, strict=True)
+    )
+    st.caption(
+        f"Empirical cumulative distribution of {what} over all {unit}s of each run. Each run at its last "
+        f"checkpoint at or before {_point_text(point, align)}: {used}."
+    )
 
     # --- panel (d): the runs' losses on the same time axis ---
     curves = [(s, *c) for s, c in ((s, loss_curve(shown[s.run][0])) for s in series) if c is not None]
     if curves:
         st.subheader("Loss over training")
-        widgets.chart(figs.losses(curves, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s, _, _ in curves]),
-                      "compare_loss", title=f"{title_runs} · loss",
-                      filename=export.safe_name("compare", *[s.run for s, _, _ in curves], "loss"),
-                      csv=lambda: pd.concat([pd.DataFrame({"run": s.run, "statistic": lab, "step": s.steps, "time": s.x,
-                                                           "value": np.asarray(loss, dtype=np.float64)})
-                                             for s, loss, lab in curves], ignore_index=True))
-        st.caption("Each run's loss as recorded with it (the forward lens's eval loss, else the validation loss of a "
-                   "run trained here), at its own checkpoints; runs without either are not drawn.")
+        widgets.chart(
+            figs.losses(curves, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s, _, _ in curves]),
+            "compare_loss",
+            title=f"{title_runs} · loss",
+            filename=export.safe_name("compare", *[s.run for s, _, _ in curves], "loss"),
+            csv=lambda: pd.concat(
+                [
+                    pd.DataFrame(
+                        {
+                            "run": s.run,
+                            "statistic": lab,
+                            "step": s.steps,
+                            "time": s.x,
+                            "value": np.asarray(loss, dtype=np.float64),
+                        }
+                    )
+                    for s, loss, lab in curves
+                ],
+                ignore_index=True,
+            ),
+        )
+        st.caption(
+            "Each run's loss as recorded with it (the forward lens's eval loss, else the validation loss of a "
+            "run trained here), at its own checkpoints; runs without either are not drawn."
+        )
 
 
 def _info(name: str):
@@ -240,9 +355,22 @@ def _bands_csv(series: list, n_bins: int, stat: str, matrix: str) -> pd.DataFram
         mean, sd, count = compare.bin_summary(s.values, n_bins)
         for b in range(n_bins):
             if count[b]:
-                rows.append(pd.DataFrame({"run": s.run, "matrix": matrix, "statistic": stat, "bin": b,
-                                          "depth": compare.bin_label(b, n_bins), "step": s.steps, "time": s.x,
-                                          "mean": mean[:, b], "sd": sd[:, b], "heads": int(count[b])}))
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "run": s.run,
+                            "matrix": matrix,
+                            "statistic": stat,
+                            "bin": b,
+                            "depth": compare.bin_label(b, n_bins),
+                            "step": s.steps,
+                            "time": s.x,
+                            "mean": mean[:, b],
+                            "sd": sd[:, b],
+                            "heads": int(count[b]),
+                        }
+                    )
+                )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -259,8 +387,11 @@ def _bin_csv(series: list, n_bins: int, b: int, stat: str, matrix: str) -> pd.Da
 
 def _dist_csv(series: list, indices: list, stat: str, matrix: str) -> pd.DataFrame:
     """Panel (c)'s values: every head of each run at the checkpoint used."""
-    parts = [export.tidy(s.values[i:i + 1], s.steps[i:i + 1], run=s.run, statistic=stat, matrix=matrix)
-             for s, i in zip(series, indices) if i is not None]
+    parts = [
+        export.tidy(s.values[i : i + 1], s.steps[i : i + 1], run=s.run, statistic=stat, matrix=matrix)
+        for s, i in zip(series, indices, strict=True)
+        if i is not None
+    ]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=export.TIDY_COLUMNS)
 
 

@@ -4,12 +4,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.store.format import ATTENTION, LAYER_DIVERGENCE
 from dashboard import export, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS
-from analysis.store.format import ATTENTION, LAYER_DIVERGENCE
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
@@ -24,10 +24,12 @@ def main() -> None:
     store = frame.store
     info = store.meta.forward
     if not store.has(ATTENTION) or info is None:
-        st.info("This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
-                "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
-                "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
-                "the store get their forward rows, the weight statistics stay as they are.")
+        st.info(
+            "This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
+            "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
+            "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
+            "the store get their forward rows, the weight statistics stay as they are."
+        )
         return
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
@@ -35,50 +37,73 @@ def main() -> None:
 
     # --- widgets ---
     c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")
-    step = widgets.select("step", "Divergence heatmap: opening step", steps, steps[-1], kind="select_slider",
-                          fmt=lambda s: f"{s:,}", where=c_step)
+    step = widgets.select(
+        "step", "Divergence heatmap: opening step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step
+    )
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    st.caption(f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
-               f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
-               f"{info.induction_repeat} random tokens repeated twice.")
+    st.caption(
+        f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
+        f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
+        f"{info.induction_repeat} random tokens repeated twice."
+    )
 
     # --- panel: entropy and span per layer over training ---
     st.subheader("Attention entropy and span per layer")
     for name in ("entropy", "span"):
-        fig = figs.layer_bands(axis, store.dense(ATTENTION, name), stat=STATS[name], reference=uniform[name],
-                               reference_label=f"uniform attention: {uniform[name]:.3g}")
+        fig = figs.layer_bands(
+            axis,
+            store.dense(ATTENTION, name),
+            stat=STATS[name],
+            reference=uniform[name],
+            reference_label=f"uniform attention: {uniform[name]:.3g}",
+        )
         values = store.dense(ATTENTION, name)
-        widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"bands_{name}",
-                      title=f"{frame.run} · {STATS[name].short()} per layer over training",
-                      filename=export.safe_name(frame.run, "layers", name),
-                      csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run, statistic=name,
-                                                                        matrix="forward"))
-    st.caption("One line per layer (the mean over its heads), the band spanning its heads' smallest to largest value; "
-               "the dotted line is what uniform causal attention gives.")
+        widgets.chart(
+            overlay_loss(fig, axis, *curve) if show_loss else fig,
+            f"bands_{name}",
+            title=f"{frame.run} · {STATS[name].short()} per layer over training",
+            filename=export.safe_name(frame.run, "layers", name),
+            csv=lambda values=values, name=name: export.tidy(
+                values, store.steps, run=frame.run, statistic=name, matrix="forward"
+            ),
+        )
+    st.caption(
+        "One line per layer (the mean over its heads), the band spanning its heads' smallest to largest value; "
+        "the dotted line is what uniform causal attention gives."
+    )
 
     # --- panel: layer-pair divergence, animated ---
     st.subheader("How differently the layers attend")
     jsd = store.dense(LAYER_DIVERGENCE, "jsd")
-    widgets.chart(figs.divergence_animation(jsd, steps=steps, start=steps.index(step)), "divergence",
-                  title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
-                  filename=export.safe_name(frame.run, "layer-divergence", "step", step),
-                  csv=lambda: _pairs_csv(frame.run, jsd, steps))
-    st.caption("Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
-               "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
-               "Colours are fixed over training; Play and the slider run in the browser.")
+    widgets.chart(
+        figs.divergence_animation(jsd, steps=steps, start=steps.index(step)),
+        "divergence",
+        title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
+        filename=export.safe_name(frame.run, "layer-divergence", "step", step),
+        csv=lambda: _pairs_csv(frame.run, jsd, steps),
+    )
+    st.caption(
+        "Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
+        "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
+        "Colours are fixed over training; Play and the slider run in the browser."
+    )
 
     # --- panel: head types over training ---
     st.subheader("Head types over training")
     for name in HEAD_TYPES:
         fig = figs.head_type_heatmap(axis, store.dense(ATTENTION, name), stat=STATS[name], baseline=uniform[name])
         values = store.dense(ATTENTION, name)
-        event = widgets.chart(overlay_loss(fig, axis, *curve) if show_loss else fig, f"type_{name}",
-                              title=f"{frame.run} · every head · {STATS[name].short()}",
-                              filename=export.safe_name(frame.run, "all-heads", name),
-                              csv=lambda values=values, name=name: export.tidy(values, store.steps, run=frame.run,
-                                                                                statistic=name, matrix="forward"),
-                              select=True)
+        event = widgets.chart(
+            overlay_loss(fig, axis, *curve) if show_loss else fig,
+            f"type_{name}",
+            title=f"{frame.run} · every head · {STATS[name].short()}",
+            filename=export.safe_name(frame.run, "all-heads", name),
+            csv=lambda values=values, name=name: export.tidy(
+                values, store.steps, run=frame.run, statistic=name, matrix="forward"
+            ),
+            select=True,
+        )
         widgets.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
 
@@ -87,9 +112,16 @@ def _pairs_csv(run: str, jsd: np.ndarray, steps: list[int]) -> pd.DataFrame:
     """The layer-pair divergences ``jsd[step, a, b]`` as tidy rows (run, step, layer, other_layer, value)."""
     s, n, _ = jsd.shape
     a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    return pd.DataFrame({"run": run, "statistic": "jsd_bits", "step": np.repeat(np.asarray(steps, dtype=np.int64), n * n),
-                         "layer": np.tile(a.ravel(), s), "other_layer": np.tile(b.ravel(), s),
-                         "value": np.asarray(jsd, dtype=np.float64).ravel()})
+    return pd.DataFrame(
+        {
+            "run": run,
+            "statistic": "jsd_bits",
+            "step": np.repeat(np.asarray(steps, dtype=np.int64), n * n),
+            "layer": np.tile(a.ravel(), s),
+            "other_layer": np.tile(b.ravel(), s),
+            "value": np.asarray(jsd, dtype=np.float64).ravel(),
+        }
+    )
 
 
 main()

@@ -4,13 +4,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.errors import StoreError
 from analysis.stats.crossings import GAP_THRESHOLD, level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
-from analysis.errors import StoreError
 from dashboard import export, loader, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
-from dashboard.figures.common import overlay_loss
 from dashboard.figures import head as figs
+from dashboard.figures.common import overlay_loss
 from dashboard.stats import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
@@ -42,15 +42,25 @@ def main() -> None:
 
     def with_loss(fig):
         return overlay_loss(fig, axis, *curve) if show_loss else fig
+
     chosen = widgets.multiselect(
-        "step", "Chosen steps (marked in every panel)", steps, default_steps(store.steps), fmt=lambda s: f"{s:,}",
-        where=c_steps, max_selections=MAX_CHOSEN_STEPS,
+        "step",
+        "Chosen steps (marked in every panel)",
+        steps,
+        default_steps(store.steps),
+        fmt=lambda s: f"{s:,}",
+        where=c_steps,
+        max_selections=MAX_CHOSEN_STEPS,
     )
     heads_all = [(lay, hd) for lay in range(store.n_layers) for hd in range(store.n_heads) if (lay, hd) != (layer, head)]
     compared = widgets.multiselect(
-        "cmp", "Overlay other heads, from any layer (dotted on every panel over training)",
-        [f"L{lay}H{hd}" for lay, hd in heads_all], [], max_selections=MAX_COMPARED,
-        help="In the link as cmp=L2H3 (repeatable)")
+        "cmp",
+        "Overlay other heads, from any layer (dotted on every panel over training)",
+        [f"L{lay}H{hd}" for lay, hd in heads_all],
+        [],
+        max_selections=MAX_COMPARED,
+        help="In the link as cmp=L2H3 (repeatable)",
+    )
     pairs = [(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared]
     if not chosen:
         st.caption("No step chosen: pick at least one to draw the distribution and spectrum at fixed steps.")
@@ -79,22 +89,29 @@ def main() -> None:
         w_lo, w_hi = density_extent(hist, mu, sigma)
         w = np.linspace(w_lo, w_hi, DENSITY_GRID_POINTS)
         grid = density_grid(hist, mu, sigma, w)
-        widgets.chart(with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours,
-                                                     matrix_name=w_name)), "density_map",
-                      title=f"{frame.run} · {shown} · P(w) over training", filename=export.safe_name(frame.run, tag, "Pw-map"),
-                      csv=lambda: _long(frame.run, layer, head, matrix, store.steps, "p(w)", w, grid, "w"))
-        st.caption(f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
-                   "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps.")
+        widgets.chart(
+            with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours, matrix_name=w_name)),
+            "density_map",
+            title=f"{frame.run} · {shown} · P(w) over training",
+            filename=export.safe_name(frame.run, tag, "Pw-map"),
+            csv=lambda: _long(frame.run, layer, head, matrix, store.steps, "p(w)", w, grid, "w"),
+        )
+        st.caption(
+            f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
+            "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps."
+        )
 
     # --- panel: P(w) at the chosen steps, sigma(t), D_KL(t) ---
     with right:
         st.subheader("Distribution at the chosen steps")
         c_logp, c_z, c_g = st.columns(3)
         log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
-        standardized = widgets.toggle("zview", "standardized z", False, where=c_z,
-                                      help="Plot z = (w − μ)/σ at each step: shapes compare at equal width")
-        gauss_on = widgets.toggle("gauss", "Gaussian", True, where=c_g,
-                                  help="Dashed: the Gaussian of the same mean and σ at each chosen step")
+        standardized = widgets.toggle(
+            "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
+        )
+        gauss_on = widgets.toggle(
+            "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
+        )
         w_all, p_all = density_curves(hist, mu, sigma)
         if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
             w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
@@ -104,53 +121,107 @@ def main() -> None:
             x_range = (w_lo, w_hi)
         p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
         gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
-        picked_d = widgets.chart(figs.density_slices(
-            w_all[idx], p_all[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx, sigma=sigma, kl=kl,
-            stats=(STATS["std"], STATS["kl_gauss"]), w_range=x_range, p_range=p_range, log_p=log_p, gauss=gauss,
-            bands=(reference_of(refs, "std", None), reference_of(refs, "kl_gauss", None)), standardized=standardized,
-            compare=[(lay, hd, (store.array("std", matrix=matrix)[:, lay, hd], store.array("kl_gauss", matrix=matrix)[:, lay, hd])) for lay, hd in pairs],
-            matrix_name=w_name,
-        ), "density_slices", title=f"{frame.run} · {shown} · P(w) at chosen steps, σ, D_KL",
+        picked_d = widgets.chart(
+            figs.density_slices(
+                w_all[idx],
+                p_all[idx],
+                labels=labels,
+                colours=colours,
+                axis=axis,
+                chosen_idx=idx,
+                sigma=sigma,
+                kl=kl,
+                stats=(STATS["std"], STATS["kl_gauss"]),
+                w_range=x_range,
+                p_range=p_range,
+                log_p=log_p,
+                gauss=gauss,
+                bands=(reference_of(refs, "std", None), reference_of(refs, "kl_gauss", None)),
+                standardized=standardized,
+                compare=[
+                    (lay, hd, (store.array("std", matrix=matrix)[:, lay, hd], store.array("kl_gauss", matrix=matrix)[:, lay, hd]))
+                    for lay, hd in pairs
+                ],
+                matrix_name=w_name,
+            ),
+            "density_slices",
+            title=f"{frame.run} · {shown} · P(w) at chosen steps, σ, D_KL",
             filename=export.safe_name(frame.run, tag, "Pw-sigma-DKL"),
             csv=lambda: _slices_csv(frame.run, layer, head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
-            select=bool(pairs))
+            select=bool(pairs),
+        )
         band = reference_of(refs, "kl_gauss", None)
-        ref = (f" Grey bands: 5-95% of σ and D_KL over random heads of {w_name} (Gaussian {factors} of this run's "
-               f"shape and the init σ₀ of its step-0 {w_name} heads; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] "
-               f"nats: a product of Gaussian factors is not itself Gaussian), mean dotted." if band is not None else "")
-        st.caption(f"Left: p{'(z) of z = (w − μ)/σ' if standardized else '(w)'} at each chosen step (axes fixed over the "
-                   "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
-                   f"same head over training, chosen steps marked in matching colours.{ref}")
+        ref = (
+            f" Grey bands: 5-95% of σ and D_KL over random heads of {w_name} (Gaussian {factors} of this run's "
+            f"shape and the init σ₀ of its step-0 {w_name} heads; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] "
+            f"nats: a product of Gaussian factors is not itself Gaussian), mean dotted."
+            if band is not None
+            else ""
+        )
+        st.caption(
+            f"Left: p{'(z) of z = (w − μ)/σ' if standardized else '(w)'} at each chosen step (axes fixed over the "
+            "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
+            f"same head over training, chosen steps marked in matching colours.{ref}"
+        )
 
     # --- panel: lambda_k over (k, step) ---
     left, right = st.columns([5, 6])
     with left:
         st.subheader("Spectrum over training")
-        widgets.chart(with_loss(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours)), "spectrum_map",
-                      title=f"{frame.run} · {shown} · λ_k over training", filename=export.safe_name(frame.run, tag, "lambda-map"),
-                      csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, range(len(steps))))
+        widgets.chart(
+            with_loss(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours)),
+            "spectrum_map",
+            title=f"{frame.run} · {shown} · λ_k over training",
+            filename=export.safe_name(frame.run, tag, "lambda-map"),
+            csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, range(len(steps))),
+        )
         st.caption(f"λ_k = s_k² of {w_name} for {name}, every singular-value index k at every checkpoint (log colour).")
 
     # --- panel: lambda_k vs k at the chosen steps, stable rank and entropy over training ---
     with right:
         st.subheader("Spectrum at the chosen steps")
-        show_null = widgets.toggle("null", "random-head reference", True,
-                                   help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm")
+        show_null = widgets.toggle(
+            "null",
+            "random-head reference",
+            True,
+            help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
+        )
         null_lam = null_spectra(lam[idx], store) if show_null else None
-        picked_s = widgets.chart(figs.spectrum_slices(
-            lam[idx], labels=labels, colours=colours, axis=axis, chosen_idx=idx,
-            stable_rank=store.array("stable_rank", matrix=matrix)[:, layer, head],
-            entropy=store.array("spectral_entropy", matrix=matrix)[:, layer, head],
-            stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True),
-            null_lam=null_lam,
-            compare=[(lay, hd, (store.array("stable_rank", matrix=matrix)[:, lay, hd], store.array("spectral_entropy", matrix=matrix)[:, lay, hd]))
-                     for lay, hd in pairs],
-        ), "spectrum_slices", title=f"{frame.run} · {shown} · λ_k at chosen steps, stable rank, entropy",
+        picked_s = widgets.chart(
+            figs.spectrum_slices(
+                lam[idx],
+                labels=labels,
+                colours=colours,
+                axis=axis,
+                chosen_idx=idx,
+                stable_rank=store.array("stable_rank", matrix=matrix)[:, layer, head],
+                entropy=store.array("spectral_entropy", matrix=matrix)[:, layer, head],
+                stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
+                lam_range=fixed_range(lam, log=True),
+                null_lam=null_lam,
+                compare=[
+                    (
+                        lay,
+                        hd,
+                        (
+                            store.array("stable_rank", matrix=matrix)[:, lay, hd],
+                            store.array("spectral_entropy", matrix=matrix)[:, lay, hd],
+                        ),
+                    )
+                    for lay, hd in pairs
+                ],
+            ),
+            "spectrum_slices",
+            title=f"{frame.run} · {shown} · λ_k at chosen steps, stable rank, entropy",
             filename=export.safe_name(frame.run, tag, "spectrum"),
-            csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, idx), select=bool(pairs))
-        st.caption("Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
-                   "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
-                   "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked.")
+            csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, idx),
+            select=bool(pairs),
+        )
+        st.caption(
+            "Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
+            "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
+            "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked."
+        )
 
     # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
     st.subheader("Leading eigenvalues: crossings and repulsions")
@@ -166,73 +237,121 @@ def main() -> None:
         crossings = None
         if overlaps is not None:
             gap_pct = widgets.select(
-                "gap", "Close when the gap of s is below", GAP_PERCENT, round(100 * GAP_THRESHOLD),
-                fmt=lambda g: f"{g}%", where=c_gap,
+                "gap",
+                "Close when the gap of s is below",
+                GAP_PERCENT,
+                round(100 * GAP_THRESHOLD),
+                fmt=lambda g: f"{g}%",
+                where=c_gap,
                 help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
-                     "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
+                "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
             )
             crossings = level_crossings(lam, overlaps, gap_threshold=gap_pct / 100)
         if crossings is None:
-            st.info("This store has no singular-vector overlaps, so approaches cannot be told apart. "
-                    "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
-                    icon=":material/info:")
+            st.info(
+                "This store has no singular-vector overlaps, so approaches cannot be told apart. "
+                "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
+                icon=":material/info:",
+            )
         else:
             kinds = [a.kind for a in crossings.approaches]
-            st.markdown(f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
-                        + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
-                        + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}")
-            st.dataframe(approach_table(crossings.approaches, store.steps), hide_index=True, height=260,
-                         key="approaches", width="stretch", column_config={
-                             "step": st.column_config.NumberColumn("step", format="%d", width="small"),
-                             "levels": st.column_config.TextColumn("levels", width="small"),
-                             "gap of s, %": st.column_config.NumberColumn("gap %", width="small"),
-                             "verdict": st.column_config.TextColumn("verdict", width="small"),
-                             "swap score": st.column_config.NumberColumn("swap score", format="%.3f", width="small",
-                                                                         help=SWAP_SCORE_HELP)})
-            st.caption("A close approach is a **crossing** when the two levels' singular vectors swap places between "
-                       "neighbouring checkpoints (O_i,i+1·O_i+1,i > O_ii·O_i+1,i+1) and a **repulsion** when each keeps "
-                       "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. An approach must dip 20% below the "
-                       f"threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, \"Crossing or repulsion?\"; every "
-                       "head's approaches: the Heads page.")
+            st.markdown(
+                f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
+                + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
+                + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}"
+            )
+            st.dataframe(
+                approach_table(crossings.approaches, store.steps),
+                hide_index=True,
+                height=260,
+                key="approaches",
+                width="stretch",
+                column_config={
+                    "step": st.column_config.NumberColumn("step", format="%d", width="small"),
+                    "levels": st.column_config.TextColumn("levels", width="small"),
+                    "gap of s, %": st.column_config.NumberColumn("gap %", width="small"),
+                    "verdict": st.column_config.TextColumn("verdict", width="small"),
+                    "swap score": st.column_config.NumberColumn("swap score", format="%.3f", width="small", help=SWAP_SCORE_HELP),
+                },
+            )
+            st.caption(
+                "A close approach is a **crossing** when the two levels' singular vectors swap places between "
+                "neighbouring checkpoints (O_i,i+1·O_i+1,i > O_ii·O_i+1,i+1) and a **repulsion** when each keeps "
+                "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. An approach must dip 20% below the "
+                f'threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, "Crossing or repulsion?"; every '
+                "head's approaches: the Heads page."
+            )
     with left:
         if crossings is None:
-            widgets.chart(with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam)),
-                          "leading", title=f"{frame.run} · {shown} · λ_0 … λ_3", filename=export.safe_name(frame.run, tag, "leading"),
-                          csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
+            widgets.chart(
+                with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam)),
+                "leading",
+                title=f"{frame.run} · {shown} · λ_0 … λ_3",
+                filename=export.safe_name(frame.run, tag, "leading"),
+                csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))),
+            )
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {w_name} for {name}, over training.")
         else:
-            widgets.chart(with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam)),
-                          "leading", title=f"{frame.run} · {shown} · λ_0 … λ_3, crossings and repulsions",
-                          filename=export.safe_name(frame.run, tag, "crossings"),
-                          csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))))
-            st.caption(f"Top: λ_0 … λ_3 of {w_name} for {name} over training; ✕ a crossing, ○ a repulsion, at the "
-                       "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
-                       "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped).")
+            widgets.chart(
+                with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam)),
+                "leading",
+                title=f"{frame.run} · {shown} · λ_0 … λ_3, crossings and repulsions",
+                filename=export.safe_name(frame.run, tag, "crossings"),
+                csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))),
+            )
+            st.caption(
+                f"Top: λ_0 … λ_3 of {w_name} for {name} over training; ✕ a crossing, ○ a repulsion, at the "
+                "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
+                "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped)."
+            )
 
     # --- panel: any statistic of this head against its layer ---
     with st.container():
         st.subheader("One statistic, head against its layer")
         c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
-        stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                           log=("logy", "log y axis"), options=stats_for(store))
+        stat, k, log_y = widgets.statistic(
+            store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
+        )
         values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
         if widgets.no_values(values, STATS[stat].label, matrix):
             return
         band = reference_of(refs, stat, k)
-        event = widgets.chart(with_loss(figs.head_in_layer(
-            axis, values[:, layer, :], head=head, stat=STATS[stat], k=k,
-            y_range=fixed_range(figs.with_band(values, band), log=log_y), log_y=log_y, chosen_x=chosen_x, colours=colours,
-            layer=layer, compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs], band=band,
-        )), "head_in_layer", title=f"{frame.run} · {shown} · {STATS[stat].short(k)} against its layer",
+        event = widgets.chart(
+            with_loss(
+                figs.head_in_layer(
+                    axis,
+                    values[:, layer, :],
+                    head=head,
+                    stat=STATS[stat],
+                    k=k,
+                    y_range=fixed_range(figs.with_band(values, band), log=log_y),
+                    log_y=log_y,
+                    chosen_x=chosen_x,
+                    colours=colours,
+                    layer=layer,
+                    compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs],
+                    band=band,
+                )
+            ),
+            "head_in_layer",
+            title=f"{frame.run} · {shown} · {STATS[stat].short(k)} against its layer",
             filename=export.safe_name(frame.run, tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
             csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
-                lambda t: t if not pairs else _with_pairs(t, values, store.steps, frame.run, stat, k, matrix, pairs)),
-            select=True)
-        ref = (f" Grey band: 5-95% over random heads of {w_name} (Gaussian {factors} of this shape and init scale; "
-               f"{band.mean:.3g} on average)." if band is not None else "")
-        st.caption(f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
-                   "in grey (click one to open it) and the layer mean red dashed"
-                   f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}")
+                lambda t: t if not pairs else _with_pairs(t, values, store.steps, frame.run, stat, k, matrix, pairs)
+            ),
+            select=True,
+        )
+        ref = (
+            f" Grey band: 5-95% over random heads of {w_name} (Gaussian {factors} of this shape and init scale; "
+            f"{band.mean:.3g} on average)."
+            if band is not None
+            else ""
+        )
+        st.caption(
+            f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
+            "in grey (click one to open it) and the layer mean red dashed"
+            f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}"
+        )
         for picked in (event, picked_d, picked_s):  # a click on another head's line opens it
             widgets.open_head_on_click(picked, store, stat=stat, k=k, matrix=matrix)
 
@@ -240,9 +359,18 @@ def main() -> None:
 def _long(run, layer, head, matrix, steps, what, x, grid, x_name) -> pd.DataFrame:
     """A (step, x) grid of one head as tidy rows."""
     s, n = grid.shape
-    return pd.DataFrame({"run": run, "layer": layer, "head": head, "matrix": matrix, "statistic": what,
-                         "step": np.repeat(np.asarray(steps, dtype=np.int64), n), x_name: np.tile(x, s),
-                         "value": np.asarray(grid, dtype=np.float64).ravel()})
+    return pd.DataFrame(
+        {
+            "run": run,
+            "layer": layer,
+            "head": head,
+            "matrix": matrix,
+            "statistic": what,
+            "step": np.repeat(np.asarray(steps, dtype=np.int64), n),
+            x_name: np.tile(x, s),
+            "value": np.asarray(grid, dtype=np.float64).ravel(),
+        }
+    )
 
 
 def _lam_csv(run, layer, head, matrix, steps, lam, rows) -> pd.DataFrame:
@@ -250,9 +378,18 @@ def _lam_csv(run, layer, head, matrix, steps, lam, rows) -> pd.DataFrame:
     rows = list(rows)
     sub = lam[rows]
     n_k = sub.shape[1]
-    return pd.DataFrame({"run": run, "layer": layer, "head": head, "matrix": matrix, "statistic": "lambda",
-                         "k": np.tile(np.arange(n_k), len(rows)),
-                         "step": np.repeat(np.asarray(steps, dtype=np.int64)[rows], n_k), "value": sub.ravel()})
+    return pd.DataFrame(
+        {
+            "run": run,
+            "layer": layer,
+            "head": head,
+            "matrix": matrix,
+            "statistic": "lambda",
+            "k": np.tile(np.arange(n_k), len(rows)),
+            "step": np.repeat(np.asarray(steps, dtype=np.int64)[rows], n_k),
+            "value": sub.ravel(),
+        }
+    )
 
 
 def _slices_csv(run, layer, head, matrix, steps, idx, x, p, standardized, sigma, kl) -> pd.DataFrame:
@@ -260,14 +397,27 @@ def _slices_csv(run, layer, head, matrix, steps, idx, x, p, standardized, sigma,
     parts = [_long(run, layer, head, matrix, np.asarray(steps)[idx], "p(z)" if standardized else "p(w)", None, p[idx], "x")]
     parts[0]["x"] = x[idx].ravel()
     for what, v in (("std", sigma), ("kl_gauss", kl)):
-        parts.append(pd.DataFrame({"run": run, "layer": layer, "head": head, "matrix": matrix, "statistic": what,
-                                   "step": np.asarray(steps, dtype=np.int64), "value": np.asarray(v, dtype=np.float64)}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "run": run,
+                    "layer": layer,
+                    "head": head,
+                    "matrix": matrix,
+                    "statistic": what,
+                    "step": np.asarray(steps, dtype=np.int64),
+                    "value": np.asarray(v, dtype=np.float64),
+                }
+            )
+        )
     return pd.concat(parts, ignore_index=True)
 
 
 def _with_pairs(table, values, steps, run, stat, k, matrix, pairs) -> pd.DataFrame:
-    extra = [export.tidy(values, steps, run=run, statistic=stat, k=k, matrix=matrix, layers=[lay], heads=[hd])
-             for lay, hd in pairs]
+    extra = [
+        export.tidy(values, steps, run=run, statistic=stat, k=k, matrix=matrix, layers=[lay], heads=[hd]) for lay, hd in pairs
+    ]
     return pd.concat([table, *extra], ignore_index=True)
+
 
 main()

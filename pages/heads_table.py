@@ -5,8 +5,8 @@ A row opens its head in the head explorer (with this page's statistic and step).
 
 import streamlit as st
 
-from analysis.stats.crossings import GAP_THRESHOLD
 from analysis.errors import StoreError
+from analysis.stats.crossings import GAP_THRESHOLD
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
 from dashboard.stats import LAMBDA, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
@@ -17,8 +17,9 @@ SORTS = ["rank", "value", "change", "over reference", "approaches", "crossings",
 HEAD_PAGE = "pages/head_explorer.py"
 
 
-def _head_link(run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int],
-               matrix: str | None = None) -> str:
+def _head_link(
+    run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int], matrix: str | None = None
+) -> str:
     """A relative link to the head explorer showing this head (opens in the same app)."""
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
     query += [("matrix", matrix)] if matrix is not None else []
@@ -40,8 +41,9 @@ def main() -> None:
     stat = widgets.select("stat", "Statistic", stats_for(store), "stable_rank", fmt=lambda s: STATS[s].label, where=c_stat)
     k = widgets.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k) if stat == LAMBDA else None
     step = widgets.select("step", "At step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step)
-    since = widgets.select("since", "Change since step", steps, steps[0], kind="select_slider", fmt=lambda s: f"{s:,}",
-                           where=c_since)
+    since = widgets.select(
+        "since", "Change since step", steps, steps[0], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_since
+    )
     # a statistic of the weights is of one matrix at a time; the forward ones and the rLLC are of the head itself
     matrix = None if stat in PER_HEAD_STATS else widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_layers, c_sort, c_desc, c_gap = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
@@ -53,24 +55,42 @@ def main() -> None:
     except StoreError as exc:
         st.error(str(exc))
         overlaps_ok = False
-    gap_pct = widgets.select("gap", "Close when the gap of s is below", GAP_PERCENT, round(100 * GAP_THRESHOLD),
-                             fmt=lambda g: f"{g}%", where=c_gap,
-                             help="Relative gap (s_i − s_i+1)/(s_i + s_i+1) of adjacent singular values; an approach "
-                                  "must also dip 20% below it (README, \"Crossing or repulsion?\")") if overlaps_ok else None
+    gap_pct = (
+        widgets.select(
+            "gap",
+            "Close when the gap of s is below",
+            GAP_PERCENT,
+            round(100 * GAP_THRESHOLD),
+            fmt=lambda g: f"{g}%",
+            where=c_gap,
+            help="Relative gap (s_i − s_i+1)/(s_i + s_i+1) of adjacent singular values; an approach "
+            'must also dip 20% below it (README, "Crossing or repulsion?")',
+        )
+        if overlaps_ok
+        else None
+    )
 
     # --- data ---
     approaches = _approaches(store, gap_pct, matrix or "qk")
-    table, note = _table(store, stat, k, matrix, at=steps.index(step), since=steps.index(since),
-                         counts=None if matrix is None or approaches is None else
-                         approach_counts(approaches, store.n_layers, store.n_heads))
+    table, note = _table(
+        store,
+        stat,
+        k,
+        matrix,
+        at=steps.index(step),
+        since=steps.index(since),
+        counts=None if matrix is None or approaches is None else approach_counts(approaches, store.n_layers, store.n_heads),
+    )
     if layers:
         table = table[table["layer"].isin(layers)]
     if sort in table.columns:
         table = table.sort_values([sort, "layer", "head"], ascending=[not desc, True, True], kind="stable")
     table = table.reset_index(drop=True)
     open_steps = sorted(set(default_steps(store.steps)) | {step})[-8:]
-    table["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, open_steps, matrix)
-                     for r in table[["layer", "head"]].itertuples(index=False)]
+    table["open"] = [
+        _head_link(frame.run, int(r.layer), int(r.head), stat, k, open_steps, matrix)
+        for r in table[["layer", "head"]].itertuples(index=False)
+    ]
 
     # --- panel: the table ---
     event = _table_panel(table, frame.run, stat, k, matrix, step, since, layers, note)
@@ -79,43 +99,70 @@ def main() -> None:
     rows = ((event or {}).get("selection") or {}).get("rows") or []
     if rows and 0 <= rows[0] < len(table):
         picked = table.iloc[rows[0]]
-        widgets.switch_page(HEAD_PAGE, layer=int(picked["layer"]), head=int(picked["head"]), stat=stat,
-                            **({"k": k} if k is not None else {}), step=open_steps,
-                            **({"matrix": matrix} if matrix is not None else {}))
+        widgets.switch_page(
+            HEAD_PAGE,
+            layer=int(picked["layer"]),
+            head=int(picked["head"]),
+            stat=stat,
+            **({"k": k} if k is not None else {}),
+            step=open_steps,
+            **({"matrix": matrix} if matrix is not None else {}),
+        )
 
     # --- panel: every close approach of the model ---
-    st.subheader(f"Close approaches of λ_0 … λ_3 of {(matrix or 'qk').upper().replace('QK', 'W_QK').replace('OV', 'W_OV')}, "
-                 "model-wide")
+    st.subheader(
+        f"Close approaches of λ_0 … λ_3 of {(matrix or 'qk').upper().replace('QK', 'W_QK').replace('OV', 'W_OV')}, model-wide"
+    )
     if gap_pct is None:
-        st.info("This store has no singular-vector overlaps, so approaches cannot be told apart. Run "
-                "`python -m precompute` on it again to add them.", icon=":material/info:")
+        st.info(
+            "This store has no singular-vector overlaps, so approaches cannot be told apart. Run "
+            "`python -m precompute` on it again to add them.",
+            icon=":material/info:",
+        )
         return
     if approaches is None:
         return
     kinds = approaches["verdict"].value_counts()
     n_heads_with = approaches[["layer", "head"]].drop_duplicates().shape[0]
-    st.markdown(f"**{len(approaches)} approaches in {n_heads_with} of {store.n_layers * store.n_heads} heads** at "
-                f"{gap_pct}%: {int(kinds.get('crossing', 0))} crossings, {int(kinds.get('repulsion', 0))} repulsions, "
-                f"{int(kinds.get('unresolved', 0))} unresolved.")
+    st.markdown(
+        f"**{len(approaches)} approaches in {n_heads_with} of {store.n_layers * store.n_heads} heads** at "
+        f"{gap_pct}%: {int(kinds.get('crossing', 0))} crossings, {int(kinds.get('repulsion', 0))} repulsions, "
+        f"{int(kinds.get('unresolved', 0))} unresolved."
+    )
     shown = approaches.copy()
-    shown["open"] = [_head_link(frame.run, int(r.layer), int(r.head), stat, k, sorted({steps[0], int(r.step), steps[-1]}),
-                                matrix)
-                     + f"&gap={gap_pct}" for r in shown[["layer", "head", "step"]].itertuples(index=False)]
-    st.dataframe(shown, hide_index=True, key="model_approaches", height=min(38 + 35 * max(len(shown), 1), 420),
-                 column_config={
-                     "layer": st.column_config.NumberColumn("layer", width="small"),
-                     "head": st.column_config.NumberColumn("head", width="small"),
-                     "step": st.column_config.NumberColumn("step (closest)", format="%d"),
-                     "swap score": st.column_config.NumberColumn("swap score", format="%.3f", help=SWAP_SCORE_HELP),
-                     "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small"),
-                 })
-    st.download_button("Approaches (CSV)", lambda: export.to_csv(approaches.assign(run=frame.run, gap_percent=gap_pct)),
-                       file_name=f"{export.safe_name(frame.run, 'approaches', f'gap{gap_pct}')}.csv", mime="text/csv",
-                       key="model_approaches_csv", on_click="ignore", icon=":material/download:", type="tertiary")
-    st.caption("Every close approach of two adjacent leading levels in every head: the checkpoint of the smallest gap, "
-               "the two levels, that gap, and the verdict by the rule in README \"Crossing or repulsion?\". "
-               f"**Swap score**: {SWAP_SCORE_HELP}")
-
+    shown["open"] = [
+        _head_link(frame.run, int(r.layer), int(r.head), stat, k, sorted({steps[0], int(r.step), steps[-1]}), matrix)
+        + f"&gap={gap_pct}"
+        for r in shown[["layer", "head", "step"]].itertuples(index=False)
+    ]
+    st.dataframe(
+        shown,
+        hide_index=True,
+        key="model_approaches",
+        height=min(38 + 35 * max(len(shown), 1), 420),
+        column_config={
+            "layer": st.column_config.NumberColumn("layer", width="small"),
+            "head": st.column_config.NumberColumn("head", width="small"),
+            "step": st.column_config.NumberColumn("step (closest)", format="%d"),
+            "swap score": st.column_config.NumberColumn("swap score", format="%.3f", help=SWAP_SCORE_HELP),
+            "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small"),
+        },
+    )
+    st.download_button(
+        "Approaches (CSV)",
+        lambda: export.to_csv(approaches.assign(run=frame.run, gap_percent=gap_pct)),
+        file_name=f"{export.safe_name(frame.run, 'approaches', f'gap{gap_pct}')}.csv",
+        mime="text/csv",
+        key="model_approaches_csv",
+        on_click="ignore",
+        icon=":material/download:",
+        type="tertiary",
+    )
+    st.caption(
+        "Every close approach of two adjacent leading levels in every head: the checkpoint of the smallest gap, "
+        'the two levels, that gap, and the verdict by the rule in README "Crossing or repulsion?". '
+        f"**Swap score**: {SWAP_SCORE_HELP}"
+    )
 
 
 def _approaches(store, gap_pct: int | None, matrix: str):
@@ -138,11 +185,19 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix or "qk")
     reference = reference_of(loader.references(store, matrix=matrix), stat, k) if matrix is not None else None
     info = store.meta.forward
-    uniform = (uniform_attention(info.seq_len, info.induction_repeat).get(stat)
-               if stat in PER_HEAD_STATS and info is not None else None)
+    uniform = (
+        uniform_attention(info.seq_len, info.induction_repeat).get(stat) if stat in PER_HEAD_STATS and info is not None else None
+    )
     table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
-    note = reference_note(stat, reference, matrix=matrix, d_model=int(store.d_model), d_head=int(store.d_head),
-                          has_step0=len(store.steps) > 0 and int(store.steps[0]) == 0, uniform=uniform)
+    note = reference_note(
+        stat,
+        reference,
+        matrix=matrix,
+        d_model=int(store.d_model),
+        d_head=int(store.d_head),
+        has_step0=len(store.steps) > 0 and int(store.steps[0]) == 0,
+        uniform=uniform,
+    )
     return table, note
 
 
@@ -160,33 +215,52 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         "change": st.column_config.NumberColumn(f"change since {since:,}", format="%+.4g"),
         "rank": st.column_config.NumberColumn("rank", width="small", help="1 = the largest value at this step"),
         "over reference": st.column_config.NumberColumn(
-            "÷ uniform" if by_uniform else "÷ random head", format="%.3g",
-            help="The value divided by what uniform causal attention scores on the same sequences" if by_uniform else
-                 "The value divided by its mean over random heads (Gaussian factors of this run's shape and init σ)"),
+            "÷ uniform" if by_uniform else "÷ random head",
+            format="%.3g",
+            help="The value divided by what uniform causal attention scores on the same sequences"
+            if by_uniform
+            else "The value divided by its mean over random heads (Gaussian factors of this run's shape and init σ)",
+        ),
         "in 5-95% band": st.column_config.CheckboxColumn(
-            "in random band", help="Within the 5-95% band of the same statistic over random heads"),
+            "in random band", help="Within the 5-95% band of the same statistic over random heads"
+        ),
         "approaches": st.column_config.NumberColumn("approaches", width="small"),
         "crossings": st.column_config.NumberColumn("crossings", width="small"),
         "repulsions": st.column_config.NumberColumn("repulsions", width="small"),
-        "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small",
-                                            help="Open the head in the head explorer"),
+        "open": st.column_config.LinkColumn(
+            "open", display_text="open ↗", width="small", help="Open the head in the head explorer"
+        ),
     }
-    event = st.dataframe(table, hide_index=True, key="heads_table", on_select="rerun", selection_mode="single-row",
-                         column_config=config, height=min(40 + 35 * len(table), 640))
-    st.download_button("Table (CSV)", lambda: export.to_csv(table.drop(columns=["open"]).assign(
-                           run=run, statistic=stat, k=k, step=step, since=since)),
-                       file_name=f"{export.safe_name(run, 'heads', label, 'step', step)}.csv", mime="text/csv",
-                       key="heads_table_csv", on_click="ignore", icon=":material/download:", type="tertiary")
-    parts = [f"One row per head{' of the chosen layers' if layers else ''}: {label}{of} at step {step:,}, its change "
-             f"since step {since:,}, its rank among all heads (1 = largest)"]
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        key="heads_table",
+        on_select="rerun",
+        selection_mode="single-row",
+        column_config=config,
+        height=min(40 + 35 * len(table), 640),
+    )
+    st.download_button(
+        "Table (CSV)",
+        lambda: export.to_csv(table.drop(columns=["open"]).assign(run=run, statistic=stat, k=k, step=step, since=since)),
+        file_name=f"{export.safe_name(run, 'heads', label, 'step', step)}.csv",
+        mime="text/csv",
+        key="heads_table_csv",
+        on_click="ignore",
+        icon=":material/download:",
+        type="tertiary",
+    )
+    parts = [
+        f"One row per head{' of the chosen layers' if layers else ''}: {label}{of} at step {step:,}, its change "
+        f"since step {since:,}, its rank among all heads (1 = largest)"
+    ]
     if "in 5-95% band" in table.columns:
         parts.append("the value divided by the random-head mean and whether it lies in the random heads' 5-95% band")
     elif by_uniform:
         parts.append("the value divided by uniform attention's")
     if "approaches" in table.columns:
         parts.append("and its close approaches of λ_0 … λ_3 at the chosen gap")
-    st.caption(", ".join(parts) + ". Click a column header to sort, tick a row (or its *open* link) to open the head. "
-               + note)
+    st.caption(", ".join(parts) + ". Click a column header to sort, tick a row (or its *open* link) to open the head. " + note)
     return event
 
 

@@ -20,8 +20,10 @@ def main() -> None:
         "headwatch follows the distribution of its entries (σ, kurtosis, D_KL from a Gaussian, the whole P(w)) and "
         "its spectrum (λ_k = s_k², stable rank, spectral entropy) across training checkpoints."
     )
-    st.caption("Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
-               "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it.")
+    st.caption(
+        "Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
+        "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it."
+    )
     frame = widgets.frame()
     run = frame.run
 
@@ -35,8 +37,10 @@ def main() -> None:
     # --- panel: the runs ---
     st.subheader("Runs")
     if not frame.runs:
-        st.info("No stores found under data/. Make one with `python -m precompute --source DIR --out data/NAME`, "
-                "or set HEADWATCH_STORE to a store directory.")
+        st.info(
+            "No stores found under data/. Make one with `python -m precompute --source DIR --out data/NAME`, "
+            "or set HEADWATCH_STORE to a store directory."
+        )
         return
     for name, path in frame.runs.items():
         with st.container(border=True):

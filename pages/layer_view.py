@@ -4,8 +4,8 @@ import streamlit as st
 
 from dashboard import export, loader, widgets
 from dashboard.data import fixed_range, loss_curve
-from dashboard.figures.common import overlay_loss, overlay_loss_grid
 from dashboard.figures import layers as figs
+from dashboard.figures.common import overlay_loss, overlay_loss_grid
 from dashboard.stats import STATS, stats_for
 
 
@@ -21,14 +21,16 @@ def main() -> None:
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_layer, c_k, c_log, c_loss = st.columns([3, 1, 2, 1, 1], vertical_alignment="bottom")
-    stat, k, log_y = widgets.statistic(store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log,
-                                       log=("logy", "log y axis"), options=stats_for(store))
+    stat, k, log_y = widgets.statistic(
+        store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
+    )
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
 
     def with_loss_grid(fig):
         return overlay_loss_grid(fig, axis, *curve) if show_loss else fig
+
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
         return
@@ -42,24 +44,36 @@ def main() -> None:
     fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
     event = widgets.chart(
         overlay_loss(fig, axis, *curve) if show_loss else fig,
-        "layer_lines", title=f"{frame.run} · layer {layer}, every head · {label}",
+        "layer_lines",
+        title=f"{frame.run} · layer {layer}, every head · {label}",
         filename=export.safe_name(frame.run, f"L{layer}", "all-heads", name),
-        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]), select=True)
-    st.caption(f"{label} of each of the {store.n_heads} heads of layer {layer} over training (one colour per head), "
-               "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like. "
-               "Click a head's line to open it in the head explorer.")
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]),
+        select=True,
+    )
+    st.caption(
+        f"{label} of each of the {store.n_heads} heads of layer {layer} over training (one colour per head), "
+        "the layer mean red dashed; y range fixed over all layers so switching layers compares like with like. "
+        "Click a head's line to open it in the head explorer."
+    )
 
     # --- panel: all layers ---
     st.subheader("All layers")
     grid = widgets.chart(
         with_loss_grid(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer)),
-        "layer_grid", title=f"{frame.run} · every layer · {label}", filename=export.safe_name(frame.run, "all-layers", name),
-        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix), select=True)
-    st.caption(f"{label} over training, one panel per layer (heads thin blue, layer mean red dashed), all panels on "
-               f"the same axes; layer {layer} is framed. Click a line to open that head.")
+        "layer_grid",
+        title=f"{frame.run} · every layer · {label}",
+        filename=export.safe_name(frame.run, "all-layers", name),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix),
+        select=True,
+    )
+    st.caption(
+        f"{label} over training, one panel per layer (heads thin blue, layer mean red dashed), all panels on "
+        f"the same axes; layer {layer} is framed. Click a line to open that head."
+    )
 
     # --- a clicked line opens its head ---
     widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
     widgets.open_head_on_click(grid, store, stat=stat, k=k, matrix=matrix)
+
 
 main()

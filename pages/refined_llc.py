@@ -26,11 +26,13 @@ def main() -> None:
     store = frame.store
     info = store.meta.llc or {}
     if not store.has(LLC) or not len(store.steps_with(LLC)):
-        st.info("This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
-                "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
-                "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
-                "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
-                "chooses others); the store's other tables stay as they are.")
+        st.info(
+            "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
+            "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
+            "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
+            "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
+            "chooses others); the store's other tables stay as they are."
+        )
         return
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
@@ -45,8 +47,16 @@ def main() -> None:
     c_colour, c_k, c_norm = st.columns([2, 1, 3])
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
     k = widgets.select("k", "Clusters", CLUSTERS, 4, where=c_k)
-    norm = widgets.select("norm", "Cluster on", list(NORMALISATIONS), "zscore", kind="radio", fmt=NORM_LABELS.get,
-                          where=c_norm, help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()))
+    norm = widgets.select(
+        "norm",
+        "Cluster on",
+        list(NORMALISATIONS),
+        "zscore",
+        kind="radio",
+        fmt=NORM_LABELS.get,
+        where=c_norm,
+        help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()),
+    )
     sampler = info.get("sampler") or {}
     evaluation = info.get("evaluation") or {}
     st.caption(
@@ -54,7 +64,8 @@ def main() -> None:
         f"{sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
         f"{sampler.get('chains')} chains × {sampler.get('draws')} draws (burn-in {sampler.get('burnin')}), batches of "
         f"{sampler.get('batch_size')} of {evaluation.get('sequences')} sequences of {evaluation.get('seq_len')} tokens "
-        f"of {evaluation.get('text', '?')}. Estimates compare only under these settings.")
+        f"of {evaluation.get('text', '?')}. Estimates compare only under these settings."
+    )
 
     # --- data: clusters of the heads' curves (k-means on the normalised trajectories) ---
     traj = normalise(trajectories(values), norm)  # (n_layers * n_heads, E)
@@ -65,21 +76,33 @@ def main() -> None:
     # --- panel: every head over training ---
     st.subheader("Every head's refined LLC over training")
     if colour_by == "layer":
-        groups, names, colours = np.repeat(np.arange(n_layers), n_heads), [f"L{i}" for i in range(n_layers)], \
-            style.layer_colours(n_layers)
+        groups, names, colours = (
+            np.repeat(np.arange(n_layers), n_heads),
+            [f"L{i}" for i in range(n_layers)],
+            style.layer_colours(n_layers),
+        )
     else:
         groups, names, colours = labels, cluster_names, cluster_colours
-    fig = figs.head_curves(axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours,
-                           stds=stds, flags=flags)
-    event = widgets.chart(fig, "llc_heads", title=f"{frame.run} · every head · refined LLC",
-                          filename=export.safe_name(frame.run, "all-heads", "llc"), select=True,
-                          csv=lambda: _heads_csv(frame.run, store.steps_with(LLC), values, stds, labels))
-    st.caption("One marker per head at each checkpoint with an estimate (thin lines join a head's consecutive "
-               "estimates; nothing is drawn at the checkpoints in between), coloured by "
-               f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
-               "rows and output columns; it measures how much the loss rises when those weights wander near the "
-               "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
-               "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Click a head to open it in the head explorer.")
+    fig = figs.head_curves(
+        axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours, stds=stds, flags=flags
+    )
+    event = widgets.chart(
+        fig,
+        "llc_heads",
+        title=f"{frame.run} · every head · refined LLC",
+        filename=export.safe_name(frame.run, "all-heads", "llc"),
+        select=True,
+        csv=lambda: _heads_csv(frame.run, store.steps_with(LLC), values, stds, labels),
+    )
+    st.caption(
+        "One marker per head at each checkpoint with an estimate (thin lines join a head's consecutive "
+        "estimates; nothing is drawn at the checkpoints in between), coloured by "
+        f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
+        "rows and output columns; it measures how much the loss rises when those weights wander near the "
+        "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
+        "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Click a head to open it in "
+        "the head explorer."
+    )
     widgets.open_head_on_click(event, store, stat=LLC_STAT)
     _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
 
@@ -87,60 +110,94 @@ def main() -> None:
     st.subheader("The whole model's LLC and the loss")
     curve = loss_curve(store)
     model, model_std = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.dense(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
-    widgets.chart(figs.model_llc(axis, idx, model, model_std, loss=curve[0] if curve else None,
-                                 loss_label=curve[1] if curve else "", flags=model_flags),
-                  "llc_model", title=f"{frame.run} · whole-model LLC and loss",
-                  filename=export.safe_name(frame.run, "model", "llc"),
-                  csv=lambda: pd.DataFrame({"run": frame.run, "step": store.steps_with(LLC), "llc": model, "llc_std": model_std,
-                                            "init_loss": store.dense(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx]}))
-    st.caption("The LLC with every parameter sampled, error bars the spread over chains; dotted, the loss "
-               f"({curve[1] if curve else 'none recorded'}) at every checkpoint.")
+    widgets.chart(
+        figs.model_llc(
+            axis, idx, model, model_std, loss=curve[0] if curve else None, loss_label=curve[1] if curve else "", flags=model_flags
+        ),
+        "llc_model",
+        title=f"{frame.run} · whole-model LLC and loss",
+        filename=export.safe_name(frame.run, "model", "llc"),
+        csv=lambda: pd.DataFrame(
+            {
+                "run": frame.run,
+                "step": store.steps_with(LLC),
+                "llc": model,
+                "llc_std": model_std,
+                "init_loss": store.dense(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx],
+            }
+        ),
+    )
+    st.caption(
+        "The LLC with every parameter sampled, error bars the spread over chains; dotted, the loss "
+        f"({curve[1] if curve else 'none recorded'}) at every checkpoint."
+    )
 
     # --- panel: clusters of heads by the shape of their curves ---
     st.subheader("Heads clustered by their refined-LLC curves")
-    widgets.chart(figs.cluster_grid(labels, n_layers=n_layers, n_heads=n_heads, names=cluster_names), "llc_clusters",
-                  title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({norm})",
-                  filename=export.safe_name(frame.run, "llc-clusters", k, norm),
-                  csv=lambda: pd.DataFrame({"run": frame.run, "layer": np.repeat(np.arange(n_layers), n_heads),
-                                            "head": np.tile(np.arange(n_heads), n_layers), "cluster": labels + 1}))
+    widgets.chart(
+        figs.cluster_grid(labels, n_layers=n_layers, n_heads=n_heads, names=cluster_names),
+        "llc_clusters",
+        title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({norm})",
+        filename=export.safe_name(frame.run, "llc-clusters", k, norm),
+        csv=lambda: pd.DataFrame(
+            {
+                "run": frame.run,
+                "layer": np.repeat(np.arange(n_layers), n_heads),
+                "head": np.tile(np.arange(n_heads), n_layers),
+                "cluster": labels + 1,
+            }
+        ),
+    )
     sizes = ", ".join(f"{name}: {int((labels == c).sum())} heads" for c, name in enumerate(cluster_names))
-    st.caption(f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(idx)} estimated "
-               f"checkpoints, normalised {NORMALISATIONS[norm]}, as the refined-LLC paper clusters heads; {sizes}. "
-               "Colour the curves above by cluster to compare their shapes.")
+    st.caption(
+        f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(idx)} estimated "
+        f"checkpoints, normalised {NORMALISATIONS[norm]}, as the refined-LLC paper clusters heads; {sizes}. "
+        "Colour the curves above by cluster to compare their shapes."
+    )
 
 
-def _diagnostics(run: str, store, idx: np.ndarray, values: np.ndarray, flags: np.ndarray | None,
-                 model_flags: np.ndarray | None, sampler: dict) -> None:
+def _diagnostics(
+    run: str, store, idx: np.ndarray, values: np.ndarray, flags: np.ndarray | None, model_flags: np.ndarray | None, sampler: dict
+) -> None:
     """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and
     the chains' loss traces of one estimate."""
     st.subheader("Can these estimates be trusted? The chains' diagnostics")
     steps = store.steps[idx]
     negative = np.argwhere(values < 0)
     if len(negative):
-        where = ", ".join(f"L{l} H{h} at step {int(steps[t]):,}" for t, l, h in negative[:6])
+        where = ", ".join(f"L{layer} H{head} at step {int(steps[t]):,}" for t, layer, head in negative[:6])
         more = f" and {len(negative) - 6} more" if len(negative) > 6 else ""
         st.warning(f"{len(negative)} head estimates are negative ({where}{more}): {NEGATIVE_NOTE}.")
     model = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx]
     if np.any(model < 0):
-        st.warning(f"The whole-model estimate is negative at step(s) "
-                   f"{', '.join(f'{int(s):,}' for s in steps[model < 0])}: {NEGATIVE_NOTE}.")
+        st.warning(
+            f"The whole-model estimate is negative at step(s) "
+            f"{', '.join(f'{int(s):,}' for s in steps[model < 0])}: {NEGATIVE_NOTE}."
+        )
     if flags is None:
-        st.info("This store has no chain diagnostics (llc_chains.parquet): its estimates were made before they were "
-                "stored. Rerun the precompute job with the same `--lenses llc` options to add them (the estimates "
-                "are made again, the same under the same settings and seed).")
+        st.info(
+            "This store has no chain diagnostics (llc_chains.parquet): its estimates were made before they were "
+            "stored. Rerun the precompute job with the same `--lenses llc` options to add them (the estimates "
+            "are made again, the same under the same settings and seed)."
+        )
         return
-    counts = pd.DataFrame({"step": steps} | {f: [(flags[t] == f).sum() + (model_flags[t] == f) for t in range(len(idx))]
-                                             for f in FLAGS} | {"negative": (values < 0).reshape(len(idx), -1).sum(axis=1)
-                                                                + (model < 0)})
+    counts = pd.DataFrame(
+        {"step": steps}
+        | {f: [(flags[t] == f).sum() + (model_flags[t] == f) for t in range(len(idx))] for f in FLAGS}
+        | {"negative": (values < 0).reshape(len(idx), -1).sum(axis=1) + (model < 0)}
+    )
     st.dataframe(counts, hide_index=True, column_config={"step": st.column_config.NumberColumn(format="%d")})
-    st.caption(f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "
-               + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
-               + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover.")
-    targets = ["whole model"] + [f"L{l}H{h}" for l in range(store.n_layers) for h in range(store.n_heads)]
+    st.caption(
+        f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "
+        + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
+        + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover."
+    )
+    targets = ["whole model"] + [f"L{layer}H{head}" for layer in range(store.n_layers) for head in range(store.n_heads)]
     c_target, c_step = st.columns([1, 1])
     target = widgets.select("trace", "Loss traces of", targets, "whole model", where=c_target)
-    at_step = widgets.select("trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step,
-                             fmt=lambda s: f"{s:,}")
+    at_step = widgets.select(
+        "trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step, fmt=lambda s: f"{s:,}"
+    )
     layer, head = (-1, -1) if target == "whole model" else (int(target[1:].split("H")[0]), int(target.split("H")[1]))
     chains = store.frame(LLC_CHAINS)
     rows = chains[(chains["step"] == at_step) & (chains["layer"] == layer) & (chains["head"] == head)].sort_values("chain")
@@ -151,23 +208,37 @@ def _diagnostics(run: str, store, idx: np.ndarray, values: np.ndarray, flags: np
         st.info(f"No chains stored for {target} at step {at_step:,}.")
         return
     label = f"{'whole model' if layer < 0 else f'L{layer} H{head}'}, step {at_step:,}"
-    widgets.chart(figs.chain_traces(trace, float(init.iloc[0]), burnin=int(sampler.get("burnin") or 0),
-                                    n_beta=float(sampler.get("n_beta") or 0), label=label),
-                  "llc_traces", title=f"{run} · {label} · SGLD loss traces",
-                  filename=export.safe_name(run, "llc-traces", target, at_step),
-                  csv=lambda: pd.DataFrame([{"run": run, "step": at_step, "layer": layer, "head": head, "chain": c,
-                                             "sgld_step": k, "loss": v} for c, tr in enumerate(trace)
-                                            for k, v in enumerate(tr)]))
-    st.caption("Each chain's sampled loss at every SGLD step; dashed, the loss at the checkpoint's weights w*. An "
-               "estimate is n β times the mean rise of the loss after the burn-in: it means something when the "
-               "traces rose and flattened, not when they keep climbing or run away, and a trace below the dashed "
-               "line is a checkpoint that is not a local minimum of this loss.")
+    widgets.chart(
+        figs.chain_traces(
+            trace,
+            float(init.iloc[0]),
+            burnin=int(sampler.get("burnin") or 0),
+            n_beta=float(sampler.get("n_beta") or 0),
+            label=label,
+        ),
+        "llc_traces",
+        title=f"{run} · {label} · SGLD loss traces",
+        filename=export.safe_name(run, "llc-traces", target, at_step),
+        csv=lambda: pd.DataFrame(
+            [
+                {"run": run, "step": at_step, "layer": layer, "head": head, "chain": c, "sgld_step": k, "loss": v}
+                for c, tr in enumerate(trace)
+                for k, v in enumerate(tr)
+            ]
+        ),
+    )
+    st.caption(
+        "Each chain's sampled loss at every SGLD step; dashed, the loss at the checkpoint's weights w*. An "
+        "estimate is n β times the mean rise of the loss after the burn-in: it means something when the "
+        "traces rose and flattened, not when they keep climbing or run away, and a trace below the dashed "
+        "line is a checkpoint that is not a local minimum of this loss."
+    )
 
 
 def _heads_csv(run: str, steps: np.ndarray, values: np.ndarray, stds: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
     """Every head's estimates as tidy rows, with their spread over chains and the head's cluster."""
     rows = export.tidy(values, steps, run=run, statistic=LLC_STAT, matrix="llc")
-    e, n_layers, n_heads = values.shape
+    e, _n_layers, _n_heads = values.shape
     return rows.assign(llc_std=stds.reshape(e, -1).ravel(), cluster=np.tile(labels + 1, e))
 
 

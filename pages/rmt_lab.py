@@ -1,8 +1,7 @@
 """Random-matrix lab: what W_QK = W_Q^T W_K looks like when W_Q and W_K are pure noise."""
 
-import streamlit as st
-
 import pandas as pd
+import streamlit as st
 
 from dashboard import export, loader, widgets
 from dashboard.figures import rmt as figs
@@ -39,35 +38,52 @@ def main() -> None:
     n_heads = widgets.select("nheads", "heads (d_head = d_model / heads)", n_heads_opts, heads0, where=c2)
     sigma_q = widgets.select("sq", "σ of W_Q entries", sigmas, sigma0, where=c3)
     sigma_k = widgets.select("sk", "σ of W_K entries", sigmas, sigma0, where=c4)
-    full = widgets.toggle("full", "full rank", False, where=c5,
-                          help="d_model x d_model factors instead of d_head x d_model (one head)")
+    full = widgets.toggle(
+        "full", "full rank", False, where=c5, help="d_model x d_model factors instead of d_head x d_model (one head)"
+    )
     if d_model % n_heads:
         st.info(f"{n_heads} heads do not divide d_model {d_model}: pick another number of heads.")
         return
     sample = loader.rmt_sample(d_model, n_heads, sigma_q, sigma_k, not full, 0)
     tag = f"d_model {d_model}, {n_heads} heads, σ_Q {sigma_q:g}, σ_K {sigma_k:g}{', full rank' if full else ''}"
     if store is not None:
-        st.caption(f"Opened at the run *{frame.run}*: d_model {store.d_model}, d_head {store.d_head}, init σ₀ "
-                   f"{sigma0:.3g} (from its step-0 heads: σ_QK = σ₀² √d_head)." if init_scale(store) else
-                   f"Opened at the run *{frame.run}*: d_model {store.d_model}, d_head {store.d_head}.")
+        st.caption(
+            f"Opened at the run *{frame.run}*: d_model {store.d_model}, d_head {store.d_head}, init σ₀ "
+            f"{sigma0:.3g} (from its step-0 heads: σ_QK = σ₀² √d_head)."
+            if init_scale(store)
+            else f"Opened at the run *{frame.run}*: d_model {store.d_model}, d_head {store.d_head}."
+        )
 
     # --- panel: the head pages' statistics of this draw, against many draws ---
     st.subheader("Statistics of this W_QK")
-    with_ref = not full and sigma_q == sigma_k and (d_model <= REFERENCE_AT_ONCE or st.button(
-        f"Add the random-head reference (32 draws at d_model {d_model}: some seconds, once per shape)"))
+    with_ref = (
+        not full
+        and sigma_q == sigma_k
+        and (
+            d_model <= REFERENCE_AT_ONCE
+            or st.button(f"Add the random-head reference (32 draws at d_model {d_model}: some seconds, once per shape)")
+        )
+    )
     st.dataframe(_stats_table(sample, d_model, n_heads, sigma_q, with_ref), hide_index=True, key="rmt_stats")
-    st.caption("The statistics the head pages show, of this one draw; for a low-rank product with σ_Q = σ_K, the "
-               "random-head reference of the Heads page and head explorer (mean and 5-95% over 32 seeded draws of "
-               "this shape). An entry of W_QK is a sum of d_head products of Gaussians: excess kurtosis 6/d_head, and "
-               "D_KL from a Gaussian above 0.")
+    st.caption(
+        "The statistics the head pages show, of this one draw; for a low-rank product with σ_Q = σ_K, the "
+        "random-head reference of the Heads page and head explorer (mean and 5-95% over 32 seeded draws of "
+        "this shape). An entry of W_QK is a sum of d_head products of Gaussians: excess kurtosis 6/d_head, and "
+        "D_KL from a Gaussian above 0."
+    )
 
     # --- panel: element distribution ---
     left, right = st.columns(2)
     with left:
         st.subheader("Entries of W_QK")
         log_p = widgets.toggle("logp", "log density axis", False)
-        widgets.chart(figs.entries_figure(sample, log_density=log_p), "rmt_entries", title=f"random W_QK · {tag} · entries",
-                      filename=export.safe_name("random", tag, "entries"), csv=lambda: _trace_csv(figs.entries_figure(sample), tag))
+        widgets.chart(
+            figs.entries_figure(sample, log_density=log_p),
+            "rmt_entries",
+            title=f"random W_QK · {tag} · entries",
+            filename=export.safe_name("random", tag, "entries"),
+            csv=lambda: _trace_csv(figs.entries_figure(sample), tag),
+        )
         st.caption(
             f"Histogram of the {d_model}² entries; red: the Gaussian of the predicted width σ_Q σ_K √r "
             f"= {sample.predicted_std:.3g} (r = {sample.rank}); measured σ = {sample.entry_std:.3g}."
@@ -75,14 +91,24 @@ def main() -> None:
     # --- panel: ordered singular values ---
     with right:
         st.subheader("Ordered singular values")
-        widgets.chart(figs.singular_values_figure(sample), "rmt_sv", title=f"random W_QK · {tag} · singular values",
-                      filename=export.safe_name("random", tag, "sv"), csv=lambda: _trace_csv(figs.singular_values_figure(sample), tag))
+        widgets.chart(
+            figs.singular_values_figure(sample),
+            "rmt_sv",
+            title=f"random W_QK · {tag} · singular values",
+            filename=export.safe_name("random", tag, "sv"),
+            csv=lambda: _trace_csv(figs.singular_values_figure(sample), tag),
+        )
         cut = f"only the first {sample.rank} are non-zero (dashed line: the cut at d_head)" if not full else "all non-zero"
         st.caption(f"All {d_model} singular values of W_QK, largest first, log scale: {cut}; the rest are rounding noise.")
     # --- panel: P(lambda) with the free-product and plain Marchenko-Pastur laws ---
     st.subheader("Spectrum against the null laws")
-    widgets.chart(figs.spectrum_law_figure(sample), "rmt_law", title=f"random W_QK · {tag} · spectrum against the null laws",
-                  filename=export.safe_name("random", tag, "law"), csv=lambda: _trace_csv(figs.spectrum_law_figure(sample), tag))
+    widgets.chart(
+        figs.spectrum_law_figure(sample),
+        "rmt_law",
+        title=f"random W_QK · {tag} · spectrum against the null laws",
+        filename=export.safe_name("random", tag, "law"),
+        csv=lambda: _trace_csv(figs.spectrum_law_figure(sample), tag),
+    )
     st.caption(
         f"The {sample.rank} non-zero λ_k = s_k², rescaled by (d_model σ_Q σ_K)²; red: the free product of two "
         f"Marchenko-Pastur laws with c = {sample.c:.3g} (the null model of `analysis/rmt/nullmodel.py`); grey dotted: one "
@@ -104,16 +130,25 @@ def _stats_table(sample, d_model: int, n_heads: int, sigma: float, with_referenc
     rows = []
     for name in LAB_STATS:
         ref = refs.get(name)
-        rows.append({"statistic": STATS[name].label, "this draw": sample.stats.get(name, float("nan")),
-                     "random heads, mean": ref.mean if ref else None,
-                     "5%": ref.lo if ref else None, "95%": ref.hi if ref else None})
+        rows.append(
+            {
+                "statistic": STATS[name].label,
+                "this draw": sample.stats.get(name, float("nan")),
+                "random heads, mean": ref.mean if ref else None,
+                "5%": ref.lo if ref else None,
+                "95%": ref.hi if ref else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _trace_csv(fig, tag: str) -> pd.DataFrame:
     """Every trace of a lab figure as tidy rows: setting, series, x, value."""
-    parts = [pd.DataFrame({"setting": tag, "series": t.name, "x": list(t.x), "value": list(t.y)})
-             for t in fig.data if t.x is not None and t.y is not None]
+    parts = [
+        pd.DataFrame({"setting": tag, "series": t.name, "x": list(t.x), "value": list(t.y)})
+        for t in fig.data
+        if t.x is not None and t.y is not None
+    ]
     return pd.concat(parts, ignore_index=True)
 
 

@@ -4,12 +4,12 @@ import numpy as np
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
 from analysis.store.format import ATTENTION
+from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
 from dashboard import export, loader, widgets
-from dashboard.stats import STATS, trajectory_stats_for
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
+from dashboard.stats import STATS, trajectory_stats_for
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
@@ -32,34 +32,55 @@ def main() -> None:
         st.info("A trajectory needs at least two checkpoints; this run has fewer.")
         return
     stored = loader.read_embeddings(store)
-    defaults = EmbeddingSettings(**{k: v for k, v in store.meta.embedding_settings.items()
-                                    if k in EmbeddingSettings.__dataclass_fields__})
+    defaults = EmbeddingSettings(
+        **{k: v for k, v in store.meta.embedding_settings.items() if k in EmbeddingSettings.__dataclass_fields__}
+    )
 
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_norm = st.columns([3, 4])
-    stat = widgets.select("stat", "Statistic", trajectory_stats_for(store), "kl_gauss", fmt=lambda s: STATS[s].label,
-                          where=c_stat)
-    norm = widgets.select("norm", "Trajectory normalisation", list(NORMALISATIONS), "zscore", kind="radio",
-                          fmt=NORM_LABELS.get, where=c_norm, help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()))
+    stat = widgets.select(
+        "stat", "Statistic", trajectory_stats_for(store), "kl_gauss", fmt=lambda s: STATS[s].label, where=c_stat
+    )
+    norm = widgets.select(
+        "norm",
+        "Trajectory normalisation",
+        list(NORMALISATIONS),
+        "zscore",
+        kind="radio",
+        fmt=NORM_LABELS.get,
+        where=c_norm,
+        help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()),
+    )
     c_layer, c_head, c_settings = st.columns([1, 1, 4])
     layer = widgets.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
     with c_settings.expander("Embedding settings"):
-        nn = widgets.select("nn", "UMAP neighbours", _with(NEIGHBOURS, defaults.n_neighbors), defaults.n_neighbors,
-                            kind="select_slider")
-        md = widgets.select("md", "UMAP minimum distance", _with(MIN_DISTS, defaults.min_dist), defaults.min_dist,
-                            kind="select_slider")
-        kk = widgets.select("knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k),
-                            defaults.knn_k, kind="select_slider")
+        nn = widgets.select(
+            "nn", "UMAP neighbours", _with(NEIGHBOURS, defaults.n_neighbors), defaults.n_neighbors, kind="select_slider"
+        )
+        md = widgets.select(
+            "md", "UMAP minimum distance", _with(MIN_DISTS, defaults.min_dist), defaults.min_dist, kind="select_slider"
+        )
+        kk = widgets.select(
+            "knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k), defaults.knn_k, kind="select_slider"
+        )
     settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
 
     # --- several runs on one map (URL ``joint``, repeatable): the other runs' heads embedded with this run's ---
     others = [r for r in frame.runs if r != frame.run]
-    joint = widgets.multiselect(
-        "joint", "Embed together with other runs", others, [],
-        help="Every head of these runs on the same map as this run's, each run with its own marker: do head types "
-             "of one run have counterparts in another?") if others else []
+    joint = (
+        widgets.multiselect(
+            "joint",
+            "Embed together with other runs",
+            others,
+            [],
+            help="Every head of these runs on the same map as this run's, each run with its own marker: do head types "
+            "of one run have counterparts in another?",
+        )
+        if others
+        else []
+    )
     if joint:
         _joint_map(frame, store, joint, stat=stat, matrix=matrix, norm=norm, settings=settings)
         return
@@ -74,13 +95,17 @@ def main() -> None:
     if rows is None:
         method = "UMAP"
         if stored is not None and not fresh:
-            st.caption(f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
-                       f"{len(store.steps)}, so maps are computed here.")
+            st.caption(
+                f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
+                f"{len(store.steps)}, so maps are computed here."
+            )
         kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed, matrix=matrix)
         if not loader.embedding_cached(store, stat, **kwargs):
-            st.info(f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
-                    "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
-                    "store with `python -m precompute.lenses.embeddings STORE --statistics ...`.")
+            st.info(
+                f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
+                "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
+                "store with `python -m precompute.lenses.embeddings STORE --statistics ...`."
+            )
             if not st.button("Compute this map", type="primary"):
                 return
         with st.spinner("Embedding trajectories with UMAP ..."):
@@ -91,14 +116,26 @@ def main() -> None:
 
     # --- panel: the map ---
     traj = store.array(stat, matrix=matrix)  # (S, n_layers, n_heads): the hover's miniature trajectory of each head
-    sparks = [sparkline(traj[:, int(lay), int(hd)]) for lay, hd in zip(rows["layer"], rows["head"])]
-    fig = trajectory_map(rows["x"].to_numpy(), rows["y"].to_numpy(), rows["layer"].to_numpy(), rows["head"].to_numpy(),
-                         neighbors, n_layers=store.n_layers, highlight=layer * store.n_heads + head, method=method,
-                         sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks])
+    sparks = [sparkline(traj[:, int(lay), int(hd)]) for lay, hd in zip(rows["layer"], rows["head"], strict=True)]
+    fig = trajectory_map(
+        rows["x"].to_numpy(),
+        rows["y"].to_numpy(),
+        rows["layer"].to_numpy(),
+        rows["head"].to_numpy(),
+        neighbors,
+        n_layers=store.n_layers,
+        highlight=layer * store.n_heads + head,
+        method=method,
+        sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks],
+    )
     event = widgets.chart(
-        fig, "trajectory_map", title=f"{frame.run} · trajectory map of {STATS[stat].short()} ({norm})",
+        fig,
+        "trajectory_map",
+        title=f"{frame.run} · trajectory map of {STATS[stat].short()} ({norm})",
         filename=export.safe_name(frame.run, "trajectory-map", stat, norm),
-        csv=lambda: rows.drop(columns=["neighbors"]).assign(run=frame.run, matrix=matrix), select=True)
+        csv=lambda: rows.drop(columns=["neighbors"]).assign(run=frame.run, matrix=matrix),
+        select=True,
+    )
     st.caption(
         f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} of "
         f"{'W_QK' if matrix == 'qk' else 'W_OV'} at all "
@@ -114,15 +151,17 @@ def main() -> None:
     if len(neighbors):
         names = ", ".join(f"L{i // store.n_heads} H{i % store.n_heads}" for i in neighbors[own])
         st.markdown(f"Nearest trajectories to layer {layer}, head {head}: {names}.")
-    st.page_link("pages/head_explorer.py", label=f"Open layer {layer}, head {head} in the head explorer",
-                 icon=":material/center_focus_strong:",
-                 query_params={"run": frame.run or "", "layer": str(layer), "head": str(head), "matrix": matrix})
+    st.page_link(
+        "pages/head_explorer.py",
+        label=f"Open layer {layer}, head {head} in the head explorer",
+        icon=":material/center_focus_strong:",
+        query_params={"run": frame.run or "", "layer": str(layer), "head": str(head), "matrix": matrix},
+    )
 
     # --- picking a head opens it in the head explorer ---
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
         widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
-
 
 
 def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: str, settings: EmbeddingSettings) -> None:
@@ -134,49 +173,76 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
         if isinstance(other, StoreError):
             st.warning(f"Run **{r}** cannot be opened and is left off the map: {other}", icon=":material/error:")
         elif len(other.steps) < 2:
-            st.warning(f"Run **{r}** has fewer than two checkpoints (no trajectory) and is left off the map.",
-                       icon=":material/error:")
+            st.warning(
+                f"Run **{r}** has fewer than two checkpoints (no trajectory) and is left off the map.", icon=":material/error:"
+            )
         elif forward and not other.has(ATTENTION):
-            st.warning(f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
-                       f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
-                       icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
+                f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
+                icon=":material/visibility_off:",
+            )
         elif stat not in trajectory_stats_for(other):  # read from a table this store lacks
             st.warning(f"Run **{r}** has no {STATS[stat].label} and is left off the map.", icon=":material/visibility_off:")
         elif not forward and matrix not in other.meta.matrices:
-            st.warning(f"Run **{r}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
-                       f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
-                       icon=":material/visibility_off:")
+            st.warning(
+                f"Run **{r}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
+                f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
+                icon=":material/visibility_off:",
+            )
         else:
             stores.append(other)
             names.append(r)
     if len(stores) < 2:
         st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
         return
-    kwargs = dict(matrix=matrix, normalisation=norm, n_neighbors=settings.n_neighbors, min_dist=settings.min_dist,
-                  knn_k=settings.knn_k, seed=settings.seed)
+    kwargs = dict(
+        matrix=matrix,
+        normalisation=norm,
+        n_neighbors=settings.n_neighbors,
+        min_dist=settings.min_dist,
+        knn_k=settings.knn_k,
+        seed=settings.seed,
+    )
     if not loader.joint_embedding_cached(stores, stat, **kwargs):
-        st.info(f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
-                "~30 s while numba compiles it) and cached.")
+        st.info(
+            f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
+            "~30 s while numba compiles it) and cached."
+        )
         if not st.button("Compute the joint map", type="primary"):
             return
     with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
         rows = loader.compute_joint_embedding(stores, stat, **kwargs)
     neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
-    fig = joint_trajectory_map(rows["x"].to_numpy(), rows["y"].to_numpy(), rows["run_index"].to_numpy(),
-                               rows["layer"].to_numpy(), rows["head"].to_numpy(), neighbors, runs=names,
-                               n_layers=[s.n_layers for s in stores])
+    fig = joint_trajectory_map(
+        rows["x"].to_numpy(),
+        rows["y"].to_numpy(),
+        rows["run_index"].to_numpy(),
+        rows["layer"].to_numpy(),
+        rows["head"].to_numpy(),
+        neighbors,
+        runs=names,
+        n_layers=[s.n_layers for s in stores],
+    )
     event = widgets.chart(
-        fig, "trajectory_map", title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
+        fig,
+        "trajectory_map",
+        title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
         filename=export.safe_name(*names, "joint-trajectory-map", stat, norm),
         csv=lambda: rows.drop(columns=["neighbors", "same_steps"]).assign(
-            run=[names[i] for i in rows["run_index"]], matrix=matrix, statistic=stat), select=True)
+            run=[names[i] for i in rows["run_index"]], matrix=matrix, statistic=stat
+        ),
+        select=True,
+    )
     if bool(rows["same_steps"].iloc[0]):
         when = f"at their {len(store.steps)} shared checkpoints"
     else:
         fewest = min(stores, key=lambda s: len(s.steps))
-        when = (f"at the fractions of the run (step / last step) of the checkpoints of {names[stores.index(fewest)]}, "
-                f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
-                "checkpoint at or before it (picked, not interpolated)")
+        when = (
+            f"at the fractions of the run (step / last step) of the checkpoints of {names[stores.index(fewest)]}, "
+            f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
+            "checkpoint at or before it (picked, not interpolated)"
+        )
     st.caption(
         f"One point per head of each run, the run shown by the marker (legend) and its outline colour, the fill by "
         f"relative depth (layer / n_layers, so layers of models of different depth compare). Trajectories of "
@@ -185,7 +251,8 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
         f"over all the runs' heads together, embedded by UMAP (neighbours {settings.n_neighbors}, minimum distance "
         f"{settings.min_dist}, seed {settings.seed}); grey edges join each head to its {settings.knn_k} nearest "
         "trajectories, from any run. Hover names run, layer and head; click a point to open that head of its run in "
-        "the head explorer.")
+        "the head explorer."
+    )
     picked = picked_run_head(event)
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked

@@ -69,46 +69,105 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "or a Hub model id whose branches are the checkpoints (EleutherAI/pythia-70m); "
         "repeat it to run several models, each into OUT/<its name>",
     )
-    p.add_argument("--out", required=True, help="store directory to create, or to resume "
-                   "(with several --source: the folder that holds their stores)")
-    p.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000); "
-                   "required with HF_HUB_OFFLINE=1, which reads them from the local Hub cache")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="store directory to create, or to resume (with several --source: the folder that holds their stores)",
+    )
+    p.add_argument(
+        "--revisions",
+        default=None,
+        help="only these checkpoints, comma-separated (step0,step1000); "
+        "required with HF_HUB_OFFLINE=1, which reads them from the local Hub cache",
+    )
     p.add_argument("--every", type=_positive, default=None, help="only steps that are multiples of N")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default_device(), help="default: auto ($HEADWATCH_DEVICE)")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default=default_device(), help="default: auto ($HEADWATCH_DEVICE)"
+    )
     p.add_argument("--model-id", default=None, help="model name recorded in the store (default: the folder name or repo id)")
-    p.add_argument("--tokens-per-step", type=int, default=None, help="tokens per training step, to record tokens seen "
-                   "(Pythia: 2097152, set automatically)")
-    p.add_argument("--push-to-hub", metavar="REPO_ID", default=None,
-                   help="afterwards, upload the store as a Hub dataset repo with a dataset card")
+    p.add_argument(
+        "--tokens-per-step",
+        type=int,
+        default=None,
+        help="tokens per training step, to record tokens seen (Pythia: 2097152, set automatically)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        metavar="REPO_ID",
+        default=None,
+        help="afterwards, upload the store as a Hub dataset repo with a dataset card",
+    )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
-    p.add_argument("--no-embeddings", dest="embeddings", action="store_false", default=default_embeddings(),
-                   help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)")
-    p.add_argument("--matrices", type=parse_matrices, default=DEFAULT_MATRICES, metavar="LIST",
-                   help="what to compute, comma-separated: qk (per-head W_QK), ov (per-head W_OV), layers "
-                   f"(every 2-D weight of every block, layers.parquet); default {','.join(DEFAULT_MATRICES)}. "
-                   "A store keeps the per-head matrices it has: a later run computes them too; a rerun with "
-                   "layers adds the layer table to a store")
-    p.add_argument("--overlap-k", type=int, default=None, metavar="K",
-                   help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
-                   "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
-                   "0: compute none and keep what the store has)")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="where each checkpoint is computed: local (default; one fetched ahead) or ray "
-                   "(one task per checkpoint on a Ray cluster; the store is the same)")
-    p.add_argument("--ray-address", default=default_ray_address(), metavar="ADDRESS",
-                   help="with --executor ray: the cluster to join (auto, HOST:6379, ray://HOST:10001); "
-                   "default $RAY_ADDRESS, else a cluster started on this machine")
-    p.add_argument("--ray-cpus-per-task", type=_positive, default=None, metavar="N",
-                   help="CPUs (and torch threads) per task; default: this machine's torch threads, as a local "
-                   "run computes with (other values change the spectral columns in their last bits)")
-    p.add_argument("--max-in-flight", type=_positive, default=None, metavar="N",
-                   help="most checkpoints submitted and not yet committed (default: twice the tasks the "
-                   "cluster runs at once)")
-    p.add_argument("--lenses", choices=registry.LENS_CHOICES, action="append", default=None,
-                   help="lenses: " + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES
-                                              if lens.asked_by == "--lenses") + ". Repeat to combine.")
-    p.add_argument("--eval-text", default=None, metavar="FILE",
-                   help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)")
+    p.add_argument(
+        "--no-embeddings",
+        dest="embeddings",
+        action="store_false",
+        default=default_embeddings(),
+        help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)",
+    )
+    p.add_argument(
+        "--matrices",
+        type=parse_matrices,
+        default=DEFAULT_MATRICES,
+        metavar="LIST",
+        help="what to compute, comma-separated: qk (per-head W_QK), ov (per-head W_OV), layers "
+        f"(every 2-D weight of every block, layers.parquet); default {','.join(DEFAULT_MATRICES)}. "
+        "A store keeps the per-head matrices it has: a later run computes them too; a rerun with "
+        "layers adds the layer table to a store",
+    )
+    p.add_argument(
+        "--overlap-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
+        "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
+        "0: compute none and keep what the store has)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where each checkpoint is computed: local (default; one fetched ahead) or ray "
+        "(one task per checkpoint on a Ray cluster; the store is the same)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=default_ray_address(),
+        metavar="ADDRESS",
+        help="with --executor ray: the cluster to join (auto, HOST:6379, ray://HOST:10001); "
+        "default $RAY_ADDRESS, else a cluster started on this machine",
+    )
+    p.add_argument(
+        "--ray-cpus-per-task",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="CPUs (and torch threads) per task; default: this machine's torch threads, as a local "
+        "run computes with (other values change the spectral columns in their last bits)",
+    )
+    p.add_argument(
+        "--max-in-flight",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="most checkpoints submitted and not yet committed (default: twice the tasks the cluster runs at once)",
+    )
+    p.add_argument(
+        "--lenses",
+        choices=registry.LENS_CHOICES,
+        action="append",
+        default=None,
+        help="lenses: "
+        + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + ". Repeat to combine.",
+    )
+    p.add_argument(
+        "--eval-text",
+        default=None,
+        metavar="FILE",
+        help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)",
+    )
     p.add_argument("--eval-sequences", type=_positive, default=32, metavar="N", help="with --lenses: N sequences (32)")
     p.add_argument("--eval-length", type=_positive, default=256, metavar="T", help="with --lenses: T tokens each (256)")
     add_lens_options(p)
@@ -123,10 +182,19 @@ def add_lens_options(parser: argparse.ArgumentParser) -> None:
             continue
         group = parser.add_argument_group(f"{lens.title} ({lens.asked_by} {lens.name}; the same for every checkpoint of a store)")
         for option in lens.options:
-            default = f" ({option.default:g})" if isinstance(option.default, float) else (
-                f" ({option.default})" if option.default is not None else "")
-            group.add_argument(option.flag, dest=_dest(lens, option.field), type=option.type, default=None,
-                               metavar=option.metavar, help=option.help + default)
+            default = (
+                f" ({option.default:g})"
+                if isinstance(option.default, float)
+                else (f" ({option.default})" if option.default is not None else "")
+            )
+            group.add_argument(
+                option.flag,
+                dest=_dest(lens, option.field),
+                type=option.type,
+                default=None,
+                metavar=option.metavar,
+                help=option.help + default,
+            )
 
 
 def _dest(lens: Lens, field: str) -> str:
@@ -141,8 +209,11 @@ def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str,
     """
     out: dict[str, object] = {}
     for lens in registry.LENSES:
-        given = {o.field: getattr(args, _dest(lens, o.field)) for o in lens.options
-                 if getattr(args, _dest(lens, o.field), None) is not None}
+        given = {
+            o.field: getattr(args, _dest(lens, o.field))
+            for o in lens.options
+            if getattr(args, _dest(lens, o.field), None) is not None
+        }
         if given and lens.name not in lenses:
             flags = [o.flag for o in lens.options if o.field in given]
             raise ValueError(f"{', '.join(flags)} are for the {lens.title}: add {lens.asked_by} {lens.name}")
@@ -163,9 +234,11 @@ def store_paths(sources: list[str], out: str) -> list[tuple[str, str]]:
     names = [Path(s.rstrip("/")).name for s in sources]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"several --source are named {twice[0]!r}: their stores would collide under {out!r}; "
-                         "run them separately with their own --out")
-    return [(s, str(Path(out) / n)) for s, n in zip(sources, names)]
+        raise ValueError(
+            f"several --source are named {twice[0]!r}: their stores would collide under {out!r}; "
+            "run them separately with their own --out"
+        )
+    return [(s, str(Path(out) / n)) for s, n in zip(sources, names, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         eval_length=args.eval_length,
     )
     if options.eval_text and not options.lenses:
-        print(f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in registry.LENS_CHOICES)}",
-              file=sys.stderr)
+        print(
+            f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in registry.LENS_CHOICES)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         options = dataclasses.replace(options, lens_options=lens_options(args, options.lenses))
@@ -242,13 +317,18 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
     if report.bytes_fetched or report.peak_disk:
         print(report.transfer_summary(), file=sys.stderr)
     if report.completed:
-        print(f"note: {len(report.completed)} checkpoints already in the store were read again for the rows "
-              "they lacked (a matrix the store gained, or the circuit columns of schema version 3)", file=sys.stderr)
+        print(
+            f"note: {len(report.completed)} checkpoints already in the store were read again for the rows "
+            "they lacked (a matrix the store gained, or the circuit columns of schema version 3)",
+            file=sys.stderr,
+        )
     if report.incomplete:
-        print(f"note: {len(report.incomplete)} checkpoints could not be read again (see the warnings above): their "
-              f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
-              f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
-              file=sys.stderr)
+        print(
+            f"note: {len(report.incomplete)} checkpoints could not be read again (see the warnings above): their "
+            f"rows of a matrix the store gained, or their circuit columns, stay NaN (steps "
+            f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
+            file=sys.stderr,
+        )
     for lens in registry.LENSES:
         steps = report.lenses.get(lens.name)
         if steps:
@@ -257,8 +337,11 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
         print(note, file=sys.stderr)
     for c in report.mixed:
         files = ", ".join(f"{s.file} = step {s.step}'s {s.other_file}" for s in c.shared_files)
-        print(f"note: step {c.step} ({c.revision}) mixes weights of two revisions ({files}): its statistics are "
-              "stored, but the views leave it out of the training states unless asked", file=sys.stderr)
+        print(
+            f"note: step {c.step} ({c.revision}) mixes weights of two revisions ({files}): its statistics are "
+            "stored, but the views leave it out of the training states unless asked",
+            file=sys.stderr,
+        )
     status = EXIT_OK
     if report.failed:
         print("failed or missing checkpoints (rerun to retry them):", file=sys.stderr)
@@ -271,8 +354,11 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
         try:
             url = push_store(out, args.push_to_hub, private=args.private or None)
         except (OSError, ValueError) as exc:  # Hub errors are OSErrors; StoreError is a ValueError
-            print(f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
-                  f"python -m precompute.publish {out} {args.push_to_hub}", file=sys.stderr)
+            print(
+                f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
+                f"python -m precompute.publish {out} {args.push_to_hub}",
+                file=sys.stderr,
+            )
             return EXIT_NETWORK
         print(f"pushed {out} to {url}", file=sys.stderr)
     return status

@@ -70,7 +70,7 @@ class RunReport:
     requests: int = 0
     peak_disk: int = 0  # most scratch-disk bytes held at once
     seconds: float = 0.0
-    embeddings: str = "not needed"  # "written", "skipped", or why they failed
+    embeddings: str = "skipped"  # "not needed", "written", or why they failed (set by the embeddings lens)
     completed: list[int] = field(default_factory=list)  # checkpoints in the store read again for rows they lacked
     incomplete: list[int] = field(default_factory=list)  # checkpoints whose rows still lack something (not re-readable)
     lenses: dict[str, list[int]] = field(default_factory=dict)
@@ -123,8 +123,9 @@ class PassJob(Protocol):
     """A lens's share of the pass over each new checkpoint (`precompute.work.checkpoint_work`), run
     wherever the executor runs it (a Ray task included: it must pickle)."""
 
-    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
-                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
         """The checkpoint's rows of the lens's tables, by table name.
 
         Raises:

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from analysis.extract import ModelShape
-from precompute.sources.fetch import Meter
 from precompute.context import PassJob
 from precompute.prefetch import Prefetcher
-from precompute.sources.revisions import CheckpointRef
 from precompute.settings import RunOptions, Settings
+from precompute.sources.fetch import Meter
+from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
-from precompute.work import Executor, Results, checkpoint_work
+from precompute.work import Executor, Results, Work, checkpoint_work
 
 
 class LocalExecutor:
@@ -37,22 +37,30 @@ class LocalExecutor:
         self.src = src
 
     def results(
-        self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]], jobs: Mapping[str, PassJob] | None = None,
+        self,
+        todo: list[CheckpointRef],
+        *,
+        shape: ModelShape,
+        settings: Settings,
+        known: Callable[[], Mapping[str, int]],
+        jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
         src = self.src
         seen = dict(known())  # the fetch thread's view: known weights plus those it read this run
 
         def fetch_one(ref: CheckpointRef) -> Fetched:
-            fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen, matrices=settings.head_matrices,
-                                layers=settings.layers)
+            fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen, matrices=settings.head_matrices, layers=settings.layers)
             if fetched.tensors is not None:
                 seen.setdefault(fetched.sha256, ref.step)
             return fetched
 
         with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
             for ref, fetch in prefetched:
-                yield ref, lambda fetch=fetch: checkpoint_work(fetch(), shape, settings, known=known(), jobs=jobs, src=src)
+
+                def work(fetch: Callable[[], Fetched] = fetch) -> Work:
+                    return checkpoint_work(fetch(), shape, settings, known=known(), jobs=jobs, src=src)
+
+                yield ref, work
 
 
 def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, meter: Meter) -> Executor:

@@ -25,7 +25,7 @@ def checked_factors(
     factors = extract_heads(shape, tensors, matrices=matrices)  # (n_layers, n_heads, d_head, d_model) each
     names = {"qk": ("W_Q", "W_K"), "ov": ("W_O", "W_V")}
     for matrix, pair in factors.items():
-        for name, w in zip(names[matrix], pair):
+        for name, w in zip(names[matrix], pair, strict=True):
             layer = first_non_finite(w)
             if layer is not None:
                 raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")

@@ -8,6 +8,7 @@ without waiting for a transfer; `close` also asks transfers in flight to stop.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
@@ -18,7 +19,7 @@ T = TypeVar("T")
 
 class _Job(Generic[T]):
     def __init__(self, fn: Callable[[], T]):
-        self.value: T | None = None
+        self.value: T  # set by _run unless fn raised (then error is set and value never read)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="precompute-fetch")
         self._thread.start()
@@ -33,7 +34,7 @@ class _Job(Generic[T]):
         self._thread.join()
         if self.error is not None:
             raise self.error
-        return self.value  # type: ignore[return-value]
+        return self.value
 
 
 class Prefetcher(Generic[R, T]):
@@ -55,13 +56,14 @@ class Prefetcher(Generic[R, T]):
     def __iter__(self) -> Iterator[tuple[R, Callable[[], T]]]:
         if not self._items:
             return
-        self._pending = _Job(lambda: self._fn(self._items[0]))
+        self._pending = _Job(functools.partial(self._fn, self._items[0]))
         for i, item in enumerate(self._items):
             job = self._pending
+            assert job is not None  # the job for item i was started with item i - 1's (or above, for item 0)
             # wait for this item before starting the next: never more than two in hand
             job._thread.join()
             nxt = self._items[i + 1] if i + 1 < len(self._items) else None
-            self._pending = _Job(lambda nxt=nxt: self._fn(nxt)) if nxt is not None else None
+            self._pending = _Job(functools.partial(self._fn, nxt)) if nxt is not None else None
             yield item, job.result
 
     def close(self) -> None:

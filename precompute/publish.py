@@ -31,6 +31,7 @@ from precompute.store.lock import store_lock
 
 CARD_FILE = "README.md"
 
+
 def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
     """The ``README.md`` of a store's dataset repo.
 
@@ -51,21 +52,30 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
     present = [spec for spec in TABLES.values() if (store / spec.file).is_file()]
 
     products = " and ".join({"qk": "W_QK", "ov": "W_OV"}.get(m, m) for m in meta.matrices)
-    yaml = ["---", f"pretty_name: {json.dumps(products + ' statistics of ' + str(model.id))}",
-            "tags:", "- interpretability", "- attention-heads", "- training-dynamics", "- headwatch", "configs:"]
+    yaml = [
+        "---",
+        f"pretty_name: {json.dumps(products + ' statistics of ' + str(model.id))}",
+        "tags:",
+        "- interpretability",
+        "- attention-heads",
+        "- training-dynamics",
+        "- headwatch",
+        "configs:",
+    ]
     for spec in present:
         yaml += [f"- config_name: {spec.name}", f"  data_files: {spec.file}"]
         if spec is HEADS:
             yaml.append("  default: true")
     yaml.append("---")
 
-    out = yaml + [
+    out = [
+        *yaml,
         "",
         f"# {products} statistics of `{model.id}` across training",
         "",
         "For every attention head h of every layer, at every checkpoint, the statistics of "
-        "W_QK,h = W_Q,h^T W_K,h" + (" and of its OV circuit W_OV,h = W_O[:, h] W_V,h (`matrix` \"ov\")"
-                                      if "ov" in meta.matrices else "")
+        "W_QK,h = W_Q,h^T W_K,h"
+        + (' and of its OV circuit W_OV,h = W_O[:, h] W_V,h (`matrix` "ov")' if "ov" in meta.matrices else "")
         + f" (each a {model.d_model} x {model.d_model} matrix of rank at most "
         f"{model.d_head}): the distribution of its entries, its singular values, its symmetric fraction and "
         f"eigenvalue positivity, and how far it moves between checkpoints. "
@@ -122,8 +132,13 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         ],
     ]
     if meta.failed:
-        out += ["", "Missing or failed checkpoints (no rows):", "", "| step | revision | reason | error |",
-                "| ---: | --- | --- | --- |"]
+        out += [
+            "",
+            "Missing or failed checkpoints (no rows):",
+            "",
+            "| step | revision | reason | error |",
+            "| ---: | --- | --- | --- |",
+        ]
         out += [f"| {f.step} | {f.revision} | {f.reason} | {_cell(f.error)} |" for f in meta.failed]
     out += [
         "",
@@ -133,23 +148,37 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         *[f"- `{spec.file}`: {spec.row}" for spec in present],
     ]
     for spec in present:
-        out += ["", f"### `{spec.file}`: {spec.row}", "", spec.about, "",
-                "| column | type | meaning |", "| --- | --- | --- |", *_column_rows(store / spec.file, spec.docs)]
+        out += [
+            "",
+            f"### `{spec.file}`: {spec.row}",
+            "",
+            spec.about,
+            "",
+            "| column | type | meaning |",
+            "| --- | --- | --- |",
+            *_column_rows(store / spec.file, spec.docs),
+        ]
         if spec is HEADS:
-            out += ["", f"`hist_z` bins: z = (w - mu) / sigma on {HIST_Z_BINS} fixed bins from {HIST_Z_LO:g} to "
-                    f"{HIST_Z_HI:g} (`meta.json` `hist_edges`), plus an underflow bin first and an overflow bin last; "
-                    f"the {HIST_Z_BINS + 2} probabilities sum to 1. Raw-unit densities: p(w) = p_z((w - mu)/sigma) / "
-                    "sigma. Singular values: lambda_k = s_k^2."]
+            out += [
+                "",
+                f"`hist_z` bins: z = (w - mu) / sigma on {HIST_Z_BINS} fixed bins from {HIST_Z_LO:g} to "
+                f"{HIST_Z_HI:g} (`meta.json` `hist_edges`), plus an underflow bin first and an overflow bin last; "
+                f"the {HIST_Z_BINS + 2} probabilities sum to 1. Raw-unit densities: p(w) = p_z((w - mu)/sigma) / "
+                "sigma. Singular values: lambda_k = s_k^2.",
+            ]
         if spec is OVERLAPS:
             out += ["", f"K = {meta.overlap_k} (`meta.json` `overlaps`)."]
         if spec is ATTENTION and meta.forward is not None:
             f = meta.forward
-            out += ["", f"Evaluation set (`meta.json` `forward`): {f.n_sequences} sequences of {f.seq_len} tokens of "
-                    f"{f.text} (text sha256 `{f.text_sha256[:12]}`, token ids sha256 `{f.tokens_sha256[:12]}`), "
-                    f"tokenizer {f.tokenizer}, windows drawn with seed {f.seed}; the induction score on "
-                    f"{f.induction_sequences} sequences of {f.induction_repeat} random tokens repeated twice (seed "
-                    f"{f.induction_seed}); forward pass in {f.dtype}. Uniform causal attention over T positions "
-                    "gives entropy mean_i log2 i, span (T - 1)/4."]
+            out += [
+                "",
+                f"Evaluation set (`meta.json` `forward`): {f.n_sequences} sequences of {f.seq_len} tokens of "
+                f"{f.text} (text sha256 `{f.text_sha256[:12]}`, token ids sha256 `{f.tokens_sha256[:12]}`), "
+                f"tokenizer {f.tokenizer}, windows drawn with seed {f.seed}; the induction score on "
+                f"{f.induction_sequences} sequences of {f.induction_repeat} random tokens repeated twice (seed "
+                f"{f.induction_seed}); forward pass in {f.dtype}. Uniform causal attention over T positions "
+                "gives entropy mean_i log2 i, span (T - 1)/4.",
+            ]
     out += [
         "",
         "## Loading",
@@ -241,11 +270,17 @@ def _cell(text: str) -> str:
 def _steps_summary(steps: list[int]) -> str:
     if not steps:
         return "none"
-    return f"{len(steps)} from {min(steps)} to {max(steps)}: " + ", ".join(map(str, steps[:12])) + (", ..." if len(steps) > 12 else "")
+    return (
+        f"{len(steps)} from {min(steps)} to {max(steps)}: "
+        + ", ".join(map(str, steps[:12]))
+        + (", ..." if len(steps) > 12 else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card.")
+    p = argparse.ArgumentParser(
+        prog="python -m precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card."
+    )
     p.add_argument("store", help="store directory (meta.json + heads.parquet)")
     p.add_argument("repo_id", help="dataset repo to create or update, ORG/NAME")
     p.add_argument("--private", action="store_true", help="create the repo private")
@@ -253,12 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = push_store(args.store, args.repo_id, private=args.private or None)
     except (OSError, ValueError) as exc:  # StoreError is a ValueError; Hub errors are OSErrors
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # noqa: T201 (the command's output)
         return 1
-    print(f"pushed {args.store} to {url}")
+    print(f"pushed {args.store} to {url}")  # noqa: T201 (the command's output)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
+import functools
+import logging
 import os
 import shutil
 import socket
@@ -41,12 +44,12 @@ from ray import exceptions as rx
 
 from analysis.errors import ClusterError, HubUnreachableError
 from analysis.extract import ModelShape
-from precompute.sources.fetch import Meter
-from precompute.context import PassJob
-from precompute.sources.revisions import CheckpointRef
+from precompute.context import CHECKPOINT_ERRORS, PassJob
 from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
+from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
-from precompute.work import CHECKPOINT_ERRORS, Results, Work, checkpoint_work
+from precompute.sources.revisions import CheckpointRef
+from precompute.work import Results, Work, checkpoint_work
 
 # Seconds between looks at the cluster's head while the driver waits for a result (Ray itself
 # ends a driver whose head is gone only after gcs_rpc_server_reconnect_timeout_s, 60 s).
@@ -83,8 +86,9 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
     scratch = Path(tempfile.mkdtemp(prefix="headwatch-fetch-"))  # .bin downloads of this task only
     try:
         src = open_source(job.source, scratch=scratch, fetch=job.fetch, meter=meter, token=job.token)
-        fetched = src.fetch(ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices,
-                            layers=job.settings.layers)
+        fetched = src.fetch(
+            ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices, layers=job.settings.layers
+        )
         _die_once()
         work = checkpoint_work(fetched, job.shape, job.settings, known=known, jobs=job.jobs, src=src)
     except _RETURNED_ERRORS as exc:
@@ -121,8 +125,9 @@ def _check_reachable(address: str | None, *, timeout_s: float = 10.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except (OSError, ValueError) as exc:
-        raise ClusterError(f"nothing answers at --ray-address {address!r} ({exc}); start the cluster "
-                           "(ray start --head) or fix the address") from None
+        raise ClusterError(
+            f"nothing answers at --ray-address {address!r} ({exc}); start the cluster (ray start --head) or fix the address"
+        ) from None
 
 
 class RayExecutor:
@@ -145,7 +150,7 @@ class RayExecutor:
         if not ray.is_initialized():
             _check_reachable(options.address)
             try:
-                ray.init(address=options.address, include_dashboard=False, logging_level="WARNING")
+                ray.init(address=options.address, include_dashboard=False, logging_level=logging.WARNING)
             except (ConnectionError, RuntimeError, TimeoutError) as exc:
                 where = options.address or "a new local cluster"
                 raise ClusterError(
@@ -157,14 +162,18 @@ class RayExecutor:
         self.threads = options.cpus_per_task or torch.get_num_threads()
         cluster_cpus = int(ray.cluster_resources().get("CPU", 0))
         if self.threads > cluster_cpus:
-            raise ValueError(f"{self.threads} CPUs per task, but the Ray cluster has {cluster_cpus}; "
-                             "lower --ray-cpus-per-task")
+            raise ValueError(f"{self.threads} CPUs per task, but the Ray cluster has {cluster_cpus}; lower --ray-cpus-per-task")
         self.max_in_flight = options.max_in_flight or max(2, 2 * (cluster_cpus // self.threads))
         self.lost = False  # the head stopped answering: nothing more is asked of the cluster
 
     def results(
-        self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]], jobs: Mapping[str, PassJob] | None = None,
+        self,
+        todo: list[CheckpointRef],
+        *,
+        shape: ModelShape,
+        settings: Settings,
+        known: Callable[[], Mapping[str, int]],
+        jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
         job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads, jobs))
         task = ray.remote(_checkpoint_task).options(
@@ -187,13 +196,11 @@ class RayExecutor:
                 ref, pending = in_flight.popleft()
                 value = self._get(ref, pending)
                 submit()  # before the driver commits this one: the cluster stays busy meanwhile
-                yield ref, lambda value=value: self._unwrap(value)
+                yield ref, functools.partial(self._unwrap, value)
         finally:
             for _, pending in [] if self.lost else in_flight:  # closed early (an error, Ctrl-C): abandon the rest
-                try:
+                with contextlib.suppress(Exception):  # a cluster already gone; nothing to cancel
                     ray.cancel(pending)
-                except Exception:  # a cluster already gone; nothing to cancel
-                    pass
 
     def _get(self, ref: CheckpointRef, pending: ray.ObjectRef) -> Work | _Failed:
         """The task's result; between waits of `_POLL_S`, a look at the head node, so that a lost
@@ -208,8 +215,7 @@ class RayExecutor:
             except (rx.RayError, ConnectionError) as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise ClusterError(
-                    f"Ray failed on {ref.revision} after {self.options.max_retries} retries "
-                    f"({type(exc).__name__}: {first})"
+                    f"Ray failed on {ref.revision} after {self.options.max_retries} retries ({type(exc).__name__}: {first})"
                 ) from exc
 
     def _check_head(self) -> None:

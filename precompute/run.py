@@ -56,9 +56,9 @@ from analysis.heads import resolve_device
 from analysis.store import Failure, Meta, ModelInfo
 from precompute.context import CHECKPOINT_ERRORS, PassJob, Plan, RunContext, RunReport, Stage, StageSetup, lens_device
 from precompute.executor import open_executor
+from precompute.lenses import registry
 from precompute.lenses.evalset import EvalSet, resolve_eval_set
 from precompute.lenses.forward import check_loadable
-from precompute.lenses import registry
 from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
@@ -163,8 +163,13 @@ def _warn_unasked(state: RunState, stages: list[Stage]) -> None:
         have = state.steps_with(lens.tables[0].name)
         lacking = [s for s in state.meta.done_steps if s not in have]
         if lacking:
-            log.warning("the store has %s tables but %d checkpoints lack their rows; rerun with %s %s (and the same "
-                        "options) to add them", lens.title, len(lacking), lens.asked_by, lens.name)
+            log.warning(
+                "the store has %s tables but %d checkpoints lack their rows; rerun with %s %s (and the same options) to add them",
+                lens.title,
+                len(lacking),
+                lens.asked_by,
+                lens.name,
+            )
 
 
 def make_plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
@@ -190,10 +195,15 @@ def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalS
     dtype = "float32" if device == "cpu" else str(config.get("dtype") or config.get("torch_dtype") or "float32")
     local = Path(source) if Path(source).is_dir() else None
     return resolve_eval_set(
-        eval_text=options.eval_text, run_info=plan.src.run_info(), run_folder=local,
+        eval_text=options.eval_text,
+        run_info=plan.src.run_info(),
+        run_folder=local,
         tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
-        vocab_size=int(config.get("vocab_size") or 0), n=options.eval_sequences, t=options.eval_length,
-        max_positions=config.get("max_position_embeddings") or config.get("n_positions"), dtype=dtype,
+        vocab_size=int(config.get("vocab_size") or 0),
+        n=options.eval_sequences,
+        t=options.eval_length,
+        max_positions=config.get("max_position_embeddings") or config.get("n_positions"),
+        dtype=dtype,
     )
 
 
@@ -208,10 +218,16 @@ def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
     src = plan.src
     run_info = src.run_info() or {}
     return resolve_settings(
-        options, source=src.recorded_name, source_kind=src.kind, fetch=src.fetch_settings, device=resolve_device(options.device).type,
-        d_head=plan.shape.d_head, run_tokens_per_step=run_info.get("tokens_per_step"),
+        options,
+        source=src.recorded_name,
+        source_kind=src.kind,
+        fetch=src.fetch_settings,
+        device=resolve_device(options.device).type,
+        d_head=plan.shape.d_head,
+        run_tokens_per_step=run_info.get("tokens_per_step"),
         source_tokens_per_step=src.default_tokens_per_step(),
-        stored_overlap_k=stored.overlap_k if stored else 0, revisions=plan.requested,
+        stored_overlap_k=stored.overlap_k if stored else 0,
+        revisions=plan.requested,
         stored_matrices=tuple(stored.matrices) if stored else (),
     )
 
@@ -230,8 +246,15 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
 
 
 def _compute(
-    plan: Plan, todo: list[CheckpointRef], settings: Settings, state: RunState, report: RunReport,
-    executor: Executor, *, jobs: dict[str, PassJob], progress: bool,
+    plan: Plan,
+    todo: list[CheckpointRef],
+    settings: Settings,
+    state: RunState,
+    report: RunReport,
+    executor: Executor,
+    *,
+    jobs: dict[str, PassJob],
+    progress: bool,
 ) -> None:
     """Compute every checkpoint of ``todo`` through the executor, with the lenses' pass ``jobs``, then
     settle and commit each, in step order."""
@@ -246,8 +269,9 @@ def _compute(
                 work = result()
                 if work.rows is None and work.entry.sha256 not in known:
                     # skipped as a copy of a checkpoint that then failed: read it after all
-                    fetched = src.fetch(ref, shape, skip=lambda sha: False, matrices=settings.head_matrices,
-                                        layers=settings.layers)
+                    fetched = src.fetch(
+                        ref, shape, skip=lambda sha: False, matrices=settings.head_matrices, layers=settings.layers
+                    )
                     work = checkpoint_work(fetched, shape, settings, known=known, jobs=jobs, src=src)
                 entry, rows, vectors = work.settle(known)
             except CHECKPOINT_ERRORS as exc:
@@ -258,8 +282,12 @@ def _compute(
             else:
                 state.add(entry, rows, vectors, work.lens_rows if rows is not None else None)
                 if rows is None:
+                    assert entry.duplicate_of is not None, "settle gives no rows only to a duplicate"
                     report.duplicates[ref.step] = entry.duplicate_of
-                    tqdm.write(f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of", file=sys.stderr)
+                    tqdm.write(
+                        f"note: {ref.revision} has weights identical to step {entry.duplicate_of}; marked duplicate_of",
+                        file=sys.stderr,
+                    )
                 else:
                     report.computed.append(ref.step)
             state.commit()
@@ -269,8 +297,14 @@ def _compute(
 
 
 def _complete(
-    plan: Plan, settings: Settings, state: RunState, report: RunReport, executor: Executor, *,
-    jobs: dict[str, PassJob], progress: bool,
+    plan: Plan,
+    settings: Settings,
+    state: RunState,
+    report: RunReport,
+    executor: Executor,
+    *,
+    jobs: dict[str, PassJob],
+    progress: bool,
 ) -> None:
     """Read again, through the executor, every checkpoint of the store whose rows are incomplete (a matrix
     the store gained, or circuit columns a store older than schema version 3 lacks), and replace its
@@ -279,11 +313,17 @@ def _complete(
     steps = state.incomplete()
     if not steps:
         return
-    lacking = {name: job for name, job in jobs.items()
-               if any(s not in state.steps_with(registry.BY_NAME[name].tables[0].name) for s in steps)}
+    lacking = {
+        name: job
+        for name, job in jobs.items()
+        if any(s not in state.steps_with(registry.BY_NAME[name].tables[0].name) for s in steps)
+    }
     refs = [plan.ref(state.meta.entry(s)) for s in steps]
-    log.info("%d checkpoints of the store lack rows of %s or circuit columns: reading them again",
-             len(refs), ", ".join(settings.head_matrices))
+    log.info(
+        "%d checkpoints of the store lack rows of %s or circuit columns: reading them again",
+        len(refs),
+        ", ".join(settings.head_matrices),
+    )
     bar = tqdm(total=len(refs), desc="completing", unit="ckpt", disable=not progress, dynamic_ncols=True)
     kwargs = {"jobs": lacking} if lacking else {}
     results = executor.results(refs, shape=plan.shape, settings=settings, known=lambda: {}, **kwargs)

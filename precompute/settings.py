@@ -9,21 +9,23 @@ to how it was made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from analysis.stats.crossings import OVERLAP_K
+
 # the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
 from precompute.lenses import registry
 from precompute.lenses.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
 
-__all__ = ["SamplerSettings", "LlcOptions"]  # re-exported: the refined LLC's options live in its registry entry
+__all__ = ["LlcOptions", "SamplerSettings"]  # re-exported: the refined LLC's options live in its registry entry
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
@@ -49,14 +51,22 @@ def matrices_option(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]
     names = [n.strip() for n in value.split(",")] if isinstance(value, str) else [str(n) for n in value]
     unknown = [n for n in names if n not in MATRIX_CHOICES]
     if unknown or not names:
-        raise ValueError(f"--matrices {','.join(names)!r}: unknown {unknown or 'empty list'}; "
-                         f"give a comma-separated subset of {','.join(MATRIX_CHOICES)}")
+        raise ValueError(
+            f"--matrices {','.join(names)!r}: unknown {unknown or 'empty list'}; "
+            f"give a comma-separated subset of {','.join(MATRIX_CHOICES)}"
+        )
     return tuple(m for m in MATRIX_CHOICES if m in names)
+
+
+_DEVICES: dict[str, DeviceName] = {"auto": "auto", "cpu": "cpu", "cuda": "cuda"}
 
 
 def default_device() -> DeviceName:
     """The default of --device: HEADWATCH_DEVICE, else ``auto``."""
-    return os.environ.get("HEADWATCH_DEVICE", "auto")  # type: ignore[return-value]
+    value = os.environ.get("HEADWATCH_DEVICE", "auto")
+    if value not in _DEVICES:
+        raise ValueError(f"$HEADWATCH_DEVICE={value!r}: expected one of {', '.join(_DEVICES)}")
+    return _DEVICES[value]
 
 
 def default_embeddings() -> bool:
@@ -229,9 +239,18 @@ class RunOptions:
 
 
 def resolve_settings(
-    options: RunOptions, *, source: str, source_kind: str, fetch: FetchSettings | None, device: str, d_head: int,
-    run_tokens_per_step: int | None, source_tokens_per_step: int | None, stored_overlap_k: int,
-    revisions: tuple[str, ...] | None, stored_matrices: tuple[str, ...] = (),
+    options: RunOptions,
+    *,
+    source: str,
+    source_kind: Literal["local", "hub"],
+    fetch: FetchSettings | None,
+    device: str,
+    d_head: int,
+    run_tokens_per_step: int | None,
+    source_tokens_per_step: int | None,
+    stored_overlap_k: int,
+    revisions: tuple[str, ...] | None,
+    stored_matrices: tuple[str, ...] = (),
 ) -> Settings:
     """The settings of a run, from its options and what the source and the store say.
 
@@ -254,13 +273,14 @@ def resolve_settings(
     k = options.overlap_k if options.overlap_k is not None else (stored_overlap_k or OVERLAP_K)
     matrices = matrices_option(tuple(options.matrices) + tuple(m for m in stored_matrices if m in HEAD_MATRICES))
     if not any(m in HEAD_MATRICES for m in matrices):
-        raise ValueError(f"--matrices {','.join(options.matrices)}: a store needs a per-head matrix "
-                         f"({' or '.join(HEAD_MATRICES)}); add one")
+        raise ValueError(
+            f"--matrices {','.join(options.matrices)}: a store needs a per-head matrix ({' or '.join(HEAD_MATRICES)}); add one"
+        )
     return Settings(
         source=source,
         device=device,
         tokens_per_step=options.tokens_per_step or run_tokens_per_step or source_tokens_per_step,
-        source_kind=source_kind,  # type: ignore[arg-type]
+        source_kind=source_kind,
         revisions=revisions,
         every=options.every,
         fetch=fetch,
@@ -274,8 +294,6 @@ def software_versions() -> dict[str, str]:
     """Versions of the libraries that shape the numbers, for meta.json."""
     out = {"python": platform.python_version()}
     for name in ("torch", "numpy", "safetensors", "pyarrow", "transformers", "huggingface_hub", "devinterp"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return out

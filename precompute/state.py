@@ -22,12 +22,12 @@ from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta,
 from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
 from analysis.store.meta import new_meta
 from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
-from precompute.store import pairs as ovl
 from precompute.lenses import registry
 from precompute.lenses.registry import Lens
 from precompute.settings import Settings, software_versions
-from precompute.store.writer import commit_store
+from precompute.store import pairs as ovl
 from precompute.store.tables import placeholder_rows
+from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
 
@@ -63,7 +63,10 @@ class RunState:
     asked: frozenset[str] = frozenset()
 
     def add(
-        self, entry: CheckpointEntry, rows: pa.Table | None, vectors: ovl.Vectors | None,
+        self,
+        entry: CheckpointEntry,
+        rows: pa.Table | None,
+        vectors: ovl.Vectors | None,
         lens_rows: dict[str, pa.Table] | None = None,
     ) -> None:
         """Record a checkpoint read: its entry, its rows (None for a whole duplicate), its rows of the
@@ -77,8 +80,9 @@ class RunState:
         if vectors is not None:
             self._pair(entry, vectors)
 
-    def redo(self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None,
-             lens_rows: dict[str, pa.Table] | None = None) -> None:
+    def redo(
+        self, entry: CheckpointEntry, rows: pa.Table, vectors: ovl.Vectors | None, lens_rows: dict[str, pa.Table] | None = None
+    ) -> None:
         """Replace the rows of a checkpoint already in the store (`incomplete`) by ``rows``, which hold
         every matrix of the store, and its lens rows by ``lens_rows``; its entry stays as it is."""
         keep = pc.invert(pc.equal(self.heads["step"], pa.scalar(entry.step, pa.int64())))
@@ -176,23 +180,30 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
         )
     before, before_kind = stored.source
     if settings.source_kind == "hub" and before_kind == "hub" and before != settings.source:
-        raise StoreError(
-            f"store {str(out)!r} was computed from {before!r}, not {settings.source!r}; write to a new --out"
-        )
+        raise StoreError(f"store {str(out)!r} was computed from {before!r}, not {settings.source!r}; write to a new --out")
     heads = read_table(out, HEADS)
-    if heads is None:
-        heads = HEADS.empty()
-    else:  # rows of steps meta does not list (a fallback commit cut short) are dropped
-        heads = heads.filter(pc.is_in(heads["step"], pa.array(stored.done_steps, pa.int64())))
+    # rows of steps meta does not list (a fallback commit cut short) are dropped
+    heads = HEADS.empty() if heads is None else heads.filter(pc.is_in(heads["step"], pa.array(stored.done_steps, pa.int64())))
     heads = complete_heads(heads, d_model=model.d_model)  # version 1: null-model columns; 2: circuit columns NaN
     gained = [m for m in settings.head_matrices if m not in stored.matrices]
     if gained and stored.done_steps:  # rows to compute, one checkpoint per commit (`RunState.incomplete`)
-        log.info("the store gains %s: every one of its %d checkpoints is read again for it",
-                 ", ".join(gained), len(stored.done_steps))
+        log.info(
+            "the store gains %s: every one of its %d checkpoints is read again for it", ", ".join(gained), len(stored.done_steps)
+        )
     for matrix in gained:
-        heads = pa.concat_tables([heads, placeholder_rows(
-            stored.done_steps, n_layers=model.n_layers, n_heads=model.n_heads, d_head=model.d_head,
-            n_hist=len(HIST_Z_EDGES) + 1, matrix=matrix)])
+        heads = pa.concat_tables(
+            [
+                heads,
+                placeholder_rows(
+                    stored.done_steps,
+                    n_layers=model.n_layers,
+                    n_heads=model.n_heads,
+                    d_head=model.d_head,
+                    n_hist=len(HIST_Z_EDGES) + 1,
+                    matrix=matrix,
+                ),
+            ]
+        )
     heads = HEADS.sorted(heads)
     overlaps = _stored_overlaps(out, stored, settings.overlap_k)
     meta = stored
@@ -244,8 +255,15 @@ def _stored_overlaps(out: Path, meta: Meta, k: int) -> pa.Table:
         except StoreError as exc:  # derived data: rebuilt from the checkpoints
             log.warning("%s: recomputing the overlaps (every checkpoint is read again)", exc)
             return OVERLAPS.empty()
-        return ovl.update(complete_overlaps(table), meta.done_steps, states=meta.state_steps) if table is not None else OVERLAPS.empty()
+        return (
+            ovl.update(complete_overlaps(table), meta.done_steps, states=meta.state_steps)
+            if table is not None
+            else OVERLAPS.empty()
+        )
     if k and stored_k not in (0, k):  # (K = 0 leaves the file as it is)
-        log.warning("the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair "
-                    "(every checkpoint is read again)", stored_k, k)
+        log.warning(
+            "the store's overlaps are for K=%s, this run's for K=%s: recomputing every pair (every checkpoint is read again)",
+            stored_k,
+            k,
+        )
     return OVERLAPS.empty()

@@ -15,25 +15,24 @@ are identical.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import pyarrow as pa
 import torch
 
-from analysis.extract import ModelShape, extract_heads
-from analysis.heads import checkpoint_statistics, checkpoint_vectors
+from analysis.extract import ModelShape
+from analysis.heads import Device, checkpoint_statistics
 from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
-from precompute.store import pairs as ovl
-from precompute.context import CHECKPOINT_ERRORS, PassJob
+from precompute.context import PassJob
 from precompute.factors import checked_factors
-from precompute.sources.revisions import CheckpointRef
 from precompute.settings import Settings
+from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
+from precompute.store import pairs as ovl
 from precompute.store.tables import heads_rows
-
 
 
 @dataclass
@@ -76,8 +75,13 @@ class Work:
 
 
 def checkpoint_work(
-    fetched: Fetched, shape: ModelShape, settings: Settings, *, known: Mapping[str, int],
-    jobs: Mapping[str, PassJob] | None = None, src: CheckpointSource | None = None,
+    fetched: Fetched,
+    shape: ModelShape,
+    settings: Settings,
+    *,
+    known: Mapping[str, int],
+    jobs: Mapping[str, PassJob] | None = None,
+    src: CheckpointSource | None = None,
 ) -> Work:
     """Extract the factors of every per-head matrix of the run (``settings.head_matrices``), check
     them and compute every statistic, unless the checkpoint's fingerprint is in ``known`` or its
@@ -97,10 +101,7 @@ def checkpoint_work(
             transformers cannot load for the lens.
     """
     ref = fetched.ref
-    if ref.tokens is not None:
-        tokens = ref.tokens
-    else:
-        tokens = ref.step * settings.tokens_per_step if settings.tokens_per_step else None
+    tokens = ref.tokens if ref.tokens is not None else ref.step * settings.tokens_per_step if settings.tokens_per_step else None
     entry = CheckpointEntry(
         step=ref.step,
         revision=ref.revision,
@@ -119,7 +120,7 @@ def checkpoint_work(
         stats = checkpoint_statistics(
             left,
             right,
-            device=settings.device,
+            device=cast(Device, settings.device),
             dtype=getattr(torch, settings.dtype),
             spectrum_dtype=getattr(torch, settings.spectrum_dtype),
             chunk_elements=settings.chunk_elements,
@@ -131,13 +132,12 @@ def checkpoint_work(
     lens_rows: dict[str, pa.Table] = {}
     for job in (jobs or {}).values():
         lens_rows |= job.checkpoint_rows(fetched, shape, settings, src)
-    return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None,
-                lens_rows=lens_rows)
+    return Work(entry, HEADS.sorted(pa.concat_tables(tables)), vectors if settings.overlap_k else None, lens_rows=lens_rows)
 
 
 # What an executor hands the driver per checkpoint, in step order: the checkpoint and a
 # call that returns its `Work` or raises its per-checkpoint error (`CHECKPOINT_ERRORS`).
-Results = Iterator[tuple[CheckpointRef, Callable[[], Work]]]
+Results = Generator[tuple[CheckpointRef, Callable[[], Work]], None, None]
 
 
 class Executor(Protocol):
@@ -145,8 +145,13 @@ class Executor(Protocol):
     (`precompute.executor.LocalExecutor`, `precompute.ray_executor.RayExecutor`)."""
 
     def results(
-        self, todo: list[CheckpointRef], *, shape: ModelShape, settings: Settings,
-        known: Callable[[], Mapping[str, int]], jobs: Mapping[str, PassJob] | None = None,
+        self,
+        todo: list[CheckpointRef],
+        *,
+        shape: ModelShape,
+        settings: Settings,
+        known: Callable[[], Mapping[str, int]],
+        jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
         """One ``(ref, result)`` per checkpoint of ``todo``, in order; ``known()`` gives the
         fingerprints committed so far (a hint: `Work.settle` decides); ``jobs``, the lens pass

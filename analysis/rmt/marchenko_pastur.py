@@ -163,7 +163,7 @@ def powerlaw_fit(evals: np.ndarray) -> tuple[float, float, float]:
     n_tail = len(x) - first
     alphas = 1 + n_tail / (tail_log_sum[first] - n_tail * np.log(xmins))
     distances = np.empty(len(xmins))
-    for i, (start, xmin, alpha, nt) in enumerate(zip(first, xmins, alphas, n_tail)):
+    for i, (start, xmin, alpha, nt) in enumerate(zip(first, xmins, alphas, n_tail, strict=True)):
         tail = x[start:]
         fitted = 1 - (tail / xmin) ** (1 - alpha)
         distances[i] = np.abs(fitted - np.arange(nt) / nt).max()

@@ -7,7 +7,8 @@ step 0 either. To judge a trained head's value of any statistic, this module dra
 ``n_draws`` such heads (seeded Monte Carlo, exactly the computation the precompute job
 does: the dense product in float32, element-wise moments and the standardized histogram
 over the store's ``hist_z`` bins through its compiled kernels (`analysis.stats.fused`), D_KL
-against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports, per statistic, the mean and the 5% and 95% quantiles over the draws.
+against standard-normal bin masses, the spectrum from the d_head x d_head QR core) and reports,
+per statistic, the mean and the 5% and 95% quantiles over the draws.
 
 The draws are made once per (d_model, d_head, n_draws, seed) with sigma0 = 1 and cached
 (like `analysis.rmt.nullmodel.null_expectations`); a statistic with units is then scaled to
@@ -32,8 +33,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from analysis.stats.density import gaussian_bin_mass
 from analysis.rmt.nullmodel import kl_null
+from analysis.stats.density import gaussian_bin_mass
 from analysis.store.format import HIST_Z_EDGES
 
 REFERENCE_DRAWS = 32  # heads drawn per shape
@@ -51,7 +52,7 @@ class Reference:
     lo: float
     hi: float
 
-    def scaled(self, factor: float) -> "Reference":
+    def scaled(self, factor: float) -> Reference:
         return Reference(self.mean * factor, self.lo * factor, self.hi * factor)
 
 
@@ -71,8 +72,13 @@ def elementwise(w: np.ndarray) -> dict[str, float]:
     q = gaussian_bin_mass(HIST_Z_EDGES)
     nz = p > 0
     return {
-        "mean": mu, "std": sigma, "skew": m3, "kurtosis": m4 - 3.0,
-        "min": lo, "max": hi, "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
+        "mean": mu,
+        "std": sigma,
+        "skew": m3,
+        "kurtosis": m4 - 3.0,
+        "min": lo,
+        "max": hi,
+        "kl_gauss": float((p[nz] * np.log(p[nz] / q[nz])).sum()),
     }
 
 
@@ -95,8 +101,9 @@ def spectral(sv: np.ndarray, d_model: int) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-def draw_statistics(d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS,
-                    seed: int = REFERENCE_SEED) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def draw_statistics(
+    d_model: int, d_head: int, *, n_draws: int = REFERENCE_DRAWS, seed: int = REFERENCE_SEED
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every statistic of ``n_draws`` heads with N(0, 1) factors: ``({stat: (n_draws,)}, lambda (n_draws, d_head))``."""
     rng = np.random.default_rng(seed)
     rows: list[dict[str, float]] = []
@@ -134,8 +141,9 @@ def _unit_references(d_model: int, d_head: int, n_draws: int, seed: int) -> tupl
     return {k: ref(v) for k, v in values.items()}, tuple(ref(lam[:, k]) for k in range(d_head))
 
 
-def gaussian_references(d_model: int, d_head: int, sigma0: float | None, *, n_draws: int = REFERENCE_DRAWS,
-                        seed: int = REFERENCE_SEED) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
+def gaussian_references(
+    d_model: int, d_head: int, sigma0: float | None, *, n_draws: int = REFERENCE_DRAWS, seed: int = REFERENCE_SEED
+) -> tuple[dict[str, Reference], tuple[Reference, ...]]:
     """References of every store statistic and of each lambda_k for factors with N(0, sigma0^2) entries.
 
     Args:
@@ -152,7 +160,7 @@ def gaussian_references(d_model: int, d_head: int, sigma0: float | None, *, n_dr
         power = _SCALE_POWER.get(name, 0)
         if power and sigma0 is None:
             continue
-        out[name] = r.scaled(sigma0**power) if power else r
+        out[name] = r.scaled(sigma0**power) if power and sigma0 is not None else r
     by_k = tuple(r.scaled(sigma0 ** _SCALE_POWER["lambda"]) for r in lam) if sigma0 is not None else ()
     return out, by_k
 

@@ -99,5 +99,9 @@ def stats_of(w: np.ndarray, sv: np.ndarray) -> dict[str, float]:
     lam = np.asarray(sv, dtype=np.float64) ** 2
     total = lam.sum()
     p = lam[lam > 0] / total
-    return {**elementwise(w), "stable_rank": float(total / lam[0]), "spectral_entropy": float(-(p * np.log(p)).sum()),
-            "participation_ratio": float(total**2 / (lam**2).sum())}
+    return {
+        **elementwise(w),
+        "stable_rank": float(total / lam[0]),
+        "spectral_entropy": float(-(p * np.log(p)).sum()),
+        "participation_ratio": float(total**2 / (lam**2).sum()),
+    }

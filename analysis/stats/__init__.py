@@ -1,1 +1,2 @@
-"""Statistics of per-head circuits: exact spectra, element-wise moments and histograms, symmetry and change, level crossings, densities."""
+"""Statistics of per-head circuits: exact spectra, element-wise moments and histograms, symmetry and
+change, level crossings, densities."""

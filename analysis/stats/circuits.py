@@ -54,7 +54,9 @@ def circuit_statistics(
         ValueError: the shapes differ or are not at least 2-D.
     """
     if left.shape != right.shape or left.ndim < 2:
-        raise ValueError(f"expected two factors of one shape (..., d_head, d_model), got {tuple(left.shape)} and {tuple(right.shape)}")
+        raise ValueError(
+            f"expected two factors of one shape (..., d_head, d_model), got {tuple(left.shape)} and {tuple(right.shape)}"
+        )
     a_t = left.to(torch.float64)
     b_t = right.to(torch.float64)
     core = b_t @ a_t.transpose(-1, -2)  # (..., d_head, d_head): M = B^T A
@@ -70,7 +72,9 @@ def circuit_statistics(
 
 
 def relative_change(
-    before: tuple[torch.Tensor, torch.Tensor], after: tuple[torch.Tensor, torch.Tensor], *,
+    before: tuple[torch.Tensor, torch.Tensor],
+    after: tuple[torch.Tensor, torch.Tensor],
+    *,
     frob_sq: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``||W' - W||_F / ||W||_F`` per head, with ``W = before[0]^T before[1]`` and ``W'`` from ``after``.

@@ -57,9 +57,7 @@ MIN_DEPTH = 0.2  # an approach's smallest gap must be below (1 - MIN_DEPTH) * ga
 OVERLAP_K = 8  # leading singular vectors whose overlaps the store keeps
 
 
-def vector_overlaps(
-    u0: np.ndarray, v0: np.ndarray, u1: np.ndarray, v1: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def vector_overlaps(u0: np.ndarray, v0: np.ndarray, u1: np.ndarray, v1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The two stored factors of `overlap_matrix`: ``|<u0_a, u1_b>|`` and ``|<v0_a, v1_b>|``.
 
     Args:
@@ -151,7 +149,10 @@ def relative_gap(s_i: np.ndarray, s_next: np.ndarray) -> np.ndarray:
 
 
 def close_approaches(
-    gap: np.ndarray, gap_threshold: float = GAP_THRESHOLD, *, min_depth: float = MIN_DEPTH,
+    gap: np.ndarray,
+    gap_threshold: float = GAP_THRESHOLD,
+    *,
+    min_depth: float = MIN_DEPTH,
 ) -> list[tuple[int, int, int]]:
     """Rule 1: the close approaches in one level pair's gap series ``(T,)``.
 
@@ -162,7 +163,7 @@ def close_approaches(
     """
     gap = np.asarray(gap)
     edges = np.diff(np.concatenate([[0], (gap < gap_threshold).astype(np.int8), [0]]))
-    runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist())
+    runs = zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True)
     deep = (1.0 - min_depth) * gap_threshold
     out = []
     for a, b in runs:

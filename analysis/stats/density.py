@@ -17,6 +17,7 @@ Pure numpy, batched over steps (one row per step); inputs are never modified.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -50,9 +51,7 @@ def density_extent(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple
     return float(lo[ok].min()), float(hi[ok].max())
 
 
-def density_grid(
-    hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray, w: np.ndarray
-) -> np.ndarray:
+def density_grid(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Raw-unit density p(w) = p_z((w - mu) / sigma) / sigma on a common grid, for every step.
 
     p_z is the piecewise-constant standardized density hist_z / bin width; grid points
@@ -116,4 +115,4 @@ def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
     def sf(x: float) -> float:
         return 0.5 * math.erfc(x / math.sqrt(2.0))
 
-    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in zip(outer[:-1], outer[1:])])
+    return np.array([sf(a) - sf(b) if a >= 0 else cdf(b) - cdf(a) for a, b in itertools.pairwise(outer)])

@@ -138,7 +138,9 @@ def elementwise_statistics(
     }
 
 
-def _given_moments(w: torch.Tensor, moments: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _given_moments(
+    w: torch.Tensor, moments: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Each row's mean and standard deviation in ``w``'s dtype from ``moments`` (mean, E[w^2]),
     or None where there are none or any row's variance is not well conditioned."""
     if moments is None:
@@ -189,7 +191,9 @@ def _fused_statistics(
     given = _given_moments(w, moments)
 
     def one(b: int) -> tuple[float, ...]:
-        *scalars, counts = fused.row_statistics(rows[b], edges, None if given is None else (given[0][b].item(), given[1][b].item()))
+        *scalars, counts = fused.row_statistics(
+            rows[b], edges, None if given is None else (given[0][b].item(), given[1][b].item())
+        )
         return (*scalars, *counts.tolist())
 
     out = torch.tensor(map_per_core(one, range(batch)), dtype=torch.float64)  # (batch, 6 + n_bins)
@@ -197,14 +201,13 @@ def _fused_statistics(
     hist = out[:, 6:] / n
     constant = std == 0
     q = torch.as_tensor(gaussian_bin_mass(edges), dtype=torch.float64)
-    cast = {"dtype": w.dtype, "device": w.device}
     return {
-        "mean": mean.to(**cast),
-        "std": std.to(**cast),
-        "skew": torch.where(constant, torch.nan, m3).to(**cast),
-        "kurtosis": torch.where(constant, torch.nan, m4 - 3.0).to(**cast),
-        "min": w_min.to(**cast),
-        "max": w_max.to(**cast),
+        "mean": mean.to(w.device, w.dtype),
+        "std": std.to(w.device, w.dtype),
+        "skew": torch.where(constant, torch.nan, m3).to(w.device, w.dtype),
+        "kurtosis": torch.where(constant, torch.nan, m4 - 3.0).to(w.device, w.dtype),
+        "min": w_min.to(w.device, w.dtype),
+        "max": w_max.to(w.device, w.dtype),
         "kl_gauss": kl_from_hist(hist, q).to(w.device),
         "hist_z": hist.to(w.device),
     }

@@ -5,7 +5,8 @@ when numba is installed (it is pinned in both requirements files). The torch pat
 reads a 2048 x 2048 product about ten times (z, z^2, z^3, the bin coordinate, its clamp,
 its integer copy, the bincount); here one compiled pass forms z's power sums and bin
 indices and counts each block's indices while they are in L1, numpy's min and max read it
-once more, and two more passes run only where the mean and standard deviation are not given. Power sums accumulate in float64; z and the bin coordinate are
+once more, and two more passes run only where the mean and standard deviation are not given.
+Power sums accumulate in float64; z and the bin coordinate are
 formed in the row's own dtype with the same operations as the torch path (no fused
 multiply-add), so both paths bin alike.
 

@@ -126,7 +126,9 @@ def spectral_statistics(sv: torch.Tensor, *, d_model: int) -> dict[str, torch.Te
     pr = torch.where(nonzero, safe_total**2 / torch.where(nonzero, (lam * lam).sum(-1), torch.ones_like(total)), 0.0)
     tol = s_max * d_model * torch.finfo(sv.dtype).eps
     deficient = (s_min <= tol) | ~nonzero
-    cond = torch.where(deficient, torch.full_like(s_max, float("inf")), s_max / torch.where(deficient, torch.ones_like(s_min), s_min))
+    cond = torch.where(
+        deficient, torch.full_like(s_max, float("inf")), s_max / torch.where(deficient, torch.ones_like(s_min), s_min)
+    )
     return {
         "stable_rank": stable_rank,
         "spectral_entropy": torch.where(nonzero, entropy, 0.0),

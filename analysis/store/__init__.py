@@ -13,6 +13,18 @@ from analysis.store.meta import CheckpointEntry, Failure, ForwardInfo, Meta, Mod
 from analysis.store.reader import Store, is_store, open_store, read_table, store_version
 
 __all__ = [
-    "TABLES", "TableSpec", "CheckpointEntry", "Failure", "ForwardInfo", "Meta", "ModelInfo", "SharedFile", "read_meta",
-    "Store", "is_store", "open_store", "read_table", "store_version",
+    "TABLES",
+    "CheckpointEntry",
+    "Failure",
+    "ForwardInfo",
+    "Meta",
+    "ModelInfo",
+    "SharedFile",
+    "Store",
+    "TableSpec",
+    "is_store",
+    "open_store",
+    "read_meta",
+    "read_table",
+    "store_version",
 ]

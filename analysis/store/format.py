@@ -82,7 +82,7 @@ COLUMN_DOCS: dict[str, str] = {
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
     "matrix": 'which product the row describes: "qk" is W_QK = W_Q^T W_K, "ov" is W_OV = W_O[:, h] W_V,h '
-              "(W_V,h the value rows of head h, W_O[:, h] the output projection's d_head input columns that read it)",
+    "(W_V,h the value rows of head h, W_O[:, h] the output projection's d_head input columns that read it)",
     "mean": "mean of the d_model^2 entries",
     "std": "population standard deviation sigma of the entries",
     "skew": "skewness E[(w-mu)^3]/sigma^3 (NaN for a constant matrix)",
@@ -103,10 +103,10 @@ COLUMN_DOCS: dict[str, str] = {
     "spectral_entropy_over_null": "spectral_entropy / its expectation for a Gaussian head of the same shape",
     "participation_ratio_over_null": "participation_ratio / its expectation for a Gaussian head of the same shape",
     "sym_frac": "symmetric fraction ||(W+W^T)/2||_F^2 / ||W||_F^2 in [0, 1] = (1 + tr(M M)/||W||_F^2)/2 from the "
-                "d_head x d_head core M = B^T A of W = A B^T (1: symmetric, 0: antisymmetric, about 1/2: random); "
-                "NaN in stores made before schema version 3",
+    "d_head x d_head core M = B^T A of W = A B^T (1: symmetric, 0: antisymmetric, about 1/2: random); "
+    "NaN in stores made before schema version 3",
     "eig_positivity": "sum(Re mu_i) / sum(|mu_i|) over the non-zero eigenvalues mu_i of W (those of M), in [-1, 1]: "
-                      "for ov a copying score, for qk a preference for tokens like the query; NaN before schema version 3",
+    "for ov a copying score, for qk a preference for tokens like the query; NaN before schema version 3",
 }
 assert set(COLUMN_DOCS) == set(HEADS_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS)
 
@@ -124,7 +124,7 @@ OVERLAP_COLUMN_DOCS: dict[str, str] = {
     "overlap_u": "K x K row-major, entry a*K+b = |<u_a(t), u_b(t+1)>| for the left singular vectors of the matrix (float32)",
     "overlap_v": "the same for the right singular vectors v (float32)",
     "rel_change": "relative change ||W(t+1) - W(t)||_F / ||W(t)||_F of the matrix, from the factors "
-                  "(analysis/stats/circuits.py; float64, absolute error about 1e-8; version 3)",
+    "(analysis/stats/circuits.py; float64, absolute error about 1e-8; version 3)",
 }
 OVERLAP_COLUMNS = tuple(OVERLAP_COLUMN_DOCS)
 
@@ -138,7 +138,7 @@ EMBEDDING_COLUMN_DOCS: dict[str, str] = {
     "x": "map coordinate 1 (float64, UMAP units: only distances on the map mean anything)",
     "y": "map coordinate 2 (float64)",
     "neighbors": "list<int32>: layer-major indices (layer * n_heads + head) of the head's k nearest "
-                 "trajectories in normalised space, nearest first",
+    "trajectories in normalised space, nearest first",
 }
 
 # layers.parquet: every whole-layer weight matrix (analysis/layer_matrices.py, docs/design-notes.md section 7).
@@ -150,7 +150,7 @@ LAYER_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "layer": "layer index, 0-based (int32)",
     "role": "which weight of the block (string): attn_qkv (fused Q, K, V as stored: GPT-NeoX, GPT-2), "
-            "attn_q / attn_k / attn_v (Llama-style), attn_out, mlp_gate (Llama-style), mlp_in, mlp_out",
+    "attn_q / attn_k / attn_v (Llama-style), attn_out, mlp_gate (Llama-style), mlp_in, mlp_out",
     "rows": "rows of the weight as the checkpoint stores it (int32; GPT-2's Conv1D weights are (in, out))",
     "cols": "columns of the weight as stored (int32); m = min(rows, cols), n = max(rows, cols)",
     "mean": "mean of the rows x cols entries",
@@ -166,11 +166,11 @@ LAYER_COLUMN_DOCS: dict[str, str] = {
     "spectral_norm": "largest singular value s_max",
     "stable_rank": "sum(s_k^2) / s_max^2",
     "mp_kl": "D_KL(P(x) || Marchenko-Pastur law of ratio m/n) in nats on its 8 quantile bins, "
-             "x_k = s_k^2 / (n s^2) (the law of a random matrix of the same shape and entry variance)",
+    "x_k = s_k^2 / (n s^2) (the law of a random matrix of the same shape and entry variance)",
     "mp_spikes": "how many x_k lie above the law's upper edge (1 + sqrt(m/n))^2 (int32)",
     "mp_below": "fraction of the m values x_k below the law's lower edge (1 - sqrt(m/n))^2 (0 for square weights)",
     "alpha": "power-law exponent of the tail of the eigenvalues s_k^2 (weightwatcher's alpha: powerlaw package fit, "
-             "x_min by Kolmogorov-Smirnov distance, continuous MLE); NaN with fewer than 4 distinct values",
+    "x_min by Kolmogorov-Smirnov distance, continuous MLE); NaN with fewer than 4 distinct values",
     "alpha_xmin": "the x_min of that fit, in units of s_k^2 (the tail is s_k^2 >= alpha_xmin)",
     "alpha_ks": "Kolmogorov-Smirnov distance D between the tail and the fitted power law",
 }
@@ -199,26 +199,56 @@ def heads_arrow_schema(*, null_columns: bool = True, circuit_columns: bool = Tru
     return _fields(types)
 
 
-OVERLAPS_SCHEMA = _fields({
-    "matrix": pa.string(), "layer": pa.int32(), "head": pa.int32(), "prev_step": pa.int64(), "step": pa.int64(),
-    "overlap_u": pa.list_(pa.float32()), "overlap_v": pa.list_(pa.float32()), "rel_change": pa.float64(),
-})
-EMBEDDINGS_SCHEMA = _fields({
-    "matrix": pa.string(), "statistic": pa.string(), "normalisation": pa.string(), "layer": pa.int32(), "head": pa.int32(),
-    "x": pa.float64(), "y": pa.float64(), "neighbors": pa.list_(pa.int32()),
-})
+OVERLAPS_SCHEMA = _fields(
+    {
+        "matrix": pa.string(),
+        "layer": pa.int32(),
+        "head": pa.int32(),
+        "prev_step": pa.int64(),
+        "step": pa.int64(),
+        "overlap_u": pa.list_(pa.float32()),
+        "overlap_v": pa.list_(pa.float32()),
+        "rel_change": pa.float64(),
+    }
+)
+EMBEDDINGS_SCHEMA = _fields(
+    {
+        "matrix": pa.string(),
+        "statistic": pa.string(),
+        "normalisation": pa.string(),
+        "layer": pa.int32(),
+        "head": pa.int32(),
+        "x": pa.float64(),
+        "y": pa.float64(),
+        "neighbors": pa.list_(pa.int32()),
+    }
+)
 assert tuple(OVERLAPS_SCHEMA.names) == OVERLAP_COLUMNS
 assert tuple(EMBEDDINGS_SCHEMA.names) == tuple(EMBEDDING_COLUMN_DOCS)
 
-LAYERS_SCHEMA = _fields({
-    "step": pa.int64(), "layer": pa.int32(), "role": pa.string(), "rows": pa.int32(), "cols": pa.int32(),
-    **{c: pa.float64() for c in ELEMENTWISE_COLUMNS},
-    "hist_z": pa.list_(pa.float32()), "sv": pa.list_(pa.float32()),
-    "frob_norm": pa.float64(), "spectral_norm": pa.float64(), "stable_rank": pa.float64(),
-    "mp_kl": pa.float64(), "mp_spikes": pa.int32(), "mp_below": pa.float64(),
-    "alpha": pa.float64(), "alpha_xmin": pa.float64(), "alpha_ks": pa.float64(),
-})
+LAYERS_SCHEMA = _fields(
+    {
+        "step": pa.int64(),
+        "layer": pa.int32(),
+        "role": pa.string(),
+        "rows": pa.int32(),
+        "cols": pa.int32(),
+        **{c: pa.float64() for c in ELEMENTWISE_COLUMNS},
+        "hist_z": pa.list_(pa.float32()),
+        "sv": pa.list_(pa.float32()),
+        "frob_norm": pa.float64(),
+        "spectral_norm": pa.float64(),
+        "stable_rank": pa.float64(),
+        "mp_kl": pa.float64(),
+        "mp_spikes": pa.int32(),
+        "mp_below": pa.float64(),
+        "alpha": pa.float64(),
+        "alpha_xmin": pa.float64(),
+        "alpha_ks": pa.float64(),
+    }
+)
 assert tuple(LAYERS_SCHEMA.names) == tuple(LAYER_COLUMN_DOCS)
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -263,7 +293,7 @@ HEADS = TableSpec(
     file="heads.parquet",
     row="one row per (step, layer, head, matrix)",
     about="The statistics of every head at every checkpoint with statistics: element-wise, spectral, "
-          "null-model departures, and the standardized histogram and singular values as list columns.",
+    "null-model departures, and the standardized histogram and singular values as list columns.",
     schema=heads_arrow_schema(),
     docs={c: COLUMN_DOCS[c] for c in heads_arrow_schema().names},
     sort=KEY_COLUMNS,
@@ -273,12 +303,13 @@ HEADS = TableSpec(
 OVERLAPS = TableSpec(
     name="overlaps",
     file="overlaps.parquet",
-    row="one row per (matrix, layer, head, consecutive pair of checkpoints with statistics; also of training states, around a mixed checkpoint)",
+    row="one row per (matrix, layer, head, consecutive pair of checkpoints with statistics; also of training states, "
+    "around a mixed checkpoint)",
     about="The K x K overlaps of each head's K leading singular vectors between consecutive checkpoints, "
-          "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity), "
-          "and the relative change of the head's matrix between the two. "
-          "Sorted by (matrix, layer, head, step) and written one row group per (matrix, layer), so one head "
-          "is read without decoding the others.",
+    "which tell a level crossing (the vectors swap) from a level repulsion (they keep their identity), "
+    "and the relative change of the head's matrix between the two. "
+    "Sorted by (matrix, layer, head, step) and written one row group per (matrix, layer), so one head "
+    "is read without decoding the others.",
     schema=OVERLAPS_SCHEMA,
     docs=OVERLAP_COLUMN_DOCS,
     sort=OVERLAP_KEY_COLUMNS,
@@ -289,7 +320,7 @@ EMBEDDINGS = TableSpec(
     file="embeddings.parquet",
     row="one row per (matrix, statistic, normalisation, head)",
     about="Precomputed trajectory maps (UMAP of each head's statistic over training) and each head's "
-          "nearest trajectories; how they were made is in `meta.json` `embeddings`.",
+    "nearest trajectories; how they were made is in `meta.json` `embeddings`.",
     schema=EMBEDDINGS_SCHEMA,
     docs=EMBEDDING_COLUMN_DOCS,
     sort=("matrix", "statistic", "normalisation", "layer", "head"),
@@ -300,9 +331,9 @@ LAYERS = TableSpec(
     file="layers.parquet",
     row="one row per (step, layer, role)",
     about="Every 2-D weight of every block as the checkpoint stores it (attention QKV, output, MLP in, gate, out): "
-          "element-wise statistics, all singular values, and their departure from the Marchenko-Pastur law of a "
-          "random matrix of the same shape and entry variance. Optional: written by runs with `--matrices` "
-          "including `layers` (the default).",
+    "element-wise statistics, all singular values, and their departure from the Marchenko-Pastur law of a "
+    "random matrix of the same shape and entry variance. Optional: written by runs with `--matrices` "
+    "including `layers` (the default).",
     schema=LAYERS_SCHEMA,
     docs=LAYER_COLUMN_DOCS,
     sort=LAYER_KEY_COLUMNS,
@@ -317,13 +348,13 @@ ATTENTION_COLUMN_DOCS: dict[str, str] = {
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
     "entropy": "attention entropy H_i = -sum_j a_ij log2 a_ij in bits, mean over query positions i and sequences "
-               "(uniform causal attention: mean_i log2 i)",
+    "(uniform causal attention: mean_i log2 i)",
     "entropy_std": "standard deviation of H_i over query positions and sequences (bits)",
     "span": "attention-weighted distance sum_j a_ij (i - j), mean over queries and sequences (uniform: mean_i (i-1)/2)",
     "sink": "attention on the first position a_i1, mean over queries (all i) and sequences",
     "prev_token": "attention on the previous position a_i,i-1, mean over queries i > 1 and sequences",
     "induction": "on R random tokens repeated twice, mean attention from position R+k to k+1 (the token after "
-                 "the first occurrence), k = 1..R-1",
+    "the first occurrence), k = 1..R-1",
 }
 ATTENTION_STATISTICS = tuple(ATTENTION_COLUMN_DOCS)[3:]  # the per-head forward statistics
 LAYER_DIVERGENCE_COLUMN_DOCS: dict[str, str] = {
@@ -331,15 +362,16 @@ LAYER_DIVERGENCE_COLUMN_DOCS: dict[str, str] = {
     "layer_a": "first layer, 0-based (int32)",
     "layer_b": "second layer, 0-based (int32); every ordered pair, a == b included (0)",
     "jsd": "Jensen-Shannon divergence in bits (0..1) between the layers' mean attention distributions over "
-           "relative offset d = i - j (mean over heads, queries and sequences)",
+    "relative offset d = i - j (mean over heads, queries and sequences)",
 }
 EVAL_LOSS_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "loss": "mean next-token cross-entropy on the evaluation sequences, nats per token (float64)",
     "tokens": "predicted tokens it averages over: sequences x (T - 1) (int64)",
 }
-ATTENTION_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32()}
-                           | {c: pa.float64() for c in ATTENTION_STATISTICS})
+ATTENTION_SCHEMA = _fields(
+    {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32()} | {c: pa.float64() for c in ATTENTION_STATISTICS}
+)
 LAYER_DIVERGENCE_SCHEMA = _fields({"step": pa.int64(), "layer_a": pa.int32(), "layer_b": pa.int32(), "jsd": pa.float64()})
 EVAL_LOSS_SCHEMA = _fields({"step": pa.int64(), "loss": pa.float64(), "tokens": pa.int64()})
 
@@ -348,8 +380,8 @@ ATTENTION = TableSpec(
     file="attention.parquet",
     row="one row per (step, layer, head)",
     about="Forward-pass statistics of every head on the store's evaluation sequences (meta.json `forward`): "
-          "attention entropy and its spread, span, sink mass, previous-token score, and the induction score "
-          "on repeated random tokens. Present when the store was computed with `--lenses attention`.",
+    "attention entropy and its spread, span, sink mass, previous-token score, and the induction score "
+    "on repeated random tokens. Present when the store was computed with `--lenses attention`.",
     schema=ATTENTION_SCHEMA,
     docs=ATTENTION_COLUMN_DOCS,
     sort=("step", "layer", "head"),
@@ -359,7 +391,7 @@ LAYER_DIVERGENCE = TableSpec(
     file="layer_divergence.parquet",
     row="one row per (step, layer_a, layer_b)",
     about="How differently the layers attend: the Jensen-Shannon divergence between two layers' mean "
-          "attention over relative offset, on the evaluation sequences. Written with `attention`.",
+    "attention over relative offset, on the evaluation sequences. Written with `attention`.",
     schema=LAYER_DIVERGENCE_SCHEMA,
     docs=LAYER_DIVERGENCE_COLUMN_DOCS,
     sort=("step", "layer_a", "layer_b"),
@@ -369,7 +401,7 @@ EVAL_LOSS = TableSpec(
     file="eval_loss.parquet",
     row="one row per step",
     about="The model's loss on the evaluation sequences at each checkpoint with statistics, the curve "
-          "the dashboard overlays on its time axes. Written with `attention`.",
+    "the dashboard overlays on its time axes. Written with `attention`.",
     schema=EVAL_LOSS_SCHEMA,
     docs=EVAL_LOSS_COLUMN_DOCS,
     sort=("step",),
@@ -387,21 +419,30 @@ LLC_COLUMN_DOCS: dict[str, str] = {
     "layer": "layer index, 0-based (int32); -1 on the whole-model row",
     "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model row",
     "llc": "refined LLC n beta (mean SGLD loss - initial loss), averaged over chains: SGLD moves only the head's "
-           "Q, K, V rows and output-projection columns (every parameter on the whole-model row)",
+    "Q, K, V rows and output-projection columns (every parameter on the whole-model row)",
     "llc_std": "standard deviation of the per-chain estimates over the chains",
     "init_loss": "loss at the checkpoint's own weights on the sampler's batches, nats per token",
     "params": "number of parameters the sampler moved (int64)",
 }
-LLC_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "llc": pa.float64(),
-                      "llc_std": pa.float64(), "init_loss": pa.float64(), "params": pa.int64()})
+LLC_SCHEMA = _fields(
+    {
+        "step": pa.int64(),
+        "layer": pa.int32(),
+        "head": pa.int32(),
+        "llc": pa.float64(),
+        "llc_std": pa.float64(),
+        "init_loss": pa.float64(),
+        "params": pa.int64(),
+    }
+)
 LLC = TableSpec(
     name="llc",
     file="llc.parquet",
     row="one row per (step, layer, head), plus one whole-model row (layer = head = -1) per step",
     about="The weight-refined local learning coefficient of every head at a subset of checkpoints (about 8, "
-          "log-spaced, unless chosen), and the whole model's LLC beside it, estimated with devinterp's SGLD on the "
-          "store's evaluation sequences under the sampler settings in meta.json `llc`. Present when the store was "
-          "computed with `--lenses llc`.",
+    "log-spaced, unless chosen), and the whole model's LLC beside it, estimated with devinterp's SGLD on the "
+    "store's evaluation sequences under the sampler settings in meta.json `llc`. Present when the store was "
+    "computed with `--lenses llc`.",
     schema=LLC_SCHEMA,
     docs=LLC_COLUMN_DOCS,
     sort=("step", "layer", "head"),
@@ -421,24 +462,37 @@ LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
     "half_se": "standard error of second_half - first_half from the spread of the draws within each half, nats per token",
     "trace": "the sampled loss of every SGLD step, burn-in included, nats per token (float32)",
 }
-LLC_CHAINS_SCHEMA = _fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "chain": pa.int32(),
-                             "llc": pa.float64(), "first_half": pa.float64(), "second_half": pa.float64(),
-                             "slope": pa.float64(), "half_se": pa.float64(), "trace": pa.list_(pa.float32())})
+LLC_CHAINS_SCHEMA = _fields(
+    {
+        "step": pa.int64(),
+        "layer": pa.int32(),
+        "head": pa.int32(),
+        "chain": pa.int32(),
+        "llc": pa.float64(),
+        "first_half": pa.float64(),
+        "second_half": pa.float64(),
+        "slope": pa.float64(),
+        "half_se": pa.float64(),
+        "trace": pa.list_(pa.float32()),
+    }
+)
 LLC_CHAINS = TableSpec(
     name="llc_chains",
     file="llc_chains.parquet",
     row="one row per (step, layer, head, chain), the whole-model rows (layer = head = -1) included",
     about="The chains behind every estimate of llc.parquet: each chain's estimate, the mean sampled loss over the "
-          "first and second half of its draws, the slope over the second half and the whole loss trace. The flag "
-          "of an estimate (converged, still rising, diverged) follows from them by the rule in "
-          "analysis/llc_diagnostics.py. Written with llc.parquet.",
+    "first and second half of its draws, the slope over the second half and the whole loss trace. The flag "
+    "of an estimate (converged, still rising, diverged) follows from them by the rule in "
+    "analysis/llc_diagnostics.py. Written with llc.parquet.",
     schema=LLC_CHAINS_SCHEMA,
     docs=LLC_CHAINS_COLUMN_DOCS,
     sort=("step", "layer", "head", "chain"),
 )
 
 # Every table a store may hold, by name. A new table is one more entry.
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS)}
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS)
+}
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 
 

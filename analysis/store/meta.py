@@ -161,8 +161,17 @@ class ForwardInfo:
     dtype: str = "float32"
 
     # what must match for two runs' rows to describe the same evaluation
-    IDENTITY = ("n_sequences", "seq_len", "seed", "text_sha256", "tokens_sha256", "tokenizer",
-                "induction_repeat", "induction_sequences", "induction_seed")
+    IDENTITY = (
+        "n_sequences",
+        "seq_len",
+        "seed",
+        "text_sha256",
+        "tokens_sha256",
+        "tokenizer",
+        "induction_repeat",
+        "induction_sequences",
+        "induction_seed",
+    )
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -172,7 +181,8 @@ class ForwardInfo:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ForwardInfo:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known})
+        kwargs: dict[str, Any] = {k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known}
+        return cls(**kwargs)
 
     def same_evaluation(self, other: ForwardInfo) -> bool:
         """Whether ``other`` evaluates on exactly the same sequences (its rows are comparable)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,7 +42,6 @@ from analysis.store.format import (
 )
 from analysis.store.meta import Meta, read_meta
 from analysis.store.upgrade import null_model_columns, upgrade_table
-
 
 # The per-checkpoint relative change of a head's matrix, kept with the pairs in overlaps.parquet.
 REL_CHANGE = "rel_change"
@@ -70,7 +70,7 @@ class Store:
     # heads.parquet as opened by `open_store`: later column reads come from this same file
     # even if a precompute commit swaps the store directory meanwhile (None: no rows yet)
     file: pq.ParquetFile | None = field(default=None, repr=False, compare=False)
-    _cache: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def view(self, *, include_mixed: bool) -> Store:
         """The same store showing (or hiding) the partial duplicates; shares the column cache."""
@@ -144,6 +144,7 @@ class Store:
         rows = self.keys.num_rows
         if rows == 0:
             return np.zeros((0,) if column not in LIST_COLUMNS else (0, 0), np.float64)
+        assert self.file is not None, "a store with rows has heads.parquet"
         if column not in LIST_COLUMNS:
             return self.file.read(columns=[column]).column(0).to_numpy().astype(np.float64, copy=False)
         # List columns: one row group at a time (16,384 rows as precompute writes them), each
@@ -158,10 +159,13 @@ class Store:
             if out is None:
                 out = np.empty((rows, len(values) // max(n, 1)), dtype=np.float32)
             if len(values) != n * out.shape[1]:
-                raise StoreError(f"{str(self.path / HEADS.file)!r}: the lists of {column!r} differ in length; "
-                                 "the file is corrupt: recompute the store")
+                raise StoreError(
+                    f"{str(self.path / HEADS.file)!r}: the lists of {column!r} differ in length; "
+                    "the file is corrupt: recompute the store"
+                )
             out[start : start + n] = values.reshape(n, -1)
             start += n
+        assert out is not None, "a file with rows has a row group"
         return out
 
     def _full(self, column: str, matrix: str) -> np.ndarray:
@@ -205,10 +209,13 @@ class Store:
             names = pq.ParquetFile(path).schema_arrow.names
             if "rel_change" not in names:
                 return out
-            table = pq.read_table(path, columns=["matrix", "layer", "head", "prev_step", "step", "rel_change"],
-                                  filters=[("matrix", "=", matrix)])
+            table = pq.read_table(
+                path, columns=["matrix", "layer", "head", "prev_step", "step", "rel_change"], filters=[("matrix", "=", matrix)]
+            )
         except (OSError, pa.ArrowException) as exc:
-            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+            raise StoreError(
+                f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it"
+            ) from exc
         done = np.asarray(self.meta.done_steps, dtype=np.int64)
         prev = table["prev_step"].to_numpy()
         t = np.searchsorted(done, prev).clip(0, max(len(done) - 1, 0))
@@ -273,14 +280,16 @@ class Store:
         if not k or not path.is_file():
             return None
         try:
-            filters = [("layer", "=", int(layer)), ("head", "=", int(head))]
+            filters: list[tuple[str, str, Any]] = [("layer", "=", int(layer)), ("head", "=", int(head))]
             if "matrix" in pq.ParquetFile(path).schema_arrow.names:
                 filters.append(("matrix", "=", matrix))
             elif matrix != "qk":
                 filters = [("layer", "=", -1)]  # version 2: no rows of other matrices
             table = pq.read_table(path, filters=filters)
         except (OSError, pa.ArrowException) as exc:
-            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+            raise StoreError(
+                f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it"
+            ) from exc
         n_pairs = max(len(self.steps) - 1, 0)
         o_u = np.full((n_pairs, k, k), np.nan)
         o_v = np.full((n_pairs, k, k), np.nan)
@@ -291,7 +300,7 @@ class Store:
         nxt = table["step"].to_numpy()
         values_u = table["overlap_u"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
         values_v = table["overlap_v"].combine_chunks().flatten().to_numpy().reshape(-1, k, k)
-        for row, (a, b) in enumerate(zip(prev.tolist(), nxt.tolist())):
+        for row, (a, b) in enumerate(zip(prev.tolist(), nxt.tolist(), strict=True)):
             t = position.get(a)
             if t is not None and int(self.steps[t + 1]) == b:  # only pairs of consecutive steps of this view
                 o_u[t], o_v[t] = values_u[row], values_v[row]
@@ -326,7 +335,7 @@ class Store:
             columns = list(dict.fromkeys([*spec.sort, *columns]))
         key = ("table", f"{spec.name}:{','.join(columns or [])}:{self.include_mixed}")
         if key in self._cache:
-            return self._cache[key]  # type: ignore[return-value]
+            return self._cache[key]
         path = self.path / spec.file
         if not path.is_file():
             return None
@@ -336,10 +345,12 @@ class Store:
             wanted = [c for c in columns if c in names] if columns is not None else None
             table = pq.read_table(path, columns=wanted, filters=filters)
         except (OSError, pa.ArrowException) as exc:
-            raise StoreError(f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it") from exc
+            raise StoreError(
+                f"cannot read {str(path)!r}: {exc}; rerun `python -m precompute` on the store to rewrite it"
+            ) from exc
         table = upgrade_table(spec, table)
         table = spec.sorted(table) if all(c in table.column_names for c in spec.sort) else table
-        self._cache[key] = table  # type: ignore[assignment]
+        self._cache[key] = table
         return table
 
     def frame(self, spec: TableSpec, *, columns: list[str] | None = None) -> pd.DataFrame | None:
@@ -375,8 +386,13 @@ class Store:
         """
         at = dict(at or {})
         chains = int(((self.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
-        sizes = {"layer": self.n_layers, "layer_a": self.n_layers, "layer_b": self.n_layers, "head": self.n_heads,
-                 "chain": chains}
+        sizes = {
+            "layer": self.n_layers,
+            "layer_a": self.n_layers,
+            "layer_b": self.n_layers,
+            "head": self.n_heads,
+            "chain": chains,
+        }
         axes = [c for c in spec.sort if c != "step" and c not in at]
         if spec.sort[:1] != ("step",) or any(c not in sizes for c in axes) or any(c not in spec.sort for c in at):
             raise KeyError(f"{spec.file} is keyed by {spec.sort}: not a dense (step, layer/head) table")
@@ -395,7 +411,7 @@ class Store:
         for name, value in at.items():
             keep &= table[name].to_numpy() == value
         index = [rows]
-        for name, size in zip(axes, shape[1:]):
+        for name, size in zip(axes, shape[1:], strict=True):
             values = table[name].to_numpy()
             keep &= (values >= 0) & (values < size)
             index.append(values)

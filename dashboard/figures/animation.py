@@ -25,8 +25,16 @@ def _marginal_range(means: np.ndarray, log: bool) -> tuple[float, float]:
 
 
 def animation(
-    values: np.ndarray, *, steps: Sequence[int], start: int, stat: Stat, k: int | None = None,
-    log_colour: bool = False, signed: bool = False, frame_ms: int = FRAME_MS, title: str = "",
+    values: np.ndarray,
+    *,
+    steps: Sequence[int],
+    start: int,
+    stat: Stat,
+    k: int | None = None,
+    log_colour: bool = False,
+    signed: bool = False,
+    frame_ms: int = FRAME_MS,
+    title: str = "",
 ) -> go.Figure:
     """Layer x head heatmap of a statistic, animated over every checkpoint.
 
@@ -46,7 +54,7 @@ def animation(
         signed: diverging colours centred on 0 (linear colour only).
         title: put before each frame's ``step N`` title (run and statistic, for an exported image).
     """
-    s, n_layers, n_heads = values.shape
+    _s, n_layers, n_heads = values.shape
     sym = stat.short(k)
     colour = colour_layer(values, log=log_colour, title=stat.title(k), signed=signed)
     z_all = colour.pop("z").astype(np.float32)  # (S, L, H), log10 when log_colour; float32 halves the payload
@@ -62,51 +70,113 @@ def animation(
         heat = dict(type="heatmap", z=z_all[i])
         # the invisible cell markers: [layer, head, step, value] (a click opens the head at this step)
         cells = head_points(cell_layer, cell_head, steps[i], raw[i].ravel())
-        return [heat, dict(type="scatter", x=layer_mean[i]), dict(type="scatter", y=head_mean[i]),
-                dict(type="scatter", customdata=cells)]
+        return [
+            heat,
+            dict(type="scatter", x=layer_mean[i]),
+            dict(type="scatter", y=head_mean[i]),
+            dict(type="scatter", customdata=cells),
+        ]
 
     first = frame_data(start)
     first[3].update(
-        x=cell_head, y=cell_layer, mode="markers", xaxis="x", yaxis="y", showlegend=False, name="cells",
-        marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
+        x=cell_head,
+        y=cell_layer,
+        mode="markers",
+        xaxis="x",
+        yaxis="y",
+        showlegend=False,
+        name="cells",
+        marker=dict(size=6, opacity=0, color="black"),
+        selected=dict(marker=dict(opacity=0)),
         unselected=dict(marker=dict(opacity=0)),
-        hovertemplate=f"{HOVER_HEAD}<br>{HOVER_STEP}<br>{sym} = "
-                      "%{customdata[3]:.4g}<extra>click to open</extra>",
+        hovertemplate=f"{HOVER_HEAD}<br>{HOVER_STEP}<br>{sym} = %{{customdata[3]:.4g}}<extra>click to open</extra>",
     )
-    first[0].update(x=heads, y=layers, hoverinfo="skip", xaxis="x", yaxis="y",
-                    colorbar=dict(colour["colorbar"], x=1.0, xanchor="left", len=0.7, y=_MAIN_Y[1], yanchor="top",
-                                  thickness=14),
-                    **{key: val for key, val in colour.items() if key != "colorbar"})
-    first[1].update(y=layers, mode="lines+markers", xaxis="x2", yaxis="y", line=dict(color="#444", width=1.5),
-                    marker=dict(size=5), name="layer mean",
-                    hovertemplate=f"layer %{{y}}: mean over heads {sym} = %{{x:.4g}}<extra></extra>")
-    first[2].update(x=heads, mode="lines+markers", xaxis="x3", yaxis="y3", line=dict(color="#444", width=1.5),
-                    marker=dict(size=5), name="head mean",
-                    hovertemplate=f"head %{{x}}: mean over layers {sym} = %{{y:.4g}}<extra></extra>")
-    frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1, 2, 3],
-                   layout=dict(title=dict(text=f"{title} · step {step:,}" if title else f"step {step:,}")))
-              for i, step in enumerate(steps)]
+    first[0].update(
+        x=heads,
+        y=layers,
+        hoverinfo="skip",
+        xaxis="x",
+        yaxis="y",
+        colorbar=dict(colour["colorbar"], x=1.0, xanchor="left", len=0.7, y=_MAIN_Y[1], yanchor="top", thickness=14),
+        **{key: val for key, val in colour.items() if key != "colorbar"},
+    )
+    first[1].update(
+        y=layers,
+        mode="lines+markers",
+        xaxis="x2",
+        yaxis="y",
+        line=dict(color="#444", width=1.5),
+        marker=dict(size=5),
+        name="layer mean",
+        hovertemplate=f"layer %{{y}}: mean over heads {sym} = %{{x:.4g}}<extra></extra>",
+    )
+    first[2].update(
+        x=heads,
+        mode="lines+markers",
+        xaxis="x3",
+        yaxis="y3",
+        line=dict(color="#444", width=1.5),
+        marker=dict(size=5),
+        name="head mean",
+        hovertemplate=f"head %{{x}}: mean over layers {sym} = %{{y:.4g}}<extra></extra>",
+    )
+    frames = [
+        dict(
+            name=str(step),
+            data=frame_data(i),
+            traces=[0, 1, 2, 3],
+            layout=dict(title=dict(text=f"{title} · step {step:,}" if title else f"step {step:,}")),
+        )
+        for i, step in enumerate(steps)
+    ]
 
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
-        height=640, showlegend=False, margin=dict(l=64, r=90, t=56, b=100), hoverdistance=-1,
+        height=640,
+        showlegend=False,
+        margin=dict(l=64, r=90, t=56, b=100),
+        hoverdistance=-1,
         title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(domain=_MAIN_X, anchor="y", range=[-0.5, n_heads - 0.5], title=dict(text=""), showticklabels=False),
-        yaxis=dict(domain=_MAIN_Y, anchor="x", range=[n_layers - 0.5, -0.5], title=dict(text="layer"),
-                   dtick=1 if n_layers <= 24 else 2),
-        xaxis2=value_axis(f"mean over heads ({stat.unit})", _marginal_range(layer_mean, log_colour), log=log_colour,
-                          domain=_RIGHT_X, anchor="y", nticks=4),
-        xaxis3=dict(domain=_MAIN_X, anchor="y3", matches="x", range=[-0.5, n_heads - 0.5], title=dict(text="head"),
-                    dtick=1 if n_heads <= 24 else 2),
-        yaxis3=value_axis("mean over<br>layers", _marginal_range(head_mean, log_colour), log=log_colour,
-                          domain=_BOTTOM_Y, anchor="x3", nticks=4),
-        updatemenus=[dict(
-            type="buttons", direction="left", x=0.0, y=-0.1, xanchor="left", yanchor="top", pad=dict(t=0, r=10),
-            showactive=False,
-            # from the opening step on (plotly otherwise starts at frame 0 until something has played)
-            buttons=[dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
-                     dict(label="❚❚ Pause", method="animate", args=[[None], pause])],
-        )],
+        yaxis=dict(
+            domain=_MAIN_Y, anchor="x", range=[n_layers - 0.5, -0.5], title=dict(text="layer"), dtick=1 if n_layers <= 24 else 2
+        ),
+        xaxis2=value_axis(
+            f"mean over heads ({stat.unit})",
+            _marginal_range(layer_mean, log_colour),
+            log=log_colour,
+            domain=_RIGHT_X,
+            anchor="y",
+            nticks=4,
+        ),
+        xaxis3=dict(
+            domain=_MAIN_X,
+            anchor="y3",
+            matches="x",
+            range=[-0.5, n_heads - 0.5],
+            title=dict(text="head"),
+            dtick=1 if n_heads <= 24 else 2,
+        ),
+        yaxis3=value_axis(
+            "mean over<br>layers", _marginal_range(head_mean, log_colour), log=log_colour, domain=_BOTTOM_Y, anchor="x3", nticks=4
+        ),
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="left",
+                x=0.0,
+                y=-0.1,
+                xanchor="left",
+                yanchor="top",
+                pad=dict(t=0, r=10),
+                showactive=False,
+                # from the opening step on (plotly otherwise starts at frame 0 until something has played)
+                buttons=[
+                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
+                ],
+            )
+        ],
     )
     return figure(first, lay, frames)

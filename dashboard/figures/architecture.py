@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 
 from dashboard import style
 from dashboard.data import StepAxis, nan_mean
-from dashboard.figures.points import cell_picker
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
+from dashboard.figures.points import cell_picker
 from dashboard.stats import Stat
 
 
@@ -23,8 +23,17 @@ def layer_boundaries(n_layers: int, n_heads: int, *, xref: str = "x", yref: str 
     """One vertical line between consecutive layers (at category index layer * n_heads - 0.5), any number of layers."""
     line = dict(color=style.BOUNDARY_COLOUR, width=1.2 if n_layers < 40 else 0.8)
     return [
-        dict(type="line", xref=xref, yref=f"{yref} domain", x0=b * n_heads - 0.5, x1=b * n_heads - 0.5, y0=0, y1=1,
-             line=line, layer="above")
+        dict(
+            type="line",
+            xref=xref,
+            yref=f"{yref} domain",
+            x0=b * n_heads - 0.5,
+            x1=b * n_heads - 0.5,
+            y0=0,
+            y1=1,
+            line=line,
+            layer="above",
+        )
         for b in range(1, n_layers)
     ]
 
@@ -38,7 +47,12 @@ def layer_ticks(n_layers: int, n_heads: int, *, max_labels: int = 40) -> tuple[l
 
 
 def architecture_heatmap(
-    axis: StepAxis, values: np.ndarray, *, stat: Stat, k: int | None = None, log_colour: bool = False,
+    axis: StepAxis,
+    values: np.ndarray,
+    *,
+    stat: Stat,
+    k: int | None = None,
+    log_colour: bool = False,
     signed: bool = False,
 ) -> go.Figure:
     """A statistic for every head (x, layer-major) at every checkpoint (y), with layer boundaries drawn.
@@ -55,15 +69,22 @@ def architecture_heatmap(
     sym = stat.short(k)
     labels = head_labels(n_layers, n_heads)
     heat: dict[str, Any] = dict(
-        type="heatmap", x=labels, y=axis.edges, z=colour.pop("z"), hoverinfo="skip", **colour,
+        type="heatmap",
+        x=labels,
+        y=axis.edges,
+        z=colour.pop("z"),
+        hoverinfo="skip",
+        **colour,
     )
     # the cell markers sit on a hidden numeric axis over the category one (column i at i): numbers travel as a
     # typed array, where 221,760 category names (a 36 x 40 model, 154 checkpoints) would be megabytes of JSON
-    picker = cell_picker(np.arange(n_layers * n_heads, dtype=np.float32), axis.x, flat, axis.steps, n_heads=n_heads,
-                         sym=sym, xaxis="x2")
+    picker = cell_picker(
+        np.arange(n_layers * n_heads, dtype=np.float32), axis.x, flat, axis.steps, n_heads=n_heads, sym=sym, xaxis="x2"
+    )
     lay = _heatmap_layout(axis, n_layers, n_heads)
-    lay["xaxis2"] = dict(overlaying="x", range=[-0.5, n_layers * n_heads - 0.5], visible=False, fixedrange=False,
-                         anchor="y", matches="x")
+    lay["xaxis2"] = dict(
+        overlaying="x", range=[-0.5, n_layers * n_heads - 0.5], visible=False, fixedrange=False, anchor="y", matches="x"
+    )
     return figure([heat, picker], lay)
 
 
@@ -71,17 +92,29 @@ def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, An
     tickvals, ticktext = layer_ticks(n_layers, n_heads)
     yaxis = step_xaxis(axis)  # the step axis, standing vertically
     return layout(
-        height=max(style.HEIGHT, 520), hoverdistance=-1,
-        xaxis=dict(type="category", title=dict(text="head, layer-major (layer boundaries in white)"),
-                   tickvals=tickvals, ticktext=ticktext, tickangle=0 if n_layers <= 24 else -90,
-                   tickfont=dict(size=11 if n_layers <= 24 else 9), range=[-0.5, n_layers * n_heads - 0.5]),
+        height=max(style.HEIGHT, 520),
+        hoverdistance=-1,
+        xaxis=dict(
+            type="category",
+            title=dict(text="head, layer-major (layer boundaries in white)"),
+            tickvals=tickvals,
+            ticktext=ticktext,
+            tickangle=0 if n_layers <= 24 else -90,
+            tickfont=dict(size=11 if n_layers <= 24 else 9),
+            range=[-0.5, n_layers * n_heads - 0.5],
+        ),
         yaxis=yaxis,
         shapes=layer_boundaries(n_layers, n_heads) + duplicate_shapes(axis, vertical=False),
     )
 
 
 def layer_means(
-    axis: StepAxis, values: np.ndarray, *, stat: Stat, k: int | None = None, y_range: tuple[float, float],
+    axis: StepAxis,
+    values: np.ndarray,
+    *,
+    stat: Stat,
+    k: int | None = None,
+    y_range: tuple[float, float],
     log_y: bool = False,
 ) -> go.Figure:
     """The mean over heads of every layer over training, one line per layer coloured by depth.
@@ -94,18 +127,29 @@ def layer_means(
     colours = style.layer_colours(n_layers)
     sym = stat.short(k)
     traces = [
-        dict(type="scatter", x=axis.x, y=means[:, layer], mode="lines", name=f"L{layer}",
-             line=dict(color=colours[layer], width=1.8), customdata=axis.steps,
-             hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>")
+        dict(
+            type="scatter",
+            x=axis.x,
+            y=means[:, layer],
+            mode="lines",
+            name=f"L{layer}",
+            line=dict(color=colours[layer], width=1.8),
+            customdata=axis.steps,
+            hovertemplate=f"layer {layer} mean<br>step %{{customdata}}<br>{sym} = %{{y:.4g}}<extra></extra>",
+        )
         for layer in range(n_layers)
     ]
     # layers are discrete: a legend entry per layer (a vertical legend right of the plot, clear of the toolbar)
-    return figure(traces, layout(
-        showlegend=True,
-        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=10),
-                    title=dict(text="layer")),
-        margin=dict(style.MARGIN, r=90),
-        xaxis=step_xaxis(axis),
-        yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
-        shapes=duplicate_shapes(axis),
-    ))
+    return figure(
+        traces,
+        layout(
+            showlegend=True,
+            legend=dict(
+                orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=10), title=dict(text="layer")
+            ),
+            margin=dict(style.MARGIN, r=90),
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
+            shapes=duplicate_shapes(axis),
+        ),
+    )

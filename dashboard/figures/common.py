@@ -11,7 +11,6 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range, log10_or_nan
 
-
 # Arrays up to this many values go to plotly as lists: plotly's base64 path costs a fixed
 # ~0.2 ms per array (a dataframe-library probe), more than JSON takes for a couple of hundred numbers.
 SMALL_ARRAY = 256
@@ -87,7 +86,7 @@ def layout(**overrides: Any) -> dict[str, Any]:
 
 def step_xaxis(axis: StepAxis, **extra: Any) -> dict[str, Any]:
     """An x-axis dict for training time: linear or log, fixed range, titled with its unit."""
-    out = dict(type="log" if axis.log else "linear", range=list(axis.range), title=dict(text=axis.title))
+    out: dict[str, Any] = dict(type="log" if axis.log else "linear", range=list(axis.range), title=dict(text=axis.title))
     if axis.log:
         out["dtick"] = 1 if axis.range[1] - axis.range[0] < 9 else 2  # labels at decades only
     out.update(extra)
@@ -96,7 +95,7 @@ def step_xaxis(axis: StepAxis, **extra: Any) -> dict[str, Any]:
 
 def value_axis(title: str, rng: tuple[float, float], *, log: bool = False, **extra: Any) -> dict[str, Any]:
     """A value axis with a fixed range (``rng`` in log10 units when ``log``; ticks at decades when it spans several)."""
-    out = dict(type="log" if log else "linear", range=list(rng), title=dict(text=title))
+    out: dict[str, Any] = dict(type="log" if log else "linear", range=list(rng), title=dict(text=title))
     if log:
         span = rng[1] - rng[0]
         if span >= 2:
@@ -134,9 +133,19 @@ def step_marks(xs: list[float], colours: list[str], *, xref: str = "x", yref: st
     """Vertical lines at the chosen steps in their colours (``full=False``: a short tick at the top)."""
     y0 = 0.0 if full else 0.93
     return [
-        dict(type="line", xref=xref, yref=f"{yref} domain", x0=x, x1=x, y0=y0, y1=1,
-             line=dict(color=c, width=1.2 if full else 3, dash="dash" if full else "solid"), opacity=0.85, layer="above")
-        for x, c in zip(xs, colours)
+        dict(
+            type="line",
+            xref=xref,
+            yref=f"{yref} domain",
+            x0=x,
+            x1=x,
+            y0=y0,
+            y1=1,
+            line=dict(color=c, width=1.2 if full else 3, dash="dash" if full else "solid"),
+            opacity=0.85,
+            layer="above",
+        )
+        for x, c in zip(xs, colours, strict=False)
     ]
 
 
@@ -154,8 +163,9 @@ def decade_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     return [t[0] for t in fine], [f"10<sup>{n}</sup>" if m == 1 else f"{m}·10<sup>{n}</sup>" for _, m, n in fine]
 
 
-def colour_layer(values: np.ndarray, *, log: bool, title: str, signed: bool = False,
-                 rng: tuple[float, float] | None = None) -> dict[str, Any]:
+def colour_layer(
+    values: np.ndarray, *, log: bool, title: str, signed: bool = False, rng: tuple[float, float] | None = None
+) -> dict[str, Any]:
     """Heatmap colour settings: ``z`` (log10 when ``log``), fixed zmin/zmax and a labelled colour bar.
 
     Args:
@@ -184,7 +194,7 @@ def colour_layer(values: np.ndarray, *, log: bool, title: str, signed: bool = Fa
 
 def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Several series on one x as a single trace: ``ys`` ``(n, S)`` -> x, y of length n (S + 1), NaN between."""
-    n, s = ys.shape
+    n, _s = ys.shape
     xx = np.tile(np.append(np.asarray(x, dtype=np.float64), np.nan), n)
     yy = np.concatenate([ys, np.full((n, 1), np.nan)], axis=1).reshape(-1)
     return xx, yy
@@ -192,11 +202,21 @@ def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *, xaxis: str = "x") -> go.Figure:
     """``fig`` with the loss curve drawn over its time axis ``xaxis``, on a value axis of its own at the right."""
-    fig.add_trace(go.Scatter(
-        x=axis.x, y=np.asarray(loss, dtype=np.float64), mode="lines+markers", name=label, xaxis=xaxis, yaxis="y99",
-        line=dict(color=style.LOSS_COLOUR, width=2, dash="dot"), marker=dict(size=4), customdata=axis.steps,
-        hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>", showlegend=True,
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=axis.x,
+            y=np.asarray(loss, dtype=np.float64),
+            mode="lines+markers",
+            name=label,
+            xaxis=xaxis,
+            yaxis="y99",
+            line=dict(color=style.LOSS_COLOUR, width=2, dash="dot"),
+            marker=dict(size=4),
+            customdata=axis.steps,
+            hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>",
+            showlegend=True,
+        )
+    )
     right = 80
     for trace in fig.data:  # a colour bar moves right of the loss axis
         if getattr(trace, "colorbar", None) is not None and trace.type == "heatmap":
@@ -206,9 +226,18 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
     if legend_x is not None and legend_x >= 1:  # a legend at the right moves past the loss axis's title
         fig.update_layout(legend=dict(x=legend_x + 0.09))
         right = max(right, int(fig.layout.margin.r or 0) + 70)
-    fig.update_layout(yaxis99=dict(overlaying="y", side="right", title=dict(text=label), showgrid=False,
-                                   zeroline=False, anchor=xaxis, range=list(fixed_range(loss))),
-                      margin=dict(r=max(int(fig.layout.margin.r or 0), right)))
+    fig.update_layout(
+        yaxis99=dict(
+            overlaying="y",
+            side="right",
+            title=dict(text=label),
+            showgrid=False,
+            zeroline=False,
+            anchor=xaxis,
+            range=list(fixed_range(loss)),
+        ),
+        margin=dict(r=max(int(fig.layout.margin.r or 0), right)),
+    )
     return fig
 
 
@@ -217,8 +246,7 @@ def overlay_loss_grid(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: s
     that panel's own (fixed over the panels; ticks only at the right of the last column)."""
     loss = np.asarray(loss, dtype=np.float64)
     rng = list(fixed_range(loss))
-    xaxes = sorted((k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")),
-                   key=lambda k: int(k[5:] or 1))
+    xaxes = sorted((k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")), key=lambda k: int(k[5:] or 1))
     right_edges = [round(fig.layout[k].domain[1], 6) if fig.layout[k].domain else 1.0 for k in xaxes]
     last = max(right_edges, default=1.0)
     for key in xaxes:
@@ -226,14 +254,35 @@ def overlay_loss_grid(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: s
         xname = "x" if n == 1 else f"x{n}"
         yref = fig.layout[key].anchor or ("y" if n == 1 else f"y{n}")
         over = f"y{100 + n}"
-        fig.add_trace(go.Scatter(
-            x=axis.x, y=loss, mode="lines", name=label, xaxis=xname, yaxis=over, showlegend=n == 1,
-            line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"), customdata=axis.steps, legendgroup="loss",
-            hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=axis.x,
+                y=loss,
+                mode="lines",
+                name=label,
+                xaxis=xname,
+                yaxis=over,
+                showlegend=n == 1,
+                line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"),
+                customdata=axis.steps,
+                legendgroup="loss",
+                hovertemplate=f"step %{{customdata}}<br>{label} = %{{y:.4f}}<extra></extra>",
+            )
+        )
         dom = fig.layout[key].domain
         at_right = (round(dom[1], 6) if dom else 1.0) == last
-        fig.update_layout({f"yaxis{100 + n}": dict(overlaying=yref, side="right", anchor=xname, range=rng,
-                                                   showgrid=False, zeroline=False, showticklabels=at_right)})
+        fig.update_layout(
+            {
+                f"yaxis{100 + n}": dict(
+                    overlaying=yref,
+                    side="right",
+                    anchor=xname,
+                    range=rng,
+                    showgrid=False,
+                    zeroline=False,
+                    showticklabels=at_right,
+                )
+            }
+        )
     fig.update_layout(margin=dict(r=max(int(fig.layout.margin.r or 0), 60)))
     return fig

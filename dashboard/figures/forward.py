@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, layer_boundaries, layer_ticks
-from dashboard.figures.points import cell_picker
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
+from dashboard.figures.points import cell_picker
 from dashboard.stats import Stat
 
 FRAME_MS = 200
@@ -22,52 +22,109 @@ FRAME_MS = 200
 def _rgba(colour: str, alpha: float) -> str:
     """``rgb(r, g, b)`` or ``#rrggbb`` as ``rgba(r, g, b, alpha)``."""
     if colour.startswith("#"):
-        r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
     else:
-        r, g, b = (int(float(v)) for v in colour[colour.index("(") + 1:colour.index(")")].split(",")[:3])
+        r, g, b = (int(float(v)) for v in colour[colour.index("(") + 1 : colour.index(")")].split(",")[:3])
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def layer_bands(axis: StepAxis, values: np.ndarray, *, stat: Stat, reference: float | None = None,
-                reference_label: str = "") -> go.Figure:
+def layer_bands(
+    axis: StepAxis, values: np.ndarray, *, stat: Stat, reference: float | None = None, reference_label: str = ""
+) -> go.Figure:
     """One line per layer (mean over its heads) with the heads' range as a band, over training.
 
     Args:
         values: ``(S, n_layers, n_heads)``.
         reference: a value to mark with a horizontal dotted line (uniform attention's), if any.
     """
-    s, n_layers, _ = values.shape
+    _s, n_layers, _ = values.shape
     colours = style.scale_colours(style.LAYER_SCALE, n_layers)
     traces: list[dict[str, Any]] = []
     for layer in range(n_layers):
         v = values[:, layer, :]
         lo, hi, mean = np.nanmin(v, axis=1), np.nanmax(v, axis=1), np.nanmean(v, axis=1)
         band = _rgba(colours[layer], 0.15)
-        traces.append(dict(type="scatter", x=axis.x, y=hi, mode="lines", line=dict(width=0), legendgroup=f"L{layer}",
-                           showlegend=False, hoverinfo="skip"))
-        traces.append(dict(type="scatter", x=axis.x, y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                           fillcolor=band, legendgroup=f"L{layer}", showlegend=False, hoverinfo="skip"))
-        traces.append(dict(type="scatter", x=axis.x, y=mean, mode="lines", name=f"L{layer}", legendgroup=f"L{layer}",
-                           line=dict(color=colours[layer], width=2), customdata=np.stack([axis.steps, lo, hi], axis=1),
-                           hovertemplate=f"layer {layer}<br>step %{{customdata[0]:,}}<br>mean {stat.symbol} = %{{y:.4g}}"
-                                         f"<br>heads %{{customdata[1]:.4g}} … %{{customdata[2]:.4g}}<extra></extra>"))
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=hi,
+                mode="lines",
+                line=dict(width=0),
+                legendgroup=f"L{layer}",
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=lo,
+                mode="lines",
+                line=dict(width=0),
+                fill="tonexty",
+                fillcolor=band,
+                legendgroup=f"L{layer}",
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=mean,
+                mode="lines",
+                name=f"L{layer}",
+                legendgroup=f"L{layer}",
+                line=dict(color=colours[layer], width=2),
+                customdata=np.stack([axis.steps, lo, hi], axis=1),
+                hovertemplate=f"layer {layer}<br>step %{{customdata[0]:,}}<br>mean {stat.symbol} = %{{y:.4g}}"
+                f"<br>heads %{{customdata[1]:.4g}} … %{{customdata[2]:.4g}}<extra></extra>",
+            )
+        )
     shapes = duplicate_shapes(axis)
     annotations = []
     if reference is not None:
-        shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=reference, y1=reference,
-                           line=dict(color="#555", width=1, dash="dot")))
-        annotations.append(dict(xref="x domain", yref="y", x=1, y=reference, xanchor="right", yanchor="bottom",
-                                text=reference_label, showarrow=False, font=dict(size=11, color="#555")))
+        shapes.append(
+            dict(
+                type="line",
+                xref="x domain",
+                yref="y",
+                x0=0,
+                x1=1,
+                y0=reference,
+                y1=reference,
+                line=dict(color="#555", width=1, dash="dot"),
+            )
+        )
+        annotations.append(
+            dict(
+                xref="x domain",
+                yref="y",
+                x=1,
+                y=reference,
+                xanchor="right",
+                yanchor="bottom",
+                text=reference_label,
+                showarrow=False,
+                font=dict(size=11, color="#555"),
+            )
+        )
     rng = fixed_range(np.concatenate([values.ravel(), [reference] if reference is not None else []]))
-    return figure(traces, layout(
-        height=style.HEIGHT,
-        xaxis=step_xaxis(axis),
-        yaxis=value_axis(stat.title(), rng),
-        shapes=shapes,
-        annotations=annotations,
-        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
-        margin=dict(style.MARGIN, r=90),
-    ))
+    return figure(
+        traces,
+        layout(
+            height=style.HEIGHT,
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(stat.title(), rng),
+            shapes=shapes,
+            annotations=annotations,
+            legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
+            margin=dict(style.MARGIN, r=90),
+        ),
+    )
 
 
 def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, frame_ms: int = FRAME_MS) -> go.Figure:
@@ -78,32 +135,66 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
         steps: the S steps (frame names, slider labels).
         start: index of the frame shown first.
     """
-    s, n_layers, _ = jsd.shape
+    _s, n_layers, _ = jsd.shape
     hi = float(np.nanmax(jsd)) if np.isfinite(jsd).any() else 1.0
     layers = np.arange(n_layers)
     hover = "layers %{y} and %{x}<br>JSD = %{z:.4f} bits<extra></extra>"
-    first = dict(type="heatmap", x=layers, y=layers, z=jsd[start], zmin=0.0, zmax=max(hi, 1e-6),
-                 colorscale=style.HEATMAP_SCALE, hovertemplate=hover,
-                 colorbar=dict(title=dict(text="JSD (bits)", side="right"), thickness=14))
-    frames = [dict(name=str(step), data=[dict(type="heatmap", z=jsd[i])], traces=[0],
-                   layout=dict(title=dict(text=f"step {step:,}"))) for i, step in enumerate(steps)]
+    first = dict(
+        type="heatmap",
+        x=layers,
+        y=layers,
+        z=jsd[start],
+        zmin=0.0,
+        zmax=max(hi, 1e-6),
+        colorscale=style.HEATMAP_SCALE,
+        hovertemplate=hover,
+        colorbar=dict(title=dict(text="JSD (bits)", side="right"), thickness=14),
+    )
+    frames = [
+        dict(name=str(step), data=[dict(type="heatmap", z=jsd[i])], traces=[0], layout=dict(title=dict(text=f"step {step:,}")))
+        for i, step in enumerate(steps)
+    ]
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
-    return figure([first], layout(
-        height=520, showlegend=False, margin=dict(l=64, r=40, t=56, b=120),
-        title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
-        xaxis=dict(title=dict(text="layer"), dtick=1, range=[-0.5, n_layers - 0.5], constrain="domain"),
-        yaxis=dict(title=dict(text="layer"), dtick=1, range=[n_layers - 0.5, -0.5], scaleanchor="x"),
-        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=-0.12, xanchor="left", yanchor="top",
-                          showactive=False,
-                          buttons=[dict(label="▶ Play", method="animate",
-                                        args=[[str(x) for x in steps[start:]] if start else None, play]),
-                                   dict(label="❚❚ Pause", method="animate", args=[[None], pause])])],
-        sliders=[dict(active=start, x=0.18, len=0.82, y=-0.1, yanchor="top",
-                      steps=[dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps],
-                      currentvalue=dict(prefix="step ", visible=True, xanchor="right"))],
-    ), frames)
+    return figure(
+        [first],
+        layout(
+            height=520,
+            showlegend=False,
+            margin=dict(l=64, r=40, t=56, b=120),
+            title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
+            xaxis=dict(title=dict(text="layer"), dtick=1, range=[-0.5, n_layers - 0.5], constrain="domain"),
+            yaxis=dict(title=dict(text="layer"), dtick=1, range=[n_layers - 0.5, -0.5], scaleanchor="x"),
+            updatemenus=[
+                dict(
+                    type="buttons",
+                    direction="left",
+                    x=0.0,
+                    y=-0.12,
+                    xanchor="left",
+                    yanchor="top",
+                    showactive=False,
+                    buttons=[
+                        dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+                        dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
+                    ],
+                )
+            ],
+            sliders=[
+                dict(
+                    active=start,
+                    x=0.18,
+                    len=0.82,
+                    y=-0.1,
+                    yanchor="top",
+                    steps=[dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps],
+                    currentvalue=dict(prefix="step ", visible=True, xanchor="right"),
+                )
+            ],
+        ),
+        frames,
+    )
 
 
 def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baseline: float | None = None) -> go.Figure:
@@ -116,19 +207,30 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     s, n_layers, n_heads = values.shape
     flat = values.reshape(s, n_layers * n_heads).T  # (heads, S)
     title = stat.title() + (f"<br>uniform: {baseline:.3g}" if baseline is not None else "")
-    colour = colour_layer(flat, log=False, title=title, rng=(0.0, max(1e-6, float(np.nanmax(flat)) if np.isfinite(flat).any() else 1.0)))
+    colour = colour_layer(
+        flat, log=False, title=title, rng=(0.0, max(1e-6, float(np.nanmax(flat)) if np.isfinite(flat).any() else 1.0))
+    )
     tickvals, ticktext = layer_ticks(n_layers, n_heads)
     labels = head_labels(n_layers, n_heads)
     # hover and clicks through invisible cell markers ([layer, head, step, value]: a click opens the head)
     heat = dict(type="heatmap", x=axis.edges, y=labels, z=colour.pop("z"), hoverinfo="skip", **colour)
-    picker = cell_picker(labels, axis.x, values.reshape(s, n_layers * n_heads), axis.steps, n_heads=n_heads,
-                         sym=stat.symbol, heads_on="y")
-    shapes = [dict(line, x0=line["y0"], x1=line["y1"], y0=line["x0"], y1=line["x1"], xref="x domain", yref="y")
-              for line in layer_boundaries(n_layers, n_heads)]
-    return figure([heat, picker], layout(
-        height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)), hovermode="closest", hoverdistance=-1,
-        xaxis=step_xaxis(axis),
-        yaxis=dict(type="category", tickvals=tickvals, ticktext=ticktext, autorange="reversed",
-                   title=dict(text="head (layer-major)")),
-        shapes=shapes + duplicate_shapes(axis),
-    ))
+    picker = cell_picker(
+        labels, axis.x, values.reshape(s, n_layers * n_heads), axis.steps, n_heads=n_heads, sym=stat.symbol, heads_on="y"
+    )
+    shapes = [
+        dict(line, x0=line["y0"], x1=line["y1"], y0=line["x0"], y1=line["x1"], xref="x domain", yref="y")
+        for line in layer_boundaries(n_layers, n_heads)
+    ]
+    return figure(
+        [heat, picker],
+        layout(
+            height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)),
+            hovermode="closest",
+            hoverdistance=-1,
+            xaxis=step_xaxis(axis),
+            yaxis=dict(
+                type="category", tickvals=tickvals, ticktext=ticktext, autorange="reversed", title=dict(text="head (layer-major)")
+            ),
+            shapes=shapes + duplicate_shapes(axis),
+        ),
+    )

@@ -15,14 +15,18 @@ from dashboard.figures.common import figure, layout, step_xaxis, value_axis
 from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
 from dashboard.stats import Stat
 
-CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-                   "#7f7f7f", "#bcbd22")
+CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
 
 # Marker of an estimate by its flag (analysis/llc_diagnostics.py); "" is an estimate without diagnostics.
-FLAG_SYMBOLS = {"converged": "circle", "": "circle", "too few draws": "circle-open", "still rising": "triangle-up",
-                "still falling": "triangle-down",
-                "diverged": "x"}
+FLAG_SYMBOLS = {
+    "converged": "circle",
+    "": "circle",
+    "too few draws": "circle-open",
+    "still rising": "triangle-up",
+    "still falling": "triangle-down",
+    "diverged": "x",
+}
 
 
 def _flag_text(flag: str, value: float) -> str:
@@ -32,9 +36,18 @@ def _flag_text(flag: str, value: float) -> str:
     return "; ".join(parts) or ("converged" if flag else "no diagnostics")
 
 
-def head_curves(axis: StepAxis, idx: np.ndarray, values: np.ndarray, *, stat: Stat, groups: np.ndarray,
-                group_names: Sequence[str], colours: Sequence[str], stds: np.ndarray | None = None,
-                flags: np.ndarray | None = None) -> go.Figure:
+def head_curves(
+    axis: StepAxis,
+    idx: np.ndarray,
+    values: np.ndarray,
+    *,
+    stat: Stat,
+    groups: np.ndarray,
+    group_names: Sequence[str],
+    colours: Sequence[str],
+    stds: np.ndarray | None = None,
+    flags: np.ndarray | None = None,
+) -> go.Figure:
     """Every head's estimates over training: markers at the estimated checkpoints, a thin line joining a
     head's consecutive estimates, one colour per group (its layer, or its cluster); a flagged estimate's
     marker is `FLAG_SYMBOLS`'s, and the hover gives the chains' spread and the flag.
@@ -58,49 +71,104 @@ def head_curves(axis: StepAxis, idx: np.ndarray, values: np.ndarray, *, stat: St
             y = values[:, layer, head]
             head_flags = flags[:, layer, head] if flags is not None else np.full(e, "", dtype=object)
             spread = stds[:, layer, head] if stds is not None else np.full(e, np.nan)
-            notes = [_flag_text(f, v) for f, v in zip(head_flags, y)]
-            traces.append(dict(
-                type="scatter", x=x, y=y, mode="lines+markers", name=group_names[g],
-                legendgroup=f"g{g}", showlegend=g not in shown, line=dict(color=colours[g], width=1),
-                marker=dict(color=colours[g], size=[6 if f in ("", "converged") else 10 for f in head_flags],
-                            symbol=[FLAG_SYMBOLS.get(f, "circle") for f in head_flags]), opacity=0.8,
-                customdata=head_points(layer, head, steps, spread), text=notes,
-                hovertemplate=f"{HOVER_HEAD} ({group_names[g]})<br>{HOVER_STEP}"
-                              f"<br>{stat.symbol} = %{{y:.4g}} ± %{{customdata[3]:.2g}} (chains' spread)"
-                              "<br>%{text}<extra></extra>",
-            ))
+            notes = [_flag_text(f, v) for f, v in zip(head_flags, y, strict=True)]
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=x,
+                    y=y,
+                    mode="lines+markers",
+                    name=group_names[g],
+                    legendgroup=f"g{g}",
+                    showlegend=g not in shown,
+                    line=dict(color=colours[g], width=1),
+                    marker=dict(
+                        color=colours[g],
+                        size=[6 if f in ("", "converged") else 10 for f in head_flags],
+                        symbol=[FLAG_SYMBOLS.get(f, "circle") for f in head_flags],
+                    ),
+                    opacity=0.8,
+                    customdata=head_points(layer, head, steps, spread),
+                    text=notes,
+                    hovertemplate=f"{HOVER_HEAD} ({group_names[g]})<br>{HOVER_STEP}"
+                    f"<br>{stat.symbol} = %{{y:.4g}} ± %{{customdata[3]:.2g}} (chains' spread)"
+                    "<br>%{text}<extra></extra>",
+                )
+            )
             shown.add(g)
-    return figure(traces, layout(
-        xaxis=step_xaxis(axis), yaxis=value_axis(stat.title(), fixed_range(values)),
-        legend=dict(orientation="v", x=1.02, y=1, xanchor="left", yanchor="top"), margin=dict(style.MARGIN, r=120),
-    ))
+    return figure(
+        traces,
+        layout(
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(stat.title(), fixed_range(values)),
+            legend=dict(orientation="v", x=1.02, y=1, xanchor="left", yanchor="top"),
+            margin=dict(style.MARGIN, r=120),
+        ),
+    )
 
 
-def model_llc(axis: StepAxis, idx: np.ndarray, llc: np.ndarray, std: np.ndarray, *, loss: np.ndarray | None,
-              loss_label: str = "", flags: np.ndarray | None = None) -> go.Figure:
+def model_llc(
+    axis: StepAxis,
+    idx: np.ndarray,
+    llc: np.ndarray,
+    std: np.ndarray,
+    *,
+    loss: np.ndarray | None,
+    loss_label: str = "",
+    flags: np.ndarray | None = None,
+) -> go.Figure:
     """The whole model's LLC at the estimated checkpoints (markers with the chains' spread as error bars,
     a flagged estimate's marker `FLAG_SYMBOLS`'s), the loss curve on a right-hand axis over every checkpoint."""
     flags = flags if flags is not None else np.full(len(idx), "", dtype=object)
-    notes = [_flag_text(f, v) for f, v in zip(flags, llc)]
-    traces: list[dict[str, Any]] = [dict(
-        type="scatter", x=axis.x[idx], y=llc, mode="lines+markers", name="whole-model LLC",
-        line=dict(color=style.LAYER_MEAN_COLOUR, width=1.5),
-        marker=dict(size=[8 if f in ("", "converged") else 12 for f in flags], color=style.LAYER_MEAN_COLOUR,
-                    symbol=[FLAG_SYMBOLS.get(f, "circle") for f in flags]),
-        error_y=dict(type="data", array=std, visible=True, thickness=1),
-        customdata=axis.steps[idx], text=notes,
-        hovertemplate="step %{customdata:,}<br>LLC = %{y:.4g} (error bar: the chains' spread)<br>%{text}<extra></extra>",
-    )]
-    lay = layout(xaxis=step_xaxis(axis), yaxis=value_axis("whole-model LLC (dimensionless)", fixed_range(np.r_[llc - std, llc + std])),
-                 height=style.SMALL_HEIGHT + 80, margin=dict(style.MARGIN, r=80))
+    notes = [_flag_text(f, v) for f, v in zip(flags, llc, strict=True)]
+    traces: list[dict[str, Any]] = [
+        dict(
+            type="scatter",
+            x=axis.x[idx],
+            y=llc,
+            mode="lines+markers",
+            name="whole-model LLC",
+            line=dict(color=style.LAYER_MEAN_COLOUR, width=1.5),
+            marker=dict(
+                size=[8 if f in ("", "converged") else 12 for f in flags],
+                color=style.LAYER_MEAN_COLOUR,
+                symbol=[FLAG_SYMBOLS.get(f, "circle") for f in flags],
+            ),
+            error_y=dict(type="data", array=std, visible=True, thickness=1),
+            customdata=axis.steps[idx],
+            text=notes,
+            hovertemplate="step %{customdata:,}<br>LLC = %{y:.4g} (error bar: the chains' spread)<br>%{text}<extra></extra>",
+        )
+    ]
+    lay = layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis("whole-model LLC (dimensionless)", fixed_range(np.r_[llc - std, llc + std])),
+        height=style.SMALL_HEIGHT + 80,
+        margin=dict(style.MARGIN, r=80),
+    )
     if loss is not None:
-        traces.append(dict(
-            type="scatter", x=axis.x, y=loss, mode="lines+markers", name=loss_label, yaxis="y2",
-            line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"), marker=dict(size=3), customdata=axis.steps,
-            hovertemplate=f"step %{{customdata:,}}<br>{loss_label} = %{{y:.4f}}<extra></extra>",
-        ))
-        lay["yaxis2"] = dict(overlaying="y", side="right", title=dict(text=loss_label), showgrid=False, zeroline=False,
-                             range=list(fixed_range(loss)))
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=loss,
+                mode="lines+markers",
+                name=loss_label,
+                yaxis="y2",
+                line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"),
+                marker=dict(size=3),
+                customdata=axis.steps,
+                hovertemplate=f"step %{{customdata:,}}<br>{loss_label} = %{{y:.4f}}<extra></extra>",
+            )
+        )
+        lay["yaxis2"] = dict(
+            overlaying="y",
+            side="right",
+            title=dict(text=loss_label),
+            showgrid=False,
+            zeroline=False,
+            range=list(fixed_range(loss)),
+        )
     return figure(traces, lay)
 
 
@@ -112,13 +180,29 @@ def cluster_grid(labels: np.ndarray, *, n_layers: int, n_heads: int, names: Sequ
     for i in range(k):
         scale += [[i / k, CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]], [(i + 1) / k, CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]]]
     text = np.array([[names[int(c)] for c in row] for row in z])
-    heat = dict(type="heatmap", z=z, x=list(range(n_heads)), y=list(range(n_layers)), zmin=-0.5, zmax=k - 0.5,
-                colorscale=scale, showscale=False, text=text, texttemplate="%{text}", xgap=2, ygap=2,
-                hovertemplate="layer %{y}, head %{x}<br>%{text}<extra></extra>")
-    return figure([heat], layout(
-        xaxis=dict(title=dict(text="head"), dtick=1), yaxis=dict(title=dict(text="layer"), dtick=1, autorange="reversed"),
-        height=max(style.SMALL_HEIGHT, 40 * n_layers + 90),
-    ))
+    heat = dict(
+        type="heatmap",
+        z=z,
+        x=list(range(n_heads)),
+        y=list(range(n_layers)),
+        zmin=-0.5,
+        zmax=k - 0.5,
+        colorscale=scale,
+        showscale=False,
+        text=text,
+        texttemplate="%{text}",
+        xgap=2,
+        ygap=2,
+        hovertemplate="layer %{y}, head %{x}<br>%{text}<extra></extra>",
+    )
+    return figure(
+        [heat],
+        layout(
+            xaxis=dict(title=dict(text="head"), dtick=1),
+            yaxis=dict(title=dict(text="layer"), dtick=1, autorange="reversed"),
+            height=max(style.SMALL_HEIGHT, 40 * n_layers + 90),
+        ),
+    )
 
 
 def chain_traces(trace: np.ndarray, init_loss: float, *, burnin: int, n_beta: float, label: str) -> go.Figure:
@@ -138,19 +222,54 @@ def chain_traces(trace: np.ndarray, init_loss: float, *, burnin: int, n_beta: fl
     traces: list[dict[str, Any]] = []
     for c in range(chains):
         estimate = n_beta * (float(np.mean(trace[c, burnin:])) - init_loss)
-        traces.append(dict(
-            type="scatter", x=steps, y=trace[c], mode="lines+markers", name=f"chain {c} (estimate {estimate:.3g})",
-            line=dict(color=CLUSTER_COLOURS[c % len(CLUSTER_COLOURS)], width=1.5), marker=dict(size=5),
-            hovertemplate=f"chain {c}<br>SGLD step %{{x}}<br>sampled loss %{{y:.5f}} nats/token<extra></extra>",
-        ))
-    traces.append(dict(type="scatter", x=[0, max(n - 1, 1)], y=[init_loss, init_loss], mode="lines",
-                       name=f"loss at w* ({init_loss:.5f})", line=dict(color="#555", dash="dash", width=1),
-                       hoverinfo="skip"))
-    shapes = [dict(type="rect", xref="x", yref="paper", x0=-0.5, x1=burnin - 0.5, y0=0, y1=1,
-                   fillcolor="rgba(128,128,128,0.15)", line=dict(width=0), layer="below")] if burnin else []
+        traces.append(
+            dict(
+                type="scatter",
+                x=steps,
+                y=trace[c],
+                mode="lines+markers",
+                name=f"chain {c} (estimate {estimate:.3g})",
+                line=dict(color=CLUSTER_COLOURS[c % len(CLUSTER_COLOURS)], width=1.5),
+                marker=dict(size=5),
+                hovertemplate=f"chain {c}<br>SGLD step %{{x}}<br>sampled loss %{{y:.5f}} nats/token<extra></extra>",
+            )
+        )
+    traces.append(
+        dict(
+            type="scatter",
+            x=[0, max(n - 1, 1)],
+            y=[init_loss, init_loss],
+            mode="lines",
+            name=f"loss at w* ({init_loss:.5f})",
+            line=dict(color="#555", dash="dash", width=1),
+            hoverinfo="skip",
+        )
+    )
+    shapes = (
+        [
+            dict(
+                type="rect",
+                xref="x",
+                yref="paper",
+                x0=-0.5,
+                x1=burnin - 0.5,
+                y0=0,
+                y1=1,
+                fillcolor="rgba(128,128,128,0.15)",
+                line=dict(width=0),
+                layer="below",
+            )
+        ]
+        if burnin
+        else []
+    )
     values = np.r_[trace.ravel(), init_loss]
-    return figure(traces, layout(
-        xaxis=dict(title=dict(text=f"SGLD step ({label}; shaded: burn-in)"), zeroline=False),
-        yaxis=value_axis("sampled loss (nats per token)", fixed_range(values[np.isfinite(values)])),
-        shapes=shapes, height=style.SMALL_HEIGHT + 60,
-    ))
+    return figure(
+        traces,
+        layout(
+            xaxis=dict(title=dict(text=f"SGLD step ({label}; shaded: burn-in)"), zeroline=False),
+            yaxis=value_axis("sampled loss (nats per token)", fixed_range(values[np.isfinite(values)])),
+            shapes=shapes,
+            height=style.SMALL_HEIGHT + 60,
+        ),
+    )

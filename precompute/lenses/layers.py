@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 import torch
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from analysis.blocks import extract_blocks
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape
+from analysis.heads import Device
 from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store.format import LAYERS
 from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, missing_steps
@@ -43,8 +45,10 @@ def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Ta
     for role, mats in blocks.items():
         for layer, w in enumerate(mats):
             if not bool(torch.isfinite(w).all()):
-                raise CheckpointError(f"non-finite values in the {role} weight of layer {layer}; the checkpoint is corrupt or diverged")
-    records = layer_matrix_statistics(blocks, device=settings.device)
+                raise CheckpointError(
+                    f"non-finite values in the {role} weight of layer {layer}; the checkpoint is corrupt or diverged"
+                )
+    records = layer_matrix_statistics(blocks, device=cast(Device, settings.device))
     return layers_rows(fetched.ref.step, records)
 
 
@@ -52,8 +56,9 @@ def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Ta
 class LayersJob:
     """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
 
-    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
-                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
         return {LAYERS.name: layer_work(fetched, shape, settings)}
 
 
@@ -73,8 +78,9 @@ class LayersStage(BaseStage):
         src.stop.clear()
         missing = missing_steps(state, self.lens)
         left_out = []
-        bar = tqdm(total=len(missing), desc="layer matrices", unit="ckpt", disable=not run.progress or not missing,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=len(missing), desc="layer matrices", unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True
+        )
         for step in missing:
             entry = state.meta.entry(step)
             try:
@@ -96,4 +102,5 @@ class LayersStage(BaseStage):
         if left_out:
             run.report.notes.append(
                 f"note: {len(left_out)} checkpoints have no layer-matrix rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them")
+                "warnings above; rerun to retry them"
+            )

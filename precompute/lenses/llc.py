@@ -44,8 +44,8 @@ import torch
 from tqdm.auto import tqdm
 
 from analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
-from analysis.store import Meta
 from analysis.llc_diagnostics import chain_diagnostics
+from analysis.store import Meta
 from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device
 from precompute.lenses.evalset import EvalSet, sha256_bytes
@@ -90,8 +90,9 @@ def sampler_sequences(eval_set: EvalSet, sampler: SamplerSettings) -> np.ndarray
     """
     n = len(eval_set.tokens)
     if sampler.sequences > n:
-        raise ValueError(f"--llc-sequences {sampler.sequences} exceeds the {n} evaluation sequences; "
-                         f"lower it or raise --eval-sequences")
+        raise ValueError(
+            f"--llc-sequences {sampler.sequences} exceeds the {n} evaluation sequences; lower it or raise --eval-sequences"
+        )
     pick = np.arange(sampler.sequences) * n // sampler.sequences
     return np.ascontiguousarray(eval_set.tokens[pick])
 
@@ -106,7 +107,8 @@ def check_family(config: dict[str, Any]) -> None:
     if model_type not in HEAD_MASK_FAMILIES:
         raise UnknownArchitectureError(
             f"--lenses llc: no per-head weight mask for model_type {model_type!r} (known: "
-            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py")
+            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py"
+        )
 
 
 def head_masks(model: torch.nn.Module, layer: int, head: int) -> dict[str, torch.Tensor | None]:
@@ -168,8 +170,13 @@ def _quiet_chains() -> Iterator[None]:
 
 
 def estimate_llc(
-    model: torch.nn.Module, tokens: np.ndarray, masks: dict[str, torch.Tensor | None] | None,
-    sampler: SamplerSettings, *, scratch: Path, device: str = "cpu",
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    masks: dict[str, torch.Tensor | None] | None,
+    sampler: SamplerSettings,
+    *,
+    scratch: Path,
+    device: str = "cpu",
 ) -> Estimate:
     """devinterp's LLC estimate at the model's weights, moving only the parameters ``masks`` selects.
 
@@ -194,10 +201,21 @@ def estimate_llc(
         with warnings.catch_warnings(record=True) as caught, _quiet_chains():
             warnings.simplefilter("always")
             result = llc(
-                model, dataset, {}, lr=sampler.lr, n_beta=sampler.n_beta, param_masks=masks,
-                num_chains=sampler.chains, num_draws=sampler.draws, batch_size=sampler.batch_size,
-                num_burnin_steps=sampler.burnin, num_init_loss_batches=sampler.batches, init_seed=sampler.seed,
-                localization=sampler.localization, device=device, output_path=folder / "samples.zarr",
+                model,
+                dataset,
+                {},
+                lr=sampler.lr,
+                n_beta=sampler.n_beta,
+                param_masks=masks,
+                num_chains=sampler.chains,
+                num_draws=sampler.draws,
+                batch_size=sampler.batch_size,
+                num_burnin_steps=sampler.burnin,
+                num_init_loss_batches=sampler.batches,
+                init_seed=sampler.seed,
+                localization=sampler.localization,
+                device=device,
+                output_path=folder / "samples.zarr",
             ).load()
         failed = [str(w.message) for w in caught if "Chain failed" in str(w.message)]
         trace = np.asarray(result.loss_trace.values, dtype=np.float64)  # (chains, burnin + draws)
@@ -207,14 +225,19 @@ def estimate_llc(
         shutil.rmtree(folder, ignore_errors=True)
     if failed:
         raise CheckpointError(f"SGLD diverged ({failed[0]}); lower --llc-lr or raise --llc-localization")
-    per_chain = sampler.n_beta * (trace[:, sampler.burnin:].mean(axis=1) - init_loss)  # (chains,)
+    per_chain = sampler.n_beta * (trace[:, sampler.burnin :].mean(axis=1) - init_loss)  # (chains,)
     if not np.all(np.isfinite(per_chain)):
         raise CheckpointError("the LLC estimate is not finite; lower --llc-lr or raise --llc-localization")
     return Estimate(float(per_chain.mean()), float(per_chain.std()), init_loss, per_chain, trace, devinterp_llc)
 
 
 def checkpoint_llc(
-    folder: Path, step: int, job: LlcJob, *, n_layers: int, n_heads: int,
+    folder: Path,
+    step: int,
+    job: LlcJob,
+    *,
+    n_layers: int,
+    n_heads: int,
     on_estimate: Callable[[], None] | None = None,
 ) -> tuple[dict[str, pa.Table], float]:
     """Every head's refined LLC and the whole model's at the checkpoint in ``folder``.
@@ -253,26 +276,38 @@ def checkpoint_llc(
 def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0) -> dict[str, pa.Table]:
     """One checkpoint's ``llc.parquet`` and ``llc_chains.parquet`` rows, by table name, from its
     (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the diagnostics."""
-    table = pa.table({
-        "step": pa.array([step] * len(rows), pa.int64()),
-        "layer": pa.array([r[0] for r in rows], pa.int32()),
-        "head": pa.array([r[1] for r in rows], pa.int32()),
-        "llc": pa.array([r[2].llc for r in rows], pa.float64()),
-        "llc_std": pa.array([r[2].llc_std for r in rows], pa.float64()),
-        "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
-        "params": pa.array([r[3] for r in rows], pa.int64()),
-    }, schema=LLC.schema)
+    table = pa.table(
+        {
+            "step": pa.array([step] * len(rows), pa.int64()),
+            "layer": pa.array([r[0] for r in rows], pa.int32()),
+            "head": pa.array([r[1] for r in rows], pa.int32()),
+            "llc": pa.array([r[2].llc for r in rows], pa.float64()),
+            "llc_std": pa.array([r[2].llc_std for r in rows], pa.float64()),
+            "init_loss": pa.array([r[2].init_loss for r in rows], pa.float64()),
+            "params": pa.array([r[3] for r in rows], pa.int64()),
+        },
+        schema=LLC.schema,
+    )
     chains: dict[str, list] = {name: [] for name in LLC_CHAINS.schema.names}
     for layer, head, est, _ in rows:
         diag = chain_diagnostics(est.trace, burnin)
         for c in range(len(est.per_chain)):
-            for name, value in (("step", step), ("layer", layer), ("head", head), ("chain", c),
-                                ("llc", float(est.per_chain[c])), ("first_half", float(diag.first_half[c])),
-                                ("second_half", float(diag.second_half[c])), ("slope", float(diag.slope[c])),
-                                ("half_se", float(diag.half_se[c])), ("trace", est.trace[c].astype(np.float32))):
+            for name, value in (
+                ("step", step),
+                ("layer", layer),
+                ("head", head),
+                ("chain", c),
+                ("llc", float(est.per_chain[c])),
+                ("first_half", float(diag.first_half[c])),
+                ("second_half", float(diag.second_half[c])),
+                ("slope", float(diag.slope[c])),
+                ("half_se", float(diag.half_se[c])),
+                ("trace", est.trace[c].astype(np.float32)),
+            ):
                 chains[name].append(value)
-    chain_table = pa.table({name: pa.array(values, LLC_CHAINS.schema.field(name).type)
-                            for name, values in chains.items()}, schema=LLC_CHAINS.schema)
+    chain_table = pa.table(
+        {name: pa.array(values, LLC_CHAINS.schema.field(name).type) for name, values in chains.items()}, schema=LLC_CHAINS.schema
+    )
     return {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chain_table)}
 
 
@@ -312,8 +347,10 @@ def parse_llc_steps(value: str | None, available: list[int]) -> list[int]:
         raise ValueError(f"--llc-steps {value!r}: give 'all' or comma-separated step numbers") from None
     missing = [s for s in steps if s not in set(available)]
     if missing or not steps:
-        raise ValueError(f"--llc-steps {value!r}: steps {missing or 'none'} are not checkpoints with statistics "
-                         f"in this run ({', '.join(map(str, sorted(available)[:12]))}{', ...' if len(available) > 12 else ''})")
+        raise ValueError(
+            f"--llc-steps {value!r}: steps {missing or 'none'} are not checkpoints with statistics "
+            f"in this run ({', '.join(map(str, sorted(available)[:12]))}{', ...' if len(available) > 12 else ''})"
+        )
     return steps
 
 
@@ -342,22 +379,30 @@ class LlcStage(BaseStage):
         parse_llc_steps(self.options.steps, [r.step for r in plan.todo])
         sampler = self.options.sampler
         self.eval_set = eval_set
-        self.job = LlcJob(sampler_sequences(eval_set, sampler), sampler, setup.scratch / "llc-samples",
-                          device=lens_device(setup.options))
+        self.job = LlcJob(
+            sampler_sequences(eval_set, sampler), sampler, setup.scratch / "llc-samples", device=lens_device(setup.options)
+        )
 
     def record(self) -> dict[str, Any]:
         """meta.json ``llc``: everything an estimate depends on (compared by `check_store`)."""
         info, job = self.eval_set.info, self.job
         return {
             "sampler": job.sampler.as_meta(),
-            "evaluation": {"text": info.text, "text_sha256": info.text_sha256, "tokenizer": info.tokenizer,
-                           "n_sequences": info.n_sequences, "seq_len": info.seq_len, "seed": info.seed,
-                           "sequences": int(len(job.tokens)), "tokens_sha256": job.tokens_sha256},
+            "evaluation": {
+                "text": info.text,
+                "text_sha256": info.text_sha256,
+                "tokenizer": info.tokenizer,
+                "n_sequences": info.n_sequences,
+                "seq_len": info.seq_len,
+                "seed": info.seed,
+                "sequences": len(job.tokens),
+                "tokens_sha256": job.tokens_sha256,
+            },
             "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
-                           "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
-                           "the whole-model row moves every parameter",
+            "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
+            "the whole-model row moves every parameter",
             "estimator": "n_beta * (mean over chain steps after burn-in of devinterp's loss_trace - init_loss), "
-                         "mean and std over chains",
+            "mean and std over chains",
             "devinterp": devinterp_version(),
             "device": job.device,
             "seconds": {},
@@ -392,19 +437,30 @@ class LlcStage(BaseStage):
             state.meta.llc = self.record()
         state.meta.llc["steps"] = sorted(set(state.meta.llc.get("steps") or []) | set(chosen))
         per_step = plan.shape.n_layers * plan.shape.n_heads + 1
-        log.info("refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)", len(missing), per_step,
-                 job.sampler.forward_backward)
+        log.info(
+            "refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)",
+            len(missing),
+            per_step,
+            job.sampler.forward_backward,
+        )
         plan.src.stop.clear()
-        bar = tqdm(total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not run.progress,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not run.progress, dynamic_ncols=True
+        )
         left_out = []
         for step in missing:
             ref = plan.ref(state.meta.entry(step))
             done = bar.n
             try:
                 with plan.src.checkpoint_folder(ref) as folder:
-                    rows, seconds = checkpoint_llc(folder, step, job, n_layers=plan.shape.n_layers,
-                                                   n_heads=plan.shape.n_heads, on_estimate=lambda: bar.update(1))
+                    rows, seconds = checkpoint_llc(
+                        folder,
+                        step,
+                        job,
+                        n_layers=plan.shape.n_layers,
+                        n_heads=plan.shape.n_heads,
+                        on_estimate=lambda: bar.update(1),
+                    )
             except CHECKPOINT_ERRORS as exc:
                 log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
                 left_out.append(step)
@@ -421,4 +477,5 @@ class LlcStage(BaseStage):
         if left_out:
             run.report.notes.append(
                 f"note: {len(left_out)} checkpoints have no refined LLC (steps {left_out[:5]}): see the warnings "
-                "above; rerun to retry them")
+                "above; rerun to retry them"
+            )

@@ -83,24 +83,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="headwatch llc-calibrate", description=__doc__.splitlines()[0])
     p.add_argument("source", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument("--step", type=int, required=True, help="the checkpoint to calibrate on")
-    p.add_argument("--head", type=_head, default=None, metavar="L.H",
-                   help="the head whose refined LLC is sampled (default: the whole model)")
+    p.add_argument(
+        "--head", type=_head, default=None, metavar="L.H", help="the head whose refined LLC is sampled (default: the whole model)"
+    )
     p.add_argument("--out", required=True, help="folder for calibration.csv, traces.csv and the figure")
-    p.add_argument("--lr", type=_floats, default=DEFAULT_LRS, metavar="LIST",
-                   help=f"SGLD step sizes (default {','.join(map(str, DEFAULT_LRS))})")
-    p.add_argument("--nbeta", type=_floats, default=DEFAULT_NBETAS, metavar="LIST",
-                   help=f"n beta values (default {','.join(f'{v:g}' for v in DEFAULT_NBETAS)})")
-    p.add_argument("--localization", type=_floats, default=(sampler.localization,), metavar="LIST",
-                   help=f"localization strengths gamma (default {sampler.localization:g})")
+    p.add_argument(
+        "--lr",
+        type=_floats,
+        default=DEFAULT_LRS,
+        metavar="LIST",
+        help=f"SGLD step sizes (default {','.join(map(str, DEFAULT_LRS))})",
+    )
+    p.add_argument(
+        "--nbeta",
+        type=_floats,
+        default=DEFAULT_NBETAS,
+        metavar="LIST",
+        help=f"n beta values (default {','.join(f'{v:g}' for v in DEFAULT_NBETAS)})",
+    )
+    p.add_argument(
+        "--localization",
+        type=_floats,
+        default=(sampler.localization,),
+        metavar="LIST",
+        help=f"localization strengths gamma (default {sampler.localization:g})",
+    )
     p.add_argument("--chains", type=int, default=4, help="chains per setting (4)")
     p.add_argument("--draws", type=int, default=200, help="draws per chain (200, the refined-LLC paper's)")
     p.add_argument("--burnin", type=int, default=0, help="burn-in steps per chain (0)")
     p.add_argument("--batch-size", type=int, default=sampler.batch_size, help=f"sequences per SGLD step ({sampler.batch_size})")
-    p.add_argument("--sequences", type=int, default=sampler.sequences,
-                   help=f"evaluation sequences the sampler uses ({sampler.sequences})")
+    p.add_argument(
+        "--sequences", type=int, default=sampler.sequences, help=f"evaluation sequences the sampler uses ({sampler.sequences})"
+    )
     p.add_argument("--seed", type=int, default=sampler.seed, help=f"sampler seed ({sampler.seed})")
-    p.add_argument("--eval-text", default=None, metavar="FILE", help="UTF-8 evaluation text (default for runs "
-                   "trained here: their held-out split)")
+    p.add_argument(
+        "--eval-text",
+        default=None,
+        metavar="FILE",
+        help="UTF-8 evaluation text (default for runs trained here: their held-out split)",
+    )
     p.add_argument("--eval-sequences", type=int, default=32, metavar="N", help="evaluation sequences (32)")
     p.add_argument("--eval-length", type=int, default=256, metavar="T", help="tokens per sequence (256)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -113,9 +134,20 @@ def settings_grid(args: argparse.Namespace) -> list[SamplerSettings]:
     Raises:
         ValueError: a combination `SamplerSettings` refuses.
     """
-    return [SamplerSettings(lr=lr, n_beta=nb, localization=gamma, chains=args.chains, draws=args.draws,
-                            batch_size=args.batch_size, burnin=args.burnin, seed=args.seed, sequences=args.sequences)
-            for nb, lr, gamma in itertools.product(args.nbeta, args.lr, args.localization)]
+    return [
+        SamplerSettings(
+            lr=lr,
+            n_beta=nb,
+            localization=gamma,
+            chains=args.chains,
+            draws=args.draws,
+            batch_size=args.batch_size,
+            burnin=args.burnin,
+            seed=args.seed,
+            sequences=args.sequences,
+        )
+        for nb, lr, gamma in itertools.product(args.nbeta, args.lr, args.localization)
+    ]
 
 
 def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
@@ -130,8 +162,13 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
     from precompute.run import evaluation_set, make_plan
 
     grid = settings_grid(args)
-    options = RunOptions(device=args.device, eval_text=args.eval_text, eval_sequences=args.eval_sequences,
-                         eval_length=args.eval_length, progress=False)
+    options = RunOptions(
+        device=args.device,
+        eval_text=args.eval_text,
+        eval_sequences=args.eval_sequences,
+        eval_length=args.eval_length,
+        progress=False,
+    )
     with tempfile.TemporaryDirectory(prefix="headwatch-calibrate-") as scratch:
         plan = make_plan(args.source, options, scratch=Path(scratch), meter=Meter())
         refs = [r for r in plan.todo if r.step == args.step]
@@ -142,8 +179,7 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
         check_family(plan.model.config)
         layer, head = args.head if args.head is not None else (LLC_MODEL, LLC_MODEL)
         if args.head is not None and not (0 <= layer < plan.shape.n_layers and 0 <= head < plan.shape.n_heads):
-            raise ValueError(f"--head {layer}.{head}: the model has {plan.shape.n_layers} layers x "
-                             f"{plan.shape.n_heads} heads")
+            raise ValueError(f"--head {layer}.{head}: the model has {plan.shape.n_layers} layers x {plan.shape.n_heads} heads")
         eval_set = evaluation_set(plan, options, args.source)
         tokens = sampler_sequences(eval_set, grid[0])
         device = lens_device(options)
@@ -158,16 +194,41 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
                     est = estimate_llc(model, tokens, masks, sampler, scratch=Path(scratch) / "samples", device=device)
                 except Exception as exc:  # a diverged chain is a result of the sweep, not a failure of it
                     log.warning("lr %g, n beta %g, gamma %g: %s", sampler.lr, sampler.n_beta, sampler.localization, exc)
-                    trials.append(Trial(sampler, float("nan"), float("nan"), float("nan"), "diverged", float("nan"),
-                                        np.full((sampler.chains, sampler.burnin + sampler.draws), np.nan),
-                                        time.monotonic() - started))
+                    trials.append(
+                        Trial(
+                            sampler,
+                            float("nan"),
+                            float("nan"),
+                            float("nan"),
+                            "diverged",
+                            float("nan"),
+                            np.full((sampler.chains, sampler.burnin + sampler.draws), np.nan),
+                            time.monotonic() - started,
+                        )
+                    )
                     continue
                 d = chain_diagnostics(est.trace, sampler.burnin)
-                trials.append(Trial(sampler, est.llc, est.llc_std, est.init_loss,
-                                    flag(est.per_chain, d.first_half, d.second_half, d.half_se, params),
-                                    rise_z(d.first_half, d.second_half, d.half_se), est.trace, time.monotonic() - started))
-                log.info("lr %g, n beta %g, gamma %g: %.4g +- %.2g (%s)", sampler.lr, sampler.n_beta,
-                         sampler.localization, est.llc, est.llc_std, trials[-1].flag)
+                trials.append(
+                    Trial(
+                        sampler,
+                        est.llc,
+                        est.llc_std,
+                        est.init_loss,
+                        flag(est.per_chain, d.first_half, d.second_half, d.half_se, params),
+                        rise_z(d.first_half, d.second_half, d.half_se),
+                        est.trace,
+                        time.monotonic() - started,
+                    )
+                )
+                log.info(
+                    "lr %g, n beta %g, gamma %g: %.4g +- %.2g (%s)",
+                    sampler.lr,
+                    sampler.n_beta,
+                    sampler.localization,
+                    est.llc,
+                    est.llc_std,
+                    trials[-1].flag,
+                )
     return trials, "whole model" if args.head is None else f"L{layer} H{head}"
 
 
@@ -182,12 +243,25 @@ def recommend(trials: list[Trial]) -> Trial | None:
 
 def summary(trials: list[Trial]) -> pd.DataFrame:
     """One row per setting."""
-    return pd.DataFrame([{
-        "lr": t.sampler.lr, "n_beta": t.sampler.n_beta, "localization": t.sampler.localization,
-        "chains": t.sampler.chains, "draws": t.sampler.draws, "burnin": t.sampler.burnin,
-        "llc": t.llc, "llc_std": t.llc_std, "init_loss": t.init_loss, "flag": t.flag, "rise_z": t.z,
-        "seconds": round(t.seconds, 2),
-    } for t in trials])
+    return pd.DataFrame(
+        [
+            {
+                "lr": t.sampler.lr,
+                "n_beta": t.sampler.n_beta,
+                "localization": t.sampler.localization,
+                "chains": t.sampler.chains,
+                "draws": t.sampler.draws,
+                "burnin": t.sampler.burnin,
+                "llc": t.llc,
+                "llc_std": t.llc_std,
+                "init_loss": t.init_loss,
+                "flag": t.flag,
+                "rise_z": t.z,
+                "seconds": round(t.seconds, 2),
+            }
+            for t in trials
+        ]
+    )
 
 
 def tidy_traces(trials: list[Trial]) -> pd.DataFrame:
@@ -195,8 +269,17 @@ def tidy_traces(trials: list[Trial]) -> pd.DataFrame:
     rows = []
     for t in trials:
         for c, trace in enumerate(t.trace):
-            rows += [{"lr": t.sampler.lr, "n_beta": t.sampler.n_beta, "localization": t.sampler.localization,
-                      "chain": c, "sgld_step": k, "loss": float(v)} for k, v in enumerate(trace)]
+            rows += [
+                {
+                    "lr": t.sampler.lr,
+                    "n_beta": t.sampler.n_beta,
+                    "localization": t.sampler.localization,
+                    "chain": c,
+                    "sgld_step": k,
+                    "loss": float(v),
+                }
+                for k, v in enumerate(trace)
+            ]
     return pd.DataFrame(rows)
 
 
@@ -210,8 +293,9 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
     nbetas = sorted({t.sampler.n_beta for t in trials})
     lrs = sorted({t.sampler.lr for t in trials})
     gammas = sorted({t.sampler.localization for t in trials})
-    fig, axes = plt.subplots(len(nbetas) * len(gammas), len(lrs), squeeze=False, sharex=True,
-                             figsize=(3.2 * len(lrs), 2.4 * len(nbetas) * len(gammas)))
+    fig, axes = plt.subplots(
+        len(nbetas) * len(gammas), len(lrs), squeeze=False, sharex=True, figsize=(3.2 * len(lrs), 2.4 * len(nbetas) * len(gammas))
+    )
     for t in trials:
         row = gammas.index(t.sampler.localization) * len(nbetas) + nbetas.index(t.sampler.n_beta)
         ax = axes[row][lrs.index(t.sampler.lr)]
@@ -221,8 +305,11 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
             ax.axhline(t.init_loss, color="k", ls="--", lw=0.8)
         if t.sampler.burnin:
             ax.axvspan(0, t.sampler.burnin, color="0.9")
-        ax.set_title(f"lr {t.sampler.lr:g}, nβ {t.sampler.n_beta:g}, γ {t.sampler.localization:g}\n"
-                     f"{t.llc:.3g} ± {t.llc_std:.2g}: {t.flag}", fontsize=8)
+        ax.set_title(
+            f"lr {t.sampler.lr:g}, nβ {t.sampler.n_beta:g}, γ {t.sampler.localization:g}\n"
+            f"{t.llc:.3g} ± {t.llc_std:.2g}: {t.flag}",
+            fontsize=8,
+        )
         ax.tick_params(labelsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("SGLD step", fontsize=8)
@@ -257,13 +344,17 @@ def main(argv: list[str] | None = None) -> int:
     print(table.to_string(index=False))
     best = recommend(trials)
     if best is None:
-        print("no setting converged with a positive estimate: lower --lr for diverged chains, raise --draws (or "
-              "add --burnin) for chains still rising, raise --nbeta for estimates at or below zero")
+        print(
+            "no setting converged with a positive estimate: lower --lr for diverged chains, raise --draws (or "
+            "add --burnin) for chains still rising, raise --nbeta for estimates at or below zero"
+        )
     else:
         s = best.sampler
-        print(f"recommended: --llc-lr {s.lr:g} --llc-nbeta {s.n_beta:g} --llc-localization {s.localization:g} "
-              f"--llc-chains {s.chains} --llc-draws {s.draws} --llc-burnin {s.burnin} "
-              f"({label}: {best.llc:.4g} ± {best.llc_std:.2g}, converged)")
+        print(
+            f"recommended: --llc-lr {s.lr:g} --llc-nbeta {s.n_beta:g} --llc-localization {s.localization:g} "
+            f"--llc-chains {s.chains} --llc-draws {s.draws} --llc-burnin {s.burnin} "
+            f"({label}: {best.llc:.4g} ± {best.llc_std:.2g}, converged)"
+        )
     print(f"wrote {out / 'calibration.csv'}, {out / 'traces.csv'}, {out / 'calibration.png'}, {out / 'calibration.svg'}")
     return EXIT_OK
 

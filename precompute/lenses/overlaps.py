@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import cast
 
 import pyarrow as pa
 import torch
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape
-from analysis.heads import checkpoint_vectors
+from analysis.heads import Device, checkpoint_vectors
 from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext
 from precompute.factors import checked_factors
 from precompute.lenses.registry import OVERLAPS_LENS
@@ -37,8 +38,14 @@ def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], setting
     """
     out: Vectors = {}
     for matrix, (left, right) in checked_factors(shape, tensors, settings.head_matrices).items():
-        u, v, sv = checkpoint_vectors(left, right, settings.overlap_k, device=settings.device,
-                                      spectrum_dtype=getattr(torch, settings.spectrum_dtype), values=True)
+        u, v, sv = checkpoint_vectors(
+            left,
+            right,
+            settings.overlap_k,
+            device=cast(Device, settings.device),
+            spectrum_dtype=getattr(torch, settings.spectrum_dtype),
+            values=True,
+        )
         out[matrix] = HeadVectors.of(u, v, left, right, sv)
     return out
 
@@ -75,8 +82,9 @@ class OverlapsStage(BaseStage):
                 assert fetched.tensors is not None
                 return pair_vectors(shape, fetched.tensors, settings)
             except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out",
-                            entry.revision, exc)
+                log.warning(
+                    "%s: cannot re-read it for singular-vector overlaps (%s); its pairs are left out", entry.revision, exc
+                )
                 return None
 
         def commit(table: pa.Table) -> None:
@@ -90,4 +98,5 @@ class OverlapsStage(BaseStage):
             run.report.notes.append(
                 f"note: {len(left_out)} checkpoint pairs have no singular-vector overlaps ({pairs}"
                 f"{', ...' if len(left_out) > 5 else ''}): their checkpoints could not be re-read (see the warnings "
-                "above); the level-crossing view marks those approaches unresolved")
+                "above); the level-crossing view marks those approaches unresolved"
+            )

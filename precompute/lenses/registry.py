@@ -185,8 +185,10 @@ class SamplerSettings:
         if self.chains < 2:
             raise ValueError(f"--llc-chains {self.chains}: the spread over chains needs at least 2")
         if self.sequences % self.batch_size:
-            raise ValueError(f"--llc-sequences {self.sequences} is not a multiple of --llc-batch-size "
-                             f"{self.batch_size}; every batch must be full")
+            raise ValueError(
+                f"--llc-sequences {self.sequences} is not a multiple of --llc-batch-size "
+                f"{self.batch_size}; every batch must be full"
+            )
 
     @property
     def batches(self) -> int:
@@ -232,7 +234,7 @@ LAYERS_LENS = Lens(
     name="layers",
     title="layer matrices",
     summary="every 2-D weight of every block (attention QKV, output, MLP in, gate, out) against its "
-            "Marchenko-Pastur law, with weightwatcher's alpha",
+    "Marchenko-Pastur law, with weightwatcher's alpha",
     tables=(LAYERS,),
     asked_by="--matrices",
     stage="precompute.lenses.layers:LayersStage",
@@ -253,16 +255,20 @@ ATTENTION_LENS = Lens(
 LLC_LENS = Lens(
     name="llc",
     title="refined LLC",
-    summary="the refined local learning coefficient of every head and the whole model, with devinterp, "
-            "at --llc-steps",
+    summary="the refined local learning coefficient of every head and the whole model, with devinterp, at --llc-steps",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
     stage="precompute.lenses.llc:LlcStage",
     needs=("checkpoint", "evaluation"),
     meta_key="llc",
     options=(
-        Option("--llc-steps", "steps", str, "STEPS", "checkpoints to estimate: 'all' or comma-separated steps "
-               "(default: about 8, log-spaced, first and last included)"),
+        Option(
+            "--llc-steps",
+            "steps",
+            str,
+            "STEPS",
+            "checkpoints to estimate: 'all' or comma-separated steps (default: about 8, log-spaced, first and last included)",
+        ),
         Option("--llc-lr", "lr", float, "EPS", "SGLD step size", _SAMPLER.lr),
         Option("--llc-nbeta", "n_beta", float, "NB", "n beta, inverse temperature times sample size", _SAMPLER.n_beta),
         Option("--llc-localization", "localization", float, "GAMMA", "localization strength gamma", _SAMPLER.localization),
@@ -271,8 +277,14 @@ LLC_LENS = Lens(
         Option("--llc-batch-size", "batch_size", int, "B", "sequences per SGLD step", _SAMPLER.batch_size),
         Option("--llc-burnin", "burnin", int, "S", "burn-in steps per chain, left out of the estimate", _SAMPLER.burnin),
         Option("--llc-seed", "seed", int, "SEED", "sampler seed", _SAMPLER.seed),
-        Option("--llc-sequences", "sequences", int, "S", "evaluation sequences the sampler uses, evenly spaced "
-               "among the N", _SAMPLER.sequences),
+        Option(
+            "--llc-sequences",
+            "sequences",
+            int,
+            "S",
+            "evaluation sequences the sampler uses, evenly spaced among the N",
+            _SAMPLER.sequences,
+        ),
     ),
     make_options=llc_options,
     every_checkpoint=False,
@@ -282,7 +294,7 @@ OVERLAPS_LENS = Lens(
     name="overlaps",
     title="singular-vector overlaps",
     summary="the overlaps of each head's K leading singular vectors between consecutive checkpoints, "
-            "for the level-crossing view (--overlap-k)",
+    "for the level-crossing view (--overlap-k)",
     tables=(OVERLAPS,),
     asked_by="default",
     stage="precompute.lenses.overlaps:OverlapsStage",

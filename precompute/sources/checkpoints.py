@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
 from precompute.sources.revisions import CheckpointRef, refs_from_names
 from precompute.sources.source import Fetched, SkipFn, check_shape
@@ -54,8 +54,14 @@ def tensors_to_read(
 
 
 def read_folder(
-    folder: Path, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, commit: str | None = None,
-    matrices: tuple[str, ...] = ("qk",), layers: bool = False,
+    folder: Path,
+    ref: CheckpointRef,
+    shape: ModelShape,
+    *,
+    skip: SkipFn,
+    commit: str | None = None,
+    matrices: tuple[str, ...] = ("qk",),
+    layers: bool = False,
 ) -> Fetched:
     """Hash one checkpoint folder's weight files and, unless ``skip(sha256)``, read its
     config and the attention tensors of ``matrices`` (with ``layers``, every block weight too).
@@ -123,9 +129,7 @@ def select_weight_files(names: Iterable[str], read_index: Callable[[str], dict],
             return shards
         if single in names:
             return [single]
-    raise CheckpointNotFoundError(
-        f"{where} holds no weights: expected {SAFETENSORS_SINGLE}, {BIN_SINGLE} or a sharded index"
-    )
+    raise CheckpointNotFoundError(f"{where} holds no weights: expected {SAFETENSORS_SINGLE}, {BIN_SINGLE} or a sharded index")
 
 
 def weight_files(folder: Path) -> list[Path]:

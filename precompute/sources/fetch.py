@@ -26,9 +26,8 @@ from huggingface_hub import get_session
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
-from analysis.errors import CheckpointError
+from analysis.errors import CheckpointError, HubUnreachableError
 from precompute.settings import FetchSettings
-from analysis.errors import HubUnreachableError
 
 T = TypeVar("T")
 log = logging.getLogger("precompute")
@@ -118,7 +117,9 @@ class HubHttp:
         stop: set to abandon transfers in flight (they raise `Cancelled`).
     """
 
-    def __init__(self, settings: FetchSettings, meter: Meter, *, token: str | bool | None = None, stop: threading.Event | None = None):
+    def __init__(
+        self, settings: FetchSettings, meter: Meter, *, token: str | bool | None = None, stop: threading.Event | None = None
+    ):
         self.settings = settings
         self.meter = meter
         self.stop = stop or threading.Event()
@@ -160,7 +161,7 @@ class HubHttp:
             huggingface_hub errors: 404 and other non-transient statuses.
             HubUnreachableError, Cancelled: as `call`.
         """
-        return self.call(lambda: self._get(url, None, None)[0], what=what)
+        return self.call(lambda: self._get(url, None)[0], what=what)
 
     def get_range(self, url: str, start: int, end: int, *, what: str) -> tuple[bytes, int | None]:
         """Bytes ``[start, end)`` of a remote file and the file's total size (None if not reported).
@@ -184,7 +185,7 @@ class HubHttp:
             huggingface_hub errors, HubUnreachableError, Cancelled: as `get`.
         """
         assert 0 <= start < end
-        return self.call(lambda: self._get(url, start, end), what=what)
+        return self.call(lambda: self._get(url, (start, end)), what=what)
 
     def download(self, url: str, dest: Path, *, what: str) -> int:
         """Stream a file to ``dest`` (its bytes counted as scratch disk until `release`); its size.
@@ -196,17 +197,19 @@ class HubHttp:
         def attempt() -> int:
             written = 0
             try:
-                with open(dest, "wb") as f:
-                    with get_session().stream("GET", url, headers=self._headers, timeout=self._timeout) as response:
-                        self.meter.add_request()
-                        self._check(response, url)
-                        for chunk in response.iter_bytes(_CHUNK):
-                            if self.stop.is_set():
-                                raise Cancelled(what)
-                            f.write(chunk)
-                            written += len(chunk)
-                            self.meter.add_fetched(len(chunk))
-                            self.meter.add_disk(len(chunk))
+                with (
+                    open(dest, "wb") as f,
+                    get_session().stream("GET", url, headers=self._headers, timeout=self._timeout) as response,
+                ):
+                    self.meter.add_request()
+                    self._check(response, url)
+                    for chunk in response.iter_bytes(_CHUNK):
+                        if self.stop.is_set():
+                            raise Cancelled(what)
+                        f.write(chunk)
+                        written += len(chunk)
+                        self.meter.add_fetched(len(chunk))
+                        self.meter.add_disk(len(chunk))
             except BaseException:
                 self.release(dest, written)
                 raise
@@ -219,9 +222,11 @@ class HubHttp:
         path.unlink(missing_ok=True)
         self.meter.add_disk(-size)
 
-    def _get(self, url: str, start: int | None, end: int | None) -> tuple[bytes, int | None]:
+    def _get(self, url: str, span: tuple[int, int] | None) -> tuple[bytes, int | None]:
+        """The bytes [start, end) of ``span`` (None: the whole file) and the file's size when the server said it."""
         headers = dict(self._headers)
-        if start is not None:
+        if span is not None:
+            start, end = span
             headers["Range"] = f"bytes={start}-{end - 1}"
         body = bytearray()
         with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as response:
@@ -230,7 +235,8 @@ class HubHttp:
             total = None
             skip = 0
             limit = None
-            if start is not None:
+            if span is not None:
+                start, end = span
                 if response.status_code == 206:
                     got_start, total = _content_range(response.headers.get("Content-Range", ""))
                     if got_start != start:
@@ -253,8 +259,8 @@ class HubHttp:
                 if limit is not None and len(body) >= limit:
                     del body[limit:]
                     break
-        if start is not None and total is not None and len(body) < min(end, total) - start:
-            raise _Transient(f"the connection dropped after {len(body)} of {min(end, total) - start} bytes from {url}")
+        if span is not None and total is not None and len(body) < min(span[1], total) - span[0]:
+            raise _Transient(f"the connection dropped after {len(body)} of {min(span[1], total) - span[0]} bytes from {url}")
         return bytes(body), total
 
     def _check(self, response: httpx2.Response, url: str) -> None:
@@ -268,7 +274,7 @@ class HubHttp:
 def _content_range(value: str) -> tuple[int, int | None]:
     """``'bytes 0-99/1234'`` -> ``(0, 1234)``."""
     try:
-        unit, rest = value.split(" ", 1)
+        _unit, rest = value.split(" ", 1)
         span, total = rest.split("/", 1)
         first = int(span.split("-", 1)[0])
         return first, None if total.strip() == "*" else int(total)

@@ -18,14 +18,15 @@ the repo is read from the local Hub cache instead, by `precompute.sources.hubcac
 
 from __future__ import annotations
 
+import builtins  # the sources have a `list` method, which hides the builtin in their class bodies
 import contextlib
 import hashlib
 import json
 import logging
 import shutil
 import threading
-from collections.abc import Iterator
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,14 +41,14 @@ from huggingface_hub.errors import (
     SafetensorsParsingError,
 )
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.blocks import block_tensor_names
+from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, attention_tensor_names
+from precompute.settings import FetchSettings
 from precompute.sources.checkpoints import BIN_INDEX, SAFETENSORS_INDEX, select_weight_files, tensors_to_read, weights_fingerprint
 from precompute.sources.fetch import HubHttp, Meter, human_bytes
 from precompute.sources.ranges import SafetensorsHeader, element_masks, header_from_metadata, header_read_cost, read_tensors
 from precompute.sources.revisions import CheckpointRef, is_pythia, known_tokens_per_step, refs_from_names, schedule_gaps
-from precompute.settings import FetchSettings
 from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind, check_shape
 from precompute.sources.weights import read_tensors as read_local_tensors
 from precompute.sources.weights import tensor_names
@@ -110,8 +111,9 @@ class HubSource(CheckpointSource):
         info = self._info(ref)
         return self._json(info.sha, "config.json", ref)
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         info = self._info(ref)
         commit = info.sha
         siblings = {s.rfilename: s for s in info.siblings or []}
@@ -126,8 +128,9 @@ class HubSource(CheckpointSource):
         fetched.config = self._json(commit, "config.json", ref)
         check_shape(fetched.config, shape)
         cached = {f: try_to_load_from_cache(self.repo_id, f, cache_dir=self.cache_dir, revision=commit) for f in files}
-        if all(isinstance(p, str) for p in cached.values()):
-            where = tensor_names(Path(p) for p in cached.values())
+        paths = [Path(p) for p in cached.values() if isinstance(p, str)]  # str: in the cache
+        if len(paths) == len(cached):
+            where = tensor_names(paths)
             fetched.tensors = read_local_tensors(where, tensors_to_read(shape, where, matrices=matrices, layers=layers))
         elif files[0].endswith(".safetensors"):
             fetched.tensors = self._read_safetensors(commit, files, shape, ref, matrices, layers=layers)
@@ -170,24 +173,35 @@ class HubSource(CheckpointSource):
     def default_tokens_per_step(self) -> int | None:
         return known_tokens_per_step(self.repo_id)
 
-    def check_schedule(self, available: list[CheckpointRef]) -> None:
+    def check_schedule(self, available: builtins.list[CheckpointRef]) -> None:
         if not is_pythia(self.repo_id):
             return
         absent, extra = schedule_gaps(available)
         if absent:
-            log.warning("%s lacks %d branches of the Pythia schedule: %s", self.repo_id, len(absent),
-                        ", ".join(f"step{s}" for s in absent[:10]))
+            log.warning(
+                "%s lacks %d branches of the Pythia schedule: %s",
+                self.repo_id,
+                len(absent),
+                ", ".join(f"step{s}" for s in absent[:10]),
+            )
         if extra:
-            log.info("%s has branches outside the Pythia schedule: %s", self.repo_id,
-                     ", ".join(f"step{s}" for s in extra[:10]))
+            log.info("%s has branches outside the Pythia schedule: %s", self.repo_id, ", ".join(f"step{s}" for s in extra[:10]))
 
     def progress_note(self, ref: CheckpointRef) -> str:
         return f"{ref.revision}, {human_bytes(self.meter.fetched)} fetched at {human_bytes(self.meter.rate())}/s"
 
     # -- reading ----------------------------------------------------------------------
 
-    def _read_safetensors(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                          matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
+    def _read_safetensors(
+        self,
+        commit: str,
+        files: builtins.list[str],
+        shape: ModelShape,
+        ref: CheckpointRef,
+        matrices: tuple[str, ...],
+        *,
+        layers: bool = False,
+    ) -> dict[str, torch.Tensor]:
         if len(files) > 1:  # sharded: the index says which shards hold the tensors wanted
             weight_map = self._json(commit, SAFETENSORS_INDEX, ref)["weight_map"]
             wanted = tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)
@@ -214,14 +228,27 @@ class HubSource(CheckpointSource):
             )
         return out
 
-    def _read_bin(self, commit: str, files: list[str], shape: ModelShape, ref: CheckpointRef,
-                  matrices: tuple[str, ...], *, layers: bool = False) -> dict[str, torch.Tensor]:
+    def _read_bin(
+        self,
+        commit: str,
+        files: builtins.list[str],
+        shape: ModelShape,
+        ref: CheckpointRef,
+        matrices: tuple[str, ...],
+        *,
+        layers: bool = False,
+    ) -> dict[str, torch.Tensor]:
         if len(files) > 1:
             weight_map = self._json(commit, BIN_INDEX, ref)["weight_map"]
             files = sorted({weight_map[n] for n in tensors_to_read(shape, weight_map, matrices=matrices, layers=layers)})
         if not self._said_bin:
-            log.info("%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
-                     "attention tensors, one checkpoint at a time, into %s", self.repo_id, ref.revision, self.scratch)
+            log.info(
+                "%s@%s has no safetensors weights: downloading the pytorch_model.bin files that hold "
+                "attention tensors, one checkpoint at a time, into %s",
+                self.repo_id,
+                ref.revision,
+                self.scratch,
+            )
             self._said_bin = True
         self.scratch.mkdir(parents=True, exist_ok=True)
         paths: dict[Path, int] = {}
@@ -237,8 +264,9 @@ class HubSource(CheckpointSource):
             for dest, size in paths.items():
                 self.http.release(dest, size)
 
-    def _element_masks(self, shape: ModelShape, shapes: dict[str, tuple[int, ...]],
-                       matrices: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    def _element_masks(
+        self, shape: ModelShape, shapes: dict[str, tuple[int, ...]], matrices: tuple[str, ...]
+    ) -> dict[str, torch.Tensor]:
         """Element masks of the attention tensors ``matrices`` need, computed once per model geometry."""
         names = attention_tensor_names(shape, shapes, matrices=matrices)
         key = (shape, matrices, tuple((n, shapes[n]) for n in names))
@@ -291,7 +319,9 @@ class HubSource(CheckpointSource):
             if isinstance(cached, str):
                 text = Path(cached).read_bytes()
             else:
-                text = self.http.get(hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint), what=f"read {where}")
+                text = self.http.get(
+                    hf_hub_url(self.repo_id, filename, revision=commit, endpoint=self.endpoint), what=f"read {where}"
+                )
         except EntryNotFoundError:
             raise CheckpointNotFoundError(f"{where} does not exist (save_pretrained writes one)") from None
         except HfHubHTTPError as exc:

@@ -55,8 +55,9 @@ class HubCacheSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._snapshot(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         folder = self._snapshot(ref)
         return read_folder(folder, ref, shape, skip=skip, commit=folder.name, matrices=matrices, layers=layers)
 

@@ -4,8 +4,8 @@ that `training` writes beside the checkpoints of a run trained here."""
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,8 +41,9 @@ class LocalSource(CheckpointSource):
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._path(ref))
 
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         return read_folder(self._path(ref), ref, shape, skip=skip, matrices=matrices, layers=layers)
 
     @contextlib.contextmanager

@@ -110,14 +110,18 @@ def header_from_metadata(meta: SafetensorsFileMetadata, *, file_size: int | None
     data_end = max((int(info.data_offsets[1]) for info in meta.tensors.values()), default=0)
     base = file_size - data_end
     if base < 8 + 2:  # the length and at least "{}"
-        raise CheckpointError(f"{where}: its tensors need {data_end} bytes after the header but the file has "
-                              f"{file_size}; it is truncated or not a safetensors file")
+        raise CheckpointError(
+            f"{where}: its tensors need {data_end} bytes after the header but the file has "
+            f"{file_size}; it is truncated or not a safetensors file"
+        )
     tensors = {}
     for name, info in meta.tensors.items():
         begin, end = (int(x) for x in info.data_offsets)
         span = TensorSpan(name, str(info.dtype), tuple(int(d) for d in info.shape), base + begin, base + end)
         if span.dtype in DTYPES and span.end - span.start != int(np.prod(span.shape, dtype=np.int64)) * span.itemsize:
-            raise CheckpointError(f"{where}: {name!r} spans {span.end - span.start} bytes, its shape {span.shape} needs more or less")
+            raise CheckpointError(
+                f"{where}: {name!r} spans {span.end - span.start} bytes, its shape {span.shape} needs more or less"
+            )
         tensors[name] = span
     return SafetensorsHeader(tensors, dict(meta.metadata or {}), base, file_size)
 
@@ -163,7 +167,7 @@ def element_masks(
     sources = extract_heads(one_layer, probe_a, matrices=matrices)  # matrix -> factors (1, n_heads, d_head, d_model)
     columns = extract_heads(one_layer, probe_b, matrices=matrices)
     masks0 = {name: torch.zeros(tensor_shapes[name], dtype=torch.bool) for name in first}
-    pairs = [(src, col) for m in matrices for src, col in zip(sources[m], columns[m])]
+    pairs = [(src, col) for m in matrices for src, col in zip(sources[m], columns[m], strict=True)]
     for src, col in pairs:
         for h in range(src.shape[1]):  # one head at a time keeps the index arrays small
             a = src[0, h].reshape(-1).to(torch.int64)
@@ -188,7 +192,7 @@ def needed_spans(span: TensorSpan, mask: torch.Tensor) -> list[tuple[int, int]]:
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1)
     size = span.itemsize
-    return [(span.start + int(s) * size, span.start + int(e) * size) for s, e in zip(starts, ends)]
+    return [(span.start + int(s) * size, span.start + int(e) * size) for s, e in zip(starts, ends, strict=True)]
 
 
 def plan_ranges(spans: list[tuple[int, int]], *, merge_gap: int) -> list[tuple[int, int]]:
@@ -252,7 +256,7 @@ def read_tensors(
     for name, span in spans.items():
         tensor = torch.full(span.shape, float("nan"), dtype=DTYPES[span.dtype])
         raw = tensor.view(-1).view(torch.uint8).numpy()  # (n_bytes,) aliasing the tensor
-        for (a, b), data in zip(ranges, blobs):
+        for (a, b), data in zip(ranges, blobs, strict=True):
             lo, hi = max(a, span.start), min(b, span.end)
             if lo < hi:
                 raw[lo - span.start : hi - span.start] = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo - a)

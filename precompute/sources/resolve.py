@@ -12,11 +12,11 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from analysis.errors import CheckpointNotFoundError
+from precompute.settings import FetchSettings
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource
 from precompute.sources.hubcache import HubCacheSource
 from precompute.sources.local import LocalSource
-from precompute.settings import FetchSettings
 from precompute.sources.source import CheckpointSource
 
 

@@ -83,8 +83,7 @@ def refs_from_names(names: Iterable[str], *, where: str) -> tuple[list[Checkpoin
             continue
         if ref.step in found:
             raise CheckpointError(
-                f"{found[ref.step].revision!r} and {name!r} in {where} both name step {ref.step}; "
-                "choose one with --revisions"
+                f"{found[ref.step].revision!r} and {name!r} in {where} both name step {ref.step}; choose one with --revisions"
             )
         found[ref.step] = ref
     return [found[s] for s in sorted(found)], ignored
@@ -131,6 +130,7 @@ def select(
     """
     if every is not None and every < 1:
         raise ValueError(f"--every {every}: expected a positive number of steps")
+    missing: list[CheckpointRef]
     if revisions is None:
         if available is None:
             raise ValueError("the checkpoints of this source cannot be listed; pass --revisions")

@@ -17,6 +17,7 @@ imports none of them.
 
 from __future__ import annotations
 
+import builtins  # the sources have a `list` method, which hides the builtin in their class bodies
 import contextlib
 import threading
 from abc import ABC, abstractmethod
@@ -29,8 +30,8 @@ import torch
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
-from precompute.sources.revisions import CheckpointRef
 from precompute.settings import FetchSettings
+from precompute.sources.revisions import CheckpointRef
 
 # How a checkpoint's sha256 was obtained (meta.json ``sha256_source``):
 #   file: hashed every weight file here (local folders, the Hub cache);
@@ -122,8 +123,9 @@ class CheckpointSource(ABC):
         """
 
     @abstractmethod
-    def fetch(self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",),
-              layers: bool = False) -> Fetched:
+    def fetch(
+        self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
+    ) -> Fetched:
         """Fingerprint a checkpoint and, unless ``skip(sha256)``, read the attention tensors that the
         per-head ``matrices`` need (`analysis.extract.attention_tensor_names`; for ``ov`` the value
         weights and the output projection as well), and no others; with ``layers``, every 2-D weight
@@ -144,7 +146,7 @@ class CheckpointSource(ABC):
         else None."""
         return None
 
-    def check_schedule(self, available: list[CheckpointRef]) -> None:
+    def check_schedule(self, available: builtins.list[CheckpointRef]) -> None:  # noqa: B027 (an optional hook: the default checks nothing)
         """Log where `list`'s checkpoints depart from the suite's known schedule (Pythia's
         154 steps: a branch missing is a warning); nothing for suites without one."""
 

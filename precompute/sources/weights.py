@@ -25,7 +25,7 @@ def tensor_names(files: Iterable[Path]) -> dict[str, Path]:
     """
     where: dict[str, Path] = {}
     for path in files:
-        for name in _open(path).keys():
+        for name in _open(path).keys():  # noqa: SIM118 (safe_open has keys() but is not iterable)
             where[name] = path
     return where
 

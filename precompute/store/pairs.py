@@ -20,6 +20,7 @@ shows those approaches as unresolved) and is reported.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -84,7 +85,7 @@ def overlaps_meta(k: int) -> dict[str, Any]:
         "file": OVERLAPS.file,
         "k": k,
         "vectors": "leading K left (u) and right (v) singular vectors of each head's matrix from the QR core "
-                   "(analysis/stats/spectrum.py)",
+        "(analysis/stats/spectrum.py)",
         "rel_change": "||W(t+1) - W(t)||_F / ||W(t)||_F from the factors (analysis/stats/circuits.py)",
         "pairs": "consecutive checkpoints with statistics, in step order",
     }
@@ -113,12 +114,19 @@ def pair_rows(prev_step: int, step: int, first: Vectors, second: Vectors, *, mat
         change = np.empty((n_layers, n_heads), dtype=np.float64)
         for layer in range(n_layers):  # float64 products, one layer at a time
             o_u[layer], o_v[layer] = vector_overlaps(
-                a.u[layer].astype(np.float64), a.v[layer].astype(np.float64),
-                b.u[layer].astype(np.float64), b.v[layer].astype(np.float64),
+                a.u[layer].astype(np.float64),
+                a.v[layer].astype(np.float64),
+                b.u[layer].astype(np.float64),
+                b.v[layer].astype(np.float64),
             )
-            change[layer] = relative_change((a.left[layer], a.right[layer]), (b.left[layer], b.right[layer]),
-                                            frob_sq=(torch.tensor(a.frob_sq[layer]),  # (n_heads,): a copy, the
-                                                     torch.tensor(b.frob_sq[layer]))).numpy()  # held arrays are read-only
+            change[layer] = relative_change(
+                (a.left[layer], a.right[layer]),
+                (b.left[layer], b.right[layer]),
+                frob_sq=(
+                    torch.tensor(a.frob_sq[layer]),  # (n_heads,): a copy, the
+                    torch.tensor(b.frob_sq[layer]),
+                ),
+            ).numpy()  # held arrays are read-only
         tables.append(matrix_rows(prev_step, step, o_u, o_v, matrix=matrix, rel_change=change))
     return pa.concat_tables(tables) if tables else OVERLAPS.empty()
 
@@ -152,10 +160,10 @@ def required_pairs(steps: Iterable[int], states: Iterable[int] | None = None) ->
     steps without mixed checkpoints, which the views show by default: a pair spans each hidden
     mixed checkpoint), in order."""
     steps = sorted(steps)
-    pairs = set(zip(steps[:-1], steps[1:]))
+    pairs = set(itertools.pairwise(steps))
     if states is not None:
         states = sorted(states)
-        pairs |= set(zip(states[:-1], states[1:]))
+        pairs |= set(itertools.pairwise(states))
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
@@ -168,7 +176,7 @@ def present_pairs(table: pa.Table, matrices: Iterable[str] = ("qk",)) -> set[Pai
     out: set[Pair] | None = None
     for matrix in matrices:
         rows = done.filter(pc.equal(done["matrix"], matrix))
-        pairs = set(zip(rows["prev_step"].to_pylist(), rows["step"].to_pylist()))
+        pairs = set(zip(rows["prev_step"].to_pylist(), rows["step"].to_pylist(), strict=True))
         out = pairs if out is None else out & pairs
     return out or set()
 
@@ -177,8 +185,7 @@ def _keys(table: pa.Table) -> pa.Array:
     return pc.add(pc.multiply(table["prev_step"], pa.scalar(1 << 32, pa.int64())), table["step"])
 
 
-def update(table: pa.Table, steps: Iterable[int], new: Iterable[pa.Table] = (),
-           states: Iterable[int] | None = None) -> pa.Table:
+def update(table: pa.Table, steps: Iterable[int], new: Iterable[pa.Table] = (), states: Iterable[int] | None = None) -> pa.Table:
     """``table`` plus ``new`` rows (which replace the table's rows of the same matrix and pair), keeping
     only the pairs `required_pairs` names, sorted by (matrix, layer, head, step): the order
     `analysis.store.Store.overlaps` reads one head from."""
@@ -209,8 +216,14 @@ class OverlapFiller:
         held: vectors already in memory (by step), used before anything is re-read.
     """
 
-    def __init__(self, load: Callable[[int], Vectors | None], commit: Callable[[pa.Table], None], *,
-                 commit_every_s: float = 30.0, held: dict[int, Vectors] | None = None) -> None:
+    def __init__(
+        self,
+        load: Callable[[int], Vectors | None],
+        commit: Callable[[pa.Table], None],
+        *,
+        commit_every_s: float = 30.0,
+        held: dict[int, Vectors] | None = None,
+    ) -> None:
         self.load = load
         self.commit = commit
         self.commit_every_s = commit_every_s
@@ -231,8 +244,9 @@ class OverlapFiller:
                 self.cache.popitem(last=False)
         return self.cache[step]
 
-    def fill(self, table: pa.Table, steps: list[int], matrices: Iterable[str] = ("qk",),
-             states: list[int] | None = None) -> tuple[pa.Table, list[Pair]]:
+    def fill(
+        self, table: pa.Table, steps: list[int], matrices: Iterable[str] = ("qk",), states: list[int] | None = None
+    ) -> tuple[pa.Table, list[Pair]]:
         """The table with every pair `required_pairs` names that is missing for some of ``matrices`` computed for them all,
         and the pairs left out."""
         matrices = tuple(matrices)
@@ -241,8 +255,9 @@ class OverlapFiller:
         if not missing:
             return table, []
         reread = sorted({s for p in missing for s in p} - set(self.held))
-        log.info("%d checkpoint pairs lack singular-vector overlaps; re-reading %d checkpoints for them",
-                 len(missing), len(reread))
+        log.info(
+            "%d checkpoint pairs lack singular-vector overlaps; re-reading %d checkpoints for them", len(missing), len(reread)
+        )
         pending: list[pa.Table] = []
         left_out: list[Pair] = []
         last_commit = time.monotonic()

@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             done = upgrade_store(store)
         except (OSError, ValueError) as exc:  # StoreError and SchemaVersionError are ValueErrors
-            print(f"error: {store}: {exc}", file=sys.stderr)
+            print(f"error: {store}: {exc}", file=sys.stderr)  # noqa: T201 (the command's output)
             status = 1
             continue
-        print(f"{store}: {'upgraded to' if done else 'already at'} schema version {SCHEMA_VERSION}", file=sys.stderr)
+        print(f"{store}: {'upgraded to' if done else 'already at'} schema version {SCHEMA_VERSION}", file=sys.stderr)  # noqa: T201 (the command's output)
     return status
 
 

@@ -15,6 +15,7 @@ rows for a step meta does not list reports it and the next run repairs it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -132,10 +133,8 @@ def _fsync_file(path: Path) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # some filesystems refuse fsync on directories; the data is already flushed
         _fsync_file(path)
-    except OSError:  # some filesystems refuse fsync on directories; the data is already flushed
-        pass
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -32,9 +32,16 @@ pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 LOAD_TIMEOUT_MS = 90_000
+
+
 # Past max_queued_events / 2 directories (8,192 with the kernel's default 16,384) the file watcher's
 # walk (two inotify events per directory) overflows the queue, and every overflow starts the walk
 # again (dashboard/serve.py). The folder is sized from this kernel's limit, so that without the fix
@@ -85,9 +92,23 @@ def _serve(store_path: Path, tmp_path_factory, *, data_dir: Path | None = None):
     env = dict(os.environ, HEADWATCH_STORE=str(store_path), HEADWATCH_DATA=str(empty))
     log = (tmp_path_factory.mktemp("server") / "streamlit.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboard.serve", "--server.address", "127.0.0.1",
-         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "dashboard.serve",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -165,7 +186,8 @@ def _open(browser, url: str, plots: int):
     page = browser.new_page(viewport={"width": 1500, "height": 1900})
     page.goto(url)
     page.wait_for_function(
-        "n => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= n", arg=plots,
+        "n => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= n",
+        arg=plots,
         timeout=LOAD_TIMEOUT_MS,
     )
     # the script has finished when Streamlit's running indicator is gone
@@ -201,7 +223,9 @@ def _wait_view(page, path: str, title: str, plots: int) -> None:
                 && link.textContent.trim().endsWith(location.search)
                 && document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg').length >= plots
                 && window.__headwatchHistory !== undefined;
-        }""", arg=[path, title, plots], timeout=LOAD_TIMEOUT_MS,
+        }""",
+        arg=[path, title, plots],
+        timeout=LOAD_TIMEOUT_MS,
     )
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
     page.wait_for_timeout(500)
@@ -216,20 +240,26 @@ def _settled_history_length(page, *, quiet_ms: int = 1500) -> int:
             const now = Date.now(), n = history.length;
             if (window.__hwLen !== n) { window.__hwLen = n; window.__hwSince = now; }
             return now - window.__hwSince >= quiet;
-        }""", arg=quiet_ms, polling=100, timeout=LOAD_TIMEOUT_MS,
+        }""",
+        arg=quiet_ms,
+        polling=100,
+        timeout=LOAD_TIMEOUT_MS,
     )
     return page.evaluate("history.length")
 
 
 def _click_head(page, layer: int, head: int) -> None:
     """Click the point of head (layer, head) on the trajectory map."""
-    xy = page.evaluate("""([layer, head]) => {
+    xy = page.evaluate(
+        """([layer, head]) => {
         const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');
         const t = gd._fullData.find(t => t.name === 'heads');
         const i = t.customdata.findIndex(c => c[0] === layer && c[1] === head);
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
         return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
-    }""", [layer, head])
+    }""",
+        [layer, head],
+    )
     page.mouse.move(*xy)
     page.mouse.click(*xy)
 
@@ -269,8 +299,11 @@ def test_an_idle_tab_costs_the_server_no_cpu_with_a_large_venv_in_the_served_tre
         (tree / ".venv" / "lib" / f"d{i:05d}").mkdir(parents=True)
     port, empty = _free_port(), tmp_path / "no-data"
     empty.mkdir()
-    served = {"python": sys.executable, "--server.port=7860": f"--server.port={port}",
-              "--server.address=0.0.0.0": "--server.address=127.0.0.1"}
+    served = {
+        "python": sys.executable,
+        "--server.port=7860": f"--server.port={port}",
+        "--server.address=0.0.0.0": "--server.address=127.0.0.1",
+    }
     cmd = [served.get(arg, arg) for arg in dockerfile_cmd()]
     assert f"--server.port={port}" in cmd and not any("fileWatcherType" in arg for arg in cmd), cmd
     env = dict(os.environ, HEADWATCH_STORE=str(store_path), HEADWATCH_DATA=str(empty))
@@ -290,8 +323,8 @@ def test_an_idle_tab_costs_the_server_no_cpu_with_a_large_venv_in_the_served_tre
     finally:
         _stop(proc)
     assert used < IDLE_CPU_SHARE * window, (
-        f"the server used {used:.1f} s of CPU in {window:.1f} s with one idle tab; its log ends: "
-        + log.read_text()[-600:])
+        f"the server used {used:.1f} s of CPU in {window:.1f} s with one idle tab; its log ends: " + log.read_text()[-600:]
+    )
 
 
 @pytest.mark.parametrize("name,path,plots,text", VIEWS, ids=[v[0] for v in VIEWS])
@@ -355,11 +388,14 @@ def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, ser
     try:
         old_query = page.url.split("?")[1]
         entries = page.evaluate("history.length")
-        page.evaluate("""q => {
+        page.evaluate(
+            """q => {
             history.pushState(null, "", "/layers?" + q);
             window.__headwatchHistory.settle(q, "head");
             history.pushState(null, "", "/layers?layer=1&stat=std");
-        }""", old_query)
+        }""",
+            old_query,
+        )
         assert page.evaluate("history.length") == entries + 1  # the switch and its view state: one entry
         assert page.url.endswith("/layers?layer=1&stat=std")
     finally:

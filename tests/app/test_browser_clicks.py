@@ -46,12 +46,15 @@ def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium
         page.goto(shipped_server + "/llc")
         _ready(page, "llc_heads")
         layer, head = 2, 3
-        xy = page.evaluate("""([trace]) => {
+        xy = page.evaluate(
+            """([trace]) => {
             const gd = document.querySelector('.st-key-llc_heads .js-plotly-plot');
             const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate: step 1,536
             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
-        }""", [layer * N_HEADS + head])
+        }""",
+            [layer * N_HEADS + head],
+        )
         _click(page, xy)
         query = _opened(page)
         assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
@@ -69,14 +72,17 @@ def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, ship
         page.locator(".st-key-type_induction").scroll_into_view_if_needed()
         page.wait_for_timeout(500)
         layer, head = 2, 3
-        xy = page.evaluate("""([row]) => {
+        xy = page.evaluate(
+            """([row]) => {
             const gd = document.querySelector('.st-key-type_induction .js-plotly-plot');
             const t = gd._fullData.find(t => t.type === 'heatmap');
             const j = t.x.length - 2;  // the last column (step 1,536): between its two edges
             const x = (t.x[j] + t.x[j + 1]) / 2;
             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(row)];
-        }""", [layer * N_HEADS + head])
+        }""",
+            [layer * N_HEADS + head],
+        )
         _click(page, xy)
         query = _opened(page)
         assert query["layer"] == ["2"] and query["head"] == ["3"], page.url

@@ -19,8 +19,16 @@ pytestmark = pytest.mark.browser
 def two_run_server(store_path, tmp_path_factory):
     """The tiny test store ($HEADWATCH_STORE) and, under the data folder, a deeper run on another schedule."""
     data = tmp_path_factory.mktemp("compare-browser")
-    write_synthetic_store(data / "deep-run", n_layers=6, n_heads=4, d_head=8, d_model=32,
-                          steps=[0, 10, 20, 40, 80, 160, 320, 640], tokens_per_step=1000, overlaps=False)
+    write_synthetic_store(
+        data / "deep-run",
+        n_layers=6,
+        n_heads=4,
+        d_head=8,
+        d_model=32,
+        steps=[0, 10, 20, 40, 80, 160, 320, 640],
+        tokens_per_step=1000,
+        overlaps=False,
+    )
     yield from _serve(store_path, tmp_path_factory, data_dir=data)
 
 
@@ -37,10 +45,13 @@ def test_a_comparison_opens_by_link(browser, two_run_server):
         assert link.strip().split("?")[1] == page.url.split("?")[1]
         for key in ("compare_bands", "compare_bin", "compare_dist"):
             assert page.locator(f".st-key-{key} .main-svg").count() >= 1, key
-            runs = page.evaluate("""key => {
+            runs = page.evaluate(
+                """key => {
                 const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
                 return [...new Set(gd._fullData.filter(t => t.meta && t.meta.run).map(t => t.meta.run))];
-            }""", key)
+            }""",
+                key,
+            )
             assert sorted(runs) == ["deep-run", "tiny-run"], (key, runs)
         # panel (c) names the checkpoint each run used: both runs end at fraction 1
         legend = page.locator(".st-key-compare_dist .legendtext").all_text_contents()

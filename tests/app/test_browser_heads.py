@@ -35,7 +35,8 @@ def browser():
 
 def _click_cell(page, key: str, layer: int, head: int, step: int | None = None) -> None:
     """Click the heatmap cell of (layer, head) (at ``step``) of the chart with widget key ``key``."""
-    xy = page.evaluate("""([key, layer, head, step]) => {
+    xy = page.evaluate(
+        """([key, layer, head, step]) => {
         const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
         const i = gd._fullData.findIndex(t => t.name === 'cells');
         const t = gd._fullData[i];
@@ -48,7 +49,9 @@ def _click_cell(page, key: str, layer: int, head: int, step: int | None = None) 
         const xa = gd._fullLayout[t.xaxis.replace('x', 'xaxis')], ya = gd._fullLayout[t.yaxis.replace('y', 'yaxis')];
         const box = gd.getBoundingClientRect();
         return [box.left + xa._offset + xa.d2p(t.x[j]), box.top + ya._offset + ya.d2p(t.y[j])];
-    }""", [key, layer, head, step])
+    }""",
+        [key, layer, head, step],
+    )
     page.mouse.move(*xy)
     page.wait_for_timeout(200)
     page.mouse.click(*xy)
@@ -96,7 +99,7 @@ def test_a_charts_csv_download_equals_the_stores_values(browser, server, store_p
     try:
         with page.expect_download(timeout=60_000) as info:
             page.locator(".st-key-layer_lines_csv button").first.click()
-        got = pd.read_csv(io.BytesIO(open(info.value.path(), "rb").read()))
+        got = pd.read_csv(io.BytesIO(info.value.path().read_bytes()))
     finally:
         page.close()
     heads = pd.read_parquet(store_path / "heads.parquet")

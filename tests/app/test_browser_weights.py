@@ -1,6 +1,7 @@
 """The Weight matrices page in a real browser (Chromium via Playwright, the server as the Dockerfile starts it):
-opened by a link with its parameters, it shows its four plots (no second step slider), keeps the view in the address bar and plays the
-singular-value histogram on from the linked step. Skipped only where /usr/bin/chromium is missing outside CI."""
+opened by a link with its parameters, it shows its four plots (no second step slider), keeps the view in the
+address bar and plays the singular-value histogram on from the linked step. Skipped only where
+/usr/bin/chromium is missing outside CI."""
 
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
         assert title.text_content().endswith(opening)  # after the export title (run, weight)
         page.get_by_text("▶ Play").click()
         page.wait_for_function(
-            "t => document.querySelector('.st-key-sv_animation .gtitle').textContent !== t", arg=title.text_content(), timeout=30_000)
+            "t => document.querySelector('.st-key-sv_animation .gtitle').textContent !== t",
+            arg=title.text_content(),
+            timeout=30_000,
+        )
         page.get_by_text("❚❚ Pause").click()
         shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
         assert shown > start  # it played on from the linked step

@@ -26,11 +26,13 @@ LLC_STEPS = [0, 40, 640]  # the deep run's refined LLC: a subset of its checkpoi
 DEEP, SHALLOW = "deep-run", "shallow-run"
 RUNS = {
     # 6 layers x 4 heads, qk and ov, the forward lens, whole-layer matrices, 1,000 tokens per step
-    DEEP: dict(n_layers=6, n_heads=4, steps=[0, 10, 20, 40, 80, 160, 320, 640], tokens_per_step=1000,
-               matrices=("qk", "ov"), forward=True),
+    DEEP: dict(
+        n_layers=6, n_heads=4, steps=[0, 10, 20, 40, 80, 160, 320, 640], tokens_per_step=1000, matrices=("qk", "ov"), forward=True
+    ),
     # 4 layers x 3 heads, qk only, no forward lens, 4,096 tokens per step, another schedule
-    SHALLOW: dict(n_layers=4, n_heads=3, steps=[0, 5, 15, 50, 100, 250, 400], tokens_per_step=4096,
-                  matrices=("qk",), forward=False),
+    SHALLOW: dict(
+        n_layers=4, n_heads=3, steps=[0, 5, 15, 50, 100, 250, 400], tokens_per_step=4096, matrices=("qk",), forward=False
+    ),
 }
 
 
@@ -38,9 +40,19 @@ RUNS = {
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("compare") / "data"
     for i, (name, spec) in enumerate(RUNS.items()):
-        write_synthetic_store(root / name, n_layers=spec["n_layers"], n_heads=spec["n_heads"], d_head=8, d_model=32,
-                              steps=spec["steps"], tokens_per_step=spec["tokens_per_step"], matrices=spec["matrices"],
-                              seed=3 + i, model_id=f"synthetic/{name}", overlaps=False)
+        write_synthetic_store(
+            root / name,
+            n_layers=spec["n_layers"],
+            n_heads=spec["n_heads"],
+            d_head=8,
+            d_model=32,
+            steps=spec["steps"],
+            tokens_per_step=spec["tokens_per_step"],
+            matrices=spec["matrices"],
+            seed=3 + i,
+            model_id=f"synthetic/{name}",
+            overlaps=False,
+        )
         if spec["forward"]:
             add_synthetic_forward(root / name, seed=i)
             add_synthetic_layer_matrices(root / name, seed=i)
@@ -73,8 +85,11 @@ def aligned(data_dir: Path, run: str, align: str) -> pd.Series:
     """step -> aligned time, from meta.json's checkpoint list (duplicates, which have no rows, left out)."""
     meta = json.loads((data_dir / run / "meta.json").read_text())
     rows = pd.DataFrame([c for c in meta["checkpoints"] if c.get("duplicate_of") is None])
-    x = {"step": rows["step"].astype(float), "tokens": rows["tokens"].astype(float),
-         "fraction": rows["step"] / rows["step"].max()}[align]
+    x = {
+        "step": rows["step"].astype(float),
+        "tokens": rows["tokens"].astype(float),
+        "fraction": rows["step"] / rows["step"].max(),
+    }[align]
     return pd.Series(x.to_numpy(), index=rows["step"].to_numpy())
 
 
@@ -142,7 +157,7 @@ def test_log_time_axis_plots_one_step_more(two_runs):
 def test_bin_panel_draws_the_bins_heads_of_each_run_on_shared_axes(two_runs):
     at = open_page(PAGE, link(stat="kl_gauss", align="fraction", nbins="4", bin="2"))
     for run, spec in RUNS.items():
-        layers = [int(l) for l, b in bin_of(spec["n_layers"], 4).items() if b == 2]
+        layers = [int(layer) for layer, b in bin_of(spec["n_layers"], 4).items() if b == 2]
         drawn = traces(at, "compare_bin", run=run, kind="heads")
         assert [t["meta"]["layer"] for t in drawn] == layers
         df = table(two_runs, run, "kl_gauss")
@@ -176,8 +191,17 @@ def test_point_uses_each_runs_last_checkpoint_at_or_before_it(two_runs, align, p
 
 
 def test_a_point_before_a_runs_first_checkpoint_leaves_it_out_and_says_so(two_runs, tmp_path, monkeypatch):
-    late = write_synthetic_store(tmp_path / "late-run", n_layers=2, n_heads=2, d_head=8, d_model=32,
-                                 steps=[100, 200, 400], overlaps=False, duplicate=False, matrices=("qk",))
+    late = write_synthetic_store(
+        tmp_path / "late-run",
+        n_layers=2,
+        n_heads=2,
+        d_head=8,
+        d_model=32,
+        steps=[100, 200, 400],
+        overlaps=False,
+        duplicate=False,
+        matrices=("qk",),
+    )
     monkeypatch.setenv("HEADWATCH_STORE", str(late))
     at = open_page(PAGE, {"runs": [DEEP, "late-run"], "align": "step", "point": "40"})
     assert [t["meta"]["run"] for t in traces(at, "compare_dist", kind="ecdf")] == [DEEP]
@@ -234,7 +258,7 @@ def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_na
     df = pd.read_parquet(two_runs / DEEP / "llc.parquet")
     want = df[df["layer"] == 5].groupby("step")["llc"].mean()
     y, steps = arr(t["y"]), RUNS[DEEP]["steps"]
-    assert [s for s, v in zip(steps, y) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
+    assert [s for s, v in zip(steps, y, strict=True) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
     assert np.allclose([v for v in y if np.isfinite(v)], want.loc[LLC_STEPS].to_numpy())
 
 
@@ -311,13 +335,23 @@ def test_compare_figures_are_valid_plotly(data_dir):
     series = []
     for run in RUNS:
         store = open_store(data_dir / run)
-        series.append(compare.run_series(run, store.steps, store.array("std"), align="tokens",
-                                         tokens=store.meta.tokens_at(store.steps), tokens_per_step=store.meta.tokens_per_step))
+        series.append(
+            compare.run_series(
+                run,
+                store.steps,
+                store.array("std"),
+                align="tokens",
+                tokens=store.meta.tokens_at(store.steps),
+                tokens_per_step=store.meta.tokens_per_step,
+            )
+        )
     for log in (False, True):
-        built = [figs.depth_bands(series, n_bins=8, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
-                 figs.bin_heads(series, b=1, n_bins=3, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
-                 figs.distributions(series, [2, None], stat_title="σ", x_label="tokens", log_x=log),
-                 figs.losses([(s, np.linspace(5, 2, len(s.steps)), "loss") for s in series], x_title="tokens", log_x=log)]
+        built = [
+            figs.depth_bands(series, n_bins=8, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
+            figs.bin_heads(series, b=1, n_bins=3, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
+            figs.distributions(series, [2, None], stat_title="σ", x_label="tokens", log_x=log),
+            figs.losses([(s, np.linspace(5, 2, len(s.steps)), "loss") for s in series], x_title="tokens", log_x=log),
+        ]
         for fig in built:
             go.Figure(fig.to_dict())  # raises ValueError on any invalid property
 
@@ -343,9 +377,11 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
     drawn = traces(at, "trajectory_map", kind="heads")
     assert [t["meta"]["run"] for t in drawn] == [DEEP, SHALLOW]
     assert drawn[0]["marker"]["symbol"] != drawn[1]["marker"]["symbol"]
-    for t, (run, spec) in zip(drawn, RUNS.items()):
+    for t, (run, spec) in zip(drawn, RUNS.items(), strict=True):
         cd = np.asarray(t["customdata"], dtype=float)  # [layer, head, step (null: none), run]
-        assert len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 3] == list(RUNS).index(run)).all()  # the run after the step
+        assert (
+            len(cd) == spec["n_layers"] * spec["n_heads"] and (cd[:, 3] == list(RUNS).index(run)).all()
+        )  # the run after the step
         assert run in t["hovertemplate"] and "layer %{customdata[0]}" in t["hovertemplate"]
         depth = arr(t["marker"]["color"])
         assert np.allclose(depth, cd[:, 0] / spec["n_layers"])  # coloured by relative depth
@@ -375,8 +411,9 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
     if at.button:  # not yet computed in this process (the map is cached per server process)
         at.button[0].click().run()
-    at.session_state["trajectory_map"] = {"selection": {"points": [{"customdata": [3, 2, None, 1]}], "point_indices": [0],
-                                                        "box": [], "lasso": []}}
+    at.session_state["trajectory_map"] = {
+        "selection": {"points": [{"customdata": [3, 2, None, 1]}], "point_indices": [0], "box": [], "lasso": []}
+    }
     at.run()
     assert not at.exception and at.title[0].value == "Head explorer"
     assert (at.session_state["run"], at.session_state["layer"], at.session_state["head"]) == (SHALLOW, 3, 2)

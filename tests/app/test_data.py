@@ -25,8 +25,7 @@ def test_step_axis_log_places_step_zero_at_one_and_tokens(store_path):
 def test_step_axis_without_token_counts_refuses_tokens(tmp_path):
     from benchmarks.synthetic_store import write_synthetic_store
 
-    path = write_synthetic_store(tmp_path / "bare", n_layers=1, n_heads=2, d_head=4, d_model=8, n_checkpoints=5,
-                                 training=False)
+    path = write_synthetic_store(tmp_path / "bare", n_layers=1, n_heads=2, d_head=4, d_model=8, n_checkpoints=5, training=False)
     meta = json.loads((path / "meta.json").read_text())
     meta["checkpoints"] = [dict(c, tokens=None) for c in meta["checkpoints"]]
     (path / "meta.json").write_text(json.dumps(meta))

@@ -64,7 +64,7 @@ def test_animation_gif_has_a_frame_per_checkpoint_coloured_by_value(store):
         rgb = np.asarray(img.convert("RGB"))
         for layer, head in ((0, 0), (3, 2)):
             px = rgb[28 + layer * 10 + 5, head * 10 + 5].astype(int)  # the middle of the cell, under the title band
-            want = lut[int(round((values[frame_i, layer, head] - lo) / (hi - lo) * 255))].astype(int)
+            want = lut[round((values[frame_i, layer, head] - lo) / (hi - lo) * 255)].astype(int)
             assert np.abs(px - want).max() <= 12  # the GIF palette quantises a little
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from analysis.store import open_store
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
+from analysis.store import open_store
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, stat_values, step_axis
@@ -19,8 +19,8 @@ from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import forward as fwd
 from dashboard.figures import head, layers, points, trajectory
-from dashboard.figures.common import overlay_loss
 from dashboard.figures.card import loss_curve
+from dashboard.figures.common import overlay_loss
 from dashboard.stats import STATS
 from dashboard.style import step_colours
 from tests.app.conftest import arr
@@ -45,17 +45,35 @@ def head_figures(store, axis, idx):
     xs = [axis.x[i] for i in idx]
     return [
         head.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=xs, colours=cols),
-        head.density_slices(wc[idx], pc[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx, sigma=sigma,
-                            kl=store.array("kl_gauss")[:, 1, 2], stats=(STATS["std"], STATS["kl_gauss"]),
-                            w_range=(lo, hi), p_range=head.log_density_range(pc)),
+        head.density_slices(
+            wc[idx],
+            pc[idx],
+            labels=labels,
+            colours=cols,
+            axis=axis,
+            chosen_idx=idx,
+            sigma=sigma,
+            kl=store.array("kl_gauss")[:, 1, 2],
+            stats=(STATS["std"], STATS["kl_gauss"]),
+            w_range=(lo, hi),
+            p_range=head.log_density_range(pc),
+        ),
         head.spectrum_map(axis, lam, chosen_x=xs, colours=cols),
-        head.spectrum_slices(lam[idx], labels=labels, colours=cols, axis=axis, chosen_idx=idx,
-                             stable_rank=store.array("stable_rank")[:, 1, 2],
-                             entropy=store.array("spectral_entropy")[:, 1, 2],
-                             stats=(STATS["stable_rank"], STATS["spectral_entropy"]), lam_range=fixed_range(lam, log=True)),
+        head.spectrum_slices(
+            lam[idx],
+            labels=labels,
+            colours=cols,
+            axis=axis,
+            chosen_idx=idx,
+            stable_rank=store.array("stable_rank")[:, 1, 2],
+            entropy=store.array("spectral_entropy")[:, 1, 2],
+            stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
+            lam_range=fixed_range(lam, log=True),
+        ),
         head.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
-        head.level_crossings(axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1),
-                             chosen_x=xs, colours=cols, log_y=True),
+        head.level_crossings(
+            axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1), chosen_x=xs, colours=cols, log_y=True
+        ),
         head.head_in_layer(axis, store.array("std")[:, 1], head=2, stat=STATS["std"], y_range=(0, 1), chosen_x=xs, colours=cols),
     ]
 
@@ -80,18 +98,30 @@ def all_figures(store) -> list[go.Figure]:
     rng = np.random.default_rng(0)
     layer = np.repeat(np.arange(store.n_layers), store.n_heads)
     head = np.tile(np.arange(store.n_heads), store.n_layers)
-    figs.append(trajectory.trajectory_map(rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)),
-                                          n_layers=store.n_layers, highlight=5))
+    figs.append(
+        trajectory.trajectory_map(
+            rng.normal(size=n), rng.normal(size=n), layer, head, rng.integers(0, n, (n, 3)), n_layers=store.n_layers, highlight=5
+        )
+    )
     figs.append(loss_curve(np.arange(5.0), np.linspace(5, 2, 5), np.array([np.nan, 4, np.nan, 3, np.nan])))
     axis = step_axis(store)  # the forward lens's figures and the loss overlay
     steps = [int(x) for x in store.steps]
-    figs += [fwd.layer_bands(axis, store.dense(ATTENTION, "entropy"), stat=STATS["entropy"], reference=5.0,
-                             reference_label="uniform"),
-             fwd.divergence_animation(store.dense(LAYER_DIVERGENCE, "jsd"), steps=steps, start=2),
-             overlay_loss(fwd.head_type_heatmap(axis, store.dense(ATTENTION, "induction"), stat=STATS["induction"],
-                                                baseline=0.02), axis, store.dense(EVAL_LOSS, "loss"), "eval loss"),
-             overlay_loss(layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"],
-                                             y_range=(0.0, 1.0)), axis, store.dense(EVAL_LOSS, "loss"), "eval loss")]
+    figs += [
+        fwd.layer_bands(axis, store.dense(ATTENTION, "entropy"), stat=STATS["entropy"], reference=5.0, reference_label="uniform"),
+        fwd.divergence_animation(store.dense(LAYER_DIVERGENCE, "jsd"), steps=steps, start=2),
+        overlay_loss(
+            fwd.head_type_heatmap(axis, store.dense(ATTENTION, "induction"), stat=STATS["induction"], baseline=0.02),
+            axis,
+            store.dense(EVAL_LOSS, "loss"),
+            "eval loss",
+        ),
+        overlay_loss(
+            layers.layer_lines(axis, store.array("std")[:, 0], layer=0, stat=STATS["std"], y_range=(0.0, 1.0)),
+            axis,
+            store.dense(EVAL_LOSS, "loss"),
+            "eval loss",
+        ),
+    ]
     return figs
 
 
@@ -121,7 +151,7 @@ def test_slices_keep_their_axes_whatever_steps_are_chosen(store):
     axis = step_axis(store)
     a = head_figures(store, axis, [0, 1])
     b = head_figures(store, axis, [5, 8, 11])
-    for fa, fb in zip(a, b):
+    for fa, fb in zip(a, b, strict=True):
         la, lb = fa.to_dict()["layout"], fb.to_dict()["layout"]
         for name in la:
             if name.startswith(("xaxis", "yaxis")):
@@ -216,8 +246,15 @@ def test_every_click_target_writes_layer_head_step_in_that_order(store):
     axis = step_axis(store)
     e, n_layers, n_heads = 3, store.n_layers, store.n_heads
     idx = np.array([0, 2, 4])
-    fig = llc.head_curves(axis, idx, np.ones((e, n_layers, n_heads)), stat=STATS["llc"],
-                          groups=np.zeros(n_layers * n_heads, dtype=int), group_names=["all"], colours=["#000"])
+    fig = llc.head_curves(
+        axis,
+        idx,
+        np.ones((e, n_layers, n_heads)),
+        stat=STATS["llc"],
+        groups=np.zeros(n_layers * n_heads, dtype=int),
+        group_names=["all"],
+        colours=["#000"],
+    )
     trace = fig.data[n_heads * 1 + 2]  # layer 1, head 2
     custom = np.asarray(trace.customdata)
     assert custom[:, 0].tolist() == [1] * e and custom[:, 1].tolist() == [2] * e

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import add_synthetic_forward
-from tests.app.conftest import serve_only, arr, chart, open_page
+from tests.app.conftest import arr, chart, open_page, serve_only
 
 LENSES = "pages/forward_lenses.py"
 
@@ -89,8 +89,9 @@ def test_forward_statistics_are_offered_in_the_other_views(forward_env: Path) ->
     np.testing.assert_allclose(arr(first["y"]), entropy[:, 1, 0])
     arch = open_page("pages/architecture_heatmaps.py", {"stat": "prev_token"})
     prev = per_head(forward_env, "prev_token")
-    np.testing.assert_allclose(np.asarray(arr(chart(arch, "architecture")["data"][0]["z"])).reshape(len(prev), -1),
-                               prev.reshape(len(prev), -1))
+    np.testing.assert_allclose(
+        np.asarray(arr(chart(arch, "architecture")["data"][0]["z"])).reshape(len(prev), -1), prev.reshape(len(prev), -1)
+    )
     anim = open_page("pages/animated_heatmap.py", {"stat": "span"})
     assert not anim.exception and anim.selectbox(key="stat").value == "span"
     head = open_page("pages/head_explorer.py", {"stat": "sink", "layer": "2", "head": "1"})
@@ -128,9 +129,9 @@ def test_a_store_without_the_lens_says_what_rerun_adds_it(app_env: Path) -> None
 
 @pytest.mark.browser
 def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from tests.app.test_browser import _errors, _serve
-
     from playwright.sync_api import sync_playwright
+
+    from tests.app.test_browser import _errors, _serve
 
     steps = sorted(table(forward_store, "eval_loss.parquet")["step"])
     server = _serve(forward_store, tmp_path_factory)
@@ -140,8 +141,9 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 1400, "height": 2400})
             page.goto(f"{base}/lenses?step={steps[3]}&loss=1")
-            page.wait_for_function("document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 6",
-                                   timeout=90_000)
+            page.wait_for_function(
+                "document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 6", timeout=90_000
+            )
             page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=90_000)
             assert page.locator("h1").first.inner_text().strip() == "Forward lenses"
             assert not _errors(page)
@@ -152,8 +154,6 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
         server.close()
 
 
-
-
 def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
     at = open_page(LENSES, {})
     charts = at.get("plotly_chart")
@@ -161,9 +161,10 @@ def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
     assert len(charts) == 7 and len(buttons) == len(charts)  # six panels and the sidebar loss curve
 
 
-
 def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:
-    at = open_page("pages/heads_table.py", {"stat": "induction", "step": str(sorted(table(forward_env, "attention.parquet")["step"])[-1])})
+    at = open_page(
+        "pages/heads_table.py", {"stat": "induction", "step": str(sorted(table(forward_env, "attention.parquet")["step"])[-1])}
+    )
     assert not at.exception and at.session_state["stat"] == "induction"
     shown = next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))
     rows = table(forward_env, "attention.parquet")

@@ -20,15 +20,19 @@ CHARTS = ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "l
 
 
 def _bands(fig: dict, yref: str) -> list[tuple[float, float]]:
-    return [(s["y0"], s["y1"]) for s in fig["layout"].get("shapes", [])
-            if s.get("type") == "rect" and s.get("yref") == yref and s.get("xref", "").endswith("domain")]
+    return [
+        (s["y0"], s["y1"])
+        for s in fig["layout"].get("shapes", [])
+        if s.get("type") == "rect" and s.get("yref") == yref and s.get("xref", "").endswith("domain")
+    ]
 
 
 def _reference(store, matrix: str):
     from analysis.rmt.references import gaussian_references, init_sigma
 
-    return gaussian_references(store.d_model, store.d_head,
-                               init_sigma(store.array("std", matrix=matrix)[0].ravel(), store.d_head))[0]
+    return gaussian_references(
+        store.d_model, store.d_head, init_sigma(store.array("std", matrix=matrix)[0].ravel(), store.d_head)
+    )[0]
 
 
 @pytest.mark.parametrize("matrix, name, other", [("ov", "W_OV", "W_QK"), ("qk", "W_QK", "W_OV")])
@@ -49,11 +53,11 @@ def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
     assert abs(ref_ov["std"].mean / ref_qk["std"].mean - 1) > 0.05  # the two references differ in this store
     at = open_page(HEAD, {"matrix": "ov", "layer": "1", "head": "2", "stat": "std"})
     fig = chart(at, "density_slices")
-    (lo, hi), = _bands(fig, "y2")  # sigma(t)
+    ((lo, hi),) = _bands(fig, "y2")  # sigma(t)
     assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
-    (lo, hi), = _bands(fig, "y3")  # D_KL(t): scale-free, the same draws
+    ((lo, hi),) = _bands(fig, "y3")  # D_KL(t): scale-free, the same draws
     assert (lo, hi) == pytest.approx((ref_ov["kl_gauss"].lo, ref_ov["kl_gauss"].hi))
-    (lo, hi), = _bands(chart(at, "head_in_layer"), "y")
+    ((lo, hi),) = _bands(chart(at, "head_in_layer"), "y")
     assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
     caption = " ".join(c.value for c in at.caption)
     assert "W_O,h, W_V,h" in caption, caption  # says what the reference is

@@ -58,7 +58,7 @@ def test_heads_table_sorts_filters_and_is_in_the_url(app_env):
     table = _table(at)
     assert set(table["layer"]) == {1, 3} and len(table) == 2 * store.n_heads
     v = store.array("std")
-    expected = sorted(((v[-1, l, h] - v[0, l, h]) for l in (1, 3) for h in range(store.n_heads)), reverse=True)
+    expected = sorted(((v[-1, layer, h] - v[0, layer, h]) for layer in (1, 3) for h in range(store.n_heads)), reverse=True)
     np.testing.assert_allclose(table["change"].to_numpy(), expected)
     at.selectbox(key="sort").set_value("layer").run()
     assert at.query_params["sort"] == "layer" and at.query_params["desc"] == "1"
@@ -100,8 +100,7 @@ def test_heads_table_row_opens_the_head_in_the_head_explorer(app_env):
 
 def _click(at, key: str, custom: list) -> None:
     """What Streamlit's Plotly component sends when the user clicks a point carrying ``custom``."""
-    at.session_state[key] = {"selection": {"points": [{"customdata": custom}], "point_indices": [0], "box": [],
-                                           "lasso": []}}
+    at.session_state[key] = {"selection": {"points": [{"customdata": custom}], "point_indices": [0], "box": [], "lasso": []}}
     at.run()
 
 
@@ -118,15 +117,18 @@ def test_a_heatmap_cell_click_opens_that_head_at_that_step(app_env):
     assert not at.exception and at.title[0].value == "Head explorer"
     assert (at.session_state["layer"], at.session_state["head"]) == (2, 3)
     assert at.session_state["stat"] == "kurtosis" and steps[5] in at.session_state["step"]
-    assert at.query_params["layer"] == "2" and "kurtosis" == at.query_params["stat"]
+    assert at.query_params["layer"] == "2" and at.query_params["stat"] == "kurtosis"
 
 
-@pytest.mark.parametrize("page, key, custom, expected", [
-    (LAYERS, "layer_lines", [1, 2, 0], (1, 2)),  # a head's line in the layer panel: [layer, head, step]
-    (LAYERS, "layer_grid", [3, 1], (3, 1)),  # a line of the all-layers grid: [layer, head]
-    (ANIM, "animation", [2, 0, 0, 0.5], (2, 0)),  # a cell of the animation: [layer, head, step, value]
-    (HEAD, "head_in_layer", [0, 3], (0, 3)),  # another head of the layer, grey behind the chosen one
-])
+@pytest.mark.parametrize(
+    "page, key, custom, expected",
+    [
+        (LAYERS, "layer_lines", [1, 2, 0], (1, 2)),  # a head's line in the layer panel: [layer, head, step]
+        (LAYERS, "layer_grid", [3, 1], (3, 1)),  # a line of the all-layers grid: [layer, head]
+        (ANIM, "animation", [2, 0, 0, 0.5], (2, 0)),  # a cell of the animation: [layer, head, step, value]
+        (HEAD, "head_in_layer", [0, 3], (0, 3)),  # another head of the layer, grey behind the chosen one
+    ],
+)
 def test_a_click_on_a_head_opens_it_from_every_page(app_env, page, key, custom, expected):
     at = open_page(page, {"stat": "std"})
     _click(at, key, custom)
@@ -177,8 +179,9 @@ def test_the_animation_frame_round_trips_through_a_link(app_env):
     assert f"step={steps[9]}" in link and at.query_params["step"] == str(steps[9])
     again = open_page(ANIM, {k: v for k, v in (p.split("=") for p in link.split("?")[1].split("&"))})
     assert again.session_state["step"] == steps[9] and again.session_state["stat"] == "kl_gauss"
-    np.testing.assert_allclose(arr(chart(again, "animation")["data"][0]["z"]).reshape(4, 4),
-                               store.array("kl_gauss")[9], rtol=1e-6)
+    np.testing.assert_allclose(
+        arr(chart(again, "animation")["data"][0]["z"]).reshape(4, 4), store.array("kl_gauss")[9], rtol=1e-6
+    )
 
 
 def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
@@ -217,14 +220,14 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)), rtol=1e-6)
     refs, _ = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
-    kl_band = [r for r in rects if r["yref"] == "y3"][0]
+    kl_band = next(r for r in rects if r["yref"] == "y3")
     assert (kl_band["y0"], kl_band["y1"]) == pytest.approx((refs["kl_gauss"].lo, refs["kl_gauss"].hi))
-    band = [s for s in chart(at, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect"][0]
+    band = next(s for s in chart(at, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect")
     assert (band["y0"], band["y1"]) == pytest.approx((refs["kurtosis"].lo, refs["kurtosis"].hi))
     # standardized z: the curves are p_z of z = (w - mu)/sigma against the standard normal
     at.toggle(key="zview").set_value(True).run()
     fig = chart(at, "density_slices")
-    g = [t for t in fig["data"] if t.get("legendgroup") == "gauss"][0]
+    g = next(t for t in fig["data"] if t.get("legendgroup") == "gauss")
     np.testing.assert_allclose(arr(g["y"]), np.exp(-0.5 * arr(g["x"]) ** 2) / np.sqrt(2 * np.pi), rtol=1e-6)
     assert at.query_params["zview"] == "1"
     z0 = arr(fig["data"][0]["x"])

@@ -2,7 +2,8 @@
 
 The store is the session's synthetic store copied and given a stand-in ``llc.parquet`` at three of its
 checkpoints (`benchmarks.synthetic_store.add_synthetic_llc`): the heads of even layers rise over training,
-those of odd layers fall (two shapes the clustering must separate), the whole-model row is known. The figures' numbers are checked against
+those of odd layers fall (two shapes the clustering must separate), the whole-model row is known.
+The figures' numbers are checked against
 that table, read with pyarrow, not through the page's code.
 """
 
@@ -91,8 +92,7 @@ def test_flagged_and_negative_estimates_are_marked_explained_and_counted(llc_env
     np.testing.assert_allclose(spread, df[(df["layer"] == layer) & (df["head"] == head)].sort_values("step")["llc_std"])
     layer, head, pos = SYNTHETIC_NEGATIVE
     assert "negative" in curves[(layer, head)]["text"][pos]
-    assert any("1 head estimates are negative (L0 H0 at step" in w.value and "not a local minimum" in w.value
-               for w in at.warning)
+    assert any("1 head estimates are negative (L0 H0 at step" in w.value and "not a local minimum" in w.value for w in at.warning)
     counts = at.dataframe[0].value
     assert counts["step"].tolist() == steps
     n_estimates = df[df["step"] == steps[-1]].shape[0]  # heads and the whole model
@@ -108,7 +108,7 @@ def test_the_chains_loss_traces_are_the_stored_ones(llc_env: Path) -> None:
     chains = pq.read_table(llc_env / "llc_chains.parquet").to_pandas()
     own = chains[(chains["step"] == step) & (chains["layer"] == 0) & (chains["head"] == 1)].sort_values("chain")
     drawn = chart(at, "llc_traces")["data"]
-    for trace, stored in zip(drawn, own["trace"]):
+    for trace, stored in zip(drawn, own["trace"], strict=False):
         np.testing.assert_allclose(arr(trace["y"]), np.asarray(stored, dtype=np.float64), rtol=1e-6)
     init = llc_table(llc_env).query("step == @step and layer == 0 and head == 1")["init_loss"].iloc[0]
     assert arr(drawn[-1]["y"]).tolist() == [init, init] and "loss at w*" in drawn[-1]["name"]

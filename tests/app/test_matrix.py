@@ -16,8 +16,7 @@ def test_matrix_parameter_sets_the_choice_and_stays_in_the_url(app_env, page):
     at = open_page(page, {"matrix": "ov"})
     assert not notices(at)
     assert at.session_state["matrix"] == "ov" and at.query_params["matrix"] == "ov"
-    assert at.radio(key="matrix").options == ["W_QK = W_Qᵀ W_K (where a head looks)",
-                                              "W_OV = W_O,h W_V,h (what a head writes)"]
+    assert at.radio(key="matrix").options == ["W_QK = W_Qᵀ W_K (where a head looks)", "W_OV = W_O,h W_V,h (what a head writes)"]
     assert "matrix=ov" in at.code[0].value  # the share link carries it
 
 
@@ -53,8 +52,9 @@ def test_circuit_statistics_are_selectable(app_env, stat):
 def test_a_qk_only_store_offers_qk_and_says_what_a_rerun_adds(app_env, tmp_path, monkeypatch):
     from benchmarks.synthetic_store import write_synthetic_store
 
-    old = write_synthetic_store(tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6,
-                                matrices=("qk",))
+    old = write_synthetic_store(
+        tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6, matrices=("qk",)
+    )
     heads = pq.read_table(old / "heads.parquet")  # as schema version 2 wrote it: no circuit columns
     pq.write_table(heads.drop_columns(["sym_frac", "eig_positivity"]), old / "heads.parquet")
     monkeypatch.setenv("HEADWATCH_STORE", str(old))

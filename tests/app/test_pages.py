@@ -125,8 +125,10 @@ def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
 # --- query parameters set the widgets; bad ones give a notice ----------------------------------------------------
 
 GOOD = {
-    HEAD: ({"layer": "2", "head": "3", "step": ["1", "1000"], "stat": "kurtosis", "logp": "0"},
-           {"layer": 2, "head": 3, "step": [1, 1000], "stat": "kurtosis", "logp": False}),
+    HEAD: (
+        {"layer": "2", "head": "3", "step": ["1", "1000"], "stat": "kurtosis", "logp": "0"},
+        {"layer": 2, "head": 3, "step": [1, 1000], "stat": "kurtosis", "logp": False},
+    ),
     LAYERS: ({"layer": "1", "stat": "lambda", "k": "7", "logy": "1"}, {"layer": 1, "stat": "lambda", "k": 7, "logy": True}),
     ARCH: ({"stat": "stable_rank", "logc": "1"}, {"stat": "stable_rank", "logc": True}),
     ANIM: ({"stat": "spectral_entropy", "step": "21000"}, {"stat": "spectral_entropy", "step": 21000}),
@@ -150,8 +152,9 @@ def test_query_parameters_set_the_widgets(app_env, page):
 
 @pytest.mark.parametrize("page", VIEW_PAGES)
 def test_invalid_parameters_fall_back_with_a_notice(app_env, page):
-    at = open_page(page, {"layer": "99", "head": "x", "stat": "bogus", "step": "7", "k": "-1", "xscale": "sideways",
-                          "run": "nope"})
+    at = open_page(
+        page, {"layer": "99", "head": "x", "stat": "bogus", "step": "7", "k": "-1", "xscale": "sideways", "run": "nope"}
+    )
     text = " ".join(notices(at))
     assert "xscale=sideways" in text and "run=nope" in text and "stat=bogus" in text
     assert at.session_state["stat"] == ("kl_gauss" if page == TRAJ else "std")
@@ -235,8 +238,9 @@ def test_switching_runs_keeps_valid_state_and_resets_the_rest(app_env, tmp_path,
     from benchmarks.synthetic_store import write_synthetic_store
 
     data = tmp_path / "data"
-    write_synthetic_store(data / "small-run", n_layers=2, n_heads=3, d_head=8, d_model=32, n_checkpoints=6,
-                          duplicate=False, training=False)
+    write_synthetic_store(
+        data / "small-run", n_layers=2, n_heads=3, d_head=8, d_model=32, n_checkpoints=6, duplicate=False, training=False
+    )
     monkeypatch.setenv("HEADWATCH_DATA", str(data))
     at = open_page(HEAD, {"layer": "3", "head": "2"})
     assert at.selectbox(key="run").options == ["tiny-run", "small-run"]  # $HEADWATCH_STORE first
@@ -294,7 +298,9 @@ def test_head_explorer_marks_planted_crossings_and_repulsions(app_env):
     crossing = table[table["verdict"] == "crossing"]
     t = [store.steps.tolist().index(s) for s in crossing["step"]]
     lvl = [int(x.split(",")[0].removeprefix("λ_")) for x in crossing["levels"]]
-    np.testing.assert_allclose(data_of(even, "leading", "crossing", "y"), np.sqrt(lam[t, lvl] * lam[t, np.add(lvl, 1)]), rtol=1e-5)
+    np.testing.assert_allclose(
+        data_of(even, "leading", "crossing", "y"), np.sqrt(lam[t, lvl] * lam[t, np.add(lvl, 1)]), rtol=1e-5
+    )
     # the bottom panel: O_kk between consecutive checkpoints, from overlaps.parquet
     o_u, o_v = store.overlaps(1, 1)
     np.testing.assert_allclose(data_of(even, "leading", "λ_0 kept", "y"), o_u[:, 0, 0] * o_v[:, 0, 0], rtol=1e-6)
@@ -307,8 +313,9 @@ def test_head_explorer_marks_planted_crossings_and_repulsions(app_env):
 def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, monkeypatch):
     from benchmarks.synthetic_store import write_synthetic_store
 
-    old = write_synthetic_store(tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6,
-                                overlaps=False)
+    old = write_synthetic_store(
+        tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6, overlaps=False
+    )
     monkeypatch.setenv("HEADWATCH_STORE", str(old))
     at = open_page(HEAD, {"gap": "5"})
     assert any("no singular-vector overlaps" in i.value for i in at.info)
@@ -328,8 +335,9 @@ def test_mixed_checkpoint_is_left_out_until_shown(app_env, tmp_path, monkeypatch
     dotted line, and becomes a plotted state only with the sidebar toggle (``mixed=1`` in the URL)."""
     from benchmarks.synthetic_store import write_synthetic_store
 
-    path = write_synthetic_store(tmp_path / "mixed-run", n_layers=2, n_heads=2, d_head=4, d_model=16, n_checkpoints=6,
-                                 duplicate=False, training=False)
+    path = write_synthetic_store(
+        tmp_path / "mixed-run", n_layers=2, n_heads=2, d_head=4, d_model=16, n_checkpoints=6, duplicate=False, training=False
+    )
     meta = json.loads((path / "meta.json").read_text())
     for c in meta["checkpoints"]:
         c["files"] = {"model-00001.safetensors": f"first{c['step']}", "model-00002.safetensors": f"second{c['step']}"}

@@ -13,8 +13,7 @@ def test_no_watcher_unless_chosen() -> None:
 
 
 def test_dev_polls_the_app_files() -> None:
-    assert streamlit_options(["--dev", "--server.port=1"], environ={}) == [
-        "--server.port=1", "--server.fileWatcherType", "poll"]
+    assert streamlit_options(["--dev", "--server.port=1"], environ={}) == ["--server.port=1", "--server.fileWatcherType", "poll"]
 
 
 def test_a_watcher_the_caller_chooses_is_passed_on_as_given() -> None:
@@ -26,7 +25,11 @@ def test_a_watcher_the_caller_chooses_is_passed_on_as_given() -> None:
 
 def test_the_scripts_own_arguments_are_left_alone() -> None:
     assert streamlit_options(["--", "--dev", "--server.fileWatcherType=auto"], environ={}) == [
-        *NONE, "--", "--dev", "--server.fileWatcherType=auto"]
+        *NONE,
+        "--",
+        "--dev",
+        "--server.fileWatcherType=auto",
+    ]
 
 
 def test_the_apps_config_comes_as_options_unless_given(tmp_path):
@@ -35,10 +38,16 @@ def test_the_apps_config_comes_as_options_unless_given(tmp_path):
     from dashboard.serve import config_options
 
     config = tmp_path / "config.toml"
-    config.write_text('[server]\nfolderWatchBlacklist = [".venv"]\nheadless = true\n'
-                      '[client]\ntoolbarMode = "viewer"\n[browser]\ngatherUsageStats = false\n')
+    config.write_text(
+        '[server]\nfolderWatchBlacklist = [".venv"]\nheadless = true\n'
+        '[client]\ntoolbarMode = "viewer"\n[browser]\ngatherUsageStats = false\n'
+    )
     assert config_options(config, ["--browser.gatherUsageStats=true"]) == [
-        "--server.headless", "true", "--client.toolbarMode", "viewer"]
+        "--server.headless",
+        "true",
+        "--client.toolbarMode",
+        "viewer",
+    ]
     assert config_options(tmp_path / "missing.toml", []) == []
 
 

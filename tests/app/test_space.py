@@ -63,8 +63,14 @@ def test_app_and_every_page_import_neither_torch_nor_transformers() -> None:
         sys.exit(1 if heavy else 0)
         """
     )
-    res = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
 
 
@@ -73,8 +79,19 @@ def test_requirements_txt_alone_serves_the_app_with_the_dockerfile_cmd(tmp_path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(REPO / "requirements.txt")],
-        capture_output=True, text=True, timeout=900,
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            str(REPO / "requirements.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert pip.returncode == 0, pip.stderr[-3000:]
     check = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
@@ -83,8 +100,9 @@ def test_requirements_txt_alone_serves_the_app_with_the_dockerfile_cmd(tmp_path:
     port = free_port()
     cmd = [arg.replace("7860", str(port)).replace("0.0.0.0", "127.0.0.1") for arg in dockerfile_cmd()]
     cmd[0] = str(venv / "bin" / cmd[0])
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": ""})
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": ""}
+    )
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -12,8 +12,12 @@ def test_parse_one_valid_int_and_string():
 
 
 def test_parse_one_invalid_falls_back_with_notice_quoting_the_value():
-    for raw, options, default in ((["99"], list(range(24)), 0), (["x"], list(range(16)), 0),
-                                  (["bogus"], ["std", "kl_gauss"], "std"), (["1.5"], list(range(4)), 0)):
+    for raw, options, default in (
+        (["99"], list(range(24)), 0),
+        (["x"], list(range(16)), 0),
+        (["bogus"], ["std", "kl_gauss"], "std"),
+        (["1.5"], list(range(4)), 0),
+    ):
         got = parse_one("p", raw, options, default)
         assert got.value == default
         assert got.notice is not None and f"p={raw[0]}" in got.notice

@@ -12,7 +12,7 @@ import pytest
 from analysis.store import open_store
 from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
-from tests.app.conftest import serve_only, arr, chart, notices, open_page
+from tests.app.conftest import arr, chart, notices, open_page, serve_only
 
 PAGE = "pages/weight_matrices.py"
 
@@ -106,9 +106,13 @@ def test_builders_make_figures_plotly_validates():
     for fig in (anim, depth):
         go.Figure(fig.to_dict())  # full validation
     # the law drawn in s is a density: it integrates to 1 (scipy), with its edge at sqrt(n) std (1 + sqrt(m/n))
-    total, _ = scipy.integrate.quad(lambda s: figs.mp_sv_density(np.array([s]), rows=40, cols=120, std=0.03)[0],
-                                    0, 1, limit=200, points=[0.03 * np.sqrt(120) * (1 - np.sqrt(1 / 3)),
-                                                            0.03 * np.sqrt(120) * (1 + np.sqrt(1 / 3))])
+    total, _ = scipy.integrate.quad(
+        lambda s: figs.mp_sv_density(np.array([s]), rows=40, cols=120, std=0.03)[0],
+        0,
+        1,
+        limit=200,
+        points=[0.03 * np.sqrt(120) * (1 - np.sqrt(1 / 3)), 0.03 * np.sqrt(120) * (1 + np.sqrt(1 / 3))],
+    )
     assert total == pytest.approx(1.0, abs=1e-6)
     edge = 0.03 * np.sqrt(120) * (1 + np.sqrt(1 / 3))
     assert figs.mp_sv_density(np.array([edge * 1.001]), rows=40, cols=120, std=0.03)[0] == 0

@@ -47,8 +47,10 @@ def test_the_caption_gives_alpha_and_spikes_at_the_step_shown(layered_env):
     rows = table[(table.role == "mlp_in") & (table.layer == 1)].set_index("step")
     at = open_page(PAGE, {"role": "mlp_in", "layer": "1", "step": str(steps[2])})
     want = rows.loc[steps[2]]
-    assert int(want["mp_spikes"]) != int(rows.loc[steps[-1]]["mp_spikes"]) or \
-        f"{want['alpha']:.2f}" != f"{rows.loc[steps[-1]]['alpha']:.2f}"  # the two steps read differently
+    assert (
+        int(want["mp_spikes"]) != int(rows.loc[steps[-1]]["mp_spikes"])
+        or f"{want['alpha']:.2f}" != f"{rows.loc[steps[-1]]['alpha']:.2f}"
+    )  # the two steps read differently
     text = _caption(at)
     assert f"At step {steps[2]:,}: {int(want['mp_spikes'])} values above" in text, text
     assert f"alpha = {want['alpha']:.2f}" in text, text
@@ -75,7 +77,7 @@ def test_alpha_over_training_per_layer_and_how_it_is_fitted(layered_env):
     lines = [t for t in fig["data"] if str(t.get("name", "")).startswith("layer ")]
     layers = sorted(table["layer"].unique().tolist())
     assert [t["name"] for t in lines] == [f"layer {i}" for i in layers]
-    for i, t in zip(layers, lines):
+    for i, t in zip(layers, lines, strict=True):
         want = table[(table.role == "mlp_out") & (table.layer == i)].sort_values("step")["alpha"].to_numpy()
         np.testing.assert_allclose(arr(t["y"]), want)
     assert "α" in fig["layout"]["yaxis"]["title"]["text"] and "mlp_out" in fig["layout"]["title"]["text"]

@@ -201,8 +201,10 @@ class FakeHub:
                 if prefix and not entries and not folders:
                     self._send(h, 404, b"entry not found", head=head, error="EntryNotFound")
                     return
-                entries += [{"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": f}
-                            for f in sorted(folders)]
+                entries += [
+                    {"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": f}
+                    for f in sorted(folders)
+                ]
                 self._send(h, 200, json.dumps(entries).encode(), head=head, ctype="application/json")
             return
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)

@@ -30,9 +30,26 @@ from training.__main__ import main as training_main
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-EVERY_LENS = ("--matrices", "qk,ov,layers", "--lenses", "attention", "--lenses", "llc", "--eval-sequences", "4",
-              "--eval-length", "32", "--llc-draws", "2", "--llc-sequences", "4", "--llc-batch-size", "2",
-              "--llc-steps", "0,4")
+EVERY_LENS = (
+    "--matrices",
+    "qk,ov,layers",
+    "--lenses",
+    "attention",
+    "--lenses",
+    "llc",
+    "--eval-sequences",
+    "4",
+    "--eval-length",
+    "32",
+    "--llc-draws",
+    "2",
+    "--llc-sequences",
+    "4",
+    "--llc-batch-size",
+    "2",
+    "--llc-steps",
+    "0,4",
+)
 SAMPLED = {"llc": {"llc", "llc_std"}}  # columns drawn by SGLD: another random stream on the GPU
 
 
@@ -45,7 +62,10 @@ def _compare(table: str, cpu: Path, cuda: Path) -> None:
             assert np.isfinite(y.to_numpy(np.float64)).all(), (table, column)
             continue
         if len(x) and isinstance(x.iloc[0], (list, np.ndarray)):
-            fx, fy = np.concatenate([np.asarray(v, np.float64) for v in x]), np.concatenate([np.asarray(v, np.float64) for v in y])
+            fx, fy = (
+                np.concatenate([np.asarray(v, np.float64) for v in x]),
+                np.concatenate([np.asarray(v, np.float64) for v in y]),
+            )
             atol = 0.05 if "hist" in column else 1e-5  # a histogram mass: a few entries across an edge
             np.testing.assert_allclose(fy, fx, rtol=1e-3, atol=atol, err_msg=f"{table}.{column}")
         elif pd.api.types.is_float_dtype(x.dtype):

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from analysis.store import open_store
+from analysis.store.format import EMBEDDINGS
 from analysis.trajectories import EmbeddingSettings, embed
 from benchmarks.synthetic_store import write_synthetic_store
-from analysis.store.format import EMBEDDINGS
 from precompute.lenses.embeddings import DEFAULT_STATISTICS, main
 
 pytestmark = pytest.mark.slow

@@ -27,8 +27,9 @@ def save_char_tokenizer(folder: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
     vocab = {c: i for i, c in enumerate(CHARS)} | {"[UNK]": len(CHARS)}
-    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="[UNK]")),
-                                   unk_token="[UNK]")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="[UNK]")), unk_token="[UNK]"
+    )
     fast.save_pretrained(folder)
 
 
@@ -50,8 +51,19 @@ def test_hub_revisions_are_downloaded_one_at_a_time_and_match_the_local_folders(
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
         env = base_env(tmp_path / "home", HF_ENDPOINT=hub.url)
-        done = run("--source", REPO_ID, "--out", str(out), *EVAL, "--eval-text", str(text),
-                   "--revisions", ",".join(f"step{s}" for s in STEPS), env=env, timeout=300)
+        done = run(
+            "--source",
+            REPO_ID,
+            "--out",
+            str(out),
+            *EVAL,
+            "--eval-text",
+            str(text),
+            "--revisions",
+            ",".join(f"step{s}" for s in STEPS),
+            env=env,
+            timeout=300,
+        )
         downloads = [e for e in hub.log if e.method == "GET" and e.path.endswith("/model.safetensors")]
     assert done.returncode == 0, done.stderr
     weights = (suite / "step0" / "model.safetensors").stat().st_size

@@ -40,8 +40,15 @@ EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
 def byte_model(*, hidden: int = 64, layers: int = 2, heads: int = 4):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(vocab_size=256, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=2 * hidden, max_position_embeddings=64, rotary_pct=0.25)
+    config = GPTNeoXConfig(
+        vocab_size=256,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        rotary_pct=0.25,
+    )
     torch.manual_seed(0)
     return GPTNeoXForCausalLM(config)
 
@@ -73,10 +80,15 @@ def byte_run(root: Path, steps: list[int], *, duplicate: dict[int, int] | None =
             perturb(model, step)
         states[step] = {k: v.clone() for k, v in model.state_dict().items()}
         model.save_pretrained(run / f"step{step}")
-    (run / "run.json").write_text(json.dumps({
-        "tokens_per_step": 64, "config": {"val_fraction": 0.25},
-        "corpus": {"name": "test works", "source": "test", "archive_sha256": sha, "tokenizer": "bytes (vocabulary 256)"},
-    }))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "tokens_per_step": 64,
+                "config": {"val_fraction": 0.25},
+                "corpus": {"name": "test works", "source": "test", "archive_sha256": sha, "tokenizer": "bytes (vocabulary 256)"},
+            }
+        )
+    )
     return run
 
 
@@ -110,8 +122,15 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     jsd = store.dense(LAYER_DIVERGENCE, "jsd")
     assert jsd.shape == (3, 2, 2) and np.allclose(jsd, jsd.transpose(0, 2, 1)) and np.allclose(jsd[:, [0, 1], [0, 1]], 0)
     # the loss is the model's own on the recorded sequences (rebuilt here from the same text and seed)
-    es = make_eval_set(np.frombuffer(held, np.uint8).astype(np.int64), n=4, t=32, vocab_size=256,
-                       text=info.text, text_sha256=info.text_sha256, tokenizer=info.tokenizer)
+    es = make_eval_set(
+        np.frombuffer(held, np.uint8).astype(np.int64),
+        n=4,
+        t=32,
+        vocab_size=256,
+        text=info.text,
+        text_sha256=info.text_sha256,
+        tokenizer=info.tokenizer,
+    )
     assert es.info.tokens_sha256 == info.tokens_sha256
     ids = torch.from_numpy(es.tokens)
     loss = store.dense(EVAL_LOSS, "loss")
@@ -202,9 +221,13 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
         before = listed()
         if before >= len(steps):
             break
-        proc = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--source", str(run),
-                                 "--out", str(out), *EVAL], cwd=REPO, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out), *EVAL],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         while listed() <= before and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -26,18 +26,18 @@ import pytest
 from huggingface_hub import constants
 
 from analysis.extract import extract_qk, model_shape
-from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
+from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from precompute.__main__ import main
+from precompute.run import run_precompute
+from precompute.settings import FetchSettings, RunOptions
 from precompute.sources.checkpoints import read_folder
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource
 from precompute.sources.hubcache import HubCacheSource
 from precompute.sources.local import LocalSource
-from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
-from precompute.run import run_precompute
-from precompute.settings import FetchSettings, RunOptions
 from precompute.sources.resolve import open_source
+from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
 from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 
@@ -49,7 +49,11 @@ REVISIONS = ",".join(f"step{s}" for s in STEPS)
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "precompute", "--no-progress", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -135,8 +139,7 @@ def assert_same_statistics(a: Path, b: Path) -> None:
     assert shared
     for matrix in shared:
         for col in SCALAR_COLUMNS + LIST_COLUMNS + CIRCUIT_COLUMNS:
-            np.testing.assert_array_equal(sa.array(col, matrix=matrix), sb.array(col, matrix=matrix),
-                                          err_msg=f"{matrix} {col}")
+            np.testing.assert_array_equal(sa.array(col, matrix=matrix), sb.array(col, matrix=matrix), err_msg=f"{matrix} {col}")
 
 
 def test_online_ov_gives_the_local_store_without_whole_files(world, hub: FakeHub, tmp_path: Path) -> None:
@@ -288,7 +291,11 @@ def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess,
     hub.delay_s = 1.0  # a slow link, so the run is mid-fetch when interrupted (4 s and more to go, even under load)
     proc = subprocess.Popen(
         [sys.executable, "-m", "precompute", "--no-progress", "--source", REPO_ID, "--out", str(out)],
-        cwd=REPO, env=online_env(hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=online_env(hub, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # a test suite started in the background (`cmd &` in a script) ignores SIGINT, and the child would
         # inherit that; Ctrl-C at a terminal is what is simulated here
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -332,8 +339,9 @@ def test_open_source_reads_folders_the_hub_cache_offline_and_the_hub_online(worl
     assert type(online) is HubSource and online.kind == "hub" and online.fetch_settings is not None
 
 
-def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(world, hub: FakeHub, cli: InProcess,
-                                                                          tmp_path: Path, caplog) -> None:
+def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(
+    world, hub: FakeHub, cli: InProcess, tmp_path: Path, caplog
+) -> None:
     cli.hub(endpoint=hub.url)
     src = HubSource(REPO_ID, scratch=tmp_path / "scratch", fetch=FetchSettings(range_merge_gap=8192), meter=Meter())
     folder = {s: world["suite"] / f"step{s}" for s in STEPS}
@@ -344,7 +352,7 @@ def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(world, h
     def check(step: int, fetched) -> None:  # the same digest, W_Q and W_K as the folder read from disk
         local = read_folder(folder[step], ref[step], shape, skip=lambda sha: False)
         assert fetched.sha256 == local.sha256 and fetched.commit == world["repo"].branches[f"step{step}"]
-        for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors)):
+        for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors), strict=True):
             assert ours.equal(theirs)
 
     assert src.config(ref[1]) == config[1]  # config, then fetch (the run's first checkpoint)
@@ -399,8 +407,9 @@ def test_other_formats_read_only_attention_files_with_bounded_disk(fmt: str, cli
         hub.repos["org/formats"] = repo
         cli.hub(endpoint=hub.url)
         out = tmp_path / "hub"
-        report = run_precompute("org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False,
-                                                               matrices=("qk", "ov")))  # no layer matrices
+        report = run_precompute(
+            "org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=("qk", "ov"))
+        )  # no layer matrices
     assert not report.failed and report.computed == [1, 2, 3]
     assert_same_statistics(local, out)
     needed = {s: attention_files(suite / f"step{s}") for s in (1, 2, 3)}

@@ -48,16 +48,24 @@ def test_sharded_fetch_reads_the_headers_and_exactly_the_attention_tensors(tmp_p
     expected_ranges: dict[str, list[tuple[int, int]]] = {}
     for f in files:  # qk + ov need every row of the fused weight and all of dense: whole tensors
         base, doc = own_header(folder / f)
-        expected_ranges[f] = sorted((base + doc[n]["data_offsets"][0], base + doc[n]["data_offsets"][1])
-                                    for n in wanted if weight_map[n] == f)
+        expected_ranges[f] = sorted(
+            (base + doc[n]["data_offsets"][0], base + doc[n]["data_offsets"][1]) for n in wanted if weight_map[n] == f
+        )
 
     repo = Repo()
     repo.add("step3", folder_files(folder))
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
         meter = Meter()
-        src = HubSource(REPO_ID, scratch=tmp_path / "scratch", fetch=FetchSettings(range_merge_gap=0), meter=meter,
-                        token=False, endpoint=hub.url, cache_dir=tmp_path / "empty-cache")
+        src = HubSource(
+            REPO_ID,
+            scratch=tmp_path / "scratch",
+            fetch=FetchSettings(range_merge_gap=0),
+            meter=meter,
+            token=False,
+            endpoint=hub.url,
+            cache_dir=tmp_path / "empty-cache",
+        )
         shape = model_shape(json.loads((folder / "config.json").read_text()))
         fetched = src.fetch(CheckpointRef(3, "step3"), shape, skip=lambda sha: False, matrices=("qk", "ov"))
 
@@ -66,7 +74,9 @@ def test_sharded_fetch_reads_the_headers_and_exactly_the_attention_tensors(tmp_p
         assert meter.requests == len(gets), "and every request"
         for f in files:
             got = hub.ranges(f)
-            assert got[0] == (0, HF_PROBE), "the header: huggingface_hub asks for its first 100 kB (the server sends what there is)"
+            assert got[0] == (0, HF_PROBE), (
+                "the header: huggingface_hub asks for its first 100 kB (the server sends what there is)"
+            )
             assert sorted(got[1:]) == _merged(expected_ranges[f]), f
         read_shards = {e.path.rsplit("/", 1)[1] for e in gets if e.path.endswith(".safetensors")}
         assert read_shards == set(files), "only the shards holding attention tensors are read"

@@ -11,6 +11,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import httpx2
 import huggingface_hub
@@ -18,8 +19,8 @@ import pytest
 import yaml
 
 import precompute.lenses.embeddings
-from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from analysis.store import open_store
+from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from precompute.__main__ import main
 from precompute.publish import dataset_card, push_store
 from precompute.run import run_precompute
@@ -43,7 +44,7 @@ def store(tmp_path_factory) -> Path:
 class RecordingApi:
     """Records ``create_repo`` and ``create_commit`` as HfApi would receive them."""
 
-    calls: list[tuple[str, tuple, dict]] = []
+    calls: ClassVar[list[tuple[str, tuple, dict]]] = []
 
     def __init__(self, *args, **kwargs) -> None:
         RecordingApi.calls = []
@@ -101,8 +102,20 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
     suite = store.parent / "suite"
     out = tmp_path / "store"
-    status = main(["--no-progress", "--no-embeddings", "--source", str(suite), "--out", str(out),
-                   "--revisions", "step0,step1", "--push-to-hub", "me/stats"])
+    status = main(
+        [
+            "--no-progress",
+            "--no-embeddings",
+            "--source",
+            str(suite),
+            "--out",
+            str(out),
+            "--revisions",
+            "step0,step1",
+            "--push-to-hub",
+            "me/stats",
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     assert [c[0] for c in RecordingApi.calls] == ["create_repo", "create_commit"]
     assert "pushed" in capsys.readouterr().err
@@ -114,8 +127,20 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
             raise huggingface_hub.errors.HfHubHTTPError("403 Forbidden: you cannot write to me/stats", response=response)
 
     monkeypatch.setattr(huggingface_hub, "HfApi", Refusing)
-    status = main(["--no-progress", "--no-embeddings", "--source", str(suite), "--out", str(out),
-                   "--revisions", "step0,step1", "--push-to-hub", "me/stats"])
+    status = main(
+        [
+            "--no-progress",
+            "--no-embeddings",
+            "--source",
+            str(suite),
+            "--out",
+            str(out),
+            "--revisions",
+            "step0,step1",
+            "--push-to-hub",
+            "me/stats",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 3 and "403 Forbidden" in err and "python -m precompute.publish" in err
     assert open_store(out).steps.tolist() == [0, 1]

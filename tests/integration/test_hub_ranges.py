@@ -7,6 +7,7 @@ come from ``safetensors.torch.load_file``. Neither shares code with the reader.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from pathlib import Path
@@ -20,10 +21,10 @@ from safetensors.torch import load_file
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
+from precompute.settings import FetchSettings
 from precompute.sources import ranges
 from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
-from precompute.settings import FetchSettings
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
 
@@ -73,8 +74,9 @@ def qkv_names(n_layers: int) -> list[str]:
     return [f"gpt_neox.layers.{i}.attention.query_key_value.weight" for i in range(n_layers)]
 
 
-def read_all(url: str, http: HubHttp, shape: ModelShape, merge_gap: int,
-             matrices: tuple[str, ...] = ("qk",)) -> dict[str, torch.Tensor]:
+def read_all(
+    url: str, http: HubHttp, shape: ModelShape, merge_gap: int, matrices: tuple[str, ...] = ("qk",)
+) -> dict[str, torch.Tensor]:
     def get(a: int, b: int):
         return http.get_range(url, a, b, what="test")
 
@@ -91,7 +93,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
     spans = [(base + doc[n]["data_offsets"][0], base + doc[n]["data_offsets"][1]) for n in qkv_names(3)]
     itemsize = (spans[0][1] - spans[0][0]) // (3 * 64 * 64)
     v_gap = shape.d_head * shape.d_model * itemsize  # V rows of one head, between two heads' Q/K rows
-    assert min(b[0] - a[1] for a, b in zip(spans, spans[1:])) > v_gap  # layers are further apart than that
+    assert min(b[0] - a[1] for a, b in itertools.pairwise(spans)) > v_gap  # layers are further apart than that
 
     tensors = read_all(url, http, shape, merge_gap=v_gap)
 
@@ -113,7 +115,7 @@ def test_one_range_per_layer_and_the_files_tensors(served, checkpoint: Path) -> 
 
 
 def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Path) -> None:
-    hub, url, http, meter = served
+    hub, url, http, _meter = served
     shape = model_shape(json.loads((checkpoint / "config.json").read_text()))
     h, d, m = shape.n_heads, shape.d_head, shape.d_model
     base, doc = header_of(checkpoint / "model.safetensors")
@@ -152,8 +154,9 @@ def test_ov_fetches_the_v_rows_and_the_output_projection_and_nothing_else(served
         start, end = (base + x for x in doc[qkv_names(3)[layer]]["data_offsets"])
         row_bytes = (end - start) // (3 * h * d)
         if matrices == ("ov",):  # rows (head, 2, :, :) are V: one range per head
-            expected_ranges += [(start + (head * 3 + 2) * d * row_bytes, start + (head * 3 + 3) * d * row_bytes)
-                                for head in range(h)]
+            expected_ranges += [
+                (start + (head * 3 + 2) * d * row_bytes, start + (head * 3 + 3) * d * row_bytes) for head in range(h)
+            ]
         else:  # Q, K and V rows of every head: the whole fused weight, one range
             expected_ranges.append((start, end))
         expected_ranges.append(tuple(base + x for x in doc[dense_names(3)[layer]]["data_offsets"]))
@@ -184,14 +187,15 @@ def test_header_spans_match_safetensors_own_parse(served, checkpoint: Path) -> N
     base, doc = header_of(path)
     assert header.header_bytes == base
     assert {n: (s.start, s.end) for n, s in header.tensors.items()} == {
-        n: (base + v["data_offsets"][0], base + v["data_offsets"][1]) for n, v in doc.items()}
+        n: (base + v["data_offsets"][0], base + v["data_offsets"][1]) for n, v in doc.items()
+    }
     raw = path.read_bytes()
     with safe_open(str(path), framework="pt") as f:
         assert sorted(f.keys()) == sorted(header.tensors)
         for name, span in header.tensors.items():
             want = f.get_tensor(name)
             assert list(want.shape) == list(span.shape)
-            got = torch.frombuffer(bytearray(raw[span.start:span.end]), dtype=want.dtype).view(want.shape)
+            got = torch.frombuffer(bytearray(raw[span.start : span.end]), dtype=want.dtype).view(want.shape)
             assert torch.equal(got, want), name
 
 
@@ -202,6 +206,7 @@ def test_long_header_takes_a_second_request(served, checkpoint: Path) -> None:
     state.update({f"pad.{i:05d}.{'x' * 40}": torch.zeros(1) for i in range(2000)})  # ~130 kB of header
     big = path.parent / "big.safetensors"
     from safetensors.torch import save_file
+
     save_file(state, big)
     base, doc = header_of(big)
     assert base > ranges.HEADER_PROBE_BYTES
@@ -234,7 +239,7 @@ def test_transient_errors_are_retried_then_give_up(served) -> None:
     data, total = http.get_range(url, 0, 8, what="test")
     assert len(data) == 8 and total is not None
     hub.fail_next = 3
-    with pytest.raises(HubUnreachableError, match="503.*gave up after 3 attempts"):
+    with pytest.raises(HubUnreachableError, match=r"503.*gave up after 3 attempts"):
         http.get_range(url, 0, 8, what="read the header")
 
 
@@ -244,8 +249,7 @@ def test_truncated_file_is_refused_by_name(checkpoint: Path) -> None:
     commit = repo.add("step7", {"model.safetensors": data[: len(data) // 2]})
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
-        meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(
-            REPO_ID, "model.safetensors", revision=commit)
+        meta = HfApi(endpoint=hub.url, token=False).parse_safetensors_file_metadata(REPO_ID, "model.safetensors", revision=commit)
         with pytest.raises(CheckpointError, match="truncated"):
             header_from_metadata(meta, file_size=len(data) // 2, where="model.safetensors")
 
@@ -280,8 +284,11 @@ def test_masks_follow_each_architectures_adapter() -> None:
 def test_ov_masks_follow_each_architectures_adapter() -> None:
     # GPT-2: V is the last d_model columns of c_attn (Conv1D); attn.c_proj is read whole, mlp.c_proj never
     gpt2 = ModelShape("gpt2", "gpt2", 1, 4, 4, 32, 8)
-    shapes = {"transformer.h.0.attn.c_attn.weight": (32, 96), "transformer.h.0.attn.c_proj.weight": (32, 32),
-              "transformer.h.0.mlp.c_proj.weight": (128, 32)}
+    shapes = {
+        "transformer.h.0.attn.c_attn.weight": (32, 96),
+        "transformer.h.0.attn.c_proj.weight": (32, 32),
+        "transformer.h.0.mlp.c_proj.weight": (128, 32),
+    }
     masks = element_masks(gpt2, shapes, matrices=("ov",))
     assert sorted(masks) == ["transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight"]
     c_attn = masks["transformer.h.0.attn.c_attn.weight"]
@@ -289,15 +296,22 @@ def test_ov_masks_follow_each_architectures_adapter() -> None:
     assert masks["transformer.h.0.attn.c_proj.weight"].all()
     # Llama with grouped-query attention: all of v_proj and o_proj, no q_proj or k_proj
     llama = ModelShape("llama", "llama", 1, 4, 2, 32, 8)
-    shapes = {"model.layers.0.self_attn.q_proj.weight": (32, 32), "model.layers.0.self_attn.k_proj.weight": (16, 32),
-              "model.layers.0.self_attn.v_proj.weight": (16, 32), "model.layers.0.self_attn.o_proj.weight": (32, 32)}
+    shapes = {
+        "model.layers.0.self_attn.q_proj.weight": (32, 32),
+        "model.layers.0.self_attn.k_proj.weight": (16, 32),
+        "model.layers.0.self_attn.v_proj.weight": (16, 32),
+        "model.layers.0.self_attn.o_proj.weight": (32, 32),
+    }
     masks = element_masks(llama, shapes, matrices=("ov",))
     assert sorted(masks) == sorted(n for n in shapes if "v_proj" in n or "o_proj" in n)
     assert all(mask.all() for mask in masks.values())
     # GPT-NeoX: rows (head, 2, :) of the fused weight, and all of attention.dense
     neox = ModelShape("gpt_neox", "gpt_neox", 1, 4, 4, 32, 8)
-    masks = element_masks(neox, {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32),
-                                 "gpt_neox.layers.0.attention.dense.weight": (32, 32)}, matrices=("ov",))
+    masks = element_masks(
+        neox,
+        {"gpt_neox.layers.0.attention.query_key_value.weight": (96, 32), "gpt_neox.layers.0.attention.dense.weight": (32, 32)},
+        matrices=("ov",),
+    )
     rows = masks["gpt_neox.layers.0.attention.query_key_value.weight"].all(dim=1)
     assert rows.tolist() == [(r // 8) % 3 == 2 for r in range(96)]
     assert masks["gpt_neox.layers.0.attention.dense.weight"].all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -35,7 +36,7 @@ def test_pythia_schedule_is_154_log_then_linear_steps() -> None:
     assert len(PYTHIA_STEPS) == 154
     assert PYTHIA_STEPS[:12] == (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000)
     assert PYTHIA_STEPS[-1] == 143000
-    assert all(b - a == 1000 for a, b in zip(PYTHIA_STEPS[11:], PYTHIA_STEPS[12:]))
+    assert all(b - a == 1000 for a, b in itertools.pairwise(PYTHIA_STEPS[11:]))
     assert is_pythia("EleutherAI/pythia-1.4b-deduped") and not is_pythia("allenai/OLMo-1B")
     refs, _ = refs_from_names([f"step{s}" for s in PYTHIA_STEPS if s != 4000] + ["step7", "main"], where="test")
     assert schedule_gaps(refs) == ([4000], [7])
@@ -44,7 +45,7 @@ def test_pythia_schedule_is_154_log_then_linear_steps() -> None:
 def test_refs_from_names_sorts_by_step_and_refuses_two_names_for_one_step() -> None:
     refs, ignored = refs_from_names(["step10", "main", "step2", "step1000"], where="repo")
     assert [r.step for r in refs] == [2, 10, 1000] and ignored == ["main"]
-    with pytest.raises(CheckpointError, match="'checkpoint-10' and 'step10' .* both name step 10"):
+    with pytest.raises(CheckpointError, match=r"'checkpoint-10' and 'step10' .* both name step 10"):
         refs_from_names(["step10", "checkpoint-10"], where="repo")
 
 

@@ -22,8 +22,12 @@ from precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb
 from tests.integration.fakehub import FakeHub, Repo, folder_files
 
-BLOCK_SUFFIXES = ("attention.query_key_value.weight", "attention.dense.weight", "mlp.dense_h_to_4h.weight",
-                  "mlp.dense_4h_to_h.weight")
+BLOCK_SUFFIXES = (
+    "attention.query_key_value.weight",
+    "attention.dense.weight",
+    "mlp.dense_h_to_4h.weight",
+    "mlp.dense_4h_to_h.weight",
+)
 
 
 def _spans(path: Path) -> dict[str, tuple[int, int]]:

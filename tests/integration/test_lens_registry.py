@@ -58,18 +58,25 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
 
 
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
-    help_text = subprocess.run([sys.executable, "-m", "precompute", "--help"], cwd=REPO, capture_output=True,
-                               text=True, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "precompute", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     squashed = " ".join(help_text.split())
     assert "--lenses {" + ",".join(registry.LENS_CHOICES) + "}" in squashed
     for lens in registry.LENSES:
         for option in lens.options:
             assert option.flag in help_text, option.flag
-    plan_help = subprocess.run([sys.executable, "-m", "headwatch", "plan", "--help"], cwd=REPO, capture_output=True,
-                               text=True, check=True).stdout
+    plan_help = subprocess.run(
+        [sys.executable, "-m", "headwatch", "plan", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     assert "{" + ",".join(registry.LENS_CHOICES) + "}" in " ".join(plan_help.split())
-    info = subprocess.run([sys.executable, "-m", "headwatch", "info", str(REPO / "data" / "shakespeare-pythia-6x8")],
-                          cwd=REPO, capture_output=True, text=True, check=True).stdout
+    info = subprocess.run(
+        [sys.executable, "-m", "headwatch", "info", str(REPO / "data" / "shakespeare-pythia-6x8")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lens_lines = info.split("lenses:\n", 1)[1].splitlines()[: len(registry.LENSES)]
     assert [line.split()[0] for line in lens_lines] == [lens.name for lens in registry.LENSES]
     # a lens option without its lens is refused with what to add, before anything is read
@@ -94,18 +101,22 @@ def norm_rows(step: int, shape: ModelShape, tensors: Mapping) -> pa.Table:
     w_q = checked_factors(shape, tensors, ("qk",))["qk"][0]  # (n_layers, n_heads, d_head, d_model)
     norms = w_q.double().flatten(2).norm(dim=2).numpy()
     n_layers, n_heads = norms.shape
-    return pa.table({
-        "step": pa.array(np.full(n_layers * n_heads, step, dtype=np.int64)),
-        "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
-        "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
-        "q_frob": pa.array(norms.reshape(-1)),
-    }, schema=NORMS.schema)
+    return pa.table(
+        {
+            "step": pa.array(np.full(n_layers * n_heads, step, dtype=np.int64)),
+            "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+            "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+            "q_frob": pa.array(norms.reshape(-1)),
+        },
+        schema=NORMS.schema,
+    )
 
 
 @dataclass(frozen=True)
 class NormsJob:
-    def checkpoint_rows(self, fetched: Fetched, shape: ModelShape, settings: Settings,
-                        src: CheckpointSource | None) -> Mapping[str, pa.Table]:
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
         return {NORMS.name: norm_rows(fetched.ref.step, shape, fetched.tensors)}
 
 
@@ -123,8 +134,15 @@ class NormsStage(BaseStage):
             run.report.lenses.setdefault(self.lens.name, []).append(step)
 
 
-NORMS_LENS = registry.Lens(name="norms", title="W_Q norms", summary="||W_Q,h||_F per head", tables=(NORMS,),
-                           asked_by="--lenses", stage=f"{__name__}:NormsStage", needs=("tensors",))
+NORMS_LENS = registry.Lens(
+    name="norms",
+    title="W_Q norms",
+    summary="||W_Q,h||_F per head",
+    tables=(NORMS,),
+    asked_by="--lenses",
+    stage=f"{__name__}:NormsStage",
+    needs=("tensors",),
+)
 NormsStage.lens = NORMS_LENS
 
 
@@ -183,8 +201,24 @@ def test_a_lens_in_one_module_is_computed_committed_resumed_and_read_back(norms_
 
 # ------------------------------------------------------------------ every lens, one shot against staged
 
-LENS_OPTIONS = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "attention", "--lenses", "llc",
-                "--llc-draws", "2", "--llc-sequences", "4", "--llc-batch-size", "2", "--llc-steps", "0,2,16")
+LENS_OPTIONS = (
+    "--eval-sequences",
+    "4",
+    "--eval-length",
+    "32",
+    "--lenses",
+    "attention",
+    "--lenses",
+    "llc",
+    "--llc-draws",
+    "2",
+    "--llc-sequences",
+    "4",
+    "--llc-batch-size",
+    "2",
+    "--llc-steps",
+    "0,2,16",
+)
 
 
 def test_one_shot_and_staged_stores_hold_the_same_tables_byte_for_byte(tmp_path: Path) -> None:

@@ -43,8 +43,15 @@ SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, dr
 def tiny_model():
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                           intermediate_size=2 * HIDDEN, max_position_embeddings=T, rotary_pct=0.25)
+    config = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=2 * HIDDEN,
+        max_position_embeddings=T,
+        rotary_pct=0.25,
+    )
     torch.manual_seed(0)
     return GPTNeoXForCausalLM(config)
 
@@ -77,7 +84,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory):
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     ids = torch.from_numpy(sequences(512, seed=0))
     for i in range(300):
-        batch = ids[(i % 8) * 64:(i % 8 + 1) * 64]
+        batch = ids[(i % 8) * 64 : (i % 8 + 1) * 64]
         opt.zero_grad()
         model(input_ids=batch, labels=batch).loss.backward()
         opt.step()
@@ -139,11 +146,14 @@ def head_index(layer: int, head: int) -> dict[str, torch.Tensor]:
     and bias; attention.dense reads the heads' outputs concatenated, so columns head*d_head up to (head+1)*d_head."""
     p = f"gpt_neox.layers.{layer}.attention."
     qkv_rows = torch.zeros(3 * HIDDEN, dtype=torch.bool)
-    qkv_rows[head * 3 * D_HEAD:(head + 1) * 3 * D_HEAD] = True
+    qkv_rows[head * 3 * D_HEAD : (head + 1) * 3 * D_HEAD] = True
     cols = torch.zeros(HIDDEN, dtype=torch.bool)
-    cols[head * D_HEAD:(head + 1) * D_HEAD] = True
-    return {p + "query_key_value.weight": qkv_rows[:, None].expand(3 * HIDDEN, HIDDEN),
-            p + "query_key_value.bias": qkv_rows, p + "dense.weight": cols[None, :].expand(HIDDEN, HIDDEN)}
+    cols[head * D_HEAD : (head + 1) * D_HEAD] = True
+    return {
+        p + "query_key_value.weight": qkv_rows[:, None].expand(3 * HIDDEN, HIDDEN),
+        p + "query_key_value.bias": qkv_rows,
+        p + "dense.weight": cols[None, :].expand(HIDDEN, HIDDEN),
+    }
 
 
 @pytest.mark.parametrize("layer,head", [(0, 0), (1, 3)])
@@ -165,10 +175,17 @@ def test_the_head_mask_moves_exactly_the_heads_parameters(trained, data, layer: 
         sampled.update(state(model))
 
     sample_single_chain(
-        trained, Dataset.from_dict({"input_ids": data}).with_format("torch"), make_evaluate_fn(), masks,
-        num_draws=4, sampling_method=SGMCMC.sgld,
-        sampling_method_kwargs={"lr": 1e-3, "nbeta": 30.0, "localization": 300.0}, seed=0, dataloader_seed=0,
-        callbacks=[keep], batch_size=2,
+        trained,
+        Dataset.from_dict({"input_ids": data}).with_format("torch"),
+        make_evaluate_fn(),
+        masks,
+        num_draws=4,
+        sampling_method=SGMCMC.sgld,
+        sampling_method_kwargs={"lr": 1e-3, "nbeta": 30.0, "localization": 300.0},
+        seed=0,
+        dataloader_seed=0,
+        callbacks=[keep],
+        batch_size=2,
     )
     for name, value in before.items():
         moved = sampled[name] != value
@@ -205,8 +222,20 @@ def test_devinterp_is_pinned_for_the_precompute_job_only() -> None:
     assert not any("devinterp" in line for line in (REPO / "requirements.txt").read_text().splitlines())
 
 
-LLC_CLI = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-draws", "2",
-           "--llc-sequences", "4", "--llc-batch-size", "2")
+LLC_CLI = (
+    "--eval-sequences",
+    "4",
+    "--eval-length",
+    "32",
+    "--lenses",
+    "llc",
+    "--llc-draws",
+    "2",
+    "--llc-sequences",
+    "4",
+    "--llc-batch-size",
+    "2",
+)
 
 
 def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_settings(tmp_path: Path) -> None:
@@ -235,8 +264,13 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     out = tmp_path / "killed"
     assert run_cli("--source", str(run), "--out", str(out)).returncode == 0  # the weight statistics first
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out),
-                             *LLC_CLI, *chosen], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out), *LLC_CLI, *chosen],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         try:

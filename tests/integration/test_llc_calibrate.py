@@ -20,14 +20,19 @@ import pytest
 from tests.integration.conftest import REPO
 from tests.integration.test_forward_lens import byte_run
 
-SMALL = ("--chains", "2", "--draws", "8", "--sequences", "4", "--batch-size", "2", "--eval-sequences", "4",
-         "--eval-length", "32")
+SMALL = ("--chains", "2", "--draws", "8", "--sequences", "4", "--batch-size", "2", "--eval-sequences", "4", "--eval-length", "32")
 
 
 def calibrate(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "headwatch", "llc-calibrate", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "headwatch", "llc-calibrate", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +42,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_sweep_writes_traces_figure_and_flags_by_the_rule(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "cal"
-    done = calibrate(str(run), "--step", "4", "--head", "1.0", "--out", str(out), "--lr", "1e-4,1e-3,1e3",
-                     "--nbeta", "10,30", *SMALL)
+    done = calibrate(
+        str(run), "--step", "4", "--head", "1.0", "--out", str(out), "--lr", "1e-4,1e-3,1e3", "--nbeta", "10,30", *SMALL
+    )
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out / "calibration.csv")
     assert len(table) == 3 * 2 and set(table["lr"]) == {1e-4, 1e-3, 1e3} and set(table["n_beta"]) == {10.0, 30.0}

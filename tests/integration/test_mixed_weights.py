@@ -20,8 +20,8 @@ import pytest
 from analysis.store import open_store
 from precompute.publish import dataset_card
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.test_hub import base_env, run
 from tests.integration.fakehub import FakeHub, Repo, folder_files
+from tests.integration.test_hub import base_env, run
 
 STEPS = [0, 1, 4, 8]
 
@@ -85,7 +85,8 @@ def test_a_shared_shard_is_recorded_from_hub_lfs_metadata(mixed_suite, tmp_path:
         repo.add(f"step{step}", folder_files(suite / f"step{step}"))
     with FakeHub() as hub:
         hub.repos["org/mixed"] = repo
-        res = run("--source", "org/mixed", "--out", str(tmp_path / "hub-store"),
-                  env=base_env(tmp_path / "home", HF_ENDPOINT=hub.url))
+        res = run(
+            "--source", "org/mixed", "--out", str(tmp_path / "hub-store"), env=base_env(tmp_path / "home", HF_ENDPOINT=hub.url)
+        )
     assert res.returncode == 0, res.stderr
     check_store(tmp_path / "hub-store", suite, first, sha256_source="hub")

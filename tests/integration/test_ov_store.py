@@ -67,8 +67,9 @@ def test_ov_rows_and_circuit_columns_match_dense_numpy(three: Path, tmp_path: Pa
                     sym, pos = _dense_circuit(w)
                     assert store.array("sym_frac", matrix=matrix)[i, layer, head] == pytest.approx(sym, abs=1e-5)
                     assert store.array("eig_positivity", matrix=matrix)[i, layer, head] == pytest.approx(pos, abs=1e-5)
-                    np.testing.assert_allclose(store.array("sv", matrix=matrix)[i, layer, head],
-                                               np.linalg.svd(w, compute_uv=False)[:16], rtol=1e-5)
+                    np.testing.assert_allclose(
+                        store.array("sv", matrix=matrix)[i, layer, head], np.linalg.svd(w, compute_uv=False)[:16], rtol=1e-5
+                    )
                     assert store.array("std", matrix=matrix)[i, layer, head] == pytest.approx(w.std(), rel=1e-5)
     # qk and ov differ: a swapped extraction would not pass both
     assert not np.allclose(store.array("std", matrix="qk"), store.array("std", matrix="ov"))

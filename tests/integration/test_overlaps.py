@@ -7,6 +7,7 @@ own QR-core vectors.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -57,17 +58,16 @@ def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path
     # the relative change to the next checkpoint against dense numpy
     change = store.array("rel_change", matrix=matrix)
     assert np.isnan(change[-1]).all()
-    for t, (a, b) in enumerate(zip(STEPS[:-1], STEPS[1:])):
+    for t, (a, b) in enumerate(itertools.pairwise(STEPS)):
         w0, w1 = dense_matrices(six, a, matrix), dense_matrices(six, b, matrix)
-        want = [[np.linalg.norm(w1[i][j] - w0[i][j]) / np.linalg.norm(w0[i][j]) for j in range(N_HEADS)]
-                for i in range(N_LAYERS)]
+        want = [[np.linalg.norm(w1[i][j] - w0[i][j]) / np.linalg.norm(w0[i][j]) for j in range(N_HEADS)] for i in range(N_LAYERS)]
         np.testing.assert_allclose(change[t], want, rtol=1e-5, atol=1e-7)
         assert np.min(want) > 1e-3  # the checkpoints differ: a zero change would not pass
     for layer in range(N_LAYERS):
         for head in range(N_HEADS):
             o_u, o_v = store.overlaps(layer, head, matrix=matrix)
             assert o_u.shape == o_v.shape == (len(STEPS) - 1, K, K)
-            for t, (a, b) in enumerate(zip(STEPS[:-1], STEPS[1:])):
+            for t, (a, b) in enumerate(itertools.pairwise(STEPS)):
                 s0, u0, v0 = dense[a][layer][head]
                 s1, u1, v1 = dense[b][layer][head]
                 # vectors of nearly equal singular values are not defined one by one: compare only
@@ -96,7 +96,7 @@ def test_filling_in_and_resuming_give_the_uninterrupted_overlaps(six: Path, tmp_
     out = tmp_path / "sparse"
     assert run_cli("--source", str(six), "--out", str(out), "--revisions", "step0,step2,step8,step16").returncode == 0
     first = pq.read_table(out / "overlaps.parquet")
-    assert sorted(set(zip(first["prev_step"].to_pylist(), first["step"].to_pylist()))) == [(0, 2), (2, 8), (8, 16)]
+    assert sorted(set(zip(first["prev_step"].to_pylist(), first["step"].to_pylist(), strict=True))) == [(0, 2), (2, 8), (8, 16)]
     res = run_cli("--source", str(six), "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert pq.read_table(out / "overlaps.parquet").equals(expected)

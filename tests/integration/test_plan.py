@@ -4,7 +4,6 @@ little-endian length, then the JSON header with each tensor's data_offsets)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import struct
@@ -23,15 +22,17 @@ def header_bytes(file: Path) -> dict[str, tuple[int, int]]:
     with file.open("rb") as f:
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length))
-    return {k: (v["data_offsets"][1] - v["data_offsets"][0], len(v["shape"])) for k, v in header.items()
-            if k != "__metadata__"}
+    return {k: (v["data_offsets"][1] - v["data_offsets"][0], len(v["shape"])) for k, v in header.items() if k != "__metadata__"}
 
 
 def plan_numbers(out: str) -> dict[str, int]:
     per = re.search(r"bytes to read per checkpoint: .*\(([\d,]+) B", out)
     total = re.search(r"bytes to read in all: .*\(([\d,]+) B of tensors(?:, ([\d,]+) B hashed)?\)", out)
-    return {"per": int(per.group(1).replace(",", "")), "tensors": int(total.group(1).replace(",", "")),
-            "hashed": int((total.group(2) or "0").replace(",", ""))}
+    return {
+        "per": int(per.group(1).replace(",", "")),
+        "tensors": int(total.group(1).replace(",", "")),
+        "hashed": int((total.group(2) or "0").replace(",", "")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +49,14 @@ def test_plan_lists_the_checkpoints_and_the_geometry(suite, capsys):
         assert name in out
 
 
-@pytest.mark.parametrize("matrices, wanted", [
-    ("qk", lambda name, ndim: name.endswith("attention.query_key_value.weight")),
-    ("qk,ov", lambda name, ndim: re.search(r"attention\.(query_key_value|dense)\.weight$", name) is not None),
-    ("qk,ov,layers", lambda name, ndim: re.match(r"gpt_neox\.layers\.\d+\.", name) is not None and ndim == 2),
-])
+@pytest.mark.parametrize(
+    "matrices, wanted",
+    [
+        ("qk", lambda name, ndim: name.endswith("attention.query_key_value.weight")),
+        ("qk,ov", lambda name, ndim: re.search(r"attention\.(query_key_value|dense)\.weight$", name) is not None),
+        ("qk,ov,layers", lambda name, ndim: re.match(r"gpt_neox\.layers\.\d+\.", name) is not None and ndim == 2),
+    ],
+)
 def test_plan_bytes_match_the_safetensors_headers(suite, matrices, wanted, capsys):
     assert main(["plan", str(suite), "--matrices", matrices]) == 0
     got = plan_numbers(capsys.readouterr().out)
@@ -75,9 +79,11 @@ def test_plan_against_an_existing_store(suite, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"store {store}: 2 checkpoints, matrices qk" in out
     assert "to compute: 3 checkpoints (2 already in the store)" in out
-    assert "adds ov rows" in out and "adds the layer table" in out
+    assert "adds ov rows" in out and "adds the layer matrices (layers.parquet)" in out
     assert "FORWARD_SECONDS_160M" in out
-    assert "adds the attention lens" in out and re.search(r"attention .* per checkpoint x 5 =", out)  # old ones too
+    assert "adds the forward lens (attention.parquet, layer_divergence.parquet, eval_loss.parquet)" in out and re.search(
+        r"attention .* per checkpoint x 5 =", out
+    )  # old ones too
     assert main(["info", str(store)]) == 0
     assert "checkpoints: 2, steps 0 to 1" in capsys.readouterr().out
 

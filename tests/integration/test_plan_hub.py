@@ -19,8 +19,9 @@ from tests.integration.test_hub import REPO_ID, STEPS, online_env, run, world  #
 
 
 def headwatch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "headwatch", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "headwatch", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_plan_and_info_answer_on_a_hub_source(world, tmp_path: Path) -> None:  # noqa: F811

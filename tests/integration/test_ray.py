@@ -10,6 +10,7 @@ fake Hub, whose address reaches the tasks through the forwarded environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -49,8 +50,14 @@ def cluster() -> str:
     """A 2-CPU Ray cluster on 127.0.0.1 that this process is connected to; its GCS address, for
     drivers in other processes."""
     ray = _require_ray()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-             object_store_memory=200 << 20, logging_level="WARNING")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        object_store_memory=200 << 20,
+        logging_level="WARNING",
+    )
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -114,7 +121,11 @@ def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_pa
 
 
 def test_worker_killed_mid_task_is_retried(
-    cluster: str, series: Path, local_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cluster: str,
+    series: Path,
+    local_store: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     marker = tmp_path / "died"
     monkeypatch.setenv("HEADWATCH_RAY_DIE_ONCE", str(marker))  # forwarded to the tasks
@@ -126,7 +137,11 @@ def test_worker_killed_mid_task_is_retried(
 
 
 def test_worker_dying_past_its_retries_stops_the_run_and_keeps_the_store(
-    cluster: str, series: Path, local_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cluster: str,
+    series: Path,
+    local_store: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HEADWATCH_RAY_DIE_ONCE", str(tmp_path / "died"))
     out = tmp_path / "store"
@@ -140,8 +155,22 @@ def test_worker_dying_past_its_retries_stops_the_run_and_keeps_the_store(
 
 def test_several_sources_in_one_command(cluster: str, series: Path, local_store: Path, tmp_path: Path) -> None:
     other = make_suite(tmp_path / "other", [0, 3])
-    status = main(["--no-progress", "--no-embeddings", "--device", "cpu", "--executor", "ray",
-                   "--source", str(series), "--source", str(other), "--out", str(tmp_path / "stores")])
+    status = main(
+        [
+            "--no-progress",
+            "--no-embeddings",
+            "--device",
+            "cpu",
+            "--executor",
+            "ray",
+            "--source",
+            str(series),
+            "--source",
+            str(other),
+            "--out",
+            str(tmp_path / "stores"),
+        ]
+    )
     assert status == 1  # step 32 of the first suite has no weights
     assert_identical(local_store, tmp_path / "stores" / "suite")
     assert [c["step"] for c in json.loads((tmp_path / "stores" / "other" / "meta.json").read_text())["checkpoints"]] == [0, 3]
@@ -149,8 +178,14 @@ def test_several_sources_in_one_command(cluster: str, series: Path, local_store:
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
-    return subprocess.run([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def n_listed(store: Path) -> int:
@@ -180,8 +215,13 @@ def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
     out = tmp_path / "ray"
     args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", cluster]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while n_listed(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -206,8 +246,13 @@ def test_hub_source_through_the_fake_hub(cluster: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE"))}
     with FakeHub() as hub:
         hub.repos[REPO_ID] = repo
-        env.update(HF_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_TELEMETRY="1", HF_ENDPOINT=hub.url,
-                   HEADWATCH_HUB_RETRIES="3", HEADWATCH_HUB_BACKOFF="0.01")
+        env.update(
+            HF_HOME=str(tmp_path / "home"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_ENDPOINT=hub.url,
+            HEADWATCH_HUB_RETRIES="3",
+            HEADWATCH_HUB_BACKOFF="0.01",
+        )
         local = cli("--source", REPO_ID, "--out", str(tmp_path / "local"), env=env)
         assert local.returncode == 0, local.stderr
         served = len(hub.log)
@@ -239,15 +284,17 @@ def gcs_server_pid(root: int) -> int:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
             names[int(entry.name)] = name
+
     def descends(pid: int) -> bool:
         while pid > 1:
             if pid == root:
                 return True
             pid = parent.get(pid, 0)
         return False
+
     found = [pid for pid, name in names.items() if name.startswith("gcs_server") and descends(pid)]
     assert len(found) == 1, f"expected one gcs_server under {root}, found {found}"
     return found[0]
@@ -263,19 +310,33 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
     # The cluster's head runs in a process group of its own (killed whole at the end). The driver runs
     # beside it as on a node of its own: its raylet outlives the head's GCS server, which is killed.
     head = subprocess.Popen(
-        [sys.executable, "-c", "import ray, sys, time; ray.init(address='local', num_cpus=2, include_dashboard=False, "
-         "_node_ip_address='127.0.0.1', object_store_memory=100 << 20, logging_level='ERROR'); "
-         "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(600)"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-        env={**os.environ, "RAY_AUTH_MODE": "token"})  # Ray's default for a new local cluster, said aloud
+        [
+            sys.executable,
+            "-c",
+            "import ray, sys, time; ray.init(address='local', num_cpus=2, include_dashboard=False, "
+            "_node_ip_address='127.0.0.1', object_store_memory=100 << 20, logging_level='ERROR'); "
+            "print(ray.get_runtime_context().gcs_address, flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "RAY_AUTH_MODE": "token"},
+    )  # Ray's default for a new local cluster, said aloud
     out = tmp_path / "store"
     try:
         address = head.stdout.readline().strip()
         assert address, "the cluster's head did not start"
         args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", address]
         env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0", "RAY_AUTH_MODE": "token"}
-        driver = subprocess.Popen([sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
-                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 180
         while n_listed(out) < 2 and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -283,10 +344,8 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
         os.kill(gcs_server_pid(head.pid), signal.SIGKILL)  # the head's control store: the cluster is gone
         _, stderr = driver.communicate(timeout=120)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(head.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         head.wait()
     assert driver.returncode == 3, stderr
     assert "lost the Ray cluster" in stderr and "Traceback" not in stderr

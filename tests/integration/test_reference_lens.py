@@ -26,14 +26,17 @@ from analysis.store import open_store
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from tests.conftest import require_table
 
-STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
-             or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
+STORE = Path(
+    os.environ.get("HEADWATCH_REFERENCE_STORE") or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"
+)
 
 
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    require_table(opened.has(ATTENTION), STORE, f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`")
+    require_table(
+        opened.has(ATTENTION), STORE, f"{STORE} has no forward-lens tables: regenerate it with `bash scripts/reference-run.sh`"
+    )
     return opened
 
 
@@ -43,8 +46,12 @@ def test_step0_attends_almost_uniformly(store) -> None:
     assert (t, r, info.n_sequences) == (256, 128, 32)
     i = np.arange(1, t + 1, dtype=np.float64)
     uniform = {
-        "entropy": np.mean(np.log2(i)), "entropy_std": np.std(np.log2(i)), "span": np.mean((i - 1) / 2),
-        "sink": np.mean(1 / i), "prev_token": np.mean(1 / i[1:]), "induction": np.mean(1 / (r + np.arange(1, r))),
+        "entropy": np.mean(np.log2(i)),
+        "entropy_std": np.std(np.log2(i)),
+        "span": np.mean((i - 1) / 2),
+        "sink": np.mean(1 / i),
+        "prev_token": np.mean(1 / i[1:]),
+        "induction": np.mean(1 / (r + np.arange(1, r))),
     }
     assert store.steps[0] == 0
     entropy = store.dense(ATTENTION, "entropy")[0]

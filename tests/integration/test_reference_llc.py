@@ -23,8 +23,9 @@ from precompute.lenses.llc import default_llc_steps
 from precompute.settings import SamplerSettings
 from tests.conftest import require_table
 
-STORE = Path(os.environ.get("HEADWATCH_REFERENCE_STORE")
-             or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
+STORE = Path(
+    os.environ.get("HEADWATCH_REFERENCE_STORE") or Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"
+)
 
 
 def whole_model_parameters(config: dict) -> int:
@@ -39,7 +40,11 @@ def whole_model_parameters(config: dict) -> int:
 @pytest.fixture(scope="module")
 def store():
     opened = open_store(STORE)
-    require_table(opened.has(LLC), STORE, f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`")
+    require_table(
+        opened.has(LLC),
+        STORE,
+        f"{STORE} has no llc.parquet: add it with `python -m precompute --source RUN --out STORE --lenses llc`",
+    )
     return opened
 
 
@@ -49,7 +54,7 @@ def test_the_shipped_estimates_are_the_default_run(store) -> None:
     assert sorted(table["step"].unique()) == steps == store.meta.llc["steps"]
     assert store.meta.llc["sampler"] == SamplerSettings().as_meta()
     n_layers, n_heads, d_model, d_head = store.n_layers, store.n_heads, int(store.d_model), store.d_head
-    for step, rows in table.groupby("step"):
+    for _step, rows in table.groupby("step"):
         assert len(rows) == n_layers * n_heads + 1
         whole = rows[rows["layer"] == -1]
         assert len(whole) == 1 and int(whole["params"].iloc[0]) == whole_model_parameters(store.meta.model.config)
@@ -60,7 +65,7 @@ def test_the_shipped_estimates_are_the_default_run(store) -> None:
 
 def test_the_initial_loss_is_near_the_forward_lenss_loss(store) -> None:
     table = read_table(store.path, LLC).to_pandas()
-    loss = dict(zip((int(s) for s in store.steps), store.dense(EVAL_LOSS, "loss")))
+    loss = dict(zip((int(s) for s in store.steps), store.dense(EVAL_LOSS, "loss"), strict=True))
     for step, rows in table.groupby("step"):
         assert abs(rows["init_loss"].iloc[0] - loss[int(step)]) < 0.15 * loss[int(step)], step
 

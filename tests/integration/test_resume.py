@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from analysis.store import open_store
+from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from tests.integration.conftest import REPO, neox_model, perturb, run_cli
 
 pytestmark = pytest.mark.slow

@@ -29,9 +29,16 @@ def neox(layers: int = 2, heads: int = 4, hidden: int = 64, vocab: int = 64, see
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(seed)
-    config = GPTNeoXConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=2 * hidden, max_position_embeddings=64, rotary_pct=0.25,
-                           attn_implementation="eager")
+    config = GPTNeoXConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        rotary_pct=0.25,
+        attn_implementation="eager",
+    )
     return GPTNeoXForCausalLM(config).eval()
 
 
@@ -85,9 +92,19 @@ def zero_mean_codes(n: int, dim: int, seed: int) -> np.ndarray:
 def gpt2(n_layer: int, d: int, heads: int, vocab: int, positions: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=d, n_layer=n_layer, n_head=heads,
-                        attn_implementation="eager", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        bos_token_id=None, eos_token_id=None)
+    config = GPT2Config(
+        vocab_size=vocab,
+        n_positions=positions,
+        n_embd=d,
+        n_layer=n_layer,
+        n_head=heads,
+        attn_implementation="eager",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():
@@ -113,7 +130,7 @@ def test_a_previous_token_head_scores_one_with_entropy_near_zero() -> None:
         model.transformer.wpe.weight.copy_(torch.tensor(pos * math.sqrt(d), dtype=torch.float32))  # LayerNorm keeps it
         attn = model.transformer.h[0].attn.c_attn.weight  # (d, 3d): q | k | v columns, head 0 first
         attn[:, 0:d_head] = torch.tensor(w_q, dtype=torch.float32) / math.sqrt(d)
-        attn[:, d:d + d_head] = torch.tensor(w_k, dtype=torch.float32) / math.sqrt(d)
+        attn[:, d : d + d_head] = torch.tensor(w_k, dtype=torch.float32) / math.sqrt(d)
     es = eval_set(vocab, 4, t)
     s = stats_of(model, es, 1, heads)
     assert s["prev_token"][0, 0] == pytest.approx(1.0, abs=1e-4)
@@ -146,14 +163,14 @@ def test_a_hand_built_induction_circuit_scores_near_one_and_a_random_model_near_
         c0 = model.transformer.h[0].attn.c_attn.weight  # (d, 3d)
         shift = np.vstack([np.zeros(pos_block), pos[:-1]])  # (T, 64): code of i - 1 (none for i = 1)
         c0[P0, 0:pos_block] = scale * torch.tensor(pos.T @ shift, dtype=torch.float32)
-        c0[P0, d:d + pos_block] = torch.eye(pos_block)
-        c0[T0, 2 * d:2 * d + tok_block] = torch.eye(tok_block)
+        c0[P0, d : d + pos_block] = torch.eye(pos_block)
+        c0[T0, 2 * d : 2 * d + tok_block] = torch.eye(tok_block)
         proj0 = model.transformer.h[0].attn.c_proj.weight  # (d, d): head output -> residual
         proj0[0:tok_block, R0] = torch.eye(tok_block)
         # layer 1, head 0: query = current token, key = previous token block
         c1 = model.transformer.h[1].attn.c_attn.weight
         c1[T0, 0:tok_block] = scale * torch.eye(tok_block)
-        c1[R0, d:d + tok_block] = torch.eye(tok_block)
+        c1[R0, d : d + tok_block] = torch.eye(tok_block)
     es = eval_set(vocab, 2, t)
     s = stats_of(model, es, 2, heads)
     assert s["prev_token"][0, 0] > 0.99
@@ -226,7 +243,7 @@ def test_js_divergence_matches_its_definition() -> None:
     got = js_divergence(torch.tensor(p)).numpy()
 
     def kl(x, y):
-        return sum(a * math.log2(a / b) for a, b in zip(x, y) if a > 0)
+        return sum(a * math.log2(a / b) for a, b in zip(x, y, strict=True) if a > 0)
 
     for a in range(3):
         for b in range(3):

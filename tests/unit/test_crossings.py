@@ -101,24 +101,32 @@ def test_a_plane_that_turns_too_far_between_checkpoints_is_unresolved() -> None:
     seq = []
     for n in range(8):
         s0, s1 = 2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4)
-        w = (s0 * np.outer(e[:, 4 + 2 * n], f[:, 4 + 2 * n]) + s1 * np.outer(e[:, 5 + 2 * n], f[:, 5 + 2 * n])
-             + 0.5 * np.outer(e[:, 0], f[:, 0]) + 0.3 * np.outer(e[:, 1], f[:, 1]))
+        w = (
+            s0 * np.outer(e[:, 4 + 2 * n], f[:, 4 + 2 * n])
+            + s1 * np.outer(e[:, 5 + 2 * n], f[:, 5 + 2 * n])
+            + 0.5 * np.outer(e[:, 0], f[:, 0])
+            + 0.3 * np.outer(e[:, 1], f[:, 1])
+        )
         seq.append(w)
     lam, ov = run(seq)
     found = [a for a in classify_approaches(lam, ov) if a.level == 0]
     assert [(a.t, a.kind) for a in found] == [(4, "unresolved")]
     assert np.isnan(found[0].swap_score)
     # the same approach with the directions held fixed is a repulsion
-    fixed = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate(
-        [2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4), 0.5, 0.3])) for n in range(8)]
+    fixed = [
+        sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4), 0.5, 0.3]))
+        for n in range(8)
+    ]
     lam, ov = run(fixed)
     assert [(a.t, a.kind) for a in classify_approaches(lam, ov) if a.level == 0] == [(4, "repulsion")]
 
 
 def test_missing_overlaps_leave_an_approach_unresolved() -> None:
     e, f = bases()
-    seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.8, 0.5]))
-           for t in np.linspace(0, 1, 20)]
+    seq = [
+        sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([3.0 - 2.0 * t, 1.0 + 2.0 * t, 0.8, 0.5]))
+        for t in np.linspace(0, 1, 20)
+    ]
     lam, ov = run(seq)
     (approach,) = [a for a in classify_approaches(lam, ov) if a.level == 0]
     assert approach.kind == "crossing"
@@ -152,9 +160,9 @@ def test_vectors_of_a_rank_deficient_head_are_zero_where_undefined() -> None:
     w_q = rng.standard_normal((D_HEAD, D_MODEL))
     w_q[2:] = 0.0  # rank 2: only two directions exist
     w_k = rng.standard_normal((D_HEAD, D_MODEL))
-    s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
+    _s, u, v = top_singular_vectors(torch.from_numpy(w_q), torch.from_numpy(w_k), K)
     assert torch.isfinite(u).all() and torch.isfinite(v).all()
-    U, S, Vt = np.linalg.svd(w_q.T @ w_k)
+    U, _S, Vt = np.linalg.svd(w_q.T @ w_k)
     for j in range(2):
         sign = np.sign(U[:, j] @ u[:, j].numpy())
         np.testing.assert_allclose(u[:, j].numpy() * sign, U[:, j], atol=1e-10)
@@ -195,8 +203,7 @@ def test_a_gap_that_only_grazes_the_threshold_is_no_approach() -> None:
         gaps = np.full(13, 0.105)
         gaps[10] = dip
         gaps[9] = 0.099
-        seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 * (1 + g), 2.0 * (1 - g), 0.5, 0.3]))
-               for g in gaps]
+        seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 * (1 + g), 2.0 * (1 - g), 0.5, 0.3])) for g in gaps]
         lam, ov = run(seq)
         found = [(a.t, a.kind) for a in classify_approaches(lam, ov, gap_threshold=0.1) if a.level == 0]
         assert found == expected

@@ -42,7 +42,7 @@ def test_density_curves_are_bin_mass_over_width_and_sigma():
 
 def test_density_extent_covers_occupied_bins_of_every_step():
     hist = np.zeros((2, 202))
-    hist[0, 1 + 95: 1 + 105] = 0.1  # z in [-0.5, 0.5)
+    hist[0, 1 + 95 : 1 + 105] = 0.1  # z in [-0.5, 0.5)
     hist[1, 1 + 149] = 1.0  # z in [4.9, 5.0)
     lo, hi = density_extent(hist, np.array([0.0, 10.0]), np.array([1.0, 2.0]))
     assert lo == pytest.approx(-0.5)

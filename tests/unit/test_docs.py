@@ -21,8 +21,14 @@ QUICK_START = (
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).with_name("mkdocs")
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1", "PATH": ""})
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": ""},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     for page in ("index.html", "store/index.html", "views/head/index.html", "cli/index.html"):
         assert (tmp_path / "site" / page).is_file(), page

@@ -30,8 +30,9 @@ from analysis.extract import ModelShape, attention_tensor_names, extract_heads, 
 
 TOL = 1e-5  # max abs error, float32
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # the defaults exceed vocab_size
-SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64,
-             **NO_SPECIAL_TOKENS)
+SMALL = dict(
+    vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **NO_SPECIAL_TOKENS
+)
 
 # name -> (config, modeling module whose apply_rotary_pos_emb sees the pre-rotary q and k)
 CASES = {
@@ -40,9 +41,7 @@ CASES = {
         modeling_gpt_neox,
     ),
     "gpt2": (
-        lambda: transformers.GPT2Config(
-            vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, **NO_SPECIAL_TOKENS
-        ),
+        lambda: transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, **NO_SPECIAL_TOKENS),
         None,
     ),
     "llama_gqa": (
@@ -242,11 +241,22 @@ def test_pythia_style_buffers_are_not_mistaken_for_weights() -> None:
 
 def test_model_shape_reads_head_dim_and_kv_heads() -> None:
     shape = model_shape(
-        {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
-         "hidden_size": 64, "head_dim": 32}
+        {
+            "model_type": "llama",
+            "num_hidden_layers": 3,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "hidden_size": 64,
+            "head_dim": 32,
+        }
     )
     assert (shape.family, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.d_model, shape.d_head) == (
-        "llama", 3, 8, 2, 64, 32,
+        "llama",
+        3,
+        8,
+        2,
+        64,
+        32,
     )
     gpt2 = model_shape({"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 32})
     assert (gpt2.n_layers, gpt2.n_heads, gpt2.n_kv_heads, gpt2.d_model, gpt2.d_head) == (2, 4, 4, 32, 8)
@@ -277,6 +287,7 @@ def test_missing_and_misshapen_tensors_are_checkpoint_errors() -> None:
 
 
 # --- OV circuits: W_OV,h x against the model's own value path and output projection ---------------
+
 
 def _output_projection(attention: torch.nn.Module) -> torch.nn.Module:
     """The module that maps the concatenated heads to d_model: GPT-NeoX ``dense``, GPT-2 ``c_proj``
@@ -316,7 +327,7 @@ def _head_contributions(model: torch.nn.Module, n_tokens: int = 5) -> list[dict[
         for h in handles:
             h.remove()
     out = []
-    for attention, rec in zip(layers, captured):
+    for attention, rec in zip(layers, captured, strict=True):
         proj = _output_projection(attention)
         z = rec["z"][:, 0]  # (n_tokens, n_heads * d_head)
         n_heads = model.config.num_attention_heads

@@ -58,8 +58,21 @@ def test_float64_matches_brute_force(weights, brute_force, chunk_elements: int) 
     got = checkpoint_statistics(w_q, w_k, dtype=torch.float64, chunk_elements=chunk_elements)
 
     _check_shapes(got)
-    for name in ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss", "stable_rank",
-                 "spectral_entropy", "participation_ratio", "condition_number", "frob_norm", "spectral_norm"):
+    for name in (
+        "mean",
+        "std",
+        "skew",
+        "kurtosis",
+        "min",
+        "max",
+        "kl_gauss",
+        "stable_rank",
+        "spectral_entropy",
+        "participation_ratio",
+        "condition_number",
+        "frob_norm",
+        "spectral_norm",
+    ):
         np.testing.assert_allclose(got[name], brute_force[name], rtol=1e-9, atol=0, err_msg=name)
     np.testing.assert_allclose(got["sv"], brute_force["sv"], rtol=1e-9)
     np.testing.assert_array_equal(got["hist_z"], brute_force["hist_z"])
@@ -80,8 +93,15 @@ def test_float32_default_within_tolerances_of_float64_reference(weights, brute_f
     np.testing.assert_allclose(got["kurtosis"], ref["kurtosis"], rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(got["hist_z"], ref["hist_z"], rtol=0, atol=3.0 / N)  # <= 3 entries per bin
     np.testing.assert_allclose(got["kl_gauss"], ref["kl_gauss"], rtol=0, atol=1e-3)
-    for name in ("sv", "stable_rank", "spectral_entropy", "participation_ratio", "condition_number",
-                 "frob_norm", "spectral_norm"):
+    for name in (
+        "sv",
+        "stable_rank",
+        "spectral_entropy",
+        "participation_ratio",
+        "condition_number",
+        "frob_norm",
+        "spectral_norm",
+    ):
         # the weights themselves were rounded to float32: relative error ~1e-7 * conditioning
         np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, err_msg=name)
 
@@ -138,7 +158,7 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
     auto = checkpoint_statistics(w_q, w_k, device="auto", chunk_elements=2 * N)
 
     _check_shapes(cuda)
-    for name in SCALAR_COLUMNS + ("sv",):
+    for name in (*SCALAR_COLUMNS, "sv"):
         np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-5, atol=1e-9, err_msg=name)
         np.testing.assert_array_equal(auto[name], cuda[name], err_msg=name)
     # float32 rounding of z may move a few entries across a bin edge
@@ -162,7 +182,7 @@ def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
     np.testing.assert_allclose(got["sv"], plain["sv"], rtol=1e-12)  # one factorization for values and vectors
     for layer in range(N_LAYERS):
         for head in range(N_HEADS):
-            u, s, vt = np.linalg.svd(w_q[layer, head].T @ w_k[layer, head])
+            u, _s, vt = np.linalg.svd(w_q[layer, head].T @ w_k[layer, head])
             for j in range(4):  # each triplet up to a shared sign
                 sign = np.sign(u[:, j] @ got["u"][layer, head, :, j])
                 np.testing.assert_allclose(got["u"][layer, head, :, j] * sign, u[:, j], atol=1e-6)

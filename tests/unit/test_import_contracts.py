@@ -24,7 +24,11 @@ def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run(
         [str(lint), "--config", str(REPO / ".importlinter"), "--no-cache"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "4 kept, 0 broken" in done.stdout

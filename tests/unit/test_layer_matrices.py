@@ -24,12 +24,12 @@ from analysis.rmt.marchenko_pastur import mp_below, mp_cdf, mp_density, mp_edges
 from analysis.store.format import HIST_Z_EDGES
 
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64,
-             **NO_SPECIAL_TOKENS)
+SMALL = dict(
+    vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **NO_SPECIAL_TOKENS
+)
 CONFIGS = {
     "gpt_neox": lambda: transformers.GPTNeoXConfig(**SMALL, num_attention_heads=4),
-    "gpt2": lambda: transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                            **NO_SPECIAL_TOKENS),
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64, **NO_SPECIAL_TOKENS),
     "llama_gqa": lambda: transformers.LlamaConfig(**SMALL, num_attention_heads=4, num_key_value_heads=2),
     "qwen2": lambda: transformers.Qwen2Config(**SMALL, num_attention_heads=4, num_key_value_heads=2),
 }
@@ -85,7 +85,7 @@ def test_mp_law_against_its_analytic_moments_and_cdf(c):
     assert (lo, hi) == pytest.approx(((1 - np.sqrt(c)) ** 2, (1 + np.sqrt(c)) ** 2), abs=0)
     dens = lambda x: mp_density(np.array([x]), c)[0]  # noqa: E731
     for k, expected in ((0, 1.0), (1, 1.0), (2, 1.0 + c)):  # mass, mean, second moment
-        value, _ = scipy.integrate.quad(lambda x: x**k * dens(x), lo, hi, limit=200)
+        value, _ = scipy.integrate.quad(lambda x, k=k: x**k * dens(x), lo, hi, limit=200)
         assert value == pytest.approx(expected, rel=1e-6)
     for x in (lo + 0.1 * (hi - lo), 1.0, lo + 0.9 * (hi - lo)):
         ref, _ = scipy.integrate.quad(dens, lo, x, limit=200)
@@ -152,6 +152,7 @@ def test_record_columns_against_numpy():
     assert rec["spectral_norm"] == pytest.approx(np.linalg.norm(w32, 2), rel=1e-9)
     assert rec["stable_rank"] == pytest.approx((s**2).sum() / s[0] ** 2, rel=1e-9)
     import scipy.stats
+
     assert rec["mean"] == pytest.approx(w32.mean(), rel=1e-5)
     assert rec["std"] == pytest.approx(w32.std(), rel=1e-5)
     assert rec["skew"] == pytest.approx(scipy.stats.skew(w32.ravel()), abs=1e-4)

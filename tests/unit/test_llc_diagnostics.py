@@ -53,7 +53,7 @@ def test_per_chain_statistics_match_numpy() -> None:
         se = np.sqrt(np.var(draws[c, :5], ddof=1) / 5 + np.var(draws[c, 5:], ddof=1) / 5)
         assert d.half_se[c] == pytest.approx(se)
     z = rise_z(d.first_half, d.second_half, d.half_se)
-    assert z == pytest.approx((d.second_half - d.first_half).mean() / (np.sqrt((d.half_se ** 2).sum()) / 3))
+    assert z == pytest.approx((d.second_half - d.first_half).mean() / (np.sqrt((d.half_se**2).sum()) / 3))
 
 
 def test_a_trace_that_flattened_is_converged() -> None:

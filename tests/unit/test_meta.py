@@ -51,9 +51,11 @@ def test_meta_round_trips_and_keeps_keys_it_does_not_know(tmp_path: Path) -> Non
 
 
 def test_a_version_1_store_opens_upgraded(tmp_path: Path) -> None:
-    files = {0: {"model-1.safetensors": "s0", "model-2.safetensors": "t0"},
-             1: {"model-1.safetensors": "S", "model-2.safetensors": "t1"},
-             2: {"model-1.safetensors": "S", "model-2.safetensors": "t2"}}
+    files = {
+        0: {"model-1.safetensors": "s0", "model-2.safetensors": "t0"},
+        1: {"model-1.safetensors": "S", "model-2.safetensors": "t1"},
+        2: {"model-1.safetensors": "S", "model-2.safetensors": "t2"},
+    }
     write_store(tmp_path / "s", [0, 1, 2], files=files)
     path = tmp_path / "s" / "meta.json"
     raw = json.loads(path.read_text())
@@ -141,7 +143,7 @@ def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) 
 
     _version_1_store(tmp_path / "s")
     before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
-    with pytest.raises(StoreError, match="python -m precompute.store.upgrade"):
+    with pytest.raises(StoreError, match=r"python -m precompute\.store\.upgrade"):
         commit_store(tmp_path / "s", read_meta(tmp_path / "s"), {EMBEDDINGS.name: EMBEDDINGS.empty()})
     assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -73,7 +75,9 @@ def test_kl_null_bins_hold_equal_null_mass() -> None:
     c = 1 / 8
     lo, hi = free_mp_support(c)
     edges = np.concatenate([[lo], kl_null_edges(c), [hi]])
-    masses = [integrate.quad(lambda x: free_mp_density(np.array([x]), c)[0], a, b, limit=200)[0] for a, b in zip(edges[:-1], edges[1:])]
+    masses = [
+        integrate.quad(lambda x: free_mp_density(np.array([x]), c)[0], a, b, limit=200)[0] for a, b in itertools.pairwise(edges)
+    ]
     np.testing.assert_allclose(masses, 1 / KL_NULL_BINS, atol=2e-4)
 
 

@@ -39,10 +39,7 @@ def requirement_file(name: str) -> dict[str, str]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if line.startswith("-r "):
-            included = requirement_file(line[3:].strip())
-        else:
-            included = dict([_pin(line)])
+        included = requirement_file(line[3:].strip()) if line.startswith("-r ") else dict([_pin(line)])
         for pkg, version in included.items():
             assert pins.setdefault(pkg, version) == version, f"{name}: {pkg} pinned twice, differently"
     return pins
@@ -56,7 +53,7 @@ def extra(name: str | None) -> dict[str, str]:
     for line in lines:
         self_ref = re.fullmatch(r"headwatch\[([\w,]+)\]", line)
         included = {}
-        for other in (self_ref.group(1).split(",") if self_ref else ()):
+        for other in self_ref.group(1).split(",") if self_ref else ():
             included |= extra(other)
         if not self_ref:
             included = dict([_pin(line)])
@@ -98,18 +95,36 @@ def test_build_system_pins_are_the_dev_pins():
 
 def _repository_packages() -> set[str]:
     """Every folder of the four library trees that holds an ``__init__.py``, as a dotted name."""
-    return {".".join(p.parent.relative_to(ROOT).parts)
-            for top in ("analysis", "precompute", "dashboard", "training", "headwatch")
-            for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    return {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("analysis", "precompute", "dashboard", "training", "headwatch")
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
     build = tmp_path_factory.mktemp("build")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--disable-pip-version-check", "-w", str(out), str(ROOT)],
-                   check=True, cwd=build, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=build,
+        timeout=300,
+    )
     (path,) = out.glob("headwatch-*.whl")
     with zipfile.ZipFile(path) as zf:
         yield zf
@@ -119,8 +134,12 @@ def test_wheel_holds_every_package(wheel):
     names = set(wheel.namelist())
     missing = [pkg for pkg in sorted(_repository_packages()) if pkg.replace(".", "/") + "/__init__.py" not in names]
     assert not missing
-    modules = {p.relative_to(ROOT).as_posix() for top in ("analysis", "precompute", "dashboard", "training")
-               for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for top in ("analysis", "precompute", "dashboard", "training")
+        for p in (ROOT / top).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert modules <= names
 
 
@@ -144,7 +163,13 @@ def test_an_installed_copy_serves_the_shipped_app(wheel, tmp_path):
     site = tmp_path / "site"
     wheel.extractall(site)
     code = "import dashboard.serve as s; print(s.APP); print(sorted(p.name for p in (s.APP.parent / 'pages').glob('*.py')))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    ).stdout.splitlines()
     assert out[0] == str(site / "headwatch" / "app" / "app.py")
     assert out[1] == str(sorted(p.name for p in (ROOT / "pages").glob("*.py")))

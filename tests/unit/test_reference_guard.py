@@ -15,7 +15,7 @@ def test_a_shipped_store_without_a_table_fails() -> None:
 
 
 def test_a_users_store_without_a_table_skips(tmp_path: Path) -> None:
-    with pytest.raises(pytest.skip.Exception, match="no llc.parquet"):
+    with pytest.raises(pytest.skip.Exception, match=r"no llc\.parquet"):
         require_table(False, tmp_path / "mine", "no llc.parquet")
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.stats.elementwise import elementwise_statistics
 from analysis.rmt.references import BAND, elementwise, gaussian_references, init_sigma
+from analysis.stats.elementwise import elementwise_statistics
 from analysis.stats.spectrum import singular_values, spectral_statistics
 
 D_MODEL, D_HEAD, SIGMA0 = 128, 16, 0.03
@@ -30,8 +30,21 @@ def direct() -> dict[str, np.ndarray]:
     return simulate(400, seed=123)
 
 
-@pytest.mark.parametrize("name", ["std", "kurtosis", "kl_gauss", "skew", "max", "stable_rank", "spectral_entropy",
-                                  "participation_ratio", "frob_norm", "spectral_norm"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "std",
+        "kurtosis",
+        "kl_gauss",
+        "skew",
+        "max",
+        "stable_rank",
+        "spectral_entropy",
+        "participation_ratio",
+        "frob_norm",
+        "spectral_norm",
+    ],
+)
 def test_reference_band_matches_a_direct_simulation(direct, name):
     refs, _ = gaussian_references(D_MODEL, D_HEAD, SIGMA0)
     ref, v = refs[name], direct[name]

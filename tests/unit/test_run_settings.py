@@ -8,8 +8,17 @@ from precompute.settings import RunOptions, resolve_settings
 
 
 def resolve(options: RunOptions, **kw):
-    args = dict(source="s", source_kind="local", fetch=None, device="cpu", d_head=16, run_tokens_per_step=None,
-                source_tokens_per_step=None, stored_overlap_k=0, revisions=None)
+    args = dict(
+        source="s",
+        source_kind="local",
+        fetch=None,
+        device="cpu",
+        d_head=16,
+        run_tokens_per_step=None,
+        source_tokens_per_step=None,
+        stored_overlap_k=0,
+        revisions=None,
+    )
     return resolve_settings(options, **(args | kw))
 
 
@@ -17,8 +26,12 @@ def test_tokens_per_step_the_option_then_run_json_then_the_source() -> None:
     assert resolve(RunOptions(device="cpu")).tokens_per_step is None
     assert resolve(RunOptions(device="cpu"), source_tokens_per_step=2_097_152).tokens_per_step == 2_097_152
     assert resolve(RunOptions(device="cpu"), run_tokens_per_step=2048, source_tokens_per_step=2_097_152).tokens_per_step == 2048
-    assert resolve(RunOptions(device="cpu", tokens_per_step=7), run_tokens_per_step=2048,
-                   source_tokens_per_step=2_097_152).tokens_per_step == 7
+    assert (
+        resolve(
+            RunOptions(device="cpu", tokens_per_step=7), run_tokens_per_step=2048, source_tokens_per_step=2_097_152
+        ).tokens_per_step
+        == 7
+    )
 
 
 def test_overlap_k_the_option_then_the_store_then_8_capped_at_d_head() -> None:

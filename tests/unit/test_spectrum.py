@@ -190,13 +190,15 @@ def test_r_factor_is_the_r_of_a_thin_qr_on_either_path(monkeypatch) -> None:
     from analysis.stats import spectrum
 
     d_head = 8
-    w = torch.stack([
-        _factor_with_singular_values(1, torch.linspace(1.0, 0.5, d_head, dtype=torch.float64)),  # cond 2
-        _factor_with_singular_values(3, torch.logspace(0, -3, d_head, dtype=torch.float64)),  # cond 1e3
-        _factor_with_singular_values(5, torch.logspace(0, -6, d_head, dtype=torch.float64)),  # cond 1e6
-        torch.cat([_random_heads(7, (), d_head)[0][:5], torch.zeros(3, D_MODEL, dtype=torch.float64)]),  # rank 5
-        torch.zeros(d_head, D_MODEL, dtype=torch.float64),
-    ])  # (5, d_head, D_MODEL)
+    w = torch.stack(
+        [
+            _factor_with_singular_values(1, torch.linspace(1.0, 0.5, d_head, dtype=torch.float64)),  # cond 2
+            _factor_with_singular_values(3, torch.logspace(0, -3, d_head, dtype=torch.float64)),  # cond 1e3
+            _factor_with_singular_values(5, torch.logspace(0, -6, d_head, dtype=torch.float64)),  # cond 1e6
+            torch.cat([_random_heads(7, (), d_head)[0][:5], torch.zeros(3, D_MODEL, dtype=torch.float64)]),  # rank 5
+            torch.zeros(d_head, D_MODEL, dtype=torch.float64),
+        ]
+    )  # (5, d_head, D_MODEL)
     householder: list[int] = []
     qr = torch.linalg.qr
     monkeypatch.setattr(torch.linalg, "qr", lambda a, mode: householder.append(a.shape[0]) or qr(a, mode=mode))

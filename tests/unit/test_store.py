@@ -17,8 +17,8 @@ from analysis.store import format as store_format
 from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
 from analysis.store.meta import new_meta
 from precompute.store import writer as store_writer
-from precompute.store.writer import commit_store, staging_dir
 from precompute.store.tables import heads_rows
+from precompute.store.writer import commit_store, staging_dir
 
 REPO = Path(__file__).resolve().parents[2]
 L, H, D = 3, 4, 5
@@ -35,15 +35,17 @@ def coded_stats(step: int) -> dict[str, np.ndarray]:
     return stats
 
 
-def write_store(path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None,
-                files: dict[int, dict[str, str]] | None = None):
+def write_store(
+    path: Path, steps: list[int], *, duplicate: dict[int, int] | None = None, files: dict[int, dict[str, str]] | None = None
+):
     model = ModelInfo(id="t", family="gpt_neox", n_layers=L, n_heads=H, d_model=16, d_head=D)
     meta = new_meta(model, settings={}, software={}, hist_edges=HIST_Z_EDGES.tolist())
     tables = []
     for step in steps:
         tables.append(heads_rows(step, coded_stats(step), d_model=16))
-        meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(step),
-                                            files=(files or {}).get(step, {})))
+        meta.add_checkpoint(
+            CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(step), files=(files or {}).get(step, {}))
+        )
     for step, of in (duplicate or {}).items():
         meta.add_checkpoint(CheckpointEntry(step=step, revision=f"step{step}", tokens=None, sha256=str(of), duplicate_of=of))
     commit_store(path, meta, {"heads": HEADS.sorted(pa.concat_tables(tables[::-1]))})  # unsorted input, sorted here
@@ -72,7 +74,7 @@ def test_dense_arrays_are_indexed_step_layer_head(tmp_path: Path) -> None:
 
 
 def test_missing_or_foreign_directories_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="no meta.json"):
+    with pytest.raises(StoreError, match=r"no meta\.json"):
         open_store(tmp_path)
     (tmp_path / "meta.json").write_text("{not json")
     with pytest.raises(StoreError, match="cannot read"):
@@ -157,8 +159,19 @@ def test_the_store_reference_documents_every_registered_table_and_column() -> No
             assert re.search(rf"^\| `{column}` \|", section, re.M), f"docs/store.md's {spec.file} section lacks column {column!r}"
     documented = set(re.findall(r"^## `([a-z_]+\.parquet)`", doc, re.M))
     assert documented == {spec.file for spec in TABLES.values()}, "docs/store.md documents a table the registry lacks"
-    for key in ("schema_version", "model", "checkpoints", "hist_edges", "duplicate_of", "sha256", "tokens", "overlaps",
-                "shared_files", "embeddings", "failed"):
+    for key in (
+        "schema_version",
+        "model",
+        "checkpoints",
+        "hist_edges",
+        "duplicate_of",
+        "sha256",
+        "tokens",
+        "overlaps",
+        "shared_files",
+        "embeddings",
+        "failed",
+    ):
         assert f"`{key}`" in doc, f"docs/store.md does not document meta.json key {key!r}"
 
 

@@ -20,7 +20,7 @@ def test_trajectories_are_layer_major_rows():
 def test_zscore_normalises_each_row_and_flat_rows_become_zero():
     x = np.array([[1.0, 2.0, 3.0, 4.0], [10.0, 10.0, 10.0, 10.0], [-5.0, 0.0, 5.0, 100.0]])
     z = normalise(x, "zscore")
-    for row, out in zip(x, z):
+    for row, out in zip(x, z, strict=True):
         mean = sum(row) / len(row)
         std = math.sqrt(sum((v - mean) ** 2 for v in row) / len(row))
         expected = [0.0] * len(row) if std == 0 else [(v - mean) / std for v in row]
@@ -35,7 +35,7 @@ def test_global_normalisation_keeps_levels():
     mean, std = 2.5, math.sqrt(sum((v - 2.5) ** 2 for v in flat) / 4)
     assert g.ravel().tolist() == pytest.approx([(v - mean) / std for v in flat])
     with pytest.raises(ValueError, match="unknown normalisation"):
-        normalise(x, "minmax")  # type: ignore[arg-type]
+        normalise(x, "minmax")  # type: ignore[arg-type]  # a bad option on purpose: refused at run time
 
 
 def test_non_finite_values_are_filled_per_row():
