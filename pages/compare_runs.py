@@ -4,11 +4,14 @@ The binning and alignment are `dashboard.compare`'s, the figures `dashboard.figu
 that cannot be opened, or lacks the statistic or the matrix, is named in a warning; the others are shown.
 """
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.llc_diagnostics import store_flags
 from analysis.store.format import ATTENTION, LAYER_ROLES, LAYERS, LLC
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
@@ -263,6 +266,9 @@ def main() -> None:
         "not apply here: this page's alignment does."
     )
 
+    if info.llc:
+        st.caption(_llc_trust({s.run: stores[s.run] for s in series}))
+
     # --- panel (b): one depth bin's heads, run by run on shared axes ---
     st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
     widgets.chart(
@@ -342,6 +348,26 @@ def main() -> None:
 def _info(name: str):
     """The label record of a per-head, forward or per-layer statistic."""
     return STATS[name] if name in STATS else LAYER_STATS[name]
+
+
+def _llc_trust(stores: dict) -> str:
+    """How far each run's refined-LLC estimates can be trusted: flagged and negative estimates, per run."""
+    parts = []
+    for run, store in stores.items():
+        values = store.dense(LLC, "llc")
+        n = int(np.isfinite(values).sum())
+        negative = int((values < 0).sum())
+        flagged = store_flags(store)
+        if flagged is None:
+            parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
+            continue
+        counts = Counter(f for f in flagged[0].ravel() if f)
+        unsure = ", ".join(f"{c} {f}" for f, c in sorted(counts.items()) if f != "converged") or "none flagged"
+        parts.append(f"**{run}**: {n} estimates, {counts.get('converged', 0)} converged ({unsure}); {negative} negative")
+    return (
+        "Refined-LLC estimates are sampled: " + "; ".join(parts) + ". Flags and their rule, and what a negative estimate "
+        "means, on the Refined LLC page; the bands above average flagged estimates with the others."
+    )
 
 
 def _ends(layers: list[int]) -> list[int]:

@@ -6,14 +6,16 @@ A row opens its head in the head explorer (with this page's statistic and step).
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE, store_flags
 from analysis.stats.crossings import GAP_THRESHOLD
+from analysis.store.format import LLC
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
-from dashboard.stats import LAMBDA, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
+from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
 GAP_PERCENT = [2, 5, 10, 20]
-SORTS = ["rank", "value", "change", "over reference", "approaches", "crossings", "repulsions", "layer"]
+SORTS = ["rank", "value", "change", "over reference", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
 
 
@@ -189,6 +191,13 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
         uniform_attention(info.seq_len, info.induction_repeat).get(stat) if stat in PER_HEAD_STATS and info is not None else None
     )
     table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
+    if stat == LLC_STAT:
+        spread = store.dense(LLC, "llc_std")
+        flagged = store_flags(store)
+        table["± chains"] = spread[at].ravel()
+        table["flag"] = flagged[0][at].ravel() if flagged is not None else "no diagnostics"
+        table.loc[table["value"].isna(), "flag"] = "no estimate"
+        table.loc[table["value"] < 0, "flag"] = table["flag"] + "; negative"
     note = reference_note(
         stat,
         reference,
@@ -223,6 +232,12 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         ),
         "in 5-95% band": st.column_config.CheckboxColumn(
             "in random band", help="Within the 5-95% band of the same statistic over random heads"
+        ),
+        "± chains": st.column_config.NumberColumn(
+            "± chains", format="%.3g", help="The standard deviation of the estimate over the sampler's chains"
+        ),
+        "flag": st.column_config.TextColumn(
+            "flag", help="Whether the estimate's chains converged: " + "; ".join(f"{k}: {v}" for k, v in FLAG_NOTES.items())
         ),
         "approaches": st.column_config.NumberColumn("approaches", width="small"),
         "crossings": st.column_config.NumberColumn("crossings", width="small"),
@@ -260,6 +275,11 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         parts.append("the value divided by uniform attention's")
     if "approaches" in table.columns:
         parts.append("and its close approaches of λ_0 … λ_3 at the chosen gap")
+    if "flag" in table.columns:
+        parts.append(
+            "the spread of the estimate over the sampler's chains and its flag (the Refined LLC page's "
+            "diagnostics; a step without estimates has none). A negative estimate: " + NEGATIVE_NOTE
+        )
     st.caption(", ".join(parts) + ". Click a column header to sort, tick a row (or its *open* link) to open the head. " + note)
     return event
 

@@ -260,6 +260,11 @@ def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_na
     y, steps = arr(t["y"]), RUNS[DEEP]["steps"]
     assert [s for s, v in zip(steps, y, strict=True) if np.isfinite(v)] == LLC_STEPS  # drawn where estimated, nowhere else
     assert np.allclose([v for v in y if np.isfinite(v)], want.loc[LLC_STEPS].to_numpy())
+    # how far the estimates can be trusted, counted from the stored chains (the synthetic store: one head still
+    # rising at the last step, one negative estimate at the first; the rest converged)
+    n = int((df["layer"] >= 0).sum())
+    (trust,) = [c.value for c in at.caption if "Refined-LLC estimates are sampled" in c.value]
+    assert f"**{DEEP}**: {n} estimates, {n - 1} converged (1 still rising); 1 negative" in trust
 
 
 def test_a_run_without_ov_is_named_and_the_others_are_shown(two_runs):

@@ -148,3 +148,21 @@ def test_a_store_without_the_table_says_what_rerun_adds_it(app_env: Path) -> Non
     layers = open_page("pages/layer_view.py", {"stat": "llc"})
     assert not layers.exception and layers.selectbox(key="stat").value == "std"
     assert "refined LLC (SGLD; a subset of checkpoints)" not in layers.selectbox(key="stat").options
+
+
+def test_the_heads_table_gives_each_estimates_spread_and_flag(llc_env: Path) -> None:
+    df = llc_table(llc_env)
+    steps = sorted(df["step"].unique().tolist())
+    last = open_page("pages/heads_table.py", {"stat": "llc", "step": str(steps[-1]), "sort": "layer"})
+    assert not last.exception
+    table = last.dataframe[0].value
+    own = df[(df["step"] == steps[-1]) & (df["layer"] >= 0)].sort_values(["layer", "head"])
+    np.testing.assert_allclose(table.sort_values(["layer", "head"])["± chains"], own["llc_std"])
+    layer, head, _ = SYNTHETIC_RISING
+    flags = dict(zip(zip(table["layer"], table["head"], strict=True), table["flag"], strict=True))
+    assert flags[(layer, head)] == "still rising"
+    assert sum(f == "converged" for f in flags.values()) == len(flags) - 1
+    first = open_page("pages/heads_table.py", {"stat": "llc", "step": str(steps[0])}).dataframe[0].value
+    layer, head, _ = SYNTHETIC_NEGATIVE
+    row = first[(first["layer"] == layer) & (first["head"] == head)].iloc[0]
+    assert row["value"] < 0 and row["flag"] == "converged; negative"
