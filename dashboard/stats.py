@@ -81,7 +81,7 @@ _STATS = [
     Stat(
         "condition_number", "condition number s_max/s_min", "s_max/s_min", "dimensionless", True, COLUMN_DOCS["condition_number"]
     ),
-    Stat("frob_norm", "Frobenius norm ‖W_QK‖_F", "‖W_QK‖_F", RAW, True, COLUMN_DOCS["frob_norm"]),
+    Stat("frob_norm", "Frobenius norm ‖W‖_F", "‖W‖_F", RAW, True, COLUMN_DOCS["frob_norm"]),
     Stat("spectral_norm", "spectral norm s_max", "s_max", RAW, True, COLUMN_DOCS["spectral_norm"]),
     Stat(
         LAMBDA,
@@ -89,7 +89,7 @@ _STATS = [
         "λ_k",
         "raw units²",
         True,
-        "the k-th largest squared singular value of W_QK (pick k with the slider)",
+        "the k-th largest squared singular value of the head's matrix, W_QK or W_OV (pick k with the slider)",
     ),
     # departures from the random-matrix null model (analysis/rmt/nullmodel.py)
     Stat("kl_null", "D_KL(P(λ)‖null): spectrum vs random heads", "D_KL(P(λ)‖null)", "nats", True, COLUMN_DOCS["kl_null"]),

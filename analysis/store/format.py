@@ -96,7 +96,7 @@ COLUMN_DOCS: dict[str, str] = {
     "spectral_entropy": "-sum p_k ln p_k with p_k = lambda_k / sum(lambda), in nats",
     "participation_ratio": "(sum lambda)^2 / sum(lambda^2)",
     "condition_number": "s_max / s_min over the d_head values; inf when rank-deficient",
-    "frob_norm": "Frobenius norm ||W_QK||_F = sqrt(sum lambda) = sqrt(sum of squared entries)",
+    "frob_norm": "Frobenius norm ||W||_F of the row's matrix = sqrt(sum lambda) = sqrt(sum of squared entries)",
     "spectral_norm": "largest singular value s_max",
     "kl_null": "D_KL(P(lambda) || free-product Marchenko-Pastur law) at matched scale, on 8 null-quantile bins",
     "stable_rank_over_null": "stable_rank / its expectation for a Gaussian head of the same shape",
