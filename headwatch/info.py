@@ -71,14 +71,19 @@ def describe(path: str | Path) -> list[str]:
     lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "fetch"))
     lines.append("lenses:")
     for lens in registry.LENSES:
-        if not lens.in_store(path):
+        if not (path / lens.tables[0].file).is_file():
             lines.append(f"  {lens.name:<11} absent ({lens.summary})")
             continue
         rows = read_table(path, lens.tables[0])
         count = len(set(rows["step"].to_pylist())) if rows is not None and "step" in rows.column_names else None
         unit = "pairs of consecutive checkpoints" if lens.min_checkpoints > 1 else "checkpoints"
         at = f"{count} {unit}" if count is not None else "present"
-        lines.append(f"  {lens.name:<11} {at}" + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else ""))
+        lacking = [spec.file for spec in lens.tables[1:] if not (path / spec.file).is_file()]
+        lines.append(
+            f"  {lens.name:<11} {at}"
+            + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else "")
+            + (f"; lacks {', '.join(lacking)} (a rerun of the lens adds it)" if lacking else "")
+        )
     if meta.forward is not None:
         lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of {meta.forward.text}")
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")

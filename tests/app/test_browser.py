@@ -231,7 +231,7 @@ def _wait_view(page, path: str, title: str, plots: int) -> None:
     page.wait_for_timeout(500)
 
 
-def _settled_history_length(page, *, quiet_ms: int = 1500) -> int:
+def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
     """``history.length`` once no entry has been added for ``quiet_ms``: the app writes its view state to
     the address bar at the end of a run, and a page's first runs can still be pushing when its plots are
     drawn, so a count read at once may precede an entry that belongs to the view before it."""
