@@ -10,11 +10,14 @@ picker also offers the stores of that Hugging Face dataset repo; on a Space
 ($SPACE_ID), links name the Space page (`dashboard.sharing`).
 """
 
+import functools
+
 import streamlit as st
 
 from analysis.errors import StoreError
 from dashboard import loader, widgets
 from dashboard.card import loss_series, model_card_lines
+from dashboard.data import Scale, Unit
 from dashboard.export import loss_csv
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
@@ -84,7 +87,8 @@ with widgets.view_state(settings) as view:
                 loss_slot = st.container()  # drawn once the time axis below is known (its log scale applies)
 
         # --- sidebar: training-time axis ---
-        unit, scale = "step", "linear"
+        unit: Unit = "step"
+        scale: Scale = "linear"
         if store is not None:
             has_tokens = store.meta.tokens_at(store.steps) is not None
             unit = widgets.select(
@@ -93,7 +97,7 @@ with widgets.view_state(settings) as view:
                 ["step", "tokens"] if has_tokens else ["step"],
                 "step",
                 kind="radio",
-                fmt={"step": "steps", "tokens": "tokens seen"}.get,
+                fmt={"step": "steps", "tokens": "tokens seen"}.__getitem__,
                 where=st.sidebar,
             )
             scale = widgets.select(
@@ -112,7 +116,7 @@ with widgets.view_state(settings) as view:
                     st.caption("Loss over training as recorded by the run (nats per token).")
                     st.download_button(
                         "Loss (CSV)",
-                        lambda: loss_csv(run, *loss),
+                        functools.partial(loss_csv, run, *loss),
                         file_name=f"{run}_loss.csv",
                         mime="text/csv",
                         key="loss_csv",

@@ -43,3 +43,17 @@ class Frame:
         if len(self.store.steps) == 0:
             return "This run has no checkpoints with statistics yet."
         return None
+
+    def opened(self) -> RunFrame | None:
+        """This frame with its store, typed as present (None when `empty_reason` has a reason)."""
+        if self.store is None or self.run is None or self.empty_reason() is not None:
+            return None
+        return RunFrame(self.store, self.run, self.unit, self.scale, self.runs)
+
+
+@dataclass(frozen=True)
+class RunFrame(Frame):
+    """A `Frame` whose store is open and has checkpoints: what a page that shows statistics works with."""
+
+    store: Store
+    run: str

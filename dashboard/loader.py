@@ -232,7 +232,6 @@ def _joint_key(stores: list[Store]) -> tuple[tuple[str, int], ...]:
 def joint_embedding_cached(
     stores: list[Store],
     statistic: str,
-    *,
     matrix: str,
     normalisation: Normalisation,
     n_neighbors: int,
@@ -258,7 +257,6 @@ def joint_embedding_cached(
 def compute_joint_embedding(
     stores: list[Store],
     statistic: str,
-    *,
     matrix: str,
     normalisation: Normalisation,
     n_neighbors: int,

@@ -44,7 +44,7 @@ from typing import Any, Literal
 import streamlit as st
 
 from dashboard import sharing
-from dashboard.frame import Frame
+from dashboard.frame import Frame, RunFrame
 from dashboard.settings import Settings
 from dashboard.stats import LAMBDA, MATRIX_LABELS, STATS
 from dashboard.urlstate import encode, parse_many, parse_one
@@ -189,7 +189,7 @@ def frame() -> Frame:
     return current
 
 
-def run_frame() -> Frame | None:
+def run_frame() -> RunFrame | None:
     """The frame of a run with statistics, or None after telling the user why there is nothing to show.
 
     Every page's empty case: no store chosen (or none found), or a store with no checkpoints yet.
@@ -199,7 +199,7 @@ def run_frame() -> Frame | None:
     if why is not None:
         st.info(why)
         return None
-    return current
+    return current.opened()
 
 
 def no_values(values: Any, label: str, matrix: str) -> bool:

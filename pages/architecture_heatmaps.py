@@ -53,7 +53,7 @@ def main() -> None:
     show_loss = widgets.loss_toggle(curve is not None)
     fig = figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour)
     widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss else fig,
+        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "layer_means",
         title=f"{frame.run} · layer means · {label}",
         filename=export.safe_name(frame.run, "layer-means", name),

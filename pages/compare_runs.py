@@ -99,7 +99,7 @@ def main() -> None:
         matrix = widgets.select("role", "Weight", roles, "attn_out" if "attn_out" in roles else roles[0], where=c_matrix)
     elif not info.forward and not info.llc:  # the forward lens and the refined LLC are per head, whatever the matrix
         kinds = [m for m in MATRIX_LABELS if any(m in s.meta.matrices for s in stores.values())] or ["qk"]
-        matrix = widgets.select("matrix", "Matrix", kinds, kinds[0], fmt=MATRIX_LABELS.get, kind="radio", where=c_matrix)
+        matrix = widgets.select("matrix", "Matrix", kinds, kinds[0], fmt=MATRIX_LABELS.__getitem__, kind="radio", where=c_matrix)
     log_y = widgets.toggle("logy", "log y", False, where=c_log) if info.positive else False
     unit = "layer" if per_layer else "head"
 
@@ -114,9 +114,11 @@ def main() -> None:
                     icon=":material/visibility_off:",
                 )
                 continue
-            if matrix not in set(tables[r]["role"]):
+            table = tables[r]
+            assert table is not None  # checked above
+            if matrix not in set(table["role"]):
                 st.warning(
-                    f"Run **{r}** has no {matrix} weight (its weights: {', '.join(sorted(set(tables[r]['role'])))}) "
+                    f"Run **{r}** has no {matrix} weight (its weights: {', '.join(sorted(set(table['role'])))}) "
                     "and is left out; choose another weight.",
                     icon=":material/visibility_off:",
                 )
@@ -179,7 +181,7 @@ def main() -> None:
         aligns,
         "fraction",
         kind="radio",
-        fmt=ALIGN_TEXT.get,
+        fmt=ALIGN_TEXT.__getitem__,
         where=c_align,
         help="; ".join(f"{k}: {v}" for k, v in compare.ALIGNMENTS.items()),
     )

@@ -1,5 +1,7 @@
 """Forward lenses: what the heads do on text over training (attention entropy, span, layer divergence, head types)."""
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -53,20 +55,18 @@ def main() -> None:
     for name in ("entropy", "span"):
         fig = figs.layer_bands(
             axis,
-            store.dense(ATTENTION, name),
+            store.require(ATTENTION, name),
             stat=STATS[name],
             reference=uniform[name],
             reference_label=f"uniform attention: {uniform[name]:.3g}",
         )
-        values = store.dense(ATTENTION, name)
+        values = store.require(ATTENTION, name)
         widgets.chart(
-            overlay_loss(fig, axis, *curve) if show_loss else fig,
+            overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
             f"bands_{name}",
             title=f"{frame.run} · {STATS[name].short()} per layer over training",
             filename=export.safe_name(frame.run, "layers", name),
-            csv=lambda values=values, name=name: export.tidy(
-                values, store.steps, run=frame.run, statistic=name, matrix="forward"
-            ),
+            csv=functools.partial(export.tidy, values, store.steps, run=frame.run, statistic=name, matrix="forward"),
         )
     st.caption(
         "One line per layer (the mean over its heads), the band spanning its heads' smallest to largest value; "
@@ -75,7 +75,7 @@ def main() -> None:
 
     # --- panel: layer-pair divergence, animated ---
     st.subheader("How differently the layers attend")
-    jsd = store.dense(LAYER_DIVERGENCE, "jsd")
+    jsd = store.require(LAYER_DIVERGENCE, "jsd")
     widgets.chart(
         figs.divergence_animation(jsd, steps=steps, start=steps.index(step)),
         "divergence",
@@ -92,16 +92,14 @@ def main() -> None:
     # --- panel: head types over training ---
     st.subheader("Head types over training")
     for name in HEAD_TYPES:
-        fig = figs.head_type_heatmap(axis, store.dense(ATTENTION, name), stat=STATS[name], baseline=uniform[name])
-        values = store.dense(ATTENTION, name)
+        fig = figs.head_type_heatmap(axis, store.require(ATTENTION, name), stat=STATS[name], baseline=uniform[name])
+        values = store.require(ATTENTION, name)
         event = widgets.chart(
-            overlay_loss(fig, axis, *curve) if show_loss else fig,
+            overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
             f"type_{name}",
             title=f"{frame.run} · every head · {STATS[name].short()}",
             filename=export.safe_name(frame.run, "all-heads", name),
-            csv=lambda values=values, name=name: export.tidy(
-                values, store.steps, run=frame.run, statistic=name, matrix="forward"
-            ),
+            csv=functools.partial(export.tidy, values, store.steps, run=frame.run, statistic=name, matrix="forward"),
             select=True,
         )
         widgets.open_head_on_click(event, store, stat=name)

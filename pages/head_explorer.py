@@ -41,7 +41,7 @@ def main() -> None:
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on every chart over training
 
     def with_loss(fig):
-        return overlay_loss(fig, axis, *curve) if show_loss else fig
+        return overlay_loss(fig, axis, *curve) if show_loss and curve else fig
 
     chosen = widgets.multiselect(
         "step",

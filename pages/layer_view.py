@@ -29,7 +29,7 @@ def main() -> None:
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
 
     def with_loss_grid(fig):
-        return overlay_loss_grid(fig, axis, *curve) if show_loss else fig
+        return overlay_loss_grid(fig, axis, *curve) if show_loss and curve else fig
 
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
     if widgets.no_values(values, STATS[stat].label, matrix):
@@ -43,7 +43,7 @@ def main() -> None:
     st.subheader(f"Layer {layer}: every head over training")
     fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
     event = widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss else fig,
+        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "layer_lines",
         title=f"{frame.run} · layer {layer}, every head · {label}",
         filename=export.safe_name(frame.run, f"L{layer}", "all-heads", name),

@@ -37,8 +37,8 @@ def main() -> None:
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
     idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC)])
-    values = store.dense(LLC, "llc")[idx]  # (E, n_layers, n_heads)
-    stds = store.dense(LLC, "llc_std")[idx]
+    values = store.require(LLC, "llc")[idx]  # (E, n_layers, n_heads)
+    stds = store.require(LLC, "llc_std")[idx]
     n_layers, n_heads = store.n_layers, store.n_heads
     flagged = store_flags(store)
     flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
@@ -53,7 +53,7 @@ def main() -> None:
         list(NORMALISATIONS),
         "zscore",
         kind="radio",
-        fmt=NORM_LABELS.get,
+        fmt=NORM_LABELS.__getitem__,
         where=c_norm,
         help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()),
     )
@@ -109,7 +109,7 @@ def main() -> None:
     # --- panel: the whole model, with the loss ---
     st.subheader("The whole model's LLC and the loss")
     curve = loss_curve(store)
-    model, model_std = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.dense(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
+    model, model_std = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
     widgets.chart(
         figs.model_llc(
             axis, idx, model, model_std, loss=curve[0] if curve else None, loss_label=curve[1] if curve else "", flags=model_flags
@@ -123,7 +123,7 @@ def main() -> None:
                 "step": store.steps_with(LLC),
                 "llc": model,
                 "llc_std": model_std,
-                "init_loss": store.dense(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx],
+                "init_loss": store.require(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx],
             }
         ),
     )
@@ -168,13 +168,13 @@ def _diagnostics(
         where = ", ".join(f"L{layer} H{head} at step {int(steps[t]):,}" for t, layer, head in negative[:6])
         more = f" and {len(negative) - 6} more" if len(negative) > 6 else ""
         st.warning(f"{len(negative)} head estimates are negative ({where}{more}): {NEGATIVE_NOTE}.")
-    model = store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[idx]
+    model = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx]
     if np.any(model < 0):
         st.warning(
             f"The whole-model estimate is negative at step(s) "
             f"{', '.join(f'{int(s):,}' for s in steps[model < 0])}: {NEGATIVE_NOTE}."
         )
-    if flags is None:
+    if flags is None or model_flags is None:
         st.info(
             "This store has no chain diagnostics (llc_chains.parquet): its estimates were made before they were "
             "stored. Rerun the precompute job with the same `--lenses llc` options to add them (the estimates "

@@ -5,7 +5,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store.format import ATTENTION
-from analysis.trajectories import NORMALISATIONS, EmbeddingSettings
+from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
 from dashboard import export, loader, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
@@ -42,13 +42,13 @@ def main() -> None:
     stat = widgets.select(
         "stat", "Statistic", trajectory_stats_for(store), "kl_gauss", fmt=lambda s: STATS[s].label, where=c_stat
     )
-    norm = widgets.select(
+    norm: Normalisation = widgets.select(
         "norm",
         "Trajectory normalisation",
         list(NORMALISATIONS),
         "zscore",
         kind="radio",
-        fmt=NORM_LABELS.get,
+        fmt=NORM_LABELS.__getitem__,
         where=c_norm,
         help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()),
     )
@@ -164,7 +164,9 @@ def main() -> None:
         widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
 
 
-def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: str, settings: EmbeddingSettings) -> None:
+def _joint_map(
+    frame, store, joint: list[str], *, stat: str, matrix: str, norm: Normalisation, settings: EmbeddingSettings
+) -> None:
     """The map of this run's heads and those of the ``joint`` runs, embedded together (computed here, cached)."""
     stores, names = [store], [frame.run]
     forward = STATS[stat].forward
@@ -196,15 +198,8 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
     if len(stores) < 2:
         st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
         return
-    kwargs = dict(
-        matrix=matrix,
-        normalisation=norm,
-        n_neighbors=settings.n_neighbors,
-        min_dist=settings.min_dist,
-        knn_k=settings.knn_k,
-        seed=settings.seed,
-    )
-    if not loader.joint_embedding_cached(stores, stat, **kwargs):
+    how = (matrix, norm, settings.n_neighbors, settings.min_dist, settings.knn_k, settings.seed)
+    if not loader.joint_embedding_cached(stores, stat, *how):
         st.info(
             f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
             "~30 s while numba compiles it) and cached."
@@ -212,7 +207,7 @@ def _joint_map(frame, store, joint: list[str], *, stat: str, matrix: str, norm: 
         if not st.button("Compute the joint map", type="primary"):
             return
     with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
-        rows = loader.compute_joint_embedding(stores, stat, **kwargs)
+        rows = loader.compute_joint_embedding(stores, stat, *how)
     neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
     fig = joint_trajectory_map(
         rows["x"].to_numpy(),

@@ -134,7 +134,7 @@ def main() -> None:
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
     fig = figs.frob_lines(axis, x_known, frob, layers=layers, role=role, log_y=log_y)
     widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss else fig,
+        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "frob_lines",
         title=f"{frame.run} · {role} · Frobenius norm of every layer",
         filename=export.safe_name(frame.run, role, "frobenius"),
@@ -150,7 +150,7 @@ def main() -> None:
     alpha = _per_layer(rows_role, known, layers, "alpha")
     fig = figs.alpha_lines(axis, x_known, alpha, layers=layers, role=role)
     widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss else fig,
+        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "alpha_lines",
         title=f"{frame.run} · {role} · tail exponent α of every layer",
         filename=export.safe_name(frame.run, role, "alpha"),

@@ -420,6 +420,17 @@ class Store:
         self._cache[cache] = out
         return out
 
+    def require(self, spec: TableSpec, column: str, *, at: dict[str, int] | None = None) -> np.ndarray:
+        """`dense` of a table the caller knows the store has (`has`).
+
+        Raises:
+            StoreError: the store does not have the table after all.
+        """
+        values = self.dense(spec, column, at=at)
+        if values is None:
+            raise StoreError(f"store {str(self.path)!r} has no {spec.file}")
+        return values
+
     def _step_rows(self, steps: np.ndarray) -> np.ndarray:
         """Position of each of ``steps`` in `steps` (-1 for a step not shown)."""
         index = {int(s): i for i, s in enumerate(self.steps)}
