@@ -62,6 +62,9 @@ KINDS = ("q", "k", "v")
 # Heads per layer in the simulated baseline (two layers: heads^2 pairs per kind) and its seed.
 BASELINE_HEADS = 16
 BASELINE_SEED = 0
+# The simulated baseline draws independent two-layer models up to about this many flops of pair products.
+BASELINE_FLOPS = 2**34
+BASELINE_MAX_DRAWS = 64
 
 
 def _r(factor: torch.Tensor) -> torch.Tensor:
@@ -83,18 +86,24 @@ def reduced_factors(
     (``R(W_K) W_Q``, ``R(W_Q) W_K``, ``R(W_O^T) W_V``), as a source A, ``R(W_V) W_O^T``.
 
     Args:
-        qk: ``(W_Q, W_K)``, each ``(n_layers, n_heads, d_head, d_model)``.
+        qk: ``(W_Q, W_K)``, each ``(..., d_head, d_model)``.
         ov: ``(W_O^T, W_V)``, the same shape.
 
     Returns:
-        ``(targets, sources)``: ``(3, n_layers, n_heads, d_head, d_model)`` and
-        ``(n_layers, n_heads, d_head, d_model)``, in the factors' dtype.
+        ``(targets, sources)``: ``(3, ..., d_head, d_model)`` and ``(..., d_head, d_model)``, in the
+        factors' dtype.
     """
-    w_q, w_k = qk
+    return _targets(qk, ov), _sources(ov)
+
+
+def _targets(qk: tuple[torch.Tensor, torch.Tensor], ov: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    (w_q, w_k), (w_o_t, w_v) = qk, ov
+    return _unit(torch.stack([_r(w_k) @ w_q, _r(w_q) @ w_k, _r(w_o_t) @ w_v]))  # (3, ..., d_head, d_model)
+
+
+def _sources(ov: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     w_o_t, w_v = ov
-    targets = torch.stack([_r(w_k) @ w_q, _r(w_q) @ w_k, _r(w_o_t) @ w_v])  # (3, n_layers, n_heads, d_head, d_model)
-    sources = _r(w_v) @ w_o_t  # (n_layers, n_heads, d_head, d_model)
-    return _unit(targets), _unit(sources)
+    return _unit(_r(w_v) @ w_o_t)  # (..., d_head, d_model)
 
 
 def composition_scores(
@@ -128,13 +137,16 @@ def composition_scores(
     n_layers, n_heads, d_head, d_model = next(iter(shapes))
     if d_head > d_model:
         raise ValueError(f"d_head {d_head} exceeds d_model {d_model}: the factors' QR cores need d_head <= d_model")
-    qk_, ov_ = ((a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)) for a, b in (qk, ov))
-    targets, sources = reduced_factors(qk_, ov_)
+
+    def layer(i: int, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pair[0][i].to(device=device, dtype=dtype), pair[1][i].to(device=device, dtype=dtype)  # one layer at a time
+
+    sources = torch.stack([_sources(layer(i, ov)) for i in range(n_layers - 1)])  # (n_layers - 1, n_heads, d_head, d_model)
     out = torch.full((3, n_layers, n_heads, n_layers, n_heads), torch.nan, dtype=torch.float64)
     rows = 3 * n_heads * d_head
     per_chunk = max(1, chunk_elements // (rows * n_heads * d_head))  # source layers per product
     for b in range(1, n_layers):
-        y = targets[:, b].reshape(rows, d_model)  # (3 n_heads d_head, d_model)
+        y = _targets(layer(b, qk), layer(b, ov)).reshape(rows, d_model)  # (3 n_heads d_head, d_model)
         for a0 in range(0, b, per_chunk):
             a1 = min(b, a0 + per_chunk)
             z = sources[a0:a1].reshape((a1 - a0) * n_heads * d_head, d_model)  # (n_src n_heads d_head, d_model)
@@ -176,17 +188,29 @@ def baseline_rms(d_model: int) -> float:
     return 1.0 / math.sqrt(d_model)
 
 
+def baseline_draws(d_head: int, d_model: int, *, heads: int = BASELINE_HEADS) -> int:
+    """How many independent two-layer models `random_baseline` draws: as many as fit in about
+    `BASELINE_FLOPS` of pair products, between 1 (Pythia-1.4B's shape: 256 pairs, seconds on a CPU)
+    and `BASELINE_MAX_DRAWS` (small shapes, whose scores spread more)."""
+    per_draw = 2 * 3 * heads**2 * d_head**2 * d_model
+    return max(1, min(BASELINE_MAX_DRAWS, BASELINE_FLOPS // per_draw))
+
+
 def random_baseline(
     d_head: int, d_model: int, *, heads: int = BASELINE_HEADS, seed: int = BASELINE_SEED, device: str | torch.device = "cpu"
 ) -> dict[str, float]:
     """The expected score of independent standard Gaussian factors of the given shapes, per kind,
-    simulated: a two-layer model of ``heads`` Gaussian heads per layer, the mean over its
-    ``heads^2`` pairs (float64, a fixed seed: the same numbers for the same shapes).
+    simulated: `baseline_draws` two-layer models of ``heads`` Gaussian heads per layer, the mean over
+    their ``heads^2`` pairs each (float64, a fixed seed: the same numbers for the same shapes).
 
     Returns:
         kind (`KINDS`) -> mean score.
     """
     gen = torch.Generator().manual_seed(seed)
-    w = torch.randn((4, 2, heads, d_head, d_model), generator=gen, dtype=torch.float64)  # W_Q, W_K, W_O^T, W_V
-    scores = composition_scores((w[0], w[1]), (w[2], w[3]), device=device)
-    return {kind: float(scores[i, 0, :, 1, :].mean()) for i, kind in enumerate(KINDS)}
+    total = torch.zeros(3, dtype=torch.float64)
+    draws = baseline_draws(d_head, d_model, heads=heads)
+    for _ in range(draws):
+        w = torch.randn((4, 2, heads, d_head, d_model), generator=gen, dtype=torch.float64)  # W_Q, W_K, W_O^T, W_V
+        scores = composition_scores((w[0], w[1]), (w[2], w[3]), device=device)
+        total += scores[:, 0, :, 1, :].mean(dim=(1, 2))
+    return {kind: float(total[i] / draws) for i, kind in enumerate(KINDS)}

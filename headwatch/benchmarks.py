@@ -10,7 +10,7 @@ from __future__ import annotations
 # ------------------------------------------------------------------ the shapes measured at
 
 # Pythia-1.4B: 24 layers x 16 heads, d_model 2048 (docs/benchmarks.md "Statistics pipeline, one Pythia-1.4B-shaped checkpoint")
-PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_model": 2048}
+PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_model": 2048, "d_head": 128}
 # Pythia-160M-shaped GPT-NeoX with random weights: 162,322,944 parameters
 # (docs/benchmarks.md "Performance: the forward-pass lens" and "Performance: the refined LLC")
 PYTHIA_160M_PARAMETERS = 162_322_944
