@@ -155,12 +155,15 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     return out
 
 
-def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...]) -> float:
-    """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes."""
+def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
+    """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes,
+    and every composition row (``--lenses composition`` without ``--composition-top``) at the benchmark's."""
     head_rows = shape.n_layers * shape.n_heads * len([m for m in matrices if m != "layers"])
     total = head_rows * (bench.HEADS_BYTES_PER_ROW + bench.OVERLAPS_BYTES_PER_HEAD_PAIR)
     if "layers" in matrices:
         total += shape.n_layers * bench.LAYERS_BYTES_PER_LAYER
+    if "composition" in lenses:
+        total += shape.n_heads**2 * shape.n_layers * (shape.n_layers - 1) // 2 * bench.COMPOSITION_BYTES_PER_PAIR
     return total
 
 
@@ -258,11 +261,16 @@ def describe(args: argparse.Namespace) -> list[str]:
             + (f", {hashed:,} B hashed" if hashed else "")
             + ")"
         )
-    store = store_bytes_per_checkpoint(shape, matrices=matrices) * len(new)
+    store = store_bytes_per_checkpoint(shape, matrices=matrices, lenses=lenses) * len(new)
+    composition = (
+        f", composition.parquet {bench.COMPOSITION_BYTES_PER_PAIR} B per pair of heads (every pair)"
+        if "composition" in lenses
+        else ""
+    )
     lines.append(
         f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
         f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "
-        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes)"
+        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes{composition})"
     )
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
