@@ -36,8 +36,8 @@ LLC_SECONDS_PER_CHECKPOINT_160M = 5582.0
 LLC_DEFAULT_CHECKPOINTS = 8
 
 # composition (--lenses composition): every cross-layer pair of a Pythia-1.4B-shaped checkpoint's heads, float64,
-# wall, machine shared; docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", float64 row.
-COMPOSITION_SECONDS_1_4B = 784.0
+# wall, machine shared; docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", bold row (run 2).
+COMPOSITION_SECONDS_1_4B = 532.6
 
 # Seconds per checkpoint of each lens (`precompute.lenses.registry.Lens.cost_scale` says what the figure
 # scales with: "heads", "layers" and "head_pairs" from Pythia-1.4B, "parameters" from the Pythia-160M shape). A lens
