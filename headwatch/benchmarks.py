@@ -10,7 +10,7 @@ from __future__ import annotations
 # ------------------------------------------------------------------ the shapes measured at
 
 # Pythia-1.4B: 24 layers x 16 heads, d_model 2048 (docs/benchmarks.md "Statistics pipeline, one Pythia-1.4B-shaped checkpoint")
-PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_model": 2048}
+PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_model": 2048, "d_head": 128}
 # Pythia-160M-shaped GPT-NeoX with random weights: 162,322,944 parameters
 # (docs/benchmarks.md "Performance: the forward-pass lens" and "Performance: the refined LLC")
 PYTHIA_160M_PARAMETERS = 162_322_944
@@ -35,13 +35,18 @@ LLC_SECONDS_PER_CHECKPOINT_160M = 5582.0
 # checkpoints the LLC estimates by default: "about 8, log-spaced" (python -m precompute --help, --llc-steps)
 LLC_DEFAULT_CHECKPOINTS = 8
 
+# composition (--lenses composition): every cross-layer pair of a Pythia-1.4B-shaped checkpoint's heads, float64,
+# wall, machine shared; docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", bold row (run 2).
+COMPOSITION_SECONDS_1_4B = 532.6
+
 # Seconds per checkpoint of each lens (`precompute.lenses.registry.Lens.cost_scale` says what the figure
-# scales with: "heads" and "layers" from Pythia-1.4B, "parameters" from the Pythia-160M shape). A lens
+# scales with: "heads", "layers" and "head_pairs" from Pythia-1.4B, "parameters" from the Pythia-160M shape). A lens
 # missing here has no recorded figure; `headwatch plan` says so.
 SECONDS_PER_CHECKPOINT: dict[str, tuple[str, float]] = {
     "layers": ("LAYERS_SECONDS_1_4B", LAYERS_SECONDS_1_4B),
     "attention": ("FORWARD_SECONDS_160M", FORWARD_SECONDS_160M),
     "llc": ("LLC_SECONDS_PER_CHECKPOINT_160M", LLC_SECONDS_PER_CHECKPOINT_160M),
+    "composition": ("COMPOSITION_SECONDS_1_4B", COMPOSITION_SECONDS_1_4B),
 }
 
 # ------------------------------------------------------------------ bytes in a store
@@ -52,3 +57,6 @@ SECONDS_PER_CHECKPOINT: dict[str, tuple[str, float]] = {
 HEADS_BYTES_PER_ROW = 468.6
 OVERLAPS_BYTES_PER_HEAD_PAIR = 727.6
 LAYERS_BYTES_PER_LAYER = 7038.0
+# composition.parquet: one Pythia-1.4B-shaped checkpoint's 70,656 rows (every pair) in 963,766 B (zstd);
+# docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint".
+COMPOSITION_BYTES_PER_PAIR = 13.64

@@ -111,6 +111,12 @@ def parameters(shape, config: dict) -> int:
     return 12 * shape.n_layers * shape.d_model**2 + 2 * vocab * shape.d_model
 
 
+def head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> int:
+    """What the composition scores' cost scales with: ordered pairs of heads in different layers times
+    the ``d_head x d_head`` product over ``d_model`` each takes (`analysis.composition`)."""
+    return n_heads**2 * n_layers * (n_layers - 1) // 2 * d_head**2 * d_model
+
+
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
     """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
@@ -120,6 +126,9 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     heads_scale = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
     layers_scale = (shape.n_layers * shape.d_model**2) / (ref["n_layers"] * ref["d_model"] ** 2)
     params_scale = parameters(shape, config) / bench.PYTHIA_160M_PARAMETERS
+    pairs_scale = head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / head_pair_flops(
+        ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
+    )
     heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
     scales = {
         "heads": (heads_scale, heads_how),
@@ -128,6 +137,7 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
             params_scale,
             f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})",
         ),
+        "head_pairs": (pairs_scale, f"x {pairs_scale:.3g} (cross-layer head pairs x d_head^2 x d_model against Pythia-1.4B's)"),
     }
     out = []
     if "qk" in matrices:
@@ -145,12 +155,15 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     return out
 
 
-def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...]) -> float:
-    """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes."""
+def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
+    """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes,
+    and every composition row (``--lenses composition`` without ``--composition-top``) at the benchmark's."""
     head_rows = shape.n_layers * shape.n_heads * len([m for m in matrices if m != "layers"])
     total = head_rows * (bench.HEADS_BYTES_PER_ROW + bench.OVERLAPS_BYTES_PER_HEAD_PAIR)
     if "layers" in matrices:
         total += shape.n_layers * bench.LAYERS_BYTES_PER_LAYER
+    if "composition" in lenses:
+        total += shape.n_heads**2 * shape.n_layers * (shape.n_layers - 1) // 2 * bench.COMPOSITION_BYTES_PER_PAIR
     return total
 
 
@@ -248,11 +261,16 @@ def describe(args: argparse.Namespace) -> list[str]:
             + (f", {hashed:,} B hashed" if hashed else "")
             + ")"
         )
-    store = store_bytes_per_checkpoint(shape, matrices=matrices) * len(new)
+    store = store_bytes_per_checkpoint(shape, matrices=matrices, lenses=lenses) * len(new)
+    composition = (
+        f", composition.parquet {bench.COMPOSITION_BYTES_PER_PAIR} B per pair of heads (every pair)"
+        if "composition" in lenses
+        else ""
+    )
     lines.append(
         f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
         f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "
-        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes)"
+        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes{composition})"
     )
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")

@@ -489,9 +489,41 @@ LLC_CHAINS = TableSpec(
     sort=("step", "layer", "head", "chain"),
 )
 
+# Composition between heads (analysis/composition.py; `python -m precompute --lenses composition`): how much a
+# head B in a later layer reads, through its queries, keys or values, what a head A in an earlier layer writes.
+# meta.json ``composition`` holds the random baseline a score is compared with and which pairs were kept.
+COMPOSITION_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer_a": "layer of the source head A, 0-based (int32)",
+    "head_a": "query-head index of A within its layer, 0-based (int32)",
+    "layer_b": "layer of the target head B, 0-based (int32); always > layer_a",
+    "head_b": "query-head index of B within its layer, 0-based (int32)",
+    "q": "Q-composition ||W_QK,B^T W_OV,A||_F / (||W_QK,B||_F ||W_OV,A||_F), in [0, 1] (float32)",
+    "k": "K-composition ||W_QK,B W_OV,A||_F / (||W_QK,B||_F ||W_OV,A||_F), in [0, 1] (float32)",
+    "v": "V-composition ||W_OV,B W_OV,A||_F / (||W_OV,B||_F ||W_OV,A||_F), in [0, 1] (float32)",
+}
+COMPOSITION_KINDS = ("q", "k", "v")
+COMPOSITION_SCHEMA = _fields(
+    {"step": pa.int64(), "layer_a": pa.int32(), "head_a": pa.int32(), "layer_b": pa.int32(), "head_b": pa.int32()}
+    | {c: pa.float32() for c in COMPOSITION_KINDS}
+)
+COMPOSITION = TableSpec(
+    name="composition",
+    file="composition.parquet",
+    row="one row per (step, layer_a, head_a, layer_b, head_b) with layer_a < layer_b",
+    about="Q-, K- and V-composition scores (Elhage et al. 2021) of every ordered pair of heads in different "
+    "layers, from the raw weights (LayerNorm not folded), at every checkpoint with statistics; with "
+    "`--composition-top K` only the pairs whose source is among the K strongest of its target head for q, k or v. meta.json "
+    "`composition` gives the score of random Gaussian heads of the same shapes (a score / it reads as "
+    "'x times random'). Present when the store was computed with `--lenses composition`.",
+    schema=COMPOSITION_SCHEMA,
+    docs=COMPOSITION_COLUMN_DOCS,
+    sort=("step", "layer_a", "head_a", "layer_b", "head_b"),
+)
+
 # Every table a store may hold, by name. A new table is one more entry.
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS)
+    spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS, COMPOSITION)
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 

@@ -370,8 +370,9 @@ class Store:
         """One column of a table keyed by step and layer/head indices, as a dense array over its keys.
 
         Axis 0 follows `steps`; the other axes are the table's other key columns in order
-        (``layer`` and ``layer_a``/``layer_b`` over the model's layers, ``head`` over its heads,
-        ``chain`` over the refined LLC's chains).
+        (``layer`` and ``layer_a``/``layer_b`` over the model's layers, ``head`` and ``head_a``/``head_b``
+        over its heads, ``chain`` over the refined LLC's chains): the composition scores are
+        ``dense(COMPOSITION, "k")``, ``[step, layer_a, head_a, layer_b, head_b]``.
         ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
         whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`).
         Rows outside the axes (such a whole-model row, without ``at``) are left out.
@@ -391,6 +392,8 @@ class Store:
             "layer_a": self.n_layers,
             "layer_b": self.n_layers,
             "head": self.n_heads,
+            "head_a": self.n_heads,
+            "head_b": self.n_heads,
             "chain": chains,
         }
         axes = [c for c in spec.sort if c != "step" and c not in at]

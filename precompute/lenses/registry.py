@@ -27,15 +27,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from analysis.store.format import EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
+from analysis.store.format import COMPOSITION, EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
 # whole checkpoint folder, loaded with transformers), "store" (the store's own tables), and
 # "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
-# What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`).
-CostScale = Literal["heads", "layers", "parameters"]
+# What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
+# cross-layer head pairs x d_head^2 x d_model (the composition scores' products).
+CostScale = Literal["heads", "layers", "parameters", "head_pairs"]
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,31 @@ def llc_options(values: Mapping[str, Any]) -> LlcOptions:
     return LlcOptions(steps=values.get("steps"), sampler=SamplerSettings(**{k: v for k, v in values.items() if k in names}))
 
 
+@dataclass(frozen=True)
+class CompositionOptions:
+    """The composition lens's options (``--composition-*``).
+
+    Attributes:
+        top: keep only the pairs whose source is among the ``top`` highest-scoring sources of its
+            target head for q, k or v (`analysis.composition.strongest_sources`); None keeps every pair.
+    """
+
+    top: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.top is not None and self.top < 1:
+            raise ValueError(f"--composition-top {self.top!r}: expected a positive integer (leave it out to keep every pair)")
+
+
+def composition_options(values: Mapping[str, Any]) -> CompositionOptions:
+    """`CompositionOptions` from the ``--composition-*`` values by field.
+
+    Raises:
+        ValueError: a top-k below 1.
+    """
+    return CompositionOptions(top=values.get("top"))
+
+
 _SAMPLER = SamplerSettings()
 
 LAYERS_LENS = Lens(
@@ -317,8 +343,32 @@ EMBEDDINGS_LENS = Lens(
     stepwise=False,
 )
 
+COMPOSITION_LENS = Lens(
+    name="composition",
+    title="composition scores",
+    summary="Q-, K- and V-composition of every pair of heads in different layers, from the weights, "
+    "against random heads of the same shapes (--composition-top)",
+    tables=(COMPOSITION,),
+    asked_by="--lenses",
+    stage="precompute.lenses.composition:CompositionStage",
+    needs=("tensors",),
+    meta_key="composition",
+    options=(
+        Option(
+            "--composition-top",
+            "top",
+            int,
+            "K",
+            "keep only pairs whose source is among the K strongest of its target head for q, k or v "
+            "(default: every pair; Pythia-1.4B has 70,656 per checkpoint)",
+        ),
+    ),
+    make_options=composition_options,
+    cost_scale="head_pairs",
+)
+
 # Every lens, in the order a run fills them after its pass over the checkpoints.
-LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, EMBEDDINGS_LENS)
+LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, COMPOSITION_LENS, EMBEDDINGS_LENS)
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
 # The lenses whose tables the run state replaces a checkpoint at a time.
 STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)

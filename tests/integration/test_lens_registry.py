@@ -218,6 +218,8 @@ LENS_OPTIONS = (
     "2",
     "--llc-steps",
     "0,2,16",
+    "--lenses",
+    "composition",
 )
 
 

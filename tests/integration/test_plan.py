@@ -49,6 +49,21 @@ def test_plan_lists_the_checkpoints_and_the_geometry(suite, capsys):
         assert name in out
 
 
+def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
+    """2 layers x 4 heads, d_head 16, d_model 64: 16 cross-layer pairs against Pythia-1.4B's 70,656 at
+    d_head 128, d_model 2048 (time); 16 pairs at COMPOSITION_BYTES_PER_PAIR (store)."""
+    from headwatch import benchmarks as bench
+
+    assert main(["plan", str(suite), "--lenses", "composition"]) == 0
+    out = capsys.readouterr().out
+    scale = (16 * 16**2 * 64) / (70_656 * 128**2 * 2048)
+    line = next(line for line in out.splitlines() if "COMPOSITION_SECONDS_1_4B" in line)
+    assert f"x {scale:.3g} (cross-layer head pairs" in line
+    assert f"composition.parquet {bench.COMPOSITION_BYTES_PER_PAIR} B per pair" in out
+    without = main(["plan", str(suite)]) == 0 and capsys.readouterr().out
+    assert "COMPOSITION_SECONDS_1_4B" not in without
+
+
 @pytest.mark.parametrize(
     "matrices, wanted",
     [

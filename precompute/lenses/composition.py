@@ -1,0 +1,194 @@
+"""The composition lens (``--lenses composition``): Q-, K- and V-composition between heads.
+
+In the pass over each new checkpoint, `CompositionJob` turns the per-head factors of W_QK and
+W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
+checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
+in different layers, or with ``--composition-top K`` the K strongest sources of each target
+head per kind). `CompositionStage.begin` records in ``meta.json`` ``composition`` the random
+baseline for the model's shapes and which pairs are kept; `CompositionStage.fill` gives the
+store's checkpoints computed without the lens their rows, reading each again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from tqdm.auto import tqdm
+
+from analysis.composition import (
+    BASELINE_HEADS,
+    BASELINE_SEED,
+    KINDS,
+    baseline_draws,
+    baseline_rms,
+    composition_scores,
+    random_baseline,
+    strongest_sources,
+)
+from analysis.errors import CheckpointError, StoreError
+from analysis.extract import ModelShape
+from analysis.store import Meta
+from analysis.store.format import COMPOSITION
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, missing_steps
+from precompute.factors import checked_factors
+from precompute.lenses.registry import COMPOSITION_LENS, CompositionOptions
+from precompute.settings import Settings
+from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
+
+if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
+    from precompute.state import RunState
+
+log = logging.getLogger("precompute")
+
+# The per-head factors the lens reads: both products of every head.
+NEEDS = ("qk", "ov")
+
+
+def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None = None) -> pa.Table:
+    """The ``composition.parquet`` rows of one checkpoint, in the table's order.
+
+    Args:
+        step: the checkpoint's step.
+        scores: `analysis.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
+        keep: bool ``(n_layers, n_heads, n_layers, n_heads)``: the pairs to write (None: every pair with scores).
+    """
+    values = scores.numpy()
+    mask = ~np.isnan(values).all(axis=0)  # (layer_a, head_a, layer_b, head_b): pairs with a < b
+    if keep is not None:
+        mask &= keep.numpy()
+    la, ha, lb, hb = np.nonzero(mask)  # C order: sorted by (layer_a, head_a, layer_b, head_b)
+    columns: dict[str, Any] = {
+        "step": pa.array(np.full(la.size, step, dtype=np.int64)),
+        "layer_a": pa.array(la.astype(np.int32)),
+        "head_a": pa.array(ha.astype(np.int32)),
+        "layer_b": pa.array(lb.astype(np.int32)),
+        "head_b": pa.array(hb.astype(np.int32)),
+    }
+    for i, kind in enumerate(KINDS):
+        columns[kind] = pa.array(values[i][mask].astype(np.float32))
+    return pa.table(columns, schema=COMPOSITION.schema)
+
+
+def composition_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, top: int | None) -> pa.Table:
+    """The ``composition.parquet`` rows of a fetched checkpoint (read with ``qk`` and ``ov``).
+
+    Raises:
+        CheckpointError: the factors are missing, misshapen or non-finite.
+    """
+    assert fetched.tensors is not None
+    factors = checked_factors(shape, fetched.tensors, NEEDS)
+    scores = composition_scores(
+        factors["qk"],
+        factors["ov"],
+        dtype=getattr(torch, settings.spectrum_dtype),
+        device=settings.device,
+        chunk_elements=settings.chunk_elements,
+    )
+    return composition_rows(fetched.ref.step, scores, None if top is None else strongest_sources(scores, top))
+
+
+@dataclass(frozen=True)
+class CompositionJob:
+    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+
+    top: int | None
+
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
+        return {COMPOSITION.name: composition_work(fetched, shape, settings, top=self.top)}
+
+
+class CompositionStage(BaseStage):
+    """The composition scores: computed in the pass over each new checkpoint, filled afterwards for
+    the store's others; the baseline recorded once per store."""
+
+    lens = COMPOSITION_LENS
+
+    def __init__(self, setup: StageSetup) -> None:
+        """Refuse a run whose fetch would not read both products of every head.
+
+        Raises:
+            ValueError: ``--matrices`` lacks ``qk`` or ``ov``.
+        """
+        super().__init__(setup)
+        lacking = [m for m in NEEDS if m not in setup.options.matrices]
+        if lacking:
+            raise ValueError(
+                f"--lenses composition reads W_QK and W_OV of every head: add {','.join(lacking)} to --matrices "
+                f"(given: {','.join(setup.options.matrices)})"
+            )
+        options: CompositionOptions = setup.options.lens_options_for(self.lens.name)
+        self.top = options.top
+        self.pass_job = CompositionJob(self.top)
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        """Refuse to add rows kept under another ``--composition-top`` than the store's."""
+        if stored is None or stored.composition is None:
+            return
+        was = stored.composition.get("top")
+        if was != self.top:
+            given = f"--composition-top {was}" if was is not None else "no --composition-top"
+            raise StoreError(
+                f"store {str(out)!r} has composition scores kept with {given} (now {self.top}); every checkpoint "
+                f"of a store keeps the same pairs: pass {given}, or write to a new --out"
+            )
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        """Record the kept pairs, the baseline (simulated once per store: same shapes, same seed, same
+        numbers) and how the scores are computed."""
+        if state.meta.composition is not None:
+            return
+        model = state.meta.model
+        baseline = random_baseline(model.d_head, model.d_model, device=settings.device)
+        draws = baseline_draws(model.d_head, model.d_model)
+        state.meta.composition = {
+            "top": self.top,
+            "baseline": baseline,
+            "baseline_rms": baseline_rms(model.d_model),
+            "baseline_method": f"mean score of independent standard Gaussian W_Q, W_K, W_O, W_V of shape "
+            f"({model.d_head}, {model.d_model}): {draws} two-layer models of {BASELINE_HEADS} x {BASELINE_HEADS} head "
+            f"pairs, seed {BASELINE_SEED}, float64; baseline_rms = 1/sqrt(d_model), the exact root mean square",
+            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a scalar gain cancels)",
+            "dtype": settings.spectrum_dtype,
+        }
+
+    def fill(self, run: RunContext) -> None:
+        plan, state = run.plan, run.state
+        src, shape = plan.src, plan.shape
+        src.stop.clear()
+        missing = missing_steps(state, self.lens)
+        left_out = []
+        bar = tqdm(
+            total=len(missing), desc="composition", unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True
+        )
+        for step in missing:
+            entry = state.meta.entry(step)
+            try:
+                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, matrices=NEEDS)
+                if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
+                    raise CheckpointError(
+                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
+                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its composition scores"
+                    )
+                state.put({COMPOSITION.name: composition_work(fetched, shape, run.settings, top=self.top)})
+            except CHECKPOINT_ERRORS as exc:
+                log.warning("%s: cannot re-read it for the composition scores (%s); left out", entry.revision, exc)
+                left_out.append(step)
+            else:
+                state.commit(heads=False)
+                run.report.lenses.setdefault(self.lens.name, []).append(step)
+            bar.update(1)
+        bar.close()
+        if left_out:
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoints have no composition rows (steps {left_out[:5]}): see the "
+                "warnings above; rerun to retry them"
+            )
