@@ -17,7 +17,7 @@ from typing import Any
 import transformers
 
 from training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
-from training.settings import ModelSettings, OptimSettings, RunSettings
+from training.settings import REPEAT_CONTENTS, ModelSettings, OptimSettings, RepeatSettings, RunSettings
 from training.train import train
 
 # option -> (settings section, field); None is the top level of RunSettings
@@ -27,14 +27,24 @@ OPTIONS: dict[str, tuple[str | None, str, type]] = {
     "--d-model": ("model", "d_model", int),
     "--d-mlp": ("model", "d_mlp", int),
     "--context": ("model", "context", int),
+    "--rotary-pct": ("model", "rotary_pct", float),
     "--steps": ("optim", "steps", int),
     "--batch-size": ("optim", "batch_size", int),
     "--lr": ("optim", "max_lr", float),
+    "--warmup-frac": ("optim", "warmup_frac", float),
+    "--repeat-share": ("repeats", "share", float),
+    "--repeat-min": ("repeats", "min_span", int),
+    "--repeat-max": ("repeats", "max_span", int),
+    "--repeat-content": ("repeats", "content", str),
     "--checkpoint-every": (None, "checkpoint_every", int),
+    "--dense-from": (None, "dense_from", int),
+    "--dense-to": (None, "dense_to", int),
+    "--dense-every": (None, "dense_every", int),
     "--eval-batches": (None, "eval_batches", int),
     "--val-fraction": (None, "val_fraction", float),
     "--seed": (None, "seed", int),
 }
+CHOICES: dict[str, tuple[str, ...]] = {"--repeat-content": REPEAT_CONTENTS}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,19 +66,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     for option, (section, name, kind) in OPTIONS.items():
         default = getattr(getattr(defaults, section) if section else defaults, name)
-        parser.add_argument(option, type=kind, default=default, help=f"default: {default}")
+        parser.add_argument(option, type=kind, default=default, choices=CHOICES.get(option), help=f"default: {default}")
     return parser.parse_args(argv)
 
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """`RunSettings` with every option applied to its field."""
-    values: dict[str | None, dict[str, Any]] = {"model": {}, "optim": {}, None: {}}  # argparse values: Any
+    values: dict[str | None, dict[str, Any]] = {"model": {}, "optim": {}, "repeats": {}, None: {}}  # argparse values: Any
     for option, (section, name, _) in OPTIONS.items():
         values[section][name] = getattr(args, option.lstrip("-").replace("-", "_"))
     return dataclasses.replace(
         RunSettings(**values[None]),
         model=ModelSettings(**values["model"]),
         optim=OptimSettings(**values["optim"]),
+        repeats=RepeatSettings(**values["repeats"]),
     )
 
 

@@ -4,6 +4,8 @@ Both follow Pythia's shape, shrunk to a run that fits a laptop:
 
 - checkpoints: step 0 (the initialisation, saved before any update), then the
   powers of two 1, 2, 4, ..., 512, then every ``every`` steps up to the last step;
+  optionally also every ``dense_every`` steps in a window ``dense_from .. dense_to``
+  (where a phenomenon forms, e.g. induction heads: `docs/induction-recipe.md`);
 - learning rate: linear warmup, then cosine decay to ``min_lr`` at the last step.
 
 Update ``u`` (counting from 1) turns checkpoint ``u - 1`` into checkpoint ``u``.
@@ -18,26 +20,39 @@ import math
 LOG_SPACED_UNTIL = 512
 
 
-def checkpoint_steps(total_steps: int, *, every: int) -> list[int]:
+def checkpoint_steps(total_steps: int, *, every: int, dense_from: int = 0, dense_to: int = 0, dense_every: int = 0) -> list[int]:
     """The steps at which a run saves its weights, ascending.
 
     Args:
         total_steps: the number of updates in the run; the last step is always saved.
         every: the even spacing used after `LOG_SPACED_UNTIL`; the evenly spaced
             checkpoints are the multiples of ``every`` above 512.
+        dense_from, dense_to, dense_every: a window of extra checkpoints, the multiples of
+            ``dense_every`` from ``dense_from`` to ``dense_to`` (both included, cut at
+            ``total_steps``); ``dense_every = 0`` (the default) adds none.
 
     Returns:
         ``[0, 1, 2, 4, ..., 512, k*every, ..., total_steps]`` cut at ``total_steps``
-        (a run shorter than 512 steps keeps only the powers of two below it, plus its end).
+        (a run shorter than 512 steps keeps only the powers of two below it, plus its end),
+        merged with the dense window.
 
     Raises:
-        ValueError: ``total_steps < 1`` or ``every < 1``.
+        ValueError: ``total_steps < 1``, ``every < 1``, ``dense_every < 0``, or a dense
+            window with ``dense_from > dense_to``.
     """
     if total_steps < 1:
         raise ValueError(f"total_steps must be at least 1, got {total_steps}")
     if every < 1:
         raise ValueError(f"every must be at least 1, got {every}")
+    if dense_every < 0 or (dense_every and not 0 <= dense_from <= dense_to):
+        raise ValueError(
+            f"dense checkpoints need 0 <= dense_from <= dense_to and dense_every >= 0, got "
+            f"{dense_from}..{dense_to} every {dense_every}"
+        )
     steps = {0, total_steps}
+    if dense_every:
+        first = -(-dense_from // dense_every)  # ceil
+        steps.update(k * dense_every for k in range(first, min(dense_to, total_steps) // dense_every + 1))
     power = 1
     while power <= min(LOG_SPACED_UNTIL, total_steps):
         steps.add(power)

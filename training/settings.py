@@ -10,7 +10,10 @@ scaled down to a run of about 40 minutes on two CPU cores.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
+
+RepeatContent = Literal["random", "text"]
+REPEAT_CONTENTS: tuple[str, ...] = get_args(RepeatContent)
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,37 @@ class OptimSettings:
 
 
 @dataclass(frozen=True)
+class RepeatSettings:
+    """How many training sequences carry a repeated span, and what it is (`training.repeats`).
+
+    The default, ``share = 0``, is plain text: the reference run. With ``share > 0`` the
+    training data is no longer Shakespeare alone; the validation loss is still measured on
+    unmodified text (see `docs/induction-recipe.md` for what that means for conclusions).
+    """
+
+    share: float = 0.0  # probability that a training sequence carries one repeated span
+    min_span: int = 32  # span length in tokens, uniform in min_span .. max_span
+    max_span: int = 128
+    content: RepeatContent = "random"  # random bytes (0..255), or the text's own bytes
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"repeat share must be in [0, 1], got {self.share}")
+        if not 1 <= self.min_span <= self.max_span:
+            raise ValueError(f"need 1 <= min_span <= max_span, got {self.min_span} and {self.max_span}")
+        if self.content not in REPEAT_CONTENTS:
+            raise ValueError(f"repeat content must be one of {REPEAT_CONTENTS}, got {self.content!r}")
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """A whole run: model, optimiser, checkpoints, evaluation and corpus split.
 
     Attributes:
+        repeats: the share of training sequences with a repeated span (none by default).
         checkpoint_every: spacing of checkpoints after step 512 (`training.schedule`).
+        dense_from, dense_to, dense_every: a window of extra checkpoints, every
+            ``dense_every`` steps (0: none), where a phenomenon forms (`training.schedule`).
         eval_batches: batches of ``batch_size`` sequences, at fixed positions, on which
             train and validation loss are measured at every checkpoint.
         val_fraction: share of every work held out for validation.
@@ -64,7 +93,11 @@ class RunSettings:
 
     model: ModelSettings = field(default_factory=ModelSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
+    repeats: RepeatSettings = field(default_factory=RepeatSettings)
     checkpoint_every: int = 32  # 0, 1, 2, ..., 512, then 544, 576, ..., 1536: 43 checkpoints
+    dense_from: int = 0  # plus every dense_every steps from dense_from to dense_to (none by default)
+    dense_to: int = 0
+    dense_every: int = 0
     eval_batches: int = 4
     val_fraction: float = 0.05
     seed: int = 1234

@@ -10,7 +10,8 @@ A checkpoint folder appears only once it is complete (saved under a hidden name,
 then renamed), and ``run.json`` only once the run has finished, so a killed run
 never looks finished. At every checkpoint, train and validation loss are measured
 on fixed batches (the same sequences every time), so the curves are comparable
-from step to step; step 0 measures the untrained model.
+from step to step; step 0 measures the untrained model. Those batches are plain text
+even when a share of the training batches carries repeated spans (`training.repeats`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from transformers import GPTNeoXForCausalLM
 from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 from training.corpus import Corpus
 from training.model import VOCAB_SIZE, build_model
+from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import RunSettings
 
@@ -143,13 +145,20 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
     out.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
     model_s, opt_s = settings.model, settings.optim
-    steps = checkpoint_steps(opt_s.steps, every=settings.checkpoint_every)
+    steps = checkpoint_steps(
+        opt_s.steps,
+        every=settings.checkpoint_every,
+        dense_from=settings.dense_from,
+        dense_to=settings.dense_to,
+        dense_every=settings.dense_every,
+    )
     to_save = set(steps)
     torch.manual_seed(settings.seed)
     model = build_model(model_s, seed=settings.seed).to(dev)  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
     model.train()
     optimizer = adamw(model, settings)
     data_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 1)  # batch order
+    repeat_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 2)  # repeated spans (none by default)
     train_tokens = torch.from_numpy(corpus.train)
     eval_sets = {
         split: fixed_batches(tokens, n_batches=settings.eval_batches, batch_size=opt_s.batch_size, context=model_s.context)
@@ -178,6 +187,7 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         for group in optimizer.param_groups:
             group["lr"] = lr
         windows = sample_batch(train_tokens, batch_size=opt_s.batch_size, context=model_s.context, generator=data_gen)
+        windows = insert_repeats(windows, settings.repeats, generator=repeat_gen)
         loss = next_token_loss(model, windows.to(dev))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

