@@ -37,6 +37,8 @@ value silently (the issue asks for a visible notice) and stores a select box's
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -522,6 +524,44 @@ def chart(
             help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, k, step, value",
         )
     return event
+
+
+@functools.cache
+def _playback() -> Any:
+    """The component that reports an animated chart's paused frame (`dashboard.playback`), registered once."""
+    from dashboard.playback import SCRIPT
+
+    return st.components.v2.component("headwatch_playback", js=SCRIPT)
+
+
+def follow_play(chart_key: str, step: int, *, name: str = "step") -> None:
+    """Make Pause (or the end of Play) on the animated chart ``chart_key`` move the step control ``name`` there.
+
+    The chart's frames must be named by their step (``str(step)``), and the page must show the frame of
+    ``step`` (its step control's value). When the animation stops on another frame, the page reruns
+    with ``name`` set to that frame's step, so the chart, the control and the link show one step.
+    Mount it after the step control and the chart.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    _active("follow_play")
+    key = f"{chart_key}_playback"
+    _playback()(
+        key=key,
+        data={"chart": chart_key, "step": encode(step)},
+        on_paused_change=lambda: _take_paused(key, name),
+        height=0,
+        width="content",
+    )
+
+
+def _take_paused(key: str, name: str) -> None:
+    """Callback: put the paused frame's step into the step control ``name`` before the page reruns."""
+    state = st.session_state.get(key) or {}
+    paused = state.get("paused") if hasattr(state, "get") else None
+    with contextlib.suppress(TypeError, ValueError):
+        st.session_state[name] = int(str(paused))
 
 
 def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
