@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
-from dashboard.figures.architecture import head_labels, layer_boundaries, layer_ticks
+from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.figures.points import cell_picker
 from dashboard.stats import Stat
@@ -203,7 +203,7 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     colour = colour_layer(
         flat, log=False, title=title, rng=(0.0, max(1e-6, float(np.nanmax(flat)) if np.isfinite(flat).any() else 1.0))
     )
-    tickvals, ticktext = layer_ticks(n_layers, n_heads)
+    tickvals, ticktext = head_ticks(n_layers, n_heads)
     labels = head_labels(n_layers, n_heads)
     # hover and clicks through invisible cell markers ([layer, head, step, value]: a click opens the head)
     heat = dict(type="heatmap", x=axis.edges, y=labels, z=colour.pop("z"), hoverinfo="skip", **colour)
@@ -217,12 +217,18 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     return figure(
         [heat, picker],
         layout(
-            height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)),
+            # at least 12 px per labelled head, so that the labels do not overlap
+            height=max(style.SMALL_HEIGHT, min(900, max(8 * n_layers * n_heads, 12 * len(tickvals)) + 90)),
             hovermode="closest",
             hoverdistance=-1,
             xaxis=step_xaxis(axis),
             yaxis=dict(
-                type="category", tickvals=tickvals, ticktext=ticktext, autorange="reversed", title=dict(text="head (layer-major)")
+                type="category",
+                tickvals=tickvals,
+                ticktext=ticktext,
+                tickfont=head_tick_font(len(tickvals)),
+                autorange="reversed",
+                title=dict(text="head (layer-major)"),
             ),
             shapes=shapes + duplicate_shapes(axis),
         ),
