@@ -41,3 +41,32 @@ def test_a_large_model_labels_a_subset_of_heads_that_name_their_head(n_layers: i
         assert len(vals) == n_layers * n_heads
     else:  # evenly spread: each labelled layer shows its head 0
         assert "L0 H0" in vals
+
+
+# --- the time axis: pages whose linear axis squeezes early training open on a log one ---
+
+
+def test_the_heatmaps_open_on_a_log_time_axis_and_a_link_keeps_linear(app_env: Path) -> None:
+    at = open_page(ARCH)
+    assert at.query_params["xscale"] == "log"
+    assert chart(at, "architecture")["layout"]["yaxis"]["type"] == "log"
+    linear = open_page(ARCH, {"xscale": "linear"})
+    assert chart(linear, "architecture")["layout"]["yaxis"]["type"] == "linear"
+    assert open_page("pages/layer_view.py").query_params["xscale"] == "linear"  # its lines read early training
+
+
+def test_the_head_type_heatmaps_open_on_a_log_time_axis(forward_env: Path) -> None:  # noqa: F811
+    at = open_page(LENSES)
+    assert at.query_params["xscale"] == "log"
+    assert chart(at, "type_induction")["layout"]["xaxis"]["type"] == "log"
+
+
+def test_each_page_keeps_its_own_time_scale(app_env: Path) -> None:
+    """Through the sidebar's page links (which open a page without the previous page's query string)."""
+    at = open_page(ARCH)
+    at.query_params.clear()
+    at.switch_page("pages/layer_view.py").run()
+    assert at.query_params["xscale"] == "linear"
+    at.query_params.clear()
+    at.switch_page(ARCH).run()
+    assert at.query_params["xscale"] == "log"
