@@ -22,6 +22,7 @@ from dashboard.export import loss_csv
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
 from dashboard.navigation import PAGES as PAGE_SPECS
+from dashboard.navigation import time_scale_of
 from dashboard.settings import read_settings
 
 # An emoji favicon: Streamlit draws it as an inline SVG. A ":material/...:" page_icon would be fetched from a
@@ -104,10 +105,12 @@ with widgets.view_state(settings) as view:
                 "xscale",
                 "Time scale",
                 ["linear", "log"],
-                "linear",
+                time_scale_of(page.url_path),
                 kind="radio",
                 where=st.sidebar,
-                help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1.",
+                help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1. Each page "
+                "keeps its own: the heatmaps and Compare runs open on log, where a linear axis squeezes early "
+                "training, the others on linear.",
             )
 
             if loss is not None:

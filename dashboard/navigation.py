@@ -13,6 +13,7 @@ and a URL that equals a file name could run that file without app.py's frame (no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class PageSpec:
         url_path: its URL (``/head``); the default page is served at ``/`` whatever this says.
         description: one line for the Overview: what the view shows.
         default: the page at ``/`` (the Overview).
+        time_scale: the time axis it opens on (the sidebar's ``xscale`` until the page's own is chosen):
+            ``log`` where a linear axis squeezes early training (steps 0 to 128 of a run of 1,536 into a
+            sliver of a heatmap, the first checkpoints of runs aligned by fraction on top of each other).
     """
 
     file: str
@@ -34,6 +38,7 @@ class PageSpec:
     url_path: str
     description: str
     default: bool = False
+    time_scale: Literal["linear", "log"] = "linear"
 
 
 PAGES: tuple[PageSpec, ...] = (
@@ -73,6 +78,7 @@ PAGES: tuple[PageSpec, ...] = (
         ":material/grid_on:",
         "architecture",
         "any statistic (λ_k with a k slider too) for every head at every checkpoint, layer boundaries drawn",
+        time_scale="log",
     ),
     PageSpec(
         "pages/animated_heatmap.py",
@@ -103,6 +109,7 @@ PAGES: tuple[PageSpec, ...] = (
         "lenses",
         "what the heads do on text: attention entropy and span per layer, layer-pair divergence, "
         "previous-token / induction / sink heads over training, with the loss",
+        time_scale="log",
     ),
     PageSpec(
         "pages/compare_runs.py",
@@ -111,6 +118,7 @@ PAGES: tuple[PageSpec, ...] = (
         "compare",
         "two or more runs side by side: a statistic per relative-depth bin over training (aligned by step, tokens "
         "or fraction of the run), one bin's heads run by run, the distribution over heads at a point of training",
+        time_scale="log",
     ),
     PageSpec(
         "pages/refined_llc.py",
@@ -129,3 +137,8 @@ PAGES: tuple[PageSpec, ...] = (
     ),
 )
 VIEWS: tuple[PageSpec, ...] = tuple(p for p in PAGES if not p.default)  # what the Overview links to
+
+
+def time_scale_of(url_path: str) -> Literal["linear", "log"]:
+    """The time axis the page at ``url_path`` opens on (``linear`` for an unknown path)."""
+    return next((p.time_scale for p in PAGES if p.url_path == url_path), "linear")

@@ -37,6 +37,8 @@ value silently (the issue asks for a visible notice) and stores a select box's
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -55,7 +57,9 @@ _LAST = "_hw_last"  # last value of every parameter; plain session state, so it 
 _NEXT = "_hw_next"  # values `switch_page` hands to the next page's widgets, used once
 _PAGE_LAST = "_hw_page_last"  # (page url_path, name) -> last value, for the parameters in PAGE_SCOPED
 _PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view showed
-PAGE_SCOPED = ("stat", "k")  # each page keeps its own: never carried to another page (a link or a click hands them)
+# each page keeps its own: never carried to another page (a link or a click hands them); xscale: pages open on
+# the time axis that reads their early training (`dashboard.navigation.PageSpec.time_scale`)
+PAGE_SCOPED = ("stat", "k", "xscale")
 IMAGE_FORMAT = "_hw_image_format"  # the sidebar's choice of figure-export format (png or svg), not part of a view
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
@@ -235,13 +239,19 @@ def _page_of(view: View) -> str:
     return getattr(view.page, "url_path", "") or ""
 
 
-def _from_url(name: str) -> list[str] | None:
-    """The URL's values for ``name`` when they come from outside the app (a link, a page switch), else None."""
+def _from_url(view: View, name: str) -> list[str] | None:
+    """The URL's values for ``name`` when they come from outside the app (a link, a page switch), else None.
+
+    A page-scoped value the app wrote for another page counts as from outside when this page is new: it is
+    in the URL this page was opened with (a link that opens on another page first, a click-through).
+    """
     raw = st.query_params.get_all(name)
     if not raw:
         return None
     if st.session_state.get(_WRITTEN, {}).get(name) == raw:
-        return None
+        switched = name in PAGE_SCOPED and st.session_state.get(_PREV_PAGE) != _page_of(view)
+        if not switched:
+            return None
     return raw
 
 
@@ -254,7 +264,7 @@ def _seed(
     if _valid(handed, options, multi=multi, most=most):
         st.session_state[name] = handed
         return
-    raw = _from_url(name)
+    raw = _from_url(view, name)
     if raw is not None:
         parsed = (
             parse_many(name, raw, options, default, hint=hint, most=most) if multi else parse_one(name, raw, options, default)
@@ -522,6 +532,44 @@ def chart(
             help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, k, step, value",
         )
     return event
+
+
+@functools.cache
+def _playback() -> Any:
+    """The component that reports an animated chart's paused frame (`dashboard.playback`), registered once."""
+    from dashboard.playback import SCRIPT
+
+    return st.components.v2.component("headwatch_playback", js=SCRIPT)
+
+
+def follow_play(chart_key: str, step: int, *, name: str = "step") -> None:
+    """Make Pause (or the end of Play) on the animated chart ``chart_key`` move the step control ``name`` there.
+
+    The chart's frames must be named by their step (``str(step)``), and the page must show the frame of
+    ``step`` (its step control's value). When the animation stops on another frame, the page reruns
+    with ``name`` set to that frame's step, so the chart, the control and the link show one step.
+    Mount it after the step control and the chart.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    _active("follow_play")
+    key = f"{chart_key}_playback"
+    _playback()(
+        key=key,
+        data={"chart": chart_key, "step": encode(step)},
+        on_paused_change=lambda: _take_paused(key, name),
+        height=0,
+        width="content",
+    )
+
+
+def _take_paused(key: str, name: str) -> None:
+    """Callback: put the paused frame's step into the step control ``name`` before the page reruns."""
+    state = st.session_state.get(key) or {}
+    paused = state.get("paused") if hasattr(state, "get") else None
+    with contextlib.suppress(TypeError, ValueError):
+        st.session_state[name] = int(str(paused))
 
 
 def open_head_on_click(event: Any, store: Any, **values: Any) -> None:

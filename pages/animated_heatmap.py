@@ -56,6 +56,7 @@ def main() -> None:
         csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix),
         select=True,
     )
+    widgets.follow_play("animation", step)
     hidden = store.hidden_steps
     listed = "; ".join(text for _, text in hidden[:3]) + ("; ..." if len(hidden) > 3 else "")
     dup_note = f" Checkpoints that are not training states ({listed}) are not frames." if hidden else ""
@@ -63,7 +64,8 @@ def main() -> None:
         f"{label} of every head (columns) in every layer (rows) at step {step:,}; right: mean over the heads of "
         "each layer; bottom: mean over layers for each head index. Colours and marginal axes are fixed over the "
         "whole run. The step control above is the frame (and the link); Play runs the following frames in the "
-        f"browser. Click a cell to open that head at this step.{dup_note}"
+        "browser, and Pause (or the last frame) moves the step control to the frame shown. Click a cell to open "
+        f"that head at this step.{dup_note}"
     )
 
     # --- the animation as a GIF ---

@@ -40,7 +40,13 @@ def main() -> None:
     # --- widgets ---
     c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")
     step = widgets.select(
-        "step", "Divergence heatmap: opening step", steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step
+        "step",
+        "Divergence heatmap: step (the frame shown and linked)",
+        steps,
+        steps[-1],
+        kind="select_slider",
+        fmt=lambda s: f"{s:,}",
+        where=c_step,
     )
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
@@ -83,10 +89,12 @@ def main() -> None:
         filename=export.safe_name(frame.run, "layer-divergence", "step", step),
         csv=lambda: _pairs_csv(frame.run, jsd, steps),
     )
+    widgets.follow_play("divergence", step)
     st.caption(
         "Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
         "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
-        "Colours are fixed over training; Play and the slider run in the browser."
+        f"Colours are fixed over training. Step {step:,} is the frame (and the link): Play runs the following "
+        "frames in the browser, and Pause (or the last frame) moves the step control to the frame shown."
     )
 
     # --- panel: head types over training ---

@@ -355,6 +355,44 @@ def main() -> None:
         for picked in (event, picked_d, picked_s):  # a click on another head's line opens it
             widgets.open_head_on_click(picked, store, stat=stat, k=k, matrix=matrix)
 
+    # --- panel: this head's W_QK and W_OV on one pair of axes ---
+    _both_matrices(frame.run, store, axis, layer=layer, head=head, stat=stat, k=k, log_y=log_y)
+
+
+def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log_y: bool) -> None:
+    """The chosen statistic of this head for W_QK and W_OV over training, shared axes (stores with both)."""
+    if not {"qk", "ov"} <= set(store.meta.matrices):
+        return
+    series = {m: loader.stat_values(store, stat, k=k or 0, matrix=m)[:, layer, head] for m in ("qk", "ov")}
+    if np.array_equal(series["qk"], series["ov"], equal_nan=True):  # a forward statistic: one value per head
+        return
+    st.subheader(f"W_QK and W_OV of L{layer} H{head}")
+    both = np.concatenate(list(series.values()))
+    widgets.chart(
+        figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+        "both_matrices",
+        title=f"{run} · L{layer} H{head} · {STATS[stat].short(k)} of W_QK and W_OV",
+        filename=export.safe_name(run, f"L{layer}H{head}", stat if k is None else f"lambda_{k}", "qk-ov"),
+        csv=lambda: pd.concat(
+            export.tidy(
+                loader.stat_values(store, stat, k=k or 0, matrix=m),
+                store.steps,
+                run=run,
+                statistic=stat,
+                k=k,
+                matrix=m,
+                layers=[layer],
+                heads=[head],
+            )
+            for m in ("qk", "ov")
+        ),
+    )
+    st.caption(
+        f"{STATS[stat].short(k)} of head {head} of layer {layer} for both of its matrices over training, on one "
+        "pair of axes (the statistic and log y chosen above; y range over both): W_QK (blue), where the head "
+        "looks, and W_OV (orange), what it writes."
+    )
+
 
 def _long(run, layer, head, matrix, steps, what, x, grid, x_name) -> pd.DataFrame:
     """A (step, x) grid of one head as tidy rows."""

@@ -44,7 +44,7 @@ def main() -> None:
     flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
 
     # --- widgets ---
-    c_colour, c_k, c_norm = st.columns([2, 1, 3])
+    c_colour, c_k, c_norm, c_loss = st.columns([2, 1, 3, 2], vertical_alignment="bottom")
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
     k = widgets.select("k", "Clusters", CLUSTERS, 4, where=c_k)
     norm = widgets.select(
@@ -57,6 +57,8 @@ def main() -> None:
         where=c_norm,
         help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()),
     )
+    curve = loss_curve(store)
+    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
     sampler = info.get("sampler") or {}
     evaluation = info.get("evaluation") or {}
     st.caption(
@@ -84,7 +86,17 @@ def main() -> None:
     else:
         groups, names, colours = labels, cluster_names, cluster_colours
     fig = figs.head_curves(
-        axis, idx, values, stat=STATS[LLC_STAT], groups=groups, group_names=names, colours=colours, stds=stds, flags=flags
+        axis,
+        idx,
+        values,
+        stat=STATS[LLC_STAT],
+        groups=groups,
+        group_names=names,
+        colours=colours,
+        stds=stds,
+        flags=flags,
+        loss=curve[0] if curve and show_loss else None,
+        loss_label=curve[1] if curve else "",
     )
     event = widgets.chart(
         fig,
@@ -100,15 +112,14 @@ def main() -> None:
         f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
         "rows and output columns; it measures how much the loss rises when those weights wander near the "
         "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
-        "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Click a head to open it in "
-        "the head explorer."
+        "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Dotted, on the right "
+        "(with the loss switch): the loss at every checkpoint. Click a head to open it in the head explorer."
     )
     widgets.open_head_on_click(event, store, stat=LLC_STAT)
     _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
 
     # --- panel: the whole model, with the loss ---
     st.subheader("The whole model's LLC and the loss")
-    curve = loss_curve(store)
     model, model_std = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
     widgets.chart(
         figs.model_llc(

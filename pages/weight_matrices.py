@@ -2,7 +2,8 @@
 and the Frobenius norm and tail exponent alpha of every block over training.
 
 One step control: the page's ``step`` sets the histogram's frame, its caption and the depth panel
-(and the link); Plotly's own slider is left out (`dashboard.figures.weights.sv_animation`).
+(and the link); Plotly's own slider is left out (`dashboard.figures.weights.sv_animation`), and Pause
+moves the step control to the frame shown (`dashboard.widgets.follow_play`).
 """
 
 import numpy as np
@@ -82,6 +83,7 @@ def main() -> None:
         filename=export.safe_name(frame.run, f"L{layer}", role, "sv"),
         csv=lambda: _sv_csv(frame.run, role, one),
     )
+    widgets.follow_play("sv_animation", step)
     shown = one[one["step"] == step]
     at_step = (
         f" At step {step:,}: {int(shown['mp_spikes'].iloc[0])} values above the law's upper edge, tail "
@@ -94,7 +96,7 @@ def main() -> None:
         f"weight ({shape}, as stored) at each checkpoint; red: the Marchenko-Pastur law of a random matrix of "
         "the same shape and entry variance (a Gaussian and a logistic give the same). Axes are fixed over the "
         "run. The step control above is the frame shown (and the link); Play runs the following checkpoints "
-        f"in the browser and Pause stops there, without moving the step control.{at_step}"
+        f"in the browser, and Pause (or the last frame) moves the step control to the frame shown.{at_step}"
     )
 
     # --- panel: every layer at one step ---

@@ -38,12 +38,31 @@ def layer_boundaries(n_layers: int, n_heads: int, *, xref: str = "x", yref: str 
     ]
 
 
-def layer_ticks(n_layers: int, n_heads: int, *, max_labels: int = 40) -> tuple[list[str], list[str]]:
-    """Tick categories at each layer's middle head, labelled ``L{layer}`` (every other layer past ``max_labels``)."""
-    every = max(1, -(-n_layers // max_labels))
-    mid = n_heads // 2
-    layers = range(0, n_layers, every)
-    return [f"L{layer} H{mid}" for layer in layers], [f"L{layer}" for layer in layers]
+def head_ticks(n_layers: int, n_heads: int, *, max_labels: int = 64) -> tuple[list[str], list[str]]:
+    """Ticks on a layer-major head axis that name the head: ``L{layer} H{head}``, every head when they fit.
+
+    With more than ``max_labels`` heads, every ``stride``-th head of each layer is labelled (head 0 first;
+    the smallest power-of-two stride that fits); when even one label per layer is too many, head 0 of
+    every few layers. The tick values are the heatmap's categories (`head_labels`), so the text is the value.
+
+    Returns:
+        ``(tickvals, ticktext)``, equal lists.
+    """
+    if n_layers * n_heads <= max_labels:
+        ticks = head_labels(n_layers, n_heads)
+        return ticks, list(ticks)
+    stride = 1
+    while stride < n_heads and n_layers * -(-n_heads // stride) > max_labels:
+        stride *= 2
+    heads = range(0, n_heads, stride) if stride < n_heads else range(1)
+    every = max(1, -(-n_layers * len(heads) // max_labels))
+    ticks = [f"L{layer} H{head}" for layer in range(0, n_layers, every) for head in heads]
+    return ticks, list(ticks)
+
+
+def head_tick_font(n_labels: int) -> dict[str, Any]:
+    """The tick font of a head axis with ``n_labels`` labels (smaller when many)."""
+    return dict(size=11 if n_labels <= 24 else 9)
 
 
 def architecture_heatmap(
@@ -89,7 +108,7 @@ def architecture_heatmap(
 
 
 def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, Any]:
-    tickvals, ticktext = layer_ticks(n_layers, n_heads)
+    tickvals, ticktext = head_ticks(n_layers, n_heads)
     yaxis = step_xaxis(axis)  # the step axis, standing vertically
     return layout(
         height=max(style.HEIGHT, 520),
@@ -97,10 +116,11 @@ def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, An
         xaxis=dict(
             type="category",
             title=dict(text="head, layer-major (layer boundaries in white)"),
+            automargin=True,
             tickvals=tickvals,
             ticktext=ticktext,
-            tickangle=0 if n_layers <= 24 else -90,
-            tickfont=dict(size=11 if n_layers <= 24 else 9),
+            tickangle=0 if len(tickvals) <= 16 else -90,
+            tickfont=head_tick_font(len(tickvals)),
             range=[-0.5, n_layers * n_heads - 0.5],
         ),
         yaxis=yaxis,

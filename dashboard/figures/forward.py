@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
-from dashboard.figures.architecture import head_labels, layer_boundaries, layer_ticks
+from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.figures.points import cell_picker
 from dashboard.stats import Stat
@@ -130,9 +130,14 @@ def layer_bands(
 def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, frame_ms: int = FRAME_MS) -> go.Figure:
     """The layer x layer Jensen-Shannon divergence heatmap, one frame per checkpoint, colours fixed over training.
 
+    The frame shown is ``start``, which the page's one step control (in the URL) sets; Play runs the
+    following frames in the browser and Pause stops (the page moves its step control to the paused
+    frame: `dashboard.widgets.follow_play`). Plotly's own slider is left out: a second step control
+    that the link could not follow.
+
     Args:
         jsd: ``(S, n_layers, n_layers)`` in bits (NaN where a step has no forward rows).
-        steps: the S steps (frame names, slider labels).
+        steps: the S steps (frame names).
         start: index of the frame shown first.
     """
     _s, n_layers, _ = jsd.shape
@@ -156,13 +161,12 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
     ]
     play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
     pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
-    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
     return figure(
         [first],
         layout(
             height=520,
             showlegend=False,
-            margin=dict(l=64, r=40, t=56, b=120),
+            margin=dict(l=64, r=40, t=56, b=80),
             title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
             xaxis=dict(title=dict(text="layer"), dtick=1, range=[-0.5, n_layers - 0.5], constrain="domain"),
             yaxis=dict(title=dict(text="layer"), dtick=1, range=[n_layers - 0.5, -0.5], scaleanchor="x"),
@@ -179,17 +183,6 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
                         dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
                         dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
                     ],
-                )
-            ],
-            sliders=[
-                dict(
-                    active=start,
-                    x=0.18,
-                    len=0.82,
-                    y=-0.1,
-                    yanchor="top",
-                    steps=[dict(label=f"{step:,}", method="animate", args=[[str(step)], jump]) for step in steps],
-                    currentvalue=dict(prefix="step ", visible=True, xanchor="right"),
                 )
             ],
         ),
@@ -210,7 +203,7 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     colour = colour_layer(
         flat, log=False, title=title, rng=(0.0, max(1e-6, float(np.nanmax(flat)) if np.isfinite(flat).any() else 1.0))
     )
-    tickvals, ticktext = layer_ticks(n_layers, n_heads)
+    tickvals, ticktext = head_ticks(n_layers, n_heads)
     labels = head_labels(n_layers, n_heads)
     # hover and clicks through invisible cell markers ([layer, head, step, value]: a click opens the head)
     heat = dict(type="heatmap", x=axis.edges, y=labels, z=colour.pop("z"), hoverinfo="skip", **colour)
@@ -224,12 +217,18 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
     return figure(
         [heat, picker],
         layout(
-            height=max(style.SMALL_HEIGHT, min(720, 8 * n_layers * n_heads + 90)),
+            # at least 12 px per labelled head, so that the labels do not overlap
+            height=max(style.SMALL_HEIGHT, min(900, max(8 * n_layers * n_heads, 12 * len(tickvals)) + 90)),
             hovermode="closest",
             hoverdistance=-1,
             xaxis=step_xaxis(axis),
             yaxis=dict(
-                type="category", tickvals=tickvals, ticktext=ticktext, autorange="reversed", title=dict(text="head (layer-major)")
+                type="category",
+                tickvals=tickvals,
+                ticktext=ticktext,
+                tickfont=head_tick_font(len(tickvals)),
+                autorange="reversed",
+                title=dict(text="head (layer-major)"),
             ),
             shapes=shapes + duplicate_shapes(axis),
         ),

@@ -645,3 +645,48 @@ def z_range(hist: np.ndarray) -> tuple[float, float]:
         return (-4.0, 4.0)
     lo, hi = float(HIST_Z_EDGES[occupied[0]]), float(HIST_Z_EDGES[occupied[-1] + 1])
     return (lo - 0.2, hi + 0.2)
+
+
+MATRIX_COLOURS = {"qk": "#1f4e9c", "ov": "#c2410c"}  # W_QK blue, W_OV orange, on every both-matrices chart
+
+
+def both_matrices(
+    axis: StepAxis,
+    series: dict[str, np.ndarray],
+    *,
+    stat: Stat,
+    k: int | None = None,
+    y_range: tuple[float, float],
+    log_y: bool = False,
+) -> go.Figure:
+    """One head's statistic for W_QK and W_OV over training on one pair of axes (shared x and y).
+
+    Args:
+        series: matrix (``qk``, ``ov``) -> ``(S,)`` the head's values at every checkpoint of ``axis``.
+        y_range: fixed range over both matrices (log10 units if ``log_y``).
+    """
+    names = {"qk": "W_QK", "ov": "W_OV"}
+    traces = [
+        dict(
+            type="scatter",
+            x=axis.x,
+            y=values,
+            mode="lines+markers",
+            name=names.get(m, m),
+            line=dict(color=MATRIX_COLOURS.get(m, "#444"), width=2),
+            marker=dict(size=4),
+            customdata=axis.steps,
+            hovertemplate=f"{names.get(m, m)}<br>step %{{customdata:,}}<br>{stat.short(k)} = %{{y:.4g}}<extra></extra>",
+        )
+        for m, values in series.items()
+    ]
+    return figure(
+        traces,
+        layout(
+            showlegend=True,
+            legend=dict(orientation="h", x=0, y=1.02, xanchor="left", yanchor="bottom"),
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(stat.title(k), y_range, log=log_y),
+            shapes=duplicate_shapes(axis),
+        ),
+    )

@@ -36,6 +36,39 @@ def _flag_text(flag: str, value: float) -> str:
     return "; ".join(parts) or ("converged" if flag else "no diagnostics")
 
 
+# The margins of the page's stacked time charts (every head above, the whole model below): the same left and
+# right margins put their time axes at the same pixels; the right one holds the loss axis and a legend.
+STACK_MARGIN = dict(style.MARGIN, r=170)
+
+
+def _loss_trace(axis: StepAxis, loss: np.ndarray, label: str) -> dict[str, Any]:
+    """The loss at every checkpoint, dotted, on the right-hand axis ``y2``."""
+    return dict(
+        type="scatter",
+        x=axis.x,
+        y=loss,
+        mode="lines+markers",
+        name=label,
+        yaxis="y2",
+        line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"),
+        marker=dict(size=3),
+        customdata=axis.steps,
+        hovertemplate=f"step %{{customdata:,}}<br>{label} = %{{y:.4f}}<extra></extra>",
+    )
+
+
+def _loss_axis(loss: np.ndarray, label: str) -> dict[str, Any]:
+    """The right-hand axis of the loss, over the chart's own value axis."""
+    return dict(
+        overlaying="y",
+        side="right",
+        title=dict(text=label),
+        showgrid=False,
+        zeroline=False,
+        range=list(fixed_range(loss)),
+    )
+
+
 def head_curves(
     axis: StepAxis,
     idx: np.ndarray,
@@ -47,6 +80,8 @@ def head_curves(
     colours: Sequence[str],
     stds: np.ndarray | None = None,
     flags: np.ndarray | None = None,
+    loss: np.ndarray | None = None,
+    loss_label: str = "",
 ) -> go.Figure:
     """Every head's estimates over training: markers at the estimated checkpoints, a thin line joining a
     head's consecutive estimates, one colour per group (its layer, or its cluster); a flagged estimate's
@@ -60,6 +95,9 @@ def head_curves(
         stds: ``(E, n_layers, n_heads)`` the spread over chains (None: not shown).
         flags: ``(E, n_layers, n_heads)`` each estimate's flag (`analysis.llc_diagnostics.FLAGS`, "" without
             diagnostics; None: the store has none).
+        loss: the loss at every checkpoint of ``axis``, drawn on a right-hand axis (None: not drawn).
+
+    The margins are `STACK_MARGIN`, as `model_llc`'s below it, so the two time axes line up to the pixel.
     """
     e, n_layers, n_heads = values.shape
     x, steps = axis.x[idx], axis.steps[idx]
@@ -96,15 +134,16 @@ def head_curves(
                 )
             )
             shown.add(g)
-    return figure(
-        traces,
-        layout(
-            xaxis=step_xaxis(axis),
-            yaxis=value_axis(stat.title(), fixed_range(values)),
-            legend=dict(orientation="v", x=1.02, y=1, xanchor="left", yanchor="top"),
-            margin=dict(style.MARGIN, r=120),
-        ),
+    lay = layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(stat.title(), fixed_range(values)),
+        legend=dict(orientation="v", x=1.1 if loss is not None else 1.02, y=1, xanchor="left", yanchor="top"),
+        margin=STACK_MARGIN,
     )
+    if loss is not None:
+        traces.append(_loss_trace(axis, loss, loss_label))
+        lay["yaxis2"] = _loss_axis(loss, loss_label)
+    return figure(traces, lay)
 
 
 def model_llc(
@@ -144,31 +183,12 @@ def model_llc(
         xaxis=step_xaxis(axis),
         yaxis=value_axis("whole-model LLC (dimensionless)", fixed_range(np.r_[llc - std, llc + std])),
         height=style.SMALL_HEIGHT + 80,
-        margin=dict(style.MARGIN, r=80),
+        margin=STACK_MARGIN,  # as head_curves' above it: the time axes line up
+        legend=dict(orientation="v", x=1.1, y=1, xanchor="left", yanchor="top"),
     )
     if loss is not None:
-        traces.append(
-            dict(
-                type="scatter",
-                x=axis.x,
-                y=loss,
-                mode="lines+markers",
-                name=loss_label,
-                yaxis="y2",
-                line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"),
-                marker=dict(size=3),
-                customdata=axis.steps,
-                hovertemplate=f"step %{{customdata:,}}<br>{loss_label} = %{{y:.4f}}<extra></extra>",
-            )
-        )
-        lay["yaxis2"] = dict(
-            overlaying="y",
-            side="right",
-            title=dict(text=loss_label),
-            showgrid=False,
-            zeroline=False,
-            range=list(fixed_range(loss)),
-        )
+        traces.append(_loss_trace(axis, loss, loss_label))
+        lay["yaxis2"] = _loss_axis(loss, loss_label)
     return figure(traces, lay)
 
 

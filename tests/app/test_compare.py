@@ -104,7 +104,8 @@ def traces(at, key: str, **match) -> list[dict]:
 
 
 def link(**params) -> dict:
-    return {"runs": [DEEP, SHALLOW], **params}
+    """A link to the two runs (on a linear time axis unless ``xscale`` is given: the page opens on a log one)."""
+    return {"runs": [DEEP, SHALLOW], "xscale": "linear", **params}
 
 
 # --- (a) depth bins and alignment ------------------------------------------------------------------------------------
@@ -148,6 +149,13 @@ def test_log_time_axis_plots_one_step_more(two_runs):
         t = traces(at, "compare_bands", run=run, kind="mean", bin=0)[0]
         want = aligned(two_runs, run, "tokens").to_numpy() + spec["tokens_per_step"]
         assert np.allclose(arr(t["x"]), want)
+    assert chart(at, "compare_bands")["layout"]["xaxis"]["type"] == "log"
+
+
+def test_the_page_opens_on_a_log_time_axis(two_runs):
+    """Under fraction alignment a linear axis put the first checkpoints (0 to 128 of 1,536) on top of each other."""
+    at = open_page(PAGE, {"runs": [DEEP, SHALLOW]})
+    assert at.query_params["xscale"] == "log" and at.query_params["align"] == "fraction"
     assert chart(at, "compare_bands")["layout"]["xaxis"]["type"] == "log"
 
 

@@ -10,10 +10,11 @@ scale of the OV heads at step 0.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from analysis.store import open_store
-from tests.app.conftest import SHIPPED, chart, open_page, serve_only
+from tests.app.conftest import SHIPPED, arr, chart, open_page, serve_only
 
 HEAD = "pages/head_explorer.py"
 CHARTS = ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading", "head_in_layer")
@@ -43,8 +44,9 @@ def test_every_chart_names_the_matrix_and_the_axes_follow_it(app_env, matrix, na
         assert name in title and other not in title, (key, title)
     assert name in chart(at, "density_map")["layout"]["yaxis"]["title"]["text"]
     assert chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"] == f"w: entry of {name} (raw units)"
-    caption = " ".join(c.value for c in at.caption)
-    assert other not in caption.replace(f"{other} = ", ""), caption  # no caption speaks of the other matrix
+    # no caption speaks of the other matrix, but the panel that draws both (test_one_heads_qk_and_ov_share_one_chart)
+    caption = " ".join(c.value for c in at.caption if "for both of its matrices" not in c.value)
+    assert other not in caption.replace(f"{other} = ", ""), caption
 
 
 def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
@@ -61,3 +63,18 @@ def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
     assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
     caption = " ".join(c.value for c in at.caption)
     assert "W_O,h, W_V,h" in caption, caption  # says what the reference is
+
+
+def test_one_heads_qk_and_ov_share_one_chart(app_env):
+    """Issue 25: the matrix switched the whole page; both matrices of the chosen head now share one pair of axes."""
+    at = open_page("pages/head_explorer.py", {"layer": "1", "head": "2", "stat": "std"})
+    fig = chart(at, "both_matrices")
+    store = open_store(app_env)
+    assert [t["name"] for t in fig["data"]] == ["W_QK", "W_OV"]
+    for trace, matrix in zip(fig["data"], ("qk", "ov"), strict=True):
+        want = store.array("std", matrix=matrix)[:, 1, 2]
+        assert np.allclose(arr(trace["y"]), want, equal_nan=True)
+        assert trace.get("xaxis", "x") == "x" and trace.get("yaxis", "y") == "y"  # shared axes
+    lo, hi = fig["layout"]["yaxis"]["range"]
+    both = np.r_[store.array("std", matrix="qk")[:, 1, 2], store.array("std", matrix="ov")[:, 1, 2]]
+    assert lo <= np.nanmin(both) and np.nanmax(both) <= hi

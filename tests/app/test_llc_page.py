@@ -166,3 +166,23 @@ def test_the_heads_table_gives_each_estimates_spread_and_flag(llc_env: Path) -> 
     layer, head, _ = SYNTHETIC_NEGATIVE
     row = first[(first["layer"] == layer) & (first["head"] == head)].iloc[0]
     assert row["value"] < 0 and row["flag"] == "converged; negative"
+
+
+def test_the_loss_overlays_the_heads_chart_and_the_stacked_charts_line_up(llc_env: Path) -> None:
+    """Issue 25: the loss was drawn only on the whole-model chart below, whose x axis did not line up."""
+    at = open_page(PAGE, {"loss": "1"})
+    assert not at.exception and at.query_params["loss"] == "1"
+    heads, model = chart(at, "llc_heads"), chart(at, "llc_model")
+    on_right = [t for t in heads["data"] if t.get("yaxis") == "y2"]
+    below = [t for t in model["data"] if t.get("yaxis") == "y2"]
+    assert len(on_right) == 1 and len(below) == 1
+    np.testing.assert_allclose(arr(on_right[0]["y"]), arr(below[0]["y"]))
+    np.testing.assert_allclose(arr(on_right[0]["x"]), arr(below[0]["x"]))
+    assert heads["layout"]["yaxis2"]["side"] == "right"
+    # pixel-aligned: the same left and right margins, the same x range
+    for side in ("l", "r"):
+        assert heads["layout"]["margin"][side] == model["layout"]["margin"][side], side
+    assert heads["layout"]["xaxis"]["range"] == model["layout"]["xaxis"]["range"]
+    off = open_page(PAGE)
+    assert not [t for t in chart(off, "llc_heads")["data"] if t.get("yaxis") == "y2"]
+    assert chart(off, "llc_heads")["layout"]["margin"]["r"] == chart(off, "llc_model")["layout"]["margin"]["r"]

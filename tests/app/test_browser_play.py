@@ -1,0 +1,81 @@
+"""After Play and Pause on an animated chart, the chart, the step control and the link show one step.
+
+On the shipped run, in Chromium: each animated chart (the Animation heatmap, the Forward lenses'
+layer divergence, the Weight matrices' singular values) is opened at the run's first step, played
+for a few frames and paused. The frame the chart shows (its title, which every frame sets) must then
+be the step in the address bar, in "Link to this view" and on the page's step slider. Before, the
+paused frame stayed in the browser: the chart showed a later step than all three.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link
+
+pytestmark = pytest.mark.browser
+
+SETTLE_MS = 20_000  # the paused frame must reach the URL within this (a rerun of the page)
+
+# (page path, chart key): each chart's frames set its title to end in "step N"
+CHARTS = [("/animation", "animation"), ("/lenses", "divergence"), ("/weights", "sv_animation")]
+
+
+def _shown_step(page, key: str) -> int | None:
+    """The step of the frame the chart shows, read from its title (every frame sets it)."""
+    text = page.evaluate(
+        """([key]) => {
+        const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+        return gd && gd.layout && gd.layout.title ? String(gd.layout.title.text) : null;
+    }""",
+        [key],
+    )
+    found = re.findall(r"step ([\d,]+)", text or "")
+    return int(found[-1].replace(",", "")) if found else None
+
+
+@pytest.mark.parametrize(("path", "key"), CHARTS)
+def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, shipped_server, path, key) -> None:
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(shipped_server + path + "?step=0")  # open at the run's first step
+        page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+        first = _shown_step(page, key)
+        assert first == 0, first
+        chart = page.locator(f".st-key-{key}")
+        chart.scroll_into_view_if_needed()
+        chart.locator(".updatemenu-button").nth(0).click()  # ▶ Play
+        page.wait_for_function(
+            """([key, first]) => {
+            const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+            const m = /step ([\\d,]+)(?!.*step)/.exec(String(gd.layout.title.text));
+            return m && Number(m[1].replace(/,/g, '')) > first + 2;
+        }""",
+            arg=[key, first],
+            timeout=LOAD_TIMEOUT_MS,
+        )
+        chart.locator(".updatemenu-button").nth(1).click()  # ❚❚ Pause
+        page.wait_for_function(
+            """([key]) => {
+            const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+            const m = /step ([\\d,]+)(?!.*step)/.exec(String(gd.layout.title.text));
+            const url = new URLSearchParams(location.search).get('step');
+            return m && url === m[1].replace(/,/g, '');
+        }""",
+            arg=[key],
+            timeout=SETTLE_MS,
+        )
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+        shown = _shown_step(page, key)
+        assert shown is not None and shown != first
+        assert parse_qs(urlsplit(page.url).query)["step"] == [str(shown)]
+        assert parse_qs(urlsplit(_link(page)).query)["step"] == [str(shown)]
+        slider = page.locator('[data-testid="stSliderThumbValue"]').first.inner_text()
+        assert slider.replace(",", "") == str(shown), slider
+        assert _errors(page) == []
+    finally:
+        page.close()
