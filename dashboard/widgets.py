@@ -242,14 +242,15 @@ def _page_of(view: View) -> str:
 def _from_url(view: View, name: str) -> list[str] | None:
     """The URL's values for ``name`` when they come from outside the app (a link, a page switch), else None.
 
-    A page-scoped value the app wrote for another page counts as from outside when this page is new: it is
-    in the URL this page was opened with (a link that opens on another page first, a click-through).
+    The time scale the app wrote for another page counts as from outside when this page is new: it is in the
+    URL this page was opened with (a link that opens on another page first, a click-through). A statistic
+    (``stat``, ``k``) another page wrote never does: each page keeps its own.
     """
     raw = st.query_params.get_all(name)
     if not raw:
         return None
     if st.session_state.get(_WRITTEN, {}).get(name) == raw:
-        switched = name in PAGE_SCOPED and st.session_state.get(_PREV_PAGE) != _page_of(view)
+        switched = name == "xscale" and st.session_state.get(_PREV_PAGE) != _page_of(view)
         if not switched:
             return None
     return raw
