@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -25,7 +25,7 @@ from precompute.lenses.registry import Lens
 from precompute.settings import RunOptions, Settings
 from precompute.sources.fetch import human_bytes
 from precompute.sources.revisions import CheckpointRef
-from precompute.sources.source import CheckpointSource, Fetched
+from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
 
 if TYPE_CHECKING:  # the state imports the overlaps lens, whose stage imports this module
     from precompute.lenses.evalset import EvalSet
@@ -188,6 +188,21 @@ def missing_steps(state: RunState, lens: Lens) -> list[int]:
     return [s for s in state.meta.done_steps if s not in have]
 
 
-def read_again(plan: Plan, state: RunState, step: int) -> CheckpointRef:
-    """The checkpoint of a step of the store, to read it again."""
-    return plan.ref(state.meta.entry(step))
+def check_unchanged(sha256: str, sha256_source: str | None, entry: CheckpointEntry, *, then: str) -> None:
+    """Refuse a checkpoint read again whose weights differ from those its stored statistics came from.
+
+    Raises:
+        CheckpointError: the fingerprints are comparable and differ; ``then`` says what to do.
+    """
+    if fingerprints_comparable(sha256_source, entry.sha256_source) and sha256 != entry.sha256:
+        raise CheckpointError(
+            f"its weights changed since its statistics were computed (sha256 {sha256[:12]} != {str(entry.sha256)[:12]}); {then}"
+        )
+
+
+def fetch_again(plan: Plan, entry: CheckpointEntry, *, then: str, **what: Any) -> Fetched:
+    """A checkpoint of the store read again (``what``: the source's fetch options, ``matrices=`` or
+    ``layers=``), checked unchanged (`check_unchanged`)."""
+    fetched = plan.src.fetch(plan.ref(entry), plan.shape, skip=lambda sha: False, **what)
+    check_unchanged(fetched.sha256, fetched.sha256_source, entry, then=then)
+    return fetched

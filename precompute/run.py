@@ -54,7 +54,17 @@ from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, model_shape
 from analysis.heads import resolve_device
 from analysis.store import Failure, Meta, ModelInfo
-from precompute.context import CHECKPOINT_ERRORS, PassJob, Plan, RunContext, RunReport, Stage, StageSetup, lens_device
+from precompute.context import (
+    CHECKPOINT_ERRORS,
+    PassJob,
+    Plan,
+    RunContext,
+    RunReport,
+    Stage,
+    StageSetup,
+    check_unchanged,
+    lens_device,
+)
 from precompute.executor import open_executor
 from precompute.lenses import registry
 from precompute.lenses.evalset import EvalSet, resolve_eval_set
@@ -63,7 +73,7 @@ from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
 from precompute.sources.revisions import CheckpointRef, parse_revisions, select
-from precompute.sources.source import CheckpointSource, fingerprints_comparable
+from precompute.sources.source import CheckpointSource
 from precompute.state import RunState, open_state, stored_meta
 from precompute.store.lock import store_lock
 from precompute.work import Executor, checkpoint_work
@@ -334,11 +344,7 @@ def _complete(
                 work = result()
                 if work.rows is None:
                     raise CheckpointError("its weights were not read")
-                if fingerprints_comparable(work.entry.sha256_source, entry.sha256_source) and work.entry.sha256 != entry.sha256:
-                    raise CheckpointError(
-                        f"its weights changed since its statistics were computed (sha256 {work.entry.sha256[:12]} "
-                        f"!= {str(entry.sha256)[:12]}); recompute the store into a new --out"
-                    )
+                check_unchanged(work.entry.sha256, work.entry.sha256_source, entry, then="recompute the store into a new --out")
             except CHECKPOINT_ERRORS as exc:
                 log.warning("%s: cannot read it again to complete its rows (%s); they stay as they are", ref.revision, exc)
                 report.incomplete.append(ref.step)

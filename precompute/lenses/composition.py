@@ -32,15 +32,15 @@ from analysis.composition import (
     random_baseline,
     strongest_sources,
 )
-from analysis.errors import CheckpointError, StoreError
+from analysis.errors import StoreError
 from analysis.extract import ModelShape
 from analysis.store import Meta
 from analysis.store.format import COMPOSITION
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, missing_steps
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, fetch_again, missing_steps
 from precompute.factors import checked_factors
 from precompute.lenses.registry import COMPOSITION_LENS, CompositionOptions
 from precompute.settings import Settings
-from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
     from precompute.state import RunState
@@ -172,12 +172,7 @@ class CompositionStage(BaseStage):
         for step in missing:
             entry = state.meta.entry(step)
             try:
-                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, matrices=NEEDS)
-                if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
-                    raise CheckpointError(
-                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its composition scores"
-                    )
+                fetched = fetch_again(plan, entry, then="recompute the store to get its composition scores", matrices=NEEDS)
                 state.put({COMPOSITION.name: composition_work(fetched, shape, run.settings, top=self.top)})
             except CHECKPOINT_ERRORS as exc:
                 log.warning("%s: cannot re-read it for the composition scores (%s); left out", entry.revision, exc)

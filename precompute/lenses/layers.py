@@ -24,10 +24,10 @@ from analysis.extract import ModelShape
 from analysis.heads import Device
 from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store.format import LAYERS
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, missing_steps
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, fetch_again, missing_steps
 from precompute.lenses.registry import LAYERS_LENS
 from precompute.settings import Settings
-from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
+from precompute.sources.source import CheckpointSource, Fetched
 from precompute.store.tables import layers_rows
 
 log = logging.getLogger("precompute")
@@ -84,12 +84,7 @@ class LayersStage(BaseStage):
         for step in missing:
             entry = state.meta.entry(step)
             try:
-                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, layers=True)
-                if fingerprints_comparable(fetched.sha256_source, entry.sha256_source) and fetched.sha256 != entry.sha256:
-                    raise CheckpointError(
-                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its layer matrices"
-                    )
+                fetched = fetch_again(plan, entry, then="recompute the store to get its layer matrices", layers=True)
                 state.put({LAYERS.name: layer_work(fetched, shape, run.settings)})
             except CHECKPOINT_ERRORS as exc:
                 log.warning("%s: cannot re-read it for the layer matrices (%s); left out", entry.revision, exc)

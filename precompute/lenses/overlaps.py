@@ -16,14 +16,12 @@ from typing import cast
 import pyarrow as pa
 import torch
 
-from analysis.errors import CheckpointError
 from analysis.extract import ModelShape
 from analysis.heads import Device, checkpoint_vectors
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext
+from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, fetch_again
 from precompute.factors import checked_factors
 from precompute.lenses.registry import OVERLAPS_LENS
 from precompute.settings import Settings
-from precompute.sources.source import fingerprints_comparable
 from precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 
 log = logging.getLogger("precompute")
@@ -72,13 +70,9 @@ class OverlapsStage(BaseStage):
         def load(step: int) -> Vectors | None:
             entry = state.meta.entry(step)
             try:
-                fetched = src.fetch(plan.ref(entry), shape, skip=lambda sha: False, matrices=settings.head_matrices)
-                comparable = fingerprints_comparable(fetched.sha256_source, entry.sha256_source)
-                if comparable and fetched.sha256 != entry.sha256:
-                    raise CheckpointError(
-                        f"its weights changed since its statistics were computed (sha256 {fetched.sha256[:12]} "
-                        f"!= {str(entry.sha256)[:12]}); recompute the store to get its overlaps"
-                    )
+                fetched = fetch_again(
+                    plan, entry, then="recompute the store to get its overlaps", matrices=settings.head_matrices
+                )
                 assert fetched.tensors is not None
                 return pair_vectors(shape, fetched.tensors, settings)
             except CHECKPOINT_ERRORS as exc:
