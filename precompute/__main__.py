@@ -106,6 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)",
     )
     p.add_argument(
+        "--no-types",
+        dest="types",
+        action="store_false",
+        help="with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
+    )
+    p.add_argument(
         "--matrices",
         type=parse_matrices,
         default=DEFAULT_MATRICES,
@@ -263,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         matrices=args.matrices,
         progress=not args.no_progress,
         embeddings=args.embeddings,
+        types=args.types,
         executor=args.executor,
         ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
         lenses=tuple(dict.fromkeys(args.lenses or ())),

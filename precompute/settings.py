@@ -198,6 +198,8 @@ class RunOptions:
             computed as well, so that every checkpoint has rows for each.
         progress: a progress bar on stderr.
         embeddings: refresh the trajectory-map embeddings after computing rows [HEADWATCH_EMBEDDINGS].
+        types: with ``attention`` among the lenses, decide the head types from the forward statistics
+            afterwards (`precompute.lenses.types`; ``--no-types``: not).
         fetch: Hub fetch settings (default: from the environment).
         token: Hub token (default: the logged-in user's, if any).
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
@@ -221,6 +223,7 @@ class RunOptions:
     matrices: tuple[str, ...] = DEFAULT_MATRICES
     progress: bool = True
     embeddings: bool = field(default_factory=default_embeddings)
+    types: bool = True
     fetch: FetchSettings = field(default_factory=FetchSettings)
     token: str | bool | None = None
     executor: ExecutorName = "local"

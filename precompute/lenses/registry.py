@@ -27,7 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from analysis.store.format import COMPOSITION, EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
+from analysis.store.format import (
+    COMPOSITION,
+    EMBEDDINGS,
+    FORWARD_TABLES,
+    HEAD_EMERGENCE,
+    HEAD_TYPES_TABLE,
+    LAYERS,
+    LLC,
+    LLC_CHAINS,
+    OVERLAPS,
+    TableSpec,
+)
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
@@ -70,7 +81,7 @@ class Lens:
         summary: one line on what it computes, for ``--help``, ``headwatch info`` and the docs.
         tables: the store tables it writes, all together.
         asked_by: ``--lenses`` or ``--matrices`` (asked for by name), ``default`` (computed unless
-            turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``).
+            turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
         stage: ``module:Class`` of its compute side (`precompute.context.Stage`).
         needs: what it reads from a checkpoint.
         meta_key: the ``meta.json`` section that records how it was made (None: none). A store
@@ -367,8 +378,31 @@ COMPOSITION_LENS = Lens(
     cost_scale="head_pairs",
 )
 
-# Every lens, in the order a run fills them after its pass over the checkpoints.
-LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, COMPOSITION_LENS, EMBEDDINGS_LENS)
+TYPES_LENS = Lens(
+    name="types",
+    title="head types",
+    summary="previous-token, induction and sink heads at every checkpoint and when each emerged, from the forward "
+    "lens's scores against uniform attention; made from the store after a run with --lenses attention (--no-types: none)",
+    tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE),
+    asked_by="default",
+    stage="precompute.lenses.types:TypesStage",
+    needs=("store",),
+    meta_key="types",
+    off=lambda options: not options.types or "attention" not in options.lenses,
+    stepwise=False,
+)
+
+# Every lens, in the order a run fills them after its pass over the checkpoints (the head types after the
+# forward rows they are made from).
+LENSES: tuple[Lens, ...] = (
+    ATTENTION_LENS,
+    LLC_LENS,
+    OVERLAPS_LENS,
+    LAYERS_LENS,
+    COMPOSITION_LENS,
+    TYPES_LENS,
+    EMBEDDINGS_LENS,
+)
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
 # The lenses whose tables the run state replaces a checkpoint at a time.
 STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)
