@@ -12,10 +12,11 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.llc_diagnostics import store_flags
-from analysis.store.format import ATTENTION, LAYER_ROLES, LAYERS, LLC
+from analysis.store.format import ATTENTION, HEAD_TYPES, LAYER_ROLES, LAYERS, LLC
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
+from dashboard.head_types import head_types, missing_text
 from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
@@ -316,6 +317,9 @@ def main() -> None:
         f"checkpoint at or before {_point_text(point, align)}: {used}."
     )
 
+    # --- panel: heads of each type over training ---
+    _type_counts_panel(stores, colour, align=align, x_title=x_title, log_x=log_x)
+
     # --- panel (d): the runs' losses on the same time axis ---
     curves = [(s, *c) for s, c in ((s, loss_curve(shown[s.run][0])) for s in series) if c is not None]
     if curves:
@@ -345,6 +349,50 @@ def main() -> None:
             "Each run's loss as recorded with it (the forward lens's eval loss, else the validation loss of a "
             "run trained here), at its own checkpoints; runs without either are not drawn."
         )
+
+
+def _type_counts_panel(stores: dict, colour: dict, *, align: compare.Align, x_title: str, log_x: bool) -> None:
+    """How many heads hold each head type over training, every run with head types on the page's time axis; the
+    runs without them are named with the command that adds them."""
+    st.subheader("Heads of each type over training")
+    series, lacking = [], []
+    for r, s in stores.items():
+        kinds = head_types(s)
+        tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
+        if kinds is None or (align == "tokens" and tokens is None):
+            lacking.append((r, s))
+            continue
+        counts = kinds.counts()
+        values = np.stack([counts[name] for name in HEAD_TYPES], axis=-1)[:, None, :]  # (S, 1, types)
+        series.append(compare.run_series(r, s.steps, values, align=align, tokens=tokens, tokens_per_step=s.meta.tokens_per_step))
+    for r, s in lacking:
+        st.caption(f"Run **{r}**: " + missing_text(s.path))
+    if not series:
+        return
+    widgets.chart(
+        figs.type_counts(series, types=HEAD_TYPES, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s in series]),
+        "compare_types",
+        title=" vs ".join(s.run for s in series) + " · heads of each type",
+        filename=export.safe_name("compare", *[s.run for s in series], "head-types"),
+        csv=lambda: pd.concat(
+            [
+                pd.DataFrame(
+                    {"run": s.run, "type": name, "step": s.steps, "time": s.x, "heads": s.values[:, 0, i].astype(np.int64)}
+                )
+                for s in series
+                for i, name in enumerate(HEAD_TYPES)
+            ],
+            ignore_index=True,
+        ),
+    )
+    rules = {name: r for s in stores.values() for name, r in ((s.meta.types or {}).get("types") or {}).items() if s.meta.types}
+    st.caption(
+        "One line per run (colour) and head type (solid: previous-token, dashed: induction, dotted: sink): how many "
+        "of the run's heads hold the type at each of its checkpoints, under the rule of docs/head-types.md (score "
+        "at least the entry threshold, kept until it falls below the exit level; thresholds: "
+        + ", ".join(f"{name} {r['threshold']:.3g}" for name, r in rules.items())
+        + f"). Aligned by {compare.ALIGNMENTS[align]}, as above."
+    )
 
 
 def _info(name: str):

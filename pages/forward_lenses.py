@@ -11,6 +11,7 @@ from dashboard import export, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss
+from dashboard.head_types import head_types, missing_text
 from dashboard.stats import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
@@ -99,8 +100,29 @@ def main() -> None:
 
     # --- panel: head types over training ---
     st.subheader("Head types over training")
+    kinds = head_types(store)
+    if kinds is None:
+        st.info(missing_text(store.path), icon=":material/info:")
+    else:
+        rules = "; ".join(
+            f"{name}: null {r['null']:.3g}, threshold {r['threshold']:.3g}, exit {r['exit']:.3g}"
+            for name, r in kinds.rules.items()
+        )
+        st.caption(
+            "Markers: the cells where a head holds a type (small: held at that step; large and open: the step from "
+            "which it holds it to the end of training), the same on every heatmap, one symbol per type (legend). A "
+            "head holds a type when its score reaches the entry threshold, and keeps it until the score falls below "
+            f"the exit level (docs/head-types.md). {rules}."
+        )
     for name in HEAD_TYPES:
-        fig = figs.head_type_heatmap(axis, store.require(ATTENTION, name), stat=STATS[name], baseline=uniform[name])
+        fig = figs.head_type_heatmap(
+            axis,
+            store.require(ATTENTION, name),
+            stat=STATS[name],
+            baseline=uniform[name],
+            held=kinds.held if kinds is not None else None,
+            emergence=kinds.emergence if kinds is not None else None,
+        )
         values = store.require(ATTENTION, name)
         event = widgets.chart(
             overlay_loss(fig, axis, *curve) if show_loss and curve else fig,

@@ -3,19 +3,22 @@
 A row opens its head in the head explorer (with this page's statistic and step).
 """
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE, store_flags
 from analysis.stats.crossings import GAP_THRESHOLD
-from analysis.store.format import LLC
+from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
+from dashboard.head_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
 GAP_PERCENT = [2, 5, 10, 20]
-SORTS = ["rank", "value", "change", "over reference", "approaches", "crossings", "repulsions", "flag", "layer"]
+SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
 
 
@@ -48,8 +51,22 @@ def main() -> None:
     )
     # a statistic of the weights is of one matrix at a time; the forward ones and the rLLC are of the head itself
     matrix = None if stat in PER_HEAD_STATS else widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_layers, c_sort, c_desc, c_gap = st.columns([3, 3, 2, 2], vertical_alignment="bottom")
+    c_layers, c_types, c_sort, c_desc, c_gap = st.columns([3, 3, 3, 2, 2], vertical_alignment="bottom")
     layers = widgets.multiselect("layers", "Layers (none: all)", list(range(store.n_layers)), [], where=c_layers)
+    kinds = head_types(store)
+    picked_types = (
+        widgets.multiselect(
+            "types",
+            "Head types (none: all heads)",
+            list(HEAD_TYPES),
+            [],
+            fmt=TYPE_LABELS.__getitem__,
+            where=c_types,
+            help="Only heads holding one of these types at the step shown (docs/head-types.md)",
+        )
+        if kinds is not None
+        else []
+    )
     sort = widgets.select("sort", "Sort by", SORTS, "rank", where=c_sort)
     desc = widgets.toggle("desc", "descending", False, where=c_desc)
     try:
@@ -83,10 +100,14 @@ def main() -> None:
         since=steps.index(since),
         counts=None if matrix is None or approaches is None else approach_counts(approaches, store.n_layers, store.n_heads),
     )
+    if kinds is not None:
+        _add_types(table, kinds, at=steps.index(step), picked=picked_types)
+        if picked_types:
+            table = table[table["type"].map(lambda held: bool(set(held.split(", ")) & set(picked_types)))]
     if layers:
         table = table[table["layer"].isin(layers)]
     if sort in table.columns:
-        table = table.sort_values([sort, "layer", "head"], ascending=[not desc, True, True], kind="stable")
+        table = table.sort_values([sort, "layer", "head"], ascending=[not desc, True, True], kind="stable", na_position="last")
     table = table.reset_index(drop=True)
     open_steps = sorted(set(default_steps(store.steps)) | {step})[-8:]
     table["open"] = [
@@ -96,6 +117,8 @@ def main() -> None:
 
     # --- panel: the table ---
     event = _table_panel(table, frame.run, stat, k, matrix, step, since, layers, note)
+    if kinds is None:
+        st.caption(missing_text(store.path))
 
     # --- a picked row opens the head ---
     rows = ((event or {}).get("selection") or {}).get("rows") or []
@@ -165,6 +188,16 @@ def main() -> None:
         'the two levels, that gap, and the verdict by the rule in README "Crossing or repulsion?". '
         f"**Swap score**: {SWAP_SCORE_HELP}"
     )
+
+
+def _add_types(table, kinds: HeadTypes, *, at: int, picked: list[str]) -> None:
+    """The ``type`` (types held at step index ``at``) and ``emerged`` (the earliest emergence step among the
+    picked types, or among all when none is picked; empty: none held at the end) columns, in place."""
+    table["type"] = kinds.held_at(at)
+    steps = np.stack([kinds.emergence[name].ravel() for name in (picked or HEAD_TYPES)])  # (types, heads)
+    earliest = np.where(steps >= 0, steps, np.iinfo(np.int64).max).min(axis=0)
+    table["emerged"] = pd.array(np.where(earliest < np.iinfo(np.int64).max, earliest, 0), dtype="Int64")
+    table.loc[earliest == np.iinfo(np.int64).max, "emerged"] = pd.NA
 
 
 def _approaches(store, gap_pct: int | None, matrix: str):
@@ -239,6 +272,15 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         "flag": st.column_config.TextColumn(
             "flag", help="Whether the estimate's chains converged: " + "; ".join(f"{k}: {v}" for k, v in FLAG_NOTES.items())
         ),
+        "type": st.column_config.TextColumn(
+            "type", help="The head types the head holds at this step under the hysteresis rule (docs/head-types.md)"
+        ),
+        "emerged": st.column_config.NumberColumn(
+            "emerged at step",
+            format="%d",
+            help="The first checkpoint from which the head holds its type (the filtered types, else any) to the "
+            "end of training; empty: it holds none at the end",
+        ),
         "approaches": st.column_config.NumberColumn("approaches", width="small"),
         "crossings": st.column_config.NumberColumn("crossings", width="small"),
         "repulsions": st.column_config.NumberColumn("repulsions", width="small"),
@@ -273,6 +315,12 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         parts.append("the value divided by the random-head mean and whether it lies in the random heads' 5-95% band")
     elif by_uniform:
         parts.append("the value divided by uniform attention's")
+    if "type" in table.columns:
+        parts.append(
+            "the head types it holds at this step (previous-token, induction, sink: its score against uniform "
+            "attention, an entry threshold and an exit level, docs/head-types.md) and the step from which it holds "
+            "one to the end of training"
+        )
     if "approaches" in table.columns:
         parts.append("and its close approaches of λ_0 … λ_3 at the chosen gap")
     if "flag" in table.columns:

@@ -333,3 +333,45 @@ def losses(
             yaxis=value_axis("loss (nats/token)", _finite_range([loss for _, loss, _ in curves], log=False)),
         ),
     )
+
+
+# One dash per head type on the counts chart (the run keeps its colour), in `analysis.store.format.HEAD_TYPES` order.
+TYPE_DASHES = {"previous_token": "solid", "induction": "dash", "sink": "dot"}
+
+
+def type_counts(
+    series: list[RunSeries], *, types: tuple[str, ...], x_title: str, log_x: bool = False, colours: list[int] | None = None
+) -> go.Figure:
+    """How many heads hold each type at each checkpoint: one line per run (colour) and type (dash).
+
+    Args:
+        series: per run, ``values`` ``(S, 1, len(types))`` the counts (`dashboard.head_types.HeadTypes.counts`).
+        types: the types, in the order of the last axis.
+    """
+    colours = colours or list(range(len(series)))
+    traces = []
+    for s, c in zip(series, colours, strict=False):
+        for i, name in enumerate(types):
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=s.plot_x(log=log_x),
+                    y=np.asarray(s.values[:, 0, i], dtype=np.float64),
+                    mode="lines+markers",
+                    name=f"{s.run}: {name}",
+                    line=dict(color=style.run_colour(c), width=2, dash=TYPE_DASHES.get(name, "solid")),
+                    marker=dict(size=5),
+                    customdata=s.steps,
+                    meta=dict(run=s.run, kind="type_count", type=name),
+                    hovertemplate=f"{s.run}<br>step %{{customdata:,}}<br>%{{y:d}} {name} heads<extra></extra>",
+                )
+            )
+    top = max([float(np.nanmax(s.values)) for s in series if s.values.size] + [1.0])
+    return figure(
+        traces,
+        layout(
+            height=style.SMALL_HEIGHT + 60,
+            xaxis=time_axis(series, title=x_title, log=log_x),
+            yaxis=value_axis("heads holding the type", (0.0, top * 1.08 + 0.5)),
+        ),
+    )

@@ -13,7 +13,7 @@ from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
-from dashboard.figures.points import cell_picker
+from dashboard.figures.points import cell_picker, head_points
 from dashboard.stats import Stat
 
 FRAME_MS = 200
@@ -190,12 +190,89 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
     )
 
 
-def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baseline: float | None = None) -> go.Figure:
-    """One head-type score for every head (y, layer-major) at every checkpoint (x).
+# The marker of each head type on the heatmaps (docs/head-types.md), and its legend name.
+TYPE_MARKERS = {"previous_token": "triangle-left", "induction": "diamond", "sink": "square"}
+
+
+def type_markers(
+    axis: StepAxis, labels: list[str], held: dict[str, np.ndarray], emergence: dict[str, np.ndarray], *, n_heads: int
+) -> list[dict[str, Any]]:
+    """Markers on the cells where a head holds a type, and a larger open one where it became it for good.
+
+    Args:
+        labels: the heads' categories, layer-major (`head_labels`).
+        held: type -> ``(S, n_layers, n_heads)`` bool (`dashboard.head_types.HeadTypes.held`).
+        emergence: type -> ``(n_layers, n_heads)`` emergence step, -1 for none.
+
+    Each trace's ``meta`` is ``{"kind": "type" | "emergence", "type": name}``; its points' ``customdata`` is
+    ``[layer, head, step]`` (a click opens the head, as on the cells).
+    """
+    traces: list[dict[str, Any]] = []
+    steps = np.asarray(axis.steps)
+    where = {int(s): i for i, s in enumerate(steps)}
+    for name, symbol in TYPE_MARKERS.items():
+        if name not in held:
+            continue
+        t, heads = np.nonzero(held[name].reshape(len(steps), -1))  # (cells,), (cells,)
+        became = emergence[name].ravel()
+        layer, head = heads // n_heads, heads % n_heads
+        since = [
+            f"became {name} at step {became[h]:,}" if became[h] >= 0 else f"does not hold {name} at the last checkpoint"
+            for h in heads
+        ]
+        traces.append(
+            dict(
+                type="scatter",
+                mode="markers",
+                x=axis.x[t],
+                y=[labels[h] for h in heads],
+                name=f"{name}: held",
+                legendgroup=name,
+                marker=dict(symbol=symbol, size=5, color="rgba(255,255,255,0.85)", line=dict(color="black", width=0.6)),
+                customdata=head_points(layer, head, steps[t]),
+                text=[
+                    f"L{a} H{b} holds {name} at step {int(steps[i]):,}; {w}"
+                    for a, b, i, w in zip(layer, head, t, since, strict=True)
+                ],
+                hovertemplate="%{text}<extra></extra>",
+                meta=dict(kind="type", type=name),
+            )
+        )
+        heads = np.flatnonzero((became >= 0) & np.isin(became, steps))
+        traces.append(
+            dict(
+                type="scatter",
+                mode="markers",
+                x=axis.x[[where[int(became[h])] for h in heads]],
+                y=[labels[h] for h in heads],
+                name=f"{name}: became one",
+                legendgroup=name,
+                marker=dict(symbol=f"{symbol}-open", size=11, color="black", line=dict(width=1.6)),
+                customdata=head_points(heads // n_heads, heads % n_heads, became[heads]),
+                text=[f"L{h // n_heads} H{h % n_heads} became {name} at step {int(became[h]):,}" for h in heads],
+                hovertemplate="%{text}<extra></extra>",
+                meta=dict(kind="emergence", type=name),
+            )
+        )
+    return traces
+
+
+def head_type_heatmap(
+    axis: StepAxis,
+    values: np.ndarray,
+    *,
+    stat: Stat,
+    baseline: float | None = None,
+    held: dict[str, np.ndarray] | None = None,
+    emergence: dict[str, np.ndarray] | None = None,
+) -> go.Figure:
+    """One head-type score for every head (y, layer-major) at every checkpoint (x), with markers where heads
+    hold a type.
 
     Args:
         values: ``(S, n_layers, n_heads)``, scores in [0, 1].
         baseline: uniform attention's score, named in the colour bar.
+        held, emergence: the store's head types (`type_markers`); None: no markers.
     """
     s, n_layers, n_heads = values.shape
     flat = values.reshape(s, n_layers * n_heads).T  # (heads, S)
@@ -214,9 +291,11 @@ def head_type_heatmap(axis: StepAxis, values: np.ndarray, *, stat: Stat, baselin
         dict(line, x0=line["y0"], x1=line["y1"], y0=line["x0"], y1=line["x1"], xref="x domain", yref="y")
         for line in layer_boundaries(n_layers, n_heads)
     ]
+    markers = type_markers(axis, labels, held, emergence or {}, n_heads=n_heads) if held is not None else []
     return figure(
-        [heat, picker],
+        [heat, picker, *markers],
         layout(
+            showlegend=bool(markers),
             # at least 12 px per labelled head, so that the labels do not overlap
             height=max(style.SMALL_HEIGHT, min(900, max(8 * n_layers * n_heads, 12 * len(tickvals)) + 90)),
             hovermode="closest",
