@@ -48,7 +48,7 @@ class HeadTypes:
     def held_at(self, index: int) -> list[str]:
         """Per head, layer-major, the types it holds at step index ``index`` (``"previous_token, sink"``; ``""``: none)."""
         n = self.held[HEAD_TYPES[0]][index].size
-        names = [[] for _ in range(n)]
+        names: list[list[str]] = [[] for _ in range(n)]
         for name in HEAD_TYPES:
             for i in np.flatnonzero(self.held[name][index].ravel()):
                 names[i].append(name)
