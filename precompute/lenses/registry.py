@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from analysis.store.format import COMPOSITION, EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
+from analysis.store.format import COMPOSITION, EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, STAGES, TableSpec
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
@@ -366,9 +366,29 @@ COMPOSITION_LENS = Lens(
     make_options=composition_options,
     cost_scale="head_pairs",
 )
+STAGES_LENS = Lens(
+    name="stages",
+    title="developmental stages",
+    summary="stages between critical points of the whole-model LLC and plateaus and drops of the loss, "
+    "made from the store after a run (docs/stages.md)",
+    tables=(STAGES,),
+    asked_by="default",
+    stage="precompute.lenses.stages:StagesStage",
+    needs=("store",),
+    meta_key="stages",
+    stepwise=False,
+)
 
 # Every lens, in the order a run fills them after its pass over the checkpoints.
-LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, COMPOSITION_LENS, EMBEDDINGS_LENS)
+LENSES: tuple[Lens, ...] = (
+    ATTENTION_LENS,
+    LLC_LENS,
+    OVERLAPS_LENS,
+    LAYERS_LENS,
+    COMPOSITION_LENS,
+    EMBEDDINGS_LENS,
+    STAGES_LENS,
+)
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
 # The lenses whose tables the run state replaces a checkpoint at a time.
 STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)
