@@ -105,3 +105,17 @@ def test_a_store_without_stages_says_how_to_make_them(store_path: Path, tmp_path
     assert not at.exception
     assert any("python -m precompute.lenses.stages" in i.value for i in at.info)
     assert any("no head types" in m.value for m in at.markdown)
+
+
+def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(typed_store, tmp_path, monkeypatch)
+    at = open_page(None)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    stages = open_store(typed_store).frame(STAGES)
+    llc = stages[stages["basis"] == "llc"].sort_values("stage")
+    line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
+    assert f"**Stages** (whole-model LLC): {line}" in text
+    assert "step 64: first previous-token head: L0H3" in text
+    fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
+    assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
