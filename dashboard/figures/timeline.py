@@ -52,7 +52,8 @@ def _stage_labels(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> 
     out = []
     for r in stages.itertuples(index=False):
         x0, x1 = axis.at(int(r.start_step)), axis.at(int(r.end_step))
-        mid = float(np.sqrt(x0 * x1)) if axis.log else (x0 + x1) / 2
+        # an annotation on a log axis is placed in log10 units (shapes take data units)
+        mid = float(np.log10(np.sqrt(x0 * x1))) if axis.log else (x0 + x1) / 2
         out.append(
             dict(
                 x=mid,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -67,6 +68,9 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     assert [(s["x0"], s["x1"]) for s in rects] == [
         (a + 1, b + 1) for a, b in zip(llc["start_step"], llc["end_step"], strict=True)
     ]
+    labels = [a for a in fig["layout"]["annotations"] if a["text"].startswith("S")]
+    for label, r in zip(labels, llc.itertuples(index=False), strict=True):  # each label inside its own stage
+        assert np.log10(r.start_step + 1) <= label["x"] <= np.log10(r.end_step + 1), (label, r)
     lanes = {t["name"]: t for t in fig["data"] if t.get("yaxis") == "y2"}
     assert set(lanes) == {"stage boundary", "head type", "rLLC rise", "MP departure", "level crossing"}
     head_type = lanes["head type"]
