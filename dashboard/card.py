@@ -55,3 +55,29 @@ def loss_series(store: Store) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Non
         return np.array([np.nan if r.get(name) is None else float(r[name]) for r in rows], dtype=np.float64)
 
     return np.array([r["step"] for r in rows], dtype=np.float64), col("train_loss"), col("val_loss")
+
+
+def timeline_card_lines(stages, events, *, basis: str | None) -> list[str]:
+    """Markdown lines for the Overview card's compact timeline: the stages in one line, then the key events
+    (stage boundaries aside, which the stages line names).
+
+    Args:
+        stages: the shaded basis's rows of stages.parquet (`dashboard.events.stage_rows`), or None.
+        events: `dashboard.events.run_events`.
+        basis: ``llc`` or ``loss`` (which curve the stages come from), or None.
+    """
+    if stages is None or not len(stages):
+        lines = ["no developmental stages stored (`python -m precompute.lenses.stages STORE`)"]
+    else:
+        curve = "whole-model LLC" if basis == "llc" else "loss"
+        parts = [
+            f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}" for r in stages.itertuples(index=False)
+        ]
+        lines = [f"**Stages** ({curve}): " + " · ".join(parts)]
+    key = [e for e in events if e.kind != "stage boundary"]
+    firsts: dict[str, object] = {}
+    for e in key:  # the first event of each kind
+        firsts.setdefault(e.kind, e)
+    if firsts:
+        lines.append("**Key events**: " + " · ".join(f"step {e.step:,}: {e.label}" for e in firsts.values()))  # type: ignore[attr-defined]
+    return lines

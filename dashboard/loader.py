@@ -436,3 +436,19 @@ def model_approaches(store: Store, gap_pct: int, *, matrix: str = "qk") -> pd.Da
         StoreError: ``overlaps.parquet`` is unreadable.
     """
     return _model_approaches(str(store.path), _version(store.path), store.include_mixed, int(gap_pct), matrix)
+
+
+@st.cache_data(show_spinner="Collecting the run's events ...", max_entries=16)
+def _run_events(path: str, version: int, include_mixed: bool) -> list:
+    from dashboard.events import run_events as collect
+
+    return collect(_open(path, version).view(include_mixed=include_mixed))
+
+
+def run_events(store: Store) -> list:
+    """`dashboard.events.run_events` of the store, cached per store version.
+
+    Raises:
+        StoreError: a table is unreadable.
+    """
+    return _run_events(str(store.path), _version(store.path), store.include_mixed)

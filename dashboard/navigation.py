@@ -51,6 +51,16 @@ PAGES: tuple[PageSpec, ...] = (
         default=True,
     ),
     PageSpec(
+        "pages/run_timeline.py",
+        "Timeline",
+        ":material/timeline:",
+        "timeline",
+        "what happened in the run: the loss with its developmental stages shaded, and every event (head types "
+        "emerging, the largest rLLC rises, weights leaving their Marchenko-Pastur law, level crossings) on one "
+        "time axis, each a link to its evidence",
+        time_scale="log",
+    ),
+    PageSpec(
         "pages/heads_table.py",
         "Heads",
         ":material/table_rows:",

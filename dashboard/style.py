@@ -84,3 +84,22 @@ def run_colour(i: int, alpha: float | None = None) -> str:
         return c
     r, g, b = (int(c[j : j + 2], 16) for j in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
+
+
+# Developmental stages shaded behind the loss (Timeline page, Overview card): by the stage's trend.
+STAGE_FILLS = {
+    "rising": "rgba(230,85,13,0.14)",
+    "falling": "rgba(31,119,180,0.14)",
+    "flat": "rgba(120,120,120,0.10)",
+    "drop": "rgba(44,160,44,0.14)",
+    "plateau": "rgba(120,120,120,0.10)",
+    "rise": "rgba(214,39,40,0.14)",
+}
+# One marker and colour per kind of event (dashboard.events.KINDS).
+EVENT_STYLE = {
+    "stage boundary": ("#444444", "line-ns-open"),
+    "head type": ("#2ca02c", "star"),
+    "rLLC rise": ("#e6550d", "triangle-up"),
+    "MP departure": ("#9467bd", "diamond"),
+    "level crossing": ("#1f77b4", "x"),
+}

@@ -6,6 +6,7 @@
     headwatch publish STORE REPO_ID [options]                  upload a store (python -m precompute.publish)
     headwatch info STORE                                       what a store holds
     headwatch plan SOURCE [options]                            what a run would do, before it runs
+    headwatch report STORE --out DIR                           what happened in a run: Markdown + SVG figures
 
 Each subcommand imports its module only when chosen: ``serve`` and ``info`` work with the core
 install (no torch), the others need the ``precompute`` (or ``train``) extra. Exit statuses are
@@ -82,6 +83,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     i.add_argument("store", metavar="STORE")
 
+    r = sub.add_parser(
+        "report",
+        help="write what happened in a run (stages, head types, events) as Markdown with SVG figures",
+        description="Write DIR/report.md: the run's summary, its developmental stages, its head types with their "
+        "emergence steps and every event with the dashboard view that shows it, and the figures as SVG files "
+        "beside it (matplotlib; works offline). Needs matplotlib (the precompute extra).",
+    )
+    r.add_argument("store", metavar="STORE")
+    r.add_argument("--out", required=True, metavar="DIR", help="folder for report.md and its figures (created)")
+
     from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
 
     add_arguments(
@@ -154,6 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         from headwatch.info import run as info
 
         return info(args.store)
+    if args.command == "report":
+        from analysis.errors import StoreError
+
+        try:
+            from headwatch.report import run as report
+
+            return report(args.store, args.out)
+        except ModuleNotFoundError as exc:
+            return _usage(f"report needs {exc.name!r}, which this install lacks: pip install 'headwatch[precompute]'")
+        except StoreError as exc:
+            return _usage(f"report: {exc}")
     from headwatch.plan import run as plan
 
     return plan(args)

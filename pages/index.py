@@ -8,8 +8,11 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store import read_meta
-from dashboard import widgets
-from dashboard.card import model_card_lines
+from dashboard import loader, widgets
+from dashboard.card import model_card_lines, timeline_card_lines
+from dashboard.data import loss_curve, step_axis
+from dashboard.events import stage_rows
+from dashboard.figures.timeline import compact
 from dashboard.navigation import VIEWS
 
 
@@ -49,6 +52,26 @@ def main() -> None:
                 st.markdown("  \n".join(model_card_lines(read_meta(path))))
             except (StoreError, KeyError) as exc:
                 st.error(f"{name}: {exc}")
+                continue
+            _timeline_card(name, path)
+
+
+def _timeline_card(name: str, path) -> None:
+    """The card's compact timeline: the stages in a line, the key events, the loss with both marked."""
+    store = loader.try_load_store(path)
+    if isinstance(store, StoreError) or len(store.steps) == 0:
+        return
+    stages = stage_rows(store)
+    events = loader.run_events(store)
+    st.markdown("  \n".join(timeline_card_lines(stages, events, basis=(store.meta.stages or {}).get("primary"))))
+    curve = loss_curve(store)
+    if curve is not None:
+        st.plotly_chart(
+            compact(step_axis(store, scale="log"), curve[0], stages, events, run=name),
+            key=f"card_timeline_{name}",
+            config={"displayModeBar": False},
+        )
+    st.page_link("pages/run_timeline.py", label="Timeline of this run", icon=":material/timeline:", query_params={"run": name})
 
 
 main()

@@ -580,6 +580,43 @@ HEAD_EMERGENCE = TableSpec(
     sort=("layer", "head", "type"),
 )
 
+# Developmental stages (analysis/stages.py states the rule, docs/stages.md explains it; the `stages` lens, made from
+# llc.parquet and eval_loss.parquet after a run or on an existing store): the run cut at the critical points of its
+# whole-model LLC curve, and separately at the plateaus and drops of its loss. meta.json ``stages`` records the rule,
+# its parameters, the noise levels it used and which basis the dashboard shades (``primary``).
+STAGE_BASES = ("llc", "loss")
+STAGES_COLUMN_DOCS: dict[str, str] = {
+    "basis": "which curve the stages were read from: llc (the whole-model LLC, llc.parquet) or loss (eval_loss.parquet) (string)",
+    "stage": "0-based position of the stage among its basis's stages (int32)",
+    "start_step": "checkpoint that begins the stage (int64; a boundary belongs to both stages it separates)",
+    "end_step": "checkpoint that ends the stage (int64)",
+    "trend": "llc: rising, falling or flat; loss: drop, plateau or rise (string)",
+    "boundary": "what begins the stage: start of training, LLC peak, LLC trough, LLC stops/starts rising or "
+    "falling; loss plateau begins, loss drops again, ... (string)",
+    "start_value": "the basis curve at start_step (LLC, or loss in nats per token)",
+    "end_value": "the basis curve at end_step",
+    "change": "fitted change of the basis curve across the stage (sum of its straight stretches in log10(1 + step))",
+    "change_se": "standard error of change, from the chains' pooled spread (llc) or the loss's noise (loss)",
+    "loss_change": "eval loss at end_step minus at start_step, nats per token (NaN without eval_loss.parquet)",
+}
+STAGES_SCHEMA = _fields(
+    {"basis": pa.string(), "stage": pa.int32(), "start_step": pa.int64(), "end_step": pa.int64()}
+    | {"trend": pa.string(), "boundary": pa.string()}
+    | {c: pa.float64() for c in ("start_value", "end_value", "change", "change_se", "loss_change")}
+)
+STAGES = TableSpec(
+    name="stages",
+    file="stages.parquet",
+    row="one row per (basis, stage)",
+    about="Developmental stages of the run: between critical points of the whole-model LLC curve (where it turns "
+    "from rising to falling, or starts or stops changing by more than k pooled standard errors of the chains), and "
+    "separately between the plateaus and drops of the loss. Made from llc.parquet and eval_loss.parquet by the "
+    "`stages` lens; the rule and its parameters are in meta.json `stages`.",
+    schema=STAGES_SCHEMA,
+    docs=STAGES_COLUMN_DOCS,
+    sort=("basis", "stage"),
+)
+
 # Every table a store may hold, by name. A new table is one more entry.
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
@@ -594,6 +631,7 @@ TABLES: dict[str, TableSpec] = {
         COMPOSITION,
         HEAD_TYPES_TABLE,
         HEAD_EMERGENCE,
+        STAGES,
     )
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))

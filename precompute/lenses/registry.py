@@ -37,6 +37,7 @@ from analysis.store.format import (
     LLC,
     LLC_CHAINS,
     OVERLAPS,
+    STAGES,
     TableSpec,
 )
 
@@ -377,6 +378,18 @@ COMPOSITION_LENS = Lens(
     make_options=composition_options,
     cost_scale="head_pairs",
 )
+STAGES_LENS = Lens(
+    name="stages",
+    title="developmental stages",
+    summary="stages between critical points of the whole-model LLC and plateaus and drops of the loss, "
+    "made from the store after a run (docs/stages.md)",
+    tables=(STAGES,),
+    asked_by="default",
+    stage="precompute.lenses.stages:StagesStage",
+    needs=("store",),
+    meta_key="stages",
+    stepwise=False,
+)
 
 TYPES_LENS = Lens(
     name="types",
@@ -402,6 +415,7 @@ LENSES: tuple[Lens, ...] = (
     COMPOSITION_LENS,
     TYPES_LENS,
     EMBEDDINGS_LENS,
+    STAGES_LENS,
 )
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
 # The lenses whose tables the run state replaces a checkpoint at a time.

@@ -1,0 +1,239 @@
+"""``headwatch report STORE --out DIR``: what happened in a run, as a Markdown file with SVG figures beside it.
+
+The Timeline page's content for a paper's appendix: the run's summary, its developmental stages
+(stages.parquet, docs/stages.md), its head types with their emergence steps, and every event
+(`dashboard.events`) with the dashboard view that shows its evidence. Figures are drawn with
+matplotlib (a precompute dependency; Plotly's static export would need kaleido and Chrome) to
+``timeline.svg`` (the loss with the stages shaded and the events marked) and, when the store has a
+refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors). Works offline.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.store import Store, open_store
+from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
+from dashboard.events import KINDS, TYPE_TEXT, events_frame, run_events, type_sentences
+
+REPORT_FILE = "report.md"
+TIMELINE_SVG = "timeline.svg"
+LLC_SVG = "llc.svg"
+# matplotlib colours of the stage shading and of the event kinds (the dashboard's, as hex).
+STAGE_COLOURS = {
+    "rising": "#e6550d",
+    "falling": "#1f77b4",
+    "flat": "#999999",
+    "drop": "#2ca02c",
+    "plateau": "#999999",
+    "rise": "#d62728",
+}
+EVENT_COLOURS = {
+    "stage boundary": "#444444",
+    "head type": "#2ca02c",
+    "rLLC rise": "#e6550d",
+    "MP departure": "#9467bd",
+    "level crossing": "#1f77b4",
+}
+EVENT_MARKERS = {"stage boundary": "|", "head type": "*", "rLLC rise": "^", "MP departure": "D", "level crossing": "x"}
+
+
+def _x(steps: np.ndarray) -> np.ndarray:
+    """Positions on the figures' log time axis: step + 1."""
+    return np.asarray(steps, dtype=np.float64) + 1
+
+
+def _shade(ax, stages: pd.DataFrame | None) -> None:
+    if stages is None:
+        return
+    for r in stages.itertuples(index=False):
+        ax.axvspan(r.start_step + 1, r.end_step + 1, color=STAGE_COLOURS.get(r.trend, "#cccccc"), alpha=0.15, lw=0)
+        mid = math.sqrt((r.start_step + 1) * (r.end_step + 1))
+        ax.text(mid, 0.98, f"S{r.stage + 1} {r.trend}", transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=8)
+
+
+def timeline_figure(store: Store, stages: pd.DataFrame | None, events, path: Path) -> None:
+    """The loss over training (log step axis) with the stages shaded and the events in lanes below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loss = store.frame(EVAL_LOSS)
+    fig, (top, lanes) = plt.subplots(2, 1, figsize=(8, 5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    if loss is not None:
+        top.plot(_x(loss["step"]), loss["loss"], color="#222222", lw=1.5, marker=".", ms=3, label="eval loss")
+        top.set_ylabel("eval loss (nats/token)")
+    else:
+        top.text(0.5, 0.5, "no eval loss stored", transform=top.transAxes, ha="center")
+    _shade(top, stages)
+    _shade(lanes, None)
+    kinds = [k for k in KINDS if any(e.kind == k for e in events)]
+    for lane, kind in enumerate(reversed(kinds)):
+        mine = [e for e in events if e.kind == kind]
+        lanes.scatter(
+            _x(np.array([e.step for e in mine])), [lane] * len(mine), marker=EVENT_MARKERS[kind], color=EVENT_COLOURS[kind], s=60
+        )
+    lanes.set_yticks(range(len(kinds)), list(reversed(kinds)))
+    lanes.set_ylim(-0.7, max(len(kinds), 1) - 0.3)
+    if stages is not None:
+        for r in stages.itertuples(index=False):
+            lanes.axvspan(r.start_step + 1, r.end_step + 1, color=STAGE_COLOURS.get(r.trend, "#cccccc"), alpha=0.15, lw=0)
+    lanes.set_xscale("log")
+    lanes.set_xlabel("training step + 1 (log)")
+    top.set_title(f"{store.meta.model.id or store.path.name}: loss, stages shaded, events below")
+    fig.tight_layout()
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+
+
+def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
+    """The whole-model LLC with one standard error of its chains' mean; False when the store has none."""
+    if not store.has(LLC):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    llc = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)
+    std = store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)
+    chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 2)
+    ok = np.isfinite(llc)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    ax.errorbar(
+        _x(store.steps[ok]), llc[ok], yerr=std[ok] / math.sqrt(max(chains - 1, 1)), color="#222222", marker="o", ms=4, capsize=3
+    )
+    _shade(ax, stages)
+    ax.set_xscale("log")
+    ax.set_xlabel("training step + 1 (log)")
+    ax.set_ylabel("whole-model LLC (n·β·ΔL)")
+    ax.set_title(f"whole-model LLC, ± 1 standard error over {chains} chains; LLC stages shaded")
+    fig.tight_layout()
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+    return True
+
+
+def _table(frame: pd.DataFrame) -> str:
+    """A Markdown table (pipes in cells escaped)."""
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _stage_table(stages: pd.DataFrame, basis: str) -> str:
+    curve = "LLC" if basis == "llc" else "loss"
+    shown = pd.DataFrame(
+        {
+            "stage": [f"S{s + 1}" for s in stages["stage"]],
+            "steps": [f"{a:,}–{b:,}" for a, b in zip(stages["start_step"], stages["end_step"], strict=True)],
+            "trend": stages["trend"],
+            "begins with": stages["boundary"],
+            f"{curve} change ± s.e.": [f"{c:+.3g} ± {s:.2g}" for c, s in zip(stages["change"], stages["change_se"], strict=True)],
+            "loss change (nats/token)": [f"{v:+.3f}" if np.isfinite(v) else "–" for v in stages["loss_change"]],
+        }
+    )
+    return _table(shown)
+
+
+def write_report(store_path: str | Path, out: str | Path) -> Path:
+    """Write ``report.md`` and its SVG figures into ``out`` (created if missing).
+
+    Returns:
+        The Markdown file's path.
+
+    Raises:
+        StoreError: the store cannot be opened or a table read.
+    """
+    store = open_store(store_path)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = store.path.name
+    recorded = store.meta.stages or {}
+    primary = recorded.get("primary")
+    all_stages = store.frame(STAGES)
+    shaded = all_stages[all_stages["basis"] == primary].sort_values("stage") if all_stages is not None and primary else None
+    events = run_events(store)
+    timeline_figure(store, shaded, events, out / TIMELINE_SVG)
+    has_llc = llc_figure(store, all_stages[all_stages["basis"] == "llc"] if all_stages is not None else None, out / LLC_SVG)
+
+    m = store.meta.model
+    steps = store.steps
+    lines = [
+        f"# What happened in run `{run}`",
+        "",
+        f"Model **{m.id or '?'}** ({m.family}): {m.n_layers} layers × {m.n_heads} heads, d_model {m.d_model}, "
+        f"d_head {m.d_head}; {len(steps)} checkpoints with statistics, steps {int(steps[0]):,} to {int(steps[-1]):,}. "
+        f"Made by `headwatch report` from the store at `{store.path}`.",
+        "",
+        "## Stages",
+        "",
+    ]
+    if all_stages is None:
+        lines.append("This store has no stages (stages.parquet): add them with `python -m precompute.lenses.stages STORE`.")
+    else:
+        what = {"llc": "the whole-model LLC's critical points", "loss": "the loss's plateaus and drops"}
+        lines.append(
+            f"Read from {what.get(primary or '', 'no curve')} (docs/stages.md): a boundary is where the curve's trend "
+            f"changes by more than {recorded.get('parameters', {}).get('k', 3):g} standard errors, on a log10(1 + step) axis."
+        )
+        for note in recorded.get("notes", []):
+            lines.append(f"Note: {note}.")
+        for basis in ("llc", "loss"):
+            rows = all_stages[all_stages["basis"] == basis].sort_values("stage")
+            if rows.empty:
+                continue
+            title = "Whole-model LLC" if basis == "llc" else "Loss"
+            lines += ["", f"### {title} stages" + (" (shaded)" if basis == primary else ""), "", _stage_table(rows, basis)]
+    lines += ["", f"![The loss with the stages shaded and the run's events]({TIMELINE_SVG})", ""]
+    if has_llc:
+        lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
+    lines += ["## Head types", ""]
+    lines += [f"- {s}" for s in type_sentences(store)]
+    emergence = store.frame(HEAD_EMERGENCE)
+    if emergence is not None:
+        held = emergence[emergence["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head"])
+        if len(held):
+            lines += [
+                "",
+                _table(
+                    pd.DataFrame(
+                        {
+                            "head": [f"L{a}H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+                            "type": [TYPE_TEXT.get(t, t) for t in held["type"]],
+                            "emergence step": [f"{int(s):,}" for s in held["emergence_step"]],
+                            "peak score": [f"{v:.3g}" for v in held["peak_score"]],
+                            "final score": [f"{v:.3g}" for v in held["final_score"]],
+                        }
+                    )
+                ),
+            ]
+    lines += ["", "## Events", ""]
+    if events:
+        frame = events_frame(events, run)
+        frame["view"] = [f"`{link}`" for link in frame.pop("link")]
+        lines += [
+            "Each event with the dashboard view that shows its evidence (a path of the dashboard's URL, "
+            "`headwatch serve` on the store).",
+            "",
+            _table(frame.assign(step=[f"{s:,}" for s in frame["step"]])),
+        ]
+    else:
+        lines.append("No events.")
+    path = out / REPORT_FILE
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def run(store: str, out: str) -> int:
+    """The ``headwatch report`` subcommand: the exit status."""
+    path = write_report(store, out)
+    print(f"wrote {path} with {TIMELINE_SVG}" + (f" and {LLC_SVG}" if (path.parent / LLC_SVG).is_file() else ""))
+    return 0

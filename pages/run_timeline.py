@@ -1,0 +1,116 @@
+"""Timeline: what happened in a run, on one time axis.
+
+The loss with the run's developmental stages shaded (stages.parquet, docs/stages.md), and every event
+(`dashboard.events`): each head type's first emergence, the largest rLLC rises, the first departure of
+each kind of weight from its Marchenko-Pastur law, the first level crossings. Every event links to the
+view that shows its evidence; the table below the chart lists them with those links.
+"""
+
+import streamlit as st
+
+from analysis.store.format import STAGES
+from dashboard import export, loader, widgets
+from dashboard.data import loss_curve
+from dashboard.events import KINDS, events_frame, type_sentences
+from dashboard.figures import timeline as figs
+
+
+def main() -> None:
+    st.title("Timeline")
+    # --- empty case ---
+    frame = widgets.run_frame()
+    if frame is None:
+        return
+    store = frame.store
+    axis = frame.axis()
+    recorded = store.meta.stages or {}
+    stored = store.frame(STAGES)
+    bases = sorted(set(stored["basis"])) if stored is not None else []
+
+    # --- widgets ---
+    c_basis, c_kinds = st.columns([1, 3], vertical_alignment="bottom")
+    primary = recorded.get("primary")
+    basis = (
+        widgets.select(
+            "basis",
+            "Stages shaded, read from",
+            bases,
+            primary if primary in bases else bases[0],
+            fmt=lambda b: {"llc": "whole-model LLC", "loss": "loss"}[b],
+            kind="radio",
+            where=c_basis,
+        )
+        if bases
+        else None
+    )
+    events = loader.run_events(store)
+    kinds = widgets.multiselect("kinds", "Events shown", list(KINDS), list(KINDS), where=c_kinds)
+    shown = [e for e in events if e.kind in kinds]
+
+    # --- panel: the timeline ---
+    if not bases:
+        st.info(
+            "This store has no developmental stages (stages.parquet). Add them with "
+            "`python -m precompute.lenses.stages STORE` (made from llc.parquet and eval_loss.parquet)."
+        )
+    for note in recorded.get("notes", []):
+        st.caption(f"Stages: {note}.")
+    stages = store.frame(STAGES)
+    stages = stages[stages["basis"] == basis].sort_values("stage") if stages is not None and basis else None
+    curve = loss_curve(store)
+    loss, label = (curve[0], curve[1]) if curve else (None, "")
+    widgets.chart(
+        figs.timeline(axis, loss, label, stages, shown, run=frame.run, basis=basis),
+        "timeline",
+        title=frame.run,
+        filename=export.safe_name(frame.run, "timeline"),
+        csv=lambda: events_frame(shown, frame.run).assign(run=frame.run),
+    )
+    parameters = recorded.get("parameters", {})
+    st.caption(
+        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC; green drop, grey "
+        f"plateau for the loss), boundaries where the curve's trend changes by more than {parameters.get('k', 3):g} "
+        "standard errors (docs/stages.md). Bottom: one lane per kind of event, one marker per event at its "
+        "checkpoint; hover for what happened, the table below links each to its evidence."
+    )
+
+    # --- panel: the stages ---
+    st.subheader("Stages")
+    if stages is not None and len(stages):
+        st.dataframe(
+            stages.drop(columns=["basis"]).assign(stage=stages["stage"] + 1),
+            hide_index=True,
+            key="stages_table",
+            column_config={
+                "start_step": st.column_config.NumberColumn("from step", format="%d"),
+                "end_step": st.column_config.NumberColumn("to step", format="%d"),
+                "change_se": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
+                "loss_change": st.column_config.NumberColumn("loss change (nats/token)", format="%.3f"),
+            },
+        )
+    else:
+        st.markdown("No stages.")
+
+    # --- panel: head types ---
+    st.subheader("Head types")
+    for sentence in type_sentences(store):
+        st.markdown(f"- {sentence}")
+
+    # --- panel: the events ---
+    st.subheader("Events")
+    if not shown:
+        st.markdown("No events of the kinds shown.")
+        return
+    st.dataframe(
+        events_frame(shown, frame.run),
+        hide_index=True,
+        key="events_table",
+        column_config={
+            "step": st.column_config.NumberColumn("step", format="%d"),
+            "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it"),
+        },
+        height=min(40 + 35 * len(shown), 640),
+    )
+
+
+main()

@@ -1,0 +1,125 @@
+"""The Timeline page through AppTest, on a copy of a shipped store given head types written here."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.store import open_store
+from analysis.store.format import HEAD_EMERGENCE, STAGES
+from precompute.store.writer import commit_store
+from tests.app.conftest import ROOT, arr, chart, open_page, serve_only
+
+PAGE = "pages/run_timeline.py"
+SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
+
+
+def write_emergence(path: Path, rows: list[tuple[int, int, str, int | None, float]]) -> None:
+    """head_emergence.parquet with the given (layer, head, type, emergence_step, peak_score) rows."""
+    store = open_store(path)
+    last = int(store.steps[-1])
+    table = pa.table(
+        {
+            "layer": pa.array([r[0] for r in rows], pa.int32()),
+            "head": pa.array([r[1] for r in rows], pa.int32()),
+            "type": [r[2] for r in rows],
+            "emergence_step": pa.array([r[3] for r in rows], pa.int64()),
+            "first_step": pa.array([r[3] for r in rows], pa.int64()),
+            "peak_score": [r[4] for r in rows],
+            "peak_step": pa.array([last] * len(rows), pa.int64()),
+            "final_score": [r[4] for r in rows],
+        },
+        schema=HEAD_EMERGENCE.schema,
+    )
+    commit_store(path, store.meta, {HEAD_EMERGENCE.name: HEAD_EMERGENCE.sorted(table)})
+
+
+@pytest.fixture(scope="module")
+def typed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("timeline") / "shakespeare-pythia-6x8"
+    shutil.copytree(SHIPPED, path)
+    write_emergence(
+        path,
+        [
+            (0, 3, "previous_token", 64, 0.9),
+            (2, 1, "previous_token", 256, 0.7),
+            (1, 1, "induction", None, 0.05),
+            (3, 0, "sink", None, 0.2),
+        ],
+    )
+    return path
+
+
+def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(typed_store, tmp_path, monkeypatch)
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    fig = chart(at, "timeline")
+    stages = open_store(typed_store).frame(STAGES)
+    llc = stages[stages["basis"] == "llc"].sort_values("stage")
+    rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
+    assert [s["name"] for s in rects] == [f"stage {i + 1}: {t}" for i, t in enumerate(llc["trend"])]
+    # on the page's log axis a step sits at step + 1
+    assert [(s["x0"], s["x1"]) for s in rects] == [
+        (a + 1, b + 1) for a, b in zip(llc["start_step"], llc["end_step"], strict=True)
+    ]
+    labels = [a for a in fig["layout"]["annotations"] if a["text"].startswith("S")]
+    for label, r in zip(labels, llc.itertuples(index=False), strict=True):  # each label inside its own stage
+        assert np.log10(r.start_step + 1) <= label["x"] <= np.log10(r.end_step + 1), (label, r)
+    lanes = {t["name"]: t for t in fig["data"] if t.get("yaxis") == "y2"}
+    assert set(lanes) == {"stage boundary", "head type", "rLLC rise", "MP departure", "level crossing"}
+    head_type = lanes["head type"]
+    assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
+    assert head_type["text"] == ["first previous-token head: L0H3"]
+    assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&step=64"
+    boundaries = sorted(int(c[0]) for c in lanes["stage boundary"]["customdata"])
+    assert boundaries == sorted(llc["start_step"][llc["stage"] > 0].tolist())
+    text = " ".join(m.value for m in at.markdown)
+    assert "No head reaches the induction threshold" in text and "L0H3 from step 64" in text
+
+
+def test_the_event_table_links_each_event_to_its_view(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(typed_store, tmp_path, monkeypatch)
+    at = open_page(PAGE, {"kinds": ["MP departure", "head type"]})
+    table = at.dataframe[-1].value  # the events, below the stages
+    assert set(table["kind"]) == {"MP departure", "head type"}
+    weights = table[table["kind"] == "MP departure"]
+    for row in weights.itertuples(index=False):
+        assert row.link.startswith("weights?run=shakespeare-pythia-6x8&role=") and row.link.endswith(f"&step={row.step}")
+    # the MP departures against layers.parquet read directly: the first step with 2 more spikes than at step 0
+    layers = pq.read_table(typed_store / "layers.parquet").to_pandas()
+    for role, rows in layers.groupby("role"):
+        base = rows[rows["step"] == 0].set_index("layer")["mp_spikes"]
+        hit = rows[rows["mp_spikes"].to_numpy() - base.loc[rows["layer"]].to_numpy() >= 2]
+        mine = weights[weights["event"].str.startswith(role + " ")]
+        if hit.empty:
+            assert mine.empty
+        else:
+            assert mine["step"].tolist() == [int(hit["step"].min())], role
+
+
+def test_a_store_without_stages_says_how_to_make_them(store_path: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(store_path, tmp_path, monkeypatch)
+    at = open_page(PAGE)
+    assert not at.exception
+    assert any("python -m precompute.lenses.stages" in i.value for i in at.info)
+    assert any("no head types" in m.value for m in at.markdown)
+
+
+def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(typed_store, tmp_path, monkeypatch)
+    at = open_page(None)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    stages = open_store(typed_store).frame(STAGES)
+    llc = stages[stages["basis"] == "llc"].sort_values("stage")
+    line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
+    assert f"**Stages** (whole-model LLC): {line}" in text
+    assert "step 64: first previous-token head: L0H3" in text
+    fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
+    assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)

@@ -1,0 +1,58 @@
+"""``headwatch report``: the Markdown and its SVG figures, on a copy of a shipped store and on a small synthetic one."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.store.format import HEAD_EMERGENCE
+from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.cli import main
+from tests.app.test_timeline import write_emergence
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "data" / "shakespeare-pythia-6x8"
+
+
+def _svgs_parse(out: Path, names: list[str]) -> None:
+    for name in names:
+        root = ET.parse(out / name).getroot()
+        assert root.tag.endswith("svg"), name
+
+
+def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_path: Path) -> None:
+    store = tmp_path / "run"
+    shutil.copytree(SHIPPED, store)
+    write_emergence(store, [(0, 3, "previous_token", 64, 0.9), (1, 1, "induction", None, 0.05)])
+    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    _svgs_parse(tmp_path / "out", ["timeline.svg", "llc.svg"])
+    assert "](timeline.svg)" in text and "](llc.svg)" in text
+    stages = pd.read_parquet(store / "stages.parquet")
+    for r in stages.itertuples(index=False):  # every stage of both bases, with its steps and trend
+        assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
+    assert "No head reaches the induction threshold: the highest induction score is 0.05 (L1H1)." in text
+    assert "| L0H3 | previous-token | 64 |" in text
+    assert "| 64 | head type | first previous-token head: L0H3 |" in text
+    assert "`weights?run=run&role=" in text and "| MP departure |" in text
+    assert "| stage boundary | LLC peak: stage 2 (LLC falling) begins |" in text
+
+
+def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:
+    store = tmp_path / "tiny"
+    write_synthetic_store(store, n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=5, model_id="synthetic/tiny")
+    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    _svgs_parse(tmp_path / "out", ["timeline.svg"])
+    assert not (tmp_path / "out" / "llc.svg").exists()
+    assert "This store has no stages" in text and "python -m precompute.lenses.stages" in text
+    assert "no head types" in text
+    assert not (store / HEAD_EMERGENCE.file).exists()
+
+
+def test_report_of_a_missing_store_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
+    assert "report:" in capsys.readouterr().err
