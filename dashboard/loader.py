@@ -189,6 +189,25 @@ def _embed(
     )
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _associate(path: str, version: int, include_mixed: bool, matrix: str, statistic: str):
+    from analysis.type_association import associate, end_types
+
+    store = _open(path, version).view(include_mixed=include_mixed)
+    types = end_types(store)
+    if types is None:
+        return None
+    result, clusters = associate(data.stat_values(store, statistic, matrix=matrix), types[0])
+    return result, clusters, types[0], types[1]
+
+
+def association(store: Store, statistic: str, *, matrix: str = "qk"):
+    """`analysis.type_association.associate` of one statistic of ``store`` against its head types at the end of
+    training (cached per store version): ``(Association, cluster labels, type labels, step of the types)``, or None
+    when the store has no ``head_types.parquet``."""
+    return _associate(str(store.path), _version(store.path), store.include_mixed, matrix, statistic)
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
 def _joint_embed(
     stores: tuple[tuple[str, int], ...],

@@ -1,20 +1,34 @@
 """Trajectory map: every head placed by a UMAP embedding of its training trajectory of one statistic."""
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.store.format import ATTENTION
-from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
+from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
+from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
+from analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, cluster_trajectories, end_types, replicates
 from dashboard import export, loader, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
-from dashboard.stats import STATS, trajectory_stats_for
+from dashboard.stats import LLC_STAT, STATS, trajectory_stats_for
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
 MIN_DISTS = [0.0, 0.05, 0.1, 0.25, 0.5]
 EDGES = [3, 5, 10]
+COLOUR_BY = {
+    "layer": "layer",
+    "type": "head type at the end of training",
+    "cluster": "trajectory cluster of this statistic",
+    "llc_cluster": "refined-LLC cluster",
+}
+TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
+MIXED_COLOUR = "#9467bd"
+LLC_K = 4  # the Refined LLC page's default number of clusters (k-means on per-head-normalised curves)
+# Weight statistics whose trajectory clusters are compared with the head types (the stored maps' defaults). The
+# forward statistics are left out: the types are decided from prev_token, induction and sink themselves.
+ASSOCIATION_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
 
 
 def _with(options: list, value) -> list:
@@ -52,6 +66,9 @@ def main() -> None:
         where=c_norm,
         help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()),
     )
+    types = end_types(store)
+    colour_options = ["layer", "cluster"] + (["type"] if types is not None else []) + (["llc_cluster"] if store.has(LLC) else [])
+    colour_by = widgets.select("colour", "Colour heads by", colour_options, "layer", fmt=COLOUR_BY.__getitem__)
     c_layer, c_head, c_settings = st.columns([1, 1, 4])
     layer = widgets.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
@@ -127,6 +144,7 @@ def main() -> None:
         highlight=layer * store.n_heads + head,
         method=method,
         sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks],
+        **_grouping(store, colour_by, traj, types),
     )
     event = widgets.chart(
         fig,
@@ -137,7 +155,8 @@ def main() -> None:
         select=True,
     )
     st.caption(
-        f"One point per head, coloured by layer. Position: {method} of the head's {STATS[stat].short()} of "
+        f"One point per head, coloured by {_colour_caption(colour_by, types)}. "
+        f"Position: {method} of the head's {STATS[stat].short()} of "
         f"{'W_QK' if matrix == 'qk' else 'W_OV'} at all "
         f"{len(store.steps)} checkpoints (one coordinate each), normalised {NORMALISATIONS[norm]}. Grey edges join "
         f"each head to its {kk} nearest trajectories before embedding, so long edges show where the map tears "
@@ -159,9 +178,148 @@ def main() -> None:
     )
 
     # --- picking a head opens it in the head explorer ---
+    _association_section(frame, store, stat=stat, matrix=matrix)
+
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
         widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
+
+
+def _grouping(store, colour_by: str, traj: np.ndarray, types) -> dict:
+    """The map's colouring: nothing extra for layers, else the heads' groups, their names and colours."""
+    if colour_by == "type" and types is not None:
+        names = sorted(set(types[0]), key=lambda t: (t == "none", "+" in t, t))
+        groups = np.array([names.index(t) for t in types[0]])
+        colours = [TYPE_COLOURS.get(t, MIXED_COLOUR) for t in names]
+        return dict(groups=groups, group_names=names, group_colours=colours, group_title=f"type at step {types[1]:,}")
+    if colour_by == "cluster":
+        labels, k, _ = cluster_trajectories(traj)
+        return dict(groups=labels, group_names=[f"cluster {c + 1}" for c in range(k)], group_title="trajectory cluster")
+    if colour_by == "llc_cluster" and store.has(LLC):
+        labels = kmeans(normalise(trajectories(store.dense(LLC, "llc")), "zscore"), LLC_K, seed=0)
+        names = [f"rLLC cluster {c + 1}" for c in range(int(labels.max()) + 1)]
+        return dict(groups=labels, group_names=names, group_title="refined-LLC cluster")
+    return {}
+
+
+def _colour_caption(colour_by: str, types) -> str:
+    if colour_by == "type" and types is not None:
+        return (
+            f"the types each head holds at step {types[1]:,}, the last checkpoint with head types (previous-token, "
+            "induction, sink: score above its threshold, docs/head-types.md; 'none': no type)"
+        )
+    if colour_by == "cluster":
+        return (
+            f"k-means cluster of this statistic's per-head-normalised trajectories (k in {CLUSTER_RANGE.start}.."
+            f"{CLUSTER_RANGE.stop - 1} by the largest silhouette), the clusters compared with the types below"
+        )
+    if colour_by == "llc_cluster":
+        return f"cluster of the refined-LLC curves (k-means, k = {LLC_K}, per-head normalised: the Refined LLC page's default)"
+    return "layer"
+
+
+def _association_section(frame, store, *, stat: str, matrix: str) -> None:
+    """The study's open question: do the trajectory clusters correspond to head types? AMI and permutation p per
+    statistic and run, and whether it replicates across the runs."""
+    st.subheader("Do the trajectory clusters correspond to head types?")
+    if end_types(store) is None:
+        st.info(
+            "This store has no head types (head_types.parquet), so the clusters cannot be compared with them. Add "
+            f"them with `python -m precompute.lenses.types {store.path}` (needs the forward lens, attention.parquet).",
+            icon=":material/category:",
+        )
+        return
+    stats = list(ASSOCIATION_STATS) + ([stat] if stat not in ASSOCIATION_STATS and not STATS[stat].forward else [])
+    stats += [LLC_STAT] if store.has(LLC) and LLC_STAT not in stats else []
+    runs = [(frame.run, store)]
+    for r in frame.runs:
+        if r == frame.run:
+            continue
+        other = loader.try_load_store(frame.runs[r])
+        if not isinstance(other, StoreError) and end_types(other) is not None and len(other.steps) >= 2:
+            runs.append((r, other))
+    rows, by_stat = [], {}
+    with st.spinner("Clustering trajectories and shuffling types ..."):
+        for s_name in stats:
+            for run_name, run_store in runs:
+                if s_name not in trajectory_stats_for(run_store) or (
+                    not STATS[s_name].llc and matrix not in run_store.meta.matrices
+                ):
+                    continue
+                result, _, labels, step = loader.association(run_store, s_name, matrix=matrix)
+                by_stat.setdefault(s_name, []).append(result)
+                counts = ", ".join(f"{t} {n}" for t, n in zip(*np.unique(labels, return_counts=True), strict=True))
+                rows.append(
+                    {
+                        "statistic": STATS[s_name].short(),
+                        "run": run_name,
+                        "clusters (k)": result.clusters,
+                        "silhouette": result.silhouette,
+                        "types at step": step,
+                        "heads per type": counts,
+                        "AMI": result.ami,
+                        "p (shuffled over heads)": result.p_value,
+                        "p (shuffled within layers)": result.p_within_layers,
+                        "answer": result.reason
+                        or ("associated" if result.significant else "no association shown")
+                        + ("" if not result.significant else f" (within layers: p = {result.p_within_layers:.3g})"),
+                    }
+                )
+    table = pd.DataFrame(rows)
+    mine = table[(table["run"] == frame.run) & (table["statistic"] == STATS[stat].short())]
+    if len(mine) and np.isfinite(mine["AMI"].iloc[0]):
+        row = mine.iloc[0]
+        rep = replicates(by_stat.get(stat, []))
+        st.markdown(
+            f"**{STATS[stat].short()} of {'W_QK' if matrix == 'qk' else 'W_OV'}, run {frame.run}:** the "
+            f"{row['clusters (k)']} trajectory clusters and the head types at step {row['types at step']:,} share "
+            f"AMI = {row['AMI']:.3f}, permutation p = {row['p (shuffled over heads)']:.3g} "
+            f"({PERMUTATIONS:,} shuffles of the types over the heads; p = {row['p (shuffled within layers)']:.3g} "
+            "shuffling only within layers). "
+            + (
+                ""
+                if len(by_stat.get(stat, [])) < 2
+                else f"Across the {len(by_stat[stat])} runs below: "
+                + {
+                    True: "associated (p < 0.05) in every run.",
+                    False: "not associated in every run.",
+                    None: "not testable in every run.",
+                }[rep]
+            )
+        )
+    elif len(mine):
+        st.markdown(f"**{STATS[stat].short()}, run {frame.run}:** {mine['answer'].iloc[0]}.")
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="association_table",
+        column_config={
+            "AMI": st.column_config.NumberColumn(format="%.3f"),
+            "silhouette": st.column_config.NumberColumn(format="%.2f"),
+            "p (shuffled over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "p (shuffled within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "types at step": st.column_config.NumberColumn(format="%d"),
+        },
+    )
+    st.caption(
+        "Each row: the heads' trajectories of one weight statistic (every checkpoint, each normalised by its own "
+        f"mean and standard deviation) grouped by k-means, k in {CLUSTER_RANGE.start}..{CLUSTER_RANGE.stop - 1} chosen "
+        "by the largest silhouette without looking at the types; the heads' types at the run's last checkpoint with "
+        f"head types ({', '.join(HEAD_TYPES)}, or none; a head with several is its own label). AMI: scikit-learn's "
+        "adjusted mutual information (0: what independent labels give on average, 1: the same partition). p: the "
+        f"share of {PERMUTATIONS:,} random reassignments of the types to the heads that match the clusters at least as "
+        f"well (p < {SIGNIFICANCE} reads as associated); within layers, the types are reassigned only among the heads "
+        "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
+        "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
+        "statistics are left out: the types are decided from them. Method: analysis/type_association.py."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        table.to_csv(index=False),
+        file_name=export.safe_name(frame.run, "types-vs-trajectory-clusters", matrix) + ".csv",
+        mime="text/csv",
+        key="association_csv",
+    )
 
 
 def _joint_map(

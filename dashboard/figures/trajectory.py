@@ -35,8 +35,12 @@ def trajectory_map(
     highlight: int | None = None,
     method: str = "UMAP",
     sparks: list[str] | None = None,
+    groups: np.ndarray | None = None,
+    group_names: list[str] | None = None,
+    group_colours: list[str] | None = None,
+    group_title: str = "",
 ) -> go.Figure:
-    """Heads as points coloured by layer, joined to their nearest trajectories by grey edges.
+    """Heads as points coloured by layer (or by a grouping), joined to their nearest trajectories by grey edges.
 
     Args:
         x, y: ``(N,)`` map coordinates, heads in layer-major order.
@@ -46,6 +50,8 @@ def trajectory_map(
         highlight: layer-major index of a head to ring, the edges to its own k nearest drawn darker.
         method: how the map was made (axis titles).
         sparks: one line of text per head shown in its hover (`sparkline`: its trajectory in miniature).
+        groups: ``(N,)`` int group of each head (a head type, a cluster) to colour by instead of the layer: one
+            legend entry per group, named by ``group_names`` and drawn in ``group_colours``, under ``group_title``.
     """
     pairs = edge_pairs(np.asarray(neighbors, dtype=np.int64)) if len(neighbors) else np.zeros((0, 2), dtype=np.int64)
     ex, ey = _segments(x, y, pairs)
@@ -58,30 +64,10 @@ def trajectory_map(
             line=dict(color=style.EDGE_COLOUR, width=0.8),
             hoverinfo="skip",
             name="k nearest trajectories",
-        ),
-        dict(
-            type="scatter",
-            x=x,
-            y=y,
-            mode="markers",
-            name="heads",
-            customdata=head_points(layer, head).tolist(),  # plain lists: a click returns them as such
-            marker=dict(
-                color=layer,
-                cmin=-0.5,
-                cmax=n_layers - 0.5,
-                colorscale=style.layer_steps(n_layers),
-                size=10,
-                line=dict(color="rgba(40,40,40,0.6)", width=0.6),
-                showscale=True,
-                colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0, dtick=max(1, n_layers // 8)),
-            ),
-            **({"text": sparks} if sparks is not None else {}),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}"
-            + ("<br>%{text}" if sparks is not None else "")
-            + "<extra>click to open</extra>",
+            showlegend=False,
         ),
     ]
+    traces += _head_traces(x, y, layer, head, n_layers, sparks, groups, group_names, group_colours)
     if highlight is not None and 0 <= highlight < len(x):
         nearest = np.asarray(neighbors[highlight] if len(neighbors) > highlight else [], dtype=np.int64)
         hx, hy = _segments(x, y, np.stack([np.full(len(nearest), highlight), nearest], axis=1))
@@ -95,6 +81,7 @@ def trajectory_map(
                 line=dict(color="#333", width=1.6),
                 hoverinfo="skip",
                 name="its nearest trajectories",
+                showlegend=False,
             ),
         )
         traces.append(
@@ -104,6 +91,7 @@ def trajectory_map(
                 y=[y[highlight]],
                 mode="markers",
                 name="highlighted head",
+                showlegend=False,
                 marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color="#111", width=2.5)),
                 hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
             )
@@ -112,11 +100,77 @@ def trajectory_map(
         traces,
         layout(
             height=620,
-            showlegend=False,
+            showlegend=groups is not None,
+            legend=dict(title=dict(text=group_title)),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
             yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),
     )
+
+
+def _head_traces(
+    x: np.ndarray,
+    y: np.ndarray,
+    layer: np.ndarray,
+    head: np.ndarray,
+    n_layers: int,
+    sparks: list[str] | None,
+    groups: np.ndarray | None,
+    group_names: list[str] | None,
+    group_colours: list[str] | None,
+) -> list[dict[str, Any]]:
+    """The heads' points: one trace coloured by layer, or one trace per group (legend entries)."""
+    hover = (
+        "layer %{customdata[0]}, head %{customdata[1]}"
+        + ("<br>%{text}" if sparks is not None else "")
+        + "<extra>%{fullData.name} · click to open</extra>"
+    )
+    outline = dict(color="rgba(40,40,40,0.6)", width=0.6)
+    if groups is None:
+        return [
+            dict(
+                type="scatter",
+                x=x,
+                y=y,
+                mode="markers",
+                name="heads",
+                customdata=head_points(layer, head).tolist(),  # plain lists: a click returns them as such
+                marker=dict(
+                    color=layer,
+                    cmin=-0.5,
+                    cmax=n_layers - 0.5,
+                    colorscale=style.layer_steps(n_layers),
+                    size=10,
+                    line=outline,
+                    showscale=True,
+                    colorbar=dict(title=dict(text="layer", side="right"), thickness=14, tick0=0, dtick=max(1, n_layers // 8)),
+                ),
+                **({"text": sparks} if sparks is not None else {}),
+                hovertemplate=hover.replace("%{fullData.name} · ", ""),
+            )
+        ]
+    names = group_names or [str(g) for g in range(int(np.max(groups)) + 1)]
+    colours = group_colours or list(style.layer_colours(len(names)))
+    traces = []
+    for g, name in enumerate(names):
+        idx = np.flatnonzero(np.asarray(groups) == g)
+        if not len(idx):
+            continue
+        traces.append(
+            dict(
+                type="scatter",
+                x=np.asarray(x)[idx],
+                y=np.asarray(y)[idx],
+                mode="markers",
+                name=f"{name} ({len(idx)})",
+                showlegend=True,
+                customdata=head_points(np.asarray(layer)[idx], np.asarray(head)[idx]).tolist(),
+                marker=dict(color=colours[g % len(colours)], size=10, line=outline),
+                **({"text": [sparks[i] for i in idx]} if sparks is not None else {}),
+                hovertemplate=hover,
+            )
+        )
+    return traces
 
 
 def joint_trajectory_map(
