@@ -582,7 +582,19 @@ HEAD_EMERGENCE = TableSpec(
 
 # Every table a store may hold, by name. A new table is one more entry.
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (HEADS, OVERLAPS, EMBEDDINGS, LAYERS, *FORWARD_TABLES, LLC, LLC_CHAINS, COMPOSITION, HEAD_TYPES_TABLE, HEAD_EMERGENCE)
+    spec.name: spec
+    for spec in (
+        HEADS,
+        OVERLAPS,
+        EMBEDDINGS,
+        LAYERS,
+        *FORWARD_TABLES,
+        LLC,
+        LLC_CHAINS,
+        COMPOSITION,
+        HEAD_TYPES_TABLE,
+        HEAD_EMERGENCE,
+    )
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
 
