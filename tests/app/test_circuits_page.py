@@ -71,7 +71,8 @@ def test_the_matrix_is_the_stored_score_over_the_random_baseline_for_every_pair(
     step = int(steps[len(steps) // 2])
     at = open_page(PAGE, {"kind": "k", "step": str(step)})
     z = arr(chart(at, "composition")["data"][0]["z"]).reshape(L * H, L * H)
-    rows = _frame(circuit_store).query("step == @step")
+    frame = _frame(circuit_store)
+    rows = frame[frame["step"] == step]
     expect = np.full((L * H, L * H), np.nan)
     expect[rows["layer_b"] * H + rows["head_b"], rows["layer_a"] * H + rows["head_a"]] = rows["k"] / BASELINE["k"]
     np.testing.assert_allclose(z, expect, rtol=1e-6)  # float32 in the figure; NaN where A is not earlier than B
@@ -82,8 +83,8 @@ def test_raw_v_scores_when_asked(circuit_store, tmp_path, monkeypatch):
     serve_only(circuit_store, tmp_path, monkeypatch)
     at = open_page(PAGE, {"kind": "v", "scale": "score"})
     z = arr(chart(at, "composition")["data"][0]["z"]).reshape(L * H, L * H)
-    last = int(_frame(circuit_store)["step"].max())
-    rows = _frame(circuit_store).query("step == @last")
+    frame = _frame(circuit_store)
+    rows = frame[frame["step"] == frame["step"].max()]
     got = z[rows["layer_b"] * H + rows["head_b"], rows["layer_a"] * H + rows["head_a"]]
     np.testing.assert_allclose(got, rows["v"], rtol=1e-6)
 
