@@ -105,6 +105,15 @@ PAGES: tuple[PageSpec, ...] = (
         "UMAP of each head's training trajectory: heads that change alike sit together",
     ),
     PageSpec(
+        "pages/composition_circuits.py",
+        "Circuits",
+        ":material/hub:",
+        "circuits",
+        "how heads wire together over training, from the weights: Q-, K- and V-composition between every pair of "
+        "heads, animated, and one head's strongest sources and targets, previous-token → induction pairs ringed",
+        time_scale="log",
+    ),
+    PageSpec(
         "pages/weight_matrices.py",
         "Weight matrices",
         ":material/bar_chart:",

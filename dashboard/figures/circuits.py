@@ -1,0 +1,218 @@
+"""Circuits between heads over training: the composition matrix animated over checkpoints, and one head's strongest
+sources and targets as lines (`pages/circuits.py`; the scores come from ``composition.parquet``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.data import StepAxis, fixed_range
+from dashboard.figures.animation import FRAME_MS
+from dashboard.figures.architecture import head_labels
+from dashboard.figures.common import figure, layout, step_xaxis, value_axis
+from dashboard.figures.points import head_points
+
+KIND_NAMES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
+KIND_READS = {
+    "q": "B's queries read A's output",
+    "k": "B's keys read A's output",
+    "v": "B's values read A's output",
+}
+PATH_COLOUR = "#d62728"
+# Above this many cells x frames, the matrix is drawn at the chosen step only (no frames to play).
+MAX_ANIMATED_CELLS = 3_000_000
+
+
+def pair_matrix(scores: np.ndarray) -> np.ndarray:
+    """``(S, L, H, L, H)`` scores ``[step, layer_a, head_a, layer_b, head_b]`` -> ``(S, N, N)`` with rows the target
+    heads B and columns the source heads A, both layer-major (N = L H)."""
+    s, n_layers, n_heads = scores.shape[:3]
+    n = n_layers * n_heads
+    return np.ascontiguousarray(scores.reshape(s, n, n).transpose(0, 2, 1))
+
+
+def composition_animation(
+    matrix: np.ndarray,
+    *,
+    steps: Sequence[int],
+    start: int,
+    n_heads: int,
+    kind: str,
+    unit: str,
+    paths: list[np.ndarray] | None = None,
+    frame_ms: int = FRAME_MS,
+    title: str = "",
+) -> go.Figure:
+    """Target heads x source heads, the composition score of each pair, one frame per checkpoint.
+
+    Args:
+        matrix: ``(S, N, N)`` values (rows: target B, columns: source A; NaN where A is not in an earlier layer).
+        steps: the S checkpoints (frame names).
+        start: index of the frame shown first (the page's ``step``).
+        n_heads: heads per layer (labels ``L{layer} H{head}``).
+        kind: ``q``, ``k`` or ``v``.
+        unit: what a value is (colour-bar title): the score, or the score over the random baseline.
+        paths: per frame, ``(P, 2)`` (source index, target index) pairs to ring: previous-token -> induction.
+        title: put before each frame's ``step N`` title.
+    """
+    s, n, _ = matrix.shape
+    n_layers = n // n_heads
+    labels = head_labels(n_layers, n_heads)
+    finite = np.isfinite(matrix)
+    lo, hi = fixed_range(matrix[finite] if finite.any() else np.zeros(1), pad=0.0)
+    lo = min(lo, 0.0)
+    tgt, src = np.nonzero(finite.any(axis=0))  # every cell that has a score at some checkpoint
+    animated = s * len(tgt) <= MAX_ANIMATED_CELLS
+    frames_at = range(s) if animated else [start]
+
+    def frame_data(i: int) -> list[dict[str, Any]]:
+        values = matrix[i, tgt, src].astype(np.float32)
+        cells = head_points(tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, dtype=np.float32)
+        ring = paths[i] if paths is not None and len(paths[i]) else np.zeros((0, 2), dtype=np.int64)
+        return [
+            dict(type="heatmap", z=matrix[i].astype(np.float32)),
+            dict(type="scatter", customdata=cells),
+            dict(type="scatter", x=ring[:, 0].tolist(), y=ring[:, 1].tolist()),
+        ]
+
+    first = frame_data(start)
+    first[0].update(
+        x=list(range(n)),
+        y=list(range(n)),
+        zmin=lo,
+        zmax=hi,
+        colorscale="Viridis",
+        hoverinfo="skip",
+        colorbar=dict(title=dict(text=unit, side="right"), thickness=14),
+    )
+    first[1].update(
+        x=src,
+        y=tgt,
+        mode="markers",
+        name="pairs",
+        showlegend=False,
+        marker=dict(size=6, opacity=0, color="black"),
+        selected=dict(marker=dict(opacity=0)),
+        unselected=dict(marker=dict(opacity=0)),
+        hovertemplate=(
+            "target B: layer %{customdata[0]}, head %{customdata[1]}<br>source A: layer %{customdata[4]}, head "
+            f"%{{customdata[5]}}<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[3]:.4g}}"
+            "<extra>click to open B</extra>"
+        ),
+    )
+    first[2].update(
+        mode="markers",
+        name="previous-token head → induction head",
+        showlegend=paths is not None,
+        marker=dict(symbol="square-open", size=max(6, min(16, 560 // max(n, 1))), color=PATH_COLOUR, line=dict(width=2)),
+        hoverinfo="skip",
+    )
+    frames = [
+        dict(
+            name=str(steps[i]),
+            data=frame_data(i),
+            traces=[0, 1, 2],
+            layout=dict(title=dict(text=f"{title} · step {steps[i]:,}" if title else f"step {steps[i]:,}")),
+        )
+        for i in frames_at
+    ]
+    ticks = list(range(n)) if n <= 64 else list(range(0, n, n_heads))
+    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
+    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
+    lay = layout(
+        height=max(480, min(1000, 26 * n + 200)),
+        margin=dict(l=80, r=90, t=56, b=110),
+        hoverdistance=-1,
+        title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
+        xaxis=dict(
+            title=dict(text="source head A (writes to the residual stream)"),
+            range=[-0.5, n - 0.5],
+            tickvals=ticks,
+            ticktext=[labels[t] for t in ticks],
+            tickangle=-90,
+        ),
+        yaxis=dict(
+            title=dict(text=f"target head B ({KIND_READS[kind]})"),
+            range=[n - 0.5, -0.5],
+            tickvals=ticks,
+            ticktext=[labels[t] for t in ticks],
+        ),
+        legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0),
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="left",
+                x=0.0,
+                y=-0.16,
+                xanchor="left",
+                yanchor="top",
+                showactive=False,
+                buttons=[
+                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
+                ],
+            )
+        ]
+        if animated and s > 1
+        else [],
+    )
+    return figure(first, lay, frames if animated else None)
+
+
+def partner_lines(
+    axis: StepAxis,
+    values: np.ndarray,
+    partners: Sequence[tuple[int, int]],
+    *,
+    kind: str,
+    unit: str,
+    role: str,
+    baseline: float | None = None,
+) -> go.Figure:
+    """One head's strongest partners over training: one line per partner head.
+
+    Args:
+        axis: the training-time axis (`dashboard.data.step_axis`), aligned with ``values``' first axis.
+        values: ``(S, P)`` the score of each partner at each checkpoint (NaN where not computed).
+        partners: the P partner heads (layer, head), in legend order.
+        role: ``source`` or ``target`` (what a partner is to the chosen head; hover and legend).
+        baseline: the random-heads value in the same unit (a dotted line), or None.
+    """
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+    traces: list[dict[str, Any]] = []
+    for j, (layer, head) in enumerate(partners):
+        y = values[:, j]
+        keep = np.isfinite(y)
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x[keep],
+                y=y[keep],
+                mode="lines+markers",
+                marker=dict(size=4),
+                line=dict(color=colours[j % len(colours)], width=1.8),
+                name=f"{role} L{layer} H{head}",
+                customdata=head_points(layer, head, axis.steps[keep]).tolist(),
+                hovertemplate=f"{role} L{layer} H{head}<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = "
+                "%{y:.4g}<extra>click to open</extra>",
+            )
+        )
+    finite = values[np.isfinite(values)]
+    rng = fixed_range(np.append(finite, baseline) if baseline is not None else finite, pad=0.06) if finite.size else (0, 1)
+    shapes = []
+    if baseline is not None:
+        shapes.append(
+            dict(type="line", xref="paper", x0=0, x1=1, y0=baseline, y1=baseline, line=dict(color="#777", dash="dot", width=1))
+        )
+    return figure(
+        traces,
+        layout(
+            height=360,
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(f"{KIND_NAMES[kind]} ({unit})", rng),
+            shapes=shapes,
+        ),
+    )

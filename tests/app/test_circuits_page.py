@@ -1,0 +1,154 @@
+"""The Circuits page against its store: the composition matrix, one head's partners and the ringed
+previous-token -> induction pairs equal what composition.parquet and head_types.parquet hold (pandas on the
+files, not the page's own code), and a click on a cell opens its target head (Chromium)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.store import open_store
+from analysis.store.format import COMPOSITION, HEAD_TYPES, HEAD_TYPES_TABLE
+from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
+
+PAGE = "pages/composition_circuits.py"
+L, H = DIMS["n_layers"], DIMS["n_heads"]
+BASELINE = {"q": 0.125, "k": 0.125, "v": 0.125}
+PREV, IND = (1, 0), (2, 3)  # a previous-token head and an induction head from the third-last checkpoint on
+
+
+def _write(path) -> None:
+    store = open_store(path)
+    steps = [int(s) for s in store.steps]
+    rng = np.random.default_rng(7)
+    rows = []
+    for step in steps:
+        for la in range(L):
+            for ha in range(H):
+                for lb in range(la + 1, L):
+                    for hb in range(H):
+                        rows.append((step, la, ha, lb, hb, *rng.uniform(0.05, 0.6, 3)))
+    frame = pd.DataFrame(rows, columns=["step", "layer_a", "head_a", "layer_b", "head_b", "q", "k", "v"])
+    table = pa.Table.from_pandas(frame, schema=COMPOSITION.schema, preserve_index=False)
+    pq.write_table(COMPOSITION.sorted(table), path / COMPOSITION.file)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["composition"] = {"top": None, "baseline": BASELINE, "baseline_rms": 0.125, "layernorm": "not folded"}
+    (path / "meta.json").write_text(json.dumps(meta))
+    types = []
+    for step in steps:
+        for layer in range(L):
+            for head in range(H):
+                for name in HEAD_TYPES:
+                    on = step >= steps[-3] and (
+                        (name == "previous_token" and (layer, head) == PREV) or (name == "induction" and (layer, head) == IND)
+                    )
+                    types.append((step, layer, head, name, 0.5 if on else 0.0, 0.01, 50.0 if on else 0.0, on, on))
+    t = pa.Table.from_pandas(pd.DataFrame(types, columns=HEAD_TYPES_TABLE.schema.names), schema=HEAD_TYPES_TABLE.schema)
+    pq.write_table(HEAD_TYPES_TABLE.sorted(t), path / HEAD_TYPES_TABLE.file)
+
+
+@pytest.fixture(scope="module")
+def circuit_store(store_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("circuits") / "circuit-run"
+    shutil.copytree(store_path, path)
+    _write(path)
+    return path
+
+
+def _frame(path) -> pd.DataFrame:
+    return pd.read_parquet(path / COMPOSITION.file)
+
+
+def test_the_matrix_is_the_stored_score_over_the_random_baseline_for_every_pair(circuit_store, tmp_path, monkeypatch):
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    steps = sorted(_frame(circuit_store)["step"].unique())
+    step = int(steps[len(steps) // 2])
+    at = open_page(PAGE, {"kind": "k", "step": str(step)})
+    z = arr(chart(at, "composition")["data"][0]["z"]).reshape(L * H, L * H)
+    frame = _frame(circuit_store)
+    rows = frame[frame["step"] == step]
+    expect = np.full((L * H, L * H), np.nan)
+    expect[rows["layer_b"] * H + rows["head_b"], rows["layer_a"] * H + rows["head_a"]] = rows["k"] / BASELINE["k"]
+    np.testing.assert_allclose(z, expect, rtol=1e-6)  # float32 in the figure; NaN where A is not earlier than B
+    assert any("K-composition" in c.value and f"{step:,}" in c.value for c in at.caption)
+
+
+def test_raw_v_scores_when_asked(circuit_store, tmp_path, monkeypatch):
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    at = open_page(PAGE, {"kind": "v", "scale": "score"})
+    z = arr(chart(at, "composition")["data"][0]["z"]).reshape(L * H, L * H)
+    frame = _frame(circuit_store)
+    rows = frame[frame["step"] == frame["step"].max()]
+    got = z[rows["layer_b"] * H + rows["head_b"], rows["layer_a"] * H + rows["head_a"]]
+    np.testing.assert_allclose(got, rows["v"], rtol=1e-6)
+
+
+def test_one_heads_strongest_sources_are_those_with_the_largest_peak(circuit_store, tmp_path, monkeypatch):
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    at = open_page(PAGE, {"kind": "q", "layer": "3", "head": "1", "top": "3"})
+    rows = _frame(circuit_store).query("layer_b == 3 and head_b == 1")
+    peak = rows.groupby(["layer_a", "head_a"])["q"].max().sort_values(ascending=False)
+    expect = [f"source L{a} H{b}" for a, b in peak.index[:3]]
+    traces = chart(at, "sources")["data"]
+    assert [t["name"] for t in traces] == expect
+    first = rows[(rows["layer_a"] == peak.index[0][0]) & (rows["head_a"] == peak.index[0][1])].sort_values("step")
+    np.testing.assert_allclose(arr(traces[0]["y"]), first["q"] / BASELINE["q"])
+    # layer 3 is the last: no targets
+    assert any("has no targets" in c.value for c in at.caption)
+
+
+def test_previous_token_to_induction_pairs_are_ringed_only_where_both_hold(circuit_store, tmp_path, monkeypatch):
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    steps = sorted(int(s) for s in _frame(circuit_store)["step"].unique())
+    at = open_page(PAGE, {"step": str(steps[-1])})
+    ring = chart(at, "composition")["data"][2]
+    assert list(zip(ring["x"], ring["y"], strict=True)) == [(PREV[0] * H + PREV[1], IND[0] * H + IND[1])]
+    at = open_page(PAGE, {"step": str(steps[0])})
+    assert chart(at, "composition")["data"][2]["x"] == []
+
+
+def test_a_store_without_composition_says_how_to_add_it(app_env):
+    at = open_page(PAGE)
+    assert any("--lenses composition" in i.value for i in at.info)
+    assert not at.exception
+
+
+@pytest.fixture(scope="module")
+def circuit_server(circuit_store, tmp_path_factory):
+    from tests.app.test_browser import _serve
+
+    yield from _serve(circuit_store, tmp_path_factory)
+
+
+def test_a_click_on_a_cell_opens_its_target_head(circuit_server, chromium):
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
+
+    page = chromium.new_page(viewport={"width": 1500, "height": 1900})
+    try:
+        page.goto(circuit_server + "/circuits?kind=k")
+        _wait_view(page, "/circuits", "Circuits", 3)
+        xy = page.evaluate(
+            """([src, tgt]) => {
+            const gd = document.querySelector('.st-key-composition .js-plotly-plot');
+            const t = gd._fullData.find(t => t.name === 'pairs');
+            const i = t.customdata.findIndex((c, j) => t.x[j] === src && t.y[j] === tgt);
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
+        }""",
+            [1 * H + 2, 3 * H + 0],  # source L1 H2 -> target L3 H0
+        )
+        page.mouse.move(*xy)
+        page.mouse.click(*xy)
+        page.wait_for_function(
+            "() => location.pathname.endsWith('/head') && location.search.includes('layer=3') "
+            "&& location.search.includes('head=0')",
+            timeout=LOAD_TIMEOUT_MS,
+        )
+    finally:
+        page.close()
