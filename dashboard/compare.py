@@ -275,3 +275,51 @@ def joint_trajectories(values: list[np.ndarray], steps: list[np.ndarray]) -> tup
             )
         )
     return np.concatenate(rows), np.concatenate(index).astype(np.int64), same
+
+
+def summary_table(
+    series: list[RunSeries],
+    indices: list[int | None],
+    losses: dict[str, tuple[np.ndarray, str]],
+    *,
+    unit: str = "head",
+) -> pd.DataFrame:
+    """One row per run: the statistic over its units at the checkpoint used for ``point`` (mean, median, smallest,
+    largest) and the run's final and minimum loss with their steps, where curves overlap too closely to read.
+
+    Args:
+        series: the runs' statistic (`run_series`).
+        indices: per run, the checkpoint used for the point (`checkpoint_at`), None when it has none.
+        losses: run -> (loss at each of its checkpoints, label), for runs with a loss curve (`dashboard.data.loss_curve`).
+        unit: ``head`` or ``layer`` (a column title).
+    """
+    rows = []
+    for s, i in zip(series, indices, strict=True):
+        row: dict[str, object] = {"run": s.run}
+        if i is None:
+            row |= {"step used": None, f"mean over {unit}s": np.nan, "median": np.nan, "smallest": np.nan, "largest": np.nan}
+        else:
+            v = s.values[i].ravel()
+            v = v[np.isfinite(v)]
+            row |= {
+                "step used": int(s.steps[i]),
+                f"mean over {unit}s": float(v.mean()) if v.size else np.nan,
+                "median": float(np.median(v)) if v.size else np.nan,
+                "smallest": float(v.min()) if v.size else np.nan,
+                "largest": float(v.max()) if v.size else np.nan,
+            }
+        loss = losses.get(s.run)
+        if loss is not None and np.isfinite(loss[0]).any():
+            finite = np.flatnonzero(np.isfinite(loss[0]))
+            last, low = int(finite[-1]), int(finite[np.argmin(loss[0][finite])])
+            row |= {
+                "final loss": float(loss[0][last]),
+                "final loss step": int(s.steps[last]),
+                "minimum loss": float(loss[0][low]),
+                "minimum loss step": int(s.steps[low]),
+                "loss": loss[1],
+            }
+        else:
+            row |= {"final loss": np.nan, "final loss step": None, "minimum loss": np.nan, "minimum loss step": None, "loss": ""}
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -219,11 +219,11 @@ def main() -> None:
     points = compare.point_options([s.x for s in series], align=align)
     point = widgets.select(
         "point",
-        "Point of training (distribution over heads)",
+        "Point of training (the table and the distribution over heads; each run at its last checkpoint at or before it)",
         points,
         compare.default_point(points, [s.x for s in series]),
         kind="select_slider",
-        fmt=lambda v: _point_text(v, align),
+        fmt=lambda v: _point_text(v, align) + ("" if align == "step" else _steps_at(series, v)),
     )
     log_x = frame.scale == "log"
     x_title = ALIGN_TEXT[align]
@@ -238,6 +238,10 @@ def main() -> None:
         if info.llc
         else f"{label} of {'W_QK' if matrix == 'qk' else 'W_OV'}"
     )
+
+    # --- in numbers: the statistic at the point and each run's loss, where curves overlap ---
+    indices = [compare.checkpoint_at(s.x, point) for s in series]
+    _summary_section(series, indices, shown, label=label, what=what, point=_point_text(point, align), unit=unit)
 
     # --- panel (a): mean and spread per relative-depth bin over training ---
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
@@ -298,7 +302,6 @@ def main() -> None:
 
     # --- panel (c): the distribution over all heads (layers) at one point of training ---
     st.subheader(f"Distribution over {unit}s at {_point_text(point, align)}")
-    indices = [compare.checkpoint_at(s.x, point) for s in series]
     widgets.chart(
         figs.distributions(series, indices, stat_title=info.title(), x_label=x_title, colours=colours, log_x=log_y, unit=unit),
         "compare_dist",
@@ -392,6 +395,51 @@ def _type_counts_panel(stores: dict, colour: dict, *, align: compare.Align, x_ti
         "at least the entry threshold, kept until it falls below the exit level; thresholds: "
         + ", ".join(f"{name} {r['threshold']:.3g}" for name, r in rules.items())
         + f"). Aligned by {compare.ALIGNMENTS[align]}, as above."
+    )
+
+
+def _steps_at(series: list, point) -> str:
+    """`` (run A: step 768; run B: step 1,024)``: the checkpoint each run shows at ``point``."""
+    parts = []
+    for s in series:
+        i = compare.checkpoint_at(s.x, point)
+        parts.append(f"{s.run}: step {int(s.steps[i]):,}" if i is not None else f"{s.run}: none yet")
+    return " (" + "; ".join(parts) + ")"
+
+
+def _summary_section(series: list, indices: list, shown: dict, *, label: str, what: str, point: str, unit: str) -> None:
+    """A small table of numbers per run: the statistic over its units at the point, the final and minimum loss."""
+    st.subheader("In numbers")
+    losses = {s.run: c for s in series if (c := loss_curve(shown[s.run][0])) is not None}
+    table = compare.summary_table(series, indices, losses, unit=unit)
+    fmt = st.column_config.NumberColumn
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="compare_summary",
+        column_config={
+            "step used": fmt(format="%d"),
+            f"mean over {unit}s": fmt(format="%.4g"),
+            "median": fmt(format="%.4g"),
+            "smallest": fmt(format="%.4g"),
+            "largest": fmt(format="%.4g"),
+            "final loss": fmt(format="%.4f"),
+            "final loss step": fmt(format="%d"),
+            "minimum loss": fmt(format="%.4f"),
+            "minimum loss step": fmt(format="%d"),
+        },
+    )
+    st.caption(
+        f"Per run: {what} over its {unit}s at {point} (mean, median, smallest and largest), at the run's last "
+        "checkpoint at or before that point (step used); the run's loss at its last checkpoint and its smallest loss, "
+        "with their steps (loss: what the run recorded, named in the last column). The point is the slider above."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        table.to_csv(index=False),
+        file_name=export.safe_name("compare", *[s.run for s in series], label, "summary") + ".csv",
+        mime="text/csv",
+        key="compare_summary_csv",
     )
 
 

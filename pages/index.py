@@ -33,7 +33,7 @@ def main() -> None:
     # --- panel: the views ---
     st.subheader("Views")
     for view in VIEWS:
-        c_link, c_what = st.columns([1, 3])
+        c_link, c_what = st.columns([1, 2])
         c_link.page_link(view.file, label=view.title, icon=view.icon, query_params={"run": run} if run else None)
         c_what.markdown(view.description)
 

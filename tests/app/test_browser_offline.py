@@ -31,6 +31,26 @@ def _foreign(url: str) -> bool:
     return parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in ("127.0.0.1", "localhost")
 
 
+# Every element with text of its own that does not fit its box and is clipped (an ellipsis, hidden overflow or no
+# wrapping): a label, a page link or a picker's value read as "Architecture hea..." or "log de...".
+CUT_TEXT_JS = """() => {
+    const out = [];
+    for (const el of document.querySelectorAll('[data-testid="stMain"] *, [data-testid="stSidebar"] *')) {
+        const own = Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+        if (!own || el.closest('.js-plotly-plot')) continue;
+        const cs = getComputedStyle(el);
+        const clips = cs.textOverflow === 'ellipsis' || cs.overflow === 'hidden' || cs.overflowX === 'hidden'
+            || cs.whiteSpace === 'nowrap';
+        if (clips && el.scrollWidth > el.clientWidth + 1) out.push(own.slice(0, 80));
+    }
+    return out;
+}"""
+
+
+def _cut_text(page) -> list[str]:
+    return page.evaluate(CUT_TEXT_JS)
+
+
 @pytest.mark.parametrize("spec", PAGES, ids=[p.url_path for p in PAGES])
 def test_every_page_asks_no_other_host(spec, chromium, shipped_server) -> None:
     asked: list[str] = []
@@ -45,6 +65,12 @@ def test_every_page_asks_no_other_host(spec, chromium, shipped_server) -> None:
         # the sidebar's icons are drawn with the font Streamlit ships: one glyph per page link
         icons = page.locator('[data-testid="stSidebarNav"] [data-testid="stIconMaterial"]').count()
         assert icons == len(PAGES)
+        assert _cut_text(page) == [], "text cut short at 1,280 px"
+        page.set_viewport_size({"width": 1024, "height": 900})
+        page.wait_for_timeout(800)  # re-layout, no rerun
+        assert _cut_text(page) == [], "text cut short at 1,024 px"
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.wait_for_timeout(800)
         if os.environ.get("HEADWATCH_SCREENSHOTS") == "1":
             page.wait_for_timeout(1500)  # plotly's transitions
             page.screenshot(path=str(SCREENSHOTS / f"{spec.url_path}.png"))

@@ -442,3 +442,46 @@ def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monke
     spec = chart(at, "trajectory_map")
     assert [t.get("name") for t in spec["data"]][-2:] == ["heads", "highlighted head"]
     assert "joint" not in at.query_params
+
+
+# --- in numbers: the statistic at the point and each run's loss ------------------------------------------------------
+
+
+@pytest.mark.parametrize("align, point", [("fraction", "0.5"), ("step", "320")])
+def test_the_summary_table_gives_each_runs_numbers_at_the_point_and_its_losses(two_runs, align, point):
+    at = open_page(PAGE, link(stat="std", align=align, point=point))
+    summary = next(d.value for d in at.dataframe if "step used" in d.value.columns)
+    assert list(summary["run"]) == [DEEP, SHALLOW]
+    for run in RUNS:
+        row = summary[summary["run"] == run].iloc[0]
+        x_of = aligned(two_runs, run, align)
+        step = int(x_of[x_of <= float(point)].index.max())
+        df = table(two_runs, run)
+        v = df[df["step"] == step]["value"]
+        assert row["step used"] == step
+        assert row["mean over heads"] == pytest.approx(v.mean())
+        assert row["median"] == pytest.approx(v.median())
+        assert (row["smallest"], row["largest"]) == (pytest.approx(v.min()), pytest.approx(v.max()))
+        loss_file = two_runs / run / "eval_loss.parquet"
+        if loss_file.is_file():
+            loss = pd.read_parquet(loss_file).sort_values("step")
+            assert row["final loss"] == pytest.approx(loss["loss"].iloc[-1]) and row["final loss step"] == loss["step"].iloc[-1]
+            low = loss.loc[loss["loss"].idxmin()]
+            assert row["minimum loss"] == pytest.approx(low["loss"]) and row["minimum loss step"] == low["step"]
+        else:  # the run's validation loss from run.json, or none
+            meta = json.loads((two_runs / run / "meta.json").read_text())
+            losses = [r for r in ((meta.get("training") or {}).get("losses") or []) if r.get("val_loss") is not None]
+            if losses:
+                assert row["final loss"] == pytest.approx(losses[-1]["val_loss"])
+            else:
+                assert np.isnan(row["final loss"])
+
+
+def test_the_fraction_slider_says_which_step_of_each_run_it_means(two_runs):
+    at = open_page(PAGE, link(stat="std", align="fraction", point="0.5"))
+    slider = next(s for s in at.select_slider if s.key == "point")
+    shown = slider.format_func(slider.value) if hasattr(slider, "format_func") else str(slider.value)
+    for run in RUNS:
+        x_of = aligned(two_runs, run, "fraction")
+        step = int(x_of[x_of <= 0.5].index.max())
+        assert f"{run}: step {step:,}" in shown, shown
