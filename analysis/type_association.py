@@ -43,6 +43,10 @@ CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins
 PERMUTATIONS = 1999
 SIGNIFICANCE = 0.05
 NO_TYPE = "none"
+# The weight statistics whose trajectory clusters are compared with the head types (the stored trajectory maps'
+# defaults; the refined LLC is added where a run has it). The forward statistics are left out: the types are
+# decided from prev_token, induction and sink themselves.
+ASSOCIATION_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("store", metavar="STORE")
     r.add_argument("--out", required=True, metavar="DIR", help="folder for report.md and its figures (created)")
+    r.add_argument(
+        "--replicate",
+        action="append",
+        metavar="STORE",
+        help="another run of the same recipe (a second seed): the report says whether the trajectory clusters' "
+        "association with the head types holds in it too (repeatable)",
+    )
 
     from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
 
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from headwatch.report import run as report
 
-            return report(args.store, args.out)
+            return report(args.store, args.out, args.replicate)
         except ModuleNotFoundError as exc:
             return _usage(f"report needs {exc.name!r}, which this install lacks: pip install 'headwatch[precompute]'")
         except StoreError as exc:

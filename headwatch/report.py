@@ -143,8 +143,76 @@ def _stage_table(stages: pd.DataFrame, basis: str) -> str:
     return _table(shown)
 
 
-def write_report(store_path: str | Path, out: str | Path) -> Path:
-    """Write ``report.md`` and its SVG figures into ``out`` (created if missing).
+def association_section(store: Store, others: list[Store]) -> list[str]:
+    """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
+    LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
+    (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
+    from analysis.type_association import ASSOCIATION_STATS, PERMUTATIONS, associate, end_types, replicates
+    from dashboard.data import stat_values
+
+    runs = [s for s in [store, *others] if end_types(s) is not None]
+    lines = ["## Do the trajectory clusters correspond to head types?", ""]
+    if store not in runs:
+        return [
+            *lines,
+            f"This store has no head types (head_types.parquet): add them with `python -m precompute.lenses.types {store.path}`.",
+            "",
+        ]
+    rows, verdicts = [], []
+    for stat in (*ASSOCIATION_STATS, "llc"):
+        for matrix in ("qk",) if stat == "llc" else ("qk", "ov"):
+            results = []
+            for s in runs:
+                if (stat == "llc" and not s.has(LLC)) or (stat != "llc" and matrix not in s.meta.matrices):
+                    continue
+                labels, step = end_types(s)  # type: ignore[misc]
+                a, _ = associate(stat_values(s, stat, matrix=matrix), labels)
+                results.append(a)
+                rows.append(
+                    {
+                        "statistic": stat if stat == "llc" else f"{stat} of W_{matrix.upper()}",
+                        "run": s.path.name,
+                        "types at step": f"{step:,}",
+                        "clusters (k)": a.clusters,
+                        "AMI": "-" if not a.testable else f"{a.ami:.3f}",
+                        "p (over heads)": "-" if not a.testable else f"{a.p_value:.4f}",
+                        "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
+                    }
+                )
+            if results:
+                verdicts.append((stat if stat == "llc" else f"{stat} of W_{matrix.upper()}", results, replicates(results)))
+    tested = [v for v in verdicts if v[2] is not None]
+    held = [name for name, _, rep in tested if rep]
+    single = [name for name, res, _ in verdicts if res and res[0].significant]
+    lines += [
+        "The training-dynamics study leaves open whether its clusters of head trajectories are functional head "
+        "types. Each row clusters the heads' trajectories of one statistic (per-head z-scored, k-means, k in 2..6 "
+        "by silhouette) and compares the clusters with the heads' types at the last checkpoint (adjusted mutual "
+        f"information; p from {PERMUTATIONS:,} random reassignments of the types to the heads, and within layers "
+        "only; method: docs/views/trajectories.md).",
+        "",
+        _table(pd.DataFrame(rows)),
+        "",
+    ]
+    n_tests = sum(1 for _, res, _ in verdicts if res)
+    answer = (
+        f"**Answer.** In `{store.path.name}`, {len(single)} of {n_tests} statistics reach p < 0.05 "
+        f"({', '.join(single) or 'none'}); of {n_tests} tests, about {0.05 * n_tests:.1f} would by chance alone. "
+    )
+    if len(runs) > 1:
+        answer += (
+            f"Across the {len(runs)} runs ({', '.join(s.path.name for s in runs)}), the association holds (p < 0.05) in "
+            f"every run for {', '.join(held) if held else 'no statistic'}"
+            + ("." if held else ": no trajectory cluster of these runs corresponds to the head types in a way that replicates.")
+        )
+    else:
+        answer += "Give a second seed with `--replicate STORE` to test whether it replicates."
+    return [*lines, answer, ""]
+
+
+def write_report(store_path: str | Path, out: str | Path, *, replicate: list[str | Path] | None = None) -> Path:
+    """Write ``report.md`` and its SVG figures into ``out`` (created if missing); ``replicate``: other runs' stores
+    (another seed) against which the clusters-versus-types association is checked.
 
     Returns:
         The Markdown file's path.
@@ -215,7 +283,8 @@ def write_report(store_path: str | Path, out: str | Path) -> Path:
                     )
                 ),
             ]
-    lines += ["", "## Events", ""]
+    lines += ["", *association_section(store, [open_store(p) for p in replicate or []])]
+    lines += ["## Events", ""]
     if events:
         frame = events_frame(events, run)
         frame["view"] = [f"`{link}`" for link in frame.pop("link")]
@@ -232,8 +301,8 @@ def write_report(store_path: str | Path, out: str | Path) -> Path:
     return path
 
 
-def run(store: str, out: str) -> int:
+def run(store: str, out: str, replicate: list[str] | None = None) -> int:
     """The ``headwatch report`` subcommand: the exit status."""
-    path = write_report(store, out)
+    path = write_report(store, out, replicate=replicate)
     print(f"wrote {path} with {TIMELINE_SVG}" + (f" and {LLC_SVG}" if (path.parent / LLC_SVG).is_file() else ""))
     return 0

@@ -7,7 +7,15 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
-from analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, cluster_trajectories, end_types, replicates
+from analysis.type_association import (
+    ASSOCIATION_STATS,
+    CLUSTER_RANGE,
+    PERMUTATIONS,
+    SIGNIFICANCE,
+    cluster_trajectories,
+    end_types,
+    replicates,
+)
 from dashboard import export, loader, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
@@ -26,9 +34,6 @@ COLOUR_BY = {
 TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
 MIXED_COLOUR = "#9467bd"
 LLC_K = 4  # the Refined LLC page's default number of clusters (k-means on per-head-normalised curves)
-# Weight statistics whose trajectory clusters are compared with the head types (the stored maps' defaults). The
-# forward statistics are left out: the types are decided from prev_token, induction and sink themselves.
-ASSOCIATION_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
 
 
 def _with(options: list, value) -> list:
@@ -311,7 +316,9 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
         f"well (p < {SIGNIFICANCE} reads as associated); within layers, the types are reassigned only among the heads "
         "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
         "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
-        "statistics are left out: the types are decided from them. Method: analysis/type_association.py."
+        "statistics are left out: the types are decided from them. Several statistics are tested: at p < 0.05 one test "
+        "in twenty is significant by chance, so read an association that holds in every run (another seed) before "
+        "one that holds in one. Method: analysis/type_association.py."
     )
     st.download_button(
         "Download this table (CSV)",

@@ -56,3 +56,25 @@ def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:
 def test_report_of_a_missing_store_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
     assert "report:" in capsys.readouterr().err
+
+
+def test_report_answers_whether_trajectory_clusters_are_head_types_and_if_a_second_seed_agrees(tmp_path: Path) -> None:
+    """The open question's section: one row per statistic and run, p-values in (0, 1], and the replication verdict
+    equal to 'p < 0.05 in both runs' read off the rows themselves."""
+    seed2 = REPO / "data" / "shakespeare-pythia-6x8-seed2"
+    assert main(["report", str(SHIPPED), "--out", str(tmp_path / "out"), "--replicate", str(seed2)]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("## Do the trajectory clusters correspond to head types?", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2 * 9  # 4 weight statistics x (W_QK, W_OV) + the refined LLC, for both runs
+    by_stat: dict[str, list[float]] = {}
+    for cells in rows:
+        p = float(cells[5])
+        assert 0 < p <= 1
+        by_stat.setdefault(cells[0].strip("| "), []).append(p)
+    both = sorted(s for s, ps in by_stat.items() if all(p < 0.05 for p in ps))
+    assert "**Answer.**" in section
+    if both:
+        assert all(s in section.split("**Answer.**")[1] for s in both)
+    else:
+        assert "for no statistic" in section
