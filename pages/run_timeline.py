@@ -8,11 +8,14 @@ view that shows its evidence; the table below the chart lists them with those li
 
 import streamlit as st
 
-from analysis.store.format import STAGES
+from analysis.errors import StoreError
+from analysis.store.format import LLC, STAGES
+from analysis.type_association import ASSOCIATION_STATS, end_types, replicates
 from dashboard import export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.events import KINDS, events_frame, type_sentences
 from dashboard.figures import timeline as figs
+from dashboard.stats import LLC_STAT, STATS
 
 
 def main() -> None:
@@ -96,6 +99,9 @@ def main() -> None:
     for sentence in type_sentences(store):
         st.markdown(f"- {sentence}")
 
+    # --- panel: the study's open question, in one paragraph (the Trajectory map shows the whole table) ---
+    _open_question(frame, store)
+
     # --- panel: the events ---
     st.subheader("Events")
     if not shown:
@@ -110,6 +116,51 @@ def main() -> None:
             "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it"),
         },
         height=min(40 + 35 * len(shown), 640),
+    )
+
+
+def _open_question(frame, store) -> None:
+    """Do the trajectory clusters correspond to the head types? Which statistics say so here and in every run."""
+    st.subheader("Do the trajectory clusters correspond to head types?")
+    if end_types(store) is None:
+        st.markdown(
+            "This store has no head types, so the question cannot be asked of it (`python -m precompute.lenses.types STORE`)."
+        )
+        return
+    others = [o for r in frame.runs if r != frame.run for o in [loader.try_load_store(frame.runs[r])]]
+    runs = [store, *[o for o in others if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]]
+    found, tested, held = [], 0, []
+    for stat in (*ASSOCIATION_STATS, LLC_STAT):
+        for matrix in ("qk",) if stat == LLC_STAT else ("qk", "ov"):
+            results = [
+                loader.association(s, stat, matrix=matrix)[0]
+                for s in runs
+                if (s.has(LLC) if stat == LLC_STAT else matrix in s.meta.matrices)
+            ]
+            if not results or not results[0].testable:
+                continue
+            tested += 1
+            name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
+            if results[0].significant:
+                found.append(f"{name} (AMI {results[0].ami:.3f}, p = {results[0].p_value:.3g})")
+            if len(results) > 1 and replicates(results):
+                held.append(name)
+    text = (
+        f"Of {tested} statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, "
+        f"{len(found)} reach p < 0.05 in this run: {', '.join(found) or 'none'} (about {0.05 * tested:.1f} would by chance). "
+    )
+    if len(runs) > 1:
+        text += (
+            f"In every one of the {len(runs)} runs with head types: "
+            + (", ".join(held) if held else "none, so no association replicates")
+            + "."
+        )
+    st.markdown(text)
+    st.page_link(
+        "pages/trajectory_map.py",
+        label="The whole comparison, statistic by statistic, on the Trajectory map",
+        icon=":material/scatter_plot:",
+        query_params={"run": frame.run or "", "colour": "type"},
     )
 
 

@@ -123,3 +123,22 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     assert "step 64: first previous-token head: L0H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
+
+
+def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monkeypatch) -> None:
+    """Both shipped seeds in the run list: the page names the statistics that reach p < 0.05 in this run (sigma of
+    W_QK's AMI and p as `analysis.type_association.associate` gives them, unit-tested against scikit-learn) and
+    says that none replicates on the second seed."""
+    from analysis.type_association import associate, end_types
+    from dashboard.data import stat_values
+
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
+    at = open_page(PAGE, {"run": "shakespeare-pythia-6x8"})
+    text = " ".join(m.value for m in at.markdown if "trajectory clusters were compared" in m.value)
+    assert "Of 9 statistics" in text
+    store = open_store(SHIPPED)
+    labels, _ = end_types(store)
+    result, _ = associate(stat_values(store, "std", matrix="qk"), labels)
+    assert result.p_value < 0.05 and f"AMI {result.ami:.3f}, p = {result.p_value:.3g}" in text
+    assert "none, so no association replicates" in text
