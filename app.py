@@ -34,7 +34,7 @@ PAGES = [st.Page(p.file, title=p.title, icon=p.icon, url_path=p.url_path, defaul
 
 settings = read_settings()  # the environment, read once per run
 with widgets.view_state(settings) as view:
-    page = st.navigation(PAGES)
+    page = st.navigation(PAGES, expanded=True)  # every view listed (past 10, Streamlit would hide some behind 'View more')
     view.open(page, PAGES)  # a Space link names its page as ?page=... on the root URL
     notice_slot = view.notices_in(st.container())
 
