@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.store import Store
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, LAYERS, LLC, STAGES
+from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, LAYERS, LLC, STAGES
 from dashboard.tables import model_approaches
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
@@ -111,6 +111,11 @@ def _head_query(layer: int, head: int, step: int, **more: object) -> tuple[tuple
     return (("layer", layer), ("head", head), *more.items(), ("step", step))
 
 
+def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str:
+    """A relative link to the head explorer at one head and step (``head?run=...&layer=2&head=3&stat=...&step=64``)."""
+    return Event(step, "head type", "", "", "head", _head_query(layer, head, step, **more)).link(run)
+
+
 def stage_events(store: Store) -> list[Event]:
     frame = store.frame(STAGES)
     primary = (store.meta.stages or {}).get("primary")
@@ -150,7 +155,7 @@ def type_events(store: Store) -> list[Event]:
                 label=f"first {TYPE_TEXT.get(s.type, s.type)} head: L{layer}H{head}",
                 detail=f"holds the type from step {s.first_step:,} to the end{others}",
                 page="head",
-                query=_head_query(layer, head, s.first_step),
+                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type]),
             )
         )
     return out
@@ -280,7 +285,8 @@ def type_sentences(store: Store) -> list[str]:
     summaries = type_summaries(store)
     if summaries is None:
         return ["This store has no head types (head_emergence.parquet): run the types lens on it."]
-    thresholds = ((store.meta.extra.get("types") or {}).get("thresholds") or {}) if store.meta.extra else {}
+    recorded = (store.meta.types or {}).get("types") or {}
+    thresholds = {name: r.get("threshold") for name, r in recorded.items() if isinstance(r, dict)}
     out = []
     for s in summaries:
         name = TYPE_TEXT.get(s.type, s.type)

@@ -6,14 +6,15 @@ each kind of weight from its Marchenko-Pastur law, the first level crossings. Ev
 view that shows its evidence; the table below the chart lists them with those links.
 """
 
+import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.store.format import LLC, STAGES
+from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, LLC, STAGES
 from analysis.type_association import ASSOCIATION_STATS, end_types, replicates
 from dashboard import export, loader, widgets
 from dashboard.data import loss_curve
-from dashboard.events import KINDS, events_frame, type_sentences
+from dashboard.events import KINDS, TYPE_TEXT, events_frame, head_link, type_sentences
 from dashboard.figures import timeline as figs
 from dashboard.stats import LLC_STAT, STATS
 
@@ -98,6 +99,7 @@ def main() -> None:
     st.subheader("Head types")
     for sentence in type_sentences(store):
         st.markdown(f"- {sentence}")
+    _emerged_table(frame, store)
 
     # --- panel: the study's open question, in one paragraph (the Trajectory map shows the whole table) ---
     _open_question(frame, store)
@@ -116,6 +118,49 @@ def main() -> None:
             "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it"),
         },
         height=min(40 + 35 * len(shown), 640),
+    )
+
+
+def _emerged_table(frame, store) -> None:
+    """Every head that holds a type at the end of training, with its emergence step and a link to it there."""
+    emergence = store.frame(HEAD_EMERGENCE)
+    if emergence is None:
+        return
+    held = emergence[emergence["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head", "type"])
+    if held.empty:
+        return
+    steps = held["emergence_step"].astype(int)
+    table = pd.DataFrame(
+        {
+            "head": [f"L{a} H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+            "type": [TYPE_TEXT.get(t, t) for t in held["type"]],
+            "emerged at step": steps.to_numpy(),
+            "first above threshold": held["first_step"].astype("Int64").to_numpy(),
+            "peak score": held["peak_score"].to_numpy(),
+            "final score": held["final_score"].to_numpy(),
+            "evidence": [
+                head_link(frame.run, int(a), int(b), int(s), stat=HEAD_TYPE_SCORES[t])
+                for a, b, s, t in zip(held["layer"], held["head"], steps, held["type"], strict=True)
+            ],
+        }
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="emerged_table",
+        column_config={
+            "emerged at step": st.column_config.NumberColumn(format="%d"),
+            "first above threshold": st.column_config.NumberColumn(format="%d"),
+            "peak score": st.column_config.NumberColumn(format="%.3f"),
+            "final score": st.column_config.NumberColumn(format="%.3f"),
+            "evidence": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The head at that step"),
+        },
+        height=min(40 + 35 * len(table), 480),
+    )
+    st.caption(
+        "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
+        "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
+        "explorer at the emergence step with the type's score (docs/head-types.md)."
     )
 
 

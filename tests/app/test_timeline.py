@@ -76,7 +76,7 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     head_type = lanes["head type"]
     assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
     assert head_type["text"] == ["first previous-token head: L0H3"]
-    assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&step=64"
+    assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&step=64"
     boundaries = sorted(int(c[0]) for c in lanes["stage boundary"]["customdata"])
     assert boundaries == sorted(llc["start_step"][llc["stage"] > 0].tolist())
     text = " ".join(m.value for m in at.markdown)
@@ -142,3 +142,21 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     result, _ = associate(stat_values(store, "std", matrix="qk"), labels)
     assert result.p_value < 0.05 and f"AMI {result.ami:.3f}, p = {result.p_value:.3g}" in text
     assert "none, so no association replicates" in text
+
+
+def test_the_timeline_lists_every_typed_head_with_its_emergence_step_and_a_link(monkeypatch) -> None:
+    """On a shipped run: one row per (head, type) that head_emergence.parquet says holds at the end, none cut."""
+    import pandas as pd
+
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
+    at = open_page(PAGE, {"run": "shakespeare-pythia-6x8"})
+    table = next(d.value for d in at.dataframe if "emerged at step" in d.value.columns)
+    stored = pd.read_parquet(SHIPPED / "head_emergence.parquet").dropna(subset=["emergence_step"])
+    assert len(table) == len(stored) == 19
+    got = {(h, int(s)) for h, s in zip(table["head"], table["emerged at step"], strict=True)}
+    assert got == {
+        (f"L{a} H{b}", int(s)) for a, b, s in zip(stored["layer"], stored["head"], stored["emergence_step"], strict=True)
+    }
+    first = table.iloc[0]
+    assert first["evidence"].startswith("head?run=shakespeare-pythia-6x8&layer=") and "stat=prev_token" in first["evidence"]
