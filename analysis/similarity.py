@@ -133,6 +133,7 @@ def similarity(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
     chunk_elements: int = 2**26,
+    within_layers: bool = False,
 ) -> torch.Tensor:
     """The similarity statistics of every unordered pair of heads (the module docstring defines them).
 
@@ -142,6 +143,7 @@ def similarity(
         dtype: the dtype every product is computed in (the inputs are converted; never modified).
         device: where to compute.
         chunk_elements: about the most entries of the batched products' buffers together (blocks of heads).
+        within_layers: only the pairs of heads in one layer (the others NaN).
 
     Returns:
         ``(6, n_layers, n_heads, n_layers, n_heads)`` float64 on the CPU, indexed
@@ -161,20 +163,28 @@ def similarity(
     n = n_layers * n_heads
     # heads per block: the two Gram buffers of a block pair and their temporaries, about chunk_elements
     per_block = max(1, math.isqrt(max(1, chunk_elements // 4)) // d_head)
+    # layers whose bases are computed together: their factors, converted, about chunk_elements
+    per_bases = max(1, chunk_elements // (4 * n_heads * d_head * d_model))
+    spans = [(layer * n_heads, (layer + 1) * n_heads) for layer in range(n_layers)] if within_layers else [(0, n)]
     out = torch.full((len(COLUMNS), n, n), torch.nan, dtype=torch.float64)
     for m, (x, y) in enumerate((qk, ov)):
         parts = [
-            head_bases(x[i].to(device=device, dtype=dtype), y[i].to(device=device, dtype=dtype)) for i in range(n_layers)
-        ]  # one layer at a time: the conversions stay small
+            head_bases(
+                x[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
+                y[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
+            )
+            for i in range(0, n_layers, per_bases)
+        ]
         bases = tuple(torch.cat([p[j] for p in parts]) for j in range(4))  # (n, ...) in layer-major order
-        for i0 in range(0, n, per_block):
-            i1 = min(n, i0 + per_block)
-            a = tuple(t[i0:i1] for t in bases)
-            for j0 in range(i0, n, per_block):
-                j1 = min(n, j0 + per_block)
-                stats = _block(a, tuple(t[j0:j1] for t in bases), d_model)
-                for s, values in enumerate(stats):
-                    out[3 * m + s, i0:i1, j0:j1] = values.to("cpu", torch.float64)
+        for start, stop in spans:
+            for i0 in range(start, stop, per_block):
+                i1 = min(stop, i0 + per_block)
+                a = tuple(t[i0:i1] for t in bases)
+                for j0 in range(i0, stop, per_block):
+                    j1 = min(stop, j0 + per_block)
+                    stats = _block(a, tuple(t[j0:j1] for t in bases), d_model)
+                    for s, values in enumerate(stats):
+                        out[3 * m + s, i0:i1, j0:j1] = values.to("cpu", torch.float64)
     upper = torch.ones(n, n, dtype=torch.bool).triu(1)
     out[:, ~upper] = torch.nan
     return out.view(len(COLUMNS), n_layers, n_heads, n_layers, n_heads)
@@ -234,26 +244,17 @@ def random_baseline(
     """
     layers = max(1, baseline_layers(n_heads))
     gen = torch.Generator().manual_seed(seed)
-    pairs: list[np.ndarray] = []
-    shares = {"share": np.zeros(len(COLUMNS)), "share_of_max": np.zeros(len(COLUMNS))}
-    count = np.zeros(len(COLUMNS))
-    for _ in range(layers):
-        w = torch.randn((4, 1, n_heads, d_head, d_model), generator=gen, dtype=torch.float64)  # W_Q, W_K, W_O^T, W_V
-        values = similarity((w[0], w[1]), (w[2], w[3]), device=device, chunk_elements=chunk_elements).numpy()
-        upper = np.triu(np.ones((n_heads, n_heads), dtype=bool), 1)
-        pairs.append(values[:, 0, :, 0, :][:, upper])  # (6, pairs)
-        u = layer_ultrametricity(values, tol)
-        t = u["triangles"][:, 0]
-        for key in shares:
-            shares[key] += np.where(t > 0, u[key][:, 0], 0.0) * t
-        count += t
-    flat = np.concatenate(pairs, axis=1)
+    w = torch.randn((4, layers, n_heads, d_head, d_model), generator=gen, dtype=torch.float64)  # W_Q, W_K, W_O^T, W_V
+    values = similarity((w[0], w[1]), (w[2], w[3]), device=device, chunk_elements=chunk_elements, within_layers=True).numpy()
+    upper = np.triu(np.ones((n_heads, n_heads), dtype=bool), 1)
+    flat = np.stack([values[:, layer, :, layer, :][:, upper] for layer in range(layers)], axis=1).reshape(len(COLUMNS), -1)
     out: dict[str, dict[str, float | None]] = {
         "mean": {c: float(np.mean(flat[i])) for i, c in enumerate(COLUMNS)},
         "rms": {c: float(np.sqrt(np.mean(flat[i] ** 2))) for i, c in enumerate(COLUMNS)},
     }
-    for key, total in shares.items():
-        out[key] = {c: (float(total[i] / count[i]) if count[i] else None) for i, c in enumerate(COLUMNS)}
+    u = layer_ultrametricity(values, tol)  # (6, layers); every layer has the same triangles
+    for key in ("share", "share_of_max"):
+        out[key] = {c: (float(np.mean(u[key][i])) if n_heads >= 3 else None) for i, c in enumerate(COLUMNS)}
     return out
 
 

@@ -117,6 +117,13 @@ def head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> i
     return n_heads**2 * n_layers * (n_layers - 1) // 2 * d_head**2 * d_model
 
 
+def all_head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> int:
+    """What the head similarity's cost scales with: unordered pairs of heads (within and across layers)
+    times the ``d_head x d_head`` products over ``d_model`` each takes (`analysis.similarity`)."""
+    heads = n_layers * n_heads
+    return heads * (heads - 1) // 2 * d_head**2 * d_model
+
+
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
     """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
@@ -129,6 +136,9 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     pairs_scale = head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / head_pair_flops(
         ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
     )
+    all_pairs_scale = all_head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / all_head_pair_flops(
+        ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
+    )
     heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
     scales = {
         "heads": (heads_scale, heads_how),
@@ -138,6 +148,10 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
             f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})",
         ),
         "head_pairs": (pairs_scale, f"x {pairs_scale:.3g} (cross-layer head pairs x d_head^2 x d_model against Pythia-1.4B's)"),
+        "all_head_pairs": (
+            all_pairs_scale,
+            f"x {all_pairs_scale:.3g} (pairs of heads x d_head^2 x d_model against Pythia-1.4B's)",
+        ),
     }
     out = []
     if "qk" in matrices:

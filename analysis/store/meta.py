@@ -208,6 +208,8 @@ class Meta:
         llc: how ``llc.parquet`` was made (``sampler`` settings, ``evaluation`` sequences, ``devinterp``
             version, ``restriction``, ``seconds`` per step), else None (README "llc.parquet").
         composition: how ``composition.parquet`` was made (``top``, the random ``baseline``, ...), else None.
+        similarity: how ``similarity.parquet`` and ``ultrametricity.parquet`` were made (``tolerance``, the
+            random ``baseline``, the definitions), else None.
         schema_version: the version the file was written with (`to_dict` always writes
             `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
         extra: keys this version does not know, written back unchanged.
@@ -226,6 +228,7 @@ class Meta:
     forward: ForwardInfo | None = None
     llc: dict[str, Any] | None = None
     composition: dict[str, Any] | None = None
+    similarity: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -276,7 +279,7 @@ class Meta:
             "settings": self.settings,
             "software": self.software,
         }
-        for key in ("training", "embeddings", "overlaps", "llc", "composition"):
+        for key in ("training", "embeddings", "overlaps", "llc", "composition", "similarity"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.forward is not None:

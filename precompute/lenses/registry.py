@@ -27,7 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from analysis.store.format import COMPOSITION, EMBEDDINGS, FORWARD_TABLES, LAYERS, LLC, LLC_CHAINS, OVERLAPS, TableSpec
+from analysis.store.format import (
+    COMPOSITION,
+    EMBEDDINGS,
+    FORWARD_TABLES,
+    LAYERS,
+    LLC,
+    LLC_CHAINS,
+    OVERLAPS,
+    SIMILARITY,
+    ULTRAMETRICITY,
+    TableSpec,
+)
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
@@ -35,8 +46,9 @@ AskedBy = Literal["--matrices", "--lenses", "default"]
 # "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
 # What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
-# cross-layer head pairs x d_head^2 x d_model (the composition scores' products).
-CostScale = Literal["heads", "layers", "parameters", "head_pairs"]
+# cross-layer head pairs x d_head^2 x d_model (the composition scores' products); "all_head_pairs" is every
+# unordered pair of heads x d_head^2 x d_model (the similarity's products).
+CostScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,31 @@ def composition_options(values: Mapping[str, Any]) -> CompositionOptions:
     return CompositionOptions(top=values.get("top"))
 
 
+@dataclass(frozen=True)
+class SimilarityOptions:
+    """The similarity lens's options (``--similarity-*``).
+
+    Attributes:
+        tolerance: the ultrametric test's tolerance: a triangle of heads counts as ultrametric when its
+            two largest sides differ by at most this share of its spread (`analysis.ultrametric`).
+    """
+
+    tolerance: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance <= 1):
+            raise ValueError(f"--similarity-tolerance {self.tolerance!r}: expected a number from 0 to 1")
+
+
+def similarity_options(values: Mapping[str, Any]) -> SimilarityOptions:
+    """`SimilarityOptions` from the ``--similarity-*`` values by field.
+
+    Raises:
+        ValueError: a tolerance outside [0, 1].
+    """
+    return SimilarityOptions(tolerance=values.get("tolerance", SimilarityOptions.tolerance))
+
+
 _SAMPLER = SamplerSettings()
 
 LAYERS_LENS = Lens(
@@ -367,8 +404,40 @@ COMPOSITION_LENS = Lens(
     cost_scale="head_pairs",
 )
 
+SIMILARITY_LENS = Lens(
+    name="similarity",
+    title="head similarity",
+    summary="how alike every pair of heads is, independently of the residual basis (W_QK and W_OV cosines, "
+    "principal angles), and how ultrametric each layer's heads are, against random heads",
+    tables=(SIMILARITY, ULTRAMETRICITY),
+    asked_by="--lenses",
+    stage="precompute.lenses.similarity:SimilarityStage",
+    needs=("tensors",),
+    meta_key="similarity",
+    options=(
+        Option(
+            "--similarity-tolerance",
+            "tolerance",
+            float,
+            "TOL",
+            "a triangle of heads is ultrametric when its two largest sides differ by at most TOL of its spread",
+            SimilarityOptions.tolerance,
+        ),
+    ),
+    make_options=similarity_options,
+    cost_scale="all_head_pairs",
+)
+
 # Every lens, in the order a run fills them after its pass over the checkpoints.
-LENSES: tuple[Lens, ...] = (ATTENTION_LENS, LLC_LENS, OVERLAPS_LENS, LAYERS_LENS, COMPOSITION_LENS, EMBEDDINGS_LENS)
+LENSES: tuple[Lens, ...] = (
+    ATTENTION_LENS,
+    LLC_LENS,
+    OVERLAPS_LENS,
+    LAYERS_LENS,
+    COMPOSITION_LENS,
+    SIMILARITY_LENS,
+    EMBEDDINGS_LENS,
+)
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}
 # The lenses whose tables the run state replaces a checkpoint at a time.
 STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)

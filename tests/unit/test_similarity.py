@@ -69,6 +69,13 @@ def test_every_statistic_equals_the_dense_matrices_and_scipy(chunk_elements) -> 
     assert (~np.isnan(got)).sum() == 6 * math.comb(9, 2)  # every unordered pair, once
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
     assert np.isclose(got[COLUMNS.index("ov_col"), 2, 0, 2, 2], 1.0)
+    within = run(w, chunk_elements=chunk_elements, within_layers=True)  # what the baseline computes
+    for la in range(3):
+        for lb in range(3):
+            if la == lb:
+                np.testing.assert_allclose(within[:, la, :, lb], got[:, la, :, lb], rtol=0, atol=1e-14)
+            else:
+                assert np.isnan(within[:, la, :, lb]).all()
 
 
 def test_float32_products_agree_to_float32_precision() -> None:
