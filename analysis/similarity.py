@@ -54,6 +54,7 @@ import math
 import numpy as np
 import torch
 
+from analysis.threads import map_per_core
 from analysis.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
 
 # The products compared, and the columns of a pair: f"{matrix}_{stat}", in this order.
@@ -163,18 +164,19 @@ def similarity(
     n = n_layers * n_heads
     # heads per block: the two Gram buffers of a block pair and their temporaries, about chunk_elements
     per_block = max(1, math.isqrt(max(1, chunk_elements // 4)) // d_head)
-    # layers whose bases are computed together: their factors, converted, about chunk_elements
-    per_bases = max(1, chunk_elements // (4 * n_heads * d_head * d_model))
+    # layers whose bases are computed together (their factors, converted, about chunk_elements), in at
+    # least as many tasks as torch has threads: the small QRs and SVDs run one per core (`map_per_core`)
+    per_bases = max(1, min(chunk_elements // (4 * n_heads * d_head * d_model), -(-n_layers // torch.get_num_threads())))
     spans = [(layer * n_heads, (layer + 1) * n_heads) for layer in range(n_layers)] if within_layers else [(0, n)]
     out = torch.full((len(COLUMNS), n, n), torch.nan, dtype=torch.float64)
     for m, (x, y) in enumerate((qk, ov)):
-        parts = [
-            head_bases(
+        parts = map_per_core(
+            lambda i, x=x, y=y: head_bases(
                 x[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
                 y[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
-            )
-            for i in range(0, n_layers, per_bases)
-        ]
+            ),
+            range(0, n_layers, per_bases),
+        )
         bases = tuple(torch.cat([p[j] for p in parts]) for j in range(4))  # (n, ...) in layer-major order
         for start, stop in spans:
             for i0 in range(start, stop, per_block):
