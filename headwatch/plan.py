@@ -171,13 +171,17 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
 
 def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
     """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes,
-    and every composition row (``--lenses composition`` without ``--composition-top``) at the benchmark's."""
+    and every composition row (``--lenses composition`` without ``--composition-top``) and similarity row
+    (``--lenses similarity``, its ultrametricity rows included) at the benchmarks'."""
     head_rows = shape.n_layers * shape.n_heads * len([m for m in matrices if m != "layers"])
     total = head_rows * (bench.HEADS_BYTES_PER_ROW + bench.OVERLAPS_BYTES_PER_HEAD_PAIR)
     if "layers" in matrices:
         total += shape.n_layers * bench.LAYERS_BYTES_PER_LAYER
     if "composition" in lenses:
         total += shape.n_heads**2 * shape.n_layers * (shape.n_layers - 1) // 2 * bench.COMPOSITION_BYTES_PER_PAIR
+    if "similarity" in lenses:
+        heads = shape.n_layers * shape.n_heads
+        total += heads * (heads - 1) // 2 * bench.SIMILARITY_BYTES_PER_PAIR
     return total
 
 
@@ -281,6 +285,10 @@ def describe(args: argparse.Namespace) -> list[str]:
         if "composition" in lenses
         else ""
     )
+    if "similarity" in lenses:
+        composition += (
+            f", similarity.parquet and ultrametricity.parquet {bench.SIMILARITY_BYTES_PER_PAIR} B per unordered pair of heads"
+        )
     lines.append(
         f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
         f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "

@@ -366,7 +366,7 @@ class Store:
         have = set(table["step"].to_pylist())
         return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
-    def dense(self, spec: TableSpec, column: str, *, at: dict[str, int] | None = None) -> np.ndarray | None:
+    def dense(self, spec: TableSpec, column: str, *, at: dict[str, int | str] | None = None) -> np.ndarray | None:
         """One column of a table keyed by step and layer/head indices, as a dense array over its keys.
 
         Axis 0 follows `steps`; the other axes are the table's other key columns in order
@@ -375,6 +375,7 @@ class Store:
         ``dense(COMPOSITION, "k")``, ``[step, layer_a, head_a, layer_b, head_b]``.
         ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
         whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`).
+        A string key is picked the same way: ``dense(ULTRAMETRICITY, "share", at={"distance": "qk_frob"})``.
         Rows outside the axes (such a whole-model row, without ``at``) are left out.
 
         Returns:
@@ -423,7 +424,7 @@ class Store:
         self._cache[cache] = out
         return out
 
-    def require(self, spec: TableSpec, column: str, *, at: dict[str, int] | None = None) -> np.ndarray:
+    def require(self, spec: TableSpec, column: str, *, at: dict[str, int | str] | None = None) -> np.ndarray:
         """`dense` of a table the caller knows the store has (`has`).
 
         Raises:
