@@ -50,6 +50,7 @@ ultrametricity shares of such heads (`analysis.ultrametric`) have no closed form
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
@@ -169,14 +170,13 @@ def similarity(
     per_bases = max(1, min(chunk_elements // (4 * n_heads * d_head * d_model), -(-n_layers // torch.get_num_threads())))
     spans = [(layer * n_heads, (layer + 1) * n_heads) for layer in range(n_layers)] if within_layers else [(0, n)]
     out = torch.full((len(COLUMNS), n, n), torch.nan, dtype=torch.float64)
-    for m, (x, y) in enumerate((qk, ov)):
-        parts = map_per_core(
-            lambda i, x=x, y=y: head_bases(
-                x[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
-                y[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1),
-            ),
-            range(0, n_layers, per_bases),
-        )
+
+    def bases_of(pair: tuple[torch.Tensor, torch.Tensor], i: int) -> tuple[torch.Tensor, ...]:
+        x, y = (t[i : i + per_bases].to(device=device, dtype=dtype).flatten(0, 1) for t in pair)
+        return head_bases(x, y)
+
+    for m, pair in enumerate((qk, ov)):
+        parts = map_per_core(partial(bases_of, pair), range(0, n_layers, per_bases))
         bases = tuple(torch.cat([p[j] for p in parts]) for j in range(4))  # (n, ...) in layer-major order
         for start, stop in spans:
             for i0 in range(start, stop, per_block):

@@ -16,6 +16,7 @@ partial duplicates (`analysis.store.meta`), which `Store.view(include_mixed=True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -366,7 +367,7 @@ class Store:
         have = set(table["step"].to_pylist())
         return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
-    def dense(self, spec: TableSpec, column: str, *, at: dict[str, int | str] | None = None) -> np.ndarray | None:
+    def dense(self, spec: TableSpec, column: str, *, at: Mapping[str, int | str] | None = None) -> np.ndarray | None:
         """One column of a table keyed by step and layer/head indices, as a dense array over its keys.
 
         Axis 0 follows `steps`; the other axes are the table's other key columns in order
@@ -424,7 +425,7 @@ class Store:
         self._cache[cache] = out
         return out
 
-    def require(self, spec: TableSpec, column: str, *, at: dict[str, int | str] | None = None) -> np.ndarray:
+    def require(self, spec: TableSpec, column: str, *, at: Mapping[str, int | str] | None = None) -> np.ndarray:
         """`dense` of a table the caller knows the store has (`has`).
 
         Raises:
