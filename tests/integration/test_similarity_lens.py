@@ -129,7 +129,12 @@ def test_other_families_compare_their_own_weights(config, tmp_path: Path) -> Non
     suite = family_suite(tmp_path / "suite", config())
     run_precompute(suite, tmp_path / "store", OPTIONS)
     model = transformers.AutoModelForCausalLM.from_pretrained(suite / "step0")
-    np.testing.assert_allclose(stored(tmp_path / "store")[:, 0], dense_similarity(*own_factors(model)), rtol=0, atol=1e-6)
+    got = stored(tmp_path / "store")[:, 0]
+    np.testing.assert_allclose(got, dense_similarity(*own_factors(model)), rtol=0, atol=1e-6)
+    if model.config.model_type == "llama":  # query heads 0 and 1 share key and value head 0: the same W_K, W_V
+        for column in ("qk_row", "ov_row"):
+            assert got[COLUMNS.index(column), 0, 0, 0, 1] == pytest.approx(1.0, abs=1e-6)
+            assert got[COLUMNS.index(column), 0, 1, 0, 2] < 0.99
 
 
 def test_a_store_keeps_its_tolerance_and_refusals_come_before_anything_is_written(tmp_path: Path) -> None:
