@@ -38,15 +38,19 @@ LLC_DEFAULT_CHECKPOINTS = 8
 # composition (--lenses composition): every cross-layer pair of a Pythia-1.4B-shaped checkpoint's heads, float64,
 # wall, machine shared; docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", bold row (run 2).
 COMPOSITION_SECONDS_1_4B = 532.6
+# head similarity (--lenses similarity): every unordered pair of a Pythia-1.4B-shaped checkpoint's 384 heads, W_QK and
+# W_OV, float64, wall, machine shared; docs/benchmarks.md "Head similarity, one Pythia-1.4B-shaped checkpoint".
+SIMILARITY_SECONDS_1_4B = 873.3
 
 # Seconds per checkpoint of each lens (`precompute.lenses.registry.Lens.cost_scale` says what the figure
-# scales with: "heads", "layers" and "head_pairs" from Pythia-1.4B, "parameters" from the Pythia-160M shape). A lens
-# missing here has no recorded figure; `headwatch plan` says so.
+# scales with: "heads", "layers", "head_pairs" and "all_head_pairs" from Pythia-1.4B, "parameters" from the
+# Pythia-160M shape). A lens missing here has no recorded figure; `headwatch plan` says so.
 SECONDS_PER_CHECKPOINT: dict[str, tuple[str, float]] = {
     "layers": ("LAYERS_SECONDS_1_4B", LAYERS_SECONDS_1_4B),
     "attention": ("FORWARD_SECONDS_160M", FORWARD_SECONDS_160M),
     "llc": ("LLC_SECONDS_PER_CHECKPOINT_160M", LLC_SECONDS_PER_CHECKPOINT_160M),
     "composition": ("COMPOSITION_SECONDS_1_4B", COMPOSITION_SECONDS_1_4B),
+    "similarity": ("SIMILARITY_SECONDS_1_4B", SIMILARITY_SECONDS_1_4B),
 }
 
 # ------------------------------------------------------------------ bytes in a store
@@ -60,3 +64,6 @@ LAYERS_BYTES_PER_LAYER = 7038.0
 # composition.parquet: one Pythia-1.4B-shaped checkpoint's 70,656 rows (every pair) in 963,766 B (zstd);
 # docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint".
 COMPOSITION_BYTES_PER_PAIR = 13.64
+# similarity.parquet and ultrametricity.parquet: one Pythia-1.4B-shaped checkpoint's 73,536 pairs in
+# 2,243,497 B plus 144 ultrametricity rows in 3,189 B (zstd); docs/benchmarks.md "Head similarity".
+SIMILARITY_BYTES_PER_PAIR = 30.55

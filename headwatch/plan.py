@@ -117,6 +117,13 @@ def head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> i
     return n_heads**2 * n_layers * (n_layers - 1) // 2 * d_head**2 * d_model
 
 
+def all_head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> int:
+    """What the head similarity's cost scales with: unordered pairs of heads (within and across layers)
+    times the ``d_head x d_head`` products over ``d_model`` each takes (`analysis.similarity`)."""
+    heads = n_layers * n_heads
+    return heads * (heads - 1) // 2 * d_head**2 * d_model
+
+
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
     """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
@@ -129,6 +136,9 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     pairs_scale = head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / head_pair_flops(
         ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
     )
+    all_pairs_scale = all_head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / all_head_pair_flops(
+        ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
+    )
     heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
     scales = {
         "heads": (heads_scale, heads_how),
@@ -138,6 +148,10 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
             f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})",
         ),
         "head_pairs": (pairs_scale, f"x {pairs_scale:.3g} (cross-layer head pairs x d_head^2 x d_model against Pythia-1.4B's)"),
+        "all_head_pairs": (
+            all_pairs_scale,
+            f"x {all_pairs_scale:.3g} (pairs of heads x d_head^2 x d_model against Pythia-1.4B's)",
+        ),
     }
     out = []
     if "qk" in matrices:
@@ -157,13 +171,17 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
 
 def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
     """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes,
-    and every composition row (``--lenses composition`` without ``--composition-top``) at the benchmark's."""
+    and every composition row (``--lenses composition`` without ``--composition-top``) and similarity row
+    (``--lenses similarity``, its ultrametricity rows included) at the benchmarks'."""
     head_rows = shape.n_layers * shape.n_heads * len([m for m in matrices if m != "layers"])
     total = head_rows * (bench.HEADS_BYTES_PER_ROW + bench.OVERLAPS_BYTES_PER_HEAD_PAIR)
     if "layers" in matrices:
         total += shape.n_layers * bench.LAYERS_BYTES_PER_LAYER
     if "composition" in lenses:
         total += shape.n_heads**2 * shape.n_layers * (shape.n_layers - 1) // 2 * bench.COMPOSITION_BYTES_PER_PAIR
+    if "similarity" in lenses:
+        heads = shape.n_layers * shape.n_heads
+        total += heads * (heads - 1) // 2 * bench.SIMILARITY_BYTES_PER_PAIR
     return total
 
 
@@ -267,6 +285,10 @@ def describe(args: argparse.Namespace) -> list[str]:
         if "composition" in lenses
         else ""
     )
+    if "similarity" in lenses:
+        composition += (
+            f", similarity.parquet and ultrametricity.parquet {bench.SIMILARITY_BYTES_PER_PAIR} B per unordered pair of heads"
+        )
     lines.append(
         f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
         f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "

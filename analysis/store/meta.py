@@ -211,6 +211,8 @@ class Meta:
         types: how ``head_types.parquet`` and ``head_emergence.parquet`` were made (the nulls, thresholds and
             exit levels per type, the rule, T and R, the steps; `analysis.head_types`), else None.
         stages: how ``stages.parquet`` was made (``rule``, its parameters, the noise levels, ``primary``), else None.
+        similarity: how ``similarity.parquet`` and ``ultrametricity.parquet`` were made (``tolerance``, the
+            random ``baseline``, the definitions), else None.
         schema_version: the version the file was written with (`to_dict` always writes
             `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
         extra: keys this version does not know, written back unchanged.
@@ -231,6 +233,7 @@ class Meta:
     composition: dict[str, Any] | None = None
     types: dict[str, Any] | None = None
     stages: dict[str, Any] | None = None
+    similarity: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -281,7 +284,7 @@ class Meta:
             "settings": self.settings,
             "software": self.software,
         }
-        for key in ("training", "embeddings", "overlaps", "llc", "composition", "types", "stages"):
+        for key in ("training", "embeddings", "overlaps", "llc", "composition", "types", "stages", "similarity"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.forward is not None:

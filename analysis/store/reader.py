@@ -377,6 +377,7 @@ class Store:
         ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
         whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`);
         one head type's rows are ``dense(HEAD_TYPES_TABLE, "holds", at={"type": "induction"})``.
+        A string key is picked the same way: ``dense(ULTRAMETRICITY, "share", at={"distance": "qk_frob"})``.
         Rows outside the axes (such a whole-model row, without ``at``) are left out.
 
         Returns:

@@ -37,7 +37,9 @@ from analysis.store.format import (
     LLC,
     LLC_CHAINS,
     OVERLAPS,
+    SIMILARITY,
     STAGES,
+    ULTRAMETRICITY,
     TableSpec,
 )
 
@@ -47,8 +49,9 @@ AskedBy = Literal["--matrices", "--lenses", "default"]
 # "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
 # What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
-# cross-layer head pairs x d_head^2 x d_model (the composition scores' products).
-CostScale = Literal["heads", "layers", "parameters", "head_pairs"]
+# cross-layer head pairs x d_head^2 x d_model (the composition scores' products); "all_head_pairs" is every
+# unordered pair of heads x d_head^2 x d_model (the similarity's products).
+CostScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,31 @@ def composition_options(values: Mapping[str, Any]) -> CompositionOptions:
     return CompositionOptions(top=values.get("top"))
 
 
+@dataclass(frozen=True)
+class SimilarityOptions:
+    """The similarity lens's options (``--similarity-*``).
+
+    Attributes:
+        tolerance: the ultrametric test's tolerance: a triangle of heads counts as ultrametric when its
+            two largest sides differ by at most this share of its spread (`analysis.ultrametric`).
+    """
+
+    tolerance: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.tolerance) and 0 <= self.tolerance <= 1):
+            raise ValueError(f"--similarity-tolerance {self.tolerance!r}: expected a number from 0 to 1")
+
+
+def similarity_options(values: Mapping[str, Any]) -> SimilarityOptions:
+    """`SimilarityOptions` from the ``--similarity-*`` values by field.
+
+    Raises:
+        ValueError: a tolerance outside [0, 1].
+    """
+    return SimilarityOptions(tolerance=values.get("tolerance", SimilarityOptions.tolerance))
+
+
 _SAMPLER = SamplerSettings()
 
 LAYERS_LENS = Lens(
@@ -378,6 +406,30 @@ COMPOSITION_LENS = Lens(
     make_options=composition_options,
     cost_scale="head_pairs",
 )
+SIMILARITY_LENS = Lens(
+    name="similarity",
+    title="head similarity",
+    summary="how alike every pair of heads is, independently of the residual basis (W_QK and W_OV cosines, "
+    "principal angles), and how ultrametric each layer's heads are, against random heads",
+    tables=(SIMILARITY, ULTRAMETRICITY),
+    asked_by="--lenses",
+    stage="precompute.lenses.similarity:SimilarityStage",
+    needs=("tensors",),
+    meta_key="similarity",
+    options=(
+        Option(
+            "--similarity-tolerance",
+            "tolerance",
+            float,
+            "TOL",
+            "a triangle of heads is ultrametric when its two largest sides differ by at most TOL of its spread",
+            SimilarityOptions.tolerance,
+        ),
+    ),
+    make_options=similarity_options,
+    cost_scale="all_head_pairs",
+)
+
 STAGES_LENS = Lens(
     name="stages",
     title="developmental stages",
@@ -413,6 +465,7 @@ LENSES: tuple[Lens, ...] = (
     OVERLAPS_LENS,
     LAYERS_LENS,
     COMPOSITION_LENS,
+    SIMILARITY_LENS,
     TYPES_LENS,
     EMBEDDINGS_LENS,
     STAGES_LENS,

@@ -220,6 +220,8 @@ LENS_OPTIONS = (
     "0,2,16",
     "--lenses",
     "composition",
+    "--lenses",
+    "similarity",
 )
 
 

@@ -64,6 +64,19 @@ def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
     assert "COMPOSITION_SECONDS_1_4B" not in without
 
 
+def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
+    """2 layers x 4 heads, d_head 16, d_model 64: 28 unordered pairs of heads against Pythia-1.4B's 73,536
+    at d_head 128, d_model 2048 (time); 28 pairs at SIMILARITY_BYTES_PER_PAIR (store)."""
+    from headwatch import benchmarks as bench
+
+    assert main(["plan", str(suite), "--lenses", "similarity"]) == 0
+    out = capsys.readouterr().out
+    scale = (28 * 16**2 * 64) / (73_536 * 128**2 * 2048)
+    line = next(line for line in out.splitlines() if "SIMILARITY_SECONDS_1_4B" in line)
+    assert f"x {scale:.3g} (pairs of heads" in line
+    assert f"similarity.parquet and ultrametricity.parquet {bench.SIMILARITY_BYTES_PER_PAIR} B per unordered pair" in out
+
+
 @pytest.mark.parametrize(
     "matrices, wanted",
     [
