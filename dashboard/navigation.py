@@ -114,6 +114,15 @@ PAGES: tuple[PageSpec, ...] = (
         time_scale="log",
     ),
     PageSpec(
+        "pages/head_similarity.py",
+        "Head similarity",
+        ":material/join_inner:",
+        "similarity",
+        "how alike heads are from the weights, whatever the residual basis: W_QK and W_OV inner products and principal "
+        "angles for every pair of heads, each layer ordered by a dendrogram, and how hierarchical each layer is",
+        time_scale="log",
+    ),
+    PageSpec(
         "pages/weight_matrices.py",
         "Weight matrices",
         ":material/bar_chart:",

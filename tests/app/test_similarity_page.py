@@ -1,0 +1,142 @@
+"""The Head similarity page against its store: the matrices, the dendrogram order and the ultrametric shares equal
+what similarity.parquet and ultrametricity.parquet hold (pandas and scipy here, not the page's code), and a click
+on a cell opens its row's head (Chromium)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.cluster.hierarchy import dendrogram, linkage
+from scipy.spatial.distance import squareform
+
+from analysis.store import open_store
+from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
+
+PAGE = "pages/head_similarity.py"
+L, H = DIMS["n_layers"], DIMS["n_heads"]
+
+
+def _write(path) -> None:
+    steps = [int(s) for s in open_store(path).steps]
+    rng = np.random.default_rng(11)
+    heads = [(a, b) for a in range(L) for b in range(H)]
+    rows = []
+    for step in steps:
+        for i, (la, ha) in enumerate(heads):
+            for lb, hb in heads[i + 1 :]:
+                frob = rng.uniform(-0.4, 0.9)
+                rows.append(
+                    (step, la, ha, lb, hb, frob, *rng.uniform(0.05, 0.9, 2), rng.uniform(-0.4, 0.9), *rng.uniform(0.05, 0.9, 2))
+                )
+    frame = pd.DataFrame(rows, columns=["step", "layer_a", "head_a", "layer_b", "head_b", *SIMILARITY_STATS])
+    pq.write_table(
+        SIMILARITY.sorted(pa.Table.from_pandas(frame, schema=SIMILARITY.schema, preserve_index=False)), path / SIMILARITY.file
+    )
+    ultra = pd.DataFrame(
+        [(step, layer, stat, 4, *rng.uniform(0, 1, 4)) for step in steps for layer in range(L) for stat in SIMILARITY_STATS],
+        columns=ULTRAMETRICITY.schema.names,
+    )
+    table = pa.Table.from_pandas(ultra, schema=ULTRAMETRICITY.schema, preserve_index=False)
+    pq.write_table(ULTRAMETRICITY.sorted(table), path / ULTRAMETRICITY.file)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["similarity"] = {"tolerance": 0.1, "baseline": {"mean": {"frob": 0.0, "col": 0.25, "row": 0.25}}}
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture(scope="module")
+def sim_store(store_path, tmp_path_factory):
+    path = tmp_path_factory.mktemp("similarity") / "similar-run"
+    shutil.copytree(store_path, path)
+    _write(path)
+    return path
+
+
+def _square(path, stat: str, step: int) -> np.ndarray:
+    df = pd.read_parquet(path / SIMILARITY.file)
+    df = df[df["step"] == step]
+    m = np.eye(L * H)
+    i, j = df["layer_a"] * H + df["head_a"], df["layer_b"] * H + df["head_b"]
+    m[i, j] = m[j, i] = df[stat]
+    return m
+
+
+def test_every_head_against_every_head_is_the_stored_similarity(sim_store, tmp_path, monkeypatch):
+    serve_only(sim_store, tmp_path, monkeypatch)
+    step = int(open_store(sim_store).steps[4])
+    at = open_page(PAGE, {"sim": "ov_col", "step": str(step)})
+    z = arr(chart(at, "similarity")["data"][0]["z"]).reshape(L * H, L * H)
+    np.testing.assert_allclose(z, _square(sim_store, "ov_col", step), rtol=1e-6)
+
+
+def test_one_layer_is_ordered_by_scipys_dendrogram_of_its_distances(sim_store, tmp_path, monkeypatch):
+    serve_only(sim_store, tmp_path, monkeypatch)
+    last = int(open_store(sim_store).steps[-1])
+    at = open_page(PAGE, {"sim": "qk_frob", "layer": "2"})
+    block = _square(sim_store, "qk_frob", last)[2 * H : 3 * H, 2 * H : 3 * H]
+    d = np.sqrt(np.clip(2 - 2 * block, 0, None))
+    np.fill_diagonal(d, 0)
+    leaves = dendrogram(linkage(squareform(d, checks=False), method="average"), no_plot=True)["leaves"]
+    fig = chart(at, "similarity")
+    assert fig["layout"]["yaxis"]["ticktext"] == [f"L2 H{h}" for h in leaves]
+    z = arr(fig["data"][0]["z"]).reshape(H, H)
+    np.testing.assert_allclose(z, block[np.ix_(leaves, leaves)], rtol=1e-6)
+
+
+def test_ultrametric_shares_per_layer_and_their_random_baseline(sim_store, tmp_path, monkeypatch):
+    serve_only(sim_store, tmp_path, monkeypatch)
+    at = open_page(PAGE, {"sim": "qk_row", "xscale": "linear"})
+    rows = pd.read_parquet(sim_store / ULTRAMETRICITY.file)
+    traces = chart(at, "ultrametricity")["data"]
+    for layer in range(L):
+        mine = rows[(rows["distance"] == "qk_row") & (rows["layer"] == layer)].sort_values("step")
+        line = next(t for t in traces if t["name"] == f"L{layer}")
+        np.testing.assert_allclose(arr(line["y"]), mine["share"])
+        base = next(t for t in traces if t["name"] == f"L{layer} random heads")
+        np.testing.assert_allclose(arr(base["y"]), mine["baseline"])
+
+
+def test_a_store_without_similarity_says_how_to_add_it(app_env):
+    at = open_page(PAGE)
+    assert any("--lenses similarity" in i.value for i in at.info)
+
+
+@pytest.fixture(scope="module")
+def sim_server(sim_store, tmp_path_factory):
+    from tests.app.test_browser import _serve
+
+    yield from _serve(sim_store, tmp_path_factory)
+
+
+def test_a_click_on_a_cell_opens_its_rows_head(sim_server, chromium):
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
+
+    page = chromium.new_page(viewport={"width": 1500, "height": 1900})
+    try:
+        page.goto(sim_server + "/similarity")
+        _wait_view(page, "/similarity", "Head similarity", 2)
+        xy = page.evaluate(
+            """([row, col]) => {
+            const gd = document.querySelector('.st-key-similarity .js-plotly-plot');
+            const t = gd._fullData.find(t => t.name === 'pairs');
+            const i = t.customdata.findIndex((c, j) => t.y[j] === row && t.x[j] === col);
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
+        }""",
+            [1 * H + 3, 2 * H + 1],  # row L1 H3, column L2 H1
+        )
+        page.mouse.move(*xy)
+        page.mouse.click(*xy)
+        page.wait_for_function(
+            "() => location.pathname.endsWith('/head') && location.search.includes('layer=1') "
+            "&& location.search.includes('head=3')",
+            timeout=LOAD_TIMEOUT_MS,
+        )
+    finally:
+        page.close()
