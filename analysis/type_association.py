@@ -149,7 +149,7 @@ def mutual_information(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     _, b_codes = np.unique(b, return_inverse=True)
     b_codes = b_codes.reshape(b.shape)
     nb = int(b_codes.max()) + 1
-    p, n = b_codes.shape
+    p, n = int(b.shape[0]), int(b.shape[1])
     flat = (np.arange(p)[:, None] * (na * nb) + a_codes[None, :] * nb + b_codes).ravel()
     table = np.bincount(flat, minlength=p * na * nb).reshape(p, na, nb).astype(np.float64)
     rows = table.sum(axis=2, keepdims=True)

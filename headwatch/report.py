@@ -11,6 +11,7 @@ refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -210,7 +211,7 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     return [*lines, answer, ""]
 
 
-def write_report(store_path: str | Path, out: str | Path, *, replicate: list[str | Path] | None = None) -> Path:
+def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence[str | Path] | None = None) -> Path:
     """Write ``report.md`` and its SVG figures into ``out`` (created if missing); ``replicate``: other runs' stores
     (another seed) against which the clusters-versus-types association is checked.
 

@@ -1,5 +1,7 @@
 """Circuits: how heads wire together over training, from the weights (Q-, K- and V-composition between heads)."""
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -148,8 +150,8 @@ def main() -> None:
             f"{role}s",
             title=f"{frame.run} · L{layer} H{head} · strongest {role}s · {figs.KIND_NAMES[kind]} ({unit_short})",
             filename=export.safe_name(frame.run, f"L{layer}H{head}", f"{role}s", kind, scale),
-            csv=lambda series=series, strongest=strongest, role=role: _partners_csv(
-                frame.run, store.steps, series[:, strongest], strongest, n_heads, role, kind, layer, head
+            csv=functools.partial(
+                _partners_csv, frame.run, store.steps, series[:, strongest], strongest, n_heads, role, kind, layer, head
             ),
             select=True,
         )

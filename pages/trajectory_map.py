@@ -243,7 +243,8 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
         other = loader.try_load_store(frame.runs[r])
         if not isinstance(other, StoreError) and end_types(other) is not None and len(other.steps) >= 2:
             runs.append((r, other))
-    rows, by_stat = [], {}
+    rows: list[dict] = []
+    by_stat: dict[str, list] = {}
     with st.spinner("Clustering trajectories and shuffling types ..."):
         for s_name in stats:
             for run_name, run_store in runs:
