@@ -1,7 +1,7 @@
 """Do induction heads form under a recipe? Train in-process and probe the induction score every few steps.
 
 The experiments of `docs/induction-recipe.md`: a model from `training.model` (Pythia's shape and
-init), trained on the Shakespeare bytes of `training.corpus` with the repeated spans of
+init, or GPT-2's with ``--arch gpt2``), trained on the Shakespeare bytes of `training.corpus` with the repeated spans of
 `training.repeats`, AdamW and the warmup + cosine schedule of `training.schedule`, as
 ``python -m training`` would, except that no checkpoint is saved: every ``--probe-every`` updates
 the model's attention on the store's induction probe (8 sequences of R = 128 uniform random bytes
@@ -37,7 +37,7 @@ from training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
 from training.model import VOCAB_SIZE, build_config, build_model
 from training.repeats import insert_repeats
 from training.schedule import learning_rate
-from training.settings import ModelSettings, RepeatSettings
+from training.settings import ARCHS, ModelSettings, RepeatSettings
 
 PROBE_SEQUENCES, PROBE_SEED = 8, 1  # as precompute/lenses/evalset.py
 VAL_WINDOWS = 32
@@ -45,6 +45,7 @@ VAL_WINDOWS = 32
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arch", choices=ARCHS, default="gpt_neox", help="gpt_neox (Pythia) or gpt2 (learned positions)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=128)
@@ -76,6 +77,7 @@ def main() -> None:
     train_tokens, val_tokens = torch.from_numpy(corpus.train), torch.from_numpy(corpus.val)
     r = a.probe_repeat
     shape = ModelSettings(
+        arch=a.arch,
         n_layers=a.layers,
         n_heads=a.heads,
         d_model=a.d_model,

@@ -411,6 +411,7 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
         stats["jsd"] = 0.5 * (np.sum(p[:, None] * np.log2(p[:, None] / m), -1) + np.sum(p[None] * np.log2(p[None] / m), -1))
         stats["loss"] = 1.5 + 4.0 * np.exp(-6 * progress)
         stats["tokens"] = 8 * (t - 1)
+        stats["probe_copy_loss"] = 5.55 - 5.0 / (1 + np.exp(-12 * (progress - 0.5)))  # drops as induction forms
         for name, table in forward_rows(step, stats).items():
             tables.setdefault(name, []).append(table)
     info = ForwardInfo(

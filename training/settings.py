@@ -14,12 +14,21 @@ from typing import Any, Literal, get_args
 
 RepeatContent = Literal["random", "text"]
 REPEAT_CONTENTS: tuple[str, ...] = get_args(RepeatContent)
+Arch = Literal["gpt_neox", "gpt2"]
+ARCHS: tuple[str, ...] = get_args(Arch)
 
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Shape of the GPT-NeoX model (vocabulary fixed at 256 bytes)."""
+    """Architecture and shape of the model (vocabulary fixed at 256 bytes).
 
+    ``arch``: ``gpt_neox`` (the default: Pythia's architecture and init, rotary positions) or
+    ``gpt2`` (GPT-2's architecture and its own init: learned absolute position embeddings,
+    sequential attention then MLP, tied input and output embeddings; ``rotary_pct`` and
+    ``rotary_base`` do not apply). See `training.model`.
+    """
+
+    arch: Arch = "gpt_neox"
     n_layers: int = 6
     n_heads: int = 8
     d_model: int = 256
@@ -31,6 +40,12 @@ class ModelSettings:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads})")
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,7 @@ class RunSettings:
         record = asdict(self)
         record["model"]["d_head"] = self.model.d_head
         record["model"]["vocab_size"] = 256
+        record["model"]["init"] = "pythia" if self.model.arch == "gpt_neox" else "gpt2"
         record["optim"]["warmup_steps"] = self.optim.warmup
         record["tokens_per_step"] = self.tokens_per_step
         return record

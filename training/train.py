@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import GPTNeoXForCausalLM
+from transformers import PreTrainedModel
 
 from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 from training.corpus import Corpus
@@ -78,14 +78,14 @@ def fixed_batches(tokens: torch.Tensor, *, n_batches: int, batch_size: int, cont
     return list(windows.split(batch_size))  # n_batches x (batch_size, context + 1)
 
 
-def next_token_loss(model: GPTNeoXForCausalLM, windows: torch.Tensor) -> torch.Tensor:
+def next_token_loss(model: PreTrainedModel, windows: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (nats) of predicting ``windows[:, 1:]`` from ``windows[:, :-1]``."""
     logits = model(input_ids=windows[:, :-1]).logits  # (B, T, vocab)
     return F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), windows[:, 1:].reshape(-1))
 
 
 @torch.no_grad()
-def mean_loss(model: GPTNeoXForCausalLM, batches: list[torch.Tensor], device: torch.device) -> float:
+def mean_loss(model: PreTrainedModel, batches: list[torch.Tensor], device: torch.device) -> float:
     """Average of `next_token_loss` over equally sized batches, in eval mode."""
     was_training = model.training
     model.eval()
@@ -94,7 +94,7 @@ def mean_loss(model: GPTNeoXForCausalLM, batches: list[torch.Tensor], device: to
     return total / len(batches)
 
 
-def adamw(model: GPTNeoXForCausalLM, settings: RunSettings) -> torch.optim.AdamW:
+def adamw(model: PreTrainedModel, settings: RunSettings) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices and embeddings only (not biases, not LayerNorms)."""
     opt = settings.optim
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -107,7 +107,7 @@ def adamw(model: GPTNeoXForCausalLM, settings: RunSettings) -> torch.optim.AdamW
     )
 
 
-def save_checkpoint(model: GPTNeoXForCausalLM, out: Path, step: int) -> Path:
+def save_checkpoint(model: PreTrainedModel, out: Path, step: int) -> Path:
     """Write ``out/step<step>`` in save_pretrained (safetensors) format, atomically."""
     final = out / f"step{step}"
     partial = out / f".step{step}.partial"

@@ -368,12 +368,15 @@ EVAL_LOSS_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "loss": "mean next-token cross-entropy on the evaluation sequences, nats per token (float64)",
     "tokens": "predicted tokens it averages over: sequences x (T - 1) (int64)",
+    "probe_copy_loss": "mean next-token cross-entropy on the second copy of the induction probe (R random tokens "
+    "repeated twice): the predictions of positions R+1..2R-1 (0-based), which only copying from the first copy "
+    "can make; nats per token (ln vocab: no copying). NaN in stores written before it was recorded (float64)",
 }
 ATTENTION_SCHEMA = _fields(
     {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32()} | {c: pa.float64() for c in ATTENTION_STATISTICS}
 )
 LAYER_DIVERGENCE_SCHEMA = _fields({"step": pa.int64(), "layer_a": pa.int32(), "layer_b": pa.int32(), "jsd": pa.float64()})
-EVAL_LOSS_SCHEMA = _fields({"step": pa.int64(), "loss": pa.float64(), "tokens": pa.int64()})
+EVAL_LOSS_SCHEMA = _fields({"step": pa.int64(), "loss": pa.float64(), "tokens": pa.int64(), "probe_copy_loss": pa.float64()})
 
 ATTENTION = TableSpec(
     name="attention",
@@ -401,7 +404,8 @@ EVAL_LOSS = TableSpec(
     file="eval_loss.parquet",
     row="one row per step",
     about="The model's loss on the evaluation sequences at each checkpoint with statistics, the curve "
-    "the dashboard overlays on its time axes. Written with `attention`.",
+    "the dashboard overlays on its time axes, and its loss on the induction probe's second copy (the "
+    "in-context copying signal that drops when induction heads form). Written with `attention`.",
     schema=EVAL_LOSS_SCHEMA,
     docs=EVAL_LOSS_COLUMN_DOCS,
     sort=("step",),

@@ -14,6 +14,8 @@ the upgraded files in its first atomic commit (`precompute.run`).
   ``matrix`` (its rows are all ``qk``) and ``rel_change`` (NaN: `complete_overlaps`), and a
   precompute run refills those pairs; ``embeddings.parquet`` lacks ``matrix`` (its maps are
   all ``qk``: `upgrade_table`). ``meta.json`` is unchanged.
+- within version 3: ``eval_loss.parquet`` gained ``probe_copy_loss``; a file without it reads it as
+  NaN (`upgrade_table`), and a precompute run with the attention lens computes the forward rows again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
-from analysis.store.format import CIRCUIT_COLUMNS, EMBEDDINGS, HEADS, NULL_COLUMNS, OVERLAPS, TableSpec
+from analysis.store.format import CIRCUIT_COLUMNS, EMBEDDINGS, EVAL_LOSS, HEADS, NULL_COLUMNS, OVERLAPS, TableSpec
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +104,10 @@ def complete_overlaps(table: pa.Table) -> pa.Table:
 def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     """A table as read from a store of any version, with the columns later versions added where it can
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
-    absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``)."""
+    absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``);
+    ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded)."""
+    if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:
+        table = table.append_column(pa.field("probe_copy_loss", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name in (EMBEDDINGS.name, OVERLAPS.name) and "matrix" not in table.column_names and "matrix" in spec.schema.names:
         column = pa.array(["qk"] * table.num_rows, pa.string())
         table = table.add_column(spec.schema.names.index("matrix"), pa.field("matrix", pa.string()), column)

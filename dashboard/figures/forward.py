@@ -312,3 +312,74 @@ def head_type_heatmap(
             shapes=shapes + duplicate_shapes(axis),
         ),
     )
+
+
+PROBE_COPY_LABEL = "loss on the probe's second copy, nats per token"
+EVAL_LOSS_LABEL = "loss on the evaluation text, nats per token"
+
+
+def probe_losses(axis: StepAxis, eval_loss: np.ndarray, copy_loss: np.ndarray, *, vocab_size: int | None) -> go.Figure:
+    """The loss on the induction probe's second copy and on the evaluation text, over training.
+
+    Args:
+        eval_loss, copy_loss: ``(S,)`` nats per token (NaN where a step has none).
+        vocab_size: marks ln V, the loss of a uniform guess (no copying), when known.
+    """
+    traces: list[dict[str, Any]] = []
+    for values, name, colour, dash in (
+        (copy_loss, PROBE_COPY_LABEL, style.LOSS_COLOUR, "solid"),
+        (eval_loss, EVAL_LOSS_LABEL, "#888888", "dot"),
+    ):
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=np.asarray(values, dtype=np.float64),
+                mode="lines+markers",
+                name=name,
+                line=dict(color=colour, width=2, dash=dash),
+                marker=dict(size=4),
+                customdata=axis.steps,
+                hovertemplate=f"step %{{customdata:,}}<br>{name} = %{{y:.4f}}<extra></extra>",
+            )
+        )
+    shapes = duplicate_shapes(axis)
+    annotations = []
+    reference = [float(np.log(vocab_size))] if vocab_size else []
+    if reference:
+        shapes.append(
+            dict(
+                type="line",
+                xref="x domain",
+                yref="y",
+                x0=0,
+                x1=1,
+                y0=reference[0],
+                y1=reference[0],
+                line=dict(color="#555", width=1, dash="dot"),
+            )
+        )
+        annotations.append(
+            dict(
+                xref="x domain",
+                yref="y",
+                x=1,
+                y=reference[0],
+                xanchor="right",
+                yanchor="bottom",
+                text=f"uniform guess: ln {vocab_size} = {reference[0]:.3g}",
+                showarrow=False,
+                font=dict(size=11, color="#555"),
+            )
+        )
+    rng = fixed_range(np.concatenate([np.ravel(copy_loss), np.ravel(eval_loss), reference]))
+    return figure(
+        traces,
+        layout(
+            height=style.HEIGHT,
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis("loss (nats per token)", rng),
+            shapes=shapes,
+            annotations=annotations,
+        ),
+    )

@@ -7,7 +7,7 @@ probabilities are returned), float32 on CPU or the checkpoint's own dtype on CUD
 runs the evaluation sequences through it a batch at a time and returns the
 checkpoint's rows of the three forward tables (`analysis.store.format.FORWARD_TABLES`):
 the loss, the per-head statistics of `analysis.attention` (plus the induction score on
-the repeated random tokens) and the layer-pair divergences. One model is held at a time.
+the repeated random tokens, and the loss on their second copy) and the layer-pair divergences. One model is held at a time.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int
     """Loss, per-head statistics and layer divergences of one model on the job's sequences.
 
     Returns:
-        ``loss`` (float, nats/token), ``tokens`` (int), every `ATTENTION_STATISTICS` name ->
+        ``loss`` (float, nats/token), ``tokens`` (int), ``probe_copy_loss`` (float, nats/token: the
+        mean cross-entropy of the probe's tokens R+1..2R-1, 0-based, `probe_copy_loss`), every `ATTENTION_STATISTICS` name ->
         ``(n_layers, n_heads)`` float64 array, ``jsd`` ``(n_layers, n_layers)`` float64.
 
     Raises:
@@ -134,18 +135,39 @@ def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int
         sums.next_batch(ids.shape[0])
     stats: dict[str, Any] = {k: v.numpy() for k, v in sums.head_statistics().items()}
     probe = torch.from_numpy(job.eval_set.induction).to(device)
+    repeat = job.eval_set.info.induction_repeat
     induction = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    copy_sum = 0.0
     for start in range(0, len(probe), job.batch):
         ids = probe[start : start + job.batch]
         out = model(input_ids=ids, output_attentions=True, use_cache=False)
         _check_attentions(out.attentions, n_layers, n_heads)
         for layer, alpha in enumerate(out.attentions):
-            induction[layer] += induction_scores(alpha, job.eval_set.info.induction_repeat) * ids.shape[0]
+            induction[layer] += induction_scores(alpha, repeat) * ids.shape[0]
+        copy_sum += probe_copy_loss(out.logits, ids, repeat) * ids.shape[0]
     stats["induction"] = (induction / len(probe)).numpy()
+    stats["probe_copy_loss"] = copy_sum / len(probe)
     stats["jsd"] = js_divergence(sums.offset_distributions()).numpy()
     stats["loss"] = loss_sum / count
     stats["tokens"] = count
     return stats
+
+
+def probe_copy_loss(logits: torch.Tensor, ids: torch.Tensor, repeat: int) -> float:
+    """Mean next-token cross-entropy (nats) on the second copy of R tokens repeated twice.
+
+    The targets are the tokens at positions R+1 .. 2R-1 (0-based), predicted from positions
+    R .. 2R-2: every token of the second copy whose predecessor is in the second copy too, so
+    that copying the token that followed the predecessor's first occurrence predicts it. (Token
+    R, the second copy's first, follows the end of the first copy and is not predictable.)
+
+    Args:
+        logits: ``(B, 2R, V)``.
+        ids: ``(B, 2R)`` the probe sequences.
+        repeat: R.
+    """
+    second = logits[:, repeat:-1].float()  # (B, R - 1, V)
+    return float(F.cross_entropy(second.reshape(-1, second.shape[-1]), ids[:, repeat + 1 :].reshape(-1)))
 
 
 def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
@@ -177,6 +199,7 @@ def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
         "step": pa.array([step], pa.int64()),
         "loss": pa.array([float(stats["loss"])], pa.float64()),
         "tokens": pa.array([int(stats["tokens"])], pa.int64()),
+        "probe_copy_loss": pa.array([float(stats["probe_copy_loss"])], pa.float64()),
     }
     return {
         ATTENTION.name: pa.table(attention, schema=ATTENTION.schema),

@@ -55,7 +55,7 @@ from precompute.lenses.registry import LLC_LENS, LlcOptions, SamplerSettings
 log = logging.getLogger("precompute")
 
 # Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
-HEAD_MASK_FAMILIES = ("gpt_neox",)
+HEAD_MASK_FAMILIES = ("gpt_neox", "gpt2")
 
 # Checkpoints estimated when --llc-steps is not given: this many (fewer if the run has fewer), log-spaced in step.
 DEFAULT_LLC_CHECKPOINTS = 8

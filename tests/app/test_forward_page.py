@@ -67,6 +67,12 @@ def test_the_page_shows_bands_divergence_and_head_types(forward_env: Path) -> No
     z = np.asarray(arr(chart(at, "type_prev_token")["data"][0]["z"]))
     np.testing.assert_allclose(z.reshape(prev.shape[1] * prev.shape[2], -1), prev.reshape(len(prev), -1).T)
     assert chart(at, "type_induction") and chart(at, "type_sink")
+    losses = table(forward_env, "eval_loss.parquet").sort_values("step")
+    fig = chart(at, "probe_loss")
+    by_name = {t["name"]: arr(t["y"]) for t in fig["data"]}
+    np.testing.assert_allclose(by_name["loss on the probe's second copy, nats per token"], losses["probe_copy_loss"])
+    np.testing.assert_allclose(by_name["loss on the evaluation text, nats per token"], losses["loss"])
+    assert fig["layout"]["yaxis"]["title"]["text"] == "loss (nats per token)"
 
 
 def test_the_step_and_loss_overlay_are_in_the_url_and_a_bad_step_falls_back(forward_env: Path) -> None:
@@ -156,11 +162,26 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
         server.close()
 
 
+def test_a_store_from_before_the_probe_loss_says_how_to_add_it(
+    forward_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old" / forward_store.name
+    shutil.copytree(forward_store, old)
+    losses = pq.read_table(old / "eval_loss.parquet")
+    pq.write_table(losses.drop_columns(["probe_copy_loss"]), old / "eval_loss.parquet")  # as written before it existed
+    (tmp_path / "env").mkdir()
+    serve_only(old, tmp_path / "env", monkeypatch)
+    at = open_page(LENSES)
+    assert not at.exception and chart(at, "type_induction")
+    assert any("probe_copy_loss" in i.value and "--lenses attention" in i.value for i in at.info)
+    assert all(not e.proto.id.endswith("probe_loss") for e in at.get("plotly_chart"))
+
+
 def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
     at = open_page(LENSES, {})
     charts = at.get("plotly_chart")
     buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
-    assert len(charts) == 7 and len(buttons) == len(charts)  # six panels and the sidebar loss curve
+    assert len(charts) == 8 and len(buttons) == len(charts)  # seven panels and the sidebar loss curve
 
 
 def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:

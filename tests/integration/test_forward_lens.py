@@ -134,11 +134,24 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     assert es.info.tokens_sha256 == info.tokens_sha256
     ids = torch.from_numpy(es.tokens)
     loss = store.dense(EVAL_LOSS, "loss")
+    copy_loss = store.dense(EVAL_LOSS, "probe_copy_loss")
+    r = info.induction_repeat
+    assert r == 16 and es.induction.shape == (8, 32) and np.array_equal(es.induction[:, :r], es.induction[:, r:])
     for i, step in enumerate(store.steps):
         model = AutoModelForCausalLM.from_pretrained(run / f"step{step}", dtype=torch.float32).eval()
         with torch.no_grad():
             expected = float(model(input_ids=ids, labels=ids).loss)
+            probe_logits = model(input_ids=torch.from_numpy(es.induction)).logits.double().numpy()  # (8, 2R, V)
         assert loss[i] == pytest.approx(expected, rel=1e-5)
+        # the probe's second copy, brute force: -log softmax of the true token at every position k = R+1 .. 2R-1
+        # (0-based), predicted from position k-1, averaged over the 8 x predictions
+        nll = []
+        for seq, row in zip(es.induction, probe_logits, strict=True):
+            for k in range(r + 1, 2 * r):
+                z = row[k - 1]
+                nll.append(np.log(np.exp(z - z.max()).sum()) + z.max() - z[seq[k]])
+        assert len(nll) == 8 * (r - 1)
+        assert copy_loss[i] == pytest.approx(float(np.mean(nll)), rel=1e-5)
 
 
 def test_adding_the_lens_later_gives_the_one_shot_store(run: Path, tmp_path: Path) -> None:

@@ -195,6 +195,69 @@ def test_the_head_mask_moves_exactly_the_heads_parameters(trained, data, layer: 
             assert torch.equal(sampled[name], value), name  # bit-identical
 
 
+def gpt2_head_index(layer: int, head: int) -> dict[str, torch.Tensor]:
+    """Head (layer, head)'s entries, written from GPT-2's layout (not from devinterp): ``attn.c_attn`` is a
+    Conv1D (d_model, 3 d_model) whose columns are Q, then K, then V, each the heads' d_head columns in order;
+    ``attn.c_proj`` (d_model, d_model) reads the heads' outputs concatenated, so rows head*d_head up to
+    (head+1)*d_head. Its bias is shared by the heads and not the head's."""
+    p = f"transformer.h.{layer}.attn."
+    cols = torch.zeros(3 * HIDDEN, dtype=torch.bool)
+    for block in range(3):
+        cols[block * HIDDEN + head * D_HEAD : block * HIDDEN + (head + 1) * D_HEAD] = True
+    rows = torch.zeros(HIDDEN, dtype=torch.bool)
+    rows[head * D_HEAD : (head + 1) * D_HEAD] = True
+    return {
+        p + "c_attn.weight": cols[None, :].expand(HIDDEN, 3 * HIDDEN),
+        p + "c_attn.bias": cols,
+        p + "c_proj.weight": rows[:, None].expand(HIDDEN, HIDDEN),
+    }
+
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (1, 3)])
+def test_the_gpt2_head_mask_moves_exactly_the_heads_parameters(data, layer: int, head: int) -> None:
+    from datasets import Dataset
+    from devinterp.optim import SGMCMC
+    from devinterp.slt.lm_loss import make_evaluate_fn
+    from devinterp.slt.sampler import sample_single_chain
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=T, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=2 * HIDDEN)
+    model = GPT2LMHeadModel(config).eval()
+    masks = head_masks(model, layer, head)
+    expected = gpt2_head_index(layer, head)
+    assert set(masks) == set(expected)
+    assert all(torch.equal(masks[k], expected[k]) for k in expected)
+    assert masked_parameters(model, masks) == 3 * D_HEAD * (HIDDEN + 1) + HIDDEN * D_HEAD
+    before = state(model)
+    sampled: dict[str, torch.Tensor] = {}
+
+    def keep(*, model, **_) -> None:
+        sampled.update(state(model))
+
+    sample_single_chain(
+        model,
+        Dataset.from_dict({"input_ids": data}).with_format("torch"),
+        make_evaluate_fn(),
+        masks,
+        num_draws=4,
+        sampling_method=SGMCMC.sgld,
+        sampling_method_kwargs={"lr": 1e-3, "nbeta": 30.0, "localization": 300.0},
+        seed=0,
+        dataloader_seed=0,
+        callbacks=[keep],
+        batch_size=2,
+    )
+    for name, value in before.items():
+        if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue  # causal-mask buffers of older transformers, not parameters
+        moved = sampled[name] != value
+        if name in expected:
+            assert torch.equal(moved, expected[name]), name  # every entry of the head moved, no other
+        else:
+            assert torch.equal(sampled[name], value), name  # bit-identical
+
+
 def test_refusals_and_step_choice() -> None:
     with pytest.raises(UnknownArchitectureError, match="llama"):
         check_family({"model_type": "llama"})

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.numpy import load_file
-from transformers import GPTNeoXForCausalLM
+from transformers import GPT2LMHeadModel, GPTNeoXForCausalLM
 
 from analysis.store import open_store
 from training.__main__ import main as training_main
@@ -454,3 +454,81 @@ def test_precompute_reads_the_tiny_run(tiny_run, tmp_path):
         weights = load_file(tiny_run / f"step{step}" / "model.safetensors")
         want = np.stack([qk_svd(weights, layer, 4) for layer in range(2)])
         np.testing.assert_allclose(sv[i], want, rtol=1e-4, atol=1e-7, err_msg=f"step {step}")
+
+
+# --- the GPT-2 architecture (--arch gpt2) ---------------------------------------------
+
+
+def test_gpt2_init_stds():
+    model_s = ModelSettings(arch="gpt2", n_layers=4, n_heads=4, d_model=128, d_mlp=512, context=32)
+    model = build_model(model_s, seed=7)
+    assert isinstance(model, GPT2LMHeadModel)
+    assert model.lm_head.weight is model.transformer.wte.weight  # tied, as GPT-2's
+    resid = 0.02 / math.sqrt(2 * 4)
+    for name, p in model.named_parameters():
+        p = p.detach()
+        if name.endswith("bias"):
+            assert torch.all(p == 0), name
+        elif ".ln_" in name:
+            assert torch.all(p == 1), name
+        else:
+            want = resid if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")) else 0.02
+            assert float(p.std()) == pytest.approx(want, rel=0.05), name
+            assert abs(float(p.mean())) < 0.1 * want, name
+    assert model.transformer.wpe.weight.shape == (32, 128)  # learned absolute positions, one per context slot
+    again = build_model(model_s, seed=7).state_dict()
+    other = build_model(model_s, seed=8).state_dict()
+    name = "transformer.h.0.attn.c_attn.weight"
+    assert torch.equal(model.state_dict()[name], again[name]) and not torch.equal(model.state_dict()[name], other[name])
+
+
+def test_arch_is_recorded_and_checked():
+    record = settings_from_args(parse_args(["--out", "x", "--arch", "gpt2"])).as_record()
+    assert record["model"]["arch"] == "gpt2" and record["model"]["init"] == "gpt2"
+    default = settings_from_args(parse_args(["--out", "x"])).as_record()
+    assert default["model"]["arch"] == "gpt_neox" and default["model"]["init"] == "pythia"
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--arch", "llama"])
+    with pytest.raises(ValueError, match="multiple"):
+        ModelSettings(d_model=100, n_heads=8)
+
+
+def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tmp_path):
+    run = tmp_path / "runs" / "gpt2"
+    args = ["--out", str(run), "--device", "cpu", "--corpus-archive", str(sdist), "--arch", "gpt2", *TINY]
+    args += ["--repeat-share", "1.0", "--repeat-min", "4", "--repeat-max", "8"]
+    assert training_main(args) == 0
+    config = json.loads((run / "step0" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["n_positions"] == 32 and config["vocab_size"] == 256
+    record = json.loads((run / RUN_FILE).read_text())
+    assert record["config"]["model"]["arch"] == "gpt2" and record["config"]["repeats"]["share"] == 1.0
+    # step 0 is the seeded GPT-2 init, saved as trained
+    fresh = build_model(ModelSettings(arch="gpt2", n_layers=2, n_heads=4, d_model=64, d_mlp=256, context=32), seed=3)
+    saved = GPT2LMHeadModel.from_pretrained(run / "step0").state_dict()
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(saved[name], value), name
+    (run.parent / ".cache").mkdir()  # the forward lens rebuilds the held-out split from the run's archive
+    (run.parent / ".cache" / SDIST_FILENAME).write_bytes(sdist.read_bytes())
+    store_dir = tmp_path / "store"
+    cmd = [sys.executable, "-m", "precompute", "--source", str(run), "--out", str(store_dir), "--device", "cpu"]
+    cmd += ["--no-progress", "--no-embeddings", "--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    store = open_store(store_dir)
+    assert store.meta.model.family == "gpt2" and (store.n_layers, store.n_heads, store.d_head) == (2, 4, 16)
+    assert store.steps.tolist() == TINY_STEPS and store.meta.training["config"]["model"]["arch"] == "gpt2"
+    # W_Q^T W_K per head from GPT-2's Conv1D c_attn ((d_model, 3 d_model): Q, K, V column blocks), dense SVD
+    sv = store.array("sv")
+    for i, step in enumerate(TINY_STEPS):
+        weights = load_file(run / f"step{step}" / "model.safetensors")
+        for layer in range(2):
+            w = weights[f"transformer.h.{layer}.attn.c_attn.weight"].astype(np.float64)
+            q, k = w[:, :64], w[:, 64:128]
+            for head in range(4):
+                cols = slice(16 * head, 16 * head + 16)
+                want = np.linalg.svd(q[:, cols] @ k[:, cols].T, compute_uv=False)[:16]
+                np.testing.assert_allclose(sv[i, layer, head], want, rtol=1e-4, atol=1e-7, err_msg=f"{step} {layer} {head}")
+    from analysis.store.format import ATTENTION, EVAL_LOSS
+
+    assert np.isfinite(store.dense(ATTENTION, "induction")).all()
+    assert np.isfinite(store.dense(EVAL_LOSS, "probe_copy_loss")).all()

@@ -196,6 +196,19 @@ def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> Non
     assert store.array("participation_ratio_over_null").shape == (2, L, H)
 
 
+def test_eval_loss_without_the_probe_copy_loss_reads_it_as_nan(tmp_path: Path) -> None:
+    from analysis.store.format import EVAL_LOSS
+
+    write_store(tmp_path / "s", [0, 1])
+    old = pa.table({"step": pa.array([0, 1], pa.int64()), "loss": [5.5, 4.0], "tokens": pa.array([10, 10], pa.int64())})
+    pq.write_table(old, tmp_path / "s" / EVAL_LOSS.file)  # as written before the column existed
+    store = open_store(tmp_path / "s")
+    table = store.read(EVAL_LOSS)
+    assert table is not None and table.schema.equals(EVAL_LOSS.schema)
+    np.testing.assert_array_equal(store.dense(EVAL_LOSS, "loss"), [5.5, 4.0])
+    assert np.isnan(store.dense(EVAL_LOSS, "probe_copy_loss")).all()
+
+
 def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path: Path) -> None:
     write_store(tmp_path / "s", [0])
     store = open_store(tmp_path / "s")  # columns are read lazily, after this point
