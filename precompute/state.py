@@ -212,19 +212,29 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Setti
     state = RunState(out, meta, heads, overlaps, settings.overlap_k, asked=asked)
     for lens in registry.STEPWISE:
         if state.holds(lens):
-            state.tables |= _stored_lens(out, stored, lens)
+            state.tables |= _stored_lens(out, stored, lens, computed=lens.name in asked)
     return state
 
 
-def _stored_lens(out: Path, meta: Meta, lens: Lens) -> dict[str, pa.Table]:
+def _stored_lens(out: Path, meta: Meta, lens: Lens, *, computed: bool = True) -> dict[str, pa.Table]:
     """The store's tables of ``lens`` by name, less rows of steps meta does not list as done. A table
     that is missing, unreadable or of another schema comes back empty, and so do all of the lens's
-    tables when they disagree on their steps (a file lost): its steps then count as missing and are
-    computed again."""
+    tables when they disagree on their steps (a file lost) and this run computes the lens
+    (``computed``): its steps then count as missing and are computed again. A lens this run does not
+    compute keeps what the store has, as it is: emptying it would lose estimates nothing recomputes (a
+    store written before llc_chains.parquet, given another lens, lost its refined LLC that way)."""
     done = pa.array(meta.done_steps, pa.int64())
     tables = {spec.name: _stored_rows(out, spec, done, lens) for spec in lens.tables}
     steps = [set(t["step"].to_pylist()) for t in tables.values()]
     if not all(s == steps[0] for s in steps):
+        if not computed:
+            log.warning(
+                "the store's %s tables disagree on their checkpoints; this run does not compute the lens, so they are "
+                "kept as they are (add --lenses %s to compute them again)",
+                lens.title,
+                lens.name,
+            )
+            return tables
         log.warning("the store's %s tables disagree on their checkpoints: computing them again", lens.title)
         return {spec.name: spec.empty() for spec in lens.tables}
     return tables

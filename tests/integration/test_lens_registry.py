@@ -13,6 +13,7 @@ Three checks:
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -248,3 +249,22 @@ def test_one_shot_and_staged_stores_hold_the_same_tables_byte_for_byte(tmp_path:
         return meta
 
     assert scrubbed(one) == scrubbed(staged)
+
+
+def test_a_run_of_another_lens_keeps_a_refined_llc_written_before_its_chains_table(tmp_path: Path) -> None:
+    """A store from before llc_chains.parquet (llc.parquet alone) given another lens kept nothing of its refined
+    LLC: the LLC tables 'disagreed on their checkpoints' and were emptied though the run did not compute them.
+    Now a lens the run does not compute keeps its tables byte for byte, and the LLC steps stay readable."""
+    run = byte_run(tmp_path, [0, 1, 2, 4], hidden=32, layers=2, heads=2)
+    store = tmp_path / "store"
+    llc = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-steps", "0,4", "--llc-draws", "2")
+    done = run_cli("--source", str(run), "--out", str(store), *llc, "--llc-sequences", "4", "--llc-batch-size", "2")
+    assert done.returncode == 0, done.stderr
+    (store / "llc_chains.parquet").unlink()  # as a store written before the chains table existed
+    before = (store / "llc.parquet").read_bytes()
+    done = run_cli("--source", str(run), "--out", str(store), "--lenses", "composition")
+    assert done.returncode == 0, done.stderr
+    assert "kept as they are" in done.stderr
+    assert pq.read_table(store / "llc.parquet").equals(pq.read_table(io.BytesIO(before)))
+    assert open_store(store).steps_with(TABLES["llc"]).tolist() == [0, 4]
+    assert (store / "composition.parquet").is_file()
