@@ -145,7 +145,7 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
         holding a `FLAGS` value, ``""`` where there is no estimate; None when the store has no
         chain diagnostics (estimated before they existed: rerun ``--lenses llc`` to add them).
     """
-    if not store.has(LLC_CHAINS) or not store.has(LLC):
+    if not store.has(LLC_CHAINS) or not store.has(LLC) or not len(store.steps_with(LLC_CHAINS)):
         return None
     names = ("llc", "first_half", "second_half", "half_se")
     columns = [_present(store.dense(LLC_CHAINS, c)) for c in names]
@@ -154,12 +154,16 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
     model_params = _present(store.dense(LLC, "params", at=LLC_WHOLE_MODEL))
     heads = np.full(params.shape, "", dtype=object)
     model = np.full(model_params.shape, "", dtype=object)
+    # an estimate at a step without chain rows (made before they were stored) has no flag, not "diverged"
+    recorded = np.isin(store.steps, store.steps_with(LLC_CHAINS))
     for index in zip(*np.nonzero(np.isfinite(params)), strict=True):
-        llc, first, second, se = (c[index] for c in columns)
-        heads[index] = flag(llc, first, second, se, params=int(params[index]))
+        if recorded[index[0]]:
+            llc, first, second, se = (c[index] for c in columns)
+            heads[index] = flag(llc, first, second, se, params=int(params[index]))
     for t in np.nonzero(np.isfinite(model_params))[0]:
-        llc, first, second, se = (c[t] for c in whole)
-        model[t] = flag(llc, first, second, se, params=int(model_params[t]))
+        if recorded[t]:
+            llc, first, second, se = (c[t] for c in whole)
+            model[t] = flag(llc, first, second, se, params=int(model_params[t]))
     return heads, model
 
 

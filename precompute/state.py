@@ -143,7 +143,12 @@ class RunState:
             tables[OVERLAPS.name] = self.overlaps
         for lens in registry.STEPWISE:
             if self.holds(lens):
-                tables |= {spec.name: self.tables.get(spec.name, spec.empty()) for spec in lens.tables}
+                computed = lens.name in self.asked
+                tables |= {
+                    spec.name: self.tables.get(spec.name, spec.empty())
+                    for spec in lens.tables
+                    if computed or spec.name in self.tables  # a lens kept as it is writes no table it lacked
+                }
         commit_store(self.out, self.meta, tables)
 
 
@@ -234,7 +239,7 @@ def _stored_lens(out: Path, meta: Meta, lens: Lens, *, computed: bool = True) ->
                 lens.title,
                 lens.name,
             )
-            return tables
+            return {name: table for name, table in tables.items() if (out / TABLES[name].file).is_file()}
         log.warning("the store's %s tables disagree on their checkpoints: computing them again", lens.title)
         return {spec.name: spec.empty() for spec in lens.tables}
     return tables

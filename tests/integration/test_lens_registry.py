@@ -268,3 +268,4 @@ def test_a_run_of_another_lens_keeps_a_refined_llc_written_before_its_chains_tab
     assert pq.read_table(store / "llc.parquet").equals(pq.read_table(io.BytesIO(before)))
     assert open_store(store).steps_with(TABLES["llc"]).tolist() == [0, 4]
     assert (store / "composition.parquet").is_file()
+    assert not (store / "llc_chains.parquet").exists()  # not written empty: an empty one read as 'every chain diverged'
