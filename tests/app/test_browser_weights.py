@@ -45,7 +45,9 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
         # follow) is gone; Play and Pause stay
         assert page.locator(".st-key-sv_animation .slider-container").count() == 0
         assert page.locator(".st-key-sv_animation .updatemenu-container").count() == 1
-        title = page.locator(".st-key-sv_animation .gtitle")
+        # the first title, as the page script below reads it: while Plotly redraws, a second (outgoing) title can
+        # stand beside it for a moment, and a strict locator then fails
+        title = page.locator(".st-key-sv_animation .gtitle").first
         opening = f"layer 1 mlp_in (256 x 64), step {start:,}"
         assert title.text_content().endswith(opening)  # after the export title (run, weight)
         page.get_by_text("▶ Play").click()
