@@ -10,7 +10,8 @@ it for what the store still lacks. The stages live in their lens modules
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +27,8 @@ from precompute.settings import RunOptions, Settings
 from precompute.sources.fetch import human_bytes
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
+
+log = logging.getLogger("precompute")
 
 if TYPE_CHECKING:  # the state imports the overlaps lens, whose stage imports this module
     from precompute.lenses.evalset import EvalSet
@@ -197,6 +200,53 @@ def check_unchanged(sha256: str, sha256_source: str | None, entry: CheckpointEnt
     if fingerprints_comparable(sha256_source, entry.sha256_source) and sha256 != entry.sha256:
         raise CheckpointError(
             f"its weights changed since its statistics were computed (sha256 {sha256[:12]} != {str(entry.sha256)[:12]}); {then}"
+        )
+
+
+def refill(
+    run: RunContext,
+    lens: Lens,
+    rows: Callable[[Fetched], Mapping[str, pa.Table]],
+    *,
+    what: str,
+    rows_name: str,
+    desc: str,
+    **read: Any,
+) -> None:
+    """Fill ``lens`` at every checkpoint of the store that lacks it by reading the checkpoint again
+    (`fetch_again` with ``read``: ``matrices=`` or ``layers=``): ``rows(fetched)`` gives its tables,
+    one commit per checkpoint. A checkpoint that cannot be read is left out, with a warning naming
+    ``what`` the lens computes and a note in the run's report (the ``rows_name`` rows it lacks).
+
+    Args:
+        what: what the lens computes, in words (``composition scores``): warnings and the refusal.
+        rows_name: the rows a checkpoint lacks, in words (``composition``): the report's note.
+        desc: the progress bar's label.
+    """
+    from tqdm.auto import tqdm
+
+    plan, state = run.plan, run.state
+    plan.src.stop.clear()
+    missing = missing_steps(state, lens)
+    left_out = []
+    bar = tqdm(total=len(missing), desc=desc, unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True)
+    for step in missing:
+        entry = state.meta.entry(step)
+        try:
+            fetched = fetch_again(plan, entry, then=f"recompute the store to get its {what}", **read)
+            state.put(dict(rows(fetched)))
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: cannot re-read it for the %s (%s); left out", entry.revision, what, exc)
+            left_out.append(step)
+        else:
+            state.commit(heads=False)
+            run.report.lenses.setdefault(lens.name, []).append(step)
+        bar.update(1)
+    bar.close()
+    if left_out:
+        run.report.notes.append(
+            f"note: {len(left_out)} checkpoints have no {rows_name} rows (steps {left_out[:5]}): see the "
+            "warnings above; rerun to retry them"
         )
 
 

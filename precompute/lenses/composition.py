@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from analysis.composition import (
     BASELINE_HEADS,
@@ -36,7 +35,7 @@ from analysis.errors import StoreError
 from analysis.extract import ModelShape
 from analysis.store import Meta
 from analysis.store.format import COMPOSITION
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, fetch_again, missing_steps
+from precompute.context import BaseStage, RunContext, StageSetup, refill
 from precompute.factors import checked_factors
 from precompute.lenses.registry import COMPOSITION_LENS, CompositionOptions
 from precompute.settings import Settings
@@ -161,29 +160,12 @@ class CompositionStage(BaseStage):
         }
 
     def fill(self, run: RunContext) -> None:
-        plan, state = run.plan, run.state
-        src, shape = plan.src, plan.shape
-        src.stop.clear()
-        missing = missing_steps(state, self.lens)
-        left_out = []
-        bar = tqdm(
-            total=len(missing), desc="composition", unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True
+        refill(
+            run,
+            self.lens,
+            lambda fetched: {COMPOSITION.name: composition_work(fetched, run.plan.shape, run.settings, top=self.top)},
+            what="composition scores",
+            rows_name="composition",
+            desc="composition",
+            matrices=NEEDS,
         )
-        for step in missing:
-            entry = state.meta.entry(step)
-            try:
-                fetched = fetch_again(plan, entry, then="recompute the store to get its composition scores", matrices=NEEDS)
-                state.put({COMPOSITION.name: composition_work(fetched, shape, run.settings, top=self.top)})
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: cannot re-read it for the composition scores (%s); left out", entry.revision, exc)
-                left_out.append(step)
-            else:
-                state.commit(heads=False)
-                run.report.lenses.setdefault(self.lens.name, []).append(step)
-            bar.update(1)
-        bar.close()
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no composition rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them"
-            )

@@ -16,7 +16,6 @@ from typing import cast
 
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from analysis.blocks import extract_blocks
 from analysis.errors import CheckpointError
@@ -24,7 +23,7 @@ from analysis.extract import ModelShape
 from analysis.heads import Device
 from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store.format import LAYERS
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, fetch_again, missing_steps
+from precompute.context import BaseStage, RunContext, StageSetup, refill
 from precompute.lenses.registry import LAYERS_LENS
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
@@ -73,29 +72,12 @@ class LayersStage(BaseStage):
         self.pass_job = LayersJob()
 
     def fill(self, run: RunContext) -> None:
-        plan, state = run.plan, run.state
-        src, shape = plan.src, plan.shape
-        src.stop.clear()
-        missing = missing_steps(state, self.lens)
-        left_out = []
-        bar = tqdm(
-            total=len(missing), desc="layer matrices", unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True
+        refill(
+            run,
+            self.lens,
+            lambda fetched: {LAYERS.name: layer_work(fetched, run.plan.shape, run.settings)},
+            what="layer matrices",
+            rows_name="layer-matrix",
+            desc="layer matrices",
+            layers=True,
         )
-        for step in missing:
-            entry = state.meta.entry(step)
-            try:
-                fetched = fetch_again(plan, entry, then="recompute the store to get its layer matrices", layers=True)
-                state.put({LAYERS.name: layer_work(fetched, shape, run.settings)})
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: cannot re-read it for the layer matrices (%s); left out", entry.revision, exc)
-                left_out.append(step)
-            else:
-                state.commit(heads=False)
-                run.report.lenses.setdefault(self.lens.name, []).append(step)
-            bar.update(1)
-        bar.close()
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no layer-matrix rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them"
-            )

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from analysis.errors import StoreError
 from analysis.extract import ModelShape
@@ -36,7 +35,7 @@ from analysis.similarity import (
 )
 from analysis.store import Meta
 from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, fetch_again, missing_steps
+from precompute.context import BaseStage, RunContext, StageSetup, refill
 from precompute.factors import checked_factors
 from precompute.lenses.registry import SIMILARITY_LENS, SimilarityOptions
 from precompute.settings import Settings
@@ -213,29 +212,13 @@ class SimilarityStage(BaseStage):
 
     def fill(self, run: RunContext) -> None:
         assert self.pass_job is not None, "begin makes the pass job"
-        plan, state = run.plan, run.state
-        src, shape = plan.src, plan.shape
-        src.stop.clear()
-        missing = missing_steps(state, self.lens)
-        left_out = []
-        bar = tqdm(
-            total=len(missing), desc="similarity", unit="ckpt", disable=not run.progress or not missing, dynamic_ncols=True
+        job = self.pass_job
+        refill(
+            run,
+            self.lens,
+            lambda fetched: dict(job.checkpoint_rows(fetched, run.plan.shape, run.settings, None)),
+            what="head similarity",
+            rows_name="similarity",
+            desc="similarity",
+            matrices=NEEDS,
         )
-        for step in missing:
-            entry = state.meta.entry(step)
-            try:
-                fetched = fetch_again(plan, entry, then="recompute the store to get its head similarity", matrices=NEEDS)
-                state.put(dict(self.pass_job.checkpoint_rows(fetched, shape, run.settings, None)))
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: cannot re-read it for the head similarity (%s); left out", entry.revision, exc)
-                left_out.append(step)
-            else:
-                state.commit(heads=False)
-                run.report.lenses.setdefault(self.lens.name, []).append(step)
-            bar.update(1)
-        bar.close()
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no similarity rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them"
-            )
