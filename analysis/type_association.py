@@ -36,7 +36,7 @@ import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
 from analysis.store import Store
-from analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
 from analysis.trajectories import kmeans, normalise, trajectories
 
 CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins
@@ -47,6 +47,16 @@ NO_TYPE = "none"
 # defaults; the refined LLC is added where a run has it). The forward statistics are left out: the types are
 # decided from prev_token, induction and sink themselves.
 ASSOCIATION_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
+LLC_STATISTIC = "llc"  # the refined LLC, per head (llc.parquet), of no matrix
+# Every (statistic, matrix) a run's clusters are compared with its types on: each weight statistic of W_QK and W_OV,
+# then the refined LLC.
+ASSOCIATION_PAIRS = (*((s, m) for s in ASSOCIATION_STATS for m in ("qk", "ov")), (LLC_STATISTIC, "qk"))
+
+
+def has_statistic(store: Store, statistic: str, matrix: str) -> bool:
+    """Whether ``store`` has ``statistic`` of ``matrix`` to cluster: the refined LLC needs llc.parquet, a weight
+    statistic the matrix's rows."""
+    return store.has(LLC) if statistic == LLC_STATISTIC else matrix in store.meta.matrices
 
 
 @dataclass(frozen=True)

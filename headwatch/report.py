@@ -148,7 +148,7 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
     (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
-    from analysis.type_association import ASSOCIATION_STATS, PERMUTATIONS, associate, end_types, replicates
+    from analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, associate, end_types, has_statistic, replicates
     from dashboard.data import stat_values
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
@@ -160,28 +160,28 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
             "",
         ]
     rows, verdicts = [], []
-    for stat in (*ASSOCIATION_STATS, "llc"):
-        for matrix in ("qk",) if stat == "llc" else ("qk", "ov"):
-            results = []
-            for s in runs:
-                if (stat == "llc" and not s.has(LLC)) or (stat != "llc" and matrix not in s.meta.matrices):
-                    continue
-                labels, step = end_types(s)  # type: ignore[misc]
-                a, _ = associate(stat_values(s, stat, matrix=matrix), labels)
-                results.append(a)
-                rows.append(
-                    {
-                        "statistic": stat if stat == "llc" else f"{stat} of W_{matrix.upper()}",
-                        "run": s.path.name,
-                        "types at step": f"{step:,}",
-                        "clusters (k)": a.clusters,
-                        "AMI": "-" if not a.testable else f"{a.ami:.3f}",
-                        "p (over heads)": "-" if not a.testable else f"{a.p_value:.4f}",
-                        "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
-                    }
-                )
-            if results:
-                verdicts.append((stat if stat == "llc" else f"{stat} of W_{matrix.upper()}", results, replicates(results)))
+    for stat, matrix in ASSOCIATION_PAIRS:
+        name = stat if stat == "llc" else f"{stat} of W_{matrix.upper()}"
+        results = []
+        for s in runs:
+            if not has_statistic(s, stat, matrix):
+                continue
+            labels, step = end_types(s)  # type: ignore[misc]
+            a, _ = associate(stat_values(s, stat, matrix=matrix), labels)
+            results.append(a)
+            rows.append(
+                {
+                    "statistic": name,
+                    "run": s.path.name,
+                    "types at step": f"{step:,}",
+                    "clusters (k)": a.clusters,
+                    "AMI": "-" if not a.testable else f"{a.ami:.3f}",
+                    "p (over heads)": "-" if not a.testable else f"{a.p_value:.4f}",
+                    "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
+                }
+            )
+        if results:
+            verdicts.append((name, results, replicates(results)))
     tested = [v for v in verdicts if v[2] is not None]
     held = [name for name, _, rep in tested if rep]
     single = [name for name, res, _ in verdicts if res and res[0].significant]

@@ -10,8 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, LLC, STAGES
-from analysis.type_association import ASSOCIATION_STATS, end_types, replicates
+from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, STAGES
+from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
 from dashboard import export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.events import KINDS, TYPE_TEXT, events_frame, head_link, type_sentences
@@ -175,21 +175,16 @@ def _open_question(frame, store) -> None:
     others = [o for r in frame.runs if r != frame.run for o in [loader.try_load_store(frame.runs[r])]]
     runs = [store, *[o for o in others if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]]
     found, tested, held = [], 0, []
-    for stat in (*ASSOCIATION_STATS, LLC_STAT):
-        for matrix in ("qk",) if stat == LLC_STAT else ("qk", "ov"):
-            results = [
-                loader.association(s, stat, matrix=matrix)[0]
-                for s in runs
-                if (s.has(LLC) if stat == LLC_STAT else matrix in s.meta.matrices)
-            ]
-            if not results or not results[0].testable:
-                continue
-            tested += 1
-            name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
-            if results[0].significant:
-                found.append(f"{name} (AMI {results[0].ami:.3f}, p = {results[0].p_value:.3g})")
-            if len(results) > 1 and replicates(results):
-                held.append(name)
+    for stat, matrix in ASSOCIATION_PAIRS:
+        results = [loader.association(s, stat, matrix=matrix)[0] for s in runs if has_statistic(s, stat, matrix)]
+        if not results or not results[0].testable:
+            continue
+        tested += 1
+        name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
+        if results[0].significant:
+            found.append(f"{name} (AMI {results[0].ami:.3f}, p = {results[0].p_value:.3g})")
+        if len(results) > 1 and replicates(results):
+            held.append(name)
     text = (
         f"Of {tested} statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, "
         f"{len(found)} reach p < 0.05 in this run: {', '.join(found) or 'none'} (about {0.05 * tested:.1f} would by chance). "

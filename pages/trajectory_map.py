@@ -14,6 +14,7 @@ from analysis.type_association import (
     SIGNIFICANCE,
     cluster_trajectories,
     end_types,
+    has_statistic,
     replicates,
 )
 from dashboard import export, loader, widgets
@@ -248,9 +249,7 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
     with st.spinner("Clustering trajectories and shuffling types ..."):
         for s_name in stats:
             for run_name, run_store in runs:
-                if s_name not in trajectory_stats_for(run_store) or (
-                    not STATS[s_name].llc and matrix not in run_store.meta.matrices
-                ):
+                if s_name not in trajectory_stats_for(run_store) or not has_statistic(run_store, s_name, matrix):
                     continue
                 result, _, labels, step = loader.association(run_store, s_name, matrix=matrix)
                 by_stat.setdefault(s_name, []).append(result)
