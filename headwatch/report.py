@@ -222,6 +222,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         StoreError: the store cannot be opened or a table read.
     """
     store = open_store(store_path)
+    others = [open_store(p) for p in replicate or []]  # every store opened before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     run = store.path.name
@@ -284,7 +285,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                     )
                 ),
             ]
-    lines += ["", *association_section(store, [open_store(p) for p in replicate or []])]
+    lines += ["", *association_section(store, others)]
     lines += ["## Events", ""]
     if events:
         frame = events_frame(events, run)

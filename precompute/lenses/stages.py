@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analysis.errors import StoreError
 from analysis.stages import RunStages, StageRule, store_stages
 from analysis.store import open_store
 from analysis.store.format import STAGES
@@ -104,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         rule = StageRule(k=args.k, plateau_ratio=args.plateau_ratio)
     except ValueError as exc:
         parser.error(str(exc))
-    found = add_stages(args.store, rule=rule)
+    try:
+        found = add_stages(args.store, rule=rule)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     print(f"wrote {Path(args.store) / STAGES.file}: {len(found.llc)} LLC stage(s), {len(found.loss)} loss stage(s)")  # noqa: T201
     for note in found.meta["notes"]:
         print(f"note: {note}")  # noqa: T201

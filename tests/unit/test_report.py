@@ -78,3 +78,10 @@ def test_report_answers_whether_trajectory_clusters_are_head_types_and_if_a_seco
         assert all(s in section.split("**Answer.**")[1] for s in both)
     else:
         assert "for no statistic" in section
+
+
+def test_a_replicate_that_is_not_a_store_is_a_usage_error_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert main(["report", str(SHIPPED), "--out", str(out), "--replicate", str(tmp_path / "nowhere")]) == 2
+    assert "is not a statistics store" in capsys.readouterr().err
+    assert not out.exists()

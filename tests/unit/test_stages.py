@@ -153,3 +153,10 @@ def test_bad_input_is_refused_with_what_to_do() -> None:
     with pytest.raises(ValueError, match="standard errors"):
         StageRule(k=0)
     assert llc_stages(np.array([0, 1]), np.zeros(2), 1.0) == []
+
+
+def test_the_stages_module_on_a_folder_that_is_not_a_store_says_so(tmp_path, capsys) -> None:
+    from precompute.lenses.stages import main
+
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "is not a statistics store" in capsys.readouterr().err
