@@ -19,6 +19,10 @@ and a summary line at the end. Run it at one thread on a shared machine:
 
 The log's runs were made with an earlier copy of this script whose span draws were its own (the
 same distribution as `training.repeats`, another sequence of random numbers).
+
+The sanity task (no text at all): ``--background random --repeat-content text --spans 2`` trains on
+windows of uniform random bytes in which two spans each reappear at a random later place, so
+copying is the only thing there is to learn; ``--probe-repeat`` sets R (the context is at least 2R).
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeat-min", type=int, default=32)
     p.add_argument("--repeat-max", type=int, default=128)
     p.add_argument("--repeat-content", choices=("random", "text"), default="random")
+    p.add_argument(
+        "--background",
+        choices=("text", "random"),
+        default="text",
+        help="what the windows are before the spans go in: Shakespeare bytes, or uniform random bytes (the sanity task)",
+    )
+    p.add_argument("--spans", type=int, default=1, help="repeated spans drawn per sequence (insert_repeats applied this often)")
     p.add_argument("--probe-every", type=int, default=250)
     p.add_argument("--probe-repeat", type=int, default=128, help="R of the probe (the store's: eval length / 2)")
     p.add_argument("--seed", type=int, default=1234)
@@ -140,7 +151,10 @@ def main() -> None:
             group["lr"] = lr
         starts = torch.randint(0, len(train_tokens) - a.context, (a.batch_size,), generator=data_gen)
         windows = torch.stack([train_tokens[s : s + a.context + 1] for s in starts.tolist()]).long()
-        windows = insert_repeats(windows, repeats, generator=repeat_gen)
+        if a.background == "random":  # the same draws of starts keep the generator's sequence; the text is replaced
+            windows = torch.randint(0, VOCAB_SIZE, windows.shape, generator=data_gen)
+        for _ in range(a.spans):
+            windows = insert_repeats(windows, repeats, generator=repeat_gen)
         loss = F.cross_entropy(model(input_ids=windows[:, :-1]).logits.reshape(-1, VOCAB_SIZE), windows[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,0 +1,263 @@
+"""Do the refined LLC's short default chains rank heads as the paper's long chains do? (issue 26, item 3)
+
+For a store with ``llc.parquet`` and the checkpoints it was made from, re-estimates a fixed set of
+heads at a few checkpoints with long chains (by default the paper's 4 chains x 200 draws,
+appendix F.2 of ``paper-refined-llc-heads``), every other sampler setting the store's own (step
+size, n beta, localization, sequences, batch size, seed), and compares them with the store's
+estimates at the same (checkpoint, head):
+
+- per checkpoint, Spearman's rank correlation across the heads (`scipy.stats.spearmanr`) and
+  Pearson's;
+- the ratio short / long per head: its median, its 10th and 90th percentiles and their ratio
+  (1 would be the README's old claim: "lower than long chains' by a factor shared by every
+  head");
+- each long estimate's flag by the store's own rule (`analysis.llc_diagnostics.flag`) and the
+  seconds it took.
+
+The heads are drawn once, ``--per-layer`` per layer by ``numpy.random.default_rng(--seed)`` (not
+picked by their estimates, which would widen the spread and flatter the correlation). Each long
+estimate is appended to ``--out`` (CSV) as soon as it is made, and a rerun skips those already
+there, so a killed run resumes. Run it at one thread on a shared machine:
+
+    OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_agreement \\
+        --store data/shakespeare-pythia-6x8 --source runs/shakespeare-pythia-6x8 \\
+        --steps 16,128,1536 --out docs/data/llc-agreement.csv
+
+``--summary`` prints the comparison from the CSV alone (no sampling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analysis.llc_diagnostics import chain_diagnostics, flag
+from analysis.store import open_store, read_table
+from analysis.store.format import LLC
+
+FIELDS = (
+    "step",
+    "layer",
+    "head",
+    "chains",
+    "draws",
+    "llc_long",
+    "llc_long_std",
+    "per_chain",
+    "flag",
+    "params",
+    "seconds",
+    "init_loss",
+)
+TRACE_FIELDS = ("step", "layer", "head", "chain", "trace")
+
+
+def pick_heads(n_layers: int, n_heads: int, per_layer: int, seed: int) -> list[tuple[int, int]]:
+    """``per_layer`` distinct heads of every layer, drawn uniformly by ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    return [(layer, int(h)) for layer in range(n_layers) for h in sorted(rng.choice(n_heads, per_layer, replace=False))]
+
+
+def traces_path(out: Path) -> Path:
+    """Where the long chains' loss traces go: beside ``out``, one row per chain."""
+    return out.with_name(out.stem + "-traces.csv")
+
+
+def done_rows(out: Path) -> list[dict[str, str]]:
+    if not out.exists():
+        return []
+    with out.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+SHORTER = ((2, 8), (2, 25), (4, 25), (2, 50), (4, 50), (4, 100), (2, 200))  # (chains, draws) read off the long chains
+
+
+def load_traces(out: Path) -> dict[tuple[int, int, int], np.ndarray]:
+    """The long chains' loss traces in ``out``'s traces file: ``(step, layer, head) -> (chains, draws)``."""
+    chains: dict[tuple[int, int, int], dict[int, np.ndarray]] = {}
+    path = traces_path(out)
+    if path.exists():
+        with path.open(newline="") as fh:
+            for r in csv.DictReader(fh):
+                key = (int(r["step"]), int(r["layer"]), int(r["head"]))
+                chains.setdefault(key, {})[int(r["chain"])] = np.array(r["trace"].split(), dtype=np.float64)
+    return {key: np.stack([c[i] for i in sorted(c)]) for key, c in chains.items()}
+
+
+def truncated(trace: np.ndarray, init_loss: float, n_beta: float, chains: int, draws: int) -> float:
+    """The estimate a run with ``chains`` x ``draws`` (burn-in 0) would have made: its chains are the first
+    ``chains`` of the long run (devinterp seeds chain c with init_seed + c) and its draws their first ``draws``
+    (the batches come in the same order), as `estimate_llc` averages them."""
+    return float(n_beta * (trace[:chains, :draws].mean(axis=1) - init_loss).mean())
+
+
+def summarize(store_path: Path, out: Path) -> int:
+    """Print, per checkpoint, how shorter chains (and the store's own estimates) rank the heads against the long chains."""
+    from scipy.stats import spearmanr
+
+    rows = done_rows(out)
+    traces = load_traces(out)
+    if not rows:
+        print(f"{out}: no long-chain estimates yet")
+        return 1
+    n_beta = float(open_store(store_path).meta.llc["sampler"]["n_beta"])
+    stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"]
+    by_step: dict[int, list[dict[str, object]]] = {}
+    for r in rows:
+        key = (int(r["step"]), int(r["layer"]), int(r["head"]))
+        by_step.setdefault(key[0], []).append({**r, "trace": traces[key], "stored": float(stored.loc[key])})
+    print(
+        "| step | heads | setting | forward-backward passes | Spearman with 4 x 200 | median ratio to 4 x 200 "
+        "| 10th to 90th percentile of the ratio |"
+    )
+    print("| ---: | ---: | --- | ---: | ---: | ---: | --- |")
+    for step in sorted(by_step):
+        group = by_step[step]
+        long = np.array([float(g["llc_long"]) for g in group])
+        settings: list[tuple[str, int, np.ndarray]] = [
+            (f"{c} x {d}", c * d, np.array([truncated(g["trace"], float(g["init_loss"]), n_beta, c, d) for g in group]))  # type: ignore[arg-type]
+            for c, d in SHORTER
+        ]
+        settings.append(("store (2 x 8, original checkpoints)", 16, np.array([g["stored"] for g in group])))
+        for name, cost, short in settings:
+            ratio = short / long
+            rho = spearmanr(short, long).statistic if len(long) > 2 else float("nan")
+            lo, hi = np.percentile(ratio, [10, 90])
+            print(f"| {step} | {len(long)} | {name} | {cost} | {rho:.3f} | {np.median(ratio):.3f} | {lo:.3f} to {hi:.3f} |")
+        flags = [str(g["flag"]) for g in group]
+        counts = ", ".join(f"{f} {flags.count(f)}" for f in sorted(set(flags)))
+        seconds = np.mean([float(g["seconds"]) for g in group])  # type: ignore[arg-type]
+        print(f"|  |  | (4 x 200 flags: {counts}; {seconds:.0f} s per estimate) |  |  |  |  |")
+    return 0
+
+
+def check_truncation(store_path: Path, source: Path, out: Path) -> int:
+    """Rerun the store's sampler (its chains x draws) at the (checkpoint, head) pairs in ``out`` and compare with
+    `truncated` on the long chains: the shorter settings of `summarize` are only valid if these agree."""
+    from benchmarks.llc_regime import sampler_tokens
+    from precompute.lenses.forward import load_model
+    from precompute.lenses.llc import estimate_llc, head_masks
+    from precompute.settings import SamplerSettings
+
+    stored = SamplerSettings(**open_store(store_path).meta.llc["sampler"])
+    tokens = sampler_tokens(store_path, source, stored)
+    traces = load_traces(out)
+    rows = done_rows(out)
+    worst = 0.0
+    with tempfile.TemporaryDirectory(prefix="llc-agreement-") as scratch:
+        for step in sorted({int(r["step"]) for r in rows}):
+            model = load_model(source / f"step{step}", device="cpu", attn_implementation="sdpa")
+            for r in (r for r in rows if int(r["step"]) == step):
+                layer, head = int(r["layer"]), int(r["head"])
+                est = estimate_llc(model, tokens, head_masks(model, layer, head), stored, scratch=Path(scratch))
+                cut = truncated(traces[(step, layer, head)], est.init_loss, stored.n_beta, stored.chains, stored.draws)
+                worst = max(worst, abs(est.llc - cut))
+                print(
+                    f"step {step} L{layer} H{head}: {stored.chains}x{stored.draws}: {est.llc:.6f}, from the long chains {cut:.6f}"
+                )
+            del model
+    print(f"largest difference: {worst:.3g}")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--store", type=Path, default=Path("data/shakespeare-pythia-6x8"))
+    p.add_argument("--source", type=Path, default=Path("runs/shakespeare-pythia-6x8"))
+    p.add_argument("--steps", default="16,128,1536", help="checkpoints (each must have the store's estimates)")
+    p.add_argument("--per-layer", type=int, default=2, help="heads drawn per layer")
+    p.add_argument("--seed", type=int, default=0, help="seed of the head draw")
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--draws", type=int, default=200)
+    p.add_argument("--out", type=Path, default=Path("docs/data/llc-agreement.csv"))
+    p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
+    p.add_argument(
+        "--check-truncation",
+        action="store_true",
+        help="rerun the store's own sampler settings on the heads in --out and compare with the long chains' first draws",
+    )
+    args = p.parse_args()
+    if args.summary:
+        return summarize(args.store, args.out)
+    if args.check_truncation:
+        return check_truncation(args.store, args.source, args.out)
+
+    from benchmarks.llc_regime import sampler_tokens
+    from precompute.lenses.forward import load_model
+    from precompute.lenses.llc import estimate_llc, head_masks, masked_parameters
+    from precompute.settings import SamplerSettings
+
+    store = open_store(args.store)
+    stored = SamplerSettings(**store.meta.llc["sampler"])
+    long = SamplerSettings(**{**stored.as_meta(), "chains": args.chains, "draws": args.draws, "burnin": 0})
+    tokens = sampler_tokens(args.store, args.source, stored)
+    steps = [int(s) for s in args.steps.split(",")]
+    missing = sorted(set(steps) - set(store.meta.llc["steps"]))
+    if missing:
+        print(f"the store has no refined LLC at steps {missing}; pick from {store.meta.llc['steps']}", file=sys.stderr)
+        return 2
+    heads = pick_heads(store.n_layers, store.n_heads, args.per_layer, args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    have = {(int(r["step"]), int(r["layer"]), int(r["head"])) for r in done_rows(args.out)}
+    new_file = not args.out.exists()
+    trace_path = traces_path(args.out)
+    with (
+        args.out.open("a", newline="") as fh,
+        trace_path.open("a", newline="") as tfh,
+        tempfile.TemporaryDirectory(prefix="llc-agreement-") as scratch,
+    ):
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        traces = csv.DictWriter(tfh, fieldnames=TRACE_FIELDS)
+        if new_file:
+            writer.writeheader()
+            traces.writeheader()
+        for step in steps:
+            todo = [(layer, head) for layer, head in heads if (step, layer, head) not in have]
+            if not todo:
+                continue
+            model = load_model(args.source / f"step{step}", device="cpu", attn_implementation="sdpa")
+            for layer, head in todo:
+                masks = head_masks(model, layer, head)
+                started = time.monotonic()
+                est = estimate_llc(model, tokens, masks, long, scratch=Path(scratch))
+                seconds = time.monotonic() - started
+                diag = chain_diagnostics(est.trace)
+                params = masked_parameters(model, masks)
+                row = {
+                    "step": step,
+                    "layer": layer,
+                    "head": head,
+                    "chains": long.chains,
+                    "draws": long.draws,
+                    "llc_long": f"{est.llc:.6g}",
+                    "llc_long_std": f"{est.llc_std:.6g}",
+                    "per_chain": " ".join(f"{v:.6g}" for v in est.per_chain),
+                    "flag": flag(est.per_chain, diag.first_half, diag.second_half, diag.half_se, params),
+                    "params": params,
+                    "seconds": f"{seconds:.1f}",
+                    "init_loss": repr(est.init_loss),
+                }
+                writer.writerow(row)
+                fh.flush()
+                for chain, trace in enumerate(est.trace):
+                    traces.writerow(
+                        {"step": step, "layer": layer, "head": head, "chain": chain, "trace": " ".join(map(repr, trace.tolist()))}
+                    )
+                tfh.flush()
+                print(
+                    f"step {step} L{layer} H{head}: {row['llc_long']} +- {row['llc_long_std']} ({row['flag']}, {seconds:.0f} s)",
+                    flush=True,
+                )
+            del model
+    return summarize(args.store, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
