@@ -128,16 +128,6 @@ with widgets.view_state(settings) as view:
                         type="tertiary",
                     )
 
-        # --- sidebar: how the figures' camera button saves (not part of a view's link) ---
-        st.radio(
-            "Figure downloads (camera icon)",
-            ["png", "svg"],
-            key=widgets.IMAGE_FORMAT,
-            horizontal=True,
-            format_func=str.upper,
-            help="PNG (1600 × 1000 at 2×) or SVG, named after the run, head and statistic. Each chart's data: its CSV button.",
-        )
-
         # --- sidebar: link to this view (drawn when the view is published) ---
         view.link_in(st.container())
         st.caption(
