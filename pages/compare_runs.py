@@ -20,6 +20,12 @@ from dashboard.head_types import head_types, missing_text
 from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
+_SCALE_TEXT = {  # what the sidebar's time scale does here
+    "linear": "",
+    "log": "Log time axis (the sidebar): x plus one step. ",
+    "index": "Checkpoint-index axis (the sidebar): every time at which some run has a checkpoint, one unit apart, "
+    "its ticks labelled with that time. ",
+}
 UNKNOWN_RUN = (
     "A run is a statistics store the run picker offers (a folder under data/, $HEADWATCH_STORE or a store "
     "of $STORE_REPO): pick it from the list above, or put its store there and reload."
@@ -227,6 +233,9 @@ def main() -> None:
     )
     log_x = frame.scale == "log"
     x_title = ALIGN_TEXT[align]
+    on_axis = _time_axis(stores, align=align, index=frame.scale == "index")
+    if frame.scale == "index":
+        x_title = f"{x_title} (checkpoint index)"
     label = info.short()
     title_runs = " vs ".join(s.run for s in series)
     what = (
@@ -246,8 +255,16 @@ def main() -> None:
     # --- panel (a): mean and spread per relative-depth bin over training ---
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
     widgets.chart(
-        figs.depth_bands(
-            series, n_bins=n_bins, stat_title=info.title(), x_title=x_title, log_x=log_x, log_y=log_y, colours=colours
+        on_axis(
+            figs.depth_bands(
+                on_axis(series),
+                n_bins=n_bins,
+                stat_title=info.title(),
+                x_title=x_title,
+                log_x=log_x,
+                log_y=log_y,
+                colours=colours,
+            )
         ),
         "compare_bands",
         title=f"{title_runs} · {what} by relative depth",
@@ -269,7 +286,7 @@ def main() -> None:
         f"so models of different depth line up: {layers_text}. Line: the mean of {what} over every {unit} of the "
         f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
         f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[align]}; nothing is interpolated. "
-        f"{'Log time axis (the sidebar): x plus one step. ' if log_x else ''}The sidebar's time-axis unit does "
+        f"{_SCALE_TEXT[frame.scale]}The sidebar's time-axis unit does "
         "not apply here: this page's alignment does."
     )
 
@@ -279,16 +296,18 @@ def main() -> None:
     # --- panel (b): one depth bin's heads, run by run on shared axes ---
     st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
     widgets.chart(
-        figs.bin_heads(
-            series,
-            b=b,
-            n_bins=n_bins,
-            stat_title=info.title(),
-            x_title=x_title,
-            log_x=log_x,
-            log_y=log_y,
-            colours=colours,
-            unit="" if per_layer else "H",
+        on_axis(
+            figs.bin_heads(
+                on_axis(series),
+                b=b,
+                n_bins=n_bins,
+                stat_title=info.title(),
+                x_title=x_title,
+                log_x=log_x,
+                log_y=log_y,
+                colours=colours,
+                unit="" if per_layer else "H",
+            )
         ),
         "compare_bin",
         title=f"{title_runs} · {what}, depth {compare.bin_label(b, n_bins)}",
@@ -321,14 +340,21 @@ def main() -> None:
     )
 
     # --- panel: heads of each type over training ---
-    _type_counts_panel(stores, colour, align=align, x_title=x_title, log_x=log_x)
+    _type_counts_panel(stores, colour, align=align, x_title=x_title, log_x=log_x, on_axis=on_axis)
 
     # --- panel (d): the runs' losses on the same time axis ---
     curves = [(s, *c) for s, c in ((s, loss_curve(shown[s.run][0])) for s in series) if c is not None]
     if curves:
         st.subheader("Loss over training")
         widgets.chart(
-            figs.losses(curves, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s, _, _ in curves]),
+            on_axis(
+                figs.losses(
+                    [(d, loss, lab) for d, (_, loss, lab) in zip(on_axis([s for s, _, _ in curves]), curves, strict=True)],
+                    x_title=x_title,
+                    log_x=log_x,
+                    colours=[colour[s.run] for s, _, _ in curves],
+                )
+            ),
             "compare_loss",
             title=f"{title_runs} · loss",
             filename=export.safe_name("compare", *[s.run for s, _, _ in curves], "loss"),
@@ -354,7 +380,27 @@ def main() -> None:
         )
 
 
-def _type_counts_panel(stores: dict, colour: dict, *, align: compare.Align, x_title: str, log_x: bool) -> None:
+def _time_axis(stores: dict, *, align: compare.Align, index: bool):
+    """What puts the page's time charts on its time axis: on a checkpoint-index axis (``index``), a function that
+    moves a list of series to the runs' shared index (`dashboard.compare.on_index`) and a figure's time axes to
+    index ticks labelled with their times; otherwise one that returns its argument."""
+    if not index:
+        return lambda thing: thing
+    xs = []
+    for s in stores.values():
+        tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
+        if align != "tokens" or tokens is not None:
+            xs.append(compare.aligned_time(s.steps, align=align, tokens=tokens))
+    grid = compare.index_grid(xs)
+    ticks = compare.index_labels(grid, align=align)
+
+    def on_axis(thing):
+        return compare.on_index(thing, grid) if isinstance(thing, list) else figs.index_axes(thing, ticks)
+
+    return on_axis
+
+
+def _type_counts_panel(stores: dict, colour: dict, *, align: compare.Align, x_title: str, log_x: bool, on_axis) -> None:
     """How many heads hold each head type over training, every run with head types on the page's time axis; the
     runs without them are named with the command that adds them."""
     st.subheader("Heads of each type over training")
@@ -373,7 +419,11 @@ def _type_counts_panel(stores: dict, colour: dict, *, align: compare.Align, x_ti
     if not series:
         return
     widgets.chart(
-        figs.type_counts(series, types=HEAD_TYPES, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s in series]),
+        on_axis(
+            figs.type_counts(
+                on_axis(series), types=HEAD_TYPES, x_title=x_title, log_x=log_x, colours=[colour[s.run] for s in series]
+            )
+        ),
         "compare_types",
         title=" vs ".join(s.run for s in series) + " · heads of each type",
         filename=export.safe_name("compare", *[s.run for s in series], "head-types"),

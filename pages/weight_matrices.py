@@ -130,11 +130,10 @@ def main() -> None:
     st.subheader(f"Frobenius norm of every layer's {role} over training")
     axis = frame.axis()
     known = [s for s in steps if s in set(int(x) for x in store.steps)]
-    x_known = np.array([axis.at(s) for s in known])
     frob = _per_layer(rows_role, known, layers, "frob_norm")
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    fig = figs.frob_lines(axis, x_known, frob, layers=layers, role=role, log_y=log_y)
+    fig = figs.frob_lines(axis, known, frob, layers=layers, role=role, log_y=log_y)
     widgets.chart(
         overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "frob_lines",
@@ -150,7 +149,7 @@ def main() -> None:
     # --- panel: the tail exponent alpha over training ---
     st.subheader(f"Tail exponent α of every layer's {role} over training")
     alpha = _per_layer(rows_role, known, layers, "alpha")
-    fig = figs.alpha_lines(axis, x_known, alpha, layers=layers, role=role)
+    fig = figs.alpha_lines(axis, known, alpha, layers=layers, role=role)
     widgets.chart(
         overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "alpha_lines",

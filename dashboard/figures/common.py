@@ -59,16 +59,20 @@ def isolated_points(y: Any) -> bool:
 def markers_where_sparse(trace: dict[str, Any]) -> dict[str, Any]:
     """A line trace whose values exist only at some checkpoints (the refined LLC, estimated at a subset) as
     markers: plotly does not draw a line's isolated points, and joining them would draw a line through the
-    checkpoints without a value. Other traces are returned as they are."""
+    checkpoints without a value. A line made clickable by invisible markers (`dashboard.figures.points.clickable`)
+    gets visible ones. Other traces are returned as they are."""
     if not isinstance(trace, dict) or trace.get("type", "scatter") not in ("scatter", "scattergl"):
         return trace
-    if trace.get("mode") != "lines" or not isolated_points(trace.get("y")):
+    own = trace.get("marker") or {}
+    hidden = trace.get("mode") == "lines+markers" and own.get("opacity") == 0
+    if (trace.get("mode") != "lines" and not hidden) or not isolated_points(trace.get("y")):
         return trace
     line = trace.get("line") or {}
     if line.get("width") == 0 or trace.get("fill"):  # an invisible edge of a band: nothing to mark
         return trace
-    marker = dict(size=6 if (line.get("width") or 2) >= 1.5 else 4, color=line.get("color"), **(trace.get("marker") or {}))
-    return {**trace, "mode": "markers", "marker": {k: v for k, v in marker.items() if v is not None}}
+    marker = dict(size=6 if (line.get("width") or 2) >= 1.5 else 4, color=line.get("color"), **({} if hidden else own))
+    out = {**trace, "mode": "markers", "marker": {k: v for k, v in marker.items() if v is not None}}
+    return {k: v for k, v in out.items() if k not in ("selected", "unselected")} if hidden else out
 
 
 def layout(**overrides: Any) -> dict[str, Any]:
@@ -85,10 +89,17 @@ def layout(**overrides: Any) -> dict[str, Any]:
 
 
 def step_xaxis(axis: StepAxis, **extra: Any) -> dict[str, Any]:
-    """An x-axis dict for training time: linear or log, fixed range, titled with its unit."""
+    """An x-axis dict for training time: linear, log or checkpoint index (ticks labelled with their steps), fixed
+    range, titled with its unit."""
     out: dict[str, Any] = dict(type="log" if axis.log else "linear", range=list(axis.range), title=dict(text=axis.title))
     if axis.log:
         out["dtick"] = 1 if axis.range[1] - axis.range[0] < 9 else 2  # labels at decades only
+    if axis.tickvals:  # a checkpoint-index axis: its labelled checkpoints, at most ``nticks`` in a narrow panel
+        keep = np.arange(len(axis.tickvals))
+        most = int(extra.get("nticks") or len(keep))
+        if len(keep) > most:
+            keep = np.unique(np.linspace(0, len(keep) - 1, max(most, 2)).round().astype(int))
+        out.update(tickmode="array", tickvals=[axis.tickvals[i] for i in keep], ticktext=[axis.ticktext[i] for i in keep])
     out.update(extra)
     return out
 
