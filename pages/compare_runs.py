@@ -16,9 +16,11 @@ from analysis.store.format import ATTENTION, HEAD_TYPES, LAYER_ROLES, LAYERS, LL
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
+from dashboard.figures.common import stacked
 from dashboard.head_types import head_types, missing_text
 from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
+STACK_RIGHT = 24  # px: the time charts' right margin (their legends sit above them)
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}
 _SCALE_TEXT = {  # what the sidebar's time scale does here
     "linear": "",
@@ -381,21 +383,24 @@ def main() -> None:
 
 
 def _time_axis(stores: dict, *, align: compare.Align, index: bool):
-    """What puts the page's time charts on its time axis: on a checkpoint-index axis (``index``), a function that
-    moves a list of series to the runs' shared index (`dashboard.compare.on_index`) and a figure's time axes to
-    index ticks labelled with their times; otherwise one that returns its argument."""
-    if not index:
-        return lambda thing: thing
-    xs = []
-    for s in stores.values():
-        tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
-        if align != "tokens" or tokens is not None:
-            xs.append(compare.aligned_time(s.steps, align=align, tokens=tokens))
-    grid = compare.index_grid(xs)
-    ticks = compare.index_labels(grid, align=align)
+    """What puts the page's charts over training on its time axis: a function that takes a list of series (moved to
+    the runs' shared checkpoint index when ``index``, `dashboard.compare.on_index`) or a figure (its time axes then
+    index ticks labelled with their times; its margins shared with the page's other time charts, `stacked`, so the
+    charts one above the other line up to the pixel)."""
+    grid = None
+    if index:
+        xs = []
+        for s in stores.values():
+            tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
+            if align != "tokens" or tokens is not None:
+                xs.append(compare.aligned_time(s.steps, align=align, tokens=tokens))
+        grid = compare.index_grid(xs)
+        ticks = compare.index_labels(grid, align=align)
 
     def on_axis(thing):
-        return compare.on_index(thing, grid) if isinstance(thing, list) else figs.index_axes(thing, ticks)
+        if isinstance(thing, list):
+            return thing if grid is None else compare.on_index(thing, grid)
+        return stacked(thing if grid is None else figs.index_axes(thing, ticks), right=STACK_RIGHT)
 
     return on_axis
 

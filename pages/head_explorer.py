@@ -10,7 +10,7 @@ from analysis.stats.density import density_curves, density_extent, density_grid
 from dashboard import export, loader, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
 from dashboard.figures import head as figs
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import overlay_loss, stacked
 from dashboard.stats import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
@@ -19,6 +19,7 @@ DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
 GAP_PERCENT = [2, 5, 10, 20]  # choices of the close-approach threshold, percent relative gap
+STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
 def main() -> None:
@@ -41,7 +42,8 @@ def main() -> None:
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on every chart over training
 
     def with_loss(fig):
-        return overlay_loss(fig, axis, *curve) if show_loss and curve else fig
+        """A chart over training: the loss on it when asked, margins shared with the page's others (`stacked`)."""
+        return stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT)
 
     chosen = widgets.multiselect(
         "step",
@@ -369,7 +371,10 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
     st.subheader(f"W_QK and W_OV of L{layer} H{head}")
     both = np.concatenate(list(series.values()))
     widgets.chart(
-        figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+        stacked(
+            figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+            right=STACK_RIGHT,
+        ),
         "both_matrices",
         title=f"{run} · L{layer} H{head} · {STATS[stat].short(k)} of W_QK and W_OV",
         filename=export.safe_name(run, f"L{layer}H{head}", stat if k is None else f"lambda_{k}", "qk-ov"),

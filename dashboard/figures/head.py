@@ -77,8 +77,23 @@ def _step_map(
     chosen_x: Sequence[float],
     colours: Sequence[str],
 ) -> go.Figure:
-    """A log-colour heatmap over (training time, y) of ``values`` ``(S, len(y))``, chosen steps ticked on top."""
+    """A log-colour heatmap over (training time, y) of ``values`` ``(S, len(y))``, chosen steps ticked on top.
+
+    The colour bar lies under the time axis, across the plot: the right margin then holds no more than the curves'
+    (the loss axis), so the page's charts over training share their margins (`stacked`) in a narrow column too.
+    """
     colour = colour_layer(values, log=True, title=colour_title)
+    colour["colorbar"] = dict(
+        colour["colorbar"],
+        title=dict(text=f"{colour_title} (log colour)", side="bottom"),
+        orientation="h",
+        x=0,
+        xanchor="left",
+        y=-0.3,
+        yanchor="top",
+        len=1,
+        thickness=10,
+    )
     heat = dict(
         type="heatmap",
         x=axis.edges,
