@@ -17,7 +17,7 @@ import streamlit as st
 from analysis.errors import StoreError
 from dashboard import loader, widgets
 from dashboard.card import loss_series, model_card_lines
-from dashboard.data import Scale, Unit
+from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
 from dashboard.figures.card import loss_curve
 from dashboard.frame import Frame
@@ -104,13 +104,16 @@ with widgets.view_state(settings) as view:
             scale = widgets.select(
                 "xscale",
                 "Time scale",
-                ["linear", "log"],
+                list(SCALES),
                 time_scale_of(page.url_path),
                 kind="radio",
+                fmt=SCALES.__getitem__,
                 where=st.sidebar,
-                help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1. Each page "
-                "keeps its own: the heatmaps and Compare runs open on log, where a linear axis squeezes early "
-                "training, the others on linear.",
+                help="Early checkpoints are log-spaced. A log axis plots step + 1, so step 0 sits at 1; a checkpoint "
+                "index axis puts every checkpoint one unit apart (0, 1, 2, ...), its ticks labelled with their steps. "
+                "Each page keeps its own and opens on the one that reads its early training: log for the heatmaps, "
+                "the timeline and Compare runs, checkpoint index for the head explorer, the layer view, the weight "
+                "matrices and the refined LLC.",
             )
 
             if loss is not None:
@@ -127,16 +130,6 @@ with widgets.view_state(settings) as view:
                         icon=":material/download:",
                         type="tertiary",
                     )
-
-        # --- sidebar: how the figures' camera button saves (not part of a view's link) ---
-        st.radio(
-            "Figure downloads (camera icon)",
-            ["png", "svg"],
-            key=widgets.IMAGE_FORMAT,
-            horizontal=True,
-            format_func=str.upper,
-            help="PNG (1600 × 1000 at 2×) or SVG, named after the run, head and statistic. Each chart's data: its CSV button.",
-        )
 
         # --- sidebar: link to this view (drawn when the view is published) ---
         view.link_in(st.container())

@@ -19,17 +19,22 @@ Every run is drawn at its own checkpoints; nothing is interpolated. A chosen poi
 stands, in each run, for its last checkpoint at or before ``p`` (`checkpoint_at`); a run with no
 checkpoint at or before ``p`` has none. On a log axis each run plots ``x`` plus one step in the
 alignment's unit (1 step; that run's tokens per step; ``1 / last step``), so step 0 sits at one step.
+On a checkpoint-index axis the runs share one index: every aligned time at which some run has a
+checkpoint, ascending, the i-th at x = i (`index_grid`, `on_index`); runs with the same schedule then
+put their i-th checkpoints at i, and early training gets as much width as late.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+
+from dashboard.data import INDEX_TICKS, index_ticks
 
 Align = Literal["step", "tokens", "fraction"]
 ALIGNMENTS: dict[str, str] = {
@@ -145,6 +150,37 @@ def run_series(
         values=values,
         shift=log_shift(steps, align=align, tokens_per_step=tokens_per_step),
     )
+
+
+def index_grid(xs: list[np.ndarray]) -> np.ndarray:
+    """The checkpoint index shared by several runs: every aligned time at which some run has a checkpoint, ascending
+    and each once; the i-th sits at x = i on a checkpoint-index axis."""
+    values = np.concatenate([np.asarray(x, dtype=np.float64) for x in xs]) if xs else np.zeros(0)
+    return np.unique(values)
+
+
+def on_index(series: list[RunSeries], grid: np.ndarray) -> list[RunSeries]:
+    """``series`` with each checkpoint's ``x`` replaced by its position in ``grid`` (`index_grid`; between two
+    positions for a time the grid lacks), for drawing on a checkpoint-index axis. Steps and values are unchanged."""
+    at = np.arange(len(grid), dtype=np.float64)
+    return [replace(s, x=np.interp(s.x, grid, at) if len(grid) else s.x, shift=0.0) for s in series]
+
+
+def index_labels(grid: np.ndarray, *, align: Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
+    """Tick positions and labels of a checkpoint-index axis over ``grid``: at most ``most`` of its times, each
+    labelled in the alignment's unit (step, tokens, fraction of the run)."""
+    ticks = index_ticks(len(grid), most=most)
+
+    def label(v: float) -> str:
+        if align == "fraction":
+            return f"{v:.3g}"
+        if align == "tokens":
+            for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+                if abs(v) >= div:
+                    return f"{v / div:.3g}{suffix}"
+        return f"{v:.0f}" if v < 10_000 else f"{v / 1e3:.3g}k"
+
+    return [float(i) for i in ticks], [label(float(grid[i])) for i in ticks]
 
 
 def bin_summary(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

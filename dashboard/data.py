@@ -21,7 +21,9 @@ from analysis.store.format import ATTENTION, EVAL_LOSS, LLC
 from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
 Unit = Literal["step", "tokens"]
-Scale = Literal["linear", "log"]
+Scale = Literal["linear", "log", "index"]
+SCALES: dict[str, str] = {"linear": "linear", "log": "log", "index": "checkpoint index"}  # URL value -> label
+INDEX_TICKS = 9  # at most this many labelled checkpoints on a checkpoint-index axis
 
 
 # --------------------------------------------------------------------------- step axes
@@ -43,6 +45,8 @@ class StepAxis:
         hover_label: what a coordinate is, for hover text (``step``, ``step + 1``, ``tokens``, ...).
         edges: ``(S + 1,)`` heatmap cell boundaries around each ``x``: midpoints on a linear axis,
             geometric midpoints on a log axis (so each checkpoint's cell looks right on either).
+        tickvals, ticktext: on a checkpoint-index axis, the labelled positions and their steps (or tokens);
+            empty on the others (plotly places the ticks).
     """
 
     x: np.ndarray
@@ -54,6 +58,8 @@ class StepAxis:
     range: tuple[float, float]
     hover_label: str = "step"
     edges: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tickvals: tuple[float, ...] = ()
+    ticktext: tuple[str, ...] = ()
 
     def at(self, step: int) -> float:
         """Coordinate of a real checkpoint's step."""
@@ -71,7 +77,10 @@ def step_axis(store: Store, *, unit: Unit = "step", scale: Scale = "linear") -> 
     """The training-time axis for the store's real checkpoints and its duplicates.
 
     A log axis cannot show step 0, so it plots step + 1 (tokens: tokens + one step's
-    tokens) and says so in the title.
+    tokens) and says so in the title. A checkpoint-index axis plots the i-th real checkpoint
+    at i (0, 1, 2, ...), so each checkpoint gets the same width however the run spaced them,
+    and labels its ticks with their steps (or tokens); a duplicate sits between its neighbours
+    (`index_position`). Hover text and clicks read the real step from each point's customdata.
 
     Raises:
         ValueError: ``unit="tokens"`` for a store without token counts.
@@ -80,6 +89,8 @@ def step_axis(store: Store, *, unit: Unit = "step", scale: Scale = "linear") -> 
     hidden = store.hidden_steps
     dup_steps = np.array([d for d, _ in hidden], dtype=np.int64)
     dup_text = tuple(f"{text} (not plotted)" for _, text in hidden)
+    if scale == "index":
+        return index_axis(steps, dup_steps, dup_text, tokens=store.meta.tokens_at(steps) if unit == "tokens" else None)
     log = scale == "log"
     if unit == "tokens":
         tok = store.meta.tokens_at(steps)
@@ -115,6 +126,58 @@ def step_axis(store: Store, *, unit: Unit = "step", scale: Scale = "linear") -> 
         range=rng,
         hover_label=hover,
         edges=cell_edges(x, log=log),
+    )
+
+
+def index_position(steps: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Where the steps ``at`` sit on a checkpoint-index axis of ``steps`` (ascending): a listed step at its index,
+    one between two checkpoints proportionally between their indices (a duplicate's mark), clipped to the ends."""
+    s = np.asarray(steps, dtype=np.float64)
+    if len(s) == 0:
+        return np.zeros(len(at))
+    return np.interp(np.asarray(at, dtype=np.float64), s, np.arange(len(s), dtype=np.float64))
+
+
+def index_ticks(n: int, *, most: int = INDEX_TICKS) -> np.ndarray:
+    """The labelled indices of an axis of ``n`` checkpoints: every ``ceil(n / most)``-th from 0, and the last
+    (unless it would crowd the one before)."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    stride = max(1, -(-n // most))
+    ticks = list(range(0, n, stride))
+    if ticks[-1] != n - 1:
+        if n - 1 - ticks[-1] < stride / 2:
+            ticks.pop()
+        ticks.append(n - 1)
+    return np.array(ticks, dtype=np.int64)
+
+
+def index_axis(
+    steps: np.ndarray, dup_steps: np.ndarray, dup_text: tuple[str, ...] = (), *, tokens: np.ndarray | None = None
+) -> StepAxis:
+    """A checkpoint-index axis (`step_axis` with ``scale="index"``): the i-th checkpoint at x = i, ticks labelled
+    with the step (with ``tokens``, the tokens seen), cells one unit wide."""
+    steps = np.asarray(steps, dtype=np.int64)
+    x = np.arange(len(steps), dtype=np.float64)
+    ticks = index_ticks(len(steps))
+    if tokens is not None:
+        labels = tuple(_si(float(tokens[i])) for i in ticks)
+        title = "checkpoint (index; ticks: tokens seen)"
+    else:
+        labels = tuple(str(int(steps[i])) if steps[i] < 10_000 else _si(float(steps[i])) for i in ticks)
+        title = "checkpoint (index; ticks: training step)"
+    return StepAxis(
+        x=x,
+        steps=steps,
+        dup_x=index_position(steps, dup_steps),
+        dup_text=dup_text,
+        title=title,
+        log=False,
+        range=(-0.5, max(len(steps) - 0.5, 0.5)),
+        hover_label="checkpoint",
+        edges=cell_edges(x, log=False),
+        tickvals=tuple(float(t) for t in ticks),
+        ticktext=labels,
     )
 
 

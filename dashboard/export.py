@@ -4,7 +4,7 @@ Pure (no streamlit). Every chart's data leaves as a *tidy* table, one row per pl
 with the columns ``run, layer, head, matrix, statistic, k, step, value`` (plus what a chart
 adds, e.g. ``w`` and ``density`` for P(w)); ``k`` is the singular-value index of lambda_k
 and empty otherwise. Figures are exported in the user's browser by Plotly's camera button,
-set here to publication size (`chart_config`) with a file name naming run, layer, head
+set here to paper size (`chart_config`) with a file name naming run, layer, head
 and statistic; `titled` writes the same names into the figure's title. The animation is
 exported as a GIF drawn with Pillow (a dependency of Streamlit itself: no kaleido, no
 headless browser, no extra requirement).
@@ -23,8 +23,13 @@ from plotly.colors import sample_colorscale
 
 from dashboard import style
 
-EXPORT_WIDTH, EXPORT_HEIGHT, EXPORT_SCALE = 1600, 1000, 2  # publication size: 1600 x 1000 CSS px at 2x
-IMAGE_FORMATS = ("png", "svg")
+# The camera button's figure: 720 CSS px wide at the chart's own height, so its 12-13 px ticks and 15 px title
+# are 1/60 to 1/48 of the width (at 6.5 in across a page, 8 to 10 pt; at the former 1,600 x 1,000, 4 to 5 pt);
+# a PNG is drawn at 4x (2,880 px wide), an SVG is vector and needs no scale.
+EXPORT_WIDTH, EXPORT_SCALE = 720, 4
+EXPORT_HEIGHT = 440  # a figure without a height of its own (`dashboard.style.HEIGHT`)
+TITLE_SIZE = 15  # px: the exported figure's title (`titled`)
+IMAGE_FORMATS = ("png", "svg")  # the camera button's formats (URL ``img``, `dashboard.widgets.image_format`)
 TIDY_COLUMNS = ["run", "layer", "head", "matrix", "statistic", "k", "step", "value"]
 
 
@@ -34,8 +39,12 @@ def safe_name(*parts: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-_") or "headwatch"
 
 
-def chart_config(filename: str, image_format: str = "png") -> dict[str, Any]:
-    """Plotly config: the camera button downloads ``filename``.{png,svg} at publication size; no Plotly logo."""
+def chart_config(filename: str, image_format: str = "png", *, height: float | None = None) -> dict[str, Any]:
+    """Plotly config: the camera button downloads ``filename``.{png,svg} at paper size (`EXPORT_WIDTH` wide,
+    ``height`` high: the chart's own, so its panels keep their proportions); no Plotly logo.
+
+    An unknown ``image_format`` saves PNG (the URL's value is checked where it is read, `dashboard.widgets`).
+    """
     fmt = image_format if image_format in IMAGE_FORMATS else "png"
     return {
         "displaylogo": False,
@@ -43,7 +52,7 @@ def chart_config(filename: str, image_format: str = "png") -> dict[str, Any]:
             "format": fmt,
             "filename": filename,
             "width": EXPORT_WIDTH,
-            "height": EXPORT_HEIGHT,
+            "height": int(height or EXPORT_HEIGHT),
             "scale": EXPORT_SCALE if fmt == "png" else 1,
         },
     }
@@ -66,7 +75,7 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
             y=0.995,
             yanchor="top",
             yref="container",
-            font=dict(size=13),
+            font=dict(size=TITLE_SIZE),
         ),
         margin=dict(t=top + 30),
     )

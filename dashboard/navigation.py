@@ -29,7 +29,8 @@ class PageSpec:
         default: the page at ``/`` (the Overview).
         time_scale: the time axis it opens on (the sidebar's ``xscale`` until the page's own is chosen):
             ``log`` where a linear axis squeezes early training (steps 0 to 128 of a run of 1,536 into a
-            sliver of a heatmap, the first checkpoints of runs aligned by fraction on top of each other).
+            sliver of a heatmap, the first checkpoints of runs aligned by fraction on top of each other);
+            ``index`` (one unit per checkpoint) where lines and cells of every checkpoint should read alike.
     """
 
     file: str
@@ -38,7 +39,7 @@ class PageSpec:
     url_path: str
     description: str
     default: bool = False
-    time_scale: Literal["linear", "log"] = "linear"
+    time_scale: Literal["linear", "log", "index"] = "linear"
 
 
 PAGES: tuple[PageSpec, ...] = (
@@ -74,6 +75,7 @@ PAGES: tuple[PageSpec, ...] = (
         ":material/center_focus_strong:",
         "head",
         "one head: its weight distribution P(w) and its spectrum λ_k over training, at chosen steps, against its layer",
+        time_scale="index",
     ),
     PageSpec(
         "pages/layer_view.py",
@@ -81,6 +83,7 @@ PAGES: tuple[PageSpec, ...] = (
         ":material/stacked_line_chart:",
         "layers",
         "every head of a layer over training for any statistic, the layer mean red dashed; all layers in a grid",
+        time_scale="index",
     ),
     PageSpec(
         "pages/architecture_heatmaps.py",
@@ -129,6 +132,7 @@ PAGES: tuple[PageSpec, ...] = (
         "weights",
         "every block weight (QKV, attention out, MLP in/out): its singular values against Marchenko-Pastur over "
         "training and depth, and the Frobenius norm of every layer's",
+        time_scale="index",
     ),
     PageSpec(
         "pages/forward_lenses.py",
@@ -155,6 +159,7 @@ PAGES: tuple[PageSpec, ...] = (
         "llc",
         "the loss landscape around each head: every head's refined local learning coefficient over training, "
         "the whole model's with the loss, and the heads clustered by the shape of their curves",
+        time_scale="index",
     ),
     PageSpec(
         "pages/rmt_lab.py",
@@ -167,6 +172,6 @@ PAGES: tuple[PageSpec, ...] = (
 VIEWS: tuple[PageSpec, ...] = tuple(p for p in PAGES if not p.default)  # what the Overview links to
 
 
-def time_scale_of(url_path: str) -> Literal["linear", "log"]:
+def time_scale_of(url_path: str) -> Literal["linear", "log", "index"]:
     """The time axis the page at ``url_path`` opens on (``linear`` for an unknown path)."""
     return next((p.time_scale for p in PAGES if p.url_path == url_path), "linear")

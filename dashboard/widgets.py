@@ -17,7 +17,7 @@ the block normally is what publishes. A run that ends by an exception (a page
 switch, a rerun, an error) publishes nothing, as before.
 
 Every view-defining widget is made here, keyed by its URL parameter name
-(``layer``, ``head``, ``k``, ``step``, ``stat``, ``matrix``, ``run``, page toggles). On each run:
+(``layer``, ``head``, ``k``, ``step``, ``stat``, ``matrix``, ``run``, ``img``, page toggles). On each run:
 
 1. the URL wins when it carries a value the app did not write itself (a shared
    link, ``st.switch_page(..., query_params=...)``, browser history); invalid
@@ -60,7 +60,7 @@ _PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view sho
 # each page keeps its own: never carried to another page (a link or a click hands them); xscale: pages open on
 # the time axis that reads their early training (`dashboard.navigation.PageSpec.time_scale`)
 PAGE_SCOPED = ("stat", "k", "xscale")
-IMAGE_FORMAT = "_hw_image_format"  # the sidebar's choice of figure-export format (png or svg), not part of a view
+IMAGE_FORMAT = "img"  # URL parameter: the format the charts' camera icon saves (png or svg), carried across pages
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
@@ -484,6 +484,34 @@ def switch_page(page: Any, **values: Any) -> None:
     st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})
 
 
+def image_format(*, where: Where = st) -> str:
+    """The format the charts' camera icon saves (URL ``img=png|svg``), a small choice drawn above the page's
+    first chart, where the user exports; carried across pages like ``layer``. `chart` calls it.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    from dashboard.export import EXPORT_SCALE, EXPORT_WIDTH, IMAGE_FORMATS
+
+    view = _active("image_format")
+    if IMAGE_FORMAT in view.params:  # drawn once, above the first chart
+        return view.params[IMAGE_FORMAT][0]
+    return str(
+        select(
+            IMAGE_FORMAT,
+            "Camera icon saves",
+            list(IMAGE_FORMATS),
+            IMAGE_FORMATS[0],
+            fmt=str.upper,
+            kind="radio",
+            where=where,
+            help=f"The camera icon at the top right of each chart saves it, named after the run, head and statistic, "
+            f"{EXPORT_WIDTH} px wide at the chart's height: PNG at {EXPORT_SCALE}x, or SVG. Each chart's data: "
+            "its CSV button.",
+        )
+    )
+
+
 def chart(
     fig: Any,
     key: str,
@@ -496,7 +524,8 @@ def chart(
     config: dict[str, Any] | None = None,
 ) -> Any:
     """A Plotly chart with its exports: the figure titled ``title`` (run, head, statistic), the camera button
-    saving ``filename`` as PNG or SVG (the sidebar's choice) at publication size, and a CSV button under it.
+    saving ``filename`` as PNG or SVG (`image_format`, chosen above the page's first chart) at paper size, and a
+    CSV button under it.
 
     Args:
         fig: the figure (its title is set here).
@@ -514,7 +543,7 @@ def chart(
 
     _active("chart")
     export.titled(fig, title)
-    cfg = {**export.chart_config(filename, st.session_state.get(IMAGE_FORMAT, "png")), **(config or {})}
+    cfg = {**export.chart_config(filename, image_format(where=where), height=fig.layout.height), **(config or {})}
     if select:
         event = where.plotly_chart(fig, key=key, config=cfg, on_select="rerun", selection_mode="points")
     else:

@@ -10,12 +10,13 @@ from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from dashboard import export, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import overlay_loss, stacked
 from dashboard.head_types import head_types, missing_text
 from dashboard.stats import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
+STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
 
 def main() -> None:
@@ -69,7 +70,7 @@ def main() -> None:
         )
         values = store.require(ATTENTION, name)
         widgets.chart(
-            overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
+            stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
             f"bands_{name}",
             title=f"{frame.run} · {STATS[name].short()} per layer over training",
             filename=export.safe_name(frame.run, "layers", name),
@@ -125,7 +126,7 @@ def main() -> None:
         )
         values = store.require(ATTENTION, name)
         event = widgets.chart(
-            overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
+            stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
             f"type_{name}",
             title=f"{frame.run} · every head · {STATS[name].short()}",
             filename=export.safe_name(frame.run, "all-heads", name),
@@ -148,7 +149,7 @@ def main() -> None:
         return
     vocab = store.meta.model.config.get("vocab_size")
     widgets.chart(
-        figs.probe_losses(axis, eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None),
+        stacked(figs.probe_losses(axis, eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None), **STACK),
         "probe_loss",
         title=f"{frame.run} · {figs.PROBE_COPY_LABEL}, and on the evaluation text",
         filename=export.safe_name(frame.run, "probe-copy-loss"),

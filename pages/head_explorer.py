@@ -1,5 +1,8 @@
 """Head explorer: one head's weight distribution and spectrum over training, with chosen steps."""
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -10,7 +13,7 @@ from analysis.stats.density import density_curves, density_extent, density_grid
 from dashboard import export, loader, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
 from dashboard.figures import head as figs
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import overlay_loss, stacked
 from dashboard.stats import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
@@ -19,6 +22,67 @@ DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
 GAP_PERCENT = [2, 5, 10, 20]  # choices of the close-approach threshold, percent relative gap
+STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The head shown and what every panel shares: the widgets above the panels, and the head's arrays.
+
+    Attributes:
+        frame: the sidebar's run; axis: its time axis.
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); layer, head: the head (URL ``layer``, ``head``).
+        idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
+            and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
+        show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.
+        hist, mu, sigma, kl: ``(S, 202)``, ``(S,)`` x 3: the standardized histogram, mean, sigma and D_KL.
+        lam: ``(S, d_head)`` lambda_k = s_k^2.
+        refs: the random heads of this matrix (its own init scale).
+    """
+
+    frame: Any
+    axis: Any
+    matrix: str
+    layer: int
+    head: int
+    idx: list[int]
+    labels: list[str]
+    colours: list[str]
+    chosen_x: list[float]
+    pairs: list[tuple[int, int]]
+    show_loss: bool
+    curve: Any
+    hist: np.ndarray
+    mu: np.ndarray
+    sigma: np.ndarray
+    kl: np.ndarray
+    lam: np.ndarray
+    refs: Any
+
+    @property
+    def store(self):
+        return self.frame.store
+
+    @property
+    def w_name(self) -> str:
+        return "W_QK" if self.matrix == "qk" else "W_OV"
+
+    @property
+    def name(self) -> str:
+        return f"layer {self.layer}, head {self.head}"
+
+    @property
+    def shown(self) -> str:
+        """What every chart's title names, the matrix included: an exported OV figure says it is one."""
+        return f"{self.name} · {self.w_name}"
+
+    @property
+    def tag(self) -> str:
+        return f"L{self.layer}H{self.head}" + ("" if self.matrix == "qk" else f"-{self.matrix.upper()}")
+
+    def over_time(self, fig):
+        """A chart over training: the loss on it when asked, margins shared with the page's others (`stacked`)."""
+        return stacked(overlay_loss(fig, self.axis, *self.curve) if self.show_loss and self.curve else fig, right=STACK_RIGHT)
 
 
 def main() -> None:
@@ -27,22 +91,53 @@ def main() -> None:
     frame = widgets.run_frame()
     if frame is None:
         return
+
+    # --- widgets: matrix, layer, head, the loss, the chosen steps, other heads to overlay ---
+    h = _pick_head(frame)
+    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
+
+    # --- panel: P(w) over training | P(w) at the chosen steps, sigma(t), D_KL(t) ---
+    left, right = st.columns([5, 6])
+    with left:
+        _density_map(h, w_range)
+    with right:
+        picked_d = _density_slices(h, w_range)
+
+    # --- panel: lambda_k over (k, step) | lambda_k vs k at the chosen steps, stable rank and entropy over training ---
+    left, right = st.columns([5, 6])
+    with left:
+        _spectrum_map(h)
+    with right:
+        picked_s = _spectrum_slices(h)
+
+    # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
+    _leading_panel(h)
+
+    # --- panel: any statistic of this head against its layer ---
+    with st.container():
+        picked = _head_in_layer(h)
+    if picked is None:
+        return
+    stat, k, log_y, event = picked
+    for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
+        widgets.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
+
+    # --- panel: this head's W_QK and W_OV on one pair of axes ---
+    _both_matrices(frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
+
+
+def _pick_head(frame) -> _Head:
+    """The widgets above the panels (matrix; layer, head, chosen steps, the loss in one row; other heads), and the
+    head's arrays (views of the cached store)."""
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-
-    # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    w_name = "W_QK" if matrix == "qk" else "W_OV"
     c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 4, 1], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)  # on every chart over training
-
-    def with_loss(fig):
-        return overlay_loss(fig, axis, *curve) if show_loss and curve else fig
-
     chosen = widgets.multiselect(
         "step",
         "Chosen steps (marked in every panel)",
@@ -61,302 +156,328 @@ def main() -> None:
         max_selections=MAX_COMPARED,
         help="In the link as cmp=L2H3 (repeatable)",
     )
-    pairs = [(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared]
     if not chosen:
         st.caption("No step chosen: pick at least one to draw the distribution and spectrum at fixed steps.")
     idx = [steps.index(s) for s in chosen]
-    colours = step_colours(len(chosen))
-    labels = [f"step {s:,}" for s in chosen]
-    chosen_x = [float(axis.x[i]) for i in idx]
-
-    # --- slices (views of cached arrays) ---
-    hist = store.array("hist_z", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, 202)
-    mu = store.array("mean", matrix=matrix)[:, layer, head]
-    sigma = store.array("std", matrix=matrix)[:, layer, head]
-    kl = store.array("kl_gauss", matrix=matrix)[:, layer, head]
     sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
-    lam = sv * sv
-    name = f"layer {layer}, head {head}"
-    shown = f"{name} · {w_name}"  # every chart's title names the matrix: an exported OV figure says it is one
-    tag = f"L{layer}H{head}" + ("" if matrix == "qk" else f"-{matrix.upper()}")
-    refs = loader.references(store, matrix=matrix)  # the random heads of this matrix (its own init scale)
-    factors = REFERENCE_FACTORS[matrix]
+    return _Head(
+        frame=frame,
+        axis=axis,
+        matrix=matrix,
+        layer=layer,
+        head=head,
+        idx=idx,
+        labels=[f"step {s:,}" for s in chosen],
+        colours=step_colours(len(chosen)),
+        chosen_x=[float(axis.x[i]) for i in idx],
+        pairs=[(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared],
+        show_loss=show_loss,
+        curve=curve,
+        hist=store.array("hist_z", matrix=matrix)[:, layer, head, :].astype(np.float64),  # (S, 202)
+        mu=store.array("mean", matrix=matrix)[:, layer, head],
+        sigma=store.array("std", matrix=matrix)[:, layer, head],
+        kl=store.array("kl_gauss", matrix=matrix)[:, layer, head],
+        lam=sv * sv,
+        refs=loader.references(store, matrix=matrix),
+    )
 
-    # --- panel: P(w) over training ---
-    left, right = st.columns([5, 6])
-    with left:
-        st.subheader("Weight distribution over training")
-        w_lo, w_hi = density_extent(hist, mu, sigma)
-        w = np.linspace(w_lo, w_hi, DENSITY_GRID_POINTS)
-        grid = density_grid(hist, mu, sigma, w)
-        widgets.chart(
-            with_loss(figs.density_map(axis, w, grid, chosen_x=chosen_x, colours=colours, matrix_name=w_name)),
-            "density_map",
-            title=f"{frame.run} · {shown} · P(w) over training",
-            filename=export.safe_name(frame.run, tag, "Pw-map"),
-            csv=lambda: _long(frame.run, layer, head, matrix, store.steps, "p(w)", w, grid, "w"),
-        )
-        st.caption(
-            f"p(w) of the d_model² entries of {w_name} for {name} at every checkpoint (log colour); "
-            "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps."
-        )
 
-    # --- panel: P(w) at the chosen steps, sigma(t), D_KL(t) ---
-    with right:
-        st.subheader("Distribution at the chosen steps")
-        c_logp, c_z, c_g = st.columns(3)
-        log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
-        standardized = widgets.toggle(
-            "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
-        )
-        gauss_on = widgets.toggle(
-            "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
-        )
-        w_all, p_all = density_curves(hist, mu, sigma)
-        if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
-            w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
-            p_all = p_all * sigma[:, None]
-            x_range = figs.z_range(hist)
-        else:
-            x_range = (w_lo, w_hi)
-        p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
-        gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
-        picked_d = widgets.chart(
-            figs.density_slices(
-                w_all[idx],
-                p_all[idx],
-                labels=labels,
-                colours=colours,
-                axis=axis,
-                chosen_idx=idx,
-                sigma=sigma,
-                kl=kl,
-                stats=(STATS["std"], STATS["kl_gauss"]),
-                w_range=x_range,
-                p_range=p_range,
-                log_p=log_p,
-                gauss=gauss,
-                bands=(reference_of(refs, "std", None), reference_of(refs, "kl_gauss", None)),
-                standardized=standardized,
-                compare=[
-                    (lay, hd, (store.array("std", matrix=matrix)[:, lay, hd], store.array("kl_gauss", matrix=matrix)[:, lay, hd]))
-                    for lay, hd in pairs
-                ],
-                matrix_name=w_name,
-            ),
-            "density_slices",
-            title=f"{frame.run} · {shown} · P(w) at chosen steps, σ, D_KL",
-            filename=export.safe_name(frame.run, tag, "Pw-sigma-DKL"),
-            csv=lambda: _slices_csv(frame.run, layer, head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
-            select=bool(pairs),
-        )
-        band = reference_of(refs, "kl_gauss", None)
-        ref = (
-            f" Grey bands: 5-95% of σ and D_KL over random heads of {w_name} (Gaussian {factors} of this run's "
-            f"shape and the init σ₀ of its step-0 {w_name} heads; D_KL {band.mean:.2g} [{band.lo:.2g}, {band.hi:.2g}] "
-            f"nats: a product of Gaussian factors is not itself Gaussian), mean dotted."
-            if band is not None
-            else ""
-        )
-        st.caption(
-            f"Left: p{'(z) of z = (w − μ)/σ' if standardized else '(w)'} at each chosen step (axes fixed over the "
-            "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
-            f"same head over training, chosen steps marked in matching colours.{ref}"
-        )
+def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
+    """P(w) of the head over (step, w), log colour."""
+    st.subheader("Weight distribution over training")
+    w = np.linspace(*w_range, DENSITY_GRID_POINTS)
+    grid = density_grid(h.hist, h.mu, h.sigma, w)
+    run, store = h.frame.run, h.store
+    widgets.chart(
+        h.over_time(figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
+        "density_map",
+        title=f"{run} · {h.shown} · P(w) over training",
+        filename=export.safe_name(run, h.tag, "Pw-map"),
+        csv=lambda: _long(run, h.layer, h.head, h.matrix, store.steps, "p(w)", w, grid, "w"),
+    )
+    st.caption(
+        f"p(w) of the d_model² entries of {h.w_name} for {h.name} at every checkpoint (log colour); "
+        "rebuilt from the standardized histogram as p_z((w − μ)/σ)/σ. Top ticks: chosen steps."
+    )
 
-    # --- panel: lambda_k over (k, step) ---
-    left, right = st.columns([5, 6])
-    with left:
-        st.subheader("Spectrum over training")
-        widgets.chart(
-            with_loss(figs.spectrum_map(axis, lam, chosen_x=chosen_x, colours=colours)),
-            "spectrum_map",
-            title=f"{frame.run} · {shown} · λ_k over training",
-            filename=export.safe_name(frame.run, tag, "lambda-map"),
-            csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, range(len(steps))),
-        )
-        st.caption(f"λ_k = s_k² of {w_name} for {name}, every singular-value index k at every checkpoint (log colour).")
 
-    # --- panel: lambda_k vs k at the chosen steps, stable rank and entropy over training ---
-    with right:
-        st.subheader("Spectrum at the chosen steps")
-        show_null = widgets.toggle(
-            "null",
-            "random-head reference",
-            True,
-            help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
-        )
-        null_lam = null_spectra(lam[idx], store) if show_null else None
-        picked_s = widgets.chart(
-            figs.spectrum_slices(
-                lam[idx],
-                labels=labels,
-                colours=colours,
-                axis=axis,
-                chosen_idx=idx,
-                stable_rank=store.array("stable_rank", matrix=matrix)[:, layer, head],
-                entropy=store.array("spectral_entropy", matrix=matrix)[:, layer, head],
-                stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
-                lam_range=fixed_range(lam, log=True),
-                null_lam=null_lam,
-                compare=[
+def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
+    """P(w) at the chosen steps (raw or standardized, with their Gaussians), sigma and D_KL over training; returns
+    the chart's selection (a click on an overlaid head)."""
+    st.subheader("Distribution at the chosen steps")
+    c_logp, c_z, c_g = st.columns(3)
+    log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
+    standardized = widgets.toggle(
+        "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
+    )
+    gauss_on = widgets.toggle(
+        "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
+    )
+    mu, sigma, kl, idx = h.mu, h.sigma, h.kl, h.idx
+    w_all, p_all = density_curves(h.hist, mu, sigma)
+    if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
+        w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
+        p_all = p_all * sigma[:, None]
+        x_range = figs.z_range(h.hist)
+    else:
+        x_range = w_range
+    p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
+    gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
+    run, store, matrix = h.frame.run, h.store, h.matrix
+    picked = widgets.chart(
+        figs.density_slices(
+            w_all[idx],
+            p_all[idx],
+            labels=h.labels,
+            colours=h.colours,
+            axis=h.axis,
+            chosen_idx=idx,
+            sigma=sigma,
+            kl=kl,
+            stats=(STATS["std"], STATS["kl_gauss"]),
+            w_range=x_range,
+            p_range=p_range,
+            log_p=log_p,
+            gauss=gauss,
+            bands=(reference_of(h.refs, "std", None), reference_of(h.refs, "kl_gauss", None)),
+            standardized=standardized,
+            compare=[
+                (lay, hd, (store.array("std", matrix=matrix)[:, lay, hd], store.array("kl_gauss", matrix=matrix)[:, lay, hd]))
+                for lay, hd in h.pairs
+            ],
+            matrix_name=h.w_name,
+        ),
+        "density_slices",
+        title=f"{run} · {h.shown} · P(w) at chosen steps, σ, D_KL",
+        filename=export.safe_name(run, h.tag, "Pw-sigma-DKL"),
+        csv=lambda: _slices_csv(run, h.layer, h.head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
+        select=bool(h.pairs),
+    )
+    band = reference_of(h.refs, "kl_gauss", None)
+    ref = (
+        f" Grey bands: 5-95% of σ and D_KL over random heads of {h.w_name} (Gaussian {REFERENCE_FACTORS[matrix]} of "
+        f"this run's shape and the init σ₀ of its step-0 {h.w_name} heads; D_KL {band.mean:.2g} [{band.lo:.2g}, "
+        f"{band.hi:.2g}] nats: a product of Gaussian factors is not itself Gaussian), mean dotted."
+        if band is not None
+        else ""
+    )
+    st.caption(
+        f"Left: p{'(z) of z = (w − μ)/σ' if standardized else '(w)'} at each chosen step (axes fixed over the "
+        "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
+        f"same head over training, chosen steps marked in matching colours.{ref}"
+    )
+    return picked
+
+
+def _spectrum_map(h: _Head) -> None:
+    """lambda_k of the head over (k, step), log colour."""
+    st.subheader("Spectrum over training")
+    run, store = h.frame.run, h.store
+    widgets.chart(
+        h.over_time(figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
+        "spectrum_map",
+        title=f"{run} · {h.shown} · λ_k over training",
+        filename=export.safe_name(run, h.tag, "lambda-map"),
+        csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, h.lam, range(len(store.steps))),
+    )
+    st.caption(f"λ_k = s_k² of {h.w_name} for {h.name}, every singular-value index k at every checkpoint (log colour).")
+
+
+def _spectrum_slices(h: _Head) -> Any:
+    """lambda_k versus k at the chosen steps (with the random-head null), stable rank and spectral entropy over
+    training; returns the chart's selection (a click on an overlaid head)."""
+    st.subheader("Spectrum at the chosen steps")
+    show_null = widgets.toggle(
+        "null",
+        "random-head reference",
+        True,
+        help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
+    )
+    run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
+    null_lam = null_spectra(lam[idx], store) if show_null else None
+    picked = widgets.chart(
+        figs.spectrum_slices(
+            lam[idx],
+            labels=h.labels,
+            colours=h.colours,
+            axis=h.axis,
+            chosen_idx=idx,
+            stable_rank=store.array("stable_rank", matrix=matrix)[:, h.layer, h.head],
+            entropy=store.array("spectral_entropy", matrix=matrix)[:, h.layer, h.head],
+            stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
+            lam_range=fixed_range(lam, log=True),
+            null_lam=null_lam,
+            compare=[
+                (
+                    lay,
+                    hd,
                     (
-                        lay,
-                        hd,
-                        (
-                            store.array("stable_rank", matrix=matrix)[:, lay, hd],
-                            store.array("spectral_entropy", matrix=matrix)[:, lay, hd],
-                        ),
-                    )
-                    for lay, hd in pairs
-                ],
-            ),
-            "spectrum_slices",
-            title=f"{frame.run} · {shown} · λ_k at chosen steps, stable rank, entropy",
-            filename=export.safe_name(frame.run, tag, "spectrum"),
-            csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam, idx),
-            select=bool(pairs),
-        )
-        st.caption(
-            "Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
-            "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
-            "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked."
-        )
+                        store.array("stable_rank", matrix=matrix)[:, lay, hd],
+                        store.array("spectral_entropy", matrix=matrix)[:, lay, hd],
+                    ),
+                )
+                for lay, hd in h.pairs
+            ],
+        ),
+        "spectrum_slices",
+        title=f"{run} · {h.shown} · λ_k at chosen steps, stable rank, entropy",
+        filename=export.safe_name(run, h.tag, "spectrum"),
+        csv=lambda: _lam_csv(run, h.layer, h.head, matrix, store.steps, lam, idx),
+        select=bool(h.pairs),
+    )
+    st.caption(
+        "Left: λ_k versus k at each chosen step (log scale, fixed over the run); dotted: a random "
+        "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
+        "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked."
+    )
+    return picked
 
-    # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
+
+def _leading_panel(h: _Head) -> None:
+    """lambda_0 .. lambda_3 over training (left), each close approach marked a crossing or a repulsion when the store
+    has overlaps, with the threshold and the list of approaches (right)."""
     st.subheader("Leading eigenvalues: crossings and repulsions")
     left, right = st.columns([7, 4])
     with right:
-        c_log, c_gap = st.columns(2, vertical_alignment="bottom")
-        log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
-        try:
-            overlaps = loader.head_overlaps(store, layer, head, matrix=matrix)
-        except StoreError as exc:
-            st.error(str(exc))
-            overlaps = None
-        crossings = None
-        if overlaps is not None:
-            gap_pct = widgets.select(
-                "gap",
-                "Close when the gap of s is below",
-                GAP_PERCENT,
-                round(100 * GAP_THRESHOLD),
-                fmt=lambda g: f"{g}%",
-                where=c_gap,
-                help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
-                "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
-            )
-            crossings = level_crossings(lam, overlaps, gap_threshold=gap_pct / 100)
-        if crossings is None:
-            st.info(
-                "This store has no singular-vector overlaps, so approaches cannot be told apart. "
-                "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
-                icon=":material/info:",
-            )
-        else:
-            kinds = [a.kind for a in crossings.approaches]
-            st.markdown(
-                f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
-                + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
-                + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}"
-            )
-            st.dataframe(
-                approach_table(crossings.approaches, store.steps),
-                hide_index=True,
-                height=260,
-                key="approaches",
-                width="stretch",
-                column_config={
-                    "step": st.column_config.NumberColumn("step", format="%d", width="small"),
-                    "levels": st.column_config.TextColumn("levels", width="small"),
-                    "gap of s, %": st.column_config.NumberColumn("gap %", width="small"),
-                    "verdict": st.column_config.TextColumn("verdict", width="small"),
-                    "swap score": st.column_config.NumberColumn("swap score", format="%.3f", width="small", help=SWAP_SCORE_HELP),
-                },
-            )
-            st.caption(
-                "A close approach is a **crossing** when the two levels' singular vectors swap places between "
-                "neighbouring checkpoints (O_i,i+1·O_i+1,i > O_ii·O_i+1,i+1) and a **repulsion** when each keeps "
-                "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. An approach must dip 20% below the "
-                f'threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, "Crossing or repulsion?"; every '
-                "head's approaches: the Heads page."
-            )
+        log_lam, crossings = _approaches(h)
+    run, store, lam = h.frame.run, h.store, h.lam
     with left:
         if crossings is None:
             widgets.chart(
-                with_loss(figs.leading_lambdas(axis, lam[:, :4], chosen_x=chosen_x, colours=colours, log_y=log_lam)),
+                h.over_time(figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
                 "leading",
-                title=f"{frame.run} · {shown} · λ_0 … λ_3",
-                filename=export.safe_name(frame.run, tag, "leading"),
-                csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))),
+                title=f"{run} · {h.shown} · λ_0 … λ_3",
+                filename=export.safe_name(run, h.tag, "leading"),
+                csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
             )
-            st.caption(f"λ_0 … λ_3, the four largest squared singular values of {w_name} for {name}, over training.")
+            st.caption(f"λ_0 … λ_3, the four largest squared singular values of {h.w_name} for {h.name}, over training.")
         else:
             widgets.chart(
-                with_loss(figs.level_crossings(axis, lam, crossings, chosen_x=chosen_x, colours=colours, log_y=log_lam)),
+                h.over_time(figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
                 "leading",
-                title=f"{frame.run} · {shown} · λ_0 … λ_3, crossings and repulsions",
-                filename=export.safe_name(frame.run, tag, "crossings"),
-                csv=lambda: _lam_csv(frame.run, layer, head, matrix, store.steps, lam[:, :4], range(len(steps))),
+                title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
+                filename=export.safe_name(run, h.tag, "crossings"),
+                csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
             )
             st.caption(
-                f"Top: λ_0 … λ_3 of {w_name} for {name} over training; ✕ a crossing, ○ a repulsion, at the "
+                f"Top: λ_0 … λ_3 of {h.w_name} for {h.name} over training; ✕ a crossing, ○ a repulsion, at the "
                 "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
                 "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped)."
             )
 
-    # --- panel: any statistic of this head against its layer ---
-    with st.container():
-        st.subheader("One statistic, head against its layer")
-        c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
-        stat, k, log_y = widgets.statistic(
-            store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
-        )
-        values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-        if widgets.no_values(values, STATS[stat].label, matrix):
-            return
-        band = reference_of(refs, stat, k)
-        event = widgets.chart(
-            with_loss(
-                figs.head_in_layer(
-                    axis,
-                    values[:, layer, :],
-                    head=head,
-                    stat=STATS[stat],
-                    k=k,
-                    y_range=fixed_range(figs.with_band(values, band), log=log_y),
-                    log_y=log_y,
-                    chosen_x=chosen_x,
-                    colours=colours,
-                    layer=layer,
-                    compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs],
-                    band=band,
-                )
-            ),
-            "head_in_layer",
-            title=f"{frame.run} · {shown} · {STATS[stat].short(k)} against its layer",
-            filename=export.safe_name(frame.run, tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
-            csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
-                lambda t: t if not pairs else _with_pairs(t, values, store.steps, frame.run, stat, k, matrix, pairs)
-            ),
-            select=True,
-        )
-        ref = (
-            f" Grey band: 5-95% over random heads of {w_name} (Gaussian {factors} of this shape and init scale; "
-            f"{band.mean:.3g} on average)."
-            if band is not None
-            else ""
-        )
-        st.caption(
-            f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
-            "in grey (click one to open it) and the layer mean red dashed"
-            f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}"
-        )
-        for picked in (event, picked_d, picked_s):  # a click on another head's line opens it
-            widgets.open_head_on_click(picked, store, stat=stat, k=k, matrix=matrix)
 
-    # --- panel: this head's W_QK and W_OV on one pair of axes ---
-    _both_matrices(frame.run, store, axis, layer=layer, head=head, stat=stat, k=k, log_y=log_y)
+def _approaches(h: _Head) -> tuple[bool, Any]:
+    """The log lambda toggle and the close-approach threshold, then the approaches as a table; returns the toggle and
+    the crossings (None without overlaps, which it says how to add)."""
+    c_log, c_gap = st.columns(2, vertical_alignment="bottom")
+    log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
+    store = h.store
+    try:
+        overlaps = loader.head_overlaps(store, h.layer, h.head, matrix=h.matrix)
+    except StoreError as exc:
+        st.error(str(exc))
+        overlaps = None
+    crossings = None
+    if overlaps is not None:
+        gap_pct = widgets.select(
+            "gap",
+            "Close when the gap of s is below",
+            GAP_PERCENT,
+            round(100 * GAP_THRESHOLD),
+            fmt=lambda g: f"{g}%",
+            where=c_gap,
+            help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
+            "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
+        )
+        crossings = level_crossings(h.lam, overlaps, gap_threshold=gap_pct / 100)
+    if crossings is None:
+        st.info(
+            "This store has no singular-vector overlaps, so approaches cannot be told apart. "
+            "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
+            icon=":material/info:",
+        )
+        return log_lam, None
+    kinds = [a.kind for a in crossings.approaches]
+    st.markdown(
+        f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
+        + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
+        + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}"
+    )
+    st.dataframe(
+        approach_table(crossings.approaches, store.steps),
+        hide_index=True,
+        height=260,
+        key="approaches",
+        width="stretch",
+        column_config={
+            "step": st.column_config.NumberColumn("step", format="%d", width="small"),
+            "levels": st.column_config.TextColumn("levels", width="small"),
+            "gap of s, %": st.column_config.NumberColumn("gap %", width="small"),
+            "verdict": st.column_config.TextColumn("verdict", width="small"),
+            "swap score": st.column_config.NumberColumn("swap score", format="%.3f", width="small", help=SWAP_SCORE_HELP),
+        },
+    )
+    st.caption(
+        "A close approach is a **crossing** when the two levels' singular vectors swap places between "
+        "neighbouring checkpoints (O_i,i+1·O_i+1,i > O_ii·O_i+1,i+1) and a **repulsion** when each keeps "
+        "its own; O_ab = |⟨u_a(t), u_b(t+1)⟩|·|⟨v_a(t), v_b(t+1)⟩|. An approach must dip 20% below the "
+        f'threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, "Crossing or repulsion?"; every '
+        "head's approaches: the Heads page."
+    )
+    return log_lam, crossings
+
+
+def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
+    """Any statistic (URL ``stat``, ``k``, ``logy``) of the head against the other heads of its layer, the overlaid
+    heads and its random-head band; returns the choice and the chart's selection, or None when the store has no
+    values of it (said on the page)."""
+    st.subheader("One statistic, head against its layer")
+    c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
+    store, matrix, layer, head, pairs, run = h.store, h.matrix, h.layer, h.head, h.pairs, h.frame.run
+    stat, k, log_y = widgets.statistic(
+        store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
+    )
+    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
+    if widgets.no_values(values, STATS[stat].label, matrix):
+        return None
+    band = reference_of(h.refs, stat, k)
+    event = widgets.chart(
+        h.over_time(
+            figs.head_in_layer(
+                h.axis,
+                values[:, layer, :],
+                head=head,
+                stat=STATS[stat],
+                k=k,
+                y_range=fixed_range(figs.with_band(values, band), log=log_y),
+                log_y=log_y,
+                chosen_x=h.chosen_x,
+                colours=h.colours,
+                layer=layer,
+                compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs],
+                band=band,
+            )
+        ),
+        "head_in_layer",
+        title=f"{run} · {h.shown} · {STATS[stat].short(k)} against its layer",
+        filename=export.safe_name(run, h.tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
+        csv=lambda: export.tidy(values, store.steps, run=run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
+            lambda t: t if not pairs else _with_pairs(t, values, store.steps, run, stat, k, matrix, pairs)
+        ),
+        select=True,
+    )
+    ref = (
+        f" Grey band: 5-95% over random heads of {h.w_name} (Gaussian {REFERENCE_FACTORS[matrix]} of this shape and "
+        f"init scale; {band.mean:.3g} on average)."
+        if band is not None
+        else ""
+    )
+    st.caption(
+        f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
+        "in grey (click one to open it) and the layer mean red dashed"
+        f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}"
+    )
+    return stat, k, log_y, event
 
 
 def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log_y: bool) -> None:
@@ -369,7 +490,10 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
     st.subheader(f"W_QK and W_OV of L{layer} H{head}")
     both = np.concatenate(list(series.values()))
     widgets.chart(
-        figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+        stacked(
+            figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+            right=STACK_RIGHT,
+        ),
         "both_matrices",
         title=f"{run} · L{layer} H{head} · {STATS[stat].short(k)} of W_QK and W_OV",
         filename=export.safe_name(run, f"L{layer}H{head}", stat if k is None else f"lambda_{k}", "qk-ov"),

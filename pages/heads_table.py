@@ -3,6 +3,8 @@
 A row opens its head in the head explorer (with this page's statistic and step).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -32,16 +34,55 @@ def _head_link(
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The table's widgets: what it shows (``stat``, ``k``, ``step``, ``since``, ``matrix``), which heads
+    (``layers``, ``types``), in which order (``sort``, ``desc``) and the close-approach threshold (``gap``, None
+    without overlaps). ``kinds``: the store's head types (None without them)."""
+
+    stat: str
+    k: int | None
+    step: int
+    since: int
+    matrix: str | None
+    layers: list[int]
+    picked_types: list[str]
+    sort: str
+    desc: bool
+    gap_pct: int | None
+    kinds: HeadTypes | None
+
+
 def main() -> None:
     st.title("Heads")
     # --- empty case ---
     frame = widgets.run_frame()
     if frame is None:
         return
-    store = frame.store
-    steps = [int(s) for s in store.steps]
 
-    # --- widgets ---
+    # --- widgets: what the table shows (one row), which heads and in which order (another) ---
+    opts = _pick_options(frame.store)
+
+    # --- data ---
+    approaches = _approaches(frame.store, opts.gap_pct, opts.matrix or "qk")
+    table, note, open_steps = _rows(frame, opts, approaches)
+
+    # --- panel: the table ---
+    event = _table_panel(table, frame.run, opts.stat, opts.k, opts.matrix, opts.step, opts.since, opts.layers, note)
+    if opts.kinds is None:
+        st.caption(missing_text(frame.store.path))
+
+    # --- a picked row opens the head ---
+    _open_picked(event, table, opts, open_steps)
+
+    # --- panel: every close approach of the model ---
+    _approaches_panel(frame, opts, approaches)
+
+
+def _pick_options(store) -> _Options:
+    """The widgets above the table: statistic, k, step and the step of the change (a row); the matrix for a statistic
+    of the weights; layers, head types, sort, descending and the approach threshold (a row)."""
+    steps = [int(s) for s in store.steps]
     c_stat, c_k, c_step, c_since = st.columns([3, 2, 3, 3], vertical_alignment="bottom")
     stat = widgets.select("stat", "Statistic", stats_for(store), "stable_rank", fmt=lambda s: STATS[s].label, where=c_stat)
     k = widgets.int_slider("k", "k (singular-value index)", 0, store.d_head - 1, 0, where=c_k) if stat == LAMBDA else None
@@ -88,39 +129,57 @@ def main() -> None:
         if overlaps_ok
         else None
     )
+    return _Options(
+        stat=stat,
+        k=k,
+        step=step,
+        since=since,
+        matrix=matrix,
+        layers=layers,
+        picked_types=picked_types,
+        sort=sort,
+        desc=desc,
+        gap_pct=gap_pct,
+        kinds=kinds,
+    )
 
-    # --- data ---
-    approaches = _approaches(store, gap_pct, matrix or "qk")
+
+def _rows(frame, opts: _Options, approaches: pd.DataFrame | None) -> tuple[pd.DataFrame, str, list[int]]:
+    """The table's rows (filtered, sorted, each with its head explorer link), its caption's note, and the steps a
+    picked row opens the head explorer at."""
+    store = frame.store
+    steps = [int(s) for s in store.steps]
+    matrix = opts.matrix
     table, note = _table(
         store,
-        stat,
-        k,
+        opts.stat,
+        opts.k,
         matrix,
-        at=steps.index(step),
-        since=steps.index(since),
+        at=steps.index(opts.step),
+        since=steps.index(opts.since),
         counts=None if matrix is None or approaches is None else approach_counts(approaches, store.n_layers, store.n_heads),
     )
-    if kinds is not None:
-        _add_types(table, kinds, at=steps.index(step), picked=picked_types)
-        if picked_types:
-            table = table[table["type"].map(lambda held: bool(set(held.split(", ")) & set(picked_types)))]
-    if layers:
-        table = table[table["layer"].isin(layers)]
-    if sort in table.columns:
-        table = table.sort_values([sort, "layer", "head"], ascending=[not desc, True, True], kind="stable", na_position="last")
+    if opts.kinds is not None:
+        _add_types(table, opts.kinds, at=steps.index(opts.step), picked=opts.picked_types)
+        if opts.picked_types:
+            table = table[table["type"].map(lambda held: bool(set(held.split(", ")) & set(opts.picked_types)))]
+    if opts.layers:
+        table = table[table["layer"].isin(opts.layers)]
+    if opts.sort in table.columns:
+        table = table.sort_values(
+            [opts.sort, "layer", "head"], ascending=[not opts.desc, True, True], kind="stable", na_position="last"
+        )
     table = table.reset_index(drop=True)
-    open_steps = sorted(set(default_steps(store.steps)) | {step})[-8:]
+    open_steps = sorted(set(default_steps(store.steps)) | {opts.step})[-8:]
     table["open"] = [
-        _head_link(frame.run, int(r.layer), int(r.head), stat, k, open_steps, matrix)
+        _head_link(frame.run, int(r.layer), int(r.head), opts.stat, opts.k, open_steps, matrix)
         for r in table[["layer", "head"]].itertuples(index=False)
     ]
+    return table, note, open_steps
 
-    # --- panel: the table ---
-    event = _table_panel(table, frame.run, stat, k, matrix, step, since, layers, note)
-    if kinds is None:
-        st.caption(missing_text(store.path))
 
-    # --- a picked row opens the head ---
+def _open_picked(event, table: pd.DataFrame, opts: _Options, open_steps: list[int]) -> None:
+    """A row picked in the table opens its head in the head explorer, with this page's statistic and steps."""
     rows = ((event or {}).get("selection") or {}).get("rows") or []
     if rows and 0 <= rows[0] < len(table):
         picked = table.iloc[rows[0]]
@@ -128,13 +187,17 @@ def main() -> None:
             HEAD_PAGE,
             layer=int(picked["layer"]),
             head=int(picked["head"]),
-            stat=stat,
-            **({"k": k} if k is not None else {}),
+            stat=opts.stat,
+            **({"k": opts.k} if opts.k is not None else {}),
             step=open_steps,
-            **({"matrix": matrix} if matrix is not None else {}),
+            **({"matrix": opts.matrix} if opts.matrix is not None else {}),
         )
 
-    # --- panel: every close approach of the model ---
+
+def _approaches_panel(frame, opts: _Options, approaches: pd.DataFrame | None) -> None:
+    """Every close approach of lambda_0 .. lambda_3 in every head, each a link to its head, with a CSV button."""
+    store, matrix, gap_pct, stat, k = frame.store, opts.matrix, opts.gap_pct, opts.stat, opts.k
+    steps = [int(s) for s in store.steps]
     st.subheader(
         f"Close approaches of λ_0 … λ_3 of {(matrix or 'qk').upper().replace('QK', 'W_QK').replace('OV', 'W_OV')}, model-wide"
     )

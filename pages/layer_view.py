@@ -5,8 +5,10 @@ import streamlit as st
 from dashboard import export, loader, widgets
 from dashboard.data import fixed_range, loss_curve
 from dashboard.figures import layers as figs
-from dashboard.figures.common import overlay_loss, overlay_loss_grid
+from dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
 from dashboard.stats import STATS, stats_for
+
+STACK_RIGHT = 110  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
 
 
 def main() -> None:
@@ -43,7 +45,7 @@ def main() -> None:
     st.subheader(f"Layer {layer}: every head over training")
     fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
     event = widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
+        stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "layer_lines",
         title=f"{frame.run} · layer {layer}, every head · {label}",
         filename=export.safe_name(frame.run, f"L{layer}", "all-heads", name),
@@ -59,7 +61,10 @@ def main() -> None:
     # --- panel: all layers ---
     st.subheader("All layers")
     grid = widgets.chart(
-        with_loss_grid(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer)),
+        stacked(
+            with_loss_grid(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer)),
+            right=STACK_RIGHT,
+        ),
         "layer_grid",
         title=f"{frame.run} · every layer · {label}",
         filename=export.safe_name(frame.run, "all-layers", name),

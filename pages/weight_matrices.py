@@ -14,8 +14,9 @@ from analysis.store.format import LAYER_ROLES as ROLES
 from dashboard import export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import weights as figs
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import overlay_loss, stacked
 
+STACK_RIGHT = 150  # px: the layer legend right of the norms and alpha over training (one margin for both)
 ROLE_TEXT = {
     "attn_qkv": "attention QKV (fused)",
     "attn_q": "attention Q",
@@ -130,13 +131,12 @@ def main() -> None:
     st.subheader(f"Frobenius norm of every layer's {role} over training")
     axis = frame.axis()
     known = [s for s in steps if s in set(int(x) for x in store.steps)]
-    x_known = np.array([axis.at(s) for s in known])
     frob = _per_layer(rows_role, known, layers, "frob_norm")
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    fig = figs.frob_lines(axis, x_known, frob, layers=layers, role=role, log_y=log_y)
+    fig = figs.frob_lines(axis, known, frob, layers=layers, role=role, log_y=log_y)
     widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
+        stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "frob_lines",
         title=f"{frame.run} · {role} · Frobenius norm of every layer",
         filename=export.safe_name(frame.run, role, "frobenius"),
@@ -150,9 +150,9 @@ def main() -> None:
     # --- panel: the tail exponent alpha over training ---
     st.subheader(f"Tail exponent α of every layer's {role} over training")
     alpha = _per_layer(rows_role, known, layers, "alpha")
-    fig = figs.alpha_lines(axis, x_known, alpha, layers=layers, role=role)
+    fig = figs.alpha_lines(axis, known, alpha, layers=layers, role=role)
     widgets.chart(
-        overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
+        stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "alpha_lines",
         title=f"{frame.run} · {role} · tail exponent α of every layer",
         filename=export.safe_name(frame.run, role, "alpha"),

@@ -59,16 +59,20 @@ def isolated_points(y: Any) -> bool:
 def markers_where_sparse(trace: dict[str, Any]) -> dict[str, Any]:
     """A line trace whose values exist only at some checkpoints (the refined LLC, estimated at a subset) as
     markers: plotly does not draw a line's isolated points, and joining them would draw a line through the
-    checkpoints without a value. Other traces are returned as they are."""
+    checkpoints without a value. A line made clickable by invisible markers (`dashboard.figures.points.clickable`)
+    gets visible ones. Other traces are returned as they are."""
     if not isinstance(trace, dict) or trace.get("type", "scatter") not in ("scatter", "scattergl"):
         return trace
-    if trace.get("mode") != "lines" or not isolated_points(trace.get("y")):
+    own = trace.get("marker") or {}
+    hidden = trace.get("mode") == "lines+markers" and own.get("opacity") == 0
+    if (trace.get("mode") != "lines" and not hidden) or not isolated_points(trace.get("y")):
         return trace
     line = trace.get("line") or {}
     if line.get("width") == 0 or trace.get("fill"):  # an invisible edge of a band: nothing to mark
         return trace
-    marker = dict(size=6 if (line.get("width") or 2) >= 1.5 else 4, color=line.get("color"), **(trace.get("marker") or {}))
-    return {**trace, "mode": "markers", "marker": {k: v for k, v in marker.items() if v is not None}}
+    marker = dict(size=6 if (line.get("width") or 2) >= 1.5 else 4, color=line.get("color"), **({} if hidden else own))
+    out = {**trace, "mode": "markers", "marker": {k: v for k, v in marker.items() if v is not None}}
+    return {k: v for k, v in out.items() if k not in ("selected", "unselected")} if hidden else out
 
 
 def layout(**overrides: Any) -> dict[str, Any]:
@@ -84,11 +88,33 @@ def layout(**overrides: Any) -> dict[str, Any]:
     return base
 
 
+def stacked(fig: go.Figure, *, left: int = style.STACK_MARGIN["l"], right: int = style.STACK_MARGIN["r"]) -> go.Figure:
+    """``fig`` as one of a page's charts stacked over the same time axis: fixed ``left`` and ``right`` margins (px)
+    and no y axis that widens them to fit its tick labels, so its plot area spans the same pixels as the others'
+    in a container of the same width. ``right`` must hold the widest colour bar, right-hand legend or loss axis of
+    the stack (a wider one would still push the margin out). Apply it last (after `overlay_loss`).
+    """
+    fig.update_layout(margin=dict(l=left, r=right))
+    for key in fig.layout.to_plotly_json():
+        if key.startswith("yaxis"):
+            fig.layout[key].automargin = False
+        elif key.startswith("xaxis"):
+            fig.layout[key].automargin = "height"  # its tick labels and title may deepen the bottom margin only
+    return fig
+
+
 def step_xaxis(axis: StepAxis, **extra: Any) -> dict[str, Any]:
-    """An x-axis dict for training time: linear or log, fixed range, titled with its unit."""
+    """An x-axis dict for training time: linear, log or checkpoint index (ticks labelled with their steps), fixed
+    range, titled with its unit."""
     out: dict[str, Any] = dict(type="log" if axis.log else "linear", range=list(axis.range), title=dict(text=axis.title))
     if axis.log:
         out["dtick"] = 1 if axis.range[1] - axis.range[0] < 9 else 2  # labels at decades only
+    if axis.tickvals:  # a checkpoint-index axis: its labelled checkpoints, at most ``nticks`` in a narrow panel
+        keep = np.arange(len(axis.tickvals))
+        most = int(extra.get("nticks") or len(keep))
+        if len(keep) > most:
+            keep = np.unique(np.linspace(0, len(keep) - 1, max(most, 2)).round().astype(int))
+        out.update(tickmode="array", tickvals=[axis.tickvals[i] for i in keep], ticktext=[axis.ticktext[i] for i in keep])
     out.update(extra)
     return out
 
@@ -200,6 +226,9 @@ def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xx, yy
 
 
+LOSS_AXIS_PX = 80  # the loss axis's ticks and title, right of a chart's plot area (`overlay_loss`)
+
+
 def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *, xaxis: str = "x") -> go.Figure:
     """``fig`` with the loss curve drawn over its time axis ``xaxis``, on a value axis of its own at the right."""
     fig.add_trace(
@@ -217,11 +246,12 @@ def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *
             showlegend=True,
         )
     )
-    right = 80
-    for trace in fig.data:  # a colour bar moves right of the loss axis
-        if getattr(trace, "colorbar", None) is not None and trace.type == "heatmap":
-            trace.colorbar.x, trace.colorbar.xanchor = 1.09, "left"
-            right = 150
+    right = LOSS_AXIS_PX
+    for trace in fig.data:  # a colour bar moves right of the loss axis, by the axis's width in pixels
+        bar = getattr(trace, "colorbar", None)
+        if bar is not None and trace.type == "heatmap" and bar.orientation != "h":  # a bar above the plot stays
+            trace.colorbar.x, trace.colorbar.xanchor, trace.colorbar.xpad = 1.0, "left", LOSS_AXIS_PX
+            right = 150 + LOSS_AXIS_PX
     legend_x = fig.layout.legend.x
     if legend_x is not None and legend_x >= 1:  # a legend at the right moves past the loss axis's title
         fig.update_layout(legend=dict(x=legend_x + 0.09))

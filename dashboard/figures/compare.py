@@ -32,6 +32,17 @@ def time_axis(series: list[RunSeries], *, title: str, log: bool, **extra: Any) -
     return out
 
 
+def index_axes(fig: go.Figure, ticks: tuple[list[float], list[str]]) -> go.Figure:
+    """``fig``'s time axes (every x axis) as a checkpoint-index axis: linear, ticks at ``ticks``' positions labelled
+    with their times (`dashboard.compare.index_labels`), range around every index; each trace's ``x`` must already
+    be its index (`dashboard.compare.on_index`)."""
+    vals, text = ticks
+    hi = max(vals, default=0.0)
+    for key in [k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]:
+        fig.layout[key].update(type="linear", range=[-0.5, hi + 0.5], tickmode="array", tickvals=vals, ticktext=text)
+    return fig
+
+
 def _panels(n: int, gap: float = 0.02) -> list[tuple[float, float]]:
     width = (1 - gap * (n - 1)) / n
     return [(max(0.0, i * (width + gap)), min(1.0, i * (width + gap) + width)) for i in range(n)]

@@ -21,6 +21,7 @@ from dashboard.figures.common import (
     value_axis,
     with_gaps,
 )
+from dashboard.figures.points import clickable
 from dashboard.stats import Stat
 
 K_TITLE = "singular-value index k (0 = largest)"
@@ -76,8 +77,23 @@ def _step_map(
     chosen_x: Sequence[float],
     colours: Sequence[str],
 ) -> go.Figure:
-    """A log-colour heatmap over (training time, y) of ``values`` ``(S, len(y))``, chosen steps ticked on top."""
+    """A log-colour heatmap over (training time, y) of ``values`` ``(S, len(y))``, chosen steps ticked on top.
+
+    The colour bar lies under the time axis, across the plot: the right margin then holds no more than the curves'
+    (the loss axis), so the page's charts over training share their margins (`stacked`) in a narrow column too.
+    """
     colour = colour_layer(values, log=True, title=colour_title)
+    colour["colorbar"] = dict(
+        colour["colorbar"],
+        title=dict(text=f"{colour_title} (log colour)", side="bottom"),
+        orientation="h",
+        x=0,
+        xanchor="left",
+        y=-0.3,
+        yanchor="top",
+        len=1,
+        thickness=10,
+    )
     heat = dict(
         type="heatmap",
         x=axis.edges,
@@ -116,7 +132,12 @@ def _slices_layout(
     )
     for i, ((stat, values), dom) in enumerate(zip(right, ([0.57, 1.0], [0.0, 0.43]), strict=False), start=2):
         lay[f"xaxis{i}"] = step_xaxis(
-            axis, domain=[0.68, 1.0], anchor=f"y{i}", title=dict(text=axis.title if i == 3 else ""), showticklabels=i == 3
+            axis,
+            domain=[0.68, 1.0],
+            anchor=f"y{i}",
+            title=dict(text=axis.title if i == 3 else ""),
+            showticklabels=i == 3,
+            nticks=5,
         )
         band = bands[i - 2] if len(bands) > i - 2 else None
         shown = np.concatenate([with_band(values, band)] + [np.ravel(c[2][i - 2]) for c in compare])
@@ -570,15 +591,17 @@ def head_in_layer(
     sym = stat.short(k)
     hx = np.repeat(other_heads, len(axis.x) + 1)
     traces = [
-        dict(
-            type="scatter",
-            x=gx,
-            y=gy,
-            mode="lines",
-            name="other heads of the layer",
-            line=dict(color=style.CONTEXT_COLOUR, width=1),
-            customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens it
-            hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+        clickable(
+            dict(
+                type="scatter",
+                x=gx,
+                y=gy,
+                mode="lines",
+                name="other heads of the layer",
+                line=dict(color=style.CONTEXT_COLOUR, width=1),
+                customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens it
+                hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+            )
         ),
         dict(
             type="scatter",
@@ -603,16 +626,18 @@ def head_in_layer(
     ]
     for i, (c_layer, c_head, c_values) in enumerate(compare):
         traces.append(
-            dict(
-                type="scatter",
-                x=axis.x,
-                y=c_values,
-                mode="lines",
-                name=f"L{c_layer} H{c_head}",
-                line=dict(color=COMPARE_COLOURS[i % len(COMPARE_COLOURS)], width=2, dash="dot"),
-                customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
-                hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}"
-                "<extra>click to open</extra>",
+            clickable(
+                dict(
+                    type="scatter",
+                    x=axis.x,
+                    y=c_values,
+                    mode="lines",
+                    name=f"L{c_layer} H{c_head}",
+                    line=dict(color=COMPARE_COLOURS[i % len(COMPARE_COLOURS)], width=2, dash="dot"),
+                    customdata=np.stack([np.full(len(axis.x), c_layer), np.full(len(axis.x), c_head), axis.steps], axis=1),
+                    hovertemplate=f"L{c_layer} H{c_head}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}"
+                    "<extra>click to open</extra>",
+                )
             )
         )
     return figure(

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, nan_mean
 from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis, with_gaps
+from dashboard.figures.points import clickable
 from dashboard.stats import Stat
 
 _MEAN_LINE = dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH)
@@ -36,16 +37,18 @@ def layer_lines(
     colours = style.scale_colours(style.HEAD_SCALE, n_heads)
     sym = stat.short(k)
     traces: list[dict[str, Any]] = [
-        dict(
-            type="scatter",
-            x=axis.x,
-            y=values[:, h],
-            mode="lines",
-            name=f"H{h}",
-            legendgroup="heads",
-            line=dict(color=colours[h], width=style.THIN_WIDTH + 0.3),
-            customdata=np.stack([np.full(len(axis.steps), layer), np.full(len(axis.steps), h), axis.steps], axis=1),
-            hovertemplate=f"L{layer} H{h}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+        clickable(
+            dict(
+                type="scatter",
+                x=axis.x,
+                y=values[:, h],
+                mode="lines",
+                name=f"H{h}",
+                legendgroup="heads",
+                line=dict(color=colours[h], width=style.THIN_WIDTH + 0.3),
+                customdata=np.stack([np.full(len(axis.steps), layer), np.full(len(axis.steps), h), axis.steps], axis=1),
+                hovertemplate=f"L{layer} H{h}<br>step %{{customdata[2]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+            )
         )
         for h in range(n_heads)
     ]
@@ -144,16 +147,18 @@ def layer_grid(
         gx, gy = with_gaps(axis.x, values[:, layer, :].T)
         hx = np.repeat(heads, s + 1)  # the head of each point of the joined trace
         traces.append(
-            dict(
-                type="scatter",
-                x=gx,
-                y=gy,
-                xaxis=xa,
-                yaxis=ya,
-                mode="lines",
-                customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens the head
-                line=dict(color="rgba(31,59,115,0.45)", width=style.THIN_WIDTH),
-                hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+            clickable(
+                dict(
+                    type="scatter",
+                    x=gx,
+                    y=gy,
+                    xaxis=xa,
+                    yaxis=ya,
+                    mode="lines",
+                    customdata=np.stack([np.full(len(hx), layer), hx], axis=1),  # [layer, head]: a click opens the head
+                    line=dict(color="rgba(31,59,115,0.45)", width=style.THIN_WIDTH),
+                    hovertemplate=f"L{layer} H%{{customdata[1]}}<br>{sym} = %{{y:.4g}}<extra>click to open</extra>",
+                )
             )
         )
         traces.append(

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
-from dashboard.figures.common import figure, layout, step_xaxis, value_axis
+from dashboard.figures.common import figure, layout, stacked, step_xaxis, value_axis
 from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
 from dashboard.stats import Stat
 
@@ -36,11 +36,6 @@ def _flag_text(flag: str, value: float) -> str:
     return "; ".join(parts) or ("converged" if flag else "no diagnostics")
 
 
-# The margins of the page's stacked time charts (every head above, the whole model below): the same left and
-# right margins put their time axes at the same pixels; the right one holds the loss axis and a legend.
-STACK_MARGIN = dict(style.MARGIN, r=170)
-
-
 def _loss_trace(axis: StepAxis, loss: np.ndarray, label: str) -> dict[str, Any]:
     """The loss at every checkpoint, dotted, on the right-hand axis ``y2``."""
     return dict(
@@ -55,6 +50,11 @@ def _loss_trace(axis: StepAxis, loss: np.ndarray, label: str) -> dict[str, Any]:
         customdata=axis.steps,
         hovertemplate=f"step %{{customdata:,}}<br>{label} = %{{y:.4f}}<extra></extra>",
     )
+
+
+# Legends above the plot: the right margin holds only the loss axis, the same on both stacked charts.
+_LEGEND = dict(orientation="h", x=0, y=1.02, xanchor="left", yanchor="bottom")
+STACK_RIGHT = 90  # px: the loss axis's ticks and title
 
 
 def _loss_axis(loss: np.ndarray, label: str) -> dict[str, Any]:
@@ -97,7 +97,8 @@ def head_curves(
             diagnostics; None: the store has none).
         loss: the loss at every checkpoint of ``axis``, drawn on a right-hand axis (None: not drawn).
 
-    The margins are `STACK_MARGIN`, as `model_llc`'s below it, so the two time axes line up to the pixel.
+    The margins are fixed (`dashboard.figures.common.stacked`), as `model_llc`'s below it, so the two time axes line
+    up to the pixel; the right one holds the loss axis and a legend.
     """
     e, n_layers, n_heads = values.shape
     x, steps = axis.x[idx], axis.steps[idx]
@@ -137,13 +138,12 @@ def head_curves(
     lay = layout(
         xaxis=step_xaxis(axis),
         yaxis=value_axis(stat.title(), fixed_range(values)),
-        legend=dict(orientation="v", x=1.1 if loss is not None else 1.02, y=1, xanchor="left", yanchor="top"),
-        margin=STACK_MARGIN,
+        legend=_LEGEND,
     )
     if loss is not None:
         traces.append(_loss_trace(axis, loss, loss_label))
         lay["yaxis2"] = _loss_axis(loss, loss_label)
-    return figure(traces, lay)
+    return stacked(figure(traces, lay), right=STACK_RIGHT)  # as model_llc's below it: the time axes line up
 
 
 def model_llc(
@@ -183,13 +183,12 @@ def model_llc(
         xaxis=step_xaxis(axis),
         yaxis=value_axis("whole-model LLC (dimensionless)", fixed_range(np.r_[llc - std, llc + std])),
         height=style.SMALL_HEIGHT + 80,
-        margin=STACK_MARGIN,  # as head_curves' above it: the time axes line up
-        legend=dict(orientation="v", x=1.1, y=1, xanchor="left", yanchor="top"),
+        legend=_LEGEND,
     )
     if loss is not None:
         traces.append(_loss_trace(axis, loss, loss_label))
         lay["yaxis2"] = _loss_axis(loss, loss_label)
-    return figure(traces, lay)
+    return stacked(figure(traces, lay), right=STACK_RIGHT)  # as head_curves' above it
 
 
 def cluster_grid(labels: np.ndarray, *, n_layers: int, n_heads: int, names: Sequence[str]) -> go.Figure:

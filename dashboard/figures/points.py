@@ -95,6 +95,20 @@ def cell_picker(
     )
 
 
+def clickable(trace: dict[str, Any]) -> dict[str, Any]:
+    """A line trace whose points a click can pick: plotly selects only traces with markers (a click on a
+    ``mode="lines"`` trace selects nothing, so Streamlit reports no point), so each point gets an invisible marker
+    that stays invisible when selected."""
+    hidden = dict(marker=dict(opacity=0))
+    return {
+        **trace,
+        "mode": "lines+markers",
+        "marker": dict(size=8, opacity=0, color=(trace.get("line") or {}).get("color")),
+        "selected": hidden,
+        "unselected": hidden,
+    }
+
+
 def _clicked(event: Any, n: int) -> Iterator[Any]:
     """The ``customdata`` of each clicked point of a chart's selection event, as given (a typed array
     comes back as a dict keyed "0", "1", ...: then as a list of its first ``n`` entries)."""

@@ -173,17 +173,25 @@ def sv_depth(
 
 
 def layer_lines(
-    axis: StepAxis, x: np.ndarray, values: np.ndarray, *, layers: Sequence[int], y_title: str, symbol: str, log_y: bool = False
+    axis: StepAxis,
+    steps: Sequence[int],
+    values: np.ndarray,
+    *,
+    layers: Sequence[int],
+    y_title: str,
+    symbol: str,
+    log_y: bool = False,
 ) -> go.Figure:
     """One value of one role's weight in every layer over training (one line per layer, gaps where NaN).
 
     Args:
         axis: the training-time axis.
-        x: ``(S,)`` coordinates of the checkpoints with layer rows (on ``axis``).
+        steps: ``(S,)`` the checkpoints with layer rows (each one of ``axis``'s), for the x coordinates and the hover.
         values: ``(S, n_layers)``.
         y_title: the y axis's title with its unit; symbol: the value's name in the hover text.
     """
     colours = style.scale_colours(style.LAYER_SCALE, len(layers))
+    x = np.array([axis.at(int(s)) for s in steps], dtype=np.float64)
     data = [
         dict(
             type="scatter",
@@ -193,7 +201,8 @@ def layer_lines(
             marker=dict(size=4),
             line=dict(color=colours[i], width=1.6),
             name=f"layer {layer}",
-            hovertemplate=f"layer {layer}, {axis.hover_label} %{{x:,}}: {symbol} = %{{y:.4g}}<extra></extra>",
+            customdata=np.asarray(steps, dtype=np.int64),
+            hovertemplate=f"layer {layer}, step %{{customdata:,}}: {symbol} = %{{y:.4g}}<extra></extra>",
         )
         for i, layer in enumerate(layers)
     ]
@@ -212,12 +221,12 @@ def layer_lines(
 
 
 def frob_lines(
-    axis: StepAxis, x: np.ndarray, frob: np.ndarray, *, layers: Sequence[int], role: str, log_y: bool = False
+    axis: StepAxis, steps: Sequence[int], frob: np.ndarray, *, layers: Sequence[int], role: str, log_y: bool = False
 ) -> go.Figure:
     """The Frobenius norm of one role's weight in every layer over training (`layer_lines`)."""
-    return layer_lines(axis, x, frob, layers=layers, y_title=f"‖W‖_F of {role} (weight units)", symbol="‖W‖_F", log_y=log_y)
+    return layer_lines(axis, steps, frob, layers=layers, y_title=f"‖W‖_F of {role} (weight units)", symbol="‖W‖_F", log_y=log_y)
 
 
-def alpha_lines(axis: StepAxis, x: np.ndarray, alpha: np.ndarray, *, layers: Sequence[int], role: str) -> go.Figure:
+def alpha_lines(axis: StepAxis, steps: Sequence[int], alpha: np.ndarray, *, layers: Sequence[int], role: str) -> go.Figure:
     """The power-law tail exponent alpha of one role's weight in every layer over training (`layer_lines`)."""
-    return layer_lines(axis, x, alpha, layers=layers, y_title=f"α of {role} (tail exponent of s², dimensionless)", symbol="α")
+    return layer_lines(axis, steps, alpha, layers=layers, y_title=f"α of {role} (tail exponent of s², dimensionless)", symbol="α")

@@ -89,3 +89,56 @@ def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, ship
         assert "1536" in query.get("step", []), page.url
     finally:
         page.close()
+
+
+def test_a_click_on_the_checkpoint_index_axis_opens_the_real_step(chromium, shipped_server) -> None:
+    """The Layer view opens on the checkpoint-index axis: checkpoint i sits at x = i (the 5th, step 8, at 4, where
+    a step axis puts step 4). A click on a head's line at checkpoint i opens that head with that checkpoint's step
+    (lines alone were not clickable at all: plotly selects only points with markers)."""
+    import json
+
+    from tests.app.conftest import SHIPPED
+
+    meta = json.loads((SHIPPED / "meta.json").read_text())
+    steps = [c["step"] for c in meta["checkpoints"] if c.get("duplicate_of") is None]
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(shipped_server + "/layers?layer=2")
+        _ready(page, "layer_lines")
+        found = page.evaluate(
+            """([heads]) => {
+            const gd = document.querySelector('.st-key-layer_lines .js-plotly-plot');
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            // the early checkpoint and head whose point lies farthest from every other line's there (the nearest
+            // point answers a click, and points within a marker's radius tie)
+            let best = {gap: -1};
+            for (let i = 3; i < 12; i++) {
+                const px = gd._fullData.map(t => ya.l2p(t.y[i]));
+                for (let h = 0; h < heads; h++) {
+                    const gap = Math.min(...px.filter((_, j) => j !== h).map(p => Math.abs(p - px[h])));
+                    if (gap > best.gap) best = {gap, i, head: h, y: px[h]};
+                }
+            }
+            const t = gd._fullData[best.head];
+            return {...best, name: t.name, x: t.x[best.i], ticks: xa.ticktext, title: xa.title.text,
+                    xy: [box.left + xa._offset + xa.l2p(t.x[best.i]), box.top + ya._offset + best.y]};
+        }""",
+            [N_HEADS],
+        )
+        head, i = found["head"], found["i"]
+        assert found["name"] == f"H{head}" and found["x"] == i and steps[i] != i, found  # the index, not the step
+        assert "index" in found["title"] and "1536" in found["ticks"] and found["gap"] > 6, found
+        assert "xscale=index" in page.url
+        page.mouse.move(*found["xy"])
+        page.wait_for_selector(".st-key-layer_lines .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
+        hover = page.locator(".st-key-layer_lines .hoverlayer .hovertext").first.text_content() or ""
+        assert f"L2 H{head}" in hover and f"step {steps[i]}σ" in hover, hover  # the real step
+        page.mouse.click(*found["xy"])
+        _opened(page)
+        page.wait_for_function("() => /[?&]head=/.test(location.search) && /[?&]step=/.test(location.search)")
+        query = parse_qs(urlsplit(page.url).query)
+        assert query["layer"] == ["2"] and query["head"] == [str(head)], page.url
+        assert str(steps[i]) in query["step"], page.url
+        assert _errors(page) == []
+    finally:
+        page.close()

@@ -43,7 +43,7 @@ def test_chart_config_and_title_name_the_run_head_and_statistic():
     cfg = export.chart_config(export.safe_name("my run", "L4H5", "stable_rank"), "svg")
     assert cfg["toImageButtonOptions"]["filename"] == "my-run_L4H5_stable_rank"
     assert cfg["toImageButtonOptions"]["format"] == "svg"
-    assert cfg["toImageButtonOptions"]["width"] >= 1200 and cfg["displaylogo"] is False
+    assert cfg["displaylogo"] is False
     assert export.chart_config("x", "bogus")["toImageButtonOptions"]["format"] == "png"
     fig = export.titled(go.Figure(layout=dict(margin=dict(t=36))), "run · layer 4, head 5 · r_s")
     assert fig.layout.title.text == "run · layer 4, head 5 · r_s" and fig.layout.margin.t > 36
@@ -113,3 +113,50 @@ def test_streamlits_developer_items_are_hidden_in_the_served_config():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["client"]["toolbarMode"] == "viewer"
     assert "COPY --chown=user .streamlit ./.streamlit" in (ROOT / "Dockerfile").read_text()  # the image uses it
+
+
+# --- the camera icon's format: chosen above the page's first chart, in the link, fonts readable on paper ---
+
+
+def test_the_exported_figure_is_drawn_small_enough_that_its_fonts_read_on_paper():
+    """At 1,600 px wide, 12-13 px ticks were 1/133 to 1/123 of the width (4 pt across a 6.5 in page); now at
+    least 1/62 (8 pt)."""
+    from dashboard import style
+
+    for height in (None, 260, 640):
+        opts = export.chart_config("x", "png", height=height)["toImageButtonOptions"]
+        assert 12 / opts["width"] >= 1 / 62 and export.TITLE_SIZE / opts["width"] >= 1 / 50
+        assert opts["height"] == (height or style.HEIGHT)  # the chart's own proportions
+        assert opts["width"] * opts["scale"] >= 2800  # a PNG sharp at print resolution (300 dpi at 9 in)
+    assert export.chart_config("x", "svg")["toImageButtonOptions"]["scale"] == 1
+
+
+def _camera(at, key: str) -> dict:
+    """The camera button's options of the chart ``key`` (its Plotly config, beside the figure)."""
+    import json
+
+    el = next(e for e in at.get("plotly_chart") if e.proto.id.endswith(f"-{key}"))
+    return json.loads(el.proto.config)["toImageButtonOptions"]
+
+
+def test_the_image_format_is_a_url_parameter_above_the_first_chart(app_env):
+    from tests.app.conftest import open_page
+
+    at = open_page("pages/layer_view.py", {"img": "svg"})
+    assert at.radio(key="img").value == "svg" and at.query_params["img"] == "svg"
+    assert _camera(at, "layer_lines")["format"] == "svg"
+    assert "img=svg" in at.code[0].value  # the sidebar's "Link to this view"
+    at.radio(key="img").set_value("png").run()
+    assert at.query_params["img"] == "png"
+    assert _camera(at, "layer_lines")["format"] == "png"
+
+
+def test_a_bad_image_format_in_a_link_gives_a_notice(app_env):
+    from tests.app.conftest import notices, open_page
+
+    at = open_page("pages/layer_view.py", {"img": "jpeg" * 40})
+    assert not at.exception
+    text = " ".join(notices(at))
+    assert "img=jpeg" in text and "allowed: png, svg" in text and len(text) < 400
+    assert at.query_params["img"] == "png"
+    assert _camera(at, "layer_lines")["format"] == "png"

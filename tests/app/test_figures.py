@@ -80,7 +80,7 @@ def head_figures(store, axis, idx):
 
 def all_figures(store) -> list[go.Figure]:
     figs = []
-    for scale in ("linear", "log"):
+    for scale in ("linear", "log", "index"):
         axis = step_axis(store, scale=scale)
         figs += head_figures(store, axis, [0, 3, len(store.steps) - 1])
         v = stat_values(store, "lambda", k=1)

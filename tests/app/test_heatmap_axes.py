@@ -52,7 +52,7 @@ def test_the_heatmaps_open_on_a_log_time_axis_and_a_link_keeps_linear(app_env: P
     assert chart(at, "architecture")["layout"]["yaxis"]["type"] == "log"
     linear = open_page(ARCH, {"xscale": "linear"})
     assert chart(linear, "architecture")["layout"]["yaxis"]["type"] == "linear"
-    assert open_page("pages/layer_view.py").query_params["xscale"] == "linear"  # its lines read early training
+    assert open_page("pages/layer_view.py").query_params["xscale"] == "index"  # one unit per checkpoint
 
 
 def test_the_head_type_heatmaps_open_on_a_log_time_axis(forward_env: Path) -> None:  # noqa: F811
@@ -66,7 +66,7 @@ def test_each_page_keeps_its_own_time_scale(app_env: Path) -> None:
     at = open_page(ARCH)
     at.query_params.clear()
     at.switch_page("pages/layer_view.py").run()
-    assert at.query_params["xscale"] == "linear"
+    assert at.query_params["xscale"] == "index"
     at.query_params.clear()
     at.switch_page(ARCH).run()
     assert at.query_params["xscale"] == "log"

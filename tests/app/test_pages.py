@@ -215,7 +215,7 @@ def test_time_axis_log_and_tokens(app_env):
 
 
 def test_duplicate_checkpoint_is_marked_never_plotted(app_env):
-    at = open_page(HEAD)
+    at = open_page(HEAD, {"xscale": "linear"})  # the mark at the duplicate's own step
     spec = chart(at, "leading")
     assert 3 not in arr(spec["data"][0]["customdata"]).tolist()  # step 3 repeats step 0: not a state
     dotted = [s for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot"]
@@ -347,7 +347,7 @@ def test_mixed_checkpoint_is_left_out_until_shown(app_env, tmp_path, monkeypatch
     meta["checkpoints"][2]["files"]["model-00001.safetensors"] = f"first{owner}"
     (path / "meta.json").write_text(json.dumps(meta))
     monkeypatch.setenv("HEADWATCH_STORE", str(path))
-    at = open_page(HEAD)
+    at = open_page(HEAD, {"xscale": "linear"})  # the mark at the mixed checkpoint's own step
     card = " ".join(m.value for m in at.sidebar.markdown)
     assert f"step {mixed:,} mixes weights of two revisions" in card and f"step {owner:,}'s model-00001" in card
     spec = chart(at, "leading")

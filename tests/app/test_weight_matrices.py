@@ -128,7 +128,7 @@ def test_frobenius_builder_validates(layered_store):
     axis = step_axis(store)
     frob = np.abs(np.random.default_rng(1).normal(size=(len(store.steps), 4))) + 1
     for log_y in (False, True):
-        go.Figure(figs.frob_lines(axis, axis.x, frob, layers=[0, 1, 2, 3], role="mlp_in", log_y=log_y).to_dict())
+        go.Figure(figs.frob_lines(axis, axis.steps, frob, layers=[0, 1, 2, 3], role="mlp_in", log_y=log_y).to_dict())
 
 
 def test_every_chart_has_its_data_as_csv_and_the_norms_take_the_loss(layered_env):
