@@ -19,7 +19,7 @@ def main() -> None:
 
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_stat, c_k, c_log = st.columns([3, 3, 1], vertical_alignment="bottom")
+    c_stat, c_k, c_log = st.columns([3, 3, 2], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logc", "log colour"), options=stats_for(store)
     )

@@ -40,7 +40,7 @@ def main() -> None:
     uniform = uniform_attention(info.seq_len, info.induction_repeat)
 
     # --- widgets ---
-    c_step, c_loss = st.columns([3, 1], vertical_alignment="bottom")
+    c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
     step = widgets.select(
         "step",
         "Divergence heatmap: step (the frame shown and linked)",

@@ -133,7 +133,7 @@ def _pick_head(frame) -> _Head:
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 4, 1], vertical_alignment="bottom")
+    c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 3, 3], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
     curve = loss_curve(store)
@@ -205,7 +205,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
     """P(w) at the chosen steps (raw or standardized, with their Gaussians), sigma and D_KL over training; returns
     the chart's selection (a click on an overlaid head)."""
     st.subheader("Distribution at the chosen steps")
-    c_logp, c_z, c_g = st.columns(3)
+    c_logp = c_z = c_g = st  # one switch a line: side by side in this half-width panel they cut their labels at 1,024 px
     log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
     standardized = widgets.toggle(
         "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
@@ -369,7 +369,7 @@ def _leading_panel(h: _Head) -> None:
 def _approaches(h: _Head) -> tuple[bool, Any]:
     """The log lambda toggle and the close-approach threshold, then the approaches as a table; returns the toggle and
     the crossings (None without overlaps, which it says how to add)."""
-    c_log, c_gap = st.columns(2, vertical_alignment="bottom")
+    c_log = c_gap = st  # one control a line: side by side in this narrow panel they cut their labels at 1,024 px
     log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
     store = h.store
     try:
@@ -432,7 +432,7 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
     heads and its random-head band; returns the choice and the chart's selection, or None when the store has no
     values of it (said on the page)."""
     st.subheader("One statistic, head against its layer")
-    c_stat, c_k, c_log = st.columns([4, 3, 2], vertical_alignment="bottom")
+    c_stat, c_k, c_log = st.columns([4, 3, 3], vertical_alignment="bottom")
     store, matrix, layer, head, pairs, run = h.store, h.matrix, h.layer, h.head, h.pairs, h.frame.run
     stat, k, log_y = widgets.statistic(
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)

@@ -92,7 +92,7 @@ def _pick_options(store) -> _Options:
     )
     # a statistic of the weights is of one matrix at a time; the forward ones and the rLLC are of the head itself
     matrix = None if stat in PER_HEAD_STATS else widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_layers, c_types, c_sort, c_desc, c_gap = st.columns([3, 3, 3, 2, 2], vertical_alignment="bottom")
+    c_layers, c_types, c_sort, c_desc, c_gap = st.columns([3, 3, 3, 3, 2], vertical_alignment="bottom")
     layers = widgets.multiselect("layers", "Layers (none: all)", list(range(store.n_layers)), [], where=c_layers)
     kinds = head_types(store)
     picked_types = (

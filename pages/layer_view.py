@@ -22,7 +22,8 @@ def main() -> None:
 
     # --- widgets ---
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
-    c_stat, c_layer, c_k, c_log, c_loss = st.columns([3, 1, 2, 1, 1], vertical_alignment="bottom")
+    c_stat, c_layer, c_k = st.columns([3, 1, 2], vertical_alignment="bottom")
+    c_log, c_loss, _ = st.columns([1, 2, 2])  # the switches on their own row, so their labels read whole at 1,024 px
     stat, k, log_y = widgets.statistic(
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
     )

@@ -44,7 +44,8 @@ def main() -> None:
     flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
 
     # --- widgets ---
-    c_colour, c_k, c_norm, c_loss = st.columns([2, 1, 3, 2], vertical_alignment="bottom")
+    c_colour, c_k, c_norm = st.columns([2, 1, 3], vertical_alignment="bottom")
+    c_loss, _ = st.columns([1, 1])  # on its own row: the label reads whole at 1,024 px
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
     k = widgets.select("k", "Clusters", CLUSTERS, 4, where=c_k)
     norm = widgets.select(

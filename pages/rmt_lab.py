@@ -33,7 +33,8 @@ def main() -> None:
     sigmas = sorted(set(SIGMAS) | {sigma0})
 
     # --- widgets ---
-    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 2, 2], vertical_alignment="bottom")
+    c1, c2, c3, c4 = st.columns([2, 2, 2, 2], vertical_alignment="bottom")
+    c5, _ = st.columns([1, 3])  # the switch on its own row: its label reads whole at 1,024 px
     d_model = widgets.select("dmodel", "d_model", d_models, d_model0, where=c1)
     n_heads = widgets.select("nheads", "heads (d_head = d_model / heads)", n_heads_opts, heads0, where=c2)
     sigma_q = widgets.select("sq", "σ of W_Q entries", sigmas, sigma0, where=c3)

@@ -50,7 +50,8 @@ def main() -> None:
     layers = sorted(int(x) for x in table["layer"].unique())
 
     # --- widgets ---
-    c_role, c_layer, c_log, c_loss = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
+    c_role, c_layer = st.columns([3, 1], vertical_alignment="bottom")
+    c_log, c_loss, _ = st.columns([2, 3, 2])  # the switches on their own row: their labels read whole at 1,024 px
     role = widgets.select("role", "Weight", roles, roles[0], fmt=lambda r: f"{ROLE_TEXT.get(r, r)} ({r})", where=c_role)
     layer = widgets.select("layer", "Layer", layers, layers[0], where=c_layer)
     log_y = widgets.toggle("logy", "log y (norms)", where=c_log)

@@ -32,16 +32,29 @@ def _foreign(url: str) -> bool:
 
 
 # Every element with text of its own that does not fit its box and is clipped (an ellipsis, hidden overflow or no
-# wrapping): a label, a page link or a picker's value read as "Architecture hea..." or "log de...".
+# wrapping), by its own box or by one of the few boxes around it (a toggle's label is cut by its wrapper, not by the
+# <p> that holds the text): a label, a page link or a picker's value read as "Architecture hea..." or "log de...".
 CUT_TEXT_JS = """() => {
     const out = [];
+    const clips = (cs) => cs.textOverflow === 'ellipsis' || cs.overflow === 'hidden' || cs.overflowX === 'hidden'
+        || cs.overflowX === 'clip' || cs.whiteSpace === 'nowrap';
     for (const el of document.querySelectorAll('[data-testid="stMain"] *, [data-testid="stSidebar"] *')) {
-        const own = Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
-        if (!own || el.closest('.js-plotly-plot')) continue;
-        const cs = getComputedStyle(el);
-        const clips = cs.textOverflow === 'ellipsis' || cs.overflow === 'hidden' || cs.overflowX === 'hidden'
-            || cs.whiteSpace === 'nowrap';
-        if (clips && el.scrollWidth > el.clientWidth + 1) out.push(own.slice(0, 80));
+        const texts = Array.from(el.childNodes).filter(n => n.nodeType === 3 && n.textContent.trim());
+        if (!texts.length || el.closest('.js-plotly-plot')) continue;
+        const own = texts.map(n => n.textContent).join('').trim();
+        if (clips(getComputedStyle(el)) && el.scrollWidth > el.clientWidth + 1) { out.push(own.slice(0, 80)); continue; }
+        const range = document.createRange();
+        range.setStartBefore(texts[0]);
+        range.setEndAfter(texts[texts.length - 1]);
+        const right = range.getBoundingClientRect().right;
+        let box = el.parentElement;
+        for (let up = 0; box && up < 5; up++, box = box.parentElement) {
+            if (box.matches('[data-testid="stMain"], [data-testid="stSidebar"]')) break;
+            if (clips(getComputedStyle(box)) && right > box.getBoundingClientRect().right + 1) {
+                out.push(own.slice(0, 80));
+                break;
+            }
+        }
     }
     return out;
 }"""
