@@ -76,7 +76,21 @@ def done_rows(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-SHORTER = ((2, 8), (2, 25), (4, 25), (2, 50), (4, 50), (4, 100), (2, 200))  # (chains, draws) read off the long chains
+# (chains, burn-in, draws) read off the long chains; burn-in and draws multiples of the 8 sequences, so that every
+# batch weighs the same in the mean and in the initial loss
+SHORTER = (
+    (2, 0, 8),
+    (2, 0, 24),
+    (4, 0, 24),
+    (2, 0, 48),
+    (4, 0, 48),
+    (4, 0, 96),
+    (2, 0, 200),
+    (2, 48, 48),
+    (4, 48, 48),
+    (2, 48, 96),
+    (4, 48, 96),
+)
 
 
 def load_traces(out: Path) -> dict[tuple[int, int, int], np.ndarray]:
@@ -91,11 +105,20 @@ def load_traces(out: Path) -> dict[tuple[int, int, int], np.ndarray]:
     return {key: np.stack([c[i] for i in sorted(c)]) for key, c in chains.items()}
 
 
-def truncated(trace: np.ndarray, init_loss: float, n_beta: float, chains: int, draws: int) -> float:
-    """The estimate a run with ``chains`` x ``draws`` (burn-in 0) would have made: its chains are the first
-    ``chains`` of the long run (devinterp seeds chain c with init_seed + c) and its draws their first ``draws``
-    (the batches come in the same order), as `estimate_llc` averages them."""
-    return float(n_beta * (trace[:chains, :draws].mean(axis=1) - init_loss).mean())
+def truncated(trace: np.ndarray, init_loss: float, n_beta: float, chains: int, draws: int, burnin: int = 0) -> float:
+    """The estimate a run with ``chains`` x (``burnin`` + ``draws``) would have made: its chains are the first
+    ``chains`` of the long run (devinterp seeds chain c with init_seed + c) and its steps their first ``burnin +
+    draws`` (the batches come in the same order), of which `estimate_llc` averages the last ``draws``."""
+    return float(n_beta * (trace[:chains, burnin : burnin + draws].mean(axis=1) - init_loss).mean())
+
+
+def passes_flag(row: dict, n_beta: float, batches: int = 8) -> str:
+    """The flag of a long estimate by `analysis.llc_diagnostics` today, from its stored traces (the CSV's own
+    ``flag`` column is the rule of the day the row was made)."""
+    trace = row["trace"]
+    d = chain_diagnostics(trace, batches=batches)
+    per_chain = n_beta * (trace.mean(axis=1) - float(row["init_loss"]))
+    return flag(per_chain, d.first_half, d.second_half, d.half_se, int(row["params"]))
 
 
 def summarize(store_path: Path, out: Path) -> int:
@@ -122,16 +145,30 @@ def summarize(store_path: Path, out: Path) -> int:
         group = by_step[step]
         long = np.array([float(g["llc_long"]) for g in group])
         settings: list[tuple[str, int, np.ndarray]] = [
-            (f"{c} x {d}", c * d, np.array([truncated(g["trace"], float(g["init_loss"]), n_beta, c, d) for g in group]))  # type: ignore[arg-type]
-            for c, d in SHORTER
+            (
+                f"{c} x {d}" if not b else f"{c} x ({b} burn-in + {d})",
+                c * (b + d),
+                np.array([truncated(g["trace"], float(g["init_loss"]), n_beta, c, d, b) for g in group]),  # type: ignore[arg-type]
+            )
+            for c, b, d in SHORTER
         ]
         settings.append(("store (2 x 8, original checkpoints)", 16, np.array([g["stored"] for g in group])))
+        # the long chains' own reliability: chains 2-3 against chains 0-1, 200 draws each (not against all 4)
+        halves = [
+            np.array([n_beta * (g["trace"][rows].mean(axis=1) - float(g["init_loss"])).mean() for g in group])  # type: ignore[index, arg-type]
+            for rows in (slice(0, 2), slice(2, 4))
+        ]
         for name, cost, short in settings:
             ratio = short / long
             rho = spearmanr(short, long).statistic if len(long) > 2 else float("nan")
             lo, hi = np.percentile(ratio, [10, 90])
             print(f"| {step} | {len(long)} | {name} | {cost} | {rho:.3f} | {np.median(ratio):.3f} | {lo:.3f} to {hi:.3f} |")
-        flags = [str(g["flag"]) for g in group]
+        rho_half = spearmanr(halves[0], halves[1]).statistic if len(long) > 2 else float("nan")
+        print(
+            f"| {step} | {len(long)} | chains 0-1 against chains 2-3, 200 draws each (the long chains' own agreement) "
+            f"| 400 + 400 | {rho_half:.3f} | {np.median(halves[0] / halves[1]):.3f} |  |"
+        )
+        flags = [passes_flag(g, n_beta) for g in group]  # by the rule as it stands, from the traces
         counts = ", ".join(f"{f} {flags.count(f)}" for f in sorted(set(flags)))
         seconds = np.mean([float(g["seconds"]) for g in group])  # type: ignore[arg-type]
         print(f"|  |  | (4 x 200 flags: {counts}; {seconds:.0f} s per estimate) |  |  |  |  |")
@@ -228,7 +265,7 @@ def main() -> int:
                 started = time.monotonic()
                 est = estimate_llc(model, tokens, masks, long, scratch=Path(scratch))
                 seconds = time.monotonic() - started
-                diag = chain_diagnostics(est.trace)
+                diag = chain_diagnostics(est.trace, batches=long.batches)
                 params = masked_parameters(model, masks)
                 row = {
                     "step": step,

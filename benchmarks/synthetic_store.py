@@ -440,7 +440,8 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     """Give a store a stand-in ``llc.parquet`` and ``llc_chains.parquet`` (and meta.json ``llc``) at ``steps``
     (default: its first, middle and last checkpoint with statistics): the heads of even layers rise over those
     steps, those of odd layers fall (two curve shapes a clustering must separate), 0.01 x head apart; the
-    whole-model row 40, 45, 50, ... Two chains per estimate at llc -/+ llc_std, 8 draws each: flat traces
+    whole-model row 40, 45, 50, ... Two chains per estimate at llc -/+ llc_std, 8 draws each of one sequence (so
+    every draw is a pass of `analysis.llc_diagnostics`): flat traces
     (alternating +-0.002 nats around the plateau) except `SYNTHETIC_RISING`'s, which climb 0.1 nats;
     `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
     from analysis.llc_diagnostics import chain_diagnostics
@@ -476,7 +477,7 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
         rising = (layer, head) == SYNTHETIC_RISING[:2] and i == range(len(chosen))[SYNTHETIC_RISING[2]]
         for c, estimate in enumerate((value - std, value + std)):
             trace = init + estimate / n_beta + wiggle + (climb if rising else 0.0)
-            d = chain_diagnostics(trace[None, :])
+            d = chain_diagnostics(trace[None, :], batches=1)  # one sequence: every draw is a pass
             chain_rows.append(
                 (
                     step,
@@ -509,9 +510,9 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
             "batch_size": 1,
             "burnin": 0,
             "seed": 0,
-            "sequences": 8,
+            "sequences": 1,
         },
-        "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 8},
+        "evaluation": {"text": "synthetic", "n_sequences": 8, "seq_len": 64, "sequences": 1},
         "devinterp": "2.0.1",
         "steps": list(chosen),
         "seconds": {},

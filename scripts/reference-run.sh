@@ -40,8 +40,10 @@ fi
 trained=$SECONDS
 rm -rf "$STAGE"
 "$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
-  --lenses attention --lenses llc   # forward lens and refined LLCs (8 log-spaced checkpoints) on the run's
-                                    # held-out split (its corpus archive is in runs/.cache)
+  --lenses attention --lenses llc --llc-chains 2 --llc-draws 8 --llc-burnin 0
+  # forward lens and refined LLCs (8 log-spaced checkpoints) on the run's held-out split (its corpus archive is
+  # in runs/.cache), under the short chains the shipped store was made with (the defaults were 2 x 8 then; they
+  # are 4 x (48 + 96) since, about 36 times the cost: docs/precompute.md "How far short chains are")
 rm -rf "$STORE"
 mv "$STAGE" "$STORE"
 echo "training $((trained - start)) s, precompute $((SECONDS - trained)) s; store: $STORE ($(du -sh "$STORE" | cut -f1))" >&2

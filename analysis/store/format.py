@@ -460,10 +460,11 @@ LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
     "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model rows",
     "chain": "chain index, 0-based (int32)",
     "llc": "this chain's estimate n beta (mean sampled loss after the burn-in - initial loss)",
-    "first_half": "mean sampled loss over the first half of the draws after the burn-in, nats per token",
-    "second_half": "mean sampled loss over the second half of the draws, nats per token",
-    "slope": "least-squares slope of the sampled loss over the second half of the draws, nats per token per draw",
-    "half_se": "standard error of second_half - first_half from the spread of the draws within each half, nats per token",
+    "first_half": "mean sampled loss over the first half of the passes (blocks of sequences / batch size draws) after the "
+    "burn-in, nats per token",
+    "second_half": "mean sampled loss over the second half of the passes, nats per token",
+    "slope": "least-squares slope of the pass means over the second half, nats per token per draw",
+    "half_se": "standard error of second_half - first_half from the spread of the pass means within each half, nats per token",
     "trace": "the sampled loss of every SGLD step, burn-in included, nats per token (float32)",
 }
 LLC_CHAINS_SCHEMA = _fields(
@@ -485,7 +486,8 @@ LLC_CHAINS = TableSpec(
     file="llc_chains.parquet",
     row="one row per (step, layer, head, chain), the whole-model rows (layer = head = -1) included",
     about="The chains behind every estimate of llc.parquet: each chain's estimate, the mean sampled loss over the "
-    "first and second half of its draws, the slope over the second half and the whole loss trace. The flag "
+    "first and second half of its passes over the sampler's sequences, the slope over the second half and the "
+    "whole loss trace. The flag "
     "of an estimate (converged, still rising, diverged) follows from them by the rule in "
     "analysis/llc_diagnostics.py. Written with llc.parquet.",
     schema=LLC_CHAINS_SCHEMA,

@@ -270,12 +270,13 @@ def checkpoint_llc(
                 on_estimate()
     finally:
         del model
-    return llc_rows(step, rows, burnin=job.sampler.burnin), time.monotonic() - started
+    return llc_rows(step, rows, burnin=job.sampler.burnin, batches=job.sampler.batches), time.monotonic() - started
 
 
-def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0) -> dict[str, pa.Table]:
+def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0, batches: int = 1) -> dict[str, pa.Table]:
     """One checkpoint's ``llc.parquet`` and ``llc_chains.parquet`` rows, by table name, from its
-    (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the diagnostics."""
+    (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the diagnostics;
+    ``batches``: its steps per pass over the sequences, the unit the diagnostics' halves are made of."""
     table = pa.table(
         {
             "step": pa.array([step] * len(rows), pa.int64()),
@@ -290,7 +291,7 @@ def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: i
     )
     chains: dict[str, list] = {name: [] for name in LLC_CHAINS.schema.names}
     for layer, head, est, _ in rows:
-        diag = chain_diagnostics(est.trace, burnin)
+        diag = chain_diagnostics(est.trace, burnin, batches=batches)
         for c in range(len(est.per_chain)):
             for name, value in (
                 ("step", step),

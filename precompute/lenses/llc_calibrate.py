@@ -207,7 +207,7 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
                         )
                     )
                     continue
-                d = chain_diagnostics(est.trace, sampler.burnin)
+                d = chain_diagnostics(est.trace, sampler.burnin, batches=sampler.batches)
                 trials.append(
                     Trial(
                         sampler,

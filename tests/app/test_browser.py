@@ -410,6 +410,8 @@ def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
         assert "layer=1" in head_url and "head=2" in head_url and "xscale=log" in head_url
         page.locator('[data-testid="stSidebarNav"]').get_by_text("Layer view", exact=True).click()
         _wait_view(page, "/layers", "Layer view", 3)
+        # _wait_view holds for an empty query string too (every link ends with ""): wait for the view's own write
+        page.wait_for_function("() => location.search.includes('xscale=')", timeout=LOAD_TIMEOUT_MS)
         # the layer carries over; the time scale is each page's own (the layer view's default, checkpoint index)
         assert "layer=1" in page.url and "xscale=index" in page.url
         # the switch and the view state: one entry, counted once the layer view has stopped writing

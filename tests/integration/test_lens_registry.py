@@ -213,6 +213,10 @@ LENS_OPTIONS = (
     "llc",
     "--llc-draws",
     "2",
+    "--llc-chains",
+    "2",
+    "--llc-burnin",
+    "0",
     "--llc-sequences",
     "4",
     "--llc-batch-size",
@@ -258,6 +262,7 @@ def test_a_run_of_another_lens_keeps_a_refined_llc_written_before_its_chains_tab
     run = byte_run(tmp_path, [0, 1, 2, 4], hidden=32, layers=2, heads=2)
     store = tmp_path / "store"
     llc = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-steps", "0,4", "--llc-draws", "2")
+    llc += ("--llc-chains", "2", "--llc-burnin", "0")
     done = run_cli("--source", str(run), "--out", str(store), *llc, "--llc-sequences", "4", "--llc-batch-size", "2")
     assert done.returncode == 0, done.stderr
     (store / "llc_chains.parquet").unlink()  # as a store written before the chains table existed

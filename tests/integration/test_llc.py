@@ -37,7 +37,7 @@ from tests.integration.test_forward_lens import byte_run
 VOCAB, HIDDEN, LAYERS, HEADS, T = 64, 32, 2, 4, 16
 D_HEAD = HIDDEN // HEADS
 USED = 48  # the data uses token ids 0..47; rows 48..63 of the embedding never enter the loss
-SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, draws=8, batch_size=2, sequences=8)
+SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, draws=8, burnin=0, batch_size=2, sequences=8)
 
 
 def tiny_model():
@@ -286,6 +286,10 @@ def test_devinterp_is_pinned_for_the_precompute_job_only() -> None:
 
 
 LLC_CLI = (
+    "--llc-chains",
+    "2",
+    "--llc-burnin",
+    "0",
     "--eval-sequences",
     "4",
     "--eval-length",
@@ -314,7 +318,7 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert sorted(set(table["step"].to_pylist())) == [0, 2, 16]
     assert np.isfinite(table["llc"].to_numpy()).all() and np.isfinite(table["init_loss"].to_numpy()).all()
     meta = read_meta(reference)
-    assert meta.llc["sampler"] == SamplerSettings(draws=2, sequences=4, batch_size=2).as_meta()
+    assert meta.llc["sampler"] == SamplerSettings(chains=2, burnin=0, draws=2, sequences=4, batch_size=2).as_meta()
     assert meta.llc["steps"] == [0, 2, 16] and set(meta.llc["seconds"]) == {"0", "2", "16"}
     assert not any(p.name.startswith(".uninterrupted.") and p.is_dir() for p in tmp_path.iterdir())  # scratch removed
     store = open_store(reference)

@@ -103,3 +103,61 @@ def test_a_negative_estimate_is_below_the_minimum_and_a_falling_trace_is_still_f
     assert (estimates(settled) < 0).all() and judged(settled, burnin=20) == "converged"  # below w*, but flat
     falling = INIT - 0.002 * np.arange(200)[None, :].repeat(2, axis=0) + 0.01 * rng.standard_normal((2, 200))
     assert judged(falling) == "still falling"
+
+
+SEQUENCE_LOSS = 0.05 * np.array([-3, -2, -1, 0, 1, 2, 3, 0], dtype=np.float64)  # 8 sequences, in the sampler's order
+
+
+def cycling(draws: int, rise: float = 0.0, chains: int = 2, seed: int = 0) -> np.ndarray:
+    """A trace whose loss is mostly which of 8 sequences the draw holds (they come in the same order every pass),
+    plus a linear rise of ``rise`` nats per draw and a little noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(draws)
+    return INIT + 0.1 + SEQUENCE_LOSS[t % 8] + rise * t + 0.002 * rng.standard_normal((chains, draws))
+
+
+def test_the_halves_are_whole_passes_over_the_sequences() -> None:
+    trace = rising(chains=3, draws=27, seed=4)
+    d = chain_diagnostics(trace, burnin=3, batches=4)  # 24 draws: 6 passes of 4, halves of 3 passes
+    blocks = trace[:, 3:27].reshape(3, 6, 4).mean(axis=2)
+    np.testing.assert_allclose(d.first_half, blocks[:, :3].mean(axis=1))
+    np.testing.assert_allclose(d.second_half, blocks[:, 3:].mean(axis=1))
+    for c in range(3):
+        assert d.slope[c] == pytest.approx(np.polyfit(4 * np.arange(3), blocks[c, 3:], 1)[0])  # per draw
+        se = np.sqrt(np.var(blocks[c, :3], ddof=1) / 3 + np.var(blocks[c, 3:], ddof=1) / 3)
+        assert d.half_se[c] == pytest.approx(se)
+    with pytest.raises(ValueError, match="batches"):
+        chain_diagnostics(trace, batches=0)
+
+
+def test_one_pass_over_the_sequences_cannot_be_judged() -> None:
+    """The shipped reference run's chains: 8 draws over 8 sequences. Judged draw by draw, a flat trace whose
+    sequences happen to come cheapest first looks like a rise; judged by passes, one pass says nothing."""
+    short = cycling(8)
+    assert judged(short) == "still rising"  # the old rule, fooled by the order of the sequences
+    d = chain_diagnostics(short, batches=8)
+    assert flag(estimates(short), d.first_half, d.second_half, d.half_se, 10_000) == "too few draws"
+
+
+def test_long_chains_over_cycling_sequences_are_judged_by_their_passes() -> None:
+    for draws in (200, 96):
+        flat_trace, climbing = cycling(draws), cycling(draws, rise=0.001)
+        for trace, want in ((flat_trace, "converged"), (climbing, "still rising")):
+            d = chain_diagnostics(trace, batches=8)
+            assert flag(estimates(trace), d.first_half, d.second_half, d.half_se, 10_000) == want, (draws, want)
+
+
+def test_the_shipped_reference_runs_short_chains_are_too_few_draws() -> None:
+    """Its 2 chains x 8 draws over 8 sequences are one pass each (the long chains of benchmarks.llc_agreement show
+    they had not flattened); the old draw-by-draw rule called 289 of its 384 head estimates converged."""
+    from pathlib import Path
+
+    from analysis.llc_diagnostics import store_flags
+    from analysis.store import open_store
+
+    store = open_store(Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
+    flags = store_flags(store)
+    assert flags is not None
+    heads, model = flags
+    assert set(heads[heads != ""].tolist()) == {"too few draws"} and (heads != "").sum() == 8 * 48
+    assert set(model[model != ""].tolist()) == {"too few draws"} and (model != "").sum() == 8
