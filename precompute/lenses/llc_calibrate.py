@@ -299,8 +299,13 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
     for t in trials:
         row = gammas.index(t.sampler.localization) * len(nbetas) + nbetas.index(t.sampler.n_beta)
         ax = axes[row][lrs.index(t.sampler.lr)]
+        # the mean of each pass over the sampler's sequences, drawn at the pass's last step: the raw draws swing with
+        # which sequence they hold far more than they rise (the flag rule reads passes too, analysis.llc_diagnostics)
+        batches = t.sampler.batches
+        passes = t.trace.shape[1] // batches
+        ends = batches * np.arange(1, passes + 1) - 1
         for trace in t.trace:
-            ax.plot(trace, lw=0.8)
+            ax.plot(ends, trace[: passes * batches].reshape(passes, batches).mean(axis=1), lw=0.9, marker=".", ms=2)
         if np.isfinite(t.init_loss):
             ax.axhline(t.init_loss, color="k", ls="--", lw=0.8)
         if t.sampler.burnin:
@@ -314,8 +319,12 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
     for ax in axes[-1]:
         ax.set_xlabel("SGLD step", fontsize=8)
     for row in axes:
-        row[0].set_ylabel("sampled loss (nats/token)", fontsize=8)
-    fig.suptitle(f"Refined-LLC calibration: {label} at step {step:,}; dashed: the loss at w*", fontsize=10)
+        row[0].set_ylabel("mean sampled loss per pass\n(nats/token)", fontsize=8)
+    fig.suptitle(
+        f"Refined-LLC calibration: {label} at step {step:,}; each chain's mean loss per pass over the sampler's "
+        "sequences; dashed: the loss at w*",
+        fontsize=10,
+    )
     fig.tight_layout()
     paths = [out / "calibration.png", out / "calibration.svg"]
     for path in paths:
