@@ -397,6 +397,27 @@ def loss_toggle(available: bool, *, where: Where = st) -> bool:
     )
 
 
+GAP_PERCENT = (2, 5, 10, 20)  # choices of the close-approach threshold: percent relative gap of adjacent singular values
+
+
+def gap_percent(*, where: Where = st) -> int:
+    """The close-approach threshold (URL ``gap``, percent) of the head explorer and the Heads table: one
+    widget, one help text, so that the same parameter reads the same on both pages."""
+    from analysis.stats.crossings import GAP_THRESHOLD
+
+    return select(
+        "gap",
+        "Close when the gap of s is below",
+        list(GAP_PERCENT),
+        round(100 * GAP_THRESHOLD),
+        fmt=lambda g: f"{g}%",
+        where=where,
+        help="Relative gap (s_i − s_i+1)/(s_i + s_i+1) of adjacent singular values. An approach is a stretch of "
+        "checkpoints below it, with the levels farther apart before and after, that dips 20% below it "
+        '(README, "Crossing or repulsion?")',
+    )
+
+
 def int_slider(name: str, label: str, lo: int, hi: int, default: int, *, where: Where = st, help: str | None = None) -> int:
     """An integer slider over [lo, hi] bound to the URL parameter ``name``.
 

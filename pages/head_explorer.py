@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.stats.crossings import GAP_THRESHOLD, level_crossings
+from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
 from dashboard import export, loader, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
@@ -21,7 +21,6 @@ from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
-GAP_PERCENT = [2, 5, 10, 20]  # choices of the close-approach threshold, percent relative gap
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
@@ -379,16 +378,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         overlaps = None
     crossings = None
     if overlaps is not None:
-        gap_pct = widgets.select(
-            "gap",
-            "Close when the gap of s is below",
-            GAP_PERCENT,
-            round(100 * GAP_THRESHOLD),
-            fmt=lambda g: f"{g}%",
-            where=c_gap,
-            help="Relative gap of adjacent singular values, (s_i − s_i+1)/(s_i + s_i+1). "
-            "An approach is a stretch of checkpoints below it, with the levels farther apart before and after.",
-        )
+        gap_pct = widgets.gap_percent(where=c_gap)
         crossings = level_crossings(h.lam, overlaps, gap_threshold=gap_pct / 100)
     if crossings is None:
         st.info(

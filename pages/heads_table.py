@@ -11,7 +11,6 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE, store_flags
-from analysis.stats.crossings import GAP_THRESHOLD
 from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
@@ -19,7 +18,6 @@ from dashboard.head_types import TYPE_LABELS, HeadTypes, head_types, missing_tex
 from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
-GAP_PERCENT = [2, 5, 10, 20]
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
 
@@ -115,20 +113,7 @@ def _pick_options(store) -> _Options:
     except StoreError as exc:
         st.error(str(exc))
         overlaps_ok = False
-    gap_pct = (
-        widgets.select(
-            "gap",
-            "Close when the gap of s is below",
-            GAP_PERCENT,
-            round(100 * GAP_THRESHOLD),
-            fmt=lambda g: f"{g}%",
-            where=c_gap,
-            help="Relative gap (s_i − s_i+1)/(s_i + s_i+1) of adjacent singular values; an approach "
-            'must also dip 20% below it (README, "Crossing or repulsion?")',
-        )
-        if overlaps_ok
-        else None
-    )
+    gap_pct = widgets.gap_percent(where=c_gap) if overlaps_ok else None
     return _Options(
         stat=stat,
         k=k,
