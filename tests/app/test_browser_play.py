@@ -52,6 +52,7 @@ def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, sh
         page.wait_for_function(
             """([key, first]) => {
             const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+            if (!gd || !gd.layout) return false;  // the chart is remounted during a rerun: look again
             const m = /step ([\\d,]+)(?!.*step)/.exec(String(gd.layout.title.text));
             return m && Number(m[1].replace(/,/g, '')) > first + 2;
         }""",
@@ -62,6 +63,7 @@ def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, sh
         page.wait_for_function(
             """([key]) => {
             const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+            if (!gd || !gd.layout) return false;  // the chart is remounted during a rerun: look again
             const m = /step ([\\d,]+)(?!.*step)/.exec(String(gd.layout.title.text));
             const url = new URLSearchParams(location.search).get('step');
             return m && url === m[1].replace(/,/g, '');
