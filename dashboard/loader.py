@@ -384,6 +384,23 @@ def rmt_sample(d_model: int, n_heads: int, sigma_q: float, sigma_k: float, low_r
     return lab_sample(d_model, n_heads, sigma_q, sigma_k, low_rank=low_rank, seed=seed)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _llc_flags(path: str, version: int, include_mixed: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    from analysis.llc_diagnostics import store_flags
+
+    return store_flags(_open(path, version).view(include_mixed=include_mixed))
+
+
+def llc_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
+    """`analysis.llc_diagnostics.store_flags` of the store (every refined-LLC estimate's flag, recomputed from its
+    chains' traces), cached per store version: three pages draw it on every rerun.
+
+    Raises:
+        StoreError: ``llc_chains.parquet`` is unreadable.
+    """
+    return _llc_flags(str(store.path), _version(store.path), store.include_mixed)
+
+
 @st.cache_data(show_spinner="Reading the layer matrices ...", max_entries=8)
 def _layers(path: str, version: int, include_mixed: bool) -> pd.DataFrame | None:
     return (

@@ -14,7 +14,6 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.llc_diagnostics import store_flags
 from analysis.store.format import ATTENTION, HEAD_TYPES, LAYER_ROLES, LAYERS, LLC
 from dashboard import compare, export, loader, widgets
 from dashboard.data import loss_curve
@@ -635,7 +634,7 @@ def _llc_trust(stores: dict) -> str:
         values = store.dense(LLC, "llc")
         n = int(np.isfinite(values).sum())
         negative = int((values < 0).sum())
-        flagged = store_flags(store)
+        flagged = loader.llc_flags(store)
         if flagged is None:
             parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
             continue

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE, store_flags
+from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
@@ -274,7 +274,7 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
     table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
     if stat == LLC_STAT:
         spread = store.dense(LLC, "llc_std")
-        flagged = store_flags(store)
+        flagged = loader.llc_flags(store)
         table["± chains"] = spread[at].ravel()
         table["flag"] = flagged[0][at].ravel() if flagged is not None else "no diagnostics"
         table.loc[table["value"].isna(), "flag"] = "no estimate"

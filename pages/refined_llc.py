@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
+from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
 from analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
-from dashboard import export, style, widgets
+from dashboard import export, loader, style, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
 from dashboard.stats import LLC_STAT, STATS
@@ -40,7 +40,7 @@ def main() -> None:
     values = store.require(LLC, "llc")[idx]  # (E, n_layers, n_heads)
     stds = store.require(LLC, "llc_std")[idx]
     n_layers, n_heads = store.n_layers, store.n_heads
-    flagged = store_flags(store)
+    flagged = loader.llc_flags(store)
     flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
 
     # --- widgets ---
