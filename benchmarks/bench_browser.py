@@ -16,6 +16,11 @@ does) and opened in Debian's Chromium through Playwright. For every page:
   the last DOM change inside a chart (or, where no chart depends on the widget, the
   rerun's last WebSocket message).
 
+With ``--cold``, also a **cold load** per page: a newly started server (no Streamlit cache
+filled) opened in a new browser context (empty HTTP cache), the time of its first load; the
+bare page likewise on its own fresh server. Each cold load costs a server start (a few
+seconds, not timed).
+
 Next to them, the same two times for a bare page: a generated one-file Streamlit app
 in a temporary folder, served by ``streamlit run`` with the same options, with the
 same number of charts at the same heights and widths (one 200-point line each) and
@@ -319,10 +324,34 @@ def _ms(values: list[float]) -> str:
     return "/".join(f"{v:.0f}" for v in values) + " ms"
 
 
-def run(store: Path, name: str, pages: list[str], repeats: int, context, bare_base: str, bare_pid: int) -> list[dict]:
+def cold_loads(browser, cmd: list[str], *, cwd: Path, env: dict[str, str], path: str, charts: int, repeats: int) -> list[dict]:
+    """``repeats`` first loads of ``path``, each on a newly started server in a new browser context."""
+    records = []
+    for _ in range(repeats):
+        with serve(cmd, cwd=cwd, env=env) as (base, pid):
+            context = browser.new_context(viewport=VIEWPORT)
+            context.add_init_script(INSTRUMENT)
+            _, _, rec = load(context, base + path, pid, charts)
+            records.append(rec)
+            context.close()
+    return records
+
+
+def run(
+    store: Path,
+    name: str,
+    pages: list[str],
+    repeats: int,
+    context,
+    bare_base: str,
+    bare_pid: int,
+    cold: tuple | None = None,
+) -> list[dict]:
+    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder)."""
     env = dict(os.environ, HEADWATCH_STORE=str(store), HEADWATCH_DATA=str(RESULTS / "no-data"))
+    app_cmd = [sys.executable, "-m", "dashboard.serve"]
     rows = []
-    with serve([sys.executable, "-m", "dashboard.serve"], cwd=ROOT, env=env) as (base, pid):
+    with serve(app_cmd, cwd=ROOT, env=env) as (base, pid):
         for page_name, path, widget in (p for p in PAGES if p[0] in pages):
             t = time.perf_counter()
             app = measure(context, base, pid, path, widget, repeats)
@@ -336,7 +365,23 @@ def run(store: Path, name: str, pages: list[str], repeats: int, context, bare_ba
                 repeats,
                 charts=app["charts"],
             )
+            if cold is not None:
+                browser, bare_cmd, bare_cwd = cold
+                app_cold = cold_loads(browser, app_cmd, cwd=ROOT, env=env, path=path, charts=app["charts"], repeats=repeats)
+                bare_cold = cold_loads(
+                    browser,
+                    bare_cmd,
+                    cwd=bare_cwd,
+                    env=dict(os.environ),
+                    path=bare_path(app["sizes"], kind),
+                    charts=app["charts"],
+                    repeats=repeats,
+                )
+                app["cold"], bare["cold"] = median(app_cold), median(bare_cold)
+                app["colds_ms"], bare["colds_ms"] = [r["ms"] for r in app_cold], [r["ms"] for r in bare_cold]
             rows.append({"store": name, "page": page_name, "path": path, "app": app, "bare": bare})
+            if cold is not None:
+                print(f"[{name}] {page_name}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
             print(
                 f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
                 f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
@@ -350,6 +395,10 @@ def tables(rows: list[dict]) -> str:
         "| store | page | charts | points | load, ms | bare | ratio | change, ms | bare | ratio |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    with_cold = all("cold" in r["app"] for r in rows)
+    if with_cold:
+        out[0] += " cold load, ms | bare | ratio |"
+        out[1] += " ---: | ---: | ---: |"
     for r in rows:
         a, b = r["app"], r["bare"]
         points = sum(s["points"] for s in a["sizes"])
@@ -358,6 +407,7 @@ def tables(rows: list[dict]) -> str:
             f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
             f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
             f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
+            + (f" {a['cold']['ms']:.0f} | {b['cold']['ms']:.0f} | {a['cold']['ms'] / b['cold']['ms']:.1f} |" if with_cold else "")
         )
     out += [
         "",
@@ -402,6 +452,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", nargs="+", default=list(STORES), choices=list(STORES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="also time cold loads (a fresh server and browser context each)")
     parser.add_argument("--pages", nargs="+", default=[p[0] for p in PAGES], choices=[p[0] for p in PAGES])
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
@@ -421,7 +472,8 @@ def main() -> int:
         bare_cmd = [sys.executable, "-m", "streamlit", "run", "bare.py", "--server.fileWatcherType", "none"]
         with serve(bare_cmd, cwd=Path(tmp), env=dict(os.environ)) as (bare_base, bare_pid):
             for name, store in stores.items():
-                rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid)
+                cold = (browser, bare_cmd, Path(tmp)) if args.cold else None
+                rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid, cold)
         browser.close()
     load_after = os.getloadavg()
     machine = (

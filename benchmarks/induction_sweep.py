@@ -96,7 +96,9 @@ def main() -> None:
         context=max(a.context, 2 * r),
         rotary_pct=a.rotary_pct,
     )
-    repeats = RepeatSettings(share=a.repeat_share, min_span=a.repeat_min, max_span=a.repeat_max, content=a.repeat_content)
+    repeats = RepeatSettings(
+        share=a.repeat_share, min_span=a.repeat_min, max_span=a.repeat_max, content=a.repeat_content, spans=a.spans
+    )
     torch.manual_seed(a.seed)
     model = build_model(shape, seed=a.seed).train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -153,8 +155,7 @@ def main() -> None:
         windows = torch.stack([train_tokens[s : s + a.context + 1] for s in starts.tolist()]).long()
         if a.background == "random":  # the same draws of starts keep the generator's sequence; the text is replaced
             windows = torch.randint(0, VOCAB_SIZE, windows.shape, generator=data_gen)
-        for _ in range(a.spans):
-            windows = insert_repeats(windows, repeats, generator=repeat_gen)
+        windows = insert_repeats(windows, repeats, generator=repeat_gen)
         loss = F.cross_entropy(model(input_ids=windows[:, :-1]).logits.reshape(-1, VOCAB_SIZE), windows[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

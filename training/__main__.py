@@ -37,6 +37,7 @@ OPTIONS: dict[str, tuple[str | None, str, type]] = {
     "--repeat-min": ("repeats", "min_span", int),
     "--repeat-max": ("repeats", "max_span", int),
     "--repeat-content": ("repeats", "content", str),
+    "--repeat-spans": ("repeats", "spans", int),
     "--checkpoint-every": (None, "checkpoint_every", int),
     "--dense-from": (None, "dense_from", int),
     "--dense-to": (None, "dense_to", int),

@@ -12,7 +12,10 @@ sequences carry one repeat each:
 - ``content="random"``: tokens ``s .. s+L-1`` become ``L`` bytes drawn uniformly from the whole
   vocabulary (0..255, as the induction probe's tokens are); ``content="text"``: they stay the
   text's own bytes;
-- tokens ``d .. d+L-1`` are overwritten with a copy of tokens ``s .. s+L-1``.
+- tokens ``d .. d+L-1`` are overwritten with a copy of tokens ``s .. s+L-1``;
+- all of the above is done ``spans`` times in turn (each pass draws its rows, lengths and places
+  anew, on the output of the pass before), so a sequence carries up to ``spans`` repeats; a later
+  pass may overwrite part of an earlier pass's source or copy.
 
 So from ``d + 1`` on, every token of the second copy is predictable from the first copy, and
 only from it when the content is random. The draws come from their own generator, so a run with
@@ -28,7 +31,7 @@ from training.settings import RepeatSettings
 
 
 def insert_repeats(windows: torch.Tensor, repeats: RepeatSettings, *, generator: torch.Generator) -> torch.Tensor:
-    """A copy of ``windows`` in which a share of the rows carries one repeated span each.
+    """A copy of ``windows`` in which, per pass (``repeats.spans`` of them), a share of the rows gets one repeated span.
 
     Args:
         windows: ``(B, T + 1)`` int64 token windows (`training.train.sample_batch`).
@@ -41,6 +44,13 @@ def insert_repeats(windows: torch.Tensor, repeats: RepeatSettings, *, generator:
     out = windows.clone()
     if repeats.share <= 0.0:
         return out
+    for _ in range(repeats.spans):
+        _one_pass(out, repeats, generator)
+    return out
+
+
+def _one_pass(out: torch.Tensor, repeats: RepeatSettings, generator: torch.Generator) -> None:
+    """One repeat in a share of the rows of ``out``, in place (the draws of `insert_repeats`)."""
     n, width = out.shape
     picked = torch.rand(n, generator=generator) < repeats.share  # (B,)
     for row in torch.nonzero(picked).flatten().tolist():
@@ -51,4 +61,3 @@ def insert_repeats(windows: torch.Tensor, repeats: RepeatSettings, *, generator:
         if repeats.content == "random":
             out[row, src : src + length] = torch.randint(0, VOCAB_SIZE, (length,), generator=generator)
         out[row, dst : dst + length] = out[row, src : src + length].clone()
-    return out

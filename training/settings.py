@@ -77,12 +77,15 @@ class RepeatSettings:
     unmodified text (see `docs/induction-recipe.md` for what that means for conclusions).
     """
 
-    share: float = 0.0  # probability that a training sequence carries one repeated span
+    share: float = 0.0  # probability that a training sequence carries one repeated span (per pass)
     min_span: int = 32  # span length in tokens, uniform in min_span .. max_span
     max_span: int = 128
     content: RepeatContent = "random"  # random bytes (0..255), or the text's own bytes
+    spans: int = 1  # passes of `training.repeats.insert_repeats` per batch: up to this many repeats per sequence
 
     def __post_init__(self) -> None:
+        if self.spans < 1:
+            raise ValueError(f"spans must be at least 1, got {self.spans}")
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"repeat share must be in [0, 1], got {self.share}")
         if not 1 <= self.min_span <= self.max_span:
