@@ -130,7 +130,10 @@ def summarize(store_path: Path, out: Path) -> int:
     if not rows:
         print(f"{out}: no long-chain estimates yet")
         return 1
-    n_beta = float(open_store(store_path).meta.llc["sampler"]["n_beta"])
+    sampler = open_store(store_path).meta.llc["sampler"]
+    n_beta = float(sampler["n_beta"])
+    chains, burnin, draws = int(sampler["chains"]), int(sampler.get("burnin", 0)), int(sampler["draws"])
+    store_label = f"store ({chains} x {draws}" if not burnin else f"store ({chains} x ({burnin} burn-in + {draws})"
     stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"]
     by_step: dict[int, list[dict[str, object]]] = {}
     for r in rows:
@@ -152,7 +155,9 @@ def summarize(store_path: Path, out: Path) -> int:
             )
             for c, b, d in SHORTER
         ]
-        settings.append(("store (2 x 8, original checkpoints)", 16, np.array([g["stored"] for g in group])))
+        settings.append(
+            (f"{store_label}, original checkpoints)", chains * (burnin + draws), np.array([g["stored"] for g in group]))
+        )
         # the long chains' own reliability: chains 2-3 against chains 0-1, 200 draws each (not against all 4)
         halves = [
             np.array([n_beta * (g["trace"][rows].mean(axis=1) - float(g["init_loss"])).mean() for g in group])  # type: ignore[index, arg-type]
