@@ -58,9 +58,10 @@ store() {  # SIZE SEED
   echo "store data/$name in $((SECONDS - start)) s ($(du -sh "data/$name" | cut -f1))" >&2
 }
 
+usage() { sed -n 2,10p "$0"; exit 2; }
 case "${1:-all}" in
-  train) train "$2" "$3" ;;
-  store) store "$2" "$3" ;;
+  train) [ $# -eq 3 ] || usage; shape "$2" >/dev/null; train "$2" "$3" ;;
+  store) [ $# -eq 3 ] || usage; shape "$2" >/dev/null; store "$2" "$3" ;;
   all)
     for run in "d128 1234" "d128 2" "d64 1234" "d256 1234"; do
       # shellcheck disable=SC2086  # SIZE SEED
@@ -69,5 +70,5 @@ case "${1:-all}" in
       store $run
     done
     ;;
-  *) sed -n 2,10p "$0"; exit 2 ;;
+  *) usage ;;
 esac

@@ -117,6 +117,11 @@ def test_one_recipe_three_sizes_and_two_seeds():
     assert all(r == recipes[0] for r in recipes), "every run of the ladder is trained under one recipe"
     sizes = [n_params(s) for s in stores]
     assert max(sizes) >= 10 * min(sizes)
+    # one data order: the three sizes share a seed (the batches and repeats do not depend on the model)
+    by_seed: dict[int, set[int]] = {}
+    for s in stores:
+        by_seed.setdefault(s.meta.training["config"]["seed"], set()).add(s.d_model)
+    assert max(len(sizes) for sizes in by_seed.values()) >= 3
     middle = [s for s in stores if s.d_model == MIDDLE_D_MODEL]
     assert len({s.meta.training["config"]["seed"] for s in middle}) >= 2
     assert all(s.meta.training["config"]["repeats"]["share"] == 1.0 for s in stores)  # stated, not hidden
