@@ -180,8 +180,8 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
                     "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
                 }
             )
-        if results:
-            verdicts.append((name, results, replicates(results)))
+        if results:  # a statistic that some run lacks cannot be said to replicate
+            verdicts.append((name, results, replicates(results) if len(results) == len(runs) else None))
     tested = [v for v in verdicts if v[2] is not None]
     held = [name for name, _, rep in tested if rep]
     single = [name for name, res, _ in verdicts if res and res[0].significant]
@@ -206,6 +206,9 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
             f"every run for {', '.join(held) if held else 'no statistic'}"
             + ("." if held else ": no trajectory cluster of these runs corresponds to the head types in a way that replicates.")
         )
+        partial = [name for name, res, _ in verdicts if 0 < len(res) < len(runs)]
+        if partial:
+            answer += f" Not in every run, so not tested for replication: {', '.join(partial)}."
     else:
         answer += "Give a second seed with `--replicate STORE` to test whether it replicates."
     return [*lines, answer, ""]
