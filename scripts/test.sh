@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up the test environment (app + precompute + test requirements, Chromium for
 # the browser tests) and run the whole test suite. Extra arguments go to pytest.
-# Usage: bash scripts/test.sh
+# Usage: bash scripts/test.sh [PYTEST ARGS]   (HEADWATCH_TEST_WORKERS=N: N worker processes, 0 for none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -18,4 +18,7 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "note: /usr/bin/chromium is missing; browser tests will be skipped (apt-get install chromium)" >&2
   fi
 fi
-exec .venv/dev/bin/python -m pytest "$@"
+# Two worker processes (pytest-xdist), each file's tests on one of them, so a file's module fixtures (a Ray
+# cluster, a served app) are made once, on one worker; HEADWATCH_TEST_WORKERS=0 runs in this process alone. Most tests wait on a subprocess, a server or Chromium, so two workers on two cores finish the
+# suite in about two thirds of the time of one (docs/layout.md).
+exec .venv/dev/bin/python -m pytest -n "${HEADWATCH_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -354,6 +354,9 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
             assert page.locator(".st-key-layer input").input_value() == "1"
         if name == "animation":  # plays in the browser from the linked step
             title = page.locator(".st-key-animation .gtitle")
+            # while Plotly moves between frames it can hold the old title and the new one at once: read one
+            one_title = "() => document.querySelectorAll('.st-key-animation .gtitle').length === 1"
+            page.wait_for_function(one_title)
             assert title.text_content().endswith("step 21,000")  # run · every head · statistic · step
             page.get_by_text("▶ Play").click()
             page.wait_for_function(
@@ -361,6 +364,7 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
                 timeout=30_000,
             )
             page.get_by_text("❚❚ Pause").click()
+            page.wait_for_function(one_title)
             shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
             assert shown > 21_000  # it played on from the linked step, not from step 0
             page.screenshot(path=str(ARTIFACTS / "animation-playing.png"))

@@ -232,7 +232,7 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
 
     for _ in range(30):
         before = listed()
-        if before >= len(steps):
+        if before >= len(steps) or kills >= 3:  # three random kills, then the final run below completes it
             break
         proc = subprocess.Popen(
             [sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out), *EVAL],

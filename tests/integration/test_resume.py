@@ -48,7 +48,7 @@ def test_killed_runs_resume_to_the_uninterrupted_store(tmp_path: Path) -> None:
     kills = 0
     for _attempt in range(40):
         before = n_listed(out)
-        if before >= len(steps):
+        if before >= len(steps) or kills >= 4:  # four random kills, then the final run below completes it
             break
         proc = subprocess.Popen(
             [sys.executable, "-m", "precompute", "--no-progress", "--source", str(src), "--out", str(out)],
