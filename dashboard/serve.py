@@ -62,6 +62,7 @@ APP = next((p for p in (_ROOT / "app.py", _ROOT / "headwatch" / "app" / "app.py"
 DEV_FLAG = "--dev"
 WATCHER_OPTION = "--server.fileWatcherType"
 WATCHER_ENV = "STREAMLIT_SERVER_FILE_WATCHER_TYPE"
+WARM_UP_ENV = "HEADWATCH_WARM_UP"
 
 
 def declare_navigation_pages() -> bool:
@@ -127,10 +128,54 @@ def config_options(config: Path, args: list[str]) -> list[str]:
     return options
 
 
+# What a page's first run would otherwise import and load itself: pandas and pyarrow's parquet reader (through
+# the loader), SciPy's linear algebra, the figure builders, and the numba kernels of the random-head references.
+WARM_MODULES = (
+    "dashboard.loader",
+    "dashboard.widgets",
+    "dashboard.tables",
+    "dashboard.events",
+    "dashboard.figures.head",
+    "dashboard.figures.layers",
+    "dashboard.figures.timeline",
+    "analysis.rmt.references",
+    "scipy.linalg",
+)
+
+
+def warm_up(wait_s: float = 60.0) -> None:
+    """Import the modules every page needs and load the compiled numba kernels from their on-disk cache.
+
+    A fresh server otherwise spends its first session's run on this (about 2 s of CPU on a 2-core machine,
+    `docs/dashboard.md`, Performance); done once per process, every session after that finds it done.
+    Nothing here reads a store or writes anything. It first waits up to ``wait_s`` seconds for Streamlit's
+    runtime: the pages' ``st.cache_data`` functions, decorated at import, look for it then (and warn without it).
+    """
+    import importlib
+    import time
+
+    from streamlit import runtime
+
+    deadline = time.monotonic() + wait_s
+    while not runtime.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+    from analysis.rmt.references import gaussian_references
+
+    gaussian_references(16, 4, None)  # the kernels' float32 signatures, loaded (or compiled once) by numba
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``streamlit run app.py`` with ``argv`` (default: this process's arguments) as its options."""
+    """``streamlit run app.py`` with ``argv`` (default: this process's arguments) as its options, the page
+    modules imported meanwhile (`warm_up`, in a background thread: the server answers at once; not with
+    ``HEADWATCH_WARM_UP=0``)."""
+    import threading
+
     from streamlit.web import cli
 
+    if os.environ.get(WARM_UP_ENV, "1") != "0":
+        threading.Thread(target=warm_up, name="headwatch-warm-up", daemon=True).start()
     declare_navigation_pages()
     args = streamlit_options(list(sys.argv[1:] if argv is None else argv))
     cut = args.index("--") if "--" in args else len(args)

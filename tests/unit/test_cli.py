@@ -101,6 +101,17 @@ def test_serve_imports_nothing_heavy():
     assert out.strip() == "[]"
 
 
+def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_heavy():
+    """`dashboard.serve.warm_up` (run by the server in a thread) leaves what a page's first run needs in place."""
+    code = (
+        "import sys, dashboard.serve as s; s.warm_up(wait_s=0); from analysis.stats import fused; "
+        "print([m for m in s.WARM_MODULES if m not in sys.modules], len(fused.row_sums.signatures), "
+        "len(fused.z_pass.signatures), sorted(m for m in ('torch', 'transformers', 'umap') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] 1 1 []"
+
+
 def test_info_imports_no_torch():
     code = (
         f"import sys; from headwatch.cli import main; main(['info', {str(STORES[0])!r}]); "
