@@ -130,15 +130,21 @@ def summarize(store_path: Path, out: Path) -> int:
     if not rows:
         print(f"{out}: no long-chain estimates yet")
         return 1
-    sampler = open_store(store_path).meta.llc["sampler"]
+    from precompute.settings import SamplerSettings
+
+    meta = open_store(store_path).meta.llc
+    if meta is None:  # the plain-text stores' estimates were removed (2026-11-26): the long chains' rows alone
+        print(f"{store_path} has no refined LLCs now: its row is left out; n beta is the defaults' ({SamplerSettings().n_beta})")
+    sampler = meta["sampler"] if meta is not None else SamplerSettings().as_meta()
     n_beta = float(sampler["n_beta"])
     chains, burnin, draws = int(sampler["chains"]), int(sampler.get("burnin", 0)), int(sampler["draws"])
     store_label = f"store ({chains} x {draws}" if not burnin else f"store ({chains} x ({burnin} burn-in + {draws})"
-    stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"]
+    stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"] if meta is not None else None
     by_step: dict[int, list[dict[str, object]]] = {}
     for r in rows:
         key = (int(r["step"]), int(r["layer"]), int(r["head"]))
-        by_step.setdefault(key[0], []).append({**r, "trace": traces[key], "stored": float(stored.loc[key])})
+        own = float(stored.loc[key]) if stored is not None else float("nan")
+        by_step.setdefault(key[0], []).append({**r, "trace": traces[key], "stored": own})
     print(
         "| step | heads | setting | forward-backward passes | Spearman with 4 x 200 | median ratio to 4 x 200 "
         "| 10th to 90th percentile of the ratio |"
@@ -155,9 +161,10 @@ def summarize(store_path: Path, out: Path) -> int:
             )
             for c, b, d in SHORTER
         ]
-        settings.append(
-            (f"{store_label}, original checkpoints)", chains * (burnin + draws), np.array([g["stored"] for g in group]))
-        )
+        if stored is not None:
+            settings.append(
+                (f"{store_label}, original checkpoints)", chains * (burnin + draws), np.array([g["stored"] for g in group]))
+            )
         # the long chains' own reliability: chains 2-3 against chains 0-1, 200 draws each (not against all 4)
         halves = [
             np.array([n_beta * (g["trace"][rows].mean(axis=1) - float(g["init_loss"])).mean() for g in group])  # type: ignore[index, arg-type]

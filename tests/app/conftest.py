@@ -96,6 +96,19 @@ def shipped_server(tmp_path_factory):
     yield from _serve(SHIPPED, tmp_path_factory)
 
 
+INDUCTION = ROOT / "data" / "induction-d128"  # the shipped runs with refined LLCs are the induction runs
+
+
+@pytest.fixture(scope="module")
+def induction_server(tmp_path_factory):
+    """The app on the shipped run induction-d128, for the views of the refined LLC (the plain-text run has none)."""
+    from tests.app.test_browser import _serve
+
+    if not (INDUCTION / "meta.json").is_file():
+        pytest.fail(f"the shipped run {INDUCTION} is missing")
+    yield from _serve(INDUCTION, tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def chromium():
     """One headless Chromium for a module (`tests.app.test_browser`'s launch settings)."""

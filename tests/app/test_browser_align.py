@@ -20,6 +20,7 @@ from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve
 pytestmark = pytest.mark.browser
 
 SEED2 = ROOT / "data" / "shakespeare-pythia-6x8-seed2"
+INDUCTION = ROOT / "data" / "induction-d128"  # the refined LLC: only the induction runs ship it
 TOLERANCE_PX = 1.0
 
 # page -> its groups of charts stacked over its time axis (widget keys), each group in columns of one width: within
@@ -35,20 +36,23 @@ STACKS = {
     "/timeline": [["timeline"]],
     "/layers?layer=2": [["layer_lines", "layer_grid"]],
     "/weights": [["frob_lines", "alpha_lines"]],
-    "/llc": [["llc_heads", "llc_model"]],
+    "/llc?run=induction-d128": [["llc_heads", "llc_model"]],
     # with the loss on every chart over training (its axis at the right)
     "/head?layer=2&head=1&loss=1": [["density_map", "spectrum_map"], ["leading"], ["head_in_layer", "both_matrices"]],
-    "/llc?loss=1": [["llc_heads", "llc_model"]],
+    "/llc?run=induction-d128&loss=1": [["llc_heads", "llc_model"]],
 }
 
 
 @pytest.fixture(scope="module")
 def two_shipped(tmp_path_factory):
-    """The shipped run ($HEADWATCH_STORE) and its second seed (the data folder): Compare runs has two runs."""
-    if not (SEED2 / "meta.json").is_file():
-        pytest.fail(f"the shipped run {SEED2} is missing")
+    """The shipped run ($HEADWATCH_STORE) and its second seed (the data folder): Compare runs has two runs; and
+    induction-d128, whose refined LLCs the Refined LLC page draws."""
+    for other in (SEED2, INDUCTION):
+        if not (other / "meta.json").is_file():
+            pytest.fail(f"the shipped run {other} is missing")
     data = tmp_path_factory.mktemp("two-shipped")
-    (data / SEED2.name).symlink_to(SEED2)
+    for other in (SEED2, INDUCTION):
+        (data / other.name).symlink_to(other)
     yield from _serve(SHIPPED, tmp_path_factory, data_dir=data)
 
 

@@ -1,11 +1,12 @@
 """A click on a head opens that head, on the pages whose click-through lived only in the browser.
 
-On the shipped run, in Chromium: a click on head L2 H3's refined-LLC estimate at step 1,536 opens the head
-explorer at layer 2, head 3 with step 1,536 among its chosen steps (the curves once wrote
+In Chromium: a click on head L0 H5's refined-LLC estimate at step 4,000 of the shipped run induction-d128 (the
+previous-token head, whose estimate there is the largest, 30.8, away from the others) opens the head explorer at
+layer 0, head 5 with step 4,000 among its chosen steps (the curves once wrote
 ``[step, layer, head]`` while the click was read as ``[layer, head, ...]``: the click did nothing, or
-opened another head at a step the run lacks); a click on a cell of a Forward lenses head-type heatmap
-opens that head at that step (the heatmaps only hovered). The points are located from the figures'
-own coordinates (trace order, data positions), not from their customdata, so a wrong customdata
+opened another head at a step the run lacks); on the plain-text shipped run, a click on a cell of a
+Forward lenses head-type heatmap opens that head at that step (the heatmaps only hovered). The points are
+located from the figures' own coordinates (trace order, data positions), not from their customdata, so a wrong customdata
 cannot hide itself.
 """
 
@@ -40,16 +41,16 @@ def _opened(page) -> dict[str, list[str]]:
     return parse_qs(urlsplit(page.url).query)
 
 
-def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium, shipped_server) -> None:
+def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium, induction_server) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
-        page.goto(shipped_server + "/llc")
+        page.goto(induction_server + "/llc")
         _ready(page, "llc_heads")
-        layer, head = 2, 3
+        layer, head = 0, 5
         xy = page.evaluate(
             """([trace]) => {
             const gd = document.querySelector('.st-key-llc_heads .js-plotly-plot');
-            const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate: step 1,536
+            const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate: step 4,000
             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
         }""",
@@ -57,8 +58,8 @@ def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium
         )
         _click(page, xy)
         query = _opened(page)
-        assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
-        assert "1536" in query.get("step", []), page.url
+        assert query["layer"] == ["0"] and query["head"] == ["5"], page.url
+        assert "4000" in query.get("step", []), page.url
         assert _errors(page) == []
     finally:
         page.close()
@@ -85,8 +86,8 @@ def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, ship
         )
         _click(page, xy)
         query = _opened(page)
-        assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
-        assert "1536" in query.get("step", []), page.url
+        assert query["layer"] == ["0"] and query["head"] == ["5"], page.url
+        assert "4000" in query.get("step", []), page.url
     finally:
         page.close()
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlparse
 
-import pandas as pd
 import pytest
 
 from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _errors, _open, _require_chromium, _serve, _wait_view
-from tests.app.test_timeline import typed_store  # noqa: F401 (the fixture: a shipped store with head types)
+from tests.app.test_timeline import _shaded, typed_store  # noqa: F401 (the fixture: a shipped store with head types)
 
 pytestmark = pytest.mark.browser
 
@@ -47,12 +46,11 @@ def test_timeline_loads_and_an_event_link_opens_its_evidence(browser, server, ty
     try:
         assert not _errors(page), _errors(page)
         fig = _chart(page)
-        stages = pd.read_parquet(typed_store / "stages.parquet")
-        llc = stages[stages["basis"] == "llc"].sort_values("stage")
+        shaded = _shaded(typed_store)  # the primary basis's stages
         rects = [s["name"] for s in fig["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
-        assert rects == [f"stage {r.stage + 1}: {r.trend}" for r in llc.itertuples(index=False)]
+        assert rects == [f"stage {r.stage + 1}: {r.trend}" for r in shaded.itertuples(index=False)]
         lanes = {t["name"]: t["links"] for t in fig["traces"] if t["yaxis"] == "y2"}
-        assert {"stage boundary", "head type", "rLLC rise", "MP departure", "level crossing"} <= set(lanes)
+        assert {"stage boundary", "head type", "MP departure", "level crossing"} <= set(lanes)
         page.screenshot(path=str(ARTIFACTS / "timeline.png"), full_page=True)
 
         link = lanes["head type"][0]  # the first previous-token head, L0H3 at step 64

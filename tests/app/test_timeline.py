@@ -39,6 +39,14 @@ def write_emergence(path: Path, rows: list[tuple[int, int, str, int | None, floa
     commit_store(path, store.meta, {HEAD_EMERGENCE.name: HEAD_EMERGENCE.sorted(table)})
 
 
+def _shaded(path: Path):
+    """The stages the dashboard shades: those of ``meta.json`` ``stages.primary`` (the LLC's when the store has an LLC
+    curve, else the loss's), in order."""
+    store = open_store(path)
+    stages = store.frame(STAGES)
+    return stages[stages["basis"] == store.meta.stages["primary"]].sort_values("stage")
+
+
 @pytest.fixture(scope="module")
 def typed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("timeline") / "shakespeare-pythia-6x8"
@@ -60,8 +68,7 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     at = open_page(PAGE)
     assert not at.exception and not at.error
     fig = chart(at, "timeline")
-    stages = open_store(typed_store).frame(STAGES)
-    llc = stages[stages["basis"] == "llc"].sort_values("stage")
+    llc = _shaded(typed_store)
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
     assert [s["name"] for s in rects] == [f"stage {i + 1}: {t}" for i, t in enumerate(llc["trend"])]
     # on the page's log axis a step sits at step + 1
@@ -72,7 +79,8 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     for label, r in zip(labels, llc.itertuples(index=False), strict=True):  # each label inside its own stage
         assert np.log10(r.start_step + 1) <= label["x"] <= np.log10(r.end_step + 1), (label, r)
     lanes = {t["name"]: t for t in fig["data"] if t.get("yaxis") == "y2"}
-    assert set(lanes) == {"stage boundary", "head type", "rLLC rise", "MP departure", "level crossing"}
+    rises = {"rLLC rise"} if open_store(typed_store).meta.llc else set()  # the lane of a store with refined LLCs
+    assert set(lanes) == {"stage boundary", "head type", "MP departure", "level crossing"} | rises
     head_type = lanes["head type"]
     assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
     assert head_type["text"] == ["first previous-token head: L0H3"]
@@ -116,10 +124,10 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     at = open_page(None)
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
-    stages = open_store(typed_store).frame(STAGES)
-    llc = stages[stages["basis"] == "llc"].sort_values("stage")
+    llc = _shaded(typed_store)
     line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
-    assert f"**Stages** (whole-model LLC): {line}" in text
+    curve = {"llc": "whole-model LLC", "loss": "loss"}[open_store(typed_store).meta.stages["primary"]]
+    assert f"**Stages** ({curve}): {line}" in text
     assert "step 64: first previous-token head: L0H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)

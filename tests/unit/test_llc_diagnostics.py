@@ -145,19 +145,3 @@ def test_long_chains_over_cycling_sequences_are_judged_by_their_passes() -> None
         for trace, want in ((flat_trace, "converged"), (climbing, "still rising")):
             d = chain_diagnostics(trace, batches=8)
             assert flag(estimates(trace), d.first_half, d.second_half, d.half_se, 10_000) == want, (draws, want)
-
-
-def test_the_shipped_reference_runs_short_chains_are_too_few_draws() -> None:
-    """Its 2 chains x 8 draws over 8 sequences are one pass each (the long chains of benchmarks.llc_agreement show
-    they had not flattened); the old draw-by-draw rule called 289 of its 384 head estimates converged."""
-    from pathlib import Path
-
-    from analysis.llc_diagnostics import store_flags
-    from analysis.store import open_store
-
-    store = open_store(Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8")
-    flags = store_flags(store)
-    assert flags is not None
-    heads, model = flags
-    assert set(heads[heads != ""].tolist()) == {"too few draws"} and (heads != "").sum() == 8 * 48
-    assert set(model[model != ""].tolist()) == {"too few draws"} and (model != "").sum() == 8

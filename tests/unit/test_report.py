@@ -29,8 +29,9 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
     write_emergence(store, [(0, 3, "previous_token", 64, 0.9), (1, 1, "induction", None, 0.05)])
     assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
-    _svgs_parse(tmp_path / "out", ["timeline.svg", "llc.svg"])
-    assert "](timeline.svg)" in text and "](llc.svg)" in text
+    _svgs_parse(tmp_path / "out", ["timeline.svg"])
+    assert "](timeline.svg)" in text
+    assert not (tmp_path / "out" / "llc.svg").exists()  # the plain-text runs ship no refined LLC (since 2026-11-26)
     stages = pd.read_parquet(store / "stages.parquet")
     for r in stages.itertuples(index=False):  # every stage of both bases, with its steps and trend
         assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
@@ -38,7 +39,7 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
     assert "| L0H3 | previous-token | 64 |" in text
     assert "| 64 | head type | first previous-token head: L0H3 |" in text
     assert "`weights?run=run&role=" in text and "| MP departure |" in text
-    assert "| stage boundary | LLC peak: stage 2 (LLC falling) begins |" in text
+    assert "| stage boundary | loss plateau begins: stage 2 (loss plateau) begins |" in text  # the loss's stages
 
 
 def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:
@@ -66,13 +67,7 @@ def test_report_answers_whether_trajectory_clusters_are_head_types_and_if_a_seco
     text = (tmp_path / "out" / "report.md").read_text()
     section = text.split("## Do the trajectory clusters correspond to head types?", 1)[1].split("\n## ", 1)[0]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    # 4 weight statistics x (W_QK, W_OV) for both runs, and the refined LLC for the first only (the seed-2 store has
-    # no llc.parquet since 2026-11-26): a statistic one run lacks is never said to replicate
-    assert len(rows) == 2 * 8 + 1
-    assert [cells[1] for cells in rows if cells[0].strip("| ") == "llc"] == [SHIPPED.name]
-    answer = section.split("**Answer.**")[1]
-    assert "every run for llc" not in answer and ", llc" not in answer.split("every run for")[1].split(".")[0]
-    assert "Not in every run, so not tested for replication: llc." in answer
+    assert len(rows) == 2 * 8  # 4 weight statistics x (W_QK, W_OV), for both runs (neither ships the refined LLC)
     by_stat: dict[str, list[float]] = {}
     for cells in rows:
         p = float(cells[5])
@@ -91,3 +86,21 @@ def test_a_replicate_that_is_not_a_store_is_a_usage_error_and_writes_nothing(tmp
     assert main(["report", str(SHIPPED), "--out", str(out), "--replicate", str(tmp_path / "nowhere")]) == 2
     assert "is not a statistics store" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_statistic_one_run_lacks_is_not_said_to_replicate(tmp_path: Path) -> None:
+    """induction-d128 has refined LLCs whose clusters match its head types (p < 0.05); the plain-text run has none:
+    the answer must not count the LLC among the statistics that hold in every run. The report draws the LLC."""
+    induction = REPO / "data" / "induction-d128"
+    assert main(["report", str(induction), "--out", str(tmp_path / "out"), "--replicate", str(SHIPPED)]) == 0
+    _svgs_parse(tmp_path / "out", ["timeline.svg", "llc.svg"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "](llc.svg)" in text
+    section = text.split("## Do the trajectory clusters correspond to head types?", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    llc = [cells for cells in rows if cells[0].strip("| ") == "llc"]
+    assert [cells[1] for cells in llc] == [induction.name] and float(llc[0][5]) < 0.05
+    answer = section.split("**Answer.**")[1]
+    held = answer.split("every run for", 1)[1].split(".", 1)[0]
+    assert "llc" not in held
+    assert "Not in every run, so not tested for replication: llc." in answer
