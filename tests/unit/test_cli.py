@@ -91,14 +91,18 @@ def test_serve_a_folder_of_stores_or_one_store(served, tmp_path):
     assert main(["serve", str(tmp_path / "missing")]) == 2
 
 
+def _fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter started from the repository root."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_serve_imports_nothing_heavy():
     code = (
         "import sys, dashboard.serve as s; s.main = lambda a: None; from headwatch.cli import main; "
         "main(['serve']); print(sorted(m for m in ('torch', 'transformers', 'precompute', 'training') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert _fresh_python(code) == "[]"
 
 
 def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_heavy():
@@ -108,8 +112,7 @@ def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_
         "print([m for m in s.WARM_MODULES if m not in sys.modules], len(fused.row_sums.signatures), "
         "len(fused.z_pass.signatures), sorted(m for m in ('torch', 'transformers', 'umap') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[] 1 1 []"
+    assert _fresh_python(code) == "[] 1 1 []"
 
 
 def test_info_imports_no_torch():
@@ -117,8 +120,7 @@ def test_info_imports_no_torch():
         f"import sys; from headwatch.cli import main; main(['info', {str(STORES[0])!r}]); "
         "print(sorted(m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+    assert _fresh_python(code).splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("store", STORES, ids=lambda p: p.name)
