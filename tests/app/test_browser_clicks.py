@@ -86,8 +86,8 @@ def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, ship
         )
         _click(page, xy)
         query = _opened(page)
-        assert query["layer"] == ["0"] and query["head"] == ["5"], page.url
-        assert "4000" in query.get("step", []), page.url
+        assert query["layer"] == ["2"] and query["head"] == ["3"], page.url
+        assert "1536" in query.get("step", []), page.url
     finally:
         page.close()
 
