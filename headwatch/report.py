@@ -206,7 +206,7 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
             f"every run for {', '.join(held) if held else 'no statistic'}"
             + ("." if held else ": no trajectory cluster of these runs corresponds to the head types in a way that replicates.")
         )
-        partial = [name for name, res, _ in verdicts if 0 < len(res) < len(runs)]
+        partial = [name for name, res, _ in verdicts if len(res) < len(runs)]  # every verdict has results
         if partial:
             answer += f" Not in every run, so not tested for replication: {', '.join(partial)}."
     else:

@@ -19,6 +19,7 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 # Two worker processes (pytest-xdist), each file's tests on one of them, so a file's module fixtures (a Ray
-# cluster, a served app) are made once, on one worker; HEADWATCH_TEST_WORKERS=0 runs in this process alone. Most tests wait on a subprocess, a server or Chromium, so two workers on two cores finish the
-# suite in about two thirds of the time of one (docs/layout.md).
+# cluster, a served app) are made once, on one worker; HEADWATCH_TEST_WORKERS=0 runs in this process alone.
+# Most tests wait on a subprocess, a server or Chromium, so two workers on two cores finish the suite in
+# about two thirds of the time of one (docs/layout.md).
 exec .venv/dev/bin/python -m pytest -n "${HEADWATCH_TEST_WORKERS:-2}" --dist loadfile "$@"

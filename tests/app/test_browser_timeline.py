@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _errors, _open, _require_chromium, _serve, _wait_view
-from tests.app.test_timeline import _shaded, typed_store  # noqa: F401 (the fixture: a shipped store with head types)
+from tests.app.test_timeline import shaded_stages, typed_store  # noqa: F401 (the fixture: a shipped store with head types)
 
 pytestmark = pytest.mark.browser
 
@@ -46,7 +46,7 @@ def test_timeline_loads_and_an_event_link_opens_its_evidence(browser, server, ty
     try:
         assert not _errors(page), _errors(page)
         fig = _chart(page)
-        shaded = _shaded(typed_store)  # the primary basis's stages
+        shaded = shaded_stages(typed_store)  # the primary basis's stages
         rects = [s["name"] for s in fig["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
         assert rects == [f"stage {r.stage + 1}: {r.trend}" for r in shaded.itertuples(index=False)]
         lanes = {t["name"]: t["links"] for t in fig["traces"] if t["yaxis"] == "y2"}

@@ -39,7 +39,7 @@ def write_emergence(path: Path, rows: list[tuple[int, int, str, int | None, floa
     commit_store(path, store.meta, {HEAD_EMERGENCE.name: HEAD_EMERGENCE.sorted(table)})
 
 
-def _shaded(path: Path):
+def shaded_stages(path: Path):
     """The stages the dashboard shades: those of ``meta.json`` ``stages.primary`` (the LLC's when the store has an LLC
     curve, else the loss's), in order."""
     store = open_store(path)
@@ -68,7 +68,7 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     at = open_page(PAGE)
     assert not at.exception and not at.error
     fig = chart(at, "timeline")
-    llc = _shaded(typed_store)
+    llc = shaded_stages(typed_store)
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
     assert [s["name"] for s in rects] == [f"stage {i + 1}: {t}" for i, t in enumerate(llc["trend"])]
     # on the page's log axis a step sits at step + 1
@@ -124,7 +124,7 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     at = open_page(None)
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
-    llc = _shaded(typed_store)
+    llc = shaded_stages(typed_store)
     line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
     curve = {"llc": "whole-model LLC", "loss": "loss"}[open_store(typed_store).meta.stages["primary"]]
     assert f"**Stages** ({curve}): {line}" in text
@@ -168,3 +168,31 @@ def test_the_timeline_lists_every_typed_head_with_its_emergence_step_and_a_link(
     }
     first = table.iloc[0]
     assert first["evidence"].startswith("head?run=shakespeare-pythia-6x8&layer=") and "stat=prev_token" in first["evidence"]
+
+
+def test_the_rllc_rise_lane_holds_the_five_largest_rises_between_consecutive_estimates(tmp_path: Path, monkeypatch) -> None:
+    """On a shipped run with refined LLCs (induction-d128): the lane's events against a brute-force pass over
+    llc.parquet read directly, every head and every pair of consecutive estimated checkpoints, none from or to a
+    negative estimate."""
+    store = serve_only(ROOT / "data" / "induction-d128", tmp_path, monkeypatch)
+    table = pq.read_table(store / "llc.parquet").to_pandas()
+    heads = table[table["layer"] >= 0]
+    rises = []
+    for (layer, head), rows in heads.groupby(["layer", "head"]):
+        rows = rows.sort_values("step")
+        steps, values = rows["step"].tolist(), rows["llc"].tolist()
+        for i in range(1, len(steps)):
+            if values[i - 1] >= 0 and values[i] >= 0 and values[i] > values[i - 1]:
+                rises.append((values[i] - values[i - 1], int(steps[i]), int(layer), int(head)))
+    want = sorted(rises, reverse=True)[:5]
+
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    lane = next(t for t in chart(at, "timeline")["data"] if t.get("yaxis") == "y2" and t["name"] == "rLLC rise")
+    got = []
+    for x, data in zip(arr(lane["x"]), lane["customdata"], strict=True):
+        link = data[1]
+        query = dict(part.split("=", 1) for part in link.split("?", 1)[1].split("&"))
+        assert int(query["trace_step"]) + 1 == x  # drawn at its step on the log axis (step + 1)
+        got.append((int(query["trace_step"]), query["trace"]))
+    assert sorted(got) == sorted((step, f"L{layer}H{head}") for _, step, layer, head in want)
