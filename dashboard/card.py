@@ -62,8 +62,8 @@ def timeline_card_lines(stages, events, *, basis: str | None) -> list[str]:
     (stage boundaries aside, which the stages line names).
 
     Args:
-        stages: the shaded basis's rows of stages.parquet (`dashboard.events.stage_rows`), or None.
-        events: `dashboard.events.run_events`.
+        stages: the shaded basis's rows of stages.parquet (`analysis.findings.events.stage_rows`), or None.
+        events: `analysis.findings.events.run_events`.
         basis: ``llc`` or ``loss`` (which curve the stages come from), or None.
     """
     if stages is None or not len(stages):

@@ -1,10 +1,11 @@
-"""Display-side slices for the views: step axes, statistic arrays, fixed ranges, the approach table.
+"""Display-side slices for the views: step axes, the loss curve, fixed ranges, the approach table.
 
 Pure numpy on an opened `analysis.store.Store` (no streamlit); `dashboard.loader`
 caches what is worth caching. Everything is vectorised over steps, layers and
 heads: a rerun slices arrays, it never loops over table rows. The math the views
 show lives in `analysis/` (p(w): `analysis.stats.density`; level crossings:
-`analysis.stats.crossings`); this module only places and formats it.
+`analysis.stats.crossings`; a statistic's values: `analysis.findings.values`); this module only places
+and formats it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import pandas as pd
 
 from analysis.stats.crossings import Approach
 from analysis.store import Store
-from analysis.store.format import ATTENTION, EVAL_LOSS, LLC
-from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
+from analysis.store.format import EVAL_LOSS
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log", "index"]
@@ -206,24 +206,6 @@ def default_steps(steps: np.ndarray, n: int = 5) -> list[int]:
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
-    """``[step, layer, head]`` values of a statistic of one per-head matrix; ``lambda`` is s_k^2 (float64)."""
-    if stat == LAMBDA:
-        sv = store.array("sv", matrix=matrix)[..., k].astype(np.float64)
-        return sv * sv
-    if stat in FORWARD_STATS:  # attention.parquet (per head, whatever the matrix); NaN at steps without forward rows
-        values = store.dense(ATTENTION, stat)
-        if values is None:
-            raise KeyError(f"{stat!r} needs the forward lens: rerun precompute with --lenses attention")
-        return values
-    if stat == LLC_STAT:  # llc.parquet (per head); NaN at the checkpoints the stage did not estimate
-        values = store.dense(LLC, "llc")
-        if values is None:
-            raise KeyError(f"{stat!r} needs the refined LLC: rerun precompute with --lenses llc")
-        return values
-    return store.array(stat, matrix=matrix)
 
 
 def uniform_attention(seq_len: int, repeat: int) -> dict[str, float]:

@@ -25,10 +25,10 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings import values
 from analysis.store import Store, is_store, open_store, store_version
 from analysis.store.format import EMBEDDINGS, LAYERS, NULL_COLUMNS
 from analysis.trajectories import Normalisation
-from dashboard import data
 from dashboard.settings import Settings
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
 
@@ -172,7 +172,7 @@ def _embed(
 
     store = _open(path, version).view(include_mixed=include_mixed)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
-    xy, neighbors = embed(data.stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
+    xy, neighbors = embed(values.stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
     _EMBEDDED.add((path, version, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
     n_layers, n_heads = store.n_layers, store.n_heads
     return pd.DataFrame(
@@ -197,7 +197,7 @@ def _associate(path: str, version: int, include_mixed: bool, matrix: str, statis
     types = end_types(store)
     if types is None:
         return None
-    result, clusters = associate(data.stat_values(store, statistic, matrix=matrix), types[0])
+    result, clusters = associate(values.stat_values(store, statistic, matrix=matrix), types[0])
     return result, clusters, types[0], types[1]
 
 
@@ -220,12 +220,12 @@ def _joint_embed(
     knn_k: int,
     seed: int,
 ) -> pd.DataFrame:
+    from analysis.findings.runs import joint_trajectories
     from analysis.trajectories import EmbeddingSettings, knn, normalise, umap_embed
-    from dashboard.compare import joint_trajectories
 
     opened = [_open(path, version).view(include_mixed=include_mixed) for path, version in stores]
     traj, index, same = joint_trajectories(
-        [data.stat_values(s, statistic, matrix=matrix) for s in opened], [s.steps for s in opened]
+        [values.stat_values(s, statistic, matrix=matrix) for s in opened], [s.steps for s in opened]
     )
     x = normalise(traj, normalisation)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
@@ -283,7 +283,7 @@ def compute_joint_embedding(
     knn_k: int,
     seed: int,
 ) -> pd.DataFrame:
-    """One trajectory map of every head of several runs (`dashboard.compare.joint_trajectories`; UMAP,
+    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories`; UMAP,
     cached per stores and settings): columns ``run_index`` (position in ``stores``), ``layer``, ``head``,
     ``x``, ``y``, ``neighbors`` (row indices of the nearest trajectories in the joint set) and ``same_steps``.
     """
@@ -349,15 +349,15 @@ def compute_embedding(
 
 
 def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
-    """`dashboard.data.stat_values`, with a spinner while the store derives a column it lacks.
+    """`analysis.findings.values.stat_values`, with a spinner while the store derives a column it lacks.
 
     Stores written before the null-model columns existed derive them from ``sv`` on first
     use (tens of seconds at Pythia size, once per server process; see `analysis.store`).
     """
     if stat in NULL_COLUMNS and not store.has_column(stat):
         with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):
-            return data.stat_values(store, stat, k=k, matrix=matrix)
-    return data.stat_values(store, stat, k=k, matrix=matrix)
+            return values.stat_values(store, stat, k=k, matrix=matrix)
+    return values.stat_values(store, stat, k=k, matrix=matrix)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -453,7 +453,7 @@ def references(store: Store, *, matrix: str = "qk"):
 
 @st.cache_data(show_spinner="Finding every head's close approaches ...", max_entries=16)
 def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int, matrix: str) -> pd.DataFrame | None:
-    from dashboard.tables import model_approaches as find
+    from analysis.findings.approaches import model_approaches as find
 
     store = _open(path, version).view(include_mixed=include_mixed)
     return find(
@@ -465,7 +465,7 @@ def _model_approaches(path: str, version: int, include_mixed: bool, gap_pct: int
 
 
 def model_approaches(store: Store, gap_pct: int, *, matrix: str = "qk") -> pd.DataFrame | None:
-    """`dashboard.tables.model_approaches` of ``matrix`` at a threshold of ``gap_pct`` percent, cached per
+    """`analysis.findings.approaches.model_approaches` of ``matrix`` at a threshold of ``gap_pct`` percent, cached per
     store, threshold and matrix.
 
     Raises:
@@ -476,13 +476,13 @@ def model_approaches(store: Store, gap_pct: int, *, matrix: str = "qk") -> pd.Da
 
 @st.cache_data(show_spinner="Collecting the run's events ...", max_entries=16)
 def _run_events(path: str, version: int, include_mixed: bool) -> list:
-    from dashboard.events import run_events as collect
+    from analysis.findings.events import run_events as collect
 
     return collect(_open(path, version).view(include_mixed=include_mixed))
 
 
 def run_events(store: Store) -> list:
-    """`dashboard.events.run_events` of the store, cached per store version.
+    """`analysis.findings.events.run_events` of the store, cached per store version.
 
     Raises:
         StoreError: a table is unreadable.

@@ -134,7 +134,7 @@ WARM_MODULES = (
     "dashboard.loader",
     "dashboard.widgets",
     "dashboard.tables",
-    "dashboard.events",
+    "analysis.findings.events",
     "dashboard.figures.head",
     "dashboard.figures.layers",
     "dashboard.figures.timeline",

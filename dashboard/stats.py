@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analysis.findings.values import FORWARD_STATS, LAMBDA, LLC_STAT
 from analysis.store import Store
 from analysis.store.format import (
     ATTENTION,
@@ -28,7 +29,6 @@ from analysis.store.format import (
     SCALAR_COLUMNS,
 )
 
-LAMBDA = "lambda"
 REL_CHANGE = "rel_change"  # from overlaps.parquet, laid out per checkpoint by analysis.store.Store.array
 
 
@@ -149,7 +149,6 @@ _STATS += [
     Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
 ]
 # refined local learning coefficient (llc.parquet; precompute/lenses/llc.py): the loss landscape around the head
-LLC_STAT = "llc"
 _STATS += [
     Stat(
         LLC_STAT, "refined LLC (SGLD; a subset of checkpoints)", "rLLC", "dimensionless", False, LLC_COLUMN_DOCS["llc"], llc=True
@@ -159,7 +158,6 @@ STATS: dict[str, Stat] = {s.name: s for s in _STATS}
 assert set(STATS) - {LAMBDA} == set(
     SCALAR_COLUMNS + NULL_COLUMNS + CIRCUIT_COLUMNS + (REL_CHANGE,) + ATTENTION_STATISTICS + (LLC_STAT,)
 )
-FORWARD_STATS = ATTENTION_STATISTICS
 PER_HEAD_STATS = (*FORWARD_STATS, LLC_STAT)  # one value per head, whatever the matrix (qk / ov)
 
 # The per-head products a store can hold, as the matrix choice (URL ``matrix=qk|ov``) names them.

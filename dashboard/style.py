@@ -99,7 +99,7 @@ STAGE_FILLS = {
     "plateau": "rgba(120,120,120,0.10)",
     "rise": "rgba(214,39,40,0.14)",
 }
-# One marker and colour per kind of event (dashboard.events.KINDS).
+# One marker and colour per kind of event (analysis.findings.events.KINDS).
 EVENT_STYLE = {
     "stage boundary": ("#444444", "line-ns-open"),
     "head type": ("#2ca02c", "star"),

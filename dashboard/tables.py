@@ -1,18 +1,15 @@
-"""Tables of the whole model: every head's value of a statistic (the Heads page), every close approach.
+"""Tables of the whole model: every head's value of a statistic (the Heads page), the approaches counted per head.
 
 Pure (no streamlit): `dashboard.loader` caches what is worth caching. The math is in `analysis/`
-(`analysis.stats.crossings`: the approaches; `analysis.rmt.references`: the Gaussian-factor reference).
+(`analysis.findings.approaches`: every close approach; `analysis.rmt.references`: the Gaussian-factor reference).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference, gaussian_references, init_sigma
-from analysis.stats.crossings import level_crossings
 from analysis.store import Store
 from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
 
@@ -97,45 +94,9 @@ def reference_of(refs: tuple[dict[str, Reference], tuple[Reference, ...]], stat:
 # --------------------------------------------------------------------------- close approaches, model-wide
 
 
-def model_approaches(
-    store: Store,
-    gap_threshold: float,
-    overlaps_of: Callable[[int, int], tuple[np.ndarray, np.ndarray] | None] | None = None,
-    *,
-    matrix: str = "qk",
-) -> pd.DataFrame | None:
-    """Every head's close approaches of lambda_0..lambda_3 of ``matrix`` at ``gap_threshold``, one row each.
-
-    Columns: layer, head, step, levels, gap of s %, verdict, swap score. None when the store has no overlaps.
-    """
-    overlaps_of = overlaps_of or (lambda layer, head: store.overlaps(layer, head, matrix=matrix))
-    sv = store.array("sv", matrix=matrix).astype(np.float64)
-    lam = sv * sv
-    rows = []
-    for layer in range(store.n_layers):
-        for head in range(store.n_heads):
-            ov = overlaps_of(layer, head)
-            if ov is None:
-                return None
-            for a in level_crossings(lam[:, layer, head], ov, gap_threshold=gap_threshold).approaches:
-                rows.append(
-                    (
-                        layer,
-                        head,
-                        int(store.steps[a.t]),
-                        f"λ_{a.level}, λ_{a.level + 1}",
-                        round(100 * a.gap, 2),
-                        a.kind,
-                        round(a.swap_score, 3),
-                    )
-                )
-    return pd.DataFrame(rows, columns=["layer", "head", "step", "levels", "gap of s, %", "verdict", "swap score"]).astype(
-        {"layer": "int64", "head": "int64", "step": "int64"}
-    )
-
-
 def approach_counts(approaches: pd.DataFrame | None, n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
-    """``(n_layers, n_heads)`` counts of approaches, crossings and repulsions per head."""
+    """``(n_layers, n_heads)`` counts of approaches, crossings and repulsions per head (rows of
+    `analysis.findings.approaches.model_approaches`)."""
     out = {name: np.zeros((n_layers, n_heads), dtype=np.int64) for name in ("approaches", "crossings", "repulsions")}
     if approaches is None:
         return out

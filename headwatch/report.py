@@ -2,7 +2,7 @@
 
 The Timeline page's content for a paper's appendix: the run's summary, its developmental stages
 (stages.parquet, docs/stages.md), its head types with their emergence steps, and every event
-(`dashboard.events`) with the dashboard view that shows its evidence. Figures are drawn with
+(`analysis.findings.events`) with the dashboard view that shows its evidence. Figures are drawn with
 matplotlib (a precompute dependency; Plotly's static export would need kaleido and Chrome) to
 ``timeline.svg`` (the loss with the stages shaded and the events marked) and, when the store has a
 refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors). Works offline.
@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.findings.events import KINDS, events_frame, primary_basis, run_events, stage_rows
+from analysis.findings.held_types import TYPE_LABELS, type_sentences
 from analysis.store import Store, open_store
 from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
-from dashboard.events import KINDS, TYPE_TEXT, events_frame, run_events, type_sentences
 
 REPORT_FILE = "report.md"
 TIMELINE_SVG = "timeline.svg"
@@ -148,8 +149,8 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
     (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
+    from analysis.findings.values import stat_values
     from analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, associate, end_types, has_statistic, replicates
-    from dashboard.data import stat_values
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]
@@ -230,12 +231,10 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     out.mkdir(parents=True, exist_ok=True)
     run = store.path.name
     recorded = store.meta.stages or {}
-    primary = recorded.get("primary")
-    all_stages = store.frame(STAGES)
-    shaded = all_stages[all_stages["basis"] == primary].sort_values("stage") if all_stages is not None and primary else None
+    primary = primary_basis(store)
     events = run_events(store)
-    timeline_figure(store, shaded, events, out / TIMELINE_SVG)
-    has_llc = llc_figure(store, all_stages[all_stages["basis"] == "llc"] if all_stages is not None else None, out / LLC_SVG)
+    timeline_figure(store, stage_rows(store), events, out / TIMELINE_SVG)
+    has_llc = llc_figure(store, stage_rows(store, basis="llc"), out / LLC_SVG)
 
     m = store.meta.model
     steps = store.steps
@@ -249,7 +248,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         "## Stages",
         "",
     ]
-    if all_stages is None:
+    if not store.has(STAGES):
         lines.append("This store has no stages (stages.parquet): add them with `python -m precompute.lenses.stages STORE`.")
     else:
         what = {"llc": "the whole-model LLC's critical points", "loss": "the loss's plateaus and drops"}
@@ -260,8 +259,8 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         for note in recorded.get("notes", []):
             lines.append(f"Note: {note}.")
         for basis in ("llc", "loss"):
-            rows = all_stages[all_stages["basis"] == basis].sort_values("stage")
-            if rows.empty:
+            rows = stage_rows(store, basis=basis)
+            if rows is None or rows.empty:
                 continue
             title = "Whole-model LLC" if basis == "llc" else "Loss"
             lines += ["", f"### {title} stages" + (" (shaded)" if basis == primary else ""), "", _stage_table(rows, basis)]
@@ -280,7 +279,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                     pd.DataFrame(
                         {
                             "head": [f"L{a}H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
-                            "type": [TYPE_TEXT.get(t, t) for t in held["type"]],
+                            "type": [TYPE_LABELS.get(t, t) for t in held["type"]],
                             "emergence step": [f"{int(s):,}" for s in held["emergence_step"]],
                             "peak score": [f"{v:.3g}" for v in held["peak_score"]],
                             "final score": [f"{v:.3g}" for v in held["final_score"]],

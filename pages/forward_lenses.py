@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.findings.held_types import head_types, missing_text
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from dashboard import export, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.head_types import head_types, missing_text
 from dashboard.stats import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.

@@ -10,11 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
 from dashboard.data import default_steps, uniform_attention
-from dashboard.head_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 

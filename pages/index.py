@@ -7,11 +7,11 @@ are the frame's (`dashboard.loader.runs`, what the sidebar's run picker offers, 
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.events import primary_basis, stage_rows
 from analysis.store import read_meta
 from dashboard import loader, widgets
 from dashboard.card import model_card_lines, timeline_card_lines
 from dashboard.data import loss_curve, step_axis
-from dashboard.events import stage_rows
 from dashboard.figures.timeline import compact
 from dashboard.navigation import VIEWS
 
@@ -63,7 +63,7 @@ def _timeline_card(name: str, path) -> None:
         return
     stages = stage_rows(store)
     events = loader.run_events(store)
-    st.markdown("  \n".join(timeline_card_lines(stages, events, basis=(store.meta.stages or {}).get("primary"))))
+    st.markdown("  \n".join(timeline_card_lines(stages, events, basis=primary_basis(store))))
     curve = loss_curve(store)
     if curve is not None:
         st.plotly_chart(

@@ -2,7 +2,7 @@
 distribution over heads at a point of training, and the runs' losses (Compare runs page).
 
 Every run is drawn at its own checkpoints (markers on the lines), one colour per run
-(`dashboard.style.run_colour`); the binning and the alignment are `dashboard.compare`'s. Each data
+(`dashboard.style.run_colour`); the binning and the alignment are `analysis.findings.runs`'s. Each data
 trace carries ``meta`` (``run``, ``kind`` and its bin, layer or step) so tests and readers can find it.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from analysis.findings.runs import RunSeries, bin_label, bin_layers, bin_summary
 from dashboard import style
-from dashboard.compare import RunSeries, bin_label, bin_layers, bin_summary
 from dashboard.data import fixed_range
 from dashboard.figures.common import figure, layout, value_axis, with_gaps
 
@@ -34,8 +34,8 @@ def time_axis(series: list[RunSeries], *, title: str, log: bool, **extra: Any) -
 
 def index_axes(fig: go.Figure, ticks: tuple[list[float], list[str]]) -> go.Figure:
     """``fig``'s time axes (every x axis) as a checkpoint-index axis: linear, ticks at ``ticks``' positions labelled
-    with their times (`dashboard.compare.index_labels`), range around every index; each trace's ``x`` must already
-    be its index (`dashboard.compare.on_index`)."""
+    with their times (`analysis.findings.runs.index_labels`), range around every index; each trace's ``x`` must already
+    be its index (`analysis.findings.runs.on_index`)."""
     vals, text = ticks
     hi = max(vals, default=0.0)
     for key in [k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]:
@@ -73,8 +73,8 @@ def depth_bands(
     +-1 standard deviation (population, over the same heads): one panel per bin, one colour per run.
 
     Args:
-        series: the runs (`dashboard.compare.RunSeries`).
-        n_bins: relative-depth bins (`dashboard.compare.depth_bins`).
+        series: the runs (`analysis.findings.runs.RunSeries`).
+        n_bins: relative-depth bins (`analysis.findings.runs.depth_bins`).
         stat_title: the value axis's title (symbol and unit).
         x_title: what the aligned time is.
         log_x, log_y: log axes.
@@ -356,7 +356,7 @@ def type_counts(
     """How many heads hold each type at each checkpoint: one line per run (colour) and type (dash).
 
     Args:
-        series: per run, ``values`` ``(S, 1, len(types))`` the counts (`dashboard.head_types.HeadTypes.counts`).
+        series: per run, ``values`` ``(S, 1, len(types))`` the counts (`analysis.findings.held_types.HeadTypes.counts`).
         types: the types, in the order of the last axis.
     """
     colours = colours or list(range(len(series)))

@@ -201,7 +201,7 @@ def type_markers(
 
     Args:
         labels: the heads' categories, layer-major (`head_labels`).
-        held: type -> ``(S, n_layers, n_heads)`` bool (`dashboard.head_types.HeadTypes.held`).
+        held: type -> ``(S, n_layers, n_heads)`` bool (`analysis.findings.held_types.HeadTypes.held`).
         emergence: type -> ``(n_layers, n_heads)`` emergence step, -1 for none.
 
     Each trace's ``meta`` is ``{"kind": "type" | "emergence", "type": name}``; its points' ``customdata`` is

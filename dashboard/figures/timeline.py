@@ -1,7 +1,7 @@
 """The Timeline figure: the loss over training with the stages shaded, and every event on the same time axis.
 
 Two panels share one x axis (the page's time scale): the loss on top with one shaded rectangle per stage
-(named ``stage N: trend``), and below it one lane per kind of event (`dashboard.events.KINDS`), one marker
+(named ``stage N: trend``), and below it one lane per kind of event (`analysis.findings.events.KINDS`), one marker
 per event with its label and link in the hover (``customdata``: the link). Also the Overview card's small
 version (`compact`).
 """
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.findings.events import KINDS, Event
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
-from dashboard.events import KINDS, Event
 from dashboard.figures.common import layout, step_xaxis
 
 LOSS_DOMAIN = (0.42, 1.0)
@@ -87,7 +87,7 @@ def timeline(
         loss: the loss at each of ``axis.steps`` (NaN where missing), or None.
         loss_label: what the loss is (``eval loss (nats/token)``).
         stages: the shaded stages (stages.parquet rows of one basis), or None.
-        events: the events (`dashboard.events.run_events`).
+        events: the events (`analysis.findings.events.run_events`).
         run: the run, for the links in ``customdata``.
         basis: which curve the stages were read from (``llc`` or ``loss``), for the caption-like legend.
         title: the figure title.

@@ -1,7 +1,7 @@
 """The Compare runs page through AppTest, on two stores made here that differ in depth (6 and 4 layers), heads,
 checkpoint schedule and tokens per step. The relative-depth bins, the time alignment and the checkpoint each run
 uses at a point of training are computed here from the store files with pandas, independently of
-`dashboard.compare`, and compared with what the page plots."""
+`analysis.findings.runs`, and compared with what the page plots."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.findings import runs as compare
 from benchmarks.synthetic_store import (
     add_synthetic_forward,
     add_synthetic_layer_matrices,
     add_synthetic_llc,
     write_synthetic_store,
 )
-from dashboard import compare
 from tests.app.conftest import arr, chart, notices, open_page
 
 PAGE = "pages/compare_runs.py"
@@ -326,16 +326,7 @@ def test_one_run_asks_for_another(two_runs):
     assert not at.exception
 
 
-# --- the pure helpers on hand-worked cases -----------------------------------------------------------------------
-
-
-def test_depth_bins_and_checkpoint_at_by_hand():
-    assert compare.depth_bins(6, 4).tolist() == [0, 0, 1, 2, 2, 3]
-    assert compare.depth_bins(24, 4).tolist() == [0] * 6 + [1] * 6 + [2] * 6 + [3] * 6
-    assert compare.depth_bins(36, 8).tolist().count(0) == 5  # 0..4: 4/36 < 1/8 <= 5/36
-    x = np.array([0.0, 0.25, 0.5, 1.0])
-    assert compare.checkpoint_at(x, 0.5) == 2 and compare.checkpoint_at(x, 0.49) == 1 and compare.checkpoint_at(x, -1) is None
-    assert compare.aligned_time(np.array([0, 100, 400]), align="fraction").tolist() == [0.0, 0.25, 1.0]
+# --- the figures, on series the comparison layer makes ---------------------------------------------------------------
 
 
 def test_compare_figures_are_valid_plotly(data_dir):

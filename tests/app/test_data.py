@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
-from dashboard.data import cell_edges, default_steps, fixed_range, stat_values, step_axis
+from dashboard.data import cell_edges, default_steps, fixed_range, step_axis
 
 
 def test_step_axis_log_places_step_zero_at_one_and_tokens(store_path):
@@ -53,13 +53,6 @@ def test_fixed_range_ignores_non_finite_and_non_positive_on_log():
     lo, hi = fixed_range(v, log=True, pad=0)
     assert (lo, hi) == (0.0, 2.0)
     assert fixed_range(v, pad=0) == (0.0, 100.0)
-
-
-def test_lambda_is_squared_singular_value(store_path):
-    store = open_store(store_path)
-    sv = store.array("sv")
-    assert np.allclose(stat_values(store, "lambda", k=3), sv[..., 3].astype(np.float64) ** 2)
-    assert stat_values(store, "std", k=3) is store.array("std")
 
 
 def test_nan_mean_is_numpys_nanmean_and_silent_where_a_slice_is_empty() -> None:

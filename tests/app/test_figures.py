@@ -9,12 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from analysis.findings.values import stat_values
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
 from analysis.store import open_store
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
-from dashboard.data import fixed_range, stat_values, step_axis
+from dashboard.data import fixed_range, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import forward as fwd

@@ -137,8 +137,8 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     """Both shipped seeds in the run list: the page names the statistics that reach p < 0.05 in this run (sigma of
     W_QK's AMI and p as `analysis.type_association.associate` gives them, unit-tested against scikit-learn) and
     says that none replicates on the second seed."""
+    from analysis.findings.values import stat_values
     from analysis.type_association import associate, end_types
-    from dashboard.data import stat_values
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))

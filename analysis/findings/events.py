@@ -1,5 +1,5 @@
-"""What happened in a run, as events on one time axis: for the Timeline page, the Overview's card and
-``headwatch report``. Pure: reads a `Store`, returns plain records; no streamlit.
+"""What happened in a run, as events on one time axis, and its stages as the views read them: for the Timeline
+page, the Overview's card and ``headwatch report``. Pure: reads a `Store`, returns plain records.
 
 Each event is one checkpoint and one link to the view that shows its evidence (`Event.page` and
 `Event.query`, the other pages' URL parameters):
@@ -16,7 +16,10 @@ Each event is one checkpoint and one link to the view that shows its evidence (`
   (``mp_spikes``) than at the first checkpoint (one more is within the edge's finite-size
   fluctuation: the shipped runs have one at initialisation), the Weight matrices page there;
 - **level crossing**: per per-head matrix, the first crossing of lambda_0..lambda_3 (overlaps.parquet,
-  `analysis.stats.crossings` at `CROSSING_GAP`), the head explorer at that head and step.
+  `analysis.findings.approaches` at `CROSSING_GAP`), the head explorer at that head and step.
+
+The stages (`stage_rows`) are stages.parquet's rows of one basis (``llc`` or ``loss``), by default the primary one
+that meta.json ``stages`` names (the basis the views shade and the events' stage boundaries come from).
 """
 
 from __future__ import annotations
@@ -26,15 +29,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.findings.approaches import model_approaches
+from analysis.findings.held_types import TYPE_LABELS, type_summaries
 from analysis.store import Store
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, LAYERS, LLC, STAGES
-from dashboard.tables import model_approaches
+from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGES
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
 CROSSING_GAP = 0.1  # the relative gap of singular values below which levels approach (the Heads table's default)
 KINDS = ("stage boundary", "head type", "rLLC rise", "MP departure", "level crossing")
-TYPE_TEXT = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
 
 
 @dataclass(frozen=True)
@@ -61,50 +64,16 @@ class Event:
         """A relative link to the view (``head?run=...&layer=2&head=3&step=64``)."""
         from urllib.parse import quote
 
-        from dashboard.urlstate import encode
-
         parts = [("run", run), *self.query]
-        return self.page + "?" + "&".join(f"{quote(k)}={quote(encode(v), safe='')}" for k, v in parts)
+        return self.page + "?" + "&".join(f"{quote(k)}={quote(url_value(v), safe='')}" for k, v in parts)
 
 
-@dataclass(frozen=True)
-class TypeSummary:
-    """Per head type: how many heads hold it at the end, the first to emerge, and the best score reached."""
-
-    type: str
-    holding: int
-    first_step: int | None
-    first_head: tuple[int, int] | None
-    peak_score: float
-    peak_head: tuple[int, int]
-    emerged: list[tuple[int, int, int]]  # (layer, head, emergence_step), by step
-
-
-def type_summaries(store: Store) -> list[TypeSummary] | None:
-    """Each head type's summary from head_emergence.parquet (None: the store has no head types)."""
-    frame = store.frame(HEAD_EMERGENCE)
-    if frame is None:
-        return None
-    out = []
-    for kind in HEAD_TYPES:
-        rows = frame[frame["type"] == kind]
-        if rows.empty:
-            continue
-        held = rows[rows["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head"])
-        peak = rows.loc[rows["peak_score"].idxmax()]
-        first = held.iloc[0] if len(held) else None
-        out.append(
-            TypeSummary(
-                type=kind,
-                holding=len(held),
-                first_step=None if first is None else int(first["emergence_step"]),
-                first_head=None if first is None else (int(first["layer"]), int(first["head"])),
-                peak_score=float(peak["peak_score"]),
-                peak_head=(int(peak["layer"]), int(peak["head"])),
-                emerged=[(int(r.layer), int(r.head), int(r.emergence_step)) for r in held.itertuples(index=False)],
-            )
-        )
-    return out
+def url_value(value: object) -> str:
+    """One URL parameter's value as the views read it (`dashboard.urlstate.encode`): ``True`` -> ``"1"``,
+    ``3`` -> ``"3"``, ``"std"`` -> ``"std"``."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def _head_query(layer: int, head: int, step: int, **more: object) -> tuple[tuple[str, object], ...]:
@@ -117,11 +86,11 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
 
 
 def stage_events(store: Store) -> list[Event]:
-    frame = store.frame(STAGES)
-    primary = (store.meta.stages or {}).get("primary")
-    if frame is None or primary is None:
+    """Each boundary between the primary basis's stages (the first stage's start is none)."""
+    primary = primary_basis(store)
+    rows = stage_rows(store)
+    if rows is None:
         return []
-    rows = frame[frame["basis"] == primary].sort_values("stage")
     out = []
     for r in rows.itertuples(index=False):
         if r.stage == 0:
@@ -142,6 +111,7 @@ def stage_events(store: Store) -> list[Event]:
 
 
 def type_events(store: Store) -> list[Event]:
+    """Each head type's first emergence."""
     out = []
     for s in type_summaries(store) or []:
         if s.first_step is None or s.first_head is None:
@@ -152,7 +122,7 @@ def type_events(store: Store) -> list[Event]:
             Event(
                 step=s.first_step,
                 kind="head type",
-                label=f"first {TYPE_TEXT.get(s.type, s.type)} head: L{layer}H{head}",
+                label=f"first {TYPE_LABELS.get(s.type, s.type)} head: L{layer}H{head}",
                 detail=f"holds the type from step {s.first_step:,} to the end{others}",
                 page="head",
                 query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type]),
@@ -271,33 +241,31 @@ def events_frame(events: list[Event], run: str) -> pd.DataFrame:
     ).astype({"step": "int64"})
 
 
-def stage_rows(store: Store) -> pd.DataFrame | None:
-    """The primary basis's stages (stages.parquet), or None."""
+def primary_basis(store: Store) -> str | None:
+    """The curve the store's stages are read from by default (meta.json ``stages.primary``: ``llc`` or ``loss``), or
+    None."""
+    return (store.meta.stages or {}).get("primary")
+
+
+def stage_bases(store: Store) -> list[str]:
+    """The bases (``llc``, ``loss``) stages.parquet holds stages of, sorted; empty without the table."""
     frame = store.frame(STAGES)
-    primary = (store.meta.stages or {}).get("primary")
-    if frame is None or primary is None:
+    return sorted(set(frame["basis"])) if frame is not None else []
+
+
+def stage_rows(store: Store, *, basis: str | None = None) -> pd.DataFrame | None:
+    """The stages of one basis (stages.parquet), by stage.
+
+    Args:
+        store: the opened store.
+        basis: ``llc`` or ``loss``; None: the primary one (`primary_basis`).
+
+    Returns:
+        Its rows of stages.parquet in stage order (an empty frame for a basis without stages); None when the store
+        has no stages or, asked for the primary basis, names none.
+    """
+    frame = store.frame(STAGES)
+    basis = basis or primary_basis(store)
+    if frame is None or basis is None:
         return None
-    return frame[frame["basis"] == primary].sort_values("stage").reset_index(drop=True)
-
-
-def type_sentences(store: Store) -> list[str]:
-    """One sentence per head type: who holds it from when, or that no head reaches its threshold."""
-    summaries = type_summaries(store)
-    if summaries is None:
-        return ["This store has no head types (head_emergence.parquet): run the types lens on it."]
-    recorded = (store.meta.types or {}).get("types") or {}
-    thresholds = {name: r.get("threshold") for name, r in recorded.items() if isinstance(r, dict)}
-    out = []
-    for s in summaries:
-        name = TYPE_TEXT.get(s.type, s.type)
-        at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
-        if not s.emerged:
-            out.append(
-                f"No head reaches the {name} threshold{at}: the highest {name} score is {s.peak_score:.3g} "
-                f"(L{s.peak_head[0]}H{s.peak_head[1]})."
-            )
-            continue
-        heads = ", ".join(f"L{layer}H{head} from step {step:,}" for layer, head, step in s.emerged[:12])
-        more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
-        out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
-    return out
+    return frame[frame["basis"] == basis].sort_values("stage").reset_index(drop=True)

@@ -1,7 +1,9 @@
-"""Comparing runs: relative-depth bins, time alignment, and which checkpoint of each run stands for a point.
+"""Comparing runs: relative-depth bins, time alignment, which checkpoint of each run stands for a point, and
+the numbers per run at that point (the Compare runs page's "In numbers" table).
 
-Pure numpy, no streamlit: the Compare runs page (``pages/compare_runs.py``) and the joint trajectory
-map call it; ``tests/app/test_compare.py`` checks it against computations of its own.
+Pure numpy and pandas: the Compare runs page (``pages/compare_runs.py``, its panels in
+`dashboard.panels.compare_runs`) and the joint trajectory map call it; ``tests/unit/test_runs.py`` and
+``tests/app/test_compare.py`` check it against computations of their own.
 
 Relative depth. Layer ``l`` (0-based) of a model with ``L`` layers sits at relative depth ``l / L``
 in [0, 1). With ``B`` bins of equal width ``1 / B`` (bin ``b`` is ``[b / B, (b + 1) / B)``) it falls
@@ -34,7 +36,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from dashboard.data import INDEX_TICKS, index_ticks
+from analysis.findings.held_types import head_types
+from analysis.store import Store
+from analysis.store.format import HEAD_TYPES
 
 Align = Literal["step", "tokens", "fraction"]
 ALIGNMENTS: dict[str, str] = {
@@ -152,6 +156,22 @@ def run_series(
     )
 
 
+def type_count_series(run: str, store: Store, *, align: Align) -> RunSeries | None:
+    """How many of the run's heads hold each head type at each of its checkpoints, as a `RunSeries` with ``values``
+    ``(S, 1, len(HEAD_TYPES))`` (`analysis.findings.held_types.HeadTypes.counts`, types in `HEAD_TYPES` order).
+
+    Returns:
+        None for a store without head types, or without token counts when ``align`` is ``tokens``.
+    """
+    kinds = head_types(store)
+    tokens = store.meta.tokens_at(store.steps) if align == "tokens" else None
+    if kinds is None or (align == "tokens" and tokens is None):
+        return None
+    counts = kinds.counts()
+    values = np.stack([counts[name] for name in HEAD_TYPES], axis=-1)[:, None, :]  # (S, 1, types)
+    return run_series(run, store.steps, values, align=align, tokens=tokens, tokens_per_step=store.meta.tokens_per_step)
+
+
 def index_grid(xs: list[np.ndarray]) -> np.ndarray:
     """The checkpoint index shared by several runs: every aligned time at which some run has a checkpoint, ascending
     and each once; the i-th sits at x = i on a checkpoint-index axis."""
@@ -164,23 +184,6 @@ def on_index(series: list[RunSeries], grid: np.ndarray) -> list[RunSeries]:
     positions for a time the grid lacks), for drawing on a checkpoint-index axis. Steps and values are unchanged."""
     at = np.arange(len(grid), dtype=np.float64)
     return [replace(s, x=np.interp(s.x, grid, at) if len(grid) else s.x, shift=0.0) for s in series]
-
-
-def index_labels(grid: np.ndarray, *, align: Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
-    """Tick positions and labels of a checkpoint-index axis over ``grid``: at most ``most`` of its times, each
-    labelled in the alignment's unit (step, tokens, fraction of the run)."""
-    ticks = index_ticks(len(grid), most=most)
-
-    def label(v: float) -> str:
-        if align == "fraction":
-            return f"{v:.3g}"
-        if align == "tokens":
-            for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-                if abs(v) >= div:
-                    return f"{v / div:.3g}{suffix}"
-        return f"{v:.0f}" if v < 10_000 else f"{v / 1e3:.3g}k"
-
-    return [float(i) for i in ticks], [label(float(grid[i])) for i in ticks]
 
 
 def bin_summary(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

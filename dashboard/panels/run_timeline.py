@@ -1,0 +1,229 @@
+"""The Timeline page's widgets and panels (``pages/run_timeline.py`` lays them out): the basis of the shaded stages
+and the kinds of events shown as one frozen record, and one function per panel.
+
+What the panels say is computed in `analysis.findings.events` (the events, the stages read for display) and
+`analysis.findings.held_types` (the head types in sentences, the heads that hold a type at the end); the figure is
+`dashboard.figures.timeline`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from analysis.errors import StoreError
+from analysis.findings.events import KINDS, Event, events_frame, head_link, primary_basis, stage_bases, stage_rows
+from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
+from analysis.store.format import HEAD_TYPE_SCORES
+from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
+from dashboard import export, loader, widgets
+from dashboard.data import loss_curve
+from dashboard.figures import timeline as figs
+from dashboard.stats import LLC_STAT, STATS
+
+BASIS_TEXT = {"llc": "whole-model LLC", "loss": "loss"}
+
+
+@dataclass(frozen=True)
+class TimelineView:
+    """What the Timeline shows (the widgets above the chart).
+
+    Attributes:
+        basis: the curve the shaded stages are read from (URL ``basis``: ``llc`` or ``loss``); None without stages.
+        bases: the bases the store has stages of (empty: none).
+        stages: the shaded basis's stages (`analysis.findings.events.stage_rows`), or None.
+        shown: the run's events of the kinds picked (URL ``kinds``), by step.
+    """
+
+    basis: str | None
+    bases: list[str]
+    stages: pd.DataFrame | None
+    shown: list[Event]
+
+
+def pick_view(store) -> TimelineView:
+    """The basis radio and the kinds of events, in one row; the stages and events they select."""
+    bases = stage_bases(store)
+    c_basis, c_kinds = st.columns([1, 3], vertical_alignment="bottom")
+    primary = primary_basis(store)
+    basis = (
+        widgets.select(
+            "basis",
+            "Stages shaded, read from",
+            bases,
+            primary if primary in bases else bases[0],
+            fmt=BASIS_TEXT.__getitem__,
+            kind="radio",
+            where=c_basis,
+        )
+        if bases
+        else None
+    )
+    events = loader.run_events(store)
+    kinds = widgets.multiselect("kinds", "Events shown", list(KINDS), list(KINDS), where=c_kinds)
+    return TimelineView(
+        basis=basis,
+        bases=bases,
+        stages=stage_rows(store, basis=basis) if basis else None,
+        shown=[e for e in events if e.kind in kinds],
+    )
+
+
+def timeline_panel(frame, axis, view: TimelineView) -> None:
+    """The loss with the stages shaded and the events in lanes below, on the page's time axis."""
+    store = frame.store
+    recorded = store.meta.stages or {}
+    if not view.bases:
+        st.info(
+            "This store has no developmental stages (stages.parquet). Add them with "
+            "`python -m precompute.lenses.stages STORE` (made from llc.parquet and eval_loss.parquet)."
+        )
+    for note in recorded.get("notes", []):
+        st.caption(f"Stages: {note}.")
+    curve = loss_curve(store)
+    loss, label = (curve[0], curve[1]) if curve else (None, "")
+    widgets.chart(
+        figs.timeline(axis, loss, label, view.stages, view.shown, run=frame.run, basis=view.basis),
+        "timeline",
+        title=frame.run,
+        filename=export.safe_name(frame.run, "timeline"),
+        csv=lambda: events_frame(view.shown, frame.run).assign(run=frame.run),
+    )
+    parameters = recorded.get("parameters", {})
+    st.caption(
+        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC; green drop, grey "
+        f"plateau for the loss), boundaries where the curve's trend changes by more than {parameters.get('k', 3):g} "
+        "standard errors (docs/stages.md). Bottom: one lane per kind of event, one marker per event at its "
+        "checkpoint; hover for what happened, the table below links each to its evidence."
+    )
+
+
+def stages_panel(view: TimelineView) -> None:
+    """The shaded basis's stages as a table."""
+    st.subheader("Stages")
+    stages = view.stages
+    if stages is not None and len(stages):
+        st.dataframe(
+            stages.drop(columns=["basis"]).assign(stage=stages["stage"] + 1),
+            hide_index=True,
+            key="stages_table",
+            column_config={
+                "start_step": st.column_config.NumberColumn("from step", format="%d"),
+                "end_step": st.column_config.NumberColumn("to step", format="%d"),
+                "change_se": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
+                "loss_change": st.column_config.NumberColumn("loss change (nats/token)", format="%.3f"),
+            },
+        )
+    else:
+        st.markdown("No stages.")
+
+
+def types_panel(frame) -> None:
+    """The head types in one sentence each, then every head that holds a type at the end."""
+    st.subheader("Head types")
+    for sentence in type_sentences(frame.store):
+        st.markdown(f"- {sentence}")
+    _emerged_table(frame, frame.store)
+
+
+def events_panel(frame, view: TimelineView) -> None:
+    """The events shown, each with a link to the view that shows its evidence."""
+    st.subheader("Events")
+    shown = view.shown
+    if not shown:
+        st.markdown("No events of the kinds shown.")
+        return
+    st.dataframe(
+        events_frame(shown, frame.run),
+        hide_index=True,
+        key="events_table",
+        column_config={
+            "step": st.column_config.NumberColumn("step", format="%d"),
+            "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it"),
+        },
+        height=min(40 + 35 * len(shown), 640),
+    )
+
+
+def _emerged_table(frame, store) -> None:
+    """Every head that holds a type at the end of training, with its emergence step and a link to it there."""
+    held = emerged_rows(store)
+    if held is None or held.empty:
+        return
+    steps = held["emergence_step"].astype(int)
+    table = pd.DataFrame(
+        {
+            "head": [f"L{a} H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+            "type": [TYPE_LABELS.get(t, t) for t in held["type"]],
+            "emerged at step": steps.to_numpy(),
+            "first above threshold": held["first_step"].astype("Int64").to_numpy(),
+            "peak score": held["peak_score"].to_numpy(),
+            "final score": held["final_score"].to_numpy(),
+            "evidence": [
+                head_link(frame.run, int(a), int(b), int(s), stat=HEAD_TYPE_SCORES[t])
+                for a, b, s, t in zip(held["layer"], held["head"], steps, held["type"], strict=True)
+            ],
+        }
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="emerged_table",
+        column_config={
+            "emerged at step": st.column_config.NumberColumn(format="%d"),
+            "first above threshold": st.column_config.NumberColumn(format="%d"),
+            "peak score": st.column_config.NumberColumn(format="%.3f"),
+            "final score": st.column_config.NumberColumn(format="%.3f"),
+            "evidence": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The head at that step"),
+        },
+        height=min(40 + 35 * len(table), 480),
+    )
+    st.caption(
+        "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
+        "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
+        "explorer at the emergence step with the type's score (docs/head-types.md)."
+    )
+
+
+def open_question_panel(frame) -> None:
+    """The study's open question in one paragraph (the Trajectory map shows the whole table): do the trajectory
+    clusters correspond to the head types? Which statistics say so here and in every run."""
+    store = frame.store
+    st.subheader("Do the trajectory clusters correspond to head types?")
+    if end_types(store) is None:
+        st.markdown(
+            "This store has no head types, so the question cannot be asked of it (`python -m precompute.lenses.types STORE`)."
+        )
+        return
+    others = [o for r in frame.runs if r != frame.run for o in [loader.try_load_store(frame.runs[r])]]
+    runs = [store, *[o for o in others if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]]
+    found, tested, held = [], 0, []
+    for stat, matrix in ASSOCIATION_PAIRS:
+        results = [loader.association(s, stat, matrix=matrix)[0] for s in runs if has_statistic(s, stat, matrix)]
+        if not results or not results[0].testable:
+            continue
+        tested += 1
+        name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
+        if results[0].significant:
+            found.append(f"{name} (AMI {results[0].ami:.3f}, p = {results[0].p_value:.3g})")
+        if len(results) > 1 and replicates(results):
+            held.append(name)
+    text = (
+        f"Of {tested} statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, "
+        f"{len(found)} reach p < 0.05 in this run: {', '.join(found) or 'none'} (about {0.05 * tested:.1f} would by chance). "
+    )
+    if len(runs) > 1:
+        text += (
+            f"In every one of the {len(runs)} runs with head types: "
+            + (", ".join(held) if held else "none, so no association replicates")
+            + "."
+        )
+    st.markdown(text)
+    st.page_link(
+        "pages/trajectory_map.py",
+        label="The whole comparison, statistic by statistic, on the Trajectory map",
+        icon=":material/scatter_plot:",
+        query_params={"run": frame.run or "", "colour": "type"},
+    )
