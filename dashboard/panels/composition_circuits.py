@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.findings.paths import induction_paths, partners
+from analysis.findings.paths import Role, induction_paths, partners
 from analysis.store.format import COMPOSITION, COMPOSITION_KINDS
 from dashboard import export, widgets
 from dashboard.figures import circuits as figs
@@ -192,10 +192,11 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
     own = layer * n_heads + head
     full = figs.pair_matrix(scores) / view.divisor  # (S, N targets, N sources) over store.steps
     chance = 1.0 if view.divisor != 1.0 else view.baseline
-    for role, note in (
+    roles: tuple[tuple[Role, str], ...] = (
         ("source", "heads in earlier layers whose output this head reads"),
         ("target", "heads in later layers that read this head's output"),
-    ):
+    )
+    for role, note in roles:
         strongest, values = partners(full, own, role=role, top=view.top)
         if not strongest:
             where = "it is in the first layer" if role == "source" else "it is in the last layer"
