@@ -1,14 +1,15 @@
 """Compare runs: two or more runs side by side, lined up in relative depth and in training time.
 
-The layout; the widgets and panels are `dashboard.panels.compare_runs`'s, what they say `analysis.findings.runs`'s,
-the figures `dashboard.figures.compare`'s. A run that cannot be opened, or lacks the statistic or the matrix, is
-named in a warning; the others are shown.
+The layout; the widgets are `dashboard.panels.compare_runs_choice`'s, the panels `dashboard.panels.compare_runs`'s,
+what they say `analysis.findings.runs`'s, the figures `dashboard.figures.compare`'s. A run that cannot be opened,
+or lacks the statistic or the matrix, is named in a warning; the others are shown.
 """
 
 import streamlit as st
 
 from dashboard import widgets
 from dashboard.panels import compare_runs as panels
+from dashboard.panels import compare_runs_choice as choice
 
 
 def main() -> None:
@@ -23,21 +24,21 @@ def main() -> None:
         return
 
     # --- widgets: the runs; open them (one that cannot be opened is named, the others shown) ---
-    runs = panels.pick_runs(frame)
+    runs = choice.pick_runs(frame)
     colour = {r: i for i, r in enumerate(runs)}  # a run keeps its colour when another is left out
-    stores = panels.open_runs(frame, runs)
+    stores = choice.open_runs(frame, runs)
     if not stores:
         return
 
     # --- widgets: statistic and matrix (every statistic some run has; a run without it is named below) ---
-    pick = panels.pick_statistic(stores)
-    shown = panels.run_values(stores, pick)
+    pick = choice.pick_statistic(stores)
+    shown = choice.run_values(stores, pick)
     if not shown:
         st.info("None of the chosen runs has this statistic; choose another.")
         return
 
     # --- widgets: time alignment, depth bins, the point of training ---
-    time = panels.pick_time(frame, stores, shown, colour)
+    time = choice.pick_time(frame, stores, shown, colour)
 
     # --- in numbers: the statistic at the point and each run's loss, where curves overlap ---
     panels.summary_section(pick, time, shown)

@@ -362,3 +362,44 @@ def summary_table(
             row |= {"final loss": np.nan, "final loss step": None, "minimum loss": np.nan, "minimum loss step": None, "loss": ""}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def bands_frame(series: list[RunSeries], n_bins: int, *, stat: str, matrix: str) -> pd.DataFrame:
+    """The depth bins' means over training as a table (`bin_summary`): one row per run, bin with units and
+    checkpoint, with the run, the matrix, the statistic, the bin, its depth interval, the step, the aligned time,
+    the mean, the sd and the units (heads) in the bin."""
+    rows = []
+    for s in series:
+        mean, sd, count = bin_summary(s.values, n_bins)
+        for b in range(n_bins):
+            if count[b]:
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "run": s.run,
+                            "matrix": matrix,
+                            "statistic": stat,
+                            "bin": b,
+                            "depth": bin_label(b, n_bins),
+                            "step": s.steps,
+                            "time": s.x,
+                            "mean": mean[:, b],
+                            "sd": sd[:, b],
+                            "heads": int(count[b]),
+                        }
+                    )
+                )
+    return pd.concat(rows, ignore_index=True)
+
+
+def type_counts_frame(series: list[RunSeries]) -> pd.DataFrame:
+    """Head-type counts (`type_count_series`) as a table: one row per run, type and checkpoint, with the step, the
+    aligned time and how many heads hold the type."""
+    return pd.concat(
+        [
+            pd.DataFrame({"run": s.run, "type": name, "step": s.steps, "time": s.x, "heads": s.values[:, 0, i].astype(np.int64)})
+            for s in series
+            for i, name in enumerate(HEAD_TYPES)
+        ],
+        ignore_index=True,
+    )

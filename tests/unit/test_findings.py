@@ -58,6 +58,21 @@ def test_depth_bins_and_checkpoint_at_by_hand():
     assert compare.aligned_time(np.array([0, 100, 400]), align="fraction").tolist() == [0.0, 0.25, 1.0]
 
 
+def test_the_bands_table_is_the_mean_and_sd_over_each_bins_heads():
+    rng = np.random.default_rng(5)
+    steps = np.array([0, 10, 40])
+    values = rng.normal(size=(3, 6, 2))  # (S, layers, heads): layers 0-1, 2, 3-4, 5 fall in bins 0-3 of 4
+    series = compare.run_series("r", steps, values, align="fraction")
+    table = compare.bands_frame([series], 4, stat="std", matrix="qk")
+    assert list(table.columns) == ["run", "matrix", "statistic", "bin", "depth", "step", "time", "mean", "sd", "heads"]
+    for b, layers in enumerate([[0, 1], [2], [3, 4], [5]]):
+        rows = table[table["bin"] == b]
+        part = values[:, layers, :].reshape(3, -1)
+        np.testing.assert_allclose(rows["mean"], part.mean(axis=1))
+        np.testing.assert_allclose(rows["sd"], part.std(axis=1))
+        assert rows["heads"].tolist() == [2 * len(layers)] * 3 and rows["time"].tolist() == [0.0, 0.25, 1.0]
+
+
 def test_a_store_without_head_types_has_no_type_counts(store_path):
     assert compare.type_count_series("tiny-run", open_store(store_path), align="step") is None
 
@@ -98,6 +113,10 @@ def test_type_counts_and_induction_paths_follow_head_types_parquet(store_path, t
     expect = frame.groupby(["step", "type"])["holds"].sum().unstack("type")[list(HEAD_TYPES)].to_numpy()
     np.testing.assert_array_equal(series.values[:, 0, :], expect)
     np.testing.assert_allclose(series.x, np.array(steps) / steps[-1])
+    counts = compare.type_counts_frame([series])
+    assert len(counts) == len(steps) * len(HEAD_TYPES)
+    by_type = counts.pivot(index="step", columns="type", values="heads")[list(HEAD_TYPES)].to_numpy()
+    np.testing.assert_array_equal(by_type, expect)
 
     paths = induction_paths(open_store(path), steps)
     assert paths is not None and len(paths) == len(steps)
