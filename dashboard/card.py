@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.findings.events import Event, key_events
 from analysis.store import Meta, Store
 
 
@@ -57,13 +58,14 @@ def loss_series(store: Store) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Non
     return np.array([r["step"] for r in rows], dtype=np.float64), col("train_loss"), col("val_loss")
 
 
-def timeline_card_lines(stages, events, *, basis: str | None) -> list[str]:
+def timeline_card_lines(stages, events: list[Event], *, basis: str | None) -> list[str]:
     """Markdown lines for the Overview card's compact timeline: the stages in one line, then the key events
     (stage boundaries aside, which the stages line names).
 
     Args:
         stages: the shaded basis's rows of stages.parquet (`analysis.findings.events.stage_rows`), or None.
-        events: `analysis.findings.events.run_events`.
+        events: `analysis.findings.events.run_events`; the first of each kind are the key events
+            (`analysis.findings.events.key_events`).
         basis: ``llc`` or ``loss`` (which curve the stages come from), or None.
     """
     if stages is None or not len(stages):
@@ -74,10 +76,7 @@ def timeline_card_lines(stages, events, *, basis: str | None) -> list[str]:
             f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}" for r in stages.itertuples(index=False)
         ]
         lines = [f"**Stages** ({curve}): " + " · ".join(parts)]
-    key = [e for e in events if e.kind != "stage boundary"]
-    firsts: dict[str, object] = {}
-    for e in key:  # the first event of each kind
-        firsts.setdefault(e.kind, e)
+    firsts = key_events(events)
     if firsts:
-        lines.append("**Key events**: " + " · ".join(f"step {e.step:,}: {e.label}" for e in firsts.values()))  # type: ignore[attr-defined]
+        lines.append("**Key events**: " + " · ".join(f"step {e.step:,}: {e.label}" for e in firsts))
     return lines

@@ -242,10 +242,9 @@ def _add_types(table, kinds: HeadTypes, *, at: int, picked: list[str]) -> None:
     """The ``type`` (types held at step index ``at``) and ``emerged`` (the earliest emergence step among the
     picked types, or among all when none is picked; empty: none held at the end) columns, in place."""
     table["type"] = kinds.held_at(at)
-    steps = np.stack([kinds.emergence[name].ravel() for name in (picked or HEAD_TYPES)])  # (types, heads)
-    earliest = np.where(steps >= 0, steps, np.iinfo(np.int64).max).min(axis=0)
-    table["emerged"] = pd.array(np.where(earliest < np.iinfo(np.int64).max, earliest, 0), dtype="Int64")
-    table.loc[earliest == np.iinfo(np.int64).max, "emerged"] = pd.NA
+    earliest = kinds.earliest(picked or HEAD_TYPES)  # (heads,), -1: none held at the end
+    table["emerged"] = pd.array(np.where(earliest >= 0, earliest, 0), dtype="Int64")
+    table.loc[earliest < 0, "emerged"] = pd.NA
 
 
 def _approaches(store, gap_pct: int | None, matrix: str):

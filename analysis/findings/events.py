@@ -228,6 +228,16 @@ def run_events(store: Store) -> list[Event]:
     return sorted(events, key=lambda e: (e.step, KINDS.index(e.kind)))
 
 
+def key_events(events: list[Event]) -> list[Event]:
+    """The first event of each kind other than stage boundaries (which the stages name), in the order their kinds
+    first occur in ``events`` (the Overview card's key events)."""
+    firsts: dict[str, Event] = {}
+    for e in events:
+        if e.kind != "stage boundary":
+            firsts.setdefault(e.kind, e)
+    return list(firsts.values())
+
+
 def events_frame(events: list[Event], run: str) -> pd.DataFrame:
     """The events as a table: step, kind, event, detail, link."""
     return pd.DataFrame(

@@ -56,6 +56,14 @@ class HeadTypes:
                 names[i].append(name)
         return [", ".join(t) for t in names]
 
+    def earliest(self, types: tuple[str, ...] | list[str]) -> np.ndarray:
+        """Per head, layer-major, the earliest emergence step among ``types``: ``(n_layers * n_heads,)`` int64, -1 for a
+        head that holds none of them at the end."""
+        steps = np.stack([self.emergence[name].ravel() for name in types])  # (types, heads)
+        none = np.iinfo(np.int64).max
+        earliest = np.where(steps >= 0, steps, none).min(axis=0)
+        return np.where(earliest < none, earliest, -1).astype(np.int64)
+
     def counts(self) -> dict[str, np.ndarray]:
         """Type -> ``(S,)`` how many heads hold it at each step."""
         return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in HEAD_TYPES}

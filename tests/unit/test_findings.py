@@ -130,6 +130,24 @@ def test_type_counts_and_induction_paths_follow_head_types_parquet(store_path, t
         assert {tuple(p) for p in got.tolist()} == want
 
 
+# --- held types -----------------------------------------------------------------------------------------------------
+
+
+def test_the_earliest_emergence_is_over_the_types_asked_and_minus_one_where_none_is_held():
+    from analysis.findings.held_types import HeadTypes
+
+    emergence = {  # (n_layers, n_heads) = (2, 2)
+        "previous_token": np.array([[64, -1], [8, -1]]),
+        "induction": np.array([[16, 32], [-1, -1]]),
+        "sink": np.array([[-1, -1], [-1, 4]]),
+    }
+    held = {name: np.zeros((1, 2, 2), dtype=bool) for name in HEAD_TYPES}
+    kinds = HeadTypes(np.array([0]), held, emergence, {})
+    assert kinds.earliest(HEAD_TYPES).tolist() == [16, 32, 8, 4]
+    assert kinds.earliest(["previous_token"]).tolist() == [64, -1, 8, -1]
+    assert kinds.earliest(("induction", "sink")).tolist() == [16, 32, -1, 4]
+
+
 # --- paths ----------------------------------------------------------------------------------------------------------
 
 
