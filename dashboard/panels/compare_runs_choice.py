@@ -322,7 +322,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
 
 def _time_axis(stores: dict, *, align: compare.Align, index: bool):
     """What puts the page's charts over training on its time axis: a function that takes a list of series (moved to
-    the runs' shared checkpoint index when ``index``, `dashboard.compare.on_index`) or a figure (its time axes then
+    the runs' shared checkpoint index when ``index``, `analysis.findings.runs.on_index`) or a figure (its time axes then
     index ticks labelled with their times; its margins shared with the page's other time charts, `stacked`, so the
     charts one above the other line up to the pixel)."""
     grid = None
