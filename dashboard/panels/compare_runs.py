@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.findings import runs as compare
+from analysis.findings import runs
 from analysis.findings.held_types import missing_text
 from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
@@ -50,14 +50,14 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
         "compare_bands",
         title=f"{time.runs_title} · {pick.what} by relative depth",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "depth"),
-        csv=lambda: compare.bands_frame(series, n_bins, stat=pick.stat, matrix=pick.matrix),
+        csv=lambda: runs.bands_frame(series, n_bins, stat=pick.stat, matrix=pick.matrix),
     )
     layers_text = "; ".join(
         f"{s.run} ({s.n_layers} layers): "
         + ", ".join(
-            f"{compare.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(compare.bin_layers(s.n_layers, n_bins, i))))}"
-            if compare.bin_layers(s.n_layers, n_bins, i)
-            else f"{compare.bin_label(i, n_bins)} none"
+            f"{runs.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(runs.bin_layers(s.n_layers, n_bins, i))))}"
+            if runs.bin_layers(s.n_layers, n_bins, i)
+            else f"{runs.bin_label(i, n_bins)} none"
             for i in range(n_bins)
         )
         for s in series
@@ -66,7 +66,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
         f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
         f"so models of different depth line up: {layers_text}. Line: the mean of {pick.what} over every {unit} of the "
         f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
-        f"own checkpoints (markers), aligned by {compare.ALIGNMENTS[time.align]}; nothing is interpolated. "
+        f"own checkpoints (markers), aligned by {runs.ALIGNMENTS[time.align]}; nothing is interpolated. "
         f"{_SCALE_TEXT[time.scale]}The sidebar's time-axis unit does "
         "not apply here: this page's alignment does."
     )
@@ -77,7 +77,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
 def bin_panel(pick: Statistic, time: Time) -> None:
     """Panel (b): one depth bin's heads (or layers), one panel per run on shared axes."""
     series, n_bins, b, unit = time.series, time.n_bins, time.b, pick.unit
-    st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
+    st.subheader(f"Depth bin {runs.bin_label(b, n_bins)}: every {unit}, run by run")
     widgets.chart(
         time.on_axis(
             figs.bin_heads(
@@ -93,7 +93,7 @@ def bin_panel(pick: Statistic, time: Time) -> None:
             )
         ),
         "compare_bin",
-        title=f"{time.runs_title} · {pick.what}, depth {compare.bin_label(b, n_bins)}",
+        title=f"{time.runs_title} · {pick.what}, depth {runs.bin_label(b, n_bins)}",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "bin", b),
         csv=lambda: _bin_csv(series, n_bins, b, pick.stat, pick.matrix),
     )
@@ -168,7 +168,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
     st.subheader("Heads of each type over training")
     series, lacking = [], []
     for r, s in stores.items():
-        counted = compare.type_count_series(r, s, align=time.align)
+        counted = runs.type_count_series(r, s, align=time.align)
         if counted is None:
             lacking.append((r, s))
         else:
@@ -190,7 +190,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         "compare_types",
         title=" vs ".join(s.run for s in series) + " · heads of each type",
         filename=export.safe_name("compare", *[s.run for s in series], "head-types"),
-        csv=lambda: compare.type_counts_frame(series),
+        csv=lambda: runs.type_counts_frame(series),
     )
     rules = {name: r for s in stores.values() for name, r in ((s.meta.types or {}).get("types") or {}).items() if s.meta.types}
     st.caption(
@@ -198,7 +198,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         "of the run's heads hold the type at each of its checkpoints, under the rule of docs/head-types.md (score "
         "at least the entry threshold, kept until it falls below the exit level; thresholds: "
         + ", ".join(f"{name} {r['threshold']:.3g}" for name, r in rules.items())
-        + f"). Aligned by {compare.ALIGNMENTS[time.align]}, as above."
+        + f"). Aligned by {runs.ALIGNMENTS[time.align]}, as above."
     )
 
 
@@ -208,7 +208,7 @@ def summary_section(pick: Statistic, time: Time, shown: dict) -> None:
     series, indices, what, point, unit = time.series, time.indices, pick.what, time.point_text, pick.unit
     st.subheader("In numbers")
     losses = {s.run: c for s in series if (c := loss_curve(shown[s.run][0])) is not None}
-    table = compare.summary_table(series, indices, losses, unit=unit)
+    table = runs.summary_table(series, indices, losses, unit=unit)
     fmt = st.column_config.NumberColumn
     st.dataframe(
         table,
@@ -268,7 +268,7 @@ def _bin_csv(series: list, n_bins: int, b: int, stat: str, matrix: str) -> pd.Da
     """Panel (b)'s points, tidy, with each checkpoint's aligned time."""
     parts = []
     for s in series:
-        layers = compare.bin_layers(s.n_layers, n_bins, b)
+        layers = runs.bin_layers(s.n_layers, n_bins, b)
         if layers:
             rows = export.tidy(s.values, s.steps, run=s.run, statistic=stat, matrix=matrix, layers=layers)
             parts.append(rows.assign(time=np.repeat(s.x, len(layers) * s.values.shape[2])))

@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.findings import runs as compare
+from analysis.findings import runs
 from analysis.store.format import ATTENTION, LAYER_ROLES, LAYERS, LLC
 from dashboard import loader, widgets
 from dashboard.data import INDEX_TICKS, index_ticks
@@ -98,7 +98,7 @@ class Time:
         on_axis: puts series and figures on the page's time axis (`_time_axis`).
     """
 
-    align: compare.Align
+    align: runs.Align
     n_bins: int
     b: int
     point: Any
@@ -123,18 +123,18 @@ def pick_runs(frame) -> list[str]:
     """The runs multiselect (URL ``runs``): the sidebar's run and one more by default; asks for a second."""
     names = list(frame.runs)
     default = ([frame.run] if frame.run in frame.runs else []) + [n for n in names if n != frame.run][:1]
-    runs = widgets.multiselect(
+    chosen = widgets.multiselect(
         "runs", "Runs", names, default, hint=UNKNOWN_RUN, help="Two or more runs; every run the sidebar's run picker offers."
     )
-    if len(runs) < 2:
+    if len(chosen) < 2:
         st.info("Choose two or more runs to compare (every run the sidebar's run picker offers is in the list).")
-    return runs
+    return chosen
 
 
-def open_runs(frame, runs: list[str]) -> dict:
-    """The stores of ``runs`` that open and have checkpoints; each other one is named in a warning."""
+def open_runs(frame, names: list[str]) -> dict:
+    """The stores of the runs ``names`` that open and have checkpoints; each other one is named in a warning."""
     stores = {}
-    for r in runs:
+    for r in names:
         opened = loader.try_load_store(frame.runs[r])
         if isinstance(opened, StoreError):
             st.warning(f"Run **{r}** cannot be opened and is left out: {opened}", icon=":material/error:")
@@ -204,7 +204,7 @@ def run_values(stores: dict, pick: Statistic) -> dict:
                     icon=":material/visibility_off:",
                 )
                 continue
-            values = compare.layer_values(table, s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
+            values = runs.layer_values(table, s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
             shown[r] = (s, values)
             continue
         if info.forward and not s.has(ATTENTION):
@@ -255,7 +255,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
     tokens = {r: s.meta.tokens_at(s.steps) for r, (s, _) in shown.items()}
     no_tokens = [r for r, t in tokens.items() if t is None]
     c_align, c_bins, c_bin = st.columns([3, 2, 2])
-    aligns = [a for a in compare.ALIGNMENTS if a != "tokens" or not no_tokens]
+    aligns = [a for a in runs.ALIGNMENTS if a != "tokens" or not no_tokens]
     align = widgets.select(
         "align",
         "Align runs by",
@@ -264,15 +264,15 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         kind="radio",
         fmt=ALIGN_TEXT.__getitem__,
         where=c_align,
-        help="; ".join(f"{k}: {v}" for k, v in compare.ALIGNMENTS.items()),
+        help="; ".join(f"{k}: {v}" for k, v in runs.ALIGNMENTS.items()),
     )
     if no_tokens:
         c_align.caption(f"Tokens seen are not recorded for {', '.join(no_tokens)}, so runs align by step or fraction.")
     n_bins = widgets.select(
         "nbins",
         "Depth bins",
-        list(compare.BIN_COUNTS),
-        compare.DEFAULT_BINS,
+        list(runs.BIN_COUNTS),
+        runs.DEFAULT_BINS,
         where=c_bins,
         help="relative depth = layer / n_layers, cut into this many bins of equal width",
     )
@@ -282,10 +282,10 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         list(range(n_bins)),
         n_bins - 1,
         where=c_bin,
-        fmt=lambda i: compare.bin_label(i, n_bins),
+        fmt=lambda i: runs.bin_label(i, n_bins),
     )
     series = [
-        compare.run_series(
+        runs.run_series(
             r,
             s.steps,
             values,
@@ -295,12 +295,12 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         )
         for r, (s, values) in shown.items()
     ]
-    points = compare.point_options([s.x for s in series], align=align)
+    points = runs.point_options([s.x for s in series], align=align)
     point = widgets.select(
         "point",
         "Point of training (the table and the distribution over heads; each run at its last checkpoint at or before it)",
         points,
-        compare.default_point(points, [s.x for s in series]),
+        runs.default_point(points, [s.x for s in series]),
         kind="select_slider",
         fmt=lambda v: _point_text(v, align) + ("" if align == "step" else _steps_at(series, v)),
     )
@@ -312,7 +312,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         point=point,
         series=series,
         colours=[colour[s.run] for s in series],
-        indices=[compare.checkpoint_at(s.x, point) for s in series],
+        indices=[runs.checkpoint_at(s.x, point) for s in series],
         x_title=x_title,
         log_x=frame.scale == "log",
         scale=frame.scale,
@@ -320,7 +320,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
     )
 
 
-def _time_axis(stores: dict, *, align: compare.Align, index: bool):
+def _time_axis(stores: dict, *, align: runs.Align, index: bool):
     """What puts the page's charts over training on its time axis: a function that takes a list of series (moved to
     the runs' shared checkpoint index when ``index``, `analysis.findings.runs.on_index`) or a figure (its time axes then
     index ticks labelled with their times; its margins shared with the page's other time charts, `stacked`, so the
@@ -331,19 +331,19 @@ def _time_axis(stores: dict, *, align: compare.Align, index: bool):
         for s in stores.values():
             tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
             if align != "tokens" or tokens is not None:
-                xs.append(compare.aligned_time(s.steps, align=align, tokens=tokens))
-        grid = compare.index_grid(xs)
+                xs.append(runs.aligned_time(s.steps, align=align, tokens=tokens))
+        grid = runs.index_grid(xs)
         ticks = _index_labels(grid, align=align)
 
     def on_axis(thing):
         if isinstance(thing, list):
-            return thing if grid is None else compare.on_index(thing, grid)
+            return thing if grid is None else runs.on_index(thing, grid)
         return stacked(thing if grid is None else figs.index_axes(thing, ticks), right=STACK_RIGHT)
 
     return on_axis
 
 
-def _index_labels(grid: np.ndarray, *, align: compare.Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
+def _index_labels(grid: np.ndarray, *, align: runs.Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
     """Tick positions and labels of a checkpoint-index axis over ``grid``: at most ``most`` of its times, each
     labelled in the alignment's unit (step, tokens, fraction of the run)."""
     ticks = index_ticks(len(grid), most=most)
@@ -364,7 +364,7 @@ def _steps_at(series: list, point) -> str:
     """`` (run A: step 768; run B: step 1,024)``: the checkpoint each run shows at ``point``."""
     parts = []
     for s in series:
-        i = compare.checkpoint_at(s.x, point)
+        i = runs.checkpoint_at(s.x, point)
         parts.append(f"{s.run}: step {int(s.steps[i]):,}" if i is not None else f"{s.run}: none yet")
     return " (" + "; ".join(parts) + ")"
 
