@@ -1,6 +1,6 @@
 """Compare runs: two or more runs side by side, lined up in relative depth and in training time.
 
-The layout; the widgets are `dashboard.panels.compare_runs_choice`'s, the panels `dashboard.panels.compare_runs`'s,
+The layout; the widgets are `dashboard.pagepanels.compare_runs_choice`'s, the panels `dashboard.pagepanels.compare_runs`'s,
 what they say `analysis.findings.runs`'s, the figures `dashboard.figures.compare`'s. A run that cannot be opened,
 or lacks the statistic or the matrix, is named in a warning; the others are shown.
 """
@@ -8,8 +8,8 @@ or lacks the statistic or the matrix, is named in a warning; the others are show
 import streamlit as st
 
 from dashboard import widgets
-from dashboard.panels import compare_runs as panels
-from dashboard.panels import compare_runs_choice as choice
+from dashboard.pagepanels import compare_runs as panels
+from dashboard.pagepanels import compare_runs_choice as choice
 
 
 def main() -> None:

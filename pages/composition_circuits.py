@@ -1,6 +1,6 @@
 """Circuits: how heads wire together over training, from the weights (Q-, K- and V-composition between heads).
 
-The layout; the widgets and panels are `dashboard.panels.composition_circuits`'s, the paths and partners
+The layout; the widgets and panels are `dashboard.pagepanels.composition_circuits`'s, the paths and partners
 `analysis.findings.paths`'s.
 """
 
@@ -8,7 +8,7 @@ import streamlit as st
 
 from analysis.store.format import COMPOSITION
 from dashboard import widgets
-from dashboard.panels import composition_circuits as panels
+from dashboard.pagepanels import composition_circuits as panels
 
 
 def main() -> None:

@@ -4,13 +4,13 @@ The loss with the run's developmental stages shaded (stages.parquet, docs/stages
 (`analysis.findings.events`): each head type's first emergence, the largest rLLC rises, the first departure of
 each kind of weight from its Marchenko-Pastur law, the first level crossings. Every event links to the
 view that shows its evidence; the table below the chart lists them with those links. The layout; the widgets and
-panels are `dashboard.panels.run_timeline`'s.
+panels are `dashboard.pagepanels.run_timeline`'s.
 """
 
 import streamlit as st
 
 from dashboard import widgets
-from dashboard.panels import run_timeline as panels
+from dashboard.pagepanels import run_timeline as panels
 
 
 def main() -> None:

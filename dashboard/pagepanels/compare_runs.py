@@ -1,6 +1,6 @@
 """The Compare runs page's panels (``pages/compare_runs.py`` lays them out): the numbers per run, the depth bins'
 means over training, one bin's heads, the distribution over heads at a point, the head-type counts and the losses,
-one function each, reading the page's choices (`dashboard.panels.compare_runs_choice`).
+one function each, reading the page's choices (`dashboard.pagepanels.compare_runs_choice`).
 
 What the panels say is computed in `analysis.findings.runs` (depth bins, alignment, the numbers per run, the
 head-type counts); the figures are `dashboard.figures.compare`'s.
@@ -20,7 +20,7 @@ from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
-from dashboard.panels.compare_runs_choice import Statistic, Time
+from dashboard.pagepanels.compare_runs_choice import Statistic, Time
 
 _SCALE_TEXT = {  # what the sidebar's time scale does here
     "linear": "",

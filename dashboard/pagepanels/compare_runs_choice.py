@@ -1,6 +1,6 @@
 """What the Compare runs page compares (``pages/compare_runs.py``): the runs picked and opened, the statistic, and
 the time alignment and depth bins, as two frozen records (`Statistic`, `Time`) that the panels
-(`dashboard.panels.compare_runs`) read.
+(`dashboard.pagepanels.compare_runs`) read.
 
 A run that cannot be opened, or lacks the statistic or the matrix, is named in a warning here; the others are
 shown. Alignment, bins and the checkpoint at a point are `analysis.findings.runs`'s.
