@@ -2,7 +2,7 @@
 the numbers per run at that point (the Compare runs page's "In numbers" table).
 
 Pure numpy and pandas: the Compare runs page (``pages/compare_runs.py``, its panels in
-`dashboard.pagepanels.compare_runs`) and the joint trajectory map call it; ``tests/unit/test_runs.py`` and
+`dashboard.pagepanels.compare_runs`) and the joint trajectory map call it; ``tests/unit/test_findings.py`` and
 ``tests/app/test_compare.py`` check it against computations of their own.
 
 Relative depth. Layer ``l`` (0-based) of a model with ``L`` layers sits at relative depth ``l / L``

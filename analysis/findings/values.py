@@ -2,7 +2,7 @@
 
 A name is a column of the store (``std``, ``stable_rank``, ...), ``lambda`` (lambda_k = s_k^2 of the singular
 value ``k``), a forward-lens statistic (attention.parquet, per head whatever the matrix) or ``llc`` (the refined
-LLC, llc.parquet, per head). The labels of these names are `dashboard.stats`'s; the definitions are
+LLC, llc.parquet, per head). The dashboard labels these names (its statistics table); the definitions are
 ``analysis/store/format.py``'s.
 """
 
