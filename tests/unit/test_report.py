@@ -104,3 +104,21 @@ def test_a_statistic_one_run_lacks_is_not_said_to_replicate(tmp_path: Path) -> N
     held = answer.split("every run for", 1)[1].split(".", 1)[0]
     assert "llc" not in held
     assert "Not in every run, so not tested for replication: llc." in answer
+
+
+def test_the_report_imports_neither_the_dashboard_nor_streamlit() -> None:
+    """What the report says comes from analysis.findings, below the dashboard (issue 38): writing a report loads no
+    dashboard module, no streamlit and no plotly."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from headwatch.report import write_report; import tempfile; "
+        f"write_report({str(SHIPPED)!r}, tempfile.mkdtemp()); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'dashboard', 'streamlit', 'plotly'}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
