@@ -132,7 +132,9 @@ def config_options(config: Path, args: list[str]) -> list[str]:
 # the loader), SciPy's linear algebra, the figure builders, and the numba kernels of the random-head references.
 WARM_MODULES = (
     "dashboard.loader",
+    "dashboard.viewstate",
     "dashboard.widgets",
+    "dashboard.charts",
     "dashboard.tables",
     "dashboard.events",
     "dashboard.figures.head",

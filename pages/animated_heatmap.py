@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.animation import animation
 from dashboard.stats import STATS, stats_for
 from dashboard.style import SIGNED_STATS
@@ -11,7 +11,7 @@ from dashboard.style import SIGNED_STATS
 def main() -> None:
     st.title("Animation")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -32,7 +32,7 @@ def main() -> None:
         fmt=lambda s: f"{s:,}",
     )
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-    if widgets.no_values(values, STATS[stat].label, matrix):
+    if charts.no_values(values, STATS[stat].label, matrix):
         return
     label = STATS[stat].short(k)
     name = stat if k is None else f"lambda_{k}"
@@ -48,7 +48,7 @@ def main() -> None:
         signed=stat in SIGNED_STATS,
         title=f"{frame.run} · every head · {label}",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "animation",
         title=f"{frame.run} · every head · {label}",
@@ -56,7 +56,7 @@ def main() -> None:
         csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix),
         select=True,
     )
-    widgets.follow_play("animation", step)
+    charts.follow_play("animation", step)
     hidden = store.hidden_steps
     listed = "; ".join(text for _, text in hidden[:3]) + ("; ..." if len(hidden) > 3 else "")
     dup_note = f" Checkpoints that are not training states ({listed}) are not frames." if hidden else ""
@@ -91,7 +91,7 @@ def main() -> None:
     )
 
     # --- a clicked cell opens its head at this step ---
-    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
+    charts.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
 
 
 main()

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import fixed_range, loss_curve
 from dashboard.figures import architecture as figs
 from dashboard.figures.common import overlay_loss
@@ -13,7 +13,7 @@ from dashboard.style import SIGNED_STATS
 def main() -> None:
     st.title("Architecture heatmaps")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -26,13 +26,13 @@ def main() -> None:
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logc", "log colour"), options=stats_for(store)
     )
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
-    if widgets.no_values(values, STATS[stat].label, matrix):
+    if charts.no_values(values, STATS[stat].label, matrix):
         return
     label = STATS[stat].short(k)
     name = STATS[stat].name if k is None else f"lambda_{k}"
 
     # --- panel: every head x every checkpoint ---
-    event = widgets.chart(
+    event = charts.chart(
         figs.architecture_heatmap(axis, values, stat=STATS[stat], k=k, log_colour=log_colour, signed=stat in SIGNED_STATS),
         "architecture",
         title=f"{frame.run} · every head · {label}",
@@ -52,7 +52,7 @@ def main() -> None:
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None)
     fig = figs.layer_means(axis, values, stat=STATS[stat], k=k, y_range=fixed_range(means, log=log_colour), log_y=log_colour)
-    widgets.chart(
+    charts.chart(
         overlay_loss(fig, axis, *curve) if show_loss and curve else fig,
         "layer_means",
         title=f"{frame.run} · layer means · {label}",
@@ -67,7 +67,7 @@ def main() -> None:
     )
 
     # --- a clicked cell opens its head at that step ---
-    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
+    charts.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
 
 
 main()

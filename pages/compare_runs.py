@@ -15,7 +15,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store.format import ATTENTION, HEAD_TYPES, LAYER_ROLES, LAYERS, LLC
-from dashboard import compare, export, loader, widgets
+from dashboard import charts, compare, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
 from dashboard.figures.common import stacked
@@ -122,7 +122,7 @@ class _Time:
 def main() -> None:
     st.title("Compare runs")
     # --- empty case: nothing offered ---
-    frame = widgets.frame()
+    frame = viewstate.frame()
     if not frame.runs:
         st.info(
             "No runs to compare: put statistics stores under data/ (`python -m precompute --out data/NAME`), "
@@ -375,7 +375,7 @@ def _bands_panel(pick: _Statistic, time: _Time) -> None:
     """Panel (a): the mean and spread of each relative-depth bin over training, every run in its colour."""
     series, n_bins, unit = time.series, time.n_bins, pick.unit
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.depth_bands(
                 time.on_axis(series),
@@ -416,7 +416,7 @@ def _bin_panel(pick: _Statistic, time: _Time) -> None:
     """Panel (b): one depth bin's heads (or layers), one panel per run on shared axes."""
     series, n_bins, b, unit = time.series, time.n_bins, time.b, pick.unit
     st.subheader(f"Depth bin {compare.bin_label(b, n_bins)}: every {unit}, run by run")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.bin_heads(
                 time.on_axis(series),
@@ -445,7 +445,7 @@ def _distribution_panel(pick: _Statistic, time: _Time) -> None:
     """Panel (c): the distribution over every head (or layer) of each run at the point of training."""
     series, indices, unit = time.series, time.indices, pick.unit
     st.subheader(f"Distribution over {unit}s at {time.point_text}")
-    widgets.chart(
+    charts.chart(
         figs.distributions(
             series, indices, stat_title=pick.info.title(), x_label=time.x_title, colours=time.colours, log_x=pick.log_y, unit=unit
         ),
@@ -472,7 +472,7 @@ def _loss_panel(shown: dict, colour: dict, time: _Time) -> None:
     if not curves:
         return
     st.subheader("Loss over training")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.losses(
                 [(d, loss, lab) for d, (_, loss, lab) in zip(time.on_axis([s for s, _, _ in curves]), curves, strict=True)],
@@ -543,7 +543,7 @@ def _type_counts_panel(stores: dict, colour: dict, time: _Time) -> None:
         st.caption(f"Run **{r}**: " + missing_text(s.path))
     if not series:
         return
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.type_counts(
                 time.on_axis(series),

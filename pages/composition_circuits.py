@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.store.format import COMPOSITION, COMPOSITION_KINDS, HEAD_TYPES_TABLE
-from dashboard import export, widgets
+from dashboard import charts, export, viewstate, widgets
 from dashboard.figures import circuits as figs
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
@@ -17,7 +17,7 @@ TOP = [3, 5, 8]
 def main() -> None:
     st.title("Circuits")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -87,7 +87,7 @@ def main() -> None:
         paths=paths,
         title=f"{frame.run} · {figs.KIND_NAMES[kind]} ({unit_short})",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "composition",
         title=f"{frame.run} · {figs.KIND_NAMES[kind]} ({unit_short})",
@@ -95,7 +95,7 @@ def main() -> None:
         csv=lambda: _pairs_csv(frame.run, scores[at], steps, kind, divisor),
         select=True,
     )
-    widgets.follow_play("composition", step)
+    charts.follow_play("composition", step)
     what = {
         "q": "||W_QK,B^T W_OV,A||_F / (||W_QK,B||_F ||W_OV,A||_F)",
         "k": "||W_QK,B W_OV,A||_F / (||W_QK,B||_F ||W_OV,A||_F)",
@@ -124,7 +124,7 @@ def main() -> None:
         f"browser; Pause moves the step control to the frame shown. Colours fixed over training. Click a cell to open "
         f"its target head B in the head explorer.{ring}{kept}"
     )
-    widgets.open_head_on_click(event, store)
+    charts.open_head_on_click(event, store)
 
     # --- panel: one head's strongest sources and targets over training ---
     st.subheader(f"Layer {layer}, head {head}: its strongest partners over training")
@@ -145,7 +145,7 @@ def main() -> None:
         line_fig = figs.partner_lines(
             axis, series[:, strongest], partners, kind=kind, unit=unit_short, role=role, baseline=chance
         )
-        event = widgets.chart(
+        event = charts.chart(
             line_fig,
             f"{role}s",
             title=f"{frame.run} · L{layer} H{head} · strongest {role}s · {figs.KIND_NAMES[kind]} ({unit_short})",
@@ -160,7 +160,7 @@ def main() -> None:
             f"{head} over training ({unit_short}); the dotted line is independent random heads. A click opens that "
             "head in the head explorer."
         )
-        widgets.open_head_on_click(event, store)
+        charts.open_head_on_click(event, store)
 
 
 def _strongest(series: np.ndarray, top: int) -> list[int]:

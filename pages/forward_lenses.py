@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
-from dashboard import export, widgets
+from dashboard import charts, export, viewstate, widgets
 from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss, stacked
@@ -22,7 +22,7 @@ STACK = dict(left=100, right=170)  # px: margins of every chart over training (h
 def main() -> None:
     st.title("Forward lenses")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -69,7 +69,7 @@ def main() -> None:
             reference_label=f"uniform attention: {uniform[name]:.3g}",
         )
         values = store.require(ATTENTION, name)
-        widgets.chart(
+        charts.chart(
             stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
             f"bands_{name}",
             title=f"{frame.run} · {STATS[name].short()} per layer over training",
@@ -84,14 +84,14 @@ def main() -> None:
     # --- panel: layer-pair divergence, animated ---
     st.subheader("How differently the layers attend")
     jsd = store.require(LAYER_DIVERGENCE, "jsd")
-    widgets.chart(
+    charts.chart(
         figs.divergence_animation(jsd, steps=steps, start=steps.index(step)),
         "divergence",
         title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
         filename=export.safe_name(frame.run, "layer-divergence", "step", step),
         csv=lambda: _pairs_csv(frame.run, jsd, steps),
     )
-    widgets.follow_play("divergence", step)
+    charts.follow_play("divergence", step)
     st.caption(
         "Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
         "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
@@ -125,7 +125,7 @@ def main() -> None:
             emergence=kinds.emergence if kinds is not None else None,
         )
         values = store.require(ATTENTION, name)
-        event = widgets.chart(
+        event = charts.chart(
             stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
             f"type_{name}",
             title=f"{frame.run} · every head · {STATS[name].short()}",
@@ -133,7 +133,7 @@ def main() -> None:
             csv=functools.partial(export.tidy, values, store.steps, run=frame.run, statistic=name, matrix="forward"),
             select=True,
         )
-        widgets.open_head_on_click(event, store, stat=name)
+        charts.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
 
     # --- panel: the loss on the induction probe over training ---
@@ -148,7 +148,7 @@ def main() -> None:
         )
         return
     vocab = store.meta.model.config.get("vocab_size")
-    widgets.chart(
+    charts.chart(
         stacked(figs.probe_losses(axis, eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None), **STACK),
         "probe_loss",
         title=f"{frame.run} · {figs.PROBE_COPY_LABEL}, and on the evaluation text",

@@ -10,7 +10,7 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
 from dashboard.figures import head as figs
 from dashboard.figures.common import overlay_loss, stacked
@@ -87,7 +87,7 @@ class _Head:
 def main() -> None:
     st.title("Head explorer")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
 
@@ -119,7 +119,7 @@ def main() -> None:
         return
     stat, k, log_y, event = picked
     for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
-        widgets.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
+        charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
 
     # --- panel: this head's W_QK and W_OV on one pair of axes ---
     _both_matrices(frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
@@ -187,7 +187,7 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     w = np.linspace(*w_range, DENSITY_GRID_POINTS)
     grid = density_grid(h.hist, h.mu, h.sigma, w)
     run, store = h.frame.run, h.store
-    widgets.chart(
+    charts.chart(
         h.over_time(figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
         "density_map",
         title=f"{run} · {h.shown} · P(w) over training",
@@ -223,7 +223,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
     p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
     gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
     run, store, matrix = h.frame.run, h.store, h.matrix
-    picked = widgets.chart(
+    picked = charts.chart(
         figs.density_slices(
             w_all[idx],
             p_all[idx],
@@ -272,7 +272,7 @@ def _spectrum_map(h: _Head) -> None:
     """lambda_k of the head over (k, step), log colour."""
     st.subheader("Spectrum over training")
     run, store = h.frame.run, h.store
-    widgets.chart(
+    charts.chart(
         h.over_time(figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
         "spectrum_map",
         title=f"{run} · {h.shown} · λ_k over training",
@@ -294,7 +294,7 @@ def _spectrum_slices(h: _Head) -> Any:
     )
     run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
     null_lam = null_spectra(lam[idx], store) if show_null else None
-    picked = widgets.chart(
+    picked = charts.chart(
         figs.spectrum_slices(
             lam[idx],
             labels=h.labels,
@@ -342,7 +342,7 @@ def _leading_panel(h: _Head) -> None:
     run, store, lam = h.frame.run, h.store, h.lam
     with left:
         if crossings is None:
-            widgets.chart(
+            charts.chart(
                 h.over_time(figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3",
@@ -351,7 +351,7 @@ def _leading_panel(h: _Head) -> None:
             )
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {h.w_name} for {h.name}, over training.")
         else:
-            widgets.chart(
+            charts.chart(
                 h.over_time(figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
@@ -428,10 +428,10 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
     )
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-    if widgets.no_values(values, STATS[stat].label, matrix):
+    if charts.no_values(values, STATS[stat].label, matrix):
         return None
     band = reference_of(h.refs, stat, k)
-    event = widgets.chart(
+    event = charts.chart(
         h.over_time(
             figs.head_in_layer(
                 h.axis,
@@ -479,7 +479,7 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
         return
     st.subheader(f"W_QK and W_OV of L{layer} H{head}")
     both = np.concatenate(list(series.values()))
-    widgets.chart(
+    charts.chart(
         stacked(
             figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
             right=STACK_RIGHT,

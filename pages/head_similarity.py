@@ -6,7 +6,7 @@ import streamlit as st
 
 from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from analysis.ultrametric import distance
-from dashboard import export, widgets
+from dashboard import charts, export, viewstate, widgets
 from dashboard.data import fixed_range
 from dashboard.figures import similarity as figs
 
@@ -16,7 +16,7 @@ ALL = -1  # the layer choice that shows every head against every head
 def main() -> None:
     st.title("Head similarity")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -64,7 +64,7 @@ def main() -> None:
 
     # --- panel: the similarity matrix ---
     st.subheader("How alike the heads are")
-    event = widgets.chart(
+    event = charts.chart(
         figs.similarity_matrix(shown, heads, step=step, stat=stat, rng=rng, separators=separators),
         "similarity",
         title=f"{frame.run} · {figs.SHORT[stat]} · {'all heads' if layer == ALL else f'layer {layer}'} · step {step:,}",
@@ -80,7 +80,7 @@ def main() -> None:
         f"LayerNorm's scales, which are not folded in.{chance} Colours fixed over training. Click a cell to open its "
         "row's head in the head explorer."
     )
-    widgets.open_head_on_click(event, store)
+    charts.open_head_on_click(event, store)
 
     # --- panel: how ultrametric each layer is over training ---
     table = store.frame(ULTRAMETRICITY)
@@ -91,7 +91,7 @@ def main() -> None:
     layers = sorted(int(v) for v in rows["layer"].unique())
     share = _grid(rows, "share", store.steps, layers)
     base = _grid(rows, "baseline", store.steps, layers)
-    widgets.chart(
+    charts.chart(
         figs.ultrametric_lines(frame.axis(), share, base, layers=layers, distance=_distance_text(stat)),
         "ultrametricity",
         title=f"{frame.run} · share of ultrametric triangles · {figs.SHORT[stat]}",

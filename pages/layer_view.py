@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import fixed_range, loss_curve
 from dashboard.figures import layers as figs
 from dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
@@ -14,7 +14,7 @@ STACK_RIGHT = 110  # px: the head legend right of the chosen layer's chart (its 
 def main() -> None:
     st.title("Layer view")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -35,7 +35,7 @@ def main() -> None:
         return overlay_loss_grid(fig, axis, *curve) if show_loss and curve else fig
 
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)  # (S, n_layers, n_heads)
-    if widgets.no_values(values, STATS[stat].label, matrix):
+    if charts.no_values(values, STATS[stat].label, matrix):
         return
     y_range = fixed_range(values, log=log_y)
     label = STATS[stat].short(k)
@@ -45,7 +45,7 @@ def main() -> None:
     # --- panel: every head of the chosen layer ---
     st.subheader(f"Layer {layer}: every head over training")
     fig = figs.layer_lines(axis, values[:, layer, :], layer=layer, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y)
-    event = widgets.chart(
+    event = charts.chart(
         stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "layer_lines",
         title=f"{frame.run} · layer {layer}, every head · {label}",
@@ -61,7 +61,7 @@ def main() -> None:
 
     # --- panel: all layers ---
     st.subheader("All layers")
-    grid = widgets.chart(
+    grid = charts.chart(
         stacked(
             with_loss_grid(figs.layer_grid(axis, values, stat=STATS[stat], k=k, y_range=y_range, log_y=log_y, highlight=layer)),
             right=STACK_RIGHT,
@@ -78,8 +78,8 @@ def main() -> None:
     )
 
     # --- a clicked line opens its head ---
-    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
-    widgets.open_head_on_click(grid, store, stat=stat, k=k, matrix=matrix)
+    charts.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
+    charts.open_head_on_click(grid, store, stat=stat, k=k, matrix=matrix)
 
 
 main()

@@ -8,7 +8,7 @@ import streamlit as st
 from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
 from analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
-from dashboard import export, loader, style, widgets
+from dashboard import charts, export, loader, style, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
 from dashboard.stats import LLC_STAT, STATS
@@ -20,7 +20,7 @@ CLUSTERS = list(range(2, 9))
 def main() -> None:
     st.title("Refined LLC")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -99,7 +99,7 @@ def main() -> None:
         loss=curve[0] if curve and show_loss else None,
         loss_label=curve[1] if curve else "",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "llc_heads",
         title=f"{frame.run} · every head · refined LLC",
@@ -116,13 +116,13 @@ def main() -> None:
         "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Dotted, on the right "
         "(with the loss switch): the loss at every checkpoint. Click a head to open it in the head explorer."
     )
-    widgets.open_head_on_click(event, store, stat=LLC_STAT)
+    charts.open_head_on_click(event, store, stat=LLC_STAT)
     _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
 
     # --- panel: the whole model, with the loss ---
     st.subheader("The whole model's LLC and the loss")
     model, model_std = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
-    widgets.chart(
+    charts.chart(
         figs.model_llc(
             axis, idx, model, model_std, loss=curve[0] if curve else None, loss_label=curve[1] if curve else "", flags=model_flags
         ),
@@ -146,7 +146,7 @@ def main() -> None:
 
     # --- panel: clusters of heads by the shape of their curves ---
     st.subheader("Heads clustered by their refined-LLC curves")
-    widgets.chart(
+    charts.chart(
         figs.cluster_grid(labels, n_layers=n_layers, n_heads=n_heads, names=cluster_names),
         "llc_clusters",
         title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({norm})",
@@ -220,7 +220,7 @@ def _diagnostics(
         st.info(f"No chains stored for {target} at step {at_step:,}.")
         return
     label = f"{'whole model' if layer < 0 else f'L{layer} H{head}'}, step {at_step:,}"
-    widgets.chart(
+    charts.chart(
         figs.chain_traces(
             trace,
             float(init.iloc[0]),

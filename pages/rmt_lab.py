@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures import rmt as figs
 from dashboard.stats import STATS
 from dashboard.tables import init_scale
@@ -21,7 +21,7 @@ def main() -> None:
         "nothing else is read from a store."
     )
     # --- the open run's shape and init scale, offered and chosen by default ---
-    frame = widgets.frame()
+    frame = viewstate.frame()
     store = frame.store
     d_model0, heads0, sigma0 = 512, 8, 0.02
     if store is not None and store.d_model % store.d_head == 0 and store.d_model <= 2048:
@@ -78,7 +78,7 @@ def main() -> None:
     with left:
         st.subheader("Entries of W_QK")
         log_p = widgets.toggle("logp", "log density axis", False)
-        widgets.chart(
+        charts.chart(
             figs.entries_figure(sample, log_density=log_p),
             "rmt_entries",
             title=f"random W_QK · {tag} · entries",
@@ -92,7 +92,7 @@ def main() -> None:
     # --- panel: ordered singular values ---
     with right:
         st.subheader("Ordered singular values")
-        widgets.chart(
+        charts.chart(
             figs.singular_values_figure(sample),
             "rmt_sv",
             title=f"random W_QK · {tag} · singular values",
@@ -103,7 +103,7 @@ def main() -> None:
         st.caption(f"All {d_model} singular values of W_QK, largest first, log scale: {cut}; the rest are rounding noise.")
     # --- panel: P(lambda) with the free-product and plain Marchenko-Pastur laws ---
     st.subheader("Spectrum against the null laws")
-    widgets.chart(
+    charts.chart(
         figs.spectrum_law_figure(sample),
         "rmt_law",
         title=f"random W_QK · {tag} · spectrum against the null laws",

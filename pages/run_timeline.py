@@ -12,7 +12,7 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, STAGES
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.events import KINDS, TYPE_TEXT, events_frame, head_link, type_sentences
 from dashboard.figures import timeline as figs
@@ -22,7 +22,7 @@ from dashboard.stats import LLC_STAT, STATS
 def main() -> None:
     st.title("Timeline")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -63,7 +63,7 @@ def main() -> None:
     stages = stages[stages["basis"] == basis].sort_values("stage") if stages is not None and basis else None
     curve = loss_curve(store)
     loss, label = (curve[0], curve[1]) if curve else (None, "")
-    widgets.chart(
+    charts.chart(
         figs.timeline(axis, loss, label, stages, shown, run=frame.run, basis=basis),
         "timeline",
         title=frame.run,

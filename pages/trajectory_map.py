@@ -17,7 +17,7 @@ from analysis.type_association import (
     has_statistic,
     replicates,
 )
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
 from dashboard.stats import LLC_STAT, STATS, trajectory_stats_for
@@ -44,7 +44,7 @@ def _with(options: list, value) -> list:
 def main() -> None:
     st.title("Trajectory map")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -152,7 +152,7 @@ def main() -> None:
         sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks],
         **_grouping(store, colour_by, traj, types),
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "trajectory_map",
         title=f"{frame.run} · trajectory map of {STATS[stat].short()} ({norm})",
@@ -188,7 +188,7 @@ def main() -> None:
 
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
-        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
+        viewstate.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
 
 
 def _grouping(store, colour_by: str, traj: np.ndarray, types) -> dict:
@@ -384,7 +384,7 @@ def _joint_map(
         runs=names,
         n_layers=[s.n_layers for s in stores],
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "trajectory_map",
         title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
@@ -416,7 +416,7 @@ def _joint_map(
     picked = picked_run_head(event)
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked
-        widgets.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
+        viewstate.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
 
 
 main()

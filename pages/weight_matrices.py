@@ -3,7 +3,7 @@ and the Frobenius norm and tail exponent alpha of every block over training.
 
 One step control: the page's ``step`` sets the histogram's frame, its caption and the depth panel
 (and the link); Plotly's own slider is left out (`dashboard.figures.weights.sv_animation`), and Pause
-moves the step control to the frame shown (`dashboard.widgets.follow_play`).
+moves the step control to the frame shown (`dashboard.charts.follow_play`).
 """
 
 import numpy as np
@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.store.format import LAYER_ROLES as ROLES
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import weights as figs
 from dashboard.figures.common import overlay_loss, stacked
@@ -32,7 +32,7 @@ ROLE_TEXT = {
 def main() -> None:
     st.title("Weight matrices")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -70,7 +70,7 @@ def main() -> None:
     # --- panel: one weight's singular values over training ---
     st.subheader(f"Layer {layer} {role}: singular values over training")
     one = rows_role[rows_role["layer"] == layer].sort_values("step")
-    widgets.chart(
+    charts.chart(
         figs.sv_animation(
             list(one["sv"]),
             list(one["std"]),
@@ -85,7 +85,7 @@ def main() -> None:
         filename=export.safe_name(frame.run, f"L{layer}", role, "sv"),
         csv=lambda: _sv_csv(frame.run, role, one),
     )
-    widgets.follow_play("sv_animation", step)
+    charts.follow_play("sv_animation", step)
     shown = one[one["step"] == step]
     at_step = (
         f" At step {step:,}: {int(shown['mp_spikes'].iloc[0])} values above the law's upper edge, tail "
@@ -107,7 +107,7 @@ def main() -> None:
     n = max(n_rows, n_cols)
     x_all = [np.asarray(v) / (sd * np.sqrt(n)) for v, sd in zip(rows_role["sv"], rows_role["std"], strict=True) if sd > 0]
     x_max = 1.04 * max(float(np.max(x)) for x in x_all) if x_all else 2.0
-    widgets.chart(
+    charts.chart(
         figs.sv_depth(
             list(at["sv"]),
             list(at["std"]),
@@ -136,7 +136,7 @@ def main() -> None:
     curve = loss_curve(store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
     fig = figs.frob_lines(axis, known, frob, layers=layers, role=role, log_y=log_y)
-    widgets.chart(
+    charts.chart(
         stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "frob_lines",
         title=f"{frame.run} · {role} · Frobenius norm of every layer",
@@ -152,7 +152,7 @@ def main() -> None:
     st.subheader(f"Tail exponent α of every layer's {role} over training")
     alpha = _per_layer(rows_role, known, layers, "alpha")
     fig = figs.alpha_lines(axis, known, alpha, layers=layers, role=role)
-    widgets.chart(
+    charts.chart(
         stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, right=STACK_RIGHT),
         "alpha_lines",
         title=f"{frame.run} · {role} · tail exponent α of every layer",

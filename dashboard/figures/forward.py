@@ -132,7 +132,7 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
 
     The frame shown is ``start``, which the page's one step control (in the URL) sets; Play runs the
     following frames in the browser and Pause stops (the page moves its step control to the paused
-    frame: `dashboard.widgets.follow_play`). Plotly's own slider is left out: a second step control
+    frame: `dashboard.charts.follow_play`). Plotly's own slider is left out: a second step control
     that the link could not follow.
 
     Args:
