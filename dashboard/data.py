@@ -18,7 +18,7 @@ import pandas as pd
 from analysis.stats.crossings import Approach
 from analysis.store import Store
 from analysis.store.format import ATTENTION, EVAL_LOSS, LLC
-from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
+from dashboard.labels import FORWARD_STATS, LAMBDA, LLC_STAT
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log", "index"]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import streamlit as st
 
-from dashboard.stats import LAMBDA, MATRIX_LABELS, STATS
+from dashboard.labels import LAMBDA, MATRIX_LABELS, STATS
 from dashboard.viewstate import Where, active, register, seed
 
 IMAGE_FORMAT = "img"  # URL parameter: the format the charts' camera icon saves (png or svg), carried across pages

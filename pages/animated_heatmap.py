@@ -4,7 +4,7 @@ import streamlit as st
 
 from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.animation import animation
-from dashboard.stats import STATS, stats_for
+from dashboard.labels import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
 

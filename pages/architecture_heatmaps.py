@@ -6,7 +6,7 @@ from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import fixed_range, loss_curve
 from dashboard.figures import architecture as figs
 from dashboard.figures.common import overlay_loss
-from dashboard.stats import STATS, stats_for
+from dashboard.labels import STATS, stats_for
 from dashboard.style import SIGNED_STATS
 
 

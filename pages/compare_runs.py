@@ -20,7 +20,7 @@ from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
 from dashboard.figures.common import stacked
 from dashboard.head_types import head_types, missing_text
-from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
+from dashboard.labels import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 STACK_RIGHT = 24  # px: the time charts' right margin (their legends sit above them)
 ALIGN_TEXT = {"step": "step", "tokens": "tokens seen", "fraction": "fraction of the run"}

@@ -12,7 +12,7 @@ from dashboard.data import loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss, stacked
 from dashboard.head_types import head_types, missing_text
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")

@@ -14,7 +14,7 @@ from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
 from dashboard.figures import head as figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.stats import LAMBDA, STATS, stats_for
+from dashboard.labels import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 

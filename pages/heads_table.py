@@ -15,7 +15,7 @@ from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, viewstate, widgets
 from dashboard.data import default_steps, uniform_attention
 from dashboard.head_types import TYPE_LABELS, HeadTypes, head_types, missing_text
-from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
+from dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]

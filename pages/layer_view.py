@@ -6,7 +6,7 @@ from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import fixed_range, loss_curve
 from dashboard.figures import layers as figs
 from dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
-from dashboard.stats import STATS, stats_for
+from dashboard.labels import STATS, stats_for
 
 STACK_RIGHT = 110  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
 

@@ -11,7 +11,7 @@ from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectorie
 from dashboard import charts, export, loader, style, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
-from dashboard.stats import LLC_STAT, STATS
+from dashboard.labels import LLC_STAT, STATS
 
 NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
 CLUSTERS = list(range(2, 9))

@@ -5,7 +5,7 @@ import streamlit as st
 
 from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures import rmt as figs
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 from dashboard.tables import init_scale
 
 D_MODELS = [128, 256, 512, 768, 1024]

@@ -16,7 +16,7 @@ from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.events import KINDS, TYPE_TEXT, events_frame, head_link, type_sentences
 from dashboard.figures import timeline as figs
-from dashboard.stats import LLC_STAT, STATS
+from dashboard.labels import LLC_STAT, STATS
 
 
 def main() -> None:

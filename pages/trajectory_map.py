@@ -20,7 +20,7 @@ from analysis.type_association import (
 from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
-from dashboard.stats import LLC_STAT, STATS, trajectory_stats_for
+from dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from dashboard.data import fixed_range, nan_mean
 from dashboard.figures.common import colour_layer, figure, layout, value_axis
 from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 FRAME_MS = 180  # playback speed: one checkpoint per FRAME_MS milliseconds
 

@@ -14,7 +14,7 @@ from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.figures.points import cell_picker, head_points
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 FRAME_MS = 200
 

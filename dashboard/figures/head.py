@@ -22,7 +22,7 @@ from dashboard.figures.common import (
     with_gaps,
 )
 from dashboard.figures.points import clickable
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 K_TITLE = "singular-value index k (0 = largest)"
 

@@ -17,7 +17,7 @@ from dashboard.figures.card import loss_curve
 from dashboard.figures.common import log_ticks
 from dashboard.figures.points import picked_step
 from dashboard.figures.trajectory import SPARK_CHARS, sparkline
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from dashboard.figures import forward as fwd
 from dashboard.figures import head, layers, points, trajectory
 from dashboard.figures.card import loss_curve
 from dashboard.figures.common import overlay_loss
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 from dashboard.style import step_colours
 from tests.app.conftest import arr
 
