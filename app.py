@@ -16,11 +16,11 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from dashboard import loader, viewstate, widgets
-from dashboard.card import loss_series, model_card_lines
 from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
-from dashboard.figures.card import loss_curve
+from dashboard.figures.loss import loss_curve
 from dashboard.frame import Frame
+from dashboard.model_card import loss_series, model_card_lines
 from dashboard.navigation import PAGES as PAGE_SPECS
 from dashboard.navigation import time_scale_of
 from dashboard.settings import read_settings

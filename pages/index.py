@@ -9,10 +9,10 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.store import read_meta
 from dashboard import loader, viewstate
-from dashboard.card import model_card_lines, timeline_card_lines
 from dashboard.data import loss_curve, step_axis
 from dashboard.events import stage_rows
 from dashboard.figures.timeline import compact
+from dashboard.model_card import model_card_lines, timeline_card_lines
 from dashboard.navigation import VIEWS
 
 

@@ -19,8 +19,8 @@ from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import forward as fwd
 from dashboard.figures import head, layers, points, trajectory
-from dashboard.figures.card import loss_curve
 from dashboard.figures.common import overlay_loss
+from dashboard.figures.loss import loss_curve
 from dashboard.labels import STATS
 from dashboard.style import step_colours
 from tests.app.conftest import arr
