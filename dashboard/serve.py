@@ -138,6 +138,8 @@ WARM_MODULES = (
     "dashboard.tables",
     "dashboard.events",
     "dashboard.figures.head",
+    "dashboard.figures.density",
+    "dashboard.figures.spectrum",
     "dashboard.figures.layers",
     "dashboard.figures.timeline",
     "analysis.rmt.references",

@@ -12,7 +12,10 @@ from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
 from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
-from dashboard.figures import head as figs
+from dashboard.figures import density as density_figs
+from dashboard.figures import head as head_figs
+from dashboard.figures import panels
+from dashboard.figures import spectrum as spectrum_figs
 from dashboard.figures.common import overlay_loss, stacked
 from dashboard.labels import LAMBDA, STATS, stats_for
 from dashboard.style import step_colours
@@ -188,7 +191,7 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     grid = density_grid(h.hist, h.mu, h.sigma, w)
     run, store = h.frame.run, h.store
     charts.chart(
-        h.over_time(figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
+        h.over_time(density_figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
         "density_map",
         title=f"{run} · {h.shown} · P(w) over training",
         filename=export.safe_name(run, h.tag, "Pw-map"),
@@ -217,14 +220,14 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
     if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
         w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
         p_all = p_all * sigma[:, None]
-        x_range = figs.z_range(h.hist)
+        x_range = density_figs.z_range(h.hist)
     else:
         x_range = w_range
-    p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
+    p_range = density_figs.log_density_range(p_all) if log_p else fixed_range(p_all)
     gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
     run, store, matrix = h.frame.run, h.store, h.matrix
     picked = charts.chart(
-        figs.density_slices(
+        density_figs.density_slices(
             w_all[idx],
             p_all[idx],
             labels=h.labels,
@@ -273,7 +276,7 @@ def _spectrum_map(h: _Head) -> None:
     st.subheader("Spectrum over training")
     run, store = h.frame.run, h.store
     charts.chart(
-        h.over_time(figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
+        h.over_time(spectrum_figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
         "spectrum_map",
         title=f"{run} · {h.shown} · λ_k over training",
         filename=export.safe_name(run, h.tag, "lambda-map"),
@@ -295,7 +298,7 @@ def _spectrum_slices(h: _Head) -> Any:
     run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
     null_lam = null_spectra(lam[idx], store) if show_null else None
     picked = charts.chart(
-        figs.spectrum_slices(
+        spectrum_figs.spectrum_slices(
             lam[idx],
             labels=h.labels,
             colours=h.colours,
@@ -343,7 +346,9 @@ def _leading_panel(h: _Head) -> None:
     with left:
         if crossings is None:
             charts.chart(
-                h.over_time(figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
+                h.over_time(
+                    spectrum_figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
+                ),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3",
                 filename=export.safe_name(run, h.tag, "leading"),
@@ -352,7 +357,9 @@ def _leading_panel(h: _Head) -> None:
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {h.w_name} for {h.name}, over training.")
         else:
             charts.chart(
-                h.over_time(figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
+                h.over_time(
+                    spectrum_figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
+                ),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
                 filename=export.safe_name(run, h.tag, "crossings"),
@@ -433,13 +440,13 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
     band = reference_of(h.refs, stat, k)
     event = charts.chart(
         h.over_time(
-            figs.head_in_layer(
+            head_figs.head_in_layer(
                 h.axis,
                 values[:, layer, :],
                 head=head,
                 stat=STATS[stat],
                 k=k,
-                y_range=fixed_range(figs.with_band(values, band), log=log_y),
+                y_range=fixed_range(panels.with_band(values, band), log=log_y),
                 log_y=log_y,
                 chosen_x=h.chosen_x,
                 colours=h.colours,
@@ -481,7 +488,7 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
     both = np.concatenate(list(series.values()))
     charts.chart(
         stacked(
-            figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+            head_figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
             right=STACK_RIGHT,
         ),
         "both_matrices",
