@@ -18,6 +18,7 @@ from dashboard.figures import panels
 from dashboard.figures import spectrum as spectrum_figs
 from dashboard.figures.common import overlay_loss, stacked
 from dashboard.labels import LAMBDA, STATS, stats_for
+from dashboard.pagedata import head as head_data
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 
@@ -218,8 +219,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
     mu, sigma, kl, idx = h.mu, h.sigma, h.kl, h.idx
     w_all, p_all = density_curves(h.hist, mu, sigma)
     if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
-        w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
-        p_all = p_all * sigma[:, None]
+        w_all, p_all = head_data.standardized(w_all, p_all, mu, sigma)
         x_range = density_figs.z_range(h.hist)
     else:
         x_range = w_range
