@@ -2,8 +2,8 @@
 
 Run with ``python -m dashboard.serve`` (``streamlit run app.py`` plus one setting, see
 `dashboard.serve`). The environment is read once per run (`dashboard.settings`). The
-whole run happens inside one view (`dashboard.widgets.view_state`): each page reads
-the run chosen here through ``widgets.frame()`` and makes its widgets there; leaving
+whole run happens inside one view (`dashboard.viewstate.view_state`): each page reads
+the run chosen here through ``viewstate.frame()`` and makes its widgets there; leaving
 the block publishes the view, so its state is written to the query string and the
 address bar (and the sidebar's link) reproduces it. With $STORE_REPO set, the run
 picker also offers the stores of that Hugging Face dataset repo; on a Space
@@ -15,12 +15,12 @@ import functools
 import streamlit as st
 
 from analysis.errors import StoreError
-from dashboard import loader, widgets
-from dashboard.card import loss_series, model_card_lines
+from dashboard import loader, viewstate, widgets
 from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
-from dashboard.figures.card import loss_curve
+from dashboard.figures.loss import loss_curve
 from dashboard.frame import Frame
+from dashboard.model_card import loss_series, model_card_lines
 from dashboard.navigation import PAGES as PAGE_SPECS
 from dashboard.navigation import time_scale_of
 from dashboard.settings import read_settings
@@ -33,7 +33,7 @@ st.set_page_config(page_title="headwatch: attention heads over training", page_i
 PAGES = [st.Page(p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default) for p in PAGE_SPECS]
 
 settings = read_settings()  # the environment, read once per run
-with widgets.view_state(settings) as view:
+with viewstate.view_state(settings) as view:
     page = st.navigation(PAGES, expanded=True)  # every view listed (past 10, Streamlit would hide some behind 'View more')
     view.open(page, PAGES)  # a Space link names its page as ?page=... on the root URL
     notice_slot = view.notices_in(st.container())

@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 
 ROOT = Path(__file__).resolve().parent.parent
 

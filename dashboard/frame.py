@@ -1,7 +1,7 @@
 """The frame of one app run: what the shared sidebar chose (store, run, time axis) and offered (every run).
 
-app.py builds one `Frame` per run and hands it to the view (`dashboard.widgets`), where
-every page reads it with ``widgets.frame()`` or ``widgets.run_frame()``. Pure: no
+app.py builds one `Frame` per run and hands it to the view (`dashboard.viewstate`), where
+every page reads it with ``viewstate.frame()`` or ``viewstate.run_frame()``. Pure: no
 streamlit.
 """
 

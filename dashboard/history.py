@@ -12,7 +12,7 @@ Why it is needed. Streamlit's frontend adds a history entry in two places:
   where it replaces the entry instead.
 
 The app writes the complete view state to the query string at the end of every run
-(when `dashboard.widgets.view_state` publishes the view), so opening a page gave two
+(when `dashboard.viewstate.view_state` publishes the view), so opening a page gave two
 entries, the bare page and the same page with its parameters, and Back had to be
 pressed twice to leave it.
 Streamlit has no way for a script to ask for a replace, so this script does it in the

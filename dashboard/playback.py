@@ -1,6 +1,6 @@
 """The script that hands an animated chart's paused frame back to the page's step control.
 
-Pure, no streamlit: `dashboard.widgets.follow_play` mounts `SCRIPT` as a Streamlit component
+Pure, no streamlit: `dashboard.charts.follow_play` mounts `SCRIPT` as a Streamlit component
 (``st.components.v2``, which runs in the app's own document, next to the chart).
 
 Why it is needed. An animated chart (the Animation heatmap, the Forward lenses' layer divergence,

@@ -132,10 +132,14 @@ def config_options(config: Path, args: list[str]) -> list[str]:
 # the loader), SciPy's linear algebra, the figure builders, and the numba kernels of the random-head references.
 WARM_MODULES = (
     "dashboard.loader",
+    "dashboard.viewstate",
     "dashboard.widgets",
+    "dashboard.charts",
     "dashboard.tables",
     "analysis.findings.events",
     "dashboard.figures.head",
+    "dashboard.figures.density",
+    "dashboard.figures.spectrum",
     "dashboard.figures.layers",
     "dashboard.figures.timeline",
     "analysis.rmt.references",

@@ -1,6 +1,6 @@
 """How a view leaves the app: its link, the Space page's address bar, the browser history, ``?page=`` links.
 
-Pure, no streamlit: `dashboard.widgets` calls `publication` when a view is complete
+Pure, no streamlit: `dashboard.viewstate` calls `publication` when a view is complete
 and puts what it returns on the page, and calls `page_request` when a run starts.
 The pieces come from `dashboard.urlstate` (the query string), `dashboard.space`
 (Space URLs and the message to the Space page) and `dashboard.history` (one browser

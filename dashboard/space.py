@@ -1,7 +1,7 @@
 """Hosting on a Hugging Face Space: stores from a Hub dataset repo, and links that work inside the Space page.
 
 Pure helpers, no streamlit and no network: `dashboard.loader` downloads the repo
-and `dashboard.widgets` injects the script (`dashboard.sharing` composes it); these functions only turn a
+and `dashboard.viewstate` injects the script (`dashboard.sharing` composes it); these functions only turn a
 downloaded snapshot into store paths, word a failed download, and build the
 Space URL and the message that keeps the Space page's address bar in step.
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference, gaussian_references, init_sigma
 from analysis.store import Store
-from dashboard.stats import FORWARD_STATS, LAMBDA, LLC_STAT
+from dashboard.labels import FORWARD_STATS, LAMBDA, LLC_STAT
 
 SWAP_SCORE_HELP = (
     "swap score = max over the informative steps through the approach of swap − keep, with "

@@ -1,6 +1,6 @@
 """View state <-> query string: parse raw URL values against the allowed options, and encode back.
 
-Pure functions, no streamlit: `dashboard.widgets` feeds them ``st.query_params``
+Pure functions, no streamlit: `dashboard.viewstate` feeds them ``st.query_params``
 and shows the notices they return. Every parameter is matched by its string
 form, so an option may be an int (``layer=3``), a string (``stat=std``) or a
 bool (``logc=1``); anything not among the options falls back to the default

@@ -1,23 +1,68 @@
 """Animation: the layer x head heatmap of a statistic played through every checkpoint."""
 
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.animation import animation
-from dashboard.stats import STATS, stats_for
+from dashboard.frame import RunFrame
+from dashboard.labels import STATS, stats_for
 from dashboard.style import SIGNED_STATS
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The page's widgets: the statistic (``matrix``, ``stat``, ``k``), its log colour (``logc``) and the frame
+    (``step``)."""
+
+    matrix: str
+    stat: str
+    k: int | None
+    log_colour: bool
+    step: int
+
+    @property
+    def label(self) -> str:
+        """The statistic as titles say it (lambda_k with its k)."""
+        return STATS[self.stat].short(self.k)
+
+    @property
+    def name(self) -> str:
+        """The statistic as file names say it."""
+        return self.stat if self.k is None else f"lambda_{self.k}"
 
 
 def main() -> None:
     st.title("Animation")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
-    store = frame.store
-    steps = [int(s) for s in store.steps]
 
     # --- widgets ---
+    opts = _choose(frame)
+    values = loader.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)
+    if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
+        return
+
+    # --- panel: animated layer x head heatmap with marginals ---
+    event, fig = _heatmap_panel(frame, opts, values)
+
+    # --- the animation as a GIF ---
+    _gif_button(frame, opts, values, fig)
+
+    # --- a clicked cell opens its head at this step ---
+    charts.open_head_on_click(event, frame.store, stat=opts.stat, k=opts.k, matrix=opts.matrix)
+
+
+def _choose(frame: RunFrame) -> _Choices:
+    """The widgets: the matrix; statistic, k and log colour in a row; the step below."""
+    store = frame.store
+    steps = [int(s) for s in store.steps]
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_k, c_log = st.columns([3, 3, 2], vertical_alignment="bottom")
     stat, k, log_colour = widgets.statistic(
@@ -31,32 +76,33 @@ def main() -> None:
         kind="select_slider",
         fmt=lambda s: f"{s:,}",
     )
-    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-    if widgets.no_values(values, STATS[stat].label, matrix):
-        return
-    label = STATS[stat].short(k)
-    name = stat if k is None else f"lambda_{k}"
+    return _Choices(matrix=matrix, stat=stat, k=k, log_colour=log_colour, step=step)
 
-    # --- panel: animated layer x head heatmap with marginals ---
+
+def _heatmap_panel(frame: RunFrame, opts: _Choices, values: np.ndarray) -> tuple[Any, go.Figure]:
+    """The layer x head heatmap at the step, its marginals beside and below, playable; returns the click event and
+    the figure."""
+    store, step, label = frame.store, opts.step, opts.label
+    steps = [int(s) for s in store.steps]
     fig = animation(
         values,
         steps=steps,
         start=steps.index(step),
-        stat=STATS[stat],
-        k=k,
-        log_colour=log_colour,
-        signed=stat in SIGNED_STATS,
+        stat=STATS[opts.stat],
+        k=opts.k,
+        log_colour=opts.log_colour,
+        signed=opts.stat in SIGNED_STATS,
         title=f"{frame.run} · every head · {label}",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "animation",
         title=f"{frame.run} · every head · {label}",
-        filename=export.safe_name(frame.run, "all-heads", name, "step", step),
-        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=stat, k=k, matrix=matrix),
+        filename=export.safe_name(frame.run, "all-heads", opts.name, "step", step),
+        csv=lambda: export.tidy(values, store.steps, run=frame.run, statistic=opts.stat, k=opts.k, matrix=opts.matrix),
         select=True,
     )
-    widgets.follow_play("animation", step)
+    charts.follow_play("animation", step)
     hidden = store.hidden_steps
     listed = "; ".join(text for _, text in hidden[:3]) + ("; ..." if len(hidden) > 3 else "")
     dup_note = f" Checkpoints that are not training states ({listed}) are not frames." if hidden else ""
@@ -67,21 +113,25 @@ def main() -> None:
         "browser, and Pause (or the last frame) moves the step control to the frame shown. Click a cell to open "
         f"that head at this step.{dup_note}"
     )
+    return event, fig
 
-    # --- the animation as a GIF ---
+
+def _gif_button(frame: RunFrame, opts: _Choices, values: np.ndarray, fig: go.Figure) -> None:
+    """Every checkpoint's heatmap as an animated GIF, in the chart's fixed colours (drawn when clicked)."""
     heat = fig.data[0]
+    steps = [int(s) for s in frame.store.steps]
     st.download_button(
         "Animation (GIF)",
         lambda: export.animation_gif(
             values,
             steps,
-            title=f"{frame.run} · {label}",
+            title=f"{frame.run} · {opts.label}",
             zmin=heat.zmin,
             zmax=heat.zmax,
-            log=log_colour,
-            signed=stat in SIGNED_STATS,
+            log=opts.log_colour,
+            signed=opts.stat in SIGNED_STATS,
         ),
-        file_name=f"{export.safe_name(frame.run, 'animation', name)}.gif",
+        file_name=f"{export.safe_name(frame.run, 'animation', opts.name)}.gif",
         mime="image/gif",
         key="animation_gif",
         on_click="ignore",
@@ -89,9 +139,6 @@ def main() -> None:
         type="tertiary",
         help="Every checkpoint's layer × head heatmap, colours fixed over the run, drawn with Pillow",
     )
-
-    # --- a clicked cell opens its head at this step ---
-    widgets.open_head_on_click(event, store, stat=stat, k=k, matrix=matrix)
 
 
 main()

@@ -7,7 +7,7 @@ or lacks the statistic or the matrix, is named in a warning; the others are show
 
 import streamlit as st
 
-from dashboard import widgets
+from dashboard import viewstate
 from dashboard.pagepanels import compare_runs as panels
 from dashboard.pagepanels import compare_runs_choice as choice
 
@@ -15,7 +15,7 @@ from dashboard.pagepanels import compare_runs_choice as choice
 def main() -> None:
     st.title("Compare runs")
     # --- empty case: nothing offered ---
-    frame = widgets.frame()
+    frame = viewstate.frame()
     if not frame.runs:
         st.info(
             "No runs to compare: put statistics stores under data/ (`python -m precompute --out data/NAME`), "

@@ -7,14 +7,14 @@ The layout; the widgets and panels are `dashboard.pagepanels.composition_circuit
 import streamlit as st
 
 from analysis.store.format import COMPOSITION
-from dashboard import widgets
+from dashboard import viewstate
 from dashboard.pagepanels import composition_circuits as panels
 
 
 def main() -> None:
     st.title("Circuits")
     # --- empty case: no run, no composition scores, or one layer ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None or panels.no_composition(frame.store):
         return
 

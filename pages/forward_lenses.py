@@ -1,45 +1,85 @@
 """Forward lenses: what the heads do on text over training (attention entropy, span, layer divergence, head types)."""
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.findings.held_types import head_types, missing_text
 from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
-from dashboard import export, widgets
-from dashboard.data import loss_curve, uniform_attention
+from dashboard import charts, export, viewstate, widgets
+from dashboard.data import StepAxis, loss_curve, uniform_attention
 from dashboard.figures import forward as figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.stats import STATS
+from dashboard.frame import RunFrame
+from dashboard.labels import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
 STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
 
+MISSING = (
+    "This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
+    "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
+    "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
+    "the store get their forward rows, the weight statistics stay as they are."
+)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The page's widgets: the divergence heatmap's frame (``step``) and the loss overlay (``loss``); ``curve``: the
+    run's loss curve, if any."""
+
+    step: int
+    show_loss: bool
+    curve: tuple[np.ndarray, str] | None
+
+    def with_loss(self, fig: go.Figure, axis: StepAxis) -> go.Figure:
+        """``fig`` with the loss drawn over its time axis when the switch is on, in the page's margins."""
+        return stacked(overlay_loss(fig, axis, *self.curve) if self.show_loss and self.curve else fig, **STACK)
+
+
 def main() -> None:
     st.title("Forward lenses")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
-    store = frame.store
-    info = store.meta.forward
-    if not store.has(ATTENTION) or info is None:
-        st.info(
-            "This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
-            "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
-            "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
-            "the store get their forward rows, the weight statistics stay as they are."
-        )
+    info = frame.store.meta.forward
+    if not frame.store.has(ATTENTION) or info is None:
+        st.info(MISSING)
         return
-    axis = frame.axis()
-    steps = [int(s) for s in store.steps]
     uniform = uniform_attention(info.seq_len, info.induction_repeat)
 
-    # --- widgets ---
+    # --- widgets, and the evaluation set under them ---
+    opts = _choose(frame)
+    st.caption(
+        f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
+        f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
+        f"{info.induction_repeat} random tokens repeated twice."
+    )
+
+    # --- panel: entropy and span per layer over training ---
+    _bands_panel(frame, opts, uniform)
+
+    # --- panel: layer-pair divergence, animated ---
+    _divergence_panel(frame, opts.step)
+
+    # --- panel: head types over training ---
+    _types_panel(frame, opts, uniform)
+
+    # --- panel: the loss on the induction probe over training ---
+    _probe_panel(frame, info)
+
+
+def _choose(frame: RunFrame) -> _Choices:
+    """The widgets: the divergence heatmap's step and the loss switch, in one row."""
+    steps = [int(s) for s in frame.store.steps]
     c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
     step = widgets.select(
         "step",
@@ -50,16 +90,15 @@ def main() -> None:
         fmt=lambda s: f"{s:,}",
         where=c_step,
     )
-    curve = loss_curve(store)
+    curve = loss_curve(frame.store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    st.caption(
-        f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
-        f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
-        f"{info.induction_repeat} random tokens repeated twice."
-    )
+    return _Choices(step=step, show_loss=show_loss, curve=curve)
 
-    # --- panel: entropy and span per layer over training ---
+
+def _bands_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
+    """Attention entropy and span: one line per layer over training, its heads' range as a band."""
     st.subheader("Attention entropy and span per layer")
+    store, axis = frame.store, frame.axis()
     for name in ("entropy", "span"):
         fig = figs.layer_bands(
             axis,
@@ -69,8 +108,8 @@ def main() -> None:
             reference_label=f"uniform attention: {uniform[name]:.3g}",
         )
         values = store.require(ATTENTION, name)
-        widgets.chart(
-            stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
+        charts.chart(
+            opts.with_loss(fig, axis),
             f"bands_{name}",
             title=f"{frame.run} · {STATS[name].short()} per layer over training",
             filename=export.safe_name(frame.run, "layers", name),
@@ -81,17 +120,20 @@ def main() -> None:
         "the dotted line is what uniform causal attention gives."
     )
 
-    # --- panel: layer-pair divergence, animated ---
+
+def _divergence_panel(frame: RunFrame, step: int) -> None:
+    """The layer x layer divergence at ``step``, animated over training; Pause hands its frame to ``step``."""
     st.subheader("How differently the layers attend")
-    jsd = store.require(LAYER_DIVERGENCE, "jsd")
-    widgets.chart(
+    steps = [int(s) for s in frame.store.steps]
+    jsd = frame.store.require(LAYER_DIVERGENCE, "jsd")
+    charts.chart(
         figs.divergence_animation(jsd, steps=steps, start=steps.index(step)),
         "divergence",
         title=f"{frame.run} · layer-pair Jensen-Shannon divergence (bits)",
         filename=export.safe_name(frame.run, "layer-divergence", "step", step),
         csv=lambda: _pairs_csv(frame.run, jsd, steps),
     )
-    widgets.follow_play("divergence", step)
+    charts.follow_play("divergence", step)
     st.caption(
         "Jensen-Shannon divergence (bits) between two layers' mean attention over relative offset i - j "
         "(averaged over heads, queries and sequences): 0 when they attend at the same distances alike. "
@@ -99,8 +141,12 @@ def main() -> None:
         "frames in the browser, and Pause (or the last frame) moves the step control to the frame shown."
     )
 
-    # --- panel: head types over training ---
+
+def _types_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
+    """Previous-token, induction and sink scores of every head over training, the heads' types marked; a click on
+    a cell opens the head."""
     st.subheader("Head types over training")
+    store, axis = frame.store, frame.axis()
     kinds = head_types(store)
     if kinds is None:
         st.info(missing_text(store.path), icon=":material/info:")
@@ -125,18 +171,21 @@ def main() -> None:
             emergence=kinds.emergence if kinds is not None else None,
         )
         values = store.require(ATTENTION, name)
-        event = widgets.chart(
-            stacked(overlay_loss(fig, axis, *curve) if show_loss and curve else fig, **STACK),
+        event = charts.chart(
+            opts.with_loss(fig, axis),
             f"type_{name}",
             title=f"{frame.run} · every head · {STATS[name].short()}",
             filename=export.safe_name(frame.run, "all-heads", name),
             csv=functools.partial(export.tidy, values, store.steps, run=frame.run, statistic=name, matrix="forward"),
             select=True,
         )
-        widgets.open_head_on_click(event, store, stat=name)
+        charts.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
 
-    # --- panel: the loss on the induction probe over training ---
+
+def _probe_panel(frame: RunFrame, info) -> None:
+    """The loss on the induction probe's second copy over training, beside the loss on the evaluation text."""
+    store = frame.store
     copy_loss = store.dense(EVAL_LOSS, "probe_copy_loss")
     eval_loss = store.dense(EVAL_LOSS, "loss")
     st.subheader("Loss on the induction probe's second copy")
@@ -148,8 +197,8 @@ def main() -> None:
         )
         return
     vocab = store.meta.model.config.get("vocab_size")
-    widgets.chart(
-        stacked(figs.probe_losses(axis, eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None), **STACK),
+    charts.chart(
+        stacked(figs.probe_losses(frame.axis(), eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None), **STACK),
         "probe_loss",
         title=f"{frame.run} · {figs.PROBE_COPY_LABEL}, and on the evaluation text",
         filename=export.safe_name(frame.run, "probe-copy-loss"),

@@ -10,11 +10,15 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.stats.crossings import level_crossings
 from analysis.stats.density import density_curves, density_extent, density_grid
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
-from dashboard.figures import head as figs
+from dashboard.figures import density as density_figs
+from dashboard.figures import head as head_figs
+from dashboard.figures import panels
+from dashboard.figures import spectrum as spectrum_figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.stats import LAMBDA, STATS, stats_for
+from dashboard.labels import LAMBDA, STATS, stats_for
+from dashboard.pagedata import head as head_data
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 
@@ -87,7 +91,7 @@ class _Head:
 def main() -> None:
     st.title("Head explorer")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
 
@@ -119,7 +123,7 @@ def main() -> None:
         return
     stat, k, log_y, event = picked
     for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
-        widgets.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
+        charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
 
     # --- panel: this head's W_QK and W_OV on one pair of axes ---
     _both_matrices(frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
@@ -187,8 +191,8 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     w = np.linspace(*w_range, DENSITY_GRID_POINTS)
     grid = density_grid(h.hist, h.mu, h.sigma, w)
     run, store = h.frame.run, h.store
-    widgets.chart(
-        h.over_time(figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
+    charts.chart(
+        h.over_time(density_figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
         "density_map",
         title=f"{run} · {h.shown} · P(w) over training",
         filename=export.safe_name(run, h.tag, "Pw-map"),
@@ -215,16 +219,15 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
     mu, sigma, kl, idx = h.mu, h.sigma, h.kl, h.idx
     w_all, p_all = density_curves(h.hist, mu, sigma)
     if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
-        w_all = (w_all - mu[:, None]) / np.where(sigma > 0, sigma, np.nan)[:, None]
-        p_all = p_all * sigma[:, None]
-        x_range = figs.z_range(h.hist)
+        w_all, p_all = head_data.standardized(w_all, p_all, mu, sigma)
+        x_range = density_figs.z_range(h.hist)
     else:
         x_range = w_range
-    p_range = figs.log_density_range(p_all) if log_p else fixed_range(p_all)
+    p_range = density_figs.log_density_range(p_all) if log_p else fixed_range(p_all)
     gauss = ([(0.0, 1.0)] * len(idx) if standardized else [(float(mu[i]), float(sigma[i])) for i in idx]) if gauss_on else []
     run, store, matrix = h.frame.run, h.store, h.matrix
-    picked = widgets.chart(
-        figs.density_slices(
+    picked = charts.chart(
+        density_figs.density_slices(
             w_all[idx],
             p_all[idx],
             labels=h.labels,
@@ -272,8 +275,8 @@ def _spectrum_map(h: _Head) -> None:
     """lambda_k of the head over (k, step), log colour."""
     st.subheader("Spectrum over training")
     run, store = h.frame.run, h.store
-    widgets.chart(
-        h.over_time(figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
+    charts.chart(
+        h.over_time(spectrum_figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
         "spectrum_map",
         title=f"{run} · {h.shown} · λ_k over training",
         filename=export.safe_name(run, h.tag, "lambda-map"),
@@ -294,8 +297,8 @@ def _spectrum_slices(h: _Head) -> Any:
     )
     run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
     null_lam = null_spectra(lam[idx], store) if show_null else None
-    picked = widgets.chart(
-        figs.spectrum_slices(
+    picked = charts.chart(
+        spectrum_figs.spectrum_slices(
             lam[idx],
             labels=h.labels,
             colours=h.colours,
@@ -342,8 +345,10 @@ def _leading_panel(h: _Head) -> None:
     run, store, lam = h.frame.run, h.store, h.lam
     with left:
         if crossings is None:
-            widgets.chart(
-                h.over_time(figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
+            charts.chart(
+                h.over_time(
+                    spectrum_figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
+                ),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3",
                 filename=export.safe_name(run, h.tag, "leading"),
@@ -351,8 +356,10 @@ def _leading_panel(h: _Head) -> None:
             )
             st.caption(f"λ_0 … λ_3, the four largest squared singular values of {h.w_name} for {h.name}, over training.")
         else:
-            widgets.chart(
-                h.over_time(figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)),
+            charts.chart(
+                h.over_time(
+                    spectrum_figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
+                ),
                 "leading",
                 title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
                 filename=export.safe_name(run, h.tag, "crossings"),
@@ -428,18 +435,18 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
     )
     values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
-    if widgets.no_values(values, STATS[stat].label, matrix):
+    if charts.no_values(values, STATS[stat].label, matrix):
         return None
     band = reference_of(h.refs, stat, k)
-    event = widgets.chart(
+    event = charts.chart(
         h.over_time(
-            figs.head_in_layer(
+            head_figs.head_in_layer(
                 h.axis,
                 values[:, layer, :],
                 head=head,
                 stat=STATS[stat],
                 k=k,
-                y_range=fixed_range(figs.with_band(values, band), log=log_y),
+                y_range=fixed_range(panels.with_band(values, band), log=log_y),
                 log_y=log_y,
                 chosen_x=h.chosen_x,
                 colours=h.colours,
@@ -479,9 +486,9 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
         return
     st.subheader(f"W_QK and W_OV of L{layer} H{head}")
     both = np.concatenate(list(series.values()))
-    widgets.chart(
+    charts.chart(
         stacked(
-            figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
+            head_figs.both_matrices(axis, series, stat=STATS[stat], k=k, y_range=fixed_range(both, log=log_y), log_y=log_y),
             right=STACK_RIGHT,
         ),
         "both_matrices",

@@ -13,9 +13,9 @@ from analysis.errors import StoreError
 from analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from analysis.store.format import HEAD_TYPES, LLC
-from dashboard import export, loader, widgets
+from dashboard import export, loader, viewstate, widgets
 from dashboard.data import default_steps, uniform_attention
-from dashboard.stats import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
+from dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
 
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
@@ -54,7 +54,7 @@ class _Options:
 def main() -> None:
     st.title("Heads")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
 
@@ -168,7 +168,7 @@ def _open_picked(event, table: pd.DataFrame, opts: _Options, open_steps: list[in
     rows = ((event or {}).get("selection") or {}).get("rows") or []
     if rows and 0 <= rows[0] < len(table):
         picked = table.iloc[rows[0]]
-        widgets.switch_page(
+        viewstate.switch_page(
             HEAD_PAGE,
             layer=int(picked["layer"]),
             head=int(picked["head"]),

@@ -9,10 +9,10 @@ import streamlit as st
 from analysis.errors import StoreError
 from analysis.findings.events import primary_basis, stage_rows
 from analysis.store import read_meta
-from dashboard import loader, widgets
-from dashboard.card import model_card_lines, timeline_card_lines
+from dashboard import loader, viewstate
 from dashboard.data import loss_curve, step_axis
 from dashboard.figures.timeline import compact
+from dashboard.model_card import model_card_lines, timeline_card_lines
 from dashboard.navigation import VIEWS
 
 
@@ -27,7 +27,7 @@ def main() -> None:
         "Conventions: raw checkpoint weights, no 1/√d_head factor, rotary position encoding ignored, no biases. "
         "Every view is a link: the address bar (and the sidebar's *Link to this view*) reproduces it."
     )
-    frame = widgets.frame()
+    frame = viewstate.frame()
     run = frame.run
 
     # --- panel: the views ---

@@ -1,49 +1,80 @@
 """Refined LLC: every head's local learning coefficient over training, the whole model's beside it with the
 loss, and the heads clustered by the shape of their curves."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
-from analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
-from analysis.trajectories import NORMALISATIONS, kmeans, normalise, trajectories
-from dashboard import export, loader, style, widgets
+from analysis.store.format import LLC
+from analysis.trajectories import NORMALISATIONS, Normalisation
+from dashboard import charts, export, loader, style, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import llc as figs
-from dashboard.stats import LLC_STAT, STATS
+from dashboard.frame import RunFrame
+from dashboard.labels import LLC_STAT, STATS
+from dashboard.pagedata import llc as data
+from dashboard.pagedata.llc import Estimates
 
 NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
 CLUSTERS = list(range(2, 9))
+MISSING = (
+    "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
+    "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
+    "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
+    "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
+    "chooses others); the store's other tables stay as they are."
+)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The page's widgets: how the heads' curves are coloured (``colour``), the clusters' number (``k``) and what
+    they are made on (``norm``), and the loss overlay (``loss``); ``curve``: the run's loss curve, if any."""
+
+    colour_by: str
+    k: int
+    norm: Normalisation
+    show_loss: bool
+    curve: tuple[np.ndarray, str] | None
 
 
 def main() -> None:
     st.title("Refined LLC")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
-    store = frame.store
-    info = store.meta.llc or {}
-    if not store.has(LLC) or not len(store.steps_with(LLC)):
-        st.info(
-            "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
-            "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
-            "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
-            "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
-            "chooses others); the store's other tables stay as they are."
-        )
+    if not frame.store.has(LLC) or not len(frame.store.steps_with(LLC)):
+        st.info(MISSING)
         return
-    axis = frame.axis()
-    steps = [int(s) for s in store.steps]
-    idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC)])
-    values = store.require(LLC, "llc")[idx]  # (E, n_layers, n_heads)
-    stds = store.require(LLC, "llc_std")[idx]
-    n_layers, n_heads = store.n_layers, store.n_heads
-    flagged = loader.llc_flags(store)
-    flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
+    est = data.estimates(frame.store, loader.llc_flags(frame.store))
 
-    # --- widgets ---
+    # --- widgets, and the sampler's settings under them ---
+    opts = _choose(frame)
+    _settings_caption(frame, est)
+
+    # --- data: clusters of the heads' curves (k-means on the normalised trajectories) ---
+    labels = data.clusters(est.values, k=opts.k, norm=opts.norm)
+    cluster_names = [f"cluster {c + 1}" for c in range(int(labels.max()) + 1)]
+
+    # --- panel: every head over training ---
+    _heads_panel(frame, est, opts, labels, cluster_names)
+
+    # --- panel: can the estimates be trusted? ---
+    _diagnostics(frame.run, frame.store, est, (frame.store.meta.llc or {}).get("sampler") or {})
+
+    # --- panel: the whole model, with the loss ---
+    _model_panel(frame, est, opts.curve)
+
+    # --- panel: clusters of heads by the shape of their curves ---
+    _clusters_panel(frame, est, opts, labels, cluster_names)
+
+
+def _choose(frame: RunFrame) -> _Choices:
+    """The widgets: colour, clusters and their normalisation in one row; the loss switch on its own."""
     c_colour, c_k, c_norm = st.columns([2, 1, 3], vertical_alignment="bottom")
     c_loss, _ = st.columns([1, 1])  # on its own row: the label reads whole at 1,024 px
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
@@ -58,73 +89,87 @@ def main() -> None:
         where=c_norm,
         help="; ".join(f"{n}: {v}" for n, v in NORMALISATIONS.items()),
     )
-    curve = loss_curve(store)
+    curve = loss_curve(frame.store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
+    return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve)
+
+
+def _settings_caption(frame: RunFrame, est: Estimates) -> None:
+    """The sampler's and the evaluation set's settings: estimates compare only under the same."""
+    info = frame.store.meta.llc or {}
     sampler = info.get("sampler") or {}
     evaluation = info.get("evaluation") or {}
     st.caption(
-        f"devinterp {info.get('devinterp', '?')} SGLD at {len(idx)} of the run's {len(steps)} checkpoints: step size "
-        f"{sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
+        f"devinterp {info.get('devinterp', '?')} SGLD at {len(est.idx)} of the run's {len(frame.store.steps)} checkpoints: "
+        f"step size {sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
         f"{sampler.get('chains')} chains × {sampler.get('draws')} draws (burn-in {sampler.get('burnin')}), batches of "
         f"{sampler.get('batch_size')} of {evaluation.get('sequences')} sequences of {evaluation.get('seq_len')} tokens "
         f"of {evaluation.get('text', '?')}. Estimates compare only under these settings."
     )
 
-    # --- data: clusters of the heads' curves (k-means on the normalised trajectories) ---
-    traj = normalise(trajectories(values), norm)  # (n_layers * n_heads, E)
-    labels = kmeans(traj, k, seed=0)
-    cluster_names = [f"cluster {c + 1}" for c in range(int(labels.max()) + 1)]
-    cluster_colours = [figs.CLUSTER_COLOURS[c % len(figs.CLUSTER_COLOURS)] for c in range(len(cluster_names))]
 
-    # --- panel: every head over training ---
+def _heads_panel(frame: RunFrame, est: Estimates, opts: _Choices, labels: np.ndarray, cluster_names: list[str]) -> None:
+    """Every head's estimates over training, coloured by layer or cluster; a click opens the head."""
     st.subheader("Every head's refined LLC over training")
-    if colour_by == "layer":
+    n_layers, n_heads = frame.store.n_layers, frame.store.n_heads
+    if opts.colour_by == "layer":
         groups, names, colours = (
             np.repeat(np.arange(n_layers), n_heads),
             [f"L{i}" for i in range(n_layers)],
             style.layer_colours(n_layers),
         )
     else:
-        groups, names, colours = labels, cluster_names, cluster_colours
+        groups, names, colours = labels, cluster_names, _cluster_colours(cluster_names)
+    curve = opts.curve
     fig = figs.head_curves(
-        axis,
-        idx,
-        values,
+        frame.axis(),
+        est.idx,
+        est.values,
         stat=STATS[LLC_STAT],
         groups=groups,
         group_names=names,
         colours=colours,
-        stds=stds,
-        flags=flags,
-        loss=curve[0] if curve and show_loss else None,
+        stds=est.stds,
+        flags=est.flags,
+        loss=curve[0] if curve and opts.show_loss else None,
         loss_label=curve[1] if curve else "",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "llc_heads",
         title=f"{frame.run} · every head · refined LLC",
         filename=export.safe_name(frame.run, "all-heads", "llc"),
         select=True,
-        csv=lambda: _heads_csv(frame.run, store.steps_with(LLC), values, stds, labels),
+        csv=lambda: data.heads_csv(frame.run, est, labels),
     )
     st.caption(
         "One marker per head at each checkpoint with an estimate (thin lines join a head's consecutive "
         "estimates; nothing is drawn at the checkpoints in between), coloured by "
-        f"{'layer' if colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
+        f"{'layer' if opts.colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
         "rows and output columns; it measures how much the loss rises when those weights wander near the "
         "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
         "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Dotted, on the right "
         "(with the loss switch): the loss at every checkpoint. Click a head to open it in the head explorer."
     )
-    widgets.open_head_on_click(event, store, stat=LLC_STAT)
-    _diagnostics(frame.run, store, idx, values, flags, model_flags, sampler)
+    charts.open_head_on_click(event, frame.store, stat=LLC_STAT)
 
-    # --- panel: the whole model, with the loss ---
+
+def _cluster_colours(names: list[str]) -> list[str]:
+    return [figs.CLUSTER_COLOURS[c % len(figs.CLUSTER_COLOURS)] for c in range(len(names))]
+
+
+def _model_panel(frame: RunFrame, est: Estimates, curve: tuple[np.ndarray, str] | None) -> None:
+    """The whole model's estimates with their spread, the loss dotted beside them."""
     st.subheader("The whole model's LLC and the loss")
-    model, model_std = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx], store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx]
-    widgets.chart(
+    charts.chart(
         figs.model_llc(
-            axis, idx, model, model_std, loss=curve[0] if curve else None, loss_label=curve[1] if curve else "", flags=model_flags
+            frame.axis(),
+            est.idx,
+            est.model,
+            est.model_std,
+            loss=curve[0] if curve else None,
+            loss_label=curve[1] if curve else "",
+            flags=est.model_flags,
         ),
         "llc_model",
         title=f"{frame.run} · whole-model LLC and loss",
@@ -132,10 +177,10 @@ def main() -> None:
         csv=lambda: pd.DataFrame(
             {
                 "run": frame.run,
-                "step": store.steps_with(LLC),
-                "llc": model,
-                "llc_std": model_std,
-                "init_loss": store.require(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx],
+                "step": est.steps,
+                "llc": est.model,
+                "llc_std": est.model_std,
+                "init_loss": est.model_init_loss,
             }
         ),
     )
@@ -144,13 +189,16 @@ def main() -> None:
         f"({curve[1] if curve else 'none recorded'}) at every checkpoint."
     )
 
-    # --- panel: clusters of heads by the shape of their curves ---
+
+def _clusters_panel(frame: RunFrame, est: Estimates, opts: _Choices, labels: np.ndarray, cluster_names: list[str]) -> None:
+    """The heads' clusters as a layer x head grid, with their sizes."""
     st.subheader("Heads clustered by their refined-LLC curves")
-    widgets.chart(
+    n_layers, n_heads = frame.store.n_layers, frame.store.n_heads
+    charts.chart(
         figs.cluster_grid(labels, n_layers=n_layers, n_heads=n_heads, names=cluster_names),
         "llc_clusters",
-        title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({norm})",
-        filename=export.safe_name(frame.run, "llc-clusters", k, norm),
+        title=f"{frame.run} · {len(cluster_names)} clusters of refined-LLC curves ({opts.norm})",
+        filename=export.safe_name(frame.run, "llc-clusters", opts.k, opts.norm),
         csv=lambda: pd.DataFrame(
             {
                 "run": frame.run,
@@ -162,48 +210,45 @@ def main() -> None:
     )
     sizes = ", ".join(f"{name}: {int((labels == c).sum())} heads" for c, name in enumerate(cluster_names))
     st.caption(
-        f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(idx)} estimated "
-        f"checkpoints, normalised {NORMALISATIONS[norm]}, as the refined-LLC paper clusters heads; {sizes}. "
+        f"Euclidean k-means (best of 10 seeded starts) of each head's curve over the {len(est.idx)} estimated "
+        f"checkpoints, normalised {NORMALISATIONS[opts.norm]}, as the refined-LLC paper clusters heads; {sizes}. "
         "Colour the curves above by cluster to compare their shapes."
     )
 
 
-def _diagnostics(
-    run: str, store, idx: np.ndarray, values: np.ndarray, flags: np.ndarray | None, model_flags: np.ndarray | None, sampler: dict
-) -> None:
+def _diagnostics(run: str, store, est: Estimates, sampler: dict) -> None:
     """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and
     the chains' loss traces of one estimate."""
     st.subheader("Can these estimates be trusted? The chains' diagnostics")
-    steps = store.steps[idx]
-    negative = np.argwhere(values < 0)
+    steps = est.steps
+    negative = np.argwhere(est.values < 0)
     if len(negative):
         where = ", ".join(f"L{layer} H{head} at step {int(steps[t]):,}" for t, layer, head in negative[:6])
         more = f" and {len(negative) - 6} more" if len(negative) > 6 else ""
         st.warning(f"{len(negative)} head estimates are negative ({where}{more}): {NEGATIVE_NOTE}.")
-    model = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx]
-    if np.any(model < 0):
+    if np.any(est.model < 0):
         st.warning(
             f"The whole-model estimate is negative at step(s) "
-            f"{', '.join(f'{int(s):,}' for s in steps[model < 0])}: {NEGATIVE_NOTE}."
+            f"{', '.join(f'{int(s):,}' for s in steps[est.model < 0])}: {NEGATIVE_NOTE}."
         )
-    if flags is None or model_flags is None:
+    if est.flags is None or est.model_flags is None:
         st.info(
             "This store has no chain diagnostics (llc_chains.parquet): its estimates were made before they were "
             "stored. Rerun the precompute job with the same `--lenses llc` options to add them (the estimates "
             "are made again, the same under the same settings and seed)."
         )
         return
-    counts = pd.DataFrame(
-        {"step": steps}
-        | {f: [(flags[t] == f).sum() + (model_flags[t] == f) for t in range(len(idx))] for f in FLAGS}
-        | {"negative": (values < 0).reshape(len(idx), -1).sum(axis=1) + (model < 0)}
-    )
-    st.dataframe(counts, hide_index=True, column_config={"step": st.column_config.NumberColumn(format="%d")})
+    st.dataframe(data.flag_counts(est), hide_index=True, column_config={"step": st.column_config.NumberColumn(format="%d")})
     st.caption(
         f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "
         + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
         + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover."
     )
+    _traces_panel(run, store, steps, sampler)
+
+
+def _traces_panel(run: str, store, steps: np.ndarray, sampler: dict) -> None:
+    """The SGLD loss traces of one estimate (URL ``trace``: the whole model or a head; ``trace_step``)."""
     targets = ["whole model"] + [f"L{layer}H{head}" for layer in range(store.n_layers) for head in range(store.n_heads)]
     c_target, c_step = st.columns([1, 1])
     target = widgets.select("trace", "Loss traces of", targets, "whole model", where=c_target)
@@ -211,19 +256,15 @@ def _diagnostics(
         "trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step, fmt=lambda s: f"{s:,}"
     )
     layer, head = (-1, -1) if target == "whole model" else (int(target[1:].split("H")[0]), int(target.split("H")[1]))
-    chains = store.frame(LLC_CHAINS)
-    rows = chains[(chains["step"] == at_step) & (chains["layer"] == layer) & (chains["head"] == head)].sort_values("chain")
-    trace = np.array([np.asarray(t, dtype=np.float64) for t in rows["trace"]])
-    estimates = store.frame(LLC)
-    init = estimates[(estimates["step"] == at_step) & (estimates["layer"] == layer) & (estimates["head"] == head)]["init_loss"]
-    if not len(trace) or not len(init):
+    trace, init = data.chain_traces(store, step=at_step, layer=layer, head=head)
+    if not len(trace) or init is None:
         st.info(f"No chains stored for {target} at step {at_step:,}.")
         return
     label = f"{'whole model' if layer < 0 else f'L{layer} H{head}'}, step {at_step:,}"
-    widgets.chart(
+    charts.chart(
         figs.chain_traces(
             trace,
-            float(init.iloc[0]),
+            init,
             burnin=int(sampler.get("burnin") or 0),
             n_beta=float(sampler.get("n_beta") or 0),
             label=label,
@@ -245,13 +286,6 @@ def _diagnostics(
         "traces rose and flattened, not when they keep climbing or run away, and a trace below the dashed "
         "line is a checkpoint that is not a local minimum of this loss."
     )
-
-
-def _heads_csv(run: str, steps: np.ndarray, values: np.ndarray, stds: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
-    """Every head's estimates as tidy rows, with their spread over chains and the head's cluster."""
-    rows = export.tidy(values, steps, run=run, statistic=LLC_STAT, matrix="llc")
-    e, _n_layers, _n_heads = values.shape
-    return rows.assign(llc_std=stds.reshape(e, -1).ravel(), cluster=np.tile(labels + 1, e))
 
 
 main()

@@ -9,14 +9,14 @@ panels are `dashboard.pagepanels.run_timeline`'s.
 
 import streamlit as st
 
-from dashboard import widgets
+from dashboard import viewstate
 from dashboard.pagepanels import run_timeline as panels
 
 
 def main() -> None:
     st.title("Timeline")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     axis = frame.axis()

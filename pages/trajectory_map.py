@@ -1,26 +1,31 @@
 """Trajectory map: every head placed by a UMAP embedding of its training trajectory of one statistic."""
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
-from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
+from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
 from analysis.type_association import (
     ASSOCIATION_STATS,
     CLUSTER_RANGE,
     PERMUTATIONS,
     SIGNIFICANCE,
-    cluster_trajectories,
     end_types,
     has_statistic,
     replicates,
 )
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.figures.points import picked_head, picked_run_head
 from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
-from dashboard.stats import LLC_STAT, STATS, trajectory_stats_for
+from dashboard.frame import RunFrame
+from dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
+from dashboard.pagedata import trajectories as data
+from dashboard.pagedata.trajectories import LLC_K
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
@@ -32,9 +37,22 @@ COLOUR_BY = {
     "cluster": "trajectory cluster of this statistic",
     "llc_cluster": "refined-LLC cluster",
 }
-TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
-MIXED_COLOUR = "#9467bd"
-LLC_K = 4  # the Refined LLC page's default number of clusters (k-means on per-head-normalised curves)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """The page's widgets: the statistic mapped (``matrix``, ``stat``, ``norm``), the colouring (``colour``), the
+    head ringed (``layer``, ``head``), the embedding's settings (``nn``, ``md``, ``knn``) and the runs embedded with
+    this one (``joint``)."""
+
+    matrix: str
+    stat: str
+    norm: Normalisation
+    colour_by: str
+    layer: int
+    head: int
+    settings: EmbeddingSettings
+    joint: list[str]
 
 
 def _with(options: list, value) -> list:
@@ -44,7 +62,7 @@ def _with(options: list, value) -> list:
 def main() -> None:
     st.title("Trajectory map")
     # --- empty case ---
-    frame = widgets.run_frame()
+    frame = viewstate.run_frame()
     if frame is None:
         return
     store = frame.store
@@ -52,11 +70,44 @@ def main() -> None:
         st.info("A trajectory needs at least two checkpoints; this run has fewer.")
         return
     stored = loader.read_embeddings(store)
-    defaults = EmbeddingSettings(
-        **{k: v for k, v in store.meta.embedding_settings.items() if k in EmbeddingSettings.__dataclass_fields__}
-    )
+    types = end_types(store)
 
     # --- widgets ---
+    opts = _choose(frame, types)
+
+    # --- several runs on one map (URL ``joint``, repeatable): the other runs' heads embedded with this run's ---
+    if opts.joint:
+        _joint_map(frame, store, opts.joint, stat=opts.stat, matrix=opts.matrix, norm=opts.norm, settings=opts.settings)
+        return
+
+    # --- data: the precomputed map when it matches, else computed here (cached) ---
+    found = _map_rows(store, stored, opts)
+    if found is None:
+        return
+    rows, method, source = found
+
+    # --- panel: the map ---
+    event = _map_panel(frame, rows, opts, types, method=method, source=source)
+
+    # --- the highlighted head: its nearest trajectories, and a link to it ---
+    _highlighted(frame, rows, opts)
+
+    # --- do the trajectory clusters correspond to head types? ---
+    _association_section(frame, store, stat=opts.stat, matrix=opts.matrix)
+
+    # --- picking a head opens it in the head explorer ---
+    picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
+    if picked is not None:
+        viewstate.switch_page(
+            "pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=opts.stat, matrix=opts.matrix
+        )
+
+
+def _choose(frame: RunFrame, types) -> _Choices:
+    """The widgets: matrix; statistic and normalisation; colouring; the head ringed and the embedding's settings;
+    the runs embedded together with this one."""
+    store = frame.store
+    defaults = data.stored_settings(store)
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
     c_stat, c_norm = st.columns([3, 4])
     stat = widgets.select(
@@ -72,7 +123,6 @@ def main() -> None:
         where=c_norm,
         help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()),
     )
-    types = end_types(store)
     colour_options = ["layer", "cluster"] + (["type"] if types is not None else []) + (["llc_cluster"] if store.has(LLC) else [])
     colour_by = widgets.select("colour", "Colour heads by", colour_options, "layer", fmt=COLOUR_BY.__getitem__)
     c_layer, c_head, c_settings = st.columns([1, 1, 4])
@@ -88,9 +138,6 @@ def main() -> None:
         kk = widgets.select(
             "knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k), defaults.knn_k, kind="select_slider"
         )
-    settings = EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed)
-
-    # --- several runs on one map (URL ``joint``, repeatable): the other runs' heads embedded with this run's ---
     others = [r for r in frame.runs if r != frame.run]
     joint = (
         widgets.multiselect(
@@ -104,40 +151,57 @@ def main() -> None:
         if others
         else []
     )
-    if joint:
-        _joint_map(frame, store, joint, stat=stat, matrix=matrix, norm=norm, settings=settings)
-        return
+    return _Choices(
+        matrix=matrix,
+        stat=stat,
+        norm=norm,
+        colour_by=colour_by,
+        layer=layer,
+        head=head,
+        settings=EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed),
+        joint=joint,
+    )
 
-    # --- data: the precomputed map when it matches, else computed here (cached) ---
-    fresh = store.meta.embedding_steps == [int(s) for s in store.steps]
-    rows, method, source = None, "UMAP", "precomputed with the store"
-    if stored is not None and fresh and settings == defaults:
-        sel = stored[(stored["matrix"] == matrix) & (stored["statistic"] == stat) & (stored["normalisation"] == norm)]
-        rows = sel if len(sel) else None
-        method = "UMAP" if store.meta.embedding_method == "umap" else store.meta.embedding_method
+
+def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | None:
+    """The map's rows (sorted by layer and head), its method and where it came from: the store's precomputed map
+    when it fits, else computed here (cached; a map not yet computed waits for a button). None while it waits."""
+    rows, method, fresh = data.stored_map(
+        store, stored, stat=opts.stat, matrix=opts.matrix, norm=opts.norm, settings=opts.settings
+    )
+    source = "precomputed with the store"
     if rows is None:
-        method = "UMAP"
         if stored is not None and not fresh:
             st.caption(
                 f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
                 f"{len(store.steps)}, so maps are computed here."
             )
-        kwargs = dict(normalisation=norm, n_neighbors=nn, min_dist=md, knn_k=kk, seed=settings.seed, matrix=matrix)
-        if not loader.embedding_cached(store, stat, **kwargs):
+        s = opts.settings
+        kwargs: dict[str, Any] = dict(
+            normalisation=opts.norm,
+            n_neighbors=s.n_neighbors,
+            min_dist=s.min_dist,
+            knn_k=s.knn_k,
+            seed=s.seed,
+            matrix=opts.matrix,
+        )
+        if not loader.embedding_cached(store, opts.stat, **kwargs):
             st.info(
-                f"This store has no precomputed map for {STATS[stat].short()} with these settings. Compute it "
+                f"This store has no precomputed map for {STATS[opts.stat].short()} with these settings. Compute it "
                 "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
                 "store with `python -m precompute.lenses.embeddings STORE --statistics ...`."
             )
             if not st.button("Compute this map", type="primary"):
-                return
+                return None
         with st.spinner("Embedding trajectories with UMAP ..."):
-            rows = loader.compute_embedding(store, stat, **kwargs)
+            rows = loader.compute_embedding(store, opts.stat, **kwargs)
         source = "computed in this server (cached)"
-    rows = rows.sort_values(["layer", "head"])
-    neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
+    return rows.sort_values(["layer", "head"]), method, source
 
-    # --- panel: the map ---
+
+def _map_panel(frame: RunFrame, rows: pd.DataFrame, opts: _Choices, types, *, method: str, source: str) -> Any:
+    """The map: one point per head, its nearest trajectories joined, coloured as chosen; returns the click event."""
+    store, stat, matrix, norm = frame.store, opts.stat, opts.matrix, opts.norm
     traj = store.array(stat, matrix=matrix)  # (S, n_layers, n_heads): the hover's miniature trajectory of each head
     sparks = [sparkline(traj[:, int(lay), int(hd)]) for lay, hd in zip(rows["layer"], rows["head"], strict=True)]
     fig = trajectory_map(
@@ -145,14 +209,14 @@ def main() -> None:
         rows["y"].to_numpy(),
         rows["layer"].to_numpy(),
         rows["head"].to_numpy(),
-        neighbors,
+        data.neighbours(rows),
         n_layers=store.n_layers,
-        highlight=layer * store.n_heads + head,
+        highlight=opts.layer * store.n_heads + opts.head,
         method=method,
         sparks=[f"{STATS[stat].short()}: {sp}" for sp in sparks],
-        **_grouping(store, colour_by, traj, types),
+        **data.grouping(store, opts.colour_by, traj, types),
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "trajectory_map",
         title=f"{frame.run} · trajectory map of {STATS[stat].short()} ({norm})",
@@ -160,52 +224,33 @@ def main() -> None:
         csv=lambda: rows.drop(columns=["neighbors"]).assign(run=frame.run, matrix=matrix),
         select=True,
     )
+    s = opts.settings
     st.caption(
-        f"One point per head, coloured by {_colour_caption(colour_by, types)}. "
+        f"One point per head, coloured by {_colour_caption(opts.colour_by, types)}. "
         f"Position: {method} of the head's {STATS[stat].short()} of "
         f"{'W_QK' if matrix == 'qk' else 'W_OV'} at all "
         f"{len(store.steps)} checkpoints (one coordinate each), normalised {NORMALISATIONS[norm]}. Grey edges join "
-        f"each head to its {kk} nearest trajectories before embedding, so long edges show where the map tears "
-        f"neighbours apart. Ringed: layer {layer}, head {head}. Hover shows a head's trajectory in miniature (its own "
-        f"minimum to maximum, first and last value beside it); click a point to open that head in the head explorer. "
-        f"Map {source}; UMAP neighbours {nn}, minimum distance {md}, seed {settings.seed}."
+        f"each head to its {s.knn_k} nearest trajectories before embedding, so long edges show where the map tears "
+        f"neighbours apart. Ringed: layer {opts.layer}, head {opts.head}. Hover shows a head's trajectory in miniature "
+        f"(its own minimum to maximum, first and last value beside it); click a point to open that head in the head "
+        f"explorer. Map {source}; UMAP neighbours {s.n_neighbors}, minimum distance {s.min_dist}, seed {s.seed}."
     )
+    return event
 
-    # --- the highlighted head: its nearest trajectories, and a link to it ---
-    own = layer * store.n_heads + head
+
+def _highlighted(frame: RunFrame, rows: pd.DataFrame, opts: _Choices) -> None:
+    """The ringed head's nearest trajectories, and a link that opens it in the head explorer."""
+    store, layer, head = frame.store, opts.layer, opts.head
+    neighbors = data.neighbours(rows)
     if len(neighbors):
-        names = ", ".join(f"L{i // store.n_heads} H{i % store.n_heads}" for i in neighbors[own])
+        names = ", ".join(f"L{i // store.n_heads} H{i % store.n_heads}" for i in neighbors[layer * store.n_heads + head])
         st.markdown(f"Nearest trajectories to layer {layer}, head {head}: {names}.")
     st.page_link(
         "pages/head_explorer.py",
         label=f"Open layer {layer}, head {head} in the head explorer",
         icon=":material/center_focus_strong:",
-        query_params={"run": frame.run or "", "layer": str(layer), "head": str(head), "matrix": matrix},
+        query_params={"run": frame.run or "", "layer": str(layer), "head": str(head), "matrix": opts.matrix},
     )
-
-    # --- picking a head opens it in the head explorer ---
-    _association_section(frame, store, stat=stat, matrix=matrix)
-
-    picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
-    if picked is not None:
-        widgets.switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=stat, matrix=matrix)
-
-
-def _grouping(store, colour_by: str, traj: np.ndarray, types) -> dict:
-    """The map's colouring: nothing extra for layers, else the heads' groups, their names and colours."""
-    if colour_by == "type" and types is not None:
-        names = sorted(set(types[0]), key=lambda t: (t == "none", "+" in t, t))
-        groups = np.array([names.index(t) for t in types[0]])
-        colours = [TYPE_COLOURS.get(t, MIXED_COLOUR) for t in names]
-        return dict(groups=groups, group_names=names, group_colours=colours, group_title=f"type at step {types[1]:,}")
-    if colour_by == "cluster":
-        labels, k, _ = cluster_trajectories(traj)
-        return dict(groups=labels, group_names=[f"cluster {c + 1}" for c in range(k)], group_title="trajectory cluster")
-    if colour_by == "llc_cluster" and store.has(LLC):
-        labels = kmeans(normalise(trajectories(store.dense(LLC, "llc")), "zscore"), LLC_K, seed=0)
-        names = [f"rLLC cluster {c + 1}" for c in range(int(labels.max()) + 1)]
-        return dict(groups=labels, group_names=names, group_title="refined-LLC cluster")
-    return {}
 
 
 def _colour_caption(colour_by: str, types) -> str:
@@ -253,23 +298,7 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
                     continue
                 result, _, labels, step = loader.association(run_store, s_name, matrix=matrix)
                 by_stat.setdefault(s_name, []).append(result)
-                counts = ", ".join(f"{t} {n}" for t, n in zip(*np.unique(labels, return_counts=True), strict=True))
-                rows.append(
-                    {
-                        "statistic": STATS[s_name].short(),
-                        "run": run_name,
-                        "clusters (k)": result.clusters,
-                        "silhouette": result.silhouette,
-                        "types at step": step,
-                        "heads per type": counts,
-                        "AMI": result.ami,
-                        "p (shuffled over heads)": result.p_value,
-                        "p (shuffled within layers)": result.p_within_layers,
-                        "answer": result.reason
-                        or ("associated" if result.significant else "no association shown")
-                        + ("" if not result.significant else f" (within layers: p = {result.p_within_layers:.3g})"),
-                    }
-                )
+                rows.append(data.association_row(STATS[s_name].short(), run_name, result, labels, step))
     table = pd.DataFrame(rows)
     mine = table[(table["run"] == frame.run) & (table["statistic"] == STATS[stat].short())]
     if len(mine) and np.isfinite(mine["AMI"].iloc[0]):
@@ -373,7 +402,7 @@ def _joint_map(
             return
     with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
         rows = loader.compute_joint_embedding(stores, stat, *how)
-    neighbors = np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
+    neighbors = data.neighbours(rows)
     fig = joint_trajectory_map(
         rows["x"].to_numpy(),
         rows["y"].to_numpy(),
@@ -384,7 +413,7 @@ def _joint_map(
         runs=names,
         n_layers=[s.n_layers for s in stores],
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "trajectory_map",
         title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
@@ -416,7 +445,7 @@ def _joint_map(
     picked = picked_run_head(event)
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked
-        widgets.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
+        viewstate.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
 
 
 main()

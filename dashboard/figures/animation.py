@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.data import fixed_range, nan_mean
-from dashboard.figures.common import colour_layer, figure, layout, value_axis
+from dashboard.figures.common import colour_layer, figure, layout, play_menu, value_axis
 from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 FRAME_MS = 180  # playback speed: one checkpoint per FRAME_MS milliseconds
 
@@ -130,8 +130,6 @@ def animation(
         for i, step in enumerate(steps)
     ]
 
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
-    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
         height=640,
         showlegend=False,
@@ -161,22 +159,6 @@ def animation(
         yaxis3=value_axis(
             "mean over<br>layers", _marginal_range(head_mean, log_colour), log=log_colour, domain=_BOTTOM_Y, anchor="x3", nticks=4
         ),
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="left",
-                x=0.0,
-                y=-0.1,
-                xanchor="left",
-                yanchor="top",
-                pad=dict(t=0, r=10),
-                showactive=False,
-                # from the opening step on (plotly otherwise starts at frame 0 until something has played)
-                buttons=[
-                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
-                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
-                ],
-            )
-        ],
+        updatemenus=[play_menu(steps, start, frame_ms=frame_ms, y=-0.1, pad=dict(t=0, r=10))],
     )
     return figure(first, lay, frames)

@@ -11,7 +11,7 @@ from dashboard import style
 from dashboard.data import StepAxis, nan_mean
 from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
 from dashboard.figures.points import cell_picker
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 
 def head_labels(n_layers: int, n_heads: int) -> list[str]:

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.animation import FRAME_MS
 from dashboard.figures.architecture import head_labels
-from dashboard.figures.common import figure, layout, step_xaxis, value_axis
+from dashboard.figures.common import figure, layout, play_menu, step_xaxis, value_axis
 from dashboard.figures.points import head_points
 
 KIND_NAMES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
@@ -120,8 +120,6 @@ def composition_animation(
         for i in frames_at
     ]
     ticks = list(range(n)) if n <= 64 else list(range(0, n, n_heads))
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
-    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
         height=max(480, min(1000, 26 * n + 200)),
         margin=dict(l=80, r=90, t=56, b=110),
@@ -141,23 +139,7 @@ def composition_animation(
             ticktext=[labels[t] for t in ticks],
         ),
         legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="right", x=1.0),
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="left",
-                x=0.0,
-                y=-0.16,
-                xanchor="left",
-                yanchor="top",
-                showactive=False,
-                buttons=[
-                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
-                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
-                ],
-            )
-        ]
-        if animated and s > 1
-        else [],
+        updatemenus=[play_menu(steps, start, frame_ms=frame_ms, y=-0.16)] if animated and s > 1 else [],
     )
     return figure(first, lay, frames if animated else None)
 

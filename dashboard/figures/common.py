@@ -1,8 +1,9 @@
-"""Helpers every figure uses: the step axis, duplicate-checkpoint marks, log colour bars, layout."""
+"""Helpers every figure uses: the step axis, duplicate-checkpoint marks, log colour bars, layout, Play/Pause buttons."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -316,3 +317,33 @@ def overlay_loss_grid(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: s
         )
     fig.update_layout(margin=dict(r=max(int(fig.layout.margin.r or 0), 60)))
     return fig
+
+
+def play_menu(steps: Sequence[int], start: int, *, frame_ms: int, y: float, pad: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ▶ Play / ❚❚ Pause buttons of an animated chart whose frames are named by their step (``str(step)``).
+
+    Play runs the frames from ``start`` (the index of the frame shown, which the page's step control sets)
+    to the end, one per ``frame_ms`` milliseconds; plotly would otherwise start at frame 0 until something
+    has played. Pause stops on the frame shown (`dashboard.charts.follow_play` hands it to the step control).
+
+    Args:
+        steps: the frames' steps, in order.
+        start: index of the opening frame.
+        frame_ms: milliseconds per frame.
+        y: the buttons' top, in paper units (below the plot: negative).
+        pad: the menu's padding, when the chart needs one.
+
+    Returns:
+        One ``layout.updatemenus`` entry.
+    """
+    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
+    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
+    menu: dict[str, Any] = dict(type="buttons", direction="left", x=0.0, y=y, xanchor="left", yanchor="top")
+    if pad is not None:
+        menu["pad"] = pad
+    menu["showactive"] = False
+    menu["buttons"] = [
+        dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+        dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
+    ]
+    return menu

@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
-from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, step_xaxis, value_axis
+from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, play_menu, step_xaxis, value_axis
 from dashboard.figures.points import cell_picker, head_points
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 FRAME_MS = 200
 
@@ -132,7 +132,7 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
 
     The frame shown is ``start``, which the page's one step control (in the URL) sets; Play runs the
     following frames in the browser and Pause stops (the page moves its step control to the paused
-    frame: `dashboard.widgets.follow_play`). Plotly's own slider is left out: a second step control
+    frame: `dashboard.charts.follow_play`). Plotly's own slider is left out: a second step control
     that the link could not follow.
 
     Args:
@@ -159,8 +159,6 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
         dict(name=str(step), data=[dict(type="heatmap", z=jsd[i])], traces=[0], layout=dict(title=dict(text=f"step {step:,}")))
         for i, step in enumerate(steps)
     ]
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
-    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     return figure(
         [first],
         layout(
@@ -170,21 +168,7 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
             title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
             xaxis=dict(title=dict(text="layer"), dtick=1, range=[-0.5, n_layers - 0.5], constrain="domain"),
             yaxis=dict(title=dict(text="layer"), dtick=1, range=[n_layers - 0.5, -0.5], scaleanchor="x"),
-            updatemenus=[
-                dict(
-                    type="buttons",
-                    direction="left",
-                    x=0.0,
-                    y=-0.12,
-                    xanchor="left",
-                    yanchor="top",
-                    showactive=False,
-                    buttons=[
-                        dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
-                        dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
-                    ],
-                )
-            ],
+            updatemenus=[play_menu(steps, start, frame_ms=frame_ms, y=-0.12)],
         ),
         frames,
     )

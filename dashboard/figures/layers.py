@@ -12,7 +12,7 @@ from dashboard import style
 from dashboard.data import StepAxis, nan_mean
 from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis, with_gaps
 from dashboard.figures.points import clickable
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 _MEAN_LINE = dict(color=style.LAYER_MEAN_COLOUR, dash=style.LAYER_MEAN_DASH, width=style.LAYER_MEAN_WIDTH)
 

@@ -13,7 +13,7 @@ from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.common import figure, layout, stacked, step_xaxis, value_axis
 from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
-from dashboard.stats import Stat
+from dashboard.labels import Stat
 
 CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 

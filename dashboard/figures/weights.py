@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from analysis.rmt.marchenko_pastur import mp_density, mp_edges
 from dashboard import style
 from dashboard.data import StepAxis
-from dashboard.figures.common import duplicate_shapes, figure, layout, step_xaxis, value_axis
+from dashboard.figures.common import duplicate_shapes, figure, layout, play_menu, step_xaxis, value_axis
 
 FRAME_MS = 200  # playback: one checkpoint per FRAME_MS milliseconds
 N_BINS = 60
@@ -88,8 +88,6 @@ def sv_animation(
         dict(name=str(step), data=frame_data(i), traces=[0, 1], layout=dict(title=dict(text=f"{title}, step {step:,}")))
         for i, step in enumerate(steps)
     ]
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True, transition=dict(duration=0), mode="immediate")
-    pause = dict(frame=dict(duration=0, redraw=False), mode="immediate", transition=dict(duration=0))
     lay = layout(
         height=480,
         margin=dict(l=70, r=24, t=56, b=96),
@@ -97,21 +95,7 @@ def sv_animation(
         title=dict(text=f"{title}, step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=value_axis("singular value s (weight units)", (0.0, hi)),
         yaxis=value_axis("density (per unit of s)", (0.0, y_hi)),
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="left",
-                x=0.0,
-                y=-0.16,
-                xanchor="left",
-                yanchor="top",
-                showactive=False,
-                buttons=[
-                    dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
-                    dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
-                ],
-            )
-        ],
+        updatemenus=[play_menu(steps, start, frame_ms=frame_ms, y=-0.16)],
     )
     return figure(first, lay, frames)
 

@@ -17,7 +17,7 @@ import streamlit as st
 from analysis.findings import runs
 from analysis.findings.held_types import missing_text
 from analysis.store.format import HEAD_TYPES, LLC
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader
 from dashboard.data import loss_curve
 from dashboard.figures import compare as figs
 from dashboard.pagepanels.compare_runs_choice import Statistic, Time
@@ -35,7 +35,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
     refined LLC, how far each run's estimates can be trusted)."""
     series, n_bins, unit = time.series, time.n_bins, pick.unit
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.depth_bands(
                 time.on_axis(series),
@@ -78,7 +78,7 @@ def bin_panel(pick: Statistic, time: Time) -> None:
     """Panel (b): one depth bin's heads (or layers), one panel per run on shared axes."""
     series, n_bins, b, unit = time.series, time.n_bins, time.b, pick.unit
     st.subheader(f"Depth bin {runs.bin_label(b, n_bins)}: every {unit}, run by run")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.bin_heads(
                 time.on_axis(series),
@@ -107,7 +107,7 @@ def distribution_panel(pick: Statistic, time: Time) -> None:
     """Panel (c): the distribution over every head (or layer) of each run at the point of training."""
     series, indices, unit = time.series, time.indices, pick.unit
     st.subheader(f"Distribution over {unit}s at {time.point_text}")
-    widgets.chart(
+    charts.chart(
         figs.distributions(
             series, indices, stat_title=pick.info.title(), x_label=time.x_title, colours=time.colours, log_x=pick.log_y, unit=unit
         ),
@@ -134,7 +134,7 @@ def loss_panel(shown: dict, colour: dict, time: Time) -> None:
     if not curves:
         return
     st.subheader("Loss over training")
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.losses(
                 [(d, loss, lab) for d, (_, loss, lab) in zip(time.on_axis([s for s, _, _ in curves]), curves, strict=True)],
@@ -177,7 +177,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         st.caption(f"Run **{r}**: " + missing_text(s.path))
     if not series:
         return
-    widgets.chart(
+    charts.chart(
         time.on_axis(
             figs.type_counts(
                 time.on_axis(series),

@@ -22,7 +22,7 @@ from dashboard import loader, widgets
 from dashboard.data import INDEX_TICKS, index_ticks
 from dashboard.figures import compare as figs
 from dashboard.figures.common import stacked
-from dashboard.stats import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
+from dashboard.labels import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, layer_column, stats_for
 
 STACK_RIGHT = 24  # px: the time charts' right margin (their legends sit above them)
 

@@ -17,7 +17,7 @@ import streamlit as st
 
 from analysis.findings.paths import Role, induction_paths, partners
 from analysis.store.format import COMPOSITION, COMPOSITION_KINDS
-from dashboard import export, widgets
+from dashboard import charts, export, widgets
 from dashboard.figures import circuits as figs
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
@@ -144,7 +144,7 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         paths=paths,
         title=f"{frame.run} · {name} ({view.unit_short})",
     )
-    event = widgets.chart(
+    event = charts.chart(
         fig,
         "composition",
         title=f"{frame.run} · {name} ({view.unit_short})",
@@ -152,7 +152,7 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         csv=lambda: _pairs_csv(frame.run, scores[at], steps, kind, view.divisor),
         select=True,
     )
-    widgets.follow_play("composition", step)
+    charts.follow_play("composition", step)
     ratio = (
         f"divided by {view.baseline:.4g}, the mean score of independent Gaussian heads of this model's shapes (1 = random)"
         if view.divisor != 1.0
@@ -176,7 +176,7 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         f"browser; Pause moves the step control to the frame shown. Colours fixed over training. Click a cell to open "
         f"its target head B in the head explorer.{ring}{kept}"
     )
-    widgets.open_head_on_click(event, store)
+    charts.open_head_on_click(event, store)
 
 
 def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
@@ -204,7 +204,7 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
             continue
         pairs = [(i // n_heads, i % n_heads) for i in strongest]
         line_fig = figs.partner_lines(axis, values, pairs, kind=kind, unit=unit_short, role=role, baseline=chance)
-        event = widgets.chart(
+        event = charts.chart(
             line_fig,
             f"{role}s",
             title=f"{frame.run} · L{layer} H{head} · strongest {role}s · {name} ({unit_short})",
@@ -217,7 +217,7 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
             f"{head} over training ({unit_short}); the dotted line is independent random heads. A click opens that "
             "head in the head explorer."
         )
-        widgets.open_head_on_click(event, store)
+        charts.open_head_on_click(event, store)
 
 
 def _pairs_csv(run: str, scores: np.ndarray, steps: list[int], kind: str, divisor: float) -> pd.DataFrame:

@@ -18,10 +18,10 @@ from analysis.findings.events import KINDS, Event, events_frame, head_link, prim
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
 from analysis.store.format import HEAD_TYPE_SCORES
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
-from dashboard import export, loader, widgets
+from dashboard import charts, export, loader, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import timeline as figs
-from dashboard.stats import LLC_STAT, STATS
+from dashboard.labels import LLC_STAT, STATS
 
 BASIS_TEXT = {"llc": "whole-model LLC", "loss": "loss"}
 
@@ -84,7 +84,7 @@ def timeline_panel(frame, axis, view: TimelineView) -> None:
         st.caption(f"Stages: {note}.")
     curve = loss_curve(store)
     loss, label = (curve[0], curve[1]) if curve else (None, "")
-    widgets.chart(
+    charts.chart(
         figs.timeline(axis, loss, label, view.stages, view.shown, run=frame.run, basis=view.basis),
         "timeline",
         title=frame.run,

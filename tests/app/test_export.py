@@ -13,11 +13,11 @@ from analysis.store import open_store
 from dashboard import export
 from dashboard.data import step_axis
 from dashboard.figures import architecture as arch
-from dashboard.figures.card import loss_curve
 from dashboard.figures.common import log_ticks
+from dashboard.figures.loss import loss_curve
 from dashboard.figures.points import picked_step
 from dashboard.figures.trajectory import SPARK_CHARS, sparkline
-from dashboard.stats import STATS
+from dashboard.labels import STATS
 
 
 @pytest.fixture(scope="module")

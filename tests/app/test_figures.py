@@ -18,11 +18,11 @@ from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
 from dashboard.data import fixed_range, step_axis
 from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
+from dashboard.figures import density, head, layers, points, spectrum, trajectory
 from dashboard.figures import forward as fwd
-from dashboard.figures import head, layers, points, trajectory
-from dashboard.figures.card import loss_curve
 from dashboard.figures.common import overlay_loss
-from dashboard.stats import STATS
+from dashboard.figures.loss import loss_curve
+from dashboard.labels import STATS
 from dashboard.style import step_colours
 from tests.app.conftest import arr
 
@@ -45,8 +45,8 @@ def head_figures(store, axis, idx):
     labels = [f"step {store.steps[i]}" for i in idx]
     xs = [axis.x[i] for i in idx]
     return [
-        head.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=xs, colours=cols),
-        head.density_slices(
+        density.density_map(axis, w, density_grid(hist, mu, sigma, w), chosen_x=xs, colours=cols),
+        density.density_slices(
             wc[idx],
             pc[idx],
             labels=labels,
@@ -57,10 +57,10 @@ def head_figures(store, axis, idx):
             kl=store.array("kl_gauss")[:, 1, 2],
             stats=(STATS["std"], STATS["kl_gauss"]),
             w_range=(lo, hi),
-            p_range=head.log_density_range(pc),
+            p_range=density.log_density_range(pc),
         ),
-        head.spectrum_map(axis, lam, chosen_x=xs, colours=cols),
-        head.spectrum_slices(
+        spectrum.spectrum_map(axis, lam, chosen_x=xs, colours=cols),
+        spectrum.spectrum_slices(
             lam[idx],
             labels=labels,
             colours=cols,
@@ -71,8 +71,8 @@ def head_figures(store, axis, idx):
             stats=(STATS["stable_rank"], STATS["spectral_entropy"]),
             lam_range=fixed_range(lam, log=True),
         ),
-        head.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
-        head.level_crossings(
+        spectrum.leading_lambdas(axis, lam[:, :4], chosen_x=xs, colours=cols, log_y=True),
+        spectrum.level_crossings(
             axis, lam, level_crossings(lam, store.overlaps(1, 2), gap_threshold=0.1), chosen_x=xs, colours=cols, log_y=True
         ),
         head.head_in_layer(axis, store.array("std")[:, 1], head=2, stat=STATS["std"], y_range=(0, 1), chosen_x=xs, colours=cols),

@@ -11,7 +11,7 @@ def test_a_page_run_on_its_own_says_it_needs_the_app(app_env):
     at = AppTest.from_file(str(ROOT / "pages" / "layer_view.py"), default_timeout=TIMEOUT).run()
     [error] = at.exception
     assert error.proto.type == "RuntimeError"
-    assert "widgets.frame needs an active view" in error.value and "view_state" in error.value
+    assert "viewstate.frame needs an active view" in error.value and "view_state" in error.value
 
 
 def test_a_widget_after_the_view_is_published_raises():
@@ -20,10 +20,10 @@ def test_a_widget_after_the_view_is_published_raises():
 
         import streamlit as st
 
-        from dashboard import widgets
+        from dashboard import viewstate, widgets
         from dashboard.settings import Settings
 
-        with widgets.view_state(Settings()) as view:
+        with viewstate.view_state(Settings()) as view:
             view.open(SimpleNamespace(url_path="", title="Only page"), [])
             st.session_state["inside"] = widgets.select("layer", "Layer", [0, 1], 1)
         widgets.toggle("logy", "log y axis")
@@ -36,10 +36,10 @@ def test_a_widget_after_the_view_is_published_raises():
 
 def test_a_view_that_never_learns_its_page_is_not_published():
     def script():
-        from dashboard import widgets
+        from dashboard import viewstate, widgets
         from dashboard.settings import Settings
 
-        with widgets.view_state(Settings()):
+        with viewstate.view_state(Settings()):
             widgets.select("layer", "Layer", [0, 1], 1)
 
     at = AppTest.from_function(script, default_timeout=TIMEOUT).run()

@@ -1,0 +1,82 @@
+"""The Head similarity page's data: the similarity matrix shown (every head, or one layer in dendrogram order),
+its fixed colour range, and the ultrametricity table as arrays over training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.ultrametric import distance
+from dashboard.data import fixed_range
+from dashboard.figures.similarity import dendrogram_order, pair_square
+
+ALL = -1  # the layer choice that shows every head against every head
+
+
+def distance_text(stat: str) -> str:
+    """How a similarity statistic ``x`` becomes a distance (`analysis.ultrametric.distance`)."""
+    return "d = √(2 − 2x)" if stat.endswith("frob") else "d = √(1 − x)"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The similarity matrix drawn: its rows' heads in order, the values, the lines between layers and what it is.
+
+    Attributes:
+        heads: ``(layer, head)`` of each row (and column).
+        values: ``(len(heads), len(heads))`` similarities, 1 on the diagonal.
+        rng: the colour range, fixed over training.
+        separators: rows before which a white line is drawn (between layers).
+        what: the caption's words for the matrix.
+    """
+
+    heads: list[tuple[int, int]]
+    values: np.ndarray
+    rng: tuple[float, float]
+    separators: list[int]
+    what: str
+
+
+def shown(values: np.ndarray, steps: np.ndarray, *, step: int, layer: int, stat: str) -> Shown:
+    """The matrix of ``stat`` at ``step``: every head against every head (``layer`` = `ALL`, layer-major), or the
+    heads of one layer ordered by the leaves of an average-linkage dendrogram of their distances.
+
+    Args:
+        values: ``(S, L, H, L, H)`` the store's similarities, upper triangle in layer-major order.
+        steps: the store's steps (axis 0 of ``values``).
+    """
+    _, n_layers, n_heads = values.shape[:3]
+    n = n_layers * n_heads
+    square = pair_square(values[int(np.searchsorted(steps, step))].reshape(n, n), diagonal=1.0)  # (n, n)
+    rng = fixed_range(values[np.isfinite(values)], pad=0.0)
+    rng = (min(rng[0], 0.0), 1.0)
+    if layer == ALL:
+        order = np.arange(n)
+        separators = [k * n_heads for k in range(1, n_layers)]
+        what = f"every head against every head (layer-major, white lines between layers) at step {step:,}"
+    else:
+        block = square[layer * n_heads : (layer + 1) * n_heads, layer * n_heads : (layer + 1) * n_heads]
+        order = layer * n_heads + dendrogram_order(pair_square(distance(stat.split("_", 1)[1], block), diagonal=0.0))
+        separators = []
+        what = (
+            f"the heads of layer {layer} at step {step:,}, ordered by the leaves of an average-linkage dendrogram of "
+            f"their distances ({distance_text(stat)})"
+        )
+    heads = [(int(i // n_heads), int(i % n_heads)) for i in order]
+    return Shown(heads=heads, values=square[np.ix_(order, order)], rng=rng, separators=separators, what=what)
+
+
+def grid(rows: pd.DataFrame, column: str, steps: np.ndarray, layers: list[int]) -> np.ndarray:
+    """``(S, L)`` one column over the store's steps and the given layers (NaN where absent)."""
+    pivot = rows.pivot_table(index="step", columns="layer", values=column, aggfunc="first")
+    return pivot.reindex(index=[int(s) for s in steps], columns=layers).to_numpy(dtype=np.float64)
+
+
+def pairs_csv(run: str, frame: pd.DataFrame | None, stat: str, step: int) -> pd.DataFrame:
+    """The pairs' similarities at ``step`` as rows of the table, with the run and the statistic."""
+    if frame is None:
+        return pd.DataFrame()
+    at = frame[frame["step"] == step]
+    return at.assign(run=run, statistic=stat).rename(columns={stat: "value"})
