@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from analysis.store import Meta, Store
@@ -75,9 +77,9 @@ def timeline_card_lines(stages, events, *, basis: str | None) -> list[str]:
         ]
         lines = [f"**Stages** ({curve}): " + " · ".join(parts)]
     key = [e for e in events if e.kind != "stage boundary"]
-    firsts: dict[str, object] = {}
+    firsts: dict[str, Any] = {}  # kind -> its first event (`dashboard.events.Event`; ``events`` is untyped here)
     for e in key:  # the first event of each kind
         firsts.setdefault(e.kind, e)
     if firsts:
-        lines.append("**Key events**: " + " · ".join(f"step {e.step:,}: {e.label}" for e in firsts.values()))  # type: ignore[attr-defined]
+        lines.append("**Key events**: " + " · ".join(f"step {e.step:,}: {e.label}" for e in firsts.values()))
     return lines
