@@ -1,4 +1,4 @@
-"""A stand-in Hugging Face Hub on 127.0.0.1, and a local Hub cache, for offline tests.
+"""A stand-in Hugging Face Hub on 127.0.0.1, and a local Hub cache, for offline tests and benchmarks.
 
 `FakeHub` serves the few endpoints the precompute job uses, from repos held in
 memory (branch -> commit -> files):
@@ -12,6 +12,9 @@ Errors carry the Hub's ``X-Error-Code`` header, so huggingface_hub raises its ow
 typed errors. Every request is logged (method, path, Range header); faults can be
 injected (503s, a slow link). `write_hub_cache` lays out the same repos the way
 huggingface_hub caches downloads: ``models--ORG--NAME/{blobs,refs,snapshots}``.
+
+It lives in benchmarks/ (as `benchmarks.synthetic_store` does) so that the integration tests and
+`benchmarks.bench_hub_fetch` share it while benchmarks/ imports nothing from tests/ (`.importlinter`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 
 from analysis.store import read_meta
 from analysis.store.format import FORWARD_TABLES
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 from tests.integration.test_hub import REPO_ID, base_env, run
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 A tiny GPT-NeoX suite (saved by transformers; step 2 carries step 0's weights byte
 for byte, like Pythia's) is published two ways: as a local Hub cache
 (``models--ORG--NAME/{blobs,refs,snapshots}``, read with ``HF_HUB_OFFLINE=1``) and
-on a fake Hub on 127.0.0.1 (`tests.integration.fakehub`). Both must give the store
+on a fake Hub on 127.0.0.1 (`benchmarks.fakehub`). Both must give the store
 the local-folder path gives (itself checked against numpy in test_precompute.py),
 with digests checked against hashlib and requests checked against the file header.
 """
@@ -28,6 +28,7 @@ from huggingface_hub import constants
 from analysis.extract import extract_qk, model_shape
 from analysis.store import open_store
 from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
+from benchmarks.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 from precompute.__main__ import main
 from precompute.run import run_precompute
 from precompute.settings import FetchSettings, RunOptions
@@ -39,7 +40,6 @@ from precompute.sources.local import LocalSource
 from precompute.sources.resolve import open_source
 from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
-from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 
 REPO_ID = "EleutherAI/pythia-tiny"  # a Pythia name: tokens per step and the schedule apply
 STEPS = [0, 1, 2, 4, 8]

@@ -15,12 +15,12 @@ import torch
 from safetensors.torch import load_file
 
 from analysis.extract import model_shape
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.settings import FetchSettings
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource
 from precompute.sources.revisions import CheckpointRef
 from tests.integration.conftest import neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 REPO_ID = "org/sharded"
 HF_PROBE = 100_001  # huggingface_hub reads bytes 0-100000 of a file for its header

@@ -21,12 +21,12 @@ from safetensors.torch import load_file
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.settings import FetchSettings
 from precompute.sources import ranges
 from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from tests.integration.conftest import neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 REPO_ID = "org/tiny"
 FAST = FetchSettings(retries=3, backoff_s=0.001, timeout_s=10, concurrency=3)

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.publish import dataset_card
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 from tests.integration.test_hub import base_env, run
 
 STEPS = [0, 1, 4, 8]

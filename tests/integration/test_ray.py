@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.errors import ClusterError
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.__main__ import main
 from precompute.run import run_precompute
 from precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 pytestmark = pytest.mark.slow
 
