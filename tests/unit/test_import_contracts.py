@@ -60,7 +60,7 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
 
 
 def _imported_roots(path: Path) -> set[str]:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
