@@ -56,6 +56,33 @@ def two_shipped(tmp_path_factory):
     yield from _serve(SHIPPED, tmp_path_factory, data_dir=data)
 
 
+def _wait_laid_out(page, keys: list[str], *, quiet_ms: int = 1000) -> None:
+    """Wait until the page holds one drawn chart per key and none of their plot areas has moved for ``quiet_ms``
+    (Streamlit sizes a chart to its column after mounting it, and Plotly then lays it out again)."""
+    page.wait_for_function(
+        """([keys, quiet]) => {
+        const now = Date.now();
+        const edges = keys.map(key => {
+            const charts = document.querySelectorAll(`.st-key-${key} .js-plotly-plot`);
+            if (charts.length !== 1 || !charts[0]._fullLayout) return null;
+            const box = charts[0].getBoundingClientRect(), L = charts[0]._fullLayout;
+            return Object.keys(L).filter(k => /^xaxis\\d*$/.test(k) && L[k]._length)
+                .map(k => [box.left + L[k]._offset, L[k]._length]);
+        });
+        if (edges.includes(null) || document.querySelector('[data-testid="stStatusWidget"]')) {
+            window.__hwEdges = null;
+            return false;
+        }
+        const seen = JSON.stringify(edges);
+        if (window.__hwEdges !== seen) { window.__hwEdges = seen; window.__hwEdgesSince = now; }
+        return now - window.__hwEdgesSince >= quiet;
+    }""",
+        arg=[keys, quiet_ms],
+        polling=100,
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
 def _edges(page, key: str) -> list[list[float]]:
     """[left, right] in page pixels of each x axis's plot area of the chart ``key``."""
     return page.evaluate(
@@ -79,7 +106,7 @@ def test_stacked_time_charts_share_their_left_and_right_pixel_edges(chromium, tw
         for key in keys:
             page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-        page.wait_for_timeout(1500)
+        _wait_laid_out(page, keys)
         spans = {}
         for key in keys:
             edges = _edges(page, key)

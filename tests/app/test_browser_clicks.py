@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _wait_published
 
 pytestmark = pytest.mark.browser
 
@@ -25,8 +25,7 @@ N_HEADS = 8
 
 def _ready(page, key: str) -> None:
     page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_timeout(1000)
+    _wait_published(page)  # the run is over and the view is in the address bar
 
 
 def _click(page, xy: list[float]) -> None:

@@ -11,7 +11,17 @@ import pandas as pd
 import pytest
 
 from analysis.store import open_store
-from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _errors, _open, _require_chromium, _serve, _wait_view
+from tests.app.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    _errors,
+    _open,
+    _require_chromium,
+    _serve,
+    _text_of_one,
+    _wait_view,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -69,7 +79,7 @@ def test_a_heatmap_cell_click_opens_that_head(browser, server, store_path):
         assert _errors(page) == []
         page.goto(server + "/animation?stat=std&step=" + str(steps[4]))
         _wait_view(page, "/animation", "Animation", 2)
-        assert page.locator(".st-key-animation .gtitle").text_content().endswith(f"step {steps[4]:,}")
+        assert _text_of_one(page, ".st-key-animation .gtitle").endswith(f"step {steps[4]:,}")
         _click_cell(page, "animation", 1, 0)
         _wait_view(page, "/head", "Head explorer", 7)
         assert "layer=1" in page.url and "head=0" in page.url and f"step={steps[4]}" in page.url
