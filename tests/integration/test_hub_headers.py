@@ -88,7 +88,7 @@ def test_sharded_fetch_reads_the_headers_and_exactly_the_attention_tensors(tmp_p
     expected = {}
     for f in files:
         expected.update(load_file(folder / f))
-    assert sorted(fetched.tensors) == sorted(wanted)
+    assert fetched.tensors is not None and sorted(fetched.tensors) == sorted(wanted)
     for name in wanted:
         assert torch.equal(fetched.tensors[name], expected[name]), name
 

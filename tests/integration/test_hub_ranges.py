@@ -119,7 +119,7 @@ def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Pat
     shape = model_shape(json.loads((checkpoint / "config.json").read_text()))
     h, d, m = shape.n_heads, shape.d_head, shape.d_model
     base, doc = header_of(checkpoint / "model.safetensors")
-    row_bytes = None
+    row_bytes = 0
     expected_ranges = []
     for name in qkv_names(3):
         start, end = (base + x for x in doc[name]["data_offsets"])
