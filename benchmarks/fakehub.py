@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,7 +46,7 @@ class Repo:
     commits: dict[str, dict[str, bytes | Path]] = field(default_factory=dict)
     lfs_sha256: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def add(self, branch: str, files: dict[str, bytes | Path]) -> str:
+    def add(self, branch: str, files: Mapping[str, bytes | Path]) -> str:
         parts = [branch.encode()]
         for name, value in sorted(files.items()):
             parts.append(name.encode() + (hashlib.sha256(value).digest() if isinstance(value, bytes) else str(value).encode()))
@@ -160,7 +161,7 @@ class FakeHub:
         if m:
             repo = self._repo(h, m.group(1), head)
             if repo:
-                body = {
+                body: dict[str, object] = {
                     "branches": [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in repo.branches.items()],
                     "converts": [],
                     "tags": [],
@@ -170,8 +171,8 @@ class FakeHub:
         m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/(.+)$", path)
         if m:
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if repo and commit:
                 siblings = []
                 for name, value in repo.commits[commit].items():
                     size = _size(value)
@@ -185,8 +186,8 @@ class FakeHub:
         m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", path)
         if m:  # one folder level (recursive=false), the shape the Hub gives: type, oid, size, path, lfs
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if repo and commit:
                 prefix = (m.group(3) or "").strip("/")
                 entries, folders = [], set()
                 for name, value in sorted(repo.commits[commit].items()):
@@ -213,8 +214,8 @@ class FakeHub:
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if not commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if not repo or not commit:
                 return
             files = repo.commits[commit]
             if m.group(3) not in files:

@@ -152,7 +152,10 @@ def summarize(store_path: Path, out: Path) -> int:
     n_beta = float(sampler["n_beta"])
     chains, burnin, draws = int(sampler["chains"]), int(sampler.get("burnin", 0)), int(sampler["draws"])
     store_label = f"store ({chains} x {draws}" if not burnin else f"store ({chains} x ({burnin} burn-in + {draws})"
-    stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"] if meta is not None else None
+    table = read_table(store_path, LLC) if meta is not None else None
+    if meta is not None and table is None:
+        raise SystemExit(f"{store_path} records refined LLCs but has no {LLC.file}")
+    stored = table.to_pandas().set_index(["step", "layer", "head"])["llc"] if table is not None else None
     by_step: dict[int, list[LongEstimate]] = {}
     for r in rows:
         key = (int(r["step"]), int(r["layer"]), int(r["head"]))
@@ -211,12 +214,12 @@ def summarize(store_path: Path, out: Path) -> int:
 def check_truncation(store_path: Path, source: Path, out: Path) -> int:
     """Rerun the store's sampler (its chains x draws) at the (checkpoint, head) pairs in ``out`` and compare with
     `truncated` on the long chains: the shorter settings of `summarize` are only valid if these agree."""
-    from benchmarks.llc_regime import sampler_tokens
+    from benchmarks.llc_regime import sampler_tokens, stored_llc
     from precompute.lenses.forward import load_model
     from precompute.lenses.llc import estimate_llc, head_masks
     from precompute.settings import SamplerSettings
 
-    stored = SamplerSettings(**open_store(store_path).meta.llc["sampler"])
+    stored = SamplerSettings(**stored_llc(open_store(store_path).meta, store_path)["sampler"])
     tokens = sampler_tokens(store_path, source, stored)
     traces = load_traces(out)
     rows = done_rows(out)
@@ -259,19 +262,20 @@ def main() -> int:
     if args.check_truncation:
         return check_truncation(args.store, args.source, args.out)
 
-    from benchmarks.llc_regime import sampler_tokens
+    from benchmarks.llc_regime import sampler_tokens, stored_llc
     from precompute.lenses.forward import load_model
     from precompute.lenses.llc import estimate_llc, head_masks, masked_parameters
     from precompute.settings import SamplerSettings
 
     store = open_store(args.store)
-    stored = SamplerSettings(**store.meta.llc["sampler"])
+    llc = stored_llc(store.meta, args.store)
+    stored = SamplerSettings(**llc["sampler"])
     long = SamplerSettings(**{**stored.as_meta(), "chains": args.chains, "draws": args.draws, "burnin": 0})
     tokens = sampler_tokens(args.store, args.source, stored)
     steps = [int(s) for s in args.steps.split(",")]
-    missing = sorted(set(steps) - set(store.meta.llc["steps"]))
+    missing = sorted(set(steps) - set(llc["steps"]))
     if missing:
-        print(f"the store has no refined LLC at steps {missing}; pick from {store.meta.llc['steps']}", file=sys.stderr)
+        print(f"the store has no refined LLC at steps {missing}; pick from {llc['steps']}", file=sys.stderr)
         return 2
     heads = pick_heads(store.n_layers, store.n_heads, args.per_layer, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
