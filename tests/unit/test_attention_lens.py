@@ -29,8 +29,7 @@ def neox(layers: int = 2, heads: int = 4, hidden: int = 64, vocab: int = 64, see
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(seed)
-    # rotary_pct and attn_implementation: keywords transformers 5 still reads through **kwargs, not in its typed signature
-    config = GPTNeoXConfig(  # type: ignore[call-arg]
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct, attn_implementation: read through **kwargs, not typed
         vocab_size=vocab,
         hidden_size=hidden,
         num_hidden_layers=layers,
