@@ -225,6 +225,34 @@ def _wait_published(page) -> None:
     )
 
 
+def _wait_laid_out(page, keys: list[str], *, quiet_ms: int = 1000) -> None:
+    """Wait until no run is going on, the page holds one drawn chart per widget key and none of their plot areas
+    has moved for ``quiet_ms`` (Streamlit sizes a chart to its column after mounting it, and Plotly then lays it
+    out again): what a test reads off the axes, or clicks at, is then where it stays."""
+    page.wait_for_function(
+        """([keys, quiet]) => {
+        const now = Date.now();
+        const areas = keys.map(key => {
+            const charts = document.querySelectorAll(`.st-key-${key} .js-plotly-plot`);
+            if (charts.length !== 1 || !charts[0]._fullLayout) return null;
+            const box = charts[0].getBoundingClientRect(), L = charts[0]._fullLayout;
+            return Object.keys(L).filter(k => /^[xy]axis\\d*$/.test(k) && L[k]._length)
+                .map(k => [k, (k[0] === 'x' ? box.left : box.top) + L[k]._offset, L[k]._length]);
+        });
+        if (areas.includes(null) || document.querySelector('[data-testid="stStatusWidget"]')) {
+            window.__hwAreas = null;
+            return false;
+        }
+        const seen = JSON.stringify(areas);
+        if (window.__hwAreas !== seen) { window.__hwAreas = seen; window.__hwAreasSince = now; }
+        return now - window.__hwAreasSince >= quiet;
+    }""",
+        arg=[keys, quiet_ms],
+        polling=100,
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
 def _text_of_one(page, selector: str) -> str:
     """The text of the element ``selector`` matches, once it matches exactly one: while Plotly remounts a chart or
     moves between frames, the chart can hold its old title beside the new one for a moment, and a locator's read
@@ -278,7 +306,8 @@ def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
 
 
 def _click_head(page, layer: int, head: int) -> None:
-    """Click the point of head (layer, head) on the trajectory map."""
+    """Click the point of head (layer, head) on the trajectory map, once the map is laid out."""
+    _wait_laid_out(page, ["trajectory_map"])
     xy = page.evaluate(
         """([layer, head]) => {
         const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');

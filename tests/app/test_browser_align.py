@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app.conftest import ROOT, SHIPPED
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve, _wait_laid_out
 
 pytestmark = pytest.mark.browser
 
@@ -54,33 +54,6 @@ def two_shipped(tmp_path_factory):
     for other in (SEED2, INDUCTION):
         (data / other.name).symlink_to(other)
     yield from _serve(SHIPPED, tmp_path_factory, data_dir=data)
-
-
-def _wait_laid_out(page, keys: list[str], *, quiet_ms: int = 1000) -> None:
-    """Wait until the page holds one drawn chart per key and none of their plot areas has moved for ``quiet_ms``
-    (Streamlit sizes a chart to its column after mounting it, and Plotly then lays it out again)."""
-    page.wait_for_function(
-        """([keys, quiet]) => {
-        const now = Date.now();
-        const edges = keys.map(key => {
-            const charts = document.querySelectorAll(`.st-key-${key} .js-plotly-plot`);
-            if (charts.length !== 1 || !charts[0]._fullLayout) return null;
-            const box = charts[0].getBoundingClientRect(), L = charts[0]._fullLayout;
-            return Object.keys(L).filter(k => /^xaxis\\d*$/.test(k) && L[k]._length)
-                .map(k => [box.left + L[k]._offset, L[k]._length]);
-        });
-        if (edges.includes(null) || document.querySelector('[data-testid="stStatusWidget"]')) {
-            window.__hwEdges = null;
-            return false;
-        }
-        const seen = JSON.stringify(edges);
-        if (window.__hwEdges !== seen) { window.__hwEdges = seen; window.__hwEdgesSince = now; }
-        return now - window.__hwEdgesSince >= quiet;
-    }""",
-        arg=[keys, quiet_ms],
-        polling=100,
-        timeout=LOAD_TIMEOUT_MS,
-    )
 
 
 def _edges(page, key: str) -> list[list[float]]:

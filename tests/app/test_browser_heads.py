@@ -20,6 +20,7 @@ from tests.app.test_browser import (
     _require_chromium,
     _serve,
     _text_of_one,
+    _wait_laid_out,
     _wait_view,
 )
 
@@ -44,7 +45,8 @@ def browser():
 
 
 def _click_cell(page, key: str, layer: int, head: int, step: int | None = None) -> None:
-    """Click the heatmap cell of (layer, head) (at ``step``) of the chart with widget key ``key``."""
+    """Click the heatmap cell of (layer, head) (at ``step``) of the chart with widget key ``key``, once it is laid out."""
+    _wait_laid_out(page, [key])
     xy = page.evaluate(
         """([key, layer, head, step]) => {
         const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link, _wait_published
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link
 
 pytestmark = pytest.mark.browser
 
@@ -76,8 +76,16 @@ def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, sh
             timeout=SETTLE_MS,
         )
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-        _wait_published(page)  # the link follows the address bar
         shown = _shown_step(page, key)
+        page.wait_for_function(  # "Link to this view" is written in the same run as the address bar
+            """step => {
+            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const m = link && /[?&]step=(\\d+)/.exec(link.textContent);
+            return m && m[1] === step;
+        }""",
+            arg=str(shown),
+            timeout=LOAD_TIMEOUT_MS,
+        )
         assert shown != first
         assert parse_qs(urlsplit(page.url).query)["step"] == [str(shown)]
         assert parse_qs(urlsplit(_link(page)).query)["step"] == [str(shown)]
