@@ -79,29 +79,17 @@ def _unit(m: torch.Tensor) -> torch.Tensor:
     return m / torch.where(norm > 0, norm, torch.nan)
 
 
-def reduced_factors(
-    qk: tuple[torch.Tensor, torch.Tensor], ov: tuple[torch.Tensor, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each head reduced to unit-norm ``(d_head, d_model)`` matrices: as a target B, one per kind
-    (``R(W_K) W_Q``, ``R(W_Q) W_K``, ``R(W_O^T) W_V``), as a source A, ``R(W_V) W_O^T``.
-
-    Args:
-        qk: ``(W_Q, W_K)``, each ``(..., d_head, d_model)``.
-        ov: ``(W_O^T, W_V)``, the same shape.
-
-    Returns:
-        ``(targets, sources)``: ``(3, ..., d_head, d_model)`` and ``(..., d_head, d_model)``, in the
-        factors' dtype.
-    """
-    return _targets(qk, ov), _sources(ov)
-
-
 def _targets(qk: tuple[torch.Tensor, torch.Tensor], ov: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Each head as a target B, reduced to unit-norm ``(d_head, d_model)`` matrices, one per kind
+    (``R(W_K) W_Q``, ``R(W_Q) W_K``, ``R(W_O^T) W_V``): ``qk = (W_Q, W_K)`` and ``ov = (W_O^T, W_V)``, each
+    ``(..., d_head, d_model)``, give ``(3, ..., d_head, d_model)`` in the factors' dtype."""
     (w_q, w_k), (w_o_t, w_v) = qk, ov
     return _unit(torch.stack([_r(w_k) @ w_q, _r(w_q) @ w_k, _r(w_o_t) @ w_v]))  # (3, ..., d_head, d_model)
 
 
 def _sources(ov: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Each head as a source A, ``R(W_V) W_O^T`` at unit norm: ``ov = (W_O^T, W_V)``, each ``(..., d_head, d_model)``,
+    gives ``(..., d_head, d_model)`` in the factors' dtype."""
     w_o_t, w_v = ov
     return _unit(_r(w_v) @ w_o_t)  # (..., d_head, d_model)
 

@@ -56,8 +56,12 @@ import urllib.request
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dashboard.labels import STATS
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +74,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1500, "height": 1900}
+VIEWPORT: ViewportSize = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
 TIMEOUT_MS = 180_000

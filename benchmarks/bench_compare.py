@@ -30,6 +30,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ def make_stores(size: str) -> list[Path]:
 
 
 # (widget kind, key, two values): round r sets values[r % 2]; the first differs from the page's default
-CHANGES = [
+CHANGES: list[tuple[str, str, list[Any] | None]] = [
     ("selectbox", "stat", ["kl_gauss", "stable_rank"]),
     ("radio", "align", ["step", "tokens"]),
     ("selectbox", "nbins", [6, 4]),
@@ -99,6 +100,7 @@ def worker(a: Path, b: Path, repeats: int) -> dict:
 
     store = open_store(a)
     steps, tokens_per_step = [int(x) for x in store.steps], store.meta.tokens_per_step
+    assert tokens_per_step is not None  # the synthetic stores record it
     times = []
     for r in range(repeats):
         for kind, key, values in CHANGES:
@@ -129,7 +131,8 @@ def main() -> int:
     parser.add_argument("--worker", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.repeats)))
+        a, b = args.worker
+        print(json.dumps(worker(a, b, args.repeats)))
         return 0
 
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -30,11 +30,12 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 START = time.perf_counter()
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-SIZES = {  # Pythia dimensions: layers, heads, d_head, d_model; 154 checkpoints each
+SIZES: dict[str, dict[str, Any]] = {  # Pythia dimensions: layers, heads, d_head, d_model; 154 checkpoints each
     "1.4b": dict(n_layers=24, n_heads=16, d_head=128, d_model=2048),
     "12b": dict(n_layers=36, n_heads=40, d_head=128, d_model=5120),
 }

@@ -4,7 +4,7 @@ The checkpoint is one fp16 ``model.safetensors`` with every parameter of
 Pythia-1.4B at its real shape (24 layers, d_model 2048, 16 heads of 128, fused
 ``query_key_value`` (6144, 2048) per layer, MLP 8192, vocab 50304; 1.41 B
 parameters, ~2.8 GB), random values, written once under ``--workdir``. A fake Hub
-(`tests.integration.fakehub`) serves it from disk with HTTP range support.
+(`benchmarks.fakehub`) serves it from disk with HTTP range support.
 
 Measures, and prints as Markdown for the README:
 
@@ -123,11 +123,11 @@ def main() -> None:
 
     from analysis.extract import attention_tensor_names, extract_heads, model_shape
     from analysis.heads import checkpoint_statistics
+    from benchmarks.fakehub import FakeHub, Repo
     from precompute.run import run_precompute
     from precompute.settings import FetchSettings, RunOptions
     from precompute.sources.fetch import HubHttp, Meter, human_bytes
     from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
-    from tests.integration.fakehub import FakeHub, Repo
 
     ckpt = work / "model.safetensors"
     t_write = write_checkpoint(ckpt)

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ def vm_hwm_bytes() -> int:
     return 0
 
 
-def twelve_b(device: str) -> None:
+def twelve_b(device: Literal["auto", "cpu", "cuda"]) -> None:
     rows, cols = roles(PYTHIA_12B["d_model"], PYTHIA_12B["d_mlp"])["mlp_in"]
     w = (torch.randn(rows, cols) * 0.02).half()
     base = vm_hwm_bytes()

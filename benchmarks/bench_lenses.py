@@ -42,7 +42,7 @@ SHAPES = {  # (layers, heads, d_model, d_mlp, context)
     "reference": (6, 8, 256, 1024, 256),
     "160m": (12, 12, 768, 3072, 2048),
 }
-STAGES = {
+STAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "qk": {"matrices": ("qk",)},
     "qk,ov": {"matrices": ("qk", "ov")},
     "layers": {"matrices": ("qk", "layers")},
@@ -56,7 +56,7 @@ def write_run(root: Path, shape: str) -> Path:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     layers, heads, d_model, d_mlp, context = SHAPES[shape]
-    config = GPTNeoXConfig(
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
         vocab_size=256,
         hidden_size=d_model,
         num_hidden_layers=layers,
@@ -99,6 +99,7 @@ def peak_memory(device: str) -> float:
 
 
 def main() -> None:
+    from precompute.lenses.registry import LlcOptions
     from precompute.run import run_precompute
     from precompute.settings import RunOptions, SamplerSettings
 
@@ -136,8 +137,7 @@ def main() -> None:
             eval_text=str(root / "eval.txt"),
             eval_sequences=args.eval_sequences,
             eval_length=t,
-            llc_steps="1" if llc else None,
-            llc=sampler,
+            lens_options={"llc": LlcOptions(steps="1", sampler=sampler)} if llc else {},
         )
         if args.device == "cuda":
             torch.cuda.synchronize()

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ from benchmarks.bench_pipeline import CONFIG, write_checkpoint  # noqa: E402
 
 STEPS = (1000, 2000)
 # Pythia-12B: 36 layers, 40 heads, d_model 5120, d_head 128, MLP 20480, vocab 50688.
-CONFIG_12B = {
+CONFIG_12B: dict[str, Any] = {
     **CONFIG,
     "hidden_size": 5120,
     "num_attention_heads": 40,

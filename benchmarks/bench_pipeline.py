@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ from precompute.sources.weights import read_tensors, tensor_names
 from precompute.store.pairs import HeadVectors, pair_rows
 
 # Pythia-1.4B: 24 layers, 16 heads, d_model 2048, d_head 128, vocab 50304, MLP 8192.
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "model_type": "gpt_neox",
     "architectures": ["GPTNeoXForCausalLM"],
     "hidden_size": 2048,
@@ -53,7 +54,7 @@ CONFIG = {
 }
 
 
-def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0, config: dict | None = None) -> None:
+def write_checkpoint(folder: Path, *, seed: int = 0, attn_out_std: float = 0.0, config: dict[str, Any] | None = None) -> None:
     """A full-size fp16 GPT-NeoX state dict (``config``, default `CONFIG`: Pythia-1.4B): random QKV
     weights at Pythia's small init scale, the attention output projection random with
     ``attn_out_std`` (0: zeros), zeros elsewhere. Kept if the folder already holds one."""

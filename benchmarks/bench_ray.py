@@ -16,11 +16,13 @@ Usage: python -m benchmarks.bench_ray [--workdir /tmp/headwatch-bench-ray] [--ch
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import torch
@@ -29,7 +31,7 @@ from precompute.run import run_precompute
 from precompute.settings import RayOptions, RunOptions
 
 # A small-to-medium GPT-NeoX: 8 layers, 16 heads, d_model 1024 (d_head 64), MLP 2048, vocab 512.
-SHAPE = {
+SHAPE: dict[str, Any] = {
     "hidden_size": 1024,
     "num_hidden_layers": 8,
     "num_attention_heads": 16,
@@ -77,13 +79,13 @@ def main() -> None:
     suite = args.workdir / "suite"
     steps = write_suite(suite, args.checkpoints)
     n = len(steps)
-    base = dict(device="cpu", progress=False, embeddings=False)
+    base: dict[str, Any] = dict(device="cpu", progress=False, embeddings=False)
     rows = []
     local = timed_run(suite, args.workdir / "local", RunOptions(**base))
     rows.append(("local executor (fetch one ahead, compute here)", torch.get_num_threads(), 1, local))
 
     started = time.perf_counter()
-    ray.init(num_cpus=args.cpus, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="WARNING")
+    ray.init(num_cpus=args.cpus, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
     # warm the workers (each imports torch once): two checkpoints at 1 CPU each start two of them
     timed_run(
         suite,

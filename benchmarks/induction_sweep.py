@@ -151,8 +151,8 @@ def main() -> None:
         lr = learning_rate(update, max_lr=a.lr, min_lr=a.lr * a.min_lr_ratio, warmup=a.warmup, total_steps=a.steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        starts = torch.randint(0, len(train_tokens) - a.context, (a.batch_size,), generator=data_gen)
-        windows = torch.stack([train_tokens[s : s + a.context + 1] for s in starts.tolist()]).long()
+        batch_starts = torch.randint(0, len(train_tokens) - a.context, (a.batch_size,), generator=data_gen)
+        windows = torch.stack([train_tokens[s : s + a.context + 1] for s in batch_starts.tolist()]).long()
         if a.background == "random":  # the same draws of starts keep the generator's sequence; the text is replaced
             windows = torch.randint(0, VOCAB_SIZE, windows.shape, generator=data_gen)
         windows = insert_repeats(windows, repeats, generator=repeat_gen)

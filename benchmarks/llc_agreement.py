@@ -33,6 +33,7 @@ import csv
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -112,13 +113,25 @@ def truncated(trace: np.ndarray, init_loss: float, n_beta: float, chains: int, d
     return float(n_beta * (trace[:chains, burnin : burnin + draws].mean(axis=1) - init_loss).mean())
 
 
-def passes_flag(row: dict, n_beta: float, batches: int = 8) -> str:
+@dataclass(frozen=True)
+class LongEstimate:
+    """One long estimate of ``--out`` with its chains' loss traces and the store's own estimate of the same head
+    at the same checkpoint (NaN for a store without refined LLCs)."""
+
+    llc_long: float
+    init_loss: float
+    params: int
+    seconds: float
+    trace: np.ndarray  # (chains, draws)
+    stored: float
+
+
+def passes_flag(row: LongEstimate, n_beta: float, batches: int = 8) -> str:
     """The flag of a long estimate by `analysis.llc_diagnostics` today, from its stored traces (the CSV's own
     ``flag`` column is the rule of the day the row was made)."""
-    trace = row["trace"]
-    d = chain_diagnostics(trace, batches=batches)
-    per_chain = n_beta * (trace.mean(axis=1) - float(row["init_loss"]))
-    return flag(per_chain, d.first_half, d.second_half, d.half_se, int(row["params"]))
+    d = chain_diagnostics(row.trace, batches=batches)
+    per_chain = n_beta * (row.trace.mean(axis=1) - row.init_loss)
+    return flag(per_chain, d.first_half, d.second_half, d.half_se, row.params)
 
 
 def summarize(store_path: Path, out: Path) -> int:
@@ -139,12 +152,23 @@ def summarize(store_path: Path, out: Path) -> int:
     n_beta = float(sampler["n_beta"])
     chains, burnin, draws = int(sampler["chains"]), int(sampler.get("burnin", 0)), int(sampler["draws"])
     store_label = f"store ({chains} x {draws}" if not burnin else f"store ({chains} x ({burnin} burn-in + {draws})"
-    stored = read_table(store_path, LLC).to_pandas().set_index(["step", "layer", "head"])["llc"] if meta is not None else None
-    by_step: dict[int, list[dict[str, object]]] = {}
+    table = read_table(store_path, LLC) if meta is not None else None
+    if meta is not None and table is None:
+        raise SystemExit(f"{store_path} records refined LLCs but has no {LLC.file}")
+    stored = table.to_pandas().set_index(["step", "layer", "head"])["llc"] if table is not None else None
+    by_step: dict[int, list[LongEstimate]] = {}
     for r in rows:
         key = (int(r["step"]), int(r["layer"]), int(r["head"]))
         own = float(stored.loc[key]) if stored is not None else float("nan")
-        by_step.setdefault(key[0], []).append({**r, "trace": traces[key], "stored": own})
+        estimate = LongEstimate(
+            llc_long=float(r["llc_long"]),
+            init_loss=float(r["init_loss"]),
+            params=int(r["params"]),
+            seconds=float(r["seconds"]),
+            trace=traces[key],
+            stored=own,
+        )
+        by_step.setdefault(key[0], []).append(estimate)
     print(
         "| step | heads | setting | forward-backward passes | Spearman with 4 x 200 | median ratio to 4 x 200 "
         "| 10th to 90th percentile of the ratio |"
@@ -152,22 +176,22 @@ def summarize(store_path: Path, out: Path) -> int:
     print("| ---: | ---: | --- | ---: | ---: | ---: | --- |")
     for step in sorted(by_step):
         group = by_step[step]
-        long = np.array([float(g["llc_long"]) for g in group])
+        long = np.array([g.llc_long for g in group])
         settings: list[tuple[str, int, np.ndarray]] = [
             (
                 f"{c} x {d}" if not b else f"{c} x ({b} burn-in + {d})",
                 c * (b + d),
-                np.array([truncated(g["trace"], float(g["init_loss"]), n_beta, c, d, b) for g in group]),  # type: ignore[arg-type]
+                np.array([truncated(g.trace, g.init_loss, n_beta, c, d, b) for g in group]),
             )
             for c, b, d in SHORTER
         ]
         if stored is not None:
             settings.append(
-                (f"{store_label}, original checkpoints)", chains * (burnin + draws), np.array([g["stored"] for g in group]))
+                (f"{store_label}, original checkpoints)", chains * (burnin + draws), np.array([g.stored for g in group]))
             )
         # the long chains' own reliability: chains 2-3 against chains 0-1, 200 draws each (not against all 4)
         halves = [
-            np.array([n_beta * (g["trace"][rows].mean(axis=1) - float(g["init_loss"])).mean() for g in group])  # type: ignore[index, arg-type]
+            np.array([n_beta * (g.trace[rows].mean(axis=1) - g.init_loss).mean() for g in group])
             for rows in (slice(0, 2), slice(2, 4))
         ]
         for name, cost, short in settings:
@@ -182,7 +206,7 @@ def summarize(store_path: Path, out: Path) -> int:
         )
         flags = [passes_flag(g, n_beta) for g in group]  # by the rule as it stands, from the traces
         counts = ", ".join(f"{f} {flags.count(f)}" for f in sorted(set(flags)))
-        seconds = np.mean([float(g["seconds"]) for g in group])  # type: ignore[arg-type]
+        seconds = np.mean([g.seconds for g in group])
         print(f"|  |  | (4 x 200 flags: {counts}; {seconds:.0f} s per estimate) |  |  |  |  |")
     return 0
 
@@ -190,12 +214,12 @@ def summarize(store_path: Path, out: Path) -> int:
 def check_truncation(store_path: Path, source: Path, out: Path) -> int:
     """Rerun the store's sampler (its chains x draws) at the (checkpoint, head) pairs in ``out`` and compare with
     `truncated` on the long chains: the shorter settings of `summarize` are only valid if these agree."""
-    from benchmarks.llc_regime import sampler_tokens
+    from benchmarks.llc_regime import sampler_tokens, stored_llc
     from precompute.lenses.forward import load_model
     from precompute.lenses.llc import estimate_llc, head_masks
     from precompute.settings import SamplerSettings
 
-    stored = SamplerSettings(**open_store(store_path).meta.llc["sampler"])
+    stored = SamplerSettings(**stored_llc(open_store(store_path).meta, store_path)["sampler"])
     tokens = sampler_tokens(store_path, source, stored)
     traces = load_traces(out)
     rows = done_rows(out)
@@ -238,19 +262,20 @@ def main() -> int:
     if args.check_truncation:
         return check_truncation(args.store, args.source, args.out)
 
-    from benchmarks.llc_regime import sampler_tokens
+    from benchmarks.llc_regime import sampler_tokens, stored_llc
     from precompute.lenses.forward import load_model
     from precompute.lenses.llc import estimate_llc, head_masks, masked_parameters
     from precompute.settings import SamplerSettings
 
     store = open_store(args.store)
-    stored = SamplerSettings(**store.meta.llc["sampler"])
+    llc = stored_llc(store.meta, args.store)
+    stored = SamplerSettings(**llc["sampler"])
     long = SamplerSettings(**{**stored.as_meta(), "chains": args.chains, "draws": args.draws, "burnin": 0})
     tokens = sampler_tokens(args.store, args.source, stored)
     steps = [int(s) for s in args.steps.split(",")]
-    missing = sorted(set(steps) - set(store.meta.llc["steps"]))
+    missing = sorted(set(steps) - set(llc["steps"]))
     if missing:
-        print(f"the store has no refined LLC at steps {missing}; pick from {store.meta.llc['steps']}", file=sys.stderr)
+        print(f"the store has no refined LLC at steps {missing}; pick from {llc['steps']}", file=sys.stderr)
         return 2
     heads = pick_heads(store.n_layers, store.n_heads, args.per_layer, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,15 +18,32 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
-from analysis.store import open_store, read_table
+from analysis.store import Meta, open_store, read_table
 from analysis.store.format import LLC
 from precompute.lenses.forward import load_model
 from precompute.lenses.llc import head_masks
 from precompute.settings import SamplerSettings
+
+
+def stored_llc(meta: Meta, store_path: Path) -> dict[str, Any]:
+    """The store's refined-LLC record (``meta.json``); a store without refined LLCs is refused."""
+    if meta.llc is None:
+        raise SystemExit(f"{store_path} has no refined LLCs: pick a store made with --lenses llc")
+    return meta.llc
+
+
+def stored_llc_table(store_path: Path) -> pd.DataFrame:
+    """The store's ``llc.parquet`` as a frame; a store without it is refused."""
+    table = read_table(store_path, LLC)
+    if table is None:
+        raise SystemExit(f"{store_path} has no {LLC.file}: pick a store made with --lenses llc")
+    return table.to_pandas()
 
 
 def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
@@ -39,7 +56,7 @@ def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> 
     meta = open_store(store_path).meta
     info = json.loads((source / "run.json").read_text())
     data, name = held_out_bytes(info, source)
-    ev = meta.llc["evaluation"]
+    ev = stored_llc(meta, store_path)["evaluation"]
     es = make_eval_set(
         np.frombuffer(data, np.uint8).astype(np.int64),
         n=ev["n_sequences"],
@@ -68,12 +85,12 @@ def main() -> int:
     from devinterp.slt.lm_loss import compute_per_token_loss
     from devinterp.slt.sampling import sample
 
-    store = open_store(args.store)
-    sampler = SamplerSettings(**store.meta.llc["sampler"])
+    llc = stored_llc(open_store(args.store).meta, args.store)
+    sampler = SamplerSettings(**llc["sampler"])
     if args.draws:
         sampler = SamplerSettings(**{**sampler.as_meta(), "draws": args.draws})
-    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**store.meta.llc["sampler"]))
-    table = read_table(args.store, LLC).to_pandas()
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**llc["sampler"]))
+    table = stored_llc_table(args.store)
     dataset = Dataset.from_dict({"input_ids": tokens}).with_format("torch")
     for step in (int(s) for s in args.steps.split(",")):
         model = load_model(args.source / f"step{step}", device="cpu", attn_implementation="sdpa")

@@ -67,7 +67,7 @@ def schedule(n_checkpoints: int) -> list[int]:
     return early + late[pick].tolist()
 
 
-def _bin_mass(edges: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def _bin_mass(edges: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
     """Mass of N(0, scale^2) in each bin between consecutive edges, accurate in both tails."""
     lo, hi = edges[:-1] / scale, edges[1:] / scale
     upper = lo >= 0  # right half: subtract survival functions so tiny masses do not round to 0

@@ -167,7 +167,9 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
         for s in runs:
             if not has_statistic(s, stat, matrix):
                 continue
-            labels, step = end_types(s)  # type: ignore[misc]
+            ended = end_types(s)
+            assert ended is not None  # runs holds only the stores with head types
+            labels, step = ended
             a, _ = associate(stat_values(s, stat, matrix=matrix), labels)
             results.append(a)
             rows.append(

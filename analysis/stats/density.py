@@ -93,11 +93,6 @@ def density_curves(hist: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> tuple
     return w, np.where(p > 0, p, np.nan)
 
 
-def tail_mass(hist: np.ndarray) -> np.ndarray:
-    """Probability beyond |z| >= 10 at each step (the underflow and overflow bins): ``(S, 202)`` -> ``(S,)``."""
-    return hist[:, 0] + hist[:, -1]
-
-
 def gaussian_bin_mass(edges: np.ndarray = HIST_Z_EDGES) -> np.ndarray:
     """Standard-normal mass of each bin of ``[-inf, e_0, ..., e_n, inf]`` (float64, n+2 values).
 

@@ -710,8 +710,3 @@ TABLES: dict[str, TableSpec] = {
     )
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
-
-
-def hist_z_centers() -> np.ndarray:
-    """Centres of the 200 interior bins of the standardized histogram (tails excluded)."""
-    return 0.5 * (HIST_Z_EDGES[1:] + HIST_Z_EDGES[:-1])

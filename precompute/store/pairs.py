@@ -91,10 +91,6 @@ def overlaps_meta(k: int) -> dict[str, Any]:
     }
 
 
-def empty_overlaps() -> pa.Table:
-    return OVERLAPS.empty()
-
-
 def pair_rows(prev_step: int, step: int, first: Vectors, second: Vectors, *, matrices: Iterable[str] | None = None) -> pa.Table:
     """Rows of one checkpoint pair: every head's K x K overlap matrices, row-major, and its relative change,
     for each matrix both checkpoints have (or those of ``matrices``).

@@ -21,7 +21,7 @@ from benchmarks.synthetic_store import add_stand_in_embeddings, write_synthetic_
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-DIMS = dict(n_layers=4, n_heads=4, d_head=16, d_model=64, n_checkpoints=12)
+DIMS: dict[str, Any] = dict(n_layers=4, n_heads=4, d_head=16, d_model=64, n_checkpoints=12)
 TIMEOUT = 60
 
 

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.conftest import ROOT
 from tests.app.test_space import dockerfile_cmd
@@ -211,6 +212,62 @@ def _link(page) -> str:
     return page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text().strip()
 
 
+def _wait_published(page) -> None:
+    """Wait until the view is published: "Link to this view" ends with the address bar's query (the app writes the
+    address bar at the end of a run, a moment after the link), and no run is going on."""
+    page.wait_for_function(
+        """() => {
+            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            return link && link.textContent.trim().endsWith(location.search)
+                && !document.querySelector('[data-testid="stStatusWidget"]');
+        }""",
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
+def _wait_laid_out(page, keys: list[str], *, quiet_ms: int = 1000) -> None:
+    """Wait until no run is going on, the page holds one drawn chart per widget key and none of their plot areas
+    has moved for ``quiet_ms`` (Streamlit sizes a chart to its column after mounting it, and Plotly then lays it
+    out again): what a test reads off the axes, or clicks at, is then where it stays."""
+    page.wait_for_function(
+        """([keys, quiet]) => {
+        const now = Date.now();
+        const areas = keys.map(key => {
+            const charts = document.querySelectorAll(`.st-key-${key} .js-plotly-plot`);
+            if (charts.length !== 1 || !charts[0]._fullLayout) return null;
+            const box = charts[0].getBoundingClientRect(), L = charts[0]._fullLayout;
+            return Object.keys(L).filter(k => /^[xy]axis\\d*$/.test(k) && L[k]._length)
+                .map(k => [k, (k[0] === 'x' ? box.left : box.top) + L[k]._offset, L[k]._length]);
+        });
+        if (areas.includes(null) || document.querySelector('[data-testid="stStatusWidget"]')) {
+            window.__hwAreas = null;
+            return false;
+        }
+        const seen = JSON.stringify(areas);
+        if (window.__hwAreas !== seen) { window.__hwAreas = seen; window.__hwAreasSince = now; }
+        return now - window.__hwAreasSince >= quiet;
+    }""",
+        arg=[keys, quiet_ms],
+        polling=100,
+        timeout=LOAD_TIMEOUT_MS,
+    )
+
+
+def _text_of_one(page, selector: str) -> str:
+    """The text of the element ``selector`` matches, once it matches exactly one: while Plotly remounts a chart or
+    moves between frames, the chart can hold its old title beside the new one for a moment, and a locator's read
+    would then fail on two elements (Playwright's strict mode) or take either."""
+    found = page.wait_for_function(
+        """selector => {
+            const found = document.querySelectorAll(selector);
+            return found.length === 1 && found[0].textContent;
+        }""",
+        arg=selector,
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    return found.json_value()
+
+
 def _wait_view(page, path: str, title: str, plots: int) -> None:
     """Wait until the page at ``path`` titled ``title`` has run and published its view (link == address bar)
     and the history guard is installed (its script reaches the page a few seconds after the first run; a page
@@ -249,7 +306,8 @@ def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
 
 
 def _click_head(page, layer: int, head: int) -> None:
-    """Click the point of head (layer, head) on the trajectory map."""
+    """Click the point of head (layer, head) on the trajectory map, once the map is laid out."""
+    _wait_laid_out(page, ["trajectory_map"])
     xy = page.evaluate(
         """([layer, head]) => {
         const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');
@@ -277,7 +335,9 @@ def test_first_session_of_a_fresh_server_opens_a_deep_link_without_page_not_foun
         assert _errors(page) == []
         assert "layer=2" in page.url and "head=3" in page.url
         nav = page.locator('[data-testid="stSidebarNav"]')
-        assert nav.get_by_text("Head explorer", exact=True).is_visible()  # the frame's navigation and sidebar
+        expect(nav.get_by_text("Head explorer", exact=True)).to_be_visible(
+            timeout=LOAD_TIMEOUT_MS
+        )  # the frame's navigation and sidebar
         assert _link(page).split("?")[1] == page.url.split("?")[1]
     finally:
         page.close()
@@ -333,39 +393,40 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
     try:
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
         assert _errors(page) == [] and _dialogs(page) == []
-        assert page.get_by_text(text).first.is_visible()
+        expect(page.get_by_text(text).first).to_be_visible(timeout=LOAD_TIMEOUT_MS)
         # the address bar keeps every parameter of the link (and gains the rest of the view state)
+        _wait_published(page)
         for param in re.findall(r"[?&]([^&]+)", path):
             assert param in page.url
         link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
         assert link.strip().split("?")[1] == page.url.split("?")[1]
 
         if name == "trajectories":  # picking a head opens it in the head explorer
-            before, entries = page.url, page.evaluate("history.length")
+            entries = _settled_history_length(page)  # the map's own entries, every one of them
+            before = page.url
             _click_head(page, 2, 3)
             _wait_view(page, "/head", "Head explorer", 7)
             assert "layer=2" in page.url and "head=3" in page.url
             assert _errors(page) == []
-            # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed)
-            assert page.evaluate("history.length") == entries + 1
+            # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed);
+            # counted once the head explorer has stopped writing
+            assert _settled_history_length(page) == entries + 1
             page.go_back()
             _wait_view(page, "/trajectories", "Trajectory map", 2)
-            assert page.url == before
-            assert page.locator(".st-key-layer input").input_value() == "1"
+            page.wait_for_url(
+                lambda url: url == before, timeout=LOAD_TIMEOUT_MS
+            )  # the address the map had (a timeout fails the test)
+            expect(page.locator(".st-key-layer input")).to_have_value("1", timeout=LOAD_TIMEOUT_MS)
         if name == "animation":  # plays in the browser from the linked step
-            title = page.locator(".st-key-animation .gtitle")
-            # while Plotly moves between frames it can hold the old title and the new one at once: read one
-            one_title = "() => document.querySelectorAll('.st-key-animation .gtitle').length === 1"
-            page.wait_for_function(one_title)
-            assert title.text_content().endswith("step 21,000")  # run · every head · statistic · step
+            title = ".st-key-animation .gtitle"
+            assert _text_of_one(page, title).endswith("step 21,000")  # run · every head · statistic · step
             page.get_by_text("▶ Play").click()
             page.wait_for_function(
                 "() => !document.querySelector('.st-key-animation .gtitle').textContent.endsWith('step 21,000')",
                 timeout=30_000,
             )
             page.get_by_text("❚❚ Pause").click()
-            page.wait_for_function(one_title)
-            shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
+            shown = int(_text_of_one(page, title).rsplit("step ", 1)[1].replace(",", ""))
             assert shown > 21_000  # it played on from the linked step, not from step 0
             page.screenshot(path=str(ARTIFACTS / "animation-playing.png"))
     finally:
@@ -379,6 +440,7 @@ def test_bad_parameters_show_a_notice_not_a_traceback(browser, server):
         warnings = " ".join(page.locator('[data-testid="stAlertContentWarning"]').all_inner_texts())
         assert "stat=bogus" in warnings and "logc=maybe" in warnings and "xscale=sideways" in warnings
         assert _errors(page) == []
+        _wait_published(page)  # the address bar gets the view's own values at the end of the run
         assert "stat=std" in page.url and "bogus" not in page.url
     finally:
         page.close()
@@ -390,8 +452,8 @@ def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, ser
     # (its query string now matches the address bar), then the new page writes its own state.
     page = _open(browser, server + "/head?layer=1&head=2", 7)
     try:
+        entries = _settled_history_length(page)  # once the page has stopped writing its own entries
         old_query = page.url.split("?")[1]
-        entries = page.evaluate("history.length")
         page.evaluate(
             """q => {
             history.pushState(null, "", "/layers?" + q);
@@ -401,7 +463,7 @@ def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, ser
             old_query,
         )
         assert page.evaluate("history.length") == entries + 1  # the switch and its view state: one entry
-        assert page.url.endswith("/layers?layer=1&stat=std")
+        assert page.evaluate("location.pathname + location.search") == "/layers?layer=1&stat=std"
     finally:
         page.close()
 
@@ -422,7 +484,9 @@ def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
         assert _settled_history_length(page) == entries + 1
         page.go_back()
         _wait_view(page, "/head", "Head explorer", 7)
-        assert page.url == head_url  # the head explorer as it was, every parameter included
+        page.wait_for_url(
+            lambda url: url == head_url, timeout=LOAD_TIMEOUT_MS
+        )  # the head explorer as it was, every parameter included
         assert _link(page).split("?")[1] == page.url.split("?")[1]
         assert _errors(page) == [] and _dialogs(page) == []
         page.go_forward()

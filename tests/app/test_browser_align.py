@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app.conftest import ROOT, SHIPPED
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve, _wait_laid_out
 
 pytestmark = pytest.mark.browser
 
@@ -79,7 +79,7 @@ def test_stacked_time_charts_share_their_left_and_right_pixel_edges(chromium, tw
         for key in keys:
             page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-        page.wait_for_timeout(1500)
+        _wait_laid_out(page, keys)
         spans = {}
         for key in keys:
             edges = _edges(page, key)

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _wait_laid_out
 
 pytestmark = pytest.mark.browser
 
@@ -25,8 +25,7 @@ N_HEADS = 8
 
 def _ready(page, key: str) -> None:
     page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_timeout(1000)
+    _wait_laid_out(page, [key])  # no run going on, and the points are clicked where the chart's axes put them
 
 
 def _click(page, xy: list[float]) -> None:
@@ -129,6 +128,8 @@ def test_a_click_on_the_checkpoint_index_axis_opens_the_real_step(chromium, ship
         head, i = found["head"], found["i"]
         assert found["name"] == f"H{head}" and found["x"] == i and steps[i] != i, found  # the index, not the step
         assert "index" in found["title"] and "1536" in found["ticks"] and found["gap"] > 6, found
+        # the view's own state reaches the address bar at the end of the run
+        page.wait_for_function("() => /[?&]xscale=index/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
         assert "xscale=index" in page.url
         page.mouse.move(*found["xy"])
         page.wait_for_selector(".st-key-layer_lines .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)

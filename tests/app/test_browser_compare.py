@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
 from tests.app import test_browser
-from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve
+from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, _wait_published
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared with test_browser.py's helpers
 
@@ -39,6 +39,7 @@ def test_a_comparison_opens_by_link(browser, two_run_server):
         page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
         assert _errors(page) == [] and _dialogs(page) == []
         assert page.locator("h1").first.inner_text().strip() == "Compare runs"
+        _wait_published(page)
         for param in ("runs=tiny-run", "runs=deep-run", "stat=kl_gauss", "align=fraction", "bin=2"):
             assert param in page.url, param
         link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link, _wait_published
 
 pytestmark = pytest.mark.browser
 
@@ -20,8 +21,7 @@ CHART = ".st-key-layer_lines"
 
 def _ready(page) -> None:
     page.wait_for_selector(f"{CHART} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_timeout(1000)
+    _wait_published(page)
 
 
 def test_svg_chosen_above_the_chart_survives_a_reload_and_the_camera_saves_svg(chromium, shipped_server, tmp_path) -> None:
@@ -30,7 +30,7 @@ def test_svg_chosen_above_the_chart_survives_a_reload_and_the_camera_saves_svg(c
         page.goto(shipped_server + "/layers?layer=2")
         _ready(page)
         choice = page.locator(".st-key-img")
-        assert choice.is_visible()
+        expect(choice).to_be_visible(timeout=LOAD_TIMEOUT_MS)
         # above the first chart, in the page (not the sidebar)
         assert choice.bounding_box()["y"] < page.locator(CHART).bounding_box()["y"]
         assert page.locator('[data-testid="stSidebar"] .st-key-img').count() == 0
@@ -46,10 +46,9 @@ def test_svg_chosen_above_the_chart_survives_a_reload_and_the_camera_saves_svg(c
         page.reload()
         _ready(page)
         assert "img=svg" in page.url
-        assert page.locator(".st-key-img input[type=radio]").nth(1).is_checked()  # PNG, SVG: SVG still chosen
+        expect(page.locator(".st-key-img input[type=radio]").nth(1)).to_be_checked(timeout=LOAD_TIMEOUT_MS)  # SVG still
 
-        page.locator(f"{CHART} .js-plotly-plot").hover()
-        page.wait_for_timeout(300)
+        page.locator(f"{CHART} .js-plotly-plot").hover()  # shows the mode bar; the click waits for its button
         with page.expect_download(timeout=LOAD_TIMEOUT_MS) as info:
             page.locator(f'{CHART} .modebar-btn[data-title^="Download plot"]').click()
         download = info.value
@@ -58,7 +57,9 @@ def test_svg_chosen_above_the_chart_survives_a_reload_and_the_camera_saves_svg(c
         download.save_as(saved)
         text = saved.read_text()
         assert text.lstrip().startswith("<svg")
-        width = float(re.search(r'<svg[^>]*\swidth="([\d.]+)"', text).group(1))
+        svg = re.search(r'<svg[^>]*\swidth="([\d.]+)"', text)
+        assert svg is not None, text[:300]
+        width = float(svg.group(1))
         ticks = [float(m) for m in re.findall(r'class="xtick"><text[^>]*font-size: ([\d.]+)px', text)]
         assert ticks, "no x tick labels in the SVG"
         assert min(ticks) / width >= 1 / 62, (min(ticks), width)  # 12 px on 720: about 8 pt across a 6.5 in page

@@ -11,7 +11,18 @@ import pandas as pd
 import pytest
 
 from analysis.store import open_store
-from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _errors, _open, _require_chromium, _serve, _wait_view
+from tests.app.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    _errors,
+    _open,
+    _require_chromium,
+    _serve,
+    _text_of_one,
+    _wait_laid_out,
+    _wait_view,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +45,8 @@ def browser():
 
 
 def _click_cell(page, key: str, layer: int, head: int, step: int | None = None) -> None:
-    """Click the heatmap cell of (layer, head) (at ``step``) of the chart with widget key ``key``."""
+    """Click the heatmap cell of (layer, head) (at ``step``) of the chart with widget key ``key``, once it is laid out."""
+    _wait_laid_out(page, [key])
     xy = page.evaluate(
         """([key, layer, head, step]) => {
         const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
@@ -69,7 +81,7 @@ def test_a_heatmap_cell_click_opens_that_head(browser, server, store_path):
         assert _errors(page) == []
         page.goto(server + "/animation?stat=std&step=" + str(steps[4]))
         _wait_view(page, "/animation", "Animation", 2)
-        assert page.locator(".st-key-animation .gtitle").text_content().endswith(f"step {steps[4]:,}")
+        assert _text_of_one(page, ".st-key-animation .gtitle").endswith(f"step {steps[4]:,}")
         _click_cell(page, "animation", 1, 0)
         _wait_view(page, "/head", "Head explorer", 7)
         assert "layer=1" in page.url and "head=0" in page.url and f"step={steps[4]}" in page.url

@@ -17,6 +17,7 @@ import os
 from urllib.parse import urlsplit
 
 import pytest
+from playwright.sync_api import expect
 
 from dashboard.navigation import PAGES
 from tests.app.conftest import ROOT
@@ -82,8 +83,8 @@ def test_every_page_asks_no_other_host(spec, chromium, request) -> None:
         page.wait_for_timeout(1500)  # favicons and fonts are requested after the first render
         assert _errors(page) == []
         # the sidebar's icons are drawn with the font Streamlit ships: one glyph per page link
-        icons = page.locator('[data-testid="stSidebarNav"] [data-testid="stIconMaterial"]').count()
-        assert icons == len(PAGES)
+        icons = page.locator('[data-testid="stSidebarNav"] [data-testid="stIconMaterial"]')
+        expect(icons).to_have_count(len(PAGES), timeout=LOAD_TIMEOUT_MS)
         assert _cut_text(page) == [], "text cut short at 1,280 px"
         page.set_viewport_size({"width": 1024, "height": 900})
         page.wait_for_timeout(800)  # re-layout, no rerun

@@ -13,6 +13,7 @@ import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _link
 
@@ -24,17 +25,20 @@ SETTLE_MS = 20_000  # the paused frame must reach the URL within this (a rerun o
 CHARTS = [("/animation", "animation"), ("/lenses", "divergence"), ("/weights", "sv_animation")]
 
 
-def _shown_step(page, key: str) -> int | None:
-    """The step of the frame the chart shows, read from its title (every frame sets it)."""
-    text = page.evaluate(
+def _shown_step(page, key: str) -> int:
+    """The step of the frame the chart shows, read from its title (every frame sets it), once the page holds one
+    such chart: during a rerun Streamlit remounts it, and for a moment there is none, or an outgoing one beside it."""
+    text = page.wait_for_function(
         """([key]) => {
-        const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
-        return gd && gd.layout && gd.layout.title ? String(gd.layout.title.text) : null;
+        const charts = document.querySelectorAll(`.st-key-${key} .js-plotly-plot`);
+        const gd = charts.length === 1 ? charts[0] : null;
+        const text = gd && gd.layout && gd.layout.title ? String(gd.layout.title.text) : '';
+        return /step [\\d,]+/.test(text) && text;
     }""",
-        [key],
-    )
-    found = re.findall(r"step ([\d,]+)", text or "")
-    return int(found[-1].replace(",", "")) if found else None
+        arg=[key],
+        timeout=LOAD_TIMEOUT_MS,
+    ).json_value()
+    return int(re.findall(r"step ([\d,]+)", text)[-1].replace(",", ""))
 
 
 @pytest.mark.parametrize(("path", "key"), CHARTS)
@@ -73,11 +77,20 @@ def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, sh
         )
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
         shown = _shown_step(page, key)
-        assert shown is not None and shown != first
+        page.wait_for_function(  # "Link to this view" is written in the same run as the address bar
+            """step => {
+            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const m = link && /[?&]step=(\\d+)/.exec(link.textContent);
+            return m && m[1] === step;
+        }""",
+            arg=str(shown),
+            timeout=LOAD_TIMEOUT_MS,
+        )
+        assert shown != first
         assert parse_qs(urlsplit(page.url).query)["step"] == [str(shown)]
         assert parse_qs(urlsplit(_link(page)).query)["step"] == [str(shown)]
-        slider = page.locator('[data-testid="stSliderThumbValue"]').first.inner_text()
-        assert slider.replace(",", "") == str(shown), slider
+        slider = page.locator('[data-testid="stSliderThumbValue"]').first
+        expect(slider).to_have_text(re.compile("^" + ",?".join(str(shown)) + "$"), timeout=LOAD_TIMEOUT_MS)  # 1,536
         assert _errors(page) == []
     finally:
         page.close()

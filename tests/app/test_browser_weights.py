@@ -12,7 +12,7 @@ import pytest
 from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
 from tests.app import test_browser
-from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve
+from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, _text_of_one, _wait_published
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared with test_browser.py's helpers
 
@@ -35,6 +35,7 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
     try:
         page.screenshot(path=str(ARTIFACTS / "weights.png"), full_page=True)
         assert _errors(page) == [] and _dialogs(page) == []
+        _wait_published(page)
         for param in ("role=mlp_in", "layer=1", f"step={start}"):
             assert param in page.url
         link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
@@ -45,19 +46,19 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
         # follow) is gone; Play and Pause stay
         assert page.locator(".st-key-sv_animation .slider-container").count() == 0
         assert page.locator(".st-key-sv_animation .updatemenu-container").count() == 1
-        # the first title, as the page script below reads it: while Plotly redraws, a second (outgoing) title can
-        # stand beside it for a moment, and a strict locator then fails
-        title = page.locator(".st-key-sv_animation .gtitle").first
+        # while Plotly redraws, a second (outgoing) title can stand beside the chart's for a moment: read the one
+        title = ".st-key-sv_animation .gtitle"
         opening = f"layer 1 mlp_in (256 x 64), step {start:,}"
-        assert title.text_content().endswith(opening)  # after the export title (run, weight)
+        first = _text_of_one(page, title)
+        assert first.endswith(opening)  # after the export title (run, weight)
         page.get_by_text("▶ Play").click()
         page.wait_for_function(
             "t => document.querySelector('.st-key-sv_animation .gtitle').textContent !== t",
-            arg=title.text_content(),
+            arg=first,
             timeout=30_000,
         )
         page.get_by_text("❚❚ Pause").click()
-        shown = int(title.text_content().rsplit("step ", 1)[1].replace(",", ""))
+        shown = int(_text_of_one(page, title).rsplit("step ", 1)[1].replace(",", ""))
         assert shown > start  # it played on from the linked step
         page.screenshot(path=str(ARTIFACTS / "weights-playing.png"))
     finally:

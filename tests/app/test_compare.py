@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from tests.app.conftest import arr, chart, notices, open_page
 PAGE = "pages/compare_runs.py"
 LLC_STEPS = [0, 40, 640]  # the deep run's refined LLC: a subset of its checkpoints
 DEEP, SHALLOW = "deep-run", "shallow-run"
-RUNS = {
+RUNS: dict[str, dict[str, Any]] = {
     # 6 layers x 4 heads, qk and ov, the forward lens, whole-layer matrices, 1,000 tokens per step
     DEEP: dict(
         n_layers=6, n_heads=4, steps=[0, 10, 20, 40, 80, 160, 320, 640], tokens_per_step=1000, matrices=("qk", "ov"), forward=True

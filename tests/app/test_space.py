@@ -103,6 +103,7 @@ def test_requirements_txt_alone_serves_the_app_with_the_dockerfile_cmd(tmp_path:
     proc = subprocess.Popen(
         cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": ""}
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -40,7 +41,7 @@ def hub_cache(cache: Path, repo_id: str, files: dict[str, Path]) -> Path:
 
 
 @pytest.fixture()
-def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty data/ and an offline Hub whose cache lives in tmp_path (constants patched too: they are read at import)."""
     cache = tmp_path / "hub"
     cache.mkdir()

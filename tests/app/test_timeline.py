@@ -44,6 +44,7 @@ def shaded_stages(path: Path):
     curve, else the loss's), in order."""
     store = open_store(path)
     stages = store.frame(STAGES)
+    assert stages is not None and store.meta.stages is not None, f"{path} has no stages"
     return stages[stages["basis"] == store.meta.stages["primary"]].sort_values("stage")
 
 
@@ -126,7 +127,9 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     text = " ".join(m.value for m in at.markdown)
     llc = shaded_stages(typed_store)
     line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
-    curve = {"llc": "whole-model LLC", "loss": "loss"}[open_store(typed_store).meta.stages["primary"]]
+    recorded = open_store(typed_store).meta.stages
+    assert recorded is not None
+    curve = {"llc": "whole-model LLC", "loss": "loss"}[recorded["primary"]]
     assert f"**Stages** ({curve}): {line}" in text
     assert "step 64: first previous-token head: L0H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
@@ -146,7 +149,9 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     text = " ".join(m.value for m in at.markdown if "trajectory clusters were compared" in m.value)
     assert "Of 9 statistics" in text
     store = open_store(SHIPPED)
-    labels, _ = end_types(store)
+    ended = end_types(store)
+    assert ended is not None
+    labels, _ = ended
     result, _ = associate(stat_values(store, "std", matrix="qk"), labels)
     assert result.p_value < 0.05 and f"AMI {result.ami:.3f}, p = {result.p_value:.3g}" in text
     assert "none, so no association replicates" in text

@@ -38,7 +38,7 @@ def write_types(path) -> None:
     """head_types.parquet at every checkpoint of the store: the PATTERN at the last, nothing before."""
     store = open_store(path)
     steps = [int(s) for s in store.steps]
-    rows = {c: [] for c in HEAD_TYPES_TABLE.schema.names}
+    rows: dict[str, list[object]] = {c: [] for c in HEAD_TYPES_TABLE.schema.names}
     for step in steps:
         for layer in range(N_LAYERS):
             for head in range(N_HEADS):

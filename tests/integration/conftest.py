@@ -17,7 +17,7 @@ def neox_model(*, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int =
     """A tiny random GPT-NeoX (Pythia architecture) causal LM."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
         vocab_size=64,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -43,7 +43,7 @@ def make_suite(root: Path, steps: list[int], *, duplicate: dict[int, int] | None
     with exactly step a's weights."""
     model = neox_model()
     duplicate = duplicate or {}
-    states = {}
+    states: dict[int, dict[str, torch.Tensor]] = {}
     for step in steps:
         if step in duplicate:
             model.load_state_dict(states[duplicate[step]])

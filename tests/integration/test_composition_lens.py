@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -22,7 +23,7 @@ from precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 
-NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("composition",), matrices=("qk", "ov"))
 
 
@@ -82,7 +83,12 @@ def own_factors(model) -> list[np.ndarray]:
 def stored_scores(store_path: Path) -> np.ndarray:
     """``(3, n_steps, layer_a, head_a, layer_b, head_b)`` through the store's one accessor."""
     store = open_store(store_path)
-    return np.stack([store.dense(COMPOSITION, kind) for kind in ("q", "k", "v")])
+    kinds = []
+    for kind in ("q", "k", "v"):
+        scores = store.dense(COMPOSITION, kind)
+        assert scores is not None, (store_path, kind)
+        kinds.append(scores)
+    return np.stack(kinds)
 
 
 def test_the_cli_writes_the_scores_of_the_models_own_weights_resumes_and_a_store_gains_them(tmp_path: Path) -> None:
@@ -102,7 +108,9 @@ def test_the_cli_writes_the_scores_of_the_models_own_weights_resumes_and_a_store
         w = own_factors(model)
         np.testing.assert_allclose(got[:, i], dense_scores(*w), rtol=1e-6)  # NaN where layer_a >= layer_b, both
         # LayerNorm is not folded: the gains folded into the reading factors give other scores
-        gamma = np.stack([layer.input_layernorm.weight.detach().double().numpy() for layer in model.gpt_neox.layers])
+        gamma = np.stack(
+            [layer.get_parameter("input_layernorm.weight").detach().double().numpy() for layer in model.gpt_neox.layers]
+        )
         g = gamma[:, None, None, :]  # (n_layers, 1, 1, d_model)
         folded = dense_scores(w[0] * g, w[1] * g, w[2], w[3] * g)
         assert np.nanmax(np.abs(folded / got[:, i] - 1)) > 0.05  # against the 1e-6 the stored scores match
@@ -189,7 +197,8 @@ def test_top_k_keeps_each_targets_strongest_sources_and_a_store_keeps_its_choice
             assert have == want
             for la, ha in have:
                 np.testing.assert_array_equal(kept[:, la, ha, lb, hb], full[:, la, ha, lb, hb])
-    assert open_store(top).meta.composition["top"] == 2
+    recorded = open_store(top).meta.composition
+    assert recorded is not None and recorded["top"] == 2
     with pytest.raises(ValueError, match="kept with --composition-top 2"):
         run_precompute(suite, top, OPTIONS)
 

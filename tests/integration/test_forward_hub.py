@@ -11,8 +11,8 @@ import pytest
 
 from analysis.store import read_meta
 from analysis.store.format import FORWARD_TABLES
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 from tests.integration.test_hub import REPO_ID, base_env, run
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,8 @@ def test_hub_revisions_are_downloaded_one_at_a_time_and_match_the_local_folders(
     local = tmp_path / "local"
     done = run_cli("--source", str(suite), "--out", str(local), *EVAL, "--eval-text", str(text))
     assert done.returncode == 0, done.stderr
-    assert read_meta(local).forward.tokenizer == str(suite / "step0")
+    local_info = read_meta(local).forward
+    assert local_info is not None and local_info.tokenizer == str(suite / "step0")
     repo = Repo()
     for step in STEPS:
         repo.add(f"step{step}", folder_files(suite / f"step{step}"))
@@ -72,8 +73,9 @@ def test_hub_revisions_are_downloaded_one_at_a_time_and_match_the_local_folders(
     peak = done.stderr.split("peak scratch disk ")[1].split()[0:2]
     assert peak != ["0", "B"], done.stderr  # the revision's weights were on disk while it was evaluated
     assert not (tmp_path / "stores" / ".hub.fetch").exists()  # and the scratch folder is gone
-    info = read_meta(out).forward
-    assert info.tokenizer == REPO_ID and info.tokens_sha256 == read_meta(local).forward.tokens_sha256
+    info, local_info = read_meta(out).forward, read_meta(local).forward
+    assert info is not None and local_info is not None
+    assert info.tokenizer == REPO_ID and info.tokens_sha256 == local_info.tokens_sha256
     for spec in FORWARD_TABLES:
         assert pq.read_table(local / spec.file).equals(pq.read_table(out / spec.file)), spec.name
     assert weights > 0

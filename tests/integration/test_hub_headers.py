@@ -15,12 +15,12 @@ import torch
 from safetensors.torch import load_file
 
 from analysis.extract import model_shape
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.settings import FetchSettings
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource
 from precompute.sources.revisions import CheckpointRef
 from tests.integration.conftest import neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 REPO_ID = "org/sharded"
 HF_PROBE = 100_001  # huggingface_hub reads bytes 0-100000 of a file for its header
@@ -88,7 +88,7 @@ def test_sharded_fetch_reads_the_headers_and_exactly_the_attention_tensors(tmp_p
     expected = {}
     for f in files:
         expected.update(load_file(folder / f))
-    assert sorted(fetched.tensors) == sorted(wanted)
+    assert fetched.tensors is not None and sorted(fetched.tensors) == sorted(wanted)
     for name in wanted:
         assert torch.equal(fetched.tensors[name], expected[name]), name
 

@@ -21,12 +21,12 @@ from safetensors.torch import load_file
 
 from analysis.errors import CheckpointError
 from analysis.extract import ModelShape, model_shape
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.settings import FetchSettings
 from precompute.sources import ranges
 from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from tests.integration.conftest import neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 REPO_ID = "org/tiny"
 FAST = FetchSettings(retries=3, backoff_s=0.001, timeout_s=10, concurrency=3)
@@ -119,7 +119,7 @@ def test_merge_gap_zero_fetches_exactly_the_q_and_k_rows(served, checkpoint: Pat
     shape = model_shape(json.loads((checkpoint / "config.json").read_text()))
     h, d, m = shape.n_heads, shape.d_head, shape.d_model
     base, doc = header_of(checkpoint / "model.safetensors")
-    row_bytes = None
+    row_bytes = 0
     expected_ranges = []
     for name in qkv_names(3):
         start, end = (base + x for x in doc[name]["data_offsets"])

@@ -92,7 +92,7 @@ def test_prefetcher_fetches_one_ahead_never_two() -> None:
         note("fetched", i)
         return i * 10
 
-    results = []
+    results: list[int | str] = []
     with Prefetcher(fetch, [0, 1, 2, 3]) as pre:
         for i, result in pre:
             try:

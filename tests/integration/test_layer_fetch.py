@@ -1,4 +1,4 @@
-"""The Hub fetch plan with and without the layer matrices, on the fake Hub (`tests.integration.fakehub`).
+"""The Hub fetch plan with and without the layer matrices, on the fake Hub (`benchmarks.fakehub`).
 
 With ``layers`` selected every block weight is read whole (its bytes, from the file's
 header, must be covered by the ranges fetched) and the layer table equals the one a
@@ -17,10 +17,10 @@ import pytest
 from huggingface_hub import constants
 
 from analysis.store.format import LAYERS
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 BLOCK_SUFFIXES = (
     "attention.query_key_value.weight",

@@ -56,6 +56,7 @@ def test_layer_rows_match_numpy_on_the_saved_weights(suite: Path, tmp_path: Path
     store = open_store(out)
     assert store.has(LAYERS)
     got = store.frame(LAYERS, columns=["frob_norm"])
+    assert got is not None
     assert list(got.columns) == ["step", "layer", "role", "frob_norm"]
     np.testing.assert_array_equal(got["frob_norm"].to_numpy(), table["frob_norm"].to_numpy())
 

@@ -51,7 +51,7 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
         assert issubclass(stage, BaseStage) and stage.lens is lens, lens.name
         if lens.options:
             defaults = lens.default_options()
-            assert defaults == lens.make_options({}), lens.name
+            assert lens.make_options is not None and defaults == lens.make_options({}), lens.name
             assert lens.asked_by == "--lenses", "options are given with the lens asked for by name"
     from headwatch import benchmarks
 
@@ -118,6 +118,7 @@ class NormsJob:
     def checkpoint_rows(
         self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
+        assert fetched.tensors is not None  # fetched with its tensors, not skipped
         return {NORMS.name: norm_rows(fetched.ref.step, shape, fetched.tensors)}
 
 
@@ -130,6 +131,7 @@ class NormsStage(BaseStage):
         for step in missing_steps(run.state, self.lens):
             entry = run.state.meta.entry(step)
             fetched = run.plan.src.fetch(run.plan.ref(entry), run.plan.shape, skip=lambda sha: False, matrices=("qk",))
+            assert fetched.tensors is not None  # skip refuses nothing
             run.state.put({NORMS.name: norm_rows(step, run.plan.shape, fetched.tensors)})
             run.state.commit(heads=False)
             run.report.lenses.setdefault(self.lens.name, []).append(step)
@@ -180,7 +182,7 @@ def test_a_lens_in_one_module_is_computed_committed_resumed_and_read_back(norms_
     assert report.computed == [0, 1, 4]
     store = open_store(out)
     values = store.dense(NORMS, "q_frob")
-    assert values.shape == (3, 2, 4)
+    assert values is not None and values.shape == (3, 2, 4)
     for i, step in enumerate([0, 1, 4]):
         np.testing.assert_allclose(values[i], brute_force_norms(suite / f"step{step}", 4), rtol=1e-6)
     assert store.steps_with(NORMS).tolist() == [0, 1, 4]
@@ -261,8 +263,8 @@ def test_a_run_of_another_lens_keeps_a_refined_llc_written_before_its_chains_tab
     Now a lens the run does not compute keeps its tables byte for byte, and the LLC steps stay readable."""
     run = byte_run(tmp_path, [0, 1, 2, 4], hidden=32, layers=2, heads=2)
     store = tmp_path / "store"
-    llc = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-steps", "0,4", "--llc-draws", "2")
-    llc += ("--llc-chains", "2", "--llc-burnin", "0")
+    llc: tuple[str, ...] = ("--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-steps", "0,4")
+    llc += ("--llc-draws", "2", "--llc-chains", "2", "--llc-burnin", "0")
     done = run_cli("--source", str(run), "--out", str(store), *llc, "--llc-sequences", "4", "--llc-batch-size", "2")
     assert done.returncode == 0, done.stderr
     (store / "llc_chains.parquet").unlink()  # as a store written before the chains table existed

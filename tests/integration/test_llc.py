@@ -132,7 +132,7 @@ def test_parameters_the_loss_ignores_give_zero_far_below_an_active_head(trained,
     weight = trained.gpt_neox.embed_in.weight
     rows = torch.zeros(weight.shape[0], dtype=torch.bool)
     rows[USED:] = True  # tokens absent from the data
-    absent = {"gpt_neox.embed_in.weight": rows[:, None].expand_as(weight).clone()}
+    absent: dict[str, torch.Tensor | None] = {"gpt_neox.embed_in.weight": rows[:, None].expand_as(weight).clone()}
     assert masked_parameters(trained, absent) == (VOCAB - USED) * HIDDEN
     idle = estimate_llc(trained, data, absent, SAMPLER, scratch=tmp_path)
     active = estimate_llc(trained, data, head_masks(trained, 0, 0), SAMPLER, scratch=tmp_path)
@@ -166,7 +166,7 @@ def test_the_head_mask_moves_exactly_the_heads_parameters(trained, data, layer: 
     masks = head_masks(trained, layer, head)
     expected = head_index(layer, head)
     assert set(masks) == set(expected)
-    assert all(torch.equal(masks[k], expected[k]) for k in expected)
+    assert all((m := masks[k]) is not None and torch.equal(m, expected[k]) for k in expected)
     assert masked_parameters(trained, masks) == 3 * D_HEAD * (HIDDEN + 1) + HIDDEN * D_HEAD
     before = state(trained)
     sampled: dict[str, torch.Tensor] = {}
@@ -227,7 +227,7 @@ def test_the_gpt2_head_mask_moves_exactly_the_heads_parameters(data, layer: int,
     masks = head_masks(model, layer, head)
     expected = gpt2_head_index(layer, head)
     assert set(masks) == set(expected)
-    assert all(torch.equal(masks[k], expected[k]) for k in expected)
+    assert all((m := masks[k]) is not None and torch.equal(m, expected[k]) for k in expected)
     assert masked_parameters(model, masks) == 3 * D_HEAD * (HIDDEN + 1) + HIDDEN * D_HEAD
     before = state(model)
     sampled: dict[str, torch.Tensor] = {}
@@ -318,14 +318,16 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert sorted(set(table["step"].to_pylist())) == [0, 2, 16]
     assert np.isfinite(table["llc"].to_numpy()).all() and np.isfinite(table["init_loss"].to_numpy()).all()
     meta = read_meta(reference)
+    assert meta.llc is not None
     assert meta.llc["sampler"] == SamplerSettings(chains=2, burnin=0, draws=2, sequences=4, batch_size=2).as_meta()
     assert meta.llc["steps"] == [0, 2, 16] and set(meta.llc["seconds"]) == {"0", "2", "16"}
     assert not any(p.name.startswith(".uninterrupted.") and p.is_dir() for p in tmp_path.iterdir())  # scratch removed
     store = open_store(reference)
-    rllc = store.dense(LLC, "llc")
+    rllc, whole = store.dense(LLC, "llc"), store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)
+    assert rllc is not None and whole is not None
     assert rllc.shape == (len(steps), 2, 2)
     assert np.isnan(rllc[[1, 3, 4]]).all() and np.isfinite(rllc[[0, 2, 5]]).all()
-    assert np.isfinite(store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)[[0, 2, 5]]).all()
+    assert np.isfinite(whole[[0, 2, 5]]).all()
 
     # killed after its first checkpoint's estimates are committed: the rerun computes only the others
     out = tmp_path / "killed"

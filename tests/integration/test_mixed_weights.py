@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from analysis.store import open_store
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.publish import dataset_card
 from tests.integration.conftest import make_suite, run_cli
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 from tests.integration.test_hub import base_env, run
 
 STEPS = [0, 1, 4, 8]
@@ -57,7 +57,9 @@ def check_store(out: Path, suite: Path, first: str, *, sha256_source: str) -> No
     assert store.hidden_steps == [(1, f"step 1 carries step 8's {first}")]
     # singular-vector overlaps exist between consecutive steps in both views: 0->4 spans hidden step 1
     for view in (store, shown):
-        o_u, o_v = view.overlaps(0, 0)
+        found = view.overlaps(0, 0)
+        assert found is not None
+        o_u, o_v = found
         assert o_u.shape[0] == len(view.steps) - 1 and np.isfinite(o_u).all() and np.isfinite(o_v).all()
     card = dataset_card(out)
     assert f"{first} = step 8 {first}" in card and "mixed weights" in card

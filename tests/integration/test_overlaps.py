@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.store import open_store
+from analysis.store import Store, open_store
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_precompute import reference_heads, reference_ov_heads
 
@@ -34,8 +34,15 @@ def dense_matrices(suite: Path, step: int, matrix: str = "qk") -> list[list[np.n
     return (reference_heads if matrix == "qk" else reference_ov_heads)(state, N_LAYERS, N_HEADS)
 
 
+def stored_overlaps(store: Store, layer: int, head: int, *, matrix: str = "qk") -> tuple[np.ndarray, np.ndarray]:
+    """``store.overlaps`` of a head the test expects the store to have."""
+    found = store.overlaps(layer, head, matrix=matrix)
+    assert found is not None, f"{store.path} has no overlaps of L{layer} H{head} ({matrix})"
+    return found
+
+
 def dense_vectors(suite: Path, step: int, matrix: str = "qk") -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    out = []
+    out: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
     for row in dense_matrices(suite, step, matrix):
         out.append([])
         for w in row:
@@ -65,7 +72,7 @@ def test_overlaps_match_dense_svd_of_consecutive_checkpoints(six: Path, tmp_path
         assert np.min(want) > 1e-3  # the checkpoints differ: a zero change would not pass
     for layer in range(N_LAYERS):
         for head in range(N_HEADS):
-            o_u, o_v = store.overlaps(layer, head, matrix=matrix)
+            o_u, o_v = stored_overlaps(store, layer, head, matrix=matrix)
             assert o_u.shape == o_v.shape == (len(STEPS) - 1, K, K)
             for t, (a, b) in enumerate(itertools.pairwise(STEPS)):
                 s0, u0, v0 = dense[a][layer][head]
@@ -130,7 +137,7 @@ def test_a_checkpoint_that_cannot_be_reread_leaves_its_pairs_out(six: Path, tmp_
     assert "step4" in res.stderr and "2 checkpoint pairs have no singular-vector overlaps" in res.stderr
     store = open_store(out)
     assert store.steps.tolist() == STEPS  # nothing computed was lost
-    o_u, _ = store.overlaps(1, 2)
+    o_u, _ = stored_overlaps(store, 1, 2)
     missing = [t for t in range(len(STEPS) - 1) if np.isnan(o_u[t]).all()]
     assert [(STEPS[t], STEPS[t + 1]) for t in missing] == [(2, 4), (4, 8)]
 
@@ -151,7 +158,7 @@ def test_overlap_k_is_capped_at_d_head(tmp_path: Path) -> None:
     assert run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "40").returncode == 0
     store = open_store(out)
     assert store.meta.overlap_k == 16
-    o_u, o_v = store.overlaps(0, 0)
+    o_u, o_v = stored_overlaps(store, 0, 0)
     assert o_u.shape == (1, 16, 16)
     # each row of |U0^T U1| holds the components of u_a(t) in the column space at t+1: squared norm <= 1
     assert ((o_u[0] ** 2).sum(axis=1) <= 1 + 1e-5).all() and ((o_v[0] ** 2).sum(axis=1) <= 1 + 1e-5).all()
@@ -165,17 +172,17 @@ def test_a_later_run_keeps_the_stores_k_and_overlap_k_0_keeps_the_overlaps(tmp_p
     res = run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1,step2")
     assert res.returncode == 0, res.stderr
     assert open_store(out).meta.overlap_k == 4 and "recomputing every pair" not in res.stderr
-    assert open_store(out).overlaps(0, 0)[0].shape == (2, 4, 4)
+    assert stored_overlaps(open_store(out), 0, 0)[0].shape == (2, 4, 4)
     # --overlap-k 0 computes nothing new and keeps what is there
     before = pq.read_table(out / "overlaps.parquet")
     assert run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "0").returncode == 0
     assert pq.read_table(out / "overlaps.parquet").equals(before)
-    o_u, _ = open_store(out).overlaps(0, 0)
+    o_u, _ = stored_overlaps(open_store(out), 0, 0)
     assert np.isfinite(o_u[:2]).all() and np.isnan(o_u[2]).all()  # pair (2, 4) left for a later run
     # an explicit other K recomputes every pair, and says so
     res = run_cli("--source", str(suite), "--out", str(out), "--overlap-k", "2")
     assert res.returncode == 0 and "recomputing every pair" in res.stderr
-    o_u, _ = open_store(out).overlaps(0, 0)
+    o_u, _ = stored_overlaps(open_store(out), 0, 0)
     assert o_u.shape == (3, 2, 2) and np.isfinite(o_u).all()
 
 

@@ -28,6 +28,7 @@ def header_bytes(file: Path) -> dict[str, tuple[int, int]]:
 def plan_numbers(out: str) -> dict[str, int]:
     per = re.search(r"bytes to read per checkpoint: .*\(([\d,]+) B", out)
     total = re.search(r"bytes to read in all: .*\(([\d,]+) B of tensors(?:, ([\d,]+) B hashed)?\)", out)
+    assert per is not None and total is not None, out
     return {
         "per": int(per.group(1).replace(",", "")),
         "tensors": int(total.group(1).replace(",", "")),

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.fakehub import FakeHub
 from tests.integration.conftest import REPO
-from tests.integration.fakehub import FakeHub
 from tests.integration.test_hub import REPO_ID, STEPS, online_env, run, world  # noqa: F401  (the module fixture)
 
 

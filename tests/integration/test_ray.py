@@ -17,18 +17,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Literal
 
 import pyarrow.parquet as pq
 import pytest
 
 from analysis.errors import ClusterError
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from precompute.__main__ import main
 from precompute.run import run_precompute
 from precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
-from tests.integration.fakehub import FakeHub, Repo, folder_files
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +48,7 @@ def _require_ray():
 
 
 @pytest.fixture(scope="module")
-def cluster() -> str:
+def cluster() -> Iterator[str]:
     """A 2-CPU Ray cluster on 127.0.0.1 that this process is connected to; its GCS address, for
     drivers in other processes."""
     ray = _require_ray()
@@ -64,7 +66,7 @@ def cluster() -> str:
         ray.shutdown()
 
 
-def options(executor: str, **ray: object) -> RunOptions:
+def options(executor: Literal["local", "ray"], **ray: Any) -> RunOptions:
     return RunOptions(device="cpu", progress=False, embeddings=False, executor=executor, ray=RayOptions(**ray))
 
 
@@ -108,7 +110,7 @@ def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_pa
     from tests.integration.test_forward_lens import byte_run
 
     run = byte_run(tmp_path, [0, 1, 2, 4])
-    lens = dict(lenses=("attention",), eval_sequences=4, eval_length=32)
+    lens: dict[str, Any] = dict(lenses=("attention",), eval_sequences=4, eval_length=32)
     stores = {}
     for executor in ("local", "ray"):
         stores[executor] = tmp_path / executor
@@ -324,6 +326,7 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
         env={**os.environ, "RAY_AUTH_MODE": "token"},
     )  # Ray's default for a new local cluster, said aloud
     out = tmp_path / "store"
+    assert head.stdout is not None  # stdout=PIPE
     try:
         address = head.stdout.readline().strip()
         assert address, "the cluster's head did not start"

@@ -61,7 +61,9 @@ def store(request):
 
 
 def test_the_shipped_estimates_are_the_defaults_at_the_listed_checkpoints(store) -> None:
-    table = read_table(store.path, LLC).to_pandas()
+    stored = read_table(store.path, LLC)
+    assert stored is not None
+    table = stored.to_pandas()
     assert sorted(table["step"].unique()) == store.meta.llc["steps"]
     assert set(store.meta.llc["steps"]) <= {int(s) for s in store.steps}
     assert store.meta.llc["sampler"] == SamplerSettings().as_meta()
@@ -88,7 +90,9 @@ def test_every_estimate_carries_its_chains_and_a_flag(store) -> None:
 
 
 def test_the_initial_loss_is_near_the_forward_lenss_loss(store) -> None:
-    table = read_table(store.path, LLC).to_pandas()
+    stored = read_table(store.path, LLC)
+    assert stored is not None
+    table = stored.to_pandas()
     loss = dict(zip((int(s) for s in store.steps), store.dense(EVAL_LOSS, "loss"), strict=True))
     for step, rows in table.groupby("step"):
         assert abs(rows["init_loss"].iloc[0] - loss[int(step)]) < 0.15 * loss[int(step)], step

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,14 +27,19 @@ from tests.integration.conftest import perturb, run_cli
 from tests.integration.test_composition_lens import family_suite, neox_suite, own_factors
 from tests.unit.test_similarity import dense_similarity
 
-NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("similarity",), matrices=("qk", "ov"))
 
 
 def stored(store_path: Path) -> np.ndarray:
     """``(6, n_steps, layer_a, head_a, layer_b, head_b)`` through the store's one accessor."""
     store = open_store(store_path)
-    return np.stack([store.dense(SIMILARITY, column) for column in COLUMNS])
+    columns = []
+    for column in COLUMNS:
+        values = store.dense(SIMILARITY, column)
+        assert values is not None, (store_path, column)
+        columns.append(values)
+    return np.stack(columns)
 
 
 def test_the_cli_writes_the_statistics_of_the_models_own_weights_resumes_and_a_store_gains_them(tmp_path: Path) -> None:
@@ -62,7 +68,9 @@ def test_the_cli_writes_the_statistics_of_the_models_own_weights_resumes_and_a_s
         want = dense_similarity(*w)
         np.testing.assert_allclose(got[:, i], want, rtol=0, atol=1e-6)  # float32 in the store; NaN where a >= b
         # LayerNorm is not folded: the gains folded into the reading factors give other statistics
-        gamma = np.stack([layer.input_layernorm.weight.detach().double().numpy() for layer in model.gpt_neox.layers])
+        gamma = np.stack(
+            [layer.get_parameter("input_layernorm.weight").detach().double().numpy() for layer in model.gpt_neox.layers]
+        )
         g = gamma[:, None, None, :]  # (n_layers, 1, 1, d_model)
         folded = dense_similarity(w[0] * g, w[1] * g, w[2], w[3] * g)
         assert np.nanmax(np.abs(folded - got[:, i])) > 0.05
@@ -77,6 +85,7 @@ def test_the_cli_writes_the_statistics_of_the_models_own_weights_resumes_and_a_s
                 assert row["baseline_of_max"] == meta["baseline"]["share_of_max"][column]
     store = open_store(out)
     dense = store.dense(ULTRAMETRICITY, "share", at={"distance": "qk_frob"})
+    assert dense is not None
     assert dense.shape == (2, 3) and np.array_equal(dense[1], rows.xs("qk_frob", level="distance").loc[3]["share"].to_numpy())
 
     # a rerun computes nothing and keeps the tables; a run without the lens keeps them too
@@ -141,7 +150,8 @@ def test_a_store_keeps_its_tolerance_and_refusals_come_before_anything_is_writte
     suite = neox_suite(tmp_path / "suite", [0])
     store = tmp_path / "store"
     run_precompute(suite, store, replace(OPTIONS, lens_options={"similarity": SimilarityOptions(tolerance=0.25)}))
-    assert open_store(store).meta.similarity["tolerance"] == 0.25
+    recorded = open_store(store).meta.similarity
+    assert recorded is not None and recorded["tolerance"] == 0.25
     with pytest.raises(ValueError, match=r"--similarity-tolerance 0\.25"):
         run_precompute(suite, store, OPTIONS)
     given = run_cli("--source", str(suite), "--out", str(tmp_path / "a"), "--lenses", "similarity", "--matrices", "qk")

@@ -47,7 +47,7 @@ def designed_model(*, typed: bool, unembed_seed: int = 0):
     the output embedding, which no attention pattern depends on (two checkpoints with the same heads differ)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct, rotary_emb_base: read through **kwargs, not typed
         vocab_size=256,
         hidden_size=D_MODEL,
         num_hidden_layers=2,
@@ -70,8 +70,8 @@ def designed_model(*, typed: bool, unembed_seed: int = 0):
         for p in model.parameters():
             p.zero_()  # MLPs, output projections and biases write nothing unless set below
         for layer in model.gpt_neox.layers:
-            layer.input_layernorm.weight.fill_(1.0)
-            layer.post_attention_layernorm.weight.fill_(1.0)
+            layer.get_parameter("input_layernorm.weight").fill_(1.0)
+            layer.get_parameter("post_attention_layernorm.weight").fill_(1.0)
         model.gpt_neox.final_layer_norm.weight.fill_(1.0)
         e = np.zeros((256, D_MODEL))
         e[:, EMBED] = emb
@@ -82,10 +82,11 @@ def designed_model(*, typed: bool, unembed_seed: int = 0):
             return model
 
         def head_weights(layer: int):
-            attention = model.gpt_neox.layers[layer].attention
-            w = attention.query_key_value.weight.view(N_HEADS, 3, D_HEAD, D_MODEL)  # [h, 0/1/2] = Q/K/V of head h
-            b = attention.query_key_value.bias.view(N_HEADS, 3, D_HEAD)
-            return w, b, attention.dense.weight  # dense columns h*D_HEAD.. read head h
+            attention = model.get_submodule(f"gpt_neox.layers.{layer}.attention")
+            qkv_w, qkv_b = attention.get_parameter("query_key_value.weight"), attention.get_parameter("query_key_value.bias")
+            w = qkv_w.view(N_HEADS, 3, D_HEAD, D_MODEL)  # [h, 0/1/2] = Q/K/V of head h
+            b = qkv_b.view(N_HEADS, 3, D_HEAD)
+            return w, b, attention.get_parameter("dense.weight")  # dense columns h*D_HEAD.. read head h
 
         def positional(b, head: int, amplitude: np.ndarray, phase: np.ndarray) -> None:
             b[head, 0, :half] = torch.from_numpy(amplitude * np.cos(phase))  # rotate_half pairs dims i and i + half
@@ -151,9 +152,10 @@ def test_hand_set_heads_get_exactly_their_types_from_the_step_they_were_set(tmp_
         held = types[(types["step"] == step) & types["holds"]]
         got = {key: set(held[(held["layer"] == key[0]) & (held["head"] == key[1])]["type"]) for key in EXPECTED}
         assert got == EXPECTED, (step, got)
-    scores = store.dense(ATTENTION, "prev_token")[-1]
-    assert scores[0, 0] > 0.99 and store.dense(ATTENTION, "sink")[-1][0, 1] > 0.99
-    assert store.dense(ATTENTION, "induction")[-1][1, 0] > 0.8
+    prev, sink, induction = (store.dense(ATTENTION, name) for name in ("prev_token", "sink", "induction"))
+    assert prev is not None and sink is not None and induction is not None
+    assert prev[-1][0, 0] > 0.99 and sink[-1][0, 1] > 0.99
+    assert induction[-1][1, 0] > 0.8
     emergence = store.frame(HEAD_EMERGENCE)
     assert emergence is not None
     emerged = emergence.dropna(subset=["emergence_step"])

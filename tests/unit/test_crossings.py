@@ -114,7 +114,10 @@ def test_a_plane_that_turns_too_far_between_checkpoints_is_unresolved() -> None:
     assert np.isnan(found[0].swap_score)
     # the same approach with the directions held fixed is a repulsion
     fixed = [
-        sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4), 0.5, 0.3]))
+        sum(
+            (s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.05 + 0.3 * abs(n - 4), 1.95 - 0.3 * abs(n - 4), 0.5, 0.3])),
+            np.zeros((D_MODEL, D_MODEL)),
+        )
         for n in range(8)
     ]
     lam, ov = run(fixed)
@@ -150,7 +153,12 @@ def test_a_long_close_stretch_with_jitter_is_one_approach() -> None:
 def test_levels_close_at_the_start_or_the_end_make_no_approach() -> None:
     e, f = bases(7)
     for gaps in ([0.01, 0.02, 0.2, 0.4, 0.5], [0.5, 0.4, 0.2, 0.02, 0.01]):  # part after init; meet at the end
-        seq = [sum(s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 + g, 2.0 - g, 0.5, 0.3])) for g in gaps]
+        seq = [
+            sum(
+                (s * np.outer(e[:, a], f[:, a]) for a, s in enumerate([2.0 + g, 2.0 - g, 0.5, 0.3])), np.zeros((D_MODEL, D_MODEL))
+            )
+            for g in gaps
+        ]
         lam, ov = run(seq)
         assert [a for a in classify_approaches(lam, ov) if a.level == 0] == []
 

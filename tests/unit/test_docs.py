@@ -59,5 +59,7 @@ def test_the_readme_links_resolve_and_the_space_card_fits() -> None:
     for target in targets:
         assert (REPO / target).is_file(), f"README links to {target}, which does not exist"
     card = readme.split("---")[1]
-    description = re.search(r"^short_description: (.+)$", card, re.M).group(1)
+    found = re.search(r"^short_description: (.+)$", card, re.M)
+    assert found is not None, "the Space card has no short_description"
+    description = found.group(1)
     assert len(description) <= 60  # the Hub's limit for a Space card

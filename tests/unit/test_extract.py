@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,15 +30,16 @@ from analysis.errors import CheckpointError, UnknownArchitectureError
 from analysis.extract import ModelShape, attention_tensor_names, extract_heads, extract_ov, extract_qk, model_shape
 
 TOL = 1e-5  # max abs error, float32
-NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # the defaults exceed vocab_size
-SMALL = dict(
+NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # defaults exceed vocab_size
+SMALL: dict[str, Any] = dict(
     vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **NO_SPECIAL_TOKENS
 )
 
 # name -> (config, modeling module whose apply_rotary_pos_emb sees the pre-rotary q and k)
 CASES = {
     "gpt_neox": (
-        lambda: transformers.GPTNeoXConfig(**SMALL, num_attention_heads=4, rotary_pct=0.25),
+        # transformers 5 reads the legacy rotary_pct (as rope_parameters' partial_rotary_factor) from **kwargs
+        lambda: transformers.GPTNeoXConfig(**SMALL, num_attention_heads=4, rotary_pct=0.25),  # type: ignore[call-arg]  # see above
         modeling_gpt_neox,
     ),
     "gpt2": (
@@ -80,7 +82,7 @@ def _attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, kinds)]
 
 
-def _saved_random_model(config, path: Path, seed: int) -> torch.nn.Module:
+def _saved_random_model(config, path: Path, seed: int) -> transformers.PreTrainedModel:
     """A random model whose heads all differ, saved to ``path``; attention biases zeroed."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
@@ -101,7 +103,7 @@ def _load_saved(path: Path) -> tuple[ModelShape, dict[str, torch.Tensor]]:
     return model_shape(config), load_file(path / "model.safetensors")
 
 
-def _capture(model: torch.nn.Module, rotary_module, monkeypatch) -> list[dict[str, torch.Tensor]]:
+def _capture(model: transformers.PreTrainedModel, rotary_module, monkeypatch) -> list[dict[str, torch.Tensor]]:
     """Run a forward pass; per layer, the attention input x and the model's own per-head q and k.
 
     q is ``(batch, n_heads, seq, d_head)``; k is the same shape: the K head each
@@ -175,7 +177,9 @@ def test_extracted_heads_reproduce_the_models_own_q_and_k(case: str, tmp_path: P
     assert w_q.dtype == w_k.dtype == torch.float32
 
     if case == "gpt_neox":  # Pythia-style partial rotary: the capture is before it either way
-        assert 0 < model.gpt_neox.layers[0].attention.rotary_ndims < d_head
+        attention = model.get_submodule("gpt_neox.layers.0.attention")
+        assert isinstance(attention, modeling_gpt_neox.GPTNeoXAttention)
+        assert 0 < attention.rotary_ndims < d_head
 
     captured = _capture(model, rotary_module, monkeypatch)
     err_q, err_k = _max_error(captured, w_q, w_k)
@@ -298,7 +302,7 @@ def _output_projection(attention: torch.nn.Module) -> torch.nn.Module:
     raise AssertionError(f"no output projection on {type(attention).__name__}")
 
 
-def _head_contributions(model: torch.nn.Module, n_tokens: int = 5) -> list[dict[str, torch.Tensor]]:
+def _head_contributions(model: transformers.PreTrainedModel, n_tokens: int = 5) -> list[dict[str, torch.Tensor]]:
     """Per layer, the attention input x ``(n_tokens, d_model)`` and each head's contribution to the
     attention output before the output bias, ``(n_heads, n_tokens, d_model)``, computed by the model.
 
@@ -335,9 +339,9 @@ def _head_contributions(model: torch.nn.Module, n_tokens: int = 5) -> list[dict[
         contributions = []
         with torch.no_grad():
             zero = proj(torch.zeros_like(z))
-            for h in range(n_heads):
+            for head in range(n_heads):
                 only = torch.zeros_like(z)
-                only[:, h * d_head : (h + 1) * d_head] = z[:, h * d_head : (h + 1) * d_head]
+                only[:, head * d_head : (head + 1) * d_head] = z[:, head * d_head : (head + 1) * d_head]
                 contributions.append(proj(only) - zero)
         out.append({"x": rec["x"][:, 0], "c": torch.stack(contributions)})
     return out

@@ -140,7 +140,7 @@ def test_rejects_mismatched_or_wrong_rank_shapes(weights) -> None:
 
 def test_unknown_device_is_refused(weights) -> None:
     with pytest.raises(ValueError, match="tpu"):
-        checkpoint_statistics(*weights, device="tpu")
+        checkpoint_statistics(*weights, device="tpu")  # type: ignore[arg-type]  # an unknown device on purpose
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -9,7 +9,9 @@ does not see them: their imports are read with `ast` here (module level and insi
 from __future__ import annotations
 
 import ast
+import configparser
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,23 +21,56 @@ REPO = Path(__file__).resolve().parents[2]
 APP_FORBIDDEN = ("precompute", "training", "torch", "transformers", "ray", "devinterp")
 
 
-def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def _contracts() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    return config
+
+
+def _count(config: configparser.ConfigParser) -> int:
+    """How many contracts ``.importlinter`` declares."""
+    return sum(section.startswith("importlinter:contract:") for section in config.sections())
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with ``.importlinter`` over the packages under ``root``."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run(
-        [str(lint), "--config", str(REPO / ".importlinter"), "--no-cache"],
-        cwd=REPO,
+    return subprocess.run(
+        [str(lint), "--config", str(root / ".importlinter"), "--no-cache"],
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
+    done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "5 kept, 0 broken" in done.stdout
+    assert _count(_contracts()) >= 6 and f"{_count(_contracts())} kept, 0 broken" in done.stdout
+
+
+def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing_the_dashboard(tmp_path: Path) -> None:
+    """On a copy of the packages, one import added to a benchmark (from tests/) and one to a command module (of the
+    dashboard) break the two contracts that forbid them, and only those."""
+    config = _contracts()
+    for package in config["importlinter"]["root_packages"].split():
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    with (tmp_path / "benchmarks" / "bench_layers.py").open("a") as bench:
+        bench.write("\nfrom tests.integration.conftest import REPO  # noqa: E402\n")
+    with (tmp_path / "headwatch" / "units.py").open("a") as command:
+        command.write("\nimport dashboard.loader  # noqa: E402\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"{_count(config) - 2} kept, 2 broken" in done.stdout, done.stdout[-4000:]
+    assert "benchmarks.bench_layers -> tests" in done.stdout and "headwatch.units -> dashboard.loader" in done.stdout
 
 
 def _imported_roots(path: Path) -> set[str]:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)

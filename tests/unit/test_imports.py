@@ -56,8 +56,8 @@ def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if package else []
-                base = ".".join(base + ([node.module] if node.module else []))
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)] if package else []
+                base = ".".join(parts + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]

@@ -8,6 +8,7 @@ of spikes, and the ``powerlaw`` package (weightwatcher's fitter) for alpha.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import powerlaw
@@ -23,8 +24,8 @@ from analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 from analysis.rmt.marchenko_pastur import mp_below, mp_cdf, mp_density, mp_edges, mp_kl, mp_quantile, mp_spikes, powerlaw_fit
 from analysis.store.format import HIST_Z_EDGES
 
-NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-SMALL = dict(
+NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+SMALL: dict[str, Any] = dict(
     vocab_size=64, hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **NO_SPECIAL_TOKENS
 )
 CONFIGS = {

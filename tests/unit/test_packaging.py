@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def extra(name: str | None) -> dict[str, str]:
     pins: dict[str, str] = {}
     for line in lines:
         self_ref = re.fullmatch(r"headwatch\[([\w,]+)\]", line)
-        included = {}
+        included: dict[str, str] = {}
         for other in self_ref.group(1).split(",") if self_ref else ():
             included |= extra(other)
         if not self_ref:
@@ -104,7 +105,7 @@ def _repository_packages() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> zipfile.ZipFile:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
     out = tmp_path_factory.mktemp("wheel")
     build = tmp_path_factory.mktemp("build")
     subprocess.run(

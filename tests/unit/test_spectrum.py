@@ -201,7 +201,12 @@ def test_r_factor_is_the_r_of_a_thin_qr_on_either_path(monkeypatch) -> None:
     )  # (5, d_head, D_MODEL)
     householder: list[int] = []
     qr = torch.linalg.qr
-    monkeypatch.setattr(torch.linalg, "qr", lambda a, mode: householder.append(a.shape[0]) or qr(a, mode=mode))
+
+    def counting_qr(a: torch.Tensor, mode: str):  # what torch.linalg.qr returns
+        householder.append(a.shape[0])
+        return qr(a, mode=mode)
+
+    monkeypatch.setattr(torch.linalg, "qr", counting_qr)
     r = spectrum.r_factor(w)
 
     assert householder == [3]  # only the last three went through Householder QR

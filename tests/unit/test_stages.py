@@ -108,6 +108,7 @@ def test_segment_matches_brute_force_over_every_cut() -> None:
             cost = sum(rss(a, b) for a, b in pairwise(cuts)) / 0.3**2 + 9.0 * r
             best = min(best or (np.inf, ()), (cost, tuple(cuts)))
     found = segment(u, y, 0.3, penalty=9.0)
+    assert best is not None
     assert tuple([0, *[j for _, j in found]]) == best[1]
 
 

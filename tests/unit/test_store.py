@@ -206,7 +206,8 @@ def test_eval_loss_without_the_probe_copy_loss_reads_it_as_nan(tmp_path: Path) -
     table = store.read(EVAL_LOSS)
     assert table is not None and table.schema.equals(EVAL_LOSS.schema)
     np.testing.assert_array_equal(store.dense(EVAL_LOSS, "loss"), [5.5, 4.0])
-    assert np.isnan(store.dense(EVAL_LOSS, "probe_copy_loss")).all()
+    probe = store.dense(EVAL_LOSS, "probe_copy_loss")
+    assert probe is not None and np.isnan(probe).all()
 
 
 def test_an_opened_store_keeps_reading_its_own_version_across_a_commit(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def test_global_normalisation_keeps_levels():
     mean, std = 2.5, math.sqrt(sum((v - 2.5) ** 2 for v in flat) / 4)
     assert g.ravel().tolist() == pytest.approx([(v - mean) / std for v in flat])
     with pytest.raises(ValueError, match="unknown normalisation"):
-        normalise(x, "minmax")  # type: ignore[arg-type]  # a bad option on purpose: refused at run time
+        normalise(x, "minmax")  # a bad option on purpose: refused at run time
 
 
 def test_non_finite_values_are_filled_per_row():

@@ -1,4 +1,4 @@
-"""A stand-in Hugging Face Hub on 127.0.0.1, and a local Hub cache, for offline tests.
+"""A stand-in Hugging Face Hub on 127.0.0.1, and a local Hub cache, for offline tests and benchmarks.
 
 `FakeHub` serves the few endpoints the precompute job uses, from repos held in
 memory (branch -> commit -> files):
@@ -12,6 +12,9 @@ Errors carry the Hub's ``X-Error-Code`` header, so huggingface_hub raises its ow
 typed errors. Every request is logged (method, path, Range header); faults can be
 injected (503s, a slow link). `write_hub_cache` lays out the same repos the way
 huggingface_hub caches downloads: ``models--ORG--NAME/{blobs,refs,snapshots}``.
+
+It lives in benchmarks/ (as `benchmarks.synthetic_store` does) so that the integration tests and
+`benchmarks.bench_hub_fetch` share it while benchmarks/ imports nothing from tests/ (`.importlinter`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,7 +46,7 @@ class Repo:
     commits: dict[str, dict[str, bytes | Path]] = field(default_factory=dict)
     lfs_sha256: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def add(self, branch: str, files: dict[str, bytes | Path]) -> str:
+    def add(self, branch: str, files: Mapping[str, bytes | Path]) -> str:
         parts = [branch.encode()]
         for name, value in sorted(files.items()):
             parts.append(name.encode() + (hashlib.sha256(value).digest() if isinstance(value, bytes) else str(value).encode()))
@@ -157,7 +161,7 @@ class FakeHub:
         if m:
             repo = self._repo(h, m.group(1), head)
             if repo:
-                body = {
+                body: dict[str, object] = {
                     "branches": [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": c} for b, c in repo.branches.items()],
                     "converts": [],
                     "tags": [],
@@ -167,8 +171,8 @@ class FakeHub:
         m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/(.+)$", path)
         if m:
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if repo and commit:
                 siblings = []
                 for name, value in repo.commits[commit].items():
                     size = _size(value)
@@ -182,8 +186,8 @@ class FakeHub:
         m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", path)
         if m:  # one folder level (recursive=false), the shape the Hub gives: type, oid, size, path, lfs
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if repo and commit:
                 prefix = (m.group(3) or "").strip("/")
                 entries, folders = [], set()
                 for name, value in sorted(repo.commits[commit].items()):
@@ -210,8 +214,8 @@ class FakeHub:
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
             repo = self._repo(h, m.group(1), head)
-            commit = repo and self._commit(h, repo, m.group(2), head)
-            if not commit:
+            commit = self._commit(h, repo, m.group(2), head) if repo else None
+            if not repo or not commit:
                 return
             files = repo.commits[commit]
             if m.group(3) not in files:
