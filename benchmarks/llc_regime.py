@@ -33,7 +33,7 @@ def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> 
     """The store's sampler sequences, rebuilt as the stage built them (and checked against meta.json)."""
     import json
 
-    from precompute.lenses.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
     from precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store_path).meta

@@ -42,7 +42,7 @@ COMPOSITION_SECONDS_1_4B = 532.6
 # W_OV, float64, wall, machine shared; docs/benchmarks.md "Head similarity, one Pythia-1.4B-shaped checkpoint".
 SIMILARITY_SECONDS_1_4B = 873.3
 
-# Seconds per checkpoint of each lens (`precompute.lenses.registry.Lens.cost_scale` says what the figure
+# Seconds per checkpoint of each lens (`precompute.registry.Lens.cost_scale` says what the figure
 # scales with: "heads", "layers", "head_pairs" and "all_head_pairs" from Pythia-1.4B, "parameters" from the
 # Pythia-160M shape). A lens missing here has no recorded figure; `headwatch plan` says so.
 SECONDS_PER_CHECKPOINT: dict[str, tuple[str, float]] = {

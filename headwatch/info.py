@@ -14,7 +14,7 @@ from analysis.errors import StoreError
 from analysis.store.format import MATRICES, TABLES
 from analysis.store.reader import open_store, read_table
 from headwatch.units import human_bytes
-from precompute.lenses import registry
+from precompute import registry
 from precompute.settings import DEFAULT_MATRICES, RunOptions
 
 EXIT_OK, EXIT_USAGE = 0, 2

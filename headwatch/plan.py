@@ -27,7 +27,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m precompute`` that change what a run does."""
-    from precompute.lenses import registry
+    from precompute import registry
     from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
@@ -126,8 +126,8 @@ def all_head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) 
 
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
     """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
-    recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
-    from precompute.lenses import registry
+    recorded figure that the run computes (`precompute.registry.LENSES`, in their order)."""
+    from precompute import registry
 
     ref = bench.PYTHIA_1_4B
     heads_scale = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
@@ -201,7 +201,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     """
     from analysis.extract import model_shape
     from analysis.store.meta import read_meta
-    from precompute.lenses import registry
+    from precompute import registry
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
     from precompute.sources.local import LocalSource

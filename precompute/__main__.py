@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.lenses import registry
-from precompute.lenses.registry import Lens
+from precompute import registry
+from precompute.registry import Lens
 from precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
@@ -182,7 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def add_lens_options(parser: argparse.ArgumentParser) -> None:
-    """One argument group per lens with options (`precompute.lenses.registry.Lens.options`)."""
+    """One argument group per lens with options (`precompute.registry.Lens.options`)."""
     for lens in registry.LENSES:
         if not lens.options:
             continue

@@ -1,10 +1,10 @@
-"""What a run's stages share: its plan, its report, and the protocol every lens's stage follows.
+"""What a run's computations share: its plan, its report, and the protocol every lens's computation follows.
 
 `precompute.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
-builds one `Stage` per lens the run computes (`precompute.lenses.registry.LENSES`) and drives
-them: `Stage.check_store` before anything is written, `Stage.begin` when the run state is
-open, the stage's `PassJob` inside the pass over each new checkpoint, and `Stage.fill` after
-it for what the store still lacks. The stages live in their lens modules
+builds one `Computation` per lens the run computes (`precompute.registry.LENSES`) and drives
+them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
+open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
+it for what the store still lacks. The computations live in their lens modules
 (``precompute/lenses/*.py``) and import this module, never `precompute.run`.
 """
 
@@ -22,7 +22,7 @@ from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArc
 from analysis.extract import ModelShape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
-from precompute.lenses.registry import Lens
+from precompute.registry import Lens
 from precompute.settings import RunOptions, Settings
 from precompute.sources.fetch import human_bytes
 from precompute.sources.revisions import CheckpointRef
@@ -30,8 +30,8 @@ from precompute.sources.source import CheckpointSource, Fetched, fingerprints_co
 
 log = logging.getLogger("precompute")
 
-if TYPE_CHECKING:  # the state imports the overlaps lens, whose stage imports this module
-    from precompute.lenses.evalset import EvalSet
+if TYPE_CHECKING:  # the state imports the overlaps lens, whose computation imports this module
+    from precompute.evalset import EvalSet
     from precompute.state import RunState
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
@@ -59,9 +59,9 @@ class RunReport:
     """What one invocation did, and what it moved.
 
     Attributes:
-        lenses: per lens that ran (`precompute.lenses.registry.Lens.name`), the steps it computed
-            rows for after the pass over the checkpoints (`Stage.fill`).
-        notes: what the stages could not do and what to do about it, one line each, for stderr.
+        lenses: per lens that ran (`precompute.registry.Lens.name`), the steps it computed
+            rows for after the pass over the checkpoints (`Computation.fill`).
+        notes: what the computations could not do and what to do about it, one line each, for stderr.
     """
 
     computed: list[int] = field(default_factory=list)
@@ -93,8 +93,8 @@ def lens_device(options: RunOptions) -> str:
 
 
 @dataclass(frozen=True)
-class StageSetup:
-    """What a stage is built from, before anything is written.
+class ComputationSetup:
+    """What a computation is built from, before anything is written.
 
     Attributes:
         plan: the run's plan.
@@ -113,7 +113,7 @@ class StageSetup:
 
 @dataclass
 class RunContext:
-    """What a stage's fill works on: the plan, the settings, the state it adds to and commits, the report."""
+    """What a computation's fill works on: the plan, the settings, the state it adds to and commits, the report."""
 
     plan: Plan
     settings: Settings
@@ -137,10 +137,10 @@ class PassJob(Protocol):
         ...
 
 
-class Stage(Protocol):
-    """The compute side of one lens (`precompute.lenses.registry.Lens.stage`).
+class Computation(Protocol):
+    """The compute side of one lens (`precompute.registry.Lens.computation`).
 
-    Built by ``Stage(setup)``, which refuses bad options or an unsupported model before anything
+    Built by ``Computation(setup)``, which refuses bad options or an unsupported model before anything
     is written (raising `ValueError`, `analysis.errors.UnknownArchitectureError`, ...).
     """
 
@@ -166,13 +166,13 @@ class Stage(Protocol):
         ...
 
 
-class BaseStage:
+class BaseComputation:
     """The protocol's defaults: no pass job, no store check, nothing to record."""
 
     lens: Lens
     pass_job: PassJob | None = None
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         self.setup = setup
 
     def check_store(self, out: Path, stored: Meta | None) -> None:

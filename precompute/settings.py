@@ -22,14 +22,14 @@ from analysis.stats.crossings import OVERLAP_K
 # the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
-from precompute.lenses import registry
-from precompute.lenses.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
+from precompute import registry
+from precompute.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
 
 __all__ = ["LlcOptions", "SamplerSettings"]  # re-exported: the refined LLC's options live in its registry entry
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
-LensName = str  # one of `precompute.lenses.registry.LENS_CHOICES`
+LensName = str  # one of `precompute.registry.LENS_CHOICES`
 
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
@@ -205,7 +205,7 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
-        lenses: lenses to compute by name (`precompute.lenses.registry.LENS_CHOICES`: ``attention`` per
+        lenses: lenses to compute by name (`precompute.registry.LENS_CHOICES`: ``attention`` per
             checkpoint; ``llc``, the refined LLC of every head at chosen checkpoints); default none.
         eval_text: the lenses' evaluation text, a UTF-8 file (default: the held-out split of a run
             trained here).

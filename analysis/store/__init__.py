@@ -3,7 +3,7 @@
 - `analysis.store.format`: schema version, file names, columns, Arrow schemas, the table registry;
 - `analysis.store.meta`: typed ``meta.json`` records (`Meta`, `CheckpointEntry`, ...);
 - `analysis.store.reader`: `open_store` and `Store` (dense arrays, overlaps, embeddings);
-- `analysis.store.upgrade`: how stores of older schema versions are read.
+- `analysis.store.older_versions`: how stores of older schema versions are read.
 
 Writing is the precompute job's (`precompute.store.writer`), through the same registry.
 """

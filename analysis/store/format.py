@@ -21,10 +21,10 @@ import pyarrow as pa
 # Bumped whenever a reader of the previous version would misread a new store.
 # 1: the first stores (heads.parquet without the null-model columns in the earliest ones).
 # 2: checkpoints carry `shared_files` (weight files identical to another checkpoint's while the
-#    whole differs); heads.parquet always has the null-model columns. `analysis.store.upgrade`
+#    whole differs); heads.parquet always has the null-model columns. `analysis.store.older_versions`
 #    reads version 1 as version 2.
 # 3: heads.parquet may hold "ov" rows beside "qk" and has the circuit columns (`CIRCUIT_COLUMNS`);
-#    overlaps.parquet has a `matrix` column and the pair's `rel_change`. `analysis.store.upgrade`
+#    overlaps.parquet has a `matrix` column and the pair's `rel_change`. `analysis.store.older_versions`
 #    reads versions 1 and 2 as 3 (the circuit columns and `rel_change` NaN until a rerun).
 SCHEMA_VERSION = 3
 
@@ -61,7 +61,7 @@ SCALAR_COLUMNS = ELEMENTWISE_COLUMNS + SPECTRAL_COLUMNS
 LIST_COLUMNS = ("hist_z", "sv")
 
 # Departure from the random-matrix null model (analysis/rmt/nullmodel.py), float64. Stores of
-# schema version 1 may lack them; `analysis.store.upgrade` derives them from `sv`.
+# schema version 1 may lack them; `analysis.store.older_versions` derives them from `sv`.
 NULL_COLUMNS = (
     "kl_null",
     "stable_rank_over_null",

@@ -29,7 +29,7 @@ import numpy as np
 
 from analysis.errors import SchemaVersionError, StoreError
 from analysis.store.format import META_FILE, SCHEMA_VERSION
-from analysis.store.upgrade import upgrade_meta
+from analysis.store.older_versions import upgrade_meta
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class Meta:
         similarity: how ``similarity.parquet`` and ``ultrametricity.parquet`` were made (``tolerance``, the
             random ``baseline``, the definitions), else None.
         schema_version: the version the file was written with (`to_dict` always writes
-            `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
+            `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.older_versions`).
         extra: keys this version does not know, written back unchanged.
     """
 
@@ -241,7 +241,7 @@ class Meta:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "meta.json") -> Meta:
-        """Parse a current-version ``meta.json`` dict (see `analysis.store.upgrade` for older ones).
+        """Parse a current-version ``meta.json`` dict (see `analysis.store.older_versions` for older ones).
 
         Raises:
             StoreError: a required key is missing or malformed.

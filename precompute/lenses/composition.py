@@ -4,8 +4,8 @@ In the pass over each new checkpoint, `CompositionJob` turns the per-head factor
 W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
 checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
 in different layers, or with ``--composition-top K`` the K strongest sources of each target
-head per kind). `CompositionStage.begin` records in ``meta.json`` ``composition`` the random
-baseline for the model's shapes and which pairs are kept; `CompositionStage.fill` gives the
+head per kind). `CompositionComputation.begin` records in ``meta.json`` ``composition`` the random
+baseline for the model's shapes and which pairs are kept; `CompositionComputation.fill` gives the
 store's checkpoints computed without the lens their rows, reading each again.
 """
 
@@ -35,9 +35,9 @@ from analysis.errors import StoreError
 from analysis.extract import ModelShape
 from analysis.store import Meta
 from analysis.store.format import COMPOSITION
-from precompute.context import BaseStage, RunContext, StageSetup, refill
+from precompute.context import BaseComputation, ComputationSetup, RunContext, refill
 from precompute.factors import checked_factors
-from precompute.lenses.registry import COMPOSITION_LENS, CompositionOptions
+from precompute.registry import COMPOSITION_LENS, CompositionOptions
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
 
@@ -105,13 +105,13 @@ class CompositionJob:
         return {COMPOSITION.name: composition_work(fetched, shape, settings, top=self.top)}
 
 
-class CompositionStage(BaseStage):
+class CompositionComputation(BaseComputation):
     """The composition scores: computed in the pass over each new checkpoint, filled afterwards for
     the store's others; the baseline recorded once per store."""
 
     lens = COMPOSITION_LENS
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         """Refuse a run whose fetch would not read both products of every head.
 
         Raises:

@@ -27,8 +27,8 @@ import pyarrow as pa
 from analysis.store import Store, open_store
 from analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import EMBEDDINGS_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import EMBEDDINGS_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -173,7 +173,7 @@ def add_embeddings(
     return Path(store_path)
 
 
-class EmbeddingsStage(BaseStage):
+class EmbeddingsComputation(BaseComputation):
     """The trajectory-map embeddings: after a run that computed rows, or when the store's maps were made
     from other checkpoints, refreshed from the store (`add_embeddings`). A failure is logged and leaves
     the store as it is: it is complete without them."""

@@ -4,9 +4,9 @@ In the pass over each new checkpoint, `SimilarityJob` turns the per-head factors
 (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the checkpoint's
 ``similarity.parquet`` rows (`analysis.similarity`: every unordered pair of heads) and its
 ``ultrametricity.parquet`` rows (`analysis.ultrametric`: per layer and distance, the share of
-ultrametric triangles beside that of random heads). `SimilarityStage.begin` records in ``meta.json``
+ultrametric triangles beside that of random heads). `SimilarityComputation.begin` records in ``meta.json``
 ``similarity`` the tolerance, the random baselines for the model's shapes and the definitions;
-`SimilarityStage.fill` gives the store's checkpoints computed without the lens their rows, reading
+`SimilarityComputation.fill` gives the store's checkpoints computed without the lens their rows, reading
 each again.
 """
 
@@ -35,9 +35,9 @@ from analysis.similarity import (
 )
 from analysis.store import Meta
 from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
-from precompute.context import BaseStage, RunContext, StageSetup, refill
+from precompute.context import BaseComputation, ComputationSetup, RunContext, refill
 from precompute.factors import checked_factors
-from precompute.lenses.registry import SIMILARITY_LENS, SimilarityOptions
+from precompute.registry import SIMILARITY_LENS, SimilarityOptions
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
 
@@ -150,13 +150,13 @@ class SimilarityJob:
         return similarity_work(fetched, shape, settings, tol=self.tol, baseline=self.baseline)
 
 
-class SimilarityStage(BaseStage):
+class SimilarityComputation(BaseComputation):
     """The similarity statistics: computed in the pass over each new checkpoint, filled afterwards for
     the store's others; the baselines recorded once per store (the pass job is made in `begin`, from them)."""
 
     lens = SIMILARITY_LENS
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         """Refuse a run whose fetch would not read both products of every head.
 
         Raises:

@@ -22,8 +22,8 @@ from analysis.errors import StoreError
 from analysis.stages import RunStages, StageRule, store_stages
 from analysis.store import open_store
 from analysis.store.format import STAGES
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import STAGES_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import STAGES_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -64,7 +64,7 @@ def add_stages(store_path: str | Path, *, rule: StageRule = DEFAULT_RULE) -> Run
     return stages
 
 
-class StagesStage(BaseStage):
+class StagesComputation(BaseComputation):
     """The stages, read again from the store after a run that computed rows (or when it has none yet).
     A failure is logged and leaves the store as it is: it is complete without them."""
 

@@ -34,8 +34,8 @@ from analysis.head_types import (
 )
 from analysis.store import Store, open_store
 from analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import TYPES_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import TYPES_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -125,7 +125,7 @@ def add_types(store_path: str | Path) -> dict[str, Any]:
     return record
 
 
-class TypesStage(BaseStage):
+class TypesComputation(BaseComputation):
     """The head types, after a run with the forward lens: written when the store's forward statistics changed
     since they were made (or they never were). A failure is logged and leaves the store as it is."""
 

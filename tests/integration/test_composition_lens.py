@@ -16,7 +16,7 @@ import transformers
 
 from analysis.store import open_store
 from analysis.store.format import COMPOSITION
-from precompute.lenses.registry import CompositionOptions
+from precompute.registry import CompositionOptions
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli

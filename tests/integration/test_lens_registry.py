@@ -1,4 +1,4 @@
-"""The lens registry (`precompute.lenses.registry`): one place per lens, and a run loop that names none.
+"""The lens registry (`precompute.registry`): one place per lens, and a run loop that names none.
 
 Three checks:
 - the registry covers every table of the store format, and the command line, ``headwatch info``
@@ -30,9 +30,9 @@ from safetensors.numpy import load_file
 from analysis.extract import ModelShape
 from analysis.store import open_store
 from analysis.store.format import HEADS, TABLES, TableSpec, _fields
-from precompute.context import BaseStage, RunContext, StageSetup, missing_steps
+from precompute import registry
+from precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
 from precompute.factors import checked_factors
-from precompute.lenses import registry
 from precompute.run import run_precompute
 from precompute.settings import RunOptions, Settings
 from precompute.sources.source import CheckpointSource, Fetched
@@ -47,8 +47,8 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
     assert len(owned) == len(set(owned)), "a table belongs to two lenses"
     assert set(owned) | {HEADS.name} == set(TABLES), "a table of the store format has no lens"
     for lens in registry.LENSES:
-        stage = lens.load_stage()
-        assert issubclass(stage, BaseStage) and stage.lens is lens, lens.name
+        stage = lens.load_computation()
+        assert issubclass(stage, BaseComputation) and stage.lens is lens, lens.name
         if lens.options:
             defaults = lens.default_options()
             assert defaults == lens.make_options({}), lens.name
@@ -121,8 +121,8 @@ class NormsJob:
         return {NORMS.name: norm_rows(fetched.ref.step, shape, fetched.tensors)}
 
 
-class NormsStage(BaseStage):
-    def __init__(self, setup: StageSetup) -> None:
+class NormsComputation(BaseComputation):
+    def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         self.pass_job = NormsJob()
 
@@ -141,10 +141,10 @@ NORMS_LENS = registry.Lens(
     summary="||W_Q,h||_F per head",
     tables=(NORMS,),
     asked_by="--lenses",
-    stage=f"{__name__}:NormsStage",
+    computation=f"{__name__}:NormsComputation",
     needs=("tensors",),
 )
-NormsStage.lens = NORMS_LENS
+NormsComputation.lens = NORMS_LENS
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from analysis.similarity import COLUMNS
 from analysis.store import open_store
 from analysis.store.format import SIMILARITY, ULTRAMETRICITY
 from analysis.ultrametric import distance, ultrametric_shares
-from precompute.lenses.registry import SimilarityOptions
+from precompute.registry import SimilarityOptions
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
 from tests.integration.conftest import perturb, run_cli

@@ -15,7 +15,7 @@ one checkpoint of a source under every combination of ``--lr``, ``--nbeta`` and
 and prints the recommendation: among the settings flagged ``converged`` with a positive estimate,
 the one whose chains agree best (smallest spread relative to the estimate); on a tie, the larger
 step size (it mixes faster). The evaluation sequences are the precompute job's
-(`precompute.lenses.evalset`; ``--eval-text`` for a model not trained here), so a recommended
+(`precompute.evalset`; ``--eval-text`` for a model not trained here), so a recommended
 setting can be passed to ``python -m precompute --lenses llc`` as it is.
 """
 
@@ -36,7 +36,7 @@ import pandas as pd
 from analysis.llc_diagnostics import chain_diagnostics, flag, rise_z
 from precompute.lenses.forward import load_model
 from precompute.lenses.llc import LLC_MODEL, check_family, estimate_llc, head_masks, masked_parameters, sampler_sequences
-from precompute.lenses.registry import SamplerSettings
+from precompute.registry import SamplerSettings
 from precompute.settings import RunOptions
 from precompute.sources.fetch import Meter
 

@@ -5,8 +5,8 @@ place, what it is called, which tables it writes (`analysis.store.format.TABLES`
 run asks for it (``--matrices layers``, ``--lenses attention``, on by default), which
 command-line options it takes (``--llc-*``), what it needs from a checkpoint, where
 ``meta.json`` records how it was made, what a checkpoint of it cost on the benchmark
-machine, and where its compute side lives (``stage``: a class implementing
-`precompute.context.Stage`, imported only when a run computes the lens).
+machine, and where its compute side lives (``computation``: a class implementing
+`precompute.context.Computation`, imported only when a run computes the lens).
 
 Everything that used to name lenses one by one iterates over `LENSES` instead: the run
 loop (`precompute.run`), the run state and its commits (`precompute.state`), the command
@@ -46,7 +46,7 @@ from analysis.store.format import (
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
 # whole checkpoint folder, loaded with transformers), "store" (the store's own tables), and
-# "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
+# "evaluation" (the store's evaluation sequences, `precompute.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
 # What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
 # cross-layer head pairs x d_head^2 x d_model (the composition scores' products); "all_head_pairs" is every
@@ -86,7 +86,7 @@ class Lens:
         tables: the store tables it writes, all together.
         asked_by: ``--lenses`` or ``--matrices`` (asked for by name), ``default`` (computed unless
             turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
-        stage: ``module:Class`` of its compute side (`precompute.context.Stage`).
+        computation: ``module:Class`` of its compute side (`precompute.context.Computation`).
         needs: what it reads from a checkpoint.
         meta_key: the ``meta.json`` section that records how it was made (None: none). A store
             whose meta has it keeps the lens's tables in every commit, asked for or not.
@@ -110,7 +110,7 @@ class Lens:
     summary: str
     tables: tuple[TableSpec, ...]
     asked_by: AskedBy
-    stage: str
+    computation: str
     needs: tuple[Need, ...] = ()
     meta_key: str | None = None
     options: tuple[Option, ...] = ()
@@ -151,9 +151,9 @@ class Lens:
             return None
         return self.make_options({o.field: o.default for o in self.options})
 
-    def load_stage(self) -> type:
+    def load_computation(self) -> type:
         """The class of its compute side (imports the module, and with it torch)."""
-        module, name = self.stage.split(":")
+        module, name = self.computation.split(":")
         return getattr(importlib.import_module(module), name)
 
 
@@ -306,7 +306,7 @@ LAYERS_LENS = Lens(
     "Marchenko-Pastur law, with weightwatcher's alpha",
     tables=(LAYERS,),
     asked_by="--matrices",
-    stage="precompute.lenses.layers:LayersStage",
+    computation="precompute.lenses.layers:LayersComputation",
     needs=("tensors",),
     cost_scale="layers",
 )
@@ -316,7 +316,7 @@ ATTENTION_LENS = Lens(
     summary="per checkpoint: loss, attention entropy/span/sink/prev-token/induction, layer divergence",
     tables=FORWARD_TABLES,
     asked_by="--lenses",
-    stage="precompute.lenses.forward:AttentionStage",
+    computation="precompute.lenses.forward:AttentionComputation",
     needs=("checkpoint", "evaluation"),
     meta_key="forward",
     cost_scale="parameters",
@@ -327,7 +327,7 @@ LLC_LENS = Lens(
     summary="the refined local learning coefficient of every head and the whole model, with devinterp, at --llc-steps",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
-    stage="precompute.lenses.llc:LlcStage",
+    computation="precompute.lenses.llc:LlcComputation",
     needs=("checkpoint", "evaluation"),
     meta_key="llc",
     options=(
@@ -366,7 +366,7 @@ OVERLAPS_LENS = Lens(
     "for the level-crossing view (--overlap-k)",
     tables=(OVERLAPS,),
     asked_by="default",
-    stage="precompute.lenses.overlaps:OverlapsStage",
+    computation="precompute.lenses.overlaps:OverlapsComputation",
     needs=("tensors",),
     meta_key="overlaps",
     off=lambda options: options.overlap_k == 0,
@@ -379,7 +379,7 @@ EMBEDDINGS_LENS = Lens(
     summary="UMAP maps of the heads' trajectories, made from the store after a run (--no-embeddings: none)",
     tables=(EMBEDDINGS,),
     asked_by="default",
-    stage="precompute.lenses.embeddings:EmbeddingsStage",
+    computation="precompute.lenses.embeddings:EmbeddingsComputation",
     needs=("store",),
     meta_key="embeddings",
     off=lambda options: not options.embeddings,
@@ -393,7 +393,7 @@ COMPOSITION_LENS = Lens(
     "against random heads of the same shapes (--composition-top)",
     tables=(COMPOSITION,),
     asked_by="--lenses",
-    stage="precompute.lenses.composition:CompositionStage",
+    computation="precompute.lenses.composition:CompositionComputation",
     needs=("tensors",),
     meta_key="composition",
     options=(
@@ -416,7 +416,7 @@ SIMILARITY_LENS = Lens(
     "principal angles), and how ultrametric each layer's heads are, against random heads",
     tables=(SIMILARITY, ULTRAMETRICITY),
     asked_by="--lenses",
-    stage="precompute.lenses.similarity:SimilarityStage",
+    computation="precompute.lenses.similarity:SimilarityComputation",
     needs=("tensors",),
     meta_key="similarity",
     options=(
@@ -440,7 +440,7 @@ STAGES_LENS = Lens(
     "made from the store after a run (docs/stages.md)",
     tables=(STAGES,),
     asked_by="default",
-    stage="precompute.lenses.stages:StagesStage",
+    computation="precompute.lenses.stages:StagesComputation",
     needs=("store",),
     meta_key="stages",
     stepwise=False,
@@ -453,7 +453,7 @@ TYPES_LENS = Lens(
     "lens's scores against uniform attention; made from the store after a run with --lenses attention (--no-types: none)",
     tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE),
     asked_by="default",
-    stage="precompute.lenses.types:TypesStage",
+    computation="precompute.lenses.types:TypesComputation",
     needs=("store",),
     meta_key="types",
     off=lambda options: not options.types or "attention" not in options.lenses,
