@@ -39,19 +39,30 @@ from analysis.store.format import (
     OVERLAPS,
     SIMILARITY,
     STAGES,
+    TABLES,
     ULTRAMETRICITY,
     TableSpec,
 )
+from analysis.store.records import (
+    COMPOSITION_RECORD,
+    EMBEDDINGS_RECORD,
+    FORWARD_RECORD,
+    LLC_RECORD,
+    OVERLAPS_RECORD,
+    SIMILARITY_RECORD,
+    STAGES_RECORD,
+    TYPES_RECORD,
+    RecordType,
+    register_record,
+    unregister_record,
+)
+from precompute.costs import Seconds, StoreBytes
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
 # whole checkpoint folder, loaded with transformers), "store" (the store's own tables), and
 # "evaluation" (the store's evaluation sequences, `precompute.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
-# What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
-# cross-layer head pairs x d_head^2 x d_model (the composition scores' products); "all_head_pairs" is every
-# unordered pair of heads x d_head^2 x d_model (the similarity's products).
-CostScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
 
 
 @dataclass(frozen=True)
@@ -88,15 +99,16 @@ class Lens:
             turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
         computation: ``module:Class`` of its compute side (`precompute.context.Computation`).
         needs: what it reads from a checkpoint.
-        meta_key: the ``meta.json`` section that records how it was made (None: none). A store
-            whose meta has it keeps the lens's tables in every commit, asked for or not.
+        record: its ``meta.json`` section, which records how it was made (`analysis.store.records`;
+            None: none). A store whose meta has it keeps the lens's tables in every commit, asked for or not.
         options: its ``--<name>-*`` command-line options.
         make_options: builds its options object from the options' values by field (raising
             ValueError for a value it refuses); None when it has no options.
         every_checkpoint: whether it has rows for every checkpoint with statistics (False: for
             the checkpoints chosen by its options, such as ``--llc-steps``).
-        cost_scale: what its seconds per checkpoint scale with, from the model of its recorded
-            figure (`headwatch.benchmarks.SECONDS_PER_CHECKPOINT`); None: not measured.
+        seconds: what a checkpoint of it took on the benchmark machine, and what that scales with
+            (``headwatch plan`` prices it; None: not measured).
+        store_bytes: what a checkpoint of it adds to the store (``headwatch plan``; None: not measured).
         off: for a lens computed by default, whether the run's options turn it off.
         min_checkpoints: checkpoints with statistics a store needs before the lens has rows (2 for
             what compares consecutive checkpoints).
@@ -112,11 +124,12 @@ class Lens:
     asked_by: AskedBy
     computation: str
     needs: tuple[Need, ...] = ()
-    meta_key: str | None = None
+    record: RecordType | None = None
     options: tuple[Option, ...] = ()
     make_options: Callable[[Mapping[str, Any]], Any] | None = None
     every_checkpoint: bool = True
-    cost_scale: CostScale | None = None
+    seconds: Seconds | None = None
+    store_bytes: StoreBytes | None = None
     off: Callable[[Any], bool] | None = None
     min_checkpoints: int = 1
     stepwise: bool = True
@@ -124,6 +137,11 @@ class Lens:
     def __post_init__(self) -> None:
         for option in self.options:
             assert option.flag.startswith(f"--{self.name}-"), (self.name, option.flag)
+
+    @property
+    def meta_key(self) -> str | None:
+        """Its ``meta.json`` section's key (None: it records none)."""
+        return self.record.key if self.record is not None else None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -135,7 +153,7 @@ class Lens:
 
     def recorded(self, meta: Any) -> bool:
         """Whether ``meta`` (`analysis.store.Meta`) records the lens (its ``meta_key`` section is set)."""
-        return self.meta_key is not None and getattr(meta, self.meta_key, None) is not None
+        return self.meta_key is not None and meta.records.get(self.meta_key) is not None
 
     def asked(self, options: Any) -> bool:
         """Whether a run with ``options`` (`precompute.settings.RunOptions`) computes the lens."""
@@ -308,7 +326,16 @@ LAYERS_LENS = Lens(
     asked_by="--matrices",
     computation="precompute.lenses.layers:LayersComputation",
     needs=("tensors",),
-    cost_scale="layers",
+    seconds=Seconds(
+        "LAYERS_SECONDS_1_4B",
+        88.6,
+        "layers",
+        'all 96 block matrices, wall, machine idle; docs/benchmarks.md "Whole-layer matrices, one Pythia-1.4B-shaped '
+        'checkpoint", bold row',
+    ),
+    store_bytes=StoreBytes(
+        "layers.parquet", 7038.0, "layers", "layer", "data/shakespeare-pythia-6x8: 1,815,782 B / (43 x 6) layers"
+    ),
 )
 ATTENTION_LENS = Lens(
     name="attention",
@@ -318,8 +345,14 @@ ATTENTION_LENS = Lens(
     asked_by="--lenses",
     computation="precompute.lenses.forward:AttentionComputation",
     needs=("checkpoint", "evaluation"),
-    meta_key="forward",
-    cost_scale="parameters",
+    record=FORWARD_RECORD,
+    seconds=Seconds(
+        "FORWARD_SECONDS_160M",
+        113.6,
+        "parameters",
+        'wall, first run (machine shared, load 11 to 18); docs/benchmarks.md "Performance: the forward-pass lens, '
+        'seconds per checkpoint", Pythia-160M-shaped row',
+    ),
 )
 LLC_LENS = Lens(
     name="llc",
@@ -329,7 +362,7 @@ LLC_LENS = Lens(
     asked_by="--lenses",
     computation="precompute.lenses.llc:LlcComputation",
     needs=("checkpoint", "evaluation"),
-    meta_key="llc",
+    record=LLC_RECORD,
     options=(
         Option(
             "--llc-steps",
@@ -357,7 +390,13 @@ LLC_LENS = Lens(
     ),
     make_options=llc_options,
     every_checkpoint=False,
-    cost_scale="parameters",
+    seconds=Seconds(
+        "LLC_SECONDS_PER_CHECKPOINT_160M",
+        5582.0,
+        "parameters",
+        "implied seconds per estimated checkpoint (every head plus the whole model); docs/benchmarks.md "
+        '"Performance: the refined LLC, seconds per estimate", Pythia-160M-shaped row',
+    ),
 )
 OVERLAPS_LENS = Lens(
     name="overlaps",
@@ -368,7 +407,14 @@ OVERLAPS_LENS = Lens(
     asked_by="default",
     computation="precompute.lenses.overlaps:OverlapsComputation",
     needs=("tensors",),
-    meta_key="overlaps",
+    record=OVERLAPS_RECORD,
+    store_bytes=StoreBytes(
+        "overlaps.parquet",
+        727.6,
+        "head_matrices",
+        "head and matrix",
+        "data/shakespeare-pythia-6x8: 2,933,596 B / (42 pairs x 48 x 2) head-matrices, K = 8",
+    ),
     off=lambda options: options.overlap_k == 0,
     min_checkpoints=2,
     stepwise=False,
@@ -381,7 +427,7 @@ EMBEDDINGS_LENS = Lens(
     asked_by="default",
     computation="precompute.lenses.embeddings:EmbeddingsComputation",
     needs=("store",),
-    meta_key="embeddings",
+    record=EMBEDDINGS_RECORD,
     off=lambda options: not options.embeddings,
     stepwise=False,
 )
@@ -395,7 +441,7 @@ COMPOSITION_LENS = Lens(
     asked_by="--lenses",
     computation="precompute.lenses.composition:CompositionComputation",
     needs=("tensors",),
-    meta_key="composition",
+    record=COMPOSITION_RECORD,
     options=(
         Option(
             "--composition-top",
@@ -407,7 +453,21 @@ COMPOSITION_LENS = Lens(
         ),
     ),
     make_options=composition_options,
-    cost_scale="head_pairs",
+    seconds=Seconds(
+        "COMPOSITION_SECONDS_1_4B",
+        532.6,
+        "head_pairs",
+        "every cross-layer pair of a Pythia-1.4B-shaped checkpoint's heads, float64, wall, machine shared; "
+        'docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", bold row (run 2)',
+    ),
+    store_bytes=StoreBytes(
+        "composition.parquet",
+        13.64,
+        "head_pairs",
+        "pair of heads (every pair)",
+        "one Pythia-1.4B-shaped checkpoint's 70,656 rows (every pair) in 963,766 B (zstd); docs/benchmarks.md "
+        '"Composition scores, one Pythia-1.4B-shaped checkpoint"',
+    ),
 )
 SIMILARITY_LENS = Lens(
     name="similarity",
@@ -418,7 +478,7 @@ SIMILARITY_LENS = Lens(
     asked_by="--lenses",
     computation="precompute.lenses.similarity:SimilarityComputation",
     needs=("tensors",),
-    meta_key="similarity",
+    record=SIMILARITY_RECORD,
     options=(
         Option(
             "--similarity-tolerance",
@@ -430,7 +490,21 @@ SIMILARITY_LENS = Lens(
         ),
     ),
     make_options=similarity_options,
-    cost_scale="all_head_pairs",
+    seconds=Seconds(
+        "SIMILARITY_SECONDS_1_4B",
+        873.3,
+        "all_head_pairs",
+        "every unordered pair of a Pythia-1.4B-shaped checkpoint's 384 heads, W_QK and W_OV, float64, wall, machine "
+        'shared; docs/benchmarks.md "Head similarity, one Pythia-1.4B-shaped checkpoint"',
+    ),
+    store_bytes=StoreBytes(
+        "similarity.parquet and ultrametricity.parquet",
+        30.55,
+        "all_head_pairs",
+        "unordered pair of heads",
+        "one Pythia-1.4B-shaped checkpoint's 73,536 pairs in 2,243,497 B plus 144 ultrametricity rows in 3,189 B "
+        '(zstd); docs/benchmarks.md "Head similarity"',
+    ),
 )
 
 STAGES_LENS = Lens(
@@ -442,7 +516,7 @@ STAGES_LENS = Lens(
     asked_by="default",
     computation="precompute.lenses.stages:StagesComputation",
     needs=("store",),
-    meta_key="stages",
+    record=STAGES_RECORD,
     stepwise=False,
 )
 
@@ -455,7 +529,7 @@ TYPES_LENS = Lens(
     asked_by="default",
     computation="precompute.lenses.types:TypesComputation",
     needs=("store",),
-    meta_key="types",
+    record=TYPES_RECORD,
     off=lambda options: not options.types or "attention" not in options.lenses,
     stepwise=False,
 )
@@ -479,3 +553,48 @@ STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)
 # What --lenses may name, and the lenses --matrices may name beside the per-head matrices.
 LENS_CHOICES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--lenses")
 MATRIX_LENSES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--matrices")
+
+
+def _index(lenses: tuple[Lens, ...]) -> None:
+    """Set `LENSES` and the views derived from it."""
+    global LENSES, BY_NAME, STEPWISE, LENS_CHOICES
+    LENSES = lenses
+    BY_NAME = {lens.name: lens for lens in lenses}
+    STEPWISE = tuple(lens for lens in lenses if lens.stepwise)
+    LENS_CHOICES = tuple(lens.name for lens in lenses if lens.asked_by == "--lenses")
+
+
+def register_lens(lens: Lens) -> None:
+    """Add a lens defined outside this module (a test's, a plugin's) after the others: its tables join the
+    store format (`analysis.store.format.TABLES`) and its record type the ``meta.json`` records
+    (`analysis.store.records.RECORDS`), so the run loop, the command line (parsed after this call), the
+    reader, ``headwatch info`` and ``headwatch plan`` take it as they take the lenses declared here.
+    Undo it with `unregister_lens`.
+
+    Raises:
+        ValueError: a lens or table of that name exists, or it is asked for by ``--matrices`` (whose choices
+            are fixed when `precompute.settings` is imported).
+    """
+    if lens.name in BY_NAME or any(spec.name in TABLES for spec in lens.tables):
+        raise ValueError(f"lens {lens.name!r}: a lens or table of that name is registered already")
+    if lens.asked_by == "--matrices":
+        raise ValueError(f"lens {lens.name!r}: a lens added at run time is asked for by --lenses or by default")
+    if lens.record is not None:
+        register_record(lens.record)
+    for spec in lens.tables:
+        TABLES[spec.name] = spec
+    _index((*LENSES, lens))
+
+
+def unregister_lens(name: str) -> None:
+    """Remove a lens added by `register_lens`, its tables and its record type."""
+    lens = BY_NAME[name]
+    assert lens not in BUILT_IN, f"{name!r} is declared in precompute.registry; it cannot be removed"
+    for spec in lens.tables:
+        TABLES.pop(spec.name, None)
+    if lens.meta_key is not None:
+        unregister_record(lens.meta_key)
+    _index(tuple(other for other in LENSES if other.name != name))
+
+
+BUILT_IN: tuple[Lens, ...] = LENSES

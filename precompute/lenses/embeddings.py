@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -166,8 +165,8 @@ def add_embeddings(
     """
     store = open_store(store_path)
     table = embeddings_table(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    meta = replace(
-        store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
+    meta = store.meta.with_record(
+        "embeddings", embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
     )
     commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)

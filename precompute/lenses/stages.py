@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,7 +59,7 @@ def add_stages(store_path: str | Path, *, rule: StageRule = DEFAULT_RULE) -> Run
     """
     store = open_store(store_path)
     stages = store_stages(store, rule)
-    commit_store(store_path, replace(store.meta, stages=stages.meta), {STAGES.name: stages_table(stages)})
+    commit_store(store_path, store.meta.with_record("stages", stages.meta), {STAGES.name: stages_table(stages)})
     return stages
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +120,9 @@ def add_types(store_path: str | Path) -> dict[str, Any]:
     """
     store = open_store(store_path)
     types, emergence, record = head_type_tables(store)
-    commit_store(store_path, replace(store.meta, types=record), {HEAD_TYPES_TABLE.name: types, HEAD_EMERGENCE.name: emergence})
+    commit_store(
+        store_path, store.meta.with_record("types", record), {HEAD_TYPES_TABLE.name: types, HEAD_EMERGENCE.name: emergence}
+    )
     return record
 
 

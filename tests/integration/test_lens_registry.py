@@ -53,9 +53,6 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
             defaults = lens.default_options()
             assert defaults == lens.make_options({}), lens.name
             assert lens.asked_by == "--lenses", "options are given with the lens asked for by name"
-    from headwatch import benchmarks
-
-    assert set(benchmarks.SECONDS_PER_CHECKPOINT) <= {lens.name for lens in registry.LENSES if lens.cost_scale}
 
 
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
