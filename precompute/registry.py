@@ -70,12 +70,16 @@ class Option:
     """One command-line option of a lens: ``flag`` sets the field ``field`` of the lens's options.
 
     Attributes:
-        flag: the option (``--llc-lr``); it must start with ``--<lens name>-``.
+        flag: the option (``--llc-lr``); it starts with ``--<lens name>-`` (or, for a lens on by default,
+            ``--no-<lens name>``; the overlaps keep their ``--overlap-k``).
         field: the attribute of the lens's options it sets (``lr``).
-        type: parses the option's text (``float``).
+        type: parses the option's text (``float``; ignored for a switch).
         metavar: its placeholder in ``--help``.
         help: what it sets; the default is appended.
         default: its value when not given.
+        switch: a flag without a value that sets the field to False (``--no-embeddings``).
+        env: the environment variable that gives its default instead (read by `precompute.settings`:
+            for a switch, ``0`` turns the field off).
     """
 
     flag: str
@@ -84,6 +88,8 @@ class Option:
     metavar: str
     help: str
     default: Any = None
+    switch: bool = False
+    env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class Lens:
         summary: one line on what it computes, for ``--help``, ``headwatch info`` and the docs.
         tables: the store tables it writes, all together.
         asked_by: ``--lenses`` or ``--matrices`` (asked for by name), ``default`` (computed unless
-            turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
+            turned off: ``off``, by its own options ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
         computation: ``module:Class`` of its compute side (`precompute.context.Computation`).
         needs: what it reads from a checkpoint.
         record: its ``meta.json`` section, which records how it was made (`analysis.store.records`;
@@ -109,7 +115,8 @@ class Lens:
         seconds: what a checkpoint of it took on the benchmark machine, and what that scales with
             (``headwatch plan`` prices it; None: not measured).
         store_bytes: what a checkpoint of it adds to the store (``headwatch plan``; None: not measured).
-        off: for a lens computed by default, whether the run's options turn it off.
+        off: for a lens computed by default, whether the run's options (`precompute.settings.RunOptions`)
+            turn it off.
         min_checkpoints: checkpoints with statistics a store needs before the lens has rows (2 for
             what compares consecutive checkpoints).
         stepwise: whether the run state holds its tables and replaces them a checkpoint at a
@@ -136,7 +143,8 @@ class Lens:
 
     def __post_init__(self) -> None:
         for option in self.options:
-            assert option.flag.startswith(f"--{self.name}-"), (self.name, option.flag)
+            prefixes = (f"--{self.name}-", f"--{self.name.removesuffix('s')}-", f"--no-{self.name}")
+            assert option.flag.startswith(prefixes), (self.name, option.flag)
 
     @property
     def meta_key(self) -> str | None:
@@ -315,6 +323,39 @@ def similarity_options(values: Mapping[str, Any]) -> SimilarityOptions:
     return SimilarityOptions(tolerance=values.get("tolerance", SimilarityOptions.tolerance))
 
 
+@dataclass(frozen=True)
+class OverlapsOptions:
+    """The overlaps' options (``--overlap-k``).
+
+    Attributes:
+        k: leading singular vectors per head whose overlaps are stored (capped at d_head); 0 computes none
+            and keeps the store's; None: the store's K, else `analysis.stats.crossings.OVERLAP_K`.
+    """
+
+    k: int | None = None
+
+
+def overlaps_options(values: Mapping[str, Any]) -> OverlapsOptions:
+    """`OverlapsOptions` from the ``--overlap-k`` value."""
+    return OverlapsOptions(k=values.get("k"))
+
+
+@dataclass(frozen=True)
+class Switch:
+    """The options of a lens computed by default whose one option turns it off (``--no-embeddings``).
+
+    Attributes:
+        on: whether the run computes it.
+    """
+
+    on: bool = True
+
+
+def switch_options(values: Mapping[str, Any]) -> Switch:
+    """`Switch` from the ``--no-<lens>`` value (absent: on)."""
+    return Switch(on=bool(values.get("on", True)))
+
+
 _SAMPLER = SamplerSettings()
 
 LAYERS_LENS = Lens(
@@ -415,7 +456,19 @@ OVERLAPS_LENS = Lens(
         "head and matrix",
         "data/shakespeare-pythia-6x8: 2,933,596 B / (42 pairs x 48 x 2) head-matrices, K = 8",
     ),
-    off=lambda options: options.overlap_k == 0,
+    options=(
+        Option(
+            "--overlap-k",
+            "k",
+            int,
+            "K",
+            "leading singular vectors per head whose overlaps between consecutive checkpoints are stored, for the "
+            "level-crossing view (default: the store's K, else 8; capped at d_head; 0: compute none and keep what "
+            "the store has)",
+        ),
+    ),
+    make_options=overlaps_options,
+    off=lambda options: options.lens_options_for("overlaps").k == 0,
     min_checkpoints=2,
     stepwise=False,
 )
@@ -428,7 +481,20 @@ EMBEDDINGS_LENS = Lens(
     computation="precompute.lenses.embeddings:EmbeddingsComputation",
     needs=("store",),
     record=EMBEDDINGS_RECORD,
-    off=lambda options: not options.embeddings,
+    options=(
+        Option(
+            "--no-embeddings",
+            "on",
+            bool,
+            "",
+            "skip the trajectory-map embeddings",
+            True,
+            switch=True,
+            env="HEADWATCH_EMBEDDINGS",
+        ),
+    ),
+    make_options=switch_options,
+    off=lambda options: not options.lens_options_for("embeddings").on,
     stepwise=False,
 )
 
@@ -530,7 +596,19 @@ TYPES_LENS = Lens(
     computation="precompute.lenses.types:TypesComputation",
     needs=("store",),
     record=TYPES_RECORD,
-    off=lambda options: not options.types or "attention" not in options.lenses,
+    options=(
+        Option(
+            "--no-types",
+            "on",
+            bool,
+            "",
+            "with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
+            True,
+            switch=True,
+        ),
+    ),
+    make_options=switch_options,
+    off=lambda options: not options.lens_options_for("types").on or "attention" not in options.lenses,
     stepwise=False,
 )
 

@@ -23,7 +23,9 @@ from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("composition",), matrices=("qk", "ov"))
+OPTIONS = RunOptions(
+    device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, lenses=("composition",), matrices=("qk", "ov")
+)
 
 
 def neox_suite(root: Path, steps: list[int]) -> Path:

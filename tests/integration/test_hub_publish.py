@@ -36,7 +36,9 @@ def store(tmp_path_factory) -> Path:
     suite = make_suite(root / "suite", [0, 1, 4], duplicate={4: 1})
     (suite / "step9").mkdir()
     out = root / "store"
-    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, embeddings=False, model_id="tiny-neox"))
+    report = run_precompute(
+        suite, out, RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, model_id="tiny-neox")
+    )
     assert [f.step for f in report.failed] == [9]
     return out
 
@@ -176,7 +178,11 @@ def test_embeddings_follow_new_rows_and_resume(store: Path, tmp_path: Path, monk
     (out / "meta.json").write_text(json.dumps(meta))
     run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))
     assert calls == [out, out, out]
-    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1,step4", embeddings=False))
+    report = run_precompute(
+        suite,
+        out,
+        RunOptions(device="cpu", progress=False, revisions="step0,step1,step4", lens_options={"embeddings": {"on": False}}),
+    )
     assert calls == [out, out, out] and report.embeddings == "skipped"
 
 

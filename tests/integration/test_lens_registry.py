@@ -52,7 +52,7 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
         if lens.options:
             defaults = lens.default_options()
             assert defaults == lens.make_options({}), lens.name
-            assert lens.asked_by == "--lenses", "options are given with the lens asked for by name"
+            assert lens.asked_by in ("--lenses", "default"), "options are given with the lens asked for by name, or on by default"
 
 
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
@@ -80,6 +80,36 @@ def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path:
     # a lens option without its lens is refused with what to add, before anything is read
     given = run_cli("--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"), "--llc-draws", "3")
     assert given.returncode == 2 and "--llc-draws are for the refined LLC: add --lenses llc" in given.stderr
+
+
+def test_the_default_lenses_flags_are_their_registry_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--overlap-k, --no-embeddings and --no-types, typed as before, become the options of the overlaps, the
+    embeddings and the head types, which the lenses' `off` reads; HEADWATCH_EMBEDDINGS=0 is the embeddings'
+    default."""
+    from precompute.__main__ import lens_options, parse_args
+
+    def options(*argv: str) -> RunOptions:
+        args = parse_args(["--source", "s", "--out", "o", *argv])
+        lenses = tuple(args.lenses or ())
+        return RunOptions(lenses=lenses, lens_options=lens_options(args, lenses))
+
+    monkeypatch.delenv("HEADWATCH_EMBEDDINGS", raising=False)
+    plain = options("--lenses", "attention")
+    assert plain.lens_options_for("overlaps") == registry.OverlapsOptions(k=None)
+    assert plain.lens_options_for("embeddings") == registry.Switch(on=True)
+    assert [lens.name for lens in registry.LENSES if lens.asked(plain)] == [
+        "attention", "overlaps", "layers", "types", "embeddings", "stages"
+    ]  # fmt: skip
+    off = options("--lenses", "attention", "--overlap-k", "0", "--no-embeddings", "--no-types")
+    assert off.lens_options_for("overlaps").k == 0
+    assert [lens.name for lens in registry.LENSES if lens.asked(off)] == ["attention", "layers", "stages"]
+    assert options("--overlap-k", "4").lens_options_for("overlaps").k == 4
+    assert not registry.TYPES_LENS.asked(options())  # the head types need the forward lens
+    monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "0")
+    assert options().lens_options_for("embeddings") == registry.Switch(on=False)
+    assert not registry.EMBEDDINGS_LENS.asked(RunOptions())  # the Python API reads the same default
+    with pytest.raises(SystemExit):
+        parse_args(["--source", "s", "--out", "o", "--overlap-k", "x"])
 
 
 # ------------------------------------------------------------------ a lens added in one module
@@ -171,7 +201,9 @@ def brute_force_norms(folder: Path, n_heads: int) -> np.ndarray:
 
 def test_a_lens_in_one_module_is_computed_committed_resumed_and_read_back(norms_lens, tmp_path: Path) -> None:
     suite = make_suite(tmp_path / "suite", [0, 1, 4])
-    options = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("norms",), matrices=("qk",))
+    options = RunOptions(
+        device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, lenses=("norms",), matrices=("qk",)
+    )
     out = tmp_path / "store"
     report = run_precompute(suite, out, options)
     assert report.computed == [0, 1, 4]

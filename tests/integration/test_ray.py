@@ -65,7 +65,9 @@ def cluster() -> str:
 
 
 def options(executor: str, **ray: object) -> RunOptions:
-    return RunOptions(device="cpu", progress=False, embeddings=False, executor=executor, ray=RayOptions(**ray))
+    return RunOptions(
+        device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, executor=executor, ray=RayOptions(**ray)
+    )
 
 
 def assert_identical(a: Path, b: Path) -> None:

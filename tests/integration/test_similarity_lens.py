@@ -27,7 +27,9 @@ from tests.integration.test_composition_lens import family_suite, neox_suite, ow
 from tests.unit.test_similarity import dense_similarity
 
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("similarity",), matrices=("qk", "ov"))
+OPTIONS = RunOptions(
+    device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, lenses=("similarity",), matrices=("qk", "ov")
+)
 
 
 def stored(store_path: Path) -> np.ndarray:
