@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute import registry
+from precompute import evalset, registry
 from precompute.registry import Lens
 from precompute.settings import (
     DEFAULT_MATRICES,
@@ -146,14 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES if lens.asked_by == "--lenses")
         + ". Repeat to combine.",
     )
-    p.add_argument(
-        "--eval-text",
-        default=None,
-        metavar="FILE",
-        help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)",
-    )
-    p.add_argument("--eval-sequences", type=_positive, default=32, metavar="N", help="with --lenses: N sequences (32)")
-    p.add_argument("--eval-length", type=_positive, default=256, metavar="T", help="with --lenses: T tokens each (256)")
+    evalset.add_arguments(p, when="with --lenses: ")
     add_lens_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from analysis.extract import ModelShape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
@@ -183,6 +183,89 @@ class BaseComputation:
 
     def fill(self, run: RunContext) -> None:
         return None
+
+
+class FactorsComputation(BaseComputation):
+    """What the lenses computed from every head's factors of both products share (composition, similarity).
+
+    They read W_QK's and W_OV's factors (``reads``) in the pass over each new checkpoint and, for the store's
+    other checkpoints, read them again (`refill`); how they are made is recorded once per store in their
+    ``meta.json`` record, which begins with each of the lens's options under its field name (a store keeps one
+    value of each: `check_store`) and goes on with `describe` (the random baseline, the definitions).
+
+    A subclass sets ``lens`` and ``what`` and defines `describe` and `make_job`.
+    """
+
+    reads: tuple[str, ...] = ("qk", "ov")
+    what: str  # what the lens computes, in words (``composition scores``): refusals, warnings, notes
+
+    def __init__(self, setup: ComputationSetup) -> None:
+        """Refuse a run whose fetch would not read both products of every head.
+
+        Raises:
+            ValueError: ``--matrices`` lacks one of ``reads``.
+        """
+        super().__init__(setup)
+        lacking = [m for m in self.reads if m not in setup.options.matrices]
+        if lacking:
+            raise ValueError(
+                f"--lenses {self.lens.name} reads W_QK and W_OV of every head: add {','.join(lacking)} to --matrices "
+                f"(given: {','.join(setup.options.matrices)})"
+            )
+        self.options = setup.options.lens_options_for(self.lens.name)
+
+    def kept(self) -> dict[str, Any]:
+        """This run's value of each of the lens's options, by field: what its record keeps first."""
+        return {option.field: getattr(self.options, option.field) for option in self.lens.options}
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        """Refuse to add rows made with another value of an option than the store's record holds.
+
+        Raises:
+            StoreError: naming the option, both values and what to pass.
+        """
+        record = stored.records.get(self.lens.meta_key or "") if stored is not None else None
+        if record is None:
+            return
+        for option in self.lens.options:
+            was, now = record.get(option.field), getattr(self.options, option.field)
+            if was != now:
+                given = f"{option.flag} {was}" if was is not None else f"no {option.flag}"
+                raise StoreError(
+                    f"store {str(out)!r} has {self.what} made with {given} (now {now}); every checkpoint of a store "
+                    f"uses the same: pass {given}, or write to a new --out"
+                )
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        """Record the options and `describe` (once per store: the baselines are the same numbers every time),
+        and make the pass job from the record."""
+        key = self.lens.meta_key
+        assert key is not None, f"the {self.lens.name} lens declares a meta.json record"
+        if state.meta.records.get(key) is None:
+            state.meta.set_record(key, self.kept() | self.describe(state.meta.model, settings))
+        self.pass_job = self.make_job(state.meta.records[key])
+
+    def fill(self, run: RunContext) -> None:
+        """The store's checkpoints that lack the lens's rows, read again."""
+        job = self.pass_job
+        assert job is not None, "begin makes the pass job"
+        refill(
+            run,
+            self.lens,
+            lambda fetched: job.checkpoint_rows(fetched, run.plan.shape, run.settings, None),
+            what=self.what,
+            rows_name=self.lens.name,
+            desc=self.lens.name,
+            matrices=self.reads,
+        )
+
+    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+        """The rest of the lens's record: how it is computed (the random baseline, ...)."""
+        raise NotImplementedError
+
+    def make_job(self, record: Mapping[str, Any]) -> PassJob:
+        """The pass job, given the store's record (its options and baselines)."""
+        raise NotImplementedError
 
 
 def missing_steps(state: RunState, lens: Lens) -> list[int]:

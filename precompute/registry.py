@@ -248,6 +248,20 @@ class SamplerSettings:
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
 
+    def devinterp_arguments(self) -> dict[str, Any]:
+        """The settings as devinterp's ``llc`` and ``sample`` take them (the one place they are mapped)."""
+        return {
+            "lr": self.lr,
+            "n_beta": self.n_beta,
+            "localization": self.localization,
+            "num_chains": self.chains,
+            "num_draws": self.draws,
+            "batch_size": self.batch_size,
+            "num_burnin_steps": self.burnin,
+            "num_init_loss_batches": self.batches,
+            "init_seed": self.seed,
+        }
+
 
 @dataclass(frozen=True)
 class LlcOptions:

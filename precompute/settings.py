@@ -23,6 +23,7 @@ from analysis.stats.crossings import OVERLAP_K
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
 from precompute import registry
+from precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES
 from precompute.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
 
 __all__ = ["LlcOptions", "SamplerSettings"]  # re-exported: the refined LLC's options live in its registry entry
@@ -238,8 +239,8 @@ class RunOptions:
     ray: RayOptions = field(default_factory=RayOptions)
     lenses: tuple[LensName, ...] = ()
     eval_text: str | None = None
-    eval_sequences: int = 32
-    eval_length: int = 256
+    eval_sequences: int = EVAL_SEQUENCES
+    eval_length: int = EVAL_LENGTH
     lens_options: Mapping[str, Any] = field(default_factory=dict)
 
     def lens_options_for(self, name: str) -> Any:

@@ -192,7 +192,7 @@ def test_top_k_keeps_each_targets_strongest_sources_and_a_store_keeps_its_choice
             for la, ha in have:
                 np.testing.assert_array_equal(kept[:, la, ha, lb, hb], full[:, la, ha, lb, hb])
     assert open_store(top).meta.composition["top"] == 2
-    with pytest.raises(ValueError, match="kept with --composition-top 2"):
+    with pytest.raises(ValueError, match="made with --composition-top 2"):
         run_precompute(suite, top, OPTIONS)
 
 
