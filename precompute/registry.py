@@ -3,16 +3,18 @@
 A lens is a set of store tables computed from checkpoints. Each `Lens` here says, in one
 place, what it is called, which tables it writes (`analysis.store.format.TABLES`), how a
 run asks for it (``--matrices layers``, ``--lenses attention``, on by default), which
-command-line options it takes (``--llc-*``), what it needs from a checkpoint, where
-``meta.json`` records how it was made, what a checkpoint of it cost on the benchmark
-machine, and where its compute side lives (``computation``: a class implementing
+command-line options it takes (``--llc-*``, ``--no-embeddings``), what it needs from a checkpoint,
+its ``meta.json`` record (`analysis.store.records`), what a checkpoint of it costs in seconds and
+store bytes on the benchmark machine (`precompute.costs`), and where its compute side lives (``computation``: a class implementing
 `precompute.context.Computation`, imported only when a run computes the lens).
 
 Everything that used to name lenses one by one iterates over `LENSES` instead: the run
 loop (`precompute.run`), the run state and its commits (`precompute.state`), the command
-line (`precompute.__main__`, ``headwatch precompute``), ``headwatch info`` and ``headwatch
-plan``. This module imports neither torch nor transformers, so ``headwatch info`` reads it
-with the dashboard's requirements alone. Adding a lens: docs/precompute.md "Adding a lens".
+line (`precompute.__main__`, ``headwatch precompute``), ``headwatch info``, ``headwatch
+plan`` and the CUDA comparison (tests/integration/test_cuda.py). A lens defined elsewhere joins
+with `register_lens` (tests/integration/test_add_lens.py). This module imports neither torch
+nor transformers, so ``headwatch info`` reads it with the dashboard's requirements alone.
+Adding a lens: docs/precompute.md "Adding a lens".
 
 The per-head matrices (``qk``, ``ov``: ``heads.parquet``) are not a lens: they are what
 every store has, computed in the pass over each checkpoint that the lenses join.
@@ -107,7 +109,7 @@ class Lens:
         needs: what it reads from a checkpoint.
         record: its ``meta.json`` section, which records how it was made (`analysis.store.records`;
             None: none). A store whose meta has it keeps the lens's tables in every commit, asked for or not.
-        options: its ``--<name>-*`` command-line options.
+        options: its command-line options (``--<name>-*``; ``--no-<name>`` for a lens on by default).
         make_options: builds its options object from the options' values by field (raising
             ValueError for a value it refuses); None when it has no options.
         every_checkpoint: whether it has rows for every checkpoint with statistics (False: for
@@ -172,7 +174,8 @@ class Lens:
         return not (self.off is not None and self.off(options))
 
     def default_options(self) -> Any:
-        """Its options with every default (None when it has none)."""
+        """Its options with the registry's defaults (None when it has none); a run's take the environment's
+        defaults too (`precompute.settings.RunOptions.lens_options_for`)."""
         if self.make_options is None:
             return None
         return self.make_options({o.field: o.default for o in self.options})

@@ -248,4 +248,6 @@ def test_the_random_matrix_references_stand_below_the_store() -> None:
             reached.add(target)
             todo.append(target)
     assert not {name for name in reached if name.startswith("analysis.store")}, sorted(reached)
-    assert any(target.startswith("analysis.rmt") for name in graph if name.startswith("analysis.store.") for target in graph[name])
+    assert any(
+        target.startswith("analysis.rmt") for name in graph if name.startswith("analysis.store.") for target in graph[name]
+    )
