@@ -240,12 +240,12 @@ def test_one_shot_and_staged_stores_hold_the_same_tables_byte_for_byte(tmp_path:
     on a column changed in the last digit a float32 keeps."""
     run = byte_run(tmp_path, [0, 1, 2, 4, 8, 16], duplicate={8: 4}, hidden=32, layers=2, heads=2)
     one = tmp_path / "oneshot"
-    done = run_cli("--source", str(run), "--out", str(one), *every_lens_argv(), embeddings=True)
+    done = run_cli("--source", str(run), "--out", str(one), *every_lens_argv(), embeddings=True, timeout=900)
     assert done.returncode == 0, done.stderr
     staged = tmp_path / "staged"
-    done = run_cli("--source", str(run), "--out", str(staged), "--matrices", "qk", embeddings=True)
+    done = run_cli("--source", str(run), "--out", str(staged), "--matrices", "qk", embeddings=True, timeout=900)
     assert done.returncode == 0, done.stderr
-    done = run_cli("--source", str(run), "--out", str(staged), *every_lens_argv(), embeddings=True)
+    done = run_cli("--source", str(run), "--out", str(staged), *every_lens_argv(), embeddings=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert "refined LLC: computed at steps 0, 2, 16" in done.stderr
     files = sorted(p.name for p in one.iterdir())
