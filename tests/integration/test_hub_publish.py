@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -154,7 +153,7 @@ def fake_embeddings(calls: list[Path]):
     def add_embeddings(path) -> Path:
         calls.append(Path(path))
         opened = open_store(path)
-        meta = replace(opened.meta, embeddings={"steps": opened.meta.state_steps})
+        meta = opened.meta.with_record("embeddings", {"steps": opened.meta.state_steps})
         commit_store(path, meta)
         return Path(path)
 
