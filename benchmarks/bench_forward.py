@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import ForwardJob, forward_statistics, load_model
 
 

@@ -250,7 +250,11 @@ def main() -> None:
         out = work / "store"
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        report = run_precompute(REPO_ID, out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=job_matrices))
+        report = run_precompute(
+            REPO_ID,
+            out,
+            RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, matrices=job_matrices),
+        )
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions

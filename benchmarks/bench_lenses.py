@@ -99,9 +99,9 @@ def peak_memory(device: str) -> float:
 
 
 def main() -> None:
-    from precompute.lenses.registry import LlcOptions
+    from precompute.registry import LlcOptions, SamplerSettings
     from precompute.run import run_precompute
-    from precompute.settings import RunOptions, SamplerSettings
+    from precompute.settings import RunOptions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
@@ -131,13 +131,12 @@ def main() -> None:
         options = RunOptions(
             device=args.device,
             progress=False,
-            embeddings=False,
+            lens_options={"embeddings": {"on": False}, "llc": LlcOptions(steps="1" if llc else None, sampler=sampler)},
             matrices=spec["matrices"],
             lenses=spec.get("lenses", ()),
             eval_text=str(root / "eval.txt"),
             eval_sequences=args.eval_sequences,
             eval_length=t,
-            lens_options={"llc": LlcOptions(steps="1", sampler=sampler)} if llc else {},
         )
         if args.device == "cuda":
             torch.cuda.synchronize()

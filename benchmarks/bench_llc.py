@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import load_model
 from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
 from precompute.settings import SamplerSettings

@@ -63,7 +63,7 @@ RUN = """
 import sys
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
-kw = dict(device="cpu", progress=False, embeddings=False, overlap_k=8)
+kw = dict(device="cpu", progress=False, lens_options={"embeddings": {"on": False}, "overlaps": {"k": 8}})
 if sys.argv[3]:
     kw["matrices"] = tuple(sys.argv[3].split(","))
 run_precompute(sys.argv[1], sys.argv[2], RunOptions(**kw))

@@ -146,7 +146,12 @@ def main() -> None:
                 run_precompute,
                 src,
                 out,
-                RunOptions(device="cpu", progress=False, embeddings=False, overlap_k=k, matrices=("qk",)),
+                RunOptions(
+                    device="cpu",
+                    progress=False,
+                    lens_options={"embeddings": {"on": False}, "overlaps": {"k": k}},
+                    matrices=("qk",),
+                ),
             )
         )
         runs[k].append(t)

@@ -79,7 +79,7 @@ def main() -> None:
     suite = args.workdir / "suite"
     steps = write_suite(suite, args.checkpoints)
     n = len(steps)
-    base: dict[str, Any] = dict(device="cpu", progress=False, embeddings=False)
+    base: dict[str, Any] = dict(device="cpu", progress=False, lens_options={"embeddings": {"on": False}})
     rows = []
     local = timed_run(suite, args.workdir / "local", RunOptions(**base))
     rows.append(("local executor (fetch one ahead, compute here)", torch.get_num_threads(), 1, local))

@@ -5,7 +5,7 @@ init, or GPT-2's with ``--arch gpt2``), trained on the Shakespeare bytes of `tra
 `training.repeats`, AdamW and the warmup + cosine schedule of `training.schedule`, as
 ``python -m training`` would, except that no checkpoint is saved: every ``--probe-every`` updates
 the model's attention on the store's induction probe (8 sequences of R = 128 uniform random bytes
-repeated twice, seed 1, as `precompute.lenses.evalset.make_eval_set` draws them) gives the
+repeated twice, seed 1, as `precompute.evalset.make_eval_set` draws them) gives the
 induction score of `analysis.attention.induction_scores` per head. One JSON line per probe:
 
     step, t (seconds in updates), cpu (process CPU seconds), loss (last batch), val (held-out
@@ -43,7 +43,7 @@ from training.repeats import insert_repeats
 from training.schedule import learning_rate
 from training.settings import ARCHS, ModelSettings, RepeatSettings
 
-PROBE_SEQUENCES, PROBE_SEED = 8, 1  # as precompute/lenses/evalset.py
+PROBE_SEQUENCES, PROBE_SEED = 8, 1  # as precompute/evalset.py
 VAL_WINDOWS = 32
 
 

@@ -50,7 +50,7 @@ def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> 
     """The store's sampler sequences, rebuilt as the stage built them (and checked against meta.json)."""
     import json
 
-    from precompute.lenses.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
     from precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store_path).meta
@@ -102,16 +102,8 @@ def main() -> int:
                     model,
                     dataset,
                     {},
-                    lr=sampler.lr,
-                    n_beta=sampler.n_beta,
                     param_masks=masks,
-                    num_chains=sampler.chains,
-                    num_draws=sampler.draws,
-                    batch_size=sampler.batch_size,
-                    num_burnin_steps=sampler.burnin,
-                    num_init_loss_batches=sampler.batches,
-                    init_seed=sampler.seed,
-                    localization=sampler.localization,
+                    **sampler.devinterp_arguments(),
                     device="cpu",
                     output_path=Path(tmp) / "s.zarr",
                 )

@@ -32,7 +32,6 @@ Used by ``tests/app`` (small stores) and ``benchmarks/bench_dashboard.py``
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -270,7 +269,7 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
         for i, matrix in enumerate(store.meta.matrices)
     ]
     table = update(OVERLAPS.empty(), steps, tables)
-    commit_store(path, replace(store.meta, overlaps=overlaps_meta(k)), {OVERLAPS.name: table})
+    commit_store(path, store.meta.with_record("overlaps", overlaps_meta(k)), {OVERLAPS.name: table})
     return Path(path)
 
 
@@ -336,7 +335,7 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
             )
     info = embeddings_meta(store, statistics=statistics, normalisation="zscore", settings=settings)
     info["method"] = "pca (test stand-in for umap)"
-    commit_store(path, replace(store.meta, embeddings=info), {EMBEDDINGS.name: pa.concat_tables(parts)})
+    commit_store(path, store.meta.with_record("embeddings", info), {EMBEDDINGS.name: pa.concat_tables(parts)})
     return Path(path)
 
 
@@ -427,7 +426,7 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
         induction_sequences=8,
         induction_seed=1,
     )
-    commit_store(path, replace(store.meta, forward=info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
+    commit_store(path, store.meta.with_record("forward", info), {name: pa.concat_tables(parts) for name, parts in tables.items()})
     return path
 
 
@@ -517,7 +516,9 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
         "steps": list(chosen),
         "seconds": {},
     }
-    commit_store(path, replace(store.meta, llc=record), {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chains)})
+    commit_store(
+        path, store.meta.with_record("llc", record), {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chains)}
+    )
     return path
 
 

@@ -31,7 +31,7 @@ DELEGATED = {  # subcommand -> (module whose main() takes the remaining argument
     ),
     "train": ("training.__main__", "train a small reference run (python -m training; needs the train extra)"),
     "llc-calibrate": (
-        "precompute.lenses.llc_calibrate",
+        "precompute.llc_calibrate",
         "sweep the refined LLC's sampler settings on one checkpoint, "
         "draw the chains' loss traces and recommend settings (needs the precompute extra)",
     ),

@@ -14,7 +14,7 @@ from analysis.errors import StoreError
 from analysis.store.format import MATRICES, TABLES
 from analysis.store.reader import open_store, read_table
 from headwatch.units import human_bytes
-from precompute.lenses import registry
+from precompute import registry
 from precompute.settings import DEFAULT_MATRICES, RunOptions
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -84,6 +84,12 @@ def describe(path: str | Path) -> list[str]:
             + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else "")
             + (f"; lacks {', '.join(lacking)} (a rerun of the lens adds it)" if lacking else "")
         )
+    priced = [lens for lens in registry.LENSES if lens.seconds is not None or lens.store_bytes is not None]
+    lines.append("what a checkpoint of each lens costs (recorded figures, docs/benchmarks.md; headwatch plan scales them):")
+    for lens in priced:
+        figures = [f"{lens.seconds.name} = {lens.seconds.seconds} s"] if lens.seconds is not None else []
+        figures += [lens.store_bytes.describe()] if lens.store_bytes is not None else []
+        lines.append(f"  {lens.name:<11} {'; '.join(figures)}")
     if meta.forward is not None:
         lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of {meta.forward.text}")
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")

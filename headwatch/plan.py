@@ -5,7 +5,7 @@ The checkpoints come from the job's own source interface (`precompute.sources.re
 take. Bytes: for a local folder, the tensors the run reads (`tensors_to_read`, sizes from the
 safetensors headers) and the weight files it hashes; for a Hub model, the tensors' sizes from the
 config's geometry (the job fetches only their byte ranges). Time and store size: the recorded
-benchmark figures of `headwatch.benchmarks`, scaled to this model as printed.
+benchmark figures of `precompute.costs` and of each lens's registry entry, scaled to this model as printed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from headwatch import benchmarks as bench
 from headwatch.units import human_bytes
 
 EXIT_OK, EXIT_USAGE, EXIT_NETWORK = 0, 2, 3
@@ -27,7 +26,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m precompute`` that change what a run does."""
-    from precompute.lenses import registry
+    from precompute import registry
     from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
@@ -105,84 +104,45 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
     return CheckpointBytes(tensors=total, hashed=0, estimated=True)
 
 
-def parameters(shape, config: dict) -> int:
-    """Parameters of a decoder: 12 L d^2 for the blocks plus the embedding and unembedding."""
-    vocab = int(config.get("vocab_size") or 0)
-    return 12 * shape.n_layers * shape.d_model**2 + 2 * vocab * shape.d_model
-
-
-def head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> int:
-    """What the composition scores' cost scales with: ordered pairs of heads in different layers times
-    the ``d_head x d_head`` product over ``d_model`` each takes (`analysis.composition`)."""
-    return n_heads**2 * n_layers * (n_layers - 1) // 2 * d_head**2 * d_model
-
-
-def all_head_pair_flops(n_layers: int, n_heads: int, d_head: int, d_model: int) -> int:
-    """What the head similarity's cost scales with: unordered pairs of heads (within and across layers)
-    times the ``d_head x d_head`` products over ``d_model`` each takes (`analysis.similarity`)."""
-    heads = n_layers * n_heads
-    return heads * (heads - 1) // 2 * d_head**2 * d_model
-
-
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
-    """(stage, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
-    recorded figure that the run computes (`precompute.lenses.registry.LENSES`, in their order)."""
-    from precompute.lenses import registry
+    """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
+    recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order."""
+    from precompute import costs, registry
 
-    ref = bench.PYTHIA_1_4B
-    heads_scale = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)
-    layers_scale = (shape.n_layers * shape.d_model**2) / (ref["n_layers"] * ref["d_model"] ** 2)
-    params_scale = parameters(shape, config) / bench.PYTHIA_160M_PARAMETERS
-    pairs_scale = head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / head_pair_flops(
-        ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
-    )
-    all_pairs_scale = all_head_pair_flops(shape.n_layers, shape.n_heads, shape.d_head, shape.d_model) / all_head_pair_flops(
-        ref["n_layers"], ref["n_heads"], ref["d_head"], ref["d_model"]
-    )
-    heads_how = f"x {heads_scale:.3g} (layers x heads x d_model^2 against Pythia-1.4B's)"
-    scales = {
-        "heads": (heads_scale, heads_how),
-        "layers": (layers_scale, f"x {layers_scale:.3g} (layers x d_model^2)"),
-        "parameters": (
-            params_scale,
-            f"x {params_scale:.3g} (parameters, {parameters(shape, config):,} against {bench.PYTHIA_160M_PARAMETERS:,})",
-        ),
-        "head_pairs": (pairs_scale, f"x {pairs_scale:.3g} (cross-layer head pairs x d_head^2 x d_model against Pythia-1.4B's)"),
-        "all_head_pairs": (
-            all_pairs_scale,
-            f"x {all_pairs_scale:.3g} (pairs of heads x d_head^2 x d_model against Pythia-1.4B's)",
-        ),
-    }
-    out = []
-    if "qk" in matrices:
-        out.append(("qk", bench.QK_SECONDS_1_4B * heads_scale, f"QK_SECONDS_1_4B = {bench.QK_SECONDS_1_4B} s {heads_how}"))
-    if "ov" in matrices:
-        out.append(("ov", bench.OV_SECONDS_1_4B * heads_scale, f"OV_SECONDS_1_4B = {bench.OV_SECONDS_1_4B} s {heads_how}"))
+    figures = [(m, figure) for m, figure in (("qk", costs.QK_SECONDS), ("ov", costs.OV_SECONDS)) if m in matrices]
     for lens in registry.LENSES:
         asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
-        if not asked or lens.cost_scale is None or lens.name not in bench.SECONDS_PER_CHECKPOINT:
-            continue
-        name, seconds = bench.SECONDS_PER_CHECKPOINT[lens.name]
-        scale, how = scales[lens.cost_scale]
-        subset = "" if lens.every_checkpoint else f", on {bench.LLC_DEFAULT_CHECKPOINTS} checkpoints"
-        out.append((lens.name, seconds * scale, f"{name} = {seconds} s {how}{subset}"))
+        if asked and lens.seconds is not None:
+            figures.append((lens.name, lens.seconds))
+    out = []
+    for name, figure in figures:
+        scale, how = costs.time_scale(figure.scale, shape, config)
+        of = registry.BY_NAME.get(name)
+        subset = "" if of is None or of.every_checkpoint else f", on {costs.LLC_DEFAULT_CHECKPOINTS} checkpoints"
+        out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}{subset}"))
     return out
 
 
+def store_figures(*, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> list:
+    """The store-size figures of a run (`precompute.costs.StoreBytes`): heads.parquet's, and those of every lens
+    it computes that has one (`precompute.registry.Lens.store_bytes`; the overlaps' and the layer table's at the
+    shipped store's sizes, the composition's without ``--composition-top``)."""
+    from precompute import costs, registry
+    from precompute.settings import RunOptions
+
+    options = RunOptions(matrices=matrices, lenses=lenses)
+    return [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes and lens.asked(options)]
+
+
 def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
-    """Expected store bytes per checkpoint: heads, overlaps and layer rows at the shipped store's sizes,
-    and every composition row (``--lenses composition`` without ``--composition-top``) and similarity row
-    (``--lenses similarity``, its ultrametricity rows included) at the benchmarks'."""
-    head_rows = shape.n_layers * shape.n_heads * len([m for m in matrices if m != "layers"])
-    total = head_rows * (bench.HEADS_BYTES_PER_ROW + bench.OVERLAPS_BYTES_PER_HEAD_PAIR)
-    if "layers" in matrices:
-        total += shape.n_layers * bench.LAYERS_BYTES_PER_LAYER
-    if "composition" in lenses:
-        total += shape.n_heads**2 * shape.n_layers * (shape.n_layers - 1) // 2 * bench.COMPOSITION_BYTES_PER_PAIR
-    if "similarity" in lenses:
-        heads = shape.n_layers * shape.n_heads
-        total += heads * (heads - 1) // 2 * bench.SIMILARITY_BYTES_PER_PAIR
-    return total
+    """Expected store bytes per checkpoint: every figure of `store_figures` times its count at ``shape``."""
+    from precompute import costs
+
+    head_matrices = len([m for m in matrices if m != "layers"])
+    return sum(
+        figure.bytes * costs.size_count(figure.per, shape, head_matrices=head_matrices)
+        for figure in store_figures(matrices=matrices, lenses=lenses)
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -201,7 +161,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     """
     from analysis.extract import model_shape
     from analysis.store.meta import read_meta
-    from precompute.lenses import registry
+    from precompute import costs, registry
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
     from precompute.sources.local import LocalSource
@@ -258,7 +218,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     lines = [
         f"source: {args.source} ({src.kind}), model {src.model_id}",
         f"architecture: {shape.family}, {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, "
-        f"d_head {shape.d_head}; {parameters(shape, config):,} parameters (12 L d_model^2 + 2 vocab d_model)",
+        f"d_head {shape.d_head}; {costs.parameters(shape, config):,} parameters (12 L d_model^2 + 2 vocab d_model)",
         f"checkpoints: {len(todo)} selected"
         + (f" ({len(missing)} requested ones missing: {', '.join(r.revision for r in missing)})" if missing else "")
         + (f", steps {todo[0].step} to {todo[-1].step}" if todo else ""),
@@ -280,31 +240,19 @@ def describe(args: argparse.Namespace) -> list[str]:
             + ")"
         )
     store = store_bytes_per_checkpoint(shape, matrices=matrices, lenses=lenses) * len(new)
-    composition = (
-        f", composition.parquet {bench.COMPOSITION_BYTES_PER_PAIR} B per pair of heads (every pair)"
-        if "composition" in lenses
-        else ""
-    )
-    if "similarity" in lenses:
-        composition += (
-            f", similarity.parquet and ultrametricity.parquet {bench.SIMILARITY_BYTES_PER_PAIR} B per unordered pair of heads"
-        )
-    lines.append(
-        f"expected store growth: {human_bytes(store)} (per checkpoint: heads.parquet "
-        f"{bench.HEADS_BYTES_PER_ROW} B and overlaps {bench.OVERLAPS_BYTES_PER_HEAD_PAIR} B per head and "
-        f"matrix, layers.parquet {bench.LAYERS_BYTES_PER_LAYER} B per layer: the shipped store's sizes{composition})"
-    )
+    figures = "; ".join(figure.describe() for figure in store_figures(matrices=matrices, lenses=lenses))
+    lines.append(f"expected store growth: {human_bytes(store)} (per checkpoint: {figures})")
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
-    stages = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
+    priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
     subset_lenses = {lens.name for lens in registry.LENSES if not lens.every_checkpoint}
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
-    for stage, seconds, how in stages:
-        count = len(todo) if stage in lens_all else len(new)
-        count = min(bench.LLC_DEFAULT_CHECKPOINTS, count) if stage in subset_lenses else count
+    for what, seconds, how in priced:
+        count = len(todo) if what in lens_all else len(new)
+        count = min(costs.LLC_DEFAULT_CHECKPOINTS, count) if what in subset_lenses else count
         total += seconds * count
-        lines.append(f"  {stage:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
+        lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
     lines.append(f"  total     {_duration(total)}")
     return lines
 

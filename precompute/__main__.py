@@ -26,16 +26,16 @@ import sys
 from pathlib import Path
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from precompute.lenses import registry
-from precompute.lenses.registry import Lens
+from precompute import evalset, registry
+from precompute.registry import Lens
 from precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
     RunOptions,
     default_device,
-    default_embeddings,
     default_ray_address,
     matrices_option,
+    option_default,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -99,19 +99,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the dataset repo private")
     p.add_argument(
-        "--no-embeddings",
-        dest="embeddings",
-        action="store_false",
-        default=default_embeddings(),
-        help="skip the trajectory-map embeddings ($HEADWATCH_EMBEDDINGS=0)",
-    )
-    p.add_argument(
-        "--no-types",
-        dest="types",
-        action="store_false",
-        help="with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
-    )
-    p.add_argument(
         "--matrices",
         type=parse_matrices,
         default=DEFAULT_MATRICES,
@@ -120,15 +107,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(every 2-D weight of every block, layers.parquet); default {','.join(DEFAULT_MATRICES)}. "
         "A store keeps the per-head matrices it has: a later run computes them too; a rerun with "
         "layers adds the layer table to a store",
-    )
-    p.add_argument(
-        "--overlap-k",
-        type=int,
-        default=None,
-        metavar="K",
-        help="leading singular vectors per head whose overlaps between consecutive checkpoints are "
-        "stored, for the level-crossing view (default: the store's K, else 8; capped at d_head; "
-        "0: compute none and keep what the store has)",
     )
     p.add_argument(
         "--executor",
@@ -168,38 +146,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES if lens.asked_by == "--lenses")
         + ". Repeat to combine.",
     )
-    p.add_argument(
-        "--eval-text",
-        default=None,
-        metavar="FILE",
-        help="with --lenses: UTF-8 evaluation text (default for runs trained here: their held-out split)",
-    )
-    p.add_argument("--eval-sequences", type=_positive, default=32, metavar="N", help="with --lenses: N sequences (32)")
-    p.add_argument("--eval-length", type=_positive, default=256, metavar="T", help="with --lenses: T tokens each (256)")
+    evalset.add_arguments(p, when="with --lenses: ")
     add_lens_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
 def add_lens_options(parser: argparse.ArgumentParser) -> None:
-    """One argument group per lens with options (`precompute.lenses.registry.Lens.options`)."""
+    """One argument group per lens with options (`precompute.registry.Lens.options`), the lenses on by
+    default (``--overlap-k``, ``--no-embeddings``, ``--no-types``) included."""
     for lens in registry.LENSES:
         if not lens.options:
             continue
-        group = parser.add_argument_group(f"{lens.title} ({lens.asked_by} {lens.name}; the same for every checkpoint of a store)")
+        asked = "on by default" if lens.asked_by == "default" else f"{lens.asked_by} {lens.name}"
+        group = parser.add_argument_group(f"{lens.title} ({asked}; the same for every checkpoint of a store)")
         for option in lens.options:
+            dest = _dest(lens, option.field)
+            if option.switch:
+                env = f" (${option.env}=0)" if option.env else ""
+                group.add_argument(option.flag, dest=dest, action="store_false", default=None, help=option.help + env)
+                continue
             default = (
                 f" ({option.default:g})"
                 if isinstance(option.default, float)
                 else (f" ({option.default})" if option.default is not None else "")
             )
             group.add_argument(
-                option.flag,
-                dest=_dest(lens, option.field),
-                type=option.type,
-                default=None,
-                metavar=option.metavar,
-                help=option.help + default,
+                option.flag, dest=dest, type=option.type, default=None, metavar=option.metavar, help=option.help + default
             )
 
 
@@ -208,7 +181,8 @@ def _dest(lens: Lens, field: str) -> str:
 
 
 def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str, object]:
-    """Each asked lens's options from the parsed ``--<lens>-*`` flags (a flag not given: its default).
+    """The options of every lens the run may compute, from the parsed lens flags (a flag not given: its default,
+    `precompute.settings.option_default`): the lenses asked for by name, and those on by default.
 
     Raises:
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.
@@ -220,11 +194,12 @@ def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str,
             for o in lens.options
             if getattr(args, _dest(lens, o.field), None) is not None
         }
-        if given and lens.name not in lenses:
+        computed = lens.asked_by == "default" or lens.name in lenses
+        if given and not computed:
             flags = [o.flag for o in lens.options if o.field in given]
             raise ValueError(f"{', '.join(flags)} are for the {lens.title}: add {lens.asked_by} {lens.name}")
-        if lens.name in lenses and lens.make_options is not None:
-            out[lens.name] = lens.make_options({o.field: given.get(o.field, o.default) for o in lens.options})
+        if computed and lens.make_options is not None:
+            out[lens.name] = lens.make_options({o.field: given.get(o.field, option_default(o)) for o in lens.options})
     return out
 
 
@@ -265,11 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_step=args.tokens_per_step,
         revisions=args.revisions,
         every=args.every,
-        overlap_k=args.overlap_k,
         matrices=args.matrices,
         progress=not args.no_progress,
-        embeddings=args.embeddings,
-        types=args.types,
         executor=args.executor,
         ray=RayOptions(address=args.ray_address, cpus_per_task=args.ray_cpus_per_task, max_in_flight=args.max_in_flight),
         lenses=tuple(dict.fromkeys(args.lenses or ())),

@@ -1,10 +1,10 @@
-"""What a run's stages share: its plan, its report, and the protocol every lens's stage follows.
+"""What a run's computations share: its plan, its report, and the protocol every lens's computation follows.
 
 `precompute.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
-builds one `Stage` per lens the run computes (`precompute.lenses.registry.LENSES`) and drives
-them: `Stage.check_store` before anything is written, `Stage.begin` when the run state is
-open, the stage's `PassJob` inside the pass over each new checkpoint, and `Stage.fill` after
-it for what the store still lacks. The stages live in their lens modules
+builds one `Computation` per lens the run computes (`precompute.registry.LENSES`) and drives
+them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
+open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
+it for what the store still lacks. The computations live in their lens modules
 (``precompute/lenses/*.py``) and import this module, never `precompute.run`.
 """
 
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from analysis.extract import ModelShape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
-from precompute.lenses.registry import Lens
+from precompute.registry import Lens
 from precompute.settings import RunOptions, Settings
 from precompute.sources.fetch import human_bytes
 from precompute.sources.revisions import CheckpointRef
@@ -30,8 +30,8 @@ from precompute.sources.source import CheckpointSource, Fetched, fingerprints_co
 
 log = logging.getLogger("precompute")
 
-if TYPE_CHECKING:  # the state imports the overlaps lens, whose stage imports this module
-    from precompute.lenses.evalset import EvalSet
+if TYPE_CHECKING:  # the state imports the overlaps lens, whose computation imports this module
+    from precompute.evalset import EvalSet
     from precompute.state import RunState
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
@@ -59,9 +59,9 @@ class RunReport:
     """What one invocation did, and what it moved.
 
     Attributes:
-        lenses: per lens that ran (`precompute.lenses.registry.Lens.name`), the steps it computed
-            rows for after the pass over the checkpoints (`Stage.fill`).
-        notes: what the stages could not do and what to do about it, one line each, for stderr.
+        lenses: per lens that ran (`precompute.registry.Lens.name`), the steps it computed
+            rows for after the pass over the checkpoints (`Computation.fill`).
+        notes: what the computations could not do and what to do about it, one line each, for stderr.
     """
 
     computed: list[int] = field(default_factory=list)
@@ -93,8 +93,8 @@ def lens_device(options: RunOptions) -> str:
 
 
 @dataclass(frozen=True)
-class StageSetup:
-    """What a stage is built from, before anything is written.
+class ComputationSetup:
+    """What a computation is built from, before anything is written.
 
     Attributes:
         plan: the run's plan.
@@ -113,7 +113,7 @@ class StageSetup:
 
 @dataclass
 class RunContext:
-    """What a stage's fill works on: the plan, the settings, the state it adds to and commits, the report."""
+    """What a computation's fill works on: the plan, the settings, the state it adds to and commits, the report."""
 
     plan: Plan
     settings: Settings
@@ -137,10 +137,10 @@ class PassJob(Protocol):
         ...
 
 
-class Stage(Protocol):
-    """The compute side of one lens (`precompute.lenses.registry.Lens.stage`).
+class Computation(Protocol):
+    """The compute side of one lens (`precompute.registry.Lens.computation`).
 
-    Built by ``Stage(setup)``, which refuses bad options or an unsupported model before anything
+    Built by ``Computation(setup)``, which refuses bad options or an unsupported model before anything
     is written (raising `ValueError`, `analysis.errors.UnknownArchitectureError`, ...).
     """
 
@@ -166,13 +166,13 @@ class Stage(Protocol):
         ...
 
 
-class BaseStage:
+class BaseComputation:
     """The protocol's defaults: no pass job, no store check, nothing to record."""
 
     lens: Lens
     pass_job: PassJob | None = None
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         self.setup = setup
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
@@ -183,6 +183,89 @@ class BaseStage:
 
     def fill(self, run: RunContext) -> None:
         return None
+
+
+class FactorsComputation(BaseComputation):
+    """What the lenses computed from every head's factors of both products share (composition, similarity).
+
+    They read W_QK's and W_OV's factors (``reads``) in the pass over each new checkpoint and, for the store's
+    other checkpoints, read them again (`refill`); how they are made is recorded once per store in their
+    ``meta.json`` record, which begins with each of the lens's options under its field name (a store keeps one
+    value of each: `check_store`) and goes on with `describe` (the random baseline, the definitions).
+
+    A subclass sets ``lens`` and ``what`` and defines `describe` and `make_job`.
+    """
+
+    reads: tuple[str, ...] = ("qk", "ov")
+    what: str  # what the lens computes, in words (``composition scores``): refusals, warnings, notes
+
+    def __init__(self, setup: ComputationSetup) -> None:
+        """Refuse a run whose fetch would not read both products of every head.
+
+        Raises:
+            ValueError: ``--matrices`` lacks one of ``reads``.
+        """
+        super().__init__(setup)
+        lacking = [m for m in self.reads if m not in setup.options.matrices]
+        if lacking:
+            raise ValueError(
+                f"--lenses {self.lens.name} reads W_QK and W_OV of every head: add {','.join(lacking)} to --matrices "
+                f"(given: {','.join(setup.options.matrices)})"
+            )
+        self.options = setup.options.lens_options_for(self.lens.name)
+
+    def kept(self) -> dict[str, Any]:
+        """This run's value of each of the lens's options, by field: what its record keeps first."""
+        return {option.field: getattr(self.options, option.field) for option in self.lens.options}
+
+    def check_store(self, out: Path, stored: Meta | None) -> None:
+        """Refuse to add rows made with another value of an option than the store's record holds.
+
+        Raises:
+            StoreError: naming the option, both values and what to pass.
+        """
+        record = stored.records.get(self.lens.meta_key or "") if stored is not None else None
+        if record is None:
+            return
+        for option in self.lens.options:
+            was, now = record.get(option.field), getattr(self.options, option.field)
+            if was != now:
+                given = f"{option.flag} {was}" if was is not None else f"no {option.flag}"
+                raise StoreError(
+                    f"store {str(out)!r} has {self.what} made with {given} (now {now}); every checkpoint of a store "
+                    f"uses the same: pass {given}, or write to a new --out"
+                )
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        """Record the options and `describe` (once per store: the baselines are the same numbers every time),
+        and make the pass job from the record."""
+        key = self.lens.meta_key
+        assert key is not None, f"the {self.lens.name} lens declares a meta.json record"
+        if state.meta.records.get(key) is None:
+            state.meta.set_record(key, self.kept() | self.describe(state.meta.model, settings))
+        self.pass_job = self.make_job(state.meta.records[key])
+
+    def fill(self, run: RunContext) -> None:
+        """The store's checkpoints that lack the lens's rows, read again."""
+        job = self.pass_job
+        assert job is not None, "begin makes the pass job"
+        refill(
+            run,
+            self.lens,
+            lambda fetched: job.checkpoint_rows(fetched, run.plan.shape, run.settings, None),
+            what=self.what,
+            rows_name=self.lens.name,
+            desc=self.lens.name,
+            matrices=self.reads,
+        )
+
+    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+        """The rest of the lens's record: how it is computed (the random baseline, ...)."""
+        raise NotImplementedError
+
+    def make_job(self, record: Mapping[str, Any]) -> PassJob:
+        """The pass job, given the store's record (its options and baselines)."""
+        raise NotImplementedError
 
 
 def missing_steps(state: RunState, lens: Lens) -> list[int]:

@@ -14,8 +14,8 @@ For each selected checkpoint not yet in the store, in step order:
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
    together (`precompute.store.writer.commit_store`).
 
-Every lens the run computes (`precompute.lenses.registry.LENSES`) has a stage
-(`precompute.context.Stage`): built before anything is written (its refusals come
+Every lens the run computes (`precompute.registry.LENSES`) has a computation
+(`precompute.context.Computation`): built before anything is written (its refusals come
 first), it checks the store under its lock, records how it is made in meta.json,
 adds its rows in the pass over each checkpoint (the whole-layer matrices and the
 forward lens do, through their `precompute.context.PassJob`), and then fills what
@@ -54,20 +54,20 @@ from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape, model_shape
 from analysis.heads import resolve_device
 from analysis.store import Failure, Meta, ModelInfo
+from precompute import registry
 from precompute.context import (
     CHECKPOINT_ERRORS,
+    Computation,
+    ComputationSetup,
     PassJob,
     Plan,
     RunContext,
     RunReport,
-    Stage,
-    StageSetup,
     check_unchanged,
     lens_device,
 )
+from precompute.evalset import EvalSet, resolve_eval_set
 from precompute.executor import open_executor
-from precompute.lenses import registry
-from precompute.lenses.evalset import EvalSet, resolve_eval_set
 from precompute.lenses.forward import check_loadable
 from precompute.settings import RunOptions, Settings, resolve_settings
 from precompute.sources.fetch import Meter
@@ -86,7 +86,7 @@ log = logging.getLogger("precompute")
 def run_precompute(source: str | Path, out: str | Path, options: RunOptions | None = None) -> RunReport:
     """Compute (or resume) the statistics store of a checkpoint suite.
 
-    Stages: plan (list and select the checkpoints, read the model), build the stage of every lens
+    Stages: plan (list and select the checkpoints, read the model), build the computation of every lens
     asked for (refusing bad options before anything is written), open the store under its lock and
     resolve the settings, record the requested checkpoints the source lacks, compute every new
     checkpoint (committing each), then let each lens fill what the store still lacks.
@@ -115,32 +115,32 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
     plan = make_plan(source, options, scratch=scratch, meter=meter)
-    stages = _stages(plan, options, source, scratch)  # refusals: before anything is written
+    computations = _computations(plan, options, source, scratch)  # refusals: before anything is written
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
         stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
         settings = _settings(plan, options, stored)
-        for stage in stages:
-            stage.check_store(out, stored)
-        state = open_state(out, stored, plan.model, settings, asked=frozenset(s.lens.name for s in stages))
-        for stage in stages:
-            stage.begin(state, settings)
+        for computation in computations:
+            computation.check_store(out, stored)
+        state = open_state(out, stored, plan.model, settings, asked=frozenset(s.lens.name for s in computations))
+        for computation in computations:
+            computation.begin(state, settings)
         run_info = plan.src.run_info()
         if run_info is not None:
             state.meta.training = run_info
         report.already_done = sorted(state.meta.listed_steps & {r.step for r in plan.todo})
         _clear(scratch)
-        jobs = {s.lens.name: s.pass_job for s in stages if s.pass_job is not None}
+        jobs = {s.lens.name: s.pass_job for s in computations if s.pass_job is not None}
         run = RunContext(plan, settings, state, report, progress=options.progress)
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
             _complete(plan, settings, state, report, executor, jobs=jobs, progress=options.progress)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
             _compute(plan, todo, settings, state, report, executor, jobs=jobs, progress=options.progress)
-            _warn_unasked(state, stages)
-            for stage in stages:
-                stage.fill(run)
+            _warn_unasked(state, computations)
+            for computation in computations:
+                computation.fill(run)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk
@@ -149,8 +149,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     return report
 
 
-def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) -> list[Stage]:
-    """The stage of every lens the run computes, in registry order (each refuses bad options or an
+def _computations(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) -> list[Computation]:
+    """The computation of every lens the run computes, in registry order (each refuses bad options or an
     unsupported model as it is built); the evaluation sequences are made once, if a lens needs them.
 
     Raises:
@@ -160,13 +160,13 @@ def _stages(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) 
     asked = [lens for lens in registry.LENSES if lens.asked(options)]
     needs_eval = any("evaluation" in lens.needs for lens in asked)
     eval_set = evaluation_set(plan, options, source) if needs_eval else None
-    setup = StageSetup(plan, options, source, scratch, eval_set)
-    return [lens.load_stage()(setup) for lens in asked]
+    setup = ComputationSetup(plan, options, source, scratch, eval_set)
+    return [lens.load_computation()(setup) for lens in asked]
 
 
-def _warn_unasked(state: RunState, stages: list[Stage]) -> None:
+def _warn_unasked(state: RunState, computations: list[Computation]) -> None:
     """Say when the store records a lens the run does not compute and some checkpoints lack its rows."""
-    asked = {s.lens.name for s in stages}
+    asked = {s.lens.name for s in computations}
     for lens in registry.STEPWISE:
         if lens.name in asked or not lens.recorded(state.meta) or not lens.every_checkpoint:
             continue
@@ -197,7 +197,7 @@ def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalS
 
     Raises:
         UnknownArchitectureError: transformers cannot load the model.
-        EvalTextError: no text, no usable tokenizer, or too few tokens (`precompute.lenses.evalset`).
+        EvalTextError: no text, no usable tokenizer, or too few tokens (`precompute.evalset`).
     """
     check_loadable(plan.model.config)
     config = plan.model.config

@@ -22,14 +22,15 @@ from analysis.stats.crossings import OVERLAP_K
 # the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from analysis.store.format import MATRICES as HEAD_MATRICES
-from precompute.lenses import registry
-from precompute.lenses.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
+from precompute import registry
+from precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES
+from precompute.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
 
 __all__ = ["LlcOptions", "SamplerSettings"]  # re-exported: the refined LLC's options live in its registry entry
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
-LensName = str  # one of `precompute.lenses.registry.LENS_CHOICES`
+LensName = str  # one of `precompute.registry.LENS_CHOICES`
 
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
@@ -69,10 +70,23 @@ def default_device() -> DeviceName:
     return _DEVICES[value]
 
 
-def default_embeddings() -> bool:
-    """Whether a run ends by refreshing the trajectory-map embeddings: HEADWATCH_EMBEDDINGS=0
-    turns it off (they need umap-learn and take tens of seconds to compile on first use)."""
-    return os.environ.get("HEADWATCH_EMBEDDINGS", "1") != "0"
+def option_default(option: registry.Option) -> Any:
+    """A lens option's default: its environment variable's value when it names one and it is set (a switch
+    is off at ``0``: HEADWATCH_EMBEDDINGS=0 skips the embeddings, which need umap-learn and take tens of
+    seconds to compile on first use), else the registry's default.
+
+    Raises:
+        ValueError: the variable's value does not parse.
+    """
+    value = os.environ.get(option.env) if option.env else None
+    if value is None:
+        return option.default
+    if option.switch:
+        return value != "0"
+    try:
+        return option.type(value)
+    except ValueError:
+        raise ValueError(f"${option.env}={value!r}: not a value of {option.flag}") from None
 
 
 def default_ray_address() -> str | None:
@@ -191,27 +205,25 @@ class RunOptions:
             for a run trained here, the source's own default (Pythia: 2,097,152), else unknown).
         revisions: only these checkpoints, comma-separated (named ones the source lacks fail as ``missing``).
         every: only steps that are multiples of this.
-        overlap_k: leading singular vectors per head whose overlaps are stored (capped at d_head);
-            0 computes none and keeps the store's. Default: the store's K, else `OVERLAP_K`.
         matrices: what to compute (`MATRIX_CHOICES`; ``--matrices``): ``qk`` and ``ov`` per head,
             ``layers`` the whole-layer weight matrices. The per-head matrices a store already has are
             computed as well, so that every checkpoint has rows for each.
         progress: a progress bar on stderr.
-        embeddings: refresh the trajectory-map embeddings after computing rows [HEADWATCH_EMBEDDINGS].
-        types: with ``attention`` among the lenses, decide the head types from the forward statistics
-            afterwards (`precompute.lenses.types`; ``--no-types``: not).
         fetch: Hub fetch settings (default: from the environment).
         token: Hub token (default: the logged-in user's, if any).
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
-        lenses: lenses to compute by name (`precompute.lenses.registry.LENS_CHOICES`: ``attention`` per
+        lenses: lenses to compute by name (`precompute.registry.LENS_CHOICES`: ``attention`` per
             checkpoint; ``llc``, the refined LLC of every head at chosen checkpoints); default none.
         eval_text: the lenses' evaluation text, a UTF-8 file (default: the held-out split of a run
             trained here).
         eval_sequences, eval_length: N sequences of T tokens (defaults 32 x 256).
-        lens_options: each lens's options by lens name (``{"llc": LlcOptions(...)}``; a lens not named
-            here takes its defaults: `lens_options_for`).
+        lens_options: each lens's options by lens name, as its options object (``{"llc": LlcOptions(...)}``) or
+            as values by field (``{"embeddings": {"on": False}}``, ``{"overlaps": {"k": 0}}``); what is not
+            given takes its default (`lens_options_for`). The lenses on by default have options too:
+            ``overlaps`` (``k``, ``--overlap-k``), ``embeddings`` and ``types`` (``on``, ``--no-embeddings``
+            [HEADWATCH_EMBEDDINGS], ``--no-types``).
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -219,26 +231,32 @@ class RunOptions:
     tokens_per_step: int | None = None
     revisions: str | None = None
     every: int | None = None
-    overlap_k: int | None = None
     matrices: tuple[str, ...] = DEFAULT_MATRICES
     progress: bool = True
-    embeddings: bool = field(default_factory=default_embeddings)
-    types: bool = True
     fetch: FetchSettings = field(default_factory=FetchSettings)
     token: str | bool | None = None
     executor: ExecutorName = "local"
     ray: RayOptions = field(default_factory=RayOptions)
     lenses: tuple[LensName, ...] = ()
     eval_text: str | None = None
-    eval_sequences: int = 32
-    eval_length: int = 256
+    eval_sequences: int = EVAL_SEQUENCES
+    eval_length: int = EVAL_LENGTH
     lens_options: Mapping[str, Any] = field(default_factory=dict)
 
     def lens_options_for(self, name: str) -> Any:
-        """The options of the lens ``name``: as given in `lens_options`, else its defaults."""
-        if name in self.lens_options:
-            return self.lens_options[name]
-        return registry.BY_NAME[name].default_options()
+        """The options of the lens ``name``: as given in `lens_options` (an options object, or values by field
+        completed with the defaults), else its defaults (`option_default`).
+
+        Raises:
+            ValueError: a value the lens refuses.
+        """
+        lens = registry.BY_NAME[name]
+        given = self.lens_options.get(name)
+        if given is not None and not isinstance(given, Mapping):
+            return given
+        if lens.make_options is None:
+            return None
+        return lens.make_options({o.field: option_default(o) for o in lens.options} | dict(given or {}))
 
 
 def resolve_settings(
@@ -273,7 +291,8 @@ def resolve_settings(
         ValueError: ``options.matrices`` names an unknown matrix, or no per-head matrix for a store
             that has none yet (heads.parquet needs qk or ov).
     """
-    k = options.overlap_k if options.overlap_k is not None else (stored_overlap_k or OVERLAP_K)
+    asked_k = options.lens_options_for("overlaps").k
+    k = asked_k if asked_k is not None else (stored_overlap_k or OVERLAP_K)
     matrices = matrices_option(tuple(options.matrices) + tuple(m for m in stored_matrices if m in HEAD_MATRICES))
     if not any(m in HEAD_MATRICES for m in matrices):
         raise ValueError(

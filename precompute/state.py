@@ -21,9 +21,9 @@ from analysis.errors import StoreError
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
 from analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
 from analysis.store.meta import new_meta
-from analysis.store.upgrade import complete_heads, complete_overlaps, incomplete_steps
-from precompute.lenses import registry
-from precompute.lenses.registry import Lens
+from analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
+from precompute import registry
+from precompute.registry import Lens
 from precompute.settings import Settings, software_versions
 from precompute.store import pairs as ovl
 from precompute.store.tables import placeholder_rows
@@ -45,7 +45,7 @@ class RunState:
         last: the latest checkpoint computed this run and its singular vectors.
         held: vectors kept for `precompute.store.pairs.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
-        tables: the tables of the stepwise lenses (`precompute.lenses.registry.STEPWISE`) the run
+        tables: the tables of the stepwise lenses (`precompute.registry.STEPWISE`) the run
             holds, by table name, sorted: the store's rows plus this run's. A lens's tables are held
             (and written by every commit) when the run computes the lens or the store's meta records
             it; otherwise the store's files are kept as they are.
@@ -92,7 +92,7 @@ class RunState:
             self._pair(entry, vectors)
 
     def incomplete(self) -> list[int]:
-        """Checkpoints whose rows are still to compute (`analysis.store.upgrade.incomplete_steps`)."""
+        """Checkpoints whose rows are still to compute (`analysis.store.older_versions.incomplete_steps`)."""
         return incomplete_steps(self.heads)
 
     def _pair(self, entry: CheckpointEntry, vectors: ovl.Vectors) -> None:

@@ -33,9 +33,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from analysis.histogram_edges import HIST_Z_EDGES
 from analysis.rmt.nullmodel import kl_null
 from analysis.stats.density import gaussian_bin_mass
-from analysis.store.format import HIST_Z_EDGES
 
 REFERENCE_DRAWS = 32  # heads drawn per shape
 REFERENCE_SEED = 0

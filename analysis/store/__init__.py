@@ -2,15 +2,17 @@
 
 - `analysis.store.format`: schema version, file names, columns, Arrow schemas, the table registry;
 - `analysis.store.meta`: typed ``meta.json`` records (`Meta`, `CheckpointEntry`, ...);
+- `analysis.store.records`: the lenses' ``meta.json`` sections (`RECORDS`, `register_record`);
 - `analysis.store.reader`: `open_store` and `Store` (dense arrays, overlaps, embeddings);
-- `analysis.store.upgrade`: how stores of older schema versions are read.
+- `analysis.store.older_versions`: how stores of older schema versions are read.
 
 Writing is the precompute job's (`precompute.store.writer`), through the same registry.
 """
 
 from analysis.store.format import TABLES, TableSpec
-from analysis.store.meta import CheckpointEntry, Failure, ForwardInfo, Meta, ModelInfo, SharedFile, read_meta
+from analysis.store.meta import CheckpointEntry, Failure, Meta, ModelInfo, SharedFile, read_meta
 from analysis.store.reader import Store, is_store, open_store, read_table, store_version
+from analysis.store.records import ForwardInfo, RecordType
 
 __all__ = [
     "TABLES",
@@ -19,6 +21,7 @@ __all__ = [
     "ForwardInfo",
     "Meta",
     "ModelInfo",
+    "RecordType",
     "SharedFile",
     "Store",
     "TableSpec",

@@ -15,29 +15,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
+
+from analysis.histogram_edges import HIST_Z_BINS as HIST_Z_BINS
+from analysis.histogram_edges import HIST_Z_EDGES as HIST_Z_EDGES
+from analysis.histogram_edges import HIST_Z_HI as HIST_Z_HI
+from analysis.histogram_edges import HIST_Z_LO as HIST_Z_LO
 
 # Bumped whenever a reader of the previous version would misread a new store.
 # 1: the first stores (heads.parquet without the null-model columns in the earliest ones).
 # 2: checkpoints carry `shared_files` (weight files identical to another checkpoint's while the
-#    whole differs); heads.parquet always has the null-model columns. `analysis.store.upgrade`
+#    whole differs); heads.parquet always has the null-model columns. `analysis.store.older_versions`
 #    reads version 1 as version 2.
 # 3: heads.parquet may hold "ov" rows beside "qk" and has the circuit columns (`CIRCUIT_COLUMNS`);
-#    overlaps.parquet has a `matrix` column and the pair's `rel_change`. `analysis.store.upgrade`
+#    overlaps.parquet has a `matrix` column and the pair's `rel_change`. `analysis.store.older_versions`
 #    reads versions 1 and 2 as 3 (the circuit columns and `rel_change` NaN until a rerun).
 SCHEMA_VERSION = 3
 
 META_FILE = "meta.json"
 
-# Fixed standardized-histogram edges, shared by every head, step and model:
-# z = (w - mu) / sigma in [-10, 10] with bin width 0.1 (200 bins). Two more
-# bins catch z < -10 (underflow, first) and z >= 10 (overflow, last), so
-# `hist_z` has 202 probabilities that sum to 1 and nothing is dropped.
-HIST_Z_LO = -10.0
-HIST_Z_HI = 10.0
-HIST_Z_BINS = 200
-HIST_Z_EDGES = np.linspace(HIST_Z_LO, HIST_Z_HI, HIST_Z_BINS + 1)
+# Fixed standardized-histogram edges, shared by every head, step and model, are defined with the statistics
+# (`analysis.histogram_edges`: z in [-10, 10], bin width 0.1, plus an underflow and an overflow bin, so
+# `hist_z` has 202 probabilities) and re-exported here: HIST_Z_LO, HIST_Z_HI, HIST_Z_BINS, HIST_Z_EDGES.
 
 # Which product a row describes: W_QK = W_Q^T W_K per query head, W_OV = W_O[:, h] W_V,h.
 MATRICES = ("qk", "ov")
@@ -61,7 +60,7 @@ SCALAR_COLUMNS = ELEMENTWISE_COLUMNS + SPECTRAL_COLUMNS
 LIST_COLUMNS = ("hist_z", "sv")
 
 # Departure from the random-matrix null model (analysis/rmt/nullmodel.py), float64. Stores of
-# schema version 1 may lack them; `analysis.store.upgrade` derives them from `sv`.
+# schema version 1 may lack them; `analysis.store.older_versions` derives them from `sv`.
 NULL_COLUMNS = (
     "kl_null",
     "stable_rank_over_null",

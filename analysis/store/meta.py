@@ -29,7 +29,8 @@ import numpy as np
 
 from analysis.errors import SchemaVersionError, StoreError
 from analysis.store.format import META_FILE, SCHEMA_VERSION
-from analysis.store.upgrade import upgrade_meta
+from analysis.store.older_versions import upgrade_meta
+from analysis.store.records import RECORDS
 
 
 @dataclass(frozen=True)
@@ -126,69 +127,6 @@ class ModelInfo:
         return {k: getattr(self, k) for k in self.GEOMETRY}
 
 
-@dataclass(frozen=True)
-class ForwardInfo:
-    """How the forward-pass tables were made (``meta.json`` ``forward``; README "attention.parquet").
-
-    Every checkpoint of a store is evaluated on the same sequences; a run asked for other
-    ones is refused (`same_evaluation`).
-
-    Attributes:
-        lenses: the lenses computed (``["attention"]``).
-        n_sequences, seq_len: N sequences of T tokens.
-        seed: the seed that chose the N windows of the tokenized text.
-        text: where the text came from (a file name, or a run's held-out split).
-        text_sha256: sha256 of the text's bytes.
-        tokens_sha256: sha256 of the (N, T) int64 token ids, row-major little-endian.
-        tokenizer: the tokenizer (a name or path, or ``bytes (vocabulary 256)``).
-        induction_repeat: R, the length of the random sequence repeated twice for the induction score.
-        induction_sequences: how many such sequences.
-        induction_seed: the seed of their tokens.
-        dtype: the dtype the forward pass ran in.
-    """
-
-    lenses: tuple[str, ...]
-    n_sequences: int
-    seq_len: int
-    seed: int
-    text: str
-    text_sha256: str
-    tokens_sha256: str
-    tokenizer: str
-    induction_repeat: int
-    induction_sequences: int
-    induction_seed: int
-    dtype: str = "float32"
-
-    # what must match for two runs' rows to describe the same evaluation
-    IDENTITY = (
-        "n_sequences",
-        "seq_len",
-        "seed",
-        "text_sha256",
-        "tokens_sha256",
-        "tokenizer",
-        "induction_repeat",
-        "induction_sequences",
-        "induction_seed",
-    )
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["lenses"] = list(self.lenses)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ForwardInfo:
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {k: (tuple(v) if k == "lenses" else v) for k, v in d.items() if k in known}
-        return cls(**kwargs)
-
-    def same_evaluation(self, other: ForwardInfo) -> bool:
-        """Whether ``other`` evaluates on exactly the same sequences (its rows are comparable)."""
-        return all(getattr(self, k) == getattr(other, k) for k in self.IDENTITY)
-
-
 @dataclass
 class Meta:
     """A store's ``meta.json``, typed. Mutable: a precompute run adds checkpoints and failures to it.
@@ -202,19 +140,11 @@ class Meta:
         settings: the resolved precompute settings (`precompute.settings.Settings`).
         software: library versions that shaped the numbers.
         training: metadata of a run trained here (``run.json``: tokens per step, losses), else None.
-        overlaps: how ``overlaps.parquet`` was made (``k``, ...), else None.
-        embeddings: how ``embeddings.parquet`` was made (``steps``, settings, ...), else None.
-        forward: how the forward-pass tables were made (`ForwardInfo`), else None.
-        llc: how ``llc.parquet`` was made (``sampler`` settings, ``evaluation`` sequences, ``devinterp``
-            version, ``restriction``, ``seconds`` per step), else None (README "llc.parquet").
-        composition: how ``composition.parquet`` was made (``top``, the random ``baseline``, ...), else None.
-        types: how ``head_types.parquet`` and ``head_emergence.parquet`` were made (the nulls, thresholds and
-            exit levels per type, the rule, T and R, the steps; `analysis.head_types`), else None.
-        stages: how ``stages.parquet`` was made (``rule``, its parameters, the noise levels, ``primary``), else None.
-        similarity: how ``similarity.parquet`` and ``ultrametricity.parquet`` were made (``tolerance``, the
-            random ``baseline``, the definitions), else None.
+        records: each lens's record of how its tables were made, by ``meta.json`` key, for the keys of
+            `analysis.store.records.RECORDS` the file has (``meta.records["llc"]``; also read as
+            ``meta.llc``, None when absent).
         schema_version: the version the file was written with (`to_dict` always writes
-            `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.upgrade`).
+            `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.older_versions`).
         extra: keys this version does not know, written back unchanged.
     """
 
@@ -226,14 +156,7 @@ class Meta:
     settings: dict[str, Any] = field(default_factory=dict)
     software: dict[str, str] = field(default_factory=dict)
     training: dict[str, Any] | None = None
-    overlaps: dict[str, Any] | None = None
-    embeddings: dict[str, Any] | None = None
-    forward: ForwardInfo | None = None
-    llc: dict[str, Any] | None = None
-    composition: dict[str, Any] | None = None
-    types: dict[str, Any] | None = None
-    stages: dict[str, Any] | None = None
-    similarity: dict[str, Any] | None = None
+    records: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -241,7 +164,7 @@ class Meta:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "meta.json") -> Meta:
-        """Parse a current-version ``meta.json`` dict (see `analysis.store.upgrade` for older ones).
+        """Parse a current-version ``meta.json`` dict (see `analysis.store.older_versions` for older ones).
 
         Raises:
             StoreError: a required key is missing or malformed.
@@ -256,18 +179,21 @@ class Meta:
             failed = sorted((Failure(**f) for f in d.get("failed") or []), key=lambda f: f.step)
         except (TypeError, AttributeError) as exc:
             raise StoreError(f"{where!r} is malformed ({exc}); recompute the store with `python -m precompute`") from exc
-        try:
-            forward = ForwardInfo.from_dict(d["forward"]) if d.get("forward") is not None else None
-        except (TypeError, AttributeError) as exc:
-            raise StoreError(f"{where!r} has a malformed 'forward' record ({exc}); recompute the store") from exc
-        known = {f.name for f in fields(cls)} - {"model", "checkpoints", "failed", "extra", "forward"}
+        records = {}
+        for key, record in RECORDS.items():
+            if d.get(key) is not None:
+                try:
+                    records[key] = record.read(d[key])
+                except (TypeError, AttributeError) as exc:
+                    raise StoreError(f"{where!r} has a malformed {key!r} record ({exc}); recompute the store") from exc
+        own = {f.name for f in fields(cls)} - {"model", "checkpoints", "failed", "extra", "records"}
         meta = cls(
             model=model,
             checkpoints=checkpoints,
             failed=failed,
-            forward=forward,
-            **{k: d[k] for k in known if k in d and d[k] is not None},
-            extra={k: v for k, v in d.items() if k not in known | {"model", "checkpoints", "failed", "forward"}},
+            records=records,
+            **{k: d[k] for k in own if k in d and d[k] is not None},
+            extra={k: v for k, v in d.items() if k not in own | set(RECORDS) | {"model", "checkpoints", "failed"}},
         )
         meta.mark_shared_files()  # derived from the digests: the same whatever the file says
         return meta
@@ -284,12 +210,41 @@ class Meta:
             "settings": self.settings,
             "software": self.software,
         }
-        for key in ("training", "embeddings", "overlaps", "llc", "composition", "types", "stages", "similarity"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        if self.forward is not None:
-            out["forward"] = self.forward.as_dict()
+        if self.training is not None:
+            out["training"] = self.training
+        for key, record in RECORDS.items():
+            if self.records.get(key) is not None:
+                out[key] = record.write(self.records[key])
         out.update(self.extra)
+        return out
+
+    # ------------------------------------------------------------------ the lenses' records
+
+    def __getattr__(self, name: str) -> Any:
+        """A lens's record read as an attribute (``meta.llc``): `records` by key, None when absent."""
+        if name in RECORDS:
+            return self.__dict__.get("records", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``meta.llc = {...}`` sets the lens's record (None removes it); other names are fields."""
+        if name in RECORDS:
+            self.set_record(name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def set_record(self, key: str, value: Any) -> None:
+        """Set (None: remove) the record ``key`` of `analysis.store.records.RECORDS`."""
+        assert key in RECORDS, f"no record type {key!r} is registered (analysis.store.records.register_record)"
+        if value is None:
+            self.records.pop(key, None)
+        else:
+            self.records[key] = value
+
+    def with_record(self, key: str, value: Any) -> Meta:
+        """A copy with the record ``key`` set (None: removed); this one is unchanged."""
+        out = replace(self, records=dict(self.records))
+        out.set_record(key, value)
         return out
 
     # ------------------------------------------------------------------ questions

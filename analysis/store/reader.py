@@ -8,7 +8,7 @@ arrays indexed ``[step, layer, head]`` (``[step, layer, head, k]`` for the list 
 by step, layer and head, as an array), `Store.steps_with` and `Store.has`. It imports neither torch nor streamlit. The writer
 (`precompute.store.writer`) commits every file in one atomic step, so the reader
 never has to guess which file is newer. Stores of older schema versions are read
-through `analysis.store.upgrade`.
+through `analysis.store.older_versions`.
 
 The steps a `Store` shows are its training states: checkpoints with rows, less the
 partial duplicates (`analysis.store.meta`), which `Store.view(include_mixed=True)` adds.
@@ -42,7 +42,7 @@ from analysis.store.format import (
     TableSpec,
 )
 from analysis.store.meta import Meta, read_meta
-from analysis.store.upgrade import null_model_columns, upgrade_table
+from analysis.store.older_versions import null_model_columns, upgrade_table
 
 # The per-checkpoint relative change of a head's matrix, kept with the pairs in overlaps.parquet.
 REL_CHANGE = "rel_change"
@@ -314,7 +314,7 @@ class Store:
         return (self.path / spec.file).is_file()
 
     def read(self, spec: TableSpec, *, columns: list[str] | None = None) -> pa.Table | None:
-        """Any registered table, read through `analysis.store.upgrade.upgrade_table` (an older store's
+        """Any registered table, read through `analysis.store.older_versions.upgrade_table` (an older store's
         table as this version writes it), in its sort order; a table keyed by step holds the rows of
         this view's `steps` only. Cached.
 

@@ -1,2 +1,2 @@
-"""The lenses that need more than a checkpoint's weights: forward passes on an evaluation set, the
-refined LLC, overlaps between checkpoints, trajectory embeddings."""
+"""The lenses: one module each, holding the computation of its tables and its computation class
+(`precompute.context.Computation`); each is declared once in `precompute.registry`."""

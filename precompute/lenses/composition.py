@@ -4,8 +4,8 @@ In the pass over each new checkpoint, `CompositionJob` turns the per-head factor
 W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
 checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
 in different layers, or with ``--composition-top K`` the K strongest sources of each target
-head per kind). `CompositionStage.begin` records in ``meta.json`` ``composition`` the random
-baseline for the model's shapes and which pairs are kept; `CompositionStage.fill` gives the
+head per kind). `CompositionComputation.begin` records in ``meta.json`` ``composition`` the random
+baseline for the model's shapes and which pairs are kept; `CompositionComputation.fill` gives the
 store's checkpoints computed without the lens their rows, reading each again.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,18 +30,17 @@ from analysis.composition import (
     random_baseline,
     strongest_sources,
 )
-from analysis.errors import StoreError
 from analysis.extract import ModelShape
-from analysis.store import Meta
+from analysis.store import ModelInfo
 from analysis.store.format import COMPOSITION
-from precompute.context import BaseStage, RunContext, StageSetup, refill
+from precompute.context import FactorsComputation
 from precompute.factors import checked_factors
-from precompute.lenses.registry import COMPOSITION_LENS, CompositionOptions
+from precompute.registry import COMPOSITION_LENS, CompositionOptions
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
-    from precompute.state import RunState
+    pass
 
 log = logging.getLogger("precompute")
 
@@ -105,51 +103,19 @@ class CompositionJob:
         return {COMPOSITION.name: composition_work(fetched, shape, settings, top=self.top)}
 
 
-class CompositionStage(BaseStage):
+class CompositionComputation(FactorsComputation):
     """The composition scores: computed in the pass over each new checkpoint, filled afterwards for
-    the store's others; the baseline recorded once per store."""
+    the store's others; the kept pairs and the baseline recorded once per store."""
 
     lens = COMPOSITION_LENS
+    what = "composition scores"
+    options: CompositionOptions
 
-    def __init__(self, setup: StageSetup) -> None:
-        """Refuse a run whose fetch would not read both products of every head.
-
-        Raises:
-            ValueError: ``--matrices`` lacks ``qk`` or ``ov``.
-        """
-        super().__init__(setup)
-        lacking = [m for m in NEEDS if m not in setup.options.matrices]
-        if lacking:
-            raise ValueError(
-                f"--lenses composition reads W_QK and W_OV of every head: add {','.join(lacking)} to --matrices "
-                f"(given: {','.join(setup.options.matrices)})"
-            )
-        options: CompositionOptions = setup.options.lens_options_for(self.lens.name)
-        self.top = options.top
-        self.pass_job = CompositionJob(self.top)
-
-    def check_store(self, out: Path, stored: Meta | None) -> None:
-        """Refuse to add rows kept under another ``--composition-top`` than the store's."""
-        if stored is None or stored.composition is None:
-            return
-        was = stored.composition.get("top")
-        if was != self.top:
-            given = f"--composition-top {was}" if was is not None else "no --composition-top"
-            raise StoreError(
-                f"store {str(out)!r} has composition scores kept with {given} (now {self.top}); every checkpoint "
-                f"of a store keeps the same pairs: pass {given}, or write to a new --out"
-            )
-
-    def begin(self, state: RunState, settings: Settings) -> None:
-        """Record the kept pairs, the baseline (simulated once per store: same shapes, same seed, same
-        numbers) and how the scores are computed."""
-        if state.meta.composition is not None:
-            return
-        model = state.meta.model
+    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+        """The baseline (simulated: same shapes, same seed, same numbers) and how the scores are computed."""
         baseline = random_baseline(model.d_head, model.d_model, device=settings.device)
         draws = baseline_draws(model.d_head, model.d_model)
-        state.meta.composition = {
-            "top": self.top,
+        return {
             "baseline": baseline,
             "baseline_rms": baseline_rms(model.d_model),
             "baseline_method": f"mean score of independent standard Gaussian W_Q, W_K, W_O, W_V of shape "
@@ -159,13 +125,5 @@ class CompositionStage(BaseStage):
             "dtype": settings.spectrum_dtype,
         }
 
-    def fill(self, run: RunContext) -> None:
-        refill(
-            run,
-            self.lens,
-            lambda fetched: {COMPOSITION.name: composition_work(fetched, run.plan.shape, run.settings, top=self.top)},
-            what="composition scores",
-            rows_name="composition",
-            desc="composition",
-            matrices=NEEDS,
-        )
+    def make_job(self, record: Mapping[str, Any]) -> CompositionJob:
+        return CompositionJob(self.options.top)

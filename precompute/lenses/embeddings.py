@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ import pyarrow as pa
 from analysis.store import Store, open_store
 from analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import EMBEDDINGS_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import EMBEDDINGS_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -166,14 +165,14 @@ def add_embeddings(
     """
     store = open_store(store_path)
     table = embeddings_table(store, statistics=statistics, normalisation=normalisation, settings=settings)
-    meta = replace(
-        store.meta, embeddings=embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
+    meta = store.meta.with_record(
+        "embeddings", embeddings_meta(store, statistics=statistics, normalisation=normalisation, settings=settings)
     )
     commit_store(store_path, meta, {EMBEDDINGS.name: table})
     return Path(store_path)
 
 
-class EmbeddingsStage(BaseStage):
+class EmbeddingsComputation(BaseComputation):
     """The trajectory-map embeddings: after a run that computed rows, or when the store's maps were made
     from other checkpoints, refreshed from the store (`add_embeddings`). A failure is logged and leaves
     the store as it is: it is complete without them."""

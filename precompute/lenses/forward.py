@@ -1,4 +1,4 @@
-"""The forward-pass stage: load one whole checkpoint with transformers and measure its attention.
+"""The forward-pass computation: load one whole checkpoint with transformers and measure its attention.
 
 `check_loadable` refuses, before anything is written, an architecture transformers has
 no causal-LM class for. `forward_lens` loads a checkpoint folder with
@@ -28,9 +28,9 @@ from analysis.errors import CheckpointError, StoreError, UnknownArchitectureErro
 from analysis.extract import ModelShape
 from analysis.store import Meta
 from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device, missing_steps
-from precompute.lenses.evalset import EvalSet
-from precompute.lenses.registry import ATTENTION_LENS
+from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device, missing_steps
+from precompute.evalset import EvalSet
+from precompute.registry import ATTENTION_LENS
 from precompute.settings import Settings
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
@@ -42,7 +42,7 @@ BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors 
 
 @dataclass(frozen=True)
 class ForwardJob:
-    """What the forward stage needs besides the checkpoint (the same for every checkpoint of a run);
+    """What the forward computation needs besides the checkpoint (the same for every checkpoint of a run);
     its share of the pass over each checkpoint (`precompute.context.PassJob`)."""
 
     eval_set: EvalSet
@@ -89,7 +89,7 @@ def _version() -> str:
 
 def load_model(folder: Path, *, device: str, attn_implementation: str = "eager") -> torch.nn.Module:
     """The checkpoint as a causal LM in eval mode: float32 on CPU, its own dtype on CUDA; ``eager``
-    attention returns the attention probabilities (the refined-LLC stage, which needs none, asks for ``sdpa``).
+    attention returns the attention probabilities (the refined-LLC computation, which needs none, asks for ``sdpa``).
 
     Raises:
         CheckpointError: transformers cannot load it.
@@ -235,14 +235,14 @@ def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, j
         return forward_lens(folder, ref.step, job, n_layers=shape.n_layers, n_heads=shape.n_heads)
 
 
-class AttentionStage(BaseStage):
+class AttentionComputation(BaseComputation):
     """The forward lens: computed in the pass over each new checkpoint, and afterwards for the store's
     checkpoints computed without it. Refuses a model transformers cannot load, and a store whose
     forward tables were made on other sequences."""
 
     lens = ATTENTION_LENS
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         assert setup.eval_set is not None, "the forward lens needs the evaluation sequences"
         self.pass_job = self.job = ForwardJob(setup.eval_set, device=lens_device(setup.options))

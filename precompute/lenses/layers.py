@@ -3,7 +3,7 @@
 In the pass over each new checkpoint, `LayersJob` turns the block weights the fetch read
 (``layers=True``) into the checkpoint's ``layers.parquet`` rows (`analysis.layer_matrices`:
 element-wise statistics, all singular values, their Marchenko-Pastur departure and
-weightwatcher's alpha). `LayersStage.fill` gives the store's checkpoints that have statistics
+weightwatcher's alpha). `LayersComputation.fill` gives the store's checkpoints that have statistics
 but no layer rows (a store computed without ``layers``) theirs, reading each again.
 """
 
@@ -23,8 +23,8 @@ from analysis.extract import ModelShape
 from analysis.heads import Device
 from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store.format import LAYERS
-from precompute.context import BaseStage, RunContext, StageSetup, refill
-from precompute.lenses.registry import LAYERS_LENS
+from precompute.context import BaseComputation, ComputationSetup, RunContext, refill
+from precompute.registry import LAYERS_LENS
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
 from precompute.store.tables import layers_rows
@@ -61,13 +61,13 @@ class LayersJob:
         return {LAYERS.name: layer_work(fetched, shape, settings)}
 
 
-class LayersStage(BaseStage):
+class LayersComputation(BaseComputation):
     """The whole-layer matrices: computed in the pass over each new checkpoint (the fetch reads the
     block weights when the settings ask for ``layers``), filled afterwards for the store's others."""
 
     lens = LAYERS_LENS
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         self.pass_job = LayersJob()
 

@@ -1,4 +1,4 @@
-"""The refined-LLC stage: devinterp's SGLD estimate of each head's local learning coefficient.
+"""The refined-LLC computation: devinterp's SGLD estimate of each head's local learning coefficient.
 
 For a checkpoint w* and the per-token loss L_n on the sampler's sequences, devinterp estimates
 
@@ -47,10 +47,10 @@ from analysis.errors import CheckpointError, StoreError, UnknownArchitectureErro
 from analysis.llc_diagnostics import chain_diagnostics
 from analysis.store import Meta
 from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, StageSetup, lens_device
-from precompute.lenses.evalset import EvalSet, sha256_bytes
+from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
+from precompute.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
-from precompute.lenses.registry import LLC_LENS, LlcOptions, SamplerSettings
+from precompute.registry import LLC_LENS, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
 
@@ -63,7 +63,7 @@ DEFAULT_LLC_CHECKPOINTS = 8
 
 @dataclass(frozen=True)
 class LlcJob:
-    """What the stage needs besides the checkpoint (the same for every checkpoint of a run).
+    """What the computation needs besides the checkpoint (the same for every checkpoint of a run).
 
     Attributes:
         tokens: ``(sequences, T)`` int64, the sampler's sequences.
@@ -156,7 +156,7 @@ class Estimate:
 def _quiet_chains() -> Iterator[None]:
     """devinterp draws a progress bar per chain and runs a full garbage collection before and after
     each (0.3 s each in a process that has imported transformers and datasets, 12% of a small
-    estimate); the stage draws its own bar and holds one model, so both are switched off here."""
+    estimate); the computation draws its own bar and holds one model, so both are switched off here."""
     from devinterp.slt import sampler
     from tqdm.auto import trange
 
@@ -204,16 +204,8 @@ def estimate_llc(
                 model,
                 dataset,
                 {},
-                lr=sampler.lr,
-                n_beta=sampler.n_beta,
                 param_masks=masks,
-                num_chains=sampler.chains,
-                num_draws=sampler.draws,
-                batch_size=sampler.batch_size,
-                num_burnin_steps=sampler.burnin,
-                num_init_loss_batches=sampler.batches,
-                init_seed=sampler.seed,
-                localization=sampler.localization,
+                **sampler.devinterp_arguments(),
                 device=device,
                 output_path=folder / "samples.zarr",
             ).load()
@@ -245,7 +237,7 @@ def checkpoint_llc(
     Args:
         folder: a ``save_pretrained`` folder.
         step: its training step.
-        job: the stage's sequences and settings.
+        job: the computation's sequences and settings.
         n_layers, n_heads: the run's model.
         on_estimate: called after each estimate (the progress bar).
 
@@ -362,7 +354,7 @@ def devinterp_version() -> str:
         return "unknown"
 
 
-class LlcStage(BaseStage):
+class LlcComputation(BaseComputation):
     """The refined-LLC lens: after the pass over the checkpoints, estimates every head's refined LLC
     (and the whole model's) at the checkpoints ``--llc-steps`` chooses that lack them, one commit per
     checkpoint. Refuses, before anything is written, a family without a known head mask, steps the
@@ -371,7 +363,7 @@ class LlcStage(BaseStage):
 
     lens = LLC_LENS
 
-    def __init__(self, setup: StageSetup) -> None:
+    def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         plan, eval_set = setup.plan, setup.eval_set
         assert eval_set is not None, "the refined LLC needs the evaluation sequences"

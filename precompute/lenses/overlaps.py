@@ -2,7 +2,7 @@
 
 The pass over each checkpoint keeps its leading singular vectors and factors
 (`precompute.work.checkpoint_work`); the run state pairs them with the previous checkpoint's
-(`precompute.state.RunState`) and `OverlapsStage.fill` computes the pairs still missing by
+(`precompute.state.RunState`) and `OverlapsComputation.fill` computes the pairs still missing by
 reading checkpoints again (`pair_vectors`). What a pair's rows are, which pairs a store needs
 and how they are filled: `precompute.store.pairs`.
 """
@@ -18,9 +18,9 @@ import torch
 
 from analysis.extract import ModelShape
 from analysis.heads import Device, checkpoint_vectors
-from precompute.context import CHECKPOINT_ERRORS, BaseStage, RunContext, fetch_again
+from precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from precompute.factors import checked_factors
-from precompute.lenses.registry import OVERLAPS_LENS
+from precompute.registry import OVERLAPS_LENS
 from precompute.settings import Settings
 from precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 
@@ -48,7 +48,7 @@ def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], setting
     return out
 
 
-class OverlapsStage(BaseStage):
+class OverlapsComputation(BaseComputation):
     """The overlaps lens: the pass over each checkpoint keeps its vectors (`precompute.state.RunState.add`
     pairs them with the previous checkpoint's); `fill` computes the pairs still missing (a resumed run,
     a checkpoint filled in between two others, a store from before overlaps existed) by re-reading the

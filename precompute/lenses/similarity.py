@@ -4,9 +4,9 @@ In the pass over each new checkpoint, `SimilarityJob` turns the per-head factors
 (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the checkpoint's
 ``similarity.parquet`` rows (`analysis.similarity`: every unordered pair of heads) and its
 ``ultrametricity.parquet`` rows (`analysis.ultrametric`: per layer and distance, the share of
-ultrametric triangles beside that of random heads). `SimilarityStage.begin` records in ``meta.json``
+ultrametric triangles beside that of random heads). `SimilarityComputation.begin` records in ``meta.json``
 ``similarity`` the tolerance, the random baselines for the model's shapes and the definitions;
-`SimilarityStage.fill` gives the store's checkpoints computed without the lens their rows, reading
+`SimilarityComputation.fill` gives the store's checkpoints computed without the lens their rows, reading
 each again.
 """
 
@@ -15,14 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from analysis.errors import StoreError
 from analysis.extract import ModelShape
 from analysis.similarity import (
     BASELINE_SEED,
@@ -33,16 +31,16 @@ from analysis.similarity import (
     random_baseline,
     similarity,
 )
-from analysis.store import Meta
+from analysis.store import ModelInfo
 from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
-from precompute.context import BaseStage, RunContext, StageSetup, refill
+from precompute.context import FactorsComputation
 from precompute.factors import checked_factors
-from precompute.lenses.registry import SIMILARITY_LENS, SimilarityOptions
+from precompute.registry import SIMILARITY_LENS, SimilarityOptions
 from precompute.settings import Settings
 from precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
-    from precompute.state import RunState
+    pass
 
 log = logging.getLogger("precompute")
 
@@ -150,75 +148,36 @@ class SimilarityJob:
         return similarity_work(fetched, shape, settings, tol=self.tol, baseline=self.baseline)
 
 
-class SimilarityStage(BaseStage):
+class SimilarityComputation(FactorsComputation):
     """The similarity statistics: computed in the pass over each new checkpoint, filled afterwards for
-    the store's others; the baselines recorded once per store (the pass job is made in `begin`, from them)."""
+    the store's others; the tolerance and the baselines recorded once per store (the pass job writes the
+    baselines beside the shares)."""
 
     lens = SIMILARITY_LENS
+    what = "head similarity"
+    options: SimilarityOptions
 
-    def __init__(self, setup: StageSetup) -> None:
-        """Refuse a run whose fetch would not read both products of every head.
+    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+        """The baselines (simulated: same shapes, same seed, same numbers) and the definitions."""
+        layers = baseline_layers(model.n_heads)
+        return {
+            "baseline": random_baseline(
+                model.n_heads,
+                model.d_head,
+                model.d_model,
+                tol=self.options.tolerance,
+                device=settings.device,
+                chunk_elements=settings.chunk_elements,
+            ),
+            "expected": expected(model.d_head, model.d_model),
+            "baseline_method": f"independent standard Gaussian W_Q, W_K, W_O, W_V of shape ({model.d_head}, "
+            f"{model.d_model}): {max(1, layers)} layers of {model.n_heads} heads, pairs and triangles within each "
+            f"layer, seed {BASELINE_SEED}, float64; 'mean' and 'rms' over the pairs, 'share' and 'share_of_max' "
+            "over the triangles (None below 3 heads); 'expected' gives the exact moments",
+            "definitions": DEFINITIONS,
+            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a uniform gain cancels)",
+            "dtype": settings.spectrum_dtype,
+        }
 
-        Raises:
-            ValueError: ``--matrices`` lacks ``qk`` or ``ov``.
-        """
-        super().__init__(setup)
-        lacking = [m for m in NEEDS if m not in setup.options.matrices]
-        if lacking:
-            raise ValueError(
-                f"--lenses similarity reads W_QK and W_OV of every head: add {','.join(lacking)} to --matrices "
-                f"(given: {','.join(setup.options.matrices)})"
-            )
-        options: SimilarityOptions = setup.options.lens_options_for(self.lens.name)
-        self.tol = options.tolerance
-
-    def check_store(self, out: Path, stored: Meta | None) -> None:
-        """Refuse to add rows made with another ``--similarity-tolerance`` than the store's."""
-        if stored is None or stored.similarity is None:
-            return
-        was = stored.similarity.get("tolerance")
-        if was != self.tol:
-            raise StoreError(
-                f"store {str(out)!r} has ultrametricity shares made with --similarity-tolerance {was} (now {self.tol}); "
-                f"every checkpoint of a store uses the same: pass --similarity-tolerance {was}, or write to a new --out"
-            )
-
-    def begin(self, state: RunState, settings: Settings) -> None:
-        """Record the tolerance, the baselines (simulated once per store: same shapes, same seed, same
-        numbers) and the definitions; make the pass job, which writes the baselines beside the shares."""
-        if state.meta.similarity is None:
-            model = state.meta.model
-            layers = baseline_layers(model.n_heads)
-            state.meta.similarity = {
-                "tolerance": self.tol,
-                "baseline": random_baseline(
-                    model.n_heads,
-                    model.d_head,
-                    model.d_model,
-                    tol=self.tol,
-                    device=settings.device,
-                    chunk_elements=settings.chunk_elements,
-                ),
-                "expected": expected(model.d_head, model.d_model),
-                "baseline_method": f"independent standard Gaussian W_Q, W_K, W_O, W_V of shape ({model.d_head}, "
-                f"{model.d_model}): {max(1, layers)} layers of {model.n_heads} heads, pairs and triangles within each "
-                f"layer, seed {BASELINE_SEED}, float64; 'mean' and 'rms' over the pairs, 'share' and 'share_of_max' "
-                "over the triangles (None below 3 heads); 'expected' gives the exact moments",
-                "definitions": DEFINITIONS,
-                "layernorm": "not folded: the raw attention weights, as in heads.parquet (a uniform gain cancels)",
-                "dtype": settings.spectrum_dtype,
-            }
-        self.pass_job = SimilarityJob(self.tol, state.meta.similarity["baseline"])
-
-    def fill(self, run: RunContext) -> None:
-        assert self.pass_job is not None, "begin makes the pass job"
-        job = self.pass_job
-        refill(
-            run,
-            self.lens,
-            lambda fetched: dict(job.checkpoint_rows(fetched, run.plan.shape, run.settings, None)),
-            what="head similarity",
-            rows_name="similarity",
-            desc="similarity",
-            matrices=NEEDS,
-        )
+    def make_job(self, record: Mapping[str, Any]) -> SimilarityJob:
+        return SimilarityJob(self.options.tolerance, record["baseline"])

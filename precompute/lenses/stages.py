@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,8 +21,8 @@ from analysis.errors import StoreError
 from analysis.stages import RunStages, StageRule, store_stages
 from analysis.store import open_store
 from analysis.store.format import STAGES
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import STAGES_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import STAGES_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -60,11 +59,11 @@ def add_stages(store_path: str | Path, *, rule: StageRule = DEFAULT_RULE) -> Run
     """
     store = open_store(store_path)
     stages = store_stages(store, rule)
-    commit_store(store_path, replace(store.meta, stages=stages.meta), {STAGES.name: stages_table(stages)})
+    commit_store(store_path, store.meta.with_record("stages", stages.meta), {STAGES.name: stages_table(stages)})
     return stages
 
 
-class StagesStage(BaseStage):
+class StagesComputation(BaseComputation):
     """The stages, read again from the store after a run that computed rows (or when it has none yet).
     A failure is logged and leaves the store as it is: it is complete without them."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,8 @@ from analysis.head_types import (
 )
 from analysis.store import Store, open_store
 from analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
-from precompute.context import BaseStage, RunContext
-from precompute.lenses.registry import TYPES_LENS
+from precompute.context import BaseComputation, RunContext
+from precompute.registry import TYPES_LENS
 from precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
@@ -121,11 +120,13 @@ def add_types(store_path: str | Path) -> dict[str, Any]:
     """
     store = open_store(store_path)
     types, emergence, record = head_type_tables(store)
-    commit_store(store_path, replace(store.meta, types=record), {HEAD_TYPES_TABLE.name: types, HEAD_EMERGENCE.name: emergence})
+    commit_store(
+        store_path, store.meta.with_record("types", record), {HEAD_TYPES_TABLE.name: types, HEAD_EMERGENCE.name: emergence}
+    )
     return record
 
 
-class TypesStage(BaseStage):
+class TypesComputation(BaseComputation):
     """The head types, after a run with the forward lens: written when the store's forward statistics changed
     since they were made (or they never were). A failure is logged and leaves the store as it is."""
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.store.format import CIRCUIT_COLUMNS, LAYERS, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
-from analysis.store.upgrade import complete_heads
+from analysis.store.older_versions import complete_heads
 
 
 def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix: str = "qk") -> pa.Table:
@@ -28,7 +28,7 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix:
     Returns:
         A table with the schema of `analysis.store.format.HEADS`; the null-model columns
         are derived from ``sv`` when ``stats`` lacks them, the circuit columns NaN
-        (`analysis.store.upgrade.complete_heads`).
+        (`analysis.store.older_versions.complete_heads`).
     """
     n_layers, n_heads = stats["std"].shape
     n = n_layers * n_heads
@@ -57,7 +57,7 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix:
 
 def placeholder_rows(steps: list[int], *, n_layers: int, n_heads: int, d_head: int, n_hist: int, matrix: str) -> pa.Table:
     """Rows of ``matrix`` for checkpoints that have none yet, every statistic NaN (``std`` NaN marks them;
-    `analysis.store.upgrade.incomplete_steps`): a store that gains a matrix stays consistent (every
+    `analysis.store.older_versions.incomplete_steps`): a store that gains a matrix stays consistent (every
     checkpoint has rows for each of ``meta.json`` ``matrices``) while the run computes them, one
     checkpoint per commit, and one whose checkpoint cannot be read again keeps them.
 

@@ -4,7 +4,7 @@
 
 A precompute run upgrades a store in its first commit, but that needs the checkpoints;
 this needs only the store. It reads the store through `analysis.store` (which fills in
-what later versions added, `analysis.store.upgrade`), derives the null-model columns of
+what later versions added, `analysis.store.older_versions`), derives the null-model columns of
 ``heads.parquet`` when it lacks them, gives it NaN circuit columns and ``overlaps.parquet``
 its ``matrix`` and NaN ``rel_change`` columns (version 3: values that need the weights;
 a precompute run with the checkpoints fills them), and commits under the store's lock.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from analysis.store import read_meta, read_table
 from analysis.store.format import HEADS, OVERLAPS, SCHEMA_VERSION
-from analysis.store.upgrade import complete_heads, complete_overlaps
+from analysis.store.older_versions import complete_heads, complete_overlaps
 from precompute.store.lock import store_lock
 from precompute.store.writer import commit_store
 

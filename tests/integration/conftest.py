@@ -54,11 +54,11 @@ def make_suite(root: Path, steps: list[int], *, duplicate: dict[int, int] | None
     return root
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 300, embeddings: bool = False) -> subprocess.CompletedProcess:
     """``python -m precompute ARGS`` in a subprocess from the repository root."""
     # The trajectory-map embeddings (UMAP, numba-compiled) have their own tests; skipping
-    # them here keeps each CLI run to its checkpoints.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
+    # them here keeps each CLI run to its checkpoints (``embeddings=True``: made as by default).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "1" if embeddings else "0"}
     return subprocess.run(
         [sys.executable, "-m", "precompute", "--no-progress", *args],
         cwd=REPO,

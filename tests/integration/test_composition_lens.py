@@ -17,14 +17,16 @@ import transformers
 
 from analysis.store import open_store
 from analysis.store.format import COMPOSITION
-from precompute.lenses.registry import CompositionOptions
+from precompute.registry import CompositionOptions
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("composition",), matrices=("qk", "ov"))
+OPTIONS = RunOptions(
+    device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, lenses=("composition",), matrices=("qk", "ov")
+)
 
 
 def neox_suite(root: Path, steps: list[int]) -> Path:
@@ -199,7 +201,7 @@ def test_top_k_keeps_each_targets_strongest_sources_and_a_store_keeps_its_choice
                 np.testing.assert_array_equal(kept[:, la, ha, lb, hb], full[:, la, ha, lb, hb])
     recorded = open_store(top).meta.composition
     assert recorded is not None and recorded["top"] == 2
-    with pytest.raises(ValueError, match="kept with --composition-top 2"):
+    with pytest.raises(ValueError, match="made with --composition-top 2"):
         run_precompute(suite, top, OPTIONS)
 
 

@@ -30,7 +30,7 @@ import torch
 from analysis.errors import UnknownArchitectureError
 from analysis.store import open_store, read_meta
 from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, FORWARD_TABLES, LAYER_DIVERGENCE
-from precompute.lenses.evalset import held_out_bytes, make_eval_set
+from precompute.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import check_loadable
 from tests.integration.conftest import REPO, perturb, run_cli
 

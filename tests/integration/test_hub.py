@@ -83,7 +83,9 @@ def world(tmp_path_factory):
     repo.add("main", folder_files(suite / "step8"))  # not a step: ignored
     write_hub_cache(root / "home" / "hub", REPO_ID, repo)
     reference = root / "reference"
-    report = run_precompute(suite, reference, RunOptions(device="cpu", progress=False, embeddings=False))
+    report = run_precompute(
+        suite, reference, RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}})
+    )
     assert not report.failed
     return {"root": root, "suite": suite, "repo": repo, "reference": reference}
 
@@ -403,14 +405,18 @@ def test_other_formats_read_only_attention_files_with_bounded_disk(fmt: str, cli
     for step in (1, 2, 3):
         repo.add(f"step{step}", folder_files(suite / f"step{step}"))
     local = tmp_path / "local"
-    assert not run_precompute(suite, local, RunOptions(device="cpu", progress=False, embeddings=False)).failed
+    assert not run_precompute(
+        suite, local, RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}})
+    ).failed
 
     with FakeHub() as hub:
         hub.repos["org/formats"] = repo
         cli.hub(endpoint=hub.url)
         out = tmp_path / "hub"
         report = run_precompute(
-            "org/formats", out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=("qk", "ov"))
+            "org/formats",
+            out,
+            RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, matrices=("qk", "ov")),
         )  # no layer matrices
     assert not report.failed and report.computed == [1, 2, 3]
     assert_same_statistics(local, out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,7 +35,9 @@ def store(tmp_path_factory) -> Path:
     suite = make_suite(root / "suite", [0, 1, 4], duplicate={4: 1})
     (suite / "step9").mkdir()
     out = root / "store"
-    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, embeddings=False, model_id="tiny-neox"))
+    report = run_precompute(
+        suite, out, RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, model_id="tiny-neox")
+    )
     assert [f.step for f in report.failed] == [9]
     return out
 
@@ -152,7 +153,7 @@ def fake_embeddings(calls: list[Path]):
     def add_embeddings(path) -> Path:
         calls.append(Path(path))
         opened = open_store(path)
-        meta = replace(opened.meta, embeddings={"steps": opened.meta.state_steps})
+        meta = opened.meta.with_record("embeddings", {"steps": opened.meta.state_steps})
         commit_store(path, meta)
         return Path(path)
 
@@ -176,7 +177,11 @@ def test_embeddings_follow_new_rows_and_resume(store: Path, tmp_path: Path, monk
     (out / "meta.json").write_text(json.dumps(meta))
     run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))
     assert calls == [out, out, out]
-    report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0,step1,step4", embeddings=False))
+    report = run_precompute(
+        suite,
+        out,
+        RunOptions(device="cpu", progress=False, revisions="step0,step1,step4", lens_options={"embeddings": {"on": False}}),
+    )
     assert calls == [out, out, out] and report.embeddings == "skipped"
 
 

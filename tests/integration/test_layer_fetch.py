@@ -67,7 +67,7 @@ def served(tmp_path: Path, monkeypatch):
 @pytest.mark.parametrize("matrices", [("qk", "ov", "layers"), ("qk",)])  # qk alone: the Q and K rows only
 def test_block_weights_are_read_whole_only_with_layers(served, tmp_path: Path, matrices) -> None:
     hub, repo, suite = served
-    options = RunOptions(device="cpu", progress=False, embeddings=False, matrices=matrices)
+    options = RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, matrices=matrices)
     out = tmp_path / "hub-store"
     report = run_precompute("org/tiny", out, options)
     assert not report.failed and report.computed == [1, 2]

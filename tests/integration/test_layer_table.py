@@ -26,7 +26,9 @@ ROLES = {  # role -> GPT-NeoX tensor suffix
 
 
 def _options(matrices: str) -> RunOptions:
-    return RunOptions(device="cpu", progress=False, embeddings=False, matrices=matrices_option(matrices))
+    return RunOptions(
+        device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, matrices=matrices_option(matrices)
+    )
 
 
 def test_layer_rows_match_numpy_on_the_saved_weights(suite: Path, tmp_path: Path) -> None:

@@ -68,3 +68,24 @@ def test_bad_heads_and_steps_are_one_error_line(run: Path, tmp_path: Path) -> No
     assert step.returncode == 2 and "no checkpoint at step 3 (its steps: 0, 4)" in step.stderr
     assert "Traceback" not in step.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--eval-sequences", "0"), ("--eval-length", "3"), ("--eval-sequences", "x")])
+def test_both_commands_refuse_the_same_evaluation_set_sizes(flag: str, value: str, capsys) -> None:
+    """The evaluation-set options are one definition (`precompute.evalset.add_arguments`): precompute and
+    llc-calibrate refuse 0 sequences and fewer than 4 tokens alike (llc-calibrate once accepted 0), and take the
+    same defaults."""
+    from precompute.__main__ import parse_args as precompute_args
+    from precompute.llc_calibrate import parse_args as calibrate_args
+
+    commands = {
+        "precompute": (precompute_args, ["--source", "s", "--out", "o"]),
+        "llc-calibrate": (calibrate_args, ["s", "--step", "0", "--out", "o"]),
+    }
+    for parse, argv in commands.values():
+        with pytest.raises(SystemExit) as exit_:
+            parse([*argv, flag, value])
+        assert exit_.value.code == 2
+        assert f"argument {flag}" in capsys.readouterr().err
+    defaults = [(a.eval_text, a.eval_sequences, a.eval_length) for a in (p(argv) for p, argv in commands.values())]
+    assert defaults == [(None, 32, 256)] * 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from headwatch.cli import main
-from tests.integration.conftest import make_suite, run_cli
+from tests.integration.conftest import REPO, make_suite, run_cli
 
 STEPS = [0, 1, 2, 4, 8]
 
@@ -53,14 +53,15 @@ def test_plan_lists_the_checkpoints_and_the_geometry(suite, capsys):
 def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
     """2 layers x 4 heads, d_head 16, d_model 64: 16 cross-layer pairs against Pythia-1.4B's 70,656 at
     d_head 128, d_model 2048 (time); 16 pairs at COMPOSITION_BYTES_PER_PAIR (store)."""
-    from headwatch import benchmarks as bench
+    from precompute.registry import COMPOSITION_LENS
 
     assert main(["plan", str(suite), "--lenses", "composition"]) == 0
     out = capsys.readouterr().out
     scale = (16 * 16**2 * 64) / (70_656 * 128**2 * 2048)
     line = next(line for line in out.splitlines() if "COMPOSITION_SECONDS_1_4B" in line)
     assert f"x {scale:.3g} (cross-layer head pairs" in line
-    assert f"composition.parquet {bench.COMPOSITION_BYTES_PER_PAIR} B per pair" in out
+    assert COMPOSITION_LENS.store_bytes is not None
+    assert f"composition.parquet {COMPOSITION_LENS.store_bytes.bytes} B per pair" in out
     without = main(["plan", str(suite)]) == 0 and capsys.readouterr().out
     assert "COMPOSITION_SECONDS_1_4B" not in without
 
@@ -68,14 +69,16 @@ def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
 def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
     """2 layers x 4 heads, d_head 16, d_model 64: 28 unordered pairs of heads against Pythia-1.4B's 73,536
     at d_head 128, d_model 2048 (time); 28 pairs at SIMILARITY_BYTES_PER_PAIR (store)."""
-    from headwatch import benchmarks as bench
+    from precompute.registry import SIMILARITY_LENS
 
     assert main(["plan", str(suite), "--lenses", "similarity"]) == 0
     out = capsys.readouterr().out
     scale = (28 * 16**2 * 64) / (73_536 * 128**2 * 2048)
     line = next(line for line in out.splitlines() if "SIMILARITY_SECONDS_1_4B" in line)
     assert f"x {scale:.3g} (pairs of heads" in line
-    assert f"similarity.parquet and ultrametricity.parquet {bench.SIMILARITY_BYTES_PER_PAIR} B per unordered pair" in out
+    assert SIMILARITY_LENS.store_bytes is not None
+    bytes_per_pair = SIMILARITY_LENS.store_bytes.bytes
+    assert f"similarity.parquet and ultrametricity.parquet {bytes_per_pair} B per unordered pair" in out
 
 
 @pytest.mark.parametrize(
@@ -127,3 +130,20 @@ def test_plan_bad_options_exit_2(suite, argv, capsys):
 def test_plan_missing_source_exits_2(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "nothing here")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_the_docs_table_of_figures_is_the_registry_s() -> None:
+    """docs/cli.md "Figures `plan` uses" lists every recorded seconds figure (the per-head matrices' and each
+    lens's) with its value, and every store-size figure's bytes, as the registry has them."""
+    from precompute import costs, registry
+
+    text = (REPO / "docs" / "cli.md").read_text()
+    table = text.split("## Figures `plan` uses", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[2].strip().strip("`"): line.split("|")[3].strip() for line in table.splitlines() if "_SECONDS" in line
+    }
+    figures = [costs.QK_SECONDS, costs.OV_SECONDS] + [lens.seconds for lens in registry.LENSES if lens.seconds]
+    assert rows == {figure.name: str(figure.seconds) for figure in figures}
+    sizes = [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes]
+    for size in sizes:
+        assert f"{size.bytes} B per" in table, size.files

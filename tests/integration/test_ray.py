@@ -67,7 +67,9 @@ def cluster() -> Iterator[str]:
 
 
 def options(executor: Literal["local", "ray"], **ray: Any) -> RunOptions:
-    return RunOptions(device="cpu", progress=False, embeddings=False, executor=executor, ray=RayOptions(**ray))
+    return RunOptions(
+        device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, executor=executor, ray=RayOptions(**ray)
+    )
 
 
 def assert_identical(a: Path, b: Path) -> None:

@@ -33,7 +33,9 @@ def test_a_stores_source_is_never_an_absolute_path(inside: bool, tmp_path: Path,
     cwd.mkdir(exist_ok=True)
     monkeypatch.chdir(cwd)
     out = tmp_path / "store"
-    run_precompute(suite, out, RunOptions(device="cpu", progress=False, embeddings=False, matrices=("qk",)))
+    run_precompute(
+        suite, out, RunOptions(device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, matrices=("qk",))
+    )
     meta = json.loads((out / "meta.json").read_text())
     assert meta["settings"]["source"] == ("runs/tiny" if inside else "tiny")
     assert meta["settings"]["source_kind"] == "local"

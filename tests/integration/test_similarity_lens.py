@@ -20,7 +20,7 @@ from analysis.similarity import COLUMNS
 from analysis.store import open_store
 from analysis.store.format import SIMILARITY, ULTRAMETRICITY
 from analysis.ultrametric import distance, ultrametric_shares
-from precompute.lenses.registry import SimilarityOptions
+from precompute.registry import SimilarityOptions
 from precompute.run import run_precompute
 from precompute.settings import RunOptions
 from tests.integration.conftest import perturb, run_cli
@@ -28,7 +28,9 @@ from tests.integration.test_composition_lens import family_suite, neox_suite, ow
 from tests.unit.test_similarity import dense_similarity
 
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-OPTIONS = RunOptions(device="cpu", progress=False, embeddings=False, lenses=("similarity",), matrices=("qk", "ov"))
+OPTIONS = RunOptions(
+    device="cpu", progress=False, lens_options={"embeddings": {"on": False}}, lenses=("similarity",), matrices=("qk", "ov")
+)
 
 
 def stored(store_path: Path) -> np.ndarray:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from analysis.attention import AttentionSums, induction_scores, js_divergence
-from precompute.lenses.evalset import EvalTextError, make_eval_set
+from precompute.evalset import EvalTextError, make_eval_set
 from precompute.lenses.forward import ForwardJob, forward_statistics
 
 

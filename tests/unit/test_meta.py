@@ -158,3 +158,21 @@ def test_publishing_a_version_1_store_is_refused(tmp_path: Path) -> None:
     _version_1_store(tmp_path / "s")
     with pytest.raises(StoreError, match="upgrade it before publishing"):
         push_store(tmp_path / "s", "me/store", api=NoHub())
+
+
+@pytest.mark.parametrize(
+    "store", sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "data").glob("*/meta.json"))
+)
+def test_a_shipped_stores_meta_json_reads_and_writes_back_byte_for_byte(store: str, tmp_path: Path) -> None:
+    """The lenses' sections are generic records now (`analysis.store.records`): every shipped store's meta.json,
+    read and written again as a commit writes it, is the same bytes (keys, order and values), and each of its
+    lens sections is a record the registry of record types knows."""
+    from analysis.store.records import RECORDS
+    from precompute.store.writer import _write_json
+
+    path = Path(__file__).resolve().parents[2] / "data" / store
+    meta = read_meta(path)
+    _write_json(tmp_path / "meta.json", meta.to_dict())
+    assert (tmp_path / "meta.json").read_bytes() == (path / "meta.json").read_bytes()
+    assert set(meta.records) <= set(RECORDS) and not set(meta.extra) & set(RECORDS)
+    assert meta.records.get("forward") is meta.forward

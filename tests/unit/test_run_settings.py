@@ -37,8 +37,8 @@ def test_tokens_per_step_the_option_then_run_json_then_the_source() -> None:
 def test_overlap_k_the_option_then_the_store_then_8_capped_at_d_head() -> None:
     assert resolve(RunOptions(device="cpu")).overlap_k == 8
     assert resolve(RunOptions(device="cpu"), stored_overlap_k=4).overlap_k == 4
-    assert resolve(RunOptions(device="cpu", overlap_k=0), stored_overlap_k=4).overlap_k == 0
-    assert resolve(RunOptions(device="cpu", overlap_k=64)).overlap_k == 16
+    assert resolve(RunOptions(device="cpu", lens_options={"overlaps": {"k": 0}}), stored_overlap_k=4).overlap_k == 0
+    assert resolve(RunOptions(device="cpu", lens_options={"overlaps": {"k": 64}})).overlap_k == 16
 
 
 def test_matrices_keep_what_the_store_has_and_need_a_per_head_one() -> None:

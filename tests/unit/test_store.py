@@ -233,3 +233,22 @@ def test_list_columns_read_across_many_row_groups(tmp_path: Path, monkeypatch: p
     np.testing.assert_allclose(sv, code[..., None] + np.arange(D)[::-1] / 10, rtol=1e-6)
     np.testing.assert_array_equal(store.array("hist_z").argmax(axis=-1), 100)
     np.testing.assert_array_equal(store.array("std"), code + SCALAR_COLUMNS.index("std") / 100)
+
+
+def test_the_random_matrix_references_stand_below_the_store() -> None:
+    """analysis/rmt/ imports nothing of analysis/store/, directly or through another module (the store's reader
+    derives older stores' null-model columns with the null model: the store stands above rmt, never beside it)."""
+    from tests.unit.test_imports import import_graph
+
+    graph = import_graph()
+    reached: set[str] = set()
+    todo = [name for name in graph if name.startswith("analysis.rmt.")]
+    while todo:
+        name = todo.pop()
+        for target in graph[name] - reached:
+            reached.add(target)
+            todo.append(target)
+    assert not {name for name in reached if name.startswith("analysis.store")}, sorted(reached)
+    assert any(
+        target.startswith("analysis.rmt") for name in graph if name.startswith("analysis.store.") for target in graph[name]
+    )

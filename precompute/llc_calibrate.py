@@ -15,7 +15,7 @@ one checkpoint of a source under every combination of ``--lr``, ``--nbeta`` and
 and prints the recommendation: among the settings flagged ``converged`` with a positive estimate,
 the one whose chains agree best (smallest spread relative to the estimate); on a tie, the larger
 step size (it mixes faster). The evaluation sequences are the precompute job's
-(`precompute.lenses.evalset`; ``--eval-text`` for a model not trained here), so a recommended
+(`precompute.evalset`; ``--eval-text`` for a model not trained here), so a recommended
 setting can be passed to ``python -m precompute --lenses llc`` as it is.
 """
 
@@ -34,9 +34,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.llc_diagnostics import chain_diagnostics, flag, rise_z
+from precompute import evalset
 from precompute.lenses.forward import load_model
 from precompute.lenses.llc import LLC_MODEL, check_family, estimate_llc, head_masks, masked_parameters, sampler_sequences
-from precompute.lenses.registry import SamplerSettings
+from precompute.registry import SamplerSettings
 from precompute.settings import RunOptions
 from precompute.sources.fetch import Meter
 
@@ -116,14 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sequences", type=int, default=sampler.sequences, help=f"evaluation sequences the sampler uses ({sampler.sequences})"
     )
     p.add_argument("--seed", type=int, default=sampler.seed, help=f"sampler seed ({sampler.seed})")
-    p.add_argument(
-        "--eval-text",
-        default=None,
-        metavar="FILE",
-        help="UTF-8 evaluation text (default for runs trained here: their held-out split)",
-    )
-    p.add_argument("--eval-sequences", type=int, default=32, metavar="N", help="evaluation sequences (32)")
-    p.add_argument("--eval-length", type=int, default=256, metavar="T", help="tokens per sequence (256)")
+    evalset.add_arguments(p)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     return p.parse_args(argv)
 

@@ -3,16 +3,18 @@
 A lens is a set of store tables computed from checkpoints. Each `Lens` here says, in one
 place, what it is called, which tables it writes (`analysis.store.format.TABLES`), how a
 run asks for it (``--matrices layers``, ``--lenses attention``, on by default), which
-command-line options it takes (``--llc-*``), what it needs from a checkpoint, where
-``meta.json`` records how it was made, what a checkpoint of it cost on the benchmark
-machine, and where its compute side lives (``stage``: a class implementing
-`precompute.context.Stage`, imported only when a run computes the lens).
+command-line options it takes (``--llc-*``, ``--no-embeddings``), what it needs from a checkpoint,
+its ``meta.json`` record (`analysis.store.records`), what a checkpoint of it costs in seconds and
+store bytes on the benchmark machine (`precompute.costs`), and where its compute side lives (``computation``: a class implementing
+`precompute.context.Computation`, imported only when a run computes the lens).
 
 Everything that used to name lenses one by one iterates over `LENSES` instead: the run
 loop (`precompute.run`), the run state and its commits (`precompute.state`), the command
-line (`precompute.__main__`, ``headwatch precompute``), ``headwatch info`` and ``headwatch
-plan``. This module imports neither torch nor transformers, so ``headwatch info`` reads it
-with the dashboard's requirements alone. Adding a lens: docs/precompute.md "Adding a lens".
+line (`precompute.__main__`, ``headwatch precompute``), ``headwatch info``, ``headwatch
+plan`` and the CUDA comparison (tests/integration/test_cuda.py). A lens defined elsewhere joins
+with `register_lens` (tests/integration/test_add_lens.py). This module imports neither torch
+nor transformers, so ``headwatch info`` reads it with the dashboard's requirements alone.
+Adding a lens: docs/precompute.md "Adding a lens".
 
 The per-head matrices (``qk``, ``ov``: ``heads.parquet``) are not a lens: they are what
 every store has, computed in the pass over each checkpoint that the lenses join.
@@ -39,19 +41,30 @@ from analysis.store.format import (
     OVERLAPS,
     SIMILARITY,
     STAGES,
+    TABLES,
     ULTRAMETRICITY,
     TableSpec,
 )
+from analysis.store.records import (
+    COMPOSITION_RECORD,
+    EMBEDDINGS_RECORD,
+    FORWARD_RECORD,
+    LLC_RECORD,
+    OVERLAPS_RECORD,
+    SIMILARITY_RECORD,
+    STAGES_RECORD,
+    TYPES_RECORD,
+    RecordType,
+    register_record,
+    unregister_record,
+)
+from precompute.costs import Seconds, StoreBytes
 
 AskedBy = Literal["--matrices", "--lenses", "default"]
 # What a lens reads from a checkpoint: "tensors" (the weights the fetch reads), "checkpoint" (the
 # whole checkpoint folder, loaded with transformers), "store" (the store's own tables), and
-# "evaluation" (the store's evaluation sequences, `precompute.lenses.evalset`).
+# "evaluation" (the store's evaluation sequences, `precompute.evalset`).
 Need = Literal["tensors", "checkpoint", "store", "evaluation"]
-# What a checkpoint's cost scales with, from the model measured at (`headwatch.benchmarks`): "head_pairs" is
-# cross-layer head pairs x d_head^2 x d_model (the composition scores' products); "all_head_pairs" is every
-# unordered pair of heads x d_head^2 x d_model (the similarity's products).
-CostScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +72,16 @@ class Option:
     """One command-line option of a lens: ``flag`` sets the field ``field`` of the lens's options.
 
     Attributes:
-        flag: the option (``--llc-lr``); it must start with ``--<lens name>-``.
+        flag: the option (``--llc-lr``); it starts with ``--<lens name>-`` (or, for a lens on by default,
+            ``--no-<lens name>``; the overlaps keep their ``--overlap-k``).
         field: the attribute of the lens's options it sets (``lr``).
-        type: parses the option's text (``float``).
+        type: parses the option's text (``float``; ignored for a switch).
         metavar: its placeholder in ``--help``.
         help: what it sets; the default is appended.
         default: its value when not given.
+        switch: a flag without a value that sets the field to False (``--no-embeddings``).
+        env: the environment variable that gives its default instead (read by `precompute.settings`:
+            for a switch, ``0`` turns the field off).
     """
 
     flag: str
@@ -73,6 +90,8 @@ class Option:
     metavar: str
     help: str
     default: Any = None
+    switch: bool = False
+    env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,19 +104,21 @@ class Lens:
         summary: one line on what it computes, for ``--help``, ``headwatch info`` and the docs.
         tables: the store tables it writes, all together.
         asked_by: ``--lenses`` or ``--matrices`` (asked for by name), ``default`` (computed unless
-            turned off by its own option: ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
-        stage: ``module:Class`` of its compute side (`precompute.context.Stage`).
+            turned off: ``off``, by its own options ``--overlap-k 0``, ``--no-embeddings``, ``--no-types``).
+        computation: ``module:Class`` of its compute side (`precompute.context.Computation`).
         needs: what it reads from a checkpoint.
-        meta_key: the ``meta.json`` section that records how it was made (None: none). A store
-            whose meta has it keeps the lens's tables in every commit, asked for or not.
-        options: its ``--<name>-*`` command-line options.
+        record: its ``meta.json`` section, which records how it was made (`analysis.store.records`;
+            None: none). A store whose meta has it keeps the lens's tables in every commit, asked for or not.
+        options: its command-line options (``--<name>-*``; ``--no-<name>`` for a lens on by default).
         make_options: builds its options object from the options' values by field (raising
             ValueError for a value it refuses); None when it has no options.
         every_checkpoint: whether it has rows for every checkpoint with statistics (False: for
             the checkpoints chosen by its options, such as ``--llc-steps``).
-        cost_scale: what its seconds per checkpoint scale with, from the model of its recorded
-            figure (`headwatch.benchmarks.SECONDS_PER_CHECKPOINT`); None: not measured.
-        off: for a lens computed by default, whether the run's options turn it off.
+        seconds: what a checkpoint of it took on the benchmark machine, and what that scales with
+            (``headwatch plan`` prices it; None: not measured).
+        store_bytes: what a checkpoint of it adds to the store (``headwatch plan``; None: not measured).
+        off: for a lens computed by default, whether the run's options (`precompute.settings.RunOptions`)
+            turn it off.
         min_checkpoints: checkpoints with statistics a store needs before the lens has rows (2 for
             what compares consecutive checkpoints).
         stepwise: whether the run state holds its tables and replaces them a checkpoint at a
@@ -110,20 +131,27 @@ class Lens:
     summary: str
     tables: tuple[TableSpec, ...]
     asked_by: AskedBy
-    stage: str
+    computation: str
     needs: tuple[Need, ...] = ()
-    meta_key: str | None = None
+    record: RecordType | None = None
     options: tuple[Option, ...] = ()
     make_options: Callable[[Mapping[str, Any]], Any] | None = None
     every_checkpoint: bool = True
-    cost_scale: CostScale | None = None
+    seconds: Seconds | None = None
+    store_bytes: StoreBytes | None = None
     off: Callable[[Any], bool] | None = None
     min_checkpoints: int = 1
     stepwise: bool = True
 
     def __post_init__(self) -> None:
         for option in self.options:
-            assert option.flag.startswith(f"--{self.name}-"), (self.name, option.flag)
+            prefixes = (f"--{self.name}-", f"--{self.name.removesuffix('s')}-", f"--no-{self.name}")
+            assert option.flag.startswith(prefixes), (self.name, option.flag)
+
+    @property
+    def meta_key(self) -> str | None:
+        """Its ``meta.json`` section's key (None: it records none)."""
+        return self.record.key if self.record is not None else None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -135,7 +163,7 @@ class Lens:
 
     def recorded(self, meta: Any) -> bool:
         """Whether ``meta`` (`analysis.store.Meta`) records the lens (its ``meta_key`` section is set)."""
-        return self.meta_key is not None and getattr(meta, self.meta_key, None) is not None
+        return self.meta_key is not None and meta.records.get(self.meta_key) is not None
 
     def asked(self, options: Any) -> bool:
         """Whether a run with ``options`` (`precompute.settings.RunOptions`) computes the lens."""
@@ -146,14 +174,15 @@ class Lens:
         return not (self.off is not None and self.off(options))
 
     def default_options(self) -> Any:
-        """Its options with every default (None when it has none)."""
+        """Its options with the registry's defaults (None when it has none); a run's take the environment's
+        defaults too (`precompute.settings.RunOptions.lens_options_for`)."""
         if self.make_options is None:
             return None
         return self.make_options({o.field: o.default for o in self.options})
 
-    def load_stage(self) -> type:
+    def load_computation(self) -> type:
         """The class of its compute side (imports the module, and with it torch)."""
-        module, name = self.stage.split(":")
+        module, name = self.computation.split(":")
         return getattr(importlib.import_module(module), name)
 
 
@@ -221,6 +250,20 @@ class SamplerSettings:
 
     def as_meta(self) -> dict[str, Any]:
         return asdict(self)
+
+    def devinterp_arguments(self) -> dict[str, Any]:
+        """The settings as devinterp's ``llc`` and ``sample`` take them (the one place they are mapped)."""
+        return {
+            "lr": self.lr,
+            "n_beta": self.n_beta,
+            "localization": self.localization,
+            "num_chains": self.chains,
+            "num_draws": self.draws,
+            "batch_size": self.batch_size,
+            "num_burnin_steps": self.burnin,
+            "num_init_loss_batches": self.batches,
+            "init_seed": self.seed,
+        }
 
 
 @dataclass(frozen=True)
@@ -297,6 +340,39 @@ def similarity_options(values: Mapping[str, Any]) -> SimilarityOptions:
     return SimilarityOptions(tolerance=values.get("tolerance", SimilarityOptions.tolerance))
 
 
+@dataclass(frozen=True)
+class OverlapsOptions:
+    """The overlaps' options (``--overlap-k``).
+
+    Attributes:
+        k: leading singular vectors per head whose overlaps are stored (capped at d_head); 0 computes none
+            and keeps the store's; None: the store's K, else `analysis.stats.crossings.OVERLAP_K`.
+    """
+
+    k: int | None = None
+
+
+def overlaps_options(values: Mapping[str, Any]) -> OverlapsOptions:
+    """`OverlapsOptions` from the ``--overlap-k`` value."""
+    return OverlapsOptions(k=values.get("k"))
+
+
+@dataclass(frozen=True)
+class Switch:
+    """The options of a lens computed by default whose one option turns it off (``--no-embeddings``).
+
+    Attributes:
+        on: whether the run computes it.
+    """
+
+    on: bool = True
+
+
+def switch_options(values: Mapping[str, Any]) -> Switch:
+    """`Switch` from the ``--no-<lens>`` value (absent: on)."""
+    return Switch(on=bool(values.get("on", True)))
+
+
 _SAMPLER = SamplerSettings()
 
 LAYERS_LENS = Lens(
@@ -306,9 +382,18 @@ LAYERS_LENS = Lens(
     "Marchenko-Pastur law, with weightwatcher's alpha",
     tables=(LAYERS,),
     asked_by="--matrices",
-    stage="precompute.lenses.layers:LayersStage",
+    computation="precompute.lenses.layers:LayersComputation",
     needs=("tensors",),
-    cost_scale="layers",
+    seconds=Seconds(
+        "LAYERS_SECONDS_1_4B",
+        88.6,
+        "layers",
+        'all 96 block matrices, wall, machine idle; docs/benchmarks.md "Whole-layer matrices, one Pythia-1.4B-shaped '
+        'checkpoint", bold row',
+    ),
+    store_bytes=StoreBytes(
+        "layers.parquet", 7038.0, "layers", "layer", "data/shakespeare-pythia-6x8: 1,815,782 B / (43 x 6) layers"
+    ),
 )
 ATTENTION_LENS = Lens(
     name="attention",
@@ -316,10 +401,16 @@ ATTENTION_LENS = Lens(
     summary="per checkpoint: loss, attention entropy/span/sink/prev-token/induction, layer divergence",
     tables=FORWARD_TABLES,
     asked_by="--lenses",
-    stage="precompute.lenses.forward:AttentionStage",
+    computation="precompute.lenses.forward:AttentionComputation",
     needs=("checkpoint", "evaluation"),
-    meta_key="forward",
-    cost_scale="parameters",
+    record=FORWARD_RECORD,
+    seconds=Seconds(
+        "FORWARD_SECONDS_160M",
+        113.6,
+        "parameters",
+        'wall, first run (machine shared, load 11 to 18); docs/benchmarks.md "Performance: the forward-pass lens, '
+        'seconds per checkpoint", Pythia-160M-shaped row',
+    ),
 )
 LLC_LENS = Lens(
     name="llc",
@@ -327,9 +418,9 @@ LLC_LENS = Lens(
     summary="the refined local learning coefficient of every head and the whole model, with devinterp, at --llc-steps",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
-    stage="precompute.lenses.llc:LlcStage",
+    computation="precompute.lenses.llc:LlcComputation",
     needs=("checkpoint", "evaluation"),
-    meta_key="llc",
+    record=LLC_RECORD,
     options=(
         Option(
             "--llc-steps",
@@ -357,7 +448,13 @@ LLC_LENS = Lens(
     ),
     make_options=llc_options,
     every_checkpoint=False,
-    cost_scale="parameters",
+    seconds=Seconds(
+        "LLC_SECONDS_PER_CHECKPOINT_160M",
+        5582.0,
+        "parameters",
+        "implied seconds per estimated checkpoint (every head plus the whole model); docs/benchmarks.md "
+        '"Performance: the refined LLC, seconds per estimate", Pythia-160M-shaped row',
+    ),
 )
 OVERLAPS_LENS = Lens(
     name="overlaps",
@@ -366,10 +463,29 @@ OVERLAPS_LENS = Lens(
     "for the level-crossing view (--overlap-k)",
     tables=(OVERLAPS,),
     asked_by="default",
-    stage="precompute.lenses.overlaps:OverlapsStage",
+    computation="precompute.lenses.overlaps:OverlapsComputation",
     needs=("tensors",),
-    meta_key="overlaps",
-    off=lambda options: options.overlap_k == 0,
+    record=OVERLAPS_RECORD,
+    store_bytes=StoreBytes(
+        "overlaps.parquet",
+        727.6,
+        "head_matrices",
+        "head and matrix",
+        "data/shakespeare-pythia-6x8: 2,933,596 B / (42 pairs x 48 x 2) head-matrices, K = 8",
+    ),
+    options=(
+        Option(
+            "--overlap-k",
+            "k",
+            int,
+            "K",
+            "leading singular vectors per head whose overlaps between consecutive checkpoints are stored, for the "
+            "level-crossing view (default: the store's K, else 8; capped at d_head; 0: compute none and keep what "
+            "the store has)",
+        ),
+    ),
+    make_options=overlaps_options,
+    off=lambda options: options.lens_options_for("overlaps").k == 0,
     min_checkpoints=2,
     stepwise=False,
 )
@@ -379,10 +495,23 @@ EMBEDDINGS_LENS = Lens(
     summary="UMAP maps of the heads' trajectories, made from the store after a run (--no-embeddings: none)",
     tables=(EMBEDDINGS,),
     asked_by="default",
-    stage="precompute.lenses.embeddings:EmbeddingsStage",
+    computation="precompute.lenses.embeddings:EmbeddingsComputation",
     needs=("store",),
-    meta_key="embeddings",
-    off=lambda options: not options.embeddings,
+    record=EMBEDDINGS_RECORD,
+    options=(
+        Option(
+            "--no-embeddings",
+            "on",
+            bool,
+            "",
+            "skip the trajectory-map embeddings",
+            True,
+            switch=True,
+            env="HEADWATCH_EMBEDDINGS",
+        ),
+    ),
+    make_options=switch_options,
+    off=lambda options: not options.lens_options_for("embeddings").on,
     stepwise=False,
 )
 
@@ -393,9 +522,9 @@ COMPOSITION_LENS = Lens(
     "against random heads of the same shapes (--composition-top)",
     tables=(COMPOSITION,),
     asked_by="--lenses",
-    stage="precompute.lenses.composition:CompositionStage",
+    computation="precompute.lenses.composition:CompositionComputation",
     needs=("tensors",),
-    meta_key="composition",
+    record=COMPOSITION_RECORD,
     options=(
         Option(
             "--composition-top",
@@ -407,7 +536,21 @@ COMPOSITION_LENS = Lens(
         ),
     ),
     make_options=composition_options,
-    cost_scale="head_pairs",
+    seconds=Seconds(
+        "COMPOSITION_SECONDS_1_4B",
+        532.6,
+        "head_pairs",
+        "every cross-layer pair of a Pythia-1.4B-shaped checkpoint's heads, float64, wall, machine shared; "
+        'docs/benchmarks.md "Composition scores, one Pythia-1.4B-shaped checkpoint", bold row (run 2)',
+    ),
+    store_bytes=StoreBytes(
+        "composition.parquet",
+        13.64,
+        "head_pairs",
+        "pair of heads (every pair)",
+        "one Pythia-1.4B-shaped checkpoint's 70,656 rows (every pair) in 963,766 B (zstd); docs/benchmarks.md "
+        '"Composition scores, one Pythia-1.4B-shaped checkpoint"',
+    ),
 )
 SIMILARITY_LENS = Lens(
     name="similarity",
@@ -416,9 +559,9 @@ SIMILARITY_LENS = Lens(
     "principal angles), and how ultrametric each layer's heads are, against random heads",
     tables=(SIMILARITY, ULTRAMETRICITY),
     asked_by="--lenses",
-    stage="precompute.lenses.similarity:SimilarityStage",
+    computation="precompute.lenses.similarity:SimilarityComputation",
     needs=("tensors",),
-    meta_key="similarity",
+    record=SIMILARITY_RECORD,
     options=(
         Option(
             "--similarity-tolerance",
@@ -430,7 +573,21 @@ SIMILARITY_LENS = Lens(
         ),
     ),
     make_options=similarity_options,
-    cost_scale="all_head_pairs",
+    seconds=Seconds(
+        "SIMILARITY_SECONDS_1_4B",
+        873.3,
+        "all_head_pairs",
+        "every unordered pair of a Pythia-1.4B-shaped checkpoint's 384 heads, W_QK and W_OV, float64, wall, machine "
+        'shared; docs/benchmarks.md "Head similarity, one Pythia-1.4B-shaped checkpoint"',
+    ),
+    store_bytes=StoreBytes(
+        "similarity.parquet and ultrametricity.parquet",
+        30.55,
+        "all_head_pairs",
+        "unordered pair of heads",
+        "one Pythia-1.4B-shaped checkpoint's 73,536 pairs in 2,243,497 B plus 144 ultrametricity rows in 3,189 B "
+        '(zstd); docs/benchmarks.md "Head similarity"',
+    ),
 )
 
 STAGES_LENS = Lens(
@@ -440,9 +597,9 @@ STAGES_LENS = Lens(
     "made from the store after a run (docs/stages.md)",
     tables=(STAGES,),
     asked_by="default",
-    stage="precompute.lenses.stages:StagesStage",
+    computation="precompute.lenses.stages:StagesComputation",
     needs=("store",),
-    meta_key="stages",
+    record=STAGES_RECORD,
     stepwise=False,
 )
 
@@ -453,10 +610,22 @@ TYPES_LENS = Lens(
     "lens's scores against uniform attention; made from the store after a run with --lenses attention (--no-types: none)",
     tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE),
     asked_by="default",
-    stage="precompute.lenses.types:TypesStage",
+    computation="precompute.lenses.types:TypesComputation",
     needs=("store",),
-    meta_key="types",
-    off=lambda options: not options.types or "attention" not in options.lenses,
+    record=TYPES_RECORD,
+    options=(
+        Option(
+            "--no-types",
+            "on",
+            bool,
+            "",
+            "with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
+            True,
+            switch=True,
+        ),
+    ),
+    make_options=switch_options,
+    off=lambda options: not options.lens_options_for("types").on or "attention" not in options.lenses,
     stepwise=False,
 )
 
@@ -479,3 +648,48 @@ STEPWISE: tuple[Lens, ...] = tuple(lens for lens in LENSES if lens.stepwise)
 # What --lenses may name, and the lenses --matrices may name beside the per-head matrices.
 LENS_CHOICES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--lenses")
 MATRIX_LENSES: tuple[str, ...] = tuple(lens.name for lens in LENSES if lens.asked_by == "--matrices")
+
+
+def _index(lenses: tuple[Lens, ...]) -> None:
+    """Set `LENSES` and the views derived from it."""
+    global LENSES, BY_NAME, STEPWISE, LENS_CHOICES
+    LENSES = lenses
+    BY_NAME = {lens.name: lens for lens in lenses}
+    STEPWISE = tuple(lens for lens in lenses if lens.stepwise)
+    LENS_CHOICES = tuple(lens.name for lens in lenses if lens.asked_by == "--lenses")
+
+
+def register_lens(lens: Lens) -> None:
+    """Add a lens defined outside this module (a test's, a plugin's) after the others: its tables join the
+    store format (`analysis.store.format.TABLES`) and its record type the ``meta.json`` records
+    (`analysis.store.records.RECORDS`), so the run loop, the command line (parsed after this call), the
+    reader, ``headwatch info`` and ``headwatch plan`` take it as they take the lenses declared here.
+    Undo it with `unregister_lens`.
+
+    Raises:
+        ValueError: a lens or table of that name exists, or it is asked for by ``--matrices`` (whose choices
+            are fixed when `precompute.settings` is imported).
+    """
+    if lens.name in BY_NAME or any(spec.name in TABLES for spec in lens.tables):
+        raise ValueError(f"lens {lens.name!r}: a lens or table of that name is registered already")
+    if lens.asked_by == "--matrices":
+        raise ValueError(f"lens {lens.name!r}: a lens added at run time is asked for by --lenses or by default")
+    if lens.record is not None:
+        register_record(lens.record)
+    for spec in lens.tables:
+        TABLES[spec.name] = spec
+    _index((*LENSES, lens))
+
+
+def unregister_lens(name: str) -> None:
+    """Remove a lens added by `register_lens`, its tables and its record type."""
+    lens = BY_NAME[name]
+    assert lens not in BUILT_IN, f"{name!r} is declared in precompute.registry; it cannot be removed"
+    for spec in lens.tables:
+        TABLES.pop(spec.name, None)
+    if lens.meta_key is not None:
+        unregister_record(lens.meta_key)
+    _index(tuple(other for other in LENSES if other.name != name))
+
+
+BUILT_IN: tuple[Lens, ...] = LENSES

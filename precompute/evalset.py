@@ -20,6 +20,7 @@ impossible is refused before anything is written, with one line saying what to d
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 from collections.abc import Callable
@@ -40,6 +41,62 @@ INDUCTION_SEQUENCES = 8  # random sequences, each R tokens repeated twice
 INDUCTION_SEED = 1
 BYTE_TOKENIZER = "bytes (vocabulary 256)"  # how training/ tokenizes (training.corpus)
 LENSES = ("attention",)
+
+
+# The evaluation set's size: N sequences of T tokens, by default and at the least.
+EVAL_SEQUENCES, EVAL_LENGTH = 32, 256
+MIN_SEQUENCES, MIN_LENGTH = 1, 4
+
+
+def check_size(n: int, t: int) -> None:
+    """The one check of the evaluation set's size (the command lines' and the Python API's).
+
+    Raises:
+        ValueError: fewer than `MIN_SEQUENCES` sequences or fewer than `MIN_LENGTH` tokens each.
+    """
+    if n < MIN_SEQUENCES or t < MIN_LENGTH:
+        raise ValueError(
+            f"--eval-sequences {n} / --eval-length {t}: need at least {MIN_SEQUENCES} sequence of at least {MIN_LENGTH} tokens"
+        )
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, when: str = "") -> None:
+    """The evaluation-set options of a command (``--eval-text``, ``--eval-sequences``, ``--eval-length``), defined
+    once for ``python -m precompute`` and ``headwatch llc-calibrate``; ``when`` prefixes their help (``with
+    --lenses: ``)."""
+
+    def at_least(least: int, flag: str) -> Callable[[str], int]:
+        def parse(text: str) -> int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            if value < least:
+                raise argparse.ArgumentTypeError(f"{flag} {value}: expected at least {least}")
+            return value
+
+        return parse
+
+    parser.add_argument(
+        "--eval-text",
+        default=None,
+        metavar="FILE",
+        help=f"{when}UTF-8 evaluation text (default for runs trained here: their held-out split)",
+    )
+    parser.add_argument(
+        "--eval-sequences",
+        type=at_least(MIN_SEQUENCES, "--eval-sequences"),
+        default=EVAL_SEQUENCES,
+        metavar="N",
+        help=f"{when}N evaluation sequences ({EVAL_SEQUENCES})",
+    )
+    parser.add_argument(
+        "--eval-length",
+        type=at_least(MIN_LENGTH, "--eval-length"),
+        default=EVAL_LENGTH,
+        metavar="T",
+        help=f"{when}T tokens each ({EVAL_LENGTH}, at least {MIN_LENGTH})",
+    )
 
 
 class EvalTextError(ValueError):
@@ -91,8 +148,10 @@ def make_eval_set(
         EvalTextError: fewer than N x T tokens, T < 4, or ids outside the vocabulary.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    if n < 1 or t < 4:
-        raise EvalTextError(f"--eval-sequences {n} / --eval-length {t}: need at least 1 sequence of at least 4 tokens")
+    try:
+        check_size(n, t)
+    except ValueError as exc:
+        raise EvalTextError(str(exc)) from None
     if len(ids) < n * t:
         raise EvalTextError(
             f"the evaluation text has {len(ids):,} tokens, fewer than N x T = {n} x {t} = {n * t:,}; "

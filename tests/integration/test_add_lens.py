@@ -1,0 +1,199 @@
+"""A lens added from this module alone: its table, its meta.json record, its cost figures and its option.
+
+The lens (``knorms``: the Frobenius norm of each head's W_K, times ``--knorms-scale``) is declared here as a
+lens module and its registry entry would declare it, registered with `precompute.registry.register_lens`
+and removed when the test ends. Nothing outside this module names it; a real run through the command line
+(in this process, where it is registered) computes it, the store holds its table and its record, ``headwatch
+info`` lists it with its figures, and ``headwatch plan`` prices it. The numbers are checked against the
+checkpoints' own safetensors files, read with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from safetensors.numpy import load_file
+
+from analysis.extract import ModelShape
+from analysis.store import RecordType, open_store, read_meta
+from analysis.store.format import TABLES, TableSpec, _fields
+from analysis.store.records import RECORDS
+from headwatch.cli import main as headwatch
+from precompute import registry
+from precompute.__main__ import main as precompute
+from precompute.context import BaseComputation, ComputationSetup
+from precompute.costs import Seconds, StoreBytes
+from precompute.factors import checked_factors
+from precompute.settings import Settings
+from precompute.sources.source import CheckpointSource, Fetched
+from precompute.state import RunState
+from tests.integration.conftest import make_suite
+
+# ------------------------------------------------------------------ the lens: its table, module and entry
+
+K_NORMS = TableSpec(
+    name="k_norms",
+    file="k_norms.parquet",
+    row="one row per (step, layer, head)",
+    about="A test lens: the Frobenius norm of each head's W_K, scaled.",
+    schema=_fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "k_frob": pa.float64()}),
+    docs={"step": "step", "layer": "layer", "head": "head", "k_frob": "scale x ||W_K,h||_F"},
+    sort=("step", "layer", "head"),
+)
+K_NORMS_RECORD = RecordType("knorms", "how k_norms.parquet was made (scale)")
+
+
+@dataclass(frozen=True)
+class KNormsOptions:
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class KNormsJob:
+    scale: float
+
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
+        assert fetched.tensors is not None, "the lens needs the checkpoint's tensors"
+        w_k = checked_factors(shape, fetched.tensors, ("qk",))["qk"][1]  # (n_layers, n_heads, d_head, d_model)
+        norms = self.scale * w_k.double().flatten(2).norm(dim=2).numpy()  # (n_layers, n_heads)
+        n_layers, n_heads = norms.shape
+        rows = {
+            "step": pa.array(np.full(n_layers * n_heads, fetched.ref.step, dtype=np.int64)),
+            "layer": pa.array(np.repeat(np.arange(n_layers, dtype=np.int32), n_heads)),
+            "head": pa.array(np.tile(np.arange(n_heads, dtype=np.int32), n_layers)),
+            "k_frob": pa.array(norms.reshape(-1)),
+        }
+        return {K_NORMS.name: pa.table(rows, schema=K_NORMS.schema)}
+
+
+class KNormsComputation(BaseComputation):
+    def __init__(self, setup: ComputationSetup) -> None:
+        super().__init__(setup)
+        self.scale = setup.options.lens_options_for(self.lens.name).scale
+        self.pass_job = KNormsJob(self.scale)
+
+    def begin(self, state: RunState, settings: Settings) -> None:
+        state.meta.set_record(K_NORMS_RECORD.key, {"scale": self.scale, "norm": "Frobenius"})
+
+
+def knorms_options(values: Mapping[str, Any]) -> KNormsOptions:
+    return KNormsOptions(scale=values.get("scale", 1.0))
+
+
+K_NORMS_LENS = registry.Lens(
+    name="knorms",
+    title="W_K norms",
+    summary="scale x ||W_K,h||_F per head",
+    tables=(K_NORMS,),
+    asked_by="--lenses",
+    computation=f"{__name__}:KNormsComputation",
+    needs=("tensors",),
+    record=K_NORMS_RECORD,
+    options=(registry.Option("--knorms-scale", "scale", float, "S", "what the norms are multiplied by", 1.0),),
+    make_options=knorms_options,
+    seconds=Seconds("KNORMS_SECONDS_1_4B", 2.5, "heads", "not measured: a test's figure"),
+    store_bytes=StoreBytes("k_norms.parquet", 20.0, "head_matrices", "head and matrix", "not measured: a test's figure"),
+)
+KNormsComputation.lens = K_NORMS_LENS
+
+
+@pytest.fixture
+def knorms() -> Iterator[registry.Lens]:
+    registry.register_lens(K_NORMS_LENS)
+    try:
+        yield K_NORMS_LENS
+    finally:
+        registry.unregister_lens(K_NORMS_LENS.name)
+
+
+def brute_force_k_norms(folder: Path, n_heads: int) -> np.ndarray:
+    """||W_K,h||_F from the checkpoint's safetensors file: GPT-NeoX interleaves Q, K, V per head in
+    ``query_key_value`` (rows h*3*d_head + d_head .. h*3*d_head + 2*d_head are head h's keys)."""
+    weights = load_file(folder / "model.safetensors")
+    names = sorted(
+        (k for k in weights if k.endswith("attention.query_key_value.weight")),
+        key=lambda k: int(k.split(".layers.")[1].split(".")[0]),
+    )
+    out = []
+    for name in names:
+        qkv = weights[name].astype(np.float64)
+        d_head = qkv.shape[0] // (3 * n_heads)
+        out.append([np.linalg.norm(qkv[h * 3 * d_head + d_head : h * 3 * d_head + 2 * d_head]) for h in range(n_heads)])
+    return np.array(out)
+
+
+# ------------------------------------------------------------------ the run, the store, info and plan
+
+
+def test_a_lens_from_one_test_module_is_run_stored_listed_and_priced(knorms, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "0")
+    assert K_NORMS.name in TABLES and K_NORMS_RECORD.key in RECORDS
+    suite = make_suite(tmp_path / "suite", [0, 1, 4])
+    out = tmp_path / "store"
+    argv = ["--source", str(suite), "--out", str(out), "--device", "cpu", "--no-progress", "--matrices", "qk"]
+    assert precompute([*argv, "--lenses", "knorms", "--knorms-scale", "2.5"]) == 0
+    capsys.readouterr()
+
+    # the store: its table, against the weights; its record, after the built-in ones in meta.json
+    store = open_store(out)
+    values = store.dense(K_NORMS, "k_frob")  # (steps, layers, heads)
+    assert values is not None and values.shape == (3, 2, 4)
+    for i, step in enumerate([0, 1, 4]):
+        np.testing.assert_allclose(values[i], 2.5 * brute_force_k_norms(suite / f"step{step}", 4), rtol=1e-6)
+    assert store.meta.records["knorms"] == {"scale": 2.5, "norm": "Frobenius"} == store.meta.knorms
+    raw = json.loads((out / "meta.json").read_text())
+    assert list(raw)[-1] == "knorms" and raw["knorms"] == {"scale": 2.5, "norm": "Frobenius"}
+
+    # headwatch info: the lens, its checkpoints, its record and its figures
+    assert headwatch(["info", str(out)]) == 0
+    info = capsys.readouterr().out
+    assert "  knorms      3 checkpoints; meta.json 'knorms' records how" in info
+    assert "  knorms      KNORMS_SECONDS_1_4B = 2.5 s; k_norms.parquet 20.0 B per head and matrix" in info
+
+    # headwatch plan: the lens among --lenses, priced from its figure, its bytes in the store's growth
+    assert headwatch(["plan", str(suite), "--matrices", "qk", "--lenses", "knorms"]) == 0
+    plan = capsys.readouterr().out
+    scale = (2 * 4 * 64**2) / (24 * 16 * 2048**2)  # layers x heads x d_model^2 against Pythia-1.4B's
+    line = next(line for line in plan.splitlines() if "KNORMS_SECONDS_1_4B" in line)
+    assert line.split()[0] == "knorms" and f"x {scale:.3g} (layers x heads" in line
+    assert "k_norms.parquet 20.0 B per head and matrix" in plan
+    assert headwatch(["plan", str(suite), "--matrices", "qk"]) == 0
+    assert "KNORMS" not in capsys.readouterr().out
+
+    # without the lens option's lens, the option is refused like any lens's
+    assert precompute([*argv, "--knorms-scale", "3"]) == 2
+    assert "--knorms-scale are for the W_K norms: add --lenses knorms" in capsys.readouterr().err
+
+
+def test_an_unregistered_lens_leaves_no_trace_and_its_record_survives(knorms, tmp_path: Path, monkeypatch) -> None:
+    """Once the lens is gone (the fixture's teardown, run here by hand), the store format, the records and the
+    command line are as before, and a store that has its record reads and writes it back as the file has it."""
+    monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "0")
+    suite = make_suite(tmp_path / "suite", [0, 1, 4])
+    out = tmp_path / "store"
+    argv = ["--source", str(suite), "--out", str(out), "--device", "cpu", "--no-progress", "--matrices", "qk"]
+    assert precompute([*argv, "--revisions", "step0,step1", "--lenses", "knorms"]) == 0
+    table = (out / K_NORMS.file).read_bytes()
+    registry.unregister_lens("knorms")
+    try:
+        assert "knorms" not in registry.BY_NAME and K_NORMS.name not in TABLES and "knorms" not in RECORDS
+        meta = read_meta(out)
+        assert meta.extra["knorms"] == {"scale": 1.0, "norm": "Frobenius"} and "knorms" not in meta.records
+        with pytest.raises(SystemExit):
+            precompute([*argv, "--lenses", "knorms"])
+        assert precompute(argv) == 0  # step 4 is new: meta.json is written again, the unknown record with it
+        raw = json.loads((out / "meta.json").read_text())
+        assert [c["step"] for c in raw["checkpoints"]] == [0, 1, 4]
+        assert list(raw)[-1] == "knorms" and raw["knorms"] == {"scale": 1.0, "norm": "Frobenius"}
+        assert (out / K_NORMS.file).read_bytes() == table  # a table of no registered lens is kept as it is
+    finally:
+        registry.register_lens(K_NORMS_LENS)  # for the fixture's teardown
