@@ -33,8 +33,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from analysis.histogram_edges import HIST_Z_EDGES
 from analysis.rmt.nullmodel import kl_null
+from analysis.stats.definitions import HIST_Z_EDGES
 from analysis.stats.density import gaussian_bin_mass
 
 REFERENCE_DRAWS = 32  # heads drawn per shape

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from analysis.histogram_edges import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
+from analysis.stats.definitions import HIST_Z_BINS, HIST_Z_EDGES, HIST_Z_HI, HIST_Z_LO
 
 BIN_WIDTH = (HIST_Z_HI - HIST_Z_LO) / HIST_Z_BINS  # 0.1 in z
 

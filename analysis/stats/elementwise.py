@@ -29,10 +29,9 @@ import math
 import numpy as np
 import torch
 
+from analysis.stats.definitions import ELEMENTWISE_STATS as ELEMENTWISE_STATS  # the names its results carry
+from analysis.stats.definitions import HIST_Z_EDGES
 from analysis.stats.density import gaussian_bin_mass  # numpy only: the dashboard (analysis.rmt.references) uses it too
-from analysis.store.format import ELEMENTWISE_COLUMNS, HIST_Z_EDGES
-
-ELEMENTWISE_STATS = ELEMENTWISE_COLUMNS  # the store's column names (analysis/store/format.py)
 
 
 def kl_from_hist(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

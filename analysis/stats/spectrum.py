@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.store.format import SPECTRAL_COLUMNS
-
-SPECTRAL_STATS = SPECTRAL_COLUMNS  # the store's column names (analysis/store/format.py)
+from analysis.stats.definitions import SPECTRAL_STATS as SPECTRAL_STATS  # the names its results carry
 
 # Largest bound on a factor's condition number for which its R comes from Cholesky-QR
 # (float64 only): eps_64 * 1e4^2 = 2e-8. Random heads bound near d_head (the Frobenius

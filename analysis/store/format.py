@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from analysis.histogram_edges import HIST_Z_BINS as HIST_Z_BINS
-from analysis.histogram_edges import HIST_Z_EDGES as HIST_Z_EDGES
-from analysis.histogram_edges import HIST_Z_HI as HIST_Z_HI
-from analysis.histogram_edges import HIST_Z_LO as HIST_Z_LO
+from analysis.stats.definitions import ELEMENTWISE_STATS, SPECTRAL_STATS
+from analysis.stats.definitions import HIST_Z_BINS as HIST_Z_BINS
+from analysis.stats.definitions import HIST_Z_EDGES as HIST_Z_EDGES
+from analysis.stats.definitions import HIST_Z_HI as HIST_Z_HI
+from analysis.stats.definitions import HIST_Z_LO as HIST_Z_LO
 
 # Bumped whenever a reader of the previous version would misread a new store.
 # 1: the first stores (heads.parquet without the null-model columns in the earliest ones).
@@ -35,7 +36,7 @@ SCHEMA_VERSION = 3
 META_FILE = "meta.json"
 
 # Fixed standardized-histogram edges, shared by every head, step and model, are defined with the statistics
-# (`analysis.histogram_edges`: z in [-10, 10], bin width 0.1, plus an underflow and an overflow bin, so
+# (`analysis.stats.definitions`: z in [-10, 10], bin width 0.1, plus an underflow and an overflow bin, so
 # `hist_z` has 202 probabilities) and re-exported here: HIST_Z_LO, HIST_Z_HI, HIST_Z_BINS, HIST_Z_EDGES.
 
 # Which product a row describes: W_QK = W_Q^T W_K per query head, W_OV = W_O[:, h] W_V,h.
@@ -45,15 +46,8 @@ MATRICES = ("qk", "ov")
 KEY_COLUMNS = ("step", "layer", "head", "matrix")
 
 # Scalar statistics (float64 columns), in the order written. Definitions: docs/design-notes.md section 3.
-ELEMENTWISE_COLUMNS = ("mean", "std", "skew", "kurtosis", "min", "max", "kl_gauss")
-SPECTRAL_COLUMNS = (
-    "stable_rank",
-    "spectral_entropy",
-    "participation_ratio",
-    "condition_number",
-    "frob_norm",
-    "spectral_norm",
-)
+ELEMENTWISE_COLUMNS = ELEMENTWISE_STATS  # the statistics' own names (`analysis.stats.definitions`)
+SPECTRAL_COLUMNS = SPECTRAL_STATS
 SCALAR_COLUMNS = ELEMENTWISE_COLUMNS + SPECTRAL_COLUMNS
 
 # List columns (float32 lists): the standardized histogram and the singular values.

@@ -235,20 +235,22 @@ def test_list_columns_read_across_many_row_groups(tmp_path: Path, monkeypatch: p
     np.testing.assert_array_equal(store.array("std"), code + SCALAR_COLUMNS.index("std") / 100)
 
 
-def test_the_random_matrix_references_stand_below_the_store() -> None:
-    """analysis/rmt/ imports nothing of analysis/store/, directly or through another module (the store's reader
-    derives older stores' null-model columns with the null model: the store stands above rmt, never beside it)."""
+def test_the_statistics_and_the_random_matrix_references_stand_below_the_store() -> None:
+    """analysis/rmt/ and analysis/stats/ import nothing of analysis/store/, directly or through another module (the
+    store's reader derives older stores' null-model columns with the null model, and its format names the columns
+    after the statistics' own names: the store stands above both, never beside them)."""
     from tests.unit.test_imports import import_graph
 
     graph = import_graph()
     reached: set[str] = set()
-    todo = [name for name in graph if name.startswith("analysis.rmt.")]
+    todo = [name for name in graph if name.startswith(("analysis.rmt.", "analysis.stats."))]
     while todo:
         name = todo.pop()
         for target in graph[name] - reached:
             reached.add(target)
             todo.append(target)
     assert not {name for name in reached if name.startswith("analysis.store")}, sorted(reached)
-    assert any(
-        target.startswith("analysis.rmt") for name in graph if name.startswith("analysis.store.") for target in graph[name]
-    )
+    for below in ("analysis.rmt", "analysis.stats"):
+        assert any(target.startswith(below) for name in graph if name.startswith("analysis.store.") for target in graph[name]), (
+            below
+        )
