@@ -593,8 +593,9 @@ SIMILARITY_LENS = Lens(
 STAGES_LENS = Lens(
     name="stages",
     title="developmental stages",
-    summary="stages between critical points of the whole-model LLC and plateaus and drops of the loss, "
-    "made from the store after a run (docs/stages.md)",
+    summary="stages where the whole-model LLC, the loss, the probe's copy loss or a count of typed heads changes its "
+    "trend or its rate, merged into the run's boundaries and named by the heads that form; made from the store "
+    "after a run (docs/stages.md)",
     tables=(STAGES,),
     asked_by="default",
     computation="precompute.lenses.stages:StagesComputation",

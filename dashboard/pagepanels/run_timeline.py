@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.findings.events import KINDS, Event, events_frame, head_link, primary_basis, stage_bases, stage_rows
+from analysis.findings.events import KINDS, Event, basis_text, events_frame, head_link, primary_basis, stage_bases, stage_rows
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
 from analysis.store.format import HEAD_TYPE_SCORES
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
@@ -23,15 +23,13 @@ from dashboard.data import loss_curve
 from dashboard.figures import timeline as figs
 from dashboard.labels import LLC_STAT, STATS
 
-BASIS_TEXT = {"llc": "whole-model LLC", "loss": "loss"}
-
-
 @dataclass(frozen=True)
 class TimelineView:
     """What the Timeline shows (the widgets above the chart).
 
     Attributes:
-        basis: the curve the shaded stages are read from (URL ``basis``: ``llc`` or ``loss``); None without stages.
+        basis: the curve the shaded stages are read from (URL ``basis``: ``run``, ``llc``, ``loss``, ``copy_loss``,
+            ``heads_<type>``); None without stages.
         bases: the bases the store has stages of (empty: none).
         stages: the shaded basis's stages (`analysis.findings.events.stage_rows`), or None.
         shown: the run's events of the kinds picked (URL ``kinds``), by step.
@@ -54,7 +52,7 @@ def pick_view(store) -> TimelineView:
             "Stages shaded, read from",
             bases,
             primary if primary in bases else bases[0],
-            fmt=BASIS_TEXT.__getitem__,
+            fmt=basis_text,
             kind="radio",
             where=c_basis,
         )
@@ -93,10 +91,12 @@ def timeline_panel(frame, axis, view: TimelineView) -> None:
     )
     parameters = recorded.get("parameters", {})
     st.caption(
-        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC; green drop, grey "
-        f"plateau for the loss), boundaries where the curve's trend changes by more than {parameters.get('k', 3):g} "
-        "standard errors (docs/stages.md). Bottom: one lane per kind of event, one marker per event at its "
-        "checkpoint; hover for what happened, the table below links each to its evidence."
+        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC and the counts of heads; "
+        "green drop, grey plateau for the losses; the run's stages take the LLC's trend), a dotted line at each "
+        f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors; "
+        f"the run's boundaries merge the curves' within {parameters.get('merge', 2)} checkpoints and are named after "
+        "the heads that form in the stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "
+        "per event at its checkpoint; hover for what happened, the table below links each to its evidence."
     )
 
 
@@ -114,6 +114,7 @@ def stages_panel(view: TimelineView) -> None:
                 "end_step": st.column_config.NumberColumn("to step", format="%d"),
                 "change_se": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
                 "loss_change": st.column_config.NumberColumn("loss change (nats/token)", format="%.3f"),
+                "support": st.column_config.TextColumn("supported by (curve boundary, step)"),
             },
         )
     else:
