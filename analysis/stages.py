@@ -1,8 +1,10 @@
-"""Developmental stages of a run, from the whole-model LLC and the loss over training (docs/stages.md).
+"""Developmental stages of one curve over training: the whole-model LLC, the loss, and the behavioural curves
+`analysis.run_stages` reads beside them (docs/stages.md).
 
 The rule, in short (Hoogland et al. 2024; the refined-LLC paper's appendix C.1): a stage boundary is
 a critical point of the LLC curve, where it turns from rising to falling or back, or where it
-starts or stops changing. A curve sampled at a few checkpoints, each estimate with an error, is
+starts or stops changing, or where it keeps its direction but changes its rate (a rise that speeds
+up or slows down is a transition too: the induction head forms where the LLC's rise speeds up). A curve sampled at a few checkpoints, each estimate with an error, is
 read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced early):
 
 1. Segmentation. The points are cut into stretches, each fitted by a straight line in ``u``
@@ -13,9 +15,13 @@ read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced
 2. Trend of a stretch. The fitted change across it, ``slope * (u_end - u_start)``, is rising
    (falling) when it exceeds k times its standard error ``sigma * du / sqrt(sum (u - mean u)^2)``
    and flat otherwise. No smoothing besides the line fits.
-3. Stages. Neighbouring stretches with the same trend are one stage; a boundary is where the trend
-   changes (an LLC peak, a trough, the start or end of a flat stretch). A curve whose changes all
-   stay within k standard errors is one flat stage: noise makes no stage.
+3. Stages. A boundary is where the trend changes (an LLC peak, a trough, the start or end of a
+   flat stretch), or where two neighbouring stretches of one trend, rising or falling, differ in
+   slope by more than k standard errors of the difference, ``|b1 - b2| > k sqrt(se1^2 + se2^2)``
+   with ``se = sigma / sqrt(sum (u - mean u)^2)`` (``LLC accelerates``, ``LLC slows``, ``loss drop
+   speeds up``, ...); other neighbours are one stage, and flat stretches never split. A curve whose
+   changes all stay within k standard errors is one stage: noise makes no boundary (at most a few
+   percent of noise-only curves get one, measured in tests/unit/test_run_stages.py).
 
 ``sigma`` for the LLC is the pooled standard error of an estimate: the root mean square over the
 estimated checkpoints of ``sd_c / sqrt(C)``, ``sd_c`` the sample standard deviation of the C chains'
