@@ -32,6 +32,8 @@ from typing import Any, Literal
 from analysis.store.format import (
     COMPOSITION,
     EMBEDDINGS,
+    ESSENTIAL,
+    ESSENTIAL_OUTPUTS,
     FORWARD_TABLES,
     HEAD_EMERGENCE,
     HEAD_TYPES_TABLE,
@@ -48,6 +50,7 @@ from analysis.store.format import (
 from analysis.store.records import (
     COMPOSITION_RECORD,
     EMBEDDINGS_RECORD,
+    ESSENTIAL_RECORD,
     FORWARD_RECORD,
     LLC_RECORD,
     OVERLAPS_RECORD,
@@ -604,6 +607,18 @@ STAGES_LENS = Lens(
     stepwise=False,
 )
 
+ESSENTIAL_LENS = Lens(
+    name="essential",
+    title="essential dynamics",
+    summary="per checkpoint, the log-probabilities of a fixed sample of sequences, positions and tokens; their "
+    "trajectory in its leading principal components over checkpoints, with its cusps (docs/stages.md)",
+    tables=(ESSENTIAL_OUTPUTS, ESSENTIAL),
+    asked_by="--lenses",
+    computation="precompute.lenses.essential:EssentialComputation",
+    needs=("checkpoint", "evaluation"),
+    record=ESSENTIAL_RECORD,
+)
+
 TYPES_LENS = Lens(
     name="types",
     title="head types",
@@ -641,6 +656,7 @@ LENSES: tuple[Lens, ...] = (
     SIMILARITY_LENS,
     TYPES_LENS,
     EMBEDDINGS_LENS,
+    ESSENTIAL_LENS,
     STAGES_LENS,
 )
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}

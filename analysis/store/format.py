@@ -630,6 +630,51 @@ STAGES = TableSpec(
     sort=("basis", "stage"),
 )
 
+# Essential dynamics (analysis/essential.py; `python -m precompute --lenses essential`): per checkpoint, the model's
+# next-token log-probabilities on a fixed sample (meta.json ``essential`` records it), and their trajectory in its
+# leading principal components over the checkpoints, with its cusps.
+ESSENTIAL_OUTPUTS_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "logprobs": "the model's next-token log-probabilities (nats) on the sample of meta.json essential, in (sequence, "
+    "position, token) order: sequences x positions x tokens values (list<float32>)",
+}
+ESSENTIAL_OUTPUTS = TableSpec(
+    name="essential_outputs",
+    file="essential_outputs.parquet",
+    row="one row per step",
+    about="The outputs the essential-dynamics lens reads: per checkpoint, the log-probabilities of a fixed subset of "
+    "tokens at fixed positions of fixed sequences (the sample and how it was chosen are in meta.json `essential`).",
+    schema=_fields({"step": pa.int64(), "logprobs": pa.list_(pa.float32())}),
+    docs=ESSENTIAL_OUTPUTS_COLUMN_DOCS,
+    sort=("step",),
+)
+ESSENTIAL_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "component": "0-based index of the principal component over checkpoints (int32)",
+    "score": "the checkpoint's coordinate on the component: U[t, j] S[j] of the thin SVD of the centred outputs "
+    "(nats; each component's sign makes its largest-magnitude score positive)",
+    "explained": "fraction of the outputs' variance over checkpoints the component explains, S[j]^2 / sum(S^2) "
+    "(the same in every row of the component)",
+    "turn": "degrees the trajectory turns at the checkpoint, between x_t - x_(t-w) and x_(t+w) - x_t in the stored "
+    "components (NaN within w checkpoints of either end; the same in every row of the step)",
+    "cusp": "the checkpoint is a turning point: turn above 90 degrees and the largest within w checkpoints (bool)",
+}
+ESSENTIAL = TableSpec(
+    name="essential",
+    file="essential.parquet",
+    row="one row per (step, component)",
+    about="Essential dynamics: the trajectory of the model's outputs on fixed inputs (essential_outputs.parquet) in "
+    "its leading principal components over the checkpoints, the variance each explains, and the trajectory's cusps "
+    "(turning points; the rule is in meta.json `essential`). Made again from essential_outputs.parquet by every run "
+    "of the `essential` lens.",
+    schema=_fields(
+        {"step": pa.int64(), "component": pa.int32(), "score": pa.float64(), "explained": pa.float64()}
+        | {"turn": pa.float64(), "cusp": pa.bool_()}
+    ),
+    docs=ESSENTIAL_COLUMN_DOCS,
+    sort=("step", "component"),
+)
+
 # Head similarity that does not depend on the residual basis (analysis/similarity.py; `python -m precompute
 # --lenses similarity`): for every unordered pair of heads, how alike their W_QK and their W_OV are as matrices
 # and how close their column and row spaces are; per layer, how ultrametric (hierarchical) the heads' distances
@@ -714,6 +759,8 @@ TABLES: dict[str, TableSpec] = {
         STAGES,
         SIMILARITY,
         ULTRAMETRICITY,
+        ESSENTIAL_OUTPUTS,
+        ESSENTIAL,
     )
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))
