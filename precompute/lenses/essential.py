@@ -55,6 +55,7 @@ class EssentialSample:
     positions: dict[str, np.ndarray]
     tokens: np.ndarray
     vocab_size: int
+    evaluation: dict[str, Any]
 
     @property
     def values(self) -> int:
@@ -65,7 +66,8 @@ class EssentialSample:
         """What ``meta.json`` ``essential`` records about the sample and the rules (`compare` keys)."""
         return {
             "sequences": {k: int(len(s)) for k, s in self.sequences.items()},
-            "sequences_from": "the first sequences of the forward lens's evaluation text and induction probe (meta.json forward)",
+            "sequences_from": "the first sequences of the evaluation text and of the induction probe (precompute.evalset)",
+            "evaluation": self.evaluation,
             "positions": {k: [int(p) for p in v] for k, v in self.positions.items()},
             "tokens": "all" if len(self.tokens) == self.vocab_size else [int(t) for t in self.tokens],
             "token_rule": TOKEN_RULE.format(size=ed.TOKENS),
@@ -78,7 +80,7 @@ class EssentialSample:
         }
 
 
-SAMPLE_KEYS = ("sequences", "positions", "tokens", "values_per_checkpoint", "order")
+SAMPLE_KEYS = ("evaluation", "sequences", "positions", "tokens", "values_per_checkpoint", "order")
 
 
 def make_sample(eval_set: EvalSet, vocab_size: int) -> EssentialSample:
@@ -86,7 +88,8 @@ def make_sample(eval_set: EvalSet, vocab_size: int) -> EssentialSample:
     sequences = {"evaluation": eval_set.tokens[: ed.SEQUENCES], "probe": eval_set.induction[: ed.SEQUENCES]}
     positions = {k: ed.sample_positions(s.shape[1]) for k, s in sequences.items()}
     targets = np.concatenate([s[:, positions[k] + 1].ravel() for k, s in sequences.items()])
-    return EssentialSample(sequences, positions, ed.token_subset(targets, vocab_size), vocab_size)
+    evaluation = eval_set.info.as_dict()  # the text, its digest and the sequences' (the forward lens records the same)
+    return EssentialSample(sequences, positions, ed.token_subset(targets, vocab_size), vocab_size, evaluation)
 
 
 @torch.no_grad()
