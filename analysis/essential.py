@@ -18,6 +18,7 @@ not one, keep the jitter of neighbouring checkpoints from turning the path.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 SEQUENCES = 4  # sequences of each kind (evaluation text, induction probe) in the sample
 POSITIONS = 8  # positions per sequence, evenly spaced
@@ -104,3 +105,22 @@ def cusps(scores: np.ndarray, *, window: int = WINDOW, turn: float = TURN_DEGREE
         near = angle[max(t - window, 0) : t + window + 1]
         out[t] = angle[t] >= np.nanmax(near)
     return out
+
+
+def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store: analysis.store.Store
+    """The trajectory a store holds (essential.parquet) as one row per step: ``step``, ``pc1``, ``pc2``, ...,
+    ``turn``, ``cusp``; and the fraction of variance each component explains. None without the lens's table."""
+    from analysis.store.format import ESSENTIAL
+
+    frame = store.frame(ESSENTIAL)
+    if frame is None or frame.empty:
+        return None
+    wide = frame.pivot(index="step", columns="component", values="score").sort_index()
+    out = pd.DataFrame({"step": wide.index.to_numpy(np.int64)})
+    for j in wide.columns:
+        out[f"pc{int(j) + 1}"] = wide[j].to_numpy()
+    per_step = frame.drop_duplicates("step").set_index("step").loc[out["step"]]
+    out["turn"] = per_step["turn"].to_numpy()
+    out["cusp"] = per_step["cusp"].to_numpy(bool)
+    explained = frame.drop_duplicates("component").sort_values("component")["explained"].to_numpy()
+    return out, explained

@@ -14,13 +14,16 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.essential import store_trajectory
 from analysis.findings.events import KINDS, Event, basis_text, events_frame, head_link, primary_basis, stage_bases, stage_rows
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
 from analysis.store.format import HEAD_TYPE_SCORES
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
-from dashboard import charts, export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
+from dashboard.figures import essential as ed_figs
 from dashboard.figures import timeline as figs
+from dashboard.figures.points import picked_step
 from dashboard.labels import LLC_STAT, STATS
 
 @dataclass(frozen=True)
@@ -227,4 +230,39 @@ def open_question_panel(frame) -> None:
         label="The whole comparison, statistic by statistic, on the Trajectory map",
         icon=":material/scatter_plot:",
         query_params={"run": frame.run or "", "colour": "type"},
+    )
+
+
+def essential_panel(frame, view: TimelineView) -> None:
+    """The essential dynamics: the outputs' trajectory in its first two principal components, coloured by the shaded
+    stages; a click on a checkpoint opens the Forward lenses page at that step."""
+    st.subheader("Essential dynamics")
+    found = store_trajectory(frame.store)
+    if found is None:
+        st.info(
+            "This store has no essential dynamics (essential.parquet). Add them with "
+            "`python -m precompute --source SOURCE --out STORE --lenses essential` (it reads the checkpoints again)."
+        )
+        return
+    path, explained = found
+    event = charts.chart(
+        ed_figs.trajectory(path, explained, view.stages),
+        "essential",
+        title=frame.run,
+        filename=export.safe_name(frame.run, "essential"),
+        csv=lambda: path.assign(run=frame.run),
+        select=True,
+    )
+    step = picked_step(event, [int(s) for s in frame.store.steps])
+    if step is not None:
+        viewstate.switch_page("pages/forward_lenses.py", step=step)
+    recorded = frame.store.meta.records.get("essential") or {}
+    cusps = recorded.get("cusps") or []
+    st.caption(
+        f"Each point is a checkpoint: the model's next-token log-probabilities on a fixed sample "
+        f"({recorded.get('values_per_checkpoint', '?'):,} numbers: the evaluation text and the induction probe, "
+        "meta.json essential) projected on their first two principal components over the checkpoints, coloured by "
+        "the stage shaded above; open circles are cusps, where the path turns by more than "
+        f"{recorded.get('turn_degrees', 90):g} degrees ({', '.join(f'{c:,}' for c in cusps) or 'none'}). Hover names "
+        "the step; a click opens the Forward lenses page there (docs/stages.md)."
     )
