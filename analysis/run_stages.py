@@ -19,6 +19,7 @@ lie between those boundaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from analysis.stages import (
     standard_errors,
 )
 
+DEFAULT_RULE = StageRule()
 RUN_BASIS = "run"
 COUNT_PREFIX = "heads_"  # the basis of a count of heads holding a type: heads_induction
 NO_EVENT = "no event coincides"
@@ -55,7 +57,9 @@ def curve_label(basis: str) -> str:
     return {"llc": "LLC", "loss": "loss", "copy_loss": "copy loss", RUN_BASIS: "run"}.get(basis, basis)
 
 
-def count_stages(steps: np.ndarray, count: np.ndarray, rule: StageRule = StageRule(), *, basis: str) -> tuple[list[Stage], float]:
+def count_stages(
+    steps: np.ndarray, count: np.ndarray, rule: StageRule = DEFAULT_RULE, *, basis: str
+) -> tuple[list[Stage], float]:
     """Stages of the number of heads holding one type: the LLC's rule with the count's noise, the jitter of its
     second differences (`analysis.stages.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
     heads: one head that joins or leaves between two checkpoints is within the noise at k = 3, three are not).
@@ -69,7 +73,7 @@ def count_stages(steps: np.ndarray, count: np.ndarray, rule: StageRule = StageRu
     return level_stages(np.asarray(steps, np.int64), np.asarray(count, np.float64), sigma, rule, names=names), sigma
 
 
-def copy_loss_stages(steps: np.ndarray, copy_loss: np.ndarray, rule: StageRule = StageRule()) -> tuple[list[Stage], float]:
+def copy_loss_stages(steps: np.ndarray, copy_loss: np.ndarray, rule: StageRule = DEFAULT_RULE) -> tuple[list[Stage], float]:
     """Stages of the probe's copy loss: the loss's rule and noise model, boundaries named ``copy loss drop begins``."""
     noise = loss_noise(copy_loss)
     sigma = max(noise if np.isfinite(noise) else 0.0, 1e-6 * float(np.ptp(copy_loss)), 1e-12)
@@ -160,7 +164,7 @@ def name_boundary(start: int, end: int, emergence: list[tuple[str, int, int, int
 def run_stages_from(
     curves: dict[str, tuple[np.ndarray, np.ndarray, list[Stage]]],
     emergence: list[tuple[str, int, int, int]],
-    rule: StageRule = StageRule(),
+    rule: StageRule = DEFAULT_RULE,
     *,
     primary: str,
 ) -> tuple[list[Stage], list[RunBoundary]]:
@@ -178,11 +182,13 @@ def run_stages_from(
     grid = np.unique(np.concatenate([np.asarray(c[0], np.int64) for c in curves.values()]))
     groups = merge_boundaries({b: c[2] for b, c in curves.items()}, grid, merge=rule.merge)
     edges = [int(grid[0]), *[g[0].step for g in groups], int(grid[-1])]
-    boundaries = [RunBoundary(g[0].step, g, name_boundary(a, b, emergence)) for g, a, b in zip(groups, edges[1:-1], edges[2:], strict=True)]
+    boundaries = [
+        RunBoundary(g[0].step, g, name_boundary(a, b, emergence)) for g, a, b in zip(groups, edges[1:-1], edges[2:], strict=True)
+    ]
     steps, values, stages = curves[primary]
     u = log_axis(steps)
     out = []
-    for index, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+    for index, (a, b) in enumerate(pairwise(edges)):
         mid = (log_axis(np.array([a]))[0] + log_axis(np.array([b]))[0]) / 2
         trend = next((s.trend for s in stages if log_axis(np.array([s.end_step]))[0] >= mid), stages[-1].trend)
         start, end = (float(np.interp(log_axis(np.array([x]))[0], u, values)) for x in (a, b))
@@ -238,7 +244,7 @@ class RunStages:
         return float("nan") if a is None or b is None else b - a
 
 
-def store_stages(store, rule: StageRule = StageRule()) -> RunStages:  # store: analysis.store.Store
+def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: analysis.store.Store
     """The stages of a store's run, from its llc.parquet (whole-model rows; llc_chains.parquet for the
     spread and flags when present), eval_loss.parquet (the loss and the probe's copy loss) and head_types.parquet /
     head_emergence.parquet (the counts of heads per type, the emergence steps that name the boundaries).
@@ -326,14 +332,20 @@ def store_stages(store, rule: StageRule = StageRule()) -> RunStages:  # store: a
         counts = held[held["holds"]].groupby(["type", "step"]).size()
         steps = np.sort(held["step"].unique()).astype(np.int64)
         for kind in sorted(held["type"].unique()):
-            count = counts[kind].reindex(steps, fill_value=0).to_numpy(np.float64) if kind in counts.index else np.zeros(len(steps))
+            count = (
+                counts[kind].reindex(steps, fill_value=0).to_numpy(np.float64) if kind in counts.index else np.zeros(len(steps))
+            )
             if not count.any() or len(steps) < rule.min_points:
                 continue
             basis = COUNT_PREFIX + kind
             found, sigma = count_stages(steps, count, rule, basis=basis)
             behaviour[basis] = found
             curves[basis] = (steps, count, found)
-            behaviour_meta[basis] = {"steps": len(steps), "noise": sigma, "noise_from": f"max(jitter, {rule.count_noise:g} heads)"}
+            behaviour_meta[basis] = {
+                "steps": len(steps),
+                "noise": sigma,
+                "noise_from": f"max(jitter, {rule.count_noise:g} heads)",
+            }
         rows = store.frame(HEAD_EMERGENCE)
         if rows is not None:
             rows = rows[rows["emergence_step"].notna()]

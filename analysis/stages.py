@@ -4,7 +4,8 @@
 The rule, in short (Hoogland et al. 2024; the refined-LLC paper's appendix C.1): a stage boundary is
 a critical point of the LLC curve, where it turns from rising to falling or back, or where it
 starts or stops changing, or where it keeps its direction but changes its rate (a rise that speeds
-up or slows down is a transition too: the induction head forms where the LLC's rise speeds up). A curve sampled at a few checkpoints, each estimate with an error, is
+up or slows down is a transition too: the induction head forms where the LLC's rise speeds up).
+A curve sampled at a few checkpoints, each estimate with an error, is
 read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced early):
 
 1. Segmentation. The points are cut into stretches, each fitted by a straight line in ``u``
@@ -217,7 +218,9 @@ def rate_change(a: _Stretch, b: _Stretch) -> float:
     return (b.slope - a.slope) / float(np.hypot(a.slope_se, b.slope_se))
 
 
-def _merge(steps: np.ndarray, y: np.ndarray, stretches: list[_Stretch], trends: list[str], names: dict, rule: StageRule) -> list[Stage]:
+def _merge(
+    steps: np.ndarray, y: np.ndarray, stretches: list[_Stretch], trends: list[str], names: dict, rule: StageRule
+) -> list[Stage]:
     """Stretches into stages: neighbours with the same trend are one stage unless their rates differ by more than
     ``rule.k`` standard errors (`rate_change`); a flat (plateau) stretch never splits from a flat neighbour."""
     groups: list[list[int]] = []
@@ -333,7 +336,9 @@ def loss_stages(steps: np.ndarray, loss: np.ndarray, rule: StageRule = StageRule
     return loss_like_stages(steps, loss, sigma, rule, names=_LOSS_BOUNDARIES)
 
 
-def loss_like_stages(steps: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule = StageRule(), *, names: dict) -> list[Stage]:
+def loss_like_stages(
+    steps: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule = StageRule(), *, names: dict
+) -> list[Stage]:
     """Stages of a curve whose trends are drop, plateau or rise (a loss): validated input, ``sigma > 0``."""
     if len(steps) < rule.min_points:
         return []

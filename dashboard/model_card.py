@@ -81,8 +81,7 @@ def timeline_card_lines(stages, events: list[Event], *, basis: str | None) -> li
             ]
         else:
             parts = [
-                f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}"
-                for r in stages.itertuples(index=False)
+                f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}" for r in stages.itertuples(index=False)
             ]
         lines = [f"**Stages** ({curve}): " + " · ".join(parts)]
     firsts = key_events(events)

@@ -603,8 +603,7 @@ STAGES_COLUMN_DOCS: dict[str, str] = {
     "end_value": "the basis curve at end_step",
     "change": "fitted change of the basis curve across the stage (sum of its straight stretches in log10(1 + step)); "
     "run: end_value - start_value",
-    "change_se": "standard error of change, from the chains' pooled spread (llc) or the curve's noise (the others); "
-    "NaN for run",
+    "change_se": "standard error of change, from the chains' pooled spread (llc) or the curve's noise (the others); NaN for run",
     "loss_change": "eval loss at end_step minus at start_step, nats per token (NaN without eval_loss.parquet)",
     "support": "run: the curves' boundaries merged into the boundary that begins the stage, as kind (step); ... "
     "(empty for the first stage and for every other basis) (string)",

@@ -55,7 +55,9 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
                 name=name if len(name) < 60 else name[:57] + "…",
                 marker=dict(size=9, color=STAGE_COLOURS[max(s, 0) % len(STAGE_COLOURS)]),
                 customdata=[[-1, -1, int(t)] for t in steps[mine]],
-                hovertemplate="step %{customdata[2]:,}<br>PC1 %{x:.3g}, PC2 %{y:.3g}<extra>" + (f"S{s + 1}" if s >= 0 else "") + "</extra>",
+                hovertemplate="step %{customdata[2]:,}<br>PC1 %{x:.3g}, PC2 %{y:.3g}<extra>"
+                + (f"S{s + 1}" if s >= 0 else "")
+                + "</extra>",
             )
         )
     cusp = path["cusp"].to_numpy(bool)

@@ -26,6 +26,7 @@ from dashboard.figures import timeline as figs
 from dashboard.figures.points import picked_step
 from dashboard.labels import LLC_STAT, STATS
 
+
 @dataclass(frozen=True)
 class TimelineView:
     """What the Timeline shows (the widgets above the chart).

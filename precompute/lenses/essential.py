@@ -65,7 +65,7 @@ class EssentialSample:
     def record(self) -> dict[str, Any]:
         """What ``meta.json`` ``essential`` records about the sample and the rules (`compare` keys)."""
         return {
-            "sequences": {k: int(len(s)) for k, s in self.sequences.items()},
+            "sequences": {k: len(s) for k, s in self.sequences.items()},
             "sequences_from": "the first sequences of the evaluation text and of the induction probe (precompute.evalset)",
             "evaluation": self.evaluation,
             "positions": {k: [int(p) for p in v] for k, v in self.positions.items()},
@@ -209,7 +209,9 @@ class EssentialComputation(BaseComputation):
             state.commit(heads=False)
             run.report.lenses.setdefault(self.lens.name, []).append(step)
         if left_out:
-            run.report.notes.append(f"note: {len(left_out)} checkpoints have no essential-dynamics outputs (steps {left_out[:5]})")
+            run.report.notes.append(
+                f"note: {len(left_out)} checkpoints have no essential-dynamics outputs (steps {left_out[:5]})"
+            )
         table = state.tables.get(ESSENTIAL_OUTPUTS.name)
         if table is None or table.num_rows < 2:
             run.report.notes.append("essential dynamics: fewer than 2 checkpoints with outputs, no trajectory")

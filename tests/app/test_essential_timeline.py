@@ -36,7 +36,12 @@ def essential_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outputs = np.where(t <= CUSP, t * a, CUSP * a + (t - CUSP) * (0.4 * b - 0.9 * a)) - 5.0
     rows, explained, cusps = trajectory_rows(steps, outputs)
     outs = pa.concat_tables([output_rows(int(s), o)[ESSENTIAL_OUTPUTS.name] for s, o in zip(steps, outputs, strict=True)])
-    record = {"values_per_checkpoint": 64, "turn_degrees": 90.0, "explained": explained.tolist(), "cusps": [int(c) for c in cusps]}
+    record = {
+        "values_per_checkpoint": 64,
+        "turn_degrees": 90.0,
+        "explained": explained.tolist(),
+        "cusps": [int(c) for c in cusps],
+    }
     commit_store(path, store.meta.with_record("essential", record), {ESSENTIAL_OUTPUTS.name: outs, ESSENTIAL.name: rows})
     assert [int(c) for c in cusps] == [int(steps[CUSP])]
     return path
@@ -91,7 +96,8 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
                     let best = {gap: -1};
                     for (const p of pts) {
                         const gap = Math.min(...pts.filter(q => q !== p).map(q => Math.hypot(q.px - p.px, q.py - p.py)));
-                        if (gap > best.gap) best = {gap, step: p.step, xy: [box.left + xa._offset + p.px, box.top + ya._offset + p.py]};
+                        const xy = [box.left + xa._offset + p.px, box.top + ya._offset + p.py];
+                        if (gap > best.gap) best = {gap, step: p.step, xy};
                     }
                     return best;
                 }"""

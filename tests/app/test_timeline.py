@@ -129,7 +129,8 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     recorded = open_store(typed_store).meta.stages
     assert recorded is not None and recorded["primary"] == "run"  # the run's stages: each named by what forms in it
     line = " · ".join(
-        f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,}" + (f" ({r.boundary})" if r.stage and r.boundary != "no event coincides" else "")
+        f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,}"
+        + (f" ({r.boundary})" if r.stage and r.boundary != "no event coincides" else "")
         for r in llc.itertuples(index=False)
     )
     assert f"**Stages** (every curve, merged): {line}" in text

@@ -42,15 +42,22 @@ def test_the_outputs_are_the_models_log_probabilities_on_the_recorded_sample(run
     info = record["evaluation"]
     held, _ = held_out_bytes(json.loads((run / "run.json").read_text()), run)
     es = make_eval_set(
-        np.frombuffer(held, np.uint8).astype(np.int64), n=4, t=32, vocab_size=256, text=info["text"],
-        text_sha256=info["text_sha256"], tokenizer=info["tokenizer"],
+        np.frombuffer(held, np.uint8).astype(np.int64),
+        n=4,
+        t=32,
+        vocab_size=256,
+        text=info["text"],
+        text_sha256=info["text_sha256"],
+        tokenizer=info["tokenizer"],
     )
     assert es.info.tokens_sha256 == info["tokens_sha256"] and info["n_sequences"] == 4 and info["seq_len"] == 32
     assert record["sequences"] == {"evaluation": 4, "probe": 4}
     positions, tokens = record["positions"], np.array(record["tokens"])
     # a vocabulary of 256 > 128 tokens kept: the 128 next tokens the sample predicts most often, no rarer one kept
     assert len(tokens) == 128 and np.all(np.diff(tokens) > 0)
-    targets = np.concatenate([ids[:, np.array(positions[k]) + 1].ravel() for k, ids in (("evaluation", es.tokens[:4]), ("probe", es.induction[:4]))])
+    targets = np.concatenate(
+        [ids[:, np.array(positions[k]) + 1].ravel() for k, ids in (("evaluation", es.tokens[:4]), ("probe", es.induction[:4]))]
+    )
     counts = np.bincount(targets, minlength=256)
     assert counts[tokens].min() >= np.delete(counts, tokens).max()
     assert record["values_per_checkpoint"] == 4 * (len(positions["evaluation"]) + len(positions["probe"])) * 128
@@ -91,11 +98,15 @@ def test_the_components_are_numpys_svd_of_the_stored_outputs(store: Path) -> Non
 
 def test_adding_the_lens_later_gives_the_one_shot_store(run: Path, store: Path, tmp_path: Path) -> None:
     later = tmp_path / "later"
-    first = run_cli("--source", str(run), "--out", str(later), "--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
+    first = run_cli(
+        "--source", str(run), "--out", str(later), "--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32"
+    )
     assert first.returncode == 0, first.stderr
     assert not (later / ESSENTIAL.file).exists()
     done = run_cli("--source", str(run), "--out", str(later), *LENS)
     assert done.returncode == 0, done.stderr
     for spec in (ESSENTIAL_OUTPUTS, ESSENTIAL):  # NaN-aware and exact (turn is NaN at the ends)
-        pd.testing.assert_frame_equal(pq.read_table(store / spec.file).to_pandas(), pq.read_table(later / spec.file).to_pandas(), check_exact=True)
+        pd.testing.assert_frame_equal(
+            pq.read_table(store / spec.file).to_pandas(), pq.read_table(later / spec.file).to_pandas(), check_exact=True
+        )
     assert read_meta(store).records["essential"] == read_meta(later).records["essential"]

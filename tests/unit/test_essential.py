@@ -20,7 +20,9 @@ def _svd_scores(outputs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def test_principal_components_match_numpys_svd(dtype) -> None:
     rng = np.random.default_rng(0)
     t = np.linspace(0, 1, 30)[:, None]
-    outputs = (np.hstack([np.sin(3 * t), t**2, np.cos(5 * t)]) @ rng.normal(size=(3, 500)) + 0.01 * rng.normal(size=(30, 500))).astype(dtype)
+    outputs = (
+        np.hstack([np.sin(3 * t), t**2, np.cos(5 * t)]) @ rng.normal(size=(3, 500)) + 0.01 * rng.normal(size=(30, 500))
+    ).astype(dtype)
     scores, explained = ed.principal_components(outputs, components=3)
     ref, ref_explained = _svd_scores(outputs.astype(np.float64), 3)
     tol = 1e-9 if dtype == np.float64 else 1e-4

@@ -31,7 +31,7 @@ def test_a_rise_that_changes_its_rate_is_a_boundary(slopes: tuple[float, float],
     after, with noise of half a unit: in at least 18 of 20 draws two rising stages with the boundary named after the
     change and within one checkpoint of 1024 (the old rule, which merged stretches of one sign, found one stage)."""
     knot = np.log10(1025)
-    clean = np.where(U < knot, slopes[0] * U, slopes[0] * knot + slopes[1] * (U - knot))
+    clean = np.where(knot > U, slopes[0] * U, slopes[0] * knot + slopes[1] * (U - knot))
     found = 0
     for seed in range(20):
         stages = llc_stages(STEPS, clean + np.random.default_rng(seed).normal(0, 0.5, len(STEPS)), 0.5)
@@ -100,7 +100,14 @@ def test_boundaries_within_two_checkpoints_are_one_listing_its_curves() -> None:
         [("copy_loss", 800)],
     ]
     # three checkpoints apart: two boundaries; with merge=0 every step its own
-    assert len(merge_boundaries({"a": [_stage(0, 0, ""), _stage(1, 300, "x")], "b": [_stage(0, 0, ""), _stage(1, 600, "y")]}, grid, merge=2)) == 2
+    assert (
+        len(
+            merge_boundaries(
+                {"a": [_stage(0, 0, ""), _stage(1, 300, "x")], "b": [_stage(0, 0, ""), _stage(1, 600, "y")]}, grid, merge=2
+            )
+        )
+        == 2
+    )
     assert len(merge_boundaries(stages, grid, merge=0)) == 4
 
 
@@ -209,6 +216,9 @@ def test_a_shipped_run_shows_a_boundary_where_its_heads_form(store_path: Path, t
     assert any(e.step == step and boundary in e.label for e in stage_events(store))
     axis = step_axis(store, scale="log")
     figure = timeline(axis, None, "", rows, stage_events(store), run=store_path.name, basis="run")
-    assert any(s.name == f"stage {int(hits['stage'].iloc[0]) + 1} begins: {boundary}" and s.x0 == axis.at(step) for s in figure.layout.shapes)
+    assert any(
+        s.name == f"stage {int(hits['stage'].iloc[0]) + 1} begins: {boundary}" and s.x0 == axis.at(step)
+        for s in figure.layout.shapes
+    )
     text = write_report(store_path, tmp_path / "out").read_text()
     assert f"| {step:,}–" in text and boundary in text
