@@ -617,6 +617,13 @@ ESSENTIAL_LENS = Lens(
     computation="precompute.lenses.essential:EssentialComputation",
     needs=("checkpoint", "evaluation"),
     record=ESSENTIAL_RECORD,
+    seconds=Seconds(
+        "ESSENTIAL_SECONDS_160M",
+        36.5,
+        "parameters",
+        'wall, first timed run (machine shared, load about 10); docs/benchmarks.md "Essential dynamics, one '
+        'Pythia-160M-shaped checkpoint"',
+    ),
 )
 
 TYPES_LENS = Lens(
