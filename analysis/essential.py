@@ -11,8 +11,9 @@ the component explains ``S[j]^2 / sum(S^2)`` of the variance. The trajectory is 
 A cusp is where the trajectory turns back: checkpoint t (with `window` checkpoints w on each side) is a turning
 point when the displacements into it and out of it, ``a = x_t - x_{t-w}`` and ``b = x_{t+w} - x_t`` in the leading
 `components` scores, make an angle above `TURN_DEGREES` (cos(a, b) < cos 90 deg = 0: the path reverses more than it
-goes on) and that angle is the largest among the checkpoints within w of t. Displacements over w checkpoints,
-not one, keep the jitter of neighbouring checkpoints from turning the path.
+goes on), both are at least `MOVING` (a quarter) of the path's largest displacement over w checkpoints (the path
+is moving there: where it stalls, its jitter turns it every way), and that angle is the largest among the checkpoints within w of t.
+Displacements over w checkpoints, not one, keep the jitter of neighbouring checkpoints from turning the path.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TOKENS = 128  # tokens of the vocabulary whose log-probabilities are kept (all o
 COMPONENTS = 3  # principal components stored per checkpoint
 WINDOW = 2  # checkpoints on each side over which a cusp's displacements are taken
 TURN_DEGREES = 90.0  # the turn beyond which a checkpoint is a cusp
+MOVING = 0.25  # a cusp's displacements are at least this fraction of the path's largest (over the same window)
 
 
 def sample_positions(length: int, *, count: int = POSITIONS) -> np.ndarray:
@@ -97,13 +99,20 @@ def turning_angles(scores: np.ndarray, *, window: int = WINDOW) -> np.ndarray:
 
 
 def cusps(scores: np.ndarray, *, window: int = WINDOW, turn: float = TURN_DEGREES) -> np.ndarray:
-    """Whether each checkpoint is a cusp of the trajectory (module docstring): its turning angle exceeds ``turn``
-    and is the largest within ``window`` checkpoints. ``(T,)`` bool."""
-    angle = turning_angles(scores, window=window)
+    """Whether each checkpoint is a cusp of the trajectory (module docstring): its turning angle exceeds ``turn``,
+    both its displacements are at least `MOVING` times the largest displacement over ``window`` checkpoints, and its
+    angle is the largest within ``window`` checkpoints. ``(T,)`` bool."""
+    x = np.asarray(scores, dtype=np.float64)
+    angle = turning_angles(x, window=window)
     out = np.zeros(len(angle), dtype=bool)
+    if len(x) <= 2 * window:
+        return out
+    step = np.linalg.norm(x[window:] - x[:-window], axis=1)  # |x_t - x_(t-w)| for t = w .. T-1
+    typical = MOVING * float(np.max(step))
     for t in np.flatnonzero(np.nan_to_num(angle, nan=-1.0) > turn):
+        moving = step[t - window] >= typical and step[t] >= typical  # |x_t - x_(t-w)|, |x_(t+w) - x_t|
         near = angle[max(t - window, 0) : t + window + 1]
-        out[t] = angle[t] >= np.nanmax(near)
+        out[t] = moving and angle[t] >= np.nanmax(near)
     return out
 
 

@@ -656,7 +656,8 @@ ESSENTIAL_COLUMN_DOCS: dict[str, str] = {
     "(the same in every row of the component)",
     "turn": "degrees the trajectory turns at the checkpoint, between x_t - x_(t-w) and x_(t+w) - x_t in the stored "
     "components (NaN within w checkpoints of either end; the same in every row of the step)",
-    "cusp": "the checkpoint is a turning point: turn above 90 degrees and the largest within w checkpoints (bool)",
+    "cusp": "the checkpoint is a turning point: turn above 90 degrees, both displacements at least a quarter of the "
+    "path's largest over w checkpoints, and the largest turn within w checkpoints (bool)",
 }
 ESSENTIAL = TableSpec(
     name="essential",

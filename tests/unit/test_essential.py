@@ -46,6 +46,18 @@ def test_a_trajectory_that_turns_back_has_its_cusp_found() -> None:
         assert np.flatnonzero(ed.cusps(scores)).tolist() == [12], seed
 
 
+def test_jitter_where_the_path_stalls_is_no_cusp() -> None:
+    """A path that moves steadily to checkpoint 20 and then stalls, only jittering (as a trained model's outputs do
+    late in training): the jitter turns the stalled path every way, but no checkpoint is a cusp, in 20 of 20 draws."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=300)
+    t = np.minimum(np.arange(40, dtype=np.float64), 20)[:, None]
+    for seed in range(20):
+        scores, _ = ed.principal_components(t * a + np.random.default_rng(seed).normal(0, 0.3, size=(40, 300)))
+        assert np.nanmax(ed.turning_angles(scores)[25:]) > 90  # the stall does turn
+        assert not ed.cusps(scores).any(), seed
+
+
 def test_a_straight_or_gently_bending_path_has_no_cusp() -> None:
     t = np.linspace(0, 1, 40)[:, None]
     rng = np.random.default_rng(2)
