@@ -12,8 +12,9 @@ A cusp is where the trajectory turns back: checkpoint t (with `window` checkpoin
 point when the displacements into it and out of it, ``a = x_t - x_{t-w}`` and ``b = x_{t+w} - x_t`` in the leading
 `components` scores, make an angle above `TURN_DEGREES` (cos(a, b) < cos 90 deg = 0: the path reverses more than it
 goes on), both are at least `MOVING` (a quarter) of the path's largest displacement over w checkpoints (the path
-is moving there: where it stalls, its jitter turns it every way), and that angle is the largest among the checkpoints within w of t.
-Displacements over w checkpoints, not one, keep the jitter of neighbouring checkpoints from turning the path.
+is moving there: where it stalls, its jitter turns it every way), and that angle is the largest among the
+checkpoints within w of t. Displacements over w checkpoints, not one, keep the jitter of neighbouring checkpoints
+from turning the path.
 """
 
 from __future__ import annotations
