@@ -41,7 +41,7 @@ def main() -> int:
         "--checkpoints", type=int, default=154, help="checkpoints of the store whose bytes are measured (Pythia's 154)"
     )
     args = p.parse_args()
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=50304,
         hidden_size=768,
         num_hidden_layers=12,

@@ -33,7 +33,7 @@ from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSe
 from precompute.evalset import EvalSet
 from precompute.lenses.forward import load_model
 from precompute.registry import ESSENTIAL_LENS
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
 
@@ -118,7 +118,7 @@ class EssentialJob:
     device: str = "cpu"
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         assert src is not None, "the essential-dynamics lens needs the source"
         return essential_work(src, fetched.ref, self)
@@ -185,9 +185,10 @@ class EssentialComputation(BaseComputation):
                 "--eval-text and sizes, or write to a new --out"
             )
 
-    def begin(self, state, settings: Settings) -> None:
-        was = state.meta.records.get(self.lens.name) or {}
-        state.meta.set_record(self.lens.name, was | self.sample.record())
+    def begin(self, run: RunContext) -> None:
+        meta = run.state.meta
+        was = meta.records.get(self.lens.name) or {}
+        meta.set_record(self.lens.name, was | self.sample.record())
 
     def fill(self, run: RunContext) -> None:
         """The outputs of checkpoints computed without the lens (one commit each), then the trajectory."""
