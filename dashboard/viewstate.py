@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -63,6 +64,14 @@ PAGE_SCOPED = ("stat", "k", "xscale")
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class _FromLink:
+    """Values a link gives one parameter, as the URL spells them (`open_link`): the next page reads them as it reads
+    its own URL (`dashboard.urlstate`), so a repeatable parameter and a single one, a bad value's notice, alike."""
+
+    raw: tuple[str, ...]
 
 
 class View:
@@ -252,6 +261,16 @@ def seed(
     """Put the value the widget ``name`` should show into session state before it is created (a list of at most
     ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``)."""
     handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
+    if isinstance(handed, _FromLink):
+        parsed = (
+            parse_many(name, handed.raw, options, default, hint=hint, most=most)
+            if multi
+            else parse_one(name, handed.raw, options, default)
+        )
+        if parsed.notice:
+            view.notices.append(parsed.notice)
+        st.session_state[name] = parsed.value
+        return
     if _valid(handed, options, multi=multi, most=most):
         st.session_state[name] = handed
         return
@@ -305,4 +324,16 @@ def switch_page(page: Any, **values: Any) -> None:
     """
     active("viewstate.switch_page")
     st.session_state[_NEXT] = dict(values)
+    st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})
+
+
+def open_link(page: Any, query: dict[str, list[str]]) -> None:
+    """Open ``page`` on the view a link's query string names (``{"layer": ["1"], "step": ["1400"]}``), as one
+    browser-history entry (as `switch_page`): each value is read by the next page as if its URL carried it.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    active("viewstate.open_link")
+    st.session_state[_NEXT] = {name: _FromLink(tuple(values)) for name, values in query.items()}
     st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.findings.events import KINDS, events_frame, primary_basis, run_events, stage_rows
 from analysis.findings.held_types import TYPE_LABELS, type_sentences
+from analysis.findings.names import head_name
 from analysis.store import Store, open_store
 from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
 
@@ -280,7 +281,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                 _table(
                     pd.DataFrame(
                         {
-                            "head": [f"L{a}H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+                            "head": [head_name(a, b) for a, b in zip(held["layer"], held["head"], strict=True)],
                             "type": [TYPE_LABELS.get(t, t) for t in held["type"]],
                             "emergence step": [f"{int(s):,}" for s in held["emergence_step"]],
                             "peak score": [f"{v:.3g}" for v in held["peak_score"]],

@@ -17,7 +17,7 @@ from dashboard.figures import head as head_figs
 from dashboard.figures import panels
 from dashboard.figures import spectrum as spectrum_figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.labels import LAMBDA, STATS, stats_for
+from dashboard.labels import LAMBDA, PER_HEAD_STATS, STATS, stats_for
 from dashboard.pagedata import head as head_data
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
@@ -25,6 +25,7 @@ from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
+PANELS = {"weights": "P(w) and spectrum", "statistic": "one statistic against its layer"}  # URL panel: the first one
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
@@ -34,7 +35,7 @@ class _Head:
 
     Attributes:
         frame: the sidebar's run; axis: its time axis.
-        matrix: ``qk`` or ``ov`` (URL ``matrix``); layer, head: the head (URL ``layer``, ``head``).
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); layer, head: the head (URL ``layer``, ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
             and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
         show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.
@@ -46,6 +47,7 @@ class _Head:
     frame: Any
     axis: Any
     matrix: str
+    panel: str
     layer: int
     head: int
     idx: list[int]
@@ -79,6 +81,11 @@ class _Head:
         """What every chart's title names, the matrix included: an exported OV figure says it is one."""
         return f"{self.name} · {self.w_name}"
 
+    def shown_for(self, stat: str) -> str:
+        """What a chart of ``stat`` names: the head and its matrix, or the head alone for a statistic of the head itself
+        (a forward-lens score, the refined LLC), which no matrix has."""
+        return self.name if stat in PER_HEAD_STATS else self.shown
+
     @property
     def tag(self) -> str:
         return f"L{self.layer}H{self.head}" + ("" if self.matrix == "qk" else f"-{self.matrix.upper()}")
@@ -99,6 +106,9 @@ def main() -> None:
     h = _pick_head(frame)
     w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
 
+    # --- panel: any statistic of this head against its layer, first when the link asks (panel=statistic) ---
+    picked = _statistic_panels(h) if h.panel == "statistic" else None
+
     # --- panel: P(w) over training | P(w) at the chosen steps, sigma(t), D_KL(t) ---
     left, right = st.columns([5, 6])
     with left:
@@ -116,17 +126,26 @@ def main() -> None:
     # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
     _leading_panel(h)
 
-    # --- panel: any statistic of this head against its layer ---
-    with st.container():
-        picked = _head_in_layer(h)
+    # --- panel: any statistic of this head against its layer, last by default ---
+    if h.panel != "statistic":
+        picked = _statistic_panels(h)
     if picked is None:
         return
-    stat, k, log_y, event = picked
+    stat, k, _, event = picked
     for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
         charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
 
-    # --- panel: this head's W_QK and W_OV on one pair of axes ---
-    _both_matrices(frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
+
+def _statistic_panels(h: _Head) -> tuple[str, int | None, bool, Any] | None:
+    """One statistic of the head against its layer, then (stores with both) its W_QK and W_OV on one pair of axes;
+    returns `_head_in_layer`'s choice and selection, or None when the store has no values of the statistic."""
+    with st.container():
+        picked = _head_in_layer(h)
+    if picked is None:
+        return None
+    stat, k, log_y, _ = picked
+    _both_matrices(h.frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
+    return picked
 
 
 def _pick_head(frame) -> _Head:
@@ -135,7 +154,19 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
+    c_matrix, c_panel = st.columns([1, 1], vertical_alignment="bottom")
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
+    panel = widgets.select(
+        "panel",
+        "First panel",
+        list(PANELS),
+        "weights",
+        fmt=PANELS.__getitem__,
+        kind="radio",
+        where=c_panel,
+        help="What the page opens on: the weight distribution and spectrum, or one statistic against the layer "
+        "(a head type's evidence: its score over training)",
+    )
     c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 3, 3], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
@@ -156,6 +187,7 @@ def _pick_head(frame) -> _Head:
         "Overlay other heads, from any layer (dotted on every panel over training)",
         [f"L{lay}H{hd}" for lay, hd in heads_all],
         [],
+        fmt=lambda c: c.replace("H", " H"),
         max_selections=MAX_COMPARED,
         help="In the link as cmp=L2H3 (repeatable)",
     )
@@ -167,6 +199,7 @@ def _pick_head(frame) -> _Head:
         frame=frame,
         axis=axis,
         matrix=matrix,
+        panel=panel,
         layer=layer,
         head=head,
         idx=idx,
@@ -456,7 +489,7 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
             )
         ),
         "head_in_layer",
-        title=f"{run} · {h.shown} · {STATS[stat].short(k)} against its layer",
+        title=f"{run} · {h.shown_for(stat)} · {STATS[stat].short(k)} against its layer",
         filename=export.safe_name(run, h.tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
         csv=lambda: export.tidy(values, store.steps, run=run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
             lambda t: t if not pairs else _with_pairs(t, values, store.steps, run, stat, k, matrix, pairs)

@@ -24,6 +24,7 @@ that meta.json ``stages`` names (the basis the views shade and the events' stage
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,12 +32,14 @@ import pandas as pd
 
 from analysis.findings.approaches import model_approaches
 from analysis.findings.held_types import TYPE_LABELS, type_summaries
+from analysis.findings.names import head_name
 from analysis.store import Store
 from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGES
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
 CROSSING_GAP = 0.1  # the relative gap of singular values below which levels approach (the Heads table's default)
+EVIDENCE_PANEL = "statistic"  # the head explorer's panel of one statistic against its layer, first (URL ``panel``)
 KINDS = ("stage boundary", "head type", "rLLC rise", "MP departure", "level crossing")
 
 
@@ -85,6 +88,12 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
     return Event(step, "head type", "", "", "head", _head_query(layer, head, step, **more)).link(run)
 
 
+def evidence_link(run: str, layer: int, head: int, step: int, head_type: str) -> str:
+    """The head explorer on one head at ``step`` with ``head_type``'s score in its first panel (``panel=statistic``):
+    the evidence that the head holds the type from there."""
+    return head_link(run, layer, head, step, stat=HEAD_TYPE_SCORES[head_type], panel=EVIDENCE_PANEL)
+
+
 def stage_events(store: Store) -> list[Event]:
     """Each boundary between the primary basis's stages (the first stage's start is none)."""
     primary = primary_basis(store)
@@ -111,21 +120,29 @@ def stage_events(store: Store) -> list[Event]:
 
 
 def type_events(store: Store) -> list[Event]:
-    """Each head type's first emergence."""
+    """Each head type's first emergence: every head that emerges at the type's earliest step (heads that form at one
+    checkpoint are first together), the evidence link on the first of them."""
     out = []
     for s in type_summaries(store) or []:
         if s.first_step is None or s.first_head is None:
             continue
-        layer, head = s.first_head
-        others = f"; {s.holding - 1} more head(s) later" if s.holding > 1 else ""
+        first = [(layer, head) for layer, head, step in s.emerged if step == s.first_step]
+        later = [step for _, _, step in s.emerged if step > s.first_step]
+        name = TYPE_LABELS.get(s.type, s.type)
+        heads = ", ".join(head_name(layer, head) for layer, head in first)
+        label = f"first {name} head{'s' if len(first) > 1 else ''}: {heads}"
+        together = f"{len(first)} heads hold" if len(first) > 1 else "holds"
+        when = f"at step {min(later):,}" if later and min(later) == max(later) else f"by step {max(later, default=0):,}"
+        more = f"; {len(later)} more head{'s' if len(later) > 1 else ''} {when}" if later else ""
+        layer, head = first[0]
         out.append(
             Event(
                 step=s.first_step,
                 kind="head type",
-                label=f"first {TYPE_LABELS.get(s.type, s.type)} head: L{layer}H{head}",
-                detail=f"holds the type from step {s.first_step:,} to the end{others}",
+                label=label,
+                detail=f"{together} the type from step {s.first_step:,} to the end{more}",
                 page="head",
-                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type]),
+                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type], panel=EVIDENCE_PANEL),
             )
         )
     return out
@@ -156,7 +173,7 @@ def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
             Event(
                 step=b,
                 kind="rLLC rise",
-                label=f"L{layer}H{head} refined LLC rises by {rise[t, layer, head]:.3g}",
+                label=f"{head_name(layer, head)} refined LLC rises by {rise[t, layer, head]:.3g}",
                 detail=f"{values[t, layer, head]:.3g} at step {a:,} → {values[t + 1, layer, head]:.3g} at step {b:,} "
                 f"(chains' spread ± {se[t, layer, head]:.2g})",
                 page="llc",
@@ -212,7 +229,7 @@ def crossing_events(store: Store) -> list[Event]:
             Event(
                 step=step,
                 kind="level crossing",
-                label=f"first level crossing of {name}: L{layer}H{head} {r['levels']}",
+                label=f"first level crossing of {name}: {head_name(layer, head)} {r['levels']}",
                 detail=f"{len(crossings)} crossings in {crossings[['layer', 'head']].drop_duplicates().shape[0]} heads "
                 f"over the run (gap below {100 * CROSSING_GAP:g}%)",
                 page="head",
@@ -239,14 +256,15 @@ def key_events(events: list[Event]) -> list[Event]:
 
 
 def events_frame(events: list[Event], run: str) -> pd.DataFrame:
-    """The events as a table: step, kind, event, detail, link."""
+    """The events as a table: step, kind, event, link, detail (the link before the long detail, so a table that
+    cuts its columns shows it)."""
     return pd.DataFrame(
         {
             "step": [e.step for e in events],
             "kind": [e.kind for e in events],
             "event": [e.label for e in events],
-            "detail": [e.detail for e in events],
             "link": [e.link(run) for e in events],
+            "detail": [e.detail for e in events],
         }
     ).astype({"step": "int64"})
 
@@ -279,3 +297,48 @@ def stage_rows(store: Store, *, basis: str | None = None) -> pd.DataFrame | None
     if frame is None or basis is None:
         return None
     return frame[frame["basis"] == basis].sort_values("stage").reset_index(drop=True)
+
+
+_LLC_NOTES = ("negative whole-model", "left out diverged whole-model", "the whole-model llc")  # notes on the LLC's stages
+_LISTED_STEPS = re.compile(r"\bsteps \[([0-9, ]*)\]")
+
+
+def stage_notes(store: Store, basis: str | None) -> list[str]:
+    """The notes meta.json ``stages`` records, as a reader of ``basis``'s stages needs them: a note on the LLC's
+    stages only where the LLC's are shaded, step lists written out (``steps [0]`` -> ``step 0``)."""
+    out = []
+    for note in (store.meta.stages or {}).get("notes", []):
+        if basis != "llc" and note.lower().startswith(_LLC_NOTES):
+            continue
+        out.append(_LISTED_STEPS.sub(_steps_text, note))
+    return out
+
+
+def _steps_text(match: re.Match[str]) -> str:
+    steps = [int(s) for s in match.group(1).replace(" ", "").split(",") if s]
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(f"{s:,}" for s in steps)
+
+
+STAGE_COLUMNS = {  # stages.parquet's columns as the stages table names them ({curve}: the basis's curve and unit)
+    "stage": "stage",
+    "start_step": "from step",
+    "end_step": "to step",
+    "trend": "trend",
+    "boundary": "begins at",
+    "start_value": "{curve} at start",
+    "end_value": "{curve} at end",
+    "end_minus_start": "end − start",
+    "change": "fitted change",
+    "change_se": "± (1 s.e.)",
+    "loss_change": "loss change (nats/token)",
+}
+
+
+def stages_table(rows: pd.DataFrame, basis: str) -> pd.DataFrame:
+    """One basis's stages (`stage_rows`) as the Timeline shows them: numbered from 1, the curve's value at each end,
+    the change from start to end beside the fitted change (the sum of the fitted straight stretches, which the stage
+    rule reads), every column named in words."""
+    curve = "whole-model LLC" if basis == "llc" else "loss (nats/token)"
+    table = rows.assign(stage=rows["stage"] + 1, end_minus_start=rows["end_value"] - rows["start_value"])
+    table = table[[c for c in STAGE_COLUMNS if c in table.columns]]
+    return table.rename(columns={c: name.format(curve=curve) for c, name in STAGE_COLUMNS.items()})

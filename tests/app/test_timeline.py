@@ -84,12 +84,12 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     assert set(lanes) == {"stage boundary", "head type", "MP departure", "level crossing"} | rises
     head_type = lanes["head type"]
     assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
-    assert head_type["text"] == ["first previous-token head: L0H3"]
+    assert head_type["text"] == ["first previous-token head: L0 H3"]
     assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&step=64"
     boundaries = sorted(int(c[0]) for c in lanes["stage boundary"]["customdata"])
     assert boundaries == sorted(llc["start_step"][llc["stage"] > 0].tolist())
     text = " ".join(m.value for m in at.markdown)
-    assert "No head reaches the induction threshold" in text and "L0H3 from step 64" in text
+    assert "No head reaches the induction threshold" in text and "L0 H3 from step 64" in text
 
 
 def test_the_event_table_links_each_event_to_its_view(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
@@ -131,7 +131,7 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     assert recorded is not None
     curve = {"llc": "whole-model LLC", "loss": "loss"}[recorded["primary"]]
     assert f"**Stages** ({curve}): {line}" in text
-    assert "step 64: first previous-token head: L0H3" in text
+    assert "step 64: first previous-token head: L0 H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
 
