@@ -1,0 +1,174 @@
+"""The headline a researcher reads first (Overview, Timeline), its evidence links, and what the Timeline says about a run,
+against the store's own tables read with pandas: head_emergence.parquet for which heads formed when, composition.parquet
+and meta.json for the strongest K-composition source, stages.parquet for the stages table."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pandas as pd
+import pytest
+
+from analysis.findings.headline import run_headline
+from analysis.store import open_store
+from tests.app.conftest import ROOT, chart, open_page
+
+DATA = ROOT / "data"
+RUNS = sorted(p.name for p in DATA.iterdir() if (p / "meta.json").is_file())
+D128 = DATA / "induction-d128"
+
+
+def _first_heads(run: str) -> dict[str, tuple[int, list[tuple[int, int]], int]]:
+    """Per type some head holds at the end: the earliest emergence step, every head emerging then, and how many later
+    (head_emergence.parquet read directly)."""
+    table = pd.read_parquet(DATA / run / "head_emergence.parquet").dropna(subset=["emergence_step"])
+    out = {}
+    for kind, rows in table.groupby("type"):
+        first = int(rows["emergence_step"].min())
+        at = rows[rows["emergence_step"] == first]
+        out[str(kind)] = (first, sorted(zip(at["layer"].astype(int), at["head"].astype(int), strict=True)), len(rows) - len(at))
+    return out
+
+
+def _strongest_source(run: str, target: tuple[int, int], step: int) -> tuple[tuple[int, int], float]:
+    """The source with the largest K-composition into ``target`` at ``step`` and its score over the random-heads mean
+    (composition.parquet and meta.json read directly)."""
+    rows = pd.read_parquet(DATA / run / "composition.parquet")
+    rows = rows[(rows["step"] == step) & (rows["layer_b"] == target[0]) & (rows["head_b"] == target[1])]
+    best = rows.loc[rows["k"].idxmax()]
+    baseline = json.loads((DATA / run / "meta.json").read_text())["composition"]["baseline"]["k"]
+    return (int(best["layer_a"]), int(best["head_a"])), float(best["k"]) / baseline
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_headline_names_every_first_head_its_step_and_the_strongest_source(run: str) -> None:
+    want = _first_heads(run)
+    got = {t.type: t for t in run_headline(open_store(DATA / run)) or []}
+    assert {k for k, t in got.items() if t.step is not None} == set(want)
+    for kind, (step, heads, later) in want.items():
+        assert (got[kind].step, list(got[kind].first), got[kind].later) == (step, heads, later), kind
+    steps = [t.step for t in got.values() if t.step is not None]
+    assert steps == sorted(steps)  # what formed first comes first
+    if "induction" in want and (DATA / run / "composition.parquet").exists():
+        step, heads, _ = want["induction"]
+        sources = got["induction"].sources
+        assert [s.target for s in sources] == heads
+        for s in sources:
+            source, ratio = _strongest_source(run, s.target, step)
+            assert s.step == step and s.source == source and s.ratio == pytest.approx(ratio, rel=1e-9)
+
+
+def test_the_induction_ladder_reads_as_the_new_user_counted_it() -> None:
+    """The emergence steps the issue took four Timelines to read: d128 1,400, d256 1,300, seed 2 3,300 with one head,
+    d64 none."""
+    steps = {run: {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"] for run in RUNS if "induction" in run}
+    assert steps["induction-d128"].step == 1400 and steps["induction-d256"].step == 1300
+    assert steps["induction-d128-seed2"].step == 3300 and steps["induction-d128-seed2"].first == ((1, 2),)
+    assert steps["induction-d64"].step is None
+
+
+def _links(text: str) -> dict[str, str]:
+    """Markdown links ``[label](target)`` -> {label: target} (the first of each label)."""
+    out: dict[str, str] = {}
+    for label, target in re.findall(r"\[([^\]]+)\]\(([^)]+)\)", text):
+        out.setdefault(label, target)
+    return out
+
+
+def _serve_data(monkeypatch) -> None:
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(DATA))
+
+
+def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evidence(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page(None, {"run": "induction-d128"})
+    assert not at.exception and not at.error
+    first = next(m.value for m in at.markdown if "Induction heads" in m.value)  # above the list of views
+    views = next(i for i, m in enumerate(at.markdown) if "Head explorer" in m.value or "one head:" in m.value)
+    assert [i for i, m in enumerate(at.markdown) if m.value == first][0] < views
+    step, heads, later = _first_heads("induction-d128")["induction"]
+    assert f"**Induction heads** form at step {step:,}" in first and f"{later} more by step" in first
+    links = _links(first)
+    for layer, head in heads:
+        query = parse_qs(urlparse(links[f"L{layer} H{head}"]).query)
+        assert query == {
+            "run": ["induction-d128"],
+            "layer": [str(layer)],
+            "head": [str(head)],
+            "stat": ["induction"],
+            "panel": ["statistic"],
+            "step": [str(step)],
+        }
+    source, ratio = _strongest_source("induction-d128", heads[0], step)
+    name = f"L{source[0]} H{source[1]}"
+    query = parse_qs(urlparse(links[name]).query)
+    assert urlparse(links[name]).path == "circuits" and query["step"] == [str(step)] and query["kind"] == ["k"]
+    assert f"[{name}]({links[name]}) (previous-token) for L{heads[0][0]} H{heads[0][1]} ({ratio:.2f}× random heads)" in first
+    # every run's card says it too: the plain-text run names no induction head and its highest score
+    assert sum("**No induction head**" in m.value for m in at.markdown) == 3  # d64 and both plain-text runs
+
+
+def test_an_evidence_link_opens_the_head_explorer_on_the_types_score_first(d128: Path) -> None:
+    """``panel=statistic`` puts the statistic against its layer above the weight panels, titled without a matrix: the
+    induction score is an attention statistic of the head, not of W_QK."""
+    at = open_page(
+        "pages/head_explorer.py",
+        {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction", "panel": "statistic", "step": "1400"},
+    )
+    assert not at.exception and not at.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert keys[0] == "head_in_layer", keys
+    title = chart(at, "head_in_layer")["layout"]["title"]["text"]
+    assert "layer 1, head 0 · induction against its layer" in title and "W_QK" not in title and "W_OV" not in title
+
+
+def test_the_head_explorer_opens_on_the_weights_without_the_parameter(d128: Path) -> None:
+    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction"})
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert keys[0] == "density_map" and "head_in_layer" in keys
+    bad = open_page("pages/head_explorer.py", {"run": "induction-d128", "panel": "sideways"})
+    assert any("panel=sideways" in w.value and "showing panel=weights" in w.value for w in bad.warning)
+
+
+@pytest.fixture()
+def d128(monkeypatch) -> Path:
+    _serve_data(monkeypatch)
+    return D128
+
+
+def test_the_timelines_type_event_names_every_head_formed_at_the_first_step(d128: Path) -> None:
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["head type"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    assert list(table.columns[:4]) == ["step", "kind", "event", "link"]  # the evidence before the long detail
+    step, heads, later = _first_heads("induction-d128")["induction"]
+    row = table[table["event"].str.startswith("first induction")].iloc[0]
+    assert row["event"] == "first induction heads: " + ", ".join(f"L{a} H{b}" for a, b in heads)
+    rest = pd.read_parquet(d128 / "head_emergence.parquet").query("type == 'induction' and emergence_step > @step")
+    assert later == len(rest) == 1
+    assert row["detail"] == (
+        f"{len(heads)} heads hold the type from step {step:,} to the end; 1 more head at step {int(rest['emergence_step'].iloc[0]):,}"
+    )
+    headline = next(m.value for m in at.markdown if "Induction heads" in m.value)  # the Timeline opens with it too
+    assert f"form at step {step:,}" in headline
+
+
+def test_the_stages_table_names_its_columns_and_gives_end_minus_start(d128: Path) -> None:
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128"})
+    table = next(d.value for d in at.dataframe if "from step" in d.value.columns)
+    stored = pd.read_parquet(d128 / "stages.parquet").query("basis == 'llc'").sort_values("stage")
+    assert not [c for c in table.columns if "_" in c]  # no raw column names (start_value, change_se)
+    assert table["end − start"].to_numpy() == pytest.approx((stored["end_value"] - stored["start_value"]).to_numpy())
+    assert table["fitted change"].to_numpy() == pytest.approx(stored["change"].to_numpy())
+    assert table["stage"].tolist() == (stored["stage"] + 1).tolist()
+
+
+def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(d128: Path) -> None:
+    llc = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "llc"})
+    notes = [c.value for c in llc.caption if c.value.startswith("Stages:")]
+    assert any("negative whole-model estimates at step 0:" in n for n in notes) and not any("[" in n for n in notes)
+    loss = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "loss"})
+    assert not [c.value for c in loss.caption if "whole-model" in c.value and c.value.startswith("Stages:")]
