@@ -172,3 +172,57 @@ def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(d128: 
     assert any("negative whole-model estimates at step 0:" in n for n in notes) and not any("[" in n for n in notes)
     loss = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "loss"})
     assert not [c.value for c in loss.caption if "whole-model" in c.value and c.value.startswith("Stages:")]
+
+
+# --- Compare runs: emergence across runs, a default depth bin every run has ------------------------------------------
+
+INDUCTION_RUNS = ["induction-d64", "induction-d128", "induction-d128-seed2", "induction-d256"]
+
+
+def test_compare_runs_gives_each_runs_emergence_step_per_type(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": INDUCTION_RUNS, "stat": "induction"})
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "first formed at step" in d.value.columns)
+    for run in INDUCTION_RUNS:
+        stored = pd.read_parquet(DATA / run / "head_emergence.parquet")
+        last = int(pd.read_parquet(DATA / run / "head_types.parquet")["step"].max())
+        for kind, words in (("previous_token", "previous-token"), ("induction", "induction")):
+            rows = stored[(stored["type"] == kind)].dropna(subset=["emergence_step"])
+            got = table[(table["run"] == run) & (table["type"] == words)].iloc[0]
+            if rows.empty:
+                assert pd.isna(got["first formed at step"]) and got["heads at the end"] == 0
+                continue
+            first = int(rows["emergence_step"].min())
+            at_first = rows[rows["emergence_step"] == first].sort_values(["layer", "head"])
+            assert int(got["first formed at step"]) == first and got["heads at the end"] == len(rows)
+            assert got["first heads"] == ", ".join(f"L{a} H{b}" for a, b in zip(at_first["layer"], at_first["head"], strict=True))
+            assert got["fraction of the run"] == pytest.approx(first / last)
+            assert int(got["last formed at step"]) == int(rows["emergence_step"].max())
+    steps = dict(zip(table[table["type"] == "induction"]["run"], table[table["type"] == "induction"]["first formed at step"], strict=True))
+    assert (steps["induction-d128"], steps["induction-d256"], steps["induction-d128-seed2"]) == (1400, 1300, 3300)
+
+
+def test_compare_runs_opens_on_a_depth_bin_every_chosen_run_has(monkeypatch) -> None:
+    """2 and 6 layers in 4 bins: floor(4 layer / n_layers) gives the 2-layer runs bins 0 and 2 only, so the page opens
+    on bin 2, [0.5, 0.75), with a panel of heads for every run (it opened on the empty [0.75, 1))."""
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": ["induction-d128", "shakespeare-pythia-6x8"], "stat": "std"})
+    assert not at.exception and not at.error
+    assert at.query_params["bin"] == "2" and at.query_params["nbins"] == "4"
+    drawn: dict[str, list[int]] = {}
+    for t in chart(at, "compare_bin")["data"]:
+        if (t.get("meta") or {}).get("kind") == "heads":
+            drawn.setdefault(t["meta"]["run"], []).append(t["meta"]["layer"])
+    want = {run: [la for la in range(n) if (4 * la) // n == 2] for run, n in (("induction-d128", 2), ("shakespeare-pythia-6x8", 6))}
+    assert drawn == want == {"induction-d128": [1], "shakespeare-pythia-6x8": [3, 4]}
+    assert not any("no layer in this bin" in c.value for c in [*at.caption, *at.markdown])
+
+
+def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": ["induction-d128", "induction-d256"], "stat": "std", "xscale": "log"})
+    for key in ("compare_bands", "compare_bin"):
+        layout = chart(at, key)["layout"]
+        assert layout["xaxis"]["title"]["text"].endswith("+ one step (log scale)")
+        assert not (layout["xaxis2"].get("title") or {}).get("text"), key
