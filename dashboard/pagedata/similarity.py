@@ -89,15 +89,16 @@ def ultrametric_reading(share: np.ndarray, base: np.ndarray, layers: list[int], 
         s, b = float(share[t, j]), float(base[t, j])
         if not (np.isfinite(s) and np.isfinite(b)):
             continue
-        ratio = f"{s / b:.1f}×" if b > 0 else "above"
-        reading = (
-            f"its heads fall into nested families (heads alike within a family, families alike within a larger one), "
-            f"{ratio} as often as random heads do"
-            if s > 2 * b
-            else "no more hierarchy than random heads show"
-        )
-        parts.append(f"layer {layer}: {s:.2f} against {b:.2g} for random heads, {reading}")
-    return f"At step {int(steps[t]):,}, " + "; ".join(parts) + "." if parts else ""
+        ratio = f"{s / b:.1f}× as often" if b > 0 else "more often"
+        reading = f"{ratio}: nested families" if s > 2 * b else "no more hierarchy than random heads"
+        parts.append(f"layer {layer}: {s:.2f} against {b:.2g} for random heads ({reading})")
+    if not parts:
+        return ""
+    return (
+        f"At step {int(steps[t]):,}, " + "; ".join(parts) + ". Nested families: the layer's heads group into families "
+        "alike within, and the families into larger ones, as a dendrogram draws them (more than twice the random "
+        "heads' share counts as such here); the matrix above, ordered by that dendrogram, shows the families."
+    )
 
 
 def grid(rows: pd.DataFrame, column: str, steps: np.ndarray, layers: list[int]) -> np.ndarray:

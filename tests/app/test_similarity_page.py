@@ -111,8 +111,8 @@ def test_ultrametric_shares_per_layer_and_their_random_baseline(sim_store, tmp_p
     last = rows[(rows["distance"] == "qk_row") & (rows["step"] == rows["step"].max())].sort_values("layer")
     text = next(m.value for m in at.markdown if m.value.startswith("At step"))
     for r in last.itertuples(index=False):
-        said = f"layer {r.layer}: {r.share:.2f} against {r.baseline:.2g} for random heads, "
-        meaning = "its heads fall into nested families" if r.share > 2 * r.baseline else "no more hierarchy than random"
+        said = f"layer {r.layer}: {r.share:.2f} against {r.baseline:.2g} for random heads ("
+        meaning = f"{r.share / r.baseline:.1f}× as often: nested families" if r.share > 2 * r.baseline else "no more hierarchy"
         assert said + meaning in text, (said, text)
 
 
