@@ -1,5 +1,6 @@
 """Head explorer: one head's weight distribution and spectrum over training, with chosen steps."""
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,19 +36,22 @@ class _Head:
 
     Attributes:
         frame: the sidebar's run; axis: its time axis.
-        matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); layer, head: the head (URL ``layer``, ``head``).
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); both: W_QK
+            and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL ``layer``, ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
             and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
         show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.
         hist, mu, sigma, kl: ``(S, 202)``, ``(S,)`` x 3: the standardized histogram, mean, sigma and D_KL.
         lam: ``(S, d_head)`` lambda_k = s_k^2.
         refs: the random heads of this matrix (its own init scale).
+        key: the suffix of its charts' keys (``_other``: the matrix beside the chosen one).
     """
 
     frame: Any
     axis: Any
     matrix: str
     panel: str
+    both: bool
     layer: int
     head: int
     idx: list[int]
@@ -63,6 +67,7 @@ class _Head:
     kl: np.ndarray
     lam: np.ndarray
     refs: Any
+    key: str = ""  # its charts' key suffix: "" for the matrix chosen, "_other" for the one drawn beside it
 
     @property
     def store(self):
@@ -104,27 +109,12 @@ def main() -> None:
 
     # --- widgets: matrix, layer, head, the loss, the chosen steps, other heads to overlay ---
     h = _pick_head(frame)
-    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
 
     # --- panel: any statistic of this head against its layer, first when the link asks (panel=statistic) ---
     picked = _statistic_panels(h) if h.panel == "statistic" else None
 
-    # --- panel: P(w) over training | P(w) at the chosen steps, sigma(t), D_KL(t) ---
-    left, right = st.columns([5, 6])
-    with left:
-        _density_map(h, w_range)
-    with right:
-        picked_d = _density_slices(h, w_range)
-
-    # --- panel: lambda_k over (k, step) | lambda_k vs k at the chosen steps, stable rank and entropy over training ---
-    left, right = st.columns([5, 6])
-    with left:
-        _spectrum_map(h)
-    with right:
-        picked_s = _spectrum_slices(h)
-
-    # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
-    _leading_panel(h)
+    # --- panels of the weights: P(w), the spectrum, lambda_0 .. lambda_3 (W_QK and W_OV side by side with both=1) ---
+    clicks = _weight_panels(h) if not h.both else _both_weight_panels(h)
 
     # --- panel: any statistic of this head against its layer, last by default ---
     if h.panel != "statistic":
@@ -132,8 +122,55 @@ def main() -> None:
     if picked is None:
         return
     stat, k, _, event = picked
-    for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
+    for clicked in (event, *clicks):  # a click on another head's line opens it
         charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
+
+
+def _weight_panels(h: _Head) -> list[Any]:
+    """P(w) over training | at the chosen steps; the spectrum over training | at the chosen steps; lambda_0 ..
+    lambda_3 with their approaches: one matrix. Returns the charts' selections (a click on an overlaid head)."""
+    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
+    left, right = st.columns([5, 6])
+    with left:
+        _density_map(h, w_range)
+    with right:
+        picked_d, _ = _density_slices(h, w_range)
+    left, right = st.columns([5, 6])
+    with left:
+        _spectrum_map(h)
+    with right:
+        picked_s, _ = _spectrum_slices(h)
+    _leading_panel(h)
+    return [picked_d, picked_s]
+
+
+def _both_weight_panels(h: _Head) -> list[Any]:
+    """Every weight panel for W_QK and W_OV side by side: the matrix chosen on the left, the other on the right; the
+    panels' switches are set once, on the left, and hold for both. Returns the charts' selections."""
+    pair = (h, _other(h))
+    ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
+    picks: list[Any] = []
+    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+        with col:
+            _density_map(x, w_range)
+    density: tuple | None = None
+    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+        with col:
+            picked, density = _density_slices(x, w_range, controls=density)
+            picks.append(picked)
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            _spectrum_map(x)
+    null: bool | None = None
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            picked, null = _spectrum_slices(x, show_null=null)
+            picks.append(picked)
+    leading: tuple | None = None
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            leading = _leading_panel(x, controls=leading, narrow=True)
+    return picks
 
 
 def _statistic_panels(h: _Head) -> tuple[str, int | None, bool, Any] | None:
@@ -154,8 +191,15 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    c_matrix, c_panel = st.columns([1, 1], vertical_alignment="bottom")
+    c_matrix, c_both, c_panel = st.columns([2, 2, 3], vertical_alignment="bottom")
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
+    both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
+        "both",
+        "W_QK and W_OV side by side",
+        False,
+        where=c_both,
+        help="Every weight panel twice: the matrix chosen on the left, the other on the right, one load",
+    )
     panel = widgets.select(
         "panel",
         "First panel",
@@ -194,12 +238,12 @@ def _pick_head(frame) -> _Head:
     if not chosen:
         st.caption("No step chosen: pick at least one to draw the distribution and spectrum at fixed steps.")
     idx = [steps.index(s) for s in chosen]
-    sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
     return _Head(
         frame=frame,
         axis=axis,
         matrix=matrix,
         panel=panel,
+        both=both,
         layer=layer,
         head=head,
         idx=idx,
@@ -209,6 +253,14 @@ def _pick_head(frame) -> _Head:
         pairs=[(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared],
         show_loss=show_loss,
         curve=curve,
+        **_arrays(store, matrix, layer, head),
+    )
+
+
+def _arrays(store, matrix: str, layer: int, head: int) -> dict[str, Any]:
+    """One head's arrays of one matrix (views of the cached store): what `_Head` holds per matrix."""
+    sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
+    return dict(
         hist=store.array("hist_z", matrix=matrix)[:, layer, head, :].astype(np.float64),  # (S, 202)
         mu=store.array("mean", matrix=matrix)[:, layer, head],
         sigma=store.array("std", matrix=matrix)[:, layer, head],
@@ -218,15 +270,21 @@ def _pick_head(frame) -> _Head:
     )
 
 
+def _other(h: _Head) -> _Head:
+    """The same head and choices for the other matrix, drawn beside the chosen one (``both``)."""
+    matrix = "ov" if h.matrix == "qk" else "qk"
+    return dataclasses.replace(h, matrix=matrix, key="_other", **_arrays(h.store, matrix, h.layer, h.head))
+
+
 def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     """P(w) of the head over (step, w), log colour."""
-    st.subheader("Weight distribution over training")
+    st.subheader(f"Weight distribution over training · {h.w_name}" if h.both else "Weight distribution over training")
     w = np.linspace(*w_range, DENSITY_GRID_POINTS)
     grid = density_grid(h.hist, h.mu, h.sigma, w)
     run, store = h.frame.run, h.store
     charts.chart(
         h.over_time(density_figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
-        "density_map",
+        f"density_map{h.key}",
         title=f"{run} · {h.shown} · P(w) over training",
         filename=export.safe_name(run, h.tag, "Pw-map"),
         csv=lambda: _long(run, h.layer, h.head, h.matrix, store.steps, "p(w)", w, grid, "w"),
@@ -237,18 +295,22 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     )
 
 
-def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
+def _density_slices(h: _Head, w_range: tuple[float, float], *, controls: tuple | None = None) -> tuple[Any, tuple]:
     """P(w) at the chosen steps (raw or standardized, with their Gaussians), sigma and D_KL over training; returns
-    the chart's selection (a click on an overlaid head)."""
-    st.subheader("Distribution at the chosen steps")
-    c_logp = c_z = c_g = st  # one switch a line: side by side in this half-width panel they cut their labels at 1,024 px
-    log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
-    standardized = widgets.toggle(
-        "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
-    )
-    gauss_on = widgets.toggle(
-        "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
-    )
+    the chart's selection (a click on an overlaid head) and its switches (``controls``: those of the panel beside it,
+    not made again)."""
+    st.subheader(f"Distribution at the chosen steps · {h.w_name}" if h.both else "Distribution at the chosen steps")
+    if controls is None:
+        c_logp = c_z = c_g = st  # one switch a line: side by side in this half-width panel they cut their labels at 1,024 px
+        log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
+        standardized = widgets.toggle(
+            "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
+        )
+        gauss_on = widgets.toggle(
+            "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
+        )
+        controls = (log_p, standardized, gauss_on)
+    log_p, standardized, gauss_on = controls
     mu, sigma, kl, idx = h.mu, h.sigma, h.kl, h.idx
     w_all, p_all = density_curves(h.hist, mu, sigma)
     if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
@@ -282,7 +344,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
             ],
             matrix_name=h.w_name,
         ),
-        "density_slices",
+        f"density_slices{h.key}",
         title=f"{run} · {h.shown} · P(w) at chosen steps, σ, D_KL",
         filename=export.safe_name(run, h.tag, "Pw-sigma-DKL"),
         csv=lambda: _slices_csv(run, h.layer, h.head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
@@ -301,16 +363,16 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
         "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
         f"same head over training, chosen steps marked in matching colours.{ref}"
     )
-    return picked
+    return picked, controls
 
 
 def _spectrum_map(h: _Head) -> None:
     """lambda_k of the head over (k, step), log colour."""
-    st.subheader("Spectrum over training")
+    st.subheader(f"Spectrum over training · {h.w_name}" if h.both else "Spectrum over training")
     run, store = h.frame.run, h.store
     charts.chart(
         h.over_time(spectrum_figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
-        "spectrum_map",
+        f"spectrum_map{h.key}",
         title=f"{run} · {h.shown} · λ_k over training",
         filename=export.safe_name(run, h.tag, "lambda-map"),
         csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, h.lam, range(len(store.steps))),
@@ -318,16 +380,18 @@ def _spectrum_map(h: _Head) -> None:
     st.caption(f"λ_k = s_k² of {h.w_name} for {h.name}, every singular-value index k at every checkpoint (log colour).")
 
 
-def _spectrum_slices(h: _Head) -> Any:
+def _spectrum_slices(h: _Head, *, show_null: bool | None = None) -> tuple[Any, bool]:
     """lambda_k versus k at the chosen steps (with the random-head null), stable rank and spectral entropy over
-    training; returns the chart's selection (a click on an overlaid head)."""
-    st.subheader("Spectrum at the chosen steps")
-    show_null = widgets.toggle(
-        "null",
-        "random-head reference",
-        True,
-        help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
-    )
+    training; returns the chart's selection (a click on an overlaid head) and the null switch (``show_null``: the
+    panel beside it's, not made again)."""
+    st.subheader(f"Spectrum at the chosen steps · {h.w_name}" if h.both else "Spectrum at the chosen steps")
+    if show_null is None:
+        show_null = widgets.toggle(
+            "null",
+            "random-head reference",
+            True,
+            help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
+        )
     run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
     null_lam = null_spectra(lam[idx], store) if show_null else None
     picked = charts.chart(
@@ -354,7 +418,7 @@ def _spectrum_slices(h: _Head) -> Any:
                 for lay, hd in h.pairs
             ],
         ),
-        "spectrum_slices",
+        f"spectrum_slices{h.key}",
         title=f"{run} · {h.shown} · λ_k at chosen steps, stable rank, entropy",
         filename=export.safe_name(run, h.tag, "spectrum"),
         csv=lambda: _lam_csv(run, h.layer, h.head, matrix, store.steps, lam, idx),
@@ -365,16 +429,18 @@ def _spectrum_slices(h: _Head) -> Any:
         "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
         "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked."
     )
-    return picked
+    return picked, show_null
 
 
-def _leading_panel(h: _Head) -> None:
-    """lambda_0 .. lambda_3 over training (left), each close approach marked a crossing or a repulsion when the store
-    has overlaps, with the threshold and the list of approaches (right)."""
-    st.subheader("Leading eigenvalues: crossings and repulsions")
-    left, right = st.columns([7, 4])
+def _leading_panel(h: _Head, *, controls: tuple | None = None, narrow: bool = False) -> tuple:
+    """lambda_0 .. lambda_3 over training (left; ``narrow``: above), each close approach marked a crossing or a
+    repulsion when the store has overlaps, with the threshold and the list of approaches (right; ``narrow``: below).
+    Returns its switches (``controls``: those of the panel beside it, not made again)."""
+    st.subheader(f"Leading eigenvalues · {h.w_name}" if h.both else "Leading eigenvalues: crossings and repulsions")
+    left, right = (st.container(), st.container()) if narrow else st.columns([7, 4])
     with right:
-        log_lam, crossings = _approaches(h)
+        controls, crossings = _approaches(h, controls)
+    log_lam = controls[0]
     run, store, lam = h.frame.run, h.store, h.lam
     with left:
         if crossings is None:
@@ -382,7 +448,7 @@ def _leading_panel(h: _Head) -> None:
                 h.over_time(
                     spectrum_figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
-                "leading",
+                f"leading{h.key}",
                 title=f"{run} · {h.shown} · λ_0 … λ_3",
                 filename=export.safe_name(run, h.tag, "leading"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
@@ -393,7 +459,7 @@ def _leading_panel(h: _Head) -> None:
                 h.over_time(
                     spectrum_figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
-                "leading",
+                f"leading{h.key}",
                 title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
                 filename=export.safe_name(run, h.tag, "crossings"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
@@ -403,13 +469,14 @@ def _leading_panel(h: _Head) -> None:
                 "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
                 "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped)."
             )
+    return controls
 
 
-def _approaches(h: _Head) -> tuple[bool, Any]:
-    """The log lambda toggle and the close-approach threshold, then the approaches as a table; returns the toggle and
-    the crossings (None without overlaps, which it says how to add)."""
+def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
+    """The log lambda toggle and the close-approach threshold (``controls``, when the panel beside it made them), then
+    the approaches as a table; returns the switches and the crossings (None without overlaps, said with how to add)."""
     c_log = c_gap = st  # one control a line: side by side in this narrow panel they cut their labels at 1,024 px
-    log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
+    log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log) if controls is None else controls[0]
     store = h.store
     try:
         overlaps = loader.head_overlaps(store, h.layer, h.head, matrix=h.matrix)
@@ -417,8 +484,9 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         st.error(str(exc))
         overlaps = None
     crossings = None
+    gap_pct = controls[1] if controls is not None else None
     if overlaps is not None:
-        gap_pct = widgets.gap_percent(where=c_gap)
+        gap_pct = widgets.gap_percent(where=c_gap) if gap_pct is None else gap_pct
         crossings = level_crossings(h.lam, overlaps, gap_threshold=gap_pct / 100)
     if crossings is None:
         st.info(
@@ -426,7 +494,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
             "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
             icon=":material/info:",
         )
-        return log_lam, None
+        return (log_lam, gap_pct), None
     kinds = [a.kind for a in crossings.approaches]
     st.markdown(
         f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
@@ -437,7 +505,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         approach_table(crossings.approaches, store.steps),
         hide_index=True,
         height=260,
-        key="approaches",
+        key=f"approaches{h.key}",
         width="stretch",
         column_config={
             "step": st.column_config.NumberColumn("step", format="%d", width="small"),
@@ -454,7 +522,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         f'threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, "Crossing or repulsion?"; every '
         "head's approaches: the Heads page."
     )
-    return log_lam, crossings
+    return (log_lam, gap_pct), crossings
 
 
 def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:

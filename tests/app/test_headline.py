@@ -9,12 +9,13 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.findings.headline import run_headline
 from analysis.store import open_store
-from tests.app.conftest import ROOT, chart, open_page
+from tests.app.conftest import ROOT, arr, chart, open_page
 
 DATA = ROOT / "data"
 RUNS = sorted(p.name for p in DATA.iterdir() if (p / "meta.json").is_file())
@@ -227,3 +228,26 @@ def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> N
         layout = chart(at, key)["layout"]
         assert layout["xaxis"]["title"]["text"].endswith("+ one step (log scale)")
         assert not (layout["xaxis2"].get("title") or {}).get("text"), key
+
+
+# --- the head explorer: W_QK and W_OV side by side ---------------------------------------------------------------------
+
+def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
+    """``both=1``: each weight panel twice, the matrix chosen (keys as before) and the other (``_other``), each titled
+    with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one load."""
+    at = open_page(
+        "pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "qk", "both": "1"}
+    )
+    assert not at.exception and not at.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    for key in ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading"):
+        assert key in keys and f"{key}_other" in keys, (key, keys)
+        assert "W_QK" in chart(at, key)["layout"]["title"]["text"]
+        assert "W_OV" in chart(at, f"{key}_other")["layout"]["title"]["text"]
+    heads = pd.read_parquet(d128 / "heads.parquet", columns=["step", "layer", "head", "matrix", "stable_rank"])
+    for key, matrix in (("spectrum_slices", "qk"), ("spectrum_slices_other", "ov")):
+        want = heads.query("layer == 1 and head == 0 and matrix == @matrix").sort_values("step")["stable_rank"].to_numpy()
+        drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
+        assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
+    alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
+    assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")]
