@@ -157,7 +157,9 @@ def open_link_on_click(event: Any) -> None:
 
     for point in ((event or {}).get("selection") or {}).get("points") or []:
         custom = point.get("customdata")
-        link = custom.get("1") if isinstance(custom, dict) else custom[1] if isinstance(custom, list) and len(custom) > 1 else None
+        link = (
+            custom.get("1") if isinstance(custom, dict) else custom[1] if isinstance(custom, list) and len(custom) > 1 else None
+        )
         if not isinstance(link, str) or "?" not in link:
             continue
         path, _, query = link.partition("?")

@@ -37,7 +37,8 @@ class _Head:
     Attributes:
         frame: the sidebar's run; axis: its time axis.
         matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); both: W_QK
-            and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL ``layer``, ``head``).
+            and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL
+            ``layer``, ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
             and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
         show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.

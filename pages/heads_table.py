@@ -14,10 +14,9 @@ from analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, mis
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, viewstate, widgets
-from dashboard.tables import screen_table
 from dashboard.data import default_steps, uniform_attention
 from dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
-from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
+from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of, screen_table
 
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"

@@ -252,7 +252,12 @@ def _traces_panel(run: str, store, steps: np.ndarray, sampler: dict) -> None:
     targets = ["whole model"] + [f"L{layer}H{head}" for layer in range(store.n_layers) for head in range(store.n_heads)]
     c_target, c_step = st.columns([1, 1])
     target = widgets.select(
-        "trace", "Loss traces of", targets, "whole model", where=c_target, fmt=lambda t: t.replace("H", " H") if t[0] == "L" else t
+        "trace",
+        "Loss traces of",
+        targets,
+        "whole model",
+        where=c_target,
+        fmt=lambda t: t.replace("H", " H") if t[0] == "L" else t,
     )
     at_step = widgets.select(
         "trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step, fmt=lambda s: f"{s:,}"

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.findings.events import EVIDENCE_PANEL, Event, evidence_link
-from analysis.findings.names import head_name
 from analysis.findings.held_types import TYPE_LABELS, head_types, type_summaries
+from analysis.findings.names import head_name
 from analysis.store import Store
 from analysis.store.format import COMPOSITION, HEAD_EMERGENCE, HEAD_TYPES
 
@@ -122,9 +122,7 @@ def strongest_sources(store: Store, targets: tuple[tuple[int, int], ...], step: 
             continue
         a_layer, a_head = (int(i) for i in np.unravel_index(np.nanargmax(column), column.shape))
         score = float(column[a_layer, a_head])
-        held = (
-            tuple(name for name in HEAD_TYPES if types.held[name][index, a_layer, a_head]) if types is not None else ()
-        )
+        held = tuple(name for name in HEAD_TYPES if types.held[name][index, a_layer, a_head]) if types is not None else ()
         out.append(
             Source(
                 target=(layer, head),

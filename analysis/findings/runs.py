@@ -107,7 +107,15 @@ def emergence_table(stores: dict[str, Store]) -> pd.DataFrame:
                     "last formed at step": t.last_step,
                 }
             )
-    columns = ["run", "type", "first formed at step", "fraction of the run", "first heads", "heads at the end", "last formed at step"]
+    columns = [
+        "run",
+        "type",
+        "first formed at step",
+        "fraction of the run",
+        "first heads",
+        "heads at the end",
+        "last formed at step",
+    ]
     table = pd.DataFrame(rows, columns=columns)
     return table.astype({"first formed at step": "Int64", "last formed at step": "Int64", "fraction of the run": "float64"})
 

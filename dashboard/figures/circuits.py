@@ -78,12 +78,12 @@ def composition_animation(
     def frame_data(i: int) -> list[dict[str, Any]]:
         values = matrix[i, tgt, src].astype(np.float32)
         raw = (matrix[i, tgt, src] * divisor).astype(np.float32)
-        cells = head_points(
-            tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, raw, dtype=np.float32
-        )
+        cells = head_points(tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, raw, dtype=np.float32)
         ring = paths[i] if paths is not None and len(paths[i]) else np.zeros((0, 2), dtype=np.int64)
         held = types[i] if types is not None else None
-        text = [f"B: {held[b] or 'no type'}<br>A: {held[a] or 'no type'}" for b, a in zip(tgt, src, strict=True)] if held else None
+        text = (
+            [f"B: {held[b] or 'no type'}<br>A: {held[a] or 'no type'}" for b, a in zip(tgt, src, strict=True)] if held else None
+        )
         return [
             dict(type="heatmap", z=matrix[i].astype(np.float32)),
             dict(type="scatter", customdata=cells, **({"text": text} if text is not None else {})),

@@ -197,9 +197,7 @@ def _open_pair_on_click(event, store) -> None:
     if not (0 <= b_layer < store.n_layers and 0 <= a_layer < store.n_layers and max(a_head, b_head) < store.n_heads):
         return
     chosen = sorted(set(default_steps(store.steps)) | ({step} if step in set(int(s) for s in store.steps) else set()))
-    viewstate.switch_page(
-        "pages/head_explorer.py", layer=b_layer, head=b_head, cmp=[f"L{a_layer}H{a_head}"], step=chosen
-    )
+    viewstate.switch_page("pages/head_explorer.py", layer=b_layer, head=b_head, cmp=[f"L{a_layer}H{a_head}"], step=chosen)
 
 
 def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:

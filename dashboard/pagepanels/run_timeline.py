@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.association import Asked, open_question_text
 from analysis.findings.events import (
     KINDS,
     Event,
@@ -26,9 +27,8 @@ from analysis.findings.events import (
     stages_table,
 )
 from analysis.findings.headline import headline_markdown
-from analysis.findings.names import head_name
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
-from analysis.findings.association import Asked, open_question_text
+from analysis.findings.names import head_name
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
 from dashboard import charts, export, loader, widgets
 from dashboard.data import loss_curve
@@ -224,8 +224,8 @@ def open_question_panel(frame) -> None:
             "This store has no head types, so the question cannot be asked of it (`python -m precompute.lenses.types STORE`)."
         )
         return
-    others = [o for r in frame.runs if r != frame.run for o in [loader.try_load_store(frame.runs[r])]]
-    others = [o for o in others if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]
+    opened = [loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run]
+    others = [o for o in opened if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]
     asked = []
     for stat, matrix in ASSOCIATION_PAIRS:
         if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only

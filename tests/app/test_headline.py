@@ -65,7 +65,9 @@ def test_the_headline_names_every_first_head_its_step_and_the_strongest_source(r
 def test_the_induction_ladder_reads_as_the_new_user_counted_it() -> None:
     """The emergence steps the issue took four Timelines to read: d128 1,400, d256 1,300, seed 2 3,300 with one head,
     d64 none."""
-    steps = {run: {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"] for run in RUNS if "induction" in run}
+    steps = {
+        run: {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"] for run in RUNS if "induction" in run
+    }
     assert steps["induction-d128"].step == 1400 and steps["induction-d256"].step == 1300
     assert steps["induction-d128-seed2"].step == 3300 and steps["induction-d128-seed2"].first == ((1, 2),)
     assert steps["induction-d64"].step is None
@@ -90,7 +92,7 @@ def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evide
     assert not at.exception and not at.error
     first = next(m.value for m in at.markdown if "Induction heads" in m.value)  # above the list of views
     views = next(i for i, m in enumerate(at.markdown) if "Head explorer" in m.value or "one head:" in m.value)
-    assert [i for i, m in enumerate(at.markdown) if m.value == first][0] < views
+    assert next(i for i, m in enumerate(at.markdown) if m.value == first) < views
     step, heads, later = _first_heads("induction-d128")["induction"]
     assert f"**Induction heads** form at step {step:,}" in first and f"{later} more by step" in first
     links = _links(first)
@@ -150,9 +152,8 @@ def test_the_timelines_type_event_names_every_head_formed_at_the_first_step(d128
     assert row["event"] == "first induction heads: " + ", ".join(f"L{a} H{b}" for a, b in heads)
     rest = pd.read_parquet(d128 / "head_emergence.parquet").query("type == 'induction' and emergence_step > @step")
     assert later == len(rest) == 1
-    assert row["detail"] == (
-        f"{len(heads)} heads hold the type from step {step:,} to the end; 1 more head at step {int(rest['emergence_step'].iloc[0]):,}"
-    )
+    later_step = int(rest["emergence_step"].iloc[0])
+    assert row["detail"] == f"{len(heads)} heads hold the type from step {step:,} to the end; 1 more head at step {later_step:,}"
     headline = next(m.value for m in at.markdown if "Induction heads" in m.value)  # the Timeline opens with it too
     assert f"form at step {step:,}" in headline
 
@@ -200,7 +201,9 @@ def test_compare_runs_gives_each_runs_emergence_step_per_type(monkeypatch) -> No
             assert got["first heads"] == ", ".join(f"L{a} H{b}" for a, b in zip(at_first["layer"], at_first["head"], strict=True))
             assert got["fraction of the run"] == pytest.approx(first / last)
             assert int(got["last formed at step"]) == int(rows["emergence_step"].max())
-    steps = dict(zip(table[table["type"] == "induction"]["run"], table[table["type"] == "induction"]["first formed at step"], strict=True))
+    steps = dict(
+        zip(table[table["type"] == "induction"]["run"], table[table["type"] == "induction"]["first formed at step"], strict=True)
+    )
     assert (steps["induction-d128"], steps["induction-d256"], steps["induction-d128-seed2"]) == (1400, 1300, 3300)
 
 
@@ -215,7 +218,9 @@ def test_compare_runs_opens_on_a_depth_bin_every_chosen_run_has(monkeypatch) -> 
     for t in chart(at, "compare_bin")["data"]:
         if (t.get("meta") or {}).get("kind") == "heads":
             drawn.setdefault(t["meta"]["run"], []).append(t["meta"]["layer"])
-    want = {run: [la for la in range(n) if (4 * la) // n == 2] for run, n in (("induction-d128", 2), ("shakespeare-pythia-6x8", 6))}
+    want = {
+        run: [la for la in range(n) if (4 * la) // n == 2] for run, n in (("induction-d128", 2), ("shakespeare-pythia-6x8", 6))
+    }
     assert drawn == want == {"induction-d128": [1], "shakespeare-pythia-6x8": [3, 4]}
     titles = [a.get("text", "") for a in chart(at, "compare_bin")["layout"].get("annotations", [])]
     assert not [t for t in titles if "no layer in this bin" in t], titles
@@ -232,12 +237,11 @@ def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> N
 
 # --- the head explorer: W_QK and W_OV side by side ---------------------------------------------------------------------
 
+
 def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
     """``both=1``: each weight panel twice, the matrix chosen (keys as before) and the other (``_other``), each titled
     with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one load."""
-    at = open_page(
-        "pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "qk", "both": "1"}
-    )
+    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "qk", "both": "1"})
     assert not at.exception and not at.error
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
     for key in ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading"):
@@ -246,7 +250,8 @@ def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
         assert "W_OV" in chart(at, f"{key}_other")["layout"]["title"]["text"]
     heads = pd.read_parquet(d128 / "heads.parquet", columns=["step", "layer", "head", "matrix", "stable_rank"])
     for key, matrix in (("spectrum_slices", "qk"), ("spectrum_slices_other", "ov")):
-        want = heads.query("layer == 1 and head == 0 and matrix == @matrix").sort_values("step")["stable_rank"].to_numpy()
+        mine = heads[(heads["layer"] == 1) & (heads["head"] == 0) & (heads["matrix"] == matrix)]
+        want = mine.sort_values("step")["stable_rank"].to_numpy()
         drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
         assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
     alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})

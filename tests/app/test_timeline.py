@@ -85,7 +85,9 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     head_type = lanes["head type"]
     assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
     assert head_type["text"] == ["first previous-token head: L0 H3"]
-    assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&panel=statistic&step=64"
+    assert (
+        head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&panel=statistic&step=64"
+    )
     boundaries = sorted(int(c[0]) for c in lanes["stage boundary"]["customdata"])
     assert boundaries == sorted(llc["start_step"][llc["stage"] > 0].tolist())
     text = " ".join(m.value for m in at.markdown)
