@@ -68,7 +68,8 @@ class TypeHeadline:
         later: how many heads emerge after ``step`` (and hold the type at the end).
         last_step: the latest emergence step (equal to ``step`` when ``later`` is 0).
         sources: for induction, the strongest K-composition source of each first head (empty without composition).
-        peak_score, peak_head: the highest score any head reached and whose (for a type no head holds).
+        peak_score, peak_head, peak_step: the highest score any head reached, whose and when (for a type no head
+            holds: its evidence).
     """
 
     type: str
@@ -79,6 +80,7 @@ class TypeHeadline:
     sources: tuple[Source, ...]
     peak_score: float
     peak_head: tuple[int, int]
+    peak_step: int | None = None
 
 
 def run_headline(store: Store) -> list[TypeHeadline] | None:
@@ -90,7 +92,7 @@ def run_headline(store: Store) -> list[TypeHeadline] | None:
     out = []
     for s in summaries:
         if not s.emerged:
-            out.append(TypeHeadline(s.type, None, (), 0, None, (), s.peak_score, s.peak_head))
+            out.append(TypeHeadline(s.type, None, (), 0, None, (), s.peak_score, s.peak_head, _peak_step(store, s)))
             continue
         step = s.emerged[0][2]
         first = tuple(sorted((layer, head) for layer, head, at in s.emerged if at == step))
@@ -100,6 +102,16 @@ def run_headline(store: Store) -> list[TypeHeadline] | None:
         )
     order = {name: i for i, name in enumerate(HEAD_TYPES)}
     return sorted(out, key=lambda t: (t.step is None, t.step or 0, order.get(t.type, len(order))))
+
+
+def _peak_step(store: Store, summary) -> int | None:
+    """The step of a type's highest score (head_emergence.parquet ``peak_step`` of the peak head)."""
+    frame = store.frame(HEAD_EMERGENCE)
+    if frame is None or "peak_step" not in frame.columns:
+        return None
+    layer, head = summary.peak_head
+    rows = frame[(frame["type"] == summary.type) & (frame["layer"] == layer) & (frame["head"] == head)]
+    return int(rows["peak_step"].iloc[0]) if len(rows) and rows["peak_step"].notna().iloc[0] else None
 
 
 def strongest_sources(store: Store, targets: tuple[tuple[int, int], ...], step: int) -> list[Source]:
@@ -155,9 +167,11 @@ def headline_markdown(store: Store, run: str) -> list[str]:
     for t in rows:
         name = TYPE_LABELS.get(t.type, t.type)
         if t.step is None:
+            peak = head_name(*t.peak_head)
+            if t.peak_step is not None:
+                peak = f"[{peak}]({evidence_link(run, *t.peak_head, t.peak_step, t.type)}) at step {t.peak_step:,}"
             lines.append(
-                f"**No {name} head** holds its type at the end of training (highest {name} score "
-                f"{t.peak_score:.3g}, {head_name(*t.peak_head)})."
+                f"**No {name} head** holds its type at the end of training (highest {name} score {t.peak_score:.3g}, {peak})."
             )
             continue
         heads = [f"[{head_name(*h)}]({evidence_link(run, *h, t.step, t.type)})" for h in t.first]

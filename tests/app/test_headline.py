@@ -256,3 +256,19 @@ def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
         assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
     alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
     assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")]
+
+
+def test_a_type_no_head_holds_links_its_highest_score() -> None:
+    """The plain-text run has no induction head: the headline names the head with the highest induction score
+    (head_emergence.parquet's peak_score) and links it at its peak step, on the score's panel."""
+    from analysis.findings.headline import headline_markdown
+
+    run = "shakespeare-pythia-6x8"
+    rows = pd.read_parquet(DATA / run / "head_emergence.parquet").query("type == 'induction'")
+    assert rows["emergence_step"].isna().all()
+    peak = rows.loc[rows["peak_score"].idxmax()]
+    line = next(s for s in headline_markdown(open_store(DATA / run), run) if s.startswith("**No induction head**"))
+    name = f"L{int(peak['layer'])} H{int(peak['head'])}"
+    assert f"highest induction score {peak['peak_score']:.3g}, [{name}](" in line
+    query = parse_qs(urlparse(_links(line)[name]).query)
+    assert query["step"] == [str(int(peak["peak_step"]))] and query["stat"] == ["induction"] and query["panel"] == ["statistic"]
