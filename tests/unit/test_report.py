@@ -37,6 +37,9 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
         assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
     assert "No head reaches the induction threshold (threshold 0.3): the highest induction score is 0.05 (L1 H1)." in text
     assert "| L0 H3 | previous-token | 64 |" in text
+    # the headline first, its dashboard links as plain names
+    assert "## Which heads formed when\n\n- **Previous-token heads** form at step 64: L0 H3 first." in text
+    assert "- **No induction head** holds its type at the end of training (highest induction score 0.05, L1 H1 at step" in text
     assert "| 64 | head type | first previous-token head: L0 H3 |" in text
     assert "`weights?run=run&role=" in text and "| MP departure |" in text
     assert "| stage boundary | loss plateau begins: stage 2 (loss plateau) begins |" in text  # the loss's stages
