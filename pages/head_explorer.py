@@ -150,6 +150,7 @@ def _both_weight_panels(h: _Head) -> list[Any]:
     panels' switches are set once, on the left, and hold for both. Returns the charts' selections."""
     pair = (h, _other(h))
     ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
+    widgets.image_format()  # above both columns, so the two panels of a row start level
     picks: list[Any] = []
     for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
         with col:

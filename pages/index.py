@@ -68,6 +68,10 @@ def _headline(name: str, path) -> None:
         return
     st.subheader(f"What {name} shows")
     st.markdown("  \n".join(headline_markdown(store, name)))
+    st.caption(
+        "Each head named opens its evidence: the head explorer on the type's score at the step it formed; a source opens "
+        "Circuits at that step. Every event of the run, with its link: the Timeline."
+    )
 
 
 def _timeline_card(name: str, path) -> None:
