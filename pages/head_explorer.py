@@ -26,7 +26,11 @@ from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
-PANELS = {"weights": "P(w) and spectrum", "statistic": "one statistic against its layer"}  # URL panel: the first one
+PANELS = {  # URL panel: the one shown first (an event's evidence: a head type's score, a level crossing)
+    "weights": "P(w) and spectrum",
+    "leading": "λ_0 … λ_3, crossings",
+    "statistic": "one statistic against its layer",
+}
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
@@ -131,6 +135,8 @@ def _weight_panels(h: _Head) -> list[Any]:
     """P(w) over training | at the chosen steps; the spectrum over training | at the chosen steps; lambda_0 ..
     lambda_3 with their approaches: one matrix. Returns the charts' selections (a click on an overlaid head)."""
     w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
+    if h.panel == "leading":
+        _leading_panel(h)
     left, right = st.columns([5, 6])
     with left:
         _density_map(h, w_range)
@@ -141,7 +147,8 @@ def _weight_panels(h: _Head) -> list[Any]:
         _spectrum_map(h)
     with right:
         picked_s, _ = _spectrum_slices(h)
-    _leading_panel(h)
+    if h.panel != "leading":
+        _leading_panel(h)
     return [picked_d, picked_s]
 
 
@@ -152,6 +159,8 @@ def _both_weight_panels(h: _Head) -> list[Any]:
     ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
     widgets.image_format()  # above both columns, so the two panels of a row start level
     picks: list[Any] = []
+    if h.panel == "leading":
+        _both_leading(pair)
     for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
         with col:
             _density_map(x, w_range)
@@ -168,11 +177,17 @@ def _both_weight_panels(h: _Head) -> list[Any]:
         with col:
             picked, null = _spectrum_slices(x, show_null=null)
             picks.append(picked)
+    if h.panel != "leading":
+        _both_leading(pair)
+    return picks
+
+
+def _both_leading(pair: tuple[_Head, _Head]) -> None:
+    """lambda_0 .. lambda_3 and their approaches for both matrices, side by side, the switches made once."""
     leading: tuple | None = None
     for x, col in zip(pair, st.columns(2), strict=True):
         with col:
             leading = _leading_panel(x, controls=leading, narrow=True)
-    return picks
 
 
 def _statistic_panels(h: _Head) -> tuple[str, int | None, bool, Any] | None:

@@ -233,7 +233,9 @@ def crossing_events(store: Store) -> list[Event]:
                 detail=f"{len(crossings)} crossings in {crossings[['layer', 'head']].drop_duplicates().shape[0]} heads "
                 f"over the run (gap below {100 * CROSSING_GAP:g}%)",
                 page="head",
-                query=_head_query(layer, head, step, stat="stable_rank", matrix=matrix, gap=int(100 * CROSSING_GAP)),
+                query=_head_query(
+                    layer, head, step, stat="stable_rank", matrix=matrix, gap=int(100 * CROSSING_GAP), panel="leading"
+                ),
             )
         )
     return out

@@ -272,3 +272,21 @@ def test_a_type_no_head_holds_links_its_highest_score() -> None:
     assert f"highest induction score {peak['peak_score']:.3g}, [{name}](" in line
     query = parse_qs(urlparse(_links(line)[name]).query)
     assert query["step"] == [str(int(peak["peak_step"]))] and query["stat"] == ["induction"] and query["panel"] == ["statistic"]
+
+
+def test_a_level_crossing_event_opens_the_head_explorer_on_its_crossings(d128: Path) -> None:
+    """The Timeline's level-crossing event links ``panel=leading``: the λ_0 … λ_3 panel, where the crossing is marked,
+    comes first, on the head and matrix the event names, with the step among the chosen ones."""
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["level crossing"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    assert len(table), "induction-d128 has level crossings"
+    row = table.iloc[0]
+    query = {k: v[0] for k, v in parse_qs(urlparse(row["link"]).query).items()}
+    assert query["panel"] == "leading" and query["step"] == str(row["step"])
+    assert f"L{query['layer']} H{query['head']}" in row["event"]
+    page = open_page("pages/head_explorer.py", query)
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "leading", keys
+    title = chart(page, "leading")["layout"]["title"]["text"]
+    name = "W_QK" if query["matrix"] == "qk" else "W_OV"
+    assert f"layer {query['layer']}, head {query['head']} · {name}" in title and "crossings" in title
