@@ -177,7 +177,7 @@ def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
                 detail=f"{values[t, layer, head]:.3g} at step {a:,} → {values[t + 1, layer, head]:.3g} at step {b:,} "
                 f"(chains' spread ± {se[t, layer, head]:.2g})",
                 page="llc",
-                query=(("trace", f"L{layer}H{head}"), ("trace_step", b)),
+                query=(("trace", f"L{layer}H{head}"), ("trace_step", b), ("panel", "traces")),
             )
         )
     return out

@@ -290,3 +290,23 @@ def test_a_level_crossing_event_opens_the_head_explorer_on_its_crossings(d128: P
     title = chart(page, "leading")["layout"]["title"]["text"]
     name = "W_QK" if query["matrix"] == "qk" else "W_OV"
     assert f"layer {query['layer']}, head {query['head']} · {name}" in title and "crossings" in title
+
+
+def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: Path) -> None:
+    """The Timeline's largest rLLC rise links ``panel=traces``: the chains' loss traces of that head at that step come
+    first on the Refined LLC page, and they are llc_chains.parquet's (read with pandas)."""
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["rLLC rise"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    query = {k: v[0] for k, v in parse_qs(urlparse(table.iloc[0]["link"]).query).items()}
+    assert query["panel"] == "traces"
+    page = open_page("pages/refined_llc.py", query)
+    assert not page.exception and not page.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "llc_traces", keys
+    layer, head = (int(v) for v in query["trace"][1:].split("H"))
+    chains = pd.read_parquet(d128 / "llc_chains.parquet")
+    own = chains[(chains["step"] == int(query["trace_step"])) & (chains["layer"] == layer) & (chains["head"] == head)]
+    drawn = chart(page, "llc_traces")["data"]
+    for trace, stored in zip(drawn, own.sort_values("chain")["trace"], strict=False):
+        assert np.allclose(arr(trace["y"]), np.asarray(stored, dtype=np.float64), rtol=1e-6)
+    assert len(own) > 0 and [k for k in keys if k == "llc_traces"] == ["llc_traces"]  # drawn once, first
