@@ -20,7 +20,11 @@ from dashboard.pagedata.llc import Estimates
 
 NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
 CLUSTERS = list(range(2, 9))
-FIRST_PANELS = {"heads": "every head over training", "traces": "the chains of one estimate"}  # URL panel
+FIRST_PANELS = {  # URL panel: the one shown first (where a Timeline event's evidence link lands)
+    "heads": "every head over training",
+    "model": "the whole model",
+    "traces": "the chains of one estimate",
+}
 MISSING = (
     "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
     "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
@@ -68,6 +72,8 @@ def main() -> None:
     sampler = (frame.store.meta.llc or {}).get("sampler") or {}
     if opts.panel == "traces":
         _traces_panel(frame.run, frame.store, est.steps, sampler)
+    if opts.panel == "model":  # an LLC stage boundary's evidence: the whole-model curve the stages are read from
+        _model_panel(frame, est, opts.curve)
 
     # --- panel: every head over training ---
     _heads_panel(frame, est, opts, labels, cluster_names)
@@ -75,8 +81,9 @@ def main() -> None:
     # --- panel: can the estimates be trusted? ---
     _diagnostics(frame.run, frame.store, est, sampler, traces=opts.panel != "traces")
 
-    # --- panel: the whole model, with the loss ---
-    _model_panel(frame, est, opts.curve)
+    # --- panel: the whole model, with the loss (first when the link asks: panel=model) ---
+    if opts.panel != "model":
+        _model_panel(frame, est, opts.curve)
 
     # --- panel: clusters of heads by the shape of their curves ---
     _clusters_panel(frame, est, opts, labels, cluster_names)
@@ -108,7 +115,8 @@ def _choose(frame: RunFrame) -> _Choices:
         kind="radio",
         fmt=FIRST_PANELS.__getitem__,
         where=c_panel,
-        help="The Timeline's rLLC-rise links open on the chains of that estimate",
+        help="The Timeline's links open on their evidence: an LLC stage boundary on the whole model, an rLLC rise on "
+        "the chains of that estimate",
     )
     return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve, panel=panel)
 

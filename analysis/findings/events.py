@@ -113,7 +113,7 @@ def stage_events(store: Store) -> list[Event]:
                 detail=f"{curve} {r.start_value:.4g} → {r.end_value:.4g} over the stage "
                 f"(change {r.change:+.3g} ± {r.change_se:.2g})",
                 page="llc" if primary == "llc" else "lenses",
-                query=() if primary == "llc" else (("step", int(r.start_step)),),
+                query=(("panel", "model"),) if primary == "llc" else (("step", int(r.start_step)),),
             )
         )
     return out

@@ -310,3 +310,19 @@ def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: 
     for trace, stored in zip(drawn, own.sort_values("chain")["trace"], strict=False):
         assert np.allclose(arr(trace["y"]), np.asarray(stored, dtype=np.float64), rtol=1e-6)
     assert len(own) > 0 and [k for k in keys if k == "llc_traces"] == ["llc_traces"]  # drawn once, first
+
+
+def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(monkeypatch) -> None:
+    """induction-d256's LLC stages: each boundary's link opens the Refined LLC page with the whole-model LLC (the curve
+    the stages are read from) as its first chart, at stages.parquet's start steps."""
+    _serve_data(monkeypatch)
+    at = open_page("pages/run_timeline.py", {"run": "induction-d256", "kinds": ["stage boundary"], "basis": "llc"})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    stages = pd.read_parquet(DATA / "induction-d256" / "stages.parquet").query("basis == 'llc' and stage > 0")
+    assert sorted(table["step"]) == sorted(stages["start_step"].astype(int))
+    query = {k: v[0] for k, v in parse_qs(urlparse(table.iloc[0]["link"]).query).items()}
+    assert urlparse(table.iloc[0]["link"]).path == "llc" and query["panel"] == "model"
+    page = open_page("pages/refined_llc.py", query)
+    assert not page.exception and not page.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "llc_model" and keys.count("llc_model") == 1, keys
