@@ -18,7 +18,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard.urlstate import encode
-from dashboard.viewstate import Where, active, switch_page
+from dashboard.viewstate import Where, active, open_link, switch_page
 from dashboard.widgets import image_format
 
 
@@ -145,3 +145,24 @@ def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
     if step is not None and "step" not in handed:
         handed["step"] = sorted(set(default_steps(store.steps)) | {step})
     switch_page("pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), **handed)
+
+
+def open_link_on_click(event: Any) -> None:
+    """When ``event`` (a chart's selection) picked a point whose ``customdata`` names a view link in its second entry
+    (`analysis.findings.events.Event.link`: ``head?run=...&layer=1&head=0&step=1400``), open that view (the Timeline's
+    event markers)."""
+    from urllib.parse import parse_qs
+
+    from dashboard.navigation import PAGES
+
+    for point in ((event or {}).get("selection") or {}).get("points") or []:
+        custom = point.get("customdata")
+        link = (
+            custom.get("1") if isinstance(custom, dict) else custom[1] if isinstance(custom, list) and len(custom) > 1 else None
+        )
+        if not isinstance(link, str) or "?" not in link:
+            continue
+        path, _, query = link.partition("?")
+        spec = next((p for p in PAGES if p.url_path == path), None)
+        if spec is not None:
+            open_link(spec.file, parse_qs(query, keep_blank_values=True))

@@ -113,7 +113,8 @@ PAGES: tuple[PageSpec, ...] = (
         ":material/hub:",
         "circuits",
         "how heads wire together over training, from the weights: Q-, K- and V-composition between every pair of "
-        "heads, animated, and one head's strongest sources and targets, previous-token → induction pairs ringed",
+        "heads, animated, and one head's strongest sources and targets, each induction head's strongest previous-token "
+        "source ringed",
         time_scale="log",
     ),
     PageSpec(

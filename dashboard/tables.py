@@ -158,3 +158,13 @@ def heads_table(
         for name, c in counts.items():
             table[name] = c.ravel()
     return table
+
+
+def screen_table(table: pd.DataFrame, config: dict, *, run: str, stat: str, k, matrix, step: int, since: int) -> pd.DataFrame:
+    """The table as the CSV holds it: every column named as the screen names it (``r_s``, ``÷ random head``), the link
+    column left out, then what the rows are of (run, statistic, its k only for λ_k, matrix, step, since)."""
+    out = table.drop(columns=["open"]).rename(
+        columns={c: cfg["label"] for c, cfg in config.items() if c in table.columns and cfg.get("label")}
+    )
+    what = {"run": run, "statistic": stat, **({"k": k} if k is not None else {}), "matrix": matrix or "", "step": step}
+    return out.assign(**what, since=since)

@@ -53,13 +53,14 @@ def _lookup(options: Sequence[Any]) -> dict[str, Any]:
 
 
 def describe_options(options: Sequence[Any], *, limit: int = 8) -> str:
-    """Short human list of the allowed values: ``0-23`` for a run of ints, else the first few."""
+    """Short human list of the allowed values: ``0 to 23`` for a run of ints (``-1 to 1``: no minus sign read as a
+    dash), else the first few."""
     if not options:
         return "nothing"
     if all(isinstance(o, int) and not isinstance(o, bool) for o in options):
         ints = list(options)
         if ints == list(range(ints[0], ints[0] + len(ints))) and len(ints) > 2:
-            return f"{ints[0]}-{ints[-1]}"
+            return f"{ints[0]} to {ints[-1]}"
     shown = ", ".join(encode(o) for o in options[:limit])
     return shown + (f", ... ({len(options)} in all)" if len(options) > limit else "")
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -54,7 +55,7 @@ from dashboard.urlstate import encode, parse_many, parse_one
 _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_state(...)` block runs
 _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of URL strings
 _LAST = "_hw_last"  # last value of every parameter; plain session state, so it survives page switches
-_NEXT = "_hw_next"  # values `switch_page` hands to the next page's widgets, used once
+_NEXT = "_hw_next"  # (url_path of the page they are for, values) `switch_page` hands to its widgets, used once there
 _PAGE_LAST = "_hw_page_last"  # (page url_path, name) -> last value, for the parameters in PAGE_SCOPED
 _PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view showed
 # each page keeps its own: never carried to another page (a link or a click hands them); xscale: pages open on
@@ -63,6 +64,14 @@ PAGE_SCOPED = ("stat", "k", "xscale")
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class _FromLink:
+    """Values a link gives one parameter, as the URL spells them (`open_link`): the next page reads them as it reads
+    its own URL (`dashboard.urlstate`), so a repeatable parameter and a single one, a bad value's notice, alike."""
+
+    raw: tuple[str, ...]
 
 
 class View:
@@ -146,7 +155,8 @@ class View:
             st.query_params.from_dict(params)
         st.session_state[_WRITTEN] = params
         st.session_state[_PREV_PAGE] = url_path
-        st.session_state.pop(_NEXT, None)  # handed values not used by this page expire
+        if _handed_to(self) is not None:  # values handed to this page and not used by it expire; a run of another
+            st.session_state.pop(_NEXT, None)  # page (a rerun queued before the switch) leaves them for theirs
         if self._history_slot is not None:
             self._history_slot.html(out.history_script, unsafe_allow_javascript=True)
         for text in self.notices:
@@ -251,7 +261,18 @@ def seed(
 ) -> None:
     """Put the value the widget ``name`` should show into session state before it is created (a list of at most
     ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``)."""
-    handed = st.session_state.get(_NEXT, {}).pop(name, _MISSING)
+    mine = _handed_to(view)
+    handed = mine.pop(name, _MISSING) if mine is not None else _MISSING
+    if isinstance(handed, _FromLink):
+        parsed = (
+            parse_many(name, handed.raw, options, default, hint=hint, most=most)
+            if multi
+            else parse_one(name, handed.raw, options, default)
+        )
+        if parsed.notice:
+            view.notices.append(parsed.notice)
+        st.session_state[name] = parsed.value
+        return
     if _valid(handed, options, multi=multi, most=most):
         st.session_state[name] = handed
         return
@@ -275,6 +296,23 @@ def seed(
             st.session_state[name] = candidate
             return
     st.session_state[name] = list(default) if multi else default
+
+
+def _handed_to(view: View) -> dict[str, Any] | None:
+    """The values `switch_page` or `open_link` handed to the page ``view`` shows, or None (none, or for another page)."""
+    handed = st.session_state.get(_NEXT)
+    if not handed or handed[0] != _page_of(view):
+        return None
+    return handed[1]
+
+
+def _target(page: Any) -> str:
+    """The url_path of ``page`` (an ``st.Page``, or a page file such as ``pages/head_explorer.py``)."""
+    from dashboard.navigation import PAGES
+
+    if isinstance(page, str):  # the default page is served at "" whatever its url_path says
+        return next(("" if p.default else p.url_path for p in PAGES if p.file == page), page)
+    return str(getattr(page, "url_path", "") or "")
 
 
 def _valid(value: Any, options: Sequence[Any], *, multi: bool, most: int | None = None) -> bool:
@@ -304,5 +342,17 @@ def switch_page(page: Any, **values: Any) -> None:
         RuntimeError: outside an active view.
     """
     active("viewstate.switch_page")
-    st.session_state[_NEXT] = dict(values)
+    st.session_state[_NEXT] = (_target(page), dict(values))
+    st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})
+
+
+def open_link(page: Any, query: dict[str, list[str]]) -> None:
+    """Open ``page`` on the view a link's query string names (``{"layer": ["1"], "step": ["1400"]}``), as one
+    browser-history entry (as `switch_page`): each value is read by the next page as if its URL carried it.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    active("viewstate.open_link")
+    st.session_state[_NEXT] = (_target(page), {name: _FromLink(tuple(values)) for name, values in query.items()})
     st.switch_page(page, query_params={k: st.query_params.get_all(k) for k in st.query_params})

@@ -11,6 +11,7 @@ refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.findings.events import KINDS, basis_text, events_frame, primary_basis, run_events, stage_bases, stage_rows
+from analysis.findings.headline import headline_markdown
 from analysis.findings.held_types import TYPE_LABELS, type_sentences
+from analysis.findings.names import head_name
 from analysis.store import Store, open_store
 from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
 
@@ -122,6 +125,11 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
     fig.savefig(path, format="svg")
     plt.close(fig)
     return True
+
+
+def _plain(markdown: str) -> str:
+    """Markdown with its links as their text (the headline's links are the dashboard's, which a report cannot open)."""
+    return re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", markdown)
 
 
 def _table(frame: pd.DataFrame) -> str:
@@ -262,6 +270,10 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         f"d_head {m.d_head}; {len(steps)} checkpoints with statistics, steps {int(steps[0]):,} to {int(steps[-1]):,}. "
         f"Made by `headwatch report` from the store at `{store.path}`.",
         "",
+        "## Which heads formed when",
+        "",
+        *(f"- {_plain(line)}" for line in headline_markdown(store, run)),
+        "",
         "## Stages",
         "",
     ]
@@ -307,7 +319,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                 _table(
                     pd.DataFrame(
                         {
-                            "head": [f"L{a}H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+                            "head": [head_name(a, b) for a, b in zip(held["layer"], held["head"], strict=True)],
                             "type": [TYPE_LABELS.get(t, t) for t in held["type"]],
                             "emergence step": [f"{int(s):,}" for s in held["emergence_step"]],
                             "peak score": [f"{v:.3g}" for v in held["peak_score"]],

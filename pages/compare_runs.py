@@ -43,6 +43,9 @@ def main() -> None:
     # --- in numbers: the statistic at the point and each run's loss, where curves overlap ---
     panels.summary_section(pick, time, shown)
 
+    # --- in numbers: when each head type formed, per run ---
+    panels.emergence_section(stores)
+
     # --- panel (a): mean and spread per relative-depth bin over training ---
     panels.bands_panel(pick, time, stores)
 

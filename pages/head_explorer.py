@@ -1,5 +1,6 @@
 """Head explorer: one head's weight distribution and spectrum over training, with chosen steps."""
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from dashboard.figures import head as head_figs
 from dashboard.figures import panels
 from dashboard.figures import spectrum as spectrum_figs
 from dashboard.figures.common import overlay_loss, stacked
-from dashboard.labels import LAMBDA, STATS, stats_for
+from dashboard.labels import LAMBDA, PER_HEAD_STATS, STATS, stats_for
 from dashboard.pagedata import head as head_data
 from dashboard.style import step_colours
 from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
@@ -25,6 +26,11 @@ from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
+PANELS = {  # URL panel: the one shown first (an event's evidence: a head type's score, a level crossing)
+    "weights": "P(w) and spectrum",
+    "leading": "λ_0 … λ_3, crossings",
+    "statistic": "one statistic against its layer",
+}
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
@@ -34,18 +40,23 @@ class _Head:
 
     Attributes:
         frame: the sidebar's run; axis: its time axis.
-        matrix: ``qk`` or ``ov`` (URL ``matrix``); layer, head: the head (URL ``layer``, ``head``).
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); both: W_QK
+            and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL
+            ``layer``, ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
             and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
         show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.
         hist, mu, sigma, kl: ``(S, 202)``, ``(S,)`` x 3: the standardized histogram, mean, sigma and D_KL.
         lam: ``(S, d_head)`` lambda_k = s_k^2.
         refs: the random heads of this matrix (its own init scale).
+        key: the suffix of its charts' keys (``_other``: the matrix beside the chosen one).
     """
 
     frame: Any
     axis: Any
     matrix: str
+    panel: str
+    both: bool
     layer: int
     head: int
     idx: list[int]
@@ -61,6 +72,7 @@ class _Head:
     kl: np.ndarray
     lam: np.ndarray
     refs: Any
+    key: str = ""  # its charts' key suffix: "" for the matrix chosen, "_other" for the one drawn beside it
 
     @property
     def store(self):
@@ -78,6 +90,11 @@ class _Head:
     def shown(self) -> str:
         """What every chart's title names, the matrix included: an exported OV figure says it is one."""
         return f"{self.name} · {self.w_name}"
+
+    def shown_for(self, stat: str) -> str:
+        """What a chart of ``stat`` names: the head and its matrix, or the head alone for a statistic of the head itself
+        (a forward-lens score, the refined LLC), which no matrix has."""
+        return self.name if stat in PER_HEAD_STATS else self.shown
 
     @property
     def tag(self) -> str:
@@ -97,36 +114,92 @@ def main() -> None:
 
     # --- widgets: matrix, layer, head, the loss, the chosen steps, other heads to overlay ---
     h = _pick_head(frame)
-    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
 
-    # --- panel: P(w) over training | P(w) at the chosen steps, sigma(t), D_KL(t) ---
+    # --- panel: any statistic of this head against its layer, first when the link asks (panel=statistic) ---
+    picked = _statistic_panels(h) if h.panel == "statistic" else None
+
+    # --- panels of the weights: P(w), the spectrum, lambda_0 .. lambda_3 (W_QK and W_OV side by side with both=1) ---
+    clicks = _weight_panels(h) if not h.both else _both_weight_panels(h)
+
+    # --- panel: any statistic of this head against its layer, last by default ---
+    if h.panel != "statistic":
+        picked = _statistic_panels(h)
+    if picked is None:
+        return
+    stat, k, _, event = picked
+    for clicked in (event, *clicks):  # a click on another head's line opens it
+        charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
+
+
+def _weight_panels(h: _Head) -> list[Any]:
+    """P(w) over training | at the chosen steps; the spectrum over training | at the chosen steps; lambda_0 ..
+    lambda_3 with their approaches: one matrix. Returns the charts' selections (a click on an overlaid head)."""
+    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
+    if h.panel == "leading":
+        _leading_panel(h)
     left, right = st.columns([5, 6])
     with left:
         _density_map(h, w_range)
     with right:
-        picked_d = _density_slices(h, w_range)
-
-    # --- panel: lambda_k over (k, step) | lambda_k vs k at the chosen steps, stable rank and entropy over training ---
+        picked_d, _ = _density_slices(h, w_range)
     left, right = st.columns([5, 6])
     with left:
         _spectrum_map(h)
     with right:
-        picked_s = _spectrum_slices(h)
+        picked_s, _ = _spectrum_slices(h)
+    if h.panel != "leading":
+        _leading_panel(h)
+    return [picked_d, picked_s]
 
-    # --- panel: lambda_0 .. lambda_3 over training, close approaches marked crossing or repulsion ---
-    _leading_panel(h)
 
-    # --- panel: any statistic of this head against its layer ---
+def _both_weight_panels(h: _Head) -> list[Any]:
+    """Every weight panel for W_QK and W_OV side by side: the matrix chosen on the left, the other on the right; the
+    panels' switches are set once, on the left, and hold for both. Returns the charts' selections."""
+    pair = (h, _other(h))
+    ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
+    widgets.image_format()  # above both columns, so the two panels of a row start level
+    picks: list[Any] = []
+    if h.panel == "leading":
+        _both_leading(pair)
+    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+        with col:
+            _density_map(x, w_range)
+    density: tuple | None = None
+    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+        with col:
+            picked, density = _density_slices(x, w_range, controls=density)
+            picks.append(picked)
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            _spectrum_map(x)
+    null: bool | None = None
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            picked, null = _spectrum_slices(x, show_null=null)
+            picks.append(picked)
+    if h.panel != "leading":
+        _both_leading(pair)
+    return picks
+
+
+def _both_leading(pair: tuple[_Head, _Head]) -> None:
+    """lambda_0 .. lambda_3 and their approaches for both matrices, side by side, the switches made once."""
+    leading: tuple | None = None
+    for x, col in zip(pair, st.columns(2), strict=True):
+        with col:
+            leading = _leading_panel(x, controls=leading, narrow=True)
+
+
+def _statistic_panels(h: _Head) -> tuple[str, int | None, bool, Any] | None:
+    """One statistic of the head against its layer, then (stores with both) its W_QK and W_OV on one pair of axes;
+    returns `_head_in_layer`'s choice and selection, or None when the store has no values of the statistic."""
     with st.container():
         picked = _head_in_layer(h)
     if picked is None:
-        return
-    stat, k, log_y, event = picked
-    for clicked in (event, picked_d, picked_s):  # a click on another head's line opens it
-        charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
-
-    # --- panel: this head's W_QK and W_OV on one pair of axes ---
-    _both_matrices(frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
+        return None
+    stat, k, log_y, _ = picked
+    _both_matrices(h.frame.run, h.store, h.axis, layer=h.layer, head=h.head, stat=stat, k=k, log_y=log_y)
+    return picked
 
 
 def _pick_head(frame) -> _Head:
@@ -135,7 +208,26 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path))
+    c_matrix, c_both, c_panel = st.columns([2, 2, 3], vertical_alignment="bottom")
+    matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
+    both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
+        "both",
+        "W_QK and W_OV side by side",
+        False,
+        where=c_both,
+        help="Every weight panel twice: the matrix chosen on the left, the other on the right, one load",
+    )
+    panel = widgets.select(
+        "panel",
+        "First panel",
+        list(PANELS),
+        "weights",
+        fmt=PANELS.__getitem__,
+        kind="radio",
+        where=c_panel,
+        help="What the page opens on: the weight distribution and spectrum, or one statistic against the layer "
+        "(a head type's evidence: its score over training)",
+    )
     c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 3, 3], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
@@ -156,17 +248,19 @@ def _pick_head(frame) -> _Head:
         "Overlay other heads, from any layer (dotted on every panel over training)",
         [f"L{lay}H{hd}" for lay, hd in heads_all],
         [],
+        fmt=lambda c: c.replace("H", " H"),
         max_selections=MAX_COMPARED,
         help="In the link as cmp=L2H3 (repeatable)",
     )
     if not chosen:
         st.caption("No step chosen: pick at least one to draw the distribution and spectrum at fixed steps.")
     idx = [steps.index(s) for s in chosen]
-    sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
     return _Head(
         frame=frame,
         axis=axis,
         matrix=matrix,
+        panel=panel,
+        both=both,
         layer=layer,
         head=head,
         idx=idx,
@@ -176,6 +270,14 @@ def _pick_head(frame) -> _Head:
         pairs=[(int(c[1:].split("H")[0]), int(c.split("H")[1])) for c in compared],
         show_loss=show_loss,
         curve=curve,
+        **_arrays(store, matrix, layer, head),
+    )
+
+
+def _arrays(store, matrix: str, layer: int, head: int) -> dict[str, Any]:
+    """One head's arrays of one matrix (views of the cached store): what `_Head` holds per matrix."""
+    sv = store.array("sv", matrix=matrix)[:, layer, head, :].astype(np.float64)  # (S, d_head)
+    return dict(
         hist=store.array("hist_z", matrix=matrix)[:, layer, head, :].astype(np.float64),  # (S, 202)
         mu=store.array("mean", matrix=matrix)[:, layer, head],
         sigma=store.array("std", matrix=matrix)[:, layer, head],
@@ -185,15 +287,21 @@ def _pick_head(frame) -> _Head:
     )
 
 
+def _other(h: _Head) -> _Head:
+    """The same head and choices for the other matrix, drawn beside the chosen one (``both``)."""
+    matrix = "ov" if h.matrix == "qk" else "qk"
+    return dataclasses.replace(h, matrix=matrix, key="_other", **_arrays(h.store, matrix, h.layer, h.head))
+
+
 def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     """P(w) of the head over (step, w), log colour."""
-    st.subheader("Weight distribution over training")
+    st.subheader(f"Weight distribution over training · {h.w_name}" if h.both else "Weight distribution over training")
     w = np.linspace(*w_range, DENSITY_GRID_POINTS)
     grid = density_grid(h.hist, h.mu, h.sigma, w)
     run, store = h.frame.run, h.store
     charts.chart(
         h.over_time(density_figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
-        "density_map",
+        f"density_map{h.key}",
         title=f"{run} · {h.shown} · P(w) over training",
         filename=export.safe_name(run, h.tag, "Pw-map"),
         csv=lambda: _long(run, h.layer, h.head, h.matrix, store.steps, "p(w)", w, grid, "w"),
@@ -204,18 +312,22 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     )
 
 
-def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
+def _density_slices(h: _Head, w_range: tuple[float, float], *, controls: tuple | None = None) -> tuple[Any, tuple]:
     """P(w) at the chosen steps (raw or standardized, with their Gaussians), sigma and D_KL over training; returns
-    the chart's selection (a click on an overlaid head)."""
-    st.subheader("Distribution at the chosen steps")
-    c_logp = c_z = c_g = st  # one switch a line: side by side in this half-width panel they cut their labels at 1,024 px
-    log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
-    standardized = widgets.toggle(
-        "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
-    )
-    gauss_on = widgets.toggle(
-        "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
-    )
+    the chart's selection (a click on an overlaid head) and its switches (``controls``: those of the panel beside it,
+    not made again)."""
+    st.subheader(f"Distribution at the chosen steps · {h.w_name}" if h.both else "Distribution at the chosen steps")
+    if controls is None:
+        c_logp = c_z = c_g = st  # one switch a line: side by side in this half-width panel they cut their labels at 1,024 px
+        log_p = widgets.toggle("logp", "log density axis", True, where=c_logp)
+        standardized = widgets.toggle(
+            "zview", "standardized z", False, where=c_z, help="Plot z = (w − μ)/σ at each step: shapes compare at equal width"
+        )
+        gauss_on = widgets.toggle(
+            "gauss", "Gaussian", True, where=c_g, help="Dashed: the Gaussian of the same mean and σ at each chosen step"
+        )
+        controls = (log_p, standardized, gauss_on)
+    log_p, standardized, gauss_on = controls
     mu, sigma, kl, idx = h.mu, h.sigma, h.kl, h.idx
     w_all, p_all = density_curves(h.hist, mu, sigma)
     if standardized:  # z = (w - mu)/sigma, p_z = p(w) sigma
@@ -249,7 +361,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
             ],
             matrix_name=h.w_name,
         ),
-        "density_slices",
+        f"density_slices{h.key}",
         title=f"{run} · {h.shown} · P(w) at chosen steps, σ, D_KL",
         filename=export.safe_name(run, h.tag, "Pw-sigma-DKL"),
         csv=lambda: _slices_csv(run, h.layer, h.head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
@@ -268,16 +380,16 @@ def _density_slices(h: _Head, w_range: tuple[float, float]) -> Any:
         "run), dashed: the Gaussian of the same mean and σ. Right: σ and D_KL(P‖N(μ,σ)) of the "
         f"same head over training, chosen steps marked in matching colours.{ref}"
     )
-    return picked
+    return picked, controls
 
 
 def _spectrum_map(h: _Head) -> None:
     """lambda_k of the head over (k, step), log colour."""
-    st.subheader("Spectrum over training")
+    st.subheader(f"Spectrum over training · {h.w_name}" if h.both else "Spectrum over training")
     run, store = h.frame.run, h.store
     charts.chart(
         h.over_time(spectrum_figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
-        "spectrum_map",
+        f"spectrum_map{h.key}",
         title=f"{run} · {h.shown} · λ_k over training",
         filename=export.safe_name(run, h.tag, "lambda-map"),
         csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, h.lam, range(len(store.steps))),
@@ -285,16 +397,18 @@ def _spectrum_map(h: _Head) -> None:
     st.caption(f"λ_k = s_k² of {h.w_name} for {h.name}, every singular-value index k at every checkpoint (log colour).")
 
 
-def _spectrum_slices(h: _Head) -> Any:
+def _spectrum_slices(h: _Head, *, show_null: bool | None = None) -> tuple[Any, bool]:
     """lambda_k versus k at the chosen steps (with the random-head null), stable rank and spectral entropy over
-    training; returns the chart's selection (a click on an overlaid head)."""
-    st.subheader("Spectrum at the chosen steps")
-    show_null = widgets.toggle(
-        "null",
-        "random-head reference",
-        True,
-        help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
-    )
+    training; returns the chart's selection (a click on an overlaid head) and the null switch (``show_null``: the
+    panel beside it's, not made again)."""
+    st.subheader(f"Spectrum at the chosen steps · {h.w_name}" if h.both else "Spectrum at the chosen steps")
+    if show_null is None:
+        show_null = widgets.toggle(
+            "null",
+            "random-head reference",
+            True,
+            help="Dotted: the typical spectrum of a Gaussian head with the same Frobenius norm",
+        )
     run, store, matrix, lam, idx = h.frame.run, h.store, h.matrix, h.lam, h.idx
     null_lam = null_spectra(lam[idx], store) if show_null else None
     picked = charts.chart(
@@ -321,7 +435,7 @@ def _spectrum_slices(h: _Head) -> Any:
                 for lay, hd in h.pairs
             ],
         ),
-        "spectrum_slices",
+        f"spectrum_slices{h.key}",
         title=f"{run} · {h.shown} · λ_k at chosen steps, stable rank, entropy",
         filename=export.safe_name(run, h.tag, "spectrum"),
         csv=lambda: _lam_csv(run, h.layer, h.head, matrix, store.steps, lam, idx),
@@ -332,16 +446,18 @@ def _spectrum_slices(h: _Head) -> Any:
         "(Gaussian) head rescaled to the same Frobenius norm, the free-product Marchenko-Pastur null. "
         "Right: stable rank Σλ/λ_max and spectral entropy of the same head over training, chosen steps marked."
     )
-    return picked
+    return picked, show_null
 
 
-def _leading_panel(h: _Head) -> None:
-    """lambda_0 .. lambda_3 over training (left), each close approach marked a crossing or a repulsion when the store
-    has overlaps, with the threshold and the list of approaches (right)."""
-    st.subheader("Leading eigenvalues: crossings and repulsions")
-    left, right = st.columns([7, 4])
+def _leading_panel(h: _Head, *, controls: tuple | None = None, narrow: bool = False) -> tuple:
+    """lambda_0 .. lambda_3 over training (left; ``narrow``: above), each close approach marked a crossing or a
+    repulsion when the store has overlaps, with the threshold and the list of approaches (right; ``narrow``: below).
+    Returns its switches (``controls``: those of the panel beside it, not made again)."""
+    st.subheader(f"Leading eigenvalues · {h.w_name}" if h.both else "Leading eigenvalues: crossings and repulsions")
+    left, right = (st.container(), st.container()) if narrow else st.columns([7, 4])
     with right:
-        log_lam, crossings = _approaches(h)
+        controls, crossings = _approaches(h, controls)
+    log_lam = controls[0]
     run, store, lam = h.frame.run, h.store, h.lam
     with left:
         if crossings is None:
@@ -349,7 +465,7 @@ def _leading_panel(h: _Head) -> None:
                 h.over_time(
                     spectrum_figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
-                "leading",
+                f"leading{h.key}",
                 title=f"{run} · {h.shown} · λ_0 … λ_3",
                 filename=export.safe_name(run, h.tag, "leading"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
@@ -360,7 +476,7 @@ def _leading_panel(h: _Head) -> None:
                 h.over_time(
                     spectrum_figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
-                "leading",
+                f"leading{h.key}",
                 title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
                 filename=export.safe_name(run, h.tag, "crossings"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
@@ -370,13 +486,14 @@ def _leading_panel(h: _Head) -> None:
                 "closest approach. Bottom: O_kk, how much level k kept its singular directions from the "
                 "previous checkpoint (1: unchanged; a dip to 0 with a rise of O_k,k±1: the levels swapped)."
             )
+    return controls
 
 
-def _approaches(h: _Head) -> tuple[bool, Any]:
-    """The log lambda toggle and the close-approach threshold, then the approaches as a table; returns the toggle and
-    the crossings (None without overlaps, which it says how to add)."""
+def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
+    """The log lambda toggle and the close-approach threshold (``controls``, when the panel beside it made them), then
+    the approaches as a table; returns the switches and the crossings (None without overlaps, said with how to add)."""
     c_log = c_gap = st  # one control a line: side by side in this narrow panel they cut their labels at 1,024 px
-    log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log)
+    log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log) if controls is None else controls[0]
     store = h.store
     try:
         overlaps = loader.head_overlaps(store, h.layer, h.head, matrix=h.matrix)
@@ -384,8 +501,9 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         st.error(str(exc))
         overlaps = None
     crossings = None
+    gap_pct = controls[1] if controls is not None else None
     if overlaps is not None:
-        gap_pct = widgets.gap_percent(where=c_gap)
+        gap_pct = widgets.gap_percent(where=c_gap) if gap_pct is None else gap_pct
         crossings = level_crossings(h.lam, overlaps, gap_threshold=gap_pct / 100)
     if crossings is None:
         st.info(
@@ -393,7 +511,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
             "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
             icon=":material/info:",
         )
-        return log_lam, None
+        return (log_lam, gap_pct), None
     kinds = [a.kind for a in crossings.approaches]
     st.markdown(
         f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
@@ -404,7 +522,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         approach_table(crossings.approaches, store.steps),
         hide_index=True,
         height=260,
-        key="approaches",
+        key=f"approaches{h.key}",
         width="stretch",
         column_config={
             "step": st.column_config.NumberColumn("step", format="%d", width="small"),
@@ -421,7 +539,7 @@ def _approaches(h: _Head) -> tuple[bool, Any]:
         f'threshold. **Swap score**: {SWAP_SCORE_HELP} Rule: README, "Crossing or repulsion?"; every '
         "head's approaches: the Heads page."
     )
-    return log_lam, crossings
+    return (log_lam, gap_pct), crossings
 
 
 def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
@@ -456,7 +574,7 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
             )
         ),
         "head_in_layer",
-        title=f"{run} · {h.shown} · {STATS[stat].short(k)} against its layer",
+        title=f"{run} · {h.shown_for(stat)} · {STATS[stat].short(k)} against its layer",
         filename=export.safe_name(run, h.tag, stat if stat != LAMBDA else f"lambda_{k}", "in-layer"),
         csv=lambda: export.tidy(values, store.steps, run=run, statistic=stat, k=k, matrix=matrix, layers=[layer]).pipe(
             lambda t: t if not pairs else _with_pairs(t, values, store.steps, run, stat, k, matrix, pairs)

@@ -110,6 +110,7 @@ def _ultrametric_panel(frame: RunFrame, stat: str) -> None:
         f"hierarchy (a dendrogram), lower when they do not ({data.distance_text(stat)}). Dotted, in the layer's colour: "
         "the same share for random Gaussian heads of the same shapes (meta.json `similarity`)."
     )
+    st.markdown(data.ultrametric_reading(share, base, layers, store.steps))
 
 
 main()

@@ -16,7 +16,7 @@ from analysis.store.format import HEAD_TYPES, LLC
 from dashboard import export, loader, viewstate, widgets
 from dashboard.data import default_steps, uniform_attention
 from dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
-from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
+from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of, screen_table
 
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
@@ -66,7 +66,7 @@ def main() -> None:
     table, note, open_steps = _rows(frame, opts, approaches)
 
     # --- panel: the table ---
-    event = _table_panel(table, frame.run, opts.stat, opts.k, opts.matrix, opts.step, opts.since, opts.layers, note)
+    event = _table_panel(table, frame.run, opts, note)
     if opts.kinds is None:
         st.caption(missing_text(frame.store.path))
 
@@ -290,8 +290,10 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
     return table, note
 
 
-def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step: int, since: int, layers, note: str):
-    """The table, its CSV button and its caption; returns the row selection."""
+def _table_panel(table, run, opts: _Options, note: str):
+    """The table, its CSV button (the columns named as on screen, the filters in its name) and its caption; returns
+    the row selection."""
+    stat, k, matrix, step, since, layers = opts.stat, opts.k, opts.matrix, opts.step, opts.since, opts.layers
     label = STATS[stat].short(k)
     of = f" of {MATRIX_LABELS[matrix].split(' ')[0]}" if matrix is not None else ""
     st.subheader(f"{label}{of} of every head at step {step:,}")
@@ -344,10 +346,11 @@ def _table_panel(table, run, stat: str, k: int | None, matrix: str | None, step:
         column_config=config,
         height=min(40 + 35 * len(table), 640),
     )
+    filters = [*(f"L{layer}" for layer in layers), *opts.picked_types]
     st.download_button(
         "Table (CSV)",
-        lambda: export.to_csv(table.drop(columns=["open"]).assign(run=run, statistic=stat, k=k, step=step, since=since)),
-        file_name=f"{export.safe_name(run, 'heads', label, 'step', step)}.csv",
+        lambda: export.to_csv(screen_table(table, config, run=run, stat=stat, k=k, matrix=matrix, step=step, since=since)),
+        file_name=f"{export.safe_name(run, 'heads', label, 'step', step, *filters)}.csv",
         mime="text/csv",
         key="heads_table_csv",
         on_click="ignore",

@@ -8,6 +8,7 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.findings.events import primary_basis, stage_rows
+from analysis.findings.headline import headline_markdown
 from analysis.store import read_meta
 from dashboard import loader, viewstate
 from dashboard.data import loss_curve, step_axis
@@ -29,6 +30,10 @@ def main() -> None:
     )
     frame = viewstate.frame()
     run = frame.run
+
+    # --- panel: what the chosen run shows, first: which heads formed when, each a link to its evidence ---
+    if run and run in frame.runs:
+        _headline(run, frame.runs[run])
 
     # --- panel: the views ---
     st.subheader("Views")
@@ -56,6 +61,19 @@ def main() -> None:
             _timeline_card(name, path)
 
 
+def _headline(name: str, path) -> None:
+    """The run's headline (`analysis.findings.headline`): one line per head type, every head a link to its evidence."""
+    store = loader.try_load_store(path)
+    if isinstance(store, StoreError) or len(store.steps) == 0:
+        return
+    st.subheader(f"What {name} shows")
+    st.markdown("  \n".join(headline_markdown(store, name)))
+    st.caption(
+        "Each head named opens its evidence: the head explorer on the type's score at the step it formed; a source opens "
+        "Circuits at that step. Every event of the run, with its link: the Timeline."
+    )
+
+
 def _timeline_card(name: str, path) -> None:
     """The card's compact timeline: the stages in a line, the key events, the loss with both marked."""
     store = loader.try_load_store(path)
@@ -63,6 +81,7 @@ def _timeline_card(name: str, path) -> None:
         return
     stages = stage_rows(store)
     events = loader.run_events(store)
+    st.markdown("  \n".join(headline_markdown(store, name)))
     st.markdown("  \n".join(timeline_card_lines(stages, events, basis=primary_basis(store))))
     curve = loss_curve(store)
     if curve is not None:

@@ -20,6 +20,11 @@ from dashboard.pagedata.llc import Estimates
 
 NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
 CLUSTERS = list(range(2, 9))
+FIRST_PANELS = {  # URL panel: the one shown first (where a Timeline event's evidence link lands)
+    "heads": "every head over training",
+    "model": "the whole model",
+    "traces": "the chains of one estimate",
+}
 MISSING = (
     "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
     "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
@@ -32,13 +37,16 @@ MISSING = (
 @dataclass(frozen=True)
 class _Choices:
     """The page's widgets: how the heads' curves are coloured (``colour``), the clusters' number (``k``) and what
-    they are made on (``norm``), and the loss overlay (``loss``); ``curve``: the run's loss curve, if any."""
+    they are made on (``norm``), the loss overlay (``loss``) and the panel shown first (``panel``: ``heads``, or
+    ``traces``, the chains' loss traces of one estimate, where an rLLC rise's evidence link lands); ``curve``: the
+    run's loss curve, if any."""
 
     colour_by: str
     k: int
     norm: Normalisation
     show_loss: bool
     curve: tuple[np.ndarray, str] | None
+    panel: str = "heads"
 
 
 def main() -> None:
@@ -60,14 +68,22 @@ def main() -> None:
     labels = data.clusters(est.values, k=opts.k, norm=opts.norm)
     cluster_names = [f"cluster {c + 1}" for c in range(int(labels.max()) + 1)]
 
+    # --- panel: the chains' loss traces of one estimate, first when the link asks (panel=traces) ---
+    sampler = (frame.store.meta.llc or {}).get("sampler") or {}
+    if opts.panel == "traces":
+        _traces_panel(frame.run, frame.store, est.steps, sampler)
+    if opts.panel == "model":  # an LLC stage boundary's evidence: the whole-model curve the stages are read from
+        _model_panel(frame, est, opts.curve)
+
     # --- panel: every head over training ---
     _heads_panel(frame, est, opts, labels, cluster_names)
 
     # --- panel: can the estimates be trusted? ---
-    _diagnostics(frame.run, frame.store, est, (frame.store.meta.llc or {}).get("sampler") or {})
+    _diagnostics(frame.run, frame.store, est, sampler, traces=opts.panel != "traces")
 
-    # --- panel: the whole model, with the loss ---
-    _model_panel(frame, est, opts.curve)
+    # --- panel: the whole model, with the loss (first when the link asks: panel=model) ---
+    if opts.panel != "model":
+        _model_panel(frame, est, opts.curve)
 
     # --- panel: clusters of heads by the shape of their curves ---
     _clusters_panel(frame, est, opts, labels, cluster_names)
@@ -76,7 +92,7 @@ def main() -> None:
 def _choose(frame: RunFrame) -> _Choices:
     """The widgets: colour, clusters and their normalisation in one row; the loss switch on its own."""
     c_colour, c_k, c_norm = st.columns([2, 1, 3], vertical_alignment="bottom")
-    c_loss, _ = st.columns([1, 1])  # on its own row: the label reads whole at 1,024 px
+    c_loss, c_panel = st.columns([1, 1])  # on its own row: the label reads whole at 1,024 px
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
     k = widgets.select("k", "Clusters", CLUSTERS, 4, where=c_k)
     norm = widgets.select(
@@ -91,7 +107,18 @@ def _choose(frame: RunFrame) -> _Choices:
     )
     curve = loss_curve(frame.store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve)
+    panel = widgets.select(
+        "panel",
+        "First panel",
+        list(FIRST_PANELS),
+        "heads",
+        kind="radio",
+        fmt=FIRST_PANELS.__getitem__,
+        where=c_panel,
+        help="The Timeline's links open on their evidence: an LLC stage boundary on the whole model, an rLLC rise on "
+        "the chains of that estimate",
+    )
+    return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve, panel=panel)
 
 
 def _settings_caption(frame: RunFrame, est: Estimates) -> None:
@@ -216,9 +243,9 @@ def _clusters_panel(frame: RunFrame, est: Estimates, opts: _Choices, labels: np.
     )
 
 
-def _diagnostics(run: str, store, est: Estimates, sampler: dict) -> None:
-    """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and
-    the chains' loss traces of one estimate."""
+def _diagnostics(run: str, store, est: Estimates, sampler: dict, *, traces: bool = True) -> None:
+    """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and (unless
+    shown first) the chains' loss traces of one estimate."""
     st.subheader("Can these estimates be trusted? The chains' diagnostics")
     steps = est.steps
     negative = np.argwhere(est.values < 0)
@@ -244,14 +271,22 @@ def _diagnostics(run: str, store, est: Estimates, sampler: dict) -> None:
         + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
         + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover."
     )
-    _traces_panel(run, store, steps, sampler)
+    if traces:
+        _traces_panel(run, store, steps, sampler)
 
 
 def _traces_panel(run: str, store, steps: np.ndarray, sampler: dict) -> None:
     """The SGLD loss traces of one estimate (URL ``trace``: the whole model or a head; ``trace_step``)."""
     targets = ["whole model"] + [f"L{layer}H{head}" for layer in range(store.n_layers) for head in range(store.n_heads)]
     c_target, c_step = st.columns([1, 1])
-    target = widgets.select("trace", "Loss traces of", targets, "whole model", where=c_target)
+    target = widgets.select(
+        "trace",
+        "Loss traces of",
+        targets,
+        "whole model",
+        where=c_target,
+        fmt=lambda t: t.replace("H", " H") if t[0] == "L" else t,
+    )
     at_step = widgets.select(
         "trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step, fmt=lambda s: f"{s:,}"
     )

@@ -21,6 +21,9 @@ def main() -> None:
         return
     axis = frame.axis()
 
+    # --- panel: the headline, which heads formed when (each a link to its evidence) ---
+    panels.headline_panel(frame)
+
     # --- widgets: the stages' basis and the kinds of events shown ---
     view = panels.pick_view(frame.store)
 

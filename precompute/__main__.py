@@ -59,7 +59,11 @@ def _positive(text: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m precompute",
-        description="Compute per-head W_QK statistics for every checkpoint of a suite and write a store.",
+        description="Read every checkpoint of a training run (local folders or Hub revisions) and write a statistics "
+        "store: W_QK and W_OV of every head (their entries and exact spectra, against random heads) and, with --matrices "
+        "layers, every block weight against Marchenko-Pastur; with --lenses, "
+        + ", ".join(lens.name for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + ".",
     )
     p.add_argument(
         "--source",

@@ -25,6 +25,7 @@ that meta.json ``stages`` names (the basis the views shade and the events' stage
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,7 @@ import pandas as pd
 
 from analysis.findings.approaches import model_approaches
 from analysis.findings.held_types import TYPE_LABELS, type_summaries
+from analysis.findings.names import head_name
 from analysis.run_stages import curve_label
 from analysis.store import Store
 from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, STAGES
@@ -39,6 +41,7 @@ from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, ST
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
 CROSSING_GAP = 0.1  # the relative gap of singular values below which levels approach (the Heads table's default)
+EVIDENCE_PANEL = "statistic"  # the head explorer's panel of one statistic against its layer, first (URL ``panel``)
 KINDS = ("stage boundary", "head type", "rLLC rise", "MP departure", "level crossing")
 
 
@@ -87,6 +90,12 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
     return Event(step, "head type", "", "", "head", _head_query(layer, head, step, **more)).link(run)
 
 
+def evidence_link(run: str, layer: int, head: int, step: int, head_type: str) -> str:
+    """The head explorer on one head at ``step`` with ``head_type``'s score in its first panel (``panel=statistic``):
+    the evidence that the head holds the type from there."""
+    return head_link(run, layer, head, step, stat=HEAD_TYPE_SCORES[head_type], panel=EVIDENCE_PANEL)
+
+
 def stage_events(store: Store) -> list[Event]:
     """Each boundary between the primary basis's stages (the first stage's start is none). A boundary of the run
     (basis ``run``) is labelled by what forms in the stage it opens, with the curves' boundaries that support it."""
@@ -119,28 +128,36 @@ def stage_events(store: Store) -> list[Event]:
                 detail=f"{curve} {r.start_value:.4g} → {r.end_value:.4g} over the stage "
                 f"(change {r.change:+.3g} ± {r.change_se:.2g})",
                 page="llc" if primary == "llc" else "lenses",
-                query=() if primary == "llc" else (("step", int(r.start_step)),),
+                query=(("panel", "model"),) if primary == "llc" else (("step", int(r.start_step)),),
             )
         )
     return out
 
 
 def type_events(store: Store) -> list[Event]:
-    """Each head type's first emergence."""
+    """Each head type's first emergence: every head that emerges at the type's earliest step (heads that form at one
+    checkpoint are first together), the evidence link on the first of them."""
     out = []
     for s in type_summaries(store) or []:
         if s.first_step is None or s.first_head is None:
             continue
-        layer, head = s.first_head
-        others = f"; {s.holding - 1} more head(s) later" if s.holding > 1 else ""
+        first = [(layer, head) for layer, head, step in s.emerged if step == s.first_step]
+        later = [step for _, _, step in s.emerged if step > s.first_step]
+        name = TYPE_LABELS.get(s.type, s.type)
+        heads = ", ".join(head_name(layer, head) for layer, head in first)
+        label = f"first {name} head{'s' if len(first) > 1 else ''}: {heads}"
+        together = f"{len(first)} heads hold" if len(first) > 1 else "holds"
+        when = f"at step {min(later):,}" if later and min(later) == max(later) else f"by step {max(later, default=0):,}"
+        more = f"; {len(later)} more head{'s' if len(later) > 1 else ''} {when}" if later else ""
+        layer, head = first[0]
         out.append(
             Event(
                 step=s.first_step,
                 kind="head type",
-                label=f"first {TYPE_LABELS.get(s.type, s.type)} head: L{layer}H{head}",
-                detail=f"holds the type from step {s.first_step:,} to the end{others}",
+                label=label,
+                detail=f"{together} the type from step {s.first_step:,} to the end{more}",
                 page="head",
-                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type]),
+                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type], panel=EVIDENCE_PANEL),
             )
         )
     return out
@@ -171,11 +188,11 @@ def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
             Event(
                 step=b,
                 kind="rLLC rise",
-                label=f"L{layer}H{head} refined LLC rises by {rise[t, layer, head]:.3g}",
+                label=f"{head_name(layer, head)} refined LLC rises by {rise[t, layer, head]:.3g}",
                 detail=f"{values[t, layer, head]:.3g} at step {a:,} → {values[t + 1, layer, head]:.3g} at step {b:,} "
                 f"(chains' spread ± {se[t, layer, head]:.2g})",
                 page="llc",
-                query=(("trace", f"L{layer}H{head}"), ("trace_step", b)),
+                query=(("trace", f"L{layer}H{head}"), ("trace_step", b), ("panel", "traces")),
             )
         )
     return out
@@ -227,11 +244,13 @@ def crossing_events(store: Store) -> list[Event]:
             Event(
                 step=step,
                 kind="level crossing",
-                label=f"first level crossing of {name}: L{layer}H{head} {r['levels']}",
+                label=f"first level crossing of {name}: {head_name(layer, head)} {r['levels']}",
                 detail=f"{len(crossings)} crossings in {crossings[['layer', 'head']].drop_duplicates().shape[0]} heads "
                 f"over the run (gap below {100 * CROSSING_GAP:g}%)",
                 page="head",
-                query=_head_query(layer, head, step, stat="stable_rank", matrix=matrix, gap=int(100 * CROSSING_GAP)),
+                query=_head_query(
+                    layer, head, step, stat="stable_rank", matrix=matrix, gap=int(100 * CROSSING_GAP), panel="leading"
+                ),
             )
         )
     return out
@@ -254,14 +273,15 @@ def key_events(events: list[Event]) -> list[Event]:
 
 
 def events_frame(events: list[Event], run: str) -> pd.DataFrame:
-    """The events as a table: step, kind, event, detail, link."""
+    """The events as a table: step, kind, event, link, detail (the link before the long detail, so a table that
+    cuts its columns shows it)."""
     return pd.DataFrame(
         {
             "step": [e.step for e in events],
             "kind": [e.kind for e in events],
             "event": [e.label for e in events],
-            "detail": [e.detail for e in events],
             "link": [e.link(run) for e in events],
+            "detail": [e.detail for e in events],
         }
     ).astype({"step": "int64"})
 
@@ -303,3 +323,58 @@ def stage_rows(store: Store, *, basis: str | None = None) -> pd.DataFrame | None
     if frame is None or basis is None:
         return None
     return frame[frame["basis"] == basis].sort_values("stage").reset_index(drop=True)
+
+
+_LLC_NOTES = ("negative whole-model", "left out diverged whole-model", "the whole-model llc")  # notes on the LLC's stages
+_LISTED_STEPS = re.compile(r"\bsteps \[([0-9, ]*)\]")
+
+
+def stage_notes(store: Store, basis: str | None) -> list[str]:
+    """The notes meta.json ``stages`` records, as a reader of ``basis``'s stages needs them: a note on the LLC's
+    stages only where the LLC's are shaded, step lists written out (``steps [0]`` -> ``step 0``)."""
+    out = []
+    for note in (store.meta.stages or {}).get("notes", []):
+        if basis != "llc" and note.lower().startswith(_LLC_NOTES):
+            continue
+        out.append(_LISTED_STEPS.sub(_steps_text, note))
+    return out
+
+
+def _steps_text(match: re.Match[str]) -> str:
+    steps = [int(s) for s in match.group(1).replace(" ", "").split(",") if s]
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(f"{s:,}" for s in steps)
+
+
+STAGE_COLUMNS = {  # stages.parquet's columns as the stages table names them ({curve}: the basis's curve and unit)
+    "stage": "stage",
+    "start_step": "from step",
+    "end_step": "to step",
+    "trend": "trend",
+    "boundary": "begins at",
+    "start_value": "{curve} at start",
+    "end_value": "{curve} at end",
+    "end_minus_start": "end − start",
+    "change": "fitted change",
+    "change_se": "± (1 s.e.)",
+    "loss_change": "loss change (nats/token)",
+    "support": "supported by (curve: boundary, step)",
+}
+
+
+def stage_curve(store: Store, basis: str) -> str:
+    """The curve whose values a basis's stages report, named with its unit: the run's stages (``run``) take the
+    curve meta.json ``stages.run.trend_from`` names (the LLC, or the loss in a run without an LLC)."""
+    if basis == "run":
+        basis = ((store.meta.stages or {}).get("run") or {}).get("trend_from") or "llc"
+    units = {"llc": "whole-model LLC", "loss": "loss (nats/token)", "copy_loss": "copy loss (nats/token)"}
+    return units.get(basis, curve_label(basis))
+
+
+def stages_table(rows: pd.DataFrame, curve: str) -> pd.DataFrame:
+    """One basis's stages (`stage_rows`) as the Timeline shows them: numbered from 1, the curve's value at each end
+    (``curve``: its name, `stage_curve`), the change from start to end beside the fitted change (the sum of the
+    fitted straight stretches, which the stage rule reads), the curves' boundaries that support the stage's, every
+    column named in words."""
+    table = rows.assign(stage=rows["stage"] + 1, end_minus_start=rows["end_value"] - rows["start_value"])
+    table = table[[c for c in STAGE_COLUMNS if c in table.columns]]
+    return table.rename(columns={c: name.format(curve=curve) for c, name in STAGE_COLUMNS.items()})

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.findings.names import head_name
 from analysis.store import Store
 from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
@@ -153,10 +154,10 @@ def type_sentences(store: Store) -> list[str]:
         if not s.emerged:
             out.append(
                 f"No head reaches the {name} threshold{at}: the highest {name} score is {s.peak_score:.3g} "
-                f"(L{s.peak_head[0]}H{s.peak_head[1]})."
+                f"({head_name(*s.peak_head)})."
             )
             continue
-        heads = ", ".join(f"L{layer}H{head} from step {step:,}" for layer, head, step in s.emerged[:12])
+        heads = ", ".join(f"{head_name(layer, head)} from step {step:,}" for layer, head, step in s.emerged[:12])
         more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
         out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
     return out

@@ -1,5 +1,6 @@
-"""Composition's paths through a model: which pairs of heads an induction circuit can run through at each step, and
-a head's strongest partners over training (the Circuits page).
+"""Composition's paths through a model: which pairs of heads an induction circuit can run through at each step, the
+one each induction head runs through (its strongest previous-token source by K-composition), and a head's strongest
+partners over training (the Circuits page).
 
 A path is a source head A that holds the previous-token type and a target head B in a later layer that holds the
 induction type at the same checkpoint (head_types.parquet; docs/head-types.md): the pair K-composition joins in an
@@ -13,8 +14,9 @@ from typing import Literal
 
 import numpy as np
 
+from analysis.findings.held_types import TYPE_LABELS
 from analysis.store import Store
-from analysis.store.format import HEAD_TYPES_TABLE
+from analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
 
 Role = Literal["source", "target"]
 
@@ -46,6 +48,47 @@ def induction_paths(store: Store, steps: list[int]) -> list[np.ndarray] | None:
             if pl < il
         ]
         out.append(np.array(pairs, dtype=np.int64).reshape(-1, 2))
+    return out
+
+
+def types_at(store: Store, steps: list[int]) -> list[list[str]] | None:
+    """Per step of ``steps``, per head (layer-major), the types it holds there in words (``previous-token, induction``;
+    ``""``: none), from head_types.parquet; None when the store has no head types."""
+    types = store.frame(HEAD_TYPES_TABLE, columns=["holds"]) if store.has(HEAD_TYPES_TABLE) else None
+    if types is None:
+        return None
+    held = types[types["holds"]]
+    out = []
+    for step in steps:
+        names: list[list[str]] = [[] for _ in range(store.n_layers * store.n_heads)]
+        now = held[held["step"] == step]
+        for kind in HEAD_TYPES:
+            rows = now[now["type"] == kind]
+            for layer, head in zip(rows["layer"], rows["head"], strict=True):
+                names[int(layer) * store.n_heads + int(head)].append(TYPE_LABELS.get(kind, kind))
+        out.append([", ".join(n) for n in names])
+    return out
+
+
+def strongest_paths(paths: list[np.ndarray], k_matrix: np.ndarray) -> list[np.ndarray]:
+    """Per step, the path each induction head runs through: of its previous-token sources (`induction_paths`), the one
+    with the largest K-composition there.
+
+    Args:
+        paths: per step, ``(P, 2)`` (source, target) layer-major pairs.
+        k_matrix: ``(S, N targets, N sources)`` K-composition scores at the same steps (`pair_matrix`), NaN unstored.
+
+    Returns:
+        Per step, ``(P', 2)`` (source, target) pairs, one per induction head with a finite score, by target.
+    """
+    out = []
+    for pairs, scores in zip(paths, k_matrix, strict=True):
+        best: dict[int, tuple[float, int]] = {}
+        for source, target in pairs:
+            value = float(scores[target, source])
+            if np.isfinite(value) and (target not in best or value > best[target][0]):
+                best[int(target)] = (value, int(source))
+        out.append(np.array([(best[t][1], t) for t in sorted(best)], dtype=np.int64).reshape(-1, 2))
     return out
 
 

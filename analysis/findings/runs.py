@@ -36,7 +36,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from analysis.findings.held_types import head_types
+from analysis.findings.headline import run_headline
+from analysis.findings.held_types import TYPE_LABELS, head_types
+from analysis.findings.names import head_name
 from analysis.store import Store
 from analysis.store.format import HEAD_TYPES
 
@@ -71,6 +73,51 @@ def bin_label(b: int, n_bins: int) -> str:
 def bin_layers(n_layers: int, n_bins: int, b: int) -> list[int]:
     """The layers of a model with ``n_layers`` layers that fall in bin ``b`` (empty when none do)."""
     return [int(layer) for layer in np.flatnonzero(depth_bins(n_layers, n_bins) == b)]
+
+
+def default_bin(n_layers: list[int], n_bins: int) -> int:
+    """The depth bin shown head by head when the link names none: the deepest bin every run has a layer in (2-layer
+    runs in 4 bins have layers in bins 0 and 2 only, so the last bin would show nothing for them); the deepest bin the
+    first run has when no bin is shared."""
+    shared = set(range(n_bins))
+    for n in n_layers:
+        shared &= {int(b) for b in depth_bins(n, n_bins)}
+    if shared:
+        return max(shared)
+    return int(depth_bins(n_layers[0], n_bins).max()) if n_layers else n_bins - 1
+
+
+def emergence_table(stores: dict[str, Store]) -> pd.DataFrame:
+    """When each head type formed, per run (`analysis.findings.headline.run_headline`): one row per run and type with
+    the step the first heads formed at (empty: none holds the type at the end), that step as a fraction of the run,
+    those heads, how many hold the type at the end, and the last to form's step. Runs without head types are left
+    out."""
+    rows = []
+    for run, store in stores.items():
+        for t in run_headline(store) or []:
+            last = int(store.steps[-1]) if len(store.steps) else 0
+            rows.append(
+                {
+                    "run": run,
+                    "type": TYPE_LABELS.get(t.type, t.type),
+                    "first formed at step": t.step,
+                    "fraction of the run": (t.step / last if last else None) if t.step is not None else None,
+                    "first heads": ", ".join(head_name(*h) for h in t.first),
+                    "heads at the end": len(t.first) + t.later,
+                    "last formed at step": t.last_step,
+                }
+            )
+    columns = [
+        "run",
+        "type",
+        "first formed at step",
+        "fraction of the run",
+        "first heads",
+        "heads at the end",
+        "last formed at step",
+    ]
+    table = pd.DataFrame(rows, columns=columns)
+    return table.astype({"first formed at step": "Int64", "last formed at step": "Int64", "fraction of the run": "float64"})
 
 
 def aligned_time(steps: np.ndarray, *, align: Align, tokens: np.ndarray | None = None) -> np.ndarray:

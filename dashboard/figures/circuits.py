@@ -43,6 +43,8 @@ def composition_animation(
     kind: str,
     unit: str,
     paths: list[np.ndarray] | None = None,
+    types: list[list[str]] | None = None,
+    divisor: float = 1.0,
     frame_ms: int = FRAME_MS,
     title: str = "",
 ) -> go.Figure:
@@ -55,7 +57,12 @@ def composition_animation(
         n_heads: heads per layer (labels ``L{layer} H{head}``).
         kind: ``q``, ``k`` or ``v``.
         unit: what a value is (colour-bar title): the score, or the score over the random baseline.
-        paths: per frame, ``(P, 2)`` (source index, target index) pairs to ring: previous-token -> induction.
+        paths: per frame, ``(P, 2)`` (source index, target index) pairs to ring: each induction head's strongest
+            previous-token source (`analysis.findings.paths.strongest_paths`).
+        types: per frame, per head (layer-major), the types it holds there (``previous-token, induction``; ``""``:
+            none), named in each cell's hover; None without head types.
+        divisor: what ``matrix`` was divided by (the random-heads mean; 1: raw scores): the hover gives the raw score
+            and, when not 1, the ratio to random heads.
         title: put before each frame's ``step N`` title.
     """
     s, n, _ = matrix.shape
@@ -70,11 +77,16 @@ def composition_animation(
 
     def frame_data(i: int) -> list[dict[str, Any]]:
         values = matrix[i, tgt, src].astype(np.float32)
-        cells = head_points(tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, dtype=np.float32)
+        raw = (matrix[i, tgt, src] * divisor).astype(np.float32)
+        cells = head_points(tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, raw, dtype=np.float32)
         ring = paths[i] if paths is not None and len(paths[i]) else np.zeros((0, 2), dtype=np.int64)
+        held = types[i] if types is not None else None
+        text = (
+            [f"B: {held[b] or 'no type'}<br>A: {held[a] or 'no type'}" for b, a in zip(tgt, src, strict=True)] if held else None
+        )
         return [
             dict(type="heatmap", z=matrix[i].astype(np.float32)),
-            dict(type="scatter", customdata=cells),
+            dict(type="scatter", customdata=cells, **({"text": text} if text is not None else {})),
             dict(type="scatter", x=ring[:, 0].tolist(), y=ring[:, 1].tolist()),
         ]
 
@@ -98,14 +110,16 @@ def composition_animation(
         selected=dict(marker=dict(opacity=0)),
         unselected=dict(marker=dict(opacity=0)),
         hovertemplate=(
-            "target B: layer %{customdata[0]}, head %{customdata[1]}<br>source A: layer %{customdata[4]}, head "
-            f"%{{customdata[5]}}<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[3]:.4g}}"
-            "<extra>click to open B</extra>"
+            "target B: L%{customdata[0]} H%{customdata[1]}<br>source A: L%{customdata[4]} H%{customdata[5]}"
+            f"<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[6]:.4g}}"
+            + (" = %{customdata[3]:.2f}× random heads" if divisor != 1.0 else "")
+            + ("<br>%{text}" if types is not None else "")
+            + "<extra>click to open B with A</extra>"
         ),
     )
     first[2].update(
         mode="markers",
-        name="previous-token head → induction head",
+        name="each induction head's strongest previous-token source (K-composition)",
         showlegend=paths is not None,
         marker=dict(symbol="square-open", size=max(6, min(16, 560 // max(n, 1))), color=PATH_COLOUR, line=dict(width=2)),
         hoverinfo="skip",

@@ -21,12 +21,13 @@ from dashboard.figures.common import figure, layout, value_axis, with_gaps
 
 
 def time_axis(series: list[RunSeries], *, title: str, log: bool, **extra: Any) -> dict[str, Any]:
-    """An x axis holding every run's checkpoints (log: ``x + shift``), range fixed over all of them."""
+    """An x axis holding every run's checkpoints (log: ``x + shift``), range fixed over all of them; ``title`` empty
+    (a panel's second and later axes, which share the first's) leaves it untitled."""
     xs = np.concatenate([s.plot_x(log=log) for s in series]) if series else np.zeros(0)
     out = dict(
         type="log" if log else "linear",
         range=list(fixed_range(xs, log=log, pad=0.02)),
-        title=dict(text=f"{title} + one step (log scale)" if log else title),
+        title=dict(text=(f"{title} + one step (log scale)" if log else title) if title else ""),  # untitled: no stray unit
     )
     out.update(extra)
     return out

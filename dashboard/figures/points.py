@@ -141,6 +141,19 @@ def picked_step(event: Any, steps: list[int]) -> int | None:
     return None
 
 
+def picked_row(event: Any, n: int) -> list[float] | None:
+    """The first ``n`` customdata entries of the first clicked point that has them all as numbers, or None (a
+    composition cell's ``[target layer, target head, step, value, source layer, source head]``)."""
+    for custom in _clicked(event, n):
+        try:
+            row = [float(custom[i]) for i in range(n)]
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+        if np.isfinite(row).all():
+            return row
+    return None
+
+
 def picked_run_head(event: Any) -> tuple[int, int, int] | None:
     """(run index, layer, head) of the first clicked point of a joint map (run index after the step), or None."""
     for custom in _clicked(event, 4):

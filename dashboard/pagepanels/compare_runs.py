@@ -240,6 +240,38 @@ def summary_section(pick: Statistic, time: Time, shown: dict) -> None:
     )
 
 
+def emergence_section(stores: dict) -> None:
+    """When each head type formed in each run (`analysis.findings.runs.emergence_table`), with its CSV."""
+    table = runs.emergence_table(stores)
+    if table.empty:
+        return
+    st.subheader("When each head type formed")
+    fmt = st.column_config.NumberColumn
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="compare_emergence",
+        column_config={
+            "first formed at step": fmt(format="%d"),
+            "fraction of the run": fmt(format="%.3f"),
+            "last formed at step": fmt(format="%d"),
+        },
+    )
+    st.caption(
+        "Per run and head type: the checkpoint from which its first heads hold the type to the end of training (their "
+        "emergence step, docs/head-types.md), that step over the run's last step, those heads, how many heads hold the "
+        "type at the end and when the last of them formed; an empty step: no head holds the type at the end. The "
+        "Timeline of each run links every head to its evidence."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        table.to_csv(index=False),
+        file_name=export.safe_name("compare", *stores, "emergence") + ".csv",
+        mime="text/csv",
+        key="compare_emergence_csv",
+    )
+
+
 def _llc_trust(stores: dict) -> str:
     """How far each run's refined-LLC estimates can be trusted: flagged and negative estimates, per run."""
     parts = []

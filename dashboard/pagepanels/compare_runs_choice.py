@@ -280,7 +280,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         "bin",
         "Depth bin shown head by head",
         list(range(n_bins)),
-        n_bins - 1,
+        runs.default_bin([s.n_layers for s, _ in shown.values()], n_bins),
         where=c_bin,
         fmt=lambda i: runs.bin_label(i, n_bins),
     )

@@ -15,10 +15,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.findings.paths import Role, induction_paths, partners
+from analysis.findings.paths import Role, induction_paths, partners, strongest_paths, types_at
 from analysis.store.format import COMPOSITION, COMPOSITION_KINDS
-from dashboard import charts, export, widgets
+from dashboard import charts, export, viewstate, widgets
+from dashboard.data import default_steps
 from dashboard.figures import circuits as figs
+from dashboard.figures.points import picked_row
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
 TOP = [3, 5, 8]
@@ -132,6 +134,9 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
     at = [int(np.searchsorted(store.steps, s)) for s in steps]
     matrix = figs.pair_matrix(scores[at]) / view.divisor  # (S', N targets, N sources)
     paths = induction_paths(store, steps)
+    if paths is not None:  # each induction head's strongest previous-token source, by K-composition whatever is shown
+        paths = strongest_paths(paths, figs.pair_matrix(store.require(COMPOSITION, "k")[at]))
+    types = types_at(store, steps)
     top_k = (store.meta.composition or {}).get("top")
     st.subheader(f"{name} between every pair of heads")
     fig = figs.composition_animation(
@@ -142,6 +147,8 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         kind=kind,
         unit=view.unit,
         paths=paths,
+        types=types,
+        divisor=view.divisor,
         title=f"{frame.run} · {name} ({view.unit_short})",
     )
     event = charts.chart(
@@ -159,10 +166,11 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         else "between 0 and 1"
     )
     ring = (
-        " Red squares: a source head that holds the previous-token type and a target that holds the induction type at "
-        "that step (head_types.parquet), the pair an induction circuit runs through (K-composition)."
+        " Red squares: for each head that holds the induction type at that step, the previous-token source (same step, "
+        "head_types.parquet) with the largest K-composition into it: the path its induction circuit runs through. The "
+        "hover gives each cell's score, its ratio to random heads and both heads' types."
         if paths is not None
-        else " (With head types in the store, previous-token → induction pairs are ringed.)"
+        else " (With head types in the store, each induction head's strongest previous-token source is ringed.)"
     )
     kept = (
         f" Only pairs whose source is among the {top_k} strongest of its target for q, k or v were stored; the others are blank."
@@ -174,9 +182,22 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         f"folded). Rows: target head B; columns: source head A in an earlier layer (blank: same or later layer, "
         f"which cannot compose). Step {step:,} is the frame (and the link): Play runs the following checkpoints in the "
         f"browser; Pause moves the step control to the frame shown. Colours fixed over training. Click a cell to open "
-        f"its target head B in the head explorer.{ring}{kept}"
+        f"its target head B in the head explorer with the source A overlaid, at the step shown.{ring}{kept}"
     )
-    charts.open_head_on_click(event, store)
+    _open_pair_on_click(event, store)
+
+
+def _open_pair_on_click(event, store) -> None:
+    """A click on a cell: the head explorer on the target B with the source A overlaid (``cmp``), the cell's step among
+    the chosen steps."""
+    row = picked_row(event, 6)  # [target layer, target head, step, value, source layer, source head]
+    if row is None:
+        return
+    b_layer, b_head, step, _, a_layer, a_head = (int(v) for v in row)
+    if not (0 <= b_layer < store.n_layers and 0 <= a_layer < store.n_layers and max(a_head, b_head) < store.n_heads):
+        return
+    chosen = sorted(set(default_steps(store.steps)) | ({step} if step in set(int(s) for s in store.steps) else set()))
+    viewstate.switch_page("pages/head_explorer.py", layer=b_layer, head=b_head, cmp=[f"L{a_layer}H{a_head}"], step=chosen)
 
 
 def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:

@@ -15,10 +15,24 @@ import streamlit as st
 
 from analysis.errors import StoreError
 from analysis.essential import store_trajectory
-from analysis.findings.events import KINDS, Event, basis_text, events_frame, head_link, primary_basis, stage_bases, stage_rows
+from analysis.findings.association import Asked, open_question_text
+from analysis.findings.events import (
+    KINDS,
+    Event,
+    basis_text,
+    events_frame,
+    evidence_link,
+    primary_basis,
+    stage_bases,
+    stage_curve,
+    stage_notes,
+    stage_rows,
+    stages_table,
+)
+from analysis.findings.headline import headline_markdown
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
-from analysis.store.format import HEAD_TYPE_SCORES
-from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
+from analysis.findings.names import head_name
+from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
 from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
 from dashboard.figures import essential as ed_figs
@@ -43,6 +57,7 @@ class TimelineView:
     bases: list[str]
     stages: pd.DataFrame | None
     shown: list[Event]
+    curve: str = ""  # the curve whose values the stages report, with its unit (`stage_curve`)
 
 
 def pick_view(store) -> TimelineView:
@@ -70,6 +85,7 @@ def pick_view(store) -> TimelineView:
         bases=bases,
         stages=stage_rows(store, basis=basis) if basis else None,
         shown=[e for e in events if e.kind in kinds],
+        curve=stage_curve(store, basis) if basis else "",
     )
 
 
@@ -82,17 +98,19 @@ def timeline_panel(frame, axis, view: TimelineView) -> None:
             "This store has no developmental stages (stages.parquet). Add them with "
             "`python -m precompute.lenses.stages STORE` (made from llc.parquet and eval_loss.parquet)."
         )
-    for note in recorded.get("notes", []):
+    for note in stage_notes(store, view.basis):
         st.caption(f"Stages: {note}.")
     curve = loss_curve(store)
     loss, label = (curve[0], curve[1]) if curve else (None, "")
-    charts.chart(
+    event = charts.chart(
         figs.timeline(axis, loss, label, view.stages, view.shown, run=frame.run, basis=view.basis),
         "timeline",
         title=frame.run,
         filename=export.safe_name(frame.run, "timeline"),
         csv=lambda: events_frame(view.shown, frame.run).assign(run=frame.run),
+        select=True,
     )
+    charts.open_link_on_click(event)  # a click on an event's marker opens its evidence
     parameters = recorded.get("parameters", {})
     st.caption(
         "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC and the counts of heads; "
@@ -100,29 +118,43 @@ def timeline_panel(frame, axis, view: TimelineView) -> None:
         f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors; "
         f"the run's boundaries merge the curves' within {parameters.get('merge', 2)} checkpoints and are named after "
         "the heads that form in the stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "
-        "per event at its checkpoint; hover for what happened, the table below links each to its evidence."
+        "per event at its checkpoint; hover for what happened, click a marker to open its evidence (the table below "
+        "links each too)."
     )
 
 
 def stages_panel(view: TimelineView) -> None:
-    """The shaded basis's stages as a table."""
+    """The shaded basis's stages as a table (`analysis.findings.events.stages_table`)."""
     st.subheader("Stages")
     stages = view.stages
-    if stages is not None and len(stages):
-        st.dataframe(
-            stages.drop(columns=["basis"]).assign(stage=stages["stage"] + 1),
-            hide_index=True,
-            key="stages_table",
-            column_config={
-                "start_step": st.column_config.NumberColumn("from step", format="%d"),
-                "end_step": st.column_config.NumberColumn("to step", format="%d"),
-                "change_se": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
-                "loss_change": st.column_config.NumberColumn("loss change (nats/token)", format="%.3f"),
-                "support": st.column_config.TextColumn("supported by (curve boundary, step)"),
-            },
-        )
-    else:
+    if stages is None or not len(stages) or view.basis is None:
         st.markdown("No stages.")
+        return
+    table = stages_table(stages, view.curve)
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="stages_table",
+        column_config={
+            **{c: st.column_config.NumberColumn(c, format="%d") for c in ("from step", "to step")},
+            **{c: st.column_config.NumberColumn(c, format="%.4g") for c in table.columns if " at " in c or "change" in c},
+            "end − start": st.column_config.NumberColumn("end − start", format="%.4g"),
+            "± (1 s.e.)": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
+        },
+    )
+    st.caption(
+        "Each stage's curve at its start and end and the change between them; the fitted change is the sum of the "
+        "straight stretches fitted in log10(1 + step), which the stage rule reads, with its standard error "
+        "(docs/stages.md); the loss change is the loss's own end minus start. The run's stages (every curve, merged) "
+        "lie between the merged boundaries and give no standard error; each lists the curves' boundaries that support "
+        "it."
+    )
+
+
+def headline_panel(frame) -> None:
+    """Which heads formed when, one line per head type, each head a link to its evidence
+    (`analysis.findings.headline`)."""
+    st.markdown("  \n".join(headline_markdown(frame.store, frame.run)))
 
 
 def types_panel(frame) -> None:
@@ -146,7 +178,8 @@ def events_panel(frame, view: TimelineView) -> None:
         key="events_table",
         column_config={
             "step": st.column_config.NumberColumn("step", format="%d"),
-            "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it"),
+            "link": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The view that shows it", width="small"),
+            "detail": st.column_config.TextColumn("detail", width="large"),
         },
         height=min(40 + 35 * len(shown), 640),
     )
@@ -160,14 +193,14 @@ def _emerged_table(frame, store) -> None:
     steps = held["emergence_step"].astype(int)
     table = pd.DataFrame(
         {
-            "head": [f"L{a} H{b}" for a, b in zip(held["layer"], held["head"], strict=True)],
+            "head": [head_name(a, b) for a, b in zip(held["layer"], held["head"], strict=True)],
             "type": [TYPE_LABELS.get(t, t) for t in held["type"]],
             "emerged at step": steps.to_numpy(),
             "first above threshold": held["first_step"].astype("Int64").to_numpy(),
             "peak score": held["peak_score"].to_numpy(),
             "final score": held["final_score"].to_numpy(),
             "evidence": [
-                head_link(frame.run, int(a), int(b), int(s), stat=HEAD_TYPE_SCORES[t])
+                evidence_link(frame.run, int(a), int(b), int(s), t)
                 for a, b, s, t in zip(held["layer"], held["head"], steps, held["type"], strict=True)
             ],
         }
@@ -188,7 +221,7 @@ def _emerged_table(frame, store) -> None:
     st.caption(
         "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
         "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
-        "explorer at the emergence step with the type's score (docs/head-types.md)."
+        "explorer at the emergence step with the type's score as its first panel (docs/head-types.md)."
     )
 
 
@@ -202,29 +235,17 @@ def open_question_panel(frame) -> None:
             "This store has no head types, so the question cannot be asked of it (`python -m precompute.lenses.types STORE`)."
         )
         return
-    others = [o for r in frame.runs if r != frame.run for o in [loader.try_load_store(frame.runs[r])]]
-    runs = [store, *[o for o in others if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]]
-    found, tested, held = [], 0, []
+    opened = [loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run]
+    others = [o for o in opened if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]
+    asked = []
     for stat, matrix in ASSOCIATION_PAIRS:
-        results = [loader.association(s, stat, matrix=matrix)[0] for s in runs if has_statistic(s, stat, matrix)]
-        if not results or not results[0].testable:
+        if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only
             continue
-        tested += 1
         name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
-        if results[0].significant:
-            found.append(f"{name} (AMI {results[0].ami:.3f}, p = {results[0].p_value:.3g})")
-        if len(results) > 1 and replicates(results):
-            held.append(name)
-    text = (
-        f"Of {tested} statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, "
-        f"{len(found)} reach p < 0.05 in this run: {', '.join(found) or 'none'} (about {0.05 * tested:.1f} would by chance). "
-    )
-    if len(runs) > 1:
-        text += (
-            f"In every one of the {len(runs)} runs with head types: "
-            + (", ".join(held) if held else "none, so no association replicates")
-            + "."
-        )
+        own = loader.association(store, stat, matrix=matrix)[0]
+        rest = [loader.association(o, stat, matrix=matrix)[0] for o in others if has_statistic(o, stat, matrix)]
+        asked.append(Asked(name, own, rest))
+    text = open_question_text(asked, n_runs=1 + len(others))
     st.markdown(text)
     st.page_link(
         "pages/trajectory_map.py",

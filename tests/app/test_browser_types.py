@@ -48,6 +48,8 @@ def test_the_type_filter_narrows_the_heads_table(browser, two_runs) -> None:
     held = last[(last["type"] == "previous_token") & last["holds"]]
     assert 0 < len(held) < 48
 
+    names: dict[str, str] = {}
+
     def download(url: str) -> pd.DataFrame:
         page = _open(browser, two_runs + url, 0)
         try:
@@ -56,21 +58,25 @@ def test_the_type_filter_narrows_the_heads_table(browser, two_runs) -> None:
                 page.locator(".st-key-heads_table_csv button").first.click()
             if "types=" in url:
                 page.screenshot(path=str(ARTIFACTS / "heads-types.png"), full_page=True)
+            names[url] = info.value.suggested_filename
             return pd.read_csv(io.BytesIO(info.value.path().read_bytes()))
         finally:
             page.close()
 
     every = download("/heads?stat=prev_token")
-    assert len(every) == 48 and {"type", "emerged"} <= set(every.columns)
+    assert len(every) == 48 and {"type", "emerged at step", "prev", "÷ uniform"} <= set(every.columns)
+    assert not {"value", "over reference", "k"} & set(every.columns)  # no raw names, no empty k for a score
     narrowed = download("/heads?stat=prev_token&types=previous_token&sort=emerged")
+    assert "previous_token" in names["/heads?stat=prev_token&types=previous_token&sort=emerged"]  # the filter, named
     assert len(narrowed) == len(held)
     assert set(zip(narrowed["layer"], narrowed["head"], strict=True)) == set(zip(held["layer"], held["head"], strict=True))
     assert narrowed["type"].str.contains("previous_token").all()
     emergence = pd.read_parquet(SHIPPED / HEAD_EMERGENCE.file)
     prev = emergence[emergence["type"] == "previous_token"].set_index(["layer", "head"])["emergence_step"]
-    assert narrowed["emerged"].tolist() == sorted(narrowed["emerged"].tolist())  # sorted by emergence step
-    for row in narrowed.itertuples():
-        assert row.emerged == prev.loc[(row.layer, row.head)]
+    emerged = narrowed["emerged at step"]
+    assert emerged.tolist() == sorted(emerged.tolist())  # sorted by emergence step
+    for layer, head, step in zip(narrowed["layer"], narrowed["head"], emerged, strict=True):
+        assert step == prev.loc[(layer, head)]
 
 
 @pytest.mark.browser

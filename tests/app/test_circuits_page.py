@@ -21,6 +21,7 @@ PAGE = "pages/composition_circuits.py"
 L, H = DIMS["n_layers"], DIMS["n_heads"]
 BASELINE = {"q": 0.125, "k": 0.125, "v": 0.125}
 PREV, IND = (1, 0), (2, 3)  # a previous-token head and an induction head from the third-last checkpoint on
+PREV2 = (0, 1)  # a second previous-token head from then on: only the stronger K-composition source of IND is ringed
 
 
 def _write(path) -> None:
@@ -46,7 +47,8 @@ def _write(path) -> None:
             for head in range(H):
                 for name in HEAD_TYPES:
                     on = step >= steps[-3] and (
-                        (name == "previous_token" and (layer, head) == PREV) or (name == "induction" and (layer, head) == IND)
+                        (name == "previous_token" and (layer, head) in (PREV, PREV2))
+                        or (name == "induction" and (layer, head) == IND)
                     )
                     types.append((step, layer, head, name, 0.5 if on else 0.0, 0.01, 50.0 if on else 0.0, on, on))
     t = pa.Table.from_pandas(pd.DataFrame(types, columns=HEAD_TYPES_TABLE.schema.names), schema=HEAD_TYPES_TABLE.schema)
@@ -103,14 +105,45 @@ def test_one_heads_strongest_sources_are_those_with_the_largest_peak(circuit_sto
     assert any("has no targets" in c.value for c in at.caption)
 
 
-def test_previous_token_to_induction_pairs_are_ringed_only_where_both_hold(circuit_store, tmp_path, monkeypatch):
+def test_only_each_induction_heads_strongest_previous_token_source_is_ringed(circuit_store, tmp_path, monkeypatch):
+    """Two previous-token heads in earlier layers than the induction head: the ring singles out the one with the
+    larger K-composition into it at that step (composition.parquet read with pandas), whatever composition is shown."""
     serve_only(circuit_store, tmp_path, monkeypatch)
-    steps = sorted(int(s) for s in _frame(circuit_store)["step"].unique())
-    at = open_page(PAGE, {"step": str(steps[-1])})
-    ring = chart(at, "composition")["data"][2]
-    assert list(zip(ring["x"], ring["y"], strict=True)) == [(PREV[0] * H + PREV[1], IND[0] * H + IND[1])]
+    rows = _frame(circuit_store)
+    steps = sorted(int(s) for s in rows["step"].unique())
+    for step in steps[-3:]:
+        into = rows[(rows["step"] == step) & (rows["layer_b"] == IND[0]) & (rows["head_b"] == IND[1])].set_index(
+            ["layer_a", "head_a"]
+        )["k"]
+        source = max((PREV, PREV2), key=lambda a: into.loc[a])
+        for kind in ("k", "q"):
+            at = open_page(PAGE, {"step": str(step), "kind": kind})
+            ring = chart(at, "composition")["data"][2]
+            assert list(zip(ring["x"], ring["y"], strict=True)) == [(source[0] * H + source[1], IND[0] * H + IND[1])]
     at = open_page(PAGE, {"step": str(steps[0])})
     assert chart(at, "composition")["data"][2]["x"] == []
+
+
+def test_a_cells_hover_gives_the_score_its_ratio_to_random_and_both_heads_types(circuit_store, tmp_path, monkeypatch):
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    rows = _frame(circuit_store)
+    step = sorted(int(s) for s in rows["step"].unique())[-1]
+    at = open_page(PAGE, {"step": str(step), "kind": "k"})
+    cells = chart(at, "composition")["data"][1]
+    custom = arr(cells["customdata"]) if isinstance(cells["customdata"], dict) else np.asarray(cells["customdata"])
+    i = next(
+        j for j, c in enumerate(custom) if (int(c[0]), int(c[1]), int(c[4]), int(c[5])) == (IND[0], IND[1], PREV[0], PREV[1])
+    )
+    stored = rows[
+        (rows["step"] == step)
+        & (rows["layer_a"] == PREV[0])
+        & (rows["head_a"] == PREV[1])
+        & (rows["layer_b"] == IND[0])
+        & (rows["head_b"] == IND[1])
+    ]["k"].item()
+    assert custom[i][6] == pytest.approx(stored, rel=1e-6) and custom[i][3] == pytest.approx(stored / BASELINE["k"], rel=1e-6)
+    assert cells["text"][i] == "B: induction<br>A: previous-token"
+    assert "× random heads" in cells["hovertemplate"] and "%{customdata[6]" in cells["hovertemplate"]
 
 
 def test_a_store_without_composition_says_how_to_add_it(app_env):
@@ -126,12 +159,15 @@ def circuit_server(circuit_store, tmp_path_factory):
     yield from _serve(circuit_store, tmp_path_factory)
 
 
-def test_a_click_on_a_cell_opens_its_target_head(circuit_server, chromium):
+def test_a_click_on_a_cell_opens_its_target_head_with_its_source_at_the_step_shown(circuit_server, circuit_store, chromium):
+    from urllib.parse import parse_qs, urlsplit
+
     from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
 
+    step = sorted(int(s) for s in _frame(circuit_store)["step"].unique())[5]
     page = chromium.new_page(viewport={"width": 1500, "height": 1900})
     try:
-        page.goto(circuit_server + "/circuits?kind=k")
+        page.goto(circuit_server + f"/circuits?kind=k&step={step}")
         _wait_view(page, "/circuits", "Circuits", 3)
         xy = page.evaluate(
             """([src, tgt]) => {
@@ -150,5 +186,25 @@ def test_a_click_on_a_cell_opens_its_target_head(circuit_server, chromium):
             "&& location.search.includes('head=0')",
             timeout=LOAD_TIMEOUT_MS,
         )
+        _wait_view(page, "/head", "Head explorer", 3)
+        query = parse_qs(urlsplit(page.url).query)
+        assert query.get("cmp") == ["L1H2"] and str(step) in query.get("step", []), page.url
     finally:
         page.close()
+
+
+def test_values_handed_to_the_head_explorer_survive_a_rerun_of_the_page_that_handed_them(circuit_store, tmp_path, monkeypatch):
+    """A click hands the head explorer its head, steps and overlaid source; a rerun of the Circuits page queued before
+    the switch (a second selection message under load) used to publish and drop them, so the head explorer opened on
+    the last head any page showed, at the default steps, without the source (the click test failed so, now and then)."""
+    serve_only(circuit_store, tmp_path, monkeypatch)
+    steps = sorted(int(s) for s in _frame(circuit_store)["step"].unique())
+    at = open_page(PAGE, {"kind": "k", "step": str(steps[5])})
+    at.session_state["_hw_next"] = ("head", {"layer": 2, "head": 1, "cmp": ["L1H2"], "step": [steps[5]]})
+    at.run()  # the Circuits page again: the values are not for it
+    assert at.query_params.get("layer") == "3"  # its own head is untouched
+    at.switch_page("pages/head_explorer.py")
+    at.run()
+    assert not at.exception
+    assert (at.query_params.get("layer"), at.query_params.get("head")) == ("2", "1")
+    assert at.query_params["cmp"] == "L1H2" and at.query_params["step"] == str(steps[5])

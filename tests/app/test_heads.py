@@ -246,3 +246,21 @@ def test_lab_opens_at_the_runs_shape_and_init_scale_and_reports_the_statistics(a
     labels = table["statistic"].tolist()
     assert any("D_KL" in s for s in labels) and any("kurtosis" in s for s in labels)
     assert table["random heads, mean"].notna().all()
+
+
+def test_the_heads_csv_names_its_columns_as_the_screen_does(app_env):
+    """The screen's column labels (the table's column config as the browser receives it) are the CSV's names; no k
+    column for a statistic without one (the Chromium test downloads the file itself: test_browser_types)."""
+    import json
+
+    from dashboard.tables import screen_table
+
+    store = open_store(app_env)
+    at = open_page(HEADS, {"stat": "stable_rank"})
+    shown = next(d for d in at.dataframe if d.proto.id.endswith("-heads_table"))
+    labels = json.loads(shown.proto.columns)
+    table = shown.value.assign(open="")
+    csv = screen_table(table, labels, run="tiny-run", stat="stable_rank", k=None, matrix="qk", step=int(store.steps[-1]), since=0)
+    on_screen = [labels[c]["label"] for c in shown.value.columns if c != "open"]
+    assert list(csv.columns[: len(on_screen)]) == on_screen and "r_s" in on_screen and "÷ random head" in on_screen
+    assert "value" not in csv.columns and "over reference" not in csv.columns and "k" not in csv.columns

@@ -105,6 +105,8 @@ def test_the_chains_loss_traces_are_the_stored_ones(llc_env: Path) -> None:
     step = int(llc_table(llc_env)["step"].max())
     at = open_page(PAGE, {"trace": "L0H1", "trace_step": str(step)})
     assert not at.exception and at.query_params["trace"] == "L0H1"
+    picker = next(s for s in at.selectbox if s.key == "trace")  # shown as every other view names a head
+    assert picker.value == "L0H1" and "L0 H1" in picker.options and "L0H1" not in picker.options
     chains = pq.read_table(llc_env / "llc_chains.parquet").to_pandas()
     own = chains[(chains["step"] == step) & (chains["layer"] == 0) & (chains["head"] == 1)].sort_values("chain")
     drawn = chart(at, "llc_traces")["data"]

@@ -71,8 +71,15 @@ def test_every_head_against_every_head_is_the_stored_similarity(sim_store, tmp_p
     serve_only(sim_store, tmp_path, monkeypatch)
     step = int(open_store(sim_store).steps[4])
     at = open_page(PAGE, {"sim": "ov_col", "step": str(step)})
-    z = arr(chart(at, "similarity")["data"][0]["z"]).reshape(L * H, L * H)
-    np.testing.assert_allclose(z, _square(sim_store, "ov_col", step), rtol=1e-6)
+    square = _square(sim_store, "ov_col", step)
+    d = np.sqrt(np.clip(1 - square, 0, None))  # the cosines' distance
+    np.fill_diagonal(d, 0)
+    leaves = dendrogram(linkage(squareform(d, checks=False), method="average"), no_plot=True)["leaves"]
+    fig = chart(at, "similarity")
+    assert leaves != list(range(L * H))  # the default view, ordered by the dendrogram (it was layer-major)
+    assert fig["layout"]["yaxis"]["ticktext"] == [f"L{i // H} H{i % H}" for i in leaves]
+    z = arr(fig["data"][0]["z"]).reshape(L * H, L * H)
+    np.testing.assert_allclose(z, square[np.ix_(leaves, leaves)], rtol=1e-6)
 
 
 def test_one_layer_is_ordered_by_scipys_dendrogram_of_its_distances(sim_store, tmp_path, monkeypatch):
@@ -100,6 +107,13 @@ def test_ultrametric_shares_per_layer_and_their_random_baseline(sim_store, tmp_p
         np.testing.assert_allclose(arr(line["y"]), mine["share"])
         base = next(t for t in traces if t["name"] == f"L{layer} random heads")
         np.testing.assert_allclose(arr(base["y"]), mine["baseline"])
+    # what the shares mean, at the last step, from the table itself
+    last = rows[(rows["distance"] == "qk_row") & (rows["step"] == rows["step"].max())].sort_values("layer")
+    text = next(m.value for m in at.markdown if m.value.startswith("At step"))
+    for r in last.itertuples(index=False):
+        said = f"layer {r.layer}: {r.share:.2f} against {r.baseline:.2g} for random heads ("
+        meaning = f"{r.share / r.baseline:.1f}× as often: nested families" if r.share > 2 * r.baseline else "no more hierarchy"
+        assert said + meaning in text, (said, text)
 
 
 def test_a_store_without_similarity_says_how_to_add_it(app_env):
@@ -122,14 +136,16 @@ def test_a_click_on_a_cell_opens_its_rows_head(sim_server, chromium):
         page.goto(sim_server + "/similarity")
         _wait_view(page, "/similarity", "Head similarity", 2)
         xy = page.evaluate(
-            """([row, col]) => {
+            """([rowName, colName]) => {
             const gd = document.querySelector('.st-key-similarity .js-plotly-plot');
+            const names = gd._fullLayout.yaxis.ticktext;  // the heads in the matrix's (dendrogram) order
+            const row = names.indexOf(rowName), col = names.indexOf(colName);
             const t = gd._fullData.find(t => t.name === 'pairs');
             const i = t.customdata.findIndex((c, j) => t.y[j] === row && t.x[j] === col);
             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
         }""",
-            [1 * H + 3, 2 * H + 1],  # row L1 H3, column L2 H1
+            ["L1 H3", "L2 H1"],
         )
         page.mouse.move(*xy)
         page.mouse.click(*xy)
@@ -140,3 +156,11 @@ def test_a_click_on_a_cell_opens_its_rows_head(sim_server, chromium):
         )
     finally:
         page.close()
+
+
+def test_a_layer_the_model_lacks_names_the_allowed_layers_plainly(sim_store, tmp_path, monkeypatch):
+    """``layer=7`` on a 4-layer model: the notice names -1 (every head) to 3, not "-1-3"."""
+    serve_only(sim_store, tmp_path, monkeypatch)
+    at = open_page(PAGE, {"layer": "7"})
+    text = " ".join(w.value for w in at.warning)
+    assert f"allowed: -1 to {L - 1}" in text and f"-1-{L - 1}" not in text

@@ -84,12 +84,14 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     assert set(lanes) == {"stage boundary", "head type", "MP departure", "level crossing"} | rises
     head_type = lanes["head type"]
     assert list(arr(head_type["x"])) == [65.0]  # the first previous-token head, at step 64 (+1 on the log axis)
-    assert head_type["text"] == ["first previous-token head: L0H3"]
-    assert head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&step=64"
+    assert head_type["text"] == ["first previous-token head: L0 H3"]
+    assert (
+        head_type["customdata"][0][1] == "head?run=shakespeare-pythia-6x8&layer=0&head=3&stat=prev_token&panel=statistic&step=64"
+    )
     boundaries = sorted(int(c[0]) for c in lanes["stage boundary"]["customdata"])
     assert boundaries == sorted(llc["start_step"][llc["stage"] > 0].tolist())
     text = " ".join(m.value for m in at.markdown)
-    assert "No head reaches the induction threshold" in text and "L0H3 from step 64" in text
+    assert "No head reaches the induction threshold" in text and "L0 H3 from step 64" in text
 
 
 def test_the_event_table_links_each_event_to_its_view(typed_store: Path, tmp_path: Path, monkeypatch) -> None:
@@ -135,7 +137,7 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     )
     assert f"**Stages** (every curve, merged): {line}" in text
     assert "previous-token heads form (L4 H3" in line
-    assert "step 64: first previous-token head: L0H3" in text
+    assert "step 64: first previous-token head: L0 H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
 
@@ -145,20 +147,22 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     W_QK's AMI and p as `analysis.type_association.associate` gives them, unit-tested against scikit-learn) and
     says that none replicates on the second seed."""
     from analysis.findings.values import stat_values
-    from analysis.type_association import associate, end_types
+    from analysis.type_association import ASSOCIATION_PAIRS, associate, end_types
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
     at = open_page(PAGE, {"run": "shakespeare-pythia-6x8"})
     text = " ".join(m.value for m in at.markdown if "trajectory clusters were compared" in m.value)
-    assert "Of 9 statistics" in text
+    # every pair but the refined LLC's: this run has no llc.parquet, and another run's rLLC figures must not stand here
+    assert not (SHIPPED / "llc.parquet").exists()
+    assert f"Of {len([p for p in ASSOCIATION_PAIRS if p[0] != 'llc'])} statistics" in text
     store = open_store(SHIPPED)
     ended = end_types(store)
     assert ended is not None
     labels, _ = ended
     result, _ = associate(stat_values(store, "std", matrix="qk"), labels)
     assert result.p_value < 0.05 and f"AMI {result.ami:.3f}, p = {result.p_value:.3g}" in text
-    assert "none, so no association replicates" in text
+    assert "no association replicates" in text and "rLLC" not in text  # this run has no refined LLC
 
 
 def test_the_timeline_lists_every_typed_head_with_its_emergence_step_and_a_link(monkeypatch) -> None:

@@ -167,3 +167,19 @@ def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys
     assert main(["plan", str(ROOT / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "headwatch[precompute]" in err[0]
+
+
+def test_precompute_help_says_what_the_job_computes(capsys):
+    """The job's help opens with what it writes: both per-head matrices and every lens of the registry, not W_QK
+    alone (a new user read 'Compute per-head W_QK statistics')."""
+    from precompute.__main__ import parse_args
+    from precompute.registry import LENSES
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Compute per-head W_QK statistics" not in text
+    assert "W_QK and W_OV of every head" in text
+    for lens in LENSES:
+        if lens.asked_by == "--lenses":
+            assert f" {lens.name}" in text.split("optional arguments")[0].split("options:")[0], lens.name

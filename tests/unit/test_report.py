@@ -38,9 +38,12 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
             assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.boundary} | {r.support or '–'} |" in text
         else:
             assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
-    assert "No head reaches the induction threshold (threshold 0.3): the highest induction score is 0.05 (L1H1)." in text
-    assert "| L0H3 | previous-token | 64 |" in text
-    assert "| 64 | head type | first previous-token head: L0H3 |" in text
+    assert "No head reaches the induction threshold (threshold 0.3): the highest induction score is 0.05 (L1 H1)." in text
+    assert "| L0 H3 | previous-token | 64 |" in text
+    assert "| 64 | head type | first previous-token head: L0 H3 |" in text
+    # the headline first, its dashboard links as plain names
+    assert "## Which heads formed when\n\n- **Previous-token heads** form at step 64: L0 H3 first." in text
+    assert "- **No induction head** holds its type at the end of training (highest induction score 0.05, L1 H1 at step" in text
     assert "`weights?run=run&role=" in text and "| MP departure |" in text
     # the run's boundaries, named by what forms and supported by the curves' own
     assert "| 64 | stage boundary | stage 4 begins: previous-token heads form (L4 H3, " in text

@@ -1,0 +1,328 @@
+"""The headline a researcher reads first (Overview, Timeline), its evidence links, and what the Timeline says about a run,
+against the store's own tables read with pandas: head_emergence.parquet for which heads formed when, composition.parquet
+and meta.json for the strongest K-composition source, stages.parquet for the stages table."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.findings.headline import run_headline
+from analysis.store import open_store
+from tests.app.conftest import ROOT, arr, chart, open_page
+
+DATA = ROOT / "data"
+RUNS = sorted(p.name for p in DATA.iterdir() if (p / "meta.json").is_file())
+D128 = DATA / "induction-d128"
+
+
+def _first_heads(run: str) -> dict[str, tuple[int, list[tuple[int, int]], int]]:
+    """Per type some head holds at the end: the earliest emergence step, every head emerging then, and how many later
+    (head_emergence.parquet read directly)."""
+    table = pd.read_parquet(DATA / run / "head_emergence.parquet").dropna(subset=["emergence_step"])
+    out = {}
+    for kind, rows in table.groupby("type"):
+        first = int(rows["emergence_step"].min())
+        at = rows[rows["emergence_step"] == first]
+        out[str(kind)] = (first, sorted(zip(at["layer"].astype(int), at["head"].astype(int), strict=True)), len(rows) - len(at))
+    return out
+
+
+def _strongest_source(run: str, target: tuple[int, int], step: int) -> tuple[tuple[int, int], float]:
+    """The source with the largest K-composition into ``target`` at ``step`` and its score over the random-heads mean
+    (composition.parquet and meta.json read directly)."""
+    rows = pd.read_parquet(DATA / run / "composition.parquet")
+    rows = rows[(rows["step"] == step) & (rows["layer_b"] == target[0]) & (rows["head_b"] == target[1])]
+    best = rows.loc[rows["k"].idxmax()]
+    baseline = json.loads((DATA / run / "meta.json").read_text())["composition"]["baseline"]["k"]
+    return (int(best["layer_a"]), int(best["head_a"])), float(best["k"]) / baseline
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_headline_names_every_first_head_its_step_and_the_strongest_source(run: str) -> None:
+    want = _first_heads(run)
+    got = {t.type: t for t in run_headline(open_store(DATA / run)) or []}
+    assert {k for k, t in got.items() if t.step is not None} == set(want)
+    for kind, (step, heads, later) in want.items():
+        assert (got[kind].step, list(got[kind].first), got[kind].later) == (step, heads, later), kind
+    steps = [t.step for t in got.values() if t.step is not None]
+    assert steps == sorted(steps)  # what formed first comes first
+    if "induction" in want and (DATA / run / "composition.parquet").exists():
+        step, heads, _ = want["induction"]
+        sources = got["induction"].sources
+        assert [s.target for s in sources] == heads
+        for s in sources:
+            source, ratio = _strongest_source(run, s.target, step)
+            assert s.step == step and s.source == source and s.ratio == pytest.approx(ratio, rel=1e-9)
+
+
+def test_the_induction_ladder_reads_as_the_new_user_counted_it() -> None:
+    """The emergence steps the issue took four Timelines to read: d128 1,400, d256 1,300, seed 2 3,300 with one head,
+    d64 none."""
+    steps = {
+        run: {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"] for run in RUNS if "induction" in run
+    }
+    assert steps["induction-d128"].step == 1400 and steps["induction-d256"].step == 1300
+    assert steps["induction-d128-seed2"].step == 3300 and steps["induction-d128-seed2"].first == ((1, 2),)
+    assert steps["induction-d64"].step is None
+
+
+def _links(text: str) -> dict[str, str]:
+    """Markdown links ``[label](target)`` -> {label: target} (the first of each label)."""
+    out: dict[str, str] = {}
+    for label, target in re.findall(r"\[([^\]]+)\]\(([^)]+)\)", text):
+        out.setdefault(label, target)
+    return out
+
+
+def _serve_data(monkeypatch) -> None:
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(DATA))
+
+
+def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evidence(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page(None, {"run": "induction-d128"})
+    assert not at.exception and not at.error
+    first = next(m.value for m in at.markdown if "Induction heads" in m.value)  # above the list of views
+    views = next(i for i, m in enumerate(at.markdown) if "Head explorer" in m.value or "one head:" in m.value)
+    assert next(i for i, m in enumerate(at.markdown) if m.value == first) < views
+    step, heads, later = _first_heads("induction-d128")["induction"]
+    assert f"**Induction heads** form at step {step:,}" in first and f"{later} more by step" in first
+    links = _links(first)
+    for layer, head in heads:
+        query = parse_qs(urlparse(links[f"L{layer} H{head}"]).query)
+        assert query == {
+            "run": ["induction-d128"],
+            "layer": [str(layer)],
+            "head": [str(head)],
+            "stat": ["induction"],
+            "panel": ["statistic"],
+            "step": [str(step)],
+        }
+    source, ratio = _strongest_source("induction-d128", heads[0], step)
+    name = f"L{source[0]} H{source[1]}"
+    query = parse_qs(urlparse(links[name]).query)
+    assert urlparse(links[name]).path == "circuits" and query["step"] == [str(step)] and query["kind"] == ["k"]
+    assert f"[{name}]({links[name]}) (previous-token) for L{heads[0][0]} H{heads[0][1]} ({ratio:.2f}× random heads)" in first
+    # every run's card says it too: the plain-text run names no induction head and its highest score
+    assert sum("**No induction head**" in m.value for m in at.markdown) == 3  # d64 and both plain-text runs
+
+
+def test_an_evidence_link_opens_the_head_explorer_on_the_types_score_first(d128: Path) -> None:
+    """``panel=statistic`` puts the statistic against its layer above the weight panels, titled without a matrix: the
+    induction score is an attention statistic of the head, not of W_QK."""
+    at = open_page(
+        "pages/head_explorer.py",
+        {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction", "panel": "statistic", "step": "1400"},
+    )
+    assert not at.exception and not at.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert keys[0] == "head_in_layer", keys
+    title = chart(at, "head_in_layer")["layout"]["title"]["text"]
+    assert "layer 1, head 0 · induction against its layer" in title and "W_QK" not in title and "W_OV" not in title
+
+
+def test_the_head_explorer_opens_on_the_weights_without_the_parameter(d128: Path) -> None:
+    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction"})
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert keys[0] == "density_map" and "head_in_layer" in keys
+    bad = open_page("pages/head_explorer.py", {"run": "induction-d128", "panel": "sideways"})
+    assert any("panel=sideways" in w.value and "showing panel=weights" in w.value for w in bad.warning)
+
+
+@pytest.fixture()
+def d128(monkeypatch) -> Path:
+    _serve_data(monkeypatch)
+    return D128
+
+
+def test_the_timelines_type_event_names_every_head_formed_at_the_first_step(d128: Path) -> None:
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["head type"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    assert list(table.columns[:4]) == ["step", "kind", "event", "link"]  # the evidence before the long detail
+    step, heads, later = _first_heads("induction-d128")["induction"]
+    row = table[table["event"].str.startswith("first induction")].iloc[0]
+    assert row["event"] == "first induction heads: " + ", ".join(f"L{a} H{b}" for a, b in heads)
+    rest = pd.read_parquet(d128 / "head_emergence.parquet").query("type == 'induction' and emergence_step > @step")
+    assert later == len(rest) == 1
+    later_step = int(rest["emergence_step"].iloc[0])
+    assert row["detail"] == f"{len(heads)} heads hold the type from step {step:,} to the end; 1 more head at step {later_step:,}"
+    headline = next(m.value for m in at.markdown if "Induction heads" in m.value)  # the Timeline opens with it too
+    assert f"form at step {step:,}" in headline
+
+
+def test_the_stages_table_names_its_columns_and_gives_end_minus_start(d128: Path) -> None:
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128"})
+    table = next(d.value for d in at.dataframe if "from step" in d.value.columns)
+    stored = pd.read_parquet(d128 / "stages.parquet").query("basis == 'llc'").sort_values("stage")
+    assert not [c for c in table.columns if "_" in c]  # no raw column names (start_value, change_se)
+    assert table["end − start"].to_numpy() == pytest.approx((stored["end_value"] - stored["start_value"]).to_numpy())
+    assert table["fitted change"].to_numpy() == pytest.approx(stored["change"].to_numpy())
+    assert table["stage"].tolist() == (stored["stage"] + 1).tolist()
+
+
+def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(d128: Path) -> None:
+    llc = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "llc"})
+    notes = [c.value for c in llc.caption if c.value.startswith("Stages:")]
+    assert any("negative whole-model estimates at step 0:" in n for n in notes) and not any("[" in n for n in notes)
+    loss = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "loss"})
+    assert not [c.value for c in loss.caption if "whole-model" in c.value and c.value.startswith("Stages:")]
+
+
+# --- Compare runs: emergence across runs, a default depth bin every run has ------------------------------------------
+
+INDUCTION_RUNS = ["induction-d64", "induction-d128", "induction-d128-seed2", "induction-d256"]
+
+
+def test_compare_runs_gives_each_runs_emergence_step_per_type(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": INDUCTION_RUNS, "stat": "induction"})
+    assert not at.exception and not at.error
+    table = next(d.value for d in at.dataframe if "first formed at step" in d.value.columns)
+    for run in INDUCTION_RUNS:
+        stored = pd.read_parquet(DATA / run / "head_emergence.parquet")
+        last = int(pd.read_parquet(DATA / run / "head_types.parquet")["step"].max())
+        for kind, words in (("previous_token", "previous-token"), ("induction", "induction")):
+            rows = stored[(stored["type"] == kind)].dropna(subset=["emergence_step"])
+            got = table[(table["run"] == run) & (table["type"] == words)].iloc[0]
+            if rows.empty:
+                assert pd.isna(got["first formed at step"]) and got["heads at the end"] == 0
+                continue
+            first = int(rows["emergence_step"].min())
+            at_first = rows[rows["emergence_step"] == first].sort_values(["layer", "head"])
+            assert int(got["first formed at step"]) == first and got["heads at the end"] == len(rows)
+            assert got["first heads"] == ", ".join(f"L{a} H{b}" for a, b in zip(at_first["layer"], at_first["head"], strict=True))
+            assert got["fraction of the run"] == pytest.approx(first / last)
+            assert int(got["last formed at step"]) == int(rows["emergence_step"].max())
+    steps = dict(
+        zip(table[table["type"] == "induction"]["run"], table[table["type"] == "induction"]["first formed at step"], strict=True)
+    )
+    assert (steps["induction-d128"], steps["induction-d256"], steps["induction-d128-seed2"]) == (1400, 1300, 3300)
+
+
+def test_compare_runs_opens_on_a_depth_bin_every_chosen_run_has(monkeypatch) -> None:
+    """2 and 6 layers in 4 bins: floor(4 layer / n_layers) gives the 2-layer runs bins 0 and 2 only, so the page opens
+    on bin 2, [0.5, 0.75), with a panel of heads for every run (it opened on the empty [0.75, 1))."""
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": ["induction-d128", "shakespeare-pythia-6x8"], "stat": "std"})
+    assert not at.exception and not at.error
+    assert at.query_params["bin"] == "2" and at.query_params["nbins"] == "4"
+    drawn: dict[str, list[int]] = {}
+    for t in chart(at, "compare_bin")["data"]:
+        if (t.get("meta") or {}).get("kind") == "heads":
+            drawn.setdefault(t["meta"]["run"], []).append(t["meta"]["layer"])
+    want = {
+        run: [la for la in range(n) if (4 * la) // n == 2] for run, n in (("induction-d128", 2), ("shakespeare-pythia-6x8", 6))
+    }
+    assert drawn == want == {"induction-d128": [1], "shakespeare-pythia-6x8": [3, 4]}
+    titles = [a.get("text", "") for a in chart(at, "compare_bin")["layout"].get("annotations", [])]
+    assert not [t for t in titles if "no layer in this bin" in t], titles
+
+
+def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> None:
+    _serve_data(monkeypatch)
+    at = open_page("pages/compare_runs.py", {"runs": ["induction-d128", "induction-d256"], "stat": "std", "xscale": "log"})
+    for key in ("compare_bands", "compare_bin"):
+        layout = chart(at, key)["layout"]
+        assert layout["xaxis"]["title"]["text"].endswith("+ one step (log scale)")
+        assert not (layout["xaxis2"].get("title") or {}).get("text"), key
+
+
+# --- the head explorer: W_QK and W_OV side by side ---------------------------------------------------------------------
+
+
+def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
+    """``both=1``: each weight panel twice, the matrix chosen (keys as before) and the other (``_other``), each titled
+    with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one load."""
+    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "qk", "both": "1"})
+    assert not at.exception and not at.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    for key in ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading"):
+        assert key in keys and f"{key}_other" in keys, (key, keys)
+        assert "W_QK" in chart(at, key)["layout"]["title"]["text"]
+        assert "W_OV" in chart(at, f"{key}_other")["layout"]["title"]["text"]
+    heads = pd.read_parquet(d128 / "heads.parquet", columns=["step", "layer", "head", "matrix", "stable_rank"])
+    for key, matrix in (("spectrum_slices", "qk"), ("spectrum_slices_other", "ov")):
+        mine = heads[(heads["layer"] == 1) & (heads["head"] == 0) & (heads["matrix"] == matrix)]
+        want = mine.sort_values("step")["stable_rank"].to_numpy()
+        drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
+        assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
+    alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
+    assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")]
+
+
+def test_a_type_no_head_holds_links_its_highest_score() -> None:
+    """The plain-text run has no induction head: the headline names the head with the highest induction score
+    (head_emergence.parquet's peak_score) and links it at its peak step, on the score's panel."""
+    from analysis.findings.headline import headline_markdown
+
+    run = "shakespeare-pythia-6x8"
+    rows = pd.read_parquet(DATA / run / "head_emergence.parquet").query("type == 'induction'")
+    assert rows["emergence_step"].isna().all()
+    peak = rows.loc[rows["peak_score"].idxmax()]
+    line = next(s for s in headline_markdown(open_store(DATA / run), run) if s.startswith("**No induction head**"))
+    name = f"L{int(peak['layer'])} H{int(peak['head'])}"
+    assert f"highest induction score {peak['peak_score']:.3g}, [{name}](" in line
+    query = parse_qs(urlparse(_links(line)[name]).query)
+    assert query["step"] == [str(int(peak["peak_step"]))] and query["stat"] == ["induction"] and query["panel"] == ["statistic"]
+
+
+def test_a_level_crossing_event_opens_the_head_explorer_on_its_crossings(d128: Path) -> None:
+    """The Timeline's level-crossing event links ``panel=leading``: the λ_0 … λ_3 panel, where the crossing is marked,
+    comes first, on the head and matrix the event names, with the step among the chosen ones."""
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["level crossing"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    assert len(table), "induction-d128 has level crossings"
+    row = table.iloc[0]
+    query = {k: v[0] for k, v in parse_qs(urlparse(row["link"]).query).items()}
+    assert query["panel"] == "leading" and query["step"] == str(row["step"])
+    assert f"L{query['layer']} H{query['head']}" in row["event"]
+    page = open_page("pages/head_explorer.py", query)
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "leading", keys
+    title = chart(page, "leading")["layout"]["title"]["text"]
+    name = "W_QK" if query["matrix"] == "qk" else "W_OV"
+    assert f"layer {query['layer']}, head {query['head']} · {name}" in title and "crossings" in title
+
+
+def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: Path) -> None:
+    """The Timeline's largest rLLC rise links ``panel=traces``: the chains' loss traces of that head at that step come
+    first on the Refined LLC page, and they are llc_chains.parquet's (read with pandas)."""
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["rLLC rise"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    query = {k: v[0] for k, v in parse_qs(urlparse(table.iloc[0]["link"]).query).items()}
+    assert query["panel"] == "traces"
+    page = open_page("pages/refined_llc.py", query)
+    assert not page.exception and not page.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "llc_traces", keys
+    layer, head = (int(v) for v in query["trace"][1:].split("H"))
+    chains = pd.read_parquet(d128 / "llc_chains.parquet")
+    own = chains[(chains["step"] == int(query["trace_step"])) & (chains["layer"] == layer) & (chains["head"] == head)]
+    drawn = chart(page, "llc_traces")["data"]
+    for trace, stored in zip(drawn, own.sort_values("chain")["trace"], strict=False):
+        assert np.allclose(arr(trace["y"]), np.asarray(stored, dtype=np.float64), rtol=1e-6)
+    assert len(own) > 0 and [k for k in keys if k == "llc_traces"] == ["llc_traces"]  # drawn once, first
+
+
+def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(monkeypatch) -> None:
+    """induction-d256's LLC stages: each boundary's link opens the Refined LLC page with the whole-model LLC (the curve
+    the stages are read from) as its first chart, at stages.parquet's start steps."""
+    _serve_data(monkeypatch)
+    at = open_page("pages/run_timeline.py", {"run": "induction-d256", "kinds": ["stage boundary"], "basis": "llc"})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    stages = pd.read_parquet(DATA / "induction-d256" / "stages.parquet").query("basis == 'llc' and stage > 0")
+    assert sorted(table["step"]) == sorted(stages["start_step"].astype(int))
+    query = {k: v[0] for k, v in parse_qs(urlparse(table.iloc[0]["link"]).query).items()}
+    assert urlparse(table.iloc[0]["link"]).path == "llc" and query["panel"] == "model"
+    page = open_page("pages/refined_llc.py", query)
+    assert not page.exception and not page.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    assert keys[0] == "llc_model" and keys.count("llc_model") == 1, keys
