@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -159,13 +160,20 @@ def test_the_timelines_type_event_names_every_head_formed_at_the_first_step(d128
 
 
 def test_the_stages_table_names_its_columns_and_gives_end_minus_start(d128: Path) -> None:
-    at = open_page("pages/run_timeline.py", {"run": "induction-d128"})
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "llc"})
     table = next(d.value for d in at.dataframe if "from step" in d.value.columns)
     stored = pd.read_parquet(d128 / "stages.parquet").query("basis == 'llc'").sort_values("stage")
     assert not [c for c in table.columns if "_" in c]  # no raw column names (start_value, change_se)
     assert table["end − start"].to_numpy() == pytest.approx((stored["end_value"] - stored["start_value"]).to_numpy())
     assert table["fitted change"].to_numpy() == pytest.approx(stored["change"].to_numpy())
     assert table["stage"].tolist() == (stored["stage"] + 1).tolist()
+    # the run's stages (the default basis): the curve they report named (meta.json stages.run.trend_from), their support
+    run = open_page("pages/run_timeline.py", {"run": "induction-d128"})
+    table = next(d.value for d in run.dataframe if "from step" in d.value.columns)
+    stored = pd.read_parquet(d128 / "stages.parquet").query("basis == 'run'").sort_values("stage")
+    assert json.loads((d128 / "meta.json").read_text())["stages"]["run"]["trend_from"] == "llc"
+    assert table["whole-model LLC at start"].to_numpy() == pytest.approx(stored["start_value"].to_numpy())
+    assert table["supported by (curve: boundary, step)"].tolist() == stored["support"].tolist()
 
 
 def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(d128: Path) -> None:
@@ -312,10 +320,17 @@ def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: 
     assert len(own) > 0 and [k for k in keys if k == "llc_traces"] == ["llc_traces"]  # drawn once, first
 
 
-def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(monkeypatch) -> None:
-    """induction-d256's LLC stages: each boundary's link opens the Refined LLC page with the whole-model LLC (the curve
-    the stages are read from) as its first chart, at stages.parquet's start steps."""
-    _serve_data(monkeypatch)
+def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(monkeypatch, tmp_path: Path) -> None:
+    """A store whose events' boundaries are the LLC's (made before the run's merged boundaries: meta.json
+    ``stages.primary`` is ``llc``; here induction-d256 so marked): each boundary's link opens the Refined LLC page with
+    the whole-model LLC (the curve the stages are read from) as its first chart, at stages.parquet's start steps."""
+    store = tmp_path / "induction-d256"
+    shutil.copytree(DATA / "induction-d256", store)
+    meta = json.loads((store / "meta.json").read_text())
+    meta["stages"]["primary"] = "llc"
+    (store / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(tmp_path))
     at = open_page("pages/run_timeline.py", {"run": "induction-d256", "kinds": ["stage boundary"], "basis": "llc"})
     table = next(d.value for d in at.dataframe if "event" in d.value.columns)
     stages = pd.read_parquet(DATA / "induction-d256" / "stages.parquet").query("basis == 'llc' and stage > 0")
