@@ -148,7 +148,8 @@ def follow_run(
                 f", being written: {', '.join(writing)}" if writing else "",
             )
             announced = (ready, writing)
-        if (set(ready) - have) or (finished and (ready or writing)):
+        if (set(ready) - have) or (finished and (ready or writing)) or (ready and not reports):
+            # the first round runs whatever the store has: it checks the store against the run at once
             round_options = follow_options(options, stored)
             if finished:
                 round_options = dataclasses.replace(round_options, follow=False)  # read as after training
