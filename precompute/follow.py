@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from analysis.store import Meta
+from analysis.store.following import FollowState, FollowStatus, status_path
 from precompute import registry
 from precompute.context import RunReport
 from precompute.settings import RunOptions
@@ -65,6 +66,16 @@ def follow_options(options: RunOptions, stored: Meta | None) -> RunOptions:
         if lens.asked_by == "--matrices" and lens.recorded(stored) and lens.name not in options.matrices
     )
     return dataclasses.replace(options, lenses=lenses, matrices=matrices, follow=True)
+
+
+def write_status(out: Path, state: FollowState, *, source: str | Path, poll: float) -> None:
+    """Say beside the store what the follower does (`analysis.store.following`), atomically."""
+    path = status_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp")
+    status = FollowStatus(state=state, source=str(source), updated=time.time(), poll=poll, pid=os.getpid())
+    tmp.write_text(status.to_json())
+    os.replace(tmp, path)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -121,8 +132,6 @@ def follow_run(
         Whatever `precompute.run.run_precompute` raises for bad input (another model in the store, options
         the store refuses): the store keeps every committed checkpoint.
     """
-    from precompute.run import run_precompute  # imports torch
-
     folder, out = Path(source), Path(out)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--follow reads a local run folder; {str(folder)!r} is a file")
@@ -130,9 +139,21 @@ def follow_run(
         log.info("%s does not exist yet: waiting for the run to create it (--follow reads local run folders only)", folder)
     options = options or RunOptions()
     stop = stop or threading.Event()
+    try:
+        return _rounds(folder, out, options, poll=poll, stop=stop, pid=pid)
+    except BaseException:
+        write_status(out, "stopped", source=folder, poll=poll)
+        raise
+
+
+def _rounds(folder: Path, out: Path, options: RunOptions, *, poll: float, stop: threading.Event, pid: int | None) -> list[RunReport]:
+    """`follow_run`'s rounds, until the run finishes, the trainer is gone or ``stop`` is set."""
+    from precompute.run import run_precompute  # imports torch
+
     reports: list[RunReport] = []
     announced: tuple[list[int], list[str]] | None = None
     while True:
+        write_status(out, "following", source=folder, poll=poll)
         finished = training_finished(folder)
         gone = pid is not None and not _pid_alive(pid) and not finished
         last = finished or gone or stop.is_set()
@@ -154,8 +175,12 @@ def follow_run(
             if finished:
                 round_options = dataclasses.replace(round_options, follow=False)  # read as after training
             reports.append(run_precompute(folder, out, round_options))
+            now = stored_meta(out)
+            log.info("%s: the store has %d checkpoints, up to step %s", out, len(now.listed_steps) if now else 0,
+                     max(now.listed_steps) if now and now.listed_steps else "-")
         if last:
             why = "training finished" if finished else ("the trainer is gone" if gone else "stopped")
             log.info("%s: %s; the store %s is complete up to here", folder, why, out)
+            write_status(out, "finished" if finished else "stopped", source=folder, poll=poll)
             return reports
         stop.wait(poll)

@@ -34,7 +34,7 @@ from training.markers import FINISHED_FILE
 
 log = logging.getLogger(__name__)
 
-NICE = 10  # the follower's niceness: the trainer (nice 0) gets the CPU first
+NICE = 10  # the follower runs this much nicer than the trainer, which gets the CPU first
 
 
 class Follower:
@@ -46,7 +46,7 @@ class Follower:
         lenses: lenses to compute by name besides the default ones (``attention``, ...); the store's own
             lenses are always computed.
         args: further ``python -m precompute`` options (``--matrices qk``, ``--eval-text FILE``, ...).
-        nice: the follower's niceness.
+        nice: how much nicer than this process the follower runs.
     """
 
     def __init__(
@@ -89,7 +89,8 @@ class Follower:
                 self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         try:
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, self.nice)
+            # relative to this process's own niceness (setpriority sets an absolute value; the kernel caps it at 19)
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice))
         except OSError as exc:  # the follower runs at normal priority then; training goes on
             log.warning("headwatch: could not lower the follower's priority: %s", exc)
         log.info("headwatch: following %s into %s (pid %d, log %s)", self.run_folder, self.store, self.process.pid, self.log_file)
