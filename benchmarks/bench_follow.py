@@ -23,9 +23,9 @@ from pathlib import Path
 
 from analysis.store.following import read_status
 
-RUN = [  # 4 layers x 8 heads, d_model 128: a few seconds per checkpoint for the follower on 2 cores
-    "--n-layers", "4", "--n-heads", "8", "--d-model", "128", "--d-mlp", "512", "--context", "64",
-    "--steps", "300", "--batch-size", "8", "--checkpoint-every", "50", "--eval-batches", "2", "--seed", "1",
+RUN = [  # 2 layers x 4 heads, d_model 64: about a minute of training on the shared 2-core machine, 13 checkpoints
+    "--n-layers", "2", "--n-heads", "4", "--d-model", "64", "--d-mlp", "256", "--context", "32",
+    "--steps", "200", "--batch-size", "8", "--checkpoint-every", "40", "--eval-batches", "2", "--seed", "1",
 ]  # fmt: skip
 
 
