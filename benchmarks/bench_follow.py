@@ -69,7 +69,16 @@ def main() -> None:
         print(f"with the follower:    {wall:.1f} s (store complete {tail:.1f} s after training ended)", flush=True)
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ".")}
         subprocess.run(
-            [sys.executable, "-m", "precompute", "--no-progress", "--source", str(root / f"watched{i}"), "--out", str(root / f"posthoc{i}")],
+            [
+                sys.executable,
+                "-m",
+                "precompute",
+                "--no-progress",
+                "--source",
+                str(root / f"watched{i}"),
+                "--out",
+                str(root / f"posthoc{i}"),
+            ],
             check=True,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -78,7 +87,8 @@ def main() -> None:
         print(f"  watched store equals the post-hoc store: {same_store(store, root / f'posthoc{i}')}", flush=True)
     m0, m1 = statistics.mean(plain), statistics.mean(watched)
     print(f"| training wall, without | {', '.join(f'{w:.1f}' for w in plain)} s | mean {m0:.1f} s |")
-    print(f"| training wall, with --watch | {', '.join(f'{w:.1f}' for w in watched)} s | mean {m1:.1f} s ({100 * (m1 / m0 - 1):+.1f}%) |")
+    change = 100 * (m1 / m0 - 1)
+    print(f"| training wall, with --watch | {', '.join(f'{w:.1f}' for w in watched)} s | mean {m1:.1f} s ({change:+.1f}%) |")
     print(f"| store complete after training ended | {', '.join(f'{t:.1f}' for t in tails)} s | |")
 
 

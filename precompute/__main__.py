@@ -316,9 +316,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        follow_run(
-            args.source[0], args.out, options, poll=args.poll or POLL_SECONDS, stop=stop, pid=args.follow_pid
-        )
+        follow_run(args.source[0], args.out, options, poll=args.poll or POLL_SECONDS, stop=stop, pid=args.follow_pid)
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}\n{args.out} keeps every finished checkpoint", file=sys.stderr)
         return EXIT_USAGE

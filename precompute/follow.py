@@ -146,7 +146,9 @@ def follow_run(
         raise
 
 
-def _rounds(folder: Path, out: Path, options: RunOptions, *, poll: float, stop: threading.Event, pid: int | None) -> list[RunReport]:
+def _rounds(
+    folder: Path, out: Path, options: RunOptions, *, poll: float, stop: threading.Event, pid: int | None
+) -> list[RunReport]:
     """`follow_run`'s rounds, until the run finishes, the trainer is gone or ``stop`` is set."""
     from precompute.run import run_precompute  # imports torch
 
@@ -176,8 +178,12 @@ def _rounds(folder: Path, out: Path, options: RunOptions, *, poll: float, stop: 
                 round_options = dataclasses.replace(round_options, follow=False)  # read as after training
             reports.append(run_precompute(folder, out, round_options))
             now = stored_meta(out)
-            log.info("%s: the store has %d checkpoints, up to step %s", out, len(now.listed_steps) if now else 0,
-                     max(now.listed_steps) if now and now.listed_steps else "-")
+            log.info(
+                "%s: the store has %d checkpoints, up to step %s",
+                out,
+                len(now.listed_steps) if now else 0,
+                max(now.listed_steps) if now and now.listed_steps else "-",
+            )
         if last:
             why = "training finished" if finished else ("the trainer is gone" if gone else "stopped")
             log.info("%s: %s; the store %s is complete up to here", folder, why, out)

@@ -188,9 +188,7 @@ def _warn_unasked(state: RunState, computations: list[Computation]) -> None:
 def make_plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
     """Open the source, select the checkpoints and read the model's geometry (nothing is written)."""
     requested = parse_revisions(options.revisions) if options.revisions else None
-    src = open_source(
-        source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token, following=options.follow
-    )
+    src = open_source(source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token, following=options.follow)
     todo, missing = _select(src, requested, options.every)
     shape, config = _model_shape(src, todo)
     model = ModelInfo(id=options.model_id or src.model_id, **shape.as_meta(), config=config)

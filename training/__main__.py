@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     train(settings, corpus, args.out, device=args.device, on_start=follower.start if follower else None)
     if follower is not None:
         follower.check()
-        logging.info("training done; the follower adds the last checkpoints to %s and stops (log %s)", args.watch, follower.log_file)
+        logging.info(
+            "training done; the follower adds the last checkpoints to %s and stops (log %s)", args.watch, follower.log_file
+        )
     return 0
 
 

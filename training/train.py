@@ -231,7 +231,9 @@ def train(
     return record
 
 
-def started_record(settings: RunSettings, corpus: Corpus, model: PreTrainedModel, steps: list[int], dev: torch.device) -> dict[str, Any]:
+def started_record(
+    settings: RunSettings, corpus: Corpus, model: PreTrainedModel, steps: list[int], dev: torch.device
+) -> dict[str, Any]:
     """What ``run.json`` says of a run that is known when it starts (all but wall time and losses), in
     ``run.json``'s key order; written as ``run-started.json`` so that a store can follow the run."""
     config = settings.as_record()

