@@ -136,6 +136,13 @@ def write_finished(run_folder: str | Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _run_folder(args: TrainingArguments) -> Path:
+    """Where the Trainer saves its checkpoints (``output_dir``; transformers fills in a default when it is not given)."""
+    if args.output_dir is None:
+        raise ValueError("HeadwatchCallback follows the Trainer's checkpoints: give TrainingArguments an output_dir")
+    return Path(args.output_dir)
+
+
 class HeadwatchCallback(TrainerCallback):
     """Add each checkpoint a ``transformers.Trainer`` saves to a headwatch store while it trains.
 
@@ -153,8 +160,9 @@ class HeadwatchCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if not state.is_world_process_zero or self.follower is not None:
             return
-        (Path(args.output_dir) / FINISHED_FILE).unlink(missing_ok=True)  # a resumed run trains again
-        self.follower = Follower(args.output_dir, self.store, lenses=self.lenses, args=self.args)
+        folder = _run_folder(args)
+        (folder / FINISHED_FILE).unlink(missing_ok=True)  # a resumed run trains again
+        self.follower = Follower(folder, self.store, lenses=self.lenses, args=self.args)
         self.follower.start()
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -164,7 +172,7 @@ class HeadwatchCallback(TrainerCallback):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if self.follower is None:
             return
-        write_finished(args.output_dir, {"global_step": state.global_step, "max_steps": state.max_steps})
+        write_finished(_run_folder(args), {"global_step": state.global_step, "max_steps": state.max_steps})
         self.follower.check()
 
     def wait(self, timeout: float | None = None) -> int | None:
