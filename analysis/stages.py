@@ -1,8 +1,11 @@
-"""Developmental stages of a run, from the whole-model LLC and the loss over training (docs/stages.md).
+"""Developmental stages of one curve over training: the whole-model LLC, the loss, and the behavioural curves
+`analysis.run_stages` reads beside them (docs/stages.md).
 
 The rule, in short (Hoogland et al. 2024; the refined-LLC paper's appendix C.1): a stage boundary is
 a critical point of the LLC curve, where it turns from rising to falling or back, or where it
-starts or stops changing. A curve sampled at a few checkpoints, each estimate with an error, is
+starts or stops changing, or where it keeps its direction but changes its rate (a rise that speeds
+up or slows down is a transition too: the induction head forms where the LLC's rise speeds up).
+A curve sampled at a few checkpoints, each estimate with an error, is
 read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced early):
 
 1. Segmentation. The points are cut into stretches, each fitted by a straight line in ``u``
@@ -13,9 +16,13 @@ read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced
 2. Trend of a stretch. The fitted change across it, ``slope * (u_end - u_start)``, is rising
    (falling) when it exceeds k times its standard error ``sigma * du / sqrt(sum (u - mean u)^2)``
    and flat otherwise. No smoothing besides the line fits.
-3. Stages. Neighbouring stretches with the same trend are one stage; a boundary is where the trend
-   changes (an LLC peak, a trough, the start or end of a flat stretch). A curve whose changes all
-   stay within k standard errors is one flat stage: noise makes no stage.
+3. Stages. A boundary is where the trend changes (an LLC peak, a trough, the start or end of a
+   flat stretch), or where two neighbouring stretches of one trend, rising or falling, differ in
+   slope by more than k standard errors of the difference, ``|b1 - b2| > k sqrt(se1^2 + se2^2)``
+   with ``se = sigma / sqrt(sum (u - mean u)^2)`` (``LLC accelerates``, ``LLC slows``, ``loss drop
+   speeds up``, ...); other neighbours are one stage, and flat stretches never split. A curve whose
+   changes all stay within k standard errors is one stage: noise makes no boundary (at most a few
+   percent of noise-only curves get one, measured in tests/unit/test_run_stages.py).
 
 ``sigma`` for the LLC is the pooled standard error of an estimate: the root mean square over the
 estimated checkpoints of ``sd_c / sqrt(C)``, ``sd_c`` the sample standard deviation of the C chains'
@@ -42,23 +49,34 @@ Basis = Literal["llc", "loss"]
 LLC_TRENDS = ("rising", "falling", "flat")
 LOSS_TRENDS = ("drop", "plateau", "rise")
 
-# What a boundary is, from the trend before it to the trend after it.
-_LLC_BOUNDARIES = {
-    ("rising", "falling"): "LLC peak",
-    ("falling", "rising"): "LLC trough",
-    ("rising", "flat"): "LLC stops rising",
-    ("falling", "flat"): "LLC stops falling",
-    ("flat", "rising"): "LLC starts rising",
-    ("flat", "falling"): "LLC starts falling",
+# What a boundary is, from the trend before it to the trend after it; ``faster``/``slower``: the same trend at a
+# rate that differs by more than k standard errors (``{c}``: the curve's name).
+LEVEL_BOUNDARIES = {
+    ("rising", "falling"): "{c} peak",
+    ("falling", "rising"): "{c} trough",
+    ("rising", "flat"): "{c} stops rising",
+    ("falling", "flat"): "{c} stops falling",
+    ("flat", "rising"): "{c} starts rising",
+    ("flat", "falling"): "{c} starts falling",
+    ("rising", "faster"): "{c} accelerates",
+    ("rising", "slower"): "{c} slows",
+    ("falling", "faster"): "{c} falls faster",
+    ("falling", "slower"): "{c} falls more slowly",
 }
-_LOSS_BOUNDARIES = {
-    ("drop", "plateau"): "loss plateau begins",
-    ("plateau", "drop"): "loss drops again",
-    ("drop", "rise"): "loss turns up",
-    ("rise", "drop"): "loss turns down",
-    ("plateau", "rise"): "loss starts rising",
-    ("rise", "plateau"): "loss stops rising",
+LOSS_LIKE_BOUNDARIES = {
+    ("drop", "plateau"): "{c} plateau begins",
+    ("plateau", "drop"): "{c} drop begins",
+    ("drop", "rise"): "{c} turns up",
+    ("rise", "drop"): "{c} turns down",
+    ("plateau", "rise"): "{c} starts rising",
+    ("rise", "plateau"): "{c} stops rising",
+    ("drop", "faster"): "{c} drop speeds up",
+    ("drop", "slower"): "{c} drop slows",
+    ("rise", "faster"): "{c} rise speeds up",
+    ("rise", "slower"): "{c} rise slows",
 }
+_LLC_BOUNDARIES = {key: name.format(c="LLC") for key, name in LEVEL_BOUNDARIES.items()}
+_LOSS_BOUNDARIES = {key: name.format(c="loss") for key, name in LOSS_LIKE_BOUNDARIES.items()}
 START = "start of training"
 
 
@@ -70,11 +88,16 @@ class StageRule:
         k: standard errors a change must exceed to count (and the square root of the cut penalty).
         plateau_ratio: a loss drop between two drops and slower than this fraction of each one's rate is a plateau.
         min_points: fewest checkpoints a curve needs before stages are read from it.
+        merge: boundaries of different curves at most this many checkpoints apart are one boundary of the run
+            (`analysis.run_stages`).
+        count_noise: the noise floor of a count of heads holding a type, in heads (`analysis.run_stages`).
     """
 
     k: float = 3.0
     plateau_ratio: float = 0.5
     min_points: int = 3
+    merge: int = 2
+    count_noise: float = 0.5
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.k) and self.k > 0):
@@ -83,6 +106,10 @@ class StageRule:
             raise ValueError(f"plateau_ratio={self.plateau_ratio!r}: expected a fraction between 0 and 1")
         if self.min_points < 3:
             raise ValueError(f"min_points={self.min_points!r}: a turn needs at least 3 points")
+        if self.merge < 0:
+            raise ValueError(f"merge={self.merge!r}: expected a number of checkpoints, 0 or more")
+        if not (np.isfinite(self.count_noise) and self.count_noise > 0):
+            raise ValueError(f"count_noise={self.count_noise!r}: expected a positive number of heads")
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -161,38 +188,69 @@ def segment(u: np.ndarray, y: np.ndarray, sigma: float, *, penalty: float) -> li
     return cuts[::-1]
 
 
-def _stretch_change(u: np.ndarray, y: np.ndarray, sigma: float, i: int, j: int) -> tuple[float, float, float]:
-    """Fitted change across stretch [i, j], its standard error, and its rate per unit of u."""
-    _, slope, sxx = _fit(u[i : j + 1], y[i : j + 1])
-    width = float(u[j] - u[i])
-    return slope * width, sigma * width / np.sqrt(sxx), slope
+@dataclass(frozen=True)
+class _Stretch:
+    """One straight stretch [i, j] of a curve: its fitted change, that change's standard error, its slope (per unit
+    of u, a decade of steps) and the slope's standard error ``sigma / sqrt(sum (u - mean u)^2)``."""
+
+    i: int
+    j: int
+    change: float
+    change_se: float
+    slope: float
+    slope_se: float
+
+
+def _stretches(u: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule) -> list[_Stretch]:
+    """The curve cut into straight stretches (`segment`, penalty k^2) with each one's fitted change and slope."""
+    out = []
+    for i, j in segment(u, y, sigma, penalty=rule.k**2):
+        _, slope, sxx = _fit(u[i : j + 1], y[i : j + 1])
+        width = float(u[j] - u[i])
+        out.append(_Stretch(i, j, slope * width, sigma * width / np.sqrt(sxx), slope, sigma / np.sqrt(sxx)))
+    return out
+
+
+def rate_change(a: _Stretch, b: _Stretch) -> float:
+    """How far the slope changes from stretch a to the next stretch b, in standard errors of the difference:
+    ``(slope_b - slope_a) / sqrt(se_a^2 + se_b^2)`` (the two fits share one point, which the rule neglects: it makes
+    the difference's true error a little smaller, so the test is a little conservative)."""
+    return (b.slope - a.slope) / float(np.hypot(a.slope_se, b.slope_se))
 
 
 def _merge(
-    steps: np.ndarray, y: np.ndarray, stretches: list[tuple[int, int]], trends: list[str], changes, ses, names
+    steps: np.ndarray, y: np.ndarray, stretches: list[_Stretch], trends: list[str], names: dict, rule: StageRule
 ) -> list[Stage]:
+    """Stretches into stages: neighbours with the same trend are one stage unless their rates differ by more than
+    ``rule.k`` standard errors (`rate_change`); a flat (plateau) stretch never splits from a flat neighbour."""
     groups: list[list[int]] = []
+    kinds: list[str] = [START]
+    flat = ("flat", "plateau")
     for s, trend in enumerate(trends):
         if groups and trends[groups[-1][-1]] == trend:
-            groups[-1].append(s)
-        else:
-            groups.append([s])
+            z = rate_change(stretches[s - 1], stretches[s])
+            if trend in flat or abs(z) <= rule.k:
+                groups[-1].append(s)
+                continue
+            faster = (z > 0) == (trend in ("rising", "rise"))
+            kinds.append(names[(trend, "faster" if faster else "slower")])
+        elif groups:
+            kinds.append(names[(trends[groups[-1][-1]], trend)])
+        groups.append([s])
     stages = []
     for index, group in enumerate(groups):
-        i, j = stretches[group[0]][0], stretches[group[-1]][1]
-        trend = trends[group[0]]
-        boundary = START if index == 0 else names[(trends[groups[index - 1][0]], trend)]
+        i, j = stretches[group[0]].i, stretches[group[-1]].j
         stages.append(
             Stage(
                 index=index,
                 start_step=int(steps[i]),
                 end_step=int(steps[j]),
-                trend=trend,
+                trend=trends[group[0]],
                 start_value=float(y[i]),
                 end_value=float(y[j]),
-                change=float(sum(changes[s] for s in group)),
-                change_se=float(np.sqrt(sum(ses[s] ** 2 for s in group))),
-                boundary=boundary,
+                change=float(sum(stretches[s].change for s in group)),
+                change_se=float(np.sqrt(sum(stretches[s].change_se ** 2 for s in group))),
+                boundary=kinds[index],
             )
         )
     return stages
@@ -231,11 +289,17 @@ def llc_stages(steps: np.ndarray, llc: np.ndarray, sigma: float, rule: StageRule
         raise ValueError(f"LLC standard error {sigma!r}: expected a positive number (estimates need at least 2 chains)")
     if len(steps) < rule.min_points:
         return []
-    u = log_axis(steps)
-    stretches = segment(u, llc, sigma, penalty=rule.k**2)
-    fits = [_stretch_change(u, llc, sigma, i, j) for i, j in stretches]
-    trends = ["flat" if abs(c) <= rule.k * se else ("rising" if c > 0 else "falling") for c, se, _ in fits]
-    return _merge(steps, llc, stretches, trends, [f[0] for f in fits], [f[1] for f in fits], _LLC_BOUNDARIES)
+    return level_stages(steps, llc, sigma, rule, names=_LLC_BOUNDARIES)
+
+
+def level_stages(steps: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule = StageRule(), *, names: dict) -> list[Stage]:
+    """Stages of a curve whose trends are rising, falling or flat (the LLC, a count of heads): the module
+    docstring's steps 1-3 on validated input with ``sigma > 0``; ``names`` maps (before, after) to a boundary's name."""
+    if len(steps) < rule.min_points:
+        return []
+    stretches = _stretches(log_axis(steps), y, sigma, rule)
+    trends = ["flat" if abs(s.change) <= rule.k * s.change_se else ("rising" if s.change > 0 else "falling") for s in stretches]
+    return _merge(steps, y, stretches, trends, names, rule)
 
 
 def loss_noise(loss: np.ndarray) -> float:
@@ -269,11 +333,18 @@ def loss_stages(steps: np.ndarray, loss: np.ndarray, rule: StageRule = StageRule
         return []
     sigma = loss_noise(loss) if sigma is None else float(sigma)
     sigma = max(sigma, 1e-6 * float(np.ptp(loss)), 1e-12)
-    u = log_axis(steps)
-    stretches = segment(u, loss, sigma, penalty=rule.k**2)
-    fits = [_stretch_change(u, loss, sigma, i, j) for i, j in stretches]
-    trends = ["plateau" if abs(c) <= rule.k * se else ("rise" if c > 0 else "drop") for c, se, _ in fits]
-    rates = [-rate for _, _, rate in fits]  # drop per decade, positive when falling
+    return loss_like_stages(steps, loss, sigma, rule, names=_LOSS_BOUNDARIES)
+
+
+def loss_like_stages(
+    steps: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule = StageRule(), *, names: dict
+) -> list[Stage]:
+    """Stages of a curve whose trends are drop, plateau or rise (a loss): validated input, ``sigma > 0``."""
+    if len(steps) < rule.min_points:
+        return []
+    stretches = _stretches(log_axis(steps), y, sigma, rule)
+    trends = ["plateau" if abs(s.change) <= rule.k * s.change_se else ("rise" if s.change > 0 else "drop") for s in stretches]
+    rates = [-s.slope for s in stretches]  # drop per decade, positive when falling
     relabelled = list(trends)
     for s, trend in enumerate(trends):
         if trend != "drop":
@@ -281,7 +352,7 @@ def loss_stages(steps: np.ndarray, loss: np.ndarray, rule: StageRule = StageRule
         neighbours = [rates[t] for t in (s - 1, s + 1) if 0 <= t < len(trends) and trends[t] == "drop"]
         if len(neighbours) == 2 and all(rates[s] < rule.plateau_ratio * r for r in neighbours):
             relabelled[s] = "plateau"
-    return _merge(steps, loss, stretches, relabelled, [f[0] for f in fits], [f[1] for f in fits], _LOSS_BOUNDARIES)
+    return _merge(steps, y, stretches, relabelled, names, rule)
 
 
 def standard_errors(*, llc_std: np.ndarray, chains: int) -> np.ndarray:
@@ -306,97 +377,3 @@ def pooled_standard_error(se: np.ndarray) -> float:
     se = np.asarray(se, dtype=np.float64)
     se = se[np.isfinite(se)]
     return float(np.sqrt(np.mean(se**2))) if len(se) else float("nan")
-
-
-@dataclass(frozen=True)
-class RunStages:
-    """A run's stages on both bases, and how they were read (``meta.json`` ``stages``).
-
-    Attributes:
-        llc: stages of the whole-model LLC (empty: no LLC, or too few estimates).
-        loss: stages of the loss (empty: no eval loss, or too few checkpoints).
-        primary: the basis the dashboard shades: ``llc`` when it has stages, else ``loss``, else None.
-        meta: the rule, its parameters, the noise levels and checkpoints used, and notes.
-        loss_steps, loss_values: the loss curve (to report each LLC stage's loss change).
-    """
-
-    llc: list[Stage]
-    loss: list[Stage]
-    primary: Basis | None
-    meta: dict
-    loss_steps: np.ndarray
-    loss_values: np.ndarray
-
-    def loss_change(self, stage: Stage) -> float:
-        """Eval loss at the stage's end minus at its start (NaN without the loss at both)."""
-        where = {int(s): float(v) for s, v in zip(self.loss_steps, self.loss_values, strict=True)}
-        a, b = where.get(stage.start_step), where.get(stage.end_step)
-        return float("nan") if a is None or b is None else b - a
-
-
-def store_stages(store, rule: StageRule = StageRule()) -> RunStages:  # store: analysis.store.Store
-    """The stages of a store's run, from its llc.parquet (whole-model rows; llc_chains.parquet for the
-    spread and flags when present) and eval_loss.parquet.
-
-    Raises:
-        StoreError: a table is unreadable.
-    """
-    from analysis.llc_diagnostics import store_flags
-    from analysis.store.format import EVAL_LOSS, LLC, LLC_CHAINS, LLC_WHOLE_MODEL
-
-    notes: list[str] = []
-    meta: dict = {"rule": __doc__.split("\n\n", 1)[1].strip(), "parameters": rule.as_dict(), "axis": "log10(1 + step)"}
-    llc: list[Stage] = []
-    llc_meta: dict = {"present": store.has(LLC)}
-    if store.has(LLC):
-        values = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)
-        keep = np.isfinite(values)
-        if store.has(LLC_CHAINS):
-            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=LLC_WHOLE_MODEL))
-            llc_meta["spread_from"] = "llc_chains.parquet: sample standard deviation of the chains' estimates / sqrt(C)"
-            flags = store_flags(store)
-            if flags is not None:
-                diverged = keep & (flags[1] == "diverged")
-                if diverged.any():
-                    notes.append(f"left out diverged whole-model estimates at steps {store.steps[diverged].tolist()}")
-                    llc_meta["left_out_diverged"] = [int(s) for s in store.steps[diverged]]
-                keep &= ~diverged
-        else:
-            chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
-            se = standard_errors(llc_std=store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL), chains=chains)
-            llc_meta["spread_from"] = f"llc.parquet llc_std (population, {chains} chains) / sqrt(C - 1)"
-        sigma = pooled_standard_error(se[keep])
-        steps = store.steps[keep]
-        llc_meta |= {"steps": [int(s) for s in steps], "pooled_se": sigma, "k_pooled_se": rule.k * sigma}
-        if len(steps) < rule.min_points:
-            notes.append(f"the whole-model LLC has {len(steps)} estimate(s); stages need {rule.min_points}")
-        elif not (np.isfinite(sigma) and sigma > 0):
-            notes.append("the whole-model LLC has no spread over chains; its stages cannot be told from noise")
-        else:
-            llc = llc_stages(steps, values[keep], sigma, rule)
-            negative = steps[values[keep] < 0]
-            if len(negative):
-                notes.append(
-                    f"negative whole-model estimates at steps {negative.tolist()}: those checkpoints are not local minima "
-                    "of the sampled loss, so the number there measures SGLD's descent (analysis/llc_diagnostics.py)"
-                )
-    else:
-        notes.append("the store has no llc.parquet: stages are read from the loss alone (run --lenses llc for the LLC's)")
-    loss_meta: dict = {"present": store.has(EVAL_LOSS)}
-    loss: list[Stage] = []
-    loss_steps = np.zeros(0, dtype=np.int64)
-    loss_values = np.zeros(0)
-    frame = store.frame(EVAL_LOSS)
-    if frame is not None:
-        frame = frame[np.isfinite(frame["loss"].to_numpy())]
-        loss_steps, loss_values = frame["step"].to_numpy(np.int64), frame["loss"].to_numpy(np.float64)
-        noise = loss_noise(loss_values)
-        loss_meta |= {"steps": len(loss_steps), "noise": noise, "noise_from": "1.4826 MAD(second differences) / sqrt(6)"}
-        loss = loss_stages(loss_steps, loss_values, rule, sigma=noise)
-    else:
-        notes.append("the store has no eval_loss.parquet (run --lenses attention): no loss stages")
-    primary: Basis | None = "llc" if llc else ("loss" if loss else None)
-    if primary is None:
-        notes.append("no stages: neither an LLC nor a loss curve with enough checkpoints")
-    meta |= {"llc": llc_meta, "loss": loss_meta, "primary": primary, "notes": notes}
-    return RunStages(llc=llc, loss=loss, primary=primary, meta=meta, loss_steps=loss_steps, loss_values=loss_values)

@@ -68,7 +68,7 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[floa
 def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=50304,
         hidden_size=768,
         num_hidden_layers=12,

@@ -56,7 +56,7 @@ def write_run(root: Path, shape: str) -> Path:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     layers, heads, d_model, d_mlp, context = SHAPES[shape]
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=256,
         hidden_size=d_model,
         num_hidden_layers=layers,

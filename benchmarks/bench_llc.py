@@ -138,7 +138,7 @@ def main() -> int:
         if not args.skip_160m:
             from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-            config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+            config = GPTNeoXConfig(
                 vocab_size=50304,
                 hidden_size=768,
                 num_hidden_layers=12,

@@ -7,7 +7,7 @@ dataset repo (optionally ``STORE_REVISION``), its stores are downloaded once per
 server process (into the Hub cache) and listed before all of them; a failed
 download is reported, never raised. `runs` is that whole list, the one the
 sidebar's run picker and the Overview both show. The variables are read by
-`dashboard.settings`; the functions here take its `Settings`. An opened store
+`dashboard.settings`; the functions here take its `AppSettings`. An opened store
 is cached per server process, keyed by its path and the modification time of
 its ``meta.json``: a commit (precompute adding checkpoints, embeddings being
 written) replaces ``meta.json``, so the next rerun opens the new version.
@@ -29,11 +29,11 @@ from analysis.findings import values
 from analysis.store import Store, is_store, open_store, store_version
 from analysis.store.format import EMBEDDINGS, LAYERS, NULL_COLUMNS
 from analysis.trajectories import Normalisation
-from dashboard.settings import Settings
+from dashboard.settings import AppSettings
 from dashboard.space import STORE_PATTERNS, download_error_message, snapshot_stores
 
 
-def find_stores(settings: Settings) -> list[Path]:
+def find_stores(settings: AppSettings) -> list[Path]:
     """Local store directories: every non-hidden folder of ``settings.data_dir`` with a meta.json,
     plus ``settings.extra_store`` ($HEADWATCH_STORE), first."""
     data_dir = settings.data_dir
@@ -82,7 +82,7 @@ def _download(repo_id: str, revision: str | None) -> HubStores:
     return HubStores(repo_id, revision, stores, None if stores else download_error_message(repo_id, revision, None))
 
 
-def hub_stores(settings: Settings) -> HubStores | None:
+def hub_stores(settings: AppSettings) -> HubStores | None:
     """The stores of the dataset repo named by $STORE_REPO (at $STORE_REVISION), fetched once per server process.
 
     Returns:
@@ -106,7 +106,7 @@ class Runs:
     hub_error: str | None = None
 
 
-def runs(settings: Settings) -> Runs:
+def runs(settings: AppSettings) -> Runs:
     """The runs the app can open: the sidebar's run picker offers exactly these and the Overview lists them."""
     hub = hub_stores(settings)
     return Runs(store_names([*(hub.stores if hub else []), *find_stores(settings)]), hub.error if hub else None)
@@ -150,7 +150,7 @@ def read_embeddings(store: Store) -> pd.DataFrame | None:
     return _read_embeddings(str(store.path), _version(store.path))
 
 
-# Settings embedded in this server process (the cache below holds their results): a
+# AppSettings embedded in this server process (the cache below holds their results): a
 # page can show them at once instead of asking before it waits for numba.
 _EMBEDDED: set[tuple] = set()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.findings.events import Event, key_events
+from analysis.findings.events import Event, basis_text, key_events
+from analysis.run_stages import NO_EVENT
 from analysis.store import Meta, Store
 
 
@@ -66,15 +67,22 @@ def timeline_card_lines(stages, events: list[Event], *, basis: str | None) -> li
         stages: the shaded basis's rows of stages.parquet (`analysis.findings.events.stage_rows`), or None.
         events: `analysis.findings.events.run_events`; the first of each kind are the key events
             (`analysis.findings.events.key_events`).
-        basis: ``llc`` or ``loss`` (which curve the stages come from), or None.
+        basis: ``run``, ``llc`` or ``loss`` (which curve the stages come from), or None.
     """
     if stages is None or not len(stages):
         lines = ["no developmental stages stored (`python -m precompute.lenses.stages STORE`)"]
     else:
-        curve = "whole-model LLC" if basis == "llc" else "loss"
-        parts = [
-            f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}" for r in stages.itertuples(index=False)
-        ]
+        curve = basis_text(basis) if basis else "no curve"
+        if basis == "run":  # the run's stages say what forms in them, not a trend of one curve
+            parts = [
+                f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,}"
+                + (f" ({r.boundary})" if r.stage > 0 and r.boundary != NO_EVENT else "")
+                for r in stages.itertuples(index=False)
+            ]
+        else:
+            parts = [
+                f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,} {r.trend}" for r in stages.itertuples(index=False)
+            ]
         lines = [f"**Stages** ({curve}): " + " · ".join(parts)]
     firsts = key_events(events)
     if firsts:

@@ -1,6 +1,6 @@
 """The dashboard's settings: every environment variable the app reads, read here and nowhere else.
 
-`read_settings` turns the environment into one frozen `Settings`; app.py calls it
+`read_settings` turns the environment into one frozen `AppSettings`; app.py calls it
 once at the start of every script run and hands the object on (the loader finds
 stores with it, the view state builds links with it). Reading per run rather than
 at import keeps a changed variable (a test's ``monkeypatch.setenv``, a restarted
@@ -35,7 +35,7 @@ SPACE_ENV = "SPACE_ID"
 
 
 @dataclass(frozen=True)
-class Settings:
+class AppSettings:
     """How this app run is configured.
 
     Attributes:
@@ -53,14 +53,14 @@ class Settings:
     space_id: str | None = None
 
 
-def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
+def read_settings(environ: Mapping[str, str] | None = None) -> AppSettings:
     """The settings given by ``environ`` (default: this process's environment), empty values as unset.
 
     Args:
         environ: variable name -> value; ``os.environ`` when None.
 
     Returns:
-        The resolved `Settings`.
+        The resolved `AppSettings`.
     """
     env = os.environ if environ is None else environ
 
@@ -68,7 +68,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         return (env.get(name) or "").strip() or None
 
     data_dir, extra = env.get(DATA_ENV), env.get(STORE_ENV)
-    return Settings(
+    return AppSettings(
         data_dir=Path(data_dir) if data_dir else DATA_DIR,
         extra_store=Path(extra) if extra else None,
         store_repo=value(REPO_ENV),

@@ -48,7 +48,7 @@ import streamlit as st
 
 from dashboard import sharing
 from dashboard.frame import Frame, RunFrame
-from dashboard.settings import Settings
+from dashboard.settings import AppSettings
 from dashboard.urlstate import encode, parse_many, parse_one
 
 _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_state(...)` block runs
@@ -72,7 +72,7 @@ class View:
     the slots for notices, the share link and the history guard.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: AppSettings) -> None:
         self.settings = settings
         self.params: dict[str, list[str]] = {}  # URL parameter -> values, in widget order
         self.notices: list[str] = []
@@ -156,7 +156,7 @@ class View:
 
 
 @contextmanager
-def view_state(settings: Settings) -> Iterator[View]:
+def view_state(settings: AppSettings) -> Iterator[View]:
     """The view of this script run: widgets work inside the block, and leaving it normally publishes the view.
 
     An exception leaving the block (``st.switch_page``, a rerun, an error) publishes nothing.

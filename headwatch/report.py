@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.findings.events import KINDS, events_frame, primary_basis, run_events, stage_rows
+from analysis.findings.events import KINDS, basis_text, events_frame, primary_basis, run_events, stage_bases, stage_rows
 from analysis.findings.held_types import TYPE_LABELS, type_sentences
 from analysis.store import Store, open_store
 from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
@@ -54,8 +54,11 @@ def _shade(ax, stages: pd.DataFrame | None) -> None:
         return
     for r in stages.itertuples(index=False):
         ax.axvspan(r.start_step + 1, r.end_step + 1, color=STAGE_COLOURS.get(r.trend, "#cccccc"), alpha=0.15, lw=0)
+        if r.stage > 0:  # the run's neighbouring stages often share a trend: the line shows where one ends
+            ax.axvline(r.start_step + 1, color="#666666", lw=0.8, ls=":")
         mid = math.sqrt((r.start_step + 1) * (r.end_step + 1))
-        ax.text(mid, 0.98, f"S{r.stage + 1} {r.trend}", transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=8)
+        text = f"S{r.stage + 1}" if r.basis == "run" else f"S{r.stage + 1} {r.trend}"
+        ax.text(mid, 0.98, text, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=8)
 
 
 def timeline_figure(store: Store, stages: pd.DataFrame | None, events, path: Path) -> None:
@@ -131,7 +134,19 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def _stage_table(stages: pd.DataFrame, basis: str) -> str:
-    curve = "LLC" if basis == "llc" else "loss"
+    if basis == "run":
+        return _table(
+            pd.DataFrame(
+                {
+                    "stage": [f"S{s + 1}" for s in stages["stage"]],
+                    "steps": [f"{a:,}–{b:,}" for a, b in zip(stages["start_step"], stages["end_step"], strict=True)],
+                    "begins with: what forms in it": stages["boundary"],
+                    "supported by (curve boundary, step)": [s or "–" for s in stages["support"]],
+                    "loss change (nats/token)": [f"{v:+.3f}" if np.isfinite(v) else "–" for v in stages["loss_change"]],
+                }
+            )
+        )
+    curve = basis_text(basis)
     shown = pd.DataFrame(
         {
             "stage": [f"S{s + 1}" for s in stages["stage"]],
@@ -253,19 +268,31 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     if not store.has(STAGES):
         lines.append("This store has no stages (stages.parquet): add them with `python -m precompute.lenses.stages STORE`.")
     else:
-        what = {"llc": "the whole-model LLC's critical points", "loss": "the loss's plateaus and drops"}
+        parameters = recorded.get("parameters", {})
+        what = {
+            "run": "every curve's boundaries merged (the whole-model LLC, the loss, the probe's copy loss, the number of "
+            "heads of each type)",
+            "llc": "the whole-model LLC's critical points",
+            "loss": "the loss's plateaus and drops",
+        }
         lines.append(
-            f"Read from {what.get(primary or '', 'no curve')} (docs/stages.md): a boundary is where the curve's trend "
-            f"changes by more than {recorded.get('parameters', {}).get('k', 3):g} standard errors, on a log10(1 + step) axis."
+            f"Read from {what.get(primary or '', 'no curve')} (docs/stages.md): a curve's boundary is where its trend or "
+            f"its rate changes by more than {parameters.get('k', 3):g} standard errors, on a log10(1 + step) axis"
+            + (
+                f"; boundaries of several curves within {parameters.get('merge', 2)} checkpoints are one boundary of the "
+                "run, named after the heads that form in the stage it opens."
+                if primary == "run"
+                else "."
+            )
         )
         for note in recorded.get("notes", []):
             lines.append(f"Note: {note}.")
-        for basis in ("llc", "loss"):
+        for basis in stage_bases(store):
             rows = stage_rows(store, basis=basis)
             if rows is None or rows.empty:
                 continue
-            title = "Whole-model LLC" if basis == "llc" else "Loss"
-            lines += ["", f"### {title} stages" + (" (shaded)" if basis == primary else ""), "", _stage_table(rows, basis)]
+            title = "The run's stages" if basis == "run" else f"Stages of the {basis_text(basis)}"
+            lines += ["", f"### {title}" + (" (shaded)" if basis == primary else ""), "", _stage_table(rows, basis)]
     lines += ["", f"![The loss with the stages shaded and the run's events]({TIMELINE_SVG})", ""]
     if has_llc:
         lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]

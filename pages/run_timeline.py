@@ -30,6 +30,9 @@ def main() -> None:
     # --- panel: the stages ---
     panels.stages_panel(view)
 
+    # --- panel: essential dynamics (the outputs' trajectory, coloured by stage) ---
+    panels.essential_panel(frame, view)
+
     # --- panel: head types ---
     panels.types_panel(frame)
 

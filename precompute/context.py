@@ -23,7 +23,7 @@ from analysis.extract import ModelShape
 from analysis.heads import resolve_device
 from analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from precompute.registry import Lens
-from precompute.settings import RunOptions, Settings
+from precompute.settings import RunOptions, StoreSettings
 from precompute.sources.fetch import human_bytes
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
@@ -116,7 +116,7 @@ class RunContext:
     """What a computation's fill works on: the plan, the settings, the state it adds to and commits, the report."""
 
     plan: Plan
-    settings: Settings
+    settings: StoreSettings
     state: RunState
     report: RunReport
     progress: bool
@@ -127,7 +127,7 @@ class PassJob(Protocol):
     wherever the executor runs it (a Ray task included: it must pickle)."""
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         """The checkpoint's rows of the lens's tables, by table name.
 
@@ -156,8 +156,9 @@ class Computation(Protocol):
         """
         ...
 
-    def begin(self, state: RunState, settings: Settings) -> None:
-        """Record in ``state.meta`` how the lens is made, before the run's first commit."""
+    def begin(self, run: RunContext) -> None:
+        """Record in ``run.state.meta`` how the lens is made, before the run's first commit (``run.settings``:
+        the settings resolved under the store's lock)."""
         ...
 
     def fill(self, run: RunContext) -> None:
@@ -178,7 +179,7 @@ class BaseComputation:
     def check_store(self, out: Path, stored: Meta | None) -> None:
         return None
 
-    def begin(self, state: RunState, settings: Settings) -> None:
+    def begin(self, run: RunContext) -> None:
         return None
 
     def fill(self, run: RunContext) -> None:
@@ -236,14 +237,15 @@ class FactorsComputation(BaseComputation):
                     f"uses the same: pass {given}, or write to a new --out"
                 )
 
-    def begin(self, state: RunState, settings: Settings) -> None:
+    def begin(self, run: RunContext) -> None:
         """Record the options and `describe` (once per store: the baselines are the same numbers every time),
         and make the pass job from the record."""
         key = self.lens.meta_key
         assert key is not None, f"the {self.lens.name} lens declares a meta.json record"
-        if state.meta.records.get(key) is None:
-            state.meta.set_record(key, self.kept() | self.describe(state.meta.model, settings))
-        self.pass_job = self.make_job(state.meta.records[key])
+        meta = run.state.meta
+        if meta.records.get(key) is None:
+            meta.set_record(key, self.kept() | self.describe(meta.model, run.settings))
+        self.pass_job = self.make_job(meta.records[key])
 
     def fill(self, run: RunContext) -> None:
         """The store's checkpoints that lack the lens's rows, read again."""
@@ -259,7 +261,7 @@ class FactorsComputation(BaseComputation):
             matrices=self.reads,
         )
 
-    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+    def describe(self, model: ModelInfo, settings: StoreSettings) -> dict[str, Any]:
         """The rest of the lens's record: how it is computed (the random baseline, ...)."""
         raise NotImplementedError
 

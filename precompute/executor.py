@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from analysis.extract import ModelShape
 from precompute.context import PassJob
 from precompute.prefetch import Prefetcher
-from precompute.settings import RunOptions, Settings
+from precompute.settings import RunOptions, StoreSettings
 from precompute.sources.fetch import Meter
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
@@ -41,7 +41,7 @@ class LocalExecutor:
         todo: list[CheckpointRef],
         *,
         shape: ModelShape,
-        settings: Settings,
+        settings: StoreSettings,
         known: Callable[[], Mapping[str, int]],
         jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:

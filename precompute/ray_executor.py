@@ -45,7 +45,7 @@ from ray import exceptions as rx
 from analysis.errors import ClusterError, HubUnreachableError
 from analysis.extract import ModelShape
 from precompute.context import CHECKPOINT_ERRORS, PassJob
-from precompute.settings import FetchSettings, RayOptions, Settings, forwarded_environment, ray_die_once_marker
+from precompute.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
 from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
 from precompute.sources.revisions import CheckpointRef
@@ -74,7 +74,7 @@ class _Job:
     fetch: FetchSettings
     token: str | bool | None
     shape: ModelShape
-    settings: Settings
+    settings: StoreSettings
     threads: int
     jobs: Mapping[str, PassJob] | None = None  # the lens pass jobs (`precompute.context.PassJob`)
 
@@ -171,7 +171,7 @@ class RayExecutor:
         todo: list[CheckpointRef],
         *,
         shape: ModelShape,
-        settings: Settings,
+        settings: StoreSettings,
         known: Callable[[], Mapping[str, int]],
         jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:

@@ -32,6 +32,8 @@ from typing import Any, Literal
 from analysis.store.format import (
     COMPOSITION,
     EMBEDDINGS,
+    ESSENTIAL,
+    ESSENTIAL_OUTPUTS,
     FORWARD_TABLES,
     HEAD_EMERGENCE,
     HEAD_TYPES_TABLE,
@@ -48,6 +50,7 @@ from analysis.store.format import (
 from analysis.store.records import (
     COMPOSITION_RECORD,
     EMBEDDINGS_RECORD,
+    ESSENTIAL_RECORD,
     FORWARD_RECORD,
     LLC_RECORD,
     OVERLAPS_RECORD,
@@ -593,14 +596,34 @@ SIMILARITY_LENS = Lens(
 STAGES_LENS = Lens(
     name="stages",
     title="developmental stages",
-    summary="stages between critical points of the whole-model LLC and plateaus and drops of the loss, "
-    "made from the store after a run (docs/stages.md)",
+    summary="stages where the whole-model LLC, the loss, the probe's copy loss or a count of typed heads changes its "
+    "trend or its rate, merged into the run's boundaries and named by the heads that form; made from the store "
+    "after a run (docs/stages.md)",
     tables=(STAGES,),
     asked_by="default",
     computation="precompute.lenses.stages:StagesComputation",
     needs=("store",),
     record=STAGES_RECORD,
     stepwise=False,
+)
+
+ESSENTIAL_LENS = Lens(
+    name="essential",
+    title="essential dynamics",
+    summary="per checkpoint, the log-probabilities of a fixed sample of sequences, positions and tokens; their "
+    "trajectory in its leading principal components over checkpoints, with its cusps (docs/stages.md)",
+    tables=(ESSENTIAL_OUTPUTS, ESSENTIAL),
+    asked_by="--lenses",
+    computation="precompute.lenses.essential:EssentialComputation",
+    needs=("checkpoint", "evaluation"),
+    record=ESSENTIAL_RECORD,
+    seconds=Seconds(
+        "ESSENTIAL_SECONDS_160M",
+        36.5,
+        "parameters",
+        'wall, first timed run (machine shared, load about 10); docs/benchmarks.md "Essential dynamics, one '
+        'Pythia-160M-shaped checkpoint"',
+    ),
 )
 
 TYPES_LENS = Lens(
@@ -640,6 +663,7 @@ LENSES: tuple[Lens, ...] = (
     SIMILARITY_LENS,
     TYPES_LENS,
     EMBEDDINGS_LENS,
+    ESSENTIAL_LENS,
     STAGES_LENS,
 )
 BY_NAME: dict[str, Lens] = {lens.name: lens for lens in LENSES}

@@ -69,7 +69,7 @@ from precompute.context import (
 from precompute.evalset import EvalSet, resolve_eval_set
 from precompute.executor import open_executor
 from precompute.lenses.forward import check_loadable
-from precompute.settings import RunOptions, Settings, resolve_settings
+from precompute.settings import RunOptions, StoreSettings, resolve_settings
 from precompute.sources.fetch import Meter
 from precompute.sources.resolve import open_source
 from precompute.sources.revisions import CheckpointRef, parse_revisions, select
@@ -124,8 +124,9 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         for computation in computations:
             computation.check_store(out, stored)
         state = open_state(out, stored, plan.model, settings, asked=frozenset(s.lens.name for s in computations))
+        run = RunContext(plan, settings, state, report, progress=options.progress)
         for computation in computations:
-            computation.begin(state, settings)
+            computation.begin(run)
         run_info = plan.src.run_info()
         if run_info is not None:
             grown = stored is not None and stored.training != run_info  # run.json written since (a followed run ended)
@@ -135,12 +136,11 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         report.already_done = sorted(state.meta.listed_steps & {r.step for r in plan.todo})
         _clear(scratch)
         jobs = {s.lens.name: s.pass_job for s in computations if s.pass_job is not None}
-        run = RunContext(plan, settings, state, report, progress=options.progress)
         try:
             _record_missing(plan, state, report, first_commit=stored is None or stored.upgraded)
-            _complete(plan, settings, state, report, executor, jobs=jobs, progress=options.progress)
+            _complete(run, executor, jobs=jobs)
             todo = [r for r in plan.todo if r.step not in state.meta.listed_steps]
-            _compute(plan, todo, settings, state, report, executor, jobs=jobs, progress=options.progress)
+            _compute(run, todo, executor, jobs=jobs)
             _warn_unasked(state, computations)
             for computation in computations:
                 computation.fill(run)
@@ -226,7 +226,7 @@ def _task_source(source: str | Path) -> str:
     return str(path.resolve()) if path.is_dir() else str(source)
 
 
-def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> Settings:
+def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> StoreSettings:
     """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
     src = plan.src
     run_info = src.run_info() or {}
@@ -258,19 +258,10 @@ def _record_missing(plan: Plan, state: RunState, report: RunReport, *, first_com
         state.commit()
 
 
-def _compute(
-    plan: Plan,
-    todo: list[CheckpointRef],
-    settings: Settings,
-    state: RunState,
-    report: RunReport,
-    executor: Executor,
-    *,
-    jobs: dict[str, PassJob],
-    progress: bool,
-) -> None:
+def _compute(run: RunContext, todo: list[CheckpointRef], executor: Executor, *, jobs: dict[str, PassJob]) -> None:
     """Compute every checkpoint of ``todo`` through the executor, with the lenses' pass ``jobs``, then
     settle and commit each, in step order."""
+    plan, settings, state, report, progress = run.plan, run.settings, run.state, run.report, run.progress
     src, shape = plan.src, plan.shape
     bar = tqdm(total=len(todo), desc="checkpoints", unit="ckpt", disable=not progress or not todo, dynamic_ncols=True)
     kwargs = {"jobs": jobs} if jobs else {}  # executors without a lens keep their signature
@@ -309,20 +300,12 @@ def _compute(
     bar.close()
 
 
-def _complete(
-    plan: Plan,
-    settings: Settings,
-    state: RunState,
-    report: RunReport,
-    executor: Executor,
-    *,
-    jobs: dict[str, PassJob],
-    progress: bool,
-) -> None:
+def _complete(run: RunContext, executor: Executor, *, jobs: dict[str, PassJob]) -> None:
     """Read again, through the executor, every checkpoint of the store whose rows are incomplete (a matrix
     the store gained, or circuit columns a store older than schema version 3 lacks), and replace its
     rows, one commit each, with the rows of the lenses in ``jobs`` that some of those checkpoints lack.
     One that cannot be read, or whose weights changed, keeps its rows as they are."""
+    plan, settings, state, report, progress = run.plan, run.settings, run.state, run.report, run.progress
     steps = state.incomplete()
     if not steps:
         return

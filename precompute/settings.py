@@ -2,7 +2,7 @@
 
 `RunOptions` is what the user asked for (the command line, or a caller of
 `precompute.run.run_precompute`); `resolve_settings` turns it, the source and the
-store into the `Settings` a run computes with. The resolved settings are written
+store into the `StoreSettings` a run computes with. The resolved settings are written
 into every store's ``meta.json`` under ``settings`` so each figure can be traced
 to how it was made.
 """
@@ -163,7 +163,7 @@ class RayOptions:
 
 
 @dataclass(frozen=True)
-class Settings:
+class StoreSettings:
     """How a store is computed. Everything here lands in meta.json."""
 
     source: str
@@ -275,7 +275,7 @@ def resolve_settings(
     stored_overlap_k: int,
     revisions: tuple[str, ...] | None,
     stored_matrices: tuple[str, ...] = (),
-) -> Settings:
+) -> StoreSettings:
     """The settings of a run, from its options and what the source and the store say.
 
     Args:
@@ -301,7 +301,7 @@ def resolve_settings(
         raise ValueError(
             f"--matrices {','.join(options.matrices)}: a store needs a per-head matrix ({' or '.join(HEAD_MATRICES)}); add one"
         )
-    return Settings(
+    return StoreSettings(
         source=source,
         device=device,
         tokens_per_step=options.tokens_per_step or run_tokens_per_step or source_tokens_per_step,

@@ -24,7 +24,7 @@ from analysis.store.meta import new_meta
 from analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
 from precompute import registry
 from precompute.registry import Lens
-from precompute.settings import Settings, software_versions
+from precompute.settings import StoreSettings, software_versions
 from precompute.store import pairs as ovl
 from precompute.store.tables import placeholder_rows
 from precompute.store.writer import commit_store
@@ -166,7 +166,7 @@ def stored_meta(out: Path) -> Meta | None:
     return None
 
 
-def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Settings, asked: frozenset[str]) -> RunState:
+def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: StoreSettings, asked: frozenset[str]) -> RunState:
     """Resume the store at ``out`` (its metadata ``stored``) or start a new one, under the run's settings,
     for a run computing the lenses named in ``asked``.
 

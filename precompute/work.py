@@ -28,7 +28,7 @@ from analysis.store import CheckpointEntry
 from analysis.store.format import HEADS
 from precompute.context import PassJob
 from precompute.factors import checked_factors
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
 from precompute.store import pairs as ovl
@@ -77,7 +77,7 @@ class Work:
 def checkpoint_work(
     fetched: Fetched,
     shape: ModelShape,
-    settings: Settings,
+    settings: StoreSettings,
     *,
     known: Mapping[str, int],
     jobs: Mapping[str, PassJob] | None = None,
@@ -149,7 +149,7 @@ class Executor(Protocol):
         todo: list[CheckpointRef],
         *,
         shape: ModelShape,
-        settings: Settings,
+        settings: StoreSettings,
         known: Callable[[], Mapping[str, int]],
         jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:

@@ -165,7 +165,7 @@ def train(
     )
     to_save = set(steps)
     torch.manual_seed(settings.seed)
-    model = build_model(model_s, seed=settings.seed).to(dev)  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
+    model = build_model(model_s, seed=settings.seed).to(dev)
     model.train()
     optimizer = adamw(model, settings)
     data_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 1)  # batch order

@@ -4,8 +4,9 @@ page, the Overview's card and ``headwatch report``. Pure: reads a `Store`, retur
 Each event is one checkpoint and one link to the view that shows its evidence (`Event.page` and
 `Event.query`, the other pages' URL parameters):
 
-- **stage boundary** (stages.parquet, the primary basis of meta.json ``stages``): the Refined LLC page
-  (LLC stages) or the Forward lenses page at that step (loss stages);
+- **stage boundary** (stages.parquet, the primary basis of meta.json ``stages``): the run's boundaries (basis
+  ``run``: named by what forms, with the curves that support them) or, in stores made before them, the LLC's or
+  the loss's; the Forward lenses page at that step (the Refined LLC page for LLC stages);
 - **head type**: each type's first emergence (head_emergence.parquet: the earliest ``emergence_step``
   over heads), the head explorer at that head and step;
 - **rLLC rise**: the `RLLC_RISES` largest rises of a head's refined LLC between consecutive estimates
@@ -18,7 +19,7 @@ Each event is one checkpoint and one link to the view that shows its evidence (`
 - **level crossing**: per per-head matrix, the first crossing of lambda_0..lambda_3 (overlaps.parquet,
   `analysis.findings.approaches` at `CROSSING_GAP`), the head explorer at that head and step.
 
-The stages (`stage_rows`) are stages.parquet's rows of one basis (``llc`` or ``loss``), by default the primary one
+The stages (`stage_rows`) are stages.parquet's rows of one basis (``run``, ``llc``, ``loss``, ...), by default the primary one
 that meta.json ``stages`` names (the basis the views shade and the events' stage boundaries come from).
 """
 
@@ -31,8 +32,9 @@ import pandas as pd
 
 from analysis.findings.approaches import model_approaches
 from analysis.findings.held_types import TYPE_LABELS, type_summaries
+from analysis.run_stages import curve_label
 from analysis.store import Store
-from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGES
+from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, STAGES
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
@@ -86,7 +88,8 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
 
 
 def stage_events(store: Store) -> list[Event]:
-    """Each boundary between the primary basis's stages (the first stage's start is none)."""
+    """Each boundary between the primary basis's stages (the first stage's start is none). A boundary of the run
+    (basis ``run``) is labelled by what forms in the stage it opens, with the curves' boundaries that support it."""
     primary = primary_basis(store)
     rows = stage_rows(store)
     if rows is None:
@@ -94,6 +97,18 @@ def stage_events(store: Store) -> list[Event]:
     out = []
     for r in rows.itertuples(index=False):
         if r.stage == 0:
+            continue
+        if primary == "run":
+            out.append(
+                Event(
+                    step=int(r.start_step),
+                    kind="stage boundary",
+                    label=f"stage {r.stage + 1} begins: {r.boundary}",
+                    detail=f"supported by {r.support}",
+                    page="lenses",
+                    query=(("step", int(r.start_step)),),
+                )
+            )
             continue
         curve = "LLC" if primary == "llc" else "loss"
         out.append(
@@ -251,16 +266,25 @@ def events_frame(events: list[Event], run: str) -> pd.DataFrame:
     ).astype({"step": "int64"})
 
 
+def basis_text(basis: str) -> str:
+    """How the views and the report name a basis of stages.parquet (``run``: every curve's boundaries merged)."""
+    return {"run": "every curve, merged", "llc": "whole-model LLC"}.get(basis, curve_label(basis))
+
+
 def primary_basis(store: Store) -> str | None:
-    """The curve the store's stages are read from by default (meta.json ``stages.primary``: ``llc`` or ``loss``), or
-    None."""
+    """The basis the store's stages are shaded from by default (meta.json ``stages.primary``: ``run``, or in stores
+    made before the run's merged boundaries ``llc`` or ``loss``), or None."""
     return (store.meta.stages or {}).get("primary")
 
 
 def stage_bases(store: Store) -> list[str]:
-    """The bases (``llc``, ``loss``) stages.parquet holds stages of, sorted; empty without the table."""
+    """The bases stages.parquet holds stages of, in `STAGE_BASES` order (any other after, sorted); empty without
+    the table."""
     frame = store.frame(STAGES)
-    return sorted(set(frame["basis"])) if frame is not None else []
+    if frame is None:
+        return []
+    have = set(frame["basis"])
+    return [b for b in STAGE_BASES if b in have] + sorted(have - set(STAGE_BASES))
 
 
 def stage_rows(store: Store, *, basis: str | None = None) -> pd.DataFrame | None:
@@ -268,7 +292,7 @@ def stage_rows(store: Store, *, basis: str | None = None) -> pd.DataFrame | None
 
     Args:
         store: the opened store.
-        basis: ``llc`` or ``loss``; None: the primary one (`primary_basis`).
+        basis: a basis of `STAGE_BASES`; None: the primary one (`primary_basis`).
 
     Returns:
         Its rows of stages.parquet in stage order (an empty frame for a basis without stages); None when the store

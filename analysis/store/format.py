@@ -579,41 +579,100 @@ HEAD_EMERGENCE = TableSpec(
     sort=("layer", "head", "type"),
 )
 
-# Developmental stages (analysis/stages.py states the rule, docs/stages.md explains it; the `stages` lens, made from
-# llc.parquet and eval_loss.parquet after a run or on an existing store): the run cut at the critical points of its
-# whole-model LLC curve, and separately at the plateaus and drops of its loss. meta.json ``stages`` records the rule,
-# its parameters, the noise levels it used and which basis the dashboard shades (``primary``).
-STAGE_BASES = ("llc", "loss")
+# Developmental stages (analysis/stages.py states the rule for one curve, analysis/run_stages.py how the curves' boundaries
+# merge into the run's and are named, docs/stages.md explains it; the `stages` lens, made from llc.parquet,
+# eval_loss.parquet and the head types after a run or on an existing store): each curve cut where its trend or its
+# rate changes by more than k standard errors, and the run cut at the merged boundaries of all of them. meta.json
+# ``stages`` records the rule, its parameters, the noise levels it used and which basis the dashboard shades
+# (``primary``).
+STAGE_BASES = ("run", "llc", "loss", "copy_loss", "heads_previous_token", "heads_induction", "heads_sink")
 STAGES_COLUMN_DOCS: dict[str, str] = {
-    "basis": "which curve the stages were read from: llc (the whole-model LLC, llc.parquet) or loss (eval_loss.parquet) (string)",
+    "basis": "which curve the stages were read from: run (the run's own, between the merged boundaries of every "
+    "curve), llc (the whole-model LLC, llc.parquet), loss or copy_loss (eval_loss.parquet's loss and probe_copy_loss), "
+    "heads_<type> (the number of heads holding the type, head_types.parquet) (string)",
     "stage": "0-based position of the stage among its basis's stages (int32)",
     "start_step": "checkpoint that begins the stage (int64; a boundary belongs to both stages it separates)",
     "end_step": "checkpoint that ends the stage (int64)",
-    "trend": "llc: rising, falling or flat; loss: drop, plateau or rise (string)",
-    "boundary": "what begins the stage: start of training, LLC peak, LLC trough, LLC stops/starts rising or "
-    "falling; loss plateau begins, loss drops again, ... (string)",
-    "start_value": "the basis curve at start_step (LLC, or loss in nats per token)",
+    "trend": "llc and heads_<type>: rising, falling or flat; loss and copy_loss: drop, plateau or rise; run: the "
+    "trend of the LLC (or, without it, the loss) over the stage (string)",
+    "boundary": "what begins the stage: start of training; on a curve, the kind of boundary (LLC peak, LLC "
+    "accelerates, LLC slows, loss drop begins, copy loss drop speeds up, ...); on run, what forms in the stage it "
+    "opens (induction heads form (L1 H0, ...); no event coincides) (string)",
+    "start_value": "the basis curve at start_step (LLC, loss or copy loss in nats per token, number of heads; run: "
+    "the LLC's, or the loss's, interpolated on log10(1 + step))",
     "end_value": "the basis curve at end_step",
-    "change": "fitted change of the basis curve across the stage (sum of its straight stretches in log10(1 + step))",
-    "change_se": "standard error of change, from the chains' pooled spread (llc) or the loss's noise (loss)",
+    "change": "fitted change of the basis curve across the stage (sum of its straight stretches in log10(1 + step)); "
+    "run: end_value - start_value",
+    "change_se": "standard error of change, from the chains' pooled spread (llc) or the curve's noise (the others); NaN for run",
     "loss_change": "eval loss at end_step minus at start_step, nats per token (NaN without eval_loss.parquet)",
+    "support": "run: the curves' boundaries merged into the boundary that begins the stage, as kind (step); ... "
+    "(empty for the first stage and for every other basis) (string)",
 }
 STAGES_SCHEMA = _fields(
     {"basis": pa.string(), "stage": pa.int32(), "start_step": pa.int64(), "end_step": pa.int64()}
     | {"trend": pa.string(), "boundary": pa.string()}
     | {c: pa.float64() for c in ("start_value", "end_value", "change", "change_se", "loss_change")}
+    | {"support": pa.string()}
 )
 STAGES = TableSpec(
     name="stages",
     file="stages.parquet",
     row="one row per (basis, stage)",
-    about="Developmental stages of the run: between critical points of the whole-model LLC curve (where it turns "
-    "from rising to falling, or starts or stops changing by more than k pooled standard errors of the chains), and "
-    "separately between the plateaus and drops of the loss. Made from llc.parquet and eval_loss.parquet by the "
-    "`stages` lens; the rule and its parameters are in meta.json `stages`.",
+    about="Developmental stages of the run. Each curve (the whole-model LLC, the loss, the probe's copy loss, the "
+    "number of heads holding each type) is cut where its trend or its rate changes by more than k standard errors "
+    "(a peak, a trough, a start or stop, an acceleration or a slowing); boundaries of several curves within a few "
+    "checkpoints are one boundary of the run (basis run), supported by those curves and named after the heads that "
+    "form in the stage it opens. Made from llc.parquet, eval_loss.parquet and the head types by the `stages` lens; "
+    "the rule and its parameters are in meta.json `stages`.",
     schema=STAGES_SCHEMA,
     docs=STAGES_COLUMN_DOCS,
     sort=("basis", "stage"),
+)
+
+# Essential dynamics (analysis/essential.py; `python -m precompute --lenses essential`): per checkpoint, the model's
+# next-token log-probabilities on a fixed sample (meta.json ``essential`` records it), and their trajectory in its
+# leading principal components over the checkpoints, with its cusps.
+ESSENTIAL_OUTPUTS_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "logprobs": "the model's next-token log-probabilities (nats) on the sample of meta.json essential, in (sequence, "
+    "position, token) order: sequences x positions x tokens values (list<float32>)",
+}
+ESSENTIAL_OUTPUTS = TableSpec(
+    name="essential_outputs",
+    file="essential_outputs.parquet",
+    row="one row per step",
+    about="The outputs the essential-dynamics lens reads: per checkpoint, the log-probabilities of a fixed subset of "
+    "tokens at fixed positions of fixed sequences (the sample and how it was chosen are in meta.json `essential`).",
+    schema=_fields({"step": pa.int64(), "logprobs": pa.list_(pa.float32())}),
+    docs=ESSENTIAL_OUTPUTS_COLUMN_DOCS,
+    sort=("step",),
+)
+ESSENTIAL_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "component": "0-based index of the principal component over checkpoints (int32)",
+    "score": "the checkpoint's coordinate on the component: U[t, j] S[j] of the thin SVD of the centred outputs "
+    "(nats; each component's sign makes its largest-magnitude score positive)",
+    "explained": "fraction of the outputs' variance over checkpoints the component explains, S[j]^2 / sum(S^2) "
+    "(the same in every row of the component)",
+    "turn": "degrees the trajectory turns at the checkpoint, between x_t - x_(t-w) and x_(t+w) - x_t in the stored "
+    "components (NaN within w checkpoints of either end; the same in every row of the step)",
+    "cusp": "the checkpoint is a turning point: turn above 90 degrees, both displacements at least a quarter of the "
+    "path's largest over w checkpoints, and the largest turn within w checkpoints (bool)",
+}
+ESSENTIAL = TableSpec(
+    name="essential",
+    file="essential.parquet",
+    row="one row per (step, component)",
+    about="Essential dynamics: the trajectory of the model's outputs on fixed inputs (essential_outputs.parquet) in "
+    "its leading principal components over the checkpoints, the variance each explains, and the trajectory's cusps "
+    "(turning points; the rule is in meta.json `essential`). Made again from essential_outputs.parquet by every run "
+    "of the `essential` lens.",
+    schema=_fields(
+        {"step": pa.int64(), "component": pa.int32(), "score": pa.float64(), "explained": pa.float64()}
+        | {"turn": pa.float64(), "cusp": pa.bool_()}
+    ),
+    docs=ESSENTIAL_COLUMN_DOCS,
+    sort=("step", "component"),
 )
 
 # Head similarity that does not depend on the residual basis (analysis/similarity.py; `python -m precompute
@@ -700,6 +759,8 @@ TABLES: dict[str, TableSpec] = {
         STAGES,
         SIMILARITY,
         ULTRAMETRICITY,
+        ESSENTIAL_OUTPUTS,
+        ESSENTIAL,
     )
 }
 FILES: tuple[str, ...] = (META_FILE, *(spec.file for spec in TABLES.values()))

@@ -16,6 +16,8 @@ the upgraded files in its first atomic commit (`precompute.run`).
   all ``qk``: `upgrade_table`). ``meta.json`` is unchanged.
 - within version 3: ``eval_loss.parquet`` gained ``probe_copy_loss``; a file without it reads it as
   NaN (`upgrade_table`), and a precompute run with the attention lens computes the forward rows again.
+  ``stages.parquet`` gained ``support`` (the run's merged boundaries); a file without it has no ``run`` basis and
+  reads it as empty strings (`upgrade_table`); ``python -m precompute.lenses.stages STORE`` makes the stages again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
-from analysis.store.format import CIRCUIT_COLUMNS, EMBEDDINGS, EVAL_LOSS, HEADS, NULL_COLUMNS, OVERLAPS, TableSpec
+from analysis.store.format import CIRCUIT_COLUMNS, EMBEDDINGS, EVAL_LOSS, HEADS, NULL_COLUMNS, OVERLAPS, STAGES, TableSpec
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +107,10 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     """A table as read from a store of any version, with the columns later versions added where it can
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
     absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``);
-    ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded)."""
+    ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded);
+    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries)."""
+    if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:
+        table = table.append_column(pa.field("support", pa.string()), pa.array([""] * table.num_rows, pa.string()))
     if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:
         table = table.append_column(pa.field("probe_copy_loss", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name in (EMBEDDINGS.name, OVERLAPS.name) and "matrix" not in table.column_names and "matrix" in spec.schema.names:

@@ -121,6 +121,11 @@ SIMILARITY_RECORD = RecordType(
     "similarity",
     "how similarity.parquet and ultrametricity.parquet were made (tolerance, the random baseline, the definitions)",
 )
+ESSENTIAL_RECORD = RecordType(
+    "essential",
+    "how essential_outputs.parquet and essential.parquet were made (the sample: sequences, positions, tokens and why; "
+    "the components and the variance they explain; the cusp rule; analysis.essential)",
+)
 FORWARD_RECORD = RecordType(
     "forward", "how the forward-pass tables were made (ForwardInfo)", read=ForwardInfo.from_dict, write=ForwardInfo.as_dict
 )
@@ -154,6 +159,7 @@ RECORDS: dict[str, RecordType] = {
         STAGES_RECORD,
         SIMILARITY_RECORD,
         FORWARD_RECORD,
+        ESSENTIAL_RECORD,
     )
 }
 

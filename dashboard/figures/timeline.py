@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.findings.events import KINDS, Event
+from analysis.findings.events import KINDS, Event, basis_text
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.common import layout, step_xaxis
@@ -43,6 +43,22 @@ def _stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> 
                 name=f"stage {int(r.stage) + 1}: {r.trend}",
             )
         )
+        if int(r.stage) > 0:  # neighbouring stages of the run often share a trend (a colour): a line marks the boundary
+            x = axis.at(int(r.start_step))
+            shapes.append(
+                dict(
+                    type="line",
+                    xref="x",
+                    yref=yref,
+                    x0=x,
+                    x1=x,
+                    y0=0,
+                    y1=1,
+                    line=dict(width=1, dash="dot", color="#666666"),
+                    layer="below",
+                    name=f"stage {int(r.stage) + 1} begins: {r.boundary}",
+                )
+            )
     return shapes
 
 
@@ -61,7 +77,7 @@ def _stage_labels(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> 
                 xref="x",
                 yref=yref,
                 yanchor="top",
-                text=f"S{int(r.stage) + 1} {r.trend}",
+                text=f"S{int(r.stage) + 1}" if r.basis == "run" else f"S{int(r.stage) + 1} {r.trend}",
                 showarrow=False,
                 font=dict(size=11, color="#444444"),
             )
@@ -89,7 +105,7 @@ def timeline(
         stages: the shaded stages (stages.parquet rows of one basis), or None.
         events: the events (`analysis.findings.events.run_events`).
         run: the run, for the links in ``customdata``.
-        basis: which curve the stages were read from (``llc`` or ``loss``), for the caption-like legend.
+        basis: which curve the stages were read from (``run``, ``llc``, ``loss``, ...), for the title.
         title: the figure title.
     """
     data: list[dict[str, Any]] = []
@@ -130,7 +146,9 @@ def timeline(
             )
         )
     finite = loss[np.isfinite(loss)] if loss is not None else np.zeros(0)
-    what = {"llc": "stages from the whole-model LLC", "loss": "stages from the loss"}.get(basis or "", "no stages")
+    what = f"stages from the {basis_text(basis)}" if basis else "no stages"
+    if basis == "run":
+        what = "the run's stages (every curve's boundaries merged)"
     fig_layout = layout(
         height=560,
         title=dict(text=title or f"Loss over training, {what} shaded, and the run's events"),

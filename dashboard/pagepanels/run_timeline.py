@@ -14,16 +14,17 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
-from analysis.findings.events import KINDS, Event, events_frame, head_link, primary_basis, stage_bases, stage_rows
+from analysis.essential import store_trajectory
+from analysis.findings.events import KINDS, Event, basis_text, events_frame, head_link, primary_basis, stage_bases, stage_rows
 from analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
 from analysis.store.format import HEAD_TYPE_SCORES
 from analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic, replicates
-from dashboard import charts, export, loader, widgets
+from dashboard import charts, export, loader, viewstate, widgets
 from dashboard.data import loss_curve
+from dashboard.figures import essential as ed_figs
 from dashboard.figures import timeline as figs
+from dashboard.figures.points import picked_step
 from dashboard.labels import LLC_STAT, STATS
-
-BASIS_TEXT = {"llc": "whole-model LLC", "loss": "loss"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class TimelineView:
     """What the Timeline shows (the widgets above the chart).
 
     Attributes:
-        basis: the curve the shaded stages are read from (URL ``basis``: ``llc`` or ``loss``); None without stages.
+        basis: the curve the shaded stages are read from (URL ``basis``: ``run``, ``llc``, ``loss``, ``copy_loss``,
+            ``heads_<type>``); None without stages.
         bases: the bases the store has stages of (empty: none).
         stages: the shaded basis's stages (`analysis.findings.events.stage_rows`), or None.
         shown: the run's events of the kinds picked (URL ``kinds``), by step.
@@ -54,7 +56,7 @@ def pick_view(store) -> TimelineView:
             "Stages shaded, read from",
             bases,
             primary if primary in bases else bases[0],
-            fmt=BASIS_TEXT.__getitem__,
+            fmt=basis_text,
             kind="radio",
             where=c_basis,
         )
@@ -93,10 +95,12 @@ def timeline_panel(frame, axis, view: TimelineView) -> None:
     )
     parameters = recorded.get("parameters", {})
     st.caption(
-        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC; green drop, grey "
-        f"plateau for the loss), boundaries where the curve's trend changes by more than {parameters.get('k', 3):g} "
-        "standard errors (docs/stages.md). Bottom: one lane per kind of event, one marker per event at its "
-        "checkpoint; hover for what happened, the table below links each to its evidence."
+        "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC and the counts of heads; "
+        "green drop, grey plateau for the losses; the run's stages take the LLC's trend), a dotted line at each "
+        f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors; "
+        f"the run's boundaries merge the curves' within {parameters.get('merge', 2)} checkpoints and are named after "
+        "the heads that form in the stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "
+        "per event at its checkpoint; hover for what happened, the table below links each to its evidence."
     )
 
 
@@ -114,6 +118,7 @@ def stages_panel(view: TimelineView) -> None:
                 "end_step": st.column_config.NumberColumn("to step", format="%d"),
                 "change_se": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
                 "loss_change": st.column_config.NumberColumn("loss change (nats/token)", format="%.3f"),
+                "support": st.column_config.TextColumn("supported by (curve boundary, step)"),
             },
         )
     else:
@@ -226,4 +231,39 @@ def open_question_panel(frame) -> None:
         label="The whole comparison, statistic by statistic, on the Trajectory map",
         icon=":material/scatter_plot:",
         query_params={"run": frame.run or "", "colour": "type"},
+    )
+
+
+def essential_panel(frame, view: TimelineView) -> None:
+    """The essential dynamics: the outputs' trajectory in its first two principal components, coloured by the shaded
+    stages; a click on a checkpoint opens the Forward lenses page at that step."""
+    st.subheader("Essential dynamics")
+    found = store_trajectory(frame.store)
+    if found is None:
+        st.info(
+            "This store has no essential dynamics (essential.parquet). Add them with "
+            "`python -m precompute --source SOURCE --out STORE --lenses essential` (it reads the checkpoints again)."
+        )
+        return
+    path, explained = found
+    event = charts.chart(
+        ed_figs.trajectory(path, explained, view.stages),
+        "essential",
+        title=frame.run,
+        filename=export.safe_name(frame.run, "essential"),
+        csv=lambda: path.assign(run=frame.run),
+        select=True,
+    )
+    step = picked_step(event, [int(s) for s in frame.store.steps])
+    if step is not None:
+        viewstate.switch_page("pages/forward_lenses.py", step=step)
+    recorded = frame.store.meta.records.get("essential") or {}
+    cusps = recorded.get("cusps") or []
+    st.caption(
+        f"Each point is a checkpoint: the model's next-token log-probabilities on a fixed sample "
+        f"({recorded.get('values_per_checkpoint', '?'):,} numbers: the evaluation text and the induction probe, "
+        "meta.json essential) projected on their first two principal components over the checkpoints, coloured by "
+        "the stage shaded above; open circles are cusps, where the path turns by more than "
+        f"{recorded.get('turn_degrees', 90):g} degrees ({', '.join(f'{c:,}' for c in cusps) or 'none'}). Hover names "
+        "the step; a click opens the Forward lenses page there (docs/stages.md)."
     )

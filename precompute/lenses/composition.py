@@ -36,7 +36,7 @@ from analysis.store.format import COMPOSITION
 from precompute.context import FactorsComputation
 from precompute.factors import checked_factors
 from precompute.registry import COMPOSITION_LENS, CompositionOptions
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
@@ -73,7 +73,7 @@ def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None 
     return pa.table(columns, schema=COMPOSITION.schema)
 
 
-def composition_work(fetched: Fetched, shape: ModelShape, settings: Settings, *, top: int | None) -> pa.Table:
+def composition_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings, *, top: int | None) -> pa.Table:
     """The ``composition.parquet`` rows of a fetched checkpoint (read with ``qk`` and ``ov``).
 
     Raises:
@@ -98,7 +98,7 @@ class CompositionJob:
     top: int | None
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         return {COMPOSITION.name: composition_work(fetched, shape, settings, top=self.top)}
 
@@ -111,7 +111,7 @@ class CompositionComputation(FactorsComputation):
     what = "composition scores"
     options: CompositionOptions
 
-    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+    def describe(self, model: ModelInfo, settings: StoreSettings) -> dict[str, Any]:
         """The baseline (simulated: same shapes, same seed, same numbers) and how the scores are computed."""
         baseline = random_baseline(model.d_head, model.d_model, device=settings.device)
         draws = baseline_draws(model.d_head, model.d_model)

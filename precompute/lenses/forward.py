@@ -31,7 +31,7 @@ from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LA
 from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device, missing_steps
 from precompute.evalset import EvalSet
 from precompute.registry import ATTENTION_LENS
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched
 
@@ -50,7 +50,7 @@ class ForwardJob:
     batch: int = BATCH_SEQUENCES
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         assert src is not None, "the forward lens needs the source"
         return forward_work(src, fetched.ref, shape, self)
@@ -103,7 +103,7 @@ def load_model(folder: Path, *, device: str, attn_implementation: str = "eager")
         model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attn_implementation, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"transformers cannot load {str(folder)!r} as a causal LM: {str(exc).splitlines()[0]}") from exc
-    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator whose stub wants the model first
+    return model.to(device).eval()
 
 
 @torch.no_grad()
@@ -258,8 +258,8 @@ class AttentionComputation(BaseComputation):
             "or write to a new --out"
         )
 
-    def begin(self, state, settings: Settings) -> None:
-        state.meta.forward = self.job.eval_set.info
+    def begin(self, run: RunContext) -> None:
+        run.state.meta.forward = self.job.eval_set.info
 
     def fill(self, run: RunContext) -> None:
         """The forward rows of checkpoints whose weight statistics were computed without the lens, one

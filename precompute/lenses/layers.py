@@ -25,14 +25,14 @@ from analysis.layer_matrices import layer_matrix_statistics
 from analysis.store.format import LAYERS
 from precompute.context import BaseComputation, ComputationSetup, RunContext, refill
 from precompute.registry import LAYERS_LENS
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.source import CheckpointSource, Fetched
 from precompute.store.tables import layers_rows
 
 log = logging.getLogger("precompute")
 
 
-def layer_work(fetched: Fetched, shape: ModelShape, settings: Settings) -> pa.Table:
+def layer_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings) -> pa.Table:
     """The ``layers.parquet`` rows of a fetched checkpoint (read with ``layers=True``): every 2-D
     weight of every block (`analysis.blocks`), checked finite, with its statistics.
 
@@ -56,7 +56,7 @@ class LayersJob:
     """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         return {LAYERS.name: layer_work(fetched, shape, settings)}
 

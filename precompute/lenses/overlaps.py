@@ -21,13 +21,13 @@ from analysis.heads import Device, checkpoint_vectors
 from precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from precompute.factors import checked_factors
 from precompute.registry import OVERLAPS_LENS
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 
 log = logging.getLogger("precompute")
 
 
-def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], settings: Settings) -> Vectors:
+def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], settings: StoreSettings) -> Vectors:
     """What a checkpoint's overlap pairs need, for a checkpoint read again: the same vectors, bit for
     bit, as `precompute.work.checkpoint_work` returns, without the other statistics.
 
@@ -56,9 +56,9 @@ class OverlapsComputation(BaseComputation):
 
     lens = OVERLAPS_LENS
 
-    def begin(self, state, settings: Settings) -> None:
-        if settings.overlap_k:
-            state.meta.overlaps = overlaps_meta(settings.overlap_k)
+    def begin(self, run: RunContext) -> None:
+        if run.settings.overlap_k:
+            run.state.meta.overlaps = overlaps_meta(run.settings.overlap_k)
 
     def fill(self, run: RunContext) -> None:
         plan, settings, state = run.plan, run.settings, run.state

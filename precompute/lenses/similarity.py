@@ -36,7 +36,7 @@ from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from precompute.context import FactorsComputation
 from precompute.factors import checked_factors
 from precompute.registry import SIMILARITY_LENS, SimilarityOptions
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
@@ -112,7 +112,7 @@ def ultrametricity_rows(step: int, values: np.ndarray, tol: float, baseline: Map
 
 
 def similarity_work(
-    fetched: Fetched, shape: ModelShape, settings: Settings, *, tol: float, baseline: Mapping[str, Any]
+    fetched: Fetched, shape: ModelShape, settings: StoreSettings, *, tol: float, baseline: Mapping[str, Any]
 ) -> dict[str, pa.Table]:
     """Both tables' rows of a fetched checkpoint (read with ``qk`` and ``ov``).
 
@@ -143,7 +143,7 @@ class SimilarityJob:
     baseline: Mapping[str, Any]
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         return similarity_work(fetched, shape, settings, tol=self.tol, baseline=self.baseline)
 
@@ -157,7 +157,7 @@ class SimilarityComputation(FactorsComputation):
     what = "head similarity"
     options: SimilarityOptions
 
-    def describe(self, model: ModelInfo, settings: Settings) -> dict[str, Any]:
+    def describe(self, model: ModelInfo, settings: StoreSettings) -> dict[str, Any]:
         """The baselines (simulated: same shapes, same seed, same numbers) and the definitions."""
         layers = baseline_layers(model.n_heads)
         return {

@@ -1,11 +1,13 @@
 """Developmental stages of a run, written into its store as ``stages.parquet`` (docs/stages.md).
 
 Made from the store's own tables after a run (the whole-model rows of ``llc.parquet``, with
-``llc_chains.parquet`` when present, and ``eval_loss.parquet``) by the rule of `analysis.stages`,
-in one atomic commit with ``meta.json`` ``stages`` (the rule, its parameters, the noise levels, the
-checkpoints used, the basis the dashboard shades). Run it on an existing store with
+``llc_chains.parquet`` when present, ``eval_loss.parquet``'s loss and probe copy loss, ``head_types.parquet``
+and ``head_emergence.parquet``) by the rule of `analysis.stages` and the merging and naming of
+`analysis.run_stages`, in one atomic commit with ``meta.json`` ``stages`` (the rule, its parameters, the
+noise levels, the checkpoints used, the basis the dashboard shades). It needs no checkpoint: run it on an
+existing store with
 
-    python -m precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5]
+    python -m precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5] [--merge 2] [--count-noise 0.5]
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from analysis.errors import StoreError
-from analysis.stages import RunStages, StageRule, store_stages
+from analysis.run_stages import RunStages, store_stages
+from analysis.stages import StageRule
 from analysis.store import open_store
 from analysis.store.format import STAGES
 from precompute.context import BaseComputation, RunContext
@@ -30,8 +33,9 @@ DEFAULT_RULE = StageRule()
 
 
 def stages_table(stages: RunStages) -> pa.Table:
-    """The rows of ``stages.parquet``: every stage of both bases."""
-    rows = [(basis, s) for basis, found in (("llc", stages.llc), ("loss", stages.loss)) for s in found]
+    """The rows of ``stages.parquet``: every stage of every basis (the run's with the boundaries that support it)."""
+    rows = [(basis, s) for basis, found in stages.bases().items() for s in found]
+    support = [""] + [b.support_text() for b in stages.boundaries]
     columns = {
         "basis": [b for b, _ in rows],
         "stage": [s.index for _, s in rows],
@@ -44,6 +48,7 @@ def stages_table(stages: RunStages) -> pa.Table:
         "change": [s.change for _, s in rows],
         "change_se": [s.change_se for _, s in rows],
         "loss_change": [stages.loss_change(s) for _, s in rows],
+        "support": [support[s.index] if basis == "run" else "" for basis, s in rows],
     }
     return STAGES.sorted(pa.table(columns, schema=STAGES.schema))
 
@@ -99,9 +104,21 @@ def main(argv: list[str] | None = None) -> int:
         default=StageRule.plateau_ratio,
         help="a loss drop slower than this fraction of the drops on both sides is a plateau (default %(default)s)",
     )
+    parser.add_argument(
+        "--merge",
+        type=int,
+        default=StageRule.merge,
+        help="boundaries of different curves at most this many checkpoints apart are one (default %(default)s)",
+    )
+    parser.add_argument(
+        "--count-noise",
+        type=float,
+        default=StageRule.count_noise,
+        help="the noise floor of a count of heads holding a type, in heads (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
-        rule = StageRule(k=args.k, plateau_ratio=args.plateau_ratio)
+        rule = StageRule(k=args.k, plateau_ratio=args.plateau_ratio, merge=args.merge, count_noise=args.count_noise)
     except ValueError as exc:
         parser.error(str(exc))
     try:
@@ -109,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    print(f"wrote {Path(args.store) / STAGES.file}: {len(found.llc)} LLC stage(s), {len(found.loss)} loss stage(s)")  # noqa: T201
+    print(  # noqa: T201
+        f"wrote {Path(args.store) / STAGES.file}: {len(found.run)} stage(s) of the run, "
+        + ", ".join(f"{len(rows)} of {basis}" for basis, rows in found.bases().items() if basis != "run")
+    )
+    for b in found.boundaries:
+        print(f"boundary at step {b.step:,}: {b.forms} ({b.support_text()})")  # noqa: T201
     for note in found.meta["notes"]:
         print(f"note: {note}")  # noqa: T201
     return 0

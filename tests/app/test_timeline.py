@@ -40,8 +40,8 @@ def write_emergence(path: Path, rows: list[tuple[int, int, str, int | None, floa
 
 
 def shaded_stages(path: Path):
-    """The stages the dashboard shades: those of ``meta.json`` ``stages.primary`` (the LLC's when the store has an LLC
-    curve, else the loss's), in order."""
+    """The stages the dashboard shades: those of ``meta.json`` ``stages.primary`` (the run's, between every curve's
+    merged boundaries), in order."""
     store = open_store(path)
     stages = store.frame(STAGES)
     assert stages is not None and store.meta.stages is not None, f"{path} has no stages"
@@ -126,11 +126,15 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
     llc = shaded_stages(typed_store)
-    line = " · ".join(f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,} {r.trend}" for r in llc.itertuples(index=False))
     recorded = open_store(typed_store).meta.stages
-    assert recorded is not None
-    curve = {"llc": "whole-model LLC", "loss": "loss"}[recorded["primary"]]
-    assert f"**Stages** ({curve}): {line}" in text
+    assert recorded is not None and recorded["primary"] == "run"  # the run's stages: each named by what forms in it
+    line = " · ".join(
+        f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,}"
+        + (f" ({r.boundary})" if r.stage and r.boundary != "no event coincides" else "")
+        for r in llc.itertuples(index=False)
+    )
+    assert f"**Stages** (every curve, merged): {line}" in text
+    assert "previous-token heads form (L4 H3" in line
     assert "step 64: first previous-token head: L0H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)

@@ -21,9 +21,9 @@ def test_a_widget_after_the_view_is_published_raises():
         import streamlit as st
 
         from dashboard import viewstate, widgets
-        from dashboard.settings import Settings
+        from dashboard.settings import AppSettings
 
-        with viewstate.view_state(Settings()) as view:
+        with viewstate.view_state(AppSettings()) as view:
             view.open(SimpleNamespace(url_path="", title="Only page"), [])
             st.session_state["inside"] = widgets.select("layer", "Layer", [0, 1], 1)
         widgets.toggle("logy", "log y axis")
@@ -37,9 +37,9 @@ def test_a_widget_after_the_view_is_published_raises():
 def test_a_view_that_never_learns_its_page_is_not_published():
     def script():
         from dashboard import viewstate, widgets
-        from dashboard.settings import Settings
+        from dashboard.settings import AppSettings
 
-        with viewstate.view_state(Settings()):
+        with viewstate.view_state(AppSettings()):
             widgets.select("layer", "Layer", [0, 1], 1)
 
     at = AppTest.from_function(script, default_timeout=TIMEOUT).run()

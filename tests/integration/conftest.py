@@ -17,7 +17,7 @@ def neox_model(*, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int =
     """A tiny random GPT-NeoX (Pythia architecture) causal LM."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=64,
         hidden_size=hidden,
         num_hidden_layers=layers,

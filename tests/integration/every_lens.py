@@ -43,8 +43,9 @@ SAMPLED = {
     "llc": {"llc", "llc_std"},
     "llc_chains": {"llc", "first_half", "second_half", "slope", "half_se", "trace"},
 }
-# Rows read off sampled columns: the stages of the whole-model LLC curve (those of the loss curve are compared).
-DRAWN_ROWS = {"stages": lambda frame: frame[frame["basis"] != "llc"].reset_index(drop=True)}
+# Rows read off sampled columns: the stages of the whole-model LLC curve and the run's, whose boundaries and trend
+# the LLC's take part in (those of the loss, the copy loss and the counts of heads are compared).
+DRAWN_ROWS = {"stages": lambda frame: frame[~frame["basis"].isin(["llc", "run"])].reset_index(drop=True)}
 
 
 def every_lens_argv(*, llc_steps: str = "0,2,16") -> list[str]:

@@ -28,12 +28,11 @@ from analysis.store.records import RECORDS
 from headwatch.cli import main as headwatch
 from precompute import registry
 from precompute.__main__ import main as precompute
-from precompute.context import BaseComputation, ComputationSetup
+from precompute.context import BaseComputation, ComputationSetup, RunContext
 from precompute.costs import Seconds, StoreBytes
 from precompute.factors import checked_factors
-from precompute.settings import Settings
+from precompute.settings import StoreSettings
 from precompute.sources.source import CheckpointSource, Fetched
-from precompute.state import RunState
 from tests.integration.conftest import make_suite
 
 # ------------------------------------------------------------------ the lens: its table, module and entry
@@ -60,7 +59,7 @@ class KNormsJob:
     scale: float
 
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         assert fetched.tensors is not None, "the lens needs the checkpoint's tensors"
         w_k = checked_factors(shape, fetched.tensors, ("qk",))["qk"][1]  # (n_layers, n_heads, d_head, d_model)
@@ -81,8 +80,8 @@ class KNormsComputation(BaseComputation):
         self.scale = setup.options.lens_options_for(self.lens.name).scale
         self.pass_job = KNormsJob(self.scale)
 
-    def begin(self, state: RunState, settings: Settings) -> None:
-        state.meta.set_record(K_NORMS_RECORD.key, {"scale": self.scale, "norm": "Frobenius"})
+    def begin(self, run: RunContext) -> None:
+        run.state.meta.set_record(K_NORMS_RECORD.key, {"scale": self.scale, "norm": "Frobenius"})
 
 
 def knorms_options(values: Mapping[str, Any]) -> KNormsOptions:

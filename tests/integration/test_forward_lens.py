@@ -40,7 +40,7 @@ EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
 def byte_model(*, hidden: int = 64, layers: int = 2, heads: int = 4):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=256,
         hidden_size=hidden,
         num_hidden_layers=layers,

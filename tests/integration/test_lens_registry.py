@@ -34,7 +34,7 @@ from precompute import registry
 from precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
 from precompute.factors import checked_factors
 from precompute.run import run_precompute
-from precompute.settings import RunOptions, Settings
+from precompute.settings import RunOptions, StoreSettings
 from precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import REPO, make_suite, run_cli
 from tests.integration.every_lens import compare_stores, every_lens_argv, lens_files
@@ -144,7 +144,7 @@ def norm_rows(step: int, shape: ModelShape, tensors: Mapping) -> pa.Table:
 @dataclass(frozen=True)
 class NormsJob:
     def checkpoint_rows(
-        self, fetched: Fetched, shape: ModelShape, settings: Settings, src: CheckpointSource | None
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
     ) -> Mapping[str, pa.Table]:
         assert fetched.tensors is not None  # fetched with its tensors, not skipped
         return {NORMS.name: norm_rows(fetched.ref.step, shape, fetched.tensors)}

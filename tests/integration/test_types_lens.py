@@ -47,7 +47,7 @@ def designed_model(*, typed: bool, unembed_seed: int = 0):
     the output embedding, which no attention pattern depends on (two checkpoints with the same heads differ)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct, rotary_emb_base: read through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=256,
         hidden_size=D_MODEL,
         num_hidden_layers=2,

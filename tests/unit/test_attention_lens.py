@@ -29,7 +29,7 @@ def neox(layers: int = 2, heads: int = 4, hidden: int = 64, vocab: int = 64, see
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(seed)
-    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct, attn_implementation: read through **kwargs, not typed
+    config = GPTNeoXConfig(
         vocab_size=vocab,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -92,7 +92,7 @@ def zero_mean_codes(n: int, dim: int, seed: int) -> np.ndarray:
 def gpt2(n_layer: int, d: int, heads: int, vocab: int, positions: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(  # type: ignore[call-arg]  # attn_implementation: read through **kwargs, not typed
+    config = GPT2Config(
         vocab_size=vocab,
         n_positions=positions,
         n_embd=d,

@@ -39,7 +39,7 @@ SMALL: dict[str, Any] = dict(
 CASES = {
     "gpt_neox": (
         # transformers 5 reads the legacy rotary_pct (as rope_parameters' partial_rotary_factor) from **kwargs
-        lambda: transformers.GPTNeoXConfig(**SMALL, num_attention_heads=4, rotary_pct=0.25),  # type: ignore[call-arg]  # see above
+        lambda: transformers.GPTNeoXConfig(**SMALL, num_attention_heads=4, rotary_pct=0.25),
         modeling_gpt_neox,
     ),
     "gpt2": (

@@ -33,13 +33,18 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
     assert "](timeline.svg)" in text
     assert not (tmp_path / "out" / "llc.svg").exists()  # the plain-text runs ship no refined LLC (since 2026-11-26)
     stages = pd.read_parquet(store / "stages.parquet")
-    for r in stages.itertuples(index=False):  # every stage of both bases, with its steps and trend
-        assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
+    for r in stages.itertuples(index=False):  # every stage of every basis, with its steps and trend or support
+        if r.basis == "run":
+            assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.boundary} | {r.support or '–'} |" in text
+        else:
+            assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
     assert "No head reaches the induction threshold (threshold 0.3): the highest induction score is 0.05 (L1H1)." in text
     assert "| L0H3 | previous-token | 64 |" in text
     assert "| 64 | head type | first previous-token head: L0H3 |" in text
     assert "`weights?run=run&role=" in text and "| MP departure |" in text
-    assert "| stage boundary | loss plateau begins: stage 2 (loss plateau) begins |" in text  # the loss's stages
+    # the run's boundaries, named by what forms and supported by the curves' own
+    assert "| 64 | stage boundary | stage 4 begins: previous-token heads form (L4 H3, " in text
+    assert "supported by number of previous-token heads starts rising (step 64); loss drop begins (step 64)" in text
 
 
 def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:

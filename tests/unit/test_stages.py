@@ -121,7 +121,7 @@ def test_loss_plateau_between_drops() -> None:
     assert [s.trend for s in stages] == ["drop", "plateau", "drop"], stages
     assert abs(np.searchsorted(STEPS, stages[1].start_step) - np.searchsorted(STEPS, 32)) <= 1
     assert abs(np.searchsorted(STEPS, stages[2].start_step) - np.searchsorted(STEPS, 128)) <= 1
-    assert stages[1].boundary == "loss plateau begins" and stages[2].boundary == "loss drops again"
+    assert stages[1].boundary == "loss plateau begins" and stages[2].boundary == "loss drop begins"
 
 
 def test_steady_loss_decline_is_one_drop() -> None:

@@ -1,0 +1,120 @@
+"""The Timeline's essential-dynamics chart (dashboard/figures/essential.py): through AppTest, one marker trace per
+stage of the run and the cusps marked; in Chromium, the hover over a checkpoint names its step and a click opens the
+Forward lenses page at that step. The store is a shipped one given synthetic outputs with a known cusp."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from analysis.store import open_store
+from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from precompute.lenses.essential import output_rows, trajectory_rows
+from precompute.store.writer import commit_store
+from tests.app.conftest import SHIPPED, chart, open_page, serve_only
+from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _open, _require_chromium, _serve
+from tests.app.test_timeline import shaded_stages
+
+CUSP = 20  # the checkpoint (index) where the synthetic outputs turn back
+
+
+@pytest.fixture(scope="module")
+def essential_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped plain-text store with outputs that move along one direction to checkpoint `CUSP`, then back
+    along another."""
+    path = tmp_path_factory.mktemp("essential") / SHIPPED.name
+    shutil.copytree(SHIPPED, path)
+    store = open_store(path)
+    steps = store.steps
+    t = np.arange(len(steps), dtype=np.float64)[:, None]
+    a, b = np.random.default_rng(0).normal(size=(2, 64))
+    outputs = np.where(t <= CUSP, t * a, CUSP * a + (t - CUSP) * (0.4 * b - 0.9 * a)) - 5.0
+    rows, explained, cusps = trajectory_rows(steps, outputs)
+    outs = pa.concat_tables([output_rows(int(s), o)[ESSENTIAL_OUTPUTS.name] for s, o in zip(steps, outputs, strict=True)])
+    record = {
+        "values_per_checkpoint": 64,
+        "turn_degrees": 90.0,
+        "explained": explained.tolist(),
+        "cusps": [int(c) for c in cusps],
+    }
+    commit_store(path, store.meta.with_record("essential", record), {ESSENTIAL_OUTPUTS.name: outs, ESSENTIAL.name: rows})
+    assert [int(c) for c in cusps] == [int(steps[CUSP])]
+    return path
+
+
+def test_the_chart_has_one_trace_per_stage_and_the_cusp(essential_store: Path, tmp_path: Path, monkeypatch) -> None:
+    serve_only(essential_store, tmp_path, monkeypatch)
+    at = open_page("pages/run_timeline.py")
+    assert not at.exception and not at.error
+    fig = chart(at, "essential")
+    stages = shaded_stages(essential_store)
+    markers = [t for t in fig["data"] if t.get("mode") == "markers" and not t.get("name", "").startswith("cusp")]
+    assert [t["name"].split(":")[0] for t in markers] == [f"S{s + 1}" for s in stages["stage"]]
+    steps = [c[2] for t in markers for c in t["customdata"]]
+    assert steps == [int(s) for s in open_store(essential_store).steps]
+    cusp = next(t for t in fig["data"] if t.get("name", "").startswith("cusp"))
+    assert [c[2] for c in cusp["customdata"]] == [int(open_store(essential_store).steps[CUSP])]
+    assert "step %{customdata[2]:,}" in markers[0]["hovertemplate"]
+    assert any("open circles are cusps" in c.value for c in at.caption)
+
+
+def test_a_store_without_the_lens_says_how_to_add_it(tmp_path: Path, monkeypatch) -> None:
+    serve_only(SHIPPED, tmp_path, monkeypatch)
+    at = open_page("pages/run_timeline.py")
+    assert not at.exception
+    assert any("--lenses essential" in i.value for i in at.info)
+
+
+@pytest.mark.browser
+def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_path_factory) -> None:
+    from playwright.sync_api import sync_playwright
+
+    _require_chromium()
+    ARTIFACTS.mkdir(exist_ok=True)
+    server = _serve(essential_store, tmp_path_factory)
+    url = next(server)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = _open(browser, f"{url}/timeline", plots=2)
+            try:
+                page.wait_for_selector(".st-key-essential .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+                page.locator(".st-key-essential").scroll_into_view_if_needed()
+                # the checkpoint whose point lies farthest from every other (the nearest point answers a hover)
+                found = page.evaluate(
+                    """() => {
+                    const gd = document.querySelector('.st-key-essential .js-plotly-plot');
+                    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+                    const pts = [];
+                    gd._fullData.forEach(t => { if (t.mode === 'markers' && !t.name.startsWith('cusp'))
+                        t.x.forEach((x, i) => pts.push({px: xa.l2p(x), py: ya.l2p(t.y[i]), step: t.customdata[i][2]})); });
+                    let best = {gap: -1};
+                    for (const p of pts) {
+                        const gap = Math.min(...pts.filter(q => q !== p).map(q => Math.hypot(q.px - p.px, q.py - p.py)));
+                        const xy = [box.left + xa._offset + p.px, box.top + ya._offset + p.py];
+                        if (gap > best.gap) best = {gap, step: p.step, xy};
+                    }
+                    return best;
+                }"""
+                )
+                assert found["gap"] > 8, found
+                page.mouse.move(*found["xy"])
+                page.wait_for_selector(".st-key-essential .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
+                hover = page.locator(".st-key-essential .hoverlayer .hovertext").first.text_content() or ""
+                assert f"step {found['step']:,}" in hover, (hover, found)
+                page.screenshot(path=str(ARTIFACTS / "timeline_essential.png"), full_page=True)
+                page.mouse.click(*found["xy"])
+                page.wait_for_function("() => location.pathname.endsWith('/lenses')", timeout=LOAD_TIMEOUT_MS)
+                page.wait_for_function("() => /[?&]step=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
+                assert parse_qs(urlsplit(page.url).query)["step"] == [str(found["step"])], page.url
+                assert _errors(page) == []
+            finally:
+                page.close()
+                browser.close()
+    finally:
+        next(server, None)
