@@ -15,7 +15,7 @@ import functools
 import streamlit as st
 
 from analysis.errors import StoreError
-from dashboard import loader, viewstate, widgets
+from dashboard import live, loader, viewstate, widgets
 from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
 from dashboard.figures.loss import loss_curve
@@ -67,6 +67,10 @@ with viewstate.view_state(settings) as view:
             st.info(
                 "No statistics stores found under data/. Make one with `python -m precompute`, or point HEADWATCH_STORE at one."
             )
+
+        # --- sidebar: a run still training (its follower's status; new checkpoints redraw the page) ---
+        if store is not None:
+            live.watch(store)
 
         # --- sidebar: model card ---
         loss = None

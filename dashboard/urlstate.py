@@ -92,11 +92,28 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
     text = raw[-1].strip()
     if text in table:
         return Parsed(table[text])
+    if _not_yet(name, [text], options):
+        return Parsed(
+            default,
+            f"{quote_value(name, raw[-1])} is not in this run yet: its last checkpoint is step {options[-1]:,}. "
+            f"A run still training adds later checkpoints as they are saved; showing {name}={encode(default)}.",
+        )
     return Parsed(
         default,
         f"{quote_value(name, raw[-1])} is not valid here (allowed: {describe_options(options)}); "
         f"showing {name}={encode(default)}.",
     )
+
+
+def _not_yet(name: str, texts: Sequence[str], options: Sequence[Any]) -> bool:
+    """Whether every one of ``texts`` is a step later than the run's last checkpoint (a link made from a
+    run further along, or ahead of a run that still trains)."""
+    if name != STEP or not options or not all(isinstance(o, int) and not isinstance(o, bool) for o in options):
+        return False
+    try:
+        return all(int(t.strip()) > max(options) for t in texts)
+    except ValueError:
+        return False
 
 
 def parse_many(
@@ -129,7 +146,13 @@ def parse_many(
     if bad:
         what = ", ".join(quote_value(name, b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
         tail = "ignored" if good else f"showing the default {name if name.endswith('s') else name + 's'}"
-        notes.append(f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
+        if _not_yet(name, bad, options):
+            notes.append(
+                f"{what} not in this run yet: its last checkpoint is step {max(options):,}. A run still training adds "
+                f"later checkpoints as they are saved; {tail}."
+            )
+        else:
+            notes.append(f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
     if dropped:
         what = ", ".join(quote_value(name, encode(d)) for d in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
         notes.append(f"At most {most} values of `{name}` fit here: keeping the link's first {most}, leaving out {what}.")

@@ -153,6 +153,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     evalset.add_arguments(p, when="with --lenses: ")
     add_lens_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    follow = p.add_argument_group("following a run while it trains (precompute.follow)")
+    follow.add_argument(
+        "--follow",
+        action="store_true",
+        help="--source is a run folder still training: add each checkpoint as soon as its files are complete, "
+        "with every lens the store has, until the folder says training finished (run.json or "
+        "training-finished.json), SIGTERM or SIGINT; rerun to resume",
+    )
+    follow.add_argument(
+        "--poll", type=float, default=None, metavar="SECONDS", help="with --follow: seconds between looks (default 2)"
+    )
+    follow.add_argument(
+        "--follow-pid",
+        type=_positive,
+        default=None,
+        metavar="PID",
+        help="with --follow: the trainer's process; when it is gone without finishing, stop after the complete checkpoints",
+    )
     return p.parse_args(argv)
 
 
@@ -264,12 +282,52 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.follow or args.poll is not None or args.follow_pid is not None:
+        return follow_one(options, args)
     status = EXIT_OK
     for source, out in runs:
         status = max(status, run_one(source, out, options, args))
         if status in (EXIT_NETWORK, EXIT_INTERRUPTED):
             return status
     return status
+
+
+def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
+    """``--follow``: one run folder followed into one store until training finishes or a signal stops it."""
+    import signal
+    import threading
+
+    from precompute.follow import POLL_SECONDS, follow_run
+
+    if not args.follow:
+        print("error: --poll and --follow-pid are for --follow", file=sys.stderr)
+        return EXIT_USAGE
+    if len(args.source) > 1 or args.push_to_hub or args.executor != "local" or args.revisions or args.every:
+        print(
+            "error: --follow follows one --source with the local executor, every checkpoint, no --push-to-hub "
+            "(publish the store once training has finished)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second signal: stop in the middle of the round (the store keeps its commits)
+            raise KeyboardInterrupt
+        stop.set()
+        print("stopping after this round (signal again to stop at once)", file=sys.stderr)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        follow_run(args.source[0], args.out, options, poll=args.poll or POLL_SECONDS, stop=stop, pid=args.follow_pid)
+    except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
+        print(f"error: {exc}\n{args.out} keeps every finished checkpoint", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {args.out} keeps every finished checkpoint; run the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
 
 
 def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:

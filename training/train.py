@@ -4,6 +4,7 @@ Output layout (what ``python -m precompute --source DIR`` reads)::
 
     DIR/step0/      config.json + model.safetensors (the initialisation, before any update)
     DIR/step1/ ...  one folder per step of `training.schedule.checkpoint_steps`
+    DIR/run-started.json  written first: settings, seed, corpus, device (a follower reads it)
     DIR/run.json    written last: settings, seed, corpus, wall time, device, losses
 
 A checkpoint folder appears only once it is complete (saved under a hidden name,
@@ -22,6 +23,7 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from transformers import PreTrainedModel
 
 from analysis.heads import Device, resolve_device  # one device rule for training and precompute
 from training.corpus import Corpus
+from training.markers import RUN_FILE, RUN_STARTED_FILE
 from training.model import VOCAB_SIZE, build_model
 from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
@@ -40,7 +43,6 @@ from training.settings import RunSettings
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
 LOG_EVERY = 50  # updates between progress lines (batch loss, throughput)
 
 
@@ -123,7 +125,14 @@ def write_json_atomic(path: Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Device = "auto") -> dict[str, Any]:
+def train(
+    settings: RunSettings,
+    corpus: Corpus,
+    out: str | Path,
+    *,
+    device: Device = "auto",
+    on_start: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Train one run and write its checkpoints and ``run.json`` under ``out``.
 
     Args:
@@ -131,6 +140,8 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         corpus: the byte tokens and their provenance (`training.corpus.build_corpus`).
         out: an empty or missing directory.
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
+        on_start: called once ``run-started.json`` is written, before the first checkpoint (``--watch``
+            starts its follower there).
 
     Returns:
         The record written to ``run.json``.
@@ -165,6 +176,10 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         for split, tokens in (("train", train_tokens), ("val", torch.from_numpy(corpus.val)))
     }
     log.info("training %d steps on %s; checkpoints at %d steps", opt_s.steps, describe_device(dev), len(steps))
+    started = started_record(settings, corpus, model, steps, dev)
+    write_json_atomic(out / RUN_STARTED_FILE, started)
+    if on_start is not None:
+        on_start()
 
     losses: list[dict[str, float | int]] = []
 
@@ -210,18 +225,25 @@ def train(settings: RunSettings, corpus: Corpus, out: str | Path, *, device: Dev
         "done in %.1f s (%.1f s in updates, %.0f tokens/s)", wall, train_time, opt_s.steps * settings.tokens_per_step / train_time
     )
 
+    fields = ("tokens_per_step", "config", "seed", "corpus")
+    record = {**{k: started[k] for k in fields}, "wall_time_s": round(wall, 3), "device": started["device"], "losses": losses}
+    write_json_atomic(out / RUN_FILE, record)
+    return record
+
+
+def started_record(
+    settings: RunSettings, corpus: Corpus, model: PreTrainedModel, steps: list[int], dev: torch.device
+) -> dict[str, Any]:
+    """What ``run.json`` says of a run that is known when it starts (all but wall time and losses), in
+    ``run.json``'s key order; written as ``run-started.json`` so that a store can follow the run."""
     config = settings.as_record()
     config["checkpoint_steps"] = steps
     config["software"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     config["transformers_config"] = model.config.to_diff_dict()
-    record = {
+    return {
         "tokens_per_step": settings.tokens_per_step,
         "config": config,
         "seed": settings.seed,
         "corpus": corpus.record,
-        "wall_time_s": round(wall, 3),
         "device": describe_device(dev),
-        "losses": losses,
     }
-    write_json_atomic(out / RUN_FILE, record)
-    return record

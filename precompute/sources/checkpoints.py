@@ -171,3 +171,74 @@ def read_config(folder: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+
+
+TRAINER_ARGS = "training_args.bin"  # transformers.Trainer writes it right after the weights of a checkpoint
+TRAINER_STATE = "trainer_state.json"  # ... and this one last, after the optimizer, scheduler and RNG states
+
+
+def incomplete_reason(folder: Path) -> str | None:
+    """Why a checkpoint folder may still be being written, or None when what a run reads is complete.
+
+    A run reads ``config.json`` and the weight files, so those are what is checked, from the files
+    alone (no timing):
+
+    - ``config.json`` parses (``save_pretrained`` writes it first);
+    - the weight files are chosen (`select_weight_files`: a shard index, written after its shards,
+      names only shards that exist);
+    - every safetensors file is as long as its header says (8 bytes of header length, the header,
+      then the data up to the largest end offset it lists: a file still being written is shorter);
+      every ``.bin`` file is a zip archive whose central directory, written last by ``torch.save``,
+      is present;
+    - a transformers ``Trainer`` checkpoint (one holding ``training_args.bin``) has its
+      ``trainer_state.json``, which the Trainer writes last.
+
+    Folders renamed into place once written (``headwatch train`` saves ``.step<N>.partial`` and renames
+    it ``step<N>``) pass at once.
+
+    Args:
+        folder: one checkpoint folder.
+
+    Returns:
+        None, or a short reason (``'model.safetensors' has 1024 of 4096 bytes``).
+    """
+    try:
+        read_config(folder)
+        files = weight_files(folder)
+    except (CheckpointError, CheckpointNotFoundError, OSError) as exc:
+        return str(exc)
+    for path in files:
+        reason = _file_incomplete(path)
+        if reason is not None:
+            return reason
+    if (folder / TRAINER_ARGS).is_file() and not (folder / TRAINER_STATE).is_file():
+        return f"a Trainer checkpoint without its {TRAINER_STATE} (written last)"
+    return None
+
+
+def _file_incomplete(path: Path) -> str | None:
+    """Why one weight file is not yet whole (see `incomplete_reason`), or None."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as f:
+                head = f.read(8)
+                if len(head) < 8:
+                    return f"{path.name!r} has no header yet"
+                n = int.from_bytes(head, "little")
+                header = f.read(n)
+            if len(header) < n:
+                return f"{path.name!r} has {size} bytes, less than its header"
+            entries = json.loads(header)
+            end = max((e["data_offsets"][1] for k, e in entries.items() if k != "__metadata__"), default=0)
+            expected = 8 + n + end
+            if size < expected:
+                return f"{path.name!r} has {size} of {expected} bytes"
+            return None
+        if not zipfile.is_zipfile(path):
+            return f"{path.name!r} has no zip central directory yet ({size} bytes)"
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        return f"{path.name!r} cannot be read yet ({exc})"
+    return None

@@ -1,22 +1,32 @@
 """Checkpoints in a local folder: one ``save_pretrained`` sub-folder per checkpoint
 (`precompute.sources.checkpoints` finds, fingerprints and reads them), plus the ``run.json``
-that `training` writes beside the checkpoints of a run trained here."""
+that `training` writes beside the checkpoints of a run trained here.
+
+While a run trains (`precompute.follow`), the source lists only the checkpoints whose files are
+complete (`precompute.sources.checkpoints.incomplete_reason`), and before ``run.json`` exists it reads
+the run's record from ``run-started.json``, which `training` writes when it starts (the same record
+without what only the end knows: losses, wall time).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from analysis.errors import CheckpointError, CheckpointNotFoundError
 from analysis.extract import ModelShape
-from precompute.sources.checkpoints import find_checkpoints, read_config, read_folder
+from precompute.sources.checkpoints import find_checkpoints, incomplete_reason, read_config, read_folder
 from precompute.sources.revisions import CheckpointRef
 from precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind
+from training.markers import RUN_FILE, RUN_STARTED_FILE
 
-RUN_INFO_FILE = "run.json"  # written by training/ next to the checkpoint folders
+RUN_INFO_FILE = RUN_FILE  # written by training/ next to the checkpoint folders, last: the run has finished
+
+log = logging.getLogger("precompute")
 
 
 class LocalSource(CheckpointSource):
@@ -24,8 +34,14 @@ class LocalSource(CheckpointSource):
 
     kind: ClassVar[SourceKind] = "local"
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, *, following: bool = False):
+        """Args:
+        folder: the run folder.
+        following: the run may still be training: list only complete checkpoints, and read the run's
+            record from ``run-started.json`` until ``run.json`` exists.
+        """
         self.folder = Path(folder)
+        self.following = following
         super().__init__(name=str(self.folder.resolve()), model_id=self.folder.resolve().name)
 
     @property
@@ -36,7 +52,17 @@ class LocalSource(CheckpointSource):
         return recorded_folder(self.folder)
 
     def list(self) -> tuple[list[CheckpointRef], list[str]]:
-        return find_checkpoints(self.folder)
+        refs, ignored = find_checkpoints(self.folder)
+        if not self.following:
+            return refs, ignored
+        ready = []
+        for ref in refs:
+            reason = incomplete_reason(self.folder / ref.revision)
+            if reason is None:
+                ready.append(ref)
+            else:
+                log.info("%s is still being written (%s): left for the next round", ref.revision, reason)
+        return ready, ignored
 
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         return read_config(self._path(ref))
@@ -55,6 +81,8 @@ class LocalSource(CheckpointSource):
 
     def run_info(self) -> dict[str, Any] | None:
         path = self.folder / RUN_INFO_FILE
+        if not path.is_file() and self.following:
+            path = self.folder / RUN_STARTED_FILE
         if not path.is_file():
             return None
         try:

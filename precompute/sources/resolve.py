@@ -27,6 +27,7 @@ def open_source(
     fetch: FetchSettings,
     meter: Meter,
     token: str | bool | None = None,
+    following: bool = False,
 ) -> CheckpointSource:
     """A local folder if ``spec`` is a directory; else a Hub model repo id, read from the
     local Hub cache when ``HF_HUB_OFFLINE`` is set and from the Hub otherwise.
@@ -37,6 +38,8 @@ def open_source(
         fetch: Hub fetch settings.
         meter: counts bytes fetched and scratch disk in use.
         token: Hub token (None: the logged-in user's, if any).
+        following: the run may still be training (`precompute.follow`): a local folder lists only its
+            complete checkpoints.
 
     Raises:
         CheckpointNotFoundError: neither an existing directory nor a valid repo id, or
@@ -44,7 +47,7 @@ def open_source(
     """
     path = Path(spec)
     if path.is_dir():
-        return LocalSource(path)
+        return LocalSource(path, following=following)
     try:
         validate_repo_id(str(spec))
     except HFValidationError:

@@ -77,7 +77,9 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
     for name, table in tables.items():
         spec = TABLES[name]
         rows = spec.row_group_rows(meta.model.n_layers, meta.model.n_heads, n_steps)
-        _write_parquet(stage / spec.file, table, row_group_size=rows)
+        # the registry's schema to the letter: a table read back from Parquet names its list items "element"
+        # where a new one says "item" (Schema.equals ignores that), and a resumed store must keep its bytes
+        _write_parquet(stage / spec.file, table.cast(spec.schema), row_group_size=rows)
     _write_json(stage / META_FILE, meta.to_dict())
     _fsync_dir(stage)
     if not store.exists():

@@ -51,3 +51,17 @@ def test_query_string_repeats_lists_and_quotes():
     assert query_string({"layer": 3, "step": [0, 64], "logc": True}) == "layer=3&step=0&step=64&logc=1"
     assert query_string({"run": "a b/c"}) == "run=a%20b%2Fc"
     assert encode(False) == "0" and encode(0.1) == "0.1"
+
+
+def test_a_step_past_the_last_checkpoint_says_the_run_has_not_reached_it():
+    steps = [0, 1, 2, 4, 1000]
+    got = parse_one("step", ["5000"], steps, 1000)
+    assert got.value == 1000
+    assert got.notice is not None and "not in this run yet" in got.notice and "last checkpoint is step 1,000" in got.notice
+    # a step between checkpoints, or another parameter, is the plain "not valid" notice
+    assert "not valid here" in (parse_one("step", ["3"], steps, 1000).notice or "")
+    assert "not valid here" in (parse_one("layer", ["5000"], steps, 1000).notice or "")
+    many = parse_many("step", ["0", "5000", "6000"], steps, [1000])
+    assert many.value == [0]
+    assert many.notice is not None and "not in this run yet" in many.notice
+    assert "not valid here" in (parse_many("step", ["3", "5000"], steps, [1000]).notice or "")

@@ -30,6 +30,7 @@ from analysis.store import open_store
 from training.__main__ import main as training_main
 from training.__main__ import parse_args, settings_from_args
 from training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
+from training.markers import RUN_STARTED_FILE
 from training.model import build_model, small_init_std, wang_init_std
 from training.repeats import insert_repeats
 from training.schedule import checkpoint_steps, learning_rate
@@ -389,7 +390,10 @@ def qk_svd(weights: dict[str, np.ndarray], layer: int, n_heads: int) -> np.ndarr
 
 
 def test_tiny_run_writes_pythia_style_checkpoints(tiny_run):
-    assert sorted(p.name for p in tiny_run.iterdir()) == sorted([RUN_FILE] + [f"step{s}" for s in TINY_STEPS])
+    assert sorted(p.name for p in tiny_run.iterdir()) == sorted([RUN_FILE, RUN_STARTED_FILE] + [f"step{s}" for s in TINY_STEPS])
+    started, finished = (json.loads((tiny_run / name).read_text()) for name in (RUN_STARTED_FILE, RUN_FILE))
+    assert finished == {**started, "wall_time_s": finished["wall_time_s"], "losses": finished["losses"]}
+    assert list(finished) == ["tokens_per_step", "config", "seed", "corpus", "wall_time_s", "device", "losses"]
     config = json.loads((tiny_run / "step0" / "config.json").read_text())
     assert config["model_type"] == "gpt_neox" and config["architectures"] == ["GPTNeoXForCausalLM"]
     assert config["use_parallel_residual"] is True and config["vocab_size"] == 256

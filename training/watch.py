@@ -1,0 +1,181 @@
+"""Watch a run while it trains: the follower process and the Trainer callback that starts it.
+
+`Follower` starts ``python -m precompute --follow --source RUN_FOLDER --out STORE`` (`precompute.follow`)
+as a separate process at low priority (nice 10, so the trainer gets the CPU first) and never waits for
+it: training goes on whatever the follower does. Its output goes to a log file beside the store
+(``STORE.follow.log``); a follower that fails is reported once, with that file, and training goes on.
+
+`HeadwatchCallback` is the same for a ``transformers.Trainer``::
+
+    from headwatch import HeadwatchCallback
+    trainer = Trainer(..., callbacks=[HeadwatchCallback(store="stores/my-run")])
+
+It starts the follower on ``output_dir`` when training begins (on the main process only) and, when
+training ends, writes ``training-finished.json`` in ``output_dir``: the follower adds the checkpoints it
+has not yet read and stops. ``headwatch train --watch STORE`` does the same for a reference run, whose
+``run.json`` says the run finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from training.markers import FINISHED_FILE
+
+log = logging.getLogger(__name__)
+
+NICE = 10  # the follower runs this much nicer than the trainer, which gets the CPU first
+
+
+class Follower:
+    """A ``precompute --follow`` process for one run folder and one store.
+
+    Args:
+        run_folder: where the checkpoints are saved.
+        store: the store to create or grow.
+        lenses: lenses to compute by name besides the default ones (``attention``, ...); the store's own
+            lenses are always computed.
+        args: further ``python -m precompute`` options (``--matrices qk``, ``--eval-text FILE``, ...).
+        nice: how much nicer than this process the follower runs.
+    """
+
+    def __init__(
+        self,
+        run_folder: str | Path,
+        store: str | Path,
+        *,
+        lenses: Sequence[str] = (),
+        args: Sequence[str] = (),
+        nice: int = NICE,
+    ):
+        self.run_folder, self.store = Path(run_folder), Path(store)
+        self.command = [
+            sys.executable,
+            "-m",
+            "precompute",
+            "--follow",
+            "--no-progress",
+            "--source",
+            str(self.run_folder),
+            "--out",
+            str(self.store),
+            "--follow-pid",
+            str(os.getpid()),
+            *(a for lens in lenses for a in ("--lenses", lens)),
+            *args,
+        ]
+        self.nice = nice
+        self.log_file = self.store.with_name(f"{self.store.name}.follow.log")
+        self.process: subprocess.Popen[bytes] | None = None
+        self._reported = False
+
+    def start(self) -> None:
+        """Start the follower (once); it keeps running if this process ends."""
+        if self.process is not None:
+            return
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        try:
+            # relative to this process's own niceness (setpriority sets an absolute value; the kernel caps it at 19)
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice))
+        except OSError as exc:  # the follower runs at normal priority then; training goes on
+            log.warning("headwatch: could not lower the follower's priority: %s", exc)
+        log.info("headwatch: following %s into %s (pid %d, log %s)", self.run_folder, self.store, self.process.pid, self.log_file)
+
+    def check(self) -> bool:
+        """Whether the follower is running or ended well; a failure is logged once, with its log file."""
+        if self.process is None:
+            return False
+        code = self.process.poll()
+        if code not in (None, 0) and not self._reported:
+            self._reported = True
+            log.warning(
+                "headwatch: the follower stopped with status %d; training goes on, the store keeps every checkpoint it "
+                "committed. Why: %s. Resume it with: %s",
+                code,
+                self._last_line(),
+                shlex.join(self.command),
+            )
+        return code in (None, 0)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the follower to end (at most ``timeout`` seconds); its exit status, None if still running."""
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _last_line(self) -> str:
+        try:
+            lines = [line for line in self.log_file.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return f"see {self.log_file}"
+        return f"{lines[-1] if lines else 'no output'} (see {self.log_file})"
+
+
+def write_finished(run_folder: str | Path, record: dict[str, Any]) -> None:
+    """Write ``training-finished.json`` in the run folder, atomically."""
+    path = Path(run_folder) / FINISHED_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _run_folder(args: TrainingArguments) -> Path:
+    """Where the Trainer saves its checkpoints (``output_dir``; transformers fills in a default when it is not given)."""
+    if args.output_dir is None:
+        raise ValueError("HeadwatchCallback follows the Trainer's checkpoints: give TrainingArguments an output_dir")
+    return Path(args.output_dir)
+
+
+class HeadwatchCallback(TrainerCallback):
+    """Add each checkpoint a ``transformers.Trainer`` saves to a headwatch store while it trains.
+
+    Args:
+        store: the store to create or grow (``headwatch serve STORE`` shows it while it grows).
+        lenses: lenses to compute besides the default ones (``("attention",)``; needs ``args=("--eval-text",
+            FILE)`` for a model not trained by ``headwatch train``).
+        args: further ``python -m precompute`` options.
+    """
+
+    def __init__(self, store: str | Path, *, lenses: Sequence[str] = (), args: Sequence[str] = ()):
+        self.store, self.lenses, self.args = Path(store), tuple(lenses), tuple(args)
+        self.follower: Follower | None = None
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or self.follower is not None:
+            return
+        folder = _run_folder(args)
+        (folder / FINISHED_FILE).unlink(missing_ok=True)  # a resumed run trains again
+        self.follower = Follower(folder, self.store, lenses=self.lenses, args=self.args)
+        self.follower.start()
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.follower is not None:
+            self.follower.check()
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.follower is None:
+            return
+        write_finished(_run_folder(args), {"global_step": state.global_step, "max_steps": state.max_steps})
+        self.follower.check()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the follower to add the last checkpoints and stop (training itself never waits); its exit
+        status, None when it still runs after ``timeout`` seconds or was never started."""
+        return self.follower.wait(timeout) if self.follower is not None else None
