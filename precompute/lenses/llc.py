@@ -50,6 +50,7 @@ from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from precompute.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
+from precompute.lenses.llc_sampler import Traces
 from precompute.registry import LLC_LENS, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
@@ -221,6 +222,24 @@ def estimate_llc(
     if not np.all(np.isfinite(per_chain)):
         raise CheckpointError("the LLC estimate is not finite; lower --llc-lr or raise --llc-localization")
     return Estimate(float(per_chain.mean()), float(per_chain.std()), init_loss, per_chain, trace, devinterp_llc)
+
+
+def estimates_from_traces(traces: Traces, sampler: SamplerSettings) -> list[tuple[int, int, Estimate]]:
+    """The (layer, head, estimate) of every estimate in the batched sampler's ``traces`` (the whole
+    model's with layer = head = -1), by the estimator of `estimate_llc`: per chain
+    ``n_beta (mean over the steps after burn-in - init_loss)``, their mean and population std."""
+    by_target: dict[tuple[int, int], list[int]] = {}
+    for i, lane in enumerate(traces.lanes):
+        by_target.setdefault((lane.layer, lane.head), []).append(i)
+    out = []
+    for (layer, head), rows in by_target.items():
+        rows = sorted(rows, key=lambda i: traces.lanes[i].chain)
+        trace = traces.trace[rows]  # (chains, burnin + draws)
+        per_chain = sampler.n_beta * (trace[:, sampler.burnin :].mean(axis=1) - traces.init_loss)
+        every_step = sampler.n_beta * (trace.mean() - traces.init_loss)
+        est = Estimate(float(per_chain.mean()), float(per_chain.std()), traces.init_loss, per_chain, trace, every_step)
+        out.append((layer, head, est))
+    return out
 
 
 def checkpoint_llc(
