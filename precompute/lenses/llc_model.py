@@ -25,7 +25,8 @@ once, and nothing below the layer changes (`Frozen.inputs`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -196,53 +197,75 @@ def token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return -logp.gather(-1, ids[..., 1:, None])[..., 0]
 
 
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The MLP activation ``name`` (a transformers ``ACT2FN`` key); GPT-2's ``gelu_new`` (the tanh
+    approximation, written out as six element-wise operations) as torch's fused ``gelu(approximate="tanh")``,
+    the same formula in one kernel forward and one backward."""
+    from transformers.activations import ACT2FN
+
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return functools.partial(F.gelu, approximate="tanh")
+    if name == "gelu":
+        return F.gelu
+    return ACT2FN[name]
+
+
+def check_config(cfg: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint config (``config.json``'s dict) this forward pass does not implement.
+
+    Raises:
+        UnknownArchitectureError: another family, dropout (devinterp samples in train mode, where it
+            applies), or an option of GPT-2 or GPT-NeoX not written here.
+    """
+    family = cfg.get("model_type")
+    if family not in DROPOUTS:
+        raise UnknownArchitectureError(f"the batched refined-LLC sampler has no forward pass for model_type {family!r}")
+    dropout = {n: cfg.get(n) for n in DROPOUTS[family] if cfg.get(n)}
+    if dropout:
+        raise UnknownArchitectureError(
+            "the batched refined-LLC sampler has no dropout, and devinterp samples in train mode: "
+            f"{', '.join(f'{k} {v}' for k, v in dropout.items())}"
+        )
+    if family == "gpt2" and (cfg.get("scale_attn_by_inverse_layer_idx") or not cfg.get("scale_attn_weights", True) or cfg.get("add_cross_attention")):
+        raise UnknownArchitectureError(
+            "the batched refined-LLC sampler implements GPT-2 with scale_attn_weights and without "
+            "scale_attn_by_inverse_layer_idx or cross-attention; this checkpoint differs"
+        )
+    if family == "gpt_neox" and not cfg.get("attention_bias", True):
+        raise UnknownArchitectureError("the batched refined-LLC sampler implements GPT-NeoX with attention biases")
+
+
 def architecture(model: Any) -> Architecture:
     """The `Architecture` of a transformers GPT-2 or GPT-NeoX causal LM.
 
     Raises:
-        UnknownArchitectureError: another family, or a GPT-2 option this forward pass does not implement.
+        UnknownArchitectureError: what `check_config` refuses.
     """
-    from transformers.activations import ACT2FN
-
     cfg = model.config
-    family = getattr(cfg, "model_type", None)
-    dropout = {n: getattr(cfg, n, 0.0) for n in DROPOUTS.get(family, ())}
-    if any(v for v in dropout.values()):
-        raise UnknownArchitectureError(
-            f"the batched refined-LLC sampler has no dropout, and devinterp samples in train mode: "
-            f"{', '.join(f'{k} {v}' for k, v in dropout.items() if v)}"
-        )
+    check_config(cfg.to_dict())
+    family = cfg.model_type
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     if family == "gpt2":
-        if cfg.scale_attn_by_inverse_layer_idx or not cfg.scale_attn_weights or getattr(cfg, "add_cross_attention", False):
-            raise UnknownArchitectureError(
-                "the batched refined-LLC sampler implements GPT-2 with scale_attn_weights and without "
-                "scale_attn_by_inverse_layer_idx or cross-attention; this checkpoint differs"
-            )
         d = cfg.n_embd
         return Architecture(
-            "gpt2", cfg.n_layer, cfg.n_head, d, d // cfg.n_head, cfg.layer_norm_epsilon, ACT2FN[cfg.activation_function], False, None, tied
+            "gpt2", cfg.n_layer, cfg.n_head, d, d // cfg.n_head, cfg.layer_norm_epsilon, activation(cfg.activation_function), False, None, tied
         )
-    if family == "gpt_neox":
-        if not getattr(cfg, "attention_bias", True):
-            raise UnknownArchitectureError("the batched refined-LLC sampler implements GPT-NeoX with attention biases")
-        d, T = cfg.hidden_size, cfg.max_position_embeddings
-        positions = torch.arange(T, device=model.device)[None]
-        with torch.no_grad():
-            cos, sin = model.gpt_neox.rotary_emb(torch.zeros(1, device=model.device), positions)  # (1, T, rotary_dims)
-        return Architecture(
-            "gpt_neox",
-            cfg.num_hidden_layers,
-            cfg.num_attention_heads,
-            d,
-            d // cfg.num_attention_heads,
-            cfg.layer_norm_eps,
-            ACT2FN[cfg.hidden_act],
-            bool(cfg.use_parallel_residual),
-            (cos[0].float(), sin[0].float()),
-            tied,
-        )
-    raise UnknownArchitectureError(f"the batched refined-LLC sampler has no forward pass for model_type {family!r}")
+    d, T = cfg.hidden_size, cfg.max_position_embeddings
+    positions = torch.arange(T, device=model.device)[None]
+    with torch.no_grad():
+        cos, sin = model.gpt_neox.rotary_emb(torch.zeros(1, device=model.device), positions)  # (1, T, rotary_dims)
+    return Architecture(
+        "gpt_neox",
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        d,
+        d // cfg.num_attention_heads,
+        cfg.layer_norm_eps,
+        activation(cfg.hidden_act),
+        bool(cfg.use_parallel_residual),
+        (cos[0].float(), sin[0].float()),
+        tied,
+    )
 
 
 def parameters(model: torch.nn.Module) -> Params:
