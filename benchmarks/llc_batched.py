@@ -98,7 +98,7 @@ def worker(args: argparse.Namespace) -> int:
     rows = []
     if args.worker == "devinterp":
         with tempfile.TemporaryDirectory(prefix="llc-batched-") as scratch:
-            targets = [(LLC_MODEL, LLC_MODEL)] + [(l, h) for l in range(store.n_layers) for h in range(store.n_heads)]
+            targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, h) for layer in range(store.n_layers) for h in range(store.n_heads)]
             for layer, head in targets:
                 masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
                 rows.append((layer, head, estimate_llc(model, tokens, masks, sampler, scratch=Path(scratch), device=args.device)))
@@ -149,8 +149,11 @@ def run_paths(args: argparse.Namespace) -> None:
                 for r in got:
                     writer.writerow({"step": step, "path": path, "seed": seed, **r})
                 fh.flush()
-                print(f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, "
-                      f"{time.monotonic() - started:.0f} s wall", flush=True)
+                print(
+                    f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, "
+                    f"{time.monotonic() - started:.0f} s wall",
+                    flush=True,
+                )
 
 
 def read_rows(out: Path) -> list[dict[str, str]]:
@@ -178,7 +181,10 @@ def summarize(out: Path) -> int:
         ref = by.get((step, "devinterp", s0))
         if ref is None:
             continue
-        for label, other in (("batched / devinterp", by.get((step, "batched", s0))), ("devinterp seed+1 / devinterp", by.get((step, "devinterp", s1)))):
+        for label, other in (
+            ("batched / devinterp", by.get((step, "batched", s0))),
+            ("devinterp seed+1 / devinterp", by.get((step, "devinterp", s1))),
+        ):
             if other is None:
                 continue
             heads = sorted(k for k in ref if k[0] >= 0)
@@ -209,23 +215,32 @@ def shape_160m(args: argparse.Namespace) -> int:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     from precompute.lenses.llc import estimate_llc, head_masks
-    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
     from precompute.lenses.llc_model import architecture, parameters
+    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
     from precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     sampler = SamplerSettings(chains=args.chains, burnin=args.burnin, draws=args.draws, sequences=8, batch_size=1)
     config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
-        vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-        max_position_embeddings=2048, rotary_pct=0.25,
+        vocab_size=50304,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=2048,
+        rotary_pct=0.25,
     )
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(config).to(args.device).eval()
     ids = np.random.default_rng(0).integers(0, 50304, size=(8, args.length))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; sampler {sampler.as_meta()}, T {args.length}", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
+        f"sampler {sampler.as_meta()}, T {args.length}",
+        flush=True,
+    )
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     times: dict[tuple[str, str], float] = {}
-    which = [("first-layer head", 0), ("last-layer head", 11), ("whole model", -1)]
+    which = [("first-layer head", 0), ("last-layer head", 11)] + ([] if args.no_whole_model else [("whole model", -1)])
     with tempfile.TemporaryDirectory(prefix="llc-160m-") as scratch:
         for name, layer in which:
             masks = None if layer < 0 else head_masks(model, layer, 0)
@@ -234,7 +249,10 @@ def shape_160m(args: argparse.Namespace) -> int:
             est = estimate_llc(model, ids, masks, sampler, scratch=Path(scratch), device=args.device)
             sync()
             times[("devinterp", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
-            print(f"devinterp {name}: {times[('devinterp', name)]:.1f} s, llc {est.llc:.4g}, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+            print(
+                f"devinterp {name}: {times[('devinterp', name)]:.1f} s, llc {est.llc:.4g}, peak RSS {peak_rss_mb():.0f} MB",
+                flush=True,
+            )
     arch, params = architecture(model), {k: v.to(args.device) for k, v in parameters(model).items()}
     tokens = torch.as_tensor(ids, device=args.device)
     sync()
@@ -248,20 +266,24 @@ def shape_160m(args: argparse.Namespace) -> int:
         sync()
         c0, t0 = time.process_time(), time.perf_counter()
         if layer < 0:
-            _, trace = sample_whole_model(arch, params, tokens, sampler, noise=noise)
+            sample_whole_model(arch, params, tokens, sampler, noise=noise)
         else:
-            _, trace = sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, heads=[0], noise=noise)
+            sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, heads=[0], noise=noise)
         sync()
         times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
         print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
     unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
-    print(f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |")
+    print(
+        f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
     implied = {}
     for path in ("devinterp", "batched"):
-        f, l, w = (times[(path, n)] for n, _ in which)
-        implied[path] = 144 * (f + l) / 2 + w + (shared if path == "batched" else 0.0)
-        print(f"| {path} | {f:.1f} | {l:.1f} | {w:.1f} | {implied[path]:.0f} |")
+        first, last = times[(path, "first-layer head")], times[(path, "last-layer head")]
+        w = times.get((path, "whole model"))
+        implied[path] = 144 * (first + last) / 2 + (w or 0.0) + (shared if path == "batched" else 0.0)
+        whole = "not timed" if w is None else f"{w:.1f}"
+        print(f"| {path} | {first:.1f} | {last:.1f} | {whole} | {implied[path]:.0f}{'' if w else ' (heads only)'} |")
     print(f"\nimplied checkpoint: {implied['devinterp'] / implied['batched']:.2f}x fewer with the batched sampler")
     return 0
 
@@ -282,6 +304,7 @@ def main() -> int:
     p.add_argument("--burnin", type=int, default=48)
     p.add_argument("--draws", type=int, default=96)
     p.add_argument("--length", type=int, default=256, help="tokens per sequence of --shape")
+    p.add_argument("--no-whole-model", action="store_true", help="--shape: time the two heads only")
     args = p.parse_args()
     if args.worker:
         return worker(args)

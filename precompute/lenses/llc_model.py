@@ -156,7 +156,9 @@ class Architecture:
     def ln_mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._ln(params, self.prefix(layer) + ("ln_2" if self.family == "gpt2" else "post_attention_layernorm"), x)
 
-    def finish_layer(self, params: Params, layer: int, x: torch.Tensor, attn: torch.Tensor, mlp_of_x: torch.Tensor | None = None) -> torch.Tensor:
+    def finish_layer(
+        self, params: Params, layer: int, x: torch.Tensor, attn: torch.Tensor, mlp_of_x: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The layer's output from its input ``x`` and its attention output ``attn`` (``mlp_of_x``: the
         parallel residual's ``mlp(ln2 x)`` when already computed)."""
         if self.parallel_residual:
@@ -182,8 +184,8 @@ class Architecture:
 
     def loss_from(self, params: Params, layer: int, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats/token) from ``x``, the input of ``layer`` (n_layers: the last output)."""
-        for l in range(layer, self.n_layers):
-            x = self.layer(params, l, x)
+        for above in range(layer, self.n_layers):
+            x = self.layer(params, above, x)
         return token_loss(self.logits(params, x), ids).mean()
 
     def loss(self, params: Params, ids: torch.Tensor) -> torch.Tensor:
@@ -226,7 +228,9 @@ def check_config(cfg: Mapping[str, Any]) -> None:
             "the batched refined-LLC sampler has no dropout, and devinterp samples in train mode: "
             f"{', '.join(f'{k} {v}' for k, v in dropout.items())}"
         )
-    if family == "gpt2" and (cfg.get("scale_attn_by_inverse_layer_idx") or not cfg.get("scale_attn_weights", True) or cfg.get("add_cross_attention")):
+    if family == "gpt2" and (
+        cfg.get("scale_attn_by_inverse_layer_idx") or not cfg.get("scale_attn_weights", True) or cfg.get("add_cross_attention")
+    ):
         raise UnknownArchitectureError(
             "the batched refined-LLC sampler implements GPT-2 with scale_attn_weights and without "
             "scale_attn_by_inverse_layer_idx or cross-attention; this checkpoint differs"
@@ -248,7 +252,16 @@ def architecture(model: Any) -> Architecture:
     if family == "gpt2":
         d = cfg.n_embd
         return Architecture(
-            "gpt2", cfg.n_layer, cfg.n_head, d, d // cfg.n_head, cfg.layer_norm_epsilon, activation(cfg.activation_function), False, None, tied
+            "gpt2",
+            cfg.n_layer,
+            cfg.n_head,
+            d,
+            d // cfg.n_head,
+            cfg.layer_norm_epsilon,
+            activation(cfg.activation_function),
+            False,
+            None,
+            tied,
         )
     d, T = cfg.hidden_size, cfg.max_position_embeddings
     positions = torch.arange(T, device=model.device)[None]

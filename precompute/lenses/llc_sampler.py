@@ -46,6 +46,9 @@ WHOLE_MODEL = -1
 # Lanes of one vmap call are bounded by the logits they hold: lanes x batch x T x vocab floats at most this
 # many (4 bytes each: 256 MiB per logits tensor; the step holds a few such tensors).
 MAX_LANE_LOGITS = 1 << 26
+# ... and, for the whole model, by the weights they copy: lanes x parameters at most this many (a lane holds
+# its weights, w*, their gradient and its noise: four copies, 4 GiB at this bound).
+MAX_LANE_PARAMETERS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,9 @@ def sample_layer_heads(
     batches = batch_order(len(ids), sampler)
     weights = arch.attention_weights(params, layer)
 
-    def lane_loss(w: Params, others: torch.Tensor, x: torch.Tensor, ln_x: torch.Tensor, mlp: torch.Tensor | None, ids_b: torch.Tensor) -> torch.Tensor:
+    def lane_loss(
+        w: Params, others: torch.Tensor, x: torch.Tensor, ln_x: torch.Tensor, mlp: torch.Tensor | None, ids_b: torch.Tensor
+    ) -> torch.Tensor:
         o = arch.heads_output(ln_x, w)  # (B, T, d_head)
         attn = others + arch.project(o, w)  # (B, T, d_model)
         x = arch.finish_layer(params, layer, x, attn, mlp)
@@ -253,7 +258,9 @@ def sample_whole_model(
     batches = batch_order(len(ids), sampler)
     vocab = arch.logits(params, arch.embed(params, ids[:1, :1])).shape[-1]
     traces = []
-    for group in _groups(lanes, _lanes_per_group(vocab, ids.shape[1], sampler, max_lane_logits)):
+    n_params = sum(v.numel() for v in params.values())
+    per_group = min(_lanes_per_group(vocab, ids.shape[1], sampler, max_lane_logits), max(1, MAX_LANE_PARAMETERS // n_params))
+    for group in _groups(lanes, per_group):
         theta0 = {k: v[None].expand(len(group), *v.shape).clone() for k, v in params.items()}
         traces.append(_sgld(arch.loss, theta0, group, lambda idx: (ids[idx.to(ids.device)],), (None,), batches, sampler, noise))
     return lanes, np.concatenate(traces)
@@ -298,7 +305,9 @@ def checkpoint_traces(
     lanes: list[Lane] = []
     traces = []
     for layer in range(arch.n_layers) if layers is None else layers:
-        got, trace = sample_layer_heads(arch, params, frozen[layer], layer, ids, sampler, noise=noise, max_lane_logits=max_lane_logits)
+        got, trace = sample_layer_heads(
+            arch, params, frozen[layer], layer, ids, sampler, noise=noise, max_lane_logits=max_lane_logits
+        )
         lanes += got
         traces.append(trace)
         if on_layer is not None:

@@ -35,7 +35,7 @@ from precompute.lenses.llc_sampler import (
     checkpoint_traces,
 )
 from precompute.settings import SamplerSettings
-from tests.integration.test_llc import HEADS, HIDDEN, LAYERS, T, VOCAB, data, trained  # noqa: F401  # fixtures
+from tests.integration.test_llc import HEADS, HIDDEN, LAYERS, VOCAB, T, data, trained  # noqa: F401  # fixtures
 
 SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, draws=6, burnin=2, batch_size=2, sequences=8)
 
@@ -45,7 +45,15 @@ def tiny_gpt2() -> torch.nn.Module:
 
     torch.manual_seed(1)
     config = GPT2Config(  # no dropout: devinterp samples in train mode (see test_dropout_is_refused)
-        vocab_size=VOCAB, n_positions=T, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=2 * HIDDEN, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+        vocab_size=VOCAB,
+        n_positions=T,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_inner=2 * HIDDEN,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     return GPT2LMHeadModel(config).eval()
 
@@ -96,7 +104,15 @@ def test_pure_forward_is_the_models_own_loss_and_a_head_is_devinterps_mask(famil
         assert set(masks) == set(names)
         expected = sorted((n, int(i)) for n in names for i in labelled[n][masks[n]].tolist())  # type: ignore[index]  # head masks are tensors
         # which tensor each layout key reads: Q, K, V weights and biases, output columns
-        source = {"W_q": names[0], "W_k": names[0], "W_v": names[0], "b_q": names[1], "b_k": names[1], "b_v": names[1], "W_o": names[2]}
+        source = {
+            "W_q": names[0],
+            "W_k": names[0],
+            "W_v": names[0],
+            "b_q": names[1],
+            "b_k": names[1],
+            "b_v": names[1],
+            "W_o": names[2],
+        }
         found = sorted((source[k], int(i)) for k in HEAD_KEYS for i in got[k].flatten().tolist())
         assert found == expected
 
@@ -138,7 +154,12 @@ def test_the_batches_are_devinterps_order() -> None:
     s = SamplerSettings(sequences=8, batch_size=2, seed=3)
     # devinterp: DataLoader(dataset, batch_size, shuffle=True, generator seeded init_seed, drop_last=True), cycled
     g = torch.Generator().manual_seed(3)
-    ref = [b["input_ids"][:, 0].tolist() for b in DataLoader([{"input_ids": torch.tensor([i])} for i in range(8)], batch_size=2, shuffle=True, generator=g, drop_last=True)]
+    ref = [
+        b["input_ids"][:, 0].tolist()
+        for b in DataLoader(
+            [{"input_ids": torch.tensor([i])} for i in range(8)], batch_size=2, shuffle=True, generator=g, drop_last=True
+        )
+    ]
     assert [b.tolist() for b in batch_order(8, s)] == ref
     assert sorted(i for b in ref for i in b) == list(range(8))
 
@@ -147,7 +168,9 @@ def test_same_distribution_as_devinterp_on_the_tiny_model(trained, data, tmp_pat
     """Under its own noise, against devinterp's under the same settings: per head, the chains' means agree
     within their spread (16 chains each, the difference of means within 4 standard errors)."""
     s = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=16, draws=16, burnin=8, batch_size=2, sequences=8)
-    ours = {(r[0], r[1]): r[2] for r in estimates_from_traces(checkpoint_traces(trained, data, s, layers=[1], whole_model=False), s)}
+    ours = {
+        (r[0], r[1]): r[2] for r in estimates_from_traces(checkpoint_traces(trained, data, s, layers=[1], whole_model=False), s)
+    }
     for head in (0, 3):
         ref = estimate_llc(trained, data, head_masks(trained, 1, head), s, scratch=tmp_path)
         mine = ours[(1, head)]
