@@ -6,15 +6,16 @@ and of the whole model, each in its own process (so its CPU-seconds and peak mem
 
 - ``devinterp`` seed s: today's path (`precompute.lenses.llc.estimate_llc`, one devinterp ``llc`` per
   head, samples in a scratch zarr folder), with the store's seed;
-- ``devinterp`` seed s + 1: an independent devinterp run (other noise, other batch order), the yardstick
-  for how far two runs of the same estimator fall from each other;
+- ``devinterp`` seed s + 1000: an independent devinterp run (other noise, other batch order; devinterp's
+  chain c uses seed + c, so seeds s and s + 1 would share three of four chains' noise), the yardstick for
+  how far two runs of the same estimator fall from each other;
 - ``batched`` seed s: the batched sampler (`precompute.lenses.llc_sampler`), every head of a layer and
   every chain in one computation.
 
 Every estimate is appended to ``--out`` (CSV; a rerun skips (step, path, seed) already there). The summary
 (``--summary``, also printed at the end) gives per checkpoint: Spearman's rank correlation of the heads'
 estimates, batched vs devinterp and devinterp vs devinterp; the median of their ratio, its 10th and 90th
-percentiles; the whole-model estimates; and each path's CPU-seconds and peak resident memory per checkpoint
+percentiles and the standard deviation of its logarithm (the spread); the whole-model estimates; and each path's CPU-seconds and peak resident memory per checkpoint
 and their ratio. Run it at one thread, niced, on a shared machine:
 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_batched --store data/induction-d128 \\
@@ -42,7 +43,10 @@ from pathlib import Path
 import numpy as np
 
 FIELDS = ("step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb")
-PATHS = (("devinterp", 0), ("devinterp", 1), ("batched", 0))
+# (path, seed offset): the second devinterp run's seed is far from the first's, since devinterp's chain c uses
+# seed + c: seeds 0 and 1 would share three of their four chains' noise.
+INDEPENDENT = 1000
+PATHS = (("devinterp", 0), ("devinterp", INDEPENDENT), ("batched", 0))
 
 
 def sampler_tokens(store: Path, source: Path, sampler) -> np.ndarray:  # type: ignore[no-untyped-def]  # SamplerSettings, imported late
@@ -133,8 +137,9 @@ def run_paths(args: argparse.Namespace) -> None:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         if new_file:
             writer.writeheader()
+        paths = PATHS if args.paths is None else [(p.split(":")[0], int(p.split(":")[1])) for p in args.paths.split(",")]
         for step in args.steps.split(","):
-            for path, offset in PATHS:
+            for path, offset in paths:
                 seed = args.seed + offset
                 if (step, path, str(seed)) in done:
                     continue
@@ -174,16 +179,16 @@ def summarize(out: Path) -> int:
     steps = sorted({r["step"] for r in rows}, key=int)
     seeds = sorted({int(r["seed"]) for r in rows})
     s0 = str(seeds[0])
-    s1 = str(seeds[0] + 1)
-    print("| step | pair | Spearman (heads) | median ratio | ratio p10 .. p90 | whole model (first / second) |")
-    print("| ---: | --- | ---: | ---: | --- | --- |")
+    s1 = str(seeds[0] + INDEPENDENT)
+    print("| step | pair | Spearman (heads) | median ratio | ratio p10 .. p90 | sd of log ratio | whole model (first / second) |")
+    print("| ---: | --- | ---: | ---: | --- | ---: | --- |")
     for step in steps:
         ref = by.get((step, "devinterp", s0))
         if ref is None:
             continue
         for label, other in (
             ("batched / devinterp", by.get((step, "batched", s0))),
-            ("devinterp seed+1 / devinterp", by.get((step, "devinterp", s1))),
+            ("devinterp other seed / devinterp", by.get((step, "devinterp", s1))),
         ):
             if other is None:
                 continue
@@ -195,7 +200,7 @@ def summarize(out: Path) -> int:
             whole = f"{float(other[(-1, -1)]['llc']):.3f} / {float(ref[(-1, -1)]['llc']):.3f}"
             print(
                 f"| {step} | {label} | {rho:.3f} | {np.median(ratio):.3f} | {np.percentile(ratio, 10):.3f} .. "
-                f"{np.percentile(ratio, 90):.3f} | {whole} |"
+                f"{np.percentile(ratio, 90):.3f} | {np.log(ratio).std(ddof=1):.3f} | {whole} |"
             )
     print("\n| step | path | seed | CPU s per checkpoint | peak RSS (MB) |\n| ---: | --- | ---: | ---: | ---: |")
     cost: dict[tuple[str, str], list[float]] = {}
@@ -297,6 +302,7 @@ def main() -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", type=Path, default=Path("docs/data/llc-batched-induction-d128.csv"))
     p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
+    p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
     p.add_argument("--worker", choices=("devinterp", "batched"), help=argparse.SUPPRESS)
     p.add_argument("--step", help=argparse.SUPPRESS)
     p.add_argument("--shape", choices=("pythia-160m",), help="time a model of this shape instead")
