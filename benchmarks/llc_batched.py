@@ -15,8 +15,8 @@ and of the whole model, each in its own process (so its CPU-seconds and peak mem
 Every estimate is appended to ``--out`` (CSV; a rerun skips (step, path, seed) already there). The summary
 (``--summary``, also printed at the end) gives per checkpoint: Spearman's rank correlation of the heads'
 estimates, batched vs devinterp and devinterp vs devinterp; the median of their ratio, its 10th and 90th
-percentiles and the standard deviation of its logarithm (the spread); the whole-model estimates; and each path's CPU-seconds and peak resident memory per checkpoint
-and their ratio. Run it at one thread, niced, on a shared machine:
+percentiles and the standard deviation of its logarithm (the spread); the whole-model estimates; and each
+path's CPU-seconds and peak resident memory per checkpoint and their ratio. Run it at one thread, niced, on a shared machine:
 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_batched --store data/induction-d128 \\
         --source runs/ih-d128-s1234 --steps 800,1400,2500 --out docs/data/llc-batched-induction-d128.csv
@@ -39,8 +39,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from precompute.settings import SamplerSettings
 
 FIELDS = ("step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb")
 # (path, seed offset): the second devinterp run's seed is far from the first's, since devinterp's chain c uses
@@ -49,7 +53,7 @@ INDEPENDENT = 1000
 PATHS = (("devinterp", 0), ("devinterp", INDEPENDENT), ("batched", 0))
 
 
-def sampler_tokens(store: Path, source: Path, sampler) -> np.ndarray:  # type: ignore[no-untyped-def]  # SamplerSettings, imported late
+def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
     """The store's sampler sequences, rebuilt as the stage built them and checked against meta.json (the
     run's ``run.json``, or the store's own ``training`` record when the run folder has none yet)."""
     from analysis.store import open_store

@@ -30,6 +30,7 @@ generator seeded ``seed + chain``); `NoiseSource` lets the tests replay that str
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,11 +134,14 @@ def frozen_layers(arch: Architecture, params: Params, ids: torch.Tensor) -> tupl
 def batch_order(sequences: int, sampler: SamplerSettings) -> list[torch.Tensor]:
     """The sequence indices of each batch of one pass, in devinterp's order (its ``DataLoader``, seeded
     with ``sampler.seed``); the sampler replays this pass."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, TensorDataset
 
     g = torch.Generator().manual_seed(sampler.seed)
-    loader = DataLoader(range(sequences), batch_size=sampler.batch_size, shuffle=True, generator=g, drop_last=True)
-    return [torch.as_tensor(b, dtype=torch.int64) for b in loader]
+    # the DataLoader itself, not its sampler alone: its iterator draws a base seed from g before the permutation
+    loader = DataLoader(
+        TensorDataset(torch.arange(sequences)), batch_size=sampler.batch_size, shuffle=True, generator=g, drop_last=True
+    )
+    return [b[0].to(torch.int64) for b in loader]
 
 
 @dataclass(frozen=True)
@@ -298,7 +302,8 @@ def checkpoint_traces(
     arch = architecture(model)
     params = {k: v.to(device) for k, v in parameters(model).items()}
     if arch.rotary is not None:
-        arch = Architecture(**{**arch.__dict__, "rotary": tuple(t.to(device) for t in arch.rotary)})  # type: ignore[arg-type]  # rotary is a pair
+        cos, sin = arch.rotary
+        arch = dataclasses.replace(arch, rotary=(cos.to(device), sin.to(device)))
     ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=device)
     noise = noise if noise is not None else LaneNoise(sampler.seed, device)
     frozen, init_loss = frozen_layers(arch, params, ids)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_pure_forward_is_the_models_own_loss_and_a_head_is_devinterps_mask(famil
         got = arch.head(labelled, layer, head)
         names = arch.head_parameter_names(layer)
         assert set(masks) == set(names)
-        expected = sorted((n, int(i)) for n in names for i in labelled[n][masks[n]].tolist())  # type: ignore[index]  # head masks are tensors
+        expected = sorted((n, int(i)) for n in names for i in labelled[n][masks[n]].tolist())
         # which tensor each layout key reads: Q, K, V weights and biases, output columns
         source = {
             "W_q": names[0],
@@ -149,17 +150,17 @@ def test_own_noise_reproduces_from_the_seed_whatever_shares_the_computation(trai
 
 
 def test_the_batches_are_devinterps_order() -> None:
+    from datasets import Dataset
     from torch.utils.data import DataLoader
+    from torch.utils.data import Dataset as TorchDataset
 
     s = SamplerSettings(sequences=8, batch_size=2, seed=3)
-    # devinterp: DataLoader(dataset, batch_size, shuffle=True, generator seeded init_seed, drop_last=True), cycled
+    # devinterp: DataLoader(dataset, batch_size, shuffle=True, generator seeded init_seed, drop_last=True), cycled,
+    # over the Hugging Face dataset estimate_llc gives it (devinterp casts it to a torch Dataset as here)
+    ids = Dataset.from_dict({"input_ids": np.arange(8)[:, None]}).with_format("torch")
     g = torch.Generator().manual_seed(3)
-    ref = [
-        b["input_ids"][:, 0].tolist()
-        for b in DataLoader(
-            [{"input_ids": torch.tensor([i])} for i in range(8)], batch_size=2, shuffle=True, generator=g, drop_last=True
-        )
-    ]
+    loader = DataLoader(cast(TorchDataset, ids), batch_size=2, shuffle=True, generator=g, drop_last=True)
+    ref = [b["input_ids"][:, 0].tolist() for b in loader]
     assert [b.tolist() for b in batch_order(8, s)] == ref
     assert sorted(i for b in ref for i in b) == list(range(8))
 
