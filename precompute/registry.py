@@ -269,6 +269,12 @@ class SamplerSettings:
         }
 
 
+# Who samples the refined LLC: the batched sampler (`precompute.lenses.llc_sampler`, every head of a layer
+# and its chains in one computation) or devinterp's ``llc``, one estimate at a time (the reference).
+LlcImplementation = Literal["batched", "devinterp"]
+LLC_IMPLEMENTATIONS: tuple[LlcImplementation, ...] = ("batched", "devinterp")
+
+
 @dataclass(frozen=True)
 class LlcOptions:
     """The refined-LLC lens's options (``--llc-*``).
@@ -277,20 +283,31 @@ class LlcOptions:
         steps: ``all`` or comma-separated steps to estimate (None: about 8, log-spaced,
             `precompute.lenses.llc.default_llc_steps`).
         sampler: devinterp's SGLD settings.
+        implementation: ``batched`` (default) or ``devinterp``: the same estimator and settings, sampled
+            together or one estimate at a time (meta.json ``llc.implementation``; a store keeps one).
     """
 
     steps: str | None = None
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    implementation: LlcImplementation = "batched"
+
+    def __post_init__(self) -> None:
+        if self.implementation not in LLC_IMPLEMENTATIONS:
+            raise ValueError(f"--llc-implementation {self.implementation!r}: expected one of {', '.join(LLC_IMPLEMENTATIONS)}")
 
 
 def llc_options(values: Mapping[str, Any]) -> LlcOptions:
     """`LlcOptions` from the ``--llc-*`` values by field (absent: the default).
 
     Raises:
-        ValueError: a sampler setting `SamplerSettings` refuses.
+        ValueError: a sampler setting `SamplerSettings` refuses, or an unknown implementation.
     """
     names = {f for f in SamplerSettings.__dataclass_fields__}
-    return LlcOptions(steps=values.get("steps"), sampler=SamplerSettings(**{k: v for k, v in values.items() if k in names}))
+    return LlcOptions(
+        steps=values.get("steps"),
+        sampler=SamplerSettings(**{k: v for k, v in values.items() if k in names}),
+        implementation=values.get("implementation") or "batched",
+    )
 
 
 @dataclass(frozen=True)
@@ -418,7 +435,8 @@ ATTENTION_LENS = Lens(
 LLC_LENS = Lens(
     name="llc",
     title="refined LLC",
-    summary="the refined local learning coefficient of every head and the whole model, with devinterp, at --llc-steps",
+    summary="the refined local learning coefficient of every head and the whole model (devinterp's SGLD estimator, "
+    "every head of a layer sampled together), at --llc-steps",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
     computation="precompute.lenses.llc:LlcComputation",
@@ -440,6 +458,14 @@ LLC_LENS = Lens(
         Option("--llc-batch-size", "batch_size", int, "B", "sequences per SGLD step", _SAMPLER.batch_size),
         Option("--llc-burnin", "burnin", int, "S", "burn-in steps per chain, left out of the estimate", _SAMPLER.burnin),
         Option("--llc-seed", "seed", int, "SEED", "sampler seed", _SAMPLER.seed),
+        Option(
+            "--llc-implementation",
+            "implementation",
+            str,
+            "{batched,devinterp}",
+            "who samples: every head of a layer and its chains together, or devinterp one estimate at a time",
+            "batched",
+        ),
         Option(
             "--llc-sequences",
             "sequences",

@@ -1,4 +1,4 @@
-"""The refined-LLC computation: devinterp's SGLD estimate of each head's local learning coefficient.
+"""The refined-LLC computation: the SGLD estimate of each head's local learning coefficient, devinterp's estimator.
 
 For a checkpoint w* and the per-token loss L_n on the sampler's sequences, devinterp estimates
 
@@ -19,8 +19,12 @@ order, so a number of draws that is a multiple of ``sequences / batch_size`` wei
 equally in both terms.
 
 `SamplerSettings` holds every setting; they are recorded in ``meta.json`` ``llc`` and must be the
-same for every checkpoint of a store (`precompute.run` refuses another set). devinterp's samples
-(per-token losses, a zarr folder per estimate) go to a scratch folder that is removed after each.
+same for every checkpoint of a store (`precompute.run` refuses another set). Two implementations sample
+it (``--llc-implementation``, meta.json ``llc.implementation``, one per store): ``batched``, the default
+(`precompute.lenses.llc_sampler`: every head of a layer and its chains in one computation, the layers
+below computed once, nothing written to disk; its answers against devinterp's in docs/precompute.md),
+and ``devinterp`` (`estimate_llc`, one ``llc`` call per estimate, the reference the tests compare with),
+whose samples (per-token losses, a zarr folder per estimate) go to a scratch folder removed after each.
 """
 
 from __future__ import annotations
@@ -50,12 +54,21 @@ from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from precompute.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
-from precompute.registry import LLC_LENS, LlcOptions, SamplerSettings
+from precompute.lenses.llc_model import check_config
+from precompute.lenses.llc_sampler import Traces, checkpoint_traces
+from precompute.registry import LLC_LENS, LlcImplementation, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
 
 # Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
 HEAD_MASK_FAMILIES = ("gpt_neox", "gpt2")
+
+# meta.json llc.noise: where each implementation's SGLD noise comes from (the estimates of one store share one).
+IMPLEMENTATION_NOISE = {
+    "batched": "per (layer, head, chain) a torch.Generator seeded by precompute.lenses.llc_sampler.lane_seed "
+    "(numpy SeedSequence([seed, layer + 1, head + 1, chain])), one standard normal per moved parameter per step",
+    "devinterp": "devinterp's: per chain the global generator seeded seed + chain",
+}
 
 # Checkpoints estimated when --llc-steps is not given: this many (fewer if the run has fewer), log-spaced in step.
 DEFAULT_LLC_CHECKPOINTS = 8
@@ -70,12 +83,14 @@ class LlcJob:
         sampler: the SGLD settings.
         scratch: where devinterp's samples are written (one folder per estimate, removed after it).
         device: ``cpu`` or ``cuda``.
+        implementation: ``batched`` (`precompute.lenses.llc_sampler`) or ``devinterp`` (`estimate_llc`).
     """
 
     tokens: np.ndarray
     sampler: SamplerSettings
     scratch: Path
     device: str = "cpu"
+    implementation: LlcImplementation = "batched"
 
     @property
     def tokens_sha256(self) -> str:
@@ -223,6 +238,24 @@ def estimate_llc(
     return Estimate(float(per_chain.mean()), float(per_chain.std()), init_loss, per_chain, trace, devinterp_llc)
 
 
+def estimates_from_traces(traces: Traces, sampler: SamplerSettings) -> list[tuple[int, int, Estimate]]:
+    """The (layer, head, estimate) of every estimate in the batched sampler's ``traces`` (the whole
+    model's with layer = head = -1), by the estimator of `estimate_llc`: per chain
+    ``n_beta (mean over the steps after burn-in - init_loss)``, their mean and population std."""
+    by_target: dict[tuple[int, int], list[int]] = {}
+    for i, lane in enumerate(traces.lanes):
+        by_target.setdefault((lane.layer, lane.head), []).append(i)
+    out = []
+    for (layer, head), rows in by_target.items():
+        rows = sorted(rows, key=lambda i: traces.lanes[i].chain)
+        trace = traces.trace[rows]  # (chains, burnin + draws)
+        per_chain = sampler.n_beta * (trace[:, sampler.burnin :].mean(axis=1) - traces.init_loss)
+        every_step = sampler.n_beta * (trace.mean() - traces.init_loss)
+        est = Estimate(float(per_chain.mean()), float(per_chain.std()), traces.init_loss, per_chain, trace, every_step)
+        out.append((layer, head, est))
+    return out
+
+
 def checkpoint_llc(
     folder: Path,
     step: int,
@@ -253,13 +286,24 @@ def checkpoint_llc(
     model = load_model(folder, device=job.device, attn_implementation="sdpa")
     rows: list[tuple[int, int, Estimate, int]] = []
     try:
-        targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
-        for layer, head in targets:
-            masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
-            est = estimate_llc(model, job.tokens, masks, job.sampler, scratch=job.scratch, device=job.device)
-            rows.append((layer, head, est, masked_parameters(model, masks)))
-            if on_estimate is not None:
-                on_estimate()
+        if job.implementation == "batched":
+
+            def done(count: int) -> None:
+                for _ in range(count if on_estimate is not None else 0):
+                    on_estimate()  # type: ignore[misc]  # not None here
+
+            traces = checkpoint_traces(model, job.tokens, job.sampler, device=job.device, on_layer=done)
+            for layer, head, est in estimates_from_traces(traces, job.sampler):
+                masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
+                rows.append((layer, head, est, masked_parameters(model, masks)))
+        else:
+            targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+            for layer, head in targets:
+                masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
+                est = estimate_llc(model, job.tokens, masks, job.sampler, scratch=job.scratch, device=job.device)
+                rows.append((layer, head, est, masked_parameters(model, masks)))
+                if on_estimate is not None:
+                    on_estimate()
     finally:
         del model
     return llc_rows(step, rows, burnin=job.sampler.burnin, batches=job.sampler.batches), time.monotonic() - started
@@ -369,11 +413,20 @@ class LlcComputation(BaseComputation):
         assert eval_set is not None, "the refined LLC needs the evaluation sequences"
         check_family(plan.model.config)
         self.options: LlcOptions = setup.options.lens_options_for(self.lens.name)
+        if self.options.implementation == "batched":
+            try:
+                check_config(plan.model.config)
+            except UnknownArchitectureError as exc:
+                raise UnknownArchitectureError(f"--lenses llc: {exc}; pass --llc-implementation devinterp") from None
         parse_llc_steps(self.options.steps, [r.step for r in plan.todo])
         sampler = self.options.sampler
         self.eval_set = eval_set
         self.job = LlcJob(
-            sampler_sequences(eval_set, sampler), sampler, setup.scratch / "llc-samples", device=lens_device(setup.options)
+            sampler_sequences(eval_set, sampler),
+            sampler,
+            setup.scratch / "llc-samples",
+            device=lens_device(setup.options),
+            implementation=self.options.implementation,
         )
 
     def record(self) -> dict[str, Any]:
@@ -394,8 +447,10 @@ class LlcComputation(BaseComputation):
             "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
             "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
             "the whole-model row moves every parameter",
-            "estimator": "n_beta * (mean over chain steps after burn-in of devinterp's loss_trace - init_loss), "
-            "mean and std over chains",
+            "estimator": "n_beta * (mean over chain steps after burn-in of the per-step SGLD loss (devinterp's loss_trace) "
+            "- init_loss), mean and std over chains",
+            "implementation": job.implementation,
+            "noise": IMPLEMENTATION_NOISE[job.implementation],
             "devinterp": devinterp_version(),
             "device": job.device,
             "seconds": {},
@@ -409,6 +464,9 @@ class LlcComputation(BaseComputation):
         was = dict(stored.llc.get("sampler") or {})
         now = job.sampler.as_meta()
         diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
+        was_impl = stored.llc.get("implementation", "devinterp")  # stores made before the batched sampler
+        if was_impl != job.implementation:
+            diffs.append(f"implementation {was_impl!r} (now {job.implementation!r}; pass --llc-implementation {was_impl})")
         was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
         if was_tokens != job.tokens_sha256:
             diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")

@@ -6,9 +6,9 @@ the estimate is finite and reproducible with the same seed, its initial loss is 
 recomputed from devinterp's samples, parameters the loss does not depend on (the embedding rows
 of tokens absent from the data) give 0 while an active head gives far more, and a head's mask
 moves exactly that head's Q, K, V rows and output columns (every other parameter bit-identical
-after sampling). Through the command line: the table and meta.json ``llc``, the default steps,
-a run killed between checkpoints resumes computing only the missing ones to the uninterrupted
-table, another sampler setting is refused, the scratch folder is removed.
+after sampling). Through the command line (the batched sampler, the default): the table and meta.json
+``llc``, the default steps, a run killed between checkpoints resumes computing only the missing ones to
+the uninterrupted table, another sampler setting or implementation is refused, the scratch folder is removed.
 """
 
 from __future__ import annotations
@@ -321,6 +321,7 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert meta.llc is not None
     assert meta.llc["sampler"] == SamplerSettings(chains=2, burnin=0, draws=2, sequences=4, batch_size=2).as_meta()
     assert meta.llc["steps"] == [0, 2, 16] and set(meta.llc["seconds"]) == {"0", "2", "16"}
+    assert meta.llc["implementation"] == "batched"  # the default sampler (tests/integration/test_llc_sampler.py)
     assert not any(p.name.startswith(".uninterrupted.") and p.is_dir() for p in tmp_path.iterdir())  # scratch removed
     store = open_store(reference)
     rllc, whole = store.dense(LLC, "llc"), store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)
@@ -363,6 +364,8 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert refused.returncode == 2
     assert "other settings" in refused.stderr and "lr 0.001 (now 0.002)" in refused.stderr
     assert pq.read_table(out / LLC.file).equals(table)
+    other = run_cli("--source", str(run), "--out", str(out), *LLC_CLI, "--llc-implementation", "devinterp", *chosen)
+    assert other.returncode == 2 and "implementation 'batched' (now 'devinterp'" in other.stderr  # one per store
     bad = run_cli("--source", str(run), "--out", str(out), *LLC_CLI, "--llc-steps", "3")
     assert bad.returncode == 2 and "--llc-steps '3'" in bad.stderr
     lost = run_cli("--source", str(run), "--out", str(out), "--llc-draws", "3")

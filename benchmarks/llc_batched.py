@@ -1,0 +1,329 @@
+"""The batched refined-LLC sampler against devinterp: equal answers, and the CPU-seconds each takes (issue 40).
+
+At each of ``--steps`` (checkpoints of a store's run, e.g. before, inside and after the induction
+head's emergence), under the store's own sampler settings and sequences, three estimates of every head
+and of the whole model, each in its own process (so its CPU-seconds and peak memory are its own):
+
+- ``devinterp`` seed s: today's path (`precompute.lenses.llc.estimate_llc`, one devinterp ``llc`` per
+  head, samples in a scratch zarr folder), with the store's seed;
+- ``devinterp`` seed s + 1000: an independent devinterp run (other noise, other batch order; devinterp's
+  chain c uses seed + c, so seeds s and s + 1 would share three of four chains' noise), the yardstick for
+  how far two runs of the same estimator fall from each other;
+- ``batched`` seed s: the batched sampler (`precompute.lenses.llc_sampler`), every head of a layer and
+  every chain in one computation.
+
+Every estimate is appended to ``--out`` (CSV; a rerun skips (step, path, seed) already there). The summary
+(``--summary``, also printed at the end) gives per checkpoint: Spearman's rank correlation of the heads'
+estimates, batched vs devinterp and devinterp vs devinterp; the median of their ratio, its 10th and 90th
+percentiles and the standard deviation of its logarithm (the spread); the whole-model estimates; and each
+path's CPU-seconds and peak resident memory per checkpoint and their ratio. Run it at one thread, niced, on a shared machine:
+
+    OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_batched --store data/induction-d128 \\
+        --source runs/ih-d128-s1234 --steps 800,1400,2500 --out docs/data/llc-batched-induction-d128.csv
+
+``--shape pythia-160m`` instead times one head of the first layer, one of the last and the whole model of a
+randomly initialised Pythia-160M-shaped GPT-NeoX on random ids (``--chains``/``--burnin``/``--draws``, both
+paths alike), and prints the implied seconds per checkpoint (144 heads at the mean of the two, plus the
+whole model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from precompute.settings import SamplerSettings
+
+FIELDS = ("step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb")
+# (path, seed offset): the second devinterp run's seed is far from the first's, since devinterp's chain c uses
+# seed + c: seeds 0 and 1 would share three of their four chains' noise.
+INDEPENDENT = 1000
+PATHS = (("devinterp", 0), ("devinterp", INDEPENDENT), ("batched", 0))
+
+
+def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
+    """The store's sampler sequences, rebuilt as the stage built them and checked against meta.json (the
+    run's ``run.json``, or the store's own ``training`` record when the run folder has none yet)."""
+    from analysis.store import open_store
+    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from precompute.lenses.llc import sampler_sequences
+
+    meta = open_store(store).meta
+    assert meta.llc is not None, f"{store} has no refined LLCs"
+    run_json = source / "run.json"
+    info = json.loads(run_json.read_text()) if run_json.exists() else json.loads((store / "meta.json").read_text())["training"]
+    data, name = held_out_bytes(info, source)
+    ev = meta.llc["evaluation"]
+    es = make_eval_set(
+        np.frombuffer(data, np.uint8).astype(np.int64),
+        n=ev["n_sequences"],
+        t=ev["seq_len"],
+        vocab_size=256,
+        text=name,
+        text_sha256="",
+        tokenizer="bytes",
+        seed=ev["seed"],
+    )
+    tokens = sampler_sequences(es, sampler)
+    assert sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) == ev["tokens_sha256"], "other sequences"
+    return tokens
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One path at one checkpoint: every head and the whole model; prints one JSON line per estimate."""
+    import torch
+
+    from analysis.store import open_store
+    from precompute.lenses.forward import load_model
+    from precompute.lenses.llc import LLC_MODEL, estimate_llc, estimates_from_traces, head_masks
+    from precompute.lenses.llc_sampler import checkpoint_traces
+    from precompute.settings import SamplerSettings
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    store = open_store(args.store)
+    meta = store.meta
+    assert meta.llc is not None
+    sampler = SamplerSettings(**{**meta.llc["sampler"], "seed": args.seed})
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]))
+    model = load_model(args.source / f"step{args.step}", device=args.device, attn_implementation="sdpa")
+    c0 = time.process_time()
+    rows = []
+    if args.worker == "devinterp":
+        with tempfile.TemporaryDirectory(prefix="llc-batched-") as scratch:
+            targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, h) for layer in range(store.n_layers) for h in range(store.n_heads)]
+            for layer, head in targets:
+                masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
+                rows.append((layer, head, estimate_llc(model, tokens, masks, sampler, scratch=Path(scratch), device=args.device)))
+    else:
+        rows = estimates_from_traces(checkpoint_traces(model, tokens, sampler, device=args.device), sampler)
+    cpu = time.process_time() - c0
+    for layer, head, est in rows:
+        print(
+            json.dumps(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "llc": est.llc,
+                    "llc_std": est.llc_std,
+                    "init_loss": est.init_loss,
+                    "per_chain": " ".join(f"{v:.6g}" for v in est.per_chain),
+                    "cpu_s": round(cpu, 2),
+                    "peak_rss_mb": round(peak_rss_mb(), 1),
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+def run_paths(args: argparse.Namespace) -> None:
+    """Every (step, path, seed) not yet in ``--out``, each in its own process."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = {(r["step"], r["path"], r["seed"]) for r in read_rows(args.out)}
+    new_file = not args.out.exists()
+    with args.out.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+        paths = PATHS if args.paths is None else [(p.split(":")[0], int(p.split(":")[1])) for p in args.paths.split(",")]
+        for step in args.steps.split(","):
+            for path, offset in paths:
+                seed = args.seed + offset
+                if (step, path, str(seed)) in done:
+                    continue
+                cmd = [sys.executable, "-m", "benchmarks.llc_batched", "--worker", path, "--seed", str(seed), "--step", step]
+                cmd += ["--store", str(args.store), "--source", str(args.source), "--device", args.device]
+                started = time.monotonic()
+                done_proc = subprocess.run(cmd, capture_output=True, text=True)
+                if done_proc.returncode:
+                    raise SystemExit(f"{' '.join(cmd)} failed:\n{done_proc.stderr[-3000:]}")
+                out = done_proc.stdout
+                got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+                for r in got:
+                    writer.writerow({"step": step, "path": path, "seed": seed, **r})
+                fh.flush()
+                print(
+                    f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, "
+                    f"{time.monotonic() - started:.0f} s wall",
+                    flush=True,
+                )
+
+
+def read_rows(out: Path) -> list[dict[str, str]]:
+    if not out.exists():
+        return []
+    with out.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def summarize(out: Path) -> int:
+    """Print the agreement and the cost per checkpoint from ``out``."""
+    from scipy.stats import spearmanr
+
+    rows = read_rows(out)
+    by: dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]] = {}
+    for r in rows:
+        by.setdefault((r["step"], r["path"], r["seed"]), {})[(int(r["layer"]), int(r["head"]))] = r
+    steps = sorted({r["step"] for r in rows}, key=int)
+    seeds = sorted({int(r["seed"]) for r in rows})
+    s0 = str(seeds[0])
+    s1 = str(seeds[0] + INDEPENDENT)
+    print("| step | pair | Spearman (heads) | median ratio | ratio p10 .. p90 | sd of log ratio | whole model (first / second) |")
+    print("| ---: | --- | ---: | ---: | --- | ---: | --- |")
+    for step in steps:
+        ref = by.get((step, "devinterp", s0))
+        if ref is None:
+            continue
+        for label, other in (
+            ("batched / devinterp", by.get((step, "batched", s0))),
+            ("devinterp other seed / devinterp", by.get((step, "devinterp", s1))),
+        ):
+            if other is None:
+                continue
+            heads = sorted(k for k in ref if k[0] >= 0)
+            a = np.array([float(other[k]["llc"]) for k in heads])
+            b = np.array([float(ref[k]["llc"]) for k in heads])
+            ratio = a / b
+            rho = spearmanr(a, b).statistic
+            whole = f"{float(other[(-1, -1)]['llc']):.3f} / {float(ref[(-1, -1)]['llc']):.3f}"
+            print(
+                f"| {step} | {label} | {rho:.3f} | {np.median(ratio):.3f} | {np.percentile(ratio, 10):.3f} .. "
+                f"{np.percentile(ratio, 90):.3f} | {np.log(ratio).std(ddof=1):.3f} | {whole} |"
+            )
+    print("\n| step | path | seed | CPU s per checkpoint | peak RSS (MB) |\n| ---: | --- | ---: | ---: | ---: |")
+    cost: dict[tuple[str, str], list[float]] = {}
+    for (step, path, seed), est in sorted(by.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
+        first = next(iter(est.values()))
+        cost.setdefault((path, seed), []).append(float(first["cpu_s"]))
+        print(f"| {step} | {path} | {seed} | {float(first['cpu_s']):.1f} | {float(first['peak_rss_mb']):.0f} |")
+    if ("devinterp", s0) in cost and ("batched", s0) in cost:
+        d, n = np.mean(cost[("devinterp", s0)]), np.mean(cost[("batched", s0)])
+        print(f"\nmean CPU s per checkpoint: devinterp {d:.1f}, batched {n:.1f}: {d / n:.1f}x fewer")
+    return 0
+
+
+def shape_160m(args: argparse.Namespace) -> int:
+    """Time both paths on a Pythia-160M-shaped model: a first-layer head, a last-layer head, the whole model."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from precompute.lenses.llc import estimate_llc, head_masks
+    from precompute.lenses.llc_model import architecture, parameters
+    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
+    from precompute.settings import SamplerSettings
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    sampler = SamplerSettings(chains=args.chains, burnin=args.burnin, draws=args.draws, sequences=8, batch_size=1)
+    config = GPTNeoXConfig(  # type: ignore[call-arg]  # rotary_pct: read by transformers 5 through **kwargs, not typed
+        vocab_size=50304,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=2048,
+        rotary_pct=0.25,
+    )
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(config).to(args.device).eval()
+    ids = np.random.default_rng(0).integers(0, 50304, size=(8, args.length))
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
+        f"sampler {sampler.as_meta()}, T {args.length}",
+        flush=True,
+    )
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    times: dict[tuple[str, str], float] = {}
+    which = [("first-layer head", 0), ("last-layer head", 11)] + ([] if args.no_whole_model else [("whole model", -1)])
+    with tempfile.TemporaryDirectory(prefix="llc-160m-") as scratch:
+        for name, layer in which:
+            masks = None if layer < 0 else head_masks(model, layer, 0)
+            sync()
+            c0, t0 = time.process_time(), time.perf_counter()
+            est = estimate_llc(model, ids, masks, sampler, scratch=Path(scratch), device=args.device)
+            sync()
+            times[("devinterp", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
+            print(
+                f"devinterp {name}: {times[('devinterp', name)]:.1f} s, llc {est.llc:.4g}, peak RSS {peak_rss_mb():.0f} MB",
+                flush=True,
+            )
+    arch, params = architecture(model), {k: v.to(args.device) for k, v in parameters(model).items()}
+    tokens = torch.as_tensor(ids, device=args.device)
+    sync()
+    c0, t0 = time.process_time(), time.perf_counter()
+    frozen, _ = frozen_layers(arch, params, tokens)
+    sync()
+    shared = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
+    print(f"batched: every layer's frozen inputs: {shared:.1f} s (once per checkpoint)", flush=True)
+    for name, layer in which:
+        noise = LaneNoise(sampler.seed, args.device)
+        sync()
+        c0, t0 = time.process_time(), time.perf_counter()
+        if layer < 0:
+            sample_whole_model(arch, params, tokens, sampler, noise=noise)
+        else:
+            sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, heads=[0], noise=noise)
+        sync()
+        times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
+        print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+    unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
+    print(
+        f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
+    implied = {}
+    for path in ("devinterp", "batched"):
+        first, last = times[(path, "first-layer head")], times[(path, "last-layer head")]
+        w = times.get((path, "whole model"))
+        implied[path] = 144 * (first + last) / 2 + (w or 0.0) + (shared if path == "batched" else 0.0)
+        whole = "not timed" if w is None else f"{w:.1f}"
+        print(f"| {path} | {first:.1f} | {last:.1f} | {whole} | {implied[path]:.0f}{'' if w else ' (heads only)'} |")
+    print(f"\nimplied checkpoint: {implied['devinterp'] / implied['batched']:.2f}x fewer with the batched sampler")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--store", type=Path, default=Path("data/induction-d128"))
+    p.add_argument("--source", type=Path, default=Path("runs/ih-d128-s1234"))
+    p.add_argument("--steps", default="800,1400,2500")
+    p.add_argument("--seed", type=int, default=0, help="the first seed (the store's is 0)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out", type=Path, default=Path("docs/data/llc-batched-induction-d128.csv"))
+    p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
+    p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
+    p.add_argument("--worker", choices=("devinterp", "batched"), help=argparse.SUPPRESS)
+    p.add_argument("--step", help=argparse.SUPPRESS)
+    p.add_argument("--shape", choices=("pythia-160m",), help="time a model of this shape instead")
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--burnin", type=int, default=48)
+    p.add_argument("--draws", type=int, default=96)
+    p.add_argument("--length", type=int, default=256, help="tokens per sequence of --shape")
+    p.add_argument("--no-whole-model", action="store_true", help="--shape: time the two heads only")
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.shape:
+        return shape_160m(args)
+    if not args.summary:
+        run_paths(args)
+    return summarize(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
