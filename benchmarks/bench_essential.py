@@ -24,9 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from benchmarks.shapes import pythia_160m_config
+
 
 def main() -> int:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXForCausalLM
 
     from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
     from precompute.evalset import make_eval_set
@@ -41,15 +43,7 @@ def main() -> int:
         "--checkpoints", type=int, default=154, help="checkpoints of the store whose bytes are measured (Pythia's 154)"
     )
     args = p.parse_args()
-    config = GPTNeoXConfig(
-        vocab_size=50304,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=2048,
-        rotary_pct=0.25,
-    )
+    config = pythia_160m_config()
     with tempfile.TemporaryDirectory(prefix="bench-essential-") as tmp:
         root = Path(tmp)
         torch.manual_seed(0)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.shapes import pythia_160m_config
 from precompute.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import ForwardJob, forward_statistics, load_model
 
@@ -66,17 +67,9 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[floa
 
 
 def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(
-        vocab_size=50304,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=2048,
-        rotary_pct=0.25,
-    )
+    config = pythia_160m_config()
     with tempfile.TemporaryDirectory(prefix="bench-forward-") as tmp:
         torch.manual_seed(0)
         model = GPTNeoXForCausalLM(config)

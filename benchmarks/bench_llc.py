@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.shapes import pythia_160m_config
 from precompute.evalset import held_out_bytes, make_eval_set
 from precompute.lenses.forward import load_model
 from precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
@@ -136,17 +137,9 @@ def main() -> int:
             rows.append(("reference run (6 x 8, d_model 256)", cfg["n_layers"] * cfg["n_heads"], times))
             del model
         if not args.skip_160m:
-            from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+            from transformers import GPTNeoXForCausalLM
 
-            config = GPTNeoXConfig(
-                vocab_size=50304,
-                hidden_size=768,
-                num_hidden_layers=12,
-                num_attention_heads=12,
-                intermediate_size=3072,
-                max_position_embeddings=2048,
-                rotary_pct=0.25,
-            )
+            config = pythia_160m_config()
             torch.manual_seed(0)
             GPTNeoXForCausalLM(config).save_pretrained(Path(tmp) / "p160m")
             model = load_model(Path(tmp) / "p160m", device=args.device, attn_implementation="sdpa")

@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from benchmarks.shapes import pythia_160m_config
+
 if TYPE_CHECKING:
     from precompute.settings import SamplerSettings
 
@@ -221,7 +223,7 @@ def summarize(out: Path) -> int:
 def shape_160m(args: argparse.Namespace) -> int:
     """Time both paths on a Pythia-160M-shaped model: a first-layer head, a last-layer head, the whole model."""
     import torch
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXForCausalLM
 
     from precompute.lenses.llc import estimate_llc, head_masks
     from precompute.lenses.llc_model import architecture, parameters
@@ -230,15 +232,7 @@ def shape_160m(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     sampler = SamplerSettings(chains=args.chains, burnin=args.burnin, draws=args.draws, sequences=8, batch_size=1)
-    config = GPTNeoXConfig(
-        vocab_size=50304,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=2048,
-        rotary_pct=0.25,
-    )
+    config = pythia_160m_config()
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(config).to(args.device).eval()
     ids = np.random.default_rng(0).integers(0, 50304, size=(8, args.length))
