@@ -48,28 +48,10 @@ def stored_llc_table(store_path: Path) -> pd.DataFrame:
 
 def sampler_tokens(store_path: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
     """The store's sampler sequences, rebuilt as the stage built them (and checked against meta.json)."""
-    import json
+    from benchmarks import llc_batched
 
-    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
-    from precompute.lenses.llc import sampler_sequences
-
-    meta = open_store(store_path).meta
-    info = json.loads((source / "run.json").read_text())
-    data, name = held_out_bytes(info, source)
-    ev = stored_llc(meta, store_path)["evaluation"]
-    es = make_eval_set(
-        np.frombuffer(data, np.uint8).astype(np.int64),
-        n=ev["n_sequences"],
-        t=ev["seq_len"],
-        vocab_size=256,
-        text=name,
-        text_sha256="",
-        tokenizer="bytes",
-        seed=ev["seed"],
-    )
-    tokens = sampler_sequences(es, sampler)
-    assert sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) == ev["tokens_sha256"], "other sequences"
-    return tokens
+    stored_llc(open_store(store_path).meta, store_path)  # a store without refined LLCs: said in one line
+    return llc_batched.sampler_tokens(store_path, source, sampler)
 
 
 def main() -> int:
