@@ -208,14 +208,14 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    c_matrix, c_both, c_panel = st.columns([2, 2, 3], vertical_alignment="bottom")
+    c_matrix, c_both, c_panel = st.columns([2, 3, 3], vertical_alignment="bottom")
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
     both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
         "both",
-        "W_QK and W_OV side by side",
+        "Both W_QK and W_OV",
         False,
         where=c_both,
-        help="Every weight panel twice: the matrix chosen on the left, the other on the right, one load",
+        help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load",
     )
     panel = widgets.select(
         "panel",

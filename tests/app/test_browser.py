@@ -288,6 +288,13 @@ def _wait_view(page, path: str, title: str, plots: int) -> None:
     page.wait_for_timeout(500)
 
 
+def _wait_url(page, *parts: str) -> None:
+    """Wait until the address bar's query string holds every one of ``parts`` (``layer=2``): a page switch shows the
+    new page under the old page's query string until the new page publishes its own, so a view's values are read from
+    the address bar once they are there (a value lost on the way times out here)."""
+    page.wait_for_function("parts => parts.every(p => location.search.includes(p))", arg=list(parts), timeout=LOAD_TIMEOUT_MS)
+
+
 def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
     """``history.length`` once no entry has been added for ``quiet_ms``: the app writes its view state to
     the address bar at the end of a run, and a page's first runs can still be pushing when its plots are

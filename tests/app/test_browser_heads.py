@@ -21,6 +21,7 @@ from tests.app.test_browser import (
     _serve,
     _text_of_one,
     _wait_laid_out,
+    _wait_url,
     _wait_view,
 )
 
@@ -76,7 +77,7 @@ def test_a_heatmap_cell_click_opens_that_head(browser, server, store_path):
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0  # client.toolbarMode = "viewer"
         _click_cell(page, "architecture", 2, 3, steps[6])
         _wait_view(page, "/head", "Head explorer", 7)
-        assert "layer=2" in page.url and "head=3" in page.url and "stat=kurtosis" in page.url
+        _wait_url(page, "layer=2", "head=3", "stat=kurtosis")
         assert f"step={steps[6]}" in page.url
         assert _errors(page) == []
         page.goto(server + "/animation?stat=std&step=" + str(steps[4]))
@@ -84,7 +85,7 @@ def test_a_heatmap_cell_click_opens_that_head(browser, server, store_path):
         assert _text_of_one(page, ".st-key-animation .gtitle").endswith(f"step {steps[4]:,}")
         _click_cell(page, "animation", 1, 0)
         _wait_view(page, "/head", "Head explorer", 7)
-        assert "layer=1" in page.url and "head=0" in page.url and f"step={steps[4]}" in page.url
+        _wait_url(page, "layer=1", "head=0", f"step={steps[4]}")
     finally:
         page.close()
 
@@ -101,7 +102,7 @@ def test_heads_table_opens_a_head_from_a_row(browser, server, store_path):
         box = grid.bounding_box()
         page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)  # the first row's selection checkbox
         _wait_view(page, "/head", "Head explorer", 7)
-        assert f"layer={layer}" in page.url and f"head={head}" in page.url and "stat=std" in page.url
+        _wait_url(page, f"layer={layer}", f"head={head}", "stat=std")
     finally:
         page.close()
 
