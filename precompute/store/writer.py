@@ -78,8 +78,10 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
         spec = TABLES[name]
         rows = spec.row_group_rows(meta.model.n_layers, meta.model.n_heads, n_steps)
         # the registry's schema to the letter: a table read back from Parquet names its list items "element"
-        # where a new one says "item" (Schema.equals ignores that), and a resumed store must keep its bytes
-        _write_parquet(stage / spec.file, table.cast(spec.schema), row_group_size=rows)
+        # where a new one says "item" (Schema.equals ignores that), and a resumed store must keep its bytes; the
+        # table's own metadata kept (pandas' dtypes: a nullable step column reads back as Int64, not float64)
+        schema = spec.schema.with_metadata(table.schema.metadata) if table.schema.metadata else spec.schema
+        _write_parquet(stage / spec.file, table.cast(schema), row_group_size=rows)
     _write_json(stage / META_FILE, meta.to_dict())
     _fsync_dir(stage)
     if not store.exists():

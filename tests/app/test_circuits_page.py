@@ -162,7 +162,7 @@ def circuit_server(circuit_store, tmp_path_factory):
 def test_a_click_on_a_cell_opens_its_target_head_with_its_source_at_the_step_shown(circuit_server, circuit_store, chromium):
     from urllib.parse import parse_qs, urlsplit
 
-    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_url, _wait_view
 
     step = sorted(int(s) for s in _frame(circuit_store)["step"].unique())[5]
     page = chromium.new_page(viewport={"width": 1500, "height": 1900})
@@ -187,6 +187,8 @@ def test_a_click_on_a_cell_opens_its_target_head_with_its_source_at_the_step_sho
             timeout=LOAD_TIMEOUT_MS,
         )
         _wait_view(page, "/head", "Head explorer", 3)
+        # the head explorer shows under the Circuits page's query string (its layer=3&head=0 too) until it publishes
+        _wait_url(page, "cmp=")
         query = parse_qs(urlsplit(page.url).query)
         assert query.get("cmp") == ["L1H2"] and str(step) in query.get("step", []), page.url
     finally:

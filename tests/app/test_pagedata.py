@@ -44,8 +44,12 @@ def test_every_head_is_the_whole_square_and_one_layer_a_reordering_of_its_block(
     every = similarity.shown(values, steps, step=5, layer=similarity.ALL, stat="qk_frob")
     expected = sym.copy()
     np.fill_diagonal(expected, 1.0)
-    np.testing.assert_allclose(every.values, expected)
-    assert every.separators == [4] and every.heads[5] == (1, 1)
+    # every head in the dendrogram's order (tests/app/test_similarity_page.py checks the order against scipy's): the
+    # whole square, rows and columns in that order, with lines between layers only when the order is layer-major
+    order = [layer * n_heads + head for layer, head in every.heads]
+    assert sorted(order) == list(range(n))
+    np.testing.assert_allclose(every.values, expected[np.ix_(order, order)])
+    assert every.separators == ([4] if order == list(range(n)) else [])
     one = similarity.shown(values, steps, step=0, layer=1, stat="qk_col")
     order = [h for _, h in one.heads]
     assert sorted(order) == [0, 1, 2, 3] and all(lay == 1 for lay, _ in one.heads)
