@@ -17,7 +17,17 @@ from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
 from precompute.lenses.essential import output_rows, trajectory_rows
 from precompute.store.writer import commit_store
 from tests.app.conftest import SHIPPED, chart, open_page, serve_only
-from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, LOAD_TIMEOUT_MS, _errors, _open, _require_chromium, _serve
+from tests.app.test_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    LOAD_TIMEOUT_MS,
+    _errors,
+    _open,
+    _require_chromium,
+    _serve,
+    _wait_laid_out,
+)
 from tests.app.test_timeline import shaded_stages
 
 CUSP = 20  # the checkpoint (index) where the synthetic outputs turn back
@@ -85,9 +95,9 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
             try:
                 page.wait_for_selector(".st-key-essential .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
                 page.locator(".st-key-essential").scroll_into_view_if_needed()
+                _wait_laid_out(page, ["essential"])  # the panels above it done moving it down
                 # the checkpoint whose point lies farthest from every other (the nearest point answers a hover)
-                found = page.evaluate(
-                    """() => {
+                find = """() => {
                     const gd = document.querySelector('.st-key-essential .js-plotly-plot');
                     const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
                     const pts = [];
@@ -101,14 +111,18 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
                     }
                     return best;
                 }"""
-                )
+                found = page.evaluate(find)
                 assert found["gap"] > 8, found
                 page.mouse.move(*found["xy"])
                 page.wait_for_selector(".st-key-essential .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
                 hover = page.locator(".st-key-essential .hoverlayer .hovertext").first.text_content() or ""
                 assert f"step {found['step']:,}" in hover, (hover, found)
                 page.screenshot(path=str(ARTIFACTS / "timeline_essential.png"), full_page=True)
-                page.mouse.click(*found["xy"])
+                page.locator(".st-key-essential").scroll_into_view_if_needed()
+                _wait_laid_out(page, ["essential"])
+                again = page.evaluate(find)  # where the point is now: a late panel above can move the chart
+                assert again["step"] == found["step"], (again, found)
+                page.mouse.click(*again["xy"])
                 page.wait_for_function("() => location.pathname.endsWith('/lenses')", timeout=LOAD_TIMEOUT_MS)
                 page.wait_for_function("() => /[?&]step=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
                 assert parse_qs(urlsplit(page.url).query)["step"] == [str(found["step"])], page.url
