@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 from analysis.findings.held_types import TYPE_LABELS
 from analysis.store import Store
@@ -32,10 +33,9 @@ def induction_paths(store: Store, steps: list[int]) -> list[np.ndarray] | None:
         One ``(P, 2)`` int64 array of (source, target) layer-major indices per step, the source in an earlier layer
         than the target (``(0, 2)`` at a step without such a pair); None when the store has no head types.
     """
-    types = store.frame(HEAD_TYPES_TABLE, columns=["holds"]) if store.has(HEAD_TYPES_TABLE) else None
-    if types is None:
+    held = _held(store)
+    if held is None:
         return None
-    held = types[types["holds"]]
     out = []
     for step in steps:
         now = held[held["step"] == step]
@@ -54,10 +54,9 @@ def induction_paths(store: Store, steps: list[int]) -> list[np.ndarray] | None:
 def types_at(store: Store, steps: list[int]) -> list[list[str]] | None:
     """Per step of ``steps``, per head (layer-major), the types it holds there in words (``previous-token, induction``;
     ``""``: none), from head_types.parquet; None when the store has no head types."""
-    types = store.frame(HEAD_TYPES_TABLE, columns=["holds"]) if store.has(HEAD_TYPES_TABLE) else None
-    if types is None:
+    held = _held(store)
+    if held is None:
         return None
-    held = types[types["holds"]]
     out = []
     for step in steps:
         names: list[list[str]] = [[] for _ in range(store.n_layers * store.n_heads)]
@@ -118,3 +117,9 @@ def partners(matrix: np.ndarray, own: int, *, role: Role, top: int) -> tuple[lis
     series = matrix[:, own, :] if role == "source" else matrix[:, :, own]  # (S, N)
     picked = strongest(series, top)
     return picked, series[:, picked]
+
+
+def _held(store: Store) -> pd.DataFrame | None:
+    """head_types.parquet's rows where a head holds its type, or None when the store has no head types."""
+    types = store.frame(HEAD_TYPES_TABLE, columns=["holds"]) if store.has(HEAD_TYPES_TABLE) else None
+    return None if types is None else types[types["holds"]]
