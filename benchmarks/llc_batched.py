@@ -244,8 +244,9 @@ def shape_160m(args: argparse.Namespace) -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     times: dict[tuple[str, str], float] = {}
     which = [("first-layer head", 0), ("last-layer head", 11)] + ([] if args.no_whole_model else [("whole model", -1)])
+    wanted = {q.split(":")[0] for q in args.paths.split(",")} if args.paths else {"devinterp", "batched"}
     with tempfile.TemporaryDirectory(prefix="llc-160m-") as scratch:
-        for name, layer in which:
+        for name, layer in which if "devinterp" in wanted else []:
             masks = None if layer < 0 else head_masks(model, layer, 0)
             sync()
             c0, t0 = time.process_time(), time.perf_counter()
@@ -275,19 +276,33 @@ def shape_160m(args: argparse.Namespace) -> int:
         sync()
         times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
         print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+    if args.all_heads:
+        # every head of the first and the last layer as lanes of one computation, as the lens samples them
+        for name, layer in (("first layer, 12 heads", 0), ("last layer, 12 heads", 11)):
+            noise = LaneNoise(sampler.seed, args.device)
+            sync()
+            c0, t0 = time.process_time(), time.perf_counter()
+            sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, noise=noise)
+            sync()
+            times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
+            print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+        layers = 12 * (times[("batched", "first layer, 12 heads")] + times[("batched", "last layer, 12 heads")]) / 2
+        w = times.get(("batched", "whole model"), 0.0)
+        print(f"batched, every head of a layer together: implied checkpoint {layers + w + shared:.0f} s (12 layers + whole model)")
     unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
     print(
         f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
     implied = {}
-    for path in ("devinterp", "batched"):
+    for path in [q for q in ("devinterp", "batched") if q in wanted]:
         first, last = times[(path, "first-layer head")], times[(path, "last-layer head")]
         w = times.get((path, "whole model"))
         implied[path] = 144 * (first + last) / 2 + (w or 0.0) + (shared if path == "batched" else 0.0)
         whole = "not timed" if w is None else f"{w:.1f}"
         print(f"| {path} | {first:.1f} | {last:.1f} | {whole} | {implied[path]:.0f}{'' if w else ' (heads only)'} |")
-    print(f"\nimplied checkpoint: {implied['devinterp'] / implied['batched']:.2f}x fewer with the batched sampler")
+    if len(implied) == 2:
+        print(f"\nimplied checkpoint: {implied['devinterp'] / implied['batched']:.2f}x fewer with the batched sampler")
     return 0
 
 
@@ -309,6 +324,7 @@ def main() -> int:
     p.add_argument("--draws", type=int, default=96)
     p.add_argument("--length", type=int, default=256, help="tokens per sequence of --shape")
     p.add_argument("--no-whole-model", action="store_true", help="--shape: time the two heads only")
+    p.add_argument("--all-heads", action="store_true", help="--shape: also every head of the first and last layer together")
     args = p.parse_args()
     if args.worker:
         return worker(args)
