@@ -19,11 +19,12 @@ LIMIT=${2:-300}
 RUNS=("d128 1234" "d128 2" "d64 1234" "d256 1234" "d512 1234")
 
 install() {
-  if [ ! -f /tmp/site/.done ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && touch /tmp/site/.done || { echo "wheels did not install" >&2; exit 1; }
+  # into the interpreter itself, so that the subprocesses the tests start see them too
+  if [ ! -f /tmp/wheels.done ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl \
+      && touch /tmp/wheels.done || { echo "wheels did not install" >&2; exit 1; }
   fi
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=$PWD
 }
 
 name_of() {  # SIZE SEED -> store name
@@ -69,6 +70,10 @@ case "${1:-}" in
       tests/integration/test_cuda.py tests/unit/test_heads.py 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 40
     while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 20; done
     progress; pack
+    # how far each unfinished store got (its folder survives only while this machine is held)
+    for f in runs/*-store/llc.parquet; do
+      [ -f "$f" ] && python3 -c "import sys, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); print(sys.argv[1], t.num_rows, 'rLLC rows')" "$f"
+    done
     ;;
   collect)
     install

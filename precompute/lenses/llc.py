@@ -54,7 +54,7 @@ from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from precompute.evalset import EvalSet, sha256_bytes
 from precompute.lenses.forward import load_model
-from precompute.lenses.llc_model import check_config
+from precompute.lenses.llc_model import Architecture, Params, architecture, check_config, parameters
 from precompute.lenses.llc_sampler import Traces, checkpoint_traces
 from precompute.registry import LLC_LENS, LlcImplementation, LlcOptions, SamplerSettings
 
@@ -136,6 +136,11 @@ def head_masks(model: torch.nn.Module, layer: int, head: int) -> dict[str, torch
 
     check_family({"model_type": getattr(model.config, "model_type", None)})
     return create_param_masks(model, f"l{layer}h{head}")
+
+
+def head_parameter_count(arch: Architecture, params: Params, layer: int, head: int) -> int:
+    """How many parameters the batched sampler moves for one head (its Q, K, V rows and biases, its O columns)."""
+    return sum(w.numel() for w in arch.head(params, layer, head).values())
 
 
 def masked_parameters(model: torch.nn.Module, masks: dict[str, torch.Tensor | None] | None) -> int:
@@ -293,9 +298,12 @@ def checkpoint_llc(
                     on_estimate()  # type: ignore[misc]  # not None here
 
             traces = checkpoint_traces(model, job.tokens, job.sampler, device=job.device, on_layer=done)
+            arch, params = architecture(model), parameters(model)
             for layer, head, est in estimates_from_traces(traces, job.sampler):
-                masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
-                rows.append((layer, head, est, masked_parameters(model, masks)))
+                # the parameters the lane moved: as many as devinterp's head mask lets move (tests/integration/
+                # test_llc_sampler.py), counted without devinterp, which the batched path does not need
+                moved = masked_parameters(model, None) if layer == LLC_MODEL else head_parameter_count(arch, params, layer, head)
+                rows.append((layer, head, est, moved))
         else:
             targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
             for layer, head in targets:

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from precompute.lenses.llc import estimate_llc, estimates_from_traces, head_masks
+from precompute.lenses.llc import estimate_llc, estimates_from_traces, head_masks, head_parameter_count, masked_parameters
 from precompute.lenses.llc_model import HEAD_KEYS, Params, architecture, parameters
 from precompute.lenses.llc_sampler import (
     WHOLE_MODEL,
@@ -116,6 +116,8 @@ def test_pure_forward_is_the_models_own_loss_and_a_head_is_devinterps_mask(famil
         }
         found = sorted((source[k], int(i)) for k in HEAD_KEYS for i in got[k].flatten().tolist())
         assert found == expected
+        # the count the batched path writes to llc.parquet (without devinterp) is devinterp's mask count
+        assert head_parameter_count(arch, params, layer, head) == masked_parameters(model, masks)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox"])

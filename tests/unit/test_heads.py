@@ -159,7 +159,8 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
 
     _check_shapes(cuda)
     for name in (*SCALAR_COLUMNS, "sv"):
-        np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-5, atol=1e-9, err_msg=name)
+        # float32 sums in another order: statistics of order one agree to a few float32 epsilons
+        np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_array_equal(auto[name], cuda[name], err_msg=name)
     # float32 rounding of z may move a few entries across a bin edge
     np.testing.assert_allclose(cuda["hist_z"], cpu["hist_z"], rtol=0, atol=3.0 / N)
