@@ -89,5 +89,13 @@ case "${1:-}" in
         | tee "$OUT/bench-lenses-cuda.txt" | tail -n 30
     fi
     ;;
+  check)  # the CUDA tests, then the batched rLLC on the Pythia-160M shape, no runs
+    install
+    nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, torch.cuda.get_device_name(), transformers.__version__)"
+    OMP_NUM_THREADS=8 timeout $((LIMIT / 2)) python3 -m pytest -m cuda -p no:cacheprovider -q -rA \
+      tests/integration/test_cuda.py tests/unit/test_heads.py 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 30
+    OMP_NUM_THREADS=8 timeout $((LIMIT - (SECONDS - START) - 10)) python3 -m benchmarks.llc_batched --shape pythia-160m \
+      --device cuda --paths batched:0 --all-heads 2>&1 | tee "$OUT/bench-llc-160m-cuda.txt" | tail -n 20
+    ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
