@@ -74,6 +74,10 @@ case "${1:-}" in
     for f in runs/*-store/llc.parquet; do
       [ -f "$f" ] && python3 -c "import sys, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); print(sys.argv[1], t.num_rows, 'rLLC rows')" "$f"
     done
+    if ! running && [ $((SECONDS - START)) -lt $((LIMIT - 90)) ]; then
+      OMP_NUM_THREADS=8 timeout $((LIMIT - (SECONDS - START) - 10)) python3 -m benchmarks.llc_batched --shape pythia-160m \
+        --device cuda --paths batched:0 --all-heads 2>&1 | tee "$OUT/bench-llc-160m-cuda.txt" | tail -n 20
+    fi
     ;;
   collect)
     install
