@@ -20,8 +20,9 @@ from typing import Any, Literal, Protocol
 # products); "all_head_pairs" every unordered pair of heads x d_head^2 x d_model (the similarity's products).
 TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
 # What a checkpoint's store bytes are counted in: per-head rows of each per-head matrix, layers, cross-layer
-# (ordered) pairs of heads, unordered pairs of heads.
-SizeScale = Literal["head_matrices", "layers", "head_pairs", "all_head_pairs"]
+# (ordered) pairs of heads, unordered pairs of heads, or the checkpoint itself (a lens whose rows do not grow
+# with the model, such as the essential-dynamics lens's fixed sample).
+SizeScale = Literal["head_matrices", "layers", "head_pairs", "all_head_pairs", "checkpoint"]
 
 # ------------------------------------------------------------------ the shapes measured at
 
@@ -155,6 +156,8 @@ def size_count(per: SizeScale, shape: Shape, *, head_matrices: int) -> int:
         return shape.n_layers * shape.n_heads * head_matrices
     if per == "layers":
         return shape.n_layers
+    if per == "checkpoint":
+        return 1
     if per == "head_pairs":
         return head_pairs(shape.n_layers, shape.n_heads)
     assert per == "all_head_pairs", per

@@ -650,6 +650,15 @@ ESSENTIAL_LENS = Lens(
         'wall, first timed run (machine shared, load about 10); docs/benchmarks.md "Essential dynamics, one '
         'Pythia-160M-shaped checkpoint"',
     ),
+    store_bytes=StoreBytes(
+        "essential_outputs.parquet",
+        40347.3,
+        "checkpoint",
+        "checkpoint",
+        "the fixed sample's 8,192 float32 log-probabilities (2 kinds x 4 sequences x 8 positions x 128 tokens; a "
+        "vocabulary under 128 tokens keeps fewer), which zstd barely compresses: 2,017,364 B for the 50 checkpoints "
+        "of induction-d128 (scripts/induction-runs.sh store d128 1234, 2026-11-26)",
+    ),
 )
 
 TYPES_LENS = Lens(

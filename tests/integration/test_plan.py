@@ -81,6 +81,18 @@ def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
     assert f"similarity.parquet and ultrametricity.parquet {bytes_per_pair} B per unordered pair" in out
 
 
+def test_plan_prices_the_essential_dynamics_per_checkpoint(suite, capsys):
+    """The essential-dynamics lens keeps a fixed sample per checkpoint, whatever the model's size: its bytes
+    are counted once per checkpoint, and its seconds scale with the parameters."""
+    from precompute.registry import ESSENTIAL_LENS
+
+    assert main(["plan", str(suite), "--lenses", "essential"]) == 0
+    out = capsys.readouterr().out
+    assert ESSENTIAL_LENS.store_bytes is not None
+    assert f"essential_outputs.parquet {ESSENTIAL_LENS.store_bytes.bytes} B per checkpoint" in out
+    assert "ESSENTIAL_SECONDS_160M" in out
+
+
 @pytest.mark.parametrize(
     "matrices, wanted",
     [
