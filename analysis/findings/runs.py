@@ -329,7 +329,7 @@ def common_grid(
         tokens: each run's tokens seen at its checkpoints (needed for ``tokens``).
 
     Returns:
-        ``grid`` ``(G,)`` (aligned times: steps, fractions or tokens), one index array ``(G,)`` per run into
+        ``grid`` ``(G,)`` (aligned times: fractions, tokens or steps), one index array ``(G,)`` per run into
         its steps, and whether the runs shared their aligned times.
 
     Raises:
@@ -343,19 +343,13 @@ def common_grid(
     ]
     first = xs[0]
     if all(len(x) == len(first) and np.allclose(x, first, rtol=1e-12, atol=0) for x in xs):
-        grid0 = np.asarray(steps[0], dtype=np.float64) if align == "fraction" and _same_steps(steps) else first
-        return grid0, [np.arange(len(first)) for _ in steps], True
+        return first, [np.arange(len(first)) for _ in steps], True
     ref = min(range(len(steps)), key=lambda i: len(steps[i]))
     grid = xs[ref]
     if align != "fraction":
         grid = grid[grid <= min(float(x[-1]) for x in xs) * (1 + 1e-12)]
     picks = [np.array([max(checkpoint_at(x, g) or 0, 0) for g in grid], dtype=np.int64) for x in xs]
     return grid, picks, False
-
-
-def _same_steps(steps: list[np.ndarray]) -> bool:
-    first = np.asarray(steps[0], dtype=np.int64)
-    return all(len(s) == len(first) and np.array_equal(np.asarray(s, dtype=np.int64), first) for s in steps)
 
 
 def joint_trajectories(

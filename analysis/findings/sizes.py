@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.errors import StoreError
 from analysis.findings.held_types import TYPE_LABELS
-from analysis.findings.runs import emergence_table, joint_trajectories
+from analysis.findings.runs import common_grid, emergence_table, joint_trajectories
 from analysis.joint_clusters import JointAssociation, joint_associate
 from analysis.scaling import CONSOLIDATION_SHARE, PowerLaw, consolidation_index, fit_power_law
 from analysis.store import Store
@@ -42,6 +42,12 @@ JOINT_ALIGNMENTS: dict[str, str] = {
     "tokens": "tokens seen (up to the fewest any run has seen)",
 }
 SIZE_STATS = ASSOCIATION_STATS  # the study's weight statistics: D_KL, spectral entropy, sigma, stable rank
+SIZE_STAT_TITLES = {  # how the tables, figures and sentences name them (statistic and unit)
+    "kl_gauss": "D_KL(P(w) || Gaussian) (nats)",
+    "spectral_entropy": "spectral entropy (nats)",
+    "std": "σ of the entries",
+    "stable_rank": "stable rank",
+}
 NO_TYPES = "no head types"
 
 
@@ -157,13 +163,17 @@ class JointClusters:
         heads: one row per head: ``run``, ``layer``, ``head``, ``type`` (at the run's last checkpoint with head
             types), ``cluster``.
         traj: ``(N, G)`` the trajectories clustered (raw values on the common grid, rows as ``heads``).
+        grid: ``(G,)`` the common grid's times (fractions of the run, or tokens; steps when the runs share them).
         same_times: whether the runs' checkpoints sat at the same aligned times (no resampling).
+        align: the time axis.
     """
 
     association: JointAssociation
     heads: pd.DataFrame
     traj: np.ndarray
+    grid: np.ndarray
     same_times: bool
+    align: str
 
 
 def joint_clusters(
@@ -191,12 +201,10 @@ def joint_clusters(
         lacking = [n for n, t in zip(names, tokens, strict=True) if t is None]
         if lacking:
             raise StoreError(f"run {lacking[0]} records no tokens per step: align by fraction of training instead")
-    traj, index, same = joint_trajectories(
-        [values[n] for n in names],
-        [stores[n].steps for n in names],
-        align=align,
-        tokens=[t for t in tokens if t is not None] if tokens is not None else None,
-    )
+    known = [t for t in tokens if t is not None] if tokens is not None else None
+    steps = [stores[n].steps for n in names]
+    grid, _, _ = common_grid(steps, align=align, tokens=known)
+    traj, index, same = joint_trajectories([values[n] for n in names], steps, align=align, tokens=known)
     types = []
     for n in names:
         found = end_types(stores[n])
@@ -224,7 +232,7 @@ def joint_clusters(
     heads = pd.DataFrame(
         {"run": run_labels, "layer": index[:, 1], "head": index[:, 2], "type": type_labels, "cluster": clusters}
     )
-    return JointClusters(result, heads, traj, same)
+    return JointClusters(result, heads, traj, grid, same, align)
 
 
 def scaling_fits(sizes: pd.DataFrame, consolidation: pd.DataFrame) -> list[tuple[str, PowerLaw]]:
@@ -244,7 +252,8 @@ def scaling_fits(sizes: pd.DataFrame, consolidation: pd.DataFrame) -> list[tuple
             rows = part[part["layer"] == part.groupby("run")["layer"].transform(pick)]
             times = rows["step"].astype("float64").to_numpy()
             n = np.array([params[r] for r in rows["run"]], dtype=np.float64)
-            out.append((f"{stat} consolidation step, {which}", fit_power_law(n, times)))
+            title = SIZE_STAT_TITLES.get(stat, stat)
+            out.append((f"{title}: consolidation step, {which}", fit_power_law(n, times)))
     return out
 
 
@@ -255,4 +264,6 @@ def consolidation_wide(consolidation: pd.DataFrame, *, unit: str = "step") -> pd
         return consolidation
     wide = consolidation.pivot_table(index=["run", "layer"], columns="statistic", values=unit, aggfunc="first", sort=False)
     order = [s for s in consolidation["statistic"].unique() if s in wide.columns]
-    return wide[order].reset_index()
+    out = wide[order].reset_index()
+    out.columns = [SIZE_STAT_TITLES.get(str(c), str(c)) for c in out.columns]
+    return out
