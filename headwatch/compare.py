@@ -32,7 +32,7 @@ CLUSTERS_SVG = "clusters.svg"
 
 def _table(frame: pd.DataFrame) -> str:
     """A Markdown table (missing values as an en dash, pipes in cells escaped)."""
-    cols = [str(c) for c in frame.columns]
+    cols = [str(c).replace("|", "\\|") for c in frame.columns]
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
     for row in frame.itertuples(index=False):
         cells = ["–" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else _cell(v) for v in row]
@@ -86,7 +86,8 @@ def scaling_figure(table: pd.DataFrame, consolidation: pd.DataFrame, path: Path)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, format="svg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller files, faster to write
+        fig.savefig(path, format="svg")
     plt.close(fig)
 
 
@@ -110,7 +111,8 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
         ax.set_ylabel("cluster mean of z-scored trajectory", fontsize=7)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, format="svg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller files, faster to write
+        fig.savefig(path, format="svg")
     plt.close(fig)
 
 
