@@ -93,7 +93,8 @@ class PowerLaw:
             return f"{what}: no fit. {self.reason}"
         out = f"{what} ~ N^{self.exponent:.2f} over {self.sizes} sizes ({self.runs} runs)"
         if np.isfinite(self.se):
-            return out + f", exponent {self.exponent:.2f} ± {self.se:.2f} (95% interval {self.low:.2f} to {self.high:.2f}; from the seeds)"
+            interval = f"95% interval {self.low:.2f} to {self.high:.2f}"
+            return out + f", exponent {self.exponent:.2f} ± {self.se:.2f} ({interval}; from the seeds)"
         return out + "; no size has two seeds, so the exponent has no uncertainty from seeds"
 
     def as_dict(self) -> dict:

@@ -338,9 +338,7 @@ def common_grid(
     assert steps and all(len(s) for s in steps)
     if align == "tokens" and (tokens is None or len(tokens) != len(steps) or any(t is None for t in tokens)):
         raise ValueError("align='tokens' needs the token counts of every run's checkpoints")
-    xs = [
-        aligned_time(np.asarray(s), align=align, tokens=None if tokens is None else tokens[i]) for i, s in enumerate(steps)
-    ]
+    xs = [aligned_time(np.asarray(s), align=align, tokens=None if tokens is None else tokens[i]) for i, s in enumerate(steps)]
     first = xs[0]
     if all(len(x) == len(first) and np.allclose(x, first, rtol=1e-12, atol=0) for x in xs):
         return first, [np.arange(len(first)) for _ in steps], True

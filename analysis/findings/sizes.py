@@ -30,7 +30,7 @@ from analysis.errors import StoreError
 from analysis.findings.held_types import TYPE_LABELS
 from analysis.findings.runs import common_grid, emergence_table, joint_trajectories
 from analysis.joint_clusters import JointAssociation, joint_associate
-from analysis.scaling import CONSOLIDATION_SHARE, PowerLaw, consolidation_index, fit_power_law
+from analysis.scaling import PowerLaw, consolidation_index, fit_power_law
 from analysis.store import Store
 from analysis.store.format import HEAD_TYPES
 from analysis.store.meta import ModelInfo
@@ -214,7 +214,7 @@ def joint_clusters(
     run_labels = np.array([names[i] for i in index[:, 0]])
     result, clusters = joint_associate(traj, run_labels, type_labels, permutations=permutations, seed=seed)
     lacking = [n for n, t in zip(names, types, strict=True) if (t == NO_TYPES).all()]
-    if lacking and result.testable:
+    if lacking:  # the types of the runs that have them cannot stand for the others'
         nan = float("nan")
         result = JointAssociation(
             result.clusters,
@@ -229,9 +229,7 @@ def joint_clusters(
             0,
             f"run {lacking[0]} has no head types (head_types.parquet)",
         )
-    heads = pd.DataFrame(
-        {"run": run_labels, "layer": index[:, 1], "head": index[:, 2], "type": type_labels, "cluster": clusters}
-    )
+    heads = pd.DataFrame({"run": run_labels, "layer": index[:, 1], "head": index[:, 2], "type": type_labels, "cluster": clusters})
     return JointClusters(result, heads, traj, grid, same, align)
 
 

@@ -145,7 +145,7 @@ def _ladder(shape_of, rng: np.random.Generator):
     ``shape_of(run, type)(fraction)`` times a random scale plus a random level plus noise."""
     values, steps, types = [], [], []
     kinds = list(SHAPES)
-    for r, d in enumerate(SIZES):
+    for r, _d in enumerate(SIZES):
         n_heads = 3 + r  # 6, 8, 10, 12 heads
         s = np.unique(np.concatenate([[0], np.geomspace(1, 500 * (r + 1), 20 + 5 * r).astype(int)]))
         u = s / s[-1]
@@ -169,7 +169,7 @@ def _joint(values, steps, types):
 
 def test_planted_universal_types_are_found_and_the_run_does_not_matter() -> None:
     values, steps, types = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(1))
-    result, clusters = _joint(values, steps, types)
+    result, _clusters = _joint(values, steps, types)
     assert result.testable and result.runs == 4 and result.heads == sum(2 * (3 + r) for r in range(4))
     assert result.clusters == 3 and result.ami_type > 0.9 and result.p_type < 0.01
     assert abs(result.ami_run) < 0.1 and result.p_run > 0.2  # near 0 (chance: 0 on average; 36 heads)
