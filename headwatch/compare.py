@@ -17,12 +17,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.findings import sizes
-from analysis.findings.held_types import TYPE_LABELS
 from analysis.findings.values import stat_values
 from analysis.joint_clusters import JointAssociation
 from analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from analysis.store import Store, open_store
-from analysis.store.format import HEAD_TYPES
 from analysis.type_association import PERMUTATIONS, SIGNIFICANCE
 
 COMPARE_FILE = "compare.md"
@@ -52,31 +50,21 @@ def _cell(v: object) -> str:
 
 def scaling_figure(table: pd.DataFrame, consolidation: pd.DataFrame, path: Path) -> None:
     """Two log-log panels against the parameter count: each head type's first emergence step, and each
-    statistic's consolidation step in the first and last layer; one point per run (seeds side by side)."""
+    statistic's consolidation step in the first and last layer (`analysis.findings.sizes.scaling_series`); one
+    point per run (seeds side by side)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for i, t in enumerate(HEAD_TYPES):
-        column = f"{TYPE_LABELS.get(t, t)} first step"
-        ok = table[column].notna()
+    markers = "os^vD<>ph*"
+    for i, (what, params, times, _runs) in enumerate(sizes.scaling_series(table, consolidation)):
+        ax = left if what.endswith("emergence") else right
+        ok = np.isfinite(times) & (times > 0)
         if ok.any():
-            left.scatter(table["parameters"][ok], table[column][ok].astype(float), label=TYPE_LABELS.get(t, t), color=f"C{i}")
+            ax.scatter(params[ok], times[ok], label=what, color=f"C{i % 10}", marker=markers[i % len(markers)])
     left.set_title("first emergence of each head type")
-    params = dict(zip(table["run"], table["parameters"], strict=True))
-    for i, stat in enumerate(consolidation["statistic"].unique()):
-        part = consolidation[(consolidation["statistic"] == stat) & consolidation["step"].notna()]
-        for which, marker, pick in (("first layer", "o", "min"), ("last layer", "^", "max")):
-            rows = part[part["layer"] == part.groupby("run")["layer"].transform(pick)]
-            right.scatter(
-                [params[r] for r in rows["run"]],
-                rows["step"].astype(float),
-                marker=marker,
-                color=f"C{i}",
-                label=f"{sizes.SIZE_STAT_TITLES.get(stat, stat)}, {which}",
-            )
     right.set_title(f"consolidation ({CONSOLIDATION_SHARE:.0%} of the layer mean's total change, kept)")
     for ax in (left, right):
         ax.set_xscale("log")
@@ -84,7 +72,7 @@ def scaling_figure(table: pd.DataFrame, consolidation: pd.DataFrame, path: Path)
         ax.set_xlabel("non-embedding parameters (log)")
         ax.set_ylabel("training step (log)")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6)
     fig.tight_layout()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller files, faster to write
         fig.savefig(path, format="svg")

@@ -233,26 +233,50 @@ def joint_clusters(
     return JointClusters(result, heads, traj, grid, same, align)
 
 
-def scaling_fits(sizes: pd.DataFrame, consolidation: pd.DataFrame) -> list[tuple[str, PowerLaw]]:
-    """Power laws of each head type's first emergence step and of each statistic's consolidation step in the first
-    and the last layer, against the parameter count (`analysis.scaling.fit_power_law`; no fit, with the reason in
-    words, where the sizes are too few). Types no run has are left out."""
+def scaling_series(
+    sizes: pd.DataFrame, consolidation: pd.DataFrame, *, unit: str = "step"
+) -> list[tuple[str, np.ndarray, np.ndarray, list[str]]]:
+    """The timescales compared across sizes: each head type's first emergence step (types no run has left out), then
+    each statistic's consolidation time in the first and in the last layer (``unit``: step, tokens or fraction).
+
+    Returns:
+        ``(what, parameters (R,), times (R,) with NaN where a run has none, runs)`` per timescale.
+    """
     params = dict(zip(sizes["run"], sizes["parameters"], strict=True))
     out = []
     for t in HEAD_TYPES:
-        column = f"{TYPE_LABELS.get(t, t)} first step"
+        label = TYPE_LABELS.get(t, t)
+        column = f"{label} first step"
         if column in sizes and sizes[column].notna().any():
             times = sizes[column].astype("float64").to_numpy()
-            out.append((f"first {TYPE_LABELS.get(t, t)} emergence step", fit_power_law(sizes["parameters"].to_numpy(), times)))
+            if unit != "step":  # the emergence step's tokens or fraction: the run's own conversion
+                times = np.array([_convert(sizes, r, v, unit) for r, v in zip(sizes["run"], times, strict=True)])
+            out.append((f"first {label} emergence", sizes["parameters"].to_numpy(np.float64), times, list(sizes["run"])))
     for stat in consolidation["statistic"].unique() if len(consolidation) else []:
         part = consolidation[consolidation["statistic"] == stat]
         for which, pick in (("first layer", "min"), ("last layer", "max")):
             rows = part[part["layer"] == part.groupby("run")["layer"].transform(pick)]
-            times = rows["step"].astype("float64").to_numpy()
+            times = rows[unit].astype("float64").to_numpy()
             n = np.array([params[r] for r in rows["run"]], dtype=np.float64)
-            title = SIZE_STAT_TITLES.get(stat, stat)
-            out.append((f"{title}: consolidation step, {which}", fit_power_law(n, times)))
+            out.append((f"{SIZE_STAT_TITLES.get(stat, stat)}: consolidation, {which}", n, times, list(rows["run"])))
     return out
+
+
+def _convert(sizes: pd.DataFrame, run: str, step: float, unit: str) -> float:
+    """A step of ``run`` as tokens (tokens per step from the table's last step and tokens) or a fraction of its run."""
+    row = sizes[sizes["run"] == run].iloc[0]
+    if not np.isfinite(step):
+        return float("nan")
+    if unit == "fraction":
+        return step / float(row["last step"])
+    tokens = row["tokens"]
+    return step * float(tokens) / float(row["last step"]) if tokens is not pd.NA and tokens is not None else float("nan")
+
+
+def scaling_fits(sizes: pd.DataFrame, consolidation: pd.DataFrame) -> list[tuple[str, PowerLaw]]:
+    """Power laws of each timescale of `scaling_series`, in steps, against the parameter count
+    (`analysis.scaling.fit_power_law`; no fit, with the reason in words, where the sizes are too few)."""
+    return [(f"{what}, in steps", fit_power_law(n, t)) for what, n, t, _ in scaling_series(sizes, consolidation)]
 
 
 def consolidation_wide(consolidation: pd.DataFrame, *, unit: str = "step") -> pd.DataFrame:

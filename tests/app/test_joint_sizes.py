@@ -100,3 +100,26 @@ def test_joint_clusters_and_their_association_with_types_and_runs(ladder: Path) 
     for run in [RUN, *OTHERS]:
         per = [sum(1 for c, r in zip(clusters, runs, strict=True) if c == k and r == run) for k in counts["joint cluster"]]
         assert list(counts[run]) == per
+
+
+def test_compare_runs_says_across_sizes_what_headwatch_compare_writes(ladder: Path) -> None:
+    at = open_page("pages/compare_runs.py", {"runs": [RUN, *OTHERS], "stat": "std"})
+    assert not at.exception
+    tables = [el.value for el in at.dataframe]
+    runs = next(t for t in tables if "parameters" in t.columns).set_index("run")
+    for run in [RUN, *OTHERS]:
+        emergence = pd.read_parquet(ladder / run / "head_emergence.parquet")
+        first = emergence.groupby("type")["emergence_step"].min()
+        assert runs.loc[run, "previous-token first step"] == first["previous_token"]
+        if "induction" in first:
+            assert runs.loc[run, "induction first step"] == first["induction"]
+        else:
+            assert pd.isna(runs.loc[run, "induction first step"])
+    joint = next(t for t in tables if "AMI with types" in t.columns)
+    consolidation = next(t for t in tables if "σ of the entries" in t.columns)
+    assert len(joint) == 4 and set(consolidation["run"]) == {RUN, *OTHERS}
+    words = " ".join(m.value for m in at.markdown)
+    assert "first induction emergence, in steps: no fit. 1 model size" in words and "N^" not in words
+    spec = chart(at, "sizes_scaling")
+    assert spec["layout"]["xaxis"]["title"]["text"] == "non-embedding parameters (log)"
+    assert spec["layout"]["yaxis"]["title"]["text"] == "training step (log)"

@@ -99,7 +99,7 @@ def test_compare_writes_the_per_run_table_associations_and_figures(ladder: list[
     # the three consolidation tables' headers (step, tokens, fraction) and the associations' row of D_KL
     assert text.count("| D_KL(P(w) \\|\\| Gaussian) (nats) | ") == 4
     # two sizes: no fit, said in words
-    assert "first induction emergence step: no fit. 1 model size with this time (1 of 3 runs have no such time)" in text
+    assert "first induction emergence, in steps: no fit. 1 model size with this time (1 of 3 runs have no such time)" in text
     assert "N^" not in text.split("## Timescales")[1].split("![")[0].replace("`T ~ N^b`", "")
 
 
