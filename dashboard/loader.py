@@ -231,7 +231,7 @@ def _joint_embed(
         [values.stat_values(s, statistic, matrix=matrix) for s in opened],
         [s.steps for s in opened],
         align=axis,
-        tokens=[s.meta.tokens_at(s.steps) for s in opened] if axis == "tokens" else None,
+        tokens=[t for t in (s.meta.tokens_at(s.steps) for s in opened) if t is not None] if axis == "tokens" else None,
     )
     x = normalise(traj, normalisation)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)

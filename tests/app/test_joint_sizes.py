@@ -90,8 +90,10 @@ def test_joint_clusters_and_their_association_with_types_and_runs(ladder: Path) 
         types += end_types(ladder / t["meta"]["run"])
         runs += [t["meta"]["run"]] * len(t["text"])
     text = " ".join(m.value for m in at.markdown)
-    ami_type = float(re.search(r"with the head types AMI = (-?[\d.]+)", text).group(1))
-    ami_run = float(re.search(r"with the runs AMI = (-?[\d.]+)", text).group(1))
+    found_type = re.search(r"with the head types AMI = (-?[\d.]+)", text)
+    found_run = re.search(r"with the runs AMI = (-?[\d.]+)", text)
+    assert found_type and found_run, text
+    ami_type, ami_run = float(found_type.group(1)), float(found_run.group(1))
     assert ami_type == pytest.approx(adjusted_mutual_info_score(types, clusters), abs=5e-4)
     assert ami_run == pytest.approx(adjusted_mutual_info_score(runs, clusters), abs=5e-4)
     assert "types shuffled within each run" in text and "runs shuffled within each type" in text
