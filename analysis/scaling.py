@@ -130,8 +130,7 @@ def fit_power_law(params: np.ndarray, times: np.ndarray, *, min_sizes: int = MIN
             len(sizes),
             int(ok.sum()),
             f"{len(sizes)} model size{'s' if len(sizes) != 1 else ''} with this time{left}: too few to say how it "
-            f"changes with the parameter count (a power law needs {min_sizes}; through three points a line has one "
-            "degree of freedom left, so any three times fit some exponent).",
+            f"changes with the parameter count (a power law needs {min_sizes} sizes).",
         )
     fit = stats.linregress(x, y)
     # pure error: the scatter of log10 T among the seeds of one size

@@ -220,7 +220,8 @@ def write_compare(
         "## Timescales against the parameter count",
         "",
         f"A power law `T ~ N^b` (least squares of log10 T on log10 N over the runs, seeds as replicates; the "
-        f"exponent's uncertainty from the scatter among the seeds of one size) needs at least {MIN_SIZES} sizes.",
+        f"exponent's uncertainty from the scatter among the seeds of one size) needs at least {MIN_SIZES} sizes: "
+        "through three points a line has one degree of freedom left, so any three times fit some exponent.",
         "",
         *(f"- {fit.text(what)}" for what, fit in fits),
         "",
