@@ -57,22 +57,22 @@ def scaling_figure(table: pd.DataFrame, consolidation: pd.DataFrame, path: Path)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5.5))
     markers = "os^vD<>ph*"
     for i, (what, params, times, _runs) in enumerate(sizes.scaling_series(table, consolidation)):
         ax = left if what.endswith("emergence") else right
         ok = np.isfinite(times) & (times > 0)
         if ok.any():
             ax.scatter(params[ok], times[ok], label=what, color=f"C{i % 10}", marker=markers[i % len(markers)])
-    left.set_title("first emergence of each head type")
-    right.set_title(f"consolidation ({CONSOLIDATION_SHARE:.0%} of the layer mean's total change, kept)")
+    left.set_title("first emergence of each head type", fontsize=10)
+    right.set_title(f"layer consolidation ({CONSOLIDATION_SHARE:.0%} of the layer mean's change, kept)", fontsize=10)
     for ax in (left, right):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("non-embedding parameters (log)")
         ax.set_ylabel("training step (log)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # below the axes, off the points
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.tight_layout()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: smaller files, faster to write
         fig.savefig(path, format="svg")
@@ -93,7 +93,7 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
         z = normalise(j.traj, "zscore")  # (N, G)
         labels = j.heads["cluster"].to_numpy()
         for c in np.unique(labels):
-            ax.plot(j.grid, z[labels == c].mean(axis=0), label=f"cluster {c} ({int((labels == c).sum())} heads)")
+            ax.plot(j.grid, z[labels == c].mean(axis=0), label=f"joint cluster {c + 1} ({int((labels == c).sum())} heads)")
         ax.set_title(sizes.SIZE_STAT_TITLES.get(stat, stat), fontsize=9)
         ax.set_xlabel(sizes.JOINT_ALIGNMENTS[j.align], fontsize=7)
         ax.set_ylabel("cluster mean of z-scored trajectory", fontsize=7)
