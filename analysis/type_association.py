@@ -125,7 +125,19 @@ def cluster_trajectories(values: np.ndarray, *, seed: int = 0) -> tuple[np.ndarr
     Raises:
         ValueError: fewer than 3 heads or fewer than 2 checkpoints with values.
     """
-    x = normalise(trajectories(values), "zscore")
+    return cluster_points(normalise(trajectories(values), "zscore"), seed=seed)
+
+
+def cluster_points(x: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, int, float]:
+    """k-means clusters of ``(N, D)`` normalised trajectories, k in `CLUSTER_RANGE` by the largest silhouette.
+
+    Returns:
+        ``(labels, k, silhouette)``: ``(N,)`` int labels (one cluster, silhouette NaN, when every point has the
+        same shape).
+
+    Raises:
+        ValueError: fewer than 3 points or fewer than 2 coordinates.
+    """
     n = x.shape[0]
     if n < 3 or x.shape[1] < 2:
         raise ValueError(f"{n} heads over {x.shape[1]} checkpoints: clustering needs at least 3 heads and 2 checkpoints")

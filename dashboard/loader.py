@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -219,18 +220,23 @@ def _joint_embed(
     min_dist: float,
     knn_k: int,
     seed: int,
+    align: str,
 ) -> pd.DataFrame:
     from analysis.findings.runs import joint_trajectories
     from analysis.trajectories import EmbeddingSettings, knn, normalise, umap_embed
 
     opened = [_open(path, version).view(include_mixed=include_mixed) for path, version in stores]
+    axis: Any = "tokens" if align == "tokens" else "fraction"
     traj, index, same = joint_trajectories(
-        [values.stat_values(s, statistic, matrix=matrix) for s in opened], [s.steps for s in opened]
+        [values.stat_values(s, statistic, matrix=matrix) for s in opened],
+        [s.steps for s in opened],
+        align=axis,
+        tokens=[t for t in (s.meta.tokens_at(s.steps) for s in opened) if t is not None] if axis == "tokens" else None,
     )
     x = normalise(traj, normalisation)
     settings = EmbeddingSettings(n_neighbors=n_neighbors, min_dist=min_dist, knn_k=knn_k, seed=seed)
     xy, neighbors = umap_embed(x, settings), knn(x, knn_k)
-    _EMBEDDED.add(("joint", stores, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed))
+    _EMBEDDED.add(("joint", stores, include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed, align))
     return pd.DataFrame(
         {
             "run_index": index[:, 0],
@@ -257,6 +263,7 @@ def joint_embedding_cached(
     min_dist: float,
     knn_k: int,
     seed: int,
+    align: str = "fraction",
 ) -> bool:
     """Whether `compute_joint_embedding` with these settings already ran in this server process."""
     return (
@@ -270,6 +277,7 @@ def joint_embedding_cached(
         min_dist,
         knn_k,
         seed,
+        align,
     ) in _EMBEDDED
 
 
@@ -282,14 +290,51 @@ def compute_joint_embedding(
     min_dist: float,
     knn_k: int,
     seed: int,
+    align: str = "fraction",
 ) -> pd.DataFrame:
-    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories`; UMAP,
-    cached per stores and settings): columns ``run_index`` (position in ``stores``), ``layer``, ``head``,
-    ``x``, ``y``, ``neighbors`` (row indices of the nearest trajectories in the joint set) and ``same_steps``.
+    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories` on the common
+    time axis ``align``, ``fraction`` or ``tokens``; UMAP, cached per stores and settings): columns ``run_index``
+    (position in ``stores``), ``layer``, ``head``, ``x``, ``y``, ``neighbors`` (row indices of the nearest
+    trajectories in the joint set) and ``same_steps``.
     """
     return _joint_embed(
-        _joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed
+        _joint_key(stores), stores[0].include_mixed, matrix, statistic, normalisation, n_neighbors, min_dist, knn_k, seed, align
     )
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _joint_clusters(
+    stores: tuple[tuple[str, int], ...], names: tuple[str, ...], include_mixed: bool, matrix: str, statistic: str, align: str
+):
+    from analysis.findings.sizes import joint_clusters as cluster
+
+    opened = {n: _open(path, version).view(include_mixed=include_mixed) for n, (path, version) in zip(names, stores, strict=True)}
+    axis: Any = "tokens" if align == "tokens" else "fraction"
+    return cluster(opened, {n: values.stat_values(s, statistic, matrix=matrix) for n, s in opened.items()}, align=axis)
+
+
+def joint_clusters(stores: dict[str, Store], statistic: str, *, matrix: str = "qk", align: str = "fraction"):
+    """`analysis.findings.sizes.joint_clusters` of one statistic of the named runs (cached per store versions): the
+    joint clusters of every head and their association with the head types and with the runs."""
+    first = next(iter(stores.values()))
+    return _joint_clusters(_joint_key(list(stores.values())), tuple(stores), first.include_mixed, matrix, statistic, align)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _sizes(stores: tuple[tuple[str, int], ...], names: tuple[str, ...], include_mixed: bool, matrix: str):
+    from analysis.findings import sizes
+
+    opened = {n: _open(path, version).view(include_mixed=include_mixed) for n, (path, version) in zip(names, stores, strict=True)}
+    table = sizes.size_table(opened)
+    consolidation = sizes.consolidation_table(opened, matrix=matrix)
+    return table, consolidation, sizes.scaling_fits(table, consolidation)
+
+
+def sizes_tables(stores: dict[str, Store], *, matrix: str = "qk"):
+    """`analysis.findings.sizes`' per-run table, consolidation table and scaling fits of the named runs (cached per
+    store versions): ``(size_table, consolidation_table, [(what, PowerLaw), ...])``."""
+    first = next(iter(stores.values()))
+    return _sizes(_joint_key(list(stores.values())), tuple(stores), first.include_mixed, matrix)
 
 
 def embedding_cached(

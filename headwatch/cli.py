@@ -7,6 +7,8 @@
     headwatch info STORE                                       what a store holds
     headwatch plan SOURCE [options]                            what a run would do, before it runs
     headwatch report STORE --out DIR                           what happened in a run: Markdown + SVG figures
+    headwatch compare STORE STORE... --out DIR                 across runs: sizes, emergence, consolidation,
+                                                               joint trajectory clusters, scaling
 
 Each subcommand imports its module only when chosen: ``serve`` and ``info`` work with the core
 install (no torch), the others need the ``precompute`` (or ``train``) extra. Exit statuses are
@@ -100,6 +102,25 @@ def _parser() -> argparse.ArgumentParser:
         "association with the head types holds in it too (repeatable)",
     )
 
+    c = sub.add_parser(
+        "compare",
+        help="compare runs (a size ladder, seeds): emergence, consolidation, joint trajectory clusters, scaling",
+        description="Write DIR/compare.md: per run its parameter count, tokens, each head type's first emergence "
+        "step and each layer's consolidation time; the joint trajectory clusters of every head of every run against "
+        "the head types and against the runs (adjusted mutual information, permutation p-values); the timescales "
+        "against the parameter count; with its figures as SVG beside it. Needs matplotlib (the precompute extra).",
+    )
+    c.add_argument("stores", nargs="+", metavar="STORE", help="two or more stores (any number: a new rung drops in)")
+    c.add_argument("--out", required=True, metavar="DIR", help="folder for compare.md and its figures (created)")
+    c.add_argument("--matrix", choices=("qk", "ov"), default="qk", help="the per-head matrix whose statistics are compared")
+    c.add_argument(
+        "--align",
+        choices=("fraction", "tokens"),
+        default="fraction",
+        help="the joint trajectories' common time axis: fraction of training, or tokens seen (default: fraction)",
+    )
+    c.add_argument("--permutations", type=int, default=1999, metavar="N", help="shuffles per p-value (default 1999)")
+
     from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
 
     add_arguments(
@@ -147,6 +168,24 @@ def _delegate(command: str, args: list[str]) -> int:
     return int(module.main(args) or 0)
 
 
+def _compare(args: argparse.Namespace) -> int:
+    """``headwatch compare``: bad input (one store, stores of different statistics) refused in one line."""
+    from analysis.errors import StoreError
+
+    if len(args.stores) < 2:
+        return _usage(f"compare: a comparison needs at least two stores, got one ({args.stores[0]}); name two or more")
+    if args.permutations < 1:
+        return _usage(f"compare: --permutations {args.permutations}: need at least 1")
+    try:
+        from headwatch.compare import run as compare
+
+        return compare(args.stores, args.out, matrix=args.matrix, align=args.align, permutations=args.permutations)
+    except ModuleNotFoundError as exc:
+        return _usage(f"compare needs {exc.name!r}, which this install lacks: pip install 'headwatch[precompute]'")
+    except StoreError as exc:
+        return _usage(f"compare: {exc}")
+
+
 def _usage(message: str) -> int:
     print(f"headwatch: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -183,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             return _usage(f"report needs {exc.name!r}, which this install lacks: pip install 'headwatch[precompute]'")
         except StoreError as exc:
             return _usage(f"report: {exc}")
+    if args.command == "compare":
+        return _compare(args)
     from headwatch.plan import run as plan
 
     return plan(args)

@@ -10,6 +10,7 @@ import streamlit as st
 from dashboard import viewstate
 from dashboard.pagepanels import compare_runs as panels
 from dashboard.pagepanels import compare_runs_choice as choice
+from dashboard.pagepanels import compare_runs_sizes as across
 
 
 def main() -> None:
@@ -60,6 +61,9 @@ def main() -> None:
 
     # --- panel (d): the runs' losses on the same time axis ---
     panels.loss_panel(shown, colour, time)
+
+    # --- across sizes: emergence, consolidation, scaling, joint trajectory clusters ---
+    across.sizes_section(stores, matrix=pick.matrix)
 
 
 main()

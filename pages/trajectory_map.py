@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.sizes import JOINT_ALIGNMENTS
 from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
 from analysis.type_association import (
@@ -37,13 +38,19 @@ COLOUR_BY = {
     "cluster": "trajectory cluster of this statistic",
     "llc_cluster": "refined-LLC cluster",
 }
+JOINT_COLOUR_BY = {  # the joint map's colourings (URL ``colour``): ``layer`` fills by relative depth
+    "layer": "relative depth (layer / n_layers)",
+    "run": "run",
+    "type": "head type at the end of training",
+    "cluster": "joint trajectory cluster (all runs' heads together)",
+}
 
 
 @dataclass(frozen=True)
 class _Choices:
     """The page's widgets: the statistic mapped (``matrix``, ``stat``, ``norm``), the colouring (``colour``), the
     head ringed (``layer``, ``head``), the embedding's settings (``nn``, ``md``, ``knn``) and the runs embedded with
-    this one (``joint``)."""
+    this one (``joint``) on a common time axis (``jalign``)."""
 
     matrix: str
     stat: str
@@ -53,6 +60,7 @@ class _Choices:
     head: int
     settings: EmbeddingSettings
     joint: list[str]
+    align: str = "fraction"
 
 
 def _with(options: list, value) -> list:
@@ -77,7 +85,7 @@ def main() -> None:
 
     # --- several runs on one map (URL ``joint``, repeatable): the other runs' heads embedded with this run's ---
     if opts.joint:
-        _joint_map(frame, store, opts.joint, stat=opts.stat, matrix=opts.matrix, norm=opts.norm, settings=opts.settings)
+        _joint_map(frame, store, opts)
         return
 
     # --- data: the precomputed map when it matches, else computed here (cached) ---
@@ -123,8 +131,40 @@ def _choose(frame: RunFrame, types) -> _Choices:
         where=c_norm,
         help="; ".join(f"{k}: {v}" for k, v in NORMALISATIONS.items()),
     )
-    colour_options = ["layer", "cluster"] + (["type"] if types is not None else []) + (["llc_cluster"] if store.has(LLC) else [])
-    colour_by = widgets.select("colour", "Colour heads by", colour_options, "layer", fmt=COLOUR_BY.__getitem__)
+    others = [r for r in frame.runs if r != frame.run]
+    joint = (
+        widgets.multiselect(
+            "joint",
+            "Embed together with other runs",
+            others,
+            [],
+            help="Every head of these runs on the same map as this run's, each run with its own marker, clustered "
+            "together: are the kinds of trajectory universal across the runs (sizes, seeds), or specific to a run?",
+        )
+        if others
+        else []
+    )
+    align = "fraction"
+    if joint:
+        c_colour, c_align = st.columns([3, 4])
+        colour_by = widgets.select(
+            "colour", "Colour heads by", list(JOINT_COLOUR_BY), "layer", fmt=JOINT_COLOUR_BY.__getitem__, where=c_colour
+        )
+        align = widgets.select(
+            "jalign",
+            "Common time axis",
+            list(JOINT_ALIGNMENTS),
+            "fraction",
+            kind="radio",
+            fmt=JOINT_ALIGNMENTS.__getitem__,
+            where=c_align,
+            help="The runs' trajectories are compared at the checkpoints of the run with the fewest, on this axis; "
+            "every other run gives its last checkpoint at or before each (picked, not interpolated).",
+        )
+    else:
+        colour_options = ["layer", "cluster"] + (["type"] if types is not None else [])
+        colour_options += ["llc_cluster"] if store.has(LLC) else []
+        colour_by = widgets.select("colour", "Colour heads by", colour_options, "layer", fmt=COLOUR_BY.__getitem__)
     c_layer, c_head, c_settings = st.columns([1, 1, 4])
     layer = widgets.select("layer", "Highlight layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Highlight head", list(range(store.n_heads)), 0, where=c_head)
@@ -138,19 +178,6 @@ def _choose(frame: RunFrame, types) -> _Choices:
         kk = widgets.select(
             "knn", "Edges per head (k nearest trajectories)", _with(EDGES, defaults.knn_k), defaults.knn_k, kind="select_slider"
         )
-    others = [r for r in frame.runs if r != frame.run]
-    joint = (
-        widgets.multiselect(
-            "joint",
-            "Embed together with other runs",
-            others,
-            [],
-            help="Every head of these runs on the same map as this run's, each run with its own marker: do head types "
-            "of one run have counterparts in another?",
-        )
-        if others
-        else []
-    )
     return _Choices(
         matrix=matrix,
         stat=stat,
@@ -160,6 +187,7 @@ def _choose(frame: RunFrame, types) -> _Choices:
         head=head,
         settings=EmbeddingSettings(n_neighbors=nn, min_dist=md, knn_k=kk, seed=defaults.seed),
         joint=joint,
+        align=align,
     )
 
 
@@ -358,13 +386,88 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
     )
 
 
-def _joint_map(
-    frame, store, joint: list[str], *, stat: str, matrix: str, norm: Normalisation, settings: EmbeddingSettings
-) -> None:
-    """The map of this run's heads and those of the ``joint`` runs, embedded together (computed here, cached)."""
+def _joint_map(frame, store, opts: _Choices) -> None:
+    """The map of this run's heads and those of the ``joint`` runs, embedded together (computed here, cached),
+    coloured by depth, run, type or joint cluster; then what the joint clusters follow."""
+    stat, matrix, norm, settings = opts.stat, opts.matrix, opts.norm, opts.settings
+    stores, names = _joint_runs(frame, store, opts)
+    if len(stores) < 2:
+        st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
+        return
+    how = (matrix, norm, settings.n_neighbors, settings.min_dist, settings.knn_k, settings.seed, opts.align)
+    if not loader.joint_embedding_cached(stores, stat, *how):
+        st.info(
+            f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
+            "~30 s while numba compiles it) and cached."
+        )
+        if not st.button("Compute the joint map", type="primary"):
+            return
+    with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
+        rows = loader.compute_joint_embedding(stores, stat, *how)
+    with st.spinner("Clustering the runs' trajectories together ..."):
+        joint = loader.joint_clusters(dict(zip(names, stores, strict=True)), stat, matrix=matrix, align=opts.align)
+    neighbors = data.neighbours(rows)
+    fig = joint_trajectory_map(
+        rows["x"].to_numpy(),
+        rows["y"].to_numpy(),
+        rows["run_index"].to_numpy(),
+        rows["layer"].to_numpy(),
+        rows["head"].to_numpy(),
+        neighbors,
+        runs=names,
+        n_layers=[s.n_layers for s in stores],
+        **data.joint_grouping(opts.colour_by, joint.heads, names),
+    )
+    event = charts.chart(
+        fig,
+        "trajectory_map",
+        title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
+        filename=export.safe_name(*names, "joint-trajectory-map", stat, norm),
+        csv=lambda: rows.drop(columns=["neighbors", "same_steps"]).assign(
+            run=[names[i] for i in rows["run_index"]],
+            matrix=matrix,
+            statistic=stat,
+            type=joint.heads["type"].to_numpy(),
+            joint_cluster=joint.heads["cluster"].to_numpy(),
+        ),
+        select=True,
+    )
+    if bool(rows["same_steps"].iloc[0]):
+        when = f"at their {len(store.steps)} shared checkpoints"
+    else:
+        fewest = min(stores, key=lambda s: len(s.steps))
+        when = (
+            f"at the {JOINT_ALIGNMENTS[opts.align]} of the checkpoints of {names[stores.index(fewest)]}, "
+            f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
+            "checkpoint at or before it (picked, not interpolated)"
+        )
+    forward = STATS[stat].forward
+    fill = (
+        "the fill by relative depth (layer / n_layers, so layers of models of different depth compare)"
+        if opts.colour_by == "layer"
+        else f"the fill by {JOINT_COLOUR_BY[opts.colour_by]} (legend)"
+    )
+    st.caption(
+        f"One point per head of each run, the run shown by the marker (legend) and its outline colour, {fill}. "
+        f"Trajectories of {STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} "
+        f"{when}, normalised {NORMALISATIONS[norm]} over all the runs' heads together, embedded by UMAP (neighbours "
+        f"{settings.n_neighbors}, minimum distance {settings.min_dist}, seed {settings.seed}); grey edges join each head "
+        f"to its {settings.knn_k} nearest trajectories, from any run. Hover names run, layer and head; click a point to "
+        "open that head of its run in the head explorer."
+    )
+    _joint_association(joint, names, stat=stat)
+    picked = picked_run_head(event)
+    if picked is not None and 0 <= picked[0] < len(names):
+        i, lay, hd = picked
+        viewstate.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
+
+
+def _joint_runs(frame, store, opts: _Choices) -> tuple[list, list[str]]:
+    """This run and the ``joint`` runs that can join its map (each one that cannot is named in a warning)."""
+    stat, matrix = opts.stat, opts.matrix
     stores, names = [store], [frame.run]
     forward = STATS[stat].forward
-    for r in joint:
+    for r in opts.joint:
         other = loader.try_load_store(frame.runs[r])
         if isinstance(other, StoreError):
             st.warning(f"Run **{r}** cannot be opened and is left off the map: {other}", icon=":material/error:")
@@ -386,66 +489,43 @@ def _joint_map(
                 f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
                 icon=":material/visibility_off:",
             )
+        elif opts.align == "tokens" and (other.meta.tokens_at(other.steps) is None or store.meta.tokens_at(store.steps) is None):
+            st.warning(
+                f"Run **{r}** (or this run) records no tokens per step and is left off the tokens axis; align by fraction "
+                "of training to include it.",
+                icon=":material/visibility_off:",
+            )
         else:
             stores.append(other)
             names.append(r)
-    if len(stores) < 2:
-        st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
-        return
-    how = (matrix, norm, settings.n_neighbors, settings.min_dist, settings.knn_k, settings.seed)
-    if not loader.joint_embedding_cached(stores, stat, *how):
-        st.info(
-            f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
-            "~30 s while numba compiles it) and cached."
+    return stores, names
+
+
+def _joint_association(joint, names: list[str], *, stat: str) -> None:
+    """Do the joint clusters follow the head types (universal kinds of trajectory) or the runs (size-specific)?"""
+    st.subheader("Universal or run-specific? The joint clusters against head types and runs")
+    a = joint.association
+    if a.testable:
+        st.markdown(
+            f"**{STATS[stat].short()}, {len(names)} runs, {a.heads} heads, {a.clusters} joint clusters:** with the head "
+            f"types AMI = {a.ami_type:.3f} (p = {a.p_type:.3g}, types shuffled within each run); with the runs AMI = "
+            f"{a.ami_run:.3f} (p = {a.p_run:.3g}, runs shuffled within each type). Read: {a.verdict()}."
         )
-        if not st.button("Compute the joint map", type="primary"):
-            return
-    with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
-        rows = loader.compute_joint_embedding(stores, stat, *how)
-    neighbors = data.neighbours(rows)
-    fig = joint_trajectory_map(
-        rows["x"].to_numpy(),
-        rows["y"].to_numpy(),
-        rows["run_index"].to_numpy(),
-        rows["layer"].to_numpy(),
-        rows["head"].to_numpy(),
-        neighbors,
-        runs=names,
-        n_layers=[s.n_layers for s in stores],
-    )
-    event = charts.chart(
-        fig,
-        "trajectory_map",
-        title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
-        filename=export.safe_name(*names, "joint-trajectory-map", stat, norm),
-        csv=lambda: rows.drop(columns=["neighbors", "same_steps"]).assign(
-            run=[names[i] for i in rows["run_index"]], matrix=matrix, statistic=stat
-        ),
-        select=True,
-    )
-    if bool(rows["same_steps"].iloc[0]):
-        when = f"at their {len(store.steps)} shared checkpoints"
     else:
-        fewest = min(stores, key=lambda s: len(s.steps))
-        when = (
-            f"at the fractions of the run (step / last step) of the checkpoints of {names[stores.index(fewest)]}, "
-            f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
-            "checkpoint at or before it (picked, not interpolated)"
-        )
+        st.info(f"The joint clusters of {STATS[stat].short()} cannot be compared: {a.reason}.", icon=":material/info:")
+    st.dataframe(data.joint_counts(joint.heads, names), hide_index=True, key="joint_counts")
     st.caption(
-        f"One point per head of each run, the run shown by the marker (legend) and its outline colour, the fill by "
-        f"relative depth (layer / n_layers, so layers of models of different depth compare). Trajectories of "
-        f"{STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} {when}, "
-        f"normalised {NORMALISATIONS[norm]} "
-        f"over all the runs' heads together, embedded by UMAP (neighbours {settings.n_neighbors}, minimum distance "
-        f"{settings.min_dist}, seed {settings.seed}); grey edges join each head to its {settings.knn_k} nearest "
-        "trajectories, from any run. Hover names run, layer and head; click a point to open that head of its run in "
-        "the head explorer."
+        "Heads per joint cluster, by run and by type (the type at each run's last checkpoint with head types). The "
+        "clusters: every head's trajectory on the common time axis, normalised per head (minus its mean, divided by "
+        f"its standard deviation: the shape of the curve), k-means with k in {CLUSTER_RANGE.start}.."
+        f"{CLUSTER_RANGE.stop - 1} by the largest silhouette, chosen without the types or the runs. AMI: scikit-learn's "
+        "adjusted mutual information (0: what independent labels give on average, 1: the same partition). The types' "
+        "p-value reassigns the types only among the heads of one run, so the run is held fixed; the runs' p-value "
+        "reassigns the run labels only among the heads of one type, so the type is held fixed; "
+        f"{a.permutations or PERMUTATIONS:,} shuffles each, p < {SIGNIFICANCE} read as associated. High type AMI with "
+        "low run AMI reads as universal kinds of trajectory, the reverse as run-specific (size-specific) ones. Method: "
+        "analysis/joint_clusters.py; `headwatch compare` writes the same for the study's four statistics."
     )
-    picked = picked_run_head(event)
-    if picked is not None and 0 <= picked[0] < len(names):
-        i, lay, hd = picked
-        viewstate.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
 
 
 main()

@@ -310,46 +310,66 @@ def layer_values(table: pd.DataFrame, steps: np.ndarray, *, n_layers: int, role:
     return out
 
 
-def common_grid(steps: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], bool]:
-    """The checkpoints several runs' trajectories are compared at (the joint trajectory map).
+def common_grid(
+    steps: list[np.ndarray], *, align: Align = "fraction", tokens: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    """The points several runs' trajectories are compared at (the joint trajectory map and its clusters).
 
-    Runs with the same steps use them as they are. Otherwise the grid is the fractions of the run
-    (`aligned_time`) of the run with the fewest checkpoints, and every run contributes, at each grid
-    point, its last checkpoint at or before it (`checkpoint_at`; its first one where it has none so
-    early): values are picked, never interpolated.
+    The resampling rule. Runs whose checkpoints sit at the same aligned times use them as they are.
+    Otherwise the grid is the aligned times (`aligned_time`: fractions of the run, or tokens seen) of the
+    checkpoints of the run with the fewest checkpoints (the first such run in order), cut, for ``tokens``, to
+    the span every run covers (up to the smallest last token count); every run contributes, at each grid
+    point, its last checkpoint at or before it (`checkpoint_at`; its first one where it has none so early):
+    values are picked, never interpolated, so every value is a state the run was in.
 
     Args:
         steps: each run's ascending steps.
+        align: ``fraction`` (step / the run's last step) or ``tokens`` (``step`` keeps the runs' own steps
+            and works like ``tokens`` with one token per step).
+        tokens: each run's tokens seen at its checkpoints (needed for ``tokens``).
 
     Returns:
-        ``grid`` ``(G,)`` (steps when all runs share them, else fractions of the run), one index array
-        ``(G,)`` per run into its steps, and whether the runs shared their steps.
+        ``grid`` ``(G,)`` (aligned times: fractions, tokens or steps), one index array ``(G,)`` per run into
+        its steps, and whether the runs shared their aligned times.
+
+    Raises:
+        ValueError: ``tokens`` asked for without every run's token counts.
     """
     assert steps and all(len(s) for s in steps)
-    first = np.asarray(steps[0], dtype=np.int64)
-    if all(len(s) == len(first) and np.array_equal(np.asarray(s, dtype=np.int64), first) for s in steps):
-        return first.astype(np.float64), [np.arange(len(first)) for _ in steps], True
+    if align == "tokens" and (tokens is None or len(tokens) != len(steps) or any(t is None for t in tokens)):
+        raise ValueError("align='tokens' needs the token counts of every run's checkpoints")
+    xs = [aligned_time(np.asarray(s), align=align, tokens=None if tokens is None else tokens[i]) for i, s in enumerate(steps)]
+    first = xs[0]
+    if all(len(x) == len(first) and np.allclose(x, first, rtol=1e-12, atol=0) for x in xs):
+        return first, [np.arange(len(first)) for _ in steps], True
     ref = min(range(len(steps)), key=lambda i: len(steps[i]))
-    grid = aligned_time(np.asarray(steps[ref]), align="fraction")
-    picks = []
-    for s in steps:
-        x = aligned_time(np.asarray(s), align="fraction")
-        picks.append(np.array([max(checkpoint_at(x, g) or 0, 0) for g in grid], dtype=np.int64))
+    grid = xs[ref]
+    if align != "fraction":
+        grid = grid[grid <= min(float(x[-1]) for x in xs) * (1 + 1e-12)]
+    picks = [np.array([max(checkpoint_at(x, g) or 0, 0) for g in grid], dtype=np.int64) for x in xs]
     return grid, picks, False
 
 
-def joint_trajectories(values: list[np.ndarray], steps: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, bool]:
+def joint_trajectories(
+    values: list[np.ndarray],
+    steps: list[np.ndarray],
+    *,
+    align: Align = "fraction",
+    tokens: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """Every head of several runs as one set of trajectories on their `common_grid`.
 
     Args:
         values: each run's ``(S_i, n_layers_i, n_heads_i)`` statistic.
         steps: each run's ``(S_i,)`` steps.
+        align: the common time axis (`common_grid`).
+        tokens: each run's ``(S_i,)`` tokens seen (for ``align="tokens"``).
 
     Returns:
         ``traj`` ``(sum_i n_layers_i n_heads_i, G)``, runs in order, each run's heads layer-major;
-        ``index`` ``(N, 3)`` int: run, layer, head of each row; whether the runs shared their steps.
+        ``index`` ``(N, 3)`` int: run, layer, head of each row; whether the runs shared their aligned times.
     """
-    _, picks, same = common_grid(steps)
+    _, picks, same = common_grid(steps, align=align, tokens=tokens)
     rows, index = [], []
     for i, (v, pick) in enumerate(zip(values, picks, strict=True)):
         g, n_layers, n_heads = np.asarray(v)[pick].shape  # (G, n_layers, n_heads)

@@ -387,3 +387,48 @@ def type_counts(
             yaxis=value_axis("heads holding the type", (0.0, top * 1.08 + 0.5)),
         ),
     )
+
+
+def scaling_points(points: list[tuple[str, np.ndarray, np.ndarray, list[str]]], *, y_title: str) -> go.Figure:
+    """Timescales against model size on log-log axes: one marker series per quantity (a head type's first emergence,
+    a statistic's consolidation in the first or last layer), one point per run, hover naming the run.
+
+    Args:
+        points: ``(name, parameters (R,), times (R,), runs)`` per quantity; non-finite or non-positive times are
+            left out.
+        y_title: what the y axis holds (its unit, e.g. "training step (log)").
+    """
+    traces: list[dict[str, Any]] = []
+    xs, ys = [], []
+    for i, (name, params, times, runs) in enumerate(points):
+        p, t = np.asarray(params, dtype=np.float64), np.asarray(times, dtype=np.float64)
+        ok = np.isfinite(p) & np.isfinite(t) & (p > 0) & (t > 0)
+        if not ok.any():
+            continue
+        xs.append(p[ok])
+        ys.append(t[ok])
+        traces.append(
+            dict(
+                type="scatter",
+                x=p[ok],
+                y=t[ok],
+                mode="markers",
+                name=name,
+                text=[r for r, keep in zip(runs, ok, strict=True) if keep],
+                marker=dict(size=10, color=style.run_colour(i), symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)]),
+                hovertemplate=f"{name}<br>%{{text}}: %{{x:,}} parameters, %{{y:,}}<extra></extra>",
+            )
+        )
+    x = np.concatenate(xs) if xs else np.array([1.0, 10.0])
+    y = np.concatenate(ys) if ys else np.array([1.0, 10.0])
+    pad = 0.15
+    x_rng = (float(np.log10(x.min())) - pad, float(np.log10(x.max())) + pad)
+    y_rng = (float(np.log10(y.min())) - pad, float(np.log10(y.max())) + pad)
+    return figure(
+        traces,
+        layout(
+            showlegend=True,
+            xaxis=value_axis("non-embedding parameters (log)", x_rng, log=True),
+            yaxis=value_axis(y_title, y_rng, log=True),
+        ),
+    )

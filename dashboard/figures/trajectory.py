@@ -184,15 +184,23 @@ def joint_trajectory_map(
     runs: list[str],
     n_layers: list[int],
     method: str = "UMAP",
+    groups: np.ndarray | None = None,
+    group_names: list[str] | None = None,
+    group_colours: list[str] | None = None,
+    group_title: str = "",
 ) -> go.Figure:
     """The heads of several runs on one map: one marker symbol (and legend entry) per run, every head
-    coloured by its relative depth (layer / n_layers of its run), grey edges to its nearest trajectories.
+    coloured by its relative depth (layer / n_layers of its run), or by its group when ``groups`` is given,
+    grey edges to its nearest trajectories.
 
     Args:
         x, y: ``(N,)`` map coordinates.
         run, layer, head: ``(N,)`` each point's run (an index into ``runs``), layer and head.
         neighbors: ``(N, k)`` row indices of each point's nearest trajectories in the joint set.
         runs: the runs' names; n_layers: each run's number of layers.
+        groups: ``(N,)`` int group of each head (its run, its type, its joint cluster) to fill it by instead of
+            its depth: one legend entry per group, named by ``group_names`` in ``group_colours``, under
+            ``group_title`` (the hover names the group too).
     """
     run, layer, head = (np.asarray(a, dtype=np.int64) for a in (run, layer, head))
     depth = layer / np.asarray(n_layers, dtype=np.float64)[run]
@@ -210,8 +218,24 @@ def joint_trajectory_map(
             showlegend=False,
         ),
     ]
+    names = group_names or ([str(g) for g in range(int(np.max(groups)) + 1)] if groups is not None else [])
+    colours = group_colours or [style.run_colour(g) for g in range(len(names))]
     for i, name in enumerate(runs):
         on = run == i
+        if groups is None:
+            fill: dict[str, Any] = dict(
+                color=depth[on],
+                cmin=0,
+                cmax=1,
+                colorscale=style.LAYER_SCALE,
+                showscale=i == 0,
+                colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)", side="right"), thickness=14),
+            )
+            said, text = "", None
+        else:
+            g = np.asarray(groups, dtype=np.int64)[on]
+            fill = dict(color=[colours[int(v)] for v in g])
+            said, text = f"<br>{group_title}: %{{text}}", [names[int(v)] for v in g]
         traces.append(
             dict(
                 type="scatter",
@@ -220,20 +244,31 @@ def joint_trajectory_map(
                 mode="markers",
                 name=f"{name} ({int(on.sum())} heads)",
                 customdata=head_points(layer[on], head[on], None, run[on]).tolist(),
+                text=text,
                 meta=dict(run=name, kind="heads"),
                 marker=dict(
                     symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)],
                     size=10,
-                    color=depth[on],
-                    cmin=0,
-                    cmax=1,
-                    colorscale=style.LAYER_SCALE,
                     line=dict(color=style.run_colour(i), width=1.5),
-                    showscale=i == 0,
-                    colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)", side="right"), thickness=14),
+                    **fill,
                 ),
-                hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}"
+                hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}{said}"
                 "<extra>click to open</extra>",
+            )
+        )
+    for g, (gname, colour) in enumerate(zip(names, colours, strict=True)):  # the groups' legend: a swatch each
+        traces.append(
+            dict(
+                type="scatter",
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=gname,
+                marker=dict(color=colour, size=10, symbol="square"),
+                legendgroup="groups",
+                legendgrouptitle=dict(text=group_title) if g == 0 else None,
+                meta=dict(kind="group"),
+                hoverinfo="skip",
             )
         )
     return figure(

@@ -88,3 +88,38 @@ def association_row(short: str, run: str, result: Any, labels: np.ndarray, step:
         or ("associated" if result.significant else "no association shown")
         + ("" if not result.significant else f" (within layers: p = {result.p_within_layers:.3g})"),
     }
+
+
+def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
+    """The joint map's fill: nothing extra for relative depth (``layer``), else each head's group by ``run``,
+    ``type`` (at the end of training) or ``cluster`` (the joint trajectory clusters), with names and colours.
+
+    Args:
+        heads: the joint heads in the map's row order, with ``run``, ``type`` and ``cluster``
+            (`analysis.findings.sizes.JointClusters.heads`).
+        runs: the runs' names in the map's order.
+    """
+    if colour_by == "run":
+        groups = np.array([runs.index(r) for r in heads["run"]])
+        return dict(groups=groups, group_names=list(runs), group_title="run")
+    if colour_by == "type":
+        names = sorted(set(heads["type"]), key=lambda t: (t == "none", "+" in t, t))
+        groups = np.array([names.index(t) for t in heads["type"]])
+        colours = [TYPE_COLOURS.get(t, MIXED_COLOUR) for t in names]
+        return dict(groups=groups, group_names=names, group_colours=colours, group_title="type at the end of training")
+    if colour_by == "cluster":
+        labels = heads["cluster"].to_numpy(dtype=np.int64)
+        names = [f"joint cluster {c + 1}" for c in range(int(labels.max()) + 1)] if len(labels) else []
+        return dict(groups=labels, group_names=names, group_title="joint trajectory cluster")
+    return {}
+
+
+def joint_counts(heads: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
+    """Heads per joint cluster (one row each, ``joint cluster`` numbered from 1), one column per run and per type."""
+    by_run = pd.crosstab(heads["cluster"], heads["run"]).reindex(columns=runs, fill_value=0)
+    by_type = pd.crosstab(heads["cluster"], heads["type"])
+    by_type.columns = [f"type: {t}" for t in by_type.columns]
+    table = pd.concat([by_run, by_type], axis=1).reset_index()
+    table.insert(0, "joint cluster", table.pop("cluster") + 1)
+    table.insert(1, "heads", by_run.sum(axis=1).to_numpy())
+    return table

@@ -1,0 +1,127 @@
+"""The joint trajectory map of several runs (issue 43) through AppTest, on the synthetic ladder of
+``tests/unit/test_compare_cli.py`` (three runs with head types): the heads filled by run, by type and by joint
+cluster, and the joint clusters' association with the types and the runs, checked against the store files (pandas)
+and scikit-learn's AMI of the clusters the map shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import adjusted_mutual_info_score
+
+from dashboard import style
+from dashboard.pagedata.trajectories import TYPE_COLOURS
+from tests.app.conftest import chart, open_page
+from tests.unit.test_compare_cli import write_ladder
+
+TRAJ = "pages/trajectory_map.py"
+RUN, OTHERS = "tiny-d64", ["tiny-d32", "tiny-d64-seed2"]
+
+
+def _pca(x, settings):  # stands in for UMAP: deterministic, no numba compilation
+    u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+    return u[:, :2] * s[:2]
+
+
+@pytest.fixture(scope="module")
+def ladder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("joint") / "data"
+    write_ladder(root)
+    return root
+
+
+@pytest.fixture()
+def ladder(ladder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import analysis.trajectories as trajectories
+
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ladder_dir))
+    monkeypatch.setattr(trajectories, "umap_embed", _pca)
+    return ladder_dir
+
+
+def _open(colour: str):
+    at = open_page(TRAJ, {"run": RUN, "joint": OTHERS, "stat": "std", "colour": colour})
+    if at.button:  # the joint map is computed on request (cached per server process)
+        at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _heads(at) -> list[dict]:
+    return [t for t in chart(at, "trajectory_map")["data"] if (t.get("meta") or {}).get("kind") == "heads"]
+
+
+def end_types(path: Path) -> list[str]:
+    """Each head's type label at the last checkpoint, layer-major, read from head_types.parquet with pandas."""
+    frame = pd.read_parquet(path / "head_types.parquet")
+    last = frame[frame["step"] == frame["step"].max()]
+    held = last[last["holds"]].groupby(["layer", "head"])["type"].apply(lambda t: "+".join(sorted(t)))
+    return [held.get((layer, head), "none") for layer in range(2) for head in range(3)]
+
+
+def test_joint_map_fills_heads_by_type_and_by_run(ladder: Path) -> None:
+    at = _open("type")
+    drawn = _heads(at)
+    assert [t["meta"]["run"] for t in drawn] == [RUN, *OTHERS]
+    for t in drawn:
+        want = [TYPE_COLOURS[label] for label in end_types(ladder / t["meta"]["run"])]
+        assert list(t["marker"]["color"]) == want
+        assert "type at the end of training: %{text}" in t["hovertemplate"]
+    legend = [t["name"] for t in chart(at, "trajectory_map")["data"] if (t.get("meta") or {}).get("kind") == "group"]
+    assert set(legend) == {label for run in [RUN, *OTHERS] for label in end_types(ladder / run)}
+    assert "the fill by head type at the end of training" in " ".join(c.value for c in at.caption)
+
+    at = _open("run")
+    for i, t in enumerate(_heads(at)):
+        assert set(t["marker"]["color"]) == {style.run_colour(i)}
+
+
+def test_joint_clusters_and_their_association_with_types_and_runs(ladder: Path) -> None:
+    at = _open("cluster")
+    clusters, types, runs = [], [], []
+    for t in _heads(at):
+        clusters += [int(re.sub(r"\D", "", name)) for name in t["text"]]  # "joint cluster 2"
+        types += end_types(ladder / t["meta"]["run"])
+        runs += [t["meta"]["run"]] * len(t["text"])
+    text = " ".join(m.value for m in at.markdown)
+    found_type = re.search(r"with the head types AMI = (-?[\d.]+)", text)
+    found_run = re.search(r"with the runs AMI = (-?[\d.]+)", text)
+    assert found_type and found_run, text
+    ami_type, ami_run = float(found_type.group(1)), float(found_run.group(1))
+    assert ami_type == pytest.approx(adjusted_mutual_info_score(types, clusters), abs=5e-4)
+    assert ami_run == pytest.approx(adjusted_mutual_info_score(runs, clusters), abs=5e-4)
+    assert "types shuffled within each run" in text and "runs shuffled within each type" in text
+    counts = at.dataframe[0].value
+    assert list(counts["joint cluster"]) == sorted(set(clusters))
+    for run in [RUN, *OTHERS]:
+        per = [sum(1 for c, r in zip(clusters, runs, strict=True) if c == k and r == run) for k in counts["joint cluster"]]
+        assert list(counts[run]) == per
+
+
+def test_compare_runs_says_across_sizes_what_headwatch_compare_writes(ladder: Path) -> None:
+    at = open_page("pages/compare_runs.py", {"runs": [RUN, *OTHERS], "stat": "std"})
+    assert not at.exception
+    tables = [el.value for el in at.dataframe]
+    runs = next(t for t in tables if "parameters" in t.columns).set_index("run")
+    for run in [RUN, *OTHERS]:
+        emergence = pd.read_parquet(ladder / run / "head_emergence.parquet")
+        first = emergence.groupby("type")["emergence_step"].min()
+        assert runs.loc[run, "previous-token first step"] == first["previous_token"]
+        if "induction" in first:
+            assert runs.loc[run, "induction first step"] == first["induction"]
+        else:
+            assert pd.isna(runs.loc[run, "induction first step"])
+    joint = next(t for t in tables if "AMI with types" in t.columns)
+    consolidation = next(t for t in tables if "σ of the entries" in t.columns)
+    assert len(joint) == 4 and set(consolidation["run"]) == {RUN, *OTHERS}
+    words = " ".join(m.value for m in at.markdown)
+    assert "first induction emergence, in steps: no fit. 1 model size" in words and "N^" not in words
+    spec = chart(at, "sizes_scaling")
+    assert spec["layout"]["xaxis"]["title"]["text"] == "non-embedding parameters (log)"
+    assert spec["layout"]["yaxis"]["title"]["text"] == "training step (log)"

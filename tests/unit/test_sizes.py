@@ -1,0 +1,195 @@
+"""Across sizes (issue 43): the resampling rule on known curves, the consolidation rule, the power-law fit, the
+parameter count, and the joint clusters on synthetic runs with planted universal types and with planted
+size-specific trajectories. Expected values are worked out here by hand or by plain loops."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.errors import StoreError
+from analysis.findings.runs import common_grid, joint_trajectories
+from analysis.findings.sizes import check_comparable, parameter_count
+from analysis.joint_clusters import joint_associate
+from analysis.scaling import consolidation_index, fit_power_law
+from analysis.store.meta import ModelInfo
+
+# --- the resampling rule -----------------------------------------------------------------------------------------
+
+
+def _last_at_or_before(x: np.ndarray, g: float) -> int:
+    """A plain loop: the last index with x <= g (0 when none)."""
+    out = 0
+    for i, v in enumerate(x):
+        if v <= g + 1e-12:
+            out = i
+    return out
+
+
+def test_runs_with_the_same_steps_are_not_resampled() -> None:
+    steps = [np.array([0, 10, 20, 40]), np.array([0, 10, 20, 40])]
+    grid, picks, same = common_grid(steps)
+    assert same and np.allclose(grid, [0, 0.25, 0.5, 1.0])
+    assert all((p == np.arange(4)).all() for p in picks)
+
+
+def test_fraction_grid_is_the_fewest_runs_checkpoints_and_others_pick_their_last_at_or_before() -> None:
+    short = np.array([0, 10, 20, 30, 40])  # 5 checkpoints: the grid 0, .25, .5, .75, 1
+    dense = np.array([0, 3, 7, 12, 26, 49, 51, 80, 99, 100])
+    grid, picks, same = common_grid([dense, short])
+    assert not same and np.allclose(grid, [0, 0.25, 0.5, 0.75, 1.0])
+    assert list(picks[1]) == [0, 1, 2, 3, 4]
+    assert list(picks[0]) == [_last_at_or_before(dense / 100, g) for g in grid] == [0, 3, 5, 6, 9]
+    # a known curve of the fraction of training, f = fraction^2: each run's value is f at the checkpoint it picks
+    values = [((s / s[-1]) ** 2)[:, None, None] * np.ones((1, 2, 3)) for s in (dense, short)]
+    traj, index, _ = joint_trajectories(values, [dense, short])
+    assert traj.shape == (12, 5) and (index[:6, 0] == 0).all() and (index[6:, 0] == 1).all()
+    assert np.allclose(traj[6:], grid**2)  # the short run: exactly f on the grid
+    assert np.allclose(traj[:6], (dense[[0, 3, 5, 6, 9]] / 100.0) ** 2)  # the dense run: f where it was
+
+
+def test_tokens_grid_stops_where_the_shortest_run_stops() -> None:
+    a_steps, b_steps = np.array([0, 10, 20, 40]), np.array([0, 25, 50, 75, 100, 150])
+    a_tokens, b_tokens = a_steps * 100, b_steps * 10  # a: up to 4,000 tokens; b: up to 1,500
+    grid, picks, same = common_grid([a_steps, b_steps], align="tokens", tokens=[a_tokens, b_tokens])
+    assert not same and list(grid) == [0, 1000]  # a's checkpoints (the fewest) up to b's last tokens
+    assert list(picks[0]) == [0, 1] and list(picks[1]) == [0, 4]  # b: 1,000 tokens at step 100
+    with pytest.raises(ValueError, match="token counts"):
+        common_grid([a_steps, b_steps], align="tokens")
+
+
+# --- consolidation ------------------------------------------------------------------------------------------------
+
+
+def test_consolidation_of_an_exponential_approach_matches_the_analytic_time() -> None:
+    t = np.linspace(0, 100, 1001)
+    tau, end = 10.0, 100.0
+    v = 1 - np.exp(-t / tau)
+    # |v(t) - v(end)| = e^{-t/tau} - e^{-end/tau} <= 0.1 (1 - e^{-end/tau})
+    t_star = -tau * math.log(0.1 * (1 - math.exp(-end / tau)) + math.exp(-end / tau))
+    i = consolidation_index(v)
+    assert i is not None and t[i - 1] < t_star <= t[i] + 1e-12
+
+
+def test_consolidation_waits_for_a_curve_that_leaves_its_final_band() -> None:
+    assert consolidation_index(np.array([0, 1, 2, 0.5, 1.0, 1.0])) == 4  # 0.5 at index 3 is outside 1 +- 0.1
+    assert consolidation_index(np.array([0, 0.95, 1.0, np.nan, 1.0])) == 1
+    assert consolidation_index(np.array([3.0, 3.0, 3.0])) is None  # no change
+    assert consolidation_index(np.array([np.nan, 1.0])) is None
+    with pytest.raises(ValueError, match="share"):
+        consolidation_index(np.arange(3.0), share=0)
+
+
+# --- the power law ------------------------------------------------------------------------------------------------
+
+
+def test_power_law_recovers_a_planted_exponent_with_its_seed_uncertainty() -> None:
+    n = np.array([1e5, 1e5, 4e5, 4e5, 1.6e6, 1.6e6, 6.4e6, 6.4e6, 2.56e7, 2.56e7])
+    d = np.array([0.02, -0.02] * 5)  # each size's two seeds at +-0.02 in log10 around the law
+    t = 10 ** (1.0 + 0.5 * np.log10(n) + d)
+    fit = fit_power_law(n, t)
+    assert fit.fitted and fit.sizes == 5 and fit.runs == 10
+    assert fit.exponent == pytest.approx(0.5, abs=1e-9) and fit.intercept == pytest.approx(1.0, abs=1e-9)
+    x = np.log10(n)
+    pure = (2 * 0.02**2) * 5 / 5  # each size: (0.02^2 + 0.02^2) over 1 degree of freedom; 5 sizes, 5 dof
+    assert fit.se == pytest.approx(math.sqrt(pure / ((x - x.mean()) ** 2).sum()), rel=1e-9)
+    assert fit.low < 0.5 < fit.high
+    assert "N^0.50" in fit.text("induction emergence step") and "from the seeds" in fit.text("x")
+
+
+def test_three_sizes_are_too_few_and_say_so_in_words() -> None:
+    fit = fit_power_law(np.array([1e5, 4e5, 1.6e6, 4e5]), np.array([100.0, 200.0, 400.0, np.nan]))
+    assert not fit.fitted and math.isnan(fit.exponent)
+    text = fit.text("first induction emergence step")
+    assert "no fit" in text and "3 model sizes" in text and "too few" in text and "N^" not in text
+    assert "1 of 4 runs have no such time" in text
+
+
+def test_a_fit_without_seeds_says_it_has_no_uncertainty() -> None:
+    n = np.array([1e5, 4e5, 1.6e6, 6.4e6])
+    fit = fit_power_law(n, 3 * n**0.25)
+    assert fit.fitted and fit.exponent == pytest.approx(0.25) and math.isnan(fit.se)
+    assert "no size has two seeds" in fit.text("t")
+
+
+# --- the parameter count ------------------------------------------------------------------------------------------
+
+
+def test_parameter_count_is_the_non_embedding_weight_matrices() -> None:
+    gpt2 = ModelInfo(id="x", family="gpt2", n_layers=2, n_heads=8, d_model=128, d_head=16, config={"n_inner": 512})
+    assert parameter_count(gpt2) == 2 * (4 * 128 * 128 + 2 * 128 * 512)
+    gqa = ModelInfo(id="y", family="llama", n_layers=3, n_heads=8, d_model=64, d_head=8, n_kv_heads=2, config={})
+    # q and o: 64 x 64 each; k and v: 64 x 16 each; no d_mlp recorded: 4 d_model
+    assert parameter_count(gqa) == 3 * (2 * 64 * 64 + 2 * 64 * 16 + 2 * 64 * 256)
+
+
+def test_one_run_is_not_a_comparison() -> None:
+    with pytest.raises(StoreError, match="at least two runs, got 1"):
+        check_comparable({"only": object()})  # type: ignore[dict-item]  # refused before the store is read
+
+
+# --- joint clusters on planted runs -------------------------------------------------------------------------------
+
+SHAPES = {  # functions of the fraction of training u in [0, 1]
+    "previous_token": lambda u: 1 / (1 + np.exp(-(u - 0.15) * 40)),  # an early step up
+    "induction": lambda u: 1 / (1 + np.exp((u - 0.6) * 30)),  # a late step down
+    "none": lambda u: np.sin(3 * np.pi * u),  # wanders
+}
+SIZES = (64, 128, 256, 512)  # four runs, each a different schedule and number of heads
+
+
+def _ladder(shape_of, rng: np.random.Generator):
+    """Per run: steps (its own schedule), values (S, 2, n_heads) and type labels, each head's curve
+    ``shape_of(run, type)(fraction)`` times a random scale plus a random level plus noise."""
+    values, steps, types = [], [], []
+    kinds = list(SHAPES)
+    for r, _d in enumerate(SIZES):
+        n_heads = 3 + r  # 6, 8, 10, 12 heads
+        s = np.unique(np.concatenate([[0], np.geomspace(1, 500 * (r + 1), 20 + 5 * r).astype(int)]))
+        u = s / s[-1]
+        labels = np.array([kinds[i % 3] for i in range(2 * n_heads)])
+        v = np.empty((len(s), 2 * n_heads))
+        for h, kind in enumerate(labels):
+            curve = shape_of(r, kind)(u)
+            v[:, h] = rng.uniform(0.5, 3) * curve + rng.normal(0, 5) + rng.normal(0, 0.03, len(s))
+        values.append(v.reshape(len(s), 2, n_heads))
+        steps.append(s)
+        types.append(labels)
+    return values, steps, types
+
+
+def _joint(values, steps, types):
+    traj, index, same = joint_trajectories(values, steps)
+    assert not same
+    run = np.array([f"d{SIZES[i]}" for i in index[:, 0]])
+    return joint_associate(traj, run, np.concatenate(types), permutations=499, seed=0)
+
+
+def test_planted_universal_types_are_found_and_the_run_does_not_matter() -> None:
+    values, steps, types = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(1))
+    result, _clusters = _joint(values, steps, types)
+    assert result.testable and result.runs == 4 and result.heads == sum(2 * (3 + r) for r in range(4))
+    assert result.clusters == 3 and result.ami_type > 0.9 and result.p_type < 0.01
+    assert abs(result.ami_run) < 0.1 and result.p_run > 0.2  # near 0 (chance: 0 on average; 36 heads)
+    assert "universal" in result.verdict()
+
+
+def test_planted_size_specific_trajectories_follow_the_run_not_the_type() -> None:
+    def by_size(r, kind):  # every head of run r the same step up, later in bigger runs; the type plays no part
+        return lambda u: 1 / (1 + np.exp(-(u - (0.15 + 0.22 * r)) * 40))
+
+    values, steps, types = _ladder(by_size, np.random.default_rng(2))
+    result, _ = _joint(values, steps, types)
+    assert result.testable and result.ami_run > 0.8 and result.p_run < 0.01
+    assert abs(result.ami_type) < 0.1 and result.p_type > 0.2
+    assert "size-specific" in result.verdict()
+
+
+def test_joint_association_refuses_labels_that_do_not_match_and_says_why_one_run_is_not_testable() -> None:
+    traj = np.random.default_rng(0).normal(size=(6, 5))
+    with pytest.raises(ValueError, match="need one each"):
+        joint_associate(traj, np.zeros(5), np.zeros(6))
+    result, _ = joint_associate(traj, np.zeros(6), np.array(["a", "b"] * 3), permutations=9)
+    assert not result.testable and "one run" in result.reason and "not testable" in result.verdict()
