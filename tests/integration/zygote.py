@@ -1,0 +1,86 @@
+"""``python -m precompute`` without paying its imports each time: runs forked from a server that imported them.
+
+The end-to-end tests start the job a hundred and fifty times; each ``python -m precompute`` spends about five
+CPU-seconds importing pandas, pyarrow, torch and transformers before it reads a checkpoint. Here a
+multiprocessing forkserver imports them once per test process (`PRELOAD`) and forks a child per run: the
+child is a new process, as a subprocess is (its own threads, signal handlers, working directory and
+environment, its exit code and its output on files), that starts with the modules in memory. It has not
+run anything before the fork: the server only imports, so no torch thread pool or lock is copied half-used.
+
+What cannot be forked is what the preloaded modules read from the environment when they are imported
+(huggingface_hub's cache and offline switches, torch's and OpenMP's thread settings): a run whose
+environment differs from the server's in one of `IMPORT_TIME_ENV` returns None here, and the caller runs a
+plain subprocess.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+# The modules a precompute run imports; the server imports them before the first fork.
+PRELOAD = [
+    "precompute.__main__",
+    "precompute.run",
+    "precompute.lenses.forward",
+    "precompute.lenses.llc",
+    "torch",
+    "transformers",
+    "transformers.models.gpt_neox.modeling_gpt_neox",
+    "transformers.models.gpt2.modeling_gpt2",
+    "safetensors.torch",
+    "scipy.stats",
+]
+# Environment variables read at import time by the preloaded modules (by prefix).
+IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "NUMBA", "KMP_")
+
+_context: multiprocessing.context.ForkServerContext | None = None
+_server_env: dict[str, str] = {}
+
+
+def _import_time_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
+
+
+def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(handle, fd)
+        os.close(handle)
+    sys.argv = [str(Path(cwd) / "precompute" / "__main__.py"), *argv]
+    from precompute.__main__ import main
+
+    sys.exit(main(argv))  # multiprocessing turns SystemExit into the exit code and flushes both streams
+
+
+def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess | None:
+    """``python -m precompute ARGV`` forked from the server, or None where the environment rules it out."""
+    global _context, _server_env
+    if sys.platform != "linux" or os.environ.get("HEADWATCH_TEST_ZYGOTE") == "0":
+        return None
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+        _server_env = _import_time_env(os.environ)
+    if _import_time_env(env) != _server_env:
+        return None
+    with tempfile.TemporaryDirectory(prefix="precompute-run-") as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        process = _context.Process(target=_child, args=(argv, dict(env), str(cwd), out, err))
+        process.start()
+        process.join(timeout)
+        cmd = [sys.executable, "-m", "precompute", *argv]
+        if process.is_alive():
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(cmd, timeout, Path(out).read_text(), Path(err).read_text())
+        code = process.exitcode if process.exitcode is not None else 1
+        return subprocess.CompletedProcess(cmd, code, Path(out).read_text(), Path(err).read_text())
