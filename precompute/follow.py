@@ -17,6 +17,8 @@ the store already has; then it waits ``poll`` seconds and looks again. It stops
 The store is the job's, under its writer lock, committed one checkpoint at a time, so a follower killed
 at any moment is resumed by running it again. The rounds re-run what a run does after its checkpoints
 (overlaps, head types, stages, embeddings), so what depends on every checkpoint is brought up to date.
+
+A Hub repo's new branches are followed at an interval by `precompute.follow_hub`, with the same rounds.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from precompute.sources.checkpoints import find_checkpoints, incomplete_reason
 from precompute.state import stored_meta
 from training.markers import FINISHED_FILE, RUN_FILE
 
-__all__ = ["FINISHED_FILE", "follow_run", "training_finished"]
+__all__ = ["FINISHED_FILE", "follow_options", "follow_run", "pid_alive", "training_finished", "write_status"]
 
 log = logging.getLogger("precompute")
 
@@ -78,7 +80,8 @@ def write_status(out: Path, state: FollowState, *, source: str | Path, poll: flo
     os.replace(tmp, path)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one owned by another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -128,7 +131,7 @@ def follow_run(
         The report of every round that ran the job.
 
     Raises:
-        ValueError: ``source`` is not a local folder (Hub repos are not followed).
+        ValueError: ``source`` is a file (a Hub repo is followed by `precompute.follow_hub.follow_hub`).
         Whatever `precompute.run.run_precompute` raises for bad input (another model in the store, options
         the store refuses): the store keeps every committed checkpoint.
     """
@@ -157,7 +160,7 @@ def _rounds(
     while True:
         write_status(out, "following", source=folder, poll=poll)
         finished = training_finished(folder)
-        gone = pid is not None and not _pid_alive(pid) and not finished
+        gone = pid is not None and not pid_alive(pid) and not finished
         last = finished or gone or stop.is_set()
         ready, writing = _waiting(folder)
         stored = stored_meta(out)
