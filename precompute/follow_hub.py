@@ -35,7 +35,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from analysis.errors import HubUnreachableError
 from precompute.context import RunReport
-from precompute.follow import follow_options, pid_alive, write_status
+from precompute.follow import cpu_used, follow_options, pid_alive, write_status
 from precompute.settings import RunOptions
 from precompute.sources.fetch import Meter
 from precompute.sources.hub import HubSource, own_commit
@@ -168,7 +168,7 @@ def _rounds(
             )
         if last:
             why = f"step {until} has landed" if finished else ("the trainer is gone" if gone else "stopped")
-            log.info("%s: %s; the store %s is complete up to here", repo_id, why, out)
+            log.info("%s: %s; the store %s is complete up to here (%s)", repo_id, why, out, cpu_used())
             write_status(out, "finished" if finished else "stopped", source=repo_id, poll=poll)
             return reports
         if stop.wait(poll):
