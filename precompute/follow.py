@@ -144,9 +144,9 @@ def follow_run(
     """
     folder, out = Path(source), Path(out)
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--follow reads a local run folder; {str(folder)!r} is a file")
+        raise ValueError(f"--follow reads a run folder or a Hub repo; {str(folder)!r} is a file")
     if not folder.exists():
-        log.info("%s does not exist yet: waiting for the run to create it (--follow reads local run folders only)", folder)
+        log.info("%s does not exist yet: waiting for the run to create it", folder)
     options = options or RunOptions()
     stop = stop or threading.Event()
     try:
