@@ -51,8 +51,8 @@ class Repo:
         for name, value in sorted(files.items()):
             parts.append(name.encode() + (hashlib.sha256(value).digest() if isinstance(value, bytes) else str(value).encode()))
         commit = hashlib.sha1(b"".join(parts)).hexdigest()
-        self.branches[branch] = commit
         self.commits[commit] = dict(files)
+        self.branches[branch] = commit  # last, as the Hub moves a branch once its commit is whole
         return commit
 
     def sha256(self, commit: str, name: str) -> str:

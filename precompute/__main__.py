@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
+from analysis.errors import CheckpointError, CheckpointNotFoundError, HubUnreachableError, StoreError, UnknownArchitectureError
 from precompute import evalset, registry
 from precompute.registry import Lens
 from precompute.settings import (
@@ -53,6 +53,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a step (0 or more), got {text!r}")
     return value
 
 
@@ -159,10 +166,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="--source is a run folder still training: add each checkpoint as soon as its files are complete, "
         "with every lens the store has, until the folder says training finished (run.json or "
-        "training-finished.json), SIGTERM or SIGINT; rerun to resume",
+        "training-finished.json), SIGTERM or SIGINT; rerun to resume. --source ORG/NAME (a Hub repo): add each "
+        "new step branch once it has a commit of its own, until --follow-until, SIGTERM or SIGINT",
     )
     follow.add_argument(
-        "--poll", type=float, default=None, metavar="SECONDS", help="with --follow: seconds between looks (default 2)"
+        "--poll",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow: seconds between looks (default 2 for a run folder, 60 for a Hub repo)",
+    )
+    follow.add_argument(
+        "--follow-until",
+        type=_non_negative,
+        default=None,
+        metavar="STEP",
+        help="with --follow of a Hub repo: the run's last step; once its branch (or a later one) has landed, "
+        "read every step branch once more and stop",
     )
     follow.add_argument(
         "--follow-pid",
@@ -282,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.follow or args.poll is not None or args.follow_pid is not None:
+    if args.follow or args.poll is not None or args.follow_pid is not None or args.follow_until is not None:
         return follow_one(options, args)
     status = EXIT_OK
     for source, out in runs:
@@ -293,19 +313,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
-    """``--follow``: one run folder followed into one store until training finishes or a signal stops it."""
+    """``--follow``: one run folder (or Hub repo) followed into one store until training finishes or a signal
+    stops it."""
     import signal
     import threading
 
-    from precompute.follow import POLL_SECONDS, follow_run
+    from precompute import follow, follow_hub
 
     if not args.follow:
-        print("error: --poll and --follow-pid are for --follow", file=sys.stderr)
+        print("error: --poll, --follow-pid and --follow-until are for --follow", file=sys.stderr)
         return EXIT_USAGE
     if len(args.source) > 1 or args.push_to_hub or args.executor != "local" or args.revisions or args.every:
         print(
             "error: --follow follows one --source with the local executor, every checkpoint, no --push-to-hub "
             "(publish the store once training has finished)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.poll is not None and args.poll <= 0:
+        print(f"error: --poll {args.poll}: expected a positive number of seconds", file=sys.stderr)
+        return EXIT_USAGE
+    repo_id = follow_hub.hub_repo(args.source[0])
+    if repo_id is None and args.follow_until is not None:
+        print(
+            "error: --follow-until is for a Hub repo; a run folder says it finished with run.json or training-finished.json",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -320,19 +351,33 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        follow_run(args.source[0], args.out, options, poll=args.poll or POLL_SECONDS, stop=stop, pid=args.follow_pid)
+        if repo_id is not None:
+            poll = args.poll or follow_hub.POLL_SECONDS
+            follow_hub.follow_hub(repo_id, args.out, options, poll=poll, stop=stop, pid=args.follow_pid, until=args.follow_until)
+        else:
+            poll = args.poll or follow.POLL_SECONDS
+            follow.follow_run(args.source[0], args.out, options, poll=poll, stop=stop, pid=args.follow_pid)
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
-        print(f"error: {exc}\n{args.out} keeps every finished checkpoint", file=sys.stderr)
+        print(f"error: {exc}{_kept(args.out)}", file=sys.stderr)
         return EXIT_USAGE
+    except HubUnreachableError as exc:
+        print(f"error: {exc}{_kept(args.out)}", file=sys.stderr)
+        return EXIT_NETWORK
     except KeyboardInterrupt:
         print(f"\ninterrupted: {args.out} keeps every finished checkpoint; run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
 
 
+def _kept(out: str) -> str:
+    """The line that says the store keeps its checkpoints, when there is a store (nothing for a follower that
+    stopped at its first look, a missing repo: its error stays one line)."""
+    return f"\n{out} keeps every finished checkpoint" if (Path(out) / "meta.json").is_file() else ""
+
+
 def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:
     """One model's run, reported on stderr; its exit status."""
-    from analysis.errors import ClusterError, HubUnreachableError
+    from analysis.errors import ClusterError
     from precompute.run import run_precompute  # imports torch; keep --help fast
 
     resume = f"{out} keeps every finished checkpoint; run the same command to resume"

@@ -17,6 +17,8 @@ the store already has; then it waits ``poll`` seconds and looks again. It stops
 The store is the job's, under its writer lock, committed one checkpoint at a time, so a follower killed
 at any moment is resumed by running it again. The rounds re-run what a run does after its checkpoints
 (overlaps, head types, stages, embeddings), so what depends on every checkpoint is brought up to date.
+
+A Hub repo's new branches are followed at an interval by `precompute.follow_hub`, with the same rounds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -37,7 +40,7 @@ from precompute.sources.checkpoints import find_checkpoints, incomplete_reason
 from precompute.state import stored_meta
 from training.markers import FINISHED_FILE, RUN_FILE
 
-__all__ = ["FINISHED_FILE", "follow_run", "training_finished"]
+__all__ = ["FINISHED_FILE", "cpu_used", "follow_options", "follow_run", "pid_alive", "training_finished", "write_status"]
 
 log = logging.getLogger("precompute")
 
@@ -78,7 +81,14 @@ def write_status(out: Path, state: FollowState, *, source: str | Path, poll: flo
     os.replace(tmp, path)
 
 
-def _pid_alive(pid: int) -> bool:
+def cpu_used() -> str:
+    """The CPU time this process has used, for the follower's last log line: what following cost the machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return f"{usage.ru_utime + usage.ru_stime:.1f} s of CPU"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one owned by another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -128,15 +138,15 @@ def follow_run(
         The report of every round that ran the job.
 
     Raises:
-        ValueError: ``source`` is not a local folder (Hub repos are not followed).
+        ValueError: ``source`` is a file (a Hub repo is followed by `precompute.follow_hub.follow_hub`).
         Whatever `precompute.run.run_precompute` raises for bad input (another model in the store, options
         the store refuses): the store keeps every committed checkpoint.
     """
     folder, out = Path(source), Path(out)
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--follow reads a local run folder; {str(folder)!r} is a file")
+        raise ValueError(f"--follow reads a run folder or a Hub repo; {str(folder)!r} is a file")
     if not folder.exists():
-        log.info("%s does not exist yet: waiting for the run to create it (--follow reads local run folders only)", folder)
+        log.info("%s does not exist yet: waiting for the run to create it", folder)
     options = options or RunOptions()
     stop = stop or threading.Event()
     try:
@@ -157,7 +167,7 @@ def _rounds(
     while True:
         write_status(out, "following", source=folder, poll=poll)
         finished = training_finished(folder)
-        gone = pid is not None and not _pid_alive(pid) and not finished
+        gone = pid is not None and not pid_alive(pid) and not finished
         last = finished or gone or stop.is_set()
         ready, writing = _waiting(folder)
         stored = stored_meta(out)
@@ -186,7 +196,7 @@ def _rounds(
             )
         if last:
             why = "training finished" if finished else ("the trainer is gone" if gone else "stopped")
-            log.info("%s: %s; the store %s is complete up to here", folder, why, out)
+            log.info("%s: %s; the store %s is complete up to here (%s)", folder, why, out, cpu_used())
             write_status(out, "finished" if finished else "stopped", source=folder, poll=poll)
             return reports
         stop.wait(poll)

@@ -115,7 +115,14 @@ def main(argv: list[str] | None = None) -> int:
 
         lenses = [n.strip() for n in args.watch_lenses.split(",") if n.strip()]
         follower = Follower(args.out, args.watch, lenses=lenses)
-    train(settings, corpus, args.out, device=args.device, on_start=follower.start if follower else None)
+    train(
+        settings,
+        corpus,
+        args.out,
+        device=args.device,
+        on_start=follower.start if follower else None,
+        on_save=follower.on_save if follower else None,
+    )
     if follower is not None:
         follower.check()
         logging.info(

@@ -132,6 +132,7 @@ def train(
     *,
     device: Device = "auto",
     on_start: Callable[[], None] | None = None,
+    on_save: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Train one run and write its checkpoints and ``run.json`` under ``out``.
 
@@ -142,6 +143,8 @@ def train(
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
         on_start: called once ``run-started.json`` is written, before the first checkpoint (``--watch``
             starts its follower there).
+        on_save: called with the step after each checkpoint is saved (``--watch`` checks its follower there, so a
+            follower that failed is reported while training goes on).
 
     Returns:
         The record written to ``run.json``.
@@ -187,6 +190,8 @@ def train(
         row = {"step": step, **{f"{split}_loss": mean_loss(model, b, dev) for split, b in eval_sets.items()}}
         losses.append(row)
         save_checkpoint(model, out, step)
+        if on_save is not None:
+            on_save(step)
         log.info(
             "step %5d  train %.4f  val %.4f  (%.0f s)", step, row["train_loss"], row["val_loss"], time.perf_counter() - start
         )

@@ -84,6 +84,9 @@ class Follower:
         if self.process is not None:
             return
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        # the run folder exists before the follower looks: a relative one that does not (``runs/my-run``) would
+        # read as a Hub repo id (`precompute.follow_hub.hub_repo`)
+        self.run_folder.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             self.process = subprocess.Popen(
                 self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -110,6 +113,11 @@ class Follower:
                 shlex.join(self.command),
             )
         return code in (None, 0)
+
+    def on_save(self, step: int) -> None:
+        """After each checkpoint a run saves (`training.train.train`'s ``on_save``): `check`, so a follower that
+        failed is reported while training goes on."""
+        self.check()
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the follower to end (at most ``timeout`` seconds); its exit status, None if still running."""

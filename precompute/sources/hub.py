@@ -14,6 +14,11 @@ the attention bytes:
 The fingerprint is the Hub's LFS sha256 (``sha256_source: hub``): a duplicate of a
 known checkpoint costs one API call and no download. Offline (``HF_HUB_OFFLINE=1``)
 the repo is read from the local Hub cache instead, by `precompute.sources.hubcache`.
+
+While a run still pushes checkpoints (`precompute.follow_hub`), the source lists only the branches that
+point at a commit of their own (`own_commit`): a commit is atomic on the Hub, so such a branch's files are
+whole; a branch that shares its commit with another was just created from it (``create_branch``) and its
+upload has not landed yet.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class HubSource(CheckpointSource):
         endpoint: the Hub (default: ``HF_ENDPOINT`` or https://huggingface.co).
         cache_dir: the Hub cache, where files already downloaded are read (default:
             ``HF_HUB_CACHE``).
+        following: the repo may still be receiving checkpoints: list only the branches that point at a
+            commit of their own (`own_commit`).
     """
 
     kind: ClassVar[SourceKind] = "hub"
@@ -88,8 +95,10 @@ class HubSource(CheckpointSource):
         token: str | bool | None = None,
         endpoint: str | None = None,
         cache_dir: str | Path | None = None,
+        following: bool = False,
     ):
         super().__init__(name=repo_id, model_id=repo_id)
+        self.following = following
         self.repo_id = repo_id
         self.scratch = scratch
         self.fetch_settings = fetch
@@ -104,8 +113,29 @@ class HubSource(CheckpointSource):
         self._said_bin = False
 
     def list(self) -> tuple[list[CheckpointRef], list[str]]:
+        branches = self.branches()
+        refs, ignored = refs_from_names(branches, where=f"the branches of {self.repo_id}")
+        if not self.following:
+            return refs, ignored
+        ready = []
+        for ref in refs:
+            if own_commit(ref.revision, branches):
+                ready.append(ref)
+            else:
+                log.info(
+                    "%s points at the commit of another branch (its upload has not landed): left for the next round", ref.revision
+                )
+        return ready, ignored
+
+    def branches(self) -> dict[str, str]:
+        """Every branch of the repo and the commit it points at (``HfApi.list_repo_refs``, with retries).
+
+        Raises:
+            CheckpointNotFoundError: no such repo, or it is gated.
+            CheckpointError, HubUnreachableError: the Hub refused or could not be reached.
+        """
         refs = self._api(lambda: self.api.list_repo_refs(self.repo_id), what=f"list the branches of {self.repo_id}")
-        return refs_from_names([b.name for b in refs.branches], where=f"the branches of {self.repo_id}")
+        return {b.name: b.target_commit for b in refs.branches}
 
     def config(self, ref: CheckpointRef) -> dict[str, Any]:
         info = self._info(ref)
@@ -371,6 +401,13 @@ class HubSource(CheckpointSource):
 
     def _where(self, ref: CheckpointRef, filename: str) -> str:
         return f"{self.repo_id}@{ref.revision}/{filename}"
+
+
+def own_commit(branch: str, branches: dict[str, str]) -> bool:
+    """Whether ``branch`` points at a commit no other branch points at. A branch made with ``create_branch``
+    points at the commit it was made from until the upload to it (``upload_folder(revision=branch)``, one
+    commit) lands; until then it carries another checkpoint's files, or ``main``'s."""
+    return sum(commit == branches[branch] for commit in branches.values()) == 1
 
 
 def tensors_fingerprint(tensors: dict[str, torch.Tensor]) -> str:

@@ -38,8 +38,8 @@ def open_source(
         fetch: Hub fetch settings.
         meter: counts bytes fetched and scratch disk in use.
         token: Hub token (None: the logged-in user's, if any).
-        following: the run may still be training (`precompute.follow`): a local folder lists only its
-            complete checkpoints.
+        following: the run may still be training (`precompute.follow`, `precompute.follow_hub`): a local
+            folder lists only its complete checkpoints, a Hub repo only its branches with a commit of their own.
 
     Raises:
         CheckpointNotFoundError: neither an existing directory nor a valid repo id, or
@@ -56,4 +56,4 @@ def open_source(
         ) from None
     if constants.is_offline_mode():
         return HubCacheSource(str(spec))
-    return HubSource(str(spec), scratch=scratch, fetch=fetch, meter=meter, token=token)
+    return HubSource(str(spec), scratch=scratch, fetch=fetch, meter=meter, token=token, following=following)

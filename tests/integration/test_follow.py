@@ -342,3 +342,23 @@ def test_headwatch_train_watch_ends_with_the_posthoc_store(tmp_path: Path) -> No
     meta = read_meta(store)
     assert meta.training is not None and meta.training["losses"], "run.json's record, losses included"
     assert_same_store(store, posthoc(run, tmp_path / "posthoc"))
+
+
+def test_a_failed_follower_is_reported_once_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from training.watch import Follower
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    # a relative run folder that does not exist yet reads as a Hub repo id: the follower creates it first
+    follower = Follower("runs/new-run", tmp_path / "store", args=("--no-such-option",))
+    follower.start()
+    assert (tmp_path / "runs" / "new-run").is_dir()
+    assert follower.wait(timeout=WAIT) == 2
+    with caplog.at_level("WARNING", logger="training.watch"):
+        for step in (0, 1):
+            follower.on_save(step)  # what training calls after each checkpoint: it returns, training goes on
+    said = [r.getMessage() for r in caplog.records if "follower stopped" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "status 2" in said[0] and "--no-such-option" in said[0]  # why (its last line), and the command to resume
