@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.integration import zygote
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -55,12 +57,23 @@ def make_suite(root: Path, steps: list[int], *, duplicate: dict[int, int] | None
 
 
 def run_cli(*args: str, timeout: float = 300, embeddings: bool = False) -> subprocess.CompletedProcess:
-    """``python -m precompute ARGS`` in a subprocess from the repository root."""
+    """``python -m precompute ARGS`` in a process of its own from the repository root.
+
+    The process is forked from a server that has already imported torch, transformers and the job
+    (`tests.integration.zygote`): the same fresh process state as ``python -m precompute``, without its
+    five CPU-seconds of imports, which a suite of a hundred and fifty such runs paid again and again. An
+    environment that differs from the server's in what those imports read (HF_*, TORCH*, ...) runs in a
+    plain subprocess instead.
+    """
     # The trajectory-map embeddings (UMAP, numba-compiled) have their own tests; skipping
     # them here keeps each CLI run to its checkpoints (``embeddings=True``: made as by default).
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "1" if embeddings else "0"}
+    argv = ["--no-progress", *args]
+    done = zygote.run_precompute(argv, env=env, cwd=REPO, timeout=timeout)
+    if done is not None:
+        return done
     return subprocess.run(
-        [sys.executable, "-m", "precompute", "--no-progress", *args],
+        [sys.executable, "-m", "precompute", *argv],
         cwd=REPO,
         env=env,
         capture_output=True,
