@@ -88,9 +88,9 @@ def main() -> None:
 
 
 def _choose(frame: RunFrame) -> _Choices:
-    """The widgets: the step, the loss switch and the first panel, in one row."""
+    """The widgets: the step and the loss switch in one row, the first panel under them."""
     steps = [int(s) for s in frame.store.steps]
-    c_step, c_loss, c_panel = st.columns([3, 2, 2], vertical_alignment="bottom")
+    c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
     step = widgets.select(
         "step",
         "Step (the divergence heatmap's frame, marked on the losses)",
@@ -108,8 +108,7 @@ def _choose(frame: RunFrame) -> _Choices:
         list(PANELS),
         "layers",
         fmt=PANELS.__getitem__,
-        kind="radio",
-        where=c_panel,
+        kind="radio",  # a row of its own: beside the step and the loss switch, labels are cut short at 1,024 px
         help="What the page opens on: attention per layer, or the losses with the step marked (a stage boundary's "
         "evidence: the curves the boundary was read from)",
     )

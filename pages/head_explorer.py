@@ -217,7 +217,7 @@ def _pick_head(frame) -> _Head:
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
     both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
         "both",
-        "W_QK and W_OV side by side",
+        "Both W_QK and W_OV",  # a longer label is cut short at 1,024 px
         True,
         where=c_both,
         help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load "

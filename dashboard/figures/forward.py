@@ -373,10 +373,12 @@ def probe_losses(
         )
     if step is not None and step in axis.steps:
         x = float(axis.x[list(axis.steps).index(step)])
-        shapes += step_marks([x], [STEP_MARK_COLOUR])
-        annotations.append(
-            dict(xref="x", yref="y domain", x=x, y=1, xanchor="left", yanchor="top", text=f" step {step:,}", showarrow=False)
+        (mark,) = step_marks([x], [STEP_MARK_COLOUR])
+        # the label rides on the line: an annotation's x would be log10(x) on a log axis
+        mark["label"] = dict(
+            text=f" step {step:,}", textposition="middle", textangle=0, xanchor="left", font=dict(color=STEP_MARK_COLOUR, size=11)
         )
+        shapes.append(mark)
     rng = fixed_range(np.concatenate([np.ravel(copy_loss), np.ravel(eval_loss), reference]))
     return figure(
         traces,

@@ -373,8 +373,8 @@ def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128:
     steps = list(arr(fig["data"][0]["customdata"]).astype(int))
     x = arr(fig["data"][0]["x"])[steps.index(step)]
     marks = [sh for sh in fig["layout"]["shapes"] if sh.get("type") == "line" and sh.get("yref") == "y domain"]
-    assert any(sh["x0"] == pytest.approx(x) and sh["x1"] == pytest.approx(x) for sh in marks), marks
-    assert any(f"step {step:,}" in a.get("text", "") for a in fig["layout"]["annotations"])
+    (mark,) = [sh for sh in marks if sh["x0"] == pytest.approx(x) and sh["x1"] == pytest.approx(x)]
+    assert mark["label"]["text"].strip() == f"step {step:,}"
     copy_loss = pd.read_parquet(d128 / "eval_loss.parquet").sort_values("step")["probe_copy_loss"].to_numpy()
     assert np.allclose(arr(fig["data"][0]["y"]), copy_loss, equal_nan=True)
     default = open_page("pages/forward_lenses.py", {"run": "induction-d128"})
