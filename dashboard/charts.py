@@ -3,7 +3,8 @@
 One of the modules that import streamlit (with app.py, pages/, the loader, `dashboard.viewstate`,
 `dashboard.widgets` and the server). `chart` draws a Plotly figure with its camera button set
 to paper size and its CSV button (what the files hold: `dashboard.export`); `open_head_on_click`
-turns a click on a chart's point into the head explorer on that head; `follow_play` hands an
+turns a click on a chart's point into the head explorer on that head; `open_in_new_tab` opens the view of
+a clicked point in a new browser tab (the script: `dashboard.newtab`); `follow_play` hands an
 animated chart's paused frame back to the page's step control (the script: `dashboard.playback`);
 `no_values` is a page's message when a statistic has no values to chart.
 """
@@ -117,6 +118,29 @@ def follow_play(chart_key: str, step: int, *, name: str = "step") -> None:
         height=0,
         width="content",
     )
+
+
+@functools.cache
+def _new_tab() -> Any:
+    """The component that opens a clicked point's view in a new tab (`dashboard.newtab`), registered once."""
+    from dashboard.newtab import SCRIPT
+
+    return st.components.v2.component("headwatch_new_tab", js=SCRIPT)
+
+
+def open_in_new_tab(chart_key: str, link: str) -> None:
+    """Make a click on a point of the chart ``chart_key`` open ``link`` in a new browser tab, the page left as it is.
+
+    Args:
+        chart_key: the chart's key (`chart`'s ``key``); draw it without ``select``, or the click also reruns the page.
+        link: a relative link (``head?run=r&layer=...``) with ``{i}`` where the point's ``customdata[i]`` goes
+            (``layer={0}&head={1}&step={2}``; the values URL-encoded; a point lacking one opens nothing).
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    active("charts.open_in_new_tab")
+    _new_tab()(key=f"{chart_key}_new_tab", data={"chart": chart_key, "template": link}, height=0, width="content")
 
 
 def _take_paused(key: str, name: str) -> None:

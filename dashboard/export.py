@@ -77,7 +77,7 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
             yref="container",
             font=dict(size=TITLE_SIZE),
         ),
-        margin=dict(t=top + 30),
+        margin=dict(t=top + 30 + 18 * title.count("<br>")),  # a line more for each break
     )
     return fig
 

@@ -19,6 +19,10 @@ from dashboard.labels import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
+PANELS = {  # URL panel: the one shown first (a stage boundary's evidence: the losses at its step)
+    "layers": "attention per layer",
+    "losses": "the losses over training, the step marked",
+}
 STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
 
@@ -32,11 +36,12 @@ MISSING = (
 
 @dataclass(frozen=True)
 class _Choices:
-    """The page's widgets: the divergence heatmap's frame (``step``) and the loss overlay (``loss``); ``curve``: the
-    run's loss curve, if any."""
+    """The page's widgets: the step (``step``: the divergence heatmap's frame, marked on the losses), the loss overlay
+    (``loss``) and the panel shown first (``panel``, `PANELS`); ``curve``: the run's loss curve, if any."""
 
     step: int
     show_loss: bool
+    panel: str
     curve: tuple[np.ndarray, str] | None
 
     def with_loss(self, fig: go.Figure, axis: StepAxis) -> go.Figure:
@@ -64,6 +69,10 @@ def main() -> None:
         f"{info.induction_repeat} random tokens repeated twice."
     )
 
+    # --- panel: the losses over training, the step marked, first when the link asks (panel=losses) ---
+    if opts.panel == "losses":
+        _probe_panel(frame, info, opts.step)
+
     # --- panel: entropy and span per layer over training ---
     _bands_panel(frame, opts, uniform)
 
@@ -73,17 +82,18 @@ def main() -> None:
     # --- panel: head types over training ---
     _types_panel(frame, opts, uniform)
 
-    # --- panel: the loss on the induction probe over training ---
-    _probe_panel(frame, info)
+    # --- panel: the losses over training, the step marked, last by default ---
+    if opts.panel != "losses":
+        _probe_panel(frame, info, opts.step)
 
 
 def _choose(frame: RunFrame) -> _Choices:
-    """The widgets: the divergence heatmap's step and the loss switch, in one row."""
+    """The widgets: the step and the loss switch in one row, the first panel under them."""
     steps = [int(s) for s in frame.store.steps]
     c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
     step = widgets.select(
         "step",
-        "Divergence heatmap: step (the frame shown and linked)",
+        "Step (the divergence heatmap's frame, marked on the losses)",
         steps,
         steps[-1],
         kind="select_slider",
@@ -92,7 +102,17 @@ def _choose(frame: RunFrame) -> _Choices:
     )
     curve = loss_curve(frame.store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    return _Choices(step=step, show_loss=show_loss, curve=curve)
+    panel = widgets.select(
+        "panel",
+        "First panel",
+        list(PANELS),
+        "layers",
+        fmt=PANELS.__getitem__,
+        kind="radio",  # a row of its own: beside the step and the loss switch, labels are cut short at 1,024 px
+        help="What the page opens on: attention per layer, or the losses with the step marked (a stage boundary's "
+        "evidence: the curves the boundary was read from)",
+    )
+    return _Choices(step=step, show_loss=show_loss, panel=panel, curve=curve)
 
 
 def _bands_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
@@ -183,8 +203,9 @@ def _types_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> 
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
 
 
-def _probe_panel(frame: RunFrame, info) -> None:
-    """The loss on the induction probe's second copy over training, beside the loss on the evaluation text."""
+def _probe_panel(frame: RunFrame, info, step: int) -> None:
+    """The loss on the induction probe's second copy over training, beside the loss on the evaluation text, ``step``
+    marked."""
     store = frame.store
     copy_loss = store.dense(EVAL_LOSS, "probe_copy_loss")
     eval_loss = store.dense(EVAL_LOSS, "loss")
@@ -198,7 +219,9 @@ def _probe_panel(frame: RunFrame, info) -> None:
         return
     vocab = store.meta.model.config.get("vocab_size")
     charts.chart(
-        stacked(figs.probe_losses(frame.axis(), eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None), **STACK),
+        stacked(
+            figs.probe_losses(frame.axis(), eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None, step=step), **STACK
+        ),
         "probe_loss",
         title=f"{frame.run} · {figs.PROBE_COPY_LABEL}, and on the evaluation text",
         filename=export.safe_name(frame.run, "probe-copy-loss"),
@@ -208,7 +231,9 @@ def _probe_panel(frame: RunFrame, info) -> None:
         f"The mean next-token loss on positions R+1..2R-1 of the induction probe ({info.induction_sequences} "
         f"sequences of R = {info.induction_repeat} random tokens repeated twice), which only copying from the first "
         "copy can predict: it drops when induction heads form. The dotted grey line is the loss on the evaluation "
-        "text; the dotted reference is a uniform guess over the vocabulary."
+        "text; the dotted reference is a uniform guess over the vocabulary; the dashed line is step "
+        f"{step:,} (the step control). The run's stage boundaries are read from these curves, the whole-model LLC "
+        "(Refined LLC page) and the number of heads of each type (the heatmaps above)."
     )
 
 

@@ -91,6 +91,11 @@ class _Head:
         """What every chart's title names, the matrix included: an exported OV figure says it is one."""
         return f"{self.name} · {self.w_name}"
 
+    def title(self, what: str) -> str:
+        """A weight panel's chart title: run, head and matrix, then ``what`` (the statistic and the steps); on a second
+        line when W_QK and W_OV stand side by side, where one line does not fit half the page."""
+        return f"{self.frame.run} · {self.shown}{'<br>' if self.both else ' · '}{what}"
+
     def shown_for(self, stat: str) -> str:
         """What a chart of ``stat`` names: the head and its matrix, or the head alone for a statistic of the head itself
         (a forward-lens score, the refined LLC), which no matrix has."""
@@ -212,10 +217,11 @@ def _pick_head(frame) -> _Head:
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
     both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
         "both",
-        "Both W_QK and W_OV",
-        False,
+        "Both W_QK and W_OV",  # a longer label is cut short at 1,024 px
+        True,
         where=c_both,
-        help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load",
+        help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load "
+        "(off: the matrix chosen alone, both=0 in the link)",
     )
     panel = widgets.select(
         "panel",
@@ -302,7 +308,7 @@ def _density_map(h: _Head, w_range: tuple[float, float]) -> None:
     charts.chart(
         h.over_time(density_figs.density_map(h.axis, w, grid, chosen_x=h.chosen_x, colours=h.colours, matrix_name=h.w_name)),
         f"density_map{h.key}",
-        title=f"{run} · {h.shown} · P(w) over training",
+        title=h.title("P(w) over training"),
         filename=export.safe_name(run, h.tag, "Pw-map"),
         csv=lambda: _long(run, h.layer, h.head, h.matrix, store.steps, "p(w)", w, grid, "w"),
     )
@@ -362,7 +368,7 @@ def _density_slices(h: _Head, w_range: tuple[float, float], *, controls: tuple |
             matrix_name=h.w_name,
         ),
         f"density_slices{h.key}",
-        title=f"{run} · {h.shown} · P(w) at chosen steps, σ, D_KL",
+        title=h.title("P(w) at chosen steps, σ, D_KL"),
         filename=export.safe_name(run, h.tag, "Pw-sigma-DKL"),
         csv=lambda: _slices_csv(run, h.layer, h.head, matrix, store.steps, idx, w_all, p_all, standardized, sigma, kl),
         select=bool(h.pairs),
@@ -390,7 +396,7 @@ def _spectrum_map(h: _Head) -> None:
     charts.chart(
         h.over_time(spectrum_figs.spectrum_map(h.axis, h.lam, chosen_x=h.chosen_x, colours=h.colours)),
         f"spectrum_map{h.key}",
-        title=f"{run} · {h.shown} · λ_k over training",
+        title=h.title("λ_k over training"),
         filename=export.safe_name(run, h.tag, "lambda-map"),
         csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, h.lam, range(len(store.steps))),
     )
@@ -436,7 +442,7 @@ def _spectrum_slices(h: _Head, *, show_null: bool | None = None) -> tuple[Any, b
             ],
         ),
         f"spectrum_slices{h.key}",
-        title=f"{run} · {h.shown} · λ_k at chosen steps, stable rank, entropy",
+        title=h.title("λ_k at chosen steps, stable rank, entropy"),
         filename=export.safe_name(run, h.tag, "spectrum"),
         csv=lambda: _lam_csv(run, h.layer, h.head, matrix, store.steps, lam, idx),
         select=bool(h.pairs),
@@ -466,7 +472,7 @@ def _leading_panel(h: _Head, *, controls: tuple | None = None, narrow: bool = Fa
                     spectrum_figs.leading_lambdas(h.axis, lam[:, :4], chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
                 f"leading{h.key}",
-                title=f"{run} · {h.shown} · λ_0 … λ_3",
+                title=h.title("λ_0 … λ_3"),
                 filename=export.safe_name(run, h.tag, "leading"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
             )
@@ -477,7 +483,7 @@ def _leading_panel(h: _Head, *, controls: tuple | None = None, narrow: bool = Fa
                     spectrum_figs.level_crossings(h.axis, lam, crossings, chosen_x=h.chosen_x, colours=h.colours, log_y=log_lam)
                 ),
                 f"leading{h.key}",
-                title=f"{run} · {h.shown} · λ_0 … λ_3, crossings and repulsions",
+                title=h.title("λ_0 … λ_3, crossings and repulsions"),
                 filename=export.safe_name(run, h.tag, "crossings"),
                 csv=lambda: _lam_csv(run, h.layer, h.head, h.matrix, store.steps, lam[:, :4], range(len(store.steps))),
             )

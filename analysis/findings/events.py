@@ -6,7 +6,8 @@ Each event is one checkpoint and one link to the view that shows its evidence (`
 
 - **stage boundary** (stages.parquet, the primary basis of meta.json ``stages``): the run's boundaries (basis
   ``run``: named by what forms, with the curves that support them) or, in stores made before them, the LLC's or
-  the loss's; the Forward lenses page at that step (the Refined LLC page for LLC stages);
+  the loss's; the Forward lenses page with its losses first, that step marked (``panel=losses``; the Refined LLC
+  page's whole-model LLC for LLC stages);
 - **head type**: each type's first emergence (head_emergence.parquet: the earliest ``emergence_step``
   over heads), the head explorer at that head and step;
 - **rLLC rise**: the `RLLC_RISES` largest rises of a head's refined LLC between consecutive estimates
@@ -115,7 +116,7 @@ def stage_events(store: Store) -> list[Event]:
                     label=f"stage {r.stage + 1} begins: {r.boundary}",
                     detail=f"supported by {r.support}",
                     page="lenses",
-                    query=(("step", int(r.start_step)),),
+                    query=_losses_query(int(r.start_step)),
                 )
             )
             continue
@@ -128,10 +129,16 @@ def stage_events(store: Store) -> list[Event]:
                 detail=f"{curve} {r.start_value:.4g} → {r.end_value:.4g} over the stage "
                 f"(change {r.change:+.3g} ± {r.change_se:.2g})",
                 page="llc" if primary == "llc" else "lenses",
-                query=(("panel", "model"),) if primary == "llc" else (("step", int(r.start_step)),),
+                query=(("panel", "model"),) if primary == "llc" else _losses_query(int(r.start_step)),
             )
         )
     return out
+
+
+def _losses_query(step: int) -> tuple[tuple[str, object], ...]:
+    """The Forward lenses page with its losses first and ``step`` marked on them (``panel=losses``): a boundary of the
+    run is read from curves, and the evidence is those curves at its step."""
+    return (("panel", "losses"), ("step", step))
 
 
 def type_events(store: Store) -> list[Event]:

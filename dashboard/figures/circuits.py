@@ -114,7 +114,7 @@ def composition_animation(
             f"<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[6]:.4g}}"
             + (" = %{customdata[3]:.2f}× random heads" if divisor != 1.0 else "")
             + ("<br>%{text}" if types is not None else "")
-            + "<extra>click to open B with A</extra>"
+            + "<extra>click: B with A, in a new tab</extra>"
         ),
     )
     first[2].update(

@@ -12,11 +12,22 @@ import plotly.graph_objects as go
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
-from dashboard.figures.common import colour_layer, duplicate_shapes, figure, layout, play_menu, step_xaxis, value_axis
+from dashboard.figures.common import (
+    colour_layer,
+    duplicate_shapes,
+    figure,
+    layout,
+    play_menu,
+    step_marks,
+    step_xaxis,
+    value_axis,
+)
 from dashboard.figures.points import cell_picker, head_points
 from dashboard.labels import Stat
 
 FRAME_MS = 200
+
+STEP_MARK_COLOUR = "#9467bd"  # the page's step on the losses (a stage boundary's evidence): purple, dashed
 
 
 def _rgba(colour: str, alpha: float) -> str:
@@ -302,12 +313,16 @@ PROBE_COPY_LABEL = "loss on the probe's second copy, nats per token"
 EVAL_LOSS_LABEL = "loss on the evaluation text, nats per token"
 
 
-def probe_losses(axis: StepAxis, eval_loss: np.ndarray, copy_loss: np.ndarray, *, vocab_size: int | None) -> go.Figure:
+def probe_losses(
+    axis: StepAxis, eval_loss: np.ndarray, copy_loss: np.ndarray, *, vocab_size: int | None, step: int | None = None
+) -> go.Figure:
     """The loss on the induction probe's second copy and on the evaluation text, over training.
 
     Args:
         eval_loss, copy_loss: ``(S,)`` nats per token (NaN where a step has none).
         vocab_size: marks ln V, the loss of a uniform guess (no copying), when known.
+        step: one of ``axis.steps`` marked by a dashed vertical line named ``step N`` (the page's step: where a
+            stage boundary of the Timeline links), or None.
     """
     traces: list[dict[str, Any]] = []
     for values, name, colour, dash in (
@@ -356,6 +371,14 @@ def probe_losses(axis: StepAxis, eval_loss: np.ndarray, copy_loss: np.ndarray, *
                 font=dict(size=11, color="#555"),
             )
         )
+    if step is not None and step in axis.steps:
+        x = float(axis.x[list(axis.steps).index(step)])
+        (mark,) = step_marks([x], [STEP_MARK_COLOUR])
+        # the label rides on the line: an annotation's x would be log10(x) on a log axis
+        mark["label"] = dict(
+            text=f" step {step:,}", textposition="middle", textangle=0, xanchor="left", font=dict(color=STEP_MARK_COLOUR, size=11)
+        )
+        shapes.append(mark)
     rng = fixed_range(np.concatenate([np.ravel(copy_loss), np.ravel(eval_loss), reference]))
     return figure(
         traces,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,8 @@ import streamlit as st
 
 from analysis.findings.paths import Role, induction_paths, partners, strongest_paths, types_at
 from analysis.store.format import COMPOSITION, COMPOSITION_KINDS
-from dashboard import charts, export, viewstate, widgets
-from dashboard.data import default_steps
+from dashboard import charts, export, widgets
 from dashboard.figures import circuits as figs
-from dashboard.figures.points import picked_row
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
 TOP = [3, 5, 8]
@@ -151,15 +150,15 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         divisor=view.divisor,
         title=f"{frame.run} · {name} ({view.unit_short})",
     )
-    event = charts.chart(
+    charts.chart(
         fig,
         "composition",
         title=f"{frame.run} · {name} ({view.unit_short})",
         filename=export.safe_name(frame.run, "composition", kind, view.scale, "step", step),
         csv=lambda: _pairs_csv(frame.run, scores[at], steps, kind, view.divisor),
-        select=True,
     )
     charts.follow_play("composition", step)
+    charts.open_in_new_tab("composition", pair_link(frame.run))
     ratio = (
         f"divided by {view.baseline:.4g}, the mean score of independent Gaussian heads of this model's shapes (1 = random)"
         if view.divisor != 1.0
@@ -182,22 +181,16 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         f"folded). Rows: target head B; columns: source head A in an earlier layer (blank: same or later layer, "
         f"which cannot compose). Step {step:,} is the frame (and the link): Play runs the following checkpoints in the "
         f"browser; Pause moves the step control to the frame shown. Colours fixed over training. Click a cell to open "
-        f"its target head B in the head explorer with the source A overlaid, at the step shown.{ring}{kept}"
+        f"the pair in a new tab: the head explorer on the target head B with the source A overlaid on every chart "
+        f"over training, at the step of the frame shown.{ring}{kept}"
     )
-    _open_pair_on_click(event, store)
 
 
-def _open_pair_on_click(event, store) -> None:
-    """A click on a cell: the head explorer on the target B with the source A overlaid (``cmp``), the cell's step among
-    the chosen steps."""
-    row = picked_row(event, 6)  # [target layer, target head, step, value, source layer, source head]
-    if row is None:
-        return
-    b_layer, b_head, step, _, a_layer, a_head = (int(v) for v in row)
-    if not (0 <= b_layer < store.n_layers and 0 <= a_layer < store.n_layers and max(a_head, b_head) < store.n_heads):
-        return
-    chosen = sorted(set(default_steps(store.steps)) | ({step} if step in set(int(s) for s in store.steps) else set()))
-    viewstate.switch_page("pages/head_explorer.py", layer=b_layer, head=b_head, cmp=[f"L{a_layer}H{a_head}"], step=chosen)
+def pair_link(run: str) -> str:
+    """The head explorer on a cell's pair, as `charts.open_in_new_tab`'s template over the cell's ``customdata``
+    (``[target layer, target head, step, value, source layer, source head, raw]``, `figs.composition_animation`):
+    the target head B, the source A overlaid (``cmp=L1H2``), the cell's step the one step chosen."""
+    return f"head?run={quote(run, safe='')}&layer={{0}}&head={{1}}&cmp=L{{4}}H{{5}}&step={{2}}"
 
 
 def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:

@@ -159,16 +159,20 @@ def circuit_server(circuit_store, tmp_path_factory):
     yield from _serve(circuit_store, tmp_path_factory)
 
 
-def test_a_click_on_a_cell_opens_its_target_head_with_its_source_at_the_step_shown(circuit_server, circuit_store, chromium):
+def test_a_click_on_a_cell_opens_its_pair_at_the_step_shown_in_a_new_tab(circuit_server, circuit_store, chromium):
+    """The cell of source L1 H2 -> target L3 H0 at the step shown opens, in a new tab, the head explorer on L3 H0 with
+    L1 H2 overlaid and that step the one chosen; the Circuits tab stays where it was."""
     from urllib.parse import parse_qs, urlsplit
 
-    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_url, _wait_view
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
 
     step = sorted(int(s) for s in _frame(circuit_store)["step"].unique())[5]
     page = chromium.new_page(viewport={"width": 1500, "height": 1900})
+    tab = None
     try:
         page.goto(circuit_server + f"/circuits?kind=k&step={step}")
         _wait_view(page, "/circuits", "Circuits", 3)
+        before = page.evaluate("location.href")
         xy = page.evaluate(
             """([src, tgt]) => {
             const gd = document.querySelector('.st-key-composition .js-plotly-plot');
@@ -180,18 +184,34 @@ def test_a_click_on_a_cell_opens_its_target_head_with_its_source_at_the_step_sho
             [1 * H + 2, 3 * H + 0],  # source L1 H2 -> target L3 H0
         )
         page.mouse.move(*xy)
-        page.mouse.click(*xy)
-        page.wait_for_function(
-            "() => location.pathname.endsWith('/head') && location.search.includes('layer=3') "
-            "&& location.search.includes('head=0')",
-            timeout=LOAD_TIMEOUT_MS,
-        )
-        _wait_view(page, "/head", "Head explorer", 3)
-        # the head explorer shows under the Circuits page's query string (its layer=3&head=0 too) until it publishes
-        _wait_url(page, "cmp=")
-        query = parse_qs(urlsplit(page.url).query)
-        assert query.get("cmp") == ["L1H2"] and str(step) in query.get("step", []), page.url
+        with page.expect_popup(timeout=LOAD_TIMEOUT_MS) as popup:
+            page.mouse.click(*xy)
+        tab = popup.value
+        opened = parse_qs(urlsplit(tab.url).query)
+        assert urlsplit(tab.url).path.endswith("/head"), tab.url
+        assert (opened["layer"], opened["head"], opened["cmp"], opened["step"]) == (["3"], ["0"], ["L1H2"], [str(step)])
+        assert opened["run"] == [circuit_store.name]
+        # the head explorer published its view there: read by evaluating in turn (the pop-up never answered Playwright's
+        # wait_for_function in headless Chromium, on animation frames or on a timer)
+        published = """parts => {
+            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const h1 = document.querySelector('h1');
+            return location.pathname.endsWith('/head') && h1 && h1.textContent.trim() === 'Head explorer' && link
+                && link.textContent.trim().endsWith(location.search) && parts.every(p => location.search.includes(p));
+        }"""
+        parts = ["layer=3", "head=0", "cmp=L1H2", f"step={step}", "both=1"]
+        for _ in range(LOAD_TIMEOUT_MS // 250):
+            if tab.evaluate(published, parts):
+                break
+            tab.wait_for_timeout(250)
+        shown = tab.evaluate("location.search")  # the page's address bar once it published (tab.url lags in a pop-up)
+        assert tab.evaluate(published, parts), shown
+        assert parse_qs(shown[1:])["step"] == [str(step)], shown  # the step shown, not the default steps with it
+        page.wait_for_timeout(500)  # a click the server handled would switch this tab within a run
+        assert page.evaluate("location.href") == before and urlsplit(before).path.endswith("/circuits")
     finally:
+        if tab is not None:
+            tab.close()
         page.close()
 
 

@@ -247,9 +247,10 @@ def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> N
 
 
 def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
-    """``both=1``: each weight panel twice, the matrix chosen (keys as before) and the other (``_other``), each titled
-    with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one load."""
-    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "qk", "both": "1"})
+    """By default (no ``both`` in the link): each weight panel twice, the matrix chosen (keys as before) and the other
+    (``_other``), each titled with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one
+    load. Older links say what they said: ``both=0`` draws the chosen matrix alone, ``matrix=ov`` puts W_OV first."""
+    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
     assert not at.exception and not at.error
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
     for key in ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading"):
@@ -262,8 +263,16 @@ def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
         want = mine.sort_values("step")["stable_rank"].to_numpy()
         drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
         assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
-    alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
+    subheads = [h.value for h in at.subheader]
+    for panel in ("Weight distribution over training", "Distribution at the chosen steps", "Spectrum over training"):
+        assert f"{panel} · W_QK" in subheads and f"{panel} · W_OV" in subheads, subheads
+    assert at.query_params.get("both") == "1"
+    alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "both": "0"})
+    assert not alone.exception and not alone.warning
     assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")]
+    ov = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "ov"})
+    assert "W_OV" in chart(ov, "density_map")["layout"]["title"]["text"]
+    assert "W_QK" in chart(ov, "density_map_other")["layout"]["title"]["text"]
 
 
 def test_a_type_no_head_holds_links_its_highest_score() -> None:
@@ -341,3 +350,34 @@ def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(mon
     assert not page.exception and not page.error
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
     assert keys[0] == "llc_model" and keys.count("llc_model") == 1, keys
+
+
+def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128: Path) -> None:
+    """A boundary of the run (stages.parquet basis ``run``) is read from curves: its link opens the Forward lenses page
+    with the losses (the copy loss the boundaries are named after, and the evaluation loss) as the first chart and the
+    boundary's step marked on them, at stages.parquet's start steps."""
+    at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["stage boundary"]})
+    table = next(d.value for d in at.dataframe if "event" in d.value.columns)
+    stages = pd.read_parquet(d128 / "stages.parquet").query("basis == 'run' and stage > 0")
+    assert sorted(table["step"]) == sorted(stages["start_step"].astype(int))
+    step = int(stages["start_step"].iloc[len(stages) // 2])
+    link = table[table["step"] == step]["link"].iloc[0]
+    query = {k: v[0] for k, v in parse_qs(urlparse(link).query).items()}
+    assert urlparse(link).path == "lenses" and (query["panel"], query["step"]) == ("losses", str(step)), link
+    page = open_page("pages/forward_lenses.py", query)
+    assert not page.exception and not page.error
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
+    keys.remove("loss_curve")  # the sidebar's run card
+    assert keys[0] == "probe_loss" and keys.count("probe_loss") == 1, keys
+    fig = chart(page, "probe_loss")
+    steps = list(arr(fig["data"][0]["customdata"]).astype(int))
+    x = arr(fig["data"][0]["x"])[steps.index(step)]
+    marks = [sh for sh in fig["layout"]["shapes"] if sh.get("type") == "line" and sh.get("yref") == "y domain"]
+    (mark,) = [sh for sh in marks if sh["x0"] == pytest.approx(x) and sh["x1"] == pytest.approx(x)]
+    assert mark["label"]["text"].strip() == f"step {step:,}"
+    copy_loss = pd.read_parquet(d128 / "eval_loss.parquet").sort_values("step")["probe_copy_loss"].to_numpy()
+    assert np.allclose(arr(fig["data"][0]["y"]), copy_loss, equal_nan=True)
+    default = open_page("pages/forward_lenses.py", {"run": "induction-d128"})
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in default.get("plotly_chart")]
+    keys.remove("loss_curve")  # the sidebar's run card
+    assert keys[-1] == "probe_loss", keys  # last by default
