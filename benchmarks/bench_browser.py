@@ -78,7 +78,11 @@ VIEWPORT: ViewportSize = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
 TIMEOUT_MS = 180_000
-STORES = {"pythia-1.4b-synthetic": None, "shakespeare": ROOT / "data" / "shakespeare-pythia-6x8"}
+STORES = {
+    "pythia-1.4b-synthetic": None,
+    "shakespeare": ROOT / "data" / "shakespeare-pythia-6x8",
+    "induction-d128": ROOT / "data" / "induction-d128",  # the refined LLC's page (the others lack llc.parquet)
+}
 KL, SIGMA = STATS["kl_gauss"].label, STATS["std"].label  # what the statistic select boxes show
 
 # (name, URL path and query, widget change: (kind, widget key, the two values' labels))
@@ -90,7 +94,18 @@ PAGES = [
     ("animation", "/animation?stat=std", ("select", "stat", [KL, SIGMA])),
     ("trajectory map", "/trajectories?stat=kl_gauss", ("select", "stat", [SIGMA, KL])),
     ("random-matrix lab", "/lab?dmodel=1024&nheads=8", ("select", "nheads", ["16", "8"])),
+    ("timeline", "/timeline", None),
+    ("heads", "/heads?stat=kl_gauss", ("select", "stat", [SIGMA, KL])),
+    ("circuits", "/circuits?layer=5&head=0", ("select", "layer", ["4", "5"])),
+    ("head similarity", "/similarity?layer=0", ("select", "layer", ["every head", "layer 0"])),
+    ("weight matrices", "/weights?layer=0", ("select", "layer", ["1", "0"])),
+    ("forward lenses", "/lenses", None),
+    ("compare runs", "/compare", None),
+    ("refined LLC", "/llc", ("radio", "colour", ["cluster", "layer"])),
 ]
+# Pages timed only on some stores (the others lack their tables), and stores timed only for some pages.
+PAGE_STORES = {"refined LLC": ["induction-d128"]}
+# A widget of None: loads only (the page has no select box or radio that redraws a chart simply).
 
 # Installed in every tab before the page's own scripts: counts WebSocket traffic, records when a chart's DOM
 # last changed and when the pointer went down on the armed control.
@@ -158,7 +173,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 st.set_page_config(layout="wide")
-charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")] or [(450, 700)]
+charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")]
 if st.query_params.get("w") == "radio":  # the widget does not change the charts
     value = st.radio("v", ["a", "b"], key="v", horizontal=True)
     seed = 0
@@ -291,12 +306,17 @@ def median(records: list[dict]) -> dict:
 
 
 def measure(
-    context, base: str, pid: int, path: str, widget: tuple[str, str, list[str]], repeats: int, charts: int | None = None
+    context,
+    base: str,
+    pid: int,
+    path: str,
+    widget: tuple[str, str, list[str]] | None,
+    repeats: int,
+    charts: int | None = None,
 ) -> dict:
-    """Loads and changes of one page, medians of ``repeats`` after one untimed round of each."""
-    kind, key, labels = widget
+    """Loads and changes of one page (``widget`` None: loads only), medians of ``repeats`` after one untimed round of each."""
     if charts is None:  # how many charts the page draws: count them once it is quiet
-        page, _, _ = load(context, base + path, pid, 1)
+        page, _, _ = load(context, base + path, pid, 0)
         charts = page.evaluate(DRAWN)
         page.close()
     loads = []
@@ -307,13 +327,16 @@ def measure(
             loads.append(rec)
         if r < repeats:
             page.close()
-    changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
+    changes = []
+    if widget is not None:
+        kind, key, labels = widget
+        changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
     page.close()
     return {
         "charts": charts,
         "sizes": sizes,
         "load": median(loads),
-        "change": median(changes),
+        "change": median(changes) if changes else None,
         "loads_ms": [r["ms"] for r in loads],
         "changes_ms": [r["ms"] for r in changes],
     }
@@ -341,6 +364,13 @@ def cold_loads(browser, cmd: list[str], *, cwd: Path, env: dict[str, str], path:
     return records
 
 
+def on_store(page: str, store: str) -> bool:
+    """Whether ``page`` is timed on ``store`` (`PAGE_STORES`: a store named there serves only the pages naming it)."""
+    if page in PAGE_STORES:
+        return store in PAGE_STORES[page]
+    return store not in {s for names in PAGE_STORES.values() for s in names}
+
+
 def run(
     store: Path,
     name: str,
@@ -356,16 +386,16 @@ def run(
     app_cmd = [sys.executable, "-m", "dashboard.serve"]
     rows = []
     with serve(app_cmd, cwd=ROOT, env=env) as (base, pid):
-        for page_name, path, widget in (p for p in PAGES if p[0] in pages):
+        for page_name, path, widget in (p for p in PAGES if p[0] in pages and on_store(p[0], name)):
             t = time.perf_counter()
             app = measure(context, base, pid, path, widget, repeats)
-            kind = "radio" if widget[0] == "radio" else "select"
+            kind = "radio" if widget and widget[0] == "radio" else "select"
             bare = measure(
                 context,
                 bare_base,
                 bare_pid,
                 bare_path(app["sizes"], kind),
-                (kind, "v", ["b", "a"]),
+                (kind, "v", ["b", "a"]) if widget else None,
                 repeats,
                 charts=app["charts"],
             )
@@ -406,11 +436,15 @@ def tables(rows: list[dict]) -> str:
     for r in rows:
         a, b = r["app"], r["bare"]
         points = sum(s["points"] for s in a["sizes"])
-        mark = "" if a["change"]["redrawn"] else "*"
+        if a["change"] is None:
+            changed = "- | - | - |"
+        else:
+            mark = "" if a["change"]["redrawn"] else "*"
+            changed = f"{a['change']['ms']:.0f}{mark} | {b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
         out.append(
             f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
-            f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
-            f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
+            f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | "
+            + changed
             + (f" {a['cold']['ms']:.0f} | {b['cold']['ms']:.0f} | {a['cold']['ms'] / b['cold']['ms']:.1f} |" if with_cold else "")
         )
     out += [
@@ -423,8 +457,10 @@ def tables(rows: list[dict]) -> str:
         "| --- | --- | --- |" + " ---: |" * 11,
     ]
     for r in rows:
-        for op in ("load", "change"):
-            a, b = r["app"][op], r["bare"][op]
+        for op in ("load", "change", "cold"):
+            a, b = r["app"].get(op), r["bare"].get(op)
+            if a is None:
+                continue
             cells = [
                 f"{a[k] / (1024 if k == 'bytes' else 1):.0f} / {b[k] / (1024 if k == 'bytes' else 1):.0f}"
                 for k in (
