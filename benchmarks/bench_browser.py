@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -380,47 +380,64 @@ def run(
     bare_base: str,
     bare_pid: int,
     cold: tuple | None = None,
+    *,
+    roots: dict[str, Path] | None = None,
+    loads_only: bool = False,
 ) -> list[dict]:
-    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder)."""
+    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder).
+
+    ``roots``: the checkouts to serve the app from, by label (default: this one, unlabelled); each page is timed
+    from every one in turn, against one bare page's figures. ``loads_only``: no widget changes.
+    """
+    roots = roots or {"": ROOT}
     env = dict(os.environ, HEADWATCH_STORE=str(store), HEADWATCH_DATA=str(RESULTS / "no-data"))
+    envs = {label: dict(env, PYTHONPATH=str(root)) for label, root in roots.items()}
     app_cmd = [sys.executable, "-m", "dashboard.serve"]
     rows = []
-    with serve(app_cmd, cwd=ROOT, env=env) as (base, pid):
+    with ExitStack() as stack:
+        servers = {label: stack.enter_context(serve(app_cmd, cwd=root, env=envs[label])) for label, root in roots.items()}
         for page_name, path, widget in (p for p in PAGES if p[0] in pages and on_store(p[0], name)):
             t = time.perf_counter()
-            app = measure(context, base, pid, path, widget, repeats)
+            widget = None if loads_only else widget
+            apps = {label: measure(context, base, pid, path, widget, repeats) for label, (base, pid) in servers.items()}
+            first = next(iter(apps.values()))
             kind = "radio" if widget and widget[0] == "radio" else "select"
             bare = measure(
                 context,
                 bare_base,
                 bare_pid,
-                bare_path(app["sizes"], kind),
+                bare_path(first["sizes"], kind),
                 (kind, "v", ["b", "a"]) if widget else None,
                 repeats,
-                charts=app["charts"],
+                charts=first["charts"],
             )
             if cold is not None:
                 browser, bare_cmd, bare_cwd = cold
-                app_cold = cold_loads(browser, app_cmd, cwd=ROOT, env=env, path=path, charts=app["charts"], repeats=repeats)
+                for label, app in apps.items():
+                    app_cold = cold_loads(
+                        browser, app_cmd, cwd=roots[label], env=envs[label], path=path, charts=app["charts"], repeats=repeats
+                    )
+                    app["cold"], app["colds_ms"] = median(app_cold), [r["ms"] for r in app_cold]
                 bare_cold = cold_loads(
                     browser,
                     bare_cmd,
                     cwd=bare_cwd,
                     env=dict(os.environ),
-                    path=bare_path(app["sizes"], kind),
-                    charts=app["charts"],
+                    path=bare_path(first["sizes"], kind),
+                    charts=first["charts"],
                     repeats=repeats,
                 )
-                app["cold"], bare["cold"] = median(app_cold), median(bare_cold)
-                app["colds_ms"], bare["colds_ms"] = [r["ms"] for r in app_cold], [r["ms"] for r in bare_cold]
-            rows.append({"store": name, "page": page_name, "path": path, "app": app, "bare": bare})
-            if cold is not None:
-                print(f"[{name}] {page_name}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
-            print(
-                f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
-                f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
-                flush=True,
-            )
+                bare["cold"], bare["colds_ms"] = median(bare_cold), [r["ms"] for r in bare_cold]
+            for label, app in apps.items():
+                shown = f"{page_name} ({label})" if label else page_name
+                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare})
+                if cold is not None:
+                    print(f"[{name}] {shown}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
+                print(
+                    f"[{name}] {shown}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
+                    f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
+                    flush=True,
+                )
     return rows
 
 
@@ -494,6 +511,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="also time cold loads (a fresh server and browser context each)")
     parser.add_argument("--pages", nargs="+", default=[p[0] for p in PAGES], choices=[p[0] for p in PAGES])
+    parser.add_argument(
+        "--also",
+        metavar="LABEL=PATH",
+        nargs="+",
+        default=[],
+        help="also serve the app from another checkout (the code before a change), timed page by page in the same run",
+    )
+    parser.add_argument("--loads-only", action="store_true", help="time loads only, no widget changes")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -513,7 +538,19 @@ def main() -> int:
         with serve(bare_cmd, cwd=Path(tmp), env=dict(os.environ)) as (bare_base, bare_pid):
             for name, store in stores.items():
                 cold = (browser, bare_cmd, Path(tmp)) if args.cold else None
-                rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid, cold)
+                roots = {"": ROOT} | {label: Path(path).resolve() for label, path in (a.split("=", 1) for a in args.also)}
+                rows += run(
+                    store,
+                    name,
+                    args.pages,
+                    args.repeats,
+                    context,
+                    bare_base,
+                    bare_pid,
+                    cold,
+                    roots=roots,
+                    loads_only=args.loads_only,
+                )
         browser.close()
     load_after = os.getloadavg()
     machine = (
