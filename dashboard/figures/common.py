@@ -17,6 +17,7 @@ from dashboard.data import StepAxis, fixed_range, log10_or_nan
 SMALL_ARRAY = 256
 # Trace fields sent exactly as given: hover-only values (steps shown with ``%{customdata:,}``, every digit) and ids.
 EXACT_FIELDS = frozenset({"customdata", "ids", "selectedpoints"})
+FLOAT32 = np.finfo(np.float32)
 
 
 def single(values: np.ndarray) -> np.ndarray:
@@ -26,12 +27,16 @@ def single(values: np.ndarray) -> np.ndarray:
     format of the figures shows (at most 5); it halves what a chart sends (plotly's base64
     arrays) and the browser decodes. Integer values (steps, tokens seen, head indices) are
     shown with every digit, so an array holding any integer that float32 would round (above
-    2^24) stays float64.
+    2^24) stays float64; so does one with a value outside float32's normal range (a Gaussian's
+    tail, 1e-50 on a log axis, would become 0 and vanish from the chart).
     """
     if values.dtype != np.float64:
         return values
-    out = values.astype(np.float32)
     finite = np.isfinite(values)
+    size = np.abs(values[finite & (values != 0)])
+    if size.size and (size.min() < FLOAT32.tiny or size.max() > FLOAT32.max):
+        return values
+    out = values.astype(np.float32)
     whole = finite & (values == np.round(values))
     if whole.any() and not np.array_equal(out[whole].astype(np.float64), values[whole]):
         return values
