@@ -316,7 +316,7 @@ def measure(
 ) -> dict:
     """Loads and changes of one page (``widget`` None: loads only), medians of ``repeats`` after one untimed round of each."""
     if charts is None:  # how many charts the page draws: count them once it is quiet
-        page, _, _ = load(context, base + path, pid, 0)
+        page, _, _ = load(context, base + path, pid, 1)  # every page draws a chart (the sidebar's loss curve)
         charts = page.evaluate(DRAWN)
         page.close()
     loads = []
