@@ -2,6 +2,11 @@
 
     python -m benchmarks.bench_browser                       # both stores, 3 repetitions
     python -m benchmarks.bench_browser --stores shakespeare --pages "layer view" --repeats 5
+    python -m benchmarks.bench_browser --stores shakespeare --pages "head explorer" --cold --loads-only \
+        --also before=/tmp/main-checkout                     # two checkouts page by page, one bare page
+
+Every page of the navigation is timed (the refined LLC's on ``induction-d128``, the one shipped store
+with its tables); pages without a simple select box or radio have their loads timed only.
 
 Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
 does) and opened in Debian's Chromium through Playwright. For every page:
