@@ -2,6 +2,11 @@
 
     python -m benchmarks.bench_browser                       # both stores, 3 repetitions
     python -m benchmarks.bench_browser --stores shakespeare --pages "layer view" --repeats 5
+    python -m benchmarks.bench_browser --stores shakespeare --pages "head explorer" --cold --loads-only \
+        --also before=/tmp/main-checkout                     # two checkouts page by page, one bare page
+
+Every page of the navigation is timed (the refined LLC's on ``induction-d128``, the one shipped store
+with its tables); pages without a simple select box or radio have their loads timed only.
 
 Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
 does) and opened in Debian's Chromium through Playwright. For every page:
@@ -53,7 +58,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +83,11 @@ VIEWPORT: ViewportSize = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
 TIMEOUT_MS = 180_000
-STORES = {"pythia-1.4b-synthetic": None, "shakespeare": ROOT / "data" / "shakespeare-pythia-6x8"}
+STORES = {
+    "pythia-1.4b-synthetic": None,
+    "shakespeare": ROOT / "data" / "shakespeare-pythia-6x8",
+    "induction-d128": ROOT / "data" / "induction-d128",  # the refined LLC's page (the others lack llc.parquet)
+}
 KL, SIGMA = STATS["kl_gauss"].label, STATS["std"].label  # what the statistic select boxes show
 
 # (name, URL path and query, widget change: (kind, widget key, the two values' labels))
@@ -90,7 +99,18 @@ PAGES = [
     ("animation", "/animation?stat=std", ("select", "stat", [KL, SIGMA])),
     ("trajectory map", "/trajectories?stat=kl_gauss", ("select", "stat", [SIGMA, KL])),
     ("random-matrix lab", "/lab?dmodel=1024&nheads=8", ("select", "nheads", ["16", "8"])),
+    ("timeline", "/timeline", None),
+    ("heads", "/heads?stat=kl_gauss", ("select", "stat", [SIGMA, KL])),
+    ("circuits", "/circuits?layer=5&head=0", ("select", "layer", ["4", "5"])),
+    ("head similarity", "/similarity?layer=0", ("select", "layer", ["every head", "layer 0"])),
+    ("weight matrices", "/weights?layer=0", ("select", "layer", ["1", "0"])),
+    ("forward lenses", "/lenses", None),
+    ("compare runs", "/compare", None),
+    ("refined LLC", "/llc", ("radio", "colour", ["cluster", "layer"])),
 ]
+# Pages timed only on some stores (the others lack their tables), and stores timed only for some pages.
+PAGE_STORES = {"refined LLC": ["induction-d128"]}
+# A widget of None: loads only (the page has no select box or radio that redraws a chart simply).
 
 # Installed in every tab before the page's own scripts: counts WebSocket traffic, records when a chart's DOM
 # last changed and when the pointer went down on the armed control.
@@ -158,7 +178,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 st.set_page_config(layout="wide")
-charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")] or [(450, 700)]
+charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")]
 if st.query_params.get("w") == "radio":  # the widget does not change the charts
     value = st.radio("v", ["a", "b"], key="v", horizontal=True)
     seed = 0
@@ -291,12 +311,17 @@ def median(records: list[dict]) -> dict:
 
 
 def measure(
-    context, base: str, pid: int, path: str, widget: tuple[str, str, list[str]], repeats: int, charts: int | None = None
+    context,
+    base: str,
+    pid: int,
+    path: str,
+    widget: tuple[str, str, list[str]] | None,
+    repeats: int,
+    charts: int | None = None,
 ) -> dict:
-    """Loads and changes of one page, medians of ``repeats`` after one untimed round of each."""
-    kind, key, labels = widget
+    """Loads and changes of one page (``widget`` None: loads only), medians of ``repeats`` after one untimed round of each."""
     if charts is None:  # how many charts the page draws: count them once it is quiet
-        page, _, _ = load(context, base + path, pid, 1)
+        page, _, _ = load(context, base + path, pid, 1)  # every page draws a chart (the sidebar's loss curve)
         charts = page.evaluate(DRAWN)
         page.close()
     loads = []
@@ -307,13 +332,16 @@ def measure(
             loads.append(rec)
         if r < repeats:
             page.close()
-    changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
+    changes = []
+    if widget is not None:
+        kind, key, labels = widget
+        changes = [change(page, cdp, pid, kind, key, labels[r % 2]) for r in range(repeats + 2)][2:]
     page.close()
     return {
         "charts": charts,
         "sizes": sizes,
         "load": median(loads),
-        "change": median(changes),
+        "change": median(changes) if changes else None,
         "loads_ms": [r["ms"] for r in loads],
         "changes_ms": [r["ms"] for r in changes],
     }
@@ -341,6 +369,13 @@ def cold_loads(browser, cmd: list[str], *, cwd: Path, env: dict[str, str], path:
     return records
 
 
+def on_store(page: str, store: str) -> bool:
+    """Whether ``page`` is timed on ``store`` (`PAGE_STORES`: a store named there serves only the pages naming it)."""
+    if page in PAGE_STORES:
+        return store in PAGE_STORES[page]
+    return store not in {s for names in PAGE_STORES.values() for s in names}
+
+
 def run(
     store: Path,
     name: str,
@@ -350,47 +385,64 @@ def run(
     bare_base: str,
     bare_pid: int,
     cold: tuple | None = None,
+    *,
+    roots: dict[str, Path] | None = None,
+    loads_only: bool = False,
 ) -> list[dict]:
-    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder)."""
+    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder).
+
+    ``roots``: the checkouts to serve the app from, by label (default: this one, unlabelled); each page is timed
+    from every one in turn, against one bare page's figures. ``loads_only``: no widget changes.
+    """
+    roots = roots or {"": ROOT}
     env = dict(os.environ, HEADWATCH_STORE=str(store), HEADWATCH_DATA=str(RESULTS / "no-data"))
+    envs = {label: dict(env, PYTHONPATH=str(root)) for label, root in roots.items()}
     app_cmd = [sys.executable, "-m", "dashboard.serve"]
     rows = []
-    with serve(app_cmd, cwd=ROOT, env=env) as (base, pid):
-        for page_name, path, widget in (p for p in PAGES if p[0] in pages):
+    with ExitStack() as stack:
+        servers = {label: stack.enter_context(serve(app_cmd, cwd=root, env=envs[label])) for label, root in roots.items()}
+        for page_name, path, widget in (p for p in PAGES if p[0] in pages and on_store(p[0], name)):
             t = time.perf_counter()
-            app = measure(context, base, pid, path, widget, repeats)
-            kind = "radio" if widget[0] == "radio" else "select"
+            widget = None if loads_only else widget
+            apps = {label: measure(context, base, pid, path, widget, repeats) for label, (base, pid) in servers.items()}
+            first = next(iter(apps.values()))
+            kind = "radio" if widget and widget[0] == "radio" else "select"
             bare = measure(
                 context,
                 bare_base,
                 bare_pid,
-                bare_path(app["sizes"], kind),
-                (kind, "v", ["b", "a"]),
+                bare_path(first["sizes"], kind),
+                (kind, "v", ["b", "a"]) if widget else None,
                 repeats,
-                charts=app["charts"],
+                charts=first["charts"],
             )
             if cold is not None:
                 browser, bare_cmd, bare_cwd = cold
-                app_cold = cold_loads(browser, app_cmd, cwd=ROOT, env=env, path=path, charts=app["charts"], repeats=repeats)
+                for label, app in apps.items():
+                    app_cold = cold_loads(
+                        browser, app_cmd, cwd=roots[label], env=envs[label], path=path, charts=app["charts"], repeats=repeats
+                    )
+                    app["cold"], app["colds_ms"] = median(app_cold), [r["ms"] for r in app_cold]
                 bare_cold = cold_loads(
                     browser,
                     bare_cmd,
                     cwd=bare_cwd,
                     env=dict(os.environ),
-                    path=bare_path(app["sizes"], kind),
-                    charts=app["charts"],
+                    path=bare_path(first["sizes"], kind),
+                    charts=first["charts"],
                     repeats=repeats,
                 )
-                app["cold"], bare["cold"] = median(app_cold), median(bare_cold)
-                app["colds_ms"], bare["colds_ms"] = [r["ms"] for r in app_cold], [r["ms"] for r in bare_cold]
-            rows.append({"store": name, "page": page_name, "path": path, "app": app, "bare": bare})
-            if cold is not None:
-                print(f"[{name}] {page_name}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
-            print(
-                f"[{name}] {page_name}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
-                f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
-                flush=True,
-            )
+                bare["cold"], bare["colds_ms"] = median(bare_cold), [r["ms"] for r in bare_cold]
+            for label, app in apps.items():
+                shown = f"{page_name} ({label})" if label else page_name
+                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare})
+                if cold is not None:
+                    print(f"[{name}] {shown}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
+                print(
+                    f"[{name}] {shown}: loads {_ms(app['loads_ms'])} (bare {_ms(bare['loads_ms'])}), changes "
+                    f"{_ms(app['changes_ms'])} (bare {_ms(bare['changes_ms'])}) [{time.perf_counter() - t:.0f} s]",
+                    flush=True,
+                )
     return rows
 
 
@@ -406,11 +458,15 @@ def tables(rows: list[dict]) -> str:
     for r in rows:
         a, b = r["app"], r["bare"]
         points = sum(s["points"] for s in a["sizes"])
-        mark = "" if a["change"]["redrawn"] else "*"
+        if a["change"] is None:
+            changed = "- | - | - |"
+        else:
+            mark = "" if a["change"]["redrawn"] else "*"
+            changed = f"{a['change']['ms']:.0f}{mark} | {b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
         out.append(
             f"| {r['store']} | {r['page']} | {a['charts']} | {points:,} | {a['load']['ms']:.0f} | "
-            f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | {a['change']['ms']:.0f}{mark} | "
-            f"{b['change']['ms']:.0f} | {a['change']['ms'] / b['change']['ms']:.1f} |"
+            f"{b['load']['ms']:.0f} | {a['load']['ms'] / b['load']['ms']:.1f} | "
+            + changed
             + (f" {a['cold']['ms']:.0f} | {b['cold']['ms']:.0f} | {a['cold']['ms'] / b['cold']['ms']:.1f} |" if with_cold else "")
         )
     out += [
@@ -423,8 +479,10 @@ def tables(rows: list[dict]) -> str:
         "| --- | --- | --- |" + " ---: |" * 11,
     ]
     for r in rows:
-        for op in ("load", "change"):
-            a, b = r["app"][op], r["bare"][op]
+        for op in ("load", "change", "cold"):
+            a, b = r["app"].get(op), r["bare"].get(op)
+            if a is None:
+                continue
             cells = [
                 f"{a[k] / (1024 if k == 'bytes' else 1):.0f} / {b[k] / (1024 if k == 'bytes' else 1):.0f}"
                 for k in (
@@ -458,6 +516,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="also time cold loads (a fresh server and browser context each)")
     parser.add_argument("--pages", nargs="+", default=[p[0] for p in PAGES], choices=[p[0] for p in PAGES])
+    parser.add_argument(
+        "--also",
+        metavar="LABEL=PATH",
+        nargs="+",
+        default=[],
+        help="also serve the app from another checkout (the code before a change), timed page by page in the same run",
+    )
+    parser.add_argument("--loads-only", action="store_true", help="time loads only, no widget changes")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -477,7 +543,19 @@ def main() -> int:
         with serve(bare_cmd, cwd=Path(tmp), env=dict(os.environ)) as (bare_base, bare_pid):
             for name, store in stores.items():
                 cold = (browser, bare_cmd, Path(tmp)) if args.cold else None
-                rows += run(store, name, args.pages, args.repeats, context, bare_base, bare_pid, cold)
+                roots = {"": ROOT} | {label: Path(path).resolve() for label, path in (a.split("=", 1) for a in args.also)}
+                rows += run(
+                    store,
+                    name,
+                    args.pages,
+                    args.repeats,
+                    context,
+                    bare_base,
+                    bare_pid,
+                    cold,
+                    roots=roots,
+                    loads_only=args.loads_only,
+                )
         browser.close()
     load_after = os.getloadavg()
     machine = (

@@ -52,6 +52,7 @@ from dashboard.frame import Frame, RunFrame
 from dashboard.settings import AppSettings
 from dashboard.urlstate import encode, parse_many, parse_one
 
+LINK_KEY = "view_link"  # the sidebar's "Link to this view" (its container's CSS class: .st-key-view_link)
 _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_state(...)` block runs
 _WRITTEN = "_hw_written"  # the query string the app last wrote: name -> list of URL strings
 _LAST = "_hw_last"  # last value of every parameter; plain session state, so it survives page switches
@@ -148,9 +149,11 @@ class View:
         params = dict(self.params)
         out = sharing.publication(params, url_path=url_path, space_id=self.settings.space_id, base_url=st.context.url)
         if self._link_slot is not None:
-            with self._link_slot:
+            with self._link_slot, st.container(key=LINK_KEY):
                 st.markdown("**Link to this view**")
-                st.code(out.link, language=None, wrap_lines=True)
+                # A link in code type, not st.code: st.code makes the browser load Streamlit's 1.5 MB syntax highlighter
+                # on every page (docs/dashboard.md, the pages' load against a bare page); right-click copies it.
+                st.markdown(f"[`{out.link}`]({out.link})")
         if {k: st.query_params.get_all(k) for k in st.query_params} != params:
             st.query_params.from_dict(params)
         st.session_state[_WRITTEN] = params

@@ -15,16 +15,61 @@ from dashboard.data import StepAxis, fixed_range, log10_or_nan
 # Arrays up to this many values go to plotly as lists: plotly's base64 path costs a fixed
 # ~0.2 ms per array (a dataframe-library probe), more than JSON takes for a couple of hundred numbers.
 SMALL_ARRAY = 256
+# Trace fields sent exactly as given: hover-only values (steps shown with ``%{customdata:,}``, every digit) and ids.
+EXACT_FIELDS = frozenset({"customdata", "ids", "selectedpoints"})
+FLOAT32 = np.finfo(np.float32)
 
 
-def _light(obj: Any) -> Any:
-    """``obj`` with small numeric numpy arrays turned into lists, recursively through dicts and lists."""
+def single(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64) as float32 where that changes no value a chart shows, else unchanged.
+
+    float32 keeps 7 significant digits (relative error below 6e-8), more than any hover or tick
+    format of the figures shows (at most 5); it halves what a chart sends (plotly's base64
+    arrays) and the browser decodes. Integer values (steps, tokens seen, head indices) are
+    shown with every digit, so an array holding any integer that float32 would round (above
+    2^24) stays float64; so does one with a value outside float32's normal range (a Gaussian's
+    tail, 1e-50 on a log axis, would become 0 and vanish from the chart).
+    """
+    if values.dtype != np.float64:
+        return values
+    finite = np.isfinite(values)
+    size = np.abs(values[finite & (values != 0)])
+    if size.size and (size.min() < FLOAT32.tiny or size.max() > FLOAT32.max):
+        return values
+    out = values.astype(np.float32)
+    whole = finite & (values == np.round(values))
+    if whole.any() and not np.array_equal(out[whole].astype(np.float64), values[whole]):
+        return values
+    return out
+
+
+def _short(values: np.ndarray) -> list[Any]:
+    """A small array as a list for JSON: a float32 array's values written with the fewest digits that read back
+    as the same float32 (``0.1``, not ``0.10000000149011612``)."""
+    if values.dtype != np.float32:
+        return values.tolist()
+    return [float(str(v)) for v in values.ravel()] if values.ndim == 1 else [_short(row) for row in values]
+
+
+def _light(obj: Any, key: str = "") -> Any:
+    """``obj`` with float64 arrays as float32 (`single`, not in `EXACT_FIELDS`) and small numeric arrays as lists,
+    recursively through dicts and lists."""
     if isinstance(obj, np.ndarray):
-        return obj.tolist() if obj.size <= SMALL_ARRAY and obj.dtype.kind in "fiub" else obj
+        if obj.dtype.kind not in "fiub":
+            return obj
+        obj = obj if key in EXACT_FIELDS else single(obj)
+        return _short(obj) if obj.size <= SMALL_ARRAY else obj
     if isinstance(obj, dict):
-        return {k: _light(v) for k, v in obj.items()}
+        return {k: _light(v, k) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_light(v) for v in obj]
+        if key and key not in EXACT_FIELDS and len(obj) >= 8:  # a caller's list of numbers: the same as an array
+            try:
+                values = np.asarray(obj)
+            except ValueError:  # ragged
+                values = None
+            if values is not None and values.dtype.kind == "f" and values.ndim <= 2:
+                return _light(values, key)
+        return [_light(v, key) for v in obj]
     return obj
 
 

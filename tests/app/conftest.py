@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,12 @@ def chromium():
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+def view_link(at: AppTest) -> str:
+    """The sidebar's "Link to this view" of an AppTest run (the markdown ``[`link`](link)``)."""
+    for m in at.sidebar.markdown:
+        found = re.fullmatch(r"\[`(.*)`\]\((.*)\)", m.value, flags=re.S)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no link to the view in the sidebar: {[m.value for m in at.sidebar.markdown]}")

@@ -209,7 +209,7 @@ def _dialogs(page) -> list[str]:
 
 
 def _link(page) -> str:
-    return page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text().strip()
+    return page.locator('[data-testid="stSidebar"] .st-key-view_link a code').inner_text().strip()
 
 
 def _wait_published(page) -> None:
@@ -217,7 +217,7 @@ def _wait_published(page) -> None:
     address bar at the end of a run, a moment after the link), and no run is going on."""
     page.wait_for_function(
         """() => {
-            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const link = document.querySelector('[data-testid="stSidebar"] .st-key-view_link a code');
             return link && link.textContent.trim().endsWith(location.search)
                 && !document.querySelector('[data-testid="stStatusWidget"]');
         }""",
@@ -274,7 +274,7 @@ def _wait_view(page, path: str, title: str, plots: int) -> None:
     switch before that still adds two history entries)."""
     page.wait_for_function(
         """([path, title, plots]) => {
-            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const link = document.querySelector('[data-testid="stSidebar"] .st-key-view_link a code');
             const h1 = document.querySelector('h1');
             return location.pathname.endsWith(path) && h1 && h1.textContent.trim() === title && link
                 && link.textContent.trim().endsWith(location.search)
@@ -405,7 +405,7 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
         _wait_published(page)
         for param in re.findall(r"[?&]([^&]+)", path):
             assert param in page.url
-        link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
+        link = page.locator('[data-testid="stSidebar"] .st-key-view_link a code').inner_text()
         assert link.strip().split("?")[1] == page.url.split("?")[1]
 
         if name == "trajectories":  # picking a head opens it in the head explorer

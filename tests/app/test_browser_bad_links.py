@@ -21,7 +21,7 @@ NOTICES = '[data-testid="stMain"] [data-testid="stAlert"]'
 def _notices(page) -> list[str]:
     """The page's notices once its run is over and its view published."""
     page.wait_for_selector("h1", timeout=LOAD_TIMEOUT_MS)
-    page.wait_for_selector('[data-testid="stSidebar"] [data-testid="stCode"]', timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_selector('[data-testid="stSidebar"] .st-key-view_link a code', timeout=LOAD_TIMEOUT_MS)
     _wait_published(page)
     return page.locator(NOTICES).all_inner_texts()
 

@@ -42,7 +42,7 @@ def test_a_comparison_opens_by_link(browser, two_run_server):
         _wait_published(page)
         for param in ("runs=tiny-run", "runs=deep-run", "stat=kl_gauss", "align=fraction", "bin=2"):
             assert param in page.url, param
-        link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
+        link = page.locator('[data-testid="stSidebar"] .st-key-view_link a code').inner_text()
         assert link.strip().split("?")[1] == page.url.split("?")[1]
         for key in ("compare_bands", "compare_bin", "compare_dist"):
             assert page.locator(f".st-key-{key} .main-svg").count() >= 1, key

@@ -37,7 +37,7 @@ def test_svg_chosen_above_the_chart_survives_a_reload_and_the_camera_saves_svg(c
         choice.get_by_text("SVG", exact=True).click()
         page.wait_for_function("() => /[?&]img=svg/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
         page.wait_for_function(
-            '() => (document.querySelector(\'[data-testid="stSidebar"] [data-testid="stCode"]\') || {}).textContent'
+            "() => (document.querySelector('[data-testid=\"stSidebar\"] .st-key-view_link a code') || {}).textContent"
             "?.includes('img=svg')",
             timeout=LOAD_TIMEOUT_MS,
         )

@@ -79,7 +79,7 @@ def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, sh
         shown = _shown_step(page, key)
         page.wait_for_function(  # "Link to this view" is written in the same run as the address bar
             """step => {
-            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const link = document.querySelector('[data-testid="stSidebar"] .st-key-view_link a code');
             const m = link && /[?&]step=(\\d+)/.exec(link.textContent);
             return m && m[1] === step;
         }""",

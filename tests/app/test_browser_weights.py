@@ -38,7 +38,7 @@ def test_weight_matrices_page_opens_by_link_and_plays(browser, layered_server, s
         _wait_published(page)
         for param in ("role=mlp_in", "layer=1", f"step={start}"):
             assert param in page.url
-        link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').inner_text()
+        link = page.locator('[data-testid="stSidebar"] .st-key-view_link a code').inner_text()
         assert link.strip().split("?")[1] == page.url.split("?")[1]
         for key in ("sv_animation", "sv_depth", "frob_lines", "alpha_lines"):
             assert page.locator(f".st-key-{key} .main-svg").count() >= 1, key

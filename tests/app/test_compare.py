@@ -20,7 +20,7 @@ from benchmarks.synthetic_store import (
     add_synthetic_llc,
     write_synthetic_store,
 )
-from tests.app.conftest import arr, chart, notices, open_page
+from tests.app.conftest import arr, chart, notices, open_page, view_link
 
 PAGE = "pages/compare_runs.py"
 LLC_STEPS = [0, 40, 640]  # the deep run's refined LLC: a subset of its checkpoints
@@ -227,7 +227,7 @@ def test_a_comparison_is_a_link(two_runs):
     assert at.multiselect(key="runs").value == [DEEP, SHALLOW]
     for key, value in query.items():
         assert at.query_params[key] == value, key
-    share = at.code[0].value
+    share = view_link(at)
     assert f"runs={DEEP}&runs={SHALLOW}" in share and "align=tokens" in share and "point=61440" in share
 
 

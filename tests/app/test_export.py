@@ -140,12 +140,12 @@ def _camera(at, key: str) -> dict:
 
 
 def test_the_image_format_is_a_url_parameter_above_the_first_chart(app_env):
-    from tests.app.conftest import open_page
+    from tests.app.conftest import open_page, view_link
 
     at = open_page("pages/layer_view.py", {"img": "svg"})
     assert at.radio(key="img").value == "svg" and at.query_params["img"] == "svg"
     assert _camera(at, "layer_lines")["format"] == "svg"
-    assert "img=svg" in at.code[0].value  # the sidebar's "Link to this view"
+    assert "img=svg" in view_link(at)  # the sidebar's "Link to this view"
     at.radio(key="img").set_value("png").run()
     assert at.query_params["img"] == "png"
     assert _camera(at, "layer_lines")["format"] == "png"

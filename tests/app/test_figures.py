@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from typing import Any
 
@@ -20,7 +21,7 @@ from dashboard.figures import animation as anim
 from dashboard.figures import architecture as arch
 from dashboard.figures import density, head, layers, points, spectrum, trajectory
 from dashboard.figures import forward as fwd
-from dashboard.figures.common import overlay_loss
+from dashboard.figures.common import figure, layout, overlay_loss
 from dashboard.figures.loss import loss_curve
 from dashboard.labels import STATS
 from dashboard.style import step_colours
@@ -179,7 +180,39 @@ def test_layer_boundaries_drawn_for_any_number_of_layers(store, n_layers):
     assert sorted(sh.x0 for sh in lines) == [b * n_heads - 0.5 for b in range(1, n_layers)]
     heat = fig.data[0]
     assert len(heat.x) == n_layers * n_heads and heat.x[n_heads] == "L1 H0"
-    assert np.array_equal(np.asarray(heat.z), values.reshape(s, -1))
+    assert np.array_equal(np.asarray(heat.z, dtype=np.float32), values.reshape(s, -1).astype(np.float32))  # sent as float32
+
+
+def test_figures_send_float32_unless_a_shown_value_would_change():
+    """What the browser gets (plotly's JSON): a float64 heatmap as float32, its values the float32 of the data, the
+    frames' too; a list of floats likewise, written short; whole numbers float32 would round (tokens seen), values
+    below float32's range (a Gaussian's far tail, drawn on a log axis) and customdata exactly."""
+    rng = np.random.default_rng(0)
+    z = rng.uniform(0, 1, (60, 50))
+    tokens = np.arange(1, 301, dtype=np.float64) * 2_049_003.0 * 1000  # above 2^24: float32 would round them
+    steps = np.arange(300, dtype=np.float64) * 1000
+    small = [0.1 * i for i in range(20)]
+    tail = np.exp(-0.5 * np.linspace(0, 15, 300) ** 2)  # down to 1e-49: 0 in float32, so not drawn on a log axis
+    fig = figure(
+        [
+            dict(type="heatmap", z=z, customdata=z),
+            dict(type="scatter", x=tokens, y=small),
+            dict(type="scatter", x=steps, y=rng.uniform(0, 1, 300)),
+            dict(type="scatter", x=steps, y=tail),
+        ],
+        layout(),
+        frames=[dict(name="0", data=[dict(type="heatmap", z=z)])],
+    )
+    sent = fig.to_json()  # as st.plotly_chart serialises it (plotly's base64 arrays)
+    heat, tok, step, gauss = fig.data
+    assert heat.z.dtype == np.float32 and np.array_equal(heat.z, z.astype(np.float32))
+    assert json.loads(sent)["frames"][0]["data"][0]["z"]["dtype"] == "f4"
+    assert heat.customdata.dtype == np.float64 and np.array_equal(heat.customdata, z)  # hover-only: every digit
+    assert tok.x.dtype == np.float64 and np.array_equal(tok.x, tokens)
+    assert np.array_equal(np.asarray(tok.y, dtype=np.float32), np.asarray(small, dtype=np.float32))
+    assert '"y":[0.0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1,1.2,1.3,1.4,1.5,1.6,1.7,1.8,1.9]' in sent.replace(" ", "")
+    assert step.x.dtype == np.float32 and np.array_equal(step.x, steps)  # whole numbers float32 holds exactly
+    assert gauss.y.dtype == np.float64 and np.array_equal(gauss.y, tail)
 
 
 def test_animation_has_a_frame_per_checkpoint_and_a_fixed_colour_scale(store):

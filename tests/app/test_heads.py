@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis.store import open_store
-from tests.app.conftest import arr, chart, notices, open_page
+from tests.app.conftest import arr, chart, notices, open_page, view_link
 
 HEADS = "pages/heads_table.py"
 HEAD = "pages/head_explorer.py"
@@ -175,7 +175,7 @@ def test_the_animation_frame_round_trips_through_a_link(app_env):
     np.testing.assert_allclose(arr(spec["data"][0]["z"]).reshape(4, 4), store.array("kl_gauss")[7], rtol=1e-6)
     assert "sliders" not in spec["layout"]  # the page's step control is the only one
     at.select_slider(key="step").set_value(steps[9]).run()
-    link = at.code[0].value
+    link = view_link(at)
     assert f"step={steps[9]}" in link and at.query_params["step"] == str(steps[9])
     again = open_page(ANIM, {k: v for k, v in (p.split("=") for p in link.split("?")[1].split("&"))})
     assert again.session_state["step"] == steps[9] and again.session_state["stat"] == "kl_gauss"
@@ -191,7 +191,7 @@ def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
     traces = {t["name"]: t for t in chart(at, "head_in_layer")["data"]}
     np.testing.assert_allclose(arr(traces["L2 H3"]["y"]), store.array("std")[:, 2, 3])
     np.testing.assert_allclose(arr(traces["L3 H0"]["y"]), store.array("std")[:, 3, 0])
-    link = at.code[0].value
+    link = view_link(at)
     assert "cmp=L2H3&cmp=L3H0" in link  # the overlay is part of the link
     # and on the other panels over training: sigma and D_KL, stable rank and spectral entropy
     for key, (top, bottom) in (("density_slices", ("std", "kl_gauss")), ("spectrum_slices", ("stable_rank", "spectral_entropy"))):

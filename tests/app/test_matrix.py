@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.store import open_store
-from tests.app.conftest import arr, chart, notices, open_page
+from tests.app.conftest import arr, chart, notices, open_page, view_link
 from tests.app.test_pages import ANIM, ARCH, HEAD, LAYERS, TRAJ, VIEW_PAGES, data_of
 
 
@@ -17,7 +17,7 @@ def test_matrix_parameter_sets_the_choice_and_stays_in_the_url(app_env, page):
     assert not notices(at)
     assert at.session_state["matrix"] == "ov" and at.query_params["matrix"] == "ov"
     assert at.radio(key="matrix").options == ["W_QK = W_Qᵀ W_K (where a head looks)", "W_OV = W_O,h W_V,h (what a head writes)"]
-    assert "matrix=ov" in at.code[0].value  # the share link carries it
+    assert "matrix=ov" in view_link(at)  # the share link carries it
 
 
 def test_ov_draws_the_ov_rows(app_env):

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.store import open_store
 from dashboard.navigation import PAGES
-from tests.app.conftest import ROOT, arr, chart, notices, open_page
+from tests.app.conftest import ROOT, arr, chart, notices, open_page, view_link
 
 HEAD = "pages/head_explorer.py"
 LAYERS = "pages/layer_view.py"
@@ -146,7 +146,7 @@ def test_query_parameters_set_the_widgets(app_env, page):
     assert at.session_state["xscale"] == "log"
     for key, value in query.items():  # the URL keeps them (it is what the browser shows)
         assert at.query_params[key] == value
-    link = at.code[0].value
+    link = view_link(at)
     assert all(f"{k}={v}" in link for k, v in query.items() if not isinstance(v, list))
 
 

@@ -10,14 +10,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from dashboard.space import parent_sync_script, space_url
-from tests.app.conftest import open_page
+from tests.app.conftest import open_page, view_link
 
 HEAD = "pages/head_explorer.py"
 SPACE = "owner/headwatch-demo"
 
 
 def link(at) -> str:
-    return at.sidebar.code[0].value
+    return view_link(at)
 
 
 def posted(at) -> list[dict]:

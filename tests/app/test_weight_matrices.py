@@ -12,7 +12,7 @@ import pytest
 from analysis.store import open_store
 from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
-from tests.app.conftest import arr, chart, notices, open_page, serve_only
+from tests.app.conftest import arr, chart, notices, open_page, serve_only, view_link
 
 PAGE = "pages/weight_matrices.py"
 
@@ -72,7 +72,7 @@ def test_url_parameters_choose_role_layer_and_opening_step(layered_env):
     assert anim["layout"]["title"]["text"].endswith(f"step {steps[3]:,}")  # the frame shown (no Plotly slider)
     assert "layer 2 mlp_out" in anim["layout"]["title"]["text"]
     assert "mlp_out" in chart(at, "frob_lines")["layout"]["yaxis"]["title"]["text"]
-    link = at.code[0].value
+    link = view_link(at)
     assert "role=mlp_out" in link and "layer=2" in link and f"step={steps[3]}" in link
 
 
