@@ -194,7 +194,7 @@ def test_a_click_on_a_cell_opens_its_pair_at_the_step_shown_in_a_new_tab(circuit
         # the head explorer published its view there: read by evaluating in turn (the pop-up never answered Playwright's
         # wait_for_function in headless Chromium, on animation frames or on a timer)
         published = """parts => {
-            const link = document.querySelector('[data-testid="stSidebar"] [data-testid="stCode"]');
+            const link = document.querySelector('[data-testid="stSidebar"] .st-key-view_link a code');
             const h1 = document.querySelector('h1');
             return location.pathname.endsWith('/head') && h1 && h1.textContent.trim() === 'Head explorer' && link
                 && link.textContent.trim().endsWith(location.search) && parts.every(p => location.search.includes(p));
