@@ -18,7 +18,6 @@ import pandas as pd
 
 from analysis.findings import sizes
 from analysis.findings.values import stat_values
-from analysis.joint_clusters import JointAssociation
 from analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from analysis.store import Store, open_store
 from analysis.type_association import PERMUTATIONS, SIGNIFICANCE
@@ -105,22 +104,7 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
 
 
 def _association_rows(joint: dict[str, sizes.JointClusters]) -> pd.DataFrame:
-    rows = []
-    for stat, j in joint.items():
-        a: JointAssociation = j.association
-        rows.append(
-            {
-                "statistic": sizes.SIZE_STAT_TITLES.get(stat, stat),
-                "clusters (k)": a.clusters,
-                "heads": a.heads,
-                "AMI with types": a.ami_type,
-                "p (types shuffled within runs)": a.p_type,
-                "AMI with runs": a.ami_run,
-                "p (runs shuffled within types)": a.p_run,
-                "reading": a.verdict(),
-            }
-        )
-    return pd.DataFrame(rows)
+    return sizes.association_table({stat: j.association for stat, j in joint.items()})
 
 
 def write_compare(

@@ -233,6 +233,25 @@ def joint_clusters(
     return JointClusters(result, heads, traj, grid, same, align)
 
 
+def association_table(associations: dict[str, JointAssociation]) -> pd.DataFrame:
+    """One row per statistic: the joint clusters' association with the head types and with the runs, each with
+    its permutation p-value and the reading in words (what `headwatch compare` writes and Compare runs shows)."""
+    rows = [
+        {
+            "statistic": SIZE_STAT_TITLES.get(stat, stat),
+            "clusters (k)": a.clusters,
+            "heads": a.heads,
+            "AMI with types": a.ami_type,
+            "p (types shuffled within runs)": a.p_type,
+            "AMI with runs": a.ami_run,
+            "p (runs shuffled within types)": a.p_run,
+            "reading": a.verdict(),
+        }
+        for stat, a in associations.items()
+    ]
+    return pd.DataFrame(rows)
+
+
 def scaling_series(
     sizes: pd.DataFrame, consolidation: pd.DataFrame, *, unit: str = "step"
 ) -> list[tuple[str, np.ndarray, np.ndarray, list[str]]]:

@@ -100,23 +100,10 @@ def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, un
 
 
 def _joint(stores: dict, *, matrix: str, mat: str) -> None:
-    rows = []
     with st.spinner("Clustering every run's trajectories together ..."):
-        for stat in sizes.SIZE_STATS:
-            a = loader.joint_clusters(stores, stat, matrix=matrix).association
-            rows.append(
-                {
-                    "statistic": sizes.SIZE_STAT_TITLES.get(stat, stat),
-                    "clusters (k)": a.clusters,
-                    "heads": a.heads,
-                    "AMI with types": a.ami_type,
-                    "p (types shuffled within runs)": a.p_type,
-                    "AMI with runs": a.ami_run,
-                    "p (runs shuffled within types)": a.p_run,
-                    "reading": a.verdict(),
-                }
-            )
-    table = pd.DataFrame(rows)
+        table = sizes.association_table(
+            {stat: loader.joint_clusters(stores, stat, matrix=matrix).association for stat in sizes.SIZE_STATS}
+        )
     fmt = st.column_config.NumberColumn
     st.dataframe(
         table,
