@@ -287,9 +287,9 @@ def shape_160m(args: argparse.Namespace) -> int:
             times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
             print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
         layers = 12 * (times[("batched", "first layer, 12 heads")] + times[("batched", "last layer, 12 heads")]) / 2
-        w = times.get(("batched", "whole model"), 0.0)
+        whole_s = times.get(("batched", "whole model"), 0.0)
         print(
-            f"batched, every head of a layer together: implied checkpoint {layers + w + shared:.0f} s (12 layers + whole model)"
+            f"batched, every head of a layer together: implied checkpoint {layers + whole_s + shared:.0f} s (12 layers + whole model)"
         )
     unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
     print(

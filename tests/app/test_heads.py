@@ -217,7 +217,9 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     i = store.steps.tolist().index(1000)
     mu, sd = store.array("mean")[i, 1, 2], store.array("std")[i, 1, 2]
     x, y = arr(gauss[1]["x"]), arr(gauss[1]["y"])
-    np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)), rtol=1e-6)
+    # x is sent as float32 (dashboard.figures.common), y as computed: 15 sd out, x's rounding moves the exact
+    # density by |x - mu| |x| / sd^2 x 2^-24, about 1e-5 of itself
+    np.testing.assert_allclose(y, np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)), rtol=1e-4)
     refs, _ = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
     kl_band = next(r for r in rects if r["yref"] == "y3")
@@ -228,7 +230,7 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     at.toggle(key="zview").set_value(True).run()
     fig = chart(at, "density_slices")
     g = next(t for t in fig["data"] if t.get("legendgroup") == "gauss")
-    np.testing.assert_allclose(arr(g["y"]), np.exp(-0.5 * arr(g["x"]) ** 2) / np.sqrt(2 * np.pi), rtol=1e-6)
+    np.testing.assert_allclose(arr(g["y"]), np.exp(-0.5 * arr(g["x"]) ** 2) / np.sqrt(2 * np.pi), rtol=1e-4)
     assert at.query_params["zview"] == "1"
     z0 = arr(fig["data"][0]["x"])
     assert np.nanmax(np.abs(z0)) < 12

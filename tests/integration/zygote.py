@@ -20,11 +20,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 from collections.abc import Mapping
 from pathlib import Path
 
 # The modules a precompute run imports; the server imports them before the first fork.
 PRELOAD = [
+    "tests.integration.zygote",  # the child's target: unpickled from the server's modules, not found on a path
     "precompute.__main__",
     "precompute.run",
     "precompute.lenses.forward",
@@ -39,7 +41,8 @@ PRELOAD = [
 # Environment variables read at import time by the preloaded modules (by prefix).
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "NUMBA", "KMP_")
 
-_context: multiprocessing.context.ForkServerContext | None = None
+# None: not started yet; False: a child failed to start once in this process, so plain subprocesses from then on
+_context: multiprocessing.context.ForkServerContext | bool | None = None
 _server_env: dict[str, str] = {}
 
 
@@ -47,14 +50,15 @@ def _import_time_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
 
 
-def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, started: str) -> None:
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     for fd, path in ((1, out), (2, err)):
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(handle, fd)
         os.close(handle)
+    Path(started).touch()
     sys.argv = [str(Path(cwd) / "precompute" / "__main__.py"), *argv]
     from precompute.__main__ import main
 
@@ -62,25 +66,42 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -
 
 
 def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess | None:
-    """``python -m precompute ARGV`` forked from the server, or None where the environment rules it out."""
+    """``python -m precompute ARGV`` forked from the server, or None where the environment rules it out or the
+    server could not start a child (then the caller runs a plain subprocess, as every later call here does)."""
     global _context, _server_env
-    if sys.platform != "linux" or os.environ.get("HEADWATCH_TEST_ZYGOTE") == "0":
+    if sys.platform != "linux" or os.environ.get("HEADWATCH_TEST_ZYGOTE") == "0" or _context is False:
         return None
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
         _server_env = _import_time_env(os.environ)
+    assert isinstance(_context, multiprocessing.context.ForkServerContext)
     if _import_time_env(env) != _server_env:
         return None
     with tempfile.TemporaryDirectory(prefix="precompute-run-") as tmp:
-        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        process = _context.Process(target=_child, args=(argv, dict(env), str(cwd), out, err))
-        process.start()
+        out, err, started = (os.path.join(tmp, name) for name in ("stdout", "stderr", "started"))
+        Path(out).touch()
+        Path(err).touch()
+        process = _context.Process(target=_child, args=(argv, dict(env), str(cwd), out, err, started))
+        # multiprocessing re-runs the parent's __main__ in the child when it has a file; after Streamlit's AppTest
+        # that is app.py: a bare __main__ while the child is started
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            process.start()
+        except OSError:
+            _context = False
+            return None
+        finally:
+            sys.modules["__main__"] = main
         process.join(timeout)
         cmd = [sys.executable, "-m", "precompute", *argv]
         if process.is_alive():
             process.kill()
             process.join()
             raise subprocess.TimeoutExpired(cmd, timeout, Path(out).read_text(), Path(err).read_text())
+        if not Path(started).exists():  # the child died before the job began: nothing of the run happened
+            _context = False
+            return None
         code = process.exitcode if process.exitcode is not None else 1
         return subprocess.CompletedProcess(cmd, code, Path(out).read_text(), Path(err).read_text())
