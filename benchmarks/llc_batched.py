@@ -288,9 +288,8 @@ def shape_160m(args: argparse.Namespace) -> int:
             print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
         layers = 12 * (times[("batched", "first layer, 12 heads")] + times[("batched", "last layer, 12 heads")]) / 2
         whole_s = times.get(("batched", "whole model"), 0.0)
-        print(
-            f"batched, every head of a layer together: implied checkpoint {layers + whole_s + shared:.0f} s (12 layers + whole model)"
-        )
+        implied_s = layers + whole_s + shared
+        print(f"batched, every head of a layer together: implied checkpoint {implied_s:.0f} s (12 layers + whole model)")
     unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
     print(
         f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |"
