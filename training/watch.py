@@ -1,9 +1,10 @@
 """Watch a run while it trains: the follower process and the Trainer callback that starts it.
 
 `Follower` starts ``python -m precompute --follow --source RUN_FOLDER --out STORE`` (`precompute.follow`)
-as a separate process at low priority (nice 10, so the trainer gets the CPU first) and never waits for
-it: training goes on whatever the follower does. Its output goes to a log file beside the store
-(``STORE.follow.log``); a follower that fails is reported once, with that file, and training goes on.
+as a separate process at the lowest priority (Linux's SCHED_IDLE policy and nice 10, one thread: it runs on CPU
+time the trainer leaves idle) and never waits for it: training goes on whatever the follower does. Its output goes
+to a log file beside the store (``STORE.follow.log``); a follower that fails is reported once, with that file, and
+training goes on.
 
 `HeadwatchCallback` is the same for a ``transformers.Trainer``::
 
@@ -47,6 +48,8 @@ class Follower:
             lenses are always computed.
         args: further ``python -m precompute`` options (``--matrices qk``, ``--eval-text FILE``, ...).
         nice: how much nicer than this process the follower runs.
+        idle: run the follower under Linux's SCHED_IDLE policy (CPU time no other process wants), where there is one.
+        threads: the follower's torch threads (``OMP_NUM_THREADS``, unless the environment sets it).
     """
 
     def __init__(
@@ -57,6 +60,8 @@ class Follower:
         lenses: Sequence[str] = (),
         args: Sequence[str] = (),
         nice: int = NICE,
+        idle: bool = True,
+        threads: int = 1,
     ):
         self.run_folder, self.store = Path(run_folder), Path(store)
         self.command = [
@@ -74,7 +79,7 @@ class Follower:
             *(a for lens in lenses for a in ("--lenses", lens)),
             *args,
         ]
-        self.nice = nice
+        self.nice, self.idle, self.threads = nice, idle, threads
         self.log_file = self.store.with_name(f"{self.store.name}.follow.log")
         self.process: subprocess.Popen[bytes] | None = None
         self._reported = False
@@ -87,16 +92,43 @@ class Follower:
         # the run folder exists before the follower looks: a relative one that does not (``runs/my-run``) would
         # read as a Hub repo id (`precompute.follow_hub.hub_repo`)
         self.run_folder.mkdir(parents=True, exist_ok=True)
+        # one thread: torch's default of one per core would contend with the trainer's own threads; a user's
+        # OMP_NUM_THREADS / MKL_NUM_THREADS still rules
+        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads), **os.environ}
         with open(self.log_file, "ab") as out:
             self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
             )
+        self._lower_priority(self.process.pid)
+        if (advice := share_advice()) is not None:
+            log.warning(advice)
+        log.info("headwatch: following %s into %s (pid %d, log %s)", self.run_folder, self.store, self.process.pid, self.log_file)
+
+    def _lower_priority(self, pid: int) -> None:
+        """Run the follower only on CPU time the trainer leaves idle: Linux's SCHED_IDLE policy where there is one
+        (set as soon as the child exists, while it is still starting Python: the threads it starts later inherit it),
+        and ``nice`` besides.
+
+        Nice alone is not enough: at nice 10 the kernel still gives the follower a time slice now and then on a
+        core the trainer is using, and a trainer whose per-step work is split over several threads then waits at
+        every operation for the one thread that lost its core (a small run trained 7 to 9 times slower with a
+        nice-10 follower on an idle 2-core machine; docs/benchmarks.md). A SCHED_IDLE task yields its core as soon
+        as the trainer's thread wants it."""
         try:
             # relative to this process's own niceness (setpriority sets an absolute value; the kernel caps it at 19)
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice))
+            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice))
         except OSError as exc:  # the follower runs at normal priority then; training goes on
             log.warning("headwatch: could not lower the follower's priority: %s", exc)
-        log.info("headwatch: following %s into %s (pid %d, log %s)", self.run_folder, self.store, self.process.pid, self.log_file)
+        if self.idle and hasattr(os, "SCHED_IDLE"):
+            try:
+                os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+            except OSError as exc:  # nice alone then
+                log.warning("headwatch: could not give the follower the idle scheduling policy: %s", exc)
 
     def check(self) -> bool:
         """Whether the follower is running or ended well; a failure is logged once, with its log file."""
@@ -134,6 +166,27 @@ class Follower:
         except OSError:
             return f"see {self.log_file}"
         return f"{lines[-1] if lines else 'no output'} (see {self.log_file})"
+
+
+def share_advice() -> str | None:
+    """What to do when this process's torch threads take every core it may run on (None otherwise).
+
+    The follower then only runs in the gaps between the trainer's threads, and a trainer whose operations are split
+    over all the cores waits at each one for the thread whose core the follower had a moment before: a 2-layer run
+    trained 4.1 times slower (median of 4 pairs) with the follower on an idle 2-core machine, and as fast as without
+    it (0.99) when the trainer used one thread of the two (docs/benchmarks.md, "Watching a run while it trains").
+    """
+    torch = sys.modules.get("torch")  # the trainer's own torch; never imported here for this
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if torch is None or cores < 2 or torch.get_num_threads() < cores:
+        return None
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # training on a GPU: its CPU threads mostly wait
+        return None
+    return (
+        f"headwatch: training uses {torch.get_num_threads()} torch threads on {cores} cores, so the follower can only "
+        f"run between them and training can slow by several times; leave it a core: OMP_NUM_THREADS={cores - 1} "
+        f"(or torch.set_num_threads({cores - 1})) before training starts"
+    )
 
 
 def write_finished(run_folder: str | Path, record: dict[str, Any]) -> None:

@@ -87,7 +87,7 @@ def notices(at: AppTest) -> list[str]:
 SHIPPED = ROOT / "data" / "shakespeare-pythia-6x8"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped_server(tmp_path_factory):
     """The app served as the Dockerfile serves it, on the shipped run (the browser tests' real data)."""
     from tests.app.test_browser import _serve
@@ -100,7 +100,7 @@ def shipped_server(tmp_path_factory):
 INDUCTION = ROOT / "data" / "induction-d128"  # the shipped runs with refined LLCs are the induction runs
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def induction_server(tmp_path_factory):
     """The app on the shipped run induction-d128, for the views of the refined LLC (the plain-text run has none)."""
     from tests.app.test_browser import _serve
@@ -110,9 +110,9 @@ def induction_server(tmp_path_factory):
     yield from _serve(INDUCTION, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium():
-    """One headless Chromium for a module (`tests.app.test_browser`'s launch settings)."""
+    """One headless Chromium per test process (`tests.app.test_browser`'s launch settings); each test opens its own pages."""
     from playwright.sync_api import sync_playwright
 
     from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_chromium

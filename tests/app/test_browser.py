@@ -171,16 +171,11 @@ def fresh_server(store_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """One Chromium for the module; it needs no server, so a test with its own server starts no other."""
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
+def browser(chromium):
+    """The test process's one Chromium (conftest's ``chromium``); it needs no server, so a test with its own
+    server starts no other browser."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    return chromium
 
 
 def _open(browser, url: str, plots: int):

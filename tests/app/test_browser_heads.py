@@ -13,11 +13,8 @@ import pytest
 from analysis.store import open_store
 from tests.app.test_browser import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     _errors,
     _open,
-    _require_chromium,
     _serve,
     _text_of_one,
     _wait_laid_out,
@@ -34,15 +31,10 @@ def server(store_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
+def browser(chromium):
+    """The test process's one Chromium (conftest's ``chromium``)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    return chromium
 
 
 def _click_cell(page, key: str, layer: int, head: int, step: int | None = None) -> None:

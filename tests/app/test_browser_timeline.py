@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.app.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _errors, _open, _require_chromium, _serve, _wait_view
+from tests.app.test_browser import ARTIFACTS, _errors, _open, _serve, _wait_view
 from tests.app.test_timeline import shaded_stages, typed_store  # noqa: F401 (the fixture: a shipped store with head types)
 
 pytestmark = pytest.mark.browser
@@ -20,15 +20,10 @@ def server(typed_store, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
+def browser(chromium):
+    """The test process's one Chromium (conftest's ``chromium``)."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    return chromium
 
 
 def _chart(page) -> dict:

@@ -19,12 +19,9 @@ from precompute.store.writer import commit_store
 from tests.app.conftest import SHIPPED, chart, open_page, serve_only
 from tests.app.test_browser import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     LOAD_TIMEOUT_MS,
     _errors,
     _open,
-    _require_chromium,
     _serve,
     _wait_laid_out,
 )
@@ -81,54 +78,48 @@ def test_a_store_without_the_lens_says_how_to_add_it(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.browser
-def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_path_factory) -> None:
-    from playwright.sync_api import sync_playwright
-
-    _require_chromium()
+def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_path_factory, chromium) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     server = _serve(essential_store, tmp_path_factory)
     url = next(server)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = _open(browser, f"{url}/timeline", plots=2)
-            try:
-                page.wait_for_selector(".st-key-essential .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-                page.locator(".st-key-essential").scroll_into_view_if_needed()
-                _wait_laid_out(page, ["essential"])  # the panels above it done moving it down
-                # the checkpoint whose point lies farthest from every other (the nearest point answers a hover)
-                find = """() => {
-                    const gd = document.querySelector('.st-key-essential .js-plotly-plot');
-                    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
-                    const pts = [];
-                    gd._fullData.forEach(t => { if (t.mode === 'markers' && !t.name.startsWith('cusp'))
-                        t.x.forEach((x, i) => pts.push({px: xa.l2p(x), py: ya.l2p(t.y[i]), step: t.customdata[i][2]})); });
-                    let best = {gap: -1};
-                    for (const p of pts) {
-                        const gap = Math.min(...pts.filter(q => q !== p).map(q => Math.hypot(q.px - p.px, q.py - p.py)));
-                        const xy = [box.left + xa._offset + p.px, box.top + ya._offset + p.py];
-                        if (gap > best.gap) best = {gap, step: p.step, xy};
-                    }
-                    return best;
-                }"""
-                found = page.evaluate(find)
-                assert found["gap"] > 8, found
-                page.mouse.move(*found["xy"])
-                page.wait_for_selector(".st-key-essential .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
-                hover = page.locator(".st-key-essential .hoverlayer .hovertext").first.text_content() or ""
-                assert f"step {found['step']:,}" in hover, (hover, found)
-                page.screenshot(path=str(ARTIFACTS / "timeline_essential.png"), full_page=True)
-                page.locator(".st-key-essential").scroll_into_view_if_needed()
-                _wait_laid_out(page, ["essential"])
-                again = page.evaluate(find)  # where the point is now: a late panel above can move the chart
-                assert again["step"] == found["step"], (again, found)
-                page.mouse.click(*again["xy"])
-                page.wait_for_function("() => location.pathname.endsWith('/lenses')", timeout=LOAD_TIMEOUT_MS)
-                page.wait_for_function("() => /[?&]step=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
-                assert parse_qs(urlsplit(page.url).query)["step"] == [str(found["step"])], page.url
-                assert _errors(page) == []
-            finally:
-                page.close()
-                browser.close()
+        page = _open(chromium, f"{url}/timeline", plots=2)
+        try:
+            page.wait_for_selector(".st-key-essential .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+            page.locator(".st-key-essential").scroll_into_view_if_needed()
+            _wait_laid_out(page, ["essential"])  # the panels above it done moving it down
+            # the checkpoint whose point lies farthest from every other (the nearest point answers a hover)
+            find = """() => {
+                const gd = document.querySelector('.st-key-essential .js-plotly-plot');
+                const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+                const pts = [];
+                gd._fullData.forEach(t => { if (t.mode === 'markers' && !t.name.startsWith('cusp'))
+                    t.x.forEach((x, i) => pts.push({px: xa.l2p(x), py: ya.l2p(t.y[i]), step: t.customdata[i][2]})); });
+                let best = {gap: -1};
+                for (const p of pts) {
+                    const gap = Math.min(...pts.filter(q => q !== p).map(q => Math.hypot(q.px - p.px, q.py - p.py)));
+                    const xy = [box.left + xa._offset + p.px, box.top + ya._offset + p.py];
+                    if (gap > best.gap) best = {gap, step: p.step, xy};
+                }
+                return best;
+            }"""
+            found = page.evaluate(find)
+            assert found["gap"] > 8, found
+            page.mouse.move(*found["xy"])
+            page.wait_for_selector(".st-key-essential .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
+            hover = page.locator(".st-key-essential .hoverlayer .hovertext").first.text_content() or ""
+            assert f"step {found['step']:,}" in hover, (hover, found)
+            page.screenshot(path=str(ARTIFACTS / "timeline_essential.png"), full_page=True)
+            page.locator(".st-key-essential").scroll_into_view_if_needed()
+            _wait_laid_out(page, ["essential"])
+            again = page.evaluate(find)  # where the point is now: a late panel above can move the chart
+            assert again["step"] == found["step"], (again, found)
+            page.mouse.click(*again["xy"])
+            page.wait_for_function("() => location.pathname.endsWith('/lenses')", timeout=LOAD_TIMEOUT_MS)
+            page.wait_for_function("() => /[?&]step=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
+            assert parse_qs(urlsplit(page.url).query)["step"] == [str(found["step"])], page.url
+            assert _errors(page) == []
+        finally:
+            page.close()
     finally:
         next(server, None)

@@ -136,18 +136,15 @@ def test_a_store_without_the_lens_says_what_rerun_adds_it(app_env: Path) -> None
 
 
 @pytest.mark.browser
-def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_factory: pytest.TempPathFactory, chromium) -> None:
     from tests.app.test_browser import _errors, _serve
 
     steps = sorted(table(forward_store, "eval_loss.parquet")["step"])
     server = _serve(forward_store, tmp_path_factory)
     base = next(server)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        page = chromium.new_page(viewport={"width": 1400, "height": 2400})
+        try:
             page.goto(f"{base}/lenses?step={steps[3]}&loss=1")
             page.wait_for_function(
                 "document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 6", timeout=90_000
@@ -157,7 +154,8 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
             assert not _errors(page)
             assert f"step={steps[3]}" in page.url and "loss=1" in page.url
             assert page.get_by_text(f"step {steps[3]:,}").count() >= 1  # the divergence heatmap opens at that step
-            browser.close()
+        finally:
+            page.close()
     finally:
         server.close()
 

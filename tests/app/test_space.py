@@ -86,6 +86,7 @@ def test_requirements_txt_alone_serves_the_app_with_the_dockerfile_cmd(tmp_path:
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            "--no-compile",  # no .pyc for every module of plotly and pandas: the app compiles what it imports
             "-r",
             str(REPO / "requirements.txt"),
         ],

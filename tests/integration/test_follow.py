@@ -362,3 +362,36 @@ def test_a_failed_follower_is_reported_once_and_training_goes_on(
     said = [r.getMessage() for r in caplog.records if "follower stopped" in r.getMessage()]
     assert len(said) == 1, said
     assert "status 2" in said[0] and "--no-such-option" in said[0]  # why (its last line), and the command to resume
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE policy")
+def test_the_follower_runs_idle_in_one_thread_and_a_trainer_on_every_core_is_told_to_leave_it_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.watch import Follower, share_advice
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    follower = Follower(tmp_path / "run", tmp_path / "store")  # an empty run folder: it waits for checkpoints
+    follower.start()
+    assert follower.process is not None
+    try:
+        assert os.sched_getscheduler(follower.process.pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, follower.process.pid) >= min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        environ = Path(f"/proc/{follower.process.pid}/environ").read_bytes().split(b"\0")
+        assert b"OMP_NUM_THREADS=1" in environ
+    finally:
+        follower.process.terminate()
+        follower.process.wait(timeout=WAIT)
+
+    cores = len(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(cores)
+        advice = share_advice()
+        if cores >= 2:
+            assert advice is not None and f"OMP_NUM_THREADS={cores - 1}" in advice
+        torch.set_num_threads(max(1, cores - 1))
+        assert share_advice() is None
+    finally:
+        torch.set_num_threads(threads)
