@@ -29,6 +29,10 @@ from dashboard import style
 EXPORT_WIDTH, EXPORT_SCALE = 720, 4
 EXPORT_HEIGHT = 440  # a figure without a height of its own (`dashboard.style.HEIGHT`)
 TITLE_SIZE = 15  # px: the exported figure's title (`titled`)
+# Plotly anchors a title's "top" at its first line's text, so the box rises above the anchor by about 5 px and 10 px
+# more per extra line: a two-line title (W_QK and W_OV side by side) lost the top of its first line. `titled`
+# places the anchor this far below the figure's top edge, plus `TITLE_LINE_SHIFT` per line break.
+TITLE_TOP, TITLE_LINE_SHIFT = 8, 10  # px
 IMAGE_FORMATS = ("png", "svg")  # the camera button's formats (URL ``img``, `dashboard.widgets.image_format`)
 TIDY_COLUMNS = ["run", "layer", "head", "matrix", "statistic", "k", "step", "value"]
 
@@ -67,17 +71,19 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
     if own.startswith(title):  # the builder wrote it already (the animation's frames carry it)
         own, title = "", own
     top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else style.MARGIN["t"]
+    breaks = title.count("<br>")
+    height = fig.layout.height or EXPORT_HEIGHT
     fig.update_layout(
         title=dict(
             text=f"{title} · {own}" if own else title,
             x=0.01,
             xanchor="left",
-            y=0.995,
+            y=1 - (TITLE_TOP + TITLE_LINE_SHIFT * breaks) / height,  # the whole first line inside (`TITLE_TOP`)
             yanchor="top",
             yref="container",
             font=dict(size=TITLE_SIZE),
         ),
-        margin=dict(t=top + 30 + 18 * title.count("<br>")),  # a line more for each break
+        margin=dict(t=top + 30 + 18 * breaks),  # a line more for each break
     )
     return fig
 

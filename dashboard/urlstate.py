@@ -11,7 +11,7 @@ widget allows, the first ones of the link.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +52,14 @@ def _lookup(options: Sequence[Any]) -> dict[str, Any]:
     return table
 
 
-def describe_options(options: Sequence[Any], *, limit: int = 8) -> str:
-    """Short human list of the allowed values: ``0 to 23`` for a run of ints (``-1 to 1``: no minus sign read as a
-    dash), else the first few."""
+def describe_options(options: Sequence[Any], *, limit: int = 8, fmt: Callable[[Any], str] | None = None) -> str:
+    """Short human list of the allowed values: ``0 to 23`` for a run of ints, else the first few. With ``fmt`` (how
+    the widget shows each option), a value or two whose label does not show it are named with their meaning after
+    the rest: ``0 to 3, or -1 for every head`` (the similarity page's layers; ``-1 to 3`` left -1 unexplained)."""
+    special = [o for o in options if fmt is not None and encode(o) not in fmt(o).replace(",", "")]
+    if fmt is not None and special and len(special) <= 2 and len(special) < len(options):
+        regular = [o for o in options if o not in special]
+        return describe_options(regular, limit=limit) + ", or " + ", ".join(f"{encode(o)} for {fmt(o)}" for o in special)
     if not options:
         return "nothing"
     if all(isinstance(o, int) and not isinstance(o, bool) for o in options):
@@ -73,7 +78,9 @@ class Parsed:
     notice: str | None = None
 
 
-def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: Any) -> Parsed:
+def parse_one(
+    name: str, raw: Sequence[str], options: Sequence[Any], default: Any, *, fmt: Callable[[Any], str] | None = None
+) -> Parsed:
     """Resolve a single-valued parameter.
 
     Args:
@@ -81,6 +88,8 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
         raw: every value the URL gives for it (the last one counts).
         options: allowed values.
         default: used when the URL has none or an invalid one; must be in ``options``.
+        fmt: how the widget shows an option: the notice names a value whose label does not show it by its meaning
+            (`describe_options`).
 
     Returns:
         The value and a notice when the URL's value was not allowed.
@@ -100,9 +109,14 @@ def parse_one(name: str, raw: Sequence[str], options: Sequence[Any], default: An
         )
     return Parsed(
         default,
-        f"{quote_value(name, raw[-1])} is not valid here (allowed: {describe_options(options)}); "
-        f"showing {name}={encode(default)}.",
+        f"{quote_value(name, raw[-1])} is not valid here (allowed: {describe_options(options, fmt=fmt)}); "
+        f"showing {name}={encode(default)}{_meaning(default, fmt)}.",
     )
+
+
+def _meaning(value: Any, fmt: Callable[[Any], str] | None) -> str:
+    """`` (every head)`` after a value whose label does not show it (`describe_options`), else nothing."""
+    return f" ({fmt(value)})" if fmt is not None and encode(value) not in fmt(value).replace(",", "") else ""
 
 
 def _not_yet(name: str, texts: Sequence[str], options: Sequence[Any]) -> bool:

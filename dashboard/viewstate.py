@@ -40,7 +40,7 @@ value silently (the issue asks for a visible notice) and stores a select box's
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -260,17 +260,26 @@ def _from_url(view: View, name: str) -> list[str] | None:
 
 
 def seed(
-    view: View, name: str, options: Sequence[Any], default: Any, *, multi: bool, hint: str | None = None, most: int | None = None
+    view: View,
+    name: str,
+    options: Sequence[Any],
+    default: Any,
+    *,
+    multi: bool,
+    hint: str | None = None,
+    most: int | None = None,
+    fmt: Callable[[Any], str] | None = None,
 ) -> None:
     """Put the value the widget ``name`` should show into session state before it is created (a list of at most
-    ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``)."""
+    ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``); ``fmt``: how
+    a single-choice widget shows its options, for the notice on a value the link gives that is not one of them."""
     mine = _handed_to(view)
     handed = mine.pop(name, _MISSING) if mine is not None else _MISSING
     if isinstance(handed, _FromLink):
         parsed = (
             parse_many(name, handed.raw, options, default, hint=hint, most=most)
             if multi
-            else parse_one(name, handed.raw, options, default)
+            else parse_one(name, handed.raw, options, default, fmt=fmt)
         )
         if parsed.notice:
             view.notices.append(parsed.notice)
@@ -282,7 +291,9 @@ def seed(
     raw = _from_url(view, name)
     if raw is not None:
         parsed = (
-            parse_many(name, raw, options, default, hint=hint, most=most) if multi else parse_one(name, raw, options, default)
+            parse_many(name, raw, options, default, hint=hint, most=most)
+            if multi
+            else parse_one(name, raw, options, default, fmt=fmt)
         )
         if parsed.notice:
             view.notices.append(parsed.notice)

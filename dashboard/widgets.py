@@ -48,7 +48,7 @@ def select(
     """
     view = active("widgets.select")
     options = list(options)
-    seed(view, name, options, default, multi=False)
+    seed(view, name, options, default, multi=False, fmt=fmt)
     fmt = fmt or str
     if kind == "radio":
         value = where.radio(label, options, key=name, format_func=fmt, horizontal=True, help=help)

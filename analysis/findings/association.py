@@ -42,9 +42,9 @@ def open_question_text(asked: Sequence[Asked], *, n_runs: int) -> str:
     chance = SIGNIFICANCE * len(tested)
     text = (
         f"Of {len(tested)} statistics whose trajectory clusters were compared with the heads' types at the last "
-        f"checkpoint, {len(found)} reach p < {SIGNIFICANCE:g} in this run"
+        f"checkpoint, {len(found)} {'reaches' if len(found) == 1 else 'reach'} p < {SIGNIFICANCE:g} in this run"
         + (f": {', '.join(found)}" if found else "")
-        + f" (about {chance:.1f} would by chance alone)."
+        + f"; about {chance:.1f} would by chance alone."
     )
     if n_runs < 2:
         return text

@@ -69,6 +69,13 @@ def step_map(
     )
 
 
+def two_lines(title: str) -> str:
+    """An axis title broken before its last parenthesis (``σ<br>(raw units)``), for a panel too narrow or too
+    short to hold it on one line: the same words, every unit and step kept."""
+    head, sep, rest = title.rpartition(" (")
+    return f"{head}<br>({rest}" if sep else title
+
+
 def slices_layout(
     axis: StepAxis,
     left_x: dict,
@@ -79,30 +86,52 @@ def slices_layout(
     bands: Sequence[Any] = (),
     compare: Sequence[tuple[int, int, tuple[np.ndarray, ...]]] = (),
 ) -> dict[str, Any]:
-    """A wide left panel (x, y) and two stacked right panels (x2/y2 top, x3/y3 bottom) over training time."""
+    """A wide panel (x, y) on top and two statistics over training stacked under it (x2/y2, then x3/y3, sharing
+    the time axis, whose ticks and title are under the last).
+
+    The chart is drawn in a half-page column (W_QK and W_OV side by side), 270 px wide at a 1,024 px window: side
+    by side, the two small panels' time axis cut its title and their titles ran into their tick labels. Stacked,
+    each panel spans the column; titles are broken before their units (`two_lines`) and placed by Plotly clear of
+    the tick labels (``automargin``, a ``standoff``), the legend sits under the figure's title (`LEGEND_TOP`).
+    """
     lay = layout(
-        height=style.HEIGHT + 20,
-        xaxis=dict(left_x, domain=[0.0, 0.55], anchor="y"),
-        yaxis=dict(left_y, domain=[0.0, 1.0], anchor="x"),
+        height=SLICES_HEIGHT,
+        xaxis=dict(left_x, domain=[0.0, 1.0], anchor="y", automargin=True, title=_titled(left_x, two_lines)),
+        yaxis=dict(left_y, domain=[0.6, 1.0], anchor="x", automargin=True, title=_titled(left_y, str)),
         shapes=[],
+        legend=dict(style.LEGEND_TOP, font=dict(size=11)),
     )
-    for i, ((stat, values), dom) in enumerate(zip(right, ([0.57, 1.0], [0.0, 0.43]), strict=False), start=2):
+    for i, ((stat, values), dom) in enumerate(zip(right, ([0.26, 0.46], [0.0, 0.2]), strict=False), start=2):
         lay[f"xaxis{i}"] = step_xaxis(
             axis,
-            domain=[0.68, 1.0],
+            domain=[0.0, 1.0],
             anchor=f"y{i}",
-            title=dict(text=axis.title if i == 3 else ""),
+            title=dict(text=two_lines(axis.title) if i == 3 else "", standoff=STANDOFF),
             showticklabels=i == 3,
-            nticks=5,
+            automargin=True,
+            nticks=6,
         )
         band = bands[i - 2] if len(bands) > i - 2 else None
         shown = np.concatenate([with_band(values, band)] + [np.ravel(c[2][i - 2]) for c in compare])
-        lay[f"yaxis{i}"] = value_axis(stat.title(), fixed_range(shown), domain=dom, anchor=f"x{i}")
+        lay[f"yaxis{i}"] = value_axis(
+            two_lines(stat.title()), fixed_range(shown), domain=dom, anchor=f"x{i}", automargin=True, nticks=4
+        )
+        lay[f"yaxis{i}"]["title"]["standoff"] = STANDOFF
         lay["shapes"] += band_shapes(band, xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += step_marks([axis.x[j] for j in chosen_idx], list(colours), xref=f"x{i}", yref=f"y{i}")
         lay["shapes"] += duplicate_shapes(axis, xref=f"x{i}", yref=f"y{i}")
     lay["xaxis2"]["matches"] = "x3"
     return lay
+
+
+SLICES_HEIGHT = 760  # px: at three legend rows the wide panel about 220 px tall, each statistic about 110 px
+STANDOFF = 6  # px between an axis's tick labels and its title
+
+
+def _titled(ax: dict, text: Any) -> dict:
+    """``ax``'s title dict with its text passed through ``text`` and the `STANDOFF`."""
+    title = dict(ax.get("title") or {})
+    return dict(title, text=text(title.get("text", "")), standoff=STANDOFF)
 
 
 def band_shapes(band: Any, *, xref: str = "x", yref: str = "y", log: bool = False) -> list[dict]:

@@ -43,7 +43,8 @@ def test_every_chart_names_the_matrix_and_the_axes_follow_it(app_env, matrix, na
         title = chart(at, key)["layout"]["title"]["text"]
         assert name in title and other not in title, (key, title)
     assert name in chart(at, "density_map")["layout"]["yaxis"]["title"]["text"]
-    assert chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"] == f"w: entry of {name} (raw units)"
+    w_title = chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"]
+    assert w_title.replace("<br>", " ") == f"w: entry of {name} (raw units)"  # on two lines in the narrow chart
     # no caption speaks of the other matrix, but the panel that draws both (test_one_heads_qk_and_ov_share_one_chart)
     caption = " ".join(c.value for c in at.caption if "for both of its matrices" not in c.value)
     assert other not in caption.replace(f"{other} = ", ""), caption

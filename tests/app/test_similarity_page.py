@@ -159,8 +159,9 @@ def test_a_click_on_a_cell_opens_its_rows_head(sim_server, chromium):
 
 
 def test_a_layer_the_model_lacks_names_the_allowed_layers_plainly(sim_store, tmp_path, monkeypatch):
-    """``layer=7`` on a 4-layer model: the notice names -1 (every head) to 3, not "-1-3"."""
+    """``layer=7`` on a 4-layer model: the notice names the layers 0 to 3 and says -1 is every head (it read "-1-3",
+    then "-1 to 3" with -1 unexplained)."""
     serve_only(sim_store, tmp_path, monkeypatch)
     at = open_page(PAGE, {"layer": "7"})
     text = " ".join(w.value for w in at.warning)
-    assert f"allowed: -1 to {L - 1}" in text and f"-1-{L - 1}" not in text
+    assert f"allowed: 0 to {L - 1}, or -1 for every head); showing layer=-1 (every head)." in text, text

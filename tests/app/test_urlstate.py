@@ -25,7 +25,11 @@ def test_parse_one_invalid_falls_back_with_notice_quoting_the_value():
 
 def test_describe_options_names_the_allowed_range():
     assert describe_options(list(range(24))) == "0 to 23"
-    assert describe_options([-1, 0, 1]) == "-1 to 1"  # the similarity page's layers: -1 is every head, never "-1-1"
+    assert describe_options([-1, 0, 1]) == "-1 to 1"  # never "-1-1"
+    # the similarity page's layers: -1 is every head, and the notice says so
+    layers = lambda v: "every head" if v == -1 else f"layer {v}"  # noqa: E731
+    assert describe_options([-1, 0, 1, 2], fmt=layers) == "0 to 2, or -1 for every head"
+    assert describe_options([0, 500, 1000], fmt=lambda s: f"{s:,}") == "0, 500, 1000"  # 1,000 shows 1000
     assert "std" in describe_options(["std", "kl_gauss"])
     assert "(30 in all)" in describe_options([f"s{i}" for i in range(30)])
 

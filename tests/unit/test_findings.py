@@ -178,3 +178,23 @@ def test_links_write_values_as_the_views_read_them():
     event = Event(64, "MP departure", "", "", "weights", (("role", "attn out"), ("layer", 2), ("step", 64)))
     assert event.link("run a") == "weights?run=run%20a&role=attn%20out&layer=2&step=64"
     assert head_link("r", 2, 3, 64, stat="induction") == "head?run=r&layer=2&head=3&stat=induction&step=64"
+
+
+def test_the_open_questions_paragraph_reads_as_sentences():
+    """One statistic reaching p < 0.05 "reaches" it, and the chance count follows the list, not a second parenthesis
+    after the statistic's own (it read "1 reach p < 0.05 ...: sigma of W_QK (AMI ..., p = ...) (about 0.4 would by
+    chance alone)")."""
+    from analysis.findings.association import Asked, open_question_text
+    from analysis.type_association import Association
+
+    def assoc(p: float) -> Association:
+        return Association(ami=0.2, p_value=p, p_within_layers=p, permutations=200, clusters=3, silhouette=0.3, types=2, heads=48)
+
+    asked = [Asked("σ of W_QK", assoc(0.002), ()), Asked("S of W_QK", assoc(0.4), ())]
+    text = open_question_text(asked, n_runs=1)
+    assert text == (
+        "Of 2 statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, 1 reaches "
+        "p < 0.05 in this run: σ of W_QK (AMI 0.200, p = 0.002); about 0.1 would by chance alone."
+    )
+    none = open_question_text([Asked("S of W_QK", assoc(0.4), ())], n_runs=1)
+    assert ", 0 reach p < 0.05 in this run; about 0.1 would by chance alone." in none
