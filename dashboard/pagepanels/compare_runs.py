@@ -260,7 +260,7 @@ def emergence_section(stores: dict) -> None:
     st.caption(
         "Per run and head type: the checkpoint from which its first heads hold the type to the end of training (their "
         "emergence step, docs/head-types.md), that step over the run's last step, those heads, how many heads hold the "
-        "type at the end and when the last of them formed; an empty step: no head holds the type at the end. The "
+        "type at the end and when the last of them formed; a step shown as None: no head holds the type at the end. The "
         "Timeline of each run links every head to its evidence."
     )
     st.download_button(
