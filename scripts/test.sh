@@ -22,4 +22,8 @@ fi
 # cluster, a served app) are made once, on one worker; HEADWATCH_TEST_WORKERS=0 runs in this process alone.
 # Most tests wait on a subprocess, a server or Chromium, so two workers on two cores finish the suite in
 # about two thirds of the time of one (docs/layout.md).
+# One torch (OpenMP) thread per process: two workers, their servers and their subprocesses already fill both
+# cores, and a process whose every operation is split over both cores waits at each one for the thread another
+# process holds a core from (a test training a tiny model for 300 steps took 254 s at load 8 that way).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec .venv/dev/bin/python -m pytest -n "${HEADWATCH_TEST_WORKERS:-2}" --dist loadfile "$@"
