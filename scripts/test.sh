@@ -24,6 +24,6 @@ fi
 # about two thirds of the time of one (docs/layout.md).
 # One torch (OpenMP) thread per process: two workers, their servers and their subprocesses already fill both
 # cores, and a process whose every operation is split over both cores waits at each one for the thread another
-# process holds a core from (a test training a tiny model for 300 steps took 254 s at load 8 that way).
+# process holds a core from (docs/benchmarks.md, "Watching a run while it trains"; docs/layout.md).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec .venv/dev/bin/python -m pytest -n "${HEADWATCH_TEST_WORKERS:-2}" --dist loadfile "$@"
