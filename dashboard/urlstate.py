@@ -56,7 +56,7 @@ def describe_options(options: Sequence[Any], *, limit: int = 8, fmt: Callable[[A
     """Short human list of the allowed values: ``0 to 23`` for a run of ints, else the first few. With ``fmt`` (how
     the widget shows each option), a value or two whose label does not show it are named with their meaning after
     the rest: ``0 to 3, or -1 for every head`` (the similarity page's layers; ``-1 to 3`` left -1 unexplained)."""
-    special = [o for o in options if fmt is not None and encode(o) not in fmt(o).replace(",", "")]
+    special = [o for o in options if _label_hides(o, fmt)]
     if fmt is not None and special and len(special) <= 2 and len(special) < len(options):
         regular = [o for o in options if o not in special]
         return describe_options(regular, limit=limit) + ", or " + ", ".join(f"{encode(o)} for {fmt(o)}" for o in special)
@@ -114,9 +114,14 @@ def parse_one(
     )
 
 
+def _label_hides(value: Any, fmt: Callable[[Any], str] | None) -> bool:
+    """Whether the widget's label for ``value`` (``fmt``) does not show the value itself (-1 shown as "every head")."""
+    return fmt is not None and encode(value) not in fmt(value).replace(",", "")
+
+
 def _meaning(value: Any, fmt: Callable[[Any], str] | None) -> str:
     """`` (every head)`` after a value whose label does not show it (`describe_options`), else nothing."""
-    return f" ({fmt(value)})" if fmt is not None and encode(value) not in fmt(value).replace(",", "") else ""
+    return f" ({fmt(value)})" if fmt is not None and _label_hides(value, fmt) else ""
 
 
 def _not_yet(name: str, texts: Sequence[str], options: Sequence[Any]) -> bool:

@@ -69,6 +69,10 @@ def step_map(
     )
 
 
+SLICES_HEIGHT = 760  # px: at three legend rows the wide panel about 220 px tall, each statistic about 110 px
+STANDOFF = 6  # px between an axis's tick labels and its title
+
+
 def two_lines(title: str) -> str:
     """An axis title broken before its last parenthesis (``σ<br>(raw units)``), for a panel too narrow or too
     short to hold it on one line: the same words, every unit and step kept."""
@@ -122,10 +126,6 @@ def slices_layout(
         lay["shapes"] += duplicate_shapes(axis, xref=f"x{i}", yref=f"y{i}")
     lay["xaxis2"]["matches"] = "x3"
     return lay
-
-
-SLICES_HEIGHT = 760  # px: at three legend rows the wide panel about 220 px tall, each statistic about 110 px
-STANDOFF = 6  # px between an axis's tick labels and its title
 
 
 def _titled(ax: dict, text: Any) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.test_browser import ARTIFACTS, LOAD_TIMEOUT_MS
+from tests.app.test_browser import ARTIFACTS, LOAD_TIMEOUT_MS, _wait_laid_out
 
 pytestmark = pytest.mark.browser
 
@@ -71,8 +71,7 @@ def test_weight_panels_axis_titles_fit_beside_each_other(chromium, shipped_serve
             arg=list(CHARTS),
             timeout=LOAD_TIMEOUT_MS,
         )
-        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-        page.wait_for_timeout(1500)  # Plotly's second layout pass (automargin) after the first draw
+        _wait_laid_out(page, list(CHARTS))  # Plotly's second layout pass (automargin) done: the axes stopped moving
         charts = page.evaluate(BOXES_JS, list(CHARTS))
         assert all(c.get("titles") for c in charts), charts  # titles were found (the selectors still match Plotly's)
         assert any("checkpoint" in t["text"] or "step" in t["text"] for t in charts[0]["titles"])
