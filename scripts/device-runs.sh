@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# The shipped induction runs, retrained and their stores rebuilt on one CUDA machine (the device
-# machine of docs/induction-recipe.md, "Trained on a GPU"), with the CUDA tests and benchmarks beside
-# them. Five chains run side by side, one per run (scripts/induction-runs.sh train, then store, with
-# DEVICE=cuda): d128 seeds 1234 and 2, d64, d256 and d512.
+# The shipped runs, retrained and their stores rebuilt on one CUDA machine (the device machine of
+# docs/induction-recipe.md, "Trained on a GPU"), with the CUDA tests beside them. Seven chains run
+# side by side, one per run: the induction ladder (d128 seeds 1234 and 2, d64, d256, d512;
+# scripts/induction-runs.sh's recipe) and the two plain-text runs (scripts/reference-run.sh's recipe,
+# seeds 1234 and 2). Each chain trains, builds its store in two passes and packs it after each:
+#   pass 1: attention, composition, similarity and essential (every checkpoint);
+#   pass 2: the refined LLC at every checkpoint, added to the same store (the default sampler).
 # Usage (on the GPU machine, in the repository root, wheels of the missing packages under .whl/):
-#   bash scripts/device-runs.sh start SECONDS    # install, start the five chains in the background
-#                                                #   (setsid), run `pytest -m cuda`, report until SECONDS
-#   bash scripts/device-runs.sh collect SECONDS  # wait for the chains (at most SECONDS), then the
-#                                                #   CUDA benchmarks if time is left
-# Every finished store is packed into $OUT/stores-<name>.tar.gz as soon as it is done; logs go to
-# $OUT/logs.tar.gz. A chain's own log: runs/logs/<name>.log.
+#   bash scripts/device-runs.sh start SECONDS    # install, start the chains in the background (setsid),
+#                                                #   run `pytest -m cuda`, pack what finishes until SECONDS
+#   bash scripts/device-runs.sh collect SECONDS  # pack what finishes until SECONDS (the same machine)
+# Every store is packed into $OUT/stores-<name>.tar.gz (its top folder <name>, to unpack into data/)
+# once after each pass; logs, the CUDA tests' output and the runs' run.json go to $OUT/logs.tar.gz.
+# At most eight files come back from a call: seven stores and the logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT" runs/logs
 START=$SECONDS
 LIMIT=${2:-300}
-RUNS=("d128 1234" "d128 2" "d64 1234" "d256 1234" "d512 1234")
+# SIZE SEED NICE: the default run first; the d512 rung last (the CPU is the launch queue of these small
+# models, so niceness orders them)
+RUNS=("d128 1234 0" "d128 2 2" "d64 1234 2" "d256 1234 2" "text 1234 4" "text 2 4" "d512 1234 8")
+LENSES=(--lenses attention --lenses composition --lenses similarity --lenses essential)
 
 install() {
   # into the interpreter itself, so that the subprocesses the tests start see them too
@@ -28,17 +34,49 @@ install() {
 }
 
 name_of() {  # SIZE SEED -> store name
-  if [ "$2" = 1234 ]; then echo "induction-$1"; else echo "induction-$1-seed$2"; fi
+  local base=induction-$1
+  [ "$1" = text ] && base=shakespeare-pythia-6x8
+  if [ "$2" = 1234 ]; then echo "$base"; else echo "$base-seed$2"; fi
 }
 
-pack() {  # pack every finished store into $OUT, once: a later call's copy of the working tree puts the
-  # committed data/ back, so a store is packed by the call in which it finished
+run_of() {  # SIZE SEED -> training run folder
+  if [ "$1" = text ]; then echo "runs/$(name_of "$1" "$2")"; else echo "runs/ih-$1-s$2"; fi
+}
+
+chain() {  # SIZE SEED: train, then the store's two passes (run in the background, one log per chain)
+  local size=$1 seed=$2 name run stage t0=$SECONDS
+  name=$(name_of "$size" "$seed"); run=$(run_of "$size" "$seed"); stage=runs/$name-store
+  if [ "$size" = text ]; then
+    [ -f "$run/run.json" ] || { rm -rf "$run"; python3 -m training --out "$run" --device cuda --seed "$seed" || return 1; }
+    local eval=()
+  else
+    bash scripts/induction-runs.sh train "$size" "$seed" || return 1
+    local eval=(--eval-length 64)
+  fi
+  echo "TRAINED $run in $((SECONDS - t0)) s"
+  rm -rf "$stage"
+  python3 -m precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
+    "${eval[@]}" "${LENSES[@]}" || return 1
+  echo "PASS1 $name in $((SECONDS - t0)) s"
+  python3 -m precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
+    "${eval[@]}" "${LENSES[@]}" --lenses llc --llc-steps all || return 1
+  echo "PASS2 $name in $((SECONDS - t0)) s"
+}
+
+pack() {  # pack each store after each pass, once
   for run in "${RUNS[@]}"; do
     # shellcheck disable=SC2086
-    name=$(name_of $run)
-    if grep -q "^store data/$name" "runs/logs/$name.log" 2>/dev/null && [ ! -f "runs/logs/$name.packed" ]; then
-      tar czf "$OUT/stores-$name.tar.gz" -C data "$name" && touch "runs/logs/$name.packed"
-    fi
+    set -- $run
+    local name; name=$(name_of "$1" "$2")
+    for pass in PASS2 PASS1; do
+      if grep -q "^$pass $name" "runs/logs/$name.log" 2>/dev/null; then
+        if [ ! -f "runs/logs/$name.$pass.packed" ]; then
+          tar czf "$OUT/stores-$name.tar.gz" -C runs --exclude='*.lock' --transform "s,^$name-store,$name," "$name-store" \
+            && touch "runs/logs/$name.$pass.packed"
+        fi
+        break
+      fi
+    done
   done
   tar czf "$OUT/logs.tar.gz" runs/logs runs/*/run.json 2>/dev/null
 }
@@ -46,13 +84,17 @@ pack() {  # pack every finished store into $OUT, once: a later call's copy of th
 progress() {
   for run in "${RUNS[@]}"; do
     # shellcheck disable=SC2086
-    name=$(name_of $run)
-    echo "$(date +%T) $name: $(tail -n 1 "runs/logs/$name.log" 2>/dev/null | cut -c1-160)"
+    set -- $run
+    local name; name=$(name_of "$1" "$2")
+    echo "$(date +%T) $name: $(tail -n 1 "runs/logs/$name.log" 2>/dev/null | cut -c1-150)"
+  done
+  for f in runs/*-store/llc.parquet; do
+    [ -f "$f" ] && python3 -c "import sys, pyarrow.parquet as pq; print(sys.argv[1], len(set(pq.read_table(sys.argv[1], columns=['step'])['step'].to_pylist())), 'steps with rLLC')" "$f"
   done
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 }
 
-running() { pgrep -f "scripts/induction-runs.sh" >/dev/null; }
+running() { pgrep -f "device-runs.sh chain" >/dev/null; }
 
 case "${1:-}" in
   start)
@@ -60,46 +102,23 @@ case "${1:-}" in
     nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, torch.cuda.get_device_name(), transformers.__version__)"
     for run in "${RUNS[@]}"; do
       # shellcheck disable=SC2086
-      name=$(name_of $run)
-      # three torch threads each: five chains and the tests on sixteen cores
-      DEVICE=cuda INSTALL=0 OMP_NUM_THREADS=3 setsid nohup bash -c \
-        "bash scripts/induction-runs.sh train $run && bash scripts/induction-runs.sh store $run" \
+      set -- $run
+      name=$(name_of "$1" "$2")
+      # two torch threads each: seven chains and the tests on sixteen cores
+      OMP_NUM_THREADS=2 INSTALL=0 DEVICE=cuda setsid nohup nice -n "$3" bash "$0" chain "$1" "$2" \
         >"runs/logs/$name.log" 2>&1 </dev/null &
     done
-    OMP_NUM_THREADS=2 timeout $((LIMIT - 30)) python3 -m pytest -m cuda -p no:cacheprovider -q -rA \
-      tests/integration/test_cuda.py tests/unit/test_heads.py 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 40
-    while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 20; done
+    OMP_NUM_THREADS=2 timeout $((LIMIT / 2)) python3 -m pytest -m cuda -p no:cacheprovider -q -rA \
+      tests/integration/test_cuda.py tests/unit/test_heads.py > runs/logs/pytest-cuda.txt 2>&1
+    tail -n 25 runs/logs/pytest-cuda.txt
+    while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 30; done
     progress; pack
-    # how far each unfinished store got (its folder survives only while this machine is held)
-    for f in runs/*-store/llc.parquet; do
-      [ -f "$f" ] && python3 -c "import sys, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); print(sys.argv[1], t.num_rows, 'rLLC rows')" "$f"
-    done
-    if ! running && [ $((SECONDS - START)) -lt $((LIMIT - 90)) ]; then
-      OMP_NUM_THREADS=8 timeout $((LIMIT - (SECONDS - START) - 10)) python3 -m benchmarks.llc_batched --shape pythia-160m \
-        --device cuda --paths batched:0 --all-heads 2>&1 | tee "$OUT/bench-llc-160m-cuda.txt" | tail -n 20
-    fi
     ;;
   collect)
     install
-    while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 15; done
+    while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 20; done
     progress; pack
-    if ! running && [ $((SECONDS - START)) -lt $((LIMIT - 90)) ]; then
-      # the GPU to itself: the batched rLLC on the Pythia-160M shape (a first- and a last-layer head, the
-      # whole model), then every lens on the reference shape
-      timeout $((LIMIT - (SECONDS - START) - 20)) python3 -m benchmarks.llc_batched --shape pythia-160m \
-        --device cuda --paths batched:0 --all-heads 2>&1 | tee "$OUT/bench-llc-160m-cuda.txt" | tail -n 20
-      left=$((LIMIT - (SECONDS - START) - 15))
-      [ "$left" -gt 30 ] && timeout "$left" python3 -m benchmarks.bench_lenses --device cuda 2>&1 \
-        | tee "$OUT/bench-lenses-cuda.txt" | tail -n 30
-    fi
     ;;
-  check)  # the CUDA tests, then the batched rLLC on the Pythia-160M shape, no runs
-    install
-    nvidia-smi -L; python3 -c "import torch, transformers; print(torch.__version__, torch.cuda.get_device_name(), transformers.__version__)"
-    OMP_NUM_THREADS=8 timeout $((LIMIT / 2)) python3 -m pytest -m cuda -p no:cacheprovider -q -rA \
-      tests/integration/test_cuda.py tests/unit/test_heads.py 2>&1 | tee "$OUT/pytest-cuda.txt" | tail -n 30
-    OMP_NUM_THREADS=8 timeout $((LIMIT - (SECONDS - START) - 10)) python3 -m benchmarks.llc_batched --shape pythia-160m \
-      --device cuda --paths batched:0 --all-heads 2>&1 | tee "$OUT/bench-llc-160m-cuda.txt" | tail -n 20
-    ;;
-  *) sed -n 2,12p "$0"; exit 2 ;;
+  chain) install; chain "$2" "$3" ;;
+  *) sed -n 2,16p "$0"; exit 2 ;;
 esac

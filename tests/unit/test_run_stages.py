@@ -183,11 +183,12 @@ SHIPPED = sorted(p for p in DATA.iterdir() if (p / "meta.json").exists() and _fo
 
 
 def test_the_runs_checked_are_those_where_heads_form() -> None:
-    """The runs the done-when names: three where an induction head forms, the two plain-text runs."""
+    """The runs the done-when names: four where an induction head forms (d64 forms none), the two plain-text runs."""
     assert [p.name for p in SHIPPED] == [
         "induction-d128",
         "induction-d128-seed2",
         "induction-d256",
+        "induction-d512",
         "shakespeare-pythia-6x8",
         "shakespeare-pythia-6x8-seed2",
     ]
