@@ -40,10 +40,11 @@ fi
 trained=$SECONDS
 rm -rf "$STAGE"
 "$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
-  --lenses attention --lenses llc --llc-chains 2 --llc-draws 8 --llc-burnin 0
-  # forward lens and refined LLCs (8 log-spaced checkpoints) on the run's held-out split (its corpus archive is
-  # in runs/.cache), under the short chains the shipped store was made with (the defaults were 2 x 8 then; they
-  # are 4 x (48 + 96) since, about 36 times the cost: docs/precompute.md "How far short chains are")
+  --lenses attention --lenses composition --lenses similarity --lenses essential
+  # the lenses of the shipped plain-text stores (built on a GPU by scripts/device-runs.sh, 2026-11-27), on the
+  # run's held-out split (its corpus archive is in runs/.cache); no refined LLC: at the default sampler it costs
+  # 25 to 35 s a checkpoint on a shared GPU and far more on a CPU (docs/reference-run.md); add it with
+  # `--lenses llc --llc-steps all` (or a list of steps) on the same --out
 rm -rf "$STORE"
 mv "$STAGE" "$STORE"
 echo "training $((trained - start)) s, precompute $((SECONDS - trained)) s; store: $STORE ($(du -sh "$STORE" | cut -f1))" >&2
