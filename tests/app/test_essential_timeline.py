@@ -71,7 +71,18 @@ def test_the_chart_has_one_trace_per_stage_and_the_cusp(essential_store: Path, t
 
 
 def test_a_store_without_the_lens_says_how_to_add_it(tmp_path: Path, monkeypatch) -> None:
-    serve_only(SHIPPED, tmp_path, monkeypatch)
+    """A store made before the lens (every shipped one carries it: a copy with its tables and record taken out)."""
+    import json
+
+    bare = tmp_path / "bare" / SHIPPED.name
+    shutil.copytree(SHIPPED, bare)
+    for table in (ESSENTIAL, ESSENTIAL_OUTPUTS):
+        (bare / f"{table.name}.parquet").unlink()
+    meta = json.loads((bare / "meta.json").read_text())
+    del meta["essential"]
+    (bare / "meta.json").write_text(json.dumps(meta))
+    assert not open_store(bare).has(ESSENTIAL)
+    serve_only(bare, tmp_path, monkeypatch)
     at = open_page("pages/run_timeline.py")
     assert not at.exception
     assert any("--lenses essential" in i.value for i in at.info)
