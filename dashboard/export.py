@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,9 @@ TITLE_SIZE = 15  # px: the exported figure's title (`titled`)
 # more per extra line: a two-line title (W_QK and W_OV side by side) lost the top of its first line. `titled`
 # places the anchor this far below the figure's top edge, plus `TITLE_LINE_SHIFT` per line break.
 TITLE_TOP, TITLE_LINE_SHIFT = 8, 10  # px
+# A title line's most characters: 15 px text is about 7 px a character, so 80 fit the 720 px export and a chart
+# beside the sidebar at 1,024 px; a longer line ran past the chart's right edge and was cut (`titled` breaks it).
+TITLE_CHARS = 80
 IMAGE_FORMATS = ("png", "svg")  # the camera button's formats (URL ``img``, `dashboard.widgets.image_format`)
 TIDY_COLUMNS = ["run", "layer", "head", "matrix", "statistic", "k", "step", "value"]
 
@@ -70,12 +74,15 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
     own = fig.layout.title.text if fig.layout.title and fig.layout.title.text else ""
     if own.startswith(title):  # the builder wrote it already (the animation's frames carry it)
         own, title = "", own
+    text = f"{title} · {own}" if own else title
+    if not fig.frames:  # an animation's frames set its title at every step: broken here, it would jump while playing
+        text = wrapped_title(text)
     top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else style.MARGIN["t"]
-    breaks = title.count("<br>")
+    breaks = text.count("<br>")
     height = fig.layout.height or EXPORT_HEIGHT
     fig.update_layout(
         title=dict(
-            text=f"{title} · {own}" if own else title,
+            text=text,
             x=0.01,
             xanchor="left",
             y=1 - (TITLE_TOP + TITLE_LINE_SHIFT * breaks) / height,  # the whole first line inside (`TITLE_TOP`)
@@ -86,6 +93,21 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
         margin=dict(t=top + 30 + 18 * breaks),  # a line more for each break
     )
     return fig
+
+
+def wrapped_title(text: str) -> str:
+    """``text`` with each line (lines end at ``<br>``) broken at spaces into lines of at most `TITLE_CHARS`
+    characters; "step 1,400", "layer 1", "head 5" and HTML tags are never split."""
+    lines = []
+    for line in text.split("<br>"):
+        if len(line) <= TITLE_CHARS:
+            lines.append(line)
+            continue
+        glued = re.sub(r"<[^>]*>", lambda m: m.group(0).replace(" ", "\0"), line)
+        glued = re.sub(r"\b(step|steps|layer|head) (?=\S)", lambda m: m.group(1) + "\0", glued)
+        parts = textwrap.wrap(glued, TITLE_CHARS, break_long_words=False, break_on_hyphens=False)
+        lines += [part.replace("\0", " ") for part in parts]
+    return "<br>".join(lines)
 
 
 def tidy(

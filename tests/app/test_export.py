@@ -49,6 +49,22 @@ def test_chart_config_and_title_name_the_run_head_and_statistic():
     assert fig.layout.title.text == "run · layer 4, head 5 · r_s" and fig.layout.margin.t > 36
 
 
+def test_a_long_title_is_broken_into_lines_that_fit_the_chart_and_keeps_its_words():
+    """The Timeline's title (117 characters) ran past the 720 px export and the chart's right edge; broken at
+    spaces, no line is longer than `TITLE_CHARS`, the words are the same in the same order, a step and its number and
+    a tag stay on one line, and the margin grows by a line."""
+    title = "shakespeare-pythia-6x8 · layer 1, head 5"
+    own = "Loss over training, the run's stages (every curve's boundaries merged) shaded, and the run's events at step 1,400 <b>now</b>"
+    fig = export.titled(go.Figure(layout=dict(title=dict(text=own), margin=dict(t=36))), title)
+    text = fig.layout.title.text
+    lines = text.split("<br>")
+    assert len(lines) >= 2 and all(len(line) <= export.TITLE_CHARS for line in lines), lines
+    assert " ".join(lines).split() == f"{title} · {own}".split()
+    assert any("step 1,400" in line for line in lines) and any("<b>now</b>" in line for line in lines)
+    short = export.titled(go.Figure(layout=dict(margin=dict(t=36))), title)
+    assert fig.layout.margin.t - short.layout.margin.t == 18 * (len(lines) - 1)
+
+
 def test_animation_gif_has_a_frame_per_checkpoint_coloured_by_value(store):
     from PIL import Image
 
