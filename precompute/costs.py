@@ -101,7 +101,11 @@ OV_SECONDS = Seconds("OV_SECONDS_1_4B", QK_SECONDS.seconds, "heads", "the qk fig
 # Measured on the shipped store data/shakespeare-pythia-6x8 (6 x 8 heads, d_head 32, 43 checkpoints, qk and ov):
 # heads.parquet 1,934,124 B / (43 x 48 x 2) rows.
 HEADS_BYTES = StoreBytes(
-    "heads.parquet", 468.6, "head_matrices", "head and matrix", "data/shakespeare-pythia-6x8: 1,934,124 B / (43 x 48 x 2) rows"
+    "heads.parquet",
+    338.9,
+    "head_matrices",
+    "head and matrix",
+    "data/shakespeare-pythia-6x8 (GPU-trained, floats byte-stream-split, 2026-11-27): 1,398,981 B / (43 x 48 x 2) rows",
 )
 # checkpoints the refined LLC estimates by default: "about 8, log-spaced" (python -m precompute --help, --llc-steps)
 LLC_DEFAULT_CHECKPOINTS = 8

@@ -412,7 +412,11 @@ LAYERS_LENS = Lens(
         'checkpoint", bold row',
     ),
     store_bytes=StoreBytes(
-        "layers.parquet", 7038.0, "layers", "layer", "data/shakespeare-pythia-6x8: 1,815,782 B / (43 x 6) layers"
+        "layers.parquet",
+        3536.7,
+        "layers",
+        "layer",
+        "data/shakespeare-pythia-6x8 (GPU-trained, floats byte-stream-split, 2026-11-27): 912,457 B / (43 x 6) layers",
     ),
 )
 ATTENTION_LENS = Lens(
@@ -497,10 +501,11 @@ OVERLAPS_LENS = Lens(
     record=OVERLAPS_RECORD,
     store_bytes=StoreBytes(
         "overlaps.parquet",
-        727.6,
+        478.7,
         "head_matrices",
         "head and matrix",
-        "data/shakespeare-pythia-6x8: 2,933,596 B / (42 pairs x 48 x 2) head-matrices, K = 8",
+        "data/shakespeare-pythia-6x8 (GPU-trained, floats byte-stream-split, 2026-11-27): 1,929,913 B / "
+        "(42 pairs x 48 x 2) head-matrices, K = 8",
     ),
     options=(
         Option(
@@ -578,7 +583,9 @@ COMPOSITION_LENS = Lens(
         "head_pairs",
         "pair of heads (every pair)",
         "one Pythia-1.4B-shaped checkpoint's 70,656 rows (every pair) in 963,766 B (zstd); docs/benchmarks.md "
-        '"Composition scores, one Pythia-1.4B-shaped checkpoint"',
+        '"Composition scores, one Pythia-1.4B-shaped checkpoint". Written before float columns were '
+        "byte-stream-split (2026-11-27), which cut the shipped stores' composition.parquet to 0.57 of its size: "
+        "an upper bound",
     ),
 )
 SIMILARITY_LENS = Lens(
@@ -615,7 +622,8 @@ SIMILARITY_LENS = Lens(
         "all_head_pairs",
         "unordered pair of heads",
         "one Pythia-1.4B-shaped checkpoint's 73,536 pairs in 2,243,497 B plus 144 ultrametricity rows in 3,189 B "
-        '(zstd); docs/benchmarks.md "Head similarity"',
+        '(zstd); docs/benchmarks.md "Head similarity". Written before float columns were byte-stream-split '
+        "(2026-11-27), which cut the shipped stores' similarity.parquet to 0.60 of its size: an upper bound",
     ),
 )
 
@@ -652,12 +660,12 @@ ESSENTIAL_LENS = Lens(
     ),
     store_bytes=StoreBytes(
         "essential_outputs.parquet",
-        40347.3,
+        24137.3,
         "checkpoint",
         "checkpoint",
         "the fixed sample's 8,192 float32 log-probabilities (2 kinds x 4 sequences x 8 positions x 128 tokens; a "
-        "vocabulary under 128 tokens keeps fewer), which zstd barely compresses: 2,017,364 B for the 50 checkpoints "
-        "of induction-d128 (scripts/induction-runs.sh store d128 1234, 2026-11-26)",
+        "vocabulary under 128 tokens keeps fewer), byte-stream-split and zstd: 1,206,863 B for the 50 checkpoints "
+        "of induction-d128 (built on a GPU by scripts/device-runs.sh, 2026-11-27)",
     ),
 )
 

@@ -119,8 +119,22 @@ def _check_carried_over(store: Path, replaced: set[str]) -> None:
 
 
 def _write_parquet(path: Path, table: pa.Table, *, row_group_size: int | None = None) -> None:
-    pq.write_table(table, path, compression="zstd", row_group_size=row_group_size)
+    """zstd, with float columns (and lists of floats) byte-stream-split and no dictionary: their mantissas look
+    random to zstd byte by byte, while split into byte planes the exponent and high bytes compress; the shipped
+    stores' files are 38% smaller so (56.4 to 35.2 MB in all, 2026-11-27), the values the same bits."""
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    lists = [f.name for f in table.schema if pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type)]
+    others = [f.name for f in table.schema if f.name not in floats + lists]
+    pq.write_table(
+        table,
+        path,
+        compression="zstd",
+        row_group_size=row_group_size,
+        use_byte_stream_split=floats + [f"{name}.list.element" for name in lists] or False,  # a list's leaf by its path
+        use_dictionary=others or False,
+    )
     _fsync_file(path)
+
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -127,6 +127,34 @@ def test_commit_replaces_both_files_and_keeps_other_tables(tmp_path: Path) -> No
     assert not staging_dir(store).exists()
 
 
+def test_float_columns_are_written_byte_stream_split_and_read_back_bit_for_bit(tmp_path: Path) -> None:
+    """Float columns and lists of floats byte-stream-split (the others dictionary-encoded as before): the same bits
+    read back, NaN included, and a third smaller than plain zstd on log-probabilities' random low bytes."""
+    rng = np.random.default_rng(0)
+    values = np.log(rng.dirichlet(np.ones(256), size=64)).astype(np.float32)
+    values[3, 5] = np.nan
+    table = pa.table(
+        {
+            "step": pa.array(np.arange(64), pa.int64()),
+            "score": pa.array(values[:, 0].astype(np.float64)),
+            "logprobs": pa.array(list(values), pa.list_(pa.float32())),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    store_writer._write_parquet(path, table)
+    back = pq.read_table(path)
+    assert back.schema.equals(table.schema)
+    np.testing.assert_array_equal(np.stack(back["logprobs"].to_numpy(zero_copy_only=False)).view(np.uint32), values.view(np.uint32))
+    np.testing.assert_array_equal(back["score"].to_numpy().view(np.uint64), values[:, 0].astype(np.float64).view(np.uint64))
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in encodings["score"] and "BYTE_STREAM_SPLIT" in encodings["logprobs.list.element"]
+    assert "BYTE_STREAM_SPLIT" not in encodings["step"]
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(table, plain, compression="zstd")
+    assert path.stat().st_size < 0.8 * plain.stat().st_size
+
+
 def test_leftover_staging_from_a_killed_commit_is_cleared(tmp_path: Path) -> None:
     store = tmp_path / "s"
     write_store(store, [0])
