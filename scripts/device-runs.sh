@@ -10,6 +10,11 @@
 #   bash scripts/device-runs.sh start SECONDS    # install, start the chains in the background (setsid),
 #                                                #   run `pytest -m cuda`, pack what finishes until SECONDS
 #   bash scripts/device-runs.sh collect SECONDS  # pack what finishes until SECONDS (the same machine)
+#   bash scripts/device-runs.sh bench SECONDS    # the CUDA benchmarks alone: the batched rLLC on the
+#                                                #   Pythia-160M shape, then every lens on the reference shape
+# SIZES="text" (or "d128 text", ...) starts only the chains of those sizes: the GPU to fewer chains. Run on
+# 2026-11-27 with all seven: the induction stores were done in 631-652 s, the plain-text runs' rLLC had 18 of
+# 43 checkpoints (docs/induction-recipe.md); `SIZES=text ... start 560` is the next step for those.
 # Every store is packed into $OUT/stores-<name>.tar.gz (its top folder <name>, to unpack into data/)
 # once after each pass; logs, the CUDA tests' output and the runs' run.json go to $OUT/logs.tar.gz.
 # At most eight files come back from a call: seven stores and the logs.
@@ -22,6 +27,13 @@ LIMIT=${2:-300}
 # SIZE SEED NICE: the default run first; the d512 rung last (the CPU is the launch queue of these small
 # models, so niceness orders them)
 RUNS=("d128 1234 0" "d128 2 2" "d64 1234 2" "d256 1234 2" "text 1234 4" "text 2 4" "d512 1234 8")
+if [ -n "${SIZES:-}" ]; then
+  kept=()
+  for run in "${RUNS[@]}"; do
+    case " $SIZES " in *" ${run%% *} "*) kept+=("$run") ;; esac
+  done
+  RUNS=("${kept[@]}")
+fi
 LENSES=(--lenses attention --lenses composition --lenses similarity --lenses essential)
 
 install() {
@@ -118,6 +130,16 @@ case "${1:-}" in
     install
     while running && [ $((SECONDS - START)) -lt "$LIMIT" ]; do progress; pack; sleep 20; done
     progress; pack
+    ;;
+  bench)
+    install
+    nvidia-smi -L
+    OMP_NUM_THREADS=8 timeout $((LIMIT / 2)) python3 -m benchmarks.llc_batched --shape pythia-160m \
+      --device cuda --paths batched:0 --all-heads 2>&1 | tee runs/logs/bench-llc-160m-cuda.txt | tail -n 20
+    left=$((LIMIT - (SECONDS - START) - 15))
+    [ "$left" -gt 30 ] && OMP_NUM_THREADS=8 timeout "$left" python3 -m benchmarks.bench_lenses --device cuda 2>&1 \
+      | tee runs/logs/bench-lenses-cuda.txt | tail -n 30
+    pack
     ;;
   chain) install; chain "$2" "$3" ;;
   *) sed -n 2,16p "$0"; exit 2 ;;
