@@ -136,7 +136,6 @@ def _write_parquet(path: Path, table: pa.Table, *, row_group_size: int | None = 
     _fsync_file(path)
 
 
-
 def _write_json(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=1, allow_nan=True) + "\n")
     _fsync_file(path)

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.app.conftest import ROOT
@@ -308,20 +309,37 @@ def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
 
 
 def _click_head(page, layer: int, head: int) -> None:
-    """Click the point of head (layer, head) on the trajectory map, once the map is laid out."""
-    _wait_laid_out(page, ["trajectory_map"])
-    xy = page.evaluate(
-        """([layer, head]) => {
-        const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');
-        const t = gd._fullData.find(t => t.name === 'heads');
-        const i = t.customdata.findIndex(c => c[0] === layer && c[1] === head);
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
-        return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
-    }""",
-        [layer, head],
-    )
-    page.mouse.move(*xy)
-    page.mouse.click(*xy)
+    """Click the point of head (layer, head) on the trajectory map, once the map is laid out and Plotly's hover says
+    the pointer is on that head (under load a click computed from the axes once opened the ringed head instead: the
+    state the click acts on is waited for, not assumed)."""
+    for _ in range(5):
+        _wait_laid_out(page, ["trajectory_map"])
+        xy = page.evaluate(
+            """([layer, head]) => {
+            const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');
+            if (gd.__hwHoverOn !== gd._fullLayout) {  // a remount or a new layout: listen again
+                gd.on('plotly_hover', e => { window.__hwHover = e.points.map(p => p.customdata || []); });
+                gd.__hwHoverOn = gd._fullLayout;
+            }
+            window.__hwHover = null;
+            const t = gd._fullData.find(t => t.name === 'heads');
+            const i = t.customdata.findIndex(c => c[0] === layer && c[1] === head);
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
+        }""",
+            [layer, head],
+        )
+        page.mouse.move(1, 1)
+        page.mouse.move(*xy, steps=4)
+        try:
+            page.wait_for_function(
+                "([l, h]) => (window.__hwHover || []).some(c => c[0] === l && c[1] === h)", arg=[layer, head], timeout=5000
+            )
+        except PlaywrightTimeoutError:
+            continue  # the map moved or the hover went to another point: lay out and aim again
+        page.mouse.click(*xy)
+        return
+    raise AssertionError(f"the pointer never rested on head ({layer}, {head}) of the trajectory map")
 
 
 # First in the module on purpose: it runs before the module's shared server starts, so only one server runs at a time.

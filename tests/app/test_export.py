@@ -54,7 +54,10 @@ def test_a_long_title_is_broken_into_lines_that_fit_the_chart_and_keeps_its_word
     spaces, no line is longer than `TITLE_CHARS`, the words are the same in the same order, a step and its number and
     a tag stay on one line, and the margin grows by a line."""
     title = "shakespeare-pythia-6x8 · layer 1, head 5"
-    own = "Loss over training, the run's stages (every curve's boundaries merged) shaded, and the run's events at step 1,400 <b>now</b>"
+    own = (
+        "Loss over training, the run's stages (every curve's boundaries merged) shaded, and the run's events at "
+        "step 1,400 <b>now</b>"
+    )
     fig = export.titled(go.Figure(layout=dict(title=dict(text=own), margin=dict(t=36))), title)
     text = fig.layout.title.text
     lines = text.split("<br>")

@@ -144,7 +144,9 @@ def test_float_columns_are_written_byte_stream_split_and_read_back_bit_for_bit(t
     store_writer._write_parquet(path, table)
     back = pq.read_table(path)
     assert back.schema.equals(table.schema)
-    np.testing.assert_array_equal(np.stack(back["logprobs"].to_numpy(zero_copy_only=False)).view(np.uint32), values.view(np.uint32))
+    np.testing.assert_array_equal(
+        np.stack(back["logprobs"].to_numpy(zero_copy_only=False)).view(np.uint32), values.view(np.uint32)
+    )
     np.testing.assert_array_equal(back["score"].to_numpy().view(np.uint64), values[:, 0].astype(np.float64).view(np.uint64))
     meta = pq.ParquetFile(path).metadata.row_group(0)
     encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
