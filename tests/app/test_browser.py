@@ -292,14 +292,20 @@ def _wait_url(page, *parts: str) -> None:
 
 
 def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
-    """``history.length`` once no entry has been added for ``quiet_ms``: the app writes its view state to
-    the address bar at the end of a run, and a page's first runs can still be pushing when its plots are
-    drawn, so a count read at once may precede an entry that belongs to the view before it."""
+    """``history.length`` once the app has been idle for ``quiet_ms``: no entry added, no run going on (Streamlit's
+    status widget absent) and the view published (the sidebar's link ends with the address bar's query string).
+    The app writes its view state to the address bar at the end of a run, and a page's first runs can still be
+    pushing when its plots are drawn; under load a run took longer than the quiet window alone, and its entry was
+    counted with the next view's."""
     page.wait_for_function(
         """quiet => {
             const now = Date.now(), n = history.length;
-            if (window.__hwLen !== n) { window.__hwLen = n; window.__hwSince = now; }
-            return now - window.__hwSince >= quiet;
+            const link = document.querySelector('[data-testid="stSidebar"] .st-key-view_link a code');
+            const idle = !document.querySelector('[data-testid="stStatusWidget"]')
+                && link && link.textContent.trim().endsWith(location.search);
+            const state = idle ? n : -1;
+            if (window.__hwLen !== state) { window.__hwLen = state; window.__hwSince = now; }
+            return idle && now - window.__hwSince >= quiet;
         }""",
         arg=quiet_ms,
         polling=100,
@@ -310,8 +316,7 @@ def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
 
 def _click_head(page, layer: int, head: int) -> None:
     """Click the point of head (layer, head) on the trajectory map, once the map is laid out and Plotly's hover says
-    the pointer is on that head (under load a click computed from the axes once opened the ringed head instead: the
-    state the click acts on is waited for, not assumed)."""
+    the pointer is on that head: the click acts on a state the test has seen, not one it assumes."""
     for _ in range(5):
         _wait_laid_out(page, ["trajectory_map"])
         xy = page.evaluate(
@@ -426,7 +431,9 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
             before = page.url
             _click_head(page, 2, 3)
             _wait_view(page, "/head", "Head explorer", 7)
-            assert "layer=2" in page.url and "head=3" in page.url
+            # the head explorer first shows under the map's query string (its ringed head, layer 1 head 2) until it
+            # publishes its own: under load the address was read in between (a wrong head here times out)
+            _wait_url(page, "layer=2", "head=3")
             assert _errors(page) == []
             # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed);
             # counted once the head explorer has stopped writing
