@@ -99,7 +99,7 @@ QK_SECONDS = Seconds(
 # (docs/precompute.md, --matrices; 154 checkpoints: about 27 min of qk, about 55 with ov): the qk figure again.
 OV_SECONDS = Seconds("OV_SECONDS_1_4B", QK_SECONDS.seconds, "heads", "the qk figure (docs/precompute.md, --matrices)")
 # Measured on the shipped store data/shakespeare-pythia-6x8 (6 x 8 heads, d_head 32, 43 checkpoints, qk and ov):
-# heads.parquet 1,934,124 B / (43 x 48 x 2) rows.
+# heads.parquet 1,398,981 B / (43 x 48 x 2) rows, float columns byte-stream-split (`precompute.store.writer`).
 HEADS_BYTES = StoreBytes(
     "heads.parquet",
     338.9,
