@@ -84,13 +84,12 @@ class LaneNoise:
 
     def __call__(self, lanes: Sequence[Lane], shapes: dict[str, torch.Size], step: int) -> Params:
         sizes = [math.prod(s) for s in shapes.values()]
-        flat = []
-        for lane in lanes:
+        stacked = torch.empty(len(lanes), sum(sizes), device=self.device)  # (lanes, parameters of a lane)
+        for row, lane in zip(stacked, lanes, strict=True):
             g = self.generators.get(lane)
             if g is None:
                 g = self.generators[lane] = torch.Generator(device=self.device).manual_seed(lane_seed(self.seed, lane))
-            flat.append(torch.randn(sum(sizes), generator=g, device=self.device))
-        stacked = torch.stack(flat)  # (lanes, parameters of a lane)
+            torch.randn(row.shape, generator=g, device=self.device, out=row)  # drawn in place: no stacking copy
         parts = stacked.split(sizes, dim=1)
         return {k: part.reshape(len(lanes), *s) for (k, s), part in zip(shapes.items(), parts, strict=True)}
 
@@ -187,8 +186,10 @@ def _sgld(
         xi = noise(lanes, shapes, t)
         with torch.no_grad():
             for k, w in theta.items():
-                drift = sampler.n_beta * grads[k] + sampler.localization * (w - theta0[k])
-                theta[k] = w - half_lr * drift + root_lr * xi[k]
+                # w - half_lr (n_beta g + gamma (w - w*)) + root_lr xi, operation by operation as written (the same
+                # roundings), in place on the step's own temporaries
+                drift = grads[k].mul_(sampler.n_beta).add_((w - theta0[k]).mul_(sampler.localization))
+                theta[k] = w.sub_(drift.mul_(half_lr)).add_(xi[k].mul_(root_lr))
     return trace.numpy()
 
 
