@@ -15,7 +15,7 @@ import functools
 import streamlit as st
 
 from analysis.errors import StoreError
-from dashboard import live, loader, viewstate, widgets
+from dashboard import fonts, live, loader, viewstate, widgets
 from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
 from dashboard.figures.loss import loss_curve
@@ -37,6 +37,7 @@ with viewstate.view_state(settings) as view:
     page = st.navigation(PAGES, expanded=True)  # every view listed (past 10, Streamlit would hide some behind 'View more')
     view.open(page, PAGES)  # a Space link names its page as ?page=... on the root URL
     notice_slot = view.notices_in(st.container())
+    st.html(fonts.PRELOAD)  # the code font fetched now, not when the link appears mid-draw (dashboard.fonts)
 
     # --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
     offered = loader.runs(settings)
