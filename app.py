@@ -37,7 +37,6 @@ with viewstate.view_state(settings) as view:
     page = st.navigation(PAGES, expanded=True)  # every view listed (past 10, Streamlit would hide some behind 'View more')
     view.open(page, PAGES)  # a Space link names its page as ?page=... on the root URL
     notice_slot = view.notices_in(st.container())
-    st.html(fonts.PRELOAD)  # the code font fetched now, not when the link appears mid-draw (dashboard.fonts)
 
     # --- store repo on the Hub ($STORE_REPO): a failed download is explained, the data/ stores still offered ---
     offered = loader.runs(settings)
@@ -50,6 +49,9 @@ with viewstate.view_state(settings) as view:
     store = None
     run = None
     with st.sidebar:
+        # the code font fetched with the sidebar's first element, not when the link appears mid-draw (dashboard.fonts);
+        # in the main area it could reach the page after the link
+        st.html(fonts.PRELOAD)
         if runs:
             run = widgets.select(
                 "run",
