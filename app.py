@@ -49,9 +49,8 @@ with viewstate.view_state(settings) as view:
     store = None
     run = None
     with st.sidebar:
-        # the code font fetched with the sidebar's first element, not when the link appears mid-draw (dashboard.fonts);
-        # in the main area it could reach the page after the link
-        st.html(fonts.PRELOAD)
+        # code in the system's monospace font: no web font starts loading while a chart draws (dashboard.fonts)
+        st.html(fonts.SYSTEM_CODE_FONT)
         if runs:
             run = widgets.select(
                 "run",
