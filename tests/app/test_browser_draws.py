@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard.fonts import CODE_FONT, SYSTEM_MONOSPACE
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_published
 
 pytestmark = pytest.mark.browser
@@ -39,7 +40,7 @@ WATCH = """
 })();
 """
 # the code font's faces that have been fetched or are being fetched
-CODE_FONT_USED = """() => [...document.fonts].filter(f => f.family.replace(/["']/g, '') === 'Source Code Pro'
+CODE_FONT_USED = """family => [...document.fonts].filter(f => f.family.replace(/["']/g, '') === family
   && f.status !== 'unloaded').map(f => `${f.family} ${f.style} ${f.status}`)"""
 
 SETTLED = """quiet => {
@@ -65,8 +66,9 @@ def test_no_web_font_redraws_a_chart_of_the_head_explorer(chromium, shipped_serv
             _wait_published(page)
             page.wait_for_function(SETTLED, arg=2000, polling=200, timeout=LOAD_TIMEOUT_MS)
             draws = page.evaluate("window.__hwDraws.draws")
-            assert page.evaluate(LINK_FONT) == "ui-monospace", f"{load} load: the link is not set in the system's monospace font"
-            used = page.evaluate(CODE_FONT_USED)
+            first_family = SYSTEM_MONOSPACE.split(",")[0]
+            assert page.evaluate(LINK_FONT) == first_family, f"{load} load: the link is not set in the system's monospace font"
+            used = page.evaluate(CODE_FONT_USED, CODE_FONT)
             assert not used, f"{load} load of /{path}: the code font was fetched ({used}): dashboard.fonts' rule is missing"
             assert max(draws) <= 2, f"{load} load of /{path}: draws per chart {draws}: a chart was drawn more than twice"
             page.close()
