@@ -21,10 +21,17 @@ path's CPU-seconds and peak resident memory per checkpoint and their ratio. Run 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_batched --store data/induction-d128 \\
         --source runs/ih-d128-s1234 --steps 800,1400,2500 --out docs/data/llc-batched-induction-d128.csv
 
+``--replicates K`` runs K seeds of each path (s, s + 1000, ..., s + 1000 (K - 1)) instead of the three above, and
+the summary then adds every pair of runs (devinterp with devinterp, batched with batched, batched with devinterp)
+and an exact permutation test of whether the batched sampler's estimates of the heads differ from devinterp's
+beyond what its runs differ from each other; ``--jobs J`` runs J processes at a time.
+
 ``--shape pythia-160m`` instead times one head of the first layer, one of the last and the whole model of a
 randomly initialised Pythia-160M-shaped GPT-NeoX on random ids (``--chains``/``--burnin``/``--draws``, both
 paths alike), and prints the implied seconds per checkpoint (144 heads at the mean of the two, plus the
-whole model).
+whole model); with ``--count-flops`` it counts instead (torch's ``FlopCounterMode``) the floating-point operations
+of one SGLD step of each path for a head of the first and of the last layer, which bound the ratio the batched
+sampler can reach at an equal rate of arithmetic.
 """
 
 from __future__ import annotations
@@ -135,36 +142,139 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def run_paths(args: argparse.Namespace) -> None:
-    """Every (step, path, seed) not yet in ``--out``, each in its own process."""
+    """Every (step, path, seed) not yet in ``--out``, each in its own process, ``--jobs`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = {(r["step"], r["path"], r["seed"]) for r in read_rows(args.out)}
     new_file = not args.out.exists()
-    with args.out.open("a", newline="") as fh:
+    if args.paths is not None:
+        paths = [(p.split(":")[0], int(p.split(":")[1])) for p in args.paths.split(",")]
+    elif args.replicates:
+        paths = [(path, INDEPENDENT * r) for path in ("devinterp", "batched") for r in range(args.replicates)]
+    else:
+        paths = list(PATHS)
+    todo = [
+        (step, path, args.seed + offset)
+        for step in args.steps.split(",")
+        for path, offset in paths
+        if (step, path, str(args.seed + offset)) not in done
+    ]
+
+    def one(job: tuple[str, str, int]) -> tuple[tuple[str, str, int], list[dict], float]:
+        step, path, seed = job
+        cmd = [sys.executable, "-m", "benchmarks.llc_batched", "--worker", path, "--seed", str(seed), "--step", step]
+        cmd += ["--store", str(args.store), "--source", str(args.source), "--device", args.device]
+        started = time.monotonic()
+        done_proc = subprocess.run(cmd, capture_output=True, text=True)
+        if done_proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{done_proc.stderr[-3000:]}")
+        got = [json.loads(line) for line in done_proc.stdout.splitlines() if line.startswith("{")]
+        return job, got, time.monotonic() - started
+
+    with args.out.open("a", newline="") as fh, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         if new_file:
             writer.writeheader()
-        paths = PATHS if args.paths is None else [(p.split(":")[0], int(p.split(":")[1])) for p in args.paths.split(",")]
-        for step in args.steps.split(","):
-            for path, offset in paths:
-                seed = args.seed + offset
-                if (step, path, str(seed)) in done:
-                    continue
-                cmd = [sys.executable, "-m", "benchmarks.llc_batched", "--worker", path, "--seed", str(seed), "--step", step]
-                cmd += ["--store", str(args.store), "--source", str(args.source), "--device", args.device]
-                started = time.monotonic()
-                done_proc = subprocess.run(cmd, capture_output=True, text=True)
-                if done_proc.returncode:
-                    raise SystemExit(f"{' '.join(cmd)} failed:\n{done_proc.stderr[-3000:]}")
-                out = done_proc.stdout
-                got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-                for r in got:
-                    writer.writerow({"step": step, "path": path, "seed": seed, **r})
-                fh.flush()
-                print(
-                    f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, "
-                    f"{time.monotonic() - started:.0f} s wall",
-                    flush=True,
-                )
+        for (step, path, seed), got, wall in pool.map(one, todo):
+            for r in got:
+                writer.writerow({"step": step, "path": path, "seed": seed, **r})
+            fh.flush()
+            print(
+                f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, {wall:.0f} s wall",
+                flush=True,
+            )
+
+
+def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, float]:
+    """Whether two samplers' estimates of the same heads differ beyond what runs of each differ by.
+
+    ``devinterp`` ``(runs, heads)`` and ``batched`` ``(runs, heads)``: log estimates, one row per independent run.
+    The statistic is the sum over heads of the squared difference of the two samplers' mean log estimate,
+    each divided by the head's pooled variance between runs of one sampler (so a head whose chains scatter
+    widely weighs less); its p-value is exact, over every split of the runs into two groups of these sizes
+    (runs are exchangeable when both samplers draw from one distribution per head).
+
+    Returns:
+        The statistic and its p-value (at least 1 / the number of splits).
+    """
+    from scipy.stats import permutation_test
+
+    runs = np.concatenate([devinterp, batched])
+    n_d = len(devinterp)
+
+    def statistic(first: np.ndarray, second: np.ndarray) -> float:
+        a, b = runs[first.astype(int)], runs[second.astype(int)]
+        pooled = ((len(a) - 1) * a.var(axis=0, ddof=1) + (len(b) - 1) * b.var(axis=0, ddof=1)) / (len(a) + len(b) - 2)
+        return float((((b.mean(axis=0) - a.mean(axis=0)) ** 2) / pooled).sum())
+
+    res = permutation_test(
+        (np.arange(n_d), np.arange(n_d, len(runs))),
+        statistic,
+        permutation_type="independent",
+        n_resamples=np.inf,
+        alternative="greater",
+        vectorized=False,
+    )
+    return float(res.statistic), float(res.pvalue)
+
+
+Runs = dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]]
+
+
+def estimates_by_run(by: Runs, step: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """Per path, the heads' estimates ``(runs, heads)`` and the whole model's ``(runs,)`` at ``step``, runs in
+    seed order; None unless both paths have at least two runs there."""
+    keys = sorted(by, key=lambda k: int(k[2]))
+    runs = {path: [by[k] for k in keys if k[:2] == (step, path)] for path in ("devinterp", "batched")}
+    if min(len(v) for v in runs.values()) < 2:
+        return None
+    heads = sorted(k for k in runs["devinterp"][0] if k[0] >= 0)
+    llc = {path: np.array([[float(r[k]["llc"]) for k in heads] for r in rs]) for path, rs in runs.items()}
+    whole = {path: np.array([float(r[(-1, -1)]["llc"]) for r in rs]) for path, rs in runs.items()}
+    return llc, whole
+
+
+def replicates(by: Runs, steps: list[str]) -> None:
+    """With at least two runs of each path at a step: every pair of runs, and `heads_differ`."""
+    from itertools import combinations, product
+
+    from scipy.stats import spearmanr
+
+    got = {step: e for step in steps if (e := estimates_by_run(by, step)) is not None}
+    if not got:
+        return
+    print(
+        "\nEvery pair of runs (numerator / denominator), over the heads: mean (min .. max) over the pairs\n\n"
+        "| step | pair | pairs | Spearman | median ratio | sd of log ratio |\n| ---: | --- | ---: | --- | --- | --- |"
+    )
+    for step, (llc, _) in got.items():
+        kinds = {
+            "devinterp / devinterp": list(combinations(llc["devinterp"], 2)),
+            "batched / batched": list(combinations(llc["batched"], 2)),
+            "batched / devinterp": list(product(llc["batched"], llc["devinterp"])),
+        }
+        for label, pairs in kinds.items():
+            cols = [
+                np.array([spearmanr(a, b).statistic for a, b in pairs]),
+                np.array([np.median(a / b) for a, b in pairs]),
+                np.array([np.log(a / b).std(ddof=1) for a, b in pairs]),
+            ]
+            cells = " | ".join(f"{c.mean():.3f} ({c.min():.3f} .. {c.max():.3f})" for c in cols)
+            print(f"| {step} | {label} | {len(pairs)} | {cells} |")
+    print(
+        "\nThe samplers' mean estimate of each head over their runs, and `heads_differ`'s permutation test\n\n"
+        "| step | runs (devinterp, batched) | Spearman of the means | median ratio of the means | statistic | p |"
+        " whole model, devinterp / batched (mean +- sd over runs) |\n| ---: | --- | ---: | ---: | ---: | ---: | --- |"
+    )
+    for step, (llc, whole) in got.items():
+        mean_d, mean_b = llc["devinterp"].mean(axis=0), llc["batched"].mean(axis=0)
+        stat, p = heads_differ(np.log(llc["devinterp"]), np.log(llc["batched"]))
+        wd, wb = whole["devinterp"], whole["batched"]
+        print(
+            f"| {step} | {len(wd)}, {len(wb)} | {spearmanr(mean_b, mean_d).statistic:.3f} | {np.median(mean_b / mean_d):.3f} | "
+            f"{stat:.1f} | {p:.3f} | {wd.mean():.2f} +- {wd.std(ddof=1):.2f} / {wb.mean():.2f} +- {wb.std(ddof=1):.2f} |"
+        )
 
 
 def read_rows(out: Path) -> list[dict[str, str]]:
@@ -179,7 +289,7 @@ def summarize(out: Path) -> int:
     from scipy.stats import spearmanr
 
     rows = read_rows(out)
-    by: dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]] = {}
+    by: Runs = {}
     for r in rows:
         by.setdefault((r["step"], r["path"], r["seed"]), {})[(int(r["layer"]), int(r["head"]))] = r
     steps = sorted({r["step"] for r in rows}, key=int)
@@ -208,6 +318,7 @@ def summarize(out: Path) -> int:
                 f"| {step} | {label} | {rho:.3f} | {np.median(ratio):.3f} | {np.percentile(ratio, 10):.3f} .. "
                 f"{np.percentile(ratio, 90):.3f} | {np.log(ratio).std(ddof=1):.3f} | {whole} |"
             )
+    replicates(by, steps)
     print("\n| step | path | seed | CPU s per checkpoint | peak RSS (MB) |\n| ---: | --- | ---: | ---: | ---: |")
     cost: dict[tuple[str, str], list[float]] = {}
     for (step, path, seed), est in sorted(by.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
@@ -307,6 +418,61 @@ def shape_160m(args: argparse.Namespace) -> int:
     return 0
 
 
+def count_flops(args: argparse.Namespace) -> int:
+    """Floating-point operations of one SGLD step of each path on the Pythia-160M shape (torch's
+    ``FlopCounterMode``), for a head of the first and of the last layer, and the ratio they bound.
+
+    devinterp's step is the model's own forward pass on one sequence and a backward pass with every weight
+    but the layer's attention frozen (as its head mask leaves them); the batched sampler's is one lane's step
+    (counted on two lanes and halved). Per estimate devinterp adds chains x ``--llc-sequences`` forward passes
+    for the initial loss, which the batched sampler pays once per checkpoint.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import GPTNeoXForCausalLM
+
+    from precompute.lenses.llc_model import architecture, parameters
+    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
+    from precompute.settings import SamplerSettings
+
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(pythia_160m_config()).eval()
+    ids = torch.as_tensor(np.random.default_rng(0).integers(0, 50304, size=(8, args.length)))
+    arch, params = architecture(model), dict(parameters(model))
+    frozen, _ = frozen_layers(arch, params, ids)
+    one_step = SamplerSettings(chains=2, burnin=0, draws=1, sequences=8, batch_size=1)
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        model(ids[:1])
+    forward = fc.get_total_flops()
+    steps = args.chains * (args.burnin + args.draws)
+    init = args.chains * 8 * forward
+    print(f"one forward pass of one {args.length}-token sequence: {forward / 1e9:.1f} GFLOP")
+    print("\n| head of layer | devinterp step (GFLOP) | batched lane-step (GFLOP) | ratio per step | ratio per estimate |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    per: dict[str, list[float]] = {"devinterp": [], "batched": []}
+    for layer in (0, arch.n_layers - 1):
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith(f"gpt_neox.layers.{layer}.attention."))
+        with FlopCounterMode(display=False) as fc:
+            model(ids[:1], labels=ids[:1]).loss.backward()
+        model.zero_grad(set_to_none=True)
+        dev = fc.get_total_flops()
+        with FlopCounterMode(display=False) as fc:
+            sample_layer_heads(arch, params, frozen[layer], layer, ids, one_step, heads=[0], noise=LaneNoise(0, "cpu"))
+        lane = fc.get_total_flops() / 2
+        per["devinterp"].append(steps * dev + init)
+        per["batched"].append(steps * lane)
+        ratio = per["devinterp"][-1] / per["batched"][-1]
+        print(f"| {layer} | {dev / 1e9:.1f} | {lane / 1e9:.1f} | {dev / lane:.2f} | {ratio:.2f} |")
+    d, b = np.mean(per["devinterp"]), np.mean(per["batched"])
+    print(
+        f"\nper head estimate at the mean of the two ({args.chains} x ({args.burnin} + {args.draws}) steps): devinterp "
+        f"{d / 1e12:.1f} TFLOP, batched {b / 1e12:.1f}: at an equal rate of arithmetic the batched sampler is {d / b:.2f}x "
+        "cheaper per checkpoint's heads (the cost of a head is linear in its layer)"
+    )
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", type=Path, default=Path("data/induction-d128"))
@@ -317,6 +483,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("docs/data/llc-batched-induction-d128.csv"))
     p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
     p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
+    p.add_argument("--replicates", type=int, help="K seeds of each path (s, s + 1000, ...) instead of the three")
+    p.add_argument("--jobs", type=int, default=1, help="processes at a time (each at OMP_NUM_THREADS threads)")
     p.add_argument("--worker", choices=("devinterp", "batched"), help=argparse.SUPPRESS)
     p.add_argument("--step", help=argparse.SUPPRESS)
     p.add_argument("--shape", choices=("pythia-160m",), help="time a model of this shape instead")
@@ -324,13 +492,14 @@ def main() -> int:
     p.add_argument("--burnin", type=int, default=48)
     p.add_argument("--draws", type=int, default=96)
     p.add_argument("--length", type=int, default=256, help="tokens per sequence of --shape")
+    p.add_argument("--count-flops", action="store_true", help="--shape: count one step's operations instead of timing")
     p.add_argument("--no-whole-model", action="store_true", help="--shape: time the two heads only")
     p.add_argument("--all-heads", action="store_true", help="--shape: also every head of the first and last layer together")
     args = p.parse_args()
     if args.worker:
         return worker(args)
     if args.shape:
-        return shape_160m(args)
+        return count_flops(args) if args.count_flops else shape_160m(args)
     if not args.summary:
         run_paths(args)
     return summarize(args.out)

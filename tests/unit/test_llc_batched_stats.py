@@ -1,0 +1,59 @@
+"""The replicate statistics of benchmarks/llc_batched.py (issue 40 item 2): the permutation test of whether
+the batched sampler's head estimates differ from devinterp's, against a brute-force enumeration."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from benchmarks.llc_batched import estimates_by_run, heads_differ
+
+
+def brute_force(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Every split of the rows into groups of len(a) and len(b), the statistic written out directly."""
+    runs = np.concatenate([a, b])
+
+    def stat(first: list[int]) -> float:
+        second = [i for i in range(len(runs)) if i not in first]
+        x, y = runs[first], runs[second]
+        total = 0.0
+        for h in range(runs.shape[1]):
+            vx, vy = np.var(x[:, h], ddof=1), np.var(y[:, h], ddof=1)
+            pooled = ((len(x) - 1) * vx + (len(y) - 1) * vy) / (len(x) + len(y) - 2)
+            total += (np.mean(y[:, h]) - np.mean(x[:, h])) ** 2 / pooled
+        return total
+
+    observed = stat(list(range(len(a))))
+    splits = [stat(list(c)) for c in combinations(range(len(runs)), len(a))]
+    return observed, sum(s >= observed * (1 - 1e-12) for s in splits) / len(splits)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.05, 0.5])
+def test_heads_differ_is_the_exact_permutation_test(shift: float) -> None:
+    rng = np.random.default_rng(7)
+    centres = rng.normal(2.0, 0.4, size=16)
+    a = centres + rng.normal(0, 0.05, size=(4, 16))
+    b = centres + shift + rng.normal(0, 0.05, size=(4, 16))
+    stat, p = heads_differ(a, b)
+    ref_stat, ref_p = brute_force(a, b)
+    assert stat == pytest.approx(ref_stat, rel=1e-9)
+    assert p == pytest.approx(ref_p, abs=1e-12)
+    if shift == 0.5:  # far beyond the runs' scatter: only the observed split and its mirror are as extreme
+        assert p == pytest.approx(2 / 70)
+
+
+def test_estimates_by_run_orders_runs_by_seed_and_needs_two_of_each() -> None:
+    def run(llc: float) -> dict[tuple[int, int], dict[str, str]]:
+        return {(-1, -1): {"llc": str(10 * llc)}, (0, 0): {"llc": str(llc)}, (0, 1): {"llc": str(llc + 1)}}
+
+    by = {("800", "devinterp", "1000"): run(2.0), ("800", "devinterp", "0"): run(1.0), ("800", "batched", "0"): run(3.0)}
+    assert estimates_by_run(by, "800") is None
+    by[("800", "batched", "2000")] = run(4.0)
+    got = estimates_by_run(by, "800")
+    assert got is not None
+    llc, whole = got
+    np.testing.assert_array_equal(llc["devinterp"], [[1.0, 2.0], [2.0, 3.0]])
+    np.testing.assert_array_equal(llc["batched"], [[3.0, 4.0], [4.0, 5.0]])
+    np.testing.assert_array_equal(whole["batched"], [30.0, 40.0])
