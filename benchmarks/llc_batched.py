@@ -219,20 +219,53 @@ def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, flo
     return float(res.statistic), float(res.pvalue)
 
 
+def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, float]:
+    """`heads_differ` for runs paired by seed: row i of both made with the same seed, so the same batches in the
+    same order (devinterp's order from the seed, which the batched sampler replays) and independent noise.
+
+    The statistic is the sum over heads of the squared t statistic of the paired differences of log estimates
+    (their mean over the pairs divided by its standard error); its p-value is exact, over every way of swapping
+    the two runs of a pair (exchangeable when, given the batches, both samplers draw from one distribution).
+    Removing the batches' share of the spread between runs, it sees smaller differences than `heads_differ`.
+
+    Returns:
+        The statistic and its p-value (at least 2 / 2 ** pairs).
+    """
+    from scipy.stats import permutation_test
+
+    runs = np.concatenate([devinterp, batched])
+    n = len(devinterp)
+
+    def statistic(first: np.ndarray, second: np.ndarray) -> float:
+        d = runs[second.astype(int)] - runs[first.astype(int)]
+        return float((d.mean(axis=0) ** 2 / (d.var(axis=0, ddof=1) / len(d))).sum())
+
+    res = permutation_test(
+        (np.arange(n), np.arange(n, 2 * n)),
+        statistic,
+        permutation_type="samples",
+        n_resamples=np.inf,
+        alternative="greater",
+        vectorized=False,
+    )
+    return float(res.statistic), float(res.pvalue)
+
+
 Runs = dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]]
 
 
-def estimates_by_run(by: Runs, step: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
-    """Per path, the heads' estimates ``(runs, heads)`` and the whole model's ``(runs,)`` at ``step``, runs in
-    seed order; None unless both paths have at least two runs there."""
-    keys = sorted(by, key=lambda k: int(k[2]))
-    runs = {path: [by[k] for k in keys if k[:2] == (step, path)] for path in ("devinterp", "batched")}
-    if min(len(v) for v in runs.values()) < 2:
+def estimates_by_run(by: Runs, step: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[int]]] | None:
+    """Per path, the heads' estimates ``(runs, heads)``, the whole model's ``(runs,)`` and the runs' seeds at
+    ``step``, runs in seed order; None unless both paths have at least two runs there."""
+    keys = sorted((k for k in by if k[0] == step), key=lambda k: int(k[2]))
+    seeds = {path: [int(k[2]) for k in keys if k[1] == path] for path in ("devinterp", "batched")}
+    if min(len(v) for v in seeds.values()) < 2:
         return None
+    runs = {path: [by[(step, path, str(seed))] for seed in seeds[path]] for path in seeds}
     heads = sorted(k for k in runs["devinterp"][0] if k[0] >= 0)
     llc = {path: np.array([[float(r[k]["llc"]) for k in heads] for r in rs]) for path, rs in runs.items()}
     whole = {path: np.array([float(r[(-1, -1)]["llc"]) for r in rs]) for path, rs in runs.items()}
-    return llc, whole
+    return llc, whole, seeds
 
 
 def replicates(by: Runs, steps: list[str]) -> None:
@@ -248,7 +281,7 @@ def replicates(by: Runs, steps: list[str]) -> None:
         "\nEvery pair of runs (numerator / denominator), over the heads: mean (min .. max) over the pairs\n\n"
         "| step | pair | pairs | Spearman | median ratio | sd of log ratio |\n| ---: | --- | ---: | --- | --- | --- |"
     )
-    for step, (llc, _) in got.items():
+    for step, (llc, _, _) in got.items():
         kinds = {
             "devinterp / devinterp": list(combinations(llc["devinterp"], 2)),
             "batched / batched": list(combinations(llc["batched"], 2)),
@@ -263,17 +296,24 @@ def replicates(by: Runs, steps: list[str]) -> None:
             cells = " | ".join(f"{c.mean():.3f} ({c.min():.3f} .. {c.max():.3f})" for c in cols)
             print(f"| {step} | {label} | {len(pairs)} | {cells} |")
     print(
-        "\nThe samplers' mean estimate of each head over their runs, and `heads_differ`'s permutation test\n\n"
-        "| step | runs (devinterp, batched) | Spearman of the means | median ratio of the means | statistic | p |"
-        " whole model, devinterp / batched (mean +- sd over runs) |\n| ---: | --- | ---: | ---: | ---: | ---: | --- |"
+        "\nThe samplers' mean estimate of each head over their runs; `heads_differ`'s permutation test and, where both "
+        "paths ran the same seeds, `heads_differ_paired`'s\n\n"
+        "| step | runs (devinterp, batched) | Spearman of the means | median ratio of the means | statistic, p |"
+        " paired: statistic, p | whole model, devinterp / batched (mean +- sd over runs) |\n"
+        "| ---: | --- | ---: | ---: | --- | --- | --- |"
     )
-    for step, (llc, whole) in got.items():
+    for step, (llc, whole, seeds) in got.items():
         mean_d, mean_b = llc["devinterp"].mean(axis=0), llc["batched"].mean(axis=0)
-        stat, p = heads_differ(np.log(llc["devinterp"]), np.log(llc["batched"]))
+        log_d, log_b = np.log(llc["devinterp"]), np.log(llc["batched"])
+        stat, p = heads_differ(log_d, log_b)
+        paired = "not paired"
+        if seeds["devinterp"] == seeds["batched"]:
+            paired = "{:.1f}, {:.3f}".format(*heads_differ_paired(log_d, log_b))
         wd, wb = whole["devinterp"], whole["batched"]
         print(
             f"| {step} | {len(wd)}, {len(wb)} | {spearmanr(mean_b, mean_d).statistic:.3f} | {np.median(mean_b / mean_d):.3f} | "
-            f"{stat:.1f} | {p:.3f} | {wd.mean():.2f} +- {wd.std(ddof=1):.2f} / {wb.mean():.2f} +- {wb.std(ddof=1):.2f} |"
+            f"{stat:.1f}, {p:.3f} | {paired} | {wd.mean():.2f} +- {wd.std(ddof=1):.2f} / "
+            f"{wb.mean():.2f} +- {wb.std(ddof=1):.2f} |"
         )
 
 
@@ -355,6 +395,8 @@ def shape_160m(args: argparse.Namespace) -> int:
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     times: dict[tuple[str, str], float] = {}
     which = [("first-layer head", 0), ("last-layer head", 11)] + ([] if args.no_whole_model else [("whole model", -1)])
+    if args.whole_model_only:
+        which = [("whole model", -1)]
     wanted = {q.split(":")[0] for q in args.paths.split(",")} if args.paths else {"devinterp", "batched"}
     with tempfile.TemporaryDirectory(prefix="llc-160m-") as scratch:
         for name, layer in which if "devinterp" in wanted else []:
@@ -401,6 +443,8 @@ def shape_160m(args: argparse.Namespace) -> int:
         whole_s = times.get(("batched", "whole model"), 0.0)
         implied_s = layers + whole_s + shared
         print(f"batched, every head of a layer together: implied checkpoint {implied_s:.0f} s (12 layers + whole model)")
+    if args.whole_model_only:
+        return 0  # each path's time printed above
     unit = "CPU s" if args.device == "cpu" else "s (GPU wall)"
     print(
         f"\n| path | first-layer head ({unit}) | last-layer head | whole model | implied checkpoint (144 heads + whole model) |"
@@ -473,6 +517,46 @@ def count_flops(args: argparse.Namespace) -> int:
     return 0
 
 
+def checkpoint_cost(args: argparse.Namespace) -> int:
+    """The batched sampler's CPU-seconds for one checkpoint of a store's model (every head and the whole model)
+    under the default sampler, and for every checkpoint the store holds: the model built from the store's
+    ``meta.json`` config with random weights (the cost does not depend on their values), random ids of the store's
+    evaluation length, timed at 2 and 6 steps per chain and extrapolated linearly to burn-in + draws."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from analysis.store import open_store
+    from precompute.lenses.llc_sampler import checkpoint_traces
+    from precompute.settings import SamplerSettings
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    meta = open_store(args.cost_of).meta
+    config = dict(meta.model.config)
+    config = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if k != "architectures"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    length = meta.forward.seq_len if meta.forward is not None else args.length
+    defaults = SamplerSettings()
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, size=(defaults.sequences, length))
+    cpu = {}
+    for steps in (2, 6):
+        sampler = SamplerSettings(chains=defaults.chains, burnin=0, draws=steps)
+        c0 = time.process_time()
+        checkpoint_traces(model, tokens, sampler)
+        cpu[steps] = time.process_time() - c0
+        print(f"{defaults.chains} chains x {steps} steps, every head and the whole model: {cpu[steps]:.1f} CPU s", flush=True)
+    full = defaults.burnin + defaults.draws
+    per_step = (cpu[6] - cpu[2]) / 4
+    one = cpu[2] + per_step * (full - 2)
+    n = len(meta.checkpoints)
+    print(
+        f"{meta.model.id} ({meta.model.n_layers} x {meta.model.n_heads} heads, {length} tokens): {per_step:.1f} CPU s "
+        f"per step of every chain; {defaults.chains} x ({defaults.burnin} + {defaults.draws}) steps: {one:.0f} CPU s per "
+        f"checkpoint, {one * n / 3600:.1f} CPU hours for its {n} checkpoints"
+    )
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--store", type=Path, default=Path("data/induction-d128"))
@@ -492,12 +576,16 @@ def main() -> int:
     p.add_argument("--burnin", type=int, default=48)
     p.add_argument("--draws", type=int, default=96)
     p.add_argument("--length", type=int, default=256, help="tokens per sequence of --shape")
+    p.add_argument("--cost-of", type=Path, help="a store: time the batched sampler on its model's shape and extrapolate")
     p.add_argument("--count-flops", action="store_true", help="--shape: count one step's operations instead of timing")
     p.add_argument("--no-whole-model", action="store_true", help="--shape: time the two heads only")
+    p.add_argument("--whole-model-only", action="store_true", help="--shape: time the whole model only")
     p.add_argument("--all-heads", action="store_true", help="--shape: also every head of the first and last layer together")
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.cost_of:
+        return checkpoint_cost(args)
     if args.shape:
         return count_flops(args) if args.count_flops else shape_160m(args)
     if not args.summary:

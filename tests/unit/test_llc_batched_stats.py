@@ -3,12 +3,12 @@ the batched sampler's head estimates differ from devinterp's, against a brute-fo
 
 from __future__ import annotations
 
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 import pytest
 
-from benchmarks.llc_batched import estimates_by_run, heads_differ
+from benchmarks.llc_batched import estimates_by_run, heads_differ, heads_differ_paired
 
 
 def brute_force(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -44,6 +44,37 @@ def test_heads_differ_is_the_exact_permutation_test(shift: float) -> None:
         assert p == pytest.approx(2 / 70)
 
 
+def brute_force_paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Every way of swapping the two runs of each pair, the paired t statistics written out directly."""
+
+    def stat(d: np.ndarray) -> float:
+        total = 0.0
+        for h in range(d.shape[1]):
+            mean, sd = np.mean(d[:, h]), np.std(d[:, h], ddof=1)
+            total += (mean / (sd / np.sqrt(len(d)))) ** 2
+        return total
+
+    observed = stat(b - a)
+    signs = [np.array(s) for s in product([1.0, -1.0], repeat=len(a))]
+    flipped = [stat((b - a) * s[:, None]) for s in signs]
+    return observed, sum(f >= observed * (1 - 1e-12) for f in flipped) / len(flipped)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.3])
+def test_heads_differ_paired_is_the_exact_sign_flip_test(shift: float) -> None:
+    rng = np.random.default_rng(3)
+    centres = rng.normal(2.0, 0.4, size=16)
+    batches = rng.normal(0, 0.1, size=(6, 16))  # what the shared batches of a seed add to both runs
+    a = centres + batches + rng.normal(0, 0.05, size=(6, 16))
+    b = centres + batches + shift + rng.normal(0, 0.05, size=(6, 16))
+    stat, p = heads_differ_paired(a, b)
+    ref_stat, ref_p = brute_force_paired(a, b)
+    assert stat == pytest.approx(ref_stat, rel=1e-9)
+    assert p == pytest.approx(ref_p, abs=1e-12)
+    if shift:
+        assert p == pytest.approx(2 / 64)
+
+
 def test_estimates_by_run_orders_runs_by_seed_and_needs_two_of_each() -> None:
     def run(llc: float) -> dict[tuple[int, int], dict[str, str]]:
         return {(-1, -1): {"llc": str(10 * llc)}, (0, 0): {"llc": str(llc)}, (0, 1): {"llc": str(llc + 1)}}
@@ -53,7 +84,8 @@ def test_estimates_by_run_orders_runs_by_seed_and_needs_two_of_each() -> None:
     by[("800", "batched", "2000")] = run(4.0)
     got = estimates_by_run(by, "800")
     assert got is not None
-    llc, whole = got
+    llc, whole, seeds = got
+    assert seeds == {"devinterp": [0, 1000], "batched": [0, 2000]}
     np.testing.assert_array_equal(llc["devinterp"], [[1.0, 2.0], [2.0, 3.0]])
     np.testing.assert_array_equal(llc["batched"], [[3.0, 4.0], [4.0, 5.0]])
     np.testing.assert_array_equal(whole["batched"], [30.0, 40.0])
