@@ -60,6 +60,10 @@ FIELDS = ("step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss"
 # seed + c: seeds 0 and 1 would share three of their four chains' noise.
 INDEPENDENT = 1000
 PATHS = (("devinterp", 0), ("devinterp", INDEPENDENT), ("batched", 0))
+# A third path: the batched sampler driven by devinterp's noise layout (`benchmarks.llc_noise.DevinterpNoise`)
+# seeded seed + NOISE_OFFSET (independent of devinterp's own runs), on the batches of the seed.
+DEVINTERP_NOISE = "batched-devinterp-noise"
+NOISE_OFFSET = 100_000
 
 
 def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
@@ -120,7 +124,12 @@ def worker(args: argparse.Namespace) -> int:
                 masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
                 rows.append((layer, head, estimate_llc(model, tokens, masks, sampler, scratch=Path(scratch), device=args.device)))
     else:
-        rows = estimates_from_traces(checkpoint_traces(model, tokens, sampler, device=args.device), sampler)
+        noise = None
+        if args.worker == DEVINTERP_NOISE:
+            from benchmarks.llc_noise import DevinterpNoise
+
+            noise = DevinterpNoise(model, args.seed + NOISE_OFFSET)
+        rows = estimates_from_traces(checkpoint_traces(model, tokens, sampler, device=args.device, noise=noise), sampler)
     cpu = time.process_time() - c0
     for layer, head, est in rows:
         print(
@@ -254,15 +263,17 @@ def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[flo
 Runs = dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]]
 
 
-def estimates_by_run(by: Runs, step: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[int]]] | None:
-    """Per path, the heads' estimates ``(runs, heads)``, the whole model's ``(runs,)`` and the runs' seeds at
-    ``step``, runs in seed order; None unless both paths have at least two runs there."""
+def estimates_by_run(
+    by: Runs, step: str, paths: tuple[str, str] = ("devinterp", "batched")
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[int]]] | None:
+    """Per path of ``paths``, the heads' estimates ``(runs, heads)``, the whole model's ``(runs,)`` and the runs'
+    seeds at ``step``, runs in seed order; None unless both paths have at least two runs there."""
     keys = sorted((k for k in by if k[0] == step), key=lambda k: int(k[2]))
-    seeds = {path: [int(k[2]) for k in keys if k[1] == path] for path in ("devinterp", "batched")}
+    seeds = {path: [int(k[2]) for k in keys if k[1] == path] for path in paths}
     if min(len(v) for v in seeds.values()) < 2:
         return None
     runs = {path: [by[(step, path, str(seed))] for seed in seeds[path]] for path in seeds}
-    heads = sorted(k for k in runs["devinterp"][0] if k[0] >= 0)
+    heads = sorted(k for k in runs[paths[0]][0] if k[0] >= 0)
     llc = {path: np.array([[float(r[k]["llc"]) for k in heads] for r in rs]) for path, rs in runs.items()}
     whole = {path: np.array([float(r[(-1, -1)]["llc"]) for r in rs]) for path, rs in runs.items()}
     return llc, whole, seeds
@@ -296,25 +307,29 @@ def replicates(by: Runs, steps: list[str]) -> None:
             cells = " | ".join(f"{c.mean():.3f} ({c.min():.3f} .. {c.max():.3f})" for c in cols)
             print(f"| {step} | {label} | {len(pairs)} | {cells} |")
     print(
-        "\nThe samplers' mean estimate of each head over their runs; `heads_differ`'s permutation test and, where both "
+        "\nEach path's mean estimate of each head over its runs; `heads_differ`'s permutation test and, where both "
         "paths ran the same seeds, `heads_differ_paired`'s\n\n"
-        "| step | runs (devinterp, batched) | Spearman of the means | median ratio of the means | statistic, p |"
-        " paired: statistic, p | whole model, devinterp / batched (mean +- sd over runs) |\n"
-        "| ---: | --- | ---: | ---: | --- | --- | --- |"
+        "| step | paths (a / b) | runs | Spearman of the means | median ratio of the means (b / a) | statistic, p |"
+        " paired: statistic, p | whole model, a / b (mean +- sd over runs) |\n"
+        "| ---: | --- | --- | ---: | ---: | --- | --- | --- |"
     )
-    for step, (llc, whole, seeds) in got.items():
-        mean_d, mean_b = llc["devinterp"].mean(axis=0), llc["batched"].mean(axis=0)
-        log_d, log_b = np.log(llc["devinterp"]), np.log(llc["batched"])
-        stat, p = heads_differ(log_d, log_b)
-        paired = "not paired"
-        if seeds["devinterp"] == seeds["batched"]:
-            paired = "{:.1f}, {:.3f}".format(*heads_differ_paired(log_d, log_b))
-        wd, wb = whole["devinterp"], whole["batched"]
-        print(
-            f"| {step} | {len(wd)}, {len(wb)} | {spearmanr(mean_b, mean_d).statistic:.3f} | {np.median(mean_b / mean_d):.3f} | "
-            f"{stat:.1f}, {p:.3f} | {paired} | {wd.mean():.2f} +- {wd.std(ddof=1):.2f} / "
-            f"{wb.mean():.2f} +- {wb.std(ddof=1):.2f} |"
-        )
+    pairs_of_paths = [("devinterp", "batched"), ("devinterp", DEVINTERP_NOISE), ("batched", DEVINTERP_NOISE)]
+    for step in got:
+        for a, b in pairs_of_paths:
+            e = estimates_by_run(by, step, (a, b))
+            if e is None:
+                continue
+            llc, whole, seeds = e
+            log_a, log_b = np.log(llc[a]), np.log(llc[b])
+            stat, p = heads_differ(log_a, log_b)
+            paired = "{:.1f}, {:.3f}".format(*heads_differ_paired(log_a, log_b)) if seeds[a] == seeds[b] else "not paired"
+            mean_a, mean_b = llc[a].mean(axis=0), llc[b].mean(axis=0)
+            wa, wb = whole[a], whole[b]
+            print(
+                f"| {step} | {a} / {b} | {len(wa)}, {len(wb)} | {spearmanr(mean_b, mean_a).statistic:.3f} | "
+                f"{np.median(mean_b / mean_a):.3f} | {stat:.1f}, {p:.3f} | {paired} | "
+                f"{wa.mean():.2f} +- {wa.std(ddof=1):.2f} / {wb.mean():.2f} +- {wb.std(ddof=1):.2f} |"
+            )
 
 
 def read_rows(out: Path) -> list[dict[str, str]]:
@@ -569,7 +584,7 @@ def main() -> int:
     p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
     p.add_argument("--replicates", type=int, help="K seeds of each path (s, s + 1000, ...) instead of the three")
     p.add_argument("--jobs", type=int, default=1, help="processes at a time (each at OMP_NUM_THREADS threads)")
-    p.add_argument("--worker", choices=("devinterp", "batched"), help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=("devinterp", "batched", DEVINTERP_NOISE), help=argparse.SUPPRESS)
     p.add_argument("--step", help=argparse.SUPPRESS)
     p.add_argument("--shape", choices=("pythia-160m",), help="time a model of this shape instead")
     p.add_argument("--chains", type=int, default=4)

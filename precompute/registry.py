@@ -483,10 +483,12 @@ LLC_LENS = Lens(
     every_checkpoint=False,
     seconds=Seconds(
         "LLC_SECONDS_PER_CHECKPOINT_160M",
-        5582.0,
+        90643.0,
         "parameters",
-        "implied seconds per estimated checkpoint (every head plus the whole model); docs/benchmarks.md "
-        '"Performance: the refined LLC, seconds per estimate", Pythia-160M-shaped row',
+        "CPU-seconds per estimated checkpoint at one thread, the batched sampler under the default 4 x (48 + 96) "
+        "steps: every head (88,065, implied from a first- and a last-layer head) plus the whole model (2,578, "
+        'extrapolated from 2 and 6 steps); docs/benchmarks.md "Performance: the refined LLC, seconds per estimate", '
+        "the Pythia-160M shape at the default sampler",
     ),
 )
 OVERLAPS_LENS = Lens(

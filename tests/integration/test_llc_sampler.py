@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.llc_noise import DevinterpNoise
 from precompute.lenses.llc import estimate_llc, estimates_from_traces, head_masks, head_parameter_count, masked_parameters
 from precompute.lenses.llc_model import HEAD_KEYS, Params, architecture, parameters
 from precompute.lenses.llc_sampler import (
@@ -57,35 +58,6 @@ def tiny_gpt2() -> torch.nn.Module:
         attn_pdrop=0.0,
     )
     return GPT2LMHeadModel(config).eval()
-
-
-class DevinterpNoise:
-    """devinterp's noise stream, from its definition (``sample_single_chain`` and ``SGMCMC.step``): chain c
-    seeds the global generator with ``seed + c``; each step draws, for every parameter tensor in the mask
-    dict's order, a standard normal of the tensor's full shape; the mask keeps the head's entries."""
-
-    def __init__(self, model: torch.nn.Module, seed: int) -> None:
-        self.model, self.seed = model, seed
-        self.arch = architecture(model)
-        self.params = parameters(model)
-        self.generators: dict[Lane, torch.Generator] = {}
-
-    def names(self, lane: Lane) -> Sequence[str]:
-        return list(self.params) if lane.layer == WHOLE_MODEL else list(head_masks(self.model, lane.layer, lane.head))
-
-    def __call__(self, lanes: Sequence[Lane], shapes: dict[str, torch.Size], step: int) -> Params:
-        out: dict[str, list[torch.Tensor]] = {k: [] for k in shapes}
-        for lane in lanes:
-            g = self.generators.setdefault(lane, torch.Generator().manual_seed(self.seed + lane.chain))
-            drawn = {n: torch.normal(0.0, 1.0, size=self.params[n].shape, generator=g) for n in self.names(lane)}
-            if lane.layer == WHOLE_MODEL:
-                one = drawn
-            else:
-                full = {**{n: torch.zeros_like(v) for n, v in self.params.items()}, **drawn}
-                one = self.arch.head(full, lane.layer, lane.head)
-            for k in shapes:
-                out[k].append(one[k])
-        return {k: torch.stack(v) for k, v in out.items()}
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox"])
