@@ -45,8 +45,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -195,6 +196,24 @@ def run_paths(args: argparse.Namespace) -> None:
             )
 
 
+def exact_permutation_test(
+    statistic: Callable[[np.ndarray, np.ndarray], float], first: int, runs: int, kind: Literal["independent", "samples"]
+) -> tuple[float, float]:
+    """scipy's exact permutation test of ``statistic`` over run indices: runs ``0 .. first - 1`` against ``first ..
+    runs - 1``, every split (``independent``) or every swap within pairs (``samples``); larger is more extreme."""
+    from scipy.stats import permutation_test
+
+    res = permutation_test(
+        (np.arange(first), np.arange(first, runs)),
+        statistic,
+        permutation_type=kind,
+        n_resamples=np.inf,
+        alternative="greater",
+        vectorized=False,
+    )
+    return float(res.statistic), float(res.pvalue)
+
+
 def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, float]:
     """Whether two samplers' estimates of the same heads differ beyond what runs of each differ by.
 
@@ -207,8 +226,6 @@ def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, flo
     Returns:
         The statistic and its p-value (at least 1 / the number of splits).
     """
-    from scipy.stats import permutation_test
-
     runs = np.concatenate([devinterp, batched])
     n_d = len(devinterp)
 
@@ -217,15 +234,7 @@ def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, flo
         pooled = ((len(a) - 1) * a.var(axis=0, ddof=1) + (len(b) - 1) * b.var(axis=0, ddof=1)) / (len(a) + len(b) - 2)
         return float((((b.mean(axis=0) - a.mean(axis=0)) ** 2) / pooled).sum())
 
-    res = permutation_test(
-        (np.arange(n_d), np.arange(n_d, len(runs))),
-        statistic,
-        permutation_type="independent",
-        n_resamples=np.inf,
-        alternative="greater",
-        vectorized=False,
-    )
-    return float(res.statistic), float(res.pvalue)
+    return exact_permutation_test(statistic, n_d, len(runs), "independent")
 
 
 def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, float]:
@@ -240,8 +249,6 @@ def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[flo
     Returns:
         The statistic and its p-value (at least 2 / 2 ** pairs).
     """
-    from scipy.stats import permutation_test
-
     runs = np.concatenate([devinterp, batched])
     n = len(devinterp)
 
@@ -249,15 +256,7 @@ def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[flo
         d = runs[second.astype(int)] - runs[first.astype(int)]
         return float((d.mean(axis=0) ** 2 / (d.var(axis=0, ddof=1) / len(d))).sum())
 
-    res = permutation_test(
-        (np.arange(n), np.arange(n, 2 * n)),
-        statistic,
-        permutation_type="samples",
-        n_resamples=np.inf,
-        alternative="greater",
-        vectorized=False,
-    )
-    return float(res.statistic), float(res.pvalue)
+    return exact_permutation_test(statistic, n, 2 * n, "samples")
 
 
 Runs = dict[tuple[str, str, str], dict[tuple[int, int], dict[str, str]]]
