@@ -15,7 +15,7 @@ import functools
 import streamlit as st
 
 from analysis.errors import StoreError
-from dashboard import fonts, live, loader, viewstate, widgets
+from dashboard import live, loader, viewstate, widgets
 from dashboard.data import SCALES, Scale, Unit
 from dashboard.export import loss_csv
 from dashboard.figures.loss import loss_curve
@@ -49,8 +49,6 @@ with viewstate.view_state(settings) as view:
     store = None
     run = None
     with st.sidebar:
-        # code in the system's monospace font: no web font starts loading while a chart draws (dashboard.fonts)
-        st.html(fonts.SYSTEM_CODE_FONT)
         if runs:
             run = widgets.select(
                 "run",

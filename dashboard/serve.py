@@ -119,12 +119,16 @@ def config_options(config: Path, args: list[str]) -> list[str]:
     if not config.is_file():
         return []
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-    options = []
-    for section, values in tomllib.loads(config.read_text()).items():
+    options: list[str] = []
+
+    def walk(prefix: str, values: dict) -> None:  # nested tables ([theme.dark]) are dotted names (--theme.dark.x)
         for key, value in values.items():
-            flag = f"--{section}.{key}"
-            if flag not in given and isinstance(value, (str, bool, int, float)):
-                options += [flag, str(value).lower() if isinstance(value, bool) else str(value)]
+            if isinstance(value, dict):
+                walk(f"{prefix}{key}.", value)
+            elif f"--{prefix}{key}" not in given and isinstance(value, (str, bool, int, float)):
+                options.extend([f"--{prefix}{key}", str(value).lower() if isinstance(value, bool) else str(value)])
+
+    walk("", tomllib.loads(config.read_text()))
     return options
 
 

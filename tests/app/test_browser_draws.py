@@ -4,25 +4,42 @@ Plotly.js draws a chart again when a font face that was not loaded at the start 
 by its end. The app's only use of Streamlit's code font (Source Code Pro, a web font fetched on first use), the
 sidebar's "Link to this view", appears at the end of the run, often while the page's charts are still drawing:
 with the machine's other core busy, 9 or 10 of the head explorer's 13 charts were drawn a third time in 2 of 5
-loads. `dashboard.fonts` sets code in the system's monospace font, so the code font is never fetched. (Fetching it
-early instead only narrowed the race: in a suite run the first chart drew before it had loaded.)
+loads. `.streamlit/config.toml` sets the theme's code font (light and dark) to the system's monospace fonts, so the
+code font is never fetched. (Fetching it early only narrowed the race: in a suite run the first chart drew before it
+had loaded. A ``<style>`` put by the app lost it too: on a first load the link could render before the style and
+start the fetch, 2 of 4 first loads on 2026-11-28; the theme applies from the element's first render.)
 
 Each load is watched from the page's first script: every chart's ``plotly_afterplot`` event. A load is read once
 the view is published, every chart has drawn, no font is loading, no chart waits on a font (Plotly's
 ``_fontLoadToken``) and no chart has drawn for two seconds; then the code font's faces must all be unloaded and
-no chart drawn more than twice. Before the fix the font checks failed on every load. (On the forward lenses page a
-first load still fetched the code font, a few seconds into the load, with no element set in it when its loading
-began or ended: not traced further; that page is not checked here.)
+no chart drawn more than twice.
 """
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 
-from dashboard.fonts import CODE_FONT, SYSTEM_MONOSPACE
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_published
 
-pytestmark = pytest.mark.browser
+CODE_FONT = "Source Code Pro"  # Streamlit's theme.codeFont by default, a web font fetched on first use
+CONFIG = Path(__file__).resolve().parents[2] / ".streamlit" / "config.toml"
+
+
+def theme_code_fonts() -> dict[str, str]:
+    """The code font the app's config sets for each theme."""
+    theme = tomllib.loads(CONFIG.read_text())["theme"]
+    return {mode: theme[mode]["codeFont"] for mode in ("light", "dark")}
+
+
+def test_both_themes_set_code_in_system_fonts_without_pinning_a_theme() -> None:
+    fonts = theme_code_fonts()
+    assert fonts["light"] == fonts["dark"] and CODE_FONT not in fonts["light"], fonts
+    assert fonts["light"].split(",")[-1].strip() == "monospace"  # the generic family: never a fetch
+    assert set(tomllib.loads(CONFIG.read_text())["theme"]) == {"light", "dark"}  # a plain option pins light
+
 
 WATCH = """
 (() => {
@@ -55,6 +72,7 @@ LINK_FONT = """() => getComputedStyle(document.querySelector('[data-testid="stSi
   .fontFamily.split(',')[0].trim()"""
 
 
+@pytest.mark.browser
 def test_no_web_font_redraws_a_chart_of_the_head_explorer(chromium, shipped_server) -> None:
     path = "head"  # the page with the most charts (13, the sidebar's loss curve included)
     context = chromium.new_context(viewport={"width": 1500, "height": 1900})
@@ -66,10 +84,10 @@ def test_no_web_font_redraws_a_chart_of_the_head_explorer(chromium, shipped_serv
             _wait_published(page)
             page.wait_for_function(SETTLED, arg=2000, polling=200, timeout=LOAD_TIMEOUT_MS)
             draws = page.evaluate("window.__hwDraws.draws")
-            first_family = SYSTEM_MONOSPACE.split(",")[0]
+            first_family = theme_code_fonts()["light"].split(",")[0]
             assert page.evaluate(LINK_FONT) == first_family, f"{load} load: the link is not set in the system's monospace font"
             used = page.evaluate(CODE_FONT_USED, CODE_FONT)
-            assert not used, f"{load} load of /{path}: the code font was fetched ({used}): dashboard.fonts' rule is missing"
+            assert not used, f"{load} load of /{path}: the code font was fetched ({used}): the theme's codeFont is missing"
             assert max(draws) <= 2, f"{load} load of /{path}: draws per chart {draws}: a chart was drawn more than twice"
             page.close()
     finally:

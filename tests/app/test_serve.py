@@ -41,12 +41,15 @@ def test_the_apps_config_comes_as_options_unless_given(tmp_path):
     config.write_text(
         '[server]\nfolderWatchBlacklist = [".venv"]\nheadless = true\n'
         '[client]\ntoolbarMode = "viewer"\n[browser]\ngatherUsageStats = false\n'
+        '[theme.dark]\ncodeFont = "ui-monospace, monospace"\n'
     )
     assert config_options(config, ["--browser.gatherUsageStats=true"]) == [
         "--server.headless",
         "true",
         "--client.toolbarMode",
         "viewer",
+        "--theme.dark.codeFont",
+        "ui-monospace, monospace",
     ]
     assert config_options(tmp_path / "missing.toml", []) == []
 
