@@ -220,8 +220,9 @@ def heads_differ(devinterp: np.ndarray, batched: np.ndarray) -> tuple[float, flo
     ``devinterp`` ``(runs, heads)`` and ``batched`` ``(runs, heads)``: log estimates, one row per independent run.
     The statistic is the sum over heads of the squared difference of the two samplers' mean log estimate,
     each divided by the head's pooled variance between runs of one sampler (so a head whose chains scatter
-    widely weighs less); its p-value is exact, over every split of the runs into two groups of these sizes
-    (runs are exchangeable when both samplers draw from one distribution per head).
+    widely weighs less); its p-value is over every split of the runs into two groups of these sizes, exact when
+    the runs are exchangeable (both samplers draw from one distribution per head, and no two runs share anything;
+    runs of the two paths with the same seed share their batches, which `heads_differ_paired` respects).
 
     Returns:
         The statistic and its p-value (at least 1 / the number of splits).
@@ -244,7 +245,8 @@ def heads_differ_paired(devinterp: np.ndarray, batched: np.ndarray) -> tuple[flo
     The statistic is the sum over heads of the squared t statistic of the paired differences of log estimates
     (their mean over the pairs divided by its standard error); its p-value is exact, over every way of swapping
     the two runs of a pair (exchangeable when, given the batches, both samplers draw from one distribution).
-    Removing the batches' share of the spread between runs, it sees smaller differences than `heads_differ`.
+    Valid whatever the shared batches do to a pair; with few pairs it has fewer swaps, so less power, than
+    `heads_differ` has splits.
 
     Returns:
         The statistic and its p-value (at least 2 / 2 ** pairs).

@@ -35,6 +35,8 @@ def theme_code_fonts() -> dict[str, str]:
 
 
 def test_both_themes_set_code_in_system_fonts_without_pinning_a_theme() -> None:
+    """The config alone: the same system fonts for the light and the dark theme, and no plain ``[theme]`` option (which
+    would make a custom theme and pin viewers to light). That Streamlit renders code in them is the browser test's."""
     fonts = theme_code_fonts()
     assert fonts["light"] == fonts["dark"] and CODE_FONT not in fonts["light"], fonts
     assert fonts["light"].split(",")[-1].strip() == "monospace"  # the generic family: never a fetch
