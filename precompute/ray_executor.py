@@ -195,6 +195,10 @@ class RayExecutor:
             while in_flight:
                 ref, pending = in_flight.popleft()
                 value = self._get(ref, pending)
+                # a node's raylet outlives a lost head and its results may keep coming back within _POLL_S: look at
+                # the head after each one too, so a lost cluster stops the run here, with our error (exit 3), and not
+                # at the shutdown, which finding no head ends the process with Ray's status
+                self._check_head()
                 submit()  # before the driver commits this one: the cluster stays busy meanwhile
                 yield ref, functools.partial(self._unwrap, value)
         finally:
