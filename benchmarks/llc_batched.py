@@ -483,14 +483,15 @@ def count_flops(args: argparse.Namespace) -> int:
     ``FlopCounterMode``), for a head of the first and of the last layer, and the ratio they bound.
 
     devinterp's step is the model's own forward pass on one sequence and a backward pass with every weight
-    but the layer's attention frozen (as its head mask leaves them); the batched sampler's is one lane's step
-    (counted on two lanes and halved). Per estimate devinterp adds chains x ``--llc-sequences`` forward passes
-    for the initial loss, which the batched sampler pays once per checkpoint.
+    outside the head's mask frozen (devinterp sets ``requires_grad`` on the mask's tensors only); the batched
+    sampler's is one lane's step (counted on two lanes and halved). Per estimate devinterp adds chains x
+    ``--llc-sequences`` forward passes for the initial loss, which the batched sampler pays once per checkpoint.
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import GPTNeoXForCausalLM
 
+    from precompute.lenses.llc import head_masks
     from precompute.lenses.llc_model import architecture, parameters
     from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
     from precompute.settings import SamplerSettings
@@ -505,14 +506,15 @@ def count_flops(args: argparse.Namespace) -> int:
         model(ids[:1])
     forward = fc.get_total_flops()
     steps = args.chains * (args.burnin + args.draws)
-    init = args.chains * 8 * forward
+    init = args.chains * one_step.sequences * forward  # devinterp's initial loss: a pass of the sequences per chain
     print(f"one forward pass of one {args.length}-token sequence: {forward / 1e9:.1f} GFLOP")
     print("\n| head of layer | devinterp step (GFLOP) | batched lane-step (GFLOP) | ratio per step | ratio per estimate |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     per: dict[str, list[float]] = {"devinterp": [], "batched": []}
     for layer in (0, arch.n_layers - 1):
+        moved = set(head_masks(model, layer, 0))
         for name, p in model.named_parameters():
-            p.requires_grad_(name.startswith(f"gpt_neox.layers.{layer}.attention."))
+            p.requires_grad_(name in moved)
         with FlopCounterMode(display=False) as fc:
             model(ids[:1], labels=ids[:1]).loss.backward()
         model.zero_grad(set_to_none=True)
@@ -547,8 +549,8 @@ def checkpoint_cost(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     meta = open_store(args.cost_of).meta
-    config = dict(meta.model.config)
-    config = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if k != "architectures"})
+    fields = {k: v for k, v in meta.model.config.items() if k != "architectures"}
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
     length = meta.forward.seq_len if meta.forward is not None else args.length
