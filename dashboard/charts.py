@@ -156,7 +156,8 @@ def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
 
     The point's ``customdata`` is ``[layer, head, step, ...]`` (`dashboard.figures.points`, the one format); a
     third entry that is one of the run's steps (a heatmap cell) is added to the head explorer's chosen steps.
-    ``values`` (``stat``, ``k``) go with it; None values are left out.
+    ``values`` (``stat``, ``k``) go with it; None values are left out. With a statistic the head explorer opens on
+    its statistic tab (``panel=statistic``), that statistic against the head's layer: the evidence the click was on.
     """
     from dashboard.data import default_steps
     from dashboard.figures.points import picked_head, picked_step
@@ -165,6 +166,8 @@ def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
     if picked is None:
         return
     handed = {k: v for k, v in values.items() if v is not None}
+    if "stat" in handed:
+        handed.setdefault("panel", "statistic")
     step = picked_step(event, [int(s) for s in store.steps])
     if step is not None and "step" not in handed:
         handed["step"] = sorted(set(default_steps(store.steps)) | {step})

@@ -103,6 +103,33 @@ def toggle(name: str, label: str, default: bool = False, *, where: Where = st, h
     return value
 
 
+def panel_tabs(name: str, panels: dict[str, str], default: str) -> tuple[str, Any]:
+    """Tabs bound to the URL parameter ``name`` (``panels``: URL value -> tab label), of which only the chosen one
+    is drawn: Streamlit's tabs with state (``on_change``), so that a page computes, sends and draws one panel rather
+    than all of them (a switch reruns the page). Returns the chosen value and its tab, to draw the panel in.
+
+    The tabs' own state holds a label; the value shown is seeded and registered under ``name`` like any widget's (a
+    link's ``panel=leading``, else the last one, else ``default``), and a click on a tab hands its value back before
+    the rerun.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    view = active("widgets.panel_tabs")
+    values = list(panels)
+    seed(view, name, values, default, multi=False, fmt=panels.__getitem__)
+    value = st.session_state[name]
+    key = f"{name}_tab"
+    st.session_state[key] = panels[value]  # the tab the value names; set before the tabs are made, as a widget's
+
+    def switched() -> None:  # a click on a tab: its value is the page's before the rerun seeds it
+        st.session_state[name] = next(v for v, label in panels.items() if label == st.session_state[key])
+
+    tabs = st.tabs(list(panels.values()), key=key, on_change=switched)
+    register(view, name, value)
+    return value, tabs[values.index(value)]
+
+
 def loss_toggle(available: bool, *, where: Where = st) -> bool:
     """The switch that overlays the loss curve on a page's time axes (URL ``loss``); off and hidden
     when the store has no loss curve (`dashboard.data.loss_curve`)."""

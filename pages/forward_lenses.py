@@ -19,9 +19,11 @@ from dashboard.labels import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
-PANELS = {  # URL panel: the one shown first (a stage boundary's evidence: the losses at its step)
-    "layers": "attention per layer",
-    "losses": "the losses over training, the step marked",
+PANELS = {  # URL panel -> its tab; one drawn at a time (a stage boundary's evidence links panel=losses)
+    "layers": "Entropy and span per layer",
+    "divergence": "Layer-pair divergence",
+    "types": "Head types",
+    "losses": "Losses with the step marked",
 }
 STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
@@ -36,12 +38,11 @@ MISSING = (
 
 @dataclass(frozen=True)
 class _Choices:
-    """The page's widgets: the step (``step``: the divergence heatmap's frame, marked on the losses), the loss overlay
-    (``loss``) and the panel shown first (``panel``, `PANELS`); ``curve``: the run's loss curve, if any."""
+    """The page's widgets: the step (``step``: the divergence heatmap's frame, marked on the losses) and the loss
+    overlay (``loss``); ``curve``: the run's loss curve, if any."""
 
     step: int
     show_loss: bool
-    panel: str
     curve: tuple[np.ndarray, str] | None
 
     def with_loss(self, fig: go.Figure, axis: StepAxis) -> go.Figure:
@@ -69,26 +70,21 @@ def main() -> None:
         f"{info.induction_repeat} random tokens repeated twice."
     )
 
-    # --- panel: the losses over training, the step marked, first when the link asks (panel=losses) ---
-    if opts.panel == "losses":
-        _probe_panel(frame, info, opts.step)
-
-    # --- panel: entropy and span per layer over training ---
-    _bands_panel(frame, opts, uniform)
-
-    # --- panel: layer-pair divergence, animated ---
-    _divergence_panel(frame, opts.step)
-
-    # --- panel: head types over training ---
-    _types_panel(frame, opts, uniform)
-
-    # --- panel: the losses over training, the step marked, last by default ---
-    if opts.panel != "losses":
-        _probe_panel(frame, info, opts.step)
+    # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
+    panel, tab = widgets.panel_tabs("panel", PANELS, "layers")
+    with tab:
+        if panel == "layers":  # entropy and span per layer over training
+            _bands_panel(frame, opts, uniform)
+        elif panel == "divergence":  # layer-pair divergence, animated
+            _divergence_panel(frame, opts.step)
+        elif panel == "types":  # head types over training
+            _types_panel(frame, opts, uniform)
+        else:  # the losses over training, the step marked
+            _probe_panel(frame, info, opts.step)
 
 
 def _choose(frame: RunFrame) -> _Choices:
-    """The widgets: the step and the loss switch in one row, the first panel under them."""
+    """The widgets: the step and the loss switch in one row."""
     steps = [int(s) for s in frame.store.steps]
     c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
     step = widgets.select(
@@ -102,17 +98,7 @@ def _choose(frame: RunFrame) -> _Choices:
     )
     curve = loss_curve(frame.store)
     show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    panel = widgets.select(
-        "panel",
-        "First panel",
-        list(PANELS),
-        "layers",
-        fmt=PANELS.__getitem__,
-        kind="radio",  # a row of its own: beside the step and the loss switch, labels are cut short at 1,024 px
-        help="What the page opens on: attention per layer, or the losses with the step marked (a stage boundary's "
-        "evidence: the curves the boundary was read from)",
-    )
-    return _Choices(step=step, show_loss=show_loss, panel=panel, curve=curve)
+    return _Choices(step=step, show_loss=show_loss, curve=curve)
 
 
 def _bands_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
@@ -233,7 +219,7 @@ def _probe_panel(frame: RunFrame, info, step: int) -> None:
         "copy can predict: it drops when induction heads form. The dotted grey line is the loss on the evaluation "
         "text; the dotted reference is a uniform guess over the vocabulary; the dashed line is step "
         f"{step:,} (the step control). The run's stage boundaries are read from these curves, the whole-model LLC "
-        "(Refined LLC page) and the number of heads of each type (the heatmaps above)."
+        "(Refined LLC page) and the number of heads of each type (the Head types tab)."
     )
 
 

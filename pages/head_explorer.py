@@ -26,10 +26,11 @@ from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
 MAX_COMPARED = 6  # other heads overlaid on the over-training panel
-PANELS = {  # URL panel: the one shown first (an event's evidence: a head type's score, a level crossing)
-    "weights": "P(w) and spectrum",
-    "leading": "λ_0 … λ_3, crossings",
-    "statistic": "one statistic against its layer",
+PANELS = {  # URL panel -> its tab; one drawn at a time (a link to an event's evidence names its panel)
+    "weights": "Weight distribution P(w)",
+    "spectrum": "Spectrum λ_k",
+    "leading": "λ_0 … λ_3: crossings",
+    "statistic": "One statistic against its layer",
 }
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
@@ -40,7 +41,7 @@ class _Head:
 
     Attributes:
         frame: the sidebar's run; axis: its time axis.
-        matrix: ``qk`` or ``ov`` (URL ``matrix``); panel: the panel shown first (URL ``panel``, `PANELS`); both: W_QK
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); both: W_QK
             and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL
             ``layer``, ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
@@ -55,7 +56,6 @@ class _Head:
     frame: Any
     axis: Any
     matrix: str
-    panel: str
     both: bool
     layer: int
     head: int
@@ -119,61 +119,63 @@ def main() -> None:
 
     # --- widgets: matrix, layer, head, the loss, the chosen steps, other heads to overlay ---
     h = _pick_head(frame)
+    if h.both:
+        widgets.image_format()  # above the tabs, so the two panels of a row start level
 
-    # --- panel: any statistic of this head against its layer, first when the link asks (panel=statistic) ---
-    picked = _statistic_panels(h) if h.panel == "statistic" else None
-
-    # --- panels of the weights: P(w), the spectrum, lambda_0 .. lambda_3 (W_QK and W_OV side by side with both=1) ---
-    clicks = _weight_panels(h) if not h.both else _both_weight_panels(h)
-
-    # --- panel: any statistic of this head against its layer, last by default ---
-    if h.panel != "statistic":
-        picked = _statistic_panels(h)
-    if picked is None:
-        return
-    stat, k, _, event = picked
-    for clicked in (event, *clicks):  # a click on another head's line opens it
+    # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
+    panel, tab = widgets.panel_tabs("panel", PANELS, "weights")
+    stat = k = None
+    with tab:
+        if panel == "statistic":  # any statistic of this head against its layer
+            picked = _statistic_panels(h)
+            if picked is None:
+                return
+            stat, k, _, event = picked
+            clicks = [event]
+        elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
+            _both_leading((h, _other(h))) if h.both else _leading_panel(h)
+            clicks = []
+        else:  # P(w) or the spectrum, over training and at the chosen steps
+            clicks = _weight_panels(h, panel) if not h.both else _both_weight_panels(h, panel)
+    for clicked in clicks:  # a click on another head's line opens it
         charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
 
 
-def _weight_panels(h: _Head) -> list[Any]:
-    """P(w) over training | at the chosen steps; the spectrum over training | at the chosen steps; lambda_0 ..
-    lambda_3 with their approaches: one matrix. Returns the charts' selections (a click on an overlaid head)."""
-    w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
-    if h.panel == "leading":
-        _leading_panel(h)
+def _weight_panels(h: _Head, panel: str) -> list[Any]:
+    """P(w) over training | at the chosen steps (``panel`` ``weights``), or the spectrum over training | at the chosen
+    steps (``spectrum``): one matrix. Returns the chart's selection (a click on an overlaid head)."""
     left, right = st.columns([5, 6])
-    with left:
-        _density_map(h, w_range)
-    with right:
-        picked_d, _ = _density_slices(h, w_range)
-    left, right = st.columns([5, 6])
-    with left:
-        _spectrum_map(h)
-    with right:
-        picked_s, _ = _spectrum_slices(h)
-    if h.panel != "leading":
-        _leading_panel(h)
-    return [picked_d, picked_s]
+    if panel == "weights":
+        w_range = density_extent(h.hist, h.mu, h.sigma)  # the w axis of the map and of the slices
+        with left:
+            _density_map(h, w_range)
+        with right:
+            picked, _ = _density_slices(h, w_range)
+    else:
+        with left:
+            _spectrum_map(h)
+        with right:
+            picked, _ = _spectrum_slices(h)
+    return [picked]
 
 
-def _both_weight_panels(h: _Head) -> list[Any]:
-    """Every weight panel for W_QK and W_OV side by side: the matrix chosen on the left, the other on the right; the
-    panels' switches are set once, on the left, and hold for both. Returns the charts' selections."""
+def _both_weight_panels(h: _Head, panel: str) -> list[Any]:
+    """P(w) (``panel`` ``weights``) or the spectrum (``spectrum``) for W_QK and W_OV side by side: the matrix chosen on
+    the left, the other on the right; the panels' switches are set once, on the left, and hold for both. Returns the
+    charts' selections."""
     pair = (h, _other(h))
-    ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
-    widgets.image_format()  # above both columns, so the two panels of a row start level
     picks: list[Any] = []
-    if h.panel == "leading":
-        _both_leading(pair)
-    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
-        with col:
-            _density_map(x, w_range)
-    density: tuple | None = None
-    for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
-        with col:
-            picked, density = _density_slices(x, w_range, controls=density)
-            picks.append(picked)
+    if panel == "weights":
+        ranges = [density_extent(x.hist, x.mu, x.sigma) for x in pair]
+        for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+            with col:
+                _density_map(x, w_range)
+        density: tuple | None = None
+        for x, w_range, col in zip(pair, ranges, st.columns(2), strict=True):
+            with col:
+                picked, density = _density_slices(x, w_range, controls=density)
+                picks.append(picked)
+        return picks
     for x, col in zip(pair, st.columns(2), strict=True):
         with col:
             _spectrum_map(x)
@@ -182,8 +184,6 @@ def _both_weight_panels(h: _Head) -> list[Any]:
         with col:
             picked, null = _spectrum_slices(x, show_null=null)
             picks.append(picked)
-    if h.panel != "leading":
-        _both_leading(pair)
     return picks
 
 
@@ -213,7 +213,7 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    c_matrix, c_both, c_panel = st.columns([2, 3, 3], vertical_alignment="bottom")
+    c_matrix, c_both = st.columns([2, 6], vertical_alignment="bottom")
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
     both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
         "both",
@@ -222,17 +222,6 @@ def _pick_head(frame) -> _Head:
         where=c_both,
         help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load "
         "(off: the matrix chosen alone, both=0 in the link)",
-    )
-    panel = widgets.select(
-        "panel",
-        "First panel",
-        list(PANELS),
-        "weights",
-        fmt=PANELS.__getitem__,
-        kind="radio",
-        where=c_panel,
-        help="What the page opens on: the weight distribution and spectrum, or one statistic against the layer "
-        "(a head type's evidence: its score over training)",
     )
     c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 3, 3], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
@@ -265,7 +254,6 @@ def _pick_head(frame) -> _Head:
         frame=frame,
         axis=axis,
         matrix=matrix,
-        panel=panel,
         both=both,
         layer=layer,
         head=head,

@@ -25,10 +25,12 @@ HEAD_PAGE = "pages/head_explorer.py"
 def _head_link(
     run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int], matrix: str | None = None
 ) -> str:
-    """A relative link to the head explorer showing this head (opens in the same app)."""
+    """A relative link to the head explorer showing this head, on its tab of the statistic against the layer (opens in
+    the same app)."""
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
     query += [("matrix", matrix)] if matrix is not None else []
     query += [("step", s) for s in steps]
+    query += [("panel", "statistic")]
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
 
@@ -174,6 +176,7 @@ def _open_picked(event, table: pd.DataFrame, opts: _Options, open_steps: list[in
             head=int(picked["head"]),
             stat=opts.stat,
             **({"k": opts.k} if opts.k is not None else {}),
+            panel="statistic",
             step=open_steps,
             **({"matrix": opts.matrix} if opts.matrix is not None else {}),
         )

@@ -107,7 +107,12 @@ def main() -> None:
     picked = picked_head(event, n_layers=store.n_layers, n_heads=store.n_heads)
     if picked is not None:
         viewstate.switch_page(
-            "pages/head_explorer.py", layer=int(picked[0]), head=int(picked[1]), stat=opts.stat, matrix=opts.matrix
+            "pages/head_explorer.py",
+            layer=int(picked[0]),
+            head=int(picked[1]),
+            stat=opts.stat,
+            matrix=opts.matrix,
+            panel="statistic",  # the head explorer's tab of the statistic against the layer
         )
 
 
@@ -459,7 +464,9 @@ def _joint_map(frame, store, opts: _Choices) -> None:
     picked = picked_run_head(event)
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked
-        viewstate.switch_page("pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix)
+        viewstate.switch_page(
+            "pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix, panel="statistic"
+        )
 
 
 def _joint_runs(frame, store, opts: _Choices) -> tuple[list, list[str]]:

@@ -6,7 +6,7 @@ Each event is one checkpoint and one link to the view that shows its evidence (`
 
 - **stage boundary** (stages.parquet, the primary basis of meta.json ``stages``): the run's boundaries (basis
   ``run``: named by what forms, with the curves that support them) or, in stores made before them, the LLC's or
-  the loss's; the Forward lenses page with its losses first, that step marked (``panel=losses``; the Refined LLC
+  the loss's; the Forward lenses page on its losses tab, that step marked (``panel=losses``; the Refined LLC
   page's whole-model LLC for LLC stages);
 - **head type**: each type's first emergence (head_emergence.parquet: the earliest ``emergence_step``
   over heads), the head explorer at that head and step;
@@ -92,7 +92,7 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
 
 
 def evidence_link(run: str, layer: int, head: int, step: int, head_type: str) -> str:
-    """The head explorer on one head at ``step`` with ``head_type``'s score in its first panel (``panel=statistic``):
+    """The head explorer on one head at ``step`` with ``head_type``'s score in its statistic tab (``panel=statistic``):
     the evidence that the head holds the type from there."""
     return head_link(run, layer, head, step, stat=HEAD_TYPE_SCORES[head_type], panel=EVIDENCE_PANEL)
 
@@ -136,7 +136,7 @@ def stage_events(store: Store) -> list[Event]:
 
 
 def _losses_query(step: int) -> tuple[tuple[str, object], ...]:
-    """The Forward lenses page with its losses first and ``step`` marked on them (``panel=losses``): a boundary of the
+    """The Forward lenses page on its losses tab and ``step`` marked on them (``panel=losses``): a boundary of the
     run is read from curves, and the evidence is those curves at its step."""
     return (("panel", "losses"), ("step", step))
 

@@ -9,7 +9,7 @@ the mean score of independent Gaussian heads, when recorded) and the types that 
 holds at the end is named with its highest score, so "no induction head" is said, not left out.
 
 Every head named comes with the link to its evidence: the head explorer on the head at its emergence step with the
-type's score in the first panel (`evidence_link`), and for a composition source the Circuits page on the pair at that
+type's score in the statistic tab (`evidence_link`), and for a composition source the Circuits page on the pair at that
 step. Pure: reads a `Store`, returns plain records.
 """
 

@@ -221,7 +221,7 @@ def _emerged_table(frame, store) -> None:
     st.caption(
         "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
         "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
-        "explorer at the emergence step with the type's score as its first panel (docs/head-types.md)."
+        "explorer at the emergence step with the type's score in its statistic tab (docs/head-types.md)."
     )
 
 

@@ -26,10 +26,25 @@ TOLERANCE_PX = 1.0
 # page -> its groups of charts stacked over its time axis (widget keys), each group in columns of one width: within
 # a group the plot areas' left and right edges match; every column starts at the page's left edge, so all the
 # page's charts share their left edge. (The head explorer puts its maps in a left column, 5/11 of the width,
-# the leading eigenvalues in another, 7/11, the head against its layer and both matrices across the page.)
+# the leading eigenvalues in another, 7/11, the head against its layer and both matrices across the page.) On a page
+# whose panels are tabs, ``panel:key`` is a chart of that tab (``panel=...`` in the link): a step stays at its pixel
+# from one tab to the next.
 STACKS = {
-    "/head?layer=2&head=1": [["density_map", "spectrum_map"], ["leading"], ["head_in_layer", "both_matrices"]],
-    "/lenses": [["bands_entropy", "bands_span", "type_prev_token", "type_induction", "type_sink", "probe_loss"]],
+    "/head?layer=2&head=1": [
+        ["weights:density_map", "spectrum:spectrum_map"],
+        ["leading:leading"],
+        ["statistic:head_in_layer", "statistic:both_matrices"],
+    ],
+    "/lenses": [
+        [
+            "layers:bands_entropy",
+            "layers:bands_span",
+            "types:type_prev_token",
+            "types:type_induction",
+            "types:type_sink",
+            "losses:probe_loss",
+        ]
+    ],
     "/compare?runs=shakespeare-pythia-6x8&runs=shakespeare-pythia-6x8-seed2": [
         ["compare_bands", "compare_bin", "compare_types", "compare_loss"]
     ],
@@ -38,7 +53,11 @@ STACKS = {
     "/weights": [["frob_lines", "alpha_lines"]],
     "/llc?run=induction-d128": [["llc_heads", "llc_model"]],
     # with the loss on every chart over training (its axis at the right)
-    "/head?layer=2&head=1&loss=1": [["density_map", "spectrum_map"], ["leading"], ["head_in_layer", "both_matrices"]],
+    "/head?layer=2&head=1&loss=1": [
+        ["weights:density_map", "spectrum:spectrum_map"],
+        ["leading:leading"],
+        ["statistic:head_in_layer", "statistic:both_matrices"],
+    ],
     "/llc?run=induction-d128&loss=1": [["llc_heads", "llc_model"]],
 }
 
@@ -69,27 +88,38 @@ def _edges(page, key: str) -> list[list[float]]:
     )
 
 
+def _by_link(path: str, keys: list[str]) -> dict[str, list[str]]:
+    """The links to load and the charts (keys) to read on each: ``panel:key`` on the link with ``panel=panel``."""
+    links: dict[str, list[str]] = {}
+    for entry in keys:
+        panel, _, key = entry.rpartition(":")
+        link = path + (("&" if "?" in path else "?") + f"panel={panel}" if panel else "")
+        links.setdefault(link, []).append(key)
+    return links
+
+
 @pytest.mark.parametrize("path", list(STACKS))
 def test_stacked_time_charts_share_their_left_and_right_pixel_edges(chromium, two_shipped, path) -> None:
-    groups = STACKS[path]
+    groups = [[entry.rpartition(":")[2] for entry in group] for group in STACKS[path]]
     keys = [key for group in groups for key in group]
-    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
-    try:
-        page.goto(two_shipped + path)
-        for key in keys:
-            page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
-        _wait_laid_out(page, keys)
-        spans = {}
-        for key in keys:
-            edges = _edges(page, key)
-            assert edges, key
-            spans[key] = (min(e[0] for e in edges), max(e[1] for e in edges))
-        left = spans[keys[0]][0]
-        assert all(abs(span[0] - left) <= TOLERANCE_PX for span in spans.values()), spans
-        for group in groups:
-            right = spans[group[0]][1]
-            assert all(abs(spans[key][1] - right) <= TOLERANCE_PX for key in group), spans
-        assert _errors(page) == []
-    finally:
-        page.close()
+    spans = {}
+    for link, shown in _by_link(path, [entry for group in STACKS[path] for entry in group]).items():
+        page = chromium.new_page(viewport={"width": 1400, "height": 1200})
+        try:
+            page.goto(two_shipped + link)
+            for key in shown:
+                page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+            page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
+            _wait_laid_out(page, shown)
+            for key in shown:
+                edges = _edges(page, key)
+                assert edges, key
+                spans[key] = (min(e[0] for e in edges), max(e[1] for e in edges))
+            assert _errors(page) == []
+        finally:
+            page.close()
+    left = spans[keys[0]][0]
+    assert all(abs(span[0] - left) <= TOLERANCE_PX for span in spans.values()), spans
+    for group in groups:
+        right = spans[group[0]][1]
+        assert all(abs(spans[key][1] - right) <= TOLERANCE_PX for key in group), spans

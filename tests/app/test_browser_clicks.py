@@ -67,7 +67,7 @@ def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium
 def test_a_click_on_a_head_type_cell_opens_that_head_at_that_step(chromium, shipped_server) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
-        page.goto(shipped_server + "/lenses?xscale=linear")  # the cell's x is read as a linear coordinate
+        page.goto(shipped_server + "/lenses?xscale=linear&panel=types")  # the cell's x is read as a linear coordinate
         _ready(page, "type_induction")
         page.locator(".st-key-type_induction").scroll_into_view_if_needed()
         page.wait_for_timeout(500)

@@ -1,6 +1,6 @@
 """Evidence one click away, in Chromium, on the shipped run induction-d128: the Overview's first screen names the run's
 first induction heads with links that open the head explorer on the induction score, and a click on the Timeline's
-induction marker opens that head at its emergence step with the score's panel above the weight panels.
+induction marker opens that head at its emergence step on the score's tab (the weight panels not drawn).
 
 The marker is located from the figure's own data (the lane's trace by name, its point by its label), the expected
 head and step from head_emergence.parquet read with pandas.
@@ -44,7 +44,7 @@ def test_the_overviews_first_screen_links_each_first_induction_head_to_its_score
         page.close()
 
 
-def test_a_click_on_the_timelines_induction_marker_opens_the_heads_score_first(chromium, induction_server) -> None:
+def test_a_click_on_the_timelines_induction_marker_opens_the_heads_score_tab(chromium, induction_server) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
         page.goto(induction_server + "/timeline?kinds=head+type")
@@ -70,11 +70,9 @@ def test_a_click_on_the_timelines_induction_marker_opens_the_heads_score_first(c
         assert (query["layer"], query["head"]) == ([str(heads[0][0])], [str(heads[0][1])]), page.url
         assert query["step"] == [str(step)] and query["stat"] == ["induction"] and query["panel"] == ["statistic"], page.url
         page.wait_for_selector(".st-key-head_in_layer .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
-        tops = page.evaluate(
-            """() => ['head_in_layer', 'density_map'].map(k =>
-                document.querySelector('.st-key-' + k).getBoundingClientRect().top)"""
-        )
-        assert tops[0] < tops[1], tops  # the evidence above the weight panels
+        selected = page.locator('[role="tab"][aria-selected="true"]').inner_text().strip()
+        assert selected == "One statistic against its layer", selected  # the evidence's tab, drawn alone
+        assert page.locator(".st-key-density_map").count() == 0
         assert _errors(page) == []
     finally:
         page.close()

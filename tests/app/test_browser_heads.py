@@ -69,7 +69,7 @@ def test_a_heatmap_cell_click_opens_that_head(browser, server, store_path):
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0  # client.toolbarMode = "viewer"
         _click_cell(page, "architecture", 2, 3, steps[6])
         _wait_view(page, "/head", "Head explorer", 7)
-        _wait_url(page, "layer=2", "head=3", "stat=kurtosis")
+        _wait_url(page, "layer=2", "head=3", "stat=kurtosis", "panel=statistic")  # the statistic clicked, against the layer
         assert f"step={steps[6]}" in page.url
         assert _errors(page) == []
         page.goto(server + "/animation?stat=std&step=" + str(steps[4]))
@@ -94,7 +94,7 @@ def test_heads_table_opens_a_head_from_a_row(browser, server, store_path):
         box = grid.bounding_box()
         page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)  # the first row's selection checkbox
         _wait_view(page, "/head", "Head explorer", 7)
-        _wait_url(page, f"layer={layer}", f"head={head}", "stat=std")
+        _wait_url(page, f"layer={layer}", f"head={head}", "stat=std", "panel=statistic")
     finally:
         page.close()
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 SETTLE_MS = 20_000  # the paused frame must reach the URL within this (a rerun of the page)
 
 # (page path, chart key): each chart's frames set its title to end in "step N"
-CHARTS = [("/animation", "animation"), ("/lenses", "divergence"), ("/weights", "sv_animation")]
+CHARTS = [("/animation", "animation"), ("/lenses?panel=divergence", "divergence"), ("/weights", "sv_animation")]
 
 
 def _shown_step(page, key: str) -> int:
@@ -45,7 +45,7 @@ def _shown_step(page, key: str) -> int:
 def test_pause_leaves_the_chart_the_slider_and_the_link_at_one_step(chromium, shipped_server, path, key) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
-        page.goto(shipped_server + path + "?step=0")  # open at the run's first step
+        page.goto(shipped_server + path + ("&" if "?" in path else "?") + "step=0")  # open at the run's first step
         page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=LOAD_TIMEOUT_MS)
         first = _shown_step(page, key)

@@ -84,7 +84,7 @@ def test_forward_heatmaps_mark_a_known_previous_token_head(browser, two_runs) ->
     emergence = pd.read_parquet(SHIPPED / HEAD_EMERGENCE.file)
     known = emergence[(emergence["layer"] == 2) & (emergence["head"] == 3) & (emergence["type"] == "previous_token")]
     step = int(known["emergence_step"].iloc[0])
-    page = _open(browser, two_runs + "/lenses", 5)
+    page = _open(browser, two_runs + "/lenses?panel=types", 5)  # the head-type tab
     try:
         page.screenshot(path=str(ARTIFACTS / "lenses-types.png"), full_page=True)
         assert _errors(page) == [] and _dialogs(page) == []
@@ -136,5 +136,5 @@ def test_views_of_a_store_without_head_types_say_how_to_add_them(tmp_path, monke
     assert any(command in c.value for c in at.caption)
     table = next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))
     assert "type" not in table.columns and len(table) == 48
-    at = open_page("pages/forward_lenses.py", {})
+    at = open_page("pages/forward_lenses.py", {"panel": "types"})  # the head types' tab
     assert any(command in i.value for i in at.info)

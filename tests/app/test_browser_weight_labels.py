@@ -13,7 +13,7 @@ from tests.app.test_browser import ARTIFACTS, LOAD_TIMEOUT_MS, _wait_laid_out
 
 pytestmark = pytest.mark.browser
 
-CHARTS = ("density_slices", "density_slices_other", "spectrum_slices", "spectrum_slices_other")
+CHARTS = {"weights": ("density_slices", "density_slices_other"), "spectrum": ("spectrum_slices", "spectrum_slices_other")}
 
 # Per chart: the SVG's box, each non-empty axis title's and tick label's box, the figure title's and the legend's.
 BOXES_JS = """keys => keys.map(key => {
@@ -62,24 +62,26 @@ def label_problems(charts: list[dict], *, title_across: bool = True) -> list[str
 
 
 @pytest.mark.parametrize("width", [1024, 1280, 1600])
-def test_weight_panels_axis_titles_fit_beside_each_other(chromium, shipped_server, width):
+@pytest.mark.parametrize("panel", list(CHARTS))
+def test_weight_panels_axis_titles_fit_beside_each_other(chromium, shipped_server, width, panel):
+    keys = list(CHARTS[panel])
     page = chromium.new_page(viewport={"width": width, "height": 900})
     try:
-        page.goto(shipped_server + "/head?layer=2&head=1")
+        page.goto(shipped_server + f"/head?layer=2&head=1&panel={panel}")  # the panel's tab
         page.wait_for_function(
             "keys => keys.every(k => document.querySelector(`.st-key-${k} .js-plotly-plot .main-svg`))",
-            arg=list(CHARTS),
+            arg=keys,
             timeout=LOAD_TIMEOUT_MS,
         )
-        _wait_laid_out(page, list(CHARTS))  # Plotly's second layout pass (automargin) done: the axes stopped moving
-        charts = page.evaluate(BOXES_JS, list(CHARTS))
+        _wait_laid_out(page, keys)  # Plotly's second layout pass (automargin) done: the axes stopped moving
+        charts = page.evaluate(BOXES_JS, keys)
         assert all(c.get("titles") for c in charts), charts  # titles were found (the selectors still match Plotly's)
         assert any("checkpoint" in t["text"] or "step" in t["text"] for t in charts[0]["titles"])
         # at 1,024 px the title's first line (run, head, matrix) is wider than the half-page column: only its height
         problems = label_problems(charts, title_across=width >= 1280)
         if problems:
             ARTIFACTS.mkdir(exist_ok=True)
-            page.locator(".st-key-density_slices").screenshot(path=str(ARTIFACTS / f"weight-labels-{width}.png"))
+            page.locator(f".st-key-{keys[0]}").screenshot(path=str(ARTIFACTS / f"weight-labels-{panel}-{width}.png"))
         assert problems == []
     finally:
         page.close()

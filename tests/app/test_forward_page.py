@@ -18,6 +18,12 @@ from benchmarks.synthetic_store import add_synthetic_forward
 from tests.app.conftest import arr, chart, open_page, serve_only
 
 LENSES = "pages/forward_lenses.py"
+TABS = {  # the page's tabs (URL panel, the first the default) and the charts each draws
+    "layers": ["bands_entropy", "bands_span"],
+    "divergence": ["divergence"],
+    "types": ["type_prev_token", "type_induction", "type_sink"],
+    "losses": ["probe_loss"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +53,7 @@ def per_head(store: Path, column: str) -> np.ndarray:
 
 
 def test_the_page_shows_bands_divergence_and_head_types(forward_env: Path) -> None:
-    at = open_page(LENSES)
+    at = open_page(LENSES)  # the layers' tab, the default
     assert not at.error
     entropy = per_head(forward_env, "entropy")
     bands = chart(at, "bands_entropy")["data"]
@@ -59,15 +65,21 @@ def test_the_page_shows_bands_divergence_and_head_types(forward_env: Path) -> No
     np.testing.assert_allclose(lo, entropy[:, 0].min(axis=1), rtol=1e-6)
     jsd = table(forward_env, "layer_divergence.parquet")
     last = jsd[jsd["step"] == jsd["step"].max()].sort_values(["layer_a", "layer_b"])
+    at = open_page(LENSES, {"panel": "divergence"})
+    assert not at.error
     fig = chart(at, "divergence")
     n = int(np.sqrt(len(last)))
     np.testing.assert_allclose(np.asarray(arr(fig["data"][0]["z"])).reshape(n, n), last["jsd"].to_numpy().reshape(n, n))
     assert len(fig["frames"]) == len(jsd["step"].unique())
     prev = per_head(forward_env, "prev_token")
+    at = open_page(LENSES, {"panel": "types"})
+    assert not at.error
     z = np.asarray(arr(chart(at, "type_prev_token")["data"][0]["z"]))
     np.testing.assert_allclose(z.reshape(prev.shape[1] * prev.shape[2], -1), prev.reshape(len(prev), -1).T)
     assert chart(at, "type_induction") and chart(at, "type_sink")
     losses = table(forward_env, "eval_loss.parquet").sort_values("step")
+    at = open_page(LENSES, {"panel": "losses"})
+    assert not at.error
     fig = chart(at, "probe_loss")
     by_name = {t["name"]: arr(t["y"]) for t in fig["data"]}
     np.testing.assert_allclose(by_name["loss on the probe's second copy, nats per token"], losses["probe_copy_loss"])
@@ -77,15 +89,17 @@ def test_the_page_shows_bands_divergence_and_head_types(forward_env: Path) -> No
 
 def test_the_step_and_loss_overlay_are_in_the_url_and_a_bad_step_falls_back(forward_env: Path) -> None:
     steps = sorted(table(forward_env, "eval_loss.parquet")["step"])
-    at = open_page(LENSES, {"step": str(steps[2]), "loss": "1"})
+    at = open_page(LENSES, {"step": str(steps[2]), "loss": "1", "panel": "divergence"})
     layout = chart(at, "divergence")["layout"]
     assert "sliders" not in layout  # one step control: the page's, in the URL
     assert str(layout["title"]["text"]).endswith(f"step {steps[2]:,}") or f"step {steps[2]:,}<" in str(layout["title"]["text"])
+    assert at.query_params["step"] == str(steps[2]) and at.query_params["loss"] == "1"
+    at = open_page(LENSES, {"step": str(steps[2]), "loss": "1"})  # the layers' tab, the default
     overlay = [t for t in chart(at, "bands_span")["data"] if t.get("yaxis") == "y99"]
     loss = table(forward_env, "eval_loss.parquet").sort_values("step")["loss"].to_numpy()
     assert len(overlay) == 1 and np.allclose(arr(overlay[0]["y"]), loss)
     assert at.query_params["step"] == str(steps[2]) and at.query_params["loss"] == "1"
-    bad = open_page(LENSES, {"step": "999999999"})  # not a checkpoint: the default view, no error
+    bad = open_page(LENSES, {"step": "999999999", "panel": "divergence"})  # not a checkpoint: the default view, no error
     assert not bad.error and not bad.exception and bad.query_params.get("step") != "999999999"  # the URL is repaired
     assert f"step {steps[-1]:,}" in str(chart(bad, "divergence")["layout"]["title"]["text"])
 
@@ -102,7 +116,7 @@ def test_forward_statistics_are_offered_in_the_other_views(forward_env: Path) ->
     )
     anim = open_page("pages/animated_heatmap.py", {"stat": "span"})
     assert not anim.exception and anim.selectbox(key="stat").value == "span"
-    head = open_page("pages/head_explorer.py", {"stat": "sink", "layer": "2", "head": "1"})
+    head = open_page("pages/head_explorer.py", {"stat": "sink", "layer": "2", "head": "1", "panel": "statistic"})
     assert head.selectbox(key="stat").value == "sink"
     traj = open_page("pages/trajectory_map.py")
     assert "attention entropy H (forward)" in traj.selectbox(key="stat").options
@@ -110,8 +124,13 @@ def test_forward_statistics_are_offered_in_the_other_views(forward_env: Path) ->
 
 def test_the_loss_overlays_the_head_explorers_and_layer_views_time_axes(forward_env: Path) -> None:
     loss = table(forward_env, "eval_loss.parquet").sort_values("step")["loss"].to_numpy()
-    at = open_page("pages/head_explorer.py", {"loss": "1", "layer": "1", "head": "2"})
-    for key in ("leading", "head_in_layer", "density_map", "spectrum_map"):
+    for panel, key in (
+        ("leading", "leading"),
+        ("statistic", "head_in_layer"),
+        ("weights", "density_map"),
+        ("spectrum", "spectrum_map"),
+    ):
+        at = open_page("pages/head_explorer.py", {"loss": "1", "layer": "1", "head": "2", "panel": panel})  # the chart's tab
         overlay = [t for t in chart(at, key)["data"] if t.get("yaxis") == "y99"]
         assert len(overlay) == 1 and np.allclose(arr(overlay[0]["y"]), loss), key
     layers = open_page("pages/layer_view.py", {"loss": "1"})
@@ -169,17 +188,24 @@ def test_a_store_from_before_the_probe_loss_says_how_to_add_it(
     pq.write_table(losses.drop_columns(["probe_copy_loss"]), old / "eval_loss.parquet")  # as written before it existed
     (tmp_path / "env").mkdir()
     serve_only(old, tmp_path / "env", monkeypatch)
-    at = open_page(LENSES)
+    at = open_page(LENSES, {"panel": "types"})
     assert not at.exception and chart(at, "type_induction")
+    at = open_page(LENSES, {"panel": "losses"})  # the tab of the probe's loss
+    assert not at.exception
     assert any("probe_copy_loss" in i.value and "--lenses attention" in i.value for i in at.info)
     assert all(not e.proto.id.endswith("probe_loss") for e in at.get("plotly_chart"))
 
 
 def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
-    at = open_page(LENSES, {})
-    charts = at.get("plotly_chart")
-    buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
-    assert len(charts) == 8 and len(buttons) == len(charts)  # seven panels and the sidebar loss curve
+    drawn = 0
+    for panel, keys in TABS.items():  # one tab at a time: its charts and the sidebar loss curve
+        at = open_page(LENSES, {"panel": panel})
+        charts = at.get("plotly_chart")
+        buttons = [b for b in at.get("download_button") if "CSV" in b.proto.label]
+        assert len(charts) == len(keys) + 1 and len(buttons) == len(charts), panel
+        assert sorted(e.proto.id.rsplit("-", 1)[-1] for e in charts) == sorted([*keys, "loss_curve"]), panel
+        drawn += len(charts) - 1
+    assert drawn == 7  # seven panels in all
 
 
 def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:

@@ -17,7 +17,12 @@ from analysis.store import open_store
 from tests.app.conftest import SHIPPED, arr, chart, open_page, serve_only
 
 HEAD = "pages/head_explorer.py"
-CHARTS = ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading", "head_in_layer")
+CHARTS = {  # the head explorer's tab (URL panel) -> its charts of the chosen matrix
+    "weights": ("density_map", "density_slices"),
+    "spectrum": ("spectrum_map", "spectrum_slices"),
+    "leading": ("leading",),
+    "statistic": ("head_in_layer",),
+}
 
 
 def _bands(fig: dict, yref: str) -> list[tuple[float, float]]:
@@ -38,28 +43,35 @@ def _reference(store, matrix: str):
 
 @pytest.mark.parametrize("matrix, name, other", [("ov", "W_OV", "W_QK"), ("qk", "W_QK", "W_OV")])
 def test_every_chart_names_the_matrix_and_the_axes_follow_it(app_env, matrix, name, other):
-    at = open_page(HEAD, {"matrix": matrix, "layer": "1", "head": "2", "stat": "std", "both": "0"})  # the matrix alone
-    for key in CHARTS:
-        title = chart(at, key)["layout"]["title"]["text"]
-        assert name in title and other not in title, (key, title)
-    assert name in chart(at, "density_map")["layout"]["yaxis"]["title"]["text"]
-    w_title = chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"]
-    assert w_title.replace("<br>", " ") == f"w: entry of {name} (raw units)"  # on two lines in the narrow chart
-    # no caption speaks of the other matrix, but the panel that draws both (test_one_heads_qk_and_ov_share_one_chart)
-    caption = " ".join(c.value for c in at.caption if "for both of its matrices" not in c.value)
-    assert other not in caption.replace(f"{other} = ", ""), caption
+    for panel, keys in CHARTS.items():  # each tab with its charts
+        query = {"matrix": matrix, "layer": "1", "head": "2", "stat": "std", "both": "0", "panel": panel}  # the matrix alone
+        at = open_page(HEAD, query)
+        for key in keys:
+            title = chart(at, key)["layout"]["title"]["text"]
+            assert name in title and other not in title, (key, title)
+        if panel == "weights":
+            assert name in chart(at, "density_map")["layout"]["yaxis"]["title"]["text"]
+            w_title = chart(at, "density_slices")["layout"]["xaxis"]["title"]["text"]
+            assert w_title.replace("<br>", " ") == f"w: entry of {name} (raw units)"  # on two lines in the narrow chart
+        # no caption speaks of the other matrix, but the panel that draws both (test_one_heads_qk_and_ov_share_one_chart)
+        caption = " ".join(c.value for c in at.caption if "for both of its matrices" not in c.value)
+        assert other not in caption.replace(f"{other} = ", ""), (panel, caption)
 
 
 def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
     store = open_store(serve_only(SHIPPED, tmp_path, monkeypatch))
     ref_ov, ref_qk = _reference(store, "ov"), _reference(store, "qk")
     assert abs(ref_ov["std"].mean / ref_qk["std"].mean - 1) > 0.05  # the two references differ in this store
-    at = open_page(HEAD, {"matrix": "ov", "layer": "1", "head": "2", "stat": "std"})
+    query = {"matrix": "ov", "layer": "1", "head": "2", "stat": "std"}
+    at = open_page(HEAD, query)  # the weights' tab, the default
     fig = chart(at, "density_slices")
     ((lo, hi),) = _bands(fig, "y2")  # sigma(t)
     assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
     ((lo, hi),) = _bands(fig, "y3")  # D_KL(t): scale-free, the same draws
     assert (lo, hi) == pytest.approx((ref_ov["kl_gauss"].lo, ref_ov["kl_gauss"].hi))
+    caption = " ".join(c.value for c in at.caption)
+    assert "W_O,h, W_V,h" in caption, caption  # says what the reference is
+    at = open_page(HEAD, dict(query, panel="statistic"))  # the statistic's tab
     ((lo, hi),) = _bands(chart(at, "head_in_layer"), "y")
     assert (lo, hi) == pytest.approx((ref_ov["std"].lo, ref_ov["std"].hi))
     caption = " ".join(c.value for c in at.caption)
@@ -68,7 +80,7 @@ def test_the_grey_bands_are_the_ov_reference(tmp_path, monkeypatch):
 
 def test_one_heads_qk_and_ov_share_one_chart(app_env):
     """Issue 25: the matrix switched the whole page; both matrices of the chosen head now share one pair of axes."""
-    at = open_page("pages/head_explorer.py", {"layer": "1", "head": "2", "stat": "std"})
+    at = open_page("pages/head_explorer.py", {"layer": "1", "head": "2", "stat": "std", "panel": "statistic"})
     fig = chart(at, "both_matrices")
     store = open_store(app_env)
     assert [t["name"] for t in fig["data"]] == ["W_QK", "W_OV"]

@@ -118,9 +118,26 @@ def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evide
     assert sum("**No induction head**" in m.value for m in at.markdown) == 3  # d64 and both plain-text runs
 
 
-def test_an_evidence_link_opens_the_head_explorer_on_the_types_score_first(d128: Path) -> None:
-    """``panel=statistic`` puts the statistic against its layer above the weight panels, titled without a matrix: the
-    induction score is an attention statistic of the head, not of W_QK."""
+# the head explorer's tabs (URL panel) and the charts each draws, W_QK and W_OV side by side (both=1, the default)
+HEAD_TABS = {
+    "weights": ["density_map", "density_map_other", "density_slices", "density_slices_other"],
+    "spectrum": ["spectrum_map", "spectrum_map_other", "spectrum_slices", "spectrum_slices_other"],
+    "leading": ["leading", "leading_other"],
+    "statistic": ["head_in_layer"],  # an attention statistic (induction): no chart of it per matrix
+}
+
+
+def _page_charts(at) -> list[str]:
+    """The keys of the page's charts, in order, the sidebar's loss curve (its run card) left out."""
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    keys.remove("loss_curve")
+    return keys
+
+
+def test_an_evidence_link_opens_the_head_explorer_on_the_types_score_tab(d128: Path) -> None:
+    """``panel=statistic`` opens the head explorer on the tab of the statistic against its layer, drawn alone (no
+    weight panel is sent), titled without a matrix: the induction score is an attention statistic of the head, not of
+    W_QK."""
     at = open_page(
         "pages/head_explorer.py",
         {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction", "panel": "statistic", "step": "1400"},
@@ -128,16 +145,26 @@ def test_an_evidence_link_opens_the_head_explorer_on_the_types_score_first(d128:
     assert not at.exception and not at.error
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
     assert keys[0] == "head_in_layer", keys
+    assert _page_charts(at) == HEAD_TABS["statistic"] and at.query_params["panel"] == "statistic"
     title = chart(at, "head_in_layer")["layout"]["title"]["text"]
     assert "layer 1, head 0 · induction against its layer" in title and "W_QK" not in title and "W_OV" not in title
 
 
 def test_the_head_explorer_opens_on_the_weights_without_the_parameter(d128: Path) -> None:
-    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction"})
+    """Without ``panel`` the head explorer opens on the weights' tab, its charts alone on the page; the link's ``panel``
+    picks the tab drawn, only its charts sent; a bad one falls back to the weights with a notice."""
+    query = {"run": "induction-d128", "layer": "1", "head": "0", "stat": "induction"}
+    at = open_page("pages/head_explorer.py", query)
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
-    assert keys[0] == "density_map" and "head_in_layer" in keys
+    assert keys[0] == "density_map" and "head_in_layer" not in keys  # the statistic is in a tab of its own
+    assert _page_charts(at) == HEAD_TABS["weights"] and at.query_params["panel"] == "weights"
+    for panel, charts in HEAD_TABS.items():
+        tab = open_page("pages/head_explorer.py", dict(query, panel=panel))
+        assert not tab.exception and not tab.error and not tab.warning, panel
+        assert _page_charts(tab) == charts and tab.query_params["panel"] == panel, (panel, _page_charts(tab))
     bad = open_page("pages/head_explorer.py", {"run": "induction-d128", "panel": "sideways"})
     assert any("panel=sideways" in w.value and "showing panel=weights" in w.value for w in bad.warning)
+    assert _page_charts(bad) == HEAD_TABS["weights"] and bad.query_params["panel"] == "weights"  # the URL is repaired
 
 
 @pytest.fixture()
@@ -259,27 +286,37 @@ def test_compare_runs_second_time_axis_has_no_title_of_its_own(monkeypatch) -> N
 def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
     """By default (no ``both`` in the link): each weight panel twice, the matrix chosen (keys as before) and the other
     (``_other``), each titled with its matrix and drawn from its own rows of heads.parquet (read with pandas), in one
-    load. Older links say what they said: ``both=0`` draws the chosen matrix alone, ``matrix=ov`` puts W_OV first."""
-    at = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0"})
-    assert not at.exception and not at.error
-    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
-    for key in ("density_map", "density_slices", "spectrum_map", "spectrum_slices", "leading"):
-        assert key in keys and f"{key}_other" in keys, (key, keys)
-        assert "W_QK" in chart(at, key)["layout"]["title"]["text"]
-        assert "W_OV" in chart(at, f"{key}_other")["layout"]["title"]["text"]
+    load; each weight tab (URL panel) so. Older links say what they said: ``both=0`` draws the chosen matrix alone,
+    ``matrix=ov`` puts W_OV first."""
+    query = {"run": "induction-d128", "layer": "1", "head": "0"}
+    tabs = {  # the weight tabs, their charts and the subheaders of their panels
+        "weights": (("density_map", "density_slices"), ("Weight distribution over training", "Distribution at the chosen steps")),
+        "spectrum": (("spectrum_map", "spectrum_slices"), ("Spectrum over training",)),
+        "leading": (("leading",), ()),
+    }
     heads = pd.read_parquet(d128 / "heads.parquet", columns=["step", "layer", "head", "matrix", "stable_rank"])
-    for key, matrix in (("spectrum_slices", "qk"), ("spectrum_slices_other", "ov")):
-        mine = heads[(heads["layer"] == 1) & (heads["head"] == 0) & (heads["matrix"] == matrix)]
-        want = mine.sort_values("step")["stable_rank"].to_numpy()
-        drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
-        assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
-    subheads = [h.value for h in at.subheader]
-    for panel in ("Weight distribution over training", "Distribution at the chosen steps", "Spectrum over training"):
-        assert f"{panel} · W_QK" in subheads and f"{panel} · W_OV" in subheads, subheads
-    assert at.query_params.get("both") == "1"
-    alone = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "both": "0"})
-    assert not alone.exception and not alone.warning
-    assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")]
+    for tab, (tab_keys, tab_subheads) in tabs.items():
+        at = open_page("pages/head_explorer.py", dict(query, panel=tab))
+        assert not at.exception and not at.error
+        keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+        for key in tab_keys:
+            assert key in keys and f"{key}_other" in keys, (key, keys)
+            assert "W_QK" in chart(at, key)["layout"]["title"]["text"]
+            assert "W_OV" in chart(at, f"{key}_other")["layout"]["title"]["text"]
+        if tab == "spectrum":
+            for key, matrix in (("spectrum_slices", "qk"), ("spectrum_slices_other", "ov")):
+                mine = heads[(heads["layer"] == 1) & (heads["head"] == 0) & (heads["matrix"] == matrix)]
+                want = mine.sort_values("step")["stable_rank"].to_numpy()
+                drawn = [t for t in chart(at, key)["data"] if len(arr(t["y"])) == len(want)]
+                assert any(np.allclose(arr(t["y"]), want) for t in drawn), key
+        subheads = [h.value for h in at.subheader]
+        for panel in tab_subheads:
+            assert f"{panel} · W_QK" in subheads and f"{panel} · W_OV" in subheads, subheads
+        assert at.query_params.get("both") == "1"
+        alone = open_page("pages/head_explorer.py", dict(query, both="0", panel=tab))
+        assert not alone.exception and not alone.warning
+        assert [k for k in keys if k.endswith("_other")]  # the same tab draws the other matrix with both=1
+        assert not [k for k in (el.proto.id for el in alone.get("plotly_chart")) if k.endswith("_other")], tab
     ov = open_page("pages/head_explorer.py", {"run": "induction-d128", "layer": "1", "head": "0", "matrix": "ov"})
     assert "W_OV" in chart(ov, "density_map")["layout"]["title"]["text"]
     assert "W_QK" in chart(ov, "density_map_other")["layout"]["title"]["text"]
@@ -302,8 +339,9 @@ def test_a_type_no_head_holds_links_its_highest_score() -> None:
 
 
 def test_a_level_crossing_event_opens_the_head_explorer_on_its_crossings(d128: Path) -> None:
-    """The Timeline's level-crossing event links ``panel=leading``: the λ_0 … λ_3 panel, where the crossing is marked,
-    comes first, on the head and matrix the event names, with the step among the chosen ones."""
+    """The Timeline's level-crossing event links ``panel=leading``: the tab of the λ_0 … λ_3 panel, where the crossing
+    is marked, its charts alone on the page, on the head and matrix the event names, with the step among the chosen
+    ones."""
     at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["level crossing"]})
     table = next(d.value for d in at.dataframe if "event" in d.value.columns)
     assert len(table), "induction-d128 has level crossings"
@@ -314,6 +352,7 @@ def test_a_level_crossing_event_opens_the_head_explorer_on_its_crossings(d128: P
     page = open_page("pages/head_explorer.py", query)
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
     assert keys[0] == "leading", keys
+    assert _page_charts(page) == HEAD_TABS["leading"] and page.query_params["panel"] == "leading"  # that tab alone
     title = chart(page, "leading")["layout"]["title"]["text"]
     name = "W_QK" if query["matrix"] == "qk" else "W_OV"
     assert f"layer {query['layer']}, head {query['head']} · {name}" in title and "crossings" in title
@@ -364,8 +403,9 @@ def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(mon
 
 def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128: Path) -> None:
     """A boundary of the run (stages.parquet basis ``run``) is read from curves: its link opens the Forward lenses page
-    with the losses (the copy loss the boundaries are named after, and the evaluation loss) as the first chart and the
-    boundary's step marked on them, at stages.parquet's start steps."""
+    on the losses' tab (the copy loss the boundaries are named after, and the evaluation loss), its chart alone, with
+    the boundary's step marked on it, at stages.parquet's start steps. Without ``panel`` the page opens on the layers'
+    tab, without the losses."""
     at = open_page("pages/run_timeline.py", {"run": "induction-d128", "kinds": ["stage boundary"]})
     table = next(d.value for d in at.dataframe if "event" in d.value.columns)
     stages = pd.read_parquet(d128 / "stages.parquet").query("basis == 'run' and stage > 0")
@@ -379,6 +419,7 @@ def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128:
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in page.get("plotly_chart")]
     keys.remove("loss_curve")  # the sidebar's run card
     assert keys[0] == "probe_loss" and keys.count("probe_loss") == 1, keys
+    assert keys == ["probe_loss"] and page.query_params["panel"] == "losses"  # the losses' tab alone
     fig = chart(page, "probe_loss")
     steps = list(arr(fig["data"][0]["customdata"]).astype(int))
     x = arr(fig["data"][0]["x"])[steps.index(step)]
@@ -390,4 +431,8 @@ def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128:
     default = open_page("pages/forward_lenses.py", {"run": "induction-d128"})
     keys = [el.proto.id.rsplit("-", 1)[-1] for el in default.get("plotly_chart")]
     keys.remove("loss_curve")  # the sidebar's run card
-    assert keys[-1] == "probe_loss", keys  # last by default
+    assert keys == ["bands_entropy", "bands_span"], keys  # the layers' tab by default, the losses not drawn
+    assert default.query_params["panel"] == "layers"
+    bad = open_page("pages/forward_lenses.py", {"run": "induction-d128", "panel": "sideways"})
+    assert any("panel=sideways" in w.value and "showing panel=layers" in w.value for w in bad.warning)
+    assert _page_charts(bad) == ["bands_entropy", "bands_span"] and bad.query_params["panel"] == "layers"  # the URL is repaired

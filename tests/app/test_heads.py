@@ -71,7 +71,7 @@ def test_heads_table_counts_approaches_like_the_head_explorer(app_env):
     table = _table(at)
     approaches = at.dataframe[1].value  # the model-wide list, under the heads table
     for head in range(store.n_heads):
-        explorer = open_page(HEAD, {"layer": "1", "head": str(head), "gap": "10"})
+        explorer = open_page(HEAD, {"layer": "1", "head": str(head), "gap": "10", "panel": "leading"})
         verdicts = explorer.dataframe[0].value["verdict"].tolist()
         row = table[table["head"] == head].iloc[0]
         assert row["approaches"] == len(verdicts)
@@ -118,6 +118,9 @@ def test_a_heatmap_cell_click_opens_that_head_at_that_step(app_env):
     assert (at.session_state["layer"], at.session_state["head"]) == (2, 3)
     assert at.session_state["stat"] == "kurtosis" and steps[5] in at.session_state["step"]
     assert at.query_params["layer"] == "2" and at.query_params["stat"] == "kurtosis"
+    assert at.query_params["panel"] == "statistic"  # on the tab of the statistic the click was on, drawn alone
+    keys = [el.proto.id.rsplit("-", 1)[-1] for el in at.get("plotly_chart")]
+    assert "head_in_layer" in keys and "density_map" not in keys, keys
 
 
 @pytest.mark.parametrize(
@@ -130,7 +133,7 @@ def test_a_heatmap_cell_click_opens_that_head_at_that_step(app_env):
     ],
 )
 def test_a_click_on_a_head_opens_it_from_every_page(app_env, page, key, custom, expected):
-    at = open_page(page, {"stat": "std"})
+    at = open_page(page, {"stat": "std", **({"panel": "statistic"} if page == HEAD else {})})  # the chart's tab
     _click(at, key, custom)
     assert not at.exception and at.title[0].value == "Head explorer"
     assert (at.session_state["layer"], at.session_state["head"]) == expected
@@ -152,7 +155,7 @@ def test_layer_view_lines_carry_their_head(app_env):
 
 
 def test_a_statistic_chosen_on_one_page_never_switches_another_pages(app_env):
-    at = open_page(HEAD, {"stat": "kurtosis"})
+    at = open_page(HEAD, {"stat": "kurtosis", "panel": "statistic"})
     at.switch_page(TRAJ).run()
     assert at.session_state["stat"] == "kl_gauss"  # the trajectory map's own default, not the head explorer's
     at.selectbox(key="stat").set_value("std").run()
@@ -186,15 +189,21 @@ def test_the_animation_frame_round_trips_through_a_link(app_env):
 
 def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
     store = open_store(app_env)
-    at = open_page(HEAD, {"layer": "0", "head": "1", "stat": "std", "cmp": ["L2H3", "L3H0"]})
+    query = {"layer": "0", "head": "1", "stat": "std", "cmp": ["L2H3", "L3H0"]}
+    at = open_page(HEAD, dict(query, panel="statistic"))
     assert not notices(at)
     traces = {t["name"]: t for t in chart(at, "head_in_layer")["data"]}
     np.testing.assert_allclose(arr(traces["L2 H3"]["y"]), store.array("std")[:, 2, 3])
     np.testing.assert_allclose(arr(traces["L3 H0"]["y"]), store.array("std")[:, 3, 0])
     link = view_link(at)
     assert "cmp=L2H3&cmp=L3H0" in link  # the overlay is part of the link
-    # and on the other panels over training: sigma and D_KL, stable rank and spectral entropy
-    for key, (top, bottom) in (("density_slices", ("std", "kl_gauss")), ("spectrum_slices", ("stable_rank", "spectral_entropy"))):
+    # and on the other panels over training (each in its tab): sigma and D_KL, stable rank and spectral entropy
+    for panel, key, (top, bottom) in (
+        ("weights", "density_slices", ("std", "kl_gauss")),
+        ("spectrum", "spectrum_slices", ("stable_rank", "spectral_entropy")),
+    ):
+        at = open_page(HEAD, dict(query, panel=panel))
+        assert not notices(at) and "cmp=L2H3&cmp=L3H0" in view_link(at)
         lines = [t for t in chart(at, key)["data"] if t.get("name") == "L2 H3"]
         assert [t["yaxis"] for t in lines] == ["y2", "y3"]
         np.testing.assert_allclose(arr(lines[0]["y"]), store.array(top)[:, 2, 3])
@@ -210,7 +219,8 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     from analysis.rmt.references import gaussian_references, init_sigma
 
     store = open_store(app_env)
-    at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"], "stat": "kurtosis"})
+    query = {"layer": "1", "head": "2", "step": ["0", "1000"], "stat": "kurtosis"}
+    at = open_page(HEAD, query)  # the weights' tab, the default
     fig = chart(at, "density_slices")
     gauss = [t for t in fig["data"] if t.get("legendgroup") == "gauss"]
     assert len(gauss) == 2
@@ -224,7 +234,8 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
     kl_band = next(r for r in rects if r["yref"] == "y3")
     assert (kl_band["y0"], kl_band["y1"]) == pytest.approx((refs["kl_gauss"].lo, refs["kl_gauss"].hi))
-    band = next(s for s in chart(at, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect")
+    stat = open_page(HEAD, dict(query, panel="statistic"))  # the statistic's band, in its tab
+    band = next(s for s in chart(stat, "head_in_layer")["layout"]["shapes"] if s["type"] == "rect")
     assert (band["y0"], band["y1"]) == pytest.approx((refs["kurtosis"].lo, refs["kurtosis"].hi))
     # standardized z: the curves are p_z of z = (w - mu)/sigma against the standard normal
     at.toggle(key="zview").set_value(True).run()

@@ -23,7 +23,7 @@ def test_the_architecture_heatmap_labels_every_head(app_env: Path) -> None:
 
 
 def test_the_head_type_heatmaps_label_every_head(forward_env: Path) -> None:  # noqa: F811
-    at = open_page(LENSES)
+    at = open_page(LENSES, {"panel": "types"})  # the head types' tab
     for name in ("prev_token", "induction", "sink"):
         axis = chart(at, f"type_{name}")["layout"]["yaxis"]
         assert axis["tickvals"] == EVERY_HEAD and axis["ticktext"] == EVERY_HEAD
@@ -56,7 +56,7 @@ def test_the_heatmaps_open_on_a_log_time_axis_and_a_link_keeps_linear(app_env: P
 
 
 def test_the_head_type_heatmaps_open_on_a_log_time_axis(forward_env: Path) -> None:  # noqa: F811
-    at = open_page(LENSES)
+    at = open_page(LENSES, {"panel": "types"})  # the head types' tab
     assert at.query_params["xscale"] == "log"
     assert chart(at, "type_induction")["layout"]["xaxis"]["type"] == "log"
 

@@ -61,9 +61,9 @@ def test_the_layer_view_opens_on_the_index_axis_with_the_real_step_in_hover_and_
 
 def test_every_time_axis_chart_of_the_head_explorer_hovers_the_step_on_the_index_axis(app_env: Path) -> None:
     steps = _steps(app_env)
-    at = open_page(HEAD, {"layer": "1", "head": "2", "xscale": "index"})
-    assert not notices(at)
-    for key in ("leading", "head_in_layer"):
+    for panel, key in (("leading", "leading"), ("statistic", "head_in_layer")):  # each chart in its tab
+        at = open_page(HEAD, {"layer": "1", "head": "2", "xscale": "index", "panel": panel})
+        assert not notices(at)
         fig = chart(at, key)
         for t in fig["data"]:
             if t.get("x") is None or t.get("hoverinfo") == "skip" or len(arr(t["x"])) != len(steps):

@@ -134,7 +134,7 @@ def test_the_refined_llc_is_offered_by_the_statistic_pickers_and_drawn_as_marker
     assert np.isfinite(y).sum() == 3 and first["mode"] == "markers"  # no line through the checkpoints between
     arch = open_page("pages/architecture_heatmaps.py", {"stat": "llc"})
     assert not arch.exception
-    head = open_page("pages/head_explorer.py", {"stat": "llc", "layer": "0", "head": "1"})
+    head = open_page("pages/head_explorer.py", {"stat": "llc", "layer": "0", "head": "1", "panel": "statistic"})
     assert not head.exception and head.selectbox(key="stat").value == "llc"
     table = open_page("pages/heads_table.py", {"stat": "llc", "step": str(int(df["step"].max()))})
     assert not table.exception and table.session_state["stat"] == "llc"

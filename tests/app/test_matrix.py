@@ -27,7 +27,7 @@ def test_ov_draws_the_ov_rows(app_env):
     at.radio(key="matrix").set_value("qk").run()
     assert np.allclose(data_of(at, "layer_lines", 0, "y"), store.array("std", matrix="qk")[:, 1, 0])
     assert at.query_params["matrix"] == "qk"
-    head = open_page(HEAD, {"matrix": "ov", "layer": "2", "head": "3"})
+    head = open_page(HEAD, {"matrix": "ov", "layer": "2", "head": "3", "panel": "statistic"})
     focus = chart(head, "head_in_layer")["data"][2]
     assert np.allclose(arr(focus["y"]), store.array("std", matrix="ov")[:, 2, 3])
 

@@ -49,7 +49,11 @@ def test_head_explorer_layer_head_and_steps_change_the_figures(app_env):
     assert not at.exception
     assert not np.array_equal(before, data_of(at, "density_map"))
     store = open_store(app_env)
-    focus = chart(at, "head_in_layer")["data"][2]
+    stat = open_page(HEAD, {"panel": "statistic"})  # the statistic's tab: the widgets above the tabs change it alike
+    stat.selectbox(key="layer").set_value(2).run()
+    stat.selectbox(key="head").set_value(3).run()
+    assert not stat.exception
+    focus = chart(stat, "head_in_layer")["data"][2]
     assert np.allclose(arr(focus["y"]), store.array("std")[:, 2, 3])
     n_before = len(chart(at, "density_slices")["data"])
     at.multiselect(key="step").set_value([0, 1000]).run()
@@ -124,36 +128,43 @@ def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
 
 # --- query parameters set the widgets; bad ones give a notice ----------------------------------------------------
 
-GOOD = {
-    HEAD: (
-        {"layer": "2", "head": "3", "step": ["1", "1000"], "stat": "kurtosis", "logp": "0"},
-        {"layer": 2, "head": 3, "step": [1, 1000], "stat": "kurtosis", "logp": False},
-    ),
-    LAYERS: ({"layer": "1", "stat": "lambda", "k": "7", "logy": "1"}, {"layer": 1, "stat": "lambda", "k": 7, "logy": True}),
-    ARCH: ({"stat": "stable_rank", "logc": "1"}, {"stat": "stable_rank", "logc": True}),
-    ANIM: ({"stat": "spectral_entropy", "step": "21000"}, {"stat": "spectral_entropy", "step": 21000}),
-    TRAJ: ({"stat": "std", "layer": "3", "head": "1"}, {"stat": "std", "layer": 3, "head": 1}),
+GOOD = {  # page -> (query, the widgets' values) per link; the head explorer's per tab (URL panel), each with its own
+    HEAD: [
+        (
+            {"layer": "2", "head": "3", "step": ["1", "1000"], "logp": "0"},  # the weights' tab, the default
+            {"layer": 2, "head": 3, "step": [1, 1000], "logp": False},
+        ),
+        (
+            {"layer": "2", "head": "3", "step": ["1", "1000"], "panel": "statistic", "stat": "kurtosis"},
+            {"layer": 2, "head": 3, "step": [1, 1000], "panel": "statistic", "stat": "kurtosis"},
+        ),
+    ],
+    LAYERS: [({"layer": "1", "stat": "lambda", "k": "7", "logy": "1"}, {"layer": 1, "stat": "lambda", "k": 7, "logy": True})],
+    ARCH: [({"stat": "stable_rank", "logc": "1"}, {"stat": "stable_rank", "logc": True})],
+    ANIM: [({"stat": "spectral_entropy", "step": "21000"}, {"stat": "spectral_entropy", "step": 21000})],
+    TRAJ: [({"stat": "std", "layer": "3", "head": "1"}, {"stat": "std", "layer": 3, "head": 1})],
 }
 
 
 @pytest.mark.parametrize("page", VIEW_PAGES)
 def test_query_parameters_set_the_widgets(app_env, page):
-    query, expected = GOOD[page]
-    at = open_page(page, dict(query, xscale="log"))
-    assert not notices(at)
-    for key, value in expected.items():
-        assert at.session_state[key] == value, key
-    assert at.session_state["xscale"] == "log"
-    for key, value in query.items():  # the URL keeps them (it is what the browser shows)
-        assert at.query_params[key] == value
-    link = view_link(at)
-    assert all(f"{k}={v}" in link for k, v in query.items() if not isinstance(v, list))
+    for query, expected in GOOD[page]:
+        at = open_page(page, dict(query, xscale="log"))
+        assert not notices(at)
+        for key, value in expected.items():
+            assert at.session_state[key] == value, key
+        assert at.session_state["xscale"] == "log"
+        for key, value in query.items():  # the URL keeps them (it is what the browser shows)
+            assert at.query_params[key] == value
+        link = view_link(at)
+        assert all(f"{k}={v}" in link for k, v in query.items() if not isinstance(v, list))
 
 
 @pytest.mark.parametrize("page", VIEW_PAGES)
 def test_invalid_parameters_fall_back_with_a_notice(app_env, page):
+    tab = {"panel": "statistic"} if page == HEAD else {}  # the head explorer's statistic is drawn in its own tab
     at = open_page(
-        page, {"layer": "99", "head": "x", "stat": "bogus", "step": "7", "k": "-1", "xscale": "sideways", "run": "nope"}
+        page, {"layer": "99", "head": "x", "stat": "bogus", "step": "7", "k": "-1", "xscale": "sideways", "run": "nope", **tab}
     )
     text = " ".join(notices(at))
     assert "xscale=sideways" in text and "run=nope" in text and "stat=bogus" in text
@@ -204,7 +215,7 @@ def test_sidebar_model_card_flags_the_duplicate_and_draws_the_loss(app_env):
 
 
 def test_time_axis_log_and_tokens(app_env):
-    at = open_page(HEAD)
+    at = open_page(HEAD, {"panel": "leading"})
     at.radio(key="xscale").set_value("log").run()
     layout = chart(at, "leading")["layout"]  # two stacked panels: the time axis is titled at the bottom
     assert layout["xaxis"]["type"] == layout["xaxis2"]["type"] == "log" and "+ 1" in layout["xaxis2"]["title"]["text"]
@@ -215,7 +226,7 @@ def test_time_axis_log_and_tokens(app_env):
 
 
 def test_duplicate_checkpoint_is_marked_never_plotted(app_env):
-    at = open_page(HEAD, {"xscale": "linear"})  # the mark at the duplicate's own step
+    at = open_page(HEAD, {"xscale": "linear", "panel": "leading"})  # the mark at the duplicate's own step
     spec = chart(at, "leading")
     assert 3 not in arr(spec["data"][0]["customdata"]).tolist()  # step 3 repeats step 0: not a state
     dotted = [s for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot"]
@@ -267,7 +278,7 @@ def test_trajectory_map_lists_the_neighbours_of_the_highlighted_head(app_env):
 def test_head_explorer_draws_the_random_head_reference_and_it_can_be_hidden(app_env):
     from analysis.rmt.nullmodel import free_mp_quantile
 
-    at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"]})
+    at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"], "panel": "spectrum"})
     fig = chart(at, "spectrum_slices")
     null = [t for t in fig["data"] if t.get("legendgroup") == "null"]
     assert len(null) == 2  # one per chosen step
@@ -287,9 +298,9 @@ def _markers(at, kind: str) -> np.ndarray:
 def test_head_explorer_marks_planted_crossings_and_repulsions(app_env):
     # the synthetic store swaps the directions of approaching levels for heads with even layer + head
     # (benchmarks/synthetic_store.add_synthetic_overlaps) and keeps them for the others
-    odd = open_page(HEAD, {"layer": "0", "head": "1"})
+    odd = open_page(HEAD, {"layer": "0", "head": "1", "panel": "leading"})
     assert len(_markers(odd, "repulsion")) >= 1 and len(_markers(odd, "crossing")) == 0
-    even = open_page(HEAD, {"layer": "1", "head": "1"})
+    even = open_page(HEAD, {"layer": "1", "head": "1", "panel": "leading"})
     assert len(_markers(even, "crossing")) >= 1
     table = even.dataframe[0].value
     assert set(table["verdict"]) <= {"crossing", "repulsion", "unresolved"} and "crossing" in set(table["verdict"])
@@ -319,7 +330,7 @@ def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, 
         tmp_path / "old-run", n_layers=2, n_heads=2, d_head=8, d_model=32, n_checkpoints=6, overlaps=False
     )
     monkeypatch.setenv("HEADWATCH_STORE", str(old))
-    at = open_page(HEAD, {"gap": "5"})
+    at = open_page(HEAD, {"gap": "5", "panel": "leading"})
     assert any("no singular-vector overlaps" in i.value for i in at.info)
     names = [t["name"] for t in chart(at, "leading")["data"]]
     assert names == ["λ_0", "λ_1", "λ_2", "λ_3"]  # the plain leading-eigenvalue plot
@@ -327,7 +338,7 @@ def test_head_explorer_without_overlaps_says_how_to_add_them(app_env, tmp_path, 
 
 
 def test_head_explorer_bad_gap_parameter_falls_back_with_a_notice(app_env):
-    at = open_page(HEAD, {"gap": "7"})
+    at = open_page(HEAD, {"gap": "7", "panel": "leading"})
     assert "gap=7" in " ".join(notices(at))  # not one of the offered thresholds: a notice, the default kept
     assert at.session_state["gap"] == 10
 
@@ -347,7 +358,7 @@ def test_mixed_checkpoint_is_left_out_until_shown(app_env, tmp_path, monkeypatch
     meta["checkpoints"][2]["files"]["model-00001.safetensors"] = f"first{owner}"
     (path / "meta.json").write_text(json.dumps(meta))
     monkeypatch.setenv("HEADWATCH_STORE", str(path))
-    at = open_page(HEAD, {"xscale": "linear"})  # the mark at the mixed checkpoint's own step
+    at = open_page(HEAD, {"xscale": "linear", "panel": "leading"})  # the mark at the mixed checkpoint's own step
     card = " ".join(m.value for m in at.sidebar.markdown)
     assert f"step {mixed:,} mixes weights of two revisions" in card and f"step {owner:,}'s model-00001" in card
     spec = chart(at, "leading")
@@ -357,5 +368,5 @@ def test_mixed_checkpoint_is_left_out_until_shown(app_env, tmp_path, monkeypatch
     assert not at.exception, [e.value for e in at.exception]
     assert mixed in arr(chart(at, "leading")["data"][0]["customdata"]).tolist()
     assert at.query_params["mixed"] == "1"
-    at = open_page(HEAD, {"mixed": "1"})  # a link that shows them
+    at = open_page(HEAD, {"mixed": "1", "panel": "leading"})  # a link that shows them
     assert mixed in arr(chart(at, "leading")["data"][0]["customdata"]).tolist()

@@ -1,0 +1,104 @@
+"""The head explorer's and the Forward lenses' panels are tabs of which only the chosen one is drawn, and the tab is
+the link's ``panel``.
+
+In Chromium on the shipped plain-text run: the page opens on its default tab with that tab's charts alone on the page
+(the others are neither sent nor drawn); a click on another tab draws that tab's charts, removes the first tab's and
+writes ``panel`` into the URL; that URL opened in a new tab opens on the same tab; the browser's Back returns to the
+first tab. AppTest cannot click a tab: its state lives in the browser until the rerun.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
+
+pytestmark = pytest.mark.browser
+
+RUN = "shakespeare-pythia-6x8"
+
+
+def _drawn(page, key: str) -> None:
+    page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+
+
+def _charts(page) -> set[str]:
+    """The keys of the elements on the page that hold a chart (the sidebar's loss curve among them)."""
+    return set(
+        page.evaluate(
+            """() => [...document.querySelectorAll('[class*="st-key-"]')]
+                .filter(el => el.querySelector('.js-plotly-plot'))
+                .flatMap(el => [...el.classList].filter(c => c.startsWith('st-key-')).map(c => c.slice(7)))"""
+        )
+    )
+
+
+def _selected(page) -> str:
+    return page.locator('[role="tab"][aria-selected="true"]').inner_text().strip()
+
+
+def _panel(page, value: str) -> dict[str, list[str]]:
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('panel') === '{value}'", timeout=LOAD_TIMEOUT_MS)
+    return parse_qs(urlsplit(page.url).query)
+
+
+@pytest.mark.parametrize(
+    ("path", "first", "first_keys", "tab", "value", "keys"),
+    [
+        (
+            f"/head?run={RUN}&layer=1&head=2",
+            "Weight distribution P(w)",
+            {"density_map", "density_map_other", "density_slices", "density_slices_other"},
+            "Spectrum λ_k",
+            "spectrum",
+            {"spectrum_map", "spectrum_map_other", "spectrum_slices", "spectrum_slices_other"},
+        ),
+        (
+            f"/lenses?run={RUN}",
+            "Entropy and span per layer",
+            {"bands_entropy", "bands_span"},
+            "Head types",
+            "types",
+            {"type_prev_token", "type_induction", "type_sink"},
+        ),
+    ],
+    ids=["head explorer", "forward lenses"],
+)
+def test_a_tab_draws_its_panel_alone_and_is_the_links_panel(
+    chromium, shipped_server, path, first, first_keys, tab, value, keys
+) -> None:
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(shipped_server + path)
+        for key in first_keys:
+            _drawn(page, key)
+        assert _selected(page) == first
+        assert _charts(page) & (keys | first_keys) == first_keys  # the other tabs' charts are not on the page
+
+        page.get_by_role("tab", name=tab).click()
+        query = _panel(page, value)
+        assert query["layer"] == ["1"] if "layer" in query else True
+        for key in keys:
+            _drawn(page, key)
+        page.wait_for_function(
+            "keys => keys.every(k => !document.querySelector('.st-key-' + k))", arg=sorted(first_keys), timeout=LOAD_TIMEOUT_MS
+        )
+        assert _selected(page) == tab
+        assert _charts(page) & (keys | first_keys) == keys
+        link = page.url
+
+        again = chromium.new_page(viewport={"width": 1400, "height": 1200})
+        try:
+            again.goto(link)  # the link opens on the tab it was made on
+            for key in keys:
+                _drawn(again, key)
+            assert _selected(again) == tab
+            assert _charts(again) & (keys | first_keys) == keys
+            assert _errors(again) == []
+        finally:
+            again.close()
+        assert _errors(page) == []
+    finally:
+        page.close()
