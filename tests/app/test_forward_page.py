@@ -164,7 +164,7 @@ def test_the_page_opens_by_link_in_a_browser(forward_store: Path, tmp_path_facto
     try:
         page = chromium.new_page(viewport={"width": 1400, "height": 2400})
         try:
-            page.goto(f"{base}/lenses?step={steps[3]}&loss=1")
+            page.goto(f"{base}/lenses?step={steps[3]}&loss=1&panel=divergence")  # the divergence tab
             page.wait_for_function(
                 "document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 6", timeout=90_000
             )
