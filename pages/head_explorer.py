@@ -119,8 +119,7 @@ def main() -> None:
 
     # --- widgets: matrix, layer, head, the loss, the chosen steps, other heads to overlay ---
     h = _pick_head(frame)
-    if h.both:
-        widgets.image_format()  # above the tabs, so the two panels of a row start level
+    widgets.image_format()  # above the tabs: the same place on every tab, and two panels side by side start level
 
     # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
     panel, tab = widgets.panel_tabs("panel", PANELS, "weights")
