@@ -71,6 +71,7 @@ def main() -> None:
     )
 
     # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
+    widgets.image_format()  # above the tabs: the same place on every tab
     panel, tab = widgets.panel_tabs("panel", PANELS, "layers")
     with tab:
         if panel == "layers":  # entropy and span per layer over training
