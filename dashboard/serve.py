@@ -133,7 +133,9 @@ def config_options(config: Path, args: list[str]) -> list[str]:
 
 
 # What a page's first run would otherwise import and load itself: pandas and pyarrow's parquet reader (through
-# the loader), SciPy's linear algebra, the figure builders, and the numba kernels of the random-head references.
+# the loader), SciPy's linear algebra, the figure builders, the numba kernels of the random-head references, and
+# scikit-learn (the Timeline's and the Trajectory map's head-type association and joint clusters: about 1 s of a
+# fresh server's first run of either page, measured with py-spy, docs/dashboard.md).
 WARM_MODULES = (
     "dashboard.loader",
     "dashboard.viewstate",
@@ -141,6 +143,8 @@ WARM_MODULES = (
     "dashboard.charts",
     "dashboard.tables",
     "analysis.findings.events",
+    "analysis.type_association",
+    "analysis.findings.sizes",
     "dashboard.figures.head",
     "dashboard.figures.density",
     "dashboard.figures.spectrum",
