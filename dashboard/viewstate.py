@@ -61,7 +61,7 @@ _PAGE_LAST = "_hw_page_last"  # (page url_path, name) -> last value, for the par
 _PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view showed
 # each page keeps its own: never carried to another page (a link or a click hands them); xscale: pages open on
 # the time axis that reads their early training (`dashboard.navigation.PageSpec.time_scale`)
-PAGE_SCOPED = ("stat", "k", "xscale")
+PAGE_SCOPED = ("stat", "k", "xscale", "panel")  # panel: each page its own tabs (head explorer, Forward lenses, LLC)
 
 Where = Any  # streamlit module or a container / column (DeltaGenerator)
 _MISSING = object()

@@ -42,7 +42,7 @@ from analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, ST
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
 CROSSING_GAP = 0.1  # the relative gap of singular values below which levels approach (the Heads table's default)
-EVIDENCE_PANEL = "statistic"  # the head explorer's panel of one statistic against its layer, first (URL ``panel``)
+EVIDENCE_PANEL = "statistic"  # the head explorer's tab of one statistic against its layer (URL ``panel``)
 KINDS = ("stage boundary", "head type", "rLLC rise", "MP departure", "level crossing")
 
 

@@ -277,7 +277,7 @@ def essential_panel(frame, view: TimelineView) -> None:
     )
     step = picked_step(event, [int(s) for s in frame.store.steps])
     if step is not None:
-        viewstate.switch_page("pages/forward_lenses.py", step=step)
+        viewstate.switch_page("pages/forward_lenses.py", step=step, panel="losses")  # the losses, that step marked
     recorded = frame.store.meta.records.get("essential") or {}
     cusps = recorded.get("cusps") or []
     st.caption(
@@ -286,5 +286,5 @@ def essential_panel(frame, view: TimelineView) -> None:
         "meta.json essential) projected on their first two principal components over the checkpoints, coloured by "
         "the stage shaded above; open circles are cusps, where the path turns by more than "
         f"{recorded.get('turn_degrees', 90):g} degrees ({', '.join(f'{c:,}' for c in cusps) or 'none'}). Hover names "
-        "the step; a click opens the Forward lenses page there (docs/stages.md)."
+        "the step; a click opens the Forward lenses page on its losses at that step, marked (docs/stages.md)."
     )

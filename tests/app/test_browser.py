@@ -314,6 +314,16 @@ def _settled_history_length(page, *, quiet_ms: int = 3000) -> int:
     return page.evaluate("history.length")
 
 
+# Logs each history push and replace (the history guard's own wrapper still runs under it): which write added an entry.
+PUSH_LOG = """() => {
+  const h = history, push = h.pushState.bind(h), replace = h.replaceState.bind(h), t0 = performance.now();
+  const log = (kind, url) => window.__hwPushes.push([kind, String(url), Math.round(performance.now() - t0)]);
+  window.__hwPushes = [];
+  h.pushState = (d, u, url) => { log('push', url); return push(d, u, url); };
+  h.replaceState = (d, u, url) => { log('replace', url); return replace(d, u, url); };
+}"""
+
+
 def _click_head(page, layer: int, head: int) -> None:
     """Click the point of head (layer, head) on the trajectory map, once the map is laid out and Plotly's hover says
     the pointer is on that head: the click acts on a state the test has seen, not one it assumes."""
@@ -428,6 +438,7 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
 
         if name == "trajectories":  # picking a head opens it in the head explorer
             entries = _settled_history_length(page)  # the map's own entries, every one of them
+            page.evaluate(PUSH_LOG)  # every push and replace from here on, for the message of a failure below
             before = page.url
             _click_head(page, 2, 3)
             _wait_view(page, "/head", "Head explorer", 7)
@@ -437,7 +448,7 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
             assert _errors(page) == []
             # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed);
             # counted once the head explorer has stopped writing
-            assert _settled_history_length(page) == entries + 1
+            assert _settled_history_length(page) == entries + 1, page.evaluate("window.__hwPushes")
             page.go_back()
             _wait_view(page, "/trajectories", "Trajectory map", 2)
             page.wait_for_url(

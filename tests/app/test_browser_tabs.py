@@ -3,8 +3,8 @@ the link's ``panel``.
 
 In Chromium on the shipped plain-text run: the page opens on its default tab with that tab's charts alone on the page
 (the others are neither sent nor drawn); a click on another tab draws that tab's charts, removes the first tab's and
-writes ``panel`` into the URL; that URL opened in a new tab opens on the same tab; the browser's Back returns to the
-first tab. AppTest cannot click a tab: its state lives in the browser until the rerun.
+writes ``panel`` into the URL (the rest of the view kept); that URL opened in a new tab opens on the same tab; the
+browser's Back returns to the first tab. AppTest cannot click a tab: its state lives in the browser until the rerun.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ def _panel(page, value: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize(
-    ("path", "first", "first_keys", "tab", "value", "keys"),
+    ("path", "first", "first_value", "first_keys", "tab", "value", "keys"),
     [
         (
-            f"/head?run={RUN}&layer=1&head=2",
+            f"/head?run={RUN}&layer=1&head=2",  # layer=1&head=2 stay in the link through the tab click
             "Weight distribution P(w)",
+            "weights",
             {"density_map", "density_map_other", "density_slices", "density_slices_other"},
             "Spectrum λ_k",
             "spectrum",
@@ -58,6 +59,7 @@ def _panel(page, value: str) -> dict[str, list[str]]:
         (
             f"/lenses?run={RUN}",
             "Entropy and span per layer",
+            "layers",
             {"bands_entropy", "bands_span"},
             "Head types",
             "types",
@@ -67,7 +69,7 @@ def _panel(page, value: str) -> dict[str, list[str]]:
     ids=["head explorer", "forward lenses"],
 )
 def test_a_tab_draws_its_panel_alone_and_is_the_links_panel(
-    chromium, shipped_server, path, first, first_keys, tab, value, keys
+    chromium, shipped_server, path, first, first_value, first_keys, tab, value, keys
 ) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
@@ -79,7 +81,8 @@ def test_a_tab_draws_its_panel_alone_and_is_the_links_panel(
 
         page.get_by_role("tab", name=tab).click()
         query = _panel(page, value)
-        assert query["layer"] == ["1"] if "layer" in query else True
+        kept = parse_qs(urlsplit(path).query)
+        assert all(query.get(k) == v for k, v in kept.items()), (kept, query)  # the rest of the view stays
         for key in keys:
             _drawn(page, key)
         page.wait_for_function(
@@ -99,6 +102,13 @@ def test_a_tab_draws_its_panel_alone_and_is_the_links_panel(
             assert _errors(again) == []
         finally:
             again.close()
+
+        page.go_back()  # Back undoes the tab click: the first tab, its charts, its panel in the link
+        _panel(page, first_value)
+        for key in first_keys:
+            _drawn(page, key)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=LOAD_TIMEOUT_MS)
+        assert _selected(page) == first
         assert _errors(page) == []
     finally:
         page.close()

@@ -1,6 +1,7 @@
 """The Timeline's essential-dynamics chart (dashboard/figures/essential.py): through AppTest, one marker trace per
 stage of the run and the cusps marked; in Chromium, the hover over a checkpoint names its step and a click opens the
-Forward lenses page at that step. The store is a shipped one given synthetic outputs with a known cusp."""
+Forward lenses page on its losses tab at that step (marked). The store is a shipped one given synthetic outputs with a
+known cusp."""
 
 from __future__ import annotations
 
@@ -127,8 +128,10 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
             assert again["step"] == found["step"], (again, found)
             page.mouse.click(*again["xy"])
             page.wait_for_function("() => location.pathname.endsWith('/lenses')", timeout=LOAD_TIMEOUT_MS)
-            page.wait_for_function("() => /[?&]step=/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
-            assert parse_qs(urlsplit(page.url).query)["step"] == [str(found["step"])], page.url
+            page.wait_for_function("() => /[?&]panel=losses/.test(location.search)", timeout=LOAD_TIMEOUT_MS)
+            query = parse_qs(urlsplit(page.url).query)
+            assert query["step"] == [str(found["step"])] and query["panel"] == ["losses"], page.url  # the step marked
+            page.wait_for_selector(".st-key-probe_loss .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
             assert _errors(page) == []
         finally:
             page.close()
