@@ -159,6 +159,7 @@ def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
     ``values`` (``stat``, ``k``) go with it; None values are left out. With a statistic the head explorer opens on
     its statistic tab (``panel=statistic``), that statistic against the head's layer: the evidence the click was on.
     """
+    from analysis.findings.events import EVIDENCE_PANEL
     from dashboard.data import default_steps
     from dashboard.figures.points import picked_head, picked_step
 
@@ -167,7 +168,7 @@ def open_head_on_click(event: Any, store: Any, **values: Any) -> None:
         return
     handed = {k: v for k, v in values.items() if v is not None}
     if "stat" in handed:
-        handed.setdefault("panel", "statistic")
+        handed.setdefault("panel", EVIDENCE_PANEL)
     step = picked_step(event, [int(s) for s in store.steps])
     if step is not None and "step" not in handed:
         handed["step"] = sorted(set(default_steps(store.steps)) | {step})

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.events import EVIDENCE_PANEL
 from analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from analysis.store.format import HEAD_TYPES, LLC
@@ -30,7 +31,7 @@ def _head_link(
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
     query += [("matrix", matrix)] if matrix is not None else []
     query += [("step", s) for s in steps]
-    query += [("panel", "statistic")]
+    query += [("panel", EVIDENCE_PANEL)]
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
 
@@ -176,7 +177,7 @@ def _open_picked(event, table: pd.DataFrame, opts: _Options, open_steps: list[in
             head=int(picked["head"]),
             stat=opts.stat,
             **({"k": opts.k} if opts.k is not None else {}),
-            panel="statistic",
+            panel=EVIDENCE_PANEL,
             step=open_steps,
             **({"matrix": opts.matrix} if opts.matrix is not None else {}),
         )

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.errors import StoreError
+from analysis.findings.events import EVIDENCE_PANEL
 from analysis.findings.sizes import JOINT_ALIGNMENTS
 from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
 from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
@@ -112,7 +113,7 @@ def main() -> None:
             head=int(picked[1]),
             stat=opts.stat,
             matrix=opts.matrix,
-            panel="statistic",  # the head explorer's tab of the statistic against the layer
+            panel=EVIDENCE_PANEL,  # the head explorer's tab of the statistic against the layer
         )
 
 
@@ -465,7 +466,7 @@ def _joint_map(frame, store, opts: _Choices) -> None:
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked
         viewstate.switch_page(
-            "pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix, panel="statistic"
+            "pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix, panel=EVIDENCE_PANEL
         )
 
 
