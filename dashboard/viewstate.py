@@ -29,7 +29,8 @@ On each run:
    that parameter (so ``layer`` carries over when you switch pages), as long as
    it is valid here, else its default;
 3. when the view is published, the complete view state is written back to the query
-   string, the notices are shown at the top of the page, the share link is drawn,
+   string (on a page with tabs, with the values of the hidden tabs' widgets a link gave or the page
+   had: `View.unshown`), the notices are shown at the top of the page, the share link is drawn,
    the browser-history guard is told what was written and, on a Space, the view is
    posted to the Space page (what to put there: `dashboard.sharing`).
 
@@ -59,6 +60,7 @@ _LAST = "_hw_last"  # last value of every parameter; plain session state, so it 
 _NEXT = "_hw_next"  # (url_path of the page they are for, values) `switch_page` hands to its widgets, used once there
 _PAGE_LAST = "_hw_page_last"  # (page url_path, name) -> last value, for the parameters in PAGE_SCOPED
 _PREV_PAGE = "_hw_prev_page"  # url_path of the page the last published view showed
+_KEPT = "_hw_kept"  # (page url_path, name) -> URL values a link gave a widget of a tab not drawn yet (`View.unshown`)
 # each page keeps its own: never carried to another page (a link or a click hands them); xscale: pages open on
 # the time axis that reads their early training (`dashboard.navigation.PageSpec.time_scale`)
 PAGE_SCOPED = ("stat", "k", "xscale", "panel")  # panel: each page its own tabs (head explorer, Forward lenses, LLC)
@@ -86,6 +88,7 @@ class View:
         self.settings = settings
         self.params: dict[str, list[str]] = {}  # URL parameter -> values, in widget order
         self.notices: list[str] = []
+        self.unshown: frozenset[str] = frozenset()  # URL parameters of the tabs not drawn (`widgets.panel_tabs`)
         self.page: Any = None  # the st.Page shown
         self.frame: Frame | None = None
         self._notice_slot: Where | None = None
@@ -147,6 +150,10 @@ class View:
             raise RuntimeError("the view was never told its page: call view.open(page, pages) after st.navigation")
         url_path = self.page.url_path
         params = dict(self.params)
+        if self.unshown:
+            params.update(_unshown(self, params))
+        else:
+            st.session_state.pop(_KEPT, None)
         out = sharing.publication(params, url_path=url_path, space_id=self.settings.space_id, base_url=st.context.url)
         if self._link_slot is not None:
             with self._link_slot, st.container(key=LINK_KEY):
@@ -238,6 +245,46 @@ def register(view: View, name: str, value: Any) -> None:
         st.session_state.setdefault(_LAST, {})[name] = value
 
 
+def _unshown(view: View, params: dict[str, list[str]]) -> dict[str, list[str]]:
+    """What the link keeps of a page with tabs beyond the widgets drawn (``params``): the values of the parameters of
+    the other tabs' widgets (``view.unshown``).
+
+    The widgets of a tab not drawn do not run, so they cannot register; without this, a link's ``stat=std`` opened on
+    the weights tab would leave the address at the first publish, and a later click on the statistic tab would show
+    this session's own value instead of the link's. Kept: the values a link gave (the URL's, from outside; those handed
+    by `open_link` or `switch_page` and not used), remembered in `_KEPT` so that the widget reads them as a link's when
+    its tab is drawn (a bad value's notice then), and this page's own earlier values in the URL (a setting chosen on a
+    tab stays in the link while another tab is shown). Not kept: what another page wrote (a page switch's URL).
+    """
+    page = _page_of(view)
+    written = st.session_state.get(_WRITTEN, {})
+    same_page = st.session_state.get(_PREV_PAGE) == page
+    kept = {key: raw for key, raw in st.session_state.get(_KEPT, {}).items() if key[0] == page}  # other pages' expire
+    out: dict[str, list[str]] = {}
+    for name in st.query_params:
+        raw = st.query_params.get_all(name)
+        if name in params or name not in view.unshown or not raw:
+            continue
+        if written.get(name) != raw:  # from outside: a link, the browser's history
+            kept[(page, name)] = tuple(raw)
+            out[name] = raw
+        elif same_page:
+            out[name] = raw
+    handed = _handed_to(view) or {}
+    for name, value in handed.items():  # handed to this page by a click or a link and not used by its tabs drawn
+        if name in params:
+            continue
+        raw = (
+            list(value.raw)
+            if isinstance(value, _FromLink)
+            else [encode(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        )
+        kept[(page, name)] = tuple(raw)
+        out[name] = raw
+    st.session_state[_KEPT] = kept
+    return out
+
+
 def _page_of(view: View) -> str:
     return getattr(view.page, "url_path", "") or ""
 
@@ -252,6 +299,10 @@ def _from_url(view: View, name: str) -> list[str] | None:
     raw = st.query_params.get_all(name)
     if not raw:
         return None
+    kept = st.session_state.get(_KEPT, {})
+    if kept.get((_page_of(view), name)) == tuple(raw):  # a link's value kept while its tab was not drawn (`_unshown`)
+        del kept[(_page_of(view), name)]
+        return raw
     if st.session_state.get(_WRITTEN, {}).get(name) == raw:
         switched = name == "xscale" and st.session_state.get(_PREV_PAGE) != _page_of(view)
         if not switched:

@@ -9,7 +9,7 @@ query string when it is published. Raises RuntimeError outside app.py's view.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import streamlit as st
@@ -103,7 +103,9 @@ def toggle(name: str, label: str, default: bool = False, *, where: Where = st, h
     return value
 
 
-def panel_tabs(name: str, panels: dict[str, str], default: str) -> tuple[str, Any]:
+def panel_tabs(
+    name: str, panels: dict[str, str], default: str, *, owns: Mapping[str, Sequence[str]] | None = None
+) -> tuple[str, Any]:
     """Tabs bound to the URL parameter ``name`` (``panels``: URL value -> tab label), of which only the chosen one
     is drawn: Streamlit's tabs with state (``on_change``), so that a page computes, sends and draws one panel rather
     than all of them (a switch reruns the page). Returns the chosen value and its tab, to draw the panel in.
@@ -112,6 +114,11 @@ def panel_tabs(name: str, panels: dict[str, str], default: str) -> tuple[str, An
     link's ``panel=leading``, else the last one, else ``default``), and a click on a tab hands its value back before
     the rerun.
 
+    ``owns``: the URL parameters of the widgets each panel draws that not every panel does (``{"statistic": ("stat",
+    "k", "logy")}``). The widgets of the tabs not drawn do not run; the link keeps their values all the same
+    (`viewstate.View.unshown`), a link's as well as the ones chosen on that tab before, so that a link carries the
+    settings of every tab, and a click on a tab shows what the link gave it.
+
     Raises:
         RuntimeError: outside an active view.
     """
@@ -119,6 +126,8 @@ def panel_tabs(name: str, panels: dict[str, str], default: str) -> tuple[str, An
     values = list(panels)
     seed(view, name, values, default, multi=False, fmt=panels.__getitem__)
     value = st.session_state[name]
+    drawn = set((owns or {}).get(value, ()))
+    view.unshown = frozenset(p for panel, params in (owns or {}).items() if panel != value for p in params) - drawn
     key = f"{name}_tab"
     st.session_state[key] = panels[value]  # the tab the value names; set before the tabs are made, as a widget's
 

@@ -25,6 +25,8 @@ PANELS = {  # URL panel -> its tab; one drawn at a time (a stage boundary's evid
     "types": "Head types",
     "losses": "Losses with the step marked",
 }
+# The URL parameters of each tab's own control: a link keeps those of the tabs not drawn (`widgets.panel_tabs`).
+OWNS = {"layers": ("loss",), "divergence": ("step",), "types": ("loss",), "losses": ("step",)}
 STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
 
@@ -37,11 +39,9 @@ MISSING = (
 
 
 @dataclass(frozen=True)
-class _Choices:
-    """The page's widgets: the step (``step``: the divergence heatmap's frame, marked on the losses) and the loss
-    overlay (``loss``); ``curve``: the run's loss curve, if any."""
+class _Overlay:
+    """The loss overlay of the tabs over training (URL ``loss``); ``curve``: the run's loss curve, if any."""
 
-    step: int
     show_loss: bool
     curve: tuple[np.ndarray, str] | None
 
@@ -62,8 +62,7 @@ def main() -> None:
         return
     uniform = uniform_attention(info.seq_len, info.induction_repeat)
 
-    # --- widgets, and the evaluation set under them ---
-    opts = _choose(frame)
+    # --- the evaluation set ---
     st.caption(
         f"On {info.n_sequences} sequences of {info.seq_len} tokens of {info.text} (tokenizer: {info.tokenizer}; "
         f"text sha256 {info.text_sha256[:12]}); induction on {info.induction_sequences} sequences of "
@@ -72,37 +71,33 @@ def main() -> None:
 
     # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
     widgets.image_format()  # above the tabs: the same place on every tab
-    panel, tab = widgets.panel_tabs("panel", PANELS, "layers")
-    with tab:
+    panel, tab = widgets.panel_tabs("panel", PANELS, "layers", owns=OWNS)
+    with tab:  # each tab's own control: the loss overlay over training, or the step
         if panel == "layers":  # entropy and span per layer over training
-            _bands_panel(frame, opts, uniform)
+            _bands_panel(frame, _overlay(frame), uniform)
         elif panel == "divergence":  # layer-pair divergence, animated
-            _divergence_panel(frame, opts.step)
+            _divergence_panel(frame, _step(frame, "Step (the heatmap's frame)"))
         elif panel == "types":  # head types over training
-            _types_panel(frame, opts, uniform)
+            _types_panel(frame, _overlay(frame), uniform)
         else:  # the losses over training, the step marked
-            _probe_panel(frame, info, opts.step)
+            _probe_panel(frame, info, _step(frame, "Step (marked on the losses)"))
 
 
-def _choose(frame: RunFrame) -> _Choices:
-    """The widgets: the step and the loss switch in one row."""
-    steps = [int(s) for s in frame.store.steps]
-    c_step, c_loss = st.columns([3, 2], vertical_alignment="bottom")
-    step = widgets.select(
-        "step",
-        "Step (the divergence heatmap's frame, marked on the losses)",
-        steps,
-        steps[-1],
-        kind="select_slider",
-        fmt=lambda s: f"{s:,}",
-        where=c_step,
-    )
+def _overlay(frame: RunFrame) -> _Overlay:
+    """The loss switch of the tabs over training (hidden without a loss curve)."""
     curve = loss_curve(frame.store)
-    show_loss = widgets.loss_toggle(curve is not None, where=c_loss)
-    return _Choices(step=step, show_loss=show_loss, curve=curve)
+    c_loss, _ = st.columns([2, 3])
+    return _Overlay(show_loss=widgets.loss_toggle(curve is not None, where=c_loss), curve=curve)
 
 
-def _bands_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
+def _step(frame: RunFrame, label: str) -> int:
+    """The step of the divergence tab (its heatmap's frame) and of the losses' (marked): one parameter, ``step``."""
+    steps = [int(s) for s in frame.store.steps]
+    c_step, _ = st.columns([3, 2])
+    return widgets.select("step", label, steps, steps[-1], kind="select_slider", fmt=lambda s: f"{s:,}", where=c_step)
+
+
+def _bands_panel(frame: RunFrame, opts: _Overlay, uniform: dict[str, float]) -> None:
     """Attention entropy and span: one line per layer over training, its heads' range as a band."""
     st.subheader("Attention entropy and span per layer")
     store, axis = frame.store, frame.axis()
@@ -149,7 +144,7 @@ def _divergence_panel(frame: RunFrame, step: int) -> None:
     )
 
 
-def _types_panel(frame: RunFrame, opts: _Choices, uniform: dict[str, float]) -> None:
+def _types_panel(frame: RunFrame, opts: _Overlay, uniform: dict[str, float]) -> None:
     """Previous-token, induction and sink scores of every head over training, the heads' types marked; a click on
     a cell opens the head."""
     st.subheader("Head types over training")

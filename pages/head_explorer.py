@@ -32,6 +32,13 @@ PANELS = {  # URL panel -> its tab; one drawn at a time (a link to an event's ev
     "leading": "λ_0 … λ_3: crossings",
     "statistic": "One statistic against its layer",
 }
+# The URL parameters of each tab's own widgets (the rest are above the tabs): a link keeps those of the tabs not drawn.
+OWNS = {
+    "weights": ("gauss", "logp", "zview"),
+    "spectrum": ("null",),
+    "leading": ("gap", "loglam"),
+    "statistic": ("stat", "k", "logy"),
+}
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
 
 
@@ -122,7 +129,7 @@ def main() -> None:
     widgets.image_format()  # above the tabs: the same place on every tab, and two panels side by side start level
 
     # --- one panel at a time, in tabs (URL panel): only the chosen one is computed and drawn ---
-    panel, tab = widgets.panel_tabs("panel", PANELS, "weights")
+    panel, tab = widgets.panel_tabs("panel", PANELS, "weights", owns=OWNS)
     stat = k = None
     with tab:
         if panel == "statistic":  # any statistic of this head against its layer

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from dashboard.labels import STATS
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
 
 pytestmark = pytest.mark.browser
@@ -109,6 +110,32 @@ def test_a_tab_draws_its_panel_alone_and_is_the_links_panel(
             _drawn(page, key)
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=LOAD_TIMEOUT_MS)
         assert _selected(page) == first
+        assert _errors(page) == []
+    finally:
+        page.close()
+
+
+def test_a_links_settings_for_a_tab_not_shown_reach_that_tab(chromium, shipped_server) -> None:
+    """A link with a statistic (``stat=lambda&k=3&logy=1``) that opens on the weights' tab keeps them in the address,
+    and a click on the statistic tab shows them: the statistic picked, k, the log axis."""
+    page = chromium.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(f"{shipped_server}/head?run={RUN}&layer=1&head=2&stat=lambda&k=3&logy=1")
+        _drawn(page, "density_map")
+        query = _panel(page, "weights")
+        assert (query["stat"], query["k"], query["logy"]) == (["lambda"], ["3"], ["1"]), page.url  # kept, not drawn
+        page.get_by_role("tab", name="One statistic against its layer").click()
+        _drawn(page, "head_in_layer")
+        query = _panel(page, "statistic")
+        assert (query["stat"], query["k"], query["logy"]) == (["lambda"], ["3"], ["1"]), page.url
+        shown = page.locator(".st-key-stat").evaluate(
+            "el => el.textContent + ' ' + [...el.querySelectorAll('input')].map(i => i.value)"
+        )
+        assert STATS["lambda"].label in shown, shown
+        layout = page.locator(".st-key-head_in_layer .js-plotly-plot").evaluate(
+            "gd => ({title: gd._fullLayout.title.text, y: gd._fullLayout.yaxis.type})"
+        )
+        assert "λ_3" in layout["title"] and layout["y"] == "log", layout  # the link's k, its log axis
         assert _errors(page) == []
     finally:
         page.close()

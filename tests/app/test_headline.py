@@ -167,6 +167,79 @@ def test_the_head_explorer_opens_on_the_weights_without_the_parameter(d128: Path
     assert _page_charts(bad) == HEAD_TABS["weights"] and bad.query_params["panel"] == "weights"  # the URL is repaired
 
 
+def test_a_links_settings_of_a_tab_not_drawn_stay_in_the_link_until_that_tab_shows_them(d128: Path) -> None:
+    """A link names a statistic but opens the weights' tab, where no widget reads ``stat``: the address keeps the link's
+    ``stat`` (a collaborator's link loses nothing), and a click on the statistic tab shows the link's statistic, not
+    the session's own or the default. A statistic chosen there stays in the link when the weights are shown again. A
+    bad value is told when its tab is drawn, and the address repaired."""
+    query = {"run": "induction-d128", "layer": "1", "head": "0", "stat": "prev_token", "panel": "weights"}
+    at = open_page("pages/head_explorer.py", query)
+    assert not at.exception and not at.warning
+    assert _page_charts(at) == HEAD_TABS["weights"]
+    assert (at.query_params["stat"], at.query_params["panel"]) == ("prev_token", "weights")
+    at.selectbox(key="layer").set_value(0).run()  # a rerun of the same tab: the kept value stays
+    assert (at.query_params["stat"], at.query_params["layer"]) == ("prev_token", "0")
+    at.session_state["panel"] = "statistic"  # what a click on the tab hands the rerun (`widgets.panel_tabs`)
+    at.run()
+    assert _page_charts(at) == HEAD_TABS["statistic"] and at.selectbox(key="stat").value == "prev_token"
+    title = chart(at, "head_in_layer")["layout"]["title"]["text"]
+    assert title.endswith("layer 0, head 0 · prev against its layer"), title  # STATS["prev_token"]'s short name
+    at.selectbox(key="stat").set_value("sink").run()
+    at.session_state["panel"] = "weights"
+    at.run()
+    assert _page_charts(at) == HEAD_TABS["weights"] and at.query_params["stat"] == "sink"  # chosen there, kept here
+
+    bad = open_page("pages/head_explorer.py", dict(query, stat="nonsense"))
+    assert not bad.warning and bad.query_params["stat"] == "nonsense"  # nothing reads it yet: not judged, not dropped
+    bad.session_state["panel"] = "statistic"
+    bad.run()
+    assert any("stat=nonsense" in w.value for w in bad.warning), [w.value for w in bad.warning]
+    assert bad.query_params["stat"] != "nonsense"
+
+
+@pytest.mark.parametrize("page", ["head_explorer", "forward_lenses"])
+def test_each_tab_owns_the_parameters_its_page_says(d128: Path, page: str) -> None:
+    """A page's ``OWNS`` (which URL parameters each tab's own widgets have: the link keeps those of the tabs not drawn)
+    is what each tab registers beyond what every tab does; the statistic tab opened on lambda_k, a positive statistic,
+    so that its k and its log switch are drawn too."""
+    import ast
+
+    tree = ast.parse((ROOT / "pages" / f"{page}.py").read_text())  # read, not imported: a page runs main() on import
+    owns = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["OWNS"]
+    )
+    drawn = {}
+    for panel in owns:
+        query = {"run": "induction-d128", "panel": panel} | ({"stat": "lambda"} if panel == "statistic" else {})
+        at = open_page(f"pages/{page}.py", query)
+        assert not at.exception and not at.error, panel
+        drawn[panel] = set(at.query_params.keys())
+    common = set.intersection(*drawn.values())
+    assert {panel: keys - common for panel, keys in drawn.items()} == {panel: set(names) for panel, names in owns.items()}
+
+
+def test_the_forward_lenses_step_waits_for_its_tab_and_the_loss_switch_for_its(d128: Path) -> None:
+    """On the Forward lenses the step is the divergence tab's frame and the losses tab's mark, the loss switch the
+    over-training tabs': each control on the tabs it changes, and a link's value for the other kept until its tab."""
+    steps = [int(s) for s in open_store(D128).steps]
+    at = open_page("pages/forward_lenses.py", {"run": "induction-d128", "step": str(steps[3]), "loss": "1"})
+    assert [t.label for t in at.toggle] == ["Overlay the loss curve"] and not at.get("select_slider")
+    assert at.query_params["step"] == str(steps[3])  # not drawn on the layers' tab, kept
+    at.toggle(key="loss").set_value(False).run()
+    at.session_state["panel"] = "divergence"
+    at.run()
+    assert at.select_slider(key="step").value == steps[3] and not at.toggle
+    assert at.query_params["loss"] == "0" and at.query_params["step"] == str(steps[3])  # chosen on layers, kept here
+
+
+def test_a_page_without_tabs_keeps_only_what_it_draws(d128: Path) -> None:
+    """Pages that draw every widget they have keep none of a link's other parameters (a typo, another page's)."""
+    at = open_page("pages/layer_view.py", {"run": "induction-d128", "layer": "1", "panelz": "x"})
+    assert not at.exception and "panelz" not in at.query_params and at.query_params["layer"] == "1"
+
+
 @pytest.fixture()
 def d128(monkeypatch) -> Path:
     _serve_data(monkeypatch)
