@@ -12,10 +12,13 @@ the chart and opens a link made from the point's ``customdata`` with ``window.op
 sees nothing of it; the page stays as it was.
 
 The link is a template: the page's relative URL with ``{i}`` where ``customdata[i]`` goes
-(``head?run=r&layer={0}&head={1}&step={2}``); each value is URL-encoded, and a point whose
-``customdata`` lacks one of them, or holds a value that is not a finite number or a string, opens
-nothing. The chart's element may be replaced when the page reruns, so the script looks for it every
-`POLL_MS` and attaches to whichever element is there (once per element).
+(``head?run=r&layer={0}&head={1}&step={2}``) and ``{meta[i]}`` where the clicked trace's ``meta[i]``
+goes: what is the same for every point of the trace and changes with an animation frame (a frame sets
+the trace's ``meta``, as a Circuits frame its step: `dashboard.figures.circuits.composition_animation`).
+Each value is URL-encoded, and a point whose ``customdata`` or trace ``meta`` lacks one of them, or
+holds a value that is not a finite number or a string, opens nothing. The chart's element may be
+replaced when the page reruns, so the script looks for it every `POLL_MS` and attaches to whichever
+element is there (once per element).
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ export default function (component) {
   const { data } = component;
   const selector = `.st-key-${data.chart} .js-plotly-plot`;
   let gd = null;
-  const fill = (cd) => {
-    let ok = Array.isArray(cd) || ArrayBuffer.isView(cd);  // Plotly decodes numeric arrays as typed arrays
-    const url = String(data.template).replace(/\\{(\\d+)\\}/g, (_, i) => {
-      const v = ok ? cd[Number(i)] : undefined;
+  const fill = (point) => {
+    const cd = point.customdata, meta = point.fullData && point.fullData.meta;
+    // Plotly decodes numeric arrays as typed arrays
+    const list = (a) => Array.isArray(a) || ArrayBuffer.isView(a);
+    let ok = true;
+    const url = String(data.template).replace(/\\{(?:meta\\[(\\d+)\\]|(\\d+))\\}/g, (_, m, c) => {
+      const from = m === undefined ? cd : meta;
+      const v = list(from) ? from[Number(m === undefined ? c : m)] : undefined;
       if (typeof v === "number" && Number.isFinite(v)) return encodeURIComponent(String(v));
       if (typeof v === "string") return encodeURIComponent(v);
       ok = false;
@@ -40,7 +47,7 @@ export default function (component) {
   };
   const onClick = (ev) => {
     const point = ev && ev.points && ev.points[0];
-    const url = point ? fill(point.customdata) : null;
+    const url = point ? fill(point) : null;
     if (url) window.open(new URL(url, window.location.href).href, "_blank", "noopener");
   };
   const detach = () => {

@@ -22,6 +22,9 @@ KIND_READS = {
     "v": "B's values read A's output",
 }
 PATH_COLOUR = "#d62728"
+# A matrix cell's customdata: target layer, head, step (NaN), source layer, head, then each frame's values.
+SOURCE_LAYER, SOURCE_HEAD = 3, 4
+CELL_VALUES = 5
 # Above this many cells x frames, the matrix is drawn at the chosen step only (no frames to play).
 MAX_ANIMATED_CELLS = 3_000_000
 
@@ -64,6 +67,17 @@ def composition_animation(
         divisor: what ``matrix`` was divided by (the random-heads mean; 1: raw scores): the hover gives the raw score
             and, when not 1, the ratio to random heads.
         title: put before each frame's ``step N`` title.
+
+    What the browser gets: what changes over training once per frame, the rest once. Each frame carries the matrix
+    (``z``), the ring, its title, its step (the pairs trace's ``meta[0]``) and a hovertemplate naming its columns.
+    Each cell's ``customdata`` is sent once: ``[target layer, head, step (NaN), source layer, head]`` (`head_points`;
+    the source at `SOURCE_LAYER`, `SOURCE_HEAD`), then, from `CELL_VALUES` on, at each frame in turn the raw score
+    and, when ``divisor`` is not 1, the ratio to random heads. The cells' types (B's as ``text``, A's as
+    ``hovertext``) are sent once per set of types: in the base trace when they never change, else as frames named
+    ``types K``, never played, that each step frame names as its ``baseframe`` (Plotly merges that one first).
+    A frame's data replaces the attributes it names and leaves the others as they are, so at every frame the pairs
+    trace shows that frame's step, values and types, and a click reads the cell's heads from ``customdata`` and the
+    step from ``meta`` (`dashboard.newtab`).
     """
     s, n, _ = matrix.shape
     n_layers = n // n_heads
@@ -73,24 +87,50 @@ def composition_animation(
     lo = min(lo, 0.0)
     tgt, src = np.nonzero(finite.any(axis=0))  # every cell that has a score at some checkpoint
     animated = s * len(tgt) <= MAX_ANIMATED_CELLS
-    frames_at = range(s) if animated else [start]
+    frames_at = list(range(s)) if animated else [start]
+    per = 2 if divisor != 1.0 else 1  # value columns per frame: the raw score, then its ratio to random heads
+    values = matrix[frames_at][:, tgt, src]  # (F, C) each drawn frame's value of each cell
+    columns = np.stack([values * divisor, values], axis=1)[:, :per]  # (F, per, C)
+    # One row per cell, the same in every frame: [target layer, head, step (NaN: every frame's), source layer,
+    # head, then per frame its columns]; a frame names its own columns in its hovertemplate and its step in meta.
+    cells = head_points(
+        tgt // n_heads,
+        tgt % n_heads,
+        None,
+        src // n_heads,
+        src % n_heads,
+        *columns.reshape(len(frames_at) * per, len(tgt)),
+        dtype=np.float32,
+    )
+    held = [tuple(types[i]) for i in frames_at] if types is not None else []  # per drawn frame, each head's types
+    # a cell's types: B's as its text, A's as its hovertext (the hover's "B: ..." and "A: ..." are in the template)
+    texts = {
+        h: dict(text=[h[b] or "no type" for b in tgt], hovertext=[h[a] or "no type" for a in src]) for h in dict.fromkeys(held)
+    }
+    shared = {h: f"types {k}" for k, h in enumerate(texts)} if len(texts) > 1 else {}  # a frame per set of types
 
-    def frame_data(i: int) -> list[dict[str, Any]]:
-        values = matrix[i, tgt, src].astype(np.float32)
-        raw = (matrix[i, tgt, src] * divisor).astype(np.float32)
-        cells = head_points(tgt // n_heads, tgt % n_heads, steps[i], values, src // n_heads, src % n_heads, raw, dtype=np.float32)
-        ring = paths[i] if paths is not None and len(paths[i]) else np.zeros((0, 2), dtype=np.int64)
-        held = types[i] if types is not None else None
-        text = (
-            [f"B: {held[b] or 'no type'}<br>A: {held[a] or 'no type'}" for b, a in zip(tgt, src, strict=True)] if held else None
+    def hover(j: int) -> str:
+        """The hover of the ``j``-th drawn frame: its step is the trace's ``meta[0]``, its values its columns."""
+        raw = CELL_VALUES + per * j
+        return (
+            f"target B: L%{{customdata[0]}} H%{{customdata[1]}}<br>source A: L%{{customdata[{SOURCE_LAYER}]}} "
+            f"H%{{customdata[{SOURCE_HEAD}]}}<br>step %{{meta[0]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[{raw}]:.4g}}"
+            + (f" = %{{customdata[{raw + 1}]:.2f}}× random heads" if per == 2 else "")
+            + ("<br>B: %{text}<br>A: %{hovertext}" if types is not None else "")
+            + "<extra>click: B with A, in a new tab</extra>"
         )
+
+    def frame_data(j: int) -> list[dict[str, Any]]:
+        i = frames_at[j]
+        ring = paths[i] if paths is not None and len(paths[i]) else np.zeros((0, 2), dtype=np.int64)
         return [
             dict(type="heatmap", z=matrix[i].astype(np.float32)),
-            dict(type="scatter", customdata=cells, **({"text": text} if text is not None else {})),
+            dict(type="scatter", hovertemplate=hover(j), meta=[int(steps[i])]),
             dict(type="scatter", x=ring[:, 0].tolist(), y=ring[:, 1].tolist()),
         ]
 
-    first = frame_data(start)
+    j_start = frames_at.index(start)
+    first = frame_data(j_start)
     first[0].update(
         x=list(range(n)),
         y=list(range(n)),
@@ -103,19 +143,14 @@ def composition_animation(
     first[1].update(
         x=src,
         y=tgt,
+        customdata=cells,
         mode="markers",
         name="pairs",
         showlegend=False,
         marker=dict(size=6, opacity=0, color="black"),
         selected=dict(marker=dict(opacity=0)),
         unselected=dict(marker=dict(opacity=0)),
-        hovertemplate=(
-            "target B: L%{customdata[0]} H%{customdata[1]}<br>source A: L%{customdata[4]} H%{customdata[5]}"
-            f"<br>step %{{customdata[2]:,}}<br>{KIND_NAMES[kind]} = %{{customdata[6]:.4g}}"
-            + (" = %{customdata[3]:.2f}× random heads" if divisor != 1.0 else "")
-            + ("<br>%{text}" if types is not None else "")
-            + "<extra>click: B with A, in a new tab</extra>"
-        ),
+        **(texts[held[j_start]] if texts else {}),
     )
     first[2].update(
         mode="markers",
@@ -124,14 +159,18 @@ def composition_animation(
         marker=dict(symbol="square-open", size=max(6, min(16, 560 // max(n, 1))), color=PATH_COLOUR, line=dict(width=2)),
         hoverinfo="skip",
     )
-    frames = [
+    # The cells' types text changes only where a head gains or loses a type: each set once, as a frame that is never
+    # played but that every step frame with those types builds on (its baseframe).
+    frames = [dict(name=name, data=[dict(type="scatter", **texts[k])], traces=[1]) for k, name in shared.items()]
+    frames += [
         dict(
             name=str(steps[i]),
-            data=frame_data(i),
+            data=frame_data(j),
             traces=[0, 1, 2],
             layout=dict(title=dict(text=f"{title} · step {steps[i]:,}" if title else f"step {steps[i]:,}")),
+            **({"baseframe": shared[held[j]]} if shared else {}),
         )
-        for i in frames_at
+        for j, i in enumerate(frames_at)
     ]
     ticks = list(range(n)) if n <= 64 else list(range(0, n, n_heads))
     lay = layout(

@@ -369,7 +369,9 @@ def play_menu(steps: Sequence[int], start: int, *, frame_ms: int, y: float, pad:
 
     Play runs the frames from ``start`` (the index of the frame shown, which the page's step control sets)
     to the end, one per ``frame_ms`` milliseconds; plotly would otherwise start at frame 0 until something
-    has played. Pause stops on the frame shown (`dashboard.charts.follow_play` hands it to the step control).
+    has played. The frames are named, never "all of them": a figure may hold frames that are not steps (data
+    its step frames share, their ``baseframe``). Pause stops on the frame shown (`dashboard.charts.follow_play`
+    hands it to the step control).
 
     Args:
         steps: the frames' steps, in order.
@@ -388,7 +390,7 @@ def play_menu(steps: Sequence[int], start: int, *, frame_ms: int, y: float, pad:
         menu["pad"] = pad
     menu["showactive"] = False
     menu["buttons"] = [
-        dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]] if start else None, play]),
+        dict(label="▶ Play", method="animate", args=[[str(x) for x in steps[start:]], play]),
         dict(label="❚❚ Pause", method="animate", args=[[None], pause]),
     ]
     return menu

@@ -188,9 +188,13 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
 
 def pair_link(run: str) -> str:
     """The head explorer on a cell's pair, as `charts.open_in_new_tab`'s template over the cell's ``customdata``
-    (``[target layer, target head, step, value, source layer, source head, raw]``, `figs.composition_animation`):
-    the target head B, the source A overlaid (``cmp=L1H2``), the cell's step the one step chosen."""
-    return f"head?run={quote(run, safe='')}&layer={{0}}&head={{1}}&cmp=L{{4}}H{{5}}&step={{2}}"
+    (``[target layer, target head, step (NaN), source layer, source head, ...values]``) and its trace's ``meta``
+    (``[the step of the frame shown]``), `figs.composition_animation`'s: the target head B, the source A overlaid
+    (``cmp=L1H2``), the frame's step the one step chosen."""
+    return (
+        f"head?run={quote(run, safe='')}&layer={{0}}&head={{1}}"
+        f"&cmp=L{{{figs.SOURCE_LAYER}}}H{{{figs.SOURCE_HEAD}}}&step={{meta[0]}}"
+    )
 
 
 def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:

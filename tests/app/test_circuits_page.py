@@ -5,6 +5,7 @@ files, not the page's own code), and a click on a cell opens its target head (Ch
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -124,26 +125,103 @@ def test_only_each_induction_heads_strongest_previous_token_source_is_ringed(cir
     assert chart(at, "composition")["data"][2]["x"] == []
 
 
-def test_a_cells_hover_gives_the_score_its_ratio_to_random_and_both_heads_types(circuit_store, tmp_path, monkeypatch):
+def _drawn(fig: dict, frame: str | None) -> dict:
+    """The pairs trace as Plotly draws it at ``frame`` (None: the chart as opened): the base trace, then the data
+    for it of the frame's ``baseframe``, then of the frame itself (Plotly's computeFrame and animate: a frame's
+    attributes replace the trace's, the others stay; the frames here set no nested objects)."""
+    frames = {f["name"]: f for f in fig.get("frames", [])}
+    chain = []
+    while frame is not None:
+        chain.append(frames[frame])
+        frame = frames[frame].get("baseframe")
+    trace = dict(fig["data"][1])
+    for f in reversed(chain):
+        for index, data in zip(f.get("traces", range(len(f["data"]))), f["data"], strict=True):
+            if index == 1:
+                trace.update(data)
+    return trace
+
+
+def _filled(template: str, trace: dict, i: int) -> str:
+    """``template`` (a hovertemplate ``%{...}``, or the click's link ``{...}``) filled for point ``i`` of ``trace``:
+    ``customdata[k]``, ``meta[k]``, ``text``, ``hovertext``; integers as integers (``:,`` with thousands separators),
+    other numbers in full."""
+    custom = arr(trace["customdata"])  # (points, columns)
+
+    def value(m: re.Match) -> str:
+        name, index, fmt = m.group("name"), m.group("index"), m.group("fmt") or ""
+        v = custom[i, int(index)] if name == "customdata" else trace[name][int(index)] if index else trace[name][i]
+        if isinstance(v, str):
+            return v
+        v = float(v)
+        if v.is_integer():
+            return f"{int(v):,}" if fmt == ":," else str(int(v))
+        return repr(v)
+
+    field = r"\{(?P<name>customdata|meta|text|hovertext)(?:\[(?P<index>\d+)\])?(?P<fmt>:[^}]*)?\}"
+    if template.startswith("head?"):  # the click's link: {k} is customdata[k]
+        template = re.sub(r"\{(\d+)\}", r"{customdata[\1]}", template)
+        return re.sub(field, value, template)
+    return re.sub("%" + field, value, template.split("<extra>")[0])
+
+
+def test_at_every_frame_a_cells_hover_and_click_name_its_pair_that_step_its_score_and_both_heads_types(
+    circuit_store, tmp_path, monkeypatch
+):
+    """What the browser draws at a frame (the base trace, the frame merged in) names, for each cell, its target and
+    source, the frame's step, the stored score and its ratio to random heads, and both heads' types; the click's link
+    opens that pair at that step. Expected values from composition.parquet (pandas) and the planted types."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from dashboard.pagepanels.composition_circuits import pair_link
+
     serve_only(circuit_store, tmp_path, monkeypatch)
     rows = _frame(circuit_store)
-    step = sorted(int(s) for s in rows["step"].unique())[-1]
-    at = open_page(PAGE, {"step": str(step), "kind": "k"})
-    cells = chart(at, "composition")["data"][1]
-    custom = arr(cells["customdata"]) if isinstance(cells["customdata"], dict) else np.asarray(cells["customdata"])
-    i = next(
-        j for j, c in enumerate(custom) if (int(c[0]), int(c[1]), int(c[4]), int(c[5])) == (IND[0], IND[1], PREV[0], PREV[1])
-    )
-    stored = rows[
-        (rows["step"] == step)
-        & (rows["layer_a"] == PREV[0])
-        & (rows["head_a"] == PREV[1])
-        & (rows["layer_b"] == IND[0])
-        & (rows["head_b"] == IND[1])
-    ]["k"].item()
-    assert custom[i][6] == pytest.approx(stored, rel=1e-6) and custom[i][3] == pytest.approx(stored / BASELINE["k"], rel=1e-6)
-    assert cells["text"][i] == "B: induction<br>A: previous-token"
-    assert "× random heads" in cells["hovertemplate"] and "%{customdata[6]" in cells["hovertemplate"]
+    steps = sorted(int(s) for s in rows["step"].unique())
+    at = open_page(PAGE, {"step": str(steps[4]), "kind": "k"})
+    fig = chart(at, "composition")
+    play = fig["layout"]["updatemenus"][0]["buttons"][0]["args"][0]
+    assert play == [str(s) for s in steps[4:]]  # Play runs the step frames only, never the frames of types
+    assert {f["name"] for f in fig["frames"]} >= {str(s) for s in steps}
+    link = pair_link(circuit_store.name)
+
+    def types(head: tuple[int, int], step: int) -> str:
+        if step < steps[-3]:
+            return "no type"
+        return "previous-token" if head in (PREV, PREV2) else "induction" if head == IND else "no type"
+
+    shown = [(None, steps[4]), (str(steps[0]), steps[0]), (str(steps[4]), steps[4])]
+    shown += [(str(s), s) for s in steps[-3:]]  # the types change at steps[-3]
+    for frame, step in shown:
+        trace = _drawn(fig, frame)
+        for target, source in [(IND, PREV), (IND, PREV2), ((3, 1), (0, 2)), ((1, 3), (0, 0))]:
+            x, y = source[0] * H + source[1], target[0] * H + target[1]
+            i = next(j for j, (a, b) in enumerate(zip(arr(trace["x"]), arr(trace["y"]), strict=True)) if (a, b) == (x, y))
+            stored = rows[
+                (rows["step"] == step)
+                & (rows["layer_a"] == source[0])
+                & (rows["head_a"] == source[1])
+                & (rows["layer_b"] == target[0])
+                & (rows["head_b"] == target[1])
+            ]["k"].item()
+            lines = _filled(trace["hovertemplate"], trace, i).split("<br>")
+            where = (frame, target, source)
+            assert lines[:3] == [
+                f"target B: L{target[0]} H{target[1]}",
+                f"source A: L{source[0]} H{source[1]}",
+                f"step {step:,}",
+            ], where
+            score, ratio = re.fullmatch(r"K-composition = (\S+) = (\S+)× random heads", lines[3]).groups()
+            assert float(score) == pytest.approx(stored, rel=1e-6), where
+            assert float(ratio) == pytest.approx(stored / BASELINE["k"], rel=1e-6), where
+            assert lines[4:] == [f"B: {types(target, step)}", f"A: {types(source, step)}"], where
+            opened = parse_qs(urlsplit(_filled(link, trace, i)).query)
+            assert (opened["layer"], opened["head"], opened["cmp"], opened["step"]) == (
+                [str(target[0])],
+                [str(target[1])],
+                [f"L{source[0]}H{source[1]}"],
+                [str(step)],
+            ), where
 
 
 def test_a_store_without_composition_says_how_to_add_it(app_env):
@@ -230,3 +308,78 @@ def test_values_handed_to_the_head_explorer_survive_a_rerun_of_the_page_that_han
     assert not at.exception
     assert (at.query_params.get("layer"), at.query_params.get("head")) == ("2", "1")
     assert at.query_params["cmp"] == "L1H2" and at.query_params["step"] == str(steps[5])
+
+
+def test_after_play_and_pause_a_cells_hover_and_click_name_the_frame_shown(circuit_server, circuit_store, chromium):
+    """Opened at one step, played and paused a few frames on, with the page's own rerun to the paused step held off
+    (its listeners removed), the chart shows a frame merged into the trace: the hover of the cell source L1 H0 ->
+    target L2 H3 names that frame's step, its stored score and both heads' types there, and a click opens the pair at
+    that step in a new tab."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_view
+
+    rows = _frame(circuit_store)
+    steps = sorted(int(s) for s in rows["step"].unique())
+    page = chromium.new_page(viewport={"width": 1500, "height": 1900})
+    tab = None
+    key = ".st-key-composition"
+    try:
+        page.goto(circuit_server + f"/circuits?kind=k&step={steps[-6]}")
+        _wait_view(page, "/circuits", "Circuits", 3)
+        page.evaluate(
+            """() => {
+            const gd = document.querySelector('.st-key-composition .js-plotly-plot');
+            for (const e of ['plotly_animatingframe', 'plotly_animated', 'plotly_animationinterrupted'])
+                gd.removeAllListeners(e);
+        }"""
+        )
+        chart = page.locator(key)
+        chart.locator(".updatemenu-button").nth(0).click()  # ▶ Play
+        page.wait_for_function(
+            """s => document.querySelector('.st-key-composition .gtitle').textContent.endsWith('step ' + s)""",
+            arg=f"{steps[-3]:,}",
+            timeout=LOAD_TIMEOUT_MS,
+        )
+        chart.locator(".updatemenu-button").nth(1).click()  # ❚❚ Pause
+        page.wait_for_timeout(500)
+        title = page.locator(f"{key} .gtitle").text_content() or ""
+        shown = int(title.rsplit("step ", 1)[1].replace(",", ""))
+        assert shown in steps[-3:], title  # a frame after the one opened, where both heads hold their types
+        xy = page.evaluate(
+            """([src, tgt]) => {
+            const gd = document.querySelector('.st-key-composition .js-plotly-plot');
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(src), box.top + ya._offset + ya.l2p(tgt)];
+        }""",
+            [PREV[0] * H + PREV[1], IND[0] * H + IND[1]],
+        )
+        page.mouse.move(*xy)
+        page.wait_for_selector(f"{key} .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
+        hover = page.locator(f"{key} .hoverlayer .hovertext").first.text_content() or ""
+        stored = rows[
+            (rows["step"] == shown)
+            & (rows["layer_a"] == PREV[0])
+            & (rows["head_a"] == PREV[1])
+            & (rows["layer_b"] == IND[0])
+            & (rows["head_b"] == IND[1])
+        ]["k"].item()
+        assert f"target B: L{IND[0]} H{IND[1]}source A: L{PREV[0]} H{PREV[1]}step {shown:,}" in hover, hover
+        score, ratio = re.search(r"K-composition = (\S+) = (\S+)× random heads", hover).groups()
+        assert float(score) == pytest.approx(stored, rel=1e-3) and float(ratio) == pytest.approx(stored / 0.125, abs=0.006)
+        assert hover.endswith("B: inductionA: previous-token"), hover
+        assert page.locator(f"{key} .gtitle").text_content() == title  # still the paused frame, not a rerun
+        with page.expect_popup(timeout=LOAD_TIMEOUT_MS) as popup:
+            page.mouse.click(*xy)
+        tab = popup.value
+        opened = parse_qs(urlsplit(tab.url).query)
+        assert (opened["layer"], opened["head"], opened["cmp"], opened["step"]) == (
+            [str(IND[0])],
+            [str(IND[1])],
+            [f"L{PREV[0]}H{PREV[1]}"],
+            [str(shown)],
+        ), tab.url
+    finally:
+        if tab is not None:
+            tab.close()
+        page.close()
