@@ -161,7 +161,9 @@ def composition_animation(
     )
     # The cells' types text changes only where a head gains or loses a type: each set once, as a frame that is never
     # played but that every step frame with those types builds on (its baseframe).
-    frames = [dict(name=name, data=[dict(type="scatter", **texts[k])], traces=[1]) for k, name in shared.items()]
+    frames: list[dict[str, Any]] = [
+        dict(name=name, data=[dict(type="scatter", **texts[k])], traces=[1]) for k, name in shared.items()
+    ]
     frames += [
         dict(
             name=str(steps[i]),
