@@ -34,6 +34,11 @@ curve, does not depend on its widget: there the bare charts stay the same too). 
 ratio is page / bare page. Caches are warm: every timed load and change was done
 once first.
 
+A page with data grids (``st.dataframe``: the Heads table, the Timeline's events, the refined LLC's flags, ...) is
+also timed against a second bare page with the same charts and the same grids (as many rows and columns, the same
+height, random numbers): Streamlit's grid is a canvas component with its own script chunk, which the chart-only bare
+page never loads, so that ratio says what the page costs beyond Streamlit's own elements.
+
 To say where the time goes, each operation also records: the server process's CPU
 time (``/proc/PID/stat``: the rerun's Python work and the figures' serialisation),
 when the page sent its first WebSocket message (the widget's new value), when the
@@ -172,8 +177,18 @@ SIZES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
           frames: len(gd._transitionData && gd._transitionData._frames)};
 })"""
 
-BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...) and one widget; nothing else."""
+# The page's data grids (st.dataframe): rows, columns and height, for the bare page that has them too.
+TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].map(el => {
+  const grid = el.querySelector('[role="grid"], [aria-rowcount]');
+  return {rows: Number(grid && grid.getAttribute('aria-rowcount') || 1) - 1,
+          cols: Number(grid && grid.getAttribute('aria-colcount') || 1),
+          height: Math.round(el.getBoundingClientRect().height)};
+})"""
+
+BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...), data grids (?t=RxCxH: rows, columns, height
+in px) and one widget; nothing else."""
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -189,6 +204,10 @@ rng = np.random.default_rng(seed)
 for i, (height, width) in enumerate(charts):
     fig = go.Figure(go.Scatter(y=rng.standard_normal(200).cumsum(), mode="lines"), layout=dict(height=height))
     st.plotly_chart(fig, width=width, key=f"chart{i}")
+for i, table in enumerate(st.query_params.get_all("t")):
+    rows, cols, height = (int(n) for n in table.split("x"))
+    frame = pd.DataFrame(rng.standard_normal((rows, cols)), columns=[f"column {j}" for j in range(cols)])
+    st.dataframe(frame, height=height, hide_index=True, key=f"table{i}")
 '''
 
 
@@ -327,7 +346,7 @@ def measure(
     loads = []
     for r in range(repeats + 1):
         page, cdp, rec = load(context, base + path, pid, charts)
-        sizes = page.evaluate(SIZES)
+        sizes, grids = page.evaluate(SIZES), page.evaluate(TABLES)
         if r:
             loads.append(rec)
         if r < repeats:
@@ -340,6 +359,7 @@ def measure(
     return {
         "charts": charts,
         "sizes": sizes,
+        "tables": grids,
         "load": median(loads),
         "change": median(changes) if changes else None,
         "loads_ms": [r["ms"] for r in loads],
@@ -347,9 +367,10 @@ def measure(
     }
 
 
-def bare_path(sizes: list[dict], kind: str) -> str:
-    """The bare page's URL: charts of the sizes in ``sizes``, widget ``kind``."""
-    return "/?" + "".join(f"c={round(s['height'])}x{round(s['width'])}&" for s in sizes) + f"w={kind}"
+def bare_path(sizes: list[dict], kind: str, grids: list[dict] | None = None) -> str:
+    """The bare page's URL: charts of the sizes in ``sizes``, widget ``kind``; data grids like ``grids``, if given."""
+    tables = "".join(f"t={max(g['rows'], 1)}x{max(g['cols'], 1)}x{max(g['height'], 80)}&" for g in grids or [])
+    return "/?" + "".join(f"c={round(s['height'])}x{round(s['width'])}&" for s in sizes) + tables + f"w={kind}"
 
 
 def _ms(values: list[float]) -> str:
@@ -433,9 +454,18 @@ def run(
                     repeats=repeats,
                 )
                 bare["cold"], bare["colds_ms"] = median(bare_cold), [r["ms"] for r in bare_cold]
+            grids = None  # a page with data grids: also against a bare page with the same grids (Streamlit's floor)
+            if first["tables"]:
+                gpath = bare_path(first["sizes"], kind, first["tables"])
+                grids = measure(context, bare_base, bare_pid, gpath, None, repeats, charts=first["charts"])
+                if cold is not None:
+                    got = cold_loads(
+                        browser, bare_cmd, cwd=bare_cwd, env=dict(os.environ), path=gpath, charts=first["charts"], repeats=repeats
+                    )
+                    grids["cold"], grids["colds_ms"] = median(got), [r["ms"] for r in got]
             for label, app in apps.items():
                 shown = f"{page_name} ({label})" if label else page_name
-                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare})
+                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare, "bare_grids": grids})
                 if cold is not None:
                     print(f"[{name}] {shown}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
                 print(
@@ -500,6 +530,30 @@ def tables(rows: list[dict]) -> str:
                 )
             ]
             out.append(f"| {r['store']} | {r['page']} | {op} | " + " | ".join(cells) + " |")
+    with_grids = [r for r in rows if r.get("bare_grids")]
+    if with_grids:
+        out += [
+            "",
+            "Pages with data grids (st.dataframe), against a bare page with the same charts and the same grids "
+            "(rows x columns, height): what Streamlit's own grid costs (page / bare page with grids):",
+            "",
+            "| store | page | grids | load, ms | bare with grids | ratio |"
+            + (" cold load, ms | bare with grids | ratio |" if with_cold else ""),
+            "| --- | --- | --- | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if with_cold else ""),
+        ]
+        for r in with_grids:
+            a, g = r["app"], r["bare_grids"]
+            shape = ", ".join(f"{t['rows']}x{t['cols']}" for t in a["tables"])
+            line = (
+                f"| {r['store']} | {r['page']} | {shape} | "
+                + " | ".join(
+                    f"{a[op]['ms']:.0f} | {g[op]['ms']:.0f} | {a[op]['ms'] / g[op]['ms']:.2f}"
+                    for op in ("load", "cold")
+                    if op in g
+                )
+                + " |"
+            )
+            out.append(line)
     out += ["", "Chart sizes: (height x width px, traces, points, subplots, frames) per chart", ""]
     for r in rows:
         sizes = "; ".join(

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -178,16 +179,52 @@ def warm_up(wait_s: float = 60.0) -> None:
     gaussian_references(16, 4, None)  # the kernels' float32 signatures, loaded (or compiled once) by numba
 
 
+def ready_after(done: threading.Event) -> None:
+    """Make the server's health check (``/_stcore/health``) answer 503 "warming up" until ``done`` is set.
+
+    Streamlit's page pings that endpoint before it opens its WebSocket (and retries while it fails), and so do
+    load balancers and a Space's startup probe, so no session starts while `warm_up` still imports: a first visitor's
+    run would otherwise share the interpreter with the warm-up (its imports and its run interleaved under the GIL,
+    both slower) and wait for modules its page does not need. The visitor waits for the warm-up instead, then gets a
+    run with everything imported. Wraps ``Runtime.is_ready_for_browser_connection``, the one thing the endpoint asks.
+    """
+    from streamlit.runtime.runtime import Runtime
+
+    original = Runtime.is_ready_for_browser_connection
+
+    async def ready(self: Runtime) -> tuple[bool, str]:
+        ok, message = await original.fget(self)  # type: ignore[attr-defined]
+        if ok and not done.is_set():
+            return False, "warming up: importing the pages' modules (dashboard.serve.warm_up)"
+        return ok, message
+
+    Runtime.is_ready_for_browser_connection = property(ready)  # type: ignore[method-assign,assignment]
+
+
+WARMED = "headwatch: the pages' modules imported in"  # the warm-up's line on stderr, before the server says it is ready
+
+
+def _warm_up_then(done: threading.Event) -> None:
+    import time
+
+    t = time.perf_counter()
+    try:
+        warm_up()
+        print(f"{WARMED} {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    finally:  # a failed import must not keep the server from answering: the page's own run reports it
+        done.set()
+
+
 def main(argv: list[str] | None = None) -> None:
     """``streamlit run app.py`` with ``argv`` (default: this process's arguments) as its options, the page
-    modules imported meanwhile (`warm_up`, in a background thread: the server answers at once; not with
-    ``HEADWATCH_WARM_UP=0``)."""
-    import threading
-
+    modules imported first (`warm_up`, in a background thread once Streamlit's runtime exists; the health check
+    says the server is ready only after it, `ready_after`; not with ``HEADWATCH_WARM_UP=0``)."""
     from streamlit.web import cli
 
     if os.environ.get(WARM_UP_ENV, "1") != "0":
-        threading.Thread(target=warm_up, name="headwatch-warm-up", daemon=True).start()
+        done = threading.Event()
+        ready_after(done)
+        threading.Thread(target=_warm_up_then, args=(done,), name="headwatch-warm-up", daemon=True).start()
     declare_navigation_pages()
     args = streamlit_options(list(sys.argv[1:] if argv is None else argv))
     cut = args.index("--") if "--" in args else len(args)

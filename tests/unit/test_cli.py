@@ -115,6 +115,53 @@ def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_
     assert _fresh_python(code) == "[] 1 1 []"
 
 
+def test_the_server_says_it_is_ready_only_after_the_warm_up(tmp_path):
+    """``python -m dashboard.serve`` answers its health check (what Streamlit's page asks before it connects) with 503
+    "warming up" until `warm_up` has imported the pages' modules: once it answers 200, the warm-up's line is in the
+    log, so no first session shares the interpreter with it. With ``HEADWATCH_WARM_UP=0`` it is ready at once."""
+    import os
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    for warm in ("1", "0"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        log = tmp_path / f"serve-{warm}.log"
+        env = dict(os.environ, HEADWATCH_WARM_UP=warm, HEADWATCH_DATA=str(tmp_path))
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dashboard.serve", "--server.port", str(port), "--server.headless", "true",
+                 "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            answers = []
+            try:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    try:
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5)
+                        break
+                    except urllib.error.HTTPError as e:
+                        answers.append((e.code, e.read().decode()))
+                    except OSError:
+                        pass
+                    time.sleep(0.02)
+                else:
+                    pytest.fail(f"not healthy in 120 s: {log.read_text()}")
+                warmed = dashboard.serve.WARMED in log.read_text()
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+        if warm == "1":
+            assert warmed, log.read_text()  # ready only once the modules are imported
+            assert any(code == 503 and "warming up" in text for code, text in answers), answers  # and said why before
+        else:
+            assert not warmed and not any("warming" in text for _, text in answers), answers
+
+
 def test_info_imports_no_torch():
     code = (
         f"import sys; from headwatch.cli import main; main(['info', {str(STORES[0])!r}]); "
