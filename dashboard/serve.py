@@ -193,12 +193,12 @@ def ready_after(done: threading.Event) -> None:
     original = Runtime.is_ready_for_browser_connection
 
     async def ready(self: Runtime) -> tuple[bool, str]:
-        ok, message = await original.fget(self)  # type: ignore[attr-defined]
+        ok, message = await original.fget(self)  # type: ignore[attr-defined]  # mypy sees the property's value, not the property
         if ok and not done.is_set():
             return False, "warming up: importing the pages' modules (dashboard.serve.warm_up)"
         return ok, message
 
-    Runtime.is_ready_for_browser_connection = property(ready)  # type: ignore[method-assign,assignment]
+    Runtime.is_ready_for_browser_connection = property(ready)  # type: ignore[method-assign,assignment]  # a property replaced
 
 
 WARMED = "headwatch: the pages' modules imported in"  # the warm-up's line on stderr, before the server says it is ready
