@@ -237,12 +237,16 @@ def notice(text: str) -> None:
 
 def register(view: View, name: str, value: Any) -> None:
     """Record the value a widget shows as the URL parameter ``name`` and as its last value (per page when in `PAGE_SCOPED`)."""
-    values = value if isinstance(value, (list, tuple)) else [value]
-    view.params[name] = [encode(v) for v in values]
+    view.params[name] = _encoded(value)
     if name in PAGE_SCOPED:
         st.session_state.setdefault(_PAGE_LAST, {})[(_page_of(view), name)] = value
     else:
         st.session_state.setdefault(_LAST, {})[name] = value
+
+
+def _encoded(value: Any) -> list[str]:
+    """A widget's value as the URL spells it: one string per value of a several-choice widget."""
+    return [encode(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
 
 
 def _unshown(view: View, params: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -272,13 +276,9 @@ def _unshown(view: View, params: dict[str, list[str]]) -> dict[str, list[str]]:
             out[name] = raw
     handed = _handed_to(view) or {}
     for name, value in handed.items():  # handed to this page by a click or a link and not used by its tabs drawn
-        if name in params:
+        if name in params or name not in view.unshown:
             continue
-        raw = (
-            list(value.raw)
-            if isinstance(value, _FromLink)
-            else [encode(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-        )
+        raw = list(value.raw) if isinstance(value, _FromLink) else _encoded(value)
         kept[(page, name)] = tuple(raw)
         out[name] = raw
     st.session_state[_KEPT] = kept
