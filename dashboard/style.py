@@ -40,7 +40,7 @@ LOSS_COLOUR = "#222222"  # the loss curve overlaid on time axes: black, dotted
 
 HEIGHT = 440
 SMALL_HEIGHT = 260
-MARGIN = dict(l=64, r=24, t=36, b=52)
+MARGIN = dict(l=64, r=24, t=36, b=68)
 # Charts stacked over one time axis on a page share a fixed left and right margin (no margin grows to fit a
 # y axis's tick labels), so a step sits at the same pixel in each (`figures.common.stacked`): the left holds the
 # value axis's ticks and title; the right, chosen per page for its widest, a colour bar, a legend or the loss axis.

@@ -13,7 +13,7 @@ from dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
 from dashboard.frame import RunFrame
 from dashboard.labels import STATS, stats_for
 
-STACK_RIGHT = 110  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
+STACK_RIGHT = 116  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from dashboard.data import fixed_range, nan_mean
 from dashboard.figures.common import colour_layer, figure, layout, play_menu, value_axis
-from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
+from dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points, invisible_markers
 from dashboard.labels import Stat
 
 FRAME_MS = 180  # playback speed: one checkpoint per FRAME_MS milliseconds
@@ -86,9 +86,7 @@ def animation(
         yaxis="y",
         showlegend=False,
         name="cells",
-        marker=dict(size=6, opacity=0, color="black"),
-        selected=dict(marker=dict(opacity=0)),
-        unselected=dict(marker=dict(opacity=0)),
+        **invisible_markers(),
         hovertemplate=f"{HOVER_HEAD}<br>{HOVER_STEP}<br>{sym} = %{{customdata[3]:.4g}}<extra>click to open</extra>",
     )
     first[0].update(
@@ -133,7 +131,7 @@ def animation(
     lay = layout(
         height=640,
         showlegend=False,
-        margin=dict(l=64, r=90, t=56, b=100),
+        margin=dict(l=102, r=104, t=56, b=100),
         hoverdistance=-1,
         title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(domain=_MAIN_X, anchor="y", range=[-0.5, n_heads - 0.5], title=dict(text=""), showticklabels=False),

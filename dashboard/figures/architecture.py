@@ -112,6 +112,7 @@ def _heatmap_layout(axis: StepAxis, n_layers: int, n_heads: int) -> dict[str, An
     yaxis = step_xaxis(axis)  # the step axis, standing vertically
     return layout(
         height=max(style.HEIGHT, 520),
+        margin=dict(l=88, r=138, t=style.MARGIN["t"], b=82),  # the steps' labels, the colour bar, the heads' labels
         hoverdistance=-1,
         xaxis=dict(
             type="category",
@@ -167,7 +168,7 @@ def layer_means(
             legend=dict(
                 orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=10), title=dict(text="layer")
             ),
-            margin=dict(style.MARGIN, r=90),
+            margin=dict(style.MARGIN, l=84, r=90),
             xaxis=step_xaxis(axis),
             yaxis=value_axis(f"layer mean of {stat.title(k)}", y_range, log=log_y),
             shapes=duplicate_shapes(axis),

@@ -13,7 +13,8 @@ from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.animation import FRAME_MS
 from dashboard.figures.architecture import head_labels
 from dashboard.figures.common import figure, layout, play_menu, step_xaxis, value_axis
-from dashboard.figures.points import head_points
+from dashboard.figures.points import head_points, invisible_markers
+from dashboard.style import MARGIN
 
 KIND_NAMES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
 KIND_READS = {
@@ -147,9 +148,7 @@ def composition_animation(
         mode="markers",
         name="pairs",
         showlegend=False,
-        marker=dict(size=6, opacity=0, color="black"),
-        selected=dict(marker=dict(opacity=0)),
-        unselected=dict(marker=dict(opacity=0)),
+        **invisible_markers(),
         **(texts[held[j_start]] if texts else {}),
     )
     first[2].update(
@@ -177,7 +176,7 @@ def composition_animation(
     ticks = list(range(n)) if n <= 64 else list(range(0, n, n_heads))
     lay = layout(
         height=max(480, min(1000, 26 * n + 200)),
-        margin=dict(l=80, r=90, t=56, b=110),
+        margin=dict(l=92, r=108, t=56, b=168),
         hoverdistance=-1,
         title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(
@@ -248,6 +247,7 @@ def partner_lines(
         traces,
         layout(
             height=360,
+            margin=dict(MARGIN, l=72),
             xaxis=step_xaxis(axis),
             yaxis=value_axis(f"{KIND_NAMES[kind]} ({unit})", rng),
             shapes=shapes,

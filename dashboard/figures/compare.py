@@ -311,6 +311,7 @@ def distributions(
         traces,
         layout(
             height=style.HEIGHT,
+            margin=dict(style.MARGIN, l=72),
             xaxis=value_axis(stat_title, _finite_range(all_values, log=log_x), log=log_x),
             yaxis=value_axis(f"fraction of {unit}s at or below", (0.0, 1.02)),
         ),

@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures.common import layout
+from dashboard.style import MARGIN
 
 # One colour per stage of the run, cycling (qualitative, readable on white).
 STAGE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -79,6 +80,7 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
         data,
         layout(
             height=480,
+            margin=dict(MARGIN, l=76),  # the right one grows to the legend's stage names
             title=dict(text="Essential dynamics: the outputs' trajectory in its first two principal components"),
             xaxis=dict(title=dict(text=f"PC1 ({pct[0]} of the variance; log-probability, nats)")),
             yaxis=dict(title=dict(text=f"PC2 ({pct[1]} of the variance; log-probability, nats)")),

@@ -175,7 +175,7 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
         layout(
             height=520,
             showlegend=False,
-            margin=dict(l=64, r=40, t=56, b=80),
+            margin=dict(l=64, r=116, t=56, b=90),
             title=dict(text=f"step {steps[start]:,}", x=0.01, xanchor="left"),
             xaxis=dict(title=dict(text="layer"), dtick=1, range=[-0.5, n_layers - 0.5], constrain="domain"),
             yaxis=dict(title=dict(text="layer"), dtick=1, range=[n_layers - 0.5, -0.5], scaleanchor="x"),
@@ -291,6 +291,7 @@ def head_type_heatmap(
         [heat, picker, *markers],
         layout(
             showlegend=bool(markers),
+            margin=dict(style.MARGIN, b=76),
             # at least 12 px per labelled head, so that the labels do not overlap
             height=max(style.SMALL_HEIGHT, min(900, max(8 * n_layers * n_heads, 12 * len(tickvals)) + 90)),
             hovermode="closest",

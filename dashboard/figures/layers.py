@@ -112,7 +112,7 @@ def layer_grid(
     lay = layout(
         height=max(260, 160 * rows + 60),
         showlegend=False,
-        margin=dict(l=64, r=16, t=36, b=56),
+        margin=dict(l=64, r=16, t=36, b=68),
         annotations=[],
         shapes=[],
     )

@@ -219,6 +219,7 @@ def cluster_grid(labels: np.ndarray, *, n_layers: int, n_heads: int, names: Sequ
         layout(
             xaxis=dict(title=dict(text="head"), dtick=1),
             yaxis=dict(title=dict(text="layer"), dtick=1, autorange="reversed"),
+            margin=dict(style.MARGIN, l=70, b=76),
             height=max(style.SMALL_HEIGHT, 40 * n_layers + 90),
         ),
     )

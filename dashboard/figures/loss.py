@@ -54,7 +54,7 @@ def loss_curve(steps: np.ndarray, train: np.ndarray, val: np.ndarray, *, log_x: 
         traces,
         layout=layout(
             height=200,
-            margin=dict(l=44, r=8, t=8, b=36),
+            margin=dict(l=58, r=18, t=8, b=64),
             font=dict(size=11),
             xaxis=xaxis,
             yaxis=dict(title=dict(text="loss (nats/token)"), range=list(fixed_range(np.concatenate([train, val])))),

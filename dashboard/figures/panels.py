@@ -62,6 +62,7 @@ def step_map(
     return figure(
         [heat],
         layout(
+            margin=dict(style.MARGIN, b=156),  # the colour bar under the time axis
             xaxis=step_xaxis(axis),
             yaxis=y_axis,
             shapes=duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours), full=False),
@@ -100,6 +101,7 @@ def slices_layout(
     """
     lay = layout(
         height=SLICES_HEIGHT,
+        margin=dict(l=84, r=style.MARGIN["r"], t=108, b=72),  # t: the legend under the title
         xaxis=dict(left_x, domain=[0.0, 1.0], anchor="y", automargin=True, title=_titled(left_x, two_lines)),
         yaxis=dict(left_y, domain=[0.6, 1.0], anchor="x", automargin=True, title=_titled(left_y, str)),
         shapes=[],

@@ -39,7 +39,10 @@ def entries_figure(s: LabSample, *, log_density: bool = False) -> go.Figure:
     y = value_axis(
         "p(w) (1 / raw unit)", (np.log10(peak) - 6, np.log10(peak) + 0.3) if log_density else (0, 1.08 * peak), log=log_density
     )
-    return figure(data, layout(xaxis=dict(title=dict(text="w: entry of W_QK (raw units)")), yaxis=y, bargap=0))
+    return figure(
+        data,
+        layout(xaxis=dict(title=dict(text="w: entry of W_QK (raw units)")), yaxis=y, bargap=0, margin=dict(style.MARGIN, l=70)),
+    )
 
 
 def singular_values_figure(s: LabSample) -> go.Figure:
@@ -63,7 +66,16 @@ def singular_values_figure(s: LabSample) -> go.Figure:
         )
     lo = np.log10(max(sv.min(), sv.max() * 1e-20))
     y = value_axis("s_k (raw units)", (lo - 0.5, np.log10(sv.max()) + 0.5), log=True)
-    return figure(data, layout(xaxis=dict(title=dict(text="index k (0 = largest)")), yaxis=y, shapes=shapes, showlegend=False))
+    return figure(
+        data,
+        layout(
+            xaxis=dict(title=dict(text="index k (0 = largest)")),
+            yaxis=y,
+            shapes=shapes,
+            showlegend=False,
+            margin=dict(style.MARGIN, l=88),
+        ),
+    )
 
 
 def spectrum_law_figure(s: LabSample) -> go.Figure:
@@ -112,5 +124,6 @@ def spectrum_law_figure(s: LabSample) -> go.Figure:
             yaxis=value_axis("P(x)", (0, y_top)),
             bargap=0,
             height=style.HEIGHT,
+            margin=dict(style.MARGIN, l=72),
         ),
     )

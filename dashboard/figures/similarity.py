@@ -15,7 +15,7 @@ from scipy.spatial.distance import squareform
 from dashboard import style
 from dashboard.data import StepAxis, fixed_range
 from dashboard.figures.common import figure, layout, step_xaxis, value_axis
-from dashboard.figures.points import head_points
+from dashboard.figures.points import head_points, invisible_markers
 
 STAT_NAMES = {
     "qk_frob": "W_QK: normalized Frobenius inner product",
@@ -100,9 +100,7 @@ def similarity_matrix(
             mode="markers",
             name="pairs",
             customdata=cells,
-            marker=dict(size=6, opacity=0, color="black"),
-            selected=dict(marker=dict(opacity=0)),
-            unselected=dict(marker=dict(opacity=0)),
+            **invisible_markers(),
             showlegend=False,
             hovertemplate="L%{customdata[0]} H%{customdata[1]} and L%{customdata[4]} H%{customdata[5]}<br>step "
             f"%{{customdata[2]:,}}<br>{SHORT[stat]} = %{{customdata[3]:.4g}}<extra>click to open the row's head</extra>",
@@ -116,7 +114,7 @@ def similarity_matrix(
         traces,
         layout(
             height=max(380, min(900, 22 * n + 180)),
-            margin=dict(l=80, r=40, t=40, b=90),
+            margin=dict(l=92, r=114, t=40, b=90),
             hoverdistance=-1,
             shapes=shapes,
             xaxis=dict(
@@ -178,6 +176,7 @@ def ultrametric_lines(
         traces,
         layout(
             height=380,
+            margin=dict(style.MARGIN, l=78),
             xaxis=step_xaxis(axis),
             yaxis=value_axis(
                 f"share of ultrametric triangles ({distance} distance)", fixed_range(both, pad=0.06) if both.size else (0, 1)

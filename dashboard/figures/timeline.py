@@ -151,6 +151,7 @@ def timeline(
         what = "the run's stages (every curve's boundaries merged)"
     fig_layout = layout(
         height=560,
+        margin=dict(style.MARGIN, l=136),  # the event lanes' names
         title=dict(text=title or f"Loss over training, {what} shaded, and the run's events"),
         xaxis=step_xaxis(axis, anchor="y2"),
         yaxis=dict(
@@ -216,7 +217,7 @@ def compact(axis: StepAxis, loss: np.ndarray | None, stages: pd.DataFrame | None
         data,
         layout(
             height=230,
-            margin=dict(l=48, r=8, t=8, b=40),
+            margin=dict(l=58, r=8, t=8, b=64),
             font=dict(size=11),
             showlegend=False,
             xaxis=step_xaxis(axis),

@@ -151,7 +151,7 @@ def sv_depth(
         xaxis=value_axis(f"s / (σ √n)  (dimensionless; the law's bulk is [{np.sqrt(lo):.2f}, {np.sqrt(hi):.2f}])", (0.0, x_max)),
         yaxis=value_axis("density (per unit of s/(σ√n))", (0.0, y_hi)),
         legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
-        margin=dict(l=70, r=150, t=56, b=60),
+        margin=dict(l=70, r=150, t=56, b=68),
     )
     return figure(data, lay)
 
@@ -198,7 +198,7 @@ def layer_lines(
         xaxis=step_xaxis(axis),
         yaxis=value_axis(y_title, rng, log=log_y),
         legend=dict(orientation="v", x=1.01, y=1, xanchor="left", yanchor="top", font=dict(size=11)),
-        margin=dict(l=70, r=150, t=36, b=52),
+        margin=dict(l=70, r=150, t=36, b=68),
         shapes=duplicate_shapes(axis),
     )
     return figure(data, lay)

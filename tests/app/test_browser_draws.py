@@ -94,3 +94,63 @@ def test_no_web_font_redraws_a_chart_of_the_head_explorer(chromium, shipped_serv
             page.close()
     finally:
         context.close()
+
+
+# Per chart: its traces with invisible markers (opacity 0: the lines a click picks, the heatmaps' cell pickers), the
+# points they hold and the marker paths Plotly drew for them.
+PICKERS = """key => {
+  const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+  const traces = [...gd.querySelectorAll('.scatterlayer .trace')].filter(t => t.__data__ && t.__data__[0]
+    && t.__data__[0].trace.marker && t.__data__[0].trace.marker.opacity === 0 && t.__data__[0].trace.mode.includes('markers'));
+  return {traces: traces.length, points: traces.reduce((n, t) => n + t.__data__.length, 0),
+          drawn: traces.reduce((n, t) => n + t.querySelectorAll('path.point').length, 0)};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    ("path", "key"), [("layers?layer=2", "layer_grid"), ("layers?layer=2", "layer_lines"), ("architecture", "architecture")]
+)
+def test_invisible_click_targets_are_not_drawn_point_by_point(chromium, shipped_server, path: str, key: str) -> None:
+    """Points that only answer a hover and a click (`dashboard.figures.points.invisible_markers`) are drawn for one
+    point of their trace (``marker.maxdisplayed``), not as an SVG path per point (2,064 on the layer view's grid: they
+    made its draw about 3 times slower); Plotly still finds the hovered point in the data, so the point farthest
+    from the others answers a hover with its own head."""
+    page = chromium.new_page(viewport={"width": 1500, "height": 1900})
+    try:
+        page.goto(f"{shipped_server}/{path}")
+        _wait_published(page)
+        page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+        got = page.evaluate(PICKERS, key)
+        assert got["traces"] >= 1 and got["points"] > 40 * got["traces"], got
+        assert got["drawn"] <= got["traces"], got
+        # hover the picker point farthest from every other point of the chart: that point's own head answers
+        target = page.evaluate(
+            """key => {
+            const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`), box = gd.getBoundingClientRect();
+            const pts = [];
+            for (const t of gd._fullData.filter(t => t.marker && t.marker.opacity === 0 && t.mode.includes('markers'))) {
+                const xa = gd._fullLayout[t.xaxis.replace('x', 'xaxis')], ya = gd._fullLayout[t.yaxis.replace('y', 'yaxis')];
+                Array.from(t.x).forEach((x, j) => {
+                    const y = t.y[j];
+                    if (y === null || Number.isNaN(y)) return;
+                    pts.push({xy: [box.left + xa._offset + xa.d2p(x), box.top + ya._offset + ya.d2p(y)],
+                              custom: Array.from(t.customdata[j])});
+                });
+            }
+            let best = {gap: -1};
+            for (const p of pts) {
+                const gap = Math.min(...pts.filter(q => q !== p).map(q => Math.hypot(q.xy[0] - p.xy[0], q.xy[1] - p.xy[1])));
+                if (gap > best.gap) best = {...p, gap};
+            }
+            return best;
+        }""",
+            key,
+        )
+        page.mouse.move(*target["xy"])
+        page.wait_for_selector(f".st-key-{key} .hoverlayer .hovertext", timeout=LOAD_TIMEOUT_MS)
+        hover = page.locator(f".st-key-{key} .hoverlayer .hovertext").first.text_content() or ""
+        layer, head = int(target["custom"][0]), int(target["custom"][1])
+        assert f"L{layer} H{head}" in hover or f"layer {layer}, head {head}" in hover, (hover, target)
+    finally:
+        page.close()
