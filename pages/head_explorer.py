@@ -34,9 +34,9 @@ PANELS = {  # URL panel -> its tab; one drawn at a time (a link to an event's ev
 }
 # The URL parameters of each tab's own widgets (the rest are above the tabs): a link keeps those of the tabs not drawn.
 OWNS = {
-    "weights": ("gauss", "logp", "zview"),
-    "spectrum": ("null",),
-    "leading": ("gap", "loglam"),
+    "weights": ("both", "gauss", "logp", "zview"),
+    "spectrum": ("both", "null"),
+    "leading": ("both", "gap", "loglam"),
     "statistic": ("stat", "k", "logy"),
 }
 STACK_RIGHT = 90  # px: right margin of every chart over training, for the loss axis (the maps' colour bars lie above)
@@ -48,9 +48,9 @@ class _Head:
 
     Attributes:
         frame: the sidebar's run; axis: its time axis.
-        matrix: ``qk`` or ``ov`` (URL ``matrix``); both: W_QK
-            and W_OV side by side in every weight panel (URL ``both``, stores with both); layer, head: the head (URL
-            ``layer``, ``head``).
+        matrix: ``qk`` or ``ov`` (URL ``matrix``); both: W_QK and W_OV side by side in every weight panel (the
+            weight tabs' switch, URL ``both``, stores with both: `_with_both`); layer, head: the head (URL ``layer``,
+            ``head``).
         idx: the chosen steps' checkpoint indices (URL ``step``); labels, colours, chosen_x: their names, colours
             and places on the time axis. pairs: other heads overlaid (URL ``cmp``).
         show_loss, curve: the loss toggle (URL ``loss``) and the loss curve, on every chart over training.
@@ -139,9 +139,11 @@ def main() -> None:
             stat, k, _, event = picked
             clicks = [event]
         elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
+            h = _with_both(h)
             _both_leading((h, _other(h))) if h.both else _leading_panel(h)
             clicks = []
         else:  # P(w) or the spectrum, over training and at the chosen steps
+            h = _with_both(h)
             clicks = _weight_panels(h, panel) if not h.both else _both_weight_panels(h, panel)
     for clicked in clicks:  # a click on another head's line opens it
         charts.open_head_on_click(clicked, h.store, stat=stat, k=k, matrix=h.matrix)
@@ -219,16 +221,8 @@ def _pick_head(frame) -> _Head:
     store = frame.store
     axis = frame.axis()
     steps = [int(s) for s in store.steps]
-    c_matrix, c_both = st.columns([2, 6], vertical_alignment="bottom")
+    c_matrix, _ = st.columns([2, 6], vertical_alignment="bottom")
     matrix = widgets.matrix(store.meta.matrices, store_path=str(store.path), where=c_matrix)
-    both = {"qk", "ov"} <= set(store.meta.matrices) and widgets.toggle(
-        "both",
-        "Both W_QK and W_OV",  # a longer label is cut short at 1,024 px
-        True,
-        where=c_both,
-        help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load "
-        "(off: the matrix chosen alone, both=0 in the link)",
-    )
     c_layer, c_head, c_steps, c_loss = st.columns([1, 1, 3, 3], vertical_alignment="bottom")
     layer = widgets.select("layer", "Layer", list(range(store.n_layers)), 0, where=c_layer)
     head = widgets.select("head", "Head", list(range(store.n_heads)), 0, where=c_head)
@@ -260,7 +254,7 @@ def _pick_head(frame) -> _Head:
         frame=frame,
         axis=axis,
         matrix=matrix,
-        both=both,
+        both=False,  # the weight tabs' own switch (`_with_both`)
         layer=layer,
         head=head,
         idx=idx,
@@ -285,6 +279,20 @@ def _arrays(store, matrix: str, layer: int, head: int) -> dict[str, Any]:
         lam=sv * sv,
         refs=loader.references(store, matrix=matrix),
     )
+
+
+def _with_both(h: _Head) -> _Head:
+    """The switch of the weight tabs (P(w), spectrum, leading eigenvalues) that draws each of their panels for W_QK and
+    W_OV side by side (URL ``both``, on by default; stores with both matrices): ``h`` with its answer. The statistic
+    tab draws both matrices on one pair of axes whatever it says, so the switch is not on that tab."""
+    both = {"qk", "ov"} <= set(h.store.meta.matrices) and widgets.toggle(
+        "both",
+        "Both W_QK and W_OV",  # a longer label is cut short at 1,024 px
+        True,
+        help="Every weight panel twice, side by side: the matrix chosen on the left, the other on the right, one load "
+        "(off: the matrix chosen alone, both=0 in the link)",
+    )
+    return dataclasses.replace(h, both=both)
 
 
 def _other(h: _Head) -> _Head:

@@ -395,6 +395,22 @@ def test_both_matrices_side_by_side_in_every_weight_panel(d128: Path) -> None:
     assert "W_QK" in chart(ov, "density_map_other")["layout"]["title"]["text"]
 
 
+def test_the_both_switch_sits_on_the_weight_tabs_only(d128: Path) -> None:
+    """The statistic tab draws the statistic of W_QK and of W_OV on one pair of axes whatever ``both`` says, so the
+    switch is drawn on the weight tabs only (it sat above the tabs, where it changed nothing on the statistic tab);
+    a link's ``both=0`` opened on the statistic tab stays in the address for the weight tabs, which then draw the
+    chosen matrix alone."""
+    query = {"run": "induction-d128", "layer": "1", "head": "0", "both": "0"}
+    at = open_page("pages/head_explorer.py", dict(query, panel="statistic"))
+    assert not at.exception and not at.error
+    assert "both" not in [t.key for t in at.toggle]
+    assert at.query_params.get("both") == "0"
+    for tab in ("weights", "spectrum", "leading"):
+        on_tab = open_page("pages/head_explorer.py", dict(query, panel=tab))
+        assert [t.value for t in on_tab.toggle if t.key == "both"] == [False], tab
+        assert not [k for k in (el.proto.id for el in on_tab.get("plotly_chart")) if k.endswith("_other")], tab
+
+
 def test_a_type_no_head_holds_links_its_highest_score() -> None:
     """The plain-text run has no induction head: the headline names the head with the highest induction score
     (head_emergence.parquet's peak_score) and links it at its peak step, on the score's panel."""
