@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_published
+from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_laid_out, _wait_published
 
 CODE_FONT = "Source Code Pro"  # Streamlit's theme.codeFont by default, a web font fetched on first use
 CONFIG = Path(__file__).resolve().parents[2] / ".streamlit" / "config.toml"
@@ -121,6 +121,7 @@ def test_invisible_click_targets_are_not_drawn_point_by_point(chromium, shipped_
         page.goto(f"{shipped_server}/{path}")
         _wait_published(page)
         page.wait_for_selector(f".st-key-{key} .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+        _wait_laid_out(page, [key])  # drawn and no longer moving: its traces are in the SVG, the hover lands where aimed
         got = page.evaluate(PICKERS, key)
         assert got["traces"] >= 1 and got["points"] > 40 * got["traces"], got
         assert got["drawn"] <= got["traces"], got
