@@ -34,10 +34,13 @@ curve, does not depend on its widget: there the bare charts stay the same too). 
 ratio is page / bare page. Caches are warm: every timed load and change was done
 once first.
 
-A page with data grids (``st.dataframe``: the Heads table, the Timeline's events, the refined LLC's flags, ...) is
-also timed against a second bare page with the same charts and the same grids (as many rows and columns, the same
-height, random numbers): Streamlit's grid is a canvas component with its own script chunk, which the chart-only bare
-page never loads, so that ratio says what the page costs beyond Streamlit's own elements.
+Every page is also timed against a second bare page with the page's own Streamlit elements (``ELEMENTS``, read off
+the loaded page): the same widgets with their labels, options, chosen tags and help icons, the same tabs, headings,
+markdown and captions (their text), download buttons, data grids (as many rows and columns, the same height) and the
+same navigation, with charts of the same sizes, one under another. It draws what Streamlit itself draws for the page
+and nothing of headwatch's (no figures of its own, no store, no custom component), so that ratio says what the page
+costs beyond Streamlit's own elements: Streamlit's floor for the page (the data grid, for one, is a canvas component
+with its own script chunk, which the chart-only bare page never loads).
 
 To say where the time goes, each operation also records: the server process's CPU
 time (``/proc/PID/stat``: the rerun's Python work and the figures' serialisation),
@@ -185,14 +188,123 @@ TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].
           height: Math.round(el.getBoundingClientRect().height)};
 })"""
 
+# The page's Streamlit elements in document order, per area (sidebar, main), and its navigation's page titles: what
+# the bare page "with the page's elements" draws (`BARE_APP`, ?e=NAME): the same widgets with the same labels, options,
+# chosen tags and help icons, the same headings, markdown and captions (their text, without its formatting), the same
+# tabs, download buttons, charts (height x width) and grids. Layout blocks (columns) are not copied: their elements
+# come one under another. An element of the page's own (a custom component) has no counterpart.
+ELEMENTS = """() => {
+  const text = el => (el ? el.innerText : '').trim();
+  const help = el => !!el.querySelector('[data-testid="stTooltipIcon"]');
+  const label = el => text(el.querySelector('[data-testid="stWidgetLabel"]')) || 'label';
+  const kinds = {
+    stHeading: el => ({k: 'heading', level: Number((el.querySelector('h1,h2,h3,h4,h5,h6') || {tagName: 'H3'}).tagName[1]),
+                      text: text(el)}),
+    stMarkdown: el => ({k: el.querySelector('[data-testid="stCaptionContainer"]') ? 'caption' : 'markdown', text: text(el)}),
+    stSelectbox: el => ({k: 'select', label: label(el), help: help(el)}),
+    stMultiSelect: el => ({k: 'multiselect', label: label(el), help: help(el),
+                          tags: [...el.querySelectorAll('[data-tag]')].map(t => t.getAttribute('aria-label'))}),
+    stRadio: el => ({k: 'radio', label: label(el), help: help(el),
+                    options: [...el.querySelectorAll('[data-testid="stRadioOption"]')].map(text),
+                    horizontal: getComputedStyle(el.querySelector('[role="radiogroup"]') || el).flexDirection === 'row'}),
+    stCheckbox: el => ({k: el.querySelector('[role="switch"]') ? 'toggle' : 'checkbox', label: label(el) || text(el),
+                       help: help(el), on: !!(el.querySelector('input') || {}).checked}),
+    stSlider: el => ({k: 'slider', label: label(el), help: help(el)}),
+    stDownloadButton: el => ({k: 'download', icon: text(el.querySelector('[data-testid="stIconMaterial"]')),
+                             label: text(el.querySelector('[data-testid="stMarkdownContainer"]')) || 'Download',
+                             type: (el.querySelector('button') || {getAttribute: () => null}).getAttribute('kind')}),
+    stTabs: el => ({k: 'tabs', labels: [...el.querySelectorAll('[data-testid="stTab"]')].map(text)}),
+    stHtml: el => ({k: 'html', text: text(el)}),
+    stAlert: el => ({k: 'info', text: text(el)}),
+    stPlotlyChart: el => { const gd = el.querySelector('.js-plotly-plot');
+      return {k: 'chart', height: Math.round(gd._fullLayout.height), width: Math.round(gd._fullLayout.width)}; },
+    stDataFrame: el => { const grid = el.querySelector('[role="grid"], [aria-rowcount]');
+      return {k: 'grid', rows: Math.max(Number(grid && grid.getAttribute('aria-rowcount') || 1) - 1, 1),
+              cols: Math.max(Number(grid && grid.getAttribute('aria-colcount') || 1), 1),
+              height: Math.max(Math.round(el.getBoundingClientRect().height), 80)}; },
+  };
+  const sel = Object.keys(kinds).map(k => `[data-testid="${k}"]`).join(',');
+  const area = name => { const root = document.querySelector(`[data-testid="${name}"]`);
+    return root ? [...root.querySelectorAll(sel)].map(el => kinds[el.getAttribute('data-testid')](el)) : []; };
+  const link = el => ({title: text(el.querySelector('[data-testid="stMarkdownContainer"]')),
+                       icon: text(el.querySelector('[data-testid="stIconMaterial"]'))});
+  return {nav: [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')].map(link),
+          sidebar: area('stSidebarUserContent'), main: area('stMain')};
+}"""
+
 BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...), data grids (?t=RxCxH: rows, columns, height
-in px) and one widget; nothing else."""
+in px) and one widget; nothing else. Or (?e=NAME) the elements listed in NAME.json beside this file (a page's, read
+by ELEMENTS), under a navigation with the same page titles."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 st.set_page_config(layout="wide")
+
+
+def chart(rng, height, width, key):
+    fig = go.Figure(go.Scatter(y=rng.standard_normal(200).cumsum(), mode="lines"), layout=dict(height=height))
+    st.plotly_chart(fig, width=width, key=key)
+
+
+def grid(rng, rows, cols, height, key):
+    frame = pd.DataFrame(rng.standard_normal((rows, cols)), columns=[f"column {j}" for j in range(cols)])
+    st.dataframe(frame, height=height, hide_index=True, key=key)
+
+
+def element(e, n, rng):
+    """One element of a page's, drawn by Streamlit alone (key: its index)."""
+    k, key, tip = e["k"], f"e{n}", "help" if e.get("help") else None
+    if k == "heading":
+        st.markdown("#" * e["level"] + " " + e["text"])
+    elif k in ("markdown", "html", "info"):
+        (st.info if k == "info" else st.markdown)(e["text"])
+    elif k == "caption":
+        st.caption(e["text"])
+    elif k == "select":
+        st.selectbox(e["label"], ["a", "b"], key=key, help=tip)
+    elif k == "multiselect":
+        st.multiselect(e["label"], e["tags"] + ["another"], default=e["tags"], key=key, help=tip)
+    elif k == "radio":
+        st.radio(e["label"], e["options"] or ["a"], horizontal=e["horizontal"], key=key, help=tip)
+    elif k in ("toggle", "checkbox"):
+        (st.toggle if k == "toggle" else st.checkbox)(e["label"], e["on"], key=key, help=tip)
+    elif k == "slider":
+        st.select_slider(e["label"], list(range(10)), key=key, help=tip)
+    elif k == "download":
+        icon = f":material/{e['icon']}:" if e["icon"] else None
+        kind = e["type"] if e["type"] in ("primary", "secondary", "tertiary") else "secondary"
+        st.download_button(e["label"], "a,b\\n1,2\\n", file_name="data.csv", key=key, on_click="ignore", icon=icon, type=kind)
+    elif k == "tabs":
+        st.tabs(e["labels"] or ["tab"])
+    elif k == "chart":
+        chart(rng, e["height"], e["width"], key)
+    elif k == "grid":
+        grid(rng, e["rows"], e["cols"], e["height"], key)
+
+
+def page_of_elements():
+    spec = json.loads((Path(__file__).parent / f"{st.query_params['e']}.json").read_text())
+    rng = np.random.default_rng(0)
+    with st.sidebar:
+        for n, e in enumerate(spec["sidebar"]):
+            element(e, f"s{n}", rng)
+    for n, e in enumerate(spec["main"]):
+        element(e, n, rng)
+
+
+if "e" in st.query_params:
+    links = json.loads((Path(__file__).parent / f"{st.query_params['e']}.json").read_text())["nav"]
+    links = [(n["title"] or f"page {i}", f":material/{n['icon']}:" if n["icon"] else None) for i, n in enumerate(links)]
+    first, *others = links or [("page", None)]
+    pages = [st.Page(page_of_elements, title=first[0], icon=first[1], default=True)]
+    pages += [st.Page(lambda: None, title=t, icon=icon, url_path=f"p{i}") for i, (t, icon) in enumerate(others)]
+    st.navigation(pages, expanded=True).run()
+    st.stop()
 charts = [tuple(int(n) for n in c.split("x")) for c in st.query_params.get_all("c")]
 if st.query_params.get("w") == "radio":  # the widget does not change the charts
     value = st.radio("v", ["a", "b"], key="v", horizontal=True)
@@ -202,12 +314,9 @@ else:
     seed = ["a", "b"].index(value)
 rng = np.random.default_rng(seed)
 for i, (height, width) in enumerate(charts):
-    fig = go.Figure(go.Scatter(y=rng.standard_normal(200).cumsum(), mode="lines"), layout=dict(height=height))
-    st.plotly_chart(fig, width=width, key=f"chart{i}")
+    chart(rng, height, width, f"chart{i}")
 for i, table in enumerate(st.query_params.get_all("t")):
-    rows, cols, height = (int(n) for n in table.split("x"))
-    frame = pd.DataFrame(rng.standard_normal((rows, cols)), columns=[f"column {j}" for j in range(cols)])
-    st.dataframe(frame, height=height, hide_index=True, key=f"table{i}")
+    grid(rng, *(int(n) for n in table.split("x")), key=f"table{i}")
 '''
 
 
@@ -346,7 +455,7 @@ def measure(
     loads = []
     for r in range(repeats + 1):
         page, cdp, rec = load(context, base + path, pid, charts)
-        sizes, grids = page.evaluate(SIZES), page.evaluate(TABLES)
+        sizes, grids, elements = page.evaluate(SIZES), page.evaluate(TABLES), page.evaluate(ELEMENTS)
         if r:
             loads.append(rec)
         if r < repeats:
@@ -360,6 +469,7 @@ def measure(
         "charts": charts,
         "sizes": sizes,
         "tables": grids,
+        "elements": elements,
         "load": median(loads),
         "change": median(changes) if changes else None,
         "loads_ms": [r["ms"] for r in loads],
@@ -407,10 +517,12 @@ def run(
     bare_pid: int,
     cold: tuple | None = None,
     *,
+    bare_dir: Path,
     roots: dict[str, Path] | None = None,
     loads_only: bool = False,
 ) -> list[dict]:
-    """Every page of ``pages`` on ``store`` against the bare page; ``cold``: (browser, bare server cmd, its folder).
+    """Every page of ``pages`` on ``store`` against the bare page, and against a bare page with the page's elements
+    (`ELEMENTS`, written to ``bare_dir``, the bare app's folder); ``cold``: (browser, bare server cmd, its folder).
 
     ``roots``: the checkouts to serve the app from, by label (default: this one, unlabelled); each page is timed
     from every one in turn, against one bare page's figures. ``loads_only``: no widget changes.
@@ -454,18 +566,19 @@ def run(
                     repeats=repeats,
                 )
                 bare["cold"], bare["colds_ms"] = median(bare_cold), [r["ms"] for r in bare_cold]
-            grids = None  # a page with data grids: also against a bare page with the same grids (Streamlit's floor)
-            if first["tables"]:
-                gpath = bare_path(first["sizes"], kind, first["tables"])
-                grids = measure(context, bare_base, bare_pid, gpath, None, repeats, charts=first["charts"])
-                if cold is not None:
-                    got = cold_loads(
-                        browser, bare_cmd, cwd=bare_cwd, env=dict(os.environ), path=gpath, charts=first["charts"], repeats=repeats
-                    )
-                    grids["cold"], grids["colds_ms"] = median(got), [r["ms"] for r in got]
+            # the same Streamlit elements on a bare page: what Streamlit itself costs for the page's widgets, text,
+            # navigation and grids (its floor), with charts of the same sizes
+            spec = f"{name}-{page_name}".replace(" ", "-")
+            (bare_dir / f"{spec}.json").write_text(json.dumps(first["elements"]))
+            drawn = sum(e["k"] == "chart" for area in ("sidebar", "main") for e in first["elements"][area])
+            epath = f"/?e={spec}"
+            same = measure(context, bare_base, bare_pid, epath, None, repeats, charts=drawn)
+            if cold is not None:
+                got = cold_loads(browser, bare_cmd, cwd=bare_cwd, env=dict(os.environ), path=epath, charts=drawn, repeats=repeats)
+                same["cold"], same["colds_ms"] = median(got), [r["ms"] for r in got]
             for label, app in apps.items():
                 shown = f"{page_name} ({label})" if label else page_name
-                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare, "bare_grids": grids})
+                rows.append({"store": name, "page": shown, "path": path, "app": app, "bare": bare, "bare_elements": same})
                 if cold is not None:
                     print(f"[{name}] {shown}: cold loads {_ms(app['colds_ms'])} (bare {_ms(bare['colds_ms'])})", flush=True)
                 print(
@@ -530,22 +643,26 @@ def tables(rows: list[dict]) -> str:
                 )
             ]
             out.append(f"| {r['store']} | {r['page']} | {op} | " + " | ".join(cells) + " |")
-    with_grids = [r for r in rows if r.get("bare_grids")]
-    if with_grids:
+    with_elements = [r for r in rows if r.get("bare_elements")]
+    if with_elements:
         out += [
             "",
-            "Pages with data grids (st.dataframe), against a bare page with the same charts and the same grids "
-            "(rows x columns, height): what Streamlit's own grid costs (page / bare page with grids):",
+            "Against a bare page with the page's elements (`ELEMENTS`: the same widgets, labels, help icons, tabs, "
+            "headings, markdown and captions, download buttons, data grids and navigation, charts of the same sizes): "
+            "what Streamlit itself costs for them, page / that bare page:",
             "",
-            "| store | page | grids | load, ms | bare with grids | ratio |"
-            + (" cold load, ms | bare with grids | ratio |" if with_cold else ""),
-            "| --- | --- | --- | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if with_cold else ""),
+            "| store | page | widgets | text elements | grids | load, ms | bare with its elements | ratio |"
+            + (" cold load, ms | bare with its elements | ratio |" if with_cold else ""),
+            "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if with_cold else ""),
         ]
-        for r in with_grids:
-            a, g = r["app"], r["bare_grids"]
-            shape = ", ".join(f"{t['rows']}x{t['cols']}" for t in a["tables"])
-            line = (
-                f"| {r['store']} | {r['page']} | {shape} | "
+        for r in with_elements:
+            a, g = r["app"], r["bare_elements"]
+            listed = [e for area in ("sidebar", "main") for e in a["elements"][area]]
+            texts = sum(e["k"] in ("heading", "markdown", "caption", "html", "info") for e in listed)
+            widgets = sum(e["k"] not in ("heading", "markdown", "caption", "html", "info", "chart", "grid") for e in listed)
+            shape = ", ".join(f"{e['rows']}x{e['cols']}" for e in listed if e["k"] == "grid") or "-"
+            out.append(
+                f"| {r['store']} | {r['page']} | {widgets} | {texts} | {shape} | "
                 + " | ".join(
                     f"{a[op]['ms']:.0f} | {g[op]['ms']:.0f} | {a[op]['ms'] / g[op]['ms']:.2f}"
                     for op in ("load", "cold")
@@ -553,7 +670,6 @@ def tables(rows: list[dict]) -> str:
                 )
                 + " |"
             )
-            out.append(line)
     out += ["", "Chart sizes: (height x width px, traces, points, subplots, frames) per chart", ""]
     for r in rows:
         sizes = "; ".join(
@@ -607,6 +723,7 @@ def main() -> int:
                     bare_base,
                     bare_pid,
                     cold,
+                    bare_dir=Path(tmp),
                     roots=roots,
                     loads_only=args.loads_only,
                 )

@@ -177,6 +177,24 @@ def warm_up(wait_s: float = 60.0) -> None:
     from analysis.rmt.references import gaussian_references
 
     gaussian_references(16, 4, None)  # the kernels' float32 signatures, loaded (or compiled once) by numba
+    freeze_imported()
+
+
+def freeze_imported() -> None:
+    """Move every object alive now (the imported modules: Streamlit, plotly, pandas, numba, the pages' own; about
+    210,000 objects) out of the garbage collector's reach (`gc.freeze`).
+
+    Streamlit collects garbage after every script run (``runner.postScriptGC``, ``gc.collect(2)``), and a full
+    collection walks every tracked object: with the modules above imported that took ~100 ms of CPU per page load,
+    held under the GIL at the moment the browser starts drawing the page's charts (on a 2-core machine the two
+    compete). Modules are never unloaded, so nothing frozen here would ever have been freed; objects made later (the
+    stores, the cached figures, a session's widgets) are collected as before, and a collection after a run walks only
+    them (~1 ms). Measured in `docs/dashboard.md`, Performance.
+    """
+    import gc
+
+    gc.collect()  # what is garbage already goes now, not into the frozen generation
+    gc.freeze()
 
 
 def ready_after(done: threading.Event) -> None:

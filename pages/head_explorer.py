@@ -140,7 +140,10 @@ def main() -> None:
             clicks = [event]
         elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
             h = _with_both(h)
-            _both_leading((h, _other(h))) if h.both else _leading_panel(h)
+            if h.both:
+                _both_leading((h, _other(h)))
+            else:
+                _leading_panel(h)
             clicks = []
         else:  # P(w) or the spectrum, over training and at the chosen steps
             h = _with_both(h)
@@ -521,8 +524,13 @@ def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
         )
         return (log_lam, gap_pct), None
     kinds = [a.kind for a in crossings.approaches]
+
+    def counted(kind: str) -> str:
+        n = kinds.count(kind)
+        return f"{n} {kind}{'' if n == 1 else 's'}"
+
     st.markdown(
-        f"**{kinds.count('crossing')} crossings, {kinds.count('repulsion')} repulsions**"
+        f"**{counted('crossing')}, {counted('repulsion')}**"
         + (f", {kinds.count('unresolved')} unresolved" if "unresolved" in kinds else "")
         + f" among λ_0 … λ_{crossings.kept.shape[1] - 1}"
     )

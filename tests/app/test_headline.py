@@ -525,3 +525,44 @@ def test_a_run_boundary_opens_the_forward_lenses_on_the_losses_at_its_step(d128:
     bad = open_page("pages/forward_lenses.py", {"run": "induction-d128", "panel": "sideways"})
     assert any("panel=sideways" in w.value and "showing panel=layers" in w.value for w in bad.warning)
     assert _page_charts(bad) == ["bands_entropy", "bands_span"] and bad.query_params["panel"] == "layers"  # the URL is repaired
+
+
+@pytest.mark.parametrize("both", ["1", "0"])
+def test_the_leading_tab_counts_its_approaches_and_writes_nothing_else(d128: Path, both: str) -> None:
+    """Each leading-eigenvalue panel states how many approaches are crossings and repulsions, the counts of the
+    verdict column of the table under it, singular for one; and nothing else is written on the tab. (Its one-line
+    ``a() if both else b()`` was a bare expression: Streamlit's "magic" wrote its value, a stray ``None`` under the
+    panels.)"""
+    query = {"run": "induction-d128", "layer": "1", "head": "0", "both": both, "panel": "leading"}
+    at = open_page("pages/head_explorer.py", query)
+    assert not at.exception and not at.error
+    lines = [m.value for m in at.markdown if "among λ_0" in m.value]
+    tables = [d.value for d in at.dataframe if "verdict" in d.value.columns]
+    assert len(lines) == len(tables) == (2 if both == "1" else 1)
+    for line, table in zip(lines, tables, strict=True):
+        for kind in ("crossing", "repulsion"):
+            n = int((table["verdict"] == kind).sum())
+            assert f"{n} {kind}{'' if n == 1 else 's'}" in line, (line, kind, n)
+    assert [m.value for m in at.markdown if "None" in m.value] == []
+
+
+def test_no_page_has_a_bare_expression_for_magic_to_write() -> None:
+    """The app turns Streamlit's magic off (.streamlit/config.toml, runner.magicEnabled): a page that relied on it
+    would lose what it writes. So no page states a value on its own line (a call, a docstring are not magic's)."""
+    import ast
+
+    found = []
+    for path in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            blocks = [(field, getattr(node, field, None)) for field in ("body", "orelse", "finalbody")]
+            for field, block in blocks:
+                for i, stmt in enumerate(block if isinstance(block, list) else []):
+                    if not isinstance(stmt, ast.Expr) or isinstance(stmt.value, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom)):
+                        continue
+                    if field == "body" and i == 0 and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                        continue  # a docstring
+                    found.append(f"{path.name}:{stmt.lineno} {ast.unparse(stmt)[:80]}")
+    assert found == []
+    import tomllib
+
+    assert tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["runner"]["magicEnabled"] is False
