@@ -523,7 +523,7 @@ def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
             icon=":material/info:",
         )
         return (log_lam, gap_pct), None
-    kinds = [a.kind for a in crossings.approaches]
+    kinds: list[str] = [a.kind for a in crossings.approaches]
 
     def counted(kind: str) -> str:
         n = kinds.count(kind)

@@ -30,6 +30,16 @@ CELL_VALUES = 5
 MAX_ANIMATED_CELLS = 3_000_000
 
 
+def matrix_left_margin(labels: Sequence[str]) -> int:
+    """The composition map's left margin in px: its axis title and its longest head label (``L5 H7``: 92 px, as
+    Plotly's ``automargin`` lays it out at Streamlit's 12 px tick font; 7 px more per character beyond 5).
+
+    The map's y axis does without ``automargin``: with it Plotly measures every tick label on each draw to size the
+    margin, about half the map's draw (48 x 48 heads: 126 -> 66 ms in Chromium, `docs/dashboard.md`), although the
+    labels' widths follow from their characters."""
+    return 92 + 7 * max(0, max((len(label) for label in labels), default=0) - 5)
+
+
 def pair_matrix(scores: np.ndarray) -> np.ndarray:
     """``(S, L, H, L, H)`` scores ``[step, layer_a, head_a, layer_b, head_b]`` -> ``(S, N, N)`` with rows the target
     heads B and columns the source heads A, both layer-major (N = L H)."""
@@ -176,7 +186,7 @@ def composition_animation(
     ticks = list(range(n)) if n <= 64 else list(range(0, n, n_heads))
     lay = layout(
         height=max(480, min(1000, 26 * n + 200)),
-        margin=dict(l=92, r=108, t=56, b=168),
+        margin=dict(l=matrix_left_margin([labels[t] for t in ticks]), r=108, t=56, b=168),
         hoverdistance=-1,
         title=dict(text=f"{title} · step {steps[start]:,}" if title else f"step {steps[start]:,}", x=0.01, xanchor="left"),
         xaxis=dict(
@@ -188,6 +198,7 @@ def composition_animation(
         ),
         yaxis=dict(
             title=dict(text=f"target head B ({KIND_READS[kind]})"),
+            automargin=False,  # the left margin holds its labels (`matrix_left_margin`): no measuring of each label
             range=[n - 0.5, -0.5],
             tickvals=ticks,
             ticktext=[labels[t] for t in ticks],

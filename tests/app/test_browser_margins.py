@@ -102,3 +102,35 @@ def test_no_chart_grows_its_margins_and_is_drawn_again(chromium, request, server
         )
     finally:
         page.close()
+
+
+# The composition map's y axis, laid out without automargin: each tick label's and the axis title's box (px, relative
+# to the chart's left edge), the plot area's left edge, and whether automargin is off.
+MATRIX_LEFT = """() => {
+  const gd = document.querySelector('.st-key-composition .js-plotly-plot');
+  const left = gd.getBoundingClientRect().left;
+  const box = el => { const r = el.getBoundingClientRect(); return [r.left - left, r.right - left, r.top, r.bottom]; };
+  return {labels: [...gd.querySelectorAll('.yaxislayer-above .ytick text')].map(box),
+          title: box(gd.querySelector('.g-ytitle text')), plot: gd._fullLayout._size.l,
+          automargin: gd._fullLayout.yaxis.automargin, text: [...gd.querySelectorAll('.ytick text')].map(t => t.textContent)};
+}"""
+
+
+def test_the_composition_maps_head_labels_fit_the_margin_it_declares(chromium, shipped_server) -> None:
+    """Circuits' composition map lays out its y axis without automargin (Plotly would measure each of its 48 head
+    labels on every draw, half the map's draw): its declared left margin (`figures.circuits.matrix_left_margin`) must
+    hold the axis title and every head label, side by side, inside the chart and left of the plot area."""
+    page = chromium.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(shipped_server + "/circuits")
+        page.wait_for_function(SETTLED, arg=1500, timeout=LOAD_TIMEOUT_MS)
+        got = page.evaluate(MATRIX_LEFT)
+    finally:
+        page.close()
+    assert got["automargin"] is False
+    assert len(got["labels"]) == 48 and got["text"][:2] == ["L0 H0", "L0 H1"], got["text"][:3]
+    title_left, title_right = got["title"][:2]
+    assert title_left >= 0, got["title"]
+    for label_left, label_right, *_ in got["labels"]:
+        assert title_right <= label_left + 0.5, (got["title"], label_left)  # the title clear of the labels
+        assert label_right <= got["plot"], (label_right, got["plot"])  # the labels clear of the plot area
