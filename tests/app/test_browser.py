@@ -448,7 +448,14 @@ def test_page_opens_by_url(browser, server, name, path, plots, text):
             assert _errors(page) == []
             # one history entry for the switch, so one Back shows the map as it was (layer 1, head 2 ringed);
             # counted once the head explorer has stopped writing
-            assert _settled_history_length(page) == entries + 1, page.evaluate("window.__hwPushes")
+            settled = _settled_history_length(page)
+            if settled != entries + 1:  # every write, in full (an assertion's message would be cut short by pytest)
+                writes = page.evaluate("window.__hwPushes")
+                pytest.fail(
+                    f"{settled - entries} history entries for one switch; writes after the click:\n"
+                    + "\n".join(f"  {ms} ms {kind} {url}" for kind, url, ms in writes)
+                    + f"\n  history guard: {page.evaluate('JSON.stringify(window.__headwatchHistory)')}"
+                )
             page.go_back()
             _wait_view(page, "/trajectories", "Trajectory map", 2)
             page.wait_for_url(
