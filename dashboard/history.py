@@ -21,6 +21,15 @@ entry was created (a page switch or the page load) replaces that entry. Later
 query-only pushes (the user changed a widget) still add entries, so Back keeps
 undoing widget changes one at a time as before.
 
+One race: on a page switch Streamlit writes the new page's query string as soon as its
+message arrives (``handlePageInfoChanged``) and the new path once the new page's session
+is set up (``maybeUpdatePageUrl``, with that same query string). Under load the query came
+first: a query-only push on the old page's settled entry, which looks like a widget change,
+then the path's push, two entries for one switch. So an entry a query-only push added stays
+"unconfirmed" until its own page's run settles it; a page switch carrying the same query
+string onto such an entry replaces it (the entry was the switch's all along). A widget
+change is settled by its page's run, so a page switch after it still adds its own entry.
+
 `settle` is called after every run with the page and the query string the app wrote:
 when the address bar already holds it (a link that carried the whole view, a page
 switch whose URL happened to be complete), nothing more is coming for this entry. A
@@ -43,17 +52,27 @@ GUARD = """
     const query = () => w.location.search.replace(/^\\?/, "");
     hw = w.__headwatchHistory = {
       pending: true,  // the current entry still waits for the app to write its view state
+      unconfirmed: false,  // the current entry came from a query-only push its page's run has not settled yet
       replaced: 0,  // how many pushes became replaces (read by the browser tests)
       settle(written, path) {
         const here = w.location.pathname.replace(/\\/+$/, "");
         if (path !== null && !here.endsWith("/" + path) && here !== "") return;  // another page's late settle
-        if (query() === written) hw.pending = false;
+        if (query() === written) hw.pending = hw.unconfirmed = false;
       },
     };
     h.pushState = function (data, unused, url) {
-      const path = url == null ? w.location.pathname : new URL(String(url), w.location.href).pathname;
-      if (path !== w.location.pathname) {  // a page switch: a new entry, whose view state is still to come
+      const to = url == null ? new URL(w.location.href) : new URL(String(url), w.location.href);
+      if (to.pathname !== w.location.pathname) {  // a page switch: a new entry, whose view state is still to come
+        // The new page's query can reach the address bar before its path does (Streamlit writes the query as its
+        // message comes, the path once the new page's session is set up, with that same query): the entry the
+        // query made, which no page has settled, was this switch's, so the switch takes its place.
+        const early = hw.unconfirmed && to.search === w.location.search;
         hw.pending = true;
+        hw.unconfirmed = false;
+        if (early) {
+          hw.replaced += 1;
+          return replace(data, unused, url);
+        }
         return push(data, unused, url);
       }
       if (hw.pending) {  // the app completing the view of this entry
@@ -61,9 +80,10 @@ GUARD = """
         hw.replaced += 1;
         return replace(data, unused, url);
       }
-      return push(data, unused, url);  // a widget change: its own entry, so Back undoes it
+      hw.unconfirmed = true;  // a widget change (its own entry, so Back undoes it), until its page's run settles it
+      return push(data, unused, url);
     };
-    w.addEventListener("popstate", () => { hw.pending = false; });  // Streamlit replaces on Back/Forward itself
+    w.addEventListener("popstate", () => { hw.pending = hw.unconfirmed = false; });  // Streamlit replaces on Back/Forward
   }
   SETTLE
 })();

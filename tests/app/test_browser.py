@@ -513,6 +513,49 @@ def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, ser
         page.close()
 
 
+def test_history_guard_counts_one_entry_when_the_new_pages_query_comes_before_its_path(browser, server):
+    # A page switch under load (the flaky trajectory-map click): Streamlit wrote the new page's query string on the
+    # old path first (a query-only push on a settled entry, as a widget change looks), then pushed the new path with
+    # that query. The guard gives the switch one entry; Back returns to the map as it was.
+    page = _open(browser, server + "/trajectories?stat=kl_gauss", 2)
+    try:
+        entries = _settled_history_length(page)
+        before = page.url
+        page.evaluate(
+            """() => {
+            const q = "layer=2&head=3&panel=statistic";
+            history.pushState(null, "", "/trajectories?" + q);  // the new page's query, on the old path
+            window.__headwatchHistory.settle(q, "head");  // the new page's settle, ignored on another path
+            history.pushState(null, "", "/head?" + q);  // the new path, the same query
+        }"""
+        )
+        assert page.evaluate("history.length") == entries + 1
+        assert page.evaluate("location.pathname + location.search") == "/head?layer=2&head=3&panel=statistic"
+        page.evaluate("history.back()")
+        page.wait_for_url(lambda url: url == before, timeout=LOAD_TIMEOUT_MS)
+    finally:
+        page.close()
+
+
+def test_history_guard_keeps_a_widget_changes_entry_across_a_page_switch(browser, server):
+    # A widget change settled by its page's run keeps its own entry when a page switch follows with its query string
+    # (a sidebar link carries the current query): Back from the new page returns to the changed view.
+    page = _open(browser, server + "/trajectories?stat=kl_gauss", 2)
+    try:
+        entries = _settled_history_length(page)
+        page.evaluate(
+            """() => {
+            const q = location.search.slice(1) + "&widget=1";
+            history.pushState(null, "", "/trajectories?" + q);  // the widget change
+            window.__headwatchHistory.settle(q, "trajectories");  // its run wrote it
+            history.pushState(null, "", "/head?" + q);  // then a page switch
+        }"""
+        )
+        assert page.evaluate("history.length") == entries + 2
+    finally:
+        page.close()
+
+
 def test_back_after_a_page_switch_returns_to_the_previous_view(browser, server):
     page = _open(browser, server + "/head?layer=1&head=2&xscale=log", 7)
     try:
