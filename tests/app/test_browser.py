@@ -491,23 +491,30 @@ def test_bad_parameters_show_a_notice_not_a_traceback(browser, server):
         page.close()
 
 
+def _guard_writes(page, script: str, arg=None) -> int:
+    """How many history entries the writes of ``script`` (run in the page, with ``arg``) add, once the page has
+    stopped writing its own."""
+    entries = _settled_history_length(page)
+    page.evaluate(script, arg)
+    return page.evaluate("history.length") - entries
+
+
 def test_history_guard_ignores_a_late_settle_from_the_previous_page(browser, server):
     # What a page switch looks like to the guard when the previous page's script element runs once
     # more: Streamlit pushes the new path with the old query string, the old page's settle arrives
     # (its query string now matches the address bar), then the new page writes its own state.
     page = _open(browser, server + "/head?layer=1&head=2", 7)
     try:
-        entries = _settled_history_length(page)  # once the page has stopped writing its own entries
-        old_query = page.url.split("?")[1]
-        page.evaluate(
+        added = _guard_writes(
+            page,
             """q => {
             history.pushState(null, "", "/layers?" + q);
             window.__headwatchHistory.settle(q, "head");
             history.pushState(null, "", "/layers?layer=1&stat=std");
         }""",
-            old_query,
+            page.url.split("?")[1],
         )
-        assert page.evaluate("history.length") == entries + 1  # the switch and its view state: one entry
+        assert added == 1  # the switch and its view state: one entry
         assert page.evaluate("location.pathname + location.search") == "/layers?layer=1&stat=std"
     finally:
         page.close()
@@ -519,17 +526,17 @@ def test_history_guard_counts_one_entry_when_the_new_pages_query_comes_before_it
     # that query. The guard gives the switch one entry; Back returns to the map as it was.
     page = _open(browser, server + "/trajectories?stat=kl_gauss", 2)
     try:
-        entries = _settled_history_length(page)
         before = page.url
-        page.evaluate(
+        added = _guard_writes(
+            page,
             """() => {
             const q = "layer=2&head=3&panel=statistic";
             history.pushState(null, "", "/trajectories?" + q);  // the new page's query, on the old path
             window.__headwatchHistory.settle(q, "head");  // the new page's settle, ignored on another path
             history.pushState(null, "", "/head?" + q);  // the new path, the same query
-        }"""
+        }""",
         )
-        assert page.evaluate("history.length") == entries + 1
+        assert added == 1
         assert page.evaluate("location.pathname + location.search") == "/head?layer=2&head=3&panel=statistic"
         page.evaluate("history.back()")
         page.wait_for_url(lambda url: url == before, timeout=LOAD_TIMEOUT_MS)
@@ -542,16 +549,16 @@ def test_history_guard_keeps_a_widget_changes_entry_across_a_page_switch(browser
     # (a sidebar link carries the current query): Back from the new page returns to the changed view.
     page = _open(browser, server + "/trajectories?stat=kl_gauss", 2)
     try:
-        entries = _settled_history_length(page)
-        page.evaluate(
+        added = _guard_writes(
+            page,
             """() => {
             const q = location.search.slice(1) + "&widget=1";
             history.pushState(null, "", "/trajectories?" + q);  // the widget change
             window.__headwatchHistory.settle(q, "trajectories");  // its run wrote it
             history.pushState(null, "", "/head?" + q);  // then a page switch
-        }"""
+        }""",
         )
-        assert page.evaluate("history.length") == entries + 2
+        assert added == 2
     finally:
         page.close()
 
