@@ -180,14 +180,6 @@ SIZES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
           frames: len(gd._transitionData && gd._transitionData._frames)};
 })"""
 
-# The page's data grids (st.dataframe): rows, columns and height, for the bare page that has them too.
-TABLES = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].map(el => {
-  const grid = el.querySelector('[role="grid"], [aria-rowcount]');
-  return {rows: Number(grid && grid.getAttribute('aria-rowcount') || 1) - 1,
-          cols: Number(grid && grid.getAttribute('aria-colcount') || 1),
-          height: Math.round(el.getBoundingClientRect().height)};
-})"""
-
 # The page's Streamlit elements in document order, per area (sidebar, main), and its navigation's page titles: what
 # the bare page "with the page's elements" draws (`BARE_APP`, ?e=NAME): the same widgets with the same labels, options,
 # chosen tags and help icons, the same headings, markdown and captions (their text, without its formatting), the same
@@ -232,9 +224,11 @@ ELEMENTS = """() => {
           sidebar: area('stSidebarUserContent'), main: area('stMain')};
 }"""
 
-BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...), data grids (?t=RxCxH: rows, columns, height
-in px) and one widget; nothing else. Or (?e=NAME) the elements listed in NAME.json beside this file (a page's, read
-by ELEMENTS), under a navigation with the same page titles."""
+TEXT_KINDS = {"heading", "markdown", "caption", "html", "info"}  # the kinds of ELEMENTS that are text, not widgets
+
+BARE_APP = '''"""A bare page: Plotly charts of given sizes (?c=HxW&c=HxW...) and one widget; nothing else. Or (?e=NAME)
+the elements listed in NAME.json beside this file (a page's, read by ELEMENTS), under a navigation with the same page
+titles."""
 import json
 from pathlib import Path
 
@@ -287,8 +281,7 @@ def element(e, n, rng):
         grid(rng, e["rows"], e["cols"], e["height"], key)
 
 
-def page_of_elements():
-    spec = json.loads((Path(__file__).parent / f"{st.query_params['e']}.json").read_text())
+def page_of_elements(spec):
     rng = np.random.default_rng(0)
     with st.sidebar:
         for n, e in enumerate(spec["sidebar"]):
@@ -298,10 +291,10 @@ def page_of_elements():
 
 
 if "e" in st.query_params:
-    links = json.loads((Path(__file__).parent / f"{st.query_params['e']}.json").read_text())["nav"]
-    links = [(n["title"] or f"page {i}", f":material/{n['icon']}:" if n["icon"] else None) for i, n in enumerate(links)]
+    spec = json.loads((Path(__file__).parent / f"{st.query_params['e']}.json").read_text())
+    links = [(n["title"] or f"page {i}", f":material/{n['icon']}:" if n["icon"] else None) for i, n in enumerate(spec["nav"])]
     first, *others = links or [("page", None)]
-    pages = [st.Page(page_of_elements, title=first[0], icon=first[1], default=True)]
+    pages = [st.Page(lambda: page_of_elements(spec), title=first[0], icon=first[1], default=True)]
     pages += [st.Page(lambda: None, title=t, icon=icon, url_path=f"p{i}") for i, (t, icon) in enumerate(others)]
     st.navigation(pages, expanded=True).run()
     st.stop()
@@ -315,8 +308,6 @@ else:
 rng = np.random.default_rng(seed)
 for i, (height, width) in enumerate(charts):
     chart(rng, height, width, f"chart{i}")
-for i, table in enumerate(st.query_params.get_all("t")):
-    grid(rng, *(int(n) for n in table.split("x")), key=f"table{i}")
 '''
 
 
@@ -455,7 +446,7 @@ def measure(
     loads = []
     for r in range(repeats + 1):
         page, cdp, rec = load(context, base + path, pid, charts)
-        sizes, grids, elements = page.evaluate(SIZES), page.evaluate(TABLES), page.evaluate(ELEMENTS)
+        sizes, elements = page.evaluate(SIZES), page.evaluate(ELEMENTS)
         if r:
             loads.append(rec)
         if r < repeats:
@@ -468,7 +459,6 @@ def measure(
     return {
         "charts": charts,
         "sizes": sizes,
-        "tables": grids,
         "elements": elements,
         "load": median(loads),
         "change": median(changes) if changes else None,
@@ -477,10 +467,9 @@ def measure(
     }
 
 
-def bare_path(sizes: list[dict], kind: str, grids: list[dict] | None = None) -> str:
-    """The bare page's URL: charts of the sizes in ``sizes``, widget ``kind``; data grids like ``grids``, if given."""
-    tables = "".join(f"t={max(g['rows'], 1)}x{max(g['cols'], 1)}x{max(g['height'], 80)}&" for g in grids or [])
-    return "/?" + "".join(f"c={round(s['height'])}x{round(s['width'])}&" for s in sizes) + tables + f"w={kind}"
+def bare_path(sizes: list[dict], kind: str) -> str:
+    """The bare page's URL: charts of the sizes in ``sizes``, widget ``kind``."""
+    return "/?" + "".join(f"c={round(s['height'])}x{round(s['width'])}&" for s in sizes) + f"w={kind}"
 
 
 def _ms(values: list[float]) -> str:
@@ -658,8 +647,8 @@ def tables(rows: list[dict]) -> str:
         for r in with_elements:
             a, g = r["app"], r["bare_elements"]
             listed = [e for area in ("sidebar", "main") for e in a["elements"][area]]
-            texts = sum(e["k"] in ("heading", "markdown", "caption", "html", "info") for e in listed)
-            widgets = sum(e["k"] not in ("heading", "markdown", "caption", "html", "info", "chart", "grid") for e in listed)
+            texts = sum(e["k"] in TEXT_KINDS for e in listed)
+            widgets = sum(e["k"] not in {*TEXT_KINDS, "chart", "grid"} for e in listed)
             shape = ", ".join(f"{e['rows']}x{e['cols']}" for e in listed if e["k"] == "grid") or "-"
             out.append(
                 f"| {r['store']} | {r['page']} | {widgets} | {texts} | {shape} | "

@@ -31,15 +31,13 @@ from benchmarks import bench_browser as bb
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Every chart's figure as Plotly holds it on the page, its widget key, and the margins it grew.
+# Every chart's figure as Plotly holds it on the page, its widget key, and the margins it grew (in the order of
+# `bench_browser.SIZES`, which gives each one's size, traces and points).
 FIGURES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
   const key = ((gd.closest('[class*="st-key-"]') || {className: ''}).className.match(/st-key-(\\S+)/) || [0, '?'])[1];
   const size = gd._fullLayout._size, margin = gd._fullLayout.margin;
   const grown = ['l', 'r', 't', 'b'].filter(s => size[s] - margin[s] > 0.5).map(s => `${s} +${Math.ceil(size[s] - margin[s])}`);
-  const len = a => (a && a.length) || 0;
-  const points = gd._fullData.reduce((n, t) => n + (t.z ? len(t.z) * (len(t.z[0]) || 1) : Math.max(len(t.x), len(t.y))), 0);
-  return {key, grown, points, traces: gd._fullData.length, width: gd._fullLayout.width, height: gd._fullLayout.height,
-          data: gd.data, layout: gd.layout, frames: (gd._transitionData && gd._transitionData._frames) || []};
+  return {key, grown, data: gd.data, layout: gd.layout, frames: (gd._transitionData && gd._transitionData._frames) || []};
 })"""
 
 # Median ms of ``repeats`` draws of figure ``f`` in a new div each, automargin as it is or off on every axis.
@@ -76,7 +74,7 @@ def page_figures(context, base: str, pid: int, path: str) -> list[dict]:
     """The figures of the page at ``path`` once its charts are drawn and the page is quiet."""
     page, _, _ = bb.load(context, base + path, pid, 1)
     try:
-        return page.evaluate(FIGURES)
+        return [dict(size, **fig) for size, fig in zip(page.evaluate(bb.SIZES), page.evaluate(FIGURES), strict=True)]
     finally:
         page.close()
 
