@@ -56,7 +56,10 @@ from benchmarks.shapes import pythia_160m_config
 if TYPE_CHECKING:
     from precompute.settings import SamplerSettings
 
-FIELDS = ("step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb")
+FIELDS = (
+    "step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb", "wall_s",
+    "gpu_peak_mb",
+)  # fmt: skip
 # (path, seed offset): the second devinterp run's seed is far from the first's, since devinterp's chain c uses
 # seed + c: seeds 0 and 1 would share three of their four chains' noise.
 INDEPENDENT = 1000
@@ -67,19 +70,25 @@ DEVINTERP_NOISE = "batched-devinterp-noise"
 NOISE_OFFSET = 100_000
 
 
-def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings) -> np.ndarray:
+def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings, saved: Path | None = None) -> np.ndarray:
     """The store's sampler sequences, rebuilt as the stage built them and checked against meta.json (the
-    run's ``run.json``, or the store's own ``training`` record when the run folder has none yet)."""
+    run's ``run.json``, or the store's own ``training`` record when the run folder has none yet), or read from
+    ``saved`` (a ``.npy`` written by ``--save-tokens``: no corpus archive needed, as on the device machine)."""
     from analysis.store import open_store
     from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
     from precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store).meta
     assert meta.llc is not None, f"{store} has no refined LLCs"
+    ev = meta.llc["evaluation"]
+    if saved is not None:
+        tokens = np.load(saved)
+        if sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) != ev["tokens_sha256"]:
+            raise SystemExit(f"{saved} does not hold {store}'s sampler sequences (sha256 differs); write it with --save-tokens")
+        return tokens
     run_json = source / "run.json"
     info = json.loads(run_json.read_text()) if run_json.exists() else json.loads((store / "meta.json").read_text())["training"]
     data, name = held_out_bytes(info, source)
-    ev = meta.llc["evaluation"]
     es = make_eval_set(
         np.frombuffer(data, np.uint8).astype(np.int64),
         n=ev["n_sequences"],
@@ -114,9 +123,13 @@ def worker(args: argparse.Namespace) -> int:
     meta = store.meta
     assert meta.llc is not None
     sampler = SamplerSettings(**{**meta.llc["sampler"], "seed": args.seed})
-    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]))
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]), args.tokens)
     model = load_model(args.source / f"step{args.step}", device=args.device, attn_implementation="sdpa")
-    c0 = time.process_time()
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    c0, t0 = time.process_time(), time.perf_counter()
     rows = []
     if args.worker == "devinterp":
         with tempfile.TemporaryDirectory(prefix="llc-batched-") as scratch:
@@ -131,7 +144,10 @@ def worker(args: argparse.Namespace) -> int:
 
             noise = DevinterpNoise(model, args.seed + NOISE_OFFSET)
         rows = estimates_from_traces(checkpoint_traces(model, tokens, sampler, device=args.device, noise=noise), sampler)
-    cpu = time.process_time() - c0
+    if cuda:
+        torch.cuda.synchronize()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    gpu_peak = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else ""
     for layer, head, est in rows:
         print(
             json.dumps(
@@ -144,10 +160,25 @@ def worker(args: argparse.Namespace) -> int:
                     "per_chain": " ".join(f"{v:.6g}" for v in est.per_chain),
                     "cpu_s": round(cpu, 2),
                     "peak_rss_mb": round(peak_rss_mb(), 1),
+                    "wall_s": round(wall, 2),
+                    "gpu_peak_mb": gpu_peak,
                 }
             ),
             flush=True,
         )
+    return 0
+
+
+def save_tokens(args: argparse.Namespace) -> int:
+    """Write the store's sampler sequences (rebuilt from the run's corpus and checked) for ``--tokens``."""
+    from analysis.store import open_store
+    from precompute.settings import SamplerSettings
+
+    meta = open_store(args.store).meta
+    assert meta.llc is not None, f"{args.store} has no refined LLCs"
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]))
+    np.save(args.save_tokens, tokens)
+    print(f"{args.save_tokens}: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens")
     return 0
 
 
@@ -175,6 +206,7 @@ def run_paths(args: argparse.Namespace) -> None:
         step, path, seed = job
         cmd = [sys.executable, "-m", "benchmarks.llc_batched", "--worker", path, "--seed", str(seed), "--step", step]
         cmd += ["--store", str(args.store), "--source", str(args.source), "--device", args.device]
+        cmd += ["--tokens", str(args.tokens)] if args.tokens else []
         started = time.monotonic()
         done_proc = subprocess.run(cmd, capture_output=True, text=True)
         if done_proc.returncode:
@@ -182,16 +214,20 @@ def run_paths(args: argparse.Namespace) -> None:
         got = [json.loads(line) for line in done_proc.stdout.splitlines() if line.startswith("{")]
         return job, got, time.monotonic() - started
 
+    # a file begun before a column was added keeps its own columns (the new ones are left out of its rows)
+    fields = FIELDS if new_file else tuple(next(csv.reader(args.out.open())))
     with args.out.open("a", newline="") as fh, ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new_file:
             writer.writeheader()
         for (step, path, seed), got, wall in pool.map(one, todo):
             for r in got:
                 writer.writerow({"step": step, "path": path, "seed": seed, **r})
             fh.flush()
+            gpu = f", {got[0]['gpu_peak_mb']} MB GPU peak" if got[0]["gpu_peak_mb"] != "" else ""
             print(
-                f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['peak_rss_mb']} MB peak, {wall:.0f} s wall",
+                f"step {step} {path} seed {seed}: {got[0]['cpu_s']} CPU s, {got[0]['wall_s']} s wall, "
+                f"{got[0]['peak_rss_mb']} MB peak RSS{gpu} ({wall:.0f} s with the process's start)",
                 flush=True,
             )
 
@@ -375,15 +411,32 @@ def summarize(out: Path) -> int:
                 f"{np.percentile(ratio, 90):.3f} | {np.log(ratio).std(ddof=1):.3f} | {whole} |"
             )
     replicates(by, steps)
-    print("\n| step | path | seed | CPU s per checkpoint | peak RSS (MB) |\n| ---: | --- | ---: | ---: | ---: |")
-    cost: dict[tuple[str, str], list[float]] = {}
+    # rows written before the wall time and the GPU's memory were recorded have neither column
+    timed = all(r.get("wall_s") not in (None, "") for r in rows)
+    on_gpu = timed and all(r.get("gpu_peak_mb") not in (None, "") for r in rows)
+    print(
+        "\n| step | path | seed | CPU s per checkpoint |"
+        + (" wall s per checkpoint |" if timed else "")
+        + " peak RSS (MB) |"
+        + (" peak GPU memory (MB, allocated by torch) |" if on_gpu else "")
+    )
+    print("| ---: | --- | ---: | ---: |" + (" ---: |" if timed else "") + " ---: |" + (" ---: |" if on_gpu else ""))
+    cost: dict[tuple[str, str, str], list[float]] = {}
     for (step, path, seed), est in sorted(by.items(), key=lambda kv: (int(kv[0][0]), kv[0][1], kv[0][2])):
         first = next(iter(est.values()))
-        cost.setdefault((path, seed), []).append(float(first["cpu_s"]))
-        print(f"| {step} | {path} | {seed} | {float(first['cpu_s']):.1f} | {float(first['peak_rss_mb']):.0f} |")
-    if ("devinterp", s0) in cost and ("batched", s0) in cost:
-        d, n = np.mean(cost[("devinterp", s0)]), np.mean(cost[("batched", s0)])
-        print(f"\nmean CPU s per checkpoint: devinterp {d:.1f}, batched {n:.1f}: {d / n:.1f}x fewer")
+        cells = [step, path, seed, f"{float(first['cpu_s']):.1f}"]
+        cost.setdefault(("CPU s", path, seed), []).append(float(first["cpu_s"]))
+        if timed:
+            cells.append(f"{float(first['wall_s']):.1f}")
+            cost.setdefault(("wall s", path, seed), []).append(float(first["wall_s"]))
+        cells.append(f"{float(first['peak_rss_mb']):.0f}")
+        if on_gpu:
+            cells.append(f"{float(first['gpu_peak_mb']):.0f}")
+        print("| " + " | ".join(cells) + " |")
+    for unit in ("CPU s", "wall s"):
+        if (unit, "devinterp", s0) in cost and (unit, "batched", s0) in cost:
+            d, n = np.mean(cost[(unit, "devinterp", s0)]), np.mean(cost[(unit, "batched", s0)])
+            print(f"\nmean {unit} per checkpoint: devinterp {d:.1f}, batched {n:.1f}: {d / n:.1f}x fewer")
     return 0
 
 
@@ -408,7 +461,22 @@ def shape_160m(args: argparse.Namespace) -> int:
         f"sampler {sampler.as_meta()}, T {args.length}",
         flush=True,
     )
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def start() -> tuple[float, float]:
+        sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        return time.process_time(), time.perf_counter()
+
+    def took(started: tuple[float, float]) -> tuple[float, str]:
+        """Seconds since ``started`` (CPU-seconds on the CPU, wall seconds on a GPU) and the peak memory."""
+        sync()
+        c0, t0 = started
+        gpu = f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MB" if cuda else ""
+        return (time.process_time() - c0) if not cuda else time.perf_counter() - t0, f"peak RSS {peak_rss_mb():.0f} MB{gpu}"
+
     times: dict[tuple[str, str], float] = {}
     which = [("first-layer head", 0), ("last-layer head", 11)] + ([] if args.no_whole_model else [("whole model", -1)])
     if args.whole_model_only:
@@ -417,44 +485,33 @@ def shape_160m(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="llc-160m-") as scratch:
         for name, layer in which if "devinterp" in wanted else []:
             masks = None if layer < 0 else head_masks(model, layer, 0)
-            sync()
-            c0, t0 = time.process_time(), time.perf_counter()
+            started = start()
             est = estimate_llc(model, ids, masks, sampler, scratch=Path(scratch), device=args.device)
-            sync()
-            times[("devinterp", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
-            print(
-                f"devinterp {name}: {times[('devinterp', name)]:.1f} s, llc {est.llc:.4g}, peak RSS {peak_rss_mb():.0f} MB",
-                flush=True,
-            )
+            times[("devinterp", name)], peak = took(started)
+            print(f"devinterp {name}: {times[('devinterp', name)]:.1f} s, llc {est.llc:.4g}, {peak}", flush=True)
     arch, params = architecture(model), {k: v.to(args.device) for k, v in parameters(model).items()}
     tokens = torch.as_tensor(ids, device=args.device)
-    sync()
-    c0, t0 = time.process_time(), time.perf_counter()
+    started = start()
     frozen, _ = frozen_layers(arch, params, tokens)
-    sync()
-    shared = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
+    shared, _ = took(started)
     print(f"batched: every layer's frozen inputs: {shared:.1f} s (once per checkpoint)", flush=True)
     for name, layer in which:
         noise = LaneNoise(sampler.seed, args.device)
-        sync()
-        c0, t0 = time.process_time(), time.perf_counter()
+        started = start()
         if layer < 0:
             sample_whole_model(arch, params, tokens, sampler, noise=noise)
         else:
             sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, heads=[0], noise=noise)
-        sync()
-        times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
-        print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+        times[("batched", name)], peak = took(started)
+        print(f"batched {name}: {times[('batched', name)]:.1f} s, {peak}", flush=True)
     if args.all_heads:
         # every head of the first and the last layer as lanes of one computation, as the lens samples them
         for name, layer in (("first layer, 12 heads", 0), ("last layer, 12 heads", 11)):
             noise = LaneNoise(sampler.seed, args.device)
-            sync()
-            c0, t0 = time.process_time(), time.perf_counter()
+            started = start()
             sample_layer_heads(arch, params, frozen[layer], layer, tokens, sampler, noise=noise)
-            sync()
-            times[("batched", name)] = (time.process_time() - c0) if args.device == "cpu" else time.perf_counter() - t0
-            print(f"batched {name}: {times[('batched', name)]:.1f} s, peak RSS {peak_rss_mb():.0f} MB", flush=True)
+            times[("batched", name)], peak = took(started)
+            print(f"batched {name}: {times[('batched', name)]:.1f} s, {peak}", flush=True)
         layers = 12 * (times[("batched", "first layer, 12 heads")] + times[("batched", "last layer, 12 heads")]) / 2
         whole_s = times.get(("batched", "whole model"), 0.0)
         implied_s = layers + whole_s + shared
@@ -584,6 +641,8 @@ def main() -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", type=Path, default=Path("docs/data/llc-batched-induction-d128.csv"))
     p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
+    p.add_argument("--tokens", type=Path, help="the sampler sequences from this .npy (from --save-tokens): no corpus needed")
+    p.add_argument("--save-tokens", type=Path, help="write the store's sampler sequences to this .npy and stop")
     p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
     p.add_argument("--replicates", type=int, help="K seeds of each path (s, s + 1000, ...) instead of the three")
     p.add_argument("--jobs", type=int, default=1, help="processes at a time (each at OMP_NUM_THREADS threads)")
@@ -602,6 +661,8 @@ def main() -> int:
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.save_tokens:
+        return save_tokens(args)
     if args.cost_of:
         return checkpoint_cost(args)
     if args.shape:

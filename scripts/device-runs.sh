@@ -10,8 +10,8 @@
 #   bash scripts/device-runs.sh start SECONDS    # install, start the chains in the background (setsid),
 #                                                #   run `pytest -m cuda`, pack what finishes until SECONDS
 #   bash scripts/device-runs.sh collect SECONDS  # pack what finishes until SECONDS (the same machine)
-#   bash scripts/device-runs.sh bench SECONDS    # the CUDA benchmarks alone: the batched rLLC on the
-#                                                #   Pythia-160M shape, then every lens on the reference shape
+#   bash scripts/device-runs.sh bench SECONDS    # issue 40's CUDA benchmark alone: the batched rLLC against
+#                                                #   devinterp on induction-d128 and the Pythia-160M shape
 # SIZES="text" (or "d128 text", ...) starts only the chains of those sizes: the GPU to fewer chains. Run on
 # 2026-11-27 with all seven: the induction stores were done in 631-652 s, the plain-text runs' rLLC had 18 of
 # 43 checkpoints (docs/induction-recipe.md); `SIZES=text ... start 560` is the next step for those.
@@ -37,12 +37,13 @@ fi
 LENSES=(--lenses attention --lenses composition --lenses similarity --lenses essential)
 
 install() {
-  # into the interpreter itself, so that the subprocesses the tests start see them too
-  if [ ! -f /tmp/wheels.done ]; then
+  # into the interpreter itself, so that the subprocesses the tests start see them too (WHEELS=0: the Python on
+  # PATH as it is, as for a dry run here)
+  if [ "${WHEELS:-1}" != 0 ] && [ ! -f /tmp/wheels.done ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl \
       && touch /tmp/wheels.done || { echo "wheels did not install" >&2; exit 1; }
   fi
-  export PYTHONPATH=$PWD
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 }
 
 name_of() {  # SIZE SEED -> store name
@@ -132,13 +133,34 @@ case "${1:-}" in
     progress; pack
     ;;
   bench)
+    # issue 40 item 3 on the GPU: the batched rLLC against devinterp's path, same settings, same machine, one
+    # run (docs/benchmarks.md, "The CUDA run of issue 40"). Carry .whl (scripts/device-wheels.sh bench) and
+    # runs/ih-d128-s1234/{step800,step1400,step2000,llc-tokens.npy} (the tokens: benchmarks.llc_batched
+    # --save-tokens, so no corpus travels). BENCH_DEVICE=cpu BENCH_QUICK=1 is the dry run on a CPU (one
+    # checkpoint, the 160M shape at 2 chains x 2 steps of 16 tokens).
     install
-    nvidia-smi -L
-    OMP_NUM_THREADS=8 timeout $((LIMIT / 2)) python3 -m benchmarks.llc_batched --shape pythia-160m \
-      --device cuda --paths batched:0 --all-heads 2>&1 | tee runs/logs/bench-llc-160m-cuda.txt | tail -n 20
-    left=$((LIMIT - (SECONDS - START) - 15))
-    [ "$left" -gt 30 ] && OMP_NUM_THREADS=8 timeout "$left" python3 -m benchmarks.bench_lenses --device cuda 2>&1 \
-      | tee runs/logs/bench-lenses-cuda.txt | tail -n 30
+    dev=${BENCH_DEVICE:-cuda}
+    command -v nvidia-smi >/dev/null && nvidia-smi -L
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+    d128=(python3 -m benchmarks.llc_batched --store data/induction-d128 --source runs/ih-d128-s1234
+      --tokens runs/ih-d128-s1234/llc-tokens.npy --paths devinterp:0,batched:0 --device "$dev"
+      --out "$OUT/llc-batched-induction-d128-$dev.csv")
+    shape=(--shape pythia-160m)
+    [ "${BENCH_QUICK:-0}" = 1 ] && shape+=(--chains 2 --burnin 0 --draws 2 --length 16)
+    # induction-d128 at step 1,400 (inside the induction head's emergence): every head and the whole model, each
+    # path in its own process at one torch thread, so that CPU-seconds compare as on the CPU
+    OMP_NUM_THREADS=1 timeout $((LIMIT * 4 / 10)) "${d128[@]}" --steps 1400 2>&1 | tee runs/logs/bench-llc-d128-$dev.txt
+    # the Pythia-160M shape under the default sampler: both paths' first- and last-layer head and whole model,
+    # then every head of the first and of the last layer together (the lens's own grouping)
+    left=$((LIMIT - (SECONDS - START) - 20))
+    [ "$left" -gt 30 ] && OMP_NUM_THREADS=1 timeout "$left" python3 -m benchmarks.llc_batched "${shape[@]}" \
+      --device "$dev" --all-heads 2>&1 | tee runs/logs/bench-llc-160m-$dev.txt
+    # the two other checkpoints of item 2's three, appended to the same CSV, if time is left
+    left=$((LIMIT - (SECONDS - START) - 20))
+    [ "${BENCH_QUICK:-0}" = 1 ] || { [ "$left" -gt 30 ] && OMP_NUM_THREADS=1 timeout "$left" "${d128[@]}" \
+      --steps 800,2000 2>&1 | tee -a runs/logs/bench-llc-d128-$dev.txt; }
+    python3 -m benchmarks.llc_batched --summary --out "$OUT/llc-batched-induction-d128-$dev.csv" 2>&1 \
+      | tee runs/logs/bench-llc-d128-$dev-summary.txt
     pack
     ;;
   chain) install; chain "$2" "$3" ;;

@@ -3,12 +3,15 @@ the batched sampler's head estimates differ from devinterp's, against a brute-fo
 
 from __future__ import annotations
 
+import csv
 from itertools import combinations, product
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.llc_batched import estimates_by_run, heads_differ, heads_differ_paired
+from benchmarks.llc_batched import FIELDS, estimates_by_run, heads_differ, heads_differ_paired, sampler_tokens, summarize
+from precompute.settings import SamplerSettings
 
 
 def brute_force(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -89,3 +92,47 @@ def test_estimates_by_run_orders_runs_by_seed_and_needs_two_of_each() -> None:
     np.testing.assert_array_equal(llc["devinterp"], [[1.0, 2.0], [2.0, 3.0]])
     np.testing.assert_array_equal(llc["batched"], [[3.0, 4.0], [4.0, 5.0]])
     np.testing.assert_array_equal(whole["batched"], [30.0, 40.0])
+
+
+def _write_rows(path: Path, fields: tuple[str, ...], cost: dict[tuple[str, str], tuple[float, float, str]]) -> None:
+    """A benchmark file of two heads and the whole model per (step, path), with made-up estimates and the given
+    (CPU s, wall s, GPU MB) per checkpoint."""
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for (step, path_name), (cpu, wall, gpu) in cost.items():
+            for layer, head, llc in ((-1, -1, 40.0), (0, 0, 2.0), (0, 1, 3.0)):
+                row = {"step": step, "path": path_name, "seed": 0, "layer": layer, "head": head, "llc": llc}
+                row |= {"llc_std": 0.1, "init_loss": 2.0, "per_chain": "1 2", "cpu_s": cpu, "peak_rss_mb": 500}
+                writer.writerow(row | {"wall_s": wall, "gpu_peak_mb": gpu})
+
+
+def test_the_cost_table_adds_wall_seconds_and_gpu_memory_where_the_rows_have_them(tmp_path, capsys) -> None:
+    out = tmp_path / "cuda.csv"
+    cost = {("800", "devinterp"): (30.0, 90.0, "40"), ("800", "batched"): (6.0, 9.0, "900"),
+            ("1400", "devinterp"): (34.0, 110.0, "41"), ("1400", "batched"): (6.0, 11.0, "910")}  # fmt: skip
+    _write_rows(out, FIELDS, cost)
+    assert summarize(out) == 0
+    printed = capsys.readouterr().out
+    assert "| 1400 | batched | 0 | 6.0 | 11.0 | 500 | 910 |" in printed
+    assert "mean CPU s per checkpoint: devinterp 32.0, batched 6.0: 5.3x fewer" in printed
+    assert "mean wall s per checkpoint: devinterp 100.0, batched 10.0: 10.0x fewer" in printed
+    assert "peak GPU memory" in printed
+
+
+def test_the_cost_table_of_rows_from_before_the_wall_column_gives_cpu_seconds_alone(tmp_path, capsys) -> None:
+    out = tmp_path / "old.csv"
+    old_fields = FIELDS[: FIELDS.index("wall_s")]
+    _write_rows(out, old_fields, {("800", "devinterp"): (50.0, 0, ""), ("800", "batched"): (20.0, 0, "")})
+    assert summarize(out) == 0
+    printed = capsys.readouterr().out
+    assert "| 800 | devinterp | 0 | 50.0 | 500 |" in printed
+    assert "mean CPU s per checkpoint: devinterp 50.0, batched 20.0: 2.5x fewer" in printed
+    assert "wall s" not in printed and "GPU" not in printed
+
+
+def test_saved_sampler_sequences_that_are_not_the_stores_are_refused(tmp_path) -> None:
+    saved = tmp_path / "tokens.npy"
+    np.save(saved, np.zeros((8, 64), dtype=np.int64))
+    with pytest.raises(SystemExit, match="sha256 differs"):
+        sampler_tokens(Path("data/induction-d128"), tmp_path, SamplerSettings(), saved)
