@@ -47,6 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000)")
     which.add_argument("--every", type=int, default=None, metavar="N", help="only steps that are multiples of N")
     p.add_argument("--out", default=None, metavar="STORE", help="the store the run would write or resume")
+    # the options that change what a lens costs: the evaluation length (the forward lenses' and the sampler's
+    # sequences), the refined LLC's checkpoints and sampler, and every other lens's options, as the job takes them
+    from precompute import evalset
+    from precompute.__main__ import add_lens_options
+
+    evalset.add_arguments(p, when="with --lenses: ")
+    add_lens_options(p)
 
 
 @dataclass(frozen=True)
@@ -104,9 +111,10 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
     return CheckpointBytes(tensors=total, hashed=0, estimated=True)
 
 
-def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...]):
+def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None):
     """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
-    recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order."""
+    recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order (``llc``: what
+    the refined LLC samples per checkpoint, `precompute.costs.LlcRun`; default the default sampler)."""
     from precompute import costs, registry
 
     figures = [(m, figure) for m, figure in (("qk", costs.QK_SECONDS), ("ov", costs.OV_SECONDS)) if m in matrices]
@@ -116,10 +124,8 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
             figures.append((lens.name, lens.seconds))
     out = []
     for name, figure in figures:
-        scale, how = costs.time_scale(figure.scale, shape, config)
-        of = registry.BY_NAME.get(name)
-        subset = "" if of is None or of.every_checkpoint else f", on {costs.LLC_DEFAULT_CHECKPOINTS} checkpoints"
-        out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}{subset}"))
+        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc)
+        out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}"))
     return out
 
 
@@ -151,6 +157,26 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
+    """What the refined LLC would sample per checkpoint (`precompute.costs.LlcRun`: ``--llc-batch-size``
+    sequences of ``--eval-length`` tokens per step, ``--llc-chains`` x (``--llc-burnin`` + ``--llc-draws``) steps)
+    and its ``--llc-steps``, from the options as the job reads them.
+
+    Raises:
+        ValueError: an ``--llc-*`` option without ``--lenses llc``, or a value the sampler refuses.
+    """
+    from precompute import costs, registry
+    from precompute.__main__ import lens_options
+
+    options = lens_options(args, lenses).get(registry.LLC_LENS.name)
+    if not isinstance(options, registry.LlcOptions):
+        return None, None
+    sampler = options.sampler
+    steps = sampler.chains * (sampler.burnin + sampler.draws)
+    run = costs.LlcRun(tokens=sampler.batch_size * args.eval_length, chain_steps=steps)
+    return run, options.steps
 
 
 def describe(args: argparse.Namespace) -> list[str]:
@@ -244,15 +270,22 @@ def describe(args: argparse.Namespace) -> list[str]:
     lines.append(f"expected store growth: {human_bytes(store)} (per checkpoint: {figures})")
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
-    priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses)
-    subset_lenses = {lens.name for lens in registry.LENSES if not lens.every_checkpoint}
+    llc_run, llc_steps = llc_plan(args, lenses)
+    priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses, llc=llc_run)
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
     for what, seconds, how in priced:
-        count = len(todo) if what in lens_all else len(new)
-        count = min(costs.LLC_DEFAULT_CHECKPOINTS, count) if what in subset_lenses else count
+        steps = [r.step for r in (todo if what in lens_all else new)]
+        which = ""
+        if what == registry.LLC_LENS.name:  # the rLLC estimates --llc-steps of them, not every one
+            from precompute.lenses.llc import parse_llc_steps
+
+            chosen = parse_llc_steps(llc_steps, steps) if steps else []
+            which = f" (--llc-steps {llc_steps or 'not given: about 8, log-spaced'})"
+            steps = chosen
+        count = len(steps)
         total += seconds * count
-        lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
+        lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count}{which} = {_duration(seconds * count)}  [{how}]")
     lines.append(f"  total     {_duration(total)}")
     return lines
 

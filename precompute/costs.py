@@ -18,7 +18,9 @@ from typing import Any, Literal, Protocol
 # "layers" layers x d_model^2 (both from Pythia-1.4B); "parameters" the model's parameters (from the
 # Pythia-160M shape); "head_pairs" cross-layer head pairs x d_head^2 x d_model (the composition scores'
 # products); "all_head_pairs" every unordered pair of heads x d_head^2 x d_model (the similarity's products).
-TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs"]
+# "llc" the refined LLC's multiply-adds per checkpoint under the run's sampler and sequence length, divided by the
+# CPU's efficiency at the model's width (`llc_work`; from the Pythia-160M shape at the default sampler and 256 tokens).
+TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc"]
 # What a checkpoint's store bytes are counted in: per-head rows of each per-head matrix, layers, cross-layer
 # (ordered) pairs of heads, unordered pairs of heads, or the checkpoint itself (a lens whose rows do not grow
 # with the model, such as the essential-dynamics lens's fixed sample).
@@ -107,8 +109,88 @@ HEADS_BYTES = StoreBytes(
     "head and matrix",
     "data/shakespeare-pythia-6x8 (GPU-trained, floats byte-stream-split, 2026-11-27): 1,398,981 B / (43 x 48 x 2) rows",
 )
-# checkpoints the refined LLC estimates by default: "about 8, log-spaced" (python -m precompute --help, --llc-steps)
-LLC_DEFAULT_CHECKPOINTS = 8
+
+# ------------------------------------------------------------------ the refined LLC's work
+
+# The Pythia-160M shape the refined LLC's figure was measured at (docs/benchmarks.md "The Pythia-160M shape at the
+# default sampler, measured"): GPT-NeoX, parallel residual, 256-token sequences, the default 4 x (48 + 96) steps of
+# one sequence.
+PYTHIA_160M_LLC: dict[str, Any] = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_mlp": 3072, "vocab": 50304, "parallel": True}
+LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
+# The batched sampler's products run slower on narrow models (per-operation cost, small matrices): CPU-seconds per
+# multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
+# log) to the CPU-seconds per checkpoint measured at one thread on the 2-core machine, 2026-11-28/29: induction-d64,
+# -d128, -d256, -d512 (6.0, 20.2, 54, 177 s) and shakespeare-pythia-6x8 (1,507 to 1,665 s); every one within 15% of
+# what `llc_work` then predicts (docs/benchmarks.md "What `headwatch plan` prices the refined LLC at").
+LLC_WIDTH_EXPONENT = 0.45
+
+
+@dataclass(frozen=True)
+class LlcRun:
+    """What one checkpoint's refined LLC samples: ``tokens`` per SGLD step (sequences per step x the evaluation
+    length) for ``chain_steps`` steps of each estimate (chains x (burn-in + draws))."""
+
+    tokens: int
+    chain_steps: int
+
+
+def llc_token_macs(
+    n_layers: int, n_heads: int, d_model: int, d_mlp: int, vocab: int, tokens: int, parallel: bool
+) -> tuple[float, float]:
+    """Multiply-adds per token of one step of one chain of every head of a checkpoint's refined LLC, and of the
+    whole model's, as the batched sampler computes them (`precompute.lenses.llc_sampler`).
+
+    A head's lane recomputes its head (its projections, and its attention scores and mix over every key: the causal
+    mask is applied to a full ``tokens`` x ``tokens`` product), its layer's MLP unless the residual is parallel (then
+    the MLP reads the frozen input), every layer above and the unembedding; backward, the gradients of the
+    activations from the top down to the head (one product per weight product, two per attention product: both of
+    its operands move) and of the head's own weights (none of the layer's input). The whole model runs forward,
+    then backward with every weight's gradient and every activation's. Matrix products only, as torch's
+    ``FlopCounterMode`` counts them (tests/unit/test_costs.py checks both against it).
+    """
+    d_head = d_model // n_heads
+    dense = 4 * d_model**2 + 2 * d_model * d_mlp  # a block's weight products per token: attention's four, the MLP's two
+    attend = 2 * tokens * d_model  # its attention's two products (scores, mix) over every head
+    block = 2 * dense + 3 * attend  # forward (dense + attend) and backward to the activations (dense + 2 attend)
+    unembed = vocab * d_model
+    heads = 0.0
+    for layer in range(n_layers):
+        mlp = 0 if parallel else 2 * (2 * d_model * d_mlp)  # forward and backward to its input
+        # forward 4 d d_head + 2 T d_head; backward W_o's gradient and its input's (2 d d_head), both attention
+        # products' two operands (4 T d_head), W_q, W_k, W_v's gradients (3 d d_head)
+        own = 9 * d_model * d_head + 6 * tokens * d_head + mlp
+        heads += n_heads * (own + (n_layers - 1 - layer) * block + 2 * unembed)
+    whole = n_layers * (3 * dense + 3 * attend) + 3 * unembed  # forward, weights' and activations' gradients
+    return heads, whole
+
+
+def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The refined LLC's view of a model: width of its MLP, vocabulary, parallel residual (GPT-NeoX's
+    ``use_parallel_residual``, default on; GPT-2 and the rest sequential)."""
+    d_mlp = config.get("intermediate_size") or config.get("n_inner") or 4 * shape.d_model
+    parallel = config.get("model_type") == "gpt_neox" and bool(config.get("use_parallel_residual", True))
+    vocab = int(config.get("vocab_size") or 0)
+    return {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "d_model": shape.d_model, "d_mlp": int(d_mlp),
+            "vocab": vocab, "parallel": parallel}  # fmt: skip
+
+
+def llc_work(geometry: Mapping[str, Any], run: LlcRun) -> float:
+    """A checkpoint's refined-LLC work in the units of the reference's: multiply-adds over the run's steps and
+    tokens, divided by the CPU's efficiency at the model's width (``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1)."""
+    heads, whole = llc_token_macs(**geometry, tokens=run.tokens)
+    efficiency = min(1.0, geometry["d_model"] / PYTHIA_160M_LLC["d_model"]) ** LLC_WIDTH_EXPONENT
+    return run.chain_steps * run.tokens * (heads + whole) / efficiency
+
+
+def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[float, str]:
+    """`time_scale`'s "llc": this run's refined-LLC work against the Pythia-160M shape's at the default sampler."""
+    reference = llc_work(PYTHIA_160M_LLC, LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
+    f = llc_work(llc_geometry(shape, config), run) / reference
+    return f, (
+        f"x {f:.3g} (the rLLC's multiply-adds at {run.chain_steps} steps of {run.tokens} tokens per estimate, "
+        f"over the CPU's efficiency at d_model {shape.d_model}, against Pythia-160M's at {LLC_REFERENCE_CHAIN_STEPS} x "
+        f"{LLC_REFERENCE_TOKENS})"
+    )
 
 
 # ------------------------------------------------------------------ scaling to a model
@@ -131,8 +213,11 @@ def all_head_pairs(n_layers: int, n_heads: int) -> int:
     return heads * (heads - 1) // 2
 
 
-def time_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any]) -> tuple[float, str]:
-    """The factor a figure measured at its reference model is scaled by for ``shape``, and how, in words."""
+def time_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], *, llc: LlcRun | None = None) -> tuple[float, str]:
+    """The factor a figure measured at its reference model is scaled by for ``shape``, and how, in words
+    (``llc``: what the refined LLC samples per checkpoint; default the default sampler on 256-token sequences)."""
+    if scale == "llc":
+        return llc_scale(shape, config, llc or LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
     ref = PYTHIA_1_4B
     if scale == "heads":
         f = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)

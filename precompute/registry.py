@@ -484,7 +484,7 @@ LLC_LENS = Lens(
     seconds=Seconds(
         "LLC_SECONDS_PER_CHECKPOINT_160M",
         90643.0,
-        "parameters",
+        "llc",
         "CPU-seconds per estimated checkpoint at one thread, the batched sampler under the default 4 x (48 + 96) "
         "steps: every head (88,065, implied from a first- and a last-layer head) plus the whole model (2,578, "
         'extrapolated from 2 and 6 steps); docs/benchmarks.md "Performance: the refined LLC, seconds per estimate", '

@@ -159,3 +159,51 @@ def test_the_docs_table_of_figures_is_the_registry_s() -> None:
     sizes = [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes]
     for size in sizes:
         assert f"{size.bytes} B per" in table, size.files
+
+
+def _llc_line(out: str) -> tuple[float, float, int, str]:
+    """The rLLC's line of a plan: its seconds per checkpoint (as printed, 0.1 s), its scale factor (3 digits), its
+    count of checkpoints and the whole line."""
+    line = next(line for line in out.splitlines() if line.strip().startswith("llc "))
+    m = re.search(r"llc\s+([\d.]+) (s|min|h) per checkpoint x (\d+)", line)
+    f = re.search(r"x ([\d.e+-]+) \(the rLLC's multiply-adds", line)
+    assert m is not None and f is not None, line
+    seconds = float(m.group(1)) * {"s": 1, "min": 60, "h": 3600}[m.group(2)]
+    return seconds, float(f.group(1)), int(m.group(3)), line
+
+
+def test_plan_prices_the_refined_llc_at_its_steps_its_sampler_and_its_sequence_length(suite, capsys):
+    """The rLLC is priced per checkpoint from what the run would sample (`precompute.costs.llc_work`: chains x
+    (burn-in + draws) steps of batch-size sequences of --eval-length tokens) and counted at --llc-steps."""
+    from precompute.registry import LLC_LENS
+
+    assert LLC_LENS.seconds is not None
+    assert main(["plan", str(suite), "--lenses", "llc", "--llc-steps", "all", "--eval-length", "16"]) == 0
+    seconds, factor, count, line = _llc_line(capsys.readouterr().out)
+    assert count == len(STEPS) and "(--llc-steps all)" in line and "576 steps of 16 tokens" in line
+    assert seconds == pytest.approx(LLC_LENS.seconds.seconds * factor, abs=0.05)
+    # twice the steps per chain: twice the work; two checkpoints named
+    argv = ["plan", str(suite), "--lenses", "llc", "--llc-steps", "0,8", "--eval-length", "16", "--llc-draws", "240"]
+    assert main(argv) == 0
+    _, doubled, count, line = _llc_line(capsys.readouterr().out)
+    assert count == 2 and "(--llc-steps 0,8)" in line and "1152 steps of 16 tokens" in line
+    assert doubled / factor == pytest.approx(2, rel=0.01)
+    # the defaults: 256 tokens a sequence, every checkpoint of a run of five (about 8, log-spaced)
+    assert main(["plan", str(suite), "--lenses", "llc"]) == 0
+    _, longer, count, line = _llc_line(capsys.readouterr().out)
+    assert count == len(STEPS) and "about 8, log-spaced" in line and "576 steps of 256 tokens" in line
+    assert longer > 16 * factor  # attention's products grow with the square of the length
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--llc-chains", "8"], "add --lenses llc"),
+        (["--lenses", "llc", "--llc-steps", "3"], "not checkpoints"),
+        (["--lenses", "llc", "--llc-chains", "1"], "--llc-chains 1"),
+    ],
+)
+def test_plan_refuses_llc_options_the_run_would_refuse(suite, argv, says, capsys):
+    assert main(["plan", str(suite), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err

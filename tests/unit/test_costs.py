@@ -1,0 +1,102 @@
+"""The refined LLC's cost model that ``headwatch plan`` prices a run with (`precompute.costs.llc_token_macs`,
+`precompute.costs.llc_work`): its multiply-adds against torch's ``FlopCounterMode`` on the batched sampler's own
+steps, and its seconds against the CPU-seconds measured per checkpoint (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from precompute import costs
+from precompute.lenses.llc_model import architecture, parameters
+from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
+from precompute.settings import SamplerSettings
+
+T = 24
+
+
+def gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=96, n_embd=48, n_layer=3, n_head=4, n_inner=160, n_positions=64, bos_token_id=0)
+    config.eos_token_id = 0
+    config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0.0  # the batched sampler has no dropout
+    return GPT2LMHeadModel(config).eval()
+
+
+def neox() -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(
+        vocab_size=96, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=160,
+        max_position_embeddings=64, rotary_pct=0.25,
+    )  # fmt: skip
+    return GPTNeoXForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("make", [gpt2, neox], ids=["gpt2-sequential", "neox-parallel"])
+def test_the_multiply_adds_are_what_the_batched_sampler_computes(make) -> None:
+    """One SGLD step of every head of every layer, and of the whole model, under ``FlopCounterMode``: twice the
+    model's multiply-adds per token (a multiply-add is two operations) for each of two chains, of one sequence."""
+    model = make()
+    config = model.config.to_dict()
+    shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
+    geometry = costs.llc_geometry(shape, config)
+    assert geometry["parallel"] == (config["model_type"] == "gpt_neox")
+    arch, params = architecture(model), dict(parameters(model))
+    ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(4, T)))
+    one_step = SamplerSettings(chains=2, burnin=0, draws=1, sequences=4, batch_size=1)
+    frozen, _ = frozen_layers(arch, params, ids)
+    with FlopCounterMode(display=False) as heads:
+        for layer in range(3):
+            sample_layer_heads(arch, params, frozen[layer], layer, ids, one_step, noise=LaneNoise(0, "cpu"))
+    with FlopCounterMode(display=False) as whole:
+        sample_whole_model(arch, params, ids, one_step, noise=LaneNoise(0, "cpu"))
+    want_heads, want_whole = costs.llc_token_macs(**geometry, tokens=T)
+    assert heads.get_total_flops() == pytest.approx(2 * 2 * T * want_heads, rel=1e-3)
+    assert whole.get_total_flops() == pytest.approx(2 * 2 * T * want_whole, rel=1e-3)
+
+
+# CPU-seconds per checkpoint at one thread under the default sampler, measured on the 2-core machine (docs/benchmarks.md
+# "What `headwatch plan` prices the refined LLC at"): shape, evaluation length, seconds
+MEASURED = {
+    "induction-d64": ({"n_layers": 2, "n_heads": 4, "d_model": 64, "d_mlp": 256, "vocab": 256, "parallel": False}, 64, 6.0),
+    "induction-d128": ({"n_layers": 2, "n_heads": 8, "d_model": 128, "d_mlp": 512, "vocab": 256, "parallel": False}, 64, 20.2),
+    "induction-d256": ({"n_layers": 2, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": False}, 64, 54.0),
+    "induction-d512": ({"n_layers": 2, "n_heads": 8, "d_model": 512, "d_mlp": 2048, "vocab": 256, "parallel": False}, 64, 177.0),
+    "shakespeare-pythia-6x8": (
+        {"n_layers": 6, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": True},
+        256,
+        math.sqrt(1507 * 1665),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_the_priced_seconds_are_within_15_percent_of_the_measured(name: str) -> None:
+    from precompute.registry import LLC_LENS
+
+    assert LLC_LENS.seconds is not None and LLC_LENS.seconds.scale == "llc"
+    geometry, tokens, measured = MEASURED[name]
+    default = costs.LlcRun(tokens, costs.LLC_REFERENCE_CHAIN_STEPS)
+    reference = costs.llc_work(costs.PYTHIA_160M_LLC, costs.LlcRun(costs.LLC_REFERENCE_TOKENS, costs.LLC_REFERENCE_CHAIN_STEPS))
+    priced = LLC_LENS.seconds.seconds * costs.llc_work(geometry, default) / reference
+    assert priced == pytest.approx(measured, rel=0.15)
+
+
+def test_the_price_follows_the_sampler_and_the_sequence_length() -> None:
+    """Steps scale the work linearly; longer sequences more than linearly (attention); a wider model runs at a
+    better rate, up to Pythia-160M's width."""
+    geometry = MEASURED["induction-d128"][0]
+    base = costs.llc_work(geometry, costs.LlcRun(64, 576))
+    assert costs.llc_work(geometry, costs.LlcRun(64, 1152)) == pytest.approx(2 * base)
+    assert costs.llc_work(geometry, costs.LlcRun(128, 576)) > 2 * base
+    wide = {**costs.PYTHIA_160M_LLC, "d_model": 1536, "d_mlp": 6144}
+    macs = costs.llc_token_macs(**wide, tokens=256)
+    assert costs.llc_work(wide, costs.LlcRun(256, 576)) == pytest.approx(576 * 256 * sum(macs))  # efficiency 1
