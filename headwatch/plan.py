@@ -209,6 +209,13 @@ def describe(args: argparse.Namespace) -> list[str]:
             raise ValueError(f"no checkpoint of {args.source!r} is selected")
         config = src.config(todo[0])
         shape = model_shape(config)
+        context = config.get("max_position_embeddings") or config.get("n_positions")
+        evaluated = [lens.name for lens in registry.LENSES if lens.name in lenses and "evaluation" in lens.needs]
+        if evaluated and context is not None and args.eval_length > context:  # as the run's evaluation set refuses it
+            raise ValueError(
+                f"--eval-length {args.eval_length} is longer than the model's context ({context} positions); "
+                f"pass --eval-length {context} or less (--lenses {' '.join(evaluated)} read sequences of that length)"
+            )
         done: set[int] = set()
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
         store_lines: list[str] = []

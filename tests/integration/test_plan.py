@@ -86,7 +86,7 @@ def test_plan_prices_the_essential_dynamics_per_checkpoint(suite, capsys):
     are counted once per checkpoint, and its seconds scale with the parameters."""
     from precompute.registry import ESSENTIAL_LENS
 
-    assert main(["plan", str(suite), "--lenses", "essential"]) == 0
+    assert main(["plan", str(suite), "--lenses", "essential", "--eval-length", "64"]) == 0
     out = capsys.readouterr().out
     assert ESSENTIAL_LENS.store_bytes is not None
     assert f"essential_outputs.parquet {ESSENTIAL_LENS.store_bytes.bytes} B per checkpoint" in out
@@ -119,7 +119,7 @@ def test_plan_against_an_existing_store(suite, tmp_path, capsys):
     store = tmp_path / "store"
     done = run_cli("--source", str(suite), "--out", str(store), "--revisions", "step0,step1", "--matrices", "qk")
     assert done.returncode == 0, done.stderr
-    assert main(["plan", str(suite), "--out", str(store), "--lenses", "attention"]) == 0
+    assert main(["plan", str(suite), "--out", str(store), "--lenses", "attention", "--eval-length", "64"]) == 0
     out = capsys.readouterr().out
     assert f"store {store}: 2 checkpoints, matrices qk" in out
     assert "to compute: 3 checkpoints (2 already in the store)" in out
@@ -188,19 +188,21 @@ def test_plan_prices_the_refined_llc_at_its_steps_its_sampler_and_its_sequence_l
     _, doubled, count, line = _llc_line(capsys.readouterr().out)
     assert count == 2 and "(--llc-steps 0,8)" in line and "1152 steps of 16 tokens" in line
     assert doubled / factor == pytest.approx(2, rel=0.01)
-    # the defaults: 256 tokens a sequence, every checkpoint of a run of five (about 8, log-spaced)
-    assert main(["plan", str(suite), "--lenses", "llc"]) == 0
+    # four times the tokens: more than four times the work (attention's products grow with the square of the
+    # length); no --llc-steps: every checkpoint of a run of five (about 8, log-spaced)
+    assert main(["plan", str(suite), "--lenses", "llc", "--eval-length", "64"]) == 0
     _, longer, count, line = _llc_line(capsys.readouterr().out)
-    assert count == len(STEPS) and "about 8, log-spaced" in line and "576 steps of 256 tokens" in line
-    assert longer > 16 * factor  # attention's products grow with the square of the length
+    assert count == len(STEPS) and "about 8, log-spaced" in line and "576 steps of 64 tokens" in line
+    assert longer > 4 * factor
 
 
 @pytest.mark.parametrize(
     "argv, says",
     [
         (["--llc-chains", "8"], "add --lenses llc"),
-        (["--lenses", "llc", "--llc-steps", "3"], "not checkpoints"),
-        (["--lenses", "llc", "--llc-chains", "1"], "--llc-chains 1"),
+        (["--lenses", "llc", "--eval-length", "64", "--llc-steps", "3"], "not checkpoints"),
+        (["--lenses", "llc", "--eval-length", "64", "--llc-chains", "1"], "--llc-chains 1"),
+        (["--lenses", "llc"], "--eval-length 256 is longer than the model's context (64 positions)"),
     ],
 )
 def test_plan_refuses_llc_options_the_run_would_refuse(suite, argv, says, capsys):
