@@ -143,13 +143,14 @@ case "${1:-}" in
     command -v nvidia-smi >/dev/null && nvidia-smi -L
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
     d128=(python3 -m benchmarks.llc_batched --store data/induction-d128 --source runs/ih-d128-s1234
-      --tokens runs/ih-d128-s1234/llc-tokens.npy --paths devinterp:0,batched:0 --device "$dev"
+      --tokens runs/ih-d128-s1234/llc-tokens.npy --paths batched:0,devinterp:0 --device "$dev"
       --out "$OUT/llc-batched-induction-d128-$dev.csv")
     shape=(--shape pythia-160m)
     [ "${BENCH_QUICK:-0}" = 1 ] && shape+=(--chains 2 --burnin 0 --draws 2 --length 16)
     # induction-d128 at step 1,400 (inside the induction head's emergence): every head and the whole model, each
     # path in its own process at one torch thread, so that CPU-seconds compare as on the CPU
-    OMP_NUM_THREADS=1 timeout $((LIMIT * 4 / 10)) "${d128[@]}" --steps 1400 2>&1 | tee runs/logs/bench-llc-d128-$dev.txt
+    OMP_NUM_THREADS=1 timeout $((LIMIT / 2)) "${d128[@]}" --steps 1400 2>&1 | tee runs/logs/bench-llc-d128-$dev.txt
+    pkill -f "llc_batched --worker" || true  # a worker the timeout left behind (it stops only its parent)
     # the Pythia-160M shape under the default sampler: both paths' first- and last-layer head and whole model,
     # then every head of the first and of the last layer together (the lens's own grouping)
     left=$((LIMIT - (SECONDS - START) - 20))
