@@ -121,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--permutations", type=int, default=1999, metavar="N", help="shuffles per p-value (default 1999)")
 
-    from headwatch.plan import add_arguments  # argparse only; the job is imported when a plan runs
+    # argparse and the job's option tables (no torch); the job itself is imported when a plan runs
+    from headwatch.plan import add_arguments
 
     add_arguments(
         sub.add_parser(

@@ -160,12 +160,13 @@ def _duration(seconds: float) -> str:
 
 
 def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
-    """What the refined LLC would sample per checkpoint (`precompute.costs.LlcRun`: ``--llc-batch-size``
-    sequences of ``--eval-length`` tokens per step, ``--llc-chains`` x (``--llc-burnin`` + ``--llc-draws``) steps)
-    and its ``--llc-steps``, from the options as the job reads them.
+    """The refined LLC's options as the job reads them (`precompute.registry.LlcOptions`, None without ``--lenses
+    llc``) and what it would sample per checkpoint (`precompute.costs.LlcRun`: ``--llc-batch-size`` sequences of
+    ``--eval-length`` tokens per step, ``--llc-chains`` x (``--llc-burnin`` + ``--llc-draws``) steps).
 
     Raises:
-        ValueError: an ``--llc-*`` option without ``--lenses llc``, or a value the sampler refuses.
+        ValueError: an ``--llc-*`` option without ``--lenses llc``, a value the sampler refuses, or more sampler
+            sequences than ``--eval-sequences`` (as the run refuses them).
     """
     from precompute import costs, registry
     from precompute.__main__ import lens_options
@@ -174,9 +175,55 @@ def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
     if not isinstance(options, registry.LlcOptions):
         return None, None
     sampler = options.sampler
+    if sampler.sequences > args.eval_sequences:  # precompute.lenses.llc.sampler_sequences
+        raise ValueError(
+            f"--llc-sequences {sampler.sequences} exceeds the {args.eval_sequences} evaluation sequences; lower it or "
+            "raise --eval-sequences"
+        )
     steps = sampler.chains * (sampler.burnin + sampler.draws)
-    run = costs.LlcRun(tokens=sampler.batch_size * args.eval_length, chain_steps=steps)
-    return run, options.steps
+    return options, costs.LlcRun(seq_len=args.eval_length, chain_steps=steps, sequences=sampler.batch_size)
+
+
+def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new: list[int], meta) -> list[int]:
+    """The checkpoints the refined LLC would estimate, chosen as the run chooses them (`precompute.lenses.llc.
+    LlcComputation`): ``--llc-steps`` checked against the selected checkpoints, then taken among every training
+    state the store holds after the pass (``meta``: the store's, None for a new one; plus the ``new`` steps), less
+    those it has estimates of.
+
+    Raises:
+        ValueError: a step that is not selected, or a store whose estimates were made under other sampler settings,
+            another implementation or other evaluation sequences (the run's `check_store` refuses it).
+    """
+    from precompute.lenses.llc import parse_llc_steps
+
+    parse_llc_steps(options.steps, selected)
+    states, estimated = set(new), set()
+    if meta is not None:
+        states |= set(meta.state_steps)
+        if meta.llc is not None:
+            was, now = dict(meta.llc.get("sampler") or {}), options.sampler.as_meta()
+            diffs = [f"{k} {was.get(k)!r} (now {now[k]!r})" for k in now if was.get(k) != now[k]]
+            if meta.llc.get("implementation", "devinterp") != options.implementation:
+                diffs.append(f"implementation {meta.llc.get('implementation', 'devinterp')!r} (now {options.implementation!r})")
+            evaluation = meta.llc.get("evaluation") or {}
+            for key, flag, value in (
+                ("n_sequences", "--eval-sequences", args.eval_sequences),
+                ("seq_len", "--eval-length", args.eval_length),
+            ):
+                if evaluation.get(key) is not None and evaluation[key] != value:
+                    diffs.append(f"{flag} {evaluation[key]} (now {value})")
+            if diffs:
+                raise ValueError(
+                    f"store {args.out!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}; the run "
+                    "would refuse it: pass the stored options, or give a new --out"
+                )
+            table = Path(args.out) / "llc.parquet"
+            if table.is_file():
+                import pyarrow.parquet as pq
+
+                estimated = set(pq.read_table(table, columns=["step"])["step"].to_pylist())
+    chosen = parse_llc_steps(options.steps, sorted(states)) if states else []
+    return [s for s in chosen if s not in estimated]
 
 
 def describe(args: argparse.Namespace) -> list[str]:
@@ -214,9 +261,10 @@ def describe(args: argparse.Namespace) -> list[str]:
         if evaluated and context is not None and args.eval_length > context:  # as the run's evaluation set refuses it
             raise ValueError(
                 f"--eval-length {args.eval_length} is longer than the model's context ({context} positions); "
-                f"pass --eval-length {context} or less (--lenses {' '.join(evaluated)} read sequences of that length)"
+                f"pass --eval-length {context} or less (--lenses {' '.join(evaluated)} reads sequences of that length)"
             )
         done: set[int] = set()
+        meta = None  # the store's, when --out has one
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
         store_lines: list[str] = []
         if args.out and (Path(args.out) / "meta.json").is_file():
@@ -277,19 +325,19 @@ def describe(args: argparse.Namespace) -> list[str]:
     lines.append(f"expected store growth: {human_bytes(store)} (per checkpoint: {figures})")
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
-    llc_run, llc_steps = llc_plan(args, lenses)
+    llc_options, llc_run = llc_plan(args, lenses)
     priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses, llc=llc_run)
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
     for what, seconds, how in priced:
         steps = [r.step for r in (todo if what in lens_all else new)]
         which = ""
-        if what == registry.LLC_LENS.name:  # the rLLC estimates --llc-steps of them, not every one
-            from precompute.lenses.llc import parse_llc_steps
-
-            chosen = parse_llc_steps(llc_steps, steps) if steps else []
-            which = f" (--llc-steps {llc_steps or 'not given: about 8, log-spaced'})"
-            steps = chosen
+        if what == registry.LLC_LENS.name:  # the rLLC estimates --llc-steps of the checkpoints that lack it
+            selected, added = [r.step for r in todo], [r.step for r in new]
+            steps = llc_checkpoints(llc_options, args, selected, added, meta)
+            which = f" (--llc-steps {llc_options.steps or 'not given: about 8, log-spaced'}, those without estimates)"
+            if llc_options.implementation == "devinterp":
+                how += "; priced as the batched sampler: devinterp's path took 1.4 to 2.6 times its CPU-seconds"
         count = len(steps)
         total += seconds * count
         lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count}{which} = {_duration(seconds * count)}  [{how}]")

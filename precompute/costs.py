@@ -121,17 +121,19 @@ LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
 # multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
 # log) to the CPU-seconds per checkpoint measured at one thread on the 2-core machine, 2026-11-28/29: induction-d64,
 # -d128, -d256, -d512 (6.0, 20.2, 54, 177 s) and shakespeare-pythia-6x8 (1,507 to 1,665 s); every one within 15% of
-# what `llc_work` then predicts (docs/benchmarks.md "What `headwatch plan` prices the refined LLC at").
+# what `llc_work` then predicts (in sample: the exponent is fitted to these five; docs/benchmarks.md "What `headwatch
+# plan` prices the refined LLC at").
 LLC_WIDTH_EXPONENT = 0.45
 
 
 @dataclass(frozen=True)
 class LlcRun:
-    """What one checkpoint's refined LLC samples: ``tokens`` per SGLD step (sequences per step x the evaluation
-    length) for ``chain_steps`` steps of each estimate (chains x (burn-in + draws))."""
+    """What one checkpoint's refined LLC samples: ``sequences`` of ``seq_len`` tokens per SGLD step (``--llc-batch-size``
+    and ``--eval-length``) for ``chain_steps`` steps of each estimate (chains x (burn-in + draws))."""
 
-    tokens: int
+    seq_len: int
     chain_steps: int
+    sequences: int = 1
 
 
 def llc_token_macs(
@@ -176,20 +178,22 @@ def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> dict[str, Any]:
 
 def llc_work(geometry: Mapping[str, Any], run: LlcRun) -> float:
     """A checkpoint's refined-LLC work in the units of the reference's: multiply-adds over the run's steps and
-    tokens, divided by the CPU's efficiency at the model's width (``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1)."""
-    heads, whole = llc_token_macs(**geometry, tokens=run.tokens)
+    tokens (attention per sequence), divided by the CPU's efficiency at the model's width (``(d_model / 768) **
+    LLC_WIDTH_EXPONENT``, at most 1)."""
+    heads, whole = llc_token_macs(**geometry, tokens=run.seq_len)
     efficiency = min(1.0, geometry["d_model"] / PYTHIA_160M_LLC["d_model"]) ** LLC_WIDTH_EXPONENT
-    return run.chain_steps * run.tokens * (heads + whole) / efficiency
+    return run.chain_steps * run.sequences * run.seq_len * (heads + whole) / efficiency
 
 
 def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[float, str]:
     """`time_scale`'s "llc": this run's refined-LLC work against the Pythia-160M shape's at the default sampler."""
     reference = llc_work(PYTHIA_160M_LLC, LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
     f = llc_work(llc_geometry(shape, config), run) / reference
+    batch = f"{run.sequences} x {run.seq_len}" if run.sequences != 1 else f"{run.seq_len}"
     return f, (
-        f"x {f:.3g} (the rLLC's multiply-adds at {run.chain_steps} steps of {run.tokens} tokens per estimate, "
-        f"over the CPU's efficiency at d_model {shape.d_model}, against Pythia-160M's at {LLC_REFERENCE_CHAIN_STEPS} x "
-        f"{LLC_REFERENCE_TOKENS})"
+        f"x {f:.3g} (the rLLC's multiply-adds at {run.chain_steps} SGLD steps of {batch} tokens per estimate, its "
+        f"chains' together, over the CPU's efficiency at d_model {shape.d_model}, against Pythia-160M's at "
+        f"{LLC_REFERENCE_CHAIN_STEPS} x {LLC_REFERENCE_TOKENS})"
     )
 
 

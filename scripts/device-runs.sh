@@ -149,20 +149,19 @@ case "${1:-}" in
     [ "${BENCH_QUICK:-0}" = 1 ] && shape+=(--chains 2 --burnin 0 --draws 2 --length 16)
     # induction-d128 at step 1,400 (inside the induction head's emergence): every head and the whole model, each
     # path in its own process at one torch thread, so that CPU-seconds compare as on the CPU
-    OMP_NUM_THREADS=1 timeout $((LIMIT / 2)) "${d128[@]}" --steps 1400 2>&1 | tee runs/logs/bench-llc-d128-$dev.txt
-    pkill -f "llc_batched --worker" || true  # a worker the timeout left behind (it stops only its parent)
+    # (each phase's log goes straight to $OUT too, so that a call cut short keeps what finished)
+    OMP_NUM_THREADS=1 timeout $((LIMIT / 2)) "${d128[@]}" --steps 1400 2>&1 | tee "$OUT/bench-llc-d128-$dev.txt"
     # the Pythia-160M shape under the default sampler: both paths' first- and last-layer head and whole model,
     # then every head of the first and of the last layer together (the lens's own grouping)
     left=$((LIMIT - (SECONDS - START) - 20))
     [ "$left" -gt 30 ] && OMP_NUM_THREADS=1 timeout "$left" python3 -m benchmarks.llc_batched "${shape[@]}" \
-      --device "$dev" --all-heads 2>&1 | tee runs/logs/bench-llc-160m-$dev.txt
+      --device "$dev" --all-heads 2>&1 | tee "$OUT/bench-llc-160m-$dev.txt"
     # the two other checkpoints of item 2's three, appended to the same CSV, if time is left
     left=$((LIMIT - (SECONDS - START) - 20))
     [ "${BENCH_QUICK:-0}" = 1 ] || { [ "$left" -gt 30 ] && OMP_NUM_THREADS=1 timeout "$left" "${d128[@]}" \
-      --steps 800,2000 2>&1 | tee -a runs/logs/bench-llc-d128-$dev.txt; }
+      --steps 800,2000 2>&1 | tee -a "$OUT/bench-llc-d128-$dev.txt"; }
     python3 -m benchmarks.llc_batched --summary --out "$OUT/llc-batched-induction-d128-$dev.csv" 2>&1 \
-      | tee runs/logs/bench-llc-d128-$dev-summary.txt
-    pack
+      | tee "$OUT/bench-llc-d128-$dev-summary.txt"
     ;;
   chain) install; chain "$2" "$3" ;;
   *) sed -n 2,16p "$0"; exit 2 ;;

@@ -180,26 +180,53 @@ def test_plan_prices_the_refined_llc_at_its_steps_its_sampler_and_its_sequence_l
     assert LLC_LENS.seconds is not None
     assert main(["plan", str(suite), "--lenses", "llc", "--llc-steps", "all", "--eval-length", "16"]) == 0
     seconds, factor, count, line = _llc_line(capsys.readouterr().out)
-    assert count == len(STEPS) and "(--llc-steps all)" in line and "576 steps of 16 tokens" in line
+    assert count == len(STEPS) and "(--llc-steps all, " in line and "576 SGLD steps of 16 tokens" in line
     assert seconds == pytest.approx(LLC_LENS.seconds.seconds * factor, abs=0.05)
     # twice the steps per chain: twice the work; two checkpoints named
     argv = ["plan", str(suite), "--lenses", "llc", "--llc-steps", "0,8", "--eval-length", "16", "--llc-draws", "240"]
     assert main(argv) == 0
     _, doubled, count, line = _llc_line(capsys.readouterr().out)
-    assert count == 2 and "(--llc-steps 0,8)" in line and "1152 steps of 16 tokens" in line
+    assert count == 2 and "(--llc-steps 0,8, " in line and "1152 SGLD steps of 16 tokens" in line
     assert doubled / factor == pytest.approx(2, rel=0.01)
     # four times the tokens: more than four times the work (attention's products grow with the square of the
     # length); no --llc-steps: every checkpoint of a run of five (about 8, log-spaced)
     assert main(["plan", str(suite), "--lenses", "llc", "--eval-length", "64"]) == 0
     _, longer, count, line = _llc_line(capsys.readouterr().out)
-    assert count == len(STEPS) and "about 8, log-spaced" in line and "576 steps of 64 tokens" in line
+    assert count == len(STEPS) and "about 8, log-spaced" in line and "576 SGLD steps of 64 tokens" in line
     assert longer > 4 * factor
+
+
+def test_plan_counts_the_refined_llc_a_store_lacks_as_the_run_chooses_them(tmp_path, capsys):
+    """Against a store with estimates at steps 0 and 4 of a run of four: the run estimates the --llc-steps among
+    every checkpoint of the store that lack estimates, and refuses other sampler settings; plan says the same."""
+    from tests.integration.test_forward_lens import byte_run
+
+    run = byte_run(tmp_path, [0, 1, 2, 4], hidden=32, layers=2, heads=2)
+    store = tmp_path / "store"
+    llc = ["--eval-sequences", "4", "--eval-length", "32", "--lenses", "llc", "--llc-draws", "2", "--llc-chains", "2"]
+    llc += ["--llc-burnin", "0", "--llc-sequences", "4"]
+    done = run_cli("--source", str(run), "--out", str(store), *llc, "--llc-steps", "0,4")
+    assert done.returncode == 0, done.stderr
+    for steps, want in (("all", 2), ("2", 1), ("0,4", 0)):
+        assert main(["plan", str(run), "--out", str(store), *llc, "--llc-steps", steps]) == 0
+        _, _, count, line = _llc_line(capsys.readouterr().out)
+        assert count == want, (steps, line)
+    # only step 4 selected: "all" is every state of the store after the pass (the run's choice), less 0 and 4
+    assert main(["plan", str(run), "--out", str(store), "--revisions", "step4", *llc, "--llc-steps", "all"]) == 0
+    assert _llc_line(capsys.readouterr().out)[2] == 2
+    for other, says in ((["--llc-chains", "3"], "chains 2 (now 3)"), (["--llc-steps", "1,9"], "not checkpoints")):
+        assert main(["plan", str(run), "--out", str(store), *llc, *other]) == 2
+        assert says in capsys.readouterr().err
+    argv = ["--source", str(run), "--out", str(store), *llc, "--llc-chains", "3"]  # the run refuses the same
+    refused = run_cli(*argv)
+    assert refused.returncode == 2 and "chains 2 (now 3)" in refused.stderr
 
 
 @pytest.mark.parametrize(
     "argv, says",
     [
         (["--llc-chains", "8"], "add --lenses llc"),
+        (["--lenses", "llc", "--eval-length", "64", "--llc-sequences", "40"], "exceeds the 32 evaluation sequences"),
         (["--lenses", "llc", "--eval-length", "64", "--llc-steps", "3"], "not checkpoints"),
         (["--lenses", "llc", "--eval-length", "64", "--llc-chains", "1"], "--llc-chains 1"),
         (["--lenses", "llc"], "--eval-length 256 is longer than the model's context (64 positions)"),

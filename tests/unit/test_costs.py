@@ -40,10 +40,12 @@ def neox() -> torch.nn.Module:
     return GPTNeoXForCausalLM(config).eval()
 
 
+@pytest.mark.parametrize("batch", [1, 2], ids=["one-sequence", "two-sequences"])
 @pytest.mark.parametrize("make", [gpt2, neox], ids=["gpt2-sequential", "neox-parallel"])
-def test_the_multiply_adds_are_what_the_batched_sampler_computes(make) -> None:
+def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: int) -> None:
     """One SGLD step of every head of every layer, and of the whole model, under ``FlopCounterMode``: twice the
-    model's multiply-adds per token (a multiply-add is two operations) for each of two chains, of one sequence."""
+    model's multiply-adds per token (a multiply-add is two operations) for each of two chains, of ``batch``
+    sequences of T tokens (attention is per sequence: its products grow with T, not with the batch's tokens)."""
     model = make()
     config = model.config.to_dict()
     shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
@@ -51,7 +53,7 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make) -> None:
     assert geometry["parallel"] == (config["model_type"] == "gpt_neox")
     arch, params = architecture(model), dict(parameters(model))
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(4, T)))
-    one_step = SamplerSettings(chains=2, burnin=0, draws=1, sequences=4, batch_size=1)
+    one_step = SamplerSettings(chains=2, burnin=0, draws=1, sequences=4, batch_size=batch)
     frozen, _ = frozen_layers(arch, params, ids)
     with FlopCounterMode(display=False) as heads:
         for layer in range(3):
@@ -59,8 +61,13 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make) -> None:
     with FlopCounterMode(display=False) as whole:
         sample_whole_model(arch, params, ids, one_step, noise=LaneNoise(0, "cpu"))
     want_heads, want_whole = costs.llc_token_macs(**geometry, tokens=T)
-    assert heads.get_total_flops() == pytest.approx(2 * 2 * T * want_heads, rel=1e-3)
-    assert whole.get_total_flops() == pytest.approx(2 * 2 * T * want_whole, rel=1e-3)
+    assert heads.get_total_flops() == pytest.approx(2 * 2 * batch * T * want_heads, rel=1e-3)
+    assert whole.get_total_flops() == pytest.approx(2 * 2 * batch * T * want_whole, rel=1e-3)
+    run = costs.LlcRun(seq_len=T, chain_steps=2, sequences=batch)  # what plan prices, efficiency aside
+    efficiency = (48 / 768) ** costs.LLC_WIDTH_EXPONENT
+    assert costs.llc_work(geometry, run) * efficiency == pytest.approx(
+        (heads.get_total_flops() + whole.get_total_flops()) / 2, rel=1e-3
+    )
 
 
 # CPU-seconds per checkpoint at one thread under the default sampler, measured on the 2-core machine (docs/benchmarks.md
