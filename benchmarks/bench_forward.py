@@ -92,6 +92,34 @@ def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
     return out
 
 
+def bench_shape_of(store: Path, device: str, repeats: int) -> list[tuple[float, float, float]]:
+    """The lens on a model of ``store``'s shape (its meta.json config) with random weights, on random ids in the
+    store's evaluation shape (N x T, and the induction probe as the job makes it): what the lens costs that model."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from analysis.store import open_store
+
+    meta = open_store(store).meta
+    assert meta.forward is not None, f"{store} has no forward lens"
+    fields = {k: v for k, v in meta.model.config.items() if k != "architectures"}
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    n, t, vocab = meta.forward.n_sequences, meta.forward.seq_len, int(config.vocab_size)
+    with tempfile.TemporaryDirectory(prefix="bench-forward-") as tmp:
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
+        ids = np.random.default_rng(0).integers(0, vocab, size=n * t * 2)
+        es = make_eval_set(ids, n=n, t=t, vocab_size=vocab, text="random ids", text_sha256="", tokenizer="none")
+        job = ForwardJob(es, device=device)
+        load_model(Path(tmp), device=device)  # warm-up
+        out = []
+        for r in range(repeats):
+            load, evaluate, cpu, _ = time_checkpoint(Path(tmp), job, n_layers=meta.model.n_layers, n_heads=meta.model.n_heads)
+            what = f"{meta.model.id} shape ({n} x {t} tokens) run {r}"
+            print(f"{what}: load {load:.2f} s, evaluate {evaluate:.2f} s, CPU {cpu:.1f} s", flush=True)
+            out.append((load, evaluate, cpu))
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reference", type=Path, default=Path("runs/shakespeare-pythia-6x8"))
@@ -99,6 +127,7 @@ def main() -> int:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of the 160M-shaped model")
     p.add_argument("--skip-160m", action="store_true")
+    p.add_argument("--shape-of", type=Path, action="append", default=[], help="also a random model of this store's shape")
     args = p.parse_args()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
@@ -109,6 +138,8 @@ def main() -> int:
     if args.reference.is_dir():
         ref = bench_reference(args.reference, args.device, args.steps.split(","))
         rows.append(("reference run (6 x 8, d_model 256)", *np.mean(ref, axis=0)))
+    for store in args.shape_of:
+        rows.append((f"{store.name} shape, random weights", *np.mean(bench_shape_of(store, args.device, args.repeats), axis=0)))
     if not args.skip_160m:
         rows.append(("Pythia-160M-shaped, random weights", *np.mean(bench_160m(args.device, args.repeats), axis=0)))
     print(

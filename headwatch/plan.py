@@ -111,10 +111,13 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
     return CheckpointBytes(tensors=total, hashed=0, estimated=True)
 
 
-def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None):
+def seconds_per_checkpoint(
+    shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None, evaluation=(32, 256)
+):
     """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order (``llc``: what
-    the refined LLC samples per checkpoint, `precompute.costs.LlcRun`; default the default sampler)."""
+    the refined LLC samples per checkpoint, `precompute.costs.LlcRun`, default the default sampler; ``evaluation``:
+    --eval-sequences and --eval-length)."""
     from precompute import costs, registry
 
     figures = [(m, figure) for m, figure in (("qk", costs.QK_SECONDS), ("ov", costs.OV_SECONDS)) if m in matrices]
@@ -124,7 +127,7 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
             figures.append((lens.name, lens.seconds))
     out = []
     for name, figure in figures:
-        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc)
+        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc, evaluation=evaluation)
         out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}"))
     return out
 
@@ -326,7 +329,8 @@ def describe(args: argparse.Namespace) -> list[str]:
     scratch_note = " plus one checkpoint's .bin file in a scratch folder" if src.kind == "hub" else ""
     lines.append(f"disk needed: {human_bytes(store)} for the store{scratch_note}")
     llc_options, llc_run = llc_plan(args, lenses)
-    priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses, llc=llc_run)
+    evaluation = (args.eval_sequences, args.eval_length)
+    priced = seconds_per_checkpoint(shape, config, matrices=matrices, lenses=lenses, llc=llc_run, evaluation=evaluation)
     total = 0.0
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
     for what, seconds, how in priced:

@@ -19,8 +19,11 @@ from typing import Any, Literal, Protocol
 # Pythia-160M shape); "head_pairs" cross-layer head pairs x d_head^2 x d_model (the composition scores'
 # products); "all_head_pairs" every unordered pair of heads x d_head^2 x d_model (the similarity's products).
 # "llc" the refined LLC's multiply-adds per checkpoint under the run's sampler and sequence length, divided by the
-# CPU's efficiency at the model's width (`llc_work`; from the Pythia-160M shape at the default sampler and 256 tokens).
-TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc"]
+# CPU's efficiency at the model's width (`llc_work`; from the Pythia-160M shape at the default sampler and 256 tokens);
+# "forward" and "essential" the forward passes' multiply-adds over the evaluation sequences and the induction probe
+# (the forward lens: --eval-sequences + 8) or the essential-dynamics lens's sample (4 + 4 sequences), of
+# --eval-length tokens, likewise divided (`forward_work`; from the Pythia-160M shape at 32 + 8 and 8 sequences of 256).
+TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc", "forward", "essential"]
 # What a checkpoint's store bytes are counted in: per-head rows of each per-head matrix, layers, cross-layer
 # (ordered) pairs of heads, unordered pairs of heads, or the checkpoint itself (a lens whose rows do not grow
 # with the model, such as the essential-dynamics lens's fixed sample).
@@ -217,11 +220,55 @@ def all_head_pairs(n_layers: int, n_heads: int) -> int:
     return heads * (heads - 1) // 2
 
 
-def time_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], *, llc: LlcRun | None = None) -> tuple[float, str]:
+# the forward lenses' sequences besides the evaluation ones, and the evaluation set the figures were measured on
+FORWARD_PROBE_SEQUENCES = 8  # the induction probe (precompute.evalset.INDUCTION_SEQUENCES)
+ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.essential.SEQUENCES of each kind)
+FORWARD_REFERENCE = (32, 256)  # --eval-sequences, --eval-length of the Pythia-160M figures
+
+
+def forward_token_macs(n_layers: int, n_heads: int, d_model: int, d_mlp: int, vocab: int, tokens: int, parallel: bool) -> float:
+    """Multiply-adds per token of one forward pass of a sequence of ``tokens``: every block's weight products and
+    attention's two products over every key, and the unembedding (``n_heads`` and ``parallel`` do not change it)."""
+    return n_layers * (4 * d_model**2 + 2 * d_model * d_mlp + 2 * tokens * d_model) + vocab * d_model
+
+
+def forward_work(geometry: Mapping[str, Any], sequences: int, seq_len: int) -> float:
+    """Forward passes over ``sequences`` of ``seq_len`` tokens, in multiply-adds over the CPU's efficiency at the
+    model's width (as `llc_work`)."""
+    efficiency = min(1.0, geometry["d_model"] / PYTHIA_160M_LLC["d_model"]) ** LLC_WIDTH_EXPONENT
+    return sequences * seq_len * forward_token_macs(**geometry, tokens=seq_len) / efficiency
+
+
+def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:
+    """`time_scale`'s "forward" and "essential": the lens's forward passes at ``evaluation`` (--eval-sequences,
+    --eval-length) against the Pythia-160M figure's."""
+    n, t = evaluation
+    ref_n, ref_t = FORWARD_REFERENCE
+    sequences, ref_sequences = (
+        (n + FORWARD_PROBE_SEQUENCES, ref_n + FORWARD_PROBE_SEQUENCES) if scale == "forward" else (ESSENTIAL_SEQUENCES,) * 2
+    )
+    f = forward_work(llc_geometry(shape, config), sequences, t) / forward_work(PYTHIA_160M_LLC, ref_sequences, ref_t)
+    return f, (
+        f"x {f:.3g} (forward passes of {sequences} sequences of {t} tokens, over the CPU's efficiency at d_model "
+        f"{shape.d_model}, against Pythia-160M's {ref_sequences} of {ref_t})"
+    )
+
+
+def time_scale(
+    scale: TimeScale,
+    shape: Shape,
+    config: Mapping[str, Any],
+    *,
+    llc: LlcRun | None = None,
+    evaluation: tuple[int, int] = FORWARD_REFERENCE,
+) -> tuple[float, str]:
     """The factor a figure measured at its reference model is scaled by for ``shape``, and how, in words
-    (``llc``: what the refined LLC samples per checkpoint; default the default sampler on 256-token sequences)."""
+    (``llc``: what the refined LLC samples per checkpoint, default the default sampler on 256-token sequences;
+    ``evaluation``: --eval-sequences and --eval-length, for the forward lenses)."""
     if scale == "llc":
         return llc_scale(shape, config, llc or LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
+    if scale in ("forward", "essential"):
+        return forward_scale(scale, shape, config, evaluation)
     ref = PYTHIA_1_4B
     if scale == "heads":
         f = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)

@@ -430,10 +430,10 @@ ATTENTION_LENS = Lens(
     record=FORWARD_RECORD,
     seconds=Seconds(
         "FORWARD_SECONDS_160M",
-        113.6,
-        "parameters",
-        'wall, first run (machine shared, load 11 to 18); docs/benchmarks.md "Performance: the forward-pass lens, '
-        'seconds per checkpoint", Pythia-160M-shaped row',
+        19.37,
+        "forward",
+        "wall, 2 threads, machine otherwise idle, mean of 2 runs (2026-11-29; 113.6 on 2026-11-23 under a load of 11 "
+        'to 18); docs/benchmarks.md "Performance: the forward-pass lens, seconds per checkpoint", Pythia-160M-shaped row',
     ),
 )
 LLC_LENS = Lens(
@@ -655,10 +655,10 @@ ESSENTIAL_LENS = Lens(
     record=ESSENTIAL_RECORD,
     seconds=Seconds(
         "ESSENTIAL_SECONDS_160M",
-        36.5,
-        "parameters",
-        'wall, first timed run (machine shared, load about 10); docs/benchmarks.md "Essential dynamics, one '
-        'Pythia-160M-shaped checkpoint"',
+        3.37,
+        "essential",
+        "wall, 2 threads, machine otherwise idle, mean of 2 runs (2026-11-29; 36.5 on 2026-11-26 under a load of about "
+        '10); docs/benchmarks.md "Essential dynamics, one Pythia-160M-shaped checkpoint"',
     ),
     store_bytes=StoreBytes(
         "essential_outputs.parquet",

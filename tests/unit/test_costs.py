@@ -107,3 +107,41 @@ def test_the_price_follows_the_sampler_and_the_sequence_length() -> None:
     wide = {**costs.PYTHIA_160M_LLC, "d_model": 1536, "d_mlp": 6144}
     macs = costs.llc_token_macs(**wide, tokens=256)
     assert costs.llc_work(wide, costs.LlcRun(256, 576)) == pytest.approx(576 * 256 * sum(macs))  # efficiency 1
+
+
+@pytest.mark.parametrize("make", [gpt2, neox], ids=["gpt2", "neox"])
+def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
+    """`forward_token_macs`, which prices the forward and essential-dynamics lenses, against ``FlopCounterMode`` on
+    the model's own forward pass with its attention weights returned (as the forward lens runs it)."""
+    model = make()
+    model.config._attn_implementation = "eager"
+    shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
+    geometry = costs.llc_geometry(shape, model.config.to_dict())
+    ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(2, T)))
+    with FlopCounterMode(display=False) as counted, torch.no_grad():
+        model(ids, output_attentions=True)
+    assert counted.get_total_flops() == pytest.approx(2 * 2 * T * costs.forward_token_macs(**geometry, tokens=T), rel=1e-3)
+
+
+# the forward lens's wall seconds per checkpoint at 2 threads, machine idle (docs/benchmarks.md "Performance: the
+# forward-pass lens"): shape, --eval-length, seconds; the 2-layer d128 model is left out (0.10 s: per-call cost)
+FORWARD_MEASURED = {
+    "induction-d512": ({"n_layers": 2, "n_heads": 8, "d_model": 512, "d_mlp": 2048, "vocab": 256, "parallel": False}, 64, 0.32),
+    "shakespeare-pythia-6x8": (
+        {"n_layers": 6, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": True},
+        256,
+        1.60,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", FORWARD_MEASURED)
+def test_the_forward_lens_is_priced_within_20_percent_of_the_measured(name: str) -> None:
+    from precompute.registry import ATTENTION_LENS
+
+    assert ATTENTION_LENS.seconds is not None and ATTENTION_LENS.seconds.scale == "forward"
+    geometry, seq_len, measured = FORWARD_MEASURED[name]
+    ref_n, ref_t = costs.FORWARD_REFERENCE
+    probe = costs.FORWARD_PROBE_SEQUENCES
+    ratio = costs.forward_work(geometry, 32 + probe, seq_len) / costs.forward_work(costs.PYTHIA_160M_LLC, ref_n + probe, ref_t)
+    assert ATTENTION_LENS.seconds.seconds * ratio == pytest.approx(measured, rel=0.2)
