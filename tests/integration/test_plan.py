@@ -83,14 +83,16 @@ def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
 
 def test_plan_prices_the_essential_dynamics_per_checkpoint(suite, capsys):
     """The essential-dynamics lens keeps a fixed sample per checkpoint, whatever the model's size: its bytes
-    are counted once per checkpoint, and its seconds scale with the parameters."""
+    are counted once per checkpoint, and its seconds with the forward passes of its 8 sequences."""
     from precompute.registry import ESSENTIAL_LENS
 
     assert main(["plan", str(suite), "--lenses", "essential", "--eval-length", "64"]) == 0
     out = capsys.readouterr().out
     assert ESSENTIAL_LENS.store_bytes is not None
     assert f"essential_outputs.parquet {ESSENTIAL_LENS.store_bytes.bytes} B per checkpoint" in out
-    assert "ESSENTIAL_SECONDS_160M" in out
+    assert "ESSENTIAL_SECONDS_160M" in out and "(forward passes of 8 sequences of 64 tokens" in out
+    assert main(["plan", str(suite), "--lenses", "attention", "--eval-length", "64", "--eval-sequences", "24"]) == 0
+    assert "(forward passes of 32 sequences of 64 tokens" in capsys.readouterr().out  # 24 and the 8 of the probe
 
 
 @pytest.mark.parametrize(
