@@ -118,7 +118,10 @@ HEADS_BYTES = StoreBytes(
 # The Pythia-160M shape the refined LLC's figure was measured at (docs/benchmarks.md "The Pythia-160M shape at the
 # default sampler, measured"): GPT-NeoX, parallel residual, 256-token sequences, the default 4 x (48 + 96) steps of
 # one sequence.
-PYTHIA_160M_LLC: dict[str, Any] = {"n_layers": 12, "n_heads": 12, "d_model": 768, "d_mlp": 3072, "vocab": 50304, "parallel": True}
+PYTHIA_160M_LLC: dict[str, Any] = {
+    "n_layers": 12, "n_heads": 12, "d_model": 768, "d_mlp": 3072, "vocab": 50304, "parallel": True, "gated": False,
+    "kv_heads": 12,
+}  # fmt: skip
 LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
 # The batched sampler's products run slower on narrow models (per-operation cost, small matrices): CPU-seconds per
 # multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
@@ -139,8 +142,23 @@ class LlcRun:
     sequences: int = 1
 
 
+def block_dense_macs(n_heads: int, d_model: int, d_mlp: int, gated: bool = False, kv_heads: int | None = None) -> int:
+    """A block's weight products per token: the attention's projections (Q and the output d_model^2 each, K and V
+    d_model x their heads' width: fewer under grouped-query attention) and the MLP's two matrices (three gated)."""
+    kv_width = (kv_heads or n_heads) * (d_model // n_heads)
+    return 2 * d_model**2 + 2 * d_model * kv_width + (3 if gated else 2) * d_model * d_mlp
+
+
 def llc_token_macs(
-    n_layers: int, n_heads: int, d_model: int, d_mlp: int, vocab: int, tokens: int, parallel: bool
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    d_mlp: int,
+    vocab: int,
+    tokens: int,
+    parallel: bool,
+    gated: bool = False,
+    kv_heads: int | None = None,
 ) -> tuple[float, float]:
     """Multiply-adds per token of one step of one chain of every head of a checkpoint's refined LLC, and of the
     whole model's, as the batched sampler computes them (`precompute.lenses.llc_sampler`).
@@ -154,13 +172,13 @@ def llc_token_macs(
     ``FlopCounterMode`` counts them (tests/unit/test_costs.py checks both against it).
     """
     d_head = d_model // n_heads
-    dense = 4 * d_model**2 + 2 * d_model * d_mlp  # a block's weight products per token: attention's four, the MLP's two
+    dense = block_dense_macs(n_heads, d_model, d_mlp, gated, kv_heads)
     attend = 2 * tokens * d_model  # its attention's two products (scores, mix) over every head
     block = 2 * dense + 3 * attend  # forward (dense + attend) and backward to the activations (dense + 2 attend)
     unembed = vocab * d_model
     heads = 0.0
     for layer in range(n_layers):
-        mlp = 0 if parallel else 2 * (2 * d_model * d_mlp)  # forward and backward to its input
+        mlp = 0 if parallel else 2 * ((3 if gated else 2) * d_model * d_mlp)  # forward and backward to its input
         # forward 4 d d_head + 2 T d_head; backward W_o's gradient and its input's (2 d d_head), both attention
         # products' two operands (4 T d_head), W_q, W_k, W_v's gradients (3 d d_head)
         own = 9 * d_model * d_head + 6 * tokens * d_head + mlp
@@ -170,13 +188,16 @@ def llc_token_macs(
 
 
 def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The refined LLC's view of a model: width of its MLP, vocabulary, parallel residual (GPT-NeoX's
-    ``use_parallel_residual``, default on; GPT-2 and the rest sequential)."""
+    """A model's geometry as the cost counts see it: width of its MLP (gated, three matrices, in the llama family),
+    vocabulary, parallel residual (GPT-NeoX's ``use_parallel_residual``, default on; the rest sequential), and its
+    key/value heads (fewer than the query heads under grouped-query attention)."""
     d_mlp = config.get("intermediate_size") or config.get("n_inner") or 4 * shape.d_model
     parallel = config.get("model_type") == "gpt_neox" and bool(config.get("use_parallel_residual", True))
     vocab = int(config.get("vocab_size") or 0)
+    gated = getattr(shape, "family", config.get("model_type")) == "llama"
+    kv_heads = int(getattr(shape, "n_kv_heads", None) or config.get("num_key_value_heads") or shape.n_heads)
     return {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "d_model": shape.d_model, "d_mlp": int(d_mlp),
-            "vocab": vocab, "parallel": parallel}  # fmt: skip
+            "vocab": vocab, "parallel": parallel, "gated": gated, "kv_heads": kv_heads}  # fmt: skip
 
 
 def llc_work(geometry: Mapping[str, Any], run: LlcRun) -> float:
@@ -226,10 +247,21 @@ ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.essentia
 FORWARD_REFERENCE = (32, 256)  # --eval-sequences, --eval-length of the Pythia-160M figures
 
 
-def forward_token_macs(n_layers: int, n_heads: int, d_model: int, d_mlp: int, vocab: int, tokens: int, parallel: bool) -> float:
-    """Multiply-adds per token of one forward pass of a sequence of ``tokens``: every block's weight products and
-    attention's two products over every key, and the unembedding (``n_heads`` and ``parallel`` do not change it)."""
-    return n_layers * (4 * d_model**2 + 2 * d_model * d_mlp + 2 * tokens * d_model) + vocab * d_model
+def forward_token_macs(
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    d_mlp: int,
+    vocab: int,
+    tokens: int,
+    parallel: bool,
+    gated: bool = False,
+    kv_heads: int | None = None,
+) -> float:
+    """Multiply-adds per token of one forward pass of a sequence of ``tokens``: every block's weight products
+    (`block_dense_macs`) and attention's two products over every key, and the unembedding (``parallel`` does not
+    change it)."""
+    return n_layers * (block_dense_macs(n_heads, d_model, d_mlp, gated, kv_heads) + 2 * tokens * d_model) + vocab * d_model
 
 
 def forward_work(geometry: Mapping[str, Any], sequences: int, seq_len: int) -> float:
@@ -244,9 +276,11 @@ def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], eva
     --eval-length) against the Pythia-160M figure's."""
     n, t = evaluation
     ref_n, ref_t = FORWARD_REFERENCE
-    sequences, ref_sequences = (
-        (n + FORWARD_PROBE_SEQUENCES, ref_n + FORWARD_PROBE_SEQUENCES) if scale == "forward" else (ESSENTIAL_SEQUENCES,) * 2
-    )
+    if scale == "forward":
+        sequences, ref_sequences = n + FORWARD_PROBE_SEQUENCES, ref_n + FORWARD_PROBE_SEQUENCES
+    else:  # the first 4 evaluation sequences (fewer if there are fewer) and 4 of the probe
+        half = ESSENTIAL_SEQUENCES // 2
+        sequences, ref_sequences = min(n, half) + half, ESSENTIAL_SEQUENCES
     f = forward_work(llc_geometry(shape, config), sequences, t) / forward_work(PYTHIA_160M_LLC, ref_sequences, ref_t)
     return f, (
         f"x {f:.3g} (forward passes of {sequences} sequences of {t} tokens, over the CPU's efficiency at d_model "

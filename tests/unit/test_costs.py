@@ -109,14 +109,29 @@ def test_the_price_follows_the_sampler_and_the_sequence_length() -> None:
     assert costs.llc_work(wide, costs.LlcRun(256, 576)) == pytest.approx(576 * 256 * sum(macs))  # efficiency 1
 
 
-@pytest.mark.parametrize("make", [gpt2, neox], ids=["gpt2", "neox"])
+def llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=160, max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("make", [gpt2, neox, llama], ids=["gpt2", "neox", "llama-gated-gqa"])
 def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
     """`forward_token_macs`, which prices the forward and essential-dynamics lenses, against ``FlopCounterMode`` on
-    the model's own forward pass with its attention weights returned (as the forward lens runs it)."""
+    the model's own forward pass with its attention weights returned (as the forward lens runs it); the llama
+    family's gated MLP and grouped-query attention (2 key/value heads for 4) included."""
+    from analysis.extract import model_shape
+
     model = make()
     model.config._attn_implementation = "eager"
-    shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
-    geometry = costs.llc_geometry(shape, model.config.to_dict())
+    config = model.config.to_dict()
+    geometry = costs.llc_geometry(model_shape(config), config)
+    assert geometry["gated"] == (make is llama) and geometry["kv_heads"] == (2 if make is llama else 4)
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(2, T)))
     with FlopCounterMode(display=False) as counted, torch.no_grad():
         model(ids, output_attentions=True)
@@ -136,7 +151,7 @@ FORWARD_MEASURED = {
 
 
 @pytest.mark.parametrize("name", FORWARD_MEASURED)
-def test_the_forward_lens_is_priced_within_20_percent_of_the_measured(name: str) -> None:
+def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str) -> None:
     from precompute.registry import ATTENTION_LENS
 
     assert ATTENTION_LENS.seconds is not None and ATTENTION_LENS.seconds.scale == "forward"
@@ -144,4 +159,19 @@ def test_the_forward_lens_is_priced_within_20_percent_of_the_measured(name: str)
     ref_n, ref_t = costs.FORWARD_REFERENCE
     probe = costs.FORWARD_PROBE_SEQUENCES
     ratio = costs.forward_work(geometry, 32 + probe, seq_len) / costs.forward_work(costs.PYTHIA_160M_LLC, ref_n + probe, ref_t)
-    assert ATTENTION_LENS.seconds.seconds * ratio == pytest.approx(measured, rel=0.2)
+    assert ATTENTION_LENS.seconds.seconds * ratio == pytest.approx(measured, rel=0.15)
+
+
+def test_the_forward_lenses_sequences_are_the_lenses_own() -> None:
+    """The sequences the forward and essential-dynamics figures are scaled by: the lenses' own counts (the induction
+    probe's, the essential sample's 4 + 4), the essential lens taking fewer evaluation sequences when there are fewer."""
+    from analysis.essential import SEQUENCES
+    from precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES, INDUCTION_SEQUENCES
+
+    assert costs.FORWARD_PROBE_SEQUENCES == INDUCTION_SEQUENCES and costs.ESSENTIAL_SEQUENCES == 2 * SEQUENCES
+    assert costs.FORWARD_REFERENCE == (EVAL_SEQUENCES, EVAL_LENGTH)
+    shape = type("Shape", (), {"n_layers": 2, "n_heads": 8, "d_model": 128, "d_head": 16})()
+    config = {"model_type": "gpt2", "vocab_size": 256}
+    full, _ = costs.time_scale("essential", shape, config, evaluation=(32, 64))
+    two, how = costs.time_scale("essential", shape, config, evaluation=(2, 64))
+    assert two == pytest.approx(full * 6 / 8) and "6 sequences of 64 tokens" in how
