@@ -115,13 +115,7 @@ HEADS_BYTES = StoreBytes(
 
 # ------------------------------------------------------------------ the refined LLC's work
 
-# The Pythia-160M shape the refined LLC's figure was measured at (docs/benchmarks.md "The Pythia-160M shape at the
-# default sampler, measured"): GPT-NeoX, parallel residual, 256-token sequences, the default 4 x (48 + 96) steps of
-# one sequence.
-PYTHIA_160M_LLC: dict[str, Any] = {
-    "n_layers": 12, "n_heads": 12, "d_model": 768, "d_mlp": 3072, "vocab": 50304, "parallel": True, "gated": False,
-    "kv_heads": 12,
-}  # fmt: skip
+# The Pythia-160M figures' sampler: 256-token sequences, the default 4 x (48 + 96) steps of one sequence.
 LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
 # The batched sampler's products run slower on narrow models (per-operation cost, small matrices): CPU-seconds per
 # multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
@@ -142,24 +136,45 @@ class LlcRun:
     sequences: int = 1
 
 
-def block_dense_macs(n_heads: int, d_model: int, d_mlp: int, gated: bool = False, kv_heads: int | None = None) -> int:
-    """A block's weight products per token: the attention's projections (Q and the output d_model^2 each, K and V
-    d_model x their heads' width: fewer under grouped-query attention) and the MLP's two matrices (three gated)."""
-    kv_width = (kv_heads or n_heads) * (d_model // n_heads)
-    return 2 * d_model**2 + 2 * d_model * kv_width + (3 if gated else 2) * d_model * d_mlp
+@dataclass(frozen=True)
+class Geometry:
+    """A model's geometry as the cost counts see it (`llc_geometry`): layers, heads, widths, vocabulary, parallel
+    residual, a gated MLP (three matrices, the llama family) and its key/value heads (fewer than the query heads
+    under grouped-query attention; None: as many)."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_mlp: int
+    vocab: int
+    parallel: bool
+    gated: bool = False
+    kv_heads: int | None = None
+
+    @property
+    def dense(self) -> int:
+        """A block's weight products per token: the attention's projections (Q and the output d_model^2 each, K and
+        V d_model x their heads' width) and the MLP's two matrices (three gated)."""
+        kv_width = (self.kv_heads or self.n_heads) * (self.d_model // self.n_heads)
+        return 2 * self.d_model**2 + 2 * self.d_model * kv_width + self.mlp
+
+    @property
+    def mlp(self) -> int:
+        return (3 if self.gated else 2) * self.d_model * self.d_mlp
+
+    @property
+    def efficiency(self) -> float:
+        """The CPU's rate at this width against Pythia-160M's: ``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1."""
+        return min(1.0, self.d_model / PYTHIA_160M_LLC.d_model) ** LLC_WIDTH_EXPONENT
 
 
-def llc_token_macs(
-    n_layers: int,
-    n_heads: int,
-    d_model: int,
-    d_mlp: int,
-    vocab: int,
-    tokens: int,
-    parallel: bool,
-    gated: bool = False,
-    kv_heads: int | None = None,
-) -> tuple[float, float]:
+# The Pythia-160M shape the refined LLC's figure was measured at (docs/benchmarks.md "The Pythia-160M shape at the
+# default sampler, measured"): GPT-NeoX, parallel residual, 256-token sequences, the default 4 x (48 + 96) steps of
+# one sequence.
+PYTHIA_160M_LLC = Geometry(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, vocab=50304, parallel=True)
+
+
+def llc_token_macs(g: Geometry, tokens: int) -> tuple[float, float]:
     """Multiply-adds per token of one step of one chain of every head of a checkpoint's refined LLC, and of the
     whole model's, as the batched sampler computes them (`precompute.lenses.llc_sampler`).
 
@@ -171,42 +186,43 @@ def llc_token_macs(
     then backward with every weight's gradient and every activation's. Matrix products only, as torch's
     ``FlopCounterMode`` counts them (tests/unit/test_costs.py checks both against it).
     """
-    d_head = d_model // n_heads
-    dense = block_dense_macs(n_heads, d_model, d_mlp, gated, kv_heads)
-    attend = 2 * tokens * d_model  # its attention's two products (scores, mix) over every head
-    block = 2 * dense + 3 * attend  # forward (dense + attend) and backward to the activations (dense + 2 attend)
-    unembed = vocab * d_model
+    d_head = g.d_model // g.n_heads
+    attend = 2 * tokens * g.d_model  # a block's attention's two products (scores, mix) over every head
+    block = 2 * g.dense + 3 * attend  # forward (dense + attend) and backward to the activations (dense + 2 attend)
+    unembed = g.vocab * g.d_model
     heads = 0.0
-    for layer in range(n_layers):
-        mlp = 0 if parallel else 2 * ((3 if gated else 2) * d_model * d_mlp)  # forward and backward to its input
+    for layer in range(g.n_layers):
+        mlp = 0 if g.parallel else 2 * g.mlp  # forward and backward to its input
         # forward 4 d d_head + 2 T d_head; backward W_o's gradient and its input's (2 d d_head), both attention
         # products' two operands (4 T d_head), W_q, W_k, W_v's gradients (3 d d_head)
-        own = 9 * d_model * d_head + 6 * tokens * d_head + mlp
-        heads += n_heads * (own + (n_layers - 1 - layer) * block + 2 * unembed)
-    whole = n_layers * (3 * dense + 3 * attend) + 3 * unembed  # forward, weights' and activations' gradients
+        own = 9 * g.d_model * d_head + 6 * tokens * d_head + mlp
+        heads += g.n_heads * (own + (g.n_layers - 1 - layer) * block + 2 * unembed)
+    whole = g.n_layers * (3 * g.dense + 3 * attend) + 3 * unembed  # forward, weights' and activations' gradients
     return heads, whole
 
 
-def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> dict[str, Any]:
-    """A model's geometry as the cost counts see it: width of its MLP (gated, three matrices, in the llama family),
-    vocabulary, parallel residual (GPT-NeoX's ``use_parallel_residual``, default on; the rest sequential), and its
-    key/value heads (fewer than the query heads under grouped-query attention)."""
+def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> Geometry:
+    """A model's `Geometry` from its shape and config: the MLP's width, the vocabulary, parallel residual (GPT-NeoX's
+    ``use_parallel_residual``, default on; the rest sequential), gated in the llama family, its key/value heads."""
     d_mlp = config.get("intermediate_size") or config.get("n_inner") or 4 * shape.d_model
-    parallel = config.get("model_type") == "gpt_neox" and bool(config.get("use_parallel_residual", True))
-    vocab = int(config.get("vocab_size") or 0)
-    gated = getattr(shape, "family", config.get("model_type")) == "llama"
-    kv_heads = int(getattr(shape, "n_kv_heads", None) or config.get("num_key_value_heads") or shape.n_heads)
-    return {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "d_model": shape.d_model, "d_mlp": int(d_mlp),
-            "vocab": vocab, "parallel": parallel, "gated": gated, "kv_heads": kv_heads}  # fmt: skip
+    return Geometry(
+        n_layers=shape.n_layers,
+        n_heads=shape.n_heads,
+        d_model=shape.d_model,
+        d_mlp=int(d_mlp),
+        vocab=int(config.get("vocab_size") or 0),
+        parallel=config.get("model_type") == "gpt_neox" and bool(config.get("use_parallel_residual", True)),
+        gated=getattr(shape, "family", config.get("model_type")) == "llama",
+        kv_heads=getattr(shape, "n_kv_heads", None) or config.get("num_key_value_heads"),
+    )
 
 
-def llc_work(geometry: Mapping[str, Any], run: LlcRun) -> float:
+def llc_work(geometry: Geometry, run: LlcRun) -> float:
     """A checkpoint's refined-LLC work in the units of the reference's: multiply-adds over the run's steps and
     tokens (attention per sequence), divided by the CPU's efficiency at the model's width (``(d_model / 768) **
     LLC_WIDTH_EXPONENT``, at most 1)."""
-    heads, whole = llc_token_macs(**geometry, tokens=run.seq_len)
-    efficiency = min(1.0, geometry["d_model"] / PYTHIA_160M_LLC["d_model"]) ** LLC_WIDTH_EXPONENT
-    return run.chain_steps * run.sequences * run.seq_len * (heads + whole) / efficiency
+    heads, whole = llc_token_macs(geometry, run.seq_len)
+    return run.chain_steps * run.sequences * run.seq_len * (heads + whole) / geometry.efficiency
 
 
 def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[float, str]:
@@ -247,28 +263,16 @@ ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.essentia
 FORWARD_REFERENCE = (32, 256)  # --eval-sequences, --eval-length of the Pythia-160M figures
 
 
-def forward_token_macs(
-    n_layers: int,
-    n_heads: int,
-    d_model: int,
-    d_mlp: int,
-    vocab: int,
-    tokens: int,
-    parallel: bool,
-    gated: bool = False,
-    kv_heads: int | None = None,
-) -> float:
-    """Multiply-adds per token of one forward pass of a sequence of ``tokens``: every block's weight products
-    (`block_dense_macs`) and attention's two products over every key, and the unembedding (``parallel`` does not
-    change it)."""
-    return n_layers * (block_dense_macs(n_heads, d_model, d_mlp, gated, kv_heads) + 2 * tokens * d_model) + vocab * d_model
+def forward_token_macs(g: Geometry, tokens: int) -> float:
+    """Multiply-adds per token of one forward pass of a sequence of ``tokens``: every block's weight products and
+    attention's two products over every key, and the unembedding."""
+    return g.n_layers * (g.dense + 2 * tokens * g.d_model) + g.vocab * g.d_model
 
 
-def forward_work(geometry: Mapping[str, Any], sequences: int, seq_len: int) -> float:
+def forward_work(geometry: Geometry, sequences: int, seq_len: int) -> float:
     """Forward passes over ``sequences`` of ``seq_len`` tokens, in multiply-adds over the CPU's efficiency at the
     model's width (as `llc_work`)."""
-    efficiency = min(1.0, geometry["d_model"] / PYTHIA_160M_LLC["d_model"]) ** LLC_WIDTH_EXPONENT
-    return sequences * seq_len * forward_token_macs(**geometry, tokens=seq_len) / efficiency
+    return sequences * seq_len * forward_token_macs(geometry, seq_len) / geometry.efficiency
 
 
 def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:

@@ -4,6 +4,7 @@ steps, and its seconds against the CPU-seconds measured per checkpoint (docs/ben
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
     config = model.config.to_dict()
     shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
     geometry = costs.llc_geometry(shape, config)
-    assert geometry["parallel"] == (config["model_type"] == "gpt_neox")
+    assert geometry.parallel == (config["model_type"] == "gpt_neox")
     arch, params = architecture(model), dict(parameters(model))
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(4, T)))
     one_step = SamplerSettings(chains=2, burnin=0, draws=1, sequences=4, batch_size=batch)
@@ -60,7 +61,7 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
             sample_layer_heads(arch, params, frozen[layer], layer, ids, one_step, noise=LaneNoise(0, "cpu"))
     with FlopCounterMode(display=False) as whole:
         sample_whole_model(arch, params, ids, one_step, noise=LaneNoise(0, "cpu"))
-    want_heads, want_whole = costs.llc_token_macs(**geometry, tokens=T)
+    want_heads, want_whole = costs.llc_token_macs(geometry, T)
     assert heads.get_total_flops() == pytest.approx(2 * 2 * batch * T * want_heads, rel=1e-3)
     assert whole.get_total_flops() == pytest.approx(2 * 2 * batch * T * want_whole, rel=1e-3)
     run = costs.LlcRun(seq_len=T, chain_steps=2, sequences=batch)  # what plan prices, efficiency aside
@@ -73,12 +74,12 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
 # CPU-seconds per checkpoint at one thread under the default sampler, measured on the 2-core machine (docs/benchmarks.md
 # "What `headwatch plan` prices the refined LLC at"): shape, evaluation length, seconds
 MEASURED = {
-    "induction-d64": ({"n_layers": 2, "n_heads": 4, "d_model": 64, "d_mlp": 256, "vocab": 256, "parallel": False}, 64, 6.0),
-    "induction-d128": ({"n_layers": 2, "n_heads": 8, "d_model": 128, "d_mlp": 512, "vocab": 256, "parallel": False}, 64, 20.2),
-    "induction-d256": ({"n_layers": 2, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": False}, 64, 54.0),
-    "induction-d512": ({"n_layers": 2, "n_heads": 8, "d_model": 512, "d_mlp": 2048, "vocab": 256, "parallel": False}, 64, 177.0),
+    "induction-d64": (costs.Geometry(2, 4, 64, 256, 256, False), 64, 6.0),
+    "induction-d128": (costs.Geometry(2, 8, 128, 512, 256, False), 64, 20.2),
+    "induction-d256": (costs.Geometry(2, 8, 256, 1024, 256, False), 64, 54.0),
+    "induction-d512": (costs.Geometry(2, 8, 512, 2048, 256, False), 64, 177.0),
     "shakespeare-pythia-6x8": (
-        {"n_layers": 6, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": True},
+        costs.Geometry(6, 8, 256, 1024, 256, True),
         256,
         math.sqrt(1507 * 1665),
     ),
@@ -104,8 +105,8 @@ def test_the_price_follows_the_sampler_and_the_sequence_length() -> None:
     base = costs.llc_work(geometry, costs.LlcRun(64, 576))
     assert costs.llc_work(geometry, costs.LlcRun(64, 1152)) == pytest.approx(2 * base)
     assert costs.llc_work(geometry, costs.LlcRun(128, 576)) > 2 * base
-    wide = {**costs.PYTHIA_160M_LLC, "d_model": 1536, "d_mlp": 6144}
-    macs = costs.llc_token_macs(**wide, tokens=256)
+    wide = dataclasses.replace(costs.PYTHIA_160M_LLC, d_model=1536, d_mlp=6144)
+    macs = costs.llc_token_macs(wide, 256)
     assert costs.llc_work(wide, costs.LlcRun(256, 576)) == pytest.approx(576 * 256 * sum(macs))  # efficiency 1
 
 
@@ -131,19 +132,19 @@ def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
     model.config._attn_implementation = "eager"
     config = model.config.to_dict()
     geometry = costs.llc_geometry(model_shape(config), config)
-    assert geometry["gated"] == (make is llama) and geometry["kv_heads"] == (2 if make is llama else 4)
+    assert geometry.gated == (make is llama) and (geometry.kv_heads or 4) == (2 if make is llama else 4)
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(2, T)))
     with FlopCounterMode(display=False) as counted, torch.no_grad():
         model(ids, output_attentions=True)
-    assert counted.get_total_flops() == pytest.approx(2 * 2 * T * costs.forward_token_macs(**geometry, tokens=T), rel=1e-3)
+    assert counted.get_total_flops() == pytest.approx(2 * 2 * T * costs.forward_token_macs(geometry, T), rel=1e-3)
 
 
 # the forward lens's wall seconds per checkpoint at 2 threads, machine idle (docs/benchmarks.md "Performance: the
 # forward-pass lens"): shape, --eval-length, seconds; the 2-layer d128 model is left out (0.10 s: per-call cost)
 FORWARD_MEASURED = {
-    "induction-d512": ({"n_layers": 2, "n_heads": 8, "d_model": 512, "d_mlp": 2048, "vocab": 256, "parallel": False}, 64, 0.32),
+    "induction-d512": (costs.Geometry(2, 8, 512, 2048, 256, False), 64, 0.32),
     "shakespeare-pythia-6x8": (
-        {"n_layers": 6, "n_heads": 8, "d_model": 256, "d_mlp": 1024, "vocab": 256, "parallel": True},
+        costs.Geometry(6, 8, 256, 1024, 256, True),
         256,
         1.60,
     ),
