@@ -111,9 +111,7 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
     return CheckpointBytes(tensors=total, hashed=0, estimated=True)
 
 
-def seconds_per_checkpoint(
-    shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None, evaluation=(32, 256)
-):
+def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None, evaluation=None):
     """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
     recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order (``llc``: what
     the refined LLC samples per checkpoint, `precompute.costs.LlcRun`, default the default sampler; ``evaluation``:
@@ -127,7 +125,7 @@ def seconds_per_checkpoint(
             figures.append((lens.name, lens.seconds))
     out = []
     for name, figure in figures:
-        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc, evaluation=evaluation)
+        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc, evaluation=evaluation or costs.FORWARD_REFERENCE)
         out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}"))
     return out
 
@@ -197,17 +195,16 @@ def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new:
         ValueError: a step that is not selected, or a store whose estimates were made under other sampler settings,
             another implementation or other evaluation sequences (the run's `check_store` refuses it).
     """
-    from precompute.lenses.llc import parse_llc_steps
+    from analysis.store import open_store
+    from analysis.store.format import LLC
+    from precompute.lenses.llc import parse_llc_steps, settings_differences
 
     parse_llc_steps(options.steps, selected)
     states, estimated = set(new), set()
     if meta is not None:
         states |= set(meta.state_steps)
         if meta.llc is not None:
-            was, now = dict(meta.llc.get("sampler") or {}), options.sampler.as_meta()
-            diffs = [f"{k} {was.get(k)!r} (now {now[k]!r})" for k in now if was.get(k) != now[k]]
-            if meta.llc.get("implementation", "devinterp") != options.implementation:
-                diffs.append(f"implementation {meta.llc.get('implementation', 'devinterp')!r} (now {options.implementation!r})")
+            diffs = settings_differences(meta.llc, options.sampler, options.implementation)
             evaluation = meta.llc.get("evaluation") or {}
             for key, flag, value in (
                 ("n_sequences", "--eval-sequences", args.eval_sequences),
@@ -220,11 +217,7 @@ def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new:
                     f"store {args.out!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}; the run "
                     "would refuse it: pass the stored options, or give a new --out"
                 )
-            table = Path(args.out) / "llc.parquet"
-            if table.is_file():
-                import pyarrow.parquet as pq
-
-                estimated = set(pq.read_table(table, columns=["step"])["step"].to_pylist())
+            estimated = {int(s) for s in open_store(args.out).steps_with(LLC)}
     chosen = parse_llc_steps(options.steps, sorted(states)) if states else []
     return [s for s in chosen if s not in estimated]
 
@@ -238,6 +231,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     from analysis.extract import model_shape
     from analysis.store.meta import read_meta
     from precompute import costs, registry
+    from precompute.evalset import check_length, model_context
     from precompute.settings import FetchSettings, matrices_option
     from precompute.sources.fetch import Meter
     from precompute.sources.local import LocalSource
@@ -259,13 +253,8 @@ def describe(args: argparse.Namespace) -> list[str]:
             raise ValueError(f"no checkpoint of {args.source!r} is selected")
         config = src.config(todo[0])
         shape = model_shape(config)
-        context = config.get("max_position_embeddings") or config.get("n_positions")
-        evaluated = [lens.name for lens in registry.LENSES if lens.name in lenses and "evaluation" in lens.needs]
-        if evaluated and context is not None and args.eval_length > context:  # as the run's evaluation set refuses it
-            raise ValueError(
-                f"--eval-length {args.eval_length} is longer than the model's context ({context} positions); "
-                f"pass --eval-length {context} or less (--lenses {' '.join(evaluated)} reads sequences of that length)"
-            )
+        if any(lens.name in lenses and "evaluation" in lens.needs for lens in registry.LENSES):
+            check_length(args.eval_length, model_context(config))  # as the run's evaluation set refuses it
         done: set[int] = set()
         meta = None  # the store's, when --out has one
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too

@@ -138,7 +138,7 @@ class LlcRun:
 
 @dataclass(frozen=True)
 class Geometry:
-    """A model's geometry as the cost counts see it (`llc_geometry`): layers, heads, widths, vocabulary, parallel
+    """A model's geometry as the cost counts see it (`model_geometry`): layers, heads, widths, vocabulary, parallel
     residual, a gated MLP (three matrices, the llama family) and its key/value heads (fewer than the query heads
     under grouped-query attention; None: as many)."""
 
@@ -165,13 +165,12 @@ class Geometry:
     @property
     def efficiency(self) -> float:
         """The CPU's rate at this width against Pythia-160M's: ``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1."""
-        return min(1.0, self.d_model / PYTHIA_160M_LLC.d_model) ** LLC_WIDTH_EXPONENT
+        return min(1.0, self.d_model / PYTHIA_160M_GEOMETRY.d_model) ** LLC_WIDTH_EXPONENT
 
 
-# The Pythia-160M shape the refined LLC's figure was measured at (docs/benchmarks.md "The Pythia-160M shape at the
-# default sampler, measured"): GPT-NeoX, parallel residual, 256-token sequences, the default 4 x (48 + 96) steps of
-# one sequence.
-PYTHIA_160M_LLC = Geometry(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, vocab=50304, parallel=True)
+# The Pythia-160M shape the rLLC's, the forward lens's and the essential lens's figures were measured at
+# (docs/benchmarks.md): GPT-NeoX, parallel residual.
+PYTHIA_160M_GEOMETRY = Geometry(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, vocab=50304, parallel=True)
 
 
 def llc_token_macs(g: Geometry, tokens: int) -> tuple[float, float]:
@@ -201,7 +200,7 @@ def llc_token_macs(g: Geometry, tokens: int) -> tuple[float, float]:
     return heads, whole
 
 
-def llc_geometry(shape: Shape, config: Mapping[str, Any]) -> Geometry:
+def model_geometry(shape: Shape, config: Mapping[str, Any]) -> Geometry:
     """A model's `Geometry` from its shape and config: the MLP's width, the vocabulary, parallel residual (GPT-NeoX's
     ``use_parallel_residual``, default on; the rest sequential), gated in the llama family, its key/value heads."""
     d_mlp = config.get("intermediate_size") or config.get("n_inner") or 4 * shape.d_model
@@ -227,8 +226,8 @@ def llc_work(geometry: Geometry, run: LlcRun) -> float:
 
 def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[float, str]:
     """`time_scale`'s "llc": this run's refined-LLC work against the Pythia-160M shape's at the default sampler."""
-    reference = llc_work(PYTHIA_160M_LLC, LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
-    f = llc_work(llc_geometry(shape, config), run) / reference
+    reference = llc_work(PYTHIA_160M_GEOMETRY, LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
+    f = llc_work(model_geometry(shape, config), run) / reference
     batch = f"{run.sequences} x {run.seq_len}" if run.sequences != 1 else f"{run.seq_len}"
     return f, (
         f"x {f:.3g} (the rLLC's multiply-adds at {run.chain_steps} SGLD steps of {batch} tokens per estimate, its "
@@ -285,7 +284,7 @@ def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], eva
     else:  # the first 4 evaluation sequences (fewer if there are fewer) and 4 of the probe
         half = ESSENTIAL_SEQUENCES // 2
         sequences, ref_sequences = min(n, half) + half, ESSENTIAL_SEQUENCES
-    f = forward_work(llc_geometry(shape, config), sequences, t) / forward_work(PYTHIA_160M_LLC, ref_sequences, ref_t)
+    f = forward_work(model_geometry(shape, config), sequences, t) / forward_work(PYTHIA_160M_GEOMETRY, ref_sequences, ref_t)
     return f, (
         f"x {f:.3g} (forward passes of {sequences} sequences of {t} tokens, over the CPU's efficiency at d_model "
         f"{shape.d_model}, against Pythia-160M's {ref_sequences} of {ref_t})"

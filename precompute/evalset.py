@@ -103,6 +103,24 @@ class EvalTextError(ValueError):
     """The forward-pass lens cannot run on this model or text; the message says what to do."""
 
 
+def model_context(config: dict[str, Any]) -> int | None:
+    """The positions a model's config allows (None when it does not say)."""
+    return config.get("max_position_embeddings") or config.get("n_positions")
+
+
+def check_length(t: int, max_positions: int | None) -> None:
+    """Refuse sequences of ``t`` tokens longer than the model's context.
+
+    Raises:
+        EvalTextError: ``t`` exceeds ``max_positions``.
+    """
+    if max_positions is not None and t > max_positions:
+        raise EvalTextError(
+            f"--eval-length {t} is longer than the model's context ({max_positions} positions); "
+            f"pass --eval-length {max_positions} or less"
+        )
+
+
 @dataclass(frozen=True)
 class EvalSet:
     """The sequences every checkpoint of a run is evaluated on.
@@ -271,11 +289,7 @@ def resolve_eval_set(
         EvalTextError: no text, an unreadable or non-UTF-8 file, no usable tokenizer, too few tokens,
             or T longer than the model's context.
     """
-    if max_positions is not None and t > max_positions:
-        raise EvalTextError(
-            f"--eval-length {t} is longer than the model's context ({max_positions} positions); "
-            f"pass --eval-length {max_positions} or less"
-        )
+    check_length(t, max_positions)
     trained_here = run_info is not None and "corpus" in run_info
     if eval_text is None:
         if not trained_here or run_info is None or run_folder is None:

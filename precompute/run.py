@@ -66,7 +66,7 @@ from precompute.context import (
     check_unchanged,
     lens_device,
 )
-from precompute.evalset import EvalSet, resolve_eval_set
+from precompute.evalset import EvalSet, model_context, resolve_eval_set
 from precompute.executor import open_executor
 from precompute.lenses.forward import check_loadable
 from precompute.settings import RunOptions, StoreSettings, resolve_settings
@@ -215,7 +215,7 @@ def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalS
         vocab_size=int(config.get("vocab_size") or 0),
         n=options.eval_sequences,
         t=options.eval_length,
-        max_positions=config.get("max_position_embeddings") or config.get("n_positions"),
+        max_positions=model_context(config),
         dtype=dtype,
     )
 

@@ -376,6 +376,17 @@ def default_llc_steps(steps: list[int], count: int = DEFAULT_LLC_CHECKPOINTS) ->
     return sorted(chosen)
 
 
+def settings_differences(stored: dict[str, Any], sampler: SamplerSettings, implementation: str) -> list[str]:
+    """How a store's meta.json ``llc`` record differs from ``sampler`` and ``implementation``, in words (empty: the
+    same); what `LlcComputation.check_store` refuses, and ``headwatch plan`` with it."""
+    was, now = dict(stored.get("sampler") or {}), sampler.as_meta()
+    diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
+    was_impl = stored.get("implementation", "devinterp")  # stores made before the batched sampler
+    if was_impl != implementation:
+        diffs.append(f"implementation {was_impl!r} (now {implementation!r}; pass --llc-implementation {was_impl})")
+    return diffs
+
+
 def parse_llc_steps(value: str | None, available: list[int]) -> list[int]:
     """``--llc-steps`` (``all``, or comma-separated steps; None: `default_llc_steps`) against the store's steps.
 
@@ -469,12 +480,7 @@ class LlcComputation(BaseComputation):
         job = self.job
         if stored is None or stored.llc is None:
             return
-        was = dict(stored.llc.get("sampler") or {})
-        now = job.sampler.as_meta()
-        diffs = [f"{k} {was.get(k)!r} (now {now.get(k)!r})" for k in now if was.get(k) != now.get(k)]
-        was_impl = stored.llc.get("implementation", "devinterp")  # stores made before the batched sampler
-        if was_impl != job.implementation:
-            diffs.append(f"implementation {was_impl!r} (now {job.implementation!r}; pass --llc-implementation {was_impl})")
+        diffs = settings_differences(stored.llc, job.sampler, job.implementation)
         was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
         if was_tokens != job.tokens_sha256:
             diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")

@@ -50,7 +50,7 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
     model = make()
     config = model.config.to_dict()
     shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
-    geometry = costs.llc_geometry(shape, config)
+    geometry = costs.model_geometry(shape, config)
     assert geometry.parallel == (config["model_type"] == "gpt_neox")
     arch, params = architecture(model), dict(parameters(model))
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(4, T)))
@@ -93,7 +93,9 @@ def test_the_priced_seconds_are_within_15_percent_of_the_measured(name: str) -> 
     assert LLC_LENS.seconds is not None and LLC_LENS.seconds.scale == "llc"
     geometry, tokens, measured = MEASURED[name]
     default = costs.LlcRun(tokens, costs.LLC_REFERENCE_CHAIN_STEPS)
-    reference = costs.llc_work(costs.PYTHIA_160M_LLC, costs.LlcRun(costs.LLC_REFERENCE_TOKENS, costs.LLC_REFERENCE_CHAIN_STEPS))
+    reference = costs.llc_work(
+        costs.PYTHIA_160M_GEOMETRY, costs.LlcRun(costs.LLC_REFERENCE_TOKENS, costs.LLC_REFERENCE_CHAIN_STEPS)
+    )
     priced = LLC_LENS.seconds.seconds * costs.llc_work(geometry, default) / reference
     assert priced == pytest.approx(measured, rel=0.15)
 
@@ -105,7 +107,7 @@ def test_the_price_follows_the_sampler_and_the_sequence_length() -> None:
     base = costs.llc_work(geometry, costs.LlcRun(64, 576))
     assert costs.llc_work(geometry, costs.LlcRun(64, 1152)) == pytest.approx(2 * base)
     assert costs.llc_work(geometry, costs.LlcRun(128, 576)) > 2 * base
-    wide = dataclasses.replace(costs.PYTHIA_160M_LLC, d_model=1536, d_mlp=6144)
+    wide = dataclasses.replace(costs.PYTHIA_160M_GEOMETRY, d_model=1536, d_mlp=6144)
     macs = costs.llc_token_macs(wide, 256)
     assert costs.llc_work(wide, costs.LlcRun(256, 576)) == pytest.approx(576 * 256 * sum(macs))  # efficiency 1
 
@@ -131,7 +133,7 @@ def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
     model = make()
     model.config._attn_implementation = "eager"
     config = model.config.to_dict()
-    geometry = costs.llc_geometry(model_shape(config), config)
+    geometry = costs.model_geometry(model_shape(config), config)
     assert geometry.gated == (make is llama) and (geometry.kv_heads or 4) == (2 if make is llama else 4)
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(2, T)))
     with FlopCounterMode(display=False) as counted, torch.no_grad():
@@ -159,7 +161,9 @@ def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str)
     geometry, seq_len, measured = FORWARD_MEASURED[name]
     ref_n, ref_t = costs.FORWARD_REFERENCE
     probe = costs.FORWARD_PROBE_SEQUENCES
-    ratio = costs.forward_work(geometry, 32 + probe, seq_len) / costs.forward_work(costs.PYTHIA_160M_LLC, ref_n + probe, ref_t)
+    ratio = costs.forward_work(geometry, 32 + probe, seq_len) / costs.forward_work(
+        costs.PYTHIA_160M_GEOMETRY, ref_n + probe, ref_t
+    )
     assert ATTENTION_LENS.seconds.seconds * ratio == pytest.approx(measured, rel=0.15)
 
 
