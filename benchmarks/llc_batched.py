@@ -215,7 +215,10 @@ def run_paths(args: argparse.Namespace) -> None:
         return job, got, time.monotonic() - started
 
     # a file begun before a column was added keeps its own columns (the new ones are left out of its rows)
-    fields = FIELDS if new_file else tuple(next(csv.reader(args.out.open())))
+    fields: tuple[str, ...] = FIELDS
+    if not new_file:
+        with args.out.open(newline="") as old:
+            fields = tuple(next(csv.reader(old)))
     with args.out.open("a", newline="") as fh, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new_file:
