@@ -13,12 +13,14 @@ RUN pip install --no-cache-dir --user -r requirements.txt
 COPY --chown=user app.py ./
 COPY --chown=user .streamlit ./.streamlit
 COPY --chown=user pages ./pages
-COPY --chown=user dashboard ./dashboard
-COPY --chown=user analysis ./analysis
+# the dashboard's part of the headwatch package: its top-level module, the app and analysis (no job, no training)
+COPY --chown=user headwatch/__init__.py ./headwatch/
+COPY --chown=user headwatch/dashboard ./headwatch/dashboard
+COPY --chown=user headwatch/analysis ./headwatch/analysis
 COPY --chown=user data ./data
 
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/_stcore/health', timeout=4)"]
-# dashboard.serve turns Streamlit's file watcher off (see dashboard/serve.py)
-CMD ["python", "-m", "dashboard.serve", "--server.port=7860", "--server.address=0.0.0.0", "--server.headless=true", "--browser.gatherUsageStats=false"]
+# headwatch.dashboard.serve turns Streamlit's file watcher off (see dashboard/serve.py)
+CMD ["python", "-m", "headwatch.dashboard.serve", "--server.port=7860", "--server.address=0.0.0.0", "--server.headless=true", "--browser.gatherUsageStats=false"]

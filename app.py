@@ -1,6 +1,6 @@
 """Dashboard frame: navigation over the pages, the shared sidebar (run picker, model card, time axis), the URL.
 
-Run with ``python -m dashboard.serve`` (``streamlit run app.py`` plus one setting, see
+Run with ``python -m headwatch.dashboard.serve`` (``streamlit run app.py`` plus one setting, see
 `dashboard.serve`). The environment is read once per run (`dashboard.settings`). The
 whole run happens inside one view (`dashboard.viewstate.view_state`): each page reads
 the run chosen here through ``viewstate.frame()`` and makes its widgets there; leaving
@@ -14,16 +14,16 @@ import functools
 
 import streamlit as st
 
-from analysis.errors import StoreError
-from dashboard import live, loader, viewstate, widgets
-from dashboard.data import SCALES, Scale, Unit
-from dashboard.export import loss_csv
-from dashboard.figures.loss import loss_curve
-from dashboard.frame import Frame
-from dashboard.model_card import loss_series, model_card_lines
-from dashboard.navigation import PAGES as PAGE_SPECS
-from dashboard.navigation import time_scale_of
-from dashboard.settings import read_settings
+from headwatch.analysis.errors import StoreError
+from headwatch.dashboard import live, loader, viewstate, widgets
+from headwatch.dashboard.data import SCALES, Scale, Unit
+from headwatch.dashboard.export import loss_csv
+from headwatch.dashboard.figures.loss import loss_curve
+from headwatch.dashboard.frame import Frame
+from headwatch.dashboard.model_card import loss_series, model_card_lines
+from headwatch.dashboard.navigation import PAGES as PAGE_SPECS
+from headwatch.dashboard.navigation import time_scale_of
+from headwatch.dashboard.settings import read_settings
 
 # An emoji favicon: Streamlit draws it as an inline SVG. A ":material/...:" page_icon would be fetched from a
 # font CDN (fonts.gstatic.com) and be missing offline; the sidebar's Material icons use the font Streamlit ships.
@@ -65,7 +65,7 @@ with viewstate.view_state(settings) as view:
                 store = opened
         else:
             st.info(
-                "No statistics stores found under data/. Make one with `python -m precompute`, or point HEADWATCH_STORE at one."
+                "No statistics stores found under data/. Make one with `headwatch precompute`, or point HEADWATCH_STORE at one."
             )
 
         # --- sidebar: a run still training (its follower's status; new checkpoints redraw the page) ---

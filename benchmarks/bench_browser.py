@@ -8,7 +8,7 @@
 Every page of the navigation is timed (the refined LLC's on ``induction-d128``, the one shipped store
 with its tables); pages without a simple select box or radio have their loads timed only.
 
-Each store is served with ``python -m dashboard.serve`` (as ``scripts/dashboard.sh``
+Each store is served with ``python -m headwatch.dashboard.serve`` (as ``scripts/dashboard.sh``
 does) and opened in Debian's Chromium through Playwright. For every page:
 
 - load: a new tab opens the page's URL; the time from the navigation's start until
@@ -71,7 +71,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dashboard.labels import STATS
+from headwatch.dashboard.labels import STATS
 
 if TYPE_CHECKING:
     from playwright.sync_api import ViewportSize
@@ -519,7 +519,7 @@ def run(
     roots = roots or {"": ROOT}
     env = dict(os.environ, HEADWATCH_STORE=str(store), HEADWATCH_DATA=str(RESULTS / "no-data"))
     envs = {label: dict(env, PYTHONPATH=str(root)) for label, root in roots.items()}
-    app_cmd = [sys.executable, "-m", "dashboard.serve"]
+    app_cmd = [sys.executable, "-m", "headwatch.dashboard.serve"]
     rows = []
     with ExitStack() as stack:
         servers = {label: stack.enter_context(serve(app_cmd, cwd=root, env=envs[label])) for label, root in roots.items()}

@@ -5,7 +5,7 @@
 
 A page's load time beyond a bare Streamlit page's is mostly its charts' draws and Streamlit's own elements
 (`benchmarks.bench_browser`). This separates the first: each page of `bench_browser.PAGES` is served on a shipped
-store (``python -m dashboard.serve``), opened in Chromium at the browser benchmark's window size, and once drawn each
+store (``python -m headwatch.dashboard.serve``), opened in Chromium at the browser benchmark's window size, and once drawn each
 chart's figure is read off the page as Plotly holds it (``gd.data``, ``gd.layout`` with Streamlit's theme applied,
 ``gd._transitionData._frames``). In a blank Chromium page with the plotly.js that the plotly package ships, each
 figure is then drawn ``--repeats`` times with ``Plotly.newPlot`` (a new div each time, until the next animation frame
@@ -100,7 +100,7 @@ def main() -> int:
         blank.add_script_tag(content=plotly_js())
         for name in args.stores:
             env = dict(os.environ, HEADWATCH_STORE=str(bb.STORES[name]), HEADWATCH_DATA=str(bb.RESULTS / "no-data"))
-            with bb.serve([sys.executable, "-m", "dashboard.serve"], cwd=ROOT, env=env) as (base, pid):
+            with bb.serve([sys.executable, "-m", "headwatch.dashboard.serve"], cwd=ROOT, env=env) as (base, pid):
                 for page_name, path, _ in bb.PAGES:
                     if page_name not in args.pages or not bb.on_store(page_name, name):
                         continue

@@ -17,10 +17,10 @@ import numpy as np
 import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
-from analysis.findings.paths import induction_paths, strongest_paths, types_at
-from analysis.store import open_store
-from analysis.store.format import COMPOSITION
-from dashboard.figures import circuits as figs
+from headwatch.analysis.findings.paths import induction_paths, strongest_paths, types_at
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.dashboard.figures import circuits as figs
 
 STORE = Path(__file__).resolve().parents[1] / "data" / "shakespeare-pythia-6x8"
 

@@ -43,8 +43,8 @@ SEEDS = (0, 1)
 
 def make_stores(size: str) -> list[Path]:
     """The two cached synthetic stores of one size (written on first use)."""
-    from analysis.store.format import HEADS
     from benchmarks.synthetic_store import write_synthetic_store
+    from headwatch.analysis.store.format import HEADS
 
     paths = []
     for seed in SEEDS:
@@ -96,7 +96,7 @@ def worker(a: Path, b: Path, repeats: int) -> dict:
     first = time.perf_counter() - t
     assert not at.exception, [e.value for e in at.exception]
     assert at.multiselect(key="runs").value == [a.name, b.name], at.multiselect(key="runs").value
-    from analysis.store import open_store
+    from headwatch.analysis.store import open_store
 
     store = open_store(a)
     steps, tokens_per_step = [int(x) for x in store.steps], store.meta.tokens_per_step

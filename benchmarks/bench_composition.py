@@ -25,8 +25,8 @@ import time
 import pyarrow.parquet as pq
 import torch
 
-from analysis.composition import composition_scores, random_baseline, strongest_sources
-from precompute.lenses.composition import composition_rows
+from headwatch.analysis.composition import composition_scores, random_baseline, strongest_sources
+from headwatch.precompute.lenses.composition import composition_rows
 
 PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_head": 128, "d_model": 2048}
 

@@ -53,9 +53,9 @@ HEAD, LAYERS, ARCH, ANIM, TRAJ = (
 
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
-    from analysis.store.format import EMBEDDINGS, OVERLAPS
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
-    from precompute.lenses.embeddings import add_embeddings
+    from headwatch.analysis.store.format import EMBEDDINGS, OVERLAPS
+    from headwatch.precompute.lenses.embeddings import add_embeddings
 
     path = RESULTS / "stores" / f"pythia-{size}-synthetic"
     if not (path / EMBEDDINGS.file).is_file():
@@ -129,7 +129,7 @@ def worker(store: Path, repeats: int) -> dict:
     cold = time.perf_counter() - START
     assert not at.exception, [e.value for e in at.exception]
 
-    from analysis.store import open_store
+    from headwatch.analysis.store import open_store
 
     s = open_store(store)
     out: dict = {"cold_start_s": cold, "pages": {}}
@@ -210,7 +210,7 @@ def main() -> int:
     print(f"dashboard benchmark, {date.today().isoformat()}, {machine}")
     print("\n".join(lines))
     print("\n".join(verdicts))
-    (RESULTS / "dashboard.json").write_text(
+    (RESULTS / "headwatch.dashboard.json").write_text(
         json.dumps({"date": date.today().isoformat(), "machine": machine, "results": results}, indent=1)
     )
     return 0

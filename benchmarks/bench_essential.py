@@ -30,11 +30,11 @@ from benchmarks.shapes import pythia_160m_config
 def main() -> int:
     from transformers import GPTNeoXForCausalLM
 
-    from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
-    from precompute.evalset import make_eval_set
-    from precompute.lenses.essential import EssentialJob, essential_work, make_sample, output_rows, trajectory_rows
-    from precompute.sources.local import LocalSource
-    from precompute.sources.revisions import CheckpointRef
+    from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+    from headwatch.precompute.evalset import make_eval_set
+    from headwatch.precompute.lenses.essential import EssentialJob, essential_work, make_sample, output_rows, trajectory_rows
+    from headwatch.precompute.sources.local import LocalSource
+    from headwatch.precompute.sources.revisions import CheckpointRef
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")

@@ -42,7 +42,7 @@ def main() -> int:
             for label, root in roots.items():
                 env = dict(os.environ, **data, PYTHONPATH=str(root))
                 for path in args.paths:
-                    with serve([sys.executable, "-m", "dashboard.serve"], cwd=root, env=env) as (base, pid):
+                    with serve([sys.executable, "-m", "headwatch.dashboard.serve"], cwd=root, env=env) as (base, pid):
                         time.sleep(args.wait)
                         context = browser.new_context()
                         context.add_init_script(INSTRUMENT)

@@ -1,7 +1,7 @@
 """Benchmark: what watching a run costs its training (issue 42).
 
-Trains the same small reference-style run (``python -m training``) in pairs, one without and one with
-``--watch STORE`` (the follower, ``python -m precompute --follow`` at nice 10, every default lens), the order
+Trains the same small reference-style run (``python -m headwatch.training``) in pairs, one without and one with
+``--watch STORE`` (the follower, ``python -m headwatch.precompute --follow`` at nice 10, every default lens), the order
 swapped from pair to pair (so a load that drifts over the measurement falls on both arms alike), and prints the
 training's wall time as ``run.json`` records it (the loop, evaluations and saves; the same seed and data each
 time), the machine's 1-minute load average before and after each run (``os.getloadavg``, what ``uptime``
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis.store.following import read_status
+from headwatch.analysis.store.following import read_status
 
 RUN = [  # 2 layers x 4 heads, d_model 64: about a minute of training on the shared 2-core machine, 13 checkpoints
     "--n-layers", "2", "--n-heads", "4", "--d-model", "64", "--d-mlp", "256", "--context", "32",
@@ -37,7 +37,18 @@ RUN = [  # 2 layers x 4 heads, d_model 64: about a minute of training on the sha
 def train(out: Path, archive: Path, watch: Path | None) -> tuple[float, float | None]:
     """Train one run into ``out``; its wall time (run.json) and, watched, the seconds from training's end to the
     follower's last commit and stop. Prints the load average around the run."""
-    args = [sys.executable, "-m", "training", "--out", str(out), "--device", "cpu", "--corpus-archive", str(archive), *RUN]
+    args = [
+        sys.executable,
+        "-m",
+        "headwatch.training",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--corpus-archive",
+        str(archive),
+        *RUN,
+    ]
     if watch is not None:
         args += ["--watch", str(watch)]
     before, cpu = os.getloadavg()[0], _children_cpu()
@@ -92,7 +103,7 @@ def main() -> None:
         command = [
             sys.executable,
             "-m",
-            "precompute",
+            "headwatch.precompute",
             "--no-progress",
             "--source",
             str(root / f"watched{i}"),

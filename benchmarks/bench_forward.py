@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from benchmarks.shapes import pythia_160m_config
-from precompute.evalset import held_out_bytes, make_eval_set
-from precompute.lenses.forward import ForwardJob, forward_statistics, load_model
+from headwatch.precompute.evalset import held_out_bytes, make_eval_set
+from headwatch.precompute.lenses.forward import ForwardJob, forward_statistics, load_model
 
 
 def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:
@@ -97,7 +97,7 @@ def bench_shape_of(store: Path, device: str, repeats: int) -> list[tuple[float, 
     store's evaluation shape (N x T, and the induction probe as the job makes it): what the lens costs that model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from analysis.store import open_store
+    from headwatch.analysis.store import open_store
 
     meta = open_store(store).meta
     assert meta.forward is not None, f"{store} has no forward lens"

@@ -121,13 +121,13 @@ def main() -> None:
     from huggingface_hub import HfApi
     from safetensors import safe_open
 
-    from analysis.extract import attention_tensor_names, extract_heads, model_shape
-    from analysis.heads import checkpoint_statistics
     from benchmarks.fakehub import FakeHub, Repo
-    from precompute.run import run_precompute
-    from precompute.settings import FetchSettings, RunOptions
-    from precompute.sources.fetch import HubHttp, Meter, human_bytes
-    from precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
+    from headwatch.analysis.extract import attention_tensor_names, extract_heads, model_shape
+    from headwatch.analysis.heads import checkpoint_statistics
+    from headwatch.precompute.run import run_precompute
+    from headwatch.precompute.settings import FetchSettings, RunOptions
+    from headwatch.precompute.sources.fetch import HubHttp, Meter, human_bytes
+    from headwatch.precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
 
     ckpt = work / "model.safetensors"
     t_write = write_checkpoint(ckpt)
@@ -210,7 +210,7 @@ def main() -> None:
         # configured by default and with cache_type="none" (block_size=0 cannot seek)
         from huggingface_hub import HfFileSystem
 
-        from precompute.sources.ranges import needed_spans, plan_ranges
+        from headwatch.precompute.sources.ranges import needed_spans, plan_ranges
 
         masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=("qk",))
         gap = FetchSettings().range_merge_gap
@@ -258,7 +258,7 @@ def main() -> None:
         t_total = time.perf_counter() - t0
         assert report.computed == [1000 * (i + 1) for i in range(args.revisions)], report
     n = args.revisions
-    print(f"\n(b) whole job, {n} checkpoints (python -m precompute --source {REPO_ID} --matrices {args.matrices}), CPU")
+    print(f"\n(b) whole job, {n} checkpoints (python -m headwatch.precompute --source {REPO_ID} --matrices {args.matrices}), CPU")
     print("\n| measurement | value |\n| --- | ---: |")
     print(f"| seconds per checkpoint, end to end (fetch overlapped with compute) | {t_total / n:.1f} |")
     print(f"| seconds per checkpoint, compute alone (extract + every statistic) | {t_compute:.1f} |")

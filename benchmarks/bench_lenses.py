@@ -99,9 +99,9 @@ def peak_memory(device: str) -> float:
 
 
 def main() -> None:
-    from precompute.registry import LlcOptions, SamplerSettings
-    from precompute.run import run_precompute
-    from precompute.settings import RunOptions
+    from headwatch.precompute.registry import LlcOptions, SamplerSettings
+    from headwatch.precompute.run import run_precompute
+    from headwatch.precompute.settings import RunOptions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")

@@ -29,15 +29,15 @@ from typing import Any
 
 import torch
 
-from analysis.extract import attention_tensor_names, extract_qk, model_shape
-from analysis.heads import checkpoint_vectors
-from analysis.stats.elementwise import elementwise_statistics
-from analysis.stats.spectrum import singular_values
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
-from precompute.sources.checkpoints import file_sha256, weight_files
-from precompute.sources.weights import read_tensors, tensor_names
-from precompute.store.pairs import HeadVectors, pair_rows
+from headwatch.analysis.extract import attention_tensor_names, extract_qk, model_shape
+from headwatch.analysis.heads import checkpoint_vectors
+from headwatch.analysis.stats.elementwise import elementwise_statistics
+from headwatch.analysis.stats.spectrum import singular_values
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.sources.checkpoints import file_sha256, weight_files
+from headwatch.precompute.sources.weights import read_tensors, tensor_names
+from headwatch.precompute.store.pairs import HeadVectors, pair_rows
 
 # Pythia-1.4B: 24 layers, 16 heads, d_model 2048, d_head 128, vocab 50304, MLP 8192.
 CONFIG: dict[str, Any] = {
@@ -127,7 +127,7 @@ def main() -> None:
     print(f"checkpoint: {size / 2**30:.2f} GiB fp16 safetensors (written in {t_write:.1f} s)")
 
     # once per run, not per checkpoint: the null model's Monte Carlo expectations (cached)
-    from analysis.rmt.nullmodel import null_expectations
+    from headwatch.analysis.rmt.nullmodel import null_expectations
 
     _, t_null = timed(lambda: null_expectations(2048, 128))
 

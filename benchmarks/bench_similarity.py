@@ -24,9 +24,9 @@ import time
 import pyarrow.parquet as pq
 import torch
 
-from analysis.similarity import layer_ultrametricity, random_baseline, similarity
-from analysis.ultrametric import TOLERANCE
-from precompute.lenses.similarity import similarity_rows, ultrametricity_rows
+from headwatch.analysis.similarity import layer_ultrametricity, random_baseline, similarity
+from headwatch.analysis.ultrametric import TOLERANCE
+from headwatch.precompute.lenses.similarity import similarity_rows, ultrametricity_rows
 
 PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_head": 128, "d_model": 2048}
 

@@ -3,7 +3,7 @@
 The experiments of `docs/induction-recipe.md`: a model from `training.model` (Pythia's shape and
 init, or GPT-2's with ``--arch gpt2``), trained on the Shakespeare bytes of `training.corpus` with the repeated spans of
 `training.repeats`, AdamW and the warmup + cosine schedule of `training.schedule`, as
-``python -m training`` would, except that no checkpoint is saved: every ``--probe-every`` updates
+``python -m headwatch.training`` would, except that no checkpoint is saved: every ``--probe-every`` updates
 the model's attention on the store's induction probe (8 sequences of R = 128 uniform random bytes
 repeated twice, seed 1, as `precompute.evalset.make_eval_set` draws them) gives the
 induction score of `analysis.attention.induction_scores` per head. One JSON line per probe:
@@ -36,12 +36,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analysis.attention import induction_scores, uniform_induction_baseline
-from training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
-from training.model import VOCAB_SIZE, build_config, build_model
-from training.repeats import insert_repeats
-from training.schedule import learning_rate
-from training.settings import ARCHS, ModelSettings, RepeatSettings
+from headwatch.analysis.attention import induction_scores, uniform_induction_baseline
+from headwatch.training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
+from headwatch.training.model import VOCAB_SIZE, build_config, build_model
+from headwatch.training.repeats import insert_repeats
+from headwatch.training.schedule import learning_rate
+from headwatch.training.settings import ARCHS, ModelSettings, RepeatSettings
 
 PROBE_SEQUENCES, PROBE_SEED = 8, 1  # as precompute/evalset.py
 VAL_WINDOWS = 32

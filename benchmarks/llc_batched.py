@@ -54,7 +54,7 @@ import numpy as np
 from benchmarks.shapes import pythia_160m_config
 
 if TYPE_CHECKING:
-    from precompute.settings import SamplerSettings
+    from headwatch.precompute.settings import SamplerSettings
 
 FIELDS = (
     "step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb", "wall_s",
@@ -74,9 +74,9 @@ def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings, saved: P
     """The store's sampler sequences, rebuilt as the stage built them and checked against meta.json (the
     run's ``run.json``, or the store's own ``training`` record when the run folder has none yet), or read from
     ``saved`` (a ``.npy`` written by ``--save-tokens``: no corpus archive needed, as on the device machine)."""
-    from analysis.store import open_store
-    from precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
-    from precompute.lenses.llc import sampler_sequences
+    from headwatch.analysis.store import open_store
+    from headwatch.precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from headwatch.precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store).meta
     assert meta.llc is not None, f"{store} has no refined LLCs"
@@ -112,11 +112,11 @@ def worker(args: argparse.Namespace) -> int:
     """One path at one checkpoint: every head and the whole model; prints one JSON line per estimate."""
     import torch
 
-    from analysis.store import open_store
-    from precompute.lenses.forward import load_model
-    from precompute.lenses.llc import LLC_MODEL, estimate_llc, estimates_from_traces, head_masks
-    from precompute.lenses.llc_sampler import checkpoint_traces
-    from precompute.settings import SamplerSettings
+    from headwatch.analysis.store import open_store
+    from headwatch.precompute.lenses.forward import load_model
+    from headwatch.precompute.lenses.llc import LLC_MODEL, estimate_llc, estimates_from_traces, head_masks
+    from headwatch.precompute.lenses.llc_sampler import checkpoint_traces
+    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     store = open_store(args.store)
@@ -171,8 +171,8 @@ def worker(args: argparse.Namespace) -> int:
 
 def save_tokens(args: argparse.Namespace) -> int:
     """Write the store's sampler sequences (rebuilt from the run's corpus and checked) for ``--tokens``."""
-    from analysis.store import open_store
-    from precompute.settings import SamplerSettings
+    from headwatch.analysis.store import open_store
+    from headwatch.precompute.settings import SamplerSettings
 
     meta = open_store(args.store).meta
     assert meta.llc is not None, f"{args.store} has no refined LLCs"
@@ -448,10 +448,10 @@ def shape_160m(args: argparse.Namespace) -> int:
     import torch
     from transformers import GPTNeoXForCausalLM
 
-    from precompute.lenses.llc import estimate_llc, head_masks
-    from precompute.lenses.llc_model import architecture, parameters
-    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
-    from precompute.settings import SamplerSettings
+    from headwatch.precompute.lenses.llc import estimate_llc, head_masks
+    from headwatch.precompute.lenses.llc_model import architecture, parameters
+    from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
+    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     sampler = SamplerSettings(chains=args.chains, burnin=args.burnin, draws=args.draws, sequences=8, batch_size=1)
@@ -551,10 +551,10 @@ def count_flops(args: argparse.Namespace) -> int:
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import GPTNeoXForCausalLM
 
-    from precompute.lenses.llc import head_masks
-    from precompute.lenses.llc_model import architecture, parameters
-    from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
-    from precompute.settings import SamplerSettings
+    from headwatch.precompute.lenses.llc import head_masks
+    from headwatch.precompute.lenses.llc_model import architecture, parameters
+    from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
+    from headwatch.precompute.settings import SamplerSettings
 
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(pythia_160m_config()).eval()
@@ -603,9 +603,9 @@ def checkpoint_cost(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from analysis.store import open_store
-    from precompute.lenses.llc_sampler import checkpoint_traces
-    from precompute.settings import SamplerSettings
+    from headwatch.analysis.store import open_store
+    from headwatch.precompute.lenses.llc_sampler import checkpoint_traces
+    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     meta = open_store(args.cost_of).meta

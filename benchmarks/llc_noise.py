@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import torch
 
-from precompute.lenses.llc import head_masks
-from precompute.lenses.llc_model import Params, architecture, parameters
-from precompute.lenses.llc_sampler import WHOLE_MODEL, Lane
+from headwatch.precompute.lenses.llc import head_masks
+from headwatch.precompute.lenses.llc_model import Params, architecture, parameters
+from headwatch.precompute.lenses.llc_sampler import WHOLE_MODEL, Lane
 
 
 class DevinterpNoise:

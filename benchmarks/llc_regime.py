@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.store import Meta, open_store, read_table
-from analysis.store.format import LLC
-from precompute.lenses.forward import load_model
-from precompute.lenses.llc import head_masks
-from precompute.settings import SamplerSettings
+from headwatch.analysis.store import Meta, open_store, read_table
+from headwatch.analysis.store.format import LLC
+from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.lenses.llc import head_masks
+from headwatch.precompute.settings import SamplerSettings
 
 
 def stored_llc(meta: Meta, store_path: Path) -> dict[str, Any]:

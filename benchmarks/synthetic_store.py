@@ -38,11 +38,11 @@ import numpy as np
 import pyarrow as pa
 from scipy.special import ndtr
 
-from analysis.store import CheckpointEntry, ModelInfo
-from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
-from analysis.store.meta import new_meta
-from precompute.store.tables import heads_rows
-from precompute.store.writer import commit_store
+from headwatch.analysis.store import CheckpointEntry, ModelInfo
+from headwatch.analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
+from headwatch.analysis.store.meta import new_meta
+from headwatch.precompute.store.tables import heads_rows
+from headwatch.precompute.store.writer import commit_store
 
 # Pythia's released revisions: step0 and log-spaced 1, 2, 4, ..., 512, then every
 # 1000 steps up to 143000 (154 revisions).
@@ -258,8 +258,8 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
     i+1 of R are exchanged on the step into its closest checkpoint for heads with even
     ``layer + head``.
     """
-    from analysis.store import open_store
-    from precompute.store.pairs import matrix_rows, overlaps_meta, update
+    from headwatch.analysis.store import open_store
+    from headwatch.precompute.store.pairs import matrix_rows, overlaps_meta, update
 
     store = open_store(path)
     k = min(k, store.d_head)
@@ -274,7 +274,7 @@ def add_synthetic_overlaps(path: str | Path, *, k: int = 8, seed: int = 0) -> Pa
 
 
 def _matrix_overlaps(store, steps: list[int], k: int, rng: np.random.Generator, matrix: str, matrix_rows) -> pa.Table:
-    from analysis.stats.crossings import close_approaches, relative_gap
+    from headwatch.analysis.stats.crossings import close_approaches, relative_gap
 
     n_pairs, n_layers, n_heads = len(steps) - 1, store.n_layers, store.n_heads
     mats = []
@@ -308,9 +308,9 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     Same table, same ``meta["embeddings"]`` (method says ``pca``) and exact kNN edges, in
     milliseconds instead of UMAP's numba compilation: for tests of the pages that read it.
     """
-    from analysis.store import open_store
-    from analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
-    from precompute.lenses.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
+    from headwatch.analysis.store import open_store
+    from headwatch.analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
+    from headwatch.precompute.lenses.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
 
     statistics = statistics or DEFAULT_STATISTICS
     store = open_store(path)
@@ -347,10 +347,10 @@ def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, 
     """
     import torch
 
-    from analysis.layer_matrices import layer_matrix_statistics
-    from analysis.store import open_store
-    from analysis.store.format import LAYERS
-    from precompute.store.tables import layers_rows
+    from headwatch.analysis.layer_matrices import layer_matrix_statistics
+    from headwatch.analysis.store import open_store
+    from headwatch.analysis.store.format import LAYERS
+    from headwatch.precompute.store.tables import layers_rows
 
     store = open_store(path)
     d = store.d_model
@@ -381,8 +381,8 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
     """Give a store forward-lens tables (`analysis.store.format.FORWARD_TABLES`) with stand-in values:
     entropy and span falling from the uniform value as a head sharpens, head-type scores rising for a
     few heads, a falling loss. For dashboard tests and benchmarks; no model is run."""
-    from analysis.store import ForwardInfo, open_store
-    from precompute.lenses.forward import forward_rows
+    from headwatch.analysis.store import ForwardInfo, open_store
+    from headwatch.precompute.lenses.forward import forward_rows
 
     path = Path(path)
     store = open_store(path)
@@ -443,9 +443,9 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     every draw is a pass of `analysis.llc_diagnostics`): flat traces
     (alternating +-0.002 nats around the plateau) except `SYNTHETIC_RISING`'s, which climb 0.1 nats;
     `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
-    from analysis.llc_diagnostics import chain_diagnostics
-    from analysis.store import open_store
-    from analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
+    from headwatch.analysis.llc_diagnostics import chain_diagnostics
+    from headwatch.analysis.store import open_store
+    from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 
     path = Path(path)
     store = open_store(path)

@@ -1,9 +1,9 @@
 """The ``headwatch`` command: one entry point for the dashboard, the job and the tools around it.
 
-    headwatch serve [DATA_DIR_OR_STORE] [streamlit options]   the dashboard (python -m dashboard.serve)
-    headwatch precompute --source ... --out STORE [options]    the job (python -m precompute)
-    headwatch train [options]                                  a reference run (python -m training)
-    headwatch publish STORE REPO_ID [options]                  upload a store (python -m precompute.publish)
+    headwatch serve [DATA_DIR_OR_STORE] [streamlit options]   the dashboard (python -m headwatch.dashboard.serve)
+    headwatch precompute --source ... --out STORE [options]    the job (python -m headwatch.precompute)
+    headwatch train [options]                                  a reference run (python -m headwatch.training)
+    headwatch publish STORE REPO_ID [options]                  upload a store (python -m headwatch.precompute.publish)
     headwatch info STORE                                       what a store holds
     headwatch plan SOURCE [options]                            what a run would do, before it runs
     headwatch report STORE --out DIR                           what happened in a run: Markdown + SVG figures
@@ -12,7 +12,7 @@
 
 Each subcommand imports its module only when chosen: ``serve`` and ``info`` work with the core
 install (no torch), the others need the ``precompute`` (or ``train``) extra. Exit statuses are
-those of ``python -m precompute``: 0 done, 1 some checkpoints failed, 2 bad arguments or a run
+those of ``python -m headwatch.precompute``: 0 done, 1 some checkpoints failed, 2 bad arguments or a run
 that could not start, 3 network failure, 130 interrupted.
 """
 
@@ -28,16 +28,20 @@ from headwatch import __version__
 EXIT_OK, EXIT_USAGE = 0, 2
 DELEGATED = {  # subcommand -> (module whose main() takes the remaining arguments, help)
     "precompute": (
-        "precompute.__main__",
-        "compute the statistics of a suite of checkpoints into a store (python -m precompute; needs the precompute extra)",
+        "headwatch.precompute.__main__",
+        "compute the statistics of a suite of checkpoints into a store "
+        "(python -m headwatch.precompute; needs the precompute extra)",
     ),
-    "train": ("training.__main__", "train a small reference run (python -m training; needs the train extra)"),
+    "train": ("headwatch.training.__main__", "train a small reference run (python -m headwatch.training; needs the train extra)"),
     "llc-calibrate": (
-        "precompute.llc_calibrate",
+        "headwatch.precompute.llc_calibrate",
         "sweep the refined LLC's sampler settings on one checkpoint, "
         "draw the chains' loss traces and recommend settings (needs the precompute extra)",
     ),
-    "publish": ("precompute.publish", "upload a store as a Hub dataset repo with a dataset card (python -m precompute.publish)"),
+    "publish": (
+        "headwatch.precompute.publish",
+        "upload a store as a Hub dataset repo with a dataset card (python -m headwatch.precompute.publish)",
+    ),
 }
 
 
@@ -66,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
         description="Serve the dashboard (streamlit). Without DATA_DIR_OR_STORE: the stores in "
         "$HEADWATCH_DATA, else ./data when it exists (a clone's shipped runs). Other options "
-        "(--server.port 8501, --dev, ...) go to `python -m dashboard.serve`.",
+        "(--server.port 8501, --dev, ...) go to `python -m headwatch.dashboard.serve`.",
     )
     s.add_argument("-h", "--help", action="help", help="show this help message and exit")
     s.add_argument(
@@ -138,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(target: str | None, rest: list[str]) -> int:
     """Point the dashboard's settings (HEADWATCH_DATA / HEADWATCH_STORE) at ``target`` and serve."""
-    from dashboard.settings import DATA_ENV, STORE_ENV
+    from headwatch.dashboard.settings import DATA_ENV, STORE_ENV
 
     if target is not None:
         path = Path(target).resolve()
@@ -147,7 +151,7 @@ def _serve(target: str | None, rest: list[str]) -> int:
         os.environ[STORE_ENV if (path / "meta.json").is_file() else DATA_ENV] = str(path)
     elif not os.environ.get(DATA_ENV) and Path("data").is_dir():
         os.environ[DATA_ENV] = str(Path("data").resolve())
-    from dashboard.serve import main as serve
+    from headwatch.dashboard.serve import main as serve
 
     serve(rest)
     return EXIT_OK
@@ -171,7 +175,7 @@ def _delegate(command: str, args: list[str]) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     """``headwatch compare``: bad input (one store, stores of different statistics) refused in one line."""
-    from analysis.errors import StoreError
+    from headwatch.analysis.errors import StoreError
 
     if len(args.stores) < 2:
         return _usage(f"compare: a comparison needs at least two stores, got one ({args.stores[0]}); name two or more")
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return info(args.store)
     if args.command == "report":
-        from analysis.errors import StoreError
+        from headwatch.analysis.errors import StoreError
 
         try:
             from headwatch.report import run as report

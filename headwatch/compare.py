@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.findings import sizes
-from analysis.findings.values import stat_values
-from analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
-from analysis.store import Store, open_store
-from analysis.type_association import PERMUTATIONS, SIGNIFICANCE
+from headwatch.analysis.findings import sizes
+from headwatch.analysis.findings.values import stat_values
+from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
+from headwatch.analysis.store import Store, open_store
+from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
 
 COMPARE_FILE = "compare.md"
 SCALING_SVG = "scaling.svg"
@@ -85,7 +85,7 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis.trajectories import normalise
+    from headwatch.analysis.trajectories import normalise
 
     fig, axes = plt.subplots(1, len(joint), figsize=(3.2 * len(joint), 3.2), squeeze=False)
     for ax, (stat, j) in zip(axes[0], joint.items(), strict=True):
@@ -124,7 +124,7 @@ def write_compare(
         StoreError: a store cannot be opened, two stores have the same folder name, or the stores cannot be
             compared (`analysis.findings.sizes.check_comparable`).
     """
-    from analysis.errors import StoreError
+    from headwatch.analysis.errors import StoreError
 
     stores: dict[str, Store] = {}
     for p in store_paths:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.errors import StoreError
-from analysis.store.format import MATRICES, TABLES
-from analysis.store.reader import open_store, read_table
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.store.format import MATRICES, TABLES
+from headwatch.analysis.store.reader import open_store, read_table
+from headwatch.precompute import registry
+from headwatch.precompute.settings import DEFAULT_MATRICES, RunOptions
 from headwatch.units import human_bytes
-from precompute import registry
-from precompute.settings import DEFAULT_MATRICES, RunOptions
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

@@ -25,9 +25,9 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``plan``'s options: the ones of ``python -m precompute`` that change what a run does."""
-    from precompute import registry
-    from precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
+    """``plan``'s options: the ones of ``python -m headwatch.precompute`` that change what a run does."""
+    from headwatch.precompute import registry
+    from headwatch.precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument(
@@ -49,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="STORE", help="the store the run would write or resume")
     # the options that change what a lens costs: the evaluation length (the forward lenses' and the sampler's
     # sequences), the refined LLC's checkpoints and sampler, and every other lens's options, as the job takes them
-    from precompute import evalset
-    from precompute.__main__ import add_lens_options
+    from headwatch.precompute import evalset
+    from headwatch.precompute.__main__ import add_lens_options
 
     evalset.add_arguments(p, when="with --lenses: ")
     add_lens_options(p)
@@ -69,8 +69,8 @@ class CheckpointBytes:
 
 def local_bytes(folder: Path, shape, *, matrices: tuple[str, ...], layers: bool) -> CheckpointBytes:
     """Bytes a run reads from one local checkpoint folder (safetensors headers; .bin files are opened)."""
-    from precompute.sources.checkpoints import tensors_to_read, weight_files
-    from precompute.sources.weights import tensor_names
+    from headwatch.precompute.sources.checkpoints import tensors_to_read, weight_files
+    from headwatch.precompute.sources.weights import tensor_names
 
     files = weight_files(folder)
     where = tensor_names(files)
@@ -116,7 +116,7 @@ def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], le
     recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order (``llc``: what
     the refined LLC samples per checkpoint, `precompute.costs.LlcRun`, default the default sampler; ``evaluation``:
     --eval-sequences and --eval-length)."""
-    from precompute import costs, registry
+    from headwatch.precompute import costs, registry
 
     figures = [(m, figure) for m, figure in (("qk", costs.QK_SECONDS), ("ov", costs.OV_SECONDS)) if m in matrices]
     for lens in registry.LENSES:
@@ -134,8 +134,8 @@ def store_figures(*, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) ->
     """The store-size figures of a run (`precompute.costs.StoreBytes`): heads.parquet's, and those of every lens
     it computes that has one (`precompute.registry.Lens.store_bytes`; the overlaps' and the layer table's at the
     shipped store's sizes, the composition's without ``--composition-top``)."""
-    from precompute import costs, registry
-    from precompute.settings import RunOptions
+    from headwatch.precompute import costs, registry
+    from headwatch.precompute.settings import RunOptions
 
     options = RunOptions(matrices=matrices, lenses=lenses)
     return [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes and lens.asked(options)]
@@ -143,7 +143,7 @@ def store_figures(*, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) ->
 
 def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
     """Expected store bytes per checkpoint: every figure of `store_figures` times its count at ``shape``."""
-    from precompute import costs
+    from headwatch.precompute import costs
 
     head_matrices = len([m for m in matrices if m != "layers"])
     return sum(
@@ -169,8 +169,8 @@ def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
         ValueError: an ``--llc-*`` option without ``--lenses llc``, a value the sampler refuses, or more sampler
             sequences than ``--eval-sequences`` (as the run refuses them).
     """
-    from precompute import costs, registry
-    from precompute.__main__ import lens_options
+    from headwatch.precompute import costs, registry
+    from headwatch.precompute.__main__ import lens_options
 
     options = lens_options(args, lenses).get(registry.LLC_LENS.name)
     if not isinstance(options, registry.LlcOptions):
@@ -195,9 +195,9 @@ def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new:
         ValueError: a step that is not selected, or a store whose estimates were made under other sampler settings,
             another implementation or other evaluation sequences (the run's `check_store` refuses it).
     """
-    from analysis.store import open_store
-    from analysis.store.format import LLC
-    from precompute.lenses.llc import parse_llc_steps, settings_differences
+    from headwatch.analysis.store import open_store
+    from headwatch.analysis.store.format import LLC
+    from headwatch.precompute.lenses.llc import parse_llc_steps, settings_differences
 
     parse_llc_steps(options.steps, selected)
     states, estimated = set(new), set()
@@ -228,15 +228,15 @@ def describe(args: argparse.Namespace) -> list[str]:
     Raises:
         ValueError: bad options; CheckpointNotFoundError (a FileNotFoundError): nothing to read.
     """
-    from analysis.extract import model_shape
-    from analysis.store.meta import read_meta
-    from precompute import costs, registry
-    from precompute.evalset import check_length, model_context
-    from precompute.settings import FetchSettings, matrices_option
-    from precompute.sources.fetch import Meter
-    from precompute.sources.local import LocalSource
-    from precompute.sources.resolve import open_source
-    from precompute.sources.revisions import parse_revisions, select
+    from headwatch.analysis.extract import model_shape
+    from headwatch.analysis.store.meta import read_meta
+    from headwatch.precompute import costs, registry
+    from headwatch.precompute.evalset import check_length, model_context
+    from headwatch.precompute.settings import FetchSettings, matrices_option
+    from headwatch.precompute.sources.fetch import Meter
+    from headwatch.precompute.sources.local import LocalSource
+    from headwatch.precompute.sources.resolve import open_source
+    from headwatch.precompute.sources.revisions import parse_revisions, select
 
     matrices = matrices_option(args.matrices)
     head_matrices = tuple(m for m in matrices if m != "layers")
@@ -341,7 +341,7 @@ def describe(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print `describe`; bad options, sources or a missing extra are one error line, exit 2; an
     unreachable Hub exit 3."""
-    from analysis.errors import CheckpointError, HubUnreachableError, StoreError, UnknownArchitectureError
+    from headwatch.analysis.errors import CheckpointError, HubUnreachableError, StoreError, UnknownArchitectureError
 
     try:
         lines = describe(args)

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.findings.events import KINDS, basis_text, events_frame, primary_basis, run_events, stage_bases, stage_rows
-from analysis.findings.headline import headline_markdown
-from analysis.findings.held_types import TYPE_LABELS, type_sentences
-from analysis.findings.names import head_name
-from analysis.store import Store, open_store
-from analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
+from headwatch.analysis.findings.events import KINDS, basis_text, events_frame, primary_basis, run_events, stage_bases, stage_rows
+from headwatch.analysis.findings.headline import headline_markdown
+from headwatch.analysis.findings.held_types import TYPE_LABELS, type_sentences
+from headwatch.analysis.findings.names import head_name
+from headwatch.analysis.store import Store, open_store
+from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
 
 REPORT_FILE = "report.md"
 TIMELINE_SVG = "timeline.svg"
@@ -172,15 +172,23 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
     (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
-    from analysis.findings.values import stat_values
-    from analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, associate, end_types, has_statistic, replicates
+    from headwatch.analysis.findings.values import stat_values
+    from headwatch.analysis.type_association import (
+        ASSOCIATION_PAIRS,
+        PERMUTATIONS,
+        associate,
+        end_types,
+        has_statistic,
+        replicates,
+    )
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]
     if store not in runs:
         return [
             *lines,
-            f"This store has no head types (head_types.parquet): add them with `python -m precompute.lenses.types {store.path}`.",
+            f"This store has no head types (head_types.parquet): add them with "
+            f"`python -m headwatch.precompute.lenses.types {store.path}`.",
             "",
         ]
     rows, verdicts = [], []
@@ -278,7 +286,9 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         "",
     ]
     if not store.has(STAGES):
-        lines.append("This store has no stages (stages.parquet): add them with `python -m precompute.lenses.stages STORE`.")
+        lines.append(
+            "This store has no stages (stages.parquet): add them with `python -m headwatch.precompute.lenses.stages STORE`."
+        )
     else:
         parameters = recorded.get("parameters", {})
         what = {

@@ -7,11 +7,11 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.figures.animation import animation
-from dashboard.frame import RunFrame
-from dashboard.labels import STATS, stats_for
-from dashboard.style import SIGNED_STATS
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.figures.animation import animation
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import STATS, stats_for
+from headwatch.dashboard.style import SIGNED_STATS
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.data import fixed_range, layer_means, loss_curve
-from dashboard.figures import architecture as figs
-from dashboard.figures.common import overlay_loss
-from dashboard.frame import RunFrame
-from dashboard.labels import STATS, stats_for
-from dashboard.style import SIGNED_STATS
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.data import fixed_range, layer_means, loss_curve
+from headwatch.dashboard.figures import architecture as figs
+from headwatch.dashboard.figures.common import overlay_loss
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import STATS, stats_for
+from headwatch.dashboard.style import SIGNED_STATS
 
 
 @dataclass(frozen=True)

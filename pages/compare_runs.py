@@ -7,10 +7,10 @@ or lacks the statistic or the matrix, is named in a warning; the others are show
 
 import streamlit as st
 
-from dashboard import viewstate
-from dashboard.pagepanels import compare_runs as panels
-from dashboard.pagepanels import compare_runs_choice as choice
-from dashboard.pagepanels import compare_runs_sizes as across
+from headwatch.dashboard import viewstate
+from headwatch.dashboard.pagepanels import compare_runs as panels
+from headwatch.dashboard.pagepanels import compare_runs_choice as choice
+from headwatch.dashboard.pagepanels import compare_runs_sizes as across
 
 
 def main() -> None:
@@ -19,7 +19,7 @@ def main() -> None:
     frame = viewstate.frame()
     if not frame.runs:
         st.info(
-            "No runs to compare: put statistics stores under data/ (`python -m precompute --out data/NAME`), "
+            "No runs to compare: put statistics stores under data/ (`python -m headwatch.precompute --out data/NAME`), "
             "or point HEADWATCH_STORE at one."
         )
         return

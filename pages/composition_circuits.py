@@ -6,9 +6,9 @@ The layout; the widgets and panels are `dashboard.pagepanels.composition_circuit
 
 import streamlit as st
 
-from analysis.store.format import COMPOSITION
-from dashboard import viewstate
-from dashboard.pagepanels import composition_circuits as panels
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.dashboard import viewstate
+from headwatch.dashboard.pagepanels import composition_circuits as panels
 
 
 def main() -> None:

@@ -8,14 +8,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.findings.held_types import head_types, missing_text
-from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
-from dashboard import charts, export, viewstate, widgets
-from dashboard.data import StepAxis, loss_curve, uniform_attention
-from dashboard.figures import forward as figs
-from dashboard.figures.common import overlay_loss, stacked
-from dashboard.frame import RunFrame
-from dashboard.labels import STATS
+from headwatch.analysis.findings.held_types import head_types, missing_text
+from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.dashboard import charts, export, viewstate, widgets
+from headwatch.dashboard.data import StepAxis, loss_curve, uniform_attention
+from headwatch.dashboard.figures import forward as figs
+from headwatch.dashboard.figures.common import overlay_loss, stacked
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import STATS
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
@@ -32,7 +32,7 @@ STACK = dict(left=100, right=170)  # px: margins of every chart over training (h
 
 MISSING = (
     "This store has no forward-lens tables (attention.parquet, layer_divergence.parquet, "
-    "eval_loss.parquet). Add them to it with `python -m precompute --source SOURCE --out STORE "
+    "eval_loss.parquet). Add them to it with `python -m headwatch.precompute --source SOURCE --out STORE "
     "--lenses attention` (and `--eval-text FILE` for a model not trained here): checkpoints already in "
     "the store get their forward rows, the weight statistics stay as they are."
 )
@@ -195,7 +195,7 @@ def _probe_panel(frame: RunFrame, info, step: int) -> None:
     if copy_loss is None or eval_loss is None or not np.isfinite(copy_loss).any():
         st.info(
             "This store has no loss on the induction probe (eval_loss.parquet `probe_copy_loss`: stores computed "
-            "before it was recorded). Rerun `python -m precompute --source SOURCE --out STORE --lenses attention` "
+            "before it was recorded). Rerun `python -m headwatch.precompute --source SOURCE --out STORE --lenses attention` "
             "to add it."
         )
         return

@@ -8,20 +8,20 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.errors import StoreError
-from analysis.stats.crossings import level_crossings
-from analysis.stats.density import density_curves, density_extent, density_grid
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
-from dashboard.figures import density as density_figs
-from dashboard.figures import head as head_figs
-from dashboard.figures import panels
-from dashboard.figures import spectrum as spectrum_figs
-from dashboard.figures.common import overlay_loss, stacked
-from dashboard.labels import LAMBDA, PER_HEAD_STATS, STATS, stats_for
-from dashboard.pagedata import head as head_data
-from dashboard.style import step_colours
-from dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.stats.crossings import level_crossings
+from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
+from headwatch.dashboard.figures import density as density_figs
+from headwatch.dashboard.figures import head as head_figs
+from headwatch.dashboard.figures import panels
+from headwatch.dashboard.figures import spectrum as spectrum_figs
+from headwatch.dashboard.figures.common import overlay_loss, stacked
+from headwatch.dashboard.labels import LAMBDA, PER_HEAD_STATS, STATS, stats_for
+from headwatch.dashboard.pagedata import head as head_data
+from headwatch.dashboard.style import step_colours
+from headwatch.dashboard.tables import REFERENCE_FACTORS, SWAP_SCORE_HELP, reference_of
 
 DENSITY_GRID_POINTS = 320  # w resolution of the P(w) map; the histogram has 200 bins per step
 MAX_CHOSEN_STEPS = 8
@@ -519,7 +519,7 @@ def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
     if crossings is None:
         st.info(
             "This store has no singular-vector overlaps, so approaches cannot be told apart. "
-            "Run `python -m precompute` on it again to add them (it re-reads the checkpoints).",
+            "Run `python -m headwatch.precompute` on it again to add them (it re-reads the checkpoints).",
             icon=":material/info:",
         )
         return (log_lam, gap_pct), None

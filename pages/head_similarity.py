@@ -4,12 +4,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
-from dashboard import charts, export, viewstate, widgets
-from dashboard.figures import similarity as figs
-from dashboard.frame import RunFrame
-from dashboard.pagedata import similarity as data
-from dashboard.pagedata.similarity import ALL
+from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.dashboard import charts, export, viewstate, widgets
+from headwatch.dashboard.figures import similarity as figs
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.pagedata import similarity as data
+from headwatch.dashboard.pagedata.similarity import ALL
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def main() -> None:
     steps = [int(s) for s in store.steps_with(SIMILARITY)]
     if not store.has(SIMILARITY) or not steps:
         st.info(
-            "This store has no head similarity (similarity.parquet). Add it with `python -m precompute --source "
+            "This store has no head similarity (similarity.parquet). Add it with `python -m headwatch.precompute --source "
             f"SOURCE --out {store.path} --lenses similarity`: every checkpoint already in the store gets its rows from "
             "the weights (docs/precompute.md, 'Head similarity').",
             icon=":material/join_inner:",

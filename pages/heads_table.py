@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.errors import StoreError
-from analysis.findings.events import EVIDENCE_PANEL
-from analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
-from analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
-from analysis.store.format import HEAD_TYPES, LLC
-from dashboard import export, loader, viewstate, widgets
-from dashboard.data import default_steps, uniform_attention
-from dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
-from dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of, screen_table
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.events import EVIDENCE_PANEL
+from headwatch.analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
+from headwatch.analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
+from headwatch.analysis.store.format import HEAD_TYPES, LLC
+from headwatch.dashboard import export, loader, viewstate, widgets
+from headwatch.dashboard.data import default_steps, uniform_attention
+from headwatch.dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
+from headwatch.dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of, screen_table
 
 SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
 HEAD_PAGE = "pages/head_explorer.py"
@@ -193,7 +193,7 @@ def _approaches_panel(frame, opts: _Options, approaches: pd.DataFrame | None) ->
     if gap_pct is None:
         st.info(
             "This store has no singular-vector overlaps, so approaches cannot be told apart. Run "
-            "`python -m precompute` on it again to add them.",
+            "`python -m headwatch.precompute` on it again to add them.",
             icon=":material/info:",
         )
         return

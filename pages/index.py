@@ -6,15 +6,15 @@ are the frame's (`dashboard.loader.runs`, what the sidebar's run picker offers, 
 
 import streamlit as st
 
-from analysis.errors import StoreError
-from analysis.findings.events import primary_basis, stage_rows
-from analysis.findings.headline import headline_markdown
-from analysis.store import read_meta
-from dashboard import loader, viewstate
-from dashboard.data import loss_curve, step_axis
-from dashboard.figures.timeline import compact
-from dashboard.model_card import model_card_lines, timeline_card_lines
-from dashboard.navigation import VIEWS
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.events import primary_basis, stage_rows
+from headwatch.analysis.findings.headline import headline_markdown
+from headwatch.analysis.store import read_meta
+from headwatch.dashboard import loader, viewstate
+from headwatch.dashboard.data import loss_curve, step_axis
+from headwatch.dashboard.figures.timeline import compact
+from headwatch.dashboard.model_card import model_card_lines, timeline_card_lines
+from headwatch.dashboard.navigation import VIEWS
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     st.subheader("Runs")
     if not frame.runs:
         st.info(
-            "No stores found under data/. Make one with `python -m precompute --source DIR --out data/NAME`, "
+            "No stores found under data/. Make one with `python -m headwatch.precompute --source DIR --out data/NAME`, "
             "or set HEADWATCH_STORE to a store directory."
         )
         return

@@ -6,12 +6,12 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.data import StepAxis, fixed_range, loss_curve
-from dashboard.figures import layers as figs
-from dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
-from dashboard.frame import RunFrame
-from dashboard.labels import STATS, stats_for
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.data import StepAxis, fixed_range, loss_curve
+from headwatch.dashboard.figures import layers as figs
+from headwatch.dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import STATS, stats_for
 
 STACK_RIGHT = 116  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
 

@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
-from analysis.store.format import LLC
-from analysis.trajectories import NORMALISATIONS, Normalisation
-from dashboard import charts, export, loader, style, viewstate, widgets
-from dashboard.data import loss_curve
-from dashboard.figures import llc as figs
-from dashboard.frame import RunFrame
-from dashboard.labels import LLC_STAT, STATS
-from dashboard.pagedata import llc as data
-from dashboard.pagedata.llc import Estimates
+from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
+from headwatch.analysis.store.format import LLC
+from headwatch.analysis.trajectories import NORMALISATIONS, Normalisation
+from headwatch.dashboard import charts, export, loader, style, viewstate, widgets
+from headwatch.dashboard.data import loss_curve
+from headwatch.dashboard.figures import llc as figs
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import LLC_STAT, STATS
+from headwatch.dashboard.pagedata import llc as data
+from headwatch.dashboard.pagedata.llc import Estimates
 
 NORM_LABELS = {"zscore": "shape (each head's curve standardised)", "global": "level and shape"}
 CLUSTERS = list(range(2, 9))
@@ -27,7 +27,7 @@ FIRST_PANELS = {  # URL panel: the one shown first (where a Timeline event's evi
 }
 MISSING = (
     "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
-    "adds them: `python -m precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
+    "adds them: `python -m headwatch.precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
     "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
     "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
     "chooses others); the store's other tables stay as they are."

@@ -5,11 +5,11 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.figures import rmt as figs
-from dashboard.frame import Frame
-from dashboard.pagedata import rmt as data
-from dashboard.tables import init_scale
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.figures import rmt as figs
+from headwatch.dashboard.frame import Frame
+from headwatch.dashboard.pagedata import rmt as data
+from headwatch.dashboard.tables import init_scale
 
 REFERENCE_AT_ONCE = 512  # up to this d_model the reference is drawn at once; above it, on request
 

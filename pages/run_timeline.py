@@ -9,8 +9,8 @@ panels are `dashboard.pagepanels.run_timeline`'s.
 
 import streamlit as st
 
-from dashboard import viewstate
-from dashboard.pagepanels import run_timeline as panels
+from headwatch.dashboard import viewstate
+from headwatch.dashboard.pagepanels import run_timeline as panels
 
 
 def main() -> None:

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.errors import StoreError
-from analysis.findings.events import EVIDENCE_PANEL
-from analysis.findings.sizes import JOINT_ALIGNMENTS
-from analysis.store.format import ATTENTION, HEAD_TYPES, LLC
-from analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
-from analysis.type_association import (
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.events import EVIDENCE_PANEL
+from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS
+from headwatch.analysis.store.format import ATTENTION, HEAD_TYPES, LLC
+from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
+from headwatch.analysis.type_association import (
     ASSOCIATION_STATS,
     CLUSTER_RANGE,
     PERMUTATIONS,
@@ -21,13 +21,13 @@ from analysis.type_association import (
     has_statistic,
     replicates,
 )
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.figures.points import picked_head, picked_run_head
-from dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
-from dashboard.frame import RunFrame
-from dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
-from dashboard.pagedata import trajectories as data
-from dashboard.pagedata.trajectories import LLC_K
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.figures.points import picked_head, picked_run_head
+from headwatch.dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
+from headwatch.dashboard.pagedata import trajectories as data
+from headwatch.dashboard.pagedata.trajectories import LLC_K
 
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
@@ -223,7 +223,7 @@ def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | 
             st.info(
                 f"This store has no precomputed map for {STATS[opts.stat].short()} with these settings. Compute it "
                 "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
-                "store with `python -m precompute.lenses.embeddings STORE --statistics ...`."
+                "store with `python -m headwatch.precompute.lenses.embeddings STORE --statistics ...`."
             )
             if not st.button("Compute this map", type="primary"):
                 return None
@@ -310,7 +310,7 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
     if end_types(store) is None:
         st.info(
             "This store has no head types (head_types.parquet), so the clusters cannot be compared with them. Add "
-            f"them with `python -m precompute.lenses.types {store.path}` (needs the forward lens, attention.parquet).",
+            f"them with `python -m headwatch.precompute.lenses.types {store.path}` (needs the forward lens, attention.parquet).",
             icon=":material/category:",
         )
         return
@@ -486,7 +486,7 @@ def _joint_runs(frame, store, opts: _Choices) -> tuple[list, list[str]]:
         elif forward and not other.has(ATTENTION):
             st.warning(
                 f"Run **{r}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
-                f"them with `python -m precompute --source SOURCE --out {other.path} --lenses attention`.",
+                f"them with `python -m headwatch.precompute --source SOURCE --out {other.path} --lenses attention`.",
                 icon=":material/visibility_off:",
             )
         elif stat not in trajectory_stats_for(other):  # read from a table this store lacks

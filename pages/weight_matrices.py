@@ -11,12 +11,12 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, export, loader, viewstate, widgets
-from dashboard.data import loss_curve
-from dashboard.figures import weights as figs
-from dashboard.figures.common import overlay_loss, stacked
-from dashboard.frame import RunFrame
-from dashboard.pagedata import weights as data
+from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard.data import loss_curve
+from headwatch.dashboard.figures import weights as figs
+from headwatch.dashboard.figures.common import overlay_loss, stacked
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.pagedata import weights as data
 
 STACK_RIGHT = 150  # px: the layer legend right of the norms and alpha over training (one margin for both)
 ROLE_TEXT = {
@@ -34,7 +34,7 @@ ROLE_TEXT = {
 MISSING = (
     "This store has no whole-layer weight matrices (`layers.parquet`). Rerun the precompute job on it "
     "with `--matrices layers` (included in the default `qk,ov,layers`) to add them: "
-    "`python -m precompute --source SOURCE --out STORE --matrices layers`; the checkpoints it already "
+    "`python -m headwatch.precompute --source SOURCE --out STORE --matrices layers`; the checkpoints it already "
     "has are read again for their block weights, nothing else changes."
 )
 

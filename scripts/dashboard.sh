@@ -7,6 +7,6 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/app/bin/python ] || "$PY" -m venv .venv/app
 .venv/app/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
-exec .venv/app/bin/python -m dashboard.serve \
+exec .venv/app/bin/python -m headwatch.dashboard.serve \
   --server.address "${HOST:-127.0.0.1}" --server.port "${PORT:-8501}" \
   --server.headless true --browser.gatherUsageStats false "$@"

@@ -60,7 +60,7 @@ chain() {  # SIZE SEED: train, then the store's two passes (run in the backgroun
   local size=$1 seed=$2 name run stage t0=$SECONDS
   name=$(name_of "$size" "$seed"); run=$(run_of "$size" "$seed"); stage=runs/$name-store
   if [ "$size" = text ]; then
-    [ -f "$run/run.json" ] || { rm -rf "$run"; python3 -m training --out "$run" --device cuda --seed "$seed" || return 1; }
+    [ -f "$run/run.json" ] || { rm -rf "$run"; python3 -m headwatch.training --out "$run" --device cuda --seed "$seed" || return 1; }
     local eval=()
   else
     bash scripts/induction-runs.sh train "$size" "$seed" || return 1
@@ -68,10 +68,10 @@ chain() {  # SIZE SEED: train, then the store's two passes (run in the backgroun
   fi
   echo "TRAINED $run in $((SECONDS - t0)) s"
   rm -rf "$stage"
-  python3 -m precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
+  python3 -m headwatch.precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
     "${eval[@]}" "${LENSES[@]}" || return 1
   echo "PASS1 $name in $((SECONDS - t0)) s"
-  python3 -m precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
+  python3 -m headwatch.precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
     "${eval[@]}" "${LENSES[@]}" --lenses llc --llc-steps all || return 1
   echo "PASS2 $name in $((SECONDS - t0)) s"
 }

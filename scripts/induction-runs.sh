@@ -48,7 +48,7 @@ train() {  # SIZE SEED
   fi
   rm -rf "$run"
   # shellcheck disable=SC2046  # the shape is several words on purpose
-  "$RUN_PY" -m training --out "$run" --device "$DEVICE" --cache runs/.cache \
+  "$RUN_PY" -m headwatch.training --out "$run" --device "$DEVICE" --cache runs/.cache \
     --arch gpt2 --n-layers 2 $(shape "$1") --context 64 \
     --steps 4000 --batch-size 64 --lr 1e-3 --warmup-frac 0.025 \
     --repeat-share 1.0 --repeat-spans 2 --repeat-min 8 --repeat-max 24 --repeat-content random \
@@ -62,7 +62,7 @@ store() {  # SIZE SEED
   local stage=runs/$name-store
   rm -rf "$stage"
   # the evaluation windows are 64 tokens, the training context (so the induction probe repeats R = 32)
-  "$RUN_PY" -m precompute --source "runs/ih-$1-s$2" --out "$stage" --device "$DEVICE" --model-id "$name" --no-progress \
+  "$RUN_PY" -m headwatch.precompute --source "runs/ih-$1-s$2" --out "$stage" --device "$DEVICE" --model-id "$name" --no-progress \
     --eval-length 64 --lenses attention --lenses composition --lenses similarity --lenses essential --lenses llc --llc-steps "$LLC_STEPS"
   rm -rf "data/$name"
   mv "$stage" "data/$name"

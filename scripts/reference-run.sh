@@ -35,11 +35,11 @@ if [ -f "$RUN/run.json" ]; then
   echo "reusing the finished training run in $RUN (delete it to train again)" >&2
 else
   rm -rf "$RUN"
-  "$VENV/bin/python" -m training --out "$RUN" --device "$DEVICE" --seed "$SEED"
+  "$VENV/bin/python" -m headwatch.training --out "$RUN" --device "$DEVICE" --seed "$SEED"
 fi
 trained=$SECONDS
 rm -rf "$STAGE"
-"$VENV/bin/python" -m precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
+"$VENV/bin/python" -m headwatch.precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
   --lenses attention --lenses composition --lenses similarity --lenses essential
   # the lenses of the shipped plain-text stores (built on a GPU by scripts/device-runs.sh, 2026-11-27), on the
   # run's held-out split (its corpus archive is in runs/.cache); no refined LLC: at the default sampler it costs

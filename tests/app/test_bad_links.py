@@ -10,7 +10,7 @@ tests/app/test_browser_bad_links.py.
 
 from __future__ import annotations
 
-from dashboard.urlstate import parse_many, parse_one
+from headwatch.dashboard.urlstate import parse_many, parse_one
 from tests.app.conftest import notices, open_page
 
 HEAD = "pages/head_explorer.py"
@@ -27,7 +27,7 @@ def test_seven_overlaid_heads_keep_the_first_six_with_a_notice(app_env):
 
 
 def test_more_chosen_steps_than_allowed_keep_the_first_ones_with_a_notice(app_env):
-    from analysis.store import open_store
+    from headwatch.analysis.store import open_store
 
     steps = [str(int(s)) for s in open_store(app_env).steps][:10]
     at = open_page(HEAD, {"step": steps})
@@ -45,7 +45,7 @@ def test_a_notice_about_a_very_long_value_cuts_it(app_env):
 
 
 def test_parse_quotes_a_short_cut_of_a_long_value():
-    from dashboard.urlstate import MAX_QUOTED
+    from headwatch.dashboard.urlstate import MAX_QUOTED
 
     one = parse_one("stat", ["y" * 5000], ["std"], "std").notice
     many = parse_many("step", ["z" * 5000, "0"], [0, 1], [0]).notice
@@ -56,7 +56,7 @@ def test_parse_quotes_a_short_cut_of_a_long_value():
 
 
 def test_unknown_page_names_the_path_and_the_pages():
-    from dashboard.sharing import unknown_page
+    from headwatch.dashboard.sharing import unknown_page
 
     paths = ["", "heads", "head"]
     assert unknown_page("http://h:1/", base_path="", url_paths=paths) is None

@@ -4,7 +4,7 @@ Opens every page by URL with parameters, waits for its plots, checks that no err
 element is shown and that the address bar keeps the view, clicks a head on the
 trajectory map and the animation's Play button, and saves screenshots under
 test-artifacts/. The server is started the way the Dockerfile starts it
-(``python -m dashboard.serve``); a deep link opened in the very first session of a
+(``python -m headwatch.dashboard.serve``); a deep link opened in the very first session of a
 fresh server shows no "Page not found" dialog, and after a page switch one press of
 Back returns to the previous view. With a large ``.venv`` in the served tree, an idle open tab
 costs the server almost no CPU (Streamlit's file watcher used to keep a core busy; see
@@ -97,7 +97,7 @@ def _serve(store_path: Path, tmp_path_factory, *, data_dir: Path | None = None):
         [
             sys.executable,
             "-m",
-            "dashboard.serve",
+            "headwatch.dashboard.serve",
             "--server.address",
             "127.0.0.1",
             "--server.port",
@@ -156,6 +156,7 @@ def _image_tree(dest: Path) -> Path:
         if (ROOT / source).is_dir():
             shutil.copytree(ROOT / source, dest / source, ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            (dest / source).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / source, dest / source)
     return dest
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.store import open_store
+from headwatch.analysis.store import open_store
 from tests.app.test_browser import (
     ARTIFACTS,
     _errors,

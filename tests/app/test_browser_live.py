@@ -2,8 +2,8 @@
 commit without a reload, the sidebar says the run is live and at which step, and a link to a step the run has
 not reached says so plainly.
 
-The store is made by the job (``python -m precompute``) from tiny GPT-NeoX checkpoints, then grown by a real
-follower (``python -m precompute --follow``) as the run folder gains a checkpoint.
+The store is made by the job (``python -m headwatch.precompute``) from tiny GPT-NeoX checkpoints, then grown by a real
+follower (``python -m headwatch.precompute --follow``) as the run folder gains a checkpoint.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import time
 import pytest
 from playwright.sync_api import expect
 
+from headwatch.training.markers import FINISHED_FILE
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors, _serve
 from tests.integration.conftest import REPO, neox_model, perturb, run_cli
-from training.markers import FINISHED_FILE
 
 pytestmark = pytest.mark.browser
 
-FOLLOW = [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.5"]
+FOLLOW = [sys.executable, "-m", "headwatch.precompute", "--follow", "--no-progress", "--poll", "0.5"]
 
 
 @pytest.fixture(scope="module")

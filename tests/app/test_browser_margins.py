@@ -26,7 +26,7 @@ import pytest
 
 from benchmarks.bench_browser import PAGES as BENCHED
 from benchmarks.bench_browser import VIEWPORT
-from dashboard.navigation import PAGES
+from headwatch.dashboard.navigation import PAGES
 from tests.app.test_browser import LOAD_TIMEOUT_MS
 
 pytestmark = pytest.mark.browser

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect
 
-from dashboard.navigation import PAGES
+from headwatch.dashboard.navigation import PAGES
 from tests.app.conftest import ROOT
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from dashboard.labels import STATS
+from headwatch.dashboard.labels import STATS
 from tests.app.test_browser import LOAD_TIMEOUT_MS, _errors
 
 pytestmark = pytest.mark.browser

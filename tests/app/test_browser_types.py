@@ -13,7 +13,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from tests.app import test_browser
 from tests.app.conftest import ROOT, open_page, serve_only
 from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve
@@ -131,7 +131,7 @@ def test_views_of_a_store_without_head_types_say_how_to_add_them(tmp_path, monke
     meta.pop("types")
     (store / "meta.json").write_text(json.dumps(meta))
     serve_only(store, tmp_path, monkeypatch)
-    command = f"python -m precompute.lenses.types {store}"
+    command = f"python -m headwatch.precompute.lenses.types {store}"
     at = open_page("pages/heads_table.py", {"stat": "prev_token"})
     assert any(command in c.value for c in at.caption)
     table = next(d.value for d in at.dataframe if d.proto.id.endswith("-heads_table"))

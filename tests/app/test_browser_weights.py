@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
+from headwatch.analysis.store import open_store
 from tests.app import test_browser
 from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, _text_of_one, _wait_published
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import COMPOSITION, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import COMPOSITION, HEAD_TYPES, HEAD_TYPES_TABLE
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 
 PAGE = "pages/composition_circuits.py"
@@ -173,7 +173,7 @@ def test_at_every_frame_a_cells_hover_and_click_name_its_pair_that_step_its_scor
     opens that pair at that step. Expected values from composition.parquet (pandas) and the planted types."""
     from urllib.parse import parse_qs, urlsplit
 
-    from dashboard.pagepanels.composition_circuits import pair_link
+    from headwatch.dashboard.pagepanels.composition_circuits import pair_link
 
     serve_only(circuit_store, tmp_path, monkeypatch)
     rows = _frame(circuit_store)

@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.findings import runs as compare
 from benchmarks.synthetic_store import (
     add_synthetic_forward,
     add_synthetic_layer_matrices,
     add_synthetic_llc,
     write_synthetic_store,
 )
+from headwatch.analysis.findings import runs as compare
 from tests.app.conftest import arr, chart, notices, open_page, view_link
 
 PAGE = "pages/compare_runs.py"
@@ -279,7 +279,7 @@ def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_na
 def test_a_run_without_ov_is_named_and_the_others_are_shown(two_runs):
     at = open_page(PAGE, link(stat="std", matrix="ov"))
     (warning,) = [w.value for w in at.warning if SHALLOW in w.value]
-    assert "no OV rows" in warning and "python -m precompute" in warning
+    assert "no OV rows" in warning and "python -m headwatch.precompute" in warning
     (t,) = traces(at, "compare_bands", kind="mean", bin=0)
     df = table(two_runs, DEEP, "std", "ov")
     assert t["meta"]["run"] == DEEP
@@ -334,8 +334,8 @@ def test_compare_figures_are_valid_plotly(data_dir):
     """The builders skip plotly's validation (dashboard.figures.common.figure): validate their output here."""
     import plotly.graph_objects as go
 
-    from analysis.store import open_store
-    from dashboard.figures import compare as figs
+    from headwatch.analysis.store import open_store
+    from headwatch.dashboard.figures import compare as figs
 
     series = []
     for run in RUNS:
@@ -372,7 +372,7 @@ def _pca(x, settings):  # stands in for UMAP: deterministic, no numba compilatio
 
 
 def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
-    import analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std", "norm": "zscore"})
@@ -410,7 +410,7 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
 
 
 def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch):
-    import analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
@@ -425,7 +425,7 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
 
 
 def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monkeypatch):
-    import analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "stat": "std"})

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from dashboard.data import cell_edges, default_steps, fixed_range, step_axis
+from headwatch.analysis.store import open_store
+from headwatch.dashboard.data import cell_edges, default_steps, fixed_range, step_axis
 
 
 def test_step_axis_log_places_step_zero_at_one_and_tokens(store_path):
@@ -58,7 +58,7 @@ def test_fixed_range_ignores_non_finite_and_non_positive_on_log():
 def test_nan_mean_is_numpys_nanmean_and_silent_where_a_slice_is_empty() -> None:
     import warnings
 
-    from dashboard.data import nan_mean
+    from headwatch.dashboard.data import nan_mean
 
     rng = np.random.default_rng(0)
     v = rng.normal(size=(5, 4, 3))

@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
-from precompute.lenses.essential import output_rows, trajectory_rows
-from precompute.store.writer import commit_store
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.precompute.lenses.essential import output_rows, trajectory_rows
+from headwatch.precompute.store.writer import commit_store
 from tests.app.conftest import SHIPPED, chart, open_page, serve_only
 from tests.app.test_browser import (
     ARTIFACTS,

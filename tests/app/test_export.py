@@ -9,15 +9,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from analysis.store import open_store
-from dashboard import export
-from dashboard.data import step_axis
-from dashboard.figures import architecture as arch
-from dashboard.figures.common import log_ticks
-from dashboard.figures.loss import loss_curve
-from dashboard.figures.points import picked_step
-from dashboard.figures.trajectory import SPARK_CHARS, sparkline
-from dashboard.labels import STATS
+from headwatch.analysis.store import open_store
+from headwatch.dashboard import export
+from headwatch.dashboard.data import step_axis
+from headwatch.dashboard.figures import architecture as arch
+from headwatch.dashboard.figures.common import log_ticks
+from headwatch.dashboard.figures.loss import loss_curve
+from headwatch.dashboard.figures.points import picked_step
+from headwatch.dashboard.figures.trajectory import SPARK_CHARS, sparkline
+from headwatch.dashboard.labels import STATS
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_streamlits_developer_items_are_hidden_in_the_served_config():
 def test_the_exported_figure_is_drawn_small_enough_that_its_fonts_read_on_paper():
     """At 1,600 px wide, 12-13 px ticks were 1/133 to 1/123 of the width (4 pt across a 6.5 in page); now at
     least 1/62 (8 pt)."""
-    from dashboard import style
+    from headwatch.dashboard import style
 
     for height in (None, 260, 640):
         opts = export.chart_config("x", "png", height=height)["toImageButtonOptions"]

@@ -10,21 +10,21 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from analysis.findings.values import stat_values
-from analysis.stats.crossings import level_crossings
-from analysis.stats.density import density_curves, density_extent, density_grid
-from analysis.store import open_store
-from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from benchmarks.synthetic_store import add_synthetic_forward, add_synthetic_llc
-from dashboard.data import fixed_range, step_axis
-from dashboard.figures import animation as anim
-from dashboard.figures import architecture as arch
-from dashboard.figures import density, head, layers, points, spectrum, trajectory
-from dashboard.figures import forward as fwd
-from dashboard.figures.common import figure, layout, overlay_loss
-from dashboard.figures.loss import loss_curve
-from dashboard.labels import STATS
-from dashboard.style import step_colours
+from headwatch.analysis.findings.values import stat_values
+from headwatch.analysis.stats.crossings import level_crossings
+from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.dashboard.data import fixed_range, step_axis
+from headwatch.dashboard.figures import animation as anim
+from headwatch.dashboard.figures import architecture as arch
+from headwatch.dashboard.figures import density, head, layers, points, spectrum, trajectory
+from headwatch.dashboard.figures import forward as fwd
+from headwatch.dashboard.figures.common import figure, layout, overlay_loss
+from headwatch.dashboard.figures.loss import loss_curve
+from headwatch.dashboard.labels import STATS
+from headwatch.dashboard.style import step_colours
 from tests.app.conftest import arr
 
 
@@ -275,7 +275,7 @@ def test_picked_head_reads_a_click_on_the_map():
 def test_every_click_target_writes_layer_head_step_in_that_order(store):
     """The one point format (`dashboard.figures.points`): the refined LLC's curves, the heatmap cells and the
     animation's cells all put layer, head and step first, and the readers take them back."""
-    from dashboard.figures import llc
+    from headwatch.dashboard.figures import llc
 
     axis = step_axis(store)
     e, n_layers, n_heads = 3, store.n_layers, store.n_heads

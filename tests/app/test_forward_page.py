@@ -224,7 +224,7 @@ def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Pat
 def test_the_heads_page_does_not_offer_forward_statistics_without_the_lens(app_env: Path) -> None:
     at = open_page("pages/heads_table.py", {"stat": "induction"})
     assert not at.exception and at.session_state["stat"] != "induction"
-    from dashboard.labels import STATS
+    from headwatch.dashboard.labels import STATS
 
     offered = at.selectbox(key="stat").options
     assert STATS["stable_rank"].label in offered and STATS["induction"].label not in offered

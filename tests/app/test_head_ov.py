@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.store import open_store
+from headwatch.analysis.store import open_store
 from tests.app.conftest import SHIPPED, arr, chart, open_page, serve_only
 
 HEAD = "pages/head_explorer.py"
@@ -34,7 +34,7 @@ def _bands(fig: dict, yref: str) -> list[tuple[float, float]]:
 
 
 def _reference(store, matrix: str):
-    from analysis.rmt.references import gaussian_references, init_sigma
+    from headwatch.analysis.rmt.references import gaussian_references, init_sigma
 
     return gaussian_references(
         store.d_model, store.d_head, init_sigma(store.array("std", matrix=matrix)[0].ravel(), store.d_head)

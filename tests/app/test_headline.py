@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.findings.headline import run_headline
-from analysis.store import open_store
+from headwatch.analysis.findings.headline import run_headline
+from headwatch.analysis.store import open_store
 from tests.app.conftest import ROOT, arr, chart, open_page
 
 DATA = ROOT / "data"
@@ -414,7 +414,7 @@ def test_the_both_switch_sits_on_the_weight_tabs_only(d128: Path) -> None:
 def test_a_type_no_head_holds_links_its_highest_score() -> None:
     """The plain-text run has no induction head: the headline names the head with the highest induction score
     (head_emergence.parquet's peak_score) and links it at its peak step, on the score's panel."""
-    from analysis.findings.headline import headline_markdown
+    from headwatch.analysis.findings.headline import headline_markdown
 
     run = "shakespeare-pythia-6x8"
     rows = pd.read_parquet(DATA / run / "head_emergence.parquet").query("type == 'induction'")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.store import open_store
+from headwatch.analysis.store import open_store
 from tests.app.conftest import arr, chart, notices, open_page, view_link
 
 HEADS = "pages/heads_table.py"
@@ -40,7 +40,7 @@ def test_heads_table_has_every_head_at_the_chosen_step_sorted_by_rank(app_env):
     assert table["value"].iloc[0] == pytest.approx(v[5].max())
     assert (table["value"].diff().dropna() <= 1e-12).all()
     # the random-head reference, computed here from analysis.rmt.references for the run's shape and init scale
-    from analysis.rmt.references import gaussian_references, init_sigma
+    from headwatch.analysis.rmt.references import gaussian_references, init_sigma
 
     ref = gaussian_references(store.d_model, store.d_head, init_sigma(store.array("std")[0].ravel(), store.d_head))[0]
     ref = ref["stable_rank"]
@@ -216,7 +216,7 @@ def test_head_explorer_overlays_heads_of_any_layer_from_the_url(app_env):
 
 
 def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
-    from analysis.rmt.references import gaussian_references, init_sigma
+    from headwatch.analysis.rmt.references import gaussian_references, init_sigma
 
     store = open_store(app_env)
     query = {"layer": "1", "head": "2", "step": ["0", "1000"], "stat": "kurtosis"}
@@ -248,7 +248,7 @@ def test_head_explorer_draws_the_gaussian_and_the_random_head_bands(app_env):
 
 
 def test_lab_opens_at_the_runs_shape_and_init_scale_and_reports_the_statistics(app_env):
-    from analysis.rmt.references import init_sigma
+    from headwatch.analysis.rmt.references import init_sigma
 
     store = open_store(app_env)
     at = open_page("pages/rmt_lab.py")
@@ -266,7 +266,7 @@ def test_the_heads_csv_names_its_columns_as_the_screen_does(app_env):
     column for a statistic without one (the Chromium test downloads the file itself: test_browser_types)."""
     import json
 
-    from dashboard.tables import screen_table
+    from headwatch.dashboard.tables import screen_table
 
     store = open_store(app_env)
     at = open_page(HEADS, {"stat": "stable_rank"})

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
 from benchmarks.synthetic_store import add_synthetic_forward
+from headwatch.analysis.store import open_store
 from tests.app.conftest import notices, open_page, serve_only
 
 HEADS = "pages/heads_table.py"
@@ -41,7 +41,7 @@ def _caption(at) -> str:
 
 @pytest.mark.parametrize("matrix", ["qk", "ov"])
 def test_one_matrix_per_table_ranked_once_against_its_own_reference(app_env, matrix):
-    from analysis.rmt.references import gaussian_references, init_sigma
+    from headwatch.analysis.rmt.references import gaussian_references, init_sigma
 
     store = open_store(app_env)
     n = store.n_layers * store.n_heads
@@ -63,7 +63,7 @@ def test_one_matrix_per_table_ranked_once_against_its_own_reference(app_env, mat
 
 
 def test_a_scaled_ov_statistic_uses_the_ov_init_scale(app_env):
-    from analysis.rmt.references import gaussian_references, init_sigma
+    from headwatch.analysis.rmt.references import gaussian_references, init_sigma
 
     store = open_store(app_env)
     at = open_page(HEADS, {"stat": "std", "matrix": "ov"})

@@ -26,8 +26,8 @@ def _steps(store: Path) -> list[int]:
 
 
 def test_the_index_axis_puts_checkpoint_i_at_i_and_labels_ticks_with_its_step(store_path: Path) -> None:
-    from analysis.store import open_store
-    from dashboard.data import step_axis
+    from headwatch.analysis.store import open_store
+    from headwatch.dashboard.data import step_axis
 
     steps = _steps(store_path)
     axis = step_axis(open_store(store_path), scale="index")

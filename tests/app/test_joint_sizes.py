@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
-from dashboard import style
-from dashboard.pagedata.trajectories import TYPE_COLOURS
+from headwatch.dashboard import style
+from headwatch.dashboard.pagedata.trajectories import TYPE_COLOURS
 from tests.app.conftest import chart, open_page
 from tests.unit.test_compare_cli import write_ladder
 
@@ -36,7 +36,7 @@ def ladder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture()
 def ladder(ladder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories as trajectories
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.delenv("STORE_REPO", raising=False)

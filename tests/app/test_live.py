@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from analysis.store.following import FollowStatus, read_status, status_path
-from dashboard.live import live_notice
-from precompute.follow import write_status
+from headwatch.analysis.store.following import FollowStatus, read_status, status_path
+from headwatch.dashboard.live import live_notice
+from headwatch.precompute.follow import write_status
 
 
 def test_the_follower_status_round_trips_and_goes_stale(tmp_path: Path) -> None:

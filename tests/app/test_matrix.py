@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import open_store
+from headwatch.analysis.store import open_store
 from tests.app.conftest import arr, chart, notices, open_page, view_link
 from tests.app.test_pages import ANIM, ARCH, HEAD, LAYERS, TRAJ, VIEW_PAGES, data_of
 

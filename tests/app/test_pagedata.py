@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.llc_diagnostics import FLAGS
-from dashboard.pagedata import head, similarity, weights
-from dashboard.pagedata.llc import Estimates, flag_counts
+from headwatch.analysis.llc_diagnostics import FLAGS
+from headwatch.dashboard.pagedata import head, similarity, weights
+from headwatch.dashboard.pagedata.llc import Estimates, flag_counts
 
 
 def test_standardized_density_of_a_gaussian_is_the_standard_normal() -> None:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from dashboard.navigation import PAGES
+from headwatch.analysis.store import open_store
+from headwatch.dashboard.navigation import PAGES
 from tests.app.conftest import ROOT, arr, chart, notices, open_page, view_link
 
 HEAD = "pages/head_explorer.py"
@@ -111,7 +111,7 @@ def test_trajectory_map_reads_the_stored_embedding(app_env):
 
 
 def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
-    import analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories as trajectories
 
     def pca(x, settings):  # stands in for UMAP: same shapes, no numba compilation
         u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
@@ -276,7 +276,7 @@ def test_trajectory_map_lists_the_neighbours_of_the_highlighted_head(app_env):
 
 
 def test_head_explorer_draws_the_random_head_reference_and_it_can_be_hidden(app_env):
-    from analysis.rmt.nullmodel import free_mp_quantile
+    from headwatch.analysis.rmt.nullmodel import free_mp_quantile
 
     at = open_page(HEAD, {"layer": "1", "head": "2", "step": ["0", "1000"], "panel": "spectrum"})
     fig = chart(at, "spectrum_slices")

@@ -1,8 +1,8 @@
-"""dashboard.serve's command line: the file watcher is off unless the caller chooses one; ``--dev`` polls."""
+"""headwatch.dashboard.serve's command line: the file watcher is off unless the caller chooses one; ``--dev`` polls."""
 
 from __future__ import annotations
 
-from dashboard.serve import streamlit_options
+from headwatch.dashboard.serve import streamlit_options
 
 NONE = ["--server.fileWatcherType", "none"]
 
@@ -35,7 +35,7 @@ def test_the_scripts_own_arguments_are_left_alone() -> None:
 def test_the_apps_config_comes_as_options_unless_given(tmp_path):
     """Streamlit reads .streamlit/config.toml only from the working directory: served from an
     installed copy, the app's scalar settings are passed as options; the caller's win."""
-    from dashboard.serve import config_options
+    from headwatch.dashboard.serve import config_options
 
     config = tmp_path / "config.toml"
     config.write_text(
@@ -55,6 +55,6 @@ def test_the_apps_config_comes_as_options_unless_given(tmp_path):
 
 
 def test_the_app_is_found_in_a_clone_or_an_installed_copy():
-    from dashboard.serve import APP
+    from headwatch.dashboard.serve import APP
 
     assert APP.is_file() and APP.name == "app.py" and (APP.parent / "pages").is_dir()

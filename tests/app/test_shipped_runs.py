@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.navigation import PAGES
+from headwatch.dashboard.navigation import PAGES
 from tests.app.conftest import APP, TIMEOUT
 from tests.conftest import SHIPPED_DATA
 

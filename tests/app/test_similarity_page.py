@@ -15,8 +15,8 @@ import pytest
 from scipy.cluster.hierarchy import dendrogram, linkage
 from scipy.spatial.distance import squareform
 
-from analysis.store import open_store
-from analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 
 PAGE = "pages/head_similarity.py"

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from dashboard.space import parent_sync_script, space_url
+from headwatch.dashboard.space import parent_sync_script, space_url
 from tests.app.conftest import open_page, view_link
 
 HEAD = "pages/head_explorer.py"

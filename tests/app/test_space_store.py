@@ -12,8 +12,8 @@ import huggingface_hub.constants
 import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
-from dashboard import loader
-from dashboard.space import download_error_message, snapshot_stores
+from headwatch.dashboard import loader
+from headwatch.dashboard.space import download_error_message, snapshot_stores
 from tests.app.conftest import open_page
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import HEAD_EMERGENCE, STAGES
-from precompute.store.writer import commit_store
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import HEAD_EMERGENCE, STAGES
+from headwatch.precompute.store.writer import commit_store
 from tests.app.conftest import ROOT, arr, chart, open_page, serve_only
 
 PAGE = "pages/run_timeline.py"
@@ -118,7 +118,7 @@ def test_a_store_without_stages_says_how_to_make_them(store_path: Path, tmp_path
     serve_only(store_path, tmp_path, monkeypatch)
     at = open_page(PAGE)
     assert not at.exception
-    assert any("python -m precompute.lenses.stages" in i.value for i in at.info)
+    assert any("python -m headwatch.precompute.lenses.stages" in i.value for i in at.info)
     assert any("no head types" in m.value for m in at.markdown)
 
 
@@ -146,8 +146,8 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     """Both shipped seeds in the run list: the page names the statistics that reach p < 0.05 in this run (sigma of
     W_QK's AMI and p as `analysis.type_association.associate` gives them, unit-tested against scikit-learn) and
     says that none replicates on the second seed."""
-    from analysis.findings.values import stat_values
-    from analysis.type_association import ASSOCIATION_PAIRS, associate, end_types
+    from headwatch.analysis.findings.values import stat_values
+    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, associate, end_types
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
-from analysis.store import open_store
-from analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
-from analysis.type_association import cluster_trajectories
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.type_association import cluster_trajectories
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 
 TRAJ = "pages/trajectory_map.py"
@@ -97,7 +97,7 @@ def test_colour_by_type_puts_every_head_in_its_types_trace(typed_store, tmp_path
 
 def test_a_store_without_types_says_how_to_add_them(app_env):
     at = open_page(TRAJ)
-    assert any("precompute.lenses.types" in i.value for i in at.info)
+    assert any("headwatch.precompute.lenses.types" in i.value for i in at.info)
     assert "type" not in [o for o in at.selectbox(key="colour").options]
 
 

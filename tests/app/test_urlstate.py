@@ -1,6 +1,6 @@
 """URL parameter parsing: valid values pass, invalid ones fall back to the default with a notice."""
 
-from dashboard.urlstate import describe_options, encode, parse_many, parse_one, query_string
+from headwatch.dashboard.urlstate import describe_options, encode, parse_many, parse_one, query_string
 
 
 def test_parse_one_valid_int_and_string():

@@ -20,8 +20,8 @@ def test_a_widget_after_the_view_is_published_raises():
 
         import streamlit as st
 
-        from dashboard import viewstate, widgets
-        from dashboard.settings import AppSettings
+        from headwatch.dashboard import viewstate, widgets
+        from headwatch.dashboard.settings import AppSettings
 
         with viewstate.view_state(AppSettings()) as view:
             view.open(SimpleNamespace(url_path="", title="Only page"), [])
@@ -36,8 +36,8 @@ def test_a_widget_after_the_view_is_published_raises():
 
 def test_a_view_that_never_learns_its_page_is_not_published():
     def script():
-        from dashboard import viewstate, widgets
-        from dashboard.settings import AppSettings
+        from headwatch.dashboard import viewstate, widgets
+        from headwatch.dashboard.settings import AppSettings
 
         with viewstate.view_state(AppSettings()):
             widgets.select("layer", "Layer", [0, 1], 1)

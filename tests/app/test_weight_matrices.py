@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import LAYERS
 from tests.app.conftest import arr, chart, notices, open_page, serve_only, view_link
 
 PAGE = "pages/weight_matrices.py"
@@ -96,7 +96,7 @@ def test_builders_make_figures_plotly_validates():
     import plotly.graph_objects as go
     import scipy.integrate
 
-    from dashboard.figures import weights as figs
+    from headwatch.dashboard.figures import weights as figs
 
     rng = np.random.default_rng(0)
     sv = [np.linalg.svd(rng.standard_normal((40, 120)) * s, compute_uv=False) for s in (0.02, 0.03, 0.05)]
@@ -121,8 +121,8 @@ def test_builders_make_figures_plotly_validates():
 def test_frobenius_builder_validates(layered_store):
     import plotly.graph_objects as go
 
-    from dashboard.data import step_axis
-    from dashboard.figures import weights as figs
+    from headwatch.dashboard.data import step_axis
+    from headwatch.dashboard.figures import weights as figs
 
     store = open_store(layered_store)
     axis = step_axis(store)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import LAYERS
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import LAYERS
 from tests.app.conftest import arr, chart, open_page, serve_only
 
 PAGE = "pages/weight_matrices.py"

@@ -57,10 +57,10 @@ def make_suite(root: Path, steps: list[int], *, duplicate: dict[int, int] | None
 
 
 def run_cli(*args: str, timeout: float = 300, embeddings: bool = False) -> subprocess.CompletedProcess:
-    """``python -m precompute ARGS`` in a process of its own from the repository root.
+    """``python -m headwatch.precompute ARGS`` in a process of its own from the repository root.
 
     The process is forked from a server that has already imported torch, transformers and the job
-    (`tests.integration.zygote`): the same fresh process state as ``python -m precompute``, without its
+    (`tests.integration.zygote`): the same fresh process state as ``python -m headwatch.precompute``, without its
     five CPU-seconds of imports, which a suite of a hundred and fifty such runs paid again and again. An
     environment that differs from the server's in what those imports read (HF_*, TORCH*, ...) runs in a
     plain subprocess instead.
@@ -73,7 +73,7 @@ def run_cli(*args: str, timeout: float = 300, embeddings: bool = False) -> subpr
     if done is not None:
         return done
     return subprocess.run(
-        [sys.executable, "-m", "precompute", *argv],
+        [sys.executable, "-m", "headwatch.precompute", *argv],
         cwd=REPO,
         env=env,
         capture_output=True,

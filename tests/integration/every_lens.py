@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.store.format import HEADS, MATRICES
-from precompute import registry
+from headwatch.analysis.store.format import HEADS, MATRICES
+from headwatch.precompute import registry
 
 # Each lens's options for a run of seconds: the forward lens's evaluation set and the refined LLC's chains.
 EVALUATION = ("--eval-sequences", "4", "--eval-length", "32")
@@ -49,7 +49,7 @@ DRAWN_ROWS = {"stages": lambda frame: frame[~frame["basis"].isin(["llc", "run"])
 
 
 def every_lens_argv(*, llc_steps: str = "0,2,16") -> list[str]:
-    """``python -m precompute`` options that compute every registered lens (the embeddings when the
+    """``python -m headwatch.precompute`` options that compute every registered lens (the embeddings when the
     environment lets them: HEADWATCH_EMBEDDINGS)."""
     argv = ["--matrices", ",".join((*MATRICES, *registry.MATRIX_LENSES))]
     if any("evaluation" in lens.needs for lens in registry.LENSES):

@@ -21,18 +21,18 @@ import pyarrow as pa
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.extract import ModelShape
-from analysis.store import RecordType, open_store, read_meta
-from analysis.store.format import TABLES, TableSpec, _fields
-from analysis.store.records import RECORDS
+from headwatch.analysis.extract import ModelShape
+from headwatch.analysis.store import RecordType, open_store, read_meta
+from headwatch.analysis.store.format import TABLES, TableSpec, _fields
+from headwatch.analysis.store.records import RECORDS
 from headwatch.cli import main as headwatch
-from precompute import registry
-from precompute.__main__ import main as precompute
-from precompute.context import BaseComputation, ComputationSetup, RunContext
-from precompute.costs import Seconds, StoreBytes
-from precompute.factors import checked_factors
-from precompute.settings import StoreSettings
-from precompute.sources.source import CheckpointSource, Fetched
+from headwatch.precompute import registry
+from headwatch.precompute.__main__ import main as precompute
+from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext
+from headwatch.precompute.costs import Seconds, StoreBytes
+from headwatch.precompute.factors import checked_factors
+from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import make_suite
 
 # ------------------------------------------------------------------ the lens: its table, module and entry

@@ -1,4 +1,4 @@
-"""The composition lens end to end: ``python -m precompute --lenses composition`` on tiny suites saved by
+"""The composition lens end to end: ``python -m headwatch.precompute --lenses composition`` on tiny suites saved by
 transformers, its scores against dense float64 products of each model's own attention weights
 (GPT-NeoX, GPT-2, Llama with grouped-query attention), LayerNorm left unfolded, resumed, added to a
 store made without it, restricted with ``--composition-top``, and refused where it cannot run."""
@@ -15,11 +15,11 @@ import pytest
 import torch
 import transformers
 
-from analysis.store import open_store
-from analysis.store.format import COMPOSITION
-from precompute.registry import CompositionOptions
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.precompute.registry import CompositionOptions
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 

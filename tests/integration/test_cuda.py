@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 import torch
 
+from headwatch.training.__main__ import main as training_main
 from tests.integration.conftest import run_cli
 from tests.integration.every_lens import compare_stores, every_lens_argv, lens_files
 from tests.integration.test_forward_lens import byte_run
 from tests.integration.test_training import TINY, write_sdist
-from training.__main__ import main as training_main
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

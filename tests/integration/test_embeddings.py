@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import EMBEDDINGS
-from analysis.trajectories import EmbeddingSettings, embed
 from benchmarks.synthetic_store import write_synthetic_store
-from precompute.lenses.embeddings import DEFAULT_STATISTICS, main
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import EMBEDDINGS
+from headwatch.analysis.trajectories import EmbeddingSettings, embed
+from headwatch.precompute.lenses.embeddings import DEFAULT_STATISTICS, main
 
 pytestmark = pytest.mark.slow
 

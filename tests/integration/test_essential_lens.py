@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from analysis.store import open_store, read_meta
-from analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
-from precompute.evalset import held_out_bytes, make_eval_set
+from headwatch.analysis.store import open_store, read_meta
+from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.precompute.evalset import held_out_bytes, make_eval_set
 from tests.integration.conftest import run_cli
 from tests.integration.test_forward_lens import byte_run
 

@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.store import read_meta
-from precompute.sources.checkpoints import incomplete_reason
-from precompute.sources.local import LocalSource
+from headwatch.analysis.store import read_meta
+from headwatch.precompute.sources.checkpoints import incomplete_reason
+from headwatch.precompute.sources.local import LocalSource
+from headwatch.training.markers import FINISHED_FILE
 from tests.integration.conftest import REPO, neox_model, perturb, run_cli, save_bin
-from training.markers import FINISHED_FILE
 
 pytestmark = pytest.mark.slow
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
-FOLLOW = [sys.executable, "-m", "precompute", "--follow", "--no-progress", "--poll", "0.2"]
+FOLLOW = [sys.executable, "-m", "headwatch.precompute", "--follow", "--no-progress", "--poll", "0.2"]
 WAIT = 180.0  # seconds a state may take to appear on a loaded 2-core machine before the test fails
 
 
@@ -69,7 +69,7 @@ def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen | 
 
 
 def follower(src: Path, store: Path, log: Path, *args: str) -> subprocess.Popen:
-    """``python -m precompute --follow`` on ``src`` into ``store``, its output in ``log``."""
+    """``python -m headwatch.precompute --follow`` on ``src`` into ``store``, its output in ``log``."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [*FOLLOW, "--source", str(src), "--out", str(store), *args],
@@ -91,7 +91,7 @@ def assert_same_store(followed: Path, posthoc: Path) -> None:
 
 
 def posthoc(src: Path, out: Path, *args: str, embeddings: bool = False) -> Path:
-    """The reference: ``python -m precompute`` over the finished run folder."""
+    """The reference: ``python -m headwatch.precompute`` over the finished run folder."""
     done = run_cli("--source", str(src), "--out", str(out), *args, embeddings=embeddings)
     assert done.returncode == 0, done.stderr
     return out
@@ -316,6 +316,7 @@ def test_a_trainer_with_the_callback_ends_with_the_posthoc_store(tmp_path: Path,
     )
     Trainer(model=model, args=args, train_dataset=Tokens(64, 16, 64), callbacks=[callback]).train()
     assert (out / FINISHED_FILE).is_file()
+    assert callback.follower is not None  # started by the first save
     assert callback.wait(timeout=WAIT) == 0, callback.follower.log_file.read_text()
     assert listed(store) == {2, 4, 6}
     assert_same_store(store, posthoc(out, tmp_path / "posthoc", embeddings=True))
@@ -347,7 +348,7 @@ def test_headwatch_train_watch_ends_with_the_posthoc_store(tmp_path: Path) -> No
 def test_a_failed_follower_is_reported_once_and_training_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from training.watch import Follower
+    from headwatch.training.watch import Follower
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
@@ -356,7 +357,7 @@ def test_a_failed_follower_is_reported_once_and_training_goes_on(
     follower.start()
     assert (tmp_path / "runs" / "new-run").is_dir()
     assert follower.wait(timeout=WAIT) == 2
-    with caplog.at_level("WARNING", logger="training.watch"):
+    with caplog.at_level("WARNING", logger="headwatch.training.watch"):
         for step in (0, 1):
             follower.on_save(step)  # what training calls after each checkpoint: it returns, training goes on
     said = [r.getMessage() for r in caplog.records if "follower stopped" in r.getMessage()]
@@ -368,7 +369,7 @@ def test_a_failed_follower_is_reported_once_and_training_goes_on(
 def test_the_follower_runs_idle_in_one_thread_and_a_trainer_on_every_core_is_told_to_leave_it_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from training.watch import Follower, share_advice
+    from headwatch.training.watch import Follower, share_advice
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from analysis.store.following import read_status
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.__main__ import main
-from precompute.follow_hub import follow_hub, hub_repo
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
-from precompute.sources.hub import own_commit
+from headwatch.analysis.store.following import read_status
+from headwatch.precompute.__main__ import main
+from headwatch.precompute.follow_hub import follow_hub, hub_repo
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.sources.hub import own_commit
 from tests.integration.conftest import make_suite
 from tests.integration.test_follow import assert_same_store, listed
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import read_meta
-from analysis.store.format import FORWARD_TABLES
 from benchmarks.fakehub import FakeHub, Repo, folder_files
+from headwatch.analysis.store import read_meta
+from headwatch.analysis.store.format import FORWARD_TABLES
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_hub import REPO_ID, base_env, run
 

@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from analysis.errors import UnknownArchitectureError
-from analysis.store import open_store, read_meta
-from analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, FORWARD_TABLES, LAYER_DIVERGENCE
-from precompute.evalset import held_out_bytes, make_eval_set
-from precompute.lenses.forward import check_loadable
+from headwatch.analysis.errors import UnknownArchitectureError
+from headwatch.analysis.store import open_store, read_meta
+from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, FORWARD_TABLES, LAYER_DIVERGENCE
+from headwatch.precompute.evalset import held_out_bytes, make_eval_set
+from headwatch.precompute.lenses.forward import check_loadable
 from tests.integration.conftest import REPO, perturb, run_cli
 
 EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
@@ -239,7 +239,7 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
         if before >= len(steps) or kills >= 3:  # three random kills, then the final run below completes it
             break
         proc = subprocess.Popen(
-            [sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out), *EVAL],
+            [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--source", str(run), "--out", str(out), *EVAL],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,

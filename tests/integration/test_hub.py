@@ -1,4 +1,4 @@
-"""``python -m precompute --source ORG/NAME`` end to end, with no network.
+"""``python -m headwatch.precompute --source ORG/NAME`` end to end, with no network.
 
 A tiny GPT-NeoX suite (saved by transformers; step 2 carries step 0's weights byte
 for byte, like Pythia's) is published two ways: as a local Hub cache
@@ -25,20 +25,20 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import constants
 
-from analysis.extract import extract_qk, model_shape
-from analysis.store import open_store
-from analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
 from benchmarks.fakehub import FakeHub, Repo, folder_files, write_hub_cache
-from precompute.__main__ import main
-from precompute.run import run_precompute
-from precompute.settings import FetchSettings, RunOptions
-from precompute.sources.checkpoints import read_folder
-from precompute.sources.fetch import Meter
-from precompute.sources.hub import HubSource
-from precompute.sources.hubcache import HubCacheSource
-from precompute.sources.local import LocalSource
-from precompute.sources.resolve import open_source
-from precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
+from headwatch.analysis.extract import extract_qk, model_shape
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
+from headwatch.precompute.__main__ import main
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import FetchSettings, RunOptions
+from headwatch.precompute.sources.checkpoints import read_folder
+from headwatch.precompute.sources.fetch import Meter
+from headwatch.precompute.sources.hub import HubSource
+from headwatch.precompute.sources.hubcache import HubCacheSource
+from headwatch.precompute.sources.local import LocalSource
+from headwatch.precompute.sources.resolve import open_source
+from headwatch.precompute.sources.revisions import PYTHIA_TOKENS_PER_STEP, CheckpointRef
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb, save_bin
 
 REPO_ID = "EleutherAI/pythia-tiny"  # a Pythia name: tokens per step and the schedule apply
@@ -48,7 +48,7 @@ REVISIONS = ",".join(f"step{s}" for s in STEPS)
 
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "precompute", "--no-progress", *args],
+        [sys.executable, "-m", "headwatch.precompute", "--no-progress", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -91,7 +91,7 @@ def world(tmp_path_factory):
 
 
 class InProcess:
-    """``python -m precompute`` in this process (no interpreter start-up), isolated from the real
+    """``python -m headwatch.precompute`` in this process (no interpreter start-up), isolated from the real
     Hub: huggingface_hub's endpoint, cache, offline flag and token paths point into tmp_path."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, home: Path):
@@ -292,7 +292,7 @@ def test_ctrl_c_leaves_a_store_that_resumes(world, hub: FakeHub, cli: InProcess,
     out = tmp_path / "store"
     hub.delay_s = 1.0  # a slow link, so the run is mid-fetch when interrupted (4 s and more to go, even under load)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "precompute", "--no-progress", "--source", REPO_ID, "--out", str(out)],
+        [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--source", REPO_ID, "--out", str(out)],
         cwd=REPO,
         env=online_env(hub, tmp_path),
         stdout=subprocess.PIPE,

@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from analysis.extract import model_shape
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.settings import FetchSettings
-from precompute.sources.fetch import Meter
-from precompute.sources.hub import HubSource
-from precompute.sources.revisions import CheckpointRef
+from headwatch.analysis.extract import model_shape
+from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.sources.fetch import Meter
+from headwatch.precompute.sources.hub import HubSource
+from headwatch.precompute.sources.revisions import CheckpointRef
 from tests.integration.conftest import neox_model, perturb
 
 REPO_ID = "org/sharded"

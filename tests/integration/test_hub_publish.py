@@ -17,14 +17,14 @@ import huggingface_hub
 import pytest
 import yaml
 
-import precompute.lenses.embeddings
-from analysis.store import open_store
-from analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
-from precompute.__main__ import main
-from precompute.publish import dataset_card, push_store
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
-from precompute.store.writer import commit_store
+import headwatch.precompute.lenses.embeddings
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
+from headwatch.precompute.__main__ import main
+from headwatch.precompute.publish import dataset_card, push_store
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.store.writer import commit_store
 from tests.integration.conftest import make_suite
 
 
@@ -143,7 +143,7 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
         ]
     )
     err = capsys.readouterr().err
-    assert status == 3 and "403 Forbidden" in err and "python -m precompute.publish" in err
+    assert status == 3 and "403 Forbidden" in err and "python -m headwatch.precompute.publish" in err
     assert open_store(out).steps.tolist() == [0, 1]
 
 
@@ -162,7 +162,7 @@ def fake_embeddings(calls: list[Path]):
 
 def test_embeddings_follow_new_rows_and_resume(store: Path, tmp_path: Path, monkeypatch) -> None:
     calls: list[Path] = []
-    monkeypatch.setattr(precompute.lenses.embeddings, "add_embeddings", fake_embeddings(calls))
+    monkeypatch.setattr(headwatch.precompute.lenses.embeddings, "add_embeddings", fake_embeddings(calls))
     suite = store.parent / "suite"
     out = tmp_path / "store"
     report = run_precompute(suite, out, RunOptions(device="cpu", progress=False, revisions="step0"))
@@ -189,10 +189,10 @@ def test_failing_embeddings_never_lose_the_store(store: Path, tmp_path: Path, mo
     def broken(path) -> None:
         raise RuntimeError("umap exploded")
 
-    monkeypatch.setattr(precompute.lenses.embeddings, "add_embeddings", broken)
+    monkeypatch.setattr(headwatch.precompute.lenses.embeddings, "add_embeddings", broken)
     out = tmp_path / "store"
     with caplog.at_level(logging.WARNING, logger="precompute"):
         report = run_precompute(store.parent / "suite", out, RunOptions(device="cpu", progress=False, revisions="step0,step1"))
     assert report.embeddings == "failed (RuntimeError: umap exploded)"
-    assert "trajectory-map embeddings failed" in caplog.text and "python -m precompute.lenses.embeddings" in caplog.text
+    assert "trajectory-map embeddings failed" in caplog.text and "python -m headwatch.precompute.lenses.embeddings" in caplog.text
     assert open_store(out).steps.tolist() == [0, 1]

@@ -19,13 +19,13 @@ from huggingface_hub import HfApi
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from analysis.errors import CheckpointError
-from analysis.extract import ModelShape, model_shape
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.settings import FetchSettings
-from precompute.sources import ranges
-from precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
-from precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
+from headwatch.analysis.errors import CheckpointError
+from headwatch.analysis.extract import ModelShape, model_shape
+from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.sources import ranges
+from headwatch.precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
+from headwatch.precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors
 from tests.integration.conftest import neox_model, perturb
 
 REPO_ID = "org/tiny"

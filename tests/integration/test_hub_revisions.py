@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from analysis.errors import CheckpointError
-from precompute.prefetch import Prefetcher
-from precompute.sources.revisions import (
+from headwatch.analysis.errors import CheckpointError
+from headwatch.precompute.prefetch import Prefetcher
+from headwatch.precompute.sources.revisions import (
     PYTHIA_STEPS,
     CheckpointRef,
     is_pythia,

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.attention import uniform_induction_baseline
-from analysis.store import open_store
-from analysis.store.format import ATTENTION, EVAL_LOSS
+from headwatch.analysis.attention import uniform_induction_baseline
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS
 from tests.conftest import SHIPPED_DATA
 
 RUNS = sorted(p for p in SHIPPED_DATA.glob("induction-*") if (p / "meta.json").is_file())

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from huggingface_hub import constants
 
-from analysis.store.format import LAYERS
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
+from headwatch.analysis.store.format import LAYERS
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb
 
 BLOCK_SUFFIXES = (

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.store import open_store
-from analysis.store.format import LAYERS
-from precompute.run import run_precompute
-from precompute.settings import RunOptions, matrices_option
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import LAYERS
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions, matrices_option
 from tests.integration.conftest import run_cli
 
 ROLES = {  # role -> GPT-NeoX tensor suffix

@@ -27,15 +27,15 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.extract import ModelShape
-from analysis.store import open_store
-from analysis.store.format import HEADS, TABLES, TableSpec, _fields
-from precompute import registry
-from precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
-from precompute.factors import checked_factors
-from precompute.run import run_precompute
-from precompute.settings import RunOptions, StoreSettings
-from precompute.sources.source import CheckpointSource, Fetched
+from headwatch.analysis.extract import ModelShape
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import HEADS, TABLES, TableSpec, _fields
+from headwatch.precompute import registry
+from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
+from headwatch.precompute.factors import checked_factors
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import REPO, make_suite, run_cli
 from tests.integration.every_lens import compare_stores, every_lens_argv, lens_files
 from tests.integration.test_forward_lens import byte_run
@@ -58,7 +58,7 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
 
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
     help_text = subprocess.run(
-        [sys.executable, "-m", "precompute", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "headwatch.precompute", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     squashed = " ".join(help_text.split())
     assert "--lenses {" + ",".join(registry.LENS_CHOICES) + "}" in squashed
@@ -87,7 +87,7 @@ def test_the_default_lenses_flags_are_their_registry_options(monkeypatch: pytest
     """--overlap-k, --no-embeddings and --no-types, typed as before, become the options of the overlaps, the
     embeddings and the head types, which the lenses' `off` reads; HEADWATCH_EMBEDDINGS=0 is the embeddings'
     default."""
-    from precompute.__main__ import lens_options, parse_args
+    from headwatch.precompute.__main__ import lens_options, parse_args
 
     def options(*argv: str) -> RunOptions:
         args = parse_args(["--source", "s", "--out", "o", *argv])

@@ -26,11 +26,18 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from analysis.errors import UnknownArchitectureError
-from analysis.store import open_store, read_meta
-from analysis.store.format import LLC, LLC_WHOLE_MODEL
-from precompute.lenses.llc import check_family, default_llc_steps, estimate_llc, head_masks, masked_parameters, parse_llc_steps
-from precompute.settings import SamplerSettings
+from headwatch.analysis.errors import UnknownArchitectureError
+from headwatch.analysis.store import open_store, read_meta
+from headwatch.analysis.store.format import LLC, LLC_WHOLE_MODEL
+from headwatch.precompute.lenses.llc import (
+    check_family,
+    default_llc_steps,
+    estimate_llc,
+    head_masks,
+    masked_parameters,
+    parse_llc_steps,
+)
+from headwatch.precompute.settings import SamplerSettings
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import byte_run
 
@@ -335,7 +342,18 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert run_cli("--source", str(run), "--out", str(out)).returncode == 0  # the weight statistics first
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "precompute", "--no-progress", "--source", str(run), "--out", str(out), *LLC_CLI, *chosen],
+        [
+            sys.executable,
+            "-m",
+            "headwatch.precompute",
+            "--no-progress",
+            "--source",
+            str(run),
+            "--out",
+            str(out),
+            *LLC_CLI,
+            *chosen,
+        ],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -75,8 +75,8 @@ def test_both_commands_refuse_the_same_evaluation_set_sizes(flag: str, value: st
     """The evaluation-set options are one definition (`precompute.evalset.add_arguments`): precompute and
     llc-calibrate refuse 0 sequences and fewer than 4 tokens alike (llc-calibrate once accepted 0), and take the
     same defaults."""
-    from precompute.__main__ import parse_args as precompute_args
-    from precompute.llc_calibrate import parse_args as calibrate_args
+    from headwatch.precompute.__main__ import parse_args as precompute_args
+    from headwatch.precompute.llc_calibrate import parse_args as calibrate_args
 
     commands = {
         "precompute": (precompute_args, ["--source", "s", "--out", "o"]),

@@ -27,16 +27,22 @@ import pytest
 import torch
 
 from benchmarks.llc_noise import DevinterpNoise
-from precompute.lenses.llc import estimate_llc, estimates_from_traces, head_masks, head_parameter_count, masked_parameters
-from precompute.lenses.llc_model import HEAD_KEYS, Params, architecture, parameters
-from precompute.lenses.llc_sampler import (
+from headwatch.precompute.lenses.llc import (
+    estimate_llc,
+    estimates_from_traces,
+    head_masks,
+    head_parameter_count,
+    masked_parameters,
+)
+from headwatch.precompute.lenses.llc_model import HEAD_KEYS, Params, architecture, parameters
+from headwatch.precompute.lenses.llc_sampler import (
     WHOLE_MODEL,
     Lane,
     _sgld,
     batch_order,
     checkpoint_traces,
 )
-from precompute.settings import SamplerSettings
+from headwatch.precompute.settings import SamplerSettings
 from tests.integration.test_llc import HEADS, HIDDEN, LAYERS, VOCAB, T, data, trained  # noqa: F401  # fixtures
 
 SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, draws=6, burnin=2, batch_size=2, sequences=8)
@@ -183,7 +189,7 @@ def test_dropout_is_refused() -> None:
     the pure forward pass has none, and refuses such a model rather than estimate something else."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from analysis.errors import UnknownArchitectureError
+    from headwatch.analysis.errors import UnknownArchitectureError
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=T, n_embd=HIDDEN, n_layer=1, n_head=HEADS))
     with pytest.raises(UnknownArchitectureError, match="dropout"):

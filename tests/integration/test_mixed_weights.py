@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.publish import dataset_card
+from headwatch.analysis.store import open_store
+from headwatch.precompute.publish import dataset_card
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_hub import base_env, run
 

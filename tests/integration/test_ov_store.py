@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.store import open_store
-from analysis.store.format import CIRCUIT_COLUMNS, HEADS, OVERLAPS
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, OVERLAPS
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_precompute import reference_heads, reference_ov_heads
 
@@ -93,7 +93,7 @@ def test_a_version_2_store_opens_and_a_rerun_completes_it_to_a_fresh_runs_store(
     # the upgrade command without checkpoints: version 3 files, NaN where weights are needed
     copy = tmp_path / "copy"
     shutil.copytree(old, copy)
-    from precompute.store.upgrade import upgrade_store
+    from headwatch.precompute.store.upgrade import upgrade_store
 
     assert upgrade_store(copy) is True
     assert pq.read_schema(copy / "heads.parquet").equals(HEADS.schema)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 
-from analysis.store import Store, open_store
+from headwatch.analysis.store import Store, open_store
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_precompute import reference_heads, reference_ov_heads
 

@@ -1,4 +1,4 @@
-"""``python -m precompute`` end to end on small checkpoints saved by transformers.
+"""``python -m headwatch.precompute`` end to end on small checkpoints saved by transformers.
 
 References are independent of the pipeline: per-head matrices are rebuilt in
 numpy from the saved state dict, statistics come from numpy/scipy, and file
@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import load_file
 from scipy import stats as sps
 
-from analysis.errors import SchemaVersionError
-from analysis.store import open_store
+from headwatch.analysis.errors import SchemaVersionError
+from headwatch.analysis.store import open_store
 from tests.integration.conftest import make_suite, neox_model, perturb, run_cli, save_bin
 
 
@@ -196,8 +196,8 @@ def test_missing_source_and_empty_source_give_clear_errors(tmp_path: Path) -> No
 def test_null_model_columns_are_stored_and_old_stores_resume(suite: Path, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from analysis.rmt.nullmodel import kl_null, null_expectations
-    from analysis.store.format import NULL_COLUMNS
+    from headwatch.analysis.rmt.nullmodel import kl_null, null_expectations
+    from headwatch.analysis.store.format import NULL_COLUMNS
 
     out = tmp_path / "store"
     assert run_cli("--source", str(suite), "--out", str(out), "--revisions", "step0,step1").returncode == 0

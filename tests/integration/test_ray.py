@@ -25,11 +25,11 @@ from typing import Any, Literal
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.errors import ClusterError
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from precompute.__main__ import main
-from precompute.run import run_precompute
-from precompute.settings import RayOptions, RunOptions
+from headwatch.analysis.errors import ClusterError
+from headwatch.precompute.__main__ import main
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_ray_store_is_the_local_store(cluster: str, series: Path, local_store: P
 
 
 def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_path: Path) -> None:
-    from analysis.store.format import FORWARD_TABLES
+    from headwatch.analysis.store.format import FORWARD_TABLES
     from tests.integration.test_forward_lens import byte_run
 
     run = byte_run(tmp_path, [0, 1, 2, 4])
@@ -183,7 +183,7 @@ def test_several_sources_in_one_command(cluster: str, series: Path, local_store:
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+        [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--device", "cpu", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -220,7 +220,7 @@ def test_driver_killed_resumes(cluster: str, tmp_path: Path) -> None:
     args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", cluster]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+        [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--device", "cpu", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -335,7 +335,7 @@ def test_lost_cluster_stops_the_run_and_keeps_every_committed_checkpoint(tmp_pat
         args = ["--source", str(src), "--out", str(out), "--executor", "ray", "--ray-address", address]
         env = {**os.environ, "PYTHONPATH": str(REPO), "HEADWATCH_EMBEDDINGS": "0", "RAY_AUTH_MODE": "token"}
         driver = subprocess.Popen(
-            [sys.executable, "-m", "precompute", "--no-progress", "--device", "cpu", *args],
+            [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--device", "cpu", *args],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
-from precompute.sources.local import recorded_folder
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.sources.local import recorded_folder
 from tests.integration.conftest import make_suite
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from tests.conftest import require_table
 
 STORE = Path(

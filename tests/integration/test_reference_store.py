@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import LAYERS
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import LAYERS
 from tests.conftest import require_table
 
 STORE = Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import LIST_COLUMNS, SCALAR_COLUMNS
 from tests.integration.conftest import REPO, neox_model, perturb, run_cli
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ def test_killed_runs_resume_to_the_uninterrupted_store(tmp_path: Path) -> None:
         if before >= len(steps) or kills >= 4:  # four random kills, then the final run below completes it
             break
         proc = subprocess.Popen(
-            [sys.executable, "-m", "precompute", "--no-progress", "--source", str(src), "--out", str(out)],
+            [sys.executable, "-m", "headwatch.precompute", "--no-progress", "--source", str(src), "--out", str(out)],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -20,10 +20,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from analysis.llc_diagnostics import store_flags
-from analysis.store import open_store, read_table
-from analysis.store.format import EVAL_LOSS, LLC
-from precompute.settings import SamplerSettings
+from headwatch.analysis.llc_diagnostics import store_flags
+from headwatch.analysis.store import open_store, read_table
+from headwatch.analysis.store.format import EVAL_LOSS, LLC
+from headwatch.precompute.settings import SamplerSettings
 from tests.conftest import SHIPPED_DATA
 
 STORES = sorted(p for p in SHIPPED_DATA.iterdir() if (p / "meta.json").is_file())

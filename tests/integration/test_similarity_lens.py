@@ -1,4 +1,4 @@
-"""The similarity lens end to end: ``python -m precompute --lenses similarity`` on tiny suites saved by
+"""The similarity lens end to end: ``python -m headwatch.precompute --lenses similarity`` on tiny suites saved by
 transformers, its pair statistics against dense float64 matrices of each model's own attention weights and
 scipy.linalg.subspace_angles (GPT-NeoX, GPT-2, Llama with grouped-query attention), LayerNorm left unfolded,
 the per-layer ultrametricity against analysis.ultrametric on those dense values, resumed, added to a store
@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 import transformers
 
-from analysis.similarity import COLUMNS
-from analysis.store import open_store
-from analysis.store.format import SIMILARITY, ULTRAMETRICITY
-from analysis.ultrametric import distance, ultrametric_shares
-from precompute.registry import SimilarityOptions
-from precompute.run import run_precompute
-from precompute.settings import RunOptions
+from headwatch.analysis.similarity import COLUMNS
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import SIMILARITY, ULTRAMETRICITY
+from headwatch.analysis.ultrametric import distance, ultrametric_shares
+from headwatch.precompute.registry import SimilarityOptions
+from headwatch.precompute.run import run_precompute
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import perturb, run_cli
 from tests.integration.test_composition_lens import family_suite, neox_suite, own_factors
 from tests.unit.test_similarity import dense_similarity

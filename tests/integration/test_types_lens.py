@@ -14,7 +14,7 @@ offset ``d = i - j`` is ``sum_i A_i cos(theta_i d + phi_i) / sqrt(d_head)``.
   48..95), in the head's non-rotary dimensions: it attends to the token after an earlier copy of the current one;
 - layer 1 head 1: zero queries and keys, uniform causal attention, which scores exactly the nulls.
 
-Step 0 of the run has every head uniform; steps 100 and 200 the heads above. Through ``python -m precompute
+Step 0 of the run has every head uniform; steps 100 and 200 the heads above. Through ``python -m headwatch.precompute
 --lenses attention`` and then the types lens, each head gets exactly its type, from step 100.
 """
 
@@ -29,10 +29,10 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.head_types import uniform_nulls
-from analysis.store import open_store
-from analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
-from precompute.lenses.types import main
+from headwatch.analysis.head_types import uniform_nulls
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.precompute.lenses.types import main
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import write_archive
 

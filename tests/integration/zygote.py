@@ -1,6 +1,6 @@
-"""``python -m precompute`` without paying its imports each time: runs forked from a server that imported them.
+"""``python -m headwatch.precompute`` without paying its imports each time: runs forked from a server that imported them.
 
-The end-to-end tests start the job a hundred and fifty times; each ``python -m precompute`` spends about five
+The end-to-end tests start the job a hundred and fifty times; each ``python -m headwatch.precompute`` spends about five
 CPU-seconds importing pandas, pyarrow, torch and transformers before it reads a checkpoint. Here a
 multiprocessing forkserver imports them once per test process (`PRELOAD`) and forks a child per run: the
 child is a new process, as a subprocess is (its own threads, signal handlers, working directory and
@@ -27,10 +27,10 @@ from pathlib import Path
 # The modules a precompute run imports; the server imports them before the first fork.
 PRELOAD = [
     "tests.integration.zygote",  # the child's target: unpickled from the server's modules, not found on a path
-    "precompute.__main__",
-    "precompute.run",
-    "precompute.lenses.forward",
-    "precompute.lenses.llc",
+    "headwatch.precompute.__main__",
+    "headwatch.precompute.run",
+    "headwatch.precompute.lenses.forward",
+    "headwatch.precompute.lenses.llc",
     "torch",
     "transformers",
     "transformers.models.gpt_neox.modeling_gpt_neox",
@@ -59,14 +59,14 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, s
         os.dup2(handle, fd)
         os.close(handle)
     Path(started).touch()
-    sys.argv = [str(Path(cwd) / "precompute" / "__main__.py"), *argv]
-    from precompute.__main__ import main
+    sys.argv = [str(Path(cwd) / "headwatch" / "precompute" / "__main__.py"), *argv]
+    from headwatch.precompute.__main__ import main
 
     sys.exit(main(argv))  # multiprocessing turns SystemExit into the exit code and flushes both streams
 
 
 def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess | None:
-    """``python -m precompute ARGV`` forked from the server, or None where the environment rules it out or the
+    """``python -m headwatch.precompute ARGV`` forked from the server, or None where the environment rules it out or the
     server could not start a child (then the caller runs a plain subprocess, as every later call here does)."""
     global _context, _server_env
     if sys.platform != "linux" or os.environ.get("HEADWATCH_TEST_ZYGOTE") == "0" or _context is False:
@@ -95,7 +95,7 @@ def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeou
         finally:
             sys.modules["__main__"] = main
         process.join(timeout)
-        cmd = [sys.executable, "-m", "precompute", *argv]
+        cmd = [sys.executable, "-m", "headwatch.precompute", *argv]
         if process.is_alive():
             process.kill()
             process.join()

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.attention import AttentionSums, induction_scores, js_divergence
-from precompute.evalset import EvalTextError, make_eval_set
-from precompute.lenses.forward import ForwardJob, forward_statistics
+from headwatch.analysis.attention import AttentionSums, induction_scores, js_divergence
+from headwatch.precompute.evalset import EvalTextError, make_eval_set
+from headwatch.precompute.lenses.forward import ForwardJob, forward_statistics
 
 
 def eval_set(vocab: int, n: int, t: int, seed: int = 0):

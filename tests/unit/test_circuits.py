@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.stats.circuits import circuit_statistics, relative_change
+from headwatch.analysis.stats.circuits import circuit_statistics, relative_change
 
 
 def _dense(left: np.ndarray, right: np.ndarray) -> np.ndarray:

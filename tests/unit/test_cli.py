@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import dashboard.serve
-import precompute.__main__
-import precompute.publish
-import training.__main__
+import headwatch.dashboard.serve
+import headwatch.precompute.__main__
+import headwatch.precompute.publish
+import headwatch.training.__main__
 from headwatch import __version__
 from headwatch.cli import main
 
@@ -53,7 +53,12 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
 
 
 @pytest.mark.parametrize(
-    "command, module", [("precompute", precompute.__main__), ("train", training.__main__), ("publish", precompute.publish)]
+    "command, module",
+    [
+        ("precompute", headwatch.precompute.__main__),
+        ("train", headwatch.training.__main__),
+        ("publish", headwatch.precompute.publish),
+    ],
 )
 def test_delegates_the_remaining_arguments(command, module, monkeypatch):
     seen = []
@@ -67,7 +72,7 @@ def served(monkeypatch):
     seen = []
     monkeypatch.delenv("HEADWATCH_DATA", raising=False)
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
-    monkeypatch.setattr(dashboard.serve, "main", lambda argv: seen.append(argv))
+    monkeypatch.setattr(headwatch.dashboard.serve, "main", lambda argv: seen.append(argv))
     return seen
 
 
@@ -98,7 +103,7 @@ def _fresh_python(code: str) -> str:
 
 def test_serve_imports_nothing_heavy():
     code = (
-        "import sys, dashboard.serve as s; s.main = lambda a: None; from headwatch.cli import main; "
+        "import sys, headwatch.dashboard.serve as s; s.main = lambda a: None; from headwatch.cli import main; "
         "main(['serve']); print(sorted(m for m in ('torch', 'transformers', 'precompute', 'training') "
         "if m in sys.modules))"
     )
@@ -110,7 +115,7 @@ def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_
     the imported modules' objects frozen (`gc.freeze`): the full collection Streamlit runs after every script run
     walks only what was made since (a few hundred objects here, not the ~200,000 of the modules)."""
     code = (
-        "import gc, sys, dashboard.serve as s; s.warm_up(wait_s=0); from analysis.stats import fused; "
+        "import gc, sys, headwatch.dashboard.serve as s; s.warm_up(wait_s=0); from headwatch.analysis.stats import fused; "
         "print([m for m in s.WARM_MODULES if m not in sys.modules], len(fused.row_sums.signatures), "
         "len(fused.z_pass.signatures), sorted(m for m in ('torch', 'transformers', 'umap') if m in sys.modules), "
         "gc.get_freeze_count() > 100_000, len(gc.get_objects()) < gc.get_freeze_count() / 50)"
@@ -119,7 +124,7 @@ def test_the_warm_up_imports_the_page_modules_and_loads_the_kernels_and_nothing_
 
 
 def test_the_server_says_it_is_ready_only_after_the_warm_up(tmp_path):
-    """``python -m dashboard.serve`` answers its health check (what Streamlit's page asks before it connects) with 503
+    """``python -m headwatch.dashboard.serve`` answers its health check (what Streamlit's page asks before it connects) with 503
     "warming up" until `warm_up` has imported the pages' modules: once it answers 200, the warm-up's line is in the
     log, so no first session shares the interpreter with it. With ``HEADWATCH_WARM_UP=0`` it is ready at once."""
     import os
@@ -136,7 +141,7 @@ def test_the_server_says_it_is_ready_only_after_the_warm_up(tmp_path):
         env = dict(os.environ, HEADWATCH_WARM_UP=warm, HEADWATCH_DATA=str(tmp_path))
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dashboard.serve", "--server.port", str(port), "--server.headless", "true",
+                [sys.executable, "-m", "headwatch.dashboard.serve", "--server.port", str(port), "--server.headless", "true",
                  "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -154,7 +159,7 @@ def test_the_server_says_it_is_ready_only_after_the_warm_up(tmp_path):
                     time.sleep(0.02)
                 else:
                     pytest.fail(f"not healthy in 120 s: {log.read_text()}")
-                warmed = dashboard.serve.WARMED in log.read_text()
+                warmed = headwatch.dashboard.serve.WARMED in log.read_text()
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
@@ -213,7 +218,7 @@ def test_info_says_what_a_rerun_adds(tmp_path, capsys):
 
 def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ModuleNotFoundError
-    monkeypatch.delitem(sys.modules, "analysis.extract", raising=False)
+    monkeypatch.delitem(sys.modules, "headwatch.analysis.extract", raising=False)
     assert main(["plan", str(ROOT / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "headwatch[precompute]" in err[0]
@@ -222,8 +227,8 @@ def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys
 def test_precompute_help_says_what_the_job_computes(capsys):
     """The job's help opens with what it writes: both per-head matrices and every lens of the registry, not W_QK
     alone (a new user read 'Compute per-head W_QK statistics')."""
-    from precompute.__main__ import parse_args
-    from precompute.registry import LENSES
+    from headwatch.precompute.__main__ import parse_args
+    from headwatch.precompute.registry import LENSES
 
     with pytest.raises(SystemExit):
         parse_args(["--help"])

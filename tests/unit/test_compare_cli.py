@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.store import open_store
-from analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
 from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.cli import main
 from tests.app.test_timeline import write_emergence
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from precompute import costs
-from precompute.lenses.llc_model import architecture, parameters
-from precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
-from precompute.settings import SamplerSettings
+from headwatch.precompute import costs
+from headwatch.precompute.lenses.llc_model import architecture, parameters
+from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
+from headwatch.precompute.settings import SamplerSettings
 
 T = 24
 
@@ -88,7 +88,7 @@ MEASURED = {
 
 @pytest.mark.parametrize("name", MEASURED)
 def test_the_priced_seconds_are_within_15_percent_of_the_measured(name: str) -> None:
-    from precompute.registry import LLC_LENS
+    from headwatch.precompute.registry import LLC_LENS
 
     assert LLC_LENS.seconds is not None and LLC_LENS.seconds.scale == "llc"
     geometry, tokens, measured = MEASURED[name]
@@ -128,7 +128,7 @@ def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
     """`forward_token_macs`, which prices the forward and essential-dynamics lenses, against ``FlopCounterMode`` on
     the model's own forward pass with its attention weights returned (as the forward lens runs it); the llama
     family's gated MLP and grouped-query attention (2 key/value heads for 4) included."""
-    from analysis.extract import model_shape
+    from headwatch.analysis.extract import model_shape
 
     model = make()
     model.config._attn_implementation = "eager"
@@ -155,7 +155,7 @@ FORWARD_MEASURED = {
 
 @pytest.mark.parametrize("name", FORWARD_MEASURED)
 def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str) -> None:
-    from precompute.registry import ATTENTION_LENS
+    from headwatch.precompute.registry import ATTENTION_LENS
 
     assert ATTENTION_LENS.seconds is not None and ATTENTION_LENS.seconds.scale == "forward"
     geometry, seq_len, measured = FORWARD_MEASURED[name]
@@ -170,8 +170,8 @@ def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str)
 def test_the_forward_lenses_sequences_are_the_lenses_own() -> None:
     """The sequences the forward and essential-dynamics figures are scaled by: the lenses' own counts (the induction
     probe's, the essential sample's 4 + 4), the essential lens taking fewer evaluation sequences when there are fewer."""
-    from analysis.essential import SEQUENCES
-    from precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES, INDUCTION_SEQUENCES
+    from headwatch.analysis.essential import SEQUENCES
+    from headwatch.precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES, INDUCTION_SEQUENCES
 
     assert costs.FORWARD_PROBE_SEQUENCES == INDUCTION_SEQUENCES and costs.ESSENTIAL_SEQUENCES == 2 * SEQUENCES
     assert costs.FORWARD_REFERENCE == (EVAL_SEQUENCES, EVAL_LENGTH)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.stats.crossings import classify_approaches, level_crossings, overlap_matrix, vector_overlaps
-from analysis.stats.spectrum import top_singular_vectors
+from headwatch.analysis.stats.crossings import classify_approaches, level_crossings, overlap_matrix, vector_overlaps
+from headwatch.analysis.stats.spectrum import top_singular_vectors
 
 D_MODEL, D_HEAD, K = 24, 6, 4
 
@@ -204,7 +204,7 @@ def test_a_gap_that_only_grazes_the_threshold_is_no_approach() -> None:
     # levels 0 and 1 stay about 10.5% apart and dip to 9.7% for two checkpoints, one before the end: with the
     # 10% threshold that is a close run, but it never goes deep below the threshold (8%), so it is no approach;
     # the same levels dipping to 3% are one. Without the depth rule (min_depth 0) the graze counted.
-    from analysis.stats.crossings import MIN_DEPTH, close_approaches, relative_gap
+    from headwatch.analysis.stats.crossings import MIN_DEPTH, close_approaches, relative_gap
 
     e, f = bases(8)
     for dip, expected in ((0.097, []), (0.03, [(10, "repulsion")])):

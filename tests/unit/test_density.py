@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.stats.density import density_curves, density_extent, density_grid
-from analysis.store.format import HIST_Z_EDGES
+from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
+from headwatch.analysis.store.format import HIST_Z_EDGES
 
 
 def gaussian_hist() -> np.ndarray:

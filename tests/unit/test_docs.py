@@ -43,7 +43,7 @@ def test_the_readme_is_a_landing_page_with_the_two_quick_start_commands() -> Non
 
 def test_every_view_has_a_page_and_a_screenshot() -> None:
     sys.path.insert(0, str(REPO))
-    from dashboard.navigation import PAGES
+    from headwatch.dashboard.navigation import PAGES
 
     for spec in PAGES:
         page = REPO / "docs" / "views" / f"{spec.url_path}.md"

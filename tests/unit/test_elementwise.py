@@ -9,8 +9,8 @@ import pytest
 import scipy.stats
 import torch
 
-from analysis.stats.elementwise import ELEMENTWISE_STATS, elementwise_statistics, gaussian_bin_mass, kl_from_hist
-from analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES
+from headwatch.analysis.stats.elementwise import ELEMENTWISE_STATS, elementwise_statistics, gaussian_bin_mass, kl_from_hist
+from headwatch.analysis.store.format import HIST_Z_BINS, HIST_Z_EDGES
 
 N_BINS = HIST_Z_BINS + 2  # with the underflow and overflow bins
 MOMENTS = ("mean", "std", "skew", "kurtosis", "min", "max")

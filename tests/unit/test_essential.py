@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import essential as ed
+from headwatch.analysis import essential as ed
 
 
 def _svd_scores(outputs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

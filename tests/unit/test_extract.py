@@ -26,8 +26,8 @@ from transformers.models.mistral import modeling_mistral
 from transformers.models.olmo import modeling_olmo
 from transformers.models.qwen2 import modeling_qwen2
 
-from analysis.errors import CheckpointError, UnknownArchitectureError
-from analysis.extract import ModelShape, attention_tensor_names, extract_heads, extract_ov, extract_qk, model_shape
+from headwatch.analysis.errors import CheckpointError, UnknownArchitectureError
+from headwatch.analysis.extract import ModelShape, attention_tensor_names, extract_heads, extract_ov, extract_qk, model_shape
 
 TOL = 1e-5  # max abs error, float32
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # defaults exceed vocab_size

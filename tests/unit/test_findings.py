@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.findings import runs as compare
-from analysis.findings.events import Event, head_link, url_value
-from analysis.findings.paths import induction_paths, partners, strongest
-from analysis.findings.values import stat_values
-from analysis.store import open_store
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.analysis.findings import runs as compare
+from headwatch.analysis.findings.events import Event, head_link, url_value
+from headwatch.analysis.findings.paths import induction_paths, partners, strongest
+from headwatch.analysis.findings.values import stat_values
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 L, H = 4, 4
 
@@ -134,7 +134,7 @@ def test_type_counts_and_induction_paths_follow_head_types_parquet(store_path, t
 
 
 def test_the_earliest_emergence_is_over_the_types_asked_and_minus_one_where_none_is_held():
-    from analysis.findings.held_types import HeadTypes
+    from headwatch.analysis.findings.held_types import HeadTypes
 
     emergence = {  # (n_layers, n_heads) = (2, 2)
         "previous_token": np.array([[64, -1], [8, -1]]),
@@ -171,7 +171,7 @@ def test_strongest_partners_rank_by_peak_and_skip_those_without_a_score():
 
 
 def test_links_write_values_as_the_views_read_them():
-    from dashboard.urlstate import encode
+    from headwatch.dashboard.urlstate import encode
 
     for value in (True, False, 0, 3, "std", "L2H3", 0.25):
         assert url_value(value) == encode(value)
@@ -184,8 +184,8 @@ def test_the_open_questions_paragraph_reads_as_sentences():
     """One statistic reaching p < 0.05 "reaches" it, and the chance count follows the list, not a second parenthesis
     after the statistic's own (it read "1 reach p < 0.05 ...: sigma of W_QK (AMI ..., p = ...) (about 0.4 would by
     chance alone)")."""
-    from analysis.findings.association import Asked, open_question_text
-    from analysis.type_association import Association
+    from headwatch.analysis.findings.association import Asked, open_question_text
+    from headwatch.analysis.type_association import Association
 
     def assoc(p: float) -> Association:
         return Association(ami=0.2, p_value=p, p_within_layers=p, permutations=200, clusters=3, silhouette=0.3, types=2, heads=48)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from precompute.factors import first_non_finite
+from headwatch.precompute.factors import first_non_finite
 
 
 def _brute_force(w: torch.Tensor) -> int | None:

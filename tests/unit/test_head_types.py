@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from analysis.attention import AttentionSums, induction_scores, uniform_induction_baseline
-from analysis.head_types import (
+from headwatch.analysis.attention import AttentionSums, induction_scores, uniform_induction_baseline
+from headwatch.analysis.head_types import (
     emergence_index,
     first_index,
     head_type_frames,
@@ -19,7 +19,7 @@ from analysis.head_types import (
     types_held,
     uniform_nulls,
 )
-from analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 
 def uniform_causal(t: int, dtype=np.float64) -> np.ndarray:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.heads import checkpoint_statistics
-from analysis.store.format import CIRCUIT_COLUMNS, HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.heads import checkpoint_statistics
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
 
 N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
 N = D_MODEL * D_MODEL
@@ -174,7 +174,7 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
 
 
 def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
-    from analysis.heads import checkpoint_vectors
+    from headwatch.analysis.heads import checkpoint_vectors
 
     w_q, w_k = weights
     plain = checkpoint_statistics(w_q, w_k)
@@ -195,7 +195,7 @@ def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
 
 
 def test_null_columns_follow_the_null_model_of_the_reference_spectrum(weights, brute_force) -> None:
-    from analysis.rmt.nullmodel import kl_null, null_expectations
+    from headwatch.analysis.rmt.nullmodel import kl_null, null_expectations
 
     got = checkpoint_statistics(*weights, dtype=torch.float64)
     np.testing.assert_allclose(got["kl_null"], kl_null(brute_force["sv"] ** 2, D_HEAD / D_MODEL), atol=1e-12)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # What the dashboard's scripts may not import (the Space image has none of it; docs/design-notes.md section 2).
-APP_FORBIDDEN = ("precompute", "training", "torch", "transformers", "ray", "devinterp")
+APP_FORBIDDEN = ("headwatch.precompute", "headwatch.training", "torch", "transformers", "ray", "devinterp")
 
 
 def _contracts() -> configparser.ConfigParser:
@@ -62,20 +62,26 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
     with (tmp_path / "benchmarks" / "bench_layers.py").open("a") as bench:
         bench.write("\nfrom tests.integration.conftest import REPO  # noqa: E402\n")
     with (tmp_path / "headwatch" / "units.py").open("a") as command:
-        command.write("\nimport dashboard.loader  # noqa: E402\n")
+        command.write("\nimport headwatch.dashboard.loader  # noqa: E402\n")
     done = _lint_imports(tmp_path)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"{_count(config) - 2} kept, 2 broken" in done.stdout, done.stdout[-4000:]
-    assert "benchmarks.bench_layers -> tests" in done.stdout and "headwatch.units -> dashboard.loader" in done.stdout
+    assert "benchmarks.bench_layers -> tests" in done.stdout and "headwatch.units -> headwatch.dashboard.loader" in done.stdout
+
+
+def _root(name: str) -> str:
+    """The package an import names: its first part, or its first two under ``headwatch`` (``headwatch.precompute``)."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "headwatch" else parts[0]
 
 
 def _imported_roots(path: Path) -> set[str]:
     roots: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            roots.update(_root(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            roots.add(node.module.split(".")[0])
+            roots.add(_root(node.module))
     return roots
 
 
@@ -88,5 +94,5 @@ def test_the_apps_scripts_import_neither_the_job_nor_torch() -> None:
 
 def test_the_script_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "page.py"
-    bad.write_text("def main():\n    from precompute.run import run_precompute\n    import torch.nn\n")
-    assert _imported_roots(bad) & set(APP_FORBIDDEN) == {"precompute", "torch"}
+    bad.write_text("def main():\n    from headwatch.precompute.run import run_precompute\n    import torch.nn\n")
+    assert _imported_roots(bad) & set(APP_FORBIDDEN) == {"headwatch.precompute", "torch"}

@@ -23,7 +23,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("analysis", "precompute", "dashboard", "training", "pages")
+PACKAGES = ("headwatch", "pages")
 SCRIPTS = ("app.py",)
 
 # Circles outside precompute/, left to the engineers who own those modules; each as its
@@ -141,25 +141,28 @@ def describe(graph: dict[str, set[str]], sets: list[frozenset[str]]) -> str:
 
 
 def test_the_cycle_finder_finds_circles_through_function_level_and_relative_imports(tmp_path: Path) -> None:
-    (tmp_path / "precompute").mkdir()
-    (tmp_path / "precompute" / "__init__.py").write_text("")
-    (tmp_path / "precompute" / "a.py").write_text("from precompute.b import x\n")
-    (tmp_path / "precompute" / "b.py").write_text("def f():\n    from . import c\n")
-    (tmp_path / "precompute" / "c.py").write_text("import precompute.a as a\nimport os\n")
-    (tmp_path / "precompute" / "d.py").write_text("from precompute import a, e\n")  # a chain, not a circle
-    (tmp_path / "precompute" / "e.py").write_text("from .e import g\n")  # imports itself
-    (tmp_path / "app.py").write_text("from precompute.d import y\n")
-    (tmp_path / "precompute" / "f.py").write_text("import precompute.a.x\n")  # an attribute of a: imports a
+    pkg = tmp_path / "headwatch" / "precompute"
+    pkg.mkdir(parents=True)
+    (tmp_path / "headwatch" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from headwatch.precompute.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from . import c\n")
+    (pkg / "c.py").write_text("import headwatch.precompute.a as a\nimport os\n")
+    (pkg / "d.py").write_text("from headwatch.precompute import a, e\n")  # a chain, not a circle
+    (pkg / "e.py").write_text("from .e import g\n")  # imports itself
+    (tmp_path / "app.py").write_text("from headwatch.precompute.d import y\n")
+    (pkg / "f.py").write_text("import headwatch.precompute.a.x\n")  # an attribute of a: imports a
     graph = import_graph(tmp_path)
-    assert graph["precompute.d"] == {"precompute.a", "precompute.e"}
-    assert graph["precompute.f"] == {"precompute.a"}
-    assert graph["app"] == {"precompute.d"}
+    a, b, c, d, e, f = (f"headwatch.precompute.{m}" for m in "abcdef")
+    assert graph[d] == {a, e}
+    assert graph[f] == {a}
+    assert graph["app"] == {d}
     sets = circular_sets(graph)
-    assert sets == [frozenset({"precompute.a", "precompute.b", "precompute.c"}), frozenset({"precompute.e"})]
-    assert circle(graph, sets[0]) == ["precompute.a", "precompute.b", "precompute.c", "precompute.a"]
-    graph["precompute.c"].add("precompute.f")  # a second, longer circle c -> f -> a: one tangle of four
-    assert circular_sets(graph)[0] == frozenset({"precompute.a", "precompute.b", "precompute.c", "precompute.f"})
-    assert "(in the same tangle: precompute.f)" in describe(graph, circular_sets(graph))
+    assert sets == [frozenset({a, b, c}), frozenset({e})]
+    assert circle(graph, sets[0]) == [a, b, c, a]
+    graph[c].add(f)  # a second, longer circle c -> f -> a: one tangle of four
+    assert circular_sets(graph)[0] == frozenset({a, b, c, f})
+    assert "(in the same tangle: headwatch.precompute.f)" in describe(graph, circular_sets(graph))
 
 
 def test_no_module_imports_another_in_a_circle() -> None:
@@ -167,7 +170,7 @@ def test_no_module_imports_another_in_a_circle() -> None:
     found = circular_sets(graph)
     new = [m for m in found if m not in KNOWN_CYCLES]
     gone = [sorted(m) for m in KNOWN_CYCLES if m not in found]
-    assert not any(m.startswith("precompute") for c in KNOWN_CYCLES for m in c), "precompute/ has no known circles"
+    assert not any(m.startswith("headwatch.precompute") for c in KNOWN_CYCLES for m in c), "precompute/ has no known circles"
     assert not new and not gone, (
         f"import circles:{describe(graph, found)}\n"
         f"new ones (break them; moving an import into a function does not):{describe(graph, new)}\n"

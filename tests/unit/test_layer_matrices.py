@@ -17,12 +17,21 @@ import scipy.integrate
 import torch
 import transformers
 
-from analysis.blocks import block_roles, block_tensor_names, extract_blocks
-from analysis.errors import CheckpointError
-from analysis.extract import model_shape
-from analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
-from analysis.rmt.marchenko_pastur import mp_below, mp_cdf, mp_density, mp_edges, mp_kl, mp_quantile, mp_spikes, powerlaw_fit
-from analysis.store.format import HIST_Z_EDGES
+from headwatch.analysis.blocks import block_roles, block_tensor_names, extract_blocks
+from headwatch.analysis.errors import CheckpointError
+from headwatch.analysis.extract import model_shape
+from headwatch.analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
+from headwatch.analysis.rmt.marchenko_pastur import (
+    mp_below,
+    mp_cdf,
+    mp_density,
+    mp_edges,
+    mp_kl,
+    mp_quantile,
+    mp_spikes,
+    powerlaw_fit,
+)
+from headwatch.analysis.store.format import HIST_Z_EDGES
 
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 SMALL: dict[str, Any] = dict(

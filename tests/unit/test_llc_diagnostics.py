@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.llc_diagnostics import RISING_Z, below_minimum, chain_diagnostics, flag, rise_z
+from headwatch.analysis.llc_diagnostics import RISING_Z, below_minimum, chain_diagnostics, flag, rise_z
 
 N_BETA = 30.0
 INIT = 2.0  # loss at w*, nats per token

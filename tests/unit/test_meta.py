@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import StoreError
-from analysis.store import CheckpointEntry, ModelInfo, SharedFile, open_store, read_meta
-from analysis.store.format import SCHEMA_VERSION
-from analysis.store.meta import Meta, new_meta
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.store import CheckpointEntry, ModelInfo, SharedFile, open_store, read_meta
+from headwatch.analysis.store.format import SCHEMA_VERSION
+from headwatch.analysis.store.meta import Meta, new_meta
 from tests.unit.test_store import write_store
 
 MODEL = ModelInfo(id="t", family="gpt_neox", n_layers=1, n_heads=1, d_model=4, d_head=2)
@@ -100,8 +100,8 @@ def test_upgrade_command_rewrites_a_version_1_store_and_keeps_its_values(tmp_pat
     import numpy as np
     import pyarrow.parquet as pq
 
-    from analysis.store.format import HEADS, NULL_COLUMNS
-    from precompute.store.upgrade import main, upgrade_store
+    from headwatch.analysis.store.format import HEADS, NULL_COLUMNS
+    from headwatch.precompute.store.upgrade import main, upgrade_store
 
     write_store(tmp_path / "s", [0, 1], files={0: {"f": "a"}, 1: {"f": "b"}})
     heads = pq.read_table(tmp_path / "s" / "heads.parquet")
@@ -125,7 +125,7 @@ def _version_1_store(path: Path) -> None:
     """A store as version 1 wrote it: no null-model columns, schema_version 1."""
     import pyarrow.parquet as pq
 
-    from analysis.store.format import NULL_COLUMNS
+    from headwatch.analysis.store.format import NULL_COLUMNS
 
     write_store(path, [0, 1], files={0: {"f": "a"}, 1: {"f": "b"}})
     heads = pq.read_table(path / "heads.parquet")
@@ -138,18 +138,18 @@ def _version_1_store(path: Path) -> None:
 def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) -> None:
     """A commit of other tables (the embeddings command's) must not label a version-1 heads table as
     the current version: it is refused, naming the upgrade command, and the store is untouched."""
-    from analysis.store.format import EMBEDDINGS
-    from precompute.store.writer import commit_store
+    from headwatch.analysis.store.format import EMBEDDINGS
+    from headwatch.precompute.store.writer import commit_store
 
     _version_1_store(tmp_path / "s")
     before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
-    with pytest.raises(StoreError, match=r"python -m precompute\.store\.upgrade"):
+    with pytest.raises(StoreError, match=r"python -m headwatch.precompute\.store\.upgrade"):
         commit_store(tmp_path / "s", read_meta(tmp_path / "s"), {EMBEDDINGS.name: EMBEDDINGS.empty()})
     assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
 
 
 def test_publishing_a_version_1_store_is_refused(tmp_path: Path) -> None:
-    from precompute.publish import push_store
+    from headwatch.precompute.publish import push_store
 
     class NoHub:  # nothing may be uploaded
         def __getattr__(self, name):
@@ -167,8 +167,8 @@ def test_a_shipped_stores_meta_json_reads_and_writes_back_byte_for_byte(store: s
     """The lenses' sections are generic records now (`analysis.store.records`): every shipped store's meta.json,
     read and written again as a commit writes it, is the same bytes (keys, order and values), and each of its
     lens sections is a record the registry of record types knows."""
-    from analysis.store.records import RECORDS
-    from precompute.store.writer import _write_json
+    from headwatch.analysis.store.records import RECORDS
+    from headwatch.precompute.store.writer import _write_json
 
     path = Path(__file__).resolve().parents[2] / "data" / store
     meta = read_meta(path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from analysis.rmt.nullmodel import (
+from headwatch.analysis.rmt.nullmodel import (
     KL_NULL_BINS,
     free_mp_cdf,
     free_mp_density,
@@ -113,7 +113,7 @@ def test_ratio_out_of_range_is_refused() -> None:
 
 
 def test_null_ordered_spectrum_matches_simulated_order_statistics() -> None:
-    from analysis.rmt.nullmodel import null_ordered_spectrum
+    from headwatch.analysis.rmt.nullmodel import null_ordered_spectrum
 
     lam = sample_null_spectra(512, 64, 40, seed=5)  # descending per draw
     scaled = lam / lam.mean(axis=1, keepdims=True)

@@ -163,7 +163,10 @@ def test_an_installed_copy_serves_the_shipped_app(wheel, tmp_path):
     """Unpacked as pip would install it, away from the clone: dashboard.serve finds headwatch/app/app.py."""
     site = tmp_path / "site"
     wheel.extractall(site)
-    code = "import dashboard.serve as s; print(s.APP); print(sorted(p.name for p in (s.APP.parent / 'pages').glob('*.py')))"
+    code = (
+        "import headwatch.dashboard.serve as s; print(s.APP); "
+        "print(sorted(p.name for p in (s.APP.parent / 'pages').glob('*.py')))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,

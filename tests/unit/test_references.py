@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.rmt.references import BAND, elementwise, gaussian_references, init_sigma
-from analysis.stats.elementwise import elementwise_statistics
-from analysis.stats.spectrum import singular_values, spectral_statistics
+from headwatch.analysis.rmt.references import BAND, elementwise, gaussian_references, init_sigma
+from headwatch.analysis.stats.elementwise import elementwise_statistics
+from headwatch.analysis.stats.spectrum import singular_values, spectral_statistics
 
 D_MODEL, D_HEAD, SIGMA0 = 128, 16, 0.03
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.store.format import HEAD_EMERGENCE
 from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.analysis.store.format import HEAD_EMERGENCE
 from headwatch.cli import main
 from tests.app.test_timeline import write_emergence
 
@@ -57,7 +57,7 @@ def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:
     text = (tmp_path / "out" / "report.md").read_text()
     _svgs_parse(tmp_path / "out", ["timeline.svg"])
     assert not (tmp_path / "out" / "llc.svg").exists()
-    assert "This store has no stages" in text and "python -m precompute.lenses.stages" in text
+    assert "This store has no stages" in text and "python -m headwatch.precompute.lenses.stages" in text
     assert "no head types" in text
     assert not (store / HEAD_EMERGENCE.file).exists()
 

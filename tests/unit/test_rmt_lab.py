@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.rmt.nullmodel import free_mp_cdf
-from analysis.rmt.rmt_lab import lab_sample
+from headwatch.analysis.rmt.nullmodel import free_mp_cdf
+from headwatch.analysis.rmt.rmt_lab import lab_sample
 
 
 def test_low_rank_product_has_the_cut_width_and_law() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from precompute.settings import RunOptions, resolve_settings
+from headwatch.precompute.settings import RunOptions, resolve_settings
 
 
 def resolve(options: RunOptions, **kw):

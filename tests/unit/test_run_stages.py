@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.findings.events import stage_events, stage_rows
-from analysis.run_stages import NO_EVENT, Support, count_stages, merge_boundaries, name_boundary, run_stages_from
-from analysis.stages import Stage, StageRule, llc_stages, loss_stages
-from analysis.store import open_store
+from headwatch.analysis.findings.events import stage_events, stage_rows
+from headwatch.analysis.run_stages import NO_EVENT, Support, count_stages, merge_boundaries, name_boundary, run_stages_from
+from headwatch.analysis.stages import Stage, StageRule, llc_stages, loss_stages
+from headwatch.analysis.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data"
@@ -200,8 +200,8 @@ def test_a_shipped_run_shows_a_boundary_where_its_heads_form(store_path: Path, t
     copy loss falls from 90% to 10% of its drop (one checkpoint either side), named after the induction heads; on the
     plain-text runs, one inside the window where their previous-token heads form. The Timeline (its events and its
     figure's boundary lines) and `headwatch report` both show it."""
-    from dashboard.data import step_axis
-    from dashboard.figures.timeline import timeline
+    from headwatch.dashboard.data import step_axis
+    from headwatch.dashboard.figures.timeline import timeline
     from headwatch.report import write_report
 
     asked = _forming(store_path)

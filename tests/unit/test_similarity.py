@@ -14,7 +14,7 @@ from scipy.cluster.hierarchy import cophenet, linkage
 from scipy.spatial.distance import squareform
 from scipy.stats import ortho_group
 
-from analysis.similarity import (
+from headwatch.analysis.similarity import (
     COLUMNS,
     baseline_layers,
     expected,
@@ -23,7 +23,7 @@ from analysis.similarity import (
     random_baseline,
     similarity,
 )
-from analysis.ultrametric import distance, triangles, ultrametric_shares
+from headwatch.analysis.ultrametric import distance, triangles, ultrametric_shares
 
 
 def dense_similarity(w_q: np.ndarray, w_k: np.ndarray, w_o_t: np.ndarray, w_v: np.ndarray) -> np.ndarray:

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from analysis.errors import StoreError
-from analysis.findings.runs import common_grid, joint_trajectories
-from analysis.findings.sizes import check_comparable, parameter_count
-from analysis.joint_clusters import joint_associate
-from analysis.scaling import consolidation_index, fit_power_law
-from analysis.store.meta import ModelInfo
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.runs import common_grid, joint_trajectories
+from headwatch.analysis.findings.sizes import check_comparable, parameter_count
+from headwatch.analysis.joint_clusters import joint_associate
+from headwatch.analysis.scaling import consolidation_index, fit_power_law
+from headwatch.analysis.store.meta import ModelInfo
 
 # --- the resampling rule -----------------------------------------------------------------------------------------
 

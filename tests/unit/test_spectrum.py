@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.stats.spectrum import SPECTRAL_STATS, singular_values, spectral_statistics
+from headwatch.analysis.stats.spectrum import SPECTRAL_STATS, singular_values, spectral_statistics
 
 D_MODEL = 48
 
@@ -187,7 +187,7 @@ def test_r_factor_is_the_r_of_a_thin_qr_on_either_path(monkeypatch) -> None:
     """Cholesky-QR where the factor is well conditioned, Householder QR for the others
     (ill-conditioned, rank-deficient, zero): R upper triangular with R^T R = w w^T, and
     |diag R| equal to NumPy's Householder R (R is unique up to row signs)."""
-    from analysis.stats import spectrum
+    from headwatch.analysis.stats import spectrum
 
     d_head = 8
     w = torch.stack(
@@ -225,7 +225,7 @@ def test_cholesky_qr_spectrum_within_its_stated_error(cond: float) -> None:
     """Factors inside `CHOLESKY_MAX_COND` take Cholesky-QR, the others Householder QR: every
     singular value of W, the smallest included, within 1e-8 relative of a dense float64 SVD
     (eps * cond^2 bounds Cholesky-QR's error; at cond 1e6 it would be about 1e-4)."""
-    from analysis.stats.spectrum import CHOLESKY_MAX_COND, r_factor
+    from headwatch.analysis.stats.spectrum import CHOLESKY_MAX_COND, r_factor
 
     d_head = 16
     w_q = _factor_with_singular_values(11, torch.logspace(0, -math.log10(cond), d_head, dtype=torch.float64))

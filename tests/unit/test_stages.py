@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.stages import (
+from headwatch.analysis.stages import (
     StageRule,
     chain_standard_errors,
     llc_stages,
@@ -157,7 +157,7 @@ def test_bad_input_is_refused_with_what_to_do() -> None:
 
 
 def test_the_stages_module_on_a_folder_that_is_not_a_store_says_so(tmp_path, capsys) -> None:
-    from precompute.lenses.stages import main
+    from headwatch.precompute.lenses.stages import main
 
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "is not a statistics store" in capsys.readouterr().err

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.errors import SchemaVersionError, StoreError
-from analysis.store import CheckpointEntry, ModelInfo, open_store, read_meta
-from analysis.store import format as store_format
-from analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
-from analysis.store.meta import new_meta
-from precompute.store import writer as store_writer
-from precompute.store.tables import heads_rows
-from precompute.store.writer import commit_store, staging_dir
+from headwatch.analysis.errors import SchemaVersionError, StoreError
+from headwatch.analysis.store import CheckpointEntry, ModelInfo, open_store, read_meta
+from headwatch.analysis.store import format as store_format
+from headwatch.analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
+from headwatch.analysis.store.meta import new_meta
+from headwatch.precompute.store import writer as store_writer
+from headwatch.precompute.store.tables import heads_rows
+from headwatch.precompute.store.writer import commit_store, staging_dir
 
 REPO = Path(__file__).resolve().parents[2]
 L, H, D = 3, 4, 5
@@ -212,7 +212,7 @@ def test_list_columns_are_float32_lists() -> None:
 
 
 def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> None:
-    from analysis.rmt.nullmodel import kl_null, null_expectations
+    from headwatch.analysis.rmt.nullmodel import kl_null, null_expectations
 
     write_store(tmp_path / "s", [0, 1])  # then as a version-1 store without the null-model columns
     heads = pq.read_table(tmp_path / "s" / "heads.parquet")
@@ -227,7 +227,7 @@ def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> Non
 
 
 def test_eval_loss_without_the_probe_copy_loss_reads_it_as_nan(tmp_path: Path) -> None:
-    from analysis.store.format import EVAL_LOSS
+    from headwatch.analysis.store.format import EVAL_LOSS
 
     write_store(tmp_path / "s", [0, 1])
     old = pa.table({"step": pa.array([0, 1], pa.int64()), "loss": [5.5, 4.0], "tokens": pa.array([10, 10], pa.int64())})
@@ -273,14 +273,13 @@ def test_the_statistics_and_the_random_matrix_references_stand_below_the_store()
 
     graph = import_graph()
     reached: set[str] = set()
-    todo = [name for name in graph if name.startswith(("analysis.rmt.", "analysis.stats."))]
+    todo = [name for name in graph if name.startswith(("headwatch.analysis.rmt.", "headwatch.analysis.stats."))]
     while todo:
         name = todo.pop()
         for target in graph[name] - reached:
             reached.add(target)
             todo.append(target)
-    assert not {name for name in reached if name.startswith("analysis.store")}, sorted(reached)
-    for below in ("analysis.rmt", "analysis.stats"):
-        assert any(target.startswith(below) for name in graph if name.startswith("analysis.store.") for target in graph[name]), (
-            below
-        )
+    assert not {name for name in reached if name.startswith("headwatch.analysis.store")}, sorted(reached)
+    for below in ("headwatch.analysis.rmt", "headwatch.analysis.stats"):
+        store_imports = (target for name in graph if name.startswith("headwatch.analysis.store.") for target in graph[name])
+        assert any(target.startswith(below) for target in store_imports), below

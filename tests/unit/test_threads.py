@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from analysis.threads import map_per_core
+from headwatch.analysis.threads import map_per_core
 
 
 @pytest.fixture

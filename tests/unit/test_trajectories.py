@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.trajectories import edge_pairs, fill_nonfinite, knn, normalise, trajectories
+from headwatch.analysis.trajectories import edge_pairs, fill_nonfinite, knn, normalise, trajectories
 
 
 def test_trajectories_are_layer_major_rows():
@@ -66,7 +66,7 @@ def test_edge_pairs_are_unique_and_undirected():
 
 
 def test_steps_without_any_value_are_left_out():
-    from analysis.trajectories import trajectories
+    from headwatch.analysis.trajectories import trajectories
 
     values = np.arange(4 * 2 * 3, dtype=np.float64).reshape(4, 2, 3)
     values[1] = np.nan  # a step the statistic was not computed at
@@ -80,7 +80,7 @@ def test_steps_without_any_value_are_left_out():
 def test_kmeans_finds_separated_clusters_and_is_no_worse_than_scikit_learn():
     from sklearn.cluster import KMeans
 
-    from analysis.trajectories import kmeans
+    from headwatch.analysis.trajectories import kmeans
 
     rng = np.random.default_rng(3)
     centres = np.array([[0.0, 0, 0, 0], [10, 10, 0, 0], [0, 0, 10, -10]])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score, mutual_info_score
 
-from analysis.type_association import (
+from headwatch.analysis.type_association import (
     _shuffles,
     associate,
     cluster_trajectories,

@@ -1,0 +1,163 @@
+"""The head types of a store as the views and ``headwatch report`` read them: which types each head holds at each
+shown step, when it became each, how many heads hold each type over training, and each type in one sentence.
+
+The types themselves (scores against uniform-attention nulls, thresholds, hysteresis) are `analysis.head_types`'s
+and the types lens's (docs/head-types.md); this module only reads what the lens stored, through the store's one
+accessor (`analysis.store.Store.dense`, `Store.frame`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headwatch.analysis.findings.names import head_name
+from headwatch.analysis.store import Store
+from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+
+# How the views and the report name a type.
+TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
+
+
+def missing_text(path: Any) -> str:
+    """What a view says about a store without head types, with the command that adds them."""
+    return (
+        "This store has no head types (head_types.parquet, head_emergence.parquet). Add them with "
+        f"`python -m headwatch.precompute.lenses.types {path}`: it needs only the store's forward statistics "
+        "(attention.parquet, from `python -m headwatch.precompute --lenses attention`), no checkpoint."
+    )
+
+
+@dataclass(frozen=True)
+class HeadTypes:
+    """A store's head types on its shown steps.
+
+    Attributes:
+        steps: ``(S,)`` the store's steps (`Store.steps`).
+        held: type -> ``(S, n_layers, n_heads)`` bool, whether the head holds the type there under the hysteresis
+            rule (False at a step without rows).
+        emergence: type -> ``(n_layers, n_heads)`` int64, the emergence step (-1: not held at the end).
+        rules: type -> its ``meta.json`` ``types`` rule (``null``, ``threshold``, ``exit``, ``score``).
+    """
+
+    steps: np.ndarray
+    held: dict[str, np.ndarray]
+    emergence: dict[str, np.ndarray]
+    rules: dict[str, dict[str, Any]]
+
+    def held_at(self, index: int) -> list[str]:
+        """Per head, layer-major, the types it holds at step index ``index`` (``"previous_token, sink"``; ``""``: none)."""
+        n = self.held[HEAD_TYPES[0]][index].size
+        names: list[list[str]] = [[] for _ in range(n)]
+        for name in HEAD_TYPES:
+            for i in np.flatnonzero(self.held[name][index].ravel()):
+                names[i].append(name)
+        return [", ".join(t) for t in names]
+
+    def earliest(self, types: tuple[str, ...] | list[str]) -> np.ndarray:
+        """Per head, layer-major, the earliest emergence step among ``types``: ``(n_layers * n_heads,)`` int64, -1 for a
+        head that holds none of them at the end."""
+        steps = np.stack([self.emergence[name].ravel() for name in types])  # (types, heads)
+        none = np.iinfo(np.int64).max
+        earliest = np.where(steps >= 0, steps, none).min(axis=0)
+        return np.where(earliest < none, earliest, -1).astype(np.int64)
+
+    def counts(self) -> dict[str, np.ndarray]:
+        """Type -> ``(S,)`` how many heads hold it at each step."""
+        return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in HEAD_TYPES}
+
+
+def head_types(store: Store) -> HeadTypes | None:
+    """The store's head types, or None when it has no head-type tables."""
+    if not (store.has(HEAD_TYPES_TABLE) and store.has(HEAD_EMERGENCE)):
+        return None
+    held = {}
+    for name in HEAD_TYPES:
+        values = store.dense(HEAD_TYPES_TABLE, "holds", at={"type": name})
+        assert values is not None
+        held[name] = np.nan_to_num(values, nan=0.0) > 0.5
+    frame = store.frame(HEAD_EMERGENCE)
+    assert frame is not None
+    emergence = {}
+    for name in HEAD_TYPES:
+        out = np.full((store.n_layers, store.n_heads), -1, dtype=np.int64)
+        rows = frame[(frame["type"] == name) & frame["emergence_step"].notna()]
+        out[rows["layer"].to_numpy(int), rows["head"].to_numpy(int)] = rows["emergence_step"].to_numpy(int)
+        emergence[name] = out
+    rules = dict(((store.meta.types or {}).get("types")) or {})
+    return HeadTypes(np.asarray(store.steps), held, emergence, rules)
+
+
+@dataclass(frozen=True)
+class TypeSummary:
+    """Per head type: how many heads hold it at the end, the first to emerge, and the best score reached."""
+
+    type: str
+    holding: int
+    first_step: int | None
+    first_head: tuple[int, int] | None
+    peak_score: float
+    peak_head: tuple[int, int]
+    emerged: list[tuple[int, int, int]]  # (layer, head, emergence_step), by step
+
+
+def type_summaries(store: Store) -> list[TypeSummary] | None:
+    """Each head type's summary from head_emergence.parquet (None: the store has no head types)."""
+    frame = store.frame(HEAD_EMERGENCE)
+    if frame is None:
+        return None
+    out = []
+    for kind in HEAD_TYPES:
+        rows = frame[frame["type"] == kind]
+        if rows.empty:
+            continue
+        held = rows[rows["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head"])
+        peak = rows.loc[rows["peak_score"].idxmax()]
+        first = held.iloc[0] if len(held) else None
+        out.append(
+            TypeSummary(
+                type=kind,
+                holding=len(held),
+                first_step=None if first is None else int(first["emergence_step"]),
+                first_head=None if first is None else (int(first["layer"]), int(first["head"])),
+                peak_score=float(peak["peak_score"]),
+                peak_head=(int(peak["layer"]), int(peak["head"])),
+                emerged=[(int(r.layer), int(r.head), int(r.emergence_step)) for r in held.itertuples(index=False)],
+            )
+        )
+    return out
+
+
+def emerged_rows(store: Store) -> pd.DataFrame | None:
+    """The rows of head_emergence.parquet of every head that holds a type at the last checkpoint, by emergence step,
+    layer, head and type; None when the store has no head types."""
+    emergence = store.frame(HEAD_EMERGENCE)
+    if emergence is None:
+        return None
+    return emergence[emergence["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head", "type"])
+
+
+def type_sentences(store: Store) -> list[str]:
+    """One sentence per head type: who holds it from when, or that no head reaches its threshold."""
+    summaries = type_summaries(store)
+    if summaries is None:
+        return ["This store has no head types (head_emergence.parquet): run the types lens on it."]
+    recorded = (store.meta.types or {}).get("types") or {}
+    thresholds = {name: r.get("threshold") for name, r in recorded.items() if isinstance(r, dict)}
+    out = []
+    for s in summaries:
+        name = TYPE_LABELS.get(s.type, s.type)
+        at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
+        if not s.emerged:
+            out.append(
+                f"No head reaches the {name} threshold{at}: the highest {name} score is {s.peak_score:.3g} "
+                f"({head_name(*s.peak_head)})."
+            )
+            continue
+        heads = ", ".join(f"{head_name(layer, head)} from step {step:,}" for layer, head, step in s.emerged[:12])
+        more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
+        out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
+    return out

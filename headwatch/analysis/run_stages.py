@@ -1,0 +1,387 @@
+"""A run's developmental stages, read from every curve a store has and named by what forms (docs/stages.md).
+
+Each curve is cut into stages by the one rule of `analysis.stages` (a boundary where its trend or its rate changes
+by more than k standard errors): the whole-model LLC (llc.parquet; the chains' pooled standard error), the eval
+loss and the probe's copy loss (eval_loss.parquet; the jitter around their trend), and per head type the number
+of heads holding it (head_types.parquet ``holds``; the jitter, floored at ``count_noise`` heads). The behavioural
+curves, the copy loss and the counts, are evidence beside the LLC (Hoogland et al. 2024 check the LLC's stages
+against behaviour).
+
+The run's boundaries merge the curves' own: sorted by step, a boundary joins the group of the first one before it
+when it lies at most ``merge`` checkpoints after that group's first boundary (checkpoints of the union of the
+curves' steps); a group is one boundary of the run, at its earliest step, supported by the curves in it. It is
+named after the events it coincides with: the heads that form in the stage it opens, those whose emergence step
+(head_emergence.parquet) lies after it and no later than the next boundary (``induction heads form (L1 H0, L1 H5)``),
+or ``no event coincides``. The run's stages (basis ``run`` of stages.parquet, the one the views shade)
+lie between those boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import numpy as np
+
+from headwatch.analysis.stages import (
+    LEVEL_BOUNDARIES,
+    LOSS_LIKE_BOUNDARIES,
+    START,
+    Stage,
+    StageRule,
+    chain_standard_errors,
+    level_stages,
+    llc_stages,
+    log_axis,
+    loss_like_stages,
+    loss_noise,
+    loss_stages,
+    pooled_standard_error,
+    standard_errors,
+)
+
+DEFAULT_RULE = StageRule()
+RUN_BASIS = "run"
+COUNT_PREFIX = "heads_"  # the basis of a count of heads holding a type: heads_induction
+NO_EVENT = "no event coincides"
+NAMED_HEADS = 6  # heads a boundary's name lists per type, in order of emergence (then "N more")
+# How the names read a type (analysis.findings.held_types.TYPE_LABELS says the same for the views).
+TYPE_NAMES = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
+
+
+def curve_label(basis: str) -> str:
+    """How a boundary's name and the views call a curve: ``LLC``, ``loss``, ``copy loss``, ``number of induction heads``."""
+    if basis.startswith(COUNT_PREFIX):
+        kind = basis[len(COUNT_PREFIX) :]
+        return f"number of {TYPE_NAMES.get(kind, kind)} heads"
+    return {"llc": "LLC", "loss": "loss", "copy_loss": "copy loss", RUN_BASIS: "run"}.get(basis, basis)
+
+
+def count_stages(
+    steps: np.ndarray, count: np.ndarray, rule: StageRule = DEFAULT_RULE, *, basis: str
+) -> tuple[list[Stage], float]:
+    """Stages of the number of heads holding one type: the LLC's rule with the count's noise, the jitter of its
+    second differences (`analysis.stages.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
+    heads: one head that joins or leaves between two checkpoints is within the noise at k = 3, three are not).
+
+    Returns:
+        The stages (boundaries named ``number of induction heads starts rising``, ...) and the noise used.
+    """
+    noise = loss_noise(count)
+    sigma = max(noise if np.isfinite(noise) else 0.0, rule.count_noise)
+    names = {key: name.format(c=curve_label(basis)) for key, name in LEVEL_BOUNDARIES.items()}
+    return level_stages(np.asarray(steps, np.int64), np.asarray(count, np.float64), sigma, rule, names=names), sigma
+
+
+def copy_loss_stages(steps: np.ndarray, copy_loss: np.ndarray, rule: StageRule = DEFAULT_RULE) -> tuple[list[Stage], float]:
+    """Stages of the probe's copy loss: the loss's rule and noise model, boundaries named ``copy loss drop begins``."""
+    noise = loss_noise(copy_loss)
+    sigma = max(noise if np.isfinite(noise) else 0.0, 1e-6 * float(np.ptp(copy_loss)), 1e-12)
+    names = {key: name.format(c="copy loss") for key, name in LOSS_LIKE_BOUNDARIES.items()}
+    return loss_like_stages(np.asarray(steps, np.int64), np.asarray(copy_loss, np.float64), sigma, rule, names=names), sigma
+
+
+@dataclass(frozen=True)
+class Support:
+    """One curve's boundary that supports a boundary of the run: the curve's basis, the boundary's name, its step."""
+
+    basis: str
+    kind: str
+    step: int
+
+    def text(self) -> str:
+        return f"{self.kind} (step {self.step:,})"
+
+
+@dataclass(frozen=True)
+class RunBoundary:
+    """One boundary of the run.
+
+    Attributes:
+        step: the earliest step among its supporting boundaries (where the change is first seen).
+        support: the curves' boundaries merged into it, by step.
+        forms: what it is named after (``induction heads form (L1 H0, L1 H5)``; `NO_EVENT`).
+    """
+
+    step: int
+    support: tuple[Support, ...]
+    forms: str
+
+    def support_text(self) -> str:
+        return "; ".join(s.text() for s in self.support)
+
+
+def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge: int) -> list[tuple[Support, ...]]:
+    """The curves' boundaries grouped into the run's (module docstring): a boundary joins the group before it when it
+    is at most ``merge`` checkpoints of ``grid`` after that group's first boundary.
+
+    Args:
+        stages: basis -> its stages (`analysis.stages.Stage`; the first stage's start is no boundary).
+        grid: the checkpoints, increasing (every curve's steps are among them).
+        merge: the largest distance, in checkpoints, within one group.
+
+    Returns:
+        The groups in order of step, each its boundaries by step then basis.
+    """
+    found = sorted(
+        (Support(basis, s.boundary, s.start_step) for basis, rows in stages.items() for s in rows if s.index > 0),
+        key=lambda b: (b.step, b.basis),
+    )
+    index = {int(s): i for i, s in enumerate(grid)}
+    groups: list[list[Support]] = []
+    for b in found:
+        if groups and index[b.step] - index[groups[-1][0].step] <= merge:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return [tuple(g) for g in groups]
+
+
+def name_boundary(start: int, end: int, emergence: list[tuple[str, int, int, int]]) -> str:
+    """What the boundary that opens the stage from ``start`` to ``end`` is named after: the heads that form in that
+    stage, those whose emergence step e has ``start < e <= end`` (a head emerging at step e formed between the
+    checkpoint before e and e), by type, the type with most heads first (``induction heads form (L1 H0, L1 H5);
+    previous-token heads form (L0 H0)``; at most `NAMED_HEADS` heads per type), or `NO_EVENT`.
+
+    Args:
+        start, end: the stage's first and last checkpoint.
+        emergence: (type, layer, head, emergence step) of every head that holds a type at the end.
+    """
+    heads: dict[str, list[tuple[int, int, int]]] = {}
+    for kind, layer, head, step in sorted(emergence, key=lambda e: (e[3], e[1], e[2])):
+        if start < step <= end:
+            heads.setdefault(kind, []).append((step, layer, head))
+    if not heads:
+        return NO_EVENT
+    parts = []
+    for kind, rows in sorted(heads.items(), key=lambda kv: (-len(kv[1]), kv[1][0][0], kv[0])):
+        named = [f"L{layer} H{head}" for _, layer, head in rows[:NAMED_HEADS]]
+        more = f", {len(rows) - NAMED_HEADS} more" if len(rows) > NAMED_HEADS else ""
+        parts.append(f"{TYPE_NAMES.get(kind, kind)} heads form ({', '.join(named)}{more})")
+    return "; ".join(parts)
+
+
+def run_stages_from(
+    curves: dict[str, tuple[np.ndarray, np.ndarray, list[Stage]]],
+    emergence: list[tuple[str, int, int, int]],
+    rule: StageRule = DEFAULT_RULE,
+    *,
+    primary: str,
+) -> tuple[list[Stage], list[RunBoundary]]:
+    """The run's stages between its merged, named boundaries.
+
+    Args:
+        curves: basis -> (steps, values, stages) of every curve read.
+        emergence: (type, layer, head, emergence step) of every head that holds a type at the end.
+        rule: the parameters (``merge``).
+        primary: the curve whose trend and values each run stage reports (the LLC when it has stages, else the loss).
+
+    Returns:
+        The run's stages (``boundary``: what the boundary is named after) and its boundaries, in order.
+    """
+    grid = np.unique(np.concatenate([np.asarray(c[0], np.int64) for c in curves.values()]))
+    groups = merge_boundaries({b: c[2] for b, c in curves.items()}, grid, merge=rule.merge)
+    edges = [int(grid[0]), *[g[0].step for g in groups], int(grid[-1])]
+    boundaries = [
+        RunBoundary(g[0].step, g, name_boundary(a, b, emergence)) for g, a, b in zip(groups, edges[1:-1], edges[2:], strict=True)
+    ]
+    steps, values, stages = curves[primary]
+    u = log_axis(steps)
+    out = []
+    for index, (a, b) in enumerate(pairwise(edges)):
+        mid = (log_axis(np.array([a]))[0] + log_axis(np.array([b]))[0]) / 2
+        trend = next((s.trend for s in stages if log_axis(np.array([s.end_step]))[0] >= mid), stages[-1].trend)
+        start, end = (float(np.interp(log_axis(np.array([x]))[0], u, values)) for x in (a, b))
+        out.append(
+            Stage(
+                index=index,
+                start_step=a,
+                end_step=b,
+                trend=trend,
+                start_value=start,
+                end_value=end,
+                change=end - start,
+                change_se=float("nan"),
+                boundary=START if index == 0 else boundaries[index - 1].forms,
+            )
+        )
+    return out, boundaries
+
+
+@dataclass(frozen=True)
+class RunStages:
+    """A run's stages on every curve read, and the run's own (``meta.json`` ``stages``).
+
+    Attributes:
+        llc: stages of the whole-model LLC (empty: no LLC, or too few estimates).
+        loss: stages of the loss (empty: no eval loss, or too few checkpoints).
+        primary: the basis the dashboard shades: ``run`` when any curve has stages, else None.
+        meta: the rule, its parameters, the noise levels and checkpoints used, and notes.
+        loss_steps, loss_values: the loss curve (to report each stage's loss change).
+        behaviour: the behavioural curves' stages (``copy_loss``, ``heads_<type>``), by basis.
+        run: the run's stages, between its merged boundaries (empty when no curve has stages).
+        boundaries: the run's boundaries, one per stage of ``run`` after the first.
+    """
+
+    llc: list[Stage]
+    loss: list[Stage]
+    primary: str | None
+    meta: dict
+    loss_steps: np.ndarray
+    loss_values: np.ndarray
+    behaviour: dict[str, list[Stage]] = field(default_factory=dict)
+    run: list[Stage] = field(default_factory=list)
+    boundaries: list[RunBoundary] = field(default_factory=list)
+
+    def bases(self) -> dict[str, list[Stage]]:
+        """Every basis with its stages (the run's first), as stages.parquet holds them."""
+        return {RUN_BASIS: self.run, "llc": self.llc, "loss": self.loss, **self.behaviour}
+
+    def loss_change(self, stage: Stage) -> float:
+        """Eval loss at the stage's end minus at its start (NaN without the loss at both)."""
+        where = {int(s): float(v) for s, v in zip(self.loss_steps, self.loss_values, strict=True)}
+        a, b = where.get(stage.start_step), where.get(stage.end_step)
+        return float("nan") if a is None or b is None else b - a
+
+
+def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: analysis.store.Store
+    """The stages of a store's run, from its llc.parquet (whole-model rows; llc_chains.parquet for the
+    spread and flags when present), eval_loss.parquet (the loss and the probe's copy loss) and head_types.parquet /
+    head_emergence.parquet (the counts of heads per type, the emergence steps that name the boundaries).
+
+    Raises:
+        StoreError: a table is unreadable.
+    """
+    from headwatch.analysis import stages as stage_rule
+    from headwatch.analysis.llc_diagnostics import store_flags
+    from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, HEAD_TYPES_TABLE, LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+
+    notes: list[str] = []
+    meta: dict = {
+        "rule": (stage_rule.__doc__ or "").split("\n\n", 1)[1].strip() + "\n\n" + (__doc__ or "").split("\n\n", 1)[1].strip(),
+        "parameters": rule.as_dict(),
+        "axis": "log10(1 + step)",
+    }
+    curves: dict[str, tuple[np.ndarray, np.ndarray, list[Stage]]] = {}
+    llc: list[Stage] = []
+    llc_meta: dict = {"present": store.has(LLC)}
+    if store.has(LLC):
+        values = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)
+        keep = np.isfinite(values)
+        if store.has(LLC_CHAINS):
+            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=LLC_WHOLE_MODEL))
+            llc_meta["spread_from"] = "llc_chains.parquet: sample standard deviation of the chains' estimates / sqrt(C)"
+            flags = store_flags(store)
+            if flags is not None:
+                diverged = keep & (flags[1] == "diverged")
+                if diverged.any():
+                    notes.append(f"left out diverged whole-model estimates at steps {store.steps[diverged].tolist()}")
+                    llc_meta["left_out_diverged"] = [int(s) for s in store.steps[diverged]]
+                keep &= ~diverged
+        else:
+            chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
+            se = standard_errors(llc_std=store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL), chains=chains)
+            llc_meta["spread_from"] = f"llc.parquet llc_std (population, {chains} chains) / sqrt(C - 1)"
+        sigma = pooled_standard_error(se[keep])
+        steps = store.steps[keep]
+        llc_meta |= {"steps": [int(s) for s in steps], "pooled_se": sigma, "k_pooled_se": rule.k * sigma}
+        if len(steps) < rule.min_points:
+            notes.append(f"the whole-model LLC has {len(steps)} estimate(s); stages need {rule.min_points}")
+        elif not (np.isfinite(sigma) and sigma > 0):
+            notes.append("the whole-model LLC has no spread over chains; its stages cannot be told from noise")
+        else:
+            llc = llc_stages(steps, values[keep], sigma, rule)
+            curves["llc"] = (steps, values[keep], llc)
+            negative = steps[values[keep] < 0]
+            if len(negative):
+                notes.append(
+                    f"negative whole-model estimates at steps {negative.tolist()}: those checkpoints are not local minima "
+                    "of the sampled loss, so the number there measures SGLD's descent (analysis/llc_diagnostics.py)"
+                )
+    else:
+        notes.append("the store has no llc.parquet: stages are read from the loss and behaviour (run --lenses llc for the LLC's)")
+    loss_meta: dict = {"present": store.has(EVAL_LOSS)}
+    behaviour_meta: dict = {}
+    loss: list[Stage] = []
+    behaviour: dict[str, list[Stage]] = {}
+    loss_steps = np.zeros(0, dtype=np.int64)
+    loss_values = np.zeros(0)
+    frame = store.frame(EVAL_LOSS)
+    if frame is not None:
+        finite = frame[np.isfinite(frame["loss"].to_numpy())]
+        loss_steps, loss_values = finite["step"].to_numpy(np.int64), finite["loss"].to_numpy(np.float64)
+        noise = loss_noise(loss_values)
+        loss_meta |= {"steps": len(loss_steps), "noise": noise, "noise_from": "1.4826 MAD(second differences) / sqrt(6)"}
+        loss = loss_stages(loss_steps, loss_values, rule, sigma=noise)
+        if loss:
+            curves["loss"] = (loss_steps, loss_values, loss)
+        copy = frame[np.isfinite(frame["probe_copy_loss"].to_numpy())]
+        if len(copy) >= rule.min_points:
+            copy_steps, copy_values = copy["step"].to_numpy(np.int64), copy["probe_copy_loss"].to_numpy(np.float64)
+            found, sigma = copy_loss_stages(copy_steps, copy_values, rule)
+            behaviour["copy_loss"] = found
+            curves["copy_loss"] = (copy_steps, copy_values, found)
+            behaviour_meta["copy_loss"] = {"steps": len(copy_steps), "noise": sigma, "noise_from": loss_meta["noise_from"]}
+        else:
+            notes.append("eval_loss.parquet has no probe copy loss: no copy-loss stages (run --lenses attention again)")
+    else:
+        notes.append("the store has no eval_loss.parquet (run --lenses attention): no loss stages")
+    emergence: list[tuple[str, int, int, int]] = []
+    held = store.frame(HEAD_TYPES_TABLE, columns=["holds"])
+    if held is not None and len(held):
+        counts = held[held["holds"]].groupby(["type", "step"]).size()
+        steps = np.sort(held["step"].unique()).astype(np.int64)
+        for kind in sorted(held["type"].unique()):
+            count = (
+                counts[kind].reindex(steps, fill_value=0).to_numpy(np.float64) if kind in counts.index else np.zeros(len(steps))
+            )
+            if not count.any() or len(steps) < rule.min_points:
+                continue
+            basis = COUNT_PREFIX + kind
+            found, sigma = count_stages(steps, count, rule, basis=basis)
+            behaviour[basis] = found
+            curves[basis] = (steps, count, found)
+            behaviour_meta[basis] = {
+                "steps": len(steps),
+                "noise": sigma,
+                "noise_from": f"max(jitter, {rule.count_noise:g} heads)",
+            }
+        rows = store.frame(HEAD_EMERGENCE)
+        if rows is not None:
+            rows = rows[rows["emergence_step"].notna()]
+            emergence = [
+                (str(t), int(a), int(b), int(s))
+                for t, a, b, s in zip(rows["type"], rows["layer"], rows["head"], rows["emergence_step"], strict=True)
+            ]
+    else:
+        notes.append("the store has no head types (run the types lens): boundaries are not named after heads forming")
+    run: list[Stage] = []
+    boundaries: list[RunBoundary] = []
+    shaded = "llc" if llc else ("loss" if loss else None)
+    if shaded is not None:
+        run, boundaries = run_stages_from(curves, emergence, rule, primary=shaded)
+    primary = RUN_BASIS if run else None
+    if primary is None:
+        notes.append("no stages: neither an LLC nor a loss curve with enough checkpoints")
+    meta |= {
+        "llc": llc_meta,
+        "loss": loss_meta,
+        "behaviour": behaviour_meta,
+        "run": {
+            "trend_from": shaded,
+            "boundaries": [{"step": b.step, "forms": b.forms, "support": [vars(s) for s in b.support]} for b in boundaries],
+        },
+        "primary": primary,
+        "notes": notes,
+    }
+    return RunStages(
+        llc=llc,
+        loss=loss,
+        primary=primary,
+        meta=meta,
+        loss_steps=loss_steps,
+        loss_values=loss_values,
+        behaviour=behaviour,
+        run=run,
+        boundaries=boundaries,
+    )

@@ -1,0 +1,295 @@
+"""Figures of the refined LLC: every head's estimate over training coloured by layer (or cluster), the
+whole model's LLC with the loss, and the heads' clusters on the layer x head grid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from headwatch.dashboard import style
+from headwatch.dashboard.data import StepAxis, fixed_range
+from headwatch.dashboard.figures.common import figure, layout, stacked, step_xaxis, value_axis
+from headwatch.dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points
+from headwatch.dashboard.labels import Stat
+
+CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+
+
+# Marker of an estimate by its flag (analysis/llc_diagnostics.py); "" is an estimate without diagnostics.
+FLAG_SYMBOLS = {
+    "converged": "circle",
+    "": "circle",
+    "too few draws": "circle-open",
+    "still rising": "triangle-up",
+    "still falling": "triangle-down",
+    "diverged": "x",
+}
+
+
+def _flag_text(flag: str, value: float) -> str:
+    parts = [flag] if flag and flag != "converged" else []
+    if np.isfinite(value) and value < 0:
+        parts.append("negative: below the loss at w*")
+    return "; ".join(parts) or ("converged" if flag else "no diagnostics")
+
+
+def _loss_trace(axis: StepAxis, loss: np.ndarray, label: str) -> dict[str, Any]:
+    """The loss at every checkpoint, dotted, on the right-hand axis ``y2``."""
+    return dict(
+        type="scatter",
+        x=axis.x,
+        y=loss,
+        mode="lines+markers",
+        name=label,
+        yaxis="y2",
+        line=dict(color=style.LOSS_COLOUR, width=1.5, dash="dot"),
+        marker=dict(size=3),
+        customdata=axis.steps,
+        hovertemplate=f"step %{{customdata:,}}<br>{label} = %{{y:.4f}}<extra></extra>",
+    )
+
+
+# Legends above the plot: the right margin holds only the loss axis, the same on both stacked charts.
+_LEGEND = dict(orientation="h", x=0, y=1.02, xanchor="left", yanchor="bottom")
+STACK_RIGHT = 90  # px: the loss axis's ticks and title
+
+
+def _loss_axis(loss: np.ndarray, label: str) -> dict[str, Any]:
+    """The right-hand axis of the loss, over the chart's own value axis."""
+    return dict(
+        overlaying="y",
+        side="right",
+        title=dict(text=label),
+        showgrid=False,
+        zeroline=False,
+        range=list(fixed_range(loss)),
+    )
+
+
+def head_curves(
+    axis: StepAxis,
+    idx: np.ndarray,
+    values: np.ndarray,
+    *,
+    stat: Stat,
+    groups: np.ndarray,
+    group_names: Sequence[str],
+    colours: Sequence[str],
+    stds: np.ndarray | None = None,
+    flags: np.ndarray | None = None,
+    loss: np.ndarray | None = None,
+    loss_label: str = "",
+) -> go.Figure:
+    """Every head's estimates over training: markers at the estimated checkpoints, a thin line joining a
+    head's consecutive estimates, one colour per group (its layer, or its cluster); a flagged estimate's
+    marker is `FLAG_SYMBOLS`'s, and the hover gives the chains' spread and the flag.
+
+    Args:
+        axis: the run's time axis.
+        idx: ``(E,)`` positions in ``axis.x`` of the estimated checkpoints, ascending.
+        values: ``(E, n_layers, n_heads)`` the estimates there.
+        groups: ``(n_layers * n_heads,)`` each head's group (layer-major), indices into ``group_names``.
+        stds: ``(E, n_layers, n_heads)`` the spread over chains (None: not shown).
+        flags: ``(E, n_layers, n_heads)`` each estimate's flag (`analysis.llc_diagnostics.FLAGS`, "" without
+            diagnostics; None: the store has none).
+        loss: the loss at every checkpoint of ``axis``, drawn on a right-hand axis (None: not drawn).
+
+    The margins are fixed (`dashboard.figures.common.stacked`), as `model_llc`'s below it, so the two time axes line
+    up to the pixel; the right one holds the loss axis and a legend.
+    """
+    e, n_layers, n_heads = values.shape
+    x, steps = axis.x[idx], axis.steps[idx]
+    traces: list[dict[str, Any]] = []
+    shown: set[int] = set()
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            g = int(groups[layer * n_heads + head])
+            y = values[:, layer, head]
+            head_flags = flags[:, layer, head] if flags is not None else np.full(e, "", dtype=object)
+            spread = stds[:, layer, head] if stds is not None else np.full(e, np.nan)
+            notes = [_flag_text(f, v) for f, v in zip(head_flags, y, strict=True)]
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=x,
+                    y=y,
+                    mode="lines+markers",
+                    name=group_names[g],
+                    legendgroup=f"g{g}",
+                    showlegend=g not in shown,
+                    line=dict(color=colours[g], width=1),
+                    marker=dict(
+                        color=colours[g],
+                        size=[6 if f in ("", "converged") else 10 for f in head_flags],
+                        symbol=[FLAG_SYMBOLS.get(f, "circle") for f in head_flags],
+                    ),
+                    opacity=0.8,
+                    customdata=head_points(layer, head, steps, spread),
+                    text=notes,
+                    hovertemplate=f"{HOVER_HEAD} ({group_names[g]})<br>{HOVER_STEP}"
+                    f"<br>{stat.symbol} = %{{y:.4g}} ± %{{customdata[3]:.2g}} (chains' spread)"
+                    "<br>%{text}<extra></extra>",
+                )
+            )
+            shown.add(g)
+    lay = layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(stat.title(), fixed_range(values)),
+        legend=_LEGEND,
+    )
+    if loss is not None:
+        traces.append(_loss_trace(axis, loss, loss_label))
+        lay["yaxis2"] = _loss_axis(loss, loss_label)
+    return stacked(figure(traces, lay), right=STACK_RIGHT)  # as model_llc's below it: the time axes line up
+
+
+def model_llc(
+    axis: StepAxis,
+    idx: np.ndarray,
+    llc: np.ndarray,
+    std: np.ndarray,
+    *,
+    loss: np.ndarray | None,
+    loss_label: str = "",
+    flags: np.ndarray | None = None,
+) -> go.Figure:
+    """The whole model's LLC at the estimated checkpoints (markers with the chains' spread as error bars,
+    a flagged estimate's marker `FLAG_SYMBOLS`'s), the loss curve on a right-hand axis over every checkpoint."""
+    flags = flags if flags is not None else np.full(len(idx), "", dtype=object)
+    notes = [_flag_text(f, v) for f, v in zip(flags, llc, strict=True)]
+    traces: list[dict[str, Any]] = [
+        dict(
+            type="scatter",
+            x=axis.x[idx],
+            y=llc,
+            mode="lines+markers",
+            name="whole-model LLC",
+            line=dict(color=style.LAYER_MEAN_COLOUR, width=1.5),
+            marker=dict(
+                size=[8 if f in ("", "converged") else 12 for f in flags],
+                color=style.LAYER_MEAN_COLOUR,
+                symbol=[FLAG_SYMBOLS.get(f, "circle") for f in flags],
+            ),
+            error_y=dict(type="data", array=std, visible=True, thickness=1),
+            customdata=axis.steps[idx],
+            text=notes,
+            hovertemplate="step %{customdata:,}<br>LLC = %{y:.4g} (error bar: the chains' spread)<br>%{text}<extra></extra>",
+        )
+    ]
+    lay = layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis("whole-model LLC (dimensionless)", fixed_range(np.r_[llc - std, llc + std])),
+        height=style.SMALL_HEIGHT + 80,
+        legend=_LEGEND,
+    )
+    if loss is not None:
+        traces.append(_loss_trace(axis, loss, loss_label))
+        lay["yaxis2"] = _loss_axis(loss, loss_label)
+    return stacked(figure(traces, lay), right=STACK_RIGHT)  # as head_curves' above it
+
+
+def cluster_grid(labels: np.ndarray, *, n_layers: int, n_heads: int, names: Sequence[str]) -> go.Figure:
+    """Each head's cluster on a layer (rows) x head (columns) grid, one colour per cluster."""
+    k = len(names)
+    z = np.asarray(labels, dtype=np.float64).reshape(n_layers, n_heads)
+    scale = []
+    for i in range(k):
+        scale += [[i / k, CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]], [(i + 1) / k, CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]]]
+    text = np.array([[names[int(c)] for c in row] for row in z])
+    heat = dict(
+        type="heatmap",
+        z=z,
+        x=list(range(n_heads)),
+        y=list(range(n_layers)),
+        zmin=-0.5,
+        zmax=k - 0.5,
+        colorscale=scale,
+        showscale=False,
+        text=text,
+        texttemplate="%{text}",
+        xgap=2,
+        ygap=2,
+        hovertemplate="layer %{y}, head %{x}<br>%{text}<extra></extra>",
+    )
+    return figure(
+        [heat],
+        layout(
+            xaxis=dict(title=dict(text="head"), dtick=1),
+            yaxis=dict(title=dict(text="layer"), dtick=1, autorange="reversed"),
+            margin=dict(style.MARGIN, l=70, b=76),
+            height=max(style.SMALL_HEIGHT, 40 * n_layers + 90),
+        ),
+    )
+
+
+def chain_traces(trace: np.ndarray, init_loss: float, *, burnin: int, n_beta: float, label: str) -> go.Figure:
+    """Each chain's sampled loss over its SGLD steps, with the loss at w* and the burn-in marked: a trace
+    that rose and flattened gives an estimate that means something; one still climbing, or running away,
+    does not (`analysis.llc_diagnostics`).
+
+    Args:
+        trace: ``(chains, steps)`` sampled loss, nats per token (burn-in included).
+        init_loss: the loss at the checkpoint's weights on the same batches.
+        burnin: steps at the start left out of the estimate.
+        n_beta: the sampler's n beta (for the hover's per-chain estimate).
+        label: what was sampled (``L2 H3``, ``whole model``) and at which step.
+    """
+    chains, n = trace.shape
+    steps = np.arange(n)
+    traces: list[dict[str, Any]] = []
+    for c in range(chains):
+        estimate = n_beta * (float(np.mean(trace[c, burnin:])) - init_loss)
+        traces.append(
+            dict(
+                type="scatter",
+                x=steps,
+                y=trace[c],
+                mode="lines+markers",
+                name=f"chain {c} (estimate {estimate:.3g})",
+                line=dict(color=CLUSTER_COLOURS[c % len(CLUSTER_COLOURS)], width=1.5),
+                marker=dict(size=5),
+                hovertemplate=f"chain {c}<br>SGLD step %{{x}}<br>sampled loss %{{y:.5f}} nats/token<extra></extra>",
+            )
+        )
+    traces.append(
+        dict(
+            type="scatter",
+            x=[0, max(n - 1, 1)],
+            y=[init_loss, init_loss],
+            mode="lines",
+            name=f"loss at w* ({init_loss:.5f})",
+            line=dict(color="#555", dash="dash", width=1),
+            hoverinfo="skip",
+        )
+    )
+    shapes = (
+        [
+            dict(
+                type="rect",
+                xref="x",
+                yref="paper",
+                x0=-0.5,
+                x1=burnin - 0.5,
+                y0=0,
+                y1=1,
+                fillcolor="rgba(128,128,128,0.15)",
+                line=dict(width=0),
+                layer="below",
+            )
+        ]
+        if burnin
+        else []
+    )
+    values = np.r_[trace.ravel(), init_loss]
+    return figure(
+        traces,
+        layout(
+            xaxis=dict(title=dict(text=f"SGLD step ({label}; shaded: burn-in)"), zeroline=False),
+            yaxis=value_axis("sampled loss (nats per token)", fixed_range(values[np.isfinite(values)])),
+            shapes=shapes,
+            height=style.SMALL_HEIGHT + 60,
+        ),
+    )

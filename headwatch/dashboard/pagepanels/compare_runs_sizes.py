@@ -1,0 +1,133 @@
+"""The Compare runs page's "Across sizes" section (``pages/compare_runs.py`` lays it out): per run its parameter
+count, tokens and each head type's first emergence, each layer's consolidation time, the timescales against the
+parameter count (fitted where the sizes allow, said in words where they do not), and whether the joint trajectory
+clusters of all the runs follow the head types or the runs.
+
+The same content as ``headwatch compare``: computed in `analysis.findings.sizes` (through the cached loader); the
+figure is `dashboard.figures.compare.scaling_points`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings import sizes
+from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
+from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
+from headwatch.dashboard import charts, export, loader, widgets
+from headwatch.dashboard.figures import compare as figs
+
+UNITS = {"step": "training step", "tokens": "tokens seen", "fraction": "fraction of the run (step / last step)"}
+
+
+def sizes_section(stores: dict, *, matrix: str) -> None:
+    """The section, or why the chosen runs cannot be compared across sizes."""
+    st.subheader("Across sizes: emergence, consolidation, joint trajectory clusters")
+    matrix = matrix if matrix in ("qk", "ov") else "qk"  # per-layer and forward statistics: the heads' W_QK
+    try:
+        sizes.check_comparable(stores, matrix=matrix)
+    except StoreError as exc:
+        st.info(f"Not compared across sizes: {exc}.", icon=":material/info:")
+        return
+    table, consolidation, fits = loader.sizes_tables(stores, matrix=matrix)
+    mat = "W_QK" if matrix == "qk" else "W_OV"
+    _runs_table(table, stores)
+    unit = widgets.select("cunit", "Consolidation and scaling in", list(UNITS), "step", fmt=UNITS.__getitem__, kind="radio")
+    _consolidation_table(consolidation, unit=unit, mat=mat, stores=stores)
+    _scaling(table, consolidation, fits, unit=unit, stores=stores)
+    _joint(stores, matrix=matrix, mat=mat)
+
+
+def _runs_table(table: pd.DataFrame, stores: dict) -> None:
+    st.dataframe(table, hide_index=True, key="sizes_runs")
+    st.caption(
+        "Per run: non-embedding weight-matrix parameters (attention and MLP; embeddings, biases and LayerNorms left "
+        "out), layers, heads, d_model, checkpoints, last step and tokens seen by then; per head type, the earliest "
+        "emergence step (the first checkpoint from which a head holds the type to the end) among the heads that hold "
+        "it at the end, and how many do; empty where none does."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        table.to_csv(index=False),
+        file_name=export.safe_name("compare", *stores, "sizes") + ".csv",
+        mime="text/csv",
+        key="sizes_runs_csv",
+    )
+
+
+def _consolidation_table(consolidation: pd.DataFrame, *, unit: str, mat: str, stores: dict) -> None:
+    wide = sizes.consolidation_wide(consolidation, unit=unit)
+    st.dataframe(wide, hide_index=True, key="sizes_consolidation")
+    st.caption(
+        f"Consolidation per layer, as {UNITS[unit]}: the checkpoint from which the layer's mean statistic of {mat} over "
+        f"its heads stays within {1 - CONSOLIDATION_SHARE:.0%} of its total change (last checkpoint minus first) of "
+        f"its final value, having made {CONSOLIDATION_SHARE:.0%} of it for good; empty where the mean does not change. "
+        "Early layers settling before late ones is the study's early-layer consolidation."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        consolidation.to_csv(index=False),
+        file_name=export.safe_name("compare", *stores, "consolidation") + ".csv",
+        mime="text/csv",
+        key="sizes_consolidation_csv",
+    )
+
+
+def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, unit: str, stores: dict) -> None:
+    points = sizes.scaling_series(table, consolidation, unit=unit)
+    y_title = {"step": "training step (log)", "tokens": "tokens seen (log)", "fraction": "fraction of the run (log)"}[unit]
+    charts.chart(
+        figs.scaling_points(points, y_title=y_title),
+        "sizes_scaling",
+        title=f"Timescales against the parameter count ({UNITS[unit]})",
+        filename=export.safe_name("compare", *stores, "scaling", unit),
+        csv=lambda: pd.DataFrame(
+            [
+                {"timescale": what, "run": run, "parameters": n, unit: t}
+                for what, params, times, runs in points
+                for run, n, t in zip(runs, params, times, strict=True)
+            ]
+        ),
+    )
+    st.markdown("\n".join(f"- {fit.text(what)}" for what, fit in fits))
+    st.caption(
+        f"Each point one run (log-log). A power law T ~ N^b is fitted to the steps by least squares of log10 T on "
+        f"log10 N over the runs, seeds as replicates, the exponent's uncertainty from the scatter among the seeds of "
+        f"one size (analysis/scaling.py); with fewer than {MIN_SIZES} sizes no fit is made and the list says so."
+    )
+
+
+def _joint(stores: dict, *, matrix: str, mat: str) -> None:
+    with st.spinner("Clustering every run's trajectories together ..."):
+        table = sizes.association_table(
+            {stat: loader.joint_clusters(stores, stat, matrix=matrix).association for stat in sizes.SIZE_STATS}
+        )
+    fmt = st.column_config.NumberColumn
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="sizes_joint",
+        column_config={
+            "AMI with types": fmt(format="%.3f"),
+            "AMI with runs": fmt(format="%.3f"),
+            "p (types shuffled within runs)": fmt(format="%.4f"),
+            "p (runs shuffled within types)": fmt(format="%.4f"),
+        },
+    )
+    st.caption(
+        f"Joint trajectory clusters of {mat}'s statistics: every head of every run on the fraction-of-training axis "
+        "(the checkpoints of the run with the fewest; the others' last checkpoint at or before each), normalised per "
+        "head, k-means with k by the largest silhouette. AMI: adjusted mutual information of the clusters with the "
+        "heads' types at the end of training and with their runs; the types' p-value shuffles types only within each "
+        f"run, the runs' p-value shuffles runs only within each type ({PERMUTATIONS:,} shuffles, p < {SIGNIFICANCE} "
+        "read as associated). The Trajectory map draws the joint map."
+    )
+    names = list(stores)
+    st.page_link(
+        "pages/trajectory_map.py",
+        label="Draw the joint trajectory map of these runs, coloured by joint cluster",
+        icon=":material/scatter_plot:",
+        query_params={"run": names[0], "joint": names[1:], "colour": "cluster", "matrix": matrix},
+    )

@@ -1,0 +1,88 @@
+"""Where the per-checkpoint work runs: here, one checkpoint fetched ahead, or on a Ray cluster.
+
+`open_executor` picks one from `precompute.settings.RunOptions.executor`:
+
+- ``local`` (`LocalExecutor`): checkpoint t+1 is fetched in a background thread
+  (`precompute.prefetch.Prefetcher`) while t is computed in the run's thread; at most
+  two checkpoints are held at once.
+- ``ray`` (`precompute.ray_executor.RayExecutor`, imported only then): one Ray task per
+  checkpoint, at most a bounded number in flight.
+
+Either way the run (`precompute.run`) is the only writer: it settles and commits
+each result in step order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from headwatch.analysis.extract import ModelShape
+from headwatch.precompute.context import PassJob
+from headwatch.precompute.prefetch import Prefetcher
+from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.sources.fetch import Meter
+from headwatch.precompute.sources.revisions import CheckpointRef
+from headwatch.precompute.sources.source import CheckpointSource, Fetched
+from headwatch.precompute.work import Executor, Results, Work, checkpoint_work
+
+
+class LocalExecutor:
+    """Fetch one checkpoint ahead in a thread, compute in the caller's thread.
+
+    Args:
+        src: the run's source.
+    """
+
+    def __init__(self, src: CheckpointSource):
+        self.src = src
+
+    def results(
+        self,
+        todo: list[CheckpointRef],
+        *,
+        shape: ModelShape,
+        settings: StoreSettings,
+        known: Callable[[], Mapping[str, int]],
+        jobs: Mapping[str, PassJob] | None = None,
+    ) -> Results:
+        src = self.src
+        seen = dict(known())  # the fetch thread's view: known weights plus those it read this run
+
+        def fetch_one(ref: CheckpointRef) -> Fetched:
+            fetched = src.fetch(ref, shape, skip=lambda sha: sha in seen, matrices=settings.head_matrices, layers=settings.layers)
+            if fetched.tensors is not None:
+                seen.setdefault(fetched.sha256, ref.step)
+            return fetched
+
+        with Prefetcher(fetch_one, todo, stop=src.stop) as prefetched:
+            for ref, fetch in prefetched:
+
+                def work(fetch: Callable[[], Fetched] = fetch) -> Work:
+                    return checkpoint_work(fetch(), shape, settings, known=known(), jobs=jobs, src=src)
+
+                yield ref, work
+
+
+def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, meter: Meter) -> Executor:
+    """The executor ``options.executor`` names, connected (a Ray cluster is joined, or started
+    on this machine, here: before the store is opened).
+
+    Args:
+        options: the run's options (``executor``, ``ray``, ``fetch``, ``token``).
+        src: the source as the driver opened it (the local executor reads through it).
+        source: ``--source`` as a Ray task re-opens it (a local folder: its absolute path).
+        meter: the run's meter; a Ray task's transfers are added to it.
+
+    Raises:
+        ClusterError: the Ray cluster cannot be reached.
+        ValueError: ``ray`` is not installed, or the cluster has fewer CPUs than a task asks.
+    """
+    if options.executor == "local":
+        return LocalExecutor(src)
+    try:
+        import ray  # noqa: F401  (only to say what is missing; precompute.ray_executor uses it)
+    except ImportError:
+        raise ValueError("--executor ray needs ray: pip install -r requirements-precompute.txt") from None
+    from headwatch.precompute.ray_executor import RayExecutor
+
+    return RayExecutor(source, options.ray, fetch=options.fetch, token=options.token, meter=meter)

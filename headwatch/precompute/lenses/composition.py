@@ -1,0 +1,129 @@
+"""The composition lens (``--lenses composition``): Q-, K- and V-composition between heads.
+
+In the pass over each new checkpoint, `CompositionJob` turns the per-head factors of W_QK and
+W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
+checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
+in different layers, or with ``--composition-top K`` the K strongest sources of each target
+head per kind). `CompositionComputation.begin` records in ``meta.json`` ``composition`` the random
+baseline for the model's shapes and which pairs are kept; `CompositionComputation.fill` gives the
+store's checkpoints computed without the lens their rows, reading each again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from headwatch.analysis.composition import (
+    BASELINE_HEADS,
+    BASELINE_SEED,
+    KINDS,
+    baseline_draws,
+    baseline_rms,
+    composition_scores,
+    random_baseline,
+    strongest_sources,
+)
+from headwatch.analysis.extract import ModelShape
+from headwatch.analysis.store import ModelInfo
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.precompute.context import FactorsComputation
+from headwatch.precompute.factors import checked_factors
+from headwatch.precompute.registry import COMPOSITION_LENS, CompositionOptions
+from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.sources.source import CheckpointSource, Fetched
+
+if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
+    pass
+
+log = logging.getLogger("precompute")
+
+# The per-head factors the lens reads: both products of every head.
+NEEDS = ("qk", "ov")
+
+
+def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None = None) -> pa.Table:
+    """The ``composition.parquet`` rows of one checkpoint, in the table's order.
+
+    Args:
+        step: the checkpoint's step.
+        scores: `analysis.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
+        keep: bool ``(n_layers, n_heads, n_layers, n_heads)``: the pairs to write (None: every pair with scores).
+    """
+    values = scores.numpy()
+    mask = ~np.isnan(values).all(axis=0)  # (layer_a, head_a, layer_b, head_b): pairs with a < b
+    if keep is not None:
+        mask &= keep.numpy()
+    la, ha, lb, hb = np.nonzero(mask)  # C order: sorted by (layer_a, head_a, layer_b, head_b)
+    columns: dict[str, Any] = {
+        "step": pa.array(np.full(la.size, step, dtype=np.int64)),
+        "layer_a": pa.array(la.astype(np.int32)),
+        "head_a": pa.array(ha.astype(np.int32)),
+        "layer_b": pa.array(lb.astype(np.int32)),
+        "head_b": pa.array(hb.astype(np.int32)),
+    }
+    for i, kind in enumerate(KINDS):
+        columns[kind] = pa.array(values[i][mask].astype(np.float32))
+    return pa.table(columns, schema=COMPOSITION.schema)
+
+
+def composition_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings, *, top: int | None) -> pa.Table:
+    """The ``composition.parquet`` rows of a fetched checkpoint (read with ``qk`` and ``ov``).
+
+    Raises:
+        CheckpointError: the factors are missing, misshapen or non-finite.
+    """
+    assert fetched.tensors is not None
+    factors = checked_factors(shape, fetched.tensors, NEEDS)
+    scores = composition_scores(
+        factors["qk"],
+        factors["ov"],
+        dtype=getattr(torch, settings.spectrum_dtype),
+        device=settings.device,
+        chunk_elements=settings.chunk_elements,
+    )
+    return composition_rows(fetched.ref.step, scores, None if top is None else strongest_sources(scores, top))
+
+
+@dataclass(frozen=True)
+class CompositionJob:
+    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+
+    top: int | None
+
+    def checkpoint_rows(
+        self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
+    ) -> Mapping[str, pa.Table]:
+        return {COMPOSITION.name: composition_work(fetched, shape, settings, top=self.top)}
+
+
+class CompositionComputation(FactorsComputation):
+    """The composition scores: computed in the pass over each new checkpoint, filled afterwards for
+    the store's others; the kept pairs and the baseline recorded once per store."""
+
+    lens = COMPOSITION_LENS
+    what = "composition scores"
+    options: CompositionOptions
+
+    def describe(self, model: ModelInfo, settings: StoreSettings) -> dict[str, Any]:
+        """The baseline (simulated: same shapes, same seed, same numbers) and how the scores are computed."""
+        baseline = random_baseline(model.d_head, model.d_model, device=settings.device)
+        draws = baseline_draws(model.d_head, model.d_model)
+        return {
+            "baseline": baseline,
+            "baseline_rms": baseline_rms(model.d_model),
+            "baseline_method": f"mean score of independent standard Gaussian W_Q, W_K, W_O, W_V of shape "
+            f"({model.d_head}, {model.d_model}): {draws} two-layer models of {BASELINE_HEADS} x {BASELINE_HEADS} head "
+            f"pairs, seed {BASELINE_SEED}, float64; baseline_rms = 1/sqrt(d_model), the exact root mean square",
+            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a scalar gain cancels)",
+            "dtype": settings.spectrum_dtype,
+        }
+
+    def make_job(self, record: Mapping[str, Any]) -> CompositionJob:
+        return CompositionJob(self.options.top)
