@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.findings import sizes
-from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
@@ -134,15 +133,11 @@ def write_compare(
             raise StoreError(f"two stores are named {name} ({stores[name].path} and {store.path}): name each run once")
         stores[name] = store
     sizes.check_comparable(stores, matrix=matrix)
-    table = sizes.size_table(stores)
-    consolidation = sizes.consolidation_table(stores, matrix=matrix)
+    table, consolidation, fits = sizes.size_tables(stores, matrix=matrix)
     joint = {
-        stat: sizes.joint_clusters(
-            stores, {n: stat_values(s, stat, matrix=matrix) for n, s in stores.items()}, align=align, permutations=permutations
-        )
+        stat: sizes.store_joint_clusters(stores, stat, matrix=matrix, align=align, permutations=permutations)
         for stat in sizes.SIZE_STATS
     }
-    fits = sizes.scaling_fits(table, consolidation)
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

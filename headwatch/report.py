@@ -172,15 +172,8 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
     (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
-    from headwatch.analysis.findings.values import stat_values
-    from headwatch.analysis.type_association import (
-        ASSOCIATION_PAIRS,
-        PERMUTATIONS,
-        associate,
-        end_types,
-        has_statistic,
-        replicates,
-    )
+    from headwatch.analysis.findings.association import store_association
+    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types, has_statistic, replicates
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]
@@ -198,10 +191,9 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
         for s in runs:
             if not has_statistic(s, stat, matrix):
                 continue
-            ended = end_types(s)
-            assert ended is not None  # runs holds only the stores with head types
-            labels, step = ended
-            a, _ = associate(stat_values(s, stat, matrix=matrix), labels)
+            found = store_association(s, stat, matrix=matrix)
+            assert found is not None  # runs holds only the stores with head types
+            a, _, _, step = found
             results.append(a)
             rows.append(
                 {

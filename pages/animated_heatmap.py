@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.figures.animation import animation
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import STATS, stats_for
@@ -45,7 +45,7 @@ def main() -> None:
 
     # --- widgets ---
     opts = _choose(frame)
-    values = loader.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)
+    values = derived.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)
     if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
         return
 

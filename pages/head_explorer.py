@@ -11,7 +11,7 @@ import streamlit as st
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.stats.crossings import level_crossings
 from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.data import approach_table, default_steps, fixed_range, loss_curve, null_spectra
 from headwatch.dashboard.figures import density as density_figs
 from headwatch.dashboard.figures import head as head_figs
@@ -280,7 +280,7 @@ def _arrays(store, matrix: str, layer: int, head: int) -> dict[str, Any]:
         sigma=store.array("std", matrix=matrix)[:, layer, head],
         kl=store.array("kl_gauss", matrix=matrix)[:, layer, head],
         lam=sv * sv,
-        refs=loader.references(store, matrix=matrix),
+        refs=derived.references(store, matrix=matrix),
     )
 
 
@@ -507,7 +507,7 @@ def _approaches(h: _Head, controls: tuple | None = None) -> tuple[tuple, Any]:
     log_lam = widgets.toggle("loglam", "log λ axis", False, where=c_log) if controls is None else controls[0]
     store = h.store
     try:
-        overlaps = loader.head_overlaps(store, h.layer, h.head, matrix=h.matrix)
+        overlaps = derived.head_overlaps(store, h.layer, h.head, matrix=h.matrix)
     except StoreError as exc:
         st.error(str(exc))
         overlaps = None
@@ -568,7 +568,7 @@ def _head_in_layer(h: _Head) -> tuple[str, int | None, bool, Any] | None:
     stat, k, log_y = widgets.statistic(
         store.d_head, where_stat=c_stat, where_k=c_k, where_log=c_log, log=("logy", "log y axis"), options=stats_for(store)
     )
-    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix)
+    values = derived.stat_values(store, stat, k=k or 0, matrix=matrix)
     if charts.no_values(values, STATS[stat].label, matrix):
         return None
     band = reference_of(h.refs, stat, k)
@@ -615,7 +615,7 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
     """The chosen statistic of this head for W_QK and W_OV over training, shared axes (stores with both)."""
     if not {"qk", "ov"} <= set(store.meta.matrices):
         return
-    series = {m: loader.stat_values(store, stat, k=k or 0, matrix=m)[:, layer, head] for m in ("qk", "ov")}
+    series = {m: derived.stat_values(store, stat, k=k or 0, matrix=m)[:, layer, head] for m in ("qk", "ov")}
     if np.array_equal(series["qk"], series["ov"], equal_nan=True):  # a forward statistic: one value per head
         return
     st.subheader(f"W_QK and W_OV of L{layer} H{head}")
@@ -630,7 +630,7 @@ def _both_matrices(run, store, axis, *, layer: int, head: int, stat: str, k, log
         filename=export.safe_name(run, f"L{layer}H{head}", stat if k is None else f"lambda_{k}", "qk-ov"),
         csv=lambda: pd.concat(
             export.tidy(
-                loader.stat_values(store, stat, k=k or 0, matrix=m),
+                derived.stat_values(store, stat, k=k or 0, matrix=m),
                 store.steps,
                 run=run,
                 statistic=stat,

@@ -14,7 +14,7 @@ from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import TYPE_LABELS, HeadTypes, head_types, missing_text
 from headwatch.analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from headwatch.analysis.store.format import HEAD_TYPES, LLC
-from headwatch.dashboard import export, loader, viewstate, widgets
+from headwatch.dashboard import derived, export, viewstate, widgets
 from headwatch.dashboard.data import default_steps, uniform_attention
 from headwatch.dashboard.labels import LAMBDA, LLC_STAT, MATRIX_LABELS, PER_HEAD_STATS, STATS, stats_for
 from headwatch.dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of, screen_table
@@ -112,7 +112,7 @@ def _pick_options(store) -> _Options:
     sort = widgets.select("sort", "Sort by", SORTS, "rank", where=c_sort)
     desc = widgets.toggle("desc", "descending", False, where=c_desc)
     try:
-        overlaps_ok = loader.head_overlaps(store, 0, 0) is not None
+        overlaps_ok = derived.head_overlaps(store, 0, 0) is not None
     except StoreError as exc:
         st.error(str(exc))
         overlaps_ok = False
@@ -252,11 +252,11 @@ def _add_types(table, kinds: HeadTypes, *, at: int, picked: list[str]) -> None:
 
 
 def _approaches(store, gap_pct: int | None, matrix: str):
-    """Every close approach of ``matrix`` at ``gap_pct`` (`dashboard.loader.model_approaches`), or None."""
+    """Every close approach of ``matrix`` at ``gap_pct`` (`dashboard.derived.approaches`), or None."""
     if gap_pct is None:
         return None
     try:
-        return loader.model_approaches(store, gap_pct, matrix=matrix)
+        return derived.approaches(store, gap_pct, matrix=matrix)
     except StoreError as exc:
         st.error(str(exc))
         return None
@@ -268,8 +268,8 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
     A statistic of the weights is measured against random heads of ``matrix`` (its own init scale); a
     forward statistic against uniform causal attention; the refined LLC against nothing.
     """
-    values = loader.stat_values(store, stat, k=k or 0, matrix=matrix or "qk")
-    reference = reference_of(loader.references(store, matrix=matrix), stat, k) if matrix is not None else None
+    values = derived.stat_values(store, stat, k=k or 0, matrix=matrix or "qk")
+    reference = reference_of(derived.references(store, matrix=matrix), stat, k) if matrix is not None else None
     info = store.meta.forward
     uniform = (
         uniform_attention(info.seq_len, info.induction_repeat).get(stat) if stat in PER_HEAD_STATS and info is not None else None
@@ -277,7 +277,7 @@ def _table(store, stat: str, k: int | None, matrix: str | None, *, at: int, sinc
     table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
     if stat == LLC_STAT:
         spread = store.dense(LLC, "llc_std")
-        flagged = loader.llc_flags(store)
+        flagged = derived.llc_flags(store)
         table["± chains"] = spread[at].ravel()
         table["flag"] = flagged[0][at].ravel() if flagged is not None else "no diagnostics"
         table.loc[table["value"].isna(), "flag"] = "no estimate"

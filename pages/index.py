@@ -10,7 +10,7 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.events import primary_basis, stage_rows
 from headwatch.analysis.findings.headline import headline_markdown
 from headwatch.analysis.store import read_meta
-from headwatch.dashboard import loader, viewstate
+from headwatch.dashboard import derived, loader, viewstate
 from headwatch.dashboard.data import loss_curve, step_axis
 from headwatch.dashboard.figures.timeline import compact
 from headwatch.dashboard.model_card import model_card_lines, timeline_card_lines
@@ -80,7 +80,7 @@ def _timeline_card(name: str, path) -> None:
     if isinstance(store, StoreError) or len(store.steps) == 0:
         return
     stages = stage_rows(store)
-    events = loader.run_events(store)
+    events = derived.run_events(store)
     st.markdown("  \n".join(headline_markdown(store, name)))
     st.markdown("  \n".join(timeline_card_lines(stages, events, basis=primary_basis(store))))
     curve = loss_curve(store)

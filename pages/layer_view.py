@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.data import StepAxis, fixed_range, loss_curve
 from headwatch.dashboard.figures import layers as figs
 from headwatch.dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
@@ -49,7 +49,7 @@ def main() -> None:
 
     # --- widgets ---
     opts = _choose(frame)
-    values = loader.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)  # (S, n_layers, n_heads)
+    values = derived.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)  # (S, n_layers, n_heads)
     if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
         return
     y_range = fixed_range(values, log=opts.log_y)

@@ -10,7 +10,7 @@ import streamlit as st
 from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE
 from headwatch.analysis.store.format import LLC
 from headwatch.analysis.trajectories import NORMALISATIONS, Normalisation
-from headwatch.dashboard import charts, export, loader, style, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, style, viewstate, widgets
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.figures import llc as figs
 from headwatch.dashboard.frame import RunFrame
@@ -58,7 +58,7 @@ def main() -> None:
     if not frame.store.has(LLC) or not len(frame.store.steps_with(LLC)):
         st.info(MISSING)
         return
-    est = data.estimates(frame.store, loader.llc_flags(frame.store))
+    est = data.estimates(frame.store, derived.llc_flags(frame.store))
 
     # --- widgets, and the sampler's settings under them ---
     opts = _choose(frame)

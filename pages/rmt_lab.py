@@ -5,13 +5,17 @@ from typing import Any
 
 import streamlit as st
 
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.analysis.rmt.rmt_lab import lab_sample
+from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.figures import rmt as figs
 from headwatch.dashboard.frame import Frame
 from headwatch.dashboard.pagedata import rmt as data
 from headwatch.dashboard.tables import init_scale
 
 REFERENCE_AT_ONCE = 512  # up to this d_model the reference is drawn at once; above it, on request
+
+
+_sample = st.cache_data(max_entries=64, show_spinner=False)(lab_sample)  # one random W_QK per setting
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ def main() -> None:
     if opts.d_model % opts.n_heads:
         st.info(f"{opts.n_heads} heads do not divide d_model {opts.d_model}: pick another number of heads.")
         return
-    sample = loader.rmt_sample(opts.d_model, opts.n_heads, opts.sigma_q, opts.sigma_k, not opts.full, 0)
+    sample = _sample(opts.d_model, opts.n_heads, opts.sigma_q, opts.sigma_k, low_rank=not opts.full, seed=0)
     _opened_at(frame, offer)
 
     # --- panel: the head pages' statistics of this draw, against many draws ---

@@ -21,7 +21,8 @@ from headwatch.analysis.type_association import (
     has_statistic,
     replicates,
 )
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, loader, viewstate, widgets
+from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_head, picked_run_head
 from headwatch.dashboard.figures.trajectory import joint_trajectory_map, sparkline, trajectory_map
 from headwatch.dashboard.frame import RunFrame
@@ -45,6 +46,10 @@ JOINT_COLOUR_BY = {  # the joint map's colourings (URL ``colour``): ``layer`` fi
     "type": "head type at the end of training",
     "cluster": "joint trajectory cluster (all runs' heads together)",
 }
+# the store's precomputed maps; a map computed here (UMAP), one run's or several runs' together
+_stored_maps = store_cached(data.stored_maps, max_entries=8)
+_embedding = store_cached(data.embedding)
+_joint_embedding = store_cached(data.joint_embedding, max_entries=8)
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def main() -> None:
     if len(store.steps) < 2:
         st.info("A trajectory needs at least two checkpoints; this run has fewer.")
         return
-    stored = loader.read_embeddings(store)
+    stored = _stored_maps(store)
     types = end_types(store)
 
     # --- widgets ---
@@ -210,16 +215,8 @@ def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | 
                 f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
                 f"{len(store.steps)}, so maps are computed here."
             )
-        s = opts.settings
-        kwargs: dict[str, Any] = dict(
-            normalisation=opts.norm,
-            n_neighbors=s.n_neighbors,
-            min_dist=s.min_dist,
-            knn_k=s.knn_k,
-            seed=s.seed,
-            matrix=opts.matrix,
-        )
-        if not loader.embedding_cached(store, opts.stat, **kwargs):
+        kwargs: dict[str, Any] = dict(matrix=opts.matrix, normalisation=opts.norm, settings=opts.settings)
+        if not _embedding.computed(store, opts.stat, **kwargs):
             st.info(
                 f"This store has no precomputed map for {STATS[opts.stat].short()} with these settings. Compute it "
                 "here (the first one in a server process takes ~30 s while numba compiles UMAP), or add it to the "
@@ -228,7 +225,7 @@ def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | 
             if not st.button("Compute this map", type="primary"):
                 return None
         with st.spinner("Embedding trajectories with UMAP ..."):
-            rows = loader.compute_embedding(store, opts.stat, **kwargs)
+            rows = _embedding(store, opts.stat, **kwargs)
         source = "computed in this server (cached)"
     return rows.sort_values(["layer", "head"]), method, source
 
@@ -330,7 +327,10 @@ def _association_section(frame, store, *, stat: str, matrix: str) -> None:
             for run_name, run_store in runs:
                 if s_name not in trajectory_stats_for(run_store) or not has_statistic(run_store, s_name, matrix):
                     continue
-                result, _, labels, step = loader.association(run_store, s_name, matrix=matrix)
+                found = derived.association(run_store, s_name, matrix=matrix)
+                if found is None:  # every run here has head types (end_types above)
+                    continue
+                result, _, labels, step = found
                 by_stat.setdefault(s_name, []).append(result)
                 rows.append(data.association_row(STATS[s_name].short(), run_name, result, labels, step))
     table = pd.DataFrame(rows)
@@ -400,8 +400,8 @@ def _joint_map(frame, store, opts: _Choices) -> None:
     if len(stores) < 2:
         st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
         return
-    how = (matrix, norm, settings.n_neighbors, settings.min_dist, settings.knn_k, settings.seed, opts.align)
-    if not loader.joint_embedding_cached(stores, stat, *how):
+    how: dict[str, Any] = dict(matrix=matrix, normalisation=norm, settings=settings, align=opts.align)
+    if not _joint_embedding.computed(stores, stat, **how):
         st.info(
             f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
             "~30 s while numba compiles it) and cached."
@@ -409,9 +409,11 @@ def _joint_map(frame, store, opts: _Choices) -> None:
         if not st.button("Compute the joint map", type="primary"):
             return
     with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
-        rows = loader.compute_joint_embedding(stores, stat, *how)
+        rows = _joint_embedding(stores, stat, **how)
     with st.spinner("Clustering the runs' trajectories together ..."):
-        joint = loader.joint_clusters(dict(zip(names, stores, strict=True)), stat, matrix=matrix, align=opts.align)
+        joint = derived.joint_clusters(
+            dict(zip(names, stores, strict=True)), stat, matrix=matrix, align="tokens" if opts.align == "tokens" else "fraction"
+        )
     neighbors = data.neighbours(rows)
     fig = joint_trajectory_map(
         rows["x"].to_numpy(),

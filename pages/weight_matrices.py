@@ -11,7 +11,8 @@ from typing import Any
 
 import streamlit as st
 
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, export, viewstate, widgets
+from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.figures import weights as figs
 from headwatch.dashboard.figures.common import overlay_loss, stacked
@@ -39,6 +40,9 @@ MISSING = (
 )
 
 
+_layer_matrices = store_cached(data.layer_matrices, spinner="Reading the layer matrices ...", max_entries=8)
+
+
 @dataclass(frozen=True)
 class _Choices:
     """The page's widgets: the weight (``role``, ``layer``), the norms' log axis (``logy``) and the step shown
@@ -58,7 +62,7 @@ def main() -> None:
     frame = viewstate.run_frame()
     if frame is None:
         return
-    table = loader.layer_matrices(frame.store)
+    table = _layer_matrices(frame.store)
     if table is None or table.empty:
         st.info(MISSING)
         return

@@ -31,7 +31,7 @@ def test_the_head_type_heatmaps_label_every_head(forward_env: Path) -> None:  # 
 
 @pytest.mark.parametrize(("n_layers", "n_heads"), [(6, 8), (12, 12), (36, 40), (80, 64)])
 def test_a_large_model_labels_a_subset_of_heads_that_name_their_head(n_layers: int, n_heads: int) -> None:
-    from headwatch.dashboard.figures.architecture import head_ticks
+    from headwatch.dashboard.figures.heads_axis import head_ticks
 
     vals, text = head_ticks(n_layers, n_heads, max_labels=64)
     assert 0 < len(vals) <= 64 and vals == text

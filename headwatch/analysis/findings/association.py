@@ -1,5 +1,6 @@
-"""The study's open question in one paragraph (the Timeline): do the trajectory clusters correspond to the head types,
-in this run and in every run that can be asked?
+"""The study's open question: do the trajectory clusters correspond to the head types, in this run and in every run
+that can be asked? One statistic of one store asked (`store_association`, what the Timeline, the Trajectory map and
+``headwatch report`` read), and the Timeline's paragraph over every statistic (`open_question_text`).
 
 Pure: takes each statistic's `analysis.type_association.Association` for this run and for the other runs that have
 the statistic and head types, returns the sentence. A run's figures are its own: a statistic this run lacks (the
@@ -11,7 +12,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from headwatch.analysis.type_association import SIGNIFICANCE, Association, replicates
+import numpy as np
+
+from headwatch.analysis.findings.values import stat_values
+from headwatch.analysis.store import Store
+from headwatch.analysis.type_association import SIGNIFICANCE, Association, associate, end_types, replicates
+
+
+def store_association(
+    store: Store, statistic: str, *, matrix: str = "qk"
+) -> tuple[Association, np.ndarray, np.ndarray, int] | None:
+    """The trajectory clusters of one statistic of ``store`` against its heads' types at the last checkpoint with
+    head types (`analysis.type_association.associate`).
+
+    Returns:
+        ``(Association, cluster labels, type labels, step of the types)``, labels ``(n_layers * n_heads,)``
+        layer-major; None when the store has no ``head_types.parquet``.
+    """
+    types = end_types(store)
+    if types is None:
+        return None
+    result, clusters = associate(stat_values(store, statistic, matrix=matrix), types[0])
+    return result, clusters, types[0], types[1]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import pandas as pd
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.findings.runs import common_grid, emergence_table, joint_trajectories
+from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.joint_clusters import JointAssociation, joint_associate
 from headwatch.analysis.scaling import PowerLaw, consolidation_index, fit_power_law
 from headwatch.analysis.store import Store
@@ -231,6 +232,27 @@ def joint_clusters(
         )
     heads = pd.DataFrame({"run": run_labels, "layer": index[:, 1], "head": index[:, 2], "type": type_labels, "cluster": clusters})
     return JointClusters(result, heads, traj, grid, same, align)
+
+
+def store_joint_clusters(
+    stores: dict[str, Store],
+    statistic: str,
+    *,
+    matrix: str = "qk",
+    align: JointAlign = "fraction",
+    permutations: int = PERMUTATIONS,
+) -> JointClusters:
+    """`joint_clusters` of one statistic of each named store (`analysis.findings.values.stat_values`): what the
+    Trajectory map's joint map, Compare runs' Across sizes and ``headwatch compare`` read."""
+    values = {n: stat_values(s, statistic, matrix=matrix) for n, s in stores.items()}
+    return joint_clusters(stores, values, align=align, permutations=permutations)
+
+
+def size_tables(stores: dict[str, Store], *, matrix: str = "qk") -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, PowerLaw]]]:
+    """The named runs' `size_table`, `consolidation_table` and `scaling_fits`, in that order."""
+    table = size_table(stores)
+    consolidation = consolidation_table(stores, matrix=matrix)
+    return table, consolidation, scaling_fits(table, consolidation)
 
 
 def association_table(associations: dict[str, JointAssociation]) -> pd.DataFrame:

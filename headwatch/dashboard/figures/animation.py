@@ -9,11 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from headwatch.dashboard.data import fixed_range, nan_mean
-from headwatch.dashboard.figures.common import colour_layer, figure, layout, play_menu, value_axis
+from headwatch.dashboard.figures.common import FRAME_MS, colour_layer, figure, layout, play_menu, value_axis
 from headwatch.dashboard.figures.points import HOVER_HEAD, HOVER_STEP, head_points, invisible_markers
 from headwatch.dashboard.labels import Stat
-
-FRAME_MS = 180  # playback speed: one checkpoint per FRAME_MS milliseconds
 
 # Panel layout in paper coordinates: main heatmap top-left, layer marginal right, head marginal below.
 _MAIN_X, _MAIN_Y = [0.0, 0.74], [0.30, 1.0]

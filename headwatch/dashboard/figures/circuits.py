@@ -10,9 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from headwatch.dashboard.data import StepAxis, fixed_range
-from headwatch.dashboard.figures.animation import FRAME_MS
-from headwatch.dashboard.figures.architecture import head_labels
-from headwatch.dashboard.figures.common import figure, layout, play_menu, step_xaxis, value_axis
+from headwatch.dashboard.figures.common import FRAME_MS, figure, layout, play_menu, step_xaxis, value_axis
+from headwatch.dashboard.figures.heads_axis import head_labels
 from headwatch.dashboard.figures.points import head_points, invisible_markers
 from headwatch.dashboard.style import MARGIN
 

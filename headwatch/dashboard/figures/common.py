@@ -273,6 +273,7 @@ def with_gaps(x: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 LOSS_AXIS_PX = 80  # the loss axis's ticks and title, right of a chart's plot area (`overlay_loss`)
+FRAME_MS = 180  # an animation's playback: one checkpoint per FRAME_MS milliseconds (the Animation and Circuits views)
 
 
 def overlay_loss(fig: go.Figure, axis: StepAxis, loss: np.ndarray, label: str, *, xaxis: str = "x") -> go.Figure:

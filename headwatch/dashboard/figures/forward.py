@@ -11,7 +11,6 @@ import plotly.graph_objects as go
 
 from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range
-from headwatch.dashboard.figures.architecture import head_labels, head_tick_font, head_ticks, layer_boundaries
 from headwatch.dashboard.figures.common import (
     colour_layer,
     duplicate_shapes,
@@ -22,6 +21,7 @@ from headwatch.dashboard.figures.common import (
     step_xaxis,
     value_axis,
 )
+from headwatch.dashboard.figures.heads_axis import head_labels, head_tick_font, head_ticks, layer_boundaries
 from headwatch.dashboard.figures.points import cell_picker, head_points
 from headwatch.dashboard.labels import Stat
 

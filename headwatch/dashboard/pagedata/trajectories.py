@@ -1,5 +1,6 @@
-"""The Trajectory map page's data: the precomputed map that fits the page's choices, the heads' colour groups,
-and one row of the table that asks whether the trajectory clusters correspond to head types."""
+"""The Trajectory map page's data: the precomputed map that fits the page's choices, a map computed here (one run's,
+or several runs' together), the heads' colour groups, and one row of the table that asks whether the trajectory
+clusters correspond to head types."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis import trajectories as maps
+from headwatch.analysis.findings.runs import joint_trajectories
+from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import LLC
-from headwatch.analysis.trajectories import EmbeddingSettings, kmeans, normalise, trajectories
+from headwatch.analysis.store.format import EMBEDDINGS, LLC
+from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.type_association import cluster_trajectories
 
 TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
@@ -22,6 +26,70 @@ def stored_settings(store: Store) -> EmbeddingSettings:
     """The settings the store's precomputed maps were made with (``meta.json``), the page's defaults."""
     given = store.meta.embedding_settings
     return EmbeddingSettings(**{k: v for k, v in given.items() if k in EmbeddingSettings.__dataclass_fields__})
+
+
+def stored_maps(store: Store) -> pd.DataFrame | None:
+    """The store's precomputed maps (``embeddings.parquet``), or None when it has none."""
+    return store.frame(EMBEDDINGS)
+
+
+def embedding(
+    store: Store, statistic: str, *, matrix: str, normalisation: Normalisation, settings: EmbeddingSettings
+) -> pd.DataFrame:
+    """A trajectory map of one statistic of ``store`` (`analysis.trajectories.embed`: UMAP; the first in a process
+    compiles numba, ~30 s), with the columns of ``embeddings.parquet``."""
+    xy, neighbors = maps.embed(stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
+    n_layers, n_heads = store.n_layers, store.n_heads
+    return pd.DataFrame(
+        {
+            "matrix": matrix,
+            "statistic": statistic,
+            "normalisation": normalisation,
+            "layer": np.repeat(np.arange(n_layers, dtype=np.int32), n_heads),
+            "head": np.tile(np.arange(n_heads, dtype=np.int32), n_layers),
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "neighbors": list(neighbors),
+        }
+    )
+
+
+def joint_embedding(
+    stores: list[Store],
+    statistic: str,
+    *,
+    matrix: str,
+    normalisation: Normalisation,
+    settings: EmbeddingSettings,
+    align: str = "fraction",
+) -> pd.DataFrame:
+    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories` on the common
+    time axis ``align``, ``fraction`` or ``tokens``; UMAP).
+
+    Returns:
+        Columns ``run_index`` (position in ``stores``), ``layer``, ``head``, ``x``, ``y``, ``neighbors`` (row indices
+        of the nearest trajectories in the joint set) and ``same_steps``.
+    """
+    axis: Any = "tokens" if align == "tokens" else "fraction"
+    traj, index, same = joint_trajectories(
+        [stat_values(s, statistic, matrix=matrix) for s in stores],
+        [s.steps for s in stores],
+        align=axis,
+        tokens=[t for t in (s.meta.tokens_at(s.steps) for s in stores) if t is not None] if axis == "tokens" else None,
+    )
+    x = normalise(traj, normalisation)
+    xy, neighbors = maps.umap_embed(x, settings), maps.knn(x, settings.knn_k)
+    return pd.DataFrame(
+        {
+            "run_index": index[:, 0],
+            "layer": index[:, 1],
+            "head": index[:, 2],
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "neighbors": list(neighbors),
+            "same_steps": same,
+        }
+    )
 
 
 def stored_map(

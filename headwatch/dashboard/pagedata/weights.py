@@ -8,7 +8,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.store.format import LAYER_ROLES
+from headwatch.analysis.store import Store
+from headwatch.analysis.store.format import LAYER_ROLES, LAYERS
+
+
+def layer_matrices(store: Store) -> pd.DataFrame | None:
+    """The store's whole-layer matrices (``layers.parquet``, the columns the page draws); None when it has none.
+
+    Raises:
+        StoreError: ``layers.parquet`` is unreadable.
+    """
+    return store.frame(LAYERS, columns=["rows", "cols", "std", "sv", "frob_norm", "mp_spikes", "alpha"])
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import streamlit as st
 from headwatch.analysis.findings import runs
 from headwatch.analysis.findings.held_types import missing_text
 from headwatch.analysis.store.format import HEAD_TYPES, LLC
-from headwatch.dashboard import charts, export, loader
+from headwatch.dashboard import charts, derived, export
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.figures import compare as figs
 from headwatch.dashboard.pagepanels.compare_runs_choice import Statistic, Time
@@ -279,7 +279,7 @@ def _llc_trust(stores: dict) -> str:
         values = store.dense(LLC, "llc")
         n = int(np.isfinite(values).sum())
         negative = int((values < 0).sum())
-        flagged = loader.llc_flags(store)
+        flagged = derived.llc_flags(store)
         if flagged is None:
             parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
             continue

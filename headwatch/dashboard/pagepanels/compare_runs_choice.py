@@ -17,8 +17,10 @@ import streamlit as st
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import runs
+from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import ATTENTION, LAYER_ROLES, LAYERS, LLC
-from headwatch.dashboard import loader, widgets
+from headwatch.dashboard import derived, loader, widgets
+from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.data import INDEX_TICKS, index_ticks
 from headwatch.dashboard.figures import compare as figs
 from headwatch.dashboard.figures.common import stacked
@@ -42,6 +44,18 @@ def _point_text(value, align: str) -> str:
     if align == "tokens":
         return f"{value:,.0f} tokens"
     return f"step {value:,}"
+
+
+def _layer_table(store: Store, column: str):
+    """One column of the store's whole-layer matrices (step, layer, role and ``column``); None without them.
+
+    Raises:
+        StoreError: ``layers.parquet`` is unreadable or lacks ``column``.
+    """
+    return store.frame(LAYERS, columns=[column])
+
+
+_layer_values = store_cached(_layer_table)
 
 
 @dataclass(frozen=True)
@@ -167,7 +181,7 @@ def pick_statistic(stores: dict) -> Statistic:
     if stat in LAYER_STATS:  # whole-layer matrices: one value per layer of the weight chosen as `role`
         for r, s in stores.items():
             try:
-                tables[r] = loader.layer_column(s, layer_column(stat)) if s.has(LAYERS) else None
+                tables[r] = _layer_values(s, layer_column(stat)) if s.has(LAYERS) else None
             except StoreError as exc:
                 st.warning(f"Run **{r}**: {exc}", icon=":material/error:")
                 tables[r] = None
@@ -236,7 +250,7 @@ def run_values(stores: dict, pick: Statistic) -> dict:
                 icon=":material/visibility_off:",
             )
             continue
-        values = loader.stat_values(s, stat, matrix=matrix if matrix in ("qk", "ov") else "qk")
+        values = derived.stat_values(s, stat, matrix=matrix if matrix in ("qk", "ov") else "qk")
         if not np.isfinite(values).any():
             st.warning(
                 f"Run **{r}** has no values of {info.short()} for {matrix.upper()} and is left out: the circuit "

@@ -16,10 +16,13 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import sizes
 from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
-from headwatch.dashboard import charts, export, loader, widgets
+from headwatch.dashboard import charts, derived, export, widgets
+from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures import compare as figs
 
 UNITS = {"step": "training step", "tokens": "tokens seen", "fraction": "fraction of the run (step / last step)"}
+
+_size_tables = store_cached(sizes.size_tables, max_entries=8)
 
 
 def sizes_section(stores: dict, *, matrix: str) -> None:
@@ -31,7 +34,7 @@ def sizes_section(stores: dict, *, matrix: str) -> None:
     except StoreError as exc:
         st.info(f"Not compared across sizes: {exc}.", icon=":material/info:")
         return
-    table, consolidation, fits = loader.sizes_tables(stores, matrix=matrix)
+    table, consolidation, fits = _size_tables(stores, matrix=matrix)
     mat = "W_QK" if matrix == "qk" else "W_OV"
     _runs_table(table, stores)
     unit = widgets.select("cunit", "Consolidation and scaling in", list(UNITS), "step", fmt=UNITS.__getitem__, kind="radio")
@@ -102,7 +105,7 @@ def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, un
 def _joint(stores: dict, *, matrix: str, mat: str) -> None:
     with st.spinner("Clustering every run's trajectories together ..."):
         table = sizes.association_table(
-            {stat: loader.joint_clusters(stores, stat, matrix=matrix).association for stat in sizes.SIZE_STATS}
+            {stat: derived.joint_clusters(stores, stat, matrix=matrix).association for stat in sizes.SIZE_STATS}
         )
     fmt = st.column_config.NumberColumn
     st.dataframe(

@@ -33,7 +33,7 @@ from headwatch.analysis.findings.headline import headline_markdown
 from headwatch.analysis.findings.held_types import TYPE_LABELS, emerged_rows, type_sentences
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
-from headwatch.dashboard import charts, export, loader, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, loader, viewstate, widgets
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.figures import essential as ed_figs
 from headwatch.dashboard.figures import timeline as figs
@@ -78,7 +78,7 @@ def pick_view(store) -> TimelineView:
         if bases
         else None
     )
-    events = loader.run_events(store)
+    events = derived.run_events(store)
     kinds = widgets.multiselect("kinds", "Events shown", list(KINDS), list(KINDS), where=c_kinds)
     return TimelineView(
         basis=basis,
@@ -243,9 +243,10 @@ def open_question_panel(frame) -> None:
         if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only
             continue
         name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
-        own = loader.association(store, stat, matrix=matrix)[0]
-        rest = [loader.association(o, stat, matrix=matrix)[0] for o in others if has_statistic(o, stat, matrix)]
-        asked.append(Asked(name, own, rest))
+        own = derived.association(store, stat, matrix=matrix)
+        assert own is not None  # the store has head types (end_types above)
+        rest = [derived.association(o, stat, matrix=matrix) for o in others if has_statistic(o, stat, matrix)]
+        asked.append(Asked(name, own[0], [r[0] for r in rest if r is not None]))
     text = open_question_text(asked, n_runs=1 + len(others))
     st.markdown(text)
     st.page_link(
