@@ -1,4 +1,4 @@
-"""The essential-dynamics figure (Timeline page): the trajectory of the model's outputs in its first two principal
+"""The Timeline's essential-dynamics figure: the trajectory of the model's outputs in its first two principal
 components over checkpoints (`analysis.essential`), one colour per stage of the run, cusps marked.
 
 Each checkpoint is a point whose hover names its step; its ``customdata`` is ``[-1, -1, step]`` (the charts' one

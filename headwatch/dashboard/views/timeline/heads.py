@@ -1,0 +1,81 @@
+"""The Timeline's head panels: the head types in sentences with every head that holds one at the end, and the study's
+open question in one paragraph (do the trajectory clusters correspond to the head types?)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.association import Asked, open_question_text
+from headwatch.analysis.findings.held_types import emerged_rows, type_sentences
+from headwatch.analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
+from headwatch.dashboard import derived, loader
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import LLC_STAT, STATS
+from headwatch.dashboard.views.timeline.data import emerged_table
+
+
+def types_panel(frame: RunFrame) -> None:
+    """The head types in one sentence each, then every head that holds a type at the end."""
+    st.subheader("Head types")
+    for sentence in type_sentences(frame.store):
+        st.markdown(f"- {sentence}")
+    _emerged_table(frame, frame.store)
+
+
+def _emerged_table(frame: RunFrame, store) -> None:
+    """Every head that holds a type at the end of training, with its emergence step and a link to it there."""
+    held = emerged_rows(store)
+    if held is None or held.empty:
+        return
+    table = emerged_table(held, frame.run)
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="emerged_table",
+        column_config={
+            "emerged at step": st.column_config.NumberColumn(format="%d"),
+            "first above threshold": st.column_config.NumberColumn(format="%d"),
+            "peak score": st.column_config.NumberColumn(format="%.3f"),
+            "final score": st.column_config.NumberColumn(format="%.3f"),
+            "evidence": st.column_config.LinkColumn("evidence", display_text="open ↗", help="The head at that step"),
+        },
+        height=min(40 + 35 * len(table), 480),
+    )
+    st.caption(
+        "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
+        "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
+        "explorer at the emergence step with the type's score in its statistic tab (docs/head-types.md)."
+    )
+
+
+def open_question_panel(frame: RunFrame) -> None:
+    """The study's open question in one paragraph (the Trajectory map shows the whole table): do the trajectory
+    clusters correspond to the head types? Which statistics say so here and in every run."""
+    store = frame.store
+    st.subheader("Do the trajectory clusters correspond to head types?")
+    if end_types(store) is None:
+        st.markdown(
+            "This store has no head types, so the question cannot be asked of it "
+            "(`python -m headwatch.precompute.lenses.types STORE`)."
+        )
+        return
+    opened = [loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run]
+    others = [o for o in opened if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]
+    asked = []
+    for stat, matrix in ASSOCIATION_PAIRS:
+        if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only
+            continue
+        name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
+        own = derived.association(store, stat, matrix=matrix)
+        assert own is not None  # the store has head types (end_types above)
+        rest = [derived.association(o, stat, matrix=matrix) for o in others if has_statistic(o, stat, matrix)]
+        asked.append(Asked(name, own[0], [r[0] for r in rest if r is not None]))
+    text = open_question_text(asked, n_runs=1 + len(others))
+    st.markdown(text)
+    st.page_link(
+        "pages/trajectory_map.py",
+        label="The whole comparison, statistic by statistic, on the Trajectory map",
+        icon=":material/scatter_plot:",
+        query_params={"run": frame.run or "", "colour": "type"},
+    )
