@@ -8,6 +8,7 @@ fail on any package or pin that differs, extra by extra.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -95,11 +96,10 @@ def test_build_system_pins_are_the_dev_pins():
 
 
 def _repository_packages() -> set[str]:
-    """Every folder of the four library trees that holds an ``__init__.py``, as a dotted name."""
+    """Every folder of the library (headwatch/) that holds an ``__init__.py``, as a dotted name."""
     return {
         ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("analysis", "precompute", "dashboard", "training", "headwatch")
-        for p in (ROOT / top).rglob("__init__.py")
+        for p in (ROOT / "headwatch").rglob("__init__.py")
         if "__pycache__" not in p.parts
     }
 
@@ -135,13 +135,15 @@ def test_wheel_holds_every_package(wheel):
     names = set(wheel.namelist())
     missing = [pkg for pkg in sorted(_repository_packages()) if pkg.replace(".", "/") + "/__init__.py" not in names]
     assert not missing
-    modules = {
-        p.relative_to(ROOT).as_posix()
-        for top in ("analysis", "precompute", "dashboard", "training")
-        for p in (ROOT / top).rglob("*.py")
-        if "__pycache__" not in p.parts
-    }
-    assert modules <= names
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "headwatch").rglob("*.py") if "__pycache__" not in p.parts}
+    assert len(modules) > 150 and modules <= names
+
+
+def test_the_wheel_installs_one_top_level_package(wheel):
+    """Installed, the project is one import name: nothing beside ``headwatch`` (and its dist-info) in site-packages
+    that could shadow a researcher's own ``analysis/`` folder or ``training.py``."""
+    tops = {n.split("/")[0] for n in wheel.namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"headwatch"}
 
 
 def test_wheel_holds_the_app(wheel):
@@ -177,3 +179,24 @@ def test_an_installed_copy_serves_the_shipped_app(wheel, tmp_path):
     ).stdout.splitlines()
     assert out[0] == str(site / "headwatch" / "app" / "app.py")
     assert out[1] == str(sorted(p.name for p in (ROOT / "pages").glob("*.py")))
+
+
+def test_a_notebook_opens_a_store_with_one_import(wheel, tmp_path):
+    """``from headwatch import open_store`` in an installed copy, away from the clone: the store's own shape and
+    steps come back; the import itself loads neither pandas nor torch (the command's help stays fast)."""
+    site = tmp_path / "site"
+    wheel.extractall(site)
+    store = ROOT / "data" / "induction-d64"
+    code = (
+        "import sys; import headwatch; light = not any(m in sys.modules for m in ('pandas', 'torch')); "
+        f"from headwatch import open_store; s = open_store({str(store)!r}); "
+        "print(light, s.n_layers, s.n_heads, len(s.steps), type(s).__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(site)}
+    ).stdout.split()
+    meta = json.loads((store / "meta.json").read_text())
+    listed = [c for c in meta["checkpoints"] if not c.get("duplicate_of")]
+    assert out[0] == "True" and out[4] == "headwatch.analysis.store.reader"
+    assert (int(out[1]), int(out[2])) == (meta["model"]["n_layers"], meta["model"]["n_heads"])
+    assert int(out[3]) == len(listed)
