@@ -275,7 +275,7 @@ def test_picked_head_reads_a_click_on_the_map():
 def test_every_click_target_writes_layer_head_step_in_that_order(store):
     """The one point format (`dashboard.figures.points`): the refined LLC's curves, the heatmap cells and the
     animation's cells all put layer, head and step first, and the readers take them back."""
-    from headwatch.dashboard.figures import llc
+    from headwatch.dashboard.views.llc import figures as llc
 
     axis = step_axis(store)
     e, n_layers, n_heads = 3, store.n_layers, store.n_heads

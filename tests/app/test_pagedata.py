@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.llc_diagnostics import FLAGS
 from headwatch.dashboard.pagedata import head, weights
-from headwatch.dashboard.pagedata.llc import Estimates, flag_counts
 
 
 def test_standardized_density_of_a_gaussian_is_the_standard_normal() -> None:
@@ -30,23 +28,3 @@ def test_per_layer_places_each_row_and_leaves_the_rest_nan() -> None:
     got = weights.per_layer(rows, [0, 10, 20], [0, 2], "alpha")
     expected = np.array([[1.0, 2.0], [np.nan, 3.0], [np.nan, np.nan]])
     np.testing.assert_array_equal(got, expected)
-
-
-def test_flag_counts_count_heads_and_the_whole_model_per_checkpoint() -> None:
-    flags = np.array([[[FLAGS[0], FLAGS[1]]], [[FLAGS[1], FLAGS[1]]]])  # (E=2, 1 layer, 2 heads)
-    values = np.array([[[0.5, -0.1]], [[0.2, 0.3]]])
-    est = Estimates(
-        idx=np.array([0, 3]),
-        steps=np.array([0, 100]),
-        values=values,
-        stds=np.zeros_like(values),
-        model=np.array([1.0, -1.0]),
-        model_std=np.zeros(2),
-        model_init_loss=np.zeros(2),
-        flags=flags,
-        model_flags=np.array([FLAGS[0], FLAGS[3]]),
-    )
-    table = flag_counts(est)
-    assert list(table["step"]) == [0, 100]
-    assert list(table[FLAGS[0]]) == [2, 0] and list(table[FLAGS[1]]) == [1, 2] and list(table[FLAGS[3]]) == [0, 1]
-    assert list(table["negative"]) == [1, 1]
