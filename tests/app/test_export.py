@@ -16,8 +16,8 @@ from headwatch.dashboard.figures import architecture as arch
 from headwatch.dashboard.figures.common import log_ticks
 from headwatch.dashboard.figures.loss import loss_curve
 from headwatch.dashboard.figures.points import picked_step
-from headwatch.dashboard.figures.trajectory import SPARK_CHARS, sparkline
 from headwatch.dashboard.labels import STATS
+from headwatch.dashboard.views.trajectories.data.maps import SPARK_CHARS, sparkline
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,13 @@ from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGEN
 from headwatch.dashboard.data import fixed_range, step_axis
 from headwatch.dashboard.figures import animation as anim
 from headwatch.dashboard.figures import architecture as arch
-from headwatch.dashboard.figures import density, head, layers, points, spectrum, trajectory
+from headwatch.dashboard.figures import density, head, layers, points, spectrum
 from headwatch.dashboard.figures import forward as fwd
 from headwatch.dashboard.figures.common import figure, layout, overlay_loss
 from headwatch.dashboard.figures.loss import loss_curve
 from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.style import step_colours
+from headwatch.dashboard.views.trajectories import figures as trajectory
 from tests.app.conftest import arr
 
 
@@ -275,7 +276,7 @@ def test_picked_head_reads_a_click_on_the_map():
 def test_every_click_target_writes_layer_head_step_in_that_order(store):
     """The one point format (`dashboard.figures.points`): the refined LLC's curves, the heatmap cells and the
     animation's cells all put layer, head and step first, and the readers take them back."""
-    from headwatch.dashboard.figures import llc
+    from headwatch.dashboard.views.llc import figures as llc
 
     axis = step_axis(store)
     e, n_layers, n_heads = 3, store.n_layers, store.n_heads

@@ -14,7 +14,7 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
 from headwatch.dashboard import style
-from headwatch.dashboard.pagedata.trajectories import TYPE_COLOURS
+from headwatch.dashboard.views.trajectories.data.maps import TYPE_COLOURS
 from tests.app.conftest import chart, open_page
 from tests.unit.test_compare_cli import write_ladder
 

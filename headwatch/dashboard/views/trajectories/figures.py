@@ -49,7 +49,8 @@ def trajectory_map(
         n_layers: number of layers (colour scale range).
         highlight: layer-major index of a head to ring, the edges to its own k nearest drawn darker.
         method: how the map was made (axis titles).
-        sparks: one line of text per head shown in its hover (`sparkline`: its trajectory in miniature).
+        sparks: one line of text per head shown in its hover (its trajectory in miniature,
+            `views.trajectories.data.maps.sparklines`).
         groups: ``(N,)`` int group of each head (a head type, a cluster) to colour by instead of the layer: one
             legend entry per group, named by ``group_names`` and drawn in ``group_colours``, under ``group_title``.
     """
@@ -280,25 +281,3 @@ def joint_trajectory_map(
             yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),
     )
-
-
-SPARK_CHARS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: np.ndarray, *, width: int = 32) -> str:
-    """A head's trajectory in one line of block characters (its own min to max), first and last value beside it.
-
-    Args:
-        values: ``(S,)`` the statistic at every checkpoint; resampled to at most ``width`` characters.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    ok = np.isfinite(v)
-    if not ok.any():
-        return "(no finite values)"
-    if len(v) > width:
-        v = v[np.linspace(0, len(v) - 1, width).round().astype(int)]
-    lo, hi = np.nanmin(v[np.isfinite(v)]), np.nanmax(v[np.isfinite(v)])
-    span = hi - lo if hi > lo else 1.0
-    chars = "".join(" " if not np.isfinite(x) else SPARK_CHARS[round((x - lo) / span * (len(SPARK_CHARS) - 1))] for x in v)
-    first, last = values[ok][0], values[ok][-1]
-    return f"{first:.3g} {chars} {last:.3g}"

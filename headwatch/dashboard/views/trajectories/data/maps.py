@@ -1,6 +1,6 @@
-"""The Trajectory map page's data: the precomputed map that fits the page's choices, a map computed here (one run's,
-or several runs' together), the heads' colour groups, and one row of the table that asks whether the trajectory
-clusters correspond to head types."""
+"""What the Trajectory map computes before it draws one run's map: the precomputed map that fits the view's choices
+or a map computed here, each head's nearest trajectories, the heads' trajectories in miniature (the hover's sparklines)
+and their colour groups."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis import trajectories as maps
-from headwatch.analysis.findings.runs import joint_trajectories
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import EMBEDDINGS, LLC
@@ -18,7 +17,9 @@ from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, km
 from headwatch.analysis.type_association import cluster_trajectories
 
 TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
+
 MIXED_COLOUR = "#9467bd"
+
 LLC_K = 4  # the Refined LLC page's default number of clusters (k-means on per-head-normalised curves)
 
 
@@ -54,44 +55,6 @@ def embedding(
     )
 
 
-def joint_embedding(
-    stores: list[Store],
-    statistic: str,
-    *,
-    matrix: str,
-    normalisation: Normalisation,
-    settings: EmbeddingSettings,
-    align: str = "fraction",
-) -> pd.DataFrame:
-    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories` on the common
-    time axis ``align``, ``fraction`` or ``tokens``; UMAP).
-
-    Returns:
-        Columns ``run_index`` (position in ``stores``), ``layer``, ``head``, ``x``, ``y``, ``neighbors`` (row indices
-        of the nearest trajectories in the joint set) and ``same_steps``.
-    """
-    axis: Any = "tokens" if align == "tokens" else "fraction"
-    traj, index, same = joint_trajectories(
-        [stat_values(s, statistic, matrix=matrix) for s in stores],
-        [s.steps for s in stores],
-        align=axis,
-        tokens=[t for t in (s.meta.tokens_at(s.steps) for s in stores) if t is not None] if axis == "tokens" else None,
-    )
-    x = normalise(traj, normalisation)
-    xy, neighbors = maps.umap_embed(x, settings), maps.knn(x, settings.knn_k)
-    return pd.DataFrame(
-        {
-            "run_index": index[:, 0],
-            "layer": index[:, 1],
-            "head": index[:, 2],
-            "x": xy[:, 0],
-            "y": xy[:, 1],
-            "neighbors": list(neighbors),
-            "same_steps": same,
-        }
-    )
-
-
 def stored_map(
     store: Store, stored: pd.DataFrame | None, *, stat: str, matrix: str, norm: str, settings: EmbeddingSettings
 ) -> tuple[pd.DataFrame | None, str, bool]:
@@ -115,6 +78,47 @@ def neighbours(rows: pd.DataFrame) -> np.ndarray:
     return np.stack(rows["neighbors"].to_numpy()) if len(rows) else np.zeros((0, 0), dtype=np.int64)
 
 
+def nearest(rows: pd.DataFrame, *, layer: int, head: int, n_heads: int) -> str | None:
+    """The nearest trajectories of head ``(layer, head)`` on the map ``rows`` (layer-major), named ``L1 H2, ...``;
+    None when the map has no edges."""
+    neighbors = neighbours(rows)
+    if not len(neighbors):
+        return None
+    return ", ".join(f"L{i // n_heads} H{i % n_heads}" for i in neighbors[layer * n_heads + head])
+
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: np.ndarray, *, width: int = 32) -> str:
+    """A head's trajectory in one line of block characters (its own min to max), first and last value beside it.
+
+    Args:
+        values: ``(S,)`` the statistic at every checkpoint; resampled to at most ``width`` characters.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    if not ok.any():
+        return "(no finite values)"
+    if len(v) > width:
+        v = v[np.linspace(0, len(v) - 1, width).round().astype(int)]
+    lo, hi = np.nanmin(v[np.isfinite(v)]), np.nanmax(v[np.isfinite(v)])
+    span = hi - lo if hi > lo else 1.0
+    chars = "".join(" " if not np.isfinite(x) else SPARK_CHARS[round((x - lo) / span * (len(SPARK_CHARS) - 1))] for x in v)
+    first, last = values[ok][0], values[ok][-1]
+    return f"{first:.3g} {chars} {last:.3g}"
+
+
+def sparklines(traj: np.ndarray, layers: np.ndarray, heads: np.ndarray, *, label: str) -> list[str]:
+    """Each map row's hover line: ``label`` and its head's trajectory in miniature (`sparkline`).
+
+    Args:
+        traj: ``(S, n_layers, n_heads)`` the statistic mapped.
+        layers, heads: ``(N,)`` each row's head.
+    """
+    return [f"{label}: {sparkline(traj[:, int(lay), int(hd)])}" for lay, hd in zip(layers, heads, strict=True)]
+
+
 def grouping(store: Store, colour_by: str, traj: np.ndarray, types: tuple[np.ndarray, int] | None) -> dict[str, Any]:
     """The map's colouring: nothing extra for layers, else the heads' groups, their names and colours.
 
@@ -136,58 +140,3 @@ def grouping(store: Store, colour_by: str, traj: np.ndarray, types: tuple[np.nda
         names = [f"rLLC cluster {c + 1}" for c in range(int(labels.max()) + 1)]
         return dict(groups=labels, group_names=names, group_title="refined-LLC cluster")
     return {}
-
-
-def association_row(short: str, run: str, result: Any, labels: np.ndarray, step: int) -> dict[str, Any]:
-    """One row of the clusters-against-types table: a statistic (``short``) of one run, its clusters, the heads'
-    types (``labels``, at ``step``) and the association between them (`analysis.type_association.Association`)."""
-    counts = ", ".join(f"{t} {n}" for t, n in zip(*np.unique(labels, return_counts=True), strict=True))
-    return {
-        "statistic": short,
-        "run": run,
-        "clusters (k)": result.clusters,
-        "silhouette": result.silhouette,
-        "types at step": step,
-        "heads per type": counts,
-        "AMI": result.ami,
-        "p (shuffled over heads)": result.p_value,
-        "p (shuffled within layers)": result.p_within_layers,
-        "answer": result.reason
-        or ("associated" if result.significant else "no association shown")
-        + ("" if not result.significant else f" (within layers: p = {result.p_within_layers:.3g})"),
-    }
-
-
-def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
-    """The joint map's fill: nothing extra for relative depth (``layer``), else each head's group by ``run``,
-    ``type`` (at the end of training) or ``cluster`` (the joint trajectory clusters), with names and colours.
-
-    Args:
-        heads: the joint heads in the map's row order, with ``run``, ``type`` and ``cluster``
-            (`analysis.findings.sizes.JointClusters.heads`).
-        runs: the runs' names in the map's order.
-    """
-    if colour_by == "run":
-        groups = np.array([runs.index(r) for r in heads["run"]])
-        return dict(groups=groups, group_names=list(runs), group_title="run")
-    if colour_by == "type":
-        names = sorted(set(heads["type"]), key=lambda t: (t == "none", "+" in t, t))
-        groups = np.array([names.index(t) for t in heads["type"]])
-        colours = [TYPE_COLOURS.get(t, MIXED_COLOUR) for t in names]
-        return dict(groups=groups, group_names=names, group_colours=colours, group_title="type at the end of training")
-    if colour_by == "cluster":
-        labels = heads["cluster"].to_numpy(dtype=np.int64)
-        names = [f"joint cluster {c + 1}" for c in range(int(labels.max()) + 1)] if len(labels) else []
-        return dict(groups=labels, group_names=names, group_title="joint trajectory cluster")
-    return {}
-
-
-def joint_counts(heads: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
-    """Heads per joint cluster (one row each, ``joint cluster`` numbered from 1), one column per run and per type."""
-    by_run = pd.crosstab(heads["cluster"], heads["run"]).reindex(columns=runs, fill_value=0)
-    by_type = pd.crosstab(heads["cluster"], heads["type"])
-    by_type.columns = [f"type: {t}" for t in by_type.columns]
-    table = pd.concat([by_run, by_type], axis=1).reset_index()
-    table.insert(0, "joint cluster", table.pop("cluster") + 1)
-    table.insert(1, "heads", by_run.sum(axis=1).to_numpy())
-    return table

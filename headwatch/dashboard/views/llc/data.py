@@ -1,5 +1,6 @@
-"""The Refined LLC page's data: the estimates at the checkpoints that have them, the heads' clusters, the flag
-counts per checkpoint and one estimate's chain traces."""
+"""What the Refined LLC view computes before it draws: the estimates at the checkpoints that have them, the heads'
+clusters and their sizes, the flag counts per checkpoint and the negative estimates, one estimate's chain traces, and
+the tables its charts export."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.llc_diagnostics import FLAGS
+from headwatch.analysis.llc_diagnostics import FLAGS, NEGATIVE_NOTE
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from headwatch.analysis.trajectories import Normalisation, kmeans, normalise, trajectories
@@ -44,7 +45,7 @@ def estimates(store: Store, flagged: tuple[np.ndarray, np.ndarray] | None) -> Es
 
     Args:
         store: a store with ``llc.parquet``.
-        flagged: every checkpoint's head and whole-model flags (`dashboard.loader.llc_flags`), or None.
+        flagged: every checkpoint's head and whole-model flags (`dashboard.derived.llc_flags`), or None.
     """
     steps = [int(s) for s in store.steps]
     idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC)])
@@ -68,6 +69,57 @@ def clusters(values: np.ndarray, *, k: int, norm: Normalisation) -> np.ndarray:
     return kmeans(normalise(trajectories(values), norm), k, seed=0)  # (n_layers * n_heads, E) -> labels
 
 
+def cluster_names(labels: np.ndarray) -> list[str]:
+    """The clusters' names (``cluster 1``, ...), one per cluster of ``labels`` (`clusters`)."""
+    return [f"cluster {c + 1}" for c in range(int(labels.max()) + 1)]
+
+
+def cluster_sizes(labels: np.ndarray, names: list[str]) -> str:
+    """How many heads each cluster holds, in words (``cluster 1: 5 heads, ...``)."""
+    return ", ".join(f"{name}: {int((labels == c).sum())} heads" for c, name in enumerate(names))
+
+
+def clusters_csv(run: str, labels: np.ndarray, *, n_layers: int, n_heads: int) -> pd.DataFrame:
+    """Every head's cluster (numbered from 1) as rows, layer-major."""
+    return pd.DataFrame(
+        {
+            "run": run,
+            "layer": np.repeat(np.arange(n_layers), n_heads),
+            "head": np.tile(np.arange(n_heads), n_layers),
+            "cluster": labels + 1,
+        }
+    )
+
+
+def model_csv(run: str, est: Estimates) -> pd.DataFrame:
+    """The whole model's estimates as rows: step, estimate, its spread over chains and the loss at w*."""
+    return pd.DataFrame(
+        {
+            "run": run,
+            "step": est.steps,
+            "llc": est.model,
+            "llc_std": est.model_std,
+            "init_loss": est.model_init_loss,
+        }
+    )
+
+
+def negative_warnings(est: Estimates) -> list[str]:
+    """What the page warns of the negative estimates: the heads' (the first six named) and the whole model's steps."""
+    warnings = []
+    negative = np.argwhere(est.values < 0)  # (n, 3): estimate index, layer, head
+    if len(negative):
+        where = ", ".join(f"L{layer} H{head} at step {int(est.steps[t]):,}" for t, layer, head in negative[:6])
+        more = f" and {len(negative) - 6} more" if len(negative) > 6 else ""
+        warnings.append(f"{len(negative)} head estimates are negative ({where}{more}): {NEGATIVE_NOTE}.")
+    if np.any(est.model < 0):
+        warnings.append(
+            f"The whole-model estimate is negative at step(s) "
+            f"{', '.join(f'{int(s):,}' for s in est.steps[est.model < 0])}: {NEGATIVE_NOTE}."
+        )
+    return warnings
+
+
 def flag_counts(est: Estimates) -> pd.DataFrame:
     """Per checkpoint, how many estimates (every head and the whole model) hold each flag, and how many are negative.
 
@@ -80,6 +132,19 @@ def flag_counts(est: Estimates) -> pd.DataFrame:
         | {f: [(est.flags[t] == f).sum() + (est.model_flags[t] == f) for t in range(e)] for f in FLAGS}
         | {"negative": (est.values < 0).reshape(e, -1).sum(axis=1) + (est.model < 0)}
     )
+
+
+WHOLE_MODEL = "whole model"  # the traces' target that is no head
+
+
+def trace_targets(n_layers: int, n_heads: int) -> list[str]:
+    """The estimates whose chains can be shown: the whole model, then every head (``L1H2``), layer-major."""
+    return [WHOLE_MODEL] + [f"L{layer}H{head}" for layer in range(n_layers) for head in range(n_heads)]
+
+
+def trace_target(target: str) -> tuple[int, int]:
+    """``(layer, head)`` of a `trace_targets` entry, ``(-1, -1)`` for the whole model (as ``llc_chains.parquet``)."""
+    return (-1, -1) if target == WHOLE_MODEL else (int(target[1:].split("H")[0]), int(target.split("H")[1]))
 
 
 def chain_traces(store: Store, *, step: int, layer: int, head: int) -> tuple[np.ndarray, float | None]:
@@ -100,3 +165,14 @@ def heads_csv(run: str, est: Estimates, labels: np.ndarray) -> pd.DataFrame:
     rows = export.tidy(est.values, est.steps, run=run, statistic=LLC_STAT, matrix="llc")
     e = len(est.idx)
     return rows.assign(llc_std=est.stds.reshape(e, -1).ravel(), cluster=np.tile(labels + 1, e))
+
+
+def traces_csv(run: str, trace: np.ndarray, *, step: int, layer: int, head: int) -> pd.DataFrame:
+    """One estimate's chains (``trace``: ``(chains, draws)``) as tidy rows, one per chain and SGLD step."""
+    return pd.DataFrame(
+        [
+            {"run": run, "step": step, "layer": layer, "head": head, "chain": c, "sgld_step": k, "loss": v}
+            for c, tr in enumerate(trace)
+            for k, v in enumerate(tr)
+        ]
+    )

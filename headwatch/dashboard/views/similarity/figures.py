@@ -1,5 +1,5 @@
-"""How alike heads are, from the weights (`pages/head_similarity.py`; ``similarity.parquet`` and
-``ultrametricity.parquet``): a layer's heads ordered by a dendrogram, every head against every head, and how
+"""How alike heads are, from the weights (`views.similarity`; ``similarity.parquet`` and ``ultrametricity.parquet``):
+the heads' similarity matrix, in the order `views.similarity.data.shown` gives (a dendrogram's leaves), and how
 ultrametric each layer is over training."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from scipy.cluster.hierarchy import dendrogram, linkage
-from scipy.spatial.distance import squareform
 
 from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range
@@ -33,25 +31,6 @@ SHORT = {
     "ov_col": "W_OV column spaces: mean cos²",
     "ov_row": "W_OV row spaces: mean cos²",
 }
-
-
-def pair_square(values: np.ndarray, *, diagonal: float = 1.0) -> np.ndarray:
-    """``(n, n)`` symmetric matrix from the upper triangle ``values`` (NaN elsewhere), the diagonal set."""
-    upper = np.triu(np.nan_to_num(values, nan=0.0), 1)
-    out = upper + upper.T
-    known = np.isfinite(values) | np.isfinite(values.T)
-    out[~known] = np.nan
-    np.fill_diagonal(out, diagonal)
-    return out
-
-
-def dendrogram_order(distance: np.ndarray) -> np.ndarray:
-    """The leaves of scipy's average-linkage dendrogram of a square distance matrix, in plotting order."""
-    n = distance.shape[0]
-    if n < 3 or not np.isfinite(distance).all():
-        return np.arange(n)
-    z = linkage(squareform(distance, checks=False), method="average")
-    return np.asarray(dendrogram(z, no_plot=True)["leaves"], dtype=np.int64)
 
 
 def similarity_matrix(

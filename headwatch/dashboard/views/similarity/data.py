@@ -1,5 +1,6 @@
-"""The Head similarity page's data: the similarity matrix shown (every head, or one layer in dendrogram order),
-its fixed colour range, and the ultrametricity table as arrays over training."""
+"""What the Head similarity view computes before it draws: the similarity matrix shown (every head, or one layer in
+dendrogram order), its fixed colour range, the random heads' mean similarity, and the ultrametricity table as arrays
+over training."""
 
 from __future__ import annotations
 
@@ -7,12 +8,32 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.cluster.hierarchy import dendrogram, linkage
+from scipy.spatial.distance import squareform
 
 from headwatch.analysis.ultrametric import distance
 from headwatch.dashboard.data import fixed_range
-from headwatch.dashboard.figures.similarity import dendrogram_order, pair_square
 
 ALL = -1  # the layer choice that shows every head against every head
+
+
+def pair_square(values: np.ndarray, *, diagonal: float = 1.0) -> np.ndarray:
+    """``(n, n)`` symmetric matrix from the upper triangle ``values`` (NaN elsewhere), the diagonal set."""
+    upper = np.triu(np.nan_to_num(values, nan=0.0), 1)
+    out = upper + upper.T
+    known = np.isfinite(values) | np.isfinite(values.T)
+    out[~known] = np.nan
+    np.fill_diagonal(out, diagonal)
+    return out
+
+
+def dendrogram_order(distance: np.ndarray) -> np.ndarray:
+    """The leaves of scipy's average-linkage dendrogram of a square distance matrix, in plotting order."""
+    n = distance.shape[0]
+    if n < 3 or not np.isfinite(distance).all():
+        return np.arange(n)
+    z = linkage(squareform(distance, checks=False), method="average")
+    return np.asarray(dendrogram(z, no_plot=True)["leaves"], dtype=np.int64)
 
 
 def distance_text(stat: str) -> str:
@@ -70,6 +91,41 @@ def shown(values: np.ndarray, steps: np.ndarray, *, step: int, layer: int, stat:
         )
     heads = [(int(i // n_heads), int(i % n_heads)) for i in order]
     return Shown(heads=heads, values=square[np.ix_(order, order)], rng=rng, separators=separators, what=what)
+
+
+def baseline_mean(similarity: dict, stat: str) -> float | None:
+    """The mean of ``stat`` over independent random heads of the model's shapes (meta.json ``similarity``'s
+    ``baseline``, by the statistic's kind: ``frob``, ``col`` or ``row``), or None when the store does not say."""
+    return ((similarity.get("baseline") or {}).get("mean") or {}).get(stat.split("_", 1)[1])
+
+
+@dataclass(frozen=True)
+class Ultrametricity:
+    """The ultrametricity table's rows of one statistic, as arrays over training.
+
+    Attributes:
+        rows: the table's rows whose ``distance`` is the statistic.
+        layers: the L layers they cover, in order.
+        share, baseline: ``(S, L)`` the layers' shares of ultrametric triangles and the random heads' (`grid`), NaN
+            where absent.
+    """
+
+    rows: pd.DataFrame
+    layers: list[int]
+    share: np.ndarray
+    baseline: np.ndarray
+
+
+def ultrametricity(table: pd.DataFrame, stat: str, steps: np.ndarray) -> Ultrametricity:
+    """The rows of ``table`` (``ultrametricity.parquet``) for the distance of ``stat``, over the store's ``steps``."""
+    rows = table[table["distance"] == stat]
+    layers = sorted(int(v) for v in rows["layer"].unique())
+    return Ultrametricity(
+        rows=rows,
+        layers=layers,
+        share=grid(rows, "share", steps, layers),
+        baseline=grid(rows, "baseline", steps, layers),
+    )
 
 
 def ultrametric_reading(share: np.ndarray, base: np.ndarray, layers: list[int], steps: np.ndarray) -> str:

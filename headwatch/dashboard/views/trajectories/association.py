@@ -1,0 +1,68 @@
+"""The Trajectory map's question: do the trajectory clusters correspond to head types? The clusters of every
+statistic asked (`views.trajectories.data.association`) against the heads' types, AMI and permutation p per
+statistic and run, and whether the association replicates across the runs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, end_types
+from headwatch.dashboard import derived, export, loader
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.views.trajectories.data import association as data
+
+
+def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
+    """The study's open question: do the trajectory clusters correspond to head types? AMI and permutation p per
+    statistic and run, and whether it replicates across the runs."""
+    store = frame.store
+    st.subheader("Do the trajectory clusters correspond to head types?")
+    if end_types(store) is None:
+        st.info(
+            "This store has no head types (head_types.parquet), so the clusters cannot be compared with them. Add "
+            f"them with `python -m headwatch.precompute.lenses.types {store.path}` (needs the forward lens, attention.parquet).",
+            icon=":material/category:",
+        )
+        return
+    stats = data.association_stats(store, stat)
+    others = {r: loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run}
+    runs = data.association_runs(frame.run, store, others)
+    with st.spinner("Clustering trajectories and shuffling types ..."):
+        table, by_stat = data.association_table(runs, stats, matrix=matrix, associate=derived.association)
+    reading = data.association_reading(table, by_stat, run=frame.run, stat=stat, matrix=matrix)
+    if reading is not None:
+        st.markdown(reading)
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="association_table",
+        column_config={
+            "AMI": st.column_config.NumberColumn(format="%.3f"),
+            "silhouette": st.column_config.NumberColumn(format="%.2f"),
+            "p (shuffled over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "p (shuffled within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "types at step": st.column_config.NumberColumn(format="%d"),
+        },
+    )
+    st.caption(
+        "Each row: the heads' trajectories of one weight statistic (every checkpoint, each normalised by its own "
+        f"mean and standard deviation) grouped by k-means, k in {CLUSTER_RANGE.start}..{CLUSTER_RANGE.stop - 1} chosen "
+        "by the largest silhouette without looking at the types; the heads' types at the run's last checkpoint with "
+        f"head types ({', '.join(HEAD_TYPES)}, or none; a head with several is its own label). AMI: scikit-learn's "
+        "adjusted mutual information (0: what independent labels give on average, 1: the same partition). p: the "
+        f"share of {PERMUTATIONS:,} random reassignments of the types to the heads that match the clusters at least as "
+        f"well (p < {SIGNIFICANCE} reads as associated); within layers, the types are reassigned only among the heads "
+        "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
+        "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
+        "statistics are left out: the types are decided from them. Several statistics are tested: at p < 0.05 one test "
+        "in twenty is significant by chance, so read an association that holds in every run (another seed) before "
+        "one that holds in one. Method: analysis/type_association.py."
+    )
+    st.download_button(
+        "Download this table (CSV)",
+        table.to_csv(index=False),
+        file_name=export.safe_name(frame.run, "types-vs-trajectory-clusters", matrix) + ".csv",
+        mime="text/csv",
+        key="association_csv",
+    )

@@ -1,0 +1,192 @@
+"""The Trajectory map of several runs together: every head of this run and of the runs chosen to embed with it
+(URL ``joint``) on one map, on a common time axis (``jalign``), coloured by depth, run, type or joint cluster; then
+whether the joint clusters follow the head types (universal kinds of trajectory) or the runs (run-specific ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.events import EVIDENCE_PANEL
+from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS
+from headwatch.analysis.store import Store
+from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
+from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE
+from headwatch.dashboard import charts, derived, export, loader, viewstate
+from headwatch.dashboard.cache import store_cached
+from headwatch.dashboard.figures.points import picked_run_head
+from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.labels import STATS
+from headwatch.dashboard.views.trajectories.data import joint as data
+from headwatch.dashboard.views.trajectories.data.maps import neighbours
+from headwatch.dashboard.views.trajectories.figures import joint_trajectory_map
+
+JOINT_COLOUR_BY = {  # the joint map's colourings (URL ``colour``): ``layer`` fills by relative depth
+    "layer": "relative depth (layer / n_layers)",
+    "run": "run",
+    "type": "head type at the end of training",
+    "cluster": "joint trajectory cluster (all runs' heads together)",
+}
+# a map computed here (UMAP) of several runs' heads together
+_joint_embedding = store_cached(data.joint_embedding, max_entries=8)
+
+
+def joint_map_panel(
+    frame: RunFrame,
+    runs: list[str],
+    *,
+    stat: str,
+    matrix: str,
+    norm: Normalisation,
+    settings: EmbeddingSettings,
+    align: str,
+    colour_by: str,
+) -> None:
+    """The map of this run's heads and those of ``runs`` (URL ``joint``), embedded together (computed here, cached)
+    on the time axis ``align``, coloured by depth, run, type or joint cluster (``colour_by``); then what the joint
+    clusters follow."""
+    store = frame.store
+    stores, names = _joint_runs(frame, runs, stat=stat, matrix=matrix, align=align)
+    if len(stores) < 2:
+        st.info("None of the chosen runs can join this map; remove them to see this run's own map.")
+        return
+    how: dict[str, Any] = dict(matrix=matrix, normalisation=norm, settings=settings, align=align)
+    if not _joint_embedding.computed(stores, stat, **how):
+        st.info(
+            f"A map of {len(stores)} runs together is computed here (UMAP; the first one in a server process takes "
+            "~30 s while numba compiles it) and cached."
+        )
+        if not st.button("Compute the joint map", type="primary"):
+            return
+    with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
+        rows = _joint_embedding(stores, stat, **how)
+    with st.spinner("Clustering the runs' trajectories together ..."):
+        joint = derived.joint_clusters(
+            dict(zip(names, stores, strict=True)), stat, matrix=matrix, align="tokens" if align == "tokens" else "fraction"
+        )
+    neighbors = neighbours(rows)
+    fig = joint_trajectory_map(
+        rows["x"].to_numpy(),
+        rows["y"].to_numpy(),
+        rows["run_index"].to_numpy(),
+        rows["layer"].to_numpy(),
+        rows["head"].to_numpy(),
+        neighbors,
+        runs=names,
+        n_layers=[s.n_layers for s in stores],
+        **data.joint_grouping(colour_by, joint.heads, names),
+    )
+    event = charts.chart(
+        fig,
+        "trajectory_map",
+        title=f"{' + '.join(names)} · joint trajectory map of {STATS[stat].short()} ({norm})",
+        filename=export.safe_name(*names, "joint-trajectory-map", stat, norm),
+        csv=lambda: data.joint_csv(rows, joint.heads, names, matrix=matrix, stat=stat),
+        select=True,
+    )
+    if bool(rows["same_steps"].iloc[0]):
+        when = f"at their {len(store.steps)} shared checkpoints"
+    else:
+        fewest = min(stores, key=lambda s: len(s.steps))
+        when = (
+            f"at the {JOINT_ALIGNMENTS[align]} of the checkpoints of {names[stores.index(fewest)]}, "
+            f"the run with the fewest ({len(fewest.steps)}); every other run gives, at each of them, its own last "
+            "checkpoint at or before it (picked, not interpolated)"
+        )
+    forward = STATS[stat].forward
+    fill = (
+        "the fill by relative depth (layer / n_layers, so layers of models of different depth compare)"
+        if colour_by == "layer"
+        else f"the fill by {JOINT_COLOUR_BY[colour_by]} (legend)"
+    )
+    st.caption(
+        f"One point per head of each run, the run shown by the marker (legend) and its outline colour, {fill}. "
+        f"Trajectories of {STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} "
+        f"{when}, normalised {NORMALISATIONS[norm]} over all the runs' heads together, embedded by UMAP (neighbours "
+        f"{settings.n_neighbors}, minimum distance {settings.min_dist}, seed {settings.seed}); grey edges join each head "
+        f"to its {settings.knn_k} nearest trajectories, from any run. Hover names run, layer and head; click a point to "
+        "open that head of its run in the head explorer."
+    )
+    _joint_association(joint, names, stat=stat)
+    picked = picked_run_head(event)
+    if picked is not None and 0 <= picked[0] < len(names):
+        i, lay, hd = picked
+        viewstate.switch_page(
+            "pages/head_explorer.py", run=names[i], layer=lay, head=hd, stat=stat, matrix=matrix, panel=EVIDENCE_PANEL
+        )
+
+
+def _joint_runs(frame: RunFrame, runs: list[str], *, stat: str, matrix: str, align: str) -> tuple[list[Store], list[str]]:
+    """This run and the ``runs`` that can join its map (`data.joint_refusal`; each one that cannot is named in a
+    warning)."""
+    store = frame.store
+    stores, names = [store], [frame.run]
+    for r in runs:
+        other = loader.try_load_store(frame.runs[r])
+        refusal = data.joint_refusal(store, other, stat=stat, matrix=matrix, align=align)
+        if refusal is not None:
+            _left_off(r, other, refusal, stat=stat, matrix=matrix)
+            continue
+        assert isinstance(other, Store)  # a store that cannot be opened is refused
+        stores.append(other)
+        names.append(r)
+    return stores, names
+
+
+def _left_off(run: str, other: Store | StoreError, refusal: data.Refusal, *, stat: str, matrix: str) -> None:
+    """The warning that ``run`` is left off the joint map, and why (``refusal``)."""
+    if isinstance(other, StoreError):
+        st.warning(f"Run **{run}** cannot be opened and is left off the map: {other}", icon=":material/error:")
+    elif refusal == "no trajectory":
+        st.warning(
+            f"Run **{run}** has fewer than two checkpoints (no trajectory) and is left off the map.", icon=":material/error:"
+        )
+    elif refusal == "no forward lens":
+        st.warning(
+            f"Run **{run}** has no forward-lens tables, so no {STATS[stat].short()}; it is left off the map. Add "
+            f"them with `python -m headwatch.precompute --source SOURCE --out {other.path} --lenses attention`.",
+            icon=":material/visibility_off:",
+        )
+    elif refusal == "no statistic":
+        st.warning(f"Run **{run}** has no {STATS[stat].label} and is left off the map.", icon=":material/visibility_off:")
+    elif refusal == "no matrix":
+        st.warning(
+            f"Run **{run}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
+            f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
+            icon=":material/visibility_off:",
+        )
+    else:  # no tokens
+        st.warning(
+            f"Run **{run}** (or this run) records no tokens per step and is left off the tokens axis; align by fraction "
+            "of training to include it.",
+            icon=":material/visibility_off:",
+        )
+
+
+def _joint_association(joint, names: list[str], *, stat: str) -> None:
+    """Do the joint clusters follow the head types (universal kinds of trajectory) or the runs (size-specific)?"""
+    st.subheader("Universal or run-specific? The joint clusters against head types and runs")
+    a = joint.association
+    if a.testable:
+        st.markdown(
+            f"**{STATS[stat].short()}, {len(names)} runs, {a.heads} heads, {a.clusters} joint clusters:** with the head "
+            f"types AMI = {a.ami_type:.3f} (p = {a.p_type:.3g}, types shuffled within each run); with the runs AMI = "
+            f"{a.ami_run:.3f} (p = {a.p_run:.3g}, runs shuffled within each type). Read: {a.verdict()}."
+        )
+    else:
+        st.info(f"The joint clusters of {STATS[stat].short()} cannot be compared: {a.reason}.", icon=":material/info:")
+    st.dataframe(data.joint_counts(joint.heads, names), hide_index=True, key="joint_counts")
+    st.caption(
+        "Heads per joint cluster, by run and by type (the type at each run's last checkpoint with head types). The "
+        "clusters: every head's trajectory on the common time axis, normalised per head (minus its mean, divided by "
+        f"its standard deviation: the shape of the curve), k-means with k in {CLUSTER_RANGE.start}.."
+        f"{CLUSTER_RANGE.stop - 1} by the largest silhouette, chosen without the types or the runs. AMI: scikit-learn's "
+        "adjusted mutual information (0: what independent labels give on average, 1: the same partition). The types' "
+        "p-value reassigns the types only among the heads of one run, so the run is held fixed; the runs' p-value "
+        "reassigns the run labels only among the heads of one type, so the type is held fixed; "
+        f"{a.permutations or PERMUTATIONS:,} shuffles each, p < {SIGNIFICANCE} read as associated. High type AMI with "
+        "low run AMI reads as universal kinds of trajectory, the reverse as run-specific (size-specific) ones. Method: "
+        "analysis/joint_clusters.py; `headwatch compare` writes the same for the study's four statistics."
+    )
