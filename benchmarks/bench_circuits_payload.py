@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_circuits_payload --store data/shakespeare-pythia-6x8
 
-The matrix is built as `dashboard.pagepanels.composition_circuits.matrix_panel` builds it (K-composition over the
+The matrix is built as `dashboard.views.circuits.page.matrix_panel` builds it (K-composition over the
 random-heads mean, every step with composition rows, opened at the last), then encoded with ``plotly.io.to_json``
 (what Streamlit puts in the page's message). Printed: the figure's bytes, and how many are the base traces, the
 frames and the layout. Results: docs/dashboard.md ("One panel at a time", the Circuits bullet).
@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import plotly.io as pio
 from plotly.io.json import to_json_plotly
 
-from headwatch.analysis.findings.paths import induction_paths, strongest_paths, types_at
+from headwatch.analysis.findings.paths import types_at
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import COMPOSITION
-from headwatch.dashboard.figures import circuits as figs
+from headwatch.dashboard.views.circuits import data
+from headwatch.dashboard.views.circuits import figures as figs
 
 STORE = Path(__file__).resolve().parents[1] / "data" / "shakespeare-pythia-6x8"
 
@@ -31,13 +31,11 @@ def main() -> None:
     parser.add_argument("--kind", default="k", choices=["q", "k", "v"])
     args = parser.parse_args()
     store = open_store(args.store)
-    steps = [int(s) for s in store.steps_with(COMPOSITION)]
+    steps = data.composition_steps(store)
     divisor = ((store.meta.composition or {}).get("baseline") or {}).get(args.kind) or 1.0
-    at = [int(np.searchsorted(store.steps, s)) for s in steps]
-    matrix = figs.pair_matrix(store.require(COMPOSITION, args.kind)[at]) / divisor  # (S, N targets, N sources)
-    paths = induction_paths(store, steps)
-    if paths is not None:
-        paths = strongest_paths(paths, figs.pair_matrix(store.require(COMPOSITION, "k")[at]))
+    at = data.rows_of(store, steps)
+    matrix = data.pair_matrix(store.require(COMPOSITION, args.kind)[at]) / divisor  # (S, N targets, N sources)
+    paths = data.ringed_paths(store, steps, at)
     fig = figs.composition_animation(
         matrix,
         steps=steps,

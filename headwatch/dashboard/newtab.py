@@ -14,7 +14,7 @@ sees nothing of it; the page stays as it was.
 The link is a template: the page's relative URL with ``{i}`` where ``customdata[i]`` goes
 (``head?run=r&layer={0}&head={1}&step={2}``) and ``{meta[i]}`` where the clicked trace's ``meta[i]``
 goes: what is the same for every point of the trace and changes with an animation frame (a frame sets
-the trace's ``meta``, as a Circuits frame its step: `dashboard.figures.circuits.composition_animation`).
+the trace's ``meta``, as a Circuits frame its step: `dashboard.views.circuits.figures.composition_animation`).
 Each value is URL-encoded, and a point whose ``customdata`` or trace ``meta`` lacks one of them, or
 holds a value that is not a finite number or a string, opens nothing. The chart's element may be
 replaced when the page reruns, so the script looks for it every `POLL_MS` and attaches to whichever

@@ -118,7 +118,7 @@ MATRIX_LEFT = """() => {
 
 def test_the_composition_maps_head_labels_fit_the_margin_it_declares(chromium, shipped_server) -> None:
     """Circuits' composition map lays out its y axis without automargin (Plotly would measure each of its 48 head
-    labels on every draw, half the map's draw): its declared left margin (`figures.circuits.matrix_left_margin`) must
+    labels on every draw, half the map's draw): its declared left margin (`views.circuits.figures.matrix_left_margin`) must
     hold the axis title and every head label, side by side, inside the chart and left of the plot area."""
     page = chromium.new_page(viewport=VIEWPORT)
     try:

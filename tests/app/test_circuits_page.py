@@ -173,7 +173,7 @@ def test_at_every_frame_a_cells_hover_and_click_name_its_pair_that_step_its_scor
     opens that pair at that step. Expected values from composition.parquet (pandas) and the planted types."""
     from urllib.parse import parse_qs, urlsplit
 
-    from headwatch.dashboard.pagepanels.composition_circuits import pair_link
+    from headwatch.dashboard.views.circuits.page import pair_link
 
     serve_only(circuit_store, tmp_path, monkeypatch)
     rows = _frame(circuit_store)

@@ -335,7 +335,8 @@ def test_compare_figures_are_valid_plotly(data_dir):
     import plotly.graph_objects as go
 
     from headwatch.analysis.store import open_store
-    from headwatch.dashboard.figures import compare as figs
+    from headwatch.dashboard.views.compare import depth_figures
+    from headwatch.dashboard.views.compare import figures as figs
 
     series = []
     for run in RUNS:
@@ -352,8 +353,8 @@ def test_compare_figures_are_valid_plotly(data_dir):
         )
     for log in (False, True):
         built = [
-            figs.depth_bands(series, n_bins=8, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
-            figs.bin_heads(series, b=1, n_bins=3, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
+            depth_figures.depth_bands(series, n_bins=8, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
+            depth_figures.bin_heads(series, b=1, n_bins=3, stat_title="σ", x_title="tokens", log_x=log, log_y=log),
             figs.distributions(series, [2, None], stat_title="σ", x_label="tokens", log_x=log),
             figs.losses([(s, np.linspace(5, 2, len(s.steps)), "loss") for s in series], x_title="tokens", log_x=log),
         ]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from headwatch.dashboard.pagedata import head, weights
+from headwatch.dashboard.pagedata import head
 
 
 def test_standardized_density_of_a_gaussian_is_the_standard_normal() -> None:
@@ -21,10 +20,3 @@ def test_standardized_density_of_a_gaussian_is_the_standard_normal() -> None:
 def test_a_step_without_spread_has_no_standardized_axis() -> None:
     z, _ = head.standardized(np.ones((1, 3)), np.ones((1, 3)), np.array([1.0]), np.array([0.0]))
     assert np.isnan(z).all()
-
-
-def test_per_layer_places_each_row_and_leaves_the_rest_nan() -> None:
-    rows = pd.DataFrame({"step": [0, 0, 10], "layer": [0, 2, 2], "alpha": [1.0, 2.0, 3.0]})
-    got = weights.per_layer(rows, [0, 10, 20], [0, 2], "alpha")
-    expected = np.array([[1.0, 2.0], [np.nan, 3.0], [np.nan, np.nan]])
-    np.testing.assert_array_equal(got, expected)

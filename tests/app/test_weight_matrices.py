@@ -96,7 +96,7 @@ def test_builders_make_figures_plotly_validates():
     import plotly.graph_objects as go
     import scipy.integrate
 
-    from headwatch.dashboard.figures import weights as figs
+    from headwatch.dashboard.views.weights import figures as figs
 
     rng = np.random.default_rng(0)
     sv = [np.linalg.svd(rng.standard_normal((40, 120)) * s, compute_uv=False) for s in (0.02, 0.03, 0.05)]
@@ -122,7 +122,7 @@ def test_frobenius_builder_validates(layered_store):
     import plotly.graph_objects as go
 
     from headwatch.dashboard.data import step_axis
-    from headwatch.dashboard.figures import weights as figs
+    from headwatch.dashboard.views.weights import figures as figs
 
     store = open_store(layered_store)
     axis = step_axis(store)

@@ -5,7 +5,7 @@ partners over training (the Circuits page).
 A path is a source head A that holds the previous-token type and a target head B in a later layer that holds the
 induction type at the same checkpoint (head_types.parquet; docs/head-types.md): the pair K-composition joins in an
 induction circuit. Heads are numbered layer-major, ``index = layer * n_heads + head``, as the composition matrices
-(`dashboard.figures.circuits.pair_matrix`: rows the targets B, columns the sources A) number them.
+(`dashboard.views.circuits.data.pair_matrix`: rows the targets B, columns the sources A) number them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Comparing runs: relative-depth bins, time alignment, which checkpoint of each run stands for a point, and
 the numbers per run at that point (the Compare runs page's "In numbers" table).
 
-Pure numpy and pandas: the Compare runs page (``pages/compare_runs.py``, its panels in
-`dashboard.pagepanels.compare_runs`) and the joint trajectory map call it; ``tests/unit/test_findings.py`` and
-``tests/app/test_compare.py`` check it against computations of their own.
+Pure numpy and pandas: the Compare runs page (`dashboard.views.compare`) and the joint trajectory map call it;
+``tests/unit/test_findings.py`` and ``tests/app/test_compare.py`` check it against computations of their own.
 
 Relative depth. Layer ``l`` (0-based) of a model with ``L`` layers sits at relative depth ``l / L``
 in [0, 1). With ``B`` bins of equal width ``1 / B`` (bin ``b`` is ``[b / B, (b + 1) / B)``) it falls

@@ -1,9 +1,10 @@
-"""The Circuits page's widgets and panels (``pages/composition_circuits.py`` lays them out): the composition, scale,
-step, head and number of partners as one frozen record, and one function per panel.
+"""Circuits: how heads wire together over training, from the weights (Q-, K- and V-composition between heads).
 
-What the panels say about paths and partners is computed in `analysis.findings.paths` (previous-token -> induction
-pairs, a head's strongest partners); the composition scores are the store's (composition.parquet), the figures
-`dashboard.figures.circuits`'s.
+The layout (`main`), the composition, scale, step, head and number of partners as one frozen record, and one
+function per panel. What the panels say about paths and partners is computed in `analysis.findings.paths`
+(previous-token -> induction pairs, a head's strongest partners) and `views.circuits.data` (the scores as a matrix
+of heads, the induction paths ringed, the tables); the composition scores are the store's (composition.parquet),
+the figures `views.circuits.figures`'.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
-from headwatch.analysis.findings.paths import Role, induction_paths, partners, strongest_paths, types_at
+from headwatch.analysis.findings.paths import Role, partners, types_at
 from headwatch.analysis.store.format import COMPOSITION, COMPOSITION_KINDS
-from headwatch.dashboard import charts, export, widgets
-from headwatch.dashboard.figures import circuits as figs
+from headwatch.dashboard import charts, export, viewstate, widgets
+from headwatch.dashboard.views.circuits import data
+from headwatch.dashboard.views.circuits import figures as figs
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
 TOP = [3, 5, 8]
@@ -30,14 +31,27 @@ FORMULAS = {
 }
 
 
-def composition_steps(store) -> list[int]:
-    """The store's steps with composition rows."""
-    return [int(s) for s in store.steps_with(COMPOSITION)]
+def main() -> None:
+    st.title("Circuits")
+    # --- empty case: no run, no composition scores, or one layer ---
+    frame = viewstate.run_frame()
+    if frame is None or no_composition(frame.store):
+        return
+
+    # --- widgets ---
+    view = pick_view(frame.store)
+    scores = frame.store.require(COMPOSITION, view.kind)  # (S, L, H, L, H) over store.steps, NaN without a row
+
+    # --- panel: the composition matrix, animated over training ---
+    matrix_panel(frame, view, scores)
+
+    # --- panel: one head's strongest sources and targets over training ---
+    partners_panel(frame, view, scores)
 
 
 def no_composition(store) -> bool:
     """Whether there is nothing to show (no composition scores, or one layer); says why and how to add them."""
-    if not store.has(COMPOSITION) or not composition_steps(store):
+    if not store.has(COMPOSITION) or not data.composition_steps(store):
         st.info(
             "This store has no composition scores (composition.parquet). Add them with `python -m headwatch.precompute --source "
             f"SOURCE --out {store.path} --lenses composition`: every checkpoint already in the store gets its rows "
@@ -90,7 +104,7 @@ class CircuitsView:
 def pick_view(store) -> CircuitsView:
     """The composition, scale and step in one row; the head and the number of partners in a second."""
     info = store.meta.composition or {}
-    steps = composition_steps(store)
+    steps = data.composition_steps(store)
     c_kind, c_scale, c_step = st.columns([2, 2, 4], vertical_alignment="bottom")
     kind = widgets.select(
         "kind", "Composition", list(COMPOSITION_KINDS), "k", kind="radio", fmt=figs.KIND_NAMES.__getitem__, where=c_kind
@@ -130,11 +144,9 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
     """
     store, kind, steps, step = frame.store, view.kind, view.steps, view.step
     name = figs.KIND_NAMES[kind]
-    at = [int(np.searchsorted(store.steps, s)) for s in steps]
-    matrix = figs.pair_matrix(scores[at]) / view.divisor  # (S', N targets, N sources)
-    paths = induction_paths(store, steps)
-    if paths is not None:  # each induction head's strongest previous-token source, by K-composition whatever is shown
-        paths = strongest_paths(paths, figs.pair_matrix(store.require(COMPOSITION, "k")[at]))
+    at = data.rows_of(store, steps)
+    matrix = data.pair_matrix(scores[at]) / view.divisor  # (S', N targets, N sources)
+    paths = data.ringed_paths(store, steps, at)
     types = types_at(store, steps)
     top_k = (store.meta.composition or {}).get("top")
     st.subheader(f"{name} between every pair of heads")
@@ -155,7 +167,7 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         "composition",
         title=f"{frame.run} · {name} ({view.unit_short})",
         filename=export.safe_name(frame.run, "composition", kind, view.scale, "step", step),
-        csv=lambda: _pairs_csv(frame.run, scores[at], steps, kind, view.divisor),
+        csv=lambda: data.pairs_csv(frame.run, scores[at], steps, kind, view.divisor),
     )
     charts.follow_play("composition", step)
     charts.open_in_new_tab("composition", pair_link(frame.run))
@@ -208,7 +220,7 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
     st.subheader(f"Layer {layer}, head {head}: its strongest partners over training")
     axis = frame.axis()
     own = layer * n_heads + head
-    full = figs.pair_matrix(scores) / view.divisor  # (S, N targets, N sources) over store.steps
+    full = data.pair_matrix(scores) / view.divisor  # (S, N targets, N sources) over store.steps
     chance = 1.0 if view.divisor != 1.0 else view.baseline
     roles: tuple[tuple[Role, str], ...] = (
         ("source", "heads in earlier layers whose output this head reads"),
@@ -227,7 +239,7 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
             f"{role}s",
             title=f"{frame.run} · L{layer} H{head} · strongest {role}s · {name} ({unit_short})",
             filename=export.safe_name(frame.run, f"L{layer}H{head}", f"{role}s", kind, view.scale),
-            csv=functools.partial(_partners_csv, frame.run, store.steps, values, strongest, n_heads, role, kind, layer, head),
+            csv=functools.partial(data.partners_csv, frame.run, store.steps, values, strongest, n_heads, role, kind, layer, head),
             select=True,
         )
         st.caption(
@@ -236,39 +248,3 @@ def partners_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
             "head in the head explorer."
         )
         charts.open_head_on_click(event, store)
-
-
-def _pairs_csv(run: str, scores: np.ndarray, steps: list[int], kind: str, divisor: float) -> pd.DataFrame:
-    """Every stored pair at every shown step as tidy rows."""
-    idx = np.argwhere(np.isfinite(scores))
-    step_i, la, ha, lb, hb = idx.T
-    values = scores[tuple(idx.T)]
-    return pd.DataFrame(
-        {
-            "run": run,
-            "composition": kind,
-            "step": np.asarray(steps, dtype=np.int64)[step_i],
-            "layer_a": la,
-            "head_a": ha,
-            "layer_b": lb,
-            "head_b": hb,
-            "score": values,
-            "times_random": values / divisor if divisor != 1.0 else np.nan,
-        }
-    )
-
-
-def _partners_csv(run, steps, values, partners, n_heads, role, kind, layer, head) -> pd.DataFrame:
-    s, p = values.shape
-    return pd.DataFrame(
-        {
-            "run": run,
-            "head": f"L{layer} H{head}",
-            "composition": kind,
-            "role": role,
-            "partner_layer": np.tile(np.asarray(partners) // n_heads, s),
-            "partner_head": np.tile(np.asarray(partners) % n_heads, s),
-            "step": np.repeat(np.asarray(steps, dtype=np.int64), p),
-            "value": values.reshape(-1),
-        }
-    )

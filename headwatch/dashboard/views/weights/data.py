@@ -1,5 +1,6 @@
-"""The Weight matrices page's data: one role's rows of ``layers.parquet``, their values per (step, layer), the
-depth panel's fixed x range, and the singular values and per-layer values as tidy tables."""
+"""What the Weight matrices page computes before it draws: one role's rows of ``layers.parquet``, their values per
+(step, layer) at the run's checkpoints, the depth panel's fixed x range, and the singular values and per-layer
+values as tidy tables. Pure (no streamlit); `views.weights.page` calls it."""
 
 from __future__ import annotations
 
@@ -72,6 +73,13 @@ def role(table: pd.DataFrame, name: str) -> Role:
     """The rows of role ``name`` (the table has some)."""
     rows = table[table["role"] == name]
     return Role(rows=rows, n_rows=int(rows["rows"].iloc[0]), n_cols=int(rows["cols"].iloc[0]))
+
+
+def known_steps(steps: list[int], store_steps) -> list[int]:
+    """The steps of ``steps`` (those with layer rows) that are among the run's checkpoints ``store_steps`` (the time
+    axis's), in order."""
+    have = set(int(x) for x in store_steps)
+    return [s for s in steps if s in have]
 
 
 def per_layer(rows: pd.DataFrame, steps: list[int], layers: list[int], column: str) -> np.ndarray:

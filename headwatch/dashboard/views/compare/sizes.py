@@ -1,10 +1,10 @@
-"""The Compare runs page's "Across sizes" section (``pages/compare_runs.py`` lays it out): per run its parameter
+"""The Compare runs page's "Across sizes" section (`views.compare.page` lays it out): per run its parameter
 count, tokens and each head type's first emergence, each layer's consolidation time, the timescales against the
 parameter count (fitted where the sizes allow, said in words where they do not), and whether the joint trajectory
 clusters of all the runs follow the head types or the runs.
 
-The same content as ``headwatch compare``: computed in `analysis.findings.sizes` (through the cached loader); the
-figure is `dashboard.figures.compare.scaling_points`.
+The same content as ``headwatch compare``: computed in `analysis.findings.sizes` (cached here, at the page's edge);
+the figure is `views.compare.figures.scaling_points`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
 from headwatch.dashboard import charts, derived, export, widgets
 from headwatch.dashboard.cache import store_cached
-from headwatch.dashboard.figures import compare as figs
+from headwatch.dashboard.views.compare import data, figures
 
 UNITS = {"step": "training step", "tokens": "tokens seen", "fraction": "fraction of the run (step / last step)"}
 
+# the runs table, each layer's consolidation and the power-law fits (`analysis.findings.sizes.size_tables`)
 _size_tables = store_cached(sizes.size_tables, max_entries=8)
 
 
@@ -82,17 +83,11 @@ def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, un
     points = sizes.scaling_series(table, consolidation, unit=unit)
     y_title = {"step": "training step (log)", "tokens": "tokens seen (log)", "fraction": "fraction of the run (log)"}[unit]
     charts.chart(
-        figs.scaling_points(points, y_title=y_title),
+        figures.scaling_points(points, y_title=y_title),
         "sizes_scaling",
         title=f"Timescales against the parameter count ({UNITS[unit]})",
         filename=export.safe_name("compare", *stores, "scaling", unit),
-        csv=lambda: pd.DataFrame(
-            [
-                {"timescale": what, "run": run, "parameters": n, unit: t}
-                for what, params, times, runs in points
-                for run, n, t in zip(runs, params, times, strict=True)
-            ]
-        ),
+        csv=lambda: data.scaling_csv(points, unit=unit),
     )
     st.markdown("\n".join(f"- {fit.text(what)}" for what, fit in fits))
     st.caption(

@@ -1,5 +1,6 @@
 """Circuits between heads over training: the composition matrix animated over checkpoints, and one head's strongest
-sources and targets as lines (`pages/circuits.py`; the scores come from ``composition.parquet``)."""
+sources and targets as lines (`views.circuits.page`; the scores come from ``composition.parquet``, as a matrix of
+heads by `views.circuits.data.pair_matrix`)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,6 @@ def matrix_left_margin(labels: Sequence[str]) -> int:
     margin, about half the map's draw (48 x 48 heads: 146 -> 66 ms in Chromium, `docs/dashboard.md`), although the
     labels' widths follow from their characters."""
     return 92 + 7 * max(0, max((len(label) for label in labels), default=0) - 5)
-
-
-def pair_matrix(scores: np.ndarray) -> np.ndarray:
-    """``(S, L, H, L, H)`` scores ``[step, layer_a, head_a, layer_b, head_b]`` -> ``(S, N, N)`` with rows the target
-    heads B and columns the source heads A, both layer-major (N = L H)."""
-    s, n_layers, n_heads = scores.shape[:3]
-    n = n_layers * n_heads
-    return np.ascontiguousarray(scores.reshape(s, n, n).transpose(0, 2, 1))
 
 
 def composition_animation(

@@ -1,26 +1,24 @@
-"""The Compare runs page's panels (``pages/compare_runs.py`` lays them out): the numbers per run, the depth bins'
+"""The Compare runs page's panels (`views.compare.page` lays them out): the numbers per run, the depth bins'
 means over training, one bin's heads, the distribution over heads at a point, the head-type counts and the losses,
-one function each, reading the page's choices (`dashboard.pagepanels.compare_runs_choice`).
+one function each, reading the page's choices (`views.compare.choice`, `views.compare.alignment`).
 
 What the panels say is computed in `analysis.findings.runs` (depth bins, alignment, the numbers per run, the
-head-type counts); the figures are `dashboard.figures.compare`'s.
+head-type counts) and `views.compare.data` (the captions' words, the charts' tables); the figures are
+`views.compare.figures`' and `views.compare.depth_figures`'.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
-import numpy as np
-import pandas as pd
 import streamlit as st
 
 from headwatch.analysis.findings import runs
 from headwatch.analysis.findings.held_types import missing_text
-from headwatch.analysis.store.format import HEAD_TYPES, LLC
+from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export
 from headwatch.dashboard.data import loss_curve
-from headwatch.dashboard.figures import compare as figs
-from headwatch.dashboard.pagepanels.compare_runs_choice import Statistic, Time
+from headwatch.dashboard.views.compare import data, depth_figures, figures
+from headwatch.dashboard.views.compare.alignment import Time
+from headwatch.dashboard.views.compare.choice import Statistic
 
 _SCALE_TEXT = {  # what the sidebar's time scale does here
     "linear": "",
@@ -37,7 +35,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
     st.subheader(f"Mean over the {unit}s of each depth bin, over training")
     charts.chart(
         time.on_axis(
-            figs.depth_bands(
+            depth_figures.depth_bands(
                 time.on_axis(series),
                 n_bins=n_bins,
                 stat_title=pick.info.title(),
@@ -52,16 +50,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "depth"),
         csv=lambda: runs.bands_frame(series, n_bins, stat=pick.stat, matrix=pick.matrix),
     )
-    layers_text = "; ".join(
-        f"{s.run} ({s.n_layers} layers): "
-        + ", ".join(
-            f"{runs.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(runs.bin_layers(s.n_layers, n_bins, i))))}"
-            if runs.bin_layers(s.n_layers, n_bins, i)
-            else f"{runs.bin_label(i, n_bins)} none"
-            for i in range(n_bins)
-        )
-        for s in series
-    )
+    layers_text = data.bins_text(series, n_bins)
     st.caption(
         f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
         f"so models of different depth line up: {layers_text}. Line: the mean of {pick.what} over every {unit} of the "
@@ -71,7 +60,8 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
         "not apply here: this page's alignment does."
     )
     if pick.info.llc:
-        st.caption(_llc_trust({s.run: stores[s.run] for s in series}))
+        shown = {s.run: stores[s.run] for s in series}
+        st.caption(data.llc_trust_text(shown, {r: derived.llc_flags(store) for r, store in shown.items()}))
 
 
 def bin_panel(pick: Statistic, time: Time) -> None:
@@ -80,7 +70,7 @@ def bin_panel(pick: Statistic, time: Time) -> None:
     st.subheader(f"Depth bin {runs.bin_label(b, n_bins)}: every {unit}, run by run")
     charts.chart(
         time.on_axis(
-            figs.bin_heads(
+            depth_figures.bin_heads(
                 time.on_axis(series),
                 b=b,
                 n_bins=n_bins,
@@ -95,7 +85,7 @@ def bin_panel(pick: Statistic, time: Time) -> None:
         "compare_bin",
         title=f"{time.runs_title} · {pick.what}, depth {runs.bin_label(b, n_bins)}",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "bin", b),
-        csv=lambda: _bin_csv(series, n_bins, b, pick.stat, pick.matrix),
+        csv=lambda: data.bin_csv(series, n_bins, b, pick.stat, pick.matrix),
     )
     st.caption(
         f"One panel per run, all on the same axes: each {unit} of the bin's layers is a thin line with a marker "
@@ -108,13 +98,13 @@ def distribution_panel(pick: Statistic, time: Time) -> None:
     series, indices, unit = time.series, time.indices, pick.unit
     st.subheader(f"Distribution over {unit}s at {time.point_text}")
     charts.chart(
-        figs.distributions(
+        figures.distributions(
             series, indices, stat_title=pick.info.title(), x_label=time.x_title, colours=time.colours, log_x=pick.log_y, unit=unit
         ),
         "compare_dist",
         title=f"{time.runs_title} · {pick.what} over {unit}s at {time.point_text}",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "at", time.point),
-        csv=lambda: _dist_csv(series, indices, pick.stat, pick.matrix),
+        csv=lambda: data.dist_csv(series, indices, pick.stat, pick.matrix),
     )
     used = "; ".join(
         f"{s.run}: step {int(s.steps[i]):,}" + ("" if time.align == "step" else f" ({time.x_title} {s.x[i]:.4g})")
@@ -136,7 +126,7 @@ def loss_panel(shown: dict, colour: dict, time: Time) -> None:
     st.subheader("Loss over training")
     charts.chart(
         time.on_axis(
-            figs.losses(
+            figures.losses(
                 [(d, loss, lab) for d, (_, loss, lab) in zip(time.on_axis([s for s, _, _ in curves]), curves, strict=True)],
                 x_title=time.x_title,
                 log_x=time.log_x,
@@ -146,15 +136,7 @@ def loss_panel(shown: dict, colour: dict, time: Time) -> None:
         "compare_loss",
         title=f"{time.runs_title} · loss",
         filename=export.safe_name("compare", *[s.run for s, _, _ in curves], "loss"),
-        csv=lambda: pd.concat(
-            [
-                pd.DataFrame(
-                    {"run": s.run, "statistic": lab, "step": s.steps, "time": s.x, "value": np.asarray(loss, dtype=np.float64)}
-                )
-                for s, loss, lab in curves
-            ],
-            ignore_index=True,
-        ),
+        csv=lambda: data.losses_csv(curves),
     )
     st.caption(
         "Each run's loss as recorded with it (the forward lens's eval loss, else the validation loss of a "
@@ -179,7 +161,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         return
     charts.chart(
         time.on_axis(
-            figs.type_counts(
+            figures.type_counts(
                 time.on_axis(series),
                 types=HEAD_TYPES,
                 x_title=time.x_title,
@@ -192,7 +174,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         filename=export.safe_name("compare", *[s.run for s in series], "head-types"),
         csv=lambda: runs.type_counts_frame(series),
     )
-    rules = {name: r for s in stores.values() for name, r in ((s.meta.types or {}).get("types") or {}).items() if s.meta.types}
+    rules = data.type_rules(stores)
     st.caption(
         "One line per run (colour) and head type (solid: previous-token, dashed: induction, dotted: sink): how many "
         "of the run's heads hold the type at each of its checkpoints, under the rule of docs/head-types.md (score "
@@ -270,48 +252,3 @@ def emergence_section(stores: dict) -> None:
         mime="text/csv",
         key="compare_emergence_csv",
     )
-
-
-def _llc_trust(stores: dict) -> str:
-    """How far each run's refined-LLC estimates can be trusted: flagged and negative estimates, per run."""
-    parts = []
-    for run, store in stores.items():
-        values = store.dense(LLC, "llc")
-        n = int(np.isfinite(values).sum())
-        negative = int((values < 0).sum())
-        flagged = derived.llc_flags(store)
-        if flagged is None:
-            parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
-            continue
-        counts = Counter(f for f in flagged[0].ravel() if f)
-        unsure = ", ".join(f"{c} {f}" for f, c in sorted(counts.items()) if f != "converged") or "none flagged"
-        parts.append(f"**{run}**: {n} estimates, {counts.get('converged', 0)} converged ({unsure}); {negative} negative")
-    return (
-        "Refined-LLC estimates are sampled: " + "; ".join(parts) + ". Flags and their rule, and what a negative estimate "
-        "means, on the Refined LLC page; the bands above average flagged estimates with the others."
-    )
-
-
-def _ends(layers: list[int]) -> list[int]:
-    return [layers[0]] if len(layers) == 1 else [layers[0], layers[-1]]
-
-
-def _bin_csv(series: list, n_bins: int, b: int, stat: str, matrix: str) -> pd.DataFrame:
-    """Panel (b)'s points, tidy, with each checkpoint's aligned time."""
-    parts = []
-    for s in series:
-        layers = runs.bin_layers(s.n_layers, n_bins, b)
-        if layers:
-            rows = export.tidy(s.values, s.steps, run=s.run, statistic=stat, matrix=matrix, layers=layers)
-            parts.append(rows.assign(time=np.repeat(s.x, len(layers) * s.values.shape[2])))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=export.TIDY_COLUMNS)
-
-
-def _dist_csv(series: list, indices: list, stat: str, matrix: str) -> pd.DataFrame:
-    """Panel (c)'s values: every head of each run at the checkpoint used."""
-    parts = [
-        export.tidy(s.values[i : i + 1], s.steps[i : i + 1], run=s.run, statistic=stat, matrix=matrix)
-        for s, i in zip(series, indices, strict=True)
-        if i is not None
-    ]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=export.TIDY_COLUMNS)
