@@ -12,11 +12,11 @@ import pytest
 from headwatch.analysis.store import open_store
 from headwatch.dashboard import export
 from headwatch.dashboard.data import step_axis
-from headwatch.dashboard.figures import architecture as arch
 from headwatch.dashboard.figures.common import log_ticks
 from headwatch.dashboard.figures.loss import loss_curve
 from headwatch.dashboard.figures.points import picked_step
 from headwatch.dashboard.labels import STATS
+from headwatch.dashboard.views.architecture import figures as arch
 from headwatch.dashboard.views.trajectories.data.maps import SPARK_CHARS, sparkline
 
 

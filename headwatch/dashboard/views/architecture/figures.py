@@ -1,4 +1,4 @@
-"""Figures of the whole model at once: statistic over (layer-major head index x step), layer means."""
+"""The Architecture heatmaps' figures: a statistic over (layer-major head index x step), the layer means."""
 
 from __future__ import annotations
 
