@@ -154,7 +154,7 @@ def _left_off(run: str, other: Store | StoreError, refusal: data.Refusal, *, sta
     elif refusal == "no matrix":
         st.warning(
             f"Run **{run}** has no {matrix.upper()} rows and is left off the map; a rerun of `python -m "
-            f"precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
+            f"headwatch.precompute --source SOURCE --out {other.path}` adds them, or choose another matrix.",
             icon=":material/visibility_off:",
         )
     else:  # no tokens
