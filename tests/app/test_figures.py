@@ -19,12 +19,16 @@ from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGEN
 from headwatch.dashboard.data import fixed_range, step_axis
 from headwatch.dashboard.figures import animation as anim
 from headwatch.dashboard.figures import architecture as arch
-from headwatch.dashboard.figures import density, head, layers, points, spectrum, trajectory
 from headwatch.dashboard.figures import forward as fwd
+from headwatch.dashboard.figures import points, trajectory
 from headwatch.dashboard.figures.common import figure, layout, overlay_loss
 from headwatch.dashboard.figures.loss import loss_curve
 from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.style import step_colours
+from headwatch.dashboard.views.head import figures_density as density
+from headwatch.dashboard.views.head import figures_lines as head
+from headwatch.dashboard.views.head import figures_spectrum as spectrum
+from headwatch.dashboard.views.layers import figures as layers
 from tests.app.conftest import arr
 
 

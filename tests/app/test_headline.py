@@ -204,7 +204,11 @@ def test_each_tab_owns_the_parameters_its_page_says(d128: Path, page: str) -> No
     so that its k and its log switch are drawn too."""
     import ast
 
-    tree = ast.parse((ROOT / "pages" / f"{page}.py").read_text())  # read, not imported: a page runs main() on import
+    # read, not imported: a page runs main() on import; a page that calls a view's main() says OWNS in that view's page
+    tree = ast.parse((ROOT / "pages" / f"{page}.py").read_text())
+    view = next((n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module and ".views." in n.module), None)
+    if view is not None:
+        tree = ast.parse((ROOT / (view.replace(".", "/") + ".py")).read_text())
     owns = next(
         ast.literal_eval(node.value)
         for node in tree.body

@@ -6,23 +6,8 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.llc_diagnostics import FLAGS
-from headwatch.dashboard.pagedata import head, similarity, weights
+from headwatch.dashboard.pagedata import similarity, weights
 from headwatch.dashboard.pagedata.llc import Estimates, flag_counts
-
-
-def test_standardized_density_of_a_gaussian_is_the_standard_normal() -> None:
-    mu, sigma = np.array([0.5, -2.0]), np.array([0.1, 3.0])
-    z = np.linspace(-4, 4, 81)
-    w = mu[:, None] + sigma[:, None] * z  # (2, 81)
-    p = np.exp(-0.5 * ((w - mu[:, None]) / sigma[:, None]) ** 2) / (sigma[:, None] * np.sqrt(2 * np.pi))
-    got_z, got_p = head.standardized(w, p, mu, sigma)
-    np.testing.assert_allclose(got_z, np.broadcast_to(z, (2, 81)), atol=1e-12)
-    np.testing.assert_allclose(got_p, np.broadcast_to(np.exp(-0.5 * z**2) / np.sqrt(2 * np.pi), (2, 81)), rtol=1e-12)
-
-
-def test_a_step_without_spread_has_no_standardized_axis() -> None:
-    z, _ = head.standardized(np.ones((1, 3)), np.ones((1, 3)), np.array([1.0]), np.array([0.0]))
-    assert np.isnan(z).all()
 
 
 def test_per_layer_places_each_row_and_leaves_the_rest_nan() -> None:
