@@ -1,2 +1,4 @@
-"""The dashboard's shared pieces: settings, the page list, the cached loader, the view state and URL-bound widgets,
-charts with their exports, what the pages compute (`pagedata`), the figure builders."""
+"""The dashboard: one folder per view (`views`, each a page's layout, its data and its figures), and what the views
+share: settings, the page list (`navigation`), the stores offered and opened (`loader`), the one cache for what a view
+derives from a store (`cache`) and the caches several views read (`derived`), the view state and URL-bound widgets,
+charts with their exports, the figures several views draw (`figures`), labels and styles, the server (`serve`)."""

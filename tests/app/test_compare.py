@@ -335,8 +335,8 @@ def test_compare_figures_are_valid_plotly(data_dir):
     import plotly.graph_objects as go
 
     from headwatch.analysis.store import open_store
-    from headwatch.dashboard.views.compare import depth_figures
     from headwatch.dashboard.views.compare import figures as figs
+    from headwatch.dashboard.views.compare.figures import depth as depth_figures
 
     series = []
     for run in RUNS:

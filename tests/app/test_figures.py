@@ -17,13 +17,17 @@ from headwatch.analysis.stats.density import density_curves, density_extent, den
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.dashboard.data import fixed_range, step_axis
-from headwatch.dashboard.figures import density, head, layers, points, spectrum
+from headwatch.dashboard.figures import points
 from headwatch.dashboard.figures.common import figure, layout, overlay_loss
 from headwatch.dashboard.figures.loss import loss_curve
 from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.style import step_colours
 from headwatch.dashboard.views.animation import figures as anim
 from headwatch.dashboard.views.architecture import figures as arch
+from headwatch.dashboard.views.head.figures import density as density
+from headwatch.dashboard.views.head.figures import lines as head
+from headwatch.dashboard.views.head.figures import spectrum as spectrum
+from headwatch.dashboard.views.layers import figures as layers
 from headwatch.dashboard.views.lenses import figures as fwd
 from headwatch.dashboard.views.trajectories import figures as trajectory
 from tests.app.conftest import arr

@@ -4,7 +4,7 @@ one function each, reading the page's choices (`views.compare.choice`, `views.co
 
 What the panels say is computed in `analysis.findings.runs` (depth bins, alignment, the numbers per run, the
 head-type counts) and `views.compare.data` (the captions' words, the charts' tables); the figures are
-`views.compare.figures`' and `views.compare.depth_figures`'.
+`views.compare.figures`' and `views.compare.figures.depth`'.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from headwatch.analysis.findings.held_types import missing_text
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export
 from headwatch.dashboard.data import loss_curve
-from headwatch.dashboard.views.compare import data, depth_figures, figures
+from headwatch.dashboard.views.compare import data, figures
 from headwatch.dashboard.views.compare.alignment import Time
 from headwatch.dashboard.views.compare.choice import Statistic
+from headwatch.dashboard.views.compare.figures import depth as depth_figures
 
 _SCALE_TEXT = {  # what the sidebar's time scale does here
     "linear": "",

@@ -2,7 +2,7 @@
 
 One tab drawn at a time (URL ``panel``): entropy and span per layer, the layer-pair divergence (animated), the head
 types' scores of every head, the losses on the induction probe. This module: the layout, the tabs' controls and the
-four panels; the figures are `views.lenses.figures`' and `views.lenses.probe_losses`', the CSVs' rows
+four panels; the figures are `views.lenses.figures`' and `views.lenses.figures.probe_losses`', the CSVs' rows
 `views.lenses.data`'s.
 """
 
@@ -24,7 +24,7 @@ from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.views.lenses import data
 from headwatch.dashboard.views.lenses import figures as figs
-from headwatch.dashboard.views.lenses.probe_losses import PROBE_COPY_LABEL, probe_losses
+from headwatch.dashboard.views.lenses.figures.probe_losses import PROBE_COPY_LABEL, probe_losses
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")

@@ -1,6 +1,6 @@
 """Figures of several runs side by side: the time axis they share, the distribution over heads at a point of
 training, the runs' losses, the head-type counts and the timescales against model size (Compare runs page; the
-figures by relative depth are `views.compare.depth_figures`').
+figures by relative depth are `views.compare.figures.depth`').
 
 Every run is drawn at its own checkpoints (markers on the lines), one colour per run
 (`dashboard.style.run_colour`); the alignment is `analysis.findings.runs`'s. Each data trace carries ``meta``

@@ -19,7 +19,8 @@ LAB_STATS = ("std", "kurtosis", "skew", "kl_gauss", "stable_rank", "spectral_ent
 
 @dataclass(frozen=True)
 class Offer:
-    """The lab's choices of d_model, heads and sigma, and the ones it opens at (a run's own, else 512, 8, 0.02)."""
+    """The lab's choices of d_model, heads and sigma, and the ones it opens at (a run's own, else 512, 8, 0.02);
+    ``run_sigma0``: the open run's init sigma_0 from its step-0 heads (None: no run open, or none at step 0)."""
 
     d_models: list[int]
     n_heads: list[int]
@@ -27,6 +28,7 @@ class Offer:
     d_model0: int
     heads0: int
     sigma0: float
+    run_sigma0: float | None = None
 
 
 def offer(store: Store | None) -> Offer:
@@ -34,9 +36,9 @@ def offer(store: Store | None) -> Offer:
     heads, `dashboard.tables.init_scale`, to 3 significant digits) added to the fixed choices, and chosen first,
     when d_head divides d_model and d_model is at most 2,048."""
     d_model0, heads0, sigma0 = 512, 8, 0.02
+    scale = init_scale(store) if store is not None else None
     if store is not None and store.d_model % store.d_head == 0 and store.d_model <= 2048:
         d_model0, heads0 = int(store.d_model), int(store.d_model // store.d_head)
-        scale = init_scale(store)
         sigma0 = float(f"{scale:.3g}") if scale else sigma0
     return Offer(
         d_models=sorted(set(D_MODELS) | {d_model0}),
@@ -45,6 +47,7 @@ def offer(store: Store | None) -> Offer:
         d_model0=d_model0,
         heads0=heads0,
         sigma0=sigma0,
+        run_sigma0=scale,
     )
 
 

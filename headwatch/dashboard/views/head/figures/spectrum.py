@@ -12,8 +12,8 @@ from headwatch.analysis.stats.crossings import Crossings
 from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range
 from headwatch.dashboard.figures.common import duplicate_shapes, figure, layout, step_marks, step_xaxis, value_axis
-from headwatch.dashboard.figures.panels import slices_layout, step_map, time_traces
 from headwatch.dashboard.labels import Stat
+from headwatch.dashboard.views.head.figures.panels import slices_layout, step_map, time_traces
 
 K_TITLE = "singular-value index k (0 = largest)"
 

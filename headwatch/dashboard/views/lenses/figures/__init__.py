@@ -1,6 +1,6 @@
 """The Forward lenses' figures: per-layer attention statistics over training, the layer-pair divergence at a step
 (animated), and head types as heatmaps over training (the losses on the induction probe are
-`views.lenses.probe_losses`')."""
+`views.lenses.figures.probe_losses`')."""
 
 from __future__ import annotations
 
