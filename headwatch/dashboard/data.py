@@ -257,12 +257,6 @@ def fixed_range(values: np.ndarray, *, log: bool = False, pad: float = 0.04) -> 
     return (lo - pad * span, hi + pad * span)
 
 
-def layer_means(values: np.ndarray) -> np.ndarray:
-    """``(S, n_layers)`` the mean over each layer's heads of ``values[step, layer, head]`` (NaN where one of the
-    layer's heads is NaN; the Architecture page's CSV and y range, where `nan_mean` draws the lines)."""
-    return np.asarray(values).mean(axis=2)
-
-
 def nan_mean(values: np.ndarray, axis: int) -> np.ndarray:
     """The mean over ``axis`` of the values that are not NaN; NaN, without numpy's "Mean of empty
     slice" warning, where there are none (a sparse statistic such as the refined LLC, estimated

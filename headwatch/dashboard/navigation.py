@@ -1,7 +1,8 @@
 """The dashboard's pages, listed once: app.py turns them into ``st.Page`` objects, the Overview links to them.
 
-Pure, no streamlit. Adding a view is one `PageSpec` here (and its file in ``pages/``):
-the sidebar's navigation and the Overview's list of views both follow.
+Pure, no streamlit. Adding a view is its folder in `dashboard.views` (named by its url_path), the two lines in
+``pages/`` that call its ``main()``, and one `PageSpec` here: the sidebar's navigation and the Overview's list of
+views both follow.
 
 Each url_path differs from its file's name on purpose: under plain ``streamlit run app.py``
 Streamlit also indexes files in ``pages/`` by name for the first run after a server start,

@@ -266,7 +266,7 @@ def test_the_heads_csv_names_its_columns_as_the_screen_does(app_env):
     column for a statistic without one (the Chromium test downloads the file itself: test_browser_types)."""
     import json
 
-    from headwatch.dashboard.tables import screen_table
+    from headwatch.dashboard.views.heads.data import screen_table
 
     store = open_store(app_env)
     at = open_page(HEADS, {"stat": "stable_rank"})

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from headwatch.dashboard import export
-from headwatch.dashboard.data import fixed_range, layer_means
+from headwatch.dashboard.data import fixed_range
 
 
 def means_range(values: np.ndarray, *, log: bool) -> tuple[float, float]:
@@ -27,3 +27,9 @@ def layer_mean_rows(values: np.ndarray, steps: np.ndarray, *, run: str, stat: st
     means = layer_means(values)  # (S, n_layers)
     rows = export.tidy(means[:, :, None], steps, run=run, statistic=f"{stat} (layer mean)", k=k, matrix=matrix)
     return rows.assign(head="layer mean")
+
+
+def layer_means(values: np.ndarray) -> np.ndarray:
+    """``(S, n_layers)`` the mean over each layer's heads of ``values[step, layer, head]`` (NaN where one of the
+    layer's heads is NaN; the CSV and the y range, where `dashboard.data.nan_mean` draws the lines)."""
+    return np.asarray(values).mean(axis=2)

@@ -20,7 +20,7 @@ from headwatch.analysis.store.format import HEAD_TYPES, LLC
 from headwatch.dashboard import derived, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LAMBDA, LLC_STAT, PER_HEAD_STATS, STATS, stats_for
-from headwatch.dashboard.tables import SWAP_SCORE_HELP, approach_counts, heads_table, reference_note, reference_of
+from headwatch.dashboard.tables import SWAP_SCORE_HELP, reference_of
 from headwatch.dashboard.views.heads import data
 from headwatch.dashboard.views.heads.data import SORTS, Options
 from headwatch.dashboard.views.heads.table import table_panel
@@ -120,7 +120,7 @@ def _rows(frame: RunFrame, opts: Options, approaches: pd.DataFrame | None) -> tu
         matrix,
         at=at,
         since=steps.index(opts.since),
-        counts=None if matrix is None or approaches is None else approach_counts(approaches, store.n_layers, store.n_heads),
+        counts=None if matrix is None or approaches is None else data.approach_counts(approaches, store.n_layers, store.n_heads),
     )
     table = data.shown_rows(table, opts, at=at)
     open_steps = data.open_steps(store.steps, opts.step)
@@ -214,11 +214,11 @@ def _table(
     values = derived.stat_values(store, stat, k=k or 0, matrix=matrix or "qk")
     reference = reference_of(derived.references(store, matrix=matrix), stat, k) if matrix is not None else None
     uniform = data.uniform_baseline(store.meta.forward, stat)
-    table = heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
+    table = data.heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
     if stat == LLC_STAT:
         flagged = derived.llc_flags(store)
         table = data.with_llc_columns(table, store.require(LLC, "llc_std"), flagged[0] if flagged is not None else None, at=at)
-    note = reference_note(
+    note = data.reference_note(
         stat,
         reference,
         matrix=matrix,

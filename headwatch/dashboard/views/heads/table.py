@@ -12,7 +12,7 @@ import streamlit as st
 from headwatch.analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from headwatch.dashboard import export
 from headwatch.dashboard.labels import MATRIX_LABELS, STATS
-from headwatch.dashboard.tables import screen_table
+from headwatch.dashboard.views.heads import data
 from headwatch.dashboard.views.heads.data import Options
 
 
@@ -75,7 +75,7 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
     filters = [*(f"L{layer}" for layer in layers), *opts.picked_types]
     st.download_button(
         "Table (CSV)",
-        lambda: export.to_csv(screen_table(table, config, run=run, stat=stat, k=k, matrix=matrix, step=step, since=since)),
+        lambda: export.to_csv(data.screen_table(table, config, run=run, stat=stat, k=k, matrix=matrix, step=step, since=since)),
         file_name=f"{export.safe_name(run, 'heads', label, 'step', step, *filters)}.csv",
         mime="text/csv",
         key="heads_table_csv",

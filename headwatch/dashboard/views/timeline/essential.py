@@ -8,16 +8,20 @@ import streamlit as st
 
 from headwatch.analysis.essential import store_trajectory
 from headwatch.dashboard import charts, export, viewstate
+from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_step
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.timeline import figures
+
+# the outputs' path in its first two principal components (`analysis.essential.store_trajectory`), once per version
+_trajectory = store_cached(store_trajectory, max_entries=8)
 
 
 def essential_panel(frame: RunFrame, stages: pd.DataFrame | None) -> None:
     """The essential dynamics: the outputs' trajectory in its first two principal components, coloured by the shaded
     stages; a click on a checkpoint opens the Forward lenses page at that step."""
     st.subheader("Essential dynamics")
-    found = store_trajectory(frame.store)
+    found = _trajectory(frame.store)
     if found is None:
         st.info(
             "This store has no essential dynamics (essential.parquet). Add them with "
