@@ -478,3 +478,29 @@ def test_the_fraction_slider_says_which_step_of_each_run_it_means(two_runs):
         x_of = aligned(two_runs, run, "fraction")
         step = int(x_of[x_of <= 0.5].index.max())
         assert f"{run}: step {step:,}" in shown, shown
+
+
+# --- every caption of several runs gives each run's own figures ----------------------------------------------------
+
+
+def test_the_type_counts_caption_gives_each_run_its_own_thresholds(monkeypatch):
+    """On the shipped runs induction-d128 and shakespeare-pythia-6x8 the sink's entry threshold differs (0.371 and 0.3:
+    max(0.3, 5 x the run's own uniform-attention null)); the caption once merged the runs' rules into one dictionary and
+    gave the last run's to both. Each run's thresholds and exit levels are read here from its meta.json."""
+    from tests.app.conftest import ROOT
+
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
+    shown = ["induction-d128", "shakespeare-pythia-6x8"]
+    at = open_page(PAGE, {"runs": shown, "stat": "std"})
+    caption = next(c.value for c in at.caption if "exit level" in c.value)
+    parts = {}
+    for run in shown:
+        assert f"{run}: " in caption, caption
+        parts[run] = caption.split(f"{run}: ", 1)[1].split(";")[0].split(". Aligned")[0]
+        rules = json.loads((ROOT / "data" / run / "meta.json").read_text())["types"]["types"]
+        for name, rule in rules.items():
+            said = f"{name.replace('_', '-')} {rule['threshold']:.3g} (exit {rule['exit']:.3g})"
+            assert said in parts[run], (run, said, parts[run])
+    assert "sink 0.371 (exit 0.247)" in parts["induction-d128"] and "sink 0.3 (exit 0.2)" in parts["shakespeare-pythia-6x8"]

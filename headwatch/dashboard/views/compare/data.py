@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.findings import runs
+from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LAYER_ROLES, LAYERS, LLC
 from headwatch.dashboard import export
@@ -144,9 +145,23 @@ def llc_trust_text(stores: dict[str, Store], flags: dict[str, Any]) -> str:
     )
 
 
-def type_rules(stores: dict[str, Store]) -> dict[str, dict]:
-    """Each head type's rule (threshold, exit level) as the runs' ``meta.json`` records it (a later run's wins)."""
-    return {name: r for s in stores.values() for name, r in ((s.meta.types or {}).get("types") or {}).items() if s.meta.types}
+def thresholds_text(stores: dict[str, Store]) -> str:
+    """Each run's own head-type rule as its ``meta.json`` ``types`` records it: ``induction-d128: previous-token 0.3
+    (exit 0.2), induction 0.3 (exit 0.2), sink 0.371 (exit 0.247); ...``. A type's entry threshold is
+    max(absolute, ratio x the run's uniform-attention null), so it differs between runs; runs without head types are
+    left out."""
+    parts = []
+    for run, store in stores.items():
+        rules = (store.meta.types or {}).get("types") or {}
+        said = [
+            f"{TYPE_LABELS.get(name, name)} {r['threshold']:.3g}"
+            + (f" (exit {r['exit']:.3g})" if isinstance(r.get("exit"), int | float) else "")
+            for name, r in rules.items()
+            if isinstance(r, dict) and isinstance(r.get("threshold"), int | float)
+        ]
+        if said:
+            parts.append(f"{run}: " + ", ".join(said))
+    return "; ".join(parts)
 
 
 def bin_csv(series: list[runs.RunSeries], n_bins: int, b: int, stat: str, matrix: str) -> pd.DataFrame:

@@ -175,13 +175,14 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         filename=export.safe_name("compare", *[s.run for s in series], "head-types"),
         csv=lambda: runs.type_counts_frame(series),
     )
-    rules = data.type_rules(stores)
     st.caption(
         "One line per run (colour) and head type (solid: previous-token, dashed: induction, dotted: sink): how many "
         "of the run's heads hold the type at each of its checkpoints, under the rule of docs/head-types.md (score "
-        "at least the entry threshold, kept until it falls below the exit level; thresholds: "
-        + ", ".join(f"{name} {r['threshold']:.3g}" for name, r in rules.items())
-        + f"). Aligned by {runs.ALIGNMENTS[time.align]}, as above."
+        "at least the entry threshold, kept while it stays at or above the exit level). Each run's own entry thresholds "
+        "(the larger of an absolute share and a multiple of the score of uniform attention on that run's sequences) "
+        "and exit levels, as its meta.json records them: "
+        + data.thresholds_text({s.run: stores[s.run] for s in series})
+        + f". Aligned by {runs.ALIGNMENTS[time.align]}, as above."
     )
 
 
