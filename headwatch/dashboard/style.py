@@ -36,6 +36,14 @@ TRAIN_COLOUR, VAL_COLOUR = "#1f77b4", "#ff7f0e"
 # Runs compared side by side (Compare runs page, joint trajectory map): one colour and one marker symbol each.
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 RUN_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "x", "star", "cross", "pentagon")
+# The joint trajectory map's clusters (several runs on one map, the runs told apart by their marker symbols): none of
+# them a run's colour, nor a head type's (`views.trajectories.data.maps.TYPE_COLOURS`); the heads outlined in one grey.
+JOINT_CLUSTER_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
+GROUP_OUTLINE = "#333333"
+# Series of one chart that are not runs (the Across-sizes timescales): each its own colour and its own marker symbol,
+# twelve of each; past twelve the symbols shift by one per round, so no two series share both.
+SERIES_COLOURS = (*RUN_COLOURS, "#bcbd22", "#393b79", "#7f7f7f", "#637939")
+SERIES_SYMBOLS = (*RUN_SYMBOLS, "triangle-down", "hexagon", "star-diamond", "hourglass")
 LOSS_COLOUR = "#222222"  # the loss curve overlaid on time axes: black, dotted
 
 HEIGHT = 440
@@ -92,6 +100,13 @@ def run_colour(i: int, alpha: float | None = None) -> str:
         return c
     r, g, b = (int(c[j : j + 2], 16) for j in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
+
+
+def series_style(i: int) -> tuple[str, str]:
+    """The colour and marker symbol of a chart's ``i``-th series (`SERIES_COLOURS`, `SERIES_SYMBOLS`): distinct in
+    both for the first twelve, and no two of the first 144 alike in both."""
+    n = len(SERIES_COLOURS)
+    return SERIES_COLOURS[i % n], SERIES_SYMBOLS[(i + i // n) % len(SERIES_SYMBOLS)]
 
 
 # Developmental stages shaded behind the loss (Timeline page, Overview card): by the stage's trend.

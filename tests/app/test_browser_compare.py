@@ -60,3 +60,46 @@ def test_a_comparison_opens_by_link(browser, two_run_server):
         assert any(t.startswith("deep-run · step 640") for t in legend), legend
     finally:
         page.close()
+
+
+def test_the_joint_maps_legend_clears_its_title_and_its_clusters_have_colours_of_their_own(browser, two_run_server):
+    """The joint trajectory map of both runs filled by joint cluster, at 1400 x 900: its legend once grew upward from
+    the top of the plot over the figure's title, and the clusters took the runs' colours. Read from the drawn figure:
+    the legend's box and the title's do not meet; the clusters' swatches and the heads' fills are colours that no run
+    has (the run colours of `dashboard.style`, written out here)."""
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_laid_out
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(two_run_server + "/trajectories?run=tiny-run&joint=deep-run&colour=cluster&stat=kl_gauss")
+        page.wait_for_selector(
+            '.st-key-trajectory_map .main-svg, button:has-text("Compute the joint map")', timeout=LOAD_TIMEOUT_MS
+        )
+        compute = page.locator('button:has-text("Compute the joint map")')
+        if compute.count():  # the map is computed on request (cached per server process)
+            compute.click()
+        page.wait_for_selector(".st-key-trajectory_map .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+        _wait_laid_out(page, ["trajectory_map"])
+        drawn = page.evaluate(
+            """() => {
+            const gd = document.querySelector('.st-key-trajectory_map .js-plotly-plot');
+            const box = el => { const b = el.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+            return {
+                title: box(gd.querySelector('.gtitle')),
+                legend: box(gd.querySelector('.infolayer .legend')),
+                swatches: gd._fullData.filter(t => t.meta && t.meta.kind === 'group').map(t => t.marker.color),
+                fills: gd._fullData.filter(t => t.meta && t.meta.kind === 'heads').flatMap(t => [...t.marker.color]),
+            };
+        }"""
+        )
+        page.screenshot(path=str(ARTIFACTS / "joint_map.png"))
+        (tl, tt, tr, tb), (ll, lt, lr, lb) = drawn["title"], drawn["legend"]
+        assert tr <= ll or lr <= tl or tb <= lt or lb <= tt, drawn  # the boxes do not intersect
+        runs = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
+        swatches = [c.lower() for c in drawn["swatches"]]
+        assert len(swatches) >= 2 and len(set(swatches)) == len(swatches), swatches
+        assert not runs & set(swatches), swatches
+        assert {c.lower() for c in drawn["fills"]} <= set(swatches)
+        assert _errors(page) == []
+    finally:
+        page.close()

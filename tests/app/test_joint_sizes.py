@@ -125,3 +125,33 @@ def test_compare_runs_says_across_sizes_what_headwatch_compare_writes(ladder: Pa
     spec = chart(at, "sizes_scaling")
     assert spec["layout"]["xaxis"]["title"]["text"] == "non-embedding parameters (log)"
     assert spec["layout"]["yaxis"]["title"]["text"] == "training step (log)"
+
+
+def test_every_timescale_on_the_scaling_chart_has_a_colour_and_a_marker_of_its_own(ladder: Path) -> None:
+    """The ladder's runs give ten timescales (two head types' emergence, four statistics' first and last layers);
+    the chart cycled eight run colours and symbols, so the ninth and tenth repeated the first two (induction
+    emergence and a consolidation both red diamonds)."""
+    at = open_page("pages/compare_runs.py", {"runs": [RUN, *OTHERS], "stat": "std"})
+    assert not at.exception
+    series = [t for t in chart(at, "sizes_scaling")["data"] if t.get("mode") == "markers"]
+    assert len(series) == 10, [t["name"] for t in series]
+    colours = [t["marker"]["color"] for t in series]
+    symbols = [t["marker"]["symbol"] for t in series]
+    assert len(set(colours)) == len(series), list(zip([t["name"] for t in series], colours, strict=True))
+    assert len(set(symbols)) == len(series), list(zip([t["name"] for t in series], symbols, strict=True))
+
+
+def test_the_joint_clusters_have_colours_no_run_has(ladder: Path) -> None:
+    """Filled by joint cluster, the map's colours are the clusters' alone: none is a run's colour (the runs are told
+    apart by their marker symbols, every head outlined in one grey)."""
+    at = _open("cluster")
+    spec = chart(at, "trajectory_map")
+    swatches = [t["marker"]["color"] for t in spec["data"] if (t.get("meta") or {}).get("kind") == "group"]
+    assert len(swatches) >= 2 and len(set(swatches)) == len(swatches)
+    runs = {c.lower() for c in style.RUN_COLOURS}
+    assert not runs & {c.lower() for c in swatches}, swatches
+    for t in _heads(at):
+        assert set(t["marker"]["color"]) <= set(swatches)
+        assert t["marker"]["line"]["color"].lower() not in runs | {c.lower() for c in swatches}
+    symbols = [t["marker"]["symbol"] for t in _heads(at)]
+    assert len(set(symbols)) == len(symbols) == 3

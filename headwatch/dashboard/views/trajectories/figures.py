@@ -194,14 +194,20 @@ def joint_trajectory_map(
     coloured by its relative depth (layer / n_layers of its run), or by its group when ``groups`` is given,
     grey edges to its nearest trajectories.
 
+    The legend stands right of the map, from its top down (the runs, then the groups under ``group_title``), clear
+    of the figure's title above the plot; filled by depth, the colour bar takes the lower half beneath it. Filled by
+    a group, every head is outlined in one dark grey and the runs' legend entries are their symbols alone, so the
+    only colours on the map are the groups' (`dashboard.style.JOINT_CLUSTER_COLOURS` for the joint clusters, none
+    of them a run's).
+
     Args:
         x, y: ``(N,)`` map coordinates.
         run, layer, head: ``(N,)`` each point's run (an index into ``runs``), layer and head.
         neighbors: ``(N, k)`` row indices of each point's nearest trajectories in the joint set.
         runs: the runs' names; n_layers: each run's number of layers.
         groups: ``(N,)`` int group of each head (its run, its type, its joint cluster) to fill it by instead of
-            its depth: one legend entry per group, named by ``group_names`` in ``group_colours``, under
-            ``group_title`` (the hover names the group too).
+            its depth: one legend entry per group, named by ``group_names`` in ``group_colours`` (default: the
+            joint clusters' colours), under ``group_title`` (the hover names the group too).
     """
     run, layer, head = (np.asarray(a, dtype=np.int64) for a in (run, layer, head))
     depth = layer / np.asarray(n_layers, dtype=np.float64)[run]
@@ -220,9 +226,11 @@ def joint_trajectory_map(
         ),
     ]
     names = group_names or ([str(g) for g in range(int(np.max(groups)) + 1)] if groups is not None else [])
-    colours = group_colours or [style.run_colour(g) for g in range(len(names))]
+    colours = group_colours or [style.JOINT_CLUSTER_COLOURS[g % len(style.JOINT_CLUSTER_COLOURS)] for g in range(len(names))]
     for i, name in enumerate(runs):
         on = run == i
+        symbol = style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)]
+        label = f"{name} ({int(on.sum())} heads)"
         if groups is None:
             fill: dict[str, Any] = dict(
                 color=depth[on],
@@ -230,29 +238,46 @@ def joint_trajectory_map(
                 cmax=1,
                 colorscale=style.LAYER_SCALE,
                 showscale=i == 0,
-                colorbar=dict(title=dict(text="relative depth<br>(layer / n_layers)", side="right"), thickness=14),
+                colorbar=dict(
+                    title=dict(text="relative depth<br>(layer / n_layers)", side="right"),
+                    thickness=14,
+                    len=0.5,
+                    y=0,
+                    yanchor="bottom",  # the lower half: the legend of the runs stands above it
+                ),
             )
-            said, text = "", None
+            said, text, outline = "", None, style.run_colour(i)
         else:
             g = np.asarray(groups, dtype=np.int64)[on]
             fill = dict(color=[colours[int(v)] for v in g])
-            said, text = f"<br>{group_title}: %{{text}}", [names[int(v)] for v in g]
+            said, text, outline = f"<br>{group_title}: %{{text}}", [names[int(v)] for v in g], style.GROUP_OUTLINE
+            traces.append(  # the run's legend entry: its symbol alone (its points are filled by their groups)
+                dict(
+                    type="scatter",
+                    x=[None],
+                    y=[None],
+                    mode="markers",
+                    name=label,
+                    legendgroup=f"run {i}",
+                    legendgrouptitle=dict(text="run (marker)") if i == 0 else None,
+                    marker=dict(symbol=symbol, size=10, color="white", line=dict(color=outline, width=1.5)),
+                    meta=dict(run=name, kind="run"),
+                    hoverinfo="skip",
+                )
+            )
         traces.append(
             dict(
                 type="scatter",
                 x=x[on],
                 y=y[on],
                 mode="markers",
-                name=f"{name} ({int(on.sum())} heads)",
+                name=label,
+                legendgroup=f"run {i}",
+                showlegend=groups is None,
                 customdata=head_points(layer[on], head[on], None, run[on]).tolist(),
                 text=text,
                 meta=dict(run=name, kind="heads"),
-                marker=dict(
-                    symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)],
-                    size=10,
-                    line=dict(color=style.run_colour(i), width=1.5),
-                    **fill,
-                ),
+                marker=dict(symbol=symbol, size=10, line=dict(color=outline, width=1.5), **fill),
                 hovertemplate=f"{name}<br>layer %{{customdata[0]}} of {n_layers[i]}, head %{{customdata[1]}}{said}"
                 "<extra>click to open</extra>",
             )
@@ -277,6 +302,9 @@ def joint_trajectory_map(
         layout(
             height=620,
             showlegend=True,
+            legend=dict(  # right of the map, from its top: never under the title, which stands above the plot
+                orientation="v", x=1.02, xanchor="left", y=1, yanchor="top", font=dict(size=11)
+            ),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
             yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),

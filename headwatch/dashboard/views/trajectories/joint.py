@@ -102,7 +102,9 @@ def joint_map_panel(
         else f"the fill by {JOINT_COLOUR_BY[colour_by]} (legend)"
     )
     st.caption(
-        f"One point per head of each run, the run shown by the marker (legend) and its outline colour, {fill}. "
+        "One point per head of each run, the run shown by the marker's shape (legend)"
+        + (" and its outline colour" if colour_by == "layer" else "")
+        + f", {fill}. "
         f"Trajectories of {STATS[stat].short()} {'(forward lens)' if forward else 'of W_QK' if matrix == 'qk' else 'of W_OV'} "
         f"{when}, normalised {NORMALISATIONS[norm]} over all the runs' heads together, embedded by UMAP (neighbours "
         f"{settings.n_neighbors}, minimum distance {settings.min_dist}, seed {settings.seed}); grey edges join each head "

@@ -177,7 +177,8 @@ def type_counts(
 
 def scaling_points(points: list[tuple[str, np.ndarray, np.ndarray, list[str]]], *, y_title: str) -> go.Figure:
     """Timescales against model size on log-log axes: one marker series per quantity (a head type's first emergence,
-    a statistic's consolidation in the first or last layer), one point per run, hover naming the run.
+    a statistic's consolidation in the first or last layer), each in its own colour and marker symbol
+    (`dashboard.style.series_style`), one point per run, hover naming the run.
 
     Args:
         points: ``(name, parameters (R,), times (R,), runs)`` per quantity; non-finite or non-positive times are
@@ -193,6 +194,7 @@ def scaling_points(points: list[tuple[str, np.ndarray, np.ndarray, list[str]]], 
             continue
         xs.append(p[ok])
         ys.append(t[ok])
+        colour, symbol = style.series_style(i)  # its own colour and marker: the runs' eight cycled at the ninth
         traces.append(
             dict(
                 type="scatter",
@@ -201,7 +203,8 @@ def scaling_points(points: list[tuple[str, np.ndarray, np.ndarray, list[str]]], 
                 mode="markers",
                 name=name,
                 text=[r for r, keep in zip(runs, ok, strict=True) if keep],
-                marker=dict(size=10, color=style.run_colour(i), symbol=style.RUN_SYMBOLS[i % len(style.RUN_SYMBOLS)]),
+                marker=dict(size=10, color=colour, symbol=symbol),
+                meta=dict(kind="timescale", what=name),
                 hovertemplate=f"{name}<br>%{{text}}: %{{x:,}} parameters, %{{y:,}}<extra></extra>",
             )
         )

@@ -16,6 +16,7 @@ from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import ATTENTION
 from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, normalise
+from headwatch.dashboard import style
 from headwatch.dashboard.labels import STATS, trajectory_stats_for
 from headwatch.dashboard.views.trajectories.data.maps import MIXED_COLOUR, TYPE_COLOURS
 
@@ -82,7 +83,8 @@ def joint_embedding(
 
 def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
     """The joint map's fill: nothing extra for relative depth (``layer``), else each head's group by ``run``,
-    ``type`` (at the end of training) or ``cluster`` (the joint trajectory clusters), with names and colours.
+    ``type`` (at the end of training) or ``cluster`` (the joint trajectory clusters), with names and colours (the
+    runs' own for ``run``; for the clusters, colours no run or head type has, `dashboard.style.JOINT_CLUSTER_COLOURS`).
 
     Args:
         heads: the joint heads in the map's row order, with ``run``, ``type`` and ``cluster``
@@ -91,7 +93,8 @@ def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict
     """
     if colour_by == "run":
         groups = np.array([runs.index(r) for r in heads["run"]])
-        return dict(groups=groups, group_names=list(runs), group_title="run")
+        colours = [style.run_colour(i) for i in range(len(runs))]
+        return dict(groups=groups, group_names=list(runs), group_colours=colours, group_title="run")
     if colour_by == "type":
         names = sorted(set(heads["type"]), key=lambda t: (t == "none", "+" in t, t))
         groups = np.array([names.index(t) for t in heads["type"]])
@@ -100,7 +103,8 @@ def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict
     if colour_by == "cluster":
         labels = heads["cluster"].to_numpy(dtype=np.int64)
         names = [f"joint cluster {c + 1}" for c in range(int(labels.max()) + 1)] if len(labels) else []
-        return dict(groups=labels, group_names=names, group_title="joint trajectory cluster")
+        colours = [style.JOINT_CLUSTER_COLOURS[c % len(style.JOINT_CLUSTER_COLOURS)] for c in range(len(names))]
+        return dict(groups=labels, group_names=names, group_colours=colours, group_title="joint trajectory cluster")
     return {}
 
 
