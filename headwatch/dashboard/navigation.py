@@ -59,7 +59,8 @@ PAGES: tuple[PageSpec, ...] = (
         "timeline",
         "what happened in the run: the loss with its developmental stages shaded, and every event (head types "
         "emerging, the largest rLLC rises, weights leaving their Marchenko-Pastur law, level crossings) on one "
-        "time axis, each a link to its evidence",
+        "time axis, each a link to its evidence; below, the essential dynamics: the path of the model's outputs "
+        "in their first two principal components, whose turns tend to mark stage boundaries",
         time_scale="log",
     ),
     PageSpec(

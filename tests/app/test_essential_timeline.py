@@ -5,11 +5,13 @@ known cusp."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -17,7 +19,7 @@ from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
 from headwatch.precompute.lenses.essential import output_rows, trajectory_rows
 from headwatch.precompute.store.writer import commit_store
-from tests.app.conftest import SHIPPED, chart, open_page, serve_only
+from tests.app.conftest import INDUCTION, ROOT, SHIPPED, chart, open_page, serve_only
 from tests.app.test_browser import (
     ARTIFACTS,
     LOAD_TIMEOUT_MS,
@@ -137,3 +139,94 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
             page.close()
     finally:
         next(server, None)
+
+
+# --- issue 63: the path's direction, its steps, its first and last stage, what a turn and the docs' measure say ------
+
+
+def _path_from_files(store_path: Path) -> pd.DataFrame:
+    """(step, pc1, pc2) of essential.parquet, read with pandas, in step order."""
+    frame = pd.read_parquet(store_path / "essential.parquet")
+    wide = frame.pivot(index="step", columns="component", values="score").sort_index()
+    return pd.DataFrame({"step": wide.index.to_numpy(), "pc1": wide[0].to_numpy(), "pc2": wide[1].to_numpy()})
+
+
+def test_the_path_shows_its_direction_its_steps_and_a_last_stage_unlike_the_first(tmp_path: Path, monkeypatch) -> None:
+    """induction-d128 has 11 stages: the palette of ten gave S1 and S11 one blue, and the path had no direction or
+    step to read. Each arrow lies on one segment of the path (essential.parquet) and points from its earlier
+    checkpoint to its later one; the first and last checkpoints are labelled start and end with their steps."""
+    serve_only(INDUCTION, tmp_path, monkeypatch)
+    at = open_page("pages/run_timeline.py")
+    assert not at.exception
+    fig = chart(at, "essential")
+    path = _path_from_files(INDUCTION)
+    x, y, steps = path["pc1"].to_numpy(), path["pc2"].to_numpy(), path["step"].to_numpy()
+    notes = fig["layout"].get("annotations") or []
+    arrows = [a for a in notes if a.get("showarrow") and a.get("axref") == "x"]
+    assert len(arrows) >= 4, notes
+    for a in arrows:  # (ax, ay) is a checkpoint j; (x, y) lies on the segment to j + 1, at least halfway, forward
+        j = int(np.flatnonzero(np.isclose(x, a["ax"]) & np.isclose(y, a["ay"]))[0])
+        assert j + 1 < len(x)
+        seg, got = np.array([x[j + 1] - x[j], y[j + 1] - y[j]]), np.array([a["x"] - x[j], a["y"] - y[j]])
+        f = float(got @ seg / (seg @ seg))
+        assert 0.5 - 1e-9 <= f <= 1 + 1e-9 and np.allclose(got, f * seg, atol=1e-6 * np.abs(seg).max()), (a, j)
+    labels = {a["text"].replace("<b>", "").replace("</b>", ""): (a["x"], a["y"]) for a in notes if a.get("axref") != "x"}
+    assert labels[f"start: step {int(steps[0]):,}"] == pytest.approx((x[0], y[0]))
+    assert labels[f"end: step {int(steps[-1]):,}"] == pytest.approx((x[-1], y[-1]))
+    assert len(labels) >= 3  # and at least one checkpoint between, with its step
+    stages = shaded_stages(INDUCTION)
+    assert len(stages) == 11
+    markers = [t for t in fig["data"] if t.get("mode") == "markers" and not t.get("name", "").startswith("cusp")]
+    looks = [(t["marker"]["color"], t["marker"].get("symbol", "circle")) for t in markers]
+    assert len(set(looks)) == len(looks) == 11, looks  # every stage its own look, the first and the last among them
+
+
+def test_the_caption_says_why_a_turn_matters_and_how_much_of_pc1_moves_while_heads_form(tmp_path, monkeypatch) -> None:
+    """The docs measured (docs/stages.md, its table) the share of PC1's range the path covers while induction-d128's
+    induction heads form, steps 1,200 to 1,750: 60%. The caption says it, and why a turn matters."""
+    serve_only(INDUCTION, tmp_path, monkeypatch)
+    at = open_page("pages/run_timeline.py")
+    caption = next(c.value for c in at.caption if "principal components" in c.value)
+    assert "stage boundary tends to sit there" in caption, caption
+    assert "While the induction heads form (steps 1,200 to 1,750" in caption, caption
+    assert "the path covers 60% of PC1's range" in caption, caption
+    assert "arrowheads give the direction of training" in caption
+
+
+def _docs_table() -> dict[str, tuple[str, float | None]]:
+    """docs/stages.md's essential-dynamics table: run -> (its window's cell, the share of PC1's range in percent)."""
+    text = (ROOT / "docs" / "stages.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[0].startswith("`") and cells[1].isdigit():
+            rows[cells[0].strip("`")] = (cells[7], float(cells[8].rstrip("%")) if cells[8].endswith("%") else None)
+    return rows
+
+
+@pytest.mark.parametrize("run", sorted(_docs_table()))
+def test_the_window_and_the_share_of_pc1_are_those_the_docs_measured(run: str) -> None:
+    from headwatch.analysis.essential import store_trajectory
+    from headwatch.dashboard.views.timeline.data import forming_window, pc1_share
+
+    cell, share = _docs_table()[run]
+    store = open_store(ROOT / "data" / run)
+    window = forming_window(store)
+    if share is None:  # induction-d64: no induction head; its previous-token heads give the caption a window
+        assert window is not None and window.heads == "previous-token heads"
+        return
+    found = re.match(r"([\d,]+)–([\d,]+) \((copy loss|previous-token count)\)", cell)
+    assert found, cell
+    start, end = (int(found.group(i).replace(",", "")) for i in (1, 2))
+    assert window is not None and (window.start, window.end) == (start, end), (window, cell)
+    assert window.heads == ("induction heads" if found.group(3) == "copy loss" else "previous-token heads")
+    got = pc1_share(store_trajectory(store)[0], window.start, window.end)
+    assert got is not None and round(100 * got) == share, (got, share)
+
+
+def test_the_navigation_names_the_essential_dynamics_under_the_timeline(app_env) -> None:
+    """The Overview lists every view with its description (`dashboard.navigation`): the Timeline's names the essential
+    dynamics, which were found only by scrolling the Timeline."""
+    at = open_page(None)
+    assert not at.exception
+    assert any("essential dynamics" in m.value and "principal components" in m.value for m in at.markdown)

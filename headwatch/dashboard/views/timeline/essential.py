@@ -1,5 +1,7 @@
 """The Timeline's essential-dynamics panel: the outputs' trajectory in its first two principal components, coloured by
-the shaded stages (`views.timeline.figures`); a click on a checkpoint opens the Forward lenses page at that step."""
+the shaded stages, its direction and some steps marked (`views.timeline.figures`); a click on a checkpoint opens the
+Forward lenses page at that step. Its caption says why a turn matters and how much of PC1's range the path covers
+while the run's heads form (`views.timeline.data`)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_step
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.timeline import figures
+from headwatch.dashboard.views.timeline.data import forming_window, pc1_share
 
 # the outputs' path in its first two principal components (`analysis.essential.store_trajectory`), once per version
 _trajectory = store_cached(store_trajectory, max_entries=8)
+# where the run's heads form (`views.timeline.data.forming_window`), once per version
+_forming_window = store_cached(forming_window, max_entries=8)
 
 
 def essential_panel(frame: RunFrame, stages: pd.DataFrame | None) -> None:
@@ -46,7 +51,25 @@ def essential_panel(frame: RunFrame, stages: pd.DataFrame | None) -> None:
         f"Each point is a checkpoint: the model's next-token log-probabilities on a fixed sample "
         f"({recorded.get('values_per_checkpoint', '?'):,} numbers: the evaluation text and the induction probe, "
         "meta.json essential) projected on their first two principal components over the checkpoints, coloured by "
-        "the stage shaded above; open circles are cusps, where the path turns by more than "
-        f"{recorded.get('turn_degrees', 90):g} degrees ({', '.join(f'{c:,}' for c in cusps) or 'none'}). Hover names "
-        "the step; a click opens the Forward lenses page on its losses at that step, marked (docs/stages.md)."
+        "the stage shaded above; the arrowheads give the direction of training, from the start to the end labelled "
+        "with their steps. Why a turn matters: where the path turns, the outputs stop changing one way and start "
+        "changing another, and a developmental stage boundary tends to sit there (Hoogland et al. check the LLC's "
+        "stages against it); open circles are cusps, where the path turns by more than "
+        f"{recorded.get('turn_degrees', 90):g} degrees while it is moving ({', '.join(f'{c:,}' for c in cusps) or 'none'}). "
+        f"{_forming_text(frame, path)}Hover names the step; a click opens the Forward lenses page on its losses at that "
+        "step, marked (docs/stages.md)."
+    )
+
+
+def _forming_text(frame: RunFrame, path: pd.DataFrame) -> str:
+    """What docs/stages.md measures on every shipped run, for this one: the share of PC1's range the path covers
+    while the run's heads form (`views.timeline.data.forming_window`); empty where no heads form."""
+    window = _forming_window(frame.store)
+    share = pc1_share(path, window.start, window.end) if window is not None else None
+    if window is None or share is None:
+        return ""
+    return (
+        f"While the {window.heads} form (steps {window.start:,} to {window.end:,}, where {window.rule}, one checkpoint "
+        f"either side), the path covers {share:.0%} of PC1's range (its largest score minus its smallest): how much "
+        "of the outputs' main change happens then. "
     )
