@@ -4,7 +4,9 @@ One of the modules that import streamlit (with app.py, pages/, the loader, `dash
 `dashboard.widgets` and the server). `chart` draws a Plotly figure with its camera button set
 to paper size and its CSV button (what the files hold: `dashboard.export`); `open_head_on_click`
 turns a click on a chart's point into the head explorer on that head; `open_in_new_tab` opens the view of
-a clicked point in a new browser tab (the script: `dashboard.newtab`); `follow_play` hands an
+a clicked point in a new browser tab (the script: `dashboard.newtab`); `app_links` draws a text whose links
+open their views in this tab, and `bring_into_view` scrolls a panel opened as evidence to the top of the window
+(the scripts: `dashboard.inapp`); `follow_play` hands an
 animated chart's paused frame back to the page's step control (the script: `dashboard.playback`);
 `no_values` is a page's message when a statistic has no values to chart.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -179,18 +182,103 @@ def open_link_on_click(event: Any) -> None:
     """When ``event`` (a chart's selection) picked a point whose ``customdata`` names a view link in its second entry
     (`analysis.findings.events.Event.link`: ``head?run=...&layer=1&head=0&step=1400``), open that view (the Timeline's
     event markers)."""
-    from urllib.parse import parse_qs
-
-    from headwatch.dashboard.navigation import PAGES
-
     for point in ((event or {}).get("selection") or {}).get("points") or []:
         custom = point.get("customdata")
         link = (
             custom.get("1") if isinstance(custom, dict) else custom[1] if isinstance(custom, list) and len(custom) > 1 else None
         )
-        if not isinstance(link, str) or "?" not in link:
-            continue
-        path, _, query = link.partition("?")
-        spec = next((p for p in PAGES if p.url_path == path), None)
-        if spec is not None:
-            open_link(spec.file, parse_qs(query, keep_blank_values=True))
+        if isinstance(link, str):
+            _open_view(link)
+
+
+def _open_view(link: str) -> None:
+    """Open the view a relative link names (``head?run=...&layer=1``) in this tab, as one browser-history entry
+    (`viewstate.open_link`); a link to no page of the app opens nothing."""
+    from urllib.parse import parse_qs
+
+    from headwatch.dashboard.navigation import PAGES
+
+    if "?" not in link:
+        return
+    path, _, query = link.partition("?")
+    spec = next((p for p in PAGES if p.url_path == path), None)
+    if spec is not None:
+        open_link(spec.file, parse_qs(query, keep_blank_values=True))
+
+
+@functools.cache
+def _app_links() -> Any:
+    """The component that hands a click on a link in the page's text to the page (`dashboard.inapp.LINKS`)."""
+    from headwatch.dashboard.inapp import LINKS
+
+    return st.components.v2.component("headwatch_app_links", js=LINKS)
+
+
+_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def app_links(text: str, *, key: str, where: Where = st) -> None:
+    """Markdown ``text`` whose links to views of the app (``[L1 H0](head?run=...)``) open them in this tab, within
+    the app, as a click on a chart's point does (`open_link_on_click`); a link with a modifier key or the middle
+    button opens a new tab as any link does.
+
+    The links are written as HTML with ``target="_self"`` (Streamlit opens a Markdown link in a new tab), and a
+    script (`dashboard.inapp.LINKS`) hands a plain click to the page, which opens the view without loading the app
+    again (before the script listens, the link loads it in this tab).
+
+    Args:
+        text: Markdown; its links are relative links to views (`analysis.findings.events.Event.link`).
+        key: the container's key (its CSS class ``st-key-<key>``), unique on the page.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    import html
+
+    from headwatch.dashboard.navigation import PAGES
+
+    active("charts.app_links")
+    with where.container(key=key):
+        st.markdown(
+            _MARKDOWN_LINK.sub(
+                lambda m: f'<a href="{html.escape(m.group(2), quote=True)}" target="_self">{m.group(1)}</a>', text
+            ),
+            unsafe_allow_html=True,
+        )
+    result = _app_links()(
+        key=f"{key}_links",
+        data={"container": key, "pages": [p.url_path for p in PAGES if not p.default]},
+        on_link_change=lambda: None,
+        height=0,
+        width="content",
+    )
+    link = getattr(result, "link", None)
+    if isinstance(link, str):
+        _open_view(link)
+
+
+@functools.cache
+def _bring_into_view() -> Any:
+    """The component that scrolls a panel opened as evidence into view (`dashboard.inapp.SCROLL`)."""
+    from headwatch.dashboard.inapp import SCROLL
+
+    return st.components.v2.component("headwatch_bring_into_view", js=SCROLL)
+
+
+def bring_into_view(container: str, chart: str) -> None:
+    """Scroll the container keyed ``container`` to the top of the window once the chart keyed ``chart`` in it is
+    drawn, unless the reader scrolls first: once per arrival on the page (`viewstate.arrived`), so that a view
+    opened as evidence shows its evidence first. Mount it only on the run that should scroll.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    import time
+
+    active("charts.bring_into_view")
+    _bring_into_view()(
+        key=f"{container}_into_view",
+        data={"container": container, "chart": chart, "token": f"{container}-{time.time_ns()}"},
+        height=0,
+        width="content",
+    )

@@ -22,6 +22,7 @@ HEAD_SCALE = get_colorscale("Turbo")
 
 REFERENCE_FILL = "rgba(120,120,120,0.16)"  # the random-head 5-95% band
 REFERENCE_LINE = "rgba(80,80,80,0.7)"  # its mean, dotted
+THRESHOLD_COLOUR = "#6a3d9a"  # a head type's entry threshold (dashed) and exit level (dotted) on its score
 LAYER_MEAN_COLOUR = "#d62728"  # the layer mean: red, dashed
 LAYER_MEAN_DASH = "dash"
 LAYER_MEAN_WIDTH = 2.5

@@ -230,6 +230,17 @@ def run_frame() -> RunFrame | None:
     return current.opened()
 
 
+def arrived() -> bool:
+    """Whether this run opens its page: the last view published in this session showed another page, or none yet (a
+    link opened in a fresh tab, a click on another page, the navigation). A rerun of the page itself (a widget
+    changed, a tab chosen) is no arrival.
+
+    Raises:
+        RuntimeError: outside an active view.
+    """
+    return st.session_state.get(_PREV_PAGE) != _page_of(active("viewstate.arrived"))
+
+
 def notice(text: str) -> None:
     """Queue a notice shown at the top of the page."""
     active("viewstate.notice").notices.append(text)

@@ -220,7 +220,9 @@ def test_the_window_and_the_share_of_pc1_are_those_the_docs_measured(run: str) -
     start, end = (int(found.group(i).replace(",", "")) for i in (1, 2))
     assert window is not None and (window.start, window.end) == (start, end), (window, cell)
     assert window.heads == ("induction heads" if found.group(3) == "copy loss" else "previous-token heads")
-    got = pc1_share(store_trajectory(store)[0], window.start, window.end)
+    trajectory = store_trajectory(store)
+    assert trajectory is not None
+    got = pc1_share(trajectory[0], window.start, window.end)
     assert got is not None and round(100 * got) == share, (got, share)
 
 

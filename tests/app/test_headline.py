@@ -4,6 +4,7 @@ and meta.json for the strongest K-composition source, stages.parquet for the sta
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -76,6 +77,12 @@ def test_the_induction_ladder_reads_as_the_new_user_counted_it() -> None:
     assert steps["induction-d64"].step is None
 
 
+def _as_markdown(text: str) -> str:
+    """A headline drawn with links to this tab (``<a href="..." target="_self">L1 H0</a>``, `dashboard.charts.app_links`)
+    as the Markdown it was written from (``[L1 H0](...)``)."""
+    return re.sub(r'<a href="([^"]+)" target="_self">([^<]+)</a>', lambda m: f"[{m.group(2)}]({html.unescape(m.group(1))})", text)
+
+
 def _links(text: str) -> dict[str, str]:
     """Markdown links ``[label](target)`` -> {label: target} (the first of each label)."""
     out: dict[str, str] = {}
@@ -93,9 +100,10 @@ def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evide
     _serve_data(monkeypatch)
     at = open_page(None, {"run": "induction-d128"})
     assert not at.exception and not at.error
-    first = next(m.value for m in at.markdown if "Induction heads" in m.value)  # above the list of views
+    drawn = next(m.value for m in at.markdown if "Induction heads" in m.value)  # above the list of views
     views = next(i for i, m in enumerate(at.markdown) if "Head explorer" in m.value or "one head:" in m.value)
-    assert next(i for i, m in enumerate(at.markdown) if m.value == first) < views
+    assert next(i for i, m in enumerate(at.markdown) if m.value == drawn) < views
+    first = _as_markdown(drawn)
     step, heads, later = _first_heads("induction-d128")["induction"]
     assert f"**Induction heads** form at step {step:,}" in first and f"{later} more by step" in first
     links = _links(first)

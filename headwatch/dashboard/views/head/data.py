@@ -1,19 +1,22 @@
 """The head explorer's data: one head's arrays, what its panels compute from them before they draw (the P(w) map's
 grid, the curves and Gaussians at the chosen steps, P(w) in standardized units, the random-head spectra, the level
-crossings) and its CSV tables. Pure: no streamlit; the panels in `views.head.weights`, `.leading` and `.statistic`
-call these and draw what they return.
+crossings, the threshold of the head type a score statistic scores) and its CSV tables. Pure: no streamlit; the
+panels in `views.head.weights`, `.leading` and `.statistic` call these and draw what they return.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.stats.crossings import Crossings, level_crossings
 from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
 from headwatch.analysis.store import Store
+from headwatch.analysis.store.format import HEAD_TYPE_SCORES
 from headwatch.dashboard import export
 from headwatch.dashboard.data import null_spectra
 
@@ -221,6 +224,35 @@ def slices_table(
             )
         )
     return pd.concat(parts, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class TypeThreshold:
+    """The rule of the head type a statistic scores, as the store's ``meta.json`` ``types`` records it.
+
+    Attributes:
+        type: the head type's label (``induction``, ``previous-token``).
+        threshold: its entry threshold; exit: its exit level (None unrecorded).
+    """
+
+    type: str
+    threshold: float
+    exit: float | None
+
+
+def type_threshold(store: Store, stat: str) -> TypeThreshold | None:
+    """The entry threshold and exit level of the head type whose score ``stat`` is (``prev_token``, ``induction``,
+    ``sink``: `analysis.store.format.HEAD_TYPE_SCORES`), from the store's head-types record; None for any other
+    statistic, or a store without head types."""
+    rules = (store.meta.types or {}).get("types") or {}
+    for name, score in HEAD_TYPE_SCORES.items():
+        rule = rules.get(name)
+        if score == stat and isinstance(rule, dict) and isinstance(rule.get("threshold"), int | float):
+            out = rule.get("exit")
+            return TypeThreshold(
+                TYPE_LABELS.get(name, name), float(rule["threshold"]), float(out) if isinstance(out, int | float) else None
+            )
+    return None
 
 
 def in_layer_table(

@@ -12,7 +12,7 @@ import streamlit as st
 from headwatch.dashboard import charts, viewstate, widgets
 from headwatch.dashboard.views.head.choice import pick_head, with_both
 from headwatch.dashboard.views.head.leading import both_leading, leading_panel
-from headwatch.dashboard.views.head.statistic import statistic_panels
+from headwatch.dashboard.views.head.statistic import STATISTIC_PANEL, statistic_panels
 from headwatch.dashboard.views.head.weights import both_weight_panels, weight_panels
 
 PANELS = {  # URL panel -> its tab; one drawn at a time (a link to an event's evidence names its panel)
@@ -51,6 +51,8 @@ def main() -> None:
                 return
             stat, k, _, event = picked
             clicks = [event]
+            if viewstate.arrived():  # opened as evidence (a link, a click elsewhere): the chart first, not the widgets
+                charts.bring_into_view(STATISTIC_PANEL, "head_in_layer")
         elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
             h = with_both(h)
             if h.both:

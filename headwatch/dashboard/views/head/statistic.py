@@ -23,11 +23,13 @@ from headwatch.dashboard.views.head.choice import STACK_RIGHT, Head
 from headwatch.dashboard.views.head.figures import lines as lines_figs
 from headwatch.dashboard.views.head.figures import panels as panels
 
+STATISTIC_PANEL = "head_statistic"  # the key of the statistic against its layer (heading, choice, chart, caption)
+
 
 def statistic_panels(h: Head) -> tuple[str, int | None, bool, Any] | None:
     """One statistic of the head against its layer, then (stores with both) its W_QK and W_OV on one pair of axes;
     returns `_head_in_layer`'s choice and selection, or None when the store has no values of the statistic."""
-    with st.container():
+    with st.container(key=STATISTIC_PANEL):
         picked = _head_in_layer(h)
     if picked is None:
         return None
@@ -50,6 +52,10 @@ def _head_in_layer(h: Head) -> tuple[str, int | None, bool, Any] | None:
     if charts.no_values(values, STATS[stat].label, matrix):
         return None
     band = reference_of(h.refs, stat, k)
+    rule = data.type_threshold(store, stat)  # on a head type's score: its threshold and exit level
+    shown = panels.with_band(values, band)
+    if rule is not None:  # the y range holds the lines
+        shown = np.concatenate([shown.ravel(), [rule.threshold] + ([rule.exit] if rule.exit is not None else [])])
     event = charts.chart(
         h.over_time(
             lines_figs.head_in_layer(
@@ -58,13 +64,14 @@ def _head_in_layer(h: Head) -> tuple[str, int | None, bool, Any] | None:
                 head=head,
                 stat=STATS[stat],
                 k=k,
-                y_range=fixed_range(panels.with_band(values, band), log=log_y),
+                y_range=fixed_range(shown, log=log_y),
                 log_y=log_y,
                 chosen_x=h.chosen_x,
                 colours=h.colours,
                 layer=layer,
                 compare=[(lay, hd, values[:, lay, hd]) for lay, hd in pairs],
                 band=band,
+                threshold=rule,
             )
         ),
         "head_in_layer",
@@ -81,10 +88,18 @@ def _head_in_layer(h: Head) -> tuple[str, int | None, bool, Any] | None:
         if band is not None
         else ""
     )
+    rule_text = (
+        f" Purple: this run's {rule.type} threshold {rule.threshold:.3g}, dashed"
+        + (f", and exit level {rule.exit:.3g}, dotted" if rule.exit is not None else "")
+        + " (meta.json types): a head holds the type from the checkpoint its score reaches the threshold, and keeps it "
+        "while the score stays at or above the exit level (docs/head-types.md)."
+        if rule is not None
+        else ""
+    )
     st.caption(
         f"{STATS[stat].short(k)} of head {head} (dark) over training, the other heads of layer {layer} "
         "in grey (click one to open it) and the layer mean red dashed"
-        f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}"
+        f"{', the overlaid heads dotted' if pairs else ''}; y range fixed over all layers and heads.{ref}{rule_text}"
     )
     return stat, k, log_y, event
 

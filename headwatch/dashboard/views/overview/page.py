@@ -6,13 +6,15 @@ are the frame's (`dashboard.loader.runs`, what the sidebar's run picker offers, 
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.events import primary_basis, stage_rows
 from headwatch.analysis.findings.headline import headline_markdown
 from headwatch.analysis.store import read_meta
-from headwatch.dashboard import derived, loader, viewstate
+from headwatch.dashboard import charts, derived, loader, viewstate
 from headwatch.dashboard.data import loss_curve, step_axis
 from headwatch.dashboard.figures.timeline import compact
 from headwatch.dashboard.model_card import model_card_lines, timeline_card_lines
@@ -69,10 +71,11 @@ def _headline(name: str, path) -> None:
     if isinstance(store, StoreError) or len(store.steps) == 0:
         return
     st.subheader(f"What {name} shows")
-    st.markdown("  \n".join(headline_markdown(store, name)))
+    charts.app_links("  \n".join(headline_markdown(store, name)), key="headline")
     st.caption(
-        "Each head named opens its evidence: the head explorer on the type's score at the step it formed; a source opens "
-        "Circuits at that step. Every event of the run, with its link: the Timeline."
+        "Each head named opens its evidence in this tab: the head explorer on the type's score at the step it formed, "
+        "the type's threshold drawn; a source opens Circuits at that step. Every event of the run, with its link: the "
+        "Timeline."
     )
 
 
@@ -83,7 +86,7 @@ def _timeline_card(name: str, path) -> None:
         return
     stages = stage_rows(store)
     events = derived.run_events(store)
-    st.markdown("  \n".join(headline_markdown(store, name)))
+    charts.app_links("  \n".join(headline_markdown(store, name)), key=f"card_headline_{_key(name)}")
     st.markdown("  \n".join(timeline_card_lines(stages, events, basis=primary_basis(store))))
     curve = loss_curve(store)
     if curve is not None:
@@ -93,3 +96,8 @@ def _timeline_card(name: str, path) -> None:
             config={"displayModeBar": False},
         )
     st.page_link("pages/run_timeline.py", label="Timeline of this run", icon=":material/timeline:", query_params={"run": name})
+
+
+def _key(name: str) -> str:
+    """A run's name as part of a widget key (a CSS class: letters, digits, ``-`` and ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)

@@ -122,9 +122,9 @@ def pick_view(store: Store) -> TimelineView:
 
 
 def headline_panel(frame: RunFrame) -> None:
-    """Which heads formed when, one line per head type, each head a link to its evidence
-    (`analysis.findings.headline`)."""
-    st.markdown("  \n".join(headline_markdown(frame.store, frame.run)))
+    """Which heads formed when, one line per head type, each head a link to its evidence that opens in this tab, as a
+    click on the events lane does (`analysis.findings.headline`, `dashboard.charts.app_links`)."""
+    charts.app_links("  \n".join(headline_markdown(frame.store, frame.run)), key="timeline_headline")
 
 
 def timeline_panel(frame: RunFrame, axis: StepAxis, view: TimelineView) -> None:

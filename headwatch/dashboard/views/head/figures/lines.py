@@ -31,8 +31,10 @@ def head_in_layer(
     layer: int = 0,
     compare: Sequence[tuple[int, int, np.ndarray]] = (),
     band: Any = None,
+    threshold: Any = None,
 ) -> go.Figure:
-    """One statistic of the chosen head over training, its layer's other heads behind it and the layer mean.
+    """One statistic of the chosen head over training, its layer's other heads behind it and the layer mean; on a
+    head type's score, the type's entry threshold dashed and its exit level dotted.
 
     Args:
         values: ``(S, n_heads)`` the statistic for every head of the layer.
@@ -41,6 +43,7 @@ def head_in_layer(
         layer: the head's layer (hover, and a click on another head of the layer opens it).
         compare: other heads to overlay, from any layer: ``(layer, head, values (S,))`` each.
         band: the statistic's random-head reference, a grey band (`analysis.rmt.references.Reference`), or None.
+        threshold: the head type's rule when the statistic is its score (`views.head.data.TypeThreshold`), or None.
     """
     n_heads = values.shape[1]
     other_heads = np.delete(np.arange(n_heads), head)
@@ -103,9 +106,64 @@ def head_in_layer(
         layout(
             xaxis=step_xaxis(axis),
             yaxis=value_axis(stat.title(k), y_range, log=log_y),
-            shapes=band_shapes(band, log=log_y) + duplicate_shapes(axis) + step_marks(list(chosen_x), list(colours)),
+            shapes=band_shapes(band, log=log_y)
+            + duplicate_shapes(axis)
+            + step_marks(list(chosen_x), list(colours))
+            + threshold_shapes(threshold, log=log_y),
+            annotations=threshold_labels(threshold, log=log_y),
         ),
     )
+
+
+def _levels(threshold: Any, *, log: bool) -> list[tuple[str, float, str]]:
+    """(what, y as the axis places it, dash) of a type's threshold and exit level; a level a log axis cannot show
+    left out."""
+    if threshold is None:
+        return []
+    levels = [("threshold", threshold.threshold, "dash")]
+    if threshold.exit is not None:
+        levels.append(("exit level", threshold.exit, "dot"))
+    return [(what, float(np.log10(v)) if log else v, dash) for what, v, dash in levels if np.isfinite(v) and (v > 0 or not log)]
+
+
+def threshold_shapes(threshold: Any, *, xref: str = "x", yref: str = "y", log: bool = False) -> list[dict]:
+    """A head type's entry threshold (dashed) and exit level (dotted) across a panel (`views.head.data.TypeThreshold`;
+    on a log axis Plotly places shapes in log10 units)."""
+    return [
+        dict(
+            type="line",
+            xref=f"{xref} domain",
+            yref=yref,
+            x0=0,
+            x1=1,
+            y0=y,
+            y1=y,
+            layer="above",
+            line=dict(color=style.THRESHOLD_COLOUR, width=1.5 if what == "threshold" else 1, dash=dash),
+            name=f"{threshold.type} {what}",
+        )
+        for what, y, dash in _levels(threshold, log=log)
+    ]
+
+
+def threshold_labels(threshold: Any, *, xref: str = "x", yref: str = "y", log: bool = False) -> list[dict]:
+    """The words on `threshold_shapes`' lines, at their right end inside the plot: ``induction threshold 0.3``."""
+    raw = {"threshold": threshold.threshold, "exit level": threshold.exit} if threshold is not None else {}
+    return [
+        dict(
+            xref=f"{xref} domain",
+            yref=yref,
+            x=1,
+            y=y,
+            xanchor="right",
+            yanchor="bottom" if what == "threshold" else "top",
+            text=f"{threshold.type} {what} {raw[what]:.3g}",
+            showarrow=False,
+            font=dict(size=11, color=style.THRESHOLD_COLOUR),
+            name=f"{threshold.type} {what}",
+        )
+        for what, y, _ in _levels(threshold, log=log)
+    ]
 
 
 MATRIX_COLOURS = {"qk": "#1f4e9c", "ov": "#c2410c"}  # W_QK blue, W_OV orange, on every both-matrices chart
