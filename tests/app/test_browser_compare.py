@@ -103,3 +103,30 @@ def test_the_joint_maps_legend_clears_its_title_and_its_clusters_have_colours_of
         assert _errors(page) == []
     finally:
         page.close()
+
+
+def test_the_scaling_charts_legend_clears_its_title(browser, two_run_server):
+    """Across sizes at 1400 x 900: the timescales' legend (eight long names for these runs, up to eleven) grew up
+    from the top of the plot over the chart's title."""
+    from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_laid_out
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(two_run_server + "/compare?runs=tiny-run&runs=deep-run&stat=kl_gauss")
+        page.wait_for_selector(".st-key-sizes_scaling .js-plotly-plot .main-svg", timeout=LOAD_TIMEOUT_MS)
+        page.locator(".st-key-sizes_scaling").scroll_into_view_if_needed()
+        _wait_laid_out(page, ["sizes_scaling"])
+        drawn = page.evaluate(
+            """() => {
+            const gd = document.querySelector('.st-key-sizes_scaling .js-plotly-plot');
+            const box = el => { const b = el.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+            return {title: box(gd.querySelector('.gtitle')), legend: box(gd.querySelector('.infolayer .legend')),
+                    series: gd._fullData.length};
+        }"""
+        )
+        (tl, tt, tr, tb), (ll, lt, lr, lb) = drawn["title"], drawn["legend"]
+        assert drawn["series"] >= 8, drawn
+        assert tr <= ll or lr <= tl or tb <= lt or lb <= tt, drawn  # the boxes do not intersect
+        assert _errors(page) == []
+    finally:
+        page.close()

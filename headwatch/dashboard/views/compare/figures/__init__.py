@@ -216,7 +216,10 @@ def scaling_points(points: list[tuple[str, np.ndarray, np.ndarray, list[str]]], 
     return figure(
         traces,
         layout(
+            height=style.HEIGHT + 40,
             showlegend=True,
+            # right of the plot, from its top: a dozen long names above the plot grew up over the title
+            legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
             xaxis=value_axis("non-embedding parameters (log)", x_rng, log=True),
             yaxis=value_axis(y_title, y_rng, log=True),
         ),
