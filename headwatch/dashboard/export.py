@@ -34,6 +34,10 @@ TITLE_SIZE = 15  # px: the exported figure's title (`titled`)
 # more per extra line: a two-line title (W_QK and W_OV side by side) lost the top of its first line. `titled`
 # places the anchor this far below the figure's top edge, plus `TITLE_LINE_SHIFT` per line break.
 TITLE_TOP, TITLE_LINE_SHIFT = 8, 10  # px
+# A title's box ends about TITLE_TOP + 16 px below the figure's top, and 19 px lower per line more; a legend under the
+# title (`style.LEGEND_TOP`) starts `LEGEND_GAP` below its first line and `TITLE_LINE_PX` lower per line more, as
+# `titled` deepens the top margin per line.
+TITLE_LINE_PX, LEGEND_GAP = 18, 22  # px
 # A title line's most characters: 15 px text is about 7 px a character, so 80 fit the 720 px export and a chart
 # beside the sidebar at 1,024 px; a longer line ran past the chart's right edge and was cut (`titled` breaks it).
 TITLE_CHARS = 80
@@ -69,7 +73,9 @@ def chart_config(filename: str, image_format: str = "png", *, height: float | No
 def titled(fig: go.Figure, title: str) -> go.Figure:
     """Write ``title`` (run, head, statistic) at the top of the figure, above its legend, so an export names it.
 
-    A figure that already has a title (the animation's current step) gets ``title`` in front of it.
+    A figure that already has a title (the animation's current step) gets ``title`` in front of it. A legend under
+    the title (`style.LEGEND_TOP`: the container's frame, anchored at its top) is placed below the title's last line,
+    so that Plotly deepens the top margin to the rows it wraps to rather than writing them over the title.
     """
     own = fig.layout.title.text if fig.layout.title and fig.layout.title.text else ""
     if own.startswith(title):  # the builder wrote it already (the animation's frames carry it)
@@ -92,6 +98,9 @@ def titled(fig: go.Figure, title: str) -> go.Figure:
         ),
         margin=dict(t=top + 30 + 18 * breaks),  # a line more for each break
     )
+    legend = fig.layout.legend
+    if legend.yref == "container" and legend.yanchor == "top":  # under the title (`style.LEGEND_TOP`), clear of it
+        fig.update_layout(legend_y=1 - (TITLE_TOP + LEGEND_GAP + TITLE_LINE_PX * breaks) / height)
     return fig
 
 

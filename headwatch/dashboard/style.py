@@ -55,9 +55,9 @@ MARGIN = dict(l=64, r=24, t=36, b=68)
 # value axis's ticks and title; the right, chosen per page for its widest, a colour bar, a legend or the loss axis.
 STACK_MARGIN = dict(l=80, r=170)
 FONT_SIZE = 13
-# A legend under a two-line figure title (`dashboard.export.titled`), above the plot: in the container's frame,
-# so that Plotly deepens the top margin to the rows it wraps to in a narrow column instead of writing them over
-# the title (a paper-frame legend above the plot grows upward into the title).
+# A legend under the figure's title, above the plot: in the container's frame, so that Plotly deepens the top margin
+# to the rows it wraps to in a narrow column instead of writing them over the title (a paper-frame legend above the
+# plot grows upward into the title); `dashboard.export.titled` moves it just below the title's last line.
 LEGEND_TOP = dict(orientation="h", yref="container", y=0.92, yanchor="top", xanchor="left", x=0)
 
 

@@ -19,6 +19,9 @@ from headwatch.dashboard import style
 from headwatch.dashboard.data import fixed_range
 from headwatch.dashboard.figures.common import figure, layout, value_axis
 
+TOP_LEGEND = dict(style.LEGEND_TOP, font=dict(size=11))  # the runs' legend under the title, however many rows
+TOP_MARGIN = style.MARGIN["t"] + 8  # room for the title and one row of `TOP_LEGEND` (`dashboard.export.titled`)
+
 
 def time_axis(series: list[RunSeries], *, title: str, log: bool, **extra: Any) -> dict[str, Any]:
     """An x axis holding every run's checkpoints (log: ``x + shift``), range fixed over all of them; ``title`` empty
@@ -96,7 +99,8 @@ def distributions(
         traces,
         layout(
             height=style.HEIGHT,
-            margin=dict(style.MARGIN, l=72),
+            margin=dict(style.MARGIN, l=72, t=TOP_MARGIN),
+            legend=TOP_LEGEND,
             xaxis=value_axis(stat_title, finite_range(all_values, log=log_x), log=log_x),
             yaxis=value_axis(f"fraction of {unit}s at or below", (0.0, 1.02)),
         ),
@@ -127,6 +131,8 @@ def losses(
         traces,
         layout(
             height=style.SMALL_HEIGHT + 60,
+            margin=dict(style.MARGIN, t=TOP_MARGIN),
+            legend=TOP_LEGEND,
             xaxis=time_axis([s for s, _, _ in curves], title=x_title, log=log_x),
             yaxis=value_axis("loss (nats/token)", finite_range([loss for _, loss, _ in curves], log=False)),
         ),
@@ -169,6 +175,8 @@ def type_counts(
         traces,
         layout(
             height=style.SMALL_HEIGHT + 60,
+            margin=dict(style.MARGIN, t=TOP_MARGIN),
+            legend=TOP_LEGEND,
             xaxis=time_axis(series, title=x_title, log=log_x),
             yaxis=value_axis("heads holding the type", (0.0, top * 1.08 + 0.5)),
         ),
