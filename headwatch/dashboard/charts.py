@@ -267,8 +267,8 @@ def _bring_into_view() -> Any:
 
 def bring_into_view(container: str, chart: str) -> None:
     """Scroll the container keyed ``container`` to the top of the window once the chart keyed ``chart`` in it is
-    drawn, unless the reader scrolls first: once per arrival on the page (`viewstate.arrived`), so that a view
-    opened as evidence shows its evidence first. Mount it only on the run that should scroll.
+    drawn, unless the reader scrolls first, so that a view opened as evidence shows its evidence first: mount it on
+    the run that opens the page on that panel (`viewstate.opened_with`), once.
 
     Raises:
         RuntimeError: outside an active view.

@@ -89,6 +89,7 @@ class View:
         self.params: dict[str, list[str]] = {}  # URL parameter -> values, in widget order
         self.notices: list[str] = []
         self.unshown: frozenset[str] = frozenset()  # URL parameters of the tabs not drawn (`widgets.panel_tabs`)
+        self.given: set[str] = set()  # URL parameters whose value a link or a click gave this run (`seed`)
         self.page: Any = None  # the st.Page shown
         self.frame: Frame | None = None
         self._notice_slot: Where | None = None
@@ -230,15 +231,16 @@ def run_frame() -> RunFrame | None:
     return current.opened()
 
 
-def arrived() -> bool:
-    """Whether this run opens its page: the last view published in this session showed another page, or none yet (a
-    link opened in a fresh tab, a click on another page, the navigation). A rerun of the page itself (a widget
-    changed, a tab chosen) is no arrival.
+def opened_with(name: str) -> bool:
+    """Whether this run opens its page with the value of ``name`` given from outside it: a link (a fresh tab's URL, the
+    browser's history) or a click on another page (`switch_page`, `open_link`). A rerun of the page itself (a widget
+    changed, a tab chosen) opens nothing, and a page reached by the navigation shows its own last value.
 
     Raises:
         RuntimeError: outside an active view.
     """
-    return st.session_state.get(_PREV_PAGE) != _page_of(active("viewstate.arrived"))
+    view = active("viewstate.opened_with")
+    return st.session_state.get(_PREV_PAGE) != _page_of(view) and name in view.given
 
 
 def notice(text: str) -> None:
@@ -346,9 +348,11 @@ def seed(
         if parsed.notice:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
+        view.given.add(name)
         return
     if _valid(handed, options, multi=multi, most=most):
         st.session_state[name] = handed
+        view.given.add(name)
         return
     raw = _from_url(view, name)
     if raw is not None:
@@ -360,6 +364,7 @@ def seed(
         if parsed.notice:
             view.notices.append(parsed.notice)
         st.session_state[name] = parsed.value
+        view.given.add(name)
         return
     if name in PAGE_SCOPED:  # this page's own last value; the widget's session value only if this page set it
         page = _page_of(view)

@@ -51,7 +51,7 @@ def main() -> None:
                 return
             stat, k, _, event = picked
             clicks = [event]
-            if viewstate.arrived():  # opened as evidence (a link, a click elsewhere): the chart first, not the widgets
+            if viewstate.opened_with("panel"):  # opened on it as evidence (a link, a click): the chart in view
                 charts.bring_into_view(STATISTIC_PANEL, "head_in_layer")
         elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
             h = with_both(h)
