@@ -149,6 +149,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             _warn_unasked(state, computations)
             for computation in computations:
                 computation.fill(run)
+                if "store" in computation.lens.needs:  # it committed its record itself: later commits keep it
+                    state.take_record(computation.lens)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk

@@ -125,6 +125,15 @@ class RunState:
         and written by every commit."""
         return lens.name in self.asked or lens.recorded(self.meta)
 
+    def take_record(self, lens: Lens) -> None:
+        """Take ``lens``'s ``meta.json`` record as the store on disk now holds it into ``meta``. A lens made from
+        the committed store (it ``needs`` the store: the embeddings, the head types, the stages) writes its
+        tables and record in a commit of its own; without this, the run's next commit of ``meta`` would write
+        the record as it was before that lens ran (or drop it)."""
+        key = lens.meta_key
+        if key is not None and (self.out / META_FILE).is_file():
+            self.meta.set_record(key, read_meta(self.out).records.get(key))
+
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
         self.meta.add_failure(failure)

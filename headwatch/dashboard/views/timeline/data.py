@@ -1,4 +1,5 @@
-"""What the Timeline computes before it draws: the table of the heads that hold a type at the end of training."""
+"""What the Timeline computes before it draws: the table of the heads that hold a type at the end of training, and
+what the run's stages are read from, in words."""
 
 from __future__ import annotations
 
@@ -7,6 +8,20 @@ import pandas as pd
 from headwatch.analysis.findings.events import evidence_link
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.findings.names import head_name
+
+# meta.json ``stages.run.trend_from`` (`analysis.run_stages`: the LLC's when the store has one, else the loss's) ->
+# what the Timeline's caption says the run's stages are shaded by
+RUN_TREND = {
+    "llc": "the run's stages take the LLC's trend",
+    "loss": "the run's stages take the loss's trend, this run having no LLC (llc.parquet)",
+}
+
+
+def run_trend(trend_from: str | None) -> str:
+    """What the run's stages (the merged basis) are shaded by, for the Timeline's caption ("" without run stages)."""
+    if trend_from is None:
+        return ""
+    return RUN_TREND.get(trend_from, f"the run's stages take the trend of {trend_from}")
 
 
 def emerged_table(held: pd.DataFrame, run: str) -> pd.DataFrame:

@@ -216,9 +216,14 @@ def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | 
     source = "precomputed with the store"
     if rows is None:
         if stored is not None and not fresh:
+            made = store.meta.embedding_steps
             st.caption(
-                f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
-                f"{len(store.steps)}, so maps are computed here."
+                "The stored maps carry no record of the checkpoints they were made from (meta.json `embeddings`), so "
+                "maps are computed here; `python -m headwatch.precompute.lenses.embeddings STORE` makes them again "
+                "with their record."
+                if made is None
+                else f"The stored maps were made from {len(made)} checkpoints; this run now has {len(store.steps)}, so "
+                "maps are computed here."
             )
         kwargs: dict[str, Any] = dict(matrix=opts.matrix, normalisation=opts.norm, settings=opts.settings)
         if not _embedding.computed(store, opts.stat, **kwargs):
