@@ -19,6 +19,7 @@ import pandas as pd
 from headwatch.analysis.findings import sizes
 from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.store import Store, open_store
+from headwatch.analysis.store.outputs import check_files_folder
 from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
 
 COMPARE_FILE = "compare.md"
@@ -120,11 +121,13 @@ def write_compare(
         The Markdown file's path.
 
     Raises:
-        StoreError: a store cannot be opened, two stores have the same folder name, or the stores cannot be
-            compared (`analysis.findings.sizes.check_comparable`).
+        StoreError: ``out`` is a file or a store (`analysis.store.outputs.check_files_folder`), a store cannot be
+            opened, two stores have the same folder name, or the stores cannot be compared
+            (`analysis.findings.sizes.check_comparable`); nothing is written then.
     """
     from headwatch.analysis.errors import StoreError
 
+    check_files_folder(out, what="compare.md and its figures")
     stores: dict[str, Store] = {}
     for p in store_paths:
         store = open_store(p)

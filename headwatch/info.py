@@ -102,7 +102,10 @@ def run(store: str) -> int:
     """Print `describe` for ``store``; a path that is no store is a usage error (exit 2)."""
     try:
         lines = describe(store)
-    except (StoreError, FileNotFoundError, OSError) as exc:
+    except StoreError as exc:  # it names the path and says what to give
+        print(f"headwatch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
         print(f"headwatch: error: {store!r} is not a readable store: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print("\n".join(lines))

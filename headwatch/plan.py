@@ -229,7 +229,8 @@ def describe(args: argparse.Namespace) -> list[str]:
         ValueError: bad options; CheckpointNotFoundError (a FileNotFoundError): nothing to read.
     """
     from headwatch.analysis.extract import model_shape
-    from headwatch.analysis.store.meta import read_meta
+    from headwatch.analysis.store.meta import ModelInfo
+    from headwatch.analysis.store.outputs import check_same_model, store_at
     from headwatch.precompute import costs, registry
     from headwatch.precompute.evalset import check_length, model_context
     from headwatch.precompute.settings import FetchSettings, matrices_option
@@ -244,6 +245,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     if args.every is not None and args.every < 1:
         raise ValueError(f"--every must be a positive integer, got {args.every}")
     requested = parse_revisions(args.revisions) if args.revisions else None
+    meta = store_at(args.out) if args.out else None  # a file, another kind of folder: refused as the run refuses them
     with tempfile.TemporaryDirectory(prefix="headwatch-plan-") as scratch:
         src = open_source(args.source, scratch=Path(scratch), fetch=FetchSettings(), meter=Meter())
         listing = src.list()
@@ -253,17 +255,14 @@ def describe(args: argparse.Namespace) -> list[str]:
             raise ValueError(f"no checkpoint of {args.source!r} is selected")
         config = src.config(todo[0])
         shape = model_shape(config)
+        if meta is not None:  # another model's store: said before any lens's refusal, as the run says it
+            check_same_model(args.out, meta, ModelInfo(id=src.model_id, **shape.as_meta()), source=args.source)
         if any(lens.name in lenses and "evaluation" in lens.needs for lens in registry.LENSES):
             check_length(args.eval_length, model_context(config))  # as the run's evaluation set refuses it
         done: set[int] = set()
-        meta = None  # the store's, when --out has one
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
         store_lines: list[str] = []
-        if args.out and (Path(args.out) / "meta.json").is_file():
-            meta = read_meta(args.out)
-            theirs = {k: getattr(meta.model, k) for k in ("n_layers", "n_heads", "d_model", "d_head")}
-            if theirs != {k: getattr(shape, k) for k in theirs}:
-                raise ValueError(f"--out {args.out!r} holds another model ({theirs}); the run would refuse it: give a new --out")
+        if meta is not None:
             done = set(meta.done_steps) | {c.step for c in meta.checkpoints}
             store_lines = [
                 f"store {args.out}: {len(meta.done_steps)} checkpoints, matrices {','.join(meta.matrices)}"

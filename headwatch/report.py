@@ -24,6 +24,7 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS, type_sentences
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
+from headwatch.analysis.store.outputs import check_files_folder
 
 REPORT_FILE = "report.md"
 TIMELINE_SVG = "timeline.svg"
@@ -248,8 +249,10 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         The Markdown file's path.
 
     Raises:
-        StoreError: the store cannot be opened or a table read.
+        StoreError: ``out`` is a file or a store (`analysis.store.outputs.check_files_folder`; nothing is written
+            then), or the store cannot be opened or a table read.
     """
+    check_files_folder(out, what="report.md and its figures")
     store = open_store(store_path)
     others = [open_store(p) for p in replicate or []]  # every store opened before anything is written
     out = Path(out)

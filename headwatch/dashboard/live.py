@@ -47,7 +47,8 @@ def _poll(path: str, drawn: int, last: int | None, every: float) -> None:
 
 
 def live_notice(status: FollowStatus, last: int | None, *, now: float) -> str | None:
-    """The sidebar's line about the run's follower (None when there is nothing to say)."""
+    """The sidebar's line about the run's follower: live (and at which step), not answering, stopped, or finished
+    (at the store's last step, ``last``, which the follower's last round completed); None while it says nothing."""
     at = f"step {last:,}" if last is not None else "no checkpoint yet"
     if status.live(now):
         return (
@@ -58,4 +59,7 @@ def live_notice(status: FollowStatus, last: int | None, *, now: float) -> str | 
         return f":orange-badge[Not answering] the store's follower last looked {now - status.updated:,.0f} s ago, at {at}."
     if status.state == "stopped":
         return f":gray-badge[Stopped] the store's follower stopped at {at}; rerun it to add what the run saved since."
+    if status.state == "finished":
+        done = f"at {at}: the store holds every checkpoint the run saved" if last is not None else "before its first checkpoint"
+        return f":blue-badge[:material/check_circle: Finished] training finished {done}."
     return None

@@ -5,13 +5,13 @@ and shows the notices they return. Every parameter is matched by its string
 form, so an option may be an int (``layer=3``), a string (``stat=std``) or a
 bool (``logc=1``); anything not among the options falls back to the default
 with a notice that quotes the bad value (cut to `MAX_QUOTED` characters) and says
-what is allowed. A repeatable parameter keeps at most the number of values its
-widget allows, the first ones of the link.
+what is allowed. A repeatable parameter keeps each value once (a repeated one with a
+notice) and at most the number of values its widget allows, the first ones of the link.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,23 +143,33 @@ def parse_many(
     *,
     hint: str | None = None,
     most: int | None = None,
+    left_out: Mapping[str, str] | None = None,
 ) -> Parsed:
     """Resolve a repeatable parameter (``step=64&step=1000``): keep the valid values, in option order.
 
     Invalid values are dropped with a notice (``hint``, what to do about them, appended); if none is
-    valid the default list is used. With ``most``, only the first ``most`` valid values of the link
-    are kept (a widget's ``max_selections``) and the notice names the rest.
+    valid the default list is used. A value the link gives more than once is kept once, and the notice
+    says so. With ``most``, only the first ``most`` valid values of the link are kept (a widget's
+    ``max_selections``) and the notice names the rest. ``left_out``: values (as the URL spells them) that
+    are not options here for a reason the notice gives (the page's own run among the runs joined with it,
+    ``"is this page's own run"``); each is dropped and the link's other values are kept.
     """
     if not raw:
         return Parsed(list(default))
     table = _lookup(options)
+    left_out = left_out or {}
     good: list[Any] = []
+    repeated: dict[str, int] = {}  # a valid value given more than once -> how often
     for r in raw:
-        if r.strip() in table and table[r.strip()] not in good:
-            good.append(table[r.strip()])
+        if r.strip() in table:
+            if table[r.strip()] in good:
+                repeated[encode(table[r.strip()])] = repeated.get(encode(table[r.strip()]), 1) + 1
+            else:
+                good.append(table[r.strip()])
     dropped = good[most:] if most is not None else []
     good = good[:most] if most is not None else good
-    bad = [r for r in raw if r.strip() not in table]
+    left = list(dict.fromkeys(r.strip() for r in raw if r.strip() not in table and r.strip() in left_out))
+    bad = [r for r in raw if r.strip() not in table and r.strip() not in left_out]
     value = [o for o in options if o in good] or list(default)
     notes = []
     if bad:
@@ -172,6 +182,10 @@ def parse_many(
             )
         else:
             notes.append(f"{what} not valid here (allowed: {describe_options(options)}); {tail}." + (f" {hint}" if hint else ""))
+    notes += [f"{quote_value(name, r)} {left_out[r]}." for r in left]
+    if repeated:
+        what = ", ".join(f"{quote_value(name, r)} ({n} times)" for r, n in list(repeated.items())[:5])
+        notes.append(f"The link repeats {what}{' ...' if len(repeated) > 5 else ''}: each is shown once.")
     if dropped:
         what = ", ".join(quote_value(name, encode(d)) for d in dropped[:5]) + (" ..." if len(dropped) > 5 else "")
         notes.append(f"At most {most} values of `{name}` fit here: keeping the link's first {most}, leaving out {what}.")

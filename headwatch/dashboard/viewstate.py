@@ -41,7 +41,7 @@ value silently (the issue asks for a visible notice) and stores a select box's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +51,7 @@ import streamlit as st
 from headwatch.dashboard import sharing
 from headwatch.dashboard.frame import Frame, RunFrame
 from headwatch.dashboard.settings import AppSettings
-from headwatch.dashboard.urlstate import encode, parse_many, parse_one
+from headwatch.dashboard.urlstate import encode, parse_many, parse_one, quote_value
 
 LINK_KEY = "view_link"  # the sidebar's "Link to this view" (its container's CSS class: .st-key-view_link)
 _VIEW = "_hw_view"  # the active View, present only while app.py's `with view_state(...)` block runs
@@ -333,15 +333,22 @@ def seed(
     hint: str | None = None,
     most: int | None = None,
     fmt: Callable[[Any], str] | None = None,
+    left_out: Mapping[Any, str] | None = None,
 ) -> None:
     """Put the value the widget ``name`` should show into session state before it is created (a list of at most
     ``most`` values for a several-choice widget: Streamlit raises on more than its ``max_selections``); ``fmt``: how
-    a single-choice widget shows its options, for the notice on a value the link gives that is not one of them."""
+    a single-choice widget shows its options, for the notice on a value the link gives that is not one of them.
+
+    ``left_out`` (several-choice widgets): values that are not options here for a stated reason (the Trajectory map's
+    own run among the runs joined with it: ``{run: "is this page's own run ..."}``). A link, or the widget's earlier
+    value (a run joined with the map, then picked in the sidebar), that names one loses only that value, with a notice
+    that gives the reason."""
     mine = _handed_to(view)
     handed = mine.pop(name, _MISSING) if mine is not None else _MISSING
+    spelled = {encode(v): why for v, why in (left_out or {}).items()}
     if isinstance(handed, _FromLink):
         parsed = (
-            parse_many(name, handed.raw, options, default, hint=hint, most=most)
+            parse_many(name, handed.raw, options, default, hint=hint, most=most, left_out=spelled)
             if multi
             else parse_one(name, handed.raw, options, default, fmt=fmt)
         )
@@ -357,7 +364,7 @@ def seed(
     raw = _from_url(view, name)
     if raw is not None:
         parsed = (
-            parse_many(name, raw, options, default, hint=hint, most=most)
+            parse_many(name, raw, options, default, hint=hint, most=most, left_out=spelled)
             if multi
             else parse_one(name, raw, options, default, fmt=fmt)
         )
@@ -373,7 +380,13 @@ def seed(
     else:
         candidates = (st.session_state.get(name, _MISSING), st.session_state.get(_LAST, {}).get(name, _MISSING))
     for candidate in candidates:
+        gone: list[Any] = []
+        if multi and left_out and isinstance(candidate, list):
+            # an earlier value that names one left out here (a run joined with the map, now the page's own) loses it alone
+            gone = [v for v in candidate if _member(v, list(left_out))]
+            candidate = [v for v in candidate if v not in gone]
         if _valid(candidate, options, multi=multi, most=most):
+            view.notices.extend(f"{quote_value(name, encode(v))} {spelled[encode(v)]}." for v in gone)
             st.session_state[name] = candidate
             return
     st.session_state[name] = list(default) if multi else default

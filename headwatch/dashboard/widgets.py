@@ -71,19 +71,27 @@ def multiselect(
     help: str | None = None,
     max_selections: int | None = None,
     hint: str | None = None,
+    left_out: Mapping[Any, str] | None = None,
 ) -> list[Any]:
     """A several-choice widget bound to the repeatable URL parameter ``name`` (``step=0&step=64``).
 
-    Values come back in option order whatever order they were picked in. ``hint`` is added to the
+    One order: the values come back, go into the link and show in the widget in option order, whatever order
+    they were picked in (a value picked later takes its place among the others, not the end), and a link
+    that lists them in another order opens as it opened before, in option order. ``hint`` is added to the
     notice about values a link asked for that are not options (what to do about them). A link with
-    more than ``max_selections`` values keeps its first ``max_selections`` and says so in a notice.
+    more than ``max_selections`` values keeps its first ``max_selections`` and says so in a notice; one that
+    repeats a value shows it once and says so. ``left_out``: values that are not options here for a reason
+    (value -> ``"is this page's own run ..."``): a link or an earlier choice naming one loses only that one,
+    with a notice that gives the reason (`viewstate.seed`).
 
     Raises:
         RuntimeError: outside an active view.
     """
     view = active("widgets.multiselect")
     options = list(options)
-    seed(view, name, options, default, multi=True, hint=hint, most=max_selections)
+    seed(view, name, options, default, multi=True, hint=hint, most=max_selections, left_out=left_out)
+    chosen = st.session_state[name]
+    st.session_state[name] = [o for o in options if o in chosen]  # shown in option order, as the link lists them
     picked = where.multiselect(label, options, key=name, format_func=fmt or str, help=help, max_selections=max_selections)
     value = [o for o in options if o in picked]
     register(view, name, value)

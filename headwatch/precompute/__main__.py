@@ -32,6 +32,7 @@ from headwatch.analysis.errors import (
     StoreError,
     UnknownArchitectureError,
 )
+from headwatch.analysis.store.format import META_FILE
 from headwatch.precompute import evalset, registry
 from headwatch.precompute.registry import Lens
 from headwatch.precompute.settings import (
@@ -347,6 +348,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     stop = threading.Event()
+    mark = follow.store_mark(args.out)
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # a second signal: stop in the middle of the round (the store keeps its commits)
@@ -363,22 +365,34 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
         else:
             poll = args.poll or follow.POLL_SECONDS
             follow.follow_run(args.source[0], args.out, options, poll=poll, stop=stop, pid=args.follow_pid)
-    except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
-        print(f"error: {exc}{_kept(args.out)}", file=sys.stderr)
+    except follow.REFUSALS as exc:
+        print(f"error: {exc}{_kept(args.out, mark)}", file=sys.stderr)
         return EXIT_USAGE
     except HubUnreachableError as exc:
-        print(f"error: {exc}{_kept(args.out)}", file=sys.stderr)
+        print(f"error: {exc}{_kept(args.out, mark)}", file=sys.stderr)
         return EXIT_NETWORK
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {args.out} keeps every finished checkpoint; run the same command to resume", file=sys.stderr)
+        print(f"\ninterrupted: {_resume(args.out, 'to start again')}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
 
 
-def _kept(out: str) -> str:
-    """The line that says the store keeps its checkpoints, when there is a store (nothing for a follower that
-    stopped at its first look, a missing repo: its error stays one line)."""
-    return f"\n{out} keeps every finished checkpoint" if (Path(out) / "meta.json").is_file() else ""
+def _kept(out: str, mark: bytes | None) -> str:
+    """The line that says the store keeps the checkpoints the follower committed, when it committed some (``mark``:
+    the store's `precompute.follow.store_mark` when it started); nothing for a refusal or a follower that stopped
+    at its first look: its error stays one line."""
+    from headwatch.precompute.follow import store_mark
+
+    now = store_mark(out)
+    return f"\n{out} keeps every finished checkpoint" if now is not None and now != mark else ""
+
+
+def _resume(out: str, when: str) -> str:
+    """What a run that stopped early left: the store keeps its checkpoints (resume), or, before the first commit,
+    nothing was written (start again ``when``)."""
+    if (Path(out) / META_FILE).is_file():
+        return f"{out} keeps every finished checkpoint; run the same command to resume"
+    return f"nothing was written to {out}; run the same command {when}"
 
 
 def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:
@@ -386,20 +400,19 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
     from headwatch.analysis.errors import ClusterError
     from headwatch.precompute.run import run_precompute  # imports torch; keep --help fast
 
-    resume = f"{out} keeps every finished checkpoint; run the same command to resume"
     try:
         report = run_precompute(source, out, options)
     except (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except HubUnreachableError as exc:
-        print(f"error: network failure: {exc}\n{resume}", file=sys.stderr)
+        print(f"error: network failure: {exc}\n{_resume(out, 'once the Hub can be reached')}", file=sys.stderr)
         return EXIT_NETWORK
     except ClusterError as exc:
-        print(f"error: Ray cluster failure: {exc}\n{resume}", file=sys.stderr)
+        print(f"error: Ray cluster failure: {exc}\n{_resume(out, 'once the cluster is back')}", file=sys.stderr)
         return EXIT_NETWORK
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {resume}", file=sys.stderr)
+        print(f"\ninterrupted: {_resume(out, 'to start again')}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(
         f"{out}: {len(report.computed)} computed, {len(report.already_done)} already done, "
@@ -445,7 +458,14 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
 
         try:
             url = push_store(out, args.push_to_hub, private=args.private or None)
-        except (OSError, ValueError) as exc:  # Hub errors are OSErrors; StoreError is a ValueError
+        except StoreError as exc:  # refused: the repo holds another model's store, another run holds the lock
+            print(
+                f"error: push to {args.push_to_hub} refused: {exc}\nthe store is complete; publish it with "
+                f"python -m headwatch.precompute.publish {out} REPO_ID",
+                file=sys.stderr,
+            )
+            return EXIT_NETWORK
+        except (OSError, ValueError) as exc:  # Hub errors are OSErrors
             print(
                 f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
                 f"python -m headwatch.precompute.publish {out} {args.push_to_hub}",

@@ -29,22 +29,41 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.following import FollowState, FollowStatus, status_path
+from headwatch.analysis.store.format import META_FILE
+from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.precompute import registry
 from headwatch.precompute.context import RunReport
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import find_checkpoints, incomplete_reason
-from headwatch.precompute.state import stored_meta
+from headwatch.precompute.sources.fetch import Meter
 from headwatch.training.markers import FINISHED_FILE, RUN_FILE
 
-__all__ = ["FINISHED_FILE", "cpu_used", "follow_options", "follow_run", "pid_alive", "training_finished", "write_status"]
+__all__ = [
+    "FINISHED_FILE",
+    "REFUSALS",
+    "check_model",
+    "cpu_used",
+    "follow_options",
+    "follow_run",
+    "following_status",
+    "pid_alive",
+    "store_mark",
+    "training_finished",
+    "write_status",
+]
 
 log = logging.getLogger("precompute")
 
 POLL_SECONDS = 2.0  # between looks at the run folder: new checkpoints show within a few seconds
+# What the job raises for bad input (`precompute.run.run_precompute`), before it writes anything.
+REFUSALS = (CheckpointNotFoundError, UnknownArchitectureError, StoreError, CheckpointError, ValueError)
 
 
 def training_finished(folder: Path) -> bool:
@@ -79,6 +98,63 @@ def write_status(out: Path, state: FollowState, *, source: str | Path, poll: flo
     status = FollowStatus(state=state, source=str(source), updated=time.time(), poll=poll, pid=os.getpid())
     tmp.write_text(status.to_json())
     os.replace(tmp, path)
+
+
+def store_mark(out: str | Path) -> bytes | None:
+    """The store's ``meta.json`` as it is now (None when there is none): every commit changes it."""
+    try:
+        return (Path(out) / META_FILE).read_bytes()
+    except OSError:
+        return None
+
+
+@contextmanager
+def following_status(out: Path, *, source: str | Path, poll: float) -> Iterator[None]:
+    """Around a follower's rounds: when they end by an exception, the status says ``stopped``, unless it was
+    a refusal (`REFUSALS`) that left the store as it was: then the status is put back as it was before the
+    follower started (none, or an earlier follower's), so a refused follower leaves nothing behind."""
+    path = status_path(out)
+    try:
+        status_before: bytes | None = path.read_bytes()
+    except OSError:
+        status_before = None
+    store_before = store_mark(out)
+    try:
+        yield
+    except REFUSALS:
+        if store_mark(out) != store_before:
+            write_status(out, "stopped", source=source, poll=poll)
+        elif status_before is None:
+            path.unlink(missing_ok=True)
+        else:
+            tmp = path.with_name(f"{path.name}.tmp")
+            tmp.write_bytes(status_before)
+            os.replace(tmp, path)
+        raise
+    except BaseException:
+        write_status(out, "stopped", source=source, poll=poll)
+        raise
+
+
+def check_model(source: str | Path, out: Path, stored: Meta | None, options: RunOptions) -> None:
+    """Refuse the store of another model before a follower says or writes anything: the model of the source's
+    first complete checkpoint (`precompute.run.make_plan`, which writes nothing) against the store's. Nothing
+    to check without a store, or while the source has no complete checkpoint (the first round checks it).
+
+    Raises:
+        StoreError: ``out`` is the store of another model (`analysis.store.outputs.check_same_model`).
+    """
+    if stored is None:
+        return
+    from headwatch.precompute.run import make_plan  # imports torch
+
+    try:
+        plan = make_plan(
+            source, dataclasses.replace(options, follow=True), scratch=out.parent / f".{out.name}.fetch", meter=Meter()
+        )
+    except CheckpointNotFoundError:
+        return
+    check_same_model(out, stored, plan.model, source=str(source))
 
 
 def cpu_used() -> str:
@@ -139,21 +215,24 @@ def follow_run(
 
     Raises:
         ValueError: ``source`` is a file (a Hub repo is followed by `precompute.follow_hub.follow_hub`).
-        Whatever `precompute.run.run_precompute` raises for bad input (another model in the store, options
-        the store refuses): the store keeps every committed checkpoint.
+        StoreError: ``out`` is a file, a folder that is not a store, or the store of another model: refused
+            before anything is written, the follower's status included.
+        Whatever `precompute.run.run_precompute` raises for bad input (options the store refuses): a refusal
+            before the first commit leaves the status as it was (`following_status`); the store keeps every
+            committed checkpoint.
     """
     folder, out = Path(source), Path(out)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--follow reads a run folder or a Hub repo; {str(folder)!r} is a file")
+    options = options or RunOptions()
+    stored = store_at(out)
+    if _waiting(folder)[0]:
+        check_model(folder, out, stored, options)
     if not folder.exists():
         log.info("%s does not exist yet: waiting for the run to create it", folder)
-    options = options or RunOptions()
     stop = stop or threading.Event()
-    try:
+    with following_status(out, source=folder, poll=poll):
         return _rounds(folder, out, options, poll=poll, stop=stop, pid=pid)
-    except BaseException:
-        write_status(out, "stopped", source=folder, poll=poll)
-        raise
 
 
 def _rounds(
@@ -170,7 +249,7 @@ def _rounds(
         gone = pid is not None and not pid_alive(pid) and not finished
         last = finished or gone or stop.is_set()
         ready, writing = _waiting(folder)
-        stored = stored_meta(out)
+        stored = store_at(out)
         have = stored.listed_steps if stored is not None else set()
         if (ready, writing) != announced:
             log.info(
@@ -187,7 +266,7 @@ def _rounds(
             if finished:
                 round_options = dataclasses.replace(round_options, follow=False)  # read as after training
             reports.append(run_precompute(folder, out, round_options))
-            now = stored_meta(out)
+            now = store_at(out)
             log.info(
                 "%s: the store has %d checkpoints, up to step %s",
                 out,

@@ -34,13 +34,13 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from headwatch.analysis.errors import HubUnreachableError
+from headwatch.analysis.store.outputs import store_at
 from headwatch.precompute.context import RunReport
-from headwatch.precompute.follow import cpu_used, follow_options, pid_alive, write_status
+from headwatch.precompute.follow import check_model, cpu_used, follow_options, following_status, pid_alive, write_status
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource, own_commit
 from headwatch.precompute.sources.revisions import refs_from_names
-from headwatch.precompute.state import stored_meta
 
 __all__ = ["POLL_SECONDS", "follow_hub", "hub_repo"]
 
@@ -90,13 +90,17 @@ def follow_hub(
     Raises:
         ValueError: ``HF_HUB_OFFLINE`` is set (a repo cannot be followed from the cache).
         CheckpointNotFoundError: the repo does not exist, is private without a token, or is gated.
-        Whatever `precompute.run.run_precompute` raises for bad input; the store keeps every committed checkpoint.
+        StoreError: ``out`` is a file, a folder that is not a store, or the store of another model.
+        Whatever `precompute.run.run_precompute` raises for bad input: a refusal before the first commit leaves
+        the follower's status as it was (`precompute.follow.following_status`); the store keeps every committed
+        checkpoint.
     """
     out = Path(out)
     options = options or RunOptions()
     stop = stop or threading.Event()
     if constants.is_offline_mode():
         raise ValueError(f"--follow {repo_id}: HF_HUB_OFFLINE is set; following a Hub repo needs the network")
+    stored = store_at(out)  # a file, another kind of folder: refused before the repo is read
     src = HubSource(
         repo_id,
         scratch=out.parent / f".{out.name}.fetch",
@@ -105,11 +109,9 @@ def follow_hub(
         token=options.token,
     )
     branches = src.branches()  # a missing repo stops here, before anything is written
-    try:
+    check_model(repo_id, out, stored, options)  # another model's store: said before anything else
+    with following_status(out, source=repo_id, poll=poll):
         return _rounds(src, out, options, branches, poll=poll, stop=stop, pid=pid, until=until)
-    except BaseException:
-        write_status(out, "stopped", source=repo_id, poll=poll)
-        raise
 
 
 def _rounds(
@@ -137,7 +139,7 @@ def _rounds(
         waiting = [r.revision for r in refs if not own_commit(r.revision, branches)]
         finished = until is not None and any(step >= until for step in ready)
         last = finished or gone or stop.is_set()
-        stored = stored_meta(out)
+        stored = store_at(out)
         have = stored.listed_steps if stored is not None else set()
         if (ready, waiting) != announced:
             log.info(
@@ -159,7 +161,7 @@ def _rounds(
                 if last:
                     raise
                 log.warning("%s; the next look, in %.0f s, tries again", exc, poll)
-            now = stored_meta(out)
+            now = store_at(out)
             log.info(
                 "%s: the store has %d checkpoints, up to step %s",
                 out,

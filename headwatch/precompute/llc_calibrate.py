@@ -336,11 +336,13 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, UnknownArchitectureError
+    from headwatch.analysis.store.outputs import check_files_folder
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("devinterp").setLevel(logging.WARNING)
     try:
+        check_files_folder(args.out, what="the calibration's tables and figure")  # before the chains run
         trials, label = calibrate(args)
     except (CheckpointNotFoundError, CheckpointError, UnknownArchitectureError, ValueError) as exc:
         print(f"headwatch llc-calibrate: error: {exc}", file=sys.stderr)

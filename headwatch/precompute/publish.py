@@ -25,11 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store import TABLES, open_store, read_meta
+from headwatch.analysis.store import TABLES, Meta, open_store, read_meta
 from headwatch.analysis.store.format import ATTENTION, HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
+from headwatch.analysis.store.outputs import model_text
 from headwatch.precompute.store.lock import store_lock
 
 CARD_FILE = "README.md"
+EXIT_USAGE, EXIT_NETWORK = 2, 3  # as `python -m headwatch.precompute`: bad input, the Hub failed
 
 
 def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
@@ -218,19 +220,23 @@ def push_store(
         The URL of the commit.
 
     Raises:
-        StoreError: the store cannot be opened, or another run holds its lock.
+        StoreError: the store cannot be opened (a file, a folder that is not a store: refused before its lock is
+            taken), another run holds its lock, or the repo holds the store of another model.
         huggingface_hub errors (``HfHubHTTPError``, an ``OSError``): the Hub refused or failed.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
     store = Path(store)
+    read_meta(store)  # not a store: said before anything is written, its lock file included
     api = api or HfApi(token=token, library_name="headwatch")
     with store_lock(store):
-        if read_meta(store).upgraded:
+        meta = read_meta(store)
+        if meta.upgraded:
             raise StoreError(
                 f"{store} was written by an older schema version; upgrade it before publishing "
                 f"(python -m headwatch.precompute.store.upgrade {store}) so that its files say what its card says"
             )
+        check_repo(api, repo_id, meta)
         card = dataset_card(store, repo_id=repo_id)
         files = sorted(p for p in store.iterdir() if p.is_file() and p.name != CARD_FILE)
         operations = [CommitOperationAdd(path_in_repo=p.name, path_or_fileobj=str(p)) for p in files]
@@ -277,6 +283,44 @@ def _steps_summary(steps: list[int]) -> str:
     )
 
 
+def check_repo(api: Any, repo_id: str, meta: Meta) -> None:
+    """Refuse to push the store of ``meta`` into a dataset repo that holds the store of another model: its
+    ``meta.json`` names another model or geometry (an upload would mix the two stores' files). A repo that does
+    not exist yet, or holds no store, takes it.
+
+    Raises:
+        StoreError: the repo holds another model's store, or a ``meta.json`` this code cannot read.
+        ConnectionError: the Hub cannot be reached.
+    """
+    import tempfile
+
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="headwatch-publish-") as tmp:
+        try:
+            api.hf_hub_download(repo_id, META_FILE, repo_type="dataset", local_dir=tmp)
+        except LocalEntryNotFoundError as exc:  # no network: not an answer about the repo
+            raise ConnectionError(f"cannot reach the Hub to read {repo_id}'s {META_FILE}: {exc}") from exc
+        except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError):
+            return
+        try:
+            theirs = read_meta(tmp).model
+        except StoreError as exc:
+            raise StoreError(
+                f"the dataset repo {repo_id} holds a {META_FILE} this code cannot read ({exc}); push to another repo"
+            ) from None
+    if theirs.id != meta.model.id or theirs.geometry() != meta.model.geometry():
+        raise StoreError(
+            f"the dataset repo {repo_id} holds the store of another model, {model_text(theirs)}, not "
+            f"{model_text(meta.model)}; push to another repo"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m headwatch.precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card."
@@ -287,9 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         url = push_store(args.store, args.repo_id, private=args.private or None)
-    except (OSError, ValueError) as exc:  # StoreError is a ValueError; Hub errors are OSErrors
+    except ValueError as exc:  # StoreError: not a store, locked, the repo of another model
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
+    except OSError as exc:  # the Hub refused or failed (its errors are OSErrors)
+        print(f"error: push to {args.repo_id} failed: {exc}", file=sys.stderr)
+        return EXIT_NETWORK
     print(f"pushed {args.store} to {url}")
     return 0
 

@@ -54,6 +54,7 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.analysis.extract import ModelShape, model_shape
 from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import Failure, Meta, ModelInfo
+from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.precompute import registry
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
@@ -74,7 +75,7 @@ from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, select
 from headwatch.precompute.sources.source import CheckpointSource
-from headwatch.precompute.state import RunState, open_state, stored_meta
+from headwatch.precompute.state import RunState, open_state
 from headwatch.precompute.store.lock import store_lock
 from headwatch.precompute.work import Executor, checkpoint_work
 
@@ -105,7 +106,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         UnknownArchitectureError: the model type has no adapter.
         ValueError: bad ``revisions`` or ``every``.
         SchemaVersionError: ``out`` was written by a newer schema (left untouched).
-        StoreError: ``out`` holds a different model, or is locked by another run.
+        StoreError: ``out`` is a file, a folder that is not a store, a store of another model, or locked by
+            another run (`analysis.store.outputs`; refused before anything is written).
         analysis.errors.HubUnreachableError: the network failed on every retry; the store keeps
             every committed checkpoint.
     """
@@ -114,12 +116,15 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     out = Path(out)
     meter = Meter()
     scratch = out.parent / f".{out.name}.fetch"
+    before = store_at(out)  # a file, another kind of folder, a newer store: refused before the source is read
     plan = make_plan(source, options, scratch=scratch, meter=meter)
+    if before is not None:  # another model's store: said before any lens's refusal
+        check_same_model(out, before, plan.model, source=str(source))
     computations = _computations(plan, options, source, scratch)  # refusals: before anything is written
     executor = open_executor(options, plan.src, _task_source(source), meter=meter)
     report = RunReport()
     with store_lock(out):
-        stored = stored_meta(out)  # under the lock: the store's K and settings as they are now
+        stored = store_at(out)  # under the lock: the store's K and settings as they are now
         settings = _settings(plan, options, stored)
         for computation in computations:
             computation.check_store(out, stored)
@@ -144,6 +149,8 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
             _warn_unasked(state, computations)
             for computation in computations:
                 computation.fill(run)
+                if "store" in computation.lens.needs:  # it committed its record itself: later commits keep it
+                    state.take_record(computation.lens)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk

@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
+from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_table
+from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, OVERLAPS, TABLES, TableSpec
 from headwatch.analysis.store.meta import new_meta
 from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
+from headwatch.analysis.store.outputs import check_same_model
 from headwatch.precompute import registry
 from headwatch.precompute.registry import Lens
 from headwatch.precompute.settings import StoreSettings, software_versions
@@ -124,6 +125,15 @@ class RunState:
         and written by every commit."""
         return lens.name in self.asked or lens.recorded(self.meta)
 
+    def take_record(self, lens: Lens) -> None:
+        """Take ``lens``'s ``meta.json`` record as the store on disk now holds it into ``meta``. A lens made from
+        the committed store (it ``needs`` the store: the embeddings, the head types, the stages) writes its
+        tables and record in a commit of its own; without this, the run's next commit of ``meta`` would write
+        the record as it was before that lens ran (or drop it)."""
+        key = lens.meta_key
+        if key is not None and (self.out / META_FILE).is_file():
+            self.meta.set_record(key, read_meta(self.out).records.get(key))
+
     def fail(self, failure: Failure) -> None:
         """Record a checkpoint that could not be read (a later success replaces it)."""
         self.meta.add_failure(failure)
@@ -152,20 +162,6 @@ class RunState:
         commit_store(self.out, self.meta, tables)
 
 
-def stored_meta(out: Path) -> Meta | None:
-    """The metadata of the store at ``out`` (None when there is none yet).
-
-    Raises:
-        SchemaVersionError: a newer schema version (nothing is written then).
-        StoreError: ``out`` is unreadable, or a non-empty directory that is not a store.
-    """
-    if (out / META_FILE).is_file():
-        return read_meta(out)
-    if out.exists() and any(out.iterdir()):
-        raise StoreError(f"--out {str(out)!r} exists, is not empty and is not a store; choose a new path")
-    return None
-
-
 def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: StoreSettings, asked: frozenset[str]) -> RunState:
     """Resume the store at ``out`` (its metadata ``stored``) or start a new one, under the run's settings,
     for a run computing the lenses named in ``asked``.
@@ -178,11 +174,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Store
         meta = new_meta(model, settings=settings.as_meta(), software=software, hist_edges=HIST_Z_EDGES.tolist())
         meta.matrices = list(settings.head_matrices)
         return RunState(out, meta, HEADS.empty(), OVERLAPS.empty(), settings.overlap_k, asked=asked)
-    if stored.model.geometry() != model.geometry():
-        raise StoreError(
-            f"store {str(out)!r} holds a different model ({stored.model.geometry()}) than {settings.source!r} "
-            f"({model.geometry()}); write to a new --out"
-        )
+    check_same_model(out, stored, model, source=settings.source)
     before, before_kind = stored.source
     if settings.source_kind == "hub" and before_kind == "hub" and before != settings.source:
         raise StoreError(f"store {str(out)!r} was computed from {before!r}, not {settings.source!r}; write to a new --out")

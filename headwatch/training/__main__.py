@@ -16,7 +16,13 @@ from typing import Any
 
 import transformers
 
+from headwatch.analysis.errors import StoreError
+from headwatch.analysis.extract import model_shape
+from headwatch.analysis.store import ModelInfo
+from headwatch.analysis.store.format import META_FILE
+from headwatch.analysis.store.outputs import check_same_model, model_text, store_at
 from headwatch.training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
+from headwatch.training.model import build_config
 from headwatch.training.settings import ARCHS, REPEAT_CONTENTS, ModelSettings, OptimSettings, RepeatSettings, RunSettings
 from headwatch.training.train import train
 
@@ -99,11 +105,40 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
     )
 
 
+def check_outputs(out: Path, watch: Path | None, settings: RunSettings) -> None:
+    """Refuse an ``--out`` or ``--watch`` the run cannot write, before the corpus is fetched or anything written.
+
+    Raises:
+        StoreError: ``--out`` is a file or a folder that is not empty; ``--watch`` is a file, a folder that is
+            not a store, or a store already (another run's: a new run starts a new store; the message names
+            both models).
+    """
+    if out.exists() and not out.is_dir():
+        raise StoreError(f"--out {str(out)!r} is a file; give a new folder for the run's checkpoints")
+    if out.is_dir() and any(out.iterdir()):
+        what = "a statistics store" if (out / META_FILE).is_file() else "not empty"
+        raise StoreError(f"--out {str(out)!r} is {what}; give a new (or empty) folder, or delete it to retrain")
+    stored = store_at(watch, option="--watch") if watch is not None else None
+    if watch is None or stored is None:
+        return
+    model = ModelInfo(id=out.name, **model_shape(build_config(settings.model).to_dict()).as_meta())
+    check_same_model(watch, stored, model, source=str(out), option="--watch")
+    raise StoreError(
+        f"--watch {str(watch)!r} already holds the store of another run ({model_text(stored.model)}); a new run "
+        "starts a new store: give a new --watch"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     transformers.utils.logging.disable_progress_bar()  # one bar per saved checkpoint is noise
     args = parse_args(argv)
     settings = settings_from_args(args)
+    try:
+        check_outputs(args.out, args.watch, settings)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.corpus_archive is not None:
         archive, source = args.corpus_archive, f"local archive {args.corpus_archive.name}"
     else:

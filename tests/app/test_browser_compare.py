@@ -1,15 +1,17 @@
 """The Compare runs page in a real browser (Chromium via Playwright, the server as the Dockerfile starts it):
 a comparison opened by a link shows the linked runs in every plot, keeps the view in the address bar and raises
-nothing. Skipped only where /usr/bin/chromium is missing outside CI."""
+nothing; the run picker lists the runs in the order the address bar does. Skipped only where /usr/bin/chromium is
+missing outside CI."""
 
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from benchmarks.synthetic_store import write_synthetic_store
 from tests.app import test_browser
 from tests.app.conftest import ROOT
-from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, _wait_published
+from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve, _wait_published, _wait_url
 
 browser = test_browser.browser  # the module-scoped Chromium fixture, shared with test_browser.py's helpers
 
@@ -144,6 +146,28 @@ def test_no_legend_of_the_shipped_comparison_covers_its_charts_title(browser, sh
                 continue
             (tl, tt, tr, tb), (ll, lt, lr, lb) = d["title"], d["legend"]
             assert tr <= ll or lr <= tl or tb <= lt or lb <= tt, d  # the boxes do not intersect
+        assert _errors(page) == []
+    finally:
+        page.close()
+
+
+def test_the_run_picker_and_the_address_bar_list_the_runs_in_one_order(browser, two_run_server):
+    """A run picked again takes its place in the run picker's list (tiny-run, the $HEADWATCH_STORE run, first), as the
+    address bar lists it: before, the picker kept the order of the clicks (deep-run, tiny-run) while the link sorted."""
+    page = _open(browser, two_run_server + "/compare?runs=tiny-run&runs=deep-run&stat=kl_gauss", 4)
+    chips = page.locator(".st-key-runs .react-aria-ComboBox [data-tag]")
+    try:
+        _wait_published(page)
+        expect(chips).to_have_text(["tiny-run", "deep-run"])
+        page.get_by_role("button", name="Remove tiny-run").click()
+        _wait_url(page, "runs=deep-run&stat=")  # deep-run alone
+        _wait_published(page)
+        expect(chips).to_have_text(["deep-run"])
+        page.get_by_role("combobox", name="Runs").click()
+        page.get_by_role("option", name="tiny-run", exact=True).click()
+        _wait_url(page, "runs=tiny-run&runs=deep-run&")
+        _wait_published(page)
+        expect(chips).to_have_text(["tiny-run", "deep-run"], timeout=10_000)
         assert _errors(page) == []
     finally:
         page.close()

@@ -1,6 +1,6 @@
 """A store that grows while a page is open (issue 42), in Chromium: the page shows the new checkpoint after its
-commit without a reload, the sidebar says the run is live and at which step, and a link to a step the run has
-not reached says so plainly.
+commit without a reload, the sidebar says the run is live and at which step, and then that it finished and at which
+step, and a link to a step the run has not reached says so plainly.
 
 The store is made by the job (``python -m headwatch.precompute``) from tiny GPT-NeoX checkpoints, then grown by a real
 follower (``python -m headwatch.precompute --follow``) as the run folder gains a checkpoint.
@@ -82,9 +82,12 @@ def test_an_open_page_shows_a_new_checkpoint_without_a_reload(chromium, growing)
     assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
     assert not _errors(page)
 
-    # training finishes: the follower completes the store and stops; the live notice goes, still without a reload
+    # training finishes: the follower completes the store and stops; the live badge gives way to one that says the
+    # run finished and at which step, still without a reload
     (src / FINISHED_FILE).write_text("{}")
     assert follower.wait(timeout=LOAD_TIMEOUT_MS / 1000) == 0
+    expect(sidebar).to_contain_text("training finished at step 4", timeout=LOAD_TIMEOUT_MS)
+    expect(sidebar).to_contain_text("Finished", timeout=LOAD_TIMEOUT_MS)
     expect(sidebar).not_to_contain_text("Live", timeout=LOAD_TIMEOUT_MS)
     assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
     page.close()

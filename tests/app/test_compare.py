@@ -246,6 +246,29 @@ def test_only_unknown_runs_fall_back_to_the_default_pair(two_runs):
     assert at.multiselect(key="runs").value == [DEEP, SHALLOW]  # the sidebar's run and the next one
 
 
+def test_a_run_the_link_repeats_is_shown_once_with_a_notice(two_runs):
+    at = open_page(PAGE, {"runs": [DEEP, DEEP, SHALLOW]})
+    assert at.multiselect(key="runs").value == [DEEP, SHALLOW]
+    assert at.query_params["runs"] == [DEEP, SHALLOW]  # the link is repaired
+    assert f"The link repeats `runs={DEEP}` (2 times): each is shown once." in " ".join(notices(at)), notices(at)
+    at = open_page(PAGE, {"runs": [DEEP, DEEP]})  # one run twice is one run: the page asks for a second
+    assert at.multiselect(key="runs").value == [DEEP] and "repeats" in " ".join(notices(at))
+    assert "Choose two or more runs" in " ".join(i.value for i in at.info)
+
+
+def test_the_run_picker_shows_the_runs_in_the_order_the_link_lists_them(two_runs):
+    """One order: a run picked again takes its place in the run picker's list, as in the link and the charts, rather
+    than going to the end of the picker while the link sorts it back."""
+    at = open_page(PAGE, {"runs": [SHALLOW, DEEP]})  # a link in another order opens as before: in the list's order
+    assert at.multiselect(key="runs").value == [DEEP, SHALLOW] and at.query_params["runs"] == [DEEP, SHALLOW]
+    at.multiselect(key="runs").unselect(DEEP).run()
+    at.multiselect(key="runs").select(DEEP).run()  # clicked last
+    assert not at.exception
+    assert at.multiselect(key="runs").value == [DEEP, SHALLOW]
+    assert at.query_params["runs"] == [DEEP, SHALLOW] and f"runs={DEEP}&runs={SHALLOW}" in view_link(at)
+    assert [t["meta"]["run"] for t in traces(at, "compare_bands", kind="mean", bin=0)] == [DEEP, SHALLOW]
+
+
 def test_a_run_without_the_forward_lens_is_named_and_the_others_are_shown(two_runs):
     at = open_page(PAGE, link(stat="entropy"))
     (warning,) = [w.value for w in at.warning if SHALLOW in w.value]

@@ -155,3 +155,41 @@ def test_the_joint_clusters_have_colours_no_run_has(ladder: Path) -> None:
         assert t["marker"]["line"]["color"].lower() not in runs | {c.lower() for c in swatches}
     symbols = [t["marker"]["symbol"] for t in _heads(at)]
     assert len(set(symbols)) == len(symbols) == 3
+
+
+# --- the runs joined with the map, as a link names them (issue 63) ---------------------------------------------------
+
+
+def _notices(at) -> str:
+    return " ".join(w.value for w in at.warning)
+
+
+def test_a_link_naming_the_pages_own_run_among_the_joined_ones_loses_that_run_alone(ladder: Path) -> None:
+    at = open_page(TRAJ, {"run": RUN, "joint": [RUN, OTHERS[1]], "stat": "std"})
+    assert at.multiselect(key="joint").value == [OTHERS[1]]
+    assert at.query_params["joint"] in (OTHERS[1], [OTHERS[1]])
+    text = _notices(at)
+    assert f"`joint={RUN}` is this page's own run" in text and "left out of the runs joined with it" in text, text
+    assert "not valid here" not in text, text  # it is a run, only not one to join with itself
+
+    at = open_page(TRAJ, {"run": RUN, "joint": RUN, "stat": "std"})  # only the own run: a map of this run alone
+    assert at.multiselect(key="joint").value == [] and "joint" not in at.query_params
+    assert f"`joint={RUN}` is this page's own run" in _notices(at) and "default" not in _notices(at)
+
+
+def test_picking_a_joined_run_in_the_sidebar_keeps_the_other_joined_runs(ladder: Path) -> None:
+    at = open_page(TRAJ, {"run": RUN, "joint": OTHERS, "stat": "std"})
+    assert at.multiselect(key="joint").value == OTHERS and not _notices(at)
+    at.selectbox(key="run").set_value(OTHERS[0]).run()  # a run joined with the map becomes the page's own
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="joint").value == [OTHERS[1]]  # it alone leaves the joined runs (all of them did)
+    assert at.query_params["joint"] in (OTHERS[1], [OTHERS[1]]) and at.query_params["run"] in (OTHERS[0], [OTHERS[0]])
+    assert f"`joint={OTHERS[0]}` is this page's own run" in _notices(at), _notices(at)
+    at.run()  # said once, on the run that left it out
+    assert at.multiselect(key="joint").value == [OTHERS[1]] and "own run" not in _notices(at)
+
+
+def test_a_run_the_link_repeats_in_joint_is_joined_once_with_a_notice(ladder: Path) -> None:
+    at = open_page(TRAJ, {"run": RUN, "joint": [OTHERS[0], OTHERS[1], OTHERS[0], OTHERS[0]], "stat": "std"})
+    assert at.multiselect(key="joint").value == OTHERS
+    assert f"The link repeats `joint={OTHERS[0]}` (3 times): each is shown once." in _notices(at), _notices(at)

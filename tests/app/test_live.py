@@ -34,4 +34,8 @@ def test_the_sidebar_notice() -> None:
     stale = live_notice(live, 8, now=1100.0) or ""
     assert "Live" not in stale and "100 s ago" in stale
     assert "Stopped" in (live_notice(FollowStatus("stopped", "x", 1000.0, 2.0, 1), 8, now=1001.0) or "")
-    assert live_notice(FollowStatus("finished", "x", 1000.0, 2.0, 1), 8, now=1001.0) is None
+    finished = FollowStatus("finished", "x", 1000.0, 2.0, 1)
+    for now in (1001.0, 1e9):  # said as long as the status stays: a finished run never goes stale
+        done = live_notice(finished, 4000, now=now) or ""
+        assert "Finished" in done and "training finished at step 4,000" in done and "Live" not in done, done
+    assert "finished before its first checkpoint" in (live_notice(finished, None, now=1001.0) or "")

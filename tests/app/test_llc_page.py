@@ -9,6 +9,7 @@ that table, read with pyarrow, not through the page's code.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from benchmarks.synthetic_store import SYNTHETIC_NEGATIVE, SYNTHETIC_RISING, add_synthetic_llc
 from tests.app.conftest import arr, chart, open_page, serve_only
+from tests.conftest import SHIPPED_DATA
 
 PAGE = "pages/refined_llc.py"
 
@@ -146,6 +148,9 @@ def test_a_store_without_the_table_says_what_rerun_adds_it(app_env: Path) -> Non
     at = open_page(PAGE)
     assert not at.exception
     assert any("--lenses llc" in i.value for i in at.info)
+    note = " ".join(i.value for i in at.info)
+    assert f"--out {app_env.resolve()} --lenses llc" in note and "`headwatch plan " in note  # what it costs, for this store
+    assert "removed" not in note  # a store of one's own: nothing of the shipped runs
     assert not at.get("plotly_chart") or all("llc_" not in e.proto.id for e in at.get("plotly_chart"))
     layers = open_page("pages/layer_view.py", {"stat": "llc"})
     assert not layers.exception and layers.selectbox(key="stat").value == "std"
@@ -188,3 +193,43 @@ def test_the_loss_overlays_the_heads_chart_and_the_stacked_charts_line_up(llc_en
     off = open_page(PAGE)
     assert not [t for t in chart(off, "llc_heads")["data"] if t.get("yaxis") == "y2"]
     assert chart(off, "llc_heads")["layout"]["margin"]["r"] == chart(off, "llc_model")["layout"]["margin"]["r"]
+
+
+def test_the_settings_say_which_sampler_made_the_estimates(llc_env: Path) -> None:
+    """The stand-in store's record predates the batched sampler (no ``implementation``): devinterp made it, version
+    and all."""
+    captions = " ".join(c.value for c in open_page(PAGE).caption)
+    assert "devinterp 2.0.1 SGLD at 3 of the run's" in captions
+
+
+@pytest.mark.parametrize("run", ["induction-d128", "induction-d64"])
+def test_the_shipped_induction_runs_estimates_are_the_batched_samplers(run: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their meta.json says ``implementation: batched`` (and devinterp ``unknown``, written before the job left it
+    out): the page names the batched sampler, and no devinterp version."""
+    import json
+
+    record = json.loads((SHIPPED_DATA / run / "meta.json").read_text())["llc"]
+    assert record["implementation"] == "batched"
+    monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    at = open_page(PAGE, {"run": run})
+    captions = " ".join(c.value for c in at.caption)
+    assert "SGLD by the batched sampler" in captions and "devinterp unknown" not in captions
+    assert not re.search(r"devinterp [0-9?]", captions)
+
+
+def test_the_shipped_plain_text_runs_say_their_estimates_were_removed_and_what_a_rerun_costs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    for run in ("shakespeare-pythia-6x8", "shakespeare-pythia-6x8-seed2"):
+        assert not (SHIPPED_DATA / run / "llc.parquet").exists()
+        at = open_page(PAGE, {"run": run})
+        note = " ".join(i.value for i in at.info)
+        assert "2 chains x 8 draws were removed" in note and "docs/reference-run.md" in note
+        # the exact command that prices the rerun, with the store's recorded source and evaluation length
+        assert f"`headwatch plan runs/{run} --out data/{run} --lenses llc --eval-length 256`" in note
+        assert "scripts/reference-run.sh" in note

@@ -110,6 +110,26 @@ def test_trajectory_map_reads_the_stored_embedding(app_env):
     assert "precomputed" in " ".join(c.value for c in at.caption)
 
 
+def test_trajectory_maps_without_their_record_are_said_to_lack_it(store_path, tmp_path, monkeypatch):
+    """A store whose embeddings.parquet has no meta.json record (as the job wrote when a lens committed after the
+    maps) is not said to have maps of 0 checkpoints: the page says the record is missing and how to remake it."""
+    import shutil
+
+    from tests.app.conftest import serve_only
+
+    path = tmp_path / "no-record"
+    shutil.copytree(store_path, path)
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["embeddings"]
+    (path / "meta.json").write_text(json.dumps(meta))
+    serve_only(path, tmp_path, monkeypatch)
+    at = open_page(TRAJ)
+    captions = " ".join(c.value for c in at.caption)
+    assert "no record of the checkpoints" in captions and "made from 0 checkpoints" not in captions
+    assert "python -m headwatch.precompute.lenses.embeddings STORE" in captions
+    assert at.button  # the map is computed here, on request
+
+
 def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
     import headwatch.analysis.trajectories as trajectories
 

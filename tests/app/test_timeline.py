@@ -209,3 +209,22 @@ def test_the_rllc_rise_lane_holds_the_five_largest_rises_between_consecutive_est
         assert int(query["trace_step"]) + 1 == x  # drawn at its step on the log axis (step + 1)
         got.append((int(query["trace_step"]), query["trace"]))
     assert sorted(got) == sorted((step, f"L{layer}H{head}") for _, step, layer, head in want)
+
+
+@pytest.mark.parametrize(("run", "read_from"), [("shakespeare-pythia-6x8", "loss"), ("induction-d128", "llc")])
+def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from: str, monkeypatch) -> None:
+    """A run without an LLC shades its stages by the loss's trend (meta.json stages.run.trend_from), and says so."""
+    import json
+
+    meta = json.loads((ROOT / "data" / run / "meta.json").read_text())
+    assert meta["stages"]["run"]["trend_from"] == read_from
+    assert (ROOT / "data" / run / "llc.parquet").exists() == (read_from == "llc")
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
+    at = open_page(PAGE, {"run": run})
+    caption = next(c.value for c in at.caption if c.value.startswith("Top: the loss; shaded: the stages"))
+    if read_from == "loss":
+        assert "the run's stages take the loss's trend, this run having no LLC" in caption
+        assert "LLC's trend" not in caption
+    else:
+        assert "the run's stages take the LLC's trend" in caption and "loss's trend" not in caption

@@ -51,6 +51,25 @@ def test_parse_many_keeps_valid_values_in_option_order():
     assert parse_many("step", ["2", "2"], steps, [0]).value == [2]
 
 
+def test_parse_many_says_which_values_a_link_repeats():
+    got = parse_many("runs", ["b", "a", "b", " b", "a", "c"], ["a", "b", "c"], ["a"])
+    assert got.value == ["a", "b", "c"]
+    assert got.notice == "The link repeats `runs=b` (3 times), `runs=a` (2 times): each is shown once."
+    assert parse_many("runs", ["a", "b"], ["a", "b"], ["a"]).notice is None
+    bad = parse_many("runs", ["x", "a", "a"], ["a", "b"], ["b"]).notice or ""
+    assert "`runs=x` not valid here" in bad and "repeats `runs=a` (2 times)" in bad  # both said
+
+
+def test_parse_many_drops_a_value_left_out_for_its_reason_and_keeps_the_others():
+    own = {"a": "is this page's own run"}
+    got = parse_many("joint", ["a", "b"], ["b", "c"], [], left_out=own)
+    assert got.value == ["b"] and got.notice == "`joint=a` is this page's own run."
+    alone = parse_many("joint", ["a", "a"], ["b", "c"], [], left_out=own)
+    assert alone.value == [] and alone.notice == "`joint=a` is this page's own run."  # said once, no "default"
+    mixed = parse_many("joint", ["a", "zz"], ["b", "c"], [], left_out=own).notice or ""
+    assert "`joint=zz` not valid here" in mixed and "`joint=a` is this page's own run." in mixed and "joint=a`," not in mixed
+
+
 def test_query_string_repeats_lists_and_quotes():
     assert query_string({"layer": 3, "step": [0, 64], "logc": True}) == "layer=3&step=0&step=64&logc=1"
     assert query_string({"run": "a b/c"}) == "run=a%20b%2Fc"

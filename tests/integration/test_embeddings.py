@@ -67,3 +67,30 @@ def test_add_embeddings_writes_table_and_settings_and_keeps_the_rest(tmp_path):
     write_synthetic_store(again, n_layers=3, n_heads=4, d_head=8, d_model=32, n_checkpoints=10)
     main([str(again), "--knn-k", "3"])
     assert np.allclose(pd.read_parquet(again / EMBEDDINGS.file)[["x", "y"]], table[["x", "y"]])
+
+
+def test_the_maps_record_survives_the_lenses_that_commit_after_them(tmp_path):
+    """A run whose later lenses commit the store again (the essential dynamics do, after the maps, as in the passes
+    that built the shipped stores) keeps meta.json's record of the maps it made, so a second pass finds them
+    current and leaves them as they are, and the Trajectory map draws them from the store."""
+    from headwatch.analysis.store import read_meta
+    from tests.integration.conftest import run_cli
+    from tests.integration.test_forward_lens import byte_run
+
+    run = byte_run(tmp_path, [0, 1, 2, 4, 8])
+    out = tmp_path / "store"
+    args = ("--source", str(run), "--out", str(out), "--lenses", "essential", "--eval-sequences", "4", "--eval-length", "32")
+    done = run_cli(*args, embeddings=True)
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_parquet(out / EMBEDDINGS.file)) == len(DEFAULT_STATISTICS) * 2 * 4 * 2  # 2 matrices, 2 x 4 heads
+    meta = read_meta(out)
+    assert meta.essential is not None and meta.stages is not None  # the lenses committed after the maps ran
+    record = meta.embeddings
+    assert record is not None, "meta.json lost the maps' record"
+    assert record["steps"] == [0, 1, 2, 4, 8] and record["statistics"] == list(DEFAULT_STATISTICS)
+    assert record["settings"] == EmbeddingSettings().as_dict() and record["matrices"] == ["qk", "ov"]
+    written = (out / EMBEDDINGS.file).stat().st_mtime_ns
+    again = run_cli(*args, embeddings=True)  # nothing new: the maps are current and stay as they are
+    assert again.returncode == 0, again.stderr
+    assert (out / EMBEDDINGS.file).stat().st_mtime_ns == written
+    assert read_meta(out).embeddings == record

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from headwatch.analysis.store import read_meta
+from headwatch.analysis.store.following import status_path
 from headwatch.precompute.sources.checkpoints import incomplete_reason
 from headwatch.precompute.sources.local import LocalSource
 from headwatch.training.markers import FINISHED_FILE
@@ -237,17 +238,45 @@ def test_a_killed_trainer_stops_the_follower_and_a_restart_completes_the_store(t
 
 
 def test_a_store_of_another_model_is_refused_and_kept(tmp_path: Path) -> None:
+    """Said first, in one line naming both models; the store and its folder as they were: no follower status
+    beside it (the dashboard would say its follower stopped)."""
     other = tmp_path / "other"
     neox_model(hidden=32).save_pretrained(other / "step0")
     store = posthoc(other, tmp_path / "store")
     before = {p.name: p.read_bytes() for p in store.iterdir()}
+    beside = sorted(p.name for p in tmp_path.iterdir())
     src = tmp_path / "run"
     neox_model().save_pretrained(src / "step0")
     proc = follower(src, store, tmp_path / "follow.log")
     assert proc.wait(timeout=WAIT) == 2
-    text = (tmp_path / "follow.log").read_text()
-    assert "error:" in text and "keeps every finished checkpoint" in text
+    lines = (tmp_path / "follow.log").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert "another model" in lines[0] and "d_model 32" in lines[0] and "run (gpt_neox" in lines[0], lines[0]
     assert {p.name: p.read_bytes() for p in store.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*beside, "run", "follow.log"])
+
+
+def test_a_follower_refused_in_its_first_round_puts_the_status_back(tmp_path: Path) -> None:
+    """A refusal that comes with the job's first round (here: the attention lens on a model whose context is
+    shorter than the default --eval-length), after the follower said it was following: the status beside the
+    store is put back as it was, an earlier follower's byte for byte, or none."""
+    src = tmp_path / "run"
+    neox_model().save_pretrained(src / "step0")
+    store = posthoc(src, tmp_path / "store")
+    kept = {p.name: p.read_bytes() for p in store.iterdir()}
+    status = status_path(store)
+    earlier = b'{"state": "stopped", "source": "run", "updated": 1.0, "poll": 2.0, "pid": 1}\n'
+    for before in (earlier, None):
+        if before is not None:
+            status.write_bytes(before)
+        log = tmp_path / f"follow-{before is None}.log"
+        proc = follower(src, store, log, "--lenses", "attention")
+        assert proc.wait(timeout=WAIT) == 2
+        said = [line for line in log.read_text().splitlines() if line.startswith("error:")]
+        assert len(said) == 1 and "--eval-length" in said[0], log.read_text()
+        assert (status.read_bytes() if status.exists() else None) == before
+        status.unlink(missing_ok=True)
+    assert {p.name: p.read_bytes() for p in store.iterdir()} == kept
 
 
 def test_a_file_is_not_a_run_folder(tmp_path: Path) -> None:

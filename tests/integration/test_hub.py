@@ -263,6 +263,19 @@ def test_online_missing_revision_bad_repo_and_dead_network(world, hub: FakeHub, 
     assert open_store(out).steps.tolist() == [0]  # untouched
 
 
+def test_a_dead_network_before_the_first_checkpoint_says_that_nothing_was_written(cli: InProcess, tmp_path: Path) -> None:
+    """No network, no store yet: the error says what failed and that nothing was written (not that the store
+    keeps its checkpoints: there is none), and nothing is (no store, no lock or scratch folder beside it)."""
+    cli.hub(endpoint="http://127.0.0.1:9")  # nothing listens on port 9
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    status, err = cli("--source", "EleutherAI/pythia-70m", "--out", str(runs / "p70"))
+    lines = err.strip().splitlines()
+    assert status == 3 and "network failure" in lines[0] and "gave up after 3 attempts" in lines[0], err
+    assert lines[1:] == [f"nothing was written to {runs / 'p70'}; run the same command once the Hub can be reached"], err
+    assert list(runs.iterdir()) == []
+
+
 def test_network_failure_mid_run_stops_and_resumes(world, hub: FakeHub, cli: InProcess, tmp_path: Path) -> None:
     cli.hub(endpoint=hub.url)
     reference = tmp_path / "uninterrupted"

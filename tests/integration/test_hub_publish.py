@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,10 +23,11 @@ from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.publish import dataset_card, push_store
+from headwatch.precompute.publish import main as publish_main
 from headwatch.precompute.run import run_precompute
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.store.writer import commit_store
-from tests.integration.conftest import make_suite
+from tests.integration.conftest import REPO, make_suite
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,10 @@ class RecordingApi:
 
     def __init__(self, *args, **kwargs) -> None:
         RecordingApi.calls = []
+
+    def hf_hub_download(self, repo_id: str, filename: str, **kwargs):
+        """A new repo: no such file (what `push_store` asks to check the repo's store first)."""
+        raise huggingface_hub.errors.EntryNotFoundError(f"{filename} not found in {repo_id}")
 
     def create_repo(self, *args, **kwargs):
         self.calls.append(("create_repo", args, kwargs))
@@ -97,6 +103,29 @@ def test_push_uploads_the_store_and_card_in_one_dataset_commit(store: Path) -> N
     assert ops["heads.parquet"] == str(store / "heads.parquet")
     assert ops["README.md"] == dataset_card(store, repo_id="me/tiny-stats").encode()
     assert "tiny-neox" in kw2["commit_message"]
+
+
+def test_a_repo_holding_the_store_of_another_model_is_refused_before_anything_is_pushed(
+    store: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The repo's meta.json names another model (here the shipped induction-d64, a GPT-2 of the same sizes): one
+    line naming both, exit 2, nothing created or committed; a repo holding this model's store takes it."""
+    held = {"meta": REPO / "data" / "induction-d64" / "meta.json"}
+
+    class Holding(RecordingApi):
+        def hf_hub_download(self, repo_id: str, filename: str, **kwargs):
+            assert (filename, kwargs["repo_type"]) == ("meta.json", "dataset")
+            return shutil.copy(held["meta"], Path(kwargs["local_dir"]) / filename)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Holding)
+    assert publish_main([str(store), "me/stats"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "me/stats holds the store of another model" in lines[0], lines
+    assert "induction-d64 (gpt2" in lines[0] and "tiny-neox (gpt_neox" in lines[0], lines[0]
+    assert Holding.calls == []
+    held["meta"] = store / "meta.json"
+    assert publish_main([str(store), "me/stats"]) == 0
+    assert [c[0] for c in Holding.calls] == ["create_repo", "create_commit"]
 
 
 def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -312,6 +312,17 @@ LLC_CLI = (
 )
 
 
+def test_the_record_names_devinterps_version_only_when_devinterp_samples() -> None:
+    from importlib.metadata import version
+
+    from headwatch.precompute.lenses.llc import sampler_record
+
+    assert sampler_record("devinterp")["devinterp"] == version("devinterp")
+    assert sampler_record("devinterp")["implementation"] == "devinterp"
+    batched = sampler_record("batched")
+    assert batched["implementation"] == "batched" and "devinterp" not in batched
+
+
 def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_settings(tmp_path: Path) -> None:
     steps = [0, 1, 2, 4, 8, 16]
     run = byte_run(tmp_path, steps, hidden=32, layers=2, heads=2)
@@ -329,6 +340,7 @@ def test_the_stage_writes_its_table_resumes_after_a_kill_and_refuses_other_setti
     assert meta.llc["sampler"] == SamplerSettings(chains=2, burnin=0, draws=2, sequences=4, batch_size=2).as_meta()
     assert meta.llc["steps"] == [0, 2, 16] and set(meta.llc["seconds"]) == {"0", "2", "16"}
     assert meta.llc["implementation"] == "batched"  # the default sampler (tests/integration/test_llc_sampler.py)
+    assert "devinterp" not in meta.llc  # devinterp did not sample: its version (or "unknown") says nothing here
     assert not any(p.name.startswith(".uninterrupted.") and p.is_dir() for p in tmp_path.iterdir())  # scratch removed
     store = open_store(reference)
     rllc, whole = store.dense(LLC, "llc"), store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)

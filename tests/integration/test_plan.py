@@ -238,3 +238,29 @@ def test_plan_refuses_llc_options_the_run_would_refuse(suite, argv, says, capsys
     assert main(["plan", str(suite), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_the_refined_llc_pages_plan_command_runs_as_written(tmp_path, capsys, monkeypatch):
+    """The Refined LLC page of a store without refined LLCs gives the command that prices adding them: run as
+    written in the folder the job ran in (the store's recorded source, its path from there and its evaluation
+    length), it prices the rLLC at the store's checkpoints."""
+    import shlex
+
+    from headwatch.analysis.store import open_store
+    from headwatch.dashboard.views.llc.data import missing_note
+    from tests.integration.test_forward_lens import byte_run
+
+    run = byte_run(tmp_path, [0, 1, 2, 4, 8])
+    out = tmp_path / "store"
+    done = run_cli("--source", str(run), "--out", str(out), "--lenses", "attention", "--eval-length", "32")
+    assert done.returncode == 0, done.stderr
+    store = open_store(out)
+    note = missing_note(source=store.meta.source[0], store="store", eval_length=store.meta.forward.seq_len, shipped=False)
+    command = re.search(r"`(headwatch plan [^`]+)`", note)
+    assert command is not None, note
+    argv = shlex.split(command.group(1))
+    assert argv[:3] == ["headwatch", "plan", "run"] and "--out store" in command.group(1)  # the run folder beside it
+    monkeypatch.chdir(tmp_path)
+    assert main(argv[1:]) == 0
+    seconds, _, count, _ = _llc_line(capsys.readouterr().out)
+    assert count == 5 and seconds > 0  # every checkpoint of five: the default steps, "about 8"

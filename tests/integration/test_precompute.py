@@ -181,8 +181,15 @@ def test_store_of_another_model_is_refused(suite: Path, tmp_path: Path) -> None:
     assert run_cli("--source", str(suite), "--out", str(out)).returncode == 0
     other = tmp_path / "other" / "step0"
     neox_model(hidden=32, heads=2).save_pretrained(other)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     res = run_cli("--source", str(other.parent), "--out", str(out))
-    assert res.returncode == 2 and "different model" in res.stderr
+    assert res.returncode == 2 and "is the store of another model" in res.stderr
+    # both models, named, with their geometry
+    assert (
+        "suite (gpt_neox, 2 layers of 4 heads, d_model 64, d_head 16), not other (gpt_neox, 2 layers of 2 heads, "
+        "d_model 32, d_head 16)" in res.stderr
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_missing_source_and_empty_source_give_clear_errors(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""``python -m headwatch.precompute`` without paying its imports each time: runs forked from a server that imported them.
+"""``python -m headwatch.precompute`` (or another command) without paying its imports each time: runs forked from a
+server that imported them.
 
 The end-to-end tests start the job a hundred and fifty times; each ``python -m headwatch.precompute`` spends about five
 CPU-seconds importing pandas, pyarrow, torch and transformers before it reads a checkpoint. Here a
@@ -50,7 +51,10 @@ def _import_time_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
 
 
-def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, started: str) -> None:
+def _child(module: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, started: str) -> None:
+    import importlib
+    import importlib.util
+
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -59,15 +63,26 @@ def _child(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, s
         os.dup2(handle, fd)
         os.close(handle)
     Path(started).touch()
-    sys.argv = [str(Path(cwd) / "headwatch" / "precompute" / "__main__.py"), *argv]
-    from headwatch.precompute.__main__ import main
-
-    sys.exit(main(argv))  # multiprocessing turns SystemExit into the exit code and flushes both streams
+    spec = importlib.util.find_spec(module)
+    assert spec is not None, module
+    if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
+        module = f"{module}.__main__"
+    main_module = importlib.import_module(module)
+    sys.argv = [str(main_module.__file__), *argv]
+    sys.exit(main_module.main(argv))  # multiprocessing turns SystemExit into the exit code and flushes both streams
 
 
 def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess | None:
     """``python -m headwatch.precompute ARGV`` forked from the server, or None where the environment rules it out or the
     server could not start a child (then the caller runs a plain subprocess, as every later call here does)."""
+    return run_module("headwatch.precompute", argv, env=env, cwd=cwd, timeout=timeout)
+
+
+def run_module(
+    module: str, argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess | None:
+    """``python -m MODULE ARGV`` (a module whose ``main(argv)`` returns the exit status: ``headwatch``, the job, its
+    lenses' and tools' commands) forked from the server, or None as `run_precompute`."""
     global _context, _server_env
     if sys.platform != "linux" or os.environ.get("HEADWATCH_TEST_ZYGOTE") == "0" or _context is False:
         return None
@@ -82,7 +97,7 @@ def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeou
         out, err, started = (os.path.join(tmp, name) for name in ("stdout", "stderr", "started"))
         Path(out).touch()
         Path(err).touch()
-        process = _context.Process(target=_child, args=(argv, dict(env), str(cwd), out, err, started))
+        process = _context.Process(target=_child, args=(module, argv, dict(env), str(cwd), out, err, started))
         # multiprocessing re-runs the parent's __main__ in the child when it has a file; after Streamlit's AppTest
         # that is app.py: a bare __main__ while the child is started
         main = sys.modules["__main__"]
@@ -95,7 +110,7 @@ def run_precompute(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeou
         finally:
             sys.modules["__main__"] = main
         process.join(timeout)
-        cmd = [sys.executable, "-m", "headwatch.precompute", *argv]
+        cmd = [sys.executable, "-m", module, *argv]
         if process.is_alive():
             process.kill()
             process.join()

@@ -117,7 +117,7 @@ def test_upgrade_command_rewrites_a_version_1_store_and_keeps_its_values(tmp_pat
     assert upgrade_store(tmp_path / "s") is False  # nothing left to do
     newer = json.loads((tmp_path / "s" / "meta.json").read_text()) | {"schema_version": SCHEMA_VERSION + 1}
     (tmp_path / "s" / "meta.json").write_text(json.dumps(newer))
-    assert main([str(tmp_path / "s")]) == 1  # refused with a message, untouched
+    assert main([str(tmp_path / "s")]) == 2  # refused in one line (bad input), untouched
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["schema_version"] == SCHEMA_VERSION + 1
 
 

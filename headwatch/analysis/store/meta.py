@@ -406,10 +406,7 @@ def read_meta(path: str | Path) -> Meta:
     path = Path(path)
     meta_path = path / META_FILE
     if not meta_path.is_file():
-        raise StoreError(
-            f"{str(path)!r} is not a statistics store: it has no {META_FILE}. "
-            "Point at a directory written by `python -m headwatch.precompute`."
-        )
+        raise StoreError(not_a_store(path))
     try:
         raw = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -427,6 +424,28 @@ def read_meta(path: str | Path) -> Meta:
     if version < 1:
         raise SchemaVersionError(f"store {str(path)!r} has invalid schema_version {version}.")
     return Meta.from_dict(upgrade_meta(raw), where=str(meta_path))
+
+
+def not_a_store(path: Path) -> str:
+    """Why ``path``, which has no ``meta.json``, is not a store, and what to give instead."""
+    if path.is_file():
+        hint = f"; give its folder, {str(path.parent)!r}" if path.name == META_FILE else ", written by `headwatch precompute`"
+        return f"{str(path)!r} is a file, not a store: a store is a folder with {META_FILE}{hint}"
+    if not path.exists():
+        return f"{str(path)!r} is not a statistics store: it does not exist"
+    try:
+        held = sorted(p.name for p in path.iterdir() if (p / META_FILE).is_file())
+    except OSError:
+        held = []
+    if held:
+        return (
+            f"{str(path)!r} is a folder of stores, not a store: name one of them "
+            f"({', '.join(held[:4])}{', ...' if len(held) > 4 else ''})"
+        )
+    return (
+        f"{str(path)!r} is not a statistics store: it has no {META_FILE}. "
+        "Point at a directory written by `python -m headwatch.precompute`."
+    )
 
 
 def new_meta(model: ModelInfo, *, settings: dict[str, Any], software: dict[str, str], hist_edges: list[float]) -> Meta:

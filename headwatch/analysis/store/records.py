@@ -107,7 +107,8 @@ EMBEDDINGS_RECORD = RecordType("embeddings", "how embeddings.parquet was made (s
 OVERLAPS_RECORD = RecordType("overlaps", "how overlaps.parquet was made (k, ...)")
 LLC_RECORD = RecordType(
     "llc",
-    "how llc.parquet was made (sampler settings, evaluation sequences, devinterp version, restriction, "
+    "how llc.parquet was made (sampler settings, evaluation sequences, who sampled and devinterp's version when it did, "
+    "restriction, "
     "seconds per step; README 'llc.parquet')",
 )
 COMPOSITION_RECORD = RecordType("composition", "how composition.parquet was made (top, the random baseline, ...)")

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
 from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
@@ -219,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=EmbeddingSettings.seed)
     args = parser.parse_args(argv)
     settings = EmbeddingSettings(n_neighbors=args.n_neighbors, min_dist=args.min_dist, knn_k=args.knn_k, seed=args.seed)
-    add_embeddings(args.store, statistics=tuple(args.statistics), normalisation=args.normalisation, settings=settings)
+    try:
+        add_embeddings(args.store, statistics=tuple(args.statistics), normalisation=args.normalisation, settings=settings)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {Path(args.store) / EMBEDDINGS.file}: {len(args.statistics)} statistic(s), normalisation {args.normalisation}")
     return 0
 

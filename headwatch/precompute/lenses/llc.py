@@ -417,6 +417,16 @@ def devinterp_version() -> str:
         return "unknown"
 
 
+def sampler_record(implementation: str) -> dict[str, str]:
+    """meta.json ``llc``'s fields on who sampled: the implementation, its noise and, only when devinterp sampled,
+    devinterp's version (the batched sampler runs without devinterp installed, so its version says nothing of the
+    estimates)."""
+    record = {"implementation": implementation, "noise": IMPLEMENTATION_NOISE[implementation]}
+    if implementation == "devinterp":
+        record["devinterp"] = devinterp_version()
+    return record
+
+
 class LlcComputation(BaseComputation):
     """The refined-LLC lens: after the pass over the checkpoints, estimates every head's refined LLC
     (and the whole model's) at the checkpoints ``--llc-steps`` chooses that lack them, one commit per
@@ -468,9 +478,7 @@ class LlcComputation(BaseComputation):
             "the whole-model row moves every parameter",
             "estimator": "n_beta * (mean over chain steps after burn-in of the per-step SGLD loss (devinterp's loss_trace) "
             "- init_loss), mean and std over chains",
-            "implementation": job.implementation,
-            "noise": IMPLEMENTATION_NOISE[job.implementation],
-            "devinterp": devinterp_version(),
+            **sampler_record(job.implementation),
             "device": job.device,
             "seconds": {},
         }

@@ -145,7 +145,6 @@ class TypesComputation(BaseComputation):
             log.warning("head types failed (%s); retry with `python -m headwatch.precompute.lenses.types %s`", exc, out)
             run.report.notes.append(f"note: head types were not written ({exc})")
             return
-        run.state.meta.types = record  # a later commit of the run writes it again
         run.report.notes.append(f"head types: written for {len(record['steps'])} checkpoints ({', '.join(HEAD_TYPES)})")
 
 

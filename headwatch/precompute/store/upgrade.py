@@ -2,6 +2,9 @@
 
     python -m headwatch.precompute.store.upgrade STORE [STORE ...]
 
+Exit status: 0 done; 2 a path that is not a store, a store of a newer version or one another run is writing
+(one line each, nothing written to it; the others are upgraded); 1 a store that could not be written.
+
 A precompute run upgrades a store in its first commit, but that needs the checkpoints;
 this needs only the store. It reads the store through `analysis.store` (which fills in
 what later versions added, `analysis.store.older_versions`), derives the null-model columns of
@@ -32,6 +35,7 @@ def upgrade_store(path: str | Path) -> bool:
         SchemaVersionError: the store is newer than this code.
     """
     path = Path(path)
+    read_meta(path)  # not a store: said before anything is written, its lock file included
     with store_lock(path):
         meta = read_meta(path)
         heads = read_table(path, HEADS)
@@ -55,9 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     for store in args.stores:
         try:
             done = upgrade_store(store)
-        except (OSError, ValueError) as exc:  # StoreError and SchemaVersionError are ValueErrors
+        except ValueError as exc:  # StoreError and SchemaVersionError: not a store, a newer one, locked
+            print(f"error: {exc}", file=sys.stderr)
+            status = max(status, 2)
+            continue
+        except OSError as exc:
             print(f"error: {store}: {exc}", file=sys.stderr)
-            status = 1
+            status = max(status, 1)
             continue
         print(f"{store}: {'upgraded to' if done else 'already at'} schema version {SCHEMA_VERSION}", file=sys.stderr)
     return status

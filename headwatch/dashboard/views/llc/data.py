@@ -4,7 +4,9 @@ the tables its charts export."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,55 @@ from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from headwatch.analysis.trajectories import Normalisation, kmeans, normalise, trajectories
 from headwatch.dashboard import export
 from headwatch.dashboard.labels import LLC_STAT
+
+
+def sampler_name(record: Mapping[str, Any]) -> str:
+    """Who made a store's refined LLCs, from its meta.json ``llc`` record: devinterp with its version, or the batched
+    sampler (whose record's ``devinterp``, in stores made before it was left out, names no sampler). A record without
+    ``implementation`` predates the batched sampler: devinterp made it."""
+    if record.get("implementation", "devinterp") == "devinterp":
+        return f"devinterp {record.get('devinterp', '?')} SGLD"
+    return (
+        "SGLD by the batched sampler (`--llc-implementation batched`: devinterp's estimator and settings, a layer's "
+        "heads and their chains sampled together)"
+    )
+
+
+def missing_note(*, source: str | None, store: str, eval_length: int | None, shipped: bool) -> str:
+    """What the page says of a store without refined LLCs: the rerun that adds them and the command that prices it
+    for this store (``source``: where meta.json says it was made from; ``store``: its path as the reader would type
+    it; ``eval_length``: the evaluation length its forward lenses used, which the sampler's sequences share); with
+    ``shipped``, that the shipped runs' short-chain estimates were removed and where the docs say why and what a
+    rerun costs.
+
+    Returns:
+        Markdown, one paragraph (two with ``shipped``).
+    """
+    src = source or "SOURCE"
+    length = f" --eval-length {eval_length}" if eval_length else ""
+    where = (
+        f" (`{src}`: the checkpoints this store was made from, as its meta.json records them from the folder the job ran in)."
+        if source
+        else "."
+    )
+    note = (
+        "This store has no refined LLCs (llc.parquet). A rerun of the precompute job adds them and leaves the store's "
+        f"other tables as they are: `python -m headwatch.precompute --source {src} --out {store} --lenses llc{length}` "
+        "estimates every head's refined local learning coefficient and the whole model's with SGLD at about 8 "
+        "log-spaced checkpoints (`--llc-steps all` or a list of steps chooses others; `--eval-text FILE` for a model "
+        f"not trained here). What it would cost on this machine: `headwatch plan {src} --out {store} --lenses llc{length}`"
+        + where
+    )
+    if shipped:
+        note += (
+            "\n\nThe shipped plain-text runs carry none on purpose: their refined LLCs of 2 chains x 8 draws were "
+            "removed as too short to rank heads, and the pass that estimates them under today's defaults was not run "
+            'to the end. docs/reference-run.md ("What the refined LLC showed") says what was removed, what that pass '
+            "took on a GPU and what the rerun takes on a CPU. Their checkpoints are not shipped: `bash "
+            "scripts/reference-run.sh` (`SEED=2` for the second seed) trains the run again into `runs/`, after which the "
+            "commands above run as written."
+        )
+    return note
 
 
 @dataclass(frozen=True)

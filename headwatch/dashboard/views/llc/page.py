@@ -10,6 +10,7 @@ the clusters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import streamlit as st
@@ -20,6 +21,7 @@ from headwatch.dashboard import charts, derived, export, style, viewstate, widge
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LLC_STAT, STATS
+from headwatch.dashboard.settings import DATA_DIR
 from headwatch.dashboard.views.llc import data
 from headwatch.dashboard.views.llc import figures as figs
 from headwatch.dashboard.views.llc.data import Estimates
@@ -32,13 +34,6 @@ FIRST_PANELS = {  # URL panel: the one shown first (where a Timeline event's evi
     "model": "the whole model",
     "traces": "the chains of one estimate",
 }
-MISSING = (
-    "This store has no refined LLCs (llc.parquet). A rerun of the precompute job with `--lenses llc` "
-    "adds them: `python -m headwatch.precompute --source SOURCE --out STORE --lenses llc` (and `--eval-text FILE` "
-    "for a model not trained here) estimates, with devinterp's SGLD, the refined local learning "
-    "coefficient of every head and the whole model's at about 8 log-spaced checkpoints (`--llc-steps` "
-    "chooses others); the store's other tables stay as they are."
-)
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ def main() -> None:
     if frame is None:
         return
     if not frame.store.has(LLC) or not len(frame.store.steps_with(LLC)):
-        st.info(MISSING)
+        _missing(frame)
         return
     est = data.estimates(frame.store, derived.llc_flags(frame.store))
 
@@ -128,13 +123,30 @@ def _choose(frame: RunFrame) -> _Choices:
     return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve, panel=panel)
 
 
+def _missing(frame: RunFrame) -> None:
+    """A store without refined LLCs: the rerun that adds them, the command that prices it, and on a shipped store
+    why it has none."""
+    store = frame.store
+    path = Path(store.path).resolve()
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    forward = store.meta.forward
+    st.info(
+        data.missing_note(
+            source=store.meta.source[0],
+            store=str(shown),
+            eval_length=getattr(forward, "seq_len", None),
+            shipped=path.is_relative_to(DATA_DIR.resolve()),
+        )
+    )
+
+
 def _settings_caption(frame: RunFrame, est: Estimates) -> None:
     """The sampler's and the evaluation set's settings: estimates compare only under the same."""
     info = frame.store.meta.llc or {}
     sampler = info.get("sampler") or {}
     evaluation = info.get("evaluation") or {}
     st.caption(
-        f"devinterp {info.get('devinterp', '?')} SGLD at {len(est.idx)} of the run's {len(frame.store.steps)} checkpoints: "
+        f"{data.sampler_name(info)} at {len(est.idx)} of the run's {len(frame.store.steps)} checkpoints: "
         f"step size {sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
         f"{sampler.get('chains')} chains × {sampler.get('draws')} draws (burn-in {sampler.get('burnin')}), batches of "
         f"{sampler.get('batch_size')} of {evaluation.get('sequences')} sequences of {evaluation.get('seq_len')} tokens "

@@ -1,6 +1,6 @@
 """What the Timeline computes before it draws: the table of the heads that hold a type at the end of training, and
-where the essential-dynamics path moves while the run's heads form (the window and the share of PC1 it covers,
-as docs/stages.md measures them on the shipped runs)."""
+what the run's stages are read from, in words, and where the essential-dynamics path moves while the run's heads
+form (the window and the share of PC1 it covers, as docs/stages.md measures them on the shipped runs)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,20 @@ from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import EVAL_LOSS, HEAD_TYPES_TABLE
 
 FORMING_SHARES = (0.9, 0.1)  # a window runs from 90% of a curve's change left to 10% left (one checkpoint either side)
+
+# meta.json ``stages.run.trend_from`` (`analysis.run_stages`: the LLC's when the store has one, else the loss's) ->
+# what the Timeline's caption says the run's stages are shaded by
+RUN_TREND = {
+    "llc": "the run's stages take the LLC's trend",
+    "loss": "the run's stages take the loss's trend, this run having no LLC (llc.parquet)",
+}
+
+
+def run_trend(trend_from: str | None) -> str:
+    """What the run's stages (the merged basis) are shaded by, for the Timeline's caption ("" without run stages)."""
+    if trend_from is None:
+        return ""
+    return RUN_TREND.get(trend_from, f"the run's stages take the trend of {trend_from}")
 
 
 def emerged_table(held: pd.DataFrame, run: str) -> pd.DataFrame:

@@ -37,7 +37,7 @@ from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.data import StepAxis, loss_curve
 from headwatch.dashboard.figures import timeline as figs
 from headwatch.dashboard.frame import RunFrame
-from headwatch.dashboard.views.timeline import essential, heads
+from headwatch.dashboard.views.timeline import data, essential, heads
 
 
 def main() -> None:
@@ -150,9 +150,10 @@ def timeline_panel(frame: RunFrame, axis: StepAxis, view: TimelineView) -> None:
     )
     charts.open_link_on_click(event)  # a click on an event's marker opens its evidence
     parameters = recorded.get("parameters", {})
+    trend = data.run_trend((recorded.get("run") or {}).get("trend_from"))
     st.caption(
         "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC and the counts of heads; "
-        "green drop, grey plateau for the losses; the run's stages take the LLC's trend), a dotted line at each "
+        f"green drop, grey plateau for the losses{'; ' + trend if trend else ''}), a dotted line at each "
         f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors; "
         f"the run's boundaries merge the curves' within {parameters.get('merge', 2)} checkpoints and are named after "
         "the heads that form in the stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "

@@ -30,6 +30,8 @@ from headwatch.dashboard.views.trajectories.data.maps import LLC_K
 from headwatch.dashboard.views.trajectories.figures import trajectory_map
 from headwatch.dashboard.views.trajectories.joint import JOINT_COLOUR_BY, joint_map_panel
 
+# why a link's joint= that names the page's own run loses that run alone (the runs joined with it are kept)
+OWN_RUN = "is this page's own run (the sidebar's), whose heads the map shows already: left out of the runs joined with it"
 NORM_LABELS = {"zscore": "per head (shape only)", "global": "whole statistic (level and shape)"}
 NEIGHBOURS = [5, 10, 15, 30, 50]
 MIN_DISTS = [0.0, 0.05, 0.1, 0.25, 0.5]
@@ -153,6 +155,7 @@ def _choose(frame: RunFrame, types) -> _Choices:
             [],
             help="Every head of these runs on the same map as this run's, each run with its own marker, clustered "
             "together: are the kinds of trajectory universal across the runs (sizes, seeds), or specific to a run?",
+            left_out={frame.run: OWN_RUN},
         )
         if others
         else []
@@ -213,9 +216,14 @@ def _map_rows(store, stored, opts: _Choices) -> tuple[pd.DataFrame, str, str] | 
     source = "precomputed with the store"
     if rows is None:
         if stored is not None and not fresh:
+            made = store.meta.embedding_steps
             st.caption(
-                f"The stored maps were made from {len(store.meta.embedding_steps or [])} checkpoints; this run now has "
-                f"{len(store.steps)}, so maps are computed here."
+                "The stored maps carry no record of the checkpoints they were made from (meta.json `embeddings`), so "
+                "maps are computed here; `python -m headwatch.precompute.lenses.embeddings STORE` makes them again "
+                "with their record."
+                if made is None
+                else f"The stored maps were made from {len(made)} checkpoints; this run now has {len(store.steps)}, so "
+                "maps are computed here."
             )
         kwargs: dict[str, Any] = dict(matrix=opts.matrix, normalisation=opts.norm, settings=opts.settings)
         if not _embedding.computed(store, opts.stat, **kwargs):
