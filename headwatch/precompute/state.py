@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_table
-from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, OVERLAPS, TABLES, TableSpec
+from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
+from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
 from headwatch.analysis.store.meta import new_meta
 from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
 from headwatch.analysis.store.outputs import check_same_model
