@@ -103,6 +103,8 @@ def trajectory_map(
             height=620,
             showlegend=groups is not None,
             legend=dict(title=dict(text=group_title)),
+            # coloured by layer, the colour bar and its title stand right of the plot
+            **({"margin": dict(style.MARGIN, r=96)} if groups is None else {}),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
             yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),
