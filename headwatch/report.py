@@ -128,6 +128,43 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
     return True
 
 
+def llc_flags_section(store: Store) -> list[str]:
+    """Whether the refined LLCs can be trusted, as Markdown: every flag of `analysis.llc_diagnostics` with its count
+    over the run's estimates and what it means, the negative estimates named (never counted as converged) with what
+    they mean and what to change. Empty for a store without llc.parquet."""
+    from headwatch.analysis.findings.llc_flags import flag_totals, flag_totals_text
+    from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
+
+    if not store.has(LLC):
+        return []
+    lines = ["## Can the refined LLCs be trusted?", ""]
+    values = store.require(LLC, "llc")
+    estimated = np.isfinite(store.require(LLC, "llc", at=LLC_WHOLE_MODEL))
+    negative = np.argwhere(values < 0)  # (n, 3): step index, layer, head
+    named = ", ".join(f"{head_name(layer, head)} at step {int(store.steps[t]):,}" for t, layer, head in negative[:12])
+    named += f" and {len(negative) - 12} more" if len(negative) > 12 else ""
+    flags = store_flags(store)
+    if flags is None:
+        lines.append(
+            "This store has no chain diagnostics (llc_chains.parquet): rerun the precompute job with the same "
+            f"`--lenses llc` options to add them. {len(negative)} head estimates are negative"
+            + (f" ({named}): {NEGATIVE_NOTE}." if len(negative) else ".")
+        )
+        return [*lines, ""]
+    heads, model = flags[0][estimated], flags[1][estimated]
+    counts = flag_totals(heads, model)
+    lines += [
+        "Every estimate judged from its chains' loss traces by the rule of `analysis/llc_diagnostics.py` (the Refined "
+        "LLC page's diagnostics): " + flag_totals_text(heads, model),
+        "",
+        _table(pd.DataFrame({"flag": FLAGS, "estimates": [counts[f] for f in FLAGS], "meaning": [FLAG_NOTES[f] for f in FLAGS]})),
+        "",
+    ]
+    if len(negative):
+        lines += [f"Negative head estimates: {named}.", ""]
+    return lines
+
+
 def _plain(markdown: str) -> str:
     """Markdown with its links as their text (the headline's links are the dashboard's, which a report cannot open)."""
     return re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", markdown)
@@ -313,6 +350,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     lines += ["", f"![The loss with the stages shaded and the run's events]({TIMELINE_SVG})", ""]
     if has_llc:
         lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
+    lines += llc_flags_section(store)
     lines += ["## Head types", ""]
     lines += [f"- {s}" for s in type_sentences(store)]
     emergence = store.frame(HEAD_EMERGENCE)

@@ -28,20 +28,21 @@ that grows with the number of draws, and one that runs away has left the neighbo
    coefficient of a model with d parameters is at most d/2 (the regular case), and the refined
    LLC of a head at most half the parameters it moves; an estimate above that bound measures a
    sampler that left w*, not the geometry.
-2. ``too few draws``: fewer than 2 passes per half after the burn-in (fewer than ``4 x batches``
+2. ``negative``: the estimate (the mean of the chains') is below zero. A learning coefficient is
+   never negative: the sampled loss fell below the loss at w*, so either the sampler left the basin
+   of w* (a step size too large for the localization to hold it) or w* is not a local minimum of the
+   loss on the sampler's sequences (early in training, or a checkpoint between minima) and SGLD
+   descends from it. Either way the number measures that descent, not a learning coefficient,
+   however flat its traces: it is never ``converged`` (`NEGATIVE_NOTE` says what to change).
+3. ``too few draws``: fewer than 2 passes per half after the burn-in (fewer than ``4 x batches``
    draws), so a trend cannot be judged. The shipped reference run's 8 draws over 8 sequences are one
    pass: its short chains cannot say whether they have flattened, and the long chains of
    ``benchmarks.llc_agreement`` show that they had not (docs/precompute.md).
-3. ``still rising`` (``still falling``): the loss rose (fell) from the first half to the second by
+4. ``still rising`` (``still falling``): the loss rose (fell) from the first half to the second by
    more than `RISING_Z` standard errors, pooled over chains: ``z = mean_c(d_c) / (sqrt(sum_c
    se_c^2) / C)`` with ``d_c = second_half_c - first_half_c``. The estimate would grow (shrink)
    with more draws: the chains have not reached their stationary level.
-4. ``converged`` otherwise.
-
-A negative estimate is a separate fact, not a flag (`below_minimum`): the sampled loss fell below
-the loss at w*, so w* is not a local minimum of the loss on the sampler's sequences (early in
-training, or a checkpoint between minima) and SGLD descends from it; the number then measures
-that descent, not a learning coefficient.
+5. ``converged`` otherwise.
 """
 
 from __future__ import annotations
@@ -55,21 +56,31 @@ from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from headwatch.analysis.store.reader import Store
 
 T = TypeVar("T")
-FLAGS = ("converged", "still rising", "still falling", "diverged", "too few draws")
+FLAGS = ("converged", "still rising", "still falling", "negative", "diverged", "too few draws")
 RISING_Z = 2.0  # standard errors of the rise between the halves that flag a trace as still rising
 NEGATIVE_NOTE = (
-    "negative: the sampled loss fell below the loss at the checkpoint, so the checkpoint is not a local "
-    "minimum of the loss on the sampler's sequences and SGLD descends from it; the number measures that "
-    "descent, not a learning coefficient"
+    "negative: the sampled loss fell below the loss at the checkpoint, so the sampler left the basin of the "
+    "checkpoint's weights w* (a step size too large for the localization to hold it) or w* is not a local minimum of "
+    "the loss on the sampler's sequences (early in training, or between minima) and SGLD descends from it; the number "
+    "measures that descent, not a learning coefficient, and is never counted as converged. To tell the two apart and "
+    "fix the first, sweep the sampler on that checkpoint (`headwatch llc-calibrate SOURCE --step S --head L.H --out "
+    "DIR`, its chains' loss traces against the loss at w*), then rerun `--lenses llc` with a smaller step size "
+    "(`--llc-lr`), a stronger pull towards w* (`--llc-localization`, gamma) or a longer burn-in (`--llc-burnin`); an "
+    "estimate that stays negative under every setting is a checkpoint that is not a local minimum"
 )
 FLAG_NOTES = {
-    "converged": f"the chains' loss traces flattened: their second half is within {RISING_Z:g} standard errors of its first",
+    "converged": "the estimate is not negative and the chains' loss traces flattened: their second half is within "
+    f"{RISING_Z:g} standard errors of its first",
     "still falling": f"the chains' loss fell from the first half of the draws to the second by more than {RISING_Z:g} "
     "standard errors: more draws would give a smaller estimate",
     "still rising": f"the chains' loss rose from the first half of the draws to the second by more than {RISING_Z:g} "
     "standard errors: more draws would give a larger estimate",
     "too few draws": "fewer than 4 passes over the sampler's sequences after the burn-in: whether the loss still rises "
     "cannot be judged",
+    "negative": "the estimate is below zero: the sampler left the basin of w* or w* is not a local minimum of the "
+    "sampled loss, so the number is no learning coefficient, however flat its traces (sweep the sampler with "
+    "`headwatch llc-calibrate` and rerun with a smaller `--llc-lr`, a larger `--llc-localization` or a longer "
+    "`--llc-burnin`)",
     "diverged": "a chain's estimate is not finite or exceeds half the parameters it moved (the largest a learning "
     "coefficient can be): the sampler left the checkpoint's neighbourhood",
 }
@@ -144,17 +155,14 @@ def flag(per_chain: np.ndarray, first_half: np.ndarray, second_half: np.ndarray,
     per_chain = np.asarray(per_chain, dtype=np.float64)
     if not np.all(np.isfinite(per_chain)) or np.any(per_chain > params / 2):
         return "diverged"
+    if per_chain.mean() < 0:  # the estimate, the mean over chains (llc.parquet's llc)
+        return "negative"
     z = rise_z(first_half, second_half, half_se)
     if np.isnan(z):
         return "too few draws"
     if z > RISING_Z:
         return "still rising"
     return "still falling" if z < -RISING_Z else "converged"
-
-
-def below_minimum(llc: float | np.ndarray) -> bool | np.ndarray:
-    """Whether an estimate is negative (`NEGATIVE_NOTE`)."""
-    return np.asarray(llc) < 0
 
 
 def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
@@ -166,8 +174,9 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
 
     Returns:
         ``(heads, model)``: ``[step, layer, head]`` and ``[step]`` object arrays over ``store.steps``
-        holding a `FLAGS` value, ``""`` where there is no estimate; None when the store has no
-        chain diagnostics (estimated before they existed: rerun ``--lenses llc`` to add them).
+        holding a `FLAGS` value, ``""`` where there is no estimate or no chains to judge a positive one by (a negative
+        one is ``negative`` with or without its chains); None when the store has no chain diagnostics (estimated
+        before they existed: rerun ``--lenses llc`` to add them).
     """
     if not store.has(LLC_CHAINS) or not store.has(LLC) or not len(store.steps_with(LLC_CHAINS)):
         return None
@@ -195,6 +204,9 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
             heads[t, layer, head] = flag(
                 rows["llc"].to_numpy(), d.first_half, d.second_half, d.half_se, params=int(params[t, layer, head])
             )
+    # the sign needs no chains: a negative estimate at a step without chain rows is flagged too
+    heads[(heads == "") & (_present(store.dense(LLC, "llc")) < 0)] = "negative"
+    model[(model == "") & (_present(store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)) < 0)] = "negative"
     return heads, model
 
 

@@ -234,9 +234,9 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
 
 
 def recommend(trials: list[Trial]) -> Trial | None:
-    """The setting to use (module docstring): converged, positive, the chains in closest agreement; on a tie,
-    the larger step size. None when no setting qualifies."""
-    good = [t for t in trials if t.flag == "converged" and t.llc > 0]
+    """The setting to use (module docstring): converged (so not negative, `analysis.llc_diagnostics.flag`) and above
+    zero, the chains in closest agreement; on a tie, the larger step size. None when no setting qualifies."""
+    good = [t for t in trials if t.flag == "converged" and t.llc > 0]  # > 0: the spread is read relative to it
     if not good:
         return None
     return min(good, key=lambda t: (round(t.llc_std / t.llc, 3), -t.sampler.lr))
@@ -358,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     if best is None:
         print(
             "no setting converged with a positive estimate: lower --lr for diverged chains, raise --draws (or "
-            "add --burnin) for chains still rising, raise --nbeta for estimates at or below zero"
+            "add --burnin) for chains still rising; a negative estimate (flag negative) is a sampler that left the "
+            "basin of w* (lower --lr, raise --localization, add --burnin) or a checkpoint that is not a local minimum "
+            "(negative under every setting)"
         )
     else:
         s = best.sampler

@@ -33,7 +33,7 @@ def _estimates(values: np.ndarray, model: np.ndarray, steps: np.ndarray) -> Esti
 
 
 def test_flag_counts_count_heads_and_the_whole_model_per_checkpoint() -> None:
-    flags = np.array([[[FLAGS[0], FLAGS[1]]], [[FLAGS[1], FLAGS[1]]]])  # (E=2, 1 layer, 2 heads)
+    flags = np.array([["converged", "negative"], ["still rising", "still rising"]], dtype=object)[:, None, :]  # (E=2, 1, 2)
     values = np.array([[[0.5, -0.1]], [[0.2, 0.3]]])
     est = Estimates(
         idx=np.array([0, 3]),
@@ -44,12 +44,28 @@ def test_flag_counts_count_heads_and_the_whole_model_per_checkpoint() -> None:
         model_std=np.zeros(2),
         model_init_loss=np.zeros(2),
         flags=flags,
-        model_flags=np.array([FLAGS[0], FLAGS[3]]),
+        model_flags=np.array(["converged", "negative"], dtype=object),
     )
     table = flag_counts(est)
+    assert list(table.columns) == ["step", *FLAGS]  # one column per flag, "negative" among them once
     assert list(table["step"]) == [0, 100]
-    assert list(table[FLAGS[0]]) == [2, 0] and list(table[FLAGS[1]]) == [1, 2] and list(table[FLAGS[3]]) == [0, 1]
-    assert list(table["negative"]) == [1, 1]
+    assert list(table["converged"]) == [2, 0] and list(table["still rising"]) == [0, 2] and list(table["negative"]) == [1, 1]
+    assert list(table["diverged"]) == [0, 0]
+
+
+def test_the_flag_totals_count_every_estimate_and_explain_the_negative_ones() -> None:
+    """Issue 62: the Refined LLC page and the report count the negative estimates apart from the converged ones."""
+    from headwatch.analysis.findings.llc_flags import flag_totals, flag_totals_text
+
+    heads = np.array([["converged", "negative"], ["still rising", ""]], dtype=object)[:, None, :]  # (E=2, 1, 2)
+    model = np.array(["negative", "converged"], dtype=object)
+    assert flag_totals(heads, model) == {f: {"converged": 2, "negative": 2, "still rising": 1}.get(f, 0) for f in FLAGS}
+    text = flag_totals_text(heads, model)
+    assert text.startswith("5 estimates (2 heads and the whole model at 2 checkpoints): 2 converged, 1 still rising, 2 negative.")
+    assert "not a local minimum" in text and "--llc-localization" in text and "--llc-burnin" in text
+    assert "never counted as converged" in flag_totals_text(heads, model, explain=False)
+    calm = flag_totals_text(np.full((1, 1, 2), "converged", dtype=object), np.array(["converged"], dtype=object))
+    assert calm == "3 estimates (2 heads and the whole model at 1 checkpoint): 3 converged."
 
 
 def test_negative_estimates_are_named_where_they_are() -> None:

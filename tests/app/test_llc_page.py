@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import SYNTHETIC_NEGATIVE, SYNTHETIC_RISING, add_synthetic_llc
+from headwatch.analysis.llc_diagnostics import FLAGS
 from tests.app.conftest import arr, chart, open_page, serve_only
 from tests.conftest import SHIPPED_DATA
 
@@ -101,6 +102,14 @@ def test_flagged_and_negative_estimates_are_marked_explained_and_counted(llc_env
     last = counts[counts["step"] == steps[-1]].iloc[0]
     assert last["still rising"] == 1 and last["converged"] == n_estimates - 1 and last["diverged"] == 0
     assert counts["negative"].tolist() == [1] + [0] * (len(steps) - 1)
+    # issue 62: the negative estimate's flat chains do not make it converged
+    first = counts[counts["step"] == steps[0]].iloc[0]
+    assert first["converged"] == n_estimates - 1 and first["negative"] == 1
+    assert list(counts.columns) == ["step", *FLAGS]
+    n_all = len(df)
+    assert any(m.value.startswith(f"{n_all} estimates (") and "1 negative" in m.value for m in at.markdown)
+    layer, head, pos = SYNTHETIC_NEGATIVE
+    assert curves[(layer, head)]["marker"]["symbol"][pos] == "square"
 
 
 def test_the_chains_loss_traces_are_the_stored_ones(llc_env: Path) -> None:
@@ -172,7 +181,7 @@ def test_the_heads_table_gives_each_estimates_spread_and_flag(llc_env: Path) -> 
     first = open_page("pages/heads_table.py", {"stat": "llc", "step": str(steps[0])}).dataframe[0].value
     layer, head, _ = SYNTHETIC_NEGATIVE
     row = first[(first["layer"] == layer) & (first["head"] == head)].iloc[0]
-    assert row["value"] < 0 and row["flag"] == "converged; negative"
+    assert row["value"] < 0 and row["flag"] == "negative"  # issue 62: was "converged; negative"
 
 
 def test_the_loss_overlays_the_heads_chart_and_the_stacked_charts_line_up(llc_env: Path) -> None:

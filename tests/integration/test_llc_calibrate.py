@@ -55,7 +55,8 @@ def test_the_sweep_writes_traces_figure_and_flags_by_the_rule(run: Path, tmp_pat
         per_chain = [row["n_beta"] * (g["loss"].mean() - row["init_loss"]) for _, g in mine.groupby("chain")]
         assert row["llc"] == pytest.approx(np.mean(per_chain), rel=1e-5)
         assert row["llc_std"] == pytest.approx(np.std(per_chain), rel=1e-4, abs=1e-9)
-        assert row["flag"] in ("converged", "still rising", "still falling")
+        assert row["flag"] in ("converged", "still rising", "still falling", "negative")
+        assert (row["flag"] == "negative") == (row["llc"] < 0)  # issue 62: a negative estimate is never converged
     assert set(table[table["lr"] == 1e3]["flag"]) == {"diverged"}
     assert (out / "calibration.png").stat().st_size > 10_000 and (out / "calibration.svg").read_text().startswith("<?xml")
     assert "recommended: --llc-lr" in done.stdout or "no setting converged with a positive estimate" in done.stdout

@@ -89,6 +89,51 @@ def test_every_estimate_carries_its_chains_and_a_flag(store) -> None:
     assert counts["converged"] >= 0.8 * heads[listed].size, counts  # 86 to 91% on the four runs (2026-11-26)
 
 
+def test_no_negative_estimate_is_flagged_converged(store) -> None:
+    """Issue 62: every negative estimate (read from llc.parquet with pyarrow, not through the store's reader) is
+    flagged "negative", every positive one keeps a flag of its chains' traces."""
+    stored, flags = read_table(store.path, LLC), store_flags(store)
+    assert stored is not None and flags is not None
+    table, (heads, model) = stored.to_pandas(), flags
+    index = {int(s): t for t, s in enumerate(store.steps)}
+    for r in table.itertuples(index=False):
+        got = model[index[r.step]] if r.layer == -1 else heads[index[r.step], r.layer, r.head]
+        assert (got == "negative") == (r.llc < 0), (r.step, r.layer, r.head, r.llc, got)
+
+
+def test_the_shipped_stores_negative_estimates_are_all_flagged_negative() -> None:
+    """The figures of issue 62: 124 negative head estimates over the shipped stores (114 of them flagged converged
+    before), and 6 negative whole-model estimates; now every one is flagged negative and none converged."""
+    negative_heads = negative_model = 0
+    flagged: Counter[str] = Counter()
+    for path in WITH_LLC:
+        stored, flags = read_table(path, LLC), store_flags(open_store(path))
+        assert stored is not None and flags is not None
+        table, (heads, model) = stored.to_pandas(), flags
+        negative_heads += int(((table["layer"] >= 0) & (table["llc"] < 0)).sum())
+        negative_model += int(((table["layer"] == -1) & (table["llc"] < 0)).sum())
+        flagged.update(heads[heads != ""].tolist() + model[model != ""].tolist())
+    assert (negative_heads, negative_model) == (124, 6)
+    assert flagged["negative"] == 124 + 6
+
+
+def test_no_rllc_rise_starts_or_ends_at_a_negative_estimate(store) -> None:
+    """The Timeline's rLLC rises (`analysis.findings.events.rllc_rises`) read only estimates that are learning
+    coefficients: none from or to a negative one (held before issue 62 too, by the values' sign)."""
+    from headwatch.analysis.findings.events import rllc_rises
+
+    stored = read_table(store.path, LLC)
+    assert stored is not None
+    table = stored.to_pandas().set_index(["step", "layer", "head"])["llc"]
+    steps = [int(s) for s in store.steps_with(LLC)]
+    rises = rllc_rises(store)
+    assert rises
+    for event in rises:
+        layer, head = (int(v) for v in str(dict(event.query)["trace"])[1:].split("H"))
+        before = steps[steps.index(event.step) - 1]
+        assert table[(before, layer, head)] >= 0 and table[(event.step, layer, head)] >= 0, event
+
+
 def test_the_initial_loss_is_near_the_forward_lenss_loss(store) -> None:
     stored = read_table(store.path, LLC)
     assert stored is not None

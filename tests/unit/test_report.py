@@ -114,6 +114,26 @@ def test_a_statistic_one_run_lacks_is_not_said_to_replicate(tmp_path: Path) -> N
     assert "Not in every run, so not tested for replication: llc." in answer
 
 
+def test_the_report_counts_the_refined_llcs_flags_and_no_negative_estimate_is_converged(tmp_path: Path) -> None:
+    """Issue 62: induction-d64 has 30 negative head estimates and 4 negative whole-model ones, all flagged converged
+    before. The report's table counts them as negative (counted here from llc.parquet, read with pandas), the rows
+    add up to every estimate, and it says what a negative one means and what to change."""
+    induction = REPO / "data" / "induction-d64"
+    assert main(["report", str(induction), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("## Can the refined LLCs be trusted?", 1)[1].split("\n## ", 1)[0]
+    table = pd.read_parquet(induction / "llc.parquet")
+    counts = {
+        cells[1].strip(): int(cells[2])
+        for cells in (line.split("|") for line in section.splitlines() if line.startswith("| ") and "---" not in line)
+        if cells[2].strip().isdigit()
+    }
+    assert counts["negative"] == int((table["llc"] < 0).sum()) == 34
+    assert sum(counts.values()) == len(table)
+    assert "not a local minimum" in section and "--llc-localization" in section and "headwatch llc-calibrate" in section
+    assert "Negative head estimates: L0 H0 at step 0," in section
+
+
 def test_the_report_imports_neither_the_dashboard_nor_streamlit() -> None:
     """What the report says comes from analysis.findings, below the dashboard (issue 38): writing a report loads no
     dashboard module, no streamlit and no plotly."""

@@ -8,5 +8,6 @@ network (``.importlinter``'s findings contract). One module each:
 - `held_types`: the head types as the views and the report read them (who holds which type when);
 - `events`: what happened in a run, as events on one time axis, and the stages read for display;
 - `runs`: comparing runs: relative-depth bins, time alignment, the numbers per run at a point of training;
-- `paths`: composition's paths (previous-token -> induction pairs) and a head's strongest partners.
+- `paths`: composition's paths (previous-token -> induction pairs) and a head's strongest partners;
+- `llc_flags`: how many refined-LLC estimates hold each diagnostic flag, and what the negative ones mean.
 """

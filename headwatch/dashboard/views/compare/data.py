@@ -136,9 +136,9 @@ def llc_trust_text(stores: dict[str, Store], flags: dict[str, Any]) -> str:
         if flagged is None:
             parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
             continue
-        counts = Counter(f for f in flagged[0].ravel() if f)
+        counts = Counter(f for f in flagged[0].ravel() if f)  # a negative estimate is flagged "negative", never converged
         unsure = ", ".join(f"{c} {f}" for f, c in sorted(counts.items()) if f != "converged") or "none flagged"
-        parts.append(f"**{run}**: {n} estimates, {counts.get('converged', 0)} converged ({unsure}); {negative} negative")
+        parts.append(f"**{run}**: {n} estimates, {counts.get('converged', 0)} converged ({unsure})")
     return (
         "Refined-LLC estimates are sampled: " + "; ".join(parts) + ". Flags and their rule, and what a negative estimate "
         "means, on the Refined LLC page; the bands above average flagged estimates with the others."

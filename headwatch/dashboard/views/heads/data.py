@@ -76,14 +76,15 @@ def with_llc_columns(table: pd.DataFrame, spread: np.ndarray, flags: np.ndarray 
             None when the store has no chain diagnostics (``"no diagnostics"``).
 
     Returns:
-        A copy of ``table``: a row without an estimate flagged ``"no estimate"``, a negative one's flag followed by
-        ``"; negative"``.
+        A copy of ``table``: a row without an estimate flagged ``"no estimate"``, a negative one ``"negative"`` (its
+        flag under the rule, `analysis.llc_diagnostics.flag`; so also in a store without chain diagnostics, as the
+        sign needs no chains), never ``"converged"``.
     """
     out = table.copy()
     out["± chains"] = spread[at].ravel()  # (n_layers * n_heads,), layer-major as the rows
     out["flag"] = flags[at].ravel() if flags is not None else "no diagnostics"
     out.loc[out["value"].isna(), "flag"] = "no estimate"
-    out.loc[out["value"] < 0, "flag"] = out["flag"] + "; negative"
+    out.loc[out["value"] < 0, "flag"] = "negative"
     return out
 
 

@@ -172,16 +172,15 @@ def negative_warnings(est: Estimates) -> list[str]:
 
 
 def flag_counts(est: Estimates) -> pd.DataFrame:
-    """Per checkpoint, how many estimates (every head and the whole model) hold each flag, and how many are negative.
+    """Per checkpoint, how many estimates (every head and the whole model) hold each flag (`FLAGS`: a negative
+    estimate is counted ``negative``, never ``converged``).
 
     Needs the flags (``est.flags`` not None).
     """
     assert est.flags is not None and est.model_flags is not None
     e = len(est.idx)
     return pd.DataFrame(
-        {"step": est.steps}
-        | {f: [(est.flags[t] == f).sum() + (est.model_flags[t] == f) for t in range(e)] for f in FLAGS}
-        | {"negative": (est.values < 0).reshape(e, -1).sum(axis=1) + (est.model < 0)}
+        {"step": est.steps} | {f: [int((est.flags[t] == f).sum() + (est.model_flags[t] == f)) for t in range(e)] for f in FLAGS}
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from headwatch.analysis.findings.llc_flags import flag_totals_text
 from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS
 from headwatch.dashboard import charts, export, widgets
 from headwatch.dashboard.views.llc import data
@@ -27,6 +28,7 @@ def diagnostics_panel(run: str, store, est: Estimates, sampler: dict, *, traces:
             "are made again, the same under the same settings and seed)."
         )
         return
+    st.markdown(flag_totals_text(est.flags, est.model_flags, explain=False))  # the warnings above explain them
     st.dataframe(data.flag_counts(est), hide_index=True, column_config={"step": st.column_config.NumberColumn(format="%d")})
     st.caption(
         f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "

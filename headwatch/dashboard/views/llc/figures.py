@@ -26,14 +26,20 @@ FLAG_SYMBOLS = {
     "still rising": "triangle-up",
     "still falling": "triangle-down",
     "diverged": "x",
+    "negative": "square",
 }
 
 
-def _flag_text(flag: str, value: float) -> str:
-    parts = [flag] if flag and flag != "converged" else []
-    if np.isfinite(value) and value < 0:
-        parts.append("negative: below the loss at w*")
-    return "; ".join(parts) or ("converged" if flag else "no diagnostics")
+def _marked(flags: np.ndarray, values: np.ndarray) -> list[str]:
+    """Each estimate's flag as its marker shows it: a negative estimate of a store without diagnostics is
+    ``negative`` too (its sign needs no chains)."""
+    return ["negative" if not f and np.isfinite(v) and v < 0 else str(f) for f, v in zip(flags, values, strict=True)]
+
+
+def _flag_text(flag: str) -> str:
+    if flag == "negative":
+        return "negative: below the loss at w*, no learning coefficient (the diagnostics below)"
+    return flag or "no diagnostics"
 
 
 def _loss_trace(axis: StepAxis, loss: np.ndarray, label: str) -> dict[str, Any]:
@@ -108,9 +114,9 @@ def head_curves(
         for head in range(n_heads):
             g = int(groups[layer * n_heads + head])
             y = values[:, layer, head]
-            head_flags = flags[:, layer, head] if flags is not None else np.full(e, "", dtype=object)
+            head_flags = _marked(flags[:, layer, head] if flags is not None else np.full(e, "", dtype=object), y)
             spread = stds[:, layer, head] if stds is not None else np.full(e, np.nan)
-            notes = [_flag_text(f, v) for f, v in zip(head_flags, y, strict=True)]
+            notes = [_flag_text(f) for f in head_flags]
             traces.append(
                 dict(
                     type="scatter",
@@ -158,8 +164,8 @@ def model_llc(
 ) -> go.Figure:
     """The whole model's LLC at the estimated checkpoints (markers with the chains' spread as error bars,
     a flagged estimate's marker `FLAG_SYMBOLS`'s), the loss curve on a right-hand axis over every checkpoint."""
-    flags = flags if flags is not None else np.full(len(idx), "", dtype=object)
-    notes = [_flag_text(f, v) for f, v in zip(flags, llc, strict=True)]
+    marked = _marked(flags if flags is not None else np.full(len(idx), "", dtype=object), llc)
+    notes = [_flag_text(f) for f in marked]
     traces: list[dict[str, Any]] = [
         dict(
             type="scatter",
@@ -169,9 +175,9 @@ def model_llc(
             name="whole-model LLC",
             line=dict(color=style.LAYER_MEAN_COLOUR, width=1.5),
             marker=dict(
-                size=[8 if f in ("", "converged") else 12 for f in flags],
+                size=[8 if f in ("", "converged") else 12 for f in marked],
                 color=style.LAYER_MEAN_COLOUR,
-                symbol=[FLAG_SYMBOLS.get(f, "circle") for f in flags],
+                symbol=[FLAG_SYMBOLS.get(f, "circle") for f in marked],
             ),
             error_y=dict(type="data", array=std, visible=True, thickness=1),
             customdata=axis.steps[idx],

@@ -193,8 +193,9 @@ def _heads_panel(frame: RunFrame, est: Estimates, opts: _Choices, labels: np.nda
         "estimates; nothing is drawn at the checkpoints in between), coloured by "
         f"{'layer' if opts.colour_by == 'layer' else 'cluster'}. The refined LLC samples only the head's Q, K, V "
         "rows and output columns; it measures how much the loss rises when those weights wander near the "
-        "checkpoint's. A flagged estimate has a larger marker: triangle up still rising, triangle down still "
-        "falling, cross diverged, open circle too few draws to judge (the diagnostics below). Dotted, on the right "
+        "checkpoint's. A flagged estimate has a larger marker: square negative (no learning coefficient), triangle up "
+        "still rising, triangle down still falling, cross diverged, open circle too few draws to judge (the "
+        "diagnostics below). Dotted, on the right "
         "(with the loss switch): the loss at every checkpoint. Click a head to open it in the head explorer."
     )
     charts.open_head_on_click(event, frame.store, stat=LLC_STAT)
