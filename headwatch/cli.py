@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="STORE",
         help="another run of the same recipe (a second seed): the report says whether the trajectory clusters' "
-        "association with the head types holds in it too (repeatable)",
+        "association with the head types holds in it too (repeatable; default: the stores beside STORE whose "
+        "meta.json records this run's training recipe with another seed; a run named is asked whatever its recipe)",
     )
 
     c = sub.add_parser(

@@ -206,11 +206,18 @@ def _stage_table(stages: pd.DataFrame, basis: str) -> str:
     return _table(shown)
 
 
-def association_section(store: Store, others: list[Store]) -> list[str]:
+def association_section(store: Store, others: list[Store], *, named: bool = False) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
-    (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
+    (`analysis.type_association`), and whether an association holds in this run's replicates too, named.
+
+    Args:
+        others: the replicates asked: those the user named (``named``: ``--replicate``, asked whatever their recorded
+            recipe, which the section states), else the stores found beside this one with its recipe and another
+            seed (`analysis.findings.replicates.is_replicate`).
+    """
     from headwatch.analysis.findings.association import store_association
+    from headwatch.analysis.findings.replicates import is_replicate, relation_text, replicate_hint
     from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types, has_statistic, replicates
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
@@ -264,23 +271,61 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
         f"**Answer.** In `{store.path.name}`, {len(single)} of {n_tests} statistics reach p < 0.05 "
         f"({', '.join(single) or 'none'}); of {n_tests} tests, about {0.05 * n_tests:.1f} would by chance alone. "
     )
-    if len(runs) > 1:
+    asked = runs[1:]
+    how = "named with `--replicate`" if named else f"found beside it in `{store.path.parent}`"
+    if asked:
         answer += (
-            f"Across the {len(runs)} runs ({', '.join(s.path.name for s in runs)}), the association holds (p < 0.05) in "
-            f"every run for {', '.join(held) if held else 'no statistic'}"
-            + ("." if held else ": no trajectory cluster of these runs corresponds to the head types in a way that replicates.")
+            "Replication is asked of this run's replicates, "
+            + how
+            + ": "
+            + "; ".join(f"`{s.path.name}`, {relation_text(store, s)}" for s in asked)
+            + (" (a run named is asked whatever its recorded recipe)" if any(not is_replicate(store, s) for s in asked) else "")
+            + f". In `{store.path.name}` and every one of them, the association holds (p < 0.05) for "
+            + (", ".join(held) + "." if held else "no statistic: no association replicates.")
         )
         partial = [name for name, res, _ in verdicts if len(res) < len(runs)]  # every verdict has results
         if partial:
-            answer += f" Not in every run, so not tested for replication: {', '.join(partial)}."
+            answer += f" Not in every one of these runs, so not asked whether it replicates: {', '.join(partial)}."
+        no_types = [s.path.name for s in others if s not in runs]
+        if no_types:
+            answer += f" Named but without head types, so not asked: {', '.join(no_types)}."
     else:
-        answer += "Give a second seed with `--replicate STORE` to test whether it replicates."
+        lonely = [s.path.name for s in others]
+        answer += (
+            f"The replicates named ({', '.join(lonely)}) have no head types, so whether these associations replicate "
+            "is not asked."
+            if lonely
+            else "Whether these associations replicate is not asked. "
+            + replicate_hint(store, store.path.name, where=f"among the stores beside it in `{store.path.parent}`")
+        )
     return [*lines, answer, ""]
+
+
+def sibling_replicates(store: Store) -> list[Store]:
+    """The stores beside ``store`` (in its parent folder) that are its replicates: trained with its recipe and another
+    seed (`analysis.findings.replicates.is_replicate`); a folder that does not open as a store is passed over."""
+    from headwatch.analysis.errors import StoreError
+    from headwatch.analysis.findings.replicates import is_replicate
+    from headwatch.analysis.store.format import META_FILE
+
+    found = []
+    for path in sorted(p for p in store.path.parent.iterdir() if p.is_dir() and (p / META_FILE).is_file()):
+        if path.resolve() == store.path.resolve():
+            continue
+        try:
+            other = open_store(path)
+        except StoreError:
+            continue
+        if is_replicate(store, other):
+            found.append(other)
+    return found
 
 
 def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence[str | Path] | None = None) -> Path:
     """Write ``report.md`` and its SVG figures into ``out`` (created if missing); ``replicate``: other runs' stores
-    (another seed) against which the clusters-versus-types association is checked.
+    (the same recipe, another seed) in which the clusters-versus-types association is asked again. Without it, the
+    stores beside this one that meta.json says are its replicates (`sibling_replicates`) are asked; named ones are
+    asked instead, whatever their recorded recipe.
 
     Returns:
         The Markdown file's path.
@@ -292,6 +337,9 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     check_files_folder(out, what="report.md and its figures")
     store = open_store(store_path)
     others = [open_store(p) for p in replicate or []]  # every store opened before anything is written
+    named = bool(others)
+    if not named:
+        others = sibling_replicates(store)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     run = store.path.name
@@ -371,7 +419,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                     )
                 ),
             ]
-    lines += ["", *association_section(store, others)]
+    lines += ["", *association_section(store, others, named=named)]
     lines += ["## Events", ""]
     if events:
         frame = events_frame(events, run)

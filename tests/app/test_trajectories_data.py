@@ -103,17 +103,62 @@ def test_the_table_has_a_row_per_statistic_and_run_that_has_it(store_path) -> No
     table, by_stat = association_table([("a", a), ("b", b)], ["std", "kl_gauss", "llc"], matrix="qk", associate=associate)
     assert ("llc", "qk") not in asked  # a statistic the runs lack is not asked
     assert list(zip(table["statistic"], table["run"], strict=True)) == [("σ", "a"), ("σ", "b"), ("D_KL(P‖N(μ,σ))", "a")]
+    assert list(table.columns[:3]) == ["statistic", "run", "recipe"]
+    assert list(table["recipe"]) == ["this run", "the same recipe and the same seed (0): a copy, not a replicate", "this run"]
     assert set(table["heads per type"]) == {"induction 1, none 2, sink 1"}
     assert list(table["answer"]) == ["associated (within layers: p = 0.005)", "no association shown", "one type only"]
-    assert by_stat == {"std": [found[(id(a), "std")], found[(id(b), "std")]], "kl_gauss": [found[(id(a), "kl_gauss")]]}
+    assert by_stat == {
+        "std": {"a": found[(id(a), "std")], "b": found[(id(b), "std")]},
+        "kl_gauss": {"a": found[(id(a), "kl_gauss")]},
+    }
 
-    said = association_reading(table, by_stat, run="a", stat="std", matrix="ov")
+    said = association_reading(table, by_stat, run="a", stat="std", matrix="ov", replicates=["b"])
     assert said is not None and said.startswith("**σ of W_OV, run a:** the 3 trajectory clusters and the head types")
-    assert "AMI = 0.500, permutation p = 0.01 " in said and said.endswith("Across the 2 runs below: not associated in every run.")
+    assert "AMI = 0.500, permutation p = 0.01 " in said
+    assert said.endswith(
+        "Asked of this run's replicates (b: the same recipe, another seed): not associated (p < 0.05) in this run and "
+        "every one of them: it does not replicate."
+    )
+    alone = association_reading(table, by_stat, run="a", stat="std", matrix="ov", hint="HINT")
+    assert alone is not None and alone.endswith(
+        "Whether it replicates is not asked. HINT The table's other runs (b) are not replicates of this run (its "
+        "`recipe` column says what each is): their rows are shown, not asked whether it replicates."
+    )
     assert association_reading(table, by_stat, run="a", stat="kl_gauss", matrix="qk") == (
         "**D_KL(P‖N(μ,σ)), run a:** one type only."
     )
     assert association_reading(table, by_stat, run="b", stat="kl_gauss", matrix="qk") is None
+
+
+def test_on_the_shipped_runs_replication_is_asked_of_the_second_seed_alone() -> None:
+    """Issue 62 on induction-d128 with every shipped run in the table: the reading asks its replicate (named) and
+    leaves the other sizes and the plain-text runs out of the verdict. D_KL of W_QK reaches p < 0.05 in both seeds
+    (its rows' p, read off the table); sigma of W_QK in seed 1234 only, so it does not replicate, whatever the other
+    runs say."""
+    from headwatch.analysis.findings.association import store_association
+    from headwatch.analysis.findings.replicates import replicates_of
+    from tests.conftest import SHIPPED_DATA
+
+    stores = {p.name: open_store(p) for p in sorted(SHIPPED_DATA.iterdir()) if (p / "meta.json").is_file()}
+    this = stores.pop("induction-d128")
+    runs = association_runs("induction-d128", this, cast(dict[str, Store | StoreError], stores))
+    assert len(runs) == 7
+    replicates = replicates_of(this, dict(runs[1:]))
+    assert replicates == ["induction-d128-seed2"]
+    table, by_stat = association_table(runs, ["kl_gauss", "std"], matrix="qk", associate=store_association)
+    rows = table.set_index(["statistic", "run"])
+    p = rows["p (shuffled over heads)"]
+    assert p[("D_KL(P‖N(μ,σ))", "induction-d128")] < 0.05 and p[("D_KL(P‖N(μ,σ))", "induction-d128-seed2")] < 0.05
+    assert p[("σ", "induction-d128")] < 0.05 <= p[("σ", "induction-d128-seed2")]
+    assert rows["recipe"][("σ", "induction-d128-seed2")] == "the same recipe, seed 2"
+    assert rows["recipe"][("σ", "induction-d64")].startswith("another recipe (model.d_mlp, model.d_model, model.n_heads")
+    kl = association_reading(table, by_stat, run="induction-d128", stat="kl_gauss", matrix="qk", replicates=replicates)
+    std = association_reading(table, by_stat, run="induction-d128", stat="std", matrix="qk", replicates=replicates)
+    assert kl is not None and std is not None
+    ours = "Asked of this run's replicates (induction-d128-seed2: the same recipe, another seed): "
+    assert ours + "associated (p < 0.05) in this run and in every one of them: the association replicates." in kl
+    assert ours + "not associated (p < 0.05) in this run and every one of them: it does not replicate." in std
+    assert "Across the" not in kl and "The table's other runs (induction-d256, induction-d512, induction-d64, " in kl
 
 
 def test_a_run_joins_the_joint_map_only_with_what_the_map_needs(store_path, forward_path) -> None:

@@ -80,6 +80,27 @@ def test_the_table_gives_scikit_learns_ami_of_the_types_against_the_shown_cluste
         assert got == {(i // N_HEADS, i % N_HEADS) for i in np.flatnonzero(clusters == c)}
 
 
+def test_the_reading_asks_the_runs_replicate_or_says_how_to_make_one(typed_store, tmp_path, monkeypatch):
+    """Issue 62: on the shipped induction-d128 among every shipped run, the sentence above the table asks its second
+    seed alone, named, and the table says each run's recipe; a run alone gives the command that trains a replicate."""
+    from tests.app.conftest import ROOT
+
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
+    at = open_page(TRAJ, {"run": "induction-d128", "stat": "kl_gauss"})
+    assert not at.exception
+    reading = " ".join(m.value for m in at.markdown if m.value.startswith("**D_KL"))
+    assert "Asked of this run's replicates (induction-d128-seed2: the same recipe, another seed): associated" in reading
+    assert "Across the" not in reading and "The table's other runs (induction-d256, " in reading
+    table = at.dataframe[-1].value
+    recipe = dict(zip(table["run"], table["recipe"], strict=False))
+    assert recipe["induction-d128"] == "this run" and recipe["induction-d128-seed2"] == "the same recipe, seed 2"
+    serve_only(typed_store, tmp_path, monkeypatch)
+    alone = open_page(TRAJ, {"stat": "std"})
+    said = " ".join(m.value for m in alone.markdown if m.value.startswith("**σ"))
+    assert "Whether it replicates is not asked. No replicate of `" in said and "--seed " in said
+
+
 def test_colour_by_type_puts_every_head_in_its_types_trace(typed_store, tmp_path, monkeypatch):
     serve_only(typed_store, tmp_path, monkeypatch)
     at = open_page(TRAJ, {"colour": "type"})

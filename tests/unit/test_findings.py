@@ -190,11 +190,12 @@ def test_the_open_questions_paragraph_reads_as_sentences():
     def assoc(p: float) -> Association:
         return Association(ami=0.2, p_value=p, p_within_layers=p, permutations=200, clusters=3, silhouette=0.3, types=2, heads=48)
 
-    asked = [Asked("σ of W_QK", assoc(0.002), ()), Asked("S of W_QK", assoc(0.4), ())]
-    text = open_question_text(asked, n_runs=1)
+    asked = [Asked("σ of W_QK", assoc(0.002)), Asked("S of W_QK", assoc(0.4))]
+    text = open_question_text(asked, hint="HINT")
     assert text == (
         "Of 2 statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, 1 reaches "
-        "p < 0.05 in this run: σ of W_QK (AMI 0.200, p = 0.002); about 0.1 would by chance alone."
+        "p < 0.05 in this run: σ of W_QK (AMI 0.200, p = 0.002); about 0.1 would by chance alone. Whether these "
+        "associations replicate is not asked. HINT"
     )
-    none = open_question_text([Asked("S of W_QK", assoc(0.4), ())], n_runs=1)
+    none = open_question_text([Asked("S of W_QK", assoc(0.4))])
     assert ", 0 reach p < 0.05 in this run; about 0.1 would by chance alone." in none

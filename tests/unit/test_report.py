@@ -96,22 +96,61 @@ def test_a_replicate_that_is_not_a_store_is_a_usage_error_and_writes_nothing(tmp
     assert not out.exists()
 
 
+def _rows(section: str) -> list[list[str]]:
+    return [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+
+
 def test_a_statistic_one_run_lacks_is_not_said_to_replicate(tmp_path: Path) -> None:
     """induction-d128 has refined LLCs whose clusters match its head types (p < 0.05); the plain-text run has none:
-    the answer must not count the LLC among the statistics that hold in every run. The report draws the LLC."""
+    the answer must not count the LLC among the statistics that hold in every run. A run named with --replicate is
+    asked whatever its recipe, and the answer says that its recipe differs. The report draws the LLC."""
     induction = REPO / "data" / "induction-d128"
     assert main(["report", str(induction), "--out", str(tmp_path / "out"), "--replicate", str(SHIPPED)]) == 0
     _svgs_parse(tmp_path / "out", ["timeline.svg", "llc.svg"])
     text = (tmp_path / "out" / "report.md").read_text()
     assert "](llc.svg)" in text
     section = text.split("## Do the trajectory clusters correspond to head types?", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    rows = _rows(section)
+    assert {cells[1] for cells in rows} == {induction.name, SHIPPED.name}  # the named run replaces any found beside it
     llc = [cells for cells in rows if cells[0].strip("| ") == "llc"]
     assert [cells[1] for cells in llc] == [induction.name] and float(llc[0][5]) < 0.05
     answer = section.split("**Answer.**")[1]
-    held = answer.split("every run for", 1)[1].split(".", 1)[0]
+    assert f"named with `--replicate`: `{SHIPPED.name}`, another recipe (" in answer
+    assert "(a run named is asked whatever its recorded recipe)" in answer
+    held = answer.split("the association holds (p < 0.05) for", 1)[1].split(".", 1)[0]
     assert "llc" not in held
-    assert "Not in every run, so not tested for replication: llc." in answer
+    assert "Not in every one of these runs, so not asked whether it replicates: llc." in answer
+
+
+def test_the_report_asks_the_second_seed_found_beside_it_and_no_other_run(tmp_path: Path) -> None:
+    """Issue 62: without --replicate the report said only "Give a second seed with `--replicate STORE`"; now it asks
+    the store beside it that meta.json says is its replicate (induction-d128-seed2), names it, leaves the other sizes
+    and the plain-text runs out, and its verdict is the rows' own: p < 0.05 in both seeds."""
+    induction = REPO / "data" / "induction-d128"
+    assert main(["report", str(induction), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("## Do the trajectory clusters correspond to head types?", 1)[1].split("\n## ", 1)[0]
+    by_stat: dict[str, dict[str, float]] = {}
+    for cells in _rows(section):
+        by_stat.setdefault(cells[0].strip("| "), {})[cells[1]] = float(cells[5])
+    assert {run for ps in by_stat.values() for run in ps} == {"induction-d128", "induction-d128-seed2"}
+    both = [s for s, ps in by_stat.items() if len(ps) == 2 and all(p < 0.05 for p in ps.values())]
+    assert both == ["kl_gauss of W_QK", "spectral_entropy of W_QK", "llc"]  # docs/views/trajectories.md
+    answer = section.split("**Answer.**")[1]
+    assert "Replication is asked of this run's replicates, found beside it in " in answer
+    assert "`induction-d128-seed2`, the same recipe, seed 2." in answer
+    assert f"the association holds (p < 0.05) for {', '.join(both)}." in answer
+    assert "induction-d64" not in section and "shakespeare" not in section
+
+
+def test_a_store_without_a_replicate_beside_it_says_how_to_train_one(tmp_path: Path) -> None:
+    store = tmp_path / "runs" / "shakespeare-pythia-6x8"
+    shutil.copytree(SHIPPED, store)
+    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
+    section = (tmp_path / "out" / "report.md").read_text().split("**Answer.**", 1)[1].split("\n## ", 1)[0]
+    assert "Whether these associations replicate is not asked. No replicate of `shakespeare-pythia-6x8` is among the" in section
+    assert "`headwatch train --out runs/shakespeare-pythia-6x8-seed2 --seed 2`" in section
+    assert "SEED=2 bash scripts/reference-run.sh" in section and "--replicate OTHER" in section
 
 
 def test_the_report_counts_the_refined_llcs_flags_and_no_negative_estimate_is_converged(tmp_path: Path) -> None:

@@ -306,6 +306,26 @@ class Meta:
         return str((self.embeddings or {}).get("method") or "umap")
 
     @property
+    def recipe(self) -> dict[str, Any] | None:
+        """How a run trained here was trained, less its seed: ``run.json``'s ``config`` (model, optimiser, repeats,
+        checkpoints, evaluation, tokens per step) without ``seed``, ``software`` and ``transformers_config`` (the
+        model's config as transformers writes it, which follows from the model's settings and transformers'
+        version), and the corpus's digest. Runs with equal recipes and different `seed` are replicates
+        (`analysis.findings.replicates`). None for a run not trained here (no ``run.json``)."""
+        config = (self.training or {}).get("config")
+        if not isinstance(config, dict):
+            return None
+        corpus = (self.training or {}).get("corpus")
+        recipe = {k: v for k, v in config.items() if k not in ("seed", "software", "transformers_config")}
+        return recipe | {"corpus": corpus.get("sha256") if isinstance(corpus, dict) else corpus}
+
+    @property
+    def seed(self) -> int | None:
+        """The training seed of a run trained here (``run.json`` ``seed``: initial weights, batch order), else None."""
+        seed = (self.training or {}).get("seed")
+        return None if seed is None else int(seed)
+
+    @property
     def training_losses(self) -> list[dict[str, Any]]:
         """The train and validation losses a run trained here recorded at its checkpoints (``run.json``
         ``losses``: ``step``, ``train_loss``, ``val_loss``); empty for other runs."""

@@ -8,6 +8,7 @@ import streamlit as st
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.association import Asked, open_question_text
 from headwatch.analysis.findings.held_types import emerged_rows, type_sentences
+from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
 from headwatch.analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
 from headwatch.dashboard import derived, loader
 from headwatch.dashboard.frame import RunFrame
@@ -51,7 +52,8 @@ def _emerged_table(frame: RunFrame, store) -> None:
 
 def open_question_panel(frame: RunFrame) -> None:
     """The study's open question in one paragraph (the Trajectory map shows the whole table): do the trajectory
-    clusters correspond to the head types? Which statistics say so here and in every run."""
+    clusters correspond to the head types? Which statistics say so here, and which also in this run's replicates
+    (runs of the same recipe with another seed, `analysis.findings.replicates`), named; the other runs named apart."""
     store = frame.store
     st.subheader("Do the trajectory clusters correspond to head types?")
     if end_types(store) is None:
@@ -60,8 +62,9 @@ def open_question_panel(frame: RunFrame) -> None:
             "(`python -m headwatch.precompute.lenses.types STORE`)."
         )
         return
-    opened = [loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run]
-    others = [o for o in opened if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2]
+    opened = {r: loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run}
+    others = {r: o for r, o in opened.items() if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2}
+    replicates = replicates_of(store, others)
     asked = []
     for stat, matrix in ASSOCIATION_PAIRS:
         if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only
@@ -69,9 +72,18 @@ def open_question_panel(frame: RunFrame) -> None:
         name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
         own = derived.association(store, stat, matrix=matrix)
         assert own is not None  # the store has head types (end_types above)
-        rest = [derived.association(o, stat, matrix=matrix) for o in others if has_statistic(o, stat, matrix)]
-        asked.append(Asked(name, own[0], [r[0] for r in rest if r is not None]))
-    text = open_question_text(asked, n_runs=1 + len(others))
+        theirs = {}
+        for r in replicates:  # a replicate that lacks the statistic is not asked it
+            found = derived.association(others[r], stat, matrix=matrix) if has_statistic(others[r], stat, matrix) else None
+            if found is not None:
+                theirs[r] = found[0]
+        asked.append(Asked(name, own[0], theirs))
+    text = open_question_text(
+        asked,
+        replicates=replicates,
+        other_runs=[r for r in others if r not in replicates],
+        hint=replicate_hint(store, frame.run or store.path.name),
+    )
     st.markdown(text)
     st.page_link(
         "pages/trajectory_map.py",

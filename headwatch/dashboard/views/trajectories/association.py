@@ -1,11 +1,13 @@
 """The Trajectory map's question: do the trajectory clusters correspond to head types? The clusters of every
 statistic asked (`views.trajectories.data.association`) against the heads' types, AMI and permutation p per
-statistic and run, and whether the association replicates across the runs."""
+statistic and run, and whether the association replicates in this run's replicates (the same recipe, another
+seed), named."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, end_types
 from headwatch.dashboard import derived, export, loader
@@ -15,7 +17,7 @@ from headwatch.dashboard.views.trajectories.data import association as data
 
 def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
     """The study's open question: do the trajectory clusters correspond to head types? AMI and permutation p per
-    statistic and run, and whether it replicates across the runs."""
+    statistic and run, and whether it replicates in this run's replicates (`analysis.findings.replicates`)."""
     store = frame.store
     st.subheader("Do the trajectory clusters correspond to head types?")
     if end_types(store) is None:
@@ -30,7 +32,16 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
     runs = data.association_runs(frame.run, store, others)
     with st.spinner("Clustering trajectories and shuffling types ..."):
         table, by_stat = data.association_table(runs, stats, matrix=matrix, associate=derived.association)
-    reading = data.association_reading(table, by_stat, run=frame.run, stat=stat, matrix=matrix)
+    replicates = replicates_of(store, dict(runs[1:]))
+    reading = data.association_reading(
+        table,
+        by_stat,
+        run=frame.run,
+        stat=stat,
+        matrix=matrix,
+        replicates=replicates,
+        hint=replicate_hint(store, frame.run or store.path.name),
+    )
     if reading is not None:
         st.markdown(reading)
     st.dataframe(
@@ -56,8 +67,11 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
         "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
         "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
         "statistics are left out: the types are decided from them. Several statistics are tested: at p < 0.05 one test "
-        "in twenty is significant by chance, so read an association that holds in every run (another seed) before "
-        "one that holds in one. Method: analysis/type_association.py."
+        "in twenty is significant by chance, so read an association that holds in this run's replicates too before "
+        "one that holds in one run. recipe: each run's training recipe against this run's (meta.json `training`, "
+        "less the seed): a run of the same recipe with another seed is a replicate, and only replicates are asked "
+        "whether an association replicates; another size or corpus is another experiment. Method: "
+        "analysis/type_association.py, analysis/findings/replicates.py."
     )
     st.download_button(
         "Download this table (CSV)",

@@ -1,16 +1,18 @@
 """What the Trajectory map computes before it asks whether the trajectory clusters correspond to head types: the
-statistics and runs asked, the table of their clusters against the heads' types, and its answer for the statistic
-mapped, in words."""
+statistics and runs asked, the table of their clusters against the heads' types (each run's recipe against this
+run's), and its answer for the statistic mapped, in words: replication asked of this run's replicates only (runs of
+the same recipe with another seed, `analysis.findings.replicates`), named."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.replicates import relation_text
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LLC
 from headwatch.analysis.type_association import (
@@ -19,8 +21,8 @@ from headwatch.analysis.type_association import (
     Association,
     end_types,
     has_statistic,
-    replicates,
 )
+from headwatch.analysis.type_association import replicates as replicates_verdict
 from headwatch.dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
 
 
@@ -45,27 +47,31 @@ Found = tuple[Association, np.ndarray, np.ndarray, int] | None  # `analysis.find
 
 def association_table(
     runs: list[tuple[str, Store]], stats: list[str], *, matrix: str, associate: Callable[..., Found]
-) -> tuple[pd.DataFrame, dict[str, list[Association]]]:
-    """The clusters-against-types table: one row per statistic and run that has it (`association_row`), and each
-    statistic's associations over the runs.
+) -> tuple[pd.DataFrame, dict[str, dict[str, Association]]]:
+    """The clusters-against-types table: one row per statistic and run that has it (`association_row`), with the
+    run's recipe against this run's (``recipe``: ``this run``, ``the same recipe, seed 2``, ``another recipe
+    (...)``, `analysis.findings.replicates.relation_text`), and each statistic's associations by run.
 
     Args:
-        runs: the runs asked (`association_runs`), every one with head types.
+        runs: the runs asked (`association_runs`), every one with head types, this run first.
         stats: the statistics (`association_stats`).
         associate: ``store_association`` (the view passes its cached copy, `dashboard.derived.association`).
     """
     rows: list[dict] = []
-    by_stat: dict[str, list[Association]] = {}
+    by_stat: dict[str, dict[str, Association]] = {}
+    this = runs[0][1] if runs else None
     for s_name in stats:
-        for run_name, run_store in runs:
+        for position, (run_name, run_store) in enumerate(runs):
             if s_name not in trajectory_stats_for(run_store) or not has_statistic(run_store, s_name, matrix):
                 continue
             found = associate(run_store, s_name, matrix=matrix)
             if found is None:  # every run here has head types (association_runs)
                 continue
             result, _, labels, step = found
-            by_stat.setdefault(s_name, []).append(result)
-            rows.append(association_row(STATS[s_name].short(), run_name, result, labels, step))
+            by_stat.setdefault(s_name, {})[run_name] = result
+            row = association_row(STATS[s_name].short(), run_name, result, labels, step)
+            recipe = "this run" if position == 0 or this is None else relation_text(this, run_store)
+            rows.append({"statistic": row.pop("statistic"), "run": row.pop("run"), "recipe": recipe, **row})
     return pd.DataFrame(rows), by_stat
 
 
@@ -90,27 +96,53 @@ def association_row(short: str, run: str, result: Association, labels: np.ndarra
 
 
 def association_reading(
-    table: pd.DataFrame, by_stat: dict[str, list[Association]], *, run: str, stat: str, matrix: str
+    table: pd.DataFrame,
+    by_stat: dict[str, dict[str, Association]],
+    *,
+    run: str,
+    stat: str,
+    matrix: str,
+    replicates: Sequence[str] = (),
+    hint: str = "",
 ) -> str | None:
-    """The table's answer for the statistic mapped in this run, in words: its AMI and p-values, and whether the
-    association holds in every run (`analysis.type_association.replicates`); None when the table has no row for it."""
+    """The table's answer for the statistic mapped in this run, in words: its AMI and p-values, whether the
+    association also holds in this run's ``replicates`` (`analysis.type_association.replicates` over this run and
+    them; named), or, without one, ``hint`` (how to make one); the table's other runs named as another recipe, not
+    asked. None when the table has no row for it."""
     mine = table[(table["run"] == run) & (table["statistic"] == STATS[stat].short())]
     if not len(mine):
         return None
     if not np.isfinite(mine["AMI"].iloc[0]):
         return f"**{STATS[stat].short()}, run {run}:** {mine['answer'].iloc[0]}."
     row = mine.iloc[0]
-    runs = by_stat.get(stat, [])
-    across = {
-        True: "associated (p < 0.05) in every run.",
-        False: "not associated in every run.",
-        None: "not testable in every run.",
-    }
-    return (
+    runs = by_stat.get(stat, {})
+    text = (
         f"**{STATS[stat].short()} of {'W_QK' if matrix == 'qk' else 'W_OV'}, run {run}:** the "
         f"{row['clusters (k)']} trajectory clusters and the head types at step {row['types at step']:,} share "
         f"AMI = {row['AMI']:.3f}, permutation p = {row['p (shuffled over heads)']:.3g} "
         f"({PERMUTATIONS:,} shuffles of the types over the heads; p = {row['p (shuffled within layers)']:.3g} "
-        "shuffling only within layers). "
-        + ("" if len(runs) < 2 else f"Across the {len(runs)} runs below: " + across[replicates(runs)])
+        "shuffling only within layers)."
     )
+    asked = [r for r in replicates if r in runs]
+    names = ", ".join(asked or replicates)
+    if asked:
+        across = {
+            True: "associated (p < 0.05) in this run and in every one of them: the association replicates.",
+            False: "not associated (p < 0.05) in this run and every one of them: it does not replicate.",
+            None: "not testable in every one of them.",
+        }
+        text += (
+            f" Asked of this run's replicates ({names}: the same recipe, another seed): "
+            + across[replicates_verdict([runs[run], *(runs[r] for r in asked)])]
+        )
+    elif replicates:
+        text += f" This run's replicates ({names}) lack this statistic: whether it replicates is not asked."
+    else:
+        text += " Whether it replicates is not asked. " + hint
+    others = [r for r in dict.fromkeys(table["run"]) if r != run and r not in replicates]
+    if others:
+        text += (
+            f" The table's other runs ({', '.join(others)}) are not replicates of this run (its `recipe` column says "
+            "what each is): their rows are shown, not asked whether it replicates."
+        )
+    return text
