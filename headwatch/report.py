@@ -174,7 +174,15 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
     LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
     (`analysis.type_association`), and whether an association holds in every run given (other seeds)."""
     from headwatch.analysis.findings.association import store_association
-    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types, has_statistic, replicates
+    from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE, Judged
+    from headwatch.analysis.type_association import (
+        ASSOCIATION_PAIRS,
+        PERMUTATIONS,
+        end_types,
+        has_statistic,
+        judge_associations,
+        replicates,
+    )
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]
@@ -186,15 +194,26 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
             "",
         ]
     rows, verdicts = [], []
+    found = {}  # (statistic's name, run) -> association and the step of its types
+    for stat, matrix in ASSOCIATION_PAIRS:
+        name = stat if stat == "llc" else f"{stat} of W_{matrix.upper()}"
+        for s in runs:
+            if has_statistic(s, stat, matrix):
+                got = store_association(s, stat, matrix=matrix)
+                assert got is not None  # runs holds only the stores with head types
+                found[(name, s.path.name)] = (got[0], got[3])
+    judged: dict[tuple[str, str], tuple[Judged, Judged]] = {}  # each run's p-values, Holm over its statistics
+    for s in runs:
+        mine = {name: a for (name, run), (a, _) in found.items() if run == s.path.name}
+        judged |= {(name, s.path.name): j for name, j in judge_associations(mine).items()}
     for stat, matrix in ASSOCIATION_PAIRS:
         name = stat if stat == "llc" else f"{stat} of W_{matrix.upper()}"
         results = []
         for s in runs:
-            if not has_statistic(s, stat, matrix):
+            if (name, s.path.name) not in found:
                 continue
-            found = store_association(s, stat, matrix=matrix)
-            assert found is not None  # runs holds only the stores with head types
-            a, _, _, step = found
+            a, step = found[(name, s.path.name)]
+            over, within = judged[(name, s.path.name)]
             results.append(a)
             rows.append(
                 {
@@ -205,27 +224,40 @@ def association_section(store: Store, others: list[Store]) -> list[str]:
                     "AMI": "-" if not a.testable else f"{a.ami:.3f}",
                     "p (over heads)": "-" if not a.testable else f"{a.p_value:.4f}",
                     "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
+                    "Monte Carlo s.e. (over heads, within layers)": "-" if not a.testable else f"{over.se:.4f}, {within.se:.4f}",
+                    "p, Holm (over heads, within layers)": "-"
+                    if not a.testable
+                    else f"{over.adjusted:.4f}, {within.adjusted:.4f}",
+                    "Holm over": "-" if not a.testable else f"{over.family} statistics",
+                    "answer": a.reason or f"{over.words}; within layers: {within.words}",
                 }
             )
         if results:  # a statistic that some run lacks cannot be said to replicate
             verdicts.append((name, results, replicates(results) if len(results) == len(runs) else None))
     tested = [v for v in verdicts if v[2] is not None]
     held = [name for name, _, rep in tested if rep]
-    single = [name for name, res, _ in verdicts if res and res[0].significant]
+    here = {name: j[0] for (name, run), j in judged.items() if run == store.path.name and j[0].decision}
     lines += [
         "The training-dynamics study leaves open whether its clusters of head trajectories are functional head "
-        "types. Each row clusters the heads' trajectories of one statistic (per-head z-scored, k-means, k in 2..6 "
-        "by silhouette) and compares the clusters with the heads' types at the last checkpoint (adjusted mutual "
-        f"information; p from {PERMUTATIONS:,} random reassignments of the types to the heads, and within layers "
-        "only; method: docs/views/trajectories.md).",
+        "types. Each row clusters the heads' trajectories of one statistic (per-head z-scored, k-means from "
+        "deterministic starts, k in 2..6 by silhouette) and compares the clusters with the heads' types at the last "
+        f"checkpoint (adjusted mutual information; p from {PERMUTATIONS:,} random reassignments of the types to the "
+        "heads, and within layers only, each with its Monte Carlo standard error; each run's p corrected by Holm's "
+        "method over the statistics tested in it, the answer read from the adjusted p's "
+        f"{MONTE_CARLO_LEVEL:.0%} Monte Carlo interval: associated below {SIGNIFICANCE}, undecided where the "
+        "interval holds it; method: docs/views/trajectories.md).",
         "",
         _table(pd.DataFrame(rows)),
         "",
     ]
-    n_tests = sum(1 for _, res, _ in verdicts if res)
+    n_tests = len(here)
+    decided = {d: [name for name, j in here.items() if j.decision == d] for d in ("associated", "undecided")}
     answer = (
-        f"**Answer.** In `{store.path.name}`, {len(single)} of {n_tests} statistics reach p < 0.05 "
-        f"({', '.join(single) or 'none'}); of {n_tests} tests, about {0.05 * n_tests:.1f} would by chance alone. "
+        f"**Answer.** In `{store.path.name}`, after Holm's correction over the {n_tests} statistics tested, "
+        f"{len(decided['associated'])} {'is' if len(decided['associated']) == 1 else 'are'} associated with the head "
+        f"types ({', '.join(decided['associated']) or 'none'})"
+        + (f" and {len(decided['undecided'])} undecided ({', '.join(decided['undecided'])})" if decided["undecided"] else "")
+        + ". "
     )
     if len(runs) > 1:
         answer += (

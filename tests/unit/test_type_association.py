@@ -8,12 +8,12 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score, mutual_info_score
 
 from headwatch.analysis.type_association import (
-    _shuffles,
     associate,
     cluster_trajectories,
     mutual_information,
     permutation_p,
     replicates,
+    shuffles,
     type_labels,
 )
 
@@ -40,7 +40,7 @@ def test_permutation_p_on_mutual_information_equals_the_test_on_the_ami() -> Non
     clusters = rng.integers(0, 3, 40)
     types = np.where(rng.random(40) < 0.6, clusters % 2, rng.integers(0, 2, 40)).astype(str)
     n = 299
-    shuffled = _shuffles(types, None, n, np.random.default_rng(11))
+    shuffled = shuffles(types, None, n, np.random.default_rng(11))
     observed = adjusted_mutual_info_score(types, clusters)
     by_ami = (1 + sum(adjusted_mutual_info_score(row, clusters) >= observed - 1e-12 for row in shuffled)) / (1 + n)
     assert permutation_p(clusters, types, permutations=n, seed=11) == pytest.approx(by_ami)
@@ -70,7 +70,7 @@ def test_shuffling_within_layers_removes_an_association_that_depth_alone_explain
     types = np.where(layers < 2, "previous_token", "none")  # and so do the types
     assert permutation_p(clusters, types, permutations=499) < 0.01
     assert permutation_p(clusters, types, permutations=499, strata=layers) == 1.0  # nothing left beyond depth
-    within = _shuffles(types, layers, 50, np.random.default_rng(0))
+    within = shuffles(types, layers, 50, np.random.default_rng(0))
     assert all((np.sort(row[layers == s]) == np.sort(types[layers == s])).all() for row in within for s in range(4))
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store.format import HEAD_TYPES
-from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, end_types
+from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
 from headwatch.dashboard import derived, export, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.trajectories.data import association as data
@@ -41,7 +42,11 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
             "AMI": st.column_config.NumberColumn(format="%.3f"),
             "silhouette": st.column_config.NumberColumn(format="%.2f"),
             "p (shuffled over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "s.e. (over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "p over heads, Holm": st.column_config.NumberColumn(format="%.4f"),
             "p (shuffled within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "s.e. (within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "p within layers, Holm": st.column_config.NumberColumn(format="%.4f"),
             "types at step": st.column_config.NumberColumn(format="%d"),
         },
     )
@@ -52,12 +57,15 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
         f"head types ({', '.join(HEAD_TYPES)}, or none; a head with several is its own label). AMI: scikit-learn's "
         "adjusted mutual information (0: what independent labels give on average, 1: the same partition). p: the "
         f"share of {PERMUTATIONS:,} random reassignments of the types to the heads that match the clusters at least as "
-        f"well (p < {SIGNIFICANCE} reads as associated); within layers, the types are reassigned only among the heads "
-        "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
-        "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
-        "statistics are left out: the types are decided from them. Several statistics are tested: at p < 0.05 one test "
-        "in twenty is significant by chance, so read an association that holds in every run (another seed) before "
-        "one that holds in one. Method: analysis/type_association.py."
+        "well, with its Monte Carlo standard error (s.e.); within layers, the types are reassigned only among the "
+        "heads of one layer, asking whether the association holds beyond depth. Several statistics are tested in each "
+        "run, so each run's p-values are corrected by Holm's method over all of them (Holm over: these rows and the "
+        "study's statistics of the other matrix, as `headwatch report` corrects them); the answer reads the adjusted "
+        f"p's {MONTE_CARLO_LEVEL:.0%} Monte Carlo interval: associated below {SIGNIFICANCE}, no association shown at "
+        "or above it, undecided where the interval holds it (another seed could put p on either side). The refined "
+        "LLC (when the run has it) is clustered at the checkpoints it was estimated at, as the refined-LLC paper "
+        "clusters heads. The forward statistics are left out: the types are decided from them. Method: "
+        "analysis/type_association.py and analysis/significance.py."
     )
     st.download_button(
         "Download this table (CSV)",

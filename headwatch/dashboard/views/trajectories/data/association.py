@@ -11,14 +11,17 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.errors import StoreError
+from headwatch.analysis.significance import Judged
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LLC
 from headwatch.analysis.type_association import (
+    ASSOCIATION_PAIRS,
     ASSOCIATION_STATS,
     PERMUTATIONS,
     Association,
     end_types,
     has_statistic,
+    judge_associations,
     replicates,
 )
 from headwatch.dashboard.labels import LLC_STAT, STATS, trajectory_stats_for
@@ -49,30 +52,55 @@ def association_table(
     """The clusters-against-types table: one row per statistic and run that has it (`association_row`), and each
     statistic's associations over the runs.
 
+    Each run's p-values are corrected by Holm over every statistic tested in it (`association_family`: these rows
+    and the study's statistics of the other matrix, as ``headwatch report`` corrects them).
+
     Args:
         runs: the runs asked (`association_runs`), every one with head types.
         stats: the statistics (`association_stats`).
         associate: ``store_association`` (the view passes its cached copy, `dashboard.derived.association`).
     """
+    found: dict[tuple[str, str], tuple[Association, np.ndarray, int]] = {}  # (statistic, run) -> result, types, step
+    judged: dict[tuple[str, str], tuple[Judged, Judged]] = {}
+    for run_name, run_store in runs:
+        tested = {}
+        for s_name, m in association_family(run_store, stats, matrix=matrix):
+            got = associate(run_store, s_name, matrix=m)
+            if got is None:  # every run here has head types (association_runs)
+                continue
+            tested[(s_name, m)] = got[0]
+            if m == matrix:
+                found[(s_name, run_name)] = (got[0], got[2], got[3])
+        judged |= {(s_name, run_name): j for (s_name, m), j in judge_associations(tested).items() if m == matrix}
     rows: list[dict] = []
     by_stat: dict[str, list[Association]] = {}
     for s_name in stats:
-        for run_name, run_store in runs:
-            if s_name not in trajectory_stats_for(run_store) or not has_statistic(run_store, s_name, matrix):
+        for run_name, _ in runs:
+            if (s_name, run_name) not in found:
                 continue
-            found = associate(run_store, s_name, matrix=matrix)
-            if found is None:  # every run here has head types (association_runs)
-                continue
-            result, _, labels, step = found
+            result, labels, step = found[(s_name, run_name)]
             by_stat.setdefault(s_name, []).append(result)
-            rows.append(association_row(STATS[s_name].short(), run_name, result, labels, step))
+            rows.append(association_row(STATS[s_name].short(), run_name, result, labels, step, judged[(s_name, run_name)]))
     return pd.DataFrame(rows), by_stat
 
 
-def association_row(short: str, run: str, result: Association, labels: np.ndarray, step: int) -> dict[str, Any]:
+def association_family(store: Store, stats: list[str], *, matrix: str) -> list[tuple[str, str]]:
+    """The (statistic, matrix) pairs tested in one run and corrected together: ``stats`` of ``matrix`` that the run
+    has, then the study's pairs (`analysis.type_association.ASSOCIATION_PAIRS`) of the other matrix that it has.
+    The refined LLC, of no matrix, counts once."""
+    pairs = [(s, matrix) for s in stats if s in trajectory_stats_for(store) and has_statistic(store, s, matrix)]
+    pairs += [(s, m) for s, m in ASSOCIATION_PAIRS if m != matrix and s != LLC_STAT and s in stats and has_statistic(store, s, m)]
+    return pairs
+
+
+def association_row(
+    short: str, run: str, result: Association, labels: np.ndarray, step: int, judged: tuple[Judged, Judged]
+) -> dict[str, Any]:
     """One row of the clusters-against-types table: a statistic (``short``) of one run, its clusters, the heads'
-    types (``labels``, at ``step``) and the association between them (`analysis.type_association.Association`)."""
+    types (``labels``, at ``step``), the association between them (`analysis.type_association.Association`) and its
+    p-values ``judged`` (over heads, within layers: Monte Carlo error, Holm's correction over the run's statistics)."""
     counts = ", ".join(f"{t} {n}" for t, n in zip(*np.unique(labels, return_counts=True), strict=True))
+    over, within = judged
     return {
         "statistic": short,
         "run": run,
@@ -82,10 +110,13 @@ def association_row(short: str, run: str, result: Association, labels: np.ndarra
         "heads per type": counts,
         "AMI": result.ami,
         "p (shuffled over heads)": result.p_value,
+        "s.e. (over heads)": over.se,
+        "p over heads, Holm": over.adjusted,
         "p (shuffled within layers)": result.p_within_layers,
-        "answer": result.reason
-        or ("associated" if result.significant else "no association shown")
-        + ("" if not result.significant else f" (within layers: p = {result.p_within_layers:.3g})"),
+        "s.e. (within layers)": within.se,
+        "p within layers, Holm": within.adjusted,
+        "Holm over": f"{over.family} statistics" if result.testable else "–",
+        "answer": result.reason or f"{over.words}; within layers: {within.words}",
     }
 
 
@@ -109,8 +140,10 @@ def association_reading(
     return (
         f"**{STATS[stat].short()} of {'W_QK' if matrix == 'qk' else 'W_OV'}, run {run}:** the "
         f"{row['clusters (k)']} trajectory clusters and the head types at step {row['types at step']:,} share "
-        f"AMI = {row['AMI']:.3f}, permutation p = {row['p (shuffled over heads)']:.3g} "
-        f"({PERMUTATIONS:,} shuffles of the types over the heads; p = {row['p (shuffled within layers)']:.3g} "
-        "shuffling only within layers). "
+        f"AMI = {row['AMI']:.3f}, permutation p = {row['p (shuffled over heads)']:.3g} ± "
+        f"{row['s.e. (over heads)']:.2g} ({PERMUTATIONS:,} shuffles of the types over the heads; p = "
+        f"{row['p (shuffled within layers)']:.3g} shuffling only within layers); after Holm's correction over the "
+        f"{row['Holm over']} tested in this run, p = {row['p over heads, Holm']:.3g} and "
+        f"{row['p within layers, Holm']:.3g} within layers: {row['answer']}. "
         + ("" if len(runs) < 2 else f"Across the {len(runs)} runs below: " + across[replicates(runs)])
     )
