@@ -124,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         default="fraction",
         help="the joint trajectories' common time axis: fraction of training, or tokens seen (default: fraction)",
     )
-    c.add_argument("--permutations", type=int, default=1999, metavar="N", help="shuffles per p-value (default 1999)")
+    c.add_argument(
+        "--permutations", type=int, default=None, metavar="N", help="shuffles per p-value (default 9,999, as the pages)"
+    )
 
     # argparse and the job's option tables (no torch); the job itself is imported when a plan runs
     from headwatch.plan import add_arguments
@@ -180,7 +182,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     if len(args.stores) < 2:
         return _usage(f"compare: a comparison needs at least two stores, got one ({args.stores[0]}); name two or more")
-    if args.permutations < 1:
+    if args.permutations is not None and args.permutations < 1:
         return _usage(f"compare: --permutations {args.permutations}: need at least 1")
     try:
         from headwatch.compare import run as compare

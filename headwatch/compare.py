@@ -3,9 +3,10 @@
 Writes ``compare.md`` with its figures as SVG beside it (matplotlib, offline), from any number (two or more)
 of stores: per run its parameter count, tokens, each head type's first emergence step and heads, and each
 layer's consolidation time for the study's statistics; the joint trajectory clusters of every head of every
-run against the head types and against the runs (AMI with permutation p-values that keep the other factor
-fixed); and the timescales against the parameter count, fitted where the sizes allow and said in words where
-they do not. Everything it says is computed by `analysis.findings.sizes`, as the Compare runs page shows it.
+run against the head types and against the runs, with a left-out run's types predicted by clusters fitted without
+it (permutation p-values with their Monte Carlo error, corrected by Holm over the statistics); and the timescales
+against the parameter count, fitted where the sizes allow and said in words where they do not. Everything it says is
+computed by `analysis.findings.sizes`, as the Compare runs page shows it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import pandas as pd
 
 from headwatch.analysis.findings import sizes
 from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.outputs import check_files_folder
-from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
+from headwatch.analysis.type_association import PERMUTATIONS
 
 COMPARE_FILE = "compare.md"
 SCALING_SVG = "scaling.svg"
@@ -187,15 +189,25 @@ def write_compare(
         "",
         "## Joint trajectory clusters: universal or size-specific?",
         "",
-        f"Every head of every run, its statistic at {when}, normalised per head (minus its mean, divided by its "
-        "standard deviation: the shape of the curve), clustered together by k-means (k in 2..6 by the largest "
-        "silhouette, chosen without the types or the runs). AMI: scikit-learn's adjusted mutual information (0 what "
-        "independent labels give on average, 1 the same partition). The types' p-value shuffles the types only "
-        "among the heads of one run (run held fixed); the runs' p-value shuffles the run labels only among heads of "
-        f"one type (type held fixed); {permutations:,} shuffles each, p < {SIGNIFICANCE} read as associated. Types: "
-        "each head's at its run's last checkpoint with head types.",
+        f"Asked of {', '.join(f'`{n}`' for n in sizes.run_order(stores))}. Every head of every run, its statistic at {when}, "
+        "normalised per head (minus its mean, divided by its standard deviation: the shape of the curve), clustered "
+        "together by k-means from deterministic starts (Ward's partition and farthest-point starts: no seed, and the "
+        "same clusters for the runs in any order), k in 2..6 by the largest silhouette, chosen without the types or "
+        "the runs. Types: each head's at its run's last checkpoint with head types. Four tests per statistic, each a "
+        f"permutation p-value from {permutations:,} shuffles: the AMI (scikit-learn's adjusted mutual information, 0 "
+        "what independent labels give on average, 1 the same partition) with the types, the types shuffled within "
+        "each run, and again within each layer of each run (does it hold beyond depth?); the AMI with the runs, the "
+        "runs shuffled within each type; and, leaving each run out in turn, whether clusters fitted on the other runs "
+        "predict its types better than shuffled types do (the gain in nats per head, the types shuffled within each "
+        f"run). Each p comes with its Monte Carlo standard error; each test is corrected by Holm's method over the "
+        f"{len(joint)} statistics, and its verdict reads the adjusted p's {MONTE_CARLO_LEVEL:.0%} Monte Carlo "
+        f"(Clopper-Pearson) interval: associated below {SIGNIFICANCE}, no association shown at or above it, "
+        "undecided where the interval holds it (another seed could put p on either side). The words universal kinds "
+        "of trajectory are said only where the first, second and fourth tests are associated and the runs' is not.",
         "",
         _table(_association_rows(joint)),
+        "",
+        *(f"- {line}" for line in sizes.joint_readings(joint).values()),
         "",
         f"![Each joint cluster's mean trajectory, per statistic]({CLUSTERS_SVG})",
         "",
@@ -214,9 +226,9 @@ def write_compare(
     return path
 
 
-def run(stores: list[str], out: str, *, matrix: str = "qk", align: str = "fraction", permutations: int = PERMUTATIONS) -> int:
-    """The ``headwatch compare`` subcommand: the exit status."""
+def run(stores: list[str], out: str, *, matrix: str = "qk", align: str = "fraction", permutations: int | None = None) -> int:
+    """The ``headwatch compare`` subcommand (``permutations``: None for `PERMUTATIONS`): the exit status."""
     axis: sizes.JointAlign = "tokens" if align == "tokens" else "fraction"  # argparse's choices
-    path = write_compare(stores, out, matrix=matrix, align=axis, permutations=permutations)
+    path = write_compare(stores, out, matrix=matrix, align=axis, permutations=permutations or PERMUTATIONS)
     print(f"wrote {path} with {SCALING_SVG} and {CLUSTERS_SVG}")
     return 0

@@ -208,17 +208,20 @@ def _stage_table(stages: pd.DataFrame, basis: str) -> str:
 
 def association_section(store: Store, others: list[Store], *, named: bool = False) -> list[str]:
     """The study's open question as Markdown: do the trajectory clusters of each weight statistic (and the refined
-    LLC) correspond to the head types at the end of training? AMI and permutation p per statistic and run
-    (`analysis.type_association`), and whether an association holds in this run's replicates too, named.
+    LLC) correspond to the head types at the end of training? AMI, permutation p with its Monte Carlo error, Holm's
+    correction over the run's statistics and the decision per statistic and run (`analysis.findings.association`,
+    as the Timeline and the Trajectory map judge them), and whether an association replicates in this run's
+    replicates, named, in the words the pages use.
 
     Args:
         others: the replicates asked: those the user named (``named``: ``--replicate``, asked whatever their recorded
             recipe, which the section states), else the stores found beside this one with its recipe and another
             seed (`analysis.findings.replicates.is_replicate`).
     """
-    from headwatch.analysis.findings.association import store_association
+    from headwatch.analysis.findings.association import asked_of, judged_run, replication_text, run_text, study_pairs
     from headwatch.analysis.findings.replicates import is_replicate, relation_text, replicate_hint
-    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types, has_statistic, replicates
+    from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]
@@ -229,63 +232,59 @@ def association_section(store: Store, others: list[Store], *, named: bool = Fals
             f"`python -m headwatch.precompute.lenses.types {store.path}`.",
             "",
         ]
-    rows, verdicts = [], []
-    for stat, matrix in ASSOCIATION_PAIRS:
-        name = stat if stat == "llc" else f"{stat} of W_{matrix.upper()}"
-        results = []
+    judged = {s.path.name: judged_run(s) for s in runs}  # each run's p-values, Holm over its statistics
+    rows = []
+    for pair in ASSOCIATION_PAIRS:
         for s in runs:
-            if not has_statistic(s, stat, matrix):
+            t = judged[s.path.name].get(pair)
+            if t is None:
                 continue
-            found = store_association(s, stat, matrix=matrix)
-            assert found is not None  # runs holds only the stores with head types
-            a, _, _, step = found
-            results.append(a)
+            a, over, within = t.association, t.over, t.within
             rows.append(
                 {
-                    "statistic": name,
+                    "statistic": _pair_name(pair),
                     "run": s.path.name,
-                    "types at step": f"{step:,}",
+                    "types at step": f"{t.step:,}",
                     "clusters (k)": a.clusters,
                     "AMI": "-" if not a.testable else f"{a.ami:.3f}",
                     "p (over heads)": "-" if not a.testable else f"{a.p_value:.4f}",
                     "p (within layers)": "-" if not a.testable else f"{a.p_within_layers:.4f}",
+                    "Monte Carlo s.e. (over heads, within layers)": "-" if not a.testable else f"{over.se:.4f}, {within.se:.4f}",
+                    "p, Holm (over heads, within layers)": "-"
+                    if not a.testable
+                    else f"{over.adjusted:.4f}, {within.adjusted:.4f}",
+                    "Holm over": "-" if not a.testable else f"{over.family} statistics",
+                    "answer": a.reason or f"{over.words}; within layers: {within.words}",
                 }
             )
-        if results:  # a statistic that some run lacks cannot be said to replicate
-            verdicts.append((name, results, replicates(results) if len(results) == len(runs) else None))
-    tested = [v for v in verdicts if v[2] is not None]
-    held = [name for name, _, rep in tested if rep]
-    single = [name for name, res, _ in verdicts if res and res[0].significant]
     lines += [
         "The training-dynamics study leaves open whether its clusters of head trajectories are functional head "
-        "types. Each row clusters the heads' trajectories of one statistic (per-head z-scored, k-means, k in 2..6 "
-        "by silhouette) and compares the clusters with the heads' types at the last checkpoint (adjusted mutual "
-        f"information; p from {PERMUTATIONS:,} random reassignments of the types to the heads, and within layers "
-        "only; method: docs/views/trajectories.md).",
+        "types. Each row clusters the heads' trajectories of one statistic (per-head z-scored, k-means from "
+        "deterministic starts, k in 2..6 by silhouette) and compares the clusters with the heads' types at the last "
+        f"checkpoint (adjusted mutual information; p from {PERMUTATIONS:,} random reassignments of the types to the "
+        "heads, and within layers only, each with its Monte Carlo standard error; each run's p corrected by Holm's "
+        "method over the statistics tested in it, the answer read from the adjusted p's "
+        f"{MONTE_CARLO_LEVEL:.0%} Monte Carlo interval: associated below {SIGNIFICANCE}, undecided where the "
+        "interval holds it; an association replicates where it is associated over heads in this run and in every "
+        "replicate; method: docs/views/trajectories.md).",
         "",
         _table(pd.DataFrame(rows)),
         "",
     ]
-    n_tests = sum(1 for _, res, _ in verdicts if res)
-    answer = (
-        f"**Answer.** In `{store.path.name}`, {len(single)} of {n_tests} statistics reach p < 0.05 "
-        f"({', '.join(single) or 'none'}); of {n_tests} tests, about {0.05 * n_tests:.1f} would by chance alone. "
-    )
-    asked = runs[1:]
-    how = "named with `--replicate`" if named else f"found beside it in `{store.path.parent}`"
-    if asked:
-        answer += (
-            "Replication is asked of this run's replicates, "
-            + how
-            + ": "
-            + "; ".join(f"`{s.path.name}`, {relation_text(store, s)}" for s in asked)
-            + (" (a run named is asked whatever its recorded recipe)" if any(not is_replicate(store, s) for s in asked) else "")
-            + f". In `{store.path.name}` and every one of them, the association holds (p < 0.05) for "
-            + (", ".join(held) + "." if held else "no statistic: no association replicates.")
+    name = store.path.name
+    asked = asked_of(judged, name, [s.path.name for s in runs[1:]], {p: _pair_name(p) for p in study_pairs(store)})
+    answer = f"**Answer.** {run_text(asked, run=f'`{name}`')} "
+    replicates = runs[1:]
+    if replicates:
+        how = "named with `--replicate`" if named else f"found beside it in `{store.path.parent}`"
+        about = (
+            f"{how}, {relation_text(store, replicates[0])}"
+            if len(replicates) == 1
+            else how + ": " + "; ".join(f"`{s.path.name}`, {relation_text(store, s)}" for s in replicates)
         )
-        partial = [name for name, res, _ in verdicts if len(res) < len(runs)]  # every verdict has results
-        if partial:
-            answer += f" Not in every one of these runs, so not asked whether it replicates: {', '.join(partial)}."
+        if any(not is_replicate(store, s) for s in replicates):
+            about += "; a run named is asked whatever its recorded recipe"
+        answer += replication_text(asked, replicates=[s.path.name for s in replicates], run=f"`{name}`", about=about)
         no_types = [s.path.name for s in others if s not in runs]
         if no_types:
             answer += f" Named but without head types, so not asked: {', '.join(no_types)}."
@@ -295,10 +294,19 @@ def association_section(store: Store, others: list[Store], *, named: bool = Fals
             f"The replicates named ({', '.join(lonely)}) have no head types, so whether these associations replicate "
             "is not asked."
             if lonely
-            else "Whether these associations replicate is not asked. "
-            + replicate_hint(store, store.path.name, where=f"among the stores beside it in `{store.path.parent}`")
+            else replication_text(
+                asked,
+                replicates=[],
+                hint=replicate_hint(store, name, where=f"among the stores beside it in `{store.path.parent}`"),
+            )
         )
     return [*lines, answer, ""]
+
+
+def _pair_name(pair: tuple[str, str]) -> str:
+    """How the report names a (statistic, matrix) pair: ``std of W_QK``; the refined LLC, of no matrix, ``llc``."""
+    stat, matrix = pair
+    return stat if stat == "llc" else f"{stat} of W_{matrix.upper()}"
 
 
 def sibling_replicates(store: Store) -> list[Store]:

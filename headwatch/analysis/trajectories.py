@@ -175,11 +175,55 @@ def embed(
     return umap_embed(x, settings), knn(x, settings.knn_k)
 
 
-def kmeans(x: np.ndarray, k: int, *, seed: int = 0, restarts: int = 10, iterations: int = 100) -> np.ndarray:
-    """Euclidean k-means (Lloyd's algorithm, k-means++ starts) of ``(N, D)`` points: the labels of the best of
-    ``restarts`` runs (least within-cluster sum of squares), renumbered in order of first appearance.
+MAXIMIN_STARTS = 64  # k-means' farthest-point starts: from every point up to this many points, else from this many
 
-    Deterministic for a given seed. A cluster that empties keeps its centre.
+
+def _lloyd(x: np.ndarray, centres: np.ndarray, iterations: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd's iterations from ``(R, k, D)`` starting centres, all R at once: ``(R, N)`` labels and ``(R,)`` within-
+    cluster sums of squares. A centre whose cluster empties keeps its place; a point as near two centres takes the
+    first."""
+    k = centres.shape[1]
+    sq = np.einsum("nd,nd->n", x, x)  # (N,)
+
+    def distances(c: np.ndarray) -> np.ndarray:  # (R, N, k) squared distances of the points to the centres
+        return np.maximum(sq[None, :, None] - 2 * np.einsum("nd,rkd->rnk", x, c) + np.einsum("rkd,rkd->rk", c, c)[:, None], 0)
+
+    labels = np.full((centres.shape[0], x.shape[0]), -1)
+    for _ in range(iterations):
+        new = distances(centres).argmin(axis=2)  # (R, N)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        member = (labels[:, :, None] == np.arange(k)).astype(np.float64)  # (R, N, k)
+        counts = member.sum(axis=1)  # (R, k)
+        sums = np.einsum("rnk,nd->rkd", member, x)
+        centres = np.where(counts[:, :, None] > 0, sums / np.maximum(counts, 1)[:, :, None], centres)
+    d2 = distances(centres)
+    return d2.argmin(axis=2), d2.min(axis=2).sum(axis=1)
+
+
+def _farthest_first(d2: np.ndarray, first: np.ndarray, k: int) -> np.ndarray:
+    """``(R, k)`` point indices: from each of ``first`` ``(R,)``, k - 1 times the point farthest from those chosen
+    (``d2``: ``(N, N)`` squared distances)."""
+    picks = [first]
+    near = d2[first]  # (R, N) each point's squared distance to its nearest chosen point
+    for _ in range(k - 1):
+        nxt = near.argmax(axis=1)
+        picks.append(nxt)
+        near = np.minimum(near, d2[nxt])
+    return np.stack(picks, axis=1)
+
+
+def kmeans(x: np.ndarray, k: int, *, iterations: int = 100) -> np.ndarray:
+    """Euclidean k-means (Lloyd's algorithm) of ``(N, D)`` points from deterministic starts, the labels of the one
+    with the least within-cluster sum of squares, renumbered in order of first appearance.
+
+    No random numbers, so nothing depends on a seed or on the order of the points: the starts are the means of Ward's
+    hierarchical partition into k (scipy), which is a function of the distances alone, and the farthest-point
+    starts (the next centre always the point farthest from those chosen) from every point, or, past
+    `MAXIMIN_STARTS` points, from the first `MAXIMIN_STARTS` of the farthest-point traversal that begins at the point
+    farthest from the mean. Reordering the points reorders the starts and nothing else; only exact ties (two starts
+    as good, a point as near two centres) are broken by position.
 
     Returns:
         ``(N,)`` int64 labels in ``0 .. min(k, N) - 1``.
@@ -187,6 +231,8 @@ def kmeans(x: np.ndarray, k: int, *, seed: int = 0, restarts: int = 10, iteratio
     Raises:
         ValueError: ``k`` < 1.
     """
+    from scipy.cluster.hierarchy import fcluster, linkage
+
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
     if k < 1:
@@ -194,29 +240,31 @@ def kmeans(x: np.ndarray, k: int, *, seed: int = 0, restarts: int = 10, iteratio
     k = min(k, n)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    best, best_cost = np.zeros(n, dtype=np.int64), np.inf
-    for _ in range(restarts):
-        centres = x[[int(rng.integers(n))]]
-        while len(centres) < k:  # k-means++: the next centre with probability ~ squared distance
-            d2 = ((x[:, None, :] - centres[None]) ** 2).sum(-1).min(axis=1)
-            total = d2.sum()
-            pick = int(rng.choice(n, p=d2 / total)) if total > 0 else int(rng.integers(n))
-            centres = np.vstack([centres, x[pick]])
-        labels = np.full(n, -1)
-        for _ in range(iterations):
-            d2 = ((x[:, None, :] - centres[None]) ** 2).sum(-1)  # (N, k)
-            new = d2.argmin(axis=1)
-            if np.array_equal(new, labels):
-                break
-            labels = new
-            for c in range(k):
-                if np.any(labels == c):
-                    centres[c] = x[labels == c].mean(axis=0)
-        cost = float(((x - centres[labels]) ** 2).sum())
-        if cost < best_cost - 1e-12:
-            best, best_cost = labels, cost
+    if k == 1:
+        return np.zeros(n, dtype=np.int64)
+    sq = np.einsum("nd,nd->n", x, x)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)  # (N, N)
+    if n <= MAXIMIN_STARTS:
+        firsts = np.arange(n)
+    else:
+        far = int(((x - x.mean(axis=0)) ** 2).sum(axis=1).argmax())
+        firsts = _farthest_first(d2, np.array([far]), MAXIMIN_STARTS)[0]
+    starts = [x[_farthest_first(d2, firsts, k)]]  # (R, k, D)
+    ward = fcluster(linkage(x, "ward"), k, "maxclust") - 1
+    if ward.max() + 1 == k:  # fewer only where fewer than k points differ
+        starts.insert(0, np.stack([x[ward == c].mean(axis=0) for c in range(k)])[None])
+    labels, cost = _lloyd(x, np.concatenate(starts), iterations)
+    best = labels[int(np.argmin(cost))]
     used, first = np.unique(best, return_index=True)
     rank = np.zeros(k, dtype=np.int64)
     rank[used[np.argsort(first)]] = np.arange(len(used))  # old label -> rank of its first appearance
     return rank[best]
+
+
+def canonical_order(x: np.ndarray, *keys: np.ndarray) -> np.ndarray:
+    """An order of the rows of ``(N, D)`` ``x`` that depends on their values alone: lexicographic in the coordinates,
+    then in ``keys`` (each ``(N,)``, for rows equal in every coordinate). Computing over the rows in this order
+    makes floating-point sums run in one order whatever order the rows came in."""
+    x = np.asarray(x, dtype=np.float64)
+    tie = [np.unique(np.asarray(k).astype(str), return_inverse=True)[1] for k in reversed(keys)]
+    return np.lexsort((*tie, *x.T[::-1]))

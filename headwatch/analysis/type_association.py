@@ -7,9 +7,9 @@ This module answers it for one run and one statistic:
 1. **Clusters.** Each head's trajectory (its statistic at every checkpoint with a value) is
    normalised per head (`analysis.trajectories.normalise`, ``zscore``: the shape of the curve, not
    its level) and grouped by Euclidean k-means (`analysis.trajectories.kmeans`, the grouping the
-   Refined LLC page uses). The number of clusters k is the one in ``2 .. 6`` with the largest
-   silhouette (scikit-learn's `silhouette_score`), so the clusters are the ones the trajectories
-   themselves separate best, chosen without looking at the types.
+   Refined LLC page uses, from deterministic starts: no seed). The number of clusters k is the one
+   in ``2 .. 6`` with the largest silhouette (scikit-learn's `silhouette_score`), so the clusters are
+   the ones the trajectories themselves separate best, chosen without looking at the types.
 2. **Types.** The head's types at the last checkpoint with forward statistics
    (``head_types.parquet`` ``holds``), as one label: ``none``, ``previous_token``,
    ``previous_token+sink``, ...
@@ -24,30 +24,44 @@ This module answers it for one run and one statistic:
    recomputing the AMI each time (tests check this) at a thousandth of the cost. A second p-value
    shuffles the types only within each layer: head types and trajectory shapes both depend on depth,
    and this one asks whether the association holds beyond what the layer alone explains.
+5. **Reading.** A run is asked about several statistics at once: `judge_associations` reads each p with its
+   Monte Carlo error and Holm's correction over the statistics tested in the run (`analysis.significance`), as the
+   Trajectory map and ``headwatch report`` say them. Whether an association replicates is read from those
+   decisions in the run and in each of its replicates (`replication`): associated in every one of them.
 
 Arrays in, numbers out; heads in layer-major order (row = layer * n_heads + head).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Literal, TypeVar
 
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
+from headwatch.analysis.significance import SIGNIFICANCE, Decision, Judged, judge
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
 from headwatch.analysis.trajectories import kmeans, normalise, trajectories
 
 CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins
-PERMUTATIONS = 1999
-SIGNIFICANCE = 0.05
+Replication = Literal["replicates", "not shown", "undecided", "not testable"]  # `replication`'s verdicts
+REPLICATION_WORDS: dict[str, str] = {  # how every sentence and table says a replication verdict
+    "replicates": "replicates",
+    "not shown": "no replication shown",
+    "undecided": "undecided",
+    "not testable": "not testable",
+}
+PERMUTATIONS = 9999  # shuffles per permutation p-value: its 99% Monte Carlo interval at p = 0.05 is about +-0.0056
 NO_TYPE = "none"
 # The weight statistics whose trajectory clusters are compared with the head types (the stored trajectory maps'
 # defaults; the refined LLC is added where a run has it). The forward statistics are left out: the types are
 # decided from prev_token, induction and sink themselves.
 ASSOCIATION_STATS = ("kl_gauss", "spectral_entropy", "std", "stable_rank")
 LLC_STATISTIC = "llc"  # the refined LLC, per head (llc.parquet), of no matrix
+K = TypeVar("K", bound=Hashable)  # how a run's tested statistics are keyed (a name, a (statistic, matrix) pair)
 # Every (statistic, matrix) a run's clusters are compared with its types on: each weight statistic of W_QK and W_OV,
 # then the refined LLC.
 ASSOCIATION_PAIRS = (*((s, m) for s in ASSOCIATION_STATS for m in ("qk", "ov")), (LLC_STATISTIC, "qk"))
@@ -113,7 +127,7 @@ def type_labels(holds: dict[str, np.ndarray], order: tuple[str, ...]) -> np.ndar
     return labels.astype(str)
 
 
-def cluster_trajectories(values: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, int, float]:
+def cluster_trajectories(values: np.ndarray) -> tuple[np.ndarray, int, float]:
     """k-means clusters of the heads' per-head-normalised trajectories, k chosen by silhouette.
 
     Args:
@@ -125,11 +139,14 @@ def cluster_trajectories(values: np.ndarray, *, seed: int = 0) -> tuple[np.ndarr
     Raises:
         ValueError: fewer than 3 heads or fewer than 2 checkpoints with values.
     """
-    return cluster_points(normalise(trajectories(values), "zscore"), seed=seed)
+    return cluster_points(normalise(trajectories(values), "zscore"))
 
 
-def cluster_points(x: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, int, float]:
+def cluster_points(x: np.ndarray) -> tuple[np.ndarray, int, float]:
     """k-means clusters of ``(N, D)`` normalised trajectories, k in `CLUSTER_RANGE` by the largest silhouette.
+
+    The k-means (`analysis.trajectories.kmeans`) starts from deterministic points, so the clusters depend on the
+    trajectories alone: not on a seed, nor on the order of the rows.
 
     Returns:
         ``(labels, k, silhouette)``: ``(N,)`` int labels (one cluster, silhouette NaN, when every point has the
@@ -145,7 +162,7 @@ def cluster_points(x: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, int, fl
     for k in CLUSTER_RANGE:
         if k >= n:
             break
-        labels = kmeans(x, k, seed=seed)
+        labels = kmeans(x, k)
         if len(np.unique(labels)) < 2:
             continue
         score = float(silhouette_score(x, labels))
@@ -168,8 +185,10 @@ def mutual_information(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     a_codes, na = _codes(a)
     b = np.atleast_2d(b)
-    _, b_codes = np.unique(b, return_inverse=True)
-    b_codes = b_codes.reshape(b.shape)
+    if np.issubdtype(b.dtype, np.integer) and b.size and b.min() >= 0:  # codes already: an empty class adds nothing
+        b_codes = b.astype(np.int64, copy=False)
+    else:
+        b_codes = np.unique(b, return_inverse=True)[1].reshape(b.shape)
     nb = int(b_codes.max()) + 1
     p, n = int(b.shape[0]), int(b.shape[1])
     flat = (np.arange(p)[:, None] * (na * nb) + a_codes[None, :] * nb + b_codes).ravel()
@@ -181,7 +200,7 @@ def mutual_information(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return terms.sum(axis=(1, 2))
 
 
-def _shuffles(labels: np.ndarray, strata: np.ndarray | None, n: int, rng: np.random.Generator) -> np.ndarray:
+def shuffles(labels: np.ndarray, strata: np.ndarray | None, n: int, rng: np.random.Generator) -> np.ndarray:
     """``(n, N)``: ``labels`` permuted ``n`` times, within each stratum when ``strata`` is given."""
     out = np.tile(np.asarray(labels), (n, 1))
     groups = [np.arange(len(labels))] if strata is None else [np.flatnonzero(strata == s) for s in np.unique(strata)]
@@ -198,8 +217,9 @@ def permutation_p(
     """P-value of the association of ``clusters`` and ``types`` against shuffled types (within ``strata`` if given):
     ``(1 + #{MI_perm >= MI}) / (1 + permutations)``, equal to the test on the AMI (module docstring)."""
     rng = np.random.default_rng(seed)
-    observed = mutual_information(clusters, np.asarray(types)[None, :])[0]
-    null = mutual_information(clusters, _shuffles(np.asarray(types), strata, permutations, rng))
+    codes = _codes(types)[0]  # shuffled as integers: sorting strings would cost more than the test
+    observed = mutual_information(clusters, codes[None, :])[0]
+    null = mutual_information(clusters, shuffles(codes, strata, permutations, rng))
     return float((1 + np.sum(null >= observed - 1e-12)) / (1 + permutations))
 
 
@@ -222,7 +242,7 @@ def associate(
         raise ValueError(f"{types.shape[0]} type labels for {heads} heads")
     n_types = len(np.unique(types))
     try:
-        clusters, k, sil = cluster_trajectories(values, seed=seed)
+        clusters, k, sil = cluster_trajectories(values)
     except ValueError as exc:
         return Association(np.nan, np.nan, np.nan, 0, 0, np.nan, n_types, heads, str(exc)), np.zeros(heads, np.int64)
     reason = ""
@@ -239,11 +259,42 @@ def associate(
     return Association(ami, p_all, p_layers, permutations, k, sil, n_types, heads), clusters
 
 
-def replicates(results: list[Association]) -> bool | None:
-    """Whether an association holds in every run (p < 0.05 in each); None when any run is not testable."""
-    if not results or any(not r.testable for r in results):
-        return None
-    return all(r.significant for r in results)
+def replication(decisions: Sequence[Decision | None]) -> Replication:
+    """Whether an association replicates, from its decision in each run asked (this run's and its replicates':
+    `judge_associations`' over heads, each run's p corrected by Holm over the statistics tested in it).
+
+    Three-valued, as the decisions are: ``replicates`` where it is associated in every run; ``not shown`` where no
+    association is shown in one of them, whatever an undecided one would turn out to be; ``not testable`` where one
+    could not test it (None) and none shows it absent; ``undecided`` where every run is associated or undecided, and
+    one is undecided: more shuffles could make it replicate or not.
+
+    Raises:
+        ValueError: no decision (nothing was asked).
+    """
+    if not decisions:
+        raise ValueError("replication needs the decision of at least one run; got none")
+    if any(d == "not shown" for d in decisions):
+        return "not shown"
+    if any(d is None for d in decisions):
+        return "not testable"
+    return "replicates" if all(d == "associated" for d in decisions) else "undecided"
+
+
+def judge_associations(results: Mapping[K, Association]) -> dict[K, tuple[Judged, Judged]]:
+    """One run's associations, the statistics tested in it, each p read with its Monte Carlo error and Holm's
+    correction over those statistics (`analysis.significance.judge`; the untestable left out of the count).
+
+    Returns:
+        Per statistic, the ``(over heads, within layers)`` p-values judged.
+    """
+    keys = list(results)
+    counts = [max(results[k].permutations, 1) for k in keys]
+
+    def family(field: str) -> list[Judged]:
+        return judge([getattr(results[k], field) if results[k].testable else np.nan for k in keys], counts)
+
+    over, within = family("p_value"), family("p_within_layers")
+    return {k: (over[i], within[i]) for i, k in enumerate(keys)}
 
 
 def end_types(store: Store) -> tuple[np.ndarray, int] | None:

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.analysis.joint_clusters import TESTS
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.cli import main
@@ -95,9 +96,12 @@ def test_compare_writes_the_per_run_table_associations_and_figures(ladder: list[
         # run | parameters | layers | heads | d_model | checkpoints | last step | tokens | prev step | prev heads | ind ...
         row = f"| {path.name} | {params:,} | 2 | 6 | {d} | 7 | 320 | 320,000 | {prev} | {n_prev} | {induction} | {n_ind} |"
         assert row in text, row
-    assert "p (types shuffled within runs)" in text and "p (runs shuffled within types)" in text
-    # the three consolidation tables' headers (step, tokens, fraction) and the associations' row of D_KL
-    assert text.count("| D_KL(P(w) \\|\\| Gaussian) (nats) | ") == 4
+    # the four tests of each statistic, each corrected by Holm over the four statistics (issue 62)
+    for test in TESTS.values():
+        assert f"| {test} | D_KL(P(w) \\|\\| Gaussian) (nats) | 2 | 18 | " in text, test
+    assert text.count("| 4 statistics |") == 16 and "Holm" in text and "Monte Carlo" in text
+    # the three consolidation tables' headers (step, tokens, fraction), then the four tests' rows
+    assert text.count("| D_KL(P(w) \\|\\| Gaussian) (nats) | ") == 3 + 4
     # two sizes: no fit, said in words
     assert "first induction emergence, in steps: no fit. 1 model size with this time (1 of 3 runs have no such time)" in text
     assert "N^" not in text.split("## Timescales")[1].split("![")[0].replace("`T ~ N^b`", "")

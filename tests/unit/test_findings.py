@@ -181,21 +181,29 @@ def test_links_write_values_as_the_views_read_them():
 
 
 def test_the_open_questions_paragraph_reads_as_sentences():
-    """One statistic reaching p < 0.05 "reaches" it, and the chance count follows the list, not a second parenthesis
-    after the statistic's own (it read "1 reach p < 0.05 ...: sigma of W_QK (AMI ..., p = ...) (about 0.4 would by
-    chance alone)")."""
-    from headwatch.analysis.findings.association import Asked, open_question_text
+    """One statistic associated "is" associated, its AMI, p and Holm's adjusted p follow it, and the undecided ones
+    are listed apart (issue 62: the paragraph counted p < 0.05 uncorrected while the tables beside it said Holm's
+    decision)."""
+    from headwatch.analysis.findings.association import Asked, JudgedAssociation, open_question_text
+    from headwatch.analysis.significance import Judged
     from headwatch.analysis.type_association import Association
 
-    def assoc(p: float) -> Association:
-        return Association(ami=0.2, p_value=p, p_within_layers=p, permutations=200, clusters=3, silhouette=0.3, types=2, heads=48)
+    def tested(p: float, adjusted: float, decision) -> JudgedAssociation:
+        judged = Judged(p=p, se=0.001, adjusted=adjusted, low=adjusted - 0.01, high=adjusted + 0.01, family=3, decision=decision)
+        a = Association(ami=0.2, p_value=p, p_within_layers=p, permutations=9999, clusters=3, silhouette=0.3, types=2, heads=48)
+        return JudgedAssociation(a, judged, judged, np.zeros(48, dtype=int), np.full(48, "none"), 100)
 
-    asked = [Asked("σ of W_QK", assoc(0.002)), Asked("S of W_QK", assoc(0.4))]
+    asked = [
+        Asked("σ of W_QK", tested(0.002, 0.006, "associated")),
+        Asked("S of W_QK", tested(0.4, 0.8, "not shown")),
+        Asked("H of W_QK", tested(0.02, 0.045, "undecided")),
+    ]
     text = open_question_text(asked, hint="HINT")
     assert text == (
-        "Of 2 statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, 1 reaches "
-        "p < 0.05 in this run: σ of W_QK (AMI 0.200, p = 0.002); about 0.1 would by chance alone. Whether these "
-        "associations replicate is not asked. HINT"
+        "Of 3 statistics whose trajectory clusters were compared with the heads' types at the last checkpoint, each p "
+        "corrected by Holm over the 3 tested in this run, 1 is associated: σ of W_QK (AMI 0.200, p = 0.002, Holm "
+        "0.006); 1 undecided (p within its Monte Carlo error of the threshold): H of W_QK (AMI 0.200, p = 0.02, Holm "
+        "0.045); no association is shown for the others. Whether these associations replicate is not asked. HINT"
     )
-    none = open_question_text([Asked("S of W_QK", assoc(0.4))])
-    assert ", 0 reach p < 0.05 in this run; about 0.1 would by chance alone." in none
+    none = open_question_text([Asked("S of W_QK", tested(0.4, 0.4, "not shown"))])
+    assert ", 0 are associated; no association is shown for the others." in none

@@ -8,10 +8,11 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
-from headwatch.analysis.findings.association import Asked, open_question_text
+from headwatch.analysis.findings.association import Asked, JudgedAssociation, open_question_text
 from headwatch.analysis.findings.replicates import (
     is_replicate,
     recipe_differences,
@@ -19,8 +20,9 @@ from headwatch.analysis.findings.replicates import (
     replicate_hint,
     replicates_of,
 )
+from headwatch.analysis.significance import Decision, Judged
 from headwatch.analysis.store import open_store
-from headwatch.analysis.type_association import Association
+from headwatch.analysis.type_association import Association, replication
 from tests.conftest import SHIPPED_DATA
 
 SHIPPED = {p.name: p for p in sorted(SHIPPED_DATA.iterdir()) if (p / "meta.json").is_file()}
@@ -118,24 +120,51 @@ def test_a_run_not_trained_here_has_no_replicate_and_the_hint_says_how_to_name_o
     assert "--seed 3" in replicate_hint(seed2, "seed2")  # another seed than its own
 
 
-def _assoc(p: float) -> Association:
-    return Association(ami=0.3, p_value=p, p_within_layers=p, permutations=200, clusters=3, silhouette=0.3, types=2, heads=16)
+def _tested(decision: Decision, p: float = 0.001) -> JudgedAssociation:
+    """A statistic of one run whose p over heads was judged ``decision`` (after Holm, `analysis.significance`)."""
+    judged = Judged(p=p, se=0.0003, adjusted=3 * p, low=2 * p, high=4 * p, family=3, decision=decision)
+    association = Association(
+        ami=0.3, p_value=p, p_within_layers=p, permutations=9999, clusters=3, silhouette=0.3, types=2, heads=16
+    )
+    return JudgedAssociation(association, judged, judged, np.zeros(16, dtype=int), np.full(16, "none"), 100)
+
+
+def test_replication_is_associated_in_every_run_and_undecided_only_where_it_could_go_either_way() -> None:
+    """Issue 62's rule, three-valued as the decisions are: associated in every run replicates; no association shown in
+    any run does not, whatever an undecided run would turn out to be; otherwise an undecided run leaves it undecided."""
+    assert replication(["associated", "associated"]) == "replicates"
+    assert replication(["associated", "undecided"]) == "undecided"
+    assert replication(["undecided", "associated", "associated"]) == "undecided"
+    assert replication(["associated", "not shown"]) == "not shown"
+    assert replication(["not shown", "undecided"]) == "not shown"  # no outcome of the undecided run can make it hold
+    assert replication(["associated", None]) == "not testable"
+    assert replication(["not shown", None]) == "not shown"
+    with pytest.raises(ValueError, match="at least one run"):
+        replication([])
 
 
 def test_the_paragraph_asks_replication_of_the_replicates_only_and_names_them() -> None:
-    """A statistic that reaches p < 0.05 here and in the replicate replicates; one that does not in the replicate does
-    not; one no replicate has is not asked; other runs are named apart, and their figures never enter the verdict."""
+    """Associated (after Holm) here and in the replicate replicates; no association shown in the replicate does not;
+    undecided there leaves it undecided; one no replicate has is not asked; other runs are named apart, and their
+    figures never enter the verdict."""
     asked = [
-        Asked("D_KL of W_QK", _assoc(0.01), {"run-seed2": _assoc(0.02)}),
-        Asked("σ of W_QK", _assoc(0.01), {"run-seed2": _assoc(0.5)}),
-        Asked("rLLC", _assoc(0.01), {}),
+        Asked("D_KL of W_QK", _tested("associated"), {"run-seed2": _tested("associated")}),
+        Asked("σ of W_QK", _tested("associated"), {"run-seed2": _tested("not shown", 0.4)}),
+        Asked("S of W_QK", _tested("associated"), {"run-seed2": _tested("undecided", 0.006)}),
+        Asked("H of W_QK", _tested("not shown", 0.2), {"run-seed2": _tested("undecided", 0.006)}),
+        Asked("rLLC", _tested("associated"), {}),
     ]
     text = open_question_text(asked, replicates=["run-seed2"], other_runs=["run-d64"], hint="HINT")
-    assert "Asked of its replicate `run-seed2` (the same recipe, another seed), D_KL of W_QK reaches it" in text
-    assert "this association replicates." in text and "σ of W_QK reaches it" not in text
-    assert "Not asked of a replicate (none has it): rLLC." in text
+    assert (
+        "Replication, asked of this run's replicate `run-seed2` (the same recipe, another seed), read from each run's "
+        "decision over heads after Holm's correction. Replicates: D_KL of W_QK. No replication shown: σ of W_QK (no "
+        "association shown in `run-seed2`); H of W_QK (no association shown in this run). Undecided: S of W_QK "
+        "(undecided in `run-seed2`). Not asked of a replicate (none has it): rLLC."
+    ) in text
     assert "The other runs with head types (`run-d64`) are not replicates of this run" in text and "HINT" not in text
     none = open_question_text(asked[1:2], replicates=["run-seed2"])
-    assert "no statistic reaches it in this run and in every replicate: no association replicates." in none
+    assert none.endswith(
+        "No replication shown: σ of W_QK (no association shown in `run-seed2`). No association is shown to replicate."
+    )
     alone = open_question_text(asked, other_runs=["run-d64"], hint="HINT")
-    assert "Whether these associations replicate is not asked. HINT" in alone and "Asked of" not in alone
+    assert "Whether these associations replicate is not asked. HINT" in alone and "Replication, asked" not in alone

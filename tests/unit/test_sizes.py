@@ -12,7 +12,7 @@ import pytest
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.runs import common_grid, joint_trajectories
 from headwatch.analysis.findings.sizes import check_comparable, parameter_count
-from headwatch.analysis.joint_clusters import joint_associate
+from headwatch.analysis.joint_clusters import joint_associate, judge_joint, transfer_scores
 from headwatch.analysis.scaling import consolidation_index, fit_power_law
 from headwatch.analysis.store.meta import ModelInfo
 
@@ -48,6 +48,15 @@ def test_fraction_grid_is_the_fewest_runs_checkpoints_and_others_pick_their_last
     assert traj.shape == (12, 5) and (index[:6, 0] == 0).all() and (index[6:, 0] == 1).all()
     assert np.allclose(traj[6:], grid**2)  # the short run: exactly f on the grid
     assert np.allclose(traj[:6], (dense[[0, 3, 5, 6, 9]] / 100.0) ** 2)  # the dense run: f where it was
+
+
+def test_of_two_runs_with_the_fewest_checkpoints_the_grid_is_the_same_in_either_order() -> None:
+    """Two runs of five checkpoints at different fractions: the grid was the first one given; now the one whose
+    times come first, whichever order they are given in."""
+    a, b, dense = np.array([0, 10, 20, 30, 40]), np.array([0, 5, 25, 30, 40]), np.arange(0, 101, 5)
+    grids = [common_grid(order)[0] for order in ([a, b, dense], [b, a, dense], [dense, b, a])]
+    assert all(np.array_equal(g, grids[0]) for g in grids)
+    assert np.allclose(grids[0], b / 40)  # 0, .125, ... comes before 0, .25, ...
 
 
 def test_tokens_grid_stops_where_the_shortest_run_stops() -> None:
@@ -160,20 +169,27 @@ def _ladder(shape_of, rng: np.random.Generator):
     return values, steps, types
 
 
-def _joint(values, steps, types):
+def _joint(values, steps, types, *, layers: bool = True):
     traj, index, same = joint_trajectories(values, steps)
     assert not same
     run = np.array([f"d{SIZES[i]}" for i in index[:, 0]])
-    return joint_associate(traj, run, np.concatenate(types), permutations=499, seed=0)
+    depth = index[:, 1] if layers else None
+    return joint_associate(traj, run, np.concatenate(types), layers=depth, permutations=499, seed=0)
+
+
+def _reading(result) -> str:
+    return judge_joint({"statistic": result})["statistic"].reading
 
 
 def test_planted_universal_types_are_found_and_the_run_does_not_matter() -> None:
     values, steps, types = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(1))
     result, _clusters = _joint(values, steps, types)
     assert result.testable and result.runs == 4 and result.heads == sum(2 * (3 + r) for r in range(4))
-    assert result.clusters == 3 and result.ami_type > 0.9 and result.p_type < 0.01
+    assert result.clusters == 3 and result.ami_type > 0.9 and result.p_type < 0.01 and result.p_type_layers < 0.01
     assert abs(result.ami_run) < 0.1 and result.p_run > 0.2  # near 0 (chance: 0 on average; 36 heads)
-    assert "universal" in result.verdict()
+    assert result.transfer_gain > 0.5 and result.p_transfer < 0.01  # every left-out run's types predicted
+    assert _reading(result).startswith("Universal kinds of trajectory across these runs")
+    assert "no run effect shown" in _reading(result) and "fails to reject" in _reading(result)
 
 
 def test_planted_size_specific_trajectories_follow_the_run_not_the_type() -> None:
@@ -184,7 +200,81 @@ def test_planted_size_specific_trajectories_follow_the_run_not_the_type() -> Non
     result, _ = _joint(values, steps, types)
     assert result.testable and result.ami_run > 0.8 and result.p_run < 0.01
     assert abs(result.ami_type) < 0.1 and result.p_type > 0.2
-    assert "size-specific" in result.verdict()
+    reading = _reading(result)
+    assert reading.startswith("Not shown to follow the head types") and "run-specific trajectories" in reading
+
+
+def test_types_that_follow_the_layers_alone_are_not_called_universal() -> None:
+    """Layer 0's heads all previous-token with an early step up, layer 1's all induction with a late step down: the
+    clusters follow the types, and carry to a left-out run, only because both follow depth. The test within each
+    layer finds nothing beyond it, and the reading says so (the skeptic's objection to stable rank, issue 62)."""
+    values, steps, _ = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(3))
+    rng = np.random.default_rng(4)
+    types = []
+    for v in values:
+        s, _, n_heads = v.shape
+        u = np.linspace(0, 1, s)
+        for layer, kind in enumerate(("previous_token", "induction")):
+            for h in range(n_heads):
+                v[:, layer, h] = rng.uniform(0.5, 3) * SHAPES[kind](u) + rng.normal(0, 5) + rng.normal(0, 0.03, s)
+        types.append(np.repeat(["previous_token", "induction"], n_heads))
+    result, _ = _joint(values, steps, types)
+    assert result.ami_type > 0.9 and result.p_type < 0.01 and result.p_transfer < 0.01
+    assert result.ami_layer > 0.9 and result.p_type_layers == 1.0  # nothing left to shuffle within a layer
+    reading = _reading(result)
+    assert reading.startswith("Not shown to be universal kinds of trajectory") and "not beyond the layers" in reading
+    without, _ = _joint(values, steps, types, layers=False)  # no layers given: one stratum per run
+    assert without.p_type_layers == without.p_type
+
+
+def test_types_that_follow_the_clusters_in_one_run_only_are_not_called_universal() -> None:
+    """The largest run's types follow the shapes; every other run's are shuffled. Pooled over the runs the AMI
+    with the types still reaches p < 0.05 with the run held fixed, which the old reading called "universal kinds
+    of trajectory"; clusters fitted without a run do not predict its types, and the reading says so (issue 62)."""
+    values, steps, types = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(1))
+    rng = np.random.default_rng(5)
+    types = [t if i == len(types) - 1 else rng.permutation(t) for i, t in enumerate(types)]
+    result, _ = _joint(values, steps, types)
+    assert result.p_type < 0.05 and result.p_run > 0.2  # what the old verdict read as universal
+    assert result.p_transfer > 0.2 and abs(result.transfer_gain) < 0.1
+    reading = _reading(result)
+    assert reading.startswith("Not shown to be universal kinds of trajectory")
+    assert "do not predict its types better than shuffled types do" in reading
+
+
+def test_the_left_out_run_score_is_the_log_probability_counted_by_hand() -> None:
+    """Two runs of three heads: the score of each held-out head is log((n_ct + 1/2) / (n_c + T / 2)) over the
+    other run's heads of its cluster, worked out here by a plain loop."""
+    held = np.array([True, True, True, False, False, False])
+    labels = np.array([0, 1, 1, 0, 1, 0])  # the held-out run's heads put in the other run's clusters
+    types = np.array([0, 1, 0, 0, 1, 1])
+    folds = [(held, labels), (~held, labels)]
+    want = 0.0
+    for mask, lab in folds:
+        for i in np.flatnonzero(mask):
+            train = [j for j in np.flatnonzero(~mask) if lab[j] == lab[i]]
+            n_ct = sum(types[j] == types[i] for j in train)
+            want += math.log((n_ct + 0.5) / (len(train) + 2 * 0.5))
+    assert transfer_scores(folds, types[None])[0] == pytest.approx(want / 6, abs=1e-12)
+
+
+def test_the_joint_clusters_and_every_figure_do_not_depend_on_the_order_of_the_runs() -> None:
+    values, steps, types = _ladder(lambda r, kind: SHAPES[kind], np.random.default_rng(7))
+    for v in values:  # blur the shapes, so that k-means has local minima to fall into
+        v += np.random.default_rng(8).normal(0, 0.4, v.shape)
+    first, clusters = _joint(values, steps, types)
+    order = [2, 0, 3, 1]
+    traj, index, _ = joint_trajectories([values[i] for i in order], [steps[i] for i in order])
+    run = np.array([f"d{SIZES[order[i]]}" for i in index[:, 0]])
+    again, shuffled = joint_associate(
+        traj, run, np.concatenate([types[i] for i in order]), layers=index[:, 1], permutations=499, seed=0
+    )
+    assert again == first
+    # the same head in the same cluster (clusters numbered by size: the same numbers)
+    _, index0, _ = joint_trajectories(values, steps)
+    mine = {(f"d{SIZES[r]}", int(lay), int(h)): c for (r, lay, h), c in zip(index0, clusters, strict=True)}
+    theirs = {(r, int(lay), int(h)): c for r, (_, lay, h), c in zip(run, index, shuffled, strict=True)}
+    assert mine == theirs
 
 
 def test_joint_association_refuses_labels_that_do_not_match_and_says_why_one_run_is_not_testable() -> None:
@@ -192,4 +282,4 @@ def test_joint_association_refuses_labels_that_do_not_match_and_says_why_one_run
     with pytest.raises(ValueError, match="need one each"):
         joint_associate(traj, np.zeros(5), np.zeros(6))
     result, _ = joint_associate(traj, np.zeros(6), np.array(["a", "b"] * 3), permutations=9)
-    assert not result.testable and "one run" in result.reason and "not testable" in result.verdict()
+    assert not result.testable and "one run" in result.reason and _reading(result).startswith("not testable")

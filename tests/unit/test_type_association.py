@@ -8,12 +8,13 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score, mutual_info_score
 
 from headwatch.analysis.type_association import (
-    _shuffles,
     associate,
     cluster_trajectories,
+    judge_associations,
     mutual_information,
     permutation_p,
-    replicates,
+    replication,
+    shuffles,
     type_labels,
 )
 
@@ -40,7 +41,7 @@ def test_permutation_p_on_mutual_information_equals_the_test_on_the_ami() -> Non
     clusters = rng.integers(0, 3, 40)
     types = np.where(rng.random(40) < 0.6, clusters % 2, rng.integers(0, 2, 40)).astype(str)
     n = 299
-    shuffled = _shuffles(types, None, n, np.random.default_rng(11))
+    shuffled = shuffles(types, None, n, np.random.default_rng(11))
     observed = adjusted_mutual_info_score(types, clusters)
     by_ami = (1 + sum(adjusted_mutual_info_score(row, clusters) >= observed - 1e-12 for row in shuffled)) / (1 + n)
     assert permutation_p(clusters, types, permutations=n, seed=11) == pytest.approx(by_ami)
@@ -70,7 +71,7 @@ def test_shuffling_within_layers_removes_an_association_that_depth_alone_explain
     types = np.where(layers < 2, "previous_token", "none")  # and so do the types
     assert permutation_p(clusters, types, permutations=499) < 0.01
     assert permutation_p(clusters, types, permutations=499, strata=layers) == 1.0  # nothing left beyond depth
-    within = _shuffles(types, layers, 50, np.random.default_rng(0))
+    within = shuffles(types, layers, 50, np.random.default_rng(0))
     assert all((np.sort(row[layers == s]) == np.sort(types[layers == s])).all() for row in within for s in range(4))
 
 
@@ -118,14 +119,19 @@ def test_associate_says_why_it_cannot_measure() -> None:
     assert not same.testable and "same type" in same.reason and np.isnan(same.ami)
     with pytest.raises(ValueError, match="type labels"):
         associate(values, np.full(5, "none"))
-    assert replicates([same]) is None
+    assert judge_associations({"s": same})["s"][0].decision is None
+    assert replication([judge_associations({"s": same})["s"][0].decision]) == "not testable"
 
 
-def test_replication_needs_every_run_significant() -> None:
+def test_replication_needs_every_run_associated_after_holm() -> None:
+    """Two runs whose clusters follow the types replicate; with a run whose types were shuffled, no association is
+    shown there and it does not (issue 62: read from each run's decision, `judge_associations`, not p < 0.05)."""
     shapes = np.array([[0, 0, 1, 1], [2, 2, 0, 1], [2, 0, 1, 2]])
     types = np.array(["previous_token", "none", "sink"])[shapes.reshape(-1)]
-    a = associate(_curves(shapes, seed=1), types, permutations=199)[0]
-    b = associate(_curves(shapes, seed=2), types, permutations=199)[0]
-    c = associate(_curves(shapes, seed=3), np.random.default_rng(0).permutation(types), permutations=199)[0]
-    assert replicates([a, b]) is True
-    assert replicates([a, c]) is (c.p_value < 0.05)
+    a = associate(_curves(shapes, seed=1), types, permutations=1999)[0]
+    b = associate(_curves(shapes, seed=2), types, permutations=1999)[0]
+    c = associate(_curves(shapes, seed=3), np.random.default_rng(0).permutation(types), permutations=1999)[0]
+    da, db, dc = (judge_associations({"s": r})["s"][0].decision for r in (a, b, c))
+    assert (da, db, dc) == ("associated", "associated", "not shown")
+    assert replication([da, db]) == "replicates"
+    assert replication([da, dc]) == "not shown"

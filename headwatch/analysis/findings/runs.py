@@ -316,7 +316,8 @@ def common_grid(
 
     The resampling rule. Runs whose checkpoints sit at the same aligned times use them as they are.
     Otherwise the grid is the aligned times (`aligned_time`: fractions of the run, or tokens seen) of the
-    checkpoints of the run with the fewest checkpoints (the first such run in order), cut, for ``tokens``, to
+    checkpoints of the run with the fewest checkpoints (of several such runs, the one whose aligned times come first
+    lexicographically, so the grid does not depend on the order of the runs), cut, for ``tokens``, to
     the span every run covers (up to the smallest last token count); every run contributes, at each grid
     point, its last checkpoint at or before it (`checkpoint_at`; its first one where it has none so early):
     values are picked, never interpolated, so every value is a state the run was in.
@@ -341,7 +342,7 @@ def common_grid(
     first = xs[0]
     if all(len(x) == len(first) and np.allclose(x, first, rtol=1e-12, atol=0) for x in xs):
         return first, [np.arange(len(first)) for _ in steps], True
-    ref = min(range(len(steps)), key=lambda i: len(steps[i]))
+    ref = min(range(len(steps)), key=lambda i: (len(steps[i]), tuple(xs[i].tolist())))
     grid = xs[ref]
     if align != "fraction":
         grid = grid[grid <= min(float(x[-1]) for x in xs) * (1 + 1e-12)]

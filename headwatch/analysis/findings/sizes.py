@@ -10,7 +10,9 @@ What ``headwatch compare`` writes and the Compare runs page's "Across sizes" sec
   the checkpoint by which it has made 90% of its total change for good (`analysis.scaling.consolidation_index`),
   as a step, tokens and a fraction of the run.
 - `joint_clusters`: every head of every run on one time axis (`analysis.findings.runs.joint_trajectories`),
-  clustered together, the clusters against the types and against the runs (`analysis.joint_clusters`).
+  clustered together, the clusters tested against the types, the layers, the runs and a left-out run's types
+  (`analysis.joint_clusters`); `association_table` and `joint_readings` say the tests of several statistics with
+  their Monte Carlo error and Holm's correction over them, and the heads that break the match (`type_breaks`).
 - `scaling_fits`: each emergence step and the first and last layers' consolidation steps against the parameter
   count (`analysis.scaling.fit_power_law`), or why three sizes say nothing.
 
@@ -20,6 +22,8 @@ A run is named by its store folder's name unless the caller names it. Stores are
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,10 +32,12 @@ import pandas as pd
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.held_types import TYPE_LABELS
+from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.findings.runs import common_grid, emergence_table, joint_trajectories
 from headwatch.analysis.findings.values import stat_values
-from headwatch.analysis.joint_clusters import JointAssociation, joint_associate
+from headwatch.analysis.joint_clusters import TESTS, JointAssociation, joint_associate, judge_joint
 from headwatch.analysis.scaling import PowerLaw, consolidation_index, fit_power_law
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.analysis.store.meta import ModelInfo
@@ -213,23 +219,11 @@ def joint_clusters(
         types.append(found[0] if found is not None else np.full(s.n_layers * s.n_heads, NO_TYPES))
     type_labels = np.concatenate(types)
     run_labels = np.array([names[i] for i in index[:, 0]])
-    result, clusters = joint_associate(traj, run_labels, type_labels, permutations=permutations, seed=seed)
+    depth = np.array([f"layer {layer} of {stores[names[r]].n_layers}" for r, layer in index[:, :2]])
+    result, clusters = joint_associate(traj, run_labels, type_labels, layers=depth, permutations=permutations, seed=seed)
     lacking = [n for n, t in zip(names, types, strict=True) if (t == NO_TYPES).all()]
     if lacking:  # the types of the runs that have them cannot stand for the others'
-        nan = float("nan")
-        result = JointAssociation(
-            result.clusters,
-            result.silhouette,
-            result.heads,
-            result.runs,
-            result.types,
-            nan,
-            nan,
-            nan,
-            nan,
-            0,
-            f"run {lacking[0]} has no head types (head_types.parquet)",
-        )
+        result = result.untestable(f"run {lacking[0]} has no head types (head_types.parquet)")
     heads = pd.DataFrame({"run": run_labels, "layer": index[:, 1], "head": index[:, 2], "type": type_labels, "cluster": clusters})
     return JointClusters(result, heads, traj, grid, same, align)
 
@@ -256,22 +250,86 @@ def size_tables(stores: dict[str, Store], *, matrix: str = "qk") -> tuple[pd.Dat
 
 
 def association_table(associations: dict[str, JointAssociation]) -> pd.DataFrame:
-    """One row per statistic: the joint clusters' association with the head types and with the runs, each with
-    its permutation p-value and the reading in words (what `headwatch compare` writes and Compare runs shows)."""
-    rows = [
-        {
-            "statistic": SIZE_STAT_TITLES.get(stat, stat),
-            "clusters (k)": a.clusters,
-            "heads": a.heads,
-            "AMI with types": a.ami_type,
-            "p (types shuffled within runs)": a.p_type,
-            "AMI with runs": a.ami_run,
-            "p (runs shuffled within types)": a.p_run,
-            "reading": a.verdict(),
-        }
-        for stat, a in associations.items()
-    ]
+    """One row per test and statistic (`analysis.joint_clusters.TESTS`, each test's rows together, for Holm corrects
+    each test over the statistics asked together): the AMI (or, leaving a run out, the gain over shuffled types in
+    nats per head), the permutation p with its Monte Carlo standard error, Holm's adjusted p, its Monte Carlo
+    interval, and the verdict (`analysis.significance`). What `headwatch compare` writes, Compare runs' Across sizes
+    and the Trajectory map's joint map show."""
+    verdicts = judge_joint(associations)
+    rows = []
+    for test, name in TESTS.items():
+        for stat, a in associations.items():
+            j = verdicts[stat].tests[test]
+            value = {"types": a.ami_type, "types_layers": a.ami_type, "runs": a.ami_run, "transfer": a.transfer_gain}
+            rows.append(
+                {
+                    "test": name,
+                    "statistic": SIZE_STAT_TITLES.get(stat, stat),
+                    "clusters (k)": a.clusters,
+                    "heads": a.heads,
+                    "AMI or gain": value[test],
+                    "p": j.p,
+                    "Monte Carlo s.e.": j.se,
+                    "p, Holm": j.adjusted,
+                    f"Holm p, {MONTE_CARLO_LEVEL:.0%} Monte Carlo interval": "–"
+                    if not np.isfinite(j.low)
+                    else f"{j.low:.3g} to {j.high:.3g}",
+                    "Holm over": f"{j.family} statistics",
+                    "verdict": j.words,
+                }
+            )
     return pd.DataFrame(rows)
+
+
+def joint_readings(joint: dict[str, JointClusters]) -> dict[str, str]:
+    """Per statistic, one paragraph (Markdown): the runs it was asked of, k and the heads, what the tests say
+    (`analysis.joint_clusters.reading`, over the statistics of ``joint`` together) and the heads that break the
+    match of types and clusters (`type_breaks`)."""
+    verdicts = judge_joint({stat: j.association for stat, j in joint.items()})
+    out = {}
+    for stat, j in joint.items():
+        a = j.association
+        runs = ", ".join(run_order(set(j.heads["run"])))
+        text = f"**{SIZE_STAT_TITLES.get(stat, stat)}** (asked of {runs}; "
+        text += f"{a.clusters} joint clusters of {a.heads} heads): {verdicts[stat].reading}"
+        breaks = type_breaks(j.heads)
+        out[stat] = text + (f" Heads that break the match of types and clusters: {breaks}." if breaks and a.testable else "")
+    return out
+
+
+def run_order(names: Iterable[str]) -> list[str]:
+    """Run names in natural order (digits as numbers: ``d64`` before ``d128``): how a sentence lists the runs it was
+    asked of, the same for the runs given in any order."""
+    return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)])
+
+
+def type_breaks(heads: pd.DataFrame) -> str:
+    """Per head type held at the end (`HEAD_TYPES`), where its heads fall: the joint cluster holding most of them,
+    each of its heads outside that cluster (named: run, layer, head, cluster) and how many heads without the type
+    share that cluster, per run. Runs in `run_order`, heads layer-major: the text does not depend on the order the
+    runs were given in. '' without typed heads."""
+    parts = []
+    rank = {r: i for i, r in enumerate(run_order(set(heads["run"])))}
+    heads = heads.assign(rank=heads["run"].map(rank)).sort_values(["rank", "layer", "head"], kind="stable")
+    held = heads["type"].str.split("+")
+    for t in HEAD_TYPES:
+        has = held.apply(lambda ts, t=t: t in ts).to_numpy()
+        if not has.any():
+            continue
+        counts = heads.loc[has, "cluster"].value_counts()
+        home = int(min(c for c in counts.index if counts[c] == counts.max()))
+        outside = heads[has & (heads["cluster"] != home).to_numpy()]
+        stray = heads[~has & (heads["cluster"] == home).to_numpy()]
+        text = f"{TYPE_LABELS.get(t, t)}, {int(counts.max())} of {int(has.sum())} heads in joint cluster {home + 1}"
+        if len(outside):
+            named = outside[["run", "layer", "head", "cluster"]].itertuples(index=False)
+            text += "; outside it: " + ", ".join(f"{r} {head_name(la, h)} (cluster {c + 1})" for r, la, h, c in named)
+        if len(stray):
+            per_run = stray.groupby("rank", sort=True).size().rename(index=dict(enumerate(rank)))
+            text += f"; with it, {len(stray)} heads without the type ("
+            text += ", ".join(f"{r} {int(n)}" for r, n in per_run.items()) + ")"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def scaling_series(

@@ -1,7 +1,8 @@
 """The Compare runs page's "Across sizes" section (`views.compare.page` lays it out): per run its parameter
 count, tokens and each head type's first emergence, each layer's consolidation time, the timescales against the
-parameter count (fitted where the sizes allow, said in words where they do not), and whether the joint trajectory
-clusters of all the runs follow the head types or the runs.
+parameter count (fitted where the sizes allow, said in words where they do not), and what the joint trajectory
+clusters of all the runs follow: four tests per statistic with their Monte Carlo error and Holm's correction, what
+they support in words (universal kinds of trajectory only on a positive test) and the heads that break it.
 
 The same content as ``headwatch compare``: computed in `analysis.findings.sizes` (cached here, at the page's edge);
 the figure is `views.compare.figures.scaling_points`.
@@ -15,7 +16,8 @@ import streamlit as st
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import sizes
 from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
-from headwatch.analysis.type_association import PERMUTATIONS, SIGNIFICANCE
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+from headwatch.analysis.type_association import PERMUTATIONS
 from headwatch.dashboard import charts, derived, export, widgets
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.views.compare import data, figures
@@ -99,28 +101,34 @@ def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, un
 
 def _joint(stores: dict, *, matrix: str, mat: str) -> None:
     with st.spinner("Clustering every run's trajectories together ..."):
-        table = sizes.association_table(
-            {stat: derived.joint_clusters(stores, stat, matrix=matrix).association for stat in sizes.SIZE_STATS}
-        )
+        joint = {stat: derived.joint_clusters(stores, stat, matrix=matrix) for stat in sizes.SIZE_STATS}
+    table = sizes.association_table({stat: j.association for stat, j in joint.items()})
+    st.markdown(f"**Joint trajectory clusters of {mat}, asked of {', '.join(sizes.run_order(stores))}.**")
     fmt = st.column_config.NumberColumn
     st.dataframe(
         table,
         hide_index=True,
         key="sizes_joint",
         column_config={
-            "AMI with types": fmt(format="%.3f"),
-            "AMI with runs": fmt(format="%.3f"),
-            "p (types shuffled within runs)": fmt(format="%.4f"),
-            "p (runs shuffled within types)": fmt(format="%.4f"),
+            "AMI or gain": fmt(format="%.3f"),
+            "p": fmt(format="%.4f"),
+            "Monte Carlo s.e.": fmt(format="%.4f"),
+            "p, Holm": fmt(format="%.4f"),
         },
     )
+    st.markdown("\n".join(f"- {line}" for line in sizes.joint_readings(joint).values()))
     st.caption(
-        f"Joint trajectory clusters of {mat}'s statistics: every head of every run on the fraction-of-training axis "
-        "(the checkpoints of the run with the fewest; the others' last checkpoint at or before each), normalised per "
-        "head, k-means with k by the largest silhouette. AMI: adjusted mutual information of the clusters with the "
-        "heads' types at the end of training and with their runs; the types' p-value shuffles types only within each "
-        f"run, the runs' p-value shuffles runs only within each type ({PERMUTATIONS:,} shuffles, p < {SIGNIFICANCE} "
-        "read as associated). The Trajectory map draws the joint map."
+        f"Every head of every run on the fraction-of-training axis (the checkpoints of the run with the fewest; the "
+        "others' last checkpoint at or before each), normalised per head, k-means from deterministic starts (no seed: "
+        "the same clusters for the runs in any order) with k by the largest silhouette. Four tests per statistic: the "
+        "AMI (adjusted mutual information) with the heads' types at the end of training, the types shuffled within "
+        "each run, then within each layer of each run; the AMI with the runs, the runs shuffled within each type; "
+        "and whether clusters fitted without a run predict its types better than shuffled types do (gain in nats per "
+        f"head). {PERMUTATIONS:,} shuffles per p, its Monte Carlo standard error beside it; Holm's correction over "
+        f"the {len(joint)} statistics of each test; the verdict reads the adjusted p's {MONTE_CARLO_LEVEL:.0%} Monte "
+        f"Carlo interval (associated below {SIGNIFICANCE}, undecided where the interval holds {SIGNIFICANCE}). "
+        "Universal kinds of trajectory are said only where both type tests and the left-out runs' are associated and "
+        "the runs' is not. The Trajectory map draws the joint map."
     )
     names = list(stores)
     st.page_link(

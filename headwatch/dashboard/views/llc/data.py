@@ -115,9 +115,9 @@ def estimates(store: Store, flagged: tuple[np.ndarray, np.ndarray] | None) -> Es
 
 
 def clusters(values: np.ndarray, *, k: int, norm: Normalisation) -> np.ndarray:
-    """Each head's cluster (``(n_layers * n_heads,)``, layer-major): k-means, best of 10 seeded starts, of its
+    """Each head's cluster (``(n_layers * n_heads,)``, layer-major): k-means (deterministic starts) of its
     curve ``values[:, layer, head]`` normalised by ``norm``, as the refined-LLC paper clusters heads."""
-    return kmeans(normalise(trajectories(values), norm), k, seed=0)  # (n_layers * n_heads, E) -> labels
+    return kmeans(normalise(trajectories(values), norm), k)  # (n_layers * n_heads, E) -> labels
 
 
 def cluster_names(labels: np.ndarray) -> list[str]:

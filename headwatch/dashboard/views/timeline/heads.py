@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings.association import Asked, open_question_text
+from headwatch.analysis.findings.association import asked_of, judged_run, open_question_text, study_pairs
 from headwatch.analysis.findings.held_types import emerged_rows, type_sentences
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
-from headwatch.analysis.type_association import ASSOCIATION_PAIRS, end_types, has_statistic
+from headwatch.analysis.type_association import end_types
 from headwatch.dashboard import derived, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LLC_STAT, STATS
@@ -65,24 +65,15 @@ def open_question_panel(frame: RunFrame) -> None:
     opened = {r: loader.try_load_store(frame.runs[r]) for r in frame.runs if r != frame.run}
     others = {r: o for r, o in opened.items() if not isinstance(o, StoreError) and end_types(o) is not None and len(o.steps) >= 2}
     replicates = replicates_of(store, others)
-    asked = []
-    for stat, matrix in ASSOCIATION_PAIRS:
-        if not has_statistic(store, stat, matrix):  # this run's paragraph holds this run's figures only
-            continue
-        name = STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
-        own = derived.association(store, stat, matrix=matrix)
-        assert own is not None  # the store has head types (end_types above)
-        theirs = {}
-        for r in replicates:  # a replicate that lacks the statistic is not asked it
-            found = derived.association(others[r], stat, matrix=matrix) if has_statistic(others[r], stat, matrix) else None
-            if found is not None:
-                theirs[r] = found[0]
-        asked.append(Asked(name, own[0], theirs))
+    me = frame.run or store.path.name
+    # every run's statistics judged together, Holm over each run's own (as `headwatch report` and the Trajectory map)
+    judged = {r: judged_run(s, associate=derived.association) for r, s in [(me, store), *((r, others[r]) for r in replicates)]}
+    names = {p: STATS[p[0]].short() + ("" if p[0] == LLC_STAT else f" of W_{p[1].upper()}") for p in study_pairs(store)}
     text = open_question_text(
-        asked,
+        asked_of(judged, me, replicates, names),
         replicates=replicates,
         other_runs=[r for r in others if r not in replicates],
-        hint=replicate_hint(store, frame.run or store.path.name),
+        hint=replicate_hint(store, me),
     )
     st.markdown(text)
     st.page_link(

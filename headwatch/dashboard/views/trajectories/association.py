@@ -8,8 +8,9 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store.format import HEAD_TYPES
-from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE, end_types
+from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
 from headwatch.dashboard import derived, export, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.trajectories.data import association as data
@@ -52,7 +53,11 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
             "AMI": st.column_config.NumberColumn(format="%.3f"),
             "silhouette": st.column_config.NumberColumn(format="%.2f"),
             "p (shuffled over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "s.e. (over heads)": st.column_config.NumberColumn(format="%.4f"),
+            "p over heads, Holm": st.column_config.NumberColumn(format="%.4f"),
             "p (shuffled within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "s.e. (within layers)": st.column_config.NumberColumn(format="%.4f"),
+            "p within layers, Holm": st.column_config.NumberColumn(format="%.4f"),
             "types at step": st.column_config.NumberColumn(format="%d"),
         },
     )
@@ -63,15 +68,20 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
         f"head types ({', '.join(HEAD_TYPES)}, or none; a head with several is its own label). AMI: scikit-learn's "
         "adjusted mutual information (0: what independent labels give on average, 1: the same partition). p: the "
         f"share of {PERMUTATIONS:,} random reassignments of the types to the heads that match the clusters at least as "
-        f"well (p < {SIGNIFICANCE} reads as associated); within layers, the types are reassigned only among the heads "
-        "of one layer, asking whether the association holds beyond depth. The refined LLC (when the run has it) is "
+        "well, with its Monte Carlo standard error (s.e.); within layers, the types are reassigned only among the "
+        "heads of one layer, asking whether the association holds beyond depth. Several statistics are tested in each "
+        "run, so each run's p-values are corrected by Holm's method over the study's statistics it has (Holm over: "
+        "both matrices and the refined LLC, as the Timeline and `headwatch report` correct them; a statistic mapped "
+        f"besides them is corrected over those and itself); the answer reads the adjusted p's {MONTE_CARLO_LEVEL:.0%} "
+        f"Monte Carlo interval: associated below {SIGNIFICANCE}, no association shown at or above it, undecided where "
+        "the interval holds it (another seed could put p on either side). recipe: each run's training recipe against "
+        "this run's (meta.json `training`, less the seed): a run of the same recipe with another seed is a replicate, "
+        "and only replicates are asked whether an association replicates: it does where it is associated (over heads, "
+        "after Holm) in this run and in every replicate, is undecided where a run is undecided and none shows no "
+        "association; another size or corpus is another experiment. The refined LLC (when the run has it) is "
         "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
-        "statistics are left out: the types are decided from them. Several statistics are tested: at p < 0.05 one test "
-        "in twenty is significant by chance, so read an association that holds in this run's replicates too before "
-        "one that holds in one run. recipe: each run's training recipe against this run's (meta.json `training`, "
-        "less the seed): a run of the same recipe with another seed is a replicate, and only replicates are asked "
-        "whether an association replicates; another size or corpus is another experiment. Method: "
-        "analysis/type_association.py, analysis/findings/replicates.py."
+        "statistics are left out: the types are decided from them. Method: analysis/type_association.py, "
+        "analysis/significance.py, analysis/findings/association.py, analysis/findings/replicates.py."
     )
     st.download_button(
         "Download this table (CSV)",

@@ -1,6 +1,7 @@
 """The Trajectory map of several runs together: every head of this run and of the runs chosen to embed with it
 (URL ``joint``) on one map, on a common time axis (``jalign``), coloured by depth, run, type or joint cluster; then
-whether the joint clusters follow the head types (universal kinds of trajectory) or the runs (run-specific ones)."""
+what the joint clusters follow, tested with the study's four statistics and corrected with them (universal kinds of
+trajectory said only on a positive test), and the heads that break it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Any
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings import sizes
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
-from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS
+from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS, JointAlign, JointClusters
+from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store import Store
 from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
-from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, SIGNIFICANCE
+from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS
 from headwatch.dashboard import charts, derived, export, loader, viewstate
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_run_head
@@ -62,10 +65,12 @@ def joint_map_panel(
             return
     with st.spinner("Embedding the runs' trajectories together with UMAP ..."):
         rows = _joint_embedding(stores, stat, **how)
+    family = data.joint_family(stores, stat, matrix=matrix)  # tested together, corrected together
     with st.spinner("Clustering the runs' trajectories together ..."):
-        joint = derived.joint_clusters(
-            dict(zip(names, stores, strict=True)), stat, matrix=matrix, align="tokens" if align == "tokens" else "fraction"
-        )
+        runs_by_name = dict(zip(names, stores, strict=True))
+        axis: JointAlign = "tokens" if align == "tokens" else "fraction"
+        tested = {s: derived.joint_clusters(runs_by_name, s, matrix=m, align=axis) for s, m in family.items()}
+    joint = tested[stat]
     neighbors = neighbours(rows)
     fig = joint_trajectory_map(
         rows["x"].to_numpy(),
@@ -111,7 +116,7 @@ def joint_map_panel(
         f"to its {settings.knn_k} nearest trajectories, from any run. Hover names run, layer and head; click a point to "
         "open that head of its run in the head explorer."
     )
-    _joint_association(joint, names, stat=stat)
+    _joint_association(tested, names, stat=stat)
     picked = picked_run_head(event)
     if picked is not None and 0 <= picked[0] < len(names):
         i, lay, hd = picked
@@ -167,28 +172,44 @@ def _left_off(run: str, other: Store | StoreError, refusal: data.Refusal, *, sta
         )
 
 
-def _joint_association(joint, names: list[str], *, stat: str) -> None:
-    """Do the joint clusters follow the head types (universal kinds of trajectory) or the runs (size-specific)?"""
+def _joint_association(tested: dict[str, JointClusters], names: list[str], *, stat: str) -> None:
+    """What the joint clusters of ``stat`` follow: the head types (universal kinds of trajectory only on every test
+    of `analysis.joint_clusters`) or the runs, tested with the statistics of ``tested`` and corrected with them."""
     st.subheader("Universal or run-specific? The joint clusters against head types and runs")
+    joint = tested[stat]
     a = joint.association
-    if a.testable:
-        st.markdown(
-            f"**{STATS[stat].short()}, {len(names)} runs, {a.heads} heads, {a.clusters} joint clusters:** with the head "
-            f"types AMI = {a.ami_type:.3f} (p = {a.p_type:.3g}, types shuffled within each run); with the runs AMI = "
-            f"{a.ami_run:.3f} (p = {a.p_run:.3g}, runs shuffled within each type). Read: {a.verdict()}."
-        )
-    else:
+    if not a.testable:
         st.info(f"The joint clusters of {STATS[stat].short()} cannot be compared: {a.reason}.", icon=":material/info:")
+    else:
+        st.markdown(sizes.joint_readings(tested)[stat])
+        table = sizes.association_table({s: j.association for s, j in tested.items()})
+        fmt = st.column_config.NumberColumn
+        st.dataframe(
+            table[table["statistic"] == sizes.SIZE_STAT_TITLES.get(stat, stat)].drop(columns=["statistic"]),
+            hide_index=True,
+            key="joint_tests",
+            column_config={
+                "AMI or gain": fmt(format="%.3f"),
+                "p": fmt(format="%.4f"),
+                "Monte Carlo s.e.": fmt(format="%.4f"),
+                "p, Holm": fmt(format="%.4f"),
+            },
+        )
     st.dataframe(data.joint_counts(joint.heads, names), hide_index=True, key="joint_counts")
+    others = [sizes.SIZE_STAT_TITLES.get(s, s) for s in tested if s != stat]
     st.caption(
-        "Heads per joint cluster, by run and by type (the type at each run's last checkpoint with head types). The "
-        "clusters: every head's trajectory on the common time axis, normalised per head (minus its mean, divided by "
-        f"its standard deviation: the shape of the curve), k-means with k in {CLUSTER_RANGE.start}.."
-        f"{CLUSTER_RANGE.stop - 1} by the largest silhouette, chosen without the types or the runs. AMI: scikit-learn's "
-        "adjusted mutual information (0: what independent labels give on average, 1: the same partition). The types' "
-        "p-value reassigns the types only among the heads of one run, so the run is held fixed; the runs' p-value "
-        "reassigns the run labels only among the heads of one type, so the type is held fixed; "
-        f"{a.permutations or PERMUTATIONS:,} shuffles each, p < {SIGNIFICANCE} read as associated. High type AMI with "
-        "low run AMI reads as universal kinds of trajectory, the reverse as run-specific (size-specific) ones. Method: "
+        "Heads per joint cluster (numbered by size), by run and by type (the type at each run's last checkpoint with "
+        "head types). The clusters: every head's trajectory on the common time axis, normalised per head (minus its "
+        f"mean, divided by its standard deviation: the shape of the curve), k-means with k in {CLUSTER_RANGE.start}.."
+        f"{CLUSTER_RANGE.stop - 1} by the largest silhouette, from deterministic starts (no seed: the same clusters "
+        "for the runs in any order), chosen without the types or the runs. The tests: the AMI (scikit-learn's "
+        "adjusted mutual information; 0 what independent labels give on average, 1 the same partition) with the "
+        "types, the types reassigned only among the heads of one run, then of one layer of one run (beyond depth?); "
+        "the AMI with the runs, the run labels reassigned only among the heads of one type; and whether clusters "
+        "fitted without a run predict its types better than shuffled types do (the gain in nats per head). "
+        f"{a.permutations or PERMUTATIONS:,} shuffles each, the p with its Monte Carlo standard error; Holm's "
+        f"correction over the {len(tested)} statistics tested together ({', '.join(others)} besides this one, as "
+        f"Compare runs asks them); the verdict reads the adjusted p's {MONTE_CARLO_LEVEL:.0%} Monte Carlo interval "
+        f"(associated below {SIGNIFICANCE}, undecided where it holds {SIGNIFICANCE}). Method: "
         "analysis/joint_clusters.py; `headwatch compare` writes the same for the study's four statistics."
     )

@@ -12,6 +12,7 @@ import pandas as pd
 from headwatch.analysis import trajectories as maps
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.runs import joint_trajectories
+from headwatch.analysis.findings.sizes import SIZE_STATS
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import ATTENTION
@@ -79,6 +80,20 @@ def joint_embedding(
             "same_steps": same,
         }
     )
+
+
+def joint_family(stores: list[Store], stat: str, *, matrix: str) -> dict[str, str]:
+    """The statistics whose joint clusters are tested with ``stat``'s and corrected together (Holm), each with its
+    matrix: the study's four (`analysis.findings.sizes.SIZE_STATS`, of W_OV when ``matrix`` is ``ov``, else of W_QK)
+    that every run holds, as Compare runs and ``headwatch compare`` ask them, then ``stat`` of ``matrix`` when it is
+    not one of them."""
+    study = matrix if matrix in ("qk", "ov") else "qk"
+    family = {
+        s: study for s in SIZE_STATS if all(s in trajectory_stats_for(store) and study in store.meta.matrices for store in stores)
+    }
+    if stat not in family or family[stat] != matrix:
+        family[stat] = matrix
+    return family
 
 
 def joint_grouping(colour_by: str, heads: pd.DataFrame, runs: list[str]) -> dict[str, Any]:

@@ -136,7 +136,7 @@ def grouping(store: Store, colour_by: str, traj: np.ndarray, types: tuple[np.nda
         labels, k, _ = cluster_trajectories(traj)
         return dict(groups=labels, group_names=[f"cluster {c + 1}" for c in range(k)], group_title="trajectory cluster")
     if colour_by == "llc_cluster" and store.has(LLC):
-        labels = kmeans(normalise(trajectories(store.require(LLC, "llc")), "zscore"), LLC_K, seed=0)
+        labels = kmeans(normalise(trajectories(store.require(LLC, "llc")), "zscore"), LLC_K)
         names = [f"rLLC cluster {c + 1}" for c in range(int(labels.max()) + 1)]
         return dict(groups=labels, group_names=names, group_title="refined-LLC cluster")
     return {}
