@@ -116,7 +116,7 @@ class Architecture:
         return torch.softmax(scores, dim=-1) @ v
 
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """GPT-NeoX's rotary embedding on the first ``rotary_dims`` of d_head (rotate_half convention)."""
+        """The rotary embedding on the first ``rotary_dims`` of d_head (GPT-NeoX's rotate_half convention)."""
         assert self.rotary is not None
         cos, sin = self.rotary
         T, r = x.shape[-2], cos.shape[-1]
