@@ -47,7 +47,7 @@ def main() -> None:
     n_layers, n_heads, d_head, d_model = shape["n_layers"], shape["n_heads"], shape["d_head"], shape["d_model"]
     pairs = n_heads**2 * n_layers * (n_layers - 1) // 2
     gen = torch.Generator().manual_seed(0)
-    # as a checkpoint stores them (fp16), extracted to float32 (`analysis.extract`)
+    # as a checkpoint stores them (fp16), extracted to float32 (`families.extract`)
     w = [(0.02 * torch.randn((n_layers, n_heads, d_head, d_model), generator=gen)).half().float() for _ in range(4)]
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "

@@ -122,8 +122,9 @@ def main() -> None:
     from safetensors import safe_open
 
     from benchmarks.fakehub import FakeHub, Repo
-    from headwatch.analysis.extract import attention_tensor_names, extract_heads, model_shape
     from headwatch.analysis.heads import checkpoint_statistics
+    from headwatch.families.extract import attention_tensor_names, extract_heads
+    from headwatch.families.registry import model_shape
     from headwatch.precompute.run import run_precompute
     from headwatch.precompute.settings import FetchSettings, RunOptions
     from headwatch.precompute.sources.fetch import HubHttp, Meter, human_bytes

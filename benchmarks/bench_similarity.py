@@ -48,7 +48,7 @@ def main() -> None:
     heads = n_layers * n_heads
     pairs = heads * (heads - 1) // 2
     gen = torch.Generator().manual_seed(0)
-    # as a checkpoint stores them (fp16), extracted to float32 (`analysis.extract`)
+    # as a checkpoint stores them (fp16), extracted to float32 (`families.extract`)
     w = [(0.02 * torch.randn((n_layers, n_heads, d_head, d_model), generator=gen)).half().float() for _ in range(4)]
     print(
         f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "

@@ -448,8 +448,8 @@ def shape_160m(args: argparse.Namespace) -> int:
     import torch
     from transformers import GPTNeoXForCausalLM
 
+    from headwatch.families.forward import architecture, parameters
     from headwatch.precompute.lenses.llc import estimate_llc, head_masks
-    from headwatch.precompute.lenses.llc_model import architecture, parameters
     from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
     from headwatch.precompute.settings import SamplerSettings
 
@@ -551,8 +551,8 @@ def count_flops(args: argparse.Namespace) -> int:
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import GPTNeoXForCausalLM
 
+    from headwatch.families.forward import architecture, parameters
     from headwatch.precompute.lenses.llc import head_masks
-    from headwatch.precompute.lenses.llc_model import architecture, parameters
     from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
     from headwatch.precompute.settings import SamplerSettings
 

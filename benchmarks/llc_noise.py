@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from headwatch.families.forward import Params, architecture, parameters
 from headwatch.precompute.lenses.llc import head_masks
-from headwatch.precompute.lenses.llc_model import Params, architecture, parameters
 from headwatch.precompute.lenses.llc_sampler import WHOLE_MODEL, Lane
 
 

@@ -228,9 +228,9 @@ def describe(args: argparse.Namespace) -> list[str]:
     Raises:
         ValueError: bad options; CheckpointNotFoundError (a FileNotFoundError): nothing to read.
     """
-    from headwatch.analysis.extract import model_shape
     from headwatch.analysis.store.meta import ModelInfo
     from headwatch.analysis.store.outputs import check_same_model, store_at
+    from headwatch.families.registry import model_shape
     from headwatch.precompute import costs, registry
     from headwatch.precompute.evalset import check_length, model_context
     from headwatch.precompute.settings import FetchSettings, matrices_option

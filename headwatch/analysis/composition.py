@@ -14,7 +14,7 @@ each in [0, 1] (Frobenius norm is submultiplicative). Heads of one layer read th
 stream and cannot compose (in GPT-NeoX's parallel blocks neither can the MLP), so only a < b.
 
 **From the factors, through QR cores.** Every product is ``X^T Y Z^T W`` with B's factors X, Y
-and A's factors Z, W, each ``(d_head, d_model)`` in the layout of `analysis.extract`
+and A's factors Z, W, each ``(d_head, d_model)`` in the layout of `families.extract`
 (``W_QK = W_Q^T W_K``, ``W_OV = (W_O^T)^T W_V``). With the thin QR decompositions
 ``X^T = Q_X R_X`` and ``W^T = Q_W R_W`` (``R`` is ``d_head x d_head``; Q has orthonormal columns,
 so multiplying by it keeps Frobenius norms)::
@@ -105,7 +105,7 @@ def composition_scores(
     """Q-, K- and V-composition scores of every ordered pair of heads (A in layer a, B in layer b > a).
 
     Args:
-        qk: ``(W_Q, W_K)`` per head, each ``(n_layers, n_heads, d_head, d_model)`` (`analysis.extract`).
+        qk: ``(W_Q, W_K)`` per head, each ``(n_layers, n_heads, d_head, d_model)`` (`families.extract`).
         ov: ``(W_O^T, W_V)`` per head, the same shape.
         dtype: the dtype every product is computed in (the inputs are converted; never modified).
         device: where to compute.

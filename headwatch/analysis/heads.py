@@ -64,7 +64,7 @@ def checkpoint_statistics(
     """Element-wise, spectral and circuit statistics of W_QK = W_Q^T W_K for every head.
 
     Any per-head product ``left^T right`` goes the same way: pass ``(W_O^T, W_V)`` from
-    `analysis.extract.extract_ov` for W_OV.
+    `families.extract.extract_ov` for W_OV.
 
     Args:
         w_q: ``(n_layers, n_heads, d_head, d_model)`` query weights (the left factor).

@@ -1,6 +1,6 @@
 """Statistics of every whole-layer weight matrix of one checkpoint, batched per role, on CPU or CUDA.
 
-Input: `analysis.blocks.extract_blocks`' role -> one ``(rows, cols)`` tensor per layer.
+Input: `families.blocks.extract_blocks`' role -> one ``(rows, cols)`` tensor per layer.
 Per matrix W (m = min(rows, cols), n = max(rows, cols)):
 
 - the element-wise statistics of the heads (`analysis.stats.elementwise`: moments, the

@@ -24,7 +24,7 @@ multiple of the identity), nor to a different change of basis for different head
 folded here, as in every table of the store (a uniform gain cancels from all three).
 
 **From the factors, never a d_model x d_model matrix.** Each head's product is ``M = X^T Y`` with
-factors X, Y of shape ``(d_head, d_model)`` (`analysis.extract`: ``(W_Q, W_K)`` and ``(W_O^T, W_V)``).
+factors X, Y of shape ``(d_head, d_model)`` (`families.extract`: ``(W_Q, W_K)`` and ``(W_O^T, W_V)``).
 With the thin QR decompositions ``X^T = Q_X R_X``, ``Y^T = Q_Y R_Y`` and the SVD of the d_head x d_head
 core ``R_X R_Y^T = U S V^T``, ``M = (Q_X U) S (Q_Y V)^T`` is M's SVD: ``C = Q_X U`` and ``D = Q_Y V``
 (d_model x d_head, orthonormal columns) span its column and row spaces (the columns whose singular value
@@ -140,7 +140,7 @@ def similarity(
     """The similarity statistics of every unordered pair of heads (the module docstring defines them).
 
     Args:
-        qk: ``(W_Q, W_K)`` per head, each ``(n_layers, n_heads, d_head, d_model)`` (`analysis.extract`).
+        qk: ``(W_Q, W_K)`` per head, each ``(n_layers, n_heads, d_head, d_model)`` (`families.extract`).
         ov: ``(W_O^T, W_V)`` per head, the same shape.
         dtype: the dtype every product is computed in (the inputs are converted; never modified).
         device: where to compute.

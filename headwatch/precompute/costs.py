@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from headwatch.families.geometry import Geometry
+from headwatch.families.registry import model_geometry
+
 # What a checkpoint's seconds scale with, from the model measured at: "heads" is layers x heads x d_model^2,
 # "layers" layers x d_model^2 (both from Pythia-1.4B); "parameters" the model's parameters (from the
 # Pythia-160M shape); "head_pairs" cross-layer head pairs x d_head^2 x d_model (the composition scores'
@@ -39,7 +42,7 @@ PYTHIA_160M_PARAMETERS = 162_322_944
 
 
 class Shape(Protocol):
-    """A model's geometry (`analysis.extract.ModelShape`)."""
+    """A model's geometry (`families.family.ModelShape`)."""
 
     @property
     def n_layers(self) -> int: ...
@@ -136,41 +139,14 @@ class LlcRun:
     sequences: int = 1
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """A model's geometry as the cost counts see it (`model_geometry`): layers, heads, widths, vocabulary, parallel
-    residual, a gated MLP (three matrices, the llama family) and its key/value heads (fewer than the query heads
-    under grouped-query attention; None: as many)."""
-
-    n_layers: int
-    n_heads: int
-    d_model: int
-    d_mlp: int
-    vocab: int
-    parallel: bool
-    gated: bool = False
-    kv_heads: int | None = None
-
-    @property
-    def dense(self) -> int:
-        """A block's weight products per token: the attention's projections (Q and the output d_model^2 each, K and
-        V d_model x their heads' width) and the MLP's two matrices (three gated)."""
-        kv_width = (self.kv_heads or self.n_heads) * (self.d_model // self.n_heads)
-        return 2 * self.d_model**2 + 2 * self.d_model * kv_width + self.mlp
-
-    @property
-    def mlp(self) -> int:
-        return (3 if self.gated else 2) * self.d_model * self.d_mlp
-
-    @property
-    def efficiency(self) -> float:
-        """The CPU's rate at this width against Pythia-160M's: ``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1."""
-        return min(1.0, self.d_model / PYTHIA_160M_GEOMETRY.d_model) ** LLC_WIDTH_EXPONENT
-
-
 # The Pythia-160M shape the rLLC's, the forward lens's and the essential lens's figures were measured at
 # (docs/benchmarks.md): GPT-NeoX, parallel residual.
 PYTHIA_160M_GEOMETRY = Geometry(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, vocab=50304, parallel=True)
+
+
+def efficiency(g: Geometry) -> float:
+    """The CPU's rate at a model's width against Pythia-160M's: ``(d_model / 768) ** LLC_WIDTH_EXPONENT``, at most 1."""
+    return min(1.0, g.d_model / PYTHIA_160M_GEOMETRY.d_model) ** LLC_WIDTH_EXPONENT
 
 
 def llc_token_macs(g: Geometry, tokens: int) -> tuple[float, float]:
@@ -200,28 +176,12 @@ def llc_token_macs(g: Geometry, tokens: int) -> tuple[float, float]:
     return heads, whole
 
 
-def model_geometry(shape: Shape, config: Mapping[str, Any]) -> Geometry:
-    """A model's `Geometry` from its shape and config: the MLP's width, the vocabulary, parallel residual (GPT-NeoX's
-    ``use_parallel_residual``, default on; the rest sequential), gated in the llama family, its key/value heads."""
-    d_mlp = config.get("intermediate_size") or config.get("n_inner") or 4 * shape.d_model
-    return Geometry(
-        n_layers=shape.n_layers,
-        n_heads=shape.n_heads,
-        d_model=shape.d_model,
-        d_mlp=int(d_mlp),
-        vocab=int(config.get("vocab_size") or 0),
-        parallel=config.get("model_type") == "gpt_neox" and bool(config.get("use_parallel_residual", True)),
-        gated=getattr(shape, "family", config.get("model_type")) == "llama",
-        kv_heads=getattr(shape, "n_kv_heads", None) or config.get("num_key_value_heads"),
-    )
-
-
 def llc_work(geometry: Geometry, run: LlcRun) -> float:
     """A checkpoint's refined-LLC work in the units of the reference's: multiply-adds over the run's steps and
     tokens (attention per sequence), divided by the CPU's efficiency at the model's width (``(d_model / 768) **
     LLC_WIDTH_EXPONENT``, at most 1)."""
     heads, whole = llc_token_macs(geometry, run.seq_len)
-    return run.chain_steps * run.sequences * run.seq_len * (heads + whole) / geometry.efficiency
+    return run.chain_steps * run.sequences * run.seq_len * (heads + whole) / efficiency(geometry)
 
 
 def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[float, str]:
@@ -271,7 +231,7 @@ def forward_token_macs(g: Geometry, tokens: int) -> float:
 def forward_work(geometry: Geometry, sequences: int, seq_len: int) -> float:
     """Forward passes over ``sequences`` of ``seq_len`` tokens, in multiply-adds over the CPU's efficiency at the
     model's width (as `llc_work`)."""
-    return sequences * seq_len * forward_token_macs(geometry, seq_len) / geometry.efficiency
+    return sequences * seq_len * forward_token_macs(geometry, seq_len) / efficiency(geometry)
 
 
 def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from headwatch.analysis.extract import ModelShape
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import PassJob
 from headwatch.precompute.prefetch import Prefetcher
 from headwatch.precompute.settings import RunOptions, StoreSettings

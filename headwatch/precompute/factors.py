@@ -11,13 +11,14 @@ from collections.abc import Mapping
 import torch
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import ModelShape, extract_heads
+from headwatch.families.extract import extract_heads
+from headwatch.families.family import ModelShape
 
 
 def checked_factors(
     shape: ModelShape, tensors: Mapping[str, torch.Tensor], matrices: tuple[str, ...]
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Every per-head factor pair of ``matrices`` (`analysis.extract.extract_heads`), all finite.
+    """Every per-head factor pair of ``matrices`` (`families.extract.extract_heads`), all finite.
 
     Raises:
         CheckpointError: non-finite values, or shapes the extraction refuses.

@@ -43,7 +43,7 @@ import torch
 from ray import exceptions as rx
 
 from headwatch.analysis.errors import ClusterError, HubUnreachableError
-from headwatch.analysis.extract import ModelShape
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import CHECKPOINT_ERRORS, PassJob
 from headwatch.precompute.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
 from headwatch.precompute.sources.fetch import Meter

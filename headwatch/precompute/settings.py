@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from headwatch.analysis.stats.crossings import OVERLAP_K
 
-# the store's per-head matrices (the same as analysis.extract.HEAD_MATRICES), from the torch-free store
+# the store's per-head matrices (the same as families.family.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from headwatch.analysis.store.format import MATRICES as HEAD_MATRICES
 from headwatch.precompute import registry
@@ -37,7 +37,7 @@ LensName = str  # one of `precompute.registry.LENS_CHOICES`
 FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
 
 
-# What `--matrices` may name: the per-head products (heads.parquet rows, `analysis.extract.HEAD_MATRICES`)
+# What `--matrices` may name: the per-head products (heads.parquet rows, `families.family.HEAD_MATRICES`)
 # and the lenses asked for by --matrices (the whole-layer weight matrices). Default: all of them.
 MATRIX_CHOICES = (*HEAD_MATRICES, *MATRIX_LENSES)
 DEFAULT_MATRICES = MATRIX_CHOICES

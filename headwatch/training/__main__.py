@@ -17,10 +17,10 @@ from typing import Any
 import transformers
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.extract import model_shape
 from headwatch.analysis.store import ModelInfo
 from headwatch.analysis.store.format import META_FILE
 from headwatch.analysis.store.outputs import check_same_model, model_text, store_at
+from headwatch.families.registry import model_shape
 from headwatch.training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
 from headwatch.training.model import build_config
 from headwatch.training.settings import ARCHS, REPEAT_CONTENTS, ModelSettings, OptimSettings, RepeatSettings, RunSettings

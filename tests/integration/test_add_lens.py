@@ -21,11 +21,11 @@ import pyarrow as pa
 import pytest
 from safetensors.numpy import load_file
 
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import RecordType, open_store, read_meta
 from headwatch.analysis.store.format import TABLES, TableSpec, _fields
 from headwatch.analysis.store.records import RECORDS
 from headwatch.cli import main as headwatch
+from headwatch.families.family import ModelShape
 from headwatch.precompute import registry
 from headwatch.precompute.__main__ import main as precompute
 from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext

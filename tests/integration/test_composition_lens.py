@@ -44,7 +44,7 @@ def neox_suite(root: Path, steps: list[int]) -> Path:
 
 def own_factors(model) -> list[np.ndarray]:
     """``(W_Q, W_K, W_O^T, W_V)`` per head, each ``(n_layers, n_heads, d_head, d_model)`` float64, read
-    from the model's own modules as each family lays them out (written here, apart from analysis.extract)."""
+    from the model's own modules as each family lays them out (written here, apart from headwatch.families)."""
     config = model.config
     out: list[list[np.ndarray]] = [[], [], [], []]
     if config.model_type == "gpt_neox":

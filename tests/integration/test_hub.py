@@ -26,9 +26,10 @@ import pytest
 from huggingface_hub import constants
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files, write_hub_cache
-from headwatch.analysis.extract import extract_qk, model_shape
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, SCALAR_COLUMNS
+from headwatch.families.extract import extract_qk
+from headwatch.families.registry import model_shape
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.run import run_precompute
 from headwatch.precompute.settings import FetchSettings, RunOptions

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from headwatch.analysis.extract import model_shape
+from headwatch.families.registry import model_shape
 from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource

@@ -21,7 +21,8 @@ from safetensors.torch import load_file
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import ModelShape, model_shape
+from headwatch.families.family import ModelShape
+from headwatch.families.registry import model_shape
 from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources import ranges
 from headwatch.precompute.sources.fetch import HubHttp, HubUnreachableError, Meter

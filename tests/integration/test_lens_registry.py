@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import load_file
 
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import HEADS, TABLES, TableSpec, _fields
+from headwatch.families.family import ModelShape
 from headwatch.precompute import registry
 from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
 from headwatch.precompute.factors import checked_factors

@@ -1,6 +1,6 @@
 """The batched refined-LLC sampler (`precompute.lenses.llc_sampler`) against devinterp and an analytic case.
 
-- The pure forward pass (`precompute.lenses.llc_model`) gives the model's own loss (GPT-2 and GPT-NeoX),
+- The pure forward pass (`families.forward`) gives the model's own loss (GPT-2 and GPT-NeoX),
   and a head's weights in its per-head layout are exactly the entries devinterp's head mask moves.
 - Driven by devinterp's own noise stream (replayed here from its definition: per chain the global
   generator seeded ``seed + chain``, one full-size normal per masked parameter tensor per step, in the
@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from benchmarks.llc_noise import DevinterpNoise
+from headwatch.families.forward import HEAD_KEYS, Params, architecture, parameters
 from headwatch.precompute.lenses.llc import (
     estimate_llc,
     estimates_from_traces,
@@ -34,7 +35,6 @@ from headwatch.precompute.lenses.llc import (
     head_parameter_count,
     masked_parameters,
 )
-from headwatch.precompute.lenses.llc_model import HEAD_KEYS, Params, architecture, parameters
 from headwatch.precompute.lenses.llc_sampler import (
     WHOLE_MODEL,
     Lane,

@@ -218,7 +218,8 @@ def test_info_says_what_a_rerun_adds(tmp_path, capsys):
 
 def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ModuleNotFoundError
-    monkeypatch.delitem(sys.modules, "headwatch.analysis.extract", raising=False)
+    for name in [m for m in sys.modules if m.startswith("headwatch.precompute.sources")]:  # they import torch
+        monkeypatch.delitem(sys.modules, name)
     assert main(["plan", str(ROOT / "data")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "headwatch[precompute]" in err[0]

@@ -12,8 +12,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from headwatch.families.forward import architecture, parameters
+from headwatch.families.geometry import Geometry
+from headwatch.families.registry import model_geometry
 from headwatch.precompute import costs
-from headwatch.precompute.lenses.llc_model import architecture, parameters
 from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
 from headwatch.precompute.settings import SamplerSettings
 
@@ -50,7 +52,7 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
     model = make()
     config = model.config.to_dict()
     shape = type("Shape", (), {"n_layers": 3, "n_heads": 4, "d_model": 48, "d_head": 12})()
-    geometry = costs.model_geometry(shape, config)
+    geometry = model_geometry(shape, config)
     assert geometry.parallel == (config["model_type"] == "gpt_neox")
     arch, params = architecture(model), dict(parameters(model))
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(4, T)))
@@ -74,12 +76,12 @@ def test_the_multiply_adds_are_what_the_batched_sampler_computes(make, batch: in
 # CPU-seconds per checkpoint at one thread under the default sampler, measured on the 2-core machine (docs/benchmarks.md
 # "What `headwatch plan` prices the refined LLC at"): shape, evaluation length, seconds
 MEASURED = {
-    "induction-d64": (costs.Geometry(2, 4, 64, 256, 256, False), 64, 6.0),
-    "induction-d128": (costs.Geometry(2, 8, 128, 512, 256, False), 64, 20.2),
-    "induction-d256": (costs.Geometry(2, 8, 256, 1024, 256, False), 64, 54.0),
-    "induction-d512": (costs.Geometry(2, 8, 512, 2048, 256, False), 64, 177.0),
+    "induction-d64": (Geometry(2, 4, 64, 256, 256, False), 64, 6.0),
+    "induction-d128": (Geometry(2, 8, 128, 512, 256, False), 64, 20.2),
+    "induction-d256": (Geometry(2, 8, 256, 1024, 256, False), 64, 54.0),
+    "induction-d512": (Geometry(2, 8, 512, 2048, 256, False), 64, 177.0),
     "shakespeare-pythia-6x8": (
-        costs.Geometry(6, 8, 256, 1024, 256, True),
+        Geometry(6, 8, 256, 1024, 256, True),
         256,
         math.sqrt(1507 * 1665),
     ),
@@ -128,12 +130,12 @@ def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
     """`forward_token_macs`, which prices the forward and essential-dynamics lenses, against ``FlopCounterMode`` on
     the model's own forward pass with its attention weights returned (as the forward lens runs it); the llama
     family's gated MLP and grouped-query attention (2 key/value heads for 4) included."""
-    from headwatch.analysis.extract import model_shape
+    from headwatch.families.registry import model_shape
 
     model = make()
     model.config._attn_implementation = "eager"
     config = model.config.to_dict()
-    geometry = costs.model_geometry(model_shape(config), config)
+    geometry = model_geometry(model_shape(config), config)
     assert geometry.gated == (make is llama) and (geometry.kv_heads or 4) == (2 if make is llama else 4)
     ids = torch.as_tensor(np.random.default_rng(0).integers(0, 96, size=(2, T)))
     with FlopCounterMode(display=False) as counted, torch.no_grad():
@@ -144,9 +146,9 @@ def test_the_forward_multiply_adds_are_the_models_forward_pass(make) -> None:
 # the forward lens's wall seconds per checkpoint at 2 threads, machine idle (docs/benchmarks.md "Performance: the
 # forward-pass lens"): shape, --eval-length, seconds; the 2-layer d128 model is left out (0.10 s: per-call cost)
 FORWARD_MEASURED = {
-    "induction-d512": (costs.Geometry(2, 8, 512, 2048, 256, False), 64, 0.32),
+    "induction-d512": (Geometry(2, 8, 512, 2048, 256, False), 64, 0.32),
     "shakespeare-pythia-6x8": (
-        costs.Geometry(6, 8, 256, 1024, 256, True),
+        Geometry(6, 8, 256, 1024, 256, True),
         256,
         1.60,
     ),

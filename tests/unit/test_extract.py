@@ -1,4 +1,4 @@
-"""analysis.extract against the models themselves.
+"""families.extract and the adapters (headwatch/families/) against the models themselves.
 
 Each test builds a tiny random transformers model, saves it with
 ``save_pretrained`` (safetensors), extracts W_Q and W_K from the saved tensors,
@@ -27,7 +27,9 @@ from transformers.models.olmo import modeling_olmo
 from transformers.models.qwen2 import modeling_qwen2
 
 from headwatch.analysis.errors import CheckpointError, UnknownArchitectureError
-from headwatch.analysis.extract import ModelShape, attention_tensor_names, extract_heads, extract_ov, extract_qk, model_shape
+from headwatch.families.extract import attention_tensor_names, extract_heads, extract_ov, extract_qk
+from headwatch.families.family import ModelShape
+from headwatch.families.registry import model_shape
 
 TOL = 1e-5  # max abs error, float32
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # defaults exceed vocab_size

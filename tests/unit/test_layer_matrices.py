@@ -17,9 +17,7 @@ import scipy.integrate
 import torch
 import transformers
 
-from headwatch.analysis.blocks import block_roles, block_tensor_names, extract_blocks
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import model_shape
 from headwatch.analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 from headwatch.analysis.rmt.marchenko_pastur import (
     mp_below,
@@ -32,6 +30,8 @@ from headwatch.analysis.rmt.marchenko_pastur import (
     powerlaw_fit,
 )
 from headwatch.analysis.store.format import HIST_Z_EDGES
+from headwatch.families.blocks import block_roles, block_tensor_names, extract_blocks
+from headwatch.families.registry import model_shape
 
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 SMALL: dict[str, Any] = dict(

@@ -2,7 +2,7 @@
 
 A head's circuit is ``W = A B^T`` (d_model x d_model, rank <= d_head) with ``A = left^T`` and
 ``B = right^T``, given in the layout used everywhere after extraction
-(`analysis.extract`): ``left, right: (..., d_head, d_model)``, so ``W = left^T @ right``
+(`families.extract`): ``left, right: (..., d_head, d_model)``, so ``W = left^T @ right``
 (``qk``: ``(W_Q, W_K)``; ``ov``: ``(W_O^T, W_V)``). Nothing here forms W; everything
 comes from d_head x d_head matrices (docs/design-notes.md section 7):
 

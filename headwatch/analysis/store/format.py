@@ -137,7 +137,7 @@ EMBEDDING_COLUMN_DOCS: dict[str, str] = {
 # layers.parquet: every whole-layer weight matrix (analysis/layer_matrices.py, docs/design-notes.md section 7).
 LAYER_KEY_COLUMNS = ("step", "layer", "role")
 # Every role a block weight can have, in display order (a store's roles are a subset;
-# `analysis.blocks` says which tensors of which family play each).
+# each family's adapter, `families.family.Family.blocks`, says which of its tensors play each).
 LAYER_ROLES: tuple[str, ...] = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_out", "mlp_gate", "mlp_in", "mlp_out")
 LAYER_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",

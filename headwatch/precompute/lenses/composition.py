@@ -30,9 +30,9 @@ from headwatch.analysis.composition import (
     random_baseline,
     strongest_sources,
 )
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import ModelInfo
 from headwatch.analysis.store.format import COMPOSITION
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.registry import COMPOSITION_LENS, CompositionOptions

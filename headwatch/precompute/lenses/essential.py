@@ -26,9 +26,9 @@ import torch
 
 from headwatch.analysis import essential as ed
 from headwatch.analysis.errors import CheckpointError, StoreError
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
     BaseComputation,

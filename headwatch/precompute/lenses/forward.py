@@ -25,9 +25,9 @@ import torch.nn.functional as F
 
 from headwatch.analysis.attention import AttentionSums, induction_scores, js_divergence
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
     BaseComputation,

@@ -17,12 +17,12 @@ from typing import cast
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.blocks import extract_blocks
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import Device
 from headwatch.analysis.layer_matrices import layer_matrix_statistics
 from headwatch.analysis.store.format import LAYERS
+from headwatch.families.blocks import extract_blocks
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, refill
 from headwatch.precompute.registry import LAYERS_LENS
 from headwatch.precompute.settings import StoreSettings
@@ -34,7 +34,7 @@ log = logging.getLogger("precompute")
 
 def layer_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings) -> pa.Table:
     """The ``layers.parquet`` rows of a fetched checkpoint (read with ``layers=True``): every 2-D
-    weight of every block (`analysis.blocks`), checked finite, with its statistics.
+    weight of every block (`families.blocks`), checked finite, with its statistics.
 
     Raises:
         CheckpointError: a block weight is missing, misshapen or non-finite.

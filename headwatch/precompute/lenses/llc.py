@@ -51,17 +51,19 @@ from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchit
 from headwatch.analysis.llc_diagnostics import chain_diagnostics
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
+from headwatch.families.forward import Architecture, Params, architecture, check_config, parameters
+from headwatch.families.registry import FAMILIES
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from headwatch.precompute.evalset import EvalSet, sha256_bytes
 from headwatch.precompute.lenses.forward import load_model
-from headwatch.precompute.lenses.llc_model import Architecture, Params, architecture, check_config, parameters
 from headwatch.precompute.lenses.llc_sampler import Traces, checkpoint_traces
 from headwatch.precompute.registry import LLC_LENS, LlcImplementation, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
 
-# Families whose head mask is devinterp's and is checked by tests/integration/test_llc.py.
-HEAD_MASK_FAMILIES = ("gpt_neox", "gpt2")
+# The model types whose head mask is devinterp's and is checked by tests/integration/test_llc.py (their adapters'
+# `devinterp_head_mask`).
+HEAD_MASK_FAMILIES = tuple(t for family in FAMILIES if family.devinterp_head_mask for t in family.model_types)
 
 # meta.json llc.noise: where each implementation's SGLD noise comes from (the estimates of one store share one).
 IMPLEMENTATION_NOISE = {
@@ -122,7 +124,8 @@ def check_family(config: dict[str, Any]) -> None:
     if model_type not in HEAD_MASK_FAMILIES:
         raise UnknownArchitectureError(
             f"--lenses llc: no per-head weight mask for model_type {model_type!r} (known: "
-            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or add the family's mask to precompute/lenses/llc.py"
+            f"{', '.join(HEAD_MASK_FAMILIES)}); run without llc, or check devinterp's mask for the family and declare it "
+            "in its adapter (headwatch/families/)"
         )
 
 

@@ -4,7 +4,7 @@ It samples what devinterp's ``llc`` samples (`precompute.lenses.llc.estimate_llc
 tests compare it with), with the same settings and the same estimator, but:
 
 - the heads of a layer and their chains are *lanes* of one `torch.func.vmap`-ed computation, each lane
-  with its own copy of its head's weights (`precompute.lenses.llc_model`'s per-head layout); the
+  with its own copy of its head's weights (`families.forward`'s per-head layout); the
   whole-model estimate's chains are lanes with a copy of every weight;
 - the layer's input and the other heads' share of its attention output are computed once, at w*, for
   every sequence (`Frozen`), so a step runs only the moved head, the layers above it and the
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.precompute.lenses.llc_model import HEAD_KEYS, Architecture, Params, architecture, parameters, token_loss
+from headwatch.families.forward import HEAD_KEYS, Architecture, Params, architecture, parameters, token_loss
 from headwatch.precompute.registry import SamplerSettings
 
 WHOLE_MODEL = -1

@@ -16,8 +16,8 @@ from typing import cast
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import Device, checkpoint_vectors
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.registry import OVERLAPS_LENS

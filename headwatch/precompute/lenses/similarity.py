@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.similarity import (
     BASELINE_SEED,
     COLUMNS,
@@ -33,6 +32,7 @@ from headwatch.analysis.similarity import (
 )
 from headwatch.analysis.store import ModelInfo
 from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.families.family import ModelShape
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.registry import SIMILARITY_LENS, SimilarityOptions

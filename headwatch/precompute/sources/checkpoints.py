@@ -21,9 +21,10 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from headwatch.analysis.blocks import block_tensor_names
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
-from headwatch.analysis.extract import ModelShape, attention_tensor_names
+from headwatch.families.blocks import block_tensor_names
+from headwatch.families.extract import attention_tensor_names
+from headwatch.families.family import ModelShape
 from headwatch.precompute.sources.revisions import CheckpointRef, refs_from_names
 from headwatch.precompute.sources.source import Fetched, SkipFn, check_shape
 from headwatch.precompute.sources.weights import read_tensors, tensor_names
@@ -40,7 +41,7 @@ def tensors_to_read(
     shape: ModelShape, names: Iterable[str], *, matrices: tuple[str, ...] = ("qk",), layers: bool = False
 ) -> list[str]:
     """The tensors a run reads: the attention tensors the per-head ``matrices`` need, and with
-    ``layers`` every 2-D weight of every block too (`analysis.blocks.block_tensor_names`), each
+    ``layers`` every 2-D weight of every block too (`families.blocks.block_tensor_names`), each
     named once.
 
     Raises:

@@ -46,9 +46,10 @@ from huggingface_hub.errors import (
     SafetensorsParsingError,
 )
 
-from headwatch.analysis.blocks import block_tensor_names
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
-from headwatch.analysis.extract import ModelShape, attention_tensor_names
+from headwatch.families.blocks import block_tensor_names
+from headwatch.families.extract import attention_tensor_names
+from headwatch.families.family import ModelShape
 from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.checkpoints import (
     BIN_INDEX,

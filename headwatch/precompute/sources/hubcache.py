@@ -20,7 +20,7 @@ from huggingface_hub import constants, try_to_load_from_cache
 from huggingface_hub.file_download import repo_folder_name
 
 from headwatch.analysis.errors import CheckpointNotFoundError
-from headwatch.analysis.extract import ModelShape
+from headwatch.families.family import ModelShape
 from headwatch.precompute.sources.checkpoints import read_config, read_folder
 from headwatch.precompute.sources.revisions import CheckpointRef, known_tokens_per_step
 from headwatch.precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
-from headwatch.analysis.extract import ModelShape
+from headwatch.families.family import ModelShape
 from headwatch.precompute.sources.checkpoints import find_checkpoints, incomplete_reason, read_config, read_folder
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched, SkipFn, SourceKind

@@ -8,7 +8,7 @@ the end of the header) and the raw C-order tensor data. So:
    (one range request, two for a header over 100 kB); `header_from_metadata` turns
    its relative offsets into absolute ones;
 2. `element_masks` finds which elements of each attention tensor extraction
-   reads, by running the architecture's own adapters (`analysis.extract.extract_heads`,
+   reads, by running the architecture's own adapters (`families.extract.extract_heads`,
    for the per-head matrices the run computes)
    on probe tensors whose values are their row and column indices; no layout
    knowledge is repeated here. For GPT-NeoX's fused ``query_key_value`` these are
@@ -34,7 +34,8 @@ import torch
 from huggingface_hub.utils import SafetensorsFileMetadata
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import ModelShape, attention_tensor_names, extract_heads
+from headwatch.families.extract import attention_tensor_names, extract_heads
+from headwatch.families.family import ModelShape
 
 DTYPES: dict[str, torch.dtype] = {
     "F16": torch.float16,

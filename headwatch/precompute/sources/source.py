@@ -29,7 +29,8 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.extract import ModelShape, model_shape
+from headwatch.families.family import ModelShape
+from headwatch.families.registry import model_shape
 from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 
@@ -127,7 +128,7 @@ class CheckpointSource(ABC):
         self, ref: CheckpointRef, shape: ModelShape, *, skip: SkipFn, matrices: tuple[str, ...] = ("qk",), layers: bool = False
     ) -> Fetched:
         """Fingerprint a checkpoint and, unless ``skip(sha256)``, read the attention tensors that the
-        per-head ``matrices`` need (`analysis.extract.attention_tensor_names`; for ``ov`` the value
+        per-head ``matrices`` need (`families.extract.attention_tensor_names`; for ``ov`` the value
         weights and the output projection as well), and no others; with ``layers``, every 2-D weight
         of every block too, whole (`precompute.sources.checkpoints.tensors_to_read`).
 

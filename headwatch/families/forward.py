@@ -1,8 +1,8 @@
 """The language model as a pure function of its parameters, for the batched refined-LLC sampler.
 
 `precompute.lenses.llc_sampler` moves one head's weights per lane, or every weight, and needs the loss
-as a function of them that `torch.func.vmap` can batch over lanes. This module writes GPT-2's and
-GPT-NeoX's forward pass (the families whose head masks `precompute.lenses.llc` knows) as functions of
+as a function of them that `torch.func.vmap` can batch over lanes. This module writes the forward pass of a
+family whose adapter declares one (`families.family.Family.batched_forward`: GPT-2 and GPT-NeoX) as functions of
 a ``{name: tensor}`` dict named as the checkpoint's ``named_parameters()``, in one per-head layout:
 
     W_q, W_k, W_v: (n_heads, d_head, d_model)   q = x W_q^T + b_q
@@ -10,9 +10,10 @@ a ``{name: tensor}`` dict named as the checkpoint's ``named_parameters()``, in o
     W_o:           (n_heads, d_model, d_head)   attn = sum_h o_h W_o[h]^T + b_o
     b_o:           (d_model,)
 
-The two families' quirks (GPT-2's Conv1D ``c_attn`` with Q | K | V columns, GPT-NeoX's
-``query_key_value`` rows interleaved per head, its partial rotary embedding and parallel residual)
-are read here and nowhere else; a head's weights in this layout are exactly the entries devinterp's
+Each family's quirks (GPT-2's Conv1D ``c_attn`` with Q | K | V columns, GPT-NeoX's ``query_key_value`` rows
+interleaved per head, its partial rotary embedding and parallel residual) are declared in its adapter
+(`families.gpt2`, `families.gpt_neox`: parameter names, the cut into this layout, the residual, the MLP's
+orientation, the embeddings); a head's weights in this layout are exactly the entries devinterp's
 ``create_param_masks(model, "l{layer}h{head}")`` moves (tests/integration/test_llc_sampler.py checks
 the logits against the model's own and the head against devinterp's mask).
 
@@ -28,17 +29,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from headwatch.analysis.errors import UnknownArchitectureError
+from headwatch.families.family import Family
+from headwatch.families.registry import MODEL_TYPES
 
 Params = dict[str, torch.Tensor]
 HEAD_KEYS = ("W_q", "W_k", "W_v", "b_q", "b_k", "b_v", "W_o")
-# The config's dropout probabilities per family (devinterp samples in train mode, where they apply).
-DROPOUTS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"), "gpt_neox": ("attention_dropout", "hidden_dropout")}
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,16 @@ class Architecture:
     """What the pure forward pass needs besides the parameters.
 
     Attributes:
-        family: ``gpt2`` or ``gpt_neox``.
+        family: the family's adapter (`families.family.Family`), which names the parameters and cuts the heads.
         n_layers, n_heads, d_model, d_head: the shape.
         eps: the layer norms' epsilon.
         act: the MLP's activation (transformers' own function for the config's name).
         parallel_residual: GPT-NeoX's ``x + attn(ln1 x) + mlp(ln2 x)`` (else ``h = x + attn(ln1 x); h + mlp(ln2 h)``).
-        rotary: ``(cos, sin)``, each ``(T_max, rotary_dims)``, GPT-NeoX's rotary embedding (None for GPT-2).
-        tied: the unembedding is the token embedding (GPT-2's ``tie_word_embeddings``).
+        rotary: ``(cos, sin)``, each ``(T_max, rotary_dims)``, the rotary embedding (None: learned positions).
+        tied: the unembedding is the token embedding (``tie_word_embeddings``).
     """
 
-    family: Literal["gpt2", "gpt_neox"]
+    family: Family
     n_layers: int
     n_heads: int
     d_model: int
@@ -67,31 +68,15 @@ class Architecture:
     tied: bool
 
     def prefix(self, layer: int) -> str:
-        return f"transformer.h.{layer}." if self.family == "gpt2" else f"gpt_neox.layers.{layer}."
+        return self.family.layer_prefix.format(layer=layer)
 
     def head_parameter_names(self, layer: int) -> tuple[str, ...]:
         """The checkpoint's parameters that hold a head of ``layer`` (devinterp's mask keys, in its order)."""
-        p = self.prefix(layer)
-        if self.family == "gpt2":
-            return (p + "attn.c_attn.weight", p + "attn.c_attn.bias", p + "attn.c_proj.weight")
-        return (p + "attention.query_key_value.weight", p + "attention.query_key_value.bias", p + "attention.dense.weight")
+        return self.family.head_parameter_names(layer)
 
     def attention_weights(self, params: Params, layer: int) -> Params:
         """Every head's attention weights of ``layer`` in the per-head layout (module docstring), and ``b_o``."""
-        p, H, dh, d = self.prefix(layer), self.n_heads, self.d_head, self.d_model
-        if self.family == "gpt2":
-            w = params[p + "attn.c_attn.weight"]  # (d_model, 3 d_model): x W, columns Q | K | V, each heads in order
-            b = params[p + "attn.c_attn.bias"]  # (3 d_model,)
-            w3 = w.reshape(d, 3, H, dh).permute(1, 2, 3, 0)  # (3, n_heads, d_head, d_model)
-            b3 = b.reshape(3, H, dh)  # (3, n_heads, d_head)
-            w_o = params[p + "attn.c_proj.weight"].reshape(H, dh, d).transpose(1, 2)  # rows h*dh.. read head h: (H, d, dh)
-            b_o = params[p + "attn.c_proj.bias"]
-        else:
-            w3 = params[p + "attention.query_key_value.weight"].reshape(H, 3, dh, d).transpose(0, 1)  # (3, H, dh, d)
-            b3 = params[p + "attention.query_key_value.bias"].reshape(H, 3, dh).transpose(0, 1)  # (3, H, dh)
-            w_o = params[p + "attention.dense.weight"].reshape(d, H, dh).transpose(0, 1)  # columns h*dh.. read head h: (H, d, dh)
-            b_o = params[p + "attention.dense.bias"]
-        return {"W_q": w3[0], "W_k": w3[1], "W_v": w3[2], "b_q": b3[0], "b_k": b3[1], "b_v": b3[2], "W_o": w_o, "b_o": b_o}
+        return self.family.attention_weights(params, layer, self.n_heads, self.d_head, self.d_model)
 
     def head(self, params: Params, layer: int, head: int) -> Params:
         """Head ``head`` of ``layer``: `HEAD_KEYS`, each without the heads axis (a copy)."""
@@ -105,13 +90,14 @@ class Architecture:
 
     def embed(self, params: Params, ids: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` ids -> ``(B, T, d_model)`` the first layer's input."""
-        if self.family == "gpt2":
+        x = params[self.family.token_embedding][ids]
+        if self.family.position_embedding is not None:
             T = ids.shape[-1]
-            return params["transformer.wte.weight"][ids] + params["transformer.wpe.weight"][:T]
-        return params["gpt_neox.embed_in.weight"][ids]
+            x = x + params[self.family.position_embedding][:T]
+        return x
 
     def ln_attn(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
-        return self._ln(params, self.prefix(layer) + ("ln_1" if self.family == "gpt2" else "input_layernorm"), x)
+        return self._ln(params, self.prefix(layer) + self.family.attention_norm, x)
 
     def heads_output(self, ln_x: torch.Tensor, w: Params) -> torch.Tensor:
         """Causal attention of the heads in ``w`` (with or without the heads axis) on ``(B, T, d_model)``:
@@ -130,7 +116,7 @@ class Architecture:
         return torch.softmax(scores, dim=-1) @ v
 
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """GPT-NeoX's rotary embedding on the first ``rotary_dims`` of d_head (rotate_half convention)."""
+        """The rotary embedding on the first ``rotary_dims`` of d_head (GPT-NeoX's rotate_half convention)."""
         assert self.rotary is not None
         cos, sin = self.rotary
         T, r = x.shape[-2], cos.shape[-1]
@@ -147,14 +133,15 @@ class Architecture:
     def mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The MLP of ``layer`` on its layer-normed input."""
         p = self.prefix(layer)
-        if self.family == "gpt2":
-            h = self.act(x @ params[p + "mlp.c_fc.weight"] + params[p + "mlp.c_fc.bias"])  # Conv1D: x W + b
-            return h @ params[p + "mlp.c_proj.weight"] + params[p + "mlp.c_proj.bias"]
-        h = self.act(F.linear(x, params[p + "mlp.dense_h_to_4h.weight"], params[p + "mlp.dense_h_to_4h.bias"]))
-        return F.linear(h, params[p + "mlp.dense_4h_to_h.weight"], params[p + "mlp.dense_4h_to_h.bias"])
+        up, down = (p + name for name in self.family.mlp_projections)
+        if self.family.conv1d:  # (in, out): x W + b
+            h = self.act(x @ params[up + ".weight"] + params[up + ".bias"])
+            return h @ params[down + ".weight"] + params[down + ".bias"]
+        h = self.act(F.linear(x, params[up + ".weight"], params[up + ".bias"]))
+        return F.linear(h, params[down + ".weight"], params[down + ".bias"])
 
     def ln_mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
-        return self._ln(params, self.prefix(layer) + ("ln_2" if self.family == "gpt2" else "post_attention_layernorm"), x)
+        return self._ln(params, self.prefix(layer) + self.family.mlp_norm, x)
 
     def finish_layer(
         self, params: Params, layer: int, x: torch.Tensor, attn: torch.Tensor, mlp_of_x: torch.Tensor | None = None
@@ -176,11 +163,11 @@ class Architecture:
 
     def logits(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         """The last layer's output -> ``(B, T, vocab)``."""
-        gpt2 = self.family == "gpt2"
-        h = self._ln(params, "transformer.ln_f" if gpt2 else "gpt_neox.final_layer_norm", x)
+        h = self._ln(params, self.family.final_norm, x)
         if self.tied:
-            return h @ params["transformer.wte.weight" if gpt2 else "gpt_neox.embed_in.weight"].T
-        return h @ params["lm_head.weight" if "lm_head.weight" in params else "embed_out.weight"].T  # (older GPT-NeoX: embed_out)
+            return h @ params[self.family.token_embedding].T
+        names = self.family.unembedding
+        return h @ params[next((n for n in names if n in params), names[-1])].T
 
     def loss_from(self, params: Params, layer: int, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (nats/token) from ``x``, the input of ``layer`` (n_layers: the last output)."""
@@ -212,72 +199,58 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return ACT2FN[name]
 
 
-def check_config(cfg: Mapping[str, Any]) -> None:
+def check_config(cfg: Mapping[str, Any]) -> Family:
     """Refuse a checkpoint config (``config.json``'s dict) this forward pass does not implement.
 
+    Returns:
+        the family's adapter.
+
     Raises:
-        UnknownArchitectureError: another family, dropout (devinterp samples in train mode, where it
-            applies), or an option of GPT-2 or GPT-NeoX not written here.
+        UnknownArchitectureError: a family without a batched forward (`families.family.Family.batched_forward`),
+            dropout (devinterp samples in train mode, where it applies), or an option of the family the forward
+            does not implement (`Family.check_forward`).
     """
-    family = cfg.get("model_type")
-    if family not in DROPOUTS:
-        raise UnknownArchitectureError(f"the batched refined-LLC sampler has no forward pass for model_type {family!r}")
-    dropout = {n: cfg.get(n) for n in DROPOUTS[family] if cfg.get(n)}
+    model_type = cfg.get("model_type")
+    family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    if family is None or not family.batched_forward:
+        raise UnknownArchitectureError(f"the batched refined-LLC sampler has no forward pass for model_type {model_type!r}")
+    dropout = {n: cfg.get(n) for n in family.dropouts if cfg.get(n)}
     if dropout:
         raise UnknownArchitectureError(
             "the batched refined-LLC sampler has no dropout, and devinterp samples in train mode: "
             f"{', '.join(f'{k} {v}' for k, v in dropout.items())}"
         )
-    if family == "gpt2" and (
-        cfg.get("scale_attn_by_inverse_layer_idx") or not cfg.get("scale_attn_weights", True) or cfg.get("add_cross_attention")
-    ):
-        raise UnknownArchitectureError(
-            "the batched refined-LLC sampler implements GPT-2 with scale_attn_weights and without "
-            "scale_attn_by_inverse_layer_idx or cross-attention; this checkpoint differs"
-        )
-    if family == "gpt_neox" and not cfg.get("attention_bias", True):
-        raise UnknownArchitectureError("the batched refined-LLC sampler implements GPT-NeoX with attention biases")
+    family.check_forward(cfg)
+    return family
 
 
 def architecture(model: Any) -> Architecture:
-    """The `Architecture` of a transformers GPT-2 or GPT-NeoX causal LM.
+    """The `Architecture` of a transformers causal LM of a family with a batched forward (GPT-2, GPT-NeoX).
 
     Raises:
         UnknownArchitectureError: what `check_config` refuses.
     """
     cfg = model.config
-    check_config(cfg.to_dict())
-    family = cfg.model_type
-    tied = bool(getattr(cfg, "tie_word_embeddings", False))
-    if family == "gpt2":
-        d = cfg.n_embd
-        return Architecture(
-            "gpt2",
-            cfg.n_layer,
-            cfg.n_head,
-            d,
-            d // cfg.n_head,
-            cfg.layer_norm_epsilon,
-            activation(cfg.activation_function),
-            False,
-            None,
-            tied,
-        )
-    d, T = cfg.hidden_size, cfg.max_position_embeddings
-    positions = torch.arange(T, device=model.device)[None]
-    with torch.no_grad():
-        cos, sin = model.gpt_neox.rotary_emb(torch.zeros(1, device=model.device), positions)  # (1, T, rotary_dims)
+    family = check_config(cfg.to_dict())
+    fc = family.forward_config(cfg)
+    rotary = None
+    embedding = family.rotary_embedding(model)
+    if embedding is not None:
+        positions = torch.arange(cfg.max_position_embeddings, device=model.device)[None]
+        with torch.no_grad():
+            cos, sin = embedding(torch.zeros(1, device=model.device), positions)  # (1, T, rotary_dims)
+        rotary = (cos[0].float(), sin[0].float())
     return Architecture(
-        "gpt_neox",
-        cfg.num_hidden_layers,
-        cfg.num_attention_heads,
-        d,
-        d // cfg.num_attention_heads,
-        cfg.layer_norm_eps,
-        activation(cfg.hidden_act),
-        bool(cfg.use_parallel_residual),
-        (cos[0].float(), sin[0].float()),
-        tied,
+        family,
+        fc.n_layers,
+        fc.n_heads,
+        fc.d_model,
+        fc.d_model // fc.n_heads,
+        fc.eps,
+        activation(fc.activation),
+        fc.parallel_residual,
+        rotary,
+        bool(getattr(cfg, "tie_word_embeddings", False)),
     )
 
 
