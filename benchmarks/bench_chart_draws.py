@@ -16,7 +16,7 @@ the declared ``margin``: a margin pushed is the chart laid out and drawn a secon
 What the numbers leave out: Streamlit draws every chart twice per load (its chart component reacts once before the
 width is known and again after its theme effect, `docs/dashboard.md`, "Streamlit's floor"), and its theming parses
 each figure's JSON; a chart's share of a load is about twice its draw here, plus that. The blank page's plotly.js
-(the plotly package's) is not the exact build Streamlit bundles (4.1.1 and 4.2.0 on 2026-11-29).
+(the plotly package's) is not the exact build Streamlit bundles (their versions: `docs/dashboard.md`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ AppTest, opens the Compare runs page on the two (``runs=A&runs=B``) and measures
   every timed rerun follows a real change;
 - peak memory: the process's maximum resident set size since it started (VmHWM).
 
-Targets (the dashboard's, README "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B.
+Targets (the dashboard's, docs/dashboard.md "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B.
 Prints a Markdown table and writes benchmarks/results/compare.json.
 """
 

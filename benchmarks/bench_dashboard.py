@@ -14,7 +14,7 @@ written once, with trajectory embeddings from `precompute.lenses.embeddings.add_
   statistic, k, steps, toggles; each page cycles through its own list of changes);
 - peak memory: the process's maximum resident set size after all pages.
 
-Targets (issue 5): rerun < 300 ms at 1.4B and < 800 ms at 12B, cold start < 5 s,
+Targets (docs/dashboard.md, "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B, cold start < 5 s,
 memory < 1.5 GB. Prints a table and writes benchmarks/results/dashboard.json.
 """
 
