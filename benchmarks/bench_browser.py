@@ -71,6 +71,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS
 from headwatch.dashboard.labels import STATS
 
 if TYPE_CHECKING:
@@ -79,14 +80,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "benchmarks" / "results"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWPORT: ViewportSize = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long

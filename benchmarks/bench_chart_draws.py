@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import bench_browser as bb
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +93,7 @@ def main() -> int:
     (bb.RESULTS / "no-data").mkdir(parents=True, exist_ok=True)
     rows = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport=bb.VIEWPORT)
         context.add_init_script(bb.INSTRUMENT)
         blank = browser.new_page(viewport=bb.VIEWPORT)

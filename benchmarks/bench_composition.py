@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from benchmarks.common import factor_benchmark, parquet_bytes, torch_machine
+from benchmarks.common import every_pair, factor_benchmark, parquet_bytes, torch_machine
 from headwatch.analysis.composition import composition_scores, random_baseline, strongest_sources
 from headwatch.precompute.lenses.composition import composition_rows
 
@@ -35,15 +33,11 @@ def main() -> None:
     )
     print("| what | dtype | seconds | rows | composition.parquet bytes |")
     print("| --- | --- | ---: | ---: | ---: |")
-    scores = None
-    for name in args.dtypes.split(","):
-        dtype = getattr(torch, name)
-        t0 = time.perf_counter()
-        scores = composition_scores((w[0], w[1]), (w[2], w[3]), dtype=dtype, device=args.device)
-        seconds = time.perf_counter() - t0
-        table = composition_rows(0, scores)
-        print(f"| every pair | {name} | {seconds:.1f} | {table.num_rows:,} | {parquet_bytes(table):,} |", flush=True)
-    assert scores is not None
+    scores = every_pair(
+        args.dtypes,
+        lambda dtype: composition_scores((w[0], w[1]), (w[2], w[3]), dtype=dtype, device=args.device),
+        lambda scores: composition_rows(0, scores),
+    )
     t0 = time.perf_counter()
     keep = strongest_sources(scores, 8)
     table = composition_rows(0, scores, keep)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from benchmarks.common import factor_benchmark, parquet_bytes, torch_machine
+from benchmarks.common import every_pair, factor_benchmark, parquet_bytes, torch_machine
 from headwatch.analysis.similarity import layer_ultrametricity, random_baseline, similarity
 from headwatch.analysis.ultrametric import TOLERANCE
 from headwatch.precompute.lenses.similarity import similarity_rows, ultrametricity_rows
@@ -36,15 +34,11 @@ def main() -> None:
     )
     print("| what | dtype | seconds | rows | bytes (zstd) |")
     print("| --- | --- | ---: | ---: | ---: |")
-    values = None
-    for name in args.dtypes.split(","):
-        dtype = getattr(torch, name)
-        t0 = time.perf_counter()
-        values = similarity((w[0], w[1]), (w[2], w[3]), dtype=dtype, device=args.device).numpy()
-        seconds = time.perf_counter() - t0
-        table = similarity_rows(0, values)
-        print(f"| every pair | {name} | {seconds:.1f} | {table.num_rows:,} | {parquet_bytes(table):,} |", flush=True)
-    assert values is not None
+    values = every_pair(
+        args.dtypes,
+        lambda dtype: similarity((w[0], w[1]), (w[2], w[3]), dtype=dtype, device=args.device).numpy(),
+        lambda values: similarity_rows(0, values),
+    )
     t0 = time.perf_counter()
     layer_ultrametricity(values, TOLERANCE)
     seconds = time.perf_counter() - t0

@@ -1,5 +1,6 @@
 """What several benchmarks share: the machine line above their results, a table's bytes as the store writes it,
-random per-head factors of a Pythia shape, and a measurement run in a worker process of its own.
+random per-head factors of a Pythia shape and the timed rows of a computation over every pair of heads, a
+measurement run in a worker process of its own, and the Chromium the browser benchmarks (and tests) start.
 
 torch is imported where a function needs it, so that the dashboard's benchmarks, which import this module, time
 their pages without it.
@@ -14,10 +15,21 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the worker processes run in it
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [  # a headless Chromium that draws in software and fetches nothing of its own
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 # Pythia-1.4B's attention: 24 layers of 16 heads, d_head 128, d_model 2048
 PYTHIA_1_4B = {"n_layers": 24, "n_heads": 16, "d_head": 128, "d_model": 2048}
@@ -49,6 +61,26 @@ def factor_benchmark(doc: str, *, dtypes: str) -> tuple[argparse.Namespace, dict
     size = (shape["n_layers"], shape["n_heads"], shape["d_head"], shape["d_model"])
     factors = [(0.02 * torch.randn(size, generator=gen)).half().float() for _ in range(4)]
     return args, shape, factors
+
+
+T = TypeVar("T")
+
+
+def every_pair(dtypes: str, compute: Callable[[Any], T], rows: Callable[[T], Any]) -> T:
+    """Time ``compute(dtype)`` in each of ``dtypes`` (torch dtype names, comma-separated) and print its Markdown row:
+    ``every pair``, the dtype, wall seconds, and the rows ``rows`` makes of the result with their bytes; returns the
+    last dtype's result."""
+    import torch
+
+    result: T | None = None
+    for name in dtypes.split(","):
+        t0 = time.perf_counter()
+        result = compute(getattr(torch, name))
+        seconds = time.perf_counter() - t0
+        table = rows(result)
+        print(f"| every pair | {name} | {seconds:.1f} | {table.num_rows:,} | {parquet_bytes(table):,} |", flush=True)
+    assert result is not None
+    return result
 
 
 def torch_machine() -> str:

@@ -27,20 +27,14 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
+from benchmarks.common import CHROMIUM as CHROMIUM_PATH
 from tests.app.conftest import ROOT
 from tests.app.test_space import dockerfile_cmd
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(CHROMIUM_PATH)
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LOAD_TIMEOUT_MS = 90_000
 
 

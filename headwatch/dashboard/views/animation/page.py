@@ -108,7 +108,7 @@ def _gif_button(frame: RunFrame, opts: _Choices, values: np.ndarray, fig: go.Fig
     """Every checkpoint's heatmap as an animated GIF, in the chart's fixed colours (drawn when clicked)."""
     heat = fig.data[0]
     steps = [int(s) for s in frame.store.steps]
-    st.download_button(
+    charts.download(
         "Animation (GIF)",
         lambda: export.animation_gif(
             values,
@@ -122,8 +122,6 @@ def _gif_button(frame: RunFrame, opts: _Choices, values: np.ndarray, fig: go.Fig
         file_name=f"{export.safe_name(frame.run, 'animation', opts.name)}.gif",
         mime="image/gif",
         key="animation_gif",
-        on_click="ignore",
         icon=":material/movie:",
-        type="tertiary",
         help="Every checkpoint's layer × head heatmap, colours fixed over the run, drawn with Pillow",
     )
