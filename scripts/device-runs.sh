@@ -133,7 +133,7 @@ case "${1:-}" in
     ;;
   bench)
     # the batched rLLC against devinterp's path on the GPU, same settings, same machine, one
-    # run (docs/benchmarks.md, "The CUDA run of issue 40"). Carry .whl (scripts/device-wheels.sh bench) and
+    # run (docs/benchmarks.md, "The CUDA run of the batched sampler"). Carry .whl (scripts/device-wheels.sh bench) and
     # runs/ih-d128-s1234/{step800,step1400,step2000,llc-tokens.npy} (the tokens: benchmarks.llc_batched
     # --save-tokens, so no corpus travels). BENCH_DEVICE=cpu BENCH_QUICK=1 is the dry run on a CPU (one
     # checkpoint, the 160M shape at 2 chains x 2 steps of 16 tokens).

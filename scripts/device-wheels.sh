@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python packages the device machine's image lacks, as py3.12 manylinux wheels under .whl/ (ignored by
-# git), for `run`'s carry (docs/benchmarks.md, "The CUDA run of issue 40"; scripts/device-runs.sh installs
+# git), for `run`'s carry (docs/benchmarks.md, "The CUDA run of the batched sampler"; scripts/device-runs.sh installs
 # them). The image (/work/.library/device/KINDS.md) has torch, transformers 5.17, huggingface_hub 1.33, numpy,
 # pandas, pyarrow, xarray, scipy and the rest; the pins are requirements-precompute.txt's. Run here, where pip
 # reaches the package registry:
