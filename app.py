@@ -15,7 +15,7 @@ import functools
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
-from headwatch.dashboard import live, loader, viewstate, widgets
+from headwatch.dashboard import charts, live, loader, viewstate, widgets
 from headwatch.dashboard.data import SCALES, Scale, Unit
 from headwatch.dashboard.export import loss_csv
 from headwatch.dashboard.figures.loss import loss_curve
@@ -124,15 +124,12 @@ with viewstate.view_state(settings) as view:
                 with loss_slot:
                     st.plotly_chart(loss_curve(*loss, log_x=scale == "log"), key="loss_curve", config={"displayModeBar": False})
                     st.caption("Loss over training as recorded by the run (nats per token).")
-                    st.download_button(
+                    charts.download(
                         "Loss (CSV)",
                         functools.partial(loss_csv, run, *loss),
                         file_name=f"{run}_loss.csv",
                         mime="text/csv",
                         key="loss_csv",
-                        on_click="ignore",
-                        icon=":material/download:",
-                        type="tertiary",
                     )
 
         # --- sidebar: link to this view (drawn when the view is published) ---

@@ -65,12 +65,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import ExitStack, contextmanager
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS
+from benchmarks.server import cpu_seconds, stop, wait_healthy
 from headwatch.dashboard.labels import STATS
 
 if TYPE_CHECKING:
@@ -79,14 +80,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "benchmarks" / "results"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 VIEWPORT: ViewportSize = {"width": 1500, "height": 1900}
 SERVER_OPTIONS = ["--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
 QUIET_MS = 1000  # an operation is over when no chart changed and no message came for this long
@@ -311,12 +304,6 @@ for i, (height, width) in enumerate(charts):
 '''
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextmanager
 def serve(cmd: list[str], *, cwd: Path, env: dict[str, str]):
     """Start a Streamlit server (``cmd`` plus a free port) and yield (base URL, pid); stop it afterwards."""
@@ -329,23 +316,12 @@ def serve(cmd: list[str], *, cwd: Path, env: dict[str, str]):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"server exited; see {log.name}") from None
-                time.sleep(0.5)
-        else:
-            raise RuntimeError(f"server not healthy after 120 s; see {log.name}")
+        health = wait_healthy(proc, base, seconds=120)
+        if health != "healthy":
+            raise RuntimeError(f"server {'exited' if health == 'exited' else 'not healthy after 120 s'}; see {log.name}")
         yield base, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
         os.unlink(log.name)
 

@@ -16,7 +16,7 @@ the declared ``margin``: a margin pushed is the chart laid out and drawn a secon
 What the numbers leave out: Streamlit draws every chart twice per load (its chart component reacts once before the
 width is known and again after its theme effect, `docs/dashboard.md`, "Streamlit's floor"), and its theming parses
 each figure's JSON; a chart's share of a load is about twice its draw here, plus that. The blank page's plotly.js
-(the plotly package's) is not the exact build Streamlit bundles (4.1.1 and 4.2.0 on 2026-11-29).
+(the plotly package's) is not the exact build Streamlit bundles (their versions: `docs/dashboard.md`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import bench_browser as bb
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +93,7 @@ def main() -> int:
     (bb.RESULTS / "no-data").mkdir(parents=True, exist_ok=True)
     rows = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=bb.CHROMIUM, args=bb.CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport=bb.VIEWPORT)
         context.add_init_script(bb.INSTRUMENT)
         blank = browser.new_page(viewport=bb.VIEWPORT)

@@ -14,7 +14,7 @@ AppTest, opens the Compare runs page on the two (``runs=A&runs=B``) and measures
   every timed rerun follows a real change;
 - peak memory: the process's maximum resident set size since it started (VmHWM).
 
-Targets (the dashboard's, README "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B.
+Targets (the dashboard's, docs/dashboard.md "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B.
 Prints a Markdown table and writes benchmarks/results/compare.json.
 """
 
@@ -25,16 +25,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
-from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS, peak_rss_mb  # noqa: E402
+from benchmarks.bench_dashboard import SIZES, TARGET_RERUN_MS, peak_rss_mb
+from benchmarks.common import ROOT, in_worker
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = "pages/compare_runs.py"
@@ -139,16 +137,7 @@ def main() -> int:
     results = {}
     for size in args.sizes:
         a, b = make_stores(size)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--worker", str(a), str(b), "--repeats", str(args.repeats)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode:
-            print(proc.stderr[-4000:], file=sys.stderr)
-            return proc.returncode
-        results[size] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[size] = in_worker("benchmarks.bench_compare", "--worker", str(a), str(b), "--repeats", str(args.repeats))
 
     load = os.getloadavg()
     machine = (

@@ -14,7 +14,7 @@ written once, with trajectory embeddings from `precompute.lenses.embeddings.add_
   statistic, k, steps, toggles; each page cycles through its own list of changes);
 - peak memory: the process's maximum resident set size after all pages.
 
-Targets (issue 5): rerun < 300 ms at 1.4B and < 800 ms at 12B, cold start < 5 s,
+Targets (docs/dashboard.md, "Performance"): rerun < 300 ms at 1.4B and < 800 ms at 12B, cold start < 5 s,
 memory < 1.5 GB. Prints a table and writes benchmarks/results/dashboard.json.
 """
 
@@ -25,15 +25,15 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import ROOT, in_worker
+
 START = time.perf_counter()
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 SIZES: dict[str, dict[str, Any]] = {  # Pythia dimensions: layers, heads, d_head, d_model; 154 checkpoints each
     "1.4b": dict(n_layers=24, n_heads=16, d_head=128, d_model=2048),
@@ -175,16 +175,7 @@ def main() -> int:
     results = {}
     for size in args.sizes:
         store = make_store(size)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--worker", str(store), "--repeats", str(args.repeats)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode:
-            print(proc.stderr[-4000:], file=sys.stderr)
-            return proc.returncode
-        results[size] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[size] = in_worker("benchmarks.bench_dashboard", "--worker", str(store), "--repeats", str(args.repeats))
 
     names = {HEAD: "head explorer", LAYERS: "layer view", ARCH: "architecture", ANIM: "animation", TRAJ: "trajectory map"}
     lines = [f"| page | {' | '.join(f'{s} median ms (max)' for s in results)} |", f"| --- |{' --- |' * len(results)}"]

@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_browser import INSTRUMENT, RESULTS, ROOT, TIMEOUT_MS, cpu_seconds, load, serve
+from benchmarks.bench_browser import INSTRUMENT, RESULTS, ROOT, TIMEOUT_MS, load, serve
+from benchmarks.server import cpu_seconds
 
 STORE = ROOT / "data" / "shakespeare-pythia-6x8"
 # The chart of widget key ``key`` drawn and the page's run over ('drawn'; the time it was first seen kept in

@@ -1,4 +1,4 @@
-"""Benchmark: what watching a run costs its training (issue 42).
+"""Benchmark: what watching a run costs its training.
 
 Trains the same small reference-style run (``python -m headwatch.training``) in pairs, one without and one with
 ``--watch STORE`` (the follower, ``python -m headwatch.precompute --follow`` at nice 10, every default lens), the order
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from headwatch.analysis.store.following import read_status
 
-RUN = [  # 2 layers x 4 heads, d_model 64: about a minute of training on the shared 2-core machine, 13 checkpoints
+RUN = [  # 2 layers x 4 heads, d_model 64, 200 steps: 13 checkpoints
     "--n-layers", "2", "--n-heads", "4", "--d-model", "64", "--d-mlp", "256", "--context", "32",
     "--steps", "200", "--batch-size", "8", "--checkpoint-every", "40", "--eval-batches", "2", "--seed", "1",
 ]  # fmt: skip

@@ -87,7 +87,7 @@ def main() -> int:
         nargs="+",
         choices=ESTIMATES,
         default=list(ESTIMATES),
-        help="time only these (one estimate of the 160M-shaped model takes most of an hour on a 2-core CPU)",
+        help="time only these (an estimate of the 160M-shaped model is the slowest by far on a CPU: docs/benchmarks.md)",
     )
     args = p.parse_args()
     sampler = SamplerSettings()

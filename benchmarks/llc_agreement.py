@@ -1,4 +1,4 @@
-"""Do the refined LLC's short default chains rank heads as the paper's long chains do? (issue 26, item 3)
+"""Do the refined LLC's short default chains rank heads as the paper's long chains do?
 
 For a store with ``llc.parquet`` and the checkpoints it was made from, re-estimates a fixed set of
 heads at a few checkpoints with long chains (by default the paper's 4 chains x 200 draws,
@@ -146,7 +146,7 @@ def summarize(store_path: Path, out: Path) -> int:
     from headwatch.precompute.settings import SamplerSettings
 
     meta = open_store(store_path).meta.llc
-    if meta is None:  # the plain-text stores' estimates were removed (2026-11-26): the long chains' rows alone
+    if meta is None:  # a store without refined LLCs (the shipped plain-text stores): the long chains' rows alone
         print(f"{store_path} has no refined LLCs now: its row is left out; n beta is the defaults' ({SamplerSettings().n_beta})")
     sampler = meta["sampler"] if meta is not None else SamplerSettings().as_meta()
     n_beta = float(sampler["n_beta"])

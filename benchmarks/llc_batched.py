@@ -1,10 +1,10 @@
-"""The batched refined-LLC sampler against devinterp: equal answers, and the CPU-seconds each takes (issue 40).
+"""The batched refined-LLC sampler against devinterp: equal answers, and the CPU-seconds each takes.
 
 At each of ``--steps`` (checkpoints of a store's run, e.g. before, inside and after the induction
 head's emergence), under the store's own sampler settings and sequences, three estimates of every head
 and of the whole model, each in its own process (so its CPU-seconds and peak memory are its own):
 
-- ``devinterp`` seed s: today's path (`precompute.lenses.llc.estimate_llc`, one devinterp ``llc`` per
+- ``devinterp`` seed s: devinterp's path (`precompute.lenses.llc.estimate_llc`, one devinterp ``llc`` per
   head, samples in a scratch zarr folder), with the store's seed;
 - ``devinterp`` seed s + 1000: an independent devinterp run (other noise, other batch order; devinterp's
   chain c uses seed + c, so seeds s and s + 1 would share three of four chains' noise), the yardstick for

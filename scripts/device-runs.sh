@@ -10,11 +10,10 @@
 #   bash scripts/device-runs.sh start SECONDS    # install, start the chains in the background (setsid),
 #                                                #   run `pytest -m cuda`, pack what finishes until SECONDS
 #   bash scripts/device-runs.sh collect SECONDS  # pack what finishes until SECONDS (the same machine)
-#   bash scripts/device-runs.sh bench SECONDS    # issue 40's CUDA benchmark alone: the batched rLLC against
+#   bash scripts/device-runs.sh bench SECONDS    # the rLLC's CUDA benchmark alone: the batched rLLC against
 #                                                #   devinterp on induction-d128 and the Pythia-160M shape
-# SIZES="text" (or "d128 text", ...) starts only the chains of those sizes: the GPU to fewer chains. Run on
-# 2026-11-27 with all seven: the induction stores were done in 631-652 s, the plain-text runs' rLLC had 18 of
-# 43 checkpoints (docs/induction-recipe.md); `SIZES=text ... start 560` is the next step for those.
+# SIZES="text" (or "d128 text", ...) starts only the chains of those sizes: the GPU to fewer chains (what a run
+# of all seven took, and what it left undone: docs/induction-recipe.md, "The shipped stores, built on a GPU").
 # Every store is packed into $OUT/stores-<name>.tar.gz (its top folder <name>, to unpack into data/)
 # once after each pass; logs, the CUDA tests' output and the runs' run.json go to $OUT/logs.tar.gz.
 # At most eight files come back from a call: seven stores and the logs.
@@ -133,8 +132,8 @@ case "${1:-}" in
     progress; pack
     ;;
   bench)
-    # issue 40 item 3 on the GPU: the batched rLLC against devinterp's path, same settings, same machine, one
-    # run (docs/benchmarks.md, "The CUDA run of issue 40"). Carry .whl (scripts/device-wheels.sh bench) and
+    # the batched rLLC against devinterp's path on the GPU, same settings, same machine, one
+    # run (docs/benchmarks.md, "The CUDA run of the batched sampler"). Carry .whl (scripts/device-wheels.sh bench) and
     # runs/ih-d128-s1234/{step800,step1400,step2000,llc-tokens.npy} (the tokens: benchmarks.llc_batched
     # --save-tokens, so no corpus travels). BENCH_DEVICE=cpu BENCH_QUICK=1 is the dry run on a CPU (one
     # checkpoint, the 160M shape at 2 chains x 2 steps of 16 tokens).

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The Python packages the device machine's image lacks, as py3.12 manylinux wheels under .whl/ (ignored by
-# git), for `run`'s carry (docs/benchmarks.md, "The CUDA run of issue 40"; scripts/device-runs.sh installs
+# git), for `run`'s carry (docs/benchmarks.md, "The CUDA run of the batched sampler"; scripts/device-runs.sh installs
 # them). The image (/work/.library/device/KINDS.md) has torch, transformers 5.17, huggingface_hub 1.33, numpy,
 # pandas, pyarrow, xarray, scipy and the rest; the pins are requirements-precompute.txt's. Run here, where pip
 # reaches the package registry:
-#   bash scripts/device-wheels.sh bench   # the rLLC benchmarks: headwatch's own imports and devinterp's (about 14 MB)
+#   bash scripts/device-wheels.sh bench   # the rLLC benchmarks: headwatch's own imports and devinterp's
 #   bash scripts/device-wheels.sh start   # scripts/device-runs.sh start: the stores' lenses, training and the CUDA
 #                                         #   tests (transformers 5.23 and huggingface_hub 2.4 as the shipped stores had)
-# The working tree that travels is at most 64 MiB: tracked files (43 MB) + every carried path.
+# The working tree that travels is at most 64 MiB: the tracked files + every carried path (docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # headwatch imports httpx2 (its own HTTP client) in precompute.sources at import

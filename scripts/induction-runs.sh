@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The induction-head runs (issue 27): one recipe (docs/induction-recipe.md, "The recipe"), a ladder
+# The induction-head runs: one recipe (docs/induction-recipe.md, "The recipe"), a ladder
 # of four sizes and a second seed of d128; each run trained (runs/, not committed) and turned into a
 # store with every lens, the refined LLC at every checkpoint (data/).
 # Usage:
@@ -26,8 +26,7 @@ else
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one core per run: two runs train side by side on two cores
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-# the rLLC's checkpoints: every one (before issue 40's batched sampler, 14 chosen ones:
-# 0,64,256,512,600,800,1000,1200,1400,1600,2000,2500,3000,4000)
+# the rLLC's checkpoints: every one (LLC_STEPS=0,64,256,... for a chosen few)
 LLC_STEPS=${LLC_STEPS:-all}
 
 shape() {  # SIZE -> model options (2 layers; GPT-2 with learned positions; d_mlp = 4 d_model)

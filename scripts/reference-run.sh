@@ -41,9 +41,9 @@ trained=$SECONDS
 rm -rf "$STAGE"
 "$VENV/bin/python" -m headwatch.precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
   --lenses attention --lenses composition --lenses similarity --lenses essential
-  # the lenses of the shipped plain-text stores (built on a GPU by scripts/device-runs.sh, 2026-11-27), on the
-  # run's held-out split (its corpus archive is in runs/.cache); no refined LLC: at the default sampler it costs
-  # 25 to 35 s a checkpoint on a shared GPU and far more on a CPU (docs/reference-run.md); add it with
+  # the lenses of the shipped plain-text stores (built on a GPU by scripts/device-runs.sh), on the
+  # run's held-out split (its corpus archive is in runs/.cache); no refined LLC: at the default sampler it is
+  # the costliest lens by far, on a GPU and more so on a CPU (docs/reference-run.md); add it with
   # `--lenses llc --llc-steps all` (or a list of steps) on the same --out
 rm -rf "$STORE"
 mv "$STAGE" "$STORE"

@@ -8,7 +8,8 @@ a clicked point in a new browser tab (the script: `dashboard.newtab`); `app_link
 open their views in this tab, and `bring_into_view` scrolls a panel opened as evidence to the top of the window
 (the scripts: `dashboard.inapp`); `follow_play` hands an
 animated chart's paused frame back to the page's step control (the script: `dashboard.playback`);
-`no_values` is a page's message when a statistic has no values to chart.
+`no_values` is a page's message when a statistic has no values to chart; `download` and `table_csv` are the
+download buttons under charts and tables, `association_columns` the formats of a table of joint-cluster tests.
 """
 
 from __future__ import annotations
@@ -79,18 +80,54 @@ def chart(
         event = None
         where.plotly_chart(fig, key=key, config=cfg)
     if csv is not None:
-        where.download_button(
+        download(
             "Data (CSV)",
             lambda: export.to_csv(csv()),
             file_name=f"{filename}.csv",
             mime="text/csv",
             key=f"{key}_csv",
-            on_click="ignore",
-            icon=":material/download:",
-            type="tertiary",
             help="Every point of this chart as a tidy table: run, layer, head, matrix, statistic, k, step, value",
+            where=where,
         )
     return event
+
+
+def download(
+    label: str,
+    data: Any,
+    *,
+    file_name: str,
+    mime: str,
+    key: str,
+    icon: str = ":material/download:",
+    help: str | None = None,
+    where: Where = st,
+) -> None:
+    """A quiet download button under a chart or a table (tertiary, with ``icon``) whose click does not rerun the
+    page; ``data`` may be a function, called only when the button is clicked."""
+    where.download_button(
+        label, data, file_name=file_name, mime=mime, key=key, on_click="ignore", icon=icon, type="tertiary", help=help
+    )
+
+
+def association_columns() -> dict[str, Any]:
+    """The number formats of a table of joint-cluster tests (`analysis.findings.sizes.association_table`), as
+    ``st.dataframe``'s ``column_config``."""
+    fmt = st.column_config.NumberColumn
+    return {
+        "AMI or gain": fmt(format="%.3f"),
+        "p": fmt(format="%.4f"),
+        "Monte Carlo s.e.": fmt(format="%.4f"),
+        "p, Holm": fmt(format="%.4f"),
+    }
+
+
+def table_csv(table: Any, filename: str, *, key: str) -> None:
+    """The "Download this table (CSV)" button under a table: ``table`` (a DataFrame) as CSV without its index, saved
+    as ``filename``.csv."""
+    st.download_button(
+        "Download this table (CSV)", table.to_csv(index=False), file_name=f"{filename}.csv", mime="text/csv", key=key
+    )
 
 
 @functools.cache

@@ -59,8 +59,8 @@ def references(store: Store, *, matrix: str = "qk") -> tuple[dict[str, Reference
 def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
     """`analysis.findings.values.stat_values`, with a spinner while the store derives a column it lacks.
 
-    Stores written before the null-model columns existed derive them from ``sv`` on first use (tens of seconds at
-    Pythia size, once per server process; see `analysis.store`).
+    A store whose ``heads.parquet`` lacks the null-model columns derives them from ``sv`` on first use, once per
+    server process (`analysis.store`).
     """
     if stat in NULL_COLUMNS and not store.has_column(stat):
         with st.spinner("Deriving the null-model columns from the singular values (once per server process) ..."):

@@ -25,13 +25,13 @@ from plotly.colors import sample_colorscale
 from headwatch.dashboard import style
 
 # The camera button's figure: 720 CSS px wide at the chart's own height, so its 12-13 px ticks and 15 px title
-# are 1/60 to 1/48 of the width (at 6.5 in across a page, 8 to 10 pt; at the former 1,600 x 1,000, 4 to 5 pt);
+# are 1/60 to 1/48 of the width (at 6.5 in across a page, 8 to 10 pt);
 # a PNG is drawn at 4x (2,880 px wide), an SVG is vector and needs no scale.
 EXPORT_WIDTH, EXPORT_SCALE = 720, 4
 EXPORT_HEIGHT = 440  # a figure without a height of its own (`dashboard.style.HEIGHT`)
 TITLE_SIZE = 15  # px: the exported figure's title (`titled`)
 # Plotly anchors a title's "top" at its first line's text, so the box rises above the anchor by about 5 px and 10 px
-# more per extra line: a two-line title (W_QK and W_OV side by side) lost the top of its first line. `titled`
+# more per extra line: a two-line title (W_QK and W_OV side by side) would lose the top of its first line. `titled`
 # places the anchor this far below the figure's top edge, plus `TITLE_LINE_SHIFT` per line break.
 TITLE_TOP, TITLE_LINE_SHIFT = 8, 10  # px
 # A title's box ends about TITLE_TOP + 16 px below the figure's top, and 19 px lower per line more; a legend under the
@@ -39,7 +39,7 @@ TITLE_TOP, TITLE_LINE_SHIFT = 8, 10  # px
 # `titled` deepens the top margin per line.
 TITLE_LINE_PX, LEGEND_GAP = 18, 22  # px
 # A title line's most characters: 15 px text is about 7 px a character, so 80 fit the 720 px export and a chart
-# beside the sidebar at 1,024 px; a longer line ran past the chart's right edge and was cut (`titled` breaks it).
+# beside the sidebar at 1,024 px; a longer line would run past the chart's right edge and be cut (`titled` breaks it).
 TITLE_CHARS = 80
 IMAGE_FORMATS = ("png", "svg")  # the camera button's formats (URL ``img``, `dashboard.widgets.image_format`)
 TIDY_COLUMNS = ["run", "layer", "head", "matrix", "statistic", "k", "step", "value"]

@@ -12,14 +12,14 @@ Why it is needed. Streamlit's frontend adds a history entry in two places:
   where it replaces the entry instead.
 
 The app writes the complete view state to the query string at the end of every run
-(when `dashboard.viewstate.view_state` publishes the view), so opening a page gave two
-entries, the bare page and the same page with its parameters, and Back had to be
-pressed twice to leave it.
+(when `dashboard.viewstate.view_state` publishes the view), so opening a page would give
+two entries, the bare page and the same page with its parameters, and Back would have to
+be pressed twice to leave it.
 Streamlit has no way for a script to ask for a replace, so this script does it in the
 browser: it wraps ``history.pushState`` so that the first query-only push after the
 entry was created (a page switch or the page load) replaces that entry. Later
-query-only pushes (the user changed a widget) still add entries, so Back keeps
-undoing widget changes one at a time as before.
+query-only pushes (the user changed a widget) still add entries, so Back undoes
+widget changes one at a time.
 
 One race: on a page switch Streamlit writes the new page's query string as soon as its
 message arrives (``handlePageInfoChanged``) and the new path once the new page's session

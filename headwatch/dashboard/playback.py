@@ -6,8 +6,8 @@ Pure, no streamlit: `dashboard.charts.follow_play` mounts `SCRIPT` as a Streamli
 Why it is needed. An animated chart (the Animation heatmap, the Forward lenses' layer divergence,
 the Weight matrices' singular values) opens at the page's ``step``, which is in the link. Play
 runs the following frames in the browser, where the server does not see them; after Pause the
-chart showed one step while the step control, the address bar and "Link to this view" said
-another, so a shared link did not reproduce the screen. The script listens to Plotly's animation
+chart would show one step while the step control, the address bar and "Link to this view" said
+another, and a shared link would not reproduce the screen. The script listens to Plotly's animation
 events on the chart: it remembers the name of each frame drawn (``plotly_animatingframe``; the
 frames are named by their step) and, when the animation stops (Pause:
 ``plotly_animationinterrupted``; the last frame: ``plotly_animated``), sends that name as the

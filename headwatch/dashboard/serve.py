@@ -135,8 +135,8 @@ def config_options(config: Path, args: list[str]) -> list[str]:
 
 # What a page's first run would otherwise import and load itself: pandas and pyarrow's parquet reader (through
 # the loader), SciPy's linear algebra, the figure builders, the numba kernels of the random-head references, and
-# scikit-learn (the Timeline's and the Trajectory map's head-type association and joint clusters: about 1 s of a
-# fresh server's first run of either page, measured with py-spy, docs/dashboard.md).
+# scikit-learn (the Timeline's and the Trajectory map's head-type association and joint clusters; what each costs a
+# fresh server's first run: docs/dashboard.md, Performance).
 WARM_MODULES = (
     "headwatch.dashboard.loader",
     "headwatch.dashboard.viewstate",
@@ -160,8 +160,8 @@ WARM_MODULES = (
 def warm_up(wait_s: float = 60.0) -> None:
     """Import the modules every page needs and load the compiled numba kernels from their on-disk cache.
 
-    A fresh server otherwise spends its first session's run on this (about 2 s of CPU on a 2-core machine,
-    `docs/dashboard.md`, Performance); done once per process, every session after that finds it done.
+    A fresh server otherwise spends its first session's run on this (`docs/dashboard.md`, Performance); done once
+    per process, every session after that finds it done.
     Nothing here reads a store or writes anything. It first waits up to ``wait_s`` seconds for Streamlit's
     runtime: the pages' ``st.cache_data`` functions, decorated at import, look for it then (and warn without it).
     """
@@ -182,15 +182,14 @@ def warm_up(wait_s: float = 60.0) -> None:
 
 
 def freeze_imported() -> None:
-    """Move every object alive now (the imported modules: Streamlit, plotly, pandas, numba, the pages' own; about
-    210,000 objects) out of the garbage collector's reach (`gc.freeze`).
+    """Move every object alive now (the imported modules: Streamlit, plotly, pandas, numba, the pages' own) out of
+    the garbage collector's reach (`gc.freeze`).
 
     Streamlit collects garbage after every script run (``runner.postScriptGC``, ``gc.collect(2)``), and a full
-    collection walks every tracked object: with the modules above imported that took ~100 ms of CPU per page load,
-    held under the GIL at the moment the browser starts drawing the page's charts (on a 2-core machine the two
-    compete). Modules are never unloaded, so nothing frozen here would ever have been freed; objects made later (the
-    stores, the cached figures, a session's widgets) are collected as before, and a collection after a run walks only
-    them (~1 ms). Measured in `docs/dashboard.md`, Performance.
+    collection walks every tracked object, under the GIL, at the moment the browser starts drawing the page's
+    charts. Modules are never unloaded, so nothing frozen here would ever have been freed; objects made later (the
+    stores, the cached figures, a session's widgets) are still collected, and a collection after a run walks only
+    them. What it saves: `docs/dashboard.md`, Performance.
     """
     import gc
 

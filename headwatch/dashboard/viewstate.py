@@ -15,7 +15,7 @@ runs every script run inside one view::
 so the order begin -> page -> publish is the code's, not the caller's: the widgets,
 `frame` and `notice` raise RuntimeError outside an active view, and leaving
 the block normally is what publishes. A run that ends by an exception (a page
-switch, a rerun, an error) publishes nothing, as before.
+switch, a rerun, an error) publishes nothing.
 
 Every view-defining widget (`dashboard.widgets`) is keyed by its URL parameter name
 (``layer``, ``head``, ``k``, ``step``, ``stat``, ``matrix``, ``run``, ``img``, page toggles)
@@ -159,7 +159,7 @@ class View:
         if self._link_slot is not None:
             with self._link_slot, st.container(key=LINK_KEY):
                 st.markdown("**Link to this view**")
-                # A link in code type, not st.code: st.code makes the browser load Streamlit's 1.5 MB syntax highlighter
+                # A link in code type, not st.code: st.code makes the browser load Streamlit's syntax highlighter
                 # on every page (docs/dashboard.md, the pages' load against a bare page); right-click copies it.
                 st.markdown(f"[`{out.link}`]({out.link})")
         if {k: st.query_params.get_all(k) for k in st.query_params} != params:

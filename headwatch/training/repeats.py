@@ -19,7 +19,7 @@ sequences carry one repeat each:
 
 So from ``d + 1`` on, every token of the second copy is predictable from the first copy, and
 only from it when the content is random. The draws come from their own generator, so a run with
-``share = 0`` draws nothing and sees exactly the batches it saw before this module existed.
+``share = 0`` draws nothing and sees exactly the batches of the plain corpus.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 ``run.json["config"]`` records, so a store can always be traced back to the exact
 run that produced it. Defaults follow Pythia (AdamW betas 0.9/0.95, weight decay
 0.01, gradient clipping 1.0, 1% warmup, cosine decay to 10% of the peak rate)
-scaled down to a run of about 40 minutes on two CPU cores.
+scaled down to a run that trains on a CPU (how long it takes: docs/reference-run.md).
 """
 
 from __future__ import annotations

@@ -116,9 +116,8 @@ class Follower:
 
         Nice alone is not enough: at nice 10 the kernel still gives the follower a time slice now and then on a
         core the trainer is using, and a trainer whose per-step work is split over several threads then waits at
-        every operation for the one thread that lost its core (a small run trained 7 to 9 times slower with a
-        nice-10 follower on an idle 2-core machine; docs/benchmarks.md). A SCHED_IDLE task yields its core as soon
-        as the trainer's thread wants it."""
+        every operation for the one thread that lost its core (docs/benchmarks.md, "Watching a run while it
+        trains"). A SCHED_IDLE task yields its core as soon as the trainer's thread wants it."""
         try:
             # relative to this process's own niceness (setpriority sets an absolute value; the kernel caps it at 19)
             os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.nice))
@@ -172,9 +171,8 @@ def share_advice() -> str | None:
     """What to do when this process's torch threads take every core it may run on (None otherwise).
 
     The follower then only runs in the gaps between the trainer's threads, and a trainer whose operations are split
-    over all the cores waits at each one for the thread whose core the follower had a moment before: a 2-layer run
-    trained 4.1 times slower (median of 4 pairs) with the follower on an idle 2-core machine, and as fast as without
-    it (0.99) when the trainer used one thread of the two (docs/benchmarks.md, "Watching a run while it trains").
+    over all the cores waits at each one for the thread whose core the follower had a moment before; a trainer that
+    leaves the follower a core trains as fast as without it (docs/benchmarks.md, "Watching a run while it trains").
     """
     torch = sys.modules.get("torch")  # the trainer's own torch; never imported here for this
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -115,7 +115,8 @@ def chromium():
     """One headless Chromium per test process (`tests.app.test_browser`'s launch settings); each test opens its own pages."""
     from playwright.sync_api import sync_playwright
 
-    from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS, _require_chromium
+    from benchmarks.common import CHROMIUM_ARGS
+    from tests.app.test_browser import CHROMIUM, _require_chromium
 
     _require_chromium()
     with sync_playwright() as p:

@@ -20,27 +20,21 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
+from benchmarks.common import CHROMIUM as CHROMIUM_PATH
+from benchmarks.server import cpu_seconds, stop, wait_healthy
 from tests.app.conftest import ROOT
 from tests.app.test_space import dockerfile_cmd
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(CHROMIUM_PATH)
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LOAD_TIMEOUT_MS = 90_000
 
 
@@ -117,36 +111,16 @@ def _serve(store_path: Path, tmp_path_factory, *, data_dir: Path | None = None):
         _wait_healthy(proc, base, log.name)
         yield base
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 
 def _wait_healthy(proc: subprocess.Popen, base: str, log_name: str) -> None:
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"{base}/_stcore/health", timeout=2)
-            return
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited early; see {log_name}")
-            time.sleep(0.5)
-    pytest.fail("streamlit did not become healthy within 60 s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid``, all its threads (``utime``, ``stime`` of /proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    health = wait_healthy(proc, base, seconds=60)
+    if health == "exited":
+        pytest.fail(f"streamlit exited early; see {log_name}")
+    if health == "timeout":
+        pytest.fail("streamlit did not become healthy within 60 s")
 
 
 def _image_tree(dest: Path) -> Path:
@@ -410,14 +384,14 @@ def test_an_idle_tab_costs_the_server_no_cpu_with_a_large_venv_in_the_served_tre
         _wait_healthy(proc, f"http://127.0.0.1:{port}", str(log))
         page = _open(browser, f"http://127.0.0.1:{port}/layers?stat=kl_gauss&layer=1", 3)
         try:
-            before, start = _cpu_seconds(proc.pid), time.monotonic()
+            before, start = cpu_seconds(proc.pid), time.monotonic()
             page.wait_for_timeout(IDLE_S * 1000)
-            used, window = _cpu_seconds(proc.pid) - before, time.monotonic() - start
+            used, window = cpu_seconds(proc.pid) - before, time.monotonic() - start
             assert _errors(page) == []
         finally:
             page.close()
     finally:
-        _stop(proc)
+        stop(proc)
     assert used < IDLE_CPU_SHARE * window, (
         f"the server used {used:.1f} s of CPU in {window:.1f} s with one idle tab; its log ends: " + log.read_text()[-600:]
     )

@@ -1,4 +1,4 @@
-"""No project module imports another in a circle (STYLE.md, "Layout shows the architecture").
+"""No project module imports another in a circle (CONTRIBUTING.md, "Imports point one way").
 
 Every module of ``analysis/``, ``precompute/``, ``dashboard/``, ``training/``, ``pages/``
 and ``app.py`` is parsed with `ast` (nothing is imported or executed) and every import

@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range, log10_or_nan
 
-# Arrays up to this many values go to plotly as lists: plotly's base64 path costs a fixed
-# ~0.2 ms per array (a dataframe-library probe), more than JSON takes for a couple of hundred numbers.
+# Arrays up to this many values go to plotly as lists: plotly's base64 path pays a fixed cost per array (a
+# dataframe-library probe), more than JSON takes for a couple of hundred numbers.
 SMALL_ARRAY = 256
 # Trace fields sent exactly as given: hover-only values (steps shown with ``%{customdata:,}``, every digit) and ids.
 EXACT_FIELDS = frozenset({"customdata", "ids", "selectedpoints"})

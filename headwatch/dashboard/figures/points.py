@@ -105,8 +105,8 @@ def invisible_markers(*, size: int = 6, color: str | None = "black", gl: bool = 
     """The ``marker``, ``selected`` and ``unselected`` of points that only answer a hover and a click: transparent,
     also once selected, and drawn for one point of the trace only (``maxdisplayed``; not an attribute of WebGL
     traces, ``gl``). Plotly finds the hovered and the clicked point in the trace's data, not among its drawn markers,
-    so every point still answers; a transparent marker drawn for every point was an SVG path each (the layer view's
-    grid: 2,064 of them, which took its draw from about 40 ms to 130 ms in Chromium)."""
+    so every point still answers, and the browser draws one SVG path per trace rather than one per point
+    (docs/dashboard.md, Performance)."""
     hidden = dict(marker=dict(opacity=0))
     marker: dict[str, Any] = dict(size=size, opacity=0, color=color)
     if not gl:

@@ -13,47 +13,29 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from headwatch.dashboard import charts, derived, export, viewstate, widgets
+from headwatch.dashboard import charts, export, widgets
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import STATS, stats_for
+from headwatch.dashboard.statistic_page import StatisticChoice, open_page
 from headwatch.dashboard.style import SIGNED_STATS
 from headwatch.dashboard.views.animation.figures import animation
 
 
 @dataclass(frozen=True)
-class _Choices:
+class _Choices(StatisticChoice):
     """The page's widgets: the statistic (``matrix``, ``stat``, ``k``), its log colour (``logc``) and the frame
     (``step``)."""
 
-    matrix: str
-    stat: str
-    k: int | None
     log_colour: bool
     step: int
 
-    @property
-    def label(self) -> str:
-        """The statistic as titles say it (lambda_k with its k)."""
-        return STATS[self.stat].short(self.k)
-
-    @property
-    def name(self) -> str:
-        """The statistic as file names say it."""
-        return self.stat if self.k is None else f"lambda_{self.k}"
-
 
 def main() -> None:
-    st.title("Animation")
-    # --- empty case ---
-    frame = viewstate.run_frame()
-    if frame is None:
+    # --- empty case, then the widgets and the statistic's values ---
+    opened = open_page("Animation", _choose)
+    if opened is None:
         return
-
-    # --- widgets ---
-    opts = _choose(frame)
-    values = derived.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)
-    if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
-        return
+    frame, opts, values = opened
 
     # --- panel: animated layer x head heatmap with marginals ---
     event, fig = _heatmap_panel(frame, opts, values)
@@ -62,7 +44,7 @@ def main() -> None:
     _gif_button(frame, opts, values, fig)
 
     # --- a clicked cell opens its head at this step ---
-    charts.open_head_on_click(event, frame.store, stat=opts.stat, k=opts.k, matrix=opts.matrix)
+    opts.open_clicked(event, frame.store)
 
 
 def _choose(frame: RunFrame) -> _Choices:
@@ -126,7 +108,7 @@ def _gif_button(frame: RunFrame, opts: _Choices, values: np.ndarray, fig: go.Fig
     """Every checkpoint's heatmap as an animated GIF, in the chart's fixed colours (drawn when clicked)."""
     heat = fig.data[0]
     steps = [int(s) for s in frame.store.steps]
-    st.download_button(
+    charts.download(
         "Animation (GIF)",
         lambda: export.animation_gif(
             values,
@@ -140,8 +122,6 @@ def _gif_button(frame: RunFrame, opts: _Choices, values: np.ndarray, fig: go.Fig
         file_name=f"{export.safe_name(frame.run, 'animation', opts.name)}.gif",
         mime="image/gif",
         key="animation_gif",
-        on_click="ignore",
         icon=":material/movie:",
-        type="tertiary",
         help="Every checkpoint's layer × head heatmap, colours fixed over the run, drawn with Pillow",
     )

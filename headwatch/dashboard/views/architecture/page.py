@@ -13,48 +13,30 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from headwatch.dashboard import charts, derived, export, viewstate, widgets
+from headwatch.dashboard import charts, export, widgets
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.figures.common import overlay_loss
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import STATS, stats_for
+from headwatch.dashboard.statistic_page import StatisticChoice, open_page
 from headwatch.dashboard.style import SIGNED_STATS
 from headwatch.dashboard.views.architecture import data
 from headwatch.dashboard.views.architecture import figures as figs
 
 
 @dataclass(frozen=True)
-class _Choices:
+class _Choices(StatisticChoice):
     """The page's widgets: the statistic (``matrix``, ``stat``, ``k``) and its log colour (``logc``)."""
 
-    matrix: str
-    stat: str
-    k: int | None
     log_colour: bool
-
-    @property
-    def label(self) -> str:
-        """The statistic as titles say it (lambda_k with its k)."""
-        return STATS[self.stat].short(self.k)
-
-    @property
-    def name(self) -> str:
-        """The statistic as file names say it."""
-        return STATS[self.stat].name if self.k is None else f"lambda_{self.k}"
 
 
 def main() -> None:
-    st.title("Architecture heatmaps")
-    # --- empty case ---
-    frame = viewstate.run_frame()
-    if frame is None:
+    # --- empty case, then the widgets and the statistic's values, (S, n_layers, n_heads) ---
+    opened = open_page("Architecture heatmaps", _choose)
+    if opened is None:
         return
-
-    # --- widgets ---
-    opts = _choose(frame)
-    values = derived.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)  # (S, n_layers, n_heads)
-    if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
-        return
+    frame, opts, values = opened
 
     # --- panel: every head x every checkpoint ---
     event = _heatmap_panel(frame, opts, values)
@@ -63,7 +45,7 @@ def main() -> None:
     _means_panel(frame, opts, values)
 
     # --- a clicked cell opens its head at that step ---
-    charts.open_head_on_click(event, frame.store, stat=opts.stat, k=opts.k, matrix=opts.matrix)
+    opts.open_clicked(event, frame.store)
 
 
 def _choose(frame: RunFrame) -> _Choices:

@@ -35,8 +35,8 @@ def matrix_left_margin(labels: Sequence[str]) -> int:
     Plotly's ``automargin`` lays it out at Streamlit's 12 px tick font; 7 px more per character beyond 5).
 
     The map's y axis does without ``automargin``: with it Plotly measures every tick label on each draw to size the
-    margin, about half the map's draw (48 x 48 heads: 146 -> 66 ms in Chromium, `docs/dashboard.md`), although the
-    labels' widths follow from their characters."""
+    margin, about half the map's draw (`docs/dashboard.md`, Performance), although the labels' widths follow from
+    their characters."""
     return 92 + 7 * max(0, max((len(label) for label in labels), default=0) - 5)
 
 

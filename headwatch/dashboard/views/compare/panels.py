@@ -215,12 +215,8 @@ def summary_section(pick: Statistic, time: Time, shown: dict) -> None:
         "checkpoint at or before that point (step used); the run's loss at its last checkpoint and its smallest loss, "
         "with their steps (loss: what the run recorded, named in the last column). The point is the slider above."
     )
-    st.download_button(
-        "Download this table (CSV)",
-        table.to_csv(index=False),
-        file_name=export.safe_name("compare", *[s.run for s in series], pick.info.short(), "summary") + ".csv",
-        mime="text/csv",
-        key="compare_summary_csv",
+    charts.table_csv(
+        table, export.safe_name("compare", *[s.run for s in series], pick.info.short(), "summary"), key="compare_summary_csv"
     )
 
 
@@ -247,10 +243,4 @@ def emergence_section(stores: dict) -> None:
         "type at the end and when the last of them formed; a step shown as None: no head holds the type at the end. The "
         "Timeline of each run links every head to its evidence."
     )
-    st.download_button(
-        "Download this table (CSV)",
-        table.to_csv(index=False),
-        file_name=export.safe_name("compare", *stores, "emergence") + ".csv",
-        mime="text/csv",
-        key="compare_emergence_csv",
-    )
+    charts.table_csv(table, export.safe_name("compare", *stores, "emergence"), key="compare_emergence_csv")

@@ -54,13 +54,7 @@ def _runs_table(table: pd.DataFrame, stores: dict) -> None:
         "emergence step (the first checkpoint from which a head holds the type to the end) among the heads that hold "
         "it at the end, and how many do; empty where none does."
     )
-    st.download_button(
-        "Download this table (CSV)",
-        table.to_csv(index=False),
-        file_name=export.safe_name("compare", *stores, "sizes") + ".csv",
-        mime="text/csv",
-        key="sizes_runs_csv",
-    )
+    charts.table_csv(table, export.safe_name("compare", *stores, "sizes"), key="sizes_runs_csv")
 
 
 def _consolidation_table(consolidation: pd.DataFrame, *, unit: str, mat: str, stores: dict) -> None:
@@ -72,13 +66,7 @@ def _consolidation_table(consolidation: pd.DataFrame, *, unit: str, mat: str, st
         f"its final value, having made {CONSOLIDATION_SHARE:.0%} of it for good; empty where the mean does not change. "
         "Early layers settling before late ones is the study's early-layer consolidation."
     )
-    st.download_button(
-        "Download this table (CSV)",
-        consolidation.to_csv(index=False),
-        file_name=export.safe_name("compare", *stores, "consolidation") + ".csv",
-        mime="text/csv",
-        key="sizes_consolidation_csv",
-    )
+    charts.table_csv(consolidation, export.safe_name("compare", *stores, "consolidation"), key="sizes_consolidation_csv")
 
 
 def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, unit: str, stores: dict) -> None:
@@ -104,18 +92,7 @@ def _joint(stores: dict, *, matrix: str, mat: str) -> None:
         joint = {stat: derived.joint_clusters(stores, stat, matrix=matrix) for stat in sizes.SIZE_STATS}
     table = sizes.association_table({stat: j.association for stat, j in joint.items()})
     st.markdown(f"**Joint trajectory clusters of {mat}, asked of {', '.join(sizes.run_order(stores))}.**")
-    fmt = st.column_config.NumberColumn
-    st.dataframe(
-        table,
-        hide_index=True,
-        key="sizes_joint",
-        column_config={
-            "AMI or gain": fmt(format="%.3f"),
-            "p": fmt(format="%.4f"),
-            "Monte Carlo s.e.": fmt(format="%.4f"),
-            "p, Holm": fmt(format="%.4f"),
-        },
-    )
+    st.dataframe(table, hide_index=True, key="sizes_joint", column_config=charts.association_columns())
     st.markdown("\n".join(f"- {line}" for line in sizes.joint_readings(joint).values()))
     st.caption(
         f"Every head of every run on the fraction-of-training axis (the checkpoints of the run with the fewest; the "

@@ -17,7 +17,7 @@ from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES, LLC
-from headwatch.dashboard import derived, export, viewstate, widgets
+from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LAMBDA, LLC_STAT, PER_HEAD_STATS, STATS, stats_for
 from headwatch.dashboard.tables import SWAP_SCORE_HELP, reference_of
@@ -175,15 +175,12 @@ def _approaches_panel(frame: RunFrame, opts: Options, approaches: pd.DataFrame |
             "open": st.column_config.LinkColumn("open", display_text="open ↗", width="small"),
         },
     )
-    st.download_button(
+    charts.download(
         "Approaches (CSV)",
         lambda: export.to_csv(approaches.assign(run=frame.run, gap_percent=gap_pct)),
         file_name=f"{export.safe_name(frame.run, 'approaches', f'gap{gap_pct}')}.csv",
         mime="text/csv",
         key="model_approaches_csv",
-        on_click="ignore",
-        icon=":material/download:",
-        type="tertiary",
     )
     st.caption(
         "Every close approach of two adjacent leading levels in every head: the checkpoint of the smallest gap, "

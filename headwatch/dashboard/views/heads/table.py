@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from headwatch.analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
-from headwatch.dashboard import export
+from headwatch.dashboard import charts, export
 from headwatch.dashboard.labels import MATRIX_LABELS, STATS
 from headwatch.dashboard.views.heads import data
 from headwatch.dashboard.views.heads.data import Options
@@ -73,15 +73,12 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
         height=min(40 + 35 * len(table), 640),
     )
     filters = [*(f"L{layer}" for layer in layers), *opts.picked_types]
-    st.download_button(
+    charts.download(
         "Table (CSV)",
         lambda: export.to_csv(data.screen_table(table, config, run=run, stat=stat, k=k, matrix=matrix, step=step, since=since)),
         file_name=f"{export.safe_name(run, 'heads', label, 'step', step, *filters)}.csv",
         mime="text/csv",
         key="heads_table_csv",
-        on_click="ignore",
-        icon=":material/download:",
-        type="tertiary",
     )
     parts = [
         f"One row per head{' of the chosen layers' if layers else ''}: {label}{of} at step {step:,}, its change "

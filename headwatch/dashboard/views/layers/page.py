@@ -11,52 +11,34 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from headwatch.dashboard import charts, derived, export, viewstate, widgets
+from headwatch.dashboard import charts, export, widgets
 from headwatch.dashboard.data import StepAxis, fixed_range, loss_curve
 from headwatch.dashboard.figures.common import overlay_loss, overlay_loss_grid, stacked
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import STATS, stats_for
+from headwatch.dashboard.statistic_page import StatisticChoice, open_page
 from headwatch.dashboard.views.layers import figures as figs
 
 STACK_RIGHT = 116  # px: the head legend right of the chosen layer's chart (its grid below shares the margin)
 
 
 @dataclass(frozen=True)
-class _Choices:
+class _Choices(StatisticChoice):
     """The page's widgets: the statistic (``matrix``, ``stat``, ``k``), its log axis (``logy``), the layer
     (``layer``) and the loss overlay (``loss``); ``curve``: the run's loss curve, if any."""
 
-    matrix: str
-    stat: str
-    k: int | None
     log_y: bool
     layer: int
     show_loss: bool
     curve: tuple[np.ndarray, str] | None
 
-    @property
-    def label(self) -> str:
-        """The statistic as titles say it (lambda_k with its k)."""
-        return STATS[self.stat].short(self.k)
-
-    @property
-    def name(self) -> str:
-        """The statistic as file names say it."""
-        return self.stat if self.k is None else f"lambda_{self.k}"
-
 
 def main() -> None:
-    st.title("Layer view")
-    # --- empty case ---
-    frame = viewstate.run_frame()
-    if frame is None:
+    # --- empty case, then the widgets and the statistic's values, (S, n_layers, n_heads) ---
+    opened = open_page("Layer view", _choose)
+    if opened is None:
         return
-
-    # --- widgets ---
-    opts = _choose(frame)
-    values = derived.stat_values(frame.store, opts.stat, k=opts.k or 0, matrix=opts.matrix)  # (S, n_layers, n_heads)
-    if charts.no_values(values, STATS[opts.stat].label, opts.matrix):
-        return
+    frame, opts, values = opened
     y_range = fixed_range(values, log=opts.log_y)
 
     # --- panel: every head of the chosen layer ---
@@ -66,8 +48,8 @@ def main() -> None:
     grid = _grid_panel(frame, opts, values, y_range)
 
     # --- a clicked line opens its head ---
-    charts.open_head_on_click(event, frame.store, stat=opts.stat, k=opts.k, matrix=opts.matrix)
-    charts.open_head_on_click(grid, frame.store, stat=opts.stat, k=opts.k, matrix=opts.matrix)
+    opts.open_clicked(event, frame.store)
+    opts.open_clicked(grid, frame.store)
 
 
 def _choose(frame: RunFrame) -> _Choices:

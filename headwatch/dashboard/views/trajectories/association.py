@@ -11,7 +11,7 @@ from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
 from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
-from headwatch.dashboard import derived, export, loader
+from headwatch.dashboard import charts, derived, export, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.trajectories.data import association as data
 
@@ -83,10 +83,4 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
         "statistics are left out: the types are decided from them. Method: analysis/type_association.py, "
         "analysis/significance.py, analysis/findings/association.py, analysis/findings/replicates.py."
     )
-    st.download_button(
-        "Download this table (CSV)",
-        table.to_csv(index=False),
-        file_name=export.safe_name(frame.run, "types-vs-trajectory-clusters", matrix) + ".csv",
-        mime="text/csv",
-        key="association_csv",
-    )
+    charts.table_csv(table, export.safe_name(frame.run, "types-vs-trajectory-clusters", matrix), key="association_csv")

@@ -183,17 +183,11 @@ def _joint_association(tested: dict[str, JointClusters], names: list[str], *, st
     else:
         st.markdown(sizes.joint_readings(tested)[stat])
         table = sizes.association_table({s: j.association for s, j in tested.items()})
-        fmt = st.column_config.NumberColumn
         st.dataframe(
             table[table["statistic"] == sizes.SIZE_STAT_TITLES.get(stat, stat)].drop(columns=["statistic"]),
             hide_index=True,
             key="joint_tests",
-            column_config={
-                "AMI or gain": fmt(format="%.3f"),
-                "p": fmt(format="%.4f"),
-                "Monte Carlo s.e.": fmt(format="%.4f"),
-                "p, Holm": fmt(format="%.4f"),
-            },
+            column_config=charts.association_columns(),
         )
     st.dataframe(data.joint_counts(joint.heads, names), hide_index=True, key="joint_counts")
     others = [sizes.SIZE_STAT_TITLES.get(s, s) for s in tested if s != stat]

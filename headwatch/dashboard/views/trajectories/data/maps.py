@@ -38,7 +38,7 @@ def embedding(
     store: Store, statistic: str, *, matrix: str, normalisation: Normalisation, settings: EmbeddingSettings
 ) -> pd.DataFrame:
     """A trajectory map of one statistic of ``store`` (`analysis.trajectories.embed`: UMAP; the first in a process
-    compiles numba, ~30 s), with the columns of ``embeddings.parquet``."""
+    compiles numba), with the columns of ``embeddings.parquet``."""
     xy, neighbors = maps.embed(stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
     n_layers, n_heads = store.n_layers, store.n_heads
     return pd.DataFrame(
