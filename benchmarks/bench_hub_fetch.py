@@ -123,7 +123,7 @@ def main() -> None:
 
     from benchmarks.fakehub import FakeHub, Repo
     from headwatch.analysis.extract import attention_tensor_names, extract_heads, model_shape
-    from headwatch.analysis.heads import checkpoint_statistics
+    from headwatch.analysis.weights.heads import checkpoint_statistics
     from headwatch.precompute.run import run_precompute
     from headwatch.precompute.settings import FetchSettings, RunOptions
     from headwatch.precompute.sources.fetch import HubHttp, Meter, human_bytes

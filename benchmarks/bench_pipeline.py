@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from headwatch.analysis.extract import attention_tensor_names, extract_qk, model_shape
-from headwatch.analysis.heads import checkpoint_vectors
 from headwatch.analysis.stats.elementwise import elementwise_statistics
 from headwatch.analysis.stats.spectrum import singular_values
+from headwatch.analysis.weights.heads import checkpoint_vectors
 from headwatch.precompute.run import run_precompute
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import file_sha256, weight_files

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from headwatch.analysis.extract import ModelShape
-from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
+from headwatch.analysis.weights.heads import resolve_device
 from headwatch.precompute.registry import Lens
 from headwatch.precompute.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import human_bytes

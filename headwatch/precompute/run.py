@@ -52,9 +52,9 @@ from tqdm.auto import tqdm
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.analysis.extract import ModelShape, model_shape
-from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import Failure, Meta, ModelInfo
 from headwatch.analysis.store.outputs import check_same_model, store_at
+from headwatch.analysis.weights.heads import resolve_device
 from headwatch.precompute import registry
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,

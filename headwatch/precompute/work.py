@@ -23,9 +23,9 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.extract import ModelShape
-from headwatch.analysis.heads import Device, checkpoint_statistics
 from headwatch.analysis.store import CheckpointEntry
 from headwatch.analysis.store.format import HEADS
+from headwatch.analysis.weights.heads import Device, checkpoint_statistics
 from headwatch.precompute.context import PassJob
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.settings import StoreSettings

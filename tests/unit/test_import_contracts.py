@@ -69,6 +69,26 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
     assert "benchmarks.bench_layers -> tests" in done.stdout and "headwatch.units -> headwatch.dashboard.loader" in done.stdout
 
 
+def test_the_contracts_see_a_subject_of_analysis_importing_one_above_it(tmp_path: Path) -> None:
+    """On a copy of the packages, the weights' maths importing what the pages say (`analysis.findings`) and one run's
+    stages importing its trajectories (a subject of the same layer) break the analysis-by-subject contract, and only
+    it."""
+    config = _contracts()
+    for package in config["importlinter"]["root_packages"].split():
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    analysis = tmp_path / "headwatch" / "analysis"
+    with (analysis / "weights" / "heads.py").open("a") as heads:
+        heads.write("\nimport headwatch.analysis.findings.values  # noqa: E402\n")
+    with (analysis / "stages" / "curve.py").open("a") as curve:
+        curve.write("\nimport headwatch.analysis.trajectories.map  # noqa: E402\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"{_count(config) - 1} kept, 1 broken" in done.stdout, done.stdout[-4000:]
+    assert "headwatch.analysis.weights.heads -> headwatch.analysis.findings.values" in done.stdout, done.stdout[-4000:]
+    assert "headwatch.analysis.stages.curve -> headwatch.analysis.trajectories.map" in done.stdout, done.stdout[-4000:]
+
+
 def _root(name: str) -> str:
     """The package an import names: its first part, or its first two under ``headwatch`` (``headwatch.precompute``)."""
     parts = name.split(".")

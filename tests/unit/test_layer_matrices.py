@@ -20,7 +20,6 @@ import transformers
 from headwatch.analysis.blocks import block_roles, block_tensor_names, extract_blocks
 from headwatch.analysis.errors import CheckpointError
 from headwatch.analysis.extract import model_shape
-from headwatch.analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 from headwatch.analysis.rmt.marchenko_pastur import (
     mp_below,
     mp_cdf,
@@ -32,6 +31,7 @@ from headwatch.analysis.rmt.marchenko_pastur import (
     powerlaw_fit,
 )
 from headwatch.analysis.store.format import HIST_Z_EDGES
+from headwatch.analysis.weights.layers import gram_eigenvalues, layer_matrix_statistics
 
 NO_SPECIAL_TOKENS: dict[str, Any] = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 SMALL: dict[str, Any] = dict(

@@ -2,7 +2,7 @@
 
 In the pass over each new checkpoint, `CompositionJob` turns the per-head factors of W_QK and
 W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
-checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
+checkpoint's ``composition.parquet`` rows (`analysis.weights.composition`: every ordered pair of heads
 in different layers, or with ``--composition-top K`` the K strongest sources of each target
 head per kind). `CompositionComputation.begin` records in ``meta.json`` ``composition`` the random
 baseline for the model's shapes and which pairs are kept; `CompositionComputation.fill` gives the
@@ -20,7 +20,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.composition import (
+from headwatch.analysis.extract import ModelShape
+from headwatch.analysis.store import ModelInfo
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.weights.composition import (
     BASELINE_HEADS,
     BASELINE_SEED,
     KINDS,
@@ -30,9 +33,6 @@ from headwatch.analysis.composition import (
     random_baseline,
     strongest_sources,
 )
-from headwatch.analysis.extract import ModelShape
-from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import COMPOSITION
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.registry import COMPOSITION_LENS, CompositionOptions
@@ -53,7 +53,7 @@ def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None 
 
     Args:
         step: the checkpoint's step.
-        scores: `analysis.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
+        scores: `analysis.weights.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
         keep: bool ``(n_layers, n_heads, n_layers, n_heads)``: the pairs to write (None: every pair with scores).
     """
     values = scores.numpy()

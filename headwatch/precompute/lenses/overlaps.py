@@ -17,7 +17,7 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.extract import ModelShape
-from headwatch.analysis.heads import Device, checkpoint_vectors
+from headwatch.analysis.weights.heads import Device, checkpoint_vectors
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from headwatch.precompute.factors import checked_factors
 from headwatch.precompute.registry import OVERLAPS_LENS

@@ -44,7 +44,7 @@ model's shapes, simulated once per shape with a fixed seed. Exactly, for such he
 root mean square 1/d_model (M_b's distribution is invariant under M_b -> U M_b V^T for independent
 rotations U, V, and ``E <A, U B V^T>^2 = ||A||^2 ||B||^2 / d_model^2``), and E[col] = E[row] = d_head /
 d_model (a uniformly random d_head-plane: ``E ||C_a^T C_b||_F^2 = d_head^2 / d_model``). The
-ultrametricity shares of such heads (`analysis.ultrametric`) have no closed form and are simulated.
+ultrametricity shares of such heads (`analysis.weights.ultrametric`) have no closed form and are simulated.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from headwatch.analysis.threads import map_per_core
-from headwatch.analysis.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
+from headwatch.analysis.weights.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
 
 # The products compared, and the columns of a pair: f"{matrix}_{stat}", in this order.
 MATRICES = ("qk", "ov")
@@ -193,7 +193,7 @@ def similarity(
 
 
 def layer_ultrametricity(values: np.ndarray, tol: float = TOLERANCE) -> dict[str, np.ndarray]:
-    """The ultrametricity of every layer's heads for each column's distance (`analysis.ultrametric`).
+    """The ultrametricity of every layer's heads for each column's distance (`analysis.weights.ultrametric`).
 
     Args:
         values: `similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)`` (as numpy).

@@ -23,7 +23,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from headwatch.analysis.stages import (
+from headwatch.analysis.stages.curve import (
     LEVEL_BOUNDARIES,
     LOSS_LIKE_BOUNDARIES,
     START,
@@ -61,7 +61,7 @@ def count_stages(
     steps: np.ndarray, count: np.ndarray, rule: StageRule = DEFAULT_RULE, *, basis: str
 ) -> tuple[list[Stage], float]:
     """Stages of the number of heads holding one type: the LLC's rule with the count's noise, the jitter of its
-    second differences (`analysis.stages.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
+    second differences (`analysis.stages.curve.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
     heads: one head that joins or leaves between two checkpoints is within the noise at k = 3, three are not).
 
     Returns:
@@ -116,7 +116,7 @@ def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge:
     is at most ``merge`` checkpoints of ``grid`` after that group's first boundary.
 
     Args:
-        stages: basis -> its stages (`analysis.stages.Stage`; the first stage's start is no boundary).
+        stages: basis -> its stages (`analysis.stages.curve.Stage`; the first stage's start is no boundary).
         grid: the checkpoints, increasing (every curve's steps are among them).
         merge: the largest distance, in checkpoints, within one group.
 
@@ -252,8 +252,8 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     Raises:
         StoreError: a table is unreadable.
     """
-    from headwatch.analysis import stages as stage_rule
-    from headwatch.analysis.llc_diagnostics import store_flags
+    from headwatch.analysis.llc.diagnostics import store_flags
+    from headwatch.analysis.stages import curve as stage_rule
     from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, HEAD_TYPES_TABLE, LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 
     notes: list[str] = []

@@ -1,6 +1,6 @@
 """Head types as decisions (docs/head-types.md; design notes section 10): previous-token, induction and sink heads.
 
-A type is a forward score of `analysis.attention` (``prev_token``, ``induction``, ``sink``) against
+A type is a forward score of `analysis.attention.patterns` (``prev_token``, ``induction``, ``sink``) against
 
 - its **null**, the score of uniform causal attention (query i spreads ``1/i`` over keys ``1..i``,
   positions 1-based) averaged exactly as the forward lens averages the score, for the store's
@@ -58,7 +58,7 @@ def harmonic(n: int) -> float:
 
 
 def uniform_nulls(seq_len: int, repeat: int) -> dict[str, float]:
-    """Each type's score under uniform causal attention, averaged as `analysis.attention` averages it.
+    """Each type's score under uniform causal attention, averaged as `analysis.attention.patterns` averages it.
 
     Args:
         seq_len: T, the evaluation sequences' length (previous-token and sink scores).

@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from headwatch.analysis.heads import Device, resolve_device
 from headwatch.analysis.rmt.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
 from headwatch.analysis.stats.elementwise import elementwise_statistics, fused_available
 from headwatch.analysis.store.format import HIST_Z_EDGES
 from headwatch.analysis.threads import map_per_core
+from headwatch.analysis.weights.heads import Device, resolve_device
 
 # Dense entries per chunk of one role's layers (as for heads: 2**26 floats, 256 MiB in float32).
 LAYER_CHUNK_ELEMENTS = 2**26
