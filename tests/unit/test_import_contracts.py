@@ -46,6 +46,13 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _copy_packages(config: configparser.ConfigParser, root: Path) -> None:
+    """The packages ``.importlinter`` reads, and the file itself, copied under ``root``."""
+    for package in config["importlinter"]["root_packages"].split():
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", root / ".importlinter")
+
+
 def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
     done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -56,9 +63,7 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
     """On a copy of the packages, one import added to a benchmark (from tests/) and one to a command module (of the
     dashboard) break the two contracts that forbid them, and only those."""
     config = _contracts()
-    for package in config["importlinter"]["root_packages"].split():
-        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    _copy_packages(config, tmp_path)
     with (tmp_path / "benchmarks" / "bench_layers.py").open("a") as bench:
         bench.write("\nfrom tests.integration.conftest import REPO  # noqa: E402\n")
     with (tmp_path / "headwatch" / "units.py").open("a") as command:
@@ -74,9 +79,7 @@ def test_the_contracts_see_a_subject_of_analysis_importing_one_above_it(tmp_path
     stages importing its trajectories (a subject of the same layer) break the analysis-by-subject contract, and only
     it."""
     config = _contracts()
-    for package in config["importlinter"]["root_packages"].split():
-        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    _copy_packages(config, tmp_path)
     analysis = tmp_path / "headwatch" / "analysis"
     with (analysis / "weights" / "heads.py").open("a") as heads:
         heads.write("\nimport headwatch.analysis.findings.values  # noqa: E402\n")

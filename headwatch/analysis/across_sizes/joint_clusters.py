@@ -41,6 +41,7 @@ Arrays in, numbers out; rows are heads (runs in order, each run's heads layer-ma
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
@@ -90,16 +91,16 @@ class JointAssociation:
     heads: int
     runs: int
     types: int
-    ami_type: float
-    p_type: float
-    p_type_layers: float
-    ami_layer: float
-    ami_run: float
-    p_run: float
-    transfer: float
-    transfer_null: float
-    p_transfer: float
-    permutations: int
+    ami_type: float = math.nan
+    p_type: float = math.nan
+    p_type_layers: float = math.nan
+    ami_layer: float = math.nan
+    ami_run: float = math.nan
+    p_run: float = math.nan
+    transfer: float = math.nan
+    transfer_null: float = math.nan
+    p_transfer: float = math.nan
+    permutations: int = 0
     reason: str = ""
 
     @property
@@ -112,22 +113,8 @@ class JointAssociation:
         return self.transfer - self.transfer_null
 
     def untestable(self, reason: str) -> JointAssociation:
-        """This clustering with every association NaN and ``reason`` given."""
-        nan = float("nan")
-        return replace(
-            self,
-            ami_type=nan,
-            p_type=nan,
-            p_type_layers=nan,
-            ami_layer=nan,
-            ami_run=nan,
-            p_run=nan,
-            transfer=nan,
-            transfer_null=nan,
-            p_transfer=nan,
-            permutations=0,
-            reason=reason,
-        )
+        """This clustering with every association NaN (the fields' defaults) and ``reason`` given."""
+        return JointAssociation(self.clusters, self.silhouette, self.heads, self.runs, self.types, reason=reason)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -229,24 +216,7 @@ def joint_associate(
     order = canonical_order(traj, run, layers, types)  # every computation over the heads in one order
     x, run, types, layers = normalise(traj[order], "zscore"), run[order], types[order], layers[order]
     back = np.argsort(order)
-    nan = float("nan")
-    blank = JointAssociation(
-        clusters=0,
-        silhouette=nan,
-        heads=n,
-        runs=n_runs,
-        types=n_types,
-        ami_type=nan,
-        p_type=nan,
-        p_type_layers=nan,
-        ami_layer=nan,
-        ami_run=nan,
-        p_run=nan,
-        transfer=nan,
-        transfer_null=nan,
-        p_transfer=nan,
-        permutations=permutations,
-    )
+    blank = JointAssociation(clusters=0, silhouette=math.nan, heads=n, runs=n_runs, types=n_types, permutations=permutations)
 
     try:
         clusters, k, sil = cluster_points(x)

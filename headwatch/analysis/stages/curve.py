@@ -38,6 +38,10 @@ than ``plateau_ratio`` times each of them (a loss that still falls, far more slo
 and after, is on a plateau), is a plateau.
 """
 
+# The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` (with the
+# same part of `analysis.stages.run`'s; `analysis.stages.run.store_stages`): its text is the stores' text, module
+# paths included.
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

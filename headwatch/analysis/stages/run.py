@@ -16,6 +16,9 @@ or ``no event coincides``. The run's stages (basis ``run`` of stages.parquet, th
 lie between those boundaries.
 """
 
+# The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` after
+# `analysis.stages.curve`'s (`store_stages`): its text is the stores' text, module paths included.
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -294,6 +297,8 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
             curves["llc"] = (steps, values[keep], llc)
             negative = steps[values[keep] < 0]
             if len(negative):
+                # a note of meta.json ``stages.notes``: the stores' text, module path included (the rule is
+                # `analysis.llc.diagnostics`)
                 notes.append(
                     f"negative whole-model estimates at steps {negative.tolist()}: those checkpoints are not local minima "
                     "of the sampled loss, so the number there measures SGLD's descent (analysis/llc_diagnostics.py)"

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from headwatch.analysis.threads import map_per_core
+from headwatch.analysis.weights.heads import factor_shape
 from headwatch.analysis.weights.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
 
 # The products compared, and the columns of a pair: f"{matrix}_{stat}", in this order.
@@ -156,12 +157,7 @@ def similarity(
     Raises:
         ValueError: the four factors do not share one 4-D shape, or ``d_head > d_model``.
     """
-    shapes = {tuple(t.shape) for t in (*qk, *ov)}
-    if len(shapes) != 1 or len(next(iter(shapes))) != 4:
-        raise ValueError(f"expected four factors of one shape (n_layers, n_heads, d_head, d_model), got {sorted(shapes)}")
-    n_layers, n_heads, d_head, d_model = next(iter(shapes))
-    if d_head > d_model:
-        raise ValueError(f"d_head {d_head} exceeds d_model {d_model}: the factors' QR needs d_head <= d_model")
+    n_layers, n_heads, d_head, d_model = factor_shape(qk, ov)
     n = n_layers * n_heads
     # heads per block: the two Gram buffers of a block pair and their temporaries, about chunk_elements
     per_block = max(1, math.isqrt(max(1, chunk_elements // 4)) // d_head)
