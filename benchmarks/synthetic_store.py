@@ -309,7 +309,7 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     milliseconds instead of UMAP's numba compilation: for tests of the pages that read it.
     """
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.trajectories.map import EmbeddingSettings, knn, normalise, trajectories
+    from headwatch.analysis.trajectories.maps import EmbeddingSettings, knn, normalise, trajectories
     from headwatch.precompute.lenses.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
 
     statistics = statistics or DEFAULT_STATISTICS

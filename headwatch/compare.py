@@ -87,7 +87,7 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from headwatch.analysis.trajectories.map import normalise
+    from headwatch.analysis.trajectories.maps import normalise
 
     fig, axes = plt.subplots(1, len(joint), figsize=(3.2 * len(joint), 3.2), squeeze=False)
     for ax, (stat, j) in zip(axes[0], joint.items(), strict=True):

@@ -397,7 +397,7 @@ def _pca(x, settings):  # stands in for UMAP: deterministic, no numba compilatio
 
 
 def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories.map as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std", "norm": "zscore"})
@@ -435,7 +435,7 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
 
 
 def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories.map as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
@@ -450,7 +450,7 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
 
 
 def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories.map as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "stat": "std"})

@@ -38,7 +38,7 @@ def ladder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture()
 def ladder(ladder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import headwatch.analysis.trajectories.map as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.delenv("STORE_REPO", raising=False)
@@ -205,7 +205,7 @@ LADDER = ["induction-d64", "induction-d128", "induction-d256", "induction-d512"]
 
 @pytest.fixture()
 def shipped(monkeypatch: pytest.MonkeyPatch) -> Path:
-    import headwatch.analysis.trajectories.map as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
     from tests.conftest import SHIPPED_DATA
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)

@@ -84,12 +84,12 @@ def test_the_contracts_see_a_subject_of_analysis_importing_one_above_it(tmp_path
     with (analysis / "weights" / "heads.py").open("a") as heads:
         heads.write("\nimport headwatch.analysis.findings.values  # noqa: E402\n")
     with (analysis / "stages" / "curve.py").open("a") as curve:
-        curve.write("\nimport headwatch.analysis.trajectories.map  # noqa: E402\n")
+        curve.write("\nimport headwatch.analysis.trajectories.maps  # noqa: E402\n")
     done = _lint_imports(tmp_path)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"{_count(config) - 1} kept, 1 broken" in done.stdout, done.stdout[-4000:]
     assert "headwatch.analysis.weights.heads -> headwatch.analysis.findings.values" in done.stdout, done.stdout[-4000:]
-    assert "headwatch.analysis.stages.curve -> headwatch.analysis.trajectories.map" in done.stdout, done.stdout[-4000:]
+    assert "headwatch.analysis.stages.curve -> headwatch.analysis.trajectories.maps" in done.stdout, done.stdout[-4000:]
 
 
 def _root(name: str) -> str:

@@ -6,11 +6,11 @@ run together and tests what the clusters follow:
 
 1. **Trajectories.** Each head's statistic on one time axis shared by the runs (the resampling rule of
    `analysis.findings.comparison.common_grid`), normalised per head as the per-run analysis does
-   (`analysis.trajectories.map.normalise`, ``zscore``: the shape of the curve, not its level or scale).
+   (`analysis.trajectories.maps.normalise`, ``zscore``: the shape of the curve, not its level or scale).
 2. **Clusters.** Euclidean k-means over all the heads at once, k in ``2 .. 6`` by the largest silhouette
    (`analysis.trajectories.type_association.cluster_points`), chosen without looking at the runs or the types. The k-means
-   starts from deterministic points (`analysis.trajectories.map.kmeans`), and every computation below runs over the
-   heads in `analysis.trajectories.map.canonical_order` (by their values, then run, layer and type), so the same runs
+   starts from deterministic points (`analysis.trajectories.maps.kmeans`), and every computation below runs over the
+   heads in `analysis.trajectories.maps.canonical_order` (by their values, then run, layer and type), so the same runs
    give the same clusters, the same shuffles and the same figures in any order.
 3. **Four tests**, each a permutation p-value ``(1 + #{T_perm >= T}) / (1 + n)``:
 
@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score
 
-from headwatch.analysis.trajectories.map import canonical_order, kmeans, normalise
+from headwatch.analysis.trajectories.maps import canonical_order, kmeans, normalise
 from headwatch.analysis.trajectories.significance import DECISION_WORDS, SIGNIFICANCE, Decision, Judged, judge
 from headwatch.analysis.trajectories.type_association import PERMUTATIONS, cluster_points, permutation_p, shuffles
 

@@ -31,8 +31,8 @@ import pandas as pd
 
 from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, HEAD_TYPES_TABLE
 
-# A head attends with at least 30% of its query's mass to the type's position: the issue's "a formed induction
-# head scores 0.3-0.9" (Olsson et al. 2022 read induction heads off scores of this size), and the same share
+# A head attends with at least 30% of its query's mass to the type's position: a formed induction head scores
+# 0.3 to 0.9 (Olsson et al. 2022 read induction heads off scores of this size), and the same share
 # for the previous token and the first position, where a formed head puts most of its attention.
 ABSOLUTE = 0.3
 # ... and at least 5 times what uniform attention gives (binding for short sequences: T = 32 puts the

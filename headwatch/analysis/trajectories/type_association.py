@@ -5,8 +5,8 @@ kinds of trajectory; it leaves open "whether these clusters correspond to functi
 This module answers it for one run and one statistic:
 
 1. **Clusters.** Each head's trajectory (its statistic at every checkpoint with a value) is
-   normalised per head (`analysis.trajectories.map.normalise`, ``zscore``: the shape of the curve, not
-   its level) and grouped by Euclidean k-means (`analysis.trajectories.map.kmeans`, the grouping the
+   normalised per head (`analysis.trajectories.maps.normalise`, ``zscore``: the shape of the curve, not
+   its level) and grouped by Euclidean k-means (`analysis.trajectories.maps.kmeans`, the grouping the
    Refined LLC page uses, from deterministic starts: no seed). The number of clusters k is the one
    in ``2 .. 6`` with the largest silhouette (scikit-learn's `silhouette_score`), so the clusters are
    the ones the trajectories themselves separate best, chosen without looking at the types.
@@ -43,7 +43,7 @@ from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
-from headwatch.analysis.trajectories.map import kmeans, normalise, trajectories
+from headwatch.analysis.trajectories.maps import kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.significance import SIGNIFICANCE, Decision, Judged, judge
 
 CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins
@@ -145,7 +145,7 @@ def cluster_trajectories(values: np.ndarray) -> tuple[np.ndarray, int, float]:
 def cluster_points(x: np.ndarray) -> tuple[np.ndarray, int, float]:
     """k-means clusters of ``(N, D)`` normalised trajectories, k in `CLUSTER_RANGE` by the largest silhouette.
 
-    The k-means (`analysis.trajectories.map.kmeans`) starts from deterministic points, so the clusters depend on the
+    The k-means (`analysis.trajectories.maps.kmeans`) starts from deterministic points, so the clusters depend on the
     trajectories alone: not on a seed, nor on the order of the rows.
 
     Returns:

@@ -14,7 +14,7 @@ from headwatch.analysis.findings import sizes
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS, JointAlign, JointClusters
 from headwatch.analysis.store import Store
-from headwatch.analysis.trajectories.map import NORMALISATIONS, EmbeddingSettings, Normalisation
+from headwatch.analysis.trajectories.maps import NORMALISATIONS, EmbeddingSettings, Normalisation
 from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.trajectories.type_association import CLUSTER_RANGE, PERMUTATIONS
 from headwatch.dashboard import charts, derived, export, loader, viewstate

@@ -15,8 +15,8 @@ from headwatch.analysis.findings.sizes import SIZE_STATS
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import ATTENTION
-from headwatch.analysis.trajectories import map as maps
-from headwatch.analysis.trajectories.map import EmbeddingSettings, Normalisation, normalise
+from headwatch.analysis.trajectories import maps
+from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, normalise
 from headwatch.dashboard import style
 from headwatch.dashboard.labels import STATS, trajectory_stats_for
 from headwatch.dashboard.views.trajectories.data.maps import MIXED_COLOUR, TYPE_COLOURS

@@ -12,8 +12,8 @@ import pandas as pd
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import EMBEDDINGS, LLC
-from headwatch.analysis.trajectories import map as maps
-from headwatch.analysis.trajectories.map import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
+from headwatch.analysis.trajectories import maps
+from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.type_association import cluster_trajectories
 
 TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
@@ -37,7 +37,7 @@ def stored_maps(store: Store) -> pd.DataFrame | None:
 def embedding(
     store: Store, statistic: str, *, matrix: str, normalisation: Normalisation, settings: EmbeddingSettings
 ) -> pd.DataFrame:
-    """A trajectory map of one statistic of ``store`` (`analysis.trajectories.map.embed`: UMAP; the first in a process
+    """A trajectory map of one statistic of ``store`` (`analysis.trajectories.maps.embed`: UMAP; the first in a process
     compiles numba, ~30 s), with the columns of ``embeddings.parquet``."""
     xy, neighbors = maps.embed(stat_values(store, statistic, matrix=matrix), normalisation=normalisation, settings=settings)
     n_layers, n_heads = store.n_layers, store.n_heads
