@@ -3,11 +3,11 @@
 Measures, on this machine, for random per-head factors of Pythia-1.4B's shape (24 layers x 16
 heads, d_head 128, d_model 2048; 70,656 ordered pairs of heads in different layers, times
 three kinds):
-  (a) `analysis.composition.composition_scores` in the dtype the lens uses (float64, the
+  (a) `analysis.weights.composition.composition_scores` in the dtype the lens uses (float64, the
       store's ``spectrum_dtype``) and, for comparison, float32, wall seconds;
   (b) the rows it writes: every pair, and with ``--composition-top 8``; the bytes of one
       checkpoint's ``composition.parquet`` (zstd, as the store writes it) for each;
-  (c) the random baseline of the shape (`analysis.composition.random_baseline`), its seconds.
+  (c) the random baseline of the shape (`analysis.weights.composition.random_baseline`), its seconds.
 Prints Markdown rows for docs/benchmarks.md.
 
 Usage: python -m benchmarks.bench_composition [--device cpu|cuda] [--dtypes float64,float32] [--layers N]
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import every_pair, factor_benchmark, parquet_bytes, torch_machine
-from headwatch.analysis.composition import composition_scores, random_baseline, strongest_sources
+from headwatch.analysis.weights.composition import composition_scores, random_baseline, strongest_sources
 from headwatch.precompute.lenses.composition import composition_rows
 
 

@@ -122,7 +122,7 @@ def main() -> None:
     from safetensors import safe_open
 
     from benchmarks.fakehub import FakeHub, Repo
-    from headwatch.analysis.heads import checkpoint_statistics
+    from headwatch.analysis.weights.heads import checkpoint_statistics
     from headwatch.families.extract import attention_tensor_names, extract_heads
     from headwatch.families.registry import model_shape
     from headwatch.precompute.run import run_precompute

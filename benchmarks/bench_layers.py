@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from headwatch.analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
+from headwatch.analysis.weights.layers import gram_eigenvalues, layer_matrix_statistics
 
 PYTHIA_1_4B = {"n_layers": 24, "d_model": 2048, "d_mlp": 8192}
 PYTHIA_12B = {"n_layers": 36, "d_model": 5120, "d_mlp": 20480}

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from headwatch.analysis.heads import checkpoint_vectors
 from headwatch.analysis.stats.elementwise import elementwise_statistics
 from headwatch.analysis.stats.spectrum import singular_values
+from headwatch.analysis.weights.heads import checkpoint_vectors
 from headwatch.families.extract import attention_tensor_names, extract_qk
 from headwatch.families.registry import model_shape
 from headwatch.precompute.run import run_precompute

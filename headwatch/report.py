@@ -129,11 +129,11 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
 
 
 def llc_flags_section(store: Store) -> list[str]:
-    """Whether the refined LLCs can be trusted, as Markdown: every flag of `analysis.llc_diagnostics` with its count
+    """Whether the refined LLCs can be trusted, as Markdown: every flag of `analysis.llc.diagnostics` with its count
     over the run's estimates and what it means, the negative estimates named (never counted as converged) with what
     they mean and what to change. Empty for a store without llc.parquet."""
     from headwatch.analysis.findings.llc_flags import flag_totals, flag_totals_text
-    from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
+    from headwatch.analysis.llc.diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
 
     if not store.has(LLC):
         return []
@@ -154,7 +154,7 @@ def llc_flags_section(store: Store) -> list[str]:
     heads, model = flags[0][estimated], flags[1][estimated]
     counts = flag_totals(heads, model)
     lines += [
-        "Every estimate judged from its chains' loss traces by the rule of `analysis/llc_diagnostics.py` (the Refined "
+        "Every estimate judged from its chains' loss traces by the rule of `analysis/llc/diagnostics.py` (the Refined "
         "LLC page's diagnostics): " + flag_totals_text(heads, model),
         "",
         _table(pd.DataFrame({"flag": FLAGS, "estimates": [counts[f] for f in FLAGS], "meaning": [FLAG_NOTES[f] for f in FLAGS]})),
@@ -220,8 +220,8 @@ def association_section(store: Store, others: list[Store], *, named: bool = Fals
     """
     from headwatch.analysis.findings.association import asked_of, judged_run, replication_text, run_text, study_pairs
     from headwatch.analysis.findings.replicates import is_replicate, relation_text, replicate_hint
-    from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
-    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types
+    from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+    from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, PERMUTATIONS, end_types
 
     runs = [s for s in [store, *others] if end_types(s) is not None]
     lines = ["## Do the trajectory clusters correspond to head types?", ""]

@@ -15,7 +15,7 @@ from headwatch.analysis.findings.approaches import model_approaches
 from headwatch.analysis.findings.association import store_association
 from headwatch.analysis.findings.events import run_events as collect_events
 from headwatch.analysis.findings.sizes import store_joint_clusters
-from headwatch.analysis.llc_diagnostics import store_flags
+from headwatch.analysis.llc.diagnostics import store_flags
 from headwatch.analysis.rmt.references import Reference, gaussian_references
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import NULL_COLUMNS

@@ -138,7 +138,7 @@ _STATS = [
         OVERLAP_COLUMN_DOCS["rel_change"],
     ),
 ]
-# forward-pass lenses (attention.parquet; analysis/attention.py): what the head does on text
+# forward-pass lenses (attention.parquet; analysis/attention/patterns.py): what the head does on text
 _A = ATTENTION_COLUMN_DOCS
 _STATS += [
     Stat("entropy", "attention entropy H (forward)", "H_attn", "bits", True, _A["entropy"], forward=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from headwatch.analysis.findings.events import Event, basis_text, key_events
-from headwatch.analysis.run_stages import NO_EVENT
+from headwatch.analysis.stages.run import NO_EVENT
 from headwatch.analysis.store import Meta, Store
 
 

@@ -145,7 +145,7 @@ WARM_MODULES = (
     "headwatch.dashboard.tables",
     "headwatch.dashboard.derived",
     "headwatch.analysis.findings.events",
-    "headwatch.analysis.type_association",
+    "headwatch.analysis.trajectories.type_association",
     "headwatch.analysis.findings.sizes",
     "headwatch.dashboard.views.head.figures.lines",
     "headwatch.dashboard.views.head.figures.density",

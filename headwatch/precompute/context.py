@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
-from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
+from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
 from headwatch.precompute.registry import Lens
 from headwatch.precompute.settings import RunOptions, StoreSettings

@@ -218,7 +218,7 @@ def all_head_pairs(n_layers: int, n_heads: int) -> int:
 
 # the forward lenses' sequences besides the evaluation ones, and the evaluation set the figures were measured on
 FORWARD_PROBE_SEQUENCES = 8  # the induction probe (precompute.evalset.INDUCTION_SEQUENCES)
-ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.essential.SEQUENCES of each kind)
+ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.stages.essential.SEQUENCES of each kind)
 FORWARD_REFERENCE = (32, 256)  # --eval-sequences, --eval-length of the Pythia-160M figures
 
 

@@ -4,7 +4,7 @@ devinterp's guidance is to choose the SGLD step size and n beta by looking at th
 traces before trusting an estimate: they must rise from the loss at w* and flatten, neither keep
 climbing nor run away. This command estimates one head's refined LLC (or the whole model's) at
 one checkpoint of a source under every combination of ``--lr``, ``--nbeta`` and
-``--localization``, flags each by the rule of `analysis.llc_diagnostics`, and writes:
+``--localization``, flags each by the rule of `analysis.llc.diagnostics`, and writes:
 
 - ``calibration.csv``: one row per setting: the estimate, the chains' spread, the flag, the rise
   between the halves in standard errors, seconds;
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.llc_diagnostics import chain_diagnostics, flag, rise_z
+from headwatch.analysis.llc.diagnostics import chain_diagnostics, flag, rise_z
 from headwatch.precompute import evalset
 from headwatch.precompute.lenses.forward import load_model
 from headwatch.precompute.lenses.llc import (
@@ -234,7 +234,7 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
 
 
 def recommend(trials: list[Trial]) -> Trial | None:
-    """The setting to use (module docstring): converged (so not negative, `analysis.llc_diagnostics.flag`) and above
+    """The setting to use (module docstring): converged (so not negative, `analysis.llc.diagnostics.flag`) and above
     zero, the chains in closest agreement; on a tie, the larger step size. None when no setting qualifies."""
     good = [t for t in trials if t.flag == "converged" and t.llc > 0]  # > 0: the spread is read relative to it
     if not good:
@@ -301,7 +301,7 @@ def figure(trials: list[Trial], label: str, step: int, out: Path) -> list[Path]:
         row = gammas.index(t.sampler.localization) * len(nbetas) + nbetas.index(t.sampler.n_beta)
         ax = axes[row][lrs.index(t.sampler.lr)]
         # the mean of each pass over the sampler's sequences, drawn at the pass's last step: the raw draws swing with
-        # which sequence they hold far more than they rise (the flag rule reads passes too, analysis.llc_diagnostics)
+        # which sequence they hold far more than they rise (the flag rule reads passes too, analysis.llc.diagnostics)
         batches = t.sampler.batches
         passes = t.trace.shape[1] // batches
         ends = batches * np.arange(1, passes + 1) - 1

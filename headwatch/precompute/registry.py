@@ -316,7 +316,7 @@ class CompositionOptions:
 
     Attributes:
         top: keep only the pairs whose source is among the ``top`` highest-scoring sources of its
-            target head for q, k or v (`analysis.composition.strongest_sources`); None keeps every pair.
+            target head for q, k or v (`analysis.weights.composition.strongest_sources`); None keeps every pair.
     """
 
     top: int | None = None
@@ -341,7 +341,7 @@ class SimilarityOptions:
 
     Attributes:
         tolerance: the ultrametric test's tolerance: a triangle of heads counts as ultrametric when its
-            two largest sides differ by at most this share of its spread (`analysis.ultrametric`).
+            two largest sides differ by at most this share of its spread (`analysis.weights.ultrametric`).
     """
 
     tolerance: float = 0.1

@@ -51,9 +51,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
-from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import Failure, Meta, ModelInfo
 from headwatch.analysis.store.outputs import check_same_model, store_at
+from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
 from headwatch.families.registry import model_shape
 from headwatch.precompute import registry

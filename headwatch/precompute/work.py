@@ -22,9 +22,9 @@ from typing import Protocol, cast
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.heads import Device, checkpoint_statistics
 from headwatch.analysis.store import CheckpointEntry
 from headwatch.analysis.store.format import HEADS
+from headwatch.analysis.weights.heads import Device, checkpoint_statistics
 from headwatch.families.family import ModelShape
 from headwatch.precompute.context import PassJob
 from headwatch.precompute.factors import checked_factors

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import transformers
 from transformers import PreTrainedModel
 
-from headwatch.analysis.heads import Device, resolve_device  # one device rule for training and precompute
+from headwatch.analysis.weights.heads import Device, resolve_device  # one device rule for training and precompute
 from headwatch.training.corpus import Corpus
 from headwatch.training.markers import RUN_FILE, RUN_STARTED_FILE
 from headwatch.training.model import VOCAB_SIZE, build_model

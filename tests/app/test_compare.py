@@ -1,7 +1,7 @@
 """The Compare runs page through AppTest, on two stores made here that differ in depth (6 and 4 layers), heads,
 checkpoint schedule and tokens per step. The relative-depth bins, the time alignment and the checkpoint each run
 uses at a point of training are computed here from the store files with pandas, independently of
-`analysis.findings.runs`, and compared with what the page plots."""
+`analysis.findings.comparison`, and compared with what the page plots."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from benchmarks.synthetic_store import (
     add_synthetic_llc,
     write_synthetic_store,
 )
-from headwatch.analysis.findings import runs as compare
+from headwatch.analysis.findings import comparison as compare
 from tests.app.conftest import arr, chart, notices, open_page, view_link
 
 PAGE = "pages/compare_runs.py"
@@ -397,7 +397,7 @@ def _pca(x, settings):  # stands in for UMAP: deterministic, no numba compilatio
 
 
 def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std", "norm": "zscore"})
@@ -435,7 +435,7 @@ def test_joint_trajectory_map_marks_both_runs(two_runs, monkeypatch):
 
 
 def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "joint": SHALLOW, "stat": "std"})
@@ -450,7 +450,7 @@ def test_a_click_on_another_runs_head_opens_it_in_that_run(two_runs, monkeypatch
 
 
 def test_trajectory_map_without_joint_runs_is_the_single_run_map(two_runs, monkeypatch):
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.setattr(trajectories, "umap_embed", _pca)
     at = open_page(TRAJ, {"run": DEEP, "stat": "std"})

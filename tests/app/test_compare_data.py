@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.findings.runs import RunSeries
+from headwatch.analysis.findings.comparison import RunSeries
 from headwatch.dashboard.views.compare import data
 
 

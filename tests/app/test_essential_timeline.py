@@ -206,7 +206,7 @@ def _docs_table() -> dict[str, tuple[str, float | None]]:
 
 @pytest.mark.parametrize("run", sorted(_docs_table()))
 def test_the_window_and_the_share_of_pc1_are_those_the_docs_measured(run: str) -> None:
-    from headwatch.analysis.essential import store_trajectory
+    from headwatch.analysis.stages.essential import store_trajectory
     from headwatch.dashboard.views.timeline.data import forming_window, pc1_share
 
     cell, share = _docs_table()[run]

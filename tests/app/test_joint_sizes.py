@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
-from headwatch.analysis.joint_clusters import TESTS
-from headwatch.analysis.significance import DECISION_WORDS
+from headwatch.analysis.across_sizes.joint_clusters import TESTS
+from headwatch.analysis.trajectories.significance import DECISION_WORDS
 from headwatch.dashboard import style
 from headwatch.dashboard.views.trajectories.data.maps import TYPE_COLOURS
 from tests.app.conftest import chart, open_page
@@ -38,7 +38,7 @@ def ladder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture()
 def ladder(ladder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.delenv("STORE_REPO", raising=False)
@@ -205,7 +205,7 @@ LADDER = ["induction-d64", "induction-d128", "induction-d256", "induction-d512"]
 
 @pytest.fixture()
 def shipped(monkeypatch: pytest.MonkeyPatch) -> Path:
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
     from tests.conftest import SHIPPED_DATA
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
@@ -243,7 +243,7 @@ def test_compare_runs_and_the_joint_map_print_the_commands_figures_for_the_runs_
 def test_the_trajectory_maps_table_corrects_each_run_as_the_report_does(ladder: Path, tmp_path: Path) -> None:
     """Each run's p-values on the Trajectory map are corrected by Holm over the statistics tested in that run (its
     rows and the study's statistics of the other matrix): the same adjusted p-values `headwatch report` writes."""
-    from headwatch.analysis.type_association import ASSOCIATION_STATS
+    from headwatch.analysis.trajectories.type_association import ASSOCIATION_STATS
     from headwatch.cli import main
     from headwatch.dashboard.labels import STATS
 

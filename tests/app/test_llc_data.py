@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headwatch.analysis.llc_diagnostics import FLAGS, NEGATIVE_NOTE
+from headwatch.analysis.llc.diagnostics import FLAGS, NEGATIVE_NOTE
 from headwatch.dashboard.views.llc.data import (
     Estimates,
     cluster_sizes,

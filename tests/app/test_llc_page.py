@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import SYNTHETIC_NEGATIVE, SYNTHETIC_RISING, add_synthetic_llc
-from headwatch.analysis.llc_diagnostics import FLAGS
+from headwatch.analysis.llc.diagnostics import FLAGS
 from tests.app.conftest import arr, chart, open_page, serve_only
 from tests.conftest import SHIPPED_DATA
 

@@ -131,7 +131,7 @@ def test_trajectory_maps_without_their_record_are_said_to_lack_it(store_path, tm
 
 
 def test_trajectory_map_other_settings_compute_on_request(app_env, monkeypatch):
-    import headwatch.analysis.trajectories as trajectories
+    import headwatch.analysis.trajectories.maps as trajectories
 
     def pca(x, settings):  # stands in for UMAP: same shapes, no numba compilation
         u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)

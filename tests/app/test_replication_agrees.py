@@ -26,7 +26,7 @@ import pytest
 from headwatch.analysis.findings.association import store_association
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
-from headwatch.analysis.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
+from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
 from headwatch.cli import main
 from headwatch.dashboard.labels import LLC_STAT, STATS
 from tests.app.conftest import DIMS, ROOT, open_page

@@ -144,10 +144,10 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
 
 def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monkeypatch) -> None:
     """Both shipped seeds in the run list: the page names the statistics associated in this run after Holm's
-    correction (sigma of W_QK's AMI and p as `analysis.type_association.associate` gives them, unit-tested against
+    correction (sigma of W_QK's AMI and p as `analysis.trajectories.type_association.associate` gives them, unit-tested against
     scikit-learn) and says that none replicates on the second seed."""
     from headwatch.analysis.findings.values import stat_values
-    from headwatch.analysis.type_association import ASSOCIATION_PAIRS, associate, end_types
+    from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, associate, end_types
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))

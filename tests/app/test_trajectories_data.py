@@ -14,10 +14,10 @@ import pytest
 
 from benchmarks.synthetic_store import add_synthetic_forward
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.significance import DECISION_WORDS
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import LLC
-from headwatch.analysis.type_association import ASSOCIATION_STATS, Association
+from headwatch.analysis.trajectories.significance import DECISION_WORDS
+from headwatch.analysis.trajectories.type_association import ASSOCIATION_STATS, Association
 from headwatch.dashboard.views.trajectories.data.association import (
     association_reading,
     association_runs,

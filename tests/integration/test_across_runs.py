@@ -67,7 +67,7 @@ def test_no_verdict_turns_with_the_permutation_seed() -> None:
 
 
 def test_universal_is_said_only_on_a_positive_test_with_the_heads_against_it() -> None:
-    from headwatch.analysis.joint_clusters import TESTS
+    from headwatch.analysis.across_sizes.joint_clusters import TESTS
 
     joint = _joint([*LADDER, SEED2])
     table = sizes.association_table({s: j.association for s, j in joint.items()})

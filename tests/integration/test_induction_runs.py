@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headwatch.analysis.attention import uniform_induction_baseline
+from headwatch.analysis.attention.patterns import uniform_induction_baseline
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS
 from tests.conftest import SHIPPED_DATA

@@ -4,7 +4,7 @@ Every store under ``data/`` with an ``llc.parquet`` must hold what `scripts/indu
 checkpoints listed in ``meta.json``, every head and the whole model at each, under the default sampler settings
 (`precompute.settings.SamplerSettings`: 4 chains x (48 burn-in + 96 draws), the setting that ranks heads as the
 paper's 4 x 200 chains do, docs/precompute.md), and every estimate's chains in ``llc_chains.parquet`` with its
-flag (`analysis.llc_diagnostics`). An estimate under other settings, or without diagnostics, is not shipped (the
+flag (`analysis.llc.diagnostics`). An estimate under other settings, or without diagnostics, is not shipped (the
 plain-text runs' 2 x 8 estimates were removed on 2026-11-26 for that reason).
 
 The whole-model row moves every one of the model's parameters (counted here from its config, for GPT-2 and
@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from headwatch.analysis.llc_diagnostics import store_flags
+from headwatch.analysis.llc.diagnostics import store_flags
 from headwatch.analysis.store import open_store, read_table
 from headwatch.analysis.store.format import EVAL_LOSS, LLC
 from headwatch.precompute.settings import SamplerSettings

@@ -1,7 +1,7 @@
 """The similarity lens end to end: ``python -m headwatch.precompute --lenses similarity`` on tiny suites saved by
 transformers, its pair statistics against dense float64 matrices of each model's own attention weights and
 scipy.linalg.subspace_angles (GPT-NeoX, GPT-2, Llama with grouped-query attention), LayerNorm left unfolded,
-the per-layer ultrametricity against analysis.ultrametric on those dense values, resumed, added to a store
+the per-layer ultrametricity against analysis.weights.ultrametric on those dense values, resumed, added to a store
 made without it, and refused where it cannot run."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import transformers
 
-from headwatch.analysis.similarity import COLUMNS
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import SIMILARITY, ULTRAMETRICITY
-from headwatch.analysis.ultrametric import distance, ultrametric_shares
+from headwatch.analysis.weights.similarity import COLUMNS
+from headwatch.analysis.weights.ultrametric import distance, ultrametric_shares
 from headwatch.precompute.registry import SimilarityOptions
 from headwatch.precompute.run import run_precompute
 from headwatch.precompute.settings import RunOptions

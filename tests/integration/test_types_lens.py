@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headwatch.analysis.head_types import uniform_nulls
+from headwatch.analysis.attention.head_types import uniform_nulls
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.precompute.lenses.types import main

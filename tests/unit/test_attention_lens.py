@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from headwatch.analysis.attention import AttentionSums, induction_scores, js_divergence
+from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, js_divergence
 from headwatch.precompute.evalset import EvalTextError, make_eval_set
 from headwatch.precompute.lenses.forward import ForwardJob, forward_statistics
 

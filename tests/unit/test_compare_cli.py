@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
-from headwatch.analysis.joint_clusters import TESTS
+from headwatch.analysis.across_sizes.joint_clusters import TESTS
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.cli import main

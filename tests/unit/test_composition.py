@@ -1,4 +1,4 @@
-"""analysis.composition against dense numpy products, a planted pair and the analytic baseline."""
+"""analysis.weights.composition against dense numpy products, a planted pair and the analytic baseline."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from headwatch.analysis.composition import (
+from headwatch.analysis.weights.composition import (
     KINDS,
     baseline_draws,
     baseline_rms,
@@ -118,7 +118,7 @@ def test_the_analytic_mean_square_matches_simulation_and_bounds_the_simulated_ba
     # one draw of the baseline is the mean over those pairs
     assert baseline_draws(d_head, d_model, heads=48) == 64
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("headwatch.analysis.composition.BASELINE_MAX_DRAWS", 1)
+        mp.setattr("headwatch.analysis.weights.composition.BASELINE_MAX_DRAWS", 1)
         one = random_baseline(d_head, d_model, heads=48, seed=7)
     np.testing.assert_allclose([one[k] for k in KINDS], scores.mean(dim=(1, 2)).numpy(), rtol=1e-12)
     baseline = random_baseline(d_head, d_model)  # 64 draws of 16 x 16 pairs

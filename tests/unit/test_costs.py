@@ -172,7 +172,7 @@ def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str)
 def test_the_forward_lenses_sequences_are_the_lenses_own() -> None:
     """The sequences the forward and essential-dynamics figures are scaled by: the lenses' own counts (the induction
     probe's, the essential sample's 4 + 4), the essential lens taking fewer evaluation sequences when there are fewer."""
-    from headwatch.analysis.essential import SEQUENCES
+    from headwatch.analysis.stages.essential import SEQUENCES
     from headwatch.precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES, INDUCTION_SEQUENCES
 
     assert costs.FORWARD_PROBE_SEQUENCES == INDUCTION_SEQUENCES and costs.ESSENTIAL_SEQUENCES == 2 * SEQUENCES

@@ -1,4 +1,4 @@
-"""Essential dynamics (analysis/essential.py): the principal components against numpy's SVD, a synthetic trajectory's
+"""Essential dynamics (analysis/stages/essential.py): the principal components against numpy's SVD, a synthetic trajectory's
 known cusp, the sample's positions and tokens."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headwatch.analysis import essential as ed
+from headwatch.analysis.stages import essential as ed
 
 
 def _svd_scores(outputs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
-from headwatch.analysis.findings import runs as compare
+from headwatch.analysis.findings import comparison as compare
 from headwatch.analysis.findings.events import Event, head_link, url_value
 from headwatch.analysis.findings.paths import induction_paths, partners, strongest
 from headwatch.analysis.findings.values import stat_values
@@ -185,8 +185,8 @@ def test_the_open_questions_paragraph_reads_as_sentences():
     are listed apart (issue 62: the paragraph counted p < 0.05 uncorrected while the tables beside it said Holm's
     decision)."""
     from headwatch.analysis.findings.association import Asked, JudgedAssociation, open_question_text
-    from headwatch.analysis.significance import Judged
-    from headwatch.analysis.type_association import Association
+    from headwatch.analysis.trajectories.significance import Judged
+    from headwatch.analysis.trajectories.type_association import Association
 
     def tested(p: float, adjusted: float, decision) -> JudgedAssociation:
         judged = Judged(p=p, se=0.001, adjusted=adjusted, low=adjusted - 0.01, high=adjusted + 0.01, family=3, decision=decision)

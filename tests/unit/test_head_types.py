@@ -1,4 +1,4 @@
-"""analysis.head_types: the uniform-attention nulls against brute force, the thresholds, and the hysteresis and
+"""analysis.attention.head_types: the uniform-attention nulls against brute force, the thresholds, and the hysteresis and
 emergence rule on synthetic score curves with known crossings and noise."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from headwatch.analysis.attention import AttentionSums, induction_scores, uniform_induction_baseline
-from headwatch.analysis.head_types import (
+from headwatch.analysis.attention.head_types import (
     emergence_index,
     first_index,
     head_type_frames,
@@ -19,6 +18,7 @@ from headwatch.analysis.head_types import (
     types_held,
     uniform_nulls,
 )
+from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, uniform_induction_baseline
 from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 
@@ -32,7 +32,7 @@ def uniform_causal(t: int, dtype=np.float64) -> np.ndarray:
 def test_the_nulls_are_uniform_attention_averaged_as_the_forward_lens_averages(t: int, r: int) -> None:
     b = 3  # sequences: every one gives the same value, the mean over them changes nothing
     alpha = np.broadcast_to(uniform_causal(t), (b, 1, t, t))  # (B, H, T, T)
-    # by hand, as analysis.attention documents: a_{i,i-1} over i = 2..T; a_{i,1} over every i
+    # by hand, as analysis.attention.patterns documents: a_{i,i-1} over i = 2..T; a_{i,1} over every i
     prev = sum(alpha[s, 0, i, i - 1] for s in range(b) for i in range(1, t)) / (b * (t - 1))
     sink = sum(alpha[s, 0, i, 0] for s in range(b) for i in range(t)) / (b * t)
     probe = np.broadcast_to(uniform_causal(2 * r), (b, 1, 2 * r, 2 * r))

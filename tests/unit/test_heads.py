@@ -1,4 +1,4 @@
-"""analysis.heads.checkpoint_statistics against a brute-force NumPy loop over heads."""
+"""analysis.weights.heads.checkpoint_statistics against a brute-force NumPy loop over heads."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from headwatch.analysis.heads import checkpoint_statistics
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HIST_Z_EDGES, NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.weights.heads import checkpoint_statistics
 
 N_LAYERS, N_HEADS, D_HEAD, D_MODEL = 2, 3, 8, 64
 N = D_MODEL * D_MODEL
@@ -174,7 +174,7 @@ def test_cuda_matches_cpu(weights, brute_force) -> None:
 
 
 def test_leading_vectors_are_those_of_the_dense_product(weights) -> None:
-    from headwatch.analysis.heads import checkpoint_vectors
+    from headwatch.analysis.weights.heads import checkpoint_vectors
 
     w_q, w_k = weights
     plain = checkpoint_statistics(w_q, w_k)

@@ -46,6 +46,13 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _copy_packages(config: configparser.ConfigParser, root: Path) -> None:
+    """The packages ``.importlinter`` reads, and the file itself, copied under ``root``."""
+    for package in config["importlinter"]["root_packages"].split():
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", root / ".importlinter")
+
+
 def test_import_linter_contracts_are_kept(tmp_path: Path) -> None:
     done = _lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -56,9 +63,7 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
     """On a copy of the packages, one import added to a benchmark (from tests/) and one to a command module (of the
     dashboard) break the two contracts that forbid them, and only those."""
     config = _contracts()
-    for package in config["importlinter"]["root_packages"].split():
-        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+    _copy_packages(config, tmp_path)
     with (tmp_path / "benchmarks" / "bench_layers.py").open("a") as bench:
         bench.write("\nfrom tests.integration.conftest import REPO  # noqa: E402\n")
     with (tmp_path / "headwatch" / "units.py").open("a") as command:
@@ -67,6 +72,24 @@ def test_the_contracts_see_a_benchmark_importing_tests_and_the_command_importing
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"{_count(config) - 2} kept, 2 broken" in done.stdout, done.stdout[-4000:]
     assert "benchmarks.bench_layers -> tests" in done.stdout and "headwatch.units -> headwatch.dashboard.loader" in done.stdout
+
+
+def test_the_contracts_see_a_subject_of_analysis_importing_one_above_it(tmp_path: Path) -> None:
+    """On a copy of the packages, the weights' maths importing what the pages say (`analysis.findings`) and one run's
+    stages importing its trajectories (a subject of the same layer) break the analysis-by-subject contract, and only
+    it."""
+    config = _contracts()
+    _copy_packages(config, tmp_path)
+    analysis = tmp_path / "headwatch" / "analysis"
+    with (analysis / "weights" / "heads.py").open("a") as heads:
+        heads.write("\nimport headwatch.analysis.findings.values  # noqa: E402\n")
+    with (analysis / "stages" / "curve.py").open("a") as curve:
+        curve.write("\nimport headwatch.analysis.trajectories.maps  # noqa: E402\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"{_count(config) - 1} kept, 1 broken" in done.stdout, done.stdout[-4000:]
+    assert "headwatch.analysis.weights.heads -> headwatch.analysis.findings.values" in done.stdout, done.stdout[-4000:]
+    assert "headwatch.analysis.stages.curve -> headwatch.analysis.trajectories.maps" in done.stdout, done.stdout[-4000:]
 
 
 def _root(name: str) -> str:

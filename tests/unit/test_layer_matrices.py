@@ -18,7 +18,6 @@ import torch
 import transformers
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.layer_matrices import gram_eigenvalues, layer_matrix_statistics
 from headwatch.analysis.rmt.marchenko_pastur import (
     mp_below,
     mp_cdf,
@@ -30,6 +29,7 @@ from headwatch.analysis.rmt.marchenko_pastur import (
     powerlaw_fit,
 )
 from headwatch.analysis.store.format import HIST_Z_EDGES
+from headwatch.analysis.weights.layers import gram_eigenvalues, layer_matrix_statistics
 from headwatch.families.blocks import block_roles, block_tensor_names, extract_blocks
 from headwatch.families.registry import model_shape
 

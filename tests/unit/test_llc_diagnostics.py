@@ -1,4 +1,4 @@
-"""The refined LLC's convergence diagnostics and flag rule (analysis/llc_diagnostics.py) on synthetic traces.
+"""The refined LLC's convergence diagnostics and flag rule (analysis/llc/diagnostics.py) on synthetic traces.
 
 Three kinds of loss trace, as devinterp's calibration guidance describes them: one that rose and
 flattened (a plateau plus noise), one still climbing (a linear rise plus noise) and one running
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS, RISING_Z, chain_diagnostics, flag, rise_z
+from headwatch.analysis.llc.diagnostics import FLAG_NOTES, FLAGS, RISING_Z, chain_diagnostics, flag, rise_z
 
 N_BETA = 30.0
 INIT = 2.0  # loss at w*, nats per token

@@ -20,9 +20,9 @@ from headwatch.analysis.findings.replicates import (
     replicate_hint,
     replicates_of,
 )
-from headwatch.analysis.significance import Decision, Judged
 from headwatch.analysis.store import open_store
-from headwatch.analysis.type_association import Association, replication
+from headwatch.analysis.trajectories.significance import Decision, Judged
+from headwatch.analysis.trajectories.type_association import Association, replication
 from tests.conftest import SHIPPED_DATA
 
 SHIPPED = {p.name: p for p in sorted(SHIPPED_DATA.iterdir()) if (p / "meta.json").is_file()}
@@ -121,7 +121,7 @@ def test_a_run_not_trained_here_has_no_replicate_and_the_hint_says_how_to_name_o
 
 
 def _tested(decision: Decision, p: float = 0.001) -> JudgedAssociation:
-    """A statistic of one run whose p over heads was judged ``decision`` (after Holm, `analysis.significance`)."""
+    """A statistic of one run whose p over heads was judged ``decision`` (after Holm, `analysis.trajectories.significance`)."""
     judged = Judged(p=p, se=0.0003, adjusted=3 * p, low=2 * p, high=4 * p, family=3, decision=decision)
     association = Association(
         ami=0.3, p_value=p, p_within_layers=p, permutations=9999, clusters=3, silhouette=0.3, types=2, heads=16

@@ -1,5 +1,5 @@
 """Boundaries where a curve's rate changes, the behavioural curves, the run's merged boundaries and their names
-(analysis/stages.py, analysis/run_stages.py), on synthetic curves with known breakpoints and on the shipped stores."""
+(analysis/stages/curve.py, analysis/stages/run.py), on synthetic curves with known breakpoints and on the shipped stores."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from headwatch.analysis.findings.events import stage_events, stage_rows
-from headwatch.analysis.run_stages import NO_EVENT, Support, count_stages, merge_boundaries, name_boundary, run_stages_from
-from headwatch.analysis.stages import Stage, StageRule, llc_stages, loss_stages
+from headwatch.analysis.stages.curve import Stage, StageRule, llc_stages, loss_stages
+from headwatch.analysis.stages.run import NO_EVENT, Support, count_stages, merge_boundaries, name_boundary, run_stages_from
 from headwatch.analysis.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from headwatch.analysis.significance import (
+from headwatch.analysis.trajectories.significance import (
     DECISION_WORDS,
     SIGNIFICANCE,
     decide,

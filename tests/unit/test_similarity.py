@@ -1,6 +1,6 @@
-"""analysis.similarity against dense numpy and scipy.linalg.subspace_angles, its invariance under a rotation
+"""analysis.weights.similarity against dense numpy and scipy.linalg.subspace_angles, its invariance under a rotation
 of the residual basis (and not under a scaling), the exact moments of its random baseline, and
-analysis.ultrametric on hand-built distances."""
+analysis.weights.ultrametric on hand-built distances."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from scipy.cluster.hierarchy import cophenet, linkage
 from scipy.spatial.distance import squareform
 from scipy.stats import ortho_group
 
-from headwatch.analysis.similarity import (
+from headwatch.analysis.weights.similarity import (
     COLUMNS,
     baseline_layers,
     expected,
@@ -23,7 +23,7 @@ from headwatch.analysis.similarity import (
     random_baseline,
     similarity,
 )
-from headwatch.analysis.ultrametric import distance, triangles, ultrametric_shares
+from headwatch.analysis.weights.ultrametric import distance, triangles, ultrametric_shares
 
 
 def dense_similarity(w_q: np.ndarray, w_k: np.ndarray, w_o_t: np.ndarray, w_v: np.ndarray) -> np.ndarray:
@@ -158,7 +158,7 @@ def test_random_heads_look_ultrametric_by_the_largest_side_alone_but_not_by_the_
         assert share is not None and share < 0.3, c
 
 
-# ------------------------------------------------------------------ analysis.ultrametric
+# ------------------------------------------------------------------ analysis.weights.ultrametric
 
 
 def test_a_hierarchy_is_ultrametric() -> None:

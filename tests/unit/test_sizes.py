@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from headwatch.analysis.across_sizes.joint_clusters import joint_associate, judge_joint, transfer_scores
+from headwatch.analysis.across_sizes.scaling import consolidation_index, fit_power_law
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings.runs import common_grid, joint_trajectories
+from headwatch.analysis.findings.comparison import common_grid, joint_trajectories
 from headwatch.analysis.findings.sizes import check_comparable, parameter_count
-from headwatch.analysis.joint_clusters import joint_associate, judge_joint, transfer_scores
-from headwatch.analysis.scaling import consolidation_index, fit_power_law
 from headwatch.analysis.store.meta import ModelInfo
 
 # --- the resampling rule -----------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""Stage boundaries on synthetic LLC and loss curves with known breakpoints and noise (analysis/stages.py)."""
+"""Stage boundaries on synthetic LLC and loss curves with known breakpoints and noise (analysis/stages/curve.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from headwatch.analysis.stages import (
+from headwatch.analysis.stages.curve import (
     StageRule,
     chain_standard_errors,
     llc_stages,

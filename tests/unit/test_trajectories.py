@@ -1,11 +1,11 @@
-"""analysis.trajectories: normalisation, kNN and edges against plain loops (UMAP itself: tests/integration)."""
+"""analysis.trajectories.maps: normalisation, kNN and edges against plain loops (UMAP itself: tests/integration)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from headwatch.analysis.trajectories import edge_pairs, fill_nonfinite, knn, normalise, trajectories
+from headwatch.analysis.trajectories.maps import edge_pairs, fill_nonfinite, knn, normalise, trajectories
 
 
 def test_trajectories_are_layer_major_rows():
@@ -66,7 +66,7 @@ def test_edge_pairs_are_unique_and_undirected():
 
 
 def test_steps_without_any_value_are_left_out():
-    from headwatch.analysis.trajectories import trajectories
+    from headwatch.analysis.trajectories.maps import trajectories
 
     values = np.arange(4 * 2 * 3, dtype=np.float64).reshape(4, 2, 3)
     values[1] = np.nan  # a step the statistic was not computed at
@@ -80,7 +80,7 @@ def test_steps_without_any_value_are_left_out():
 def test_kmeans_finds_separated_clusters_and_is_no_worse_than_scikit_learn():
     from sklearn.cluster import KMeans
 
-    from headwatch.analysis.trajectories import kmeans
+    from headwatch.analysis.trajectories.maps import kmeans
 
     rng = np.random.default_rng(3)
     centres = np.array([[0.0, 0, 0, 0], [10, 10, 0, 0], [0, 0, 10, -10]])
@@ -106,7 +106,7 @@ def test_kmeans_gives_the_same_clusters_for_the_points_in_any_order():
     Scikit-learn's seeded k-means++ on the same points, reordered, finds other local minima."""
     from sklearn.metrics import adjusted_rand_score
 
-    from headwatch.analysis.trajectories import kmeans
+    from headwatch.analysis.trajectories.maps import kmeans
 
     rng = np.random.default_rng(11)
     x = rng.normal(size=(56, 50))  # no structure: many local minima, as the joint trajectories have

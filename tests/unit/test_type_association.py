@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score, mutual_info_score
 
-from headwatch.analysis.type_association import (
+from headwatch.analysis.trajectories.type_association import (
     associate,
     cluster_trajectories,
     judge_associations,

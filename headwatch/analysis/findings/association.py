@@ -4,9 +4,9 @@ words: one statistic of one store asked (`store_association`), a run's statistic
 and the sentences (`run_text`, `replication_text`, and the Timeline's paragraph `open_question_text`).
 
 Each run's p-values are read with their Monte Carlo error and corrected by Holm over the statistics tested in it,
-the study's pairs (`analysis.type_association.ASSOCIATION_PAIRS`) that the run has, whoever asks: the decisions
-``associated``, ``not shown`` and ``undecided`` (`analysis.significance`) are the same on every page and in the
-report. Replication is read from those decisions (`analysis.type_association.replication`): an association
+the study's pairs (`analysis.trajectories.type_association.ASSOCIATION_PAIRS`) that the run has, whoever asks: the decisions
+``associated``, ``not shown`` and ``undecided`` (`analysis.trajectories.significance`) are the same on every page and in the
+report. Replication is read from those decisions (`analysis.trajectories.type_association.replication`): an association
 replicates where it is associated in this run and in every replicate; an undecided run leaves it undecided unless
 another run shows no association.
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headwatch.analysis.findings.values import stat_values
-from headwatch.analysis.significance import Judged
 from headwatch.analysis.store import Store
-from headwatch.analysis.type_association import (
+from headwatch.analysis.trajectories.significance import Judged
+from headwatch.analysis.trajectories.type_association import (
     ASSOCIATION_PAIRS,
     LLC_STATISTIC,
     REPLICATION_WORDS,
@@ -49,7 +49,7 @@ Pair = tuple[str, str]  # (statistic, matrix); the refined LLC's matrix is "qk" 
 
 def store_association(store: Store, statistic: str, *, matrix: str = "qk") -> Found:
     """The trajectory clusters of one statistic of ``store`` against its heads' types at the last checkpoint with
-    head types (`analysis.type_association.associate`).
+    head types (`analysis.trajectories.type_association.associate`).
 
     Returns:
         ``(Association, cluster labels, type labels, step of the types)``, labels ``(n_layers * n_heads,)``
@@ -67,9 +67,9 @@ class JudgedAssociation:
     """One statistic of one run, its association judged with the run's other statistics.
 
     Attributes:
-        association: the clusters against the types (`analysis.type_association.Association`).
+        association: the clusters against the types (`analysis.trajectories.type_association.Association`).
         over, within: its p-values over heads and within layers, each with its Monte Carlo error and Holm's
-            correction over the run's statistics (`analysis.type_association.judge_associations`).
+            correction over the run's statistics (`analysis.trajectories.type_association.judge_associations`).
         clusters, types: ``(n_layers * n_heads,)`` the heads' cluster and type labels, layer-major.
         step: the step of the types.
     """
@@ -88,7 +88,7 @@ def pair_of(statistic: str, matrix: str) -> Pair:
 
 
 def study_pairs(store: Store) -> list[Pair]:
-    """The study's (statistic, matrix) pairs (`analysis.type_association.ASSOCIATION_PAIRS`) that ``store`` has: the
+    """The study's (statistic, matrix) pairs (`analysis.trajectories.type_association.ASSOCIATION_PAIRS`) that ``store`` has: the
     statistics tested in it, and corrected together."""
     return [(s, m) for s, m in ASSOCIATION_PAIRS if has_statistic(store, s, m)]
 
@@ -139,7 +139,7 @@ class Asked:
 
     @property
     def verdict(self) -> Replication | None:
-        """Whether the association replicates (`analysis.type_association.replication` over this run's decision and
+        """Whether the association replicates (`analysis.trajectories.type_association.replication` over this run's decision and
         the replicates', over heads); None when no replicate has the statistic."""
         if not self.replicates:
             return None

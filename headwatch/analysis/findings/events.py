@@ -35,7 +35,7 @@ import pandas as pd
 from headwatch.analysis.findings.approaches import model_approaches
 from headwatch.analysis.findings.held_types import TYPE_LABELS, type_summaries
 from headwatch.analysis.findings.names import head_name
-from headwatch.analysis.run_stages import curve_label
+from headwatch.analysis.stages.run import curve_label
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, STAGES
 
@@ -181,7 +181,7 @@ def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
         return []
     values, spread = llc[have], std[have]
     rise = values[1:] - values[:-1]  # (T-1, L, H)
-    # a negative estimate is not a learning coefficient (analysis.llc_diagnostics.NEGATIVE_NOTE): no rise from or to one
+    # a negative estimate is not a learning coefficient (analysis.llc.diagnostics.NEGATIVE_NOTE): no rise from or to one
     rise = np.where((values[1:] < 0) | (values[:-1] < 0), -np.inf, rise)
     se = np.sqrt(spread[1:] ** 2 + spread[:-1] ** 2)
     order = np.argsort(rise, axis=None)[::-1][:top]

@@ -1,7 +1,7 @@
 """The head types of a store as the views and ``headwatch report`` read them: which types each head holds at each
 shown step, when it became each, how many heads hold each type over training, and each type in one sentence.
 
-The types themselves (scores against uniform-attention nulls, thresholds, hysteresis) are `analysis.head_types`'s
+The types themselves (scores against uniform-attention nulls, thresholds, hysteresis) are `analysis.attention.head_types`'s
 and the types lens's (docs/head-types.md); this module only reads what the lens stored, through the store's one
 accessor (`analysis.store.Store.dense`, `Store.frame`).
 """

@@ -1,15 +1,15 @@
 """Whether a run's refined-LLC estimates can be trusted, as the Refined LLC page and ``headwatch report`` both say it:
-how many estimates hold each flag of `analysis.llc_diagnostics` (a negative estimate is ``negative``, never
+how many estimates hold each flag of `analysis.llc.diagnostics` (a negative estimate is ``negative``, never
 ``converged``), and what the negative ones mean and what to change.
 
-Pure: takes the flags `analysis.llc_diagnostics.store_flags` gives, returns counts and sentences.
+Pure: takes the flags `analysis.llc.diagnostics.store_flags` gives, returns counts and sentences.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from headwatch.analysis.llc_diagnostics import FLAGS, NEGATIVE_NOTE
+from headwatch.analysis.llc.diagnostics import FLAGS, NEGATIVE_NOTE
 
 
 def flag_totals(heads: np.ndarray, model: np.ndarray) -> dict[str, int]:

@@ -4,17 +4,17 @@ clusters of all the runs, and the timescales against the parameter count.
 What ``headwatch compare`` writes and the Compare runs page's "Across sizes" section shows, computed once here:
 
 - `size_table`: one row per run: its parameter count (`parameter_count`), checkpoints, last step and tokens,
-  and per head type the first emergence step (`analysis.findings.runs.emergence_table`) and the heads that
+  and per head type the first emergence step (`analysis.findings.comparison.emergence_table`) and the heads that
   hold the type at the end.
 - `consolidation_table`: one row per run, layer and statistic: the layer's mean statistic over its heads, and
-  the checkpoint by which it has made 90% of its total change for good (`analysis.scaling.consolidation_index`),
+  the checkpoint by which it has made 90% of its total change for good (`analysis.across_sizes.scaling.consolidation_index`),
   as a step, tokens and a fraction of the run.
-- `joint_clusters`: every head of every run on one time axis (`analysis.findings.runs.joint_trajectories`),
+- `joint_clusters`: every head of every run on one time axis (`analysis.findings.comparison.joint_trajectories`),
   clustered together, the clusters tested against the types, the layers, the runs and a left-out run's types
-  (`analysis.joint_clusters`); `association_table` and `joint_readings` say the tests of several statistics with
+  (`analysis.across_sizes.joint_clusters`); `association_table` and `joint_readings` say the tests of several statistics with
   their Monte Carlo error and Holm's correction over them, and the heads that break the match (`type_breaks`).
 - `scaling_fits`: each emergence step and the first and last layers' consolidation steps against the parameter
-  count (`analysis.scaling.fit_power_law`), or why three sizes say nothing.
+  count (`analysis.across_sizes.scaling.fit_power_law`), or why three sizes say nothing.
 
 A run is named by its store folder's name unless the caller names it. Stores are checked first
 (`check_comparable`): a comparison needs two or more runs holding the statistics compared.
@@ -30,18 +30,18 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.across_sizes.joint_clusters import TESTS, JointAssociation, joint_associate, judge_joint
+from headwatch.analysis.across_sizes.scaling import PowerLaw, consolidation_index, fit_power_law
 from headwatch.analysis.errors import StoreError
+from headwatch.analysis.findings.comparison import common_grid, emergence_table, joint_trajectories
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.findings.names import head_name
-from headwatch.analysis.findings.runs import common_grid, emergence_table, joint_trajectories
 from headwatch.analysis.findings.values import stat_values
-from headwatch.analysis.joint_clusters import TESTS, JointAssociation, joint_associate, judge_joint
-from headwatch.analysis.scaling import PowerLaw, consolidation_index, fit_power_law
-from headwatch.analysis.significance import MONTE_CARLO_LEVEL
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.analysis.store.meta import ModelInfo
-from headwatch.analysis.type_association import ASSOCIATION_STATS, PERMUTATIONS, end_types
+from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL
+from headwatch.analysis.trajectories.type_association import ASSOCIATION_STATS, PERMUTATIONS, end_types
 
 JointAlign = Literal["fraction", "tokens"]
 JOINT_ALIGNMENTS: dict[str, str] = {
@@ -135,7 +135,7 @@ def consolidation_table(
     stores: dict[str, Store], *, matrix: str = "qk", statistics: tuple[str, ...] = SIZE_STATS
 ) -> pd.DataFrame:
     """One row per run, layer and statistic: when the layer's mean statistic (over its heads) consolidated
-    (`analysis.scaling.consolidation_index`, share `CONSOLIDATION_SHARE`): ``step``, ``tokens``, ``fraction`` (of the
+    (`analysis.across_sizes.scaling.consolidation_index`, share `CONSOLIDATION_SHARE`): ``step``, ``tokens``, ``fraction`` (of the
     run's last step), ``relative depth`` (layer / n_layers); empty where the mean has no total change."""
     rows = []
     for name, store in stores.items():
@@ -166,7 +166,7 @@ class JointClusters:
     """The joint trajectory clusters of several runs.
 
     Attributes:
-        association: what the clusters follow (`analysis.joint_clusters.JointAssociation`).
+        association: what the clusters follow (`analysis.across_sizes.joint_clusters.JointAssociation`).
         heads: one row per head: ``run``, ``layer``, ``head``, ``type`` (at the run's last checkpoint with head
             types), ``cluster``.
         traj: ``(N, G)`` the trajectories clustered (raw values on the common grid, rows as ``heads``).
@@ -196,7 +196,7 @@ def joint_clusters(
     Args:
         stores: the runs, by name.
         values: each run's ``(S, n_layers, n_heads)`` statistic (`analysis.findings.values.stat_values`).
-        align: the common time axis (`JOINT_ALIGNMENTS`; `analysis.findings.runs.common_grid` is the rule).
+        align: the common time axis (`JOINT_ALIGNMENTS`; `analysis.findings.comparison.common_grid` is the rule).
         permutations: shuffles per p-value.
 
     Raises:
@@ -250,10 +250,10 @@ def size_tables(stores: dict[str, Store], *, matrix: str = "qk") -> tuple[pd.Dat
 
 
 def association_table(associations: dict[str, JointAssociation]) -> pd.DataFrame:
-    """One row per test and statistic (`analysis.joint_clusters.TESTS`, each test's rows together, for Holm corrects
+    """One row per test and statistic (`analysis.across_sizes.joint_clusters.TESTS`, each test's rows together, for Holm corrects
     each test over the statistics asked together): the AMI (or, leaving a run out, the gain over shuffled types in
     nats per head), the permutation p with its Monte Carlo standard error, Holm's adjusted p, its Monte Carlo
-    interval, and the verdict (`analysis.significance`). What `headwatch compare` writes, Compare runs' Across sizes
+    interval, and the verdict (`analysis.trajectories.significance`). What `headwatch compare` writes, Compare runs' Across sizes
     and the Trajectory map's joint map show."""
     verdicts = judge_joint(associations)
     rows = []
@@ -283,7 +283,7 @@ def association_table(associations: dict[str, JointAssociation]) -> pd.DataFrame
 
 def joint_readings(joint: dict[str, JointClusters]) -> dict[str, str]:
     """Per statistic, one paragraph (Markdown): the runs it was asked of, k and the heads, what the tests say
-    (`analysis.joint_clusters.reading`, over the statistics of ``joint`` together) and the heads that break the
+    (`analysis.across_sizes.joint_clusters.reading`, over the statistics of ``joint`` together) and the heads that break the
     match of types and clusters (`type_breaks`)."""
     verdicts = judge_joint({stat: j.association for stat, j in joint.items()})
     out = {}
@@ -374,7 +374,7 @@ def _convert(sizes: pd.DataFrame, run: str, step: float, unit: str) -> float:
 
 def scaling_fits(sizes: pd.DataFrame, consolidation: pd.DataFrame) -> list[tuple[str, PowerLaw]]:
     """Power laws of each timescale of `scaling_series`, in steps, against the parameter count
-    (`analysis.scaling.fit_power_law`; no fit, with the reason in words, where the sizes are too few)."""
+    (`analysis.across_sizes.scaling.fit_power_law`; no fit, with the reason in words, where the sizes are too few)."""
     return [(f"{what}, in steps", fit_power_law(n, t)) for what, n, t, _ in scaling_series(sizes, consolidation)]
 
 

@@ -117,7 +117,7 @@ def draw_statistics(
         r_a = np.linalg.cholesky(w_q @ w_q.T).T  # (d_head, d_head), R^T R = A^T A with A = w_q^T
         r_b = np.linalg.cholesky(w_k @ w_k.T).T
         sv = np.linalg.svd(r_a @ r_b.T, compute_uv=False)
-        # the dense product in float32, as the precompute job forms it (`analysis.heads`)
+        # the dense product in float32, as the precompute job forms it (`analysis.weights.heads`)
         rows.append({**elementwise(w_q.T.astype(np.float32) @ w_k.astype(np.float32)), **spectral(sv, d_model)})
         lams.append(sv**2)
     values = {k: np.array([r[k] for r in rows]) for k in rows[0]}

@@ -69,7 +69,7 @@ def elementwise_statistics(
             of ``w``'s dtype and one int32, each with at least ``batch * N``
             elements. Their contents are overwritten.
         moments: optional ``(mean, E[w^2])`` per row, float64, known exactly from elsewhere
-            (a low-rank product's factors: `analysis.heads`). They replace two passes over
+            (a low-rank product's factors: `analysis.weights.heads`). They replace two passes over
             ``w`` and are more accurate than a float32 pass; sigma^2 = E[w^2] - mean^2. Rows
             where that difference is not well conditioned (sigma^2 < 1e-8 E[w^2]: a nearly
             constant matrix) are computed from ``w`` instead.

@@ -11,7 +11,7 @@ formed in the row's own dtype with the same operations as the torch path (no fus
 multiply-add), so both paths bin alike.
 
 Each kernel takes one 1-D row, releases the GIL and runs on the calling thread:
-`analysis.heads` spreads layers over threads, `analysis.stats.elementwise` spreads rows.
+`analysis.weights.heads` spreads layers over threads, `analysis.stats.elementwise` spreads rows.
 `row_statistics` puts them together for one row; numpy only, so the dashboard's
 random-head references (`analysis.rmt.references`) run the same code as the precompute job.
 """

@@ -134,7 +134,7 @@ EMBEDDING_COLUMN_DOCS: dict[str, str] = {
     "trajectories in normalised space, nearest first",
 }
 
-# layers.parquet: every whole-layer weight matrix (analysis/layer_matrices.py, docs/design-notes.md section 7).
+# layers.parquet: every whole-layer weight matrix (analysis/weights/layers.py, docs/design-notes.md section 7).
 LAYER_KEY_COLUMNS = ("step", "layer", "role")
 # Every role a block weight can have, in display order (a store's roles are a subset;
 # each family's adapter, `families.family.Family.blocks`, says which of its tensors play each).
@@ -335,7 +335,7 @@ LAYERS = TableSpec(
 
 # Forward-pass lenses (docs/design-notes.md section 8; `python -m headwatch.precompute --lenses attention`): what the
 # heads do on a fixed evaluation set, per checkpoint with statistics. meta.json ``forward``
-# (`analysis.store.meta.ForwardInfo`) says which sequences; ``analysis/attention.py`` holds the math.
+# (`analysis.store.meta.ForwardInfo`) says which sequences; ``analysis/attention/patterns.py`` holds the math.
 ATTENTION_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "layer": "layer index, 0-based (int32)",
@@ -445,7 +445,7 @@ LLC = TableSpec(
     sort=("step", "layer", "head"),
 )
 
-# Convergence diagnostics of every refined-LLC estimate (analysis/llc_diagnostics.py states the rule that
+# Convergence diagnostics of every refined-LLC estimate (analysis/llc/diagnostics.py states the rule that
 # flags an estimate from them), one row per chain, written with llc.parquet.
 LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
@@ -482,13 +482,13 @@ LLC_CHAINS = TableSpec(
     "first and second half of its passes over the sampler's sequences, the slope over the second half and the "
     "whole loss trace. The flag "
     "of an estimate (converged, still rising, diverged) follows from them by the rule in "
-    "analysis/llc_diagnostics.py. Written with llc.parquet.",
+    "analysis/llc/diagnostics.py. Written with llc.parquet.",
     schema=LLC_CHAINS_SCHEMA,
     docs=LLC_CHAINS_COLUMN_DOCS,
     sort=("step", "layer", "head", "chain"),
 )
 
-# Composition between heads (analysis/composition.py; `python -m headwatch.precompute --lenses composition`): how much a
+# Composition between heads (analysis/weights/composition.py; `python -m headwatch.precompute --lenses composition`): how much a
 # head B in a later layer reads, through its queries, keys or values, what a head A in an earlier layer writes.
 # meta.json ``composition`` holds the random baseline a score is compared with and which pairs were kept.
 COMPOSITION_COLUMN_DOCS: dict[str, str] = {
@@ -520,7 +520,7 @@ COMPOSITION = TableSpec(
     sort=("step", "layer_a", "head_a", "layer_b", "head_b"),
 )
 
-# Head types (analysis/head_types.py; the `types` lens, made from attention.parquet after a run or on an existing
+# Head types (analysis/attention/head_types.py; the `types` lens, made from attention.parquet after a run or on an existing
 # store): which heads are previous-token, induction or sink heads at each checkpoint, each decided by its forward
 # score against the value under uniform causal attention (the null) and a threshold; meta.json ``types`` records
 # the nulls, the thresholds and the hysteresis rule.
@@ -579,7 +579,7 @@ HEAD_EMERGENCE = TableSpec(
     sort=("layer", "head", "type"),
 )
 
-# Developmental stages (analysis/stages.py states the rule for one curve, analysis/run_stages.py how the curves' boundaries
+# Developmental stages (analysis/stages/curve.py states the rule for one curve, analysis/stages/run.py how the curves' boundaries
 # merge into the run's and are named, docs/stages.md explains it; the `stages` lens, made from llc.parquet,
 # eval_loss.parquet and the head types after a run or on an existing store): each curve cut where its trend or its
 # rate changes by more than k standard errors, and the run cut at the merged boundaries of all of them. meta.json
@@ -629,9 +629,9 @@ STAGES = TableSpec(
     sort=("basis", "stage"),
 )
 
-# Essential dynamics (analysis/essential.py; `python -m headwatch.precompute --lenses essential`): per checkpoint, the model's
-# next-token log-probabilities on a fixed sample (meta.json ``essential`` records it), and their trajectory in its
-# leading principal components over the checkpoints, with its cusps.
+# Essential dynamics (analysis/stages/essential.py; `python -m headwatch.precompute --lenses essential`): per checkpoint,
+# the model's next-token log-probabilities on a fixed sample (meta.json ``essential`` records it), and their trajectory
+# in its leading principal components over the checkpoints, with its cusps.
 ESSENTIAL_OUTPUTS_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "logprobs": "the model's next-token log-probabilities (nats) on the sample of meta.json essential, in (sequence, "
@@ -675,10 +675,10 @@ ESSENTIAL = TableSpec(
     sort=("step", "component"),
 )
 
-# Head similarity that does not depend on the residual basis (analysis/similarity.py; `python -m headwatch.precompute
+# Head similarity that does not depend on the residual basis (analysis/weights/similarity.py; `python -m headwatch.precompute
 # --lenses similarity`): for every unordered pair of heads, how alike their W_QK and their W_OV are as matrices
 # and how close their column and row spaces are; per layer, how ultrametric (hierarchical) the heads' distances
-# are (analysis/ultrametric.py). meta.json ``similarity`` holds the random baselines and the tolerance.
+# are (analysis/weights/ultrametric.py). meta.json ``similarity`` holds the random baselines and the tolerance.
 SIMILARITY_STATS = ("qk_frob", "qk_col", "qk_row", "ov_frob", "ov_col", "ov_row")
 SIMILARITY_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",

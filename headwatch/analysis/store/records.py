@@ -115,7 +115,7 @@ COMPOSITION_RECORD = RecordType("composition", "how composition.parquet was made
 TYPES_RECORD = RecordType(
     "types",
     "how head_types.parquet and head_emergence.parquet were made (the nulls, thresholds and exit levels per "
-    "type, the rule, T and R, the steps; analysis.head_types)",
+    "type, the rule, T and R, the steps; analysis.attention.head_types)",
 )
 STAGES_RECORD = RecordType("stages", "how stages.parquet was made (rule, its parameters, the noise levels, primary)")
 SIMILARITY_RECORD = RecordType(
@@ -125,7 +125,7 @@ SIMILARITY_RECORD = RecordType(
 ESSENTIAL_RECORD = RecordType(
     "essential",
     "how essential_outputs.parquet and essential.parquet were made (the sample: sequences, positions, tokens and why; "
-    "the components and the variance they explain; the cusp rule; analysis.essential)",
+    "the components and the variance they explain; the cusp rule; analysis.stages.essential)",
 )
 FORWARD_RECORD = RecordType(
     "forward", "how the forward-pass tables were made (ForwardInfo)", read=ForwardInfo.from_dict, write=ForwardInfo.as_dict

@@ -2,7 +2,7 @@
 
 In the pass over each new checkpoint, `CompositionJob` turns the per-head factors of W_QK and
 W_OV (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the
-checkpoint's ``composition.parquet`` rows (`analysis.composition`: every ordered pair of heads
+checkpoint's ``composition.parquet`` rows (`analysis.weights.composition`: every ordered pair of heads
 in different layers, or with ``--composition-top K`` the K strongest sources of each target
 head per kind). `CompositionComputation.begin` records in ``meta.json`` ``composition`` the random
 baseline for the model's shapes and which pairs are kept; `CompositionComputation.fill` gives the
@@ -20,7 +20,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.composition import (
+from headwatch.analysis.store import ModelInfo
+from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.weights.composition import (
     BASELINE_HEADS,
     BASELINE_SEED,
     KINDS,
@@ -30,8 +32,6 @@ from headwatch.analysis.composition import (
     random_baseline,
     strongest_sources,
 )
-from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import COMPOSITION
 from headwatch.families.family import ModelShape
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
@@ -53,7 +53,7 @@ def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None 
 
     Args:
         step: the checkpoint's step.
-        scores: `analysis.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
+        scores: `analysis.weights.composition.composition_scores`' ``(3, n_layers, n_heads, n_layers, n_heads)``.
         keep: bool ``(n_layers, n_heads, n_layers, n_heads)``: the pairs to write (None: every pair with scores).
     """
     values = scores.numpy()

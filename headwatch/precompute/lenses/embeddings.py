@@ -8,7 +8,7 @@ result beside ``heads.parquet`` (one atomic commit, settings recorded in
     python -m headwatch.precompute.lenses.embeddings STORE [--statistics kl_gauss std ...]
 
 The table's columns are registered in `analysis.store.format.EMBEDDINGS` (one row
-per statistic, normalisation and head). The maths is in `analysis.trajectories`.
+per statistic, normalisation and head). The maths is in `analysis.trajectories.maps`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pyarrow as pa
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
-from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
+from headwatch.analysis.trajectories.maps import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
 from headwatch.precompute.context import BaseComputation, RunContext
 from headwatch.precompute.registry import EMBEDDINGS_LENS
 from headwatch.precompute.store.writer import commit_store
@@ -154,7 +154,7 @@ def add_embeddings(
     Args:
         store_path: the store directory.
         statistics: scalar columns to embed.
-        normalisation: trajectory normalisation (`analysis.trajectories.NORMALISATIONS`).
+        normalisation: trajectory normalisation (`analysis.trajectories.maps.NORMALISATIONS`).
         settings: UMAP and kNN settings.
 
     Returns:

@@ -1,10 +1,10 @@
-"""The essential-dynamics lens (`analysis.essential`; ``--lenses essential``): per checkpoint, the model's
+"""The essential-dynamics lens (`analysis.stages.essential`; ``--lenses essential``): per checkpoint, the model's
 next-token log-probabilities on a fixed sample, and their trajectory in its leading principal components.
 
-The sample (recorded in ``meta.json`` ``essential``): the first `analysis.essential.SEQUENCES` sequences of the
+The sample (recorded in ``meta.json`` ``essential``): the first `analysis.stages.essential.SEQUENCES` sequences of the
 evaluation text and of the induction probe (the forward lens's sequences, `precompute.evalset`), at
-`analysis.essential.POSITIONS` evenly spaced positions of each, for a fixed subset of tokens
-(`analysis.essential.token_subset`: every token of a vocabulary of at most `analysis.essential.TOKENS`, else that
+`analysis.stages.essential.POSITIONS` evenly spaced positions of each, for a fixed subset of tokens
+(`analysis.stages.essential.token_subset`: every token of a vocabulary of at most `analysis.stages.essential.TOKENS`, else that
 many of the most frequent next tokens of the sample). The evaluation text shows the model's language statistics,
 the probe its copying: both change when a circuit forms. Each checkpoint's log-probabilities are one row of
 ``essential_outputs.parquet`` (computed in the pass over each new checkpoint, and afterwards for the store's
@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from headwatch.analysis import essential as ed
 from headwatch.analysis.errors import CheckpointError, StoreError
+from headwatch.analysis.stages import essential as ed
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
 from headwatch.families.family import ModelShape

@@ -6,7 +6,7 @@ no causal-LM class for. `forward_lens` loads a checkpoint folder with
 probabilities are returned), float32 on CPU or the checkpoint's own dtype on CUDA,
 runs the evaluation sequences through it a batch at a time and returns the
 checkpoint's rows of the three forward tables (`analysis.store.format.FORWARD_TABLES`):
-the loss, the per-head statistics of `analysis.attention` (plus the induction score on
+the loss, the per-head statistics of `analysis.attention.patterns` (plus the induction score on
 the repeated random tokens, and the loss on their second copy) and the layer-pair divergences. One model is held at a time.
 """
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from headwatch.analysis.attention import AttentionSums, induction_scores, js_divergence
+from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, js_divergence
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE

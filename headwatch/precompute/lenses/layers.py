@@ -1,7 +1,7 @@
 """The whole-layer matrices lens (``--matrices layers``): every 2-D weight of every block.
 
 In the pass over each new checkpoint, `LayersJob` turns the block weights the fetch read
-(``layers=True``) into the checkpoint's ``layers.parquet`` rows (`analysis.layer_matrices`:
+(``layers=True``) into the checkpoint's ``layers.parquet`` rows (`analysis.weights.layers`:
 element-wise statistics, all singular values, their Marchenko-Pastur departure and
 weightwatcher's alpha). `LayersComputation.fill` gives the store's checkpoints that have statistics
 but no layer rows (a store computed without ``layers``) theirs, reading each again.
@@ -18,9 +18,9 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.heads import Device
-from headwatch.analysis.layer_matrices import layer_matrix_statistics
 from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.weights.heads import Device
+from headwatch.analysis.weights.layers import layer_matrix_statistics
 from headwatch.families.blocks import extract_blocks
 from headwatch.families.family import ModelShape
 from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, refill

@@ -48,7 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
-from headwatch.analysis.llc_diagnostics import chain_diagnostics
+from headwatch.analysis.llc.diagnostics import chain_diagnostics
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
 from headwatch.families.forward import Architecture, Params, architecture, check_config, parameters

@@ -16,7 +16,7 @@ from typing import cast
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.heads import Device, checkpoint_vectors
+from headwatch.analysis.weights.heads import Device, checkpoint_vectors
 from headwatch.families.family import ModelShape
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from headwatch.precompute.factors import checked_factors

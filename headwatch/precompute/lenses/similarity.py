@@ -2,8 +2,8 @@
 
 In the pass over each new checkpoint, `SimilarityJob` turns the per-head factors of W_QK and W_OV
 (the fetch reads both: the lens needs ``--matrices`` with ``qk`` and ``ov``) into the checkpoint's
-``similarity.parquet`` rows (`analysis.similarity`: every unordered pair of heads) and its
-``ultrametricity.parquet`` rows (`analysis.ultrametric`: per layer and distance, the share of
+``similarity.parquet`` rows (`analysis.weights.similarity`: every unordered pair of heads) and its
+``ultrametricity.parquet`` rows (`analysis.weights.ultrametric`: per layer and distance, the share of
 ultrametric triangles beside that of random heads). `SimilarityComputation.begin` records in ``meta.json``
 ``similarity`` the tolerance, the random baselines for the model's shapes and the definitions;
 `SimilarityComputation.fill` gives the store's checkpoints computed without the lens their rows, reading
@@ -21,7 +21,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from headwatch.analysis.similarity import (
+from headwatch.analysis.store import ModelInfo
+from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.weights.similarity import (
     BASELINE_SEED,
     COLUMNS,
     baseline_layers,
@@ -30,8 +32,6 @@ from headwatch.analysis.similarity import (
     random_baseline,
     similarity,
 )
-from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from headwatch.families.family import ModelShape
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
@@ -46,7 +46,7 @@ log = logging.getLogger("precompute")
 
 # The per-head factors the lens reads: both products of every head.
 NEEDS = ("qk", "ov")
-assert COLUMNS == SIMILARITY_STATS, "analysis.similarity and the store format name the columns alike"
+assert COLUMNS == SIMILARITY_STATS, "analysis.weights.similarity and the store format name the columns alike"
 
 DEFINITIONS = {
     "frob": "<M_a, M_b>_F / (||M_a||_F ||M_b||_F) of the two heads' W_QK (= W_Q^T W_K) or W_OV (= W_O W_V)",
@@ -67,7 +67,7 @@ def similarity_rows(step: int, values: np.ndarray) -> pa.Table:
 
     Args:
         step: the checkpoint's step.
-        values: `analysis.similarity.similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)``.
+        values: `analysis.weights.similarity.similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)``.
     """
     n_layers, n_heads = values.shape[1:3]
     upper = np.triu(np.ones((n_layers * n_heads,) * 2, dtype=bool), 1).reshape(n_layers, n_heads, n_layers, n_heads)
@@ -90,10 +90,10 @@ def ultrametricity_rows(step: int, values: np.ndarray, tol: float, baseline: Map
 
     Args:
         step: the checkpoint's step.
-        values: `analysis.similarity.similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)``, in float64
+        values: `analysis.weights.similarity.similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)``, in float64
             (the shares are computed from these, not from the stored float32 values).
         tol: the tolerance.
-        baseline: meta.json ``similarity`` ``baseline`` (`analysis.similarity.random_baseline`).
+        baseline: meta.json ``similarity`` ``baseline`` (`analysis.weights.similarity.random_baseline`).
     """
     u = layer_ultrametricity(values, tol)
     n_layers = u["share"].shape[1]

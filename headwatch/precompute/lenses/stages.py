@@ -2,8 +2,8 @@
 
 Made from the store's own tables after a run (the whole-model rows of ``llc.parquet``, with
 ``llc_chains.parquet`` when present, ``eval_loss.parquet``'s loss and probe copy loss, ``head_types.parquet``
-and ``head_emergence.parquet``) by the rule of `analysis.stages` and the merging and naming of
-`analysis.run_stages`, in one atomic commit with ``meta.json`` ``stages`` (the rule, its parameters, the
+and ``head_emergence.parquet``) by the rule of `analysis.stages.curve` and the merging and naming of
+`analysis.stages.run`, in one atomic commit with ``meta.json`` ``stages`` (the rule, its parameters, the
 noise levels, the checkpoints used, the basis the dashboard shades). It needs no checkpoint: run it on an
 existing store with
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.run_stages import RunStages, store_stages
-from headwatch.analysis.stages import StageRule
+from headwatch.analysis.stages.curve import StageRule
+from headwatch.analysis.stages.run import RunStages, store_stages
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.format import STAGES
 from headwatch.precompute.context import BaseComputation, RunContext

@@ -3,7 +3,7 @@
 The `types` lens reads ``attention.parquet`` (the ``prev_token``, ``induction`` and ``sink`` scores of every
 head at every checkpoint) and ``meta.json`` ``forward`` (the sequence length T and the induction probe's R),
 decides each head's types at each checkpoint against the uniform-attention nulls with the thresholds and
-hysteresis of `analysis.head_types` (docs/head-types.md), and commits ``head_types.parquet``,
+hysteresis of `analysis.attention.head_types` (docs/head-types.md), and commits ``head_types.parquet``,
 ``head_emergence.parquet`` and ``meta.json`` ``types`` in one atomic commit. It needs no checkpoint: a run with
 ``--lenses attention`` ends with it (``--no-types`` skips it), and an existing store gains it with
 
@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headwatch.analysis.errors import StoreError
-from headwatch.analysis.head_types import (
+from headwatch.analysis.attention.head_types import (
     ABSOLUTE,
     EXIT_FRACTION,
     RATIO,
@@ -31,6 +30,7 @@ from headwatch.analysis.head_types import (
     head_type_frames,
     type_rules,
 )
+from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.precompute.context import BaseComputation, RunContext

@@ -1,6 +1,6 @@
 """Turn one checkpoint's statistics into ``heads.parquet`` and ``layers.parquet`` rows.
 
-`analysis.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
+`analysis.weights.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
 registry's schema (`analysis.store.format.HEADS`).
 """
@@ -28,7 +28,7 @@ def heads_rows(step: int, stats: dict[str, np.ndarray], *, d_model: int, matrix:
 
     Args:
         step: the checkpoint's training step.
-        stats: arrays from `analysis.heads.checkpoint_statistics`.
+        stats: arrays from `analysis.weights.heads.checkpoint_statistics`.
         d_model: the model width (for the null-model columns, when ``stats`` lacks them).
         matrix: which product the statistics describe.
 
@@ -83,7 +83,7 @@ def placeholder_rows(steps: list[int], *, n_layers: int, n_heads: int, d_head: i
 
 
 def layers_rows(step: int, records: list[dict[str, Any]]) -> pa.Table:
-    """``layers.parquet`` rows for one checkpoint, sorted, from `analysis.layer_matrices.layer_matrix_statistics`.
+    """``layers.parquet`` rows for one checkpoint, sorted, from `analysis.weights.layers.layer_matrix_statistics`.
 
     Returns:
         A table with the schema of `analysis.store.format.LAYERS`.

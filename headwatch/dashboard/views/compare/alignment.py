@@ -2,7 +2,7 @@
 bin shown head by head and the point of training, with the runs as series on that time axis, as one frozen record
 (`Time`) that the panels (`views.compare.panels`) read.
 
-Alignment, bins and the checkpoint at a point are `analysis.findings.runs`'s; the checkpoint-index axis's times and
+Alignment, bins and the checkpoint at a point are `analysis.findings.comparison`'s; the checkpoint-index axis's times and
 labels `views.compare.data`'s.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import streamlit as st
 
-from headwatch.analysis.findings import runs
+from headwatch.analysis.findings import comparison
 from headwatch.dashboard import widgets
 from headwatch.dashboard.figures.common import stacked
 from headwatch.dashboard.views.compare import data, figures
@@ -38,7 +38,7 @@ class Time:
         on_axis: puts series and figures on the page's time axis (`_time_axis`).
     """
 
-    align: runs.Align
+    align: comparison.Align
     n_bins: int
     b: int
     point: Any
@@ -64,7 +64,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
     tokens = {r: s.meta.tokens_at(s.steps) for r, (s, _) in shown.items()}
     no_tokens = [r for r, t in tokens.items() if t is None]
     c_align, c_bins, c_bin = st.columns([3, 2, 2])
-    aligns = [a for a in runs.ALIGNMENTS if a != "tokens" or not no_tokens]
+    aligns = [a for a in comparison.ALIGNMENTS if a != "tokens" or not no_tokens]
     align = widgets.select(
         "align",
         "Align runs by",
@@ -73,15 +73,15 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         kind="radio",
         fmt=ALIGN_TEXT.__getitem__,
         where=c_align,
-        help="; ".join(f"{k}: {v}" for k, v in runs.ALIGNMENTS.items()),
+        help="; ".join(f"{k}: {v}" for k, v in comparison.ALIGNMENTS.items()),
     )
     if no_tokens:
         c_align.caption(f"Tokens seen are not recorded for {', '.join(no_tokens)}, so runs align by step or fraction.")
     n_bins = widgets.select(
         "nbins",
         "Depth bins",
-        list(runs.BIN_COUNTS),
-        runs.DEFAULT_BINS,
+        list(comparison.BIN_COUNTS),
+        comparison.DEFAULT_BINS,
         where=c_bins,
         help="relative depth = layer / n_layers, cut into this many bins of equal width",
     )
@@ -89,12 +89,12 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         "bin",
         "Depth bin shown head by head",
         list(range(n_bins)),
-        runs.default_bin([s.n_layers for s, _ in shown.values()], n_bins),
+        comparison.default_bin([s.n_layers for s, _ in shown.values()], n_bins),
         where=c_bin,
-        fmt=lambda i: runs.bin_label(i, n_bins),
+        fmt=lambda i: comparison.bin_label(i, n_bins),
     )
     series = [
-        runs.run_series(
+        comparison.run_series(
             r,
             s.steps,
             values,
@@ -104,12 +104,12 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         )
         for r, (s, values) in shown.items()
     ]
-    points = runs.point_options([s.x for s in series], align=align)
+    points = comparison.point_options([s.x for s in series], align=align)
     point = widgets.select(
         "point",
         "Point of training (the table and the distribution over heads; each run at its last checkpoint at or before it)",
         points,
-        runs.default_point(points, [s.x for s in series]),
+        comparison.default_point(points, [s.x for s in series]),
         kind="select_slider",
         fmt=lambda v: data.point_text(v, align) + ("" if align == "step" else data.steps_at(series, v)),
     )
@@ -121,7 +121,7 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
         point=point,
         series=series,
         colours=[colour[s.run] for s in series],
-        indices=[runs.checkpoint_at(s.x, point) for s in series],
+        indices=[comparison.checkpoint_at(s.x, point) for s in series],
         x_title=x_title,
         log_x=frame.scale == "log",
         scale=frame.scale,
@@ -129,9 +129,9 @@ def pick_time(frame, stores: dict, shown: dict, colour: dict) -> Time:
     )
 
 
-def _time_axis(stores: dict, *, align: runs.Align, index: bool):
+def _time_axis(stores: dict, *, align: comparison.Align, index: bool):
     """What puts the page's charts over training on its time axis: a function that takes a list of series (moved to
-    the runs' shared checkpoint index when ``index``, `analysis.findings.runs.on_index`) or a figure (its time axes then
+    the runs' shared checkpoint index when ``index``, `analysis.findings.comparison.on_index`) or a figure (its time axes then
     index ticks labelled with their times; its margins shared with the page's other time charts, `stacked`, so the
     charts one above the other line up to the pixel)."""
     grid = None
@@ -141,7 +141,7 @@ def _time_axis(stores: dict, *, align: runs.Align, index: bool):
 
     def on_axis(thing):
         if isinstance(thing, list):
-            return thing if grid is None else runs.on_index(thing, grid)
+            return thing if grid is None else comparison.on_index(thing, grid)
         return stacked(thing if grid is None else figures.index_axes(thing, ticks), right=STACK_RIGHT)
 
     return on_axis

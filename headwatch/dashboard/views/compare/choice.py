@@ -15,7 +15,7 @@ import numpy as np
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings import runs
+from headwatch.analysis.findings import comparison
 from headwatch.analysis.store.format import ATTENTION, LAYERS, LLC
 from headwatch.dashboard import derived, loader, widgets
 from headwatch.dashboard.cache import store_cached
@@ -157,7 +157,7 @@ def run_values(stores: dict, pick: Statistic) -> dict:
                     icon=":material/visibility_off:",
                 )
                 continue
-            values = runs.layer_values(table, s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
+            values = comparison.layer_values(table, s.steps, n_layers=s.n_layers, role=matrix, column=layer_column(stat))
             shown[r] = (s, values)
             continue
         if info.forward and not s.has(ATTENTION):

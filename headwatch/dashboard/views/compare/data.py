@@ -2,7 +2,7 @@
 checkpoint-index axis shared by their schedules, how far each run's refined-LLC estimates can be trusted, the words
 of the captions that read the runs' depth bins and checkpoints, and the charts' points as tidy tables.
 
-Pure (no streamlit): the alignment, the depth bins and the checkpoint at a point are `analysis.findings.runs`'s;
+Pure (no streamlit): the alignment, the depth bins and the checkpoint at a point are `analysis.findings.comparison`'s;
 ``views.compare.choice`` and ``views.compare.panels`` call these.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.findings import runs
+from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LAYER_ROLES, LAYERS, LLC
@@ -63,27 +63,27 @@ def point_text(value, align: str) -> str:
     return f"step {value:,}"
 
 
-def steps_at(series: list[runs.RunSeries], point) -> str:
+def steps_at(series: list[comparison.RunSeries], point) -> str:
     """`` (run A: step 768; run B: step 1,024)``: the checkpoint each run shows at ``point``."""
     parts = []
     for s in series:
-        i = runs.checkpoint_at(s.x, point)
+        i = comparison.checkpoint_at(s.x, point)
         parts.append(f"{s.run}: step {int(s.steps[i]):,}" if i is not None else f"{s.run}: none yet")
     return " (" + "; ".join(parts) + ")"
 
 
-def time_grid(stores: dict[str, Store], *, align: runs.Align) -> np.ndarray:
-    """Every time at which some run has a checkpoint, aligned by ``align`` (`analysis.findings.runs.index_grid`): the
+def time_grid(stores: dict[str, Store], *, align: comparison.Align) -> np.ndarray:
+    """Every time at which some run has a checkpoint, aligned by ``align`` (`analysis.findings.comparison.index_grid`): the
     checkpoint-index axis's times; runs without tokens seen are left out of a tokens axis."""
     xs = []
     for s in stores.values():
         tokens = s.meta.tokens_at(s.steps) if align == "tokens" else None
         if align != "tokens" or tokens is not None:
-            xs.append(runs.aligned_time(s.steps, align=align, tokens=tokens))
-    return runs.index_grid(xs)
+            xs.append(comparison.aligned_time(s.steps, align=align, tokens=tokens))
+    return comparison.index_grid(xs)
 
 
-def index_labels(grid: np.ndarray, *, align: runs.Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
+def index_labels(grid: np.ndarray, *, align: comparison.Align, most: int = INDEX_TICKS) -> tuple[list[float], list[str]]:
     """Tick positions and labels of a checkpoint-index axis over ``grid``: at most ``most`` of its times, each
     labelled in the alignment's unit (step, tokens, fraction of the run)."""
     ticks = index_ticks(len(grid), most=most)
@@ -100,14 +100,14 @@ def index_labels(grid: np.ndarray, *, align: runs.Align, most: int = INDEX_TICKS
     return [float(i) for i in ticks], [label(float(grid[i])) for i in ticks]
 
 
-def bins_text(series: list[runs.RunSeries], n_bins: int) -> str:
+def bins_text(series: list[comparison.RunSeries], n_bins: int) -> str:
     """Each run's layers in each depth bin: ``run (12 layers): [0, 0.25) L0-2, ...; ...``."""
     return "; ".join(
         f"{s.run} ({s.n_layers} layers): "
         + ", ".join(
-            f"{runs.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(runs.bin_layers(s.n_layers, n_bins, i))))}"
-            if runs.bin_layers(s.n_layers, n_bins, i)
-            else f"{runs.bin_label(i, n_bins)} none"
+            f"{comparison.bin_label(i, n_bins)} L{'-'.join(map(str, _ends(comparison.bin_layers(s.n_layers, n_bins, i))))}"
+            if comparison.bin_layers(s.n_layers, n_bins, i)
+            else f"{comparison.bin_label(i, n_bins)} none"
             for i in range(n_bins)
         )
         for s in series
@@ -123,7 +123,7 @@ def llc_trust_text(stores: dict[str, Store], flags: dict[str, Any]) -> str:
 
     Args:
         stores: the runs with a refined LLC.
-        flags: per run, its estimates' flags (`analysis.llc_diagnostics.store_flags`; None without chain
+        flags: per run, its estimates' flags (`analysis.llc.diagnostics.store_flags`; None without chain
             diagnostics).
     """
     parts = []
@@ -164,18 +164,18 @@ def thresholds_text(stores: dict[str, Store]) -> str:
     return "; ".join(parts)
 
 
-def bin_csv(series: list[runs.RunSeries], n_bins: int, b: int, stat: str, matrix: str) -> pd.DataFrame:
+def bin_csv(series: list[comparison.RunSeries], n_bins: int, b: int, stat: str, matrix: str) -> pd.DataFrame:
     """Panel (b)'s points, tidy, with each checkpoint's aligned time."""
     parts = []
     for s in series:
-        layers = runs.bin_layers(s.n_layers, n_bins, b)
+        layers = comparison.bin_layers(s.n_layers, n_bins, b)
         if layers:
             rows = export.tidy(s.values, s.steps, run=s.run, statistic=stat, matrix=matrix, layers=layers)
             parts.append(rows.assign(time=np.repeat(s.x, len(layers) * s.values.shape[2])))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=export.TIDY_COLUMNS)
 
 
-def dist_csv(series: list[runs.RunSeries], indices: list, stat: str, matrix: str) -> pd.DataFrame:
+def dist_csv(series: list[comparison.RunSeries], indices: list, stat: str, matrix: str) -> pd.DataFrame:
     """Panel (c)'s values: every head of each run at the checkpoint used."""
     parts = [
         export.tidy(s.values[i : i + 1], s.steps[i : i + 1], run=s.run, statistic=stat, matrix=matrix)
@@ -185,7 +185,7 @@ def dist_csv(series: list[runs.RunSeries], indices: list, stat: str, matrix: str
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=export.TIDY_COLUMNS)
 
 
-def losses_csv(curves: list[tuple[runs.RunSeries, np.ndarray, str]]) -> pd.DataFrame:
+def losses_csv(curves: list[tuple[comparison.RunSeries, np.ndarray, str]]) -> pd.DataFrame:
     """Panel (d)'s points: each run's loss (``curves``: run, loss, label) at its checkpoints, with their aligned time."""
     return pd.concat(
         [

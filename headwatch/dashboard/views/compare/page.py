@@ -2,7 +2,7 @@
 
 The layout; the widgets are `views.compare.choice`'s (the runs and the statistic) and `views.compare.alignment`'s
 (time and depth), the panels `views.compare.panels`' and `views.compare.sizes`' (across sizes), what they say
-`analysis.findings.runs`'s and `views.compare.data`'s, the figures `views.compare.figures`' and
+`analysis.findings.comparison`'s and `views.compare.data`'s, the figures `views.compare.figures`' and
 `views.compare.figures.depth`'. A run that cannot be opened, or lacks the statistic or the matrix, is named in a
 warning; the others are shown.
 """

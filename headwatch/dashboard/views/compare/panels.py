@@ -2,7 +2,7 @@
 means over training, one bin's heads, the distribution over heads at a point, the head-type counts and the losses,
 one function each, reading the page's choices (`views.compare.choice`, `views.compare.alignment`).
 
-What the panels say is computed in `analysis.findings.runs` (depth bins, alignment, the numbers per run, the
+What the panels say is computed in `analysis.findings.comparison` (depth bins, alignment, the numbers per run, the
 head-type counts) and `views.compare.data` (the captions' words, the charts' tables); the figures are
 `views.compare.figures`' and `views.compare.figures.depth`'.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from headwatch.analysis.findings import runs
+from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import missing_text
 from headwatch.analysis.store.format import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export
@@ -49,14 +49,14 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
         "compare_bands",
         title=f"{time.runs_title} · {pick.what} by relative depth",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "depth"),
-        csv=lambda: runs.bands_frame(series, n_bins, stat=pick.stat, matrix=pick.matrix),
+        csv=lambda: comparison.bands_frame(series, n_bins, stat=pick.stat, matrix=pick.matrix),
     )
     layers_text = data.bins_text(series, n_bins)
     st.caption(
         f"Relative depth is layer / n_layers (0 for the first layer), cut into {n_bins} bins of width 1/{n_bins}, "
         f"so models of different depth line up: {layers_text}. Line: the mean of {pick.what} over every {unit} of the "
         f"bin's layers; band: ±1 standard deviation over the same {unit}s (population). Each run is drawn at its "
-        f"own checkpoints (markers), aligned by {runs.ALIGNMENTS[time.align]}; nothing is interpolated. "
+        f"own checkpoints (markers), aligned by {comparison.ALIGNMENTS[time.align]}; nothing is interpolated. "
         f"{_SCALE_TEXT[time.scale]}The sidebar's time-axis unit does "
         "not apply here: this page's alignment does."
     )
@@ -68,7 +68,7 @@ def bands_panel(pick: Statistic, time: Time, stores: dict) -> None:
 def bin_panel(pick: Statistic, time: Time) -> None:
     """Panel (b): one depth bin's heads (or layers), one panel per run on shared axes."""
     series, n_bins, b, unit = time.series, time.n_bins, time.b, pick.unit
-    st.subheader(f"Depth bin {runs.bin_label(b, n_bins)}: every {unit}, run by run")
+    st.subheader(f"Depth bin {comparison.bin_label(b, n_bins)}: every {unit}, run by run")
     charts.chart(
         time.on_axis(
             depth_figures.bin_heads(
@@ -84,7 +84,7 @@ def bin_panel(pick: Statistic, time: Time) -> None:
             )
         ),
         "compare_bin",
-        title=f"{time.runs_title} · {pick.what}, depth {runs.bin_label(b, n_bins)}",
+        title=f"{time.runs_title} · {pick.what}, depth {comparison.bin_label(b, n_bins)}",
         filename=export.safe_name("compare", *[s.run for s in series], pick.stat, pick.matrix, "bin", b),
         csv=lambda: data.bin_csv(series, n_bins, b, pick.stat, pick.matrix),
     )
@@ -151,7 +151,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
     st.subheader("Heads of each type over training")
     series, lacking = [], []
     for r, s in stores.items():
-        counted = runs.type_count_series(r, s, align=time.align)
+        counted = comparison.type_count_series(r, s, align=time.align)
         if counted is None:
             lacking.append((r, s))
         else:
@@ -173,7 +173,7 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         "compare_types",
         title=" vs ".join(s.run for s in series) + " · heads of each type",
         filename=export.safe_name("compare", *[s.run for s in series], "head-types"),
-        csv=lambda: runs.type_counts_frame(series),
+        csv=lambda: comparison.type_counts_frame(series),
     )
     st.caption(
         "One line per run (colour) and head type (solid: previous-token, dashed: induction, dotted: sink): how many "
@@ -182,17 +182,17 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
         "(the larger of an absolute share and a multiple of the score of uniform attention on that run's sequences) "
         "and exit levels, as its meta.json records them: "
         + data.thresholds_text({s.run: stores[s.run] for s in series})
-        + f". Aligned by {runs.ALIGNMENTS[time.align]}, as above."
+        + f". Aligned by {comparison.ALIGNMENTS[time.align]}, as above."
     )
 
 
 def summary_section(pick: Statistic, time: Time, shown: dict) -> None:
     """A small table of numbers per run: the statistic over its units at the point, the final and minimum loss
-    (`analysis.findings.runs.summary_table`)."""
+    (`analysis.findings.comparison.summary_table`)."""
     series, indices, what, point, unit = time.series, time.indices, pick.what, time.point_text, pick.unit
     st.subheader("In numbers")
     losses = {s.run: c for s in series if (c := loss_curve(shown[s.run][0])) is not None}
-    table = runs.summary_table(series, indices, losses, unit=unit)
+    table = comparison.summary_table(series, indices, losses, unit=unit)
     fmt = st.column_config.NumberColumn
     st.dataframe(
         table,
@@ -221,8 +221,8 @@ def summary_section(pick: Statistic, time: Time, shown: dict) -> None:
 
 
 def emergence_section(stores: dict) -> None:
-    """When each head type formed in each run (`analysis.findings.runs.emergence_table`), with its CSV."""
-    table = runs.emergence_table(stores)
+    """When each head type formed in each run (`analysis.findings.comparison.emergence_table`), with its CSV."""
+    table = comparison.emergence_table(stores)
     if table.empty:
         return
     st.subheader("When each head type formed")

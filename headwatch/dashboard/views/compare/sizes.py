@@ -13,11 +13,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from headwatch.analysis.across_sizes.scaling import CONSOLIDATION_SHARE, MIN_SIZES
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import sizes
-from headwatch.analysis.scaling import CONSOLIDATION_SHARE, MIN_SIZES
-from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
-from headwatch.analysis.type_association import PERMUTATIONS
+from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+from headwatch.analysis.trajectories.type_association import PERMUTATIONS
 from headwatch.dashboard import charts, derived, export, widgets
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.views.compare import data, figures
@@ -83,7 +83,7 @@ def _scaling(table: pd.DataFrame, consolidation: pd.DataFrame, fits: list, *, un
     st.caption(
         f"Each point one run (log-log). A power law T ~ N^b is fitted to the steps by least squares of log10 T on "
         f"log10 N over the runs, seeds as replicates, the exponent's uncertainty from the scatter among the seeds of "
-        f"one size (analysis/scaling.py); with fewer than {MIN_SIZES} sizes no fit is made and the list says so."
+        f"one size (analysis/across_sizes/scaling.py); with fewer than {MIN_SIZES} sizes no fit is made and the list says so."
     )
 
 

@@ -21,7 +21,7 @@ from headwatch.dashboard.tables import REFERENCE_FACTORS, reference_of
 from headwatch.dashboard.views.head import data
 from headwatch.dashboard.views.head.choice import STACK_RIGHT, Head
 from headwatch.dashboard.views.head.figures import lines as lines_figs
-from headwatch.dashboard.views.head.figures import panels as panels
+from headwatch.dashboard.views.head.figures import over_training
 
 STATISTIC_PANEL = "head_statistic"  # the key of the statistic against its layer (heading, choice, chart, caption)
 
@@ -53,7 +53,7 @@ def _head_in_layer(h: Head) -> tuple[str, int | None, bool, Any] | None:
         return None
     band = reference_of(h.refs, stat, k)
     rule = data.type_threshold(store, stat)  # on a head type's score: its threshold and exit level
-    shown = panels.with_band(values, band)
+    shown = over_training.with_band(values, band)
     if rule is not None:  # the y range holds the lines
         shown = np.concatenate([shown.ravel(), [rule.threshold] + ([rule.exit] if rule.exit is not None else [])])
     event = charts.chart(

@@ -72,12 +72,12 @@ def with_llc_columns(table: pd.DataFrame, spread: np.ndarray, flags: np.ndarray 
     Args:
         table: `dashboard.tables.heads_table` of the refined LLC (layer-major rows, its ``value`` the estimate).
         spread: ``(S, n_layers, n_heads)`` the estimates' standard deviation over the sampler's chains.
-        flags: ``(S, n_layers, n_heads)`` every estimate's flag (`analysis.llc_diagnostics.store_flags`' heads), or
+        flags: ``(S, n_layers, n_heads)`` every estimate's flag (`analysis.llc.diagnostics.store_flags`' heads), or
             None when the store has no chain diagnostics (``"no diagnostics"``).
 
     Returns:
         A copy of ``table``: a row without an estimate flagged ``"no estimate"``, a negative one ``"negative"`` (its
-        flag under the rule, `analysis.llc_diagnostics.flag`; so also in a store without chain diagnostics, as the
+        flag under the rule, `analysis.llc.diagnostics.flag`; so also in a store without chain diagnostics, as the
         sign needs no chains), never ``"converged"``.
     """
     out = table.copy()

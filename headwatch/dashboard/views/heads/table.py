@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from headwatch.analysis.llc_diagnostics import FLAG_NOTES, NEGATIVE_NOTE
+from headwatch.analysis.llc.diagnostics import FLAG_NOTES, NEGATIVE_NOTE
 from headwatch.dashboard import charts, export
 from headwatch.dashboard.labels import MATRIX_LABELS, STATS
 from headwatch.dashboard.views.heads import data

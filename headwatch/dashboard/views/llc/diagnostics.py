@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 from headwatch.analysis.findings.llc_flags import flag_totals_text
-from headwatch.analysis.llc_diagnostics import FLAG_NOTES, FLAGS
+from headwatch.analysis.llc.diagnostics import FLAG_NOTES, FLAGS
 from headwatch.dashboard import charts, export, widgets
 from headwatch.dashboard.views.llc import data
 from headwatch.dashboard.views.llc import figures as figs
@@ -33,7 +33,7 @@ def diagnostics_panel(run: str, store, est: Estimates, sampler: dict, *, traces:
     st.caption(
         f"Estimates per checkpoint ({store.n_layers * store.n_heads} heads and the whole model) by flag. "
         + " ".join(f"**{f}**: {FLAG_NOTES[f]}." for f in FLAGS)
-        + " The rule: analysis/llc_diagnostics.py; the spread over chains is each point's ± in the hover."
+        + " The rule: analysis/llc/diagnostics.py; the spread over chains is each point's ± in the hover."
     )
     if traces:
         traces_panel(run, store, est.steps, sampler)

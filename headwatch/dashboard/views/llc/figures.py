@@ -18,7 +18,7 @@ from headwatch.dashboard.labels import Stat
 CLUSTER_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
 
-# Marker of an estimate by its flag (analysis/llc_diagnostics.py); "" is an estimate without diagnostics.
+# Marker of an estimate by its flag (analysis/llc/diagnostics.py); "" is an estimate without diagnostics.
 FLAG_SYMBOLS = {
     "converged": "circle",
     "": "circle",
@@ -99,7 +99,7 @@ def head_curves(
         values: ``(E, n_layers, n_heads)`` the estimates there.
         groups: ``(n_layers * n_heads,)`` each head's group (layer-major), indices into ``group_names``.
         stds: ``(E, n_layers, n_heads)`` the spread over chains (None: not shown).
-        flags: ``(E, n_layers, n_heads)`` each estimate's flag (`analysis.llc_diagnostics.FLAGS`, "" without
+        flags: ``(E, n_layers, n_heads)`` each estimate's flag (`analysis.llc.diagnostics.FLAGS`, "" without
             diagnostics; None: the store has none).
         loss: the loss at every checkpoint of ``axis``, drawn on a right-hand axis (None: not drawn).
 
@@ -234,7 +234,7 @@ def cluster_grid(labels: np.ndarray, *, n_layers: int, n_heads: int, names: Sequ
 def chain_traces(trace: np.ndarray, init_loss: float, *, burnin: int, n_beta: float, label: str) -> go.Figure:
     """Each chain's sampled loss over its SGLD steps, with the loss at w* and the burn-in marked: a trace
     that rose and flattened gives an estimate that means something; one still climbing, or running away,
-    does not (`analysis.llc_diagnostics`).
+    does not (`analysis.llc.diagnostics`).
 
     Args:
         trace: ``(chains, steps)`` sampled loss, nats per token (burn-in included).

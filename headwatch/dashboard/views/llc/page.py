@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 from headwatch.analysis.store.format import LLC
-from headwatch.analysis.trajectories import NORMALISATIONS, Normalisation
+from headwatch.analysis.trajectories.maps import NORMALISATIONS, Normalisation
 from headwatch.dashboard import charts, derived, export, style, viewstate, widgets
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.frame import RunFrame

@@ -11,7 +11,7 @@ import pandas as pd
 from scipy.cluster.hierarchy import dendrogram, linkage
 from scipy.spatial.distance import squareform
 
-from headwatch.analysis.ultrametric import distance
+from headwatch.analysis.weights.ultrametric import distance
 from headwatch.dashboard.data import fixed_range
 
 ALL = -1  # the layer choice that shows every head against every head
@@ -37,7 +37,7 @@ def dendrogram_order(distance: np.ndarray) -> np.ndarray:
 
 
 def distance_text(stat: str) -> str:
-    """How a similarity statistic ``x`` becomes a distance (`analysis.ultrametric.distance`)."""
+    """How a similarity statistic ``x`` becomes a distance (`analysis.weights.ultrametric.distance`)."""
     return "d = √(2 − 2x)" if stat.endswith("frob") else "d = √(1 − x)"
 
 

@@ -17,7 +17,7 @@ from headwatch.analysis.store.format import EVAL_LOSS, HEAD_TYPES_TABLE
 
 FORMING_SHARES = (0.9, 0.1)  # a window runs from 90% of a curve's change left to 10% left (one checkpoint either side)
 
-# meta.json ``stages.run.trend_from`` (`analysis.run_stages`: the LLC's when the store has one, else the loss's) ->
+# meta.json ``stages.run.trend_from`` (`analysis.stages.run`: the LLC's when the store has one, else the loss's) ->
 # what the Timeline's caption says the run's stages are shaded by
 RUN_TREND = {
     "llc": "the run's stages take the LLC's trend",
@@ -125,7 +125,7 @@ def pc1_share(path: pd.DataFrame, start: int, end: int) -> float | None:
     in the window. None when the window holds fewer than two of them or PC1 does not move.
 
     Args:
-        path: `analysis.essential.store_trajectory`'s rows (``step``, ``pc1``, ...), in step order.
+        path: `analysis.stages.essential.store_trajectory`'s rows (``step``, ``pc1``, ...), in step order.
     """
     pc1 = path["pc1"].to_numpy(np.float64)
     inside = np.flatnonzero((path["step"].to_numpy() >= start) & (path["step"].to_numpy() <= end))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from headwatch.analysis.essential import store_trajectory
+from headwatch.analysis.stages.essential import store_trajectory
 from headwatch.dashboard import charts, export, viewstate
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_step
@@ -16,7 +16,7 @@ from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.timeline import figures
 from headwatch.dashboard.views.timeline.data import forming_window, pc1_share
 
-# the outputs' path in its first two principal components (`analysis.essential.store_trajectory`), once per version
+# the outputs' path in its first two principal components (`analysis.stages.essential.store_trajectory`), once per version
 _trajectory = store_cached(store_trajectory, max_entries=8)
 # where the run's heads form (`views.timeline.data.forming_window`), once per version
 _forming_window = store_cached(forming_window, max_entries=8)

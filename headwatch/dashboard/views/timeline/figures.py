@@ -1,5 +1,5 @@
 """The Timeline's essential-dynamics figure: the trajectory of the model's outputs in its first two principal
-components over checkpoints (`analysis.essential`), one colour per stage of the run, cusps marked, the direction of
+components over checkpoints (`analysis.stages.essential`), one colour per stage of the run, cusps marked, the direction of
 travel drawn as arrowheads along the path and a few checkpoints labelled with their steps (the first and the last
 as its start and its end).
 
@@ -50,7 +50,7 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
     the start, the end and a few checkpoints between labelled with their steps (`step_labels`).
 
     Args:
-        path: `analysis.essential.store_trajectory`'s rows (``step``, ``pc1``, ``pc2``, ``cusp``, ...).
+        path: `analysis.stages.essential.store_trajectory`'s rows (``step``, ``pc1``, ``pc2``, ``cusp``, ...).
         explained: the fraction of the variance each component explains.
         stages: the shaded stages (stages.parquet rows of one basis), or None.
     """

@@ -9,7 +9,7 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.association import asked_of, judged_run, open_question_text, study_pairs
 from headwatch.analysis.findings.held_types import emerged_rows, type_sentences
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
-from headwatch.analysis.type_association import end_types
+from headwatch.analysis.trajectories.type_association import end_types
 from headwatch.dashboard import derived, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LLC_STAT, STATS

@@ -8,9 +8,9 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
-from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store.format import HEAD_TYPES
-from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
+from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+from headwatch.analysis.trajectories.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
 from headwatch.dashboard import charts, derived, export, loader
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.trajectories.data import association as data
@@ -80,7 +80,7 @@ def association_panel(frame: RunFrame, *, stat: str, matrix: str) -> None:
         "after Holm) in this run and in every replicate, is undecided where a run is undecided and none shows no "
         "association; another size or corpus is another experiment. The refined LLC (when the run has it) is "
         "clustered at the checkpoints it was estimated at, as the refined-LLC paper clusters heads. The forward "
-        "statistics are left out: the types are decided from them. Method: analysis/type_association.py, "
-        "analysis/significance.py, analysis/findings/association.py, analysis/findings/replicates.py."
+        "statistics are left out: the types are decided from them. Method: analysis/trajectories/type_association.py, "
+        "analysis/trajectories/significance.py, analysis/findings/association.py, analysis/findings/replicates.py."
     )
     charts.table_csv(table, export.safe_name(frame.run, "types-vs-trajectory-clusters", matrix), key="association_csv")

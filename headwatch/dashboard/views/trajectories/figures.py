@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from headwatch.analysis.trajectories import edge_pairs
+from headwatch.analysis.trajectories.maps import edge_pairs
 from headwatch.dashboard import style
 from headwatch.dashboard.data import fixed_range
 from headwatch.dashboard.figures.common import figure, layout, value_axis

@@ -13,10 +13,10 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import sizes
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS, JointAlign, JointClusters
-from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.store import Store
-from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation
-from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS
+from headwatch.analysis.trajectories.maps import NORMALISATIONS, EmbeddingSettings, Normalisation
+from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
+from headwatch.analysis.trajectories.type_association import CLUSTER_RANGE, PERMUTATIONS
 from headwatch.dashboard import charts, derived, export, loader, viewstate
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.figures.points import picked_run_head
@@ -174,7 +174,7 @@ def _left_off(run: str, other: Store | StoreError, refusal: data.Refusal, *, sta
 
 def _joint_association(tested: dict[str, JointClusters], names: list[str], *, stat: str) -> None:
     """What the joint clusters of ``stat`` follow: the head types (universal kinds of trajectory only on every test
-    of `analysis.joint_clusters`) or the runs, tested with the statistics of ``tested`` and corrected with them."""
+    of `analysis.across_sizes.joint_clusters`) or the runs, tested with the statistics of ``tested`` and corrected with them."""
     st.subheader("Universal or run-specific? The joint clusters against head types and runs")
     joint = tested[stat]
     a = joint.association
@@ -205,5 +205,5 @@ def _joint_association(tested: dict[str, JointClusters], names: list[str], *, st
         f"correction over the {len(tested)} statistics tested together ({', '.join(others)} besides this one, as "
         f"Compare runs asks them); the verdict reads the adjusted p's {MONTE_CARLO_LEVEL:.0%} Monte Carlo interval "
         f"(associated below {SIGNIFICANCE}, undecided where it holds {SIGNIFICANCE}). Method: "
-        "analysis/joint_clusters.py; `headwatch compare` writes the same for the study's four statistics."
+        "analysis/across_sizes/joint_clusters.py; `headwatch compare` writes the same for the study's four statistics."
     )

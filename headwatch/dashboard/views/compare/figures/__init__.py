@@ -3,7 +3,7 @@ training, the runs' losses, the head-type counts and the timescales against mode
 figures by relative depth are `views.compare.figures.depth`').
 
 Every run is drawn at its own checkpoints (markers on the lines), one colour per run
-(`dashboard.style.run_colour`); the alignment is `analysis.findings.runs`'s. Each data trace carries ``meta``
+(`dashboard.style.run_colour`); the alignment is `analysis.findings.comparison`'s. Each data trace carries ``meta``
 (``run``, ``kind`` and its step or type) so tests and readers can find it.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from headwatch.analysis.findings.runs import RunSeries
+from headwatch.analysis.findings.comparison import RunSeries
 from headwatch.dashboard import style
 from headwatch.dashboard.data import fixed_range
 from headwatch.dashboard.figures.common import figure, layout, value_axis
@@ -39,7 +39,7 @@ def time_axis(series: list[RunSeries], *, title: str, log: bool, **extra: Any) -
 def index_axes(fig: go.Figure, ticks: tuple[list[float], list[str]]) -> go.Figure:
     """``fig``'s time axes (every x axis) as a checkpoint-index axis: linear, ticks at ``ticks``' positions labelled
     with their times (`views.compare.data.index_labels`), range around every index; each trace's ``x`` must already
-    be its index (`analysis.findings.runs.on_index`)."""
+    be its index (`analysis.findings.comparison.on_index`)."""
     vals, text = ticks
     hi = max(vals, default=0.0)
     for key in [k for k in fig.layout.to_plotly_json() if k.startswith("xaxis")]:

@@ -3,7 +3,7 @@ colour, and one bin's heads run by run on shared axes (panels (a) and (b); the t
 `views.compare.figures`').
 
 Every run is drawn at its own checkpoints (markers on the lines), one colour per run
-(`dashboard.style.run_colour`); the binning is `analysis.findings.runs`'s. Each data trace carries ``meta``
+(`dashboard.style.run_colour`); the binning is `analysis.findings.comparison`'s. Each data trace carries ``meta``
 (``run``, ``kind`` and its bin or layer) so tests and readers can find it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from headwatch.analysis.findings.runs import RunSeries, bin_label, bin_layers, bin_summary
+from headwatch.analysis.findings.comparison import RunSeries, bin_label, bin_layers, bin_summary
 from headwatch.dashboard import style
 from headwatch.dashboard.figures.common import figure, layout, value_axis, with_gaps
 from headwatch.dashboard.views.compare.figures import finite_range, time_axis
@@ -46,8 +46,8 @@ def depth_bands(
     +-1 standard deviation (population, over the same heads): one panel per bin, one colour per run.
 
     Args:
-        series: the runs (`analysis.findings.runs.RunSeries`).
-        n_bins: relative-depth bins (`analysis.findings.runs.depth_bins`).
+        series: the runs (`analysis.findings.comparison.RunSeries`).
+        n_bins: relative-depth bins (`analysis.findings.comparison.depth_bins`).
         stat_title: the value axis's title (symbol and unit).
         x_title: what the aligned time is.
         log_x, log_y: log axes.

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from headwatch.dashboard.data import StepAxis, log10_or_nan
 from headwatch.dashboard.figures.common import figure, value_axis
 from headwatch.dashboard.labels import Stat
-from headwatch.dashboard.views.head.figures.panels import slices_layout, step_map, time_traces
+from headwatch.dashboard.views.head.figures.over_training import slices_layout, step_map, time_traces
 
 
 def w_title(matrix_name: str = "W_QK") -> str:

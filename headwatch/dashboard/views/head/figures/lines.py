@@ -14,7 +14,7 @@ from headwatch.dashboard.data import StepAxis, nan_mean
 from headwatch.dashboard.figures.common import duplicate_shapes, figure, layout, step_marks, step_xaxis, value_axis, with_gaps
 from headwatch.dashboard.figures.points import clickable
 from headwatch.dashboard.labels import Stat
-from headwatch.dashboard.views.head.figures.panels import COMPARE_COLOURS, band_shapes
+from headwatch.dashboard.views.head.figures.over_training import COMPARE_COLOURS, band_shapes
 
 
 def head_in_layer(

@@ -13,7 +13,7 @@ from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range
 from headwatch.dashboard.figures.common import duplicate_shapes, figure, layout, step_marks, step_xaxis, value_axis
 from headwatch.dashboard.labels import Stat
-from headwatch.dashboard.views.head.figures.panels import slices_layout, step_map, time_traces
+from headwatch.dashboard.views.head.figures.over_training import slices_layout, step_map, time_traces
 
 K_TITLE = "singular-value index k (0 = largest)"
 

@@ -16,7 +16,7 @@ from headwatch.analysis.findings.association import Asked, Found, JudgedAssociat
 from headwatch.analysis.findings.replicates import relation_text
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import LLC
-from headwatch.analysis.type_association import (
+from headwatch.analysis.trajectories.type_association import (
     ASSOCIATION_PAIRS,
     ASSOCIATION_STATS,
     PERMUTATIONS,
@@ -75,7 +75,7 @@ def association_table(
 
 
 def extra_pairs(store: Store, stats: list[str], *, matrix: str) -> list[tuple[str, str]]:
-    """The statistics of ``stats`` asked besides the study's (`analysis.type_association.ASSOCIATION_PAIRS`: the
+    """The statistics of ``stats`` asked besides the study's (`analysis.trajectories.type_association.ASSOCIATION_PAIRS`: the
     mapped one, when it is not one of them) that the run has."""
     return [
         pair_of(s, matrix)
@@ -86,7 +86,7 @@ def extra_pairs(store: Store, stats: list[str], *, matrix: str) -> list[tuple[st
 
 def association_row(short: str, run: str, tested: JudgedAssociation) -> dict[str, Any]:
     """One row of the clusters-against-types table: a statistic (``short``) of one run, its clusters, the heads'
-    types, the association between them (`analysis.type_association.Association`) and its p-values judged (over
+    types, the association between them (`analysis.trajectories.type_association.Association`) and its p-values judged (over
     heads, within layers: Monte Carlo error, Holm's correction over the run's statistics)."""
     result, labels, step, over, within = tested.association, tested.types, tested.step, tested.over, tested.within
     counts = ", ".join(f"{t} {n}" for t, n in zip(*np.unique(labels, return_counts=True), strict=True))

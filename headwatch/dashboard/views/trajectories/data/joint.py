@@ -9,14 +9,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis import trajectories as maps
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings.runs import joint_trajectories
+from headwatch.analysis.findings.comparison import joint_trajectories
 from headwatch.analysis.findings.sizes import SIZE_STATS
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import ATTENTION
-from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, normalise
+from headwatch.analysis.trajectories import maps
+from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, normalise
 from headwatch.dashboard import style
 from headwatch.dashboard.labels import STATS, trajectory_stats_for
 from headwatch.dashboard.views.trajectories.data.maps import MIXED_COLOUR, TYPE_COLOURS
@@ -53,7 +53,7 @@ def joint_embedding(
     settings: EmbeddingSettings,
     align: str = "fraction",
 ) -> pd.DataFrame:
-    """One trajectory map of every head of several runs (`analysis.findings.runs.joint_trajectories` on the common
+    """One trajectory map of every head of several runs (`analysis.findings.comparison.joint_trajectories` on the common
     time axis ``align``, ``fraction`` or ``tokens``; UMAP).
 
     Returns:

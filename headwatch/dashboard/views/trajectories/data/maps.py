@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis import trajectories as maps
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import EMBEDDINGS, LLC
-from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
-from headwatch.analysis.type_association import cluster_trajectories
+from headwatch.analysis.trajectories import maps
+from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
+from headwatch.analysis.trajectories.type_association import cluster_trajectories
 
 TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
 
@@ -125,7 +125,7 @@ def grouping(store: Store, colour_by: str, traj: np.ndarray, types: tuple[np.nda
     Args:
         colour_by: ``layer``, ``type`` (at the end of training), ``cluster`` (of ``traj``) or ``llc_cluster``.
         traj: ``(S, n_layers, n_heads)`` the statistic mapped.
-        types: the heads' types at the end of training and its step (`analysis.type_association.end_types`).
+        types: the heads' types at the end of training and its step (`analysis.trajectories.type_association.end_types`).
     """
     if colour_by == "type" and types is not None:
         names = sorted(set(types[0]), key=lambda t: (t == "none", "+" in t, t))

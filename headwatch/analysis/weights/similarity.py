@@ -44,7 +44,7 @@ model's shapes, simulated once per shape with a fixed seed. Exactly, for such he
 root mean square 1/d_model (M_b's distribution is invariant under M_b -> U M_b V^T for independent
 rotations U, V, and ``E <A, U B V^T>^2 = ||A||^2 ||B||^2 / d_model^2``), and E[col] = E[row] = d_head /
 d_model (a uniformly random d_head-plane: ``E ||C_a^T C_b||_F^2 = d_head^2 / d_model``). The
-ultrametricity shares of such heads (`analysis.ultrametric`) have no closed form and are simulated.
+ultrametricity shares of such heads (`analysis.weights.ultrametric`) have no closed form and are simulated.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ import numpy as np
 import torch
 
 from headwatch.analysis.threads import map_per_core
-from headwatch.analysis.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
+from headwatch.analysis.weights.heads import factor_shape
+from headwatch.analysis.weights.ultrametric import STATS, TOLERANCE, distance, ultrametric_shares
 
 # The products compared, and the columns of a pair: f"{matrix}_{stat}", in this order.
 MATRICES = ("qk", "ov")
@@ -156,12 +157,7 @@ def similarity(
     Raises:
         ValueError: the four factors do not share one 4-D shape, or ``d_head > d_model``.
     """
-    shapes = {tuple(t.shape) for t in (*qk, *ov)}
-    if len(shapes) != 1 or len(next(iter(shapes))) != 4:
-        raise ValueError(f"expected four factors of one shape (n_layers, n_heads, d_head, d_model), got {sorted(shapes)}")
-    n_layers, n_heads, d_head, d_model = next(iter(shapes))
-    if d_head > d_model:
-        raise ValueError(f"d_head {d_head} exceeds d_model {d_model}: the factors' QR needs d_head <= d_model")
+    n_layers, n_heads, d_head, d_model = factor_shape(qk, ov)
     n = n_layers * n_heads
     # heads per block: the two Gram buffers of a block pair and their temporaries, about chunk_elements
     per_block = max(1, math.isqrt(max(1, chunk_elements // 4)) // d_head)
@@ -193,7 +189,7 @@ def similarity(
 
 
 def layer_ultrametricity(values: np.ndarray, tol: float = TOLERANCE) -> dict[str, np.ndarray]:
-    """The ultrametricity of every layer's heads for each column's distance (`analysis.ultrametric`).
+    """The ultrametricity of every layer's heads for each column's distance (`analysis.weights.ultrametric`).
 
     Args:
         values: `similarity`'s ``(6, n_layers, n_heads, n_layers, n_heads)`` (as numpy).

@@ -1,5 +1,5 @@
 """Developmental stages of one curve over training: the whole-model LLC, the loss, and the behavioural curves
-`analysis.run_stages` reads beside them (docs/stages.md).
+`analysis.stages.run` reads beside them (docs/stages.md).
 
 The rule, in short (Hoogland et al. 2024; the refined-LLC paper's appendix C.1): a stage boundary is
 a critical point of the LLC curve, where it turns from rising to falling or back, or where it
@@ -37,6 +37,10 @@ change is within k standard errors, or a drop between two drops and slower (per 
 than ``plateau_ratio`` times each of them (a loss that still falls, far more slowly than before
 and after, is on a plateau), is a plateau.
 """
+
+# The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` (with the
+# same part of `analysis.stages.run`'s; `analysis.stages.run.store_stages`): its text is the stores' text, module
+# paths included.
 
 from __future__ import annotations
 
@@ -89,8 +93,8 @@ class StageRule:
         plateau_ratio: a loss drop between two drops and slower than this fraction of each one's rate is a plateau.
         min_points: fewest checkpoints a curve needs before stages are read from it.
         merge: boundaries of different curves at most this many checkpoints apart are one boundary of the run
-            (`analysis.run_stages`).
-        count_noise: the noise floor of a count of heads holding a type, in heads (`analysis.run_stages`).
+            (`analysis.stages.run`).
+        count_noise: the noise floor of a count of heads holding a type, in heads (`analysis.stages.run`).
     """
 
     k: float = 3.0

@@ -1,6 +1,6 @@
 """Distances between heads from their stored similarities, and how ultrametric a layer's heads are.
 
-Torch-free (numpy only): the similarity lens (`analysis.similarity`) computes with it, and a reader
+Torch-free (numpy only): the similarity lens (`analysis.weights.similarity`) computes with it, and a reader
 of ``similarity.parquet`` (a dashboard view, a notebook) turns the stored columns into the same
 distances and the same ultrametricity shares.
 
@@ -27,7 +27,7 @@ layer's heads, over every triangle {a, b, c} of distinct heads with sides ``d1 <
   largest): the usual criterion, kept for comparison. It is near 1 for any nearly equidistant set,
   random heads included, so on its own it says little in high dimension.
 
-Both read against the same measure for random heads of the same shapes (`analysis.similarity`'s
+Both read against the same measure for random heads of the same shapes (`analysis.weights.similarity`'s
 baseline, recorded in meta.json ``similarity``).
 """
 
@@ -37,7 +37,7 @@ from itertools import combinations
 
 import numpy as np
 
-# The similarity statistics of a pair (`analysis.similarity.STATS`) and how each becomes a distance.
+# The similarity statistics of a pair (`analysis.weights.similarity.STATS`) and how each becomes a distance.
 STATS = ("frob", "col", "row")
 # The default tolerance of the ultrametric test (a share of the triangle's spread; meta.json `similarity`).
 TOLERANCE = 0.1

@@ -5,12 +5,12 @@ universal across model scales. With several runs (a size ladder, seeds) this mod
 run together and tests what the clusters follow:
 
 1. **Trajectories.** Each head's statistic on one time axis shared by the runs (the resampling rule of
-   `analysis.findings.runs.common_grid`), normalised per head as the per-run analysis does
-   (`analysis.trajectories.normalise`, ``zscore``: the shape of the curve, not its level or scale).
+   `analysis.findings.comparison.common_grid`), normalised per head as the per-run analysis does
+   (`analysis.trajectories.maps.normalise`, ``zscore``: the shape of the curve, not its level or scale).
 2. **Clusters.** Euclidean k-means over all the heads at once, k in ``2 .. 6`` by the largest silhouette
-   (`analysis.type_association.cluster_points`), chosen without looking at the runs or the types. The k-means
-   starts from deterministic points (`analysis.trajectories.kmeans`), and every computation below runs over the
-   heads in `analysis.trajectories.canonical_order` (by their values, then run, layer and type), so the same runs
+   (`analysis.trajectories.type_association.cluster_points`), chosen without looking at the runs or the types. The k-means
+   starts from deterministic points (`analysis.trajectories.maps.kmeans`), and every computation below runs over the
+   heads in `analysis.trajectories.maps.canonical_order` (by their values, then run, layer and type), so the same runs
    give the same clusters, the same shuffles and the same figures in any order.
 3. **Four tests**, each a permutation p-value ``(1 + #{T_perm >= T}) / (1 + n)``:
 
@@ -29,9 +29,9 @@ run together and tests what the clusters follow:
      shuffled types do?
 
    With class sizes kept by every shuffle the AMI is an increasing function of the mutual information, so the AMI
-   tests count by the mutual information (`analysis.type_association.mutual_information`).
+   tests count by the mutual information (`analysis.trajectories.type_association.mutual_information`).
 4. **Verdicts** (`judge_joint`): each test's p-values over the statistics asked together, read with their Monte
-   Carlo error and Holm's correction for the number of statistics (`analysis.significance.judge`). "Universal kinds
+   Carlo error and Holm's correction for the number of statistics (`analysis.trajectories.significance.judge`). "Universal kinds
    of trajectory" is said only where the clusters follow the types within each run and within each layer and
    predict a left-out run's types, each associated after the correction; a test that fails to reject is said as
    such ("no association shown"), never as evidence of none.
@@ -41,15 +41,16 @@ Arrays in, numbers out; rows are heads (runs in order, each run's heads layer-ma
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score
 
-from headwatch.analysis.significance import DECISION_WORDS, SIGNIFICANCE, Decision, Judged, judge
-from headwatch.analysis.trajectories import canonical_order, kmeans, normalise
-from headwatch.analysis.type_association import PERMUTATIONS, cluster_points, permutation_p, shuffles
+from headwatch.analysis.trajectories.maps import canonical_order, kmeans, normalise
+from headwatch.analysis.trajectories.significance import DECISION_WORDS, SIGNIFICANCE, Decision, Judged, judge
+from headwatch.analysis.trajectories.type_association import PERMUTATIONS, cluster_points, permutation_p, shuffles
 
 TRANSFER_PRIOR = 0.5  # the count every type gets in every cluster before the other runs' heads are counted (Jeffreys)
 TESTS: dict[str, str] = {  # the four tests (module docstring), as the tables name them
@@ -90,16 +91,16 @@ class JointAssociation:
     heads: int
     runs: int
     types: int
-    ami_type: float
-    p_type: float
-    p_type_layers: float
-    ami_layer: float
-    ami_run: float
-    p_run: float
-    transfer: float
-    transfer_null: float
-    p_transfer: float
-    permutations: int
+    ami_type: float = math.nan
+    p_type: float = math.nan
+    p_type_layers: float = math.nan
+    ami_layer: float = math.nan
+    ami_run: float = math.nan
+    p_run: float = math.nan
+    transfer: float = math.nan
+    transfer_null: float = math.nan
+    p_transfer: float = math.nan
+    permutations: int = 0
     reason: str = ""
 
     @property
@@ -112,22 +113,8 @@ class JointAssociation:
         return self.transfer - self.transfer_null
 
     def untestable(self, reason: str) -> JointAssociation:
-        """This clustering with every association NaN and ``reason`` given."""
-        nan = float("nan")
-        return replace(
-            self,
-            ami_type=nan,
-            p_type=nan,
-            p_type_layers=nan,
-            ami_layer=nan,
-            ami_run=nan,
-            p_run=nan,
-            transfer=nan,
-            transfer_null=nan,
-            p_transfer=nan,
-            permutations=0,
-            reason=reason,
-        )
+        """This clustering with every association NaN (the fields' defaults) and ``reason`` given."""
+        return JointAssociation(self.clusters, self.silhouette, self.heads, self.runs, self.types, reason=reason)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -205,7 +192,7 @@ def joint_associate(
     Args:
         traj: ``(N, G)`` trajectories on the runs' common grid (raw values; normalised here per head).
         run: ``(N,)`` each head's run (any labels).
-        types: ``(N,)`` each head's type label at the end of training (`analysis.type_association.type_labels`).
+        types: ``(N,)`` each head's type label at the end of training (`analysis.trajectories.type_association.type_labels`).
         layers: ``(N,)`` each head's layer (any labels; a run's heads of one label are one stratum of the
             ``types_layers`` test); None: one layer.
         permutations: shuffles per p-value.
@@ -229,24 +216,7 @@ def joint_associate(
     order = canonical_order(traj, run, layers, types)  # every computation over the heads in one order
     x, run, types, layers = normalise(traj[order], "zscore"), run[order], types[order], layers[order]
     back = np.argsort(order)
-    nan = float("nan")
-    blank = JointAssociation(
-        clusters=0,
-        silhouette=nan,
-        heads=n,
-        runs=n_runs,
-        types=n_types,
-        ami_type=nan,
-        p_type=nan,
-        p_type_layers=nan,
-        ami_layer=nan,
-        ami_run=nan,
-        p_run=nan,
-        transfer=nan,
-        transfer_null=nan,
-        p_transfer=nan,
-        permutations=permutations,
-    )
+    blank = JointAssociation(clusters=0, silhouette=math.nan, heads=n, runs=n_runs, types=n_types, permutations=permutations)
 
     try:
         clusters, k, sil = cluster_points(x)

@@ -5,8 +5,8 @@ kinds of trajectory; it leaves open "whether these clusters correspond to functi
 This module answers it for one run and one statistic:
 
 1. **Clusters.** Each head's trajectory (its statistic at every checkpoint with a value) is
-   normalised per head (`analysis.trajectories.normalise`, ``zscore``: the shape of the curve, not
-   its level) and grouped by Euclidean k-means (`analysis.trajectories.kmeans`, the grouping the
+   normalised per head (`analysis.trajectories.maps.normalise`, ``zscore``: the shape of the curve, not
+   its level) and grouped by Euclidean k-means (`analysis.trajectories.maps.kmeans`, the grouping the
    Refined LLC page uses, from deterministic starts: no seed). The number of clusters k is the one
    in ``2 .. 6`` with the largest silhouette (scikit-learn's `silhouette_score`), so the clusters are
    the ones the trajectories themselves separate best, chosen without looking at the types.
@@ -25,7 +25,7 @@ This module answers it for one run and one statistic:
    shuffles the types only within each layer: head types and trajectory shapes both depend on depth,
    and this one asks whether the association holds beyond what the layer alone explains.
 5. **Reading.** A run is asked about several statistics at once: `judge_associations` reads each p with its
-   Monte Carlo error and Holm's correction over the statistics tested in the run (`analysis.significance`), as the
+   Monte Carlo error and Holm's correction over the statistics tested in the run (`analysis.trajectories.significance`), as the
    Trajectory map and ``headwatch report`` say them. Whether an association replicates is read from those
    decisions in the run and in each of its replicates (`replication`): associated in every one of them.
 
@@ -41,10 +41,10 @@ from typing import Literal, TypeVar
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
-from headwatch.analysis.significance import SIGNIFICANCE, Decision, Judged, judge
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
-from headwatch.analysis.trajectories import kmeans, normalise, trajectories
+from headwatch.analysis.trajectories.maps import kmeans, normalise, trajectories
+from headwatch.analysis.trajectories.significance import SIGNIFICANCE, Decision, Judged, judge
 
 CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins
 Replication = Literal["replicates", "not shown", "undecided", "not testable"]  # `replication`'s verdicts
@@ -145,7 +145,7 @@ def cluster_trajectories(values: np.ndarray) -> tuple[np.ndarray, int, float]:
 def cluster_points(x: np.ndarray) -> tuple[np.ndarray, int, float]:
     """k-means clusters of ``(N, D)`` normalised trajectories, k in `CLUSTER_RANGE` by the largest silhouette.
 
-    The k-means (`analysis.trajectories.kmeans`) starts from deterministic points, so the clusters depend on the
+    The k-means (`analysis.trajectories.maps.kmeans`) starts from deterministic points, so the clusters depend on the
     trajectories alone: not on a seed, nor on the order of the rows.
 
     Returns:
@@ -282,7 +282,7 @@ def replication(decisions: Sequence[Decision | None]) -> Replication:
 
 def judge_associations(results: Mapping[K, Association]) -> dict[K, tuple[Judged, Judged]]:
     """One run's associations, the statistics tested in it, each p read with its Monte Carlo error and Holm's
-    correction over those statistics (`analysis.significance.judge`; the untestable left out of the count).
+    correction over those statistics (`analysis.trajectories.significance.judge`; the untestable left out of the count).
 
     Returns:
         Per statistic, the ``(over heads, within layers)`` p-values judged.

@@ -1,6 +1,6 @@
 """Head types as decisions (docs/head-types.md; design notes section 10): previous-token, induction and sink heads.
 
-A type is a forward score of `analysis.attention` (``prev_token``, ``induction``, ``sink``) against
+A type is a forward score of `analysis.attention.patterns` (``prev_token``, ``induction``, ``sink``) against
 
 - its **null**, the score of uniform causal attention (query i spreads ``1/i`` over keys ``1..i``,
   positions 1-based) averaged exactly as the forward lens averages the score, for the store's
@@ -31,8 +31,8 @@ import pandas as pd
 
 from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, HEAD_TYPES_TABLE
 
-# A head attends with at least 30% of its query's mass to the type's position: the issue's "a formed induction
-# head scores 0.3-0.9" (Olsson et al. 2022 read induction heads off scores of this size), and the same share
+# A head attends with at least 30% of its query's mass to the type's position: a formed induction head scores
+# 0.3 to 0.9 (Olsson et al. 2022 read induction heads off scores of this size), and the same share
 # for the previous token and the first position, where a formed head puts most of its attention.
 ABSOLUTE = 0.3
 # ... and at least 5 times what uniform attention gives (binding for short sequences: T = 32 puts the
@@ -58,7 +58,7 @@ def harmonic(n: int) -> float:
 
 
 def uniform_nulls(seq_len: int, repeat: int) -> dict[str, float]:
-    """Each type's score under uniform causal attention, averaged as `analysis.attention` averages it.
+    """Each type's score under uniform causal attention, averaged as `analysis.attention.patterns` averages it.
 
     Args:
         seq_len: T, the evaluation sequences' length (previous-token and sink scores).

@@ -1,5 +1,5 @@
-"""The panels the head explorer's figures share: a log-colour map over (training time, y), a wide panel beside
-two statistics over training, the random-head bands, the colours of compared heads."""
+"""What the head explorer's figures draw over training time: a log-colour map over (training time, y), a wide panel
+beside two statistics over training, the random-head bands, the colours of compared heads."""
 
 from __future__ import annotations
 

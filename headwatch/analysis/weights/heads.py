@@ -42,6 +42,22 @@ def resolve_device(device: Device) -> torch.device:
     return torch.device(device)
 
 
+def factor_shape(qk: tuple[torch.Tensor, torch.Tensor], ov: tuple[torch.Tensor, torch.Tensor]) -> tuple[int, int, int, int]:
+    """The shape ``(n_layers, n_heads, d_head, d_model)`` that a checkpoint's four per-head factors share:
+    ``(W_Q, W_K)`` and ``(W_O^T, W_V)`` (`families.extract`), whose products' QR cores need ``d_head <= d_model``.
+
+    Raises:
+        ValueError: the four factors do not share one 4-D shape, or ``d_head > d_model``.
+    """
+    shapes = {tuple(t.shape) for t in (*qk, *ov)}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 4:
+        raise ValueError(f"expected four factors of one shape (n_layers, n_heads, d_head, d_model), got {sorted(shapes)}")
+    n_layers, n_heads, d_head, d_model = next(iter(shapes))
+    if d_head > d_model:
+        raise ValueError(f"d_head {d_head} exceeds d_model {d_model}: the factors' QR cores need d_head <= d_model")
+    return n_layers, n_heads, d_head, d_model
+
+
 # Element budget of one dense work buffer: 2**26 floats (256 MiB in float32)
 # holds all 16 heads of a Pythia-1.4B layer (16 x 2048^2); larger layers are
 # processed a few heads at a time. On CPU one such buffer is live per core (the

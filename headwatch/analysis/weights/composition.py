@@ -57,6 +57,8 @@ import math
 
 import torch
 
+from headwatch.analysis.weights.heads import factor_shape
+
 # The three kinds, in the order of the first axis of `composition_scores`.
 KINDS = ("q", "k", "v")
 # Heads per layer in the simulated baseline (two layers: heads^2 pairs per kind) and its seed.
@@ -119,12 +121,7 @@ def composition_scores(
     Raises:
         ValueError: the four factors do not share one 4-D shape, or ``d_head > d_model``.
     """
-    shapes = {tuple(t.shape) for t in (*qk, *ov)}
-    if len(shapes) != 1 or len(next(iter(shapes))) != 4:
-        raise ValueError(f"expected four factors of one shape (n_layers, n_heads, d_head, d_model), got {sorted(shapes)}")
-    n_layers, n_heads, d_head, d_model = next(iter(shapes))
-    if d_head > d_model:
-        raise ValueError(f"d_head {d_head} exceeds d_model {d_model}: the factors' QR cores need d_head <= d_model")
+    n_layers, n_heads, d_head, d_model = factor_shape(qk, ov)
 
     def layer(i: int, pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return pair[0][i].to(device=device, dtype=dtype), pair[1][i].to(device=device, dtype=dtype)  # one layer at a time

@@ -8,8 +8,8 @@ Per matrix W (m = min(rows, cols), n = max(rows, cols)):
 - all m singular values, from the eigenvalues of the m x m Gram matrix G = W W^T (or
   W^T W when rows > cols) in float64: lambda_k = s_k^2 = eig_k(G). G is accumulated in
   float64 from slices of W's long side, so no float64 copy of W is held. A dense SVD
-  of W costs O(m^2 n) too, but with a much larger constant (one 2048 x 8192 float32
-  SVD took 77 s on this machine under load, its Gram eigensolve about 9 s). Accuracy:
+  of W costs O(m^2 n) too, but with a much larger constant (docs/benchmarks.md, "Whole-layer
+  matrices": `python -m benchmarks.bench_layers` times both). Accuracy:
   an eigenvalue is exact to about eps64 * lambda_max (rounding of G and of the
   symmetric eigensolver), so s_k has absolute error ~ eps64 * s_max^2 / s_k: relative
   1e-16 .. 1e-12 for any s_k above 1e-4 s_max (the tests bound it against numpy's SVD).
@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from headwatch.analysis.heads import Device, resolve_device
 from headwatch.analysis.rmt.marchenko_pastur import mp_below, mp_kl, mp_scaled, mp_spikes, powerlaw_fit
 from headwatch.analysis.stats.elementwise import elementwise_statistics, fused_available
 from headwatch.analysis.store.format import HIST_Z_EDGES
 from headwatch.analysis.threads import map_per_core
+from headwatch.analysis.weights.heads import Device, resolve_device
 
 # Dense entries per chunk of one role's layers (as for heads: 2**26 floats, 256 MiB in float32).
 LAYER_CHUNK_ELEMENTS = 2**26

@@ -16,6 +16,9 @@ or ``no event coincides``. The run's stages (basis ``run`` of stages.parquet, th
 lie between those boundaries.
 """
 
+# The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` after
+# `analysis.stages.curve`'s (`store_stages`): its text is the stores' text, module paths included.
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,7 +26,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from headwatch.analysis.stages import (
+from headwatch.analysis.stages.curve import (
     LEVEL_BOUNDARIES,
     LOSS_LIKE_BOUNDARIES,
     START,
@@ -61,7 +64,7 @@ def count_stages(
     steps: np.ndarray, count: np.ndarray, rule: StageRule = DEFAULT_RULE, *, basis: str
 ) -> tuple[list[Stage], float]:
     """Stages of the number of heads holding one type: the LLC's rule with the count's noise, the jitter of its
-    second differences (`analysis.stages.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
+    second differences (`analysis.stages.curve.loss_noise`) floored at ``rule.count_noise`` heads (a count moves by whole
     heads: one head that joins or leaves between two checkpoints is within the noise at k = 3, three are not).
 
     Returns:
@@ -116,7 +119,7 @@ def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge:
     is at most ``merge`` checkpoints of ``grid`` after that group's first boundary.
 
     Args:
-        stages: basis -> its stages (`analysis.stages.Stage`; the first stage's start is no boundary).
+        stages: basis -> its stages (`analysis.stages.curve.Stage`; the first stage's start is no boundary).
         grid: the checkpoints, increasing (every curve's steps are among them).
         merge: the largest distance, in checkpoints, within one group.
 
@@ -252,8 +255,8 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     Raises:
         StoreError: a table is unreadable.
     """
-    from headwatch.analysis import stages as stage_rule
-    from headwatch.analysis.llc_diagnostics import store_flags
+    from headwatch.analysis.llc.diagnostics import store_flags
+    from headwatch.analysis.stages import curve as stage_rule
     from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, HEAD_TYPES_TABLE, LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 
     notes: list[str] = []
@@ -294,6 +297,8 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
             curves["llc"] = (steps, values[keep], llc)
             negative = steps[values[keep] < 0]
             if len(negative):
+                # a note of meta.json ``stages.notes``: the stores' text, module path included (the rule is
+                # `analysis.llc.diagnostics`)
                 notes.append(
                     f"negative whole-model estimates at steps {negative.tolist()}: those checkpoints are not local minima "
                     "of the sampled loss, so the number there measures SGLD's descent (analysis/llc_diagnostics.py)"
