@@ -99,7 +99,7 @@ def peak_memory(device: str) -> float:
 
 
 def main() -> None:
-    from headwatch.precompute.registry import LlcOptions, SamplerSettings
+    from headwatch.analysis.store.lenses.llc import LlcOptions, SamplerSettings
     from headwatch.precompute.run import run_precompute
     from headwatch.precompute.settings import RunOptions
 

@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from benchmarks.shapes import pythia_160m_config
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.precompute.evalset import held_out_bytes, make_eval_set
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
-from headwatch.precompute.settings import SamplerSettings
 
 ESTIMATES = ("first-layer head", "last-layer head", "whole model")
 

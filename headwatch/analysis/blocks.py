@@ -26,7 +26,7 @@ import torch
 
 from headwatch.analysis.errors import CheckpointError
 from headwatch.analysis.extract import ModelShape
-from headwatch.analysis.store.format import LAYER_ROLES
+from headwatch.analysis.store.lenses.layers import LAYER_ROLES
 
 _L = r"^(?:.*\.)?"
 

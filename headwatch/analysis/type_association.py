@@ -43,7 +43,8 @@ from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
 from headwatch.analysis.significance import SIGNIFICANCE, Decision, Judged, judge
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
+from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.analysis.trajectories import kmeans, normalise, trajectories
 
 CLUSTER_RANGE = range(2, 7)  # k-means k tried; the largest silhouette wins

@@ -33,8 +33,9 @@ from headwatch.analysis.errors import (
     UnknownArchitectureError,
 )
 from headwatch.analysis.store.format import META_FILE
-from headwatch.precompute import evalset, registry
-from headwatch.precompute.registry import Lens
+from headwatch.analysis.store.lenses import LENSES
+from headwatch.analysis.store.lenses.declaration import Lens
+from headwatch.precompute import evalset
 from headwatch.precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Read every checkpoint of a training run (local folders or Hub revisions) and write a statistics "
         "store: W_QK and W_OV of every head (their entries and exact spectra, against random heads) and, with --matrices "
         "layers, every block weight against Marchenko-Pastur; with --lenses, "
-        + ", ".join(lens.name for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + ", ".join(lens.name for lens in LENSES if lens.asked_by == "--lenses")
         + ".",
     )
     p.add_argument(
@@ -157,11 +158,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--lenses",
-        choices=registry.LENS_CHOICES,
+        choices=LENSES.choices,
         action="append",
         default=None,
         help="lenses: "
-        + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + "; ".join(f"{lens.name} ({lens.summary})" for lens in LENSES if lens.asked_by == "--lenses")
         + ". Repeat to combine.",
     )
     evalset.add_arguments(p, when="with --lenses: ")
@@ -202,9 +203,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def add_lens_options(parser: argparse.ArgumentParser) -> None:
-    """One argument group per lens with options (`precompute.registry.Lens.options`), the lenses on by
+    """One argument group per lens with options (`precompute.Lens.options`), the lenses on by
     default (``--overlap-k``, ``--no-embeddings``, ``--no-types``) included."""
-    for lens in registry.LENSES:
+    for lens in LENSES:
         if not lens.options:
             continue
         asked = "on by default" if lens.asked_by == "default" else f"{lens.asked_by} {lens.name}"
@@ -237,7 +238,7 @@ def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str,
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.
     """
     out: dict[str, object] = {}
-    for lens in registry.LENSES:
+    for lens in LENSES:
         given = {
             o.field: getattr(args, _dest(lens, o.field))
             for o in lens.options
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if options.eval_text and not options.lenses:
         print(
-            f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in registry.LENS_CHOICES)}",
+            f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in LENSES.choices)}",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -434,7 +435,7 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
             f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
             file=sys.stderr,
         )
-    for lens in registry.LENSES:
+    for lens in LENSES:
         steps = report.lenses.get(lens.name)
         if steps:
             print(f"{lens.title}: computed at steps {', '.join(map(str, steps))}", file=sys.stderr)

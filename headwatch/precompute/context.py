@@ -22,7 +22,7 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, 
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
-from headwatch.precompute.registry import Lens
+from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.precompute.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import human_bytes
 from headwatch.precompute.sources.revisions import CheckpointRef
@@ -138,7 +138,7 @@ class PassJob(Protocol):
 
 
 class Computation(Protocol):
-    """The compute side of one lens (`precompute.registry.Lens.computation`).
+    """The compute side of one lens (its ``lens``, declared in `analysis.store.lenses`; `precompute.lenses.computations`).
 
     Built by ``Computation(setup)``, which refuses bad options or an unsupported model before anything
     is written (raising `ValueError`, `analysis.errors.UnknownArchitectureError`, ...).
@@ -146,6 +146,8 @@ class Computation(Protocol):
 
     lens: Lens
     pass_job: PassJob | None  # rows computed in the pass over each new checkpoint (None: fill only)
+
+    def __init__(self, setup: ComputationSetup) -> None: ...
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
         """Refuse, under the store's lock and before any commit, a store whose tables of this lens

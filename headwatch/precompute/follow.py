@@ -37,8 +37,8 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, 
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.following import FollowState, FollowStatus, status_path
 from headwatch.analysis.store.format import META_FILE
+from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
-from headwatch.precompute import registry
 from headwatch.precompute.context import RunReport
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import find_checkpoints, incomplete_reason
@@ -78,13 +78,11 @@ def follow_options(options: RunOptions, stored: Meta | None) -> RunOptions:
     if stored is None:
         return dataclasses.replace(options, follow=True)
     lenses = tuple(options.lenses) + tuple(
-        lens.name
-        for lens in registry.LENSES
-        if lens.asked_by == "--lenses" and lens.recorded(stored) and lens.name not in options.lenses
+        lens.name for lens in LENSES if lens.asked_by == "--lenses" and lens.recorded(stored) and lens.name not in options.lenses
     )
     matrices = tuple(options.matrices) + tuple(
         lens.name
-        for lens in registry.LENSES
+        for lens in LENSES
         if lens.asked_by == "--matrices" and lens.recorded(stored) and lens.name not in options.matrices
     )
     return dataclasses.replace(options, lenses=lenses, matrices=matrices, follow=True)

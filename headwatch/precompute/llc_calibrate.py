@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.llc_diagnostics import chain_diagnostics, flag, rise_z
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.precompute import evalset
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import (
     LLC_MODEL,
     check_family,
@@ -44,7 +45,6 @@ from headwatch.precompute.lenses.llc import (
     masked_parameters,
     sampler_sequences,
 )
-from headwatch.precompute.registry import SamplerSettings
 from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.fetch import Meter
 

@@ -26,7 +26,9 @@ import pyarrow.parquet as pq
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import TABLES, Meta, open_store, read_meta
-from headwatch.analysis.store.format import ATTENTION, HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
+from headwatch.analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.outputs import model_text
 from headwatch.precompute.store.lock import store_lock
 

@@ -14,7 +14,7 @@ For each selected checkpoint not yet in the store, in step order:
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
    together (`precompute.store.writer.commit_store`).
 
-Every lens the run computes (`precompute.registry.LENSES`) has a computation
+Every lens the run computes (`precompute.LENSES`) has a computation
 (`precompute.context.Computation`): built before anything is written (its refusals come
 first), it checks the store under its lock, records how it is made in meta.json,
 adds its rows in the pass over each checkpoint (the whole-layer matrices and the
@@ -54,8 +54,8 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.analysis.extract import ModelShape, model_shape
 from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import Failure, Meta, ModelInfo
+from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
-from headwatch.precompute import registry
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
     Computation,
@@ -69,7 +69,8 @@ from headwatch.precompute.context import (
 )
 from headwatch.precompute.evalset import EvalSet, model_context, resolve_eval_set
 from headwatch.precompute.executor import open_executor
-from headwatch.precompute.lenses.forward import check_loadable
+from headwatch.precompute.lenses.attention import check_loadable
+from headwatch.precompute.lenses.computations import COMPUTATIONS
 from headwatch.precompute.settings import RunOptions, StoreSettings, resolve_settings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
@@ -160,24 +161,24 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
 
 
 def _computations(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) -> list[Computation]:
-    """The computation of every lens the run computes, in registry order (each refuses bad options or an
+    """The computation of every lens the run computes, in the lenses' order (each refuses bad options or an
     unsupported model as it is built); the evaluation sequences are made once, if a lens needs them.
 
     Raises:
         UnknownArchitectureError: a lens cannot handle the model.
         ValueError, EvalTextError: bad options.
     """
-    asked = [lens for lens in registry.LENSES if lens.asked(options)]
+    asked = [lens for lens in LENSES if lens.asked(options)]
     needs_eval = any("evaluation" in lens.needs for lens in asked)
     eval_set = evaluation_set(plan, options, source) if needs_eval else None
     setup = ComputationSetup(plan, options, source, scratch, eval_set)
-    return [lens.load_computation()(setup) for lens in asked]
+    return [COMPUTATIONS[lens.name](setup) for lens in asked]
 
 
 def _warn_unasked(state: RunState, computations: list[Computation]) -> None:
     """Say when the store records a lens the run does not compute and some checkpoints lack its rows."""
     asked = {s.lens.name for s in computations}
-    for lens in registry.STEPWISE:
+    for lens in LENSES.stepwise:
         if lens.name in asked or not lens.recorded(state.meta) or not lens.every_checkpoint:
             continue
         have = state.steps_with(lens.tables[0].name)
@@ -319,7 +320,7 @@ def _complete(run: RunContext, executor: Executor, *, jobs: dict[str, PassJob]) 
     lacking = {
         name: job
         for name, job in jobs.items()
-        if any(s not in state.steps_with(registry.BY_NAME[name].tables[0].name) for s in steps)
+        if any(s not in state.steps_with(LENSES.by_name[name].tables[0].name) for s in steps)
     }
     refs = [plan.ref(state.meta.entry(s)) for s in steps]
     log.info(

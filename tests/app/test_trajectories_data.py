@@ -16,7 +16,7 @@ from benchmarks.synthetic_store import add_synthetic_forward
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.significance import DECISION_WORDS
 from headwatch.analysis.store import Store, open_store
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.type_association import ASSOCIATION_STATS, Association
 from headwatch.dashboard.views.trajectories.data.association import (
     association_reading,

@@ -20,7 +20,9 @@ import yaml
 
 import headwatch.precompute.lenses.embeddings
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
+from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.analysis.store.lenses.overlaps import OVERLAP_COLUMN_DOCS
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.publish import dataset_card, push_store
 from headwatch.precompute.publish import main as publish_main

@@ -22,8 +22,8 @@ import pytest
 
 from headwatch.analysis.llc_diagnostics import store_flags
 from headwatch.analysis.store import open_store, read_table
-from headwatch.analysis.store.format import EVAL_LOSS, LLC
-from headwatch.precompute.settings import SamplerSettings
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.llc import LLC, SamplerSettings
 from tests.conftest import SHIPPED_DATA
 
 STORES = sorted(p for p in SHIPPED_DATA.iterdir() if (p / "meta.json").is_file())

@@ -18,9 +18,8 @@ import transformers
 
 from headwatch.analysis.similarity import COLUMNS
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import SIMILARITY, ULTRAMETRICITY
+from headwatch.analysis.store.lenses.similarity import SIMILARITY, ULTRAMETRICITY, SimilarityOptions
 from headwatch.analysis.ultrametric import distance, ultrametric_shares
-from headwatch.precompute.registry import SimilarityOptions
 from headwatch.precompute.run import run_precompute
 from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import perturb, run_cli

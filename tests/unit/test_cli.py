@@ -227,8 +227,8 @@ def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys
 def test_precompute_help_says_what_the_job_computes(capsys):
     """The job's help opens with what it writes: both per-head matrices and every lens of the registry, not W_QK
     alone (a new user read 'Compute per-head W_QK statistics')."""
+    from headwatch.analysis.store.lenses import LENSES
     from headwatch.precompute.__main__ import parse_args
-    from headwatch.precompute.registry import LENSES
 
     with pytest.raises(SystemExit):
         parse_args(["--help"])

@@ -19,7 +19,7 @@ from headwatch.analysis.head_types import (
     types_held,
     uniform_nulls,
 )
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 
 def uniform_causal(t: int, dtype=np.float64) -> np.ndarray:

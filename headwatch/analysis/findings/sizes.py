@@ -39,7 +39,7 @@ from headwatch.analysis.joint_clusters import TESTS, JointAssociation, joint_ass
 from headwatch.analysis.scaling import PowerLaw, consolidation_index, fit_power_law
 from headwatch.analysis.significance import MONTE_CARLO_LEVEL
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.analysis.store.meta import ModelInfo
 from headwatch.analysis.type_association import ASSOCIATION_STATS, PERMUTATIONS, end_types
 

@@ -28,16 +28,11 @@ import numpy as np
 import pyarrow as pa
 
 from headwatch.analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
-from headwatch.analysis.store.format import (
-    CIRCUIT_COLUMNS,
-    EMBEDDINGS,
-    EVAL_LOSS,
-    HEADS,
-    NULL_COLUMNS,
-    OVERLAPS,
-    STAGES,
-    TableSpec,
-)
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, TableSpec
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
+from headwatch.analysis.store.lenses.stages import STAGES
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:

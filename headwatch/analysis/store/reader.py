@@ -37,10 +37,10 @@ from headwatch.analysis.store.format import (
     LIST_COLUMNS,
     META_FILE,
     NULL_COLUMNS,
-    OVERLAPS,
     SCALAR_COLUMNS,
     TableSpec,
 )
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import Meta, read_meta
 from headwatch.analysis.store.older_versions import null_model_columns, upgrade_table
 

@@ -32,10 +32,9 @@ from headwatch.analysis.composition import (
 )
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.store.lenses.composition import COMPOSITION, COMPOSITION_LENS, CompositionOptions
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import COMPOSITION_LENS, CompositionOptions
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 

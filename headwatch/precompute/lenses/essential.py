@@ -28,7 +28,7 @@ from headwatch.analysis import essential as ed
 from headwatch.analysis.errors import CheckpointError, StoreError
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_LENS, ESSENTIAL_OUTPUTS
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
     BaseComputation,
@@ -38,8 +38,7 @@ from headwatch.precompute.context import (
     missing_steps,
 )
 from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.lenses.forward import load_model
-from headwatch.precompute.registry import ESSENTIAL_LENS
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched

@@ -22,9 +22,8 @@ from headwatch.analysis.errors import CheckpointError
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import Device
 from headwatch.analysis.layer_matrices import layer_matrix_statistics
-from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.store.lenses.layers import LAYERS, LAYERS_LENS
 from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, refill
-from headwatch.precompute.registry import LAYERS_LENS
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store.tables import layers_rows

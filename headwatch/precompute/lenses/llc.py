@@ -50,13 +50,20 @@ from tqdm.auto import tqdm
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from headwatch.analysis.llc_diagnostics import chain_diagnostics
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
+from headwatch.analysis.store.lenses.llc import (
+    LLC,
+    LLC_CHAINS,
+    LLC_LENS,
+    LLC_MODEL,
+    LlcImplementation,
+    LlcOptions,
+    SamplerSettings,
+)
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from headwatch.precompute.evalset import EvalSet, sha256_bytes
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc_model import Architecture, Params, architecture, check_config, parameters
 from headwatch.precompute.lenses.llc_sampler import Traces, checkpoint_traces
-from headwatch.precompute.registry import LLC_LENS, LlcImplementation, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
 

@@ -18,9 +18,9 @@ import torch
 
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import Device, checkpoint_vectors
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS_LENS
 from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import OVERLAPS_LENS
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 

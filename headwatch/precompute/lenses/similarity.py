@@ -32,10 +32,15 @@ from headwatch.analysis.similarity import (
     similarity,
 )
 from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.store.lenses.similarity import (
+    SIMILARITY,
+    SIMILARITY_LENS,
+    SIMILARITY_STATS,
+    ULTRAMETRICITY,
+    SimilarityOptions,
+)
 from headwatch.precompute.context import FactorsComputation
 from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import SIMILARITY_LENS, SimilarityOptions
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 

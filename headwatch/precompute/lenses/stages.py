@@ -23,9 +23,8 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.run_stages import RunStages, store_stages
 from headwatch.analysis.stages import StageRule
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import STAGES
+from headwatch.analysis.store.lenses.stages import STAGES, STAGES_LENS
 from headwatch.precompute.context import BaseComputation, RunContext
-from headwatch.precompute.registry import STAGES_LENS
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store.format import META_FILE, SCHEMA_VERSION, TABLES
+from headwatch.analysis.store.format import META_FILE, SCHEMA_VERSION
+from headwatch.analysis.store.lenses import TABLES
 from headwatch.analysis.store.meta import Meta
 
 _AT_FDCWD = -100

@@ -9,7 +9,7 @@ import streamlit as st
 
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
 from headwatch.analysis.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.analysis.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
 from headwatch.dashboard import derived, export, loader
 from headwatch.dashboard.frame import RunFrame

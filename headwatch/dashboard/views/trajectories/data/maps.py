@@ -12,7 +12,8 @@ import pandas as pd
 from headwatch.analysis import trajectories as maps
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import EMBEDDINGS, LLC
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.type_association import cluster_trajectories
 

@@ -5,7 +5,7 @@ no causal-LM class for. `forward_lens` loads a checkpoint folder with
 ``AutoModelForCausalLM`` (``attn_implementation="eager"``, so the attention
 probabilities are returned), float32 on CPU or the checkpoint's own dtype on CUDA,
 runs the evaluation sequences through it a batch at a time and returns the
-checkpoint's rows of the three forward tables (`analysis.store.format.FORWARD_TABLES`):
+checkpoint's rows of the three forward tables (`analysis.store.format.ATTENTION_TABLES`):
 the loss, the per-head statistics of `analysis.attention` (plus the induction score on
 the repeated random tokens, and the loss on their second copy) and the layer-pair divergences. One model is held at a time.
 """
@@ -27,7 +27,7 @@ from headwatch.analysis.attention import AttentionSums, induction_scores, js_div
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_LENS, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.precompute.context import (
     CHECKPOINT_ERRORS,
     BaseComputation,
@@ -37,7 +37,6 @@ from headwatch.precompute.context import (
     missing_steps,
 )
 from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.registry import ATTENTION_LENS
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
@@ -48,7 +47,7 @@ BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors 
 
 
 @dataclass(frozen=True)
-class ForwardJob:
+class AttentionJob:
     """What the forward computation needs besides the checkpoint (the same for every checkpoint of a run);
     its share of the pass over each checkpoint (`precompute.context.PassJob`)."""
 
@@ -114,7 +113,7 @@ def load_model(folder: Path, *, device: str, attn_implementation: str = "eager")
 
 
 @torch.no_grad()
-def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, Any]:
+def forward_statistics(model: torch.nn.Module, job: AttentionJob, *, n_layers: int, n_heads: int) -> dict[str, Any]:
     """Loss, per-head statistics and layer divergences of one model on the job's sequences.
 
     Returns:
@@ -186,7 +185,7 @@ def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
         )
 
 
-def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
+def attention_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
     """One checkpoint's rows of the forward tables, by registry name, each in its sort order."""
     n_layers, n_heads = stats["entropy"].shape
     n = n_layers * n_heads
@@ -215,7 +214,7 @@ def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
     }
 
 
-def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, pa.Table]:
+def forward_lens(folder: Path, step: int, job: AttentionJob, *, n_layers: int, n_heads: int) -> dict[str, pa.Table]:
     """Load the checkpoint in ``folder``, evaluate it, and return its forward-table rows.
 
     Raises:
@@ -229,10 +228,10 @@ def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_h
         del model
     if not np.isfinite(stats["loss"]):
         raise CheckpointError(f"the loss on the evaluation sequences is {stats['loss']}; the checkpoint diverged")
-    return forward_rows(step, stats)
+    return attention_rows(step, stats)
 
 
-def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, job: ForwardJob) -> dict[str, pa.Table]:
+def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, job: AttentionJob) -> dict[str, pa.Table]:
     """One checkpoint's forward-table rows: the whole checkpoint, held only while it is evaluated.
 
     Raises:
@@ -252,7 +251,7 @@ class AttentionComputation(BaseComputation):
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         assert setup.eval_set is not None, "the forward lens needs the evaluation sequences"
-        self.pass_job = self.job = ForwardJob(setup.eval_set, device=lens_device(setup.options))
+        self.pass_job = self.job = AttentionJob(setup.eval_set, device=lens_device(setup.options))
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
         if stored is None or stored.forward is None or stored.forward.same_evaluation(self.job.eval_set.info):
