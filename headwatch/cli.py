@@ -145,13 +145,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(target: str | None, rest: list[str]) -> int:
     """Point the dashboard's settings (HEADWATCH_DATA / HEADWATCH_STORE) at ``target`` and serve."""
+    from headwatch.analysis.store.format import META_FILE
     from headwatch.dashboard.settings import DATA_ENV, STORE_ENV
 
     if target is not None:
         path = Path(target).resolve()
         if not path.is_dir():
             return _usage(f"serve: {target!r} is not a folder of stores nor a store")
-        os.environ[STORE_ENV if (path / "meta.json").is_file() else DATA_ENV] = str(path)
+        os.environ[STORE_ENV if (path / META_FILE).is_file() else DATA_ENV] = str(path)
     elif not os.environ.get(DATA_ENV) and Path("data").is_dir():
         os.environ[DATA_ENV] = str(Path("data").resolve())
     from headwatch.dashboard.serve import main as serve

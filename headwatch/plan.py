@@ -233,6 +233,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     """
     from headwatch.analysis.extract import model_shape
     from headwatch.analysis.store.lenses import LENSES
+    from headwatch.analysis.store.lenses.layers import LAYERS
     from headwatch.analysis.store.lenses.llc import LLC_LENS
     from headwatch.analysis.store.meta import ModelInfo
     from headwatch.analysis.store.outputs import check_same_model, store_at
@@ -271,7 +272,7 @@ def describe(args: argparse.Namespace) -> list[str]:
             done = set(meta.done_steps) | {c.step for c in meta.checkpoints}
             store_lines = [
                 f"store {args.out}: {len(meta.done_steps)} checkpoints, matrices {','.join(meta.matrices)}"
-                + (", layers" if (Path(args.out) / "layers.parquet").is_file() else "")
+                + (", layers" if (Path(args.out) / LAYERS.file).is_file() else "")
             ]
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
