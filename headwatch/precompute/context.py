@@ -278,6 +278,48 @@ def missing_steps(state: RunState, lens: Lens) -> list[int]:
     return [s for s in state.meta.done_steps if s not in have]
 
 
+def fill_missing(
+    run: RunContext,
+    lens: Lens,
+    rows_of: Callable[[CheckpointRef], Mapping[str, pa.Table]],
+    *,
+    what: str,
+    left_out_as: str,
+    note: str,
+) -> None:
+    """Compute the lens's rows of every checkpoint with statistics that lacks them (`missing_steps`), one commit
+    each, recording the steps in ``run.report.lenses``; a checkpoint that fails is left out with a warning, and a
+    note says how many were.
+
+    Args:
+        run: the run.
+        lens: the lens.
+        rows_of: a checkpoint's rows of the lens's tables, by table name (raising one of `CHECKPOINT_ERRORS`).
+        what: the lens in the log's words (``forward lens``).
+        left_out_as: what a failed checkpoint lacks, in the warning's words (``its forward rows``).
+        note: the report's note on the failed checkpoints, with ``{n}`` and ``{steps}`` (the first five) to fill.
+    """
+    plan, state = run.plan, run.state
+    missing = missing_steps(state, lens)
+    if missing:
+        log.info("%s: %d checkpoints computed earlier without it", what, len(missing))
+    plan.src.stop.clear()
+    left_out = []
+    for step in missing:
+        ref = plan.ref(state.meta.entry(step))
+        try:
+            rows = rows_of(ref)
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: %s failed (%s); %s are left out", ref.revision, what, exc, left_out_as)
+            left_out.append(step)
+            continue
+        state.put(rows)
+        state.commit(heads=False)
+        run.report.lenses.setdefault(lens.name, []).append(step)
+    if left_out:
+        run.report.notes.append(note.format(n=len(left_out), steps=left_out[:5]))
+
+
 def check_unchanged(sha256: str, sha256_source: str | None, entry: CheckpointEntry, *, then: str) -> None:
     """Refuse a checkpoint read again whose weights differ from those its stored statistics came from.
 

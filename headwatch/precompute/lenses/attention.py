@@ -29,12 +29,11 @@ from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_LENS, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.precompute.context import (
-    CHECKPOINT_ERRORS,
     BaseComputation,
     ComputationSetup,
     RunContext,
+    fill_missing,
     lens_device,
-    missing_steps,
 )
 from headwatch.precompute.evalset import EvalSet
 from headwatch.precompute.settings import StoreSettings
@@ -270,25 +269,12 @@ class AttentionComputation(BaseComputation):
     def fill(self, run: RunContext) -> None:
         """The forward rows of checkpoints whose weight statistics were computed without the lens, one
         commit each."""
-        plan, state = run.plan, run.state
-        missing = missing_steps(state, self.lens)
-        left_out = []
-        if missing:
-            log.info("forward lens: %d checkpoints computed earlier without it", len(missing))
-        plan.src.stop.clear()
-        for step in missing:
-            ref = plan.ref(state.meta.entry(step))
-            try:
-                rows = forward_work(plan.src, ref, plan.shape, self.job)
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: forward lens failed (%s); its forward rows are left out", ref.revision, exc)
-                left_out.append(step)
-                continue
-            state.put(rows)
-            state.commit(heads=False)
-            run.report.lenses.setdefault(self.lens.name, []).append(step)
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no forward-lens rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them"
-            )
+        plan = run.plan
+        fill_missing(
+            run,
+            self.lens,
+            lambda ref: forward_work(plan.src, ref, plan.shape, self.job),
+            what="forward lens",
+            left_out_as="its forward rows",
+            note="note: {n} checkpoints have no forward-lens rows (steps {steps}): see the warnings above; rerun to retry them",
+        )
