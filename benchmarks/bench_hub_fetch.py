@@ -124,8 +124,8 @@ def main() -> None:
     from benchmarks.fakehub import FakeHub, Repo
     from headwatch.analysis.extract import attention_tensor_names, extract_heads, model_shape
     from headwatch.analysis.heads import checkpoint_statistics
-    from headwatch.precompute.run import run_precompute
-    from headwatch.precompute.settings import FetchSettings, RunOptions
+    from headwatch.precompute.job.run import run_precompute
+    from headwatch.precompute.job.settings import FetchSettings, RunOptions
     from headwatch.precompute.sources.fetch import HubHttp, Meter, human_bytes
     from headwatch.precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
 

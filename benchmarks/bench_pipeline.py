@@ -33,8 +33,8 @@ from headwatch.analysis.extract import attention_tensor_names, extract_qk, model
 from headwatch.analysis.heads import checkpoint_vectors
 from headwatch.analysis.stats.elementwise import elementwise_statistics
 from headwatch.analysis.stats.spectrum import singular_values
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import file_sha256, weight_files
 from headwatch.precompute.sources.weights import read_tensors, tensor_names
 from headwatch.precompute.store.pairs import HeadVectors, pair_rows

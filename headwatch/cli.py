@@ -3,7 +3,7 @@
     headwatch serve [DATA_DIR_OR_STORE] [streamlit options]   the dashboard (python -m headwatch.dashboard.serve)
     headwatch precompute --source ... --out STORE [options]    the job (python -m headwatch.precompute)
     headwatch train [options]                                  a reference run (python -m headwatch.training)
-    headwatch publish STORE REPO_ID [options]                  upload a store (python -m headwatch.precompute.publish)
+    headwatch publish STORE REPO_ID [options]                  upload a store (python -m headwatch.precompute.store.publish)
     headwatch info STORE                                       what a store holds
     headwatch plan SOURCE [options]                            what a run would do, before it runs
     headwatch report STORE --out DIR                           what happened in a run: Markdown + SVG figures
@@ -39,8 +39,8 @@ DELEGATED = {  # subcommand -> (module whose main() takes the remaining argument
         "draw the chains' loss traces and recommend settings (needs the precompute extra)",
     ),
     "publish": (
-        "headwatch.precompute.publish",
-        "upload a store as a Hub dataset repo with a dataset card (python -m headwatch.precompute.publish)",
+        "headwatch.precompute.store.publish",
+        "upload a store as a Hub dataset repo with a dataset card (python -m headwatch.precompute.store.publish)",
     ),
 }
 

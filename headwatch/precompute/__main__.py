@@ -5,7 +5,7 @@
 Q/K bytes of each are fetched. Repeated, it runs several models one after the other,
 each into its own store ``OUT/<name>`` (the folder's or the repo's name).
 ``--executor ray`` computes each checkpoint as a task on a Ray cluster
-(`precompute.ray_executor`); the stores are the local executor's, bit for bit.
+(`precompute.job.ray_executor`); the stores are the local executor's, bit for bit.
 
 Exit status: 0 when every selected checkpoint is in the store, 1 when some are
 missing or failed (listed on stderr and in meta.json; the rest were processed),
@@ -36,7 +36,7 @@ from headwatch.analysis.store.format import META_FILE
 from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.precompute import evalset
-from headwatch.precompute.settings import (
+from headwatch.precompute.job.settings import (
     DEFAULT_MATRICES,
     RayOptions,
     RunOptions,
@@ -50,7 +50,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 
 def parse_matrices(value: str) -> tuple[str, ...]:
-    """``--matrices``: `precompute.settings.matrices_option`, its error as argparse's."""
+    """``--matrices``: `precompute.job.settings.matrices_option`, its error as argparse's."""
     try:
         return matrices_option(value)
     except ValueError as exc:
@@ -232,7 +232,7 @@ def _dest(lens: Lens, field: str) -> str:
 
 def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str, object]:
     """The options of every lens the run may compute, from the parsed lens flags (a flag not given: its default,
-    `precompute.settings.option_default`): the lenses asked for by name, and those on by default.
+    `precompute.job.settings.option_default`): the lenses asked for by name, and those on by default.
 
     Raises:
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.
@@ -326,7 +326,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from headwatch.precompute import follow, follow_hub
+    from headwatch.precompute import follow
 
     if not args.follow:
         print("error: --poll, --follow-pid and --follow-until are for --follow", file=sys.stderr)
@@ -341,7 +341,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     if args.poll is not None and args.poll <= 0:
         print(f"error: --poll {args.poll}: expected a positive number of seconds", file=sys.stderr)
         return EXIT_USAGE
-    repo_id = follow_hub.hub_repo(args.source[0])
+    repo_id = follow.hub_repo(args.source[0])
     if repo_id is None and args.follow_until is not None:
         print(
             "error: --follow-until is for a Hub repo; a run folder says it finished with run.json or training-finished.json",
@@ -361,8 +361,8 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     try:
         if repo_id is not None:
-            poll = args.poll or follow_hub.POLL_SECONDS
-            follow_hub.follow_hub(repo_id, args.out, options, poll=poll, stop=stop, pid=args.follow_pid, until=args.follow_until)
+            poll = args.poll or follow.HUB_POLL_SECONDS
+            follow.follow_hub(repo_id, args.out, options, poll=poll, stop=stop, pid=args.follow_pid, until=args.follow_until)
         else:
             poll = args.poll or follow.POLL_SECONDS
             follow.follow_run(args.source[0], args.out, options, poll=poll, stop=stop, pid=args.follow_pid)
@@ -399,7 +399,7 @@ def _resume(out: str, when: str) -> str:
 def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:
     """One model's run, reported on stderr; its exit status."""
     from headwatch.analysis.errors import ClusterError
-    from headwatch.precompute.run import run_precompute  # imports torch; keep --help fast
+    from headwatch.precompute.job.run import run_precompute  # imports torch; keep --help fast
 
     try:
         report = run_precompute(source, out, options)
@@ -455,21 +455,21 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
             print(f"  {f.revision}: {f.error}", file=sys.stderr)
         status = EXIT_FAILED
     if args.push_to_hub:
-        from headwatch.precompute.publish import push_store
+        from headwatch.precompute.store.publish import push_store
 
         try:
             url = push_store(out, args.push_to_hub, private=args.private or None)
         except StoreError as exc:  # refused: the repo holds another model's store, another run holds the lock
             print(
                 f"error: push to {args.push_to_hub} refused: {exc}\nthe store is complete; publish it with "
-                f"python -m headwatch.precompute.publish {out} REPO_ID",
+                f"python -m headwatch.precompute.store.publish {out} REPO_ID",
                 file=sys.stderr,
             )
             return EXIT_NETWORK
         except (OSError, ValueError) as exc:  # Hub errors are OSErrors
             print(
                 f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
-                f"python -m headwatch.precompute.publish {out} {args.push_to_hub}",
+                f"python -m headwatch.precompute.store.publish {out} {args.push_to_hub}",
                 file=sys.stderr,
             )
             return EXIT_NETWORK

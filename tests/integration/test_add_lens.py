@@ -30,10 +30,10 @@ from headwatch.analysis.store.lenses import LENSES, RECORDS, TABLES
 from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes
 from headwatch.cli import main as headwatch
 from headwatch.precompute.__main__ import main as precompute
-from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext
-from headwatch.precompute.factors import checked_factors
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.lenses.computations import COMPUTATIONS, joined
-from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import make_suite
 

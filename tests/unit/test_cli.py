@@ -16,7 +16,7 @@ import pytest
 
 import headwatch.dashboard.serve
 import headwatch.precompute.__main__
-import headwatch.precompute.publish
+import headwatch.precompute.store.publish
 import headwatch.training.__main__
 from headwatch import __version__
 from headwatch.cli import main
@@ -57,7 +57,7 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     [
         ("precompute", headwatch.precompute.__main__),
         ("train", headwatch.training.__main__),
-        ("publish", headwatch.precompute.publish),
+        ("publish", headwatch.precompute.store.publish),
     ],
 )
 def test_delegates_the_remaining_arguments(command, module, monkeypatch):

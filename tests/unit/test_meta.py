@@ -149,7 +149,7 @@ def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) 
 
 
 def test_publishing_a_version_1_store_is_refused(tmp_path: Path) -> None:
-    from headwatch.precompute.publish import push_store
+    from headwatch.precompute.store.publish import push_store
 
     class NoHub:  # nothing may be uploaded
         def __getattr__(self, name):

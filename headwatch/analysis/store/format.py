@@ -5,7 +5,7 @@ are no lens) and the tables of the lenses it was computed with. Each table is on
 schema, row key and sort order, row-group layout, what each column means), declared once: `HEADS` here, every
 other table in its lens's declaration (`analysis.store.lenses`), which assembles them all into
 `analysis.store.lenses.TABLES`. Readers (`analysis.store.reader`), the writer (`precompute.store.writer`), the
-dataset card (`precompute.publish`) and the README's store section (checked by ``tests/unit/test_store.py``) all
+dataset card (`precompute.store.publish`) and the README's store section (checked by ``tests/unit/test_store.py``) all
 go through it. It imports neither torch nor streamlit, so the dashboard, the precompute job and anyone reading a
 store with pandas agree on one description.
 """

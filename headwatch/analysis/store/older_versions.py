@@ -2,7 +2,7 @@
 
 Older stores keep opening: the reader reads them as the current version, deriving
 what they lack here and nowhere else, and a precompute run on such a store writes
-the upgraded files in its first atomic commit (`precompute.run`).
+the upgraded files in its first atomic commit (`precompute.job.run`).
 
 - version 1 -> 2: ``meta.json`` checkpoints gain ``shared_files`` (derived from the
   weight-file digests every version recorded, by `analysis.store.meta.Meta`);

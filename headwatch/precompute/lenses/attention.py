@@ -28,15 +28,15 @@ from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchit
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_LENS, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
-from headwatch.precompute.context import (
+from headwatch.precompute.evalset import EvalSet
+from headwatch.precompute.job.context import (
     BaseComputation,
     ComputationSetup,
     RunContext,
     fill_missing,
     lens_device,
 )
-from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
@@ -48,7 +48,7 @@ BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors 
 @dataclass(frozen=True)
 class AttentionJob:
     """What the forward computation needs besides the checkpoint (the same for every checkpoint of a run);
-    its share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    its share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     eval_set: EvalSet
     device: str = "cpu"

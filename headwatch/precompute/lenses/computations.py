@@ -1,6 +1,6 @@
 """Every lens's compute side, by lens name: the class a run builds for each lens it computes.
 
-A lens is declared once (`analysis.store.lenses`); its computation (`precompute.context.Computation`) is a class
+A lens is declared once (`analysis.store.lenses`); its computation (`precompute.job.context.Computation`) is a class
 of its module here whose ``lens`` is that declaration. `COMPUTATIONS` holds the built-in ones; a lens declared
 elsewhere (a test's, a plugin's) joins with `joined`, which adds its declaration to `analysis.store.lenses.LENSES`
 and its computation here for the ``with`` block. Importing this module imports torch (through the lenses'
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.lenses.declaration import Lens
-from headwatch.precompute.context import Computation
+from headwatch.precompute.job.context import Computation
 from headwatch.precompute.lenses.attention import AttentionComputation
 from headwatch.precompute.lenses.composition import CompositionComputation
 from headwatch.precompute.lenses.embeddings import EmbeddingsComputation

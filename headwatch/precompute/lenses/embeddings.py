@@ -28,7 +28,7 @@ from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
 from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS, EMBEDDINGS_LENS
 from headwatch.analysis.trajectories import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
-from headwatch.precompute.context import BaseComputation, RunContext
+from headwatch.precompute.job.context import BaseComputation, RunContext
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

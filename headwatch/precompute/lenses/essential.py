@@ -29,16 +29,16 @@ from headwatch.analysis.errors import CheckpointError, StoreError
 from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_LENS, ESSENTIAL_OUTPUTS
-from headwatch.precompute.context import (
+from headwatch.precompute.evalset import EvalSet
+from headwatch.precompute.job.context import (
     BaseComputation,
     ComputationSetup,
     RunContext,
     fill_missing,
     lens_device,
 )
-from headwatch.precompute.evalset import EvalSet
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.lenses.attention import load_model
-from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
@@ -117,7 +117,7 @@ def output_rows(step: int, values: np.ndarray) -> dict[str, pa.Table]:
 
 @dataclass(frozen=True)
 class EssentialJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     sample: EssentialSample
     device: str = "cpu"

@@ -23,8 +23,8 @@ from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import Device
 from headwatch.analysis.layer_matrices import layer_matrix_statistics
 from headwatch.analysis.store.lenses.layers import LAYERS, LAYERS_LENS
-from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, refill
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, refill
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store.tables import layers_rows
 
@@ -52,7 +52,7 @@ def layer_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings) -> 
 
 @dataclass(frozen=True)
 class LayersJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     def checkpoint_rows(
         self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None

@@ -39,9 +39,9 @@ from headwatch.analysis.store.lenses.similarity import (
     ULTRAMETRICITY,
     SimilarityOptions,
 )
-from headwatch.precompute.context import FactorsComputation
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import FactorsComputation
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
 if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
@@ -142,7 +142,7 @@ def similarity_work(
 
 @dataclass(frozen=True)
 class SimilarityJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     tol: float
     baseline: Mapping[str, Any]

@@ -24,7 +24,7 @@ from headwatch.analysis.run_stages import RunStages, store_stages
 from headwatch.analysis.stages import StageRule
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.stages import STAGES, STAGES_LENS
-from headwatch.precompute.context import BaseComputation, RunContext
+from headwatch.precompute.job.context import BaseComputation, RunContext
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

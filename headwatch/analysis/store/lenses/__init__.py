@@ -4,7 +4,7 @@ A lens is a set of store tables computed from checkpoints. Each module here decl
 (`declaration.Lens`): its tables (`analysis.store.format.TableSpec`), its ``meta.json`` record
 (`analysis.store.records.RecordType`), its command-line options, its cost figures, and what it needs
 from a checkpoint. Its compute side is a class of the job whose ``lens`` is the declaration
-(`precompute.lenses`, `precompute.context.Computation`). Nothing here imports torch, transformers or
+(`precompute.lenses`, `precompute.job.context.Computation`). Nothing here imports torch, transformers or
 the job, so the dashboard and ``headwatch info`` read it with the dashboard's requirements alone.
 
 `LENSES` holds them in the order a run fills them (the head types after the attention rows they are
@@ -150,7 +150,7 @@ class Lenses:
 
         Raises:
             ValueError: a lens, table or record of that name exists, or it is asked for by ``--matrices`` (whose
-                choices are fixed when `precompute.settings` is imported).
+                choices are fixed when `precompute.job.settings` is imported).
         """
         taken = set(self.by_name) | set(self.tables) | set(self.records) | META_KEYS
         if lens.name in taken or any(spec.name in self.tables for spec in lens.tables) or (lens.meta_key in taken):

@@ -1,11 +1,11 @@
 """What a run's computations share: its plan, its report, and the protocol every lens's computation follows.
 
-`precompute.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
+`precompute.job.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
 builds one `Computation` per lens the run computes (`precompute.registry.LENSES`) and drives
 them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
 open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
 it for what the store still lacks. The computations live in their lens modules
-(``precompute/lenses/*.py``) and import this module, never `precompute.run`.
+(``precompute/lenses/*.py``) and import this module, never `precompute.job.run`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.heads import resolve_device
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from headwatch.analysis.store.lenses.declaration import Lens
-from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.job.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import human_bytes
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
@@ -32,7 +32,7 @@ log = logging.getLogger("precompute")
 
 if TYPE_CHECKING:  # the state imports the overlaps lens, whose computation imports this module
     from headwatch.precompute.evalset import EvalSet
-    from headwatch.precompute.state import RunState
+    from headwatch.precompute.job.state import RunState
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
 CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
@@ -123,7 +123,7 @@ class RunContext:
 
 
 class PassJob(Protocol):
-    """A lens's share of the pass over each new checkpoint (`precompute.work.checkpoint_work`), run
+    """A lens's share of the pass over each new checkpoint (`precompute.job.work.checkpoint_work`), run
     wherever the executor runs it (a Ray task included: it must pickle)."""
 
     def checkpoint_rows(
@@ -313,7 +313,7 @@ def fill_missing(
             log.warning("%s: %s failed (%s); %s are left out", ref.revision, what, exc, left_out_as)
             left_out.append(step)
             continue
-        state.put(rows)
+        state.put(dict(rows))
         state.commit(heads=False)
         run.report.lenses.setdefault(lens.name, []).append(step)
     if left_out:

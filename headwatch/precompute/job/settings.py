@@ -1,7 +1,7 @@
 """Precompute settings: defaults and environment variables are read here and nowhere else.
 
 `RunOptions` is what the user asked for (the command line, or a caller of
-`precompute.run.run_precompute`); `resolve_settings` turns it, the source and the
+`precompute.job.run.run_precompute`); `resolve_settings` turns it, the source and the
 store into the `StoreSettings` a run computes with. The resolved settings are written
 into every store's ``meta.json`` under ``settings`` so each figure can be traced
 to how it was made.

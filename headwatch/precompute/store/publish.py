@@ -9,7 +9,7 @@ declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.
 The upload is one commit holding every file of the store plus the card, made
 under the store's lock so no run changes the store mid-upload::
 
-    python -m headwatch.precompute.publish STORE REPO_ID [--private]
+    python -m headwatch.precompute.store.publish STORE REPO_ID [--private]
 """
 
 from __future__ import annotations
@@ -325,7 +325,8 @@ def check_repo(api: Any, repo_id: str, meta: Meta) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m headwatch.precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card."
+        prog="python -m headwatch.precompute.store.publish",
+        description="Upload a store as a Hub dataset repo with a dataset card.",
     )
     p.add_argument("store", help="store directory (meta.json + heads.parquet)")
     p.add_argument("repo_id", help="dataset repo to create or update, ORG/NAME")
