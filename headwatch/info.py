@@ -1,6 +1,6 @@
 """``headwatch info STORE``: what a store holds, read from its meta.json and files (no torch).
 
-Reads through `analysis.store` (`open_store`, the typed `Meta`, the table registry) and
+Reads through `analysis.store` (`open_store`, the typed `Meta`, the declared tables) and
 compares the recorded settings with the job's defaults (`precompute.job.settings`) to say what a
 rerun with the default options would add.
 """

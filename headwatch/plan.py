@@ -5,7 +5,7 @@ The checkpoints come from the job's own source interface (`precompute.sources.re
 take. Bytes: for a local folder, the tensors the run reads (`tensors_to_read`, sizes from the
 safetensors headers) and the weight files it hashes; for a Hub model, the tensors' sizes from the
 config's geometry (the job fetches only their byte ranges). Time and store size: the recorded
-benchmark figures of `precompute.costs` and of each lens's registry entry, scaled to this model as printed.
+benchmark figures of `precompute.costs` and of each lens's declaration, scaled to this model as printed.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
 
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None, evaluation=None):
     """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
-    recorded figure (`precompute.Lens.seconds`) that the run computes, in registry order (``llc``: what
+    recorded figure (`analysis.store.lenses.declaration.Lens.seconds`) that the run computes, in the lenses' order (``llc``: what
     the refined LLC samples per checkpoint, `precompute.costs.LlcRun`, default the default sampler; ``evaluation``:
     --eval-sequences and --eval-length)."""
     from headwatch.analysis.store.lenses import LENSES

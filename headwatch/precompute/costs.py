@@ -53,11 +53,8 @@ HEADS_BYTES = StoreBytes((HEADS,), 338.9, "head_matrices", "head and matrix", f"
 # The Pythia-160M figures' sampler: 256-token sequences, the default 4 x (48 + 96) steps of one sequence.
 LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
 # The batched sampler's products run slower on narrow models (per-operation cost, small matrices): CPU-seconds per
-# multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
-# log) to the CPU-seconds per checkpoint measured at one thread on the 2-core machine, 2026-11-28/29: induction-d64,
-# -d128, -d256, -d512 (6.0, 20.2, 54, 177 s) and shakespeare-pythia-6x8 (1,507 to 1,665 s); every one within 15% of
-# what `llc_work` then predicts (in sample: the exponent is fitted to these five; docs/benchmarks.md "What `headwatch
-# plan` prices the refined LLC at").
+# multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width, fitted to measured
+# checkpoints (docs/benchmarks.md "The figures headwatch plan prices with", LLC_WIDTH_EXPONENT).
 LLC_WIDTH_EXPONENT = 0.45
 
 

@@ -364,21 +364,13 @@ class _Folder:
 
     def __init__(self, folder: Path) -> None:
         self.source = folder
+        self.ready_as, self.waiting_as = "checkpoints complete", "being written"
         self.finished_as = "training finished"
 
     def look(self) -> _Look:
         finished = training_finished(self.source)
         ready, writing = _waiting(self.source)
         return _Look(ready, writing, finished)
-
-    def announce(self, look: _Look, stored: int) -> None:
-        log.info(
-            "%s: %d checkpoints complete, %d in the store%s",
-            self.source,
-            len(look.ready),
-            stored,
-            f", being written: {', '.join(look.waiting)}" if look.waiting else "",
-        )
 
     def look_again(self, poll: float) -> None:
         return None
@@ -390,6 +382,7 @@ class _Branches:
     def __init__(self, src: HubSource, branches: dict[str, str], until: int | None) -> None:
         self.src, self.branches, self.until = src, branches, until
         self.source = src.repo_id
+        self.ready_as, self.waiting_as = "step branches with their own commit", "waiting for their upload"
         self.finished_as = f"step {until} has landed"
 
     def look(self) -> _Look:
@@ -397,15 +390,6 @@ class _Branches:
         ready = [r.step for r in refs if own_commit(r.revision, self.branches)]
         waiting = [r.revision for r in refs if not own_commit(r.revision, self.branches)]
         return _Look(ready, waiting, self.until is not None and any(step >= self.until for step in ready))
-
-    def announce(self, look: _Look, stored: int) -> None:
-        log.info(
-            "%s: %d step branches with their own commit, %d in the store%s",
-            self.source,
-            len(look.ready),
-            stored,
-            f", waiting for their upload: {', '.join(look.waiting)}" if look.waiting else "",
-        )
 
     def look_again(self, poll: float) -> None:
         try:
@@ -432,7 +416,14 @@ def _rounds(
         stored = store_at(out)
         have = stored.listed_steps if stored is not None else set()
         if (look.ready, look.waiting) != announced:
-            watched.announce(look, len(have & set(look.ready)))
+            log.info(
+                "%s: %d %s, %d in the store%s",
+                source,
+                len(look.ready),
+                watched.ready_as,
+                len(have & set(look.ready)),
+                f", {watched.waiting_as}: {', '.join(look.waiting)}" if look.waiting else "",
+            )
             announced = (look.ready, look.waiting)
         if (set(look.ready) - have) or (finished and (look.ready or look.waiting)) or (look.ready and not reports):
             # the first round runs whatever the store has: it checks the store against the source at once

@@ -8,7 +8,7 @@
 - `analysis.store.reader`: `open_store` and `Store` (dense arrays, overlaps, embeddings);
 - `analysis.store.older_versions`: how stores of older schema versions are read.
 
-Writing is the precompute job's (`precompute.store.writer`), through the same registry.
+Writing is the precompute job's (`precompute.store.writer`), through the same tables.
 """
 
 from headwatch.analysis.store.format import TableSpec

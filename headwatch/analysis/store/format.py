@@ -131,7 +131,7 @@ class TableSpec:
     """One Parquet table of a store.
 
     Attributes:
-        name: the registry key (``heads``).
+        name: its key in `analysis.store.lenses.TABLES` (``heads``).
         file: its file name in the store directory.
         row: what one row is, for documentation (``one row per (step, layer, head, matrix)``).
         about: one paragraph on what the table is for.

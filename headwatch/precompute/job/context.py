@@ -1,7 +1,7 @@
 """What a run's computations share: its plan, its report, and the protocol every lens's computation follows.
 
 `precompute.job.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
-builds one `Computation` per lens the run computes (`precompute.registry.LENSES`) and drives
+builds one `Computation` per lens the run computes (`analysis.store.lenses.LENSES`) and drives
 them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
 open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
 it for what the store still lacks. The computations live in their lens modules
@@ -59,7 +59,7 @@ class RunReport:
     """What one invocation did, and what it moved.
 
     Attributes:
-        lenses: per lens that ran (`precompute.registry.Lens.name`), the steps it computed
+        lenses: per lens that ran (`analysis.store.lenses.declaration.Lens.name`), the steps it computed
             rows for after the pass over the checkpoints (`Computation.fill`).
         notes: what the computations could not do and what to do about it, one line each, for stderr.
     """

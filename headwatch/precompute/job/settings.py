@@ -71,7 +71,7 @@ def default_device() -> DeviceName:
 def option_default(option: Option) -> Any:
     """A lens option's default: its environment variable's value when it names one and it is set (a switch
     is off at ``0``: HEADWATCH_EMBEDDINGS=0 skips the embeddings, which need umap-learn and take tens of
-    seconds to compile on first use), else the registry's default.
+    seconds to compile on first use), else its declared default.
 
     Raises:
         ValueError: the variable's value does not parse.

@@ -185,7 +185,7 @@ def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
 
 
 def attention_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
-    """One checkpoint's rows of the forward tables, by registry name, each in its sort order."""
+    """One checkpoint's rows of the forward tables, by table name, each in its sort order."""
     n_layers, n_heads = stats["entropy"].shape
     n = n_layers * n_heads
     attention = {

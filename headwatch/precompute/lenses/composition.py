@@ -38,7 +38,7 @@ from headwatch.precompute.job.factors import checked_factors
 from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
-if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
+if TYPE_CHECKING:  # the state imports the context, which the lenses' computations import
     pass
 
 log = logging.getLogger("precompute")

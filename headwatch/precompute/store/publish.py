@@ -1,7 +1,7 @@
 """Publish a store as a Hugging Face Hub dataset repo, with a dataset card.
 
 The card (``README.md``) says what every table and column means (from the store
-format's registry, `analysis.store.format.TABLES`, and the files' own Arrow schemas) and how the store
+format's tables, `analysis.store.lenses.TABLES`, and the files' own Arrow schemas) and how the store
 was made: model, checkpoints and revisions, duplicates, failures, settings and
 software versions, all read from the store's ``meta.json``. Its YAML header
 declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.

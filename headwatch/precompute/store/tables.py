@@ -2,7 +2,7 @@
 
 `analysis.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
-registry's schema (`analysis.store.format.HEADS`).
+declared schema (`analysis.store.format.HEADS`).
 """
 
 from __future__ import annotations

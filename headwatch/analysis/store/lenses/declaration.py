@@ -42,7 +42,7 @@ SizeScale = Literal["head_matrices", "layers", "head_pairs", "all_head_pairs", "
 
 @dataclass(frozen=True)
 class Seconds:
-    """Seconds one checkpoint takes, as measured (docs/benchmarks.md "The figures `headwatch plan` prices with").
+    """Seconds one checkpoint takes, as measured (docs/benchmarks.md "The figures headwatch plan prices with").
 
     Attributes:
         name: how ``headwatch plan`` and ``headwatch info`` cite it (``COMPOSITION_SECONDS_1_4B``).

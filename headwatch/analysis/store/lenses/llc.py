@@ -119,11 +119,9 @@ class SamplerSettings:
     """devinterp's SGLD settings for every estimate of a store (``--llc-*``; meta.json ``llc.sampler``).
 
     The defaults keep the refined-LLC paper's step size 1e-3, n beta 30 and localization 300 (its
-    appendix F.2) with 4 chains of 48 burn-in steps and 96 draws: measured against the paper's 4 x 200
-    on 12 heads x 3 checkpoints of the reference run (`benchmarks.llc_agreement`, docs/precompute.md),
-    the cheapest setting that ranks heads as the long chains do (Spearman 0.94, 0.895 and 1.00 at
-    steps 16, 128 and 1536) and without their low bias; the earlier 2 x 8 ranked them with Spearman
-    -0.23 at step 16. Burn-in and draws are multiples of the 8 sequences (whole passes).
+    appendix F.2) with 4 chains of 48 burn-in steps and 96 draws: the cheapest setting that ranks heads as
+    the paper's 4 x 200 chains do, without their low bias (`benchmarks.llc_agreement`; docs/precompute.md
+    gives the comparison). Burn-in and draws are multiples of the 8 sequences (whole passes).
 
     Attributes:
         lr: SGLD step size epsilon.
