@@ -1,6 +1,6 @@
 """A small run with every registered lens, and the table-by-table comparison of two of its stores.
 
-`every_lens_argv` builds the command line from the registry (`precompute.LENSES`): every lens
+`every_lens_argv` builds the command line from the lenses (`analysis.store.lenses.LENSES`): every lens
 asked for by name, every matrix, the default lenses on, each lens's options from `SMALL` (so that the
 refined LLC takes seconds); a lens added later joins with its defaults. `lens_files` says which files
 the store must then hold, and `compare_stores` compares two stores table by table, column by column:

@@ -181,7 +181,7 @@ def test_commit_without_atomic_exchange_falls_back_to_ordered_renames(tmp_path: 
 
 
 def test_the_store_reference_documents_every_registered_table_and_column() -> None:
-    """docs/store.md and the registry of analysis/store/format.py cannot drift: every table and column
+    """docs/store.md and the tables declared in analysis/store/ cannot drift: every table and column
     of the registry has its section and row, and every table section of the page is a registered table."""
     doc = (REPO / "docs" / "store.md").read_text()
     for spec in TABLES.values():  # one section per table of the registry, listing each of its columns
