@@ -409,9 +409,10 @@ def _rounds(
     announced: tuple[list[int], list[str]] | None = None
     while True:
         write_status(out, "following", source=source, poll=poll)
+        dead = pid is not None and not pid_alive(pid)  # before the look: what it wrote before it went is seen
         look = watched.look()
         finished = look.finished
-        gone = pid is not None and not pid_alive(pid) and not finished
+        gone = dead and not finished
         last = finished or gone or stop.is_set()
         stored = store_at(out)
         have = stored.listed_steps if stored is not None else set()
