@@ -1,6 +1,6 @@
 """The composition lens, declared: Q-, K- and V-composition between heads of different layers.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/composition.py
+Its tables, its ``meta.json`` record, its options, its cost figures, and the lens itself. analysis/composition.py
 holds the maths; `precompute.lenses.composition` computes it.
 """
 

@@ -1,7 +1,6 @@
 """The embeddings lens, declared: the trajectory maps (UMAP) of the heads' statistics, made from the finished store.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself.
-`precompute.lenses.embeddings` makes them.
+Its tables, its ``meta.json`` record, its options, and the lens itself. `precompute.lenses.embeddings` makes them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The essential dynamics lens, declared: the model's outputs on a fixed sample and their trajectory in its leading
 principal components.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/essential.py
-holds the maths; `precompute.lenses.essential` computes it.
+Its tables, its ``meta.json`` record, its cost figures, and the lens itself. analysis/essential.py holds the maths;
+`precompute.lenses.essential` computes it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The layer matrices lens, declared: every 2-D weight of every block against its Marchenko-Pastur law (docs/design-
 notes.md section 7).
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/layer_matrices.py
-holds the maths; `precompute.lenses.layers` computes it.
+Its tables, its cost figures, and the lens itself. analysis/layer_matrices.py holds the maths;
+`precompute.lenses.layers` computes it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The refined LLC lens, declared: the refined local learning coefficient of every head and of the whole model
 (docs/design-notes.md section 9).
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself.
-analysis/llc_diagnostics.py holds the diagnostics' rule; `precompute.lenses.llc` computes it.
+Its tables, its ``meta.json`` record, its options, its cost figures, and the lens itself. analysis/llc_diagnostics.py
+holds the diagnostics' rule; `precompute.lenses.llc` computes it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The overlaps lens, declared: the overlaps of each head's leading singular vectors between consecutive checkpoints.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself.
-analysis/stats/crossings.py reads them; `precompute.lenses.overlaps` computes them.
+Its tables, its ``meta.json`` record, its options, its cost figures, and the lens itself. analysis/stats/crossings.py
+reads them; `precompute.lenses.overlaps` computes them.
 """
 
 from __future__ import annotations

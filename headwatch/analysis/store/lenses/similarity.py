@@ -1,6 +1,6 @@
 """The similarity lens, declared: how alike every pair of heads is, and how ultrametric each layer's heads are.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/similarity.py and
+Its tables, its ``meta.json`` record, its options, its cost figures, and the lens itself. analysis/similarity.py and
 analysis/ultrametric.py hold the maths; `precompute.lenses.similarity` computes it.
 """
 

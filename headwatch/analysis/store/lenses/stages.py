@@ -1,7 +1,7 @@
 """The stages lens, declared: the run's developmental stages (docs/stages.md).
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/stages.py and
-analysis/run_stages.py hold the rule; `precompute.lenses.stages` makes them.
+Its tables, its ``meta.json`` record, and the lens itself. analysis/stages.py and analysis/run_stages.py hold the
+rule; `precompute.lenses.stages` makes them.
 """
 
 from __future__ import annotations

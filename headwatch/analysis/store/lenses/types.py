@@ -1,7 +1,7 @@
 """The head types lens, declared: previous-token, induction and sink heads at every checkpoint and when each emerged.
 
-Its tables, its ``meta.json`` record, its options and cost figures, and the lens itself. analysis/head_types.py
-holds the rule; `precompute.lenses.types` makes them from the attention lens's rows.
+Its tables, its ``meta.json`` record, its options, and the lens itself. analysis/head_types.py holds the rule;
+`precompute.lenses.types` makes them from the attention lens's rows.
 """
 
 from __future__ import annotations
