@@ -198,16 +198,16 @@ def test_a_lens_that_left_leaves_no_trace_and_its_record_survives(tmp_path: Path
     assert (out / K_NORMS.file).read_bytes() == table  # a table of no declared lens is kept as it is
 
 
-def _module_state() -> dict[tuple[str, str], object]:
+def _module_state() -> dict[tuple[object, ...], object]:
     """Every global of every loaded headwatch module (what it is bound to), and a copy of each dict or list among them."""
-    state: dict[tuple[str, str], object] = {}
+    state: dict[tuple[object, ...], object] = {}
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "headwatch" or name.startswith("headwatch.")):
             continue
         for key, value in vars(module).items():
             state[(name, key)] = id(value)
             if isinstance(value, (dict, list)):
-                state[(name, key, id(value))] = repr(value)  # type: ignore[index]
+                state[(name, key, id(value))] = repr(value)
     return state
 
 
