@@ -14,6 +14,7 @@ Three checks:
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import subprocess
@@ -61,6 +62,15 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
             defaults = lens.default_options()
             assert lens.make_options is not None and defaults == lens.make_options({}), lens.name
             assert lens.asked_by in ("--lenses", "default"), "options are given with the lens asked for by name, or on by default"
+
+
+def test_each_lens_is_found_by_its_name() -> None:
+    """A lens named ``x`` is declared in ``analysis/store/lenses/x.py`` and computed in ``precompute/lenses/x.py``:
+    one name from the command line to the code."""
+    for lens in LENSES:
+        declaration = importlib.import_module(f"headwatch.analysis.store.lenses.{lens.name}")
+        assert any(value is lens for value in vars(declaration).values()), lens.name
+        assert COMPUTATIONS[lens.name].__module__ == f"headwatch.precompute.lenses.{lens.name}", lens.name
 
 
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
@@ -148,6 +158,16 @@ def norm_rows(step: int, shape: ModelShape, tensors: Mapping) -> pa.Table:
     )
 
 
+NORMS_LENS = Lens(
+    name="norms",
+    title="W_Q norms",
+    summary="||W_Q,h||_F per head",
+    tables=(NORMS,),
+    asked_by="--lenses",
+    needs=("tensors",),
+)
+
+
 @dataclass(frozen=True)
 class NormsJob:
     def checkpoint_rows(
@@ -158,6 +178,8 @@ class NormsJob:
 
 
 class NormsComputation(BaseComputation):
+    lens = NORMS_LENS
+
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         self.pass_job = NormsJob()
@@ -170,17 +192,6 @@ class NormsComputation(BaseComputation):
             run.state.put({NORMS.name: norm_rows(step, run.plan.shape, fetched.tensors)})
             run.state.commit(heads=False)
             run.report.lenses.setdefault(self.lens.name, []).append(step)
-
-
-NORMS_LENS = Lens(
-    name="norms",
-    title="W_Q norms",
-    summary="||W_Q,h||_F per head",
-    tables=(NORMS,),
-    asked_by="--lenses",
-    needs=("tensors",),
-)
-NormsComputation.lens = NORMS_LENS
 
 
 @pytest.fixture
