@@ -29,13 +29,7 @@ from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_LENS, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.job.context import (
-    BaseComputation,
-    ComputationSetup,
-    RunContext,
-    fill_missing,
-    lens_device,
-)
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
 from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched

@@ -30,13 +30,7 @@ from headwatch.analysis.extract import ModelShape
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_LENS, ESSENTIAL_OUTPUTS
 from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.job.context import (
-    BaseComputation,
-    ComputationSetup,
-    RunContext,
-    fill_missing,
-    lens_device,
-)
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
 from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.sources.revisions import CheckpointRef

@@ -6,14 +6,12 @@ holds the maths; `precompute.lenses.composition` computes it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from headwatch.analysis.store.format import TableSpec, schema_of
-from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes
+from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes, options_of
 from headwatch.analysis.store.records import RecordType
 
 # ------------------------------------------------------------------ its tables
@@ -73,15 +71,6 @@ class CompositionOptions:
             raise ValueError(f"--composition-top {self.top!r}: expected a positive integer (leave it out to keep every pair)")
 
 
-def composition_options(values: Mapping[str, Any]) -> CompositionOptions:
-    """`CompositionOptions` from the ``--composition-*`` values by field.
-
-    Raises:
-        ValueError: a top-k below 1.
-    """
-    return CompositionOptions(top=values.get("top"))
-
-
 # ------------------------------------------------------------------ the lens
 
 COMPOSITION_LENS = Lens(
@@ -103,7 +92,7 @@ COMPOSITION_LENS = Lens(
             "(default: every pair; Pythia-1.4B has 70,656 per checkpoint)",
         ),
     ),
-    make_options=composition_options,
+    make_options=options_of(CompositionOptions),
     seconds=Seconds(
         "COMPOSITION_SECONDS_1_4B",
         532.6,

@@ -11,9 +11,9 @@ here is plain data: no torch, no transformers, no job.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from headwatch.analysis.store.format import TableSpec
 from headwatch.analysis.store.records import RecordType
@@ -215,3 +215,17 @@ class Switch:
 def switch_options(values: Mapping[str, Any]) -> Switch:
     """`Switch` from the ``--no-<lens>`` value (absent: on)."""
     return Switch(on=bool(values.get("on", True)))
+
+
+_Options = TypeVar("_Options")
+
+
+def options_of(cls: type[_Options]) -> Callable[[Mapping[str, Any]], _Options]:
+    """A lens's ``make_options`` for an options dataclass whose fields its options set: ``cls`` from the values by
+    field (a field absent: its default), refusing what ``cls`` refuses (`ValueError`)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass, as every lens's options are
+
+    def make(values: Mapping[str, Any]) -> _Options:
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    return make

@@ -6,14 +6,12 @@ reads them; `precompute.lenses.overlaps` computes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from headwatch.analysis.store.format import TableSpec, schema_of
-from headwatch.analysis.store.lenses.declaration import Lens, Option, StoreBytes
+from headwatch.analysis.store.lenses.declaration import Lens, Option, StoreBytes, options_of
 from headwatch.analysis.store.records import RecordType
 
 # ------------------------------------------------------------------ its tables
@@ -86,11 +84,6 @@ class OverlapsOptions:
     k: int | None = None
 
 
-def overlaps_options(values: Mapping[str, Any]) -> OverlapsOptions:
-    """`OverlapsOptions` from the ``--overlap-k`` value."""
-    return OverlapsOptions(k=values.get("k"))
-
-
 # ------------------------------------------------------------------ the lens
 
 OVERLAPS_LENS = Lens(
@@ -120,7 +113,7 @@ OVERLAPS_LENS = Lens(
             "the store has)",
         ),
     ),
-    make_options=overlaps_options,
+    make_options=options_of(OverlapsOptions),
     off=lambda options: options.lens_options_for("overlaps").k == 0,
     min_checkpoints=2,
     stepwise=False,

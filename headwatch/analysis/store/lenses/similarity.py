@@ -7,14 +7,12 @@ analysis/ultrametric.py hold the maths; `precompute.lenses.similarity` computes 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from headwatch.analysis.store.format import TableSpec, schema_of
-from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes
+from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes, options_of
 from headwatch.analysis.store.records import RecordType
 
 # ------------------------------------------------------------------ its tables
@@ -112,15 +110,6 @@ class SimilarityOptions:
             raise ValueError(f"--similarity-tolerance {self.tolerance!r}: expected a number from 0 to 1")
 
 
-def similarity_options(values: Mapping[str, Any]) -> SimilarityOptions:
-    """`SimilarityOptions` from the ``--similarity-*`` values by field.
-
-    Raises:
-        ValueError: a tolerance outside [0, 1].
-    """
-    return SimilarityOptions(tolerance=values.get("tolerance", SimilarityOptions.tolerance))
-
-
 # ------------------------------------------------------------------ the lens
 
 SIMILARITY_LENS = Lens(
@@ -142,7 +131,7 @@ SIMILARITY_LENS = Lens(
             SimilarityOptions.tolerance,
         ),
     ),
-    make_options=similarity_options,
+    make_options=options_of(SimilarityOptions),
     seconds=Seconds(
         "SIMILARITY_SECONDS_1_4B",
         873.3,
