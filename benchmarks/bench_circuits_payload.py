@@ -18,7 +18,7 @@ from plotly.io.json import to_json_plotly
 
 from headwatch.analysis.findings.paths import types_at
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.store.lenses.composition import COMPOSITION
 from headwatch.dashboard.views.circuits import data
 from headwatch.dashboard.views.circuits import figures as figs
 

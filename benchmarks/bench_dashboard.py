@@ -54,7 +54,8 @@ HEAD, LAYERS, ARCH, ANIM, TRAJ = (
 def make_store(size: str) -> Path:
     """The cached synthetic store of one size (written with embeddings on first use)."""
     from benchmarks.synthetic_store import add_synthetic_overlaps, write_synthetic_store
-    from headwatch.analysis.store.format import EMBEDDINGS, OVERLAPS
+    from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+    from headwatch.analysis.store.lenses.overlaps import OVERLAPS
     from headwatch.precompute.lenses.embeddings import add_embeddings
 
     path = RESULTS / "stores" / f"pythia-{size}-synthetic"

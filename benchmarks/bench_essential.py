@@ -30,7 +30,7 @@ from benchmarks.shapes import pythia_160m_config
 def main() -> int:
     from transformers import GPTNeoXForCausalLM
 
-    from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+    from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_OUTPUTS
     from headwatch.precompute.evalset import make_eval_set
     from headwatch.precompute.lenses.essential import EssentialJob, essential_work, make_sample, output_rows, trajectory_rows
     from headwatch.precompute.sources.local import LocalSource

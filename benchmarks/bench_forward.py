@@ -1,4 +1,4 @@
-"""Seconds per checkpoint of the forward-pass lens (`precompute.lenses.forward`), on this machine.
+"""Seconds per checkpoint of the forward-pass lens (`precompute.lenses.attention`), on this machine.
 
 Two models, each timed as the precompute job runs the stage: load the whole checkpoint with
 transformers from its folder (float32 on CPU), then evaluate N x T = 32 x 256 tokens plus the
@@ -30,10 +30,10 @@ import torch
 
 from benchmarks.shapes import pythia_160m_config
 from headwatch.precompute.evalset import held_out_bytes, make_eval_set
-from headwatch.precompute.lenses.forward import ForwardJob, forward_statistics, load_model
+from headwatch.precompute.lenses.attention import AttentionJob, forward_statistics, load_model
 
 
-def time_checkpoint(folder: Path, job: ForwardJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:
+def time_checkpoint(folder: Path, job: AttentionJob, *, n_layers: int, n_heads: int) -> tuple[float, float, float, float]:
     """(load seconds, evaluate seconds, CPU seconds of both, loss) for one checkpoint, as the stage runs it.
 
     CPU seconds (this process, all threads) say what the work costs on a machine that others share;
@@ -56,7 +56,7 @@ def bench_reference(run: Path, device: str, steps: list[str]) -> list[tuple[floa
         np.frombuffer(data, np.uint8).astype(np.int64), n=32, t=256, vocab_size=256, text=name, text_sha256="", tokenizer="bytes"
     )
     model = info["config"]["model"]
-    job = ForwardJob(es, device=device)
+    job = AttentionJob(es, device=device)
     load_model(run / steps[0], device=device)  # warm-up: the first load imports transformers' model code
     out = []
     for step in steps:
@@ -80,7 +80,7 @@ def bench_160m(device: str, repeats: int) -> list[tuple[float, float, float]]:
         print(f"pythia-160m-shaped: {n_params:,} parameters, {size:,} bytes on disk", flush=True)
         ids = np.random.default_rng(0).integers(0, 50304, size=32 * 256 * 2)
         es = make_eval_set(ids, n=32, t=256, vocab_size=50304, text="random ids", text_sha256="", tokenizer="none")
-        job = ForwardJob(es, device=device)
+        job = AttentionJob(es, device=device)
         out = []
         for r in range(repeats):
             load, evaluate, cpu, loss = time_checkpoint(Path(tmp), job, n_layers=12, n_heads=12)
@@ -109,7 +109,7 @@ def bench_shape_of(store: Path, device: str, repeats: int) -> list[tuple[float, 
         AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
         ids = np.random.default_rng(0).integers(0, vocab, size=n * t * 2)
         es = make_eval_set(ids, n=n, t=t, vocab_size=vocab, text="random ids", text_sha256="", tokenizer="none")
-        job = ForwardJob(es, device=device)
+        job = AttentionJob(es, device=device)
         load_model(Path(tmp), device=device)  # warm-up
         out = []
         for r in range(repeats):

@@ -2,7 +2,7 @@
 
 Timed as the stage runs an estimate (the model loaded once per checkpoint, then one
 `estimate_llc` per head and one for the whole model) under the default sampler settings
-(`precompute.settings.SamplerSettings`, or ``--draws`` / ``--batch-size`` / ``--sequences``):
+(`precompute.job.settings.SamplerSettings`, or ``--draws`` / ``--batch-size`` / ``--sequences``):
 
 - the reference run's checkpoints (``--reference runs/shakespeare-pythia-6x8``; 6 layers x 8 heads,
   d_model 256, 4.9M parameters) on its held-out split: a head of the first layer (the backward pass
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from benchmarks.shapes import pythia_160m_config
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.precompute.evalset import held_out_bytes, make_eval_set
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import estimate_llc, head_masks, sampler_sequences
-from headwatch.precompute.settings import SamplerSettings
 
 ESTIMATES = ("first-layer head", "last-layer head", "whole model")
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from headwatch.analysis.llc.diagnostics import chain_diagnostics, flag
 from headwatch.analysis.store import open_store, read_table
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 
 FIELDS = (
     "step",
@@ -143,7 +143,7 @@ def summarize(store_path: Path, out: Path) -> int:
     if not rows:
         print(f"{out}: no long-chain estimates yet")
         return 1
-    from headwatch.precompute.settings import SamplerSettings
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
 
     meta = open_store(store_path).meta.llc
     if meta is None:  # a store without refined LLCs (the shipped plain-text stores): the long chains' rows alone
@@ -215,9 +215,9 @@ def check_truncation(store_path: Path, source: Path, out: Path) -> int:
     """Rerun the store's sampler (its chains x draws) at the (checkpoint, head) pairs in ``out`` and compare with
     `truncated` on the long chains: the shorter settings of `summarize` are only valid if these agree."""
     from benchmarks.llc_regime import sampler_tokens, stored_llc
-    from headwatch.precompute.lenses.forward import load_model
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
+    from headwatch.precompute.lenses.attention import load_model
     from headwatch.precompute.lenses.llc import estimate_llc, head_masks
-    from headwatch.precompute.settings import SamplerSettings
 
     stored = SamplerSettings(**stored_llc(open_store(store_path).meta, store_path)["sampler"])
     tokens = sampler_tokens(store_path, source, stored)
@@ -263,9 +263,9 @@ def main() -> int:
         return check_truncation(args.store, args.source, args.out)
 
     from benchmarks.llc_regime import sampler_tokens, stored_llc
-    from headwatch.precompute.lenses.forward import load_model
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
+    from headwatch.precompute.lenses.attention import load_model
     from headwatch.precompute.lenses.llc import estimate_llc, head_masks, masked_parameters
-    from headwatch.precompute.settings import SamplerSettings
 
     store = open_store(args.store)
     llc = stored_llc(store.meta, args.store)

@@ -54,7 +54,7 @@ import numpy as np
 from benchmarks.shapes import pythia_160m_config
 
 if TYPE_CHECKING:
-    from headwatch.precompute.settings import SamplerSettings
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
 
 FIELDS = (
     "step", "path", "seed", "layer", "head", "llc", "llc_std", "init_loss", "per_chain", "cpu_s", "peak_rss_mb", "wall_s",
@@ -113,10 +113,10 @@ def worker(args: argparse.Namespace) -> int:
     import torch
 
     from headwatch.analysis.store import open_store
-    from headwatch.precompute.lenses.forward import load_model
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
+    from headwatch.precompute.lenses.attention import load_model
     from headwatch.precompute.lenses.llc import LLC_MODEL, estimate_llc, estimates_from_traces, head_masks
     from headwatch.precompute.lenses.llc_sampler import checkpoint_traces
-    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     store = open_store(args.store)
@@ -172,7 +172,7 @@ def worker(args: argparse.Namespace) -> int:
 def save_tokens(args: argparse.Namespace) -> int:
     """Write the store's sampler sequences (rebuilt from the run's corpus and checked) for ``--tokens``."""
     from headwatch.analysis.store import open_store
-    from headwatch.precompute.settings import SamplerSettings
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
 
     meta = open_store(args.store).meta
     assert meta.llc is not None, f"{args.store} has no refined LLCs"
@@ -448,10 +448,10 @@ def shape_160m(args: argparse.Namespace) -> int:
     import torch
     from transformers import GPTNeoXForCausalLM
 
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
     from headwatch.families.forward import architecture, parameters
     from headwatch.precompute.lenses.llc import estimate_llc, head_masks
     from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
-    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     sampler = SamplerSettings(chains=args.chains, burnin=args.burnin, draws=args.draws, sequences=8, batch_size=1)
@@ -551,10 +551,10 @@ def count_flops(args: argparse.Namespace) -> int:
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import GPTNeoXForCausalLM
 
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
     from headwatch.families.forward import architecture, parameters
     from headwatch.precompute.lenses.llc import head_masks
     from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads
-    from headwatch.precompute.settings import SamplerSettings
 
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(pythia_160m_config()).eval()
@@ -604,8 +604,8 @@ def checkpoint_cost(args: argparse.Namespace) -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from headwatch.analysis.store import open_store
+    from headwatch.analysis.store.lenses.llc import SamplerSettings
     from headwatch.precompute.lenses.llc_sampler import checkpoint_traces
-    from headwatch.precompute.settings import SamplerSettings
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     meta = open_store(args.cost_of).meta

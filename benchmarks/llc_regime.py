@@ -25,10 +25,9 @@ import pandas as pd
 import torch
 
 from headwatch.analysis.store import Meta, open_store, read_table
-from headwatch.analysis.store.format import LLC
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.analysis.store.lenses.llc import LLC, SamplerSettings
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import head_masks
-from headwatch.precompute.settings import SamplerSettings
 
 
 def stored_llc(meta: Meta, store_path: Path) -> dict[str, Any]:

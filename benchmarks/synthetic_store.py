@@ -39,7 +39,9 @@ import pyarrow as pa
 from scipy.special import ndtr
 
 from headwatch.analysis.store import CheckpointEntry, ModelInfo
-from headwatch.analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, OVERLAPS
+from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import new_meta
 from headwatch.precompute.store.tables import heads_rows
 from headwatch.precompute.store.writer import commit_store
@@ -348,7 +350,7 @@ def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, 
     import torch
 
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.store.format import LAYERS
+    from headwatch.analysis.store.lenses.layers import LAYERS
     from headwatch.analysis.weights.layers import layer_matrix_statistics
     from headwatch.precompute.store.tables import layers_rows
 
@@ -378,11 +380,11 @@ def add_synthetic_layer_matrices(path: str | Path, *, d_mlp: int | None = None, 
 
 
 def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
-    """Give a store forward-lens tables (`analysis.store.format.FORWARD_TABLES`) with stand-in values:
+    """Give a store forward-lens tables (`analysis.store.format.ATTENTION_TABLES`) with stand-in values:
     entropy and span falling from the uniform value as a head sharpens, head-type scores rising for a
     few heads, a falling loss. For dashboard tests and benchmarks; no model is run."""
     from headwatch.analysis.store import ForwardInfo, open_store
-    from headwatch.precompute.lenses.forward import forward_rows
+    from headwatch.precompute.lenses.attention import attention_rows
 
     path = Path(path)
     store = open_store(path)
@@ -411,7 +413,7 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
         stats["loss"] = 1.5 + 4.0 * np.exp(-6 * progress)
         stats["tokens"] = 8 * (t - 1)
         stats["probe_copy_loss"] = 5.55 - 5.0 / (1 + np.exp(-12 * (progress - 0.5)))  # drops as induction forms
-        for name, table in forward_rows(step, stats).items():
+        for name, table in attention_rows(step, stats).items():
             tables.setdefault(name, []).append(table)
     info = ForwardInfo(
         lenses=("attention",),
@@ -445,7 +447,7 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
     from headwatch.analysis.llc.diagnostics import chain_diagnostics
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_MODEL
 
     path = Path(path)
     store = open_store(path)

@@ -3,7 +3,7 @@
     headwatch serve [DATA_DIR_OR_STORE] [streamlit options]   the dashboard (python -m headwatch.dashboard.serve)
     headwatch precompute --source ... --out STORE [options]    the job (python -m headwatch.precompute)
     headwatch train [options]                                  a reference run (python -m headwatch.training)
-    headwatch publish STORE REPO_ID [options]                  upload a store (python -m headwatch.precompute.publish)
+    headwatch publish STORE REPO_ID [options]                  upload a store (python -m headwatch.precompute.store.publish)
     headwatch info STORE                                       what a store holds
     headwatch plan SOURCE [options]                            what a run would do, before it runs
     headwatch report STORE --out DIR                           what happened in a run: Markdown + SVG figures
@@ -39,8 +39,8 @@ DELEGATED = {  # subcommand -> (module whose main() takes the remaining argument
         "draw the chains' loss traces and recommend settings (needs the precompute extra)",
     ),
     "publish": (
-        "headwatch.precompute.publish",
-        "upload a store as a Hub dataset repo with a dataset card (python -m headwatch.precompute.publish)",
+        "headwatch.precompute.store.publish",
+        "upload a store as a Hub dataset repo with a dataset card (python -m headwatch.precompute.store.publish)",
     ),
 }
 
@@ -145,13 +145,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(target: str | None, rest: list[str]) -> int:
     """Point the dashboard's settings (HEADWATCH_DATA / HEADWATCH_STORE) at ``target`` and serve."""
+    from headwatch.analysis.store.format import META_FILE
     from headwatch.dashboard.settings import DATA_ENV, STORE_ENV
 
     if target is not None:
         path = Path(target).resolve()
         if not path.is_dir():
             return _usage(f"serve: {target!r} is not a folder of stores nor a store")
-        os.environ[STORE_ENV if (path / "meta.json").is_file() else DATA_ENV] = str(path)
+        os.environ[STORE_ENV if (path / META_FILE).is_file() else DATA_ENV] = str(path)
     elif not os.environ.get(DATA_ENV) and Path("data").is_dir():
         os.environ[DATA_ENV] = str(Path("data").resolve())
     from headwatch.dashboard.serve import main as serve

@@ -1,7 +1,7 @@
 """``headwatch info STORE``: what a store holds, read from its meta.json and files (no torch).
 
-Reads through `analysis.store` (`open_store`, the typed `Meta`, the table registry) and
-compares the recorded settings with the job's defaults (`precompute.settings`) to say what a
+Reads through `analysis.store` (`open_store`, the typed `Meta`, the declared tables) and
+compares the recorded settings with the job's defaults (`precompute.job.settings`) to say what a
 rerun with the default options would add.
 """
 
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store.format import MATRICES, TABLES
+from headwatch.analysis.store.format import MATRICES
+from headwatch.analysis.store.lenses import LENSES, TABLES
 from headwatch.analysis.store.reader import open_store, read_table
-from headwatch.precompute import registry
-from headwatch.precompute.settings import DEFAULT_MATRICES, RunOptions
+from headwatch.precompute.job.settings import DEFAULT_MATRICES, RunOptions
 from headwatch.units import human_bytes
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -32,7 +32,7 @@ def rerun_adds(path: Path, meta) -> list[str]:
     missing = [m for m in head if m not in meta.matrices]
     if missing:
         adds.append(f"per-head {','.join(missing)} rows for all {len(meta.done_steps)} checkpoints")
-    for lens in registry.LENSES:
+    for lens in LENSES:
         enough = len(meta.done_steps) >= lens.min_checkpoints
         if lens.asked(RunOptions()) and not lens.in_store(path) and enough:
             adds.append(f"the {lens.title} ({', '.join(lens.files)})" + (" for every checkpoint" if lens.stepwise else ""))
@@ -70,7 +70,7 @@ def describe(path: str | Path) -> list[str]:
     settings = dict(meta.settings)
     lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "fetch"))
     lines.append("lenses:")
-    for lens in registry.LENSES:
+    for lens in LENSES:
         if not (path / lens.tables[0].file).is_file():
             lines.append(f"  {lens.name:<11} absent ({lens.summary})")
             continue
@@ -84,7 +84,7 @@ def describe(path: str | Path) -> list[str]:
             + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else "")
             + (f"; lacks {', '.join(lacking)} (a rerun of the lens adds it)" if lacking else "")
         )
-    priced = [lens for lens in registry.LENSES if lens.seconds is not None or lens.store_bytes is not None]
+    priced = [lens for lens in LENSES if lens.seconds is not None or lens.store_bytes is not None]
     lines.append("what a checkpoint of each lens costs (recorded figures, docs/benchmarks.md; headwatch plan scales them):")
     for lens in priced:
         figures = [f"{lens.seconds.name} = {lens.seconds.seconds} s"] if lens.seconds is not None else []

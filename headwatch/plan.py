@@ -5,7 +5,7 @@ The checkpoints come from the job's own source interface (`precompute.sources.re
 take. Bytes: for a local folder, the tensors the run reads (`tensors_to_read`, sizes from the
 safetensors headers) and the weight files it hashes; for a Hub model, the tensors' sizes from the
 config's geometry (the job fetches only their byte ranges). Time and store size: the recorded
-benchmark figures of `precompute.costs` and of each lens's registry entry, scaled to this model as printed.
+benchmark figures of `precompute.costs` and of each lens's declaration, scaled to this model as printed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m headwatch.precompute`` that change what a run does."""
-    from headwatch.precompute import registry
-    from headwatch.precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
+    from headwatch.analysis.store.lenses import LENSES
+    from headwatch.precompute.job.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument(
@@ -38,10 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--lenses",
-        choices=registry.LENS_CHOICES,
+        choices=LENSES.choices,
         action="append",
         default=None,
-        help=f"{' and/or '.join(registry.LENS_CHOICES)}; repeat",
+        help=f"{' and/or '.join(LENSES.choices)}; repeat",
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--revisions", default=None, help="only these checkpoints, comma-separated (step0,step1000)")
@@ -113,32 +113,34 @@ def geometry_bytes(shape, config: dict, *, matrices: tuple[str, ...], layers: bo
 
 def seconds_per_checkpoint(shape, config: dict, *, matrices: tuple[str, ...], lenses: tuple[str, ...], llc=None, evaluation=None):
     """(what, seconds per checkpoint, how it was scaled) for the per-head matrices and every lens with a
-    recorded figure (`precompute.registry.Lens.seconds`) that the run computes, in registry order (``llc``: what
+    recorded figure (`analysis.store.lenses.declaration.Lens.seconds`) that the run computes, in the lenses' order (``llc``: what
     the refined LLC samples per checkpoint, `precompute.costs.LlcRun`, default the default sampler; ``evaluation``:
     --eval-sequences and --eval-length)."""
-    from headwatch.precompute import costs, registry
+    from headwatch.analysis.store.lenses import LENSES
+    from headwatch.precompute import costs
 
     figures = [(m, figure) for m, figure in (("qk", costs.QK_SECONDS), ("ov", costs.OV_SECONDS)) if m in matrices]
-    for lens in registry.LENSES:
+    for lens in LENSES:
         asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
         if asked and lens.seconds is not None:
             figures.append((lens.name, lens.seconds))
     out = []
     for name, figure in figures:
-        scale, how = costs.time_scale(figure.scale, shape, config, llc=llc, evaluation=evaluation or costs.FORWARD_REFERENCE)
+        scale, how = costs.time_scale(figure, shape, config, llc=llc, evaluation=evaluation or costs.FORWARD_REFERENCE)
         out.append((name, figure.seconds * scale, f"{figure.name} = {figure.seconds} s {how}"))
     return out
 
 
 def store_figures(*, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> list:
     """The store-size figures of a run (`precompute.costs.StoreBytes`): heads.parquet's, and those of every lens
-    it computes that has one (`precompute.registry.Lens.store_bytes`; the overlaps' and the layer table's at the
+    it computes that has one (`precompute.Lens.store_bytes`; the overlaps' and the layer table's at the
     shipped store's sizes, the composition's without ``--composition-top``)."""
-    from headwatch.precompute import costs, registry
-    from headwatch.precompute.settings import RunOptions
+    from headwatch.analysis.store.lenses import LENSES
+    from headwatch.precompute import costs
+    from headwatch.precompute.job.settings import RunOptions
 
     options = RunOptions(matrices=matrices, lenses=lenses)
-    return [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes and lens.asked(options)]
+    return [costs.HEADS_BYTES] + [lens.store_bytes for lens in LENSES if lens.store_bytes and lens.asked(options)]
 
 
 def store_bytes_per_checkpoint(shape, *, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) -> float:
@@ -161,7 +163,7 @@ def _duration(seconds: float) -> str:
 
 
 def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
-    """The refined LLC's options as the job reads them (`precompute.registry.LlcOptions`, None without ``--lenses
+    """The refined LLC's options as the job reads them (`precompute.LlcOptions`, None without ``--lenses
     llc``) and what it would sample per checkpoint (`precompute.costs.LlcRun`: ``--llc-batch-size`` sequences of
     ``--eval-length`` tokens per step, ``--llc-chains`` x (``--llc-burnin`` + ``--llc-draws``) steps).
 
@@ -169,11 +171,12 @@ def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
         ValueError: an ``--llc-*`` option without ``--lenses llc``, a value the sampler refuses, or more sampler
             sequences than ``--eval-sequences`` (as the run refuses them).
     """
-    from headwatch.precompute import costs, registry
+    from headwatch.analysis.store.lenses.llc import LLC_LENS, LlcOptions
+    from headwatch.precompute import costs
     from headwatch.precompute.__main__ import lens_options
 
-    options = lens_options(args, lenses).get(registry.LLC_LENS.name)
-    if not isinstance(options, registry.LlcOptions):
+    options = lens_options(args, lenses).get(LLC_LENS.name)
+    if not isinstance(options, LlcOptions):
         return None, None
     sampler = options.sampler
     if sampler.sequences > args.eval_sequences:  # precompute.lenses.llc.sampler_sequences
@@ -196,7 +199,7 @@ def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new:
             another implementation or other evaluation sequences (the run's `check_store` refuses it).
     """
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.store.format import LLC
+    from headwatch.analysis.store.lenses.llc import LLC
     from headwatch.precompute.lenses.llc import parse_llc_steps, settings_differences
 
     parse_llc_steps(options.steps, selected)
@@ -228,12 +231,15 @@ def describe(args: argparse.Namespace) -> list[str]:
     Raises:
         ValueError: bad options; CheckpointNotFoundError (a FileNotFoundError): nothing to read.
     """
+    from headwatch.analysis.store.lenses import LENSES
+    from headwatch.analysis.store.lenses.layers import LAYERS
+    from headwatch.analysis.store.lenses.llc import LLC_LENS
     from headwatch.analysis.store.meta import ModelInfo
     from headwatch.analysis.store.outputs import check_same_model, store_at
     from headwatch.families.registry import model_shape
-    from headwatch.precompute import costs, registry
+    from headwatch.precompute import costs
     from headwatch.precompute.evalset import check_length, model_context
-    from headwatch.precompute.settings import FetchSettings, matrices_option
+    from headwatch.precompute.job.settings import FetchSettings, matrices_option
     from headwatch.precompute.sources.fetch import Meter
     from headwatch.precompute.sources.local import LocalSource
     from headwatch.precompute.sources.resolve import open_source
@@ -257,7 +263,7 @@ def describe(args: argparse.Namespace) -> list[str]:
         shape = model_shape(config)
         if meta is not None:  # another model's store: said before any lens's refusal, as the run says it
             check_same_model(args.out, meta, ModelInfo(id=src.model_id, **shape.as_meta()), source=args.source)
-        if any(lens.name in lenses and "evaluation" in lens.needs for lens in registry.LENSES):
+        if any(lens.name in lenses and "evaluation" in lens.needs for lens in LENSES):
             check_length(args.eval_length, model_context(config))  # as the run's evaluation set refuses it
         done: set[int] = set()
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
@@ -266,12 +272,12 @@ def describe(args: argparse.Namespace) -> list[str]:
             done = set(meta.done_steps) | {c.step for c in meta.checkpoints}
             store_lines = [
                 f"store {args.out}: {len(meta.done_steps)} checkpoints, matrices {','.join(meta.matrices)}"
-                + (", layers" if (Path(args.out) / "layers.parquet").is_file() else "")
+                + (", layers" if (Path(args.out) / LAYERS.file).is_file() else "")
             ]
             new_matrices = [m for m in head_matrices if m not in meta.matrices]
             if new_matrices:
                 store_lines.append(f"  the run adds {','.join(new_matrices)} rows for the checkpoints it already has")
-            for lens in registry.LENSES:
+            for lens in LENSES:
                 asked = lens.name in (matrices if lens.asked_by == "--matrices" else lenses)
                 if asked and not lens.in_store(args.out):
                     lens_all.add(lens.name)
@@ -324,7 +330,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     for what, seconds, how in priced:
         steps = [r.step for r in (todo if what in lens_all else new)]
         which = ""
-        if what == registry.LLC_LENS.name:  # the rLLC estimates --llc-steps of the checkpoints that lack it
+        if what == LLC_LENS.name:  # the rLLC estimates --llc-steps of the checkpoints that lack it
             selected, added = [r.step for r in todo], [r.step for r in new]
             steps = llc_checkpoints(llc_options, args, selected, added, meta)
             which = f" (--llc-steps {llc_options.steps or 'not given: about 8, log-spaced'}, those without estimates)"

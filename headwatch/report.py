@@ -23,7 +23,10 @@ from headwatch.analysis.findings.headline import headline_markdown
 from headwatch.analysis.findings.held_types import TYPE_LABELS, type_sentences
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store, open_store
-from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, LLC, LLC_WHOLE_MODEL, STAGES
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.stages import STAGES
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
 from headwatch.analysis.store.outputs import check_files_folder
 
 REPORT_FILE = "report.md"

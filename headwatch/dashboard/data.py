@@ -18,7 +18,7 @@ import pandas as pd
 
 from headwatch.analysis.stats.crossings import Approach
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import EVAL_LOSS
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
 
 Unit = Literal["step", "tokens"]
 Scale = Literal["linear", "log", "index"]

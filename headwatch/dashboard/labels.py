@@ -15,19 +15,11 @@ from dataclasses import dataclass
 
 from headwatch.analysis.findings.values import FORWARD_STATS, LAMBDA, LLC_STAT
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import (
-    ATTENTION,
-    ATTENTION_COLUMN_DOCS,
-    ATTENTION_STATISTICS,
-    CIRCUIT_COLUMNS,
-    COLUMN_DOCS,
-    LAYER_COLUMN_DOCS,
-    LLC,
-    LLC_COLUMN_DOCS,
-    NULL_COLUMNS,
-    OVERLAP_COLUMN_DOCS,
-    SCALAR_COLUMNS,
-)
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_COLUMN_DOCS, ATTENTION_STATISTICS
+from headwatch.analysis.store.lenses.layers import LAYER_COLUMN_DOCS
+from headwatch.analysis.store.lenses.llc import LLC, LLC_COLUMN_DOCS
+from headwatch.analysis.store.lenses.overlaps import OVERLAP_COLUMN_DOCS
 
 REL_CHANGE = "rel_change"  # from overlaps.parquet, laid out per checkpoint by analysis.store.Store.array
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.store.format import LAYER_ROLES
+from headwatch.analysis.store.lenses.layers import LAYER_ROLES
 from headwatch.families.family import ModelShape, Tensor
 from headwatch.families.registry import BY_NAME, family_of
 

@@ -5,7 +5,7 @@
 Q/K bytes of each are fetched. Repeated, it runs several models one after the other,
 each into its own store ``OUT/<name>`` (the folder's or the repo's name).
 ``--executor ray`` computes each checkpoint as a task on a Ray cluster
-(`precompute.ray_executor`); the stores are the local executor's, bit for bit.
+(`precompute.job.ray_executor`); the stores are the local executor's, bit for bit.
 
 Exit status: 0 when every selected checkpoint is in the store, 1 when some are
 missing or failed (listed on stderr and in meta.json; the rest were processed),
@@ -33,9 +33,10 @@ from headwatch.analysis.errors import (
     UnknownArchitectureError,
 )
 from headwatch.analysis.store.format import META_FILE
-from headwatch.precompute import evalset, registry
-from headwatch.precompute.registry import Lens
-from headwatch.precompute.settings import (
+from headwatch.analysis.store.lenses import LENSES
+from headwatch.analysis.store.lenses.declaration import Lens
+from headwatch.precompute import evalset
+from headwatch.precompute.job.settings import (
     DEFAULT_MATRICES,
     RayOptions,
     RunOptions,
@@ -49,7 +50,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 
 def parse_matrices(value: str) -> tuple[str, ...]:
-    """``--matrices``: `precompute.settings.matrices_option`, its error as argparse's."""
+    """``--matrices``: `precompute.job.settings.matrices_option`, its error as argparse's."""
     try:
         return matrices_option(value)
     except ValueError as exc:
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Read every checkpoint of a training run (local folders or Hub revisions) and write a statistics "
         "store: W_QK and W_OV of every head (their entries and exact spectra, against random heads) and, with --matrices "
         "layers, every block weight against Marchenko-Pastur; with --lenses, "
-        + ", ".join(lens.name for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + ", ".join(lens.name for lens in LENSES if lens.asked_by == "--lenses")
         + ".",
     )
     p.add_argument(
@@ -157,11 +158,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--lenses",
-        choices=registry.LENS_CHOICES,
+        choices=LENSES.choices,
         action="append",
         default=None,
         help="lenses: "
-        + "; ".join(f"{lens.name} ({lens.summary})" for lens in registry.LENSES if lens.asked_by == "--lenses")
+        + "; ".join(f"{lens.name} ({lens.summary})" for lens in LENSES if lens.asked_by == "--lenses")
         + ". Repeat to combine.",
     )
     evalset.add_arguments(p, when="with --lenses: ")
@@ -202,9 +203,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def add_lens_options(parser: argparse.ArgumentParser) -> None:
-    """One argument group per lens with options (`precompute.registry.Lens.options`), the lenses on by
+    """One argument group per lens with options (`precompute.Lens.options`), the lenses on by
     default (``--overlap-k``, ``--no-embeddings``, ``--no-types``) included."""
-    for lens in registry.LENSES:
+    for lens in LENSES:
         if not lens.options:
             continue
         asked = "on by default" if lens.asked_by == "default" else f"{lens.asked_by} {lens.name}"
@@ -231,13 +232,13 @@ def _dest(lens: Lens, field: str) -> str:
 
 def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str, object]:
     """The options of every lens the run may compute, from the parsed lens flags (a flag not given: its default,
-    `precompute.settings.option_default`): the lenses asked for by name, and those on by default.
+    `precompute.job.settings.option_default`): the lenses asked for by name, and those on by default.
 
     Raises:
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.
     """
     out: dict[str, object] = {}
-    for lens in registry.LENSES:
+    for lens in LENSES:
         given = {
             o.field: getattr(args, _dest(lens, o.field))
             for o in lens.options
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if options.eval_text and not options.lenses:
         print(
-            f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in registry.LENS_CHOICES)}",
+            f"error: --eval-text is for the lenses: add {' and/or '.join(f'--lenses {n}' for n in LENSES.choices)}",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -325,7 +326,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from headwatch.precompute import follow, follow_hub
+    from headwatch.precompute import follow
 
     if not args.follow:
         print("error: --poll, --follow-pid and --follow-until are for --follow", file=sys.stderr)
@@ -340,7 +341,7 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
     if args.poll is not None and args.poll <= 0:
         print(f"error: --poll {args.poll}: expected a positive number of seconds", file=sys.stderr)
         return EXIT_USAGE
-    repo_id = follow_hub.hub_repo(args.source[0])
+    repo_id = follow.hub_repo(args.source[0])
     if repo_id is None and args.follow_until is not None:
         print(
             "error: --follow-until is for a Hub repo; a run folder says it finished with run.json or training-finished.json",
@@ -360,8 +361,8 @@ def follow_one(options: RunOptions, args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     try:
         if repo_id is not None:
-            poll = args.poll or follow_hub.POLL_SECONDS
-            follow_hub.follow_hub(repo_id, args.out, options, poll=poll, stop=stop, pid=args.follow_pid, until=args.follow_until)
+            poll = args.poll or follow.HUB_POLL_SECONDS
+            follow.follow_hub(repo_id, args.out, options, poll=poll, stop=stop, pid=args.follow_pid, until=args.follow_until)
         else:
             poll = args.poll or follow.POLL_SECONDS
             follow.follow_run(args.source[0], args.out, options, poll=poll, stop=stop, pid=args.follow_pid)
@@ -398,7 +399,7 @@ def _resume(out: str, when: str) -> str:
 def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace) -> int:
     """One model's run, reported on stderr; its exit status."""
     from headwatch.analysis.errors import ClusterError
-    from headwatch.precompute.run import run_precompute  # imports torch; keep --help fast
+    from headwatch.precompute.job.run import run_precompute  # imports torch; keep --help fast
 
     try:
         report = run_precompute(source, out, options)
@@ -434,7 +435,7 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
             f"{', '.join(map(str, report.incomplete[:5]))}{', ...' if len(report.incomplete) > 5 else ''})",
             file=sys.stderr,
         )
-    for lens in registry.LENSES:
+    for lens in LENSES:
         steps = report.lenses.get(lens.name)
         if steps:
             print(f"{lens.title}: computed at steps {', '.join(map(str, steps))}", file=sys.stderr)
@@ -454,21 +455,21 @@ def run_one(source: str, out: str, options: RunOptions, args: argparse.Namespace
             print(f"  {f.revision}: {f.error}", file=sys.stderr)
         status = EXIT_FAILED
     if args.push_to_hub:
-        from headwatch.precompute.publish import push_store
+        from headwatch.precompute.store.publish import push_store
 
         try:
             url = push_store(out, args.push_to_hub, private=args.private or None)
         except StoreError as exc:  # refused: the repo holds another model's store, another run holds the lock
             print(
                 f"error: push to {args.push_to_hub} refused: {exc}\nthe store is complete; publish it with "
-                f"python -m headwatch.precompute.publish {out} REPO_ID",
+                f"python -m headwatch.precompute.store.publish {out} REPO_ID",
                 file=sys.stderr,
             )
             return EXIT_NETWORK
         except (OSError, ValueError) as exc:  # Hub errors are OSErrors
             print(
                 f"error: push to {args.push_to_hub} failed: {exc}\nthe store is complete; retry with "
-                f"python -m headwatch.precompute.publish {out} {args.push_to_hub}",
+                f"python -m headwatch.precompute.store.publish {out} {args.push_to_hub}",
                 file=sys.stderr,
             )
             return EXIT_NETWORK

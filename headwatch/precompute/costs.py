@@ -1,36 +1,22 @@
-"""What computing costs: the recorded benchmark figures ``headwatch plan`` estimates from, and how each scales.
+"""What computing costs: the figures ``headwatch plan`` estimates from, and how each scales to a model.
 
-A lens's figures sit on its registry entry (`precompute.registry.Lens.seconds`,
-`precompute.registry.Lens.store_bytes`); the per-head matrices, which every store has and which are no
-lens, have theirs here. Every figure was measured on the 2-core development machine (AMD EPYC, torch
-2.13.0 CPU, 2 threads) and is recorded in docs/benchmarks.md; each cites its table. ``headwatch plan``
-scales them to the model planned for (`time_scale`, `size_count`) and prints which it used;
-``headwatch info`` names them. Torch-free, like the registry.
+A lens's figures are declared with it (`analysis.store.lenses.declaration.Lens.seconds`, ``.store_bytes``); the
+per-head matrices, which every store has and which are no lens, have theirs here. Each figure names the section of
+docs/benchmarks.md that records how, where and when it was measured. ``headwatch plan`` scales them to the model
+planned for (`time_scale`, `size_count`) and prints which it used; ``headwatch info`` names them. Torch-free, like
+the declarations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from headwatch.analysis.store.format import HEADS
+from headwatch.analysis.store.lenses.declaration import Seconds, SizeScale, StoreBytes
 from headwatch.families.geometry import Geometry
 from headwatch.families.registry import model_geometry
-
-# What a checkpoint's seconds scale with, from the model measured at: "heads" is layers x heads x d_model^2,
-# "layers" layers x d_model^2 (both from Pythia-1.4B); "parameters" the model's parameters (from the
-# Pythia-160M shape); "head_pairs" cross-layer head pairs x d_head^2 x d_model (the composition scores'
-# products); "all_head_pairs" every unordered pair of heads x d_head^2 x d_model (the similarity's products).
-# "llc" the refined LLC's multiply-adds per checkpoint under the run's sampler and sequence length, divided by the
-# CPU's efficiency at the model's width (`llc_work`; from the Pythia-160M shape at the default sampler and 256 tokens);
-# "forward" and "essential" the forward passes' multiply-adds over the evaluation sequences and the induction probe
-# (the forward lens: --eval-sequences + 8) or the essential-dynamics lens's sample (4 + 4 sequences), of
-# --eval-length tokens, likewise divided (`forward_work`; from the Pythia-160M shape at 32 + 8 and 8 sequences of 256).
-TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc", "forward", "essential"]
-# What a checkpoint's store bytes are counted in: per-head rows of each per-head matrix, layers, cross-layer
-# (ordered) pairs of heads, unordered pairs of heads, or the checkpoint itself (a lens whose rows do not grow
-# with the model, such as the essential-dynamics lens's fixed sample).
-SizeScale = Literal["head_matrices", "layers", "head_pairs", "all_head_pairs", "checkpoint"]
 
 # ------------------------------------------------------------------ the shapes measured at
 
@@ -54,78 +40,23 @@ class Shape(Protocol):
     def d_head(self) -> int: ...
 
 
-@dataclass(frozen=True)
-class Seconds:
-    """Seconds one checkpoint takes, as measured.
-
-    Attributes:
-        name: how ``headwatch plan`` and ``headwatch info`` cite it (``COMPOSITION_SECONDS_1_4B``).
-        seconds: the figure.
-        scale: what it scales with, from the model measured at.
-        measured: where it is recorded (a table of docs/benchmarks.md) and how it was taken.
-    """
-
-    name: str
-    seconds: float
-    scale: TimeScale
-    measured: str
-
-
-@dataclass(frozen=True)
-class StoreBytes:
-    """Store bytes one checkpoint adds, as measured.
-
-    Attributes:
-        files: the files it counts (``composition.parquet``).
-        bytes: bytes per unit.
-        per: the unit.
-        unit: the unit in words, as ``headwatch plan`` prints it (``pair of heads (every pair)``).
-        measured: where it was measured.
-    """
-
-    files: str
-    bytes: float
-    per: SizeScale
-    unit: str
-    measured: str
-
-    def describe(self) -> str:
-        return f"{self.files} {self.bytes} B per {self.unit}"
-
-
 # ------------------------------------------------------------------ the per-head matrices (no lens)
 
-# qk: whole pipeline per checkpoint (hash + read + extract + statistics + 8 singular vectors + commit),
-# best of 2, machine idle.
-QK_SECONDS = Seconds(
-    "QK_SECONDS_1_4B",
-    10.62,
-    "heads",
-    'docs/benchmarks.md "Statistics pipeline, one Pythia-1.4B-shaped checkpoint", row (a)',
-)
-# ov: "qk and ov each cost one set of heads.parquet rows per checkpoint and about the same time"
-# (docs/precompute.md, --matrices; 154 checkpoints: about 27 min of qk, about 55 with ov): the qk figure again.
-OV_SECONDS = Seconds("OV_SECONDS_1_4B", QK_SECONDS.seconds, "heads", "the qk figure (docs/precompute.md, --matrices)")
-# Measured on the shipped store data/shakespeare-pythia-6x8 (6 x 8 heads, d_head 32, 43 checkpoints, qk and ov):
-# heads.parquet 1,398,981 B / (43 x 48 x 2) rows, float columns byte-stream-split (`precompute.store.writer`).
-HEADS_BYTES = StoreBytes(
-    "heads.parquet",
-    338.9,
-    "head_matrices",
-    "head and matrix",
-    "data/shakespeare-pythia-6x8 (GPU-trained, floats byte-stream-split, 2026-11-27): 1,398,981 B / (43 x 48 x 2) rows",
-)
+_FIGURES = 'docs/benchmarks.md "The figures headwatch plan prices with"'
+
+# qk: the whole pipeline per checkpoint (hash, read, extract, statistics, 8 singular vectors, commit).
+QK_SECONDS = Seconds("QK_SECONDS_1_4B", 10.62, "heads", f"{_FIGURES}, QK_SECONDS_1_4B")
+# ov: one more set of heads.parquet rows per checkpoint, at about the qk figure (docs/precompute.md, --matrices).
+OV_SECONDS = Seconds("OV_SECONDS_1_4B", QK_SECONDS.seconds, "heads", f"{_FIGURES}, OV_SECONDS_1_4B")
+HEADS_BYTES = StoreBytes((HEADS,), 338.9, "head_matrices", "head and matrix", f"{_FIGURES}, heads.parquet")
 
 # ------------------------------------------------------------------ the refined LLC's work
 
 # The Pythia-160M figures' sampler: 256-token sequences, the default 4 x (48 + 96) steps of one sequence.
 LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS = 256, 4 * (48 + 96)
 # The batched sampler's products run slower on narrow models (per-operation cost, small matrices): CPU-seconds per
-# multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width. Fitted (least squares in
-# log) to the CPU-seconds per checkpoint measured at one thread on the 2-core machine, 2026-11-28/29: induction-d64,
-# -d128, -d256, -d512 (6.0, 20.2, 54, 177 s) and shakespeare-pythia-6x8 (1,507 to 1,665 s); every one within 15% of
-# what `llc_work` then predicts (in sample: the exponent is fitted to these five; docs/benchmarks.md "What `headwatch
-# plan` prices the refined LLC at").
+# multiply-add grow as (d_model / 768) ** -LLC_WIDTH_EXPONENT below Pythia-160M's width, fitted to measured
+# checkpoints (docs/benchmarks.md "The figures headwatch plan prices with", LLC_WIDTH_EXPONENT).
 LLC_WIDTH_EXPONENT = 0.45
 
 
@@ -216,10 +147,8 @@ def all_head_pairs(n_layers: int, n_heads: int) -> int:
     return heads * (heads - 1) // 2
 
 
-# the forward lenses' sequences besides the evaluation ones, and the evaluation set the figures were measured on
-FORWARD_PROBE_SEQUENCES = 8  # the induction probe (precompute.evalset.INDUCTION_SEQUENCES)
-ESSENTIAL_SEQUENCES = 8  # 4 evaluation and 4 probe sequences (analysis.stages.essential.SEQUENCES of each kind)
-FORWARD_REFERENCE = (32, 256)  # --eval-sequences, --eval-length of the Pythia-160M figures
+# --eval-sequences and --eval-length of the Pythia-160M forward-pass figures
+FORWARD_REFERENCE = (32, 256)
 
 
 def forward_token_macs(g: Geometry, tokens: int) -> float:
@@ -234,16 +163,13 @@ def forward_work(geometry: Geometry, sequences: int, seq_len: int) -> float:
     return sequences * seq_len * forward_token_macs(geometry, seq_len) / efficiency(geometry)
 
 
-def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:
-    """`time_scale`'s "forward" and "essential": the lens's forward passes at ``evaluation`` (--eval-sequences,
-    --eval-length) against the Pythia-160M figure's."""
+def forward_scale(figure: Seconds, shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:
+    """`time_scale`'s "forward": the lens's forward passes at ``evaluation`` (--eval-sequences, --eval-length; the
+    sequences it runs are ``figure.sequences`` of them) against the Pythia-160M figure's."""
+    assert figure.sequences is not None, figure.name
     n, t = evaluation
     ref_n, ref_t = FORWARD_REFERENCE
-    if scale == "forward":
-        sequences, ref_sequences = n + FORWARD_PROBE_SEQUENCES, ref_n + FORWARD_PROBE_SEQUENCES
-    else:  # the first 4 evaluation sequences (fewer if there are fewer) and 4 of the probe
-        half = ESSENTIAL_SEQUENCES // 2
-        sequences, ref_sequences = min(n, half) + half, ESSENTIAL_SEQUENCES
+    sequences, ref_sequences = figure.sequences(n), figure.sequences(ref_n)
     f = forward_work(model_geometry(shape, config), sequences, t) / forward_work(PYTHIA_160M_GEOMETRY, ref_sequences, ref_t)
     return f, (
         f"x {f:.3g} (forward passes of {sequences} sequences of {t} tokens, over the CPU's efficiency at d_model "
@@ -252,7 +178,7 @@ def forward_scale(scale: TimeScale, shape: Shape, config: Mapping[str, Any], eva
 
 
 def time_scale(
-    scale: TimeScale,
+    figure: Seconds,
     shape: Shape,
     config: Mapping[str, Any],
     *,
@@ -262,10 +188,11 @@ def time_scale(
     """The factor a figure measured at its reference model is scaled by for ``shape``, and how, in words
     (``llc``: what the refined LLC samples per checkpoint, default the default sampler on 256-token sequences;
     ``evaluation``: --eval-sequences and --eval-length, for the forward lenses)."""
+    scale = figure.scale
     if scale == "llc":
         return llc_scale(shape, config, llc or LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
-    if scale in ("forward", "essential"):
-        return forward_scale(scale, shape, config, evaluation)
+    if scale == "forward":
+        return forward_scale(figure, shape, config, evaluation)
     ref = PYTHIA_1_4B
     if scale == "heads":
         f = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)

@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 
 from headwatch.analysis.store import ForwardInfo
+from headwatch.analysis.store.lenses.attention import INDUCTION_SEQUENCES
 
 log = logging.getLogger("precompute")
 
 DEFAULT_SEQUENCES = 32  # N
 DEFAULT_LENGTH = 256  # T
 WINDOW_SEED = 0  # which N windows of the text
-INDUCTION_SEQUENCES = 8  # random sequences, each R tokens repeated twice
+
 INDUCTION_SEED = 1
 BYTE_TOKENIZER = "bytes (vocabulary 256)"  # how training/ tokenizes (training.corpus)
 LENSES = ("attention",)

@@ -34,8 +34,10 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.llc.diagnostics import chain_diagnostics, flag, rise_z
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.precompute import evalset
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import (
     LLC_MODEL,
     check_family,
@@ -44,8 +46,6 @@ from headwatch.precompute.lenses.llc import (
     masked_parameters,
     sampler_sequences,
 )
-from headwatch.precompute.registry import SamplerSettings
-from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.fetch import Meter
 
 log = logging.getLogger("precompute")
@@ -159,8 +159,8 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
         UnknownArchitectureError: no head mask for the model's family.
         ValueError, EvalTextError: bad options.
     """
-    from headwatch.precompute.context import lens_device
-    from headwatch.precompute.run import evaluation_set, make_plan
+    from headwatch.precompute.job.context import lens_device
+    from headwatch.precompute.job.run import evaluation_set, make_plan
 
     grid = settings_grid(args)
     options = RunOptions(

@@ -90,7 +90,7 @@ class Follower:
             return
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         # the run folder exists before the follower looks: a relative one that does not (``runs/my-run``) would
-        # read as a Hub repo id (`precompute.follow_hub.hub_repo`)
+        # read as a Hub repo id (`precompute.follow.hub_repo`)
         self.run_folder.mkdir(parents=True, exist_ok=True)
         # one thread: torch's default of one per core would contend with the trainer's own threads; a user's
         # OMP_NUM_THREADS / MKL_NUM_THREADS still rules

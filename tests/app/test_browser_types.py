@@ -13,7 +13,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from tests.app import test_browser
 from tests.app.conftest import ROOT, open_page, serve_only
 from tests.app.test_browser import ARTIFACTS, _dialogs, _errors, _open, _serve

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import COMPOSITION, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.composition import COMPOSITION
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 
 PAGE = "pages/composition_circuits.py"

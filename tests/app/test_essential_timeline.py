@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_OUTPUTS
 from headwatch.precompute.lenses.essential import output_rows, trajectory_rows
 from headwatch.precompute.store.writer import commit_store
 from tests.app.conftest import INDUCTION, ROOT, SHIPPED, chart, open_page, serve_only

@@ -15,7 +15,7 @@ from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.stats.crossings import level_crossings
 from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.dashboard.data import fixed_range, step_axis
 from headwatch.dashboard.figures import points
 from headwatch.dashboard.figures.common import figure, layout, overlay_loss

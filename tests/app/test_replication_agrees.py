@@ -25,7 +25,7 @@ import pytest
 
 from headwatch.analysis.findings.association import store_association
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
 from headwatch.cli import main
 from headwatch.dashboard.labels import LLC_STAT, STATS

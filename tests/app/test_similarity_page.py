@@ -16,7 +16,7 @@ from scipy.cluster.hierarchy import dendrogram, linkage
 from scipy.spatial.distance import squareform
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.store.lenses.similarity import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 
 PAGE = "pages/head_similarity.py"

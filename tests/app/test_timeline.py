@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEAD_EMERGENCE, STAGES
+from headwatch.analysis.store.lenses.stages import STAGES
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
 from headwatch.precompute.store.writer import commit_store
 from tests.app.conftest import ROOT, arr, chart, open_page, serve_only
 

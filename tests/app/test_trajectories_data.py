@@ -15,7 +15,7 @@ import pytest
 from benchmarks.synthetic_store import add_synthetic_forward
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories.significance import DECISION_WORDS
 from headwatch.analysis.trajectories.type_association import ASSOCIATION_STATS, Association
 from headwatch.dashboard.views.trajectories.data.association import (

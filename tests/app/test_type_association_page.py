@@ -17,7 +17,7 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.analysis.trajectories.type_association import cluster_trajectories
 from tests.app.conftest import DIMS, arr, chart, open_page, serve_only
 

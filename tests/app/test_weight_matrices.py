@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.store.lenses.layers import LAYERS
 from tests.app.conftest import arr, chart, notices, open_page, serve_only, view_link
 
 PAGE = "pages/weight_matrices.py"

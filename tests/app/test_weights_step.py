@@ -19,7 +19,7 @@ import pytest
 
 from benchmarks.synthetic_store import add_synthetic_layer_matrices
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.store.lenses.layers import LAYERS
 from tests.app.conftest import arr, chart, open_page, serve_only
 
 PAGE = "pages/weight_matrices.py"

@@ -1,6 +1,6 @@
 """A small run with every registered lens, and the table-by-table comparison of two of its stores.
 
-`every_lens_argv` builds the command line from the registry (`precompute.registry.LENSES`): every lens
+`every_lens_argv` builds the command line from the lenses (`analysis.store.lenses.LENSES`): every lens
 asked for by name, every matrix, the default lenses on, each lens's options from `SMALL` (so that the
 refined LLC takes seconds); a lens added later joins with its defaults. `lens_files` says which files
 the store must then hold, and `compare_stores` compares two stores table by table, column by column:
@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headwatch.analysis.store.format import HEADS, MATRICES
-from headwatch.precompute import registry
+from headwatch.analysis.store.lenses import LENSES
 
 # Each lens's options for a run of seconds: the forward lens's evaluation set and the refined LLC's chains.
 EVALUATION = ("--eval-sequences", "4", "--eval-length", "32")
@@ -51,10 +51,10 @@ DRAWN_ROWS = {"stages": lambda frame: frame[~frame["basis"].isin(["llc", "run"])
 def every_lens_argv(*, llc_steps: str = "0,2,16") -> list[str]:
     """``python -m headwatch.precompute`` options that compute every registered lens (the embeddings when the
     environment lets them: HEADWATCH_EMBEDDINGS)."""
-    argv = ["--matrices", ",".join((*MATRICES, *registry.MATRIX_LENSES))]
-    if any("evaluation" in lens.needs for lens in registry.LENSES):
+    argv = ["--matrices", ",".join((*MATRICES, *LENSES.matrix_choices))]
+    if any("evaluation" in lens.needs for lens in LENSES):
         argv += EVALUATION
-    for lens in registry.LENSES:
+    for lens in LENSES:
         if lens.asked_by == "--lenses":
             argv += ["--lenses", lens.name]
         options = list(SMALL.get(lens.name, ()))
@@ -67,7 +67,7 @@ def every_lens_argv(*, llc_steps: str = "0,2,16") -> list[str]:
 def lens_files(*, embeddings: bool) -> set[str]:
     """The files a store made with `every_lens_argv` holds: heads.parquet, meta.json and every lens's tables."""
     skipped = set() if embeddings else {"embeddings"}
-    return {HEADS.file, "meta.json"} | {spec.file for lens in registry.LENSES for spec in lens.tables if lens.name not in skipped}
+    return {HEADS.file, "meta.json"} | {spec.file for lens in LENSES for spec in lens.tables if lens.name not in skipped}
 
 
 def compare_stores(a: Path, b: Path, *, exact: bool) -> list[str]:

@@ -1,16 +1,18 @@
-"""A lens added from this module alone: its table, its meta.json record, its cost figures and its option.
+"""A lens added from this module alone: its declaration (table, meta.json record, option, cost figures) and its
+computation.
 
-The lens (``knorms``: the Frobenius norm of each head's W_K, times ``--knorms-scale``) is declared here as a
-lens module and its registry entry would declare it, registered with `precompute.registry.register_lens`
-and removed when the test ends. Nothing outside this module names it; a real run through the command line
-(in this process, where it is registered) computes it, the store holds its table and its record, ``headwatch
-info`` lists it with its figures, and ``headwatch plan`` prices it. The numbers are checked against the
+The lens (``knorms``: the Frobenius norm of each head's W_K, times ``--knorms-scale``) is declared here as a lens's
+declaration module declares it, computed by a class as a lens's computation module computes it, and joins the lenses
+for the test with `precompute.lenses.computations.joined`. Nothing outside this module names it; a real run through
+the command line (in this process, where it has joined) computes it, the store holds its table and its record,
+``headwatch info`` lists it with its figures, and ``headwatch plan`` prices it. The numbers are checked against the
 checkpoints' own safetensors files, read with numpy.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,27 +24,27 @@ import pytest
 from safetensors.numpy import load_file
 
 from headwatch.analysis.store import RecordType, open_store, read_meta
-from headwatch.analysis.store.format import TABLES, TableSpec, _fields
-from headwatch.analysis.store.records import RECORDS
+from headwatch.analysis.store.format import TableSpec, schema_of
+from headwatch.analysis.store.lenses import LENSES, RECORDS, TABLES
+from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds, StoreBytes
 from headwatch.cli import main as headwatch
 from headwatch.families.family import ModelShape
-from headwatch.precompute import registry
 from headwatch.precompute.__main__ import main as precompute
-from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext
-from headwatch.precompute.costs import Seconds, StoreBytes
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.lenses.computations import COMPUTATIONS, joined
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import make_suite
 
-# ------------------------------------------------------------------ the lens: its table, module and entry
+# ------------------------------------------------------------------ the lens's declaration
 
 K_NORMS = TableSpec(
     name="k_norms",
     file="k_norms.parquet",
     row="one row per (step, layer, head)",
     about="A test lens: the Frobenius norm of each head's W_K, scaled.",
-    schema=_fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "k_frob": pa.float64()}),
+    schema=schema_of({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "k_frob": pa.float64()}),
     docs={"step": "step", "layer": "layer", "head": "head", "k_frob": "scale x ||W_K,h||_F"},
     sort=("step", "layer", "head"),
 )
@@ -52,6 +54,28 @@ K_NORMS_RECORD = RecordType("knorms", "how k_norms.parquet was made (scale)")
 @dataclass(frozen=True)
 class KNormsOptions:
     scale: float = 1.0
+
+
+def knorms_options(values: Mapping[str, Any]) -> KNormsOptions:
+    return KNormsOptions(scale=values.get("scale", 1.0))
+
+
+K_NORMS_LENS = Lens(
+    name="knorms",
+    title="W_K norms",
+    summary="scale x ||W_K,h||_F per head",
+    tables=(K_NORMS,),
+    asked_by="--lenses",
+    needs=("tensors",),
+    record=K_NORMS_RECORD,
+    options=(Option("--knorms-scale", "scale", float, "S", "what the norms are multiplied by", 1.0),),
+    make_options=knorms_options,
+    seconds=Seconds("KNORMS_SECONDS_1_4B", 2.5, "heads", "not measured: a test's figure"),
+    store_bytes=StoreBytes((K_NORMS,), 20.0, "head_matrices", "head and matrix", "not measured: a test's figure"),
+)
+
+
+# ------------------------------------------------------------------ its computation
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,8 @@ class KNormsJob:
 
 
 class KNormsComputation(BaseComputation):
+    lens = K_NORMS_LENS
+
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         self.scale = setup.options.lens_options_for(self.lens.name).scale
@@ -84,34 +110,10 @@ class KNormsComputation(BaseComputation):
         run.state.meta.set_record(K_NORMS_RECORD.key, {"scale": self.scale, "norm": "Frobenius"})
 
 
-def knorms_options(values: Mapping[str, Any]) -> KNormsOptions:
-    return KNormsOptions(scale=values.get("scale", 1.0))
-
-
-K_NORMS_LENS = registry.Lens(
-    name="knorms",
-    title="W_K norms",
-    summary="scale x ||W_K,h||_F per head",
-    tables=(K_NORMS,),
-    asked_by="--lenses",
-    computation=f"{__name__}:KNormsComputation",
-    needs=("tensors",),
-    record=K_NORMS_RECORD,
-    options=(registry.Option("--knorms-scale", "scale", float, "S", "what the norms are multiplied by", 1.0),),
-    make_options=knorms_options,
-    seconds=Seconds("KNORMS_SECONDS_1_4B", 2.5, "heads", "not measured: a test's figure"),
-    store_bytes=StoreBytes("k_norms.parquet", 20.0, "head_matrices", "head and matrix", "not measured: a test's figure"),
-)
-KNormsComputation.lens = K_NORMS_LENS
-
-
 @pytest.fixture
-def knorms() -> Iterator[registry.Lens]:
-    registry.register_lens(K_NORMS_LENS)
-    try:
-        yield K_NORMS_LENS
-    finally:
-        registry.unregister_lens(K_NORMS_LENS.name)
+def knorms() -> Iterator[Lens]:
+    with joined(KNormsComputation) as lens:
+        yield lens
 
 
 def brute_force_k_norms(folder: Path, n_heads: int) -> np.ndarray:
@@ -173,26 +175,59 @@ def test_a_lens_from_one_test_module_is_run_stored_listed_and_priced(knorms, tmp
     assert "--knorms-scale are for the W_K norms: add --lenses knorms" in capsys.readouterr().err
 
 
-def test_an_unregistered_lens_leaves_no_trace_and_its_record_survives(knorms, tmp_path: Path, monkeypatch) -> None:
-    """Once the lens is gone (the fixture's teardown, run here by hand), the store format, the records and the
-    command line are as before, and a store that has its record reads and writes it back as the file has it."""
+def test_a_lens_that_left_leaves_no_trace_and_its_record_survives(tmp_path: Path, monkeypatch) -> None:
+    """Once the lens has left (the end of its ``with`` block), the store format, the records and the command line
+    are as before, and a store that has its record reads and writes it back as the file has it."""
     monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "0")
     suite = make_suite(tmp_path / "suite", [0, 1, 4])
     out = tmp_path / "store"
     argv = ["--source", str(suite), "--out", str(out), "--device", "cpu", "--no-progress", "--matrices", "qk"]
-    assert precompute([*argv, "--revisions", "step0,step1", "--lenses", "knorms"]) == 0
+    with joined(KNormsComputation):
+        assert precompute([*argv, "--revisions", "step0,step1", "--lenses", "knorms"]) == 0
     table = (out / K_NORMS.file).read_bytes()
-    registry.unregister_lens("knorms")
-    try:
-        assert "knorms" not in registry.BY_NAME and K_NORMS.name not in TABLES and "knorms" not in RECORDS
-        meta = read_meta(out)
-        assert meta.extra["knorms"] == {"scale": 1.0, "norm": "Frobenius"} and "knorms" not in meta.records
-        with pytest.raises(SystemExit):
-            precompute([*argv, "--lenses", "knorms"])
-        assert precompute(argv) == 0  # step 4 is new: meta.json is written again, the unknown record with it
-        raw = json.loads((out / "meta.json").read_text())
-        assert [c["step"] for c in raw["checkpoints"]] == [0, 1, 4]
-        assert list(raw)[-1] == "knorms" and raw["knorms"] == {"scale": 1.0, "norm": "Frobenius"}
-        assert (out / K_NORMS.file).read_bytes() == table  # a table of no registered lens is kept as it is
-    finally:
-        registry.register_lens(K_NORMS_LENS)  # for the fixture's teardown
+    assert "knorms" not in LENSES.by_name and "knorms" not in COMPUTATIONS
+    assert K_NORMS.name not in TABLES and "knorms" not in RECORDS
+    meta = read_meta(out)
+    assert meta.extra["knorms"] == {"scale": 1.0, "norm": "Frobenius"} and "knorms" not in meta.records
+    with pytest.raises(SystemExit):
+        precompute([*argv, "--lenses", "knorms"])
+    assert precompute(argv) == 0  # step 4 is new: meta.json is written again, the unknown record with it
+    raw = json.loads((out / "meta.json").read_text())
+    assert [c["step"] for c in raw["checkpoints"]] == [0, 1, 4]
+    assert list(raw)[-1] == "knorms" and raw["knorms"] == {"scale": 1.0, "norm": "Frobenius"}
+    assert (out / K_NORMS.file).read_bytes() == table  # a table of no declared lens is kept as it is
+
+
+def _module_state() -> dict[tuple[object, ...], object]:
+    """Every global of every loaded headwatch module (what it is bound to), and a copy of each dict or list among them."""
+    state: dict[tuple[object, ...], object] = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "headwatch" or name.startswith("headwatch.")):
+            continue
+        for key, value in vars(module).items():
+            state[(name, key)] = id(value)
+            if isinstance(value, (dict, list)):
+                state[(name, key, id(value))] = repr(value)
+    return state
+
+
+def test_joining_a_lens_rebinds_no_global_and_writes_only_the_lenses_own_tables() -> None:
+    """Adding the test lens takes its declaration and its computation, written in this module, and nothing else:
+    joining rebinds no module global of headwatch and changes no table but the lenses' own (the declarations'
+    `analysis.store.lenses.LENSES`, whose `TABLES` and `RECORDS` are its mappings, and the computations'
+    `COMPUTATIONS`); the choices of the command line, the store format and the records follow from those."""
+    import headwatch.analysis.store.lenses as lenses
+    import headwatch.precompute.lenses.computations as computations
+
+    owned = {id(LENSES.tables), id(LENSES.records), id(computations.COMPUTATIONS)}
+    before = _module_state()
+    with joined(KNormsComputation) as lens:
+        during = _module_state()
+        assert lens is K_NORMS_LENS and lenses.TABLES is LENSES.tables and lenses.RECORDS is LENSES.records
+        assert TABLES["k_norms"] is K_NORMS and RECORDS["knorms"] is K_NORMS_RECORD
+        assert computations.COMPUTATIONS["knorms"] is KNormsComputation and "knorms" in LENSES.choices
+    changed = {key for key in before if during.get(key) != before[key]}
+    assert changed, "the lens did not join"
+    others = sorted(key[:2] for key in changed if len(key) != 3 or key[2] not in owned)
+    assert not others, f"joining a lens rebound or changed {others} beside the lenses' own tables"
+    assert _module_state() == before, "leaving did not undo the join"

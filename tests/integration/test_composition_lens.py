@@ -16,10 +16,9 @@ import torch
 import transformers
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import COMPOSITION
-from headwatch.precompute.registry import CompositionOptions
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions
+from headwatch.analysis.store.lenses.composition import COMPOSITION, CompositionOptions
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.synthetic_store import write_synthetic_store
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import EMBEDDINGS
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
 from headwatch.analysis.trajectories.maps import EmbeddingSettings, embed
 from headwatch.precompute.lenses.embeddings import DEFAULT_STATISTICS, main
 

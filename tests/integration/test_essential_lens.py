@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from headwatch.analysis.store import open_store, read_meta
-from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_OUTPUTS
 from headwatch.precompute.evalset import held_out_bytes, make_eval_set
 from tests.integration.conftest import run_cli
 from tests.integration.test_forward_lens import byte_run

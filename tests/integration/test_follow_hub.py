@@ -1,4 +1,4 @@
-"""Following a Hub repo that still receives checkpoints (`precompute.follow_hub`), on the fake Hub
+"""Following a Hub repo that still receives checkpoints (`precompute.follow.follow_hub`), on the fake Hub
 (`benchmarks.fakehub`, which speaks the Hub API to huggingface_hub on 127.0.0.1): a branch pushed while the
 follower runs is added, a branch created but not yet uploaded to is not read, a stop and a restart with
 ``--follow-until`` end with the store a post-hoc ``precompute`` of the repo writes, byte for byte; a repo
@@ -21,9 +21,9 @@ from huggingface_hub import constants
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.store.following import read_status
 from headwatch.precompute.__main__ import main
-from headwatch.precompute.follow_hub import follow_hub, hub_repo
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.follow import follow_hub, hub_repo
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions
 from headwatch.precompute.sources.hub import own_commit
 from tests.integration.conftest import make_suite
 from tests.integration.test_follow import assert_same_store, listed

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.store import read_meta
-from headwatch.analysis.store.format import FORWARD_TABLES
+from headwatch.analysis.store.lenses.attention import ATTENTION_TABLES
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_hub import REPO_ID, base_env, run
 
@@ -76,6 +76,6 @@ def test_hub_revisions_are_downloaded_one_at_a_time_and_match_the_local_folders(
     info, local_info = read_meta(out).forward, read_meta(local).forward
     assert info is not None and local_info is not None
     assert info.tokenizer == REPO_ID and info.tokens_sha256 == local_info.tokens_sha256
-    for spec in FORWARD_TABLES:
+    for spec in ATTENTION_TABLES:
         assert pq.read_table(local / spec.file).equals(pq.read_table(out / spec.file)), spec.name
     assert weights > 0

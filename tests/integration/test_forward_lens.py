@@ -29,9 +29,15 @@ import torch
 
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store, read_meta
-from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, FORWARD_TABLES, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import (
+    ATTENTION,
+    ATTENTION_STATISTICS,
+    ATTENTION_TABLES,
+    EVAL_LOSS,
+    LAYER_DIVERGENCE,
+)
 from headwatch.precompute.evalset import held_out_bytes, make_eval_set
-from headwatch.precompute.lenses.forward import check_loadable
+from headwatch.precompute.lenses.attention import check_loadable
 from tests.integration.conftest import REPO, perturb, run_cli
 
 EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
@@ -113,7 +119,7 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     raw = json.loads((out / "meta.json").read_text())["forward"]
     assert raw["n_sequences"] == 4 and raw["text_sha256"] == info.text_sha256
     assert store.steps.tolist() == [0, 1, 4]  # the duplicate has no rows, forward ones included
-    for spec in FORWARD_TABLES:
+    for spec in ATTENTION_TABLES:
         table = pq.read_table(out / spec.file)
         assert table.schema.equals(spec.schema)
         assert sorted(set(table["step"].to_pylist())) == [0, 1, 4]
@@ -166,7 +172,7 @@ def test_adding_the_lens_later_gives_the_one_shot_store(run: Path, tmp_path: Pat
     assert read_meta(later).forward is None and not (later / "attention.parquet").exists()
     done = run_cli("--source", str(run), "--out", str(later), *EVAL)
     assert done.returncode == 0, done.stderr
-    for spec in FORWARD_TABLES:
+    for spec in ATTENTION_TABLES:
         assert pq.read_table(once / spec.file).equals(pq.read_table(later / spec.file)), spec.name
     assert read_meta(once).forward == read_meta(later).forward
     # another text for the same store is refused, nothing written
@@ -261,5 +267,5 @@ def test_killed_runs_with_the_lens_resume_to_the_uninterrupted_store(tmp_path: P
     assert kills >= 2
     assert run_cli("--source", str(run), "--out", str(out), *EVAL).returncode == 0
     assert read_meta(reference).forward == read_meta(out).forward
-    for name in ("heads.parquet", *(spec.file for spec in FORWARD_TABLES)):
+    for name in ("heads.parquet", *(spec.file for spec in ATTENTION_TABLES)):
         assert pq.read_table(reference / name).equals(pq.read_table(out / name)), name

@@ -20,12 +20,14 @@ import yaml
 
 import headwatch.precompute.lenses.embeddings
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS, LAYERS, OVERLAP_COLUMN_DOCS
+from headwatch.analysis.store.format import COLUMN_DOCS, HEADS_COLUMNS
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.analysis.store.lenses.overlaps import OVERLAP_COLUMN_DOCS
 from headwatch.precompute.__main__ import main
-from headwatch.precompute.publish import dataset_card, push_store
-from headwatch.precompute.publish import main as publish_main
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.store.publish import dataset_card, push_store
+from headwatch.precompute.store.publish import main as publish_main
 from headwatch.precompute.store.writer import commit_store
 from tests.integration.conftest import REPO, make_suite
 
@@ -172,7 +174,7 @@ def test_cli_push_to_hub_after_the_run(store: Path, tmp_path: Path, monkeypatch,
         ]
     )
     err = capsys.readouterr().err
-    assert status == 3 and "403 Forbidden" in err and "python -m headwatch.precompute.publish" in err
+    assert status == 3 and "403 Forbidden" in err and "python -m headwatch.precompute.store.publish" in err
     assert open_store(out).steps.tolist() == [0, 1]
 
 

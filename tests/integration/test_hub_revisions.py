@@ -9,7 +9,7 @@ import time
 import pytest
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.precompute.prefetch import Prefetcher
+from headwatch.precompute.job.prefetch import Prefetcher
 from headwatch.precompute.sources.revisions import (
     PYTHIA_STEPS,
     CheckpointRef,

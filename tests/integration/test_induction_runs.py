@@ -23,7 +23,7 @@ import pytest
 
 from headwatch.analysis.attention.patterns import uniform_induction_baseline
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS
+from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS
 from tests.conftest import SHIPPED_DATA
 
 RUNS = sorted(p for p in SHIPPED_DATA.glob("induction-*") if (p / "meta.json").is_file())

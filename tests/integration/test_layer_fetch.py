@@ -17,9 +17,9 @@ import pytest
 from huggingface_hub import constants
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
-from headwatch.analysis.store.format import LAYERS
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb
 
 BLOCK_SUFFIXES = (

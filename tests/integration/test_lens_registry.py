@@ -1,4 +1,5 @@
-"""The lens registry (`precompute.registry`): one place per lens, and a run loop that names none.
+"""The lenses (`analysis.store.lenses`, `precompute.lenses.computations`): one declaration per lens, and a run loop
+that names none.
 
 Three checks:
 - the registry covers every table of the store format, and the command line, ``headwatch info``
@@ -13,11 +14,12 @@ Three checks:
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,13 +30,18 @@ import pytest
 from safetensors.numpy import load_file
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEADS, TABLES, TableSpec, _fields
+from headwatch.analysis.store.format import HEADS, TableSpec, schema_of
+from headwatch.analysis.store.lenses import LENSES, TABLES
+from headwatch.analysis.store.lenses.declaration import Lens, Switch
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS_LENS
+from headwatch.analysis.store.lenses.overlaps import OverlapsOptions
+from headwatch.analysis.store.lenses.types import TYPES_LENS
 from headwatch.families.family import ModelShape
-from headwatch.precompute import registry
-from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, missing_steps
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, missing_steps
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RunOptions, StoreSettings
+from headwatch.precompute.lenses.computations import COMPUTATIONS, joined
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import REPO, make_suite, run_cli
 from tests.integration.every_lens import compare_stores, every_lens_argv, lens_files
@@ -44,11 +51,12 @@ from tests.integration.test_forward_lens import byte_run
 
 
 def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -> None:
-    owned = [spec.name for lens in registry.LENSES for spec in lens.tables]
+    owned = [spec.name for lens in LENSES for spec in lens.tables]
     assert len(owned) == len(set(owned)), "a table belongs to two lenses"
     assert set(owned) | {HEADS.name} == set(TABLES), "a table of the store format has no lens"
-    for lens in registry.LENSES:
-        stage = lens.load_computation()
+    assert set(COMPUTATIONS) == {lens.name for lens in LENSES}
+    for lens in LENSES:
+        stage = COMPUTATIONS[lens.name]
         assert issubclass(stage, BaseComputation) and stage.lens is lens, lens.name
         if lens.options:
             defaults = lens.default_options()
@@ -56,19 +64,28 @@ def test_the_registry_covers_every_table_once_and_every_lens_loads_its_stage() -
             assert lens.asked_by in ("--lenses", "default"), "options are given with the lens asked for by name, or on by default"
 
 
+def test_each_lens_is_found_by_its_name() -> None:
+    """A lens named ``x`` is declared in ``analysis/store/lenses/x.py`` and computed in ``precompute/lenses/x.py``:
+    one name from the command line to the code."""
+    for lens in LENSES:
+        declaration = importlib.import_module(f"headwatch.analysis.store.lenses.{lens.name}")
+        assert any(value is lens for value in vars(declaration).values()), lens.name
+        assert COMPUTATIONS[lens.name].__module__ == f"headwatch.precompute.lenses.{lens.name}", lens.name
+
+
 def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path: Path) -> None:
     help_text = subprocess.run(
         [sys.executable, "-m", "headwatch.precompute", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     squashed = " ".join(help_text.split())
-    assert "--lenses {" + ",".join(registry.LENS_CHOICES) + "}" in squashed
-    for lens in registry.LENSES:
+    assert "--lenses {" + ",".join(LENSES.choices) + "}" in squashed
+    for lens in LENSES:
         for option in lens.options:
             assert option.flag in help_text, option.flag
     plan_help = subprocess.run(
         [sys.executable, "-m", "headwatch", "plan", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
-    assert "{" + ",".join(registry.LENS_CHOICES) + "}" in " ".join(plan_help.split())
+    assert "{" + ",".join(LENSES.choices) + "}" in " ".join(plan_help.split())
     info = subprocess.run(
         [sys.executable, "-m", "headwatch", "info", str(REPO / "data" / "shakespeare-pythia-6x8")],
         cwd=REPO,
@@ -76,8 +93,8 @@ def test_the_command_line_and_info_offer_exactly_the_registered_lenses(tmp_path:
         text=True,
         check=True,
     ).stdout
-    lens_lines = info.split("lenses:\n", 1)[1].splitlines()[: len(registry.LENSES)]
-    assert [line.split()[0] for line in lens_lines] == [lens.name for lens in registry.LENSES]
+    lens_lines = info.split("lenses:\n", 1)[1].splitlines()[: len(LENSES)]
+    assert [line.split()[0] for line in lens_lines] == [lens.name for lens in LENSES]
     # a lens option without its lens is refused with what to add, before anything is read
     given = run_cli("--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"), "--llc-draws", "3")
     assert given.returncode == 2 and "--llc-draws are for the refined LLC: add --lenses llc" in given.stderr
@@ -96,19 +113,19 @@ def test_the_default_lenses_flags_are_their_registry_options(monkeypatch: pytest
 
     monkeypatch.delenv("HEADWATCH_EMBEDDINGS", raising=False)
     plain = options("--lenses", "attention")
-    assert plain.lens_options_for("overlaps") == registry.OverlapsOptions(k=None)
-    assert plain.lens_options_for("embeddings") == registry.Switch(on=True)
-    assert [lens.name for lens in registry.LENSES if lens.asked(plain)] == [
+    assert plain.lens_options_for("overlaps") == OverlapsOptions(k=None)
+    assert plain.lens_options_for("embeddings") == Switch(on=True)
+    assert [lens.name for lens in LENSES if lens.asked(plain)] == [
         "attention", "overlaps", "layers", "types", "embeddings", "stages"
     ]  # fmt: skip
     off = options("--lenses", "attention", "--overlap-k", "0", "--no-embeddings", "--no-types")
     assert off.lens_options_for("overlaps").k == 0
-    assert [lens.name for lens in registry.LENSES if lens.asked(off)] == ["attention", "layers", "stages"]
+    assert [lens.name for lens in LENSES if lens.asked(off)] == ["attention", "layers", "stages"]
     assert options("--overlap-k", "4").lens_options_for("overlaps").k == 4
-    assert not registry.TYPES_LENS.asked(options())  # the head types need the forward lens
+    assert not TYPES_LENS.asked(options())  # the head types need the forward lens
     monkeypatch.setenv("HEADWATCH_EMBEDDINGS", "0")
-    assert options().lens_options_for("embeddings") == registry.Switch(on=False)
-    assert not registry.EMBEDDINGS_LENS.asked(RunOptions())  # the Python API reads the same default
+    assert options().lens_options_for("embeddings") == Switch(on=False)
+    assert not EMBEDDINGS_LENS.asked(RunOptions())  # the Python API reads the same default
     with pytest.raises(SystemExit):
         parse_args(["--source", "s", "--out", "o", "--overlap-k", "x"])
 
@@ -120,7 +137,7 @@ NORMS = TableSpec(
     file="q_norms.parquet",
     row="one row per (step, layer, head)",
     about="A test lens: the Frobenius norm of each head's W_Q.",
-    schema=_fields({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "q_frob": pa.float64()}),
+    schema=schema_of({"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "q_frob": pa.float64()}),
     docs={"step": "step", "layer": "layer", "head": "head", "q_frob": "||W_Q,h||_F"},
     sort=("step", "layer", "head"),
 )
@@ -141,6 +158,16 @@ def norm_rows(step: int, shape: ModelShape, tensors: Mapping) -> pa.Table:
     )
 
 
+NORMS_LENS = Lens(
+    name="norms",
+    title="W_Q norms",
+    summary="||W_Q,h||_F per head",
+    tables=(NORMS,),
+    asked_by="--lenses",
+    needs=("tensors",),
+)
+
+
 @dataclass(frozen=True)
 class NormsJob:
     def checkpoint_rows(
@@ -151,6 +178,8 @@ class NormsJob:
 
 
 class NormsComputation(BaseComputation):
+    lens = NORMS_LENS
+
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         self.pass_job = NormsJob()
@@ -165,28 +194,11 @@ class NormsComputation(BaseComputation):
             run.report.lenses.setdefault(self.lens.name, []).append(step)
 
 
-NORMS_LENS = registry.Lens(
-    name="norms",
-    title="W_Q norms",
-    summary="||W_Q,h||_F per head",
-    tables=(NORMS,),
-    asked_by="--lenses",
-    computation=f"{__name__}:NormsComputation",
-    needs=("tensors",),
-)
-NormsComputation.lens = NORMS_LENS
-
-
 @pytest.fixture
-def norms_lens(monkeypatch: pytest.MonkeyPatch) -> registry.Lens:
-    """The test lens registered as a lens module would register it: its table and its entry."""
-    monkeypatch.setitem(TABLES, NORMS.name, NORMS)
-    lenses = (*registry.LENSES, NORMS_LENS)
-    monkeypatch.setattr(registry, "LENSES", lenses)
-    monkeypatch.setattr(registry, "BY_NAME", {lens.name: lens for lens in lenses})
-    monkeypatch.setattr(registry, "STEPWISE", tuple(lens for lens in lenses if lens.stepwise))
-    monkeypatch.setattr(registry, "LENS_CHOICES", (*registry.LENS_CHOICES, NORMS_LENS.name))
-    return NORMS_LENS
+def norms_lens() -> Iterator[Lens]:
+    """The test lens, joined for the test: its declaration and its computation."""
+    with joined(NormsComputation) as lens:
+        yield lens
 
 
 def brute_force_norms(folder: Path, n_heads: int) -> np.ndarray:

@@ -28,7 +28,7 @@ import torch
 
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store, read_meta
-from headwatch.analysis.store.format import LLC, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL, SamplerSettings
 from headwatch.precompute.lenses.llc import (
     check_family,
     default_llc_steps,
@@ -37,7 +37,6 @@ from headwatch.precompute.lenses.llc import (
     masked_parameters,
     parse_llc_steps,
 )
-from headwatch.precompute.settings import SamplerSettings
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import byte_run
 

@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from benchmarks.llc_noise import DevinterpNoise
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.families.forward import HEAD_KEYS, Params, architecture, parameters
 from headwatch.precompute.lenses.llc import (
     estimate_llc,
@@ -42,7 +43,6 @@ from headwatch.precompute.lenses.llc_sampler import (
     batch_order,
     checkpoint_traces,
 )
-from headwatch.precompute.settings import SamplerSettings
 from tests.integration.test_llc import HEADS, HIDDEN, LAYERS, VOCAB, T, data, trained  # noqa: F401  # fixtures
 
 SAMPLER = SamplerSettings(lr=1e-3, n_beta=30.0, localization=300.0, chains=2, draws=6, burnin=2, batch_size=2, sequences=8)

@@ -19,7 +19,7 @@ import pytest
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.store import open_store
-from headwatch.precompute.publish import dataset_card
+from headwatch.precompute.store.publish import dataset_card
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_hub import base_env, run
 

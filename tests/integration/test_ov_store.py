@@ -17,7 +17,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, OVERLAPS
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from tests.integration.conftest import make_suite, run_cli
 from tests.integration.test_precompute import reference_heads, reference_ov_heads
 

@@ -53,7 +53,7 @@ def test_plan_lists_the_checkpoints_and_the_geometry(suite, capsys):
 def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
     """2 layers x 4 heads, d_head 16, d_model 64: 16 cross-layer pairs against Pythia-1.4B's 70,656 at
     d_head 128, d_model 2048 (time); 16 pairs at COMPOSITION_BYTES_PER_PAIR (store)."""
-    from headwatch.precompute.registry import COMPOSITION_LENS
+    from headwatch.analysis.store.lenses.composition import COMPOSITION_LENS
 
     assert main(["plan", str(suite), "--lenses", "composition"]) == 0
     out = capsys.readouterr().out
@@ -69,7 +69,7 @@ def test_plan_prices_the_composition_scores_by_head_pairs(suite, capsys):
 def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
     """2 layers x 4 heads, d_head 16, d_model 64: 28 unordered pairs of heads against Pythia-1.4B's 73,536
     at d_head 128, d_model 2048 (time); 28 pairs at SIMILARITY_BYTES_PER_PAIR (store)."""
-    from headwatch.precompute.registry import SIMILARITY_LENS
+    from headwatch.analysis.store.lenses.similarity import SIMILARITY_LENS
 
     assert main(["plan", str(suite), "--lenses", "similarity"]) == 0
     out = capsys.readouterr().out
@@ -84,7 +84,7 @@ def test_plan_prices_the_head_similarity_by_all_pairs_of_heads(suite, capsys):
 def test_plan_prices_the_essential_dynamics_per_checkpoint(suite, capsys):
     """The essential-dynamics lens keeps a fixed sample per checkpoint, whatever the model's size: its bytes
     are counted once per checkpoint, and its seconds with the forward passes of its 8 sequences."""
-    from headwatch.precompute.registry import ESSENTIAL_LENS
+    from headwatch.analysis.store.lenses.essential import ESSENTIAL_LENS
 
     assert main(["plan", str(suite), "--lenses", "essential", "--eval-length", "64"]) == 0
     out = capsys.readouterr().out
@@ -149,16 +149,17 @@ def test_plan_missing_source_exits_2(tmp_path, capsys):
 def test_the_docs_table_of_figures_is_the_registry_s() -> None:
     """docs/cli.md "Figures `plan` uses" lists every recorded seconds figure (the per-head matrices' and each
     lens's) with its value, and every store-size figure's bytes, as the registry has them."""
-    from headwatch.precompute import costs, registry
+    from headwatch.analysis.store.lenses import LENSES
+    from headwatch.precompute import costs
 
     text = (REPO / "docs" / "cli.md").read_text()
     table = text.split("## Figures `plan` uses", 1)[1].split("\n## ", 1)[0]
     rows = {
         line.split("|")[2].strip().strip("`"): line.split("|")[3].strip() for line in table.splitlines() if "_SECONDS" in line
     }
-    figures = [costs.QK_SECONDS, costs.OV_SECONDS] + [lens.seconds for lens in registry.LENSES if lens.seconds]
+    figures = [costs.QK_SECONDS, costs.OV_SECONDS] + [lens.seconds for lens in LENSES if lens.seconds]
     assert rows == {figure.name: str(figure.seconds) for figure in figures}
-    sizes = [costs.HEADS_BYTES] + [lens.store_bytes for lens in registry.LENSES if lens.store_bytes]
+    sizes = [costs.HEADS_BYTES] + [lens.store_bytes for lens in LENSES if lens.store_bytes]
     for size in sizes:
         assert f"{size.bytes} B per" in table, size.files
 
@@ -177,7 +178,7 @@ def _llc_line(out: str) -> tuple[float, float, int, str]:
 def test_plan_prices_the_refined_llc_at_its_steps_its_sampler_and_its_sequence_length(suite, capsys):
     """The rLLC is priced per checkpoint from what the run would sample (`precompute.costs.llc_work`: chains x
     (burn-in + draws) steps of batch-size sequences of --eval-length tokens) and counted at --llc-steps."""
-    from headwatch.precompute.registry import LLC_LENS
+    from headwatch.analysis.store.lenses.llc import LLC_LENS
 
     assert LLC_LENS.seconds is not None
     assert main(["plan", str(suite), "--lenses", "llc", "--llc-steps", "all", "--eval-length", "16"]) == 0

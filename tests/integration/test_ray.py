@@ -28,8 +28,8 @@ import pytest
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import ClusterError
 from headwatch.precompute.__main__ import main
-from headwatch.precompute.run import run_precompute
-from headwatch.precompute.settings import RayOptions, RunOptions
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.job.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_ray_store_is_the_local_store(cluster: str, series: Path, local_store: P
 
 
 def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_path: Path) -> None:
-    from headwatch.analysis.store.format import FORWARD_TABLES
+    from headwatch.analysis.store.lenses.attention import ATTENTION_TABLES
     from tests.integration.test_forward_lens import byte_run
 
     run = byte_run(tmp_path, [0, 1, 2, 4])
@@ -118,7 +118,7 @@ def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_pa
         stores[executor] = tmp_path / executor
         report = run_precompute(run, stores[executor], replace(options(executor), **lens))
         assert report.computed == [0, 1, 2, 4] and not report.failed
-    for name in ("heads.parquet", *(spec.file for spec in FORWARD_TABLES)):
+    for name in ("heads.parquet", *(spec.file for spec in ATTENTION_TABLES)):
         ta, tb = pq.read_table(stores["local"] / name), pq.read_table(stores["ray"] / name)
         assert ta.num_rows > 0 and ta.equals(tb), name
     assert json.loads((stores["local"] / "meta.json").read_text()) == json.loads((stores["ray"] / "meta.json").read_text())

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from tests.conftest import require_table
 
 STORE = Path(

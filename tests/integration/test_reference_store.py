@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.store.lenses.layers import LAYERS
 from tests.conftest import require_table
 
 STORE = Path(__file__).resolve().parents[2] / "data" / "shakespeare-pythia-6x8"

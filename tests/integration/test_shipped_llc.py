@@ -2,7 +2,7 @@
 
 Every store under ``data/`` with an ``llc.parquet`` must hold what `scripts/induction-runs.sh` makes: the
 checkpoints listed in ``meta.json``, every head and the whole model at each, under the default sampler settings
-(`precompute.settings.SamplerSettings`: 4 chains x (48 burn-in + 96 draws), the setting that ranks heads as the
+(`precompute.job.settings.SamplerSettings`: 4 chains x (48 burn-in + 96 draws), the setting that ranks heads as the
 paper's 4 x 200 chains do, docs/precompute.md), and every estimate's chains in ``llc_chains.parquet`` with its
 flag (`analysis.llc.diagnostics`). An estimate under other settings, or without diagnostics, is not shipped (the
 plain-text runs' 2 x 8 estimates were removed on 2026-11-26 for that reason).
@@ -22,8 +22,8 @@ import pytest
 
 from headwatch.analysis.llc.diagnostics import store_flags
 from headwatch.analysis.store import open_store, read_table
-from headwatch.analysis.store.format import EVAL_LOSS, LLC
-from headwatch.precompute.settings import SamplerSettings
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.llc import LLC, SamplerSettings
 from tests.conftest import SHIPPED_DATA
 
 STORES = sorted(p for p in SHIPPED_DATA.iterdir() if (p / "meta.json").is_file())

@@ -550,7 +550,7 @@ def test_a_tiny_gpt2_run_is_read_by_precompute_with_the_attention_lens(sdist, tm
                 cols = slice(16 * head, 16 * head + 16)
                 want = np.linalg.svd(q[:, cols] @ k[:, cols].T, compute_uv=False)[:16]
                 np.testing.assert_allclose(sv[i, layer, head], want, rtol=1e-4, atol=1e-7, err_msg=f"{step} {layer} {head}")
-    from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS
+    from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS
 
     assert np.isfinite(store.dense(ATTENTION, "induction")).all()
     assert np.isfinite(store.dense(EVAL_LOSS, "probe_copy_loss")).all()

@@ -31,7 +31,8 @@ import torch
 
 from headwatch.analysis.attention.head_types import uniform_nulls
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.precompute.lenses.types import main
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import write_archive

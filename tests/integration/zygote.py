@@ -29,8 +29,8 @@ from pathlib import Path
 PRELOAD = [
     "tests.integration.zygote",  # the child's target: unpickled from the server's modules, not found on a path
     "headwatch.precompute.__main__",
-    "headwatch.precompute.run",
-    "headwatch.precompute.lenses.forward",
+    "headwatch.precompute.job.run",
+    "headwatch.precompute.lenses.attention",
     "headwatch.precompute.lenses.llc",
     "torch",
     "transformers",

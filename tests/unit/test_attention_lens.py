@@ -17,7 +17,7 @@ import torch
 
 from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, js_divergence
 from headwatch.precompute.evalset import EvalTextError, make_eval_set
-from headwatch.precompute.lenses.forward import ForwardJob, forward_statistics
+from headwatch.precompute.lenses.attention import AttentionJob, forward_statistics
 
 
 def eval_set(vocab: int, n: int, t: int, seed: int = 0):
@@ -43,7 +43,7 @@ def neox(layers: int = 2, heads: int = 4, hidden: int = 64, vocab: int = 64, see
 
 
 def stats_of(model, es, layers, heads):
-    return forward_statistics(model, ForwardJob(es, batch=3), n_layers=layers, n_heads=heads)
+    return forward_statistics(model, AttentionJob(es, batch=3), n_layers=layers, n_heads=heads)
 
 
 # ---------------------------------------------------------------- uniform attention

@@ -16,7 +16,7 @@ import pytest
 
 import headwatch.dashboard.serve
 import headwatch.precompute.__main__
-import headwatch.precompute.publish
+import headwatch.precompute.store.publish
 import headwatch.training.__main__
 from headwatch import __version__
 from headwatch.cli import main
@@ -57,7 +57,7 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     [
         ("precompute", headwatch.precompute.__main__),
         ("train", headwatch.training.__main__),
-        ("publish", headwatch.precompute.publish),
+        ("publish", headwatch.precompute.store.publish),
     ],
 )
 def test_delegates_the_remaining_arguments(command, module, monkeypatch):
@@ -228,8 +228,8 @@ def test_plan_without_the_precompute_extra_is_one_error_line(monkeypatch, capsys
 def test_precompute_help_says_what_the_job_computes(capsys):
     """The job's help opens with what it writes: both per-head matrices and every lens of the registry, not W_QK
     alone (a new user read 'Compute per-head W_QK statistics')."""
+    from headwatch.analysis.store.lenses import LENSES
     from headwatch.precompute.__main__ import parse_args
-    from headwatch.precompute.registry import LENSES
 
     with pytest.raises(SystemExit):
         parse_args(["--help"])

@@ -16,7 +16,7 @@ import pytest
 from benchmarks.synthetic_store import write_synthetic_store
 from headwatch.analysis.across_sizes.joint_clusters import TESTS
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.cli import main
 from tests.app.test_timeline import write_emergence
 

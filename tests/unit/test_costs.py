@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.families.forward import architecture, parameters
 from headwatch.families.geometry import Geometry
 from headwatch.families.registry import model_geometry
 from headwatch.precompute import costs
 from headwatch.precompute.lenses.llc_sampler import LaneNoise, frozen_layers, sample_layer_heads, sample_whole_model
-from headwatch.precompute.settings import SamplerSettings
 
 T = 24
 
@@ -90,7 +90,7 @@ MEASURED = {
 
 @pytest.mark.parametrize("name", MEASURED)
 def test_the_priced_seconds_are_within_15_percent_of_the_measured(name: str) -> None:
-    from headwatch.precompute.registry import LLC_LENS
+    from headwatch.analysis.store.lenses.llc import LLC_LENS
 
     assert LLC_LENS.seconds is not None and LLC_LENS.seconds.scale == "llc"
     geometry, tokens, measured = MEASURED[name]
@@ -157,28 +157,35 @@ FORWARD_MEASURED = {
 
 @pytest.mark.parametrize("name", FORWARD_MEASURED)
 def test_the_forward_lens_is_priced_within_15_percent_of_the_measured(name: str) -> None:
-    from headwatch.precompute.registry import ATTENTION_LENS
+    from headwatch.analysis.store.lenses.attention import ATTENTION_LENS
 
     assert ATTENTION_LENS.seconds is not None and ATTENTION_LENS.seconds.scale == "forward"
     geometry, seq_len, measured = FORWARD_MEASURED[name]
     ref_n, ref_t = costs.FORWARD_REFERENCE
-    probe = costs.FORWARD_PROBE_SEQUENCES
-    ratio = costs.forward_work(geometry, 32 + probe, seq_len) / costs.forward_work(
-        costs.PYTHIA_160M_GEOMETRY, ref_n + probe, ref_t
+    sequences = ATTENTION_LENS.seconds.sequences
+    assert sequences is not None
+    ratio = costs.forward_work(geometry, sequences(32), seq_len) / costs.forward_work(
+        costs.PYTHIA_160M_GEOMETRY, sequences(ref_n), ref_t
     )
     assert ATTENTION_LENS.seconds.seconds * ratio == pytest.approx(measured, rel=0.15)
 
 
 def test_the_forward_lenses_sequences_are_the_lenses_own() -> None:
-    """The sequences the forward and essential-dynamics figures are scaled by: the lenses' own counts (the induction
-    probe's, the essential sample's 4 + 4), the essential lens taking fewer evaluation sequences when there are fewer."""
+    """The sequences the attention and essential-dynamics figures are scaled by: the lenses' own counts (the
+    evaluation sequences and the induction probe's; the essential sample's 4 + 4), the essential lens taking fewer
+    evaluation sequences when there are fewer."""
     from headwatch.analysis.stages.essential import SEQUENCES
+    from headwatch.analysis.store.lenses.attention import ATTENTION_LENS
+    from headwatch.analysis.store.lenses.essential import ESSENTIAL_LENS
     from headwatch.precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES, INDUCTION_SEQUENCES
 
-    assert costs.FORWARD_PROBE_SEQUENCES == INDUCTION_SEQUENCES and costs.ESSENTIAL_SEQUENCES == 2 * SEQUENCES
+    assert ATTENTION_LENS.seconds is not None and ESSENTIAL_LENS.seconds is not None
+    assert ATTENTION_LENS.seconds.sequences is not None and ESSENTIAL_LENS.seconds.sequences is not None
+    assert ATTENTION_LENS.seconds.sequences(32) == 32 + INDUCTION_SEQUENCES
+    assert ESSENTIAL_LENS.seconds.sequences(32) == 2 * SEQUENCES and ESSENTIAL_LENS.seconds.sequences(2) == 2 + SEQUENCES
     assert costs.FORWARD_REFERENCE == (EVAL_SEQUENCES, EVAL_LENGTH)
     shape = type("Shape", (), {"n_layers": 2, "n_heads": 8, "d_model": 128, "d_head": 16})()
     config = {"model_type": "gpt2", "vocab_size": 256}
-    full, _ = costs.time_scale("essential", shape, config, evaluation=(32, 64))
-    two, how = costs.time_scale("essential", shape, config, evaluation=(2, 64))
+    full, _ = costs.time_scale(ESSENTIAL_LENS.seconds, shape, config, evaluation=(32, 64))
+    two, how = costs.time_scale(ESSENTIAL_LENS.seconds, shape, config, evaluation=(2, 64))
     assert two == pytest.approx(full * 6 / 8) and "6 sequences of 64 tokens" in how

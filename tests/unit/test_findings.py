@@ -19,7 +19,7 @@ from headwatch.analysis.findings.events import Event, head_link, url_value
 from headwatch.analysis.findings.paths import induction_paths, partners, strongest
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 L, H = 4, 4
 

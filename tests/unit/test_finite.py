@@ -1,4 +1,4 @@
-"""precompute.factors.first_non_finite against an entry-by-entry test."""
+"""precompute.job.factors.first_non_finite against an entry-by-entry test."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from headwatch.precompute.factors import first_non_finite
+from headwatch.precompute.job.factors import first_non_finite
 
 
 def _brute_force(w: torch.Tensor) -> int | None:

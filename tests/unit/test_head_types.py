@@ -19,7 +19,7 @@ from headwatch.analysis.attention.head_types import (
     uniform_nulls,
 )
 from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, uniform_induction_baseline
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 
 def uniform_causal(t: int, dtype=np.float64) -> np.ndarray:

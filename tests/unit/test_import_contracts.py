@@ -117,5 +117,5 @@ def test_the_apps_scripts_import_neither_the_job_nor_torch() -> None:
 
 def test_the_script_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "page.py"
-    bad.write_text("def main():\n    from headwatch.precompute.run import run_precompute\n    import torch.nn\n")
+    bad.write_text("def main():\n    from headwatch.precompute.job.run import run_precompute\n    import torch.nn\n")
     assert _imported_roots(bad) & set(APP_FORBIDDEN) == {"headwatch.precompute", "torch"}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks.llc_batched import FIELDS, estimates_by_run, heads_differ, heads_differ_paired, sampler_tokens, summarize
-from headwatch.precompute.settings import SamplerSettings
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 
 
 def brute_force(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:

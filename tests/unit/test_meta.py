@@ -138,7 +138,7 @@ def _version_1_store(path: Path) -> None:
 def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) -> None:
     """A commit of other tables (the embeddings command's) must not label a version-1 heads table as
     the current version: it is refused, naming the upgrade command, and the store is untouched."""
-    from headwatch.analysis.store.format import EMBEDDINGS
+    from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
     from headwatch.precompute.store.writer import commit_store
 
     _version_1_store(tmp_path / "s")
@@ -149,7 +149,7 @@ def test_a_commit_that_would_carry_an_old_table_over_is_refused(tmp_path: Path) 
 
 
 def test_publishing_a_version_1_store_is_refused(tmp_path: Path) -> None:
-    from headwatch.precompute.publish import push_store
+    from headwatch.precompute.store.publish import push_store
 
     class NoHub:  # nothing may be uploaded
         def __getattr__(self, name):
@@ -167,7 +167,7 @@ def test_a_shipped_stores_meta_json_reads_and_writes_back_byte_for_byte(store: s
     """The lenses' sections are generic records now (`analysis.store.records`): every shipped store's meta.json,
     read and written again as a commit writes it, is the same bytes (keys, order and values), and each of its
     lens sections is a record the registry of record types knows."""
-    from headwatch.analysis.store.records import RECORDS
+    from headwatch.analysis.store.lenses import RECORDS
     from headwatch.precompute.store.writer import _write_json
 
     path = Path(__file__).resolve().parents[2] / "data" / store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.synthetic_store import write_synthetic_store
-from headwatch.analysis.store.format import HEAD_EMERGENCE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
 from headwatch.cli import main
 from tests.app.test_timeline import write_emergence
 

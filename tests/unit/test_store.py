@@ -14,7 +14,9 @@ import pytest
 from headwatch.analysis.errors import SchemaVersionError, StoreError
 from headwatch.analysis.store import CheckpointEntry, ModelInfo, open_store, read_meta
 from headwatch.analysis.store import format as store_format
-from headwatch.analysis.store.format import EMBEDDINGS, HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, TABLES
+from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.store.lenses import TABLES
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
 from headwatch.analysis.store.meta import new_meta
 from headwatch.precompute.store import writer as store_writer
 from headwatch.precompute.store.tables import heads_rows
@@ -179,7 +181,7 @@ def test_commit_without_atomic_exchange_falls_back_to_ordered_renames(tmp_path: 
 
 
 def test_the_store_reference_documents_every_registered_table_and_column() -> None:
-    """docs/store.md and the registry of analysis/store/format.py cannot drift: every table and column
+    """docs/store.md and the tables declared in analysis/store/ cannot drift: every table and column
     of the registry has its section and row, and every table section of the page is a registered table."""
     doc = (REPO / "docs" / "store.md").read_text()
     for spec in TABLES.values():  # one section per table of the registry, listing each of its columns
@@ -227,7 +229,7 @@ def test_null_columns_are_derived_for_stores_without_them(tmp_path: Path) -> Non
 
 
 def test_eval_loss_without_the_probe_copy_loss_reads_it_as_nan(tmp_path: Path) -> None:
-    from headwatch.analysis.store.format import EVAL_LOSS
+    from headwatch.analysis.store.lenses.attention import EVAL_LOSS
 
     write_store(tmp_path / "s", [0, 1])
     old = pa.table({"step": pa.array([0, 1], pa.int64()), "loss": [5.5, 4.0], "tokens": pa.array([10, 10], pa.int64())})

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, HEAD_TYPES_TABLE
 
 # A head attends with at least 30% of its query's mass to the type's position: a formed induction head scores
 # 0.3 to 0.9 (Olsson et al. 2022 read induction heads off scores of this size), and the same share

@@ -39,7 +39,7 @@ from headwatch.analysis.findings.headline import run_headline
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 
 Align = Literal["step", "tokens", "fraction"]
 ALIGNMENTS: dict[str, str] = {

@@ -37,7 +37,10 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS, type_summaries
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.stages.run import curve_label
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPE_SCORES, LAYERS, LLC, STAGE_BASES, STAGES
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.stages import STAGE_BASES, STAGES
+from headwatch.analysis.store.lenses.types import HEAD_TYPE_SCORES
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure

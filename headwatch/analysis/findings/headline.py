@@ -23,7 +23,8 @@ from headwatch.analysis.findings.events import EVIDENCE_PANEL, Event, evidence_l
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, type_summaries
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import COMPOSITION, HEAD_EMERGENCE, HEAD_TYPES
+from headwatch.analysis.store.lenses.composition import COMPOSITION
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES
 
 __all__ = ["EVIDENCE_PANEL", "Source", "TypeHeadline", "circuits_link", "evidence_link", "headline_markdown", "run_headline"]
 

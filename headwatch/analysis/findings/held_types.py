@@ -16,7 +16,7 @@ import pandas as pd
 
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 # How the views and the report name a type.
 TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}

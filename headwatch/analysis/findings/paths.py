@@ -17,7 +17,7 @@ import pandas as pd
 
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 
 Role = Literal["source", "target"]
 

@@ -38,7 +38,7 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.analysis.store.meta import ModelInfo
 from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL
 from headwatch.analysis.trajectories.type_association import ASSOCIATION_STATS, PERMUTATIONS, end_types

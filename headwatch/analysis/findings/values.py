@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, LLC
+from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_STATISTICS
+from headwatch.analysis.store.lenses.llc import LLC
 
 LAMBDA = "lambda"  # lambda_k = s_k^2, for the singular-value index k
 LLC_STAT = "llc"  # the refined LLC of each head (llc.parquet)

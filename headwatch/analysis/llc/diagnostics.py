@@ -52,7 +52,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from headwatch.analysis.store.reader import Store
 
 T = TypeVar("T")

@@ -22,7 +22,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-SEQUENCES = 4  # sequences of each kind (evaluation text, induction probe) in the sample
+from headwatch.analysis.store.lenses.essential import ESSENTIAL
+from headwatch.analysis.store.lenses.essential import (
+    SEQUENCES as SEQUENCES,  # sequences of each kind (evaluation text, induction probe) in the sample
+)
+
 POSITIONS = 8  # positions per sequence, evenly spaced
 TOKENS = 128  # tokens of the vocabulary whose log-probabilities are kept (all of a smaller vocabulary)
 COMPONENTS = 3  # principal components stored per checkpoint
@@ -120,7 +124,6 @@ def cusps(scores: np.ndarray, *, window: int = WINDOW, turn: float = TURN_DEGREE
 def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store: analysis.store.Store
     """The trajectory a store holds (essential.parquet) as one row per step: ``step``, ``pc1``, ``pc2``, ...,
     ``turn``, ``cusp``; and the fraction of variance each component explains. None without the lens's table."""
-    from headwatch.analysis.store.format import ESSENTIAL
 
     frame = store.frame(ESSENTIAL)
     if frame is None or frame.empty:

@@ -257,7 +257,9 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     """
     from headwatch.analysis.llc.diagnostics import store_flags
     from headwatch.analysis.stages import curve as stage_rule
-    from headwatch.analysis.store.format import EVAL_LOSS, HEAD_EMERGENCE, HEAD_TYPES_TABLE, LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+    from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+    from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES_TABLE
 
     notes: list[str] = []
     meta: dict = {

@@ -29,8 +29,8 @@ import numpy as np
 
 from headwatch.analysis.errors import SchemaVersionError, StoreError
 from headwatch.analysis.store.format import META_FILE, SCHEMA_VERSION
+from headwatch.analysis.store.lenses import RECORDS
 from headwatch.analysis.store.older_versions import upgrade_meta
-from headwatch.analysis.store.records import RECORDS
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,11 @@ class Meta:
         failed: checkpoints that could not be read, by step.
         hist_edges: the standardized histogram's edges.
         matrices: which products ``heads.parquet`` rows describe.
-        settings: the resolved precompute settings (`precompute.settings.StoreSettings`).
+        settings: the resolved precompute settings (`precompute.job.settings.StoreSettings`).
         software: library versions that shaped the numbers.
         training: metadata of a run trained here (``run.json``: tokens per step, losses), else None.
         records: each lens's record of how its tables were made, by ``meta.json`` key, for the keys of
-            `analysis.store.records.RECORDS` the file has (``meta.records["llc"]``; also read as
+            `analysis.store.lenses.RECORDS` the file has (``meta.records["llc"]``; also read as
             ``meta.llc``, None when absent).
         schema_version: the version the file was written with (`to_dict` always writes
             `SCHEMA_VERSION`: older stores are upgraded on reading, `analysis.store.older_versions`).
@@ -163,7 +163,7 @@ class Meta:
     # ------------------------------------------------------------------ reading and writing
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, where: str = "meta.json") -> Meta:
+    def from_dict(cls, d: dict[str, Any], *, where: str = META_FILE) -> Meta:
         """Parse a current-version ``meta.json`` dict (see `analysis.store.older_versions` for older ones).
 
         Raises:
@@ -236,8 +236,8 @@ class Meta:
             object.__setattr__(self, name, value)
 
     def set_record(self, key: str, value: Any) -> None:
-        """Set (None: remove) the record ``key`` of `analysis.store.records.RECORDS`."""
-        assert key in RECORDS, f"no record type {key!r} is registered (analysis.store.records.register_record)"
+        """Set (None: remove) the record ``key`` of `analysis.store.lenses.RECORDS`."""
+        assert key in RECORDS, f"no lens declares the record {key!r} (analysis.store.lenses)"
         if value is None:
             self.records.pop(key, None)
         else:

@@ -2,7 +2,7 @@
 
 Older stores keep opening: the reader reads them as the current version, deriving
 what they lack here and nowhere else, and a precompute run on such a store writes
-the upgraded files in its first atomic commit (`precompute.run`).
+the upgraded files in its first atomic commit (`precompute.job.run`).
 
 - version 1 -> 2: ``meta.json`` checkpoints gain ``shared_files`` (derived from the
   weight-file digests every version recorded, by `analysis.store.meta.Meta`);
@@ -28,16 +28,11 @@ import numpy as np
 import pyarrow as pa
 
 from headwatch.analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
-from headwatch.analysis.store.format import (
-    CIRCUIT_COLUMNS,
-    EMBEDDINGS,
-    EVAL_LOSS,
-    HEADS,
-    NULL_COLUMNS,
-    OVERLAPS,
-    STAGES,
-    TableSpec,
-)
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, TableSpec
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
+from headwatch.analysis.store.lenses.stages import STAGES
 
 
 def upgrade_meta(raw: dict[str, Any]) -> dict[str, Any]:

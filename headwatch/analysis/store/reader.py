@@ -1,4 +1,4 @@
-"""Read a statistics store: ``meta.json`` plus the Parquet tables of `analysis.store.format.TABLES`.
+"""Read a statistics store: ``meta.json`` plus the Parquet tables of `analysis.store.lenses.TABLES`.
 
 A store is a public format (README "The statistics store"); this reader checks its
 version and its internal consistency, then hands out the per-head statistics as dense
@@ -37,10 +37,10 @@ from headwatch.analysis.store.format import (
     LIST_COLUMNS,
     META_FILE,
     NULL_COLUMNS,
-    OVERLAPS,
     SCALAR_COLUMNS,
     TableSpec,
 )
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import Meta, read_meta
 from headwatch.analysis.store.older_versions import null_model_columns, upgrade_table
 
@@ -310,7 +310,7 @@ class Store:
     # ------------------------------------------------------------------ every other table
 
     def has(self, spec: TableSpec) -> bool:
-        """Whether the store has the table ``spec`` (`analysis.store.format.TABLES`)."""
+        """Whether the store has the table ``spec`` (`analysis.store.lenses.TABLES`)."""
         return (self.path / spec.file).is_file()
 
     def read(self, spec: TableSpec, *, columns: list[str] | None = None) -> pa.Table | None:
@@ -319,7 +319,7 @@ class Store:
         this view's `steps` only. Cached.
 
         Args:
-            spec: the table (`analysis.store.format.TABLES`); the per-head statistics are `array`'s.
+            spec: the table (`analysis.store.lenses.TABLES`); the per-head statistics are `array`'s.
             columns: the columns to read (its key columns are always read); None reads all.
 
         Returns:

@@ -42,7 +42,8 @@ import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, silhouette_score
 
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES, HEAD_TYPES_TABLE, LLC
+from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.analysis.trajectories.maps import kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.significance import SIGNIFICANCE, Decision, Judged, judge
 

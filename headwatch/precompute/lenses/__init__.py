@@ -1,2 +1,2 @@
 """The lenses: one module each, holding the computation of its tables and its computation class
-(`precompute.context.Computation`); each is declared once in `precompute.registry`."""
+(`precompute.job.context.Computation`) of a lens declared once in `analysis.store.lenses`; `computations` indexes them."""

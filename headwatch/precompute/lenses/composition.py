@@ -21,7 +21,7 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.store.lenses.composition import COMPOSITION, COMPOSITION_LENS, CompositionOptions
 from headwatch.analysis.weights.composition import (
     BASELINE_HEADS,
     BASELINE_SEED,
@@ -33,13 +33,12 @@ from headwatch.analysis.weights.composition import (
     strongest_sources,
 )
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import FactorsComputation
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import COMPOSITION_LENS, CompositionOptions
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import FactorsComputation
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
-if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
+if TYPE_CHECKING:  # the state imports the context, which the lenses' computations import
     pass
 
 log = logging.getLogger("precompute")
@@ -93,7 +92,7 @@ def composition_work(fetched: Fetched, shape: ModelShape, settings: StoreSetting
 
 @dataclass(frozen=True)
 class CompositionJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     top: int | None
 

@@ -25,10 +25,10 @@ import pyarrow as pa
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
-from headwatch.analysis.store.format import EMBEDDINGS, NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.store.format import NULL_COLUMNS, SCALAR_COLUMNS
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS, EMBEDDINGS_LENS
 from headwatch.analysis.trajectories.maps import NORMALISATIONS, EmbeddingSettings, Normalisation, embed
-from headwatch.precompute.context import BaseComputation, RunContext
-from headwatch.precompute.registry import EMBEDDINGS_LENS
+from headwatch.precompute.job.context import BaseComputation, RunContext
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

@@ -27,20 +27,18 @@ import torch
 from headwatch.analysis.errors import CheckpointError, StoreError
 from headwatch.analysis.stages import essential as ed
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import ESSENTIAL, ESSENTIAL_OUTPUTS
+from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_LENS, ESSENTIAL_OUTPUTS
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import (
-    CHECKPOINT_ERRORS,
+from headwatch.precompute.evalset import EvalSet
+from headwatch.precompute.job.context import (
     BaseComputation,
     ComputationSetup,
     RunContext,
+    fill_missing,
     lens_device,
-    missing_steps,
 )
-from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.lenses.forward import load_model
-from headwatch.precompute.registry import ESSENTIAL_LENS
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
@@ -119,7 +117,7 @@ def output_rows(step: int, values: np.ndarray) -> dict[str, pa.Table]:
 
 @dataclass(frozen=True)
 class EssentialJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     sample: EssentialSample
     device: str = "cpu"
@@ -200,26 +198,14 @@ class EssentialComputation(BaseComputation):
     def fill(self, run: RunContext) -> None:
         """The outputs of checkpoints computed without the lens (one commit each), then the trajectory."""
         plan, state = run.plan, run.state
-        missing = missing_steps(state, self.lens)
-        if missing:
-            log.info("essential dynamics: %d checkpoints computed earlier without it", len(missing))
-        plan.src.stop.clear()
-        left_out = []
-        for step in missing:
-            ref = plan.ref(state.meta.entry(step))
-            try:
-                rows = essential_work(plan.src, ref, self.job)
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: essential dynamics failed (%s); its outputs are left out", ref.revision, exc)
-                left_out.append(step)
-                continue
-            state.put(rows)
-            state.commit(heads=False)
-            run.report.lenses.setdefault(self.lens.name, []).append(step)
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no essential-dynamics outputs (steps {left_out[:5]})"
-            )
+        fill_missing(
+            run,
+            self.lens,
+            lambda ref: essential_work(plan.src, ref, self.job),
+            what="essential dynamics",
+            left_out_as="its outputs",
+            note="note: {n} checkpoints have no essential-dynamics outputs (steps {steps})",
+        )
         table = state.tables.get(ESSENTIAL_OUTPUTS.name)
         if table is None or table.num_rows < 2:
             run.report.notes.append("essential dynamics: fewer than 2 checkpoints with outputs, no trajectory")

@@ -18,14 +18,13 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.errors import CheckpointError
-from headwatch.analysis.store.format import LAYERS
+from headwatch.analysis.store.lenses.layers import LAYERS, LAYERS_LENS
 from headwatch.analysis.weights.heads import Device
 from headwatch.analysis.weights.layers import layer_matrix_statistics
 from headwatch.families.blocks import extract_blocks
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import BaseComputation, ComputationSetup, RunContext, refill
-from headwatch.precompute.registry import LAYERS_LENS
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, refill
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store.tables import layers_rows
 
@@ -53,7 +52,7 @@ def layer_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings) -> 
 
 @dataclass(frozen=True)
 class LayersJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     def checkpoint_rows(
         self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None

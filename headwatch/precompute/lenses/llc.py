@@ -19,7 +19,7 @@ order, so a number of draws that is a multiple of ``sequences / batch_size`` wei
 equally in both terms.
 
 `SamplerSettings` holds every setting; they are recorded in ``meta.json`` ``llc`` and must be the
-same for every checkpoint of a store (`precompute.run` refuses another set). Two implementations sample
+same for every checkpoint of a store (`precompute.job.run` refuses another set). Two implementations sample
 it (``--llc-implementation``, meta.json ``llc.implementation``, one per store): ``batched``, the default
 (`precompute.lenses.llc_sampler`: every head of a layer and its chains in one computation, the layers
 below computed once, nothing written to disk; its answers against devinterp's in docs/precompute.md),
@@ -50,14 +50,21 @@ from tqdm.auto import tqdm
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from headwatch.analysis.llc.diagnostics import chain_diagnostics
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_MODEL
+from headwatch.analysis.store.lenses.llc import (
+    LLC,
+    LLC_CHAINS,
+    LLC_LENS,
+    LLC_MODEL,
+    LlcImplementation,
+    LlcOptions,
+    SamplerSettings,
+)
 from headwatch.families.forward import Architecture, Params, architecture, check_config, parameters
 from headwatch.families.registry import FAMILIES
-from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from headwatch.precompute.evalset import EvalSet, sha256_bytes
-from headwatch.precompute.lenses.forward import load_model
+from headwatch.precompute.job.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
+from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc_sampler import Traces, checkpoint_traces
-from headwatch.precompute.registry import LLC_LENS, LlcImplementation, LlcOptions, SamplerSettings
 
 log = logging.getLogger("precompute")
 

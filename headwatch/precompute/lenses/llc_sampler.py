@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from headwatch.analysis.errors import CheckpointError
+from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.families.forward import HEAD_KEYS, Architecture, Params, architecture, parameters, token_loss
-from headwatch.precompute.registry import SamplerSettings
 
 WHOLE_MODEL = -1
 # Lanes of one vmap call are bounded by the logits they hold: lanes x batch x T x vocab floats at most this

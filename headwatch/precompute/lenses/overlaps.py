@@ -1,8 +1,8 @@
 """The overlaps lens: singular-vector overlaps and relative change between consecutive checkpoints.
 
 The pass over each checkpoint keeps its leading singular vectors and factors
-(`precompute.work.checkpoint_work`); the run state pairs them with the previous checkpoint's
-(`precompute.state.RunState`) and `OverlapsComputation.fill` computes the pairs still missing by
+(`precompute.job.work.checkpoint_work`); the run state pairs them with the previous checkpoint's
+(`precompute.job.state.RunState`) and `OverlapsComputation.fill` computes the pairs still missing by
 reading checkpoints again (`pair_vectors`). What a pair's rows are, which pairs a store needs
 and how they are filled: `precompute.store.pairs`.
 """
@@ -16,12 +16,12 @@ from typing import cast
 import pyarrow as pa
 import torch
 
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS_LENS
 from headwatch.analysis.weights.heads import Device, checkpoint_vectors
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import OVERLAPS_LENS
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 
 log = logging.getLogger("precompute")
@@ -29,10 +29,10 @@ log = logging.getLogger("precompute")
 
 def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], settings: StoreSettings) -> Vectors:
     """What a checkpoint's overlap pairs need, for a checkpoint read again: the same vectors, bit for
-    bit, as `precompute.work.checkpoint_work` returns, without the other statistics.
+    bit, as `precompute.job.work.checkpoint_work` returns, without the other statistics.
 
     Raises:
-        CheckpointError: as `precompute.factors.checked_factors`.
+        CheckpointError: as `precompute.job.factors.checked_factors`.
     """
     out: Vectors = {}
     for matrix, (left, right) in checked_factors(shape, tensors, settings.head_matrices).items():
@@ -49,7 +49,7 @@ def pair_vectors(shape: ModelShape, tensors: Mapping[str, torch.Tensor], setting
 
 
 class OverlapsComputation(BaseComputation):
-    """The overlaps lens: the pass over each checkpoint keeps its vectors (`precompute.state.RunState.add`
+    """The overlaps lens: the pass over each checkpoint keeps its vectors (`precompute.job.state.RunState.add`
     pairs them with the previous checkpoint's); `fill` computes the pairs still missing (a resumed run,
     a checkpoint filled in between two others, a store from before overlaps existed) by re-reading the
     checkpoints concerned."""

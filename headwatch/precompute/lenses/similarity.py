@@ -22,7 +22,13 @@ import pyarrow as pa
 import torch
 
 from headwatch.analysis.store import ModelInfo
-from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.store.lenses.similarity import (
+    SIMILARITY,
+    SIMILARITY_LENS,
+    SIMILARITY_STATS,
+    ULTRAMETRICITY,
+    SimilarityOptions,
+)
 from headwatch.analysis.weights.similarity import (
     BASELINE_SEED,
     COLUMNS,
@@ -33,13 +39,12 @@ from headwatch.analysis.weights.similarity import (
     similarity,
 )
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import FactorsComputation
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.registry import SIMILARITY_LENS, SimilarityOptions
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import FactorsComputation
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
-if TYPE_CHECKING:  # the state imports the registry's lenses, whose stages import the context
+if TYPE_CHECKING:  # the state imports the context, which the lenses' computations import
     pass
 
 log = logging.getLogger("precompute")
@@ -137,7 +142,7 @@ def similarity_work(
 
 @dataclass(frozen=True)
 class SimilarityJob:
-    """The lens's share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    """The lens's share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     tol: float
     baseline: Mapping[str, Any]

@@ -23,9 +23,8 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.stages.curve import StageRule
 from headwatch.analysis.stages.run import RunStages, store_stages
 from headwatch.analysis.store import open_store
-from headwatch.analysis.store.format import STAGES
-from headwatch.precompute.context import BaseComputation, RunContext
-from headwatch.precompute.registry import STAGES_LENS
+from headwatch.analysis.store.lenses.stages import STAGES, STAGES_LENS
+from headwatch.precompute.job.context import BaseComputation, RunContext
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

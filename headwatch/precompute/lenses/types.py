@@ -32,9 +32,9 @@ from headwatch.analysis.attention.head_types import (
 )
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
-from headwatch.analysis.store.format import ATTENTION, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
-from headwatch.precompute.context import BaseComputation, RunContext
-from headwatch.precompute.registry import TYPES_LENS
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE, TYPES_LENS
+from headwatch.precompute.job.context import BaseComputation, RunContext
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")

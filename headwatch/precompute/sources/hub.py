@@ -15,7 +15,7 @@ The fingerprint is the Hub's LFS sha256 (``sha256_source: hub``): a duplicate of
 known checkpoint costs one API call and no download. Offline (``HF_HUB_OFFLINE=1``)
 the repo is read from the local Hub cache instead, by `precompute.sources.hubcache`.
 
-While a run still pushes checkpoints (`precompute.follow_hub`), the source lists only the branches that
+While a run still pushes checkpoints (`precompute.follow.follow_hub`), the source lists only the branches that
 point at a commit of their own (`own_commit`): a commit is atomic on the Hub, so such a branch's files are
 whole; a branch that shares its commit with another was just created from it (``create_branch``) and its
 upload has not landed yet.
@@ -50,7 +50,7 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.families.blocks import block_tensor_names
 from headwatch.families.extract import attention_tensor_names
 from headwatch.families.family import ModelShape
-from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.job.settings import FetchSettings
 from headwatch.precompute.sources.checkpoints import (
     BIN_INDEX,
     SAFETENSORS_INDEX,

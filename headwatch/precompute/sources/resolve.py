@@ -12,7 +12,7 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from headwatch.analysis.errors import CheckpointNotFoundError
-from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.job.settings import FetchSettings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource
 from headwatch.precompute.sources.hubcache import HubCacheSource
@@ -38,7 +38,7 @@ def open_source(
         fetch: Hub fetch settings.
         meter: counts bytes fetched and scratch disk in use.
         token: Hub token (None: the logged-in user's, if any).
-        following: the run may still be training (`precompute.follow`, `precompute.follow_hub`): a local
+        following: the run may still be training (`precompute.follow`): a local
             folder lists only its complete checkpoints, a Hub repo only its branches with a commit of their own.
 
     Raises:

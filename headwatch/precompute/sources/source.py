@@ -10,7 +10,7 @@ chooses one from ``--source``:
 - `precompute.sources.hubcache.HubCacheSource`: the same repo read from the local Hub cache
   (``HF_HUB_OFFLINE=1``).
 
-The run (`precompute.run`) sees only `CheckpointSource`, `Fetched` and
+The run (`precompute.job.run`) sees only `CheckpointSource`, `Fetched` and
 `fingerprints_comparable`; it never asks which implementation it holds. This module
 imports none of them.
 """
@@ -31,7 +31,7 @@ import torch
 from headwatch.analysis.errors import CheckpointError
 from headwatch.families.family import ModelShape
 from headwatch.families.registry import model_shape
-from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.job.settings import FetchSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 
 # How a checkpoint's sha256 was obtained (meta.json ``sha256_source``):

@@ -35,7 +35,7 @@ import torch
 
 from headwatch.analysis.stats.circuits import relative_change
 from headwatch.analysis.stats.crossings import vector_overlaps
-from headwatch.analysis.store.format import OVERLAPS
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 
 log = logging.getLogger("precompute")
 

@@ -2,7 +2,7 @@
 
 `analysis.weights.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
-registry's schema (`analysis.store.format.HEADS`).
+declared schema (`analysis.store.format.HEADS`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headwatch.analysis.store.format import (
-    CIRCUIT_COLUMNS,
-    LAYERS,
-    LIST_COLUMNS,
-    NULL_COLUMNS,
-    SCALAR_COLUMNS,
-    heads_arrow_schema,
-)
+from headwatch.analysis.store.format import CIRCUIT_COLUMNS, LIST_COLUMNS, NULL_COLUMNS, SCALAR_COLUMNS, heads_arrow_schema
+from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.analysis.store.older_versions import complete_heads
 
 

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from headwatch.analysis.store import read_meta, read_table
-from headwatch.analysis.store.format import HEADS, OVERLAPS, SCHEMA_VERSION
+from headwatch.analysis.store.format import HEADS, SCHEMA_VERSION
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps
 from headwatch.precompute.store.lock import store_lock
 from headwatch.precompute.store.writer import commit_store

@@ -1,7 +1,7 @@
 """Atomic commits of a statistics store: every changed file changes together or not at all.
 
 A commit writes the complete new store (the new ``meta.json`` and the tables that
-changed, named by `analysis.store.format.TABLES`, plus hard links to every other file) into a hidden
+changed, named by `analysis.store.lenses.TABLES`, plus hard links to every other file) into a hidden
 staging directory beside it, flushes it to disk, then swaps the staging
 directory and the store in one ``renameat2(RENAME_EXCHANGE)`` call. A process
 killed at any instant leaves either the old store or the new one, never a mix;
@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.store.format import META_FILE, SCHEMA_VERSION, TABLES
+from headwatch.analysis.store.format import META_FILE, SCHEMA_VERSION
+from headwatch.analysis.store.lenses import TABLES
 from headwatch.analysis.store.meta import Meta
 
 _AT_FDCWD = -100
@@ -47,12 +48,12 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
     Args:
         store: the store directory; created if missing.
         meta: the full metadata to write (always at the current schema version).
-        tables: whole tables by registry name (``"heads"``, ``"overlaps"``; `analysis.store.format.TABLES`),
-            each with the registry's schema, in its sort order; their row groups follow the registry.
+        tables: whole tables by name (``"heads"``, ``"overlaps"``; `analysis.store.lenses.TABLES`),
+            each with its declared schema, in its sort order; their row groups follow the declaration.
             Files not named here are carried over unchanged.
 
     Raises:
-        ValueError: a table is not in the registry or does not have its schema (a bug, not bad input).
+        ValueError: a table is not declared or does not have its schema (a bug, not bad input).
         StoreError: a registered table that would be carried over has another schema (a store of an
             older version, not upgraded): the commit would label it as the current version.
     """
@@ -77,7 +78,7 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
     for name, table in tables.items():
         spec = TABLES[name]
         rows = spec.row_group_rows(meta.model.n_layers, meta.model.n_heads, n_steps)
-        # the registry's schema to the letter: a table read back from Parquet names its list items "element"
+        # the declared schema to the letter: a table read back from Parquet names its list items "element"
         # where a new one says "item" (Schema.equals ignores that), and a resumed store must keep its bytes; the
         # table's own metadata kept (pandas' dtypes: a nullable step column reads back as Int64, not float64)
         schema = spec.schema.with_metadata(table.schema.metadata) if table.schema.metadata else spec.schema
@@ -101,7 +102,7 @@ def commit_store(store: str | Path, meta: Meta, tables: Mapping[str, pa.Table] |
 
 
 def _check_carried_over(store: Path, replaced: set[str]) -> None:
-    """Refuse to carry ``heads.parquet`` over when its schema is not the registry's: its columns are what
+    """Refuse to carry ``heads.parquet`` over when its schema is not the declared one: its columns are what
     the schema version promises (the other tables' older layouts are read as they are)."""
     for spec in (TABLES["heads"],):
         path = store / spec.file

@@ -13,7 +13,7 @@ import pandas as pd
 
 from headwatch.analysis.findings.paths import induction_paths, strongest_paths
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import COMPOSITION
+from headwatch.analysis.store.lenses.composition import COMPOSITION
 
 
 def composition_steps(store: Store) -> list[int]:

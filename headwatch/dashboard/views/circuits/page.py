@@ -17,7 +17,7 @@ import numpy as np
 import streamlit as st
 
 from headwatch.analysis.findings.paths import Role, partners, types_at
-from headwatch.analysis.store.format import COMPOSITION, COMPOSITION_KINDS
+from headwatch.analysis.store.lenses.composition import COMPOSITION, COMPOSITION_KINDS
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.views.circuits import data
 from headwatch.dashboard.views.circuits import figures as figs

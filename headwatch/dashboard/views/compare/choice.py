@@ -16,7 +16,9 @@ import streamlit as st
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings import comparison
-from headwatch.analysis.store.format import ATTENTION, LAYERS, LLC
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.dashboard import derived, loader, widgets
 from headwatch.dashboard.cache import store_cached
 from headwatch.dashboard.labels import LAYER_STATS, MATRIX_LABELS, STATS, layer_column

@@ -17,7 +17,8 @@ import pandas as pd
 from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import LAYER_ROLES, LAYERS, LLC
+from headwatch.analysis.store.lenses.layers import LAYER_ROLES, LAYERS
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.dashboard import export
 from headwatch.dashboard.data import INDEX_TICKS, index_ticks
 from headwatch.dashboard.labels import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, stats_for

@@ -13,7 +13,7 @@ import streamlit as st
 
 from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import missing_text
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export
 from headwatch.dashboard.data import loss_curve
 from headwatch.dashboard.views.compare import data, figures

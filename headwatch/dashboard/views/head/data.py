@@ -16,7 +16,7 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS
 from headwatch.analysis.stats.crossings import Crossings, level_crossings
 from headwatch.analysis.stats.density import density_curves, density_extent, density_grid
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPE_SCORES
+from headwatch.analysis.store.lenses.types import HEAD_TYPE_SCORES
 from headwatch.dashboard import export
 from headwatch.dashboard.data import null_spectra
 

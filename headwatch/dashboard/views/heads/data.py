@@ -18,7 +18,7 @@ from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import HeadTypes
 from headwatch.analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference
 from headwatch.analysis.store import ForwardInfo
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard.data import default_steps, uniform_attention
 from headwatch.dashboard.labels import FORWARD_STATS, LAMBDA, LLC_STAT, PER_HEAD_STATS
 from headwatch.dashboard.tables import REFERENCE_FACTORS

@@ -16,7 +16,8 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import HEAD_TYPES, LLC
+from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.labels import LAMBDA, LLC_STAT, PER_HEAD_STATS, STATS, stats_for

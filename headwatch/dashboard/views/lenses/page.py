@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from headwatch.analysis.findings.held_types import head_types, missing_text
-from headwatch.analysis.store.format import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.data import StepAxis, loss_curve, uniform_attention
 from headwatch.dashboard.figures.common import overlay_loss, stacked

@@ -13,7 +13,7 @@ import pandas as pd
 
 from headwatch.analysis.llc.diagnostics import FLAGS, NEGATIVE_NOTE
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
 from headwatch.analysis.trajectories.maps import Normalisation, kmeans, normalise, trajectories
 from headwatch.dashboard import export
 from headwatch.dashboard.labels import LLC_STAT

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories.maps import NORMALISATIONS, Normalisation
 from headwatch.dashboard import charts, derived, export, style, viewstate, widgets
 from headwatch.dashboard.data import loss_curve

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from headwatch.analysis.store.format import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
+from headwatch.analysis.store.lenses.similarity import SIMILARITY, SIMILARITY_STATS, ULTRAMETRICITY
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.similarity import data

@@ -13,7 +13,8 @@ from headwatch.analysis.findings.events import evidence_link
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import EVAL_LOSS, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.types import HEAD_TYPES_TABLE
 
 FORMING_SHARES = (0.9, 0.1)  # a window runs from 90% of a curve's change left to 10% left (one checkpoint either side)
 

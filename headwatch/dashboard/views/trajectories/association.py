@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.findings.replicates import replicate_hint, replicates_of
-from headwatch.analysis.store.format import HEAD_TYPES
+from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.analysis.trajectories.significance import MONTE_CARLO_LEVEL, SIGNIFICANCE
 from headwatch.analysis.trajectories.type_association import CLUSTER_RANGE, PERMUTATIONS, end_types
 from headwatch.dashboard import charts, derived, export, loader

@@ -16,7 +16,7 @@ import streamlit as st
 
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.sizes import JOINT_ALIGNMENTS
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories.maps import NORMALISATIONS, EmbeddingSettings, Normalisation
 from headwatch.analysis.trajectories.type_association import CLUSTER_RANGE, end_types
 from headwatch.dashboard import charts, export, viewstate, widgets

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import LAYER_ROLES, LAYERS
+from headwatch.analysis.store.lenses.layers import LAYER_ROLES, LAYERS
 
 
 def layer_matrices(store: Store) -> pd.DataFrame | None:

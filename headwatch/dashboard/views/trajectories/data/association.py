@@ -15,7 +15,7 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.association import Asked, Found, JudgedAssociation, judged_run, pair_of, replication_text
 from headwatch.analysis.findings.replicates import relation_text
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import LLC
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories.type_association import (
     ASSOCIATION_PAIRS,
     ASSOCIATION_STATS,

@@ -14,7 +14,7 @@ from headwatch.analysis.findings.comparison import joint_trajectories
 from headwatch.analysis.findings.sizes import SIZE_STATS
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import ATTENTION
+from headwatch.analysis.store.lenses.attention import ATTENTION
 from headwatch.analysis.trajectories import maps
 from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, normalise
 from headwatch.dashboard import style

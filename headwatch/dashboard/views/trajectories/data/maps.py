@@ -11,7 +11,8 @@ import pandas as pd
 
 from headwatch.analysis.findings.values import stat_values
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.format import EMBEDDINGS, LLC
+from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.trajectories import maps
 from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.type_association import cluster_trajectories

@@ -9,25 +9,25 @@ For each selected checkpoint not yet in the store, in step order:
    statistic and append its rows;
 3. keep the checkpoint's K leading singular vectors per head just long enough to
    compute their overlaps with the previous checkpoint's (`precompute.store.pairs`);
-4. record it in the run state (`precompute.state.RunState`: meta, rows, overlaps,
+4. record it in the run state (`precompute.job.state.RunState`: meta, rows, overlaps,
    failures; a weight file identical to another checkpoint's marks a partial
    duplicate) and commit ``heads.parquet``, ``overlaps.parquet`` and ``meta.json``
    together (`precompute.store.writer.commit_store`).
 
-Every lens the run computes (`precompute.registry.LENSES`) has a computation
-(`precompute.context.Computation`): built before anything is written (its refusals come
+Every lens the run computes (`precompute.LENSES`) has a computation
+(`precompute.job.context.Computation`): built before anything is written (its refusals come
 first), it checks the store under its lock, records how it is made in meta.json,
 adds its rows in the pass over each checkpoint (the whole-layer matrices and the
-forward lens do, through their `precompute.context.PassJob`), and then fills what
+forward lens do, through their `precompute.job.context.PassJob`), and then fills what
 the store still lacks (overlaps whose vectors were not in memory, layer or forward
 rows of checkpoints computed without them, the refined LLC at its chosen steps,
 the trajectory-map embeddings), one commit at a time. This module names no lens.
 
-Steps 1 and 2 run where the executor runs them (`precompute.executor`): here, with
+Steps 1 and 2 run where the executor runs them (`precompute.job.executor`): here, with
 checkpoint t+1 fetched in a background thread while t is computed, so at most two
 are held at once; or as Ray tasks, a bounded number in flight
-(`precompute.ray_executor`). Either way this module alone decides ``duplicate_of``
-(`precompute.work.Work.settle`) and writes the store, in step order.
+(`precompute.job.ray_executor`). Either way this module alone decides ``duplicate_of``
+(`precompute.job.work.Work.settle`) and writes the store, in step order.
 
 A checkpoint that fails (missing, no weights, truncated file, wrong shapes,
 non-finite values) is logged with its name and reason, listed under ``failed`` in
@@ -52,12 +52,13 @@ from tqdm.auto import tqdm
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.analysis.store import Failure, Meta, ModelInfo
+from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
 from headwatch.families.registry import model_shape
-from headwatch.precompute import registry
-from headwatch.precompute.context import (
+from headwatch.precompute.evalset import EvalSet, model_context, resolve_eval_set
+from headwatch.precompute.job.context import (
     CHECKPOINT_ERRORS,
     Computation,
     ComputationSetup,
@@ -68,17 +69,17 @@ from headwatch.precompute.context import (
     check_unchanged,
     lens_device,
 )
-from headwatch.precompute.evalset import EvalSet, model_context, resolve_eval_set
-from headwatch.precompute.executor import open_executor
-from headwatch.precompute.lenses.forward import check_loadable
-from headwatch.precompute.settings import RunOptions, StoreSettings, resolve_settings
+from headwatch.precompute.job.executor import open_executor
+from headwatch.precompute.job.settings import RunOptions, StoreSettings, resolve_settings
+from headwatch.precompute.job.state import RunState, open_state
+from headwatch.precompute.job.work import Executor, checkpoint_work
+from headwatch.precompute.lenses.attention import check_loadable
+from headwatch.precompute.lenses.computations import COMPUTATIONS
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, select
 from headwatch.precompute.sources.source import CheckpointSource
-from headwatch.precompute.state import RunState, open_state
 from headwatch.precompute.store.lock import store_lock
-from headwatch.precompute.work import Executor, checkpoint_work
 
 __all__ = ["Plan", "RunReport", "evaluation_set", "make_plan", "run_precompute"]
 
@@ -97,7 +98,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model id
             (``EleutherAI/pythia-1.4b-deduped``) whose branches are the checkpoints.
         out: the store directory (created, or resumed if it exists).
-        options: what to compute (`precompute.settings.RunOptions`; default: its defaults).
+        options: what to compute (`precompute.job.settings.RunOptions`; default: its defaults).
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
@@ -161,24 +162,24 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
 
 
 def _computations(plan: Plan, options: RunOptions, source: str | Path, scratch: Path) -> list[Computation]:
-    """The computation of every lens the run computes, in registry order (each refuses bad options or an
+    """The computation of every lens the run computes, in the lenses' order (each refuses bad options or an
     unsupported model as it is built); the evaluation sequences are made once, if a lens needs them.
 
     Raises:
         UnknownArchitectureError: a lens cannot handle the model.
         ValueError, EvalTextError: bad options.
     """
-    asked = [lens for lens in registry.LENSES if lens.asked(options)]
+    asked = [lens for lens in LENSES if lens.asked(options)]
     needs_eval = any("evaluation" in lens.needs for lens in asked)
     eval_set = evaluation_set(plan, options, source) if needs_eval else None
     setup = ComputationSetup(plan, options, source, scratch, eval_set)
-    return [lens.load_computation()(setup) for lens in asked]
+    return [COMPUTATIONS[lens.name](setup) for lens in asked]
 
 
 def _warn_unasked(state: RunState, computations: list[Computation]) -> None:
     """Say when the store records a lens the run does not compute and some checkpoints lack its rows."""
     asked = {s.lens.name for s in computations}
-    for lens in registry.STEPWISE:
+    for lens in LENSES.stepwise:
         if lens.name in asked or not lens.recorded(state.meta) or not lens.every_checkpoint:
             continue
         have = state.steps_with(lens.tables[0].name)
@@ -235,7 +236,7 @@ def _task_source(source: str | Path) -> str:
 
 
 def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> StoreSettings:
-    """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
+    """The run's settings (`precompute.job.settings.resolve_settings`) given the source and the store."""
     src = plan.src
     run_info = src.run_info() or {}
     return resolve_settings(
@@ -320,7 +321,7 @@ def _complete(run: RunContext, executor: Executor, *, jobs: dict[str, PassJob]) 
     lacking = {
         name: job
         for name, job in jobs.items()
-        if any(s not in state.steps_with(registry.BY_NAME[name].tables[0].name) for s in steps)
+        if any(s not in state.steps_with(LENSES.by_name[name].tables[0].name) for s in steps)
     }
     refs = [plan.ref(state.meta.entry(s)) for s in steps]
     log.info(

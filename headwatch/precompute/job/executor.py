@@ -1,14 +1,14 @@
 """Where the per-checkpoint work runs: here, one checkpoint fetched ahead, or on a Ray cluster.
 
-`open_executor` picks one from `precompute.settings.RunOptions.executor`:
+`open_executor` picks one from `precompute.job.settings.RunOptions.executor`:
 
 - ``local`` (`LocalExecutor`): checkpoint t+1 is fetched in a background thread
-  (`precompute.prefetch.Prefetcher`) while t is computed in the run's thread; at most
+  (`precompute.job.prefetch.Prefetcher`) while t is computed in the run's thread; at most
   two checkpoints are held at once.
-- ``ray`` (`precompute.ray_executor.RayExecutor`, imported only then): one Ray task per
+- ``ray`` (`precompute.job.ray_executor.RayExecutor`, imported only then): one Ray task per
   checkpoint, at most a bounded number in flight.
 
-Either way the run (`precompute.run`) is the only writer: it settles and commits
+Either way the run (`precompute.job.run`) is the only writer: it settles and commits
 each result in step order.
 """
 
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import PassJob
-from headwatch.precompute.prefetch import Prefetcher
-from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.job.context import PassJob
+from headwatch.precompute.job.prefetch import Prefetcher
+from headwatch.precompute.job.settings import RunOptions, StoreSettings
+from headwatch.precompute.job.work import Executor, Results, Work, checkpoint_work
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
-from headwatch.precompute.work import Executor, Results, Work, checkpoint_work
 
 
 class LocalExecutor:
@@ -80,9 +80,9 @@ def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, me
     if options.executor == "local":
         return LocalExecutor(src)
     try:
-        import ray  # noqa: F401  (only to say what is missing; precompute.ray_executor uses it)
+        import ray  # noqa: F401  (only to say what is missing; precompute.job.ray_executor uses it)
     except ImportError:
         raise ValueError("--executor ray needs ray: pip install -r requirements-precompute.txt") from None
-    from headwatch.precompute.ray_executor import RayExecutor
+    from headwatch.precompute.job.ray_executor import RayExecutor
 
     return RayExecutor(source, options.ray, fetch=options.fetch, token=options.token, meter=meter)

@@ -4,8 +4,8 @@
 (without ``duplicate_of``), its ``heads.parquet`` rows (one set per per-head matrix the
 run computes, ``qk`` and/or ``ov``) and, when the run computes overlaps, what the
 checkpoint's pairs need: each matrix's leading singular vectors and its factors. It runs wherever the executor runs it: in
-the run's own thread (`precompute.executor.LocalExecutor`) or in a Ray task
-(`precompute.ray_executor`). `Work.settle` is the driver's half: only the driver
+the run's own thread (`precompute.job.executor.LocalExecutor`) or in a Ray task
+(`precompute.job.ray_executor`). `Work.settle` is the driver's half: only the driver
 knows which fingerprints are committed, so only it decides ``duplicate_of``; rows a
 task computed for a checkpoint that turns out to duplicate an earlier one are
 dropped there. Both executors share these two functions, which is why their stores
@@ -26,9 +26,9 @@ from headwatch.analysis.store import CheckpointEntry
 from headwatch.analysis.store.format import HEADS
 from headwatch.analysis.weights.heads import Device, checkpoint_statistics
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import PassJob
-from headwatch.precompute.factors import checked_factors
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.context import PassJob
+from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store import pairs as ovl
@@ -47,7 +47,7 @@ class Work:
             overlaps, or no rows).
         fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
             (a Ray task); zero when the run's meter counted it.
-        lens_rows: its rows of the tables of the lenses computed in the same pass (`precompute.context.PassJob`:
+        lens_rows: its rows of the tables of the lenses computed in the same pass (`precompute.job.context.PassJob`:
             the whole-layer matrices, the forward lens) by table name, when ``rows`` were computed;
             dropped with them for a duplicate.
     """
@@ -93,7 +93,7 @@ def checkpoint_work(
         shape: the run's model.
         settings: the run's settings (device, dtypes, chunking, K).
         known: fingerprints whose statistics need not be computed again.
-        jobs: the pass jobs of the lenses computed with the heads (`precompute.context.PassJob`).
+        jobs: the pass jobs of the lenses computed with the heads (`precompute.job.context.PassJob`).
         src: the source, which provides the whole checkpoint for a lens that loads it.
 
     Raises:
@@ -142,7 +142,7 @@ Results = Generator[tuple[CheckpointRef, Callable[[], Work]], None, None]
 
 class Executor(Protocol):
     """Runs `checkpoint_work` for a list of checkpoints and yields the results in step order
-    (`precompute.executor.LocalExecutor`, `precompute.ray_executor.RayExecutor`)."""
+    (`precompute.job.executor.LocalExecutor`, `precompute.job.ray_executor.RayExecutor`)."""
 
     def results(
         self,

@@ -2,7 +2,7 @@
 
 Each checkpoint is one task running `_checkpoint_task`: it re-opens the source from
 picklable parameters (``--source``, the fetch settings, the token), fetches the
-checkpoint, and runs `precompute.work.checkpoint_work`, the function the local
+checkpoint, and runs `precompute.job.work.checkpoint_work`, the function the local
 executor runs, with the torch thread count the local executor computes with (the
 spectral columns depend on it in their last bits). It returns the `Work` (rows and
 singular vectors, never the tensors) or the per-checkpoint error, which the driver
@@ -44,12 +44,12 @@ from ray import exceptions as rx
 
 from headwatch.analysis.errors import ClusterError, HubUnreachableError
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import CHECKPOINT_ERRORS, PassJob
-from headwatch.precompute.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
+from headwatch.precompute.job.context import CHECKPOINT_ERRORS, PassJob
+from headwatch.precompute.job.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
+from headwatch.precompute.job.work import Results, Work, checkpoint_work
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef
-from headwatch.precompute.work import Results, Work, checkpoint_work
 
 # Seconds between looks at the cluster's head while the driver waits for a result (Ray itself
 # ends a driver whose head is gone only after gcs_rpc_server_reconnect_timeout_s, 60 s).
@@ -76,11 +76,11 @@ class _Job:
     shape: ModelShape
     settings: StoreSettings
     threads: int
-    jobs: Mapping[str, PassJob] | None = None  # the lens pass jobs (`precompute.context.PassJob`)
+    jobs: Mapping[str, PassJob] | None = None  # the lens pass jobs (`precompute.job.context.PassJob`)
 
 
 def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Work | _Failed:
-    """Fetch and compute one checkpoint on a Ray worker (`precompute.work.checkpoint_work`)."""
+    """Fetch and compute one checkpoint on a Ray worker (`precompute.job.work.checkpoint_work`)."""
     torch.set_num_threads(job.threads)
     meter = Meter()
     scratch = Path(tempfile.mkdtemp(prefix="headwatch-fetch-"))  # .bin downloads of this task only
@@ -100,7 +100,7 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
 
 
 def _die_once() -> None:
-    """The test hook of `precompute.settings.ray_die_once_marker`: kill this worker, once per marker."""
+    """The test hook of `precompute.job.settings.ray_die_once_marker`: kill this worker, once per marker."""
     marker = ray_die_once_marker()
     if marker is None:
         return

@@ -1,6 +1,6 @@
 """A checkpoint's per-head factors, checked finite.
 
-Shared by the pass over each checkpoint (`precompute.work.checkpoint_work`) and the overlaps lens,
+Shared by the pass over each checkpoint (`precompute.job.work.checkpoint_work`) and the overlaps lens,
 which reads checkpoints again for pairs it lacks (`precompute.lenses.overlaps.pair_vectors`).
 """
 

@@ -1,7 +1,7 @@
 """Publish a store as a Hugging Face Hub dataset repo, with a dataset card.
 
 The card (``README.md``) says what every table and column means (from the store
-format's registry, `analysis.store.format.TABLES`, and the files' own Arrow schemas) and how the store
+format's tables, `analysis.store.lenses.TABLES`, and the files' own Arrow schemas) and how the store
 was made: model, checkpoints and revisions, duplicates, failures, settings and
 software versions, all read from the store's ``meta.json``. Its YAML header
 declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.
@@ -9,7 +9,7 @@ declares the Parquet files, so ``datasets.load_dataset(REPO_ID)`` works.
 The upload is one commit holding every file of the store plus the card, made
 under the store's lock so no run changes the store mid-upload::
 
-    python -m headwatch.precompute.publish STORE REPO_ID [--private]
+    python -m headwatch.precompute.store.publish STORE REPO_ID [--private]
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import pyarrow.parquet as pq
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import TABLES, Meta, open_store, read_meta
-from headwatch.analysis.store.format import ATTENTION, HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE, OVERLAPS
+from headwatch.analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_Z_LO, META_FILE
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.outputs import model_text
 from headwatch.precompute.store.lock import store_lock
 
@@ -323,7 +325,8 @@ def check_repo(api: Any, repo_id: str, meta: Meta) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m headwatch.precompute.publish", description="Upload a store as a Hub dataset repo with a dataset card."
+        prog="python -m headwatch.precompute.store.publish",
+        description="Upload a store as a Hub dataset repo with a dataset card.",
     )
     p.add_argument("store", help="store directory (meta.json + heads.parquet)")
     p.add_argument("repo_id", help="dataset repo to create or update, ORG/NAME")

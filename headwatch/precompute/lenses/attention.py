@@ -5,7 +5,7 @@ no causal-LM class for. `forward_lens` loads a checkpoint folder with
 ``AutoModelForCausalLM`` (``attn_implementation="eager"``, so the attention
 probabilities are returned), float32 on CPU or the checkpoint's own dtype on CUDA,
 runs the evaluation sequences through it a batch at a time and returns the
-checkpoint's rows of the three forward tables (`analysis.store.format.FORWARD_TABLES`):
+checkpoint's rows of the three forward tables (`analysis.store.format.ATTENTION_TABLES`):
 the loss, the per-head statistics of `analysis.attention.patterns` (plus the induction score on
 the repeated random tokens, and the loss on their second copy) and the layer-pair divergences. One model is held at a time.
 """
@@ -26,19 +26,17 @@ import torch.nn.functional as F
 from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, js_divergence
 from headwatch.analysis.errors import CheckpointError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import Meta
-from headwatch.analysis.store.format import ATTENTION, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
+from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_LENS, ATTENTION_STATISTICS, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.families.family import ModelShape
-from headwatch.precompute.context import (
-    CHECKPOINT_ERRORS,
+from headwatch.precompute.evalset import EvalSet
+from headwatch.precompute.job.context import (
     BaseComputation,
     ComputationSetup,
     RunContext,
+    fill_missing,
     lens_device,
-    missing_steps,
 )
-from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.registry import ATTENTION_LENS
-from headwatch.precompute.settings import StoreSettings
+from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
@@ -48,9 +46,9 @@ BATCH_SEQUENCES = 8  # sequences per forward pass: bounds the attention tensors 
 
 
 @dataclass(frozen=True)
-class ForwardJob:
+class AttentionJob:
     """What the forward computation needs besides the checkpoint (the same for every checkpoint of a run);
-    its share of the pass over each checkpoint (`precompute.context.PassJob`)."""
+    its share of the pass over each checkpoint (`precompute.job.context.PassJob`)."""
 
     eval_set: EvalSet
     device: str = "cpu"
@@ -114,7 +112,7 @@ def load_model(folder: Path, *, device: str, attn_implementation: str = "eager")
 
 
 @torch.no_grad()
-def forward_statistics(model: torch.nn.Module, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, Any]:
+def forward_statistics(model: torch.nn.Module, job: AttentionJob, *, n_layers: int, n_heads: int) -> dict[str, Any]:
     """Loss, per-head statistics and layer divergences of one model on the job's sequences.
 
     Returns:
@@ -186,8 +184,8 @@ def _check_attentions(attentions: Any, n_layers: int, n_heads: int) -> None:
         )
 
 
-def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
-    """One checkpoint's rows of the forward tables, by registry name, each in its sort order."""
+def attention_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
+    """One checkpoint's rows of the forward tables, by table name, each in its sort order."""
     n_layers, n_heads = stats["entropy"].shape
     n = n_layers * n_heads
     attention = {
@@ -215,7 +213,7 @@ def forward_rows(step: int, stats: dict[str, Any]) -> dict[str, pa.Table]:
     }
 
 
-def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_heads: int) -> dict[str, pa.Table]:
+def forward_lens(folder: Path, step: int, job: AttentionJob, *, n_layers: int, n_heads: int) -> dict[str, pa.Table]:
     """Load the checkpoint in ``folder``, evaluate it, and return its forward-table rows.
 
     Raises:
@@ -229,10 +227,10 @@ def forward_lens(folder: Path, step: int, job: ForwardJob, *, n_layers: int, n_h
         del model
     if not np.isfinite(stats["loss"]):
         raise CheckpointError(f"the loss on the evaluation sequences is {stats['loss']}; the checkpoint diverged")
-    return forward_rows(step, stats)
+    return attention_rows(step, stats)
 
 
-def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, job: ForwardJob) -> dict[str, pa.Table]:
+def forward_work(src: CheckpointSource, ref: CheckpointRef, shape: ModelShape, job: AttentionJob) -> dict[str, pa.Table]:
     """One checkpoint's forward-table rows: the whole checkpoint, held only while it is evaluated.
 
     Raises:
@@ -252,7 +250,7 @@ class AttentionComputation(BaseComputation):
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         assert setup.eval_set is not None, "the forward lens needs the evaluation sequences"
-        self.pass_job = self.job = ForwardJob(setup.eval_set, device=lens_device(setup.options))
+        self.pass_job = self.job = AttentionJob(setup.eval_set, device=lens_device(setup.options))
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
         if stored is None or stored.forward is None or stored.forward.same_evaluation(self.job.eval_set.info):
@@ -271,25 +269,12 @@ class AttentionComputation(BaseComputation):
     def fill(self, run: RunContext) -> None:
         """The forward rows of checkpoints whose weight statistics were computed without the lens, one
         commit each."""
-        plan, state = run.plan, run.state
-        missing = missing_steps(state, self.lens)
-        left_out = []
-        if missing:
-            log.info("forward lens: %d checkpoints computed earlier without it", len(missing))
-        plan.src.stop.clear()
-        for step in missing:
-            ref = plan.ref(state.meta.entry(step))
-            try:
-                rows = forward_work(plan.src, ref, plan.shape, self.job)
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: forward lens failed (%s); its forward rows are left out", ref.revision, exc)
-                left_out.append(step)
-                continue
-            state.put(rows)
-            state.commit(heads=False)
-            run.report.lenses.setdefault(self.lens.name, []).append(step)
-        if left_out:
-            run.report.notes.append(
-                f"note: {len(left_out)} checkpoints have no forward-lens rows (steps {left_out[:5]}): see the "
-                "warnings above; rerun to retry them"
-            )
+        plan = run.plan
+        fill_missing(
+            run,
+            self.lens,
+            lambda ref: forward_work(plan.src, ref, plan.shape, self.job),
+            what="forward lens",
+            left_out_as="its forward rows",
+            note="note: {n} checkpoints have no forward-lens rows (steps {steps}): see the warnings above; rerun to retry them",
+        )

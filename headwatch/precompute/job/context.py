@@ -1,11 +1,11 @@
 """What a run's computations share: its plan, its report, and the protocol every lens's computation follows.
 
-`precompute.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
-builds one `Computation` per lens the run computes (`precompute.registry.LENSES`) and drives
+`precompute.job.run` makes a `Plan` (the source, the checkpoints, the model) and a `RunReport`,
+builds one `Computation` per lens the run computes (`analysis.store.lenses.LENSES`) and drives
 them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
 open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
 it for what the store still lacks. The computations live in their lens modules
-(``precompute/lenses/*.py``) and import this module, never `precompute.run`.
+(``precompute/lenses/*.py``) and import this module, never `precompute.job.run`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pyarrow as pa
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
+from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
-from headwatch.precompute.registry import Lens
-from headwatch.precompute.settings import RunOptions, StoreSettings
+from headwatch.precompute.job.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import human_bytes
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable
@@ -32,7 +32,7 @@ log = logging.getLogger("precompute")
 
 if TYPE_CHECKING:  # the state imports the overlaps lens, whose computation imports this module
     from headwatch.precompute.evalset import EvalSet
-    from headwatch.precompute.state import RunState
+    from headwatch.precompute.job.state import RunState
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
 CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
@@ -59,7 +59,7 @@ class RunReport:
     """What one invocation did, and what it moved.
 
     Attributes:
-        lenses: per lens that ran (`precompute.registry.Lens.name`), the steps it computed
+        lenses: per lens that ran (`analysis.store.lenses.declaration.Lens.name`), the steps it computed
             rows for after the pass over the checkpoints (`Computation.fill`).
         notes: what the computations could not do and what to do about it, one line each, for stderr.
     """
@@ -123,7 +123,7 @@ class RunContext:
 
 
 class PassJob(Protocol):
-    """A lens's share of the pass over each new checkpoint (`precompute.work.checkpoint_work`), run
+    """A lens's share of the pass over each new checkpoint (`precompute.job.work.checkpoint_work`), run
     wherever the executor runs it (a Ray task included: it must pickle)."""
 
     def checkpoint_rows(
@@ -138,7 +138,7 @@ class PassJob(Protocol):
 
 
 class Computation(Protocol):
-    """The compute side of one lens (`precompute.registry.Lens.computation`).
+    """The compute side of one lens (its ``lens``, declared in `analysis.store.lenses`; `precompute.lenses.computations`).
 
     Built by ``Computation(setup)``, which refuses bad options or an unsupported model before anything
     is written (raising `ValueError`, `analysis.errors.UnknownArchitectureError`, ...).
@@ -146,6 +146,8 @@ class Computation(Protocol):
 
     lens: Lens
     pass_job: PassJob | None  # rows computed in the pass over each new checkpoint (None: fill only)
+
+    def __init__(self, setup: ComputationSetup) -> None: ...
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
         """Refuse, under the store's lock and before any commit, a store whose tables of this lens
@@ -274,6 +276,48 @@ def missing_steps(state: RunState, lens: Lens) -> list[int]:
     """Checkpoints with statistics but no rows of the lens's first table."""
     have = state.steps_with(lens.tables[0].name)
     return [s for s in state.meta.done_steps if s not in have]
+
+
+def fill_missing(
+    run: RunContext,
+    lens: Lens,
+    rows_of: Callable[[CheckpointRef], Mapping[str, pa.Table]],
+    *,
+    what: str,
+    left_out_as: str,
+    note: str,
+) -> None:
+    """Compute the lens's rows of every checkpoint with statistics that lacks them (`missing_steps`), one commit
+    each, recording the steps in ``run.report.lenses``; a checkpoint that fails is left out with a warning, and a
+    note says how many were.
+
+    Args:
+        run: the run.
+        lens: the lens.
+        rows_of: a checkpoint's rows of the lens's tables, by table name (raising one of `CHECKPOINT_ERRORS`).
+        what: the lens in the log's words (``forward lens``).
+        left_out_as: what a failed checkpoint lacks, in the warning's words (``its forward rows``).
+        note: the report's note on the failed checkpoints, with ``{n}`` and ``{steps}`` (the first five) to fill.
+    """
+    plan, state = run.plan, run.state
+    missing = missing_steps(state, lens)
+    if missing:
+        log.info("%s: %d checkpoints computed earlier without it", what, len(missing))
+    plan.src.stop.clear()
+    left_out = []
+    for step in missing:
+        ref = plan.ref(state.meta.entry(step))
+        try:
+            rows = rows_of(ref)
+        except CHECKPOINT_ERRORS as exc:
+            log.warning("%s: %s failed (%s); %s are left out", ref.revision, what, exc, left_out_as)
+            left_out.append(step)
+            continue
+        state.put(dict(rows))
+        state.commit(heads=False)
+        run.report.lenses.setdefault(lens.name, []).append(step)
+    if left_out:
+        run.report.notes.append(note.format(n=len(left_out), steps=left_out[:5]))
 
 
 def check_unchanged(sha256: str, sha256_source: str | None, entry: CheckpointEntry, *, then: str) -> None:

@@ -1,7 +1,7 @@
 """Precompute settings: defaults and environment variables are read here and nowhere else.
 
 `RunOptions` is what the user asked for (the command line, or a caller of
-`precompute.run.run_precompute`); `resolve_settings` turns it, the source and the
+`precompute.job.run.run_precompute`); `resolve_settings` turns it, the source and the
 store into the `StoreSettings` a run computes with. The resolved settings are written
 into every store's ``meta.json`` under ``settings`` so each figure can be traced
 to how it was made.
@@ -22,15 +22,13 @@ from headwatch.analysis.stats.crossings import OVERLAP_K
 # the store's per-head matrices (the same as families.family.HEAD_MATRICES), from the torch-free store
 # format: `headwatch info` reads these defaults with only the dashboard's requirements installed
 from headwatch.analysis.store.format import MATRICES as HEAD_MATRICES
-from headwatch.precompute import registry
+from headwatch.analysis.store.lenses import LENSES
+from headwatch.analysis.store.lenses.declaration import Option
 from headwatch.precompute.evalset import EVAL_LENGTH, EVAL_SEQUENCES
-from headwatch.precompute.registry import MATRIX_LENSES, LlcOptions, SamplerSettings
-
-__all__ = ["LlcOptions", "SamplerSettings"]  # re-exported: the refined LLC's options live in its registry entry
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 ExecutorName = Literal["local", "ray"]
-LensName = str  # one of `precompute.registry.LENS_CHOICES`
+LensName = str  # one of `precompute.LENSES.choices`
 
 # Environment variables a Ray task needs as the driver has them: where the Hub is, how to
 # reach it (token, offline mode, cache) and the job's own knobs.
@@ -39,7 +37,7 @@ FORWARDED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HEADWATCH_")
 
 # What `--matrices` may name: the per-head products (heads.parquet rows, `families.family.HEAD_MATRICES`)
 # and the lenses asked for by --matrices (the whole-layer weight matrices). Default: all of them.
-MATRIX_CHOICES = (*HEAD_MATRICES, *MATRIX_LENSES)
+MATRIX_CHOICES = (*HEAD_MATRICES, *LENSES.matrix_choices)
 DEFAULT_MATRICES = MATRIX_CHOICES
 
 
@@ -70,10 +68,10 @@ def default_device() -> DeviceName:
     return _DEVICES[value]
 
 
-def option_default(option: registry.Option) -> Any:
+def option_default(option: Option) -> Any:
     """A lens option's default: its environment variable's value when it names one and it is set (a switch
     is off at ``0``: HEADWATCH_EMBEDDINGS=0 skips the embeddings, which need umap-learn and take tens of
-    seconds to compile on first use), else the registry's default.
+    seconds to compile on first use), else its declared default.
 
     Raises:
         ValueError: the variable's value does not parse.
@@ -214,7 +212,7 @@ class RunOptions:
         executor: where each checkpoint is computed: ``local`` (here, one fetched ahead) or
             ``ray`` (a task per checkpoint on a Ray cluster; the stores are identical).
         ray: the Ray executor's options.
-        lenses: lenses to compute by name (`precompute.registry.LENS_CHOICES`: ``attention`` per
+        lenses: lenses to compute by name (`precompute.LENSES.choices`: ``attention`` per
             checkpoint; ``llc``, the refined LLC of every head at chosen checkpoints); default none.
         eval_text: the lenses' evaluation text, a UTF-8 file (default: the held-out split of a run
             trained here).
@@ -253,7 +251,7 @@ class RunOptions:
         Raises:
             ValueError: a value the lens refuses.
         """
-        lens = registry.BY_NAME[name]
+        lens = LENSES.by_name[name]
         given = self.lens_options.get(name)
         if given is not None and not isinstance(given, Mapping):
             return given

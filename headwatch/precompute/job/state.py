@@ -19,13 +19,14 @@ import pyarrow.compute as pc
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo, read_meta, read_table
-from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, OVERLAPS, TABLES, TableSpec
+from headwatch.analysis.store.format import HEADS, HIST_Z_EDGES, MATRICES, META_FILE, TableSpec
+from headwatch.analysis.store.lenses import LENSES, TABLES
+from headwatch.analysis.store.lenses.declaration import Lens
+from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import new_meta
 from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
 from headwatch.analysis.store.outputs import check_same_model
-from headwatch.precompute import registry
-from headwatch.precompute.registry import Lens
-from headwatch.precompute.settings import StoreSettings, software_versions
+from headwatch.precompute.job.settings import StoreSettings, software_versions
 from headwatch.precompute.store import pairs as ovl
 from headwatch.precompute.store.tables import placeholder_rows
 from headwatch.precompute.store.writer import commit_store
@@ -46,7 +47,7 @@ class RunState:
         last: the latest checkpoint computed this run and its singular vectors.
         held: vectors kept for `precompute.store.pairs.OverlapFiller`: the first checkpoint whose pair
             with its predecessor could not be made here (a resumed run), and the last one's.
-        tables: the tables of the stepwise lenses (`precompute.registry.STEPWISE`) the run
+        tables: the tables of the stepwise lenses (`precompute.LENSES.stepwise`) the run
             holds, by table name, sorted: the store's rows plus this run's. A lens's tables are held
             (and written by every commit) when the run computes the lens or the store's meta records
             it; otherwise the store's files are kept as they are.
@@ -151,7 +152,7 @@ class RunState:
         tables = {HEADS.name: self.heads} if heads else {}
         if self.overlap_k:
             tables[OVERLAPS.name] = self.overlaps
-        for lens in registry.STEPWISE:
+        for lens in LENSES.stepwise:
             if self.holds(lens):
                 computed = lens.name in self.asked
                 tables |= {
@@ -207,7 +208,7 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Store
     meta.matrices = [m for m in MATRICES if m in stored.matrices or m in settings.head_matrices]
     meta.settings, meta.software = settings.as_meta(), software
     state = RunState(out, meta, heads, overlaps, settings.overlap_k, asked=asked)
-    for lens in registry.STEPWISE:
+    for lens in LENSES.stepwise:
         if state.holds(lens):
             state.tables |= _stored_lens(out, stored, lens, computed=lens.name in asked)
     return state

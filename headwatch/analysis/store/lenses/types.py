@@ -1,0 +1,109 @@
+"""The head types lens, declared: previous-token, induction and sink heads at every checkpoint and when each emerged.
+
+Its tables, its ``meta.json`` record, its options, and the lens itself. analysis/attention/head_types.py holds the rule;
+`precompute.lenses.types` makes them from the attention lens's rows.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from headwatch.analysis.store.format import TableSpec, schema_of
+from headwatch.analysis.store.lenses.declaration import Lens, Option, switch_options
+from headwatch.analysis.store.records import RecordType
+
+# ------------------------------------------------------------------ its tables
+
+# Head types (analysis/attention/head_types.py; the `types` lens, made from attention.parquet after a run or on an existing
+# store): which heads are previous-token, induction or sink heads at each checkpoint, each decided by its forward
+# score against the value under uniform causal attention (the null) and a threshold; meta.json ``types`` records
+# the nulls, the thresholds and the hysteresis rule.
+HEAD_TYPES = ("previous_token", "induction", "sink")  # the types, in display order
+HEAD_TYPE_SCORES = {"previous_token": "prev_token", "induction": "induction", "sink": "sink"}  # attention.parquet column
+HEAD_TYPES_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "type": "head type: previous_token, induction or sink (string)",
+    "score": "the type's forward score (attention.parquet prev_token, induction or sink) at this checkpoint",
+    "null": "the score under uniform causal attention on the same sequences (docs/head-types.md derives it)",
+    "ratio": "score / null: how many times uniform attention",
+    "above": "score >= the type's threshold at this checkpoint alone (bool)",
+    "holds": "the head holds the type at this checkpoint under the hysteresis rule (bool)",
+}
+HEAD_TYPES_SCHEMA = schema_of(
+    {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "type": pa.string()}
+    | {"score": pa.float64(), "null": pa.float64(), "ratio": pa.float64(), "above": pa.bool_(), "holds": pa.bool_()}
+)
+HEAD_TYPES_TABLE = TableSpec(
+    name="head_types",
+    file="head_types.parquet",
+    row="one row per (step, layer, head, type) at every checkpoint with forward statistics",
+    about="Which type each head holds at each checkpoint: its forward score against the uniform-attention null "
+    "and the type's threshold (meta.json `types`), with the hysteresis rule that keeps noise from making a head "
+    "flicker. Made from attention.parquet by the `types` lens.",
+    schema=HEAD_TYPES_SCHEMA,
+    docs=HEAD_TYPES_COLUMN_DOCS,
+    sort=("step", "layer", "head", "type"),
+)
+HEAD_EMERGENCE_COLUMN_DOCS: dict[str, str] = {
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "type": "head type: previous_token, induction or sink (string)",
+    "emergence_step": "first checkpoint from which the head holds the type for the rest of training "
+    "(null: it does not hold it at the last checkpoint) (int64)",
+    "first_step": "first checkpoint at which the score reaches the threshold at all (null: never) (int64)",
+    "peak_score": "largest score over training",
+    "peak_step": "checkpoint of the largest score (int64)",
+    "final_score": "score at the last checkpoint with forward statistics",
+}
+HEAD_EMERGENCE_SCHEMA = schema_of(
+    {"layer": pa.int32(), "head": pa.int32(), "type": pa.string(), "emergence_step": pa.int64(), "first_step": pa.int64()}
+    | {"peak_score": pa.float64(), "peak_step": pa.int64(), "final_score": pa.float64()}
+)
+HEAD_EMERGENCE = TableSpec(
+    name="head_emergence",
+    file="head_emergence.parquet",
+    row="one row per (layer, head, type)",
+    about="When each head became each type: the emergence step (the first checkpoint from which it holds the type "
+    "to the end of training, under the hysteresis rule of meta.json `types`), the first crossing of the threshold, "
+    "and the peak and final scores. Written with head_types.parquet.",
+    schema=HEAD_EMERGENCE_SCHEMA,
+    docs=HEAD_EMERGENCE_COLUMN_DOCS,
+    sort=("layer", "head", "type"),
+)
+
+# ------------------------------------------------------------------ its record
+
+TYPES_RECORD = RecordType(
+    "types",
+    "how head_types.parquet and head_emergence.parquet were made (the nulls, thresholds and exit levels per "
+    "type, the rule, T and R, the steps; analysis.attention.head_types)",
+)
+
+# ------------------------------------------------------------------ the lens
+
+TYPES_LENS = Lens(
+    name="types",
+    title="head types",
+    summary="previous-token, induction and sink heads at every checkpoint and when each emerged, from the forward "
+    "lens's scores against uniform attention; made from the store after a run with --lenses attention (--no-types: none)",
+    tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE),
+    asked_by="default",
+    needs=("store",),
+    record=TYPES_RECORD,
+    options=(
+        Option(
+            "--no-types",
+            "on",
+            bool,
+            "",
+            "with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
+            True,
+            switch=True,
+        ),
+    ),
+    make_options=switch_options,
+    off=lambda options: not options.lens_options_for("types").on or "attention" not in options.lenses,
+    stepwise=False,
+)
