@@ -6,13 +6,21 @@ which reads checkpoints again for pairs it lacks (`precompute.lenses.overlaps.pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
 from headwatch.analysis.errors import CheckpointError
 from headwatch.families.extract import extract_heads
 from headwatch.families.family import ModelShape
+
+if TYPE_CHECKING:
+    from headwatch.precompute.job.settings import StoreSettings
+    from headwatch.precompute.sources.source import Fetched
+
+# The per-head factors a lens over head pairs reads: both products of every head.
+BOTH_PRODUCTS = ("qk", "ov")
 
 
 def checked_factors(
@@ -31,6 +39,26 @@ def checked_factors(
             if layer is not None:
                 raise CheckpointError(f"non-finite values in {name} of layer {layer}; the checkpoint is corrupt or diverged")
     return factors
+
+
+def pair_scores(
+    fetched: Fetched, shape: ModelShape, settings: StoreSettings, compute: Callable[..., torch.Tensor]
+) -> torch.Tensor:
+    """``compute(qk, ov, dtype=, device=, chunk_elements=)`` on a fetched checkpoint's checked factors of both
+    products, under the store's spectrum dtype, device and chunk size (the composition and similarity lenses).
+
+    Raises:
+        CheckpointError: the factors are missing, misshapen or non-finite.
+    """
+    assert fetched.tensors is not None
+    factors = checked_factors(shape, fetched.tensors, BOTH_PRODUCTS)
+    return compute(
+        factors["qk"],
+        factors["ov"],
+        dtype=getattr(torch, settings.spectrum_dtype),
+        device=settings.device,
+        chunk_elements=settings.chunk_elements,
+    )
 
 
 def first_non_finite(w: torch.Tensor) -> int | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,17 +34,12 @@ from headwatch.analysis.weights.composition import (
 )
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import FactorsComputation
-from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.factors import pair_scores
 from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
-
-if TYPE_CHECKING:  # the state imports the context, which the lenses' computations import
-    pass
+from headwatch.precompute.store.tables import head_pair_rows
 
 log = logging.getLogger("precompute")
-
-# The per-head factors the lens reads: both products of every head.
-NEEDS = ("qk", "ov")
 
 
 def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None = None) -> pa.Table:
@@ -59,17 +54,7 @@ def composition_rows(step: int, scores: torch.Tensor, keep: torch.Tensor | None 
     mask = ~np.isnan(values).all(axis=0)  # (layer_a, head_a, layer_b, head_b): pairs with a < b
     if keep is not None:
         mask &= keep.numpy()
-    la, ha, lb, hb = np.nonzero(mask)  # C order: sorted by (layer_a, head_a, layer_b, head_b)
-    columns: dict[str, Any] = {
-        "step": pa.array(np.full(la.size, step, dtype=np.int64)),
-        "layer_a": pa.array(la.astype(np.int32)),
-        "head_a": pa.array(ha.astype(np.int32)),
-        "layer_b": pa.array(lb.astype(np.int32)),
-        "head_b": pa.array(hb.astype(np.int32)),
-    }
-    for i, kind in enumerate(KINDS):
-        columns[kind] = pa.array(values[i][mask].astype(np.float32))
-    return pa.table(columns, schema=COMPOSITION.schema)
+    return head_pair_rows(step, values, mask, KINDS, COMPOSITION.schema)
 
 
 def composition_work(fetched: Fetched, shape: ModelShape, settings: StoreSettings, *, top: int | None) -> pa.Table:
@@ -78,15 +63,7 @@ def composition_work(fetched: Fetched, shape: ModelShape, settings: StoreSetting
     Raises:
         CheckpointError: the factors are missing, misshapen or non-finite.
     """
-    assert fetched.tensors is not None
-    factors = checked_factors(shape, fetched.tensors, NEEDS)
-    scores = composition_scores(
-        factors["qk"],
-        factors["ov"],
-        dtype=getattr(torch, settings.spectrum_dtype),
-        device=settings.device,
-        chunk_elements=settings.chunk_elements,
-    )
+    scores = pair_scores(fetched, shape, settings, composition_scores)
     return composition_rows(fetched.ref.step, scores, None if top is None else strongest_sources(scores, top))
 
 

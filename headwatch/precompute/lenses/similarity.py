@@ -15,11 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from headwatch.analysis.store import ModelInfo
 from headwatch.analysis.store.lenses.similarity import (
@@ -40,17 +39,13 @@ from headwatch.analysis.weights.similarity import (
 )
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import FactorsComputation
-from headwatch.precompute.job.factors import checked_factors
+from headwatch.precompute.job.factors import pair_scores
 from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
-
-if TYPE_CHECKING:  # the state imports the context, which the lenses' computations import
-    pass
+from headwatch.precompute.store.tables import head_pair_rows
 
 log = logging.getLogger("precompute")
 
-# The per-head factors the lens reads: both products of every head.
-NEEDS = ("qk", "ov")
 assert COLUMNS == SIMILARITY_STATS, "analysis.weights.similarity and the store format name the columns alike"
 
 DEFINITIONS = {
@@ -76,17 +71,7 @@ def similarity_rows(step: int, values: np.ndarray) -> pa.Table:
     """
     n_layers, n_heads = values.shape[1:3]
     upper = np.triu(np.ones((n_layers * n_heads,) * 2, dtype=bool), 1).reshape(n_layers, n_heads, n_layers, n_heads)
-    la, ha, lb, hb = np.nonzero(upper)  # C order: sorted by (layer_a, head_a, layer_b, head_b)
-    columns: dict[str, Any] = {
-        "step": pa.array(np.full(la.size, step, dtype=np.int64)),
-        "layer_a": pa.array(la.astype(np.int32)),
-        "head_a": pa.array(ha.astype(np.int32)),
-        "layer_b": pa.array(lb.astype(np.int32)),
-        "head_b": pa.array(hb.astype(np.int32)),
-    }
-    for i, column in enumerate(COLUMNS):
-        columns[column] = pa.array(values[i][upper].astype(np.float32))
-    return pa.table(columns, schema=SIMILARITY.schema)
+    return head_pair_rows(step, values, upper, COLUMNS, SIMILARITY.schema)
 
 
 def ultrametricity_rows(step: int, values: np.ndarray, tol: float, baseline: Mapping[str, Any]) -> pa.Table:
@@ -124,15 +109,7 @@ def similarity_work(
     Raises:
         CheckpointError: the factors are missing, misshapen or non-finite.
     """
-    assert fetched.tensors is not None
-    factors = checked_factors(shape, fetched.tensors, NEEDS)
-    values = similarity(
-        factors["qk"],
-        factors["ov"],
-        dtype=getattr(torch, settings.spectrum_dtype),
-        device=settings.device,
-        chunk_elements=settings.chunk_elements,
-    ).numpy()
+    values = pair_scores(fetched, shape, settings, similarity).numpy()
     step = fetched.ref.step
     return {
         SIMILARITY.name: similarity_rows(step, values),

@@ -1,4 +1,4 @@
-"""Turn one checkpoint's statistics into ``heads.parquet`` and ``layers.parquet`` rows.
+"""Turn one checkpoint's statistics into ``heads.parquet`` and ``layers.parquet`` rows, and rows over pairs of heads.
 
 `analysis.weights.heads.checkpoint_statistics` returns arrays shaped ``(n_layers, n_heads, ...)``;
 this module lays them out as one row per (step, layer, head, matrix) with the
@@ -91,3 +91,27 @@ def layers_rows(step: int, records: list[dict[str, Any]]) -> pa.Table:
         else:
             cols[field.name] = [r[field.name] for r in records]
     return LAYERS.sorted(pa.table(cols, schema=LAYERS.schema))
+
+
+def head_pair_rows(step: int, values: np.ndarray, mask: np.ndarray, columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+    """One row per pair of heads of ``mask``, sorted by (layer_a, head_a, layer_b, head_b), with a float32 column per
+    statistic (the composition and similarity tables).
+
+    Args:
+        step: the checkpoint's step.
+        values: ``(len(columns), n_layers, n_heads, n_layers, n_heads)``, statistic first.
+        mask: bool ``(n_layers, n_heads, n_layers, n_heads)``: the pairs to write.
+        columns: the statistics' column names, in the order of ``values``.
+        schema: the table's schema.
+    """
+    la, ha, lb, hb = np.nonzero(mask)  # C order: sorted by (layer_a, head_a, layer_b, head_b)
+    table: dict[str, Any] = {
+        "step": pa.array(np.full(la.size, step, dtype=np.int64)),
+        "layer_a": pa.array(la.astype(np.int32)),
+        "head_a": pa.array(ha.astype(np.int32)),
+        "layer_b": pa.array(lb.astype(np.int32)),
+        "head_b": pa.array(hb.astype(np.int32)),
+    }
+    for i, column in enumerate(columns):
+        table[column] = pa.array(values[i][mask].astype(np.float32))
+    return pa.table(table, schema=schema)
