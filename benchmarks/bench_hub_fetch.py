@@ -126,7 +126,7 @@ def main() -> None:
     from headwatch.families.extract import attention_tensor_names, extract_heads
     from headwatch.families.registry import model_shape
     from headwatch.precompute.job.run import run_precompute
-    from headwatch.precompute.job.settings import FetchSettings, RunOptions
+    from headwatch.precompute.settings import FetchSettings, RunOptions
     from headwatch.precompute.sources.fetch import HubHttp, Meter, human_bytes
     from headwatch.precompute.sources.ranges import element_masks, header_from_metadata, header_read_cost, read_tensors
 

@@ -11,7 +11,7 @@ stage, in this process, each into a fresh store:
   (`--matrices`), 2 checkpoints;
 - ``attention``: the forward-pass lens (N x T evaluation tokens, the induction probe), 2 checkpoints;
 - ``llc``: the refined LLC of every head and the whole model at one checkpoint, under the default
-  sampler settings (`precompute.job.settings.SamplerSettings`) unless ``--llc-draws`` says otherwise.
+  sampler settings (`precompute.settings.SamplerSettings`) unless ``--llc-draws`` says otherwise.
 
 Seconds per checkpoint are the stage's wall time over the checkpoints it computed (the store's
 commit included; the model's writing excluded). Peak memory: on CUDA the stage's
@@ -101,7 +101,7 @@ def peak_memory(device: str) -> float:
 def main() -> None:
     from headwatch.analysis.store.lenses.llc import LlcOptions, SamplerSettings
     from headwatch.precompute.job.run import run_precompute
-    from headwatch.precompute.job.settings import RunOptions
+    from headwatch.precompute.settings import RunOptions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")

@@ -2,7 +2,7 @@
 
 Timed as the stage runs an estimate (the model loaded once per checkpoint, then one
 `estimate_llc` per head and one for the whole model) under the default sampler settings
-(`precompute.job.settings.SamplerSettings`, or ``--draws`` / ``--batch-size`` / ``--sequences``):
+(`precompute.settings.SamplerSettings`, or ``--draws`` / ``--batch-size`` / ``--sequences``):
 
 - the reference run's checkpoints (``--reference runs/shakespeare-pythia-6x8``; 6 layers x 8 heads,
   d_model 256, 4.9M parameters) on its held-out split: a head of the first layer (the backward pass

@@ -62,7 +62,7 @@ CONFIG_12B: dict[str, Any] = {
 RUN = """
 import sys
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 kw = dict(device="cpu", progress=False, lens_options={"embeddings": {"on": False}, "overlaps": {"k": 8}})
 if sys.argv[3]:
     kw["matrices"] = tuple(sys.argv[3].split(","))

@@ -35,7 +35,7 @@ from headwatch.analysis.weights.heads import checkpoint_vectors
 from headwatch.families.extract import attention_tensor_names, extract_qk
 from headwatch.families.registry import model_shape
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import file_sha256, weight_files
 from headwatch.precompute.sources.weights import read_tensors, tensor_names
 from headwatch.precompute.store.pairs import HeadVectors, pair_rows

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RayOptions, RunOptions
+from headwatch.precompute.settings import RayOptions, RunOptions
 
 # A small-to-medium GPT-NeoX: 8 layers, 16 heads, d_model 1024 (d_head 64), MLP 2048, vocab 512.
 SHAPE: dict[str, Any] = {

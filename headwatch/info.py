@@ -1,7 +1,7 @@
 """``headwatch info STORE``: what a store holds, read from its meta.json and files (no torch).
 
 Reads through `analysis.store` (`open_store`, the typed `Meta`, the declared tables) and
-compares the recorded settings with the job's defaults (`precompute.job.settings`) to say what a
+compares the recorded settings with the job's defaults (`precompute.settings`) to say what a
 rerun with the default options would add.
 """
 
@@ -14,7 +14,7 @@ from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store.format import MATRICES
 from headwatch.analysis.store.lenses import LENSES, TABLES
 from headwatch.analysis.store.reader import open_store, read_table
-from headwatch.precompute.job.settings import DEFAULT_MATRICES, RunOptions
+from headwatch.precompute.settings import DEFAULT_MATRICES, RunOptions
 from headwatch.units import human_bytes
 
 EXIT_OK, EXIT_USAGE = 0, 2

@@ -27,7 +27,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options: the ones of ``python -m headwatch.precompute`` that change what a run does."""
     from headwatch.analysis.store.lenses import LENSES
-    from headwatch.precompute.job.settings import DEFAULT_MATRICES, MATRIX_CHOICES
+    from headwatch.precompute.settings import DEFAULT_MATRICES, MATRIX_CHOICES
 
     p.add_argument("source", metavar="SOURCE", help="a folder of step<N>/ checkpoint folders, or a Hub model id")
     p.add_argument(
@@ -137,7 +137,7 @@ def store_figures(*, matrices: tuple[str, ...], lenses: tuple[str, ...] = ()) ->
     shipped store's sizes, the composition's without ``--composition-top``)."""
     from headwatch.analysis.store.lenses import LENSES
     from headwatch.precompute import costs
-    from headwatch.precompute.job.settings import RunOptions
+    from headwatch.precompute.settings import RunOptions
 
     options = RunOptions(matrices=matrices, lenses=lenses)
     return [costs.HEADS_BYTES] + [lens.store_bytes for lens in LENSES if lens.store_bytes and lens.asked(options)]
@@ -239,7 +239,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     from headwatch.families.registry import model_shape
     from headwatch.precompute import costs
     from headwatch.precompute.evalset import check_length, model_context
-    from headwatch.precompute.job.settings import FetchSettings, matrices_option
+    from headwatch.precompute.settings import FetchSettings, matrices_option
     from headwatch.precompute.sources.fetch import Meter
     from headwatch.precompute.sources.local import LocalSource
     from headwatch.precompute.sources.resolve import open_source

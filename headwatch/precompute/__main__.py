@@ -36,7 +36,7 @@ from headwatch.analysis.store.format import META_FILE
 from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.precompute import evalset
-from headwatch.precompute.job.settings import (
+from headwatch.precompute.settings import (
     DEFAULT_MATRICES,
     RayOptions,
     RunOptions,
@@ -50,7 +50,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NETWORK, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 
 def parse_matrices(value: str) -> tuple[str, ...]:
-    """``--matrices``: `precompute.job.settings.matrices_option`, its error as argparse's."""
+    """``--matrices``: `precompute.settings.matrices_option`, its error as argparse's."""
     try:
         return matrices_option(value)
     except ValueError as exc:
@@ -232,7 +232,7 @@ def _dest(lens: Lens, field: str) -> str:
 
 def lens_options(args: argparse.Namespace, lenses: tuple[str, ...]) -> dict[str, object]:
     """The options of every lens the run may compute, from the parsed lens flags (a flag not given: its default,
-    `precompute.job.settings.option_default`): the lenses asked for by name, and those on by default.
+    `precompute.settings.option_default`): the lenses asked for by name, and those on by default.
 
     Raises:
         ValueError: a flag given for a lens not asked for, or a value the lens refuses.

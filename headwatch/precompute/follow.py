@@ -79,7 +79,7 @@ from headwatch.analysis.store.format import META_FILE
 from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.precompute.job.context import RunReport
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import find_checkpoints, incomplete_reason
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource, own_commit

@@ -36,7 +36,6 @@ import pandas as pd
 from headwatch.analysis.llc.diagnostics import chain_diagnostics, flag, rise_z
 from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.precompute import evalset
-from headwatch.precompute.job.settings import RunOptions
 from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc import (
     LLC_MODEL,
@@ -46,6 +45,7 @@ from headwatch.precompute.lenses.llc import (
     masked_parameters,
     sampler_sequences,
 )
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.fetch import Meter
 
 log = logging.getLogger("precompute")

@@ -32,8 +32,8 @@ from headwatch.families.family import ModelShape
 from headwatch.precompute.__main__ import main as precompute
 from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext
 from headwatch.precompute.job.factors import checked_factors
-from headwatch.precompute.job.settings import StoreSettings
 from headwatch.precompute.lenses.computations import COMPUTATIONS, joined
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import make_suite
 

@@ -18,7 +18,7 @@ import transformers
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.composition import COMPOSITION, CompositionOptions
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb, run_cli
 from tests.unit.test_composition import dense_scores
 

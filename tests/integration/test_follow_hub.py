@@ -23,7 +23,7 @@ from headwatch.analysis.store.following import read_status
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.follow import follow_hub, hub_repo
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.hub import own_commit
 from tests.integration.conftest import make_suite
 from tests.integration.test_follow import assert_same_store, listed

@@ -32,7 +32,7 @@ from headwatch.families.extract import extract_qk
 from headwatch.families.registry import model_shape
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import FetchSettings, RunOptions
+from headwatch.precompute.settings import FetchSettings, RunOptions
 from headwatch.precompute.sources.checkpoints import read_folder
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource

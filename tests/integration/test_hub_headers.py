@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.families.registry import model_shape
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource
 from headwatch.precompute.sources.revisions import CheckpointRef

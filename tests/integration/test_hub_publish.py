@@ -25,7 +25,7 @@ from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.analysis.store.lenses.overlaps import OVERLAP_COLUMN_DOCS
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.store.publish import dataset_card, push_store
 from headwatch.precompute.store.publish import main as publish_main
 from headwatch.precompute.store.writer import commit_store

@@ -23,7 +23,7 @@ from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import CheckpointError
 from headwatch.families.family import ModelShape
 from headwatch.families.registry import model_shape
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources import ranges
 from headwatch.precompute.sources.fetch import HubHttp, HubUnreachableError, Meter
 from headwatch.precompute.sources.ranges import element_masks, header_from_metadata, plan_ranges, read_tensors

@@ -19,7 +19,7 @@ from huggingface_hub import constants
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import neox_model, perturb
 
 BLOCK_SUFFIXES = (

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions, matrices_option
+from headwatch.precompute.settings import RunOptions, matrices_option
 from tests.integration.conftest import run_cli
 
 ROLES = {  # role -> GPT-NeoX tensor suffix

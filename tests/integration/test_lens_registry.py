@@ -40,8 +40,8 @@ from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, missing_steps
 from headwatch.precompute.job.factors import checked_factors
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions, StoreSettings
 from headwatch.precompute.lenses.computations import COMPUTATIONS, joined
+from headwatch.precompute.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from tests.integration.conftest import REPO, make_suite, run_cli
 from tests.integration.every_lens import compare_stores, every_lens_argv, lens_files

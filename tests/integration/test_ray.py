@@ -29,7 +29,7 @@ from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import ClusterError
 from headwatch.precompute.__main__ import main
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RayOptions, RunOptions
+from headwatch.precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.local import recorded_folder
 from tests.integration.conftest import make_suite
 

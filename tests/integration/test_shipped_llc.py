@@ -2,7 +2,7 @@
 
 Every store under ``data/`` with an ``llc.parquet`` must hold what `scripts/induction-runs.sh` makes: the
 checkpoints listed in ``meta.json``, every head and the whole model at each, under the default sampler settings
-(`precompute.job.settings.SamplerSettings`: 4 chains x (48 burn-in + 96 draws), the setting that ranks heads as the
+(`precompute.settings.SamplerSettings`: 4 chains x (48 burn-in + 96 draws), the setting that ranks heads as the
 paper's 4 x 200 chains do, docs/precompute.md), and every estimate's chains in ``llc_chains.parquet`` with its
 flag (`analysis.llc.diagnostics`). An estimate under other settings, or without diagnostics, is not shipped (the
 plain-text runs' 2 x 8 estimates were removed on 2026-11-26 for that reason).

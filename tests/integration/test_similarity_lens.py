@@ -21,7 +21,7 @@ from headwatch.analysis.store.lenses.similarity import SIMILARITY, ULTRAMETRICIT
 from headwatch.analysis.weights.similarity import COLUMNS
 from headwatch.analysis.weights.ultrametric import distance, ultrametric_shares
 from headwatch.precompute.job.run import run_precompute
-from headwatch.precompute.job.settings import RunOptions
+from headwatch.precompute.settings import RunOptions
 from tests.integration.conftest import perturb, run_cli
 from tests.integration.test_composition_lens import family_suite, neox_suite, own_factors
 from tests.unit.test_similarity import dense_similarity

@@ -1,10 +1,10 @@
-"""precompute.job.settings.resolve_settings: the one place the run's settings are decided."""
+"""precompute.settings.resolve_settings: the one place the run's settings are decided."""
 
 from __future__ import annotations
 
 import pytest
 
-from headwatch.precompute.job.settings import RunOptions, resolve_settings
+from headwatch.precompute.settings import RunOptions, resolve_settings
 
 
 def resolve(options: RunOptions, **kw):

@@ -137,7 +137,7 @@ class Meta:
         failed: checkpoints that could not be read, by step.
         hist_edges: the standardized histogram's edges.
         matrices: which products ``heads.parquet`` rows describe.
-        settings: the resolved precompute settings (`precompute.job.settings.StoreSettings`).
+        settings: the resolved precompute settings (`precompute.settings.StoreSettings`).
         software: library versions that shaped the numbers.
         training: metadata of a run trained here (``run.json``: tokens per step, losses), else None.
         records: each lens's record of how its tables were made, by ``meta.json`` key, for the keys of

@@ -23,7 +23,7 @@ from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
-from headwatch.precompute.job.settings import RunOptions, StoreSettings
+from headwatch.precompute.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import human_bytes
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched, fingerprints_comparable

@@ -1,6 +1,6 @@
 """Where the per-checkpoint work runs: here, one checkpoint fetched ahead, or on a Ray cluster.
 
-`open_executor` picks one from `precompute.job.settings.RunOptions.executor`:
+`open_executor` picks one from `precompute.settings.RunOptions.executor`:
 
 - ``local`` (`LocalExecutor`): checkpoint t+1 is fetched in a background thread
   (`precompute.job.prefetch.Prefetcher`) while t is computed in the run's thread; at most
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import PassJob
 from headwatch.precompute.job.prefetch import Prefetcher
-from headwatch.precompute.job.settings import RunOptions, StoreSettings
 from headwatch.precompute.job.work import Executor, Results, Work, checkpoint_work
+from headwatch.precompute.settings import RunOptions, StoreSettings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched

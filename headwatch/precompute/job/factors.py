@@ -16,7 +16,7 @@ from headwatch.families.extract import extract_heads
 from headwatch.families.family import ModelShape
 
 if TYPE_CHECKING:
-    from headwatch.precompute.job.settings import StoreSettings
+    from headwatch.precompute.settings import StoreSettings
     from headwatch.precompute.sources.source import Fetched
 
 # The per-head factors a lens over head pairs reads: both products of every head.

@@ -45,8 +45,8 @@ from ray import exceptions as rx
 from headwatch.analysis.errors import ClusterError, HubUnreachableError
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import CHECKPOINT_ERRORS, PassJob
-from headwatch.precompute.job.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
 from headwatch.precompute.job.work import Results, Work, checkpoint_work
+from headwatch.precompute.settings import FetchSettings, RayOptions, StoreSettings, forwarded_environment, ray_die_once_marker
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef
@@ -100,7 +100,7 @@ def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Wo
 
 
 def _die_once() -> None:
-    """The test hook of `precompute.job.settings.ray_die_once_marker`: kill this worker, once per marker."""
+    """The test hook of `precompute.settings.ray_die_once_marker`: kill this worker, once per marker."""
     marker = ray_die_once_marker()
     if marker is None:
         return

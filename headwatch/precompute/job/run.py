@@ -70,11 +70,11 @@ from headwatch.precompute.job.context import (
     lens_device,
 )
 from headwatch.precompute.job.executor import open_executor
-from headwatch.precompute.job.settings import RunOptions, StoreSettings, resolve_settings
 from headwatch.precompute.job.state import RunState, open_state
 from headwatch.precompute.job.work import Executor, checkpoint_work
 from headwatch.precompute.lenses.attention import check_loadable
 from headwatch.precompute.lenses.computations import COMPUTATIONS
+from headwatch.precompute.settings import RunOptions, StoreSettings, resolve_settings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, select
@@ -98,7 +98,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         source: a folder of ``step<N>`` / ``checkpoint-<N>`` sub-folders, or a Hub model id
             (``EleutherAI/pythia-1.4b-deduped``) whose branches are the checkpoints.
         out: the store directory (created, or resumed if it exists).
-        options: what to compute (`precompute.job.settings.RunOptions`; default: its defaults).
+        options: what to compute (`precompute.settings.RunOptions`; default: its defaults).
 
     Returns:
         A `RunReport`; ``failed`` lists checkpoints that were skipped.
@@ -236,7 +236,7 @@ def _task_source(source: str | Path) -> str:
 
 
 def _settings(plan: Plan, options: RunOptions, stored: Meta | None) -> StoreSettings:
-    """The run's settings (`precompute.job.settings.resolve_settings`) given the source and the store."""
+    """The run's settings (`precompute.settings.resolve_settings`) given the source and the store."""
     src = plan.src
     run_info = src.run_info() or {}
     return resolve_settings(

@@ -26,7 +26,7 @@ from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import new_meta
 from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
 from headwatch.analysis.store.outputs import check_same_model
-from headwatch.precompute.job.settings import StoreSettings, software_versions
+from headwatch.precompute.settings import StoreSettings, software_versions
 from headwatch.precompute.store import pairs as ovl
 from headwatch.precompute.store.tables import placeholder_rows
 from headwatch.precompute.store.writer import commit_store

@@ -28,7 +28,7 @@ from headwatch.analysis.weights.heads import Device, checkpoint_statistics
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import PassJob
 from headwatch.precompute.job.factors import checked_factors
-from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store import pairs as ovl

@@ -36,7 +36,7 @@ from headwatch.precompute.job.context import (
     fill_missing,
     lens_device,
 )
-from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 

@@ -24,7 +24,7 @@ from headwatch.analysis.weights.layers import layer_matrix_statistics
 from headwatch.families.blocks import extract_blocks
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, refill
-from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store.tables import layers_rows
 

@@ -21,7 +21,7 @@ from headwatch.analysis.weights.heads import Device, checkpoint_vectors
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import CHECKPOINT_ERRORS, BaseComputation, RunContext, fetch_again
 from headwatch.precompute.job.factors import checked_factors
-from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.store.pairs import HeadVectors, OverlapFiller, Vectors, overlaps_meta
 
 log = logging.getLogger("precompute")

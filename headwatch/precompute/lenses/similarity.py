@@ -40,7 +40,7 @@ from headwatch.analysis.weights.similarity import (
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import FactorsComputation
 from headwatch.precompute.job.factors import pair_scores
-from headwatch.precompute.job.settings import StoreSettings
+from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 from headwatch.precompute.store.tables import head_pair_rows
 

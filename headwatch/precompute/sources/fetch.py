@@ -27,7 +27,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
 from headwatch.analysis.errors import CheckpointError, HubUnreachableError
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 
 T = TypeVar("T")
 log = logging.getLogger("precompute")

@@ -50,7 +50,7 @@ from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError
 from headwatch.families.blocks import block_tensor_names
 from headwatch.families.extract import attention_tensor_names
 from headwatch.families.family import ModelShape
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.checkpoints import (
     BIN_INDEX,
     SAFETENSORS_INDEX,

@@ -12,7 +12,7 @@ from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from headwatch.analysis.errors import CheckpointNotFoundError
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource
 from headwatch.precompute.sources.hubcache import HubCacheSource

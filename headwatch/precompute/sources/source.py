@@ -31,7 +31,7 @@ import torch
 from headwatch.analysis.errors import CheckpointError
 from headwatch.families.family import ModelShape
 from headwatch.families.registry import model_shape
-from headwatch.precompute.job.settings import FetchSettings
+from headwatch.precompute.settings import FetchSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 
 # How a checkpoint's sha256 was obtained (meta.json ``sha256_source``):

@@ -150,7 +150,7 @@ class Lenses:
 
         Raises:
             ValueError: a lens, table or record of that name exists, or it is asked for by ``--matrices`` (whose
-                choices are fixed when `precompute.job.settings` is imported).
+                choices are fixed when `precompute.settings` is imported).
         """
         taken = set(self.by_name) | set(self.tables) | set(self.records) | META_KEYS
         if lens.name in taken or any(spec.name in self.tables for spec in lens.tables) or (lens.meta_key in taken):

@@ -102,7 +102,7 @@ class Option:
         help: what it sets; the default is appended.
         default: its value when not given.
         switch: a flag without a value that sets the field to False (``--no-embeddings``).
-        env: the environment variable that gives its default instead (read by `precompute.job.settings`:
+        env: the environment variable that gives its default instead (read by `precompute.settings`:
             for a switch, ``0`` turns the field off).
     """
 
@@ -138,7 +138,7 @@ class Lens:
         seconds: what a checkpoint of it takes, and what that scales with (``headwatch plan`` prices it;
             None: not measured).
         store_bytes: what a checkpoint of it adds to the store (``headwatch plan``; None: not measured).
-        off: for a lens computed by default, whether the run's options (`precompute.job.settings.RunOptions`)
+        off: for a lens computed by default, whether the run's options (`precompute.settings.RunOptions`)
             turn it off.
         min_checkpoints: checkpoints with statistics a store needs before the lens has rows (2 for
             what compares consecutive checkpoints).
@@ -186,7 +186,7 @@ class Lens:
         return self.meta_key is not None and meta.records.get(self.meta_key) is not None
 
     def asked(self, options: Any) -> bool:
-        """Whether a run with ``options`` (`precompute.job.settings.RunOptions`) computes the lens."""
+        """Whether a run with ``options`` (`precompute.settings.RunOptions`) computes the lens."""
         if self.asked_by == "--lenses":
             return self.name in options.lenses
         if self.asked_by == "--matrices":
@@ -195,7 +195,7 @@ class Lens:
 
     def default_options(self) -> Any:
         """Its options with the declared defaults (None when it has none); a run's take the environment's
-        defaults too (`precompute.job.settings.RunOptions.lens_options_for`)."""
+        defaults too (`precompute.settings.RunOptions.lens_options_for`)."""
         if self.make_options is None:
             return None
         return self.make_options({o.field: o.default for o in self.options})
