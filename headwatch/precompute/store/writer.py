@@ -121,8 +121,8 @@ def _check_carried_over(store: Path, replaced: set[str]) -> None:
 
 def _write_parquet(path: Path, table: pa.Table, *, row_group_size: int | None = None) -> None:
     """zstd, with float columns (and lists of floats) byte-stream-split and no dictionary: their mantissas look
-    random to zstd byte by byte, while split into byte planes the exponent and high bytes compress; the shipped
-    stores' files are 38% smaller so (56.4 to 35.2 MB in all, 2026-11-27), the values the same bits."""
+    random to zstd byte by byte, while split into byte planes the exponent and high bytes compress, the values the
+    same bits (what the shipped stores gain: docs/store.md, "Encoding")."""
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
     lists = [f.name for f in table.schema if pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type)]
     others = [f.name for f in table.schema if f.name not in floats + lists]
