@@ -131,6 +131,8 @@ class Family:
         matrix_roles: per-head product (`HEAD_MATRICES`) -> the roles it reads, in the argument order of `qk` / `ov`.
         blocks: block role (`analysis.store.format.LAYER_ROLES`) -> name pattern, in display order.
         gated_mlp: three MLP matrices (gate, up, down) rather than two, as the cost counts see them.
+        folded_norms: what `qk` and `ov` fold into the factors (a QK-norm's or an output norm's gains), in a
+            sentence the dashboard's model card shows for the family's stores; empty: nothing is folded.
         devinterp_head_mask: devinterp's ``create_param_masks(model, "l{layer}h{head}")`` moves exactly one head of
             this family (tests/integration/test_llc.py); the refined LLC's ``devinterp`` implementation needs it.
         batched_forward: the functional forward of `families.forward` reads this family (the declarations under
@@ -143,6 +145,7 @@ class Family:
     matrix_roles: ClassVar[Roles]
     blocks: ClassVar[Patterns]
     gated_mlp: ClassVar[bool] = False
+    folded_norms: ClassVar[str] = ""
     devinterp_head_mask: ClassVar[bool] = False
     batched_forward: ClassVar[bool] = False
 

@@ -30,7 +30,7 @@ OUTPUT_NORM = tensor_pattern(r"layers\.(\d+)\.post_attention_layernorm\.weight")
 
 class Olmo2(Llama):
     name = "olmo2"
-    model_types = ("olmo2", "olmo3")
+    model_types: ClassVar[tuple[str, ...]] = ("olmo2", "olmo3")
     attention: ClassVar[Patterns] = {
         "q": Q_PROJ,
         "k": K_PROJ,
@@ -41,6 +41,10 @@ class Olmo2(Llama):
         "o_norm": OUTPUT_NORM,
     }
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k", "q_norm", "k_norm"), "ov": ("v", "o", "o_norm")}
+    folded_norms = (
+        "QK-norm (over all heads' width) folded: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); the attention-output norm's gains "
+        "folded into W_O; their per-token RMS left out"
+    )
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
         q_proj, k_proj, q_norm, k_norm = tensors

@@ -11,17 +11,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from headwatch.analysis.errors import CheckpointError, UnknownArchitectureError
+from headwatch.families.apertus import APERTUS
 from headwatch.families.family import Family, ModelShape
 from headwatch.families.geometry import Geometry
 from headwatch.families.gpt2 import GPT2
 from headwatch.families.gpt_neox import GPT_NEOX
 from headwatch.families.llama import LLAMA
 from headwatch.families.olmo2 import OLMO2
+from headwatch.families.olmoe import OLMOE
 from headwatch.families.qwen3 import QWEN3
 
 # Every family's adapter, in the order the refusals list them.
 FAMILIES: tuple[Family, ...] = (GPT_NEOX, GPT2, LLAMA)
-FAMILIES += (OLMO2, QWEN3)  # QK-norm families read with Llama's layout
+FAMILIES += (OLMO2, OLMOE, QWEN3, APERTUS)  # QK-norm families read with Llama's layout
 # config.json model_type -> its family's adapter
 MODEL_TYPES: dict[str, Family] = {model_type: family for family in FAMILIES for model_type in family.model_types}
 # meta.json model.family -> its adapter

@@ -47,19 +47,31 @@ BYTES: dict[str, Any] = dict(
 
 @dataclass(frozen=True)
 class Case:
-    """A family's planted model: its config, where its query and key norms' gains apply (``width``: the whole
-    projected width; ``head``: each head's d_head coordinates; None: no QK-norm) and the decoder layer's norm on the
-    attention's output (None: none); the block roles of its ``layers.parquet`` rows."""
+    """A family's planted model: its family (``meta.json`` ``model.family``), its config, where its query and key
+    norms' gains apply (``width``: the whole projected width; ``head``: each head's d_head coordinates; None: no
+    QK-norm), the decoder layer's norm on the attention's output (None: none) and the block roles of its
+    ``layers.parquet`` rows."""
 
+    family: str
     config: Callable[[], Any]
     qk_norm: str | None
     output_norm: str | None = None
     roles: tuple[str, ...] = ("attn_q", "attn_k", "attn_v", "attn_out", "mlp_gate", "mlp_in", "mlp_out")
 
 
+ATTENTION_ROLES = ("attn_q", "attn_k", "attn_v", "attn_out")
+# by model_type
 CASES = {
-    "olmo2": Case(lambda: transformers.Olmo2Config(**BYTES), "width", "post_attention_layernorm"),
-    "qwen3": Case(lambda: transformers.Qwen3Config(**BYTES, head_dim=12), "head"),
+    "olmo2": Case("olmo2", lambda: transformers.Olmo2Config(**BYTES), "width", "post_attention_layernorm"),
+    "olmo3": Case("olmo2", lambda: transformers.Olmo3Config(**BYTES, sliding_window=16), "width", "post_attention_layernorm"),
+    "olmoe": Case(  # the experts are not block roles
+        "olmoe", lambda: transformers.OlmoeConfig(**BYTES, num_experts=4, num_experts_per_tok=2), "width", roles=ATTENTION_ROLES
+    ),
+    "qwen3": Case("qwen3", lambda: transformers.Qwen3Config(**BYTES, head_dim=12), "head"),
+    "apertus": Case(
+        "apertus", lambda: transformers.ApertusConfig(**BYTES), "head", roles=(*ATTENTION_ROLES, "mlp_in", "mlp_out")
+    ),
+    "smollm3": Case("llama", lambda: transformers.SmolLM3Config(**BYTES, no_rope_layers=[1, 0]), None),
 }
 
 
@@ -117,7 +129,7 @@ def test_a_planted_model_goes_through_precompute(name: str, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     store = open_store(out)
     assert store.steps.tolist() == STEPS and store.meta.matrices == ["qk", "ov"]
-    assert json.loads((out / "meta.json").read_text())["model"]["family"] == name
+    assert json.loads((out / "meta.json").read_text())["model"]["family"] == case.family
     for i, step in enumerate(STEPS):
         model = transformers.AutoModelForCausalLM.from_pretrained(run / f"step{step}")
         dense = folded_heads(model, case)

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from safetensors.torch import load_file
 
 from headwatch.families.extract import attention_tensor_names, extract_heads
 from headwatch.families.family import ModelShape
-from headwatch.families.registry import family_of, model_shape
+from headwatch.families.registry import family_of, model_geometry, model_shape
 
 TOL = 1e-6  # float64: the bilinear forms against the largest score
 SEQ = 7  # differs from every head count, so a (batch, seq, heads, d_head) layout is told from (batch, heads, seq, d_head)
@@ -61,7 +62,36 @@ CASES = {
         lambda: transformers.Olmo2Config(**SMALL, num_attention_heads=4, num_key_value_heads=2, head_dim=12),
         output_norm="post_attention_layernorm",
     ),
+    "olmo3": Case(  # OLMo 2's tensors; a sliding-window layer and per-layer-type rotary parameters
+        "olmo2",
+        lambda: transformers.Olmo3Config(
+            **SMALL,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        output_norm="post_attention_layernorm",
+    ),
+    "olmoe": Case(  # OLMo 2's QK-norm, no output norm, a mixture-of-experts MLP
+        "olmoe",
+        lambda: transformers.OlmoeConfig(
+            **(SMALL | {"intermediate_size": 16}),
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_experts=4,
+            num_experts_per_tok=2,
+        ),
+    ),
     "qwen3": Case("qwen3", lambda: transformers.Qwen3Config(**SMALL, num_attention_heads=4, num_key_value_heads=2, head_dim=12)),
+    "apertus": Case("apertus", lambda: transformers.ApertusConfig(**SMALL, num_attention_heads=4, num_key_value_heads=2)),
+    "smollm3": Case(  # no QK-norm; layer 1 without the rotary embedding: Llama's adapter, the projections' outputs
+        "llama",
+        lambda: transformers.SmolLM3Config(**SMALL, num_attention_heads=4, num_key_value_heads=2, no_rope_layers=[1, 0]),
+        q="q_proj",
+        k="k_proj",
+        normed=False,
+    ),
 }
 
 
@@ -69,7 +99,10 @@ def _planted(case: Case, path: Path, seed: int) -> tuple[transformers.PreTrained
     """The case's model in float64, weights random, norm gains in [0.2, 3], attention biases zero; saved to ``path``
     and read back with its shape."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(case.config(), attn_implementation="eager").double().eval()
+    # experts (OLMoE) in a loop: the grouped matrix product has no float64
+    config = case.config()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", experts_implementation="eager")
+    model = model.double().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -164,10 +197,8 @@ def test_folded_w_qk_gives_the_models_own_scores(name: str, tmp_path: Path) -> N
         mine = torch.einsum("bim,hmn,bjn->bhij", rec["x"], w_qk, rec["x"])
         own = torch.einsum("bihd,bjhd->bhij", rec["q"], rec["k"])
         assert (mine - own).abs().max().item() < TOL * own.abs().max().item(), layer
-    # folding changed something: the unfolded projections do not give the model's queries
-    q_proj = next(t for n, t in tensors.items() if n.endswith("layers.0.self_attn.q_proj.weight"))
-    plain = torch.einsum("bsm,hdm->bshd", records[0]["x"], q_proj.view(shape.n_heads, shape.d_head, shape.d_model))
-    assert (plain - records[0]["q"]).abs().max().item() > 0.1
+    if case.normed:  # folding changed something: the unfolded projections do not give the model's queries
+        _unfolded_queries_differ(shape, tensors, records[0])
     # the extraction's float32 factors are these
     got = extract_heads(shape, tensors)
     for matrix in ("qk", "ov"):
@@ -175,6 +206,12 @@ def test_folded_w_qk_gives_the_models_own_scores(name: str, tmp_path: Path) -> N
             for stored, exact in zip(got[matrix], pair, strict=True):
                 assert stored.dtype == torch.float32
                 torch.testing.assert_close(stored[layer], exact.float(), rtol=0, atol=0)
+
+
+def _unfolded_queries_differ(shape: ModelShape, tensors: dict[str, torch.Tensor], rec: dict[str, torch.Tensor]) -> None:
+    q_proj = next(t for n, t in tensors.items() if n.endswith("layers.0.self_attn.q_proj.weight"))
+    plain = torch.einsum("bsm,hdm->bshd", rec["x"], q_proj.view(shape.n_heads, shape.d_head, shape.d_model))
+    assert (plain - rec["q"]).abs().max().item() > 0.1
 
 
 def _head_contributions(model, case: Case, shape: ModelShape, n_tokens: int = 5) -> list[dict[str, torch.Tensor]]:
@@ -239,3 +276,26 @@ def test_folded_w_ov_gives_each_heads_contribution(name: str, tmp_path: Path) ->
         assert (mine - rec["c"]).abs().max().item() < TOL * scale, layer
         if rec["normed"] is not None:  # the heads' folded contributions sum to the norm's output times its RMS
             assert (mine.sum(0) - rec["normed"]).abs().max().item() < TOL * rec["normed"].abs().max().item(), layer
+
+
+def test_geometry_of_the_mixture_of_experts_and_the_ungated_mlp() -> None:
+    """OLMoE's MLP a token passes through is its num_experts_per_tok gated experts; Apertus's MLP has two matrices."""
+    olmoe = CASES["olmoe"].config().to_dict()
+    geometry = model_geometry(model_shape(olmoe), olmoe)
+    assert (geometry.gated, geometry.d_mlp, geometry.kv_heads) == (True, 2 * 16, 2)
+    apertus = CASES["apertus"].config().to_dict()
+    geometry = model_geometry(model_shape(apertus), apertus)
+    assert (geometry.gated, geometry.d_mlp) == (False, 48)
+
+
+def test_the_model_card_says_what_is_folded() -> None:
+    from headwatch.dashboard.model_card import model_card_lines
+
+    def card(family: str) -> list[str]:
+        model = SimpleNamespace(id="m", family=family, n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8)
+        meta = SimpleNamespace(model=model, done_steps=[0, 1], duplicates=[], mixed=[], failed=[])
+        return model_card_lines(meta)  # type: ignore[arg-type]  # a stand-in with the attributes the card reads
+
+    assert any("W_QK = (g_q * W_Q)ᵀ (g_k * W_K)" in line and "W_O" in line for line in card("olmo2"))
+    assert any("QK-norm (per head) folded" in line for line in card("apertus"))
+    assert not any("folded" in line for line in card("llama") + card("gpt_neox"))
