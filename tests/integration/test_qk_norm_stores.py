@@ -14,20 +14,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.request import Request, urlopen
 
 import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_STATISTICS, ATTENTION_TABLES
 from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.families.extract import extract_heads
 from headwatch.families.forward import check_config
+from headwatch.families.registry import model_shape
 from headwatch.precompute.lenses.llc import check_family
+from headwatch.precompute.settings import FetchSettings
+from headwatch.precompute.sources.fetch import HubHttp, Meter
+from headwatch.precompute.sources.ranges import element_masks, read_tensors
 from tests.integration.conftest import perturb, run_cli
 from tests.integration.test_forward_lens import write_archive
+from tests.integration.test_hub_ranges import REPO_ID, remote_header
 
 STEPS = [0, 1]
 EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
@@ -154,3 +163,35 @@ def test_a_planted_model_goes_through_precompute(name: str, tmp_path: Path) -> N
         check_family({"model_type": name})
     with pytest.raises(UnknownArchitectureError, match=name):
         check_config({"model_type": name})
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_byte_ranges_read_the_norms_whole_and_give_the_same_factors(name: str, tmp_path: Path) -> None:
+    """The Hub source's range reader (`element_masks`, `read_tensors`, merge gap 0) on a bf16 checkpoint: the norms'
+    gains are read whole, the projections' needed elements only, and the factors equal those of the whole file."""
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(case.config())
+    with torch.no_grad():
+        for param_name, p in model.named_parameters():
+            if "norm" in param_name:
+                p.uniform_(0.2, 3.0)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "ckpt")
+    shape = model_shape(json.loads((tmp_path / "ckpt" / "config.json").read_text()))
+    want = extract_heads(shape, load_file(tmp_path / "ckpt" / "model.safetensors"))
+    repo = Repo()
+    commit = repo.add("step0", folder_files(tmp_path / "ckpt"))
+    with FakeHub() as hub:
+        hub.repos[REPO_ID] = repo
+        url = f"{hub.url}/{REPO_ID}/resolve/{commit}/model.safetensors"
+        http = HubHttp(FetchSettings(retries=3, backoff_s=0.001, timeout_s=10, concurrency=3), Meter())
+        header = remote_header(url, int(urlopen(Request(url, method="HEAD")).headers["Content-Length"]))
+        masks = element_masks(shape, {n: s.shape for n, s in header.tensors.items()}, matrices=("qk", "ov"))
+        gains = [n for n, mask in masks.items() if mask.ndim == 1]
+        assert len(gains) == shape.n_layers * (2 * (case.qk_norm is not None) + (case.output_norm is not None))
+        assert all(masks[n].all() for n in gains)
+        tensors = read_tensors(lambda a, b: http.get_range(url, a, b, what="test"), header, masks, merge_gap=0, where=url)
+    got = extract_heads(shape, tensors)
+    for matrix in ("qk", "ov"):
+        for mine, whole in zip(got[matrix], want[matrix], strict=True):
+            assert torch.equal(mine, whole), matrix
