@@ -27,13 +27,16 @@ from headwatch.families.geometry import Geometry
 from headwatch.families.llama import K_PROJ, O_PROJ, Q_PROJ, V_PROJ
 from headwatch.families.olmo2 import K_NORM, Q_NORM, Olmo2
 
+# the blocks of a mixture-of-experts family: the attention's projections (an expert's weights are not one per layer)
+ATTENTION_BLOCKS: Patterns = {"attn_q": Q_PROJ, "attn_k": K_PROJ, "attn_v": V_PROJ, "attn_out": O_PROJ}
+
 
 class Olmoe(Olmo2):
     name = "olmoe"
     model_types: ClassVar[tuple[str, ...]] = ("olmoe",)
     attention: ClassVar[Patterns] = {"q": Q_PROJ, "k": K_PROJ, "q_norm": Q_NORM, "k_norm": K_NORM, "v": V_PROJ, "o": O_PROJ}
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k", "q_norm", "k_norm"), "ov": ("v", "o")}
-    blocks: ClassVar[Patterns] = {"attn_q": Q_PROJ, "attn_k": K_PROJ, "attn_v": V_PROJ, "attn_out": O_PROJ}
+    blocks: ClassVar[Patterns] = ATTENTION_BLOCKS
     folded_norms = "QK-norm (over all heads' width) folded: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); its per-token RMS left out"
 
     def ov(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
@@ -41,8 +44,14 @@ class Olmoe(Olmo2):
         return super(Olmo2, self).ov(shape, *tensors)
 
     def geometry(self, shape: Any, config: Mapping[str, Any]) -> Geometry:
-        active = int(config.get("num_experts_per_tok") or 1) * int(config.get("intermediate_size") or 4 * shape.d_model)
-        return super().geometry(shape, {**config, "intermediate_size": active})
+        return super().geometry(shape, active_experts(shape, config))
+
+
+def active_experts(shape: Any, config: Mapping[str, Any], width: str = "intermediate_size") -> dict[str, Any]:
+    """The config with ``intermediate_size`` the summed width of the ``num_experts_per_tok`` experts a token passes
+    through (each ``config[width]`` wide), as the cost counts see a mixture of experts: one gated MLP."""
+    per_expert = int(config.get(width) or config.get("intermediate_size") or 4 * shape.d_model)
+    return {**config, "intermediate_size": int(config.get("num_experts_per_tok") or 1) * per_expert}
 
 
 OLMOE = Olmoe()

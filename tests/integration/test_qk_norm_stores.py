@@ -76,7 +76,22 @@ CASES = {
     "olmoe": Case(  # the experts are not block roles
         "olmoe", lambda: transformers.OlmoeConfig(**BYTES, num_experts=4, num_experts_per_tok=2), "width", roles=ATTENTION_ROLES
     ),
+    "flex_olmo": Case(
+        "flex_olmo",
+        lambda: transformers.FlexOlmoConfig(**BYTES, num_experts=4, num_experts_per_tok=2),
+        "width",
+        "post_attention_layernorm",
+        roles=ATTENTION_ROLES,
+    ),
     "qwen3": Case("qwen3", lambda: transformers.Qwen3Config(**BYTES, head_dim=12), "head"),
+    "qwen3_moe": Case(
+        "qwen3_moe",
+        lambda: transformers.Qwen3MoeConfig(
+            **BYTES, head_dim=12, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, mlp_only_layers=[1]
+        ),
+        "head",
+        roles=ATTENTION_ROLES,
+    ),
     "apertus": Case(
         "apertus", lambda: transformers.ApertusConfig(**BYTES), "head", roles=(*ATTENTION_ROLES, "mlp_in", "mlp_out")
     ),

@@ -83,6 +83,30 @@ CASES = {
             num_experts_per_tok=2,
         ),
     ),
+    "flex_olmo": Case(  # OLMo 2's attention and output norm, OLMoE's experts
+        "flex_olmo",
+        lambda: transformers.FlexOlmoConfig(
+            **(SMALL | {"intermediate_size": 16}),
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_experts=4,
+            num_experts_per_tok=2,
+        ),
+        output_norm="post_attention_layernorm",
+    ),
+    "qwen3_moe": Case(  # Qwen3's attention; layer 1 a dense MLP
+        "qwen3_moe",
+        lambda: transformers.Qwen3MoeConfig(
+            **SMALL,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            mlp_only_layers=[1],
+        ),
+    ),
     "qwen3": Case("qwen3", lambda: transformers.Qwen3Config(**SMALL, num_attention_heads=4, num_key_value_heads=2, head_dim=12)),
     "apertus": Case("apertus", lambda: transformers.ApertusConfig(**SMALL, num_attention_heads=4, num_key_value_heads=2)),
     "smollm3": Case(  # no QK-norm; layer 1 without the rotary embedding: Llama's adapter, the projections' outputs
@@ -283,6 +307,8 @@ def test_geometry_of_the_mixture_of_experts_and_the_ungated_mlp() -> None:
     olmoe = CASES["olmoe"].config().to_dict()
     geometry = model_geometry(model_shape(olmoe), olmoe)
     assert (geometry.gated, geometry.d_mlp, geometry.kv_heads) == (True, 2 * 16, 2)
+    qwen3_moe = CASES["qwen3_moe"].config().to_dict()
+    assert model_geometry(model_shape(qwen3_moe), qwen3_moe).d_mlp == 2 * 16  # moe_intermediate_size
     apertus = CASES["apertus"].config().to_dict()
     geometry = model_geometry(model_shape(apertus), apertus)
     assert (geometry.gated, geometry.d_mlp) == (False, 48)
