@@ -1,10 +1,12 @@
 """The Llama-layout families with norms inside the attention, through ``python -m headwatch.precompute``.
 
 Per family, a tiny byte-level model (random weights, random norm gains) saved by transformers at two steps, with a
-``run.json`` and its corpus archive as `training/` writes them, run with ``--matrices qk,ov,layers --lenses
-attention``: the store has every matrix's rows and the attention lens's tables, its W_QK and W_OV singular values are
-those of an independent float64 computation from the model's own modules with the norms' gains folded (written here,
-apart from headwatch.families), and the refined LLC refuses the family by name before anything is written.
+``run.json`` and its corpus archive as `training/` writes them, run with ``--matrices qk,ov,layers --lenses attention
+--lenses composition``: the store has every matrix's rows, its W_QK and W_OV singular values are those of an
+independent float64 computation from the model's own modules with the norms' gains folded (written here, apart from
+headwatch.families), the forward lenses (attention, head types) and the composition lens have rows, and the refined
+LLC refuses the family by name before anything is written. The Hub source's range reader reads each family's
+checkpoint to the whole file's factors.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from urllib.request import Request, urlopen
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 import transformers
@@ -26,7 +29,9 @@ from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_STATISTICS, ATTENTION_TABLES
+from headwatch.analysis.store.lenses.composition import COMPOSITION
 from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.analysis.store.lenses.types import HEAD_TYPES_TABLE
 from headwatch.families.extract import extract_heads
 from headwatch.families.forward import check_config
 from headwatch.families.registry import model_shape
@@ -39,7 +44,7 @@ from tests.integration.test_forward_lens import write_archive
 from tests.integration.test_hub_ranges import REPO_ID, remote_header
 
 STEPS = [0, 1]
-EVAL = ("--lenses", "attention", "--eval-sequences", "4", "--eval-length", "32")
+EVAL = ("--lenses", "attention", "--lenses", "composition", "--eval-sequences", "4", "--eval-length", "32")
 BYTES: dict[str, Any] = dict(
     vocab_size=256,
     hidden_size=32,
@@ -166,8 +171,8 @@ def test_a_planted_model_goes_through_precompute(name: str, tmp_path: Path) -> N
     layers = store.frame(LAYERS, columns=["step", "layer", "role"])
     assert layers is not None and set(layers["role"]) == set(case.roles)
     assert len(layers) == len(STEPS) * 2 * len(case.roles)
-    for spec in ATTENTION_TABLES:
-        assert (out / spec.file).exists(), spec.file
+    for spec in (*ATTENTION_TABLES, HEAD_TYPES_TABLE, COMPOSITION):  # the forward lenses, head types, composition
+        assert pq.read_table(out / spec.file).num_rows > 0, spec.file
     stat = ATTENTION_STATISTICS[0]
     entropy = store.dense(ATTENTION, stat)
     assert entropy is not None and entropy.shape == (2, 2, 4) and np.isfinite(entropy).all()
