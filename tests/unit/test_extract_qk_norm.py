@@ -302,6 +302,10 @@ def test_folded_w_ov_gives_each_heads_contribution(name: str, tmp_path: Path) ->
         assert (mine - rec["c"]).abs().max().item() < TOL * scale, layer
         if rec["normed"] is not None:  # the heads' folded contributions sum to the norm's output times its RMS
             assert (mine.sum(0) - rec["normed"]).abs().max().item() < TOL * rec["normed"].abs().max().item(), layer
+            # and the output norm's gains are what makes it so: W_O as stored is off by them
+            o_proj = next(t for n, t in tensors.items() if n.endswith(f"layers.{layer}.self_attn.o_proj.weight"))
+            plain = o_proj.T.reshape(shape.n_heads, shape.d_head, shape.d_model).transpose(-1, -2) @ v
+            assert (torch.einsum("hij,tj->hti", plain, rec["x"]) - rec["c"]).abs().max().item() > 0.1 * scale
 
 
 def test_geometry_of_the_mixture_of_experts_and_the_ungated_mlp() -> None:
