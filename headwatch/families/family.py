@@ -19,6 +19,9 @@ without importing torch.
 A family that normalises queries and keys (QK-norm) lists the norms' gains among its ``qk`` roles
 (`Family.matrix_roles`, with their patterns in `Family.attention`) and folds them into W_Q and W_K in its
 `Family.qk`, which receives every tensor of those roles for one layer; values and outputs likewise in `Family.ov`.
+The convention (docs/design-notes.md section 7): the gains are folded (`scale_rows`: W_QK = (g_q * W_Q)^T (g_k * W_K),
+an output norm's gains into W_O's rows), the per-token RMS factors are left out, as 1/sqrt(d_head) and the rotary
+embedding are.
 """
 
 from __future__ import annotations
@@ -88,6 +91,17 @@ def check_shape(t: Tensor, expected: tuple[int, ...], what: str) -> None:
         raise CheckpointError(f"{what} has shape {tuple(t.shape)}, expected {expected} from config.json")
 
 
+def scale_rows(weight: Tensor, gain: Tensor) -> Tensor:
+    """``diag(gain) @ weight``: a norm's gains folded into the rows of the projection it normalises (a gain per
+    output coordinate of ``weight``, ``(rows, cols)``, ``gain`` ``(rows,)``), computed in float32 at least (a
+    float64 checkpoint stays float64), so that a bf16 or fp16 checkpoint's product is not rounded to its dtype."""
+    if weight.dtype.itemsize < 4:
+        weight = weight.float()
+    if gain.dtype.itemsize < 4:
+        gain = gain.float()
+    return gain[:, None] * weight
+
+
 @dataclass(frozen=True)
 class ForwardConfig:
     """What the functional forward reads from a transformers config besides the parameters (`Family.forward_config`).
@@ -117,6 +131,8 @@ class Family:
         matrix_roles: per-head product (`HEAD_MATRICES`) -> the roles it reads, in the argument order of `qk` / `ov`.
         blocks: block role (`analysis.store.format.LAYER_ROLES`) -> name pattern, in display order.
         gated_mlp: three MLP matrices (gate, up, down) rather than two, as the cost counts see them.
+        folded_norms: what `qk` and `ov` fold into the factors (a QK-norm's or an output norm's gains), in a
+            sentence the dashboard's model card shows for the family's stores; empty: nothing is folded.
         devinterp_head_mask: devinterp's ``create_param_masks(model, "l{layer}h{head}")`` moves exactly one head of
             this family (tests/integration/test_llc.py); the refined LLC's ``devinterp`` implementation needs it.
         batched_forward: the functional forward of `families.forward` reads this family (the declarations under
@@ -129,6 +145,7 @@ class Family:
     matrix_roles: ClassVar[Roles]
     blocks: ClassVar[Patterns]
     gated_mlp: ClassVar[bool] = False
+    folded_norms: ClassVar[str] = ""
     devinterp_head_mask: ClassVar[bool] = False
     batched_forward: ClassVar[bool] = False
 

@@ -1,4 +1,7 @@
-"""Llama-style models (Llama, Mistral, OLMo, Qwen2): the family's adapter (`families.family.Family`).
+"""Llama-style models (Llama, Mistral, OLMo, Qwen2, SmolLM3): the family's adapter (`families.family.Family`).
+
+SmolLM3's attention is Llama's tensors exactly (no QK-norm); its layers without the rotary embedding
+(``no_rope_layers``) change nothing in W_QK, which is read before the rotary embedding in every layer.
 
 - Attention: separate ``q_proj`` / ``k_proj`` (``(n_heads d_head, d_model)`` and ``(n_kv_heads d_head, d_model)``);
   under grouped-query attention K head ``j`` serves the ``n_heads / n_kv_heads`` consecutive query heads
@@ -27,7 +30,7 @@ O_PROJ = tensor_pattern(r"layers\.(\d+)\.self_attn\.o_proj\.weight")
 
 class Llama(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "olmo", "qwen2")
+    model_types: ClassVar[tuple[str, ...]] = ("llama", "mistral", "olmo", "qwen2", "smollm3")
     attention: ClassVar[Patterns] = {"q": Q_PROJ, "k": K_PROJ, "v": V_PROJ, "o": O_PROJ}
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k"), "ov": ("v", "o")}
     blocks: ClassVar[Patterns] = {

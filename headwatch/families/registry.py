@@ -11,14 +11,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from headwatch.analysis.errors import CheckpointError, UnknownArchitectureError
+from headwatch.families.apertus import APERTUS
 from headwatch.families.family import Family, ModelShape
+from headwatch.families.flex_olmo import FLEX_OLMO
 from headwatch.families.geometry import Geometry
 from headwatch.families.gpt2 import GPT2
 from headwatch.families.gpt_neox import GPT_NEOX
 from headwatch.families.llama import LLAMA
+from headwatch.families.olmo2 import OLMO2
+from headwatch.families.olmoe import OLMOE
+from headwatch.families.qwen3 import QWEN3
+from headwatch.families.qwen3_moe import QWEN3_MOE
 
 # Every family's adapter, in the order the refusals list them.
 FAMILIES: tuple[Family, ...] = (GPT_NEOX, GPT2, LLAMA)
+FAMILIES += (OLMO2, OLMOE, FLEX_OLMO, QWEN3, QWEN3_MOE, APERTUS)  # QK-norm families on Llama's layout
 # config.json model_type -> its family's adapter
 MODEL_TYPES: dict[str, Family] = {model_type: family for family in FAMILIES for model_type in family.model_types}
 # meta.json model.family -> its adapter

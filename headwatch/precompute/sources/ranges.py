@@ -139,6 +139,11 @@ def element_masks(
     For ``ov`` of GPT-NeoX that is the V rows of the fused QKV weight and every element
     of ``attention.dense``; for ``qk`` alone only the Q and K rows.
 
+    A 1-D attention tensor is a norm's gains, which the adapter folds into the factors by scaling rows
+    (`families.family.scale_rows`; QK-norm, an output norm): it is read whole, and is ones in every probe. A fold
+    then multiplies an element's probe values by the factor a gain of one gives (1, or 2 under Gemma's ``1 + w``), so
+    both probes are divided by a third, probe C, which holds ones in every weight: the quotient is the index again.
+
     Args:
         shape: the model.
         tensor_shapes: name -> shape of every tensor in the checkpoint.
@@ -148,33 +153,40 @@ def element_masks(
         name -> bool tensor of that tensor's shape, for every attention tensor.
 
     Raises:
-        CheckpointError: an attention tensor is not 2-D, or a layer's tensor shapes
+        CheckpointError: an attention tensor is neither a 2-D weight nor 1-D gains, or a layer's tensor shapes
             differ from layer 0's.
     """
     names = attention_tensor_names(shape, tensor_shapes, matrices=matrices)
     per_layer = len(names) // shape.n_layers
     first = names[:per_layer]
     for name in names:
-        if len(tensor_shapes[name]) != 2:
-            raise CheckpointError(f"attention tensor {name!r} has shape {tensor_shapes[name]}; expected a 2-D weight")
-    rows = 1 + max(tensor_shapes[n][0] for n in first)
-    assert per_layer * rows < 2**24, "probe indices must be exact in float32"
-    probe_a, probe_b = {}, {}
-    for j, name in enumerate(first):
+        if len(tensor_shapes[name]) not in (1, 2):
+            raise CheckpointError(
+                f"attention tensor {name!r} has shape {tensor_shapes[name]}; expected a 2-D weight or a norm's 1-D gains"
+            )
+    weights = [n for n in first if len(tensor_shapes[n]) == 2]
+    rows = 1 + max(tensor_shapes[n][0] for n in weights)
+    assert 2 * len(weights) * rows < 2**24, "probe indices must be exact in float32, a fold's factor 2 included"
+    gains = {n: torch.ones(tensor_shapes[n], dtype=torch.float32) for n in first if n not in weights}
+    probe_a, probe_b, probe_c = dict(gains), dict(gains), dict(gains)
+    for j, name in enumerate(weights):
         r, c = tensor_shapes[name]
         probe_a[name] = (j * rows + torch.arange(r, dtype=torch.float32))[:, None].expand(r, c)
         probe_b[name] = torch.arange(c, dtype=torch.float32)[None, :].expand(r, c)
+        probe_c[name] = torch.ones((r, c), dtype=torch.float32)
     one_layer = dataclasses.replace(shape, n_layers=1)
     sources = extract_heads(one_layer, probe_a, matrices=matrices)  # matrix -> factors (1, n_heads, d_head, d_model)
     columns = extract_heads(one_layer, probe_b, matrices=matrices)
-    masks0 = {name: torch.zeros(tensor_shapes[name], dtype=torch.bool) for name in first}
-    pairs = [(src, col) for m in matrices for src, col in zip(sources[m], columns[m], strict=True)]
-    for src, col in pairs:
+    folds = extract_heads(one_layer, probe_c, matrices=matrices)  # the factor a fold of unit gains multiplies by
+    masks0 = {name: torch.zeros(tensor_shapes[name], dtype=torch.bool) for name in weights}
+    masks0 |= {name: torch.ones(tensor_shapes[name], dtype=torch.bool) for name in gains}  # gains: read whole
+    pairs = [(s, c, f) for m in matrices for s, c, f in zip(sources[m], columns[m], folds[m], strict=True)]
+    for src, col, fold in pairs:
         for h in range(src.shape[1]):  # one head at a time keeps the index arrays small
-            a = src[0, h].reshape(-1).to(torch.int64)
-            b = col[0, h].reshape(-1).to(torch.int64)
+            a = (src[0, h] / fold[0, h]).round().reshape(-1).to(torch.int64)
+            b = (col[0, h] / fold[0, h]).round().reshape(-1).to(torch.int64)
             tensor, row = a // rows, a % rows
-            for j, name in enumerate(first):
+            for j, name in enumerate(weights):
                 sel = tensor == j
                 masks0[name][row[sel], b[sel]] = True
     out = {}
