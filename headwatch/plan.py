@@ -243,7 +243,7 @@ def describe(args: argparse.Namespace) -> list[str]:
     from headwatch.precompute.sources.fetch import Meter
     from headwatch.precompute.sources.local import LocalSource
     from headwatch.precompute.sources.resolve import open_source
-    from headwatch.precompute.sources.revisions import parse_revisions, select
+    from headwatch.precompute.sources.revisions import parse_revisions, runs_note, select
 
     matrices = matrices_option(args.matrices)
     head_matrices = tuple(m for m in matrices if m != "layers")
@@ -300,6 +300,7 @@ def describe(args: argparse.Namespace) -> list[str]:
         f"checkpoints: {len(todo)} selected"
         + (f" ({len(missing)} requested ones missing: {', '.join(r.revision for r in missing)})" if missing else "")
         + (f", steps {todo[0].step} to {todo[-1].step}" if todo else ""),
+        *([note] if (note := runs_note(todo + missing, available)) else []),
         *store_lines,
         f"to compute: {len(new)} checkpoints ({len(todo) - len(new)} already in the store); matrices "
         f"{','.join(matrices)}; lenses {','.join(lenses) or 'none'}",

@@ -77,7 +77,7 @@ from headwatch.precompute.lenses.computations import COMPUTATIONS
 from headwatch.precompute.settings import RunOptions, StoreSettings, resolve_settings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
-from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, select
+from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, runs_note, select
 from headwatch.precompute.sources.source import CheckpointSource
 from headwatch.precompute.store.lock import store_lock
 
@@ -368,6 +368,9 @@ def _select(
     if available is not None:
         src.check_schedule(available)
     todo, missing = select(available, revisions=requested, every=every)
+    note = runs_note(todo + missing, available)
+    if note:
+        log.info("%s", note)
     if not todo and not missing:
         raise CheckpointNotFoundError(
             f"no checkpoint of {src.name} is selected"
