@@ -57,8 +57,28 @@ def test_olmo2_stage_and_ingredient_names_parse_to_steps_tokens_and_runs() -> No
     assert ref is not None and ref.run == "stage2-ingredient1"
     ref = parse_name("step150-tokens1B")  # an early OLMo 2 branch: no stage prefix, the stage-1 run
     assert ref == CheckpointRef(150, "step150-tokens1B", 1_000_000_000) and ref.run == "" and ref.run_order == (1, -1)
-    for other in ("stage1-step5", "stage-step5-tokens1B", "stage2-ingredient-step5-tokens1B", "stage2-ingredient1-step5"):
+    for other in ("stage-step5-tokens1B", "stage2-ingredient-step5-tokens1B", "stage2-step5-tokens", "stage1-step-5-tokens1B"):
         assert parse_name(other) is None, other
+
+
+def test_olmo3_smollm3_and_apertus_names() -> None:
+    """OLMo 3 (allenai/Olmo-3-1025-7B: stage1-step0 .. stage1-step1413814, stage2-step..., stage3-step...; the 32B's
+    stage-2 ingredients) names no tokens and restarts its steps per stage: one run per stage. SmolLM3's checkpoints
+    (HuggingFaceTB/SmolLM3-3B-checkpoints) count one step across the stages: one run. Apertus (swiss-ai/Apertus-*)
+    uses OLMo's step<N>-tokens<M>B."""
+    assert parse_name("stage1-step1000") == CheckpointRef(1000, "stage1-step1000", stage=1)
+    assert parse_name("stage2-ingredient1-step500") == CheckpointRef(500, "stage2-ingredient1-step500", stage=2, ingredient=1)
+    refs, _ = refs_from_names(["stage1-step0", "stage1-step1413814", "stage2-step1000", "stage3-step9000", "main"], where="olmo3")
+    assert {run: [r.step for r in rs] for run, rs in runs_of(refs).items()} == {
+        "stage1": [0, 1413814],
+        "stage2": [1000],
+        "stage3": [9000],
+    }
+    names = ["stage1-step-3440000", "stage2-step-4200000", "stage3-step-4720000", "it-SFT", "it-mid-training"]
+    refs, ignored = refs_from_names(names, where="smollm3")
+    assert [r.step for r in refs] == [3440000, 4200000, 4720000] and sorted(ignored) == ["it-SFT", "it-mid-training"]
+    assert list(runs_of(refs)) == [""] and runs_note(refs, refs) is None  # one run, as its steps say
+    assert parse_name("step1750000-tokens7652B") == CheckpointRef(1750000, "step1750000-tokens7652B", 7_652_000_000_000)
 
 
 def test_olmo2_runs_are_kept_apart_and_the_first_is_read_by_default() -> None:

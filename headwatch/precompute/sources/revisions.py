@@ -2,25 +2,30 @@
 
 A checkpoint is named like its Hub branch (local folders use the same names):
 
-=========  ==============================================  ============================================================
-suite      name                                            meaning
-=========  ==============================================  ============================================================
-Pythia     ``step<N>``                                     optimizer step N (EleutherAI/pythia-*)
-OLMo       ``step<N>-tokens<M>[KMBT]``                     step N, M tokens seen (allenai/OLMo-*, the early OLMo 2
-                                                           branches; B = 10^9)
-OLMo 2/3   ``stage<K>-step<N>-tokens<M>[KMBT]``            step N of training stage K, M tokens seen in that stage
-                                                           (allenai/OLMo-2-*: ``stage1-step140000-tokens294B``)
-OLMo 2/3   ``stage<K>-ingredient<I>-step<N>-tokens<M>B``   step N of ingredient (data mix and seed) I of stage K,
-                                                           M tokens seen in it (``stage2-ingredient1-step11931-tokens50B``)
-LLM360     ``ckpt_<N>``                                    checkpoint index N (LLM360/Amber, Crystal)
-Trainer    ``checkpoint-<N>``                              transformers Trainer's ``output_dir`` sub-folders
-=========  ==============================================  ============================================================
+=========  ================================================  ==========================================================
+suite      name                                              meaning
+=========  ================================================  ==========================================================
+Pythia     ``step<N>``                                       optimizer step N (EleutherAI/pythia-*)
+OLMo       ``step<N>-tokens<M>[KMBT]``                       step N, M tokens seen (allenai/OLMo-*, the early OLMo 2
+                                                             branches, swiss-ai/Apertus-*; B = 10^9)
+OLMo 2/3   ``stage<K>-step<N>[-tokens<M>[KMBT]]``            step N of training stage K (and M tokens seen in that
+                                                             stage): OLMo 2's ``stage1-step140000-tokens294B``, OLMo
+                                                             3's ``stage1-step1000``, ``stage3-step9000``
+OLMo 2/3   ``stage<K>-ingredient<I>-step<N>[-tokens<M>B]``   step N of ingredient (data mix and seed) I of stage K,
+                                                             M tokens seen in it (``stage2-ingredient1-step11931-tokens50B``)
+SmolLM3    ``stage<K>-step-<N>``                             step N, counted across the stages (HuggingFaceTB/SmolLM3-
+                                                             3B-checkpoints: ``stage1-step-3440000`` ..
+                                                             ``stage3-step-4720000``): one run
+LLM360     ``ckpt_<N>``                                      checkpoint index N (LLM360/Amber, Crystal)
+Trainer    ``checkpoint-<N>``                                transformers Trainer's ``output_dir`` sub-folders
+=========  ================================================  ==========================================================
 
 Other branch names (``main``, conversion branches) are ignored and listed in the log.
 
 **Training runs.** The names of one source can belong to several training runs whose steps restart and collide: OLMo
 2's stage 1 (pretraining; its early, unprefixed ``step<N>-tokens<M>B`` branches included) and each stage-2
-ingredient, a separate annealing run from the end of stage 1, counting its steps and tokens from 0. A store holds
+ingredient, a separate annealing run from the end of stage 1, counting its steps and tokens from 0; OLMo 3's
+stages 1, 2 and 3 (and the 32B's stage-2 ingredients) likewise. A store holds
 one run (its checkpoints are keyed by step), so a run reads one: by default the first (`CheckpointRef.run_order`:
 the unprefixed and stage-1 names, else the lowest stage and ingredient), and with ``--revisions`` the run those
 names belong to (one run only). The log and ``headwatch plan`` say which run is read and which others the source
@@ -51,13 +56,17 @@ NAME_PATTERNS: dict[str, re.Pattern[str]] = {
     "pythia": re.compile(r"^step(?P<step>\d+)$"),
     "olmo": re.compile(r"^step(?P<step>\d+)-tokens(?P<tokens>\d+)(?P<unit>[KMBT]?)$"),
     "olmo-stage": re.compile(
-        r"^stage(?P<stage>\d+)-(?:ingredient(?P<ingredient>\d+)-)?step(?P<step>\d+)-tokens(?P<tokens>\d+)(?P<unit>[KMBT]?)$"
+        r"^stage(?P<stage>\d+)-(?:ingredient(?P<ingredient>\d+)-)?step(?P<step>\d+)"
+        r"(?:-tokens(?P<tokens>\d+)(?P<unit>[KMBT]?))?$"
     ),
+    # SmolLM3's stages count one step across them (stage1-step-3440000, stage2-step-4200000, ...): one run
+    "smollm3": re.compile(r"^stage\d+-step-(?P<step>\d+)$"),
     "llm360": re.compile(r"^ckpt_(?P<step>\d+)$"),
     "trainer": re.compile(r"^checkpoint-(?P<step>\d+)$"),
 }
 NAME_FORMS = (
-    "step<N>, step<N>-tokens<M>, stage<K>-step<N>-tokens<M>, stage<K>-ingredient<I>-step<N>-tokens<M>, ckpt_<N> or checkpoint-<N>"
+    "step<N>, step<N>-tokens<M>, stage<K>-step<N>[-tokens<M>], stage<K>-ingredient<I>-step<N>[-tokens<M>], "
+    "stage<K>-step-<N>, ckpt_<N> or checkpoint-<N>"
 )
 
 
