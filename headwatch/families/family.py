@@ -139,7 +139,7 @@ class Family:
 
     def text_config(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         """The part of ``config.json`` the language model's sizes are read from (`families.registry.model_shape`,
-        `geometry`): the config itself; a family whose multimodal checkpoints nest the language model's config
+        `geometry`, `families.registry.language_config` for the vocabulary and the context): the config itself; a family whose multimodal checkpoints nest the language model's config
         (``text_config``) returns that, with the defaults transformers fills in for the sizes it omits."""
         return config
 

@@ -46,6 +46,14 @@ def family_for(model_type: Any) -> Family:
     return MODEL_TYPES[model_type]
 
 
+def language_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The part of a ``config.json`` its language model's sizes (vocabulary, context, MLP width) are read from: a
+    multimodal checkpoint's ``text_config`` (`Family.text_config`), else the config itself (also for a
+    ``model_type`` without an adapter)."""
+    family = MODEL_TYPES.get(config.get("model_type"))  # type: ignore[arg-type]
+    return family.text_config(config) if family is not None else config
+
+
 def family_of(shape: ModelShape) -> Family:
     """The adapter a `ModelShape` was read with."""
     return BY_NAME[shape.family]

@@ -1,5 +1,5 @@
-"""Gemma 2, Gemma 3, Phi-3 and GPT-J through the precompute job: a planted two-checkpoint run of each (random norm
-gains) ends with a store holding every matrix (qk, ov, layers) and the attention lens, and its W_QK and W_OV spectra
+"""Gemma 2, Gemma 3 (text-only and multimodal), Phi-3 and GPT-J through the precompute job: a planted
+two-checkpoint run of each (random norm gains) ends with a store holding every matrix (qk, ov, layers) and the attention lens, and its W_QK and W_OV spectra
 equal a float64 computation written here, by hand from the saved tensors, with the norms' gains folded in
 (docs/design-notes.md: Gemma's ``1 + w`` of ``q_norm`` / ``k_norm`` into W_Q / W_K, of ``post_attention_layernorm``
 into W_O). The refined LLC refuses each family by its model type."""
@@ -39,10 +39,20 @@ OPTIONS = RunOptions(
 )
 BYTES = dict(vocab_size=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=48, max_position_embeddings=64, **BYTES)
+VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14)
 H, KV, M = 4, 2, 32  # heads, key/value heads (Gemma, Phi-3), d_model
 
 CONFIGS = {
     "gemma3": lambda: transformers.Gemma3TextConfig(**SIZES, num_attention_heads=H, num_key_value_heads=KV, head_dim=12),
+    # the multimodal layout: sizes under text_config, tensors under language_model.model., a vision tower beside
+    "gemma3_multimodal": lambda: transformers.Gemma3Config(
+        text_config=dict(**SIZES, num_attention_heads=H, num_key_value_heads=KV, head_dim=12),
+        vision_config=VISION,
+        mm_tokens_per_image=4,
+        image_token_index=255,
+        boi_token_index=253,
+        eoi_token_index=254,
+    ),
     "gemma2": lambda: transformers.Gemma2Config(**SIZES, num_attention_heads=H, num_key_value_heads=KV, head_dim=12),
     "phi3": lambda: transformers.Phi3Config(**SIZES, num_attention_heads=H, num_key_value_heads=KV),
     "gptj": lambda: transformers.GPTJConfig(n_embd=M, n_layer=2, n_head=H, n_positions=64, rotary_dim=4, **BYTES),
@@ -83,12 +93,13 @@ def by_hand(case: str, state: dict[str, np.ndarray], layer: int) -> tuple[list[n
         wq, wk, wv = qkv[: H * d], qkv[H * d : (H + KV) * d], qkv[(H + KV) * d :]
         kv = KV
     else:
-        p = f"model.layers.{layer}.self_attn."
+        top = "language_model.model." if case == "gemma3_multimodal" else "model."  # as transformers saves them
+        p = f"{top}layers.{layer}.self_attn."
         wq, wk, wv, wo = (state[p + n + ".weight"] for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
-        wo = (1 + state[f"model.layers.{layer}.post_attention_layernorm.weight"])[:, None] * wo  # diag(1 + w) W_O
+        wo = (1 + state[f"{top}layers.{layer}.post_attention_layernorm.weight"])[:, None] * wo  # diag(1 + w) W_O
         kv = KV
     d = wq.shape[0] // H
-    if case == "gemma3":  # per head: each head's d rows scaled by 1 + w
+    if case.startswith("gemma3"):  # per head: each head's d rows scaled by 1 + w
         wq = wq * np.tile(1 + state[p + "q_norm.weight"], H)[:, None]
         wk = wk * np.tile(1 + state[p + "k_norm.weight"], KV)[:, None]
     g = H // kv
@@ -103,7 +114,7 @@ def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_l
     out = tmp_path / "store"
     run_precompute(run, out, OPTIONS)
     store = open_store(out)
-    assert store.steps.tolist() == [0, 1] and store.meta.model.family == case
+    assert store.steps.tolist() == [0, 1] and store.meta.model.family == case.removesuffix("_multimodal")
     for i, step in enumerate((0, 1)):
         state = {k: v.double().numpy() for k, v in load_file(run / f"step{step}" / "model.safetensors").items()}
         for layer in range(2):
@@ -122,7 +133,7 @@ def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_l
     folded = [line for line in model_card_lines(store.meta) if "folded into" in line]
     card = dataset_card(out)
     if case.startswith("gemma"):
-        assert len(folded) == 1 and "into W_O" in folded[0] and ("W_Q, W_K" in folded[0]) == (case == "gemma3")
+        assert len(folded) == 1 and "into W_O" in folded[0] and ("W_Q, W_K" in folded[0]) == case.startswith("gemma3")
         assert "Except: " in card and "folded into" in card
     else:
         assert not folded and "Except: " not in card

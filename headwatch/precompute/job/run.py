@@ -56,7 +56,7 @@ from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
-from headwatch.families.registry import model_shape
+from headwatch.families.registry import language_config, model_shape
 from headwatch.precompute.evalset import EvalSet, model_context, resolve_eval_set
 from headwatch.precompute.job.context import (
     CHECKPOINT_ERRORS,
@@ -221,10 +221,10 @@ def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalS
         run_info=plan.src.run_info(),
         run_folder=local,
         tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
-        vocab_size=int(config.get("vocab_size") or 0),
+        vocab_size=int(language_config(config).get("vocab_size") or 0),
         n=options.eval_sequences,
         t=options.eval_length,
-        max_positions=model_context(config),
+        max_positions=model_context(language_config(config)),
         dtype=dtype,
     )
 
