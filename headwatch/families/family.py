@@ -139,8 +139,9 @@ class Family:
 
     def text_config(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         """The part of ``config.json`` the language model's sizes are read from (`families.registry.model_shape`,
-        `geometry`, `families.registry.language_config` for the vocabulary and the context): the config itself; a family whose multimodal checkpoints nest the language model's config
-        (``text_config``) returns that, with the defaults transformers fills in for the sizes it omits."""
+        `geometry`, `families.registry.language_config` for the vocabulary and the context): the config itself; a
+        family whose multimodal checkpoints nest the language model's config (``text_config``) returns that, with the
+        defaults transformers fills in for the sizes it omits."""
         return config
 
     def kv_heads(self, config: Mapping[str, Any], n_heads: int) -> int:

@@ -29,7 +29,7 @@ def fold_output_norm(shape: ModelShape, o_t: Tensor, gain: Tensor) -> Tensor:
     """``W_O^T`` ``(n_heads, d_head, d_model)`` with a Gemma RMSNorm's ``1 + w`` gains over d_model, applied to the
     attention's output, folded in; ``1 + w`` in float32, as Gemma's norm computes it."""
     check_shape(gain, (shape.d_model,), "post_attention_layernorm.weight")
-    return o_t * (1 + gain.float())
+    return o_t * (1 + gain.float())  # (n_heads, d_head, d_model): column i of W_O^T[h] scaled by 1 + w_i
 
 
 class Gemma2(Family):

@@ -54,7 +54,7 @@ def fold_head_norm(shape: ModelShape, w: Tensor, gain: Tensor, heads: int, what:
     """A projection ``(heads d_head, d_model)`` as ``(heads, d_head, d_model)`` with a per-head Gemma RMSNorm's
     ``1 + w`` gains ``(d_head,)`` folded into each head's rows (``1 + w`` in float32, as the norm computes it)."""
     check_shape(gain, (shape.d_head,), what)
-    return w.view(heads, shape.d_head, shape.d_model) * (1 + gain.float())[None, :, None]
+    return w.view(heads, shape.d_head, shape.d_model) * (1 + gain.float())[None, :, None]  # (heads, d_head, d_model)
 
 
 class Gemma3(Gemma2):
@@ -93,8 +93,8 @@ class Gemma3(Gemma2):
         h, kv, d, m = shape.n_heads, shape.n_kv_heads, shape.d_head, shape.d_model
         check_shape(q_proj, (h * d, m), "q_proj.weight")
         check_shape(k_proj, (kv * d, m), "k_proj.weight")
-        q = fold_head_norm(shape, q_proj, q_norm, h, "q_norm.weight")
-        k = fold_head_norm(shape, k_proj, k_norm, kv, "k_norm.weight").repeat_interleave(h // kv, dim=0)
+        q = fold_head_norm(shape, q_proj, q_norm, h, "q_norm.weight")  # (n_heads, d_head, d_model)
+        k = fold_head_norm(shape, k_proj, k_norm, kv, "k_norm.weight").repeat_interleave(h // kv, dim=0)  # likewise
         return q, k
 
 

@@ -42,7 +42,7 @@ class GptJ(Family):
     def _heads(self, shape: ModelShape, w: Tensor, what: str) -> Tensor:
         h, d, m = shape.n_heads, shape.d_head, shape.d_model
         check_shape(w, (h * d, m), what)
-        return w.view(h, d, m)
+        return w.view(h, d, m)  # (n_heads, d_head, d_model): head-major rows
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
         q_proj, k_proj = tensors
@@ -52,7 +52,8 @@ class GptJ(Family):
         v_proj, out_proj = tensors
         h, d, m = shape.n_heads, shape.d_head, shape.d_model
         check_shape(out_proj, (m, h * d), "attn.out_proj.weight")
-        return out_proj.T.reshape(h, d, m), self._heads(shape, v_proj, "attn.v_proj.weight")
+        o_t = out_proj.T.reshape(h, d, m)  # (n_heads, d_head, d_model): W_O[:, h]^T, head-major input columns
+        return o_t, self._heads(shape, v_proj, "attn.v_proj.weight")
 
     def parallel_residual(self, config: Mapping[str, Any]) -> bool:
         return True

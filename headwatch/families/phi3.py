@@ -43,8 +43,9 @@ class Phi3(Family):
         """Q, K, V, each ``(n_heads, d_head, d_model)`` (K and V repeated per query head)."""
         h, kv, d, m = shape.n_heads, shape.n_kv_heads, shape.d_head, shape.d_model
         check_shape(qkv, ((h + 2 * kv) * d, m), "qkv_proj.weight")
-        q, k, v = qkv.split([h * d, kv * d, kv * d], dim=0)
+        q, k, v = qkv.split([h * d, kv * d, kv * d], dim=0)  # (h d, m), (kv d, m), (kv d, m)
         g = h // kv
+        # each (n_heads, d_head, d_model); K and V head j repeated for query heads j g .. j g + g - 1
         return q.view(h, d, m), k.view(kv, d, m).repeat_interleave(g, dim=0), v.view(kv, d, m).repeat_interleave(g, dim=0)
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
@@ -57,7 +58,7 @@ class Phi3(Family):
         h, d, m = shape.n_heads, shape.d_head, shape.d_model
         check_shape(o_proj, (m, h * d), "o_proj.weight")
         v = self._split(shape, qkv)[2]
-        return o_proj.T.reshape(h, d, m), v
+        return o_proj.T.reshape(h, d, m), v  # (n_heads, d_head, d_model): W_O[:, h]^T, head-major input columns
 
 
 PHI3 = Phi3()

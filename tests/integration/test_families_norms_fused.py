@@ -1,8 +1,8 @@
 """Gemma 2, Gemma 3 (text-only and multimodal), Phi-3 and GPT-J through the precompute job: a planted
-two-checkpoint run of each (random norm gains) ends with a store holding every matrix (qk, ov, layers) and the attention lens, and its W_QK and W_OV spectra
-equal a float64 computation written here, by hand from the saved tensors, with the norms' gains folded in
-(docs/design-notes.md: Gemma's ``1 + w`` of ``q_norm`` / ``k_norm`` into W_Q / W_K, of ``post_attention_layernorm``
-into W_O). The refined LLC refuses each family by its model type."""
+two-checkpoint run of each (random norm gains) ends with a store holding every matrix (qk, ov, layers) and the
+attention lens, and its W_QK and W_OV spectra equal a float64 computation written here, by hand from the saved
+tensors, with the norms' gains folded in (docs/design-notes.md: Gemma's ``1 + w`` of ``q_norm`` / ``k_norm`` into
+W_Q / W_K, of ``post_attention_layernorm`` into W_O). The refined LLC refuses each family by its model type."""
 
 from __future__ import annotations
 

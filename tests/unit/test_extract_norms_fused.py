@@ -14,7 +14,9 @@ the raw projections and the norms' outputs (hooks, before the rotary embedding).
   multiplied back by its per-token RMS factor.
 
 Relative tolerance 1e-6 (largest error over the largest value): Gemma's RMSNorm computes in float32 whatever the
-model's dtype, so its outputs carry float32 rounding (~1e-7); the rest is float64.
+model's dtype, so its outputs carry float32 rounding (~1e-7); the rest is float64. The low-precision case: a
+checkpoint saved in bfloat16, whose float32 factors match the float64 cut of the same stored values. The multimodal
+Gemma 3 layout is read from a saved ``Gemma3ForConditionalGeneration``.
 """
 
 from __future__ import annotations
@@ -272,3 +274,34 @@ def test_multimodal_gemma3_is_read_through_its_text_config_and_language_model_pr
         "d_model": 2560,
         "d_head": 256,
     }
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_bfloat16_checkpoints_fold_their_gains_in_float32(case: str, tmp_path: Path) -> None:
+    """A checkpoint saved in bfloat16 (as published ones are): the factors extraction writes (float32) equal the
+    adapter's cut of the same stored values in float64 to float32's precision, so ``1 + w`` is not rounded to
+    bfloat16 (that would be an error of about 4e-3)."""
+    model = planted(CONFIGS[case](), tmp_path / "f32", seed=3)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    shape = model_shape(json.loads((tmp_path / "bf16" / "config.json").read_text()))
+    stored = load_file(tmp_path / "bf16" / "model.safetensors")
+    assert {t.dtype for t in stored.values()} == {torch.bfloat16}
+    got = extract_heads(shape, stored)
+    want = extract_heads_float64(shape, {k: v.double() for k, v in stored.items()})
+    for m in ("qk", "ov"):
+        for factor, reference in zip(got[m], want[m], strict=True):
+            assert factor.dtype == torch.float32
+            assert rel(factor.double() - reference, reference) < TOL, (case, m)
+
+
+def extract_heads_float64(shape: Any, tensors: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The adapter's cut of every layer in float64, stacked: ``(n_layers, n_heads, d_head, d_model)`` each."""
+    family = family_of(shape)
+    roles = [r for r in family.attention if r in {x for m in ("qk", "ov") for x in family.matrix_roles[m]}]
+    names = attention_tensor_names(shape, tensors, matrices=("qk", "ov"))
+    out: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"qk": [], "ov": []}
+    for layer in range(shape.n_layers):
+        by_role = {r: tensors[n] for r, n in zip(roles, names[layer * len(roles) : (layer + 1) * len(roles)], strict=True)}
+        out["qk"].append(family.qk(shape, *(by_role[r] for r in family.matrix_roles["qk"])))
+        out["ov"].append(family.ov(shape, *(by_role[r] for r in family.matrix_roles["ov"])))
+    return {m: (torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])) for m, pairs in out.items()}
