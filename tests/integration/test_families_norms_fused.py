@@ -1,6 +1,6 @@
 """Gemma 2, Gemma 3 (text-only and multimodal), Phi-3 and GPT-J through the precompute job: a planted
 two-checkpoint run of each (random norm gains) ends with a store holding every matrix (qk, ov, layers) and the
-attention lens, and its W_QK and W_OV spectra equal a float64 computation written here, by hand from the saved
+attention and composition lenses, and its W_QK and W_OV spectra equal a float64 computation written here, by hand from the saved
 tensors, with the norms' gains folded in (docs/design-notes.md: Gemma's ``1 + w`` of ``q_norm`` / ``k_norm`` into
 W_Q / W_K, of ``post_attention_layernorm`` into W_O). The refined LLC refuses each family by its model type."""
 
@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.attention import ATTENTION_TABLES
+from headwatch.analysis.store.lenses.composition import COMPOSITION
 from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.dashboard.model_card import model_card_lines
 from headwatch.precompute.job.run import run_precompute
@@ -32,7 +33,7 @@ OPTIONS = RunOptions(
     device="cpu",
     progress=False,
     lens_options={"embeddings": {"on": False}},
-    lenses=("attention",),
+    lenses=("attention", "composition"),
     matrices=("qk", "ov", "layers"),
     eval_sequences=4,
     eval_length=32,
@@ -125,7 +126,7 @@ def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_l
                     np.testing.assert_allclose(store.array("sv", matrix=matrix)[i, layer, head], sv, rtol=1e-5, err_msg=matrix)
     layers = pq.read_table(out / LAYERS.file)
     assert sorted(set(layers["step"].to_pylist())) == [0, 1]
-    for spec in ATTENTION_TABLES:
+    for spec in (*ATTENTION_TABLES, COMPOSITION):
         assert sorted(set(pq.read_table(out / spec.file)["step"].to_pylist())) == [0, 1], spec.file
     with pytest.raises(UnknownArchitectureError, match=repr(store.meta.model.model_type)):
         check_family({"model_type": store.meta.model.model_type})

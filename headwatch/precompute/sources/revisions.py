@@ -60,7 +60,7 @@ NAME_PATTERNS: dict[str, re.Pattern[str]] = {
         r"(?:-tokens(?P<tokens>\d+)(?P<unit>[KMBT]?))?$"
     ),
     # SmolLM3's stages count one step across them (stage1-step-3440000, stage2-step-4200000, ...): one run
-    "smollm3": re.compile(r"^stage\d+-step-(?P<step>\d+)$"),
+    "smollm3-stage": re.compile(r"^stage\d+-step-(?P<step>\d+)$"),
     "llm360": re.compile(r"^ckpt_(?P<step>\d+)$"),
     "trainer": re.compile(r"^checkpoint-(?P<step>\d+)$"),
 }
