@@ -7,6 +7,7 @@ W_Q / W_K, of ``post_attention_layernorm`` into W_O). The refined LLC refuses ea
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,9 @@ def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_l
         assert sorted(set(pq.read_table(out / spec.file)["step"].to_pylist())) == [0, 1], spec.file
     with pytest.raises(UnknownArchitectureError, match=repr(store.meta.model.model_type)):
         check_family({"model_type": store.meta.model.model_type})
+    with pytest.raises(UnknownArchitectureError, match=repr(store.meta.model.model_type)):  # the job, before writing
+        run_precompute(run, tmp_path / "llc", replace(OPTIONS, lenses=("llc",)))
+    assert not (tmp_path / "llc").exists()
     # the model card (dashboard) and the published store's card say what is folded, for the families that fold
     folded = [line for line in model_card_lines(store.meta) if "folded into" in line]
     card = dataset_card(out)
