@@ -119,6 +119,8 @@ class Family:
         gated_mlp: three MLP matrices (gate, up, down) rather than two, as the cost counts see them.
         folded_norms: which norms' gains `qk` / `ov` fold into the factors (docs/design-notes.md section 3), as the
             dashboard's model card and a published store's card say it; empty: none, the raw weights.
+        neutral_gain: the value of a folded norm gain (a 1-D attention tensor) at which the fold leaves the factors
+            as they are: 1 for a gain w, 0 for Gemma's 1 + w (the byte-range reader probes the layout with it).
         devinterp_head_mask: devinterp's ``create_param_masks(model, "l{layer}h{head}")`` moves exactly one head of
             this family (tests/integration/test_llc.py); the refined LLC's ``devinterp`` implementation needs it.
         batched_forward: the functional forward of `families.forward` reads this family (the declarations under
@@ -132,6 +134,7 @@ class Family:
     blocks: ClassVar[Patterns]
     gated_mlp: ClassVar[bool] = False
     folded_norms: ClassVar[str] = ""
+    neutral_gain: ClassVar[float] = 1.0
     devinterp_head_mask: ClassVar[bool] = False
     batched_forward: ClassVar[bool] = False
 

@@ -40,6 +40,7 @@ class Gemma2(Family):
     blocks: ClassVar[Patterns] = LLAMA.blocks
     gated_mlp = True
     folded_norms = "the post-attention norm's gains (1 + w) folded into W_O"
+    neutral_gain = 0.0  # 1 + w = 1
 
     def kv_heads(self, config: Mapping[str, Any], n_heads: int) -> int:
         return LLAMA.kv_heads(config, n_heads)

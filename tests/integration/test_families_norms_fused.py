@@ -7,6 +7,7 @@ W_Q / W_K, of ``post_attention_layernorm`` into W_O). The refined LLC refuses ea
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import UnknownArchitectureError
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.attention import ATTENTION_TABLES
@@ -29,6 +31,8 @@ from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.store.publish import dataset_card
 from tests.integration.conftest import perturb
 from tests.integration.test_forward_lens import write_archive
+from tests.integration.test_hub import base_env
+from tests.integration.test_hub import run as hub_run
 
 OPTIONS = RunOptions(
     device="cpu",
@@ -142,3 +146,48 @@ def test_a_planted_run_of_each_family_ends_with_every_matrix_and_the_attention_l
         assert "Except: " in card and "folded into" in card
     else:
         assert not folded and "Except: " not in card
+
+
+@pytest.mark.slow
+def test_a_multimodal_gemma3_suite_with_olmo2_branch_names_on_the_hub(tmp_path: Path) -> None:
+    """The fake Hub (`benchmarks.fakehub`) serves a multimodal Gemma 3 under OLMo-2-style branches: two stage-1
+    checkpoints, one without the stage prefix, and a stage-2 ingredient whose steps restart. The job reads the stage-1
+    run by byte ranges (the norms' 1-D gains included), says which run it read and which it left, and gives the store
+    the same folders give; ``--revisions`` reads the ingredient into a store of its own."""
+    suite = planted_run(tmp_path / "local", CONFIGS["gemma3_multimodal"]())  # run/step0, run/step1
+    torch.manual_seed(1)
+    ingredient = transformers.AutoModelForCausalLM.from_pretrained(suite / "step1")
+    perturb(ingredient, 7)
+    names = {"step0-tokens0B": suite / "step0", "stage1-step1-tokens1B": suite / "step1"}
+    ingredient.save_pretrained(tmp_path / "ingredient")
+    names["stage2-ingredient1-step1-tokens1B"] = tmp_path / "ingredient"
+    folders = tmp_path / "folders"
+    for name, folder in names.items():
+        shutil.copytree(folder, folders / name)
+    repo = Repo()
+    for name, folder in names.items():
+        repo.add(name, folder_files(folder))
+    repo.add("main", folder_files(tmp_path / "ingredient"))
+    local = tmp_path / "stores" / "local"
+    run_precompute(folders, local, replace(OPTIONS, lenses=(), matrices=("qk", "ov")))
+    with FakeHub() as hub:
+        hub.repos["allenai/OLMo-2-tiny"] = repo  # not a Pythia name: no schedule, tokens from the names
+        env = base_env(tmp_path / "home", HF_ENDPOINT=hub.url)
+        repo_id, stores = "allenai/OLMo-2-tiny", tmp_path / "stores"
+        done = hub_run("--source", repo_id, "--out", str(stores / "hub"), "--matrices", "qk,ov", env=env)
+        assert done.returncode == 0, done.stderr
+        assert "training run read: stage1; the source also has stage2-ingredient1 (1 checkpoints)" in done.stderr
+        whole = [e for e in hub.log if e.method == "GET" and e.path.endswith("/model.safetensors") and e.range is None]
+        assert not whole  # byte ranges only
+        args = ("--matrices", "qk,ov", "--revisions", "stage2-ingredient1-step1-tokens1B")
+        done = hub_run("--source", repo_id, "--out", str(stores / "ingredient"), *args, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "training run read: stage2-ingredient1; the source also has stage1 (2 checkpoints)" in done.stderr
+    hub_store, local_store = open_store(tmp_path / "stores" / "hub"), open_store(local)
+    assert hub_store.steps.tolist() == local_store.steps.tolist() == [0, 1]
+    checkpoints = hub_store.meta.checkpoints
+    assert [(c.revision, c.tokens) for c in checkpoints] == [("step0-tokens0B", 0), ("stage1-step1-tokens1B", 10**9)]
+    for matrix in ("qk", "ov"):
+        np.testing.assert_array_equal(hub_store.array("sv", matrix=matrix), local_store.array("sv", matrix=matrix))
+    other = open_store(tmp_path / "stores" / "ingredient")
+    assert other.steps.tolist() == [1] and not np.array_equal(other.array("sv")[0], hub_store.array("sv")[1])
