@@ -99,6 +99,10 @@ def test_olmo2_runs_are_kept_apart_and_the_first_is_read_by_default() -> None:
     todo, missing = select(refs, revisions=wanted)
     assert [r.step for r in todo] == [1000, 11931] and missing == []
     assert (runs_note(todo, refs) or "").startswith("training run read: stage2-ingredient1; the source also has stage1 (3")
+    early = parse_revisions("step150-tokens1B")  # an unprefixed name: the stage-1 run
+    assert (runs_note(select(refs, revisions=early)[0], refs) or "").startswith(
+        "training run read: stage1; the source also has stage2-ingredient1"
+    )
     with pytest.raises(ValueError, match=r"2 training runs \(stage2-ingredient1, stage2-ingredient2\)"):
         parse_revisions("stage2-ingredient1-step1000-tokens5B,stage2-ingredient2-step1000-tokens5B")
     with pytest.raises(CheckpointError, match="both name step 1000"):

@@ -129,10 +129,10 @@ def runs_note(todo: list[CheckpointRef], available: list[CheckpointRef] | None) 
     """Which training run a selection reads and which others the source has, for the log and ``headwatch plan``;
     None where the source has one run without a stage name."""
     runs = runs_of(available if available is not None else todo)
-    read = runs_of(todo)
-    if not read or list(runs) == [""]:
+    if not todo or list(runs) == [""]:
         return None
-    label = next(iter(read))
+    order = todo[0].run_order  # the run's label as the source's names give it (stage1, also for unprefixed names)
+    label = next((run for run, refs in runs.items() if refs[0].run_order == order), todo[0].run)
     others = [f"{run or 'unprefixed'} ({len(refs)} checkpoints)" for run, refs in runs.items() if run != label]
     return f"training run read: {label or 'unprefixed names'}" + (
         f"; the source also has {', '.join(others)}: name one's revisions with --revisions to read it" if others else ""
