@@ -236,14 +236,14 @@ def describe(args: argparse.Namespace) -> list[str]:
     from headwatch.analysis.store.lenses.llc import LLC_LENS
     from headwatch.analysis.store.meta import ModelInfo
     from headwatch.analysis.store.outputs import check_same_model, store_at
-    from headwatch.families.registry import model_shape
+    from headwatch.families.registry import language_config, model_shape
     from headwatch.precompute import costs
     from headwatch.precompute.evalset import check_length, model_context
     from headwatch.precompute.settings import FetchSettings, matrices_option
     from headwatch.precompute.sources.fetch import Meter
     from headwatch.precompute.sources.local import LocalSource
     from headwatch.precompute.sources.resolve import open_source
-    from headwatch.precompute.sources.revisions import parse_revisions, select
+    from headwatch.precompute.sources.revisions import parse_revisions, runs_note, select
 
     matrices = matrices_option(args.matrices)
     head_matrices = tuple(m for m in matrices if m != "layers")
@@ -264,7 +264,7 @@ def describe(args: argparse.Namespace) -> list[str]:
         if meta is not None:  # another model's store: said before any lens's refusal, as the run says it
             check_same_model(args.out, meta, ModelInfo(id=src.model_id, **shape.as_meta()), source=args.source)
         if any(lens.name in lenses and "evaluation" in lens.needs for lens in LENSES):
-            check_length(args.eval_length, model_context(config))  # as the run's evaluation set refuses it
+            check_length(args.eval_length, model_context(language_config(config)))  # as the run's evaluation set refuses it
         done: set[int] = set()
         lens_all: set[str] = set()  # lenses the store lacks: the run computes them for its old checkpoints too
         store_lines: list[str] = []
@@ -300,6 +300,7 @@ def describe(args: argparse.Namespace) -> list[str]:
         f"checkpoints: {len(todo)} selected"
         + (f" ({len(missing)} requested ones missing: {', '.join(r.revision for r in missing)})" if missing else "")
         + (f", steps {todo[0].step} to {todo[-1].step}" if todo else ""),
+        *([note] if (note := runs_note(todo + missing, available)) else []),
         *store_lines,
         f"to compute: {len(new)} checkpoints ({len(todo) - len(new)} already in the store); matrices "
         f"{','.join(matrices)}; lenses {','.join(lenses) or 'none'}",

@@ -24,8 +24,8 @@ def model_card_lines(meta: Meta) -> list[str]:
         f"{m.n_layers} layers × {m.n_heads} heads{kv_text} · d_model {m.d_model} · d_head {m.d_head}",
     ]
     family = BY_NAME.get(m.family)
-    if family is not None and family.folded_norms:  # what the family's adapter folds into W_QK and W_OV
-        lines.append(family.folded_norms)
+    if family is not None and family.folded_norms:  # what W_QK / W_OV mean for it (docs/design-notes.md section 3)
+        lines.append(f"weights as stored, except: {family.folded_norms} (per-token RMS left out)")
     if len(steps):
         lines.append(f"{len(steps)} checkpoints with statistics, steps {steps[0]:,}–{steps[-1]:,}")
     else:

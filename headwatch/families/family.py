@@ -131,8 +131,10 @@ class Family:
         matrix_roles: per-head product (`HEAD_MATRICES`) -> the roles it reads, in the argument order of `qk` / `ov`.
         blocks: block role (`analysis.store.format.LAYER_ROLES`) -> name pattern, in display order.
         gated_mlp: three MLP matrices (gate, up, down) rather than two, as the cost counts see them.
-        folded_norms: what `qk` and `ov` fold into the factors (a QK-norm's or an output norm's gains), in a
-            sentence the dashboard's model card shows for the family's stores; empty: nothing is folded.
+        folded_norms: which norms' gains `qk` / `ov` fold into the factors (docs/design-notes.md section 3), as the
+            dashboard's model card and a published store's card say it; empty: none, the raw weights.
+        neutral_gain: the value of a folded norm gain (a 1-D attention tensor) at which the fold leaves the factors
+            as they are: 1 for a gain w, 0 for Gemma's 1 + w (the byte-range reader probes the layout with it).
         devinterp_head_mask: devinterp's ``create_param_masks(model, "l{layer}h{head}")`` moves exactly one head of
             this family (tests/integration/test_llc.py); the refined LLC's ``devinterp`` implementation needs it.
         batched_forward: the functional forward of `families.forward` reads this family (the declarations under
@@ -146,10 +148,18 @@ class Family:
     blocks: ClassVar[Patterns]
     gated_mlp: ClassVar[bool] = False
     folded_norms: ClassVar[str] = ""
+    neutral_gain: ClassVar[float] = 1.0
     devinterp_head_mask: ClassVar[bool] = False
     batched_forward: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ names and slicing
+
+    def text_config(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The part of ``config.json`` the language model's sizes are read from (`families.registry.model_shape`,
+        `geometry`, `families.registry.language_config` for the vocabulary and the context): the config itself; a
+        family whose multimodal checkpoints nest the language model's config (``text_config``) returns that, with the
+        defaults transformers fills in for the sizes it omits."""
+        return config
 
     def kv_heads(self, config: Mapping[str, Any], n_heads: int) -> int:
         """Key/value heads (fewer than ``n_heads`` under grouped-query attention): as many as the query heads."""

@@ -42,8 +42,8 @@ class Olmo2(Llama):
     }
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k", "q_norm", "k_norm"), "ov": ("v", "o", "o_norm")}
     folded_norms = (
-        "QK-norm (over all heads' width) folded: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); the attention-output norm's gains "
-        "folded into W_O; their per-token RMS left out"
+        "QK-norm gains (over all heads' width) folded into W_Q, W_K: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); the "
+        "attention-output norm's gains into W_O"
     )
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:

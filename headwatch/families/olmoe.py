@@ -37,7 +37,7 @@ class Olmoe(Olmo2):
     attention: ClassVar[Patterns] = {"q": Q_PROJ, "k": K_PROJ, "q_norm": Q_NORM, "k_norm": K_NORM, "v": V_PROJ, "o": O_PROJ}
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k", "q_norm", "k_norm"), "ov": ("v", "o")}
     blocks: ClassVar[Patterns] = ATTENTION_BLOCKS
-    folded_norms = "QK-norm (over all heads' width) folded: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); its per-token RMS left out"
+    folded_norms = "QK-norm gains (over all heads' width) folded into W_Q, W_K: W_QK = (g_q * W_Q)ᵀ (g_k * W_K)"
 
     def ov(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
         # no output norm: Llama's cut, past OLMo 2's fold

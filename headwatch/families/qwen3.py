@@ -26,7 +26,7 @@ class Qwen3(Llama):
     model_types: ClassVar[tuple[str, ...]] = ("qwen3",)
     attention: ClassVar[Patterns] = {"q": Q_PROJ, "k": K_PROJ, "q_norm": Q_NORM, "k_norm": K_NORM, "v": V_PROJ, "o": O_PROJ}
     matrix_roles: ClassVar[Roles] = {"qk": ("q", "k", "q_norm", "k_norm"), "ov": ("v", "o")}
-    folded_norms = "QK-norm (per head) folded: W_QK = (g_q * W_Q)ᵀ (g_k * W_K); its per-token RMS left out"
+    folded_norms = "QK-norm gains (per head) folded into W_Q, W_K: W_QK = (g_q * W_Q)ᵀ (g_k * W_K)"
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
         q_proj, k_proj, q_norm, k_norm = tensors

@@ -14,18 +14,26 @@ from headwatch.analysis.errors import CheckpointError, UnknownArchitectureError
 from headwatch.families.apertus import APERTUS
 from headwatch.families.family import Family, ModelShape
 from headwatch.families.flex_olmo import FLEX_OLMO
+from headwatch.families.gemma2 import GEMMA2
+from headwatch.families.gemma3 import GEMMA3
 from headwatch.families.geometry import Geometry
 from headwatch.families.gpt2 import GPT2
 from headwatch.families.gpt_neox import GPT_NEOX
+from headwatch.families.gptj import GPTJ
 from headwatch.families.llama import LLAMA
 from headwatch.families.olmo2 import OLMO2
 from headwatch.families.olmoe import OLMOE
+from headwatch.families.phi3 import PHI3
 from headwatch.families.qwen3 import QWEN3
 from headwatch.families.qwen3_moe import QWEN3_MOE
 
 # Every family's adapter, in the order the refusals list them.
-FAMILIES: tuple[Family, ...] = (GPT_NEOX, GPT2, LLAMA)
-FAMILIES += (OLMO2, OLMOE, FLEX_OLMO, QWEN3, QWEN3_MOE, APERTUS)  # QK-norm families on Llama's layout
+# Every family's adapter, in the order the refusals list them.
+FAMILIES: tuple[Family, ...] = (
+    *(GPT_NEOX, GPT2, LLAMA),
+    *(OLMO2, OLMOE, FLEX_OLMO, QWEN3, QWEN3_MOE, APERTUS),  # QK-norm families on Llama's layout
+    *(GEMMA3, GEMMA2, PHI3, GPTJ),
+)
 # config.json model_type -> its family's adapter
 MODEL_TYPES: dict[str, Family] = {model_type: family for family in FAMILIES for model_type in family.model_types}
 # meta.json model.family -> its adapter
@@ -46,6 +54,14 @@ def family_for(model_type: Any) -> Family:
     return MODEL_TYPES[model_type]
 
 
+def language_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The part of a ``config.json`` its language model's sizes (vocabulary, context, MLP width) are read from: a
+    multimodal checkpoint's ``text_config`` (`Family.text_config`), else the config itself (also for a
+    ``model_type`` without an adapter)."""
+    family = MODEL_TYPES.get(config.get("model_type"))  # type: ignore[arg-type]
+    return family.text_config(config) if family is not None else config
+
+
 def family_of(shape: ModelShape) -> Family:
     """The adapter a `ModelShape` was read with."""
     return BY_NAME[shape.family]
@@ -61,7 +77,8 @@ def _get(config: Mapping[str, Any], *keys: str) -> Any:
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
     """Read the attention geometry from a transformers ``config.json`` dict.
 
-    d_head is the config's ``head_dim`` when it has one, else d_model / n_heads.
+    d_head is the config's ``head_dim`` when it has one, else d_model / n_heads. A multimodal checkpoint's sizes are
+    its language model's (`Family.text_config`); its ``model_type`` is the checkpoint's own.
 
     Raises:
         UnknownArchitectureError: ``model_type`` has no adapter.
@@ -69,6 +86,7 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     """
     model_type = config.get("model_type")
     family = family_for(model_type)
+    config = family.text_config(config)
     n_layers = int(_get(config, "num_hidden_layers", "n_layer"))
     n_heads = int(_get(config, "num_attention_heads", "n_head"))
     d_model = int(_get(config, "hidden_size", "n_embd"))
@@ -91,4 +109,5 @@ def model_geometry(shape: Any, config: Mapping[str, Any]) -> Geometry:
     Raises:
         UnknownArchitectureError: the config's ``model_type`` has no adapter.
     """
-    return family_for(config.get("model_type")).geometry(shape, config)
+    family = family_for(config.get("model_type"))
+    return family.geometry(shape, family.text_config(config))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from headwatch.analysis.store.format import HEADS
 from headwatch.analysis.store.lenses.declaration import Seconds, SizeScale, StoreBytes
 from headwatch.families.geometry import Geometry
-from headwatch.families.registry import model_geometry
+from headwatch.families.registry import language_config, model_geometry
 
 # ------------------------------------------------------------------ the shapes measured at
 
@@ -132,7 +132,7 @@ def llc_scale(shape: Shape, config: Mapping[str, Any], run: LlcRun) -> tuple[flo
 
 def parameters(shape: Shape, config: Mapping[str, Any]) -> int:
     """Parameters of a decoder: 12 L d^2 for the blocks plus the embedding and unembedding."""
-    vocab = int(config.get("vocab_size") or 0)
+    vocab = int(language_config(config).get("vocab_size") or 0)
     return 12 * shape.n_layers * shape.d_model**2 + 2 * vocab * shape.d_model
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,7 +104,7 @@ class EvalTextError(ValueError):
     """The forward-pass lens cannot run on this model or text; the message says what to do."""
 
 
-def model_context(config: dict[str, Any]) -> int | None:
+def model_context(config: Mapping[str, Any]) -> int | None:
     """The positions a model's config allows (None when it does not say)."""
     return config.get("max_position_embeddings") or config.get("n_positions")
 

@@ -83,7 +83,7 @@ from headwatch.precompute.settings import RunOptions
 from headwatch.precompute.sources.checkpoints import find_checkpoints, incomplete_reason
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.hub import HubSource, own_commit
-from headwatch.precompute.sources.revisions import refs_from_names
+from headwatch.precompute.sources.revisions import refs_from_names, runs_of
 from headwatch.training.markers import FINISHED_FILE, RUN_FILE
 
 __all__ = [
@@ -387,6 +387,7 @@ class _Branches:
 
     def look(self) -> _Look:
         refs, _ = refs_from_names(self.branches, where=f"the branches of {self.source}")
+        refs = next(iter(runs_of(refs).values()), [])  # the first training run, as `revisions.select` takes it
         ready = [r.step for r in refs if own_commit(r.revision, self.branches)]
         waiting = [r.revision for r in refs if not own_commit(r.revision, self.branches)]
         return _Look(ready, waiting, self.until is not None and any(step >= self.until for step in ready))

@@ -265,3 +265,19 @@ def test_the_refined_llc_pages_plan_command_runs_as_written(tmp_path, capsys, mo
     assert main(argv[1:]) == 0
     seconds, _, count, _ = _llc_line(capsys.readouterr().out)
     assert count == 5 and seconds > 0  # every checkpoint of five: the default steps, "about 8"
+
+
+def test_plan_says_which_olmo2_training_run_it_reads(tmp_path, capsys):
+    """Folders named like OLMo 2's branches (an unprefixed early one, stage 1, two stage-2 ingredients whose steps
+    restart): the plan reads the stage-1 run and names the others; --revisions picks an ingredient."""
+    folder = make_suite(tmp_path / "olmo2", [0, 1, 2, 3])
+    names = ["step0-tokens0B", "stage1-step10-tokens1B", "stage2-ingredient1-step0-tokens0B", "stage2-ingredient2-step0-tokens0B"]
+    for step, name in zip([0, 1, 2, 3], names, strict=True):
+        (folder / f"step{step}").rename(folder / name)
+    assert main(["plan", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints: 2 selected, steps 0 to 10" in out
+    assert "training run read: stage1; the source also has stage2-ingredient1 (1 checkpoints), stage2-ingredient2" in out
+    assert main(["plan", str(folder), "--revisions", "stage2-ingredient2-step0-tokens0B"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints: 1 selected, steps 0 to 0" in out and "training run read: stage2-ingredient2;" in out

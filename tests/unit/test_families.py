@@ -52,6 +52,8 @@ def test_an_unknown_model_type_is_refused_with_the_supported_list() -> None:
     supported = ", ".join(sorted(registry.MODEL_TYPES))
     assert str(err.value).startswith(f"model_type 'bert' is not supported; supported: {supported}. ")
     assert {"gpt2", "gpt_neox", "llama", "olmo2", "qwen3"} <= set(registry.MODEL_TYPES)
+    for model_type in ("gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_neox", "gptj", "llama", "phi3", "qwen2"):
+        assert model_type in supported.split(", ")
 
 
 def test_each_model_type_is_read_by_one_family() -> None:

@@ -56,7 +56,7 @@ from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.outputs import check_same_model, store_at
 from headwatch.analysis.weights.heads import resolve_device
 from headwatch.families.family import ModelShape
-from headwatch.families.registry import model_shape
+from headwatch.families.registry import language_config, model_shape
 from headwatch.precompute.evalset import EvalSet, model_context, resolve_eval_set
 from headwatch.precompute.job.context import (
     CHECKPOINT_ERRORS,
@@ -77,7 +77,7 @@ from headwatch.precompute.lenses.computations import COMPUTATIONS
 from headwatch.precompute.settings import RunOptions, StoreSettings, resolve_settings
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
-from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, select
+from headwatch.precompute.sources.revisions import CheckpointRef, parse_revisions, runs_note, select
 from headwatch.precompute.sources.source import CheckpointSource
 from headwatch.precompute.store.lock import store_lock
 
@@ -221,10 +221,10 @@ def evaluation_set(plan: Plan, options: RunOptions, source: str | Path) -> EvalS
         run_info=plan.src.run_info(),
         run_folder=local,
         tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
-        vocab_size=int(config.get("vocab_size") or 0),
+        vocab_size=int(language_config(config).get("vocab_size") or 0),
         n=options.eval_sequences,
         t=options.eval_length,
-        max_positions=model_context(config),
+        max_positions=model_context(language_config(config)),
         dtype=dtype,
     )
 
@@ -368,6 +368,9 @@ def _select(
     if available is not None:
         src.check_schedule(available)
     todo, missing = select(available, revisions=requested, every=every)
+    note = runs_note(todo + missing, available)
+    if note:
+        log.info("%s", note)
     if not todo and not missing:
         raise CheckpointNotFoundError(
             f"no checkpoint of {src.name} is selected"

@@ -29,6 +29,7 @@ from headwatch.analysis.stages import essential as ed
 from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.essential import ESSENTIAL, ESSENTIAL_LENS, ESSENTIAL_OUTPUTS
 from headwatch.families.family import ModelShape
+from headwatch.families.registry import language_config
 from headwatch.precompute.evalset import EvalSet
 from headwatch.precompute.job.context import (
     BaseComputation,
@@ -174,7 +175,7 @@ class EssentialComputation(BaseComputation):
     def __init__(self, setup: ComputationSetup) -> None:
         super().__init__(setup)
         assert setup.eval_set is not None, "the essential-dynamics lens needs the evaluation sequences"
-        vocab = int(setup.plan.model.config.get("vocab_size") or 0)
+        vocab = int(language_config(setup.plan.model.config).get("vocab_size") or 0)
         if vocab <= 0:
             raise StoreError("the model's config.json has no vocab_size: the essential-dynamics lens cannot choose its tokens")
         self.sample = make_sample(setup.eval_set, vocab)

@@ -36,6 +36,7 @@ from huggingface_hub.utils import SafetensorsFileMetadata
 from headwatch.analysis.errors import CheckpointError
 from headwatch.families.extract import attention_tensor_names, extract_heads
 from headwatch.families.family import ModelShape
+from headwatch.families.registry import family_of
 
 DTYPES: dict[str, torch.dtype] = {
     "F16": torch.float16,
@@ -137,12 +138,10 @@ def element_masks(
     element of the returned factors says where it came from (float32 holds these
     integers exactly). Every other layer shares layer 0's layout, tensor by tensor.
     For ``ov`` of GPT-NeoX that is the V rows of the fused QKV weight and every element
-    of ``attention.dense``; for ``qk`` alone only the Q and K rows.
-
-    A 1-D attention tensor is a norm's gains, which the adapter folds into the factors by scaling rows
-    (`families.family.scale_rows`; QK-norm, an output norm): it is read whole, and is ones in every probe. A fold
-    then multiplies an element's probe values by the factor a gain of one gives (1, or 2 under Gemma's ``1 + w``), so
-    both probes are divided by a third, probe C, which holds ones in every weight: the quotient is the index again.
+    of ``attention.dense``; for ``qk`` alone only the Q and K rows. A norm's gains folded
+    into the factors (a 1-D attention tensor: QK-norm, a norm on the attention's output)
+    are read whole; the probes hold them at the family's `Family.neutral_gain`, where the
+    fold leaves the probe values as they are.
 
     Args:
         shape: the model.
@@ -153,8 +152,8 @@ def element_masks(
         name -> bool tensor of that tensor's shape, for every attention tensor.
 
     Raises:
-        CheckpointError: an attention tensor is neither a 2-D weight nor 1-D gains, or a layer's tensor shapes
-            differ from layer 0's.
+        CheckpointError: an attention tensor is neither 2-D nor a 1-D gain, or a layer's
+            tensor shapes differ from layer 0's.
     """
     names = attention_tensor_names(shape, tensor_shapes, matrices=matrices)
     per_layer = len(names) // shape.n_layers
@@ -165,26 +164,27 @@ def element_masks(
                 f"attention tensor {name!r} has shape {tensor_shapes[name]}; expected a 2-D weight or a norm's 1-D gains"
             )
     weights = [n for n in first if len(tensor_shapes[n]) == 2]
+    gains = [n for n in first if len(tensor_shapes[n]) == 1]
     rows = 1 + max(tensor_shapes[n][0] for n in weights)
-    assert 2 * len(weights) * rows < 2**24, "probe indices must be exact in float32, a fold's factor 2 included"
-    gains = {n: torch.ones(tensor_shapes[n], dtype=torch.float32) for n in first if n not in weights}
-    probe_a, probe_b, probe_c = dict(gains), dict(gains), dict(gains)
+    assert per_layer * rows < 2**24, "probe indices must be exact in float32"
+    probe_a, probe_b = {}, {}
     for j, name in enumerate(weights):
         r, c = tensor_shapes[name]
         probe_a[name] = (j * rows + torch.arange(r, dtype=torch.float32))[:, None].expand(r, c)
         probe_b[name] = torch.arange(c, dtype=torch.float32)[None, :].expand(r, c)
-        probe_c[name] = torch.ones((r, c), dtype=torch.float32)
+    neutral = family_of(shape).neutral_gain
+    for name in gains:  # (n,): the fold multiplies by exactly 1 at the neutral gain
+        probe_a[name] = probe_b[name] = torch.full(tensor_shapes[name], neutral, dtype=torch.float32)
     one_layer = dataclasses.replace(shape, n_layers=1)
     sources = extract_heads(one_layer, probe_a, matrices=matrices)  # matrix -> factors (1, n_heads, d_head, d_model)
     columns = extract_heads(one_layer, probe_b, matrices=matrices)
-    folds = extract_heads(one_layer, probe_c, matrices=matrices)  # the factor a fold of unit gains multiplies by
     masks0 = {name: torch.zeros(tensor_shapes[name], dtype=torch.bool) for name in weights}
-    masks0 |= {name: torch.ones(tensor_shapes[name], dtype=torch.bool) for name in gains}  # gains: read whole
-    pairs = [(s, c, f) for m in matrices for s, c, f in zip(sources[m], columns[m], folds[m], strict=True)]
-    for src, col, fold in pairs:
+    masks0 |= {name: torch.ones(tensor_shapes[name], dtype=torch.bool) for name in gains}  # read whole
+    pairs = [(src, col) for m in matrices for src, col in zip(sources[m], columns[m], strict=True)]
+    for src, col in pairs:
         for h in range(src.shape[1]):  # one head at a time keeps the index arrays small
-            a = (src[0, h] / fold[0, h]).round().reshape(-1).to(torch.int64)
-            b = (col[0, h] / fold[0, h]).round().reshape(-1).to(torch.int64)
+            a = src[0, h].reshape(-1).to(torch.int64)
+            b = col[0, h].reshape(-1).to(torch.int64)
             tensor, row = a // rows, a % rows
             for j, name in enumerate(weights):
                 sel = tensor == j

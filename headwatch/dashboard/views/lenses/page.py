@@ -25,6 +25,7 @@ from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.views.lenses import data
 from headwatch.dashboard.views.lenses import figures as figs
 from headwatch.dashboard.views.lenses.figures.probe_losses import PROBE_COPY_LABEL, probe_losses
+from headwatch.families.registry import language_config
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
 HEAD_TYPES = ("prev_token", "induction", "sink")
@@ -208,7 +209,7 @@ def _probe_panel(frame: RunFrame, info, step: int) -> None:
             "to add it."
         )
         return
-    vocab = store.meta.model.config.get("vocab_size")
+    vocab = language_config(store.meta.model.config).get("vocab_size")
     charts.chart(
         stacked(probe_losses(frame.axis(), eval_loss, copy_loss, vocab_size=int(vocab) if vocab else None, step=step), **STACK),
         "probe_loss",
