@@ -329,5 +329,5 @@ def test_the_model_card_says_what_is_folded() -> None:
         return model_card_lines(meta)  # type: ignore[arg-type]  # a stand-in with the attributes the card reads
 
     assert any("W_QK = (g_q * W_Q)ᵀ (g_k * W_K)" in line and "W_O" in line for line in card("olmo2"))
-    assert any("QK-norm (per head) folded" in line for line in card("apertus"))
+    assert any("QK-norm gains (per head) folded into W_Q, W_K" in line for line in card("apertus"))
     assert not any("folded" in line for line in card("llama") + card("gpt_neox"))
