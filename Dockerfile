@@ -13,10 +13,12 @@ RUN pip install --no-cache-dir --user -r requirements.txt
 COPY --chown=user app.py ./
 COPY --chown=user .streamlit ./.streamlit
 COPY --chown=user pages ./pages
-# the dashboard's part of the headwatch package: its top-level module, the app and analysis (no job, no training)
+# the dashboard's part of the headwatch package: its top-level module, the app, analysis and the model families'
+# torch-free declarations the model card reads (no job, no training)
 COPY --chown=user headwatch/__init__.py ./headwatch/
 COPY --chown=user headwatch/dashboard ./headwatch/dashboard
 COPY --chown=user headwatch/analysis ./headwatch/analysis
+COPY --chown=user headwatch/families ./headwatch/families
 COPY --chown=user data ./data
 
 EXPOSE 7860

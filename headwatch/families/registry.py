@@ -58,7 +58,7 @@ def language_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The part of a ``config.json`` its language model's sizes (vocabulary, context, MLP width) are read from: a
     multimodal checkpoint's ``text_config`` (`Family.text_config`), else the config itself (also for a
     ``model_type`` without an adapter)."""
-    family = MODEL_TYPES.get(config.get("model_type"))  # type: ignore[arg-type]
+    family = MODEL_TYPES.get(str(config.get("model_type", "")))
     return family.text_config(config) if family is not None else config
 
 
