@@ -7,7 +7,7 @@ import numpy as np
 from headwatch.analysis.findings.events import Event, basis_text, key_events
 from headwatch.analysis.stages.run import NO_EVENT
 from headwatch.analysis.store import Meta, Store
-from headwatch.families.registry import BY_NAME
+from headwatch.families.registry import folded_note
 
 
 def model_card_lines(meta: Meta) -> list[str]:
@@ -23,9 +23,8 @@ def model_card_lines(meta: Meta) -> list[str]:
         f"**{m.id or '?'}** · {m.family}",
         f"{m.n_layers} layers × {m.n_heads} heads{kv_text} · d_model {m.d_model} · d_head {m.d_head}",
     ]
-    family = BY_NAME.get(m.family)
-    if family is not None and family.folded_norms:  # what W_QK / W_OV mean for it (docs/design-notes.md section 3)
-        lines.append(f"weights as stored, except: {family.folded_norms} (per-token RMS left out)")
+    if folded := folded_note(m.family):  # what W_QK / W_OV mean for it (docs/design-notes.md section 3)
+        lines.append(f"weights as stored, except: {folded}")
     if len(steps):
         lines.append(f"{len(steps)} checkpoints with statistics, steps {steps[0]:,}–{steps[-1]:,}")
     else:

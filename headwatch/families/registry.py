@@ -62,6 +62,15 @@ def language_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return family.text_config(config) if family is not None else config
 
 
+def folded_note(family: str) -> str:
+    """What the per-head factors of a ``meta.json`` ``model.family`` hold besides the raw weights, in the words the
+    model card, a published store's card and the composition and similarity records use: the norm gains its adapter
+    folds (`Family.folded_norms`), the per-token RMS left out; empty for a family that folds nothing (or an unknown
+    one)."""
+    adapter = BY_NAME.get(family)
+    return f"{adapter.folded_norms} (per-token RMS left out)" if adapter is not None and adapter.folded_norms else ""
+
+
 def family_of(shape: ModelShape) -> Family:
     """The adapter a `ModelShape` was read with."""
     return BY_NAME[shape.family]

@@ -173,6 +173,9 @@ def test_a_planted_model_goes_through_precompute(name: str, tmp_path: Path) -> N
     assert len(layers) == len(STEPS) * 2 * len(case.roles)
     for spec in (*ATTENTION_TABLES, HEAD_TYPES_TABLE, COMPOSITION):  # the forward lenses, head types, composition
         assert pq.read_table(out / spec.file).num_rows > 0, spec.file
+    # the composition record says what its factors hold besides the raw weights: the folded gains, or nothing
+    layernorm = json.loads((out / "meta.json").read_text())["composition"]["layernorm"]
+    assert ("folded into" in layernorm) == (case.qk_norm is not None or case.output_norm is not None), layernorm
     stat = ATTENTION_STATISTICS[0]
     entropy = store.dense(ATTENTION, stat)
     assert entropy is not None and entropy.shape == (2, 2, 4) and np.isfinite(entropy).all()

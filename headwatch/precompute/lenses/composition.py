@@ -33,6 +33,7 @@ from headwatch.analysis.weights.composition import (
     strongest_sources,
 )
 from headwatch.families.family import ModelShape
+from headwatch.families.registry import folded_note
 from headwatch.precompute.job.context import FactorsComputation
 from headwatch.precompute.job.factors import pair_scores
 from headwatch.precompute.settings import StoreSettings
@@ -97,7 +98,8 @@ class CompositionComputation(FactorsComputation):
             "baseline_method": f"mean score of independent standard Gaussian W_Q, W_K, W_O, W_V of shape "
             f"({model.d_head}, {model.d_model}): {draws} two-layer models of {BASELINE_HEADS} x {BASELINE_HEADS} head "
             f"pairs, seed {BASELINE_SEED}, float64; baseline_rms = 1/sqrt(d_model), the exact root mean square",
-            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a scalar gain cancels)",
+            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a scalar gain cancels)"
+            + (f"; except: {folded}" if (folded := folded_note(model.family)) else ""),
             "dtype": settings.spectrum_dtype,
         }
 

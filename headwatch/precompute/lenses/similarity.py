@@ -38,6 +38,7 @@ from headwatch.analysis.weights.similarity import (
     similarity,
 )
 from headwatch.families.family import ModelShape
+from headwatch.families.registry import folded_note
 from headwatch.precompute.job.context import FactorsComputation
 from headwatch.precompute.job.factors import pair_scores
 from headwatch.precompute.settings import StoreSettings
@@ -157,7 +158,8 @@ class SimilarityComputation(FactorsComputation):
             f"layer, seed {BASELINE_SEED}, float64; 'mean' and 'rms' over the pairs, 'share' and 'share_of_max' "
             "over the triangles (None below 3 heads); 'expected' gives the exact moments",
             "definitions": DEFINITIONS,
-            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a uniform gain cancels)",
+            "layernorm": "not folded: the raw attention weights, as in heads.parquet (a uniform gain cancels)"
+            + (f"; except: {folded}" if (folded := folded_note(model.family)) else ""),
             "dtype": settings.spectrum_dtype,
         }
 

@@ -30,17 +30,11 @@ from headwatch.analysis.store.format import HEADS, HIST_Z_BINS, HIST_Z_HI, HIST_
 from headwatch.analysis.store.lenses.attention import ATTENTION
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.outputs import model_text
-from headwatch.families.registry import BY_NAME
+from headwatch.families.registry import folded_note
 from headwatch.precompute.store.lock import store_lock
 
 CARD_FILE = "README.md"
 EXIT_USAGE, EXIT_NETWORK = 2, 3  # as `python -m headwatch.precompute`: bad input, the Hub failed
-
-
-def _folded_norms(family: str) -> str:
-    """What the family's adapter folds into the factors (`families.family.Family.folded_norms`); empty: nothing."""
-    adapter = BY_NAME.get(family)
-    return adapter.folded_norms if adapter is not None else ""
 
 
 def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
@@ -94,7 +88,7 @@ def dataset_card(store: str | Path, *, repo_id: str | None = None) -> str:
         "",
         "Conventions: raw weights as stored in the checkpoint; no 1/sqrt(d_head) factor; no biases; "
         "no LayerNorm folding; rotary position encoding ignored. Natural logarithms."
-        + (f" Except: {folded} (per-token RMS left out)." if (folded := _folded_norms(model.family)) else ""),
+        + (f" Except: {folded}." if (folded := folded_note(model.family)) else ""),
         "",
         "## How it was made",
         "",

@@ -21,6 +21,7 @@ from headwatch.analysis.store.lenses.composition import COMPOSITION, COMPOSITION
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.views.circuits import data
 from headwatch.dashboard.views.circuits import figures as figs
+from headwatch.families.registry import folded_note
 
 SCALES = {"random": "× random heads", "score": "raw score (0 to 1)"}
 TOP = [3, 5, 8]
@@ -188,9 +189,10 @@ def matrix_panel(frame, view: CircuitsView, scores: np.ndarray) -> None:
         if top_k
         else ""
     )
+    folded = f"; except: {note}" if (note := folded_note(store.meta.model.family)) else ""
     st.caption(
         f"{name} ({figs.KIND_READS[kind]}): {FORMULAS[kind]}, {ratio}, from the raw weights (LayerNorm not "
-        f"folded). Rows: target head B; columns: source head A in an earlier layer (blank: same or later layer, "
+        f"folded{folded}). Rows: target head B; columns: source head A in an earlier layer (blank: same or later layer, "
         f"which cannot compose). Step {step:,} is the frame (and the link): Play runs the following checkpoints in the "
         f"browser; Pause moves the step control to the frame shown. Colours fixed over training. Click a cell to open "
         f"the pair in a new tab: the head explorer on the target head B with the source A overlaid on every chart "
