@@ -140,7 +140,7 @@ def plain(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int]
 @torch.no_grad()
 def batched(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int], batch: int) -> dict[str, np.ndarray]:
     """The lens's computation: the heads' means, then every head of the chosen layers as lanes."""
-    arch, params = architecture(model), parameters(model)
+    arch, params = architecture(model, sampler=False), parameters(model)
     device = model.device
     means = head_means(arch, params, text.to(device), batch=batch)
     out = {}

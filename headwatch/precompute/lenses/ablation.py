@@ -233,7 +233,7 @@ def ablation_work(src: CheckpointSource, ref: CheckpointRef, job: AblationJob) -
     with src.checkpoint_folder(ref) as folder:
         model = load_model(folder, device=job.device, attn_implementation="sdpa")
         try:
-            arch = architecture(model)
+            arch = architecture(model, sampler=False)
             params = parameters(model)
             return ablation_rows(ref.step, arch, params, job)
         finally:
