@@ -55,6 +55,9 @@ from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
 log = logging.getLogger("precompute")
 
+# The tokens in context's attention weights are rounded to multiples of 1 / ATTENTION_GRID (error under 7.7e-6): the
+# low mantissa bits of float32 softmax values are noise to any drawing and, kept, would double head_contexts.parquet.
+ATTENTION_GRID = 2.0**16
 # Floats of logits one chunk of lanes may hold at once (lanes x sequences x T x vocab): 2^26, 256 MiB in float32.
 LOGIT_BUDGET = 1 << 26
 
@@ -321,7 +324,7 @@ def context_rows(
     for layer, head, rank, name, seq, pos, value, base_loss in chosen:
         start = max(0, pos - job.window + 1)
         window = id_lists[name][seq, start : pos + 1]
-        alpha = attention[name][(layer, seq, head, pos - 1)][start : pos + 1]
+        alpha = np.round(attention[name][(layer, seq, head, pos - 1)][start : pos + 1] * ATTENTION_GRID) / ATTENTION_GRID
         rows["step"].append(step)
         rows["layer"].append(layer)
         rows["head"].append(head)

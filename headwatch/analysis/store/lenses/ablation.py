@@ -92,8 +92,8 @@ HEAD_CONTEXTS_COLUMN_DOCS: dict[str, str] = {
     "target": "the target token, decoded alone (string)",
     "tokens": "the window's tokens, positions start..position, each decoded alone; the target is the last (list<string>)",
     "attention": "the head's attention weights from the query at position - 1 (the one that predicts the target) to "
-    "each token of the window, aligned to tokens; the target's own entry is 0 (the query cannot see it) "
-    "(list<float32>)",
+    "each token of the window, aligned to tokens; the target's own entry is 0 (the query cannot see it); rounded to "
+    "multiples of 2^-16 (list<float32>)",
     "loss_increase": "the target's next-token loss with the head ablated minus intact, nats (float64)",
     "base_loss": "the target's next-token loss intact, nats (float64)",
 }
