@@ -262,3 +262,23 @@ def test_the_multiply_adds_plan_prices_are_what_the_lens_computes(kind: str, tmp
         lens, plain = ablation_macs(geometry, T, 5, 2, layers=layers, contexts=False)
         assert counted.get_total_flops() == pytest.approx(2 * lens, rel=1e-6), layers
         assert plain > lens
+
+
+def test_the_functional_forward_refuses_what_it_does_not_implement_by_name() -> None:
+    """OLMo (weightless LayerNorm, clipped Q, K, V), SmolLM3 (layers without rotary) and a sliding window are
+    refused by the Llama adapter; the sampler still refuses the Llama family (a head does not own its K and V)."""
+    from headwatch.analysis.errors import UnknownArchitectureError
+    from headwatch.families.forward import check_config, check_functional
+
+    assert check_functional({"model_type": "llama"}).name == "llama"
+    assert check_functional({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}).name == "llama"
+    for config, what in (
+        ({"model_type": "olmo"}, "olmo"),
+        ({"model_type": "smollm3"}, "smollm3"),
+        ({"model_type": "mistral", "sliding_window": 4096}, "sliding window"),
+        ({"model_type": "gemma2"}, "gemma2"),
+    ):
+        with pytest.raises(UnknownArchitectureError, match=what):
+            check_functional(config, who="the ablation lens")
+    with pytest.raises(UnknownArchitectureError, match="no forward pass for model_type 'llama'"):
+        check_config({"model_type": "llama"})
