@@ -18,16 +18,30 @@ from headwatch.analysis.store.records import RecordType
 # store): which heads are previous-token, induction or sink heads at each checkpoint, each decided by its forward
 # score against the value under uniform causal attention (the null) and a threshold; meta.json ``types`` records
 # the nulls, the thresholds and the hysteresis rule.
-HEAD_TYPES = ("previous_token", "induction", "sink")  # the types, in display order
-HEAD_TYPE_SCORES = {"previous_token": "prev_token", "induction": "induction", "sink": "sink"}  # attention.parquet column
+# Types by where a head attends: each an attention.parquet score against its uniform-attention null.
+ATTENTION_TYPES = ("previous_token", "induction", "sink", "current_token")
+HEAD_TYPE_SCORES = {
+    "previous_token": "prev_token",
+    "induction": "induction",
+    "sink": "sink",
+    "current_token": "current_token",
+}  # attention.parquet column
+# Types by what ablating a head costs (docs/head-types.md): a head that holds no attention type but whose mean
+# ablation raises the loss measurably is a multigram head where its top contexts continue frequent n-grams of the
+# training text, and "other" where they do not. Decided at the checkpoints with tokens in context only.
+FUNCTION_TYPES = ("multigram", "other")
+HEAD_TYPES = ATTENTION_TYPES + FUNCTION_TYPES  # the types, in display order
 HEAD_TYPES_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
-    "type": "head type: previous_token, induction or sink (string)",
-    "score": "the type's forward score (attention.parquet prev_token, induction or sink) at this checkpoint",
-    "null": "the score under uniform causal attention on the same sequences (docs/head-types.md derives it)",
-    "ratio": "score / null: how many times uniform attention",
+    "type": "head type: previous_token, induction, sink, current_token, multigram or other (string)",
+    "score": "an attention type's forward score (attention.parquet prev_token, induction, sink or current_token) at "
+    "this checkpoint; for multigram and other: the loss increase on the evaluation text when the head is mean-ablated "
+    "(nats per token, ablation.parquet)",
+    "null": "an attention type: the score under uniform causal attention on the same sequences (docs/head-types.md "
+    "derives it); multigram and other: the measurable level max(floor, k x standard error) of the ablation effect",
+    "ratio": "score / null: how many times uniform attention (for multigram and other: the measurable level)",
     "above": "score >= the type's threshold at this checkpoint alone (bool)",
     "holds": "the head holds the type at this checkpoint under the hysteresis rule (bool)",
 }
@@ -49,7 +63,7 @@ HEAD_TYPES_TABLE = TableSpec(
 HEAD_EMERGENCE_COLUMN_DOCS: dict[str, str] = {
     "layer": "layer index, 0-based (int32)",
     "head": "query-head index within the layer, 0-based (int32)",
-    "type": "head type: previous_token, induction or sink (string)",
+    "type": "head type: previous_token, induction, sink, current_token, multigram or other (string)",
     "emergence_step": "first checkpoint from which the head holds the type for the rest of training "
     "(null: it does not hold it at the last checkpoint) (int64)",
     "first_step": "first checkpoint at which the score reaches the threshold at all (null: never) (int64)",
