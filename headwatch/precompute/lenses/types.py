@@ -40,12 +40,16 @@ from headwatch.precompute.store.writer import commit_store
 log = logging.getLogger("precompute")
 
 
-def types_meta(rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: list[int]) -> dict[str, Any]:
-    """What ``meta.json`` ``types`` records: per type its score column, null, threshold and exit level; the
-    rule in words; the T and R the nulls are derived for; the checkpoints typed."""
+def types_meta(
+    rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: list[int], absent: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What ``meta.json`` ``types`` records: per type decided its score column, null, threshold and exit level; per
+    attention type not decided, why (``absent``); the rule in words; the T and R the nulls are derived for; the
+    checkpoints typed."""
     return {
         "files": [HEAD_TYPES_TABLE.file, HEAD_EMERGENCE.file],
-        "types": {name: rules[name].as_dict() for name in HEAD_TYPES},
+        "types": {name: rule.as_dict() for name, rule in rules.items()},
+        "absent": dict(absent or {}),
         "absolute": ABSOLUTE,
         "ratio": RATIO,
         "exit_fraction": EXIT_FRACTION,
@@ -58,8 +62,21 @@ def types_meta(rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: 
     }
 
 
+def absent_score(store: Store, column: str) -> str | None:
+    """Why the store's attention.parquet cannot type by ``column`` (None: it can): a score a forward lens written
+    before the column was recorded lacks (read as NaN, `analysis.store.older_versions`)."""
+    values = store.require(ATTENTION, column)
+    if np.isfinite(values[np.isin(store.steps, store.steps_with(ATTENTION))]).all():
+        return None
+    return (
+        f"attention.parquet has no {column} scores at every checkpoint (its forward lens was computed before they "
+        f"were recorded); recompute the forward lens to have them: python -m headwatch.precompute --source "
+        f"CHECKPOINTS --out {store.path} --lenses attention"
+    )
+
+
 def _inputs(store: Store) -> tuple[np.ndarray, dict[str, TypeRule], dict[str, Any]]:
-    """The typed steps, the rules and the meta record of a store.
+    """The typed steps, the rules of the types its scores decide and the meta record of a store.
 
     Raises:
         StoreError: the store has no forward statistics.
@@ -71,8 +88,16 @@ def _inputs(store: Store) -> tuple[np.ndarray, dict[str, TypeRule], dict[str, An
         )
     info = store.meta.forward
     steps = store.steps_with(ATTENTION)
-    rules = type_rules(info.seq_len, info.induction_repeat)
-    record = types_meta(rules, seq_len=info.seq_len, repeat=info.induction_repeat, steps=[int(s) for s in steps])
+    rules, absent = {}, {}
+    for name, rule in type_rules(info.seq_len, info.induction_repeat).items():
+        why = absent_score(store, rule.score)
+        if why is None:
+            rules[name] = rule
+        else:
+            absent[name] = why
+    record = types_meta(
+        rules, seq_len=info.seq_len, repeat=info.induction_repeat, steps=[int(s) for s in steps], absent=absent
+    )
     return steps, rules, record
 
 
@@ -145,7 +170,10 @@ class TypesComputation(BaseComputation):
             log.warning("head types failed (%s); retry with `python -m headwatch.precompute.lenses.types %s`", exc, out)
             run.report.notes.append(f"note: head types were not written ({exc})")
             return
-        run.report.notes.append(f"head types: written for {len(record['steps'])} checkpoints ({', '.join(HEAD_TYPES)})")
+        run.report.notes.append(
+            f"head types: written for {len(record['steps'])} checkpoints ({', '.join(record['types'])})"
+            + "".join(f"; no {name} type: {why}" for name, why in record["absent"].items())
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,18 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     emergence = store.frame(HEAD_EMERGENCE)
     assert emergence is not None
     held = emergence[emergence["emergence_step"].notna()]
-    summary = ", ".join(f"{name} {int((held['type'] == name).sum())}" for name in HEAD_TYPES)
+    decided = [name for name in HEAD_TYPES if name in record["types"]]
+    summary = ", ".join(f"{name} {int((held['type'] == name).sum())}" for name in decided)
     print(
         f"wrote {Path(args.store) / HEAD_TYPES_TABLE.file} and {HEAD_EMERGENCE.file}: {len(record['steps'])} checkpoints; "
         f"heads holding each type at the last one: {summary}"
     )
-    for name in HEAD_TYPES:
+    for name in decided:
         rule = record["types"][name]
         best = emergence[emergence["type"] == name].sort_values("peak_score", ascending=False).iloc[0]
         print(
             f"  {name}: null {rule['null']:.4g}, threshold {rule['threshold']:.3g}, exit {rule['exit']:.3g}; "
             f"highest score L{int(best['layer'])} H{int(best['head'])} {best['peak_score']:.4g} at step {int(best['peak_step'])}"
         )
+    for name, why in record["absent"].items():
+        print(f"  {name}: not decided: {why}")
     return 0
 
 
