@@ -1,4 +1,5 @@
-"""The head types lens, declared: previous-token, induction and sink heads at every checkpoint and when each emerged.
+"""The head types lens, declared: previous-token, induction, sink, current-token, multigram and other heads at every
+checkpoint and when each emerged.
 
 Its tables, its ``meta.json`` record, its options, and the lens itself. analysis/attention/head_types.py holds the rule;
 `precompute.lenses.types` makes them from the attention lens's rows.
@@ -6,10 +7,12 @@ Its tables, its ``meta.json`` record, its options, and the lens itself. analysis
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 from headwatch.analysis.store.format import TableSpec, schema_of
-from headwatch.analysis.store.lenses.declaration import Lens, Option, switch_options
+from headwatch.analysis.store.lenses.declaration import Lens, Option, options_of
 from headwatch.analysis.store.records import RecordType
 
 # ------------------------------------------------------------------ its tables
@@ -87,6 +90,35 @@ HEAD_EMERGENCE = TableSpec(
     sort=("layer", "head", "type"),
 )
 
+# The n-gram check of each token in context (analysis/attention/function_types.py): made by the types lens from
+# head_contexts.parquet (the ablation lens) and a sample of the training text, at the checkpoints it types
+# multigram and other heads at.
+CONTEXT_NGRAMS_COLUMN_DOCS: dict[str, str] = {
+    "step": "training step of the checkpoint (int64)",
+    "layer": "layer index, 0-based (int32)",
+    "head": "query-head index within the layer, 0-based (int32)",
+    "rank": "the context's rank in head_contexts.parquet, 1 = the largest loss increase (int32)",
+    "order": "the longest n (2..4) whose n-gram of the window ending at the target is a frequent n-gram of the "
+    "training-text sample (meta.json `types` function); 0: none is (int32)",
+    "count": "that n-gram's occurrences in the sample (0: none) (int64)",
+}
+CONTEXT_NGRAMS_SCHEMA = schema_of(
+    {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "rank": pa.int32()}
+    | {"order": pa.int32(), "count": pa.int64()}
+)
+CONTEXT_NGRAMS = TableSpec(
+    name="context_ngrams",
+    file="context_ngrams.parquet",
+    row="one row per (step, layer, head, rank) of head_contexts.parquet at the checkpoints typed",
+    about="Whether each head's top tokens in context continue a frequent n-gram of the training text: the longest "
+    "order whose n-gram ending at the target is among the most frequent of a sample of the text (the multigram "
+    "rule of docs/head-types.md). Written by the `types` lens when the store has tokens in context and a training "
+    "text is at hand.",
+    schema=CONTEXT_NGRAMS_SCHEMA,
+    docs=CONTEXT_NGRAMS_COLUMN_DOCS,
+    sort=("step", "layer", "head", "rank"),
+)
+
 # ------------------------------------------------------------------ its record
 
 TYPES_RECORD = RecordType(
@@ -97,12 +129,29 @@ TYPES_RECORD = RecordType(
 
 # ------------------------------------------------------------------ the lens
 
+@dataclass(frozen=True)
+class TypesOptions:
+    """The types lens's options.
+
+    Attributes:
+        on: whether a run makes the head types (``--no-types``: not).
+        ngram_text: ``--types-ngram-text``: a UTF-8 text whose n-grams decide multigram heads, tokenized with the
+            checkpoints' tokenizer as ``--eval-text`` is (None: a run trained here uses its training split, and
+            another run decides no multigram heads).
+    """
+
+    on: bool = True
+    ngram_text: str | None = None
+
+
 TYPES_LENS = Lens(
     name="types",
     title="head types",
-    summary="previous-token, induction and sink heads at every checkpoint and when each emerged, from the forward "
-    "lens's scores against uniform attention; made from the store after a run with --lenses attention (--no-types: none)",
-    tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE),
+    summary="previous-token, induction, sink and current-token heads at every checkpoint and when each emerged, from "
+    "the forward lens's scores against uniform attention; multigram and other heads from the ablation lens and "
+    "the training text's n-grams; made from the store after a run with --lenses attention or ablation "
+    "(--no-types: none)",
+    tables=(HEAD_TYPES_TABLE, HEAD_EMERGENCE, CONTEXT_NGRAMS),
     asked_by="default",
     needs=("store",),
     record=TYPES_RECORD,
@@ -112,12 +161,21 @@ TYPES_LENS = Lens(
             "on",
             bool,
             "",
-            "with --lenses attention: skip the head types (previous-token, induction, sink) made from its scores",
+            "with --lenses attention or ablation: skip the head types made from their tables",
             True,
             switch=True,
         ),
+        Option(
+            "--types-ngram-text",
+            "ngram_text",
+            str,
+            "FILE",
+            "UTF-8 text whose frequent n-grams decide multigram heads, tokenized as --eval-text is (default: a run "
+            "trained here uses its training split; another run decides no multigram heads)",
+        ),
     ),
-    make_options=switch_options,
-    off=lambda options: not options.lens_options_for("types").on or "attention" not in options.lenses,
+    make_options=options_of(TypesOptions),
+    off=lambda options: not options.lens_options_for("types").on
+    or not {"attention", "ablation"} & set(options.lenses),
     stepwise=False,
 )
