@@ -131,8 +131,9 @@ def ngram_text(
         text = ""
     else:
         return None
+    decode: Callable[[int], str] = token_text
     if byte_tokens or tokenizer_at is None:
-        ids, decode, tokenizer = np.frombuffer(data, dtype=np.uint8).astype(np.int64), token_text, BYTE_TOKENIZER
+        ids, tokenizer = np.frombuffer(data, dtype=np.uint8).astype(np.int64), BYTE_TOKENIZER
     else:
         loaded = _tokenizer(*tokenizer_at)
         if loaded is None:
@@ -150,7 +151,7 @@ def ngram_text(
         "text": name,
         "text_sha256": hashlib.sha256(data).hexdigest(),
         "tokenizer": tokenizer,
-        "text_tokens": int(len(ids)),
+        "text_tokens": len(ids),
         "sample_tokens": int(sum(len(w) for w in windows)),
         "sample": f"{len(windows)} seeded non-overlapping windows of {SAMPLE_WINDOW} tokens (seed {SAMPLE_SEED}), "
         f"at most {SAMPLE_TOKENS:,} tokens; the whole text when shorter",

@@ -150,9 +150,7 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     current = store.dense(ATTENTION, "current_token")
     assert current is not None
     for i, step in enumerate(store.steps):
-        model = AutoModelForCausalLM.from_pretrained(
-            run / f"step{step}", dtype=torch.float32, attn_implementation="eager"
-        ).eval()
+        model = AutoModelForCausalLM.from_pretrained(run / f"step{step}", dtype=torch.float32, attn_implementation="eager").eval()
         with torch.no_grad():
             expected = float(model(input_ids=ids, labels=ids).loss)
             attentions = [a.double().numpy() for a in model(input_ids=ids, output_attentions=True).attentions]

@@ -14,8 +14,9 @@ offset ``d = i - j`` is ``sum_i A_i cos(theta_i d + phi_i) / sqrt(d_head)``.
   48..95), in the head's non-rotary dimensions: it attends to the token after an earlier copy of the current one;
 - layer 1 head 1, current token: every frequency peaks at ``d = 0`` (``phi_i = 0``); it writes nothing.
 
-Step 0 of the run has every head uniform (every score exactly its null); steps 100 and 200 the heads above. Through ``python -m headwatch.precompute
---lenses attention`` and then the types lens, each head gets exactly its type, from step 100.
+Step 0 of the run has every head uniform (every score exactly its null); steps 100 and 200 the heads above.
+Through ``python -m headwatch.precompute --lenses attention`` and then the types lens, each head gets exactly its
+type, from step 100.
 """
 
 from __future__ import annotations

@@ -41,9 +41,7 @@ def test_the_nulls_are_uniform_attention_averaged_as_the_forward_lens_averages(t
     # a_{i,i} over i = 2..T (a_11 = 1 for every head, left out)
     current = sum(alpha[s, 0, i, i] for s in range(b) for i in range(1, t)) / (b * (t - 1))
     nulls = uniform_nulls(t, r)
-    assert nulls == pytest.approx(
-        {"previous_token": prev, "sink": sink, "induction": ind, "current_token": current}, rel=1e-12
-    )
+    assert nulls == pytest.approx({"previous_token": prev, "sink": sink, "induction": ind, "current_token": current}, rel=1e-12)
     # and the forward lens's own code on the same matrices (float32 input, as a model returns it)
     sums = AttentionSums(1, 1, t)
     sums.add(0, torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32)))

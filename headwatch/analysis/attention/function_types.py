@@ -168,7 +168,8 @@ def ngram_counts(
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage {coverage!r}: expected a share of the occurrences in (0, 1]")
     segments = [np.asarray(s, dtype=np.int64) for s in segments]
-    frequent, distinct = {}, {}
+    frequent: dict[int, dict[tuple[int, ...], int]] = {}
+    distinct: dict[int, int] = {}
     explained = [np.zeros(len(s), dtype=bool) for s in segments]  # per token: some order explains it
     for n in orders:
         rows = _rows(segments, n)
@@ -272,7 +273,8 @@ def function_type_frames(
     context_index = np.asarray(context_index, dtype=np.int64)
     if increase.shape != sem.shape or increase.ndim != 3 or increase.shape[0] != len(steps):
         raise ValueError(f"ablation effects {increase.shape} and errors {sem.shape}: expected ({len(steps)}, layers, heads)")
-    if len(context_index) and (context_index.min() < 0 or context_index.max() >= len(steps) or np.any(np.diff(context_index) <= 0)):
+    inside = not len(context_index) or (context_index.min() >= 0 and context_index.max() < len(steps))
+    if not inside or np.any(np.diff(context_index) <= 0):
         raise ValueError(f"context checkpoints {context_index.tolist()} are not ascending indices of the {len(steps)} steps")
     shape = (len(context_index), *increase.shape[1:])
     if np.shape(untyped) != shape or np.shape(multigram) != shape:

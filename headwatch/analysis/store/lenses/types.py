@@ -103,8 +103,7 @@ CONTEXT_NGRAMS_COLUMN_DOCS: dict[str, str] = {
     "count": "that n-gram's occurrences in the sample (0: none) (int64)",
 }
 CONTEXT_NGRAMS_SCHEMA = schema_of(
-    {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "rank": pa.int32()}
-    | {"order": pa.int32(), "count": pa.int64()}
+    {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "rank": pa.int32()} | {"order": pa.int32(), "count": pa.int64()}
 )
 CONTEXT_NGRAMS = TableSpec(
     name="context_ngrams",
@@ -128,6 +127,7 @@ TYPES_RECORD = RecordType(
 )
 
 # ------------------------------------------------------------------ the lens
+
 
 @dataclass(frozen=True)
 class TypesOptions:
@@ -175,7 +175,6 @@ TYPES_LENS = Lens(
         ),
     ),
     make_options=options_of(TypesOptions),
-    off=lambda options: not options.lens_options_for("types").on
-    or not {"attention", "ablation"} & set(options.lenses),
+    off=lambda options: not options.lens_options_for("types").on or not {"attention", "ablation"} & set(options.lenses),
     stepwise=False,
 )
