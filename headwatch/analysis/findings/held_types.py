@@ -16,10 +16,17 @@ import pandas as pd
 
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 # How the views and the report name a type.
-TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
+TYPE_LABELS = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "sink": "sink",
+    "current_token": "current-token",
+    "multigram": "multigram",
+    "other": "other",
+}
 
 
 def missing_text(path: Any) -> str:
@@ -27,7 +34,8 @@ def missing_text(path: Any) -> str:
     return (
         "This store has no head types (head_types.parquet, head_emergence.parquet). Add them with "
         f"`python -m headwatch.precompute.lenses.types {path}`: it needs only the store's forward statistics "
-        "(attention.parquet, from `python -m headwatch.precompute --lenses attention`), no checkpoint."
+        "(attention.parquet, from `python -m headwatch.precompute --lenses attention`), no checkpoint; the multigram "
+        "and other heads also need the ablation lens (`--lenses ablation`) and the training text (`--source RUN`)."
     )
 
 
@@ -140,8 +148,17 @@ def emerged_rows(store: Store) -> pd.DataFrame | None:
     return emergence[emergence["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head", "type"])
 
 
+def absent_types(store: Store) -> dict[str, str]:
+    """The types the store's types lens could not decide, and why with the command that adds what is missing
+    (``meta.json`` ``types`` ``absent``: a forward lens written before the current-token score, no ablation lens, no
+    training text)."""
+    absent = (store.meta.types or {}).get("absent") or {}
+    return {str(k): str(v) for k, v in absent.items()} if isinstance(absent, dict) else {}
+
+
 def type_sentences(store: Store) -> list[str]:
-    """One sentence per head type: who holds it from when, or that no head reaches its threshold."""
+    """One sentence per head type: who holds it from when, or that no head reaches its threshold, or why the store
+    does not decide it."""
     summaries = type_summaries(store)
     if summaries is None:
         return ["This store has no head types (head_emergence.parquet): run the types lens on it."]
@@ -151,6 +168,12 @@ def type_sentences(store: Store) -> list[str]:
     for s in summaries:
         name = TYPE_LABELS.get(s.type, s.type)
         at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
+        if not s.emerged and s.type in FUNCTION_TYPES:
+            out.append(
+                f"No head is a {name} head at the last checkpoint with tokens in context (largest ablation effect "
+                f"{s.peak_score:.3g} nats, {head_name(*s.peak_head)})."
+            )
+            continue
         if not s.emerged:
             out.append(
                 f"No head reaches the {name} threshold{at}: the highest {name} score is {s.peak_score:.3g} "
@@ -160,4 +183,10 @@ def type_sentences(store: Store) -> list[str]:
         heads = ", ".join(f"{head_name(layer, head)} from step {step:,}" for layer, head, step in s.emerged[:12])
         more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
         out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
+    absent = absent_types(store)
+    if absent.get("current_token"):
+        out.append(f"No current-token heads decided: {absent['current_token']}.")
+    function = [absent[t] for t in FUNCTION_TYPES if absent.get(t)]
+    if function:
+        out.append(f"No multigram or other heads decided: {function[0]}.")
     return out

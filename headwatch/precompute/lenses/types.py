@@ -277,8 +277,6 @@ def add_types(
     tables, record = head_type_tables(store, ngram, no_text=no_text)
     if unless_current and types_current(store, record):
         return None
-    if not store.has(CONTEXT_NGRAMS) and record["function"] is None:
-        del tables[CONTEXT_NGRAMS.name]  # no n-gram checks: a store without them gains no empty file
     commit_store(store_path, store.meta.with_record("types", record), tables)
     return record
 

@@ -140,7 +140,14 @@ def losses(
 
 
 # One dash per head type on the counts chart (the run keeps its colour), in `analysis.store.format.HEAD_TYPES` order.
-TYPE_DASHES = {"previous_token": "solid", "induction": "dash", "sink": "dot"}
+TYPE_DASHES = {
+    "previous_token": "solid",
+    "induction": "dash",
+    "sink": "dot",
+    "current_token": "dashdot",
+    "multigram": "longdash",
+    "other": "longdashdot",
+}
 
 
 def type_counts(
