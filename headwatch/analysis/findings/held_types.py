@@ -60,22 +60,28 @@ class HeadTypes:
         """Per head, layer-major, the types it holds at step index ``index`` (``"previous_token, sink"``; ``""``: none)."""
         n = self.held[HEAD_TYPES[0]][index].size
         names: list[list[str]] = [[] for _ in range(n)]
-        for name in HEAD_TYPES:
+        for name in self.types:
             for i in np.flatnonzero(self.held[name][index].ravel()):
                 names[i].append(name)
         return [", ".join(t) for t in names]
 
     def earliest(self, types: tuple[str, ...] | list[str]) -> np.ndarray:
-        """Per head, layer-major, the earliest emergence step among ``types``: ``(n_layers * n_heads,)`` int64, -1 for a
-        head that holds none of them at the end."""
-        steps = np.stack([self.emergence[name].ravel() for name in types])  # (types, heads)
+        """Per head, layer-major, the earliest emergence step among ``types`` (those it has): ``(n_layers * n_heads,)``
+        int64, -1 for a head that holds none of them at the end."""
+        n = next(iter(self.emergence.values())).size
+        steps = np.stack([self.emergence[name].ravel() for name in types if name in self.emergence] or [np.full(n, -1)])
         none = np.iinfo(np.int64).max
         earliest = np.where(steps >= 0, steps, none).min(axis=0)
         return np.where(earliest < none, earliest, -1).astype(np.int64)
 
     def counts(self) -> dict[str, np.ndarray]:
         """Type -> ``(S,)`` how many heads hold it at each step."""
-        return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in HEAD_TYPES}
+        return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in self.types}
+
+    @property
+    def types(self) -> list[str]:
+        """The types it has, in `HEAD_TYPES` order."""
+        return [name for name in HEAD_TYPES if name in self.held]
 
 
 def head_types(store: Store) -> HeadTypes | None:
