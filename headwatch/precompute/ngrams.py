@@ -34,8 +34,9 @@ class NgramTextError(ValueError):
 
 
 def token_text(token_id: int) -> str:
-    """A byte token decoded alone: its UTF-8 character where it is one, U+FFFD where it is part of a longer one."""
-    return bytes([token_id]).decode("utf-8", errors="replace")
+    """A byte token decoded alone as the ablation lens writes the tokens in context: its UTF-8 character where it is
+    one, else an escape (``\\xe2``), so every byte has its own text."""
+    return bytes([token_id]).decode("utf-8", errors="backslashreplace")
 
 
 @dataclass(frozen=True)
