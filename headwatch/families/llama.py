@@ -140,9 +140,7 @@ class Llama(Family):
             bias = params.get(p + f"self_attn.{n}_proj.bias")
             heads = H if n == "q" else kv
             w[f"b_{n}"] = (
-                q.new_zeros(H, dh)
-                if bias is None
-                else bias.reshape(heads, dh).repeat_interleave(H // heads, dim=0)  # (H, dh)
+                q.new_zeros(H, dh) if bias is None else bias.reshape(heads, dh).repeat_interleave(H // heads, dim=0)  # (H, dh)
             )
         w_o = params[p + "self_attn.o_proj.weight"]  # (d, H dh): columns h*dh.. read head h
         w["W_o"] = w_o.reshape(d, H, dh).transpose(0, 1)  # (H, d, dh)
