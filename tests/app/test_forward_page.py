@@ -209,7 +209,7 @@ def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
         assert len(charts) == len(keys) + 1 and len(buttons) == len(charts), panel
         assert sorted(e.proto.id.rsplit("-", 1)[-1] for e in charts) == sorted([*keys, "loss_curve"]), panel
         drawn += len(charts) - 1
-    assert drawn == 7  # seven panels in all
+    assert drawn == 8  # eight panels in all
 
 
 def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:

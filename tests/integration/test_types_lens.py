@@ -32,8 +32,9 @@ import torch
 
 from headwatch.analysis.attention.head_types import uniform_nulls
 from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.ablation import HEAD_CONTEXTS
 from headwatch.analysis.store.lenses.attention import ATTENTION
-from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, CONTEXT_NGRAMS, HEAD_EMERGENCE, HEAD_TYPES_TABLE
 from headwatch.precompute.lenses.types import main
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import write_archive
@@ -236,3 +237,47 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     (store / ATTENTION.file).unlink()
     assert main([str(store)]) == 2
     assert "--lenses attention" in capsys.readouterr().err
+
+
+def test_with_the_ablation_lens_the_job_decides_multigram_and_other_on_the_training_split(tmp_path: Path) -> None:
+    """The job end to end with the ablation lens: the types lens reads the tokens in context and the run's training
+    split, checks every context's n-grams, and types the hand-set heads as before; none of them is multigram or
+    other (each holds an attention type, and the heads without one write nothing, so ablating them costs nothing)."""
+    run = designed_run(tmp_path)
+    out = tmp_path / "store"
+    lens = ("--lenses", "attention", "--lenses", "ablation", "--eval-sequences", "4", "--eval-length", str(T))
+    done = run_cli("--source", str(run), "--out", str(out), *lens, "--matrices", "qk", "--ablation-steps", "100,200")
+    assert done.returncode == 0, done.stderr
+    assert "multigram, other" in done.stderr
+    store = open_store(out)
+    record = json.loads((out / "meta.json").read_text())["types"]
+    function = record["function"]
+    assert function is not None and function["context_steps"] == [100, 200]
+    assert function["text"]["text"].startswith("training split of the run") and 0 < function["base_rate"] < 1
+    assert "multigram" not in record["absent"]
+    checked = store.frame(CONTEXT_NGRAMS)
+    contexts = store.frame(HEAD_CONTEXTS)
+    assert checked is not None and contexts is not None
+    assert len(checked) == len(contexts[contexts["step"].isin([100, 200])]) > 0
+    types = store.frame(HEAD_TYPES_TABLE)
+    assert types is not None
+    function_rows = types[types["type"].isin(["multigram", "other"])]
+    assert set(function_rows["step"]) == {100, 200} and not function_rows["holds"].any()
+    for step in (100, 200):
+        held = types[(types["step"] == step) & types["holds"]]
+        got = {key: set(held[(held["layer"] == key[0]) & (held["head"] == key[1])]["type"]) for key in EXPECTED}
+        assert got == EXPECTED, (step, got)
+    # the n-gram check by hand on one context: the longest order whose n-gram ending at the target is frequent
+    from headwatch.analysis.attention.function_types import ngram_counts
+    from headwatch.precompute.evalset import corpus_split
+    from headwatch.precompute.ngrams import interned, sample_windows, token_text
+
+    data, _ = corpus_split(json.loads((run / "run.json").read_text()), run, split="train")
+    segments, index = interned(sample_windows(np.frombuffer(data, np.uint8).astype(np.int64)), token_text)
+    counts = ngram_counts(segments)
+    assert counts.base_rate == pytest.approx(function["base_rate"])
+    row = contexts[contexts["step"] == 200].iloc[0]
+    mine = checked[(checked["step"] == 200) & (checked["layer"] == row["layer"]) & (checked["head"] == row["head"])]
+    one = mine[mine["rank"] == row["rank"]].iloc[0]
+    expected = counts.explained_order(np.array([index.get(t, -1) for t in row["tokens"]]))
+    assert (int(one["order"]), int(one["count"])) == expected

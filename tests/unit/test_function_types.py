@@ -163,3 +163,13 @@ def test_function_types_on_planted_heads() -> None:
     assert np.allclose(multi["null"], np.maximum(FLOOR, K_SE * sem[[1, 3]].reshape(-1)))
     with pytest.raises(ValueError, match="ascending"):
         function_type_frames(steps, increase, sem, np.array([3, 1]), untyped, multigram)
+
+
+def test_byte_tokens_are_compared_as_the_ablation_lens_writes_them() -> None:
+    from headwatch.precompute.evalset import BYTE_TOKENIZER
+    from headwatch.precompute.lenses.ablation import _decoder
+    from headwatch.precompute.ngrams import token_text
+
+    theirs = _decoder(BYTE_TOKENIZER)
+    assert [token_text(i) for i in range(256)] == [theirs(i) for i in range(256)]
+    assert len({token_text(i) for i in range(256)}) == 256  # every byte its own text
