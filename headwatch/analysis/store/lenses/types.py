@@ -18,7 +18,7 @@ from headwatch.analysis.store.records import RecordType
 # ------------------------------------------------------------------ its tables
 
 # Head types (analysis/attention/head_types.py; the `types` lens, made from attention.parquet after a run or on an existing
-# store): which heads are previous-token, induction or sink heads at each checkpoint, each decided by its forward
+# store): which heads are previous-token, induction, sink or current-token heads at each checkpoint, each decided by its forward
 # score against the value under uniform causal attention (the null) and a threshold; meta.json ``types`` records
 # the nulls, the thresholds and the hysteresis rule.
 # Types by where a head attends: each an attention.parquet score against its uniform-attention null.
