@@ -16,6 +16,7 @@ import pandas as pd
 
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
+from headwatch.analysis.store.lenses.attention import ATTENTION
 from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 # How the views and the report name a type.
@@ -190,9 +191,21 @@ def type_sentences(store: Store) -> list[str]:
         more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
         out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
     absent = absent_types(store)
-    if absent.get("current_token"):
-        out.append(f"No current-token heads decided: {absent['current_token']}.")
-    function = [absent[t] for t in FUNCTION_TYPES if absent.get(t)]
-    if function:
-        out.append(f"No multigram or other heads decided: {function[0]}.")
+    if "current_token" not in recorded:  # a types record made before the type, or a store without the score
+        scores = store.dense(ATTENTION, "current_token") if store.has(ATTENTION) else None
+        why = absent.get("current_token") or (
+            "the head types were made before the current-token score; remake them with "
+            f"`python -m headwatch.precompute.lenses.types {store.path}`"
+            if scores is not None and np.isfinite(scores).any()
+            else "this store's forward lens was written before the current-token score (attention.parquet "
+            "current_token); recompute it to have it, which needs the checkpoints: `python -m headwatch.precompute "
+            f"--source CHECKPOINTS --out {store.path} --lenses attention`"
+        )
+        out.append(f"No current-token heads decided: {why.rstrip('.')}.")
+    if not (store.meta.types or {}).get("function"):
+        why = next((absent[t] for t in FUNCTION_TYPES if absent.get(t)), None) or (
+            "the head types were made before multigram and other heads; they need the ablation lens "
+            "(`--lenses ablation`) and the training text"
+        )
+        out.append(f"No multigram or other heads decided: {why.rstrip('.')}.")
     return out

@@ -308,6 +308,11 @@ class TypesComputation(BaseComputation):
             + "".join(f"; no {name} type: {why}" for name, why in record["absent"].items())
         )
 
+    def finish(self, run: RunContext) -> None:
+        """The types again once every lens has filled: the ablation lens keeps its tokens in context at the stages'
+        boundaries, known only after the stages, which are made from the attention types this lens wrote first."""
+        self.fill(run)
+
     def _ngram_text(self, store: Store) -> tuple[NgramText | None, str]:
         """The n-gram text of this run's source, or None and why (nothing is read without the ablation lens)."""
         if not store.has(HEAD_CONTEXTS):
