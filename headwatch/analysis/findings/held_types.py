@@ -8,7 +8,7 @@ accessor (`analysis.store.Store.dense`, `Store.frame`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,16 @@ class HeadTypes:
             rule (False at a step without rows).
         emergence: type -> ``(n_layers, n_heads)`` int64, the emergence step (-1: not held at the end).
         rules: type -> its ``meta.json`` ``types`` rule (``null``, ``threshold``, ``exit``, ``score``).
+        decided: type -> ``(S,)`` bool, whether the store decides the type at that step (it has rows there: every
+            checkpoint with forward statistics for an attention type the store has the score of, the checkpoints with
+            tokens in context for multigram and other); a type missing here is decided at every step.
     """
 
     steps: np.ndarray
     held: dict[str, np.ndarray]
     emergence: dict[str, np.ndarray]
     rules: dict[str, dict[str, Any]]
+    decided: dict[str, np.ndarray] = field(default_factory=dict)
 
     def held_at(self, index: int) -> list[str]:
         """Per head, layer-major, the types it holds at step index ``index`` (``"previous_token, sink"``; ``""``: none)."""
@@ -76,8 +80,13 @@ class HeadTypes:
         return np.where(earliest < none, earliest, -1).astype(np.int64)
 
     def counts(self) -> dict[str, np.ndarray]:
-        """Type -> ``(S,)`` how many heads hold it at each step."""
-        return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in self.types}
+        """Type -> ``(S,)`` float64, how many heads hold it at each step (NaN where the type is not decided there)."""
+        out = {}
+        for name in self.types:
+            count = self.held[name].sum(axis=(1, 2)).astype(np.float64)
+            decided = self.decided.get(name)
+            out[name] = count if decided is None else np.where(decided, count, np.nan)
+        return out
 
     @property
     def types(self) -> list[str]:
@@ -89,11 +98,12 @@ def head_types(store: Store) -> HeadTypes | None:
     """The store's head types, or None when it has no head-type tables."""
     if not (store.has(HEAD_TYPES_TABLE) and store.has(HEAD_EMERGENCE)):
         return None
-    held = {}
+    held, decided = {}, {}
     for name in HEAD_TYPES:
         values = store.dense(HEAD_TYPES_TABLE, "holds", at={"type": name})
         assert values is not None
         held[name] = np.nan_to_num(values, nan=0.0) > 0.5
+        decided[name] = ~np.isnan(values).all(axis=(1, 2))
     frame = store.frame(HEAD_EMERGENCE)
     assert frame is not None
     emergence = {}
@@ -103,7 +113,7 @@ def head_types(store: Store) -> HeadTypes | None:
         out[rows["layer"].to_numpy(int), rows["head"].to_numpy(int)] = rows["emergence_step"].to_numpy(int)
         emergence[name] = out
     rules = dict(((store.meta.types or {}).get("types")) or {})
-    return HeadTypes(np.asarray(store.steps), held, emergence, rules)
+    return HeadTypes(np.asarray(store.steps), held, emergence, rules, decided)
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,8 @@ def type_counts(
     traces = []
     for s, c in zip(series, colours, strict=False):
         for i, name in enumerate(types):
+            if not np.isfinite(s.values[:, 0, i]).any():  # a type the run does not decide: no line
+                continue
             traces.append(
                 dict(
                     type="scatter",
