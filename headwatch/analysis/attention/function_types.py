@@ -117,6 +117,19 @@ def _rows(segments: Sequence[np.ndarray], n: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, n), dtype=np.int64)
 
 
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True, return_counts=True)`` of non-negative codes, each row packed
+    into one int64 (mixed radix, lexicographic order kept) where the codes fit, which sorts far faster."""
+    base = int(rows.max()) + 1 if rows.size else 1
+    if base ** rows.shape[1] >= 2**62:
+        return np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    packed = np.zeros(len(rows), dtype=np.int64)
+    for column in rows.T:
+        packed = packed * base + column
+    _, first, inverse, counts = np.unique(packed, return_index=True, return_inverse=True, return_counts=True)
+    return rows[first], inverse, counts
+
+
 @dataclass(frozen=True)
 class NgramCounts:
     """The frequent n-grams of a sample of text.
@@ -178,7 +191,7 @@ def ngram_counts(
                 raise ValueError(f"the n-gram sample has no {n}-gram: it needs texts of at least {n} tokens")
             frequent[n], distinct[n] = {}, 0
             continue
-        unique, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+        unique, inverse, counts = _unique_rows(rows)
         order = np.argsort(-counts, kind="stable")  # ties in np.unique's (lexicographic) order
         cumulative = np.cumsum(counts[order])
         keep = order[: int(np.searchsorted(cumulative, coverage * cumulative[-1] - 1e-9)) + 1]

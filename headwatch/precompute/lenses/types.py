@@ -314,9 +314,17 @@ class TypesComputation(BaseComputation):
         self.fill(run)
 
     def _ngram_text(self, store: Store) -> tuple[NgramText | None, str]:
-        """The n-gram text of this run's source, or None and why (nothing is read without the ablation lens)."""
+        """The n-gram text of this run's source, or None and why (nothing is read without the ablation lens; read once
+        per run)."""
         if not store.has(HEAD_CONTEXTS):
             return None, NO_TEXT
+        if self._text is None:
+            self._text = self._read_ngram_text(store)
+        return self._text
+
+    _text: tuple[NgramText | None, str] | None = None
+
+    def _read_ngram_text(self, store: Store) -> tuple[NgramText | None, str]:
         options = self.setup.options.lens_options_for("types")
         src = self.setup.plan.src
         folder = Path(self.setup.source) if Path(self.setup.source).is_dir() else None
