@@ -84,6 +84,12 @@ def test_frequent_ngrams_and_base_rate_against_brute_force() -> None:
             explained += any(p >= n - 1 and tuple(s[p - n + 1 : p + 1]) in counts.frequent[n] for n in (2, 3, 4))
     assert counts.base_rate == pytest.approx(explained / total, abs=1e-12)
     assert counts.tokens == 1800
+    # codes too large to pack four into an int64 take np.unique's row path: the same n-grams
+    shift = 1 << 20
+    wide = ngram_counts([s + shift for s in segments])
+    for n in (2, 3, 4):
+        assert {tuple(c - shift for c in g): k for g, k in wide.frequent[n].items()} == counts.frequent[n]
+    assert wide.base_rate == counts.base_rate
     # the phrases' n-grams are the frequent ones; the random letters' are not
     assert counts.explained_order(lookup(list("thou a"), index))[0] == 4
     assert counts.explained_order(lookup(list("qxzjb"), index)) == (0, 0)
