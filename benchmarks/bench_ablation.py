@@ -20,7 +20,8 @@ Two shapes:
   and the last layer's span the rest). It also prints ABLATION_SECONDS_160M, the lens at 32 + 8 sequences (the
   figure ``headwatch plan`` prices with), implied the same way.
 
-Each way runs in a fresh worker process (`benchmarks.common.in_worker`), which reports its CPU-seconds
+Each way runs in a fresh worker process (`benchmarks.common.in_worker`), warmed up on one sequence and one layer's
+heads (lazy initialisation kept out of the timing), which reports its CPU-seconds
 (``time.process_time``, every thread; run with OMP_NUM_THREADS=1 on a shared machine) and its peak resident memory
 (``ru_maxrss``; on CUDA ``torch.cuda.max_memory_allocated``). The multiply-adds of both ways are counted
 (`precompute.costs.ablation_token_macs`) and printed beside the measurement.
@@ -44,6 +45,8 @@ import torch
 
 from benchmarks.common import in_worker, torch_machine
 from benchmarks.shapes import pythia_160m_config
+from headwatch.families.forward import architecture, parameters
+from headwatch.precompute.lenses.ablation import ablated_losses, head_means
 
 PROBE = 4  # probe sequences in the pythia160m shape (the lens runs 8; a fixed share of the work either way)
 
@@ -137,10 +140,7 @@ def plain(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int]
 @torch.no_grad()
 def batched(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int], batch: int) -> dict[str, np.ndarray]:
     """The lens's computation: the heads' means, then every head of the chosen layers as lanes."""
-    from headwatch.families.forward import architecture, parameters
-    from headwatch.precompute.lenses.ablation import ablated_losses, head_means
-
-    arch, params = architecture(model), parameters(model)
+    arch, params = architecture(model, sampler=False), parameters(model)
     device = model.device
     means = head_means(arch, params, text.to(device), batch=batch)
     out = {}
@@ -157,10 +157,12 @@ def worker(args: argparse.Namespace) -> None:
     model = make_model(args.shape, args.checkpoint, args.device)
     text, probe, _ = sequences(args.shape, args.sequences, model.config.vocab_size)
     layers = [int(x) for x in args.layers.split(",")]
+    way = plain if args.worker == "plain" else batched
+    way(model, text[:1], probe[:1], layers[:1], args.batch)  # warm-up: lazy initialisation outside the timing
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     c0, t0 = time.process_time(), time.perf_counter()
-    losses = (plain if args.worker == "plain" else batched)(model, text, probe, layers, args.batch)
+    losses = way(model, text, probe, layers, args.batch)
     if args.device == "cuda":
         torch.cuda.synchronize()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -233,8 +235,8 @@ def main() -> None:
     for way in ("plain", "batched"):
         r = results[way]
         print(
-            f"| {way} | {r['cpu']:.1f} | {r['wall']:.1f} | {r['peak_bytes'] / 2**20:.0f} MiB | {macs[way]:.3g} | "
-            f"{every[way]:.3g} | {implied[way]:.1f} |"
+            f"| {way} | {r['cpu']:.2f} | {r['wall']:.2f} | {r['peak_bytes'] / 2**20:.0f} MiB | {macs[way]:.3g} | "
+            f"{every[way]:.3g} | {implied[way]:.2f} |"
         )
     print(
         f"# ratio plain / batched: CPU-seconds {results['plain']['cpu'] / results['batched']['cpu']:.2f}x (timed heads), "

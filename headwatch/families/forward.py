@@ -261,14 +261,20 @@ def check_config(cfg: Mapping[str, Any]) -> Family:
     return family
 
 
-def architecture(model: Any) -> Architecture:
+def architecture(model: Any, *, sampler: bool = True) -> Architecture:
     """The `Architecture` of a transformers causal LM of a family with a functional forward (GPT-2, GPT-NeoX, Llama).
 
+    Args:
+        model: the causal LM.
+        sampler: for the refined-LLC sampler, which moves a head's weights and samples as devinterp does, in train
+            mode: what `check_config` refuses is refused (a family without `batched_forward`, dropout); False: the
+            functional forward alone, run in eval mode (the ablation lens: `check_functional`).
+
     Raises:
-        UnknownArchitectureError: what `check_functional` refuses.
+        UnknownArchitectureError: what `check_config` (or, without ``sampler``, `check_functional`) refuses.
     """
     cfg = model.config
-    family = check_functional(cfg.to_dict())
+    family = check_config(cfg.to_dict()) if sampler else check_functional(cfg.to_dict())
     fc = family.forward_config(cfg)
     rotary = None
     embedding = family.rotary_embedding(model)

@@ -186,3 +186,35 @@ def test_shipped_stores_load_without_the_lenses_and_info_lists_them_absent() -> 
     listed = info.stdout.split("\nlenses:\n", 1)[1].split("\nwhat a checkpoint", 1)[0]  # the section that lists the lenses
     lines = {line.split()[0]: line for line in listed.splitlines() if line.split()}
     assert lines["ablation"].split()[1] == "absent" and lines["losses"].split()[1] == "absent"
+
+
+def test_the_tokens_in_context_follow_the_chosen_checkpoints_across_runs(tmp_path: Path) -> None:
+    """``--ablation-steps last`` keeps the last checkpoint's tokens in context only; a later run asking for ``all``
+    reads the others again (their ablation rows unchanged); a run with another method is refused before anything is
+    written."""
+    run = byte_run(tmp_path, STEPS)
+    out = tmp_path / "store"
+    common = ["--source", str(run), "--out", str(out), "--lenses", "ablation"]
+    common += ["--eval-sequences", str(N), "--eval-length", str(T)]
+    done = run_cli(*common, "--ablation-steps", "last")
+    assert done.returncode == 0, done.stderr
+    first = open_store(out)
+    contexts = first.read(HEAD_CONTEXTS)
+    assert contexts is not None and set(contexts["step"].to_pylist()) == {STEPS[-1]}
+    assert read_meta(out).records["ablation"]["context_steps"] == [STEPS[-1]]
+    before = first.frame(ABLATION)
+
+    done = run_cli(*common, "--ablation-steps", "all")
+    assert done.returncode == 0, done.stderr
+    again = open_store(out)
+    contexts = again.read(HEAD_CONTEXTS)
+    assert contexts is not None and sorted(set(contexts["step"].to_pylist())) == STEPS
+    assert read_meta(out).records["ablation"]["context_steps"] == STEPS
+    after = again.frame(ABLATION)
+    assert before is not None and after is not None and before.equals(after)
+    n = again.n_layers * again.n_heads * CONTEXTS_PER_HEAD
+    assert all(contexts.filter(pc.equal(contexts["step"], s)).num_rows == n for s in STEPS)
+
+    refused = run_cli(*common, "--ablation-method", "zero")
+    assert refused.returncode != 0 and "--ablation-method mean" in refused.stderr
+    assert read_meta(out).records["ablation"]["method"] == "mean"

@@ -122,6 +122,12 @@ def ablated_losses(
     base = np.empty((S, T))
     ablated = np.full((L, H, S, T), np.nan)
     vocab = params[arch.family.token_embedding].shape[0]
+    chosen = range(L) if layers is None else sorted(layers)
+    swapped = {  # what replaces each head's term of its layer's attention output: m_h W_o[h]^T, (H, d_model)
+        layer: torch.einsum("he,hde->hd", means[layer].to(params[arch.family.token_embedding].dtype), w["W_o"])
+        for layer in chosen
+        for w in [arch.attention_weights(params, layer)]
+    }
     for start in range(0, S, batch):
         b_ids = ids[start : start + batch]  # (B, T)
         B = len(b_ids)
@@ -133,11 +139,10 @@ def ablated_losses(
             contrib = arch.project(z, w)  # (B, H, T, d_model): each head's z_h W_o[h]^T
             attn = contrib.sum(dim=1) + w["b_o"]  # (B, T, d_model)
             mlp_x = arch.mlp(params, layer, arch.ln_mlp(params, layer, x)) if arch.parallel_residual else None
-            if layers is not None and layer not in layers:
+            if layer not in swapped:
                 x = arch.finish_layer(params, layer, x, attn, mlp_x)
                 continue
-            swapped = torch.einsum("he,hde->hd", means[layer].to(contrib.dtype), w["W_o"])  # (H, d_model)
-            lanes = attn[None] - contrib.transpose(0, 1) + swapped[:, None, None, :]  # (H, B, T, d_model)
+            lanes = attn[None] - contrib.transpose(0, 1) + swapped[layer][:, None, None, :]  # (H, B, T, d_model)
             flat = lanes.reshape(H * B, T, -1)
             x_rep_ids = b_ids.repeat(H, 1)  # (H B, T): lane h's sequences in order
             out = []
@@ -228,7 +233,7 @@ def ablation_work(src: CheckpointSource, ref: CheckpointRef, job: AblationJob) -
     with src.checkpoint_folder(ref) as folder:
         model = load_model(folder, device=job.device, attn_implementation="sdpa")
         try:
-            arch = architecture(model)
+            arch = architecture(model, sampler=False)
             params = parameters(model)
             return ablation_rows(ref.step, arch, params, job)
         finally:

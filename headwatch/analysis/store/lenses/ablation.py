@@ -36,7 +36,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from headwatch.analysis.store.format import TableSpec, schema_of
-from headwatch.analysis.store.lenses.declaration import Lens, Option
+from headwatch.analysis.store.lenses.declaration import Lens, Option, Seconds
 from headwatch.analysis.store.records import RecordType
 
 AblationMethod = Literal["mean", "zero"]
@@ -209,4 +209,10 @@ ABLATION_LENS = Lens(
         ),
     ),
     make_options=ablation_options,
+    seconds=Seconds(
+        "ABLATION_SECONDS_160M",
+        3186.4,
+        "ablation",
+        'docs/benchmarks.md "The figures headwatch plan prices with", ABLATION_SECONDS_160M',
+    ),
 )
