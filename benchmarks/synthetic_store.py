@@ -405,6 +405,7 @@ def add_synthetic_forward(path: str | Path, *, seed: int = 0) -> Path:
             "sink": np.mean(1 / i) + (kind == 2) * 0.7 * ramp,
             "prev_token": np.mean(1 / i[1:]) + (kind == 0) * 0.8 * ramp,
             "induction": np.mean(1 / (repeat + np.arange(1, repeat))) + (kind == 1) * 0.6 * ramp,
+            "current_token": np.full((n_layers, n_heads), np.mean(1 / i[1:])),  # uniform: no current-token head
         }
         offsets = np.exp(-np.arange(t)[None, :] / (1 + 30 * (1 - progress) * np.arange(1, n_layers + 1)[:, None]))
         p = offsets / offsets.sum(axis=1, keepdims=True)

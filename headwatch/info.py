@@ -42,6 +42,23 @@ def rerun_adds(path: Path, meta) -> list[str]:
     return adds
 
 
+def absent_types(record: object) -> dict[str, str]:
+    """The head types a store's types lens did not decide and why (``meta.json`` ``types`` ``absent``), less the
+    current-token type, which `forward_has` reports from the forward lens itself."""
+    absent = record.get("absent") if isinstance(record, dict) else None
+    return {str(k): str(v) for k, v in absent.items() if k != "current_token"} if isinstance(absent, dict) else {}
+
+
+def forward_has(path: Path, column: str) -> bool:
+    """Whether the store's attention.parquet has the column ``column``."""
+    import pyarrow.parquet as pq
+
+    try:
+        return column in pq.ParquetFile(path / "attention.parquet").schema_arrow.names
+    except OSError:
+        return False
+
+
 def describe(path: str | Path) -> list[str]:
     """The lines ``headwatch info`` prints for the store at ``path``.
 
@@ -83,6 +100,12 @@ def describe(path: str | Path) -> list[str]:
             f"  {lens.name:<11} {at}"
             + (f"; meta.json {lens.meta_key!r} records how" if lens.recorded(meta) else "")
             + (f"; lacks {', '.join(lacking)} (a rerun of the lens adds it)" if lacking else "")
+        )
+    lines += [f"  note: no {name} heads: {why}" for name, why in absent_types(meta.types).items()]
+    if meta.forward is not None and (path / "attention.parquet").is_file() and not forward_has(path, "current_token"):
+        lines.append(
+            "  note: attention.parquet has no current_token score (written before it was recorded): recompute the "
+            "forward lens (--lenses attention) to have it and the current-token heads"
         )
     priced = [lens for lens in LENSES if lens.seconds is not None or lens.store_bytes is not None]
     lines.append("what a checkpoint of each lens costs (recorded figures, docs/benchmarks.md; headwatch plan scales them):")

@@ -26,7 +26,7 @@ from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.lenses.attention import EVAL_LOSS
 from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL
 from headwatch.analysis.store.lenses.stages import STAGES
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
+from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE
 from headwatch.analysis.store.outputs import check_files_folder
 
 REPORT_FILE = "report.md"
@@ -430,6 +430,12 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                     )
                 ),
             ]
+            if held["type"].isin(FUNCTION_TYPES).any():
+                lines += [
+                    "",
+                    "A multigram or other head's scores are its mean-ablation loss increase on the evaluation text "
+                    "(nats per token) at the checkpoints with tokens in context; the others' are attention shares.",
+                ]
     lines += ["", *association_section(store, others, named=named)]
     lines += ["## Events", ""]
     if events:

@@ -211,8 +211,8 @@ def default_steps(steps: np.ndarray, n: int = 5) -> list[int]:
 def uniform_attention(seq_len: int, repeat: int) -> dict[str, float]:
     """What uniform causal attention scores on each forward statistic (analysis/store/format.py
     ATTENTION_COLUMN_DOCS; docs/design-notes.md section 8): query i (1-based, of T = ``seq_len``) spreads 1/i
-    over keys 1..i, so its entropy is log2 i, its span (i - 1)/2, its sink and previous-token mass 1/i; the
-    induction score on R = ``repeat`` tokens repeated twice is the mean over k = 1..R-1 of 1/(R + k).
+    over keys 1..i, so its entropy is log2 i, its span (i - 1)/2, its sink, previous-token and current-token mass
+    1/i; the induction score on R = ``repeat`` tokens repeated twice is the mean over k = 1..R-1 of 1/(R + k).
     """
     i = np.arange(1, seq_len + 1, dtype=np.float64)
     k = np.arange(1, repeat, dtype=np.float64)
@@ -224,6 +224,7 @@ def uniform_attention(seq_len: int, repeat: int) -> dict[str, float]:
         "sink": float(np.mean(1 / i)),
         "prev_token": float(np.mean(1 / i[1:])),
         "induction": float(np.mean(1 / (repeat + k))),
+        "current_token": float(np.mean(1 / i[1:])),
     }
 
 

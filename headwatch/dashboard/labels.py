@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from headwatch.analysis.findings.values import FORWARD_STATS, LAMBDA, LLC_STAT
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, COLUMN_DOCS, NULL_COLUMNS, SCALAR_COLUMNS
@@ -139,6 +141,7 @@ _STATS += [
     Stat("sink", "sink mass: attention on position 1 (forward)", "sink", "attention", True, _A["sink"], forward=True),
     Stat("prev_token", "previous-token score (forward)", "prev", "attention", True, _A["prev_token"], forward=True),
     Stat("induction", "induction score (forward)", "induction", "attention", True, _A["induction"], forward=True),
+    Stat("current_token", "current-token score (forward)", "current", "attention", True, _A["current_token"], forward=True),
 ]
 # refined local learning coefficient (llc.parquet; precompute/lenses/llc.py): the loss landscape around the head
 _STATS += [
@@ -157,7 +160,16 @@ MATRIX_LABELS = {"qk": "W_QK = W_Qᵀ W_K (where a head looks)", "ov": "W_OV = W
 
 
 def _available(stat: Stat, store: Store) -> bool:
-    return (not stat.forward or store.has(ATTENTION)) and (not stat.llc or store.has(LLC))
+    return (not stat.forward or _recorded(stat.name, store)) and (not stat.llc or store.has(LLC))
+
+
+def _recorded(name: str, store: Store) -> bool:
+    """Whether the store's forward lens recorded ``name`` (a store written before the current-token score reads it
+    as NaN: `analysis.store.older_versions`)."""
+    if not store.has(ATTENTION):
+        return False
+    values = store.dense(ATTENTION, name)
+    return values is not None and bool(np.isfinite(values).any())
 
 
 def stats_for(store: Store) -> list[str]:

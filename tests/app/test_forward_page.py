@@ -21,7 +21,7 @@ LENSES = "pages/forward_lenses.py"
 TABS = {  # the page's tabs (URL panel, the first the default) and the charts each draws
     "layers": ["bands_entropy", "bands_span"],
     "divergence": ["divergence"],
-    "types": ["type_prev_token", "type_induction", "type_sink"],
+    "types": ["type_prev_token", "type_induction", "type_sink", "type_current_token"],
     "losses": ["probe_loss"],
 }
 
@@ -186,10 +186,14 @@ def test_a_store_from_before_the_probe_loss_says_how_to_add_it(
     shutil.copytree(forward_store, old)
     losses = pq.read_table(old / "eval_loss.parquet")
     pq.write_table(losses.drop_columns(["probe_copy_loss"]), old / "eval_loss.parquet")  # as written before it existed
+    attention = pq.read_table(old / "attention.parquet")
+    pq.write_table(attention.drop_columns(["current_token"]), old / "attention.parquet")  # so is the current-token score
     (tmp_path / "env").mkdir()
     serve_only(old, tmp_path / "env", monkeypatch)
     at = open_page(LENSES, {"panel": "types"})
     assert not at.exception and chart(at, "type_induction")
+    assert all(not e.proto.id.endswith("type_current_token") for e in at.get("plotly_chart"))
+    assert any("current-token score" in i.value and "--lenses attention" in i.value for i in at.info)
     at = open_page(LENSES, {"panel": "losses"})  # the tab of the probe's loss
     assert not at.exception
     assert any("probe_copy_loss" in i.value and "--lenses attention" in i.value for i in at.info)
@@ -205,7 +209,7 @@ def test_every_forward_chart_has_its_data_as_csv(forward_env: Path) -> None:
         assert len(charts) == len(keys) + 1 and len(buttons) == len(charts), panel
         assert sorted(e.proto.id.rsplit("-", 1)[-1] for e in charts) == sorted([*keys, "loss_curve"]), panel
         drawn += len(charts) - 1
-    assert drawn == 7  # seven panels in all
+    assert drawn == 8  # eight panels in all
 
 
 def test_the_heads_page_lists_a_forward_statistic_once_per_head(forward_env: Path) -> None:

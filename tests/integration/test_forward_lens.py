@@ -147,11 +147,19 @@ def test_the_lens_writes_its_tables_on_the_runs_held_out_split(run: Path, tmp_pa
     assert loss is not None and copy_loss is not None
     r = info.induction_repeat
     assert r == 16 and es.induction.shape == (8, 32) and np.array_equal(es.induction[:, :r], es.induction[:, r:])
+    current = store.dense(ATTENTION, "current_token")
+    assert current is not None
     for i, step in enumerate(store.steps):
-        model = AutoModelForCausalLM.from_pretrained(run / f"step{step}", dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(run / f"step{step}", dtype=torch.float32, attn_implementation="eager").eval()
         with torch.no_grad():
             expected = float(model(input_ids=ids, labels=ids).loss)
+            attentions = [a.double().numpy() for a in model(input_ids=ids, output_attentions=True).attentions]
             probe_logits = model(input_ids=torch.from_numpy(es.induction)).logits.double().numpy()  # (8, 2R, V)
+        # the current-token score, brute force on the model's own attentions: a_ii over queries i = 2..T
+        for layer, alpha in enumerate(attentions):  # (N, H, T, T)
+            for head in range(alpha.shape[1]):
+                diagonal = [alpha[s, head, q, q] for s in range(alpha.shape[0]) for q in range(1, alpha.shape[2])]
+                assert current[i, layer, head] == pytest.approx(float(np.mean(diagonal)), rel=1e-5)
         assert loss[i] == pytest.approx(expected, rel=1e-5)
         # the probe's second copy, brute force: -log softmax of the true token at every position k = R+1 .. 2R-1
         # (0-based), predicted from position k-1, averaged over the 8 x predictions

@@ -12,10 +12,11 @@ offset ``d = i - j`` is ``sum_i A_i cos(theta_i d + phi_i) / sqrt(d_head)``.
   position 1, wins for every query;
 - layer 1 head 0, induction: query = the current token's embedding, key = the previous token's (dimensions
   48..95), in the head's non-rotary dimensions: it attends to the token after an earlier copy of the current one;
-- layer 1 head 1: zero queries and keys, uniform causal attention, which scores exactly the nulls.
+- layer 1 head 1, current token: every frequency peaks at ``d = 0`` (``phi_i = 0``); it writes nothing.
 
-Step 0 of the run has every head uniform; steps 100 and 200 the heads above. Through ``python -m headwatch.precompute
---lenses attention`` and then the types lens, each head gets exactly its type, from step 100.
+Step 0 of the run has every head uniform (every score exactly its null); steps 100 and 200 the heads above.
+Through ``python -m headwatch.precompute --lenses attention`` and then the types lens, each head gets exactly its
+type, from step 100.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import torch
 
 from headwatch.analysis.attention.head_types import uniform_nulls
 from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.ablation import HEAD_CONTEXTS
 from headwatch.analysis.store.lenses.attention import ATTENTION
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, CONTEXT_NGRAMS, HEAD_EMERGENCE, HEAD_TYPES_TABLE
 from headwatch.precompute.lenses.types import main
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.test_forward_lens import write_archive
@@ -40,7 +42,7 @@ from tests.integration.test_forward_lens import write_archive
 D_MODEL, N_HEADS, D_HEAD, ROTARY = 128, 2, 64, 16
 EMBED, PREVIOUS = slice(0, 48), slice(48, 96)  # residual subspaces: the token, the previous token
 T = 32  # --eval-length; the induction probe is R = 16 tokens twice
-EXPECTED = {(0, 0): {"previous_token"}, (0, 1): {"sink"}, (1, 0): {"induction"}, (1, 1): set()}
+EXPECTED = {(0, 0): {"previous_token"}, (0, 1): {"sink"}, (1, 0): {"induction"}, (1, 1): {"current_token"}}
 
 
 def designed_model(*, typed: bool, unembed_seed: int = 0):
@@ -105,7 +107,8 @@ def designed_model(*, typed: bool, unembed_seed: int = 0):
                 amplitude[i] = 1500.0
                 phase[i] = -theta[i] * ((T - 1) + (np.pi / 2 - span / 2) / theta[i])
         positional(b0, 1, amplitude, phase)
-        w1, _b1, _o1 = head_weights(1)
+        w1, b1, _o1 = head_weights(1)
+        positional(b1, 1, np.full(half, 150.0), np.zeros(half))  # peak at d = 0: the query itself
         w1[0, 0, ROTARY : ROTARY + 48, EMBED] = 6.0 * torch.eye(48)  # query: this token
         w1[0, 1, ROTARY : ROTARY + 48, PREVIOUS] = torch.eye(48)  # key: the token before the key
     return model
@@ -145,17 +148,19 @@ def test_hand_set_heads_get_exactly_their_types_from_the_step_they_were_set(tmp_
     at0 = types[types["step"] == 0]
     np.testing.assert_allclose(at0["ratio"], 1.0, rtol=1e-5)
     assert not at0["above"].any()
-    # the uniform head scores the nulls at every step
-    last = types[types["step"] == 200]
-    uniform = last[(last["layer"] == 1) & (last["head"] == 1)].set_index("type")["score"]
-    np.testing.assert_allclose([uniform[t] for t in HEAD_TYPES], [nulls[t] for t in HEAD_TYPES], rtol=1e-5)
+    assert set(at0["type"]) == set(ATTENTION_TYPES)
+    np.testing.assert_allclose(
+        at0.groupby("type")["score"].mean()[list(ATTENTION_TYPES)], [nulls[t] for t in ATTENTION_TYPES], rtol=1e-5
+    )
     for step in (100, 200):
         held = types[(types["step"] == step) & types["holds"]]
         got = {key: set(held[(held["layer"] == key[0]) & (held["head"] == key[1])]["type"]) for key in EXPECTED}
         assert got == EXPECTED, (step, got)
-    prev, sink, induction = (store.dense(ATTENTION, name) for name in ("prev_token", "sink", "induction"))
-    assert prev is not None and sink is not None and induction is not None
-    assert prev[-1][0, 0] > 0.99 and sink[-1][0, 1] > 0.99
+    prev, sink, induction, current = (
+        store.dense(ATTENTION, name) for name in ("prev_token", "sink", "induction", "current_token")
+    )
+    assert prev is not None and sink is not None and induction is not None and current is not None
+    assert prev[-1][0, 0] > 0.99 and sink[-1][0, 1] > 0.99 and current[-1][1, 1] > 0.99
     assert induction[-1][1, 0] > 0.8
     emergence = store.frame(HEAD_EMERGENCE)
     assert emergence is not None
@@ -164,6 +169,7 @@ def test_hand_set_heads_get_exactly_their_types_from_the_step_they_were_set(tmp_
         (0, 0, "previous_token", 100),
         (0, 1, "sink", 100),
         (1, 0, "induction", 100),
+        (1, 1, "current_token", 100),
     }
     record = json.loads((out / "meta.json").read_text())["types"]
     assert record["seq_len"] == T and record["induction_repeat"] == T // 2 and record["steps"] == [0, 100, 200]
@@ -208,6 +214,9 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     assert main([str(store)]) == 0
     printed = capsys.readouterr().out
     assert "previous_token 19, induction 0, sink 0" in printed
+    # the shipped store's forward lens predates the current-token score: no such type, and the command to have it
+    assert "current_token: not decided" in printed and "--lenses attention" in printed
+    assert "current_token" in json.loads((store / "meta.json").read_text())["types"]["absent"]
     for name, data in others.items():
         assert (store / name).read_bytes() == data, name
     emergence = pd.read_parquet(store / HEAD_EMERGENCE.file)
@@ -228,3 +237,48 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     (store / ATTENTION.file).unlink()
     assert main([str(store)]) == 2
     assert "--lenses attention" in capsys.readouterr().err
+
+
+def test_with_the_ablation_lens_the_job_decides_multigram_and_other_on_the_training_split(tmp_path: Path) -> None:
+    """The job end to end with the ablation lens: the types lens reads the tokens in context and the run's training
+    split, checks every context's n-grams, and types the hand-set heads as before; none of them is multigram or
+    other (each holds an attention type, and the heads without one write nothing, so ablating them costs nothing)."""
+    run = designed_run(tmp_path)
+    out = tmp_path / "store"
+    lens = ("--lenses", "attention", "--lenses", "ablation", "--eval-sequences", "4", "--eval-length", str(T))
+    done = run_cli("--source", str(run), "--out", str(out), *lens, "--matrices", "qk", "--ablation-steps", "100,200")
+    assert done.returncode == 0, done.stderr
+    assert "multigram, other" in done.stderr
+    store = open_store(out)
+    record = json.loads((out / "meta.json").read_text())["types"]
+    function = record["function"]
+    contexts = store.frame(HEAD_CONTEXTS)
+    assert function is not None and contexts is not None
+    kept = sorted(set(contexts["step"].tolist()))  # the ablation lens's context checkpoints
+    assert {100, 200} <= set(kept) and function["context_steps"] == kept
+    assert function["text"]["text"].startswith("training split of the run") and 0 < function["base_rate"] < 1
+    assert "multigram" not in record["absent"]
+    checked = store.frame(CONTEXT_NGRAMS)
+    assert checked is not None and len(checked) == len(contexts) > 0
+    types = store.frame(HEAD_TYPES_TABLE)
+    assert types is not None
+    function_rows = types[types["type"].isin(["multigram", "other"])]
+    assert set(function_rows["step"]) == set(kept) and not function_rows["holds"].any()
+    for step in (100, 200):
+        held = types[(types["step"] == step) & types["holds"]]
+        got = {key: set(held[(held["layer"] == key[0]) & (held["head"] == key[1])]["type"]) for key in EXPECTED}
+        assert got == EXPECTED, (step, got)
+    # the n-gram check by hand on one context: the longest order whose n-gram ending at the target is frequent
+    from headwatch.analysis.attention.function_types import ngram_counts
+    from headwatch.precompute.evalset import corpus_split
+    from headwatch.precompute.ngrams import interned, sample_windows, token_text
+
+    data, _ = corpus_split(json.loads((run / "run.json").read_text()), run, split="train")
+    segments, index = interned(sample_windows(np.frombuffer(data, np.uint8).astype(np.int64)), token_text)
+    counts = ngram_counts(segments)
+    assert counts.base_rate == pytest.approx(function["base_rate"])
+    row = contexts[contexts["step"] == 200].iloc[0]
+    mine = checked[(checked["step"] == 200) & (checked["layer"] == row["layer"]) & (checked["head"] == row["head"])]
+    one = mine[mine["rank"] == row["rank"]].iloc[0]
+    expected = counts.explained_order(np.array([index.get(t, -1) for t in row["tokens"]]))
+    assert (int(one["order"]), int(one["count"])) == expected

@@ -19,7 +19,7 @@ from headwatch.analysis.attention.head_types import (
     uniform_nulls,
 )
 from headwatch.analysis.attention.patterns import AttentionSums, induction_scores, uniform_induction_baseline
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES_TABLE
 
 
 def uniform_causal(t: int, dtype=np.float64) -> np.ndarray:
@@ -38,8 +38,10 @@ def test_the_nulls_are_uniform_attention_averaged_as_the_forward_lens_averages(t
     probe = np.broadcast_to(uniform_causal(2 * r), (b, 1, 2 * r, 2 * r))
     # a_{R+k, k+1} (1-based) for k = 1..R-1: 0-based row R+k-1, column k
     ind = sum(probe[s, 0, r + k - 1, k] for s in range(b) for k in range(1, r)) / (b * (r - 1))
+    # a_{i,i} over i = 2..T (a_11 = 1 for every head, left out)
+    current = sum(alpha[s, 0, i, i] for s in range(b) for i in range(1, t)) / (b * (t - 1))
     nulls = uniform_nulls(t, r)
-    assert nulls == pytest.approx({"previous_token": prev, "sink": sink, "induction": ind}, rel=1e-12)
+    assert nulls == pytest.approx({"previous_token": prev, "sink": sink, "induction": ind, "current_token": current}, rel=1e-12)
     # and the forward lens's own code on the same matrices (float32 input, as a model returns it)
     sums = AttentionSums(1, 1, t)
     sums.add(0, torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32)))
@@ -47,6 +49,7 @@ def test_the_nulls_are_uniform_attention_averaged_as_the_forward_lens_averages(t
     stats = sums.head_statistics()
     assert float(stats["prev_token"][0, 0]) == pytest.approx(nulls["previous_token"], rel=1e-6)
     assert float(stats["sink"][0, 0]) == pytest.approx(nulls["sink"], rel=1e-6)
+    assert float(stats["current_token"][0, 0]) == pytest.approx(nulls["current_token"], rel=1e-6)
     lens = induction_scores(torch.from_numpy(np.ascontiguousarray(probe, dtype=np.float32)), r)
     assert float(lens[0]) == pytest.approx(nulls["induction"], rel=1e-6)
     assert nulls["induction"] == pytest.approx(uniform_induction_baseline(r), rel=1e-12)
@@ -115,8 +118,8 @@ def test_head_type_frames_have_the_tables_columns_and_the_rule() -> None:
     scores["prev_token"][:, 1, 2] = [0.1, 0.6, 0.45, 0.7]  # enters at 10 (>= 0.493), stays above exit 0.329
     scores["induction"][:, 0, 0] = [0.35, 0.1, 0.32, 0.31]  # in at 0, out at 10, in again from 20
     types, emergence = head_type_frames(steps, scores, rules)
-    assert pa.Table.from_pandas(types, schema=HEAD_TYPES_TABLE.schema, preserve_index=False).num_rows == 4 * 6 * 3
-    assert pa.Table.from_pandas(emergence, schema=HEAD_EMERGENCE.schema, preserve_index=False).num_rows == 6 * 3
+    assert pa.Table.from_pandas(types, schema=HEAD_TYPES_TABLE.schema, preserve_index=False).num_rows == 4 * 6 * 4
+    assert pa.Table.from_pandas(emergence, schema=HEAD_EMERGENCE.schema, preserve_index=False).num_rows == 6 * 4
     assert list(types.columns) == HEAD_TYPES_TABLE.schema.names and list(emergence.columns) == HEAD_EMERGENCE.schema.names
     row = emergence[(emergence["layer"] == 1) & (emergence["head"] == 2) & (emergence["type"] == "previous_token")].iloc[0]
     assert row["emergence_step"] == 10 and row["first_step"] == 10 and row["peak_step"] == 40 and row["final_score"] == 0.7
@@ -131,7 +134,11 @@ def test_head_type_frames_have_the_tables_columns_and_the_rule() -> None:
     assert held.set_index(["layer", "head"]).loc[(1, 2), "types"] == "previous_token"
     assert held.set_index(["layer", "head"]).loc[(0, 0), "types"].startswith("induction")
     counts = type_counts(types)
-    assert set(counts["type"]) == set(HEAD_TYPES) and len(counts) == 4 * 3
+    assert set(counts["type"]) == set(ATTENTION_TYPES) and len(counts) == 4 * 4
+    # a store without one score is typed for the others only
+    three = {name: rule for name, rule in rules.items() if name != "current_token"}
+    types3, emergence3 = head_type_frames(steps, {k: v for k, v in scores.items() if k != "current_token"}, three)
+    assert set(types3["type"]) == set(three) and len(emergence3) == 6 * 3
     with pytest.raises(ValueError, match="non-finite"):
         head_type_frames(steps, {**scores, "sink": np.full((4, 2, 3), np.nan)}, rules)
     with pytest.raises(ValueError, match="ascending"):
@@ -142,3 +149,32 @@ def pd_na():
     import pandas as pd
 
     return pd.NA
+
+
+def test_the_current_token_score_against_brute_force_on_planted_attention() -> None:
+    """Random causal attention with a planted self-attending head: `AttentionSums`'s current-token score equals the
+    mean of a_{i,i} over queries i = 2..T and sequences taken in numpy, and the planted head clears the threshold."""
+    rng = np.random.default_rng(3)
+    b, h, t = 5, 3, 12
+    logits = rng.standard_normal((b, h, t, t))
+    logits[:, 1] += 6.0 * np.eye(t)  # head 1 attends to itself
+    logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+    alpha = np.exp(logits - logits.max(-1, keepdims=True))
+    alpha /= alpha.sum(-1, keepdims=True)
+    sums = AttentionSums(1, h, t)
+    for lo in (0, 2):  # two batches: the running sums
+        hi = b if lo else 2
+        sums.add(0, torch.from_numpy(alpha[lo:hi]))
+        sums.next_batch(hi - lo)
+    stats = sums.head_statistics()
+    brute = np.array([np.mean([alpha[s, k, i, i] for s in range(b) for i in range(1, t)]) for k in range(h)])
+    assert stats["current_token"][0].numpy() == pytest.approx(brute, rel=1e-12)
+    rule = type_rules(t, t // 2)["current_token"]
+    assert brute[1] > rule.threshold > max(brute[0], brute[2])
+    # the self-attention of the first query (always 1) is not in the score: a pure sink head scores 0
+    sink = np.zeros((1, 1, t, t))
+    sink[..., 0] = 1.0
+    only = AttentionSums(1, 1, t)
+    only.add(0, torch.from_numpy(sink))
+    only.next_batch(1)
+    assert float(only.head_statistics()["current_token"][0, 0]) == 0.0

@@ -1,6 +1,9 @@
-"""Head types as decisions (docs/head-types.md; design notes section 10): previous-token, induction and sink heads.
+"""Head types as decisions (docs/head-types.md; design notes section 10): previous-token, induction, sink and
+current-token heads by where they attend (this module); multigram and "other" heads by what ablating them costs
+(`analysis.attention.function_types`).
 
-A type is a forward score of `analysis.attention.patterns` (``prev_token``, ``induction``, ``sink``) against
+An attention type is a forward score of `analysis.attention.patterns` (``prev_token``, ``induction``, ``sink``,
+``current_token``) against
 
 - its **null**, the score of uniform causal attention (query i spreads ``1/i`` over keys ``1..i``,
   positions 1-based) averaged exactly as the forward lens averages the score, for the store's
@@ -9,6 +12,8 @@ A type is a forward score of `analysis.attention.patterns` (``prev_token``, ``in
   - previous token, ``a_{i,i-1}`` over queries ``i = 2..T``: ``(1/(T-1)) sum_{i=2}^T 1/i = (H_T - 1)/(T-1)``;
   - sink, ``a_{i,1}`` over every query ``i = 1..T``: ``(1/T) sum_{i=1}^T 1/i = H_T / T``;
   - induction, ``a_{R+k,k+1}`` over ``k = 1..R-1``: ``(1/(R-1)) sum_{k=1}^{R-1} 1/(R+k) = (H_{2R-1} - H_R)/(R-1)``;
+  - current token, ``a_{i,i}`` over queries ``i = 2..T``: ``(1/(T-1)) sum_{i=2}^T 1/i = (H_T - 1)/(T-1)`` (the
+    previous-token null: query i gives every key, its own and its predecessor alike, ``1/i``);
 
   with ``H_n = sum_{m=1}^n 1/m`` the harmonic number (every sequence has the same length, so the mean over
   sequences changes nothing);
@@ -29,7 +34,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPE_SCORES, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.types import (
+    ATTENTION_TYPES,
+    HEAD_EMERGENCE,
+    HEAD_TYPE_SCORES,
+    HEAD_TYPES,
+    HEAD_TYPES_TABLE,
+)
 
 # A head attends with at least 30% of its query's mass to the type's position: a formed induction head scores
 # 0.3 to 0.9 (Olsson et al. 2022 read induction heads off scores of this size), and the same share
@@ -65,7 +76,7 @@ def uniform_nulls(seq_len: int, repeat: int) -> dict[str, float]:
         repeat: R, the induction probe's repeated length (its sequences are 2R long).
 
     Returns:
-        type (`HEAD_TYPES`) -> null.
+        attention type (`ATTENTION_TYPES`) -> null.
 
     Raises:
         ValueError: T < 2 or R < 2 (the forward lens needs both).
@@ -76,6 +87,7 @@ def uniform_nulls(seq_len: int, repeat: int) -> dict[str, float]:
         "previous_token": (harmonic(seq_len) - 1.0) / (seq_len - 1),
         "induction": (harmonic(2 * repeat - 1) - harmonic(repeat)) / (repeat - 1),
         "sink": harmonic(seq_len) / seq_len,
+        "current_token": (harmonic(seq_len) - 1.0) / (seq_len - 1),
     }
 
 
@@ -84,7 +96,7 @@ class TypeRule:
     """How one type is decided.
 
     Attributes:
-        type: the type (`HEAD_TYPES`).
+        type: the type (`ATTENTION_TYPES`).
         score: its attention.parquet column (`HEAD_TYPE_SCORES`).
         null: the score of uniform causal attention.
         threshold: the entry threshold, ``max(absolute, ratio x null)``.
@@ -109,7 +121,7 @@ def type_rules(
     ratio: float = RATIO,
     exit_fraction: float = EXIT_FRACTION,
 ) -> dict[str, TypeRule]:
-    """The rule of every type for a store's T and R.
+    """The rule of every attention type for a store's T and R.
 
     Raises:
         ValueError: T or R below 2, an absolute threshold outside (0, 1], a ratio below 1, or an exit fraction
@@ -123,7 +135,7 @@ def type_rules(
         raise ValueError(f"exit fraction {exit_fraction!r}: expected a value in (0, 1] (1: no hysteresis)")
     nulls = uniform_nulls(seq_len, repeat)
     rules = {}
-    for name in HEAD_TYPES:
+    for name in ATTENTION_TYPES:
         threshold = max(absolute, ratio * nulls[name])
         rules[name] = TypeRule(name, HEAD_TYPE_SCORES[name], nulls[name], threshold, exit_fraction * threshold)
     return rules
@@ -187,7 +199,7 @@ def head_type_frames(
     Args:
         steps: the checkpoints, ascending, ``(S,)``.
         scores: attention.parquet column (`HEAD_TYPE_SCORES`) -> ``(S, n_layers, n_heads)`` float64.
-        rules: `type_rules` of the store.
+        rules: the rules to decide (`type_rules` of the store, or those of its types whose score it has).
 
     Returns:
         ``(types, emergence)`` frames with the tables' columns, in their sort order.
@@ -199,8 +211,7 @@ def head_type_frames(
     if steps.ndim != 1 or np.any(np.diff(steps) <= 0):
         raise ValueError(f"steps must be strictly ascending, got {steps.tolist()[:10]}")
     types, emergence = [], []
-    for name in HEAD_TYPES:
-        rule = rules[name]
+    for name, rule in rules.items():
         if rule.score not in scores:
             raise ValueError(f"no {rule.score!r} scores for the {name} type")
         score = np.asarray(scores[rule.score], dtype=np.float64)  # (S, L, H)
@@ -208,44 +219,57 @@ def head_type_frames(
             raise ValueError(f"{rule.score!r} scores have shape {score.shape}; expected ({len(steps)}, n_layers, n_heads)")
         if not np.isfinite(score).all():
             raise ValueError(f"{rule.score!r} has non-finite scores; recompute the forward lens's rows")
-        s, n_layers, n_heads = score.shape
-        layer, head = _head_columns((n_layers, n_heads))
         above = score >= rule.threshold
         holds = hysteresis(score, enter=rule.threshold, exit=rule.exit)
-        types.append(
-            pd.DataFrame(
-                {
-                    "step": np.repeat(steps, n_layers * n_heads),
-                    "layer": np.tile(layer, s),
-                    "head": np.tile(head, s),
-                    "type": name,
-                    "score": score.reshape(-1),
-                    "null": rule.null,
-                    "ratio": score.reshape(-1) / rule.null,
-                    "above": above.reshape(-1),
-                    "holds": holds.reshape(-1),
-                }
-            )
-        )
-        emerged, first = emergence_index(holds).reshape(-1), first_index(above).reshape(-1)
-        peak = score.argmax(axis=0).reshape(-1) if s else np.zeros(n_layers * n_heads, dtype=np.int64)
-        flat = score.reshape(s, -1)
-        emergence.append(
-            pd.DataFrame(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "type": name,
-                    "emergence_step": pd.array(np.where(emerged >= 0, steps[np.maximum(emerged, 0)], 0), dtype="Int64"),
-                    "first_step": pd.array(np.where(first >= 0, steps[np.maximum(first, 0)], 0), dtype="Int64"),
-                    "peak_score": flat[peak, np.arange(flat.shape[1])] if s else np.nan,
-                    "peak_step": steps[peak] if s else 0,
-                    "final_score": flat[-1] if s else np.nan,
-                }
-            )
-        )
-        emergence[-1].loc[emerged < 0, "emergence_step"] = pd.NA
-        emergence[-1].loc[first < 0, "first_step"] = pd.NA
+        typed, emerged = type_frames(name, steps, score, np.full(score.shape, rule.null), above, holds)
+        types.append(typed)
+        emergence.append(emerged)
+    return sorted_frames(types, emergence)
+
+
+def type_frames(
+    name: str, steps: np.ndarray, score: np.ndarray, null: np.ndarray, above: np.ndarray, holds: np.ndarray
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One type's rows of ``head_types.parquet`` and ``head_emergence.parquet``, from ``(S, n_layers, n_heads)``
+    arrays over the checkpoints ``steps`` it is decided at: its score, its null (per row), whether the score reaches
+    the threshold there (``above``) and whether the head holds the type (``holds``)."""
+    s, n_layers, n_heads = score.shape
+    layer, head = _head_columns((n_layers, n_heads))
+    typed = pd.DataFrame(
+        {
+            "step": np.repeat(steps, n_layers * n_heads),
+            "layer": np.tile(layer, s),
+            "head": np.tile(head, s),
+            "type": name,
+            "score": score.reshape(-1),
+            "null": null.reshape(-1),
+            "ratio": score.reshape(-1) / null.reshape(-1),
+            "above": above.reshape(-1),
+            "holds": holds.reshape(-1),
+        }
+    )
+    emerged, first = emergence_index(holds).reshape(-1), first_index(above).reshape(-1)
+    flat = score.reshape(s, -1)
+    peak = np.where(np.isnan(flat), -np.inf, flat).argmax(axis=0) if s else np.zeros(n_layers * n_heads, dtype=np.int64)
+    emergence = pd.DataFrame(
+        {
+            "layer": layer,
+            "head": head,
+            "type": name,
+            "emergence_step": pd.array(np.where(emerged >= 0, steps[np.maximum(emerged, 0)], 0), dtype="Int64"),
+            "first_step": pd.array(np.where(first >= 0, steps[np.maximum(first, 0)], 0), dtype="Int64"),
+            "peak_score": flat[peak, np.arange(flat.shape[1])] if s else np.nan,
+            "peak_step": steps[peak] if s else 0,
+            "final_score": flat[-1] if s else np.nan,
+        }
+    )
+    emergence.loc[emerged < 0, "emergence_step"] = pd.NA
+    emergence.loc[first < 0, "first_step"] = pd.NA
+    return typed, emergence
+
+
+def sorted_frames(types: list[pd.DataFrame], emergence: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Types' rows concatenated, each table in its sort order."""
     typed = pd.concat(types, ignore_index=True).sort_values(list(HEAD_TYPES_TABLE.sort), kind="stable")
     emerged_frame = pd.concat(emergence, ignore_index=True).sort_values(list(HEAD_EMERGENCE.sort), kind="stable")
     return typed.reset_index(drop=True), emerged_frame.reset_index(drop=True)

@@ -11,7 +11,9 @@ Per head, averaged over every query position and sequence:
   sequences;
 - span ``sum_j alpha_ij (i - j)``; uniform gives ``mean_i (i - 1)/2``;
 - sink mass ``alpha_i1`` (every ``i``; ``alpha_11 = 1``);
-- previous-token score ``alpha_i,i-1`` over ``i > 1``.
+- previous-token score ``alpha_i,i-1`` over ``i > 1``;
+- current-token score ``alpha_ii`` over ``i > 1`` (``alpha_11 = 1`` for every head, its only key, so the
+  first query says nothing of the head and is left out; uniform gives ``mean_{i=2..T} 1/i``).
 
 Per layer, the mean attention at relative offset ``d = i - j`` over heads, queries and
 sequences, ``p_l(d)``: every query row sums to 1, so ``p_l`` is a distribution over
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-HEAD_STATISTICS = ("entropy", "entropy_std", "span", "sink", "prev_token")
+HEAD_STATISTICS = ("entropy", "entropy_std", "span", "sink", "prev_token", "current_token")
 
 
 def _check(alpha: torch.Tensor) -> tuple[int, int, int]:
@@ -96,6 +98,7 @@ class AttentionSums:
             "span": query_span(a).sum(dim=(0, 2)),
             "sink": a[..., :, 0].sum(dim=(0, 2)),
             "prev_token": torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).sum(dim=(0, 2)),
+            "current_token": torch.diagonal(a, dim1=-2, dim2=-1)[..., 1:].sum(dim=(0, 2)),  # queries i = 2..T
         }
         for name, value in sums.items():
             if name not in self._head:
@@ -121,6 +124,7 @@ class AttentionSums:
             "span": self._head["span"] / n,
             "sink": self._head["sink"] / n,
             "prev_token": self._head["prev_token"] / (self.sequences * (self.seq_len - 1)),
+            "current_token": self._head["current_token"] / (self.sequences * (self.seq_len - 1)),
         }
 
     def offset_distributions(self) -> torch.Tensor:

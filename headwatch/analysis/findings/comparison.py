@@ -204,7 +204,8 @@ def run_series(
 
 def type_count_series(run: str, store: Store, *, align: Align) -> RunSeries | None:
     """How many of the run's heads hold each head type at each of its checkpoints, as a `RunSeries` with ``values``
-    ``(S, 1, len(HEAD_TYPES))`` (`analysis.findings.held_types.HeadTypes.counts`, types in `HEAD_TYPES` order).
+    ``(S, 1, len(HEAD_TYPES))`` (`analysis.findings.held_types.HeadTypes.counts`, types in `HEAD_TYPES` order; NaN
+    where the run does not decide the type).
 
     Returns:
         None for a store without head types, or without token counts when ``align`` is ``tokens``.
@@ -460,13 +461,14 @@ def bands_frame(series: list[RunSeries], n_bins: int, *, stat: str, matrix: str)
 
 
 def type_counts_frame(series: list[RunSeries]) -> pd.DataFrame:
-    """Head-type counts (`type_count_series`) as a table: one row per run, type and checkpoint, with the step, the
-    aligned time and how many heads hold the type."""
-    return pd.concat(
+    """Head-type counts (`type_count_series`) as a table: one row per run, type and checkpoint the run decides the
+    type at, with the step, the aligned time and how many heads hold the type."""
+    frame = pd.concat(
         [
-            pd.DataFrame({"run": s.run, "type": name, "step": s.steps, "time": s.x, "heads": s.values[:, 0, i].astype(np.int64)})
+            pd.DataFrame({"run": s.run, "type": name, "step": s.steps, "time": s.x, "heads": s.values[:, 0, i]})
             for s in series
             for i, name in enumerate(HEAD_TYPES)
         ],
         ignore_index=True,
-    )
+    ).dropna(subset=["heads"])  # a type the run does not decide at a checkpoint has no row
+    return frame.astype({"heads": np.int64}).reset_index(drop=True)

@@ -97,7 +97,14 @@ def head_link(run: str, layer: int, head: int, step: int, **more: object) -> str
 def evidence_link(run: str, layer: int, head: int, step: int, head_type: str) -> str:
     """The head explorer on one head at ``step`` with ``head_type``'s score in its statistic tab (``panel=statistic``):
     the evidence that the head holds the type from there."""
-    return head_link(run, layer, head, step, stat=HEAD_TYPE_SCORES[head_type], panel=EVIDENCE_PANEL)
+    return head_link(run, layer, head, step, **evidence_query(head_type))
+
+
+def evidence_query(head_type: str) -> dict[str, object]:
+    """The head explorer's parameters that show why a head holds ``head_type``: an attention type's score in its
+    statistic tab; for a multigram or other head (decided by its ablation and tokens in context) the head itself."""
+    score = HEAD_TYPE_SCORES.get(head_type)
+    return {"stat": score, "panel": EVIDENCE_PANEL} if score is not None else {}
 
 
 def stage_events(store: Store) -> list[Event]:
@@ -167,7 +174,7 @@ def type_events(store: Store) -> list[Event]:
                 label=label,
                 detail=f"{together} the type from step {s.first_step:,} to the end{more}",
                 page="head",
-                query=_head_query(layer, head, s.first_step, stat=HEAD_TYPE_SCORES[s.type], panel=EVIDENCE_PANEL),
+                query=_head_query(layer, head, s.first_step, **evidence_query(s.type)),
             )
         )
     return out

@@ -8,7 +8,7 @@ accessor (`analysis.store.Store.dense`, `Store.frame`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,10 +16,18 @@ import pandas as pd
 
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
+from headwatch.analysis.store.lenses.attention import ATTENTION
+from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE
 
 # How the views and the report name a type.
-TYPE_LABELS = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
+TYPE_LABELS = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "sink": "sink",
+    "current_token": "current-token",
+    "multigram": "multigram",
+    "other": "other",
+}
 
 
 def missing_text(path: Any) -> str:
@@ -27,7 +35,8 @@ def missing_text(path: Any) -> str:
     return (
         "This store has no head types (head_types.parquet, head_emergence.parquet). Add them with "
         f"`python -m headwatch.precompute.lenses.types {path}`: it needs only the store's forward statistics "
-        "(attention.parquet, from `python -m headwatch.precompute --lenses attention`), no checkpoint."
+        "(attention.parquet, from `python -m headwatch.precompute --lenses attention`), no checkpoint; the multigram "
+        "and other heads also need the ablation lens (`--lenses ablation`) and the training text (`--source RUN`)."
     )
 
 
@@ -41,44 +50,60 @@ class HeadTypes:
             rule (False at a step without rows).
         emergence: type -> ``(n_layers, n_heads)`` int64, the emergence step (-1: not held at the end).
         rules: type -> its ``meta.json`` ``types`` rule (``null``, ``threshold``, ``exit``, ``score``).
+        decided: type -> ``(S,)`` bool, whether the store decides the type at that step (it has rows there: every
+            checkpoint with forward statistics for an attention type the store has the score of, the checkpoints with
+            tokens in context for multigram and other); a type missing here is decided at every step.
     """
 
     steps: np.ndarray
     held: dict[str, np.ndarray]
     emergence: dict[str, np.ndarray]
     rules: dict[str, dict[str, Any]]
+    decided: dict[str, np.ndarray] = field(default_factory=dict)
 
     def held_at(self, index: int) -> list[str]:
         """Per head, layer-major, the types it holds at step index ``index`` (``"previous_token, sink"``; ``""``: none)."""
         n = self.held[HEAD_TYPES[0]][index].size
         names: list[list[str]] = [[] for _ in range(n)]
-        for name in HEAD_TYPES:
+        for name in self.types:
             for i in np.flatnonzero(self.held[name][index].ravel()):
                 names[i].append(name)
         return [", ".join(t) for t in names]
 
     def earliest(self, types: tuple[str, ...] | list[str]) -> np.ndarray:
-        """Per head, layer-major, the earliest emergence step among ``types``: ``(n_layers * n_heads,)`` int64, -1 for a
-        head that holds none of them at the end."""
-        steps = np.stack([self.emergence[name].ravel() for name in types])  # (types, heads)
+        """Per head, layer-major, the earliest emergence step among ``types`` (those it has): ``(n_layers * n_heads,)``
+        int64, -1 for a head that holds none of them at the end."""
+        n = next(iter(self.emergence.values())).size
+        steps = np.stack([self.emergence[name].ravel() for name in types if name in self.emergence] or [np.full(n, -1)])
         none = np.iinfo(np.int64).max
         earliest = np.where(steps >= 0, steps, none).min(axis=0)
         return np.where(earliest < none, earliest, -1).astype(np.int64)
 
     def counts(self) -> dict[str, np.ndarray]:
-        """Type -> ``(S,)`` how many heads hold it at each step."""
-        return {name: self.held[name].sum(axis=(1, 2)).astype(np.int64) for name in HEAD_TYPES}
+        """Type -> ``(S,)`` float64, how many heads hold it at each step (NaN where the type is not decided there)."""
+        out = {}
+        for name in self.types:
+            count = self.held[name].sum(axis=(1, 2)).astype(np.float64)
+            decided = self.decided.get(name)
+            out[name] = count if decided is None else np.where(decided, count, np.nan)
+        return out
+
+    @property
+    def types(self) -> list[str]:
+        """The types it has, in `HEAD_TYPES` order."""
+        return [name for name in HEAD_TYPES if name in self.held]
 
 
 def head_types(store: Store) -> HeadTypes | None:
     """The store's head types, or None when it has no head-type tables."""
     if not (store.has(HEAD_TYPES_TABLE) and store.has(HEAD_EMERGENCE)):
         return None
-    held = {}
+    held, decided = {}, {}
     for name in HEAD_TYPES:
         values = store.dense(HEAD_TYPES_TABLE, "holds", at={"type": name})
         assert values is not None
         held[name] = np.nan_to_num(values, nan=0.0) > 0.5
+        decided[name] = ~np.isnan(values).all(axis=(1, 2))
     frame = store.frame(HEAD_EMERGENCE)
     assert frame is not None
     emergence = {}
@@ -88,7 +113,7 @@ def head_types(store: Store) -> HeadTypes | None:
         out[rows["layer"].to_numpy(int), rows["head"].to_numpy(int)] = rows["emergence_step"].to_numpy(int)
         emergence[name] = out
     rules = dict(((store.meta.types or {}).get("types")) or {})
-    return HeadTypes(np.asarray(store.steps), held, emergence, rules)
+    return HeadTypes(np.asarray(store.steps), held, emergence, rules, decided)
 
 
 @dataclass(frozen=True)
@@ -140,8 +165,17 @@ def emerged_rows(store: Store) -> pd.DataFrame | None:
     return emergence[emergence["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head", "type"])
 
 
+def absent_types(store: Store) -> dict[str, str]:
+    """The types the store's types lens could not decide, and why with the command that adds what is missing
+    (``meta.json`` ``types`` ``absent``: a forward lens written before the current-token score, no ablation lens, no
+    training text)."""
+    absent = (store.meta.types or {}).get("absent") or {}
+    return {str(k): str(v) for k, v in absent.items()} if isinstance(absent, dict) else {}
+
+
 def type_sentences(store: Store) -> list[str]:
-    """One sentence per head type: who holds it from when, or that no head reaches its threshold."""
+    """One sentence per head type: who holds it from when, or that no head reaches its threshold, or why the store
+    does not decide it."""
     summaries = type_summaries(store)
     if summaries is None:
         return ["This store has no head types (head_emergence.parquet): run the types lens on it."]
@@ -151,6 +185,12 @@ def type_sentences(store: Store) -> list[str]:
     for s in summaries:
         name = TYPE_LABELS.get(s.type, s.type)
         at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
+        if not s.emerged and s.type in FUNCTION_TYPES:
+            out.append(
+                f"No head is a {name} head at the last checkpoint with tokens in context (largest ablation effect "
+                f"{s.peak_score:.3g} nats, {head_name(*s.peak_head)})."
+            )
+            continue
         if not s.emerged:
             out.append(
                 f"No head reaches the {name} threshold{at}: the highest {name} score is {s.peak_score:.3g} "
@@ -160,4 +200,22 @@ def type_sentences(store: Store) -> list[str]:
         heads = ", ".join(f"{head_name(layer, head)} from step {step:,}" for layer, head, step in s.emerged[:12])
         more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
         out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
+    absent = absent_types(store)
+    if "current_token" not in recorded:  # a types record made before the type, or a store without the score
+        scores = store.dense(ATTENTION, "current_token") if store.has(ATTENTION) else None
+        why = absent.get("current_token") or (
+            "the head types were made before the current-token score; remake them with "
+            f"`python -m headwatch.precompute.lenses.types {store.path}`"
+            if scores is not None and np.isfinite(scores).any()
+            else "this store's forward lens was written before the current-token score (attention.parquet "
+            "current_token); recompute it to have it, which needs the checkpoints: `python -m headwatch.precompute "
+            f"--source CHECKPOINTS --out {store.path} --lenses attention`"
+        )
+        out.append(f"No current-token heads decided: {why.rstrip('.')}.")
+    if not (store.meta.types or {}).get("function"):
+        why = next((absent[t] for t in FUNCTION_TYPES if absent.get(t)), None) or (
+            "the head types were made before multigram and other heads; they need the ablation lens "
+            "(`--lenses ablation`) and the training text"
+        )
+        out.append(f"No multigram or other heads decided: {why.rstrip('.')}.")
     return out

@@ -127,6 +127,15 @@ def size_table(stores: dict[str, Store]) -> pd.DataFrame:
             row[f"{label} heads"] = int(at["heads at the end"].iloc[0]) if len(at) else None
         rows.append(row)
     table = pd.DataFrame(rows)
+    # a type no run decides (the current-token score, multigram and other heads, absent from older stores) has no column
+    undecided = [
+        c
+        for t in HEAD_TYPES
+        for c in (f"{TYPE_LABELS.get(t, t)} first step", f"{TYPE_LABELS.get(t, t)} heads")
+        if c in table and table[f"{TYPE_LABELS.get(t, t)} heads"].isna().all()
+    ]
+    if len(undecided) < 2 * len(HEAD_TYPES):  # some type is decided: leave out those none is (else say none is)
+        table = table.drop(columns=undecided)
     ints = {c: "Int64" for c in table.columns if c.endswith(" first step") or c.endswith(" heads") or c == "tokens"}
     return table.astype(ints)
 

@@ -49,7 +49,7 @@ COUNT_PREFIX = "heads_"  # the basis of a count of heads holding a type: heads_i
 NO_EVENT = "no event coincides"
 NAMED_HEADS = 6  # heads a boundary's name lists per type, in order of emergence (then "N more")
 # How the names read a type (analysis.findings.held_types.TYPE_LABELS says the same for the views).
-TYPE_NAMES = {"previous_token": "previous-token", "induction": "induction", "sink": "sink"}
+TYPE_NAMES = {"previous_token": "previous-token", "induction": "induction", "sink": "sink", "current_token": "current-token"}
 
 
 def curve_label(basis: str) -> str:
@@ -259,7 +259,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     from headwatch.analysis.stages import curve as stage_rule
     from headwatch.analysis.store.lenses.attention import EVAL_LOSS
     from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
-    from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES_TABLE
+    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES_TABLE
 
     notes: list[str] = []
     meta: dict = {
@@ -338,7 +338,9 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     if held is not None and len(held):
         counts = held[held["holds"]].groupby(["type", "step"]).size()
         steps = np.sort(held["step"].unique()).astype(np.int64)
-        for kind in sorted(held["type"].unique()):
+        # the attention types, decided at every checkpoint (multigram and other heads only where tokens in context
+        # are kept, which are chosen from these stages)
+        for kind in sorted(set(held["type"].unique()) & set(ATTENTION_TYPES)):
             count = (
                 counts[kind].reindex(steps, fill_value=0).to_numpy(np.float64) if kind in counts.index else np.zeros(len(steps))
             )
@@ -355,7 +357,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
             }
         rows = store.frame(HEAD_EMERGENCE)
         if rows is not None:
-            rows = rows[rows["emergence_step"].notna()]
+            rows = rows[rows["emergence_step"].notna() & rows["type"].isin(ATTENTION_TYPES)]
             emergence = [
                 (str(t), int(a), int(b), int(s))
                 for t, a, b, s in zip(rows["type"], rows["layer"], rows["head"], rows["emergence_step"], strict=True)

@@ -18,6 +18,9 @@ the upgraded files in its first atomic commit (`precompute.job.run`).
   NaN (`upgrade_table`), and a precompute run with the attention lens computes the forward rows again.
   ``stages.parquet`` gained ``support`` (the run's merged boundaries); a file without it has no ``run`` basis and
   reads it as empty strings (`upgrade_table`); ``python -m headwatch.precompute.lenses.stages STORE`` makes the stages again.
+  ``attention.parquet`` gained ``current_token``; a file without it reads it as NaN (`upgrade_table`: the score was
+  not recorded, so the types lens decides no current-token heads there), and a precompute run with the attention
+  lens computes the forward rows again (it needs the checkpoints).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pyarrow as pa
 
 from headwatch.analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, TableSpec
-from headwatch.analysis.store.lenses.attention import EVAL_LOSS
+from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS
 from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.lenses.stages import STAGES
@@ -112,7 +115,10 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
     absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``);
     ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded);
-    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries)."""
+    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries);
+    ``attention.parquet`` gains ``current_token`` (NaN: the current-token score was not recorded)."""
+    if spec.name == ATTENTION.name and "current_token" not in table.column_names and "step" in table.column_names:
+        table = table.append_column(pa.field("current_token", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:
         table = table.append_column(pa.field("support", pa.string()), pa.array([""] * table.num_rows, pa.string()))
     if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:

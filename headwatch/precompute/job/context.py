@@ -168,6 +168,12 @@ class Computation(Protocol):
         computed in ``run.report.lenses`` and what was left out in ``run.report.notes``."""
         ...
 
+    def finish(self, run: RunContext) -> None:
+        """After every lens's fill: bring what the lens made from other lenses' tables up to date with what the lenses
+        filled after it wrote (the head types' multigram heads read the tokens in context the ablation lens keeps
+        once the stages, made from the head types, are known)."""
+        ...
+
 
 class BaseComputation:
     """The protocol's defaults: no pass job, no store check, nothing to record."""
@@ -185,6 +191,9 @@ class BaseComputation:
         return None
 
     def fill(self, run: RunContext) -> None:
+        return None
+
+    def finish(self, run: RunContext) -> None:
         return None
 
 

@@ -153,6 +153,10 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
                 computation.fill(run)
                 if "store" in computation.lens.needs:  # it committed its record itself: later commits keep it
                     state.take_record(computation.lens)
+            for computation in computations:
+                computation.finish(run)
+                if "store" in computation.lens.needs:
+                    state.take_record(computation.lens)
         finally:
             _clear(scratch)
             report.bytes_fetched, report.requests, report.peak_disk = meter.fetched, meter.requests, meter.peak_disk

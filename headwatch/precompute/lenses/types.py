@@ -1,26 +1,44 @@
-"""Head types and their emergence steps, written into a store from its forward statistics.
+"""Head types and their emergence steps, written into a store from its forward statistics and its ablations.
 
-The `types` lens reads ``attention.parquet`` (the ``prev_token``, ``induction`` and ``sink`` scores of every
-head at every checkpoint) and ``meta.json`` ``forward`` (the sequence length T and the induction probe's R),
-decides each head's types at each checkpoint against the uniform-attention nulls with the thresholds and
-hysteresis of `analysis.attention.head_types` (docs/head-types.md), and commits ``head_types.parquet``,
-``head_emergence.parquet`` and ``meta.json`` ``types`` in one atomic commit. It needs no checkpoint: a run with
-``--lenses attention`` ends with it (``--no-types`` skips it), and an existing store gains it with
+The `types` lens reads ``attention.parquet`` (the ``prev_token``, ``induction``, ``sink`` and ``current_token``
+scores of every head at every checkpoint) and ``meta.json`` ``forward`` (the sequence length T and the induction
+probe's R), and decides each head's attention types at each checkpoint against the uniform-attention nulls with the
+thresholds and hysteresis of `analysis.attention.head_types` (docs/head-types.md). Where the store has the ablation
+lens (``ablation.parquet``, ``head_contexts.parquet``) and a training text is at hand (`precompute.ngrams`), it also
+decides the multigram and other heads at the checkpoints with tokens in context (`analysis.attention.function_types`)
+and records the n-gram check of every context (``context_ngrams.parquet``). It commits the tables and ``meta.json``
+``types`` in one atomic commit. It needs no checkpoint: a run with ``--lenses attention`` or ``ablation`` ends with it
+(``--no-types`` skips it), and an existing store gains it with
 
-    python -m headwatch.precompute.lenses.types STORE
+    python -m headwatch.precompute.lenses.types STORE [--source RUN | --ngram-text FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
+from headwatch.analysis.attention.function_types import (
+    ALPHA,
+    COVERAGE,
+    FLOOR,
+    K_SE,
+    MIN_SHARE,
+    NGRAM_ORDERS,
+    function_type_frames,
+    lookup,
+    multigram_rule,
+    ngram_counts,
+    rule_text,
+)
 from headwatch.analysis.attention.head_types import (
     ABSOLUTE,
     EXIT_FRACTION,
@@ -28,24 +46,47 @@ from headwatch.analysis.attention.head_types import (
     RULE,
     TypeRule,
     head_type_frames,
+    hysteresis,
+    sorted_frames,
     type_rules,
 )
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store import Store, open_store
+from headwatch.analysis.store.lenses.ablation import ABLATION, HEAD_CONTEXTS
 from headwatch.analysis.store.lenses.attention import ATTENTION
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES, HEAD_TYPES_TABLE, TYPES_LENS
+from headwatch.analysis.store.lenses.types import (
+    CONTEXT_NGRAMS,
+    FUNCTION_TYPES,
+    HEAD_EMERGENCE,
+    HEAD_TYPES,
+    HEAD_TYPES_TABLE,
+    TYPES_LENS,
+)
+from headwatch.precompute.evalset import BYTE_TOKENIZER
 from headwatch.precompute.job.context import BaseComputation, RunContext
+from headwatch.precompute.ngrams import NgramText, NgramTextError, ngram_text
 from headwatch.precompute.store.writer import commit_store
 
 log = logging.getLogger("precompute")
 
+# Why a store has no multigram or other heads when no training text was given.
+NO_TEXT = (
+    "no training text for the multigram rule: a run trained here uses its training split (give the job its run folder, "
+    "or `python -m headwatch.precompute.lenses.types STORE --source RUN`); another gives one with --types-ngram-text "
+    "FILE (the module: --ngram-text FILE)"
+)
 
-def types_meta(rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: list[int]) -> dict[str, Any]:
-    """What ``meta.json`` ``types`` records: per type its score column, null, threshold and exit level; the
-    rule in words; the T and R the nulls are derived for; the checkpoints typed."""
+
+def types_meta(
+    rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: list[int], absent: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What ``meta.json`` ``types`` records: per type decided its score column, null, threshold and exit level; per
+    attention type not decided, why (``absent``); the rule in words; the T and R the nulls are derived for; the
+    checkpoints typed."""
     return {
         "files": [HEAD_TYPES_TABLE.file, HEAD_EMERGENCE.file],
-        "types": {name: rules[name].as_dict() for name in HEAD_TYPES},
+        "types": {name: rule.as_dict() for name, rule in rules.items()},
+        "absent": dict(absent or {}),
         "absolute": ABSOLUTE,
         "ratio": RATIO,
         "exit_fraction": EXIT_FRACTION,
@@ -58,8 +99,21 @@ def types_meta(rules: dict[str, TypeRule], *, seq_len: int, repeat: int, steps: 
     }
 
 
+def absent_score(store: Store, column: str) -> str | None:
+    """Why the store's attention.parquet cannot type by ``column`` (None: it can): a score a forward lens written
+    before the column was recorded lacks (read as NaN, `analysis.store.older_versions`)."""
+    values = store.require(ATTENTION, column)
+    if np.isfinite(values[np.isin(store.steps, store.steps_with(ATTENTION))]).all():
+        return None
+    return (
+        f"attention.parquet has no {column} scores at every checkpoint (its forward lens was computed before they "
+        f"were recorded); recompute the forward lens to have them: python -m headwatch.precompute --source "
+        f"CHECKPOINTS --out {store.path} --lenses attention"
+    )
+
+
 def _inputs(store: Store) -> tuple[np.ndarray, dict[str, TypeRule], dict[str, Any]]:
-    """The typed steps, the rules and the meta record of a store.
+    """The typed steps, the rules of the types its scores decide and the meta record of a store.
 
     Raises:
         StoreError: the store has no forward statistics.
@@ -71,13 +125,102 @@ def _inputs(store: Store) -> tuple[np.ndarray, dict[str, TypeRule], dict[str, An
         )
     info = store.meta.forward
     steps = store.steps_with(ATTENTION)
-    rules = type_rules(info.seq_len, info.induction_repeat)
-    record = types_meta(rules, seq_len=info.seq_len, repeat=info.induction_repeat, steps=[int(s) for s in steps])
+    rules, absent = {}, {}
+    for name, rule in type_rules(info.seq_len, info.induction_repeat).items():
+        why = absent_score(store, rule.score)
+        if why is None:
+            rules[name] = rule
+        else:
+            absent[name] = why
+    record = types_meta(rules, seq_len=info.seq_len, repeat=info.induction_repeat, steps=[int(s) for s in steps], absent=absent)
     return steps, rules, record
 
 
-def head_type_tables(store: Store) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
-    """``head_types`` and ``head_emergence`` rows of a store, and its ``meta.json`` ``types`` record.
+def function_types(
+    store: Store, held: dict[str, np.ndarray], typed_steps: np.ndarray, ngram: NgramText | None, no_text: str
+) -> tuple[list[pd.DataFrame], list[pd.DataFrame], pa.Table, dict[str, Any] | None, str | None]:
+    """The multigram and other heads of a store (`analysis.attention.function_types`).
+
+    Args:
+        store: the store (its ablation.parquet and head_contexts.parquet).
+        held: attention type decided -> ``(S, n_layers, n_heads)`` bool over ``typed_steps``, whether the head holds it.
+        typed_steps: the checkpoints the attention types were decided at.
+        ngram: the training-text sample (None: none at hand, ``no_text`` says why).
+
+    Returns:
+        ``(types, emergence, context_ngrams, record, absent)``: the two types' rows, the n-gram check of every
+        context, the ``meta.json`` ``types`` ``function`` record, and why they were not decided (None: they were).
+    """
+    none: tuple[list[pd.DataFrame], list[pd.DataFrame], pa.Table, None] = ([], [], CONTEXT_NGRAMS.empty(), None)
+    rebuild = f"python -m headwatch.precompute --source CHECKPOINTS --out {store.path} --lenses ablation"
+    if not store.has(ABLATION) or not store.has(HEAD_CONTEXTS):
+        return (*none, f"the store has no ablation lens (ablation.parquet, head_contexts.parquet); add it with {rebuild}")
+    steps = store.steps_with(ABLATION)
+    contexts = store.frame(HEAD_CONTEXTS, columns=["tokens"])
+    assert contexts is not None
+    context_steps = np.array(sorted(set(contexts["step"].tolist()) & set(steps.tolist()) & set(typed_steps.tolist())))
+    if not len(context_steps):
+        return (*none, "no checkpoint has both tokens in context (head_contexts.parquet) and attention types")
+    if ngram is None:
+        return (*none, no_text)
+    counts = ngram_counts(ngram.segments)
+    rows = np.isin(store.steps, steps)
+    increase = store.require(ABLATION, "text_increase")[rows]
+    sem = store.require(ABLATION, "text_increase_sem")[rows]
+    shape = (len(context_steps), store.n_layers, store.n_heads)
+    contexts = contexts[contexts["step"].isin(context_steps)]
+    found = [counts.explained_order(lookup(list(tokens), ngram.index)) for tokens in contexts["tokens"]]
+    order = np.array([f[0] for f in found], dtype=np.int32)
+    checked = pa.table(
+        {
+            "step": pa.array(contexts["step"].to_numpy(np.int64)),
+            "layer": pa.array(contexts["layer"].to_numpy(np.int32)),
+            "head": pa.array(contexts["head"].to_numpy(np.int32)),
+            "rank": pa.array(contexts["rank"].to_numpy(np.int32)),
+            "order": pa.array(order),
+            "count": pa.array(np.array([f[1] for f in found], dtype=np.int64)),
+        },
+        schema=CONTEXT_NGRAMS.schema,
+    )
+    multigram = np.zeros(shape, dtype=bool)
+    where = {int(s): i for i, s in enumerate(context_steps)}
+    frame = contexts[["step", "layer", "head"]].assign(explained=order > 0)
+    for (step, layer, head), group in frame.groupby(["step", "layer", "head"]):
+        decision = multigram_rule(group["explained"].to_numpy(), counts.base_rate)
+        multigram[where[int(step)], int(layer), int(head)] = decision.multigram
+    at_typed = np.searchsorted(typed_steps, context_steps)
+    untyped = ~np.any([h[at_typed] for h in held.values()], axis=0) if held else np.ones(shape, dtype=bool)
+    types, emergence = function_type_frames(steps, increase, sem, np.searchsorted(steps, context_steps), untyped, multigram)
+    record = {
+        "types": list(FUNCTION_TYPES),
+        "rule": rule_text(),
+        "floor": FLOOR,
+        "k_se": K_SE,
+        "exit_fraction": EXIT_FRACTION,
+        "orders": list(NGRAM_ORDERS),
+        "coverage": COVERAGE,
+        "min_share": MIN_SHARE,
+        "alpha": ALPHA,
+        "base_rate": counts.base_rate,
+        "frequent": {str(n): len(f) for n, f in counts.frequent.items()},
+        "untyped_by": list(held),
+        "effect": "ablation.parquet text_increase and text_increase_sem, "
+        f"{((store.meta.ablation or {}).get('method') or 'mean')} ablation",
+        "context_steps": [int(s) for s in context_steps],
+        "text": ngram.record,
+    }
+    return types, emergence, checked, record, None
+
+
+def head_type_tables(
+    store: Store, ngram: NgramText | None = None, *, no_text: str = NO_TEXT
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """The types lens's tables of a store by name, and its ``meta.json`` ``types`` record.
+
+    Args:
+        store: the store.
+        ngram: the training-text sample for the multigram rule (None: no multigram or other heads, ``no_text``
+            says why).
 
     Raises:
         StoreError: no forward statistics, or non-finite scores.
@@ -90,44 +233,56 @@ def head_type_tables(store: Store) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
         scores[rule.score] = values
     try:
         types, emergence = head_type_frames(steps, scores, rules)
+        held = {name: hysteresis(scores[rule.score], enter=rule.threshold, exit=rule.exit) for name, rule in rules.items()}
+        more_types, more_emergence, checked, function, absent = function_types(store, held, steps, ngram, no_text)
+        types, emergence = sorted_frames([types, *more_types], [emergence, *more_emergence])
     except ValueError as exc:
         raise StoreError(f"store {str(store.path)!r}: {exc}") from exc
-    return (
-        pa.Table.from_pandas(types, schema=HEAD_TYPES_TABLE.schema, preserve_index=False),
-        pa.Table.from_pandas(emergence, schema=HEAD_EMERGENCE.schema, preserve_index=False),
-        record,
-    )
+    record["files"] = [*record["files"], CONTEXT_NGRAMS.file]
+    record["function"] = function
+    if absent is not None:
+        record["absent"] |= {name: absent for name in FUNCTION_TYPES}
+    tables = {
+        HEAD_TYPES_TABLE.name: pa.Table.from_pandas(types, schema=HEAD_TYPES_TABLE.schema, preserve_index=False),
+        HEAD_EMERGENCE.name: pa.Table.from_pandas(emergence, schema=HEAD_EMERGENCE.schema, preserve_index=False),
+        CONTEXT_NGRAMS.name: checked,
+    }
+    return tables, record
 
 
-def types_current(store: Store) -> bool:
-    """Whether the store's head types were made by these rules from its present forward statistics."""
+def types_current(store: Store, record: dict[str, Any]) -> bool:
+    """Whether the store's head types are ``record``'s (made by these rules from its present tables)."""
     if store.meta.types is None or not (store.has(HEAD_TYPES_TABLE) and store.has(HEAD_EMERGENCE)):
         return False
-    return store.meta.types == _inputs(store)[2]
+    return bool(json.loads(json.dumps(store.meta.types)) == json.loads(json.dumps(record)))
 
 
-def add_types(store_path: str | Path) -> dict[str, Any]:
+def add_types(
+    store_path: str | Path, ngram: NgramText | None = None, *, no_text: str = NO_TEXT, unless_current: bool = False
+) -> dict[str, Any] | None:
     """Decide the head types of an existing store and commit them into it atomically.
 
     Args:
         store_path: the store directory (it needs attention.parquet and meta.json ``forward``; no checkpoints).
+        ngram: the training-text sample for the multigram rule (`precompute.ngrams.ngram_text`).
+        unless_current: write nothing when the store's types are what this would write.
 
     Returns:
-        The ``meta.json`` ``types`` record written.
+        The ``meta.json`` ``types`` record written (None: nothing written).
 
     Raises:
         StoreError: the store cannot be opened or has no forward statistics.
     """
     store = open_store(store_path)
-    types, emergence, record = head_type_tables(store)
-    commit_store(
-        store_path, store.meta.with_record("types", record), {HEAD_TYPES_TABLE.name: types, HEAD_EMERGENCE.name: emergence}
-    )
+    tables, record = head_type_tables(store, ngram, no_text=no_text)
+    if unless_current and types_current(store, record):
+        return None
+    commit_store(store_path, store.meta.with_record("types", record), tables)
     return record
 
 
 class TypesComputation(BaseComputation):
-    """The head types, after a run with the forward lens: written when the store's forward statistics changed
+    """The head types, after a run with the forward or the ablation lens: written when the store's tables changed
     since they were made (or they never were). A failure is logged and leaves the store as it is."""
 
     lens = TYPES_LENS
@@ -138,14 +293,54 @@ class TypesComputation(BaseComputation):
             store = open_store(out)
             if store.meta.forward is None or not store.has(ATTENTION):
                 return
-            if types_current(store):
-                return
-            record = add_types(out)
+            ngram, no_text = self._ngram_text(store)
+            record = add_types(out, ngram, no_text=no_text, unless_current=True)
         except (StoreError, ValueError, OSError) as exc:
             log.warning("head types failed (%s); retry with `python -m headwatch.precompute.lenses.types %s`", exc, out)
             run.report.notes.append(f"note: head types were not written ({exc})")
             return
-        run.report.notes.append(f"head types: written for {len(record['steps'])} checkpoints ({', '.join(HEAD_TYPES)})")
+        if record is None:
+            return
+        run.report.notes.append(
+            f"head types: written for {len(record['steps'])} checkpoints ({', '.join(record['types'])}"
+            + (", multigram, other" if record["function"] else "")
+            + ")"
+            + "".join(f"; no {name} type: {why}" for name, why in record["absent"].items())
+        )
+
+    def finish(self, run: RunContext) -> None:
+        """The types again once every lens has filled: the ablation lens keeps its tokens in context at the stages'
+        boundaries, known only after the stages, which are made from the attention types this lens wrote first."""
+        self.fill(run)
+
+    def _ngram_text(self, store: Store) -> tuple[NgramText | None, str]:
+        """The n-gram text of this run's source, or None and why (nothing is read without the ablation lens; read once
+        per run)."""
+        if not store.has(HEAD_CONTEXTS):
+            return None, NO_TEXT
+        if self._text is None:
+            self._text = self._read_ngram_text(store)
+        return self._text
+
+    _text: tuple[NgramText | None, str] | None = None
+
+    def _read_ngram_text(self, store: Store) -> tuple[NgramText | None, str]:
+        options = self.setup.options.lens_options_for("types")
+        src = self.setup.plan.src
+        folder = Path(self.setup.source) if Path(self.setup.source).is_dir() else None
+        forward = store.meta.forward
+        at = src.tokenizer_location(self.setup.plan.todo[0]) if self.setup.plan.todo else (src.name, {})
+        try:
+            ngram = ngram_text(
+                text_file=options.ngram_text,
+                run_info=src.run_info(),
+                run_folder=folder,
+                tokenizer_at=at,
+                byte_tokens=forward is not None and forward.tokenizer == BYTE_TOKENIZER,
+            )
+        except NgramTextError as exc:
+            return None, f"no training text for the multigram rule: {exc}"
+        return ngram, NO_TEXT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,29 +348,83 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "store", help="store directory with attention.parquet (python -m headwatch.precompute --lenses attention)"
     )
+    parser.add_argument(
+        "--source",
+        metavar="RUN",
+        help="the run folder a store of a run trained here was made from: its training split decides multigram heads",
+    )
+    parser.add_argument(
+        "--ngram-text",
+        metavar="FILE",
+        help="UTF-8 text whose frequent n-grams decide multigram heads, tokenized with the tokenizer meta.json "
+        "forward names (as --eval-text was)",
+    )
     args = parser.parse_args(argv)
     try:
-        record = add_types(args.store)
-    except StoreError as exc:
+        store = open_store(args.store)
+        ngram = None
+        if (args.source or args.ngram_text) and store.has(HEAD_CONTEXTS) and store.meta.forward is not None:
+            ngram = standalone_ngram_text(store, source=args.source, text_file=args.ngram_text)
+        record = add_types(args.store, ngram)
+    except (StoreError, NgramTextError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    assert record is not None
     store = open_store(args.store)
     emergence = store.frame(HEAD_EMERGENCE)
     assert emergence is not None
     held = emergence[emergence["emergence_step"].notna()]
-    summary = ", ".join(f"{name} {int((held['type'] == name).sum())}" for name in HEAD_TYPES)
+    decided = [name for name in HEAD_TYPES if name in record["types"] or (record["function"] and name in FUNCTION_TYPES)]
+    summary = ", ".join(f"{name} {int((held['type'] == name).sum())}" for name in decided)
     print(
         f"wrote {Path(args.store) / HEAD_TYPES_TABLE.file} and {HEAD_EMERGENCE.file}: {len(record['steps'])} checkpoints; "
         f"heads holding each type at the last one: {summary}"
     )
-    for name in HEAD_TYPES:
-        rule = record["types"][name]
+    for name in decided:
         best = emergence[emergence["type"] == name].sort_values("peak_score", ascending=False).iloc[0]
+        where = f"L{int(best['layer'])} H{int(best['head'])} {best['peak_score']:.4g} at step {int(best['peak_step'])}"
+        if name in FUNCTION_TYPES:
+            print(f"  {name}: largest ablation effect {where} nats")
+            continue
+        rule = record["types"][name]
         print(
             f"  {name}: null {rule['null']:.4g}, threshold {rule['threshold']:.3g}, exit {rule['exit']:.3g}; "
-            f"highest score L{int(best['layer'])} H{int(best['head'])} {best['peak_score']:.4g} at step {int(best['peak_step'])}"
+            f"highest score {where}"
         )
+    if record["function"]:
+        fn = record["function"]
+        print(
+            f"  multigram rule: base rate {fn['base_rate']:.3f} of the sample's tokens continue a frequent n-gram "
+            f"({fn['text']['text']}, {fn['text']['sample_tokens']:,} tokens); contexts checked at steps "
+            f"{', '.join(map(str, fn['context_steps']))}"
+        )
+    for name, why in record["absent"].items():
+        print(f"  {name}: not decided: {why}")
     return 0
+
+
+def standalone_ngram_text(store: Store, *, source: str | None, text_file: str | None) -> NgramText | None:
+    """The n-gram text of ``python -m headwatch.precompute.lenses.types STORE --source RUN | --ngram-text FILE``.
+
+    Raises:
+        NgramTextError: the run folder has no run.json, or the text cannot be had.
+    """
+    forward = store.meta.forward
+    assert forward is not None
+    run_info = None
+    if source is not None:
+        path = Path(source) / "run.json"
+        if not path.is_file():
+            raise NgramTextError(f"{source!r} has no run.json: --source names a run trained here; pass --ngram-text FILE")
+        run_info = json.loads(path.read_text())
+    byte_tokens = forward.tokenizer == BYTE_TOKENIZER
+    return ngram_text(
+        text_file=text_file,
+        run_info=run_info,
+        run_folder=Path(source) if source else None,
+        tokenizer_at=None if byte_tokens else (forward.tokenizer, {}),
+        byte_tokens=byte_tokens,
+    )
 
 
 if __name__ == "__main__":

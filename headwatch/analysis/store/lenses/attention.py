@@ -35,6 +35,8 @@ ATTENTION_COLUMN_DOCS: dict[str, str] = {
     "prev_token": "attention on the previous position a_i,i-1, mean over queries i > 1 and sequences",
     "induction": "on R random tokens repeated twice, mean attention from position R+k to k+1 (the token after "
     "the first occurrence), k = 1..R-1",
+    "current_token": "attention of a query on itself a_i,i, mean over queries i > 1 (a_11 = 1 for every head) and "
+    "sequences; NaN in stores written before it was recorded (recompute the forward lens to have it)",
 }
 ATTENTION_STATISTICS = tuple(ATTENTION_COLUMN_DOCS)[3:]  # the per-head forward statistics
 LAYER_DIVERGENCE_COLUMN_DOCS: dict[str, str] = {
@@ -63,8 +65,8 @@ ATTENTION = TableSpec(
     file="attention.parquet",
     row="one row per (step, layer, head)",
     about="Forward-pass statistics of every head on the store's evaluation sequences (meta.json `forward`): "
-    "attention entropy and its spread, span, sink mass, previous-token score, and the induction score "
-    "on repeated random tokens. Present when the store was computed with `--lenses attention`.",
+    "attention entropy and its spread, span, sink mass, previous-token score, the induction score "
+    "on repeated random tokens, and the current-token score. Present when the store was computed with `--lenses attention`.",
     schema=ATTENTION_SCHEMA,
     docs=ATTENTION_COLUMN_DOCS,
     sort=("step", "layer", "head"),

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from headwatch.analysis.findings.held_types import head_types, missing_text
+from headwatch.analysis.findings.held_types import TYPE_LABELS, absent_types, head_types, missing_text
 from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.data import StepAxis, loss_curve, uniform_attention
@@ -28,7 +28,7 @@ from headwatch.dashboard.views.lenses.figures.probe_losses import PROBE_COPY_LAB
 from headwatch.families.registry import language_config
 
 # Head types shown as heatmaps over training, with the score uniform causal attention gives.
-HEAD_TYPES = ("prev_token", "induction", "sink")
+HEAD_TYPES = ("prev_token", "induction", "sink", "current_token")
 PANELS = {  # URL panel -> its tab; one drawn at a time (a stage boundary's evidence links panel=losses)
     "layers": "Entropy and span per layer",
     "divergence": "Layer-pair divergence",
@@ -155,8 +155,8 @@ def _divergence_panel(frame: RunFrame, step: int) -> None:
 
 
 def _types_panel(frame: RunFrame, opts: _Overlay, uniform: dict[str, float]) -> None:
-    """Previous-token, induction and sink scores of every head over training, the heads' types marked; a click on
-    a cell opens the head."""
+    """Previous-token, induction, sink and current-token scores of every head over training, the heads' types marked
+    (multigram and other heads too); a click on a cell opens the head."""
     st.subheader("Head types over training")
     store, axis = frame.store, frame.axis()
     kinds = head_types(store)
@@ -171,9 +171,20 @@ def _types_panel(frame: RunFrame, opts: _Overlay, uniform: dict[str, float]) -> 
             "Markers: the cells where a head holds a type (small: held at that step; large and open: the step from "
             "which it holds it to the end of training), the same on every heatmap, one symbol per type (legend). A "
             "head holds a type when its score reaches the entry threshold, and keeps it until the score falls below "
-            f"the exit level (docs/head-types.md). {rules}."
+            f"the exit level (docs/head-types.md). {rules}. Multigram and other heads hold no attention type and "
+            "their mean ablation costs measurable loss; they are decided, and marked, at the checkpoints with tokens "
+            "in context only (their top contexts continue frequent n-grams of the training text, or do not)."
+            + "".join(f" {TYPE_LABELS.get(t, t)}: not decided ({why})." for t, why in absent_types(store).items())
         )
     for name in HEAD_TYPES:
+        if not np.isfinite(store.require(ATTENTION, name)).any():  # a forward lens written before the score
+            st.info(
+                f"This store's forward lens has no {STATS[name].label} (attention.parquet was written before it was "
+                "recorded), so it has no current-token heads. Recompute the forward lens to have it: "
+                f"`python -m headwatch.precompute --source CHECKPOINTS --out {store.path} --lenses attention`.",
+                icon=":material/info:",
+            )
+            continue
         fig = figs.head_type_heatmap(
             axis,
             store.require(ATTENTION, name),

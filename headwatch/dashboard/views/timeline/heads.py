@@ -46,7 +46,9 @@ def _emerged_table(frame: RunFrame, store) -> None:
     st.caption(
         "Every head that holds a type at the last checkpoint: the step from which it holds it to the end (emerged), "
         "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
-        "explorer at the emergence step with the type's score in its statistic tab (docs/head-types.md)."
+        "explorer at the emergence step with the type's score in its statistic tab (docs/head-types.md). A multigram "
+        "or other head's scores are its mean-ablation loss increase on the evaluation text (nats per token), at the "
+        "checkpoints with tokens in context; the other types' are attention shares."
     )
 
 

@@ -140,7 +140,14 @@ def losses(
 
 
 # One dash per head type on the counts chart (the run keeps its colour), in `analysis.store.format.HEAD_TYPES` order.
-TYPE_DASHES = {"previous_token": "solid", "induction": "dash", "sink": "dot"}
+TYPE_DASHES = {
+    "previous_token": "solid",
+    "induction": "dash",
+    "sink": "dot",
+    "current_token": "dashdot",
+    "multigram": "longdash",
+    "other": "longdashdot",
+}
 
 
 def type_counts(
@@ -156,6 +163,8 @@ def type_counts(
     traces = []
     for s, c in zip(series, colours, strict=False):
         for i, name in enumerate(types):
+            if not np.isfinite(s.values[:, 0, i]).any():  # a type the run does not decide: no line
+                continue
             traces.append(
                 dict(
                     type="scatter",

@@ -176,7 +176,14 @@ def divergence_animation(jsd: np.ndarray, *, steps: Sequence[int], start: int, f
 
 
 # The marker of each head type on the heatmaps (docs/head-types.md), and its legend name.
-TYPE_MARKERS = {"previous_token": "triangle-left", "induction": "diamond", "sink": "square"}
+TYPE_MARKERS = {
+    "previous_token": "triangle-left",
+    "induction": "diamond",
+    "sink": "square",
+    "current_token": "circle",
+    "multigram": "star",
+    "other": "x",
+}
 
 
 def type_markers(

@@ -17,7 +17,15 @@ from headwatch.analysis.trajectories import maps
 from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.type_association import cluster_trajectories
 
-TYPE_COLOURS = {"previous_token": "#1f77b4", "induction": "#d62728", "sink": "#2ca02c", "none": "#b0b0b0"}
+TYPE_COLOURS = {
+    "previous_token": "#1f77b4",
+    "induction": "#d62728",
+    "sink": "#2ca02c",
+    "current_token": "#ff7f0e",
+    "multigram": "#8c564b",
+    "other": "#17becf",
+    "none": "#b0b0b0",
+}
 
 MIXED_COLOUR = "#9467bd"
 

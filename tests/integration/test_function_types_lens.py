@@ -1,0 +1,150 @@
+"""The types lens's multigram and other heads end to end, on a copy of the shipped induction-d128 store given planted
+ablation tables (ablation.parquet, head_contexts.parquet, as the ablation lens declares them) and a planted n-gram
+text: each planted head gets exactly its type, from the checkpoint its contexts first show it; typed heads, small
+effects and effects within their error get neither; a store without the ablation lens says what adds it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from headwatch.analysis.attention.function_types import FLOOR
+from headwatch.analysis.findings.held_types import head_types
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.ablation import ABLATION, HEAD_CONTEXTS
+from headwatch.analysis.store.lenses.types import CONTEXT_NGRAMS, HEAD_EMERGENCE, HEAD_TYPES_TABLE
+from headwatch.precompute.lenses.types import main
+from headwatch.precompute.store.writer import commit_store
+from tests.integration.conftest import REPO
+
+PHRASE = "thou art "
+LETTERS = "bcfjkmpqvwxyz"  # not in the phrase
+CONTEXT_STEPS = (3000, 4000)
+# (layer, head): (effect from step 2000 in nats, its standard error, contexts frequent n-grams?)
+PLANTED = {
+    (0, 3): (0.08, 0.002, True),  # untyped at the end: multigram
+    (0, 4): (0.08, 0.002, False),  # untyped, rare contexts: other
+    (0, 6): (0.004, 0.0005, True),  # below the floor: neither
+    (1, 2): (0.08, 0.05, True),  # within 3 standard errors: neither
+    (1, 0): (0.3, 0.002, True),  # an induction head: neither
+}
+
+
+def ngram_file(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    pieces = [PHRASE if rng.random() < 0.85 else "".join(rng.choice(list(LETTERS), 5)) for _ in range(3000)]
+    path.write_text("".join(pieces), encoding="utf-8")
+    return path
+
+
+def window(kind: bool, rng: np.random.Generator) -> list[str]:
+    """A context window of single characters ending at its target: inside the phrase, or in random letters."""
+    if kind:
+        text = (PHRASE * 3)[rng.integers(0, len(PHRASE)) :][:12]
+        while text[-4:] not in {"thou", "hou ", "ou a", "u ar"}:
+            text = text[:-1]
+    else:
+        text = "".join(rng.choice(list(LETTERS), 10))
+    return list(text)
+
+
+def planted_store(tmp_path: Path) -> Path:
+    store = tmp_path / "store"
+    shutil.copytree(REPO / "data" / "induction-d128", store)
+    opened = open_store(store)
+    steps = opened.steps
+    n_layers, n_heads = opened.n_layers, opened.n_heads
+    keys = [(int(s), layer, head) for s in steps for layer in range(n_layers) for head in range(n_heads)]
+    increase, sem = [], []
+    for step, layer, head in keys:
+        effect, error, _ = PLANTED.get((layer, head), (0.0, 0.001, False))
+        increase.append(effect if step >= 2000 else 0.0)
+        sem.append(error)
+    nan = pa.array(np.full(len(keys), np.nan))
+    ablation = pa.table(
+        {
+            "step": pa.array([k[0] for k in keys], pa.int64()),
+            "layer": pa.array([k[1] for k in keys], pa.int32()),
+            "head": pa.array([k[2] for k in keys], pa.int32()),
+            "method": pa.array(["mean"] * len(keys)),
+            "text_increase": pa.array(increase, pa.float64()),
+            "text_increase_sem": pa.array(sem, pa.float64()),
+        }
+        | {c: nan for c in ABLATION.schema.names[6:]},
+        schema=ABLATION.schema,
+    )
+    rng = np.random.default_rng(1)
+    rows: dict[str, list] = {name: [] for name in HEAD_CONTEXTS.schema.names}
+    for step in CONTEXT_STEPS:
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                frequent = PLANTED.get((layer, head), (0, 0, False))[2]
+                for rank in range(1, 21):
+                    tokens = window(frequent, rng)
+                    values = {"step": step, "layer": layer, "head": head, "rank": rank, "set": "text", "sequence": 0}
+                    values |= {"position": 20, "second_copy": False, "start": 20 - len(tokens) + 1}
+                    values |= {"target": tokens[-1], "tokens": tokens, "attention": [0.0] * len(tokens)}
+                    values |= {"loss_increase": 0.1, "base_loss": 1.0}
+                    for name, value in values.items():
+                        rows[name].append(value)
+    contexts = pa.table(rows, schema=HEAD_CONTEXTS.schema)
+    meta = opened.meta.with_record("ablation", {"method": "mean", "context_steps": list(CONTEXT_STEPS)})
+    commit_store(store, meta, {ABLATION.name: ablation, HEAD_CONTEXTS.name: contexts})
+    return store
+
+
+def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
+    store = planted_store(tmp_path)
+    text = ngram_file(tmp_path / "ngrams.txt")
+    # without a text: no multigram or other heads, and why
+    assert main([str(store)]) == 0
+    printed = capsys.readouterr().out
+    assert "multigram: not decided: no training text" in printed and "--ngram-text" in printed
+    assert main([str(store), "--ngram-text", str(text)]) == 0
+    printed = capsys.readouterr().out
+    assert "multigram rule: base rate" in printed
+    opened = open_store(store)
+    types = opened.frame(HEAD_TYPES_TABLE)
+    assert types is not None
+    function = types[types["type"].isin(["multigram", "other"])]
+    assert set(function["step"]) == set(CONTEXT_STEPS)  # decided where the contexts are
+    held = function[function["holds"]]
+    got = {(int(r.layer), int(r.head), r.type) for r in held.itertuples()}
+    assert got == {(0, 3, "multigram"), (0, 4, "other")}
+    emergence = opened.frame(HEAD_EMERGENCE)
+    assert emergence is not None
+    emerged = emergence[emergence["type"].isin(["multigram", "other"])].dropna(subset=["emergence_step"])
+    assert {(int(r.layer), int(r.head), r.type, int(r.emergence_step)) for r in emerged.itertuples()} == {
+        (0, 3, "multigram", 3000),
+        (0, 4, "other", 3000),
+    }
+    # the score is the ablation effect, the null the measurable level
+    row = held[(held["layer"] == 0) & (held["head"] == 3)].iloc[0]
+    assert row["score"] == pytest.approx(0.08) and row["null"] == pytest.approx(FLOOR)
+    # every context's n-gram check: the multigram head's contexts all continue a frequent n-gram, the other's none
+    checked = opened.frame(CONTEXT_NGRAMS)
+    assert checked is not None and len(checked) == len(CONTEXT_STEPS) * opened.n_layers * opened.n_heads * 20
+    share = checked.assign(explained=checked["order"] > 0).groupby(["layer", "head"])["explained"].mean()
+    assert share[(0, 3)] == 1.0 and share[(0, 4)] == 0.0
+    record = json.loads((store / "meta.json").read_text())["types"]
+    assert record["function"]["context_steps"] == list(CONTEXT_STEPS) and 0 < record["function"]["base_rate"] < 1
+    assert record["function"]["text"]["text"] == "ngrams.txt"
+    # the attention types are unchanged, and the views read the new types
+    kinds = head_types(opened)
+    assert kinds is not None and kinds.emergence["multigram"][0, 3] == 3000 and kinds.emergence["other"][0, 4] == 3000
+    assert kinds.emergence["induction"][1, 0] >= 0 and kinds.emergence["multigram"][1, 0] == -1
+
+
+def test_a_store_without_the_ablation_lens_says_what_adds_it(tmp_path: Path, capsys) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(REPO / "data" / "induction-d64", store)
+    assert main([str(store), "--ngram-text", str(ngram_file(tmp_path / "t.txt"))]) == 0
+    printed = capsys.readouterr().out
+    assert "multigram: not decided: the store has no ablation lens" in printed and "--lenses ablation" in printed
+    checked = open_store(store).frame(CONTEXT_NGRAMS)
+    assert checked is not None and checked.empty  # written, with no context to check
