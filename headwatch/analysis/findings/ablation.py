@@ -47,9 +47,7 @@ def missing_icl_text(path: Any) -> str:
 
 def missing_ablation_text(path: Any) -> str:
     """What a view says about a store without the ablation lens."""
-    return missing_lens_text(
-        path, "ablation", "ablation.parquet, head_contexts.parquet", "head ablations or tokens in context"
-    )
+    return missing_lens_text(path, "ablation", "ablation.parquet, head_contexts.parquet", "head ablations or tokens in context")
 
 
 @dataclass(frozen=True)

@@ -170,9 +170,7 @@ def head_card(store: Store, layer: int, head: int, *, why: tuple[str, ...] = (),
         ValueError: a head the model does not have.
     """
     if not (0 <= layer < store.n_layers and 0 <= head < store.n_heads):
-        raise ValueError(
-            f"head L{layer} H{head}: the model has layers 0..{store.n_layers - 1} and heads 0..{store.n_heads - 1}"
-        )
+        raise ValueError(f"head L{layer} H{head}: the model has layers 0..{store.n_layers - 1} and heads 0..{store.n_heads - 1}")
     effect = ablation_effect(store)
     probe = text = None
     method = ""
@@ -306,10 +304,13 @@ def card_markdown(card: HeadCard, *, run: str, store_path: str) -> list[str]:
     else:
 
         def named(found: list[Partner]) -> str:
-            return ", ".join(
-                f"{p.name} ({p.kind.upper()} {p.score:.3g}" + (f", {p.ratio:.1f}× random" if p.ratio else "") + ")"
-                for p in found
-            ) or "none"
+            return (
+                ", ".join(
+                    f"{p.name} ({p.kind.upper()} {p.score:.3g}" + (f", {p.ratio:.1f}× random" if p.ratio else "") + ")"
+                    for p in found
+                )
+                or "none"
+            )
 
         step = (card.reads_from or card.read_by or [None])[0]
         at = f" at step {step.step:,}" if step is not None else ""

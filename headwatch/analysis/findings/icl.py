@@ -100,10 +100,7 @@ def fall_sentence(name: str, fall: Fall | None, boundary: int | None, *, unit: s
     ``The probe's ICL score falls most sharply over steps 1,300 → 1,400 (−1.29 ± 0.05 nats); induction heads form at
     the stage boundary at step 1,250, 50 steps before it starts.``
     """
-    if fall is None:
-        head = f"The {name} never falls"
-    else:
-        head = f"The {name} falls most sharply over {fall.text(unit)}"
+    head = f"The {name} never falls" if fall is None else f"The {name} falls most sharply over {fall.text(unit)}"
     if boundary is None:
         return head + "; no stage boundary of this run names induction heads."
     if fall is None:

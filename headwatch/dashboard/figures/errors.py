@@ -123,9 +123,8 @@ def lines_with_errors(
     for m in marks or []:
         x0 = axis.at(m.start)
         if m.end is None:
-            shapes.append(
-                dict(type="line", xref="x", yref="paper", x0=x0, x1=x0, y0=0, y1=1, line=dict(color=m.colour, width=1.6, dash=m.dash))
-            )
+            line = dict(color=m.colour, width=1.6, dash=m.dash)
+            shapes.append(dict(type="line", xref="x", yref="paper", x0=x0, x1=x0, y0=0, y1=1, line=line))
             text_x = x0
         else:
             x1 = axis.at(m.end)

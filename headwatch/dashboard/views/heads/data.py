@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.findings.ablation import AblationEffect
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import HeadTypes
 from headwatch.analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference
@@ -23,7 +24,22 @@ from headwatch.dashboard.data import default_steps, uniform_attention
 from headwatch.dashboard.labels import FORWARD_STATS, LAMBDA, LLC_STAT, PER_HEAD_STATS
 from headwatch.dashboard.tables import REFERENCE_FACTORS
 
-SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
+SORTS = [
+    "rank",
+    "value",
+    "change",
+    "over reference",
+    "emerged",
+    "probe ablation",
+    "text ablation",
+    "approaches",
+    "crossings",
+    "repulsions",
+    "flag",
+    "layer",
+]
+# The ablation columns (`with_ablation`): column -> ablation.parquet's measure
+ABLATION_COLUMNS = {"probe ablation": "probe_increase", "text ablation": "text_increase"}
 OPEN_STEPS = 8  # the most steps a row opens the head explorer at
 
 
@@ -85,6 +101,18 @@ def with_llc_columns(table: pd.DataFrame, spread: np.ndarray, flags: np.ndarray 
     out["flag"] = flags[at].ravel() if flags is not None else "no diagnostics"
     out.loc[out["value"].isna(), "flag"] = "no estimate"
     out.loc[out["value"] < 0, "flag"] = "negative"
+    return out
+
+
+def with_ablation(table: pd.DataFrame, effect: AblationEffect, *, at: int) -> pd.DataFrame:
+    """``table`` (layer-major rows, one per head) with each head's ablation effect at step index ``at``: the loss
+    increase on the probe's second copy and on the text when the head is ablated (``probe ablation``, ``text
+    ablation``, nats) and their standard errors over sequences (``± probe``, ``± text``); NaN at a step without
+    ablations."""
+    out = table.copy()
+    for column, measure in ABLATION_COLUMNS.items():
+        out[column] = np.asarray(effect.value[measure][at], dtype=np.float64).ravel()  # (n_layers * n_heads,)
+        out[f"± {column.split()[0]}"] = np.asarray(effect.se[measure][at], dtype=np.float64).ravel()
     return out
 
 
