@@ -303,19 +303,20 @@ def card_markdown(card: HeadCard, *, run: str, store_path: str) -> list[str]:
         lines.append("- **Composition**: no composition scores in this store (`--lenses composition`).")
     else:
 
-        def named(found: list[Partner]) -> str:
+        def named(found: list[Partner], none: str) -> str:
             return (
                 ", ".join(
                     f"{p.name} ({p.kind.upper()} {p.score:.3g}" + (f", {p.ratio:.1f}× random" if p.ratio else "") + ")"
                     for p in found
                 )
-                or "none"
+                or none
             )
 
         step = (card.reads_from or card.read_by or [None])[0]
         at = f" at step {step.step:,}" if step is not None else ""
         lines.append(
-            f"- **Composition**{at}: reads from {named(card.reads_from)}; read by {named(card.read_by)} (each pair's "
+            f"- **Composition**{at}: reads from {named(card.reads_from, 'no earlier head')}; read by "
+            f"{named(card.read_by, 'no later head')} (each pair's "
             "largest of Q-, K- and V-composition)."
         )
     return [*lines, ""]
