@@ -15,12 +15,14 @@ from contextlib import contextmanager
 from headwatch.analysis.store.lenses import LENSES
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.precompute.job.context import Computation
+from headwatch.precompute.lenses.ablation import AblationComputation
 from headwatch.precompute.lenses.attention import AttentionComputation
 from headwatch.precompute.lenses.composition import CompositionComputation
 from headwatch.precompute.lenses.embeddings import EmbeddingsComputation
 from headwatch.precompute.lenses.essential import EssentialComputation
 from headwatch.precompute.lenses.layers import LayersComputation
 from headwatch.precompute.lenses.llc import LlcComputation
+from headwatch.precompute.lenses.losses import LossesComputation
 from headwatch.precompute.lenses.overlaps import OverlapsComputation
 from headwatch.precompute.lenses.similarity import SimilarityComputation
 from headwatch.precompute.lenses.stages import StagesComputation
@@ -28,6 +30,7 @@ from headwatch.precompute.lenses.types import TypesComputation
 
 BUILT_IN: tuple[type[Computation], ...] = (
     AttentionComputation,
+    LossesComputation,
     LlcComputation,
     OverlapsComputation,
     LayersComputation,
@@ -37,6 +40,7 @@ BUILT_IN: tuple[type[Computation], ...] = (
     EmbeddingsComputation,
     EssentialComputation,
     StagesComputation,
+    AblationComputation,
 )
 COMPUTATIONS: dict[str, type[Computation]] = {computation.lens.name: computation for computation in BUILT_IN}
 assert set(COMPUTATIONS) == {lens.name for lens in LENSES}, "a declared lens has no computation, or the reverse"

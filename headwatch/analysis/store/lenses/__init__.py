@@ -25,12 +25,14 @@ from contextlib import contextmanager
 
 from headwatch.analysis.store.format import HEADS, META_FILE, TableSpec
 from headwatch.analysis.store.lenses import (
+    ablation,
     attention,
     composition,
     embeddings,
     essential,
     layers,
     llc,
+    losses,
     overlaps,
     similarity,
     stages,
@@ -42,6 +44,7 @@ from headwatch.analysis.store.records import META_KEYS, RecordType
 # Every built-in lens, in the order a run fills them after its pass over the checkpoints.
 BUILT_IN: tuple[Lens, ...] = (
     attention.ATTENTION_LENS,
+    losses.LOSSES_LENS,
     llc.LLC_LENS,
     overlaps.OVERLAPS_LENS,
     layers.LAYERS_LENS,
@@ -51,6 +54,7 @@ BUILT_IN: tuple[Lens, ...] = (
     embeddings.EMBEDDINGS_LENS,
     essential.ESSENTIAL_LENS,
     stages.STAGES_LENS,
+    ablation.ABLATION_LENS,  # after the stages: its tokens in context are kept at the stages' boundaries
 )
 # The order the store's files and meta.json's records are listed and written in (the dataset card, ``headwatch
 # info``, meta.json's bytes): the lenses' own order but for these, which keep the place they have in the stores
