@@ -68,7 +68,7 @@ def add_planted_ablation(path: str | Path, *, contexts: bool = True) -> Path:
     text_icl = -0.05 * np.arange(n, dtype=np.float64)
     probe = probe_icl(n)
 
-    icl_rows = {"step": [], "set": [], "early_loss": [], "late_loss": [], "score": [], "score_sem": []}
+    icl_rows: dict[str, list] = {"step": [], "set": [], "early_loss": [], "late_loss": [], "score": [], "score_sem": []}
     for t, step in enumerate(steps):
         for name, score, se in (("probe", probe[t], 0.02), ("text", text_icl[t], 0.01)):
             icl_rows["step"].append(step)
@@ -79,7 +79,7 @@ def add_planted_ablation(path: str | Path, *, contexts: bool = True) -> Path:
             icl_rows["score_sem"].append(se)
     icl = pa.table({c: pa.array(v, ICL.schema.field(c).type) for c, v in icl_rows.items()}, schema=ICL.schema)
 
-    pos_rows = {"step": [], "set": [], "position": [], "loss_mean": [], "loss_sem": []}
+    pos_rows: dict[str, list] = {"step": [], "set": [], "position": [], "loss_mean": [], "loss_sem": []}
     for step in steps:
         for name, length in (("probe", 2 * repeat), ("text", seq_len)):
             for p in range(1, length):
@@ -147,7 +147,16 @@ def add_planted_ablation(path: str | Path, *, contexts: bool = True) -> Path:
         {c: pa.array(v, HEAD_CONTEXTS.schema.field(c).type) for c, v in ctx.items()}, schema=HEAD_CONTEXTS.schema
     )
     meta = store.meta.with_record(
-        "losses", {"early": 5, "late": seq_len - 2, "seq_len": seq_len, "repeat": repeat, "planted": True}
+        "losses",
+        {
+            "seq_len": seq_len,
+            "induction_repeat": repeat,
+            "early": 5,
+            "late": seq_len - 2,
+            "probe_first": [1, repeat - 1],
+            "probe_second": [repeat + 1, 2 * repeat - 1],
+            "planted": True,
+        },
     ).with_record("ablation", {"method": "mean", "context_steps": context_steps(steps), "planted": True})
     commit_store(
         path,

@@ -73,9 +73,9 @@ def positions_text(store: Store) -> dict[str, str]:
     from headwatch.analysis.store.lenses.losses import icl_positions, probe_positions
 
     forward = store.meta.forward
-    seq_len = int(forward.seq_len) if forward is not None else None
-    repeat = int(forward.induction_repeat) if forward is not None else None
     record = store.meta.records.get("losses") or {}
+    seq_len = record.get("seq_len", int(forward.seq_len) if forward is not None else None)
+    repeat = int(forward.induction_repeat) if forward is not None else None
     early, late = record.get("early"), record.get("late")
     if (early is None or late is None) and seq_len is not None:
         early, late = icl_positions(seq_len)
@@ -84,11 +84,16 @@ def positions_text(store: Store) -> dict[str, str]:
         if early is not None and late is not None
         else "loss at a late position minus at an early one"
     )
-    if repeat is not None:
+    repeat = record.get("induction_repeat", repeat)
+    if record.get("probe_first") and record.get("probe_second"):
+        (a, b), (c, d) = record["probe_first"], record["probe_second"]
+    elif repeat is not None:
         first, second = probe_positions(int(repeat))
+        a, b, c, d = first.start, first.stop - 1, second.start, second.stop - 1
+    if repeat is not None:
         probe = (
-            f"mean loss over the second copy (positions {second.start}–{second.stop - 1}) minus over the first "
-            f"({first.start}–{first.stop - 1}) of {repeat} random tokens repeated twice"
+            f"mean loss over the second copy (positions {c}–{d}) minus over the first ({a}–{b}) of {repeat} random "
+            "tokens repeated twice"
         )
     else:
         probe = "mean loss over the probe's second copy minus over its first"

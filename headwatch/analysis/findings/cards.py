@@ -312,8 +312,8 @@ def card_markdown(card: HeadCard, *, run: str, store_path: str) -> list[str]:
                 or none
             )
 
-        step = (card.reads_from or card.read_by or [None])[0]
-        at = f" at step {step.step:,}" if step is not None else ""
+        found = [*card.reads_from, *card.read_by]
+        at = f" at step {found[0].step:,}" if found else ""
         lines.append(
             f"- **Composition**{at}: reads from {named(card.reads_from, 'no earlier head')}; read by "
             f"{named(card.read_by, 'no later head')} (each pair's "

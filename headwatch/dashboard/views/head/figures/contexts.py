@@ -25,7 +25,7 @@ def token_text(token: str) -> str:
     return "·" * len(text) if text and not text.strip(" ") else text
 
 
-def shades(attention: Sequence[float]) -> np.ndarray:
+def shades(attention: Sequence[float] | np.ndarray) -> np.ndarray:
     """Each token's shade in [0, 1]: its attention over the window's largest (0 everywhere when all are 0)."""
     a = np.clip(np.asarray(attention, dtype=np.float64), 0.0, None)
     top = float(a.max()) if a.size else 0.0
@@ -38,8 +38,8 @@ def context_line(tokens: Sequence[str], attention: Sequence[float], *, most: int
     tokens = [str(t) for t in tokens]
     if not tokens:
         return ""
-    shade = shades(attention if len(attention) == len(tokens) else np.zeros(len(tokens)))
-    weights = np.asarray(attention if len(attention) == len(tokens) else np.zeros(len(tokens)), dtype=np.float64)
+    weights = np.asarray(attention, dtype=np.float64) if len(attention) == len(tokens) else np.zeros(len(tokens))
+    shade = shades(weights)
     first = max(0, len(tokens) - 1 - most)
     r, g, b = ATTENTION_RGB
     parts = ["<span style='color:#888'>…</span>"] if first > 0 else []
