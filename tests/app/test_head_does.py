@@ -108,6 +108,9 @@ def test_what_this_head_does_shows_its_contexts_and_its_ablation_over_training(p
 def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
     at = open_page(HEAD, {"panel": "card", "layer": "1", "head": "6"})
     assert not at.error and not notices(at)
+    does = open_page(HEAD, {"panel": "does", "layer": "1", "head": "6"})  # its tab owns ctxstep alone (page.OWNS)
+    assert set(does.query_params.keys()) - set(at.query_params.keys()) == {"ctxstep"}
+    assert set(at.query_params.keys()) <= set(does.query_params.keys())
     text = " ".join(m.value for m in at.markdown)
     for part in (
         "**Types**",

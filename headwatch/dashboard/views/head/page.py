@@ -14,7 +14,7 @@ import streamlit as st
 from headwatch.dashboard import charts, viewstate, widgets
 from headwatch.dashboard.views.head.card import card_panel
 from headwatch.dashboard.views.head.choice import pick_head, with_both
-from headwatch.dashboard.views.head.does import CONTEXT_STEP, does_panels
+from headwatch.dashboard.views.head.does import does_panels
 from headwatch.dashboard.views.head.leading import both_leading, leading_panel
 from headwatch.dashboard.views.head.statistic import STATISTIC_PANEL, statistic_panels
 from headwatch.dashboard.views.head.weights import both_weight_panels, weight_panels
@@ -33,7 +33,7 @@ OWNS = {
     "spectrum": ("both", "null"),
     "leading": ("both", "gap", "loglam"),
     "statistic": ("stat", "k", "logy"),
-    "does": (CONTEXT_STEP,),
+    "does": ("ctxstep",),  # `views.head.does.CONTEXT_STEP`
     "card": (),
 }
 
