@@ -8,9 +8,10 @@ A family is one adapter: a subclass of `Family` in its own module of ``headwatch
   (`Family.qk`, `Family.ov`; run by `families.extract`);
 - its **block layout**: every 2-D weight of a block, by role (`Family.blocks`; read by `families.blocks`);
 - its **cost geometry**: the MLP, residual and key/value heads the cost counts see (`Family.geometry`);
-- its **forward pass** for the refined-LLC sampler, where it has one (`Family.batched_forward` and the
-  declarations below it, which the functional forward of `families.forward` reads); a family without one says
-  so, and the sampler refuses its checkpoints by name.
+- its **forward pass**, where it has one (`Family.functional_forward` and the declarations below it, which the
+  functional forward of `families.forward` reads: the ablation lens runs it; `Family.batched_forward` where the
+  refined-LLC sampler may also move one head's weights per lane); a family without one says so, and the lenses
+  that need it refuse its checkpoints by name.
 
 Everything here is torch-free: the slicing only indexes and reshapes the tensors it is given (``Tensor`` below is
 a ``torch.Tensor`` at run time), so the registry, ``headwatch info`` and ``headwatch plan`` read the families
@@ -110,6 +111,8 @@ class ForwardConfig:
         eps: the layer norms' epsilon.
         activation: the MLP's activation, a transformers ``ACT2FN`` name.
         parallel_residual: ``x + attn(ln1 x) + mlp(ln2 x)`` (else ``h = x + attn(ln1 x); h + mlp(ln2 h)``).
+        d_head: a head's width where the config sets it apart from d_model / n_heads (None: d_model / n_heads).
+        n_kv_heads: key/value heads under grouped-query attention (None: as many as the query heads).
     """
 
     n_layers: int
@@ -118,6 +121,8 @@ class ForwardConfig:
     eps: float
     activation: str
     parallel_residual: bool
+    d_head: int | None = None
+    n_kv_heads: int | None = None
 
 
 class Family:
@@ -137,8 +142,10 @@ class Family:
             as they are: 1 for a gain w, 0 for Gemma's 1 + w (the byte-range reader probes the layout with it).
         devinterp_head_mask: devinterp's ``create_param_masks(model, "l{layer}h{head}")`` moves exactly one head of
             this family (tests/integration/test_llc.py); the refined LLC's ``devinterp`` implementation needs it.
-        batched_forward: the functional forward of `families.forward` reads this family (the declarations under
-            "the batched forward" below); without it the batched refined-LLC sampler refuses the family by name.
+        functional_forward: the functional forward of `families.forward` reads this family (the declarations under
+            "the functional forward" below); without it the ablation lens refuses the family by name.
+        batched_forward: the batched refined-LLC sampler may move one head's weights per lane through that forward
+            (a head owns its Q, K, V rows: no grouped-query attention); without it the sampler refuses the family.
     """
 
     name: ClassVar[str]
@@ -150,6 +157,7 @@ class Family:
     folded_norms: ClassVar[str] = ""
     neutral_gain: ClassVar[float] = 1.0
     devinterp_head_mask: ClassVar[bool] = False
+    functional_forward: ClassVar[bool] = False
     batched_forward: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ names and slicing
@@ -205,8 +213,8 @@ class Family:
             kv_heads=getattr(shape, "n_kv_heads", None) or config.get("num_key_value_heads"),
         )
 
-    # ------------------------------------------------------------------ the batched forward (`families.forward`)
-    # Read only where `batched_forward` is set. Parameter names are those of the causal LM's ``named_parameters()``.
+    # ------------------------------------------------------------------ the functional forward (`families.forward`)
+    # Read only where `functional_forward` is set. Parameter names are those of the causal LM's ``named_parameters()``.
 
     # the config's dropout probabilities (devinterp samples in train mode, where they apply; the forward has none)
     dropouts: ClassVar[tuple[str, ...]] = ()
@@ -215,9 +223,12 @@ class Family:
     attention_norm: ClassVar[str]
     mlp_norm: ClassVar[str]
     final_norm: ClassVar[str]
-    # the MLP's input and output projections after the layer prefix (``.weight`` and ``.bias`` each), stored as
-    # Conv1D ``(in, out)`` (``x W + b``) or as ``nn.Linear`` ``(out, in)``
-    mlp_projections: ClassVar[tuple[str, str]]
+    # the norms: LayerNorm (``.weight`` and ``.bias``) or RMSNorm (``.weight`` only: x / sqrt(mean x^2 + eps) * w)
+    rms_norm: ClassVar[bool] = False
+    # the MLP's input and output projections after the layer prefix (``.weight``, and ``.bias`` where the checkpoint
+    # has one), stored as Conv1D ``(in, out)`` (``x W + b``) or as ``nn.Linear`` ``(out, in)``; a gated MLP
+    # (`gated_mlp`) names three, gate, up and down: ``down(act(gate x) * up x)``
+    mlp_projections: ClassVar[tuple[str, ...]]
     conv1d: ClassVar[bool] = False
     # the token embedding, the learned position embedding (None: none), the unembedding when it is not tied (the
     # first of these names the parameters have)

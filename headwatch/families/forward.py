@@ -1,8 +1,10 @@
-"""The language model as a pure function of its parameters, for the batched refined-LLC sampler.
+"""The language model as a pure function of its parameters, for the batched refined-LLC sampler and the ablation lens.
 
 `precompute.lenses.llc_sampler` moves one head's weights per lane, or every weight, and needs the loss
-as a function of them that `torch.func.vmap` can batch over lanes. This module writes the forward pass of a
-family whose adapter declares one (`families.family.Family.batched_forward`: GPT-2 and GPT-NeoX) as functions of
+as a function of them that `torch.func.vmap` can batch over lanes; `precompute.lenses.ablation` replaces one head's
+output per lane. This module writes the forward pass of a family whose adapter declares one
+(`families.family.Family.functional_forward`: GPT-2, GPT-NeoX and the Llama family, grouped-query attention included;
+the sampler takes those with `Family.batched_forward`, GPT-2 and GPT-NeoX) as functions of
 a ``{name: tensor}`` dict named as the checkpoint's ``named_parameters()``, in one per-head layout:
 
     W_q, W_k, W_v: (n_heads, d_head, d_model)   q = x W_q^T + b_q
@@ -11,9 +13,10 @@ a ``{name: tensor}`` dict named as the checkpoint's ``named_parameters()``, in o
     b_o:           (d_model,)
 
 Each family's quirks (GPT-2's Conv1D ``c_attn`` with Q | K | V columns, GPT-NeoX's ``query_key_value`` rows
-interleaved per head, its partial rotary embedding and parallel residual) are declared in its adapter
-(`families.gpt2`, `families.gpt_neox`: parameter names, the cut into this layout, the residual, the MLP's
-orientation, the embeddings); a head's weights in this layout are exactly the entries devinterp's
+interleaved per head, its partial rotary embedding and parallel residual, Llama's RMSNorm, gated MLP and K, V heads
+shared by groups of query heads, repeated per query head in this layout) are declared in its adapter
+(`families.gpt2`, `families.gpt_neox`, `families.llama`: parameter names, the cut into this layout, the norms, the
+residual, the MLP's orientation and gate, the embeddings); a head's weights in this layout are exactly the entries devinterp's
 ``create_param_masks(model, "l{layer}h{head}")`` moves (tests/integration/test_llc_sampler.py checks
 the logits against the model's own and the head against devinterp's mask).
 
@@ -86,6 +89,8 @@ class Architecture:
     # --- the pieces of the forward pass -------------------------------------------------------
 
     def _ln(self, params: Params, name: str, x: torch.Tensor) -> torch.Tensor:
+        if self.family.rms_norm:  # x / sqrt(mean x^2 + eps) * w
+            return F.rms_norm(x, (self.d_model,), params[name + ".weight"], self.eps)
         return F.layer_norm(x, (self.d_model,), params[name + ".weight"], params[name + ".bias"], self.eps)
 
     def embed(self, params: Params, ids: torch.Tensor) -> torch.Tensor:
@@ -102,6 +107,11 @@ class Architecture:
     def heads_output(self, ln_x: torch.Tensor, w: Params) -> torch.Tensor:
         """Causal attention of the heads in ``w`` (with or without the heads axis) on ``(B, T, d_model)``:
         ``(B, [n_heads,] T, d_head)``, each head's o_h before the output projection (scale 1/sqrt(d_head))."""
+        return self.heads_attention(ln_x, w)[0]
+
+    def heads_attention(self, ln_x: torch.Tensor, w: Params) -> tuple[torch.Tensor, torch.Tensor]:
+        """`heads_output` and the attention probabilities ``(B, [n_heads,] T, T)`` (query, key) it weighs the
+        values with."""
         many = w["W_q"].dim() == 3
         eq = "btd,hed->bhte" if many else "btd,ed->bte"
         q, k, v = (
@@ -113,7 +123,8 @@ class Architecture:
         scores = q @ k.transpose(-1, -2) * self.d_head**-0.5  # (B, [H,] T, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=ln_x.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
+        alpha = torch.softmax(scores, dim=-1)
+        return alpha @ v, alpha
 
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:
         """The rotary embedding on the first ``rotary_dims`` of d_head (GPT-NeoX's rotate_half convention)."""
@@ -133,12 +144,20 @@ class Architecture:
     def mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The MLP of ``layer`` on its layer-normed input."""
         p = self.prefix(layer)
-        up, down = (p + name for name in self.family.mlp_projections)
-        if self.family.conv1d:  # (in, out): x W + b
-            h = self.act(x @ params[up + ".weight"] + params[up + ".bias"])
-            return h @ params[down + ".weight"] + params[down + ".bias"]
-        h = self.act(F.linear(x, params[up + ".weight"], params[up + ".bias"]))
-        return F.linear(h, params[down + ".weight"], params[down + ".bias"])
+        names = [p + name for name in self.family.mlp_projections]
+
+        def apply(name: str, y: torch.Tensor) -> torch.Tensor:
+            bias = params.get(name + ".bias")
+            if self.family.conv1d:  # (in, out): x W + b
+                out = y @ params[name + ".weight"]
+                return out + bias if bias is not None else out
+            return F.linear(y, params[name + ".weight"], bias)
+
+        if len(names) == 3:  # gated: down(act(gate x) * up x)
+            gate, up, down = names
+            return apply(down, self.act(apply(gate, x)) * apply(up, x))
+        up, down = names
+        return apply(down, self.act(apply(up, x)))
 
     def ln_mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._ln(params, self.prefix(layer) + self.family.mlp_norm, x)
@@ -199,6 +218,24 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return ACT2FN[name]
 
 
+def check_functional(cfg: Mapping[str, Any], *, who: str = "the functional forward") -> Family:
+    """Refuse a checkpoint config (``config.json``'s dict) the functional forward does not implement.
+
+    Returns:
+        the family's adapter.
+
+    Raises:
+        UnknownArchitectureError: a family without one (`families.family.Family.functional_forward`), or an option
+            of the family it does not implement (`Family.check_forward`); ``who`` names what needs it.
+    """
+    model_type = cfg.get("model_type")
+    family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    if family is None or not family.functional_forward:
+        raise UnknownArchitectureError(f"{who} has no forward pass for model_type {model_type!r}")
+    family.check_forward(cfg)
+    return family
+
+
 def check_config(cfg: Mapping[str, Any]) -> Family:
     """Refuse a checkpoint config (``config.json``'s dict) this forward pass does not implement.
 
@@ -225,13 +262,13 @@ def check_config(cfg: Mapping[str, Any]) -> Family:
 
 
 def architecture(model: Any) -> Architecture:
-    """The `Architecture` of a transformers causal LM of a family with a batched forward (GPT-2, GPT-NeoX).
+    """The `Architecture` of a transformers causal LM of a family with a functional forward (GPT-2, GPT-NeoX, Llama).
 
     Raises:
-        UnknownArchitectureError: what `check_config` refuses.
+        UnknownArchitectureError: what `check_functional` refuses.
     """
     cfg = model.config
-    family = check_config(cfg.to_dict())
+    family = check_functional(cfg.to_dict())
     fc = family.forward_config(cfg)
     rotary = None
     embedding = family.rotary_embedding(model)
@@ -245,7 +282,7 @@ def architecture(model: Any) -> Architecture:
         fc.n_layers,
         fc.n_heads,
         fc.d_model,
-        fc.d_model // fc.n_heads,
+        fc.d_head or fc.d_model // fc.n_heads,
         fc.eps,
         activation(fc.activation),
         fc.parallel_residual,

@@ -45,6 +45,7 @@ class Gpt2(Family):
         "mlp_out": tensor_pattern(r"h\.(\d+)\.mlp\.c_proj\.weight"),
     }
     devinterp_head_mask = True
+    functional_forward = True
     batched_forward = True
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
@@ -64,7 +65,7 @@ class Gpt2(Family):
         o_t = c_proj.reshape(h, d, m)  # Conv1D (in, out): rows are the heads' inputs, i.e. W_O^T
         return o_t, v
 
-    # ------------------------------------------------------------------ the batched forward
+    # ------------------------------------------------------------------ the functional forward
 
     dropouts = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
     layer_prefix = "transformer.h.{layer}."

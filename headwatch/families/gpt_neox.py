@@ -46,6 +46,7 @@ class GptNeoX(Family):
         "mlp_out": tensor_pattern(r"layers\.(\d+)\.mlp\.dense_4h_to_h\.weight"),
     }
     devinterp_head_mask = True
+    functional_forward = True
     batched_forward = True
 
     def qk(self, shape: ModelShape, *tensors: Tensor) -> tuple[Tensor, Tensor]:
@@ -67,7 +68,7 @@ class GptNeoX(Family):
     def parallel_residual(self, config: Mapping[str, Any]) -> bool:
         return bool(config.get("use_parallel_residual", True))
 
-    # ------------------------------------------------------------------ the batched forward
+    # ------------------------------------------------------------------ the functional forward
 
     dropouts = ("attention_dropout", "hidden_dropout")
     layer_prefix = "gpt_neox.layers.{layer}."

@@ -15,7 +15,7 @@ per-sequence differences, which keeps the pairing.
   (`analysis.store.lenses.losses.icl_positions` scales their 500th and 50th token of 512 to the context).
 - `icl_probe`: the probe's second copy's mean loss minus the first copy's (`losses.probe_positions`).
 - `mean_increase`: the mean increase over chosen positions, ablated minus intact.
-- `top_contexts`: the (sequence, position) pairs whose loss rises most, per lane.
+- `top_contexts`: the pooled tokens whose loss rises most, per lane.
 
 Every function takes numpy arrays and returns new ones.
 """
@@ -104,14 +104,14 @@ def mean_increase(base: np.ndarray, ablated: np.ndarray, positions: range) -> Sc
 
 
 def top_contexts(increase: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` largest entries of each lane of ``increase`` ``(K, S, P)`` (NaN entries never chosen), largest
-    first, ties broken by the lower flat index (sequence, then position).
+    """The ``k`` largest entries of each lane of ``increase`` ``(K, M)`` (M pooled tokens; NaN entries rank
+    last), largest first, ties broken by the lower index.
 
     Returns:
-        ``(K, k)`` flat indices into ``(S, P)`` (``np.unravel_index`` gives sequence and position) and ``(K, k)``
-        their values. Fewer than ``k`` finite entries: the rest are the lowest-ranked NaN entries (value NaN).
+        ``(K, min(k, M))`` indices into the M tokens and their values. With fewer than ``k`` finite entries the
+        rest are NaN entries (value NaN).
     """
-    lanes = increase.reshape(increase.shape[0], -1)  # (K, S * P)
+    lanes = increase  # (K, M)
     keyed = np.where(np.isnan(lanes), -np.inf, lanes)
     order = np.argsort(-keyed, axis=1, kind="stable")[:, :k]  # (K, k)
     return order, np.take_along_axis(lanes, order, axis=1)

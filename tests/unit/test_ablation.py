@@ -1,0 +1,236 @@
+"""The ablation lens's batched computation against TransformerLens, and its statistics against plain loops.
+
+The peer reference: TransformerLens's bridge over the same planted checkpoint (``TransformerBridge.boot_transformers``
+on the saved folder, float64), each head mean-ablated by ``run_with_hooks`` on ``blocks.{l}.attn.hook_z`` with
+``loss_per_token=True``, one forward pass per head; the lens's `ablated_losses` runs every head of a layer as a lane
+of one computation. Planted GPT-2, GPT-NeoX (partial rotary, parallel residual) and Llama (grouped-query attention:
+2 key/value heads for 4 query heads, RMSNorm, gated MLP, rotary) models, weights drawn large enough that every head
+matters; equal within 1e-5.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from headwatch.analysis.attention.losses import icl_probe, icl_text, mean_increase, position_stats, sem, top_contexts
+from headwatch.analysis.store.lenses.losses import icl_positions, probe_positions
+from headwatch.families.forward import architecture, parameters
+from headwatch.precompute.lenses.ablation import ablated_losses, attention_over, context_steps, head_means
+
+VOCAB, T = 40, 12
+
+
+def _planted(kind: str, folder: Path) -> None:
+    """A small model of ``kind`` with N(0, 0.3) weights (norm gains near 1), saved by transformers to ``folder``."""
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
+
+    torch.manual_seed({"gpt2": 1, "gpt_neox": 2, "llama": 3}[kind])
+    model: Any
+    if kind == "gpt2":
+        config = GPT2Config(vocab_size=VOCAB, n_embd=24, n_layer=3, n_head=4, n_positions=32)
+        model = GPT2LMHeadModel(GPT2Config(**config.to_dict() | {"resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0}))
+    elif kind == "gpt_neox":
+        model = GPTNeoXForCausalLM(
+            GPTNeoXConfig(
+                vocab_size=VOCAB, hidden_size=24, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+                max_position_embeddings=32, rotary_pct=0.5, hidden_dropout=0, attention_dropout=0,
+            )
+        )  # fmt: skip
+    else:
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=False,
+            )
+        )  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            gain = "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))
+            p.copy_(1 + 0.1 * torch.randn_like(p) if gain and p.dim() == 1 else 0.3 * torch.randn_like(p))
+    model.save_pretrained(folder)
+
+
+def _bridge(folder: Path) -> Any:
+    """TransformerLens's bridge over the saved checkpoint, float64, with a word-level tokenizer of the vocabulary."""
+    pytest.importorskip("transformer_lens")
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0")))
+    return TransformerBridge.boot_transformers(str(folder), dtype=torch.float64, device="cpu", tokenizer=tok)
+
+
+def _ours(folder: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+    return architecture(model), parameters(model)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "gpt_neox", "llama"])
+def test_mean_ablation_equals_transformer_lens_hooks_on_hook_z(kind: str, tmp_path: Path) -> None:
+    _planted(kind, tmp_path / kind)
+    bridge = _bridge(tmp_path / kind)
+    arch, params = _ours(tmp_path / kind)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (5, T), generator=gen)
+    L, H = arch.n_layers, arch.n_heads
+
+    # the heads' mean outputs over every token, read from TransformerLens's hook_z
+    seen: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int) -> Any:
+        def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
+            seen[layer] = z.mean(dim=(0, 1))  # (B, T, H, d_head) -> (H, d_head)
+            return z
+
+        return hook
+
+    bridge.run_with_hooks(ids, return_type="loss", fwd_hooks=[(f"blocks.{layer}.attn.hook_z", keep(layer)) for layer in range(L)])
+    tl_means = torch.stack([seen[layer] for layer in range(L)])  # (L, H, d_head)
+    means = head_means(arch, params, ids, batch=2)
+    assert (means - tl_means.detach()).abs().max() < 1e-6, (means - tl_means.detach()).abs().max()
+
+    base, ablated = ablated_losses(arch, params, ids, means, batch=2, logit_budget=3 * T * VOCAB)  # chunks of 3 lanes
+    tl_base = bridge(ids, return_type="loss", loss_per_token=True).detach().numpy()  # (B, T - 1)
+    np.testing.assert_allclose(base[:, 1:], tl_base, atol=1e-5, rtol=0)
+    assert np.isnan(base[:, 0]).all() and np.isnan(ablated[..., 0]).all()
+    for layer in range(L):
+        for head in range(H):
+
+            def ablate(z: torch.Tensor, hook: Any, head: int = head, layer: int = layer) -> torch.Tensor:
+                z[:, :, head] = tl_means[layer, head]
+                return z
+
+            tl = (
+                bridge.run_with_hooks(
+                    ids, return_type="loss", loss_per_token=True, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", ablate)]
+                )
+                .detach()
+                .numpy()
+            )
+            np.testing.assert_allclose(ablated[layer, head][:, 1:], tl, atol=1e-5, rtol=0, err_msg=f"L{layer} H{head}")
+    # the heads matter: ablating moves the loss by far more than the tolerance
+    assert np.nanmax(np.abs(ablated - base)) > 1e-2
+
+
+def test_zero_ablation_equals_transformer_lens_and_attention_rows_equal_the_model_s(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    _planted("llama", tmp_path / "m")
+    bridge = _bridge(tmp_path / "m")
+    arch, params = _ours(tmp_path / "m")
+    ids = torch.randint(0, VOCAB, (3, T), generator=torch.Generator().manual_seed(1))
+    zeros = torch.zeros(arch.n_layers, arch.n_heads, arch.d_head, dtype=torch.float64)
+    _, ablated = ablated_losses(arch, params, ids, zeros)
+
+    def zero(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        z[:, :, 3] = 0
+        return z
+
+    tl = bridge.run_with_hooks(ids, return_type="loss", loss_per_token=True, fwd_hooks=[("blocks.1.attn.hook_z", zero)])
+    np.testing.assert_allclose(ablated[1, 3][:, 1:], tl.detach().numpy(), atol=1e-5, rtol=0)
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float64, attn_implementation="eager").eval()
+    alphas = model(ids, output_attentions=True).attentions  # per layer (B, H, T, T)
+    rows = attention_over(arch, params, ids, {0: [(2, 1, 5)], 2: [(0, 3, 11), (2, 0, 0)]})
+    for (layer, seq, head, query), row in rows.items():
+        # transformers' Llama takes its RMSNorm in float32 even in a float64 model: agreement to about 1e-7
+        np.testing.assert_allclose(row, alphas[layer][seq, head, query].detach().numpy(), atol=1e-6, rtol=0)
+        assert (row[query + 1 :] == 0).all()
+
+
+def test_the_statistics_equal_plain_loops() -> None:
+    rng = np.random.default_rng(0)
+    S, P, K = 6, 10, 3
+    base = rng.gamma(2.0, size=(S, P))
+    base[:, 0] = np.nan
+    ablated = base[None] + rng.normal(0.1, 0.3, size=(K, S, P))
+
+    def se(values: list[float]) -> float:
+        m = sum(values) / len(values)
+        return (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / len(values) ** 0.5
+
+    mean, err = position_stats(base)
+    assert np.isclose(mean[4], sum(base[s, 4] for s in range(S)) / S) and np.isclose(err[4], se(list(base[:, 4])))
+    assert np.isnan(sem(np.ones((1, 3)), axis=0)).all()
+
+    score = icl_text(ablated, 2, 8)
+    for k in range(K):
+        diffs = [ablated[k, s, 8] - ablated[k, s, 2] for s in range(S)]
+        assert np.isclose(score.score[k], sum(diffs) / S) and np.isclose(score.sem[k], se(diffs))
+
+    R = P // 2
+    probe = icl_probe(base, R)
+    first, second = probe_positions(R)
+    assert (list(first), list(second)) == ([1, 2, 3, 4], [6, 7, 8, 9])
+    diffs = [np.mean([base[s, p] for p in second]) - np.mean([base[s, p] for p in first]) for s in range(S)]
+    assert np.isclose(probe.score, np.mean(diffs)) and np.isclose(probe.sem, se(diffs))
+
+    inc = mean_increase(base, ablated, range(1, P))
+    for k in range(K):
+        per = [np.mean([ablated[k, s, p] - base[s, p] for p in range(1, P)]) for s in range(S)]
+        assert np.isclose(inc.score[k], np.mean(per)) and np.isclose(inc.sem[k], se(per))
+
+    flat = (ablated - base[None]).reshape(K, -1)
+    picked, values = top_contexts(flat, 5)
+    for k in range(K):
+        finite = [(v, i) for i, v in enumerate(flat[k]) if np.isfinite(v)]
+        want = [i for _, i in sorted(finite, key=lambda vi: (-vi[0], vi[1]))[:5]]
+        assert list(picked[k]) == want and np.allclose(values[k], flat[k, want])
+
+
+def test_icl_positions_scale_olsson_s_50th_and_500th_token_of_512() -> None:
+    assert icl_positions(512) == (49, 499)  # Olsson et al.'s own, 0-based
+    assert icl_positions(64) == (5, 62)  # the 6th and the 63rd token
+    assert icl_positions(256) == (24, 249)
+    assert icl_positions(4) == (1, 3)
+    with pytest.raises(ValueError, match="T >= 3"):
+        icl_positions(2)
+
+
+def test_context_steps_default_to_the_last_and_the_stage_boundaries() -> None:
+    done = [0, 100, 200, 300, 400]
+    assert context_steps(None, done, [100, 300, 350]) == [100, 300, 400]
+    assert context_steps("last", done, [100]) == [400]
+    assert context_steps("all", done, []) == done
+    assert context_steps("0,200,999", done, [100]) == [0, 200]
+    assert context_steps(None, [], [100]) == []
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_the_llama_family_s_functional_forward_equals_the_model_s_logits(kind: str) -> None:
+    """Llama with grouped-query attention, and Qwen2 (its Q, K, V biases), through `families.forward` against the
+    transformers model's own logits, float64."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    sizes = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4)
+    sizes |= dict(num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=kind == "qwen2")
+    torch.manual_seed(4)
+    model: Any = (LlamaForCausalLM(LlamaConfig(**sizes)) if kind == "llama" else Qwen2ForCausalLM(Qwen2Config(**sizes))).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model.eval()
+    arch, params = architecture(model), parameters(model)
+    assert (kind == "qwen2") == ("model.layers.0.self_attn.q_proj.bias" in params)
+    ids = torch.randint(0, VOCAB, (3, T), generator=torch.Generator().manual_seed(2))
+    x = arch.embed(params, ids)
+    for layer in range(arch.n_layers):
+        x = arch.layer(params, layer, x)
+    with torch.no_grad():
+        np.testing.assert_allclose(arch.logits(params, x).numpy(), model(ids).logits.numpy(), atol=1e-5, rtol=0)
