@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from headwatch.analysis.store import open_store
@@ -121,6 +122,15 @@ def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
         "**Composition**",
     ):
         assert part in text, part
+    store = open_store(planted_env)
+    n = len(store.steps)
+    ablated = _trace(chart(at, "card_ablation"), "probe loss increase (nats)")
+    want = [planted_probe_increase(t, 1, 6, n_steps=n, n_heads=store.n_heads) for t in range(n)]
+    np.testing.assert_allclose(arr(ablated["y"]), want)
+    llc = pd.read_parquet(planted_env / "llc.parquet").query("layer == 1 and head == 6").sort_values("step")
+    llc = llc[llc["step"].isin(store.steps) & llc["llc"].notna()]
+    drawn = _trace(chart(at, "card_llc"), "refined LLC (± chains' s.d.)")
+    np.testing.assert_allclose(arr(drawn["y"]), llc["llc"].to_numpy())
 
 
 def test_the_heads_table_has_the_ablation_columns_and_sorts_by_them(planted_env: Path) -> None:
@@ -130,6 +140,13 @@ def test_the_heads_table_has_the_ablation_columns_and_sorts_by_them(planted_env:
     assert not at.error
     table = at.dataframe[0].value
     assert (int(table["layer"].iloc[0]), int(table["head"].iloc[0])) == PROBE_HEAD
+    columns = list(table.columns)  # beside the rank, in view without scrolling
+    assert columns[columns.index("rank") + 1 : columns.index("rank") + 5] == [
+        "probe ablation",
+        "± probe",
+        "text ablation",
+        "± text",
+    ]
     for layer, head, value in zip(table["layer"], table["head"], table["probe ablation"], strict=True):
         assert value == pytest.approx(planted_probe_increase(n - 1, int(layer), int(head), n_steps=n, n_heads=store.n_heads))
     by_text = open_page(HEADS, {"sort": "text ablation", "desc": "1", "step": str(int(store.steps[3]))}).dataframe[0].value

@@ -107,12 +107,14 @@ def with_llc_columns(table: pd.DataFrame, spread: np.ndarray, flags: np.ndarray 
 def with_ablation(table: pd.DataFrame, effect: AblationEffect, *, at: int) -> pd.DataFrame:
     """``table`` (layer-major rows, one per head) with each head's ablation effect at step index ``at``: the loss
     increase on the probe's second copy and on the text when the head is ablated (``probe ablation``, ``text
-    ablation``, nats) and their standard errors over sequences (``± probe``, ``± text``); NaN at a step without
-    ablations."""
+    ablation``, nats) and their standard errors over sequences (``± probe``, ``± text``), after its ``rank`` (so
+    that they show without scrolling); NaN at a step without ablations."""
     out = table.copy()
+    where = list(out.columns).index("rank") + 1 if "rank" in out.columns else len(out.columns)
     for column, measure in ABLATION_COLUMNS.items():
-        out[column] = np.asarray(effect.value[measure][at], dtype=np.float64).ravel()  # (n_layers * n_heads,)
-        out[f"± {column.split()[0]}"] = np.asarray(effect.se[measure][at], dtype=np.float64).ravel()
+        out.insert(where, column, np.asarray(effect.value[measure][at], dtype=np.float64).ravel())  # (n_layers * n_heads,)
+        out.insert(where + 1, f"± {column.split()[0]}", np.asarray(effect.se[measure][at], dtype=np.float64).ravel())
+        where += 2
     return out
 
 
