@@ -9,11 +9,12 @@ the declarations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from headwatch.analysis.store.format import HEADS
+from headwatch.analysis.store.lenses.attention import INDUCTION_SEQUENCES
 from headwatch.analysis.store.lenses.declaration import Seconds, SizeScale, StoreBytes
 from headwatch.families.geometry import Geometry
 from headwatch.families.registry import language_config, model_geometry
@@ -177,6 +178,61 @@ def forward_scale(figure: Seconds, shape: Shape, config: Mapping[str, Any], eval
     )
 
 
+def ablation_macs(
+    g: Geometry,
+    seq_len: int,
+    text: int,
+    probe: int,
+    *,
+    layers: Collection[int] | None = None,
+    contexts: bool = True,
+) -> tuple[float, float]:
+    """Multiply-adds of one checkpoint of the ablation lens as it computes it, and of the plain way, over ``text``
+    evaluation sequences and ``probe`` probe sequences of ``seq_len`` tokens, every head of ``layers`` (None: every
+    layer) ablated.
+
+    The lens (`precompute.lenses.ablation`): a pass over the text for the heads' means (no unembedding); the intact
+    pass over every sequence, unembedding included; for each head of layer l, as a lane over the intact pass's input
+    to l: its layer's MLP unless the residual is parallel (then the MLP reads the unchanged input), every layer above
+    and the unembedding (its own head's output and the layer's projections are the intact pass's); with
+    ``contexts``, one more pass for the attention over the top tokens' windows (no unembedding). The plain way: a
+    forward pass over the text for the means, then one forward pass per head over every sequence. Matrix products
+    only (`forward_token_macs`'s blocks: weights and attention's two products; and the lens's m_h W_o[h]^T, once per
+    layer for the text and once for the probe).
+    """
+    attend = 2 * seq_len * g.d_model
+    block = g.dense + attend
+    unembed = g.vocab * g.d_model
+    full = g.n_layers * block + unembed
+    chosen = range(g.n_layers) if layers is None else sorted(layers)
+    tokens, text_tokens = (text + probe) * seq_len, text * seq_len
+    lanes = sum(g.n_heads * ((0 if g.parallel else g.mlp) + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
+    swaps = 2 * len(chosen) * g.d_model**2
+    batched = text_tokens * g.n_layers * block + tokens * (full + lanes + (g.n_layers * block if contexts else 0)) + swaps
+    plain = text_tokens * full + tokens * full * g.n_heads * len(chosen)
+    return float(batched), float(plain)
+
+
+# --eval-sequences and --eval-length of the Pythia-160M ablation figure (and the probe's 8 sequences)
+ABLATION_REFERENCE = (32, 256)
+
+
+def ablation_scale(shape: Shape, config: Mapping[str, Any], evaluation: tuple[int, int]) -> tuple[float, str]:
+    """`time_scale`'s "ablation": the lens's multiply-adds at ``evaluation`` over the CPU's efficiency at the model's
+    width, against the Pythia-160M figure's at `ABLATION_REFERENCE`."""
+    n, t = evaluation
+    ref_n, ref_t = ABLATION_REFERENCE
+    geometry = model_geometry(shape, config)
+    work = ablation_macs(geometry, t, n, INDUCTION_SEQUENCES)[0] / efficiency(geometry)
+    ref = ablation_macs(PYTHIA_160M_GEOMETRY, ref_t, ref_n, INDUCTION_SEQUENCES)[0]
+    f = work / ref
+    return f, (
+        f"x {f:.3g} (every head ablated as lanes over {n} + {INDUCTION_SEQUENCES} sequences of {t} tokens, in "
+        f"multiply-adds over the CPU's efficiency at d_model {shape.d_model}, against Pythia-160M's at {ref_n} + "
+        f"{INDUCTION_SEQUENCES} of {ref_t})"
+    )
+
+
 def time_scale(
     figure: Seconds,
     shape: Shape,
@@ -193,6 +249,8 @@ def time_scale(
         return llc_scale(shape, config, llc or LlcRun(LLC_REFERENCE_TOKENS, LLC_REFERENCE_CHAIN_STEPS))
     if scale == "forward":
         return forward_scale(figure, shape, config, evaluation)
+    if scale == "ablation":
+        return ablation_scale(shape, config, evaluation)
     ref = PYTHIA_1_4B
     if scale == "heads":
         f = (shape.n_layers * shape.n_heads * shape.d_model**2) / (ref["n_layers"] * ref["n_heads"] * ref["d_model"] ** 2)

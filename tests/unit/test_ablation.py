@@ -234,3 +234,31 @@ def test_the_llama_family_s_functional_forward_equals_the_model_s_logits(kind: s
         x = arch.layer(params, layer, x)
     with torch.no_grad():
         np.testing.assert_allclose(arch.logits(params, x).numpy(), model(ids).logits.numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "gpt_neox"])
+def test_the_multiply_adds_plan_prices_are_what_the_lens_computes(kind: str, tmp_path: Path) -> None:
+    """`precompute.costs.ablation_macs` (the lens without its contexts' attention pass, and the plain way) against
+    torch's ``FlopCounterMode`` over the lens's own passes (a multiply-add is two operations): every layer, and the
+    first and the last alone (what the benchmark times)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForCausalLM
+
+    from headwatch.families.registry import model_geometry, model_shape
+    from headwatch.precompute.costs import ablation_macs
+
+    _planted(kind, tmp_path / kind)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / kind).eval()
+    arch, params = architecture(model), parameters(model)
+    config = model.config.to_dict()
+    geometry = model_geometry(model_shape(config), config)
+    gen = torch.Generator().manual_seed(3)
+    text, probe = torch.randint(0, VOCAB, (5, T), generator=gen), torch.randint(0, VOCAB, (2, T), generator=gen)
+    for layers in (None, [0, arch.n_layers - 1]):
+        with FlopCounterMode(display=False) as counted:
+            means = head_means(arch, params, text, batch=2)
+            ablated_losses(arch, params, text, means, batch=2, layers=layers)
+            ablated_losses(arch, params, probe, means, batch=2, layers=layers)
+        lens, plain = ablation_macs(geometry, T, 5, 2, layers=layers, contexts=False)
+        assert counted.get_total_flops() == pytest.approx(2 * lens, rel=1e-6), layers
+        assert plain > lens

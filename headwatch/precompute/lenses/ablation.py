@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,10 +64,11 @@ LOGIT_BUDGET = 1 << 26
 
 def per_token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``(..., T)`` float64 next-token cross-entropy with column 0 NaN, from ``logits`` ``(..., T, V)`` and ``ids``
-    ``(..., T)`` (broadcast over leading lane axes)."""
-    logp = torch.log_softmax(logits[..., :-1, :].double(), dim=-1)
+    ``(..., T)`` (broadcast over leading lane axes), computed in the logits' dtype (float32 at least)."""
+    head = logits[..., :-1, :]
+    logp = torch.log_softmax(head.float() if head.dtype.itemsize < 4 else head, dim=-1)
     target = ids[..., 1:].expand(logp.shape[:-1])
-    lost = -logp.gather(-1, target[..., None])[..., 0]
+    lost = -logp.gather(-1, target[..., None])[..., 0].double()
     nan = torch.full((*lost.shape[:-1], 1), float("nan"), dtype=lost.dtype, device=lost.device)
     return torch.cat((nan, lost), dim=-1)
 
@@ -101,6 +102,7 @@ def ablated_losses(
     *,
     batch: int = BATCH_SEQUENCES,
     logit_budget: int = LOGIT_BUDGET,
+    layers: Collection[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-token losses intact and with each head ablated, every head of a layer a lane of one computation.
 
@@ -110,6 +112,7 @@ def ablated_losses(
         means: ``(n_layers, n_heads, d_head)`` what replaces each head's output z (its mean; zeros for zero ablation).
         batch: sequences per intact pass.
         logit_budget: floats of logits a chunk of lanes may hold.
+        layers: the layers whose heads are ablated (None: every layer; the others' rows are NaN).
 
     Returns:
         ``(S, T)`` intact and ``(n_layers, n_heads, S, T)`` ablated float64 losses, column 0 NaN.
@@ -117,8 +120,14 @@ def ablated_losses(
     L, H = arch.n_layers, arch.n_heads
     S, T = ids.shape
     base = np.empty((S, T))
-    ablated = np.empty((L, H, S, T))
+    ablated = np.full((L, H, S, T), np.nan)
     vocab = params[arch.family.token_embedding].shape[0]
+    chosen = range(L) if layers is None else sorted(layers)
+    swapped = {  # what replaces each head's term of its layer's attention output: m_h W_o[h]^T, (H, d_model)
+        layer: torch.einsum("he,hde->hd", means[layer].to(params[arch.family.token_embedding].dtype), w["W_o"])
+        for layer in chosen
+        for w in [arch.attention_weights(params, layer)]
+    }
     for start in range(0, S, batch):
         b_ids = ids[start : start + batch]  # (B, T)
         B = len(b_ids)
@@ -129,9 +138,11 @@ def ablated_losses(
             z = arch.heads_output(arch.ln_attn(params, layer, x), w)  # (B, H, T, d_head)
             contrib = arch.project(z, w)  # (B, H, T, d_model): each head's z_h W_o[h]^T
             attn = contrib.sum(dim=1) + w["b_o"]  # (B, T, d_model)
-            swapped = torch.einsum("he,hde->hd", means[layer].to(contrib.dtype), w["W_o"])  # (H, d_model)
-            lanes = attn[None] - contrib.transpose(0, 1) + swapped[:, None, None, :]  # (H, B, T, d_model)
             mlp_x = arch.mlp(params, layer, arch.ln_mlp(params, layer, x)) if arch.parallel_residual else None
+            if layer not in swapped:
+                x = arch.finish_layer(params, layer, x, attn, mlp_x)
+                continue
+            lanes = attn[None] - contrib.transpose(0, 1) + swapped[layer][:, None, None, :]  # (H, B, T, d_model)
             flat = lanes.reshape(H * B, T, -1)
             x_rep_ids = b_ids.repeat(H, 1)  # (H B, T): lane h's sequences in order
             out = []

@@ -32,8 +32,10 @@ Need = Literal["tensors", "checkpoint", "store", "evaluation"]
 # CPU's efficiency at the model's width (`precompute.costs.llc_work`; from the Pythia-160M shape at the default
 # sampler and 256 tokens); "forward" the forward passes' multiply-adds over the sequences the lens evaluates
 # (`Seconds.sequences`) of --eval-length tokens, likewise divided (`precompute.costs.forward_work`; from the
-# Pythia-160M shape at 32 evaluation sequences of 256 tokens).
-TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc", "forward"]
+# Pythia-160M shape at 32 evaluation sequences of 256 tokens); "ablation" the ablation lens's multiply-adds, every
+# head a lane over the evaluation and probe sequences, likewise divided (`precompute.costs.ablation_macs`; from the
+# Pythia-160M shape at 32 + 8 sequences of 256 tokens).
+TimeScale = Literal["heads", "layers", "parameters", "head_pairs", "all_head_pairs", "llc", "forward", "ablation"]
 # What a checkpoint's store bytes are counted in: per-head rows of each per-head matrix, layers, cross-layer
 # (ordered) pairs of heads, unordered pairs of heads, or the checkpoint itself (a lens whose rows do not grow
 # with the model, such as the essential-dynamics lens's fixed sample).
