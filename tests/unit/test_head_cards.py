@@ -174,3 +174,24 @@ def test_a_card_of_a_store_without_the_lenses_says_which_lens_adds_each_part(tmp
     assert "--lenses ablation" in text and "head_contexts.parquet" in text
     with pytest.raises(ValueError, match="L9 H0"):
         head_card(store, 9, 0)
+
+
+def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from headwatch.report import write_report
+
+    out = tmp_path / "report"
+    text = write_report(planted, out).read_text()
+    store = open_store(planted)
+    a, b = int(store.steps[PROBE_FALL - 1]), int(store.steps[PROBE_FALL])
+    section = text[text.index("## In-context learning") : text.index("## Head types")]
+    assert f"The probe ICL score falls most sharply over steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in section
+    assert "induction heads form at the stage boundary at step 1,250" in section and (out / "icl.svg").is_file()
+    cards = text[text.index("## Head cards") : text.index("## Do the trajectory clusters")]
+    picked = card_heads(store)
+    assert cards.count("\n### ") == len(picked)
+    for layer, head, why in picked:
+        assert f"### L{layer} H{head}\n\nWhy a card: {'; '.join(why)}." in cards
+        assert (out / f"card_L{layer}H{head}.svg").is_file()
+    probe_card = cards[cards.index(f"### L{PROBE_HEAD[0]} H{PROBE_HEAD[1]}") :].split("\n### ")[0]
+    assert "100% of them second-copy tokens of the probe" in probe_card
