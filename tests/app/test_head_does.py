@@ -91,11 +91,17 @@ def test_what_this_head_does_shows_its_contexts_and_its_ablation_over_training(p
     fig = chart(at, "head_ablation")
     n = len(store.steps)
     probe = _trace(fig, "probe loss increase (nats)")
-    np.testing.assert_allclose(
-        arr(probe["y"]), [planted_probe_increase(t, layer, head, n_steps=n, n_heads=store.n_heads) for t in range(n)]
-    )
+    planted_probe = [planted_probe_increase(t, layer, head, n_steps=n, n_heads=store.n_heads) for t in range(n)]
+    np.testing.assert_allclose(arr(probe["y"]), planted_probe)
     text = _trace(fig, "text loss increase (nats)")
     np.testing.assert_allclose(arr(text["y"]), [planted_text_increase(t, layer, head, n_heads=store.n_heads) for t in range(n)])
+    # the ICL scores with the head ablated (the fixture's intact score plus the head's increase) beside the intact ones
+    icl = chart(at, "head_icl")
+    ablated = _trace(icl, f"probe ICL score, L{layer}H{head} ablated (nats)")
+    np.testing.assert_allclose(arr(ablated["y"]), probe_icl(n) + np.array(planted_probe))
+    intact = _trace(icl, "probe ICL score, intact (nats)")
+    np.testing.assert_allclose(arr(intact["y"]), probe_icl(n))
+    assert intact["line"]["dash"] == "dot" and ablated["line"]["dash"] == "solid"
     # the other step kept: picked in the widget, it moves into the URL and the mark
     at.selectbox(key="ctxstep").set_value(steps[0]).run()
     assert at.query_params["ctxstep"] == str(steps[0])

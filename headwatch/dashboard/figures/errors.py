@@ -22,12 +22,14 @@ from headwatch.dashboard.figures.timeline import _stage_labels, _stage_shapes
 
 @dataclass(frozen=True)
 class Series:
-    """One curve: ``value`` and its standard error ``se`` at each of the axis's checkpoints (NaN where missing)."""
+    """One curve: ``value`` and its standard error ``se`` at each of the axis's checkpoints (NaN where missing), drawn
+    with the line style ``dash``."""
 
     name: str
     colour: str
     value: np.ndarray
     se: np.ndarray | None = None
+    dash: str = "solid"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def lines_with_errors(
                 y=value[ok],
                 mode="lines+markers",
                 marker=dict(size=4),
-                line=dict(color=s.colour, width=2),
+                line=dict(color=s.colour, width=2, dash=s.dash),
                 name=s.name,
                 legendgroup=s.name,
                 customdata=np.stack([axis.steps[ok], errors], axis=1),

@@ -1,8 +1,9 @@
 """The head explorer's "what this head does" tab: the tokens in context whose loss rises most when the head is
 ablated, at a step chosen among those the store keeps them for (URL ``ctxstep``, the last by default, the stage
-boundaries named), drawn as text with the head's attention shaded (the refined-LLC study's Figure 4) with a CSV; and
-the head's ablation effect over training (the loss increase on the probe's second copy and on the text, ± 1 standard
-error), the stages shaded and the chosen step marked.
+boundaries named), drawn as text with the head's attention shaded (the refined-LLC study's Figure 4) with a CSV; the
+head's ablation effect over training (the loss increase on the probe's second copy and on the text, ± 1 standard
+error), the stages shaded and the chosen step marked; and the ICL scores with the head ablated against the intact
+ones (the study's Figure 10).
 
 What it reads: `analysis.findings.ablation`; the markup `views.head.figures.contexts`, the chart
 `dashboard.figures.errors`.
@@ -13,11 +14,13 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.findings.ablation import (
+    ICL_LABELS,
     MEASURE_LABELS,
     ablation_effect,
     context_steps,
     contexts_csv,
     head_contexts,
+    icl_scores,
     missing_ablation_text,
     second_copy_share,
 )
@@ -31,6 +34,7 @@ from headwatch.dashboard.views.head.figures.contexts import contexts_html
 CONTEXT_STEP = "ctxstep"  # URL parameter: the step of the tokens in context
 DOES_PANEL = "head_does"  # the tab's container key
 ABLATION_COLOURS = {"probe_increase": "#d62728", "text_increase": "#1f77b4"}
+ICL_COLOURS = {"probe": "#d62728", "text": "#1f77b4"}
 
 
 def does_panels(h: Head) -> None:
@@ -44,6 +48,7 @@ def does_panels(h: Head) -> None:
             return
         step = _contexts(h)
         _ablation_over_training(h, step)
+        _icl_with_head_ablated(h, step)
 
 
 def _named_stages(store):
@@ -133,4 +138,48 @@ def _ablation_over_training(h: Head, step: int | None) -> None:
         "predicts) and on the evaluation text (blue), ± 1 standard error over sequences as a band; the run's stages "
         "shaded, the dashed line the step of the tokens in context above. The CSV also holds the ICL scores with the "
         "head ablated."
+    )
+
+
+def _icl_with_head_ablated(h: Head, step: int | None) -> None:
+    """The run's two in-context-learning scores with the head ablated (solid) against the intact model's (dotted), over
+    training, ± 1 standard error: the refined-LLC study's Figure 10, which reads when in-context learning comes to need
+    the head."""
+    store, run = h.store, h.frame.run
+    effect = ablation_effect(store)
+    assert effect is not None
+    intact = icl_scores(store)
+    st.subheader(f"In-context learning with {h.name} ablated")
+    series = []
+    for name in ("probe", "text"):
+        measure = f"icl_{name}"
+        colour = ICL_COLOURS[name]
+        series.append(
+            Series(
+                f"{ICL_LABELS[name]}, {h.tag.split('-')[0]} ablated (nats)",
+                colour,
+                effect.value[measure][:, h.layer, h.head],
+                effect.se[measure][:, h.layer, h.head],
+            )
+        )
+        if intact is not None:
+            series.append(Series(f"{ICL_LABELS[name]}, intact (nats)", colour, intact.score[name], intact.se[name], dash="dot"))
+    marks = [Mark(f"tokens in context: step {step:,}", step)] if step is not None else []
+    y_title = "ICL score: late minus early loss (nats)"
+    fig = lines_with_errors(h.axis, series, y_title=y_title, stages=_named_stages(store), marks=marks, zero_line=True)
+    charts.chart(
+        h.over_time(fig),
+        "head_icl",
+        title=f"{run} · ICL scores with {h.name} {effect.method}-ablated, and intact",
+        filename=export.safe_name(run, h.tag.split("-")[0], "icl-ablated"),
+        csv=lambda: data.ablation_rows(effect, run=run or "", layer=h.layer, head=h.head).query(
+            "statistic in ('icl_probe', 'icl_text')"
+        ),
+    )
+    st.caption(
+        "The in-context-learning scores (the loss late in a sequence minus early; probe: the second copy against the "
+        "first; the Timeline defines both) with this head ablated (solid) and intact (dotted), ± 1 standard error over "
+        "sequences. Where the solid curve lies above the dotted one, the model's in-context learning needs this head; "
+        "when that gap opens over training says when it came to (the refined-LLC study's Figure 10)."
+        + ("" if intact is not None else " This store has no intact scores (icl.parquet, `--lenses losses`).")
     )
