@@ -31,6 +31,7 @@ from headwatch.analysis.store.lenses.types import HEAD_TYPES
 CARD_CONTEXTS = 5  # the tokens in context a card lists (the head explorer's panel shows all 20)
 CARD_PARTNERS = 3  # the strongest partners a card names on each side
 CARD_BY_COST = 2  # heads a report adds for their ablation cost, on the probe and on the text each
+CATCH_ALL_TYPES = ("other",)  # a type that names what no other type does earns no card alone (its card lists it)
 
 
 @dataclass(frozen=True)
@@ -206,12 +207,12 @@ def head_card(store: Store, layer: int, head: int, *, why: tuple[str, ...] = (),
 
 def card_heads(store: Store, *, by_cost: int = CARD_BY_COST) -> list[tuple[int, int, tuple[str, ...]]]:
     """The heads a report gives cards, layer-major, each with why: every head that holds a type at the last checkpoint
-    (``holds induction``), and the ``by_cost`` heads whose ablation raises the probe's loss most and the ``by_cost``
+    (``holds induction``; a catch-all type, `CATCH_ALL_TYPES`, earns none alone), and the ``by_cost`` heads whose ablation raises the probe's loss most and the ``by_cost``
     raising the text's most at the last step with ablations (``costs the probe most (1st)``)."""
     why: dict[tuple[int, int], list[str]] = {}
     kinds = head_types(store)
     if kinds is not None:
-        for t in HEAD_TYPES:
+        for t in (t for t in HEAD_TYPES if t not in CATCH_ALL_TYPES):
             for layer, head in zip(*np.nonzero(kinds.emergence[t] >= 0), strict=True):
                 why.setdefault((int(layer), int(head)), []).append(f"holds {TYPE_LABELS.get(t, t)}")
     effect = ablation_effect(store)
