@@ -207,8 +207,9 @@ def head_card(store: Store, layer: int, head: int, *, why: tuple[str, ...] = (),
 
 def card_heads(store: Store, *, by_cost: int = CARD_BY_COST) -> list[tuple[int, int, tuple[str, ...]]]:
     """The heads a report gives cards, layer-major, each with why: every head that holds a type at the last checkpoint
-    (``holds induction``; a catch-all type, `CATCH_ALL_TYPES`, earns none alone), and the ``by_cost`` heads whose ablation raises the probe's loss most and the ``by_cost``
-    raising the text's most at the last step with ablations (``costs the probe most (1st)``)."""
+    (``holds induction``; a catch-all type, `CATCH_ALL_TYPES`, earns none alone), and the ``by_cost`` heads whose
+    ablation raises the probe's loss most and the ``by_cost`` raising the text's most at the last step with ablations
+    (``costs the probe most (1st)``)."""
     why: dict[tuple[int, int], list[str]] = {}
     kinds = head_types(store)
     if kinds is not None:
