@@ -146,6 +146,8 @@ def test_the_heads_table_has_the_ablation_columns_and_sorts_by_them(planted_env:
     assert not at.error
     table = at.dataframe[0].value
     assert (int(table["layer"].iloc[0]), int(table["head"].iloc[0])) == PROBE_HEAD
+    assert table["open"].str.endswith("&panel=does").all()  # sorted by what the loss needs: a row opens what it does
+    assert open_page(HEADS).dataframe[0].value["open"].str.endswith("&panel=statistic").all()
     columns = list(table.columns)  # beside the rank, in view without scrolling
     assert columns[columns.index("rank") + 1 : columns.index("rank") + 5] == [
         "probe ablation",

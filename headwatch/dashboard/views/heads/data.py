@@ -38,6 +38,7 @@ SORTS = [
     "flag",
     "layer",
 ]
+DOES_PANEL = "does"  # the head explorer's tab of what a head does (its URL ``panel``)
 # The ablation columns (`with_ablation`): column -> ablation.parquet's measure
 ABLATION_COLUMNS = {"probe ablation": "probe_increase", "text ablation": "text_increase"}
 OPEN_STEPS = 8  # the most steps a row opens the head explorer at
@@ -63,14 +64,21 @@ class Options:
 
 
 def head_link(
-    run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int], matrix: str | None = None
+    run: str | None,
+    layer: int,
+    head: int,
+    stat: str,
+    k: int | None,
+    steps: list[int],
+    matrix: str | None = None,
+    panel: str = EVIDENCE_PANEL,
 ) -> str:
-    """A relative link to the head explorer showing this head, on its tab of the statistic against the layer (opens in
-    the same app)."""
+    """A relative link to the head explorer showing this head, on its tab of the statistic against the layer, or on
+    ``panel`` (opens in the same app)."""
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
     query += [("matrix", matrix)] if matrix is not None else []
     query += [("step", s) for s in steps]
-    query += [("panel", EVIDENCE_PANEL)]
+    query += [("panel", panel)]
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
 
@@ -155,10 +163,17 @@ def open_steps(steps: np.ndarray, step: int) -> list[int]:
     return sorted(set(default_steps(steps)) | {step})[-OPEN_STEPS:]
 
 
+def open_panel(opts: Options) -> str:
+    """The head explorer's tab a row opens: what the head does when the table is sorted by an ablation column, else
+    the statistic against its layer."""
+    return DOES_PANEL if opts.sort in ABLATION_COLUMNS else EVIDENCE_PANEL
+
+
 def with_links(table: pd.DataFrame, opts: Options, *, run: str | None, steps: list[int]) -> pd.DataFrame:
-    """``table`` with its ``open`` column: each row's `head_link`, at ``steps``, with the table's statistic."""
+    """``table`` with its ``open`` column: each row's `head_link`, at ``steps``, with the table's statistic, on the tab
+    `open_panel` names."""
     links = [
-        head_link(run, int(r.layer), int(r.head), opts.stat, opts.k, steps, opts.matrix)
+        head_link(run, int(r.layer), int(r.head), opts.stat, opts.k, steps, opts.matrix, open_panel(opts))
         for r in table[["layer", "head"]].itertuples(index=False)
     ]
     return table.assign(open=links)

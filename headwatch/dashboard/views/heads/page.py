@@ -14,7 +14,6 @@ import streamlit as st
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.ablation import ablation_effect, missing_ablation_text
-from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.ablation import ABLATION
@@ -146,7 +145,7 @@ def _open_picked(event, table: pd.DataFrame, opts: Options, open_steps: list[int
             head=int(picked["head"]),
             stat=opts.stat,
             **({"k": opts.k} if opts.k is not None else {}),
-            panel=EVIDENCE_PANEL,
+            panel=data.open_panel(opts),
             step=open_steps,
             **({"matrix": opts.matrix} if opts.matrix is not None else {}),
         )
