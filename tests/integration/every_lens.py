@@ -104,7 +104,9 @@ def _compare_table(table: str, reference: Path, other: Path) -> None:
             fx, fy = (np.concatenate([np.asarray(v, np.float64).ravel() for v in c]) if len(c) else np.zeros(0) for c in (x, y))
             assert np.array_equal(np.isfinite(fx), np.isfinite(fy)), (table, column)
             continue
-        if len(x) and isinstance(x.iloc[0], (list, np.ndarray)):
+        if len(x) and isinstance(x.iloc[0], (list, np.ndarray)) and any(isinstance(e, str) for v in x for e in v):
+            assert [list(v) for v in x] == [list(v) for v in y], f"{table}.{column}"  # decoded tokens: equal
+        elif len(x) and isinstance(x.iloc[0], (list, np.ndarray)):
             fx = np.concatenate([np.asarray(v, np.float64) for v in x])
             fy = np.concatenate([np.asarray(v, np.float64) for v in y])
             atol = 0.05 if "hist" in column else 1e-5  # a histogram mass: a few entries across an edge
