@@ -1,11 +1,13 @@
 """``headwatch report STORE --out DIR``: what happened in a run, as a Markdown file with SVG figures beside it.
 
 The Timeline page's content for a paper's appendix: the run's summary, its developmental stages
-(stages.parquet, docs/stages.md), its head types with their emergence steps, and every event
+(stages.parquet, docs/stages.md), its in-context-learning scores (icl.parquet), its head types with their emergence
+steps, one card per head that holds a type or whose ablation costs most (`analysis.findings.cards`), and every event
 (`analysis.findings.events`) with the dashboard view that shows its evidence. Figures are drawn with
 matplotlib (a precompute dependency; Plotly's static export would need kaleido and Chrome) to
 ``timeline.svg`` (the loss with the stages shaded and the events marked) and, when the store has a
-refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors). Works offline.
+refined LLC, ``llc.svg`` (the whole-model LLC with the chains' standard errors), ``icl.svg`` (the ICL scores) and
+``card_L<l>H<h>.svg`` (a carded head's ablation effect over training). Works offline.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from headwatch.analysis.store.outputs import check_files_folder
 REPORT_FILE = "report.md"
 TIMELINE_SVG = "timeline.svg"
 LLC_SVG = "llc.svg"
+ICL_SVG = "icl.svg"
 # matplotlib colours of the stage shading and of the event kinds (the dashboard's, as hex).
 STAGE_COLOURS = {
     "rising": "#e6550d",
@@ -165,6 +168,118 @@ def llc_flags_section(store: Store) -> list[str]:
     ]
     if len(negative):
         lines += [f"Negative head estimates: {named}.", ""]
+    return lines
+
+
+def _errors_plot(ax, steps: np.ndarray, value: np.ndarray, se: np.ndarray, *, colour: str, label: str) -> None:
+    """A curve with markers and a band of ± 1 standard error, on the figures' log time axis (step + 1)."""
+    ok = np.isfinite(value)
+    x = _x(steps[ok])
+    ax.plot(x, value[ok], color=colour, lw=1.5, marker=".", ms=3, label=label)
+    band = np.where(np.isfinite(se[ok]), se[ok], 0.0)
+    ax.fill_between(x, value[ok] - band, value[ok] + band, color=colour, alpha=0.2, lw=0)
+
+
+def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[str]:
+    """The run's two in-context-learning scores as Markdown (what each compares, where each falls most sharply beside
+    the stage boundary at which induction heads form: `analysis.findings.icl`) and ``icl.svg`` (both with their
+    standard-error bands, the stages shaded, the falls and the boundary marked); a store without icl.parquet gets the
+    command that adds it."""
+    from headwatch.analysis.findings.ablation import ICL_LABELS, icl_scores, missing_icl_text
+    from headwatch.analysis.findings.icl import fall_sentence, induction_boundary, sharpest_fall
+
+    lines = ["## In-context learning", ""]
+    scores = icl_scores(store)
+    if scores is None:
+        return [*lines, missing_icl_text(store.path), ""]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    boundary = induction_boundary(stage_rows(store, basis="run") if "run" in stage_bases(store) else stages)
+    colours = {"text": "#1f77b4", "probe": "#d62728"}
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    sentences = []
+    for name in ("text", "probe"):
+        fall = sharpest_fall(scores.steps, scores.score[name], scores.se[name])
+        _errors_plot(ax, scores.steps, scores.score[name], scores.se[name], colour=colours[name], label=ICL_LABELS[name])
+        if fall is not None:
+            ax.axvspan(fall.start + 1, fall.end + 1, color=colours[name], alpha=0.15, lw=0)
+        sentences.append(fall_sentence(ICL_LABELS[name], fall, boundary))
+    if boundary is not None:
+        ax.axvline(boundary + 1, color="#2ca02c", ls=":", lw=1.5, label="induction heads form")
+    _shade(ax, stages)
+    ax.axhline(0, color="#999999", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training step + 1 (log)")
+    ax.set_ylabel("late minus early loss (nats)")
+    ax.set_title("in-context-learning scores, ± 1 s.e. over sequences; sharpest falls shaded")
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out / ICL_SVG, format="svg")
+    plt.close(fig)
+    return [
+        *lines,
+        "Olsson et al.'s in-context-learning score is the loss at the 500th token minus at the 50th (negative when the "
+        f"context helps). Text: {scores.positions['text']}. Probe: {scores.positions['probe']}. Each with its standard "
+        "error over sequences; the sharpest fall is the steepest drop between consecutive checkpoints per unit of "
+        "log10(1 + step) (docs/views/timeline.md).",
+        "",
+        *(f"- {s}" for s in sentences),
+        "",
+        f"![The in-context-learning scores over training]({ICL_SVG})",
+        "",
+    ]
+
+
+def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[str]:
+    """One card per head that holds a type at the end or whose ablation costs the probe or the text most
+    (`analysis.findings.cards.card_heads`, which says why), as Markdown with its ablation effect over training as
+    ``card_L<l>H<h>.svg`` (probe and text loss increase, ± 1 standard error, the stages shaded)."""
+    from headwatch.analysis.findings.cards import card_heads, card_markdown, head_card
+    from headwatch.analysis.llc.diagnostics import store_flags
+
+    lines = [
+        "## Head cards",
+        "",
+        "What the store knows of each head that holds a type at the last checkpoint, or whose ablation raises the "
+        "loss on the probe or on the text most at the last checkpoint with ablations (each card says why it is here): "
+        "its types and emergence steps, its ablation effect (the loss increase when its output is replaced by its mean "
+        "over the evaluation tokens, nats, ± 1 standard error over sequences), its tokens in context (the targets whose "
+        "loss rises most when it is ablated, in their context), its refined LLC and flag, its strongest composition "
+        "partners.",
+        "",
+    ]
+    picked = card_heads(store)
+    if not picked:
+        return [*lines, "No head holds a type and the store has no ablations: no cards.", ""]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    flags = store_flags(store) if store.has(LLC) else None
+    for layer, head, why in picked:
+        card = head_card(store, layer, head, why=why, flags=flags)
+        lines += card_markdown(card, run=store.path.name, store_path=str(store.path))
+        if card.probe is None or card.text is None:
+            continue
+        name = f"card_L{layer}H{head}.svg"
+        fig, ax = plt.subplots(figsize=(8, 2.6))
+        for series, colour, label in ((card.probe, "#d62728", "probe (second copy)"), (card.text, "#1f77b4", "text")):
+            _errors_plot(ax, series.steps, series.value, series.se, colour=colour, label=label)
+        _shade(ax, stages)
+        ax.axhline(0, color="#999999", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("training step + 1 (log)")
+        ax.set_ylabel("loss increase (nats)")
+        ax.set_title(f"{card.name}: loss increase when {card.method}-ablated, ± 1 s.e.")
+        ax.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        fig.savefig(out / name, format="svg")
+        plt.close(fig)
+        lines += [f"![{card.name}: loss increase when ablated, over training]({name})", ""]
     return lines
 
 
@@ -410,6 +525,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     if has_llc:
         lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
     lines += llc_flags_section(store)
+    lines += icl_section(store, stage_rows(store), out)
     lines += ["## Head types", ""]
     lines += [f"- {s}" for s in type_sentences(store)]
     emergence = store.frame(HEAD_EMERGENCE)
@@ -436,7 +552,8 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                     "A multigram or other head's scores are its mean-ablation loss increase on the evaluation text "
                     "(nats per token) at the checkpoints with tokens in context; the others' are attention shares.",
                 ]
-    lines += ["", *association_section(store, others, named=named)]
+    lines += ["", *cards_section(store, stage_rows(store), out)]
+    lines += association_section(store, others, named=named)
     lines += ["## Events", ""]
     if events:
         frame = events_frame(events, run)

@@ -222,14 +222,17 @@ def test_each_tab_owns_the_parameters_its_page_says(d128: Path, page: str) -> No
         for node in tree.body
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["OWNS"]
     )
-    drawn = {}
+    drawn, lacking = {}, set()
     for panel in owns:
         query = {"run": "induction-d128", "panel": panel} | ({"stat": "lambda"} if panel == "statistic" else {})
         at = open_page(f"pages/{page}.py", query)
         assert not at.exception and not at.error, panel
         drawn[panel] = set(at.query_params.keys())
+        if any("--lenses ablation" in i.value for i in at.info):  # the shipped store lacks the tab's lens: no widget
+            lacking.add(panel)
     common = set.intersection(*drawn.values())
-    assert {panel: keys - common for panel, keys in drawn.items()} == {panel: set(names) for panel, names in owns.items()}
+    owned = {panel: set() if panel in lacking else set(names) for panel, names in owns.items()}
+    assert {panel: keys - common for panel, keys in drawn.items()} == owned
 
 
 def test_the_forward_lenses_step_waits_for_its_tab_and_the_loss_switch_for_its(d128: Path) -> None:

@@ -276,3 +276,49 @@ def in_layer_table(
         for lay, hd in pairs
     ]
     return pd.concat([table, *extra], ignore_index=True)
+
+
+# --------------------------------------------------------------------------- what the head does
+
+
+def context_step_labels(steps: Sequence[int], stages: pd.DataFrame | None) -> dict[int, str]:
+    """How the step picker of the tokens in context names each of its ``steps``: the step, and what it is when it is
+    the start of a stage (stages.parquet rows of one basis: ``S7 begins: induction heads form (L1 H0)``) or the last
+    checkpoint (``last``)."""
+    begins = {}
+    if stages is not None:
+        for r in stages.itertuples(index=False):
+            if int(r.stage) > 0:
+                begins[int(r.start_step)] = f"S{int(r.stage) + 1} begins: {r.boundary}"
+    out = {}
+    for i, step in enumerate(steps):
+        what = [begins[int(step)]] if int(step) in begins else []
+        what += ["last"] if i == len(steps) - 1 else []
+        out[int(step)] = f"{int(step):,}" + (f" · {'; '.join(what)}" if what else "")
+    return out
+
+
+def ablation_rows(effect, *, run: str, layer: int, head: int) -> pd.DataFrame:
+    """One head's ablation effect over training as tidy rows (run, layer, head, statistic, step, value, se; nats):
+    the loss increases on the probe and the text and the ICL scores with the head ablated, steps without a value left
+    out.
+
+    Args:
+        effect: `analysis.findings.ablation.AblationEffect`.
+    """
+    parts = [
+        pd.DataFrame(
+            {
+                "run": run,
+                "layer": layer,
+                "head": head,
+                "statistic": measure,
+                "step": np.asarray(effect.steps, dtype=np.int64),
+                "value": effect.value[measure][:, layer, head],
+                "se": effect.se[measure][:, layer, head],
+            }
+        )
+        for measure in effect.value
+    ]
+    out = pd.concat(parts, ignore_index=True)
+    return out[np.isfinite(out["value"])].reset_index(drop=True)

@@ -1,8 +1,10 @@
-"""Head explorer: one head's weight distribution and spectrum over training, with chosen steps.
+"""Head explorer: one head's weight distribution and spectrum over training, with chosen steps, what it does and
+its card.
 
 This module: the layout (the head and its widgets, `views.head.choice`; one tab drawn at a time) and the URL's
 panels. The tabs' panels: `views.head.weights` (P(w), the spectrum), `views.head.leading` (lambda_0 .. lambda_3 and
-their crossings), `views.head.statistic` (one statistic against its layer); what they compute, `views.head.data`.
+their crossings), `views.head.statistic` (one statistic against its layer), `views.head.does` (its tokens in context
+and ablation effect), `views.head.card` (what the store knows of it); what they compute, `views.head.data`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.dashboard import charts, viewstate, widgets
+from headwatch.dashboard.views.head.card import card_panel
 from headwatch.dashboard.views.head.choice import pick_head, with_both
+from headwatch.dashboard.views.head.does import does_panels
 from headwatch.dashboard.views.head.leading import both_leading, leading_panel
 from headwatch.dashboard.views.head.statistic import STATISTIC_PANEL, statistic_panels
 from headwatch.dashboard.views.head.weights import both_weight_panels, weight_panels
@@ -20,6 +24,8 @@ PANELS = {  # URL panel -> its tab; one drawn at a time (a link to an event's ev
     "spectrum": "Spectrum λ_k",
     "leading": "λ_0 … λ_3: crossings",
     "statistic": "One statistic against its layer",
+    "does": "What this head does",
+    "card": "Head card",
 }
 # The URL parameters of each tab's own widgets (the rest are above the tabs): a link keeps those of the tabs not drawn.
 OWNS = {
@@ -27,6 +33,8 @@ OWNS = {
     "spectrum": ("both", "null"),
     "leading": ("both", "gap", "loglam"),
     "statistic": ("stat", "k", "logy"),
+    "does": ("ctxstep",),  # `views.head.does.CONTEXT_STEP`
+    "card": (),
 }
 
 
@@ -53,6 +61,12 @@ def main() -> None:
             clicks = [event]
             if viewstate.opened_with("panel"):  # opened on it as evidence (a link, a click): the chart in view
                 charts.bring_into_view(STATISTIC_PANEL, "head_in_layer")
+        elif panel == "does":  # the tokens in context it serves, its ablation effect over training
+            does_panels(h)
+            clicks = []
+        elif panel == "card":  # what the product knows of the head, on one card
+            card_panel(h)
+            clicks = []
         elif panel == "leading":  # lambda_0 .. lambda_3, their crossings and repulsions
             h = with_both(h)
             if h.both:

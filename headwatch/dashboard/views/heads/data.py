@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.findings.ablation import AblationEffect
 from headwatch.analysis.findings.events import EVIDENCE_PANEL
 from headwatch.analysis.findings.held_types import HeadTypes
 from headwatch.analysis.rmt.references import REFERENCE_DRAWS, SCALED, Reference
@@ -23,7 +24,23 @@ from headwatch.dashboard.data import default_steps, uniform_attention
 from headwatch.dashboard.labels import FORWARD_STATS, LAMBDA, LLC_STAT, PER_HEAD_STATS
 from headwatch.dashboard.tables import REFERENCE_FACTORS
 
-SORTS = ["rank", "value", "change", "over reference", "emerged", "approaches", "crossings", "repulsions", "flag", "layer"]
+SORTS = [
+    "rank",
+    "value",
+    "change",
+    "over reference",
+    "emerged",
+    "probe ablation",
+    "text ablation",
+    "approaches",
+    "crossings",
+    "repulsions",
+    "flag",
+    "layer",
+]
+DOES_PANEL = "does"  # the head explorer's tab of what a head does (its URL ``panel``)
+# The ablation columns (`with_ablation`): column -> ablation.parquet's measure
+ABLATION_COLUMNS = {"probe ablation": "probe_increase", "text ablation": "text_increase"}
 OPEN_STEPS = 8  # the most steps a row opens the head explorer at
 
 
@@ -47,14 +64,21 @@ class Options:
 
 
 def head_link(
-    run: str | None, layer: int, head: int, stat: str, k: int | None, steps: list[int], matrix: str | None = None
+    run: str | None,
+    layer: int,
+    head: int,
+    stat: str,
+    k: int | None,
+    steps: list[int],
+    matrix: str | None = None,
+    panel: str = EVIDENCE_PANEL,
 ) -> str:
-    """A relative link to the head explorer showing this head, on its tab of the statistic against the layer (opens in
-    the same app)."""
+    """A relative link to the head explorer showing this head, on its tab of the statistic against the layer, or on
+    ``panel`` (opens in the same app)."""
     query = [("run", run or ""), ("layer", layer), ("head", head), ("stat", stat)] + ([("k", k)] if k is not None else [])
     query += [("matrix", matrix)] if matrix is not None else []
     query += [("step", s) for s in steps]
-    query += [("panel", EVIDENCE_PANEL)]
+    query += [("panel", panel)]
     return "head?" + "&".join(f"{key}={value}" for key, value in query)
 
 
@@ -85,6 +109,20 @@ def with_llc_columns(table: pd.DataFrame, spread: np.ndarray, flags: np.ndarray 
     out["flag"] = flags[at].ravel() if flags is not None else "no diagnostics"
     out.loc[out["value"].isna(), "flag"] = "no estimate"
     out.loc[out["value"] < 0, "flag"] = "negative"
+    return out
+
+
+def with_ablation(table: pd.DataFrame, effect: AblationEffect, *, at: int) -> pd.DataFrame:
+    """``table`` (layer-major rows, one per head) with each head's ablation effect at step index ``at``: the loss
+    increase on the probe's second copy and on the text when the head is ablated (``probe ablation``, ``text
+    ablation``, nats) and their standard errors over sequences (``± probe``, ``± text``), after its ``rank`` (so
+    that they show without scrolling); NaN at a step without ablations."""
+    out = table.copy()
+    where = list(out.columns).index("rank") + 1 if "rank" in out.columns else len(out.columns)
+    for column, measure in ABLATION_COLUMNS.items():
+        out.insert(where, column, np.asarray(effect.value[measure][at], dtype=np.float64).ravel())  # (n_layers * n_heads,)
+        out.insert(where + 1, f"± {column.split()[0]}", np.asarray(effect.se[measure][at], dtype=np.float64).ravel())
+        where += 2
     return out
 
 
@@ -125,10 +163,17 @@ def open_steps(steps: np.ndarray, step: int) -> list[int]:
     return sorted(set(default_steps(steps)) | {step})[-OPEN_STEPS:]
 
 
+def open_panel(opts: Options) -> str:
+    """The head explorer's tab a row opens: what the head does when the table is sorted by an ablation column, else
+    the statistic against its layer."""
+    return DOES_PANEL if opts.sort in ABLATION_COLUMNS else EVIDENCE_PANEL
+
+
 def with_links(table: pd.DataFrame, opts: Options, *, run: str | None, steps: list[int]) -> pd.DataFrame:
-    """``table`` with its ``open`` column: each row's `head_link`, at ``steps``, with the table's statistic."""
+    """``table`` with its ``open`` column: each row's `head_link`, at ``steps``, with the table's statistic, on the tab
+    `open_panel` names."""
     links = [
-        head_link(run, int(r.layer), int(r.head), opts.stat, opts.k, steps, opts.matrix)
+        head_link(run, int(r.layer), int(r.head), opts.stat, opts.k, steps, opts.matrix, open_panel(opts))
         for r in table[["layer", "head"]].itertuples(index=False)
     ]
     return table.assign(open=links)

@@ -13,9 +13,10 @@ import pandas as pd
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings.events import EVIDENCE_PANEL
+from headwatch.analysis.findings.ablation import ablation_effect, missing_ablation_text
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.store import Store
+from headwatch.analysis.store.lenses.ablation import ABLATION
 from headwatch.analysis.store.lenses.llc import LLC
 from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export, viewstate, widgets
@@ -47,6 +48,8 @@ def main() -> None:
     event = table_panel(table, frame.run, opts, note)
     if opts.kinds is None:
         st.caption(missing_text(frame.store.path))
+    if not frame.store.has(ABLATION):
+        st.caption(missing_ablation_text(frame.store.path))
 
     # --- a picked row opens the head ---
     _open_picked(event, table, opts, open_steps)
@@ -123,6 +126,9 @@ def _rows(frame: RunFrame, opts: Options, approaches: pd.DataFrame | None) -> tu
         since=steps.index(opts.since),
         counts=None if matrix is None or approaches is None else data.approach_counts(approaches, store.n_layers, store.n_heads),
     )
+    effect = ablation_effect(store)
+    if effect is not None:  # what the loss needs of each head, at the step shown
+        table = data.with_ablation(table, effect, at=at)
     table = data.shown_rows(table, opts, at=at)
     open_steps = data.open_steps(store.steps, opts.step)
     return data.with_links(table, opts, run=frame.run, steps=open_steps), note, open_steps
@@ -139,7 +145,7 @@ def _open_picked(event, table: pd.DataFrame, opts: Options, open_steps: list[int
             head=int(picked["head"]),
             stat=opts.stat,
             **({"k": opts.k} if opts.k is not None else {}),
-            panel=EVIDENCE_PANEL,
+            panel=data.open_panel(opts),
             step=open_steps,
             **({"matrix": opts.matrix} if opts.matrix is not None else {}),
         )

@@ -56,6 +56,20 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
             help="The first checkpoint from which the head holds its type (the filtered types, else any) to the "
             "end of training; empty: it holds none at the end",
         ),
+        "probe ablation": st.column_config.NumberColumn(
+            "Δ loss ablated: probe",
+            format="%.4f",
+            help="The loss increase on the induction probe's second copy (nats per token, positions R+1..2R-1) when the "
+            "head is mean-ablated at this step (ablation.parquet; docs/store.md)",
+        ),
+        "± probe": st.column_config.NumberColumn("± probe", format="%.2g", help="Its standard error over the probe sequences"),
+        "text ablation": st.column_config.NumberColumn(
+            "Δ loss ablated: text",
+            format="%.4f",
+            help="The loss increase on the evaluation text (nats per token, every position) when the head is "
+            "mean-ablated at this step (ablation.parquet; docs/store.md)",
+        ),
+        "± text": st.column_config.NumberColumn("± text", format="%.2g", help="Its standard error over the text sequences"),
         "approaches": st.column_config.NumberColumn("approaches", width="small"),
         "crossings": st.column_config.NumberColumn("crossings", width="small"),
         "repulsions": st.column_config.NumberColumn("repulsions", width="small"),
@@ -93,6 +107,12 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
             "the head types it holds at this step (previous-token, induction, sink: its score against uniform "
             "attention, an entry threshold and an exit level, docs/head-types.md) and the step from which it holds "
             "one to the end of training"
+        )
+    if "probe ablation" in table.columns:
+        parts.append(
+            "the loss increase (nats per token, ± 1 standard error over sequences) on the induction probe's second copy "
+            "and on the evaluation text when the head's output is replaced by its mean at this step (sort by probe "
+            "ablation or text ablation for the heads the loss needs most)"
         )
     if "approaches" in table.columns:
         parts.append("and its close approaches of λ_0 … λ_3 at the chosen gap")

@@ -1,7 +1,8 @@
 """Forward lenses: what the heads do on text over training (attention entropy, span, layer divergence, head types).
 
 One tab drawn at a time (URL ``panel``): entropy and span per layer, the layer-pair divergence (animated), the head
-types' scores of every head, the losses on the induction probe. This module: the layout, the tabs' controls and the
+types' scores of every head, the losses on the induction probe, the in-context-learning scores
+(`dashboard.icl`). This module: the layout, the tabs' controls and the
 four panels; the figures are `views.lenses.figures`' and `views.lenses.figures.probe_losses`', the CSVs' rows
 `views.lenses.data`'s.
 """
@@ -15,12 +16,14 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from headwatch.analysis.findings.events import basis_text, primary_basis, stage_rows
 from headwatch.analysis.findings.held_types import TYPE_LABELS, absent_types, head_types, missing_text
 from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS, LAYER_DIVERGENCE
 from headwatch.dashboard import charts, export, viewstate, widgets
 from headwatch.dashboard.data import StepAxis, loss_curve, uniform_attention
 from headwatch.dashboard.figures.common import overlay_loss, stacked
 from headwatch.dashboard.frame import RunFrame
+from headwatch.dashboard.icl import icl_panel
 from headwatch.dashboard.labels import STATS
 from headwatch.dashboard.views.lenses import data
 from headwatch.dashboard.views.lenses import figures as figs
@@ -34,9 +37,10 @@ PANELS = {  # URL panel -> its tab; one drawn at a time (a stage boundary's evid
     "divergence": "Layer-pair divergence",
     "types": "Head types",
     "losses": "Losses with the step marked",
+    "icl": "In-context learning",
 }
 # The URL parameters of each tab's own control: a link keeps those of the tabs not drawn (`widgets.panel_tabs`).
-OWNS = {"layers": ("loss",), "divergence": ("step",), "types": ("loss",), "losses": ("step",)}
+OWNS = {"layers": ("loss",), "divergence": ("step",), "types": ("loss",), "losses": ("step",), "icl": ()}
 STACK = dict(left=100, right=170)  # px: margins of every chart over training (head ticks L2 H3; colour bars, legends)
 
 
@@ -89,8 +93,10 @@ def main() -> None:
             _divergence_panel(frame, _step(frame, "Step (the heatmap's frame)"))
         elif panel == "types":  # head types over training
             _types_panel(frame, _overlay(frame), uniform)
-        else:  # the losses over training, the step marked
+        elif panel == "losses":  # the losses over training, the step marked
             _probe_panel(frame, info, _step(frame, "Step (marked on the losses)"))
+        else:  # the in-context-learning scores over training, against the run's stages
+            _icl_panel(frame)
 
 
 def _overlay(frame: RunFrame) -> _Overlay:
@@ -204,6 +210,13 @@ def _types_panel(frame: RunFrame, opts: _Overlay, uniform: dict[str, float]) -> 
         )
         charts.open_head_on_click(event, store, stat=name)
         st.caption(f"{STATS[name].label}: {STATS[name].doc}; uniform attention scores {uniform[name]:.3g}.")
+
+
+def _icl_panel(frame: RunFrame) -> None:
+    """The run's two in-context-learning scores over training, the stages of its primary basis shaded (`dashboard.icl`)."""
+    st.subheader("In-context learning over training")
+    basis = primary_basis(frame.store)
+    icl_panel(frame, stage_rows(frame.store), key="lenses_icl", shaded=f"read from: {basis_text(basis)}" if basis else "")
 
 
 def _probe_panel(frame: RunFrame, info, step: int) -> None:

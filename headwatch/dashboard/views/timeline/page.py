@@ -38,6 +38,7 @@ from headwatch.dashboard.data import StepAxis, loss_curve
 from headwatch.dashboard.figures import timeline as figs
 from headwatch.dashboard.frame import RunFrame
 from headwatch.dashboard.views.timeline import data, essential, heads
+from headwatch.dashboard.views.timeline.icl import timeline_icl_panel
 
 
 def main() -> None:
@@ -56,6 +57,9 @@ def main() -> None:
 
     # --- panel: the timeline ---
     timeline_panel(frame, axis, view)
+
+    # --- panel: the in-context-learning scores, against the same stages ---
+    timeline_icl_panel(frame, view.stages, view.basis)
 
     # --- panel: the stages ---
     stages_panel(view)
