@@ -9,22 +9,22 @@ checkpoint t on component j is ``U[t, j] S[j]`` (its coordinate along the j-th d
 the component explains ``S[j]^2 / sum(S^2)`` of the variance. The trajectory is the path of the scores.
 
 The path is read as Hoogland et al. read it. Its scores are first smoothed over checkpoints by a Gaussian filter
-(`scipy.ndimage.gaussian_filter1d`, standard deviation `SMOOTHING` checkpoints, the ends reflected as the nearest
-value): the path is parametrised by the checkpoint's index t, and the filter keeps the jitter of neighbouring
-checkpoints from turning it. On the smoothed path x(t), with derivatives by central differences over t
-(`numpy.gradient`): its speed ``|x'(t)|`` (nats per checkpoint, in the stored components); its turn over `WINDOW`
-checkpoints w, the angle between ``x(t) - x(t-w)`` and ``x(t+w) - x(t)``; in the plane of the first two components
-its curvature ``kappa = |x'y'' - y'x''| / (x'^2 + y'^2)^(3/2)`` and the centre of its osculating circle, the point plus
-the unit normal (towards the turn) over kappa (the centres trace the path's evolute).
+(`scipy.ndimage.gaussian_filter1d`, standard deviation `SMOOTHING` checkpoints, the ends held at the nearest value):
+the path is parametrised by the checkpoint's index t, and the filter keeps the jitter of neighbouring checkpoints from
+turning it. On the smoothed path x(t), with derivatives by central differences over t (`numpy.gradient`): its speed
+``|x'(t)|`` (nats per checkpoint, in the stored components); its turn, the angle between ``x(t) - x(a)`` and
+``x(b) - x(t)`` with a and b the checkpoints `ARC` of the path's length before and after t along it (a window in
+length, not in checkpoints, since a path that halts to turn covers little ground in a few checkpoints); in the plane
+of the first two components its curvature ``kappa = |x'y'' - y'x''| / (x'^2 + y'^2)^(3/2)`` and the centre of its
+osculating circle, the point plus the unit normal (towards the turn) over kappa (the centres trace its evolute).
 
-A cusp is where the path slows to a halt and turns back: a checkpoint whose speed is the least within w checkpoints
-(a minimum of the speed, away from the ends), where the turn exceeds `TURN_DEGREES` and the path is moving (the
-distance it travels over the 2w checkpoints around it is at least `MOVING` of the most it travels over any 2w: where it
-stalls late in training its jitter turns it every way). Each such minimum is a turn, reported with its angle, its
-speed and its travel; its verdict has a margin, so that no verdict sits on the rule's edge: ``cusp`` when the angle
-exceeds the limit by `MARGIN_DEGREES` and the travel `MOVING` by `MARGIN_MOVING`; ``near`` when it is within those
-margins of both limits without passing both by them; ``none`` otherwise. "No cusp" is said of a path only where no
-turn is a cusp or near one.
+A cusp is where the path slows to a halt and sets off in another direction: a checkpoint whose speed is the least
+within `WINDOW` checkpoints either side (a minimum of the speed, away from the ends; of minima closer than `ARC` of the
+path's length along it, the slowest) and where the path turns by more than `TURN_DEGREES`. Each such minimum is a turn, reported with its angle, its speed and the path's length on its
+shorter side; its verdict has a margin, so that no verdict sits on the rule's edge: ``cusp`` when the angle exceeds
+the limit by more than `MARGIN_DEGREES`, ``near`` when it is within that margin of the limit, ``none`` below it or
+where a side of the path is shorter than `ARC` of its length (the stalled end of training, whose jitter turns every
+way, is not read). "No cusp" is said of a path only where no turn is a cusp or near one.
 """
 
 from __future__ import annotations
@@ -46,10 +46,9 @@ TOKENS = 128  # tokens of the vocabulary whose log-probabilities are kept (all o
 COMPONENTS = 3  # principal components stored per checkpoint
 WINDOW = 2  # checkpoints on each side over which a turn is measured
 TURN_DEGREES = 90.0  # the turn beyond which a speed minimum is a cusp
-MOVING = 0.25  # a cusp's travel over 2w checkpoints is at least this fraction of the path's largest
+ARC = 0.05  # a turn is measured over this share of the path's length on either side
 SMOOTHING = 1.0  # the Gaussian filter's standard deviation, in checkpoints
 MARGIN_DEGREES = 15.0  # a verdict's margin on the angle
-MARGIN_MOVING = 0.1  # and on the travel
 Verdict = Literal["cusp", "near", "none"]
 
 
@@ -165,17 +164,45 @@ def turning_angles(scores: np.ndarray, *, window: int = WINDOW) -> np.ndarray:
     return out
 
 
+def arc_turns(path: np.ndarray, *, arc: float = ARC) -> tuple[np.ndarray, np.ndarray]:
+    """Per checkpoint t of a path ``(T, K)``, the angle in degrees between ``x(t) - x(a)`` and ``x(b) - x(t)``, where
+    a is the last checkpoint at least ``arc`` of the path's length before t (along the path) and b the first at least
+    as far after it; and the path's length on t's shorter side, as a share of its whole length. NaN angle where
+    either side is shorter than ``arc`` or a displacement is zero. A window in length along the path, not in
+    checkpoints: where the path slows to a halt, a window of a few checkpoints would see only the halt."""
+    x = np.asarray(path, dtype=np.float64)
+    n = len(x)
+    hops = np.linalg.norm(np.diff(x, axis=0), axis=1) if n > 1 else np.zeros(0)
+    length = np.concatenate([[0.0], np.cumsum(hops)])  # (T,) the length travelled to each checkpoint
+    total = float(length[-1]) if n else 0.0
+    angle = np.full(n, np.nan)
+    side = np.zeros(n)
+    if not total > 0:
+        return angle, side
+    side = np.minimum(length, total - length) / total
+    for t in range(n):
+        before = np.flatnonzero(length <= length[t] - arc * total)
+        after = np.flatnonzero(length >= length[t] + arc * total)
+        if not (len(before) and len(after)):
+            continue
+        u, v = x[t] - x[before[-1]], x[after[0]] - x[t]
+        nu, nv = np.linalg.norm(u), np.linalg.norm(v)
+        if nu > 0 and nv > 0:
+            angle[t] = np.degrees(np.arccos(np.clip(u @ v / (nu * nv), -1.0, 1.0)))
+    return angle, side
+
+
 @dataclass(frozen=True)
 class Turn:
     """A minimum of the smoothed path's speed (module docstring).
 
     Attributes:
         index: the checkpoint's position in the path.
-        angle: the turn there over w checkpoints, degrees.
+        angle: the turn there, degrees, over `ARC` of the path's length either side (`arc_turns`; NaN where a side
+            is shorter).
         speed: the smoothed path's speed there, nats per checkpoint.
-        travel: the distance the smoothed path travels over the 2w checkpoints around it, as a fraction of the most
-            it travels over any 2w.
-        verdict: ``cusp``, ``near`` (within the margins of the rule's edge) or ``none``.
+        travel: the path's length on the shorter side of it, as a share of its whole length.
+        verdict: ``cusp``, ``near`` (within the margin of the rule's edge) or ``none``.
     """
 
     index: int
@@ -191,33 +218,34 @@ def turns(
     sigma: float = SMOOTHING,
     window: int = WINDOW,
     turn: float = TURN_DEGREES,
-    moving: float = MOVING,
+    arc: float = ARC,
     margin_degrees: float = MARGIN_DEGREES,
-    margin_moving: float = MARGIN_MOVING,
 ) -> list[Turn]:
-    """Every minimum of the smoothed path's speed at least ``window`` checkpoints from either end, with its angle,
-    speed, travel and verdict (module docstring)."""
+    """Every minimum of the smoothed path's speed (the least within ``window`` checkpoints either side, away from the
+    ends; the slowest of those closer than ``arc`` of the path's length), with its angle, speed, travel and verdict
+    (module docstring)."""
     path = smoothed(scores, sigma=sigma)
     n = len(path)
     if n <= 2 * window:
         return []
     fast = speed(path)
-    angle = turning_angles(path, window=window)
-    hops = np.linalg.norm(np.diff(path, axis=0), axis=1)  # (T - 1,) the distance from checkpoint t to t + 1
-    travel = np.array([hops[max(t - window, 0) : t + window].sum() for t in range(n)])
-    most = float(travel[window : n - window].max())
+    angle, side = arc_turns(path, arc=arc)
+    hops = np.linalg.norm(np.diff(path, axis=0), axis=1)
+    length = np.concatenate([[0.0], np.cumsum(hops)])  # (T,) along the path
+    minima = [t for t in range(window, n - window) if fast[t] <= fast[t - window : t + window + 1].min()]
+    kept: list[int] = []
+    for t in sorted(minima, key=lambda t: fast[t]):  # the slowest first; one turn per `arc` of the path's length
+        if all(abs(length[t] - length[k]) >= arc * length[-1] for k in kept):
+            kept.append(t)
     out = []
-    for t in range(window, n - window):
-        if fast[t] > fast[t - window : t + window + 1].min() or not np.isfinite(angle[t]):
-            continue
-        share = float(travel[t] / most) if most > 0 else 0.0
-        if angle[t] > turn + margin_degrees and share >= moving + margin_moving:
+    for t in sorted(kept):
+        if np.isfinite(angle[t]) and angle[t] > turn + margin_degrees:
             verdict: Verdict = "cusp"
-        elif angle[t] > turn - margin_degrees and share >= moving - margin_moving:
+        elif np.isfinite(angle[t]) and angle[t] > turn - margin_degrees:
             verdict = "near"
         else:
             verdict = "none"
-        out.append(Turn(t, float(angle[t]), float(fast[t]), share, verdict))
+        out.append(Turn(t, float(angle[t]), float(fast[t]), float(side[t]), verdict))
     return out
 
 
@@ -249,7 +277,7 @@ def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store:
     for j in range(path.shape[1]):
         out[f"smooth{j + 1}"] = path[:, j]
     out["speed"] = speed(path)
-    out["turn"] = turning_angles(path)
+    out["turn"] = arc_turns(path)[0]
     plane_y = path[:, 1] if path.shape[1] > 1 else np.zeros(len(path))
     out["kappa"], out["centre_x"], out["centre_y"] = curvature(path[:, 0], plane_y)
     verdict = np.full(len(out), "", dtype=object)

@@ -83,10 +83,9 @@ class EssentialSample:
             "cusp_rule": (ed.__doc__ or "").split("\n\n")[-1].strip(),
             "window": ed.WINDOW,
             "turn_degrees": ed.TURN_DEGREES,
-            "moving": ed.MOVING,
+            "arc": ed.ARC,
             "smoothing_checkpoints": ed.SMOOTHING,
             "margin_degrees": ed.MARGIN_DEGREES,
-            "margin_moving": ed.MARGIN_MOVING,
         }
 
 
@@ -155,7 +154,7 @@ def trajectory_rows(steps: np.ndarray, outputs: np.ndarray) -> tuple[pa.Table, n
     """``essential.parquet`` from the outputs ``(T, D)`` of ``steps``: the scores, explained variance, turns (of the
     smoothed path) and cusps (`analysis.stages.essential.turns`); also the explained fractions and the cusps' steps."""
     scores, explained = ed.principal_components(outputs)
-    turn = ed.turning_angles(ed.smoothed(scores))
+    turn = ed.arc_turns(ed.smoothed(scores))[0]
     cusp = ed.cusps(scores)
     t, k = scores.shape
     rows = {
