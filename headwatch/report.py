@@ -405,9 +405,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                 f"; boundaries of several curves within {parameters.get('merge', 2)} checkpoint(s) are one boundary of the "
                 "run, at its best-supported member's step, named by the heads whose scores change most in the stage it "
                 "opens; a boundary could sit at the checkpoints where its cut raises chi2 by at most 1 over its best "
-                "place (profile likelihood)"
-                + (f"; the LLC is estimated on {llc_on}" if llc_on else "")
-                + "."
+                "place (profile likelihood)" + (f"; the LLC is estimated on {llc_on}" if llc_on else "") + "."
                 if primary == "run"
                 else "."
             )

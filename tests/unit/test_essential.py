@@ -181,7 +181,9 @@ def test_a_store_trajectory_is_read_by_the_rule(tmp_path) -> None:
     from headwatch.analysis.store import open_store
 
     store = open_store(Path(__file__).resolve().parents[2] / "data" / "induction-d256")
-    path, _ = ed.store_trajectory(store)
+    found = ed.store_trajectory(store)
+    assert found is not None
+    path, _ = found
     for column in ("smooth1", "smooth2", "speed", "turn", "kappa", "centre_x", "centre_y", "verdict", "cusp"):
         assert column in path
     scores = path[[c for c in path.columns if c.startswith("pc")]].to_numpy()

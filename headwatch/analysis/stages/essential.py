@@ -20,11 +20,12 @@ osculating circle, the point plus the unit normal (towards the turn) over kappa 
 
 A cusp is where the path slows to a halt and sets off in another direction: a checkpoint whose speed is the least
 within `WINDOW` checkpoints either side (a minimum of the speed, away from the ends; of minima closer than `ARC` of the
-path's length along it, the slowest) and where the path turns by more than `TURN_DEGREES`. Each such minimum is a turn, reported with its angle, its speed and the path's length on its
-shorter side; its verdict has a margin, so that no verdict sits on the rule's edge: ``cusp`` when the angle exceeds
-the limit by more than `MARGIN_DEGREES`, ``near`` when it is within that margin of the limit, ``none`` below it or
-where a side of the path is shorter than `ARC` of its length (the stalled end of training, whose jitter turns every
-way, is not read). "No cusp" is said of a path only where no turn is a cusp or near one.
+path's length along it, the slowest) and where the path turns by more than `TURN_DEGREES`. Each such minimum is a
+turn, reported with its angle, its speed and the path's length on its shorter side; its verdict has a margin, so
+that no verdict sits on the rule's edge: ``cusp`` when the angle exceeds the limit by more than `MARGIN_DEGREES`,
+``near`` when it is within that margin of the limit, ``none`` below it or where a side of the path is shorter than
+`ARC` of its length (the stalled end of training, whose jitter turns every way, is not read). "No cusp" is said of a
+path only where no turn is a cusp or near one.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ DEFAULT_RULE = StageRule()
 RUN_BASIS = "run"
 COUNT_PREFIX = "heads_"  # the basis of a count of heads holding a type: heads_induction
 NO_EVENT = "no head's score changes by a quarter of its scale"
+NO_EVENTS = (NO_EVENT, "no event coincides")  # what says a boundary names nothing, in stores made by this rule and earlier
 NAMED_HEADS = 6  # heads a name lists per type and direction (then "N more")
 NAMED_CHANGES = 2  # changes a boundary's name lists, the largest first
 CHANGE_FLOOR = 0.25  # a change names a boundary when it is at least this share of its score's scale

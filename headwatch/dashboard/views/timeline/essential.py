@@ -74,10 +74,14 @@ def turns_text(path: pd.DataFrame) -> str:
     if picked.empty:
         return "No cusp: no minimum of the speed comes within the margins of the rule."
     words = {"cusp": "cusp", "near": "near a cusp"}
-    return "Turns: " + "; ".join(
-        f"{words[str(r.verdict)]} at step {int(r.step):,} ({r.turn:.0f} degrees, speed {r.speed:.3g} nats per checkpoint)"
-        for r in picked.itertuples(index=False)
-    ) + "."
+    return (
+        "Turns: "
+        + "; ".join(
+            f"{words[str(r.verdict)]} at step {int(r.step):,} ({r.turn:.0f} degrees, speed {r.speed:.3g} nats per checkpoint)"
+            for r in picked.itertuples(index=False)
+        )
+        + "."
+    )
 
 
 def _forming_text(frame: RunFrame, path: pd.DataFrame) -> str:
