@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from headwatch.analysis.findings.events import stage_events, stage_rows
@@ -238,3 +242,126 @@ def test_a_shipped_run_shows_its_transition_on_the_timeline_and_in_the_report(st
     text = write_report(out, tmp_path / "report").read_text()
     where = f"{low:,}" if low == high else f"{low:,}–{high:,}"
     assert f"| {step:,}–" in text and boundary in text and f"| {where} |" in text
+
+
+# --- what names a boundary and what the stages read, where the store has the newer lenses' tables ---
+
+
+def _copy(store: str, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / store
+    shutil.copytree(SCHEDULED[0].parent / store, out)
+    return out
+
+
+def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: Path, monkeypatch) -> None:
+    """A store with ablation.parquet (the ablation lens's table, declared by its own module): a head whose loss
+    increase when ablated rises from 0.01 to 0.9 nats after step 1,300 names the boundary there beside the induction
+    scores' rise, each change in units of its scale (a type's threshold; the largest ablation effect); without the
+    declaration (or the table) the names are the types' alone."""
+    import sys
+    import types as modules
+
+    from headwatch.analysis.stages.run import ABLATION_EFFECTS, ablation_scores, boundary_name, type_scores
+    from headwatch.analysis.store.format import TableSpec, schema_of
+
+    out = _copy("induction-d128", tmp_path)
+    store = open_store(out)
+    assert ablation_scores(store) == []  # no table, no declaration
+    spec = TableSpec(
+        name="ablation",
+        file="ablation.parquet",
+        row="one row per (step, layer, head)",
+        about="test",
+        schema=schema_of(
+            {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "method": pa.string()}
+            | {c: pa.float64() for c in ABLATION_EFFECTS}
+        ),
+        docs={c: c for c in ("step", "layer", "head", "method", *ABLATION_EFFECTS)},
+        sort=("step", "layer", "head"),
+    )
+    module = modules.ModuleType("headwatch.analysis.store.lenses.ablation")
+    module.ABLATION = spec  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "headwatch.analysis.store.lenses.ablation", module)
+    steps = store.steps
+    grid = [(int(s), a, b) for s in steps for a in range(store.n_layers) for b in range(store.n_heads)]
+    effect = [0.9 if (s >= 1_400 and (a, b) == (1, 0)) else 0.01 for s, a, b in grid]
+    table = pa.table(
+        {
+            "step": pa.array([g[0] for g in grid], pa.int64()),
+            "layer": pa.array([g[1] for g in grid], pa.int32()),
+            "head": pa.array([g[2] for g in grid], pa.int32()),
+            "method": ["mean"] * len(grid),
+            "text_increase": effect,
+            "probe_increase": [0.0] * len(grid),
+        }
+    )
+    pq.write_table(table, out / "ablation.parquet")
+    scores = ablation_scores(open_store(out))
+    assert [s.label for s in scores] == ["ablation effects on the text"]
+    assert scores[0].scale == pytest.approx(0.9)
+    name = boundary_name(1_300, 1_500, type_scores(store) + scores)
+    # the induction rise (0.14 -> 0.85, 2.4 of its threshold) first, then the ablation effect (its whole range, 1 scale)
+    assert name == "induction scores rise in L1 H0, H5, H6: 0.19 -> 0.69; ablation effects on the text rise in L1 H0: 0.01 -> 0.9"
+
+
+def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path, monkeypatch) -> None:
+    """llc.parquet keyed by a distribution (the refined LLC under named data): the stages read the rows under the
+    run's training distribution and name it; the shipped stores, without the key, read their estimates, named as the
+    held-out text."""
+    import dataclasses
+
+    from headwatch.analysis.stages import run as stages_run
+    from headwatch.analysis.store.lenses import llc as llc_lens
+    from headwatch.precompute.lenses.stages import add_stages
+
+    shipped = open_store(SCHEDULED[0].parent / "induction-d128")
+    at, named = stages_run.llc_source(shipped)
+    assert at == {"layer": -1, "head": -1} and named.startswith(stages_run.HELD_OUT + " (held-out split")
+
+    out = _copy("induction-d128", tmp_path)
+    llc = pq.read_table(out / "llc.parquet")
+    training = llc.append_column("distribution", pa.array(["training"] * llc.num_rows))
+    held = llc.append_column("distribution", pa.array(["held-out"] * llc.num_rows))
+    whole = pc.and_(pc.equal(held["layer"], -1), pc.equal(held["head"], -1))
+    scaled = pc.if_else(whole, pc.multiply(held["llc"], 2.0), held["llc"])  # the held-out rows differ
+    held = held.set_column(held.schema.get_field_index("llc"), "llc", scaled)
+    pq.write_table(pa.concat_tables([training, held]), out / "llc.parquet")
+    (out / "llc_chains.parquet").unlink()
+    spec = dataclasses.replace(
+        llc_lens.LLC,
+        schema=llc_lens.LLC.schema.append(pa.field("distribution", pa.string())),
+        sort=(*llc_lens.LLC.sort, "distribution"),
+        docs=llc_lens.LLC.docs | {"distribution": "the data the estimate was made under"},
+    )
+    monkeypatch.setattr(llc_lens, "LLC", spec)
+    found = add_stages(out)
+    assert found.meta["llc"]["distribution"] == "the run's training distribution (training)"
+    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d128" / "llc.parquet").to_pandas().query("layer == -1")
+    expected = dict(zip(whole_model["step"], whole_model["llc"], strict=True))
+    np.testing.assert_allclose([s.start_value for s in found.llc], [expected[s.start_step] for s in found.llc])
+
+
+def test_a_boundarys_uncertainty_is_a_band_on_the_timeline() -> None:
+    from headwatch.dashboard.data import StepAxis
+    from headwatch.dashboard.figures.timeline import boundary_band, timeline
+
+    rows = pd.DataFrame(
+        {
+            "basis": ["run"] * 3,
+            "stage": [0, 1, 2],
+            "start_step": [0, 300, 700],
+            "end_step": [300, 700, 1000],
+            "trend": ["rising"] * 3,
+            "boundary": ["start of training", "a", "b"],
+            "low_step": [-1, 200, 700],
+            "high_step": [-1, 400, 700],
+        }
+    )
+    assert [boundary_band(r) for r in rows.itertuples(index=False)] == [None, (200, 400), None]
+    steps = np.arange(0, 1100, 100)
+    axis = StepAxis(x=steps.astype(float), steps=steps, dup_x=np.zeros(0), dup_text=(), title="step", log=False, range=(0, 1000))
+    names = [s.name for s in timeline(axis, None, "", rows, [], run="r", basis="run").layout.shapes]
+    assert names.count("stage 2 boundary uncertainty: steps 200 to 400") == 2  # the loss panel and the events' lanes
+    assert not any("stage 3 boundary uncertainty" in n for n in names)
