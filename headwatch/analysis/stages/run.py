@@ -1,19 +1,29 @@
-"""A run's developmental stages, read from every curve a store has and named by what forms (docs/stages.md).
+"""A run's developmental stages, read from every curve a store has and named by what changes across them
+(docs/stages.md).
 
 Each curve is cut into stages by the one rule of `analysis.stages` (a boundary where its trend or its rate changes
-by more than k standard errors): the whole-model LLC (llc.parquet; the chains' pooled standard error), the eval
-loss and the probe's copy loss (eval_loss.parquet; the jitter around their trend), and per head type the number
+by more than k standard errors): the whole-model LLC (llc.parquet; under the run's training distribution where the
+table keys its rows by one, else the stored estimates on the held-out text; the chains' pooled standard error), the
+eval loss and the probe's copy loss (eval_loss.parquet; the jitter around their trend), and per head type the number
 of heads holding it (head_types.parquet ``holds``; the jitter, floored at ``count_noise`` heads). The behavioural
 curves, the copy loss and the counts, are evidence beside the LLC (Hoogland et al. 2024 check the LLC's stages
-against behaviour).
+against behaviour). Each curve's boundary carries its likelihood ratio (how much better two lines meeting there fit
+than one) and its uncertainty, the checkpoints where its cut could sit with chi2 within 1 of its best place.
 
 The run's boundaries merge the curves' own: sorted by step, a boundary joins the group of the first one before it
 when it lies at most ``merge`` checkpoints after that group's first boundary (checkpoints of the union of the
-curves' steps); a group is one boundary of the run, at its earliest step, supported by the curves in it. It is
-named after the events it coincides with: the heads that form in the stage it opens, those whose emergence step
-(head_emergence.parquet) lies after it and no later than the next boundary (``induction heads form (L1 H0, L1 H5)``),
-or ``no event coincides``. The run's stages (basis ``run`` of stages.parquet, the one the views shade)
-lie between those boundaries.
+curves' steps). A group is one boundary of the run, at the step its boundaries agree on most (the summed likelihood
+ratio of those whose uncertainty holds it), with that boundary's uncertainty, supported by the curves in it: not at
+its earliest step, which on a thinned schedule is often a faint bend of one curve before the change. It is named by
+what changes across it, in the stage it opens (from it to the next boundary): per head score (each type's score in
+head_types.parquet; the loss increase when the head is ablated, where the store has ablation.parquet) and direction,
+the heads whose score changes most, with their mean score before and after (``induction scores rise in L1 H0, H1,
+H3, H4, H7: 0.072 -> 0.16``), where the largest change is at least a quarter of the score's scale (a type's
+threshold: a rise that stays under it counts; the largest ablation effect of the run); the two largest changes, in
+units of their scales, or ``no head's score changes by a quarter of its scale``. A head reaching a type is an event
+of its own (the Timeline's head-type lane), not a boundary's name. A boundary that one curve alone sees and across
+which no head's score changes is that curve's, not the run's, and is left out (the weakest first, the names read
+again). The run's stages (basis ``run`` of stages.parquet, the one the views shade) lie between those boundaries.
 """
 
 # The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` after
@@ -596,7 +606,10 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
         "behaviour": behaviour_meta,
         "run": {
             "trend_from": shaded,
-            "boundaries": [{"step": b.step, "forms": b.forms, "support": [vars(s) for s in b.support]} for b in boundaries],
+            "boundaries": [
+                {"step": b.step, "low": b.low, "high": b.high, "forms": b.forms, "support": [vars(s) for s in b.support]}
+                for b in boundaries
+            ],
         },
         "primary": primary,
         "notes": notes,

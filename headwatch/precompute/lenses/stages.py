@@ -7,7 +7,7 @@ and ``head_emergence.parquet``) by the rule of `analysis.stages.curve` and the m
 noise levels, the checkpoints used, the basis the dashboard shades). It needs no checkpoint: run it on an
 existing store with
 
-    python -m headwatch.precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5] [--merge 2] [--count-noise 0.5]
+    python -m headwatch.precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5] [--merge 1] [--count-noise 0.5]
 """
 
 from __future__ import annotations
