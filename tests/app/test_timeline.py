@@ -289,3 +289,18 @@ def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from
         assert "LLC's trend" not in caption
     else:
         assert "the run's stages take the LLC's trend" in caption and "loss's trend" not in caption
+        # the data the LLC was estimated on: the shipped stores hold it on the held-out text alone
+        assert "the LLC's trend, estimated on held-out text" in caption
+    assert "a darker band over the checkpoints where the boundary could sit" in caption
+
+
+def test_the_caption_names_the_llc_distribution_the_stages_read() -> None:
+    """meta.json stages.llc.distribution, where the stages record it (the refined LLC under named data), is what the
+    Timeline's caption says the LLC was estimated on; a store whose stages do not record it reads the held-out text."""
+    from headwatch.dashboard.views.timeline.data import run_trend
+
+    assert run_trend("llc", "the run's training distribution (training)").endswith(
+        "estimated on the run's training distribution (training)"
+    )
+    assert run_trend("llc", None).endswith("estimated on held-out text")
+    assert "estimated on" not in run_trend("loss", "x")
