@@ -24,6 +24,11 @@ read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced
    changes all stay within k standard errors is one stage: noise makes no boundary (at most a few
    percent of noise-only curves get one, measured in tests/unit/test_run_stages.py).
 
+4. A boundary's support and uncertainty. The cut at c between the stretches [a, c] and [c, b] carries its
+   likelihood ratio, ``(RSS(a..b) - RSS(a..c) - RSS(c..b)) / sigma^2``, and the checkpoints where it could sit: with
+   a and b held, every c' between them whose two lines fit with chi2 at most `INTERVAL_CHI2` (1) above the best
+   (a profile-likelihood interval of about one standard error; `boundary_evidence`).
+
 ``sigma`` for the LLC is the pooled standard error of an estimate: the root mean square over the
 estimated checkpoints of ``sd_c / sqrt(C)``, ``sd_c`` the sample standard deviation of the C chains'
 estimates (from llc_chains.parquet, or llc.parquet's population ``llc_std`` times
