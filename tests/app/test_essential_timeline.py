@@ -232,3 +232,21 @@ def test_the_navigation_names_the_essential_dynamics_under_the_timeline(app_env)
     at = open_page(None)
     assert not at.exception
     assert any("essential dynamics" in m.value and "principal components" in m.value for m in at.markdown)
+
+
+def test_the_caption_lists_each_turn_with_its_verdict() -> None:
+    """The caption's turns (`views.timeline.essential.turns_text`), against the rule read here: every cusp and near one
+    with its step, angle and speed; "No cusp" only where no turn is either."""
+    import pandas as pd
+
+    from headwatch.dashboard.views.timeline.essential import turns_text
+
+    path = pd.DataFrame(
+        {"step": [0, 10, 20, 30], "turn": [np.nan, 123.4, 88.0, 40.0], "speed": [1.0, 0.5, 0.25, 2.0]}
+        | {"verdict": ["", "cusp", "near", "none"]}
+    )
+    assert turns_text(path) == (
+        "Turns: cusp at step 10 (123 degrees, speed 0.5 nats per checkpoint); near a cusp at step 20 (88 degrees, "
+        "speed 0.25 nats per checkpoint)."
+    )
+    assert turns_text(path.assign(verdict=["", "none", "none", "none"])).startswith("No cusp")

@@ -72,7 +72,7 @@ def turns_text(path: pd.DataFrame) -> str:
         return ""
     picked = path[path["verdict"].isin(["cusp", "near"])]
     if picked.empty:
-        return "No cusp: no minimum of the speed comes within the margins of the rule."
+        return "No cusp: no minimum of the speed turns to within the margin of the rule's angle."
     words = {"cusp": "cusp", "near": "near a cusp"}
     return (
         "Turns: "
