@@ -297,6 +297,14 @@ def _table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _uncertainty(row) -> str:
+    """Where a stage's opening boundary could sit (stages.parquet ``low_step``..``high_step``), in words."""
+    low, high = int(row.low_step), int(row.high_step)
+    if int(row.stage) == 0 or low < 0:
+        return "–"
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
 def _stage_table(stages: pd.DataFrame, basis: str) -> str:
     if basis == "run":
         return _table(
@@ -304,7 +312,8 @@ def _stage_table(stages: pd.DataFrame, basis: str) -> str:
                 {
                     "stage": [f"S{s + 1}" for s in stages["stage"]],
                     "steps": [f"{a:,}–{b:,}" for a, b in zip(stages["start_step"], stages["end_step"], strict=True)],
-                    "begins with: what forms in it": stages["boundary"],
+                    "begins with: what changes across it": stages["boundary"],
+                    "boundary could sit at (steps)": [_uncertainty(r) for r in stages.itertuples(index=False)],
                     "supported by (curve boundary, step)": [s or "–" for s in stages["support"]],
                     "loss change (nats/token)": [f"{v:+.3f}" if np.isfinite(v) else "–" for v in stages["loss_change"]],
                 }
@@ -497,6 +506,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         )
     else:
         parameters = recorded.get("parameters", {})
+        llc_on = (recorded.get("llc") or {}).get("distribution") if (recorded.get("llc") or {}).get("present") else None
         what = {
             "run": "every curve's boundaries merged (the whole-model LLC, the loss, the probe's copy loss, the number of "
             "heads of each type)",
@@ -507,8 +517,10 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
             f"Read from {what.get(primary or '', 'no curve')} (docs/stages.md): a curve's boundary is where its trend or "
             f"its rate changes by more than {parameters.get('k', 3):g} standard errors, on a log10(1 + step) axis"
             + (
-                f"; boundaries of several curves within {parameters.get('merge', 2)} checkpoints are one boundary of the "
-                "run, named after the heads that form in the stage it opens."
+                f"; boundaries of several curves within {parameters.get('merge', 2)} checkpoint(s) are one boundary of the "
+                "run, at its best-supported member's step, named by the heads whose scores change most in the stage it "
+                "opens; a boundary could sit at the checkpoints where its cut raises chi2 by at most 1 over its best "
+                "place (profile likelihood)" + (f"; the LLC is estimated on {llc_on}" if llc_on else "") + "."
                 if primary == "run"
                 else "."
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from headwatch.analysis.findings.events import Event, basis_text, key_events
-from headwatch.analysis.stages.run import NO_EVENT
+from headwatch.analysis.stages.run import NO_EVENTS
 from headwatch.analysis.store import Meta, Store
 from headwatch.families.registry import folded_note
 
@@ -79,7 +79,7 @@ def timeline_card_lines(stages, events: list[Event], *, basis: str | None) -> li
         if basis == "run":  # the run's stages say what forms in them, not a trend of one curve
             parts = [
                 f"S{int(r.stage) + 1} {int(r.start_step):,}–{int(r.end_step):,}"
-                + (f" ({r.boundary})" if r.stage > 0 and r.boundary != NO_EVENT else "")
+                + (f" ({r.boundary})" if r.stage > 0 and r.boundary not in NO_EVENTS else "")
                 for r in stages.itertuples(index=False)
             ]
         else:

@@ -152,7 +152,7 @@ def _path_from_files(store_path: Path) -> pd.DataFrame:
 
 
 def test_the_path_shows_its_direction_its_steps_and_a_last_stage_unlike_the_first(tmp_path: Path, monkeypatch) -> None:
-    """induction-d128 has 11 stages: the palette of ten gave S1 and S11 one blue, and the path had no direction or
+    """induction-d128 has more than 10 stages: the palette of ten gave S1 and S11 one blue, and the path had no direction or
     step to read. Each arrow lies on one segment of the path (essential.parquet) and points from its earlier
     checkpoint to its later one; the first and last checkpoints are labelled start and end with their steps."""
     serve_only(INDUCTION, tmp_path, monkeypatch)
@@ -175,10 +175,10 @@ def test_the_path_shows_its_direction_its_steps_and_a_last_stage_unlike_the_firs
     assert labels[f"end: step {int(steps[-1]):,}"] == pytest.approx((x[-1], y[-1]))
     assert len(labels) >= 3  # and at least one checkpoint between, with its step
     stages = shaded_stages(INDUCTION)
-    assert len(stages) == 11
-    markers = [t for t in fig["data"] if t.get("mode") == "markers" and not t.get("name", "").startswith("cusp")]
+    assert len(stages) > 10  # more stages than colours
+    markers = [t for t in fig["data"] if t.get("mode") == "markers" and not t.get("name", "").startswith(("cusp", "near"))]
     looks = [(t["marker"]["color"], t["marker"].get("symbol", "circle")) for t in markers]
-    assert len(set(looks)) == len(looks) == 11, looks  # every stage its own look, the first and the last among them
+    assert len(set(looks)) == len(looks) == len(stages), looks  # every stage its own look, the first and the last too
 
 
 def test_the_caption_says_why_a_turn_matters_and_how_much_of_pc1_moves_while_heads_form(tmp_path, monkeypatch) -> None:
@@ -232,3 +232,21 @@ def test_the_navigation_names_the_essential_dynamics_under_the_timeline(app_env)
     at = open_page(None)
     assert not at.exception
     assert any("essential dynamics" in m.value and "principal components" in m.value for m in at.markdown)
+
+
+def test_the_caption_lists_each_turn_with_its_verdict() -> None:
+    """The caption's turns (`views.timeline.essential.turns_text`), against the rule read here: every cusp and near one
+    with its step, angle and speed; "No cusp" only where no turn is either."""
+    import pandas as pd
+
+    from headwatch.dashboard.views.timeline.essential import turns_text
+
+    path = pd.DataFrame(
+        {"step": [0, 10, 20, 30], "turn": [np.nan, 123.4, 88.0, 40.0], "speed": [1.0, 0.5, 0.25, 2.0]}
+        | {"verdict": ["", "cusp", "near", "none"]}
+    )
+    assert turns_text(path) == (
+        "Turns: cusp at step 10 (123 degrees, speed 0.5 nats per checkpoint); near a cusp at step 20 (88 degrees, "
+        "speed 0.25 nats per checkpoint)."
+    )
+    assert turns_text(path.assign(verdict=["", "none", "none", "none"])).startswith("No cusp")

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headwatch.analysis.stages.run import NO_EVENTS
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
@@ -133,11 +134,11 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     assert recorded is not None and recorded["primary"] == "run"  # the run's stages: each named by what forms in it
     line = " · ".join(
         f"S{r.stage + 1} {r.start_step:,}–{r.end_step:,}"
-        + (f" ({r.boundary})" if r.stage and r.boundary != "no event coincides" else "")
+        + (f" ({r.boundary})" if r.stage and r.boundary not in NO_EVENTS else "")
         for r in llc.itertuples(index=False)
     )
     assert f"**Stages** (every curve, merged): {line}" in text
-    assert "previous-token heads form (L4 H3" in line
+    assert "previous-token heads form (L4 H3" in line or "previous-token scores rise in " in line
     assert "step 64: first previous-token head: L0 H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
     assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
@@ -288,3 +289,18 @@ def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from
         assert "LLC's trend" not in caption
     else:
         assert "the run's stages take the LLC's trend" in caption and "loss's trend" not in caption
+        # the data the LLC was estimated on: the shipped stores hold it on the held-out text alone
+        assert "the LLC's trend, estimated on held-out text" in caption
+    assert "a darker band over the checkpoints where the boundary could sit" in caption
+
+
+def test_the_caption_names_the_llc_distribution_the_stages_read() -> None:
+    """meta.json stages.llc.distribution, where the stages record it (the refined LLC under named data), is what the
+    Timeline's caption says the LLC was estimated on; a store whose stages do not record it reads the held-out text."""
+    from headwatch.dashboard.views.timeline.data import run_trend
+
+    assert run_trend("llc", "the run's training distribution (training)").endswith(
+        "estimated on the run's training distribution (training)"
+    )
+    assert run_trend("llc", None).endswith("estimated on held-out text")
+    assert "estimated on" not in run_trend("loss", "x")

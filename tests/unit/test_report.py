@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.synthetic_store import write_synthetic_store
+from headwatch.analysis.store import open_store
+from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE
 from headwatch.cli import main
 from tests.app.test_timeline import write_emergence
@@ -33,10 +35,13 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
     _svgs_parse(tmp_path / "out", ["timeline.svg"])
     assert "](timeline.svg)" in text
     assert not (tmp_path / "out" / "llc.svg").exists()  # the plain-text runs ship no refined LLC (since 2026-11-26)
-    stages = pd.read_parquet(store / "stages.parquet")
+    stages = open_store(store).frame(STAGES)
+    assert stages is not None
     for r in stages.itertuples(index=False):  # every stage of every basis, with its steps and trend or support
         if r.basis == "run":
-            assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.boundary} | {r.support or '–'} |" in text
+            low, high = int(r.low_step), int(r.high_step)
+            where = "–" if r.stage == 0 or low < 0 else (f"{low:,}" if low == high else f"{low:,}–{high:,}")
+            assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.boundary} | {where} | {r.support or '–'} |" in text
         else:
             assert f"| S{r.stage + 1} | {r.start_step:,}–{r.end_step:,} | {r.trend} | {r.boundary} |" in text
     assert "No head reaches the induction threshold (threshold 0.3): the highest induction score is 0.05 (L1 H1)." in text
@@ -46,9 +51,11 @@ def test_report_on_a_shipped_store_names_its_stages_events_and_head_types(tmp_pa
     assert "## Which heads formed when\n\n- **Previous-token heads** form at step 64: L0 H3 first." in text
     assert "- **No induction head** holds its type at the end of training (highest induction score 0.05, L1 H1 at step" in text
     assert "`weights?run=run&role=" in text and "| MP departure |" in text
-    # the run's boundaries, named by what forms and supported by the curves' own
-    assert "| 64 | stage boundary | stage 4 begins: previous-token heads form (L4 H3, " in text
-    assert "supported by number of previous-token heads starts rising (step 64); loss drop begins (step 64)" in text
+    # the run's boundary at step 64, where the previous-token heads form, as an event with the curves that support it
+    at64 = stages[(stages["basis"] == "run") & (stages["start_step"] == 64)].iloc[0]
+    assert f"| 64 | stage boundary | stage {at64.stage + 1} begins: {at64.boundary} |" in text
+    assert "previous-token" in at64.boundary
+    assert f"supported by {at64.support}" in text and "number of previous-token heads starts rising (step 64)" in at64.support
 
 
 def test_report_on_a_small_store_without_stages_or_llc(tmp_path: Path) -> None:

@@ -7,15 +7,29 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from headwatch.analysis.findings.events import stage_events, stage_rows
 from headwatch.analysis.stages.curve import Stage, StageRule, llc_stages, loss_stages
-from headwatch.analysis.stages.run import NO_EVENT, Support, count_stages, merge_boundaries, name_boundary, run_stages_from
+from headwatch.analysis.stages.run import (
+    NO_EVENT,
+    HeadScores,
+    Support,
+    best_supported,
+    boundary_name,
+    count_stages,
+    merge_boundaries,
+    name_boundary,
+    name_changes,
+    run_stages_from,
+)
 from headwatch.analysis.store import open_store
+from tests.unit.test_stage_schedules import SHIPPED as SCHEDULED
+from tests.unit.test_stage_schedules import recomputed, transitions
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "data"
 # A log-spaced schedule like the reference run's: 0, 1, 2, 4, ..., 512, then every 64 to 4096.
 STEPS = np.array([0] + [2**i for i in range(10)] + list(range(576, 4097, 64)))
 U = np.log10(1 + STEPS)
@@ -83,35 +97,77 @@ def test_a_count_of_heads_starts_and_stops_rising_but_one_head_is_noise() -> Non
     assert len(count_stages(steps, one, basis="heads_induction")[0]) == 1
 
 
-def _stage(index: int, step: int, kind: str) -> Stage:
-    return Stage(index, step, step + 1, "rising", 0.0, 0.0, 0.0, 1.0, kind)
+def _stage(index: int, step: int, kind: str, evidence: float = float("nan"), low: int = -1, high: int = -1) -> Stage:
+    return Stage(index, step, step + 1, "rising", 0.0, 0.0, 0.0, 1.0, kind, evidence, low, high)
 
 
-def test_boundaries_within_two_checkpoints_are_one_listing_its_curves() -> None:
+def test_boundaries_within_one_checkpoint_are_one_listing_its_curves() -> None:
     grid = np.arange(0, 1000, 100)
     stages = {
         "llc": [_stage(0, 0, "start"), _stage(1, 400, "LLC accelerates")],
         "copy_loss": [_stage(0, 0, "start"), _stage(1, 300, "copy loss drop speeds up"), _stage(2, 800, "copy loss drop slows")],
         "heads_induction": [_stage(0, 0, "start"), _stage(1, 500, "number of induction heads starts rising")],
     }
-    groups = merge_boundaries(stages, grid, merge=2)
+    groups = merge_boundaries(stages, grid, merge=1)
     assert [[(s.basis, s.step) for s in g] for g in groups] == [
-        [("copy_loss", 300), ("llc", 400), ("heads_induction", 500)],
+        [("copy_loss", 300), ("llc", 400)],
+        [("heads_induction", 500)],
         [("copy_loss", 800)],
     ]
-    # three checkpoints apart: two boundaries; with merge=0 every step its own
-    assert (
-        len(
-            merge_boundaries(
-                {"a": [_stage(0, 0, ""), _stage(1, 300, "x")], "b": [_stage(0, 0, ""), _stage(1, 600, "y")]}, grid, merge=2
-            )
-        )
-        == 2
-    )
+    assert len(merge_boundaries(stages, grid, merge=2)) == 2
     assert len(merge_boundaries(stages, grid, merge=0)) == 4
 
 
-def test_a_boundary_is_named_after_the_heads_that_form_in_the_stage_it_opens() -> None:
+def test_a_merged_group_keeps_its_best_supported_boundary_not_the_earliest() -> None:
+    """A faint bend of the loss one checkpoint before the copy loss's strong one, which the count of heads places at
+    the same checkpoint: the group stands at the copy loss's step, with its uncertainty; the earliest would be the
+    loss's. Between two boundaries alone, the larger likelihood ratio wins."""
+    group = (
+        Support("loss", "loss drop slows", 300, 12.0, 300, 300),
+        Support("copy_loss", "copy loss drop speeds up", 400, 90.0, 400, 500),
+        Support("heads_induction", "number of induction heads starts rising", 500, 20.0, 400, 500),
+    )
+    assert best_supported(group).step == 400  # 400 is held by 90 + 20, 500 by 90 + 20 too: ties to the larger own ratio
+    assert best_supported(group[:1] + group[2:]).step == 500
+    assert best_supported((Support("a", "x", 300, 5.0, 300, 300), Support("b", "y", 400, 50.0, 400, 400))).step == 400
+    grid = np.arange(0, 1000, 100)
+    stages = {
+        "loss": [_stage(0, 0, "start"), _stage(1, 300, "loss drop slows", 12.0, 300, 300)],
+        "copy_loss": [_stage(0, 0, "start"), _stage(1, 400, "copy loss drop speeds up", 90.0, 400, 500)],
+    }
+    steps = grid[:8]
+    curves = {b: (steps, np.arange(8.0), rows) for b, rows in stages.items()}
+    _, boundaries = run_stages_from(curves, [], StageRule(), primary="loss")
+    assert [(b.step, b.low, b.high, b.first, b.last) for b in boundaries] == [(400, 400, 500, 300, 400)]
+
+
+def _scores(values: np.ndarray, steps: np.ndarray, label: str = "induction scores", scale: float = 0.3) -> HeadScores:
+    return HeadScores(label, steps, values, scale)
+
+
+def test_a_boundary_is_named_by_what_changes_across_it() -> None:
+    """Five layer-1 heads whose induction scores rise from 0.03 to 0.18 in the stage a boundary opens, under the
+    threshold of 0.3, and one previous-token head that rises by 0.05 (under a quarter of its threshold): the name gives
+    the induction rise with its heads and their mean scores before and after; a stage where nothing moves says so."""
+    steps = np.array([0, 100, 200, 300])
+    induction = np.full((4, 2, 8), 0.02)
+    rising = [0, 1, 3, 4, 7]
+    induction[2:, 1, rising] = 0.03
+    induction[3, 1, rising] = 0.18
+    previous = np.full((4, 2, 8), 0.1)
+    previous[3, 0, 2] = 0.15
+    scores = [_scores(induction, steps), _scores(previous, steps, "previous-token scores")]
+    assert boundary_name(200, 300, scores) == "induction scores rise in L1 H0, H1, H3, H4, H7: 0.03 -> 0.18"
+    assert boundary_name(0, 100, scores) == NO_EVENT
+    parts = name_changes(100, 300, scores)
+    assert len(parts) == 1 and parts[0][0] == pytest.approx((0.18 - 0.02) / 0.3)
+    # a head losing its type is a fall, named as such; the larger change (in units of its scale) comes first
+    induction[3, 0, 5] = -0.5 + 0.02
+    first, second = name_changes(200, 300, [_scores(induction, steps)])
+    assert first[1] == "induction scores fall in L0 H5: 0.02 -> -0.48" and second[1].startswith("induction scores rise")
+
+
+def test_a_head_reaching_a_type_stays_an_event_of_its_own() -> None:
     emergence = [
         ("previous_token", 0, 5, 1250),
         ("induction", 1, 6, 1400),
@@ -127,99 +183,185 @@ def test_a_boundary_is_named_after_the_heads_that_form_in_the_stage_it_opens() -
 
 
 def test_the_run_stages_lie_between_the_merged_boundaries_with_their_names() -> None:
-    steps = np.array([0, 100, 200, 300, 400, 500, 600])
-    llc = [_stage(0, 0, "start of training"), _stage(1, 300, "LLC accelerates")]
-    copy = [_stage(0, 0, "start of training"), _stage(1, 200, "copy loss drop begins")]
-    curves = {"llc": (steps, np.arange(7.0), llc), "copy_loss": (steps, np.zeros(7), copy)}
-    run, boundaries = run_stages_from(curves, [("induction", 1, 2, 300)], StageRule(), primary="llc")
-    assert [(s.start_step, s.end_step) for s in run] == [(0, 200), (200, 600)]
-    assert run[1].boundary == "induction heads form (L1 H2)" and boundaries[0].support == (
-        Support("copy_loss", "copy loss drop begins", 200),
-        Support("llc", "LLC accelerates", 300),
-    )
-    assert run[1].start_value == 2.0 and run[1].end_value == 6.0
-
-
-# --- the shipped stores: the done-when of the issue "Stages that find the transitions" ---
-
-
-def _copy_loss_window(store_path: Path) -> tuple[int, int]:
-    """The checkpoints, one either side, of the window in which the probe's copy loss falls from 90% to 10% of its
-    drop (from its highest value before its lowest to its lowest), from eval_loss.parquet alone."""
-    frame = pd.read_parquet(store_path / "eval_loss.parquet").sort_values("step")
-    steps, copy = frame["step"].to_numpy(), frame["probe_copy_loss"].to_numpy()
-    low = int(np.argmin(copy))
-    high = int(np.argmax(copy[: low + 1]))
-    top, bottom = copy[high], copy[low]
-    start = high + int(np.argmax(copy[high:] <= bottom + 0.9 * (top - bottom)))
-    end = start + int(np.argmax(copy[start:] <= bottom + 0.1 * (top - bottom)))
-    return int(steps[max(start - 1, 0)]), int(steps[min(end + 1, len(steps) - 1)])
-
-
-def _count_window(store_path: Path, kind: str) -> tuple[int, int]:
-    """The checkpoints, one either side, of the window in which the number of heads holding ``kind`` rises from 10%
-    to 90% of its last value (head_types.parquet ``holds``)."""
-    types = pd.read_parquet(store_path / "head_types.parquet")
-    steps = np.sort(types["step"].unique())
-    count = types[types["holds"] & (types["type"] == kind)].groupby("step").size().reindex(steps, fill_value=0).to_numpy()
-    start = int(np.argmax(count >= 0.1 * count[-1]))
-    end = int(np.argmax(count >= 0.9 * count[-1]))
-    return int(steps[max(start - 1, 0)]), int(steps[min(end + 1, len(steps) - 1)])
-
-
-def _forming(store_path: Path) -> tuple[str, tuple[int, int]] | None:
-    """What the done-when asks of a shipped run: induction heads where one forms, else previous-token heads on the
-    plain-text runs; None for a run with neither (induction-d64)."""
-    emergence = pd.read_parquet(store_path / "head_emergence.parquet")
-    formed = set(emergence.loc[emergence["emergence_step"].notna(), "type"])
-    if "induction" in formed:
-        return "induction heads form (", _copy_loss_window(store_path)
-    if store_path.name.startswith("shakespeare"):
-        return "previous-token heads form (", _count_window(store_path, "previous_token")
-    return None
-
-
-SHIPPED = sorted(p for p in DATA.iterdir() if (p / "meta.json").exists() and _forming(p) is not None)
-
-
-def test_the_runs_checked_are_those_where_heads_form() -> None:
-    """The runs the done-when names: four where an induction head forms (d64 forms none), the two plain-text runs."""
-    assert [p.name for p in SHIPPED] == [
-        "induction-d128",
-        "induction-d128-seed2",
-        "induction-d256",
-        "induction-d512",
-        "shakespeare-pythia-6x8",
-        "shakespeare-pythia-6x8-seed2",
+    """Two curves' boundaries two checkpoints apart stay two boundaries; one curve's bend across which no head's score
+    changes is that curve's, not the run's; the run's stages lie between the others, named by the change."""
+    steps = np.array([0, 100, 200, 300, 400, 500, 600, 700, 800])
+    llc = [_stage(0, 0, "start of training"), _stage(1, 400, "LLC accelerates", 30.0, 400, 400)]
+    copy = [_stage(0, 0, "start of training"), _stage(1, 200, "copy loss drop begins", 40.0, 100, 200)]
+    loss = [_stage(0, 0, "start of training"), _stage(1, 600, "loss drop slows", 50.0, 600, 600)]
+    curves = {"llc": (steps, np.arange(9.0), llc), "copy_loss": (steps, np.zeros(9), copy), "loss": (steps, np.zeros(9), loss)}
+    induction = np.zeros((9, 2, 4))
+    induction[3:, 1, 2] = 0.4  # rises between steps 200 and 300
+    previous = np.zeros((9, 2, 4))
+    previous[5:, 0, 1] = 0.5  # rises between steps 400 and 500
+    scores = [_scores(induction, steps), _scores(previous, steps, "previous-token scores")]
+    run, boundaries = run_stages_from(curves, scores, StageRule(), primary="llc")
+    assert [(s.start_step, s.end_step) for s in run] == [(0, 200), (200, 400), (400, 800)]
+    assert run[1].boundary == "induction scores rise in L1 H2: 0 -> 0.4"
+    assert run[2].boundary == "previous-token scores rise in L0 H1: 0 -> 0.5"
+    assert [b.support for b in boundaries] == [
+        (Support("copy_loss", "copy loss drop begins", 200, 40.0, 100, 200),),
+        (Support("llc", "LLC accelerates", 400, 30.0, 400, 400),),
     ]
+    assert (boundaries[0].low, boundaries[0].high) == (100, 200)
+    assert run[1].start_value == 2.0 and run[1].end_value == 4.0
+
+
+# --- the shipped stores, their stages made again from their own tables (tests/unit/test_stage_schedules.py) ---
+
+SHIPPED = [p for p in SCHEDULED if transitions(p)]
 
 
 @pytest.mark.parametrize("store_path", SHIPPED, ids=[p.name for p in SHIPPED])
-def test_a_shipped_run_shows_a_boundary_where_its_heads_form(store_path: Path, tmp_path: Path) -> None:
-    """On every shipped run where an induction head forms, a boundary of the run inside the window where the probe's
-    copy loss falls from 90% to 10% of its drop (one checkpoint either side), named after the induction heads; on the
-    plain-text runs, one inside the window where their previous-token heads form. The Timeline (its events and its
-    figure's boundary lines) and `headwatch report` both show it."""
+def test_a_shipped_run_shows_its_transition_on_the_timeline_and_in_the_report(store_path: Path, tmp_path: Path) -> None:
+    """On every shipped run with a transition to check (tests/unit/test_stage_schedules.py), its stages made again
+    from its own tables: the boundary named by the transition's rise nearest to it is an event of the Timeline, drawn
+    as a dotted line (with its uncertainty band where it spans more than one checkpoint), and a row of
+    `headwatch report`'s table with the checkpoints it could sit at."""
     from headwatch.dashboard.data import step_axis
     from headwatch.dashboard.figures.timeline import timeline
     from headwatch.report import write_report
 
-    asked = _forming(store_path)
-    assert asked is not None
-    name, (lo, hi) = asked
-    store = open_store(store_path)
+    out = recomputed(store_path, "full", tmp_path)
+    store = open_store(out)
     assert store.meta.stages is not None and store.meta.stages["primary"] == "run"
     rows = stage_rows(store)
     assert rows is not None
-    hits = rows[(rows["stage"] > 0) & rows["start_step"].between(lo, hi) & rows["boundary"].str.contains(name, regex=False)]
-    assert len(hits), f"no boundary named {name!r} in steps {lo}..{hi}: {rows[['start_step', 'boundary']].to_string()}"
-    step, boundary = int(hits["start_step"].iloc[0]), str(hits["boundary"].iloc[0])
+    ((name, reference),) = transitions(out).items()
+    named = rows[(rows["stage"] > 0) & rows["boundary"].str.startswith(name)]
+    hit = named.iloc[int(np.argmin(np.abs(named["start_step"].to_numpy() - reference)))]
+    step, boundary = int(hit["start_step"]), str(hit["boundary"])
     assert any(e.step == step and boundary in e.label for e in stage_events(store))
     axis = step_axis(store, scale="log")
     figure = timeline(axis, None, "", rows, stage_events(store), run=store_path.name, basis="run")
-    assert any(
-        s.name == f"stage {int(hits['stage'].iloc[0]) + 1} begins: {boundary}" and s.x0 == axis.at(step)
-        for s in figure.layout.shapes
+    names = [s.name for s in figure.layout.shapes]
+    assert f"stage {int(hit['stage']) + 1} begins: {boundary}" in names
+    low, high = int(hit["low_step"]), int(hit["high_step"])
+    band = f"stage {int(hit['stage']) + 1} boundary uncertainty: steps {low:,} to {high:,}"
+    assert (band in names) == (high > low)
+    text = write_report(out, tmp_path / "report").read_text()
+    where = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    assert f"| {step:,}–" in text and boundary in text and f"| {where} |" in text
+
+
+# --- what names a boundary and what the stages read, where the store has the newer lenses' tables ---
+
+
+def _copy(store: str, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / store
+    shutil.copytree(SCHEDULED[0].parent / store, out)
+    return out
+
+
+def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: Path, monkeypatch) -> None:
+    """A store with ablation.parquet (the ablation lens's table, declared by its own module): a head whose loss
+    increase when ablated rises from 0.01 to 0.9 nats after step 1,300 names the boundary there beside the induction
+    scores' rise, each change in units of its scale (a type's threshold; the largest ablation effect); without the
+    declaration (or the table) the names are the types' alone."""
+    import sys
+    import types as modules
+
+    from headwatch.analysis.stages.run import ABLATION_EFFECTS, ablation_scores, boundary_name, type_scores
+    from headwatch.analysis.store.format import TableSpec, schema_of
+
+    out = _copy("induction-d128", tmp_path)
+    store = open_store(out)
+    assert ablation_scores(store) == []  # no table, no declaration
+    spec = TableSpec(
+        name="ablation",
+        file="ablation.parquet",
+        row="one row per (step, layer, head)",
+        about="test",
+        schema=schema_of(
+            {"step": pa.int64(), "layer": pa.int32(), "head": pa.int32(), "method": pa.string()}
+            | {c: pa.float64() for c in ABLATION_EFFECTS}
+        ),
+        docs={c: c for c in ("step", "layer", "head", "method", *ABLATION_EFFECTS)},
+        sort=("step", "layer", "head"),
     )
-    text = write_report(store_path, tmp_path / "out").read_text()
-    assert f"| {step:,}–" in text and boundary in text
+    module = modules.ModuleType("headwatch.analysis.store.lenses.ablation")
+    module.ABLATION = spec  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "headwatch.analysis.store.lenses.ablation", module)
+    steps = store.steps
+    grid = [(int(s), a, b) for s in steps for a in range(store.n_layers) for b in range(store.n_heads)]
+    effect = [0.9 if (s >= 1_400 and (a, b) == (1, 0)) else 0.01 for s, a, b in grid]
+    table = pa.table(
+        {
+            "step": pa.array([g[0] for g in grid], pa.int64()),
+            "layer": pa.array([g[1] for g in grid], pa.int32()),
+            "head": pa.array([g[2] for g in grid], pa.int32()),
+            "method": ["mean"] * len(grid),
+            "text_increase": effect,
+            "probe_increase": [0.0] * len(grid),
+        }
+    )
+    pq.write_table(table, out / "ablation.parquet")
+    scores = ablation_scores(open_store(out))
+    assert [s.label for s in scores] == ["ablation effects on the text"]
+    assert scores[0].scale == pytest.approx(0.9)
+    name = boundary_name(1_300, 1_500, type_scores(store) + scores)
+    # the induction rise (0.14 -> 0.85, 2.4 of its threshold) first, then the ablation effect (its whole range, 1 scale)
+    assert name == "induction scores rise in L1 H0, H5, H6: 0.19 -> 0.69; ablation effects on the text rise in L1 H0: 0.01 -> 0.9"
+
+
+def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path, monkeypatch) -> None:
+    """llc.parquet keyed by a distribution (the refined LLC under named data): the stages read the rows under the
+    run's training distribution and name it; the shipped stores, without the key, read their estimates, named as the
+    held-out text."""
+    import dataclasses
+
+    from headwatch.analysis.stages import run as stages_run
+    from headwatch.analysis.store.lenses import llc as llc_lens
+    from headwatch.precompute.lenses.stages import add_stages
+
+    shipped = open_store(SCHEDULED[0].parent / "induction-d128")
+    at, named = stages_run.llc_source(shipped)
+    assert at == {"layer": -1, "head": -1} and named.startswith(stages_run.HELD_OUT + " (held-out split")
+
+    out = _copy("induction-d128", tmp_path)
+    llc = pq.read_table(out / "llc.parquet")
+    training = llc.append_column("distribution", pa.array(["training"] * llc.num_rows))
+    held = llc.append_column("distribution", pa.array(["held-out"] * llc.num_rows))
+    whole = pc.and_(pc.equal(held["layer"], -1), pc.equal(held["head"], -1))
+    scaled = pc.if_else(whole, pc.multiply(held["llc"], 2.0), held["llc"])  # the held-out rows differ
+    held = held.set_column(held.schema.get_field_index("llc"), "llc", scaled)
+    pq.write_table(pa.concat_tables([training, held]), out / "llc.parquet")
+    (out / "llc_chains.parquet").unlink()
+    spec = dataclasses.replace(
+        llc_lens.LLC,
+        schema=llc_lens.LLC.schema.append(pa.field("distribution", pa.string())),
+        sort=(*llc_lens.LLC.sort, "distribution"),
+        docs=llc_lens.LLC.docs | {"distribution": "the data the estimate was made under"},
+    )
+    monkeypatch.setattr(llc_lens, "LLC", spec)
+    found = add_stages(out)
+    assert found.meta["llc"]["distribution"] == "the run's training distribution (training)"
+    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d128" / "llc.parquet").to_pandas().query("layer == -1")
+    expected = dict(zip(whole_model["step"], whole_model["llc"], strict=True))
+    np.testing.assert_allclose([s.start_value for s in found.llc], [expected[s.start_step] for s in found.llc])
+
+
+def test_a_boundarys_uncertainty_is_a_band_on_the_timeline() -> None:
+    from headwatch.dashboard.data import StepAxis
+    from headwatch.dashboard.figures.timeline import boundary_band, timeline
+
+    rows = pd.DataFrame(
+        {
+            "basis": ["run"] * 3,
+            "stage": [0, 1, 2],
+            "start_step": [0, 300, 700],
+            "end_step": [300, 700, 1000],
+            "trend": ["rising"] * 3,
+            "boundary": ["start of training", "a", "b"],
+            "low_step": [-1, 200, 700],
+            "high_step": [-1, 400, 700],
+        }
+    )
+    assert [boundary_band(r) for r in rows.itertuples(index=False)] == [None, (200, 400), None]
+    steps = np.arange(0, 1100, 100)
+    axis = StepAxis(x=steps.astype(float), steps=steps, dup_x=np.zeros(0), dup_text=(), title="step", log=False, range=(0, 1000))
+    names = [s.name for s in timeline(axis, None, "", rows, [], run="r", basis="run").layout.shapes]
+    assert names.count("stage 2 boundary uncertainty: steps 200 to 400") == 2  # the loss panel and the events' lanes
+    assert not any("stage 3 boundary uncertainty" in n for n in names)

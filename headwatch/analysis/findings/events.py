@@ -375,6 +375,8 @@ STAGE_COLUMNS = {  # stages.parquet's columns as the stages table names them ({c
     "change_se": "± (1 s.e.)",
     "loss_change": "loss change (nats/token)",
     "support": "supported by (curve: boundary, step)",
+    "low_step": "boundary could sit from step",
+    "high_step": "boundary could sit to step",
 }
 
 

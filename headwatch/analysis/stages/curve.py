@@ -24,6 +24,11 @@ read as follows, on the axis ``u = log10(1 + step)`` (checkpoints are log-spaced
    changes all stay within k standard errors is one stage: noise makes no boundary (at most a few
    percent of noise-only curves get one, measured in tests/unit/test_run_stages.py).
 
+4. A boundary's support and uncertainty. The cut at c between the stretches [a, c] and [c, b] carries its
+   likelihood ratio, ``(RSS(a..b) - RSS(a..c) - RSS(c..b)) / sigma^2``, and the checkpoints where it could sit: with
+   a and b held, every c' between them whose two lines fit with chi2 at most `INTERVAL_CHI2` (1) above the best
+   (a profile-likelihood interval of about one standard error; `boundary_evidence`).
+
 ``sigma`` for the LLC is the pooled standard error of an estimate: the root mean square over the
 estimated checkpoints of ``sd_c / sqrt(C)``, ``sd_c`` the sample standard deviation of the C chains'
 estimates (from llc_chains.parquet, or llc.parquet's population ``llc_std`` times
@@ -82,6 +87,9 @@ LOSS_LIKE_BOUNDARIES = {
 _LLC_BOUNDARIES = {key: name.format(c="LLC") for key, name in LEVEL_BOUNDARIES.items()}
 _LOSS_BOUNDARIES = {key: name.format(c="loss") for key, name in LOSS_LIKE_BOUNDARIES.items()}
 START = "start of training"
+# A boundary's uncertainty: the checkpoints where its cut raises chi2 by at most this much over the best place (a
+# profile-likelihood interval of about one standard error; `boundary_evidence`).
+INTERVAL_CHI2 = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ class StageRule:
     k: float = 3.0
     plateau_ratio: float = 0.5
     min_points: int = 3
-    merge: int = 2
+    merge: int = 1
     count_noise: float = 0.5
 
     def __post_init__(self) -> None:
@@ -131,6 +139,11 @@ class Stage:
         change: the fitted change across the stage (the sum of its stretches' fitted changes).
         change_se: its standard error.
         boundary: what begins the stage (`START` for the first).
+        evidence: the boundary's likelihood ratio, ``chi2(one line from the stretch before to the stretch after) -
+            chi2(the two lines cut at the boundary)`` (NaN for the first stage): how much better the cut explains the
+            curve than no cut there (`boundary_evidence`).
+        low_step, high_step: the boundary's uncertainty, the first and last checkpoint where the cut could sit with
+            chi2 at most `INTERVAL_CHI2` above its best (`boundary_evidence`; -1 for the first stage).
     """
 
     index: int
@@ -142,6 +155,9 @@ class Stage:
     change: float
     change_se: float
     boundary: str
+    evidence: float = float("nan")
+    low_step: int = -1
+    high_step: int = -1
 
 
 def log_axis(steps: np.ndarray) -> np.ndarray:
@@ -222,8 +238,45 @@ def rate_change(a: _Stretch, b: _Stretch) -> float:
     return (b.slope - a.slope) / float(np.hypot(a.slope_se, b.slope_se))
 
 
+def boundary_evidence(u: np.ndarray, y: np.ndarray, sigma: float, a: int, c: int, b: int) -> tuple[float, int, int]:
+    """How well a cut at point c between the stretches [a, c] and [c, b] is supported, and where else it could sit.
+
+    The support is the likelihood ratio of the cut, ``(RSS(a..b) - RSS(a..c) - RSS(c..b)) / sigma^2``: how much
+    one line from a to b fits worse than the two lines that meet at c (in chi2 units; a cut is made only where it
+    gains more than the penalty ``k^2``, so a kept cut's support is at least about k^2). The uncertainty is the
+    profile likelihood of the cut's place with a and b held: ``d(c') = (RSS(a..c') + RSS(c'..b)) / sigma^2`` minus
+    its least value over every c' strictly between a and b; the interval runs from the first to the last c' with
+    ``d(c') <= INTERVAL_CHI2`` (Wilks's 1-sigma level for one parameter; a change point's likelihood is not regular,
+    so the level is approximate). The place is read on the checkpoints alone: the change itself lies somewhere
+    between the interval's first checkpoint's predecessor and its last's successor.
+
+    Args:
+        u, y: the curve on its axis, shape (n,).
+        sigma: the noise of one value (> 0).
+        a, c, b: indices, a < c < b.
+
+    Returns:
+        (support, first index of the interval, last index of the interval).
+    """
+    assert a < c < b and sigma > 0
+    chi = {}
+    for m in range(a + 1, b):
+        chi[m] = (_fit(u[a : m + 1], y[a : m + 1])[0] + _fit(u[m : b + 1], y[m : b + 1])[0]) / sigma**2
+    best = min(chi.values())
+    near = [m for m, v in chi.items() if v - best <= INTERVAL_CHI2]
+    support = _fit(u[a : b + 1], y[a : b + 1])[0] / sigma**2 - chi[c]
+    return float(support), min(min(near), c), max(max(near), c)
+
+
 def _merge(
-    steps: np.ndarray, y: np.ndarray, stretches: list[_Stretch], trends: list[str], names: dict, rule: StageRule
+    steps: np.ndarray,
+    y: np.ndarray,
+    stretches: list[_Stretch],
+    trends: list[str],
+    names: dict,
+    rule: StageRule,
+    *,
+    sigma: float,
 ) -> list[Stage]:
     """Stretches into stages: neighbours with the same trend are one stage unless their rates differ by more than
     ``rule.k`` standard errors (`rate_change`); a flat (plateau) stretch never splits from a flat neighbour."""
@@ -242,8 +295,14 @@ def _merge(
             kinds.append(names[(trends[groups[-1][-1]], trend)])
         groups.append([s])
     stages = []
+    u = log_axis(steps)
     for index, group in enumerate(groups):
         i, j = stretches[group[0]].i, stretches[group[-1]].j
+        support, low, high = float("nan"), -1, -1
+        if index:
+            before = stretches[group[0] - 1]
+            support, lo, hi = boundary_evidence(u, y, sigma, before.i, i, stretches[group[0]].j)
+            low, high = int(steps[lo]), int(steps[hi])
         stages.append(
             Stage(
                 index=index,
@@ -255,6 +314,9 @@ def _merge(
                 change=float(sum(stretches[s].change for s in group)),
                 change_se=float(np.sqrt(sum(stretches[s].change_se ** 2 for s in group))),
                 boundary=kinds[index],
+                evidence=support,
+                low_step=low,
+                high_step=high,
             )
         )
     return stages
@@ -303,7 +365,7 @@ def level_stages(steps: np.ndarray, y: np.ndarray, sigma: float, rule: StageRule
         return []
     stretches = _stretches(log_axis(steps), y, sigma, rule)
     trends = ["flat" if abs(s.change) <= rule.k * s.change_se else ("rising" if s.change > 0 else "falling") for s in stretches]
-    return _merge(steps, y, stretches, trends, names, rule)
+    return _merge(steps, y, stretches, trends, names, rule, sigma=sigma)
 
 
 def loss_noise(loss: np.ndarray) -> float:
@@ -356,7 +418,7 @@ def loss_like_stages(
         neighbours = [rates[t] for t in (s - 1, s + 1) if 0 <= t < len(trends) and trends[t] == "drop"]
         if len(neighbours) == 2 and all(rates[s] < rule.plateau_ratio * r for r in neighbours):
             relabelled[s] = "plateau"
-    return _merge(steps, y, stretches, relabelled, names, rule)
+    return _merge(steps, y, stretches, relabelled, names, rule, sigma=sigma)
 
 
 def standard_errors(*, llc_std: np.ndarray, chains: int) -> np.ndarray:

@@ -8,19 +8,34 @@ checkpoints are those of the centred matrix ``X = O - mean_t(O)``: with the thin
 checkpoint t on component j is ``U[t, j] S[j]`` (its coordinate along the j-th direction V[:, j] of output space) and
 the component explains ``S[j]^2 / sum(S^2)`` of the variance. The trajectory is the path of the scores.
 
-A cusp is where the trajectory turns back: checkpoint t (with `window` checkpoints w on each side) is a turning
-point when the displacements into it and out of it, ``a = x_t - x_{t-w}`` and ``b = x_{t+w} - x_t`` in the leading
-`components` scores, make an angle above `TURN_DEGREES` (cos(a, b) < cos 90 deg = 0: the path reverses more than it
-goes on), both are at least `MOVING` (a quarter) of the path's largest displacement over w checkpoints (the path
-is moving there: where it stalls, its jitter turns it every way), and that angle is the largest among the
-checkpoints within w of t. Displacements over w checkpoints, not one, keep the jitter of neighbouring checkpoints
-from turning the path.
+The path is read as Hoogland et al. read it. Its scores are first smoothed over checkpoints by a Gaussian filter
+(`scipy.ndimage.gaussian_filter1d`, standard deviation `SMOOTHING` checkpoints, the ends held at the nearest value):
+the path is parametrised by the checkpoint's index t, and the filter keeps the jitter of neighbouring checkpoints from
+turning it. On the smoothed path x(t), with derivatives by central differences over t (`numpy.gradient`): its speed
+``|x'(t)|`` (nats per checkpoint, in the stored components); its turn, the angle between ``x(t) - x(a)`` and
+``x(b) - x(t)`` with a and b the checkpoints `ARC` of the path's length before and after t along it (a window in
+length, not in checkpoints, since a path that halts to turn covers little ground in a few checkpoints); in the plane
+of the first two components its curvature ``kappa = |x'y'' - y'x''| / (x'^2 + y'^2)^(3/2)`` and the centre of its
+osculating circle, the point plus the unit normal (towards the turn) over kappa (the centres trace its evolute).
+
+A cusp is where the path slows to a halt and sets off in another direction: a checkpoint whose speed is the least
+within `WINDOW` checkpoints either side (a minimum of the speed, away from the ends; of minima closer than `ARC` of the
+path's length along it, the slowest) and where the path turns by more than `TURN_DEGREES`. Each such minimum is a
+turn, reported with its angle, its speed and the path's length on its shorter side; its verdict has a margin, so
+that no verdict sits on the rule's edge: ``cusp`` when the angle exceeds the limit by more than `MARGIN_DEGREES`,
+``near`` when it is within that margin of the limit, ``none`` below it or where a side of the path is shorter than
+`ARC` of its length (the stalled end of training, whose jitter turns every way, is not read). "No cusp" is said of a
+path only where no turn is a cusp or near one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 import pandas as pd
+from scipy.ndimage import gaussian_filter1d
 
 from headwatch.analysis.store.lenses.essential import ESSENTIAL
 from headwatch.analysis.store.lenses.essential import (
@@ -30,9 +45,12 @@ from headwatch.analysis.store.lenses.essential import (
 POSITIONS = 8  # positions per sequence, evenly spaced
 TOKENS = 128  # tokens of the vocabulary whose log-probabilities are kept (all of a smaller vocabulary)
 COMPONENTS = 3  # principal components stored per checkpoint
-WINDOW = 2  # checkpoints on each side over which a cusp's displacements are taken
-TURN_DEGREES = 90.0  # the turn beyond which a checkpoint is a cusp
-MOVING = 0.25  # a cusp's displacements are at least this fraction of the path's largest (over the same window)
+WINDOW = 2  # checkpoints on each side over which a turn is measured
+TURN_DEGREES = 90.0  # the turn beyond which a speed minimum is a cusp
+ARC = 0.05  # a turn is measured over this share of the path's length on either side
+SMOOTHING = 1.0  # the Gaussian filter's standard deviation, in checkpoints
+MARGIN_DEGREES = 15.0  # a verdict's margin on the angle
+Verdict = Literal["cusp", "near", "none"]
 
 
 def sample_positions(length: int, *, count: int = POSITIONS) -> np.ndarray:
@@ -90,6 +108,50 @@ def principal_components(outputs: np.ndarray, *, components: int = COMPONENTS) -
     return scores * flip, np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
 
 
+def smoothed(scores: np.ndarray, *, sigma: float = SMOOTHING) -> np.ndarray:
+    """The path's scores ``(T, K)`` smoothed over checkpoints by a Gaussian filter of standard deviation ``sigma``
+    checkpoints (`scipy.ndimage.gaussian_filter1d`, mode ``nearest``); ``sigma = 0`` returns them as they are."""
+    x = np.asarray(scores, dtype=np.float64)
+    if sigma < 0:
+        raise ValueError(f"sigma={sigma!r}: a filter's width is 0 or more checkpoints")
+    return gaussian_filter1d(x, sigma, axis=0, mode="nearest") if sigma > 0 and len(x) > 1 else x.copy()
+
+
+def speed(path: np.ndarray) -> np.ndarray:
+    """``|x'(t)|`` per checkpoint of a path ``(T, K)``: central differences over the checkpoint index (one-sided at
+    the ends), ``(T,)``."""
+    x = np.asarray(path, dtype=np.float64)
+    if len(x) < 2:
+        return np.zeros(len(x))
+    return np.linalg.norm(np.gradient(x, axis=0), axis=1)
+
+
+def curvature(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The curvature of the plane path (x(t), y(t)) and the centres of its osculating circles.
+
+    ``kappa = |x'y'' - y'x''| / (x'^2 + y'^2)^(3/2)`` with derivatives by central differences over t; the centre is
+    the point plus the unit normal towards the turn over kappa: ``(x - y' v^2 / c, y + x' v^2 / c)`` with
+    ``c = x'y'' - y'x''`` and ``v^2 = x'^2 + y'^2`` (the evolute). NaN where the path stands still (kappa) or runs
+    straight (the centre, at infinity).
+
+    Returns:
+        kappa, centre_x, centre_y, each ``(T,)``.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 3:
+        nan = np.full(len(x), np.nan)
+        return nan, nan.copy(), nan.copy()
+    dx, dy = np.gradient(x), np.gradient(y)
+    ddx, ddy = np.gradient(dx), np.gradient(dy)
+    cross = dx * ddy - dy * ddx
+    v2 = dx**2 + dy**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(v2 > 0, np.abs(cross) / v2**1.5, np.nan)
+        cx = np.where(cross != 0, x - dy * v2 / cross, np.nan)
+        cy = np.where(cross != 0, y + dx * v2 / cross, np.nan)
+    return kappa, cx, cy
+
+
 def turning_angles(scores: np.ndarray, *, window: int = WINDOW) -> np.ndarray:
     """Per checkpoint, the angle in degrees between ``x_t - x_{t-w}`` and ``x_{t+w} - x_t`` (NaN within w of either
     end or where a displacement is zero)."""
@@ -103,27 +165,106 @@ def turning_angles(scores: np.ndarray, *, window: int = WINDOW) -> np.ndarray:
     return out
 
 
+def arc_turns(path: np.ndarray, *, arc: float = ARC) -> tuple[np.ndarray, np.ndarray]:
+    """Per checkpoint t of a path ``(T, K)``, the angle in degrees between ``x(t) - x(a)`` and ``x(b) - x(t)``, where
+    a is the last checkpoint at least ``arc`` of the path's length before t (along the path) and b the first at least
+    as far after it; and the path's length on t's shorter side, as a share of its whole length. NaN angle where
+    either side is shorter than ``arc`` or a displacement is zero. A window in length along the path, not in
+    checkpoints: where the path slows to a halt, a window of a few checkpoints would see only the halt."""
+    x = np.asarray(path, dtype=np.float64)
+    n = len(x)
+    hops = np.linalg.norm(np.diff(x, axis=0), axis=1) if n > 1 else np.zeros(0)
+    length = np.concatenate([[0.0], np.cumsum(hops)])  # (T,) the length travelled to each checkpoint
+    total = float(length[-1]) if n else 0.0
+    angle = np.full(n, np.nan)
+    side = np.zeros(n)
+    if not total > 0:
+        return angle, side
+    side = np.minimum(length, total - length) / total
+    for t in range(n):
+        before = np.flatnonzero(length <= length[t] - arc * total)
+        after = np.flatnonzero(length >= length[t] + arc * total)
+        if not (len(before) and len(after)):
+            continue
+        u, v = x[t] - x[before[-1]], x[after[0]] - x[t]
+        nu, nv = np.linalg.norm(u), np.linalg.norm(v)
+        if nu > 0 and nv > 0:
+            angle[t] = np.degrees(np.arccos(np.clip(u @ v / (nu * nv), -1.0, 1.0)))
+    return angle, side
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A minimum of the smoothed path's speed (module docstring).
+
+    Attributes:
+        index: the checkpoint's position in the path.
+        angle: the turn there, degrees, over `ARC` of the path's length either side (`arc_turns`; NaN where a side
+            is shorter).
+        speed: the smoothed path's speed there, nats per checkpoint.
+        travel: the path's length on the shorter side of it, as a share of its whole length.
+        verdict: ``cusp``, ``near`` (within the margin of the rule's edge) or ``none``.
+    """
+
+    index: int
+    angle: float
+    speed: float
+    travel: float
+    verdict: Verdict
+
+
+def turns(
+    scores: np.ndarray,
+    *,
+    sigma: float = SMOOTHING,
+    window: int = WINDOW,
+    turn: float = TURN_DEGREES,
+    arc: float = ARC,
+    margin_degrees: float = MARGIN_DEGREES,
+) -> list[Turn]:
+    """Every minimum of the smoothed path's speed (the least within ``window`` checkpoints either side, away from the
+    ends; the slowest of those closer than ``arc`` of the path's length), with its angle, speed, travel and verdict
+    (module docstring)."""
+    path = smoothed(scores, sigma=sigma)
+    n = len(path)
+    if n <= 2 * window:
+        return []
+    fast = speed(path)
+    angle, side = arc_turns(path, arc=arc)
+    hops = np.linalg.norm(np.diff(path, axis=0), axis=1)
+    length = np.concatenate([[0.0], np.cumsum(hops)])  # (T,) along the path
+    minima = [t for t in range(window, n - window) if fast[t] <= fast[t - window : t + window + 1].min()]
+    kept: list[int] = []
+    for t in sorted(minima, key=lambda t: fast[t]):  # the slowest first; one turn per `arc` of the path's length
+        if all(abs(length[t] - length[k]) >= arc * length[-1] for k in kept):
+            kept.append(t)
+    out = []
+    for t in sorted(kept):
+        if np.isfinite(angle[t]) and angle[t] > turn + margin_degrees:
+            verdict: Verdict = "cusp"
+        elif np.isfinite(angle[t]) and angle[t] > turn - margin_degrees:
+            verdict = "near"
+        else:
+            verdict = "none"
+        out.append(Turn(t, float(angle[t]), float(fast[t]), float(side[t]), verdict))
+    return out
+
+
 def cusps(scores: np.ndarray, *, window: int = WINDOW, turn: float = TURN_DEGREES) -> np.ndarray:
-    """Whether each checkpoint is a cusp of the trajectory (module docstring): its turning angle exceeds ``turn``,
-    both its displacements are at least `MOVING` times the largest displacement over ``window`` checkpoints, and its
-    angle is the largest within ``window`` checkpoints. ``(T,)`` bool."""
-    x = np.asarray(scores, dtype=np.float64)
-    angle = turning_angles(x, window=window)
-    out = np.zeros(len(angle), dtype=bool)
-    if len(x) <= 2 * window:
-        return out
-    step = np.linalg.norm(x[window:] - x[:-window], axis=1)  # |x_t - x_(t-w)| for t = w .. T-1
-    typical = MOVING * float(np.max(step))
-    for t in np.flatnonzero(np.nan_to_num(angle, nan=-1.0) > turn):
-        moving = step[t - window] >= typical and step[t] >= typical  # |x_t - x_(t-w)|, |x_(t+w) - x_t|
-        near = angle[max(t - window, 0) : t + window + 1]
-        out[t] = moving and angle[t] >= np.nanmax(near)
+    """Whether each checkpoint is a cusp of the trajectory (`turns` with the verdict ``cusp``), ``(T,)`` bool."""
+    out = np.zeros(len(np.asarray(scores)), dtype=bool)
+    for found in turns(scores, window=window, turn=turn):
+        out[found.index] = found.verdict == "cusp"
     return out
 
 
 def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store: analysis.store.Store
-    """The trajectory a store holds (essential.parquet) as one row per step: ``step``, ``pc1``, ``pc2``, ...,
-    ``turn``, ``cusp``; and the fraction of variance each component explains. None without the lens's table."""
+    """The trajectory a store holds (essential.parquet) as one row per step: ``step``, ``pc1``, ``pc2``, ... (as
+    stored), ``smooth1``, ``smooth2``, ... (smoothed, `smoothed`), ``speed``, ``turn`` (over `WINDOW` checkpoints of the
+    smoothed path), ``kappa``, ``centre_x``, ``centre_y`` (in the first two smoothed components, `curvature`),
+    ``verdict`` (`turns`: cusp, near or none at a minimum of the speed, empty elsewhere) and ``cusp``, all read from
+    the stored scores by this module's rule (a store's stored turns and cusps may be an older rule's); and the fraction
+    of variance each component explains. None without the lens's table."""
 
     frame = store.frame(ESSENTIAL)
     if frame is None or frame.empty:
@@ -132,8 +273,18 @@ def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store:
     out = pd.DataFrame({"step": wide.index.to_numpy(np.int64)})
     for j in wide.columns:
         out[f"pc{int(j) + 1}"] = wide[j].to_numpy()
-    per_step = frame.drop_duplicates("step").set_index("step").loc[out["step"]]
-    out["turn"] = per_step["turn"].to_numpy()
-    out["cusp"] = per_step["cusp"].to_numpy(bool)
+    scores = wide.to_numpy(np.float64)  # (T, K)
+    path = smoothed(scores)
+    for j in range(path.shape[1]):
+        out[f"smooth{j + 1}"] = path[:, j]
+    out["speed"] = speed(path)
+    out["turn"] = arc_turns(path)[0]
+    plane_y = path[:, 1] if path.shape[1] > 1 else np.zeros(len(path))
+    out["kappa"], out["centre_x"], out["centre_y"] = curvature(path[:, 0], plane_y)
+    verdict = np.full(len(out), "", dtype=object)
+    for found in turns(scores):
+        verdict[found.index] = found.verdict
+    out["verdict"] = verdict
+    out["cusp"] = verdict == "cusp"
     explained = frame.drop_duplicates("component").sort_values("component")["explained"].to_numpy()
     return out, explained

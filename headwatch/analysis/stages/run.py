@@ -1,19 +1,29 @@
-"""A run's developmental stages, read from every curve a store has and named by what forms (docs/stages.md).
+"""A run's developmental stages, read from every curve a store has and named by what changes across them
+(docs/stages.md).
 
 Each curve is cut into stages by the one rule of `analysis.stages` (a boundary where its trend or its rate changes
-by more than k standard errors): the whole-model LLC (llc.parquet; the chains' pooled standard error), the eval
-loss and the probe's copy loss (eval_loss.parquet; the jitter around their trend), and per head type the number
+by more than k standard errors): the whole-model LLC (llc.parquet; under the run's training distribution where the
+table keys its rows by one, else the stored estimates on the held-out text; the chains' pooled standard error), the
+eval loss and the probe's copy loss (eval_loss.parquet; the jitter around their trend), and per head type the number
 of heads holding it (head_types.parquet ``holds``; the jitter, floored at ``count_noise`` heads). The behavioural
 curves, the copy loss and the counts, are evidence beside the LLC (Hoogland et al. 2024 check the LLC's stages
-against behaviour).
+against behaviour). Each curve's boundary carries its likelihood ratio (how much better two lines meeting there fit
+than one) and its uncertainty, the checkpoints where its cut could sit with chi2 within 1 of its best place.
 
 The run's boundaries merge the curves' own: sorted by step, a boundary joins the group of the first one before it
 when it lies at most ``merge`` checkpoints after that group's first boundary (checkpoints of the union of the
-curves' steps); a group is one boundary of the run, at its earliest step, supported by the curves in it. It is
-named after the events it coincides with: the heads that form in the stage it opens, those whose emergence step
-(head_emergence.parquet) lies after it and no later than the next boundary (``induction heads form (L1 H0, L1 H5)``),
-or ``no event coincides``. The run's stages (basis ``run`` of stages.parquet, the one the views shade)
-lie between those boundaries.
+curves' steps). A group is one boundary of the run, at the step its boundaries agree on most (the summed likelihood
+ratio of those whose uncertainty holds it), with that boundary's uncertainty, supported by the curves in it: not at
+its earliest step, which on a thinned schedule is often a faint bend of one curve before the change. It is named by
+what changes across it, in the stage it opens (from it to the next boundary): per head score (each type's score in
+head_types.parquet; the loss increase when the head is ablated, where the store has ablation.parquet) and direction,
+the heads whose score changes most, with their mean score before and after (``induction scores rise in L1 H0, H1,
+H3, H4, H7: 0.072 -> 0.16``), where the largest change is at least a quarter of the score's scale (a type's
+threshold: a rise that stays under it counts; the largest ablation effect of the run); the two largest changes, in
+units of their scales, or ``no head's score changes by a quarter of its scale``. A head reaching a type is an event
+of its own (the Timeline's head-type lane), not a boundary's name. A boundary that one curve alone sees and across
+which no head's score changes is that curve's, not the run's, and is left out (the weakest first, the names read
+again). The run's stages (basis ``run`` of stages.parquet, the one the views shade) lie between those boundaries.
 """
 
 # The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` after
@@ -46,8 +56,12 @@ from headwatch.analysis.stages.curve import (
 DEFAULT_RULE = StageRule()
 RUN_BASIS = "run"
 COUNT_PREFIX = "heads_"  # the basis of a count of heads holding a type: heads_induction
-NO_EVENT = "no event coincides"
-NAMED_HEADS = 6  # heads a boundary's name lists per type, in order of emergence (then "N more")
+NO_EVENT = "no head's score changes by a quarter of its scale"
+NO_EVENTS = (NO_EVENT, "no event coincides")  # what says a boundary names nothing, in stores made by this rule and earlier
+NAMED_HEADS = 6  # heads a name lists per type and direction (then "N more")
+NAMED_CHANGES = 2  # changes a boundary's name lists, the largest first
+CHANGE_FLOOR = 0.25  # a change names a boundary when it is at least this share of its score's scale
+CHANGE_SHARE = 0.5  # a head is named with the largest change when its own is at least this share of it
 # How the names read a type (analysis.findings.held_types.TYPE_LABELS says the same for the views).
 TYPE_NAMES = {"previous_token": "previous-token", "induction": "induction", "sink": "sink", "current_token": "current-token"}
 
@@ -86,11 +100,16 @@ def copy_loss_stages(steps: np.ndarray, copy_loss: np.ndarray, rule: StageRule =
 
 @dataclass(frozen=True)
 class Support:
-    """One curve's boundary that supports a boundary of the run: the curve's basis, the boundary's name, its step."""
+    """One curve's boundary that supports a boundary of the run: the curve's basis, the boundary's name, its step,
+    its likelihood ratio (`analysis.stages.curve.boundary_evidence`; NaN when unknown) and its uncertainty (the
+    first and last checkpoint its cut could sit at; -1 when unknown)."""
 
     basis: str
     kind: str
     step: int
+    strength: float = float("nan")
+    low: int = -1
+    high: int = -1
 
     def text(self) -> str:
         return f"{self.kind} (step {self.step:,})"
@@ -101,22 +120,56 @@ class RunBoundary:
     """One boundary of the run.
 
     Attributes:
-        step: the earliest step among its supporting boundaries (where the change is first seen).
+        step: the step of its best-supported boundary (`best_supported`): where the curves place the change most
+            firmly, not the earliest of them.
         support: the curves' boundaries merged into it, by step.
-        forms: what it is named after (``induction heads form (L1 H0, L1 H5)``; `NO_EVENT`).
+        forms: what it is named after: what changes across it (`name_changes`), or `NO_EVENT`.
+        low, high: its uncertainty, the first and last checkpoint where the best-supported boundary's cut could sit
+            (`analysis.stages.curve.boundary_evidence`).
     """
 
     step: int
     support: tuple[Support, ...]
     forms: str
+    low: int = -1
+    high: int = -1
 
     def support_text(self) -> str:
         return "; ".join(s.text() for s in self.support)
 
+    @property
+    def first(self) -> int:
+        """The earliest step among its supporting boundaries (the group's range is ``first`` to ``last``)."""
+        return min(s.step for s in self.support)
+
+    @property
+    def last(self) -> int:
+        return max(s.step for s in self.support)
+
+
+def best_supported(group: tuple[Support, ...]) -> Support:
+    """The boundary of a merged group that stands for it: the one whose step the group's boundaries agree on most,
+    by the summed likelihood ratio of every boundary of the group whose uncertainty holds that step (a boundary
+    without one holds its own step only); ties to the largest ratio of its own, then the earlier. Not the earliest:
+    a group's first boundary is often a faint bend of one curve just before the change the others see.
+    """
+
+    def strength(s: Support) -> float:
+        return s.strength if np.isfinite(s.strength) else 0.0
+
+    def holds(s: Support, step: int) -> bool:
+        return (s.low <= step <= s.high) if s.low >= 0 else step == s.step
+
+    def agreement(step: int) -> float:
+        return sum(strength(s) for s in group if holds(s, step))
+
+    return max(group, key=lambda c: (agreement(c.step), strength(c), -c.step))
+
 
 def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge: int) -> list[tuple[Support, ...]]:
     """The curves' boundaries grouped into the run's (module docstring): a boundary joins the group before it when it
-    is at most ``merge`` checkpoints of ``grid`` after that group's first boundary.
+    is at most ``merge`` checkpoints of ``grid`` after that group's first boundary (a change between two checkpoints
+    shows at either).
 
     Args:
         stages: basis -> its stages (`analysis.stages.curve.Stage`; the first stage's start is no boundary).
@@ -127,7 +180,12 @@ def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge:
         The groups in order of step, each its boundaries by step then basis.
     """
     found = sorted(
-        (Support(basis, s.boundary, s.start_step) for basis, rows in stages.items() for s in rows if s.index > 0),
+        (
+            Support(basis, s.boundary, s.start_step, s.evidence, s.low_step, s.high_step)
+            for basis, rows in stages.items()
+            for s in rows
+            if s.index > 0
+        ),
         key=lambda b: (b.step, b.basis),
     )
     index = {int(s): i for i, s in enumerate(grid)}
@@ -141,10 +199,11 @@ def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge:
 
 
 def name_boundary(start: int, end: int, emergence: list[tuple[str, int, int, int]]) -> str:
-    """What the boundary that opens the stage from ``start`` to ``end`` is named after: the heads that form in that
-    stage, those whose emergence step e has ``start < e <= end`` (a head emerging at step e formed between the
-    checkpoint before e and e), by type, the type with most heads first (``induction heads form (L1 H0, L1 H5);
-    previous-token heads form (L0 H0)``; at most `NAMED_HEADS` heads per type), or `NO_EVENT`.
+    """The heads that reach a type in the stage from ``start`` to ``end``: those whose emergence step e has
+    ``start < e <= end`` (a head emerging at step e formed between the checkpoint before e and e), by type, the type
+    with most heads first (``induction heads form (L1 H0, L1 H5); previous-token heads form (L0 H0)``; at most
+    `NAMED_HEADS` heads per type), or `NO_EVENT`. A head reaching a type is an event of its own (the Timeline's
+    head-type lane); a boundary is named by `name_changes`.
 
     Args:
         start, end: the stage's first and last checkpoint.
@@ -164,18 +223,90 @@ def name_boundary(start: int, end: int, emergence: list[tuple[str, int, int, int
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class HeadScores:
+    """One per-head score over training that names a boundary by its change across it.
+
+    Attributes:
+        label: how a name calls it (``induction scores``, ``ablation effects``).
+        steps: the checkpoints it is stored at, increasing, shape (S,).
+        values: shape (S, n_layers, n_heads).
+        scale: the unit its changes are compared in: a type's threshold; the largest ablation effect of the run.
+    """
+
+    label: str
+    steps: np.ndarray
+    values: np.ndarray
+    scale: float
+
+
+def _at(scores: HeadScores, step: int) -> np.ndarray:
+    """The scores at the last checkpoint at or before ``step`` (the first one before any), (n_layers, n_heads)."""
+    i = max(int(np.searchsorted(scores.steps, step, side="right")) - 1, 0)
+    return scores.values[i]
+
+
+def _heads_text(heads: list[tuple[int, int]]) -> str:
+    """``L1 H0, H1, H3; L0 H2``: heads grouped by layer, in the order given by layer."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    return ", ".join(f"L{layer} " + ", ".join(f"H{h}" for h in sorted(hs)) for layer, hs in by_layer.items())
+
+
+def name_changes(start: int, end: int, scores: list[HeadScores]) -> list[tuple[float, str]]:
+    """What changes across a boundary: per score and direction, the heads whose score changes most from ``start``
+    (the boundary) to ``end`` (the next boundary, or the last checkpoint), in the stage the boundary opens.
+
+    A head's change is ``score(end) - score(start)``. A score and direction count when the largest change of a head
+    in that direction is at least `CHANGE_FLOOR` of the score's ``scale`` (a type's threshold: a rise that stays under
+    the threshold counts); the heads named are those whose change is at least `CHANGE_SHARE` of that largest one, at
+    most `NAMED_HEADS` of them (then ``N more``), with the mean of their scores at ``start`` and at ``end``:
+    ``induction scores rise in L1 H0, H1, H3, H4, H7: 0.03 -> 0.18``.
+
+    Returns:
+        (the largest change in units of its scale, the text) per score and direction that counts, largest first.
+    """
+    parts = []
+    for score in scores:
+        before, after = _at(score, start), _at(score, end)
+        delta = after - before  # (n_layers, n_heads)
+        for sign, verb in ((1.0, "rise"), (-1.0, "fall")):
+            largest = float(np.nanmax(sign * delta)) if delta.size else 0.0
+            if not (np.isfinite(largest) and score.scale > 0 and largest >= CHANGE_FLOOR * score.scale):
+                continue
+            picked = np.argwhere(sign * delta >= CHANGE_SHARE * largest)  # (m, 2) layer, head
+            order = np.argsort(-(sign * delta)[picked[:, 0], picked[:, 1]], kind="stable")
+            picked = picked[order]
+            shown = sorted((int(a), int(b)) for a, b in picked[:NAMED_HEADS])
+            more = f", {len(picked) - NAMED_HEADS} more" if len(picked) > NAMED_HEADS else ""
+            was = float(np.mean(before[picked[:, 0], picked[:, 1]]))
+            now = float(np.mean(after[picked[:, 0], picked[:, 1]]))
+            text = f"{score.label} {verb} in {_heads_text(shown)}{more}: {was:.2g} -> {now:.2g}"
+            parts.append((largest / score.scale, text))
+    return sorted(parts, key=lambda p: -p[0])
+
+
+def boundary_name(start: int, end: int, scores: list[HeadScores]) -> str:
+    """A boundary's name: the changes across it (`name_changes`), at most `NAMED_CHANGES`, or `NO_EVENT`."""
+    parts = name_changes(start, end, scores)
+    return "; ".join(text for _, text in parts[:NAMED_CHANGES]) or NO_EVENT
+
+
 def run_stages_from(
     curves: dict[str, tuple[np.ndarray, np.ndarray, list[Stage]]],
-    emergence: list[tuple[str, int, int, int]],
+    scores: list[HeadScores],
     rule: StageRule = DEFAULT_RULE,
     *,
     primary: str,
 ) -> tuple[list[Stage], list[RunBoundary]]:
-    """The run's stages between its merged, named boundaries.
+    """The run's stages between its merged, named boundaries: each group of the curves' boundaries
+    (`merge_boundaries`) is one boundary of the run at its best-supported member's step (`best_supported`), with that
+    member's uncertainty, named by what changes across it (`boundary_name`).
 
     Args:
         curves: basis -> (steps, values, stages) of every curve read.
-        emergence: (type, layer, head, emergence step) of every head that holds a type at the end.
+        scores: the per-head scores that name the boundaries (each type's score; the ablation effect).
         rule: the parameters (``merge``).
         primary: the curve whose trend and values each run stage reports (the LLC when it has stages, else the loss).
 
@@ -184,10 +315,19 @@ def run_stages_from(
     """
     grid = np.unique(np.concatenate([np.asarray(c[0], np.int64) for c in curves.values()]))
     groups = merge_boundaries({b: c[2] for b, c in curves.items()}, grid, merge=rule.merge)
-    edges = [int(grid[0]), *[g[0].step for g in groups], int(grid[-1])]
-    boundaries = [
-        RunBoundary(g[0].step, g, name_boundary(a, b, emergence)) for g, a, b in zip(groups, edges[1:-1], edges[2:], strict=True)
-    ]
+    while True:
+        kept = [best_supported(g) for g in groups]
+        edges = [int(grid[0]), *[k.step for k in kept], int(grid[-1])]
+        boundaries = [
+            RunBoundary(k.step, g, boundary_name(a, b, scores), low=k.low, high=k.high)
+            for g, k, a, b in zip(groups, kept, edges[1:-1], edges[2:], strict=True)
+        ]
+        # A boundary one curve alone sees, across which no head's score changes, is that curve's (its own basis keeps
+        # it), not the run's: dropped, the weakest first, and the names read again over the longer stage.
+        lone = [i for i, b in enumerate(boundaries) if b.forms == NO_EVENT and len({s.basis for s in b.support}) < 2]
+        if not lone:
+            break
+        groups.pop(min(lone, key=lambda i: best_supported(groups[i]).strength))
     steps, values, stages = curves[primary]
     u = log_axis(steps)
     out = []
@@ -247,6 +387,102 @@ class RunStages:
         return float("nan") if a is None or b is None else b - a
 
 
+def _wide(store, frame, column: str) -> tuple[np.ndarray, np.ndarray]:  # store: analysis.store.Store
+    """One per-head column of a frame keyed by step, layer and head, as (steps, values (S, n_layers, n_heads))."""
+    wide = frame.pivot_table(index="step", columns=["layer", "head"], values=column).sort_index()
+    steps = wide.index.to_numpy(np.int64)
+    values = np.full((len(steps), store.n_layers, store.n_heads), np.nan)  # (S, n_layers, n_heads)
+    for (layer, head), series in wide.items():
+        values[:, int(layer), int(head)] = series.to_numpy(np.float64)
+    return steps, values
+
+
+def type_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
+    """Each head type's score over training (head_types.parquet ``score``), its scale the type's threshold
+    (meta.json ``types``; the score's largest value over the run where the record lacks it)."""
+    from headwatch.analysis.store.lenses.types import HEAD_TYPES_TABLE
+
+    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES
+
+    frame = store.frame(HEAD_TYPES_TABLE, columns=["score"])
+    if frame is None or not len(frame):
+        return []
+    # the attention types, decided at every checkpoint (multigram and other heads only at the checkpoints whose
+    # tokens in context are kept, chosen from these stages; their scores are in nats, which ablation_scores reads)
+    frame = frame[frame["type"].isin(ATTENTION_TYPES)]
+    rules = (store.meta.types or {}).get("types") or {}
+    out = []
+    for kind in sorted(frame["type"].unique()):
+        steps, values = _wide(store, frame[frame["type"] == kind], "score")
+        threshold = float((rules.get(kind) or {}).get("threshold") or np.nanmax(np.abs(values)))
+        out.append(HeadScores(f"{TYPE_NAMES.get(kind, kind.replace('_', '-'))} scores", steps, values, threshold))
+    return out
+
+
+# The ablation lens's columns read as what changes across a boundary (where the store has ablation.parquet), and how
+# a name calls them.
+ABLATION_EFFECTS = {"text_increase": "ablation effects on the text", "probe_increase": "ablation effects on the probe"}
+
+
+def ablation_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
+    """The loss increase when each head is mean-ablated (ablation.parquet's `ABLATION_EFFECTS` columns, where the store
+    has the table and the lens is declared), each its scale the largest increase of any head at any checkpoint. Empty
+    otherwise."""
+    from headwatch.analysis.store.lenses.ablation import ABLATION
+
+    if not store.has(ABLATION):
+        return []
+    wanted = list(ABLATION_EFFECTS)
+    frame = store.frame(ABLATION, columns=[*wanted, "method"])
+    if frame is None or not len(frame):
+        return []
+    # one method: the mean ablation where the store holds it (a store may add zero ablation beside it)
+    methods = sorted(frame["method"].unique(), key=lambda m: (m != "mean", m))
+    frame = frame[frame["method"] == methods[0]]
+    out = []
+    for column in wanted:
+        steps, values = _wide(store, frame, column)
+        keep = np.isfinite(values).any(axis=(1, 2))
+        scale = float(np.nanmax(np.abs(values[keep]))) if keep.any() else 0.0
+        if scale > 0:
+            out.append(HeadScores(ABLATION_EFFECTS[column], steps[keep], np.nan_to_num(values[keep]), scale))
+    return out
+
+
+# What the whole-model LLC rows under the run's training distribution are called, where llc.parquet keeps estimates
+# under named distributions (a ``distribution`` key) and meta.json ``llc`` does not name it (``training_distribution``).
+TRAINING_DISTRIBUTIONS = ("training", "train")
+HELD_OUT = "held-out text"
+
+
+def llc_source(store) -> tuple[dict[str, int | str], str]:  # store: analysis.store.Store
+    """Which whole-model LLC rows the stages read, and the distribution they were estimated under, in words.
+
+    Where llc.parquet keys its rows by a ``distribution``, the rows under the run's training distribution (meta.json
+    ``llc`` ``training_distribution``, else one of `TRAINING_DISTRIBUTIONS`); where it has none of those, the first
+    distribution it holds, named. Without the key (the shipped stores), the stored estimates, on the held-out text of
+    meta.json ``llc`` ``evaluation`` (`HELD_OUT`).
+
+    Returns:
+        The ``at`` key for `analysis.store.reader.Store.dense` and the distribution's name in words.
+    """
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL
+
+    at: dict[str, int | str] = dict(LLC_WHOLE_MODEL)
+    record = store.meta.llc or {}
+    if "distribution" not in LLC.sort:
+        text = (record.get("evaluation") or {}).get("text")
+        return at, f"{HELD_OUT} ({text})" if text else HELD_OUT
+    keys = store.frame(LLC, columns=[])
+    names = sorted({str(n) for n in keys["distribution"]}) if keys is not None else []
+    training = record.get("training_distribution") or next((n for n in TRAINING_DISTRIBUTIONS if n in names), None)
+    if training in names:
+        return at | {"distribution": str(training)}, f"the run's training distribution ({training})"
+    if not names:
+        return at, HELD_OUT
+    return at | {"distribution": names[0]}, f"{names[0]} (llc.parquet holds no estimate under the training distribution)"
+
+
 def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: analysis.store.Store
     """The stages of a store's run, from its llc.parquet (whole-model rows; llc_chains.parquet for the
     spread and flags when present), eval_loss.parquet (the loss and the probe's copy loss) and head_types.parquet /
@@ -259,7 +495,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     from headwatch.analysis.stages import curve as stage_rule
     from headwatch.analysis.store.lenses.attention import EVAL_LOSS
     from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
-    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES_TABLE
+    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_TYPES_TABLE
 
     notes: list[str] = []
     meta: dict = {
@@ -271,10 +507,13 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     llc: list[Stage] = []
     llc_meta: dict = {"present": store.has(LLC)}
     if store.has(LLC):
-        values = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)
+        at, distribution = llc_source(store)
+        llc_meta["distribution"] = distribution
+        values = store.require(LLC, "llc", at=at)
         keep = np.isfinite(values)
         if store.has(LLC_CHAINS):
-            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=LLC_WHOLE_MODEL))
+            chain_at = at if "distribution" in LLC_CHAINS.sort else dict(LLC_WHOLE_MODEL)
+            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=chain_at))
             llc_meta["spread_from"] = "llc_chains.parquet: sample standard deviation of the chains' estimates / sqrt(C)"
             flags = store_flags(store)
             if flags is not None:
@@ -285,7 +524,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
                 keep &= ~diverged
         else:
             chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
-            se = standard_errors(llc_std=store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL), chains=chains)
+            se = standard_errors(llc_std=store.require(LLC, "llc_std", at=at), chains=chains)
             llc_meta["spread_from"] = f"llc.parquet llc_std (population, {chains} chains) / sqrt(C - 1)"
         sigma = pooled_standard_error(se[keep])
         steps = store.steps[keep]
@@ -333,7 +572,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
             notes.append("eval_loss.parquet has no probe copy loss: no copy-loss stages (run --lenses attention again)")
     else:
         notes.append("the store has no eval_loss.parquet (run --lenses attention): no loss stages")
-    emergence: list[tuple[str, int, int, int]] = []
+    scores: list[HeadScores] = []
     held = store.frame(HEAD_TYPES_TABLE, columns=["holds"])
     if held is not None and len(held):
         counts = held[held["holds"]].groupby(["type", "step"]).size()
@@ -355,20 +594,15 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
                 "noise": sigma,
                 "noise_from": f"max(jitter, {rule.count_noise:g} heads)",
             }
-        rows = store.frame(HEAD_EMERGENCE)
-        if rows is not None:
-            rows = rows[rows["emergence_step"].notna() & rows["type"].isin(ATTENTION_TYPES)]
-            emergence = [
-                (str(t), int(a), int(b), int(s))
-                for t, a, b, s in zip(rows["type"], rows["layer"], rows["head"], rows["emergence_step"], strict=True)
-            ]
+        scores = type_scores(store)
     else:
-        notes.append("the store has no head types (run the types lens): boundaries are not named after heads forming")
+        notes.append("the store has no head types (run the types lens): boundaries are not named by the heads' scores")
+    scores += ablation_scores(store)
     run: list[Stage] = []
     boundaries: list[RunBoundary] = []
     shaded = "llc" if llc else ("loss" if loss else None)
     if shaded is not None:
-        run, boundaries = run_stages_from(curves, emergence, rule, primary=shaded)
+        run, boundaries = run_stages_from(curves, scores, rule, primary=shaded)
     primary = RUN_BASIS if run else None
     if primary is None:
         notes.append("no stages: neither an LLC nor a loss curve with enough checkpoints")
@@ -378,7 +612,10 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
         "behaviour": behaviour_meta,
         "run": {
             "trend_from": shaded,
-            "boundaries": [{"step": b.step, "forms": b.forms, "support": [vars(s) for s in b.support]} for b in boundaries],
+            "boundaries": [
+                {"step": b.step, "low": b.low, "high": b.high, "forms": b.forms, "support": [vars(s) for s in b.support]}
+                for b in boundaries
+            ],
         },
         "primary": primary,
         "notes": notes,

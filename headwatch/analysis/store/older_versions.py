@@ -115,12 +115,16 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
     absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``);
     ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded);
-    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries);
+    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries) and ``low_step``,
+    ``high_step`` (-1), ``evidence`` (NaN): stages made before the boundaries' uncertainty;
     ``attention.parquet`` gains ``current_token`` (NaN: the current-token score was not recorded)."""
     if spec.name == ATTENTION.name and "current_token" not in table.column_names and "step" in table.column_names:
         table = table.append_column(pa.field("current_token", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:
         table = table.append_column(pa.field("support", pa.string()), pa.array([""] * table.num_rows, pa.string()))
+    if spec.name == STAGES.name and "low_step" not in table.column_names and "basis" in table.column_names:
+        for name, kind, fill in (("low_step", pa.int64(), -1), ("high_step", pa.int64(), -1), ("evidence", pa.float64(), np.nan)):
+            table = table.append_column(pa.field(name, kind), pa.array(np.full(table.num_rows, fill), kind))
     if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:
         table = table.append_column(pa.field("probe_copy_loss", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name in (EMBEDDINGS.name, OVERLAPS.name) and "matrix" not in table.column_names and "matrix" in spec.schema.names:

@@ -23,6 +23,19 @@ LOSS_DOMAIN = (0.42, 1.0)
 LANES_DOMAIN = (0.0, 0.34)
 
 
+BAND_FILL = "rgba(60,60,60,0.18)"  # a boundary's uncertainty band
+
+
+def boundary_band(row: Any) -> tuple[int, int] | None:
+    """The steps a stage's opening boundary could sit at (stages.parquet ``low_step``, ``high_step``: its
+    profile-likelihood interval, `analysis.stages.curve.boundary_evidence`), when that spans more than one checkpoint;
+    None for the first stage, a boundary placed to one checkpoint, or stages made before the interval was stored."""
+    low, high = int(getattr(row, "low_step", -1)), int(getattr(row, "high_step", -1))
+    if int(row.stage) == 0 or low < 0 or high <= low:
+        return None
+    return low, high
+
+
 def _stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> list[dict[str, Any]]:
     if stages is None:
         return []
@@ -57,6 +70,23 @@ def _stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> 
                     line=dict(width=1, dash="dot", color="#666666"),
                     layer="below",
                     name=f"stage {int(r.stage) + 1} begins: {r.boundary}",
+                )
+            )
+        band = boundary_band(r)
+        if band is not None:  # where the boundary could sit (stages.parquet low_step..high_step)
+            shapes.append(
+                dict(
+                    type="rect",
+                    xref="x",
+                    yref=yref,
+                    x0=axis.at(band[0]),
+                    x1=axis.at(band[1]),
+                    y0=0,
+                    y1=1,
+                    fillcolor=BAND_FILL,
+                    line=dict(width=0),
+                    layer="below",
+                    name=f"stage {int(r.stage) + 1} boundary uncertainty: steps {band[0]:,} to {band[1]:,}",
                 )
             )
     return shapes

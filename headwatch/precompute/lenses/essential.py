@@ -83,6 +83,9 @@ class EssentialSample:
             "cusp_rule": (ed.__doc__ or "").split("\n\n")[-1].strip(),
             "window": ed.WINDOW,
             "turn_degrees": ed.TURN_DEGREES,
+            "arc": ed.ARC,
+            "smoothing_checkpoints": ed.SMOOTHING,
+            "margin_degrees": ed.MARGIN_DEGREES,
         }
 
 
@@ -148,10 +151,10 @@ def essential_work(src: CheckpointSource, ref: CheckpointRef, job: EssentialJob)
 
 
 def trajectory_rows(steps: np.ndarray, outputs: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """``essential.parquet`` from the outputs ``(T, D)`` of ``steps``: the scores, explained variance, turns and
-    cusps; also the explained fractions and the cusps' steps."""
+    """``essential.parquet`` from the outputs ``(T, D)`` of ``steps``: the scores, explained variance, turns (of the
+    smoothed path) and cusps (`analysis.stages.essential.turns`); also the explained fractions and the cusps' steps."""
     scores, explained = ed.principal_components(outputs)
-    turn = ed.turning_angles(scores)
+    turn = ed.arc_turns(ed.smoothed(scores))[0]
     cusp = ed.cusps(scores)
     t, k = scores.shape
     rows = {
@@ -163,6 +166,16 @@ def trajectory_rows(steps: np.ndarray, outputs: np.ndarray) -> tuple[pa.Table, n
         "cusp": pa.array(np.repeat(cusp, k)),
     }
     return ESSENTIAL.sorted(pa.table(rows, schema=ESSENTIAL.schema)), explained, steps[cusp]
+
+
+def turn_records(steps: np.ndarray, rows: pa.Table) -> list[dict[str, Any]]:
+    """``meta.json`` ``essential`` ``turns``: every minimum of the smoothed path's speed with its step, angle (degrees),
+    speed (nats per checkpoint), travel (share of the most over 2w checkpoints) and verdict (cusp, near, none)."""
+    scores = rows.to_pandas().pivot(index="step", columns="component", values="score").sort_index().to_numpy(np.float64)
+    return [
+        {"step": int(steps[t.index]), "angle": t.angle, "speed": t.speed, "travel": t.travel, "verdict": t.verdict}
+        for t in ed.turns(scores)
+    ]
 
 
 class EssentialComputation(BaseComputation):
@@ -216,6 +229,11 @@ class EssentialComputation(BaseComputation):
         rows, explained, cusp_steps = trajectory_rows(steps, outputs)
         state.put({ESSENTIAL.name: rows})
         record = dict(state.meta.records.get(self.lens.name) or {})
-        record |= {"explained": [float(e) for e in explained], "cusps": [int(s) for s in cusp_steps], "steps": len(steps)}
+        record |= {
+            "explained": [float(e) for e in explained],
+            "cusps": [int(s) for s in cusp_steps],
+            "turns": turn_records(steps, rows),
+            "steps": len(steps),
+        }
         state.meta.set_record(self.lens.name, record)
         state.commit(heads=False)

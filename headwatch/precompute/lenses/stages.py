@@ -7,7 +7,7 @@ and ``head_emergence.parquet``) by the rule of `analysis.stages.curve` and the m
 noise levels, the checkpoints used, the basis the dashboard shades). It needs no checkpoint: run it on an
 existing store with
 
-    python -m headwatch.precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5] [--merge 2] [--count-noise 0.5]
+    python -m headwatch.precompute.lenses.stages STORE [--k 3] [--plateau-ratio 0.5] [--merge 1] [--count-noise 0.5]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.stages.curve import StageRule
-from headwatch.analysis.stages.run import RunStages, store_stages
+from headwatch.analysis.stages.run import RunStages, best_supported, store_stages
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.stages import STAGES, STAGES_LENS
 from headwatch.precompute.job.context import BaseComputation, RunContext
@@ -35,6 +35,9 @@ def stages_table(stages: RunStages) -> pa.Table:
     """The rows of ``stages.parquet``: every stage of every basis (the run's with the boundaries that support it)."""
     rows = [(basis, s) for basis, found in stages.bases().items() for s in found]
     support = [""] + [b.support_text() for b in stages.boundaries]
+    run_low = [-1] + [b.low for b in stages.boundaries]
+    run_high = [-1] + [b.high for b in stages.boundaries]
+    best = [float("nan")] + [best_supported(b.support).strength for b in stages.boundaries]
     columns = {
         "basis": [b for b, _ in rows],
         "stage": [s.index for _, s in rows],
@@ -48,6 +51,9 @@ def stages_table(stages: RunStages) -> pa.Table:
         "change_se": [s.change_se for _, s in rows],
         "loss_change": [stages.loss_change(s) for _, s in rows],
         "support": [support[s.index] if basis == "run" else "" for basis, s in rows],
+        "low_step": [run_low[s.index] if basis == "run" else s.low_step for basis, s in rows],
+        "high_step": [run_high[s.index] if basis == "run" else s.high_step for basis, s in rows],
+        "evidence": [best[s.index] if basis == "run" else s.evidence for basis, s in rows],
     }
     return STAGES.sorted(pa.table(columns, schema=STAGES.schema))
 
@@ -130,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{len(rows)} of {basis}" for basis, rows in found.bases().items() if basis != "run")
     )
     for b in found.boundaries:
-        print(f"boundary at step {b.step:,}: {b.forms} ({b.support_text()})")
+        print(f"boundary at step {b.step:,} (checkpoints {b.low:,} to {b.high:,}): {b.forms} ({b.support_text()})")
     for note in found.meta["notes"]:
         print(f"note: {note}")
     return 0

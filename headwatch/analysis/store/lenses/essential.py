@@ -43,10 +43,12 @@ ESSENTIAL_COLUMN_DOCS: dict[str, str] = {
     "(nats; each component's sign makes its largest-magnitude score positive)",
     "explained": "fraction of the outputs' variance over checkpoints the component explains, S[j]^2 / sum(S^2) "
     "(the same in every row of the component)",
-    "turn": "degrees the trajectory turns at the checkpoint, between x_t - x_(t-w) and x_(t+w) - x_t in the stored "
-    "components (NaN within w checkpoints of either end; the same in every row of the step)",
-    "cusp": "the checkpoint is a turning point: turn above 90 degrees, both displacements at least a quarter of the "
-    "path's largest over w checkpoints, and the largest turn within w checkpoints (bool)",
+    "turn": "degrees the trajectory, smoothed over checkpoints by a Gaussian filter, turns at the checkpoint, between "
+    "x(t) - x(a) and x(b) - x(t) with a and b 5% of the path's length before and after it along the path (NaN where a "
+    "side is shorter; the same in every row of the step; analysis.stages.essential.arc_turns)",
+    "cusp": "the checkpoint is a cusp: a minimum of the smoothed path's speed where it turns by more than 90 degrees "
+    "plus a margin of 15 (analysis.stages.essential.turns; meta.json essential turns lists every minimum with its "
+    "verdict) (bool)",
 }
 ESSENTIAL = TableSpec(
     name="essential",

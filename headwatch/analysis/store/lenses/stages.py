@@ -42,12 +42,19 @@ STAGES_COLUMN_DOCS: dict[str, str] = {
     "loss_change": "eval loss at end_step minus at start_step, nats per token (NaN without eval_loss.parquet)",
     "support": "run: the curves' boundaries merged into the boundary that begins the stage, as kind (step); ... "
     "(empty for the first stage and for every other basis) (string)",
+    "low_step": "the uncertainty of the boundary that begins the stage: the first checkpoint where its cut could sit "
+    "with chi2 at most 1 above its best place (profile likelihood, analysis.stages.curve.boundary_evidence); run: that "
+    "of the boundary kept from the merged group; -1 for the first stage and in stores made before it (int64)",
+    "high_step": "the last such checkpoint (int64; -1 as low_step)",
+    "evidence": "the boundary's likelihood ratio, chi2 of one line across it minus chi2 of the two lines cut at it "
+    "(run: that of the boundary kept from the merged group, the largest of the group); NaN for the first stage and in "
+    "stores made before it",
 }
 STAGES_SCHEMA = schema_of(
     {"basis": pa.string(), "stage": pa.int32(), "start_step": pa.int64(), "end_step": pa.int64()}
     | {"trend": pa.string(), "boundary": pa.string()}
     | {c: pa.float64() for c in ("start_value", "end_value", "change", "change_se", "loss_change")}
-    | {"support": pa.string()}
+    | {"support": pa.string(), "low_step": pa.int64(), "high_step": pa.int64(), "evidence": pa.float64()}
 )
 STAGES = TableSpec(
     name="stages",

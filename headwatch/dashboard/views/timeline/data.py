@@ -12,6 +12,7 @@ import pandas as pd
 from headwatch.analysis.findings.events import evidence_link
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types
 from headwatch.analysis.findings.names import head_name
+from headwatch.analysis.stages.run import HELD_OUT
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.attention import EVAL_LOSS
 from headwatch.analysis.store.lenses.types import HEAD_TYPES_TABLE
@@ -26,11 +27,16 @@ RUN_TREND = {
 }
 
 
-def run_trend(trend_from: str | None) -> str:
-    """What the run's stages (the merged basis) are shaded by, for the Timeline's caption ("" without run stages)."""
+def run_trend(trend_from: str | None, distribution: str | None = None) -> str:
+    """What the run's stages (the merged basis) are shaded by, for the Timeline's caption ("" without run stages);
+    with the LLC's, the distribution its estimates were made under (meta.json ``stages.llc.distribution``; stores
+    whose stages do not record it read the held-out text, `analysis.stages.run.HELD_OUT`)."""
     if trend_from is None:
         return ""
-    return RUN_TREND.get(trend_from, f"the run's stages take the trend of {trend_from}")
+    text = RUN_TREND.get(trend_from, f"the run's stages take the trend of {trend_from}")
+    if trend_from == "llc":
+        text += f", estimated on {distribution or HELD_OUT}"
+    return text
 
 
 def emerged_table(held: pd.DataFrame, run: str) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from headwatch.analysis.stages import essential as ed
 from headwatch.analysis.stages.essential import store_trajectory
 from headwatch.dashboard import charts, export, viewstate
 from headwatch.dashboard.cache import store_cached
@@ -46,7 +47,6 @@ def essential_panel(frame: RunFrame, stages: pd.DataFrame | None) -> None:
     if step is not None:
         viewstate.switch_page("pages/forward_lenses.py", step=step, panel="losses")  # the losses, that step marked
     recorded = frame.store.meta.records.get("essential") or {}
-    cusps = recorded.get("cusps") or []
     st.caption(
         f"Each point is a checkpoint: the model's next-token log-probabilities on a fixed sample "
         f"({recorded.get('values_per_checkpoint', '?'):,} numbers: the evaluation text and the induction probe, "
@@ -54,10 +54,33 @@ def essential_panel(frame: RunFrame, stages: pd.DataFrame | None) -> None:
         "the stage shaded above; the arrowheads give the direction of training, from the start to the end labelled "
         "with their steps. Why a turn matters: where the path turns, the outputs stop changing one way and start "
         "changing another, and a developmental stage boundary tends to sit there (Hoogland et al. check the LLC's "
-        "stages against it); open circles are cusps, where the path turns by more than "
-        f"{recorded.get('turn_degrees', 90):g} degrees while it is moving ({', '.join(f'{c:,}' for c in cusps) or 'none'}). "
+        "stages against it). The dashed line is the path smoothed over checkpoints by a Gaussian filter of standard "
+        f"deviation {ed.SMOOTHING:g} checkpoint(s), which the rule reads: a cusp is a minimum of its speed where it "
+        f"turns by more than {ed.TURN_DEGREES:g} degrees, measured over {ed.ARC:.0%} of the path's length either side; "
+        f"open circles are cusps, clearing the limit by more than {ed.MARGIN_DEGREES:g} degrees, dotted ones turns "
+        "within that margin of it. "
+        f"{turns_text(path)} "
         f"{_forming_text(frame, path)}Hover names the step; a click opens the Forward lenses page on its losses at that "
         "step, marked (docs/stages.md)."
+    )
+
+
+def turns_text(path: pd.DataFrame) -> str:
+    """The turns of the path in words: each cusp and near one with its step, angle, speed and travel; "no cusp" only
+    where no turn is either (`analysis.stages.essential.turns`)."""
+    if "verdict" not in path:
+        return ""
+    picked = path[path["verdict"].isin(["cusp", "near"])]
+    if picked.empty:
+        return "No cusp: no minimum of the speed turns to within the margin of the rule's angle."
+    words = {"cusp": "cusp", "near": "near a cusp"}
+    return (
+        "Turns: "
+        + "; ".join(
+            f"{words[str(r.verdict)]} at step {int(r.step):,} ({r.turn:.0f} degrees, speed {r.speed:.3g} nats per checkpoint)"
+            for r in picked.itertuples(index=False)
+        )
+        + "."
     )
 
 

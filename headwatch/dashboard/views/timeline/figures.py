@@ -26,7 +26,7 @@ STAGE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "hexa
 ARROWS = 6  # arrowheads along the path, evenly spaced along its length as drawn
 LABELLED = 3  # checkpoints labelled with their step between the start and the end, at most
 LABEL_GAP = 0.15  # a labelled checkpoint lies at least this share of the plot's span (each axis scaled) from another
-PATH_COLOUR, ARROW_COLOUR, LABEL_COLOUR = "#bbbbbb", "#555555", "#333333"
+PATH_COLOUR, ARROW_COLOUR, LABEL_COLOUR, SMOOTH_COLOUR = "#bbbbbb", "#555555", "#333333", "#888888"
 
 
 def stage_style(stage: int) -> tuple[str, str]:
@@ -59,6 +59,18 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
     data: list[dict[str, Any]] = [
         dict(type="scatter", x=x, y=y, mode="lines", line=dict(color=PATH_COLOUR, width=1), hoverinfo="skip", showlegend=False)
     ]
+    if "smooth1" in path:  # the path as the cusp rule reads it (`analysis.stages.essential.smoothed`)
+        data.append(
+            dict(
+                type="scatter",
+                x=path["smooth1"].to_numpy(),
+                y=path["smooth2"].to_numpy() if "smooth2" in path else np.zeros(len(path)),
+                mode="lines",
+                name="smoothed path (Gaussian over checkpoints)",
+                line=dict(color=SMOOTH_COLOUR, width=2, dash="dash"),
+                hoverinfo="skip",
+            )
+        )
     which = stage_of(steps, stages)
     names = {} if stages is None else {int(r.stage): str(r.boundary) for r in stages.itertuples(index=False)}
     for s in np.unique(which):
@@ -77,6 +89,20 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
                 hovertemplate="step %{customdata[2]:,}<br>PC1 %{x:.3g}, PC2 %{y:.3g}<extra>"
                 + (f"S{s + 1}" if s >= 0 else "")
                 + "</extra>",
+            )
+        )
+    near = (path["verdict"] == "near").to_numpy(bool) if "verdict" in path else np.zeros(len(path), bool)
+    if near.any():
+        data.append(
+            dict(
+                type="scatter",
+                x=x[near],
+                y=y[near],
+                mode="markers",
+                name="near a cusp (within the rule's margins)",
+                marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(width=2, color="#999999"), symbol="circle-open-dot"),
+                customdata=[[-1, -1, int(t)] for t in steps[near]],
+                hovertemplate="near a cusp at step %{customdata[2]:,}<extra></extra>",
             )
         )
     cusp = path["cusp"].to_numpy(bool)

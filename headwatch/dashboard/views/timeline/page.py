@@ -154,13 +154,15 @@ def timeline_panel(frame: RunFrame, axis: StepAxis, view: TimelineView) -> None:
     )
     charts.open_link_on_click(event)  # a click on an event's marker opens its evidence
     parameters = recorded.get("parameters", {})
-    trend = data.run_trend((recorded.get("run") or {}).get("trend_from"))
+    trend = data.run_trend((recorded.get("run") or {}).get("trend_from"), (recorded.get("llc") or {}).get("distribution"))
     st.caption(
         "Top: the loss; shaded: the stages (orange rising, blue falling, grey flat for the LLC and the counts of heads; "
         f"green drop, grey plateau for the losses{'; ' + trend if trend else ''}), a dotted line at each "
-        f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors; "
-        f"the run's boundaries merge the curves' within {parameters.get('merge', 2)} checkpoints and are named after "
-        "the heads that form in the stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "
+        f"boundary, where a curve's trend or rate changes by more than {parameters.get('k', 3):g} standard errors, "
+        "and a darker band over the checkpoints where the boundary could sit (chi2 within 1 of its best place) where "
+        f"that is more than one; the run's boundaries merge the curves' within {parameters.get('merge', 2)} "
+        "checkpoint(s), keep the best-supported one's step, and are named by the heads whose scores change most in the "
+        "stage they open (docs/stages.md). Bottom: one lane per kind of event, one marker "
         "per event at its checkpoint; hover for what happened, click a marker to open its evidence (the table below "
         "links each too)."
     )
@@ -179,7 +181,10 @@ def stages_panel(view: TimelineView) -> None:
         hide_index=True,
         key="stages_table",
         column_config={
-            **{c: st.column_config.NumberColumn(c, format="%d") for c in ("from step", "to step")},
+            **{
+                c: st.column_config.NumberColumn(c, format="%d")
+                for c in ("from step", "to step", "boundary could sit from step", "boundary could sit to step")
+            },
             **{c: st.column_config.NumberColumn(c, format="%.4g") for c in table.columns if " at " in c or "change" in c},
             "end − start": st.column_config.NumberColumn("end − start", format="%.4g"),
             "± (1 s.e.)": st.column_config.NumberColumn("± (1 s.e.)", format="%.3g"),
@@ -190,7 +195,7 @@ def stages_panel(view: TimelineView) -> None:
         "straight stretches fitted in log10(1 + step), which the stage rule reads, with its standard error "
         "(docs/stages.md); the loss change is the loss's own end minus start. The run's stages (every curve, merged) "
         "lie between the merged boundaries and give no standard error; each lists the curves' boundaries that support "
-        "it."
+        "it, and the checkpoints its boundary could sit at (chi2 within 1 of its best place; -1 for the first stage)."
     )
 
 
