@@ -400,9 +400,7 @@ def _wide(store, frame, column: str) -> tuple[np.ndarray, np.ndarray]:  # store:
 def type_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
     """Each head type's score over training (head_types.parquet ``score``), its scale the type's threshold
     (meta.json ``types``; the score's largest value over the run where the record lacks it)."""
-    from headwatch.analysis.store.lenses.types import HEAD_TYPES_TABLE
-
-    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES
+    from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_TYPES_TABLE
 
     frame = store.frame(HEAD_TYPES_TABLE, columns=["score"])
     if frame is None or not len(frame):
