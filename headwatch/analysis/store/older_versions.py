@@ -31,6 +31,7 @@ from headwatch.analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, TableSpec
 from headwatch.analysis.store.lenses.attention import EVAL_LOSS
 from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_DATA_COLUMN, STORED_BEFORE_DATA
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.lenses.stages import STAGES
 
@@ -112,7 +113,13 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
     absent. Version 2 -> 3: ``embeddings.parquet`` and ``overlaps.parquet`` gain ``matrix`` (``qk``);
     ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded);
-    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries)."""
+    ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries); ``llc.parquet``
+    and ``llc_chains.parquet`` gain ``data`` (``text``: every estimate before it was taken on held-out text, as
+    their meta.json ``llc.evaluation`` says)."""
+    if spec.name in (LLC.name, LLC_CHAINS.name) and LLC_DATA_COLUMN not in table.column_names and "step" in table.column_names:
+        column = pa.array([STORED_BEFORE_DATA] * table.num_rows, pa.string())
+        at = min(spec.schema.names.index(LLC_DATA_COLUMN), table.num_columns)
+        table = table.add_column(at, pa.field(LLC_DATA_COLUMN, pa.string()), column)
     if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:
         table = table.append_column(pa.field("support", pa.string()), pa.array([""] * table.num_rows, pa.string()))
     if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:
