@@ -108,6 +108,17 @@ def complete_overlaps(table: pa.Table) -> pa.Table:
     return table.select(OVERLAPS.schema.names).cast(OVERLAPS.schema)
 
 
+def complete_keys(spec: TableSpec, table: pa.Table) -> pa.Table:
+    """A table with the key columns later versions added, whose value in an older file is known: ``llc.parquet``'s and
+    ``llc_chains.parquet``'s ``data`` (``text``, as their meta.json ``llc.evaluation`` says). A run resuming the store
+    keeps such rows as they are (`precompute.job.state`); `upgrade_table` does this and more."""
+    if spec.name in (LLC.name, LLC_CHAINS.name) and LLC_DATA_COLUMN not in table.column_names and "step" in table.column_names:
+        column = pa.array([STORED_BEFORE_DATA] * table.num_rows, pa.string())
+        at = min(spec.schema.names.index(LLC_DATA_COLUMN), table.num_columns)
+        table = table.add_column(at, pa.field(LLC_DATA_COLUMN, pa.string()), column)
+    return table
+
+
 def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     """A table as read from a store of any version, with the columns later versions added where it can
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
@@ -116,10 +127,7 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries); ``llc.parquet``
     and ``llc_chains.parquet`` gain ``data`` (``text``: every estimate before it was taken on held-out text, as
     their meta.json ``llc.evaluation`` says)."""
-    if spec.name in (LLC.name, LLC_CHAINS.name) and LLC_DATA_COLUMN not in table.column_names and "step" in table.column_names:
-        column = pa.array([STORED_BEFORE_DATA] * table.num_rows, pa.string())
-        at = min(spec.schema.names.index(LLC_DATA_COLUMN), table.num_columns)
-        table = table.add_column(at, pa.field(LLC_DATA_COLUMN, pa.string()), column)
+    table = complete_keys(spec, table)
     if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:
         table = table.append_column(pa.field("support", pa.string()), pa.array([""] * table.num_rows, pa.string()))
     if spec.name == EVAL_LOSS.name and "probe_copy_loss" not in table.column_names and "step" in table.column_names:

@@ -24,7 +24,7 @@ from headwatch.analysis.store.lenses import LENSES, TABLES
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import new_meta
-from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps, upgrade_table
+from headwatch.analysis.store.older_versions import complete_heads, complete_keys, complete_overlaps, incomplete_steps
 from headwatch.analysis.store.outputs import check_same_model
 from headwatch.precompute.settings import StoreSettings, software_versions
 from headwatch.precompute.store import pairs as ovl
@@ -259,7 +259,7 @@ def _stored_rows(out: Path, spec: TableSpec, done: pa.Array, lens: Lens) -> pa.T
         return spec.empty()
     if table is None:
         return spec.empty()
-    table = upgrade_table(spec, table)  # an older store's table as this version writes it (llc.parquet's data column)
+    table = complete_keys(spec, table)  # a key column an older file lacks (llc.parquet's data: text)
     if not table.schema.equals(spec.schema):
         log.warning("%s has another schema than this version writes: computing it again", spec.file)
         return spec.empty()

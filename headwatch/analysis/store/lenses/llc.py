@@ -75,7 +75,9 @@ def parse_llc_data(value: str | None) -> tuple[LlcDataSpec, ...]:
     specs: list[LlcDataSpec] = []
     for part in (p.strip() for p in value.split(",")):
         if not part:
-            raise ValueError(f"--llc-data {value!r}: an empty entry; give comma-separated names ({', '.join(LLC_DATA_NAMES)}) or files")
+            raise ValueError(
+                f"--llc-data {value!r}: an empty entry; give comma-separated names ({', '.join(LLC_DATA_NAMES)}) or files"
+            )
         if "=" in part:
             name, file = (x.strip() for x in part.split("=", 1))
             if not name or not file or name in LLC_DATA_NAMES[1:]:
