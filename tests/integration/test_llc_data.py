@@ -167,6 +167,14 @@ def test_a_store_adds_distributions_and_refuses_a_name_with_other_sequences(trai
     assert sorted(set(chains["data"].to_pylist())) == ["repeats", "text", "train"]
     store = open_store(out)
     assert sorted(data_records(store.meta.llc)) == ["repeats", "text", "train"]
+    from headwatch.info import describe
+
+    said = "\n".join(describe(out))
+    assert (
+        "train     2 checkpoints" in said
+        and "repeats   2 checkpoints" in said
+        and "add others: --lenses llc --llc-data code" in said
+    )
     # a reader picks the training distribution unless told; the others by name
     for name in ("train", "text", "repeats"):
         rows = after.filter(after["data"].to_numpy(zero_copy_only=False) == name).to_pandas()
@@ -254,4 +262,9 @@ def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
         assert got[i] == whole[step]
     assert np.array_equal(got, store.require(LLC, "llc", at={**LLC_WHOLE_MODEL, "data": "text"}), equal_nan=True)
     assert store.steps_with(LLC, at={"data": "train"}).size == 0
+    from headwatch.info import describe
+
+    said = "\n".join(describe(store_dir))
+    assert f"text      {len(store.steps)} checkpoints; 8 x 64 tokens (sha256 {records['text']['tokens_sha256'][:12]})" in said
+    assert "every estimate is on held-out text" in said and "--llc-data train,repeats,code" in said
     assert {f: (store_dir / f).read_bytes() for f in before} == before
