@@ -219,7 +219,7 @@ def test_plan_counts_the_refined_llc_a_store_lacks_as_the_run_chooses_them(tmp_p
     assert main(["plan", str(run), "--out", str(store), *llc, "--llc-steps", "all", "--llc-data", "text,repeats"]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("llc ")]
     assert [line.split()[1] for line in lines] == ["text", "repeats"]
-    assert [int(re.search(r"per checkpoint x (\d+)", line).group(1)) for line in lines] == [2, 4]  # type: ignore[union-attr]
+    assert [int(re.search(r"per checkpoint x (\d+)", line).group(1)) for line in lines] == [2, 4]
     # only step 4 selected: "all" is every state of the store after the pass (the run's choice), less 0 and 4
     assert main(["plan", str(run), "--out", str(store), "--revisions", "step4", *llc, "--llc-steps", "all"]) == 0
     assert _llc_line(capsys.readouterr().out)[2] == 2
