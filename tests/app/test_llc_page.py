@@ -242,3 +242,77 @@ def test_the_shipped_plain_text_runs_say_their_estimates_were_removed_and_what_a
         # the exact command that prices the rerun, with the store's recorded source and evaluation length
         assert f"`headwatch plan runs/{run} --out data/{run} --lenses llc --eval-length 256`" in note
         assert "scripts/reference-run.sh" in note
+
+
+@pytest.fixture(scope="module")
+def multi_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("llc-data") / "tiny-run"
+    shutil.copytree(store_path, path)
+    return add_synthetic_llc(path, data=("train", "text", "repeats"))
+
+
+def test_the_overlay_of_distributions_is_the_stored_curves_and_their_ratio(multi_store: Path) -> None:
+    """`views.llc.data.distribution_curves` and `distribution_ratios` against the table read with pandas."""
+    from headwatch.analysis.store import open_store
+    from headwatch.dashboard.views.llc import data
+
+    store = open_store(multi_store)
+    assert data.distributions(store) == ["train", "text", "repeats"]
+    df = llc_table(multi_store)
+    for layer, head in [(-1, -1), (1, 2)]:
+        curves = data.distribution_curves(store, layer=layer, head=head)
+        own = df[(df["layer"] == layer) & (df["head"] == head)]
+        assert list(dict.fromkeys(curves["data"])) == ["train", "text", "repeats"]
+        for name in ("train", "text", "repeats"):
+            want = own[own["data"] == name].sort_values("step")
+            got = curves[curves["data"] == name]
+            np.testing.assert_array_equal(got["step"], want["step"])
+            np.testing.assert_array_equal(got["llc"], want["llc"])
+        ratios = data.distribution_ratios(curves, "text")
+        text = own[own["data"] == "text"].set_index("step")["llc"]
+        for r in ratios.itertuples():
+            assert r.ratio == pytest.approx(own[(own["data"] == r.data) & (own["step"] == r.step)]["llc"].iloc[0] / text[r.step])
+        assert set(ratios["data"]) == {"train", "repeats"}
+
+
+def test_the_page_overlays_each_distribution_and_shows_the_chosen_one(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_only(multi_store, tmp_path, monkeypatch)
+    df = llc_table(multi_store)
+    whole = df[df["layer"] == -1]
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    assert at.session_state["data"] == "train"  # the training distribution first: the weight-refined LLC
+    np.testing.assert_allclose(
+        arr(chart(at, "llc_model")["data"][0]["y"]), whole[whole["data"] == "train"].sort_values("step")["llc"]
+    )
+    overlay = chart(at, "llc_data")["data"]
+    assert [t["name"] for t in overlay] == ["on train", "on text", "on repeats"]
+    for trace in overlay:
+        name = trace["name"].removeprefix("on ")
+        np.testing.assert_allclose(arr(trace["y"]), whole[whole["data"] == name].sort_values("step")["llc"])
+    ratio = chart(at, "llc_data_ratio")["data"]
+    assert [t["name"] for t in ratio] == ["on text / on train", "on repeats / on train"]
+    text, train = (whole[whole["data"] == n].sort_values("step")["llc"].to_numpy() for n in ("text", "train"))
+    np.testing.assert_allclose(arr(ratio[0]["y"]), text / train)
+    # another distribution for the page, another reference for the ratio: both in the URL
+    other = open_page(PAGE, {"data": "repeats", "data_ref": "text", "data_head": "L1H2"})
+    assert not other.exception
+    np.testing.assert_allclose(
+        arr(chart(other, "llc_model")["data"][0]["y"]), whole[whole["data"] == "repeats"].sort_values("step")["llc"]
+    )
+    assert [t["name"] for t in chart(other, "llc_data_ratio")["data"]] == ["on train / on text", "on repeats / on text"]
+    assert "the loss taken on **repeats**" in " ".join(c.value for c in other.caption)
+
+
+def test_a_shipped_store_says_it_holds_text_only_and_how_to_add_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    at = open_page(PAGE, {"run": "induction-d128"})
+    assert not at.exception and not at.error
+    note = " ".join(i.value for i in at.info)
+    assert "under one distribution only, **text**" in note
+    assert "--lenses llc --llc-data train,repeats,code --eval-length 64`" in note and "headwatch plan" in note
+    assert "the loss taken on **text** (held-out text:" in " ".join(c.value for c in at.caption)
