@@ -316,3 +316,17 @@ def test_a_shipped_store_says_it_holds_text_only_and_how_to_add_the_others(monke
     assert "under one distribution only, **text**" in note
     assert "--lenses llc --llc-data train,repeats,code --eval-length 64`" in note and "headwatch plan" in note
     assert "the loss taken on **text** (held-out text:" in " ".join(c.value for c in at.caption)
+
+
+def test_the_heads_table_offers_each_distribution_as_a_column(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_only(multi_store, tmp_path, monkeypatch)
+    df = llc_table(multi_store)
+    last = int(df["step"].max())
+    table = open_page("pages/heads_table.py", {"stat": "llc", "step": str(last), "sort": "layer"}).dataframe[0].value
+    table = table.sort_values(["layer", "head"])
+    rows = df[(df["step"] == last) & (df["layer"] >= 0)]
+    for column, name in (("value", "train"), ("on text", "text"), ("on repeats", "repeats")):
+        want = rows[rows["data"] == name].sort_values(["layer", "head"])["llc"]
+        np.testing.assert_allclose(table[column], want)

@@ -110,6 +110,21 @@ def default_llc_data(names: Any) -> str:
     return held[0] if held else STORED_BEFORE_DATA
 
 
+def llc_data_order(names: Any) -> list[str]:
+    """The distributions among ``names`` (a table with a ``data`` column, or names) in the order readers show them:
+    the default first (`default_llc_data`), then the built-in ones in their order, then a user's files by name (none
+    for None)."""
+    if names is None:
+        return []
+    if isinstance(names, pa.Table):
+        names = names[LLC_DATA_COLUMN].unique().to_pylist() if LLC_DATA_COLUMN in names.column_names else []
+    held = set(names)
+    if not held:
+        return []
+    first = default_llc_data(sorted(held))
+    return [first] + [n for n in LLC_DATA_NAMES if n in held and n != first] + sorted(held - {first, *LLC_DATA_NAMES})
+
+
 def data_records(llc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """meta.json ``llc.data``: per distribution what its sequences are (name, ``tokens_sha256``, sequences, length,
     where they came from, seconds per checkpoint). A store written before distributions were named has only

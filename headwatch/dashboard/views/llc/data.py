@@ -21,6 +21,7 @@ from headwatch.analysis.store.lenses.llc import (
     LLC_DATA_NAMES,
     LLC_WHOLE_MODEL,
     default_llc_data,
+    llc_data_order,
 )
 from headwatch.analysis.trajectories.maps import Normalisation, kmeans, normalise, trajectories
 from headwatch.dashboard import export
@@ -103,11 +104,7 @@ def distributions(store: Store) -> list[str]:
     """The distributions the store's refined LLCs were taken on (the ``data`` column; a store written before it: text),
     the default first (`default_llc_data`), then the built-in ones in their order, then a user's files by name."""
     table = store.read(LLC, columns=[])
-    if table is None:
-        return []
-    held = set(table[LLC_DATA_COLUMN].to_pylist())
-    first = default_llc_data(sorted(held))
-    return [first] + [n for n in LLC_DATA_NAMES if n in held and n != first] + sorted(held - {first, *LLC_DATA_NAMES})
+    return llc_data_order(table) if table is not None else []
 
 
 def estimates(store: Store, flagged: tuple[np.ndarray, np.ndarray] | None, data: str | None = None) -> Estimates:
