@@ -330,3 +330,25 @@ def test_the_heads_table_offers_each_distribution_as_a_column(
     for column, name in (("value", "train"), ("on text", "text"), ("on repeats", "repeats")):
         want = rows[rows["data"] == name].sort_values(["layer", "head"])["llc"]
         np.testing.assert_allclose(table[column], want)
+
+
+def test_the_timelines_rllc_rises_name_their_distribution(multi_store: Path, llc_store: Path) -> None:
+    """Each distribution's rises, from its own rows (read with pandas); the link opens the page on it."""
+    from headwatch.analysis.findings.events import rllc_rises
+    from headwatch.analysis.store import open_store
+
+    df = llc_table(multi_store)
+    events = rllc_rises(open_store(multi_store))
+    named = {e.label.split(" on ")[1].split(" rises")[0] for e in events}
+    assert named == {"train", "text", "repeats"}
+    for event in events:
+        name = dict(event.query)["data"]
+        assert f"refined LLC on {name} rises" in event.label and f"the SGLD loss taken on {name}" in event.detail
+        layer, head = (int(v) for v in str(dict(event.query)["trace"])[1:].split("H"))
+        own = df[(df["data"] == name) & (df["layer"] == layer) & (df["head"] == head)].set_index("step")["llc"]
+        steps = sorted(own.index)
+        before = steps[steps.index(event.step) - 1]
+        assert float(event.label.rsplit(" ", 1)[1]) == pytest.approx(own[event.step] - own[before], rel=1e-2)
+    # a store with one distribution: named in the label, no choice in the link
+    one = rllc_rises(open_store(llc_store))
+    assert one and all("on text rises" in e.label and "data" not in dict(e.query) for e in one)
