@@ -268,3 +268,27 @@ def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
     assert f"text      {len(store.steps)} checkpoints; 8 x 64 tokens (sha256 {records['text']['tokens_sha256'][:12]})" in said
     assert "every estimate is on held-out text" in said and "--llc-data train,repeats,code" in said
     assert {f: (store_dir / f).read_bytes() for f in before} == before
+
+
+def test_a_store_written_before_the_column_gains_a_distribution_and_keeps_its_text_estimates(trained_run, tmp_path: Path) -> None:
+    run, _ = trained_run
+    out = tmp_path / "old"
+    assert run_cli("--source", str(run), "--out", str(out), *LLC_CLI, "--llc-data", "text").returncode == 0
+    # as a store written before distributions were named: no data column, meta.json llc without "data"
+    for spec in (LLC, LLC_CHAINS):
+        table = pq.read_table(out / spec.file)
+        pq.write_table(table.drop(["data"]), out / spec.file)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["llc"].pop("data")
+    (out / "meta.json").write_text(json.dumps(meta))
+    old = pq.read_table(out / LLC.file)
+    assert list(data_records(read_meta(out).llc)) == ["text"]
+    again = run_cli("--source", str(run), "--out", str(out), *LLC_CLI, "--llc-data", "text,repeats")
+    assert again.returncode == 0, again.stderr
+    assert "refined LLC: computed at steps 0, 8" in again.stderr  # the repeats only: text is there
+    after = pq.read_table(out / LLC.file)
+    text = after.filter(pc.equal(after["data"], "text")).drop(["data"])
+    assert text.equals(old)
+    assert sorted(set(after["data"].to_pylist())) == ["repeats", "text"]
+    records = data_records(read_meta(out).llc)
+    assert sorted(records) == ["repeats", "text"] and set(records["text"]["seconds"]) == {"0", "8"}
