@@ -18,6 +18,11 @@ burn-in 0 this is devinterp's own ``llc_per_chain``. Every chain sees the same b
 order, so a number of draws that is a multiple of ``sequences / batch_size`` weighs every batch
 equally in both terms.
 
+The loss L_n is taken on each distribution ``--llc-data`` names (`precompute.llc_data`: the run's training
+distribution by default, where the estimate is the weight-refined LLC; held-out text, the probe's repeats, code or a
+user's file, where it is data-refined); each distribution's rows carry its name (``data``) and meta.json ``llc.data``
+its sequences' sha256, so one store holds several side by side and a rerun under another adds its rows.
+
 `SamplerSettings` holds every setting; they are recorded in ``meta.json`` ``llc`` and must be the
 same for every checkpoint of a store (`precompute.job.run` refuses another set). Two implementations sample
 it (``--llc-implementation``, meta.json ``llc.implementation``, one per store): ``batched``, the default
