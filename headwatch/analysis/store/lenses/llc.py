@@ -382,7 +382,7 @@ LLC_LENS = Lens(
     name="llc",
     title="refined LLC",
     summary="the refined local learning coefficient of every head and the whole model (devinterp's SGLD estimator, "
-    "every head of a layer sampled together), at --llc-steps",
+    "every head of a layer sampled together), at --llc-steps, with the loss taken on each distribution of --llc-data",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
     needs=("checkpoint", "evaluation"),
