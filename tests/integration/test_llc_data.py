@@ -154,6 +154,7 @@ def test_a_store_adds_distributions_and_refuses_a_name_with_other_sequences(trai
     meta = read_meta(out)
     assert meta.llc is not None
     records = data_records(meta.llc)
+    assert list(records) == ["train"]  # no text: none was estimated
     assert records["train"]["tokens_sha256"] == tokens_sha256(torch.cat(fed)[:6, :32].numpy())
     assert set(records["train"]["seconds"]) == {"0", "8"}
 

@@ -131,8 +131,8 @@ def data_records(llc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     ``llc.evaluation`` (held-out text): it reads as one distribution, text, with the record's seconds."""
     if not llc:
         return {}
-    if llc.get("data"):
-        return {name: dict(record) for name, record in llc["data"].items()}
+    if "data" in llc:  # written with distributions named (empty until the first estimate)
+        return {name: dict(record) for name, record in (llc["data"] or {}).items()}
     evaluation = llc.get("evaluation")
     if not evaluation:
         return {}
