@@ -273,6 +273,15 @@ def test_the_overlay_of_distributions_is_the_stored_curves_and_their_ratio(multi
         for r in ratios.itertuples():
             assert r.ratio == pytest.approx(own[(own["data"] == r.data) & (own["step"] == r.step)]["llc"].iloc[0] / text[r.step])
         assert set(ratios["data"]) == {"train", "repeats"}
+        # the figures pass plotly's validation (they are built unvalidated)
+        import plotly.graph_objects as go
+
+        from headwatch.dashboard.data import step_axis
+        from headwatch.dashboard.views.llc import figures
+
+        axis = step_axis(store)
+        go.Figure(figures.distribution_curves(axis, curves, target="x").to_dict())
+        go.Figure(figures.distribution_ratios(axis, ratios, target="x", reference="text").to_dict())
 
 
 def test_the_page_overlays_each_distribution_and_shows_the_chosen_one(
