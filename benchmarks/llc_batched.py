@@ -21,6 +21,10 @@ path's CPU-seconds and peak resident memory per checkpoint and their ratio. Run 
     OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks.llc_batched --store data/induction-d128 \\
         --source runs/ih-d128-s1234 --steps 800,1400,2500 --out docs/data/llc-batched-induction-d128.csv
 
+``--data NAME`` takes the SGLD loss on another distribution than the store's evaluation sequences (``train``, the
+run's training batches; ``repeats``; ``code``; as ``--llc-data`` builds them, `precompute.llc_data`): give it its
+own ``--out``.
+
 ``--replicates K`` runs K seeds of each path (s, s + 1000, ..., s + 1000 (K - 1)) instead of the three above, and
 the summary then adds every pair of runs (devinterp with devinterp, batched with batched, batched with devinterp)
 and an exact permutation test of whether the batched sampler's estimates of the heads differ from devinterp's
@@ -70,12 +74,16 @@ DEVINTERP_NOISE = "batched-devinterp-noise"
 NOISE_OFFSET = 100_000
 
 
-def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings, saved: Path | None = None) -> np.ndarray:
+def sampler_tokens(
+    store: Path, source: Path, sampler: SamplerSettings, saved: Path | None = None, distribution: str = "text"
+) -> np.ndarray:
     """The store's sampler sequences, rebuilt as the stage built them and checked against meta.json (the
     run's ``run.json``, or the store's own ``training`` record when the run folder has none yet), or read from
-    ``saved`` (a ``.npy`` written by ``--save-tokens``: no corpus archive needed, as on the device machine)."""
+    ``saved`` (a ``.npy`` written by ``--save-tokens``: no corpus archive needed, as on the device machine).
+    ``distribution`` other than ``text``: the sequences of that distribution (``--llc-data``, `precompute.llc_data`) built
+    from the run as the lens builds them, beside the store's evaluation sequences."""
     from headwatch.analysis.store import open_store
-    from headwatch.precompute.evalset import held_out_bytes, make_eval_set, sha256_bytes
+    from headwatch.precompute.evalset import BYTE_TOKENIZER, held_out_bytes, make_eval_set, sha256_bytes
     from headwatch.precompute.lenses.llc import sampler_sequences
 
     meta = open_store(store).meta
@@ -83,6 +91,8 @@ def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings, saved: P
     ev = meta.llc["evaluation"]
     if saved is not None:
         tokens = np.load(saved)
+        if distribution != "text":
+            return tokens
         if sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) != ev["tokens_sha256"]:
             raise SystemExit(f"{saved} does not hold {store}'s sampler sequences (sha256 differs); write it with --save-tokens")
         return tokens
@@ -96,12 +106,21 @@ def sampler_tokens(store: Path, source: Path, sampler: SamplerSettings, saved: P
         vocab_size=256,
         text=name,
         text_sha256="",
-        tokenizer="bytes",
+        tokenizer=BYTE_TOKENIZER,
         seed=ev["seed"],
     )
     tokens = sampler_sequences(es, sampler)
     assert sha256_bytes(np.ascontiguousarray(tokens, dtype="<i8").tobytes()) == ev["tokens_sha256"], "other sequences"
-    return tokens
+    if distribution == "text":
+        return tokens
+    from headwatch.analysis.store.lenses.llc import LlcOptions
+    from headwatch.precompute.llc_data import resolve_llc_data
+
+    options = LlcOptions(sampler=sampler, data=distribution)
+    got = resolve_llc_data(
+        options, eval_set=es, text_tokens=tokens, run_info=info, run_folder=source, tokenizer_at=(str(source), {}), vocab_size=256
+    )
+    return got[0].tokens
 
 
 def peak_rss_mb() -> float:
@@ -123,7 +142,7 @@ def worker(args: argparse.Namespace) -> int:
     meta = store.meta
     assert meta.llc is not None
     sampler = SamplerSettings(**{**meta.llc["sampler"], "seed": args.seed})
-    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]), args.tokens)
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]), args.tokens, args.data)
     model = load_model(args.source / f"step{args.step}", device=args.device, attn_implementation="sdpa")
     cuda = args.device == "cuda"
     if cuda:
@@ -176,7 +195,7 @@ def save_tokens(args: argparse.Namespace) -> int:
 
     meta = open_store(args.store).meta
     assert meta.llc is not None, f"{args.store} has no refined LLCs"
-    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]))
+    tokens = sampler_tokens(args.store, args.source, SamplerSettings(**meta.llc["sampler"]), distribution=args.data)
     np.save(args.save_tokens, tokens)
     print(f"{args.save_tokens}: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens")
     return 0
@@ -207,6 +226,7 @@ def run_paths(args: argparse.Namespace) -> None:
         cmd = [sys.executable, "-m", "benchmarks.llc_batched", "--worker", path, "--seed", str(seed), "--step", step]
         cmd += ["--store", str(args.store), "--source", str(args.source), "--device", args.device]
         cmd += ["--tokens", str(args.tokens)] if args.tokens else []
+        cmd += ["--data", args.data]
         started = time.monotonic()
         done_proc = subprocess.run(cmd, capture_output=True, text=True)
         if done_proc.returncode:
@@ -646,6 +666,11 @@ def main() -> int:
     p.add_argument("--summary", action="store_true", help="only print the comparison from --out")
     p.add_argument("--tokens", type=Path, help="the sampler sequences from this .npy (from --save-tokens): no corpus needed")
     p.add_argument("--save-tokens", type=Path, help="write the store's sampler sequences to this .npy and stop")
+    p.add_argument(
+        "--data",
+        default="text",
+        help="the distribution the SGLD loss is taken on (--llc-data: text, the store's sequences; train, repeats, code)",
+    )
     p.add_argument("--paths", help="only these of PATH:SEED_OFFSET, comma-separated (default: all three)")
     p.add_argument("--replicates", type=int, help="K seeds of each path (s, s + 1000, ...) instead of the three")
     p.add_argument("--jobs", type=int, default=1, help="processes at a time (each at OMP_NUM_THREADS threads)")

@@ -438,14 +438,16 @@ SYNTHETIC_NEGATIVE = (0, 0, 0)  # estimate -0.1: below the loss at w*
 SYNTHETIC_RISING = (0, 1, -1)  # its chains' traces climb linearly: "still rising"
 
 
-def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Path:
+def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None, data: tuple[str, ...] = ("text",)) -> Path:
     """Give a store a stand-in ``llc.parquet`` and ``llc_chains.parquet`` (and meta.json ``llc``) at ``steps``
     (default: its first, middle and last checkpoint with statistics): the heads of even layers rise over those
     steps, those of odd layers fall (two curve shapes a clustering must separate), 0.01 x head apart; the
     whole-model row 40, 45, 50, ... Two chains per estimate at llc -/+ llc_std, 8 draws each of one sequence (so
     every draw is a pass of `analysis.llc.diagnostics`): flat traces
     (alternating +-0.002 nats around the plateau) except `SYNTHETIC_RISING`'s, which climb 0.1 nats;
-    `SYNTHETIC_NEGATIVE` is -0.1. For dashboard tests and benchmarks; no sampler is run."""
+    `SYNTHETIC_NEGATIVE` is -0.1. Under each distribution of ``data`` (the k-th scaled by 1 + k/2; with ``text`` alone,
+    meta.json ``llc`` as a store written before distributions were named). For dashboard tests and benchmarks; no
+    sampler is run."""
     from headwatch.analysis.llc.diagnostics import chain_diagnostics
     from headwatch.analysis.store import open_store
     from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_MODEL
@@ -456,15 +458,17 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     chosen = steps if steps is not None else [done[0], done[len(done) // 2], done[-1]]
     n_layers, n_heads = store.n_layers, store.n_heads
     rows = []
-    for i, step in enumerate(chosen):
-        rows.append((step, LLC_MODEL, LLC_MODEL, 40.0 + 5 * i, 0.5, 2.0 - 0.3 * i, n_layers * n_heads * 100))
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                trend = i if layer % 2 == 0 else len(chosen) - 1 - i
-                value = 0.2 + 0.3 * trend + 0.01 * head
-                if (layer, head) == SYNTHETIC_NEGATIVE[:2] and i == range(len(chosen))[SYNTHETIC_NEGATIVE[2]]:
-                    value = -0.1
-                rows.append((step, layer, head, value, 0.05, 2.0 - 0.3 * i, 100))
+    for k, name in enumerate(data):
+        scale = 1 + k / 2
+        for i, step in enumerate(chosen):
+            rows.append((step, name, LLC_MODEL, LLC_MODEL, scale * (40.0 + 5 * i), 0.5, 2.0 - 0.3 * i, n_layers * n_heads * 100))
+            for layer in range(n_layers):
+                for head in range(n_heads):
+                    trend = i if layer % 2 == 0 else len(chosen) - 1 - i
+                    value = scale * (0.2 + 0.3 * trend + 0.01 * head)
+                    if (layer, head) == SYNTHETIC_NEGATIVE[:2] and i == range(len(chosen))[SYNTHETIC_NEGATIVE[2]]:
+                        value = -0.1
+                    rows.append((step, name, layer, head, value, 0.05, 2.0 - 0.3 * i, 100))
     cols = list(zip(*rows, strict=True))
     table = pa.table(
         {name: pa.array(col, LLC.schema.field(name).type) for name, col in zip(LLC.schema.names, cols, strict=True)},
@@ -474,7 +478,7 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
     wiggle = 0.002 * np.array([1, -1, 1, -1, -1, 1, -1, 1])  # zero mean in each half
     climb = np.linspace(-0.05, 0.05, draws)
     chain_rows = []
-    for step, layer, head, value, std, init, _ in rows:
+    for step, name, layer, head, value, std, init, _ in rows:
         i = chosen.index(step)
         rising = (layer, head) == SYNTHETIC_RISING[:2] and i == range(len(chosen))[SYNTHETIC_RISING[2]]
         for c, estimate in enumerate((value - std, value + std)):
@@ -483,6 +487,7 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
             chain_rows.append(
                 (
                     step,
+                    name,
                     layer,
                     head,
                     c,
@@ -519,6 +524,11 @@ def add_synthetic_llc(path: str | Path, *, steps: list[int] | None = None) -> Pa
         "steps": list(chosen),
         "seconds": {},
     }
+    if data != ("text",):
+        record["data"] = {
+            name: {"description": f"synthetic {name}", "sequences": 1, "seq_len": 64, "tokens_sha256": name, "seconds": {}}
+            for name in data
+        }
     commit_store(
         path, store.meta.with_record("llc", record), {LLC.name: LLC.sorted(table), LLC_CHAINS.name: LLC_CHAINS.sorted(chains)}
     )

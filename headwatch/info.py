@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
+
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store.format import MATRICES
 from headwatch.analysis.store.lenses import LENSES, TABLES
@@ -57,6 +59,33 @@ def forward_has(path: Path, column: str) -> bool:
         return column in pq.ParquetFile(path / "attention.parquet").schema_arrow.names
     except OSError:
         return False
+
+
+def llc_data_lines(path: Path, meta) -> list[str]:
+    """The distributions the store's refined LLCs were taken on (meta.json ``llc.data``; a store written before they
+    were named: held-out text), each with its checkpoints and sequences, and how to add the others."""
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_BUILT_IN, LLC_DATA_COLUMN, data_records
+    from headwatch.analysis.store.older_versions import complete_keys
+
+    records = data_records(meta.llc)
+    table = read_table(path, LLC)
+    if not records or table is None:
+        return []
+    table = complete_keys(LLC, table)
+    lines = ["refined LLC distributions (the SGLD loss taken on):"]
+    for name, record in records.items():
+        steps = set(table.filter(pc.equal(table[LLC_DATA_COLUMN], name))["step"].to_pylist())
+        sha = str(record.get("tokens_sha256") or "")[:12]
+        lines.append(
+            f"  {name:<9} {len(steps)} checkpoints; {record.get('sequences')} x {record.get('seq_len')} tokens "
+            f"(sha256 {sha}): {record.get('description', '')}"
+        )
+    if "data" not in (meta.llc or {}):
+        lines.append("  (written before distributions were named: every estimate is on held-out text)")
+    others = [n for n in LLC_DATA_BUILT_IN if n not in records]
+    if others:
+        lines.append(f"  add others: --lenses llc --llc-data {','.join(others)} (each is stored beside these)")
+    return lines
 
 
 def describe(path: str | Path) -> list[str]:
@@ -115,6 +144,7 @@ def describe(path: str | Path) -> list[str]:
         lines.append(f"  {lens.name:<11} {'; '.join(figures)}")
     if meta.forward is not None:
         lines.append(f"evaluation sequences: {meta.forward.n_sequences} x {meta.forward.seq_len} tokens of {meta.forward.text}")
+    lines += llc_data_lines(path, meta)
     lines.append(f"size on disk: {human_bytes(store_bytes(path))}")
     lines.append("a rerun with the default options would add:")
     lines += [f"  - {a}" for a in rerun_adds(path, meta)]

@@ -188,18 +188,30 @@ def llc_plan(args: argparse.Namespace, lenses: tuple[str, ...]):
     return options, costs.LlcRun(seq_len=args.eval_length, chain_steps=steps, sequences=sampler.batch_size)
 
 
-def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new: list[int], meta) -> list[int]:
-    """The checkpoints the refined LLC would estimate, chosen as the run chooses them (`precompute.lenses.llc.
-    LlcComputation`): ``--llc-steps`` checked against the selected checkpoints, then taken among every training
-    state the store holds after the pass (``meta``: the store's, None for a new one; plus the ``new`` steps), less
-    those it has estimates of.
+def llc_data_names(options, src) -> list[str]:
+    """The distributions the run would take the refined LLC's loss on (``--llc-data``; without it ``train`` where the
+    source's run.json says how it was trained, else ``text``, as `precompute.llc_data.resolve_llc_data` chooses)."""
+    from headwatch.precompute.llc_data import trained_here
+
+    if options.data is None and not trained_here(src.run_info()):
+        return ["text"]
+    return [spec.name for spec in options.data_specs]
+
+
+def llc_checkpoints(
+    options, args: argparse.Namespace, selected: list[int], new: list[int], meta, data: str = "text"
+) -> list[int]:
+    """The checkpoints the refined LLC would estimate under the distribution ``data``, chosen as the run chooses them
+    (`precompute.lenses.llc.LlcComputation`): ``--llc-steps`` checked against the selected checkpoints, then taken
+    among every training state the store holds after the pass (``meta``: the store's, None for a new one; plus the
+    ``new`` steps), less those it has estimates of under ``data``.
 
     Raises:
         ValueError: a step that is not selected, or a store whose estimates were made under other sampler settings,
             another implementation or other evaluation sequences (the run's `check_store` refuses it).
     """
     from headwatch.analysis.store import open_store
-    from headwatch.analysis.store.lenses.llc import LLC
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN
     from headwatch.precompute.lenses.llc import parse_llc_steps, settings_differences
 
     parse_llc_steps(options.steps, selected)
@@ -220,7 +232,7 @@ def llc_checkpoints(options, args: argparse.Namespace, selected: list[int], new:
                     f"store {args.out!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}; the run "
                     "would refuse it: pass the stored options, or give a new --out"
                 )
-            estimated = {int(s) for s in open_store(args.out).steps_with(LLC)}
+            estimated = {int(s) for s in open_store(args.out).steps_with(LLC, at={LLC_DATA_COLUMN: data})}
     chosen = parse_llc_steps(options.steps, sorted(states)) if states else []
     return [s for s in chosen if s not in estimated]
 
@@ -330,16 +342,25 @@ def describe(args: argparse.Namespace) -> list[str]:
     lines.append(f"estimated time on this machine ({os.cpu_count()} CPUs; the figures are a 2-core CPU's, docs/benchmarks.md):")
     for what, seconds, how in priced:
         steps = [r.step for r in (todo if what in lens_all else new)]
-        which = ""
-        if what == LLC_LENS.name:  # the rLLC estimates --llc-steps of the checkpoints that lack it
+        if what == LLC_LENS.name:  # the rLLC estimates --llc-steps of the checkpoints that lack it, per distribution
             selected, added = [r.step for r in todo], [r.step for r in new]
-            steps = llc_checkpoints(llc_options, args, selected, added, meta)
-            which = f" (--llc-steps {llc_options.steps or 'not given: about 8, log-spaced'}, those without estimates)"
             if llc_options.implementation == "devinterp":
                 how += "; priced as the batched sampler: devinterp's path took 1.4 to 2.6 times its CPU-seconds"
+            for name in llc_data_names(llc_options, src):
+                steps = llc_checkpoints(llc_options, args, selected, added, meta, data=name)
+                which = (
+                    f" (--llc-steps {llc_options.steps or 'not given: about 8, log-spaced'}, those without estimates on {name})"
+                )
+                total += seconds * len(steps)
+                label = f"llc {name}"
+                lines.append(
+                    f"  {label:<9} {_duration(seconds)} per checkpoint x {len(steps)}{which} = "
+                    f"{_duration(seconds * len(steps))}  [{how}]"
+                )
+            continue
         count = len(steps)
         total += seconds * count
-        lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count}{which} = {_duration(seconds * count)}  [{how}]")
+        lines.append(f"  {what:<9} {_duration(seconds)} per checkpoint x {count} = {_duration(seconds * count)}  [{how}]")
     lines.append(f"  total     {_duration(total)}")
     return lines
 

@@ -143,7 +143,10 @@ def llc_flags_section(store: Store) -> list[str]:
 
     if not store.has(LLC):
         return []
-    lines = ["## Can the refined LLCs be trusted?", ""]
+    from headwatch.analysis.store.lenses.llc import llc_data_order
+
+    shown = llc_data_order(store.read(LLC, columns=[]))[:1]
+    lines = [f"## Can the refined LLCs be trusted? (the SGLD loss on {shown[0] if shown else 'text'})", ""]
     values = store.require(LLC, "llc")
     estimated = np.isfinite(store.require(LLC, "llc", at=LLC_WHOLE_MODEL))
     negative = np.argwhere(values < 0)  # (n, 3): step index, layer, head
@@ -280,6 +283,43 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
         fig.savefig(out / name, format="svg")
         plt.close(fig)
         lines += [f"![{card.name}: loss increase when ablated, over training]({name})", ""]
+
+
+def llc_data_section(store: Store) -> list[str]:
+    """The refined LLC under several distributions, as Markdown (`analysis.findings.llc_data`): which distributions the
+    store's estimates were taken on; per induction head, whether its estimate on repeats exceeds its estimate on text
+    and from which step; where its data-refined curve's critical points fall against the fall of the ICL score with
+    the other induction heads ablated (or that the store lacks the ablation table). Empty without llc.parquet."""
+    from headwatch.analysis.findings.llc_data import (
+        ablation_sentences,
+        critical_against_ablation,
+        repeats_over_text,
+        repeats_sentences,
+    )
+    from headwatch.analysis.store.lenses.llc import llc_data_order
+
+    if not store.has(LLC):
+        return []
+    held = llc_data_order(store.read(LLC, columns=[]))
+    lines = [
+        "## The refined LLC under each distribution",
+        "",
+        f"The SGLD loss was taken on: {', '.join(held)}"
+        + (
+            " (on the run's training distribution the refined LLC is the weight-refined one; on any other, data-refined)."
+            if len(held) > 1
+            else f" only; `--lenses llc --llc-data train,repeats,code` adds the others beside {held[0]}."
+        ),
+        "",
+        "### Induction heads: on repeats against on text",
+        "",
+        *(f"- {line}" for line in repeats_sentences(repeats_over_text(store))),
+        "",
+        "### Critical points of the data-refined curves against the ICL score with the other induction heads ablated",
+        "",
+        *(f"- {line}" for line in ablation_sentences(critical_against_ablation(store), store.steps)),
+        "",
+    ]
     return lines
 
 
@@ -538,6 +578,9 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
     lines += llc_flags_section(store)
     lines += icl_section(store, stage_rows(store), out)
+
+
+    lines += llc_data_section(store)
     lines += ["## Head types", ""]
     lines += [f"- {s}" for s in type_sentences(store)]
     emergence = store.frame(HEAD_EMERGENCE)

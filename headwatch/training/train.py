@@ -23,7 +23,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,20 @@ def sample_batch(tokens: torch.Tensor, *, batch_size: int, context: int, generat
     """``batch_size`` random windows of ``context + 1`` consecutive tokens: ``(batch_size, context + 1)`` int64."""
     starts = torch.randint(0, len(tokens) - context, (batch_size,), generator=generator)
     return torch.stack([tokens[s : s + context + 1] for s in starts.tolist()]).long()
+
+
+def training_batches(settings: RunSettings, train_tokens: torch.Tensor) -> Iterator[torch.Tensor]:
+    """A run's training batches in the order its updates take them: ``(batch_size, context + 1)`` int64 windows
+    (`sample_batch`, one generator seeded ``seed + 1``) with their repeated spans (`training.repeats`, one
+    generator seeded ``seed + 2``). `train` takes one per update; the refined LLC's training distribution takes
+    the first ones again (`precompute.llc_data`)."""
+    data_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 1)  # batch order
+    repeat_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 2)  # repeated spans (none by default)
+    while True:
+        windows = sample_batch(
+            train_tokens, batch_size=settings.optim.batch_size, context=settings.model.context, generator=data_gen
+        )
+        yield insert_repeats(windows, settings.repeats, generator=repeat_gen)
 
 
 def fixed_batches(tokens: torch.Tensor, *, n_batches: int, batch_size: int, context: int) -> list[torch.Tensor]:
@@ -171,9 +185,8 @@ def train(
     model = build_model(model_s, seed=settings.seed).to(dev)
     model.train()
     optimizer = adamw(model, settings)
-    data_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 1)  # batch order
-    repeat_gen = torch.Generator(device="cpu").manual_seed(settings.seed + 2)  # repeated spans (none by default)
     train_tokens = torch.from_numpy(corpus.train)
+    batches = training_batches(settings, train_tokens)
     eval_sets = {
         split: fixed_batches(tokens, n_batches=settings.eval_batches, batch_size=opt_s.batch_size, context=model_s.context)
         for split, tokens in (("train", train_tokens), ("val", torch.from_numpy(corpus.val)))
@@ -206,8 +219,7 @@ def train(
         )
         for group in optimizer.param_groups:
             group["lr"] = lr
-        windows = sample_batch(train_tokens, batch_size=opt_s.batch_size, context=model_s.context, generator=data_gen)
-        windows = insert_repeats(windows, settings.repeats, generator=repeat_gen)
+        windows = next(batches)
         loss = next_token_loss(model, windows.to(dev))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

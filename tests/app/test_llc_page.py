@@ -242,3 +242,122 @@ def test_the_shipped_plain_text_runs_say_their_estimates_were_removed_and_what_a
         # the exact command that prices the rerun, with the store's recorded source and evaluation length
         assert f"`headwatch plan runs/{run} --out data/{run} --lenses llc --eval-length 256`" in note
         assert "scripts/reference-run.sh" in note
+
+
+@pytest.fixture(scope="module")
+def multi_store(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("llc-data") / "tiny-run"
+    shutil.copytree(store_path, path)
+    return add_synthetic_llc(path, data=("train", "text", "repeats"))
+
+
+def test_the_overlay_of_distributions_is_the_stored_curves_and_their_ratio(multi_store: Path) -> None:
+    """`views.llc.data.distribution_curves` and `distribution_ratios` against the table read with pandas."""
+    from headwatch.analysis.store import open_store
+    from headwatch.dashboard.views.llc import data
+
+    store = open_store(multi_store)
+    assert data.distributions(store) == ["train", "text", "repeats"]
+    df = llc_table(multi_store)
+    for layer, head in [(-1, -1), (1, 2)]:
+        curves = data.distribution_curves(store, layer=layer, head=head)
+        own = df[(df["layer"] == layer) & (df["head"] == head)]
+        assert list(dict.fromkeys(curves["data"])) == ["train", "text", "repeats"]
+        for name in ("train", "text", "repeats"):
+            want = own[own["data"] == name].sort_values("step")
+            got = curves[curves["data"] == name]
+            np.testing.assert_array_equal(got["step"], want["step"])
+            np.testing.assert_array_equal(got["llc"], want["llc"])
+        ratios = data.distribution_ratios(curves, "text")
+        text = own[own["data"] == "text"].set_index("step")["llc"]
+        for r in ratios.itertuples():
+            assert r.ratio == pytest.approx(own[(own["data"] == r.data) & (own["step"] == r.step)]["llc"].iloc[0] / text[r.step])
+        assert set(ratios["data"]) == {"train", "repeats"}
+        # the figures pass plotly's validation (they are built unvalidated)
+        import plotly.graph_objects as go
+
+        from headwatch.dashboard.data import step_axis
+        from headwatch.dashboard.views.llc import figures
+
+        axis = step_axis(store)
+        go.Figure(figures.distribution_curves(axis, curves, target="x").to_dict())
+        go.Figure(figures.distribution_ratios(axis, ratios, target="x", reference="text").to_dict())
+
+
+def test_the_page_overlays_each_distribution_and_shows_the_chosen_one(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_only(multi_store, tmp_path, monkeypatch)
+    df = llc_table(multi_store)
+    whole = df[df["layer"] == -1]
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    assert at.session_state["data"] == "train"  # the training distribution first: the weight-refined LLC
+    np.testing.assert_allclose(
+        arr(chart(at, "llc_model")["data"][0]["y"]), whole[whole["data"] == "train"].sort_values("step")["llc"]
+    )
+    overlay = chart(at, "llc_data")["data"]
+    assert [t["name"] for t in overlay] == ["on train", "on text", "on repeats"]
+    for trace in overlay:
+        name = trace["name"].removeprefix("on ")
+        np.testing.assert_allclose(arr(trace["y"]), whole[whole["data"] == name].sort_values("step")["llc"])
+    ratio = chart(at, "llc_data_ratio")["data"]
+    assert [t["name"] for t in ratio] == ["on text / on train", "on repeats / on train"]
+    text, train = (whole[whole["data"] == n].sort_values("step")["llc"].to_numpy() for n in ("text", "train"))
+    np.testing.assert_allclose(arr(ratio[0]["y"]), text / train)
+    # another distribution for the page, another reference for the ratio: both in the URL
+    other = open_page(PAGE, {"data": "repeats", "data_ref": "text", "data_head": "L1H2"})
+    assert not other.exception
+    np.testing.assert_allclose(
+        arr(chart(other, "llc_model")["data"][0]["y"]), whole[whole["data"] == "repeats"].sort_values("step")["llc"]
+    )
+    assert [t["name"] for t in chart(other, "llc_data_ratio")["data"]] == ["on train / on text", "on repeats / on text"]
+    assert "the loss taken on **repeats**" in " ".join(c.value for c in other.caption)
+
+
+def test_a_shipped_store_says_it_holds_text_only_and_how_to_add_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    at = open_page(PAGE, {"run": "induction-d128"})
+    assert not at.exception and not at.error
+    note = " ".join(i.value for i in at.info)
+    assert "under one distribution only, **text**" in note
+    assert "--lenses llc --llc-data train,repeats,code --eval-length 64`" in note and "headwatch plan" in note
+    assert "the loss taken on **text** (held-out text:" in " ".join(c.value for c in at.caption)
+
+
+def test_the_heads_table_offers_each_distribution_as_a_column(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_only(multi_store, tmp_path, monkeypatch)
+    df = llc_table(multi_store)
+    last = int(df["step"].max())
+    table = open_page("pages/heads_table.py", {"stat": "llc", "step": str(last), "sort": "layer"}).dataframe[0].value
+    table = table.sort_values(["layer", "head"])
+    rows = df[(df["step"] == last) & (df["layer"] >= 0)]
+    for column, name in (("value", "train"), ("on text", "text"), ("on repeats", "repeats")):
+        want = rows[rows["data"] == name].sort_values(["layer", "head"])["llc"]
+        np.testing.assert_allclose(table[column], want)
+
+
+def test_the_timelines_rllc_rises_name_their_distribution(multi_store: Path, llc_store: Path) -> None:
+    """Each distribution's rises, from its own rows (read with pandas); the link opens the page on it."""
+    from headwatch.analysis.findings.events import rllc_rises
+    from headwatch.analysis.store import open_store
+
+    df = llc_table(multi_store)
+    events = rllc_rises(open_store(multi_store))
+    named = {e.label.split(" on ")[1].split(" rises")[0] for e in events}
+    assert named == {"train", "text", "repeats"}
+    for event in events:
+        name = dict(event.query)["data"]
+        assert f"refined LLC on {name} rises" in event.label and f"the SGLD loss taken on {name}" in event.detail
+        layer, head = (int(v) for v in str(dict(event.query)["trace"])[1:].split("H"))
+        own = df[(df["data"] == name) & (df["layer"] == layer) & (df["head"] == head)].set_index("step")["llc"]
+        steps = sorted(own.index)
+        before = steps[steps.index(event.step) - 1]
+        assert float(event.label.rsplit(" ", 1)[1]) == pytest.approx(own[event.step] - own[before], rel=1e-2)
+    # a store with one distribution: named in the label, no choice in the link
+    one = rllc_rises(open_store(llc_store))
+    assert one and all("on text rises" in e.label and "data" not in dict(e.query) for e in one)

@@ -32,6 +32,8 @@ def scrubbed(store: Path) -> dict:
     """A store's meta.json less what differs between two runs of the same job (the refined LLC's seconds)."""
     meta = json.loads((store / "meta.json").read_text())
     (meta.get("llc") or {}).pop("seconds", None)
+    for record in ((meta.get("llc") or {}).get("data") or {}).values():  # and each distribution's
+        record.pop("seconds", None)
     return meta
 
 

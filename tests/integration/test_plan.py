@@ -168,7 +168,7 @@ def _llc_line(out: str) -> tuple[float, float, int, str]:
     """The rLLC's line of a plan: its seconds per checkpoint (as printed, 0.1 s), its scale factor (3 digits), its
     count of checkpoints and the whole line."""
     line = next(line for line in out.splitlines() if line.strip().startswith("llc "))
-    m = re.search(r"llc\s+([\d.]+) (s|min|h) per checkpoint x (\d+)", line)
+    m = re.search(r"llc \S+\s+([\d.]+) (s|min|h) per checkpoint x (\d+)", line)
     f = re.search(r"x ([\d.e+-]+) \(the rLLC's multiply-adds", line)
     assert m is not None and f is not None, line
     seconds = float(m.group(1)) * {"s": 1, "min": 60, "h": 3600}[m.group(2)]
@@ -214,6 +214,12 @@ def test_plan_counts_the_refined_llc_a_store_lacks_as_the_run_chooses_them(tmp_p
         assert main(["plan", str(run), "--out", str(store), *llc, "--llc-steps", steps]) == 0
         _, _, count, line = _llc_line(capsys.readouterr().out)
         assert count == want, (steps, line)
+        assert line.strip().startswith("llc text")  # its run.json does not say how it was trained: held-out text
+    # each distribution priced on its own line, counted at the checkpoints lacking estimates under it
+    assert main(["plan", str(run), "--out", str(store), *llc, "--llc-steps", "all", "--llc-data", "text,repeats"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("llc ")]
+    assert [line.split()[1] for line in lines] == ["text", "repeats"]
+    assert [int(re.search(r"per checkpoint x (\d+)", line).group(1)) for line in lines] == [2, 4]
     # only step 4 selected: "all" is every state of the store after the pass (the run's choice), less 0 and 4
     assert main(["plan", str(run), "--out", str(store), "--revisions", "step4", *llc, "--llc-steps", "all"]) == 0
     assert _llc_line(capsys.readouterr().out)[2] == 2

@@ -38,7 +38,7 @@ from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.stages.run import curve_label
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.layers import LAYERS
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_order
 from headwatch.analysis.store.lenses.stages import STAGE_BASES, STAGES
 from headwatch.analysis.store.lenses.types import HEAD_TYPE_SCORES
 
@@ -181,10 +181,22 @@ def type_events(store: Store) -> list[Event]:
 
 
 def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
-    """The ``top`` largest rises of a head's refined LLC between consecutive estimates."""
+    """The ``top`` largest rises of a head's refined LLC between consecutive estimates, under each distribution the
+    store's estimates were taken on (`analysis.store.lenses.llc.llc_data_order`), each event naming its own."""
     if not store.has(LLC):
         return []
-    llc, std = store.require(LLC, "llc"), store.require(LLC, "llc_std")
+    out = []
+    held = llc_data_order(store.read(LLC, columns=[]))
+    for data in held:
+        out += _rllc_rises(store, data, top=top, in_link=len(held) > 1)
+    return out
+
+
+def _rllc_rises(store: Store, data: str, *, top: int, in_link: bool) -> list[Event]:
+    """`rllc_rises` under the distribution ``data`` (``in_link``: the Refined LLC page's link names it, as the page
+    offers a choice only where the store holds several)."""
+    at = {LLC_DATA_COLUMN: data}
+    llc, std = store.require(LLC, "llc", at=at), store.require(LLC, "llc_std", at=at)
     have = np.isfinite(llc).all(axis=(1, 2))
     steps = store.steps[have]
     if len(steps) < 2:
@@ -205,11 +217,12 @@ def rllc_rises(store: Store, *, top: int = RLLC_RISES) -> list[Event]:
             Event(
                 step=b,
                 kind="rLLC rise",
-                label=f"{head_name(layer, head)} refined LLC rises by {rise[t, layer, head]:.3g}",
+                label=f"{head_name(layer, head)} refined LLC on {data} rises by {rise[t, layer, head]:.3g}",
                 detail=f"{values[t, layer, head]:.3g} at step {a:,} → {values[t + 1, layer, head]:.3g} at step {b:,} "
-                f"(chains' spread ± {se[t, layer, head]:.2g})",
+                f"(chains' spread ± {se[t, layer, head]:.2g}; the SGLD loss taken on {data})",
                 page="llc",
-                query=(("trace", f"L{layer}H{head}"), ("trace_step", b), ("panel", "traces")),
+                query=(("trace", f"L{layer}H{head}"), ("trace_step", b), ("panel", "traces"))
+                + ((("data", data),) if in_link else ()),
             )
         )
     return out

@@ -52,7 +52,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_DATA_COLUMN, LLC_WHOLE_MODEL, default_llc_data
 from headwatch.analysis.store.reader import Store
 
 T = TypeVar("T")
@@ -165,8 +165,9 @@ def flag(per_chain: np.ndarray, first_half: np.ndarray, second_half: np.ndarray,
     return "still falling" if z < -RISING_Z else "converged"
 
 
-def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
-    """The flag of every refined-LLC estimate of a store, from the loss traces in its ``llc_chains.parquet``.
+def store_flags(store: Store, data: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The flag of every refined-LLC estimate of a store under one distribution (``data``; None: the store's default,
+    `analysis.store.lenses.llc.default_llc_data`), from the loss traces in its ``llc_chains.parquet``.
 
     The diagnostics are recomputed from each chain's stored trace by `chain_diagnostics` with the store's
     sampler (its burn-in and its passes over the sequences, ``meta.json`` ``llc.sampler``), so that every
@@ -180,15 +181,19 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
     """
     if not store.has(LLC_CHAINS) or not store.has(LLC) or not len(store.steps_with(LLC_CHAINS)):
         return None
+    table = store.read(LLC, columns=[])
+    data = data if data is not None else default_llc_data(table)
+    at = {LLC_DATA_COLUMN: data}
     sampler = (store.meta.llc or {}).get("sampler") or {}
     burnin = int(sampler.get("burnin") or 0)
     batches = max(1, int(sampler.get("sequences") or 1) // max(1, int(sampler.get("batch_size") or 1)))
-    params = _present(store.dense(LLC, "params"))
-    model_params = _present(store.dense(LLC, "params", at=LLC_WHOLE_MODEL))
+    params = _present(store.dense(LLC, "params", at=at))
+    model_params = _present(store.dense(LLC, "params", at={**LLC_WHOLE_MODEL, **at}))
     heads = np.full(params.shape, "", dtype=object)
     model = np.full(model_params.shape, "", dtype=object)
     position = {int(step): t for t, step in enumerate(store.steps)}
     chains = _present(store.frame(LLC_CHAINS))
+    chains = chains[chains[LLC_DATA_COLUMN] == data]
     # an estimate at a step without chain rows (made before they were stored) has no flag, not "diverged"
     for (step, layer, head), rows in chains.groupby(["step", "layer", "head"], sort=False):
         t = position.get(int(step))
@@ -205,8 +210,8 @@ def store_flags(store: Store) -> tuple[np.ndarray, np.ndarray] | None:
                 rows["llc"].to_numpy(), d.first_half, d.second_half, d.half_se, params=int(params[t, layer, head])
             )
     # the sign needs no chains: a negative estimate at a step without chain rows is flagged too
-    heads[(heads == "") & (_present(store.dense(LLC, "llc")) < 0)] = "negative"
-    model[(model == "") & (_present(store.dense(LLC, "llc", at=LLC_WHOLE_MODEL)) < 0)] = "negative"
+    heads[(heads == "") & (_present(store.dense(LLC, "llc", at=at)) < 0)] = "negative"
+    model[(model == "") & (_present(store.dense(LLC, "llc", at={**LLC_WHOLE_MODEL, **at})) < 0)] = "negative"
     return heads, model
 
 

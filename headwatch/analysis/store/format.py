@@ -141,6 +141,11 @@ class TableSpec:
         required: every store with statistics has it (the others are optional).
         row_group_rows: rows per Parquet row group given (n_layers, n_heads, number of steps with
             rows), or None for pyarrow's default.
+        unit: the key columns whose values a run computes and replaces together (``("step",)``; the refined
+            LLC's ``("step", "data")``: one checkpoint under one distribution).
+        pick: for a table keyed by a string column besides step, layer and head, the values of those columns
+            `analysis.store.reader.Store.dense` takes when its ``at`` does not name them, given the table
+            (the refined LLC's: the store's default distribution).
     """
 
     name: str
@@ -152,9 +157,12 @@ class TableSpec:
     sort: tuple[str, ...]
     required: bool = False
     row_group_rows: Callable[[int, int, int], int | None] = lambda n_layers, n_heads, n_steps: None
+    unit: tuple[str, ...] = ("step",)
+    pick: Callable[[pa.Table], dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         assert set(self.docs) == set(self.schema.names), (self.name, set(self.docs) ^ set(self.schema.names))
+        assert self.unit == ("step",) or set(self.unit) <= set(self.sort), (self.name, self.unit)
 
     def empty(self) -> pa.Table:
         return self.schema.empty_table()

@@ -34,6 +34,7 @@ from headwatch.analysis.rmt.nullmodel import NULL_RATIO_STATS, null_columns
 from headwatch.analysis.store.format import CIRCUIT_COLUMNS, HEADS, NULL_COLUMNS, TableSpec
 from headwatch.analysis.store.lenses.attention import ATTENTION, EVAL_LOSS
 from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
+from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_DATA_COLUMN, STORED_BEFORE_DATA
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.lenses.stages import STAGES
 
@@ -110,6 +111,17 @@ def complete_overlaps(table: pa.Table) -> pa.Table:
     return table.select(OVERLAPS.schema.names).cast(OVERLAPS.schema)
 
 
+def complete_keys(spec: TableSpec, table: pa.Table) -> pa.Table:
+    """A table with the key columns later versions added, whose value in an older file is known: ``llc.parquet``'s and
+    ``llc_chains.parquet``'s ``data`` (``text``, as their meta.json ``llc.evaluation`` says). A run resuming the store
+    keeps such rows as they are (`precompute.job.state`); `upgrade_table` does this and more."""
+    if spec.name in (LLC.name, LLC_CHAINS.name) and LLC_DATA_COLUMN not in table.column_names and "step" in table.column_names:
+        column = pa.array([STORED_BEFORE_DATA] * table.num_rows, pa.string())
+        at = min(spec.schema.names.index(LLC_DATA_COLUMN), table.num_columns)
+        table = table.add_column(at, pa.field(LLC_DATA_COLUMN, pa.string()), column)
+    return table
+
+
 def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     """A table as read from a store of any version, with the columns later versions added where it can
     have them without the weights (`analysis.store.reader.Store.table`); a column it still lacks stays
@@ -117,7 +129,10 @@ def upgrade_table(spec: TableSpec, table: pa.Table) -> pa.Table:
     ``eval_loss.parquet`` gains ``probe_copy_loss`` (NaN: the loss on the induction probe was not recorded);
     ``stages.parquet`` gains ``support`` (empty: stages made before the run's merged boundaries) and ``low_step``,
     ``high_step`` (-1), ``evidence`` (NaN): stages made before the boundaries' uncertainty;
-    ``attention.parquet`` gains ``current_token`` (NaN: the current-token score was not recorded)."""
+    ``attention.parquet`` gains ``current_token`` (NaN: the current-token score was not recorded); ``llc.parquet``
+    and ``llc_chains.parquet`` gain ``data`` (``text``: every estimate before it was taken on held-out text, as
+    their meta.json ``llc.evaluation`` says)."""
+    table = complete_keys(spec, table)
     if spec.name == ATTENTION.name and "current_token" not in table.column_names and "step" in table.column_names:
         table = table.append_column(pa.field("current_token", pa.float64()), pa.array(np.full(table.num_rows, np.nan)))
     if spec.name == STAGES.name and "support" not in table.column_names and "basis" in table.column_names:

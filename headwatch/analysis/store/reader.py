@@ -359,12 +359,18 @@ class Store:
         table = self.read(spec, columns=columns)
         return None if table is None else table.to_pandas()
 
-    def steps_with(self, spec: TableSpec) -> np.ndarray:
-        """The steps of this view's `steps` with rows in ``spec`` (empty when the store lacks it)."""
+    def steps_with(self, spec: TableSpec, *, at: Mapping[str, int | str] | None = None) -> np.ndarray:
+        """The steps of this view's `steps` with rows in ``spec`` (empty when the store lacks it); of those rows,
+        the ones ``at`` picks, as `dense` picks them (the refined LLC's: under its default distribution unless
+        ``at`` names one)."""
         table = self.read(spec, columns=[])
         if table is None:
             return np.zeros(0, dtype=np.int64)
-        have = set(table["step"].to_pylist())
+        at = {**(spec.pick(table) if spec.pick is not None else {}), **(at or {})}
+        keep = np.ones(table.num_rows, dtype=bool)
+        for name, value in at.items():
+            keep &= table[name].to_numpy(zero_copy_only=False) == value
+        have = set(table["step"].to_numpy()[keep].tolist())
         return np.array([s for s in self.steps if int(s) in have], dtype=np.int64)
 
     def dense(self, spec: TableSpec, column: str, *, at: Mapping[str, int | str] | None = None) -> np.ndarray | None:
@@ -377,7 +383,9 @@ class Store:
         ``at`` picks rows by the value of some key columns and drops their axes: the refined LLC's
         whole-model row is ``dense(LLC, "llc", at={"layer": -1, "head": -1})`` (`analysis.store.format.LLC_MODEL`);
         one head type's rows are ``dense(HEAD_TYPES_TABLE, "holds", at={"type": "induction"})``.
-        A string key is picked the same way: ``dense(ULTRAMETRICITY, "share", at={"distance": "qk_frob"})``.
+        A string key is picked the same way: ``dense(ULTRAMETRICITY, "share", at={"distance": "qk_frob"})``;
+        where ``at`` does not name one the table picks it (`analysis.store.format.TableSpec.pick`: the refined LLC
+        under the store's default distribution, ``at={"data": "repeats"}`` under another).
         Rows outside the axes (such a whole-model row, without ``at``) are left out.
 
         Returns:
@@ -389,6 +397,11 @@ class Store:
             StoreError: the file is unreadable.
         """
         at = dict(at or {})
+        if spec.pick is not None and any(c not in at for c in spec.pick(spec.empty())):
+            table = self.read(spec)
+            if table is None:
+                return None
+            at = {**spec.pick(table), **at}  # e.g. the refined LLC under the store's default distribution
         chains = int(((self.meta.llc or {}).get("sampler") or {}).get("chains") or 0)
         sizes = {
             "layer": self.n_layers,

@@ -24,7 +24,7 @@ from headwatch.analysis.store.lenses import LENSES, TABLES
 from headwatch.analysis.store.lenses.declaration import Lens
 from headwatch.analysis.store.lenses.overlaps import OVERLAPS
 from headwatch.analysis.store.meta import new_meta
-from headwatch.analysis.store.older_versions import complete_heads, complete_overlaps, incomplete_steps
+from headwatch.analysis.store.older_versions import complete_heads, complete_keys, complete_overlaps, incomplete_steps
 from headwatch.analysis.store.outputs import check_same_model
 from headwatch.precompute.settings import StoreSettings, software_versions
 from headwatch.precompute.store import pairs as ovl
@@ -108,18 +108,29 @@ class RunState:
         self.last = (entry.step, vectors)
 
     def put(self, rows: dict[str, pa.Table]) -> None:
-        """Add rows of held tables by name, replacing the rows those tables hold for the same steps."""
+        """Add rows of held tables by name, replacing the rows those tables hold for the same units (the same steps;
+        for the refined LLC the same step under the same distribution, `analysis.store.format.TableSpec.unit`)."""
         for name, new in rows.items():
             spec = TABLES[name]
             old = self.tables.get(name, spec.empty())
-            steps = pa.array(pc.unique(new["step"]).to_pylist(), pa.int64())
-            kept = old.filter(pc.invert(pc.is_in(old["step"], steps)))
+            if spec.unit == ("step",):
+                steps = pa.array(pc.unique(new["step"]).to_pylist(), pa.int64())
+                kept = old.filter(pc.invert(pc.is_in(old["step"], steps)))
+            else:
+                units = set(zip(*(new[c].to_pylist() for c in spec.unit), strict=True))
+                mask = [u not in units for u in zip(*(old[c].to_pylist() for c in spec.unit), strict=True)]
+                kept = old.filter(pa.array(mask, pa.bool_()))
             self.tables[name] = spec.sorted(pa.concat_tables([kept, new]))
 
-    def steps_with(self, name: str) -> set[int]:
-        """Steps with rows in the held table ``name`` (none when it is not held)."""
+    def steps_with(self, name: str, *, where: dict[str, str] | None = None) -> set[int]:
+        """Steps with rows in the held table ``name`` (none when it is not held); with ``where``, rows whose columns
+        hold those values only (the refined LLC's under one distribution: ``where={"data": "train"}``)."""
         table = self.tables.get(name)
-        return set(table["step"].to_pylist()) if table is not None else set()
+        if table is None:
+            return set()
+        for column, value in (where or {}).items():
+            table = table.filter(pc.equal(table[column], pa.scalar(value)))
+        return set(table["step"].to_pylist())
 
     def holds(self, lens: Lens) -> bool:
         """Whether the run computes ``lens`` or the store's meta records it: its tables are then held
@@ -248,6 +259,7 @@ def _stored_rows(out: Path, spec: TableSpec, done: pa.Array, lens: Lens) -> pa.T
         return spec.empty()
     if table is None:
         return spec.empty()
+    table = complete_keys(spec, table)  # a key column an older file lacks (llc.parquet's data: text)
     if not table.schema.equals(spec.schema):
         log.warning("%s has another schema than this version writes: computing it again", spec.file)
         return spec.empty()

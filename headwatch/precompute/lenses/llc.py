@@ -18,6 +18,11 @@ burn-in 0 this is devinterp's own ``llc_per_chain``. Every chain sees the same b
 order, so a number of draws that is a multiple of ``sequences / batch_size`` weighs every batch
 equally in both terms.
 
+The loss L_n is taken on each distribution ``--llc-data`` names (`precompute.llc_data`: the run's training
+distribution by default, where the estimate is the weight-refined LLC; held-out text, the probe's repeats, code or a
+user's file, where it is data-refined); each distribution's rows carry its name (``data``) and meta.json ``llc.data``
+its sequences' sha256, so one store holds several side by side and a rerun under another adds its rows.
+
 `SamplerSettings` holds every setting; they are recorded in ``meta.json`` ``llc`` and must be the
 same for every checkpoint of a store (`precompute.job.run` refuses another set). Two implementations sample
 it (``--llc-implementation``, meta.json ``llc.implementation``, one per store): ``batched``, the default
@@ -36,7 +41,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,18 +58,22 @@ from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.llc import (
     LLC,
     LLC_CHAINS,
+    LLC_DATA_COLUMN,
     LLC_LENS,
     LLC_MODEL,
+    STORED_BEFORE_DATA,
     LlcImplementation,
     LlcOptions,
     SamplerSettings,
+    data_records,
 )
 from headwatch.families.forward import Architecture, Params, architecture, check_config, parameters
-from headwatch.families.registry import FAMILIES
-from headwatch.precompute.evalset import EvalSet, sha256_bytes
+from headwatch.families.registry import FAMILIES, language_config
+from headwatch.precompute.evalset import EvalSet
 from headwatch.precompute.job.context import CHECKPOINT_ERRORS, BaseComputation, ComputationSetup, RunContext, lens_device
 from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc_sampler import Traces, checkpoint_traces
+from headwatch.precompute.llc_data import LlcData, resolve_llc_data, tokens_sha256
 
 log = logging.getLogger("precompute")
 
@@ -88,22 +97,19 @@ class LlcJob:
     """What the computation needs besides the checkpoint (the same for every checkpoint of a run).
 
     Attributes:
-        tokens: ``(sequences, T)`` int64, the sampler's sequences.
+        data: the distributions the SGLD loss is taken on, each with its ``(sequences, T)`` int64 sequences
+            (`precompute.llc_data`).
         sampler: the SGLD settings.
         scratch: where devinterp's samples are written (one folder per estimate, removed after it).
         device: ``cpu`` or ``cuda``.
         implementation: ``batched`` (`precompute.lenses.llc_sampler`) or ``devinterp`` (`estimate_llc`).
     """
 
-    tokens: np.ndarray
+    data: tuple[LlcData, ...]
     sampler: SamplerSettings
     scratch: Path
     device: str = "cpu"
     implementation: LlcImplementation = "batched"
-
-    @property
-    def tokens_sha256(self) -> str:
-        return sha256_bytes(np.ascontiguousarray(self.tokens, dtype="<i8").tobytes())
 
 
 def sampler_sequences(eval_set: EvalSet, sampler: SamplerSettings) -> np.ndarray:
@@ -278,20 +284,22 @@ def checkpoint_llc(
     *,
     n_layers: int,
     n_heads: int,
+    data: Sequence[LlcData] | None = None,
     on_estimate: Callable[[], None] | None = None,
-) -> tuple[dict[str, pa.Table], float]:
-    """Every head's refined LLC and the whole model's at the checkpoint in ``folder``.
+) -> tuple[dict[str, pa.Table], dict[str, float]]:
+    """Every head's refined LLC and the whole model's at the checkpoint in ``folder``, under each distribution.
 
     Args:
         folder: a ``save_pretrained`` folder.
         step: its training step.
-        job: the computation's sequences and settings.
+        job: the computation's distributions and settings.
         n_layers, n_heads: the run's model.
+        data: the distributions to estimate under (default: all of ``job.data``).
         on_estimate: called after each estimate (the progress bar).
 
     Returns:
-        Its ``llc.parquet`` rows (sorted; the whole-model row has layer = head = -1) and the
-        seconds they took.
+        Its ``llc.parquet`` and ``llc_chains.parquet`` rows (sorted; the whole-model row has layer = head = -1), and
+        the seconds each distribution took, by name.
 
     Raises:
         CheckpointError: it cannot be loaded, or an estimate diverged.
@@ -299,41 +307,67 @@ def checkpoint_llc(
     """
     started = time.monotonic()
     model = load_model(folder, device=job.device, attn_implementation="sdpa")
-    rows: list[tuple[int, int, Estimate, int]] = []
+    tables: list[dict[str, pa.Table]] = []
+    seconds: dict[str, float] = {}
     try:
-        if job.implementation == "batched":
-
-            def done(count: int) -> None:
-                for _ in range(count if on_estimate is not None else 0):
-                    on_estimate()  # type: ignore[misc]  # not None here
-
-            traces = checkpoint_traces(model, job.tokens, job.sampler, device=job.device, on_layer=done)
-            arch, params = architecture(model), parameters(model)
-            for layer, head, est in estimates_from_traces(traces, job.sampler):
-                # the parameters the lane moved: as many as devinterp's head mask lets move (tests/integration/
-                # test_llc_sampler.py), counted without devinterp, which the batched path does not need
-                moved = masked_parameters(model, None) if layer == LLC_MODEL else head_parameter_count(arch, params, layer, head)
-                rows.append((layer, head, est, moved))
-        else:
-            targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
-            for layer, head in targets:
-                masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
-                est = estimate_llc(model, job.tokens, masks, job.sampler, scratch=job.scratch, device=job.device)
-                rows.append((layer, head, est, masked_parameters(model, masks)))
-                if on_estimate is not None:
-                    on_estimate()
+        for i, dist in enumerate(job.data if data is None else data):
+            if i:
+                started = time.monotonic()
+            rows = checkpoint_estimates(model, dist.tokens, job, n_layers=n_layers, n_heads=n_heads, on_estimate=on_estimate)
+            tables.append(llc_rows(step, rows, burnin=job.sampler.burnin, batches=job.sampler.batches, data=dist.name))
+            seconds[dist.name] = time.monotonic() - started
     finally:
         del model
-    return llc_rows(step, rows, burnin=job.sampler.burnin, batches=job.sampler.batches), time.monotonic() - started
+    merged = {spec.name: spec.sorted(pa.concat_tables([t[spec.name] for t in tables])) for spec in (LLC, LLC_CHAINS)}
+    return merged, seconds
 
 
-def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0, batches: int = 1) -> dict[str, pa.Table]:
-    """One checkpoint's ``llc.parquet`` and ``llc_chains.parquet`` rows, by table name, from its
-    (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the diagnostics;
-    ``batches``: its steps per pass over the sequences, the unit the diagnostics' halves are made of."""
+def checkpoint_estimates(
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    job: LlcJob,
+    *,
+    n_layers: int,
+    n_heads: int,
+    on_estimate: Callable[[], None] | None = None,
+) -> list[tuple[int, int, Estimate, int]]:
+    """Every head's estimate and the whole model's at ``model``'s weights with the SGLD loss taken on ``tokens``
+    (``(sequences, T)`` int64), by ``job.implementation``: (layer, head, estimate, parameters moved) tuples."""
+    rows: list[tuple[int, int, Estimate, int]] = []
+    if job.implementation == "batched":
+
+        def done(count: int) -> None:
+            for _ in range(count if on_estimate is not None else 0):
+                on_estimate()  # type: ignore[misc]  # not None here
+
+        traces = checkpoint_traces(model, tokens, job.sampler, device=job.device, on_layer=done)
+        arch, params = architecture(model), parameters(model)
+        for layer, head, est in estimates_from_traces(traces, job.sampler):
+            # the parameters the lane moved: as many as devinterp's head mask lets move (tests/integration/
+            # test_llc_sampler.py), counted without devinterp, which the batched path does not need
+            moved = masked_parameters(model, None) if layer == LLC_MODEL else head_parameter_count(arch, params, layer, head)
+            rows.append((layer, head, est, moved))
+    else:
+        targets = [(LLC_MODEL, LLC_MODEL)] + [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+        for layer, head in targets:
+            masks = None if layer == LLC_MODEL else head_masks(model, layer, head)
+            est = estimate_llc(model, tokens, masks, job.sampler, scratch=job.scratch, device=job.device)
+            rows.append((layer, head, est, masked_parameters(model, masks)))
+            if on_estimate is not None:
+                on_estimate()
+    return rows
+
+
+def llc_rows(
+    step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: int = 0, batches: int = 1, data: str = STORED_BEFORE_DATA
+) -> dict[str, pa.Table]:
+    """One checkpoint's ``llc.parquet`` and ``llc_chains.parquet`` rows under the distribution ``data``, by table
+    name, from its (layer, head, estimate, parameters) tuples; ``burnin``: the sampler's, left out of the
+    diagnostics; ``batches``: its steps per pass over the sequences, the unit the diagnostics' halves are made of."""
     table = pa.table(
         {
             "step": pa.array([step] * len(rows), pa.int64()),
+            "data": pa.array([data] * len(rows), pa.string()),
             "layer": pa.array([r[0] for r in rows], pa.int32()),
             "head": pa.array([r[1] for r in rows], pa.int32()),
             "llc": pa.array([r[2].llc for r in rows], pa.float64()),
@@ -349,6 +383,7 @@ def llc_rows(step: int, rows: list[tuple[int, int, Estimate, int]], *, burnin: i
         for c in range(len(est.per_chain)):
             for name, value in (
                 ("step", step),
+                ("data", data),
                 ("layer", layer),
                 ("head", head),
                 ("chain", c),
@@ -460,8 +495,19 @@ class LlcComputation(BaseComputation):
         parse_llc_steps(self.options.steps, [r.step for r in plan.todo])
         sampler = self.options.sampler
         self.eval_set = eval_set
+        self.text_tokens = sampler_sequences(eval_set, sampler)
+        local = Path(setup.source) if Path(setup.source).is_dir() else None
+        data = resolve_llc_data(
+            self.options,
+            eval_set=eval_set,
+            text_tokens=self.text_tokens,
+            run_info=plan.src.run_info(),
+            run_folder=local,
+            tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
+            vocab_size=int(language_config(plan.model.config).get("vocab_size") or 0),
+        )
         self.job = LlcJob(
-            sampler_sequences(eval_set, sampler),
+            data,
             sampler,
             setup.scratch / "llc-samples",
             device=lens_device(setup.options),
@@ -469,7 +515,8 @@ class LlcComputation(BaseComputation):
         )
 
     def record(self) -> dict[str, Any]:
-        """meta.json ``llc``: everything an estimate depends on (compared by `check_store`)."""
+        """meta.json ``llc``: everything an estimate depends on (compared by `check_store`): the sampler, the
+        evaluation text's sequences (``evaluation``), and per distribution its sequences (``data``, `data_records`)."""
         info, job = self.eval_set.info, self.job
         return {
             "sampler": job.sampler.as_meta(),
@@ -480,8 +527,8 @@ class LlcComputation(BaseComputation):
                 "n_sequences": info.n_sequences,
                 "seq_len": info.seq_len,
                 "seed": info.seed,
-                "sequences": len(job.tokens),
-                "tokens_sha256": job.tokens_sha256,
+                "sequences": len(self.text_tokens),
+                "tokens_sha256": tokens_sha256(self.text_tokens),
             },
             "restriction": "devinterp weight_restrictions.create_param_masks(model, 'l<layer>h<head>'): the head's "
             "interleaved Q, K, V rows (and biases) of query_key_value and its columns of attention.dense; "
@@ -491,6 +538,7 @@ class LlcComputation(BaseComputation):
             **sampler_record(job.implementation),
             "device": job.device,
             "seconds": {},
+            "data": {},
         }
 
     def check_store(self, out: Path, stored: Meta | None) -> None:
@@ -499,9 +547,14 @@ class LlcComputation(BaseComputation):
         if stored is None or stored.llc is None:
             return
         diffs = settings_differences(stored.llc, job.sampler, job.implementation)
-        was_tokens = (stored.llc.get("evaluation") or {}).get("tokens_sha256")
-        if was_tokens != job.tokens_sha256:
-            diffs.append(f"the sampler's sequences (sha256 {str(was_tokens)[:12]}, now {job.tokens_sha256[:12]})")
+        held = data_records(stored.llc)
+        for dist in job.data:
+            was_tokens = (held.get(dist.name) or {}).get("tokens_sha256")
+            if dist.name in held and was_tokens != dist.tokens_sha256:
+                diffs.append(
+                    f"the sequences of --llc-data {dist.name} (sha256 {str(was_tokens)[:12]}, now {dist.tokens_sha256[:12]}: "
+                    "the same name for other data; give them another name, NAME=FILE, or write to a new --out)"
+                )
         if diffs:
             raise StoreError(
                 f"store {str(out)!r} has refined LLCs estimated with other settings: {'; '.join(diffs)}. Estimates "
@@ -513,22 +566,35 @@ class LlcComputation(BaseComputation):
         """Estimate the refined LLCs of the chosen checkpoints that lack them, one commit per checkpoint."""
         plan, state, job = run.plan, run.state, self.job
         chosen = parse_llc_steps(self.options.steps, state.meta.state_steps) if state.meta.state_steps else []
-        missing = [s for s in chosen if s not in state.steps_with(LLC.name)]
+        todo = {
+            step: lacking
+            for step in chosen
+            if (lacking := [d for d in job.data if step not in state.steps_with(LLC.name, where={LLC_DATA_COLUMN: d.name})])
+        }
+        missing = sorted(todo)
         if not missing:
             return
         if state.meta.llc is None:
             state.meta.llc = self.record()
-        state.meta.llc["steps"] = sorted(set(state.meta.llc.get("steps") or []) | set(chosen))
+        llc = state.meta.llc
+        held = data_records(llc)  # a store written before distributions were named: its estimates are on text
+        llc["data"] = {**held, **{d.name: {**d.record, "seconds": (held.get(d.name) or {}).get("seconds", {})} for d in job.data}}
+        llc["steps"] = sorted(set(llc.get("steps") or []) | set(chosen))
         per_step = plan.shape.n_layers * plan.shape.n_heads + 1
         log.info(
-            "refined LLC: %d checkpoints x %d estimates (%d SGLD steps each)",
+            "refined LLC: %d checkpoints x %d estimates under %s (%d SGLD steps each)",
             len(missing),
             per_step,
+            ", ".join(d.name for d in job.data),
             job.sampler.forward_backward,
         )
         plan.src.stop.clear()
         bar = tqdm(
-            total=len(missing) * per_step, desc="refined LLC", unit="estimate", disable=not run.progress, dynamic_ncols=True
+            total=sum(len(d) for d in todo.values()) * per_step,
+            desc="refined LLC",
+            unit="estimate",
+            disable=not run.progress,
+            dynamic_ncols=True,
         )
         left_out = []
         for step in missing:
@@ -542,15 +608,21 @@ class LlcComputation(BaseComputation):
                         job,
                         n_layers=plan.shape.n_layers,
                         n_heads=plan.shape.n_heads,
+                        data=todo[step],
                         on_estimate=lambda: bar.update(1),
                     )
             except CHECKPOINT_ERRORS as exc:
                 log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
                 left_out.append(step)
-                bar.update(done + per_step - bar.n)
+                bar.update(done + len(todo[step]) * per_step - bar.n)
                 continue
             state.put(rows)
-            state.meta.llc.setdefault("seconds", {})[str(step)] = round(seconds, 1)
+            for name, took in seconds.items():
+                llc["data"][name].setdefault("seconds", {})[str(step)] = round(took, 1)
+            # every distribution's seconds at the checkpoint together
+            llc.setdefault("seconds", {})[str(step)] = round(
+                sum(float((r.get("seconds") or {}).get(str(step), 0.0)) for r in llc["data"].values()), 1
+            )
             state.commit(heads=False)
             run.report.lenses.setdefault(self.lens.name, []).append(step)
             bar.set_postfix_str(ref.revision)

@@ -25,8 +25,131 @@ from headwatch.analysis.store.records import RecordType
 # meta.json ``llc`` says with which sampler settings and on which sequences; precompute/lenses/llc.py computes it.
 LLC_MODEL = -1  # layer and head of the whole-model row
 LLC_WHOLE_MODEL = {"layer": LLC_MODEL, "head": LLC_MODEL}  # the row's key, for `analysis.store.reader.Store.dense`
+LLC_DATA_COLUMN = "data"  # the column naming the distribution an estimate's SGLD loss was taken on
+LLC_DATA_DOC = (
+    "the distribution the SGLD loss was taken on (--llc-data): train, text, repeats, code or a user's file's name; "
+    "stores written before the column read as text"
+)
+
+# The distributions the SGLD loss can be taken on (``--llc-data``), by name, with what each is. A user's file is
+# stored under the name it is given (``NAME=FILE``) or its file name.
+LLC_DATA_BUILT_IN: dict[str, str] = {
+    "train": "the run's own training distribution: for a run trained here its training batches rebuilt from run.json "
+    "through headwatch.training (the windows of its first updates, repeated spans included); for a suite from the "
+    "Hub a sample of its training corpus the user passes (train=FILE)",
+    "text": "the store's held-out evaluation text (--eval-text; a run trained here: its held-out split)",
+    "repeats": "the induction probe's sequences: R random token ids, then the same R again",
+    "code": "Python's standard-library sources (the interpreter's own top-level *.py files), as bytes for a byte-level "
+    "run, tokenized otherwise",
+}
+LLC_DATA_NAMES = tuple(LLC_DATA_BUILT_IN)
+DEFAULT_LLC_DATA = "train"  # --llc-data's default, where the run records how it was trained (else text)
+STORED_BEFORE_DATA = "text"  # what the estimates of a store written before the data column were taken on
+
+
+@dataclass(frozen=True)
+class LlcDataSpec:
+    """One distribution ``--llc-data`` asks for.
+
+    Attributes:
+        name: how the store names it (the ``data`` column, meta.json ``llc.data``).
+        file: a user's file its sequences come from (UTF-8 text, or a ``.npy`` array of token ids), or None for a
+            built-in distribution.
+    """
+
+    name: str
+    file: str | None = None
+
+
+def parse_llc_data(value: str | None) -> tuple[LlcDataSpec, ...]:
+    """``--llc-data`` (comma-separated: built-in names, ``FILE`` or ``NAME=FILE``) as specs, in order.
+
+    ``train=FILE`` is a sample of the training corpus of a model not trained here; a bare ``FILE`` is named by its
+    file name. None gives the default, `DEFAULT_LLC_DATA`.
+
+    Raises:
+        ValueError: an empty entry, a name given twice, or a file named like a built-in distribution.
+    """
+    if value is None:
+        return (LlcDataSpec(DEFAULT_LLC_DATA),)
+    specs: list[LlcDataSpec] = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            raise ValueError(
+                f"--llc-data {value!r}: an empty entry; give comma-separated names ({', '.join(LLC_DATA_NAMES)}) or files"
+            )
+        if "=" in part:
+            name, file = (x.strip() for x in part.split("=", 1))
+            if not name or not file or name in LLC_DATA_NAMES[1:]:
+                raise ValueError(
+                    f"--llc-data {part!r}: NAME=FILE needs a name and a file, and only train (a sample of the training "
+                    f"corpus) may take a file under a built-in name ({', '.join(LLC_DATA_NAMES[1:])} are made here)"
+                )
+            specs.append(LlcDataSpec(name, file))
+        elif part in LLC_DATA_NAMES:
+            specs.append(LlcDataSpec(part))
+        else:
+            name = part.replace("\\", "/").rsplit("/", 1)[-1]
+            specs.append(LlcDataSpec(name, part))
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--llc-data {value!r}: {', '.join(twice)} given twice")
+    return tuple(specs)
+
+
+def default_llc_data(names: Any) -> str:
+    """The distribution a reader shows when none is chosen, among ``names`` (a table with a ``data`` column, or
+    names): the training distribution when held (the weight-refined LLC), else held-out text, else the first."""
+    if isinstance(names, pa.Table):
+        names = names[LLC_DATA_COLUMN].unique().to_pylist() if LLC_DATA_COLUMN in names.column_names else []
+    held = sorted(set(names))
+    for name in (DEFAULT_LLC_DATA, STORED_BEFORE_DATA):
+        if name in held:
+            return name
+    return held[0] if held else STORED_BEFORE_DATA
+
+
+def llc_data_order(names: Any) -> list[str]:
+    """The distributions among ``names`` (a table with a ``data`` column, or names) in the order readers show them:
+    the default first (`default_llc_data`), then the built-in ones in their order, then a user's files by name (none
+    for None)."""
+    if names is None:
+        return []
+    if isinstance(names, pa.Table):
+        names = names[LLC_DATA_COLUMN].unique().to_pylist() if LLC_DATA_COLUMN in names.column_names else []
+    held = set(names)
+    if not held:
+        return []
+    first = default_llc_data(sorted(held))
+    return [first] + [n for n in LLC_DATA_NAMES if n in held and n != first] + sorted(held - {first, *LLC_DATA_NAMES})
+
+
+def data_records(llc: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """meta.json ``llc.data``: per distribution what its sequences are (name, ``tokens_sha256``, sequences, length,
+    where they came from, seconds per checkpoint). A store written before distributions were named has only
+    ``llc.evaluation`` (held-out text): it reads as one distribution, text, with the record's seconds."""
+    if not llc:
+        return {}
+    if "data" in llc:  # written with distributions named (empty until the first estimate)
+        return {name: dict(record) for name, record in (llc["data"] or {}).items()}
+    evaluation = llc.get("evaluation")
+    if not evaluation:
+        return {}
+    return {
+        STORED_BEFORE_DATA: {
+            "description": f"held-out text: {evaluation.get('text', '')}",
+            "tokens_sha256": evaluation.get("tokens_sha256"),
+            "sequences": evaluation.get("sequences"),
+            "seq_len": evaluation.get("seq_len"),
+            "seconds": dict(llc.get("seconds") or {}),
+        }
+    }
+
+
 LLC_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
+    "data": LLC_DATA_DOC,
     "layer": "layer index, 0-based (int32); -1 on the whole-model row",
     "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model row",
     "llc": "refined LLC n beta (mean SGLD loss - initial loss), averaged over chains: SGLD moves only the head's "
@@ -38,6 +161,7 @@ LLC_COLUMN_DOCS: dict[str, str] = {
 LLC_SCHEMA = schema_of(
     {
         "step": pa.int64(),
+        "data": pa.string(),
         "layer": pa.int32(),
         "head": pa.int32(),
         "llc": pa.float64(),
@@ -49,20 +173,24 @@ LLC_SCHEMA = schema_of(
 LLC = TableSpec(
     name="llc",
     file="llc.parquet",
-    row="one row per (step, layer, head), plus one whole-model row (layer = head = -1) per step",
-    about="The weight-refined local learning coefficient of every head at a subset of checkpoints (about 8, "
-    "log-spaced, unless chosen), and the whole model's LLC beside it, estimated with devinterp's SGLD on the "
-    "store's evaluation sequences under the sampler settings in meta.json `llc`. Present when the store was "
-    "computed with `--lenses llc`.",
+    row="one row per (step, data, layer, head), plus one whole-model row (layer = head = -1) per step and distribution",
+    about="The refined local learning coefficient of every head at a subset of checkpoints (about 8, "
+    "log-spaced, unless chosen), and the whole model's LLC beside it, estimated with devinterp's SGLD under the "
+    "sampler settings in meta.json `llc`, with the loss taken on the distribution `data` names (meta.json "
+    "`llc.data`): on the run's training distribution it is the weight-refined LLC, on any other a data-refined "
+    "one. Present when the store was computed with `--lenses llc`.",
     schema=LLC_SCHEMA,
     docs=LLC_COLUMN_DOCS,
-    sort=("step", "layer", "head"),
+    sort=("step", "data", "layer", "head"),
+    unit=("step", "data"),
+    pick=lambda table: {LLC_DATA_COLUMN: default_llc_data(table)},
 )
 
 # Convergence diagnostics of every refined-LLC estimate (analysis/llc/diagnostics.py states the rule that
 # flags an estimate from them), one row per chain, written with llc.parquet.
 LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
     "step": "training step of the checkpoint (int64)",
+    "data": LLC_DATA_DOC,
     "layer": "layer index, 0-based (int32); -1 on the whole-model rows",
     "head": "query-head index within the layer, 0-based (int32); -1 on the whole-model rows",
     "chain": "chain index, 0-based (int32)",
@@ -77,6 +205,7 @@ LLC_CHAINS_COLUMN_DOCS: dict[str, str] = {
 LLC_CHAINS_SCHEMA = schema_of(
     {
         "step": pa.int64(),
+        "data": pa.string(),
         "layer": pa.int32(),
         "head": pa.int32(),
         "chain": pa.int32(),
@@ -91,7 +220,7 @@ LLC_CHAINS_SCHEMA = schema_of(
 LLC_CHAINS = TableSpec(
     name="llc_chains",
     file="llc_chains.parquet",
-    row="one row per (step, layer, head, chain), the whole-model rows (layer = head = -1) included",
+    row="one row per (step, data, layer, head, chain), the whole-model rows (layer = head = -1) included",
     about="The chains behind every estimate of llc.parquet: each chain's estimate, the mean sampled loss over the "
     "first and second half of its passes over the sampler's sequences, the slope over the second half and the "
     "whole loss trace. The flag "
@@ -99,7 +228,9 @@ LLC_CHAINS = TableSpec(
     "analysis/llc/diagnostics.py. Written with llc.parquet.",
     schema=LLC_CHAINS_SCHEMA,
     docs=LLC_CHAINS_COLUMN_DOCS,
-    sort=("step", "layer", "head", "chain"),
+    sort=("step", "data", "layer", "head", "chain"),
+    unit=("step", "data"),
+    pick=lambda table: {LLC_DATA_COLUMN: default_llc_data(table)},
 )
 
 # ------------------------------------------------------------------ its record
@@ -208,15 +339,24 @@ class LlcOptions:
         sampler: devinterp's SGLD settings.
         implementation: ``batched`` (default) or ``devinterp``: the same estimator and settings, sampled
             together or one estimate at a time (meta.json ``llc.implementation``; a store keeps one).
+        data: ``--llc-data``, the distributions the SGLD loss is taken on (`parse_llc_data`); None: the run's
+            training distribution where its run.json records how it was trained, else held-out text.
     """
 
     steps: str | None = None
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     implementation: LlcImplementation = "batched"
+    data: str | None = None
 
     def __post_init__(self) -> None:
         if self.implementation not in LLC_IMPLEMENTATIONS:
             raise ValueError(f"--llc-implementation {self.implementation!r}: expected one of {', '.join(LLC_IMPLEMENTATIONS)}")
+        parse_llc_data(self.data)
+
+    @property
+    def data_specs(self) -> tuple[LlcDataSpec, ...]:
+        """The distributions asked for (`parse_llc_data`; the default ``train`` when none was given)."""
+        return parse_llc_data(self.data)
 
 
 def llc_options(values: Mapping[str, Any]) -> LlcOptions:
@@ -230,6 +370,7 @@ def llc_options(values: Mapping[str, Any]) -> LlcOptions:
         steps=values.get("steps"),
         sampler=SamplerSettings(**{k: v for k, v in values.items() if k in names}),
         implementation=values.get("implementation") or "batched",
+        data=values.get("data"),
     )
 
 
@@ -241,7 +382,7 @@ LLC_LENS = Lens(
     name="llc",
     title="refined LLC",
     summary="the refined local learning coefficient of every head and the whole model (devinterp's SGLD estimator, "
-    "every head of a layer sampled together), at --llc-steps",
+    "every head of a layer sampled together), at --llc-steps, with the loss taken on each distribution of --llc-data",
     tables=(LLC, LLC_CHAINS),
     asked_by="--lenses",
     needs=("checkpoint", "evaluation"),
@@ -277,6 +418,16 @@ LLC_LENS = Lens(
             "S",
             "evaluation sequences the sampler uses, evenly spaced among the N",
             _SAMPLER.sequences,
+        ),
+        Option(
+            "--llc-data",
+            "data",
+            str,
+            "DATA",
+            "the distributions the SGLD loss is taken on, comma-separated: train (the run's training distribution; "
+            "train=FILE, a sample of it, for a model not trained here), text, repeats, code, FILE or NAME=FILE (UTF-8 "
+            "text or a .npy of token ids); each is stored beside the others (default: train where run.json says how "
+            "the run was trained, else text)",
         ),
     ),
     make_options=llc_options,

@@ -126,6 +126,13 @@ def with_ablation(table: pd.DataFrame, effect: AblationEffect, *, at: int) -> pd
     return out
 
 
+def with_llc_data_columns(table: pd.DataFrame, by_data: dict[str, np.ndarray], *, at: int) -> pd.DataFrame:
+    """The refined LLC's table with one column per other distribution its loss was taken on (``on repeats``, ...):
+    each head's estimate under it at step index ``at`` (``by_data``: name -> ``(S, n_layers, n_heads)``, NaN where
+    that distribution has no estimate)."""
+    return table.assign(**{f"on {name}": values[at].ravel() for name, values in by_data.items()})
+
+
 def emerged_steps(kinds: HeadTypes, picked: list[str]) -> pd.arrays.IntegerArray:
     """Per head, layer-major, the step from which it holds one of the ``picked`` types (all types when none is
     picked) to the end of training, the earliest among them; missing (``<NA>``) for a head that holds none at the

@@ -17,7 +17,7 @@ from headwatch.analysis.findings.ablation import ablation_effect, missing_ablati
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.ablation import ABLATION
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, llc_data_order
 from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
@@ -222,6 +222,8 @@ def _table(
     if stat == LLC_STAT:
         flagged = derived.llc_flags(store)
         table = data.with_llc_columns(table, store.require(LLC, "llc_std"), flagged[0] if flagged is not None else None, at=at)
+        others = llc_data_order(store.read(LLC, columns=[]))[1:]  # the value column is the default's (train where held)
+        table = data.with_llc_data_columns(table, {d: store.require(LLC, "llc", at={"data": d}) for d in others}, at=at)
     note = data.reference_note(
         stat,
         reference,

@@ -13,7 +13,16 @@ import pandas as pd
 
 from headwatch.analysis.llc.diagnostics import FLAGS, NEGATIVE_NOTE
 from headwatch.analysis.store import Store
-from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import (
+    LLC,
+    LLC_CHAINS,
+    LLC_DATA_BUILT_IN,
+    LLC_DATA_COLUMN,
+    LLC_DATA_NAMES,
+    LLC_WHOLE_MODEL,
+    default_llc_data,
+    llc_data_order,
+)
 from headwatch.analysis.trajectories.maps import Normalisation, kmeans, normalise, trajectories
 from headwatch.dashboard import export
 from headwatch.dashboard.labels import LLC_STAT
@@ -91,24 +100,35 @@ class Estimates:
     model_flags: np.ndarray | None
 
 
-def estimates(store: Store, flagged: tuple[np.ndarray, np.ndarray] | None) -> Estimates:
-    """The store's refined LLCs at the checkpoints that have them.
+def distributions(store: Store) -> list[str]:
+    """The distributions the store's refined LLCs were taken on (the ``data`` column; a store written before it: text),
+    the default first (`default_llc_data`), then the built-in ones in their order, then a user's files by name."""
+    table = store.read(LLC, columns=[])
+    return llc_data_order(table) if table is not None else []
+
+
+def estimates(store: Store, flagged: tuple[np.ndarray, np.ndarray] | None, data: str | None = None) -> Estimates:
+    """The store's refined LLCs under the distribution ``data`` (None: the store's default) at the checkpoints that
+    have them.
 
     Args:
         store: a store with ``llc.parquet``.
-        flagged: every checkpoint's head and whole-model flags (`dashboard.derived.llc_flags`), or None.
+        flagged: every checkpoint's head and whole-model flags under ``data`` (`dashboard.derived.llc_flags`), or None.
+        data: the distribution (`distributions`).
     """
+    at: dict[str, int | str] = {LLC_DATA_COLUMN: data} if data is not None else {}
+    whole: dict[str, int | str] = {**LLC_WHOLE_MODEL, **at}
     steps = [int(s) for s in store.steps]
-    idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC)])
+    idx = np.array([steps.index(int(s)) for s in store.steps_with(LLC, at=at)], dtype=np.int64)
     flags, model_flags = (flagged[0][idx], flagged[1][idx]) if flagged is not None else (None, None)
     return Estimates(
         idx=idx,
         steps=store.steps[idx],
-        values=store.require(LLC, "llc")[idx],  # (E, n_layers, n_heads)
-        stds=store.require(LLC, "llc_std")[idx],
-        model=store.require(LLC, "llc", at=LLC_WHOLE_MODEL)[idx],
-        model_std=store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)[idx],
-        model_init_loss=store.require(LLC, "init_loss", at=LLC_WHOLE_MODEL)[idx],
+        values=store.require(LLC, "llc", at=at)[idx],  # (E, n_layers, n_heads)
+        stds=store.require(LLC, "llc_std", at=at)[idx],
+        model=store.require(LLC, "llc", at=whole)[idx],
+        model_std=store.require(LLC, "llc_std", at=whole)[idx],
+        model_init_loss=store.require(LLC, "init_loss", at=whole)[idx],
         flags=flags,
         model_flags=model_flags,
     )
@@ -197,15 +217,18 @@ def trace_target(target: str) -> tuple[int, int]:
     return (-1, -1) if target == WHOLE_MODEL else (int(target[1:].split("H")[0]), int(target.split("H")[1]))
 
 
-def chain_traces(store: Store, *, step: int, layer: int, head: int) -> tuple[np.ndarray, float | None]:
-    """The SGLD loss traces ``(chains, draws)`` of one estimate (``layer = head = -1``: the whole model) at ``step``,
-    and the loss at w* (None when the store has none for it)."""
+def chain_traces(store: Store, *, step: int, layer: int, head: int, data: str | None = None) -> tuple[np.ndarray, float | None]:
+    """The SGLD loss traces ``(chains, draws)`` of one estimate (``layer = head = -1``: the whole model) at ``step``
+    under the distribution ``data`` (None: the store's default), and the loss at w* (None when the store has none)."""
     chains = store.frame(LLC_CHAINS)
     assert chains is not None, "the chains' traces are read only where their flags were (llc_chains.parquet)"
-    rows = chains[(chains["step"] == step) & (chains["layer"] == layer) & (chains["head"] == head)].sort_values("chain")
-    trace = np.array([np.asarray(t, dtype=np.float64) for t in rows["trace"]])
     table = store.frame(LLC)
     assert table is not None, "the Refined LLC page reads a store with llc.parquet"
+    data = data if data is not None else default_llc_data(table[LLC_DATA_COLUMN].tolist())
+    chains = chains[chains[LLC_DATA_COLUMN] == data]
+    table = table[table[LLC_DATA_COLUMN] == data]
+    rows = chains[(chains["step"] == step) & (chains["layer"] == layer) & (chains["head"] == head)].sort_values("chain")
+    trace = np.array([np.asarray(t, dtype=np.float64) for t in rows["trace"]])
     init = table[(table["step"] == step) & (table["layer"] == layer) & (table["head"] == head)]["init_loss"]
     return trace, (float(init.iloc[0]) if len(init) else None)
 
@@ -225,4 +248,50 @@ def traces_csv(run: str, trace: np.ndarray, *, step: int, layer: int, head: int)
             for c, tr in enumerate(trace)
             for k, v in enumerate(tr)
         ]
+    )
+
+
+def distribution_curves(store: Store, *, layer: int, head: int) -> pd.DataFrame:
+    """One estimate (a head, or the whole model at ``layer = head = -1``) under every distribution the store holds:
+    rows ``data``, ``step``, ``llc``, ``llc_std``, in `distributions`' order, then by step."""
+    table = store.frame(LLC)
+    assert table is not None, "the Refined LLC page reads a store with llc.parquet"
+    shown = {int(s) for s in store.steps}
+    rows = table[(table["layer"] == layer) & (table["head"] == head) & table["step"].isin(shown)]
+    order = {name: i for i, name in enumerate(distributions(store))}
+    rows = rows.assign(_order=rows[LLC_DATA_COLUMN].map(order)).sort_values(["_order", "step"])
+    return rows[[LLC_DATA_COLUMN, "step", "llc", "llc_std"]].reset_index(drop=True)
+
+
+def distribution_ratios(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Each other distribution's estimate over ``reference``'s at the steps both have (`distribution_curves`' rows):
+    rows ``data``, ``step``, ``ratio``; NaN where the reference's estimate is 0."""
+    ref = curves[curves[LLC_DATA_COLUMN] == reference].set_index("step")["llc"]
+    others = curves[(curves[LLC_DATA_COLUMN] != reference) & curves["step"].isin(ref.index)]
+    denominator = ref.reindex(others["step"]).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(denominator != 0, others["llc"].to_numpy() / denominator, np.nan)
+    return pd.DataFrame({LLC_DATA_COLUMN: others[LLC_DATA_COLUMN].to_numpy(), "step": others["step"].to_numpy(), "ratio": ratio})
+
+
+def distribution_label(name: str) -> str:
+    """How the page names a distribution: its name and, for a built-in one, what it is."""
+    about = LLC_DATA_BUILT_IN.get(name)
+    return f"{name}: {about.split(':')[0].split(' (')[0]}" if about else f"{name} (a user's file)"
+
+
+def only_one_note(held: list[str], *, source: str | None, store: str, eval_length: int | None) -> str:
+    """What the page says of a store whose estimates are under one distribution only (a shipped store: held-out
+    text): which one, and the rerun that adds the others beside it."""
+    src = source or "SOURCE"
+    length = f" --eval-length {eval_length}" if eval_length else ""
+    others = ",".join(n for n in LLC_DATA_NAMES if n not in held)
+    return (
+        f"This store holds refined LLCs under one distribution only, **{held[0]}** "
+        f"({LLC_DATA_BUILT_IN.get(held[0], 'a user file').split(';')[0]}). On the run's training distribution the "
+        "refined LLC is the weight-refined one; on any other it is data-refined, and the study compares them (an "
+        "induction head's estimate rises on data full of repeats). A rerun adds the others beside these estimates, "
+        f"which it leaves as they are: `python -m headwatch.precompute --source {src} --out {store} --lenses llc "
+        f"--llc-data {others}{length}`; `headwatch plan {src} --out {store} --lenses llc --llc-data {others}{length}` "
+        "prices it first."
     )

@@ -15,7 +15,9 @@ from headwatch.dashboard.views.llc import figures as figs
 from headwatch.dashboard.views.llc.data import Estimates
 
 
-def diagnostics_panel(run: str, store, est: Estimates, sampler: dict, *, traces: bool = True) -> None:
+def diagnostics_panel(
+    run: str, store, est: Estimates, sampler: dict, *, traces: bool = True, distribution: str | None = None
+) -> None:
     """Whether the estimates mean anything: the flags per checkpoint, the negative estimates explained, and (unless
     shown first) the chains' loss traces of one estimate."""
     st.subheader("Can these estimates be trusted? The chains' diagnostics")
@@ -36,11 +38,12 @@ def diagnostics_panel(run: str, store, est: Estimates, sampler: dict, *, traces:
         + " The rule: analysis/llc/diagnostics.py; the spread over chains is each point's ± in the hover."
     )
     if traces:
-        traces_panel(run, store, est.steps, sampler)
+        traces_panel(run, store, est.steps, sampler, distribution=distribution)
 
 
-def traces_panel(run: str, store, steps: np.ndarray, sampler: dict) -> None:
-    """The SGLD loss traces of one estimate (URL ``trace``: the whole model or a head; ``trace_step``)."""
+def traces_panel(run: str, store, steps: np.ndarray, sampler: dict, *, distribution: str | None = None) -> None:
+    """The SGLD loss traces of one estimate (URL ``trace``: the whole model or a head; ``trace_step``) under
+    ``distribution`` (None: the store's default)."""
     targets = data.trace_targets(store.n_layers, store.n_heads)
     c_target, c_step = st.columns([1, 1])
     target = widgets.select(
@@ -55,7 +58,7 @@ def traces_panel(run: str, store, steps: np.ndarray, sampler: dict) -> None:
         "trace_step", "at step", [int(s) for s in steps], int(steps[-1]), where=c_step, fmt=lambda s: f"{s:,}"
     )
     layer, head = data.trace_target(target)
-    trace, init = data.chain_traces(store, step=at_step, layer=layer, head=head)
+    trace, init = data.chain_traces(store, step=at_step, layer=layer, head=head, data=distribution)
     if not len(trace) or init is None:
         st.info(f"No chains stored for {target} at step {at_step:,}.")
         return

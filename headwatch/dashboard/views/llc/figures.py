@@ -299,3 +299,87 @@ def chain_traces(trace: np.ndarray, init_loss: float, *, burnin: int, n_beta: fl
             height=style.SMALL_HEIGHT + 60,
         ),
     )
+
+
+# One colour per distribution of the refined LLC's loss, by name (a user's file takes the next free one).
+DISTRIBUTION_COLOURS = {"train": "#1f77b4", "text": "#7f7f7f", "repeats": "#d62728", "code": "#2ca02c"}
+
+
+def _distribution_colour(name: str, names: Sequence[str]) -> str:
+    if name in DISTRIBUTION_COLOURS:
+        return DISTRIBUTION_COLOURS[name]
+    extra = [n for n in names if n not in DISTRIBUTION_COLOURS]
+    return CLUSTER_COLOURS[(4 + extra.index(name)) % len(CLUSTER_COLOURS)]
+
+
+def distribution_curves(axis: StepAxis, curves: Any, *, target: str) -> go.Figure:
+    """One estimate's refined LLC under each distribution (`views.llc.data.distribution_curves`' rows), a line with
+    the chains' spread as error bars per distribution, at the checkpoints each has."""
+    position = {int(s): i for i, s in enumerate(axis.steps)}
+    names = list(dict.fromkeys(curves["data"]))
+    traces: list[dict[str, Any]] = []
+    for name in names:
+        rows = curves[curves["data"] == name]
+        idx = np.array([position[int(s)] for s in rows["step"]], dtype=np.int64)
+        colour = _distribution_colour(name, names)
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x[idx],
+                y=rows["llc"].to_numpy(),
+                mode="lines+markers",
+                name=f"on {name}",
+                line=dict(color=colour, width=1.5),
+                marker=dict(size=6, color=colour),
+                error_y=dict(type="data", array=rows["llc_std"].to_numpy(), visible=True, thickness=1),
+                customdata=rows["step"].to_numpy(),
+                hovertemplate=f"step %{{customdata:,}}<br>{target} on {name}: LLC = %{{y:.4g}} (error bar: the chains' "
+                "spread)<extra></extra>",
+            )
+        )
+    values = np.r_[curves["llc"] - curves["llc_std"], curves["llc"] + curves["llc_std"]]
+    return figure(
+        traces,
+        layout(
+            xaxis=step_xaxis(axis),
+            yaxis=value_axis(f"refined LLC of {target} (dimensionless)", fixed_range(values)),
+            height=style.SMALL_HEIGHT + 80,
+            legend=_LEGEND,
+        ),
+    )
+
+
+def distribution_ratios(axis: StepAxis, ratios: Any, *, target: str, reference: str) -> go.Figure:
+    """Each other distribution's estimate over ``reference``'s (`views.llc.data.distribution_ratios`' rows), with the
+    line 1 (equal) drawn."""
+    position = {int(s): i for i, s in enumerate(axis.steps)}
+    names = list(dict.fromkeys(ratios["data"]))
+    traces: list[dict[str, Any]] = []
+    for name in names:
+        rows = ratios[ratios["data"] == name]
+        idx = np.array([position[int(s)] for s in rows["step"]], dtype=np.int64)
+        colour = _distribution_colour(name, [*names, reference])
+        traces.append(
+            dict(
+                type="scatter",
+                x=axis.x[idx],
+                y=rows["ratio"].to_numpy(),
+                mode="lines+markers",
+                name=f"on {name} / on {reference}",
+                line=dict(color=colour, width=1.5),
+                marker=dict(size=6, color=colour),
+                customdata=rows["step"].to_numpy(),
+                hovertemplate=f"step %{{customdata:,}}<br>{target}: LLC on {name} / LLC on {reference} = %{{y:.3g}}"
+                "<extra></extra>",
+            )
+        )
+    finite = ratios["ratio"].to_numpy()
+    finite = finite[np.isfinite(finite)]
+    lay = layout(
+        xaxis=step_xaxis(axis),
+        yaxis=value_axis(f"ratio to the estimate on {reference}", fixed_range(np.r_[finite, 1.0])),
+        height=style.SMALL_HEIGHT,
+        legend=_LEGEND,
+        shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#999", dash="dot", width=1))],
+    )
+    return figure(traces, lay)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, data_records
 from headwatch.analysis.trajectories.maps import NORMALISATIONS, Normalisation
 from headwatch.dashboard import charts, derived, export, style, viewstate, widgets
 from headwatch.dashboard.data import loss_curve
@@ -41,7 +41,7 @@ class _Choices:
     """The page's widgets: how the heads' curves are coloured (``colour``), the clusters' number (``k``) and what
     they are made on (``norm``), the loss overlay (``loss``) and the panel shown first (``panel``: ``heads``, or
     ``traces``, the chains' loss traces of one estimate, where an rLLC rise's evidence link lands); ``curve``: the
-    run's loss curve, if any."""
+    run's loss curve, if any; ``data``: the distribution the SGLD loss was taken on that the page shows."""
 
     colour_by: str
     k: int
@@ -49,6 +49,7 @@ class _Choices:
     show_loss: bool
     curve: tuple[np.ndarray, str] | None
     panel: str = "heads"
+    data: str = "text"
 
 
 def main() -> None:
@@ -60,11 +61,12 @@ def main() -> None:
     if not frame.store.has(LLC) or not len(frame.store.steps_with(LLC)):
         _missing(frame)
         return
-    est = data.estimates(frame.store, derived.llc_flags(frame.store))
+    held = data.distributions(frame.store)
 
     # --- widgets, and the sampler's settings under them ---
-    opts = _choose(frame)
-    _settings_caption(frame, est)
+    opts = _choose(frame, held)
+    est = data.estimates(frame.store, derived.llc_flags(frame.store, opts.data), opts.data)
+    _settings_caption(frame, est, opts.data)
 
     # --- data: clusters of the heads' curves (k-means on the normalised trajectories) ---
     labels = data.clusters(est.values, k=opts.k, norm=opts.norm)
@@ -73,7 +75,7 @@ def main() -> None:
     # --- panel: the chains' loss traces of one estimate, first when the link asks (panel=traces) ---
     sampler = (frame.store.meta.llc or {}).get("sampler") or {}
     if opts.panel == "traces":
-        traces_panel(frame.run, frame.store, est.steps, sampler)
+        traces_panel(frame.run, frame.store, est.steps, sampler, distribution=opts.data)
     if opts.panel == "model":  # an LLC stage boundary's evidence: the whole-model curve the stages are read from
         _model_panel(frame, est, opts.curve)
 
@@ -81,18 +83,34 @@ def main() -> None:
     _heads_panel(frame, est, opts, labels, cluster_names)
 
     # --- panel: can the estimates be trusted? ---
-    diagnostics_panel(frame.run, frame.store, est, sampler, traces=opts.panel != "traces")
+    diagnostics_panel(frame.run, frame.store, est, sampler, traces=opts.panel != "traces", distribution=opts.data)
 
     # --- panel: the whole model, with the loss (first when the link asks: panel=model) ---
     if opts.panel != "model":
         _model_panel(frame, est, opts.curve)
 
+    # --- panel: one head under each distribution the store holds, and their ratio ---
+    _distributions_panel(frame, held)
+
     # --- panel: clusters of heads by the shape of their curves ---
     _clusters_panel(frame, est, opts, labels, cluster_names)
 
 
-def _choose(frame: RunFrame) -> _Choices:
-    """The widgets: colour, clusters and their normalisation in one row; the loss switch on its own."""
+def _choose(frame: RunFrame, held: list[str]) -> _Choices:
+    """The widgets: the distribution (when the store holds several) on its own; colour, clusters and their
+    normalisation in one row; the loss switch on its own."""
+    chosen = held[0]
+    if len(held) > 1:
+        chosen = widgets.select(
+            "data",
+            "The SGLD loss taken on",
+            held,
+            held[0],
+            kind="radio",
+            fmt=data.distribution_label,
+            help="Every curve of the page under this distribution; on the run's training distribution the refined LLC is "
+            "the weight-refined one, on any other a data-refined one. The panel at the bottom overlays them.",
+        )
     c_colour, c_k, c_norm = st.columns([2, 1, 3], vertical_alignment="bottom")
     c_loss, c_panel = st.columns([1, 1])  # on its own row: the label reads whole at 1,024 px
     colour_by = widgets.select("colour", "Colour heads by", ["layer", "cluster"], "layer", kind="radio", where=c_colour)
@@ -120,7 +138,7 @@ def _choose(frame: RunFrame) -> _Choices:
         help="The Timeline's links open on their evidence: an LLC stage boundary on the whole model, an rLLC rise on "
         "the chains of that estimate",
     )
-    return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve, panel=panel)
+    return _Choices(colour_by=colour_by, k=k, norm=norm, show_loss=show_loss, curve=curve, panel=panel, data=chosen)
 
 
 def _missing(frame: RunFrame) -> None:
@@ -140,17 +158,64 @@ def _missing(frame: RunFrame) -> None:
     )
 
 
-def _settings_caption(frame: RunFrame, est: Estimates) -> None:
-    """The sampler's and the evaluation set's settings: estimates compare only under the same."""
+def _settings_caption(frame: RunFrame, est: Estimates, shown: str) -> None:
+    """The sampler's settings and the distribution the loss was taken on: estimates compare only under the same."""
     info = frame.store.meta.llc or {}
     sampler = info.get("sampler") or {}
-    evaluation = info.get("evaluation") or {}
+    record = data_records(info).get(shown) or {}
     st.caption(
         f"{data.sampler_name(info)} at {len(est.idx)} of the run's {len(frame.store.steps)} checkpoints: "
         f"step size {sampler.get('lr')}, n β {sampler.get('n_beta')}, localization γ {sampler.get('localization')}, "
         f"{sampler.get('chains')} chains × {sampler.get('draws')} draws (burn-in {sampler.get('burnin')}), batches of "
-        f"{sampler.get('batch_size')} of {evaluation.get('sequences')} sequences of {evaluation.get('seq_len')} tokens "
-        f"of {evaluation.get('text', '?')}. Estimates compare only under these settings."
+        f"{sampler.get('batch_size')} of {record.get('sequences')} sequences of {record.get('seq_len')} tokens; the loss "
+        f"taken on **{shown}** ({record.get('description', '?')}). Estimates compare only under these settings."
+    )
+
+
+def _distributions_panel(frame: RunFrame, held: list[str]) -> None:
+    """One head's (or the whole model's) refined LLC under each distribution the store holds, and each one's ratio to
+    a chosen one; a store with one distribution says which and the rerun that adds the others."""
+    st.subheader("One head under each distribution")
+    store = frame.store
+    if len(held) < 2:
+        path = Path(store.path).resolve()
+        shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        forward = store.meta.forward
+        st.info(
+            data.only_one_note(held, source=store.meta.source[0], store=str(shown), eval_length=getattr(forward, "seq_len", None))
+        )
+        return
+    c_target, c_ref = st.columns([1, 2], vertical_alignment="bottom")
+    target = widgets.select(
+        "data_head", "Estimate", data.trace_targets(store.n_layers, store.n_heads), data.WHOLE_MODEL, where=c_target
+    )
+    reference = widgets.select(
+        "data_ref", "Ratio to the estimate on", held, held[0], kind="radio", fmt=data.distribution_label, where=c_ref
+    )
+    layer, head = data.trace_target(target)
+    curves = data.distribution_curves(store, layer=layer, head=head)
+    axis = frame.axis()
+    charts.chart(
+        figs.distribution_curves(axis, curves, target=target),
+        "llc_data",
+        title=f"{frame.run} · {target} · refined LLC under each distribution",
+        filename=export.safe_name(frame.run, target, "llc-by-data"),
+        csv=lambda: curves.assign(run=frame.run, layer=layer, head=head),
+    )
+    ratios = data.distribution_ratios(curves, reference)
+    charts.chart(
+        figs.distribution_ratios(axis, ratios, target=target, reference=reference),
+        "llc_data_ratio",
+        title=f"{frame.run} · {target} · refined LLC over its estimate on {reference}",
+        filename=export.safe_name(frame.run, target, "llc-ratio", reference),
+        csv=lambda: ratios.assign(run=frame.run, layer=layer, head=head, reference=reference),
+    )
+    st.caption(
+        f"The refined LLC of {target} with the SGLD loss taken on each distribution the store holds (error bars the "
+        f"spread over chains), and below each one's ratio to the estimate on {reference} at the checkpoints both have "
+        "(dotted: equal). The same sampler settings for all; only the sequences differ. A data-refined estimate above "
+        "the one on text says the head's weights matter more to the loss on that data (the refined-LLC paper, section "
+        "4.2: an induction head's rises on data full of repeats)."
     )
 
 
