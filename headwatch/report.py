@@ -283,6 +283,7 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
         fig.savefig(out / name, format="svg")
         plt.close(fig)
         lines += [f"![{card.name}: loss increase when ablated, over training]({name})", ""]
+    return lines
 
 
 def llc_data_section(store: Store) -> list[str]:
@@ -578,7 +579,6 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
         lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
     lines += llc_flags_section(store)
     lines += icl_section(store, stage_rows(store), out)
-
 
     lines += llc_data_section(store)
     lines += ["## Head types", ""]

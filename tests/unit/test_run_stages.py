@@ -306,38 +306,31 @@ def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: P
     assert name == "induction scores rise in L1 H0, H5, H6: 0.19 -> 0.69; ablation effects on the text rise in L1 H0: 0.01 -> 0.9"
 
 
-def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path, monkeypatch) -> None:
-    """llc.parquet keyed by a distribution (the refined LLC under named data): the stages read the rows under the
-    run's training distribution and name it; the shipped stores, without the key, read their estimates, named as the
-    held-out text."""
-    import dataclasses
-
+def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path) -> None:
+    """llc.parquet keyed by the distribution its SGLD loss was taken on (its ``data`` column): the stages read the
+    rows under the run's training distribution (``train``) and name it; a shipped store, without the column, reads
+    its estimates, named as the held-out text."""
     from headwatch.analysis.stages import run as stages_run
-    from headwatch.analysis.store.lenses import llc as llc_lens
+    from headwatch.analysis.store.lenses.llc import LLC
     from headwatch.precompute.lenses.stages import add_stages
 
     shipped = open_store(SCHEDULED[0].parent / "induction-d128")
     at, named = stages_run.llc_source(shipped)
-    assert at == {"layer": -1, "head": -1} and named.startswith(stages_run.HELD_OUT + " (held-out split")
+    assert at == {"layer": -1, "head": -1, "data": "text"} and named.startswith(stages_run.HELD_OUT + " (held-out split")
 
     out = _copy("induction-d128", tmp_path)
     llc = pq.read_table(out / "llc.parquet")
-    training = llc.append_column("distribution", pa.array(["training"] * llc.num_rows))
-    held = llc.append_column("distribution", pa.array(["held-out"] * llc.num_rows))
-    whole = pc.and_(pc.equal(held["layer"], -1), pc.equal(held["head"], -1))
-    scaled = pc.if_else(whole, pc.multiply(held["llc"], 2.0), held["llc"])  # the held-out rows differ
-    held = held.set_column(held.schema.get_field_index("llc"), "llc", scaled)
-    pq.write_table(pa.concat_tables([training, held]), out / "llc.parquet")
+    assert "data" not in llc.column_names
+
+    def under(name: str, table: pa.Table) -> pa.Table:
+        return table.add_column(1, "data", pa.array([name] * table.num_rows)).select(LLC.schema.names)
+
+    whole = pc.and_(pc.equal(llc["layer"], -1), pc.equal(llc["head"], -1))
+    scaled = llc.set_column(llc.schema.get_field_index("llc"), "llc", pc.if_else(whole, pc.multiply(llc["llc"], 2.0), llc["llc"]))
+    pq.write_table(pa.concat_tables([under("train", llc), under("text", scaled)]).cast(LLC.schema), out / "llc.parquet")
     (out / "llc_chains.parquet").unlink()
-    spec = dataclasses.replace(
-        llc_lens.LLC,
-        schema=llc_lens.LLC.schema.append(pa.field("distribution", pa.string())),
-        sort=(*llc_lens.LLC.sort, "distribution"),
-        docs=llc_lens.LLC.docs | {"distribution": "the data the estimate was made under"},
-    )
-    monkeypatch.setattr(llc_lens, "LLC", spec)
     found = add_stages(out)
-    assert found.meta["llc"]["distribution"] == "the run's training distribution (training)"
+    assert found.meta["llc"]["distribution"].startswith("the run's training distribution")
     whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d128" / "llc.parquet").to_pandas().query("layer == -1")
     expected = dict(zip(whole_model["step"], whole_model["llc"], strict=True))
     np.testing.assert_allclose([s.start_value for s in found.llc], [expected[s.start_step] for s in found.llc])

@@ -447,38 +447,41 @@ def ablation_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
     return out
 
 
-# What the whole-model LLC rows under the run's training distribution are called, where llc.parquet keeps estimates
-# under named distributions (a ``distribution`` key) and meta.json ``llc`` does not name it (``training_distribution``).
-TRAINING_DISTRIBUTIONS = ("training", "train")
 HELD_OUT = "held-out text"
 
 
 def llc_source(store) -> tuple[dict[str, int | str], str]:  # store: analysis.store.Store
     """Which whole-model LLC rows the stages read, and the distribution they were estimated under, in words.
 
-    Where llc.parquet keys its rows by a ``distribution``, the rows under the run's training distribution (meta.json
-    ``llc`` ``training_distribution``, else one of `TRAINING_DISTRIBUTIONS`); where it has none of those, the first
-    distribution it holds, named. Without the key (the shipped stores), the stored estimates, on the held-out text of
-    meta.json ``llc`` ``evaluation`` (`HELD_OUT`).
+    llc.parquet keys its rows by the distribution the SGLD loss was taken on (its ``data`` column,
+    `analysis.store.lenses.llc.LLC_DATA_COLUMN`); the stages read the rows a reader shows by default
+    (`analysis.store.lenses.llc.default_llc_data`): the run's training distribution (``train``, the weight-refined
+    LLC) where the store holds it, else the held-out text (every estimate of a store written before distributions
+    were named, as meta.json ``llc`` ``evaluation`` says), else the first held.
 
     Returns:
         The ``at`` key for `analysis.store.reader.Store.dense` and the distribution's name in words.
     """
-    from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL
+    from headwatch.analysis.store.lenses.llc import (
+        DEFAULT_LLC_DATA,
+        LLC,
+        LLC_DATA_COLUMN,
+        LLC_WHOLE_MODEL,
+        STORED_BEFORE_DATA,
+        data_records,
+        default_llc_data,
+    )
 
-    at: dict[str, int | str] = dict(LLC_WHOLE_MODEL)
-    record = store.meta.llc or {}
-    if "distribution" not in LLC.sort:
-        text = (record.get("evaluation") or {}).get("text")
+    keys = store.read(LLC, columns=[])
+    name = default_llc_data(keys) if keys is not None else STORED_BEFORE_DATA
+    at: dict[str, int | str] = dict(LLC_WHOLE_MODEL) | {LLC_DATA_COLUMN: name}
+    record = data_records(store.meta.llc).get(name) or {}
+    if name == DEFAULT_LLC_DATA:
+        return at, f"the run's training distribution ({record.get('description') or name})"
+    if name == STORED_BEFORE_DATA:
+        text = ((store.meta.llc or {}).get("evaluation") or {}).get("text")
         return at, f"{HELD_OUT} ({text})" if text else HELD_OUT
-    keys = store.frame(LLC, columns=[])
-    names = sorted({str(n) for n in keys["distribution"]}) if keys is not None else []
-    training = record.get("training_distribution") or next((n for n in TRAINING_DISTRIBUTIONS if n in names), None)
-    if training in names:
-        return at | {"distribution": str(training)}, f"the run's training distribution ({training})"
-    if not names:
-        return at, HELD_OUT
-    return at | {"distribution": names[0]}, f"{names[0]} (llc.parquet holds no estimate under the training distribution)"
+    return at, f"{record.get('description') or name} (llc.parquet holds no estimate under the training distribution)"
 
 
 def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: analysis.store.Store
@@ -492,7 +495,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
     from headwatch.analysis.llc.diagnostics import store_flags
     from headwatch.analysis.stages import curve as stage_rule
     from headwatch.analysis.store.lenses.attention import EVAL_LOSS
-    from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LLC_WHOLE_MODEL
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS
     from headwatch.analysis.store.lenses.types import ATTENTION_TYPES, HEAD_TYPES_TABLE
 
     notes: list[str] = []
@@ -510,8 +513,7 @@ def store_stages(store, rule: StageRule = DEFAULT_RULE) -> RunStages:  # store: 
         values = store.require(LLC, "llc", at=at)
         keep = np.isfinite(values)
         if store.has(LLC_CHAINS):
-            chain_at = at if "distribution" in LLC_CHAINS.sort else dict(LLC_WHOLE_MODEL)
-            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=chain_at))
+            se = chain_standard_errors(store.require(LLC_CHAINS, "llc", at=at))
             llc_meta["spread_from"] = "llc_chains.parquet: sample standard deviation of the chains' estimates / sqrt(C)"
             flags = store_flags(store)
             if flags is not None:
