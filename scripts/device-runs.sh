@@ -3,15 +3,23 @@
 # docs/induction-recipe.md, "Trained on a GPU"), with the CUDA tests beside them. Seven chains run
 # side by side, one per run: the induction ladder (d128 seeds 1234 and 2, d64, d256, d512;
 # scripts/induction-runs.sh's recipe) and the two plain-text runs (scripts/reference-run.sh's recipe,
-# seeds 1234 and 2). Each chain trains, builds its store in two passes and packs it after each:
-#   pass 1: attention, composition, similarity and essential (every checkpoint);
-#   pass 2: the refined LLC at every checkpoint, added to the same store (the default sampler).
+# seeds 1234 and 2). Each chain trains, builds its store in three passes and packs it after each:
+#   pass 1: attention, composition, similarity, essential, losses and ablation (every checkpoint; the head types,
+#           multigram and other heads included, and the stages follow);
+#   pass 2: the refined LLC at every checkpoint under the run's training distribution and the held-out text
+#           (--llc-data train,text: the weight-refined LLC and the estimates shipped so far), added to the same store;
+#   pass 3: the refined LLC under the probe's repeats and code (--llc-data repeats,code: the data-refined LLCs of
+#           the refined-LLC study), added beside them.
+# One script for issues 59 (what a head does) and 60 (the refined LLC under named data): a GPU retrain is bit for bit
+# the shipped runs' (docs/induction-recipe.md), so the rebuilt stores keep every figure the docs quote and gain the
+# new lenses. A call too short for every pass packs what finished; `collect` on the same machine goes on.
 # Usage (on the GPU machine, in the repository root, wheels of the missing packages under .whl/):
 #   bash scripts/device-runs.sh start SECONDS    # install, start the chains in the background (setsid),
 #                                                #   run `pytest -m cuda`, pack what finishes until SECONDS
 #   bash scripts/device-runs.sh collect SECONDS  # pack what finishes until SECONDS (the same machine)
-#   bash scripts/device-runs.sh bench SECONDS    # the rLLC's CUDA benchmark alone: the batched rLLC against
-#                                                #   devinterp on induction-d128 and the Pythia-160M shape
+#   bash scripts/device-runs.sh bench SECONDS    # the CUDA benchmarks alone: the batched rLLC against devinterp,
+#                                                #   the ablation lens against a pass per head (induction-d128
+#                                                #   and the Pythia-160M shape)
 # SIZES="text" (or "d128 text", ...) starts only the chains of those sizes: the GPU to fewer chains (what a run
 # of all seven took, and what it left undone: docs/induction-recipe.md, "The shipped stores, built on a GPU").
 # Every store is packed into $OUT/stores-<name>.tar.gz (its top folder <name>, to unpack into data/)
@@ -33,7 +41,7 @@ if [ -n "${SIZES:-}" ]; then
   done
   RUNS=("${kept[@]}")
 fi
-LENSES=(--lenses attention --lenses composition --lenses similarity --lenses essential)
+LENSES=(--lenses attention --lenses composition --lenses similarity --lenses essential --lenses losses --lenses ablation)
 
 install() {
   # into the interpreter itself, so that the subprocesses the tests start see them too (WHEELS=0: the Python on
@@ -71,8 +79,11 @@ chain() {  # SIZE SEED: train, then the store's two passes (run in the backgroun
     "${eval[@]}" "${LENSES[@]}" || return 1
   echo "PASS1 $name in $((SECONDS - t0)) s"
   python3 -m headwatch.precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
-    "${eval[@]}" "${LENSES[@]}" --lenses llc --llc-steps all || return 1
+    "${eval[@]}" "${LENSES[@]}" --lenses llc --llc-steps all --llc-data train,text || return 1
   echo "PASS2 $name in $((SECONDS - t0)) s"
+  python3 -m headwatch.precompute --source "$run" --out "$stage" --device cuda --model-id "$name" --no-progress \
+    "${eval[@]}" "${LENSES[@]}" --lenses llc --llc-steps all --llc-data repeats,code || return 1
+  echo "PASS3 $name in $((SECONDS - t0)) s"
 }
 
 pack() {  # pack each store after each pass, once
@@ -80,7 +91,7 @@ pack() {  # pack each store after each pass, once
     # shellcheck disable=SC2086
     set -- $run
     local name; name=$(name_of "$1" "$2")
-    for pass in PASS2 PASS1; do
+    for pass in PASS3 PASS2 PASS1; do
       if grep -q "^$pass $name" "runs/logs/$name.log" 2>/dev/null; then
         if [ ! -f "runs/logs/$name.$pass.packed" ]; then
           tar czf "$OUT/stores-$name.tar.gz" -C runs --exclude='*.lock' --transform "s,^$name-store,$name," "$name-store" \
@@ -161,6 +172,14 @@ case "${1:-}" in
       --steps 800,2000 2>&1 | tee -a "$OUT/bench-llc-d128-$dev.txt"; }
     python3 -m benchmarks.llc_batched --summary --out "$OUT/llc-batched-induction-d128-$dev.csv" 2>&1 \
       | tee "$OUT/bench-llc-d128-$dev-summary.txt"
+    # the ablation lens against one forward pass per head (issue 59), the same code on the GPU: the d128 shape at
+    # step 4,000 and the Pythia-160M shape (docs/benchmarks.md, "The ablation lens")
+    left=$((LIMIT - (SECONDS - START) - 20))
+    [ "$left" -gt 30 ] && timeout "$left" python3 -m benchmarks.bench_ablation --shape d128 \
+      --checkpoint runs/ih-d128-s1234/step4000 --device "$dev" 2>&1 | tee "$OUT/bench-ablation-d128-$dev.txt"
+    left=$((LIMIT - (SECONDS - START) - 20))
+    [ "$left" -gt 30 ] && [ "${BENCH_QUICK:-0}" != 1 ] && timeout "$left" python3 -m benchmarks.bench_ablation \
+      --shape pythia160m --device "$dev" 2>&1 | tee "$OUT/bench-ablation-160m-$dev.txt"
     ;;
   chain) install; chain "$2" "$3" ;;
   *) sed -n 2,16p "$0"; exit 2 ;;

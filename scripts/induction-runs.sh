@@ -10,7 +10,7 @@
 # data/ at the end. Each stage prints its wall time.
 # Environment: DEVICE (cpu, the default, or cuda: training and every lens on the GPU);
 # INSTALL=0 uses the Python on PATH as it is (a machine without a package registry);
-# LLC_STEPS (default all: the refined LLC at every checkpoint).
+# LLC_STEPS (default all: the refined LLC at every checkpoint); LLC_DATA (default train,text,repeats,code).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cpu}
@@ -28,6 +28,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # one core per run: two runs train
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # the rLLC's checkpoints: every one (LLC_STEPS=0,64,256,... for a chosen few)
 LLC_STEPS=${LLC_STEPS:-all}
+# the distributions the refined LLC's SGLD loss is taken on (docs/precompute.md, "--llc-data")
+LLC_DATA=${LLC_DATA:-train,text,repeats,code}
 
 shape() {  # SIZE -> model options (2 layers; GPT-2 with learned positions; d_mlp = 4 d_model)
   case "$1" in
@@ -62,7 +64,8 @@ store() {  # SIZE SEED
   rm -rf "$stage"
   # the evaluation windows are 64 tokens, the training context (so the induction probe repeats R = 32)
   "$RUN_PY" -m headwatch.precompute --source "runs/ih-$1-s$2" --out "$stage" --device "$DEVICE" --model-id "$name" --no-progress \
-    --eval-length 64 --lenses attention --lenses composition --lenses similarity --lenses essential --lenses llc --llc-steps "$LLC_STEPS"
+    --eval-length 64 --lenses attention --lenses composition --lenses similarity --lenses essential \
+    --lenses losses --lenses ablation --lenses llc --llc-steps "$LLC_STEPS" --llc-data "$LLC_DATA"
   rm -rf "data/$name"
   mv "$stage" "data/$name"
   echo "store data/$name in $((SECONDS - start)) s ($(du -sh "data/$name" | cut -f1))" >&2
