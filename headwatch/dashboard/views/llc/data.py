@@ -72,7 +72,9 @@ def missing_note(*, source: str | None, store: str, eval_length: int | None, shi
             'to the end. docs/reference-run.md ("What the refined LLC showed") says what was removed, what that pass '
             "took on a GPU and what the rerun takes on a CPU. Their checkpoints are not shipped: `bash "
             "scripts/reference-run.sh` (`SEED=2` for the second seed) trains the run again into `runs/`, after which the "
-            "commands above run as written."
+            "commands above run as written. Their estimates under the training distribution, the probe's repeats, code "
+            "and the held-out text (`--llc-data train,text,repeats,code`) are left to a GPU (about 38 CPU-hours here): "
+            "`bash scripts/device-runs.sh start` retrains every shipped run and adds them (passes 2 and 3)."
         )
     return note
 
