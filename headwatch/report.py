@@ -189,7 +189,7 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
     standard-error bands, the stages shaded, the falls and the boundary marked); a store without icl.parquet gets the
     command that adds it."""
     from headwatch.analysis.findings.ablation import ICL_LABELS, icl_scores, missing_icl_text
-    from headwatch.analysis.findings.icl import fall_sentence, induction_boundary, sharpest_fall
+    from headwatch.analysis.findings.icl import NOISE_SE, fall_sentence, run_induction_boundary, sharpest_fall
 
     lines = ["## In-context learning", ""]
     scores = icl_scores(store)
@@ -200,7 +200,7 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    boundary = induction_boundary(stage_rows(store, basis="run") if "run" in stage_bases(store) else stages)
+    boundary = run_induction_boundary(store, stages)
     colours = {"text": "#1f77b4", "probe": "#d62728"}
     fig, ax = plt.subplots(figsize=(8, 3.4))
     sentences = []
@@ -211,13 +211,13 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
             ax.axvspan(fall.start + 1, fall.end + 1, color=colours[name], alpha=0.15, lw=0)
         sentences.append(fall_sentence(ICL_LABELS[name], fall, boundary))
     if boundary is not None:
-        ax.axvline(boundary + 1, color="#2ca02c", ls=":", lw=1.5, label="induction heads form")
+        ax.axvline(boundary.step + 1, color="#2ca02c", ls=":", lw=1.5, label="induction heads form")
     _shade(ax, stages)
     ax.axhline(0, color="#999999", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("training step + 1 (log)")
     ax.set_ylabel("late minus early loss (nats)")
-    ax.set_title("in-context-learning scores, ± 1 s.e. over sequences; sharpest falls shaded")
+    ax.set_title(f"in-context-learning scores, ± 1 s.e. over sequences; sharpest falls beyond {NOISE_SE:g} s.e. shaded")
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(out / ICL_SVG, format="svg")
@@ -227,7 +227,9 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
         "Olsson et al.'s in-context-learning score is the loss at the 500th token minus at the 50th (negative when the "
         f"context helps). Text: {scores.positions['text']}. Probe: {scores.positions['probe']}. Each with its standard "
         "error over sequences; the sharpest fall is the steepest drop between consecutive checkpoints per unit of "
-        "log10(1 + step) (docs/views/timeline.md).",
+        f"log10(1 + step) among the drops larger than {NOISE_SE:g} standard errors of the difference; the induction "
+        "boundary is the stage boundary led by a rise in induction scores nearest the first induction head's emergence "
+        "(docs/views/timeline.md).",
         "",
         *(f"- {s}" for s in sentences),
         "",

@@ -74,7 +74,7 @@ def test_the_icl_scores_are_drawn_with_their_fall_and_the_induction_boundary(pla
     assert "probe ICL score: sharpest fall" in labels and "induction heads form" in labels
     caption = _captions(at)
     assert f"steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in caption
-    assert "induction heads form at the stage boundary at step 1,250" in caption
+    assert "induction heads form at the stage boundary at step 1,300" in caption
     assert "position 62 minus at position 5" in caption
 
 

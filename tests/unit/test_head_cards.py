@@ -186,7 +186,7 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
     a, b = int(store.steps[PROBE_FALL - 1]), int(store.steps[PROBE_FALL])
     section = text[text.index("## In-context learning") : text.index("## Head types")]
     assert f"The probe ICL score falls most sharply over steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in section
-    assert "induction heads form at the stage boundary at step 1,250" in section and (out / "icl.svg").is_file()
+    assert "induction heads form at the stage boundary at step 1,300" in section and (out / "icl.svg").is_file()
     cards = text[text.index("## Head cards") : text.index("## Do the trajectory clusters")]
     picked = card_heads(store)
     assert cards.count("\n### ") == len(picked)
