@@ -607,7 +607,9 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                 lines += [
                     "",
                     "A multigram or other head's scores are its mean-ablation loss increase on the evaluation text "
-                    "(nats per token) at the checkpoints with tokens in context; the others' are attention shares.",
+                    "(nats per token) at the checkpoints with tokens in context, and their emergence step is the first "
+                    "checkpoint with tokens in context at which the head holds the type (they are decided nowhere "
+                    "else); the others' scores are attention shares.",
                 ]
     lines += ["", *cards_section(store, stage_rows(store), out)]
     lines += association_section(store, others, named=named)

@@ -66,3 +66,15 @@ def test_a_multigram_emergence_reads_as_the_first_checkpoint_with_tokens_in_cont
     sentences = " ".join(type_sentences(_store(rows)))
     assert "L1 H2 from step 1,500 (from: the first checkpoint with tokens in context at which the head holds it)." \
         in sentences
+
+
+def test_the_timeline_lane_says_a_multigram_emergence_is_at_a_checkpoint_with_tokens_in_context() -> None:
+    from headwatch.analysis.findings.events import type_events
+
+    rows = [*PLANTED[:3], (1, 2, "multigram", 1500, 0.05), (1, 3, "multigram", None, 0.02)]
+    events = {e.label: e for e in type_events(_store(rows))}
+    multigram = events["first multigram head: L1 H2"]
+    assert multigram.detail == (
+        "holds the type from step 1,500 (the first checkpoint with tokens in context at which it holds it) to the end"
+    )
+    assert events["first previous-token head: L0 H5"].detail == "holds the type from step 1,250 to the end"
