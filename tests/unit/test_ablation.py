@@ -335,3 +335,27 @@ def test_the_decoder_loads_the_tokenizer_with_the_pass_kwargs(monkeypatch: pytes
     assert _decoder("org/model", kwargs)(7) == "<7>"
     assert seen == [("org/model", {"cache_dir": "/c", "revision": "main"})]
     _decoder.cache_clear()
+
+
+def test_the_losses_lens_and_the_ablation_lens_share_one_per_token_loss(tmp_path: Path) -> None:
+    """One intact per-token loss path: the losses lens's `model_losses` is the ablation lens's `per_token_losses` on
+    the model's logits (no second implementation), both equal to a float64 numpy log-softmax by hand."""
+    from transformers import AutoModelForCausalLM
+
+    from headwatch.precompute.lenses import losses
+    from headwatch.precompute.lenses.ablation import per_token_losses
+
+    assert not hasattr(losses, "token_losses")
+    _planted("gpt_neox", tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    tokens = np.random.default_rng(0).integers(0, VOCAB, size=(5, T))
+    got = losses.model_losses(model, tokens, device="cpu", batch=2)
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(tokens)).logits
+    assert np.array_equal(got, per_token_losses(logits, torch.from_numpy(tokens)).numpy(), equal_nan=True)
+    z = logits.double().numpy()[:, :-1]
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    by_hand = -np.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+    assert np.isnan(got[:, 0]).all()
+    np.testing.assert_allclose(got[:, 1:], by_hand, atol=1e-5)
