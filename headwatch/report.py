@@ -242,6 +242,7 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
     """One card per head that holds a type at the end or whose ablation costs the probe or the text most
     (`analysis.findings.cards.card_heads`, which says why), as Markdown with its ablation effect over training as
     ``card_L<l>H<h>.svg`` (probe and text loss increase, ± 1 standard error, the stages shaded)."""
+    from headwatch.analysis.findings.ablation import probe_check, probe_check_lines
     from headwatch.analysis.findings.cards import card_heads, card_markdown, head_card
     from headwatch.analysis.llc.diagnostics import store_flags
 
@@ -256,6 +257,15 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
         "partners.",
         "",
     ]
+    check = probe_check(store)
+    if check is not None:
+        lines += [
+            "**The probe's costliest head** (does the loss on the probe's second copy need the run's induction heads "
+            "most, and do they serve second-copy tokens?):",
+            "",
+            *(f"- {line}" for line in probe_check_lines(check)),
+            "",
+        ]
     picked = card_heads(store)
     if not picked:
         return [*lines, "No head holds a type and the store has no ablations: no cards.", ""]
