@@ -300,7 +300,7 @@ def test_a_tokenizer_that_does_not_load_is_a_clear_error_not_hash_ids(tmp_path: 
     from headwatch.precompute.evalset import EvalTextError
     from headwatch.precompute.lenses.ablation import _decoder
 
-    with pytest.raises(EvalTextError, match="cannot load the evaluation set's tokenizer at .*tokenizer.save_pretrained"):
+    with pytest.raises(EvalTextError, match=r"cannot load the evaluation set's tokenizer at .*tokenizer\.save_pretrained"):
         _decoder(str(tmp_path / "no-tokenizer-here"))
 
 
@@ -328,9 +328,11 @@ def test_the_decoder_loads_the_tokenizer_with_the_pass_kwargs(monkeypatch: pytes
         def tokenizer_location(self, ref: object) -> tuple[str, dict]:
             return "org/model", {"revision": "main", "cache_dir": "/c"}
 
-    kwargs = tokenizer_kwargs(Src(), ["ref"], "org/model")  # type: ignore[arg-type]
+    src: Any = Src()
+    refs: Any = ["ref"]
+    kwargs = tokenizer_kwargs(src, refs, "org/model")
     assert dict(kwargs) == {"revision": "main", "cache_dir": "/c"}
-    assert tokenizer_kwargs(Src(), ["ref"], "elsewhere") == ()  # type: ignore[arg-type]
+    assert tokenizer_kwargs(src, refs, "elsewhere") == ()
     _decoder.cache_clear()
     assert _decoder("org/model", kwargs)(7) == "<7>"
     assert seen == [("org/model", {"cache_dir": "/c", "revision": "main"})]

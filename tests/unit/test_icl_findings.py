@@ -95,11 +95,14 @@ def test_the_induction_boundary_is_led_by_an_induction_score_rise_nearest_the_fi
     # without emergence: the first led by an induction rise (1,300's name has it second: not a candidate)
     first = induction_boundary(stages)
     assert first is not None and first.step == 1100 and "first boundary" in first.why
-    assert induction_boundary(stages.iloc[::-1]).step == 1100  # read in stage order, whatever the rows' order
+    reversed_ = induction_boundary(stages.iloc[::-1])
+    assert reversed_ is not None and reversed_.step == 1100  # read in stage order, whatever the rows' order
     nearest = induction_boundary(stages, _emergence([1700, None, 1800]))
     assert nearest is not None and nearest.step == 1900 and "step 1,700" in nearest.why and "of the 2" in nearest.why
-    assert induction_boundary(stages, _emergence([1400])).step == 1100  # |1100-1400| < |1900-1400|
-    assert induction_boundary(stages, _emergence([None])).step == 1100  # no induction head: the first
+    choices: list[list[int | None]] = [[1400], [None]]
+    for emerged in choices:  # |1100-1400| < |1900-1400|; no induction head: the first
+        chosen = induction_boundary(stages, _emergence(emerged))
+        assert chosen is not None and chosen.step == 1100
     assert induction_boundary(stages.iloc[:2]) is None
     assert induction_boundary(None) is None
 
@@ -112,7 +115,8 @@ def test_the_induction_boundary_of_the_shipped_induction_d128() -> None:
     assert boundary is not None and boundary.step == 1300, boundary
     assert boundary.name.startswith("induction scores rise in L1")
     assert "step 1,400" in boundary.why
-    assert induction_boundary(stage_rows(store, basis="run")).step == 1100
+    first = induction_boundary(stage_rows(store, basis="run"))
+    assert first is not None and first.step == 1100
 
 
 def test_the_sentence_places_the_fall_beside_the_boundary() -> None:

@@ -297,6 +297,7 @@ def probe_check(store: Store) -> ProbeCheck | None:
 def probe_check_lines(check: ProbeCheck) -> list[str]:
     """The check in sentences: ``At step 4,000 the head whose ablation costs the probe most is L1 H6 (induction):
     +2.1 ± 0.05 nats; 85% of its 20 top tokens in context are second-copy tokens of the probe. ...``"""
+
     def described(p: ProbeHead) -> str:
         kinds = ", ".join(TYPE_LABELS.get(t, t) for t in p.types) or "no type"
         cost = f"{p.cost:+.3g} ± {p.se:.2g} nats".replace("-", "−")

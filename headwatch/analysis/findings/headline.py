@@ -102,9 +102,7 @@ def run_headline(store: Store) -> list[TypeHeadline] | None:
     for s in summaries:
         if not s.emerged:
             out.append(
-                TypeHeadline(
-                    s.type, None, (), 0, None, (), s.peak_score, s.peak_head, _peak_step(store, s), s.peak_untyped
-                )
+                TypeHeadline(s.type, None, (), 0, None, (), s.peak_score, s.peak_head, _peak_step(store, s), s.peak_untyped)
             )
             continue
         step = s.emerged[0][2]

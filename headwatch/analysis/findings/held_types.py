@@ -209,9 +209,7 @@ def type_sentences(store: Store) -> list[str]:
         name = TYPE_LABELS.get(s.type, s.type)
         at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
         if not s.emerged and s.type in FUNCTION_TYPES:
-            out.append(
-                f"No head is a {name} head at the last checkpoint with tokens in context ({peak_effect(s)})."
-            )
+            out.append(f"No head is a {name} head at the last checkpoint with tokens in context ({peak_effect(s)}).")
             continue
         if not s.emerged:
             out.append(

@@ -15,9 +15,11 @@ from headwatch.dashboard.labels import MATRIX_LABELS, STATS
 from headwatch.dashboard.views.heads import data
 from headwatch.dashboard.views.heads.data import Options
 
-
 # How each ablation method replaces a head's output (meta.json ``ablation`` method; docs/store.md).
-ABLATION_WORDS = {"mean": ("mean-ablated", "replaced by its mean over the evaluation tokens"), "zero": ("zero-ablated", "replaced by zero")}
+ABLATION_WORDS = {
+    "mean": ("mean-ablated", "replaced by its mean over the evaluation tokens"),
+    "zero": ("zero-ablated", "replaced by zero"),
+}
 
 
 def ablation_words(method: str) -> tuple[str, str]:
