@@ -42,7 +42,11 @@ def test_timeline_loads_and_an_event_link_opens_its_evidence(browser, server, ty
         assert not _errors(page), _errors(page)
         fig = _chart(page)
         shaded = shaded_stages(typed_store)  # the primary basis's stages
-        rects = [s["name"] for s in fig["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
+        rects = [
+            s["name"]
+            for s in fig["shapes"]
+            if s["type"] == "rect" and s["yref"] == "y domain" and "boundary uncertainty" not in s["name"]
+        ]
         assert rects == [f"stage {r.stage + 1}: {r.trend}" for r in shaded.itertuples(index=False)]
         lanes = {t["name"]: t["links"] for t in fig["traces"] if t["yaxis"] == "y2"}
         assert {"stage boundary", "head type", "MP departure", "level crossing"} <= set(lanes)

@@ -144,6 +144,9 @@ def test_hover_names_the_step_and_a_click_opens_it(essential_store: Path, tmp_pa
 # --- issue 63: the path's direction, its steps, its first and last stage, what a turn and the docs' measure say ------
 
 
+MANY_STAGES = ROOT / "data" / "induction-d128-seed2"  # a shipped run with more stages than the palette has colours
+
+
 def _path_from_files(store_path: Path) -> pd.DataFrame:
     """(step, pc1, pc2) of essential.parquet, read with pandas, in step order."""
     frame = pd.read_parquet(store_path / "essential.parquet")
@@ -152,14 +155,14 @@ def _path_from_files(store_path: Path) -> pd.DataFrame:
 
 
 def test_the_path_shows_its_direction_its_steps_and_a_last_stage_unlike_the_first(tmp_path: Path, monkeypatch) -> None:
-    """induction-d128 has more than 10 stages: the palette of ten gave S1 and S11 one blue, and the path had no direction or
-    step to read. Each arrow lies on one segment of the path (essential.parquet) and points from its earlier
+    """induction-d128-seed2 has more than 10 stages: the palette of ten gave S1 and S11 one blue, and the path had no
+    direction or step to read. Each arrow lies on one segment of the path (essential.parquet) and points from its earlier
     checkpoint to its later one; the first and last checkpoints are labelled start and end with their steps."""
-    serve_only(INDUCTION, tmp_path, monkeypatch)
+    serve_only(MANY_STAGES, tmp_path, monkeypatch)
     at = open_page("pages/run_timeline.py")
     assert not at.exception
     fig = chart(at, "essential")
-    path = _path_from_files(INDUCTION)
+    path = _path_from_files(MANY_STAGES)
     x, y, steps = path["pc1"].to_numpy(), path["pc2"].to_numpy(), path["step"].to_numpy()
     notes = fig["layout"].get("annotations") or []
     arrows = [a for a in notes if a.get("showarrow") and a.get("axref") == "x"]
@@ -174,7 +177,7 @@ def test_the_path_shows_its_direction_its_steps_and_a_last_stage_unlike_the_firs
     assert labels[f"start: step {int(steps[0]):,}"] == pytest.approx((x[0], y[0]))
     assert labels[f"end: step {int(steps[-1]):,}"] == pytest.approx((x[-1], y[-1]))
     assert len(labels) >= 3  # and at least one checkpoint between, with its step
-    stages = shaded_stages(INDUCTION)
+    stages = shaded_stages(MANY_STAGES)
     assert len(stages) > 10  # more stages than colours
     markers = [t for t in fig["data"] if t.get("mode") == "markers" and not t.get("name", "").startswith(("cusp", "near"))]
     looks = [(t["marker"]["color"], t["marker"].get("symbol", "circle")) for t in markers]

@@ -72,8 +72,18 @@ def test_the_chart_shades_every_stage_and_draws_every_event(typed_store: Path, t
     assert not at.exception and not at.error
     fig = chart(at, "timeline")
     llc = shaded_stages(typed_store)
-    rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
+    shapes = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and s["yref"] == "y domain"]
+    rects = [s for s in shapes if "boundary uncertainty" not in s["name"]]
     assert [s["name"] for s in rects] == [f"stage {i + 1}: {t}" for i, t in enumerate(llc["trend"])]
+    # a band wherever a boundary's interval spans more than a point: every boundary, since each reaches back at
+    # least to the checkpoint before it (analysis/stages/run.py group_interval)
+    bands = [s["name"] for s in shapes if "boundary uncertainty" in s["name"]]
+    assert bands == [
+        f"stage {int(r.stage) + 1} boundary uncertainty: steps {int(r.low_step):,} to {int(r.high_step):,}"
+        for r in llc.itertuples(index=False)
+        if int(r.stage) > 0 and int(r.high_step) > int(r.low_step)
+    ]
+    assert len(bands) == len(llc) - 1
     # on the page's log axis a step sits at step + 1
     assert [(s["x0"], s["x1"]) for s in rects] == [
         (a + 1, b + 1) for a, b in zip(llc["start_step"], llc["end_step"], strict=True)
@@ -141,7 +151,8 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
     assert "previous-token heads form (L4 H3" in line or "previous-token scores rise in " in line
     assert "step 64: first previous-token head: L0 H3" in text
     fig = chart(at, "card_timeline_shakespeare-pythia-6x8")
-    assert len([s for s in fig["layout"]["shapes"] if s["type"] == "rect"]) == len(llc)
+    rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect" and "boundary uncertainty" not in s.get("name", "")]
+    assert len(rects) == len(llc)
 
 
 def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monkeypatch) -> None:

@@ -192,3 +192,10 @@ def test_a_store_trajectory_is_read_by_the_rule(tmp_path) -> None:
     for x in turns:
         edge = abs(x.angle - ed.TURN_DEGREES) <= ed.MARGIN_DEGREES
         assert (x.verdict == "near") == edge, x
+
+
+def test_the_turn_is_said_to_be_over_a_share_of_the_path_not_checkpoints() -> None:
+    """store_trajectory's ``turn`` column is `arc_turns` over `ARC` of the path's length (as the module docstring and
+    the code read it), not over `WINDOW` checkpoints."""
+    doc = " ".join((ed.store_trajectory.__doc__ or "").split())
+    assert "``turn`` (`arc_turns`: the angle over `ARC`" in doc and "over `WINDOW` checkpoints" not in doc

@@ -45,7 +45,7 @@ from headwatch.analysis.store.lenses.essential import (
 POSITIONS = 8  # positions per sequence, evenly spaced
 TOKENS = 128  # tokens of the vocabulary whose log-probabilities are kept (all of a smaller vocabulary)
 COMPONENTS = 3  # principal components stored per checkpoint
-WINDOW = 2  # checkpoints on each side over which a turn is measured
+WINDOW = 2  # checkpoints on each side within which a minimum of the speed is the least (a turn is over `ARC`)
 TURN_DEGREES = 90.0  # the turn beyond which a speed minimum is a cusp
 ARC = 0.05  # a turn is measured over this share of the path's length on either side
 SMOOTHING = 1.0  # the Gaussian filter's standard deviation, in checkpoints
@@ -260,8 +260,9 @@ def cusps(scores: np.ndarray, *, window: int = WINDOW, turn: float = TURN_DEGREE
 
 def store_trajectory(store) -> tuple[pd.DataFrame, np.ndarray] | None:  # store: analysis.store.Store
     """The trajectory a store holds (essential.parquet) as one row per step: ``step``, ``pc1``, ``pc2``, ... (as
-    stored), ``smooth1``, ``smooth2``, ... (smoothed, `smoothed`), ``speed``, ``turn`` (over `WINDOW` checkpoints of the
-    smoothed path), ``kappa``, ``centre_x``, ``centre_y`` (in the first two smoothed components, `curvature`),
+    stored), ``smooth1``, ``smooth2``, ... (smoothed, `smoothed`), ``speed``, ``turn`` (`arc_turns`: the angle over `ARC`
+    of the smoothed path's length either side along it, not over a number of checkpoints), ``kappa``, ``centre_x``,
+    ``centre_y`` (in the first two smoothed components, `curvature`),
     ``verdict`` (`turns`: cusp, near or none at a minimum of the speed, empty elsewhere) and ``cusp``, all read from
     the stored scores by this module's rule (a store's stored turns and cusps may be an older rule's); and the fraction
     of variance each component explains. None without the lens's table."""

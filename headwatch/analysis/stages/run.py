@@ -13,17 +13,22 @@ than one) and its uncertainty, the checkpoints where its cut could sit with chi2
 The run's boundaries merge the curves' own: sorted by step, a boundary joins the group of the first one before it
 when it lies at most ``merge`` checkpoints after that group's first boundary (checkpoints of the union of the
 curves' steps). A group is one boundary of the run, at the step its boundaries agree on most (the summed likelihood
-ratio of those whose uncertainty holds it), with that boundary's uncertainty, supported by the curves in it: not at
-its earliest step, which on a thinned schedule is often a faint bend of one curve before the change. It is named by
-what changes across it, in the stage it opens (from it to the next boundary): per head score (each type's score in
-head_types.parquet; the loss increase when the head is ablated, where the store has ablation.parquet) and direction,
-the heads whose score changes most, with their mean score before and after (``induction scores rise in L1 H0, H1,
-H3, H4, H7: 0.072 -> 0.16``), where the largest change is at least a quarter of the score's scale (a type's
-threshold: a rise that stays under it counts; the largest ablation effect of the run); the two largest changes, in
-units of their scales, or ``no head's score changes by a quarter of its scale``. A head reaching a type is an event
-of its own (the Timeline's head-type lane), not a boundary's name. A boundary that one curve alone sees and across
-which no head's score changes is that curve's, not the run's, and is left out (the weakest first, the names read
-again). The run's stages (basis ``run`` of stages.parquet, the one the views shade) lie between those boundaries.
+ratio of those whose uncertainty holds it): not at its earliest step, which on a thinned schedule is often a faint
+bend of one curve before the change. Its uncertainty spans its members' intervals, each widened to reach back to the
+checkpoint before its step (a change seen at a checkpoint happened somewhere after the one before it), so no
+boundary reads as placed to a single step. A group stands as a boundary of the run only on real support: boundaries
+of at least two curves, or one curve's with a likelihood ratio above `LONE_SUPPORT` (its largest member's) and a
+change of some head's score across it (the name below; one curve's bend across which no head's score changes is
+left out however strong, the weakest first, and the names read again over the longer stage); the others are that
+curve's bends (its own basis keeps them), not the run's. It is named by what changes across it, in
+the stage it opens (from it to the next boundary): per head score (each type's score in head_types.parquet; the loss
+increase when the head is ablated, where the store has ablation.parquet; a head without a value at either end is
+left out) and direction, the heads whose score changes most, with their mean score before and after (``induction
+scores rise in L1 H0, H1, H3, H4, H7: 0.072 -> 0.16``), where the largest change is at least a quarter of the score's
+scale (a type's threshold: a rise that stays under it counts; the largest ablation effect of the run); the two
+largest changes, in units of their scales, or ``no head's score changes by a quarter of its scale``. A head reaching
+a type is an event of its own (the Timeline's head-type lane), not a boundary's name. The run's stages (basis
+``run`` of stages.parquet, the one the views shade) lie between those boundaries.
 """
 
 # The docstring above, less its first paragraph, is written into every store's meta.json ``stages.rule`` after
@@ -62,6 +67,12 @@ NAMED_HEADS = 6  # heads a name lists per type and direction (then "N more")
 NAMED_CHANGES = 2  # changes a boundary's name lists, the largest first
 CHANGE_FLOOR = 0.25  # a change names a boundary when it is at least this share of its score's scale
 CHANGE_SHARE = 0.5  # a head is named with the largest change when its own is at least this share of it
+# The likelihood ratio (chi2 units) above which one curve's boundary alone can be a boundary of the run: about three
+# times the largest ratio of any boundary that noise alone makes (noise-only curves of 14 to 67 checkpoints, the
+# LLC's rule and the loss's, measured by tests/unit/test_run_stages.py and given in docs/stages.md). The margin allows
+# for a curve's noise level being itself estimated (the chains' spread, the jitter): a ratio scales as 1 / sigma^2,
+# so a bend of noise reaches it only where sigma is underestimated by a factor of about 1.8 or more.
+LONE_SUPPORT = 100.0
 # How the names read a type (analysis.findings.held_types.TYPE_LABELS says the same for the views).
 TYPE_NAMES = {"previous_token": "previous-token", "induction": "induction", "sink": "sink", "current_token": "current-token"}
 
@@ -124,8 +135,8 @@ class RunBoundary:
             firmly, not the earliest of them.
         support: the curves' boundaries merged into it, by step.
         forms: what it is named after: what changes across it (`name_changes`), or `NO_EVENT`.
-        low, high: its uncertainty, the first and last checkpoint where the best-supported boundary's cut could sit
-            (`analysis.stages.curve.boundary_evidence`).
+        low, high: its uncertainty, the first and last checkpoint of the span of its members' intervals, each
+            reaching back at least to the checkpoint before the member's step (`group_interval`).
     """
 
     step: int
@@ -166,6 +177,28 @@ def best_supported(group: tuple[Support, ...]) -> Support:
     return max(group, key=lambda c: (agreement(c.step), strength(c), -c.step))
 
 
+def stands(group: tuple[Support, ...]) -> bool:
+    """Whether a merged group is a boundary of the run: its boundaries come from at least two curves, or its one
+    curve's strongest boundary has a likelihood ratio above `LONE_SUPPORT` (module docstring)."""
+    if len({s.basis for s in group}) >= 2:
+        return True
+    return max((s.strength for s in group if np.isfinite(s.strength)), default=0.0) > LONE_SUPPORT
+
+
+def group_interval(group: tuple[Support, ...], grid: np.ndarray) -> tuple[int, int]:
+    """Where a merged group's change could lie, as checkpoints of ``grid``: from the first to the last of its members'
+    intervals (a member without one: its own step), each reaching back at least to the checkpoint before the member's
+    step, since a change seen first at a checkpoint happened somewhere after the one before it (the first checkpoint
+    has none before it)."""
+    lows, highs = [], []
+    for s in group:
+        low, high = (s.low, s.high) if s.low >= 0 else (s.step, s.step)
+        i = int(np.searchsorted(grid, s.step))
+        lows.append(min(low, int(grid[max(i - 1, 0)])))
+        highs.append(max(high, s.step))
+    return min(lows), max(highs)
+
+
 def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge: int) -> list[tuple[Support, ...]]:
     """The curves' boundaries grouped into the run's (module docstring): a boundary joins the group before it when it
     is at most ``merge`` checkpoints of ``grid`` after that group's first boundary (a change between two checkpoints
@@ -198,31 +231,6 @@ def merge_boundaries(stages: dict[str, list[Stage]], grid: np.ndarray, *, merge:
     return [tuple(g) for g in groups]
 
 
-def name_boundary(start: int, end: int, emergence: list[tuple[str, int, int, int]]) -> str:
-    """The heads that reach a type in the stage from ``start`` to ``end``: those whose emergence step e has
-    ``start < e <= end`` (a head emerging at step e formed between the checkpoint before e and e), by type, the type
-    with most heads first (``induction heads form (L1 H0, L1 H5); previous-token heads form (L0 H0)``; at most
-    `NAMED_HEADS` heads per type), or `NO_EVENT`. A head reaching a type is an event of its own (the Timeline's
-    head-type lane); a boundary is named by `name_changes`.
-
-    Args:
-        start, end: the stage's first and last checkpoint.
-        emergence: (type, layer, head, emergence step) of every head that holds a type at the end.
-    """
-    heads: dict[str, list[tuple[int, int, int]]] = {}
-    for kind, layer, head, step in sorted(emergence, key=lambda e: (e[3], e[1], e[2])):
-        if start < step <= end:
-            heads.setdefault(kind, []).append((step, layer, head))
-    if not heads:
-        return NO_EVENT
-    parts = []
-    for kind, rows in sorted(heads.items(), key=lambda kv: (-len(kv[1]), kv[1][0][0], kv[0])):
-        named = [f"L{layer} H{head}" for _, layer, head in rows[:NAMED_HEADS]]
-        more = f", {len(rows) - NAMED_HEADS} more" if len(rows) > NAMED_HEADS else ""
-        parts.append(f"{TYPE_NAMES.get(kind, kind)} heads form ({', '.join(named)}{more})")
-    return "; ".join(parts)
-
-
 @dataclass(frozen=True)
 class HeadScores:
     """One per-head score over training that names a boundary by its change across it.
@@ -241,9 +249,14 @@ class HeadScores:
 
 
 def _at(scores: HeadScores, step: int) -> np.ndarray:
-    """The scores at the last checkpoint at or before ``step`` (the first one before any), (n_layers, n_heads)."""
+    """Each head's score at the last checkpoint at or before ``step`` where it has one (the first checkpoint's before
+    any), (n_layers, n_heads); NaN for a head without a value up to there."""
     i = max(int(np.searchsorted(scores.steps, step, side="right")) - 1, 0)
-    return scores.values[i]
+    values = scores.values[: i + 1]  # (i + 1, n_layers, n_heads)
+    held = np.isfinite(values)
+    last = np.where(held.any(axis=0), i - np.argmax(held[::-1], axis=0), 0)  # (n_layers, n_heads)
+    out = np.take_along_axis(values, last[None], axis=0)[0]
+    return np.where(held.any(axis=0), out, np.nan)
 
 
 def _heads_text(heads: list[tuple[int, int]]) -> str:
@@ -258,7 +271,8 @@ def name_changes(start: int, end: int, scores: list[HeadScores]) -> list[tuple[f
     """What changes across a boundary: per score and direction, the heads whose score changes most from ``start``
     (the boundary) to ``end`` (the next boundary, or the last checkpoint), in the stage the boundary opens.
 
-    A head's change is ``score(end) - score(start)``. A score and direction count when the largest change of a head
+    A head's change is ``score(end) - score(start)``, each its last value at or before that step (`_at`); a head
+    without a value there is left out. A score and direction count when the largest change of a head
     in that direction is at least `CHANGE_FLOOR` of the score's ``scale`` (a type's threshold: a rise that stays under
     the threshold counts); the heads named are those whose change is at least `CHANGE_SHARE` of that largest one, at
     most `NAMED_HEADS` of them (then ``N more``), with the mean of their scores at ``start`` and at ``end``:
@@ -272,10 +286,11 @@ def name_changes(start: int, end: int, scores: list[HeadScores]) -> list[tuple[f
         before, after = _at(score, start), _at(score, end)
         delta = after - before  # (n_layers, n_heads)
         for sign, verb in ((1.0, "rise"), (-1.0, "fall")):
-            largest = float(np.nanmax(sign * delta)) if delta.size else 0.0
+            finite = np.isfinite(delta)  # a head without a value at either end is left out
+            largest = float(np.max(sign * delta[finite])) if finite.any() else 0.0
             if not (np.isfinite(largest) and score.scale > 0 and largest >= CHANGE_FLOOR * score.scale):
                 continue
-            picked = np.argwhere(sign * delta >= CHANGE_SHARE * largest)  # (m, 2) layer, head
+            picked = np.argwhere(finite & (sign * np.nan_to_num(delta) >= CHANGE_SHARE * largest))  # (m, 2) layer, head
             order = np.argsort(-(sign * delta)[picked[:, 0], picked[:, 1]], kind="stable")
             picked = picked[order]
             shown = sorted((int(a), int(b)) for a, b in picked[:NAMED_HEADS])
@@ -301,8 +316,9 @@ def run_stages_from(
     primary: str,
 ) -> tuple[list[Stage], list[RunBoundary]]:
     """The run's stages between its merged, named boundaries: each group of the curves' boundaries
-    (`merge_boundaries`) is one boundary of the run at its best-supported member's step (`best_supported`), with that
-    member's uncertainty, named by what changes across it (`boundary_name`).
+    (`merge_boundaries`) that `stands` is one boundary of the run at its best-supported member's step
+    (`best_supported`), with the span of its members' intervals (`group_interval`), named by what changes across it
+    (`boundary_name`).
 
     Args:
         curves: basis -> (steps, values, stages) of every curve read.
@@ -314,16 +330,17 @@ def run_stages_from(
         The run's stages (``boundary``: what the boundary is named after) and its boundaries, in order.
     """
     grid = np.unique(np.concatenate([np.asarray(c[0], np.int64) for c in curves.values()]))
-    groups = merge_boundaries({b: c[2] for b, c in curves.items()}, grid, merge=rule.merge)
+    groups = [g for g in merge_boundaries({b: c[2] for b, c in curves.items()}, grid, merge=rule.merge) if stands(g)]
     while True:
         kept = [best_supported(g) for g in groups]
         edges = [int(grid[0]), *[k.step for k in kept], int(grid[-1])]
         boundaries = [
-            RunBoundary(k.step, g, boundary_name(a, b, scores), low=k.low, high=k.high)
+            RunBoundary(k.step, g, boundary_name(a, b, scores), *group_interval(g, grid))
             for g, k, a, b in zip(groups, kept, edges[1:-1], edges[2:], strict=True)
         ]
-        # A boundary one curve alone sees, across which no head's score changes, is that curve's (its own basis keeps
-        # it), not the run's: dropped, the weakest first, and the names read again over the longer stage.
+        # A boundary one curve alone sees, across which no head's score changes, is that curve's bend (its own basis
+        # keeps it), not the run's, however strong: dropped, the weakest first, and the names read again over the
+        # longer stage.
         lone = [i for i, b in enumerate(boundaries) if b.forms == NO_EVENT and len({s.basis for s in b.support}) < 2]
         if not lone:
             break
@@ -425,7 +442,8 @@ ABLATION_EFFECTS = {"text_increase": "ablation effects on the text", "probe_incr
 def ablation_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
     """The loss increase when each head is mean-ablated (ablation.parquet's `ABLATION_EFFECTS` columns, where the store
     has the table and the lens is declared), each its scale the largest increase of any head at any checkpoint. Empty
-    otherwise."""
+    otherwise. A head without a row at a checkpoint is NaN there (`name_changes` leaves it out), never zero: a zero
+    would read as a rise or fall it never made."""
     from headwatch.analysis.store.lenses.ablation import ABLATION
 
     if not store.has(ABLATION):
@@ -443,7 +461,7 @@ def ablation_scores(store) -> list[HeadScores]:  # store: analysis.store.Store
         keep = np.isfinite(values).any(axis=(1, 2))
         scale = float(np.nanmax(np.abs(values[keep]))) if keep.any() else 0.0
         if scale > 0:
-            out.append(HeadScores(ABLATION_EFFECTS[column], steps[keep], np.nan_to_num(values[keep]), scale))
+            out.append(HeadScores(ABLATION_EFFECTS[column], steps[keep], values[keep], scale))  # NaN: no value there
     return out
 
 

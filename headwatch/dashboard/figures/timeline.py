@@ -27,9 +27,9 @@ BAND_FILL = "rgba(60,60,60,0.18)"  # a boundary's uncertainty band
 
 
 def boundary_band(row: Any) -> tuple[int, int] | None:
-    """The steps a stage's opening boundary could sit at (stages.parquet ``low_step``, ``high_step``: its
-    profile-likelihood interval, `analysis.stages.curve.boundary_evidence`), when that spans more than one checkpoint;
-    None for the first stage, a boundary placed to one checkpoint, or stages made before the interval was stored."""
+    """The steps a stage's opening boundary could sit at (stages.parquet ``low_step``, ``high_step``: the span of its
+    curves' profile-likelihood intervals, each from at least the checkpoint before, `analysis.stages.run.group_interval`),
+    wherever that spans more than a point; None for the first stage, or stages made before the interval was stored."""
     low, high = int(getattr(row, "low_step", -1)), int(getattr(row, "high_step", -1))
     if int(row.stage) == 0 or low < 0 or high <= low:
         return None
