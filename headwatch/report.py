@@ -118,7 +118,7 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> str | N
     import matplotlib.pyplot as plt
 
     data = default_llc_data(store.read(LLC, columns=[]))  # the training distribution where held, else text
-    at = {**LLC_WHOLE_MODEL, LLC_DATA_COLUMN: data}
+    at: dict[str, int | str] = {**LLC_WHOLE_MODEL, LLC_DATA_COLUMN: data}
     llc = store.require(LLC, "llc", at=at)
     std = store.require(LLC, "llc_std", at=at)
     chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 2)

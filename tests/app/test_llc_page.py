@@ -389,7 +389,7 @@ def test_the_trajectory_maps_rllc_clusters_name_their_distribution(
     serve_only(multi_store, tmp_path, monkeypatch)
     at = open_page("pages/trajectory_map.py", {"colour": "llc_cluster"})
     assert not at.exception
-    titles = {
-        str(((t.get("legendgrouptitle") or {}).get("text")) or "") for t in chart(at, "trajectory_map")["data"]
-    } | {str((((chart(at, "trajectory_map")["layout"].get("legend") or {}).get("title") or {}).get("text")) or "")}
+    titles = {str(((t.get("legendgrouptitle") or {}).get("text")) or "") for t in chart(at, "trajectory_map")["data"]} | {
+        str((((chart(at, "trajectory_map")["layout"].get("legend") or {}).get("title") or {}).get("text")) or "")
+    }
     assert "refined-LLC cluster (on the training distribution)" in titles, titles

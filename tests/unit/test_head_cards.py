@@ -217,5 +217,6 @@ def test_a_cards_refined_llc_names_its_distribution_and_reads_train_where_held(t
     card = head_card(open_store(path), 1, 6)
     last = llc[(llc["layer"] == 1) & (llc["head"] == 6)].sort_values("step").iloc[-1]
     assert card.llc is not None and card.llc_data == "train"
-    assert card.llc.last()[1] == pytest.approx(3.0 * float(last["llc"]))
+    estimate = card.llc.last()
+    assert estimate is not None and estimate[1] == pytest.approx(3.0 * float(last["llc"]))
     assert "- **Refined LLC on the training distribution**: " in "\n".join(card_markdown(card, run="r", store_path=str(path)))

@@ -166,7 +166,7 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     assert "### Critical points of each data-refined curve against the ICL score with one other induction head ablated" in section
     assert "more than 2 standard errors" in section
     assert "L1 H5: its refined LLC on the probe's repeated random tokens exceeds its refined LLC on held-out text" in section
-    assert f"with L1 H6 ablated, the ICL score minus the intact score never falls beyond the noise" in section
+    assert "with L1 H6 ablated, the ICL score minus the intact score never falls beyond the noise" in section
     assert f"with L1 H1 ablated, the ICL score minus the intact score falls most at step {int(steps[FALL[(1, 1)]]):,}" in section
     assert "other induction heads ablated" not in section
 

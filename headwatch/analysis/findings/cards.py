@@ -307,8 +307,7 @@ def card_markdown(card: HeadCard, *, run: str, store_path: str) -> list[str]:
             f"- **Refined LLC {llc_data_words(card.llc_data)}**: no estimate."
             if last is None
             else f"- **Refined LLC {llc_data_words(card.llc_data)}**: {last[1]:.3g} ± {last[2]:.2g} (chains' s.d.) at step "
-            f"{last[0]:,}"
-            + (f", flag: {card.llc_flag}." if card.llc_flag else ".")
+            f"{last[0]:,}" + (f", flag: {card.llc_flag}." if card.llc_flag else ".")
         )
     if card.reads_from is None or card.read_by is None:
         lines.append("- **Composition**: no composition scores in this store (`--lenses composition`).")

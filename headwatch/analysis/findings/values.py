@@ -2,8 +2,8 @@
 
 A name is a column of the store (``std``, ``stable_rank``, ...), ``lambda`` (lambda_k = s_k^2 of the singular
 value ``k``), a forward-lens statistic (attention.parquet, per head whatever the matrix) or ``llc`` (the refined
-LLC, llc.parquet, per head, under the distribution readers show by default: `llc_shown`). The dashboard labels these names (its statistics table); the definitions are
-``analysis/store/format.py``'s.
+LLC, llc.parquet, per head, under the distribution readers show by default: `llc_shown`). The dashboard labels
+these names (its statistics table); the definitions are ``analysis/store/format.py``'s.
 """
 
 from __future__ import annotations

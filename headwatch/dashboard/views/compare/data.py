@@ -16,9 +16,9 @@ import pandas as pd
 
 from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import TYPE_LABELS
+from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.layers import LAYER_ROLES, LAYERS
-from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_words
 from headwatch.dashboard import export
 from headwatch.dashboard.data import INDEX_TICKS, index_ticks
@@ -145,8 +145,7 @@ def llc_trust_text(stores: dict[str, Store], flags: dict[str, Any]) -> str:
         counts = Counter(f for f in flagged[0].ravel() if f)  # a negative estimate is flagged "negative", never converged
         unsure = ", ".join(f"{c} {f}" for f, c in sorted(counts.items()) if f != "converged") or "none flagged"
         parts.append(
-            f"**{run}** (refined LLC {llc_data_words(shown)}): {n} estimates, {counts.get('converged', 0)} converged "
-            f"({unsure})"
+            f"**{run}** (refined LLC {llc_data_words(shown)}): {n} estimates, {counts.get('converged', 0)} converged ({unsure})"
         )
     return (
         "Refined-LLC estimates are sampled: " + "; ".join(parts) + ". Flags and their rule, and what a negative estimate "

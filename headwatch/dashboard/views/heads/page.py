@@ -15,9 +15,9 @@ import streamlit as st
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.ablation import ablation_effect, missing_ablation_text
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
+from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.ablation import ABLATION
-from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_order, llc_data_words
 from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export, viewstate, widgets
