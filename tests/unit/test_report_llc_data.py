@@ -148,6 +148,7 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
         (h, g, d) for h in HEADS for g in HEADS if g != h for d in ("text", "repeats")
     }
     for r in rows:
+        assert r.compared == len(steps)
         assert r.peaks == [int(steps[PEAK[r.head]])] and r.rise == int(steps[RISE[r.head]])
         want = FALL.get(r.other)  # None for L1 H6, whose fall is within the noise; never BIG_FALL
         assert r.fall == (None if want is None else int(steps[want]))
@@ -169,6 +170,12 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     assert "with L1 H6 ablated, the ICL score minus the intact score never falls beyond the noise" in section
     assert f"with L1 H1 ablated, the ICL score minus the intact score falls most at step {int(steps[FALL[(1, 1)]]):,}" in section
     assert "other induction heads ablated" not in section
+    # an ablation table without rows (the lens not yet run at any checkpoint): said, not read as "never falls"
+    pq.write_table(ABLATION.schema.empty_table(), store / "ablation.parquet")
+    rows = llc_data.critical_against_ablation(open_store(store))
+    assert rows is not None and all(r.compared == 0 and r.fall is None for r in rows)
+    said = llc_data.ablation_sentences(rows, steps)
+    assert all("both stored at 0 checkpoint(s): no fall to read" in line for line in said), said[0]
 
 
 def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(store: Path, tmp_path: Path) -> None:

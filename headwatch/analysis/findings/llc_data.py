@@ -168,6 +168,7 @@ class CriticalAgainstAblation:
             intact score (None: none clears it).
         nearest: the critical point of the curve (a peak or the sharpest rise) nearest to ``fall``, and how many of the
             run's checkpoints apart they are (None without both).
+        compared: the checkpoints with both the ICL score with ``other`` ablated and the intact one.
     """
 
     head: tuple[int, int]
@@ -177,6 +178,7 @@ class CriticalAgainstAblation:
     other: tuple[int, int]
     fall: int | None
     nearest: tuple[int, int] | None
+    compared: int
 
 
 def ablated_minus_intact(store: Store, layer: int, head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,10 +201,10 @@ def critical_against_ablation(store: Store) -> list[CriticalAgainstAblation] | N
         return None
     position = {int(s): i for i, s in enumerate(store.steps)}
     heads = induction_heads(store)
-    falls = {}
+    falls, compared = {}, {}
     for other in heads:
         s, d, e = ablated_minus_intact(store, *other)
-        falls[other] = sharpest_change(s, d, e, sign=-1)
+        falls[other], compared[other] = sharpest_change(s, d, e, sign=-1), len(s)
     refined = [d for d in llc_data_order(store.read(LLC, columns=[])) if d != "train"]
     out = []
     for data in refined:
@@ -218,7 +220,7 @@ def critical_against_ablation(store: Store) -> list[CriticalAgainstAblation] | N
                 if fall is not None and points:
                     near = min(points, key=lambda p: (abs(position[p] - position[fall]), p))
                     nearest = (near, abs(position[near] - position[fall]))
-                out.append(CriticalAgainstAblation((layer, head), data, tops, rise, other, fall, nearest))
+                out.append(CriticalAgainstAblation((layer, head), data, tops, rise, other, fall, nearest, compared[other]))
     return out
 
 
@@ -263,7 +265,12 @@ def ablation_sentences(rows: list[CriticalAgainstAblation] | None, steps: np.nda
         turns = ", ".join(f"{p:,}" for p in r.peaks) or "none"
         rise = f"at step {r.rise:,}" if r.rise is not None else "none"
         other = head_name(*r.other)
-        if r.fall is None:
+        if r.compared < 2:
+            where = (
+                f"with {other} ablated, the ICL score and the intact one are both stored at {r.compared} checkpoint(s): "
+                "no fall to read (`--lenses ablation,losses` at every checkpoint adds them)"
+            )
+        elif r.fall is None:
             where = f"with {other} ablated, the ICL score minus the intact score never falls beyond the noise"
         else:
             where = f"with {other} ablated, the ICL score minus the intact score falls most at step {r.fall:,}"
@@ -271,6 +278,6 @@ def ablation_sentences(rows: list[CriticalAgainstAblation] | None, steps: np.nda
                 where += f"; the nearest of the curve's critical points is step {r.nearest[0]:,}, {r.nearest[1]} checkpoints away"
         out.append(
             f"{head_name(*r.head)}, refined LLC {llc_data_words(r.data)}: peaks at {turns}, sharpest rise {rise}; "
-            f"{where} (of {len(steps)} checkpoints)."
+            f"{where} (both scores at {r.compared} of {len(steps)} checkpoints)."
         )
     return out
