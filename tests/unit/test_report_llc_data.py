@@ -175,7 +175,7 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     rows = llc_data.critical_against_ablation(open_store(store))
     assert rows is not None and all(r.compared == 0 and r.fall is None for r in rows)
     said = llc_data.ablation_sentences(rows, steps)
-    assert all("both stored at 0 checkpoint(s): no fall to read" in line for line in said), said[0]
+    assert all("ablated, no fall to read" in line and "(both scores at 0 of" in line for line in said), said[0]
 
 
 def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(store: Path, tmp_path: Path) -> None:

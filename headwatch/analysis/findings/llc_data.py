@@ -266,10 +266,7 @@ def ablation_sentences(rows: list[CriticalAgainstAblation] | None, steps: np.nda
         rise = f"at step {r.rise:,}" if r.rise is not None else "none"
         other = head_name(*r.other)
         if r.compared < 2:
-            where = (
-                f"with {other} ablated, the ICL score and the intact one are both stored at {r.compared} checkpoint(s): "
-                "no fall to read (`--lenses ablation,losses` at every checkpoint adds them)"
-            )
+            where = f"with {other} ablated, no fall to read: `--lenses ablation,losses` at every checkpoint adds both ICL scores"
         elif r.fall is None:
             where = f"with {other} ablated, the ICL score minus the intact score never falls beyond the noise"
         else:
