@@ -191,7 +191,7 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
     standard-error bands, the stages shaded, the falls and the boundary marked); a store without icl.parquet gets the
     command that adds it."""
     from headwatch.analysis.findings.ablation import ICL_LABELS, icl_scores, missing_icl_text
-    from headwatch.analysis.findings.icl import fall_sentence, induction_boundary, sharpest_fall
+    from headwatch.analysis.findings.icl import NOISE_SE, fall_sentence, run_induction_boundary, sharpest_fall
 
     lines = ["## In-context learning", ""]
     scores = icl_scores(store)
@@ -202,7 +202,7 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    boundary = induction_boundary(stage_rows(store, basis="run") if "run" in stage_bases(store) else stages)
+    boundary = run_induction_boundary(store, stages)
     colours = {"text": "#1f77b4", "probe": "#d62728"}
     fig, ax = plt.subplots(figsize=(8, 3.4))
     sentences = []
@@ -213,13 +213,13 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
             ax.axvspan(fall.start + 1, fall.end + 1, color=colours[name], alpha=0.15, lw=0)
         sentences.append(fall_sentence(ICL_LABELS[name], fall, boundary))
     if boundary is not None:
-        ax.axvline(boundary + 1, color="#2ca02c", ls=":", lw=1.5, label="induction heads form")
+        ax.axvline(boundary.step + 1, color="#2ca02c", ls=":", lw=1.5, label="induction heads form")
     _shade(ax, stages)
     ax.axhline(0, color="#999999", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("training step + 1 (log)")
     ax.set_ylabel("late minus early loss (nats)")
-    ax.set_title("in-context-learning scores, ± 1 s.e. over sequences; sharpest falls shaded")
+    ax.set_title(f"in-context-learning scores, ± 1 s.e. over sequences; sharpest falls beyond {NOISE_SE:g} s.e. shaded")
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(out / ICL_SVG, format="svg")
@@ -229,7 +229,9 @@ def icl_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[st
         "Olsson et al.'s in-context-learning score is the loss at the 500th token minus at the 50th (negative when the "
         f"context helps). Text: {scores.positions['text']}. Probe: {scores.positions['probe']}. Each with its standard "
         "error over sequences; the sharpest fall is the steepest drop between consecutive checkpoints per unit of "
-        "log10(1 + step) (docs/views/timeline.md).",
+        f"log10(1 + step) among the drops larger than {NOISE_SE:g} standard errors of the difference; the induction "
+        "boundary is the stage boundary led by a rise in induction scores nearest the first induction head's emergence "
+        "(docs/views/timeline.md).",
         "",
         *(f"- {s}" for s in sentences),
         "",
@@ -242,6 +244,7 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
     """One card per head that holds a type at the end or whose ablation costs the probe or the text most
     (`analysis.findings.cards.card_heads`, which says why), as Markdown with its ablation effect over training as
     ``card_L<l>H<h>.svg`` (probe and text loss increase, ± 1 standard error, the stages shaded)."""
+    from headwatch.analysis.findings.ablation import probe_check, probe_check_lines
     from headwatch.analysis.findings.cards import card_heads, card_markdown, head_card
     from headwatch.analysis.llc.diagnostics import store_flags
 
@@ -256,6 +259,15 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
         "partners.",
         "",
     ]
+    check = probe_check(store)
+    if check is not None:
+        lines += [
+            "**The probe's costliest head** (does the loss on the probe's second copy need the run's induction heads "
+            "most, and do they serve second-copy tokens?):",
+            "",
+            *(f"- {line}" for line in probe_check_lines(check)),
+            "",
+        ]
     picked = card_heads(store)
     if not picked:
         return [*lines, "No head holds a type and the store has no ablations: no cards.", ""]
@@ -620,7 +632,9 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
                 lines += [
                     "",
                     "A multigram or other head's scores are its mean-ablation loss increase on the evaluation text "
-                    "(nats per token) at the checkpoints with tokens in context; the others' are attention shares.",
+                    "(nats per token) at the checkpoints with tokens in context, and their emergence step is the first "
+                    "checkpoint with tokens in context at which the head holds the type (they are decided nowhere "
+                    "else); the others' scores are attention shares.",
                 ]
     lines += ["", *cards_section(store, stage_rows(store), out)]
     lines += association_section(store, others, named=named)

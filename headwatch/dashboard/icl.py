@@ -12,8 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from headwatch.analysis.findings.ablation import ICL_LABELS, icl_rows, icl_scores, missing_icl_text
-from headwatch.analysis.findings.events import stage_bases, stage_rows
-from headwatch.analysis.findings.icl import fall_sentence, induction_boundary, sharpest_fall
+from headwatch.analysis.findings.icl import NOISE_SE, fall_sentence, run_induction_boundary, sharpest_fall
 from headwatch.analysis.store.lenses.losses import LOSS_SETS
 from headwatch.dashboard import charts, export
 from headwatch.dashboard.figures.errors import Mark, Series, lines_with_errors
@@ -31,8 +30,7 @@ def icl_panel(frame: RunFrame, stages: pd.DataFrame | None, *, key: str, shaded:
     if scores is None:
         st.info(missing_icl_text(store.path), icon=":material/info:")
         return
-    named = stage_rows(store, basis="run") if "run" in stage_bases(store) else stages
-    boundary = induction_boundary(named)
+    boundary = run_induction_boundary(store, stages)
     falls = {name: sharpest_fall(scores.steps, scores.score[name], scores.se[name]) for name in LOSS_SETS}
     marks = [
         Mark(f"{ICL_LABELS[name]}: sharpest fall", fall.start, fall.end, colour=ICL_COLOURS[name])
@@ -40,7 +38,7 @@ def icl_panel(frame: RunFrame, stages: pd.DataFrame | None, *, key: str, shaded:
         if fall is not None
     ]
     if boundary is not None:
-        marks.append(Mark("induction heads form", boundary, colour=BOUNDARY_COLOUR, dash="dot"))
+        marks.append(Mark("induction heads form", boundary.step, colour=BOUNDARY_COLOUR, dash="dot"))
     series = [Series(f"{ICL_LABELS[name]} (nats)", ICL_COLOURS[name], scores.score[name], scores.se[name]) for name in LOSS_SETS]
     y_title = "ICL score: late minus early loss (nats)"
     charts.chart(
@@ -57,6 +55,8 @@ def icl_panel(frame: RunFrame, stages: pd.DataFrame | None, *, key: str, shaded:
         f"Text: {scores.positions['text']} (Olsson's positions scaled to the run's context). Probe: "
         f"{scores.positions['probe']}, which only copying from the first copy lowers. Shaded: the stages"
         f"{' (' + shaded + ')' if shaded else ''}; a coloured interval marks each score's sharpest fall (the steepest "
-        "drop between consecutive checkpoints per unit of log10(1 + step)), the green dotted line the stage boundary at "
-        f"which induction heads form. {sentences}"
+        f"drop between consecutive checkpoints per unit of log10(1 + step) among the drops larger than {NOISE_SE:g} "
+        "standard errors of the difference; none where no drop exceeds its noise), the green dotted line the stage "
+        "boundary at which induction heads form (led by a rise in induction scores, nearest the first induction "
+        f"head's emergence). {sentences}"
     )

@@ -74,7 +74,7 @@ def test_the_icl_scores_are_drawn_with_their_fall_and_the_induction_boundary(pla
     assert "probe ICL score: sharpest fall" in labels and "induction heads form" in labels
     caption = _captions(at)
     assert f"steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in caption
-    assert "induction heads form at the stage boundary at step 1,250" in caption
+    assert "induction heads form at the stage boundary at step 1,300" in caption
     assert "position 62 minus at position 5" in caption
 
 
@@ -178,3 +178,23 @@ def test_the_shipped_store_without_the_lenses_says_what_adds_them(page, query, c
     assert not at.error and not at.exception
     said = " ".join([i.value for i in at.info] + [c.value for c in at.caption] + [m.value for m in at.markdown])
     assert command in said
+
+
+def test_the_heads_table_names_the_stores_ablation_method(planted: Path, tmp_path: Path, monkeypatch) -> None:
+    """The ablation columns and the caption say how the store's heads were ablated (meta.json ``ablation`` method),
+    not a fixed "mean-ablated"."""
+    import json
+
+    zero = tmp_path / "induction-d128"
+    shutil.copytree(planted, zero)
+    meta = json.loads((zero / "meta.json").read_text())
+    record = meta["records"]["ablation"] if "records" in meta else meta["ablation"]
+    assert record["method"] == "mean"
+    record["method"] = "zero"
+    (zero / "meta.json").write_text(json.dumps(meta))
+    serve_only(zero, tmp_path, monkeypatch)
+    at = open_page(HEADS, {"sort": "probe ablation", "desc": "1"})
+    assert not at.error
+    caption = " ".join(c.value for c in at.caption)
+    assert "when the head's output is replaced by zero at this step" in caption
+    assert "replaced by its mean" not in caption

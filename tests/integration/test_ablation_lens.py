@@ -204,6 +204,14 @@ def test_the_tokens_in_context_follow_the_chosen_checkpoints_across_runs(tmp_pat
     assert read_meta(out).records["ablation"]["context_steps"] == [STEPS[-1]]
     before = first.frame(ABLATION)
 
+    # a second run over the finished store reuses what is there: its tables, with tokens in context at some
+    # checkpoints only, do not read as disagreeing, and nothing is computed again
+    done = run_cli(*common, "--ablation-steps", "last")
+    assert done.returncode == 0, done.stderr
+    assert "disagree" not in done.stderr, done.stderr
+    assert "ablation lens: " not in done.stderr and "ablation: computed" not in done.stderr, done.stderr
+    assert open_store(out).frame(ABLATION).equals(before)  # type: ignore[union-attr]
+
     done = run_cli(*common, "--ablation-steps", "all")
     assert done.returncode == 0, done.stderr
     again = open_store(out)

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headwatch.analysis.attention.function_types import FLOOR
+from headwatch.analysis.attention.function_types import FLOOR, MIN_TEXT_CONTEXTS
 from headwatch.analysis.findings.held_types import head_types
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.ablation import ABLATION, HEAD_CONTEXTS
@@ -32,7 +32,11 @@ PLANTED = {
     (0, 6): (0.004, 0.0005, True),  # below the floor: neither
     (1, 2): (0.08, 0.05, True),  # within 3 standard errors: neither
     (1, 0): (0.3, 0.002, True),  # an induction head: neither
+    (1, 3): (0.08, 0.002, True),  # 12 frequent text contexts and 8 probe ones: multigram on its text contexts
+    (1, 4): (0.08, 0.002, True),  # 3 frequent text contexts and 17 probe ones: too few to judge, other
 }
+# Of a head's top 20 contexts, how many are on the probe (random tokens: they continue no n-gram); the rest on text.
+PROBE_CONTEXTS = {(1, 3): 8, (1, 4): 17}
 
 
 def ngram_file(path: Path) -> Path:
@@ -84,10 +88,13 @@ def planted_store(tmp_path: Path) -> Path:
         for layer in range(n_layers):
             for head in range(n_heads):
                 frequent = PLANTED.get((layer, head), (0, 0, False))[2]
+                n_text = 20 - PROBE_CONTEXTS.get((layer, head), 0)
                 for rank in range(1, 21):
-                    tokens = window(frequent, rng)
-                    values = {"step": step, "layer": layer, "head": head, "rank": rank, "set": "text", "sequence": 0}
-                    values |= {"position": 20, "second_copy": False, "start": 20 - len(tokens) + 1}
+                    on_text = rank <= n_text
+                    tokens = window(frequent and on_text, rng)
+                    where = "text" if on_text else "probe"
+                    values = {"step": step, "layer": layer, "head": head, "rank": rank, "set": where, "sequence": 0}
+                    values |= {"position": 20, "second_copy": not on_text, "start": 20 - len(tokens) + 1}
                     values |= {"target": tokens[-1], "tokens": tokens, "attention": [0.0] * len(tokens)}
                     values |= {"loss_increase": 0.1, "base_loss": 1.0}
                     for name, value in values.items():
@@ -115,13 +122,17 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
     assert set(function["step"]) == set(CONTEXT_STEPS)  # decided where the contexts are
     held = function[function["holds"]]
     got = {(int(r.layer), int(r.head), r.type) for r in held.itertuples()}
-    assert got == {(0, 3, "multigram"), (0, 4, "other")}
+    # L1 H3's pooled contexts (12 of 20 explained) would not beat the base rate; its text contexts (12 of 12) do.
+    # L1 H4 has 3 text contexts: not judged, other.
+    assert got == {(0, 3, "multigram"), (0, 4, "other"), (1, 3, "multigram"), (1, 4, "other")}
     emergence = opened.frame(HEAD_EMERGENCE)
     assert emergence is not None
     emerged = emergence[emergence["type"].isin(["multigram", "other"])].dropna(subset=["emergence_step"])
     assert {(int(r.layer), int(r.head), r.type, int(r.emergence_step)) for r in emerged.itertuples()} == {
         (0, 3, "multigram", 3000),
         (0, 4, "other", 3000),
+        (1, 3, "multigram", 3000),
+        (1, 4, "other", 3000),
     }
     # the score is the ablation effect, the null the measurable level
     row = held[(held["layer"] == 0) & (held["head"] == 3)].iloc[0]
@@ -134,6 +145,10 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
     record = json.loads((store / "meta.json").read_text())["types"]
     assert record["function"]["context_steps"] == list(CONTEXT_STEPS) and 0 < record["function"]["base_rate"] < 1
     assert record["function"]["text"]["text"] == "ngrams.txt"
+    assert record["function"]["min_text_contexts"] == MIN_TEXT_CONTEXTS
+    few = {(r["step"], r["layer"], r["head"], r["text_contexts"]) for r in record["function"]["few_text_contexts"]}
+    assert few == {(step, 1, 4, 3) for step in CONTEXT_STEPS}
+    assert "fewer than 5 text contexts" in printed
     # the attention types are unchanged, and the views read the new types
     kinds = head_types(opened)
     assert kinds is not None and kinds.emergence["multigram"][0, 3] == 3000 and kinds.emergence["other"][0, 4] == 3000

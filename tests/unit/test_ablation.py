@@ -10,6 +10,7 @@ matters; equal within 1e-5.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,81 @@ def test_the_functional_forward_refuses_what_it_does_not_implement_by_name() -> 
             check_functional(config, who="the ablation lens")
     with pytest.raises(UnknownArchitectureError, match="no forward pass for model_type 'llama'"):
         check_config({"model_type": "llama"})
+
+
+def test_asked_context_steps_the_store_lacks_are_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    done = [0, 100, 200, 300, 400]
+    with caplog.at_level(logging.WARNING, logger="precompute"):
+        assert context_steps("0,200,999,1500", done, [100]) == [0, 200]
+    assert "--ablation-steps: the store has no checkpoint at steps 999, 1,500 (it has 0, 100, 200, 300, 400)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="precompute"):
+        assert context_steps("100,400", done, []) == [100, 400]
+    assert caplog.text == ""
+
+
+def test_a_tokenizer_that_does_not_load_is_a_clear_error_not_hash_ids(tmp_path: Path) -> None:
+    from headwatch.precompute.evalset import EvalTextError
+    from headwatch.precompute.lenses.ablation import _decoder
+
+    with pytest.raises(EvalTextError, match=r"cannot load the evaluation set's tokenizer at .*tokenizer\.save_pretrained"):
+        _decoder(str(tmp_path / "no-tokenizer-here"))
+
+
+def test_the_decoder_loads_the_tokenizer_with_the_pass_kwargs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The revision and cache the source gives (`CheckpointSource.tokenizer_location`) reach from_pretrained."""
+    import transformers
+
+    from headwatch.precompute.lenses.ablation import _decoder, tokenizer_kwargs
+
+    seen: list[tuple[str, dict]] = []
+
+    class Tok:
+        def decode(self, ids: list[int]) -> str:
+            return f"<{ids[0]}>"
+
+    def fake(location: str, **kwargs: object) -> Tok:
+        seen.append((location, kwargs))
+        return Tok()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake)
+
+    class Src:
+        name = "org/model"
+
+        def tokenizer_location(self, ref: object) -> tuple[str, dict]:
+            return "org/model", {"revision": "main", "cache_dir": "/c"}
+
+    src: Any = Src()
+    refs: Any = ["ref"]
+    kwargs = tokenizer_kwargs(src, refs, "org/model")
+    assert dict(kwargs) == {"revision": "main", "cache_dir": "/c"}
+    assert tokenizer_kwargs(src, refs, "elsewhere") == ()
+    _decoder.cache_clear()
+    assert _decoder("org/model", kwargs)(7) == "<7>"
+    assert seen == [("org/model", {"cache_dir": "/c", "revision": "main"})]
+    _decoder.cache_clear()
+
+
+def test_the_losses_lens_and_the_ablation_lens_share_one_per_token_loss(tmp_path: Path) -> None:
+    """One intact per-token loss path: the losses lens's `model_losses` is the ablation lens's `per_token_losses` on
+    the model's logits (no second implementation), both equal to a float64 numpy log-softmax by hand."""
+    from transformers import AutoModelForCausalLM
+
+    from headwatch.precompute.lenses import losses
+    from headwatch.precompute.lenses.ablation import per_token_losses
+
+    assert not hasattr(losses, "token_losses")
+    _planted("gpt_neox", tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    tokens = np.random.default_rng(0).integers(0, VOCAB, size=(5, T))
+    got = losses.model_losses(model, tokens, device="cpu", batch=2)
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(tokens)).logits
+    assert np.array_equal(got, per_token_losses(logits, torch.from_numpy(tokens)).numpy(), equal_nan=True)
+    z = logits.double().numpy()[:, :-1]
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    by_hand = -np.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+    assert np.isnan(got[:, 0]).all()
+    np.testing.assert_allclose(got[:, 1:], by_hand, atol=1e-5)

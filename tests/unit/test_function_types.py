@@ -179,3 +179,14 @@ def test_byte_tokens_are_compared_as_the_ablation_lens_writes_them() -> None:
     theirs = _decoder(BYTE_TOKENIZER)
     assert [token_text(i) for i in range(256)] == [theirs(i) for i in range(256)]
     assert len({token_text(i) for i in range(256)}) == 256  # every byte its own text
+
+
+def test_a_head_with_too_few_text_contexts_is_not_judged() -> None:
+    from headwatch.analysis.attention.function_types import MIN_TEXT_CONTEXTS
+
+    # 4 of 4 explained at a base rate of a half: tail 0.0625 > ALPHA, and under the minimum anyway
+    small = multigram_rule(np.ones(MIN_TEXT_CONTEXTS - 1, bool), 0.01)
+    assert small.too_few and not small.multigram and small.contexts == MIN_TEXT_CONTEXTS - 1
+    enough = multigram_rule(np.ones(MIN_TEXT_CONTEXTS, bool), 0.5)
+    assert not enough.too_few and enough.multigram and enough.p_value == pytest.approx(0.5**MIN_TEXT_CONTEXTS)
+    assert binomial_tail(4, 4, 0.5) > ALPHA  # why the minimum is 5

@@ -186,7 +186,7 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
     a, b = int(store.steps[PROBE_FALL - 1]), int(store.steps[PROBE_FALL])
     section = text[text.index("## In-context learning") : text.index("## Head types")]
     assert f"The probe ICL score falls most sharply over steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in section
-    assert "induction heads form at the stage boundary at step 1,250" in section and (out / "icl.svg").is_file()
+    assert "induction heads form at the stage boundary at step 1,300" in section and (out / "icl.svg").is_file()
     cards = text[text.index("## Head cards") : text.index("## Do the trajectory clusters")]
     picked = card_heads(store)
     assert cards.count("\n### ") == len(picked)
@@ -220,3 +220,44 @@ def test_a_cards_refined_llc_names_its_distribution_and_reads_train_where_held(t
     estimate = card.llc.last()
     assert estimate is not None and estimate[1] == pytest.approx(3.0 * float(last["llc"]))
     assert "- **Refined LLC on the training distribution**: " in "\n".join(card_markdown(card, run="r", store_path=str(path)))
+
+
+def test_the_probe_check_names_the_costliest_head_and_the_best_induction_head(planted: Path) -> None:
+    """Issue 59's check on the planted tables: the probe's costliest head is the planted PROBE_HEAD (no type; all 20
+    of its contexts second-copy tokens); the induction head that costs the probe most is the induction head of the
+    largest planted cost, 0.01 (layer n_heads + head) at the last checkpoint, with no second-copy contexts."""
+    from headwatch.analysis.findings.ablation import probe_check, probe_check_lines
+    from headwatch.analysis.findings.held_types import head_types
+
+    store = open_store(planted)
+    check = probe_check(store)
+    assert check is not None
+    n = len(store.steps)
+    assert check.step == int(store.steps[-1])
+    assert check.top.head == PROBE_HEAD and check.top.cost == pytest.approx(3.0) and check.top.se == pytest.approx(0.01)
+    assert check.top.share == 1.0 and check.top.contexts == 20 and check.top.types == ()
+    kinds = head_types(store)
+    assert kinds is not None
+    induction = [(int(a), int(b)) for a, b in zip(*np.nonzero(kinds.held["induction"][-1]), strict=True)]
+    expected = max(induction, key=lambda h: planted_probe_increase(n - 1, *h, n_steps=n, n_heads=store.n_heads))
+    assert check.induction is not None and check.induction.head == expected
+    assert check.induction.cost == pytest.approx(planted_probe_increase(n - 1, *expected, n_steps=n, n_heads=store.n_heads))
+    assert "induction" in check.induction.types and check.induction.share == 0.0
+    lines = probe_check_lines(check)
+    assert lines[0] == (
+        f"At step {check.step:,}, the head whose ablation costs the probe most is L{PROBE_HEAD[0]} H{PROBE_HEAD[1]} "
+        "(no type): +3 ± 0.01 nats; 100% of its 20 top tokens in context are second-copy tokens of the probe."
+    )
+    assert lines[1].startswith(f"The induction head that costs the probe most is L{expected[0]} H{expected[1]} (")
+
+
+def test_the_report_prints_the_probe_check(planted: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from headwatch.analysis.findings.ablation import probe_check, probe_check_lines
+    from headwatch.report import write_report
+
+    text = write_report(planted, tmp_path / "report").read_text()
+    check = probe_check(open_store(planted))
+    assert check is not None
+    for line in probe_check_lines(check):
+        assert f"- {line}" in text

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from headwatch.analysis.findings.icl import fall_sentence, induction_boundary, sharpest_fall
+from headwatch.analysis.findings.events import stage_rows
+from headwatch.analysis.findings.icl import Boundary, fall_sentence, induction_boundary, run_induction_boundary, sharpest_fall
+from headwatch.analysis.store import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def brute_force(steps, score):
@@ -70,31 +75,80 @@ def _stages(boundaries: list[str], starts: list[int]) -> pd.DataFrame:
     return pd.DataFrame({"stage": range(len(starts)), "start_step": starts, "boundary": boundaries})
 
 
-def test_the_induction_boundary_is_the_first_stage_that_names_induction_heads() -> None:
+def _emergence(steps: list[int | None]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"type": ["induction"] * len(steps) + ["previous_token"], "emergence_step": pd.array([*steps, 10], dtype="Int64")}
+    )
+
+
+def test_the_induction_boundary_is_led_by_an_induction_score_rise_nearest_the_first_emergence() -> None:
     stages = _stages(
         [
             "start of training",
-            "previous-token heads form (L0 H1)",
-            "induction heads form (L1 H0, L1 H5); previous-token heads form (L0 H0)",
-            "induction heads form (L1 H1)",
+            "previous-token scores rise in L0 H1: 0.07 -> 0.2",
+            "induction scores rise in L1 H0, H5: 0.06 -> 0.19; previous-token scores rise in L0 H1: 0.3 -> 0.4",
+            "previous-token scores rise in L0 H5: 0.5 -> 0.7; induction scores rise in L1 H0: 0.19 -> 0.7",
+            "induction scores rise in L1 H1: 0.6 -> 0.8",
         ],
-        [0, 700, 1250, 1500],
+        [0, 700, 1100, 1300, 1900],
     )
-    assert induction_boundary(stages) == 1250
-    assert induction_boundary(stages.iloc[::-1]) == 1250  # read in stage order, whatever the rows' order
+    # without emergence: the first led by an induction rise (1,300's name has it second: not a candidate)
+    first = induction_boundary(stages)
+    assert first is not None and first.step == 1100 and "first boundary" in first.why
+    reversed_ = induction_boundary(stages.iloc[::-1])
+    assert reversed_ is not None and reversed_.step == 1100  # read in stage order, whatever the rows' order
+    nearest = induction_boundary(stages, _emergence([1700, None, 1800]))
+    assert nearest is not None and nearest.step == 1900 and "step 1,700" in nearest.why and "of the 2" in nearest.why
+    choices: list[list[int | None]] = [[1400], [None]]
+    for emerged in choices:  # |1100-1400| < |1900-1400|; no induction head: the first
+        chosen = induction_boundary(stages, _emergence(emerged))
+        assert chosen is not None and chosen.step == 1100
     assert induction_boundary(stages.iloc[:2]) is None
     assert induction_boundary(None) is None
+
+
+def test_the_induction_boundary_of_the_shipped_induction_d128() -> None:
+    store = open_store(ROOT / "data" / "induction-d128")
+    boundary = run_induction_boundary(store)
+    # stages.parquet (basis run) leads with an induction rise at 1,100 and 1,300; its induction heads first emerge
+    # at 1,400 (head_emergence.parquet): the nearer is 1,300
+    assert boundary is not None and boundary.step == 1300, boundary
+    assert boundary.name.startswith("induction scores rise in L1")
+    assert "step 1,400" in boundary.why
+    first = induction_boundary(stage_rows(store, basis="run"))
+    assert first is not None and first.step == 1100
 
 
 def test_the_sentence_places_the_fall_beside_the_boundary() -> None:
     fall = sharpest_fall(np.array([1000, 1300, 1400, 1500]), np.array([-0.1, -0.2, -1.5, -1.6]), np.full(4, 0.01))
     assert fall is not None and (fall.start, fall.end) == (1300, 1400)
-    before = fall_sentence("probe ICL score", fall, 1250)
+
+    def at(step: int) -> Boundary:
+        return Boundary(step, "induction scores rise in L1 H0: 0.1 -> 0.5", "why")
+
+    before = fall_sentence("probe ICL score", fall, at(1250))
     assert before.startswith("The probe ICL score falls most sharply over steps 1,300 → 1,400 (−1.3 ± 0.014 nats)")
     assert before.endswith(
-        "induction heads form at the stage boundary at step 1,250, 50 steps before the fall's interval starts."
+        "induction heads form at the stage boundary at step 1,250 (why), 50 steps before the fall's interval starts."
     )
-    assert fall_sentence("x", fall, 1400).endswith("at step 1,400, within that interval.")
-    assert fall_sentence("x", fall, 1600).endswith("200 steps after the fall's interval ends.")
-    assert fall_sentence("x", fall, None).endswith("no stage boundary of this run names induction heads.")
-    assert fall_sentence("x", None, 1250) == "The x never falls; induction heads form at the stage boundary at step 1,250."
+    assert fall_sentence("x", fall, at(1400)).endswith("at step 1,400 (why), within that interval.")
+    assert fall_sentence("x", fall, at(1600)).endswith("200 steps after the fall's interval ends.")
+    assert fall_sentence("x", fall, None).endswith("no stage boundary of this run leads with a rise in induction scores.")
+    assert fall_sentence("x", None, at(1250)) == (
+        "The x has no fall beyond its noise (no drop between consecutive checkpoints exceeds 2 standard errors); "
+        "induction heads form at the stage boundary at step 1,250 (why)."
+    )
+
+
+def test_a_drop_within_two_standard_errors_of_the_difference_is_no_fall() -> None:
+    steps = np.array([0, 9, 99, 999])  # one log unit apart
+    score = np.array([0.0, -0.4, -0.5, -0.8])
+    se = np.array([0.25, 0.25, 0.01, 0.01])  # 0 -> 9: -0.4 against 2 * hypot(.25, .25) = 0.71: noise
+    fall = sharpest_fall(steps, score, se)
+    assert fall is not None and (fall.start, fall.end) == (99, 999)  # -0.3 against 2 * 0.014: a fall
+    assert fall.se == pytest.approx(math.hypot(0.01, 0.01))
+    assert sharpest_fall(steps, score, np.full(4, 0.3)) is None  # every drop within its noise
+    # the noise level by hand: a drop of exactly 2 s.e. is not beyond it, a hair more is
+    se2 = np.array([0.3, 0.4, 0.4, 0.4])  # hypot(0.3, 0.4) = 0.5
+    assert sharpest_fall(steps, np.array([0.0, -1.0, -1.0, -1.0]), se2) is None
+    assert sharpest_fall(steps, np.array([0.0, -1.001, -1.001, -1.001]), se2) is not None

@@ -51,6 +51,11 @@ NGRAM_ORDERS = (2, 3, 4)  # the n-grams ending at a target token that may explai
 COVERAGE = 0.25
 MIN_SHARE = 0.5  # at least half of a head's contexts are explained ...
 ALPHA = 0.05  # ... and that many are improbable at the base rate (binomial tail)
+# Only a head's contexts on the evaluation text count: a probe context's tokens are random, so it can never continue
+# an n-gram of the training text. The ablation lens keeps a head's top 20 contexts pooled over the text and the
+# probe; a head with fewer than MIN_TEXT_CONTEXTS of them on the text is not judged (at a base rate of a half, even
+# 4 of 4 explained has a binomial tail of 0.0625 > ALPHA) and is an other head.
+MIN_TEXT_CONTEXTS = 5
 # The training-text sample: seeded non-overlapping windows of SAMPLE_WINDOW tokens, SAMPLE_TOKENS in all (the whole
 # text when it is shorter).
 SAMPLE_TOKENS = 1 << 21
@@ -78,6 +83,7 @@ def rule_text() -> str:
         orders=", ".join(map(str, NGRAM_ORDERS)),
         coverage=COVERAGE,
         alpha=ALPHA,
+        min_text=MIN_TEXT_CONTEXTS,
     )
 
 
@@ -228,6 +234,7 @@ class MultigramDecision:
     contexts: int
     p_value: float
     multigram: bool
+    too_few: bool = False  # fewer than the minimum of contexts: not judged, an other head
 
     @property
     def share(self) -> float:
@@ -235,10 +242,16 @@ class MultigramDecision:
 
 
 def multigram_rule(
-    explained: np.ndarray, base_rate: float, *, min_share: float = MIN_SHARE, alpha: float = ALPHA
+    explained: np.ndarray,
+    base_rate: float,
+    *,
+    min_share: float = MIN_SHARE,
+    alpha: float = ALPHA,
+    min_contexts: int = MIN_TEXT_CONTEXTS,
 ) -> MultigramDecision:
-    """Whether a head's contexts show it serves frequent n-grams: at least ``min_share`` of them explained, and as
-    many explained is improbable at the base rate (``P(X >= k | m, base_rate) <= alpha``).
+    """Whether a head's contexts (its text contexts: `MIN_TEXT_CONTEXTS`) show it serves frequent n-grams: at least
+    ``min_share`` of them explained, and as many explained is improbable at the base rate
+    (``P(X >= k | m, base_rate) <= alpha``); fewer than ``min_contexts`` of them: not judged (``too_few``), no.
 
     Args:
         explained: ``(m,)`` bool, whether each of the head's contexts is explained (`NgramCounts.explained_order` > 0).
@@ -252,7 +265,8 @@ def multigram_rule(
     flags = np.asarray(explained, dtype=bool)
     m, k = int(flags.size), int(flags.sum())
     p_value = binomial_tail(k, m, base_rate)
-    return MultigramDecision(k, m, p_value, bool(m > 0 and k >= min_share * m and p_value <= alpha))
+    too_few = m < min_contexts
+    return MultigramDecision(k, m, p_value, bool(not too_few and k >= min_share * m and p_value <= alpha), too_few)
 
 
 def function_type_frames(

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types
+from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.ablation import ABLATION, HEAD_CONTEXTS
 from headwatch.analysis.store.lenses.losses import ICL, LOSS_SETS
@@ -222,3 +224,95 @@ def second_copy_share(rows: pd.DataFrame) -> float | None:
     if rows is None or not len(rows):
         return None
     return float(np.mean(rows["second_copy"].to_numpy(bool)))
+
+
+# ------------------------------------------------------------------ issue 59's check: the probe's costliest head
+
+
+@dataclass(frozen=True)
+class ProbeHead:
+    """One head as the probe check reads it at one checkpoint.
+
+    Attributes:
+        head: ``(layer, head)``.
+        cost, se: its probe loss increase when ablated and its standard error over sequences (nats).
+        types: the head types it holds there (`HEAD_TYPES` names; empty: none).
+        share: the share of its top tokens in context there that are second-copy tokens of the probe (None: no
+            tokens in context at that step).
+        contexts: how many tokens in context that share is over.
+    """
+
+    head: tuple[int, int]
+    cost: float
+    se: float
+    types: tuple[str, ...]
+    share: float | None
+    contexts: int
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """At the last checkpoint with ablations: the head whose ablation costs the probe most, and the induction head
+    that costs it most (None: no head holds the induction type there, the run is a control)."""
+
+    step: int
+    top: ProbeHead
+    induction: ProbeHead | None
+
+
+def probe_check(store: Store) -> ProbeCheck | None:
+    """Issue 59's check of a run: at the last checkpoint with ablations, the head whose ablation raises the probe's
+    loss most (its types, its second-copy share among its top contexts there) and the induction head with the largest
+    such cost (the same). None without ablation.parquet."""
+    effect = ablation_effect(store)
+    if effect is None:
+        return None
+    index = effect.last_index()
+    if index is None:
+        return None
+    step = int(effect.steps[index])
+    cost, se = effect.value["probe_increase"][index], effect.se["probe_increase"][index]  # (L, H)
+    kinds = head_types(store)
+    held = {} if kinds is None else {name: kinds.held[name][index] for name in kinds.types}
+    frame = store.frame(HEAD_CONTEXTS)
+    at = frame[frame["step"] == step] if frame is not None else None
+
+    def read(layer: int, head: int) -> ProbeHead:
+        rows = None if at is None else at[(at["layer"] == layer) & (at["head"] == head)]
+        share = second_copy_share(rows) if rows is not None and len(rows) else None
+        types = tuple(name for name, h in held.items() if h[layer, head])
+        n = 0 if rows is None else len(rows)
+        return ProbeHead((layer, head), float(cost[layer, head]), float(se[layer, head]), types, share, n)
+
+    finite = np.where(np.isfinite(cost), cost, -np.inf)
+    top = read(*(int(i) for i in np.unravel_index(int(np.argmax(finite)), cost.shape)))
+    induction = held.get("induction")
+    best = None
+    if induction is not None and induction.any():
+        masked = np.where(induction, finite, -np.inf)
+        best = read(*(int(i) for i in np.unravel_index(int(np.argmax(masked)), cost.shape)))
+    return ProbeCheck(step, top, best)
+
+
+def probe_check_lines(check: ProbeCheck) -> list[str]:
+    """The check in sentences: ``At step 4,000 the head whose ablation costs the probe most is L1 H6 (induction):
+    +2.1 ± 0.05 nats; 85% of its 20 top tokens in context are second-copy tokens of the probe. ...``"""
+
+    def described(p: ProbeHead) -> str:
+        kinds = ", ".join(TYPE_LABELS.get(t, t) for t in p.types) or "no type"
+        cost = f"{p.cost:+.3g} ± {p.se:.2g} nats".replace("-", "−")
+        if p.share is None:
+            share = "no tokens in context at this step"
+        else:
+            share = f"{p.share:.0%} of its {p.contexts} top tokens in context are second-copy tokens of the probe"
+        return f"{head_name(*p.head)} ({kinds}): {cost}; {share}"
+
+    top = check.top
+    lines = [f"At step {check.step:,}, the head whose ablation costs the probe most is {described(top)}."]
+    if check.induction is None:
+        lines.append("No head holds the induction type at this step: the run is a control for the check.")
+    elif check.induction.head == top.head:
+        lines.append("It is the run's induction head that costs the probe most.")
+    else:
+        lines.append(f"The induction head that costs the probe most is {described(check.induction)}.")
+    return lines

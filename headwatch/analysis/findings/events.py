@@ -33,14 +33,14 @@ import numpy as np
 import pandas as pd
 
 from headwatch.analysis.findings.approaches import model_approaches
-from headwatch.analysis.findings.held_types import TYPE_LABELS, type_summaries
+from headwatch.analysis.findings.held_types import CONTEXT_STEP, TYPE_LABELS, type_summaries
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.stages.run import curve_label
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.layers import LAYERS
 from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_order
 from headwatch.analysis.store.lenses.stages import STAGE_BASES, STAGES
-from headwatch.analysis.store.lenses.types import HEAD_TYPE_SCORES
+from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_TYPE_SCORES
 
 RLLC_RISES = 5  # the largest per-head rises of the refined LLC shown
 MP_EXTRA_SPIKES = 2  # spikes above the MP edge beyond the first checkpoint's that make a departure
@@ -166,13 +166,15 @@ def type_events(store: Store) -> list[Event]:
         together = f"{len(first)} heads hold" if len(first) > 1 else "holds"
         when = f"at step {min(later):,}" if later and min(later) == max(later) else f"by step {max(later, default=0):,}"
         more = f"; {len(later)} more head{'s' if len(later) > 1 else ''} {when}" if later else ""
+        # multigram and other are decided only at the checkpoints with tokens in context
+        context = f" ({CONTEXT_STEP} {'they hold' if len(first) > 1 else 'it holds'} it)" if s.type in FUNCTION_TYPES else ""
         layer, head = first[0]
         out.append(
             Event(
                 step=s.first_step,
                 kind="head type",
                 label=label,
-                detail=f"{together} the type from step {s.first_step:,} to the end{more}",
+                detail=f"{together} the type from step {s.first_step:,}{context} to the end{more}",
                 page="head",
                 query=_head_query(layer, head, s.first_step, **evidence_query(s.type)),
             )

@@ -20,11 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from headwatch.analysis.findings.events import EVIDENCE_PANEL, Event, evidence_link
-from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, type_summaries
+from headwatch.analysis.findings.held_types import (
+    CONTEXT_STEP,
+    TYPE_LABELS,
+    TypeSummary,
+    head_types,
+    peak_effect,
+    type_summaries,
+)
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.composition import COMPOSITION
-from headwatch.analysis.store.lenses.types import HEAD_EMERGENCE, HEAD_TYPES
+from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES
 
 __all__ = ["EVIDENCE_PANEL", "Source", "TypeHeadline", "circuits_link", "evidence_link", "headline_markdown", "run_headline"]
 
@@ -82,6 +89,7 @@ class TypeHeadline:
     peak_score: float
     peak_head: tuple[int, int]
     peak_step: int | None = None
+    peak_untyped: bool = False  # multigram and other: the peak is over heads with no attention type
 
 
 def run_headline(store: Store) -> list[TypeHeadline] | None:
@@ -93,7 +101,9 @@ def run_headline(store: Store) -> list[TypeHeadline] | None:
     out = []
     for s in summaries:
         if not s.emerged:
-            out.append(TypeHeadline(s.type, None, (), 0, None, (), s.peak_score, s.peak_head, _peak_step(store, s)))
+            out.append(
+                TypeHeadline(s.type, None, (), 0, None, (), s.peak_score, s.peak_head, _peak_step(store, s), s.peak_untyped)
+            )
             continue
         step = s.emerged[0][2]
         first = tuple(sorted((layer, head) for layer, head, at in s.emerged if at == step))
@@ -167,6 +177,10 @@ def headline_markdown(store: Store, run: str) -> list[str]:
     lines = []
     for t in rows:
         name = TYPE_LABELS.get(t.type, t.type)
+        if t.step is None and t.type in FUNCTION_TYPES:
+            summary = TypeSummary(t.type, 0, None, None, t.peak_score, t.peak_head, [], t.peak_untyped)
+            lines.append(f"**No {name} head** at the last checkpoint with tokens in context ({peak_effect(summary)}).")
+            continue
         if t.step is None:
             peak = head_name(*t.peak_head)
             if t.peak_step is not None:
@@ -179,6 +193,11 @@ def headline_markdown(store: Store, run: str) -> list[str]:
         together = " at once" if len(heads) > 1 else " first"
         later = f"; {t.later} more by step {t.last_step:,}" if t.later else ""
         line = f"**{name.capitalize()} heads** form at step {t.step:,}: {_and(heads)}{together}{later}."
+        if t.type in FUNCTION_TYPES:
+            line = (
+                f"**{name.capitalize()} heads** from step {t.step:,} ({CONTEXT_STEP} they hold the type): "
+                f"{_and(heads)}{together}{later}."
+            )
         if t.sources:
             line += " " + _sources_text(t.sources, run)
         lines.append(line)

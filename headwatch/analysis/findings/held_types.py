@@ -116,9 +116,16 @@ def head_types(store: Store) -> HeadTypes | None:
     return HeadTypes(np.asarray(store.steps), held, emergence, rules, decided)
 
 
+# How an emergence step of multigram and other heads reads: those types are decided only at the checkpoints with
+# tokens in context (the last and each stage boundary), so the step is the first of those, not an exact onset.
+CONTEXT_STEP = "the first checkpoint with tokens in context at which"
+
+
 @dataclass(frozen=True)
 class TypeSummary:
-    """Per head type: how many heads hold it at the end, the first to emerge, and the best score reached."""
+    """Per head type: how many heads hold it at the end, the first to emerge, and the best score reached (for
+    multigram and other heads, whose score is the ablation effect, over the heads that hold no attention type at the
+    last checkpoint where any does not: ``peak_untyped``)."""
 
     type: str
     holding: int
@@ -127,6 +134,7 @@ class TypeSummary:
     peak_score: float
     peak_head: tuple[int, int]
     emerged: list[tuple[int, int, int]]  # (layer, head, emergence_step), by step
+    peak_untyped: bool = False  # the peak is over heads with no attention type (False: over every head)
 
 
 def type_summaries(store: Store) -> list[TypeSummary] | None:
@@ -135,12 +143,19 @@ def type_summaries(store: Store) -> list[TypeSummary] | None:
     if frame is None:
         return None
     out = []
+    attention = frame[~frame["type"].isin(FUNCTION_TYPES) & frame["emergence_step"].notna()]
+    typed = set(zip(attention["layer"].astype(int), attention["head"].astype(int), strict=True))
     for kind in HEAD_TYPES:
         rows = frame[frame["type"] == kind]
         if rows.empty:
             continue
         held = rows[rows["emergence_step"].notna()].sort_values(["emergence_step", "layer", "head"])
-        peak = rows.loc[rows["peak_score"].idxmax()]
+        candidates, untyped = rows, False
+        if kind in FUNCTION_TYPES:  # the ablation effect: a previous-token head's is not a multigram score
+            keep = [(int(r.layer), int(r.head)) not in typed for r in rows.itertuples(index=False)]
+            if any(keep) and rows.loc[keep, "peak_score"].notna().any():
+                candidates, untyped = rows.loc[keep], True
+        peak = candidates.loc[candidates["peak_score"].idxmax()]
         first = held.iloc[0] if len(held) else None
         out.append(
             TypeSummary(
@@ -151,9 +166,17 @@ def type_summaries(store: Store) -> list[TypeSummary] | None:
                 peak_score=float(peak["peak_score"]),
                 peak_head=(int(peak["layer"]), int(peak["head"])),
                 emerged=[(int(r.layer), int(r.head), int(r.emergence_step)) for r in held.itertuples(index=False)],
+                peak_untyped=untyped,
             )
         )
     return out
+
+
+def peak_effect(summary: TypeSummary) -> str:
+    """The largest ablation effect a multigram or other summary holds, saying over which heads: ``largest ablation
+    effect of a head with no attention type 0.12 nats, L1 H3``."""
+    among = "of a head with no attention type" if summary.peak_untyped else "of any head"
+    return f"largest ablation effect {among} {summary.peak_score:.3g} nats, {head_name(*summary.peak_head)}"
 
 
 def emerged_rows(store: Store) -> pd.DataFrame | None:
@@ -186,10 +209,7 @@ def type_sentences(store: Store) -> list[str]:
         name = TYPE_LABELS.get(s.type, s.type)
         at = f" (threshold {thresholds[s.type]:.3g})" if isinstance(thresholds.get(s.type), int | float) else ""
         if not s.emerged and s.type in FUNCTION_TYPES:
-            out.append(
-                f"No head is a {name} head at the last checkpoint with tokens in context (largest ablation effect "
-                f"{s.peak_score:.3g} nats, {head_name(*s.peak_head)})."
-            )
+            out.append(f"No head is a {name} head at the last checkpoint with tokens in context ({peak_effect(s)}).")
             continue
         if not s.emerged:
             out.append(
@@ -199,7 +219,8 @@ def type_sentences(store: Store) -> list[str]:
             continue
         heads = ", ".join(f"{head_name(layer, head)} from step {step:,}" for layer, head, step in s.emerged[:12])
         more = f" and {len(s.emerged) - 12} more" if len(s.emerged) > 12 else ""
-        out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}.")
+        when = f" (from: {CONTEXT_STEP} the head holds it)" if s.type in FUNCTION_TYPES else ""
+        out.append(f"{len(s.emerged)} {name} head(s){at}: {heads}{more}{when}.")
     absent = absent_types(store)
     if "current_token" not in recorded:  # a types record made before the type, or a store without the score
         scores = store.dense(ATTENTION, "current_token") if store.has(ATTENTION) else None

@@ -146,6 +146,8 @@ class TableSpec:
         pick: for a table keyed by a string column besides step, layer and head, the values of those columns
             `analysis.store.reader.Store.dense` takes when its ``at`` does not name them, given the table
             (the refined LLC's: the store's default distribution).
+        some_steps: its rows are at a chosen subset of the steps its lens's other tables have rows at
+            (head_contexts.parquet: the tokens in context at the context steps), not at every one of them.
     """
 
     name: str
@@ -159,6 +161,7 @@ class TableSpec:
     row_group_rows: Callable[[int, int, int], int | None] = lambda n_layers, n_heads, n_steps: None
     unit: tuple[str, ...] = ("step",)
     pick: Callable[[pa.Table], dict[str, str]] | None = None
+    some_steps: bool = False
 
     def __post_init__(self) -> None:
         assert set(self.docs) == set(self.schema.names), (self.name, set(self.docs) ^ set(self.schema.names))

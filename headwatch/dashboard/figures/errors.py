@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from headwatch.dashboard.data import StepAxis, fixed_range
 from headwatch.dashboard.figures.common import layout, step_xaxis, value_axis
-from headwatch.dashboard.figures.timeline import _stage_labels, _stage_shapes
+from headwatch.dashboard.figures.timeline import stage_labels, stage_shapes
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,8 @@ def lines_with_errors(
                 hovertemplate="step %{customdata[0]:,}<br>" + s.name + " %{y:.4g} ± %{customdata[1]:.2g}<extra></extra>",
             )
         )
-    shapes = _stage_shapes(axis, stages, yref="paper") if stages is not None else []
-    annotations = _stage_labels(axis, stages, yref="paper") if stages is not None else []
+    shapes = stage_shapes(axis, stages, yref="paper") if stages is not None else []
+    annotations = stage_labels(axis, stages, yref="paper") if stages is not None else []
     for m in marks or []:
         x0 = axis.at(m.start)
         if m.end is None:

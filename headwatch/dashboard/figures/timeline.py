@@ -36,7 +36,7 @@ def boundary_band(row: Any) -> tuple[int, int] | None:
     return low, high
 
 
-def _stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> list[dict[str, Any]]:
+def stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> list[dict[str, Any]]:
     if stages is None:
         return []
     shapes = []
@@ -92,7 +92,7 @@ def _stage_shapes(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> 
     return shapes
 
 
-def _stage_labels(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> list[dict[str, Any]]:
+def stage_labels(axis: StepAxis, stages: pd.DataFrame | None, *, yref: str) -> list[dict[str, Any]]:
     if stages is None:
         return []
     out = []
@@ -197,8 +197,8 @@ def timeline(
             title=dict(text="events"),
             anchor="x",
         ),
-        shapes=_stage_shapes(axis, stages, yref="y domain") + _stage_shapes(axis, stages, yref="y2 domain"),
-        annotations=_stage_labels(axis, stages, yref="y domain"),
+        shapes=stage_shapes(axis, stages, yref="y domain") + stage_shapes(axis, stages, yref="y2 domain"),
+        annotations=stage_labels(axis, stages, yref="y domain"),
         hovermode="closest",
     )
     return go.Figure(data, fig_layout)
@@ -252,7 +252,7 @@ def compact(axis: StepAxis, loss: np.ndarray | None, stages: pd.DataFrame | None
             showlegend=False,
             xaxis=step_xaxis(axis),
             yaxis=dict(title=dict(text="loss (nats/token)"), range=list(fixed_range(finite)) if len(finite) else [0, 1]),
-            shapes=_stage_shapes(axis, stages, yref="y domain"),
-            annotations=_stage_labels(axis, stages, yref="y domain"),
+            shapes=stage_shapes(axis, stages, yref="y domain"),
+            annotations=stage_labels(axis, stages, yref="y domain"),
         ),
     )

@@ -228,14 +228,17 @@ def open_state(out: Path, stored: Meta | None, model: ModelInfo, settings: Store
 def _stored_lens(out: Path, meta: Meta, lens: Lens, *, computed: bool = True) -> dict[str, pa.Table]:
     """The store's tables of ``lens`` by name, less rows of steps meta does not list as done. A table
     that is missing, unreadable or of another schema comes back empty, and so do all of the lens's
-    tables when they disagree on their steps (a file lost) and this run computes the lens
+    tables when they disagree on their steps (a file lost; a table with rows at some steps only,
+    `TableSpec.some_steps`, disagrees when it has a step the others lack) and this run computes the lens
     (``computed``): its steps then count as missing and are computed again. A lens this run does not
     compute keeps what the store has, as it is: emptying it would lose estimates nothing recomputes (a
     store written before llc_chains.parquet, given another lens, lost its refined LLC that way)."""
     done = pa.array(meta.done_steps, pa.int64())
     tables = {spec.name: _stored_rows(out, spec, done, lens) for spec in lens.tables}
-    steps = [set(t["step"].to_pylist()) for t in tables.values()]
-    if not all(s == steps[0] for s in steps):
+    steps = [set(tables[spec.name]["step"].to_pylist()) for spec in lens.tables if not spec.some_steps]
+    some = [set(tables[spec.name]["step"].to_pylist()) for spec in lens.tables if spec.some_steps]
+    every = steps[0] if steps else set()
+    if not all(s == every for s in steps) or not all(s <= every for s in some):
         if not computed:
             log.warning(
                 "the store's %s tables disagree on their checkpoints; this run does not compute the lens, so they are "

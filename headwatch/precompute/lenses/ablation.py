@@ -45,7 +45,7 @@ from headwatch.analysis.store.lenses.losses import icl_positions, probe_position
 from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.families.family import ModelShape
 from headwatch.families.forward import Architecture, Params, architecture, check_functional, parameters
-from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalSet
+from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalSet, EvalTextError
 from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
 from headwatch.precompute.lenses.attention import BATCH_SEQUENCES, load_model
 from headwatch.precompute.lenses.losses import check_same_sequences
@@ -191,19 +191,36 @@ def attention_over(
 
 
 @functools.lru_cache(maxsize=4)
-def _decoder(tokenizer: str) -> Callable[[int], str]:
+def _decoder(tokenizer: str, kwargs: tuple[tuple[str, Any], ...] = ()) -> Callable[[int], str]:
     """The evaluation set's tokenizer as a function id -> text of that token alone: a byte as UTF-8 where it is
-    one character, else as an escape (``\\xe2``); a tokenizer's ``decode([id])``; ``#id`` where none loads."""
+    one character, else as an escape (``\\xe2``); else the tokenizer at ``tokenizer`` loaded as the pass loaded it
+    (``kwargs``: `CheckpointSource.tokenizer_location`'s, the revision and cache among them), its ``decode([id])``.
+
+    Raises:
+        EvalTextError: no tokenizer loads there (the tokens in context would be unreadable ids).
+    """
     if tokenizer == BYTE_TOKENIZER:
         return lambda i: bytes([i]).decode("utf-8", errors="backslashreplace")
-    try:
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(tokenizer)
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer, **dict(kwargs))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("ablation lens: no tokenizer at %s (%s); tokens in context are written as #id", tokenizer, exc)
-        return lambda i: f"#{i}"
+        raise EvalTextError(
+            f"the ablation lens cannot load the evaluation set's tokenizer at {tokenizer!r} "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}) to decode its tokens in context; save "
+            "the model's tokenizer beside its config (tokenizer.save_pretrained), or run without --lenses ablation"
+        ) from exc
     return lambda i: str(tok.decode([i]))
+
+
+def tokenizer_kwargs(src: CheckpointSource, todo: list[CheckpointRef], tokenizer: str) -> tuple[tuple[str, Any], ...]:
+    """How the pass loads the evaluation set's tokenizer at ``tokenizer`` (the revision, the cache), as
+    `precompute.job.run` asks the source for it; none for byte tokens or another location."""
+    if tokenizer == BYTE_TOKENIZER:
+        return ()
+    location, kwargs = src.tokenizer_location(todo[0]) if todo else (src.name, {})
+    return tuple(sorted(kwargs.items())) if location == tokenizer else ()
 
 
 # ------------------------------------------------------------------ one checkpoint
@@ -219,6 +236,7 @@ class AblationJob:
     window: int = 64
     device: str = "cpu"
     batch: int = BATCH_SEQUENCES
+    tokenizer_kwargs: tuple[tuple[str, Any], ...] = ()  # how the evaluation set's tokenizer loads (`tokenizer_kwargs`)
 
     def checkpoint_rows(
         self, fetched: Fetched, shape: ModelShape, settings: StoreSettings, src: CheckpointSource | None
@@ -304,7 +322,7 @@ def context_rows(
     )  # (L H, M): the text's tokens, then the probe's, each row-major (sequence, position)
     picked, values = top_contexts(increases, CONTEXTS_PER_HEAD)
     sizes = [base.size for _, _, base, _ in sets]
-    decode = _decoder(job.eval_set.info.tokenizer)
+    decode = _decoder(job.eval_set.info.tokenizer, job.tokenizer_kwargs)
     repeat = job.eval_set.info.induction_repeat
     rows: dict[str, list[Any]] = {c: [] for c in HEAD_CONTEXTS.schema.names}
     wanted: dict[str, dict[int, list[tuple[int, int, int]]]] = {"text": {}, "probe": {}}
@@ -360,8 +378,25 @@ def context_steps(option: str | None, done: list[int], boundaries: list[int]) ->
         return list(done)
     if option == "last":
         return [done[-1]]
-    chosen = {done[-1], *boundaries} if option is None else {int(s) for s in option.split(",")}
-    return sorted(chosen & set(done))
+    if option is None:
+        return sorted({done[-1], *boundaries} & set(done))
+    asked = {int(s) for s in option.split(",")}
+    lacking = sorted(asked - set(done))
+    if lacking:
+        log.warning(
+            "--ablation-steps: the store has no checkpoint at step%s %s (it has %s); no tokens in context there",
+            "s" if len(lacking) > 1 else "",
+            ", ".join(f"{s:,}" for s in lacking),
+            _steps_text(done),
+        )
+    return sorted(asked & set(done))
+
+
+def _steps_text(steps: list[int]) -> str:
+    """``0, 1, 4`` or ``0, 1, ..., 4,000 (50 checkpoints)``."""
+    if len(steps) <= 8:
+        return ", ".join(f"{s:,}" for s in steps)
+    return f"{steps[0]:,}, {steps[1]:,}, ..., {steps[-1]:,} ({len(steps)} checkpoints)"
 
 
 def stage_boundaries(out: Path) -> list[int]:
@@ -392,14 +427,22 @@ class AblationComputation(BaseComputation):
         Raises:
             UnknownArchitectureError: the family has no functional forward (`families.forward.check_functional`).
             ValueError: T < 3.
+            EvalTextError: the evaluation set's tokenizer does not load (`_decoder`).
         """
         super().__init__(setup)
         assert setup.eval_set is not None, "the ablation lens needs the evaluation sequences"
         check_functional(setup.plan.model.config, who="the ablation lens")
         icl_positions(setup.eval_set.info.seq_len)
         self.options: AblationOptions = setup.options.lens_options_for(self.lens.name)
+        plan = setup.plan
+        kwargs = tokenizer_kwargs(plan.src, list(plan.todo), setup.eval_set.info.tokenizer)
+        _decoder(setup.eval_set.info.tokenizer, kwargs)  # a tokenizer that does not load: refused before any work
         self.pass_job = self.job = AblationJob(
-            setup.eval_set, method=self.options.method, window=self.options.window, device=lens_device(setup.options)
+            setup.eval_set,
+            method=self.options.method,
+            window=self.options.window,
+            device=lens_device(setup.options),
+            tokenizer_kwargs=kwargs,
         )
 
     def record(self) -> dict[str, Any]:

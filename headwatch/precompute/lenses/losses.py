@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
-import torch.nn.functional as F
 
 from headwatch.analysis.attention.losses import icl_probe, icl_text, position_stats
 from headwatch.analysis.errors import CheckpointError, StoreError
@@ -32,24 +31,18 @@ from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
 
-def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Per-token next-token cross-entropy, ``(B, T)`` float64 with column 0 NaN (no prediction), from ``logits``
-    ``(B, T, V)`` and ``ids`` ``(B, T)``: entry ``[b, p]`` is -log softmax(logits[b, p - 1])[ids[b, p]]."""
-    b, t, v = logits.shape
-    lost = F.cross_entropy(logits[:, :-1].reshape(-1, v).double(), ids[:, 1:].reshape(-1), reduction="none")
-    out = torch.full((b, t), float("nan"), dtype=torch.float64, device=logits.device)
-    out[:, 1:] = lost.reshape(b, t - 1)
-    return out
-
-
 @torch.no_grad()
 def model_losses(model: torch.nn.Module, tokens: np.ndarray, *, device: str, batch: int = BATCH_SEQUENCES) -> np.ndarray:
-    """Per-token losses ``(S, T)`` float64 (column 0 NaN) of a transformers causal LM on ``tokens`` ``(S, T)``."""
+    """Per-token losses ``(S, T)`` float64 (column 0 NaN) of a transformers causal LM on ``tokens`` ``(S, T)``, by the
+    ablation lens's one per-token loss (`precompute.lenses.ablation.per_token_losses`), so that the two lenses'
+    intact losses are one computation."""
+    from headwatch.precompute.lenses.ablation import per_token_losses  # here: the ablation lens imports this module
+
     out = []
     ids = torch.from_numpy(tokens)
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch].to(device)
-        out.append(token_losses(model(input_ids=chunk, use_cache=False).logits, chunk).cpu())
+        out.append(per_token_losses(model(input_ids=chunk, use_cache=False).logits, chunk).cpu())
     return torch.cat(out).numpy()
 
 

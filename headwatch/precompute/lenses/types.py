@@ -32,6 +32,7 @@ from headwatch.analysis.attention.function_types import (
     FLOOR,
     K_SE,
     MIN_SHARE,
+    MIN_TEXT_CONTEXTS,
     NGRAM_ORDERS,
     function_type_frames,
     lookup,
@@ -156,7 +157,7 @@ def function_types(
     if not store.has(ABLATION) or not store.has(HEAD_CONTEXTS):
         return (*none, f"the store has no ablation lens (ablation.parquet, head_contexts.parquet); add it with {rebuild}")
     steps = store.steps_with(ABLATION)
-    contexts = store.frame(HEAD_CONTEXTS, columns=["tokens"])
+    contexts = store.frame(HEAD_CONTEXTS, columns=["set", "tokens"])
     assert contexts is not None
     context_steps = np.array(sorted(set(contexts["step"].tolist()) & set(steps.tolist()) & set(typed_steps.tolist())))
     if not len(context_steps):
@@ -184,12 +185,16 @@ def function_types(
     )
     multigram = np.zeros(shape, dtype=bool)
     where = {int(s): i for i, s in enumerate(context_steps)}
-    frame = contexts[["step", "layer", "head"]].assign(explained=order > 0)
+    # decided on the text contexts only (a probe context's random tokens continue no n-gram of the training text)
+    n_text = np.zeros(shape, dtype=np.int64)
+    frame = contexts[["step", "layer", "head"]].assign(explained=order > 0, text=(contexts["set"] == "text").to_numpy())
     for (step, layer, head), group in frame.groupby(["step", "layer", "head"]):
-        decision = multigram_rule(group["explained"].to_numpy(), counts.base_rate)
+        decision = multigram_rule(group.loc[group["text"], "explained"].to_numpy(), counts.base_rate)
         multigram[where[int(step)], int(layer), int(head)] = decision.multigram
+        n_text[where[int(step)], int(layer), int(head)] = decision.contexts
     at_typed = np.searchsorted(typed_steps, context_steps)
     untyped = ~np.any([h[at_typed] for h in held.values()], axis=0) if held else np.ones(shape, dtype=bool)
+    few = untyped & (n_text < MIN_TEXT_CONTEXTS)  # judged other for want of text contexts (if measurable)
     types, emergence = function_type_frames(steps, increase, sem, np.searchsorted(steps, context_steps), untyped, multigram)
     record = {
         "types": list(FUNCTION_TYPES),
@@ -207,6 +212,12 @@ def function_types(
         "effect": "ablation.parquet text_increase and text_increase_sem, "
         f"{((store.meta.ablation or {}).get('method') or 'mean')} ablation",
         "context_steps": [int(s) for s in context_steps],
+        "contexts": "the head's top contexts on the evaluation text only (set text of head_contexts.parquet)",
+        "min_text_contexts": MIN_TEXT_CONTEXTS,
+        "few_text_contexts": [
+            {"step": int(context_steps[i]), "layer": int(layer), "head": int(head), "text_contexts": int(n_text[i, layer, head])}
+            for i, layer, head in zip(*np.nonzero(few), strict=True)
+        ],
         "text": ngram.record,
     }
     return types, emergence, checked, record, None
@@ -396,8 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  multigram rule: base rate {fn['base_rate']:.3f} of the sample's tokens continue a frequent n-gram "
             f"({fn['text']['text']}, {fn['text']['sample_tokens']:,} tokens); contexts checked at steps "
-            f"{', '.join(map(str, fn['context_steps']))}"
+            f"{', '.join(map(str, fn['context_steps']))}, on each head's text contexts only"
         )
+        if fn.get("few_text_contexts"):
+            few = fn["few_text_contexts"]
+            print(
+                f"  {len(few)} (checkpoint, head) pairs of heads with no attention type have fewer than "
+                f"{fn['min_text_contexts']} text contexts among their top 20 (the rest on the probe): not judged by "
+                "the n-gram rule, an other head where their ablation effect is measurable"
+            )
     for name, why in record["absent"].items():
         print(f"  {name}: not decided: {why}")
     return 0

@@ -114,6 +114,7 @@ HEAD_CONTEXTS = TableSpec(
     schema=HEAD_CONTEXTS_SCHEMA,
     docs=HEAD_CONTEXTS_COLUMN_DOCS,
     sort=("step", "layer", "head", "rank"),
+    some_steps=True,
 )
 ABLATION_TABLES = (ABLATION, HEAD_CONTEXTS)
 

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from headwatch.analysis.errors import StoreError
-from headwatch.analysis.findings.ablation import ablation_effect, missing_ablation_text
+from headwatch.analysis.findings.ablation import ablation_effect, ablation_method, missing_ablation_text
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
 from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store import Store
@@ -46,7 +46,7 @@ def main() -> None:
     table, note, open_steps = _rows(frame, opts, approaches)
 
     # --- panel: the table ---
-    event = table_panel(table, frame.run, opts, note)
+    event = table_panel(table, frame.run, opts, note, method=ablation_method(frame.store))
     if opts.kinds is None:
         st.caption(missing_text(frame.store.path))
     if not frame.store.has(ABLATION):

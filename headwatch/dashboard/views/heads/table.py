@@ -15,15 +15,27 @@ from headwatch.dashboard.labels import MATRIX_LABELS, STATS
 from headwatch.dashboard.views.heads import data
 from headwatch.dashboard.views.heads.data import Options
 
+# How each ablation method replaces a head's output (meta.json ``ablation`` method; docs/store.md).
+ABLATION_WORDS = {
+    "mean": ("mean-ablated", "replaced by its mean over the evaluation tokens"),
+    "zero": ("zero-ablated", "replaced by zero"),
+}
 
-def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
+
+def ablation_words(method: str) -> tuple[str, str]:
+    """``(adjective, what replaces the output)`` for the store's ablation ``method`` (an unknown one named as is)."""
+    return ABLATION_WORDS.get(method, (f"{method}-ablated", f"ablated ({method})"))
+
+
+def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str, *, method: str = "mean") -> Any:
     """The table, its CSV button (the columns named as on screen, the filters in its name) and its caption; returns
-    the row selection."""
+    the row selection. ``method``: how the store's heads were ablated (`analysis.findings.ablation.ablation_method`)."""
     stat, k, matrix, step, since, layers = opts.stat, opts.k, opts.matrix, opts.step, opts.since, opts.layers
     label = STATS[stat].short(k)
     of = f" of {MATRIX_LABELS[matrix].split(' ')[0]}" if matrix is not None else ""
     st.subheader(f"{label}{of} of every head at step {step:,}")
     by_uniform = matrix is None and "over reference" in table.columns
+    ablated, replaced = ablation_words(method)
     config = {
         "layer": st.column_config.NumberColumn("layer", width="small"),
         "head": st.column_config.NumberColumn("head", width="small"),
@@ -60,14 +72,14 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
             "Δ loss ablated: probe",
             format="%.4f",
             help="The loss increase on the induction probe's second copy (nats per token, positions R+1..2R-1) when the "
-            "head is mean-ablated at this step (ablation.parquet; docs/store.md)",
+            f"head is {ablated} at this step (ablation.parquet; docs/store.md)",
         ),
         "± probe": st.column_config.NumberColumn("± probe", format="%.2g", help="Its standard error over the probe sequences"),
         "text ablation": st.column_config.NumberColumn(
             "Δ loss ablated: text",
             format="%.4f",
             help="The loss increase on the evaluation text (nats per token, every position) when the head is "
-            "mean-ablated at this step (ablation.parquet; docs/store.md)",
+            f"{ablated} at this step (ablation.parquet; docs/store.md)",
         ),
         "± text": st.column_config.NumberColumn("± text", format="%.2g", help="Its standard error over the text sequences"),
         "approaches": st.column_config.NumberColumn("approaches", width="small"),
@@ -111,7 +123,7 @@ def table_panel(table: pd.DataFrame, run: str, opts: Options, note: str) -> Any:
     if "probe ablation" in table.columns:
         parts.append(
             "the loss increase (nats per token, ± 1 standard error over sequences) on the induction probe's second copy "
-            "and on the evaluation text when the head's output is replaced by its mean at this step (sort by probe "
+            f"and on the evaluation text when the head's output is {replaced} at this step (sort by probe "
             "ablation or text ablation for the heads the loss needs most)"
         )
     if "approaches" in table.columns:

@@ -48,7 +48,8 @@ def _emerged_table(frame: RunFrame, store) -> None:
         "the first step its score reached the threshold at all, its largest and last score; the link opens the head "
         "explorer at the emergence step with the type's score in its statistic tab (docs/head-types.md). A multigram "
         "or other head's scores are its mean-ablation loss increase on the evaluation text (nats per token), at the "
-        "checkpoints with tokens in context; the other types' are attention shares."
+        "checkpoints with tokens in context, and its emergence step is the first checkpoint with tokens in context at "
+        "which it holds the type (it is decided nowhere else); the other types' scores are attention shares."
     )
 
 
