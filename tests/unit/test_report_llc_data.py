@@ -195,3 +195,11 @@ def test_llc_data_imports_the_ablation_declaration() -> None:
     """The finding reads the ablation lens's own declaration, not a table looked up by name."""
     assert llc_data.ABLATION is ABLATION
     assert "TABLES" not in (REPO / "headwatch" / "analysis" / "findings" / "llc_data.py").read_text()
+
+
+def test_a_negative_last_ratio_is_said_to_be_no_learning_coefficient() -> None:
+    row = llc_data.RepeatsOverText((1, 0), np.array([0, 8]), np.array([False, False]), None, -0.1)
+    (line,) = llc_data.repeats_sentences([row])
+    assert "repeats / text = -0.1 (one of the two estimates is negative there: no learning coefficient" in line
+    (plain,) = llc_data.repeats_sentences([llc_data.RepeatsOverText((1, 0), np.array([0]), np.array([True]), 0, 2.0)])
+    assert plain.endswith("repeats / text = 2.")

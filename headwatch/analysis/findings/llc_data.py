@@ -244,7 +244,12 @@ def repeats_sentences(rows: list[RepeatsOverText] | None) -> list[str]:
         out.append(
             f"{head_name(*r.head)}: its refined LLC {llc_data_words('repeats')} exceeds its refined LLC "
             f"{llc_data_words('text')} by more than {SE_MULTIPLE:g} standard errors of the difference at {k} of {n} "
-            f"checkpoints, {when}; at the last, repeats / text = {r.last_ratio:.3g}."
+            f"checkpoints, {when}; at the last, repeats / text = {r.last_ratio:.3g}"
+            + (
+                " (one of the two estimates is negative there: no learning coefficient, see 'Can the refined LLCs be trusted?')."
+                if r.last_ratio < 0
+                else "."
+            )
         )
     return out
 
