@@ -332,7 +332,8 @@ def llc_data_section(store: Store) -> list[str]:
         "### Induction heads: on repeats against on text",
         "",
         f"An estimate on repeats exceeds the one on text where their difference is more than {k} standard errors of "
-        "it (each estimate's standard error is its chains': their sample standard deviation / sqrt(chains)).",
+        "it (each estimate's standard error is its chains': their sample standard deviation / sqrt(chains)) and "
+        "neither is negative (a negative estimate is no learning coefficient).",
         "",
         *(f"- {line}" for line in repeats_sentences(repeats_over_text(store))),
         "",

@@ -112,11 +112,15 @@ def store(tmp_path: Path) -> Path:
 def test_repeats_over_text_counts_only_differences_beyond_two_standard_errors(store: Path) -> None:
     both = plant_llc(store)
     steps = sorted(both["step"].unique())
+    # L1 H1's text estimate at the first step made negative: no learning coefficient, so repeats cannot exceed it there
+    first = (both["data"] == "text") & (both["layer"] == 1) & (both["head"] == 1) & (both["step"] == steps[0])
+    both.loc[first, "llc"] = -3.0
+    pq.write_table(pa.Table.from_pandas(both, preserve_index=False), store / "llc.parquet")
     rows = llc_data.repeats_over_text(open_store(store))
     assert rows is not None and [r.head for r in rows] == HEADS
-    want_from = {(1, 0): steps[25], (1, 1): steps[0], (1, 5): steps[49], (1, 6): None}
+    want_from = {(1, 0): steps[25], (1, 1): steps[1], (1, 5): steps[49], (1, 6): None}
     for r in rows:
-        above = [OFFSET[r.head](i) > 2 * math.sqrt(2) * SE for i in range(len(steps))]
+        above = [OFFSET[r.head](i) > 2 * math.sqrt(2) * SE and not (r.head == (1, 1) and i == 0) for i in range(len(steps))]
         assert list(r.above) == above and r.from_step == want_from[r.head]
         own = both[(both["layer"] == r.head[0]) & (both["head"] == r.head[1]) & (both["step"] == steps[-1])]
         last = own.set_index("data")["llc"]

@@ -12,8 +12,9 @@ compares (a difference counts only beyond `SE_MULTIPLE` = 2 standard errors of t
   per-chain estimates / sqrt(C));
 - `repeats_over_text`: per induction head (held at the last checkpoint, `analysis.findings.held_types`), at the
   checkpoints with estimates on both ``repeats`` and ``text``, whether the one on repeats exceeds the one on text by
-  more than 2 standard errors of their difference (sqrt(se_repeats² + se_text²)), and from which step it does so at
-  every later such checkpoint (None: not at the last);
+  more than 2 standard errors of their difference (sqrt(se_repeats² + se_text²)), neither being negative (a negative
+  estimate is no learning coefficient), and from which step it does so at every later such checkpoint (None: not at
+  the last);
 - `critical_against_ablation`: per induction head h and data-refined distribution D (any held but ``train``), the
   critical points of h's curve on D: its peaks (`peaks`: an estimate above both neighbours from which the curve
   falls by more than 2 standard errors of the difference on each side before it passes above it again) and its
@@ -88,7 +89,7 @@ class RepeatsOverText:
         head: ``(layer, head)``.
         steps: the checkpoints with both estimates.
         above: ``(len(steps),)`` whether the estimate on repeats exceeds the one on text by more than 2 standard
-            errors of their difference there.
+            errors of their difference there, neither being negative.
         from_step: the first of ``steps`` from which it does so at every later one (None: not at the last).
         last_ratio: repeats / text at the last of ``steps``.
     """
@@ -112,7 +113,8 @@ def repeats_over_text(store: Store) -> list[RepeatsOverText] | None:
         steps, i_r, i_t = np.intersect1d(s_r, s_t, return_indices=True)
         if not len(steps):
             continue
-        above = beyond(v_r[i_r] - v_t[i_t], e_r[i_r], e_t[i_t])
+        # a negative estimate is no learning coefficient (`analysis.llc.diagnostics.NEGATIVE_NOTE`): nothing exceeds it
+        above = beyond(v_r[i_r] - v_t[i_t], e_r[i_r], e_t[i_t]) & (v_r[i_r] >= 0) & (v_t[i_t] >= 0)
         below = np.flatnonzero(~above)
         start = 0 if not len(below) else int(below[-1]) + 1
         from_step = int(steps[start]) if start < len(steps) else None
