@@ -26,7 +26,7 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS, type_sentences
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.lenses.attention import EVAL_LOSS
-from headwatch.analysis.store.lenses.llc import LLC, LLC_WHOLE_MODEL
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, LLC_WHOLE_MODEL, default_llc_data, llc_data_words
 from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE
 from headwatch.analysis.store.outputs import check_files_folder
@@ -106,17 +106,21 @@ def timeline_figure(store: Store, stages: pd.DataFrame | None, events, path: Pat
     plt.close(fig)
 
 
-def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
-    """The whole-model LLC with one standard error of its chains' mean; False when the store has none."""
+def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> str | None:
+    """The whole-model LLC with one standard error of its chains' mean, under the distribution readers show by
+    default (`analysis.store.lenses.llc.default_llc_data`: the training distribution where held, else held-out text),
+    named in its title; returns that distribution's name, or None when the store has no refined LLC."""
     if not store.has(LLC):
-        return False
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    llc = store.require(LLC, "llc", at=LLC_WHOLE_MODEL)
-    std = store.require(LLC, "llc_std", at=LLC_WHOLE_MODEL)
+    data = default_llc_data(store.read(LLC, columns=[]))  # the training distribution where held, else text
+    at: dict[str, int | str] = {**LLC_WHOLE_MODEL, LLC_DATA_COLUMN: data}
+    llc = store.require(LLC, "llc", at=at)
+    std = store.require(LLC, "llc_std", at=at)
     chains = int(((store.meta.llc or {}).get("sampler") or {}).get("chains") or 2)
     ok = np.isfinite(llc)
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -126,12 +130,12 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> bool:
     _shade(ax, stages)
     ax.set_xscale("log")
     ax.set_xlabel("training step + 1 (log)")
-    ax.set_ylabel("whole-model LLC (n·β·ΔL)")
-    ax.set_title(f"whole-model LLC, ± 1 standard error over {chains} chains; LLC stages shaded")
+    ax.set_ylabel(f"whole-model LLC {llc_data_words(data)} (n·β·ΔL)")
+    ax.set_title(f"whole-model LLC {llc_data_words(data)}, ± 1 standard error over {chains} chains; LLC stages shaded")
     fig.tight_layout()
     fig.savefig(path, format="svg")
     plt.close(fig)
-    return True
+    return data
 
 
 def llc_flags_section(store: Store) -> list[str]:
@@ -143,16 +147,14 @@ def llc_flags_section(store: Store) -> list[str]:
 
     if not store.has(LLC):
         return []
-    from headwatch.analysis.store.lenses.llc import llc_data_order
-
-    shown = llc_data_order(store.read(LLC, columns=[]))[:1]
-    lines = [f"## Can the refined LLCs be trusted? (the SGLD loss on {shown[0] if shown else 'text'})", ""]
-    values = store.require(LLC, "llc")
-    estimated = np.isfinite(store.require(LLC, "llc", at=LLC_WHOLE_MODEL))
+    data = default_llc_data(store.read(LLC, columns=[]))  # the distribution store_flags judges by default
+    lines = [f"## Can the refined LLCs be trusted? (the refined LLC {llc_data_words(data)})", ""]
+    values = store.require(LLC, "llc", at={LLC_DATA_COLUMN: data})
+    estimated = np.isfinite(store.require(LLC, "llc", at={**LLC_WHOLE_MODEL, LLC_DATA_COLUMN: data}))
     negative = np.argwhere(values < 0)  # (n, 3): step index, layer, head
     named = ", ".join(f"{head_name(layer, head)} at step {int(store.steps[t]):,}" for t, layer, head in negative[:12])
     named += f" and {len(negative) - 12} more" if len(negative) > 12 else ""
-    flags = store_flags(store)
+    flags = store_flags(store, data=data)
     if flags is None:
         lines.append(
             "This store has no chain diagnostics (llc_chains.parquet): rerun the precompute job with the same "
@@ -301,9 +303,11 @@ def cards_section(store: Store, stages: pd.DataFrame | None, out: Path) -> list[
 def llc_data_section(store: Store) -> list[str]:
     """The refined LLC under several distributions, as Markdown (`analysis.findings.llc_data`): which distributions the
     store's estimates were taken on; per induction head, whether its estimate on repeats exceeds its estimate on text
-    and from which step; where its data-refined curve's critical points fall against the fall of the ICL score with
-    the other induction heads ablated (or that the store lacks the ablation table). Empty without llc.parquet."""
+    beyond 2 standard errors of the difference and from which step; where its data-refined curve's critical points
+    (beyond the noise) fall against the fall of the ICL score with one other induction head ablated minus the intact
+    score, one sentence per other head (or that the store lacks the tables). Empty without llc.parquet."""
     from headwatch.analysis.findings.llc_data import (
+        SE_MULTIPLE,
         ablation_sentences,
         critical_against_ablation,
         repeats_over_text,
@@ -314,6 +318,7 @@ def llc_data_section(store: Store) -> list[str]:
     if not store.has(LLC):
         return []
     held = llc_data_order(store.read(LLC, columns=[]))
+    k = f"{SE_MULTIPLE:g}"
     lines = [
         "## The refined LLC under each distribution",
         "",
@@ -326,9 +331,20 @@ def llc_data_section(store: Store) -> list[str]:
         "",
         "### Induction heads: on repeats against on text",
         "",
+        f"An estimate on repeats exceeds the one on text where their difference is more than {k} standard errors of "
+        "it (each estimate's standard error is its chains': their sample standard deviation / sqrt(chains)) and "
+        "neither is negative (a negative estimate is no learning coefficient).",
+        "",
         *(f"- {line}" for line in repeats_sentences(repeats_over_text(store))),
         "",
-        "### Critical points of the data-refined curves against the ICL score with the other induction heads ablated",
+        "### Critical points of each data-refined curve against the ICL score with one other induction head ablated",
+        "",
+        f"A peak is an estimate above both neighbours from which the curve falls by more than {k} standard errors of "
+        "the difference on each side; the sharpest rise is the largest increase between consecutive estimates among "
+        f"those beyond {k} standard errors. Each is set against the sharpest fall (beyond {k} standard errors) of the "
+        "probe ICL score with one other induction head ablated minus the intact score (ablation.parquet `icl_probe` "
+        "minus icl.parquet's probe score, so the score's general fall as induction forms cancels); each sentence "
+        "concerns one head's curve and one other head's ablation.",
         "",
         *(f"- {line}" for line in ablation_sentences(critical_against_ablation(store), store.steps)),
         "",
@@ -535,7 +551,7 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
     primary = primary_basis(store)
     events = run_events(store)
     timeline_figure(store, stage_rows(store), events, out / TIMELINE_SVG)
-    has_llc = llc_figure(store, stage_rows(store, basis="llc"), out / LLC_SVG)
+    llc_data = llc_figure(store, stage_rows(store, basis="llc"), out / LLC_SVG)
 
     m = store.meta.model
     steps = store.steps
@@ -587,8 +603,8 @@ def write_report(store_path: str | Path, out: str | Path, *, replicate: Sequence
             title = "The run's stages" if basis == "run" else f"Stages of the {basis_text(basis)}"
             lines += ["", f"### {title}" + (" (shaded)" if basis == primary else ""), "", _stage_table(rows, basis)]
     lines += ["", f"![The loss with the stages shaded and the run's events]({TIMELINE_SVG})", ""]
-    if has_llc:
-        lines += [f"![The whole-model LLC with its chains' standard error]({LLC_SVG})", ""]
+    if llc_data is not None:
+        lines += [f"![The whole-model LLC {llc_data_words(llc_data)} with its chains' standard error]({LLC_SVG})", ""]
     lines += llc_flags_section(store)
     lines += icl_section(store, stage_rows(store), out)
 

@@ -207,11 +207,12 @@ def make_eval_set(
     return EvalSet(tokens, induction, info)
 
 
-def _byte_ids(data: bytes) -> np.ndarray:
+def byte_ids(data: bytes) -> np.ndarray:
+    """A byte-level run's token ids of ``data``: one id per byte, its value 0..255 (int64)."""
     return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
 
 
-def _load_tokenizer(location: str, kwargs: dict[str, Any]) -> Callable[[str], np.ndarray] | None:
+def load_tokenizer(location: str, kwargs: dict[str, Any]) -> Callable[[str], np.ndarray] | None:
     """The checkpoints' tokenizer as a function text -> ids, or None when there is none to load."""
     from transformers import AutoTokenizer  # the job's heavy dependency, imported only for the lens
 
@@ -322,7 +323,7 @@ def resolve_eval_set(
             )
         data, name = held_out_bytes(run_info, run_folder)
         return make_eval_set(
-            _byte_ids(data),
+            byte_ids(data),
             n=n,
             t=t,
             vocab_size=vocab_size,
@@ -341,11 +342,11 @@ def resolve_eval_set(
         raise EvalTextError(
             f"--eval-text {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
         ) from exc
-    encode = _load_tokenizer(*tokenizer_at)
+    encode = load_tokenizer(*tokenizer_at)
     if encode is not None:
         ids, tokenizer = encode(text), tokenizer_at[0]
     elif trained_here and run_info is not None and (run_info.get("corpus") or {}).get("tokenizer") == BYTE_TOKENIZER:
-        ids, tokenizer = _byte_ids(data), BYTE_TOKENIZER
+        ids, tokenizer = byte_ids(data), BYTE_TOKENIZER
     else:
         raise EvalTextError(
             f"no usable tokenizer at {tokenizer_at[0]!r}; save the model's tokenizer beside its "

@@ -15,8 +15,9 @@ one checkpoint of a source under every combination of ``--lr``, ``--nbeta`` and
 and prints the recommendation: among the settings flagged ``converged`` with a positive estimate,
 the one whose chains agree best (smallest spread relative to the estimate); on a tie, the larger
 step size (it mixes faster). The evaluation sequences are the precompute job's
-(`precompute.evalset`; ``--eval-text`` for a model not trained here), so a recommended
-setting can be passed to ``python -m headwatch.precompute --lenses llc`` as it is.
+(`precompute.evalset`; ``--eval-text`` for a model not trained here), or ``--llc-data``'s one distribution
+(train, repeats, code, a file) built as the lens builds it, so a recommended setting can be passed to
+``python -m headwatch.precompute --lenses llc`` with the same ``--llc-data`` as it is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -124,6 +126,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sequences", type=int, default=sampler.sequences, help=f"evaluation sequences the sampler uses ({sampler.sequences})"
     )
     p.add_argument("--seed", type=int, default=sampler.seed, help=f"sampler seed ({sampler.seed})")
+    p.add_argument(
+        "--llc-data",
+        default="text",
+        metavar="DATA",
+        help="the one distribution the SGLD loss is taken on, as the lens's --llc-data names it: train, text, repeats, "
+        "code, FILE or NAME=FILE (default: text, the store's evaluation sequences)",
+    )
     evalset.add_arguments(p)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     return p.parse_args(argv)
@@ -182,7 +191,7 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
         if args.head is not None and not (0 <= layer < plan.shape.n_layers and 0 <= head < plan.shape.n_heads):
             raise ValueError(f"--head {layer}.{head}: the model has {plan.shape.n_layers} layers x {plan.shape.n_heads} heads")
         eval_set = evaluation_set(plan, options, args.source)
-        tokens = sampler_sequences(eval_set, grid[0])
+        tokens = calibration_sequences(args, plan, eval_set, grid[0])
         device = lens_device(options)
         trials = []
         with plan.src.checkpoint_folder(refs[0]) as folder:
@@ -230,7 +239,35 @@ def calibrate(args: argparse.Namespace) -> tuple[list[Trial], str]:
                     est.llc_std,
                     trials[-1].flag,
                 )
-    return trials, "whole model" if args.head is None else f"L{layer} H{head}"
+    return trials, ("whole model" if args.head is None else f"L{layer} H{head}") + f" on {args.llc_data}"
+
+
+def calibration_sequences(args: argparse.Namespace, plan: Any, eval_set: Any, sampler: SamplerSettings) -> np.ndarray:
+    """The sequences the sweep samples on: ``--llc-data``'s one distribution, built as the lens builds it
+    (`precompute.llc_data.resolve_llc_data`; ``text``: the sampler's share of the evaluation sequences).
+
+    Raises:
+        ValueError: not exactly one distribution, or one that cannot be built here (`LlcDataError`, which says what
+            to pass instead).
+    """
+    from headwatch.analysis.store.lenses.llc import LlcOptions
+    from headwatch.families.registry import language_config
+    from headwatch.precompute.llc_data import resolve_llc_data
+
+    options = LlcOptions(sampler=sampler, data=args.llc_data)
+    if len(options.data_specs) != 1:
+        raise ValueError(f"--llc-data {args.llc_data!r}: llc-calibrate samples on one distribution; name one")
+    local = Path(args.source) if Path(args.source).is_dir() else None
+    (data,) = resolve_llc_data(
+        options,
+        eval_set=eval_set,
+        text_tokens=sampler_sequences(eval_set, sampler),
+        run_info=plan.src.run_info(),
+        run_folder=local,
+        tokenizer_at=plan.src.tokenizer_location(plan.todo[0]) if plan.todo else (plan.src.name, {}),
+        vocab_size=int(language_config(plan.model.config).get("vocab_size") or 0),
+    )
+    return data.tokens
 
 
 def recommend(trials: list[Trial]) -> Trial | None:

@@ -41,8 +41,8 @@ from headwatch.precompute.evalset import (
     WINDOW_SEED,
     EvalSet,
     EvalTextError,
-    _byte_ids,
-    _load_tokenizer,
+    byte_ids,
+    load_tokenizer,
     run_corpus,
     sha256_bytes,
 )
@@ -189,7 +189,7 @@ def file_sequences(
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise LlcDataError(f"--llc-data {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it") from exc
-        ids = _byte_ids(data) if byte_level or encode is None else encode(text)
+        ids = byte_ids(data) if byte_level or encode is None else encode(text)
         tokens = draw_windows(ids, count, t, what=f"--llc-data {str(path)!r}")
         record["description"] = f"{path.name}: {count} windows of {t} tokens ({'bytes' if byte_level else 'tokenized'})"
     if tokens.min() < 0 or tokens.max() >= vocab_size:
@@ -244,7 +244,7 @@ def resolve_llc_data(
 
     def encode() -> Callable[[str], np.ndarray] | None:
         if not encoder:
-            encoder.append(None if byte_level else _load_tokenizer(*tokenizer_at))
+            encoder.append(None if byte_level else load_tokenizer(*tokenizer_at))
         return encoder[0]
 
     out = []
@@ -281,7 +281,7 @@ def resolve_llc_data(
                 raise LlcDataError(
                     f"--llc-data code: no usable tokenizer at {tokenizer_at[0]!r}; save the model's tokenizer beside its config"
                 )
-            ids = _byte_ids(data) if byte_level or fn is None else fn(data.decode("utf-8", errors="replace"))
+            ids = byte_ids(data) if byte_level or fn is None else fn(data.decode("utf-8", errors="replace"))
             tokens = draw_windows(ids, count, t, what="the standard library's sources")
             record = {
                 "description": f"Python {sys.version_info.major}.{sys.version_info.minor}'s standard-library sources, "

@@ -297,7 +297,7 @@ def test_the_refined_llc_is_compared_at_its_own_steps_and_a_run_without_it_is_na
     n = int((df["layer"] >= 0).sum())
     (trust,) = [c.value for c in at.caption if "Refined-LLC estimates are sampled" in c.value]
     # (issue 62: the negative one is flagged negative, not converged)
-    assert f"**{DEEP}**: {n} estimates, {n - 2} converged (1 negative, 1 still rising)" in trust
+    assert f"**{DEEP}** (refined LLC on held-out text): {n} estimates, {n - 2} converged (1 negative, 1 still rising)" in trust
 
 
 def test_a_run_without_ov_is_named_and_the_others_are_shown(two_runs):

@@ -124,7 +124,7 @@ def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
         "induction from step",
         "**Ablation**",
         "**Tokens in context**",
-        "**Refined LLC**",
+        "**Refined LLC on held-out text**",  # the shipped store's estimates, named by their distribution
         "**Composition**",
     ):
         assert part in text, part
@@ -135,7 +135,7 @@ def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
     np.testing.assert_allclose(arr(ablated["y"]), want)
     llc = pd.read_parquet(planted_env / "llc.parquet").query("layer == 1 and head == 6").sort_values("step")
     llc = llc[llc["step"].isin(store.steps) & llc["llc"].notna()]
-    drawn = _trace(chart(at, "card_llc"), "refined LLC (± chains' s.d.)")
+    drawn = _trace(chart(at, "card_llc"), "refined LLC on held-out text (± chains' s.d.)")
     np.testing.assert_allclose(arr(drawn["y"]), llc["llc"].to_numpy())
 
 

@@ -361,3 +361,35 @@ def test_the_timelines_rllc_rises_name_their_distribution(multi_store: Path, llc
     # a store with one distribution: named in the label, no choice in the link
     one = rllc_rises(open_store(llc_store))
     assert one and all("on text rises" in e.label and "data" not in dict(e.query) for e in one)
+
+
+def test_the_heads_tables_rllc_column_names_its_distribution(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value column is the training distribution's where the store holds it (the other columns name theirs), and
+    the caption says so; a shipped store's is held-out text."""
+    serve_only(multi_store, tmp_path, monkeypatch)
+    at = open_page("pages/heads_table.py", {"stat": "llc"})
+    caption = " ".join(c.value for c in at.caption)
+    assert "Its values are the refined LLC on the training distribution; each 'on …' column" in caption
+
+
+def test_a_shipped_stores_heads_table_says_its_rllc_is_on_held_out_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    shipped = open_page("pages/heads_table.py", {"run": "induction-d128", "stat": "llc"})
+    assert not shipped.exception
+    assert "Its values are the refined LLC on held-out text." in " ".join(c.value for c in shipped.caption)
+
+
+def test_the_trajectory_maps_rllc_clusters_name_their_distribution(
+    multi_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Coloured by the refined-LLC clusters, the legend names the distribution clustered: train where held."""
+    serve_only(multi_store, tmp_path, monkeypatch)
+    at = open_page("pages/trajectory_map.py", {"colour": "llc_cluster"})
+    assert not at.exception
+    titles = {str(((t.get("legendgrouptitle") or {}).get("text")) or "") for t in chart(at, "trajectory_map")["data"]} | {
+        str((((chart(at, "trajectory_map")["layout"].get("legend") or {}).get("title") or {}).get("text")) or "")
+    }
+    assert "refined-LLC cluster (on the training distribution)" in titles, titles

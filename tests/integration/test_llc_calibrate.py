@@ -90,3 +90,60 @@ def test_both_commands_refuse_the_same_evaluation_set_sizes(flag: str, value: st
         assert f"argument {flag}" in capsys.readouterr().err
     defaults = [(a.eval_text, a.eval_sequences, a.eval_length) for a in (p(argv) for p, argv in commands.values())]
     assert defaults == [(None, 32, 256)] * 2
+
+
+def test_llc_data_samples_on_the_named_distribution_as_the_lens_does(run: Path, tmp_path: Path) -> None:
+    """``--llc-data repeats``: the sweep's loss at w* is the lens's under the same distribution and sampler settings
+    (llc.parquet ``init_loss`` of the same head and step, written by ``python -m headwatch.precompute``), and not the
+    one on text; more than one distribution is one error line."""
+    import pyarrow.parquet as pq
+
+    from tests.integration.conftest import run_cli
+
+    cal = {}
+    for data in ("repeats", "text"):
+        out = tmp_path / data
+        done = calibrate(
+            str(run),
+            "--step",
+            "4",
+            "--head",
+            "1.0",
+            "--out",
+            str(out),
+            "--lr",
+            "1e-3",
+            "--nbeta",
+            "30",
+            "--llc-data",
+            data,
+            *SMALL,
+        )
+        assert done.returncode == 0, done.stderr
+        cal[data] = float(pd.read_csv(out / "calibration.csv")["init_loss"].iloc[0])
+    store = tmp_path / "store"
+    llc_cli = ("--llc-chains", "2", "--llc-draws", "8", "--llc-sequences", "4", "--llc-batch-size", "2", "--llc-burnin", "0")
+    sizes = ("--eval-sequences", "4", "--eval-length", "32")
+    done = run_cli(
+        "--source",
+        str(run),
+        "--out",
+        str(store),
+        "--lenses",
+        "llc",
+        "--llc-steps",
+        "4",
+        "--llc-data",
+        "repeats,text",
+        *llc_cli,
+        *sizes,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(store / "llc.parquet").to_pandas()
+    for data in ("repeats", "text"):
+        lens = rows[(rows["step"] == 4) & (rows["data"] == data) & (rows["layer"] == 1) & (rows["head"] == 0)]
+        assert float(lens["init_loss"].iloc[0]) == pytest.approx(cal[data], rel=1e-5)
+    assert cal["repeats"] != pytest.approx(cal["text"], rel=1e-3)
+    two = calibrate(str(run), "--step", "4", "--out", str(tmp_path / "two"), "--llc-data", "text,repeats", *SMALL)
+    assert two.returncode == 2 and "llc-calibrate samples on one distribution" in two.stderr
+    assert "Traceback" not in two.stderr

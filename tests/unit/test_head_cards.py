@@ -197,6 +197,31 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
     assert "100% of them second-copy tokens of the probe" in probe_card
 
 
+def test_a_cards_refined_llc_names_its_distribution_and_reads_train_where_held(tmp_path: Path) -> None:
+    """A shipped store's card reads its text estimates and says so; a store holding train beside text reads train (the
+    weight-refined LLC, planted as three times the text estimate) and names it."""
+    shipped = open_store(SHIPPED)
+    text = "\n".join(card_markdown(head_card(shipped, 1, 6), run="r", store_path=str(SHIPPED)))
+    assert "- **Refined LLC on held-out text**: " in text
+    path = tmp_path / "two"
+    shutil.copytree(SHIPPED, path)
+    llc = pd.read_parquet(path / "llc.parquet")
+    llc.insert(1, "data", "text")
+    train = llc.assign(data="train", llc=llc["llc"] * 3.0)
+    pd.concat([llc, train]).sort_values(["step", "data", "layer", "head"]).to_parquet(path / "llc.parquet", index=False)
+    chains = pd.read_parquet(path / "llc_chains.parquet")
+    chains.insert(1, "data", "text")
+    pd.concat([chains, chains.assign(data="train")]).sort_values(["step", "data", "layer", "head", "chain"]).to_parquet(
+        path / "llc_chains.parquet", index=False
+    )
+    card = head_card(open_store(path), 1, 6)
+    last = llc[(llc["layer"] == 1) & (llc["head"] == 6)].sort_values("step").iloc[-1]
+    assert card.llc is not None and card.llc_data == "train"
+    estimate = card.llc.last()
+    assert estimate is not None and estimate[1] == pytest.approx(3.0 * float(last["llc"]))
+    assert "- **Refined LLC on the training distribution**: " in "\n".join(card_markdown(card, run="r", store_path=str(path)))
+
+
 def test_the_probe_check_names_the_costliest_head_and_the_best_induction_head(planted: Path) -> None:
     """Issue 59's check on the planted tables: the probe's costliest head is the planted PROBE_HEAD (no type; all 20
     of its contexts second-copy tokens); the induction head that costs the probe most is the induction head of the

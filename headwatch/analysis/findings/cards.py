@@ -25,7 +25,7 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.composition import COMPOSITION, COMPOSITION_KINDS
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, default_llc_data, llc_data_words
 from headwatch.analysis.store.lenses.types import HEAD_TYPES
 
 CARD_CONTEXTS = 5  # the tokens in context a card lists (the head explorer's panel shows all 20)
@@ -86,8 +86,10 @@ class HeadCard:
         probe, text: its ablation's loss increase over training on the probe's second copy and on the text (nats).
         method: how it was ablated (``mean``, ``zero``).
         contexts: its tokens in context at ``contexts_step`` (head_contexts.parquet rows by rank).
-        llc: its refined LLC over training (``se``: the chains' standard deviation); llc_flag: the last estimate's
-            flag (``""`` without chain diagnostics).
+        llc: its refined LLC over training (``se``: the chains' standard deviation) under ``llc_data``, the
+            distribution readers show by default (`analysis.store.lenses.llc.default_llc_data`: the training
+            distribution where held, else held-out text); llc_flag: the last estimate's flag (``""`` without chain
+            diagnostics).
         reads_from, read_by: its strongest sources (earlier heads whose output it reads) and targets (later heads
             that read its output), strongest first.
         why: why a report gives it a card (`card_heads`); empty on the head explorer.
@@ -106,6 +108,7 @@ class HeadCard:
     reads_from: list[Partner] | None
     read_by: list[Partner] | None
     why: tuple[str, ...] = field(default=())
+    llc_data: str = ""
 
     @property
     def name(self) -> str:
@@ -119,11 +122,14 @@ def _types(store: Store, layer: int, head: int) -> dict[str, int] | None:
     return {t: int(kinds.emergence[t][layer, head]) for t in HEAD_TYPES if kinds.emergence[t][layer, head] >= 0}
 
 
-def _llc(store: Store, layer: int, head: int, flags: tuple[np.ndarray, np.ndarray] | None) -> tuple[Series | None, str]:
+def _llc(
+    store: Store, layer: int, head: int, flags: tuple[np.ndarray, np.ndarray] | None, data: str
+) -> tuple[Series | None, str]:
     if not store.has(LLC):
         return None, ""
-    value = store.require(LLC, "llc")[:, layer, head]
-    spread = store.require(LLC, "llc_std")[:, layer, head]
+    at = {LLC_DATA_COLUMN: data}
+    value = store.require(LLC, "llc", at=at)[:, layer, head]
+    spread = store.require(LLC, "llc_std", at=at)[:, layer, head]
     series = Series(np.asarray(store.steps), value, spread)
     last = np.flatnonzero(np.isfinite(value))
     flag = str(flags[0][int(last[-1]), layer, head]) if flags is not None and len(last) else ""
@@ -182,11 +188,12 @@ def head_card(store: Store, layer: int, head: int, *, why: tuple[str, ...] = (),
         method = effect.method
     at = context_steps(store)
     contexts = head_contexts(store, layer, head, at[-1]) if at else None
+    data = default_llc_data(store.read(LLC, columns=[])) if store.has(LLC) else ""
     if flags is None and store.has(LLC):
         from headwatch.analysis.llc.diagnostics import store_flags
 
-        flags = store_flags(store)
-    llc, flag = _llc(store, layer, head, flags)
+        flags = store_flags(store, data=data)
+    llc, flag = _llc(store, layer, head, flags, data)
     found = partners(store, layer, head)
     return HeadCard(
         layer=layer,
@@ -202,6 +209,7 @@ def head_card(store: Store, layer: int, head: int, *, why: tuple[str, ...] = (),
         reads_from=None if found is None else found[0],
         read_by=None if found is None else found[1],
         why=why,
+        llc_data=data,
     )
 
 
@@ -296,10 +304,10 @@ def card_markdown(card: HeadCard, *, run: str, store_path: str) -> list[str]:
     else:
         last = card.llc.last()
         lines.append(
-            "- **Refined LLC**: no estimate."
+            f"- **Refined LLC {llc_data_words(card.llc_data)}**: no estimate."
             if last is None
-            else f"- **Refined LLC**: {last[1]:.3g} ± {last[2]:.2g} (chains' s.d.) at step {last[0]:,}"
-            + (f", flag: {card.llc_flag}." if card.llc_flag else ".")
+            else f"- **Refined LLC {llc_data_words(card.llc_data)}**: {last[1]:.3g} ± {last[2]:.2g} (chains' s.d.) at step "
+            f"{last[0]:,}" + (f", flag: {card.llc_flag}." if card.llc_flag else ".")
         )
     if card.reads_from is None or card.read_by is None:
         lines.append("- **Composition**: no composition scores in this store (`--lenses composition`).")

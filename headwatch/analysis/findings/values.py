@@ -2,8 +2,8 @@
 
 A name is a column of the store (``std``, ``stable_rank``, ...), ``lambda`` (lambda_k = s_k^2 of the singular
 value ``k``), a forward-lens statistic (attention.parquet, per head whatever the matrix) or ``llc`` (the refined
-LLC, llc.parquet, per head). The dashboard labels these names (its statistics table); the definitions are
-``analysis/store/format.py``'s.
+LLC, llc.parquet, per head, under the distribution readers show by default: `llc_shown`). The dashboard labels
+these names (its statistics table); the definitions are ``analysis/store/format.py``'s.
 """
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ import numpy as np
 
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.attention import ATTENTION, ATTENTION_STATISTICS
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, default_llc_data
 
 LAMBDA = "lambda"  # lambda_k = s_k^2, for the singular-value index k
 LLC_STAT = "llc"  # the refined LLC of each head (llc.parquet)
 FORWARD_STATS = ATTENTION_STATISTICS  # the forward lens's per-head statistics (attention.parquet)
+
+
+def llc_shown(store: Store) -> str:
+    """The distribution whose refined LLC a reader shows when none is chosen (`default_llc_data`: the training
+    distribution where the store holds it, else held-out text, which every store written before the ``data``
+    column holds); ``text`` for a store without llc.parquet."""
+    return default_llc_data(store.read(LLC, columns=[]) if store.has(LLC) else [])
 
 
 def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> np.ndarray:
@@ -43,7 +50,7 @@ def stat_values(store: Store, stat: str, *, k: int = 0, matrix: str = "qk") -> n
             raise KeyError(f"{stat!r} needs the forward lens: rerun precompute with --lenses attention")
         return values
     if stat == LLC_STAT:  # llc.parquet (per head); NaN at the checkpoints the stage did not estimate
-        values = store.dense(LLC, "llc")
+        values = store.dense(LLC, "llc", at={LLC_DATA_COLUMN: llc_shown(store)})
         if values is None:
             raise KeyError(f"{stat!r} needs the refined LLC: rerun precompute with --lenses llc")
         return values

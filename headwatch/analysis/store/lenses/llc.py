@@ -43,6 +43,13 @@ LLC_DATA_BUILT_IN: dict[str, str] = {
     "run, tokenized otherwise",
 }
 LLC_DATA_NAMES = tuple(LLC_DATA_BUILT_IN)
+# How labels and sentences name the distribution an estimate was taken on ("refined LLC on held-out text").
+LLC_DATA_WORDS: dict[str, str] = {
+    "train": "on the training distribution",
+    "text": "on held-out text",
+    "repeats": "on the probe's repeated random tokens",
+    "code": "on code",
+}
 DEFAULT_LLC_DATA = "train"  # --llc-data's default, where the run records how it was trained (else text)
 STORED_BEFORE_DATA = "text"  # what the estimates of a store written before the data column were taken on
 
@@ -108,6 +115,11 @@ def default_llc_data(names: Any) -> str:
         if name in held:
             return name
     return held[0] if held else STORED_BEFORE_DATA
+
+
+def llc_data_words(name: str) -> str:
+    """How a label names the distribution ``name`` (`LLC_DATA_WORDS`; a user's file: ``on FILE``)."""
+    return LLC_DATA_WORDS.get(name, f"on {name}")
 
 
 def llc_data_order(names: Any) -> list[str]:

@@ -16,9 +16,10 @@ import pandas as pd
 
 from headwatch.analysis.findings import comparison
 from headwatch.analysis.findings.held_types import TYPE_LABELS
+from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.layers import LAYER_ROLES, LAYERS
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_words
 from headwatch.dashboard import export
 from headwatch.dashboard.data import INDEX_TICKS, index_ticks
 from headwatch.dashboard.labels import LAMBDA, LAYER_STATS, MATRIX_LABELS, STATS, stats_for
@@ -129,17 +130,23 @@ def llc_trust_text(stores: dict[str, Store], flags: dict[str, Any]) -> str:
     """
     parts = []
     for run, store in stores.items():
-        values = store.dense(LLC, "llc")
+        shown = llc_shown(store)  # the distribution compared (train where held, else text), as the bands draw it
+        values = store.dense(LLC, "llc", at={LLC_DATA_COLUMN: shown})
         assert values is not None  # the runs shown on the refined LLC have it (`views.compare.choice.run_values`)
         n = int(np.isfinite(values).sum())
         negative = int((values < 0).sum())
         flagged = flags[run]
         if flagged is None:
-            parts.append(f"**{run}**: {n} estimates, no chain diagnostics stored; {negative} negative")
+            parts.append(
+                f"**{run}** (refined LLC {llc_data_words(shown)}): {n} estimates, no chain diagnostics stored; "
+                f"{negative} negative"
+            )
             continue
         counts = Counter(f for f in flagged[0].ravel() if f)  # a negative estimate is flagged "negative", never converged
         unsure = ", ".join(f"{c} {f}" for f, c in sorted(counts.items()) if f != "converged") or "none flagged"
-        parts.append(f"**{run}**: {n} estimates, {counts.get('converged', 0)} converged ({unsure})")
+        parts.append(
+            f"**{run}** (refined LLC {llc_data_words(shown)}): {n} estimates, {counts.get('converged', 0)} converged ({unsure})"
+        )
     return (
         "Refined-LLC estimates are sampled: " + "; ".join(parts) + ". Flags and their rule, and what a negative estimate "
         "means, on the Refined LLC page; the bands above average flagged estimates with the others."

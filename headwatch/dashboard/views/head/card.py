@@ -8,6 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from headwatch.analysis.findings.cards import HeadCard, card_markdown, head_card
+from headwatch.analysis.store.lenses.llc import llc_data_words
 from headwatch.dashboard import charts, derived, export
 from headwatch.dashboard.figures.errors import Series, lines_with_errors
 from headwatch.dashboard.style import SMALL_HEIGHT
@@ -38,6 +39,7 @@ def card_panel(h: Head) -> None:
 def _curves(h: Head, card: HeadCard) -> None:
     """The card's ablation effect and refined LLC over training, small, side by side (each only when the store has it)."""
     run, name = h.frame.run, card.name
+    words = llc_data_words(card.llc_data)  # the distribution of the card's refined LLC ("on held-out text")
     shown = [
         (
             "card_ablation",
@@ -52,9 +54,9 @@ def _curves(h: Head, card: HeadCard) -> None:
         else None,
         (
             "card_llc",
-            [Series("refined LLC (± chains' s.d.)", CARD_COLOURS["llc"], card.llc.value, card.llc.se)],
-            "refined LLC",
-            f"{name} · refined LLC",
+            [Series(f"refined LLC {words} (± chains' s.d.)", CARD_COLOURS["llc"], card.llc.value, card.llc.se)],
+            f"refined LLC {words}",
+            f"{name} · refined LLC {words}",
         )
         if card.llc is not None
         else None,

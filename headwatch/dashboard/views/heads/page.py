@@ -15,9 +15,10 @@ import streamlit as st
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.findings.ablation import ablation_effect, ablation_method, missing_ablation_text
 from headwatch.analysis.findings.held_types import TYPE_LABELS, head_types, missing_text
+from headwatch.analysis.findings.values import llc_shown
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.ablation import ABLATION
-from headwatch.analysis.store.lenses.llc import LLC, llc_data_order
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_order, llc_data_words
 from headwatch.analysis.store.lenses.types import HEAD_TYPES
 from headwatch.dashboard import charts, derived, export, viewstate, widgets
 from headwatch.dashboard.frame import RunFrame
@@ -219,10 +220,13 @@ def _table(
     reference = reference_of(derived.references(store, matrix=matrix), stat, k) if matrix is not None else None
     uniform = data.uniform_baseline(store.meta.forward, stat)
     table = data.heads_table(values, at=at, since=since, reference=reference, counts=counts, matrix=matrix, baseline=uniform)
+    others: list[str] = []
     if stat == LLC_STAT:
         flagged = derived.llc_flags(store)
-        table = data.with_llc_columns(table, store.require(LLC, "llc_std"), flagged[0] if flagged is not None else None, at=at)
-        others = llc_data_order(store.read(LLC, columns=[]))[1:]  # the value column is the default's (train where held)
+        shown = llc_shown(store)  # the value column's distribution (train where held, else text)
+        spread = store.require(LLC, "llc_std", at={LLC_DATA_COLUMN: shown})
+        table = data.with_llc_columns(table, spread, flagged[0] if flagged is not None else None, at=at)
+        others = [d for d in llc_data_order(store.read(LLC, columns=[])) if d != shown]
         table = data.with_llc_data_columns(table, {d: store.require(LLC, "llc", at={"data": d}) for d in others}, at=at)
     note = data.reference_note(
         stat,
@@ -233,4 +237,8 @@ def _table(
         has_step0=len(store.steps) > 0 and int(store.steps[0]) == 0,
         uniform=uniform,
     )
+    if stat == LLC_STAT:
+        note += f" Its values are the refined LLC {llc_data_words(llc_shown(store))}" + (
+            "; each 'on …' column, the estimate under another distribution the store holds." if others else "."
+        )
     return table, note

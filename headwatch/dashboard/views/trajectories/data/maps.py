@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headwatch.analysis.findings.values import stat_values
+from headwatch.analysis.findings.values import llc_shown, stat_values
 from headwatch.analysis.store import Store
 from headwatch.analysis.store.lenses.embeddings import EMBEDDINGS
-from headwatch.analysis.store.lenses.llc import LLC
+from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, llc_data_words
 from headwatch.analysis.trajectories import maps
 from headwatch.analysis.trajectories.maps import EmbeddingSettings, Normalisation, kmeans, normalise, trajectories
 from headwatch.analysis.trajectories.type_association import cluster_trajectories
@@ -145,7 +145,8 @@ def grouping(store: Store, colour_by: str, traj: np.ndarray, types: tuple[np.nda
         labels, k, _ = cluster_trajectories(traj)
         return dict(groups=labels, group_names=[f"cluster {c + 1}" for c in range(k)], group_title="trajectory cluster")
     if colour_by == "llc_cluster" and store.has(LLC):
-        labels = kmeans(normalise(trajectories(store.require(LLC, "llc")), "zscore"), LLC_K)
+        shown = llc_shown(store)  # train where held, else text (every shipped store: text)
+        labels = kmeans(normalise(trajectories(store.require(LLC, "llc", at={LLC_DATA_COLUMN: shown})), "zscore"), LLC_K)
         names = [f"rLLC cluster {c + 1}" for c in range(int(labels.max()) + 1)]
-        return dict(groups=labels, group_names=names, group_title="refined-LLC cluster")
+        return dict(groups=labels, group_names=names, group_title=f"refined-LLC cluster ({llc_data_words(shown)})")
     return {}
