@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from headwatch.analysis.errors import StoreError
 from headwatch.analysis.store.format import MATRICES
 from headwatch.analysis.store.lenses import LENSES, TABLES
+from headwatch.analysis.store.lenses.attention import ATTENTION
 from headwatch.analysis.store.reader import open_store, read_table
 from headwatch.precompute.settings import DEFAULT_MATRICES, RunOptions
 from headwatch.units import human_bytes
@@ -56,7 +57,7 @@ def forward_has(path: Path, column: str) -> bool:
     import pyarrow.parquet as pq
 
     try:
-        return column in pq.ParquetFile(path / "attention.parquet").schema_arrow.names
+        return column in pq.ParquetFile(path / ATTENTION.file).schema_arrow.names
     except OSError:
         return False
 
@@ -131,7 +132,7 @@ def describe(path: str | Path) -> list[str]:
             + (f"; lacks {', '.join(lacking)} (a rerun of the lens adds it)" if lacking else "")
         )
     lines += [f"  note: no {name} heads: {why}" for name, why in absent_types(meta.types).items()]
-    if meta.forward is not None and (path / "attention.parquet").is_file() and not forward_has(path, "current_token"):
+    if meta.forward is not None and (path / ATTENTION.file).is_file() and not forward_has(path, "current_token"):
         lines.append(
             "  note: attention.parquet has no current_token score (written before it was recorded): recompute the "
             "forward lens (--lenses attention) to have it and the current-token heads"

@@ -210,7 +210,7 @@ def test_the_tokens_in_context_follow_the_chosen_checkpoints_across_runs(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "disagree" not in done.stderr, done.stderr
     assert "ablation lens: " not in done.stderr and "ablation: computed" not in done.stderr, done.stderr
-    assert open_store(out).frame(ABLATION).equals(before)  # type: ignore[union-attr]
+    assert open_store(out).frame(ABLATION).equals(before)  # type: ignore[union-attr]  # the store has the table: frame is not None
 
     done = run_cli(*common, "--ablation-steps", "all")
     assert done.returncode == 0, done.stderr

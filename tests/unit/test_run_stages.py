@@ -375,7 +375,7 @@ def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: P
         sort=("step", "layer", "head"),
     )
     module = modules.ModuleType("headwatch.analysis.store.lenses.ablation")
-    module.ABLATION = spec  # type: ignore[attr-defined]
+    module.ABLATION = spec  # type: ignore[attr-defined]  # a stand-in module: its attributes are set here
     monkeypatch.setitem(sys.modules, "headwatch.analysis.store.lenses.ablation", module)
     steps = store.steps
     grid = [(int(s), a, b) for s in steps for a in range(store.n_layers) for b in range(store.n_heads)]
