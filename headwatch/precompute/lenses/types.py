@@ -109,7 +109,7 @@ def absent_score(store: Store, column: str) -> str | None:
     return (
         f"attention.parquet has no {column} scores at every checkpoint (its forward lens was computed before they "
         f"were recorded); recompute the forward lens to have them: python -m headwatch.precompute --source "
-        f"CHECKPOINTS --out {store.path} --lenses attention"
+        f"CHECKPOINTS --out STORE --lenses attention"
     )
 
 
@@ -153,7 +153,7 @@ def function_types(
         context, the ``meta.json`` ``types`` ``function`` record, and why they were not decided (None: they were).
     """
     none: tuple[list[pd.DataFrame], list[pd.DataFrame], pa.Table, None] = ([], [], CONTEXT_NGRAMS.empty(), None)
-    rebuild = f"python -m headwatch.precompute --source CHECKPOINTS --out {store.path} --lenses ablation"
+    rebuild = "python -m headwatch.precompute --source CHECKPOINTS --out STORE --lenses ablation"
     if not store.has(ABLATION) or not store.has(HEAD_CONTEXTS):
         return (*none, f"the store has no ablation lens (ablation.parquet, head_contexts.parquet); add it with {rebuild}")
     steps = store.steps_with(ABLATION)
