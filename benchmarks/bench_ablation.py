@@ -46,7 +46,7 @@ import torch
 from benchmarks.common import in_worker, torch_machine
 from benchmarks.shapes import pythia_160m_config
 from headwatch.families.forward import architecture, parameters
-from headwatch.precompute.lenses.ablation import ablated_losses, head_means
+from headwatch.precompute.lenses.ablation import ablated_losses, ablation_pass
 
 PROBE = 4  # probe sequences in the pythia160m shape (the lens runs 8; a fixed share of the work either way)
 
@@ -139,13 +139,14 @@ def plain(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int]
 
 @torch.no_grad()
 def batched(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int], batch: int) -> dict[str, np.ndarray]:
-    """The lens's computation: the heads' means, then every head of the chosen layers as lanes."""
+    """The lens's computation: the text's pass (the heads' means found in its intact pass), then the probe's, every
+    head of the chosen layers a lane."""
     arch, params = architecture(model, sampler=False), parameters(model)
     device = model.device
-    means = head_means(arch, params, text.to(device), batch=batch)
+    means, _, text_ablated, _ = ablation_pass(arch, params, text.to(device), batch=batch, layers=layers)
+    _, probe_ablated = ablated_losses(arch, params, probe.to(device), means, batch=batch, layers=layers)
     out = {}
-    for name, ids in (("text", text), ("probe", probe)):
-        _, ablated = ablated_losses(arch, params, ids.to(device), means, batch=batch, layers=layers)
+    for name, ablated in (("text", text_ablated), ("probe", probe_ablated)):
         for layer in layers:
             for head in range(arch.n_heads):
                 out[f"{layer}.{head}.{name}"] = ablated[layer, head][:, 1:]

@@ -191,14 +191,14 @@ def ablation_macs(
     evaluation sequences and ``probe`` probe sequences of ``seq_len`` tokens, every head of ``layers`` (None: every
     layer) ablated.
 
-    The lens (`precompute.lenses.ablation`): a pass over the text for the heads' means (no unembedding); the intact
-    pass over every sequence, unembedding included; for each head of layer l, as a lane over the intact pass's input
-    to l: its layer's MLP unless the residual is parallel (then the MLP reads the unchanged input), every layer above
+    The lens (`precompute.lenses.ablation.ablation_pass`): the intact pass over every sequence, unembedding
+    included, which also finds the heads' means over the text; for each head of layer l, as a lane over the intact
+    pass's input to l: its layer's MLP unless the residual is parallel (then the MLP reads the unchanged input), every layer above
     and the unembedding (its own head's output and the layer's projections are the intact pass's); with
     ``contexts``, one more pass for the attention over the top tokens' windows (no unembedding). The plain way: a
     forward pass over the text for the means, then one forward pass per head over every sequence. Matrix products
-    only (`forward_token_macs`'s blocks: weights and attention's two products; and the lens's m_h W_o[h]^T, once per
-    layer for the text and once for the probe).
+    only (`forward_token_macs`'s blocks: weights and attention's two products over every key; and the lens's
+    m_h W_o[h]^T, once per layer for the text and once for the probe).
     """
     attend = 2 * seq_len * g.d_model
     block = g.dense + attend
@@ -208,7 +208,7 @@ def ablation_macs(
     tokens, text_tokens = (text + probe) * seq_len, text * seq_len
     lanes = sum(g.n_heads * ((0 if g.parallel else g.mlp) + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
     swaps = 2 * len(chosen) * g.d_model**2
-    batched = text_tokens * g.n_layers * block + tokens * (full + lanes + (g.n_layers * block if contexts else 0)) + swaps
+    batched = tokens * (full + lanes + (g.n_layers * block if contexts else 0)) + swaps
     plain = text_tokens * full + tokens * full * g.n_heads * len(chosen)
     return float(batched), float(plain)
 
