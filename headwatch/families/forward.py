@@ -201,6 +201,24 @@ class Architecture:
         up, down = names
         return apply(down, self.act(apply(up, x)))
 
+    def mlp_first(self, params: Params, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The first matrix of an MLP of two (not gated) in linear orientation, ``(d_mlp, d_model)``, and its bias."""
+        assert len(self.family.mlp_projections) == 2, "a gated MLP has two first matrices"
+        name = self.prefix(layer) + self.family.mlp_projections[0]
+        weight = params[name + ".weight"]
+        return (weight.T if self.family.conv1d else weight), params.get(name + ".bias")
+
+    def mlp_rest(self, params: Params, layer: int, pre: torch.Tensor) -> torch.Tensor:
+        """An MLP of two matrices from its first matrix's output ``pre`` (bias included): ``down(act(pre))``."""
+        name = self.prefix(layer) + self.family.mlp_projections[1]
+        weight = params[name + ".weight"]
+        return F.linear(self.act(pre), weight.T if self.family.conv1d else weight, params.get(name + ".bias"))
+
+    def norm_parameters(self, params: Params, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The gain and the bias (None under RMSNorm) of ``layer``'s MLP norm."""
+        name = self.prefix(layer) + self.family.mlp_norm
+        return params[name + ".weight"], params.get(name + ".bias")
+
     def ln_mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._ln(params, self.prefix(layer) + self.family.mlp_norm, x)
 

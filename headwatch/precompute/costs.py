@@ -206,8 +206,16 @@ def ablation_macs(
     full = g.n_layers * block + unembed
     chosen = range(g.n_layers) if layers is None else sorted(layers)
     tokens, text_tokens = (text + probe) * seq_len, text * seq_len
-    lanes = sum(g.n_heads * ((0 if g.parallel else g.mlp) + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
-    swaps = 2 * len(chosen) * g.d_model**2
+    d, d_head = g.d_model, g.d_model // g.n_heads
+    # the lane's own MLP: none under the parallel residual; split around a LayerNorm (not gated): its second matrix,
+    # the first's d_head-wide part and the norm's d_head^2; else both matrices (three gated)
+    split = not g.parallel and not g.gated
+    own = 0 if g.parallel else (d * g.d_mlp + d_head * g.d_mlp + d_head**2 if split else g.mlp)
+    lanes = sum(g.n_heads * (own + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
+    # per token of an ablated layer, split: W_o[k]^T c(h) for every head; per pass and layer: m_h W_o[h]^T, and,
+    # split, N_k and A_k^T A_k of every head
+    lanes += len(chosen) * d**2 if split else 0
+    swaps = 2 * len(chosen) * (d**2 + (g.d_mlp * d**2 + d**2 * d_head if split else 0))
     batched = tokens * (full + lanes + (g.n_layers * block if contexts else 0)) + swaps
     plain = text_tokens * full + tokens * full * g.n_heads * len(chosen)
     return float(batched), float(plain)

@@ -87,6 +87,55 @@ def per_token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
+class _SplitNorm:
+    """The first matrix of a layer's MLP on the LayerNorm of each lane's residual, with the product over d_model done
+    once for the layer's intact residual and d_head wide per lane.
+
+    Lane k's residual after attention is ``v = h + W_o[k] u``, h the intact one and ``u = m_k - z_k`` (d_head), so
+    its centred form is ``c(h) + A_k u`` with ``A_k = W_o[k]`` centred over d_model, and the LayerNorm's output times
+    the MLP's first matrix W_1 (bias b_1), with gain g and bias b, is::
+
+        W_1 LN(v) + b_1 = r_v (P + u N_k^T) + beta,   P = (g * c(h)) W_1^T,   N_k = W_1 diag(g) A_k,
+        beta = W_1 b + b_1,   r_v = 1 / sqrt(|c(h) + A_k u|^2 / d + eps),
+        |c(h) + A_k u|^2 = |c(h)|^2 + 2 (W_o[k]^T c(h)) . u + u^T (A_k^T A_k) u
+
+    P (d_model x d_mlp per token) is the intact pass's own product; a lane adds ``u N_k^T`` (d_head x d_mlp per
+    lane-token) and ``u^T A_k^T A_k u`` (d_head^2). The same function of the weights as ``W_1 LN(v) + b_1`` (float32
+    rounding apart), fewer multiply-adds: the lanes' MLP keeps its second matrix only at full width.
+    """
+
+    def __init__(self, arch: Architecture, params: Params, layer: int, w_o: torch.Tensor) -> None:
+        gain, bias = arch.norm_parameters(params, layer)
+        w1, b1 = arch.mlp_first(params, layer)  # (d_mlp, d_model)
+        self.d, self.eps, self.gain, self.w1, self.w_o = arch.d_model, arch.eps, gain, w1, w_o
+        centred = w_o - w_o.mean(dim=1, keepdim=True)  # (H, d_model, d_head): A_k
+        self.n = torch.einsum("fd,hde->hef", w1 * gain, centred)  # (H, d_head, d_mlp): N_k^T
+        self.gram = centred.transpose(1, 2) @ centred  # (H, d_head, d_head): A_k^T A_k
+        beta = w1 @ bias if bias is not None else w1.new_zeros(w1.shape[0])
+        self.beta = beta + b1 if b1 is not None else beta
+
+    def intact(self, h: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The intact MLP's first product from the residual ``h`` ``(B, T, d_model)``, and what the lanes of
+        ``u`` ``(H, B, T, d_head)`` (each head's ``m_k - z_k``) need kept: their ``1 / sqrt(var + eps)``."""
+        c = h - h.mean(dim=-1, keepdim=True)
+        square = c.square().sum(dim=-1)  # (B, T)
+        self.p = torch.nn.functional.linear(c * self.gain, self.w1)  # (B, T, d_mlp)
+        s = torch.einsum("btd,hde->hbte", c, self.w_o)  # (H, B, T, d_head): W_o[k]^T c(h)
+        ug = torch.einsum("hbte,hef->hbtf", u, self.gram)
+        var = (square[None] + 2 * (s * u).sum(dim=-1) + (ug * u).sum(dim=-1)) / self.d  # (H, B, T)
+        H, B, T, dh = u.shape
+        self.r = torch.rsqrt(var + self.eps).reshape(H * B, T, 1)
+        self.u = u.reshape(H * B, T, dh)
+        return self.p * torch.rsqrt(square / self.d + self.eps)[..., None] + self.beta
+
+    def lanes(self, start: int, stop: int, batch: int) -> torch.Tensor:
+        """The first product of lane-sequences ``start:stop`` (lane k's sequences at ``k * batch``, in order), after
+        `intact`: ``(stop - start, T, d_mlp)``."""
+        rows = torch.arange(start, min(stop, len(self.u)), device=self.u.device)
+        own = torch.baddbmm(self.p[rows % batch], self.u[start:stop], self.n[rows // batch])
+        return own.mul_(self.r[start:stop]).add_(self.beta)
+
+
 class AblationPass(NamedTuple):
     """`ablation_pass`'s result: the means ``(n_layers, n_heads, d_head)``, the ``(S, T)`` intact and ``(n_layers,
     n_heads, S, T)`` ablated float64 losses (column 0 NaN), and, where asked for, each layer's intact input for every
@@ -147,6 +196,9 @@ def ablation_pass(
     chunk = max(1, min(logit_budget // (T * vocab), LANE_ROWS // T))
     packs = [arch.packed_attention(params, layer) for layer in range(L)]
     spans = [(s, min(s + batch, S)) for s in range(0, S, batch)]
+    # a lane's MLP input differs from the intact one by its head's term only, d_head wide: under a LayerNorm before
+    # an MLP of two matrices (GPT-2), the first matrix's product splits (`_SplitNorm`)
+    low_rank = not arch.parallel_residual and not arch.family.rms_norm and len(arch.family.mlp_projections) == 2
     found = []
     inputs: list[torch.Tensor] | None = [] if keep_inputs else None
     x = arch.embed(params, ids)  # (S, T, d_model): the current layer's input, every sequence
@@ -158,6 +210,7 @@ def ablation_pass(
         m = z[:n_text].sum(dim=(0, 2)) / (n_text * T) if means is None else means[layer].to(dtype)
         found.append(m)
         swapped = torch.einsum("he,hde->hd", m.to(dtype), pack["W_o_heads"]) if layer in chosen else None  # (H, d)
+        split = _SplitNorm(arch, params, layer, pack["W_o_heads"]) if swapped is not None and low_rank else None
         x_next = torch.empty_like(x)
         for a, b in spans:
             xb, zb = x[a:b], z[a:b]
@@ -168,7 +221,11 @@ def ablation_pass(
             # each head's term z_h W_o[h]^T of the attention output, lane-major: (H, B, T, d_model)
             lanes = torch.einsum("bhte,hde->hbtd", zb, pack["W_o_heads"])
             attn = lanes.sum(dim=0) + pack["b_o"]  # (B, T, d_model)
-            out = arch.finish_layer(params, layer, xb, attn)
+            if split is not None:
+                intact = split.intact(xb + attn, m[:, None, None, :] - zb.transpose(0, 1))
+                out = xb + attn + arch.mlp_rest(params, layer, intact)
+            else:
+                out = arch.finish_layer(params, layer, xb, attn)
             x_next[a:b] = out
             # lane h, in place: the layer's residual after attention (GPT-NeoX's parallel residual: its output, whose
             # MLP reads the unchanged input) with head h's term swapped, (H B, T, d_model), lane h's sequences in order
@@ -178,7 +235,9 @@ def ablation_pass(
             lost = []
             for c in range(0, H * B, chunk):
                 y = lanes[c : c + chunk]
-                if not arch.parallel_residual:
+                if split is not None:
+                    y = y + arch.mlp_rest(params, layer, split.lanes(c, c + chunk, B))
+                elif not arch.parallel_residual:
                     y = y + arch.mlp(params, layer, arch.ln_mlp(params, layer, y))
                 for above in range(layer + 1, L):
                     y = arch.packed_layer(params, above, y, packs[above])
