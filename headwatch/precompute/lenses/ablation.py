@@ -132,7 +132,11 @@ class _SplitNorm:
         """The first product of lane-sequences ``start:stop`` (lane k's sequences at ``k * batch``, in order), after
         `intact`: ``(stop - start, T, d_mlp)``."""
         rows = torch.arange(start, min(stop, len(self.u)), device=self.u.device)
-        own = torch.baddbmm(self.p[rows % batch], self.u[start:stop], self.n[rows // batch])
+        own = torch.bmm(self.u[start:stop], self.n[rows // batch])  # (n, T, d_mlp)
+        if start % batch == 0 and len(rows) % batch == 0:  # whole lanes: P broadcast over them, not gathered
+            own.view(-1, *self.p.shape).add_(self.p)
+        else:
+            own.add_(self.p[rows % batch])
         return own.mul_(self.r[start:stop]).add_(self.beta)
 
 
