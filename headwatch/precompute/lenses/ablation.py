@@ -211,9 +211,9 @@ def ablation_pass(
             inputs.append(x)
         pack = packs[layer]
         z = torch.cat([arch.packed_heads(arch.ln_attn(params, layer, x[a:b]), pack) for a, b in spans])  # (S, H, T, dh)
-        m = z[:n_text].sum(dim=(0, 2)) / (n_text * T) if means is None else means[layer].to(dtype)
+        m = z[:n_text].sum(dim=(0, 2)) / (n_text * T) if means is None else means[layer].to(x.device, dtype)
         found.append(m)
-        swapped = torch.einsum("he,hde->hd", m.to(dtype), pack["W_o_heads"]) if layer in chosen else None  # (H, d)
+        swapped = torch.einsum("he,hde->hd", m, pack["W_o_heads"]) if layer in chosen else None  # (H, d)
         split = _SplitNorm(arch, params, layer, pack["W_o_heads"]) if swapped is not None and low_rank else None
         x_next = torch.empty_like(x)
         for a, b in spans:
@@ -225,15 +225,15 @@ def ablation_pass(
             # each head's term z_h W_o[h]^T of the attention output, lane-major: (H, B, T, d_model)
             lanes = torch.einsum("bhte,hde->hbtd", zb, pack["W_o_heads"])
             attn = lanes.sum(dim=0) + pack["b_o"]  # (B, T, d_model)
+            h = xb + attn  # the residual after attention
             if split is not None:
-                intact = split.intact(xb + attn, m[:, None, None, :] - zb.transpose(0, 1))
-                out = xb + attn + arch.mlp_rest(params, layer, intact)
+                out = h + arch.mlp_rest(params, layer, split.intact(h, m[:, None, None, :] - zb.transpose(0, 1)))
             else:
                 out = arch.finish_layer(params, layer, xb, attn)
             x_next[a:b] = out
             # lane h, in place: the layer's residual after attention (GPT-NeoX's parallel residual: its output, whose
             # MLP reads the unchanged input) with head h's term swapped, (H B, T, d_model), lane h's sequences in order
-            lanes = lanes.neg_().add_(swapped[:, None, None, :]).add_(out if arch.parallel_residual else xb + attn)
+            lanes = lanes.neg_().add_(swapped[:, None, None, :]).add_(out if arch.parallel_residual else h)
             lanes = lanes.view(H * B, T, -1)
             targets = ids[a:b].repeat(H, 1)  # (H B, T)
             lost = []
