@@ -4,7 +4,7 @@ The plain way: one forward pass per head through transformers, with a forward pr
 projection (GPT-2's ``attn.c_proj``, GPT-NeoX's ``attention.dense``, Llama's ``o_proj``) that replaces that head's
 d_head slice of its input by the head's mean over the text's tokens (read by the same hooks in one intact pass). The
 lens: every head of a layer a lane of one batched computation over the intact pass's layer input
-(`ablated_losses`). Both run on the same text and probe sequences (the evaluation set's shapes: N text sequences of T
+(`ablation_pass`). Both run on the same text and probe sequences (the evaluation set's shapes: N text sequences of T
 tokens and probe sequences of 2R = T), and the run checks their per-token losses agree (the largest difference is
 printed).
 
@@ -21,12 +21,13 @@ Two shapes:
   figure ``headwatch plan`` prices with), implied the same way.
 
 Each way runs in a fresh worker process (`benchmarks.common.in_worker`), warmed up on one sequence and one layer's
-heads (lazy initialisation kept out of the timing), which reports its CPU-seconds
+heads (lazy initialisation kept out of the timing), timed ``--repeats`` times (the least CPU-seconds kept: on a shared
+machine the others' load only adds), which reports its CPU-seconds
 (``time.process_time``, every thread; run with OMP_NUM_THREADS=1 on a shared machine) and its peak resident memory
 (``ru_maxrss``; on CUDA ``torch.cuda.max_memory_allocated``). The multiply-adds of both ways are counted
 (`precompute.costs.ablation_token_macs`) and printed beside the measurement.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.bench_ablation --shape d128 [--checkpoint DIR] [--device cpu]
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_ablation --shape d128 [--checkpoint DIR] [--device cpu] [--repeats 5]
     OMP_NUM_THREADS=1 python -m benchmarks.bench_ablation --shape pythia160m [--sequences 4]
 """
 
@@ -46,7 +47,7 @@ import torch
 from benchmarks.common import in_worker, torch_machine
 from benchmarks.shapes import pythia_160m_config
 from headwatch.families.forward import architecture, parameters
-from headwatch.precompute.lenses.ablation import ablated_losses, head_means
+from headwatch.precompute.lenses.ablation import ablated_losses, ablation_pass
 
 PROBE = 4  # probe sequences in the pythia160m shape (the lens runs 8; a fixed share of the work either way)
 
@@ -139,13 +140,14 @@ def plain(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int]
 
 @torch.no_grad()
 def batched(model: Any, text: torch.Tensor, probe: torch.Tensor, layers: list[int], batch: int) -> dict[str, np.ndarray]:
-    """The lens's computation: the heads' means, then every head of the chosen layers as lanes."""
+    """The lens's computation: the text's pass (the heads' means found in its intact pass), then the probe's, every
+    head of the chosen layers a lane."""
     arch, params = architecture(model, sampler=False), parameters(model)
     device = model.device
-    means = head_means(arch, params, text.to(device), batch=batch)
+    means, _, text_ablated, _ = ablation_pass(arch, params, text.to(device), batch=batch, layers=layers)
+    _, probe_ablated = ablated_losses(arch, params, probe.to(device), means, batch=batch, layers=layers)
     out = {}
-    for name, ids in (("text", text), ("probe", probe)):
-        _, ablated = ablated_losses(arch, params, ids.to(device), means, batch=batch, layers=layers)
+    for name, ablated in (("text", text_ablated), ("probe", probe_ablated)):
         for layer in layers:
             for head in range(arch.n_heads):
                 out[f"{layer}.{head}.{name}"] = ablated[layer, head][:, 1:]
@@ -161,16 +163,20 @@ def worker(args: argparse.Namespace) -> None:
     way(model, text[:1], probe[:1], layers[:1], args.batch)  # warm-up: lazy initialisation outside the timing
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    c0, t0 = time.process_time(), time.perf_counter()
-    losses = way(model, text, probe, layers, args.batch)
-    if args.device == "cuda":
-        torch.cuda.synchronize()
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    cpus, walls = [], []
+    for _ in range(args.repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        losses = way(model, text, probe, layers, args.batch)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        cpus.append(time.process_time() - c0)
+        walls.append(time.perf_counter() - t0)
+    cpu, wall = min(cpus), min(walls)
     np.savez(args.out, **losses)  # type: ignore[arg-type]  # numpy's stub types the keywords as allow_pickle
     peak = (
         torch.cuda.max_memory_allocated() if args.device == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     )
-    print(json.dumps({"cpu": cpu, "wall": wall, "peak_bytes": peak}))
+    print(json.dumps({"cpu": cpu, "wall": wall, "cpus": cpus, "peak_bytes": peak}))
 
 
 def main() -> None:
@@ -180,6 +186,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--sequences", type=int, default=None, help="text sequences (d128: 32, pythia160m: 4)")
     p.add_argument("--batch", type=int, default=8, help="sequences per forward pass (both ways)")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs of each way in its worker; the least CPU-s is kept")
     p.add_argument("--worker", choices=("plain", "batched"), default=None, help=argparse.SUPPRESS)
     p.add_argument("--layers", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -209,6 +216,7 @@ def main() -> None:
                 "benchmarks.bench_ablation",
                 *("--shape", args.shape, "--device", args.device, "--sequences", str(args.sequences)),
                 *("--batch", str(args.batch), "--worker", way, "--layers", layer_arg, "--out", f"{tmp}/{way}.npz", *extra),
+                *("--repeats", str(args.repeats)),
             )
             results[way]["losses"] = dict(np.load(f"{tmp}/{way}.npz"))
     a, b = results["plain"]["losses"], results["batched"]["losses"]
@@ -238,6 +246,9 @@ def main() -> None:
             f"| {way} | {r['cpu']:.2f} | {r['wall']:.2f} | {r['peak_bytes'] / 2**20:.0f} MiB | {macs[way]:.3g} | "
             f"{every[way]:.3g} | {implied[way]:.2f} |"
         )
+    if args.repeats > 1:
+        for way in ("plain", "batched"):
+            print(f"# {way}: CPU-s of each of {args.repeats} runs: {', '.join(f'{c:.3f}' for c in results[way]['cpus'])}")
     print(
         f"# ratio plain / batched: CPU-seconds {results['plain']['cpu'] / results['batched']['cpu']:.2f}x (timed heads), "
         f"{implied['plain'] / implied['batched']:.2f}x (checkpoint, implied); multiply-adds "

@@ -126,6 +126,14 @@ class Architecture:
         alpha = torch.softmax(scores, dim=-1)
         return alpha @ v, alpha
 
+    def queries_keys(self, ln_x: torch.Tensor, w: Params) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries and keys of every head in ``w`` on ``(B, T, d_model)``: each ``(B, n_heads, T, d_head)``,
+        rotated where the family rotates them (`heads_attention`'s, without the values)."""
+        q, k = (torch.einsum("btd,hed->bhte", ln_x, w[f"W_{n}"]) + w[f"b_{n}"][:, None, :] for n in "qk")
+        if self.rotary is not None:
+            q, k = self._rotate(q), self._rotate(k)
+        return q, k
+
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:
         """The rotary embedding on the first ``rotary_dims`` of d_head (GPT-NeoX's rotate_half convention)."""
         assert self.rotary is not None
@@ -141,6 +149,41 @@ class Architecture:
         eq = "bhte,hde->bhtd" if w["W_o"].dim() == 3 else "bte,de->btd"
         return torch.einsum(eq, o, w["W_o"])
 
+    def packed_attention(self, params: Params, layer: int) -> Params:
+        """`attention_weights` of ``layer`` packed for one matrix product each: ``W_qkv`` ``(3 n_heads d_head,
+        d_model)`` (Q, K, V, each heads in order) and ``b_qkv``, ``W_o`` ``(d_model, n_heads d_head)`` and ``b_o``;
+        ``W_o_heads`` the per-head ``(n_heads, d_model, d_head)``."""
+        w = self.attention_weights(params, layer)
+        H, dh, d = self.n_heads, self.d_head, self.d_model
+        return {
+            "W_qkv": torch.stack((w["W_q"], w["W_k"], w["W_v"])).reshape(3 * H * dh, d),
+            "b_qkv": torch.stack((w["b_q"], w["b_k"], w["b_v"])).reshape(3 * H * dh),
+            "W_o": w["W_o"].transpose(0, 1).reshape(d, H * dh),
+            "W_o_heads": w["W_o"],
+            "b_o": w["b_o"],
+        }
+
+    def packed_heads(self, ln_x: torch.Tensor, packed: Params) -> torch.Tensor:
+        """`heads_output` from `packed_attention`'s weights: ``(B, T, d_model)`` -> ``(B, n_heads, T, d_head)``, Q, K
+        and V in one product and the causal attention in torch's fused kernel (no probabilities kept)."""
+        B, T, _ = ln_x.shape
+        H, dh = self.n_heads, self.d_head
+        qkv = F.linear(ln_x, packed["W_qkv"], packed["b_qkv"]).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # (B, H, T, d_head)
+        if self.rotary is not None:
+            q, k = self._rotate(q), self._rotate(k)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=dh**-0.5)
+
+    def packed_merge(self, o: torch.Tensor, packed: Params) -> torch.Tensor:
+        """``(B, n_heads, T, d_head)`` -> the layer's attention output ``sum_h o_h W_o[h]^T + b_o`` in one product."""
+        B, H, T, dh = o.shape
+        return F.linear(o.transpose(1, 2).reshape(B, T, H * dh), packed["W_o"], packed["b_o"])
+
+    def packed_layer(self, params: Params, layer: int, x: torch.Tensor, packed: Params) -> torch.Tensor:
+        """`layer` with `packed_attention`'s weights (the same function, fewer and larger products)."""
+        o = self.packed_heads(self.ln_attn(params, layer, x), packed)
+        return self.finish_layer(params, layer, x, self.packed_merge(o, packed))
+
     def mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The MLP of ``layer`` on its layer-normed input."""
         p = self.prefix(layer)
@@ -148,16 +191,33 @@ class Architecture:
 
         def apply(name: str, y: torch.Tensor) -> torch.Tensor:
             bias = params.get(name + ".bias")
-            if self.family.conv1d:  # (in, out): x W + b
-                out = y @ params[name + ".weight"]
-                return out + bias if bias is not None else out
-            return F.linear(y, params[name + ".weight"], bias)
+            weight = params[name + ".weight"]
+            # Conv1D's (in, out) weight, x W + b, as a linear map of its transpose: the bias added in the product
+            return F.linear(y, weight.T if self.family.conv1d else weight, bias)
 
         if len(names) == 3:  # gated: down(act(gate x) * up x)
             gate, up, down = names
             return apply(down, self.act(apply(gate, x)) * apply(up, x))
         up, down = names
         return apply(down, self.act(apply(up, x)))
+
+    def mlp_first(self, params: Params, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The first matrix of an MLP of two (not gated) in linear orientation, ``(d_mlp, d_model)``, and its bias."""
+        assert len(self.family.mlp_projections) == 2, "a gated MLP has two first matrices"
+        name = self.prefix(layer) + self.family.mlp_projections[0]
+        weight = params[name + ".weight"]
+        return (weight.T if self.family.conv1d else weight), params.get(name + ".bias")
+
+    def mlp_rest(self, params: Params, layer: int, pre: torch.Tensor) -> torch.Tensor:
+        """An MLP of two matrices from its first matrix's output ``pre`` (bias included): ``down(act(pre))``."""
+        name = self.prefix(layer) + self.family.mlp_projections[1]
+        weight = params[name + ".weight"]
+        return F.linear(self.act(pre), weight.T if self.family.conv1d else weight, params.get(name + ".bias"))
+
+    def norm_parameters(self, params: Params, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The gain and the bias (None under RMSNorm) of ``layer``'s MLP norm."""
+        name = self.prefix(layer) + self.family.mlp_norm
+        return params[name + ".weight"], params.get(name + ".bias")
 
     def ln_mlp(self, params: Params, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._ln(params, self.prefix(layer) + self.family.mlp_norm, x)

@@ -191,14 +191,17 @@ def ablation_macs(
     evaluation sequences and ``probe`` probe sequences of ``seq_len`` tokens, every head of ``layers`` (None: every
     layer) ablated.
 
-    The lens (`precompute.lenses.ablation`): a pass over the text for the heads' means (no unembedding); the intact
-    pass over every sequence, unembedding included; for each head of layer l, as a lane over the intact pass's input
-    to l: its layer's MLP unless the residual is parallel (then the MLP reads the unchanged input), every layer above
-    and the unembedding (its own head's output and the layer's projections are the intact pass's); with
-    ``contexts``, one more pass for the attention over the top tokens' windows (no unembedding). The plain way: a
-    forward pass over the text for the means, then one forward pass per head over every sequence. Matrix products
-    only (`forward_token_macs`'s blocks: weights and attention's two products; and the lens's m_h W_o[h]^T, once per
-    layer for the text and once for the probe).
+    The lens (`precompute.lenses.ablation.ablation_pass`): the intact pass over every sequence, unembedding
+    included, which also finds the heads' means over the text; for each head of layer l, as a lane over the intact
+    pass's input to l: its layer's MLP, every layer above and the unembedding (its own head's output and the layer's
+    projections are the intact pass's). The lane's own MLP: none under GPT-NeoX's parallel residual (it reads the
+    unchanged input); split around a LayerNorm before two matrices (GPT-2, `ablation._SplitNorm`): the second
+    matrix, the first's d_head-wide part and the norm's d_head^2 per lane-token, W_o[k]^T c(h) of every head per
+    token, N_k and A_k^T A_k per layer and pass; else both matrices (three gated). With ``contexts``, the attention
+    rows of the top tokens from the intact pass's layer inputs: Q and K of every layer, counted over every sequence.
+    The plain way: a forward pass over the text for the means, then one forward pass per head over every sequence.
+    Matrix products only (`forward_token_macs`'s blocks: weights and attention's two products over every key; and
+    the lens's m_h W_o[h]^T, once per layer for the text and once for the probe).
     """
     attend = 2 * seq_len * g.d_model
     block = g.dense + attend
@@ -206,9 +209,17 @@ def ablation_macs(
     full = g.n_layers * block + unembed
     chosen = range(g.n_layers) if layers is None else sorted(layers)
     tokens, text_tokens = (text + probe) * seq_len, text * seq_len
-    lanes = sum(g.n_heads * ((0 if g.parallel else g.mlp) + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
-    swaps = 2 * len(chosen) * g.d_model**2
-    batched = text_tokens * g.n_layers * block + tokens * (full + lanes + (g.n_layers * block if contexts else 0)) + swaps
+    d, d_head = g.d_model, g.d_model // g.n_heads
+    # the lane's own MLP: none under the parallel residual; split around a LayerNorm (not gated): its second matrix,
+    # the first's d_head-wide part and the norm's d_head^2; else both matrices (three gated)
+    split = not g.parallel and not g.gated
+    own = 0 if g.parallel else (d * g.d_mlp + d_head * g.d_mlp + d_head**2 if split else g.mlp)
+    lanes = sum(g.n_heads * (own + (g.n_layers - 1 - layer) * block + unembed) for layer in chosen)
+    # per token of an ablated layer, split: W_o[k]^T c(h) for every head; per pass and layer: m_h W_o[h]^T, and,
+    # split, N_k and A_k^T A_k of every head
+    lanes += len(chosen) * d**2 if split else 0
+    swaps = 2 * len(chosen) * (d**2 + (g.d_mlp * d**2 + d**2 * d_head if split else 0))
+    batched = tokens * (full + lanes + (g.n_layers * 2 * d**2 if contexts else 0)) + swaps
     plain = text_tokens * full + tokens * full * g.n_heads * len(chosen)
     return float(batched), float(plain)
 

@@ -2,7 +2,7 @@
 
 The peer reference: TransformerLens's bridge over the same planted checkpoint (``TransformerBridge.boot_transformers``
 on the saved folder, float64), each head mean-ablated by ``run_with_hooks`` on ``blocks.{l}.attn.hook_z`` with
-``loss_per_token=True``, one forward pass per head; the lens's `ablated_losses` runs every head of a layer as a lane
+``loss_per_token=True``, one forward pass per head; the lens's `ablation_pass` runs every head of a layer as a lane
 of one computation. Planted GPT-2, GPT-NeoX (partial rotary, parallel residual) and Llama (grouped-query attention:
 2 key/value heads for 4 query heads, RMSNorm, gated MLP, rotary) models, weights drawn large enough that every head
 matters; equal within 1e-5.
@@ -21,7 +21,7 @@ import torch
 from headwatch.analysis.attention.losses import icl_probe, icl_text, mean_increase, position_stats, sem, top_contexts
 from headwatch.analysis.store.lenses.losses import icl_positions, probe_positions
 from headwatch.families.forward import architecture, parameters
-from headwatch.precompute.lenses.ablation import ablated_losses, attention_over, context_steps, head_means
+from headwatch.precompute.lenses.ablation import ablated_losses, ablation_pass, attention_over, context_steps
 
 VOCAB, T = 40, 12
 
@@ -103,10 +103,11 @@ def test_mean_ablation_equals_transformer_lens_hooks_on_hook_z(kind: str, tmp_pa
 
     bridge.run_with_hooks(ids, return_type="loss", fwd_hooks=[(f"blocks.{layer}.attn.hook_z", keep(layer)) for layer in range(L)])
     tl_means = torch.stack([seen[layer] for layer in range(L)])  # (L, H, d_head)
-    means = head_means(arch, params, ids, batch=2)
-    assert (means - tl_means.detach()).abs().max() < 1e-6, (means - tl_means.detach()).abs().max()
-
-    base, ablated = ablated_losses(arch, params, ids, means, batch=2, logit_budget=3 * T * VOCAB)  # chunks of 3 lanes
+    # one pass: the means found in its intact pass, then the lanes (chunks of 3 lanes)
+    base, ablated = ablated_losses(arch, params, ids, tl_means.float(), batch=2, logit_budget=3 * T * VOCAB)
+    done = ablation_pass(arch, params, ids, batch=2, logit_budget=3 * T * VOCAB)
+    assert (done.means - tl_means.detach()).abs().max() < 1e-6, (done.means - tl_means.detach()).abs().max()
+    np.testing.assert_allclose(done.ablated, ablated, atol=1e-5, rtol=0)
     tl_base = bridge(ids, return_type="loss", loss_per_token=True).detach().numpy()  # (B, T - 1)
     np.testing.assert_allclose(base[:, 1:], tl_base, atol=1e-5, rtol=0)
     assert np.isnan(base[:, 0]).all() and np.isnan(ablated[..., 0]).all()
@@ -148,10 +149,15 @@ def test_zero_ablation_equals_transformer_lens_and_attention_rows_equal_the_mode
 
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float64, attn_implementation="eager").eval()
     alphas = model(ids, output_attentions=True).attentions  # per layer (B, H, T, T)
-    rows = attention_over(arch, params, ids, {0: [(2, 1, 5)], 2: [(0, 3, 11), (2, 0, 0)]})
+    wanted = {0: [(2, 1, 5)], 2: [(0, 3, 11), (2, 0, 0), (1, 2, 7)]}
+    rows = attention_over(arch, params, ids, wanted)
+    # the same rows read from the ablation pass's layer inputs
+    kept = attention_over(arch, params, ids, wanted, ablation_pass(arch, params, ids, means=zeros, keep_inputs=True).inputs)
+    assert rows.keys() == kept.keys() and len(rows) == 4
     for (layer, seq, head, query), row in rows.items():
         # transformers' Llama takes its RMSNorm in float32 even in a float64 model: agreement to about 1e-7
         np.testing.assert_allclose(row, alphas[layer][seq, head, query].detach().numpy(), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(kept[(layer, seq, head, query)], row, atol=1e-7, rtol=0)
         assert (row[query + 1 :] == 0).all()
 
 
@@ -237,11 +243,21 @@ def test_the_llama_family_s_functional_forward_equals_the_model_s_logits(kind: s
         np.testing.assert_allclose(arch.logits(params, x).numpy(), model(ids).logits.numpy(), atol=1e-5, rtol=0)
 
 
+def _sdpa_flops(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+    """Operations of causal attention over shapes ``(B, H, T, d_head)``: Q K^T and the weights times V, every key."""
+    b, h, t, d = query
+    return 2 * 2 * b * h * t * key[2] * d
+
+
+SDPA_CPU_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flops}
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "gpt_neox"])
 def test_the_multiply_adds_plan_prices_are_what_the_lens_computes(kind: str, tmp_path: Path) -> None:
     """`precompute.costs.ablation_macs` (the lens without its contexts' attention pass, and the plain way) against
-    torch's ``FlopCounterMode`` over the lens's own passes (a multiply-add is two operations): every layer, and the
-    first and the last alone (what the benchmark times)."""
+    torch's ``FlopCounterMode`` over the lens's own passes (a multiply-add is two operations; torch's fused causal
+    attention on the CPU, which the counter does not know, counted as its two products over every key): every layer,
+    and the first and the last alone (what the benchmark times)."""
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM
 
@@ -256,9 +272,8 @@ def test_the_multiply_adds_plan_prices_are_what_the_lens_computes(kind: str, tmp
     gen = torch.Generator().manual_seed(3)
     text, probe = torch.randint(0, VOCAB, (5, T), generator=gen), torch.randint(0, VOCAB, (2, T), generator=gen)
     for layers in (None, [0, arch.n_layers - 1]):
-        with FlopCounterMode(display=False) as counted:
-            means = head_means(arch, params, text, batch=2)
-            ablated_losses(arch, params, text, means, batch=2, layers=layers)
+        with FlopCounterMode(display=False, custom_mapping=SDPA_CPU_FLOPS) as counted:
+            means = ablation_pass(arch, params, text, batch=2, layers=layers).means
             ablated_losses(arch, params, probe, means, batch=2, layers=layers)
         lens, plain = ablation_macs(geometry, T, 5, 2, layers=layers, contexts=False)
         assert counted.get_total_flops() == pytest.approx(2 * lens, rel=1e-6), layers

@@ -1,13 +1,15 @@
 """The ablation lens's computation: every head ablated, one at a time, as lanes of one batched forward pass.
 
-`ablated_losses` is the core. The identity it relies on: a layer's attention output is a sum over heads,
+`ablation_pass` is the core. The identity it relies on: a layer's attention output is a sum over heads,
 ``attn = b_o + sum_h z_h W_o[h]^T`` (`families.forward`), so replacing head k's output z_k by m_k (its mean over the
 evaluation text's tokens, or 0) changes the layer's attention output to ``attn - z_k W_o[k]^T + m_k W_o[k]^T`` and
-nothing below the layer. For each batch of sequences the intact forward pass runs once; at each layer l its input
-x_l, its heads' outputs and their projections are computed once, and the layer's H heads become H lanes that share
-them: each lane's attention output is the intact one with its head's projection swapped, then the lanes (H x
-sequences) run through the layers above and the unembedding together, a memory-bounded chunk at a time. Nothing
-runs one forward pass per head, and what lies below a head's layer is computed once per batch.
+nothing below the layer. The intact forward pass runs once, layer by layer over every sequence; at each layer l its
+input x_l, its heads' outputs (whose average over the text is the heads' mean: the intact pass is the means' pass)
+and their projections are computed once, and the layer's H heads become H lanes that share them: each lane's
+attention output is the intact one with its head's projection swapped, then the lanes (H x sequences) run through
+the layers above and the unembedding together, a few hundred lane-tokens at a time. Nothing runs one forward pass
+per head, and what lies below a head's layer is computed once. The tokens in context's attention rows are read from
+the intact pass's layer inputs, only the rows shown (`attention_over`).
 
 The checkpoint's weights come from transformers (`precompute.lenses.attention.load_model`) into the functional
 forward (`families.forward.architecture`: GPT-2, GPT-NeoX and the Llama family); the statistics are
@@ -23,7 +25,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +62,10 @@ log = logging.getLogger("precompute")
 ATTENTION_GRID = 2.0**16
 # Floats of logits one chunk of lanes may hold at once (lanes x sequences x T x vocab): 2^26, 256 MiB in float32.
 LOGIT_BUDGET = 1 << 26
+# Lane-tokens a chunk of lanes runs through the layers above at once (at least one sequence): products of a few
+# hundred rows run as fast per multiply-add as larger ones, and their activations are reused from the allocator's
+# free memory instead of fresh pages.
+LANE_ROWS = 512
 
 
 # ------------------------------------------------------------------ the batched forward with heads as lanes
@@ -67,36 +73,186 @@ LOGIT_BUDGET = 1 << 26
 
 def per_token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``(..., T)`` float64 next-token cross-entropy with column 0 NaN, from ``logits`` ``(..., T, V)`` and ``ids``
-    ``(..., T)`` (broadcast over leading lane axes), computed in the logits' dtype (float32 at least)."""
-    head = logits[..., :-1, :]
-    logp = torch.log_softmax(head.float() if head.dtype.itemsize < 4 else head, dim=-1)
-    target = ids[..., 1:].expand(logp.shape[:-1])
-    lost = -logp.gather(-1, target[..., None])[..., 0].double()
-    nan = torch.full((*lost.shape[:-1], 1), float("nan"), dtype=lost.dtype, device=lost.device)
-    return torch.cat((nan, lost), dim=-1)
+    ``(..., T)`` (broadcast over leading lane axes), computed in the logits' dtype (float32 at least): one fused
+    log-softmax and pick over the logits as they lie (the last position's target ignored, not sliced off)."""
+    *lead, T, V = logits.shape
+    flat = logits.reshape(-1, V)
+    if flat.dtype.itemsize < 4:
+        flat = flat.float()
+    target = torch.nn.functional.pad(ids[..., 1:], (0, 1), value=-100).expand(*lead, T).reshape(-1)
+    lost = torch.nn.functional.cross_entropy(flat, target, reduction="none", ignore_index=-100).view(*lead, T)
+    out = torch.empty(*lead, T, dtype=torch.float64, device=lost.device)
+    out[..., 0] = float("nan")
+    out[..., 1:] = lost[..., :-1]
+    return out
+
+
+class _SplitNorm:
+    """The first matrix of a layer's MLP on the LayerNorm of each lane's residual, with the product over d_model done
+    once for the layer's intact residual and d_head wide per lane.
+
+    Lane k's residual after attention is ``v = h + W_o[k] u``, h the intact one and ``u = m_k - z_k`` (d_head), so
+    its centred form is ``c(h) + A_k u`` with ``A_k = W_o[k]`` centred over d_model, and the LayerNorm's output times
+    the MLP's first matrix W_1 (bias b_1), with gain g and bias b, is::
+
+        W_1 LN(v) + b_1 = r_v (P + u N_k^T) + beta,   P = (g * c(h)) W_1^T,   N_k = W_1 diag(g) A_k,
+        beta = W_1 b + b_1,   r_v = 1 / sqrt(|c(h) + A_k u|^2 / d + eps),
+        |c(h) + A_k u|^2 = |c(h)|^2 + 2 (W_o[k]^T c(h)) . u + u^T (A_k^T A_k) u
+
+    P (d_model x d_mlp per token) is the intact pass's own product; a lane adds ``u N_k^T`` (d_head x d_mlp per
+    lane-token) and ``u^T A_k^T A_k u`` (d_head^2). The same function of the weights as ``W_1 LN(v) + b_1`` (float32
+    rounding apart), fewer multiply-adds: the lanes' MLP keeps its second matrix only at full width.
+    """
+
+    def __init__(self, arch: Architecture, params: Params, layer: int, w_o: torch.Tensor) -> None:
+        gain, bias = arch.norm_parameters(params, layer)
+        w1, b1 = arch.mlp_first(params, layer)  # (d_mlp, d_model)
+        self.d, self.eps, self.gain, self.w1, self.w_o = arch.d_model, arch.eps, gain, w1, w_o
+        centred = w_o - w_o.mean(dim=1, keepdim=True)  # (H, d_model, d_head): A_k
+        self.n = torch.einsum("fd,hde->hef", w1 * gain, centred)  # (H, d_head, d_mlp): N_k^T
+        self.gram = centred.transpose(1, 2) @ centred  # (H, d_head, d_head): A_k^T A_k
+        beta = w1 @ bias if bias is not None else w1.new_zeros(w1.shape[0])
+        self.beta = beta + b1 if b1 is not None else beta
+
+    def intact(self, h: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The intact MLP's first product from the residual ``h`` ``(B, T, d_model)``, and what the lanes of
+        ``u`` ``(H, B, T, d_head)`` (each head's ``m_k - z_k``) need kept: their ``1 / sqrt(var + eps)``."""
+        c = h - h.mean(dim=-1, keepdim=True)
+        square = c.square().sum(dim=-1)  # (B, T)
+        self.p = torch.nn.functional.linear(c * self.gain, self.w1)  # (B, T, d_mlp)
+        s = torch.einsum("btd,hde->hbte", c, self.w_o)  # (H, B, T, d_head): W_o[k]^T c(h)
+        ug = torch.einsum("hbte,hef->hbtf", u, self.gram)
+        var = (square[None] + 2 * (s * u).sum(dim=-1) + (ug * u).sum(dim=-1)) / self.d  # (H, B, T)
+        H, B, T, dh = u.shape
+        self.r = torch.rsqrt(var + self.eps).reshape(H * B, T, 1)
+        self.u = u.reshape(H * B, T, dh)
+        return self.p * torch.rsqrt(square / self.d + self.eps)[..., None] + self.beta
+
+    def lanes(self, start: int, stop: int, batch: int) -> torch.Tensor:
+        """The first product of lane-sequences ``start:stop`` (lane k's sequences at ``k * batch``, in order), after
+        `intact`: ``(stop - start, T, d_mlp)``."""
+        rows = torch.arange(start, min(stop, len(self.u)), device=self.u.device)
+        own = torch.bmm(self.u[start:stop], self.n[rows // batch])  # (n, T, d_mlp)
+        if start % batch == 0 and len(rows) % batch == 0:  # whole lanes: P broadcast over them, not gathered
+            own.view(-1, *self.p.shape).add_(self.p)
+        else:
+            own.add_(self.p[rows % batch])
+        return own.mul_(self.r[start:stop]).add_(self.beta)
+
+
+class AblationPass(NamedTuple):
+    """`ablation_pass`'s result: the means ``(n_layers, n_heads, d_head)``, the ``(S, T)`` intact and ``(n_layers,
+    n_heads, S, T)`` ablated float64 losses (column 0 NaN), and, where asked for, each layer's intact input for every
+    sequence ``(S, T, d_model)`` (`attention_over` reads the tokens in context's attention from them)."""
+
+    means: torch.Tensor
+    base: np.ndarray
+    ablated: np.ndarray
+    inputs: list[torch.Tensor] | None
 
 
 @torch.no_grad()
-def head_means(arch: Architecture, params: Params, ids: torch.Tensor, *, batch: int = BATCH_SEQUENCES) -> torch.Tensor:
-    """Every head's output z_h (its attention-weighted values, before the output projection) averaged over every
-    position of every sequence of ``ids`` ``(S, T)``: ``(n_layers, n_heads, d_head)``."""
-    total = None
-    for start in range(0, len(ids), batch):
-        x = arch.embed(params, ids[start : start + batch])
-        sums = []
-        for layer in range(arch.n_layers):
-            w = arch.attention_weights(params, layer)
-            z = arch.heads_output(arch.ln_attn(params, layer, x), w)  # (B, H, T, d_head)
-            sums.append(z.sum(dim=(0, 2)))  # (H, d_head)
-            attn = arch.project(z, w).sum(dim=1) + w["b_o"]
-            x = arch.finish_layer(params, layer, x, attn)
-        step = torch.stack(sums)  # (L, H, d_head)
-        total = step if total is None else total + step
-    assert total is not None, "no sequences"
-    return total / ids.numel()
+def ablation_pass(
+    arch: Architecture,
+    params: Params,
+    ids: torch.Tensor,
+    *,
+    means: torch.Tensor | None = None,
+    text: int | None = None,
+    batch: int = BATCH_SEQUENCES,
+    logit_budget: int = LOGIT_BUDGET,
+    layers: Collection[int] | None = None,
+    keep_inputs: bool = False,
+) -> AblationPass:
+    """Per-token losses intact and with each head ablated, every head of a layer a lane of one computation.
+
+    Layer by layer over every sequence of ``ids``: the intact layer (its input x_l held for every sequence), the
+    heads' means from its heads' outputs where ``means`` is None (the intact pass is the means' pass), then, a batch
+    of sequences at a time, the layer's heads as lanes: lane h's attention output is the intact one with head h's
+    term ``z_h W_o[h]^T`` swapped for ``m_h W_o[h]^T``; the lanes (heads x sequences) run through the rest of the
+    layer, the layers above and the unembedding together, a memory-bounded chunk at a time.
+
+    Args:
+        arch, params: the model (`families.forward`).
+        ids: ``(S, T)`` token ids.
+        means: ``(n_layers, n_heads, d_head)`` what replaces each head's output z (its mean; zeros for zero
+            ablation); None: each head's mean over every position of the first ``text`` sequences of ``ids``.
+        text: the sequences the means are taken over (None: all of ``ids``).
+        batch: sequences per intact product and per lanes' batch.
+        logit_budget: floats of logits a chunk of lanes may hold.
+        layers: the layers whose heads are ablated (None: every layer; the others' rows are NaN).
+        keep_inputs: keep each layer's intact input (`AblationPass.inputs`; n_layers tensors of ``(S, T, d_model)``).
+
+    Raises:
+        ValueError: no text sequence to take the means over.
+    """
+    L, H = arch.n_layers, arch.n_heads
+    S, T = ids.shape
+    n_text = S if text is None else text
+    if means is None and n_text < 1:
+        raise ValueError("ablation_pass: the means need at least one text sequence (text >= 1)")
+    base = np.empty((S, T))
+    ablated = np.full((L, H, S, T), np.nan)
+    dtype = params[arch.family.token_embedding].dtype
+    vocab = params[arch.family.token_embedding].shape[0]
+    chosen = set(range(L) if layers is None else layers)
+    # lane-sequences per chunk above the layer: at most LANE_ROWS lane-tokens (and the logits' budget)
+    chunk = max(1, min(logit_budget // (T * vocab), LANE_ROWS // T))
+    packs = [arch.packed_attention(params, layer) for layer in range(L)]
+    spans = [(s, min(s + batch, S)) for s in range(0, S, batch)]
+    # a lane's MLP input differs from the intact one by its head's term only, d_head wide: under a LayerNorm before
+    # an MLP of two matrices (GPT-2), the first matrix's product splits (`_SplitNorm`)
+    low_rank = not arch.parallel_residual and not arch.family.rms_norm and len(arch.family.mlp_projections) == 2
+    found = []
+    inputs: list[torch.Tensor] | None = [] if keep_inputs else None
+    x = arch.embed(params, ids)  # (S, T, d_model): the current layer's input, every sequence
+    for layer in range(L):
+        if inputs is not None:
+            inputs.append(x)
+        pack = packs[layer]
+        z = torch.cat([arch.packed_heads(arch.ln_attn(params, layer, x[a:b]), pack) for a, b in spans])  # (S, H, T, dh)
+        m = z[:n_text].sum(dim=(0, 2)) / (n_text * T) if means is None else means[layer].to(x.device, dtype)
+        found.append(m)
+        swapped = torch.einsum("he,hde->hd", m, pack["W_o_heads"]) if layer in chosen else None  # (H, d)
+        split = _SplitNorm(arch, params, layer, pack["W_o_heads"]) if swapped is not None and low_rank else None
+        x_next = torch.empty_like(x)
+        for a, b in spans:
+            xb, zb = x[a:b], z[a:b]
+            B = b - a
+            if swapped is None:
+                x_next[a:b] = arch.finish_layer(params, layer, xb, arch.packed_merge(zb, pack))
+                continue
+            # each head's term z_h W_o[h]^T of the attention output, lane-major: (H, B, T, d_model)
+            lanes = torch.einsum("bhte,hde->hbtd", zb, pack["W_o_heads"])
+            attn = lanes.sum(dim=0) + pack["b_o"]  # (B, T, d_model)
+            h = xb + attn  # the residual after attention
+            if split is not None:
+                out = h + arch.mlp_rest(params, layer, split.intact(h, m[:, None, None, :] - zb.transpose(0, 1)))
+            else:
+                out = arch.finish_layer(params, layer, xb, attn)
+            x_next[a:b] = out
+            # lane h, in place: the layer's residual after attention (GPT-NeoX's parallel residual: its output, whose
+            # MLP reads the unchanged input) with head h's term swapped, (H B, T, d_model), lane h's sequences in order
+            lanes = lanes.neg_().add_(swapped[:, None, None, :]).add_(out if arch.parallel_residual else h)
+            lanes = lanes.view(H * B, T, -1)
+            targets = ids[a:b].repeat(H, 1)  # (H B, T)
+            lost = []
+            for c in range(0, H * B, chunk):
+                y = lanes[c : c + chunk]
+                if split is not None:
+                    y = y + arch.mlp_rest(params, layer, split.lanes(c, c + chunk, B))
+                elif not arch.parallel_residual:
+                    y = y + arch.mlp(params, layer, arch.ln_mlp(params, layer, y))
+                for above in range(layer + 1, L):
+                    y = arch.packed_layer(params, above, y, packs[above])
+                lost.append(per_token_losses(arch.logits(params, y), targets[c : c + chunk]))
+            ablated[layer, :, a:b] = torch.cat(lost).reshape(H, B, T).cpu().numpy()
+        x = x_next
+    for a, b in spans:
+        base[a:b] = per_token_losses(arch.logits(params, x[a:b]), ids[a:b]).cpu().numpy()
+    return AblationPass(torch.stack(found), base, ablated, inputs)
 
 
-@torch.no_grad()
 def ablated_losses(
     arch: Architecture,
     params: Params,
@@ -107,83 +263,56 @@ def ablated_losses(
     logit_budget: int = LOGIT_BUDGET,
     layers: Collection[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token losses intact and with each head ablated, every head of a layer a lane of one computation.
-
-    Args:
-        arch, params: the model (`families.forward`).
-        ids: ``(S, T)`` token ids.
-        means: ``(n_layers, n_heads, d_head)`` what replaces each head's output z (its mean; zeros for zero ablation).
-        batch: sequences per intact pass.
-        logit_budget: floats of logits a chunk of lanes may hold.
-        layers: the layers whose heads are ablated (None: every layer; the others' rows are NaN).
-
-    Returns:
-        ``(S, T)`` intact and ``(n_layers, n_heads, S, T)`` ablated float64 losses, column 0 NaN.
-    """
-    L, H = arch.n_layers, arch.n_heads
-    S, T = ids.shape
-    base = np.empty((S, T))
-    ablated = np.full((L, H, S, T), np.nan)
-    vocab = params[arch.family.token_embedding].shape[0]
-    chosen = range(L) if layers is None else sorted(layers)
-    swapped = {  # what replaces each head's term of its layer's attention output: m_h W_o[h]^T, (H, d_model)
-        layer: torch.einsum("he,hde->hd", means[layer].to(params[arch.family.token_embedding].dtype), w["W_o"])
-        for layer in chosen
-        for w in [arch.attention_weights(params, layer)]
-    }
-    for start in range(0, S, batch):
-        b_ids = ids[start : start + batch]  # (B, T)
-        B = len(b_ids)
-        chunk = max(1, logit_budget // (T * vocab))  # lane-sequences per chunk above the layer
-        x = arch.embed(params, b_ids)
-        for layer in range(L):
-            w = arch.attention_weights(params, layer)
-            z = arch.heads_output(arch.ln_attn(params, layer, x), w)  # (B, H, T, d_head)
-            contrib = arch.project(z, w)  # (B, H, T, d_model): each head's z_h W_o[h]^T
-            attn = contrib.sum(dim=1) + w["b_o"]  # (B, T, d_model)
-            mlp_x = arch.mlp(params, layer, arch.ln_mlp(params, layer, x)) if arch.parallel_residual else None
-            if layer not in swapped:
-                x = arch.finish_layer(params, layer, x, attn, mlp_x)
-                continue
-            lanes = attn[None] - contrib.transpose(0, 1) + swapped[layer][:, None, None, :]  # (H, B, T, d_model)
-            flat = lanes.reshape(H * B, T, -1)
-            x_rep_ids = b_ids.repeat(H, 1)  # (H B, T): lane h's sequences in order
-            out = []
-            for c in range(0, H * B, chunk):
-                rows = torch.arange(c, min(c + chunk, H * B), device=x.device) % B  # lane-sequence r reads x[r % B]
-                y = arch.finish_layer(params, layer, x[rows], flat[c : c + chunk], mlp_x[rows] if mlp_x is not None else None)
-                for above in range(layer + 1, L):
-                    y = arch.layer(params, above, y)
-                out.append(per_token_losses(arch.logits(params, y), x_rep_ids[c : c + chunk]))
-            ablated[layer, :, start : start + B] = torch.cat(out).reshape(H, B, T).cpu().numpy()
-            x = arch.finish_layer(params, layer, x, attn, mlp_x)
-        base[start : start + B] = per_token_losses(arch.logits(params, x), b_ids).cpu().numpy()
-    return base, ablated
+    """`ablation_pass` with the given ``means``: ``(S, T)`` intact and ``(n_layers, n_heads, S, T)`` ablated float64
+    losses, column 0 NaN."""
+    done = ablation_pass(arch, params, ids, means=means, batch=batch, logit_budget=logit_budget, layers=layers)
+    return done.base, done.ablated
 
 
 @torch.no_grad()
 def attention_over(
-    arch: Architecture, params: Params, ids: torch.Tensor, wanted: Mapping[int, list[tuple[int, int, int]]]
+    arch: Architecture,
+    params: Params,
+    ids: torch.Tensor,
+    wanted: Mapping[int, list[tuple[int, int, int]]],
+    inputs: list[torch.Tensor] | None = None,
 ) -> dict[tuple[int, int, int, int], np.ndarray]:
     """The intact attention rows asked for: ``wanted`` maps a layer to ``(sequence, head, query)`` triples of
     ``ids`` ``(S, T)``; returns ``(layer, sequence, head, query) -> (T,)`` attention over the keys (0 past the
-    query)."""
+    query). Only those rows' probabilities are computed (their queries against the keys, Q and K of the sequences
+    that hold them), from ``inputs`` (each layer's input for every sequence, `ablation_pass`'s ``inputs``) or, without
+    them, from an intact pass over those sequences up to the highest layer asked for."""
     out: dict[tuple[int, int, int, int], np.ndarray] = {}
-    sequences = sorted({s for triples in wanted.values() for s, _, _ in triples})
-    if not sequences:
+    layers = sorted(layer for layer, triples in wanted.items() if triples)
+    if not layers:
         return out
+    sequences = sorted({s for triples in wanted.values() for s, _, _ in triples})
     row_of = {s: i for i, s in enumerate(sequences)}
-    x = arch.embed(params, ids[sequences])
-    for layer in range(arch.n_layers):
+    if inputs is None:
+        x = arch.embed(params, ids[sequences])
+        inputs = []
+        for layer in range(layers[-1] + 1):
+            inputs.append(x)
+            if layer < layers[-1]:
+                x = arch.packed_layer(params, layer, x, arch.packed_attention(params, layer))
+        rows_in = {layer: inputs[layer] for layer in layers}
+    else:
+        index = torch.tensor(sequences, device=ids.device)
+        rows_in = {layer: inputs[layer][index] for layer in layers}
+    T, dh = ids.shape[1], arch.d_head
+    keys = torch.arange(T, device=ids.device)
+    for layer in layers:
+        triples = wanted[layer]
         w = arch.attention_weights(params, layer)
-        z, alpha = arch.heads_attention(arch.ln_attn(params, layer, x), w)  # alpha (U, H, T, T)
-        for s, h, q in wanted.get(layer, []):
-            out[(layer, s, h, q)] = alpha[row_of[s], h, q].double().cpu().numpy()
-        if layer + 1 < arch.n_layers and any(k > layer for k in wanted):
-            attn = arch.project(z, w).sum(dim=1) + w["b_o"]
-            x = arch.finish_layer(params, layer, x, attn)
-        elif not any(k > layer for k in wanted):
-            break
+        ln_x = arch.ln_attn(params, layer, rows_in[layer])  # (U, T, d_model)
+        q, k = arch.queries_keys(ln_x, w)  # (U, H, T, d_head)
+        seq = torch.tensor([row_of[s] for s, _, _ in triples], device=ids.device)
+        head = torch.tensor([h for _, h, _ in triples], device=ids.device)
+        query = torch.tensor([p for _, _, p in triples], device=ids.device)
+        scores = torch.einsum("ne,nke->nk", q[seq, head, query], k[seq, head]) * dh**-0.5  # (n, T)
+        alpha = torch.softmax(scores.masked_fill(keys[None] > query[:, None], float("-inf")), dim=-1)
+        for (s, h, p), row in zip(triples, alpha.double().cpu().numpy(), strict=True):
+            out[(layer, s, h, p)] = row
     return out
 
 
@@ -271,11 +400,13 @@ def ablation_rows(step: int, arch: Architecture, params: Params, job: AblationJo
     device = params[arch.family.token_embedding].device
     text_ids = torch.from_numpy(job.eval_set.tokens).to(device)
     probe_ids = torch.from_numpy(job.eval_set.induction).to(device)
-    means = head_means(arch, params, text_ids, batch=job.batch)
+    zeros = None
     if job.method == "zero":
-        means = torch.zeros_like(means)
-    text_base, text_abl = ablated_losses(arch, params, text_ids, means, batch=job.batch)
-    probe_base, probe_abl = ablated_losses(arch, params, probe_ids, means, batch=job.batch)
+        zeros = torch.zeros(arch.n_layers, arch.n_heads, arch.d_head, dtype=torch.float32, device=device)
+    text_pass = ablation_pass(arch, params, text_ids, means=zeros, batch=job.batch, keep_inputs=True)
+    probe_pass = ablation_pass(arch, params, probe_ids, means=text_pass.means, batch=job.batch, keep_inputs=True)
+    text_base, text_abl = text_pass.base, text_pass.ablated
+    probe_base, probe_abl = probe_pass.base, probe_pass.ablated
     if not (np.isfinite(text_base[:, 1:]).all() and np.isfinite(probe_base[:, 1:]).all()):
         raise CheckpointError("the per-token losses are not finite; the checkpoint diverged")
     L, H = arch.n_layers, arch.n_heads
@@ -301,7 +432,7 @@ def ablation_rows(step: int, arch: Architecture, params: Params, job: AblationJo
         "icl_probe": icl_p.score,
         "icl_probe_sem": icl_p.sem,
     }
-    contexts = context_rows(step, arch, params, job, (text_ids, text_base, text_abl), (probe_ids, probe_base, probe_abl))
+    contexts = context_rows(step, arch, params, job, (text_ids, text_pass), (probe_ids, probe_pass))
     return {ABLATION.name: ABLATION.sorted(pa.table(table, schema=ABLATION.schema)), HEAD_CONTEXTS.name: contexts}
 
 
@@ -310,13 +441,15 @@ def context_rows(
     arch: Architecture,
     params: Params,
     job: AblationJob,
-    text: tuple[torch.Tensor, np.ndarray, np.ndarray],
-    probe: tuple[torch.Tensor, np.ndarray, np.ndarray],
+    text: tuple[torch.Tensor, AblationPass],
+    probe: tuple[torch.Tensor, AblationPass],
 ) -> pa.Table:
     """Each head's `CONTEXTS_PER_HEAD` tokens whose loss rises most when it is ablated, pooled over the text and
-    the probe: ``(ids, intact (S, T), ablated (L, H, S, T))`` per set."""
+    the probe: ``(ids, its ablation_pass)`` per set (the attention over their windows read from the pass's layer
+    inputs where it kept them)."""
     L, H = arch.n_layers, arch.n_heads
-    sets = (("text", *text), ("probe", *probe))
+    sets = tuple((name, ids, done.base, done.ablated) for name, (ids, done) in (("text", text), ("probe", probe)))
+    inputs = {"text": text[1].inputs, "probe": probe[1].inputs}
     increases = np.concatenate(
         [(abl - base[None, None]).reshape(L * H, -1) for _, _, base, abl in sets], axis=1
     )  # (L H, M): the text's tokens, then the probe's, each row-major (sequence, position)
@@ -337,7 +470,7 @@ def context_rows(
             seq, pos = divmod(int(flat - (sizes[0] if which else 0)), base.shape[1])
             chosen.append((layer, head, rank, name, seq, pos, float(value), float(base[seq, pos])))
             wanted[name].setdefault(layer, []).append((seq, head, pos - 1))
-    attention = {name: attention_over(arch, params, ids, wanted[name]) for name, ids, _, _ in sets}
+    attention = {name: attention_over(arch, params, ids, wanted[name], inputs[name]) for name, ids, _, _ in sets}
     id_lists = {name: ids.cpu().numpy() for name, ids, _, _ in sets}
     for layer, head, rank, name, seq, pos, value, base_loss in chosen:
         start = max(0, pos - job.window + 1)

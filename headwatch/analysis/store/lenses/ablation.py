@@ -212,7 +212,7 @@ ABLATION_LENS = Lens(
     make_options=ablation_options,
     seconds=Seconds(
         "ABLATION_SECONDS_160M",
-        3186.4,
+        2674.7,
         "ablation",
         'docs/benchmarks.md "The figures headwatch plan prices with", ABLATION_SECONDS_160M',
     ),
