@@ -360,7 +360,7 @@ def test_the_losses_lens_and_the_ablation_lens_share_one_per_token_loss(tmp_path
     from transformers import AutoModelForCausalLM
 
     from headwatch.precompute.lenses import losses
-    from headwatch.precompute.lenses.ablation import per_token_losses
+    from headwatch.precompute.lenses.losses import per_token_losses
 
     assert not hasattr(losses, "token_losses")
     _planted("gpt_neox", tmp_path)

@@ -50,7 +50,7 @@ from headwatch.families.forward import Architecture, Params, architecture, check
 from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalSet, EvalTextError
 from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
 from headwatch.precompute.lenses.attention import BATCH_SEQUENCES, load_model
-from headwatch.precompute.lenses.losses import check_same_sequences
+from headwatch.precompute.lenses.losses import check_same_sequences, per_token_losses
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
@@ -69,22 +69,6 @@ LANE_ROWS = 512
 
 
 # ------------------------------------------------------------------ the batched forward with heads as lanes
-
-
-def per_token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """``(..., T)`` float64 next-token cross-entropy with column 0 NaN, from ``logits`` ``(..., T, V)`` and ``ids``
-    ``(..., T)`` (broadcast over leading lane axes), computed in the logits' dtype (float32 at least): one fused
-    log-softmax and pick over the logits as they lie (the last position's target ignored, not sliced off)."""
-    *lead, T, V = logits.shape
-    flat = logits.reshape(-1, V)
-    if flat.dtype.itemsize < 4:
-        flat = flat.float()
-    target = torch.nn.functional.pad(ids[..., 1:], (0, 1), value=-100).expand(*lead, T).reshape(-1)
-    lost = torch.nn.functional.cross_entropy(flat, target, reduction="none", ignore_index=-100).view(*lead, T)
-    out = torch.empty(*lead, T, dtype=torch.float64, device=lost.device)
-    out[..., 0] = float("nan")
-    out[..., 1:] = lost[..., :-1]
-    return out
 
 
 class _SplitNorm:

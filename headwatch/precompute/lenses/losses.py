@@ -31,13 +31,26 @@ from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
 
+def per_token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``(..., T)`` float64 next-token cross-entropy with column 0 NaN, from ``logits`` ``(..., T, V)`` and ``ids``
+    ``(..., T)`` (broadcast over leading lane axes), computed in the logits' dtype (float32 at least): one fused
+    log-softmax and pick over the logits as they lie (the last position's target ignored, not sliced off)."""
+    *lead, T, V = logits.shape
+    flat = logits.reshape(-1, V)
+    if flat.dtype.itemsize < 4:
+        flat = flat.float()
+    target = torch.nn.functional.pad(ids[..., 1:], (0, 1), value=-100).expand(*lead, T).reshape(-1)
+    lost = torch.nn.functional.cross_entropy(flat, target, reduction="none", ignore_index=-100).view(*lead, T)
+    out = torch.empty(*lead, T, dtype=torch.float64, device=lost.device)
+    out[..., 0] = float("nan")
+    out[..., 1:] = lost[..., :-1]
+    return out
+
+
 @torch.no_grad()
 def model_losses(model: torch.nn.Module, tokens: np.ndarray, *, device: str, batch: int = BATCH_SEQUENCES) -> np.ndarray:
-    """Per-token losses ``(S, T)`` float64 (column 0 NaN) of a transformers causal LM on ``tokens`` ``(S, T)``, by the
-    ablation lens's one per-token loss (`precompute.lenses.ablation.per_token_losses`), so that the two lenses'
-    intact losses are one computation."""
-    from headwatch.precompute.lenses.ablation import per_token_losses  # here: the ablation lens imports this module
-
+    """Per-token losses ``(S, T)`` float64 (column 0 NaN) of a transformers causal LM on ``tokens`` ``(S, T)``, by
+    `per_token_losses`, the one per-token loss the ablation lens's intact pass and lanes use too."""
     out = []
     ids = torch.from_numpy(tokens)
     for start in range(0, len(ids), batch):
