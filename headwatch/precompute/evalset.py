@@ -286,6 +286,21 @@ def run_corpus(run_info: dict[str, Any], run_folder: Path) -> tuple[Corpus, floa
     return built, float(val_fraction), str(corpus.get("name", ""))
 
 
+def read_utf8(path: Path, option: str, error: type[Exception]) -> tuple[bytes, str]:
+    """A UTF-8 text file given by a command-line ``option``: its bytes and its text.
+
+    Raises:
+        error: the file cannot be read, or is not UTF-8 (the message names the option and says what to do).
+    """
+    try:
+        data = path.read_bytes()
+        return data, data.decode("utf-8")
+    except OSError as exc:
+        raise error(f"cannot read {option} {str(path)!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise error(f"{option} {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8") from exc
+
+
 def resolve_eval_set(
     *,
     eval_text: str | Path | None,
@@ -333,15 +348,7 @@ def resolve_eval_set(
             dtype=dtype,
         )
     path = Path(eval_text)
-    try:
-        data = path.read_bytes()
-        text = data.decode("utf-8")
-    except OSError as exc:
-        raise EvalTextError(f"cannot read --eval-text {str(path)!r}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise EvalTextError(
-            f"--eval-text {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
-        ) from exc
+    data, text = read_utf8(path, "--eval-text", EvalTextError)
     encode = load_tokenizer(*tokenizer_at)
     if encode is not None:
         ids, tokenizer = encode(text), tokenizer_at[0]

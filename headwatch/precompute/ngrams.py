@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from headwatch.analysis.attention.function_types import SAMPLE_SEED, SAMPLE_TOKENS, SAMPLE_WINDOW, intern
-from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalTextError, corpus_split
+from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalTextError, corpus_split, read_utf8
 
 
 class NgramTextError(ValueError):
@@ -114,15 +114,7 @@ def ngram_text(
     """
     if text_file is not None:
         path = Path(text_file)
-        try:
-            data = path.read_bytes()
-            text = data.decode("utf-8")
-        except OSError as exc:
-            raise NgramTextError(f"cannot read --types-ngram-text {str(path)!r}: {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise NgramTextError(
-                f"--types-ngram-text {str(path)!r} is not UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
-            ) from exc
+        data, text = read_utf8(path, "--types-ngram-text", NgramTextError)
         name = path.name
     elif run_info is not None and "corpus" in run_info and run_folder is not None:
         try:
