@@ -8,6 +8,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 [ -x .venv/dev/bin/python ] || "$PY" -m venv .venv/dev
 .venv/dev/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+.venv/dev/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-peer.txt
 # the `headwatch` command, editable (its requirements are the pins above; setuptools and wheel are among them)
 .venv/dev/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 if [ ! -x /usr/bin/chromium ]; then
