@@ -92,33 +92,24 @@ def trajectory(path: pd.DataFrame, explained: np.ndarray, stages: pd.DataFrame |
             )
         )
     near = (path["verdict"] == "near").to_numpy(bool) if "verdict" in path else np.zeros(len(path), bool)
-    if near.any():
-        data.append(
-            dict(
-                type="scatter",
-                x=x[near],
-                y=y[near],
-                mode="markers",
-                name="near a cusp (within the rule's margins)",
-                marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(width=2, color="#999999"), symbol="circle-open-dot"),
-                customdata=[[-1, -1, int(t)] for t in steps[near]],
-                hovertemplate="near a cusp at step %{customdata[2]:,}<extra></extra>",
+    turns = (
+        (near, "near a cusp", "near a cusp (within the rule's margins)", "#999999", "circle-open-dot"),
+        (path["cusp"].to_numpy(bool), "cusp", "cusp (turning point)", "#222222", "circle-open"),
+    )
+    for where, what, name, colour, symbol in turns:
+        if where.any():
+            data.append(
+                dict(
+                    type="scatter",
+                    x=x[where],
+                    y=y[where],
+                    mode="markers",
+                    name=name,
+                    marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(width=2, color=colour), symbol=symbol),
+                    customdata=[[-1, -1, int(t)] for t in steps[where]],
+                    hovertemplate=what + " at step %{customdata[2]:,}<extra></extra>",
+                )
             )
-        )
-    cusp = path["cusp"].to_numpy(bool)
-    if cusp.any():
-        data.append(
-            dict(
-                type="scatter",
-                x=x[cusp],
-                y=y[cusp],
-                mode="markers",
-                name="cusp (turning point)",
-                marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(width=2, color="#222222"), symbol="circle-open"),
-                customdata=[[-1, -1, int(t)] for t in steps[cusp]],
-                hovertemplate="cusp at step %{customdata[2]:,}<extra></extra>",
-            )
-        )
     pct = [f"{100 * e:.1f}%" for e in explained] + ["–", "–"]
     return go.Figure(
         data,
