@@ -305,11 +305,13 @@ def llc_data_section(store: Store) -> list[str]:
     store's estimates were taken on; per induction head, whether its estimate on repeats exceeds its estimate on text
     beyond 2 standard errors of the difference and from which step; where its data-refined curve's critical points
     (beyond the noise) fall against the fall of the ICL score with one other induction head ablated minus the intact
-    score, one sentence per other head (or that the store lacks the tables). Empty without llc.parquet."""
+    score: one line per ablated head, then a table of the curves (or that the store lacks the tables). Empty without
+    llc.parquet."""
     from headwatch.analysis.findings.llc_data import (
         SE_MULTIPLE,
-        ablation_sentences,
+        ablation_lines,
         critical_against_ablation,
+        critical_table,
         repeats_over_text,
         repeats_sentences,
     )
@@ -318,6 +320,7 @@ def llc_data_section(store: Store) -> list[str]:
     if not store.has(LLC):
         return []
     held = llc_data_order(store.read(LLC, columns=[]))
+    critical = critical_against_ablation(store)
     k = f"{SE_MULTIPLE:g}"
     lines = [
         "## The refined LLC under each distribution",
@@ -343,12 +346,21 @@ def llc_data_section(store: Store) -> list[str]:
         "the difference on each side; the sharpest rise is the largest increase between consecutive estimates among "
         f"those beyond {k} standard errors. Each is set against the sharpest fall (beyond {k} standard errors) of the "
         "probe ICL score with one other induction head ablated minus the intact score (ablation.parquet `icl_probe` "
-        "minus icl.parquet's probe score, so the score's general fall as induction forms cancels); each sentence "
-        "concerns one head's curve and one other head's ablation.",
+        "minus icl.parquet's probe score, so the score's general fall as induction forms cancels): first where that "
+        "score falls with each induction head ablated, then each other head's curve against it.",
         "",
-        *(f"- {line}" for line in ablation_sentences(critical_against_ablation(store), store.steps)),
+        *ablation_lines(critical, store.steps),
         "",
     ]
+    table = critical_table(critical)
+    if table:
+        lines += [
+            "Each induction head's data-refined curve: its peaks, its sharpest rise and, per ablated head whose score "
+            "falls beyond the noise, the curve's critical point nearest that fall (– in the head's own column).",
+            "",
+            _table(pd.DataFrame(table)),
+            "",
+        ]
     return lines
 
 

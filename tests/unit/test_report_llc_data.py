@@ -171,15 +171,38 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     assert "### Critical points of each data-refined curve against the ICL score with one other induction head ablated" in section
     assert "more than 2 standard errors" in section
     assert "L1 H5: its refined LLC on the probe's repeated random tokens exceeds its refined LLC on held-out text" in section
-    assert "with L1 H6 ablated, the ICL score minus the intact score never falls beyond the noise" in section
-    assert f"with L1 H1 ablated, the ICL score minus the intact score falls most at step {int(steps[FALL[(1, 1)]]):,}" in section
+    assert "With L1 H6 ablated, the probe ICL score minus the intact score never falls beyond the noise" in section
+    fall = int(steps[FALL[(1, 1)]])
+    assert f"With L1 H1 ablated, the probe ICL score minus the intact score falls most at step {fall:,}" in section
     assert "other induction heads ablated" not in section
+    # the curves as one table: a row per (head, distribution), a column per ablated head whose score falls
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    with_fall = sorted(g for g in HEADS if FALL.get(g) is not None)
+    assert header == ["head", "refined LLC", "peaks", "sharpest rise"] + [
+        f"nearest to the fall with L{g[0]} H{g[1]} ablated" for g in with_fall
+    ]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert len(body) == len(HEADS) * 2  # text and repeats
+    for cells in body:
+        head = next(h for h in HEADS if cells[0] == f"L{h[0]} H{h[1]}")
+        assert cells[2] == f"{int(steps[PEAK[head]]):,}" and cells[3] == f"{int(steps[RISE[head]]):,}"
+        for g, cell in zip(with_fall, cells[4:], strict=True):
+            if g == head:
+                assert cell == "–"
+                continue
+            dist = {PEAK[head]: abs(PEAK[head] - FALL[g]), RISE[head]: abs(RISE[head] - FALL[g])}
+            near = min(i for i in dist if dist[i] == min(dist.values()))
+            k = dist[near]
+            assert cell == f"{int(steps[near]):,} ({k} checkpoint{'' if k == 1 else 's'} away)", (cells, g)
     # an ablation table without rows (the lens not yet run at any checkpoint): said, not read as "never falls"
     pq.write_table(ABLATION.schema.empty_table(), store / "ablation.parquet")
     rows = llc_data.critical_against_ablation(open_store(store))
     assert rows is not None and all(r.compared == 0 and r.fall is None for r in rows)
-    said = llc_data.ablation_sentences(rows, steps)
+    said = llc_data.ablation_lines(rows, steps)
+    assert len(said) == len(HEADS)
     assert all("ablated, no fall to read" in line and "(both scores at 0 of" in line for line in said), said[0]
+    assert not any(k.startswith("nearest") for row in llc_data.critical_table(rows) for k in row)  # no fall, no column
 
 
 def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(store: Path, tmp_path: Path) -> None:

@@ -256,9 +256,10 @@ def repeats_sentences(rows: list[RepeatsOverText] | None) -> list[str]:
     return out
 
 
-def ablation_sentences(rows: list[CriticalAgainstAblation] | None, steps: np.ndarray) -> list[str]:
-    """`critical_against_ablation` in words, one sentence per (head, distribution, other head): each sentence sets
-    one head's curve against the ablation of one other induction head."""
+def ablation_lines(rows: list[CriticalAgainstAblation] | None, steps: np.ndarray) -> list[str]:
+    """`critical_against_ablation`'s falls in words: one Markdown list item per ablated induction head, where the ICL
+    score with it ablated minus the intact score falls most (the fall depends on the ablated head alone; the curves
+    set against it are `critical_table`'s)."""
     if rows is None:
         return [
             "This store lacks the ICL score under single-head ablation (ablation.parquet, `--lenses ablation`) or the "
@@ -268,20 +269,52 @@ def ablation_sentences(rows: list[CriticalAgainstAblation] | None, steps: np.nda
     if not rows:
         return ["Fewer than two induction heads at the last checkpoint: no head's curve to set against another's ablation."]
     out = []
-    for r in rows:
-        turns = ", ".join(f"{p:,}" for p in r.peaks) or "none"
-        rise = f"at step {r.rise:,}" if r.rise is not None else "none"
-        other = head_name(*r.other)
-        if r.compared < 2:
-            where = f"with {other} ablated, no fall to read: `--lenses ablation,losses` at every checkpoint adds both ICL scores"
-        elif r.fall is None:
-            where = f"with {other} ablated, the ICL score minus the intact score never falls beyond the noise"
+    for other, (fall, compared) in _falls(rows).items():
+        name = head_name(*other)
+        if compared < 2:
+            said = f"With {name} ablated, no fall to read: `--lenses ablation,losses` at every checkpoint adds both ICL scores"
+        elif fall is None:
+            said = f"With {name} ablated, the probe ICL score minus the intact score never falls beyond the noise"
         else:
-            where = f"with {other} ablated, the ICL score minus the intact score falls most at step {r.fall:,}"
-            if r.nearest is not None:
-                where += f"; the nearest of the curve's critical points is step {r.nearest[0]:,}, {r.nearest[1]} checkpoints away"
-        out.append(
-            f"{head_name(*r.head)}, refined LLC {llc_data_words(r.data)}: peaks at {turns}, sharpest rise {rise}; "
-            f"{where} (both scores at {r.compared} of {len(steps)} checkpoints)."
-        )
+            said = f"With {name} ablated, the probe ICL score minus the intact score falls most at step {fall:,}"
+        out.append(f"- {said} (both scores at {compared} of {len(steps)} checkpoints).")
     return out
+
+
+def critical_table(rows: list[CriticalAgainstAblation] | None) -> list[dict[str, str]]:
+    """`critical_against_ablation` as table rows, one per (induction head, data-refined distribution): its curve's
+    peaks and sharpest rise and, for each ablated head whose ICL score falls beyond the noise, the curve's critical
+    point nearest that fall and how many checkpoints apart ("–" in the head's own column; "none" without a critical
+    point). Empty without rows."""
+    if not rows:
+        return []
+    with_fall = [other for other, (fall, _) in _falls(rows).items() if fall is not None]
+    table: dict[tuple[tuple[int, int], str], dict[str, str]] = {}
+    for r in rows:
+        row = table.setdefault(
+            (r.head, r.data),
+            {
+                "head": head_name(*r.head),
+                "refined LLC": llc_data_words(r.data),
+                "peaks": ", ".join(f"{p:,}" for p in r.peaks) or "none",
+                "sharpest rise": f"{r.rise:,}" if r.rise is not None else "none",
+                **{_nearest_column(other): "–" for other in with_fall},
+            },
+        )
+        if r.other in with_fall:
+            row[_nearest_column(r.other)] = (
+                f"{r.nearest[0]:,} ({r.nearest[1]} checkpoint{'' if r.nearest[1] == 1 else 's'} away)"
+                if r.nearest is not None
+                else "none"
+            )
+    return list(table.values())
+
+
+def _falls(rows: list[CriticalAgainstAblation]) -> dict[tuple[int, int], tuple[int | None, int]]:
+    """Each ablated head's (fall, checkpoints compared), the heads in order."""
+    return {r.other: (r.fall, r.compared) for r in sorted(rows, key=lambda r: r.other)}
+
+
+def _nearest_column(other: tuple[int, int]) -> str:
+    """The table's column of the critical point nearest the fall with ``other`` ablated."""
+    return f"nearest to the fall with {head_name(*other)} ablated"
