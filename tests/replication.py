@@ -31,7 +31,7 @@ def rule(decisions: list[str | None]) -> str:
     return "replicates" if all(d == "associated" for d in decisions) else "undecided"
 
 
-def decisions(path: Path) -> dict[tuple[str, str], str]:
+def decisions(path: Path) -> dict[tuple[str, str], str | None]:
     """Each study pair the run at ``path`` has: its decision over heads after Holm's correction over them."""
     store = open_store(path)
     found = {}

@@ -165,7 +165,8 @@ def test_on_the_shipped_runs_replication_is_asked_of_the_second_seed_alone() -> 
     opening = {"associated": "associated", "not shown": "no association shown;", "undecided": "undecided"}
     for run, decisions in decided.items():
         for stat, label in pairs.items():
-            assert answer[(label, run)].startswith(opening[decisions[(stat, "qk")]]), (run, stat, answer[(label, run)])
+            decision = decisions[(stat, "qk")]
+            assert decision is not None and answer[(label, run)].startswith(opening[decision]), (run, stat, answer[(label, run)])
         assert rows["Holm over"][(pairs["std"], run)] == f"{len(decisions)} statistics"
     assert rows["recipe"][("σ", "induction-d128-seed2")] == "the same recipe, seed 2"
     assert rows["recipe"][("σ", "induction-d64")].startswith("another recipe (model.d_mlp, model.d_model, model.n_heads")
