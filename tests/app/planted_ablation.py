@@ -21,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.ablation import ABLATION, HEAD_CONTEXTS
 from headwatch.analysis.store.lenses.losses import ICL, POSITION_LOSS
+from headwatch.analysis.store.lenses.types import CONTEXT_NGRAMS, FUNCTION_TYPES, HEAD_EMERGENCE, HEAD_TYPES_TABLE
 from headwatch.precompute.store.writer import commit_store
 
 PROBE_HEAD = (1, 2)  # the head whose ablation costs the probe most
@@ -158,14 +160,38 @@ def add_planted_ablation(path: str | Path, *, contexts: bool = True) -> Path:
             "planted": True,
         },
     ).with_record("ablation", {"method": "mean", "context_steps": context_steps(steps), "planted": True})
-    commit_store(
-        path,
-        meta,
-        {
-            ICL.name: ICL.sorted(icl),
-            POSITION_LOSS.name: POSITION_LOSS.sorted(position),
-            ABLATION.name: ABLATION.sorted(ablation),
-            HEAD_CONTEXTS.name: HEAD_CONTEXTS.sorted(contexts_table),
-        },
-    )
+    tables = {
+        ICL.name: ICL.sorted(icl),
+        POSITION_LOSS.name: POSITION_LOSS.sorted(position),
+        ABLATION.name: ABLATION.sorted(ablation),
+        HEAD_CONTEXTS.name: HEAD_CONTEXTS.sorted(contexts_table),
+    }
+    # A store that had the ablation lens already holds multigram and other heads decided from its own ablations, which
+    # the planted tables replace: they are dropped (the attention types stay), as in a store the types lens has not
+    # read the ablations of.
+    if (store.meta.types or {}).get("function"):
+        for spec in (HEAD_TYPES_TABLE, HEAD_EMERGENCE):
+            table = store.read(spec)
+            if table is not None:
+                tables[spec.name] = table.filter(pc.invert(pc.is_in(table["type"], pa.array(sorted(FUNCTION_TYPES)))))
+        tables[CONTEXT_NGRAMS.name] = CONTEXT_NGRAMS.schema.empty_table()
+        meta = meta.with_record("types", {k: v for k, v in store.meta.types.items() if k != "function"})
+    commit_store(path, meta, tables)
     return path
+
+
+def induction_boundary_step(path: str | Path) -> int:
+    """The stage boundary the ICL sentences place the fall beside, read from the store's own tables with pandas
+    (docs/views/timeline.md's rule): of the run's boundaries whose name leads with a rise in induction scores, the
+    nearest to the first induction head's emergence (the earlier of two as near)."""
+    import pandas as pd
+
+    path = Path(path)
+    stages = pd.read_parquet(path / "stages.parquet")
+    run = stages[(stages["basis"] == "run") & (stages["stage"] > 0)]
+    candidates = [
+        int(s) for s, b in zip(run["start_step"], run["boundary"], strict=True) if str(b).startswith("induction scores rise")
+    ]
+    emergence = pd.read_parquet(path / "head_emergence.parquet")
+    first = int(emergence[(emergence["type"] == "induction") & emergence["emergence_step"].notna()]["emergence_step"].min())
+    return min(candidates, key=lambda s: (abs(s - first), s))

@@ -51,7 +51,8 @@ STACKS = {
     "/timeline": [["timeline"]],
     "/layers?layer=2": [["layer_lines", "layer_grid"]],
     "/weights": [["frob_lines", "alpha_lines"]],
-    "/llc?run=induction-d128": [["llc_heads", "llc_model"]],
+    # induction-d128 holds the refined LLC under several distributions: their overlay and ratios stacked below
+    "/llc?run=induction-d128": [["llc_heads", "llc_model"], ["llc_data", "llc_data_ratio"]],
     # with the loss on every chart over training (its axis at the right)
     "/head?layer=2&head=1&loss=1": [
         ["weights:density_map", "spectrum:spectrum_map"],

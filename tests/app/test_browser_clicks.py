@@ -1,8 +1,9 @@
 """A click on a head opens that head, on the pages whose click-through lived only in the browser.
 
-In Chromium: a click on head L0 H5's refined-LLC estimate at step 4,000 of the shipped run induction-d128 (the
-previous-token head, whose estimate there is the largest, 30.8, away from the others) opens the head explorer at
-layer 0, head 5 with step 4,000 among its chosen steps (the curves once wrote
+In Chromium: a click on a head's refined-LLC estimate at the last step of the shipped run induction-d128 (the head
+whose estimate there lies farthest from every other head's, found from llc.parquet under the distribution the page
+opens on; L0 H5, the previous-token head, at 30.8 on the GPU-built store) opens the head explorer at that head with
+that step among its chosen steps (the curves once wrote
 ``[step, layer, head]`` while the click was read as ``[layer, head, ...]``: the click did nothing, or
 opened another head at a step the run lacks); on the plain-text shipped run, a click on a cell of a
 Forward lenses head-type heatmap opens that head at that step (the heatmaps only hovered). The points are
@@ -40,16 +41,35 @@ def _opened(page) -> dict[str, list[str]]:
     return parse_qs(urlsplit(page.url).query)
 
 
+def _loneliest_last_estimate() -> tuple[int, int, int]:
+    """(layer, head, step): the head whose estimate at the last step lies farthest from every other head's, under the
+    training distribution where llc.parquet holds it (the page's default), else its text estimates."""
+    import pandas as pd
+
+    from tests.app.conftest import INDUCTION
+
+    table = pd.read_parquet(INDUCTION / "llc.parquet")
+    if "data" in table.columns:
+        table = table[table["data"] == ("train" if (table["data"] == "train").any() else "text")]
+    last = int(table["step"].max())
+    heads = table[(table["step"] == last) & (table["layer"] >= 0)]
+    keys = zip(heads["layer"].astype(int), heads["head"].astype(int), strict=True)
+    values = dict(zip(keys, heads["llc"], strict=True))
+    gap = {h: min(abs(v - w) for g, w in values.items() if g != h) for h, v in values.items()}
+    layer, head = max(gap, key=lambda h: gap[h])
+    return layer, head, last
+
+
 def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium, induction_server) -> None:
     page = chromium.new_page(viewport={"width": 1400, "height": 1200})
     try:
         page.goto(induction_server + "/llc")
         _ready(page, "llc_heads")
-        layer, head = 0, 5
+        layer, head, last = _loneliest_last_estimate()
         xy = page.evaluate(
             """([trace]) => {
             const gd = document.querySelector('.st-key-llc_heads .js-plotly-plot');
-            const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate: step 4,000
+            const t = gd._fullData[trace], i = t.x.length - 1;  // the last estimate
             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa.l2p(t.x[i]), box.top + ya._offset + ya.l2p(t.y[i])];
         }""",
@@ -57,8 +77,8 @@ def test_a_click_on_a_refined_llc_estimate_opens_that_head_at_that_step(chromium
         )
         _click(page, xy)
         query = _opened(page)
-        assert query["layer"] == ["0"] and query["head"] == ["5"], page.url
-        assert "4000" in query.get("step", []), page.url
+        assert query["layer"] == [str(layer)] and query["head"] == [str(head)], page.url
+        assert str(last) in query.get("step", []), page.url
         assert _errors(page) == []
     finally:
         page.close()

@@ -120,7 +120,7 @@ CHART_KEYS = ["compare_bands", "compare_bin", "compare_dist", "compare_types", "
 def test_no_legend_of_the_shipped_comparison_covers_its_charts_title(browser, shipped_runs_server):
     """induction-d128 against shakespeare-pythia-6x8 at 1400 x 900, the comparison of issue 63: the head-type counts'
     legend (six entries, two rows) grew up from the top of the plot over the chart's title, and the scaling chart's
-    (ten timescales) over its own. Every chart's legend box and title box, as drawn, do not meet."""
+    (ten timescales or more) over its own. Every chart's legend box and title box, as drawn, do not meet."""
     from tests.app.test_browser import LOAD_TIMEOUT_MS, _wait_laid_out
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -134,13 +134,16 @@ def test_no_legend_of_the_shipped_comparison_covers_its_charts_title(browser, sh
             const box = el => { const b = el.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
             const legend = gd.querySelector('.infolayer .legend');
             return {key, title: box(gd.querySelector('.gtitle')), legend: legend ? box(legend) : null,
-                    entries: gd.querySelectorAll('.infolayer .legend .traces').length};
+                    entries: gd.querySelectorAll('.infolayer .legend .traces').length,
+                    shown: gd._fullData.filter(t => t.showlegend && t.visible !== false).length};
         })""",
             CHART_KEYS,
         )
         page.screenshot(path=str(ARTIFACTS / "compare_shipped_1400x900.png"), full_page=True)
         assert {d["key"] for d in drawn if d["legend"]} >= {"compare_dist", "compare_types", "compare_loss", "sizes_scaling"}
-        assert next(d for d in drawn if d["key"] == "sizes_scaling")["entries"] == 10, drawn
+        # every timescale in the legend (ten on the GPU-built stores: more where the rebuilt d128 adds head types)
+        scaling = next(d for d in drawn if d["key"] == "sizes_scaling")
+        assert scaling["entries"] == scaling["shown"] >= 10, drawn
         for d in drawn:
             if d["legend"] is None:
                 continue

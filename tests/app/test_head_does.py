@@ -1,7 +1,8 @@
 """What a head does, through AppTest: the ICL scores on the Timeline and the Forward lenses, the head explorer's tabs
 "What this head does" and "Head card", the Heads table's ablation columns, on a copy of the shipped run
 induction-d128 given the planted tables of `tests.app.planted_ablation` (every drawn value against the fixture's closed
-forms); and on the shipped store, which lacks the lenses, every panel says so and names the command."""
+forms); on a shipped store without the lenses (induction-d256) every panel says so and names the command; and the
+rebuilt induction-d128's own ablations in the Heads table."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.app.planted_ablation import (
     PROBE_HEAD,
     TEXT_HEAD,
     add_planted_ablation,
+    induction_boundary_step,
     planted_probe_increase,
     planted_text_increase,
     probe_icl,
@@ -26,6 +28,7 @@ from tests.app.planted_ablation import (
 from tests.app.planted_ablation import context_steps as planted_context_steps
 
 SHIPPED = ROOT / "data" / "induction-d128"
+WITHOUT_LENSES = ROOT / "data" / "induction-d256"  # a shipped store made before the losses and ablation lenses
 TIMELINE, LENSES, HEAD, HEADS = (
     "pages/run_timeline.py",
     "pages/forward_lenses.py",
@@ -74,7 +77,7 @@ def test_the_icl_scores_are_drawn_with_their_fall_and_the_induction_boundary(pla
     assert "probe ICL score: sharpest fall" in labels and "induction heads form" in labels
     caption = _captions(at)
     assert f"steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in caption
-    assert "induction heads form at the stage boundary at step 1,300" in caption
+    assert f"induction heads form at the stage boundary at step {induction_boundary_step(planted_env):,}" in caption
     assert "position 62 minus at position 5" in caption
 
 
@@ -119,12 +122,17 @@ def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
     assert set(does.query_params.keys()) - set(at.query_params.keys()) == {"ctxstep"}
     assert set(at.query_params.keys()) <= set(does.query_params.keys())
     text = " ".join(m.value for m in at.markdown)
+    # the store's estimates, named by their distribution: the training one where llc.parquet holds it, else the text
+    llc = pd.read_parquet(planted_env / "llc.parquet").query("layer == 1 and head == 6")
+    if "data" in llc.columns:
+        llc = llc[llc["data"] == ("train" if (llc["data"] == "train").any() else "text")]
+    words = "on the training distribution" if "data" in llc.columns and (llc["data"] == "train").all() else "on held-out text"
     for part in (
         "**Types**",
         "induction from step",
         "**Ablation**",
         "**Tokens in context**",
-        "**Refined LLC on held-out text**",  # the shipped store's estimates, named by their distribution
+        f"**Refined LLC {words}**",
         "**Composition**",
     ):
         assert part in text, part
@@ -133,9 +141,9 @@ def test_the_head_card_gathers_what_the_store_knows(planted_env: Path) -> None:
     ablated = _trace(chart(at, "card_ablation"), "probe loss increase (nats)")
     want = [planted_probe_increase(t, 1, 6, n_steps=n, n_heads=store.n_heads) for t in range(n)]
     np.testing.assert_allclose(arr(ablated["y"]), want)
-    llc = pd.read_parquet(planted_env / "llc.parquet").query("layer == 1 and head == 6").sort_values("step")
+    llc = llc.sort_values("step")
     llc = llc[llc["step"].isin(store.steps) & llc["llc"].notna()]
-    drawn = _trace(chart(at, "card_llc"), "refined LLC on held-out text (± chains' s.d.)")
+    drawn = _trace(chart(at, "card_llc"), f"refined LLC {words} (± chains' s.d.)")
     np.testing.assert_allclose(arr(drawn["y"]), llc["llc"].to_numpy())
 
 
@@ -173,7 +181,10 @@ def test_the_heads_table_has_the_ablation_columns_and_sorts_by_them(planted_env:
     ],
 )
 def test_the_shipped_store_without_the_lenses_says_what_adds_them(page, query, command, tmp_path, monkeypatch) -> None:
-    serve_only(SHIPPED, tmp_path, monkeypatch)
+    """A shipped store made before the losses and ablation lenses (the GPU-built induction-d256): every panel of theirs
+    says so and names the command."""
+    assert not (WITHOUT_LENSES / "ablation.parquet").exists() and not (WITHOUT_LENSES / "icl.parquet").exists()
+    serve_only(WITHOUT_LENSES, tmp_path, monkeypatch)
     at = open_page(page, query)
     assert not at.error and not at.exception
     said = " ".join([i.value for i in at.info] + [c.value for c in at.caption] + [m.value for m in at.markdown])
@@ -198,3 +209,26 @@ def test_the_heads_table_names_the_stores_ablation_method(planted: Path, tmp_pat
     caption = " ".join(c.value for c in at.caption)
     assert "when the head's output is replaced by zero at this step" in caption
     assert "replaced by its mean" not in caption
+
+
+def test_the_heads_tables_ablation_columns_are_the_shipped_stores(tmp_path: Path, monkeypatch) -> None:
+    """The rebuilt induction-d128 carries the ablation lens: sorted by the probe's ablation, the Heads table at the
+    last step lists the heads in the order of ablation.parquet's probe increase (read with pandas), with its values
+    and standard errors on the probe and on the text."""
+    serve_only(SHIPPED, tmp_path, monkeypatch)
+    stored = pd.read_parquet(SHIPPED / "ablation.parquet")
+    last = int(stored["step"].max())
+    stored = stored[stored["step"] == last].sort_values("probe_increase", ascending=False)
+    at = open_page(HEADS, {"sort": "probe ablation", "desc": "1", "step": str(last)})
+    assert not at.error and not at.exception
+    table = at.dataframe[0].value
+    assert list(zip(table["layer"].astype(int), table["head"].astype(int), strict=True)) == list(
+        zip(stored["layer"].astype(int), stored["head"].astype(int), strict=True)
+    )
+    for column, name in (
+        ("probe ablation", "probe_increase"),
+        ("± probe", "probe_increase_sem"),
+        ("text ablation", "text_increase"),
+        ("± text", "text_increase_sem"),
+    ):
+        np.testing.assert_allclose(table[column].to_numpy(np.float64), stored[name].to_numpy(), rtol=1e-6, err_msg=column)

@@ -17,7 +17,7 @@ import pytest
 
 from headwatch.analysis.findings.headline import run_headline
 from headwatch.analysis.store import open_store
-from tests.app.conftest import ROOT, arr, chart, open_page
+from tests.app.conftest import ROOT, arr, chart, open_page, serve_only
 
 DATA = ROOT / "data"
 RUNS = sorted(p.name for p in DATA.iterdir() if (p / "meta.json").is_file())
@@ -64,17 +64,39 @@ def test_the_headline_names_every_first_head_its_step_and_the_strongest_source(r
             assert s.step == step and s.source == source and s.ratio == pytest.approx(ratio, rel=1e-9)
 
 
+def _held_from(run: str, kind: str) -> dict[tuple[int, int], int]:
+    """Per head that holds ``kind`` at the last checkpoint, the first checkpoint from which it holds it to the end, by a
+    plain pass over head_types.parquet (``holds`` per step), not head_emergence.parquet."""
+    table = pd.read_parquet(DATA / run / "head_types.parquet").query("type == @kind").sort_values("step")
+    out = {}
+    for (layer, head), rows in table.groupby(["layer", "head"]):
+        holds, steps = rows["holds"].tolist(), rows["step"].tolist()
+        if not holds[-1]:
+            continue
+        i = len(holds) - 1
+        while i > 0 and holds[i - 1]:
+            i -= 1
+        out[(int(layer), int(head))] = int(steps[i])
+    return out
+
+
 def test_the_induction_ladder_reads_as_the_new_user_counted_it() -> None:
-    """The emergence steps the issue took four Timelines to read (on the CPU-trained stores: d128 1,400, d256 1,300,
-    seed 2 3,300 with one head, d64 none), as the GPU-trained stores of 2026-11-27 give them: seed 2 forms its one
-    head at 3,250, and the d512 rung (new) at 1,200."""
-    steps = {
-        run: {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"] for run in RUNS if "induction" in run
-    }
-    assert steps["induction-d128"].step == 1400 and steps["induction-d256"].step == 1300
-    assert steps["induction-d128-seed2"].step == 3250 and steps["induction-d128-seed2"].first == ((1, 2),)
-    assert steps["induction-d512"].step == 1200
-    assert steps["induction-d64"].step is None
+    """The emergence steps the issue took four Timelines to read, per induction run: the headline's first step and
+    first heads are those a plain pass over head_types.parquet finds (the earliest step from which a head holds the
+    type to the end, and every head from then), and a run none of whose heads holds the type at the end (the d64
+    control, in the shipped stores) names none."""
+    runs = [run for run in RUNS if "induction" in run]
+    assert runs
+    for run in runs:
+        got = {t.type: t for t in run_headline(open_store(DATA / run)) or []}["induction"]
+        held = _held_from(run, "induction")
+        if not held:
+            assert got.step is None, run
+            continue
+        first = min(held.values())
+        assert got.step == first, (run, got.step, held)
+        assert list(got.first) == sorted(h for h, s in held.items() if s == first), run
+        assert got.later == sum(s > first for s in held.values()), run
 
 
 def _as_markdown(text: str) -> str:
@@ -122,8 +144,10 @@ def test_the_overview_opens_on_the_runs_headline_with_a_link_to_each_heads_evide
     query = parse_qs(urlparse(links[name]).query)
     assert urlparse(links[name]).path == "circuits" and query["step"] == [str(step)] and query["kind"] == ["k"]
     assert f"[{name}]({links[name]}) (previous-token) for L{heads[0][0]} H{heads[0][1]} ({ratio:.2f}× random heads)" in first
-    # every run's card says it too: the plain-text run names no induction head and its highest score
-    assert sum("**No induction head**" in m.value for m in at.markdown) == 3  # d64 and both plain-text runs
+    # every run's card says it too: a run none of whose heads holds the type at the end (head_types.parquet) names no
+    # induction head and its highest score (d64, the control, and both plain-text runs, in the shipped stores)
+    without = [run for run in RUNS if not _held_from(run, "induction")]
+    assert without and sum("**No induction head**" in m.value for m in at.markdown) == len(without)
 
 
 # the head explorer's tabs (URL panel) and the charts each draws, W_QK and W_OV side by side (both=1, the default)
@@ -269,9 +293,14 @@ def test_the_timelines_type_event_names_every_head_formed_at_the_first_step(d128
     row = table[table["event"].str.startswith("first induction")].iloc[0]
     assert row["event"] == "first induction heads: " + ", ".join(f"L{a} H{b}" for a, b in heads)
     rest = pd.read_parquet(d128 / "head_emergence.parquet").query("type == 'induction' and emergence_step > @step")
-    assert later == len(rest) == 1
-    later_step = int(rest["emergence_step"].iloc[0])
-    assert row["detail"] == f"{len(heads)} heads hold the type from step {step:,} to the end; 1 more head at step {later_step:,}"
+    assert later == len(rest)
+    together = f"{len(heads)} heads hold" if len(heads) > 1 else "holds"
+    more = ""
+    if later:  # the later heads: at one step, or by the last of theirs
+        steps = sorted(int(s) for s in rest["emergence_step"])
+        when = f"at step {steps[0]:,}" if steps[0] == steps[-1] else f"by step {steps[-1]:,}"
+        more = f"; {later} more head{'s' if later > 1 else ''} {when}"
+    assert row["detail"] == f"{together} the type from step {step:,} to the end{more}"
     headline = next(m.value for m in at.markdown if "Induction heads" in m.value)  # the Timeline opens with it too
     assert f"form at step {step:,}" in headline
 
@@ -293,19 +322,51 @@ def test_the_stages_table_names_its_columns_and_gives_end_minus_start(d128: Path
     assert table["supported by (curve: boundary, step)"].tolist() == stored["support"].tolist()
 
 
-def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(d128: Path) -> None:
-    """Seed 2's whole-model estimates are negative at its first checkpoints (llc.parquet): the note names them as
-    steps written out, on the LLC's stages only."""
-    run = "induction-d128-seed2"
-    llc_table = pd.read_parquet(DATA / run / "llc.parquet")
-    negative = sorted(int(s) for s in llc_table[(llc_table["head"] < 0) & (llc_table["llc"] < 0)]["step"])
-    assert negative, "the test needs a run with a negative whole-model estimate"
+def _negative_whole_model(path: Path) -> list[int]:
+    """The steps of negative whole-model estimates under the distribution the stages read: the training one where the
+    store holds it, else its text estimates (llc.parquet read with pandas)."""
+    table = pd.read_parquet(path / "llc.parquet")
+    if "data" in table.columns:
+        table = table[table["data"] == ("train" if (table["data"] == "train").any() else "text")]
+    return sorted(int(s) for s in table[(table["head"] < 0) & (table["llc"] < 0)]["step"])
+
+
+def _stage_notes(at) -> list[str]:
+    return [c.value for c in at.caption if c.value.startswith("Stages:")]
+
+
+def test_the_llc_note_shows_only_with_the_llcs_stages_and_names_its_steps(tmp_path: Path, monkeypatch) -> None:
+    """A run whose whole-model estimates are negative at its first checkpoints (a copy of induction-d128 with the first
+    two made so, under the distribution its stages read, and its stages made again): the note names them as steps
+    written out, on the LLC's stages only. The shipped induction-d128 says so where, and only where, its own
+    estimates are negative."""
+    from headwatch.precompute.lenses.stages import add_stages
+
+    shipped = _negative_whole_model(D128)
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.setenv("HEADWATCH_DATA", str(DATA))
+    said = _stage_notes(open_page("pages/run_timeline.py", {"run": "induction-d128", "basis": "llc"}))
+    assert any("negative whole-model estimates" in n for n in said) == bool(shipped), (said, shipped)
+
+    path = tmp_path / "negative" / "induction-d128"
+    shutil.copytree(D128, path)
+    table = pd.read_parquet(path / "llc.parquet")
+    rows = table["head"] < 0
+    if "data" in table.columns:
+        rows &= table["data"] == ("train" if (table["data"] == "train").any() else "text")
+    first = sorted(table.loc[rows, "step"].unique())[:2]
+    rows &= table["step"].isin(first)
+    table.loc[rows, "llc"] = -table.loc[rows, "llc"].abs() - 0.5
+    table.to_parquet(path / "llc.parquet", index=False)
+    add_stages(path)
+    negative = _negative_whole_model(path)
+    assert negative == [int(s) for s in first]
     words = ("step " if len(negative) == 1 else "steps ") + ", ".join(f"{s:,}" for s in negative)
-    llc = open_page("pages/run_timeline.py", {"run": run, "basis": "llc"})
-    notes = [c.value for c in llc.caption if c.value.startswith("Stages:")]
+    serve_only(path, tmp_path, monkeypatch)
+    notes = _stage_notes(open_page("pages/run_timeline.py", {"basis": "llc"}))
     assert any(f"negative whole-model estimates at {words}:" in n for n in notes), notes
     assert not any("[" in n for n in notes)
-    loss = open_page("pages/run_timeline.py", {"run": run, "basis": "loss"})
+    loss = open_page("pages/run_timeline.py", {"basis": "loss"})
     assert not [c.value for c in loss.caption if "whole-model" in c.value and c.value.startswith("Stages:")]
 
 
@@ -337,7 +398,9 @@ def test_compare_runs_gives_each_runs_emergence_step_per_type(monkeypatch) -> No
     steps = dict(
         zip(table[table["type"] == "induction"]["run"], table[table["type"] == "induction"]["first formed at step"], strict=True)
     )
-    assert (steps["induction-d128"], steps["induction-d256"], steps["induction-d128-seed2"]) == (1400, 1300, 3250)
+    for run in INDUCTION_RUNS:  # and as a plain pass over head_types.parquet finds them
+        held = _held_from(run, "induction")
+        assert (int(steps[run]) if held else None) == (min(held.values()) if held else None), run
 
 
 def test_compare_runs_opens_on_a_depth_bin_every_chosen_run_has(monkeypatch) -> None:
@@ -475,6 +538,8 @@ def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: 
     assert keys[0] == "llc_traces", keys
     layer, head = (int(v) for v in query["trace"][1:].split("H"))
     chains = pd.read_parquet(d128 / "llc_chains.parquet")
+    if "data" in chains.columns:  # estimates under several distributions: the link names the one that rose
+        chains = chains[chains["data"] == query["data"]]
     own = chains[(chains["step"] == int(query["trace_step"])) & (chains["layer"] == layer) & (chains["head"] == head)]
     drawn = chart(page, "llc_traces")["data"]
     for trace, stored in zip(drawn, own.sort_values("chain")["trace"], strict=False):

@@ -315,11 +315,17 @@ def test_the_page_overlays_each_distribution_and_shows_the_chosen_one(
     assert "the loss taken on **repeats**" in " ".join(c.value for c in other.caption)
 
 
+# a shipped store whose estimates were all taken on held-out text (the GPU-built induction-d256, made before the
+# distributions were named); induction-d128 holds four distributions
+TEXT_ONLY = "induction-d256"
+
+
 def test_a_shipped_store_says_it_holds_text_only_and_how_to_add_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "data" not in pq.read_schema(SHIPPED_DATA / TEXT_ONLY / "llc.parquet").names  # text alone, unnamed
     monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.delenv("STORE_REPO", raising=False)
-    at = open_page(PAGE, {"run": "induction-d128"})
+    at = open_page(PAGE, {"run": TEXT_ONLY})
     assert not at.exception and not at.error
     note = " ".join(i.value for i in at.info)
     assert "under one distribution only, **text**" in note
@@ -377,9 +383,31 @@ def test_the_heads_tables_rllc_column_names_its_distribution(
 def test_a_shipped_stores_heads_table_says_its_rllc_is_on_held_out_text(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.delenv("STORE_REPO", raising=False)
-    shipped = open_page("pages/heads_table.py", {"run": "induction-d128", "stat": "llc"})
+    shipped = open_page("pages/heads_table.py", {"run": TEXT_ONLY, "stat": "llc"})
     assert not shipped.exception
     assert "Its values are the refined LLC on held-out text." in " ".join(c.value for c in shipped.caption)
+
+
+def test_the_shipped_induction_d128s_heads_table_holds_each_distributions_estimates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """induction-d128 holds the refined LLC under four distributions at every checkpoint: at its last step the Heads
+    table's value is the estimate on the training distribution and each 'on …' column another's, as llc.parquet (read
+    with pandas) holds them."""
+    import pandas as pd
+
+    monkeypatch.setenv("HEADWATCH_DATA", str(SHIPPED_DATA))
+    monkeypatch.delenv("HEADWATCH_STORE", raising=False)
+    monkeypatch.delenv("STORE_REPO", raising=False)
+    df = pd.read_parquet(SHIPPED_DATA / "induction-d128" / "llc.parquet")
+    assert set(df["data"]) == {"train", "text", "repeats", "code"}
+    last = int(df["step"].max())
+    at = open_page("pages/heads_table.py", {"run": "induction-d128", "stat": "llc", "step": str(last), "sort": "layer"})
+    assert not at.exception and not at.error
+    assert "Its values are the refined LLC on the training distribution" in " ".join(c.value for c in at.caption)
+    table = at.dataframe[0].value.sort_values(["layer", "head"])
+    rows = df[(df["step"] == last) & (df["layer"] >= 0)]
+    for column, name in (("value", "train"), ("on text", "text"), ("on repeats", "repeats"), ("on code", "code")):
+        want = rows[rows["data"] == name].sort_values(["layer", "head"])["llc"]
+        np.testing.assert_allclose(table[column], want, err_msg=column)
 
 
 def test_the_trajectory_maps_rllc_clusters_name_their_distribution(

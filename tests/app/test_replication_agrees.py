@@ -5,7 +5,7 @@ Before, all three read replication as p < 0.05 uncorrected in every run while th
 decisions with their Monte Carlo error: induction-d128's report said D_KL of W_QK "holds" in both seeds while its
 own row said no association is shown in seed 1234. The verdict expected here is computed apart from the sentences:
 each run's decisions from `judge_associations` over the study's statistics it has (the decision itself is tested
-against scipy in test_significance), then the rule written out in `_rule`.
+against scipy in test_significance), then the rule written out in `tests.replication.rule`.
 
 Two cases: the shipped induction-d128 with its replicate induction-d128-seed2, and two synthetic runs of one recipe
 (seeds 1 and 2) whose head types are planted so that D_KL of W_QK is associated in one and undecided in the other.
@@ -14,7 +14,6 @@ Two cases: the shipped induction-d128 with its replicate induction-d128-seed2, a
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -28,73 +27,16 @@ from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
 from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
 from headwatch.cli import main
-from headwatch.dashboard.labels import LLC_STAT, STATS
+from headwatch.dashboard.labels import STATS
+from tests import replication
 from tests.app.conftest import DIMS, ROOT, open_page
 
 TIMELINE, TRAJ = "pages/run_timeline.py", "pages/trajectory_map.py"
-WORDS = {
-    "Replicates": "replicates",
-    "No replication shown": "not shown",
-    "Undecided": "undecided",
-    "Not testable": "not testable",
-}
 N_HEADS = DIMS["n_heads"]
 # The planted runs' induction heads (layer, head): in "a" the two clusters of D_KL of W_QK exactly (AMI 1); "b" has
 # L0 H3 untyped, which leaves its p over heads within its Monte Carlo error of 0.05 after Holm (found by trying
 # each single head; the test checks it below, so a change in the clustering or the shuffles shows up there).
 PLANTED = {"a": {(0, 2), (0, 3), (2, 3), (3, 0)}, "b": {(0, 2), (2, 3), (3, 0)}}
-
-
-def _rule(decisions: list[str | None]) -> str:
-    """Issue 62's rule: associated in every run replicates; no association shown in one does not, whatever an
-    undecided one would become; a run that cannot test it leaves it not testable; otherwise undecided."""
-    if "not shown" in decisions:
-        return "not shown"
-    if None in decisions:
-        return "not testable"
-    return "replicates" if all(d == "associated" for d in decisions) else "undecided"
-
-
-def _expected(runs: list[Path]) -> dict[tuple[str, str], str]:
-    """Each study pair of the first run: its replication over the runs, from each run's decisions over heads."""
-    decisions: dict[tuple[str, str], list[str | None]] = {}
-    for path in runs:
-        store = open_store(path)
-        found = {}
-        for s, m in ASSOCIATION_PAIRS:
-            if has_statistic(store, s, m):
-                got = store_association(store, s, matrix=m)
-                assert got is not None
-                found[(s, m)] = got[0]
-        for pair, (over, _) in judge_associations(found).items():
-            decisions.setdefault(pair, []).append(over.decision)
-    return {pair: _rule(d) for pair, d in decisions.items() if len(d) == len(runs)}
-
-
-def _page_name(pair: tuple[str, str]) -> str:
-    stat, matrix = pair
-    return STATS[stat].short() + ("" if stat == LLC_STAT else f" of W_{matrix.upper()}")
-
-
-def _report_name(pair: tuple[str, str]) -> str:
-    stat, matrix = pair
-    return stat if stat == LLC_STAT else f"{stat} of W_{matrix.upper()}"
-
-
-def _verdicts(text: str, names: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
-    """The verdict each statistic is listed under in a replication sentence (``Undecided: A (why); B.``)."""
-    said = text.split("Replication, asked of ", 1)[1]
-    out = {}
-    for words, verdict in WORDS.items():
-        group = re.search(rf"\. {words}: (.*?)\.(?: [A-Z]|$)", said)
-        if group is None:
-            continue
-        listed = re.sub(r" \([^()]*\)", "", group.group(1))  # the runs that decide it
-        for pair, name in names.items():
-            if re.search(rf"(?:^|, |; ){re.escape(name)}(?:,|;|$)", listed):
-                assert pair not in out, f"{name} listed twice: {said}"
-                out[pair] = verdict
-    return out
 
 
 def _three_places(data: Path, run: str, replicate: str, on_map: list[tuple[str, str]], monkeypatch, out: Path):
@@ -113,22 +55,23 @@ def _three_places(data: Path, run: str, replicate: str, on_map: list[tuple[str, 
         at = open_page(TRAJ, {"run": run, "stat": stat, "matrix": matrix})
         reading = " ".join(m.value for m in at.markdown if m.value.startswith(f"**{STATS[stat].short()}"))
         assert f"Replication, asked of this run's replicate `{replicate}` (the same recipe, another seed)" in reading
-        mapped |= _verdicts(reading, {pair: _page_name(pair)})
+        mapped |= replication.verdicts(reading, {pair: replication.page_name(pair)})
     assert main(["report", str(data / run), "--out", str(out)]) == 0
     answer = (out / "report.md").read_text().split("**Answer.**", 1)[1].split("\n## ", 1)[0]
     assert f"Replication, asked of `{run}`'s replicate `{replicate}` (found beside it in " in answer
-    report = _verdicts(answer, {p: _report_name(p) for p in pairs})
-    return _verdicts(paragraph, {p: _page_name(p) for p in pairs}), mapped, report
+    report = replication.verdicts(answer, {p: replication.report_name(p) for p in pairs})
+    return replication.verdicts(paragraph, {p: replication.page_name(p) for p in pairs}), mapped, report
 
 
 def test_on_induction_d128_the_three_places_say_the_same_replication(tmp_path: Path, monkeypatch) -> None:
     """The shipped d128 and its second seed: every study statistic's verdict is the same on the Timeline, on the
-    Trajectory map and in the report, and is the rule's over the two seeds' Holm decisions: none replicates; the
-    refined LLC is undecided (undecided in seed 1234, associated in seed 2)."""
+    Trajectory map and in the report, and is the rule's over the two seeds' Holm decisions (computed here apart from
+    the sentences), the refined LLC among them (both seeds hold it)."""
     data = ROOT / "data"
-    expected = _expected([data / "induction-d128", data / "induction-d128-seed2"])
-    assert len(expected) == 9 and expected[("llc", "qk")] == "undecided"
-    assert expected[("kl_gauss", "qk")] == "not shown"  # "holds in every run" before (p < 0.05 uncorrected)
+    runs = [data / "induction-d128", data / "induction-d128-seed2"]
+    expected = replication.expected(runs)
+    both = [(s, m) for s, m in ASSOCIATION_PAIRS if all(has_statistic(open_store(r), s, m) for r in runs)]
+    assert sorted(expected) == sorted(both) and ("llc", "qk") in expected
     # the map opened once per statistic with a stored map (the rLLC has none here: the planted case covers "undecided")
     pairs = [("kl_gauss", "qk"), ("spectral_entropy", "ov"), ("stable_rank", "qk")]
     timeline, on_map, report = _three_places(data, "induction-d128", "induction-d128-seed2", pairs, monkeypatch, tmp_path)
@@ -189,7 +132,7 @@ def test_associated_in_one_run_and_undecided_in_its_replicate_is_undecided_in_al
     assert clusters is not None
     typed = np.array([(i // N_HEADS, i % N_HEADS) in PLANTED["a"] for i in range(len(clusters[1]))])
     assert len(set(zip(clusters[1], typed, strict=True))) == 2  # "a"'s types are its clusters exactly
-    expected = _expected([planted / "a", planted / "b"])
+    expected = replication.expected([planted / "a", planted / "b"])
     assert expected[pair] == "undecided"
     timeline, on_map, report = _three_places(planted, "a", "b", [pair], monkeypatch, tmp_path / "report")
     assert timeline == expected and report == expected

@@ -186,16 +186,21 @@ def test_the_timeline_asks_replication_of_the_replicate_alone_on_induction_d128(
     """Issue 62: the paragraph read "Across the 7 runs with head types, none of these statistics reaches it in every
     run that has it: no association replicates", mixing other sizes and the plain-text runs into the verdict; then it
     asked the second seed but read p < 0.05 uncorrected in both, saying D_KL and spectral entropy of W_QK and the rLLC
-    replicate while Holm's correction shows no association for the first two in seed 1234. Now the second seed alone
-    is asked, and the rLLC (undecided in seed 1234, associated in seed 2) is undecided; the verdicts of every
-    statistic against the stores are checked in test_replication_agrees."""
+    replicate while Holm's correction showed no association for the first two in seed 1234. Now the second seed alone
+    is asked, and the rLLC's verdict is the rule's over the two seeds' Holm decisions (`tests.replication`, computed
+    apart from the page); the verdicts of every statistic in all three places are checked in test_replication_agrees."""
+    from tests import replication
+
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
     at = open_page(PAGE, {"run": "induction-d128"})
     assert not at.exception
     text = " ".join(m.value for m in at.markdown if "trajectory clusters were compared" in m.value)
     assert "Replication, asked of this run's replicate `induction-d128-seed2` (the same recipe, another seed)" in text
-    assert "Undecided: rLLC (undecided in this run)." in text and "Replicates:" not in text
+    expected = replication.expected([ROOT / "data" / "induction-d128", ROOT / "data" / "induction-d128-seed2"])
+    llc = ("llc", "qk")
+    assert replication.verdicts(text, {llc: replication.page_name(llc)}) == {llc: expected[llc]}
+    assert ("Replicates:" in text) == ("replicates" in expected.values())
     assert "Across the 7 runs" not in text
     others = "`induction-d256`, `induction-d512`, `induction-d64`, `shakespeare-pythia-6x8`, `shakespeare-pythia-6x8-seed2`"
     assert f"The other runs with head types ({others}) are not replicates of this run" in text
@@ -256,20 +261,25 @@ def test_the_timeline_lists_every_typed_head_with_its_emergence_step_and_a_link(
 
 
 def test_the_rllc_rise_lane_holds_the_five_largest_rises_between_consecutive_estimates(tmp_path: Path, monkeypatch) -> None:
-    """On a shipped run with refined LLCs (induction-d128): the lane's events against a brute-force pass over
-    llc.parquet read directly, every head and every pair of consecutive estimated checkpoints, none from or to a
-    negative estimate."""
+    """On a shipped run with refined LLCs (induction-d128, under four distributions): the lane's events against a
+    brute-force pass over llc.parquet read directly, per distribution every head and every pair of consecutive
+    estimated checkpoints, none from or to a negative estimate; the five largest of each distribution, each linked to
+    its own (a store of one distribution names none in the link)."""
     store = serve_only(ROOT / "data" / "induction-d128", tmp_path, monkeypatch)
     table = pq.read_table(store / "llc.parquet").to_pandas()
+    several = "data" in table.columns and table["data"].nunique() > 1
     heads = table[table["layer"] >= 0]
-    rises = []
-    for (layer, head), rows in heads.groupby(["layer", "head"]):
-        rows = rows.sort_values("step")
-        steps, values = rows["step"].tolist(), rows["llc"].tolist()
-        for i in range(1, len(steps)):
-            if values[i - 1] >= 0 and values[i] >= 0 and values[i] > values[i - 1]:
-                rises.append((values[i] - values[i - 1], int(steps[i]), int(layer), int(head)))
-    want = sorted(rises, reverse=True)[:5]
+    want = []
+    for data, rows_of in heads.groupby("data") if "data" in heads.columns else [(None, heads)]:
+        rises = []
+        for (layer, head), rows in rows_of.groupby(["layer", "head"]):
+            rows = rows.sort_values("step")
+            steps, values = rows["step"].tolist(), rows["llc"].tolist()
+            for i in range(1, len(steps)):
+                if values[i - 1] >= 0 and values[i] >= 0 and values[i] > values[i - 1]:
+                    rises.append((values[i] - values[i - 1], int(steps[i]), int(layer), int(head)))
+        top = sorted(rises, reverse=True)[:5]
+        want += [(step, f"L{layer}H{head}", data if several else None) for _, step, layer, head in top]
 
     at = open_page(PAGE)
     assert not at.exception and not at.error
@@ -279,13 +289,17 @@ def test_the_rllc_rise_lane_holds_the_five_largest_rises_between_consecutive_est
         link = data[1]
         query = dict(part.split("=", 1) for part in link.split("?", 1)[1].split("&"))
         assert int(query["trace_step"]) + 1 == x  # drawn at its step on the log axis (step + 1)
-        got.append((int(query["trace_step"]), query["trace"]))
-    assert sorted(got) == sorted((step, f"L{layer}H{head}") for _, step, layer, head in want)
+        got.append((int(query["trace_step"]), query["trace"], query.get("data")))
+    assert sorted(got, key=str) == sorted(want, key=str)
 
 
-@pytest.mark.parametrize(("run", "read_from"), [("shakespeare-pythia-6x8", "loss"), ("induction-d128", "llc")])
+@pytest.mark.parametrize(
+    ("run", "read_from"), [("shakespeare-pythia-6x8", "loss"), ("induction-d128", "llc"), ("induction-d256", "llc")]
+)
 def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from: str, monkeypatch) -> None:
-    """A run without an LLC shades its stages by the loss's trend (meta.json stages.run.trend_from), and says so."""
+    """A run without an LLC shades its stages by the loss's trend (meta.json stages.run.trend_from), and says so; a run
+    with one names the distribution its estimates were taken on: the one meta.json ``stages.llc.distribution`` records
+    (induction-d128's training distribution), the held-out text where the store holds that alone (induction-d256)."""
     import json
 
     meta = json.loads((ROOT / "data" / run / "meta.json").read_text())
@@ -300,8 +314,11 @@ def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from
         assert "LLC's trend" not in caption
     else:
         assert "the run's stages take the LLC's trend" in caption and "loss's trend" not in caption
-        # the data the LLC was estimated on: the shipped stores hold it on the held-out text alone
-        assert "the LLC's trend, estimated on held-out text" in caption
+        # the data the LLC was estimated on: the training distribution where llc.parquet holds it (read with pyarrow)
+        held = pq.read_table(ROOT / "data" / run / "llc.parquet")
+        train = "data" in held.column_names and "train" in held["data"].to_pylist()
+        assert meta["stages"]["llc"]["distribution"].startswith("the run's training distribution" if train else "held-out text")
+        assert f"the LLC's trend, estimated on {meta['stages']['llc']['distribution']}" in caption
     assert "a darker band over the checkpoints where the boundary could sit" in caption
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -175,17 +176,39 @@ def test_the_ablation_lens_equals_transformer_lens_hooks_one_head_at_a_time(tmp_
             assert 0 < sum(r.attention) <= 1 + len(r.attention) * 2.0**-16  # each rounded to a multiple of 2^-16
 
 
-def test_shipped_stores_load_without_the_lenses_and_info_lists_them_absent() -> None:
-    shipped = REPO / "data" / "induction-d128"
-    if not (shipped / "meta.json").is_file():
-        pytest.skip("no shipped store in data/")
-    store = open_store(shipped)
-    assert store.read(ABLATION) is None and store.read(POSITION_LOSS) is None
+def _listed_lenses(shipped: Path) -> dict[str, str]:
+    """`headwatch info`'s lines of its lenses section, by lens."""
     info = subprocess.run([sys.executable, "-m", "headwatch", "info", str(shipped)], cwd=REPO, capture_output=True, text=True)
     assert info.returncode == 0, info.stderr
     listed = info.stdout.split("\nlenses:\n", 1)[1].split("\nwhat a checkpoint", 1)[0]  # the section that lists the lenses
-    lines = {line.split()[0]: line for line in listed.splitlines() if line.split()}
+    return {line.split()[0]: line for line in listed.splitlines() if line.split()}
+
+
+def test_shipped_stores_load_without_the_lenses_and_info_lists_them_absent() -> None:
+    """A store made before the lenses (the GPU-built induction-d256) loads, and `headwatch info` lists them absent."""
+    shipped = REPO / "data" / "induction-d256"
+    if not (shipped / "meta.json").is_file():
+        pytest.skip("no shipped store in data/")
+    assert not (shipped / ABLATION.file).exists() and not (shipped / POSITION_LOSS.file).exists()
+    store = open_store(shipped)
+    assert store.read(ABLATION) is None and store.read(POSITION_LOSS) is None
+    lines = _listed_lenses(shipped)
     assert lines["ablation"].split()[1] == "absent" and lines["losses"].split()[1] == "absent"
+
+
+def test_the_rebuilt_induction_d128_carries_both_lenses_at_every_checkpoint() -> None:
+    """induction-d128 (rebuilt with every lens): ablation.parquet and position_loss.parquet hold every checkpoint of
+    the store and every head (read with pyarrow), and `headwatch info` counts them so."""
+    shipped = REPO / "data" / "induction-d128"
+    store = open_store(shipped)
+    steps = {int(s) for s in store.steps}
+    ablation = pq.read_table(shipped / ABLATION.file, columns=["step", "layer", "head"]).to_pandas()
+    assert set(ablation["step"]) == steps
+    assert (ablation.groupby("step").size() == store.n_layers * store.n_heads).all()
+    assert set(pq.read_table(shipped / POSITION_LOSS.file, columns=["step"]).to_pandas()["step"]) == steps
+    lines = _listed_lenses(shipped)
+    assert lines["ablation"].split()[1:3] == [str(len(steps)), "checkpoints;"], lines["ablation"]
+    assert lines["losses"].split()[1:3] == [str(len(steps)), "checkpoints;"], lines["losses"]
 
 
 def test_the_tokens_in_context_follow_the_chosen_checkpoints_across_runs(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -33,10 +34,12 @@ PLANTED = {
     (1, 2): (0.08, 0.05, True),  # within 3 standard errors: neither
     (1, 0): (0.3, 0.002, True),  # an induction head: neither
     (1, 3): (0.08, 0.002, True),  # 12 frequent text contexts and 8 probe ones: multigram on its text contexts
-    (1, 4): (0.08, 0.002, True),  # 3 frequent text contexts and 17 probe ones: too few to judge, other
+    (1, 7): (0.08, 0.002, True),  # 3 frequent text contexts and 17 probe ones: too few to judge, other
 }
+# the planted heads meant to hold no attention type at the end, and the induction head (checked on the copy)
+UNTYPED = [head for head in PLANTED if head != (1, 0)]
 # Of a head's top 20 contexts, how many are on the probe (random tokens: they continue no n-gram); the rest on text.
-PROBE_CONTEXTS = {(1, 3): 8, (1, 4): 17}
+PROBE_CONTEXTS = {(1, 3): 8, (1, 7): 17}
 
 
 def ngram_file(path: Path) -> Path:
@@ -60,6 +63,11 @@ def window(kind: bool, rng: np.random.Generator) -> list[str]:
 def planted_store(tmp_path: Path) -> Path:
     store = tmp_path / "store"
     shutil.copytree(REPO / "data" / "induction-d128", store)
+    # what the plan needs of the store, read with pandas: which heads hold an attention type at its last checkpoint
+    types = pd.read_parquet(store / "head_types.parquet")
+    end = types[(types["step"] == types["step"].max()) & types["holds"] & ~types["type"].isin(["multigram", "other"])]
+    held = {(int(a), int(b)): set(end[(end["layer"] == a) & (end["head"] == b)]["type"]) for a, b in PLANTED}
+    assert "induction" in held[(1, 0)] and not any(held[head] for head in UNTYPED), held
     opened = open_store(store)
     steps = opened.steps
     n_layers, n_heads = opened.n_layers, opened.n_heads
@@ -123,8 +131,8 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
     held = function[function["holds"]]
     got = {(int(r.layer), int(r.head), r.type) for r in held.itertuples()}
     # L1 H3's pooled contexts (12 of 20 explained) would not beat the base rate; its text contexts (12 of 12) do.
-    # L1 H4 has 3 text contexts: not judged, other.
-    assert got == {(0, 3, "multigram"), (0, 4, "other"), (1, 3, "multigram"), (1, 4, "other")}
+    # L1 H7 has 3 text contexts: not judged, other.
+    assert got == {(0, 3, "multigram"), (0, 4, "other"), (1, 3, "multigram"), (1, 7, "other")}
     emergence = opened.frame(HEAD_EMERGENCE)
     assert emergence is not None
     emerged = emergence[emergence["type"].isin(["multigram", "other"])].dropna(subset=["emergence_step"])
@@ -132,7 +140,7 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
         (0, 3, "multigram", 3000),
         (0, 4, "other", 3000),
         (1, 3, "multigram", 3000),
-        (1, 4, "other", 3000),
+        (1, 7, "other", 3000),
     }
     # the score is the ablation effect, the null the measurable level
     row = held[(held["layer"] == 0) & (held["head"] == 3)].iloc[0]
@@ -147,7 +155,7 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
     assert record["function"]["text"]["text"] == "ngrams.txt"
     assert record["function"]["min_text_contexts"] == MIN_TEXT_CONTEXTS
     few = {(r["step"], r["layer"], r["head"], r["text_contexts"]) for r in record["function"]["few_text_contexts"]}
-    assert few == {(step, 1, 4, 3) for step in CONTEXT_STEPS}
+    assert few == {(step, 1, 7, 3) for step in CONTEXT_STEPS}
     assert "fewer than 5 text contexts" in printed
     # the attention types are unchanged, and the views read the new types
     kinds = head_types(opened)
@@ -157,7 +165,8 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
 
 def test_a_store_without_the_ablation_lens_says_what_adds_it(tmp_path: Path, capsys) -> None:
     store = tmp_path / "store"
-    shutil.copytree(REPO / "data" / "induction-d64", store)
+    shutil.copytree(REPO / "data" / "induction-d256", store)  # made before the ablation lens (GPU-built)
+    assert not (store / ABLATION.file).exists()
     assert main([str(store), "--ngram-text", str(ngram_file(tmp_path / "t.txt"))]) == 0
     printed = capsys.readouterr().out
     assert "multigram: not decided: the store has no ablation lens" in printed and "--lenses ablation" in printed

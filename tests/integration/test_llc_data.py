@@ -246,7 +246,8 @@ def test_under_a_distribution_the_batched_sampler_is_devinterp_step_for_step(tra
 
 
 def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
-    store_dir = REPO / "data" / "induction-d128"
+    """A store written before the distributions were named (the GPU-built induction-d256) reads as text, unchanged."""
+    store_dir = REPO / "data" / "induction-d256"
     before = {f: (store_dir / f).read_bytes() for f in (LLC.file, LLC_CHAINS.file, "meta.json")}
     assert "data" not in pq.read_schema(store_dir / LLC.file).names  # written before the column
     store = open_store(store_dir)
@@ -269,6 +270,25 @@ def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
     assert f"text      {len(store.steps)} checkpoints; 8 x 64 tokens (sha256 {records['text']['tokens_sha256'][:12]})" in said
     assert "every estimate is on held-out text" in said and "--llc-data train,repeats,code" in said
     assert {f: (store_dir / f).read_bytes() for f in before} == before
+
+
+@pytest.mark.parametrize("run", ["induction-d128", "induction-d128-seed2", "induction-d64"])
+def test_the_rebuilt_induction_stores_hold_four_distributions_at_every_checkpoint(run: str) -> None:
+    """Issue 60's acceptance on the stores rebuilt with every lens: llc.parquet (read with pyarrow) holds an estimate
+    of every head and of the whole model at every checkpoint of the store under the training distribution, text,
+    repeats and code, and meta.json records each distribution's sequences by a hash of their own."""
+    store_dir = REPO / "data" / run
+    store = open_store(store_dir)
+    table = pq.read_table(store_dir / LLC.file, columns=["step", "data", "layer", "head", "llc"]).to_pandas()
+    steps = {int(s) for s in store.steps}
+    per_step = store.n_layers * store.n_heads + 1  # every head and the whole model
+    for name in ("train", "text", "repeats", "code"):
+        rows = table[table["data"] == name]
+        assert set(rows["step"]) == steps, (name, sorted(steps - set(rows["step"])))
+        assert (rows.groupby("step").size() == per_step).all() and rows["llc"].notna().all(), name
+    records = data_records(store.meta.llc)
+    assert sorted(records) == ["code", "repeats", "text", "train"]
+    assert len({r["tokens_sha256"] for r in records.values()}) == 4
 
 
 def test_a_store_written_before_the_column_gains_a_distribution_and_keeps_its_text_estimates(trained_run, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from tests.app.planted_ablation import (
     PROBE_HEAD,
     TEXT_HEAD,
     add_planted_ablation,
+    induction_boundary_step,
     planted_probe_increase,
     planted_text_increase,
     probe_icl,
@@ -40,6 +41,7 @@ from tests.app.planted_ablation import context_steps as planted_context_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "induction-d128"
+TEXT_ONLY = ROOT / "data" / "induction-d256"  # made before the ablation lens and the named LLC distributions
 
 
 @pytest.fixture(scope="module")
@@ -167,13 +169,31 @@ def test_a_card_gathers_types_ablation_contexts_llc_and_partners(planted: Path) 
 
 
 def test_a_card_of_a_store_without_the_lenses_says_which_lens_adds_each_part(tmp_path: Path) -> None:
-    store = open_store(SHIPPED)
+    """A shipped store made before the ablation lens (the GPU-built induction-d256)."""
+    assert not (TEXT_ONLY / "ablation.parquet").exists()
+    store = open_store(TEXT_ONLY)
     card = head_card(store, 0, 1)
     assert card.probe is None and card.contexts is None
-    text = "\n".join(card_markdown(card, run="induction-d128", store_path=str(SHIPPED)))
+    text = "\n".join(card_markdown(card, run=TEXT_ONLY.name, store_path=str(TEXT_ONLY)))
     assert "--lenses ablation" in text and "head_contexts.parquet" in text
     with pytest.raises(ValueError, match="L9 H0"):
         head_card(store, 9, 0)
+
+
+def test_a_card_of_the_rebuilt_induction_d128_reads_its_own_ablations_and_contexts() -> None:
+    """induction-d128 carries the ablation lens: a head's card holds its probe ablation over training and its tokens in
+    context at the last checkpoint with them, as ablation.parquet and head_contexts.parquet hold them (read with
+    pandas)."""
+    store = open_store(SHIPPED)
+    card = head_card(store, 1, 6)
+    ablation = pd.read_parquet(SHIPPED / "ablation.parquet").query("layer == 1 and head == 6").sort_values("step")
+    assert card.probe is not None
+    np.testing.assert_array_equal(card.probe.steps, ablation["step"].to_numpy())
+    np.testing.assert_allclose(card.probe.value, ablation["probe_increase"].to_numpy())
+    contexts = pd.read_parquet(SHIPPED / "head_contexts.parquet").query("layer == 1 and head == 6")
+    assert card.contexts is not None and len(contexts)
+    text = "\n".join(card_markdown(card, run=SHIPPED.name, store_path=str(SHIPPED)))
+    assert "--lenses ablation" not in text
 
 
 def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: Path, tmp_path: Path) -> None:
@@ -186,7 +206,10 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
     a, b = int(store.steps[PROBE_FALL - 1]), int(store.steps[PROBE_FALL])
     section = text[text.index("## In-context learning") : text.index("## Head types")]
     assert f"The probe ICL score falls most sharply over steps {a:,} → {b:,} (−1.8 ± 0.028 nats)" in section
-    assert "induction heads form at the stage boundary at step 1,300" in section and (out / "icl.svg").is_file()
+    assert (
+        f"induction heads form at the stage boundary at step {induction_boundary_step(planted):,}" in section
+        and (out / "icl.svg").is_file()
+    )
     cards = text[text.index("## Head cards") : text.index("## Do the trajectory clusters")]
     picked = card_heads(store)
     assert cards.count("\n### ") == len(picked)
@@ -198,13 +221,14 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
 
 
 def test_a_cards_refined_llc_names_its_distribution_and_reads_train_where_held(tmp_path: Path) -> None:
-    """A shipped store's card reads its text estimates and says so; a store holding train beside text reads train (the
-    weight-refined LLC, planted as three times the text estimate) and names it."""
-    shipped = open_store(SHIPPED)
-    text = "\n".join(card_markdown(head_card(shipped, 1, 6), run="r", store_path=str(SHIPPED)))
+    """A shipped store whose estimates are all on text (the GPU-built induction-d256) reads them and says so; a store
+    holding train beside text reads train (the weight-refined LLC, planted as three times the text estimate) and
+    names it."""
+    shipped = open_store(TEXT_ONLY)
+    text = "\n".join(card_markdown(head_card(shipped, 1, 6), run="r", store_path=str(TEXT_ONLY)))
     assert "- **Refined LLC on held-out text**: " in text
     path = tmp_path / "two"
-    shutil.copytree(SHIPPED, path)
+    shutil.copytree(TEXT_ONLY, path)
     llc = pd.read_parquet(path / "llc.parquet")
     llc.insert(1, "data", "text")
     train = llc.assign(data="train", llc=llc["llc"] * 3.0)

@@ -120,14 +120,14 @@ def test_the_induction_boundary_of_the_shipped_induction_d128() -> None:
     ]
     emergence = pd.read_parquet(folder / "head_emergence.parquet")
     first_head = int(emergence[(emergence["type"] == "induction") & emergence["emergence_step"].notna()]["emergence_step"].min())
-    assert len(candidates) >= 2 and first_head == 1400  # what the rule has to choose between on this store
+    assert len(candidates) >= 2  # the rule has to choose between them on this store
     nearest = min(candidates, key=lambda s: (abs(s - first_head), s))
 
     store = open_store(folder)
     boundary = run_induction_boundary(store)
     assert boundary is not None and boundary.step == nearest, boundary
     assert boundary.name.startswith("induction scores rise in L1")
-    assert "step 1,400" in boundary.why
+    assert f"step {first_head:,}" in boundary.why
     first = induction_boundary(stage_rows(store, basis="run"))
     assert first is not None and first.step == candidates[0]
 

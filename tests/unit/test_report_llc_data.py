@@ -56,7 +56,10 @@ def plant_llc(store: Path) -> pd.DataFrame:
     """Estimates on text and on repeats (`planted_curve`, repeats = text + OFFSET) for every head; the whole-model
     rows kept as shipped."""
     text = pq.read_table(store / "llc.parquet").to_pandas()
-    text.insert(1, "data", "text")
+    if "data" in text.columns:  # a store with estimates under several distributions: its text rows, replanted
+        text = text[text["data"] == "text"].reset_index(drop=True)
+    else:
+        text.insert(1, "data", "text")
     steps = sorted(text["step"].unique())
     index = {s: i for i, s in enumerate(steps)}
     heads = text["layer"] >= 0
@@ -104,8 +107,15 @@ def plant_icl(store: Path) -> np.ndarray:
 
 @pytest.fixture()
 def store(tmp_path: Path) -> Path:
+    """A copy of induction-d128 without the ICL scores and the ablations (planted by `plant_icl` where a test needs
+    them), its induction heads at the last checkpoint `HEADS` (head_types.parquet read with pandas)."""
     path = tmp_path / "induction-d128"
     shutil.copytree(SHIPPED, path)
+    for table in (ABLATION, ICL):
+        (path / table.file).unlink(missing_ok=True)
+    types = pd.read_parquet(path / "head_types.parquet")
+    last = types[(types["step"] == types["step"].max()) & types["holds"] & (types["type"] == "induction")]
+    assert sorted(zip(last["layer"], last["head"], strict=True)) == HEADS
     return path
 
 
@@ -205,8 +215,13 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     assert not any(k.startswith("nearest") for row in llc_data.critical_table(rows) for k in row)  # no fall, no column
 
 
-def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(store: Path, tmp_path: Path) -> None:
-    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
+# a shipped store made before the distributions were named and the ablation lens: the GPU-built induction-d256
+TEXT_ONLY = REPO / "data" / "induction-d256"
+
+
+def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(tmp_path: Path) -> None:
+    assert "data" not in pq.read_schema(TEXT_ONLY / "llc.parquet").names and not (TEXT_ONLY / ABLATION.file).exists()
+    assert main(["report", str(TEXT_ONLY), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
     section = text.split("## The refined LLC under each distribution", 1)[1].split("\n## ", 1)[0]
     assert "The SGLD loss was taken on: text only; `--lenses llc --llc-data train,repeats,code` adds the others" in section
@@ -230,3 +245,25 @@ def test_a_negative_last_ratio_is_said_to_be_no_learning_coefficient() -> None:
     assert "repeats / text = -0.1 (one of the two estimates is negative there: no learning coefficient" in line
     (plain,) = llc_data.repeats_sentences([llc_data.RepeatsOverText((1, 0), np.array([0]), np.array([True]), 0, 2.0)])
     assert plain.endswith("repeats / text = 2.")
+
+
+def test_the_shipped_induction_d128_report_reads_its_four_distributions(tmp_path: Path) -> None:
+    """induction-d128 holds the refined LLC under the training distribution, text, repeats and code: the report names
+    the four, judges the training one's estimates, and gives each induction head's last repeats / text ratio as
+    llc.parquet holds it (read with pandas), its induction heads those head_types.parquet says hold at the end."""
+    llc = pd.read_parquet(SHIPPED / "llc.parquet")
+    assert set(llc["data"]) == {"train", "text", "repeats", "code"}
+    assert main(["report", str(SHIPPED), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Can the refined LLCs be trusted? (the refined LLC on the training distribution)" in text
+    section = text.split("## The refined LLC under each distribution", 1)[1].split("\n## ", 1)[0]
+    assert "The SGLD loss was taken on: train, text, repeats, code" in section
+    types = pd.read_parquet(SHIPPED / "head_types.parquet")
+    held = types[(types["step"] == types["step"].max()) & types["holds"] & (types["type"] == "induction")]
+    assert len(held)
+    for layer, head in zip(held["layer"], held["head"], strict=True):
+        own = llc[(llc["layer"] == layer) & (llc["head"] == head)].pivot(index="step", columns="data", values="llc")
+        both = own[["repeats", "text"]].dropna()
+        ratio = both["repeats"].iloc[-1] / both["text"].iloc[-1]
+        line = next(x for x in section.splitlines() if x.startswith(f"- L{layer} H{head}: its refined LLC on the probe"))
+        assert line.endswith(f"at the last, repeats / text = {ratio:.3g}."), line

@@ -356,12 +356,20 @@ def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: P
     import sys
     import types as modules
 
-    from headwatch.analysis.stages.run import ABLATION_EFFECTS, ablation_scores, boundary_name, type_scores
+    from headwatch.analysis.stages.run import (
+        ABLATION_EFFECTS,
+        NAMED_CHANGES,
+        ablation_scores,
+        boundary_name,
+        name_changes,
+        type_scores,
+    )
     from headwatch.analysis.store.format import TableSpec, schema_of
 
     out = _copy("induction-d128", tmp_path)
+    (out / "ablation.parquet").unlink(missing_ok=True)  # the store's own ablations: this test plants its own
     store = open_store(out)
-    assert ablation_scores(store) == []  # no table, no declaration
+    assert ablation_scores(store) == []  # no table
     spec = TableSpec(
         name="ablation",
         file="ablation.parquet",
@@ -395,23 +403,33 @@ def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: P
     assert [s.label for s in scores] == ["ablation effects on the text"]
     assert scores[0].scale == pytest.approx(0.9)
     name = boundary_name(1_300, 1_500, type_scores(store) + scores)
-    # the induction rise (0.14 -> 0.85, 2.4 of its threshold) first, then the ablation effect (its whole range, 1 scale)
-    assert name == "induction scores rise in L1 H0, H5, H6: 0.19 -> 0.69; ablation effects on the text rise in L1 H0: 0.01 -> 0.9"
+    # the types' changes across the stage (each in units of its threshold; the induction heads' rise the largest on
+    # induction-d128) and the planted ablation effect, 0.01 -> 0.9 over its scale 0.9 (0.89 / 0.9 of it), largest first
+    types = name_changes(1_300, 1_500, type_scores(store))
+    assert types and types[0][1].startswith("induction scores rise in L1 H0") and types[0][0] > 0.89 / 0.9
+    planted = (0.89 / 0.9, "ablation effects on the text rise in L1 H0: 0.01 -> 0.9")
+    want = sorted([*types, planted], key=lambda part: -part[0])[:NAMED_CHANGES]
+    assert planted in want and name == "; ".join(text for _, text in want)
 
 
 def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path) -> None:
     """llc.parquet keyed by the distribution its SGLD loss was taken on (its ``data`` column): the stages read the
-    rows under the run's training distribution (``train``) and name it; a shipped store, without the column, reads
-    its estimates, named as the held-out text."""
+    rows under the run's training distribution (``train``) and name it; a shipped store without the column (the
+    GPU-built induction-d256) reads its estimates, named as the held-out text, and one with it (induction-d128) its
+    training distribution's."""
     from headwatch.analysis.stages import run as stages_run
     from headwatch.analysis.store.lenses.llc import LLC
     from headwatch.precompute.lenses.stages import add_stages
 
-    shipped = open_store(SCHEDULED[0].parent / "induction-d128")
+    shipped = open_store(SCHEDULED[0].parent / "induction-d256")
     at, named = stages_run.llc_source(shipped)
     assert at == {"layer": -1, "head": -1, "data": "text"} and named.startswith(stages_run.HELD_OUT + " (held-out split")
+    rebuilt = SCHEDULED[0].parent / "induction-d128"
+    assert "train" in set(pq.read_table(rebuilt / "llc.parquet", columns=["data"])["data"].to_pylist())
+    at, named = stages_run.llc_source(open_store(rebuilt))
+    assert at == {"layer": -1, "head": -1, "data": "train"} and named.startswith("the run's training distribution")
 
-    out = _copy("induction-d128", tmp_path)
+    out = _copy("induction-d256", tmp_path)
     llc = pq.read_table(out / "llc.parquet")
     assert "data" not in llc.column_names
 
@@ -424,7 +442,7 @@ def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: 
     (out / "llc_chains.parquet").unlink()
     found = add_stages(out)
     assert found.meta["llc"]["distribution"].startswith("the run's training distribution")
-    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d128" / "llc.parquet").to_pandas().query("layer == -1")
+    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d256" / "llc.parquet").to_pandas().query("layer == -1")
     expected = dict(zip(whole_model["step"], whole_model["llc"], strict=True))
     np.testing.assert_allclose([s.start_value for s in found.llc], [expected[s.start_step] for s in found.llc])
 

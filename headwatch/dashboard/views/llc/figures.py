@@ -338,7 +338,7 @@ def distribution_curves(axis: StepAxis, curves: Any, *, target: str) -> go.Figur
             )
         )
     values = np.r_[curves["llc"] - curves["llc_std"], curves["llc"] + curves["llc_std"]]
-    return figure(
+    fig = figure(
         traces,
         layout(
             xaxis=step_xaxis(axis),
@@ -347,6 +347,7 @@ def distribution_curves(axis: StepAxis, curves: Any, *, target: str) -> go.Figur
             legend=_LEGEND,
         ),
     )
+    return stacked(fig, right=style.MARGIN["r"])  # as distribution_ratios' below it: the time axes line up
 
 
 def distribution_ratios(axis: StepAxis, ratios: Any, *, target: str, reference: str) -> go.Figure:
@@ -382,4 +383,4 @@ def distribution_ratios(axis: StepAxis, ratios: Any, *, target: str, reference: 
         legend=_LEGEND,
         shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#999", dash="dot", width=1))],
     )
-    return figure(traces, lay)
+    return stacked(figure(traces, lay), right=style.MARGIN["r"])  # as distribution_curves' above it
