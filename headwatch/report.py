@@ -26,7 +26,14 @@ from headwatch.analysis.findings.held_types import TYPE_LABELS, type_sentences
 from headwatch.analysis.findings.names import head_name
 from headwatch.analysis.store import Store, open_store
 from headwatch.analysis.store.lenses.attention import EVAL_LOSS
-from headwatch.analysis.store.lenses.llc import LLC, LLC_DATA_COLUMN, LLC_WHOLE_MODEL, default_llc_data, llc_data_words
+from headwatch.analysis.store.lenses.llc import (
+    LLC,
+    LLC_DATA_COLUMN,
+    LLC_WHOLE_MODEL,
+    default_llc_data,
+    llc_data_order,
+    llc_data_words,
+)
 from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.analysis.store.lenses.types import FUNCTION_TYPES, HEAD_EMERGENCE
 from headwatch.analysis.store.outputs import check_files_folder
@@ -140,8 +147,9 @@ def llc_figure(store: Store, stages: pd.DataFrame | None, path: Path) -> str | N
 
 def llc_flags_section(store: Store) -> list[str]:
     """Whether the refined LLCs can be trusted, as Markdown: every flag of `analysis.llc.diagnostics` with its count
-    over the run's estimates and what it means, the negative estimates named (never counted as converged) with what
-    they mean and what to change. Empty for a store without llc.parquet."""
+    over the run's estimates under the distribution it judges (`default_llc_data`) and what it means, the negative
+    estimates named (never counted as converged) with what they mean and what to change; then each other distribution's
+    flag counts in a line. Empty for a store without llc.parquet."""
     from headwatch.analysis.findings.llc_flags import flag_totals, flag_totals_text
     from headwatch.analysis.llc.diagnostics import FLAG_NOTES, FLAGS, NEGATIVE_NOTE, store_flags
 
@@ -173,6 +181,15 @@ def llc_flags_section(store: Store) -> list[str]:
     ]
     if len(negative):
         lines += [f"Negative head estimates: {named}.", ""]
+    others = []
+    for other in llc_data_order(store.read(LLC, columns=[])):
+        judged = store_flags(store, data=other) if other != data else None
+        if judged is not None:
+            held = np.isfinite(store.require(LLC, "llc", at={**LLC_WHOLE_MODEL, LLC_DATA_COLUMN: other}))
+            totals = flag_totals_text(judged[0][held], judged[1][held], explain=False)
+            others.append(f"- The refined LLC {llc_data_words(other)}: {totals}")
+    if others:
+        lines += ["The estimates under the store's other distributions, judged by the same rule:", "", *others, ""]
     return lines
 
 
@@ -315,7 +332,6 @@ def llc_data_section(store: Store) -> list[str]:
         repeats_over_text,
         repeats_sentences,
     )
-    from headwatch.analysis.store.lenses.llc import llc_data_order
 
     if not store.has(LLC):
         return []

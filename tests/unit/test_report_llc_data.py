@@ -267,3 +267,21 @@ def test_the_shipped_induction_d128_report_reads_its_four_distributions(tmp_path
         ratio = both["repeats"].iloc[-1] / both["text"].iloc[-1]
         line = next(x for x in section.splitlines() if x.startswith(f"- L{layer} H{head}: its refined LLC on the probe"))
         assert line.endswith(f"at the last, repeats / text = {ratio:.3g}."), line
+
+
+def test_the_report_counts_the_negative_estimates_under_every_other_distribution(tmp_path: Path) -> None:
+    """induction-d128's trust section judges its training distribution's estimates and then gives, per other
+    distribution, how many of its estimates there are and how many are negative, as llc.parquet holds them (counted
+    with pandas): a reader sees that repeats and code hold many negative estimates before reading their curves."""
+    llc = pd.read_parquet(SHIPPED / "llc.parquet")
+    assert main(["report", str(SHIPPED), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text.split("## Can the refined LLCs be trusted?", 1)[1].split("\n## ", 1)[0]
+    words = {"text": "on held-out text", "repeats": "on the probe's repeated random tokens", "code": "on code"}
+    for data, said in words.items():
+        rows = llc[llc["data"] == data]
+        line = next(x for x in section.splitlines() if x.startswith(f"- The refined LLC {said}: "))
+        assert f"{len(rows):,} estimates" in line, line
+        negative = int((rows["llc"] < 0).sum())
+        assert (f"{negative:,} negative" in line) == (negative > 0), line
+    assert not any(x.startswith("- The refined LLC on the training distribution") for x in section.splitlines())

@@ -42,9 +42,11 @@ def flag_totals_text(heads: np.ndarray, model: np.ndarray, *, explain: bool = Tr
     at = f"{e} checkpoint" + ("" if e == 1 else "s")
     text = f"{n:,} estimates ({n_layers * n_heads} heads and the whole model at {at}): {listed}."
     if counts["negative"]:
+        one = counts["negative"] == 1
+        them = "The negative estimate" if one else f"The {counts['negative']:,} negative estimates"
         text += (
-            f" The {counts['negative']:,} negative estimates: {NEGATIVE_NOTE.removeprefix('negative: ')}."
+            f" {them}: {NEGATIVE_NOTE.removeprefix('negative: ')}."
             if explain
-            else f" The {counts['negative']:,} negative estimates are never counted as converged, however flat their traces."
+            else f" {them} {'is' if one else 'are'} never counted as converged, however flat {'its' if one else 'their'} traces."
         )
     return text
