@@ -66,6 +66,11 @@ def test_the_flag_totals_count_every_estimate_and_explain_the_negative_ones() ->
     assert "never counted as converged" in flag_totals_text(heads, model, explain=False)
     calm = flag_totals_text(np.full((1, 1, 2), "converged", dtype=object), np.array(["converged"], dtype=object))
     assert calm == "3 estimates (2 heads and the whole model at 1 checkpoint): 3 converged."
+    one = np.array([[["negative", "converged"]]], dtype=object)  # (E=1, 1, 2)
+    assert flag_totals_text(one, np.array(["converged"], dtype=object), explain=False).endswith(
+        "1 negative. The negative estimate is never counted as converged, however flat its traces."
+    )
+    assert " The negative estimate: " in flag_totals_text(one, np.array(["converged"], dtype=object))
 
 
 def test_negative_estimates_are_named_where_they_are() -> None:
