@@ -32,13 +32,14 @@ MIDDLE_D_MODEL = 128
 
 def recipe(store) -> dict:
     """run.json's config less what differs between the runs of one ladder (shape and seed; the transformers config
-    repeats the shape)."""
+    repeats the shape; the software it ran on)."""
     config = dict(store.meta.training["config"])
     config["model"] = {k: v for k, v in config["model"].items() if k not in ("n_heads", "d_model", "d_mlp", "d_head")}
     config["transformers_config"] = {
         k: v for k, v in config["transformers_config"].items() if k not in ("n_head", "n_embd", "n_inner")
     }
     config.pop("seed")
+    config.pop("software", None)  # the torch the run was trained with (CPU-built and GPU-built rungs), not the recipe
     return config
 
 
