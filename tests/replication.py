@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 from headwatch.analysis.findings.association import store_association
-from headwatch.analysis.store import open_store
-from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
+from headwatch.analysis.store import Store, open_store
+from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, Judged, has_statistic, judge_associations
 from headwatch.dashboard.labels import LLC_STAT, STATS
 
 WORDS = {
@@ -31,16 +31,20 @@ def rule(decisions: list[str | None]) -> str:
     return "replicates" if all(d == "associated" for d in decisions) else "undecided"
 
 
-def decisions(path: Path) -> dict[tuple[str, str], str | None]:
-    """Each study pair the run at ``path`` has: its decision over heads after Holm's correction over them."""
-    store = open_store(path)
+def judged_over_heads(store: Store) -> dict[tuple[str, str], Judged]:
+    """Each study pair ``store`` has: its association over heads judged with Holm's correction over those pairs."""
     found = {}
     for s, m in ASSOCIATION_PAIRS:
         if has_statistic(store, s, m):
             got = store_association(store, s, matrix=m)
             assert got is not None
             found[(s, m)] = got[0]
-    return {pair: over.decision for pair, (over, _) in judge_associations(found).items()}
+    return {pair: over for pair, (over, _) in judge_associations(found).items()}
+
+
+def decisions(path: Path) -> dict[tuple[str, str], str | None]:
+    """Each study pair the run at ``path`` has: its decision over heads after Holm's correction over them."""
+    return {pair: over.decision for pair, over in judged_over_heads(open_store(path)).items()}
 
 
 def expected(runs: list[Path]) -> dict[tuple[str, str], str]:

@@ -25,7 +25,7 @@ import pytest
 from headwatch.analysis.findings.association import store_association
 from headwatch.analysis.store import open_store
 from headwatch.analysis.store.lenses.types import HEAD_TYPES, HEAD_TYPES_TABLE
-from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic, judge_associations
+from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, has_statistic
 from headwatch.cli import main
 from headwatch.dashboard.labels import STATS
 from tests import replication
@@ -116,15 +116,7 @@ def test_associated_in_one_run_and_undecided_in_its_replicate_is_undecided_in_al
     report all say so; before, "b"'s uncorrected p < 0.05 made it "replicate" in all three."""
     pair = ("kl_gauss", "qk")
     a, b = open_store(planted / "a"), open_store(planted / "b")
-    judged = {}
-    for name, store in (("a", a), ("b", b)):
-        found = {}
-        for s, m in ASSOCIATION_PAIRS:
-            if has_statistic(store, s, m):
-                got = store_association(store, s, matrix=m)
-                assert got is not None
-                found[(s, m)] = got[0]
-        judged[name] = judge_associations(found)[pair][0]
+    judged = {name: replication.judged_over_heads(store)[pair] for name, store in (("a", a), ("b", b))}
     assert judged["a"].decision == "associated" and judged["a"].high < 0.05
     assert judged["b"].decision == "undecided" and judged["b"].low < 0.05 <= judged["b"].high
     assert judged["b"].p < 0.05  # the uncorrected reading called it associated, so "replicates"
