@@ -312,31 +312,48 @@ def _distribution_colour(name: str, names: Sequence[str]) -> str:
     return CLUSTER_COLOURS[(4 + extra.index(name)) % len(CLUSTER_COLOURS)]
 
 
+def _distribution_lines(
+    axis: StepAxis, frame: Any, column: str, *, colours: Sequence[str], label: str, hover: str, spread: bool
+) -> list[dict[str, Any]]:
+    """One line per distribution of ``frame`` (its ``data`` column, in order of appearance) through ``column`` at
+    the checkpoints it has, coloured by `_distribution_colour` among ``colours``; ``label`` and ``hover`` are
+    formatted with the distribution as ``{name}`` (``hover`` a Plotly template: the step is ``customdata``);
+    ``spread`` adds the chains' spread (``llc_std``) as error bars."""
+    position = {int(s): i for i, s in enumerate(axis.steps)}
+    traces: list[dict[str, Any]] = []
+    for name in dict.fromkeys(frame["data"]):
+        rows = frame[frame["data"] == name]
+        idx = np.array([position[int(s)] for s in rows["step"]], dtype=np.int64)
+        colour = _distribution_colour(name, colours)
+        trace = dict(
+            type="scatter",
+            x=axis.x[idx],
+            y=rows[column].to_numpy(),
+            mode="lines+markers",
+            name=label.replace("{name}", name),
+            line=dict(color=colour, width=1.5),
+            marker=dict(size=6, color=colour),
+            customdata=rows["step"].to_numpy(),
+            hovertemplate=hover.replace("{name}", name),
+        )
+        if spread:
+            trace["error_y"] = dict(type="data", array=rows["llc_std"].to_numpy(), visible=True, thickness=1)
+        traces.append(trace)
+    return traces
+
+
 def distribution_curves(axis: StepAxis, curves: Any, *, target: str) -> go.Figure:
     """One estimate's refined LLC under each distribution (`views.llc.data.distribution_curves`' rows), a line with
     the chains' spread as error bars per distribution, at the checkpoints each has."""
-    position = {int(s): i for i, s in enumerate(axis.steps)}
-    names = list(dict.fromkeys(curves["data"]))
-    traces: list[dict[str, Any]] = []
-    for name in names:
-        rows = curves[curves["data"] == name]
-        idx = np.array([position[int(s)] for s in rows["step"]], dtype=np.int64)
-        colour = _distribution_colour(name, names)
-        traces.append(
-            dict(
-                type="scatter",
-                x=axis.x[idx],
-                y=rows["llc"].to_numpy(),
-                mode="lines+markers",
-                name=f"on {name}",
-                line=dict(color=colour, width=1.5),
-                marker=dict(size=6, color=colour),
-                error_y=dict(type="data", array=rows["llc_std"].to_numpy(), visible=True, thickness=1),
-                customdata=rows["step"].to_numpy(),
-                hovertemplate=f"step %{{customdata:,}}<br>{target} on {name}: LLC = %{{y:.4g}} (error bar: the chains' "
-                "spread)<extra></extra>",
-            )
-        )
+    traces = _distribution_lines(
+        axis,
+        curves,
+        "llc",
+        colours=list(dict.fromkeys(curves["data"])),
+        label="on {name}",
+        hover=f"step %{{customdata:,}}<br>{target} on {{name}}: LLC = %{{y:.4g}} (error bar: the chains' spread)<extra></extra>",
+        spread=True,
+    )
     values = np.r_[curves["llc"] - curves["llc_std"], curves["llc"] + curves["llc_std"]]
     fig = figure(
         traces,
@@ -353,27 +370,15 @@ def distribution_curves(axis: StepAxis, curves: Any, *, target: str) -> go.Figur
 def distribution_ratios(axis: StepAxis, ratios: Any, *, target: str, reference: str) -> go.Figure:
     """Each other distribution's estimate over ``reference``'s (`views.llc.data.distribution_ratios`' rows), with the
     line 1 (equal) drawn."""
-    position = {int(s): i for i, s in enumerate(axis.steps)}
-    names = list(dict.fromkeys(ratios["data"]))
-    traces: list[dict[str, Any]] = []
-    for name in names:
-        rows = ratios[ratios["data"] == name]
-        idx = np.array([position[int(s)] for s in rows["step"]], dtype=np.int64)
-        colour = _distribution_colour(name, [*names, reference])
-        traces.append(
-            dict(
-                type="scatter",
-                x=axis.x[idx],
-                y=rows["ratio"].to_numpy(),
-                mode="lines+markers",
-                name=f"on {name} / on {reference}",
-                line=dict(color=colour, width=1.5),
-                marker=dict(size=6, color=colour),
-                customdata=rows["step"].to_numpy(),
-                hovertemplate=f"step %{{customdata:,}}<br>{target}: LLC on {name} / LLC on {reference} = %{{y:.3g}}"
-                "<extra></extra>",
-            )
-        )
+    traces = _distribution_lines(
+        axis,
+        ratios,
+        "ratio",
+        colours=[*dict.fromkeys(ratios["data"]), reference],
+        label=f"on {{name}} / on {reference}",
+        hover=f"step %{{customdata:,}}<br>{target}: LLC on {{name}} / LLC on {reference} = %{{y:.3g}}<extra></extra>",
+        spread=False,
+    )
     finite = ratios["ratio"].to_numpy()
     finite = finite[np.isfinite(finite)]
     lay = layout(
