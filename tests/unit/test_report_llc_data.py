@@ -78,6 +78,17 @@ def plant_llc(store: Path) -> pd.DataFrame:
     return both
 
 
+def written_report(store: Path, out: Path) -> str:
+    """The report.md that `headwatch report STORE --out OUT` writes (the command run, its exit status checked)."""
+    assert main(["report", str(store), "--out", str(out)]) == 0
+    return (out / "report.md").read_text()
+
+
+def section_of(text: str, heading: str) -> str:
+    """The report's section opened by ``heading``, up to the next top-level section."""
+    return text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
 def plant_icl(store: Path) -> np.ndarray:
     """icl.parquet (both sets) and ablation.parquet: the intact probe score falls 1.5 nats at BIG_FALL; with head g
     ablated it is the intact score + 0.6, falling 0.5 nats more at FALL[g] (0.1 for SMALL_FALL), with wiggles of
@@ -173,10 +184,9 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
         best = min(dist.values())
         near = min(i for i in dist if dist[i] == best)
         assert r.nearest == (int(steps[near]), best)
-    # the report says both, in words, one other head per sentence
-    assert main(["report", str(store), "--out", str(tmp_path / "out")]) == 0
-    text = (tmp_path / "out" / "report.md").read_text()
-    section = text.split("## The refined LLC under each distribution", 1)[1].split("\n## ", 1)[0]
+    # the report says both: one line per ablated head, then the curves as a table
+    text = written_report(store, tmp_path / "out")
+    section = section_of(text, "## The refined LLC under each distribution")
     assert "The SGLD loss was taken on: text, repeats" in section
     assert "### Critical points of each data-refined curve against the ICL score with one other induction head ablated" in section
     assert "more than 2 standard errors" in section
@@ -221,9 +231,8 @@ TEXT_ONLY = REPO / "data" / "induction-d256"
 
 def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(tmp_path: Path) -> None:
     assert "data" not in pq.read_schema(TEXT_ONLY / "llc.parquet").names and not (TEXT_ONLY / ABLATION.file).exists()
-    assert main(["report", str(TEXT_ONLY), "--out", str(tmp_path / "out")]) == 0
-    text = (tmp_path / "out" / "report.md").read_text()
-    section = text.split("## The refined LLC under each distribution", 1)[1].split("\n## ", 1)[0]
+    text = written_report(TEXT_ONLY, tmp_path / "out")
+    section = section_of(text, "## The refined LLC under each distribution")
     assert "The SGLD loss was taken on: text only; `--lenses llc --llc-data train,repeats,code` adds the others" in section
     assert "no refined LLCs on both repeats and text" in section
     assert "This store lacks the ICL score under single-head ablation" in section
@@ -253,10 +262,9 @@ def test_the_shipped_induction_d128_report_reads_its_four_distributions(tmp_path
     llc.parquet holds it (read with pandas), its induction heads those head_types.parquet says hold at the end."""
     llc = pd.read_parquet(SHIPPED / "llc.parquet")
     assert set(llc["data"]) == {"train", "text", "repeats", "code"}
-    assert main(["report", str(SHIPPED), "--out", str(tmp_path / "out")]) == 0
-    text = (tmp_path / "out" / "report.md").read_text()
+    text = written_report(SHIPPED, tmp_path / "out")
     assert "## Can the refined LLCs be trusted? (the refined LLC on the training distribution)" in text
-    section = text.split("## The refined LLC under each distribution", 1)[1].split("\n## ", 1)[0]
+    section = section_of(text, "## The refined LLC under each distribution")
     assert "The SGLD loss was taken on: train, text, repeats, code" in section
     types = pd.read_parquet(SHIPPED / "head_types.parquet")
     held = types[(types["step"] == types["step"].max()) & types["holds"] & (types["type"] == "induction")]
@@ -274,9 +282,8 @@ def test_the_report_counts_the_negative_estimates_under_every_other_distribution
     distribution, how many of its estimates there are and how many are negative, as llc.parquet holds them (counted
     with pandas): a reader sees that repeats and code hold many negative estimates before reading their curves."""
     llc = pd.read_parquet(SHIPPED / "llc.parquet")
-    assert main(["report", str(SHIPPED), "--out", str(tmp_path / "out")]) == 0
-    text = (tmp_path / "out" / "report.md").read_text()
-    section = text.split("## Can the refined LLCs be trusted?", 1)[1].split("\n## ", 1)[0]
+    text = written_report(SHIPPED, tmp_path / "out")
+    section = section_of(text, "## Can the refined LLCs be trusted?")
     words = {"text": "on held-out text", "repeats": "on the probe's repeated random tokens", "code": "on code"}
     for data, said in words.items():
         rows = llc[llc["data"] == data]
