@@ -1,7 +1,7 @@
 """What a head does, through AppTest: the ICL scores on the Timeline and the Forward lenses, the head explorer's tabs
 "What this head does" and "Head card", the Heads table's ablation columns, on a copy of the shipped run
 induction-d128 given the planted tables of `tests.app.planted_ablation` (every drawn value against the fixture's closed
-forms); on a shipped store without the lenses (induction-d256) every panel says so and names the command; and the
+forms); on a shipped store without the lenses (induction-d512) every panel says so and names the command; and the
 rebuilt induction-d128's own ablations in the Heads table."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.app.planted_ablation import (
 from tests.app.planted_ablation import context_steps as planted_context_steps
 
 SHIPPED = ROOT / "data" / "induction-d128"
-WITHOUT_LENSES = ROOT / "data" / "induction-d256"  # a shipped store made before the losses and ablation lenses
+WITHOUT_LENSES = ROOT / "data" / "induction-d512"  # a shipped store made before the losses and ablation lenses
 TIMELINE, LENSES, HEAD, HEADS = (
     "pages/run_timeline.py",
     "pages/forward_lenses.py",
@@ -181,7 +181,7 @@ def test_the_heads_table_has_the_ablation_columns_and_sorts_by_them(planted_env:
     ],
 )
 def test_the_shipped_store_without_the_lenses_says_what_adds_them(page, query, command, tmp_path, monkeypatch) -> None:
-    """A shipped store made before the losses and ablation lenses (the GPU-built induction-d256): every panel of theirs
+    """A shipped store made before the losses and ablation lenses (the GPU-built induction-d512): every panel of theirs
     says so and names the command."""
     assert not (WITHOUT_LENSES / "ablation.parquet").exists() and not (WITHOUT_LENSES / "icl.parquet").exists()
     serve_only(WITHOUT_LENSES, tmp_path, monkeypatch)

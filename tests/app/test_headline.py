@@ -549,18 +549,19 @@ def test_an_rllc_rise_opens_the_refined_llc_page_on_that_estimates_chains(d128: 
 
 def test_an_llc_stage_boundary_opens_the_refined_llc_page_on_the_whole_model(monkeypatch, tmp_path: Path) -> None:
     """A store whose events' boundaries are the LLC's (made before the run's merged boundaries: meta.json
-    ``stages.primary`` is ``llc``; here induction-d256 so marked): each boundary's link opens the Refined LLC page with
-    the whole-model LLC (the curve the stages are read from) as its first chart, at stages.parquet's start steps."""
-    store = tmp_path / "induction-d256"
-    shutil.copytree(DATA / "induction-d256", store)
+    ``stages.primary`` is ``llc``; here the GPU-built induction-d512 so marked): each boundary's link opens the Refined
+    LLC page with the whole-model LLC (the curve the stages are read from) as its first chart, at stages.parquet's
+    start steps."""
+    store = tmp_path / "induction-d512"
+    shutil.copytree(DATA / "induction-d512", store)
     meta = json.loads((store / "meta.json").read_text())
     meta["stages"]["primary"] = "llc"
     (store / "meta.json").write_text(json.dumps(meta))
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(tmp_path))
-    at = open_page("pages/run_timeline.py", {"run": "induction-d256", "kinds": ["stage boundary"], "basis": "llc"})
+    at = open_page("pages/run_timeline.py", {"run": "induction-d512", "kinds": ["stage boundary"], "basis": "llc"})
     table = next(d.value for d in at.dataframe if "event" in d.value.columns)
-    stages = pd.read_parquet(DATA / "induction-d256" / "stages.parquet").query("basis == 'llc' and stage > 0")
+    stages = pd.read_parquet(DATA / "induction-d512" / "stages.parquet").query("basis == 'llc' and stage > 0")
     assert sorted(table["step"]) == sorted(stages["start_step"].astype(int))
     query = {k: v[0] for k, v in parse_qs(urlparse(table.iloc[0]["link"]).query).items()}
     assert urlparse(table.iloc[0]["link"]).path == "llc" and query["panel"] == "model"

@@ -315,9 +315,9 @@ def test_the_page_overlays_each_distribution_and_shows_the_chosen_one(
     assert "the loss taken on **repeats**" in " ".join(c.value for c in other.caption)
 
 
-# a shipped store whose estimates were all taken on held-out text (the GPU-built induction-d256, made before the
+# a shipped store whose estimates were all taken on held-out text (the GPU-built induction-d512, made before the
 # distributions were named); induction-d128 holds four distributions
-TEXT_ONLY = "induction-d256"
+TEXT_ONLY = "induction-d512"
 
 
 def test_a_shipped_store_says_it_holds_text_only_and_how_to_add_the_others(monkeypatch: pytest.MonkeyPatch) -> None:

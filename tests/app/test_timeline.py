@@ -294,12 +294,13 @@ def test_the_rllc_rise_lane_holds_the_five_largest_rises_between_consecutive_est
 
 
 @pytest.mark.parametrize(
-    ("run", "read_from"), [("shakespeare-pythia-6x8", "loss"), ("induction-d128", "llc"), ("induction-d256", "llc")]
+    ("run", "read_from"), [("shakespeare-pythia-6x8", "loss"), ("induction-d128", "llc"), ("induction-d512", "llc")]
 )
 def test_the_caption_says_what_the_runs_stages_are_read_from(run: str, read_from: str, monkeypatch) -> None:
     """A run without an LLC shades its stages by the loss's trend (meta.json stages.run.trend_from), and says so; a run
     with one names the distribution its estimates were taken on: the one meta.json ``stages.llc.distribution`` records
-    (induction-d128's training distribution), the held-out text where the store holds that alone (induction-d256)."""
+    (induction-d128's training distribution), the held-out text where the store holds that alone (the GPU-built
+    induction-d512)."""
     import json
 
     meta = json.loads((ROOT / "data" / run / "meta.json").read_text())

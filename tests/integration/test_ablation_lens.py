@@ -185,8 +185,8 @@ def _listed_lenses(shipped: Path) -> dict[str, str]:
 
 
 def test_shipped_stores_load_without_the_lenses_and_info_lists_them_absent() -> None:
-    """A store made before the lenses (the GPU-built induction-d256) loads, and `headwatch info` lists them absent."""
-    shipped = REPO / "data" / "induction-d256"
+    """A store made before the lenses (the GPU-built induction-d512) loads, and `headwatch info` lists them absent."""
+    shipped = REPO / "data" / "induction-d512"
     if not (shipped / "meta.json").is_file():
         pytest.skip("no shipped store in data/")
     assert not (shipped / ABLATION.file).exists() and not (shipped / POSITION_LOSS.file).exists()

@@ -165,7 +165,7 @@ def test_planted_heads_get_multigram_and_other(tmp_path: Path, capsys) -> None:
 
 def test_a_store_without_the_ablation_lens_says_what_adds_it(tmp_path: Path, capsys) -> None:
     store = tmp_path / "store"
-    shutil.copytree(REPO / "data" / "induction-d256", store)  # made before the ablation lens (GPU-built)
+    shutil.copytree(REPO / "data" / "induction-d512", store)  # made before the ablation lens (GPU-built)
     assert not (store / ABLATION.file).exists()
     assert main([str(store), "--ngram-text", str(ngram_file(tmp_path / "t.txt"))]) == 0
     printed = capsys.readouterr().out

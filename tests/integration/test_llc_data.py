@@ -246,8 +246,8 @@ def test_under_a_distribution_the_batched_sampler_is_devinterp_step_for_step(tra
 
 
 def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
-    """A store written before the distributions were named (the GPU-built induction-d256) reads as text, unchanged."""
-    store_dir = REPO / "data" / "induction-d256"
+    """A store written before the distributions were named (the GPU-built induction-d512) reads as text, unchanged."""
+    store_dir = REPO / "data" / "induction-d512"
     before = {f: (store_dir / f).read_bytes() for f in (LLC.file, LLC_CHAINS.file, "meta.json")}
     assert "data" not in pq.read_schema(store_dir / LLC.file).names  # written before the column
     store = open_store(store_dir)

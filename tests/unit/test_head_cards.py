@@ -41,7 +41,7 @@ from tests.app.planted_ablation import context_steps as planted_context_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "data" / "induction-d128"
-TEXT_ONLY = ROOT / "data" / "induction-d256"  # made before the ablation lens and the named LLC distributions
+TEXT_ONLY = ROOT / "data" / "induction-d512"  # made before the ablation lens and the named LLC distributions
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_a_card_gathers_types_ablation_contexts_llc_and_partners(planted: Path) 
 
 
 def test_a_card_of_a_store_without_the_lenses_says_which_lens_adds_each_part(tmp_path: Path) -> None:
-    """A shipped store made before the ablation lens (the GPU-built induction-d256)."""
+    """A shipped store made before the ablation lens (the GPU-built induction-d512)."""
     assert not (TEXT_ONLY / "ablation.parquet").exists()
     store = open_store(TEXT_ONLY)
     card = head_card(store, 0, 1)
@@ -221,7 +221,7 @@ def test_the_report_writes_the_icl_section_and_a_card_per_picked_head(planted: P
 
 
 def test_a_cards_refined_llc_names_its_distribution_and_reads_train_where_held(tmp_path: Path) -> None:
-    """A shipped store whose estimates are all on text (the GPU-built induction-d256) reads them and says so; a store
+    """A shipped store whose estimates are all on text (the GPU-built induction-d512) reads them and says so; a store
     holding train beside text reads train (the weight-refined LLC, planted as three times the text estimate) and
     names it."""
     shipped = open_store(TEXT_ONLY)

@@ -225,8 +225,8 @@ def test_critical_points_against_the_ablated_minus_intact_icl_score(store: Path,
     assert not any(k.startswith("nearest") for row in llc_data.critical_table(rows) for k in row)  # no fall, no column
 
 
-# a shipped store made before the distributions were named and the ablation lens: the GPU-built induction-d256
-TEXT_ONLY = REPO / "data" / "induction-d256"
+# a shipped store made before the distributions were named and the ablation lens: the GPU-built induction-d512
+TEXT_ONLY = REPO / "data" / "induction-d512"
 
 
 def test_a_shipped_store_says_it_holds_text_only_and_lacks_the_ablation_table(tmp_path: Path) -> None:

@@ -415,13 +415,13 @@ def test_the_ablation_effect_names_a_boundary_where_the_store_has_it(tmp_path: P
 def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: Path) -> None:
     """llc.parquet keyed by the distribution its SGLD loss was taken on (its ``data`` column): the stages read the
     rows under the run's training distribution (``train``) and name it; a shipped store without the column (the
-    GPU-built induction-d256) reads its estimates, named as the held-out text, and one with it (induction-d128) its
+    GPU-built induction-d512) reads its estimates, named as the held-out text, and one with it (induction-d128) its
     training distribution's."""
     from headwatch.analysis.stages import run as stages_run
     from headwatch.analysis.store.lenses.llc import LLC
     from headwatch.precompute.lenses.stages import add_stages
 
-    shipped = open_store(SCHEDULED[0].parent / "induction-d256")
+    shipped = open_store(SCHEDULED[0].parent / "induction-d512")
     at, named = stages_run.llc_source(shipped)
     assert at == {"layer": -1, "head": -1, "data": "text"} and named.startswith(stages_run.HELD_OUT + " (held-out split")
     rebuilt = SCHEDULED[0].parent / "induction-d128"
@@ -429,7 +429,7 @@ def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: 
     at, named = stages_run.llc_source(open_store(rebuilt))
     assert at == {"layer": -1, "head": -1, "data": "train"} and named.startswith("the run's training distribution")
 
-    out = _copy("induction-d256", tmp_path)
+    out = _copy("induction-d512", tmp_path)
     llc = pq.read_table(out / "llc.parquet")
     assert "data" not in llc.column_names
 
@@ -442,7 +442,7 @@ def test_the_llc_is_read_under_the_training_distribution_where_stored(tmp_path: 
     (out / "llc_chains.parquet").unlink()
     found = add_stages(out)
     assert found.meta["llc"]["distribution"].startswith("the run's training distribution")
-    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d256" / "llc.parquet").to_pandas().query("layer == -1")
+    whole_model = pq.read_table(SCHEDULED[0].parent / "induction-d512" / "llc.parquet").to_pandas().query("layer == -1")
     expected = dict(zip(whole_model["step"], whole_model["llc"], strict=True))
     np.testing.assert_allclose([s.start_value for s in found.llc], [expected[s.start_step] for s in found.llc])
 
