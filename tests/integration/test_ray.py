@@ -3,7 +3,8 @@
 One local Ray cluster (2 CPUs, 127.0.0.1, no dashboard) serves the whole module; it is
 started by the first test that needs it and shut down at the module's end. The local
 executor's stores, which the tests compare against, are themselves checked against
-numpy in test_precompute.py. Faults: a worker process killed mid-task (Ray retries the
+numpy in test_precompute.py. A job's arrays, read-only out of Ray's object store, become tensors
+without torch's warning. Faults: a worker process killed mid-task (Ray retries the
 task), a driver killed mid-run (the same command resumes), and a Hub source on the
 fake Hub, whose address reaches the tasks through the forwarded environment.
 """
@@ -17,17 +18,21 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import ClusterError
 from headwatch.precompute.__main__ import main
+from headwatch.precompute.job.context import tensor_of
 from headwatch.precompute.job.run import run_precompute
 from headwatch.precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
@@ -122,6 +127,19 @@ def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_pa
         ta, tb = pq.read_table(stores["local"] / name), pq.read_table(stores["ray"] / name)
         assert ta.num_rows > 0 and ta.equals(tb), name
     assert json.loads((stores["local"] / "meta.json").read_text()) == json.loads((stores["ray"] / "meta.json").read_text())
+
+
+def test_a_read_only_array_from_the_object_store_becomes_a_tensor_without_a_warning(cluster: str) -> None:
+    """A task's job arrays come out of Ray's object store read-only; `tensor_of` copies those, and only those."""
+    ray = _require_ray()
+    tokens = np.arange(12, dtype=np.int64).reshape(3, 4)
+    got = ray.get(ray.put(tokens))
+    assert not got.flags.writeable  # as a task receives its job's arrays
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "The given NumPy array is not writable"
+        tensor = tensor_of(got)
+    assert torch.equal(tensor, torch.from_numpy(tokens)) and not np.shares_memory(tensor.numpy(), got)
+    assert np.shares_memory(tensor_of(tokens).numpy(), tokens)  # a writable array is not copied
 
 
 def test_worker_killed_mid_task_is_retried(

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import pyarrow as pa
+import torch
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
@@ -279,6 +281,12 @@ class FactorsComputation(BaseComputation):
     def make_job(self, record: Mapping[str, Any]) -> PassJob:
         """The pass job, given the store's record (its options and baselines)."""
         raise NotImplementedError
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a CPU tensor over its memory, or over a copy when it is read-only: a job's arrays arrive so in a
+    Ray task (from Ray's object store), and torch warns on a tensor over memory it may not write."""
+    return torch.from_numpy(np.require(array, requirements="W"))
 
 
 def missing_steps(state: RunState, lens: Lens) -> list[int]:
