@@ -3,7 +3,9 @@
 One local Ray cluster (2 CPUs, 127.0.0.1, no dashboard) serves the whole module; it is
 started by the first test that needs it and shut down at the module's end. The local
 executor's stores, which the tests compare against, are themselves checked against
-numpy in test_precompute.py. Faults: a worker process killed mid-task (Ray retries the
+numpy in test_precompute.py. The refined LLC's checkpoints run as tasks too (the driver computes
+none of them) to the local store's estimates, and a job's arrays, read-only out of Ray's object
+store, become tensors without torch's warning. Faults: a worker process killed mid-task (Ray retries the
 task), a driver killed mid-run (the same command resumes), and a Hub source on the
 fake Hub, whose address reaches the tasks through the forwarded environment.
 """
@@ -17,17 +19,22 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from benchmarks.fakehub import FakeHub, Repo, folder_files
 from headwatch.analysis.errors import ClusterError
 from headwatch.precompute.__main__ import main
+from headwatch.precompute.job.context import tensor_of
 from headwatch.precompute.job.run import run_precompute
 from headwatch.precompute.settings import RayOptions, RunOptions
 from tests.integration.conftest import REPO, make_suite, neox_model, perturb
@@ -82,6 +89,15 @@ def assert_identical(a: Path, b: Path) -> None:
     assert json.loads((a / "meta.json").read_text()) == json.loads((b / "meta.json").read_text())
 
 
+def bits(table: pa.Table) -> bytes:
+    """The table as Arrow IPC bytes: equal for equal schemas and values bit for bit, NaN included (which
+    ``Table.equals`` counts unequal to itself: the chains' diagnostics of a short chain are NaN)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table.combine_chunks())
+    return sink.getvalue().to_pybytes()
+
+
 @pytest.fixture(scope="module")
 def series(tmp_path_factory) -> Path:
     """Seven checkpoints: step 8 carries step 4's weights byte for byte, step 32 has no weights."""
@@ -122,6 +138,74 @@ def test_ray_store_with_the_forward_lens_is_the_local_store(cluster: str, tmp_pa
         ta, tb = pq.read_table(stores["local"] / name), pq.read_table(stores["ray"] / name)
         assert ta.num_rows > 0 and ta.equals(tb), name
     assert json.loads((stores["local"] / "meta.json").read_text()) == json.loads((stores["ray"] / "meta.json").read_text())
+
+
+def test_ray_refined_llc_runs_as_tasks_and_is_the_local_store(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refined LLC at three checkpoints under two distributions: the Ray store's estimates equal the local
+    store's value for value, and the driver computed none of them (the local run's driver computed every one)."""
+    from headwatch.analysis.store.lenses.llc import LLC, LLC_CHAINS, LlcOptions, SamplerSettings
+    from headwatch.precompute.lenses import llc
+    from tests.integration.test_forward_lens import byte_run
+
+    run = byte_run(tmp_path, [0, 1, 2, 4], hidden=32, layers=2, heads=2)
+    sampler = SamplerSettings(chains=2, burnin=0, draws=2, sequences=4, batch_size=2)
+    asked = LlcOptions(steps="0,2,4", sampler=sampler, data="text,repeats")
+    # a Ray worker imports the lens module afresh: only a call in this process, the driver, is counted
+    in_driver: list[tuple[int, tuple[str, ...]]] = []
+    original = llc.checkpoint_llc
+
+    def counted(folder: Path, step: int, *args: Any, **kwargs: Any) -> Any:
+        in_driver.append((step, tuple(d.name for d in kwargs["data"])))
+        return original(folder, step, *args, **kwargs)
+
+    monkeypatch.setattr(llc, "checkpoint_llc", counted)
+    stores, computed_here = {}, {}
+    for executor in ("local", "ray"):
+        base = options(executor)
+        stores[executor] = tmp_path / executor
+        in_driver.clear()
+        report = run_precompute(
+            run,
+            stores[executor],
+            replace(base, lenses=("llc",), eval_sequences=4, eval_length=32, lens_options={**base.lens_options, "llc": asked}),
+        )
+        assert report.computed == [0, 1, 2, 4] and not report.failed
+        assert report.lenses["llc"] == [0, 2, 4]
+        computed_here[executor] = list(in_driver)
+    every = [(step, ("text", "repeats")) for step in (0, 2, 4)]
+    assert computed_here == {"local": every, "ray": []}
+    for name in ("heads.parquet", LLC.file, LLC_CHAINS.file):
+        ta, tb = pq.read_table(stores["local"] / name), pq.read_table(stores["ray"] / name)
+        assert ta.num_rows > 0 and bits(ta) == bits(tb), name
+    llc_rows = pq.read_table(stores["ray"] / LLC.file)
+    assert sorted(set(zip(llc_rows["step"].to_pylist(), llc_rows["data"].to_pylist(), strict=True))) == sorted(
+        (step, data) for step, names in every for data in names
+    )
+
+    def without_seconds(store: Path) -> dict[str, Any]:
+        """meta.json with the refined LLC's seconds taken out (each run measures its own), which must cover the steps."""
+        meta = json.loads((store / "meta.json").read_text())
+        assert set(meta["llc"].pop("seconds")) == {"0", "2", "4"}
+        for record in meta["llc"]["data"].values():
+            assert set(record.pop("seconds")) == {"0", "2", "4"}
+        return meta
+
+    assert without_seconds(stores["local"]) == without_seconds(stores["ray"])
+
+
+def test_a_read_only_array_from_the_object_store_becomes_a_tensor_without_a_warning(cluster: str) -> None:
+    """A task's job arrays come out of Ray's object store read-only; `tensor_of` copies those, and only those."""
+    ray = _require_ray()
+    tokens = np.arange(12, dtype=np.int64).reshape(3, 4)
+    got = ray.get(ray.put(tokens))
+    assert not got.flags.writeable  # as a task receives its job's arrays
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "The given NumPy array is not writable"
+        tensor = tensor_of(got)
+    assert torch.equal(tensor, torch.from_numpy(tokens)) and not np.shares_memory(tensor.numpy(), got)
+    assert np.shares_memory(tensor_of(tokens).numpy(), tokens)  # a writable array is not copied
 
 
 def test_worker_killed_mid_task_is_retried(

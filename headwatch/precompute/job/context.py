@@ -4,19 +4,22 @@
 builds one `Computation` per lens the run computes (`analysis.store.lenses.LENSES`) and drives
 them: `Computation.check_store` before anything is written, `Computation.begin` when the run state is
 open, the computation's `PassJob` inside the pass over each new checkpoint, and `Computation.fill` after
-it for what the store still lacks. The computations live in their lens modules
-(``precompute/lenses/*.py``) and import this module, never `precompute.job.run`.
+it for what the store still lacks (a fill may run its per-checkpoint work where the run's executor runs
+checkpoints: `TaskExecutor`). The computations live in their lens modules (``precompute/lenses/*.py``) and
+import this module, never `precompute.job.run`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import numpy as np
 import pyarrow as pa
+import torch
 
 from headwatch.analysis.errors import CheckpointError, CheckpointNotFoundError, StoreError, UnknownArchitectureError
 from headwatch.analysis.store import CheckpointEntry, Failure, Meta, ModelInfo
@@ -36,6 +39,8 @@ if TYPE_CHECKING:  # the state imports the overlaps lens, whose computation impo
 
 # Per-checkpoint failures: the checkpoint is listed under `failed` (or left out of a lens) and the run goes on.
 CHECKPOINT_ERRORS = (CheckpointError, CheckpointNotFoundError, UnknownArchitectureError)
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -111,14 +116,43 @@ class ComputationSetup:
     eval_set: EvalSet | None = None
 
 
+class TaskExecutor(Protocol):
+    """What a computation's fill may ask of the run's executor (`precompute.job.executor`): one checkpoint's work,
+    for each of a list of checkpoints, run where the executor runs checkpoints (in this process, or as Ray tasks)."""
+
+    def each(
+        self,
+        fn: Callable[..., R],
+        todo: Sequence[tuple[CheckpointRef, Any]],
+        *,
+        device: str,
+        progress: Callable[[], None] | None = None,
+    ) -> Generator[tuple[CheckpointRef, Callable[[], R]], None, None]:
+        """``fn(src, ref, arg, scratch=FOLDER, progress=CALL)`` for each ``(ref, arg)`` of ``todo``, yielded in
+        ``todo``'s order as ``(ref, result)``, where ``result()`` returns what ``fn`` returned or raises its
+        per-checkpoint error (`CHECKPOINT_ERRORS`). Closing the iterator abandons the work still in flight.
+
+        Args:
+            fn: the work; it and every ``arg`` must pickle (a Ray task receives them). ``src`` is the run's
+                source (re-opened in a Ray task), ``scratch`` a folder for temporary files where ``fn`` runs (the
+                run's scratch folder here, a folder of the task's own in a Ray task, removed after it).
+            todo: the checkpoints and each one's argument.
+            device: where ``fn`` computes (``cuda``: a Ray task declares a GPU).
+            progress: handed to ``fn`` where it runs in this process; a Ray task gets None.
+        """
+        ...
+
+
 @dataclass
 class RunContext:
-    """What a computation's fill works on: the plan, the settings, the state it adds to and commits, the report."""
+    """What a computation's fill works on: the plan, the settings, the state it adds to and commits, the report,
+    and the executor that runs the run's checkpoints."""
 
     plan: Plan
     settings: StoreSettings
     state: RunState
     report: RunReport
+    executor: TaskExecutor
     progress: bool
 
 
@@ -279,6 +313,12 @@ class FactorsComputation(BaseComputation):
     def make_job(self, record: Mapping[str, Any]) -> PassJob:
         """The pass job, given the store's record (its options and baselines)."""
         raise NotImplementedError
+
+
+def tensor_of(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a CPU tensor over its memory, or over a copy when it is read-only: a job's arrays arrive so in a
+    Ray task (from Ray's object store), and torch warns on a tensor over memory it may not write."""
+    return torch.from_numpy(np.require(array, requirements="W"))
 
 
 def missing_steps(state: RunState, lens: Lens) -> list[int]:

@@ -8,13 +8,18 @@
 - ``ray`` (`precompute.job.ray_executor.RayExecutor`, imported only then): one Ray task per
   checkpoint, at most a bounded number in flight.
 
-Either way the run (`precompute.job.run`) is the only writer: it settles and commits
-each result in step order.
+The same executor runs a computation's per-checkpoint work in its fill (`each`: the refined LLC's):
+here, one checkpoint after the other in the run's thread, or one Ray task per checkpoint.
+Either way the run (`precompute.job.run`) and the computations' fills are the only writers:
+they settle and commit each result in step order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Generator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 from headwatch.families.family import ModelShape
 from headwatch.precompute.job.context import PassJob
@@ -25,16 +30,19 @@ from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.revisions import CheckpointRef
 from headwatch.precompute.sources.source import CheckpointSource, Fetched
 
+R = TypeVar("R")
+
 
 class LocalExecutor:
     """Fetch one checkpoint ahead in a thread, compute in the caller's thread.
 
     Args:
         src: the run's source.
+        scratch: the run's scratch folder (the computations' temporary files).
     """
 
-    def __init__(self, src: CheckpointSource):
-        self.src = src
+    def __init__(self, src: CheckpointSource, scratch: Path):
+        self.src, self.scratch = src, scratch
 
     def results(
         self,
@@ -62,8 +70,21 @@ class LocalExecutor:
 
                 yield ref, work
 
+    def each(
+        self,
+        fn: Callable[..., R],
+        todo: Sequence[tuple[CheckpointRef, Any]],
+        *,
+        device: str,
+        progress: Callable[[], None] | None = None,
+    ) -> Generator[tuple[CheckpointRef, Callable[[], R]], None, None]:
+        """``fn`` of each checkpoint of ``todo``, computed in the caller's thread when it calls the result
+        (`precompute.job.context.TaskExecutor.each`)."""
+        for ref, arg in todo:
+            yield ref, functools.partial(fn, self.src, ref, arg, scratch=self.scratch, progress=progress)
 
-def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, meter: Meter) -> Executor:
+
+def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, scratch: Path, meter: Meter) -> Executor:
     """The executor ``options.executor`` names, connected (a Ray cluster is joined, or started
     on this machine, here: before the store is opened).
 
@@ -71,6 +92,7 @@ def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, me
         options: the run's options (``executor``, ``ray``, ``fetch``, ``token``).
         src: the source as the driver opened it (the local executor reads through it).
         source: ``--source`` as a Ray task re-opens it (a local folder: its absolute path).
+        scratch: the run's scratch folder (the local executor's computations write their temporary files there).
         meter: the run's meter; a Ray task's transfers are added to it.
 
     Raises:
@@ -78,7 +100,7 @@ def open_executor(options: RunOptions, src: CheckpointSource, source: str, *, me
         ValueError: ``ray`` is not installed, or the cluster has fewer CPUs than a task asks.
     """
     if options.executor == "local":
-        return LocalExecutor(src)
+        return LocalExecutor(src, scratch)
     try:
         import ray  # noqa: F401  (only to say what is missing; precompute.job.ray_executor uses it)
     except ImportError:

@@ -1,12 +1,15 @@
 """Checkpoints as Ray tasks: the run's driver submits, collects in step order, and alone writes.
 
-Each checkpoint is one task running `_checkpoint_task`: it re-opens the source from
-picklable parameters (``--source``, the fetch settings, the token), fetches the
-checkpoint, and runs `precompute.job.work.checkpoint_work`, the function the local
-executor runs, with the torch thread count the local executor computes with (the
-spectral columns depend on it in their last bits). It returns the `Work` (rows and
-singular vectors, never the tensors) or the per-checkpoint error, which the driver
-records as failed exactly as a local run does.
+Each checkpoint is one task running `_task`: it re-opens the source from picklable
+parameters (``--source``, the fetch settings, the token) with a scratch folder of its
+own, sets the torch thread count the local executor computes with (the spectral
+columns depend on it in their last bits), and runs one checkpoint's work: for the pass
+over the checkpoints `_checkpoint` (fetch, then `precompute.job.work.checkpoint_work`,
+the function the local executor runs), for a computation's fill the function it hands
+`RayExecutor.each` (the refined LLC's `precompute.lenses.llc.checkpoint_llc_of`, the
+function its local fill calls). It returns the result (for a checkpoint its `Work`:
+rows and singular vectors, never the tensors) with what its fetches moved, or the
+per-checkpoint error, which the driver records as failed exactly as a local run does.
 
 Resources: a task declares ``num_cpus`` (`RayOptions.cpus_per_task`) and, when the
 run's device is CUDA, ``num_gpus=1``. At most `RayOptions.max_in_flight` tasks are
@@ -34,9 +37,10 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import ray
 import torch
@@ -50,6 +54,7 @@ from headwatch.precompute.settings import FetchSettings, RayOptions, StoreSettin
 from headwatch.precompute.sources.fetch import Meter
 from headwatch.precompute.sources.resolve import open_source
 from headwatch.precompute.sources.revisions import CheckpointRef
+from headwatch.precompute.sources.source import CheckpointSource
 
 # Seconds between looks at the cluster's head while the driver waits for a result (Ray itself
 # ends a driver whose head is gone only after gcs_rpc_server_reconnect_timeout_s, 60 s).
@@ -57,6 +62,8 @@ _POLL_S = 2.0
 
 # Errors a task hands back as its result: per-checkpoint failures, and the network's.
 _RETURNED_ERRORS = (*CHECKPOINT_ERRORS, HubUnreachableError)
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -67,36 +74,55 @@ class _Failed:
 
 
 @dataclass(frozen=True)
-class _Job:
-    """What every task of a run needs besides its checkpoint (pickled once per task)."""
+class _Done:
+    """A task's result, with what its fetches moved (added to the run's meter by the driver)."""
+
+    value: Any
+    fetched: int
+    requests: int
+    peak_disk: int
+
+
+@dataclass(frozen=True)
+class _Where:
+    """How every task of a run re-opens the source and computes (pickled once per run)."""
 
     source: str
     fetch: FetchSettings
     token: str | bool | None
-    shape: ModelShape
-    settings: StoreSettings
     threads: int
-    jobs: Mapping[str, PassJob] | None = None  # the lens pass jobs (`precompute.job.context.PassJob`)
 
 
-def _checkpoint_task(job: _Job, ref: CheckpointRef, known: dict[str, int]) -> Work | _Failed:
-    """Fetch and compute one checkpoint on a Ray worker (`precompute.job.work.checkpoint_work`)."""
-    torch.set_num_threads(job.threads)
+def _task(where: _Where, fn: Callable[..., Any], ref: CheckpointRef, arg: Any) -> _Done | _Failed:
+    """``fn(src, ref, arg)`` on a Ray worker, with the source re-opened here (`precompute.job.context.TaskExecutor.each`)."""
+    torch.set_num_threads(where.threads)
     meter = Meter()
-    scratch = Path(tempfile.mkdtemp(prefix="headwatch-fetch-"))  # .bin downloads of this task only
+    scratch = Path(tempfile.mkdtemp(prefix="headwatch-task-"))  # .bin downloads and temporary files of this task only
     try:
-        src = open_source(job.source, scratch=scratch, fetch=job.fetch, meter=meter, token=job.token)
-        fetched = src.fetch(
-            ref, job.shape, skip=lambda sha: sha in known, matrices=job.settings.head_matrices, layers=job.settings.layers
-        )
-        _die_once()
-        work = checkpoint_work(fetched, job.shape, job.settings, known=known, jobs=job.jobs, src=src)
+        src = open_source(where.source, scratch=scratch, fetch=where.fetch, meter=meter, token=where.token)
+        value = fn(src, ref, arg, scratch=scratch, progress=None)
     except _RETURNED_ERRORS as exc:
         return _Failed(exc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    work.fetched, work.requests, work.peak_disk = meter.fetched, meter.requests, meter.peak_disk
-    return work
+    return _Done(value, meter.fetched, meter.requests, meter.peak_disk)
+
+
+def _checkpoint(
+    src: CheckpointSource,
+    ref: CheckpointRef,
+    known: dict[str, int],
+    *,
+    scratch: Path,
+    progress: Callable[[], None] | None,
+    shape: ModelShape,
+    settings: StoreSettings,
+    jobs: Mapping[str, PassJob] | None,
+) -> Work:
+    """Fetch and compute one checkpoint (`precompute.job.work.checkpoint_work`), as `_task` runs it."""
+    fetched = src.fetch(ref, shape, skip=lambda sha: sha in known, matrices=settings.head_matrices, layers=settings.layers)
+    _die_once()
+    return checkpoint_work(fetched, shape, settings, known=known, jobs=jobs, src=src)
 
 
 def _die_once() -> None:
@@ -131,7 +157,8 @@ def _check_reachable(address: str | None, *, timeout_s: float = 10.0) -> None:
 
 
 class RayExecutor:
-    """Run each checkpoint as a Ray task; yield the results in step order.
+    """Run each checkpoint as a Ray task, and each checkpoint's work of a computation's fill; yield the results
+    in step order.
 
     Args:
         source: ``--source`` as every worker can open it (a local folder: an absolute path on a
@@ -175,20 +202,48 @@ class RayExecutor:
         known: Callable[[], Mapping[str, int]],
         jobs: Mapping[str, PassJob] | None = None,
     ) -> Results:
-        job = ray.put(_Job(self.source, self.fetch, self.token, shape, settings, self.threads, jobs))
-        task = ray.remote(_checkpoint_task).options(
+        compute = ray.put(functools.partial(_checkpoint, shape=shape, settings=settings, jobs=jobs))
+        where, task = self._remote(settings.device)
+        # the fingerprints as committed when the checkpoint is submitted (a hint: `Work.settle` decides)
+        yield from self._stream([(ref, None) for ref in todo], lambda ref, _: task.remote(where, compute, ref, dict(known())))
+
+    def each(
+        self,
+        fn: Callable[..., R],
+        todo: Sequence[tuple[CheckpointRef, Any]],
+        *,
+        device: str,
+        progress: Callable[[], None] | None = None,
+    ) -> Generator[tuple[CheckpointRef, Callable[[], R]], None, None]:
+        """``fn`` of each checkpoint of ``todo`` as one Ray task each (`precompute.job.context.TaskExecutor.each`);
+        ``progress`` is not called (a task reports only its result)."""
+        compute = ray.put(fn)
+        where, task = self._remote(device)
+        yield from self._stream(todo, lambda ref, arg: task.remote(where, compute, ref, arg))
+
+    def _remote(self, device: str) -> tuple[ray.ObjectRef, Any]:
+        """The run's `_Where` in the object store, and `_task` with this run's resources and retries."""
+        where = ray.put(_Where(self.source, self.fetch, self.token, self.threads))
+        task = ray.remote(_task).options(
             num_cpus=self.threads,
-            num_gpus=1 if settings.device == "cuda" else 0,
+            num_gpus=1 if device == "cuda" else 0,
             max_retries=self.options.max_retries,
             runtime_env={"env_vars": forwarded_environment()},
         )
+        return where, task
+
+    def _stream(
+        self, todo: Sequence[tuple[CheckpointRef, Any]], submit_one: Callable[[CheckpointRef, Any], ray.ObjectRef]
+    ) -> Generator[tuple[CheckpointRef, Callable[[], Any]], None, None]:
+        """Submit ``todo`` (at most `max_in_flight` at once) and yield each result in order, as a call that returns
+        it or raises its per-checkpoint error."""
         waiting = collections.deque(todo)
         in_flight: collections.deque[tuple[CheckpointRef, ray.ObjectRef]] = collections.deque()
 
         def submit() -> None:
             while waiting and len(in_flight) < self.max_in_flight:
-                ref = waiting.popleft()
-                in_flight.append((ref, task.remote(job, ref, dict(known()))))
+                ref, arg = waiting.popleft()
+                in_flight.append((ref, submit_one(ref, arg)))
 
         try:
             submit()
@@ -206,7 +261,7 @@ class RayExecutor:
                 with contextlib.suppress(Exception):  # a cluster already gone; nothing to cancel
                     ray.cancel(pending)
 
-    def _get(self, ref: CheckpointRef, pending: ray.ObjectRef) -> Work | _Failed:
+    def _get(self, ref: CheckpointRef, pending: ray.ObjectRef) -> _Done | _Failed:
         """The task's result; between waits of `_POLL_S`, a look at the head node, so that a lost
         cluster stops the run with our error before Ray ends the process with its own."""
         while True:
@@ -232,8 +287,8 @@ class RayExecutor:
             atexit.unregister(ray.shutdown)  # a shutdown that finds no head ends the process with status 1
             raise ClusterError(f"lost the Ray cluster: its head at {address} no longer answers") from None
 
-    def _unwrap(self, value: Work | _Failed) -> Work:
+    def _unwrap(self, value: _Done | _Failed) -> Any:
         if isinstance(value, _Failed):
             raise value.error
         self.meter.merge(value.fetched, value.requests, value.peak_disk)
-        return value
+        return value.value

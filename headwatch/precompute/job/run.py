@@ -27,7 +27,9 @@ Steps 1 and 2 run where the executor runs them (`precompute.job.executor`): here
 checkpoint t+1 fetched in a background thread while t is computed, so at most two
 are held at once; or as Ray tasks, a bounded number in flight
 (`precompute.job.ray_executor`). Either way this module alone decides ``duplicate_of``
-(`precompute.job.work.Work.settle`) and writes the store, in step order.
+(`precompute.job.work.Work.settle`) and writes the store, in step order. A computation's fill
+may run its per-checkpoint work through the same executor (`RunContext.executor`: the refined
+LLC's) and commits its results in step order.
 
 A checkpoint that fails (missing, no weights, truncated file, wrong shapes,
 non-finite values) is logged with its name and reason, listed under ``failed`` in
@@ -123,7 +125,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
     if before is not None:  # another model's store: said before any lens's refusal
         check_same_model(out, before, plan.model, source=str(source))
     computations = _computations(plan, options, source, scratch)  # refusals: before anything is written
-    executor = open_executor(options, plan.src, _task_source(source), meter=meter)
+    executor = open_executor(options, plan.src, _task_source(source), scratch=scratch, meter=meter)
     report = RunReport()
     with store_lock(out):
         stored = store_at(out)  # under the lock: the store's K and settings as they are now
@@ -131,7 +133,7 @@ def run_precompute(source: str | Path, out: str | Path, options: RunOptions | No
         for computation in computations:
             computation.check_store(out, stored)
         state = open_state(out, stored, plan.model, settings, asked=frozenset(s.lens.name for s in computations))
-        run = RunContext(plan, settings, state, report, progress=options.progress)
+        run = RunContext(plan, settings, state, report, executor, progress=options.progress)
         for computation in computations:
             computation.begin(run)
         run_info = plan.src.run_info()

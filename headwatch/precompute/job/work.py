@@ -26,7 +26,7 @@ from headwatch.analysis.store import CheckpointEntry
 from headwatch.analysis.store.format import HEADS
 from headwatch.analysis.weights.heads import Device, checkpoint_statistics
 from headwatch.families.family import ModelShape
-from headwatch.precompute.job.context import PassJob
+from headwatch.precompute.job.context import PassJob, TaskExecutor
 from headwatch.precompute.job.factors import checked_factors
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
@@ -45,8 +45,6 @@ class Work:
             (its fingerprint was known where it ran).
         vectors: its leading singular vectors and factors by matrix (None when the run computes no
             overlaps, or no rows).
-        fetched, requests, peak_disk: what its fetch moved, when it ran on a meter of its own
-            (a Ray task); zero when the run's meter counted it.
         lens_rows: its rows of the tables of the lenses computed in the same pass (`precompute.job.context.PassJob`:
             the whole-layer matrices, the forward lens) by table name, when ``rows`` were computed;
             dropped with them for a duplicate.
@@ -55,9 +53,6 @@ class Work:
     entry: CheckpointEntry
     rows: pa.Table | None
     vectors: ovl.Vectors | None
-    fetched: int = 0
-    requests: int = 0
-    peak_disk: int = 0
     lens_rows: dict[str, pa.Table] | None = None
 
     def settle(self, known: Mapping[str, int]) -> tuple[CheckpointEntry, pa.Table | None, ovl.Vectors | None]:
@@ -140,9 +135,10 @@ def checkpoint_work(
 Results = Generator[tuple[CheckpointRef, Callable[[], Work]], None, None]
 
 
-class Executor(Protocol):
+class Executor(TaskExecutor, Protocol):
     """Runs `checkpoint_work` for a list of checkpoints and yields the results in step order
-    (`precompute.job.executor.LocalExecutor`, `precompute.job.ray_executor.RayExecutor`)."""
+    (`precompute.job.executor.LocalExecutor`, `precompute.job.ray_executor.RayExecutor`); and, for the
+    computations' fills, any other per-checkpoint work (`precompute.job.context.TaskExecutor.each`)."""
 
     def results(
         self,

@@ -48,7 +48,7 @@ from headwatch.analysis.store.lenses.stages import STAGES
 from headwatch.families.family import ModelShape
 from headwatch.families.forward import Architecture, Params, architecture, check_functional, parameters
 from headwatch.precompute.evalset import BYTE_TOKENIZER, EvalSet, EvalTextError
-from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device, tensor_of
 from headwatch.precompute.lenses.attention import BATCH_SEQUENCES, load_model
 from headwatch.precompute.lenses.losses import check_same_sequences, per_token_losses
 from headwatch.precompute.settings import StoreSettings
@@ -382,8 +382,8 @@ def ablation_rows(step: int, arch: Architecture, params: Params, job: AblationJo
         CheckpointError: the intact losses are not finite.
     """
     device = params[arch.family.token_embedding].device
-    text_ids = torch.from_numpy(job.eval_set.tokens).to(device)
-    probe_ids = torch.from_numpy(job.eval_set.induction).to(device)
+    text_ids = tensor_of(job.eval_set.tokens).to(device)
+    probe_ids = tensor_of(job.eval_set.induction).to(device)
     zeros = None
     if job.method == "zero":
         zeros = torch.zeros(arch.n_layers, arch.n_heads, arch.d_head, dtype=torch.float32, device=device)

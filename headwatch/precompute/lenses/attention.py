@@ -35,6 +35,7 @@ from headwatch.precompute.job.context import (
     RunContext,
     fill_missing,
     lens_device,
+    tensor_of,
 )
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
@@ -124,7 +125,7 @@ def forward_statistics(model: torch.nn.Module, job: AttentionJob, *, n_layers: i
         CheckpointError: the model returns another number of layers or heads than the run's.
     """
     device = job.device
-    tokens = torch.from_numpy(job.eval_set.tokens)
+    tokens = tensor_of(job.eval_set.tokens)
     n, t = tokens.shape
     sums = AttentionSums(n_layers, n_heads, t)
     loss_sum, count = 0.0, 0
@@ -139,7 +140,7 @@ def forward_statistics(model: torch.nn.Module, job: AttentionJob, *, n_layers: i
             sums.add(layer, alpha)
         sums.next_batch(ids.shape[0])
     stats: dict[str, Any] = {k: v.numpy() for k, v in sums.head_statistics().items()}
-    probe = torch.from_numpy(job.eval_set.induction).to(device)
+    probe = tensor_of(job.eval_set.induction).to(device)
     repeat = job.eval_set.info.induction_repeat
     induction = torch.zeros(n_layers, n_heads, dtype=torch.float64)
     copy_sum = 0.0

@@ -37,6 +37,7 @@ from headwatch.precompute.job.context import (
     RunContext,
     fill_missing,
     lens_device,
+    tensor_of,
 )
 from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.settings import StoreSettings
@@ -104,11 +105,11 @@ def make_sample(eval_set: EvalSet, vocab_size: int) -> EssentialSample:
 @torch.no_grad()
 def checkpoint_outputs(model: torch.nn.Module, sample: EssentialSample, *, device: str) -> np.ndarray:
     """The model's log-probabilities on the sample, ``(values,)`` float32 in the recorded order."""
-    tokens = torch.from_numpy(sample.tokens).to(device)
+    tokens = tensor_of(sample.tokens).to(device)
     parts = []
     for kind, ids in sample.sequences.items():
-        logits = model(input_ids=torch.from_numpy(ids).to(device), use_cache=False).logits  # (n, L, V)
-        at = torch.from_numpy(sample.positions[kind]).to(device)
+        logits = model(input_ids=tensor_of(ids).to(device), use_cache=False).logits  # (n, L, V)
+        at = tensor_of(sample.positions[kind]).to(device)
         logp = torch.log_softmax(logits[:, at].double(), dim=-1)  # (n, P, V)
         parts.append(logp[:, :, tokens].float().reshape(-1).cpu().numpy())  # (n * P * K,)
     return np.concatenate(parts)

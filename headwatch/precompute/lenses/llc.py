@@ -30,6 +30,10 @@ it (``--llc-implementation``, meta.json ``llc.implementation``, one per store): 
 below computed once, nothing written to disk; its answers against devinterp's in docs/precompute.md),
 and ``devinterp`` (`estimate_llc`, one ``llc`` call per estimate, the reference the tests compare with),
 whose samples (per-token losses, a zarr folder per estimate) go to a scratch folder removed after each.
+
+`LlcComputation.fill` computes one checkpoint at a time by `checkpoint_llc_of` where the run's executor runs
+checkpoints (`precompute.job.context.TaskExecutor.each`): in the driver under ``--executor local``, one Ray task
+per checkpoint under ``--executor ray``; the driver alone commits, one checkpoint at a time in step order.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -74,6 +78,8 @@ from headwatch.precompute.job.context import CHECKPOINT_ERRORS, BaseComputation,
 from headwatch.precompute.lenses.attention import load_model
 from headwatch.precompute.lenses.llc_sampler import Traces, checkpoint_traces
 from headwatch.precompute.llc_data import LlcData, resolve_llc_data, tokens_sha256
+from headwatch.precompute.sources.revisions import CheckpointRef
+from headwatch.precompute.sources.source import CheckpointSource
 
 log = logging.getLogger("precompute")
 
@@ -90,6 +96,9 @@ IMPLEMENTATION_NOISE = {
 
 # Checkpoints estimated when --llc-steps is not given: this many (fewer if the run has fewer), log-spaced in step.
 DEFAULT_LLC_CHECKPOINTS = 8
+
+# The folder of devinterp's samples inside a scratch folder (`LlcJob.scratch`).
+SAMPLES_FOLDER = "llc-samples"
 
 
 @dataclass(frozen=True)
@@ -322,6 +331,30 @@ def checkpoint_llc(
     return merged, seconds
 
 
+def checkpoint_llc_of(
+    src: CheckpointSource,
+    ref: CheckpointRef,
+    data: Sequence[LlcData],
+    *,
+    scratch: Path,
+    progress: Callable[[], None] | None,
+    job: LlcJob,
+    n_layers: int,
+    n_heads: int,
+) -> tuple[dict[str, pa.Table], dict[str, float]]:
+    """`checkpoint_llc` of the checkpoint ``ref`` of ``src`` under ``data``: one checkpoint's work of
+    `LlcComputation.fill`, wherever the run's executor runs it (`precompute.job.context.TaskExecutor.each`), with
+    devinterp's samples under ``scratch`` (where it runs) and ``progress`` called after each estimate.
+
+    Raises:
+        CheckpointError, CheckpointNotFoundError: the checkpoint cannot be read or loaded, or an estimate diverged.
+        UnknownArchitectureError: no head mask for its family.
+    """
+    job = replace(job, scratch=scratch / SAMPLES_FOLDER)
+    with src.checkpoint_folder(ref) as folder:
+        return checkpoint_llc(folder, ref.step, job, n_layers=n_layers, n_heads=n_heads, data=data, on_estimate=progress)
+
+
 def checkpoint_estimates(
     model: torch.nn.Module,
     tokens: np.ndarray,
@@ -509,7 +542,7 @@ class LlcComputation(BaseComputation):
         self.job = LlcJob(
             data,
             sampler,
-            setup.scratch / "llc-samples",
+            setup.scratch / SAMPLES_FOLDER,
             device=lens_device(setup.options),
             implementation=self.options.implementation,
         )
@@ -596,36 +629,33 @@ class LlcComputation(BaseComputation):
             disable=not run.progress,
             dynamic_ncols=True,
         )
+        compute = functools.partial(checkpoint_llc_of, job=job, n_layers=plan.shape.n_layers, n_heads=plan.shape.n_heads)
+        work = [(plan.ref(state.meta.entry(step)), tuple(todo[step])) for step in missing]
+        results = run.executor.each(compute, work, device=job.device, progress=lambda: bar.update(1))
         left_out = []
-        for step in missing:
-            ref = plan.ref(state.meta.entry(step))
-            done = bar.n
-            try:
-                with plan.src.checkpoint_folder(ref) as folder:
-                    rows, seconds = checkpoint_llc(
-                        folder,
-                        step,
-                        job,
-                        n_layers=plan.shape.n_layers,
-                        n_heads=plan.shape.n_heads,
-                        data=todo[step],
-                        on_estimate=lambda: bar.update(1),
-                    )
-            except CHECKPOINT_ERRORS as exc:
-                log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
-                left_out.append(step)
-                bar.update(done + len(todo[step]) * per_step - bar.n)
-                continue
-            state.put(rows)
-            for name, took in seconds.items():
-                llc["data"][name].setdefault("seconds", {})[str(step)] = round(took, 1)
-            # every distribution's seconds at the checkpoint together
-            llc.setdefault("seconds", {})[str(step)] = round(
-                sum(float((r.get("seconds") or {}).get(str(step), 0.0)) for r in llc["data"].values()), 1
-            )
-            state.commit(heads=False)
-            run.report.lenses.setdefault(self.lens.name, []).append(step)
-            bar.set_postfix_str(ref.revision)
+        with contextlib.closing(results):
+            for ref, result in results:
+                step, done = ref.step, bar.n
+                try:
+                    rows, seconds = result()
+                except CHECKPOINT_ERRORS as exc:
+                    log.warning("%s: refined LLC failed (%s); left out", ref.revision, exc)
+                    left_out.append(step)
+                    continue
+                finally:
+                    # the checkpoint's estimates not yet counted: a failed one's rest, or a Ray task's (it reports
+                    # only its result; in this process `progress` counts each as it is made)
+                    bar.update(done + len(todo[step]) * per_step - bar.n)
+                state.put(rows)
+                for name, took in seconds.items():
+                    llc["data"][name].setdefault("seconds", {})[str(step)] = round(took, 1)
+                # every distribution's seconds at the checkpoint together
+                llc.setdefault("seconds", {})[str(step)] = round(
+                    sum(float((r.get("seconds") or {}).get(str(step), 0.0)) for r in llc["data"].values()), 1
+                )
+                state.commit(heads=False)
+                run.report.lenses.setdefault(self.lens.name, []).append(step)
+                bar.set_postfix_str(ref.revision)
         bar.close()
         if job.scratch.exists():
             shutil.rmtree(job.scratch, ignore_errors=True)

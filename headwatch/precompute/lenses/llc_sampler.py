@@ -42,6 +42,7 @@ import torch
 from headwatch.analysis.errors import CheckpointError
 from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.families.forward import HEAD_KEYS, Architecture, Params, architecture, parameters, token_loss
+from headwatch.precompute.job.context import tensor_of
 
 WHOLE_MODEL = -1
 # Lanes of one vmap call are bounded by the logits they hold: lanes x batch x T x vocab floats at most this
@@ -305,7 +306,7 @@ def checkpoint_traces(
     if arch.rotary is not None:
         cos, sin = arch.rotary
         arch = dataclasses.replace(arch, rotary=(cos.to(device), sin.to(device)))
-    ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=device)
+    ids = tensor_of(np.asarray(tokens, dtype=np.int64)).to(device)
     noise = noise if noise is not None else LaneNoise(sampler.seed, device)
     frozen, init_loss = frozen_layers(arch, params, ids)
     lanes: list[Lane] = []

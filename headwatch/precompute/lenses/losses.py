@@ -24,7 +24,7 @@ from headwatch.analysis.store import Meta
 from headwatch.analysis.store.lenses.losses import ICL, LOSSES_LENS, POSITION_LOSS, icl_positions, probe_positions
 from headwatch.families.family import ModelShape
 from headwatch.precompute.evalset import EvalSet
-from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device
+from headwatch.precompute.job.context import BaseComputation, ComputationSetup, RunContext, fill_missing, lens_device, tensor_of
 from headwatch.precompute.lenses.attention import BATCH_SEQUENCES, load_model
 from headwatch.precompute.settings import StoreSettings
 from headwatch.precompute.sources.revisions import CheckpointRef
@@ -52,7 +52,7 @@ def model_losses(model: torch.nn.Module, tokens: np.ndarray, *, device: str, bat
     """Per-token losses ``(S, T)`` float64 (column 0 NaN) of a transformers causal LM on ``tokens`` ``(S, T)``, by
     `per_token_losses`, the one per-token loss the ablation lens's intact pass and lanes use too."""
     out = []
-    ids = torch.from_numpy(tokens)
+    ids = tensor_of(tokens)
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch].to(device)
         out.append(per_token_losses(model(input_ids=chunk, use_cache=False).logits, chunk).cpu())
