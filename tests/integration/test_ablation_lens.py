@@ -196,10 +196,11 @@ def test_shipped_stores_load_without_the_lenses_and_info_lists_them_absent() -> 
     assert lines["ablation"].split()[1] == "absent" and lines["losses"].split()[1] == "absent"
 
 
-def test_the_rebuilt_induction_d128_carries_both_lenses_at_every_checkpoint() -> None:
-    """induction-d128 (rebuilt with every lens): ablation.parquet and position_loss.parquet hold every checkpoint of
-    the store and every head (read with pyarrow), and `headwatch info` counts them so."""
-    shipped = REPO / "data" / "induction-d128"
+@pytest.mark.parametrize("run", ["induction-d128", "induction-d128-seed2", "induction-d64", "induction-d256"])
+def test_the_rebuilt_induction_stores_carry_both_lenses_at_every_checkpoint(run: str) -> None:
+    """The induction stores rebuilt with every lens: ablation.parquet and position_loss.parquet hold every checkpoint
+    of the store and every head (read with pyarrow), and `headwatch info` counts them so."""
+    shipped = REPO / "data" / run
     store = open_store(shipped)
     steps = {int(s) for s in store.steps}
     ablation = pq.read_table(shipped / ABLATION.file, columns=["step", "layer", "head"]).to_pandas()

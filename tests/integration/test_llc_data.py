@@ -272,7 +272,7 @@ def test_a_shipped_store_reads_as_text_without_being_rewritten() -> None:
     assert {f: (store_dir / f).read_bytes() for f in before} == before
 
 
-@pytest.mark.parametrize("run", ["induction-d128", "induction-d128-seed2", "induction-d64"])
+@pytest.mark.parametrize("run", ["induction-d128", "induction-d128-seed2", "induction-d64", "induction-d256"])
 def test_the_rebuilt_induction_stores_hold_four_distributions_at_every_checkpoint(run: str) -> None:
     """Issue 60's acceptance on the stores rebuilt with every lens: llc.parquet (read with pyarrow) holds an estimate
     of every head and of the whole model at every checkpoint of the store under the training distribution, text,
