@@ -74,7 +74,8 @@ def missing_note(*, source: str | None, store: str, eval_length: int | None, shi
             "scripts/reference-run.sh` (`SEED=2` for the second seed) trains the run again into `runs/`, after which the "
             "commands above run as written. Their estimates under the training distribution, the probe's repeats, code "
             "and the held-out text (`--llc-data train,text,repeats,code`) are left to a GPU (about 38 CPU-hours here): "
-            "`bash scripts/device-runs.sh start` retrains every shipped run and adds them (passes 2 and 3)."
+            "`bash scripts/device-runs.sh start SECONDS` retrains the runs still owed (by default these two and induction-d512) "
+            "and adds them (passes 2 and 3)."
         )
     return note
 
