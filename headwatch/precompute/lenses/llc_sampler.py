@@ -42,7 +42,6 @@ import torch
 from headwatch.analysis.errors import CheckpointError
 from headwatch.analysis.store.lenses.llc import SamplerSettings
 from headwatch.families.forward import HEAD_KEYS, Architecture, Params, architecture, parameters, token_loss
-from headwatch.precompute.job.context import tensor_of
 
 WHOLE_MODEL = -1
 # Lanes of one vmap call are bounded by the logits they hold: lanes x batch x T x vocab floats at most this
@@ -306,7 +305,7 @@ def checkpoint_traces(
     if arch.rotary is not None:
         cos, sin = arch.rotary
         arch = dataclasses.replace(arch, rotary=(cos.to(device), sin.to(device)))
-    ids = tensor_of(np.asarray(tokens, dtype=np.int64)).to(device)
+    ids = torch.tensor(np.asarray(tokens), dtype=torch.int64, device=device)  # a copy: the tokens may be read-only (a Ray task's)
     noise = noise if noise is not None else LaneNoise(sampler.seed, device)
     frozen, init_loss = frozen_layers(arch, params, ids)
     lanes: list[Lane] = []
