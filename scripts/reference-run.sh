@@ -40,8 +40,8 @@ fi
 trained=$SECONDS
 rm -rf "$STAGE"
 "$VENV/bin/python" -m headwatch.precompute --source "$RUN" --out "$STAGE" --device "$DEVICE" --model-id "$NAME" --no-progress \
-  --lenses attention --lenses composition --lenses similarity --lenses essential
-  # the lenses of the shipped plain-text stores (built on a GPU by scripts/device-runs.sh), on the
+  --lenses attention --lenses composition --lenses similarity --lenses essential --lenses losses --lenses ablation
+  # the lenses of the shipped plain-text stores (scripts/device-runs.sh's pass 1), on the
   # run's held-out split (its corpus archive is in runs/.cache); no refined LLC: at the default sampler it is
   # the costliest lens by far, on a GPU and more so on a CPU (docs/reference-run.md); add it with
   # `--lenses llc --llc-steps all` (or a list of steps) on the same --out
