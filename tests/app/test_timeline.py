@@ -157,10 +157,12 @@ def test_the_overview_card_shows_the_stages_and_key_events(typed_store: Path, tm
 
 def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monkeypatch) -> None:
     """Both shipped seeds in the run list: the page names the statistics associated in this run after Holm's
-    correction (sigma of W_QK's AMI and p as `analysis.trajectories.type_association.associate` gives them, unit-tested against
-    scikit-learn) and says that none replicates on the second seed."""
+    correction (each with its AMI and p as `analysis.trajectories.type_association.associate` gives them, unit-tested
+    against scikit-learn; the decisions from `tests.replication`, apart from the page) and gives each statistic the
+    replication verdict that issue 62's rule gives over the two seeds' decisions."""
     from headwatch.analysis.findings.values import stat_values
     from headwatch.analysis.trajectories.type_association import ASSOCIATION_PAIRS, associate, end_types
+    from tests import replication
 
     monkeypatch.delenv("HEADWATCH_STORE", raising=False)
     monkeypatch.setenv("HEADWATCH_DATA", str(ROOT / "data"))
@@ -169,14 +171,27 @@ def test_the_timeline_states_the_open_questions_answer_on_the_shipped_runs(monke
     # every pair but the refined LLC's: this run has no llc.parquet, and another run's rLLC figures must not stand here
     assert not (SHIPPED / "llc.parquet").exists()
     n = len([p for p in ASSOCIATION_PAIRS if p[0] != "llc"])
-    assert f"Of {n} statistics" in text and f"each p corrected by Holm over the {n} tested in this run, 1 is associated" in text
+    decided = replication.decisions(SHIPPED)
+    associated = [pair for pair, d in decided.items() if d == "associated"]
+    assert len(decided) == n and associated  # the page's sentence below names at least one
+    count = f"{len(associated)} is associated" if len(associated) == 1 else f"{len(associated)} are associated"
+    assert f"Of {n} statistics" in text and f"each p corrected by Holm over the {n} tested in this run, {count}" in text
     store = open_store(SHIPPED)
     ended = end_types(store)
     assert ended is not None
     labels, _ = ended
-    result, _ = associate(stat_values(store, "std", matrix="qk"), labels)
-    assert result.p_value * n < 0.05 and f"σ of W_QK (AMI {result.ami:.3f}, p = {result.p_value:.3g}, Holm " in text
-    assert "No association is shown to replicate." in text and "rLLC" not in text  # this run has no refined LLC
+    for stat, matrix in associated:
+        result, _ = associate(stat_values(store, stat, matrix=matrix), labels)
+        assert f"{replication.page_name((stat, matrix))} (AMI {result.ami:.3f}, p = {result.p_value:.3g}, Holm " in text
+    assert "rLLC" not in text  # this run has no refined LLC
+    expected = replication.expected([SHIPPED, ROOT / "data" / "shakespeare-pythia-6x8-seed2"])
+    names = {pair: replication.page_name(pair) for pair in expected}
+    listed = replication.verdicts(text, names)
+    assert {pair: v for pair, v in expected.items() if v != "not shown"} == {
+        pair: v for pair, v in listed.items() if v != "not shown"
+    }
+    # said when none replicates nor is undecided (analysis.findings.association's rule)
+    assert ("No association is shown to replicate." in text) == (not {"replicates", "undecided"} & set(expected.values()))
     # issue 62: asked of its replicate alone, named; the other runs named apart
     assert "Replication, asked of this run's replicate `shakespeare-pythia-6x8-seed2` (the same recipe, another seed)" in text
     assert "Across the" not in text and "(`induction-d128`, `induction-d128-seed2`, `induction-d256`" in text
@@ -251,7 +266,7 @@ def test_the_timeline_lists_every_typed_head_with_its_emergence_step_and_a_link(
     at = open_page(PAGE, {"run": "shakespeare-pythia-6x8"})
     table = next(d.value for d in at.dataframe if "emerged at step" in d.value.columns)
     stored = pd.read_parquet(SHIPPED / "head_emergence.parquet").dropna(subset=["emergence_step"])
-    assert len(table) == len(stored) == 19
+    assert len(table) == len(stored) > 19  # 19 previous-token heads, and the current-token, multigram and other heads
     got = {(h, int(s)) for h, s in zip(table["head"], table["emerged at step"], strict=True)}
     assert got == {
         (f"L{a} H{b}", int(s)) for a, b, s in zip(stored["layer"], stored["head"], stored["emergence_step"], strict=True)

@@ -213,14 +213,17 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     others = {p.name: p.read_bytes() for p in store.iterdir() if p.name != "meta.json"}
     assert main([str(store)]) == 0
     printed = capsys.readouterr().out
-    assert "previous_token 19, induction 0, sink 0" in printed
-    # the shipped store's forward lens predates the current-token score: no such type, and the command to have it
-    assert "current_token: not decided" in printed and "--lenses attention" in printed
-    assert "current_token" in json.loads((store / "meta.json").read_text())["types"]["absent"]
+    attention = pd.read_parquet(store / ATTENTION.file)
+    current = sum(v is not None for v in by_hand(attention, "current_token", enter=0.3, leave=0.2).values())
+    assert f"previous_token 19, induction 0, sink 0, current_token {current}" in printed
+    # no training text and no record of the decision that made the store's n-gram check: multigram and other heads
+    # are not decided, with what gives them, and the check the store holds (context_ngrams.parquet) is kept as it is
+    absent = json.loads((store / "meta.json").read_text())["types"]["absent"]
+    assert set(absent) == {"multigram", "other"} and "--source RUN" in absent["multigram"]
+    assert "multigram: not decided" in printed and pd.read_parquet(store / CONTEXT_NGRAMS.file).shape[0] > 0
     for name, data in others.items():
         assert (store / name).read_bytes() == data, name
     emergence = pd.read_parquet(store / HEAD_EMERGENCE.file)
-    attention = pd.read_parquet(store / ATTENTION.file)
     # on today's runs no head reaches the induction threshold, nor the sink one
     assert attention["induction"].max() < 0.05 and emergence[emergence["type"] == "induction"]["first_step"].isna().all()
     assert emergence[emergence["type"] == "sink"]["emergence_step"].isna().all()
@@ -229,9 +232,21 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     prev = emergence[emergence["type"] == "previous_token"]
     got = {(int(r.layer), int(r.head)): (None if pd.isna(r.emergence_step) else int(r.emergence_step)) for r in prev.itertuples()}
     assert got == expected and sum(v is not None for v in got.values()) == 19
-    # the shipped store's own tables are what the module makes
-    assert pd.read_parquet(shipped / HEAD_EMERGENCE.file).equals(emergence)
-    assert pd.read_parquet(shipped / HEAD_TYPES_TABLE.file).equals(pd.read_parquet(store / HEAD_TYPES_TABLE.file))
+    # the shipped store's attention types are what the module makes (its multigram and other rows need the text)
+    attention_types = ["previous_token", "induction", "sink", "current_token"]
+    kept = pd.read_parquet(shipped / HEAD_EMERGENCE.file)
+    assert kept[kept["type"].isin(attention_types)].reset_index(drop=True).equals(emergence.reset_index(drop=True))
+
+    # with the shipped record of the decision (meta.json types, made with the run's training split) and its n-gram
+    # check, the module decides multigram and other heads again without the text: the shipped tables, byte for byte
+    shutil.copy(shipped / "meta.json", store / "meta.json")
+    for spec in (HEAD_TYPES_TABLE, HEAD_EMERGENCE):
+        (store / spec.file).unlink()
+    assert main([str(store)]) == 0
+    assert "no training text given: each context's check is the store's own" in capsys.readouterr().out
+    for spec in (HEAD_TYPES_TABLE, HEAD_EMERGENCE, CONTEXT_NGRAMS):
+        assert pd.read_parquet(shipped / spec.file).equals(pd.read_parquet(store / spec.file)), spec.file
+    assert json.loads((store / "meta.json").read_text())["types"] == json.loads((shipped / "meta.json").read_text())["types"]
 
     # a store without forward statistics is refused with the command that adds them
     (store / ATTENTION.file).unlink()

@@ -6,7 +6,10 @@ probe's R), and decides each head's attention types at each checkpoint against t
 thresholds and hysteresis of `analysis.attention.head_types` (docs/head-types.md). Where the store has the ablation
 lens (``ablation.parquet``, ``head_contexts.parquet``) and a training text is at hand (`precompute.ngrams`), it also
 decides the multigram and other heads at the checkpoints with tokens in context (`analysis.attention.function_types`)
-and records the n-gram check of every context (``context_ngrams.parquet``). It commits the tables and ``meta.json``
+and records the n-gram check of every context (``context_ngrams.parquet``); without the text, a store that holds that
+check and the record of the decision that made it (meta.json ``types`` ``function``) is decided again from them (the
+same tables), and one that does not keeps its check and leaves the two types undecided. It commits the tables and
+``meta.json``
 ``types`` in one atomic commit. It needs no checkpoint: a run with ``--lenses attention`` or ``ablation`` ends with it
 (``--no-types`` skips it), and an existing store gains it with
 
@@ -162,16 +165,24 @@ def function_types(
     context_steps = np.array(sorted(set(contexts["step"].tolist()) & set(steps.tolist()) & set(typed_steps.tolist())))
     if not len(context_steps):
         return (*none, "no checkpoint has both tokens in context (head_contexts.parquet) and attention types")
-    if ngram is None:
+    contexts = contexts[contexts["step"].isin(context_steps)]
+    earlier = None if ngram is not None else stored_check(store, contexts)
+    if ngram is None and earlier is None:
         return (*none, no_text)
-    counts = ngram_counts(ngram.segments)
+    if ngram is not None:
+        counts = ngram_counts(ngram.segments)
+        found = [counts.explained_order(lookup(list(tokens), ngram.index)) for tokens in contexts["tokens"]]
+        order = np.array([f[0] for f in found], dtype=np.int32)
+        count = np.array([f[1] for f in found], dtype=np.int64)
+        base_rate, frequent, text = counts.base_rate, {str(n): len(f) for n, f in counts.frequent.items()}, ngram.record
+    else:
+        assert earlier is not None
+        order, count, before = earlier
+        base_rate, frequent, text = before["base_rate"], before["frequent"], before["text"]
     rows = np.isin(store.steps, steps)
     increase = store.require(ABLATION, "text_increase")[rows]
     sem = store.require(ABLATION, "text_increase_sem")[rows]
     shape = (len(context_steps), store.n_layers, store.n_heads)
-    contexts = contexts[contexts["step"].isin(context_steps)]
-    found = [counts.explained_order(lookup(list(tokens), ngram.index)) for tokens in contexts["tokens"]]
-    order = np.array([f[0] for f in found], dtype=np.int32)
     checked = pa.table(
         {
             "step": pa.array(contexts["step"].to_numpy(np.int64)),
@@ -179,7 +190,7 @@ def function_types(
             "head": pa.array(contexts["head"].to_numpy(np.int32)),
             "rank": pa.array(contexts["rank"].to_numpy(np.int32)),
             "order": pa.array(order),
-            "count": pa.array(np.array([f[1] for f in found], dtype=np.int64)),
+            "count": pa.array(count),
         },
         schema=CONTEXT_NGRAMS.schema,
     )
@@ -189,7 +200,7 @@ def function_types(
     n_text = np.zeros(shape, dtype=np.int64)
     frame = contexts[["step", "layer", "head"]].assign(explained=order > 0, text=(contexts["set"] == "text").to_numpy())
     for (step, layer, head), group in frame.groupby(["step", "layer", "head"]):
-        decision = multigram_rule(group.loc[group["text"], "explained"].to_numpy(), counts.base_rate)
+        decision = multigram_rule(group.loc[group["text"], "explained"].to_numpy(), base_rate)
         multigram[where[int(step)], int(layer), int(head)] = decision.multigram
         n_text[where[int(step)], int(layer), int(head)] = decision.contexts
     at_typed = np.searchsorted(typed_steps, context_steps)
@@ -206,8 +217,8 @@ def function_types(
         "coverage": COVERAGE,
         "min_share": MIN_SHARE,
         "alpha": ALPHA,
-        "base_rate": counts.base_rate,
-        "frequent": {str(n): len(f) for n, f in counts.frequent.items()},
+        "base_rate": base_rate,
+        "frequent": frequent,
         "untyped_by": list(held),
         "effect": "ablation.parquet text_increase and text_increase_sem, "
         f"{((store.meta.ablation or {}).get('method') or 'mean')} ablation",
@@ -218,9 +229,27 @@ def function_types(
             {"step": int(context_steps[i]), "layer": int(layer), "head": int(head), "text_contexts": int(n_text[i, layer, head])}
             for i, layer, head in zip(*np.nonzero(few), strict=True)
         ],
-        "text": ngram.record,
+        "text": text,
     }
     return types, emergence, checked, record, None
+
+
+def stored_check(store: Store, contexts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict[str, Any]] | None:
+    """The n-gram check the store already holds for ``contexts`` (head_contexts.parquet rows), where no training text
+    is at hand: each context's ``order`` and ``count`` from context_ngrams.parquet, in ``contexts``' order, and the
+    meta.json ``types`` ``function`` record that made them (its base rate, frequent n-grams and text). None when the
+    store has no such record or its check lacks a context: the multigram rule is then not decided, as before."""
+    before = (store.meta.types or {}).get("function")
+    if not before or not store.has(CONTEXT_NGRAMS) or not all(k in before for k in ("base_rate", "frequent", "text")):
+        return None
+    table = store.frame(CONTEXT_NGRAMS)
+    if table is None or not len(contexts):
+        return None
+    keys = ["step", "layer", "head", "rank"]
+    joined = contexts[keys].merge(table[[*keys, "order", "count"]], on=keys, how="left", validate="one_to_one")
+    if joined["order"].isna().any():
+        return None
+    return joined["order"].to_numpy(np.int32), joined["count"].to_numpy(np.int64), before
 
 
 def head_type_tables(
@@ -256,8 +285,9 @@ def head_type_tables(
     tables = {
         HEAD_TYPES_TABLE.name: pa.Table.from_pandas(types, schema=HEAD_TYPES_TABLE.schema, preserve_index=False),
         HEAD_EMERGENCE.name: pa.Table.from_pandas(emergence, schema=HEAD_EMERGENCE.schema, preserve_index=False),
-        CONTEXT_NGRAMS.name: checked,
     }
+    if absent is None or not store.has(CONTEXT_NGRAMS):  # undecided: an earlier check the store holds is kept
+        tables[CONTEXT_NGRAMS.name] = checked
     return tables, record
 
 
@@ -392,10 +422,16 @@ def main(argv: list[str] | None = None) -> int:
         f"heads holding each type at the last one: {summary}"
     )
     for name in decided:
-        best = emergence[emergence["type"] == name].sort_values("peak_score", ascending=False).iloc[0]
+        rows = emergence[emergence["type"] == name]
+        if name in FUNCTION_TYPES:  # of the heads that hold it (every head has a row, its effect whatever its type)
+            rows = rows[rows["emergence_step"].notna()]
+            if rows.empty:
+                print(f"  {name}: no head holds it at a checkpoint with tokens in context")
+                continue
+        best = rows.sort_values("peak_score", ascending=False).iloc[0]
         where = f"L{int(best['layer'])} H{int(best['head'])} {best['peak_score']:.4g} at step {int(best['peak_step'])}"
         if name in FUNCTION_TYPES:
-            print(f"  {name}: largest ablation effect {where} nats")
+            print(f"  {name}: largest ablation effect of a head that holds it: {where} nats")
             continue
         rule = record["types"][name]
         print(
@@ -408,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
             f"  multigram rule: base rate {fn['base_rate']:.3f} of the sample's tokens continue a frequent n-gram "
             f"({fn['text']['text']}, {fn['text']['sample_tokens']:,} tokens); contexts checked at steps "
             f"{', '.join(map(str, fn['context_steps']))}, on each head's text contexts only"
+            + (
+                ""
+                if ngram is not None
+                else "; no training text given: each context's check is the store's own "
+                "(context_ngrams.parquet, made with that text)"
+            )
         )
         if fn.get("few_text_contexts"):
             few = fn["few_text_contexts"]

@@ -178,7 +178,8 @@ def type_counts_panel(stores: dict, colour: dict, time: Time) -> None:
     st.caption(
         "One line per run (colour) and head type (solid: previous-token, dashed: induction, dotted: sink, dash-dot: "
         "current-token, long dash: multigram, long dash-dot: other; a type a run does not decide has no line, and "
-        "multigram and other are counted at the checkpoints with tokens in context only): how many "
+        "multigram and other are counted at the checkpoints with tokens in context only; the legend keys the runs' "
+        "colours and the types' dashes, and clicking a type there hides its lines in every run): how many "
         "of the run's heads hold the type at each of its checkpoints, under the rule of docs/head-types.md (score "
         "at least the entry threshold, kept while it stays at or above the exit level). Each run's own entry thresholds "
         "(the larger of an absolute share and a multiple of the score of uniform attention on that run's sequences) "

@@ -150,21 +150,46 @@ TYPE_DASHES = {
 }
 
 
+KEY_GREY = "#555555"  # the type counts' legend: a type's dash, in no run's colour
+
+
+def _key(name: str, colour: str, dash: str, *, group: str, **meta: str) -> dict[str, Any]:
+    """A legend entry that draws nothing: a line of ``colour`` and ``dash`` named ``name``, in legend group ``group``."""
+    return dict(
+        type="scatter",
+        x=[None],
+        y=[None],
+        mode="lines",
+        name=name,
+        legendgroup=group,
+        line=dict(color=colour, width=2, dash=dash),
+        hoverinfo="skip",
+        meta=dict(kind="key", **meta),
+    )
+
+
 def type_counts(
     series: list[RunSeries], *, types: tuple[str, ...], x_title: str, log_x: bool = False, colours: list[int] | None = None
 ) -> go.Figure:
     """How many heads hold each type at each checkpoint: one line per run (colour) and type (dash).
+
+    The legend is a key, one entry per run (its colour) and one per type (its dash, in grey), not one per line: runs x
+    types entries, each "run: type", wrapped to several rows above the plot (two runs deciding six types took two rows
+    at 1,500 px). Clicking a type's entry hides that type's lines in every run (the lines are grouped by type).
 
     Args:
         series: per run, ``values`` ``(S, 1, len(types))`` the counts (`analysis.findings.held_types.HeadTypes.counts`).
         types: the types, in the order of the last axis.
     """
     colours = colours or list(range(len(series)))
-    traces = []
+    traces: list[dict[str, Any]] = []
+    keyed: list[str] = []
     for s, c in zip(series, colours, strict=False):
+        traces.append(_key(s.run, style.run_colour(c), "solid", group=f"run:{s.run}", run=s.run))
         for i, name in enumerate(types):
             if not np.isfinite(s.values[:, 0, i]).any():  # a type the run does not decide: no line
                 continue
+            keyed += [] if name in keyed else [name]
             traces.append(
                 dict(
                     type="scatter",
@@ -172,6 +197,8 @@ def type_counts(
                     y=np.asarray(s.values[:, 0, i], dtype=np.float64),
                     mode="lines+markers",
                     name=f"{s.run}: {name}",
+                    showlegend=False,
+                    legendgroup=f"type:{name}",
                     line=dict(color=style.run_colour(c), width=2, dash=TYPE_DASHES.get(name, "solid")),
                     marker=dict(size=5),
                     customdata=s.steps,
@@ -179,6 +206,9 @@ def type_counts(
                     hovertemplate=f"{s.run}<br>step %{{customdata:,}}<br>%{{y:d}} {name} heads<extra></extra>",
                 )
             )
+    traces += [
+        _key(name, KEY_GREY, TYPE_DASHES.get(name, "solid"), group=f"type:{name}", type=name) for name in types if name in keyed
+    ]
     top = max([float(np.nanmax(s.values)) for s in series if s.values.size] + [1.0])
     return figure(
         traces,
