@@ -217,7 +217,9 @@ def labelled_value_axis(title: str, rng: tuple[float, float], **extra: Any) -> t
     title and widest tick label, so the figure can declare it (Plotly's automargin would otherwise widen the margin
     and draw the chart a second time)."""
     values, text = linear_ticks(rng)
-    axis = value_axis(title, rng, **({"tickvals": values, "ticktext": text} if values else {}), **extra)
+    axis = value_axis(title, rng, **extra)
+    if values:
+        axis.update(tickvals=values, ticktext=text)
     return axis, Y_AXIS_PX + max((tick_label_px(t) for t in text), default=3 * TICK_DIGIT_PX)
 
 
