@@ -134,3 +134,35 @@ def test_the_composition_maps_head_labels_fit_the_margin_it_declares(chromium, s
     for label_left, label_right, *_ in got["labels"]:
         assert title_right <= label_left + 0.5, (got["title"], label_left)  # the title clear of the labels
         assert label_right <= got["plot"], (label_right, got["plot"])  # the labels clear of the plot area
+
+
+# Each value axis whose margin the figure declared from the ticks it predicts (`figures.common.value_axis_margin`):
+# its range, length in px and the tick labels Plotly drew.
+DRAWN_TICKS = """key => {
+  const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+  const y = gd._fullLayout.yaxis;
+  return {range: y.range, length: y._length, ticks: [...gd.querySelectorAll('.ytick text')].map(t => t.textContent)};
+}"""
+
+
+@pytest.mark.parametrize(
+    ("server", "path", "key"),
+    [
+        ("shipped_server", "/timeline", "timeline_icl"),
+        ("shipped_server", "/trajectories", "trajectory_map"),
+        ("induction_server", "/timeline", "timeline_icl"),
+    ],
+)
+def test_the_predicted_ticks_are_the_ones_plotly_draws(chromium, request, server: str, path: str, key: str) -> None:
+    """The margin a figure declares holds the tick labels it predicts with plotly.js's rule (one tick per 40 px, 5
+    to 10, at 2, 5 or 10 x 10^n): on the shipped runs' charts, they are the labels Plotly draws."""
+    from headwatch.dashboard.figures.common import linear_ticks
+
+    page = chromium.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(request.getfixturevalue(server) + path)
+        page.wait_for_function(SETTLED, arg=1500, timeout=LOAD_TIMEOUT_MS)
+        drawn = page.evaluate(DRAWN_TICKS, key)
+        assert drawn["ticks"] == linear_ticks(tuple(drawn["range"]), drawn["length"])[1], drawn
+    finally:
+        page.close()

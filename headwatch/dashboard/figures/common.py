@@ -192,15 +192,19 @@ def tick_label_px(label: str) -> int:
     return sum(TICK_CHAR_PX.get(c, TICK_DIGIT_PX) for c in label)
 
 
-def linear_ticks(rng: tuple[float, float], *, most: int = 6) -> tuple[list[float], list[str]]:
-    """At most ``most`` + 1 tick values at a step of 1, 2 or 5 x 10^n inside ``rng``, labelled as Plotly labels them
-    (no trailing zeros, U+2212 for minus): ``([0.0, 0.5, 1.0], ["0", "0.5", "1"])``."""
+def linear_ticks(rng: tuple[float, float], length_px: float) -> tuple[list[float], list[str]]:
+    """The ticks Plotly's automatic rule puts on a linear axis of ``length_px`` pixels over ``rng``, as it labels them
+    (no trailing zeros, U+2212 for minus): ``([0.0, 0.5, 1.0], ["0", "0.5", "1"])``.
+
+    plotly.js (`axes.prepTicks`, `autoTicks`) aims at one tick per 40 px of a y axis, 5 to 10 of them, and rounds the
+    step up to 2, 5 or 10 x 10^n. The chart keeps Plotly's own ticks (they follow a zoom); these are what it will draw
+    at first, for the margin the figure declares (`value_axis_margin`)."""
     lo, hi = rng
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [], []
-    raw = (hi - lo) / most
-    base = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * base for m in (1, 2, 5, 10) if m * base >= raw * (1 - 1e-9))
+    rough = (hi - lo) / (min(max(length_px / 40, 4), 9) + 1)
+    base = 10.0 ** math.floor(math.log10(rough))
+    step = base * next(m for m in (2, 5, 10) if m >= rough / base * (1 - 1e-9))
     decimals = max(0, -math.floor(math.log10(step) + 1e-9))
     first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
     values = [round(k * step, decimals) for k in range(first, last + 1)]
@@ -212,15 +216,14 @@ def linear_ticks(rng: tuple[float, float], *, most: int = 6) -> tuple[list[float
     return [v + 0.0 for v in values], text
 
 
-def labelled_value_axis(title: str, rng: tuple[float, float], **extra: Any) -> tuple[dict[str, Any], int]:
-    """`value_axis` (linear) with its ticks chosen here (`linear_ticks`), and the left margin in px that holds its
-    title and widest tick label, so the figure can declare it (Plotly's automargin would otherwise widen the margin
-    and draw the chart a second time)."""
-    values, text = linear_ticks(rng)
-    axis = value_axis(title, rng, **extra)
-    if values:
-        axis.update(tickvals=values, ticktext=text)
-    return axis, Y_AXIS_PX + max((tick_label_px(t) for t in text), default=3 * TICK_DIGIT_PX)
+def value_axis_margin(rng: tuple[float, float], height_px: float) -> int:
+    """The left margin in px that holds a linear y axis's title and the widest tick label Plotly will draw on it
+    (`linear_ticks`) in a figure ``height_px`` tall with the base layout's margins, so the figure can declare it:
+    otherwise Plotly's automargin widens the margin and draws the chart a second time (longer labels on another run,
+    or after a zoom, still widen it: nothing is cut off)."""
+    length = height_px - style.MARGIN["t"] - style.MARGIN["b"]
+    _, text = linear_ticks(rng, length)
+    return max(style.MARGIN["l"], Y_AXIS_PX + max((tick_label_px(t) for t in text), default=3 * TICK_DIGIT_PX))
 
 
 def log_ticks(rng: tuple[float, float]) -> dict[str, Any]:

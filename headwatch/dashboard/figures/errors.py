@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from headwatch.dashboard import style
 from headwatch.dashboard.data import StepAxis, fixed_range
-from headwatch.dashboard.figures.common import labelled_value_axis, layout, step_xaxis
+from headwatch.dashboard.figures.common import layout, step_xaxis, value_axis, value_axis_margin
 from headwatch.dashboard.figures.timeline import stage_labels, stage_shapes
 
 
@@ -165,14 +165,13 @@ def lines_with_errors(
     values = np.concatenate(shown) if shown else np.zeros(0)
     values = values[np.isfinite(values)]
     rng = fixed_range(np.concatenate([values, [0.0]]) if zero_line else values) if len(values) else (0.0, 1.0)
-    yaxis, left = labelled_value_axis(y_title, rng)
     return go.Figure(
         data,
         layout(
             **({"height": height} if height else {}),
-            margin=dict(style.MARGIN, l=max(style.MARGIN["l"], left)),
+            margin=dict(style.MARGIN, l=value_axis_margin(rng, height or style.HEIGHT)),
             xaxis=step_xaxis(axis),
-            yaxis=yaxis,
+            yaxis=value_axis(y_title, rng),
             shapes=shapes,
             annotations=annotations,
         ),

@@ -10,8 +10,10 @@ import plotly.graph_objects as go
 from headwatch.analysis.trajectories.maps import edge_pairs
 from headwatch.dashboard import style
 from headwatch.dashboard.data import fixed_range
-from headwatch.dashboard.figures.common import figure, labelled_value_axis, layout, value_axis
+from headwatch.dashboard.figures.common import figure, layout, value_axis, value_axis_margin
 from headwatch.dashboard.figures.points import head_points
+
+MAP_HEIGHT = 620  # px: the maps are square-ish at the page's width
 
 
 def _segments(x: np.ndarray, y: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,17 +99,17 @@ def trajectory_map(
                 hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
             )
         )
-    yaxis, left = labelled_value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False)
+    left = value_axis_margin(fixed_range(y, pad=0.06), MAP_HEIGHT)
     return figure(
         traces,
         layout(
-            height=620,
+            height=MAP_HEIGHT,
             showlegend=groups is not None,
             legend=dict(title=dict(text=group_title)),
             # coloured by layer, the colour bar and its title stand right of the plot
-            margin=dict(style.MARGIN, l=max(style.MARGIN["l"], left), **({"r": 96} if groups is None else {})),
+            margin=dict(style.MARGIN, l=left, **({"r": 96} if groups is None else {})),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-            yaxis=yaxis,
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),
     )
 
@@ -300,17 +302,17 @@ def joint_trajectory_map(
                 hoverinfo="skip",
             )
         )
-    yaxis, left = labelled_value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False)
+    left = value_axis_margin(fixed_range(y, pad=0.06), MAP_HEIGHT)
     return figure(
         traces,
         layout(
-            height=620,
+            height=MAP_HEIGHT,
             showlegend=True,
             legend=dict(  # right of the map, from its top: never under the title, which stands above the plot
                 orientation="v", x=1.02, xanchor="left", y=1, yanchor="top", font=dict(size=11)
             ),
-            margin=dict(style.MARGIN, l=max(style.MARGIN["l"], left)),
+            margin=dict(style.MARGIN, l=left),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-            yaxis=yaxis,
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
         ),
     )
