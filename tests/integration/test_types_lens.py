@@ -247,6 +247,13 @@ def test_the_module_types_a_copy_of_a_shipped_store_without_its_checkpoints(tmp_
     for spec in (HEAD_TYPES_TABLE, HEAD_EMERGENCE, CONTEXT_NGRAMS):
         assert pd.read_parquet(shipped / spec.file).equals(pd.read_parquet(store / spec.file)), spec.file
     assert json.loads((store / "meta.json").read_text())["types"] == json.loads((shipped / "meta.json").read_text())["types"]
+    # a check made under other n-gram orders means something else: not reused, the two types undecided, the check kept
+    meta = json.loads((store / "meta.json").read_text())
+    meta["types"]["function"]["orders"] = [2, 3]
+    (store / "meta.json").write_text(json.dumps(meta))
+    assert main([str(store)]) == 0
+    assert "multigram: not decided" in capsys.readouterr().out
+    assert pd.read_parquet(store / CONTEXT_NGRAMS.file).equals(pd.read_parquet(shipped / CONTEXT_NGRAMS.file))
 
     # a store without forward statistics is refused with the command that adds them
     (store / ATTENTION.file).unlink()

@@ -238,9 +238,12 @@ def stored_check(store: Store, contexts: pd.DataFrame) -> tuple[np.ndarray, np.n
     """The n-gram check the store already holds for ``contexts`` (head_contexts.parquet rows), where no training text
     is at hand: each context's ``order`` and ``count`` from context_ngrams.parquet, in ``contexts``' order, and the
     meta.json ``types`` ``function`` record that made them (its base rate, frequent n-grams and text). None when the
-    store has no such record or its check lacks a context: the multigram rule is then not decided, as before."""
+    store has no such record, the record's n-gram orders or coverage are not this rule's (its ``order`` column would
+    mean another check), or its check lacks a context: the multigram rule is then not decided, as before."""
     before = (store.meta.types or {}).get("function")
     if not before or not store.has(CONTEXT_NGRAMS) or not all(k in before for k in ("base_rate", "frequent", "text")):
+        return None
+    if before.get("orders") != list(NGRAM_ORDERS) or before.get("coverage") != COVERAGE:
         return None
     table = store.frame(CONTEXT_NGRAMS)
     if table is None or not len(contexts):

@@ -99,7 +99,8 @@ def trajectory_map(
                 hovertemplate=f"layer {int(layer[highlight])}, head {int(head[highlight])} (highlighted)<extra></extra>",
             )
         )
-    left = value_axis_margin(fixed_range(y, pad=0.06), MAP_HEIGHT)
+    y_range = fixed_range(y, pad=0.06)
+    left = value_axis_margin(y_range, MAP_HEIGHT)
     return figure(
         traces,
         layout(
@@ -109,7 +110,7 @@ def trajectory_map(
             # coloured by layer, the colour bar and its title stand right of the plot
             margin=dict(style.MARGIN, l=left, **({"r": 96} if groups is None else {})),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", y_range, zeroline=False),
         ),
     )
 
@@ -302,7 +303,8 @@ def joint_trajectory_map(
                 hoverinfo="skip",
             )
         )
-    left = value_axis_margin(fixed_range(y, pad=0.06), MAP_HEIGHT)
+    y_range = fixed_range(y, pad=0.06)
+    left = value_axis_margin(y_range, MAP_HEIGHT)
     return figure(
         traces,
         layout(
@@ -313,6 +315,6 @@ def joint_trajectory_map(
             ),
             margin=dict(style.MARGIN, l=left),
             xaxis=value_axis(f"map coordinate 1 ({method}, arbitrary units)", fixed_range(x, pad=0.06), zeroline=False),
-            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", fixed_range(y, pad=0.06), zeroline=False),
+            yaxis=value_axis(f"map coordinate 2 ({method}, arbitrary units)", y_range, zeroline=False),
         ),
     )

@@ -183,13 +183,13 @@ def type_counts(
     """
     colours = colours or list(range(len(series)))
     traces: list[dict[str, Any]] = []
-    keyed: list[str] = []
+    keyed: set[str] = set()  # the types some run decides: one legend entry each
     for s, c in zip(series, colours, strict=False):
         traces.append(_key(s.run, style.run_colour(c), "solid", group=f"run:{s.run}", run=s.run))
         for i, name in enumerate(types):
             if not np.isfinite(s.values[:, 0, i]).any():  # a type the run does not decide: no line
                 continue
-            keyed += [] if name in keyed else [name]
+            keyed.add(name)
             traces.append(
                 dict(
                     type="scatter",
